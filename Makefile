@@ -1,0 +1,89 @@
+# kvq build: C11 + OpenMP library (build/libkvq.a), four tools, cmocka tests, benchmarks.
+# CUDA kernels (kernels/cuda/*.cu) are built into build/libkvqcuda.a only when nvcc is found.
+# BUILD=dir selects the output folder (helpers and `make asan` use their own).
+
+BUILD   ?= build
+CC      ?= cc
+OPT     ?= -O2 -march=x86-64-v2
+PKGS    := libzip libzstd jansson libxxhash libcrypto libpcre2-8 libutf8proc yaml-0.1
+DEPS_OK := $(BUILD)/.deps-ok
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-format-truncation \
+           -g $(OPT) -fopenmp -I. $(PKG_CFLAGS) $(SAN)
+LDLIBS  += $(PKG_LIBS) -lm -fopenmp $(SAN)
+
+LIB_SRC  := $(sort $(wildcard formats/*.c libconv/*.c libconv/*/*.c kernels/cpu/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TOOLS    := $(patsubst tools/%.c,%,$(wildcard tools/kvq-*.c))
+TOOL_BIN := $(TOOLS:%=$(BUILD)/%)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC:= $(sort $(wildcard tests/bench/*.c))
+BENCH_BIN:= $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
+
+NVCC     := $(shell command -v nvcc 2>/dev/null)
+CU_SRC   := $(sort $(wildcard kernels/cuda/*.cu))
+ifneq ($(NVCC),)
+ifneq ($(CU_SRC),)
+CU_LIB   := $(BUILD)/libkvqcuda.a
+endif
+endif
+
+.PHONY: all test asan demo bench clean deps
+all: $(DEPS_OK) $(BUILD)/libkvq.a $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(CU_LIB)
+ifeq ($(NVCC),)
+	@echo "kvq: nvcc not found: built CPU-only (CUDA kernels skipped)"
+endif
+
+# Dependencies first: installs with apt-get as root, otherwise prints the command.
+$(DEPS_OK): tools/install-deps.sh
+	@mkdir -p $(BUILD)
+	@tools/install-deps.sh
+	@touch $@
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libkvq.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/kvq-%: $(BUILD)/obj/tools/kvq-%.o $(BUILD)/libkvq.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libkvq.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(shell pkg-config --libs cmocka)
+
+$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(BUILD)/libkvq.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/cuda/%.o: kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -arch=sm_90 -I. -c $< -o $@
+
+$(BUILD)/libkvqcuda.a: $(CU_SRC:kernels/cuda/%.cu=$(BUILD)/cuda/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+# Every suite runs even when one fails; tests/run.sh prints the closing tally.
+test: all
+	@tests/run.sh $(BUILD)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" all
+	@UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 tests/run.sh build-asan
+
+demo: all
+	@tests/demo.sh $(BUILD)
+
+bench: all
+	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
+
+clean:
+	rm -rf build build-asan
+
+-include $(LIB_OBJ:.o=.d) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.d)

@@ -1,0 +1,60 @@
+// The architecture description of a decoder-only LLM, read from HF config.json
+// (transformers 4.x and 5.x spellings) or from a llama2.c header. The runtime,
+// the converter and the manifest all use this one struct.
+#ifndef KVQ_ARCH_H
+#define KVQ_ARCH_H
+
+#include <stdbool.h>
+#include <jansson.h>
+
+#include "formats/error.h"
+
+typedef enum {
+    KVQ_ARCH_LLAMA = 0,   // LlamaForCausalLM (also llama2.c checkpoints)
+    KVQ_ARCH_MISTRAL,     // MistralForCausalLM
+    KVQ_ARCH_QWEN2,       // Qwen2ForCausalLM (q/k/v biases)
+    KVQ_ARCH_QWEN3,       // Qwen3ForCausalLM (per-head q_norm / k_norm)
+    KVQ_ARCH_PHI3,        // Phi3ForCausalLM (fused qkv_proj, gate_up_proj)
+    KVQ_ARCH_COUNT
+} kvq_arch_family;
+
+typedef enum { KVQ_ROPE_DEFAULT = 0, KVQ_ROPE_LINEAR, KVQ_ROPE_LLAMA3 } kvq_rope_type;
+
+typedef struct {
+    kvq_arch_family family;
+    char hf_class[64];         // e.g. "LlamaForCausalLM"
+    int hidden_size;
+    int intermediate_size;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;              // explicit, or hidden_size / n_heads
+    int vocab_size;
+    int max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    kvq_rope_type rope_type;
+    double rope_factor;                 // linear and llama3
+    double rope_low_freq_factor;        // llama3
+    double rope_high_freq_factor;       // llama3
+    int rope_original_max_position;     // llama3
+    double partial_rotary_factor;       // 1.0 unless the config says otherwise
+    bool tie_word_embeddings;
+    bool attention_bias;       // q/k/v biases (Qwen2 always)
+    bool qk_norm;              // Qwen3
+    int bos_token_id;          // -1 when absent/null
+    int eos_token_id;          // -1 when absent/null (first one if a list)
+} kvq_arch;
+
+/** Parses an HF config.json. Unknown architecture or missing required field is an
+ *  error naming the file and the field. */
+kvq_status kvq_arch_from_config(const char *config_path, kvq_arch *arch, kvq_err *err);
+/** Same from an already parsed JSON object; `what` names it in messages. */
+kvq_status kvq_arch_from_json(const json_t *cfg, const char *what, kvq_arch *arch, kvq_err *err);
+/** The description as a JSON object for the manifest (new reference, caller owns). */
+json_t *kvq_arch_to_json(const kvq_arch *arch);
+/** Reads back what kvq_arch_to_json wrote. */
+kvq_status kvq_arch_from_manifest(const json_t *j, kvq_arch *arch, kvq_err *err);
+const char *kvq_arch_family_name(kvq_arch_family f);
+
+#endif

@@ -1,0 +1,80 @@
+// The .kvq container: a zip archive (libzip) holding manifest.json and payload
+// entries. Raw payloads are stored uncompressed, their data starting on a 64-byte
+// boundary so readers can use them in place from an mmap; entries that compress
+// well may be zstd frames (marked in the manifest's entry table). The writer keeps
+// the entry table (offset, sizes, compression, xxh3-64) itself and adds it to the
+// manifest under "entries" at commit. Spec: docs/FORMAT.md.
+#ifndef KVQ_KVQFILE_H
+#define KVQ_KVQFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "formats/error.h"
+
+#define KVQ_FORMAT_NAME "kvq"
+#define KVQ_FORMAT_VERSION 1
+#define KVQ_ALIGN 64
+
+typedef enum {
+    KVQ_ENTRY_RAW = 0,      // stored as is, 64-byte aligned
+    KVQ_ENTRY_ZSTD_AUTO = 1 // zstd frame if that saves at least 5 %, else raw
+} kvq_entry_mode;
+
+typedef struct {
+    uint64_t size;          // payload bytes (uncompressed)
+    uint64_t stored_size;   // bytes in the archive
+    uint64_t xxh3;          // XXH3-64 of the uncompressed payload
+    int zstd;               // 1 when stored as a zstd frame
+} kvq_entry_info;
+
+// ---- writing ---------------------------------------------------------------
+
+typedef struct kvq_writer kvq_writer;
+
+/** Starts a .kvq at a temporary name in final_path's directory. Nothing appears
+ *  under final_path until kvq_writer_commit succeeds. */
+kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *err);
+
+/** Adds one payload entry (bytes are copied or spooled; the caller keeps data).
+ *  info may be NULL. Entry names are unique paths like "t/<tensor>/codes". */
+kvq_status kvq_writer_add(kvq_writer *w, const char *entry, const void *data, size_t n,
+                          kvq_entry_mode mode, kvq_entry_info *info, kvq_err *err);
+
+/** Adds manifest.json (the writer inserts "entries"; manifest is not stolen),
+ *  closes the archive, fsyncs it and renames it to the final name. Frees w in all
+ *  cases; on failure the temporary file is removed. */
+kvq_status kvq_writer_commit(kvq_writer *w, json_t *manifest, kvq_err *err);
+
+/** Abandons the file and removes the temporary name. NULL is a no-op. */
+void kvq_writer_abort(kvq_writer *w);
+
+// ---- reading ---------------------------------------------------------------
+
+typedef struct kvq_file kvq_file;
+
+/** Opens a .kvq: checks the archive, manifest JSON, format name and version, and
+ *  that every entry in the table exists with the recorded sizes and bounds. */
+kvq_status kvq_file_open(const char *path, kvq_file **out, kvq_err *err);
+void kvq_file_close(kvq_file *f); // NULL is a no-op
+
+/** The parsed manifest (borrowed; valid until close). */
+const json_t *kvq_file_manifest(const kvq_file *f);
+const char *kvq_file_path(const kvq_file *f);
+uint64_t kvq_file_size(const kvq_file *f);
+
+/** Payload of an entry, digest-checked on first access. Raw entries point into the
+ *  mmap; zstd entries are decompressed into a buffer the file owns. Borrowed until
+ *  close. */
+kvq_status kvq_file_entry(kvq_file *f, const char *entry, const void **data, size_t *size,
+                          kvq_err *err);
+
+/** Checks every entry's digest and bounds; names the first bad one. */
+kvq_status kvq_file_verify(kvq_file *f, kvq_err *err);
+
+/** Rewrites the file atomically with its manifest replaced by `manifest` (entries
+ *  copied unchanged). Used to store a verification record. */
+kvq_status kvq_file_rewrite_manifest(const char *path, json_t *manifest, kvq_err *err);
+
+#endif

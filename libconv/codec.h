@@ -1,0 +1,92 @@
+// The weight-codec interface and its traits table (ggml type_traits style). A codec
+// turns one tensor, seen as a (rows, cols) float32 matrix with cols the contraction
+// axis, into named blobs plus a small JSON object of decode parameters, and back.
+// Tools and tests loop over kvq_codec_at(i) so every codec gets the same treatment.
+#ifndef KVQ_CODEC_H
+#define KVQ_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "formats/error.h"
+#include "formats/tensor.h"
+
+#define KVQ_MAX_BLOBS 8
+#define KVQ_MAX_PARTS 8
+
+typedef struct {
+    char role[24];       // stored as entry "t/<tensor>/<role>" (e.g. "raw", "codes", "norms")
+    void *data;          // owned by the kvq_encoded (malloc)
+    size_t size;
+    int compressible;    // hint to the container: try zstd
+} kvq_blob;
+
+typedef struct {
+    const char *role;
+    const void *data;    // borrowed (mmap or container buffer)
+    size_t size;
+} kvq_blob_view;
+
+typedef struct {
+    char name[24];       // "codes", "norms", "rice_params", "index", "indicators", "codebooks", ...
+    double bits;         // total bits this part occupies for the tensor
+} kvq_rate_part;
+
+/** One encoded tensor. Everything decode needs is in blob[] and params. */
+typedef struct {
+    kvq_blob blob[KVQ_MAX_BLOBS];
+    int n_blob;
+    json_t *params;              // decode parameters (owned); small scalars only
+    kvq_rate_part part[KVQ_MAX_PARTS]; // rate breakdown; sums to 8 × stored bytes
+    int n_part;
+    double code_bits_per_weight; // bits of the codes alone (lossless: source bits)
+    double predicted_mse;        // encoder's own prediction of mean squared error, or NAN
+} kvq_encoded;
+
+/** Frees blobs and params; the struct itself is the caller's. */
+void kvq_encoded_free(kvq_encoded *e);
+/** Appends a blob, taking ownership of data (malloc'd). @return index or -1 if full. */
+int kvq_encoded_add_blob(kvq_encoded *e, const char *role, void *data, size_t size, int compressible);
+void kvq_encoded_add_part(kvq_encoded *e, const char *name, double bits);
+/** Bytes stored for the tensor: blobs + compact JSON of params. */
+size_t kvq_encoded_bytes(const kvq_encoded *e);
+/** Effective bits per weight: 8 × kvq_encoded_bytes / numel. */
+double kvq_encoded_bpw(const kvq_encoded *e, int64_t numel);
+
+/** What encode sees: the source tensor (raw bytes, for lossless codecs) and its
+ *  float32 values as a (rows, cols) matrix. */
+typedef struct {
+    const kvq_tensor *src;
+    const float *x;      // (rows, cols) row-major float32
+    int64_t rows, cols;
+    uint64_t seed;       // per-tensor seed derived from the recipe seed and the name
+    int n_threads;       // 0 = OpenMP default
+} kvq_codec_input;
+
+typedef struct {
+    const char *name;    // spec prefix: "none", "rtn", "hyperquant", "qet", ...
+    const char *summary; // one line for --help
+    int lossless;
+    /** Parses the part of the spec after "name:" (may be "") into a config object
+     *  (new reference). Errors name the spec. */
+    kvq_status (*parse)(const char *args, json_t **cfg, kvq_err *err);
+    /** Encodes one tensor. On error *out is left empty. */
+    kvq_status (*encode)(const json_t *cfg, const kvq_codec_input *in, kvq_encoded *out,
+                         kvq_err *err);
+    /** Decodes into out (rows × cols float32, caller-allocated). */
+    kvq_status (*decode)(const json_t *params, const kvq_blob_view *blobs, int n_blobs,
+                         int64_t rows, int64_t cols, float *out, kvq_err *err);
+} kvq_codec_traits;
+
+/** Number of registered codecs and the i-th. */
+int kvq_codec_count(void);
+const kvq_codec_traits *kvq_codec_at(int i);
+const kvq_codec_traits *kvq_codec_find(const char *name);
+/** Splits "name:args" and parses args with that codec. */
+kvq_status kvq_codec_parse_spec(const char *spec, const kvq_codec_traits **codec, json_t **cfg,
+                                kvq_err *err);
+/** Finds a blob by role in a view list, or NULL. */
+const kvq_blob_view *kvq_blob_find(const kvq_blob_view *v, int n, const char *role);
+
+#endif

@@ -1,0 +1,34 @@
+// The runtime's KV-cache interface. The model calls append for each new token and
+// attend for each query; the default implementation stores fp32 or fp16, and KV
+// codecs (libconv/kv/) provide other implementations of the same ops, so the model
+// code never changes when the cache is quantized.
+#ifndef KVQ_KVCACHE_H
+#define KVQ_KVCACHE_H
+
+#include <stddef.h>
+
+#include "formats/error.h"
+
+typedef struct kvq_kvcache kvq_kvcache;
+
+typedef struct {
+    /** Stores one token's K and V for one layer: k, v are (n_kv_heads, head_dim). */
+    kvq_status (*append)(kvq_kvcache *c, int layer, int pos, const float *k, const float *v);
+    /** For one layer and KV head: q is (n_q, head_dim) — the query heads sharing this
+     *  KV head — each attending causally to positions [0, n_ctx). out (n_q, head_dim)
+     *  receives softmax(q·Kᵀ·scale)·V. */
+    void (*attend)(kvq_kvcache *c, int layer, int kv_head, const float *q, int n_q, int n_ctx,
+                   float scale, float *out);
+    /** Forgets positions >= pos (new sequence: 0). */
+    void (*truncate)(kvq_kvcache *c, int pos);
+    /** Effective bits per stored element (16 or 32 for the default cache). */
+    double (*bits_per_element)(const kvq_kvcache *c);
+    void (*free)(kvq_kvcache *c);
+} kvq_kvcache_ops;
+
+struct kvq_kvcache {
+    const kvq_kvcache_ops *ops;
+    int n_layers, n_kv_heads, head_dim, max_ctx;
+};
+
+#endif
