@@ -1,0 +1,36 @@
+// Tokenizers: HF tokenizer.json (byte-level BPE with Split/PCRE2 pre-tokenizers, NFC,
+// added/special tokens, SentencePiece-style Metaspace/byte_fallback, post-processor
+// template) and the llama2.c tokenizer.bin format. Chosen by the file's content.
+#ifndef KVQ_TOKENIZER_H
+#define KVQ_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/error.h"
+
+typedef struct kvq_tokenizer kvq_tokenizer;
+
+/** Opens tokenizer.json or a llama2.c tokenizer.bin. */
+kvq_status kvq_tok_open(const char *path, kvq_tokenizer **out, kvq_err *err);
+void kvq_tok_close(kvq_tokenizer *t); // NULL is a no-op
+
+/** Encodes UTF-8 text. add_special: apply the post-processor template (BOS/EOS) as
+ *  HF's encode(add_special_tokens=True) does. *ids is malloc'd (caller frees). */
+kvq_status kvq_tok_encode(const kvq_tokenizer *t, const char *text, size_t len, int add_special,
+                          int32_t **ids, size_t *n_ids, kvq_err *err);
+
+/** Decodes ids to NUL-terminated UTF-8 (malloc'd), as HF decode(skip_special_tokens). */
+kvq_status kvq_tok_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids,
+                          int skip_special, char **text, kvq_err *err);
+
+/** Raw bytes one token contributes to the output (for streaming); prev is the id
+ *  before it or -1 (SentencePiece-style tokenizers drop a leading space after BOS).
+ *  @return number of bytes written (at most cap), or -1 for an invalid id. */
+int kvq_tok_piece(const kvq_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap);
+
+int kvq_tok_vocab_size(const kvq_tokenizer *t);
+int32_t kvq_tok_bos(const kvq_tokenizer *t); // -1 if none
+int32_t kvq_tok_eos(const kvq_tokenizer *t); // -1 if none
+
+#endif
