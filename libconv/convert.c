@@ -8,7 +8,9 @@
 #include <math.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "formats/checkpoint.h"
 #include "formats/kvqfile.h"
@@ -98,6 +100,20 @@ static kvq_status source_and_files(kvq_ckpt *ck, const char *src, kvq_writer *w,
         json_object_set_new(tokenizer, "main", json_string(base_name(tokpath)));
     }
     return KVQ_OK;
+}
+
+// Tells the kernel the source pages of a converted tensor can go, so resident memory
+// follows the tensor being converted rather than the whole mmapped model. PAGEOUT
+// never loses data (clean file pages are re-read if touched again).
+static void release_source(const kvq_tensor *t) {
+#ifdef MADV_PAGEOUT
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)t->data + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+    uintptr_t b = ((uintptr_t)t->data + t->nbytes) & ~(uintptr_t)(pg - 1);
+    if (pg > 0 && b > a) madvise((void *)a, b - a, MADV_PAGEOUT);
+#else
+    (void)t;
+#endif
 }
 
 // Encodes one tensor and writes its blobs; returns its manifest record.
@@ -192,6 +208,7 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
         s = convert_tensor(t, plan, w, o->n_threads, &rec, &bytes, &lossy, &cname, err);
         if (s != KVQ_OK) { json_decref(rec); break; }
         json_array_append_new(tensors, rec);
+        release_source(t);
         int64_t numel = kvq_tensor_numel(t);
         if (lossy) { S.n_quantized++; lossy_bits += 8.0 * (double)bytes; lossy_numel += (double)numel; }
         if (o->progress) {

@@ -90,9 +90,14 @@ static void print_human(const kvq_file *f) {
     printf("%s: kvq format %" JSON_INTEGER_FORMAT ", written by %s\n", kvq_file_path(f),
            json_integer_value(json_object_get(m, "format_version")),
            json_string_value(json_object_get(m, "created_by")) ?: "?");
-    char *arch = json_dumps(a, JSON_COMPACT);
-    printf("architecture: %s\n", arch ? arch : "?");
-    free(arch);
+#define AI(k) json_integer_value(json_object_get(a, k))
+    printf("architecture: %s, hidden %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT " layers, %" JSON_INTEGER_FORMAT
+           " heads (%" JSON_INTEGER_FORMAT " kv, dim %" JSON_INTEGER_FORMAT "), ffn %" JSON_INTEGER_FORMAT ", vocab %"
+           JSON_INTEGER_FORMAT ", context %" JSON_INTEGER_FORMAT "%s\n",
+           json_string_value(json_object_get(a, "hf_class")) ?: "?", AI("hidden_size"), AI("n_layers"), AI("n_heads"),
+           AI("n_kv_heads"), AI("head_dim"), AI("intermediate_size"), AI("vocab_size"), AI("max_position_embeddings"),
+           json_is_true(json_object_get(a, "tie_word_embeddings")) ? ", tied embeddings" : "");
+#undef AI
     const json_t *src = json_object_get(m, "source");
     uint64_t sb = source_bytes(m), fb = kvq_file_size(f);
     printf("source: %s %s\n", json_string_value(json_object_get(src, "kind")) ?: "?",
