@@ -188,7 +188,9 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
             for (size_t i = 0; i < s->n;) {
                 size_t l;
                 int32_t cp = cp_at(s->b + i, s->n - i, &l);
-                if (tk_utf8_put(&o, utf8proc_tolower(cp))) rc = -1;
+                // Rust's char::to_lowercase: full mapping; U+0130 is the one multi-char case
+                if (cp == 0x130) rc |= tk_utf8_put(&o, 'i') | tk_utf8_put(&o, 0x307);
+                else rc |= tk_utf8_put(&o, utf8proc_tolower(cp));
                 i += l;
             }
             break;
@@ -784,6 +786,10 @@ static const char *hf_token_str(const hf_tok *h, int32_t id, size_t *n) {
     if (id < 0 || id >= h->n_ids) return NULL;
     if (h->added_of[id] >= 0) {
         const hf_added *a = &h->added[h->added_of[id]];
+        if (a->normalized) { // HF keeps a normalized token's content as normalized
+            *n = a->nlen;
+            return a->ncontent;
+        }
         *n = a->len;
         return a->content;
     }

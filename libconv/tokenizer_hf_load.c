@@ -39,7 +39,7 @@ static kvq_status compile_re(ld *L, const char *pat, size_t n, int literal, cons
                              pcre2_code **out) {
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opt = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
