@@ -394,7 +394,6 @@ static void test_qjl_unbiased(void **st) {
         }
         double se = sqrt((m2 - m * m) / (S - 1));
         printf("  %s: mean error %.4f ± %.4f (stage-1 mean |error| %.4f)\n", specs[i], m, se, mse_only);
-        // the structured (WHT) sketch of octopus is only approximately unbiased: 5 SE
         assert_true(fabs(m) < 4 * se);
     }
 }
