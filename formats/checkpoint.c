@@ -300,6 +300,19 @@ static kvq_status open_l2c(kvq_ckpt *c, const char *path, kvq_err *err) {
     return KVQ_OK;
 }
 
+// The one cross-check between config and weights done here: the embedding table's shape.
+static kvq_status check_embedding(const kvq_ckpt *c, const char *path, kvq_err *err) {
+    const kvq_tensor *e = kvq_ckpt_find(c, "model.embed_tokens.weight");
+    if (!e) return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tensor 'model.embed_tokens.weight'", path);
+    if (e->ndim != 2 || e->shape[0] != c->arch.vocab_size || e->shape[1] != c->arch.hidden_size)
+        return kvq_err_set(err, KVQ_ERR_FORMAT,
+                           "%s: tensor 'model.embed_tokens.weight' has shape [%lld, %lld], config says "
+                           "vocab_size %d × hidden_size %d",
+                           path, (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 0),
+                           c->arch.vocab_size, c->arch.hidden_size);
+    return KVQ_OK;
+}
+
 // ---- public -----------------------------------------------------------------------
 
 kvq_status kvq_ckpt_open(const char *path, kvq_ckpt **out, kvq_err *err) {
@@ -309,7 +322,14 @@ kvq_status kvq_ckpt_open(const char *path, kvq_ckpt **out, kvq_err *err) {
         return kvq_err_set(err, errno == ENOENT ? KVQ_ERR_MISSING : KVQ_ERR_IO, "%s: %s", path, strerror(errno));
     kvq_ckpt *c = calloc(1, sizeof *c);
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
-    kvq_status s = S_ISDIR(sb.st_mode) ? open_dir(c, path, err) : open_l2c(c, path, err);
+    size_t pl = strlen(path);
+    kvq_status s;
+    if (!S_ISDIR(sb.st_mode) && pl >= 12 && strcmp(path + pl - 12, ".safetensors") == 0)
+        s = kvq_err_set(err, KVQ_ERR_ARG,
+                        "%s: pass the checkpoint directory (with config.json), not a .safetensors file", path);
+    else
+        s = S_ISDIR(sb.st_mode) ? open_dir(c, path, err) : open_l2c(c, path, err);
+    if (s == KVQ_OK) s = check_embedding(c, path, err);
     if (s != KVQ_OK) {
         kvq_ckpt_close(c);
         return s;

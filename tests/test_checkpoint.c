@@ -250,7 +250,9 @@ static void test_broken_checkpoints(void **state) {
          "config_missing_field/config.json: required field 'num_hidden_layers' is missing"},
         {FIX "no_such_dir", KVQ_ERR_MISSING, "no_such_dir"},
         {"tests/fixtures", KVQ_ERR_MISSING, "no config.json"},
-        {FIX "bad_short.safetensors", KVQ_ERR_FORMAT, "llama2.c header needs 28"},
+        {FIX "bad_short.safetensors", KVQ_ERR_ARG, "bad_short.safetensors: pass the checkpoint directory"},
+        {FIX "config_vocab_mismatch", KVQ_ERR_FORMAT,
+         "tensor 'model.embed_tokens.weight' has shape [10, 8], config says vocab_size 12 × hidden_size 8"},
     };
     for (size_t i = 0; i < sizeof B / sizeof *B; i++) {
         kvq_ckpt *c = (kvq_ckpt *)1;
@@ -349,6 +351,8 @@ static void test_config_errors(void **state) {
          "hidden_size 63 is not a multiple of num_attention_heads 4"},
         {"{\"architectures\": [\"LlamaForCausalLM\"], " BASE ", \"tie_word_embeddings\": \"yes\"}", KVQ_ERR_FORMAT,
          "'tie_word_embeddings' must be true or false"},
+        {"{\"architectures\": [\"Qwen2ForCausalLM\"], " BASE ", \"use_sliding_window\": true}", KVQ_ERR_UNSUPPORTED,
+         "use_sliding_window true is not supported"},
     };
     for (size_t i = 0; i < sizeof E / sizeof *E; i++) {
         kvq_arch a;
