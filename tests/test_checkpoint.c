@@ -265,6 +265,43 @@ static void test_broken_checkpoints(void **state) {
     }
 }
 
+// Indexes that are malformed in themselves, built at run time beside a copy of a config.
+static void test_bad_index_files(void **state) {
+    static const struct { const char *index; kvq_status code; const char *has; } I[] = {
+        {"{\"weight_map\": {\"model.norm.weight\": \"../model.safetensors\"}}", KVQ_ERR_FORMAT,
+         "tensor 'model.norm.weight' maps to an invalid shard name"},
+        {"{\"weight_map\": {}}", KVQ_ERR_MISSING, "'weight_map' is missing or empty"},
+        {"{\"metadata\": {}}", KVQ_ERR_MISSING, "'weight_map' is missing or empty"},
+        {"{\"weight_map\": {\"a\": \"x.safetensors\", \"a\": \"y.safetensors\"}}", KVQ_ERR_FORMAT, "duplicate"},
+        {"not json", KVQ_ERR_FORMAT, "model.safetensors.index.json: not valid JSON"},
+    };
+    char dir[] = "/tmp/kvq_idx_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cfg[128], idx[128];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    FILE *in = fopen(FIX "sharded_ok/config.json", "rb"), *out = fopen(cfg, "wb");
+    int ch;
+    while ((ch = fgetc(in)) != EOF) fputc(ch, out);
+    fclose(in);
+    fclose(out);
+    for (size_t i = 0; i < sizeof I / sizeof *I; i++) {
+        FILE *f = fopen(idx, "wb");
+        fputs(I[i].index, f);
+        fclose(f);
+        kvq_ckpt *c;
+        kvq_err err = {0};
+        kvq_status s = kvq_ckpt_open(dir, &c, &err);
+        print_message("%s\n", err.msg);
+        assert_int_equal(s, I[i].code);
+        assert_non_null(strstr(err.msg, I[i].has));
+        assert_non_null(strstr(err.msg, dir));
+    }
+    unlink(idx);
+    unlink(cfg);
+    rmdir(dir);
+}
+
 // ---- config.json parsing ------------------------------------------------------------
 
 static kvq_status arch_of(const char *text, kvq_arch *a, kvq_err *err) {
@@ -612,6 +649,14 @@ static void test_llama2c_broken(void **state) {
     fclose(f);
     assert_int_equal(kvq_ckpt_open(p, &c, &err), KVQ_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "does not match the llama2.c header"));
+    // A version-2 export (export.py --version 2): magic then version.
+    int32_t v2[2] = {0x616b3432, 2};
+    memcpy(buf, v2, sizeof v2);
+    f = fopen(p, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    assert_int_equal(kvq_ckpt_open(p, &c, &err), KVQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "llama2.c version 2 export (magic 'ak42') is not supported"));
     unlink(p);
     rmdir(tmp);
 }
@@ -650,6 +695,7 @@ int main(void) {
         cmocka_unit_test(test_bundled_tiny),
         cmocka_unit_test(test_sharded_fixture),
         cmocka_unit_test(test_broken_checkpoints),
+        cmocka_unit_test(test_bad_index_files),
         cmocka_unit_test(test_config_variants),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_oracle_models),
