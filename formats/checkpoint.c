@@ -13,8 +13,6 @@
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
 
-#define CKPT_MAX_FILES 64
-
 struct kvq_ckpt {
     kvq_ckpt_kind kind;
     kvq_arch arch;
@@ -23,8 +21,8 @@ struct kvq_ckpt {
     kvq_l2c *l2c;
     kvq_tensor *t;                // sorted by name; views owned by shards / l2c
     size_t n;
-    kvq_srcfile files[CKPT_MAX_FILES];
-    size_t nfiles;
+    kvq_srcfile *files;
+    size_t nfiles, cap_files;
     char *tok_path;               // points at one of the files' paths, or NULL
 };
 
@@ -57,11 +55,15 @@ static kvq_status add_file(kvq_ckpt *c, char *path, const char *role, int requir
         free(path);
         return s;
     }
-    if (c->nfiles == CKPT_MAX_FILES) {
-        kvq_status s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%s: more than %d source files", path,
-                                   CKPT_MAX_FILES);
-        free(path);
-        return s;
+    if (c->nfiles == c->cap_files) {
+        size_t cap = c->cap_files ? 2 * c->cap_files : 8;
+        kvq_srcfile *f = realloc(c->files, cap * sizeof *f);
+        if (!f) {
+            free(path);
+            return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        }
+        c->files = f;
+        c->cap_files = cap;
     }
     c->files[c->nfiles++] = (kvq_srcfile){path, base_name(path), size, role};
     return KVQ_OK;
@@ -344,6 +346,7 @@ void kvq_ckpt_close(kvq_ckpt *c) {
     free(c->shards);
     kvq_l2c_close(c->l2c);
     for (size_t i = 0; i < c->nfiles; i++) free((char *)c->files[i].path);
+    free(c->files);
     free(c->t);
     free(c);
 }
