@@ -1,0 +1,232 @@
+// Runtime end to end: logits against transformers' (../shared/oracle, the kvq models'
+// reference/, the bundled kvq-tiny-llama), prefill == token-by-token decode, chunked
+// prefill, fp16 cache closeness, perplexity against one computed from HF's logits,
+// stories260K greedy text, and bad input.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "libconv/eval.h"
+#include "libconv/kvcache_default.h"
+#include "libconv/model.h"
+
+#define TINY "tests/models/kvq-tiny-llama"
+
+static const char *shared(void) {
+    const char *s = getenv("KVQ_SHARED");
+    return s && *s ? s : "../shared";
+}
+static int is_dir(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISDIR(st.st_mode); }
+
+static void *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(sz > 0 ? sz : 1);
+    if (fread(p, 1, sz, f) != (size_t)sz) { free(p); fclose(f); return NULL; }
+    fclose(f);
+    *n = sz;
+    return p;
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) { d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); r += (double)b[i] * b[i]; }
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
+static kvq_model *open_model(const char *dir, kvq_weight_store st, int kv_fp16) {
+    kvq_model_opts o = kvq_model_opts_default();
+    o.store = st;
+    o.kv_fp16 = kv_fp16;
+    o.max_ctx = 1024;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    if (kvq_model_open(dir, &o, &m, &e)) fail_msg("%s", e.msg);
+    return m;
+}
+
+// logits for tokens file vs reference file, ‖Δ‖/‖ref‖ <= 1e-4
+static void check_logits(const char *dir, const char *tok_file, const char *logit_file, kvq_weight_store st) {
+    size_t nt, nl;
+    int32_t *ids = slurp(tok_file, &nt);
+    float *ref = slurp(logit_file, &nl);
+    assert_non_null(ids);
+    assert_non_null(ref);
+    kvq_model *m = open_model(dir, st, 0);
+    int T = (int)(nt / 4), V = kvq_model_arch(m)->vocab_size;
+    assert_int_equal(nl, (size_t)T * V * 4);
+    float *lg = malloc(nl);
+    kvq_err e = {0};
+    assert_int_equal(kvq_model_forward(m, ids, T, 0, lg, 1, &e), KVQ_OK);
+    double r = rel_err(lg, ref, (size_t)T * V);
+    printf("  %-60s T=%d rel err %.3g\n", dir, T, r);
+    assert_true(r <= 1e-4);
+    kvq_model_close(m);
+    free(ids); free(ref); free(lg);
+}
+
+static void test_oracle(void **st) {
+    (void)st;
+    const char *names[] = {"llama", "llama3-ropescale", "llama3-ropescale-v4config", "mistral",
+                           "phi3", "qwen2", "qwen2-v4config", "qwen3"};
+    char d[512], t[600], l[600];
+    snprintf(d, sizeof d, "%s/oracle", shared());
+    if (!is_dir(d)) { printf("  skip: %s not found (set KVQ_SHARED)\n", d); skip(); }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(d, sizeof d, "%s/oracle/%s", shared(), names[i]);
+        snprintf(t, sizeof t, "%s/tokens_i32.bin", d);
+        snprintf(l, sizeof l, "%s/logits_f32.bin", d);
+        check_logits(d, t, l, KVQ_WEIGHTS_AUTO);
+    }
+}
+
+static void test_bundled_tiny(void **st) {
+    (void)st;
+    check_logits(TINY, TINY "/reference/tokens_i32.bin", TINY "/reference/logits_f32.bin", KVQ_WEIGHTS_AUTO);
+    check_logits(TINY, TINY "/reference/tokens_i32.bin", TINY "/reference/logits_f32.bin", KVQ_WEIGHTS_F32);
+}
+
+static void test_shared_models(void **st) {
+    (void)st;
+    const char *names[] = {"kvq-tiny-llama", "kvq-small-llama", "kvq-small-qwen3"};
+    char d[512], t[600], l[600];
+    snprintf(d, sizeof d, "%s/models", shared());
+    if (!is_dir(d)) { printf("  skip: %s not found (set KVQ_SHARED)\n", d); skip(); }
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(d, sizeof d, "%s/models/%s", shared(), names[i]);
+        snprintf(t, sizeof t, "%s/reference/tokens_i32.bin", d);
+        snprintf(l, sizeof l, "%s/reference/logits_f32.bin", d);
+        check_logits(d, t, l, KVQ_WEIGHTS_AUTO);
+    }
+}
+
+// Prefill of all tokens == chunked prefill == one token at a time.
+static void test_prefill_equals_decode(void **st) {
+    (void)st;
+    size_t nt;
+    int32_t *ids = slurp(TINY "/reference/tokens_i32.bin", &nt);
+    assert_non_null(ids);
+    kvq_model *m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0);
+    int T = (int)(nt / 4), V = kvq_model_arch(m)->vocab_size;
+    float *a = malloc(sizeof(float) * T * V), *b = malloc(sizeof(float) * T * V);
+    kvq_err e = {0};
+    assert_int_equal(kvq_model_forward(m, ids, T, 0, a, 1, &e), KVQ_OK);
+    for (int t = 0; t < T; t++) assert_int_equal(kvq_model_forward(m, ids + t, 1, t, b + (size_t)t * V, 0, &e), KVQ_OK);
+    double r = rel_err(b, a, (size_t)T * V);
+    printf("  decode vs prefill rel err %.3g\n", r);
+    assert_true(r < 1e-5);
+    assert_int_equal(kvq_model_forward(m, ids, 7, 0, b, 1, &e), KVQ_OK);
+    assert_int_equal(kvq_model_forward(m, ids + 7, T - 7, 7, b + (size_t)7 * V, 1, &e), KVQ_OK);
+    assert_true(rel_err(b, a, (size_t)T * V) < 1e-5);
+    // last-only logits equal the last row
+    assert_int_equal(kvq_model_forward(m, ids, T, 0, b, 0, &e), KVQ_OK);
+    assert_true(rel_err(b, a + (size_t)(T - 1) * V, V) < 1e-5);
+    kvq_model_close(m);
+    // fp16 cache: close but not identical
+    m = open_model(TINY, KVQ_WEIGHTS_AUTO, 1);
+    assert_int_equal(kvq_model_forward(m, ids, T, 0, b, 1, &e), KVQ_OK);
+    r = rel_err(b, a, (size_t)T * V);
+    printf("  fp16 KV cache vs fp32 rel err %.3g\n", r);
+    assert_true(r > 0 && r < 1e-2);
+    assert_true(kvq_model_kvcache(m)->ops->bits_per_element(kvq_model_kvcache(m)) == 16.0);
+    kvq_model_close(m);
+    free(ids); free(a); free(b);
+}
+
+// Perplexity through kvq_eval_tokens against one computed here from HF's own logits.
+static int count_cb(void *u, const kvq_eval_pos *p) {
+    double *s = u;
+    s[0] += 1;
+    s[1] += p->lse_a - p->logits_a[p->target];
+    s[2] += fabs(p->lse_a - p->lse_b) + fabs((double)p->logits_a[p->target] - p->logits_b[p->target]);
+    return 0;
+}
+static void test_eval_ppl(void **st) {
+    (void)st;
+    size_t nt, nl;
+    int32_t *ids = slurp(TINY "/reference/tokens_i32.bin", &nt);
+    float *ref = slurp(TINY "/reference/logits_f32.bin", &nl);
+    int T = (int)(nt / 4), V = (int)(nl / 4 / T);
+    // card protocol on windows of 32: targets 1..31 and 33..63, from HF's logits for
+    // the first window only (positions < 32 see the same context in both)
+    double nll = 0;
+    for (int j = 1; j < 32; j++) nll += kvq_eval_nll(ref + (size_t)(j - 1) * V, V, ids[j], NULL);
+    kvq_model *m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0), *m2 = open_model(TINY, KVQ_WEIGHTS_F32, 0);
+    kvq_eval_protocol p = kvq_eval_protocol_card();
+    p.ctx = 32;
+    p.chunk = 10;
+    p.max_tokens = 32;
+    kvq_eval_result ra, rb;
+    kvq_err e = {0};
+    double s[3] = {0};
+    assert_int_equal(kvq_eval_tokens(m, m2, ids, T, &p, count_cb, s, &ra, &rb, &e), KVQ_OK);
+    assert_int_equal(ra.n_scored, 31);
+    assert_int_equal(ra.n_windows, 1);
+    assert_true(s[0] == 31 && fabs(s[1] - ra.nll_sum) < 1e-9);
+    assert_true(s[2] < 1e-6); // AUTO (bf16) and F32 stores are the same numbers here
+    printf("  ppl %.6f vs from HF logits %.6f\n", ra.ppl, exp(nll / 31));
+    assert_true(fabs(ra.ppl / exp(nll / 31) - 1) < 1e-4);
+    // two full windows, partial dropped; 62 scored
+    p.max_tokens = 0;
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, T, &p, NULL, NULL, &ra, NULL, &e), KVQ_OK);
+    assert_int_equal(ra.n_scored, 62);
+    // llama.cpp second-half mode on ctx 64: targets 33..63
+    p.ctx = 64;
+    p.score = KVQ_SCORE_SECOND_HALF;
+    nll = 0;
+    for (int j = 33; j < 64; j++) nll += kvq_eval_nll(ref + (size_t)(j - 1) * V, V, ids[j], NULL);
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, T, &p, NULL, NULL, &ra, NULL, &e), KVQ_OK);
+    assert_int_equal(ra.n_scored, 31);
+    assert_true(fabs(ra.nll_sum / nll - 1) < 1e-4);
+    // overlapping windows: each target once
+    p.ctx = 32; p.stride = 16; p.score = KVQ_SCORE_ALL_BUT_FIRST;
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, T, &p, NULL, NULL, &ra, NULL, &e), KVQ_OK);
+    assert_int_equal(ra.n_scored, 63);
+    assert_int_equal(ra.n_windows, 3);
+    // bad ids are an error naming the index
+    int32_t bad[3] = {1, 99999, 2};
+    p = kvq_eval_protocol_card();
+    p.ctx = 3;
+    assert_int_equal(kvq_eval_tokens(m, NULL, bad, 3, &p, NULL, NULL, &ra, NULL, &e), KVQ_ERR_ARG);
+    assert_non_null(strstr(e.msg, "index 1"));
+    kvq_model_close(m); kvq_model_close(m2);
+    free(ids); free(ref);
+}
+
+static void test_bad_input(void **st) {
+    (void)st;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    assert_true(kvq_model_open("tests/models/no-such-model", NULL, &m, &e) < 0);
+    assert_null(m);
+    assert_non_null(strstr(e.msg, "no-such-model"));
+    m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0);
+    int32_t t[2] = {0, 4096};
+    float lg[4096];
+    assert_int_equal(kvq_model_forward(m, t, 2, 0, lg, 0, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_model_forward(m, t, 1, 1024, lg, 0, &e), KVQ_ERR_ARG); // beyond max_ctx
+    kvq_kvcache *wrong = kvq_kvcache_default_new(3, 2, 64, 16, 0);
+    assert_int_equal(kvq_model_set_kvcache(m, wrong, &e), KVQ_ERR_ARG);
+    wrong->ops->free(wrong);
+    kvq_model_close(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bundled_tiny),          cmocka_unit_test(test_oracle),
+        cmocka_unit_test(test_shared_models),         cmocka_unit_test(test_prefill_equals_decode),
+        cmocka_unit_test(test_eval_ppl),              cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
+}
