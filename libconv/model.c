@@ -286,6 +286,18 @@ size_t kvq_model_weight_bytes(const kvq_model *m) {
     return b;
 }
 
+uint64_t kvq_model_stream_weights(const kvq_model *m) {
+    int nt = m->o.n_threads;
+    uint64_t s = kvq_stream_read(m->lm_head.data, mat_bytes(&m->lm_head), nt);
+    for (int l = 0; l < m->a.n_layers; l++) {
+        const layer *L = &m->L[l];
+        s += kvq_stream_read(L->qkv.data, mat_bytes(&L->qkv), nt) + kvq_stream_read(L->o.data, mat_bytes(&L->o), nt) +
+             kvq_stream_read(L->gate_up.data, mat_bytes(&L->gate_up), nt) +
+             kvq_stream_read(L->down.data, mat_bytes(&L->down), nt);
+    }
+    return s;
+}
+
 kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
     if (!c || c->n_layers != m->a.n_layers || c->n_kv_heads != m->a.n_kv_heads || c->head_dim != m->a.head_dim)
         return kvq_err_set(err, KVQ_ERR_ARG, "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
