@@ -89,13 +89,13 @@ static inline __attribute__((always_inline)) void tile4x4(float *y, const float 
             B2 = *(const v16 *)(x2 + k + 16), B3 = *(const v16 *)(x3 + k + 16);
         v16 Wa, Wb;
         load_w2(w, wt, w0 + k, &Wa, &Wb);
-        a00 += Wa * A0 + Wb * B0; a01 += Wa * A1 + Wb * B1; a02 += Wa * A2 + Wb * B2; a03 += Wa * A3 + Wb * B3;
+        a00 += Wa * A0; a00 += Wb * B0; a01 += Wa * A1; a01 += Wb * B1; a02 += Wa * A2; a02 += Wb * B2; a03 += Wa * A3; a03 += Wb * B3;
         load_w2(w, wt, w1 + k, &Wa, &Wb);
-        a10 += Wa * A0 + Wb * B0; a11 += Wa * A1 + Wb * B1; a12 += Wa * A2 + Wb * B2; a13 += Wa * A3 + Wb * B3;
+        a10 += Wa * A0; a10 += Wb * B0; a11 += Wa * A1; a11 += Wb * B1; a12 += Wa * A2; a12 += Wb * B2; a13 += Wa * A3; a13 += Wb * B3;
         load_w2(w, wt, w2 + k, &Wa, &Wb);
-        a20 += Wa * A0 + Wb * B0; a21 += Wa * A1 + Wb * B1; a22 += Wa * A2 + Wb * B2; a23 += Wa * A3 + Wb * B3;
+        a20 += Wa * A0; a20 += Wb * B0; a21 += Wa * A1; a21 += Wb * B1; a22 += Wa * A2; a22 += Wb * B2; a23 += Wa * A3; a23 += Wb * B3;
         load_w2(w, wt, w3 + k, &Wa, &Wb);
-        a30 += Wa * A0 + Wb * B0; a31 += Wa * A1 + Wb * B1; a32 += Wa * A2 + Wb * B2; a33 += Wa * A3 + Wb * B3;
+        a30 += Wa * A0; a30 += Wb * B0; a31 += Wa * A1; a31 += Wb * B1; a32 += Wa * A2; a32 += Wb * B2; a33 += Wa * A3; a33 += Wb * B3;
     }
     const v16 *acc[4][4] = {{&a00, &a01, &a02, &a03}, {&a10, &a11, &a12, &a13},
                             {&a20, &a21, &a22, &a23}, {&a30, &a31, &a32, &a33}};
@@ -114,14 +114,14 @@ static inline __attribute__((always_inline)) void tile8x1(float *y, const float 
     int k = 0;
     for (; k + 32 <= in; k += 32) {
         v16 A = *(const v16 *)(xt + k), B = *(const v16 *)(xt + k + 16);
-        load_w2(w, wt, w0 + k, &Wa, &Wb);         a0 += Wa * A + Wb * B;
-        load_w2(w, wt, w0 + n + k, &Wa, &Wb);     a1 += Wa * A + Wb * B;
-        load_w2(w, wt, w0 + 2 * n + k, &Wa, &Wb); a2 += Wa * A + Wb * B;
-        load_w2(w, wt, w0 + 3 * n + k, &Wa, &Wb); a3 += Wa * A + Wb * B;
-        load_w2(w, wt, w0 + 4 * n + k, &Wa, &Wb); a4 += Wa * A + Wb * B;
-        load_w2(w, wt, w0 + 5 * n + k, &Wa, &Wb); a5 += Wa * A + Wb * B;
-        load_w2(w, wt, w0 + 6 * n + k, &Wa, &Wb); a6 += Wa * A + Wb * B;
-        load_w2(w, wt, w0 + 7 * n + k, &Wa, &Wb); a7 += Wa * A + Wb * B;
+        load_w2(w, wt, w0 + k, &Wa, &Wb);         a0 += Wa * A; a0 += Wb * B;
+        load_w2(w, wt, w0 + n + k, &Wa, &Wb);     a1 += Wa * A; a1 += Wb * B;
+        load_w2(w, wt, w0 + 2 * n + k, &Wa, &Wb); a2 += Wa * A; a2 += Wb * B;
+        load_w2(w, wt, w0 + 3 * n + k, &Wa, &Wb); a3 += Wa * A; a3 += Wb * B;
+        load_w2(w, wt, w0 + 4 * n + k, &Wa, &Wb); a4 += Wa * A; a4 += Wb * B;
+        load_w2(w, wt, w0 + 5 * n + k, &Wa, &Wb); a5 += Wa * A; a5 += Wb * B;
+        load_w2(w, wt, w0 + 6 * n + k, &Wa, &Wb); a6 += Wa * A; a6 += Wb * B;
+        load_w2(w, wt, w0 + 7 * n + k, &Wa, &Wb); a7 += Wa * A; a7 += Wb * B;
     }
     const v16 *acc[8] = {&a0, &a1, &a2, &a3, &a4, &a5, &a6, &a7};
     for (int r = 0; r < 8; r++)
@@ -135,7 +135,8 @@ static inline __attribute__((always_inline)) void tile1x1(float *y, const float 
     int k = 0;
     for (; k + 32 <= in; k += 32) {
         load_w2(w, wt, (size_t)r * in + k, &Wa, &Wb);
-        a += Wa * *(const v16 *)(xt + k) + Wb * *(const v16 *)(xt + k + 16);
+        a += Wa * *(const v16 *)(xt + k);
+        a += Wb * *(const v16 *)(xt + k + 16);
     }
     y[(size_t)t * out + r] = hsum(&a) + tail_dot(xt, w, wt, (size_t)r * in, k, in);
 }
