@@ -197,6 +197,11 @@ kvq_status kvq_arch_from_json(const json_t *cfg, const char *what, kvq_arch *arc
     default: a.attention_bias = false; break;
     }
     a.qk_norm = a.family == KVQ_ARCH_QWEN3;
+    // kvq_arch has no sliding-window field: refuse configs whose attention uses one on
+    // some layers (Qwen2/3 use_sliding_window), rather than silently computing another model.
+    const json_t *sw = json_object_get(cfg, "use_sliding_window");
+    if ((a.family == KVQ_ARCH_QWEN2 || a.family == KVQ_ARCH_QWEN3) && json_is_true(sw))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%s: use_sliding_window true is not supported", what);
     *arch = a;
     return KVQ_OK;
 }

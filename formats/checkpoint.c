@@ -13,8 +13,6 @@
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
 
-#define CKPT_MAX_FILES 64
-
 struct kvq_ckpt {
     kvq_ckpt_kind kind;
     kvq_arch arch;
@@ -23,8 +21,8 @@ struct kvq_ckpt {
     kvq_l2c *l2c;
     kvq_tensor *t;                // sorted by name; views owned by shards / l2c
     size_t n;
-    kvq_srcfile files[CKPT_MAX_FILES];
-    size_t nfiles;
+    kvq_srcfile *files;
+    size_t nfiles, cap_files;
     char *tok_path;               // points at one of the files' paths, or NULL
 };
 
@@ -57,11 +55,15 @@ static kvq_status add_file(kvq_ckpt *c, char *path, const char *role, int requir
         free(path);
         return s;
     }
-    if (c->nfiles == CKPT_MAX_FILES) {
-        kvq_status s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%s: more than %d source files", path,
-                                   CKPT_MAX_FILES);
-        free(path);
-        return s;
+    if (c->nfiles == c->cap_files) {
+        size_t cap = c->cap_files ? 2 * c->cap_files : 8;
+        kvq_srcfile *f = realloc(c->files, cap * sizeof *f);
+        if (!f) {
+            free(path);
+            return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        }
+        c->files = f;
+        c->cap_files = cap;
     }
     c->files[c->nfiles++] = (kvq_srcfile){path, base_name(path), size, role};
     return KVQ_OK;
@@ -300,6 +302,19 @@ static kvq_status open_l2c(kvq_ckpt *c, const char *path, kvq_err *err) {
     return KVQ_OK;
 }
 
+// The one cross-check between config and weights done here: the embedding table's shape.
+static kvq_status check_embedding(const kvq_ckpt *c, const char *path, kvq_err *err) {
+    const kvq_tensor *e = kvq_ckpt_find(c, "model.embed_tokens.weight");
+    if (!e) return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tensor 'model.embed_tokens.weight'", path);
+    if (e->ndim != 2 || e->shape[0] != c->arch.vocab_size || e->shape[1] != c->arch.hidden_size)
+        return kvq_err_set(err, KVQ_ERR_FORMAT,
+                           "%s: tensor 'model.embed_tokens.weight' has shape [%lld, %lld], config says "
+                           "vocab_size %d × hidden_size %d",
+                           path, (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 0),
+                           c->arch.vocab_size, c->arch.hidden_size);
+    return KVQ_OK;
+}
+
 // ---- public -----------------------------------------------------------------------
 
 kvq_status kvq_ckpt_open(const char *path, kvq_ckpt **out, kvq_err *err) {
@@ -309,7 +324,14 @@ kvq_status kvq_ckpt_open(const char *path, kvq_ckpt **out, kvq_err *err) {
         return kvq_err_set(err, errno == ENOENT ? KVQ_ERR_MISSING : KVQ_ERR_IO, "%s: %s", path, strerror(errno));
     kvq_ckpt *c = calloc(1, sizeof *c);
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
-    kvq_status s = S_ISDIR(sb.st_mode) ? open_dir(c, path, err) : open_l2c(c, path, err);
+    size_t pl = strlen(path);
+    kvq_status s;
+    if (!S_ISDIR(sb.st_mode) && pl >= 12 && strcmp(path + pl - 12, ".safetensors") == 0)
+        s = kvq_err_set(err, KVQ_ERR_ARG,
+                        "%s: pass the checkpoint directory (with config.json), not a .safetensors file", path);
+    else
+        s = S_ISDIR(sb.st_mode) ? open_dir(c, path, err) : open_l2c(c, path, err);
+    if (s == KVQ_OK) s = check_embedding(c, path, err);
     if (s != KVQ_OK) {
         kvq_ckpt_close(c);
         return s;
@@ -324,6 +346,7 @@ void kvq_ckpt_close(kvq_ckpt *c) {
     free(c->shards);
     kvq_l2c_close(c->l2c);
     for (size_t i = 0; i < c->nfiles; i++) free((char *)c->files[i].path);
+    free(c->files);
     free(c->t);
     free(c);
 }

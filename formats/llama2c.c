@@ -74,6 +74,12 @@ kvq_status kvq_l2c_open(const char *path, kvq_l2c **out, kvq_err *err) {
         return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: file truncated: %llu bytes, llama2.c header needs 28",
                            bn, (unsigned long long)fsize);
     }
+    if ((uint32_t)h[0] == 0x616b3432u) { // llama2.c export.py version 1/2 files start "24ka"
+        close(fd);
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                           "%s: llama2.c version %d export (magic 'ak42') is not supported; kvq reads the "
+                           "legacy (version 0) format that run.c uses", bn, h[1]);
+    }
     int dim = h[0], hidden = h[1], L = h[2], nh = h[3], nkv = h[4], vocab = h[5], seq = h[6];
     int shared = vocab > 0;
     if (vocab < 0 && vocab != INT32_MIN) vocab = -vocab;

@@ -450,7 +450,11 @@ static kvq_status build_header(const char *path, const kvq_tensor *t, const size
                 json_decref(m);
                 goto out;
             }
-            json_object_set_new(m, meta[i], json_string(meta[i + 1]));
+            if (json_object_set_new(m, meta[i], json_string(meta[i + 1])) != 0) {
+                s = kvq_err_set(err, KVQ_ERR_ARG, "%s: metadata '%s' is not valid UTF-8", path, meta[i]);
+                json_decref(m);
+                goto out;
+            }
         }
         json_object_set_new(root, "__metadata__", m);
     }
@@ -485,7 +489,10 @@ static kvq_status build_header(const char *path, const kvq_tensor *t, const size
         json_object_set_new(e, "dtype", json_string(kvq_dtype_name(x->dtype)));
         json_object_set_new(e, "shape", shape);
         json_object_set_new(e, "data_offsets", json_pack("[II]", (json_int_t)pos, (json_int_t)(pos + nb)));
-        json_object_set_new(root, x->name, e);
+        if (json_object_set_new(root, x->name, e) != 0) { // jansson refuses invalid UTF-8 keys
+            s = kvq_err_set(err, KVQ_ERR_ARG, "%s: tensor name is not valid UTF-8", path);
+            goto out;
+        }
         pos += nb;
     }
     *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);

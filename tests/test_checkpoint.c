@@ -250,7 +250,9 @@ static void test_broken_checkpoints(void **state) {
          "config_missing_field/config.json: required field 'num_hidden_layers' is missing"},
         {FIX "no_such_dir", KVQ_ERR_MISSING, "no_such_dir"},
         {"tests/fixtures", KVQ_ERR_MISSING, "no config.json"},
-        {FIX "bad_short.safetensors", KVQ_ERR_FORMAT, "llama2.c header needs 28"},
+        {FIX "bad_short.safetensors", KVQ_ERR_ARG, "bad_short.safetensors: pass the checkpoint directory"},
+        {FIX "config_vocab_mismatch", KVQ_ERR_FORMAT,
+         "tensor 'model.embed_tokens.weight' has shape [10, 8], config says vocab_size 12 × hidden_size 8"},
     };
     for (size_t i = 0; i < sizeof B / sizeof *B; i++) {
         kvq_ckpt *c = (kvq_ckpt *)1;
@@ -261,6 +263,43 @@ static void test_broken_checkpoints(void **state) {
         assert_null(c);
         assert_non_null(strstr(err.msg, B[i].has));
     }
+}
+
+// Indexes that are malformed in themselves, built at run time beside a copy of a config.
+static void test_bad_index_files(void **state) {
+    static const struct { const char *index; kvq_status code; const char *has; } I[] = {
+        {"{\"weight_map\": {\"model.norm.weight\": \"../model.safetensors\"}}", KVQ_ERR_FORMAT,
+         "tensor 'model.norm.weight' maps to an invalid shard name"},
+        {"{\"weight_map\": {}}", KVQ_ERR_MISSING, "'weight_map' is missing or empty"},
+        {"{\"metadata\": {}}", KVQ_ERR_MISSING, "'weight_map' is missing or empty"},
+        {"{\"weight_map\": {\"a\": \"x.safetensors\", \"a\": \"y.safetensors\"}}", KVQ_ERR_FORMAT, "duplicate"},
+        {"not json", KVQ_ERR_FORMAT, "model.safetensors.index.json: not valid JSON"},
+    };
+    char dir[] = "/tmp/kvq_idx_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cfg[128], idx[128];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    FILE *in = fopen(FIX "sharded_ok/config.json", "rb"), *out = fopen(cfg, "wb");
+    int ch;
+    while ((ch = fgetc(in)) != EOF) fputc(ch, out);
+    fclose(in);
+    fclose(out);
+    for (size_t i = 0; i < sizeof I / sizeof *I; i++) {
+        FILE *f = fopen(idx, "wb");
+        fputs(I[i].index, f);
+        fclose(f);
+        kvq_ckpt *c;
+        kvq_err err = {0};
+        kvq_status s = kvq_ckpt_open(dir, &c, &err);
+        print_message("%s\n", err.msg);
+        assert_int_equal(s, I[i].code);
+        assert_non_null(strstr(err.msg, I[i].has));
+        assert_non_null(strstr(err.msg, dir));
+    }
+    unlink(idx);
+    unlink(cfg);
+    rmdir(dir);
 }
 
 // ---- config.json parsing ------------------------------------------------------------
@@ -349,6 +388,8 @@ static void test_config_errors(void **state) {
          "hidden_size 63 is not a multiple of num_attention_heads 4"},
         {"{\"architectures\": [\"LlamaForCausalLM\"], " BASE ", \"tie_word_embeddings\": \"yes\"}", KVQ_ERR_FORMAT,
          "'tie_word_embeddings' must be true or false"},
+        {"{\"architectures\": [\"Qwen2ForCausalLM\"], " BASE ", \"use_sliding_window\": true}", KVQ_ERR_UNSUPPORTED,
+         "use_sliding_window true is not supported"},
     };
     for (size_t i = 0; i < sizeof E / sizeof *E; i++) {
         kvq_arch a;
@@ -608,6 +649,14 @@ static void test_llama2c_broken(void **state) {
     fclose(f);
     assert_int_equal(kvq_ckpt_open(p, &c, &err), KVQ_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "does not match the llama2.c header"));
+    // A version-2 export (export.py --version 2): magic then version.
+    int32_t v2[2] = {0x616b3432, 2};
+    memcpy(buf, v2, sizeof v2);
+    f = fopen(p, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    assert_int_equal(kvq_ckpt_open(p, &c, &err), KVQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "llama2.c version 2 export (magic 'ak42') is not supported"));
     unlink(p);
     rmdir(tmp);
 }
@@ -646,6 +695,7 @@ int main(void) {
         cmocka_unit_test(test_bundled_tiny),
         cmocka_unit_test(test_sharded_fixture),
         cmocka_unit_test(test_broken_checkpoints),
+        cmocka_unit_test(test_bad_index_files),
         cmocka_unit_test(test_config_variants),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_oracle_models),

@@ -335,6 +335,63 @@ static void test_write_roundtrip_random(void **state) {
     unlink(out);
 }
 
+// Every proper prefix of a valid file is refused (the format covers the file exactly), and
+// seeded random byte corruptions are either refused or yield views inside the file.
+static void test_prefixes_and_corruption(void **state) {
+    size_t n;
+    unsigned char *good = slurp(FIX "good_mixed.safetensors", &n);
+    assert_non_null(good);
+    char out[128];
+    snprintf(out, sizeof out, "%s/cut.safetensors", tmpdir);
+    for (size_t len = 0; len < n; len++) {
+        FILE *f = fopen(out, "wb");
+        fwrite(good, 1, len, f);
+        fclose(f);
+        kvq_st *st;
+        kvq_err err = {0};
+        kvq_status s = kvq_st_open(out, &st, &err);
+        if (s == KVQ_OK) fail_msg("prefix of %zu bytes accepted", len);
+        assert_int_equal(s, KVQ_ERR_FORMAT);
+        assert_non_null(strstr(err.msg, "cut.safetensors"));
+    }
+    uint64_t x = 12345;
+    unsigned char *buf = malloc(n);
+    int accepted = 0;
+    for (int it = 0; it < 600; it++) {
+        memcpy(buf, good, n);
+        int flips = 1 + it % 3;
+        for (int k = 0; k < flips; k++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            size_t pos = (size_t)((x >> 33) % (8 + 352)); // length field and header text
+            buf[pos] = (unsigned char)(x >> 13);
+        }
+        FILE *f = fopen(out, "wb");
+        fwrite(buf, 1, n, f);
+        fclose(f);
+        kvq_st *st;
+        kvq_err err = {0};
+        if (kvq_st_open(out, &st, &err) != KVQ_OK) {
+            assert_true(err.msg[0] != 0);
+            continue;
+        }
+        accepted++;
+        struct stat sb;
+        stat(out, &sb);
+        const unsigned char *lo = (const unsigned char *)kvq_st_tensor(st, 0)->data;
+        for (size_t i = 0; i < kvq_st_count(st); i++) {
+            const kvq_tensor *t = kvq_st_tensor(st, i);
+            assert_true((const unsigned char *)t->data >= lo);
+            assert_true((const unsigned char *)t->data + t->nbytes <= lo + (size_t)sb.st_size);
+            assert_int_equal(t->nbytes, (size_t)kvq_tensor_numel(t) * kvq_dtype_size(t->dtype));
+        }
+        kvq_st_close(st);
+    }
+    print_message("corruptions accepted as valid files: %d of 600\n", accepted);
+    free(buf);
+    free(good);
+    unlink(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_mixed),
@@ -344,6 +401,7 @@ int main(void) {
         cmocka_unit_test(test_write_real_model),
         cmocka_unit_test(test_write_errors),
         cmocka_unit_test(test_write_roundtrip_random),
+        cmocka_unit_test(test_prefixes_and_corruption),
     };
     return cmocka_run_group_tests_name("safetensors", tests, setup_tmp, teardown_tmp);
 }
