@@ -503,6 +503,11 @@ kvq_status kvq_file_open(const char *path, kvq_file **out, kvq_err *err) {
         return s;
     }
     f->size = (uint64_t)st.st_size;
+    if (!S_ISREG(st.st_mode)) {
+        kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: not a regular file", path);
+        kvq_file_close(f);
+        return s;
+    }
     if (f->size > 0) {
         f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
         if (f->map == MAP_FAILED) {
@@ -587,6 +592,11 @@ kvq_status kvq_file_entry(kvq_file *f, const char *entry, const void **data, siz
     kvq_status s = load_entry(f, e, 1, data, err);
     if (s == KVQ_OK && size) *size = (size_t)e->size;
     return s;
+}
+
+void kvq_file_release(kvq_file *f, const char *entry) {
+    fentry *e = find_entry(f, entry);
+    if (e && e->buf) { free(e->buf); e->buf = NULL; }
 }
 
 kvq_status kvq_file_verify(kvq_file *f, kvq_err *err) {

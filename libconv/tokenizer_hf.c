@@ -209,6 +209,14 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
         if (s->n == 0) return 0;
         rc = tk_buf_put(&o, nm->content, nm->clen) || tk_buf_put(&o, s->b, s->n) ? -1 : 0;
         break;
+    case HF_N_STRIP_ACCENTS: // drops non-spacing marks (Mn), as HF
+        for (size_t i = 0; i < s->n && !rc;) {
+            size_t l;
+            int32_t cp = cp_at(s->b + i, s->n - i, &l);
+            if (utf8proc_category(cp) != UTF8PROC_CATEGORY_MN) rc = tk_buf_put(&o, s->b + i, l);
+            i += l;
+        }
+        break;
     case HF_N_STRIP: {
         size_t a = 0, b = s->n, l;
         if (nm->left)

@@ -15,7 +15,7 @@ enum { HF_PREPEND_ALWAYS, HF_PREPEND_FIRST, HF_PREPEND_NEVER };                 
 
 typedef enum {
     HF_N_NFC, HF_N_NFD, HF_N_NFKC, HF_N_NFKD, HF_N_LOWER, HF_N_REPLACE, HF_N_PREPEND, HF_N_STRIP,
-    HF_N_SEQ
+    HF_N_STRIP_ACCENTS, HF_N_SEQ
 } hf_norm_type;
 typedef struct hf_norm {
     hf_norm_type type;

@@ -86,6 +86,7 @@ static kvq_status parse_norm(ld *L, json_t *o, hf_norm *nm) {
     else if (!strcmp(ty, "NFKC")) nm->type = HF_N_NFKC;
     else if (!strcmp(ty, "NFKD")) nm->type = HF_N_NFKD;
     else if (!strcmp(ty, "Lowercase")) nm->type = HF_N_LOWER;
+    else if (!strcmp(ty, "StripAccents")) nm->type = HF_N_STRIP_ACCENTS;
     else if (!strcmp(ty, "Strip")) {
         nm->type = HF_N_STRIP;
         nm->left = jbool(o, "strip_left", 1);
@@ -136,6 +137,37 @@ static kvq_status parse_pretok(ld *L, json_t *o, hf_pretok *pt) {
         else return FAIL(L, KVQ_ERR_UNSUPPORTED, "pre_tokenizer Split: behavior '%s' is not supported", b);
         pt->invert = jbool(o, "invert", 0);
         return compile_pattern(L, json_object_get(o, "pattern"), "pre_tokenizer Split", &pt->re);
+    }
+    // Digits, Whitespace, WhitespaceSplit and Punctuation are Splits with a fixed pattern
+    static const char ws[] = "[\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+                             "\\x{202F}\\x{205F}\\x{3000}]"; // Rust char::is_whitespace
+    if (!strcmp(ty, "Digits")) { // Rust char::is_numeric = \p{N}
+        pt->type = HF_P_SPLIT;
+        pt->behavior = jbool(o, "individual_digits", 0) ? HF_ISOLATED : HF_CONTIGUOUS;
+        return compile_re(L, "\\p{N}", 5, 0, "pre_tokenizer Digits", &pt->re);
+    }
+    if (!strcmp(ty, "WhitespaceSplit")) {
+        pt->type = HF_P_SPLIT;
+        pt->behavior = HF_REMOVED;
+        return compile_re(L, ws, sizeof ws - 1, 0, "pre_tokenizer WhitespaceSplit", &pt->re);
+    }
+    if (!strcmp(ty, "Whitespace")) { // regex \w+|[^\w\s]+, matches kept, the rest removed
+        static const char w[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]+|"
+                                "[^\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}\\s]+";
+        pt->type = HF_P_SPLIT;
+        pt->behavior = HF_REMOVED;
+        pt->invert = 1;
+        return compile_re(L, w, sizeof w - 1, 0, "pre_tokenizer Whitespace", &pt->re);
+    }
+    if (!strcmp(ty, "Punctuation")) { // ASCII punctuation or Unicode P*
+        const char *b = jstr(o, "behavior");
+        pt->type = HF_P_SPLIT;
+        pt->behavior = !b || !strcmp(b, "Isolated") ? HF_ISOLATED : !strcmp(b, "Removed") ? HF_REMOVED
+                     : !strcmp(b, "MergedWithPrevious") ? HF_MERGED_PREV : !strcmp(b, "MergedWithNext") ? HF_MERGED_NEXT
+                     : !strcmp(b, "Contiguous") ? HF_CONTIGUOUS : -1;
+        if (pt->behavior < 0) return FAIL(L, KVQ_ERR_UNSUPPORTED, "pre_tokenizer Punctuation: behavior '%s' is not supported", b);
+        static const char pu[] = "[\\p{P}!-/:-@\\[-`{-~]";
+        return compile_re(L, pu, sizeof pu - 1, 0, "pre_tokenizer Punctuation", &pt->re);
     }
     if (!strcmp(ty, "ByteLevel")) {
         pt->type = HF_P_BYTELEVEL;

@@ -40,6 +40,11 @@ static const json_t *find_rec(const kvq_weights *w, const char *name) {
     return r ? r->rec : NULL;
 }
 
+static int has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), k = strlen(suf);
+    return n >= k && strcmp(s + n - k, suf) == 0;
+}
+
 static int is_zip(const char *path) {
     unsigned char m[4] = {0};
     int fd = open(path, O_RDONLY);
@@ -95,7 +100,7 @@ kvq_status kvq_weights_open(const char *path, kvq_weights **out, kvq_err *err) {
     struct stat st;
     kvq_status s;
     if (stat(path, &st) != 0) s = kvq_err_set(err, KVQ_ERR_IO, "%s: %s", path, strerror(errno));
-    else if (S_ISREG(st.st_mode) && is_zip(path)) s = open_kvq(w, path, err);
+    else if (S_ISREG(st.st_mode) && (is_zip(path) || has_suffix(path, ".kvq"))) s = open_kvq(w, path, err);
     else {
         s = kvq_ckpt_open(path, &w->ck, err);
         if (s == KVQ_OK) w->arch = *kvq_ckpt_arch(w->ck);
@@ -192,6 +197,7 @@ static kvq_status get_kvq(kvq_weights *w, const char *name, float **out, int64_t
     float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
     if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: tensor '%s': out of memory", path, name);
     kvq_status s = c->decode(json_object_get(codec, "params"), v, nv, rows, cols, x, err);
+    json_object_foreach((json_t *)ents, role, ev) kvq_file_release(w->kf, json_string_value(ev)); // decoded: drop zstd copies
     if (s != KVQ_OK) {
         free(x);
         kvq_err_prefix(err, "%s: tensor '%s'", path, name);
@@ -222,11 +228,10 @@ static void extract_tokenizer(kvq_weights *w) {
     const char *main_name = json_string_value(json_object_get(tok, "main"));
     const json_t *files = json_object_get(tok, "files");
     if (!main_name || !json_is_object(files)) return;
-    char tmpl[] = "/tmp/kvq-tok-XXXXXX";
     const char *tmpdir = getenv("TMPDIR");
     char buf[4096];
-    snprintf(buf, sizeof buf, "%s/kvq-tok-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-    char *d = mkdtemp(strlen(buf) < sizeof buf - 1 ? buf : tmpl);
+    snprintf(buf, sizeof buf, "%s/kvq-tok-XXXXXX", tmpdir && *tmpdir && strlen(tmpdir) < 4000 ? tmpdir : "/tmp");
+    char *d = mkdtemp(buf);
     if (!d || !(w->tokdir = strdup(d))) return;
     const char *fname;
     json_t *ev;

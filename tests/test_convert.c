@@ -192,6 +192,34 @@ static void check_lossless(const char *src, size_t want_tensors) {
 
 static void test_tiny_lossless(void **state) { check_lossless(TINY, 0); }
 
+// kvq_weights over a source checkpoint: same names, values widened from the source.
+static void test_weights_source(void **state) {
+    kvq_err err = {0};
+    kvq_weights *w;
+    kvq_ckpt *ck;
+    if (kvq_weights_open(TINY, &w, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    assert_int_equal(kvq_ckpt_open(TINY, &ck, &err), KVQ_OK);
+    assert_null(kvq_weights_manifest(w));
+    assert_int_equal(kvq_weights_count(w), kvq_ckpt_count(ck));
+    assert_int_equal(kvq_weights_arch(w)->hidden_size, kvq_ckpt_arch(ck)->hidden_size);
+    assert_string_equal(kvq_weights_tokenizer_path(w), kvq_ckpt_tokenizer_path(ck));
+    const kvq_tensor *t = kvq_ckpt_find(ck, "model.embed_tokens.weight");
+    assert_non_null(t);
+    float *x;
+    int64_t n;
+    assert_int_equal(kvq_weights_get_f32(w, t->name, &x, &n, &err), KVQ_OK);
+    assert_int_equal(n, kvq_tensor_numel(t));
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)t->data + 2 * 12345, 2);
+    assert_true(t->dtype == KVQ_DTYPE_BF16);
+    assert_true(x[12345] == kvq_bf16_to_f32(h));
+    free(x);
+    assert_int_equal(kvq_weights_get_f32(w, "nope", &x, &n, &err), KVQ_ERR_MISSING);
+    assert_null(kvq_weights_name(w, kvq_weights_count(w)));
+    kvq_ckpt_close(ck);
+    kvq_weights_close(w);
+}
+
 static void test_shared_models_lossless(void **state) {
     char p[1024];
     const char *models[] = {"kvq-small-llama", "kvq-small-qwen3", "kvq-tiny-llama", "stories260K/stories260K.bin"};
@@ -390,6 +418,7 @@ int main(int argc, char **argv) {
     free(a);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_lossless),
+        cmocka_unit_test(test_weights_source),
         cmocka_unit_test(test_shared_models_lossless),
         cmocka_unit_test(test_deterministic_and_failures),
         cmocka_unit_test(test_recipes),

@@ -142,6 +142,15 @@ static void test_round_trip(void **state) {
         }
     }
     assert_true(n_zstd >= 5);
+    // released zstd buffers are decompressed again on the next access
+    for (int i = 0; i < N_ENT; i++) {
+        kvq_file_release(f, p[i].name);
+        const void *d;
+        size_t n;
+        assert_int_equal(kvq_file_entry(f, p[i].name, &d, &n, &err), KVQ_OK);
+        assert_int_equal(n, p[i].n);
+        if (n) assert_memory_equal(d, p[i].data, n);
+    }
     assert_int_equal(kvq_file_verify(f, &err), KVQ_OK);
     assert_int_equal(kvq_file_entry(f, "nope", NULL, NULL, &err), KVQ_ERR_MISSING);
     kvq_file_close(f);
@@ -330,7 +339,11 @@ static void test_manifest_not_json(void **state) {
         assert_int_equal(kvq_file_open(fx->path, &f, &err), want[i]);
         assert_non_null(strstr(err.msg, needle[i]));
     }
-    // not a zip at all
+    // a directory, then not a zip at all
+    kvq_file *fd;
+    kvq_err derr = {0};
+    assert_int_equal(kvq_file_open(fx->dir, &fd, &derr), KVQ_ERR_IO);
+    assert_non_null(strstr(derr.msg, "not a regular file"));
     write_bytes(fx->path, (const uint8_t *)"hello world", 11);
     kvq_file *f;
     kvq_err err = {0};

@@ -92,6 +92,11 @@ static const spec SPECS[] = {
     {"fx_bl_norm.json", FX "bl_norm.json", 0},
     {"fx_bl_ignore_merges.json", FX "bl_ignore_merges.json", 0},
     {"fx_llama2c.json", "models/stories260K/tok512.bin", 1},
+    {"fx_bl_digits.json", FX "bl_digits.json", 0},
+    {"fx_bl_digits_grouped.json", FX "bl_digits_grouped.json", 0},
+    {"fx_bl_whitespace.json", FX "bl_whitespace.json", 0},
+    {"fx_bl_wssplit.json", FX "bl_wssplit.json", 0},
+    {"fx_bl_punct.json", FX "bl_punct.json", 0},
 };
 #define N_SPECS (sizeof SPECS / sizeof SPECS[0])
 
@@ -183,8 +188,8 @@ static void run_spec(const spec *s) {
     static void test_fixture_##i(void **state) { (void)state; run_spec(&SPECS[i]); }
 SPEC_TEST(0) SPEC_TEST(1) SPEC_TEST(2) SPEC_TEST(3) SPEC_TEST(4) SPEC_TEST(5) SPEC_TEST(6)
 SPEC_TEST(7) SPEC_TEST(8) SPEC_TEST(9) SPEC_TEST(10) SPEC_TEST(11) SPEC_TEST(12) SPEC_TEST(13)
-SPEC_TEST(14) SPEC_TEST(15)
-_Static_assert(N_SPECS == 16, "one SPEC_TEST per spec");
+SPEC_TEST(14) SPEC_TEST(15) SPEC_TEST(16) SPEC_TEST(17) SPEC_TEST(18) SPEC_TEST(19) SPEC_TEST(20)
+_Static_assert(N_SPECS == 21, "one SPEC_TEST per spec");
 
 // ---------------------------------------------------------------- reference/tokens_i32.bin
 
@@ -367,8 +372,8 @@ static void test_errors(void **state) {
     const char *wp = "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}";
     expect_open_error(write_tmp("wp.json", wp, strlen(wp)), KVQ_ERR_UNSUPPORTED, "WordPiece");
     const char *ws = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
-                     " \"pre_tokenizer\": {\"type\": \"Whitespace\"}}";
-    expect_open_error(write_tmp("ws.json", ws, strlen(ws)), KVQ_ERR_UNSUPPORTED, "Whitespace");
+                     " \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}";
+    expect_open_error(write_tmp("ws.json", ws, strlen(ws)), KVQ_ERR_UNSUPPORTED, "BertPreTokenizer");
     const char *nm = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
                      " \"normalizer\": {\"type\": \"BertNormalizer\"}}";
     expect_open_error(write_tmp("nm.json", nm, strlen(nm)), KVQ_ERR_UNSUPPORTED, "BertNormalizer");
@@ -411,7 +416,9 @@ int main(void) {
         cmocka_unit_test(test_fixture_6),  cmocka_unit_test(test_fixture_7),  cmocka_unit_test(test_fixture_8),
         cmocka_unit_test(test_fixture_9),  cmocka_unit_test(test_fixture_10), cmocka_unit_test(test_fixture_11),
         cmocka_unit_test(test_fixture_12), cmocka_unit_test(test_fixture_13), cmocka_unit_test(test_fixture_14),
-        cmocka_unit_test(test_fixture_15), cmocka_unit_test(test_reference_bundled),
+        cmocka_unit_test(test_fixture_15), cmocka_unit_test(test_fixture_16), cmocka_unit_test(test_fixture_17),
+        cmocka_unit_test(test_fixture_18), cmocka_unit_test(test_fixture_19), cmocka_unit_test(test_fixture_20),
+        cmocka_unit_test(test_reference_bundled),
         cmocka_unit_test(test_reference_shared), cmocka_unit_test(test_heldout_full),
         cmocka_unit_test(test_llama2c_basics), cmocka_unit_test(test_bos_eos), cmocka_unit_test(test_errors),
     };

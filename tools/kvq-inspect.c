@@ -104,14 +104,14 @@ static void print_human(const kvq_file *f) {
            json_string_value(json_object_get(src, "path")) ?: "?");
     printf("size: %" PRIu64 " bytes = %.2f MiB; source weights %" PRIu64 " bytes (%.1f %%)\n", fb,
            (double)fb / 1048576.0, sb, sb ? 100.0 * (double)fb / (double)sb : 0.0);
-    printf("\n%-52s %-16s %-6s %-12s %9s %12s\n", "tensor", "shape", "dtype", "codec", "bits/w", "bytes");
+    printf("\n%-52s %-16s %-6s %-20s %9s %12s\n", "tensor", "shape", "dtype", "codec", "bits/w", "bytes");
     size_t i;
     json_t *r;
     json_array_foreach(json_object_get(m, "tensors"), i, r) {
         char shape[96];
         shape_str(r, shape, sizeof shape);
         const json_t *codec = json_object_get(r, "codec");
-        printf("%-52s %-16s %-6s %-12s %9.3f %12" JSON_INTEGER_FORMAT "\n", json_string_value(json_object_get(r, "name")),
+        printf("%-52s %-16s %-6s %-20s %9.3f %12" JSON_INTEGER_FORMAT "\n", json_string_value(json_object_get(r, "name")),
                shape, json_string_value(json_object_get(r, "source_dtype")) ?: "?",
                json_string_value(json_object_get(codec, "spec")) ?: json_string_value(json_object_get(codec, "name")),
                json_real_value(json_object_get(r, "bits_per_weight")), json_integer_value(json_object_get(r, "bytes")));

@@ -167,6 +167,13 @@ def bl_variants(base):
                          {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
                          {"type": "Strip", "strip_left": True, "strip_right": True}]}),
         "bl_ignore_merges": v(split({"Regex": llama3}, "Isolated"), ignore_merges=True),
+        "bl_digits": v({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, bl]},
+                       norm={"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "StripAccents"}]}),
+        "bl_digits_grouped": v({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": False}, bl]}),
+        "bl_whitespace": v({"type": "Sequence", "pretokenizers": [{"type": "Whitespace"}, bl]}),
+        "bl_wssplit": v({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, bl]}),
+        "bl_punct": v({"type": "Sequence", "pretokenizers": [{"type": "Punctuation", "behavior": "Contiguous"},
+                                                              {"type": "Digits", "individual_digits": False}, bl]}),
     }
 
 
