@@ -104,7 +104,7 @@ typedef struct {
 
 typedef struct {
     char name[32];         // "integrity", "record", "ppl_delta", "kld", "snr", ...
-    char subject[24];      // run label or tensor; "" when global
+    char subject[128];     // run label or tensor; "" when global
     double value, limit;
     int pass;
 } kvq_verify_check;
