@@ -349,6 +349,10 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
     rep->n_tokens_used = ls.n_used;
     rep->source_ppl = ls.ref_ppl;
     rep->source_nll_sum = ls.ref_nll;
+    if (q[1]) {
+        const kvq_kvcache *c = kvq_model_kvcache(q[1]);
+        rep->kv_bits = c->ops->bits_per_element(c);
+    }
 done:
     rep->seconds_eval = now_s() - t0;
     for (int k = 0; k < 3; k++) kvq_model_close(q[k]);
@@ -418,7 +422,7 @@ static void thresholds(kvq_verify_report *rep) {
 kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_err *err) {
     memset(rep, 0, sizeof *rep);
     rep->integrity_ok = 1;
-    rep->lossy_bpw = rep->min_snr = rep->source_ppl = NAN;
+    rep->lossy_bpw = rep->min_snr = rep->source_ppl = rep->kv_bits = NAN;
     rep->proto = o->proto;
     rep->max_windows = o->max_windows;
     rep->limits = o->limits;

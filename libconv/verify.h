@@ -144,6 +144,7 @@ typedef struct {
     size_t n_windows, n_scored;
     double source_ppl, source_nll_sum;
     char kv_spec[96];      // KV codec measured, "" when none
+    double kv_bits;        // its effective bits per cached element after the run; NAN when none
     kvq_verify_eval run[3];// [0] weights, [1] kv, [2] weights+kv
     double seconds_integrity, seconds_tensors, seconds_eval;
     // thresholds

@@ -122,7 +122,7 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
         printf("\ntext: %s (%llu bytes, sha256 %s), %zu tokens; %zu windows over %zu tokens, %zu positions scored\n",
                r->text_path, (unsigned long long)r->text_bytes, r->text_sha256, r->n_tokens, r->n_windows,
                r->n_tokens_used, r->n_scored);
-        if (r->kv_spec[0]) printf("KV codec: %s\n", r->kv_spec);
+        if (r->kv_spec[0]) printf("KV codec: %s (%.3f bits per cached element after the run)\n", r->kv_spec, r->kv_bits);
         printf("source ppl: %.4f\n", r->source_ppl);
         printf("  %-11s %10s %10s %8s %10s %10s %10s %10s %7s %8s\n", "run", "ppl", "dppl", "dppl %", "KLD mean",
                "median", "p99", "max", "top-1", "RMS dp");
@@ -133,7 +133,8 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
                    100 * e->dppl_rel, e->kld.mean, e->kld.median, e->kld.p99, e->kld.max, 100 * e->kld.top1,
                    100 * e->kld.rms_dp);
         }
-        printf("  (weights: %s; kv: %s; weights+kv: %s)\n", r->run[0].what, r->run[1].what, r->run[2].what);
+        for (int k = 0; k < 3; k++)
+            if (r->run[k].done) printf("  %-11s %s\n", r->run[k].label, r->run[k].what);
     }
     printf("\nchecks:\n");
     for (int i = 0; i < r->n_checks; i++) {
