@@ -557,7 +557,23 @@ static int bpe_word(const hf_tok *h, hf_ctx *c, size_t woff, size_t n) {
     }
     size_t before = c->ids.n;
     if (bpe_word_uncached(h, c, w, n)) return -1;
-    if (c->cache_used * 2 >= c->cmask) return 0; // full: stop caching
+    if (2 * (c->cache_used + 1) > c->cmask) { // grow to keep the load under 1/2
+        if (c->cmask >= ((size_t)1 << 24)) return 0; // large enough: stop caching new words
+        size_t cap = 2 * (c->cmask + 1);
+        hf_cache_slot *nc = malloc(cap * sizeof *nc);
+        if (!nc) return -1;
+        for (size_t k = 0; k < cap; k++) nc[k].len = UINT32_MAX;
+        for (size_t k = 0; k <= c->cmask; k++) {
+            if (c->cache[k].len == UINT32_MAX) continue;
+            size_t j = (size_t)c->cache[k].hash & (cap - 1);
+            while (nc[j].len != UINT32_MAX) j = (j + 1) & (cap - 1);
+            nc[j] = c->cache[k];
+        }
+        free(c->cache);
+        c->cache = nc;
+        c->cmask = cap - 1;
+        for (i = (size_t)hv & c->cmask; c->cache[i].len != UINT32_MAX; i = (i + 1) & c->cmask) {}
+    }
     hf_cache_slot *s = &c->cache[i];
     s->hash = hv;
     s->off = woff;
@@ -607,7 +623,7 @@ static kvq_status hf_encode(const kvq_tokenizer *t, const char *text, size_t len
     const hf_tok *h = t->impl;
     hf_ctx c;
     hf_pieces a = {0}, b = {0};
-    int rc = ctx_init(&c, len / 4 < 1024 ? 1024 : (len / 4 > (1 << 20) ? (1 << 20) : len / 4));
+    int rc = ctx_init(&c, 1024); // the word cache grows as needed
     if (!rc) rc = tk_buf_put(&c.arena, text, len);
     // 1. added tokens that are matched on the raw text
     if (!rc) {

@@ -532,12 +532,12 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
     }
     h->n_ids = (int32_t)(max_id + 1);
     if (tk_strtab_init(&h->vocab, h->n_ids)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
-    json_object_foreach(vocab, key, val) {
+    size_t klen;
+    json_object_keylen_foreach(vocab, key, klen, val) {
         int32_t id = (int32_t)json_integer_value(val);
         if (h->vocab.off[id] != UINT64_MAX)
             return FAIL(L, KVQ_ERR_FORMAT, "model.vocab: id %d is given to two tokens", id);
-        // json_object_foreach keys are NUL-terminated; vocab keys never hold NUL bytes in practice
-        if (tk_strtab_set(&h->vocab, id, key, strlen(key))) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
+        if (tk_strtab_set(&h->vocab, id, key, klen)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     }
     if (tk_strtab_index(&h->vocab)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     h->byte_fallback = jbool(model, "byte_fallback", 0);
@@ -581,7 +581,7 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
 kvq_status tk_hf_open(const char *path, const char *data, size_t n, kvq_tokenizer *t, kvq_err *err) {
     ld L = {path, err};
     json_error_t je;
-    json_t *root = json_loadb(data, n, 0, &je);
+    json_t *root = json_loadb(data, n, JSON_ALLOW_NUL, &je);
     if (!root)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: not valid JSON: line %d column %d: %s", path, je.line,
                            je.column, je.text);

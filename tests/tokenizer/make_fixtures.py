@@ -9,8 +9,9 @@ SHARED_DIR defaults to $KVQ_SHARED or ../shared. Outputs (all committed):
                              small tokenizers built here with `tokenizers` (SentencePiece-style
                              Metaspace + byte_fallback, and byte-level variants exercising Split
                              behaviours, added-token flags, normalizers, ignore_merges)
-  fx_<name>.json             {"cases": [{text, add_special, ids, decoded, decoded_all}]}: HF's
-                             encode ids and decode(skip_special_tokens=True/False) strings
+  fx_<name>.json             {"cases": [{text, add_special, ids, decoded, decoded_all[, each]}]}:
+                             HF's encode ids, decode(skip_special_tokens=True/False) strings, and
+                             for the mixed text each id decoded alone
   heldout_full.json          id count + sha256 of the int32-LE id stream of the whole heldout
                              text for each kvq model and Qwen3 (HF encode, no special tokens)
   fx_llama2c.json            ids from run.c's encode()/decode() transcribed below (reads tok512.bin)
@@ -50,6 +51,8 @@ def cases_for(tok, texts):
                 "decoded": tok.decode(ids, skip_special_tokens=True),
                 "decoded_all": tok.decode(ids, skip_special_tokens=False),
             })
+            if text == texts[0] and not add:  # each id alone: partial UTF-8 -> U+FFFD as HF
+                out[-1]["each"] = [tok.decode([i], skip_special_tokens=False) for i in ids]
     return out
 
 
