@@ -19,17 +19,6 @@ static int is_ws(int32_t c) { // Rust char::is_whitespace (Unicode White_Space)
            c == 0x205F || c == 0x3000;
 }
 
-static int is_word(int32_t c) { // regex \w: letters, marks, numbers, connector punctuation
-    if (c == '_') return 1;
-    switch (utf8proc_category(c)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: case UTF8PROC_CATEGORY_PC: return 1;
-    default: return 0;
-    }
-}
-
 static int32_t cp_at(const char *s, size_t n, size_t *len) { // s is valid UTF-8
     utf8proc_int32_t cp = -1;
     utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &cp);
@@ -241,6 +230,11 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
 
 // ---------------------------------------------------------------- added tokens
 
+// Whether the character s[0..n) is a Rust-regex \w character (h->word_re).
+static int is_word_at(const hf_tok *h, hf_ctx *c, const char *s, size_t n) {
+    return pcre2_match(h->word_re, (PCRE2_SPTR)s, n, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, c->md, c->mc) >= 0;
+}
+
 // Splits piece p around the added tokens whose `normalized` flag equals `normalized`,
 // as AddedVocabulary::split_with_indices (leftmost-longest, lstrip/rstrip/single_word).
 static int split_added(const hf_tok *h, hf_ctx *c, const hf_piece *p, int normalized,
@@ -266,9 +260,13 @@ static int split_added(const hf_tok *h, hf_ctx *c, const hf_piece *p, int normal
         }
         size_t ms = i, me = i + (normalized ? best->nlen : best->len);
         if (best->single_word) {
-            int sw = (ms == 0 || !is_word(cp_before(s, ms)));
+            size_t b = ms;
+            while (b > 0 && ((unsigned char)s[b - 1] & 0xC0) == 0x80) b--;
+            if (b > 0) b--;
+            int sw = (ms == 0 || !is_word_at(h, c, s + b, ms - b));
             size_t l;
-            int ew = (me == n || !is_word(cp_at(s + me, n - me, &l)));
+            cp_at(s + me, n - me, &l);
+            int ew = (me == n || !is_word_at(h, c, s + me, l));
             if (!sw || !ew) {
                 i++;
                 continue;

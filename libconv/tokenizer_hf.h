@@ -89,6 +89,7 @@ typedef struct {
     int32_t *pre_ids, *post_ids;       // post-processor template around the sequence
     int n_pre, n_post;
     pcre2_code *bl_re;                 // the GPT-2 regex of ByteLevel(use_regex)
+    pcre2_code *word_re;               // one Rust-regex \w character (single_word added tokens)
     unsigned char bl_enc[256][3];      // byte -> UTF-8 of its stand-in char (NUL padded)
     int16_t bl_dec[324];               // stand-in code point -> byte, -1 if none
 } hf_tok;

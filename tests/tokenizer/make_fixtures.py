@@ -19,6 +19,7 @@ SHARED_DIR defaults to $KVQ_SHARED or ../shared. Outputs (all committed):
 import hashlib
 import json
 import os
+import random
 import struct
 import sys
 
@@ -35,6 +36,21 @@ SHORT = [
 ]
 
 
+# random texts from fragments that stress the pipeline's edges (seeded, so fixtures are stable)
+FRAGS = [" ", "  ", "   ", "\n", "\n\n", "\r\n", "\t", "a", "Hello", "world", "the", "'s", "'LL", "don't", "123", "4567",
+         "9", "é", "e\u0301", "ñ", "ß", "İ", "日本語", "中", "😀", "👍🏽", "\u200d", "🇫🇷", "!", "?!", "...", ",", "-", "_",
+         "(", ")", "{}", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin_of_text|>", "<s>", "</s>", "<unk>",
+         "[MASK]", "<sep>", "hello", "HeLLo  X", "ﬁ", "Ｆ", "½", "▁", "▁▁", "<0x41>", "\u00a0", "\u3000", "\u2028", "x",
+         "Z", "ü", "Ω", "ς", "Σ", "\x01", "\x7f", "#", "$5", "0x1F", "<tool_call>", "<|fim_prefix|>", "  <s>  ", "\u0300",
+         "a\u0308", "Å", "카", "ｶ", "ﾞ"]
+N_RANDOM = 100
+
+
+def random_cases(seed):
+    r = random.Random(seed)
+    return [("".join(r.choice(FRAGS) for _ in range(r.randint(0, 12))), r.random() < 0.3) for _ in range(N_RANDOM)]
+
+
 def write_json(name, obj):
     with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:
         json.dump(obj, f, ensure_ascii=False, indent=0)
@@ -43,15 +59,16 @@ def write_json(name, obj):
 
 def cases_for(tok, texts):
     out = []
-    for text in texts:
-        for add in (False, True):
+    pairs = [(t, a) for t in texts for a in (False, True)] + random_cases(1)
+    for text, add in pairs:
+        if True:
             ids = tok.encode(text, add_special_tokens=add).ids
             out.append({
                 "text": text, "add_special": add, "ids": ids,
                 "decoded": tok.decode(ids, skip_special_tokens=True),
                 "decoded_all": tok.decode(ids, skip_special_tokens=False),
             })
-            if text == texts[0] and not add:  # each id alone: partial UTF-8 -> U+FFFD as HF
+            if text == texts[0] and not add and len(out) == 1:  # each id alone: partial UTF-8 -> U+FFFD as HF
                 out[-1]["each"] = [tok.decode([i], skip_special_tokens=False) for i in ids]
     return out
 
