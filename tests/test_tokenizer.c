@@ -184,7 +184,7 @@ static void run_spec(const spec *s) {
         free(cat);
         free(ids);
     }
-    printf("%s: %zu cases match HF, %d exact round trips (open %.3f s)\n", s->fixture,
+    printf("%s: %zu cases match the fixture, %d exact round trips (open %.3f s)\n", s->fixture,
            json_array_size(cases), n_round, t_open);
     if (strstr(s->tokenizer, "qwen3/")) // 151k tokens + 151k merges: must stay quick to open
         assert_true(t_open < 5.0);

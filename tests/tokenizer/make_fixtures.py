@@ -292,8 +292,8 @@ def main():
     l2c_texts = ["Once upon a time", "Once upon a time, there was a little girl named Lily.", "", "a", " x",
                  "Hello, world! 123", "The cat sat.\nThe dog ran.", "café ü 日本 😀", "Lily and Tom  played."]
     cases = []
-    for text in l2c_texts:
-        for bos in (False, True):
+    for text, bos in [(t, b) for t in l2c_texts for b in (False, True)] + random_cases(2)[:50]:
+        if True:
             ids = l2c_encode(vocab, scores, lookup, text, bos, False)
             cases.append({"text": text, "add_special": bos, "ids": ids,
                           "decoded": l2c_decode(vocab, ids, True), "decoded_all": l2c_decode(vocab, ids, False)})
