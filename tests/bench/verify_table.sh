@@ -3,7 +3,7 @@
 # weight codec, verifies against the source on heldout-books.txt with a KV codec
 # paired to it (one run gives three rows: weights alone, KV codec alone, both), and
 # prints a markdown table of ΔPPL and KLD plus the time each verification took.
-# usage: tests/bench/verify_table.sh [BUILD] [WINDOWS] [OUTDIR]
+# usage: [MODELS=...] [PAIRS=...] [THREADS=2] tests/bench/verify_table.sh [BUILD] [WINDOWS] [OUTDIR]
 #   WINDOWS: 512-token windows to use (0 = the whole book, as `make verify-full`)
 set -euo pipefail
 build=${1:-build}
@@ -15,6 +15,8 @@ threads=${THREADS:-2}
 mkdir -p "$out"
 # weight codec | KV codec paired with it ("-" = none)
 pairs=${PAIRS:-"none|- rtn:4:g128|kivi:4 rtn:3:g128|int:4 hyperquant:e8:4|octopus:3 hyperquant:e8:3|turboquant:3 hyperquant:e8:2|hqmq:s96:r4"}
+# TABLE_ONLY=1: print the table from the JSON already in OUTDIR, run nothing.
+[ "${TABLE_ONLY:-0}" = 1 ] && MODELS=" "
 for model in ${MODELS:-kvq-small-llama kvq-small-qwen3}; do
   src=$shared/models/$model
   for pair in $pairs; do
