@@ -137,6 +137,34 @@ static void test_parse_delta(void **state) {
     assert_non_null(strstr(e.msg, "abc"));
 }
 
+// kvq_eval_tokens (libconv/eval.c) on the source over TEXT: the reference windowing.
+static void eval_reference(const kvq_eval_protocol *p, size_t want_tokens, double *nll, size_t *n_scored) {
+    kvq_tokenizer *tok;
+    kvq_model *m;
+    kvq_err err = {0};
+    assert_int_equal(kvq_tok_open(TINY "/tokenizer.json", &tok, &err), KVQ_OK);
+    FILE *fp = fopen(TEXT, "rb");
+    assert_non_null(fp);
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf, fp);
+    fclose(fp);
+    int32_t *ids;
+    size_t nid;
+    assert_int_equal(kvq_tok_encode(tok, buf, n, 0, &ids, &nid, &err), KVQ_OK);
+    assert_int_equal(nid, want_tokens);
+    kvq_model_opts mo = kvq_model_opts_default();
+    mo.max_ctx = p->ctx;
+    mo.n_threads = 2;
+    assert_int_equal(kvq_model_open(TINY, &mo, &m, &err), KVQ_OK);
+    kvq_eval_result ra;
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, nid, p, NULL, NULL, &ra, NULL, &err), KVQ_OK);
+    *nll = ra.nll_sum;
+    *n_scored = ra.n_scored;
+    kvq_model_close(m);
+    kvq_tok_close(tok);
+    free(ids);
+}
+
 // ---- lossless: exactly zero ----------------------------------------------------------
 
 static void test_lossless_exact(void **state) {
@@ -161,32 +189,14 @@ static void test_lossless_exact(void **state) {
     assert_true(isnan(r.lossy_bpw));
 
     // The source ppl is the runtime's own protocol: same windows, same sum.
-    kvq_tokenizer *tok;
-    kvq_model *m;
-    assert_int_equal(kvq_tok_open(TINY "/tokenizer.json", &tok, &err), KVQ_OK);
-    FILE *fp = fopen(TEXT, "rb");
-    char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf, fp);
-    fclose(fp);
-    int32_t *ids;
-    size_t nid;
-    assert_int_equal(kvq_tok_encode(tok, buf, n, 0, &ids, &nid, &err), KVQ_OK);
-    assert_int_equal(nid, r.n_tokens);
-    kvq_model_opts mo = kvq_model_opts_default();
-    mo.max_ctx = 64;
-    mo.n_threads = 2;
-    assert_int_equal(kvq_model_open(TINY, &mo, &m, &err), KVQ_OK);
     kvq_eval_protocol p = kvq_eval_protocol_card();
     p.ctx = 64;
     p.max_tokens = 3 * 64;
-    kvq_eval_result ra;
-    assert_int_equal(kvq_eval_tokens(m, NULL, ids, nid, &p, NULL, NULL, &ra, NULL, &err), KVQ_OK);
-    assert_int_equal(ra.n_scored, r.n_scored);
-    assert_true(fabs(ra.nll_sum - r.source_nll_sum) <= 1e-12 * ra.nll_sum);
-    assert_true(fabs(ra.ppl - r.source_ppl) <= 1e-12 * ra.ppl);
-    kvq_model_close(m);
-    kvq_tok_close(tok);
-    free(ids);
+    double nll;
+    size_t ns;
+    eval_reference(&p, r.n_tokens, &nll, &ns);
+    assert_int_equal(ns, r.n_scored);
+    assert_true(fabs(nll - r.source_nll_sum) <= 1e-12 * nll);
 
     // JSON carries the contract keys.
     json_t *j = kvq_verify_report_json(&r);
@@ -199,6 +209,35 @@ static void test_lossless_exact(void **state) {
     assert_true(json_is_number(json_object_get(json_object_get(j, "converted"), "ppl")));
     assert_int_equal(json_array_size(json_object_get(j, "tensors")), r.n_tensors);
     assert_true(json_is_true(json_object_get(j, "pass")));
+    json_decref(j);
+    kvq_verify_report_free(&r);
+}
+
+// BOS prepended, llama.cpp's second-half scoring and overlapping windows: the same
+// positions and the same sum as the runtime's kvq_eval_tokens.
+static void test_protocol_variants(void **state) {
+    (void)state;
+    kvq_verify_opts o = small_opts(g_none, 1);
+    o.proto.bos = KVQ_BOS_PREPEND;
+    o.proto.score = KVQ_SCORE_SECOND_HALF;
+    o.proto.stride = 48;
+    kvq_verify_report r;
+    kvq_err err = {0};
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_int_equal(r.n_windows, 3);
+    kvq_eval_protocol p = o.proto;
+    p.max_tokens = 2 * 48 + 63; // the three windows' text tokens
+    double nll;
+    size_t ns;
+    eval_reference(&p, r.n_tokens, &nll, &ns);
+    assert_int_equal(ns, r.n_scored);
+    assert_true(fabs(nll - r.source_nll_sum) <= 1e-12 * nll);
+    assert_true(r.run[0].kld.mean == 0.0 && r.run[0].dppl == 0.0);
+    json_t *j = kvq_verify_report_json(&r);
+    const json_t *pj = json_object_get(j, "protocol");
+    assert_string_equal(json_string_value(json_object_get(pj, "scored")), "second-half");
+    assert_string_equal(json_string_value(json_object_get(pj, "bos_mode")), "prepend");
+    assert_int_equal(json_integer_value(json_object_get(pj, "stride")), 48);
     json_decref(j);
     kvq_verify_report_free(&r);
 }
@@ -487,7 +526,8 @@ int main(int argc, char **argv) {
     free(a);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kld_definitions), cmocka_unit_test(test_parse_delta),
-        cmocka_unit_test(test_lossless_exact),  cmocka_unit_test(test_kv_separation),
+        cmocka_unit_test(test_lossless_exact),  cmocka_unit_test(test_protocol_variants),
+        cmocka_unit_test(test_kv_separation),
         cmocka_unit_test(test_thresholds),      cmocka_unit_test(test_damaged),
         cmocka_unit_test(test_record),
     };
