@@ -65,6 +65,9 @@ typedef struct {
      *  points at token t's bytes. s[t] = the codec's estimate of <q, k_t>. */
     void (*score)(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int n_tok,
                   float *s);
+    /** Optional (NULL = decode): the vector k̃ of one token with <q, k̃> == score(q, k)
+     *  for every q (the QJL estimators are linear in q). */
+    void (*score_vec)(const kvq_kvcodec *c, const uint8_t *in, float *out);
     /** Predicted bits per element of one group from the formula (variable-length
      *  codecs: at outlier fraction 0). */
     double (*bits_formula)(const kvq_kvcodec *c);
@@ -126,6 +129,9 @@ typedef struct {
     int window;       // the W most recent tokens per (layer, head) kept at fp16
     int boundary;     // 1: K of the first and last layer kept at fp16
     uint64_t seed;    // global seed; states use kvq_kv_seed(seed, layer, head, role)
+    int shadow;       // evaluation speed-up: keep an fp32 copy of each encoded token as
+                      // decoded (K: score_vec) so attend is dense; results are identical,
+                      // memory is not compressed (bits still count the encoded bytes)
 } kvq_kvcache_policy;
 
 /** A kvq_kvcache whose append/attend/truncate/bits_per_element/free run on the codec

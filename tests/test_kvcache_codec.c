@@ -204,6 +204,25 @@ static void test_bits_accounting(void **st) {
     c->ops->free(c);
 }
 
+// The evaluation shadow (decoded fp32 copy) gives the same attention as the codec path.
+static void test_shadow_same(void **st) {
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        kvq_kvcache *a = mkcache(specs[si], 3, 1), *b = NULL;
+        kvq_kvcache_policy p = {3, 1, 42, 1};
+        assert_int_equal(kvq_kvcache_codec_new(specs[si], L, H, D, T, &p, &b, NULL), KVQ_OK);
+        fill(a, 0, T), fill(b, 0, T);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                float x[NQ * D], y[NQ * D];
+                a->ops->attend(a, l, h, qq, NQ, T, 1 / sqrtf(D), x);
+                b->ops->attend(b, l, h, qq, NQ, T, 1 / sqrtf(D), y);
+                for (int j = 0; j < NQ * D; j++) assert_true(fabsf(x[j] - y[j]) < 1e-4f);
+            }
+        assert_true(a->ops->bits_per_element(a) == b->ops->bits_per_element(b));
+        a->ops->free(a), b->ops->free(b);
+    }
+}
+
 static void test_bad_input(void **st) {
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
@@ -224,6 +243,7 @@ int main(void) {
         cmocka_unit_test(test_matches_standalone_codec),
         cmocka_unit_test(test_vs_exact),
         cmocka_unit_test(test_bits_accounting),
+        cmocka_unit_test(test_shadow_same),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests_name("kvcache_codec", tests, setup, teardown);

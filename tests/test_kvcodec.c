@@ -398,6 +398,33 @@ static void test_qjl_unbiased(void **st) {
     }
 }
 
+// score(q, k) == <q, score_vec(k)> for every codec with a score path (QJL included).
+static void test_score_vec(void **st) {
+    const char *specs[] = {"octopus:3", "octopus:2:qjl", "turboquant:2", "turboquant-prod:3", "qturbo:3"};
+    int d = 128, n = 16;
+    float *x = malloc(sizeof(float) * n * d), q[128], s[16], v[128];
+    gauss(x, (size_t)n * d, 4);
+    gauss(q, d, 6);
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        kvq_kvcodec *c = mk(specs[i], d, 0, 8);
+        size_t cap = kvq_kvcodec_bound(c, n), off[17];
+        uint8_t *b = malloc(cap);
+        kvq_kvcodec_encode(c, x, n, b, cap, off, NULL);
+        const uint8_t *rec[16];
+        for (int t = 0; t < n; t++) rec[t] = b + off[t];
+        c->vt->score(c, q, rec, n, s);
+        for (int t = 0; t < n; t++) {
+            c->vt->score_vec(c, rec[t], v);
+            float ref = 0;
+            for (int j = 0; j < d; j++) ref += q[j] * v[j];
+            assert_true(fabsf(s[t] - ref) < 1e-3f * (1 + fabsf(ref)));
+        }
+        free(b);
+        kvq_kvcodec_free(c);
+    }
+    free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_parse),
@@ -411,6 +438,7 @@ int main(void) {
         cmocka_unit_test(test_determinism_and_serialization),
         cmocka_unit_test(test_score_matches_decode),
         cmocka_unit_test(test_qjl_unbiased),
+        cmocka_unit_test(test_score_vec),
     };
     return cmocka_run_group_tests_name("kvcodec", tests, NULL, NULL);
 }

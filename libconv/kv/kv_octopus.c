@@ -204,6 +204,25 @@ static void oct_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *ou
     for (int i = 0; i < d; i++) out[i] = g * s->s1[i] * uh[i];
 }
 
+// û + sqrt(π/(2d)) γ_r R'ᵀσ in the rotated frame, then unrotated: <q, k̃> = score
+static void oct_score_vec(const kvq_kvcodec *c, const uint8_t *in, float *out) {
+    const oct_st *s = c->st;
+    int d = c->d;
+    float uh[4096 + 3], sg[4096], g;
+    memcpy(&g, in, 4);
+    oct_uhat(s, in, uh);
+    if (s->qjl) {
+        const uint8_t *p2 = in + 4 + oct_idx_bytes(c);
+        kvq_bitr r2 = {p2 + 2, 0};
+        float k = sqrtf((float)M_PI / (2.0f * d)) * get16(p2);
+        for (int i = 0; i < d; i++) sg[i] = kvq_bitr_get(&r2, 1) ? k : -k;
+        kvq_wht(sg, d); // R'ᵀσ = diag(s2) H σ
+        for (int i = 0; i < d; i++) uh[i] += s->s2[i] * sg[i];
+    }
+    kvq_wht(uh, d);
+    for (int i = 0; i < d; i++) out[i] = g * s->s1[i] * uh[i];
+}
+
 // Eq. 13 (+ QJL correction): γ Σ_i ρ̂_i <q_rot,i, n̂_i> + γ sqrt(π/(2d)) γ_r <R' q_rot, σ>
 static void oct_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int nt, float *sc) {
     const oct_st *s = c->st;
@@ -253,5 +272,5 @@ static int oct_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
 
 const kvq_kvcodec_vt kvq_kv_octopus_vt = {.name = "octopus", .init = oct_init, .free = oct_free,
                                            .max_bytes = oct_max, .encode = oct_enc, .decode = oct_dec,
-                                           .score = oct_score, .bits_formula = oct_bits,
+                                           .score = oct_score, .score_vec = oct_score_vec, .bits_formula = oct_bits,
                                            .tables = oct_tables, .refresh = oct_refresh};

@@ -15,6 +15,7 @@ typedef struct {
     uint32_t *len;     // (max_groups) bytes used by each group
     size_t stride;
     uint16_t *ring;    // (cap, d) fp16 tokens at positions [n_enc, n_tok), slot pos % cap
+    float *shadow;     // (max_ctx, d) decoded tokens [0, n_enc) when policy.shadow
     int n_enc;         // encoded prefix, a multiple of codec->group
 } kv_slot;
 
@@ -52,6 +53,12 @@ static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
         kvq_status st = s->codec->vt->encode(s->codec, buf, s->store + (size_t)gi * s->stride, &n, NULL);
         if (st) return st;
         s->len[gi] = (uint32_t)n;
+        if (s->shadow) {
+            float *sh = s->shadow + (size_t)s->n_enc * d;
+            const uint8_t *p = s->store + (size_t)gi * s->stride;
+            if (s->codec->role == KVQ_KV_K && s->codec->vt->score_vec && g == 1) s->codec->vt->score_vec(s->codec, p, sh);
+            else s->codec->vt->decode(s->codec, p, n, sh);
+        }
         s->n_enc += g;
     }
     return KVQ_OK;
@@ -106,6 +113,11 @@ static kvq_status kvc_append(kvq_kvcache *base, int layer, int pos, const float 
 static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out) {
     int d = c->base.head_dim, g = s->codec->group;
     int ne = s->n_enc < n ? s->n_enc : n;
+    if (s->shadow) {
+        memcpy(out, s->shadow, sizeof(float) * ne * d);
+        for (int t = ne; t < n; t++) ring_get(c, s, t, out + (size_t)t * d);
+        return;
+    }
     float *tmp = g > 1 ? malloc(sizeof(float) * g * d) : NULL;
     for (int gi = 0; gi * g < ne; gi++) {
         const uint8_t *p = s->store + (size_t)gi * s->stride;
@@ -128,7 +140,7 @@ static void kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, i
     float *sc = malloc(sizeof(float) * (size_t)n_q * n_ctx);
     float *vv = malloc(sizeof(float) * (size_t)n_ctx * d);
     int ne = sk->n_enc < n_ctx ? sk->n_enc : n_ctx;
-    int use_score = sk->codec->vt->score && sk->codec->group == 1 && ne > 0;
+    int use_score = !sk->shadow && sk->codec->vt->score && sk->codec->group == 1 && ne > 0;
     float *kk = malloc(sizeof(float) * (size_t)n_ctx * d);
     KVQ_ASSERT(sc && vv && kk);
     if (use_score) {
@@ -205,7 +217,7 @@ static void kvc_free(kvq_kvcache *base) {
     if (c->slot)
         for (size_t i = 0; i < (size_t)base->n_layers * base->n_kv_heads * 2; i++) {
             kvq_kvcodec_free(c->slot[i].codec);
-            free(c->slot[i].store), free(c->slot[i].len), free(c->slot[i].ring);
+            free(c->slot[i].store), free(c->slot[i].len), free(c->slot[i].ring), free(c->slot[i].shadow);
         }
     free(c->slot), free(c->n_tok), free(c);
 }
@@ -261,7 +273,8 @@ kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads,
         s->store = malloc(s->stride * ng);
         s->len = calloc(ng, sizeof(uint32_t));
         s->ring = malloc(sizeof(uint16_t) * c->cap * head_dim);
-        if (!s->store || !s->len || !s->ring) {
+        if (pol->shadow) s->shadow = malloc(sizeof(float) * (size_t)ng * s->codec->group * head_dim);
+        if (!s->store || !s->len || !s->ring || (pol->shadow && !s->shadow)) {
             kvc_free(&c->base);
             return kvq_err_set(err, KVQ_ERR_NOMEM, "kv cache '%s': out of memory for %d tokens", spec, max_ctx);
         }
