@@ -35,7 +35,7 @@ static void attend_ref(const float *s_in, const float *v, int n, float scale, fl
 static kvq_kvcache *mkcache(const char *spec, int window, int boundary) {
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
-    kvq_kvcache_policy p = {window, boundary, 42};
+    kvq_kvcache_policy p = {window, boundary, 42, 0};
     if (kvq_kvcache_codec_new(spec, L, H, D, T, &p, &c, &e)) fail_msg("%s: %s", spec, e.msg);
     return c;
 }
@@ -226,7 +226,7 @@ static void test_shadow_same(void **st) {
 static void test_bad_input(void **st) {
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
-    kvq_kvcache_policy p = {0, 0, 1};
+    kvq_kvcache_policy p = {0, 0, 1, 0};
     assert_int_equal(kvq_kvcache_codec_new("octopus:9", L, H, D, T, &p, &c, &e), KVQ_ERR_ARG);
     assert_null(c);
     assert_int_equal(kvq_kvcache_codec_new("octopus:3", L, H, 48, T, &p, &c, &e), KVQ_ERR_UNSUPPORTED);
