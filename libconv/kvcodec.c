@@ -7,7 +7,7 @@
 #include <string.h>
 
 extern const kvq_kvcodec_vt kvq_kv_fp16_vt, kvq_kv_int_vt, kvq_kv_kivi_vt, kvq_kv_hqmq_vt,
-    kvq_kv_octopus_vt, kvq_kv_turbo_vt, kvq_kv_vgroup_vt;
+    kvq_kv_octopus_vt, kvq_kv_turbo_vt, kvq_kv_hqkv_vt, kvq_kv_vgroup_vt;
 
 static const char *const kv_names[] = {"fp16", "int", "kivi", "hqmq", "octopus",
                                        "turboquant", "turboquant-prod", "qturbo", "hqkv"};
@@ -21,6 +21,7 @@ static const kvq_kvcodec_vt *kv_vt_for(const kvq_kvspec *s, int role) {
     if (!strcmp(n, "octopus")) return role == KVQ_KV_K ? &kvq_kv_octopus_vt : &kvq_kv_vgroup_vt;
     if (!strcmp(n, "turboquant") || !strcmp(n, "turboquant-prod") || !strcmp(n, "qturbo"))
         return &kvq_kv_turbo_vt;
+    if (!strcmp(n, "hqkv")) return &kvq_kv_hqkv_vt;
     return NULL;
 }
 
