@@ -1,7 +1,7 @@
 // Synthetic KV-codec benchmarks: OCTOPUS Table 1 protocol (Gaussian keys/queries,
 // d=128), the split sweep (Table 4), the rounding ablation (Table 5), the synthetic
 // needle, and encode/decode throughput. Prints markdown tables; asserts nothing.
-// Usage: bench_kv_synth [table1|table4|table5|needle|speed|all] [seeds]
+// Usage: bench_kv_synth [table1|table4|table5|needle|speed|all] [seeds] [table1 spec filter]
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -94,6 +94,8 @@ static metrics run_avg(const char *spec, int d, int n, int nq, int seeds) {
     return acc;
 }
 
+static const char *filter; // only specs containing this (argv[3])
+
 static void table1(int seeds) {
     printf("\n### Table 1 protocol: 1024 Gaussian keys, 16 queries, d=128, %d seeds\n\n", seeds);
     printf("| bits | codec | eff. bits (K) | cos | MSE (unit key) | IP abs err | paper MSE | paper cos | paper IP |\n|---|---|---|---|---|---|---|---|---|\n");
@@ -106,6 +108,8 @@ static void table1(int seeds) {
         {"int:%d", "int (ours only)", {{NAN}}},
         {"kivi:%d", "KIVI keys (ours only)", {{NAN}}},
         {"hqmq", "HQMQ (ours only)", {{NAN}}},
+        {"hqkv:e8:%d:rot=signs", "HyperQuant-KV (ours only)", {{NAN}}},
+        {"hqkv:e8:%d:rot=qjl:dither", "HyperQuant-KV dither (ours only)", {{NAN}}},
     };
     const char *hq[3] = {"hqmq:s1:r3", "hqmq:s6:r4", "hqmq:s96:r4"};
     for (int b = 2; b <= 4; b++)
@@ -113,6 +117,7 @@ static void table1(int seeds) {
             char spec[40];
             if (!strcmp(rows[r].fmt, "hqmq")) snprintf(spec, sizeof spec, "%s", hq[b - 2]);
             else snprintf(spec, sizeof spec, rows[r].fmt, b);
+            if (filter && !strstr(spec, filter)) continue;
             metrics m = run_avg(spec, 128, 1024, 16, seeds);
             printf("| %d | %s `%s` | %.3f | %.4f | %.4f | %.3f |", b, rows[r].label, spec, m.bits, m.cos, m.mse, m.ip);
             if (isnan(rows[r].p[0][0])) printf(" – | – | – |\n");
@@ -172,7 +177,8 @@ static void needle(int seeds) {
     printf("| codec | bits | softmax mass on needle |\n|---|---|---|\n");
     const char *specs[] = {"fp32", "turboquant:2", "turboquant-prod:2", "octopus:2", "octopus:2:qjl", "qturbo:2",
                            "hqmq:s1:r3", "int:2", "kivi:2", "turboquant:3", "octopus:3", "octopus:3:qjl",
-                           "turboquant-prod:3", "turboquant:4", "octopus:4"};
+                           "turboquant-prod:3", "turboquant:4", "octopus:4", "hqkv:e8:2:rot=qjl:dither",
+                           "hqkv:e8:3:rot=qjl:dither", "hqkv:e8:3:rot=signs"};
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
         double mass = 0, bits = 32;
 #pragma omp parallel for schedule(dynamic) reduction(+ : mass)
@@ -229,7 +235,8 @@ static void speed(void) {
     printf("\n### Throughput, d=128, %d tokens, 1 thread (tokens/s; score = one query against all keys)\n\n", n);
     printf("| codec | encode tok/s | decode tok/s | score keys/s |\n|---|---|---|---|\n");
     const char *specs[] = {"fp16", "int:4", "kivi:4", "hqmq:s96:r4", "hqmq:s96:r4:med3", "octopus:3", "octopus:3:qjl",
-                           "turboquant:3", "turboquant-prod:3", "qturbo:3"};
+                           "turboquant:3", "turboquant-prod:3", "qturbo:3", "hqkv:e8:3:rot=signs",
+                           "hqkv:e8:3:rot=qjl:dither"};
     float *x = malloc(sizeof(float) * n * d), *y = malloc(sizeof(float) * n * d), q[128], *s = malloc(sizeof(float) * n);
     gauss(x, (size_t)n * d, 1);
     gauss(q, d, 2);
@@ -262,6 +269,7 @@ int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "all";
     int seeds = argc > 2 ? atoi(argv[2]) : 0;
     int all = !strcmp(what, "all");
+    filter = argc > 3 ? argv[3] : NULL;
     if (all || !strcmp(what, "table1")) table1(seeds ? seeds : 64);
     if (all || !strcmp(what, "table4")) table4(seeds ? seeds : 4);
     if (all || !strcmp(what, "table5")) table5(seeds ? seeds : 5);
