@@ -1,7 +1,7 @@
 // Synthetic KV-codec benchmarks: OCTOPUS Table 1 protocol (Gaussian keys/queries,
 // d=128), the split sweep (Table 4), the rounding ablation (Table 5), the synthetic
 // needle, and encode/decode throughput. Prints markdown tables; asserts nothing.
-// Usage: bench_kv_synth [table1|table4|table5|needle|speed|all] [seeds] [table1 spec filter]
+// Usage: bench_kv_synth [table1|table4|table5|needle|speed|all] [seeds] [spec filter for table1/needle]
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -180,6 +180,7 @@ static void needle(int seeds) {
                            "turboquant-prod:3", "turboquant:4", "octopus:4", "hqkv:e8:2:rot=qjl:dither",
                            "hqkv:e8:3:rot=qjl:dither", "hqkv:e8:3:rot=signs"};
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        if (filter && i > 0 && !strstr(specs[i], filter)) continue;
         double mass = 0, bits = 32;
 #pragma omp parallel for schedule(dynamic) reduction(+ : mass)
         for (int sd = 0; sd < seeds; sd++) {
