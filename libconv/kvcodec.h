@@ -148,6 +148,18 @@ const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *c, int layer, int 
  *  n_ctx tokens (window and boundary included), before anything is stored. */
 double kvq_kvcache_codec_formula_bits(const kvq_kvcache *c, int n_ctx);
 
+/** The .kvq manifest "kv" section of a cache made by kvq_kvcache_codec_new:
+ *  {spec, n_layers, n_kv_heads, head_dim, window, boundary, seed, bits_per_element,
+ *  bytes_per_token (both from the formulas at n_ctx), states: [{layer, head, role,
+ *  params, tables: [{name, offset, count}]}]} (new reference), and one blob holding every
+ *  state's tables as float32 (malloc'd, caller frees; offsets/counts in floats). */
+kvq_status kvq_kvcache_codec_save(const kvq_kvcache *c, int n_ctx, json_t **section, float **blob,
+                                  size_t *blob_floats, kvq_err *err);
+/** Rebuilds a cache from kvq_kvcache_codec_save's section and blob (checked: shape,
+ *  seeds, table names, sizes, offsets). @return KVQ_OK; *out freed by its ops->free. */
+kvq_status kvq_kvcache_codec_load(const json_t *section, const float *blob, size_t blob_floats,
+                                  int max_ctx, int shadow, kvq_kvcache **out, kvq_err *err);
+
 // ---- shared helpers used by the codecs (libconv/kv/kvutil.c) ----
 
 /** splitmix64 generator: a value type, no hidden state. */

@@ -226,6 +226,50 @@ static void test_shadow_same(void **st) {
     }
 }
 
+// Manifest section round trip: a loaded cache attends exactly like the saved one; a
+// blob too short is refused with a message.
+static void test_manifest_roundtrip(void **st) {
+    const char *sp[] = {"octopus:3", "hqmq:s48:r4:med3", "turboquant-prod:2", "kivi:2", "hqkv:e8:3:rot=signs:dither"};
+    for (size_t si = 0; si < sizeof sp / sizeof *sp; si++) {
+        kvq_kvcache *a = mkcache(sp[si], 4, 1), *b = NULL;
+        json_t *sec;
+        float *blob;
+        size_t nf;
+        kvq_err e = {0};
+        assert_int_equal(kvq_kvcache_codec_save(a, T, &sec, &blob, &nf, &e), KVQ_OK);
+        char *js = json_dumps(sec, JSON_COMPACT);
+        json_t *sec2 = json_loads(js, 0, NULL);
+        assert_int_equal(kvq_kvcache_codec_load(sec2, blob, nf, T, 0, &b, &e), KVQ_OK);
+        fill(a, 0, T), fill(b, 0, T);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                float x[NQ * D], y[NQ * D];
+                a->ops->attend(a, l, h, qq, NQ, T, 1 / sqrtf(D), x);
+                b->ops->attend(b, l, h, qq, NQ, T, 1 / sqrtf(D), y);
+                assert_memory_equal(x, y, sizeof x);
+            }
+        kvq_kvcache *bad = NULL;
+        if (nf > 0) { // the stored tables are what the loaded cache uses
+            float *pert = malloc(sizeof(float) * nf);
+            for (size_t k = 0; k < nf; k++) pert[k] = blob[k] * 0.9f;
+            assert_int_equal(kvq_kvcache_codec_load(sec2, pert, nf, T, 0, &bad, &e), KVQ_OK);
+            fill(bad, 0, T);
+            float x[NQ * D], y[NQ * D];
+            a->ops->attend(a, 1, 0, qq, NQ, T, 1 / sqrtf(D), x);
+            bad->ops->attend(bad, 1, 0, qq, NQ, T, 1 / sqrtf(D), y);
+            assert_true(memcmp(x, y, sizeof x) != 0);
+            bad->ops->free(bad), bad = NULL, free(pert);
+        }
+        if (nf > 0) {
+            assert_int_equal(kvq_kvcache_codec_load(sec2, blob, nf - 1, T, 0, &bad, &e), KVQ_ERR_FORMAT);
+            assert_non_null(strstr(e.msg, "blob"));
+            assert_null(bad);
+        }
+        free(js), free(blob), json_decref(sec), json_decref(sec2);
+        a->ops->free(a), b->ops->free(b);
+    }
+}
+
 static void test_bad_input(void **st) {
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
@@ -247,6 +291,7 @@ int main(void) {
         cmocka_unit_test(test_vs_exact),
         cmocka_unit_test(test_bits_accounting),
         cmocka_unit_test(test_shadow_same),
+        cmocka_unit_test(test_manifest_roundtrip),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests_name("kvcache_codec", tests, setup, teardown);
