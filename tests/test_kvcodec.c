@@ -10,6 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "libconv/hqcal.h"
 #include "libconv/kvcodec.h"
 
 double kvq_turbo_codebook(int d, int bits, float *cb);
@@ -465,7 +466,8 @@ static void test_hqkv_dither_unbiased(void **st) {
 }
 
 // HyperQuant-KV hits its target rate: with the Haar rotation the coordinates are the
-// Gaussian-like tiles the calibration table was measured on; Rice bits within 6 %.
+// Gaussian-like tiles the calibration table was measured on; Rice bits within 6 %,
+// and the realized SNR equals the table's SNR for that rate.
 static void test_hqkv_rate(void **st) {
     const char *specs[] = {"hqkv:e8:2:rot=qjl", "hqkv:e8:4:rot=qjl", "hqkv:d4:3:rot=qjl", "hqkv:z:3:rot=qjl:dither"};
     const double bps[] = {2, 4, 3, 3};
@@ -484,6 +486,10 @@ static void test_hqkv_rate(void **st) {
         printf("  %s: code %.3f bits/elem (target %.1f + k fields + padding), SNR %.2f dB\n", specs[i], code_bits, bps[i],
                10 * log10(sx / se));
         assert_true(fabs(code_bits / (bps[i] + 5.0 * 2 / d + 4.0 / d) - 1) < 0.06);
+        // reconstruction SNR is the one α was set for (32768 samples: ±0.5 dB is generous)
+        kvq_lattice lt;
+        kvq_lattice_parse(c->spec.lattice, &lt);
+        assert_true(fabs(10 * log10(sx / se) - kvq_hqcal_snr_for_rate(lt, bps[i])) < 0.5);
         free(b);
         kvq_kvcodec_free(c);
     }
