@@ -14,6 +14,10 @@ typedef struct {
     kvq_err *err;
 } ld;
 
+// Rust regex's \w (HF uses it for single_word and the Whitespace pre-tokenizer)
+#define WORD_CHARS "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}"
+#define WORD_CLASS "[" WORD_CHARS "]"
+
 #define FAIL(L, code, ...) (kvq_err_set((L)->err, code, __VA_ARGS__), kvq_err_prefix((L)->err, "%s", (L)->path), (code))
 
 static const char *jstr(json_t *o, const char *key) {
@@ -39,7 +43,7 @@ static kvq_status compile_re(ld *L, const char *pat, size_t n, int literal, cons
                              pcre2_code **out) {
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opt = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
@@ -86,6 +90,7 @@ static kvq_status parse_norm(ld *L, json_t *o, hf_norm *nm) {
     else if (!strcmp(ty, "NFKC")) nm->type = HF_N_NFKC;
     else if (!strcmp(ty, "NFKD")) nm->type = HF_N_NFKD;
     else if (!strcmp(ty, "Lowercase")) nm->type = HF_N_LOWER;
+    else if (!strcmp(ty, "StripAccents")) nm->type = HF_N_STRIP_ACCENTS;
     else if (!strcmp(ty, "Strip")) {
         nm->type = HF_N_STRIP;
         nm->left = jbool(o, "strip_left", 1);
@@ -136,6 +141,36 @@ static kvq_status parse_pretok(ld *L, json_t *o, hf_pretok *pt) {
         else return FAIL(L, KVQ_ERR_UNSUPPORTED, "pre_tokenizer Split: behavior '%s' is not supported", b);
         pt->invert = jbool(o, "invert", 0);
         return compile_pattern(L, json_object_get(o, "pattern"), "pre_tokenizer Split", &pt->re);
+    }
+    // Digits, Whitespace, WhitespaceSplit and Punctuation are Splits with a fixed pattern
+    static const char ws[] = "[\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+                             "\\x{202F}\\x{205F}\\x{3000}]"; // Rust char::is_whitespace
+    if (!strcmp(ty, "Digits")) { // Rust char::is_numeric = \p{N}
+        pt->type = HF_P_SPLIT;
+        pt->behavior = jbool(o, "individual_digits", 0) ? HF_ISOLATED : HF_CONTIGUOUS;
+        return compile_re(L, "\\p{N}", 5, 0, "pre_tokenizer Digits", &pt->re);
+    }
+    if (!strcmp(ty, "WhitespaceSplit")) {
+        pt->type = HF_P_SPLIT;
+        pt->behavior = HF_REMOVED;
+        return compile_re(L, ws, sizeof ws - 1, 0, "pre_tokenizer WhitespaceSplit", &pt->re);
+    }
+    if (!strcmp(ty, "Whitespace")) { // regex \w+|[^\w\s]+, matches kept, the rest removed
+        static const char w[] = WORD_CLASS "+|[^" WORD_CHARS "\\s]+";
+        pt->type = HF_P_SPLIT;
+        pt->behavior = HF_REMOVED;
+        pt->invert = 1;
+        return compile_re(L, w, sizeof w - 1, 0, "pre_tokenizer Whitespace", &pt->re);
+    }
+    if (!strcmp(ty, "Punctuation")) { // ASCII punctuation or Unicode P*
+        const char *b = jstr(o, "behavior");
+        pt->type = HF_P_SPLIT;
+        pt->behavior = !b || !strcmp(b, "Isolated") ? HF_ISOLATED : !strcmp(b, "Removed") ? HF_REMOVED
+                     : !strcmp(b, "MergedWithPrevious") ? HF_MERGED_PREV : !strcmp(b, "MergedWithNext") ? HF_MERGED_NEXT
+                     : !strcmp(b, "Contiguous") ? HF_CONTIGUOUS : -1;
+        if (pt->behavior < 0) return FAIL(L, KVQ_ERR_UNSUPPORTED, "pre_tokenizer Punctuation: behavior '%s' is not supported", b);
+        static const char pu[] = "[\\p{P}!-/:-@\\[-`{-~]";
+        return compile_re(L, pu, sizeof pu - 1, 0, "pre_tokenizer Punctuation", &pt->re);
     }
     if (!strcmp(ty, "ByteLevel")) {
         pt->type = HF_P_BYTELEVEL;
@@ -468,6 +503,7 @@ void tk_hf_free(hf_tok *h) {
     free(h->pre_ids);
     free(h->post_ids);
     if (h->bl_re) pcre2_code_free(h->bl_re);
+    if (h->word_re) pcre2_code_free(h->word_re);
     free(h);
 }
 
@@ -500,12 +536,12 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
     }
     h->n_ids = (int32_t)(max_id + 1);
     if (tk_strtab_init(&h->vocab, h->n_ids)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
-    json_object_foreach(vocab, key, val) {
+    size_t klen;
+    json_object_keylen_foreach(vocab, key, klen, val) {
         int32_t id = (int32_t)json_integer_value(val);
         if (h->vocab.off[id] != UINT64_MAX)
             return FAIL(L, KVQ_ERR_FORMAT, "model.vocab: id %d is given to two tokens", id);
-        // json_object_foreach keys are NUL-terminated; vocab keys never hold NUL bytes in practice
-        if (tk_strtab_set(&h->vocab, id, key, strlen(key))) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
+        if (tk_strtab_set(&h->vocab, id, key, klen)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     }
     if (tk_strtab_index(&h->vocab)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     h->byte_fallback = jbool(model, "byte_fallback", 0);
@@ -542,6 +578,7 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
     if (json_is_object(o = json_object_get(root, "post_processor")) && (st = parse_post(L, h, o))) return st;
     static const char gpt2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
     if ((st = compile_re(L, gpt2, sizeof gpt2 - 1, 0, "ByteLevel", &h->bl_re))) return st;
+    if ((st = compile_re(L, WORD_CLASS, sizeof WORD_CLASS - 1, 0, "word class", &h->word_re))) return st;
     bytelevel_tables(h);
     return KVQ_OK;
 }
@@ -549,7 +586,7 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
 kvq_status tk_hf_open(const char *path, const char *data, size_t n, kvq_tokenizer *t, kvq_err *err) {
     ld L = {path, err};
     json_error_t je;
-    json_t *root = json_loadb(data, n, 0, &je);
+    json_t *root = json_loadb(data, n, JSON_ALLOW_NUL, &je);
     if (!root)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: not valid JSON: line %d column %d: %s", path, je.line,
                            je.column, je.text);
