@@ -9,6 +9,7 @@
 
 #include "formats/error.h"
 #include "libconv/model.h"
+#include "libconv/tokenizer.h"
 
 typedef enum {
     KVQ_SCORE_ALL_BUT_FIRST = 0, // every target but each window's first token (the cards)
@@ -72,5 +73,17 @@ kvq_status kvq_eval_tokens(kvq_model *a, kvq_model *b, const int32_t *ids, size_
 
 /** −log softmax(logits)[target] with the row's log-sum-exp (double accumulation). */
 double kvq_eval_nll(const float *logits, int vocab, int32_t target, double *lse);
+
+/** Reads a UTF-8 text file, tokenizes it whole with tok (no special tokens added),
+ *  and evaluates it as kvq_eval_tokens does. *n_text_tokens (may be NULL) receives the
+ *  token count before max_tokens. */
+kvq_status kvq_eval_text(kvq_model *a, kvq_model *b, const kvq_tokenizer *tok, const char *path,
+                         const kvq_eval_protocol *p, kvq_eval_cb cb, void *user,
+                         kvq_eval_result *ra, kvq_eval_result *rb, size_t *n_text_tokens,
+                         kvq_err *err);
+
+/** Tokenizes a whole UTF-8 text file (no special tokens): *ids malloc'd, caller frees. */
+kvq_status kvq_eval_tokenize_file(const kvq_tokenizer *tok, const char *path, int32_t **ids,
+                                  size_t *n, kvq_err *err);
 
 #endif

@@ -41,7 +41,8 @@ struct kvq_model {
     float *final_norm;
     layer *L;
     kvq_kvcache *cache;
-    char *tok_path;
+    kvq_msrc *src;        // kept open: a .kvq's tokenizer is extracted to a temp dir it owns
+    const char *tok_path; // borrowed from src
     // activation arena for max_batch tokens
     float *x, *xn, *qkv, *q, *k, *v, *att, *gu, *h;
 };
@@ -234,12 +235,11 @@ kvq_status kvq_model_open(const char *path, const kvq_model_opts *opts, kvq_mode
     }
     kvq_rope_freqs(m->inv_freq, m->rot_dim, &rp);
     if ((r = load(m, s, err))) goto fail;
-    const char *tp = kvq_msrc_tokenizer_path(s);
-    if (tp && !(m->tok_path = strdup(tp))) { r = KVQ_ERR_NOMEM; goto nomem; }
+    m->tok_path = kvq_msrc_tokenizer_path(s);
     if ((r = alloc_arena(m))) goto nomem;
     m->cache = kvq_kvcache_default_new(a->n_layers, a->n_kv_heads, a->head_dim, m->o.max_ctx, m->o.kv_fp16);
     if (!m->cache) { r = KVQ_ERR_NOMEM; goto nomem; }
-    kvq_msrc_close(s);
+    m->src = s;
     *out = m;
     return KVQ_OK;
 nomem:
@@ -263,7 +263,7 @@ void kvq_model_close(kvq_model *m) {
     mat_free(&m->embed);
     free(m->final_norm);
     free(m->inv_freq);
-    free(m->tok_path);
+    kvq_msrc_close(m->src);
     float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h};
     for (int i = 0; i < 9; i++) free(bufs[i]);
     if (m->cache) m->cache->ops->free(m->cache);
@@ -284,6 +284,18 @@ size_t kvq_model_weight_bytes(const kvq_model *m) {
         b += mat_bytes(&L->qkv) + mat_bytes(&L->o) + mat_bytes(&L->gate_up) + mat_bytes(&L->down) + 2 * d * 4;
     }
     return b;
+}
+
+uint64_t kvq_model_stream_weights(const kvq_model *m) {
+    int nt = m->o.n_threads;
+    uint64_t s = kvq_stream_read(m->lm_head.data, mat_bytes(&m->lm_head), nt);
+    for (int l = 0; l < m->a.n_layers; l++) {
+        const layer *L = &m->L[l];
+        s += kvq_stream_read(L->qkv.data, mat_bytes(&L->qkv), nt) + kvq_stream_read(L->o.data, mat_bytes(&L->o), nt) +
+             kvq_stream_read(L->gate_up.data, mat_bytes(&L->gate_up), nt) +
+             kvq_stream_read(L->down.data, mat_bytes(&L->down), nt);
+    }
+    return s;
 }
 
 kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {

@@ -45,6 +45,9 @@ const char *kvq_model_tokenizer_path(const kvq_model *m);
 /** Bytes of weights a decode step streams (matrices as held + norms + the lm_head). */
 size_t kvq_model_weight_bytes(const kvq_model *m);
 void kvq_model_set_threads(kvq_model *m, int n_threads);
+/** Reads every held weight byte once, as a decode step must, with the model's threads;
+ *  @return a checksum. Timing it gives the memory roofline for decode. */
+uint64_t kvq_model_stream_weights(const kvq_model *m);
 
 /** The model's KV cache (borrowed). */
 kvq_kvcache *kvq_model_kvcache(kvq_model *m);

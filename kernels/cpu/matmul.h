@@ -4,6 +4,9 @@
 #ifndef KVQ_KERNELS_MATMUL_H
 #define KVQ_KERNELS_MATMUL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "formats/dtype.h"
 
 /** Plain reference: one dot product per output, in order. w is F32 or BF16. */
@@ -15,5 +18,9 @@ void kvq_matmul_ref(float *y, const float *x, const void *w, kvq_dtype wt, int T
  *  only by summation order. */
 void kvq_matmul(float *y, const float *x, const void *w, kvq_dtype wt, int T, int in, int out,
                 int n_threads);
+
+/** Reads bytes at p once (OpenMP-parallel, vectorized) and returns a checksum so the
+ *  read cannot be optimized away: the memory-roofline probe decode is compared with. */
+uint64_t kvq_stream_read(const void *p, size_t bytes, int n_threads);
 
 #endif
