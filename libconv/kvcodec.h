@@ -160,6 +160,22 @@ kvq_status kvq_kvcache_codec_save(const kvq_kvcache *c, int n_ctx, json_t **sect
 kvq_status kvq_kvcache_codec_load(const json_t *section, const float *blob, size_t blob_floats,
                                   int max_ctx, int shadow, kvq_kvcache **out, kvq_err *err);
 
+// ---- the .kvq container (libconv/kv/kvfile.c) ----
+
+struct kvq_writer;
+struct kvq_file;
+
+/** Converter side: builds the KV section for a model of n_layers × n_kv_heads ×
+ *  head_dim (bits predicted at n_ctx), adds its table blob as entry "kv/tables" and sets
+ *  manifest["kv"] (section + "entry"). @return KVQ_OK. */
+kvq_status kvq_kv_write_section(struct kvq_writer *w, json_t *manifest, const char *spec, int n_layers,
+                                int n_kv_heads, int head_dim, int n_ctx, int window, int boundary,
+                                uint64_t seed, kvq_err *err);
+/** Runtime side: the cache a .kvq declares, or *out = NULL when its manifest has no
+ *  "kv" section (the caller keeps its default cache). @return KVQ_OK. */
+kvq_status kvq_kv_open_from_file(struct kvq_file *f, int max_ctx, int shadow, kvq_kvcache **out,
+                                 kvq_err *err);
+
 // ---- shared helpers used by the codecs (libconv/kv/kvutil.c) ----
 
 /** splitmix64 generator: a value type, no hidden state. */
