@@ -8,9 +8,11 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <cmocka.h>
 
 #include "formats/dtype.h"
+#include "formats/kvqfile.h"
 #include "libconv/kvcodec.h"
 
 enum { L = 3, H = 2, D = 64, T = 80, NQ = 2 };
@@ -270,6 +272,34 @@ static void test_manifest_roundtrip(void **st) {
     }
 }
 
+// Through a real .kvq: the converter's section writer and the runtime's loader.
+static void test_kvq_file_roundtrip(void **st) {
+    const char *path = "tests/out/test_kvcache_codec.kvq";
+    kvq_writer *w = NULL;
+    kvq_err e = {0};
+    mkdir("tests/out", 0755); // ignored by git; may already exist
+    if (kvq_writer_open(path, &w, &e)) fail_msg("%s", e.msg);
+    json_t *man = json_pack("{s:s, s:i}", "format", KVQ_FORMAT_NAME, "format_version", KVQ_FORMAT_VERSION);
+    assert_int_equal(kvq_kv_write_section(w, man, "hqmq:s24:r3:med3", L, H, D, 2048, 2, 1, 99, &e), KVQ_OK);
+    assert_int_equal(kvq_writer_commit(w, man, &e), KVQ_OK);
+    kvq_file *f = NULL;
+    assert_int_equal(kvq_file_open(path, &f, &e), KVQ_OK);
+    kvq_kvcache *a = NULL, *b = NULL;
+    assert_int_equal(kvq_kv_open_from_file(f, T, 0, &a, &e), KVQ_OK);
+    assert_non_null(a);
+    kvq_kvcache_policy p = {2, 1, 99, 0};
+    assert_int_equal(kvq_kvcache_codec_new("hqmq:s24:r3:med3", L, H, D, T, &p, &b, &e), KVQ_OK);
+    fill(a, 0, T), fill(b, 0, T);
+    float x[NQ * D], y[NQ * D];
+    a->ops->attend(a, 2, 1, qq, NQ, T, 1 / sqrtf(D), x);
+    b->ops->attend(b, 2, 1, qq, NQ, T, 1 / sqrtf(D), y);
+    assert_memory_equal(x, y, sizeof x);
+    a->ops->free(a), b->ops->free(b);
+    kvq_file_close(f);
+    json_decref(man);
+    remove(path);
+}
+
 static void test_bad_input(void **st) {
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
@@ -292,6 +322,7 @@ int main(void) {
         cmocka_unit_test(test_bits_accounting),
         cmocka_unit_test(test_shadow_same),
         cmocka_unit_test(test_manifest_roundtrip),
+        cmocka_unit_test(test_kvq_file_roundtrip),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests_name("kvcache_codec", tests, setup, teardown);
