@@ -90,7 +90,7 @@ kvq_status kvq_kvspec_parse(const char *spec, kvq_kvspec *o, kvq_err *err) {
         return KVQ_OK;
     }
     // int, kivi, octopus, turboquant*, qturbo: name:<b>[:options]
-    int maxb = !strcmp(n, "octopus") ? 8 : !strcmp(n, "int") || !strcmp(n, "kivi") ? 8 : 8;
+    int maxb = 8;
     int minb = !strcmp(n, "int") ? 2 : !strcmp(n, "turboquant-prod") ? 2 : 1;
     if (nf < 2 || parse_int(fld[1], minb, maxb, &o->bits))
         return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected %s:<bits> with bits in [%d, %d]", spec,
