@@ -184,8 +184,9 @@ uint64_t kvq_kvrng_u64(kvq_kvrng *r);
 double kvq_kvrng_unif(kvq_kvrng *r);   // [0, 1)
 double kvq_kvrng_normal(kvq_kvrng *r); // N(0, 1), Box-Muller
 
-/** In-place normalized Walsh-Hadamard transform, n a power of two (self-inverse). */
-void kvq_wht(float *x, int n);
+/** In-place orthonormal Walsh-Hadamard transform (kernels/cpu/wht.c's butterfly
+ *  scaled by 1/√n), n a power of two; self-inverse. */
+void kvq_kv_wht(float *x, int n);
 int kvq_is_pow2(int n);
 
 /** Trains a K-level Lloyd-Max quantizer for density pdf on [lo, hi] (unnormalized is

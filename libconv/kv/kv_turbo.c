@@ -85,11 +85,11 @@ static void turbo_rotate(const turbo_st *s, float *x, int d) {
             memcpy(x + i, t, sizeof t);
         }
     for (int i = 0; i < d; i++) x[i] *= s->signs[i];
-    kvq_wht(x, d);
+    kvq_kv_wht(x, d);
 }
 
 static void turbo_unrotate(const turbo_st *s, float *x, int d) {
-    kvq_wht(x, d);
+    kvq_kv_wht(x, d);
     for (int i = 0; i < d; i++) x[i] *= s->signs[i];
     if (s->quat) {
         float cj[4] = {s->quatr[0], -s->quatr[1], -s->quatr[2], -s->quatr[3]};
