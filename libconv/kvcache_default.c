@@ -1,6 +1,6 @@
-// Default fp32/fp16 KV cache (see kvcache_default.h). Layout (n_layers, n_kv_heads,
-// max_ctx, head_dim) for K and for V, so one head's history is contiguous for the
-// attention kernel. attend is safe to call from many threads at once; append is not.
+// Default fp32/fp16 KV cache (see kvcache_default.h). Per (layer, KV head): K stored
+// transposed (head_dim, max_ctx) so scores vectorize over positions, V as (max_ctx,
+// head_dim). attend is safe to call from many threads at once; append is not.
 #include "libconv/kvcache_default.h"
 
 #include <stdint.h>
@@ -28,9 +28,11 @@ static kvq_status kd_append(kvq_kvcache *cc, int layer, int pos, const float *k,
     int hd = cc->head_dim;
     size_t es = kvq_dtype_size(c->dt);
     for (int h = 0; h < cc->n_kv_heads; h++) {
-        size_t o = off(c, layer, h) + (size_t)pos * hd;
-        kvq_dtype_from_f32(c->dt, k + (size_t)h * hd, hd, (uint8_t *)c->k + o * es);
-        kvq_dtype_from_f32(c->dt, v + (size_t)h * hd, hd, (uint8_t *)c->v + o * es);
+        size_t base = off(c, layer, h);
+        for (int i = 0; i < hd; i++) // column pos of the transposed K block
+            kvq_dtype_from_f32(c->dt, k + (size_t)h * hd + i, 1,
+                               (uint8_t *)c->k + (base + (size_t)i * cc->max_ctx + pos) * es);
+        kvq_dtype_from_f32(c->dt, v + (size_t)h * hd, hd, (uint8_t *)c->v + (base + (size_t)pos * hd) * es);
     }
     return KVQ_OK;
 }
@@ -42,8 +44,8 @@ static void kd_attend(kvq_kvcache *cc, int layer, int kv_head, const float *q, i
     size_t es = kvq_dtype_size(c->dt), o = off(c, layer, kv_head) * es;
     float stack[4096], *sc = (size_t)n_q * n_ctx <= 4096 ? stack : malloc(sizeof(float) * n_q * n_ctx);
     KVQ_ASSERT(sc);
-    kvq_attention_gqa(out, q, n_q, (uint8_t *)c->k + o, (uint8_t *)c->v + o, c->dt, n_ctx,
-                      cc->head_dim, scale, sc);
+    kvq_attention_gqa(out, q, n_q, (uint8_t *)c->k + o, cc->max_ctx, (uint8_t *)c->v + o, c->dt,
+                      n_ctx, cc->head_dim, scale, sc);
     if (sc != stack) free(sc);
 }
 

@@ -1,5 +1,5 @@
-// The default KV cache: K and V stored per (layer, KV head) as contiguous (max_ctx,
-// head_dim) arrays of fp32 or fp16, attention by kernels/cpu/attention. It implements
+// The default KV cache: K and V stored per (layer, KV head) in fp32 or fp16 (K
+// transposed, V row per position), attention by kernels/cpu/attention. It implements
 // libconv/kvcache.h; KV codecs provide other implementations of the same ops.
 #ifndef KVQ_KVCACHE_DEFAULT_H
 #define KVQ_KVCACHE_DEFAULT_H

@@ -7,7 +7,7 @@
 #include <string.h>
 
 extern const kvq_kvcodec_vt kvq_kv_fp16_vt, kvq_kv_int_vt, kvq_kv_kivi_vt, kvq_kv_hqmq_vt,
-    kvq_kv_octopus_vt, kvq_kv_turbo_vt, kvq_kv_vgroup_vt;
+    kvq_kv_octopus_vt, kvq_kv_turbo_vt, kvq_kv_hqkv_vt, kvq_kv_vgroup_vt;
 
 static const char *const kv_names[] = {"fp16", "int", "kivi", "hqmq", "octopus",
                                        "turboquant", "turboquant-prod", "qturbo", "hqkv"};
@@ -21,6 +21,7 @@ static const kvq_kvcodec_vt *kv_vt_for(const kvq_kvspec *s, int role) {
     if (!strcmp(n, "octopus")) return role == KVQ_KV_K ? &kvq_kv_octopus_vt : &kvq_kv_vgroup_vt;
     if (!strcmp(n, "turboquant") || !strcmp(n, "turboquant-prod") || !strcmp(n, "qturbo"))
         return &kvq_kv_turbo_vt;
+    if (!strcmp(n, "hqkv")) return &kvq_kv_hqkv_vt;
     return NULL;
 }
 
@@ -89,7 +90,7 @@ kvq_status kvq_kvspec_parse(const char *spec, kvq_kvspec *o, kvq_err *err) {
         return KVQ_OK;
     }
     // int, kivi, octopus, turboquant*, qturbo: name:<b>[:options]
-    int maxb = !strcmp(n, "octopus") ? 8 : !strcmp(n, "int") || !strcmp(n, "kivi") ? 8 : 8;
+    int maxb = 8;
     int minb = !strcmp(n, "int") ? 2 : !strcmp(n, "turboquant-prod") ? 2 : 1;
     if (nf < 2 || parse_int(fld[1], minb, maxb, &o->bits))
         return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected %s:<bits> with bits in [%d, %d]", spec,

@@ -65,6 +65,9 @@ typedef struct {
      *  points at token t's bytes. s[t] = the codec's estimate of <q, k_t>. */
     void (*score)(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int n_tok,
                   float *s);
+    /** Optional (NULL = decode): the vector k̃ of one token with <q, k̃> == score(q, k)
+     *  for every q (the QJL estimators are linear in q). */
+    void (*score_vec)(const kvq_kvcodec *c, const uint8_t *in, float *out);
     /** Predicted bits per element of one group from the formula (variable-length
      *  codecs: at outlier fraction 0). */
     double (*bits_formula)(const kvq_kvcodec *c);
@@ -126,6 +129,9 @@ typedef struct {
     int window;       // the W most recent tokens per (layer, head) kept at fp16
     int boundary;     // 1: K of the first and last layer kept at fp16
     uint64_t seed;    // global seed; states use kvq_kv_seed(seed, layer, head, role)
+    int shadow;       // evaluation speed-up: keep an fp32 copy of each encoded token as
+                      // decoded (K: score_vec) so attend is dense; results are identical,
+                      // memory is not compressed (bits still count the encoded bytes)
 } kvq_kvcache_policy;
 
 /** A kvq_kvcache whose append/attend/truncate/bits_per_element/free run on the codec
@@ -142,6 +148,34 @@ const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *c, int layer, int 
  *  n_ctx tokens (window and boundary included), before anything is stored. */
 double kvq_kvcache_codec_formula_bits(const kvq_kvcache *c, int n_ctx);
 
+/** The .kvq manifest "kv" section of a cache made by kvq_kvcache_codec_new:
+ *  {spec, n_layers, n_kv_heads, head_dim, window, boundary, seed, bits_per_element,
+ *  bytes_per_token (both from the formulas at n_ctx), states: [{layer, head, role,
+ *  params, tables: [{name, offset, count}]}]} (new reference), and one blob holding every
+ *  state's tables as float32 (malloc'd, caller frees; offsets/counts in floats). */
+kvq_status kvq_kvcache_codec_save(const kvq_kvcache *c, int n_ctx, json_t **section, float **blob,
+                                  size_t *blob_floats, kvq_err *err);
+/** Rebuilds a cache from kvq_kvcache_codec_save's section and blob (checked: shape,
+ *  seeds, table names, sizes, offsets). @return KVQ_OK; *out freed by its ops->free. */
+kvq_status kvq_kvcache_codec_load(const json_t *section, const float *blob, size_t blob_floats,
+                                  int max_ctx, int shadow, kvq_kvcache **out, kvq_err *err);
+
+// ---- the .kvq container (libconv/kv/kvfile.c) ----
+
+struct kvq_writer;
+struct kvq_file;
+
+/** Converter side: builds the KV section for a model of n_layers × n_kv_heads ×
+ *  head_dim (bits predicted at n_ctx), adds its table blob as entry "kv/tables" and sets
+ *  manifest["kv"] (section + "entry"). @return KVQ_OK. */
+kvq_status kvq_kv_write_section(struct kvq_writer *w, json_t *manifest, const char *spec, int n_layers,
+                                int n_kv_heads, int head_dim, int n_ctx, int window, int boundary,
+                                uint64_t seed, kvq_err *err);
+/** Runtime side: the cache a .kvq declares, or *out = NULL when its manifest has no
+ *  "kv" section (the caller keeps its default cache). @return KVQ_OK. */
+kvq_status kvq_kv_open_from_file(struct kvq_file *f, int max_ctx, int shadow, kvq_kvcache **out,
+                                 kvq_err *err);
+
 // ---- shared helpers used by the codecs (libconv/kv/kvutil.c) ----
 
 /** splitmix64 generator: a value type, no hidden state. */
@@ -150,8 +184,9 @@ uint64_t kvq_kvrng_u64(kvq_kvrng *r);
 double kvq_kvrng_unif(kvq_kvrng *r);   // [0, 1)
 double kvq_kvrng_normal(kvq_kvrng *r); // N(0, 1), Box-Muller
 
-/** In-place normalized Walsh-Hadamard transform, n a power of two (self-inverse). */
-void kvq_wht(float *x, int n);
+/** In-place orthonormal Walsh-Hadamard transform (kernels/cpu/wht.c's butterfly
+ *  scaled by 1/√n), n a power of two; self-inverse. */
+void kvq_kv_wht(float *x, int n);
 int kvq_is_pow2(int n);
 
 /** Trains a K-level Lloyd-Max quantizer for density pdf on [lo, hi] (unnormalized is

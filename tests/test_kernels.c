@@ -12,6 +12,7 @@
 
 #include "formats/dtype.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/fastexp.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -97,6 +98,18 @@ static void test_softmax(void **st) {
     free(a); free(b);
 }
 
+static void test_fast_expf(void **st) {
+    (void)st;
+    double mx = 0;
+    for (float x = -87.0f; x < 88.0f; x += 0.00731f) {
+        double e = fabs(kvq_fast_expf(x) / exp((double)x) - 1);
+        if (e > mx) mx = e;
+    }
+    assert_true(mx < 3e-7);
+    assert_true(kvq_fast_expf(0.0f) == 1.0f);
+    assert_true(kvq_fast_expf(-1000.0f) == 0.0f);
+}
+
 static void test_swiglu(void **st) {
     (void)st;
     rng_state = 11;
@@ -161,8 +174,13 @@ static void test_attention(void **st) {
         float *q = rnd((size_t)n_q * hd), *K = rnd((size_t)n_ctx * hd), *V = rnd((size_t)n_ctx * hd);
         float *a = malloc(sizeof(float) * n_q * hd), *b = malloc(sizeof(float) * n_q * hd);
         float *sc = malloc(sizeof(float) * n_q * n_ctx);
+        int ld = n_ctx + 5; // transposed keys with a row stride beyond n_ctx
+        float *Kt = malloc(sizeof(float) * hd * ld);
+        uint16_t *Kth = malloc(2 * (size_t)hd * ld);
+        for (int j = 0; j < n_ctx; j++)
+            for (int i = 0; i < hd; i++) Kt[(size_t)i * ld + j] = K[(size_t)j * hd + i];
         for (int h = 0; h < n_q; h++) kvq_attention_ref(a + h * hd, q + h * hd, K, V, n_ctx, hd, 0.125f);
-        kvq_attention_gqa(b, q, n_q, K, V, KVQ_DTYPE_F32, n_ctx, hd, 0.125f, sc);
+        kvq_attention_gqa(b, q, n_q, Kt, ld, V, KVQ_DTYPE_F32, n_ctx, hd, 0.125f, sc);
         assert_true(rel_err(b, a, (size_t)n_q * hd) < 1e-6);
         // fp16 K/V: the reference on the rounded values
         uint16_t *Kh = malloc((size_t)n_ctx * hd * 2), *Vh = malloc((size_t)n_ctx * hd * 2);
@@ -170,18 +188,20 @@ static void test_attention(void **st) {
         kvq_dtype_from_f32(KVQ_DTYPE_F16, V, (size_t)n_ctx * hd, Vh);
         kvq_dtype_to_f32(KVQ_DTYPE_F16, Kh, (size_t)n_ctx * hd, K);
         kvq_dtype_to_f32(KVQ_DTYPE_F16, Vh, (size_t)n_ctx * hd, V);
+        for (int j = 0; j < n_ctx; j++)
+            for (int i = 0; i < hd; i++) Kth[(size_t)i * ld + j] = Kh[(size_t)j * hd + i];
         for (int h = 0; h < n_q; h++) kvq_attention_ref(a + h * hd, q + h * hd, K, V, n_ctx, hd, 0.125f);
-        kvq_attention_gqa(b, q, n_q, Kh, Vh, KVQ_DTYPE_F16, n_ctx, hd, 0.125f, sc);
+        kvq_attention_gqa(b, q, n_q, Kth, ld, Vh, KVQ_DTYPE_F16, n_ctx, hd, 0.125f, sc);
         assert_true(rel_err(b, a, (size_t)n_q * hd) < 1e-6);
         if (n_ctx == 1) assert_true(rel_err(b, V, hd) < 1e-7); // one position: out = V
-        free(q); free(K); free(V); free(a); free(b); free(sc); free(Kh); free(Vh);
+        free(q); free(K); free(V); free(a); free(b); free(sc); free(Kh); free(Vh); free(Kt); free(Kth);
     }
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_swiglu), cmocka_unit_test(test_rope), cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_swiglu), cmocka_unit_test(test_fast_expf), cmocka_unit_test(test_rope), cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }

@@ -8,9 +8,11 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <cmocka.h>
 
 #include "formats/dtype.h"
+#include "formats/kvqfile.h"
 #include "libconv/kvcodec.h"
 
 enum { L = 3, H = 2, D = 64, T = 80, NQ = 2 };
@@ -35,7 +37,7 @@ static void attend_ref(const float *s_in, const float *v, int n, float scale, fl
 static kvq_kvcache *mkcache(const char *spec, int window, int boundary) {
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
-    kvq_kvcache_policy p = {window, boundary, 42};
+    kvq_kvcache_policy p = {window, boundary, 42, 0};
     if (kvq_kvcache_codec_new(spec, L, H, D, T, &p, &c, &e)) fail_msg("%s: %s", spec, e.msg);
     return c;
 }
@@ -106,7 +108,8 @@ static void expected(const char *spec, int window, int boundary, int l, int h, i
 }
 
 static const char *specs[] = {"fp16", "int:4", "kivi:2", "hqmq:s48:r4", "octopus:3", "octopus:2:qjl",
-                              "turboquant:3", "turboquant-prod:3", "qturbo:2"};
+                              "turboquant:3", "turboquant-prod:3", "qturbo:2", "hqkv:e8:3:rot=signs:dither",
+                              "hqkv:d4:2:rot=qjl"};
 
 static void test_matches_standalone_codec(void **st) {
     int windows[] = {0, 5};
@@ -122,6 +125,8 @@ static void test_matches_standalone_codec(void **st) {
                             // KIVI: truncating inside a key group re-rings its tokens decoded
                             // (lossy), so only the full context is compared
                             if (!strncmp(specs[si], "kivi", 4) && ns[k] < T) continue;
+                            // the dither counter is running state: re-appended tokens draw new dithers
+                            if (strstr(specs[si], "dither") && ns[k] < T) continue;
                             // tokens encoded before a truncate stay encoded (docs/KV.md): with
                             // a window the expected split differs, so W > 0 compares full context
                             if (windows[wi] > 0 && ns[k] < T) continue;
@@ -204,10 +209,101 @@ static void test_bits_accounting(void **st) {
     c->ops->free(c);
 }
 
+// The evaluation shadow (decoded fp32 copy) gives the same attention as the codec path.
+static void test_shadow_same(void **st) {
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        kvq_kvcache *a = mkcache(specs[si], 3, 1), *b = NULL;
+        kvq_kvcache_policy p = {3, 1, 42, 1};
+        assert_int_equal(kvq_kvcache_codec_new(specs[si], L, H, D, T, &p, &b, NULL), KVQ_OK);
+        fill(a, 0, T), fill(b, 0, T);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                float x[NQ * D], y[NQ * D];
+                a->ops->attend(a, l, h, qq, NQ, T, 1 / sqrtf(D), x);
+                b->ops->attend(b, l, h, qq, NQ, T, 1 / sqrtf(D), y);
+                for (int j = 0; j < NQ * D; j++) assert_true(fabsf(x[j] - y[j]) < 1e-4f);
+            }
+        assert_true(a->ops->bits_per_element(a) == b->ops->bits_per_element(b));
+        a->ops->free(a), b->ops->free(b);
+    }
+}
+
+// Manifest section round trip: a loaded cache attends exactly like the saved one; a
+// blob too short is refused with a message.
+static void test_manifest_roundtrip(void **st) {
+    const char *sp[] = {"octopus:3", "hqmq:s48:r4:med3", "turboquant-prod:2", "kivi:2", "hqkv:e8:3:rot=signs:dither"};
+    for (size_t si = 0; si < sizeof sp / sizeof *sp; si++) {
+        kvq_kvcache *a = mkcache(sp[si], 4, 1), *b = NULL;
+        json_t *sec;
+        float *blob;
+        size_t nf;
+        kvq_err e = {0};
+        assert_int_equal(kvq_kvcache_codec_save(a, T, &sec, &blob, &nf, &e), KVQ_OK);
+        char *js = json_dumps(sec, JSON_COMPACT);
+        json_t *sec2 = json_loads(js, 0, NULL);
+        assert_int_equal(kvq_kvcache_codec_load(sec2, blob, nf, T, 0, &b, &e), KVQ_OK);
+        fill(a, 0, T), fill(b, 0, T);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                float x[NQ * D], y[NQ * D];
+                a->ops->attend(a, l, h, qq, NQ, T, 1 / sqrtf(D), x);
+                b->ops->attend(b, l, h, qq, NQ, T, 1 / sqrtf(D), y);
+                assert_memory_equal(x, y, sizeof x);
+            }
+        kvq_kvcache *bad = NULL;
+        if (nf > 0) { // the stored tables are what the loaded cache uses
+            float *pert = malloc(sizeof(float) * nf);
+            for (size_t k = 0; k < nf; k++) pert[k] = blob[k] * 0.9f;
+            assert_int_equal(kvq_kvcache_codec_load(sec2, pert, nf, T, 0, &bad, &e), KVQ_OK);
+            fill(bad, 0, T);
+            float x[NQ * D], y[NQ * D];
+            a->ops->attend(a, 1, 0, qq, NQ, T, 1 / sqrtf(D), x);
+            bad->ops->attend(bad, 1, 0, qq, NQ, T, 1 / sqrtf(D), y);
+            assert_true(memcmp(x, y, sizeof x) != 0);
+            bad->ops->free(bad), bad = NULL, free(pert);
+        }
+        if (nf > 0) {
+            assert_int_equal(kvq_kvcache_codec_load(sec2, blob, nf - 1, T, 0, &bad, &e), KVQ_ERR_FORMAT);
+            assert_non_null(strstr(e.msg, "blob"));
+            assert_null(bad);
+        }
+        free(js), free(blob), json_decref(sec), json_decref(sec2);
+        a->ops->free(a), b->ops->free(b);
+    }
+}
+
+// Through a real .kvq: the converter's section writer and the runtime's loader.
+static void test_kvq_file_roundtrip(void **st) {
+    const char *path = "tests/out/test_kvcache_codec.kvq";
+    kvq_writer *w = NULL;
+    kvq_err e = {0};
+    mkdir("tests/out", 0755); // ignored by git; may already exist
+    if (kvq_writer_open(path, &w, &e)) fail_msg("%s", e.msg);
+    json_t *man = json_pack("{s:s, s:i}", "format", KVQ_FORMAT_NAME, "format_version", KVQ_FORMAT_VERSION);
+    assert_int_equal(kvq_kv_write_section(w, man, "hqmq:s24:r3:med3", L, H, D, 2048, 2, 1, 99, &e), KVQ_OK);
+    assert_int_equal(kvq_writer_commit(w, man, &e), KVQ_OK);
+    kvq_file *f = NULL;
+    assert_int_equal(kvq_file_open(path, &f, &e), KVQ_OK);
+    kvq_kvcache *a = NULL, *b = NULL;
+    assert_int_equal(kvq_kv_open_from_file(f, T, 0, &a, &e), KVQ_OK);
+    assert_non_null(a);
+    kvq_kvcache_policy p = {2, 1, 99, 0};
+    assert_int_equal(kvq_kvcache_codec_new("hqmq:s24:r3:med3", L, H, D, T, &p, &b, &e), KVQ_OK);
+    fill(a, 0, T), fill(b, 0, T);
+    float x[NQ * D], y[NQ * D];
+    a->ops->attend(a, 2, 1, qq, NQ, T, 1 / sqrtf(D), x);
+    b->ops->attend(b, 2, 1, qq, NQ, T, 1 / sqrtf(D), y);
+    assert_memory_equal(x, y, sizeof x);
+    a->ops->free(a), b->ops->free(b);
+    kvq_file_close(f);
+    json_decref(man);
+    remove(path);
+}
+
 static void test_bad_input(void **st) {
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
-    kvq_kvcache_policy p = {0, 0, 1};
+    kvq_kvcache_policy p = {0, 0, 1, 0};
     assert_int_equal(kvq_kvcache_codec_new("octopus:9", L, H, D, T, &p, &c, &e), KVQ_ERR_ARG);
     assert_null(c);
     assert_int_equal(kvq_kvcache_codec_new("octopus:3", L, H, 48, T, &p, &c, &e), KVQ_ERR_UNSUPPORTED);
@@ -224,6 +320,9 @@ int main(void) {
         cmocka_unit_test(test_matches_standalone_codec),
         cmocka_unit_test(test_vs_exact),
         cmocka_unit_test(test_bits_accounting),
+        cmocka_unit_test(test_shadow_same),
+        cmocka_unit_test(test_manifest_roundtrip),
+        cmocka_unit_test(test_kvq_file_roundtrip),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests_name("kvcache_codec", tests, setup, teardown);

@@ -19,6 +19,8 @@
 #include "libconv/eval.h"
 #include "libconv/kvcache_default.h"
 #include "libconv/model.h"
+#include "libconv/sample.h"
+#include "libconv/tokenizer.h"
 
 #define TINY "tests/models/kvq-tiny-llama"
 
@@ -52,6 +54,8 @@ static kvq_model *open_model(const char *dir, kvq_weight_store st, int kv_fp16) 
     o.store = st;
     o.kv_fp16 = kv_fp16;
     o.max_ctx = 1024;
+    o.n_threads = 1; // spinning OpenMP workers cost more than they give on a shared 2-core box;
+                     // test_prefill_equals_decode runs with 2 threads
     kvq_model *m = NULL;
     kvq_err e = {0};
     if (kvq_model_open(dir, &o, &m, &e)) fail_msg("%s", e.msg);
@@ -155,6 +159,7 @@ static void test_prefill_equals_decode(void **st) {
     int32_t *ids = slurp(TINY "/reference/tokens_i32.bin", &nt);
     assert_non_null(ids);
     kvq_model *m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0);
+    kvq_model_set_threads(m, 2);
     int T = (int)(nt / 4), V = kvq_model_arch(m)->vocab_size;
     float *a = malloc(sizeof(float) * T * V), *b = malloc(sizeof(float) * T * V);
     kvq_err e = {0};
@@ -241,6 +246,90 @@ static void test_eval_ppl(void **st) {
     free(ids); free(ref);
 }
 
+// Text path end to end: a slice of the held-out text, tokenized by kvq's tokenizer,
+// evaluated in one 64-token window, gives the perplexity computed from HF's logits
+// for the reference tokens (whose ids must be the slice's first 64).
+static void test_eval_text_slice(void **st) {
+    (void)st;
+    char text[512];
+    snprintf(text, sizeof text, "%s/data/heldout-books.txt", shared());
+    size_t n;
+    char *buf = slurp(text, &n);
+    if (!buf) { printf("  skip: %s not found (set KVQ_SHARED)\n", text); skip(); }
+    char slice[] = "/tmp/kvq-rt-slice-XXXXXX";
+    int fd = mkstemp(slice);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, 8192), 8192);
+    close(fd);
+    free(buf);
+    size_t nt, nl;
+    int32_t *ref_ids = slurp(TINY "/reference/tokens_i32.bin", &nt);
+    float *ref = slurp(TINY "/reference/logits_f32.bin", &nl);
+    int T = (int)(nt / 4), V = (int)(nl / 4 / T);
+    double nll = 0;
+    for (int j = 1; j < T; j++) nll += kvq_eval_nll(ref + (size_t)(j - 1) * V, V, ref_ids[j], NULL);
+    kvq_model *m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0);
+    kvq_tokenizer *tok;
+    kvq_err e = {0};
+    if (kvq_tok_open(kvq_model_tokenizer_path(m), &tok, &e)) fail_msg("%s", e.msg);
+    int32_t *ids;
+    size_t nids;
+    assert_int_equal(kvq_eval_tokenize_file(tok, slice, &ids, &nids, &e), KVQ_OK);
+    assert_true(nids > (size_t)T);
+    assert_memory_equal(ids, ref_ids, sizeof(int32_t) * T);
+    kvq_eval_protocol p = kvq_eval_protocol_card();
+    p.ctx = T;
+    p.max_tokens = T;
+    kvq_eval_result r;
+    size_t ntext;
+    assert_int_equal(kvq_eval_text(m, NULL, tok, slice, &p, NULL, NULL, &r, NULL, &ntext, &e), KVQ_OK);
+    assert_int_equal(ntext, nids);
+    assert_int_equal(r.n_scored, T - 1);
+    printf("  heldout slice ppl %.6f, from HF logits %.6f\n", r.ppl, exp(nll / (T - 1)));
+    assert_true(fabs(r.ppl / exp(nll / (T - 1)) - 1) < 1e-4);
+    // the whole slice under the card protocol at ctx 512 scores 511 per full window
+    p = kvq_eval_protocol_card();
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, nids, &p, NULL, NULL, &r, NULL, &e), KVQ_OK);
+    assert_int_equal(r.n_scored, (nids / 512) * 511);
+    assert_true(r.ppl > 5 && r.ppl < 200);
+    unlink(slice);
+    free(ids); free(ref_ids); free(ref);
+    kvq_tok_close(tok);
+    kvq_model_close(m);
+}
+
+// stories260K greedy from BOS, as llama2.c's run.c prints it.
+static void test_stories_greedy(void **st) {
+    (void)st;
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/stories260K/stories260K.bin", shared());
+    FILE *f = fopen(path, "rb");
+    if (!f) { printf("  skip: %s not found (set KVQ_SHARED)\n", path); skip(); }
+    fclose(f);
+    kvq_model *m = open_model(path, KVQ_WEIGHTS_AUTO, 0);
+    kvq_tokenizer *tok;
+    kvq_err e = {0};
+    assert_non_null(kvq_model_tokenizer_path(m));
+    if (kvq_tok_open(kvq_model_tokenizer_path(m), &tok, &e)) fail_msg("%s", e.msg);
+    int V = kvq_model_arch(m)->vocab_size;
+    float *lg = malloc(sizeof(float) * V);
+    int32_t ids[64] = {kvq_tok_bos(tok)};
+    assert_true(ids[0] >= 0);
+    for (int i = 0; i < 40; i++) {
+        assert_int_equal(kvq_model_forward(m, ids + i, 1, i, lg, 0, &e), KVQ_OK);
+        ids[i + 1] = kvq_sample_argmax(lg, V);
+    }
+    char *text;
+    assert_int_equal(kvq_tok_decode(tok, ids, 41, 1, &text, &e), KVQ_OK);
+    printf("  %s\n", text);
+    const char *want = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+    assert_non_null(strstr(text, want));
+    free(text);
+    free(lg);
+    kvq_tok_close(tok);
+    kvq_model_close(m);
+}
+
 static void test_bad_input(void **st) {
     (void)st;
     kvq_model *m = NULL;
@@ -264,7 +353,8 @@ int main(void) {
         cmocka_unit_test(test_bundled_tiny),          cmocka_unit_test(test_oracle),
         cmocka_unit_test(test_shared_models),         cmocka_unit_test(test_prefill_equals_decode),
         cmocka_unit_test(test_eval_ppl),              cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_kvq_file),
+        cmocka_unit_test(test_kvq_file),              cmocka_unit_test(test_eval_text_slice),
+        cmocka_unit_test(test_stories_greedy),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
 }

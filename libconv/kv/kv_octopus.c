@@ -131,7 +131,7 @@ static kvq_status oct_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n,
     g = sqrt(g);
     float inv = g > 1e-30 ? (float)(1.0 / g) : 0.0f;
     for (int i = 0; i < d; i++) u[i] = x[i] * inv * s->s1[i];
-    kvq_wht(u, d);
+    kvq_kv_wht(u, d);
     for (int i = d; i < 3 * s->ntri; i++) u[i] = 0;
     float gf = (float)g;
     memcpy(o, &gf, 4);
@@ -175,7 +175,7 @@ static kvq_status oct_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n,
             uh[i] *= s->s2[i];
         }
         put16(p2, (float)sqrt(rn));
-        kvq_wht(uh, d);
+        kvq_kv_wht(uh, d);
         kvq_bitw w2 = {p2 + 2, 0};
         for (int i = 0; i < d; i++) kvq_bitw_put(&w2, uh[i] >= 0, 1);
     }
@@ -200,7 +200,26 @@ static void oct_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *ou
     float uh[4096 + 3], g;
     memcpy(&g, in, 4);
     oct_uhat(s, in, uh);
-    kvq_wht(uh, d);
+    kvq_kv_wht(uh, d);
+    for (int i = 0; i < d; i++) out[i] = g * s->s1[i] * uh[i];
+}
+
+// û + sqrt(π/(2d)) γ_r R'ᵀσ in the rotated frame, then unrotated: <q, k̃> = score
+static void oct_score_vec(const kvq_kvcodec *c, const uint8_t *in, float *out) {
+    const oct_st *s = c->st;
+    int d = c->d;
+    float uh[4096 + 3], sg[4096], g;
+    memcpy(&g, in, 4);
+    oct_uhat(s, in, uh);
+    if (s->qjl) {
+        const uint8_t *p2 = in + 4 + oct_idx_bytes(c);
+        kvq_bitr r2 = {p2 + 2, 0};
+        float k = sqrtf((float)M_PI / (2.0f * d)) * get16(p2);
+        for (int i = 0; i < d; i++) sg[i] = kvq_bitr_get(&r2, 1) ? k : -k;
+        kvq_kv_wht(sg, d); // R'ᵀσ = diag(s2) H σ
+        for (int i = 0; i < d; i++) uh[i] += s->s2[i] * sg[i];
+    }
+    kvq_kv_wht(uh, d);
     for (int i = 0; i < d; i++) out[i] = g * s->s1[i] * uh[i];
 }
 
@@ -210,11 +229,11 @@ static void oct_score(const kvq_kvcodec *c, const float *q, const uint8_t *const
     int d = c->d;
     float qr[4096 + 3], q2[4096];
     for (int i = 0; i < d; i++) qr[i] = q[i] * s->s1[i];
-    kvq_wht(qr, d);
+    kvq_kv_wht(qr, d);
     for (int i = d; i < 3 * s->ntri; i++) qr[i] = 0;
     if (s->qjl) {
         for (int i = 0; i < d; i++) q2[i] = qr[i] * s->s2[i];
-        kvq_wht(q2, d);
+        kvq_kv_wht(q2, d);
     }
     const float kq = sqrtf((float)M_PI / (2.0f * d));
     for (int t = 0; t < nt; t++) {
@@ -253,5 +272,5 @@ static int oct_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
 
 const kvq_kvcodec_vt kvq_kv_octopus_vt = {.name = "octopus", .init = oct_init, .free = oct_free,
                                            .max_bytes = oct_max, .encode = oct_enc, .decode = oct_dec,
-                                           .score = oct_score, .bits_formula = oct_bits,
+                                           .score = oct_score, .score_vec = oct_score_vec, .bits_formula = oct_bits,
                                            .tables = oct_tables, .refresh = oct_refresh};

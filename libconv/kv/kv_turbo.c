@@ -85,11 +85,11 @@ static void turbo_rotate(const turbo_st *s, float *x, int d) {
             memcpy(x + i, t, sizeof t);
         }
     for (int i = 0; i < d; i++) x[i] *= s->signs[i];
-    kvq_wht(x, d);
+    kvq_kv_wht(x, d);
 }
 
 static void turbo_unrotate(const turbo_st *s, float *x, int d) {
-    kvq_wht(x, d);
+    kvq_kv_wht(x, d);
     for (int i = 0; i < d; i++) x[i] *= s->signs[i];
     if (s->quat) {
         float cj[4] = {s->quatr[0], -s->quatr[1], -s->quatr[2], -s->quatr[3]};
@@ -152,6 +152,27 @@ static void turbo_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *
     for (int i = 0; i < d; i++) out[i] *= g;
 }
 
+// û + sqrt(π/2)/d · γ_r · Sᵀσ in the rotated frame, unrotated and scaled: <q, k̃> = score
+static void turbo_score_vec(const kvq_kvcodec *c, const uint8_t *in, float *out) {
+    const turbo_st *s = c->st;
+    int d = c->d;
+    float g = get16(in);
+    kvq_bitr r = {in + 2, 0};
+    for (int i = 0; i < d; i++) out[i] = s->cb[kvq_bitr_get(&r, s->bm)];
+    if (s->prod) {
+        const uint8_t *p2 = in + 2 + ((size_t)d * s->bm + 7) / 8;
+        float k = (float)(sqrt(M_PI / 2.0) / d) * get16(p2);
+        kvq_bitr r2 = {p2 + 2, 0};
+        for (int j = 0; j < d; j++) {
+            float sg = kvq_bitr_get(&r2, 1) ? k : -k;
+            const float *Sj = s->S + (size_t)j * d;
+            for (int i = 0; i < d; i++) out[i] += sg * Sj[i];
+        }
+    }
+    turbo_unrotate(s, out, d);
+    for (int i = 0; i < d; i++) out[i] *= g;
+}
+
 // <q, k>: γ <R q, û> plus, for prod, γ · sqrt(π/2)/d · γ_r · <S R q, σ>
 static void turbo_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int nt,
                         float *sc) {
@@ -199,5 +220,5 @@ static int turbo_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
 
 const kvq_kvcodec_vt kvq_kv_turbo_vt = {.name = "turboquant", .init = turbo_init, .free = turbo_free,
                                          .max_bytes = turbo_max, .encode = turbo_enc, .decode = turbo_dec,
-                                         .score = turbo_score, .bits_formula = turbo_bits,
+                                         .score = turbo_score, .score_vec = turbo_score_vec, .bits_formula = turbo_bits,
                                          .tables = turbo_tables};

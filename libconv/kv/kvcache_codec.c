@@ -15,6 +15,7 @@ typedef struct {
     uint32_t *len;     // (max_groups) bytes used by each group
     size_t stride;
     uint16_t *ring;    // (cap, d) fp16 tokens at positions [n_enc, n_tok), slot pos % cap
+    float *shadow;     // (max_ctx, d) decoded tokens [0, n_enc) when policy.shadow
     int n_enc;         // encoded prefix, a multiple of codec->group
 } kv_slot;
 
@@ -52,6 +53,12 @@ static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
         kvq_status st = s->codec->vt->encode(s->codec, buf, s->store + (size_t)gi * s->stride, &n, NULL);
         if (st) return st;
         s->len[gi] = (uint32_t)n;
+        if (s->shadow) {
+            float *sh = s->shadow + (size_t)s->n_enc * d;
+            const uint8_t *p = s->store + (size_t)gi * s->stride;
+            if (s->codec->role == KVQ_KV_K && s->codec->vt->score_vec && g == 1) s->codec->vt->score_vec(s->codec, p, sh);
+            else s->codec->vt->decode(s->codec, p, n, sh);
+        }
         s->n_enc += g;
     }
     return KVQ_OK;
@@ -106,6 +113,11 @@ static kvq_status kvc_append(kvq_kvcache *base, int layer, int pos, const float 
 static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out) {
     int d = c->base.head_dim, g = s->codec->group;
     int ne = s->n_enc < n ? s->n_enc : n;
+    if (s->shadow) {
+        memcpy(out, s->shadow, sizeof(float) * ne * d);
+        for (int t = ne; t < n; t++) ring_get(c, s, t, out + (size_t)t * d);
+        return;
+    }
     float *tmp = g > 1 ? malloc(sizeof(float) * g * d) : NULL;
     for (int gi = 0; gi * g < ne; gi++) {
         const uint8_t *p = s->store + (size_t)gi * s->stride;
@@ -128,7 +140,7 @@ static void kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, i
     float *sc = malloc(sizeof(float) * (size_t)n_q * n_ctx);
     float *vv = malloc(sizeof(float) * (size_t)n_ctx * d);
     int ne = sk->n_enc < n_ctx ? sk->n_enc : n_ctx;
-    int use_score = sk->codec->vt->score && sk->codec->group == 1 && ne > 0;
+    int use_score = !sk->shadow && sk->codec->vt->score && sk->codec->group == 1 && ne > 0;
     float *kk = malloc(sizeof(float) * (size_t)n_ctx * d);
     KVQ_ASSERT(sc && vv && kk);
     if (use_score) {
@@ -205,7 +217,7 @@ static void kvc_free(kvq_kvcache *base) {
     if (c->slot)
         for (size_t i = 0; i < (size_t)base->n_layers * base->n_kv_heads * 2; i++) {
             kvq_kvcodec_free(c->slot[i].codec);
-            free(c->slot[i].store), free(c->slot[i].len), free(c->slot[i].ring);
+            free(c->slot[i].store), free(c->slot[i].len), free(c->slot[i].ring), free(c->slot[i].shadow);
         }
     free(c->slot), free(c->n_tok), free(c);
 }
@@ -261,11 +273,127 @@ kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads,
         s->store = malloc(s->stride * ng);
         s->len = calloc(ng, sizeof(uint32_t));
         s->ring = malloc(sizeof(uint16_t) * c->cap * head_dim);
-        if (!s->store || !s->len || !s->ring) {
+        if (pol->shadow) s->shadow = malloc(sizeof(float) * (size_t)ng * s->codec->group * head_dim);
+        if (!s->store || !s->len || !s->ring || (pol->shadow && !s->shadow)) {
             kvc_free(&c->base);
             return kvq_err_set(err, KVQ_ERR_NOMEM, "kv cache '%s': out of memory for %d tokens", spec, max_ctx);
         }
     }
     *out = &c->base;
+    return KVQ_OK;
+}
+
+// ---- manifest section ----
+
+kvq_status kvq_kvcache_codec_save(const kvq_kvcache *base, int n_ctx, json_t **section, float **blob,
+                                  size_t *blob_floats, kvq_err *err) {
+    *section = NULL, *blob = NULL, *blob_floats = 0;
+    if (base->ops != &kvc_ops) return kvq_err_set(err, KVQ_ERR_ARG, "kv save: not a codec cache");
+    const kvc *c = (const kvc *)base;
+    char spec[128], seed[32];
+    kvq_kvspec_format(&c->spec, spec, sizeof spec);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->pol.seed);
+    double bits = kvq_kvcache_codec_formula_bits(base, n_ctx);
+    json_t *states = json_array(), *sec = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f}", "spec", spec,
+                                                    "n_layers", base->n_layers, "n_kv_heads", base->n_kv_heads,
+                                                    "head_dim", base->head_dim, "window", c->pol.window, "boundary",
+                                                    c->pol.boundary, "seed", seed, "bits_per_element", bits,
+                                                    "bytes_per_token", bits * 2 * base->n_layers * base->n_kv_heads * base->head_dim / 8);
+    size_t total = 0;
+    for (size_t i = 0; i < (size_t)base->n_layers * base->n_kv_heads * 2; i++) {
+        kvq_kvtable t[8];
+        int nt = c->slot[i].codec->vt->tables ? c->slot[i].codec->vt->tables(c->slot[i].codec, t) : 0;
+        for (int k = 0; k < nt; k++) total += t[k].count;
+    }
+    float *b = malloc(sizeof(float) * (total ? total : 1));
+    if (!states || !sec || !b) {
+        json_decref(states), json_decref(sec), free(b);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "kv save: out of memory");
+    }
+    size_t off = 0;
+    for (int l = 0; l < base->n_layers; l++)
+        for (int h = 0; h < base->n_kv_heads; h++)
+            for (int r = 0; r < 2; r++) {
+                const kvq_kvcodec *cd = slot_at(c, l, h, r)->codec;
+                json_t *params;
+                kvq_blob dummy[8];
+                int nb = 0;
+                kvq_status st = kvq_kvcodec_save(cd, &params, dummy, 8, &nb, err);
+                if (st) { json_decref(states), json_decref(sec), free(b); return st; }
+                for (int k = 0; k < nb; k++) free(dummy[k].data);
+                kvq_kvtable t[8];
+                int nt = cd->vt->tables ? cd->vt->tables(cd, t) : 0;
+                json_t *tj = json_array();
+                for (int k = 0; k < nt; k++) {
+                    memcpy(b + off, t[k].data, sizeof(float) * t[k].count);
+                    json_array_append_new(tj, json_pack("{s:s, s:I, s:I}", "name", t[k].name, "offset", (json_int_t)off,
+                                                        "count", (json_int_t)t[k].count));
+                    off += t[k].count;
+                }
+                json_array_append_new(states, json_pack("{s:i, s:i, s:s, s:o, s:o}", "layer", l, "head", h, "role",
+                                                        r ? "V" : "K", "params", params, "tables", tj));
+            }
+    json_object_set_new(sec, "states", states);
+    *section = sec, *blob = b, *blob_floats = total;
+    return KVQ_OK;
+}
+
+kvq_status kvq_kvcache_codec_load(const json_t *sec, const float *blob, size_t nf, int max_ctx, int shadow,
+                                  kvq_kvcache **out, kvq_err *err) {
+    *out = NULL;
+    const char *spec, *seed;
+    int L, H, D, W, B;
+    json_t *states;
+    if (json_unpack((json_t *)sec, "{s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:o}", "spec", &spec, "n_layers", &L, "n_kv_heads",
+                    &H, "head_dim", &D, "window", &W, "boundary", &B, "seed", &seed, "states", &states) ||
+        !json_is_array(states))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: missing spec/shape/window/boundary/seed/states");
+    char *e;
+    unsigned long long sd = strtoull(seed, &e, 10);
+    if (*e) return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: bad seed '%s'", seed);
+    kvq_kvcache_policy pol = {W, B, sd, shadow};
+    kvq_kvcache *cache;
+    kvq_status st = kvq_kvcache_codec_new(spec, L, H, D, max_ctx, &pol, &cache, err);
+    if (st) return st;
+    kvc *c = (kvc *)cache;
+    if (json_array_size(states) != (size_t)L * H * 2) {
+        cache->ops->free(cache);
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: %zu states, expected %d", json_array_size(states), L * H * 2);
+    }
+    size_t i;
+    json_t *sj;
+    json_array_foreach(states, i, sj) {
+        int l, h;
+        const char *role, *pseed;
+        json_t *tj, *params;
+        if (json_unpack(sj, "{s:i, s:i, s:s, s:o, s:o}", "layer", &l, "head", &h, "role", &role, "params", &params, "tables", &tj) ||
+            l < 0 || l >= L || h < 0 || h >= H || json_unpack(params, "{s:s}", "seed", &pseed)) {
+            cache->ops->free(cache);
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state %zu: bad layer/head/role/params", i);
+        }
+        kvq_kvcodec *cd = slot_at(c, l, h, strcmp(role, "V") ? 0 : 1)->codec;
+        if (strtoull(pseed, NULL, 10) != cd->seed) {
+            cache->ops->free(cache);
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: seed %s does not match the section seed", l, h, role, pseed);
+        }
+        kvq_kvtable t[8];
+        int nt = cd->vt->tables ? cd->vt->tables(cd, t) : 0;
+        if ((int)json_array_size(tj) != nt) {
+            cache->ops->free(cache);
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: %zu tables, expected %d", l, h, role, json_array_size(tj), nt);
+        }
+        for (int k = 0; k < nt; k++) {
+            const char *name;
+            json_int_t off, cnt;
+            if (json_unpack(json_array_get(tj, k), "{s:s, s:I, s:I}", "name", &name, "offset", &off, "count", &cnt) ||
+                strcmp(name, t[k].name) || cnt != (json_int_t)t[k].count || off < 0 || (size_t)off > nf || (size_t)cnt > nf - (size_t)off) {
+                cache->ops->free(cache);
+                return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: table %d ('%s') does not match the codec or lies outside the %zu-float blob", l, h, role, k, t[k].name, nf);
+            }
+            memcpy(t[k].data, blob + off, sizeof(float) * cnt);
+        }
+        if (cd->vt->refresh) cd->vt->refresh(cd);
+    }
+    *out = cache;
     return KVQ_OK;
 }

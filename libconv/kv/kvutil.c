@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/wht.h"
 #include "libconv/kvcodec.h"
 
 uint64_t kvq_kvrng_u64(kvq_kvrng *r) {
@@ -23,14 +24,8 @@ double kvq_kvrng_normal(kvq_kvrng *r) {
 
 int kvq_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
-void kvq_wht(float *x, int n) {
-    for (int h = 1; h < n; h <<= 1)
-        for (int i = 0; i < n; i += h << 1)
-            for (int j = i; j < i + h; j++) {
-                float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
+void kvq_kv_wht(float *x, int n) {
+    kvq_wht(x, n); // kernels/cpu/wht.c: unnormalized butterfly
     float s = 1.0f / sqrtf((float)n);
     for (int i = 0; i < n; i++) x[i] *= s;
 }
