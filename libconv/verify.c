@@ -254,31 +254,37 @@ static kvq_status read_text(const char *path, char **text, size_t *n, char hex[6
     return KVQ_OK;
 }
 
-// The KV codec to measure: --kv, else the manifest's "kv" section.
-static void kv_choice(const kvq_verify_opts *o, const json_t *man, char *spec, size_t cap, kvq_kvcache_policy *pol) {
-    spec[0] = 0;
+// The KV codec to measure: --kv, else the manifest's "kv" section (its stored states,
+// rebuilt by kvq_kv_open_from_file as the runtime does). Returns 1 when from the file.
+static int kv_choice(const kvq_verify_opts *o, const json_t *man, kvq_verify_report *rep, kvq_kvcache_policy *pol) {
+    rep->kv_spec[0] = 0;
     memset(pol, 0, sizeof *pol);
-    if (o->no_kv) return;
+    pol->shadow = 1; // dense fp32 copy of what the codec decodes: same results, faster attend
+    if (o->no_kv) return 0;
     if (o->kv_spec) {
-        snprintf(spec, cap, "%s", o->kv_spec);
-        *pol = o->kv_policy;
-        return;
+        snprintf(rep->kv_spec, sizeof rep->kv_spec, "%s", o->kv_spec);
+        pol->window = o->kv_policy.window;
+        pol->boundary = o->kv_policy.boundary;
+        pol->seed = o->kv_policy.seed;
+        rep->kv_window = pol->window;
+        rep->kv_boundary = pol->boundary;
+        snprintf(rep->kv_from, sizeof rep->kv_from, "command line");
+        return 0;
     }
     const json_t *kv = json_object_get(man, "kv");
-    const char *s = json_string_value(json_object_get(kv, "spec"));
-    if (!s) return;
-    snprintf(spec, cap, "%s", s);
-    const json_t *v;
-    if (json_is_integer(v = json_object_get(kv, "window"))) pol->window = (int)json_integer_value(v);
-    v = json_object_get(kv, "boundary");
-    pol->boundary = json_is_true(v) || (json_is_integer(v) && json_integer_value(v) != 0);
-    v = json_object_get(kv, "seed");
-    if (json_is_integer(v)) pol->seed = (uint64_t)json_integer_value(v);
-    else if (json_is_string(v)) pol->seed = strtoull(json_string_value(v), NULL, 16);
+    const char *spec = json_string_value(json_object_get(kv, "spec"));
+    if (!spec) return 0;
+    snprintf(rep->kv_spec, sizeof rep->kv_spec, "%s", spec);
+    rep->kv_window = (int)json_integer_value(json_object_get(kv, "window"));
+    const json_t *b = json_object_get(kv, "boundary");
+    rep->kv_boundary = json_is_true(b) || (json_is_integer(b) && json_integer_value(b) != 0);
+    snprintf(rep->kv_from, sizeof rep->kv_from, "file");
+    return 1;
 }
 
+// A model with the default cache, a codec cache from spec, or the file's own KV section.
 static kvq_status open_model(const char *path, const kvq_verify_opts *o, const char *kv, const kvq_kvcache_policy *pol,
-                             kvq_model **m, kvq_err *err) {
+                             int kv_from_file, kvq_model **m, kvq_err *err) {
     kvq_model_opts mo = kvq_model_opts_default();
     mo.n_threads = o->n_threads;
     mo.max_ctx = o->proto.ctx;
@@ -286,8 +292,19 @@ static kvq_status open_model(const char *path, const kvq_verify_opts *o, const c
     if (s || !kv) return s;
     const kvq_arch *a = kvq_model_arch(*m);
     kvq_kvcache *c = NULL;
-    if ((s = kvq_kvcache_codec_new(kv, a->n_layers, a->n_kv_heads, a->head_dim, o->proto.ctx, pol, &c, err)) ||
-        (s = kvq_model_set_kvcache(*m, c, err))) {
+    if (kv_from_file) {
+        kvq_file *f = NULL;
+        if (!(s = kvq_file_open(o->kvq_path, &f, err))) {
+            s = kvq_kv_open_from_file(f, o->proto.ctx, 1, &c, err);
+            if (!s && !c) s = kvq_err_set(err, KVQ_ERR_MISSING, "%s: no KV section", o->kvq_path);
+        }
+        kvq_file_close(f);
+    } else {
+        s = kvq_kvcache_codec_new(kv, a->n_layers, a->n_kv_heads, a->head_dim, o->proto.ctx, pol, &c, err);
+    }
+    if (!s) s = kvq_model_set_kvcache(*m, c, err);
+    else if (c) c->ops->free(c);
+    if (s) {
         kvq_model_close(*m);
         *m = NULL;
     }
@@ -322,7 +339,7 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
     rep->n_tokens = nid;
 
     kvq_kvcache_policy pol;
-    kv_choice(o, man, rep->kv_spec, sizeof rep->kv_spec, &pol);
+    int kv_file = kv_choice(o, man, rep, &pol);
     const char *kv = rep->kv_spec[0] ? rep->kv_spec : NULL;
     int nq = 0;
     kvq_verify_eval *R = rep->run;
@@ -332,12 +349,12 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
     R[1].what = "source weights, the KV codec";
     R[2].label = "weights+kv";
     R[2].what = "converted weights and the KV codec";
-    if ((s = open_model(rep->source_path, o, NULL, NULL, &ref, err))) goto done;
-    if ((s = open_model(o->kvq_path, o, NULL, NULL, &q[0], err))) goto done;
+    if ((s = open_model(rep->source_path, o, NULL, NULL, 0, &ref, err))) goto done;
+    if ((s = open_model(o->kvq_path, o, NULL, NULL, 0, &q[0], err))) goto done;
     nq = 1;
     if (kv) {
-        if ((s = open_model(rep->source_path, o, kv, &pol, &q[1], err))) goto done;
-        if ((s = open_model(o->kvq_path, o, kv, &pol, &q[2], err))) goto done;
+        if ((s = open_model(rep->source_path, o, kv, &pol, kv_file, &q[1], err))) goto done;
+        if ((s = open_model(o->kvq_path, o, kv, &pol, kv_file, &q[2], err))) goto done;
         nq = 3;
     }
     vf_lockstep ls;

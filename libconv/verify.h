@@ -52,7 +52,8 @@ typedef struct {
     size_t max_windows;        // 0: every window
     int n_threads;             // > 0: OpenMP threads for the models
     const char *kv_spec;       // KV codec to measure; NULL: the manifest's "kv" section
-    kvq_kvcache_policy kv_policy; // used with kv_spec (the manifest's otherwise)
+                               // (its stored states, as kvq_kv_open_from_file loads them)
+    kvq_kvcache_policy kv_policy; // window, boundary, seed used with kv_spec
     int no_kv;                 // 1: do not measure a KV codec even if declared
     int require_record;        // 1: fail unless the file holds a matching record
     int replace_record;        // 1: a stale record is reported but not a failure (--record
@@ -145,6 +146,8 @@ typedef struct {
     double source_ppl, source_nll_sum;
     char kv_spec[96];      // KV codec measured, "" when none
     double kv_bits;        // its effective bits per cached element after the run; NAN when none
+    int kv_window, kv_boundary;
+    char kv_from[16];      // "file" (the manifest's kv section) or "command line"
     kvq_verify_eval run[3];// [0] weights, [1] kv, [2] weights+kv
     double seconds_integrity, seconds_tensors, seconds_eval;
     // thresholds
@@ -179,7 +182,8 @@ json_t *kvq_verify_report_json(const kvq_verify_report *rep);
 kvq_status kvq_verify_manifest_schema(const json_t *manifest, const char *path, kvq_err *err);
 
 /** KLD, Δp and top-1 agreement at one position from the source's logits (ref) and the
- *  other model's (q), each with its log-sum-exp. */
+ *  other model's (q), each with its log-sum-exp (computed in double; kvq-verify uses
+ *  libm exp, not the runtime's fast kvq_logsumexp, so both rows normalise exactly). */
 void kvq_verify_kld_pos(const float *ref, double lse_ref, const float *q, double lse_q, int vocab,
                         int32_t target, double *kld, double *dp, int *same_top);
 

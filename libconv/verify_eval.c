@@ -26,6 +26,16 @@ void kvq_verify_kld_pos(const float *ref, double lse_ref, const float *q, double
     *same_top = ar == aq;
 }
 
+// log Σ exp x in double with libm exp: the KLD needs both distributions normalised to
+// double precision (the runtime's kvq_logsumexp uses a fast expf, ~1e-7 relative).
+static double lse_exact(const float *x, int n) {
+    float m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - (double)m);
+    return (double)m + log(s);
+}
+
 static int fcmp(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
@@ -150,12 +160,14 @@ kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int3
                 if (j < first_target || tp < scored_end) continue;
                 double lse_r, lse_q;
                 const float *fr = lr + (size_t)i * V;
-                row[0] = kvq_eval_nll(fr, V, in[j], &lse_r);
+                row[0] = kvq_eval_nll(fr, V, in[j], NULL); // as the runtime's perplexity
+                lse_r = lse_exact(fr, V);
                 for (int k = 0; k < nq; k++) {
                     const float *fq = lq + (size_t)k * C * V + (size_t)i * V;
                     double kl, dp;
                     int top;
-                    row[1 + 4 * k] = kvq_eval_nll(fq, V, in[j], &lse_q);
+                    row[1 + 4 * k] = kvq_eval_nll(fq, V, in[j], NULL);
+                    lse_q = lse_exact(fq, V);
                     kvq_verify_kld_pos(fr, lse_r, fq, lse_q, V, in[j], &kl, &dp, &top);
                     row[2 + 4 * k] = kl;
                     row[3 + 4 * k] = dp;

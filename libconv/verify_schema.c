@@ -271,11 +271,17 @@ static kvq_status check_orphans(sctx *c, const json_t *m, const json_t *entries)
     return s;
 }
 
-static kvq_status check_kv(sctx *c, const json_t *m) {
-    const json_t *kv = json_object_get(m, "kv");
+// The KV section's own layout is checked by kvq_kv_open_from_file when it is loaded;
+// here: its spec, and the entry it names.
+static kvq_status check_kv(sctx *c, const json_t *m, const json_t *entries) {
+    const json_t *kv = json_object_get(m, "kv"), *e;
     if (!kv) return KVQ_OK;
     if (!json_is_object(kv)) return bad(c, "kv", "an object", kv);
     NEED(kv, "kv", "spec", JSON_STRING, NULL);
+    NEED(kv, "kv", "entry", JSON_STRING, &e);
+    if (!json_object_get(entries, json_string_value(e)))
+        return kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: kv.entry names entry '%s', which is not in the entry table",
+                           c->path, json_string_value(e));
     return KVQ_OK;
 }
 
@@ -302,7 +308,7 @@ kvq_status kvq_verify_manifest_schema(const json_t *m, const char *path, kvq_err
     if ((s = check_orphans(c, m, entries))) return s;
     if ((s = check_source(c, m))) return s;
     if ((s = check_tokenizer(c, m, entries))) return s;
-    if ((s = check_kv(c, m))) return s;
+    if ((s = check_kv(c, m, entries))) return s;
     v = json_object_get(m, "verification");
     if (v && !json_is_object(v)) return bad(c, "verification", "an object", v);
     return KVQ_OK;

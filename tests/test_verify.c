@@ -18,7 +18,6 @@
 #include <cmocka.h>
 
 #include "formats/kvqfile.h"
-#include "kernels/cpu/softmax.h"
 #include "libconv/convert.h"
 #include "libconv/eval.h"
 #include "libconv/model.h"
@@ -96,10 +95,10 @@ static void test_kld_definitions(void **state) {
         a[i] = (float)((x >> 40) % 1000) / 100.0f;
         b[i] = a[i] + (float)((int)((x >> 20) % 200) - 100) / 300.0f;
     }
-    double la = kvq_logsumexp(a, V), lb = kvq_logsumexp(b, V);
     // Independent: normalized probabilities, Σ p log(p/q).
     double za = 0, zb = 0, want = 0;
     for (int i = 0; i < V; i++) { za += exp(a[i]); zb += exp(b[i]); }
+    double la = log(za), lb = log(zb);
     for (int i = 0; i < V; i++) want += exp(a[i]) / za * log((exp(a[i]) / za) / (exp(b[i]) / zb));
     double kl, dp;
     int top;
@@ -259,6 +258,31 @@ static void test_kv_separation(void **state) {
     // Lossless weights + codec is the source + codec, bit for bit.
     assert_true(r.run[2].kld.mean == r.run[1].kld.mean && r.run[2].ppl == r.run[1].ppl);
     assert_ptr_equal(kvq_verify_final_run(&r), &r.run[2]);
+    assert_string_equal(r.kv_from, "command line");
+    double kld_cmdline = r.run[1].kld.mean;
+    kvq_verify_report_free(&r);
+
+    // A file that declares its KV codec (kvq-convert --kv) is measured with it, from its
+    // stored section, without --kv: the same numbers as the same codec given by hand.
+    char p[160];
+    snprintf(p, sizeof p, "%s/kv.kvq", g_dir);
+    kvq_convert_opts co = {0};
+    co.plan.weights = "none";
+    co.plan.quantize_embeddings = -1;
+    co.kv_spec = "int:2";
+    assert_int_equal(kvq_convert(TINY, p, &co, NULL, &err), KVQ_OK);
+    o = small_opts(p, 1);
+    o.max_windows = 2;
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_true(r.integrity_ok && r.run[1].done && r.run[2].done);
+    assert_string_equal(r.kv_spec, "int:2");
+    assert_string_equal(r.kv_from, "file");
+    assert_true(r.run[1].kld.mean == kld_cmdline);
+    assert_true(r.kv_bits > 2 && r.kv_bits < 4); // 2-bit codes + an fp16 scale per token and head
+    kvq_verify_report_free(&r);
+    o.no_kv = 1;
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_true(r.run[0].done && !r.run[1].done && r.kv_spec[0] == 0);
     kvq_verify_report_free(&r);
 }
 
