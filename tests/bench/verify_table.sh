@@ -41,7 +41,10 @@ print("| model | weights | bits/w | KV codec | KV bits/elem | run | ppl | ΔPPL 
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 times, protos = [], {}
 for path in sorted(glob.glob(f"{out}/*.w{windows}.json")):
-    d = json.load(open(path))
+    try:
+        d = json.load(open(path))
+    except ValueError:  # a run still in progress (or one that failed): no report yet
+        continue
     model = os.path.basename(path).split(".")[0]
     lossy = [t for t in d["tensors"] if not t["lossless"]]
     w = lossy[0]["codec"] if lossy else "none"
