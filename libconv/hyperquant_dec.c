@@ -365,6 +365,7 @@ kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int
     int64_t bad_group = -1;
     int nomem = 0;
     int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    if (nt > n_groups / 128 + 1) nt = (int)(n_groups / 128 + 1); // 128 groups = 256K weights per thread
 #pragma omp parallel num_threads(nt)
     {
         float *y = malloc(sizeof(float) * (size_t)T);

@@ -235,6 +235,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     enc_ctx e = {0};
     e.o = o;
     e.nt = in->n_threads > 0 ? in->n_threads : omp_get_max_threads();
+    if (e.nt > rows * cols / (1 << 18) + 1) e.nt = (int)(rows * cols / (1 << 18) + 1); // small tensors: no thread overhead
     e.h.lat = o->lat;
     e.h.int8 = o->int8;
     e.h.cast = o->cast;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "formats/checkpoint.h"
 #include "libconv/hqcal.h"
 #include "libconv/hyperquant.h"
 
@@ -275,6 +276,55 @@ static void test_codec_table(void **state) {
     free(d);
 }
 
+// Every linear weight (or the first max_tensors) of a checkpoint: rate within ±0.01 of
+// the target effective bits and bit-exact decode.
+static void real_tensors(const char *dir, kvq_lattice lat, double bps, int max_tensors) {
+    kvq_ckpt *ck;
+    kvq_err err;
+    assert_int_equal(kvq_ckpt_open(dir, &ck, &err), KVQ_OK);
+    int done = 0;
+    for (size_t i = 0; i < kvq_ckpt_count(ck) && done < max_tensors; i++) {
+        const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
+        if (t->ndim != 2 || (max_tensors < 1000 && !strstr(t->name, "layers."))) continue;
+        int64_t rows = t->shape[0], cols = t->shape[1];
+        float *x = malloc(sizeof(float) * rows * cols);
+        kvq_dtype_to_f32(t->dtype, t->data, (size_t)(rows * cols), x);
+        kvq_hq_opts o = kvq_hq_opts_default(lat, bps);
+        kvq_hq_stats st = roundtrip(&o, x, rows, cols, 1000 + i);
+        if (fabs(st.eff_bpw - bps) > 0.01) fprintf(stderr, "%s: %s at %.2f -> %.4f\n", dir, t->name, bps, st.eff_bpw);
+        assert_true(fabs(st.eff_bpw - bps) <= 0.01);
+        free(x);
+        done++;
+    }
+    assert_true(done > 0);
+    kvq_ckpt_close(ck);
+}
+
+static void test_real_tiny_llama(void **state) {
+    real_tensors("tests/models/kvq-tiny-llama", KVQ_LAT_E8, 4.0, 1000);
+    real_tensors("tests/models/kvq-tiny-llama", KVQ_LAT_Z, 3.0, 6);
+}
+
+static void test_real_shared_models(void **state) {
+    const char *sh = getenv("KVQ_SHARED") ? getenv("KVQ_SHARED") : "../shared";
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "%s/models/kvq-small-llama", sh);
+    snprintf(b, sizeof b, "%s/models/kvq-small-qwen3", sh);
+    FILE *f = fopen(a, "r"), *g = fopen(b, "r");
+    if (!f || !g) {
+        if (f) fclose(f);
+        if (g) fclose(g);
+        printf("skipping: %s or %s not found (set KVQ_SHARED)\n", a, b);
+        skip();
+    }
+    fclose(f);
+    fclose(g);
+    real_tensors(a, KVQ_LAT_E8, 4.0, 4);
+    real_tensors(a, KVQ_LAT_D4, 3.5, 2);
+    real_tensors(b, KVQ_LAT_E8, 4.0, 4);
+    real_tensors(b, KVQ_LAT_A2, 5.0, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_rate_all_lattices),
@@ -285,6 +335,8 @@ int main(void) {
         cmocka_unit_test(test_odd_widths),
         cmocka_unit_test(test_corrupt_payload),
         cmocka_unit_test(test_codec_table),
+        cmocka_unit_test(test_real_tiny_llama),
+        cmocka_unit_test(test_real_shared_models),
     };
     return cmocka_run_group_tests_name("hyperquant", tests, NULL, NULL);
 }
