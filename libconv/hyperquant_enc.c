@@ -196,22 +196,46 @@ static int rate_control(enc_ctx *e, int *iters) {
     return 0;
 }
 
-// Rice codeword append with a 64-bit accumulator, flushing 32 bits at a time; long
-// codewords fall back to kvq_bw_rice. Same bits as kvq_bw_rice (tested via decode).
-static inline void bw_rice_fast(kvq_bitwriter *w, uint32_t v, int k) {
-    uint32_t q = v >> k;
-    int len = (int)q + 1 + k;
-    if (len > 32 || w->n >= 32) { kvq_bw_rice(w, v, k); return; }
-    uint64_t cw = (uint64_t)(1u << q) | ((uint64_t)(v & ((1u << k) - 1u)) << (q + 1));
-    w->acc |= cw << w->n;
-    w->n += len;
-    if (w->n >= 32 && w->pos + 4 <= w->cap) {
-        uint32_t lo = (uint32_t)w->acc;
-        memcpy(w->buf + w->pos, &lo, 4); // little-endian hosts only (x86, arm64)
-        w->pos += 4;
-        w->acc >>= 32;
-        w->n -= 32;
+// Writes one group's Rice codewords into dst (exactly ceil(bits/8) bytes, zeroed by the
+// caller) with a register-resident 64-bit accumulator flushed 32 bits at a time; long
+// codewords (> 32 bits) go through the reference writer. @return bits written.
+static uint64_t write_group(uint8_t *dst, size_t cap, const enc_ctx *e, int64_t t0, int64_t t1, const int *kk) {
+    const int T = e->h.tile, n = e->n;
+    uint64_t acc = 0, total = 0;
+    int nb = 0;
+    size_t pos = 0;
+    for (int64_t t = t0; t < t1; t++) {
+        if (e->invn[t] == 0.0) continue;
+        const uint32_t *s = e->sym + t * T;
+        for (int i = 0; i < T; i++) {
+            const int k = kk[i % n];
+            const uint32_t v = s[i], q = v >> k;
+            const int len = (int)q + 1 + k;
+            if (__builtin_expect(len <= 32, 1)) {
+                acc |= ((uint64_t)(1u << q) | ((uint64_t)(v & ((1u << k) - 1u)) << (q + 1))) << nb;
+                nb += len;
+            } else { // flush whole bytes, then the reference writer for this codeword
+                kvq_bitwriter w;
+                w.buf = dst; w.cap = cap; w.pos = pos; w.acc = acc; w.n = nb; w.overflow = 0;
+                kvq_bw_rice(&w, v, k);
+                pos = w.pos; acc = w.acc; nb = w.n;
+            }
+            total += (uint64_t)len;
+            while (nb >= 32) {
+                uint32_t lo = (uint32_t)acc;
+                memcpy(dst + pos, &lo, 4); // little-endian hosts (x86, arm64)
+                pos += 4;
+                acc >>= 32;
+                nb -= 32;
+            }
+        }
     }
+    while (nb > 0) {
+        dst[pos++] = (uint8_t)acc;
+        acc >>= 8;
+        nb -= 8;
+    }
+    return pos <= cap ? total : ~0ull;
 }
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -342,17 +366,10 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         for (int64_t g = 0; g < e.n_groups; g++) {
             uint32_t o0 = (uint32_t)(offs[4 * g] | offs[4 * g + 1] << 8 | offs[4 * g + 2] << 16 |
                                      (uint32_t)offs[4 * g + 3] << 24);
-            kvq_bitwriter w;
-            kvq_bw_init(&w, codes + o0, (size_t)((e.gbits[g] + 7) / 8));
+            size_t cap = (size_t)((e.gbits[g] + 7) / 8);
+            memset(codes + o0, 0, cap);
             int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < e.n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : e.n_tiles;
-            for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
-                if (e.invn[t] == 0.0) continue;
-                const uint32_t *s = e.sym + t * T;
-                for (int i = 0; i < T; i++) bw_rice_fast(&w, s[i], kk[i % e.n]);
-            }
-            bad += kvq_bw_bits(&w) != e.gbits[g];
-            kvq_bw_finish(&w);
-            bad += w.overflow;
+            bad += write_group(codes + o0, cap, &e, g * KVQ_HQ_GROUP_TILES, t1, kk) != e.gbits[g];
         }
         KVQ_ASSERT(bad == 0);
     }

@@ -63,6 +63,64 @@ static float dn_nearest(const float *y, int n, int32_t *a) {
     return dist;
 }
 
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+
+// D8 nearest for 8 floats in two SSE registers, same rule as dn_nearest (first index
+// of the largest rounding error is re-rounded). Writes a[8]; returns the squared distance
+// summed in a fixed order (this is the only implementation of E8, so ties are decided the
+// same way everywhere).
+static inline float d8_nearest_sse(__m128 y0, __m128 y1, int32_t a[8]) {
+    const __m128 absm = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+    __m128 r0 = _mm_round_ps(y0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m128 r1 = _mm_round_ps(y1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m128i i0 = _mm_cvtps_epi32(r0), i1 = _mm_cvtps_epi32(r1);
+    __m128i sv = _mm_add_epi32(i0, i1);
+    sv = _mm_add_epi32(sv, _mm_shuffle_epi32(sv, _MM_SHUFFLE(1, 0, 3, 2)));
+    sv = _mm_add_epi32(sv, _mm_shuffle_epi32(sv, _MM_SHUFFLE(2, 3, 0, 1)));
+    _mm_storeu_si128((__m128i *)a, i0);
+    _mm_storeu_si128((__m128i *)(a + 4), i1);
+    if (_mm_cvtsi128_si32(sv) & 1) {
+        __m128 d0 = _mm_and_ps(_mm_sub_ps(y0, r0), absm), d1 = _mm_and_ps(_mm_sub_ps(y1, r1), absm);
+        __m128 m = _mm_max_ps(d0, d1);
+        m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+        m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+        int mask = _mm_movemask_ps(_mm_cmpeq_ps(d0, m)) | (_mm_movemask_ps(_mm_cmpeq_ps(d1, m)) << 4);
+        int w = __builtin_ctz((unsigned)mask);
+        float y[8];
+        _mm_storeu_ps(y, y0);
+        _mm_storeu_ps(y + 4, y1);
+        a[w] += (y[w] >= (float)a[w]) ? 1 : -1;
+        i0 = _mm_loadu_si128((const __m128i *)a);
+        i1 = _mm_loadu_si128((const __m128i *)(a + 4));
+        r0 = _mm_cvtepi32_ps(i0);
+        r1 = _mm_cvtepi32_ps(i1);
+    }
+    __m128 e0 = _mm_sub_ps(y0, r0), e1 = _mm_sub_ps(y1, r1);
+    __m128 q = _mm_add_ps(_mm_mul_ps(e0, e0), _mm_mul_ps(e1, e1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+    return _mm_cvtss_f32(q);
+}
+
+void kvq_e8_nearest(const float x[8], int32_t c[8]) {
+    // 2E8 = 2D8 ∪ (2D8 + 1). In halved coordinates: D8 ∪ (D8 + 1/2).
+    const __m128 half = _mm_set1_ps(0.5f), one = _mm_set1_ps(1.0f);
+    __m128 x0 = _mm_loadu_ps(x), x1 = _mm_loadu_ps(x + 4);
+    int32_t a0[8], a1[8];
+    float d0 = d8_nearest_sse(_mm_mul_ps(half, x0), _mm_mul_ps(half, x1), a0);
+    float d1 = d8_nearest_sse(_mm_mul_ps(half, _mm_sub_ps(x0, one)), _mm_mul_ps(half, _mm_sub_ps(x1, one)), a1);
+    __m128i two_a0 = _mm_add_epi32(_mm_loadu_si128((const __m128i *)a0), _mm_loadu_si128((const __m128i *)a0));
+    __m128i two_a1 = _mm_add_epi32(_mm_loadu_si128((const __m128i *)(a0 + 4)), _mm_loadu_si128((const __m128i *)(a0 + 4)));
+    if (d1 < d0) {
+        const __m128i o = _mm_set1_epi32(1);
+        two_a0 = _mm_add_epi32(_mm_add_epi32(_mm_loadu_si128((const __m128i *)a1), _mm_loadu_si128((const __m128i *)a1)), o);
+        two_a1 = _mm_add_epi32(_mm_add_epi32(_mm_loadu_si128((const __m128i *)(a1 + 4)), _mm_loadu_si128((const __m128i *)(a1 + 4))), o);
+    }
+    _mm_storeu_si128((__m128i *)c, two_a0);
+    _mm_storeu_si128((__m128i *)(c + 4), two_a1);
+}
+#else
 void kvq_e8_nearest(const float x[8], int32_t c[8]) {
     // 2E8 = 2D8 ∪ (2D8 + 1). In halved coordinates: D8 ∪ (D8 + 1/2).
     float y0[8], y1[8];
@@ -78,6 +136,7 @@ void kvq_e8_nearest(const float x[8], int32_t c[8]) {
     else
         for (int i = 0; i < 8; i++) c[i] = 2 * a0[i];
 }
+#endif
 
 void kvq_d4_nearest(const float x[4], int32_t c[4]) { (void)dn_nearest(x, 4, c); }
 

@@ -143,8 +143,26 @@ static int bench_norms(long rows, long cols) {
     return 0;
 }
 
+// Encode-only loop for profiling (perf record build/bench/hq_bench encprof).
+static int bench_encprof(long rows, long cols) {
+    float *x = gauss_matrix(rows, cols, 0.02);
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
+    kvq_codec_input in = {NULL, x, rows, cols, 42, 1};
+    double c0 = cpu();
+    for (int r = 0; r < 5; r++) {
+        kvq_encoded e;
+        kvq_err err;
+        if (kvq_hq_encode(&o, &in, &e, NULL, NULL, &err)) return 1;
+        kvq_encoded_free(&e);
+    }
+    printf("encode E8 4.0: %.1f M w/s CPU\n", 5.0 * rows * cols / (cpu() - c0) / 1e6);
+    free(x);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "rd";
+    if (strcmp(mode, "encprof") == 0) return bench_encprof(1024, 2048);
     if (strcmp(mode, "rd") == 0) return bench_rd(argc > 2 ? atol(argv[2]) : 100000);
     if (strcmp(mode, "speed") == 0) return bench_speed(argc > 3 ? atol(argv[2]) : 4096, argc > 3 ? atol(argv[3]) : 4096);
     if (strcmp(mode, "norms") == 0) return bench_norms(argc > 3 ? atol(argv[2]) : 2048, argc > 3 ? atol(argv[3]) : 2048);
