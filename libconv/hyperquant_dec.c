@@ -81,7 +81,7 @@ kvq_status kvq_hq_header_parse(const json_t *p, int64_t rows, int64_t cols, kvq_
     if (get_int(p, "cols_p", cols, cols + tile - 1, &colsp) || colsp % tile)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: padded width inconsistent with %lld cols",
                            (long long)cols);
-    if (get_int(p, "norm_bits", 8, 16, &nb) || (nb != 8 && nb != 10 && nb != 12 && nb != 16))
+    if (get_int(p, "norm_bits", 6, 16, &nb) || (nb != 6 && nb != 8 && nb != 10 && nb != 12 && nb != 16))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad norm_bits");
     if (get_int(p, "norm_exp", -2000, 2000, &ne))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad norm_exp");

@@ -15,7 +15,7 @@
 #define RATE_MAXIT 10
 
 kvq_hq_opts kvq_hq_opts_default(kvq_lattice l, double bps) {
-    kvq_hq_opts o = {l, bps, NAN, 128, 10, 0, 0, KVQ_CAST_NONE};
+    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE}; // nb=8: best measured (docs/HYPERQUANT.md)
     return o;
 }
 
