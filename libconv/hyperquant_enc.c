@@ -78,6 +78,8 @@ static size_t offsets_bytes(const enc_ctx *e) { return e->h.int8 ? 0 : (size_t)(
 static int quant_pass(enc_ctx *e, double snr_db) {
     const int T = e->h.tile, n = e->n, ncls = e->ncls, int8 = e->h.int8;
     const kvq_lattice lat = e->h.lat;
+    int cls[8];
+    for (int i = 0; i < n; i++) cls[i] = kvq_lattice_symbol_class(lat, i);
     e->snr_db = snr_db;
     e->h.alpha = kvq_hq_alpha(lat, snr_db);
     const double alpha = e->h.alpha;
@@ -111,7 +113,11 @@ static int quant_pass(enc_ctx *e, double snr_db) {
                     }
                 } else {
                     kvq_lattice_strip(lat, c, s + v);
-                    for (int i = 0; i < n; i++) kvq_rice_hist_add(&lh[kvq_lattice_symbol_class(lat, i)], s[v + i]);
+                    for (int i = 0; i < n; i++) {
+                        kvq_rice_hist *hh = &lh[cls[i]];
+                        if (s[v + i] < KVQ_RICE_HIST) hh->h[s[v + i]]++;
+                        else kvq_rice_hist_add(hh, s[v + i]);
+                    }
                 }
             }
         }
@@ -138,7 +144,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
             for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
                 if (e->invn[t] == 0.0) continue;
                 const uint32_t *s = e->sym + t * T;
-                for (int i = 0; i < T; i++) gb += kvq_rice_len(s[i], kk[i % n]);
+                for (int i = 0; i < T; i++) gb += kvq_rice_len(s[i], kk[i & (n - 1)]); // n is a power of two
             }
             e->gbits[g] = gb;
             bits += gb;
@@ -208,7 +214,7 @@ static uint64_t write_group(uint8_t *dst, size_t cap, const enc_ctx *e, int64_t 
         if (e->invn[t] == 0.0) continue;
         const uint32_t *s = e->sym + t * T;
         for (int i = 0; i < T; i++) {
-            const int k = kk[i % n];
+            const int k = kk[i & (n - 1)];
             const uint32_t v = s[i], q = v >> k;
             const int len = (int)q + 1 + k;
             if (__builtin_expect(len <= 32, 1)) {
