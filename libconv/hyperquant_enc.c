@@ -41,6 +41,7 @@ typedef struct {
     uint64_t *gbits;  // per group Rice bits
     // results of the last pass
     double snr_db;
+    double noise;     // Σ squared error of the last pass, in the orthonormal rotated domain
     uint64_t code_bits, codes_bytes, clipped;
     size_t total_bytes;
 } enc_ctx;
@@ -87,7 +88,9 @@ static int quant_pass(enc_ctx *e, double snr_db) {
     if (!hist) return -1;
     int fail = 0;
     uint64_t clipped = 0;
-#pragma omp parallel num_threads(e->nt) reduction(+ : clipped)
+    double noise = 0.0;
+    const int a2 = lat == KVQ_LAT_A2;
+#pragma omp parallel num_threads(e->nt) reduction(+ : clipped, noise)
     {
         kvq_rice_hist *lh = int8 ? NULL : calloc(KVQ_LAT_MAX_CLASSES, sizeof *lh);
         if (!int8 && !lh) {
@@ -100,17 +103,26 @@ static int quant_pass(enc_ctx *e, double snr_db) {
             const float g = (float)(alpha * e->invn[t]);
             const float *r = e->rot + t * T;
             uint32_t *s = e->sym + t * T;
+            double tn = 0.0;
             for (int v = 0; v < T; v += n) {
                 float u[8];
                 int32_t c[8];
                 for (int i = 0; i < n; i++) u[i] = r[v + i] * g;
                 kvq_lattice_nearest(lat, u, c);
-                if (int8) {
+                if (int8)
                     for (int i = 0; i < n; i++) {
                         int32_t q = c[i] > 127 ? 127 : (c[i] < -127 ? -127 : c[i]);
                         clipped += q != c[i];
-                        s[v + i] = (uint32_t)q;
+                        c[i] = q;
                     }
+                float vn = 0.0f;
+                for (int i = 0; i < n; i++) {
+                    float d = u[i] - ((a2 && !(i & 1)) ? KVQ_SQRT3_F * (float)c[i] : (float)c[i]);
+                    vn += d * d;
+                }
+                tn += (double)vn;
+                if (int8) {
+                    for (int i = 0; i < n; i++) s[v + i] = (uint32_t)c[i];
                 } else {
                     kvq_lattice_strip(lat, c, s + v);
                     for (int i = 0; i < n; i++) {
@@ -120,6 +132,8 @@ static int quant_pass(enc_ctx *e, double snr_db) {
                     }
                 }
             }
+            double sc = 1.0 / (alpha * e->invn[t]); // n̂/α: orthonormal error = (u − ĉ)·n̂/(α√T)
+            noise += tn * sc * sc / (double)T;
         }
         if (lh) {
 #pragma omp critical
@@ -129,6 +143,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
     }
     if (fail) { free(hist); return -1; }
     e->clipped = clipped;
+    e->noise = noise;
     uint64_t bits = 0, bytes = 0;
     if (int8) {
         bits = 8 * (uint64_t)(e->h.rows * e->h.cols_p);
@@ -288,19 +303,19 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     e.ncode = malloc((size_t)e.n_tiles * sizeof(uint32_t));
     e.gbits = calloc((size_t)e.n_groups, sizeof(uint64_t));
     float *sgn = malloc((size_t)e.h.cols_p * sizeof(float));
-    float *rec = recon ? recon : malloc((size_t)e.numel * sizeof(float));
+    float *rec = recon;
     uint8_t *codes = NULL, *norms = NULL, *offs = NULL;
     kvq_status st = KVQ_OK;
-    if (!e.rot || !e.sym || !e.invn || !e.ncode || !e.gbits || !sgn || !rec) {
+    if (!e.rot || !e.sym || !e.invn || !e.ncode || !e.gbits || !sgn) {
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
         goto done;
     }
     kvq_hq_signs(e.h.seed, T, e.h.cols_p, sgn);
 
     // ---- RHT per tile and norms (double accumulation)
-    double maxn = 0.0;
+    double maxn = 0.0, sumx2 = 0.0;
     double *nrm = e.invn; // holds the exact norm until the codes are known
-#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn)
+#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn) reduction(+ : sumx2)
     for (int64_t t = 0; t < e.n_tiles; t++) {
         int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
         float *r = e.rot + t * T;
@@ -312,6 +327,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         }
         kvq_wht(r, T);
         nrm[t] = sqrt(ss);
+        sumx2 += ss;
         if (nrm[t] > maxn) maxn = nrm[t];
     }
     int ex = 0;
@@ -380,9 +396,19 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         KVQ_ASSERT(bad == 0);
     }
 
-    // ---- reference reconstruction from the codes (not from the bitstream)
+    // ---- reference reconstruction from the codes (not from the bitstream). Only when the
+    // caller wants it, rows are padded (padding error is discarded at decode) or values are
+    // near float32's range; otherwise the error is the exact rotated-domain sum (the RHT is
+    // orthonormal) and the butterfly pass is skipped.
     double sx = 0.0, se = 0.0;
     int nonfinite = 0;
+    int need_recon = recon || e.h.cols_p != cols || maxn > 1e30;
+    if (need_recon && !rec && !(rec = malloc((size_t)e.numel * sizeof(float)))) {
+        st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
+        goto done;
+    }
+    if (!need_recon) { sx = sumx2; se = e.noise; }
+    else
 #pragma omp parallel num_threads(e.nt) reduction(+ : sx, se, nonfinite)
     {
         float *y = malloc(sizeof(float) * (size_t)T);
