@@ -226,7 +226,7 @@ static inline void frd_refill(fast_rd *r) {
         r->p += (63 - r->n) >> 3;
         r->n |= 56;
     } else {
-        while (r->n <= 56) {
+        while (r->n <= 55) { // ends with 56 <= n <= 63, as the 8-byte path
             uint64_t b = r->p < r->end ? *r->p : 0; // zeros past the end; caught by frd_used
             r->p++;
             r->buf |= b << r->n;
@@ -235,7 +235,6 @@ static inline void frd_refill(fast_rd *r) {
     }
 }
 
-// Slow path for codewords longer than the buffer (long unary runs). limit = group bits.
 // Slow path for codewords longer than the buffered bits (long unary runs, stream end).
 // Takes and returns the reader by value so the hot loop's reader stays in registers.
 __attribute__((noinline)) static fast_rd frd_rice_slow(fast_rd r, int k, uint64_t limit, uint32_t *out) {
