@@ -38,6 +38,7 @@ typedef struct kvq_writer kvq_writer;
 kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *err);
 
 /** Adds one payload entry (bytes are copied or spooled; the caller keeps data).
+ *  After an error the writer can only be aborted.
  *  info may be NULL. Entry names are unique paths like "t/<tensor>/codes". */
 kvq_status kvq_writer_add(kvq_writer *w, const char *entry, const void *data, size_t n,
                           kvq_entry_mode mode, kvq_entry_info *info, kvq_err *err);
@@ -52,7 +53,7 @@ void kvq_writer_abort(kvq_writer *w);
 
 // ---- reading ---------------------------------------------------------------
 
-typedef struct kvq_file kvq_file;
+typedef struct kvq_file kvq_file; // one thread at a time: entry access caches state
 
 /** Opens a .kvq: checks the archive, manifest JSON, format name and version, and
  *  that every entry in the table exists with the recorded sizes and bounds. */
@@ -69,6 +70,11 @@ uint64_t kvq_file_size(const kvq_file *f);
  *  close. */
 kvq_status kvq_file_entry(kvq_file *f, const char *entry, const void **data, size_t *size,
                           kvq_err *err);
+
+/** Frees the decompressed buffer of a zstd entry early (the pointer kvq_file_entry
+ *  gave for it becomes invalid; a later kvq_file_entry decompresses again). No-op
+ *  for raw entries and unknown names. */
+void kvq_file_release(kvq_file *f, const char *entry);
 
 /** Checks every entry's digest and bounds; names the first bad one. */
 kvq_status kvq_file_verify(kvq_file *f, kvq_err *err);

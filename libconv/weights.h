@@ -4,6 +4,7 @@
 #ifndef KVQ_WEIGHTS_H
 #define KVQ_WEIGHTS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "formats/arch.h"
@@ -19,6 +20,9 @@ void kvq_weights_close(kvq_weights *w); // NULL is a no-op
 const kvq_arch *kvq_weights_arch(const kvq_weights *w);
 /** 1 if the tensor exists (and fills ndim/shape when non-NULL), else 0. */
 int kvq_weights_has(const kvq_weights *w, const char *name, int *ndim, int64_t shape[8]);
+/** Number of tensors and the i-th name (sorted by name; borrowed until close). */
+size_t kvq_weights_count(const kvq_weights *w);
+const char *kvq_weights_name(const kvq_weights *w, size_t i);
 /** Decodes a tensor to float32 into a malloc'd buffer the caller frees. */
 kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, int64_t *numel,
                                kvq_err *err);

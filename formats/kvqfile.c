@@ -1,0 +1,637 @@
+// The .kvq container (spec: docs/FORMAT.md). Writing: payloads are spooled to an
+// unlinked temp file as they arrive, added to libzip as range sources, and libzip
+// copies them into the archive at zip_close; a local-header extra field (0xD935,
+// zipalign's id) pads each entry so its data starts on a 64-byte boundary, and the
+// offsets are checked against the real local headers before the rename. Reading:
+// libzip checks the archive (ZIP_CHECKCONS) and reads the manifest; payloads are
+// used in place from an mmap, digest-checked on first access.
+#include "formats/kvqfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zip.h>
+#include <zstd.h>
+
+#define ZIP_LOCAL_HEADER 30     // fixed part of a zip local file header
+#define ZIP64_LOCAL_EXTRA 20    // zip64 extra field libzip adds when size > 0xffffffff
+#define ALIGN_EXTRA_ID 0xD935   // Android zipalign's alignment extra field
+#define ZSTD_LEVEL 3
+#define MANIFEST_NAME "manifest.json"
+#define MANIFEST_MAX (256u << 20)
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t rd32(const uint8_t *p) { return (uint32_t)rd16(p) | (uint32_t)rd16(p + 2) << 16; }
+
+static kvq_status pwrite_all(int fd, const void *data, size_t n, uint64_t off) {
+    const uint8_t *p = data;
+    while (n) {
+        ssize_t k = pwrite(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return KVQ_ERR_IO;
+        p += k, n -= (size_t)k, off += (uint64_t)k;
+    }
+    return KVQ_OK;
+}
+
+static kvq_status pread_all(int fd, void *data, size_t n, uint64_t off) {
+    uint8_t *p = data;
+    while (n) {
+        ssize_t k = pread(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return KVQ_ERR_IO;
+        p += k, n -= (size_t)k, off += (uint64_t)k;
+    }
+    return KVQ_OK;
+}
+
+static int valid_entry_name(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 1024 || s[0] == '/' || strcmp(s, MANIFEST_NAME) == 0) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x21 || s[i] > 0x7e || s[i] == '\\') return 0;
+    return 1;
+}
+
+// Checks the local header at `header` against what the entry table says: the
+// signature, no data descriptor, method STORE, the sizes, the name, and that the
+// data begins exactly at `offset`.
+static kvq_status check_local_header(int fd, uint64_t fsize, const char *path, const char *name,
+                                     uint64_t header, uint64_t offset, uint64_t stored,
+                                     kvq_err *err) {
+    size_t nlen = strlen(name);
+    uint8_t h[ZIP_LOCAL_HEADER];
+    if (header > fsize || fsize - header < ZIP_LOCAL_HEADER ||
+        pread_all(fd, h, sizeof h, header) != KVQ_OK)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': local header offset %" PRIu64
+                           " outside the file (%" PRIu64 " bytes)", path, name, header, fsize);
+    uint32_t csize = rd32(h + 18);
+    uint64_t data = header + ZIP_LOCAL_HEADER + rd16(h + 26) + rd16(h + 28);
+    char got[1025] = "";
+    if (rd16(h + 26) == nlen && nlen < sizeof got) pread_all(fd, got, nlen, header + ZIP_LOCAL_HEADER);
+    if (rd32(h) != 0x04034b50u || (rd16(h + 6) & 8) || rd16(h + 8) != 0 ||
+        (csize != 0xffffffffu && csize != stored) || strcmp(got, name) != 0 || data != offset)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': local header at %" PRIu64
+                           " does not match the entry table (data at %" PRIu64 ", table says %" PRIu64 ")",
+                           path, name, header, data, offset);
+    return KVQ_OK;
+}
+
+static kvq_status fsync_dir_of(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return KVQ_ERR_NOMEM;
+    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    free(copy);
+    if (dfd < 0) return KVQ_ERR_IO;
+    int r = fsync(dfd);
+    close(dfd);
+    return r == 0 ? KVQ_OK : KVQ_ERR_IO;
+}
+
+// A temp name "<dir>/.<base>.<what>-XXXXXX" beside path, created by mkstemp.
+static int make_temp_beside(const char *path, const char *what, char **name) {
+    char *d = strdup(path), *b = strdup(path);
+    if (!d || !b) { free(d); free(b); return -1; }
+    size_t n = strlen(path) + strlen(what) + 16;
+    *name = malloc(n);
+    int fd = -1;
+    if (*name) {
+        snprintf(*name, n, "%s/.%s.%s-XXXXXX", dirname(d), basename(b), what);
+        fd = mkstemp(*name);
+        if (fd < 0) { free(*name); *name = NULL; }
+    }
+    free(d);
+    free(b);
+    return fd;
+}
+
+// ---- writing ---------------------------------------------------------------
+
+// A libzip source reading a byte range of an fd (the spool, or an old .kvq when
+// rewriting), so no payload has to stay in memory until zip_close.
+typedef struct {
+    int fd;
+    uint64_t off, len, pos;
+    zip_error_t error;
+} range_src;
+
+static zip_int64_t range_cb(void *ud, void *data, zip_uint64_t len, zip_source_cmd_t cmd) {
+    range_src *r = ud;
+    switch (cmd) {
+    case ZIP_SOURCE_OPEN: r->pos = 0; return 0;
+    case ZIP_SOURCE_READ: {
+        uint64_t left = r->len - r->pos;
+        if (len > left) len = left;
+        if (len == 0) return 0;
+        ssize_t k;
+        do k = pread(r->fd, data, len, (off_t)(r->off + r->pos)); while (k < 0 && errno == EINTR);
+        if (k <= 0) { zip_error_set(&r->error, ZIP_ER_READ, k < 0 ? errno : EIO); return -1; }
+        r->pos += (uint64_t)k;
+        return k;
+    }
+    case ZIP_SOURCE_CLOSE: return 0;
+    case ZIP_SOURCE_STAT: {
+        zip_stat_t *st = data;
+        zip_stat_init(st);
+        st->valid = ZIP_STAT_SIZE;
+        st->size = r->len;
+        return sizeof *st;
+    }
+    case ZIP_SOURCE_ERROR: return zip_error_to_data(&r->error, data, len);
+    case ZIP_SOURCE_FREE: free(r); return 0;
+    case ZIP_SOURCE_SUPPORTS:
+        return zip_source_make_command_bitmap(ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE,
+                                              ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, -1);
+    default: zip_error_set(&r->error, ZIP_ER_OPNOTSUPP, 0); return -1;
+    }
+}
+
+typedef struct {
+    char *name;
+    uint64_t header, offset, stored;
+} wentry;
+
+struct kvq_writer {
+    char *final_path, *tmp_path;
+    zip_t *za;
+    int spool_fd;
+    uint64_t spool_pos;  // bytes used in the spool
+    uint64_t pos;        // where the next local header will start in the archive
+    json_t *entries;     // the manifest's "entries" table
+    wentry *ent;
+    size_t n_ent, cap_ent;
+    ZSTD_CCtx *cctx;
+};
+
+kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *err) {
+    *out = NULL;
+    kvq_writer *w = calloc(1, sizeof *w);
+    if (!w) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", final_path);
+    w->spool_fd = -1;
+    w->final_path = strdup(final_path);
+    w->entries = json_object();
+    w->cctx = ZSTD_createCCtx();
+    if (!w->final_path || !w->entries || !w->cctx) {
+        kvq_writer_abort(w);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", final_path);
+    }
+    // The archive's temp name: reserved with mkstemp, then removed so libzip can
+    // create it (ZIP_EXCL) with the usual 0666 & ~umask permissions at zip_close.
+    int fd = make_temp_beside(final_path, "tmp", &w->tmp_path);
+    if (fd < 0) {
+        kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: cannot create a temporary file beside it: %s",
+                                   final_path, strerror(errno));
+        kvq_writer_abort(w);
+        return s;
+    }
+    close(fd);
+    unlink(w->tmp_path);
+    char *spool_name = NULL;
+    w->spool_fd = make_temp_beside(final_path, "spool", &spool_name);
+    if (w->spool_fd >= 0) { unlink(spool_name); free(spool_name); }
+    int ze = 0;
+    if (w->spool_fd < 0 || !(w->za = zip_open(w->tmp_path, ZIP_CREATE | ZIP_EXCL, &ze))) {
+        kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: cannot start the archive: %s", final_path,
+                                   w->spool_fd < 0 ? strerror(errno) : "zip_open failed");
+        kvq_writer_abort(w);
+        return s;
+    }
+    *out = w;
+    return KVQ_OK;
+}
+
+void kvq_writer_abort(kvq_writer *w) {
+    if (!w) return;
+    if (w->za) zip_discard(w->za);
+    if (w->tmp_path) unlink(w->tmp_path); // nothing there unless zip_close ran
+    if (w->spool_fd >= 0) close(w->spool_fd);
+    for (size_t i = 0; i < w->n_ent; i++) free(w->ent[i].name);
+    free(w->ent);
+    json_decref(w->entries);
+    ZSTD_freeCCtx(w->cctx);
+    free(w->final_path);
+    free(w->tmp_path);
+    free(w);
+}
+
+// Adds an entry whose stored bytes are [off, off+stored) of fd. The local header's
+// position is predicted from what libzip writes for a STORE entry with known size
+// (30 + name + zip64 extra when over 4 GiB + our extra field); commit checks it.
+static kvq_status writer_add_range(kvq_writer *w, const char *name, int fd, uint64_t off,
+                                   uint64_t stored, kvq_err *err) {
+    if (w->n_ent == w->cap_ent) {
+        size_t cap = w->cap_ent ? 2 * w->cap_ent : 64;
+        wentry *e = realloc(w->ent, cap * sizeof *e);
+        if (!e) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", w->final_path);
+        w->ent = e, w->cap_ent = cap;
+    }
+    uint64_t nlen = strlen(name);
+    uint64_t base = w->pos + ZIP_LOCAL_HEADER + nlen + (stored > 0xffffffffu ? ZIP64_LOCAL_EXTRA : 0) + 4 + 2;
+    uint64_t pad = (KVQ_ALIGN - base % KVQ_ALIGN) % KVQ_ALIGN;
+    uint8_t extra[2 + KVQ_ALIGN] = {KVQ_ALIGN & 0xff, KVQ_ALIGN >> 8}; // u16 alignment, zero padding
+
+    zip_source_t *src;
+    if (stored == 0) src = zip_source_buffer(w->za, NULL, 0, 0);
+    else {
+        range_src *r = calloc(1, sizeof *r);
+        if (!r) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", w->final_path);
+        r->fd = fd, r->off = off, r->len = stored;
+        zip_error_init(&r->error);
+        if (!(src = zip_source_function(w->za, range_cb, r))) free(r);
+    }
+    zip_int64_t idx = src ? zip_file_add(w->za, name, src, 0) : -1;
+    if (idx < 0) {
+        zip_source_free(src);
+        return kvq_err_set(err, KVQ_ERR_IO, "%s: entry '%s': %s", w->final_path, name, zip_strerror(w->za));
+    }
+    if (zip_set_file_compression(w->za, (zip_uint64_t)idx, ZIP_CM_STORE, 0) < 0 ||
+        zip_file_set_dostime(w->za, (zip_uint64_t)idx, 0, (1 << 5) | 1, 0) < 0 || // 1980-01-01: reproducible bytes
+        zip_file_extra_field_set(w->za, (zip_uint64_t)idx, ALIGN_EXTRA_ID, ZIP_EXTRA_FIELD_NEW, extra,
+                                 (zip_uint16_t)(2 + pad), ZIP_FL_LOCAL) < 0)
+        return kvq_err_set(err, KVQ_ERR_IO, "%s: entry '%s': %s", w->final_path, name, zip_strerror(w->za));
+    wentry *e = &w->ent[w->n_ent];
+    if (!(e->name = strdup(name))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", w->final_path);
+    e->header = w->pos;
+    e->offset = base + pad;
+    e->stored = stored;
+    w->n_ent++;
+    w->pos = e->offset + stored;
+    return KVQ_OK;
+}
+
+static kvq_status writer_add_stored(kvq_writer *w, const char *name, int fd, uint64_t off,
+                                    const kvq_entry_info *in, kvq_err *err) {
+    if (!valid_entry_name(name) || json_object_get(w->entries, name))
+        return kvq_err_set(err, KVQ_ERR_ARG, "%s: entry name '%s' is invalid or already used",
+                           w->final_path, name);
+    kvq_status s = writer_add_range(w, name, fd, off, in->stored_size, err);
+    if (s != KVQ_OK) return s;
+    const wentry *e = &w->ent[w->n_ent - 1];
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, in->xxh3);
+    json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:b,s:s}", "header", (json_int_t)e->header, "offset",
+                          (json_int_t)e->offset, "size", (json_int_t)in->size, "stored_size",
+                          (json_int_t)in->stored_size, "zstd", in->zstd, "xxh3", hex);
+    if (!j || json_object_set_new(w->entries, name, j) != 0)
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", w->final_path);
+    return KVQ_OK;
+}
+
+kvq_status kvq_writer_add(kvq_writer *w, const char *entry, const void *data, size_t n,
+                          kvq_entry_mode mode, kvq_entry_info *info, kvq_err *err) {
+    kvq_entry_info in = {.size = n, .stored_size = n, .xxh3 = XXH3_64bits(data, n), .zstd = 0};
+    void *z = NULL;
+    const void *bytes = data;
+    if (mode == KVQ_ENTRY_ZSTD_AUTO && n > 0) {
+        size_t bound = ZSTD_compressBound(n);
+        if (!(z = malloc(bound))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: entry '%s': out of memory", w->final_path, entry);
+        size_t c = ZSTD_compressCCtx(w->cctx, z, bound, data, n, ZSTD_LEVEL);
+        if (ZSTD_isError(c)) {
+            free(z);
+            return kvq_err_set(err, KVQ_ERR_IO, "%s: entry '%s': zstd: %s", w->final_path, entry,
+                               ZSTD_getErrorName(c));
+        }
+        if ((double)c <= 0.95 * (double)n) in.stored_size = c, in.zstd = 1, bytes = z; // saves >= 5 %
+    }
+    kvq_status s = pwrite_all(w->spool_fd, bytes, in.stored_size, w->spool_pos);
+    if (s != KVQ_OK) s = kvq_err_set(err, KVQ_ERR_IO, "%s: entry '%s': writing the spool file: %s",
+                                     w->final_path, entry, strerror(errno));
+    else s = writer_add_stored(w, entry, w->spool_fd, w->spool_pos, &in, err);
+    free(z);
+    if (s != KVQ_OK) return s;
+    w->spool_pos += in.stored_size;
+    if (info) *info = in;
+    return KVQ_OK;
+}
+
+kvq_status kvq_writer_commit(kvq_writer *w, json_t *manifest, kvq_err *err) {
+    kvq_status s = KVQ_OK;
+    char *text = NULL;
+    json_t *m = json_is_object(manifest) ? json_copy(manifest) : NULL;
+    if (!m) { s = kvq_err_set(err, KVQ_ERR_ARG, "%s: manifest is not a JSON object", w->final_path); goto fail; }
+    json_object_set(m, "entries", w->entries);
+    text = json_dumps(m, JSON_INDENT(1));
+    json_decref(m);
+    if (!text) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: cannot serialise the manifest", w->final_path); goto fail; }
+    // manifest.json: last entry, stored plain and aligned, not in its own table.
+    size_t tlen = strlen(text);
+    if (pwrite_all(w->spool_fd, text, tlen, w->spool_pos) != KVQ_OK) {
+        s = kvq_err_set(err, KVQ_ERR_IO, "%s: writing the spool file: %s", w->final_path, strerror(errno));
+        goto fail;
+    }
+    if ((s = writer_add_range(w, MANIFEST_NAME, w->spool_fd, w->spool_pos, tlen, err)) != KVQ_OK) goto fail;
+    if (zip_close(w->za) < 0) {
+        s = kvq_err_set(err, KVQ_ERR_IO, "%s: writing the archive: %s", w->final_path, zip_strerror(w->za));
+        goto fail;
+    }
+    w->za = NULL;
+    int fd = open(w->tmp_path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        s = kvq_err_set(err, KVQ_ERR_IO, "%s: reopening the written archive: %s", w->tmp_path, strerror(errno));
+        if (fd >= 0) close(fd);
+        goto fail;
+    }
+    // zipalign -c: every entry's data really is where the table says, 64-aligned.
+    for (size_t i = 0; i < w->n_ent && s == KVQ_OK; i++) {
+        const wentry *e = &w->ent[i];
+        s = check_local_header(fd, (uint64_t)st.st_size, w->final_path, e->name, e->header, e->offset,
+                               e->stored, err);
+        if (s == KVQ_OK && (e->offset % KVQ_ALIGN || e->offset + e->stored > (uint64_t)st.st_size))
+            s = kvq_err_set(err, KVQ_ERR_IO, "%s: entry '%s' landed at unaligned offset %" PRIu64,
+                            w->final_path, e->name, e->offset);
+    }
+    if (s == KVQ_OK && fsync(fd) != 0)
+        s = kvq_err_set(err, KVQ_ERR_IO, "%s: fsync: %s", w->tmp_path, strerror(errno));
+    close(fd);
+    if (s != KVQ_OK) goto fail;
+    if (rename(w->tmp_path, w->final_path) != 0) {
+        s = kvq_err_set(err, KVQ_ERR_IO, "%s: rename from %s: %s", w->final_path, w->tmp_path, strerror(errno));
+        goto fail;
+    }
+    free(w->tmp_path);
+    w->tmp_path = NULL;
+    if (fsync_dir_of(w->final_path) != KVQ_OK)
+        s = kvq_err_set(err, KVQ_ERR_IO, "%s: fsync of its directory failed: %s", w->final_path, strerror(errno));
+fail:
+    free(text);
+    kvq_writer_abort(w);
+    return s;
+}
+
+// ---- reading ---------------------------------------------------------------
+
+typedef struct {
+    const char *name;    // key in the manifest (borrowed)
+    uint64_t header, offset, size, stored, xxh3;
+    int zstd;
+    int checked;         // digest verified
+    void *buf;           // decompressed payload (zstd entries)
+} fentry;
+
+struct kvq_file {
+    char *path;
+    int fd;
+    uint8_t *map;
+    uint64_t size;
+    json_t *manifest;
+    fentry *e;           // sorted by name
+    size_t n;
+};
+
+static int fentry_cmp(const void *a, const void *b) {
+    return strcmp(((const fentry *)a)->name, ((const fentry *)b)->name);
+}
+
+static fentry *find_entry(const kvq_file *f, const char *name) {
+    fentry key = {.name = name};
+    return bsearch(&key, f->e, f->n, sizeof key, fentry_cmp);
+}
+
+static int get_u64(const json_t *o, const char *k, uint64_t *v) {
+    json_t *j = json_object_get(o, k);
+    if (!json_is_integer(j) || json_integer_value(j) < 0) return -1;
+    *v = (uint64_t)json_integer_value(j);
+    return 0;
+}
+
+// Parses and checks the entry table: fields, the zip's own record of each entry,
+// bounds against the file size, alignment, and the local header.
+static kvq_status load_entries(kvq_file *f, zip_t *za, kvq_err *err) {
+    json_t *tab = json_object_get(f->manifest, "entries");
+    if (!json_is_object(tab))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest has no \"entries\" object", f->path);
+    f->n = json_object_size(tab);
+    if (!(f->e = calloc(f->n ? f->n : 1, sizeof *f->e))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", f->path);
+    const char *name;
+    json_t *v;
+    size_t i = 0;
+    json_object_foreach(tab, name, v) {
+        fentry *e = &f->e[i++];
+        e->name = name;
+        const char *hex = json_string_value(json_object_get(v, "xxh3"));
+        char *end = NULL;
+        if (hex) e->xxh3 = strtoull(hex, &end, 16);
+        if (!json_is_object(v) || get_u64(v, "header", &e->header) || get_u64(v, "offset", &e->offset) ||
+            get_u64(v, "size", &e->size) || get_u64(v, "stored_size", &e->stored) ||
+            !json_is_boolean(json_object_get(v, "zstd")) || !hex || strlen(hex) != 16 || *end)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': malformed entry table record", f->path, name);
+        e->zstd = json_is_true(json_object_get(v, "zstd"));
+        if (e->offset > f->size || e->stored > f->size - e->offset)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': bytes [%" PRIu64 ", +%" PRIu64
+                               ") exceed file size %" PRIu64, f->path, name, e->offset, e->stored, f->size);
+        if (e->offset % KVQ_ALIGN)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': offset %" PRIu64 " is not %d-byte aligned",
+                               f->path, name, e->offset, KVQ_ALIGN);
+        if (!e->zstd && e->size != e->stored)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': raw entry with size %" PRIu64
+                               " != stored_size %" PRIu64, f->path, name, e->size, e->stored);
+        zip_stat_t st;
+        if (zip_stat(za, name, 0, &st) != 0)
+            return kvq_err_set(err, KVQ_ERR_MISSING, "%s: entry '%s' is in the manifest but not in the archive", f->path, name);
+        if (st.comp_method != ZIP_CM_STORE || st.size != e->stored)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': archive stores it with method %d and %" PRIu64
+                               " bytes; the manifest says stored, %" PRIu64, f->path, name, (int)st.comp_method,
+                               (uint64_t)st.size, e->stored);
+        kvq_status s = check_local_header(f->fd, f->size, f->path, name, e->header, e->offset, e->stored, err);
+        if (s != KVQ_OK) return s;
+    }
+    qsort(f->e, f->n, sizeof *f->e, fentry_cmp);
+    zip_int64_t nz = zip_get_num_entries(za, 0);
+    for (zip_int64_t k = 0; k < nz; k++) {
+        const char *zn = zip_get_name(za, (zip_uint64_t)k, 0);
+        if (zn && strcmp(zn, MANIFEST_NAME) != 0 && !find_entry(f, zn))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: archive entry '%s' is not in the manifest's entry table", f->path, zn);
+    }
+    return KVQ_OK;
+}
+
+static kvq_status read_manifest(kvq_file *f, zip_t *za, kvq_err *err) {
+    zip_stat_t st;
+    if (zip_stat(za, MANIFEST_NAME, 0, &st) != 0)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: no %s in the archive (not a .kvq file?)", f->path, MANIFEST_NAME);
+    if (st.size > MANIFEST_MAX)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: %s is %" PRIu64 " bytes (limit %u)", f->path, MANIFEST_NAME,
+                           (uint64_t)st.size, MANIFEST_MAX);
+    char *buf = malloc(st.size + 1);
+    if (!buf) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", f->path);
+    zip_file_t *zf = zip_fopen(za, MANIFEST_NAME, 0);
+    zip_int64_t got = zf ? zip_fread(zf, buf, st.size) : -1;
+    if (zf) zip_fclose(zf);
+    if (got < 0 || (uint64_t)got != st.size) {
+        free(buf);
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: cannot read %s: %s", f->path, MANIFEST_NAME, zip_strerror(za));
+    }
+    json_error_t je;
+    f->manifest = json_loadb(buf, st.size, JSON_REJECT_DUPLICATES, &je);
+    free(buf);
+    if (!json_is_object(f->manifest))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: %s is not a JSON object: line %d: %s", f->path, MANIFEST_NAME,
+                           je.line, f->manifest ? "top level is not an object" : je.text);
+    const char *fmt = json_string_value(json_object_get(f->manifest, "format"));
+    if (!fmt || strcmp(fmt, KVQ_FORMAT_NAME) != 0)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest format is '%s', expected '%s'", f->path,
+                           fmt ? fmt : "(missing)", KVQ_FORMAT_NAME);
+    json_t *ver = json_object_get(f->manifest, "format_version");
+    if (!json_is_integer(ver))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest has no integer format_version", f->path);
+    if (json_integer_value(ver) != KVQ_FORMAT_VERSION)
+        return kvq_err_set(err, KVQ_ERR_VERSION, "%s: format version %" JSON_INTEGER_FORMAT
+                           " is not supported (this kvq reads version %d)", f->path, json_integer_value(ver),
+                           KVQ_FORMAT_VERSION);
+    return KVQ_OK;
+}
+
+kvq_status kvq_file_open(const char *path, kvq_file **out, kvq_err *err) {
+    *out = NULL;
+    kvq_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
+    }
+    f->fd = open(path, O_RDONLY);
+    struct stat st;
+    if (f->fd < 0 || fstat(f->fd, &st) != 0) {
+        kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: %s", path, strerror(errno));
+        kvq_file_close(f);
+        return s;
+    }
+    f->size = (uint64_t)st.st_size;
+    if (!S_ISREG(st.st_mode)) {
+        kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: not a regular file", path);
+        kvq_file_close(f);
+        return s;
+    }
+    if (f->size > 0) {
+        f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+        if (f->map == MAP_FAILED) {
+            f->map = NULL;
+            kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: mmap: %s", path, strerror(errno));
+            kvq_file_close(f);
+            return s;
+        }
+    }
+    int ze = 0, dfd = dup(f->fd);
+    zip_t *za = dfd >= 0 ? zip_fdopen(dfd, ZIP_CHECKCONS, &ze) : NULL;
+    if (!za) {
+        if (dfd >= 0) close(dfd);
+        zip_error_t zerr;
+        zip_error_init_with_code(&zerr, ze);
+        kvq_status s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: not a valid zip archive: %s", path, zip_error_strerror(&zerr));
+        zip_error_fini(&zerr);
+        kvq_file_close(f);
+        return s;
+    }
+    kvq_status s = read_manifest(f, za, err);
+    if (s == KVQ_OK) s = load_entries(f, za, err);
+    zip_discard(za);
+    if (s != KVQ_OK) { kvq_file_close(f); return s; }
+    *out = f;
+    return KVQ_OK;
+}
+
+void kvq_file_close(kvq_file *f) {
+    if (!f) return;
+    for (size_t i = 0; i < f->n; i++) free(f->e[i].buf);
+    free(f->e);
+    json_decref(f->manifest);
+    if (f->map) munmap(f->map, f->size);
+    if (f->fd >= 0) close(f->fd);
+    free(f->path);
+    free(f);
+}
+
+const json_t *kvq_file_manifest(const kvq_file *f) { return f->manifest; }
+const char *kvq_file_path(const kvq_file *f) { return f->path; }
+uint64_t kvq_file_size(const kvq_file *f) { return f->size; }
+
+// Makes e's payload available (keep=1: zstd output stays in e->buf) and checks
+// its digest once.
+static kvq_status load_entry(kvq_file *f, fentry *e, int keep, const void **data, kvq_err *err) {
+    const uint8_t *raw = f->map + e->offset;
+    const void *p = raw;
+    void *buf = e->buf;
+    if (e->zstd && !buf) {
+        unsigned long long fs = ZSTD_getFrameContentSize(raw, e->stored);
+        if (fs != e->size)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': zstd frame declares %lld bytes, manifest says %" PRIu64,
+                               f->path, e->name, (long long)fs, e->size);
+        if (!(buf = malloc(e->size ? e->size : 1))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: entry '%s': out of memory", f->path, e->name);
+        size_t r = ZSTD_decompress(buf, e->size, raw, e->stored);
+        if (ZSTD_isError(r) || r != e->size) {
+            free(buf);
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': zstd: %s", f->path, e->name,
+                               ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame");
+        }
+    }
+    if (e->zstd) p = buf;
+    if (!e->checked) {
+        uint64_t h = XXH3_64bits(p, e->size);
+        if (h != e->xxh3) {
+            if (buf != e->buf) free(buf);
+            return kvq_err_set(err, KVQ_ERR_DIGEST, "%s: entry '%s': xxh3 digest mismatch (manifest %016" PRIx64
+                               ", data %016" PRIx64 ")", f->path, e->name, e->xxh3, h);
+        }
+        e->checked = 1;
+    }
+    if (e->zstd && keep) e->buf = buf;
+    else if (buf != e->buf) free(buf);
+    if (data) *data = p;
+    return KVQ_OK;
+}
+
+kvq_status kvq_file_entry(kvq_file *f, const char *entry, const void **data, size_t *size, kvq_err *err) {
+    fentry *e = find_entry(f, entry);
+    if (!e) return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no entry '%s'", f->path, entry);
+    kvq_status s = load_entry(f, e, 1, data, err);
+    if (s == KVQ_OK && size) *size = (size_t)e->size;
+    return s;
+}
+
+void kvq_file_release(kvq_file *f, const char *entry) {
+    fentry *e = find_entry(f, entry);
+    if (e && e->buf) { free(e->buf); e->buf = NULL; }
+}
+
+kvq_status kvq_file_verify(kvq_file *f, kvq_err *err) {
+    for (size_t i = 0; i < f->n; i++) {
+        kvq_status s = load_entry(f, &f->e[i], 0, NULL, err);
+        if (s != KVQ_OK) return s;
+    }
+    return KVQ_OK;
+}
+
+static int fentry_offset_cmp(const void *a, const void *b) {
+    uint64_t x = (*(fentry *const *)a)->offset, y = (*(fentry *const *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+kvq_status kvq_file_rewrite_manifest(const char *path, json_t *manifest, kvq_err *err) {
+    kvq_file *f;
+    kvq_status s = kvq_file_open(path, &f, err);
+    if (s != KVQ_OK) return s;
+    fentry **order = malloc((f->n ? f->n : 1) * sizeof *order);
+    kvq_writer *w = NULL;
+    if (!order) s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
+    else s = kvq_writer_open(path, &w, err);
+    if (s == KVQ_OK) {
+        for (size_t i = 0; i < f->n; i++) order[i] = &f->e[i];
+        qsort(order, f->n, sizeof *order, fentry_offset_cmp); // keep the original entry order
+        for (size_t i = 0; i < f->n && s == KVQ_OK; i++) {
+            const fentry *e = order[i];
+            kvq_entry_info in = {.size = e->size, .stored_size = e->stored, .xxh3 = e->xxh3, .zstd = e->zstd};
+            s = writer_add_stored(w, e->name, f->fd, e->offset, &in, err);
+        }
+        if (s == KVQ_OK) s = kvq_writer_commit(w, manifest, err); // reads f->fd: f stays open
+        else kvq_writer_abort(w);
+    }
+    free(order);
+    kvq_file_close(f);
+    return s;
+}

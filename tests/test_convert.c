@@ -1,0 +1,429 @@
+// Tests for the converter (libconv/convert.c, plan.c, export.c, weights.c) and the
+// tools' exit codes: lossless conversion of the bundled model and of every model in
+// $KVQ_SHARED/models is bit-identical to the source when read back through the
+// container + codec and through kvq_weights; the manifest's sha256 of each source
+// file matches OpenSSL's; recipes parse or fail with the file and line; HF export
+// round-trips; failures leave no output file.
+#include <dirent.h>
+#include <libgen.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include <xxhash.h>
+#include <cmocka.h>
+
+#include "formats/checkpoint.h"
+#include "formats/kvqfile.h"
+#include "libconv/convert.h"
+#include "libconv/weights.h"
+
+#define TINY "tests/models/kvq-tiny-llama"
+
+static char g_build[512] = "build"; // from argv[0]: <build>/tests/test_convert
+
+static const char *shared_dir(void) {
+    const char *s = getenv("KVQ_SHARED");
+    return s && *s ? s : "../shared";
+}
+
+static void tmpdir(char *buf, size_t n) {
+    snprintf(buf, n, "/tmp/kvq-conv-XXXXXX");
+    assert_non_null(mkdtemp(buf));
+}
+
+static void rmtree(const char *dir) {
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rmtree(p);
+        else unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+// sha256 with OpenSSL directly (independent of kvq_sha256_file).
+static void sha256_hex(const char *path, char hex[65]) {
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    unsigned char buf[1 << 16], md[32];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, fp)) > 0) EVP_DigestUpdate(ctx, buf, k);
+    unsigned int ml;
+    EVP_DigestFinal_ex(ctx, md, &ml);
+    EVP_MD_CTX_free(ctx);
+    fclose(fp);
+    for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", md[i]);
+}
+
+static kvq_convert_opts none_opts(void) {
+    kvq_convert_opts o = {0};
+    o.plan.quantize_embeddings = -1;
+    o.plan.weights = "none";
+    return o;
+}
+
+// Converts src losslessly and checks every tensor three ways: raw entry bytes ==
+// source bytes, codec decode == source widened to f32, kvq_weights == the same.
+static void check_lossless(const char *src, size_t want_tensors) {
+    char dir[64], out[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(out, sizeof out, "%s/m.kvq", dir);
+    kvq_err err = {0};
+    kvq_convert_opts o = none_opts();
+    kvq_convert_summary sum;
+    if (kvq_convert(src, out, &o, &sum, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    assert_int_equal(count_files(dir), 1);
+
+    kvq_ckpt *ck;
+    assert_int_equal(kvq_ckpt_open(src, &ck, &err), KVQ_OK);
+    size_t n = kvq_ckpt_count(ck);
+    if (want_tensors) assert_int_equal(n, want_tensors);
+    assert_int_equal(sum.n_tensors, n);
+    assert_int_equal(sum.n_quantized, 0);
+    assert_true(isnan(sum.bits_per_weight));
+
+    kvq_file *f;
+    if (kvq_file_open(out, &f, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    assert_int_equal(kvq_file_verify(f, &err), KVQ_OK);
+    const json_t *man = kvq_file_manifest(f);
+    const json_t *tensors = json_object_get(man, "tensors");
+    assert_int_equal(json_array_size(tensors), n);
+    kvq_weights *w;
+    if (kvq_weights_open(out, &w, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    assert_int_equal(kvq_weights_count(w), n);
+    for (size_t i = 0; i < n; i++) {
+        const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
+        const json_t *r = json_array_get(tensors, i);
+        assert_string_equal(json_string_value(json_object_get(r, "name")), t->name);
+        assert_string_equal(json_string_value(json_object_get(r, "source_dtype")), kvq_dtype_name(t->dtype));
+        const json_t *shape = json_object_get(r, "shape");
+        assert_int_equal(json_array_size(shape), t->ndim);
+        for (int d = 0; d < t->ndim; d++) assert_int_equal(json_integer_value(json_array_get(shape, d)), t->shape[d]);
+        // 1. the stored bytes are the source bytes
+        const char *entry = json_string_value(json_object_get(json_object_get(r, "entries"), "raw"));
+        assert_non_null(entry);
+        const void *d;
+        size_t sz;
+        if (kvq_file_entry(f, entry, &d, &sz, &err) != KVQ_OK) fail_msg("%s", err.msg);
+        assert_int_equal(sz, t->nbytes);
+        assert_memory_equal(d, t->data, t->nbytes);
+        // 2./3. decoded float32 equals the source widened to float32, bit for bit
+        int64_t numel = kvq_tensor_numel(t), got_n;
+        float *ref = malloc((size_t)numel * sizeof *ref), *x;
+        kvq_dtype_to_f32(t->dtype, t->data, (size_t)numel, ref);
+        if (kvq_weights_get_f32(w, t->name, &x, &got_n, &err) != KVQ_OK) fail_msg("%s", err.msg);
+        assert_int_equal(got_n, numel);
+        assert_memory_equal(x, ref, (size_t)numel * sizeof *ref);
+        free(x);
+        free(ref);
+        int nd;
+        int64_t sh[8];
+        assert_true(kvq_weights_has(w, t->name, &nd, sh));
+        assert_int_equal(nd, t->ndim);
+    }
+    assert_false(kvq_weights_has(w, "no.such.tensor", NULL, NULL));
+    // source files: sha256 recomputed with OpenSSL, sizes from stat
+    const json_t *files = json_object_get(json_object_get(man, "source"), "files");
+    assert_true(json_array_size(files) >= 1);
+    size_t i;
+    json_t *fr;
+    int n_weights = 0;
+    json_array_foreach(files, i, fr) {
+        const char *name = json_string_value(json_object_get(fr, "name"));
+        char path[1024], hex[65];
+        struct stat st;
+        char *c = strdup(src);
+        assert_int_equal(stat(src, &st), 0); // a .bin source: its files live beside it
+        snprintf(path, sizeof path, "%s/%s", S_ISDIR(st.st_mode) ? src : dirname(c), name);
+        free(c);
+        sha256_hex(path, hex);
+        assert_string_equal(json_string_value(json_object_get(fr, "sha256")), hex);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(json_integer_value(json_object_get(fr, "size")), st.st_size);
+        if (!strcmp(json_string_value(json_object_get(fr, "role")), "weights")) n_weights++;
+    }
+    assert_true(n_weights >= 1);
+    // tokenizer: stored, and extracted byte-identical by kvq_weights
+    const char *tp = kvq_weights_tokenizer_path(w);
+    const char *src_tok = kvq_ckpt_tokenizer_path(ck);
+    if (src_tok) {
+        assert_non_null(tp);
+        FILE *a = fopen(tp, "rb"), *b = fopen(src_tok, "rb");
+        assert_non_null(a);
+        assert_non_null(b);
+        int ca, cb;
+        do { ca = fgetc(a); cb = fgetc(b); assert_int_equal(ca, cb); } while (ca != EOF);
+        fclose(a);
+        fclose(b);
+    }
+    char *tokcopy = tp ? strdup(tp) : NULL;
+    kvq_weights_close(w);
+    if (tokcopy) { // the private directory is gone after close
+        struct stat st;
+        assert_int_not_equal(stat(dirname(tokcopy), &st), 0);
+        free(tokcopy);
+    }
+    kvq_file_close(f);
+    kvq_ckpt_close(ck);
+    rmtree(dir);
+}
+
+static void test_tiny_lossless(void **state) { check_lossless(TINY, 0); }
+
+// kvq_weights over a source checkpoint: same names, values widened from the source.
+static void test_weights_source(void **state) {
+    kvq_err err = {0};
+    kvq_weights *w;
+    kvq_ckpt *ck;
+    if (kvq_weights_open(TINY, &w, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    assert_int_equal(kvq_ckpt_open(TINY, &ck, &err), KVQ_OK);
+    assert_null(kvq_weights_manifest(w));
+    assert_int_equal(kvq_weights_count(w), kvq_ckpt_count(ck));
+    assert_int_equal(kvq_weights_arch(w)->hidden_size, kvq_ckpt_arch(ck)->hidden_size);
+    assert_string_equal(kvq_weights_tokenizer_path(w), kvq_ckpt_tokenizer_path(ck));
+    const kvq_tensor *t = kvq_ckpt_find(ck, "model.embed_tokens.weight");
+    assert_non_null(t);
+    float *x;
+    int64_t n;
+    assert_int_equal(kvq_weights_get_f32(w, t->name, &x, &n, &err), KVQ_OK);
+    assert_int_equal(n, kvq_tensor_numel(t));
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)t->data + 2 * 12345, 2);
+    assert_true(t->dtype == KVQ_DTYPE_BF16);
+    assert_true(x[12345] == kvq_bf16_to_f32(h));
+    free(x);
+    assert_int_equal(kvq_weights_get_f32(w, "nope", &x, &n, &err), KVQ_ERR_MISSING);
+    assert_null(kvq_weights_name(w, kvq_weights_count(w)));
+    kvq_ckpt_close(ck);
+    kvq_weights_close(w);
+}
+
+static void test_shared_models_lossless(void **state) {
+    char p[1024];
+    const char *models[] = {"kvq-small-llama", "kvq-small-qwen3", "kvq-tiny-llama", "stories260K/stories260K.bin"};
+    const size_t want[] = {57, 0, 0, 0};
+    snprintf(p, sizeof p, "%s/models", shared_dir());
+    struct stat st;
+    if (stat(p, &st) != 0) { print_message("skipped: %s not found (set KVQ_SHARED)\n", p); skip(); }
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/models/%s", shared_dir(), models[i]);
+        print_message("  lossless round trip: %s\n", p);
+        check_lossless(p, want[i]);
+    }
+}
+
+static void read_all(const char *path, uint8_t **d, size_t *n) {
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    *n = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    *d = malloc(*n);
+    assert_int_equal(fread(*d, 1, *n, fp), *n);
+    fclose(fp);
+}
+
+static void test_deterministic_and_failures(void **state) {
+    char dir[64], a[128], b[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a.kvq", dir);
+    snprintf(b, sizeof b, "%s/b.kvq", dir);
+    kvq_err err = {0};
+    kvq_convert_opts o = none_opts();
+    assert_int_equal(kvq_convert(TINY, a, &o, NULL, &err), KVQ_OK);
+    assert_int_equal(kvq_convert(TINY, b, &o, NULL, &err), KVQ_OK);
+    uint8_t *da, *db;
+    size_t na, nb;
+    read_all(a, &da, &na);
+    read_all(b, &db, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(da, db, na); // same input + recipe => same bytes
+    free(da);
+    free(db);
+    unlink(b);
+    // bad spec: fails before writing anything
+    o.plan.weights = "nosuchcodec:bits=3";
+    assert_int_equal(kvq_convert(TINY, b, &o, NULL, &err), KVQ_ERR_ARG);
+    assert_non_null(strstr(err.msg, "nosuchcodec"));
+    // missing source
+    o = none_opts();
+    assert_true(kvq_convert("/nonexistent/model", b, &o, NULL, &err) < 0);
+    assert_non_null(strstr(err.msg, "/nonexistent/model"));
+    assert_int_equal(count_files(dir), 1); // only a.kvq
+    rmtree(dir);
+}
+
+static void write_text(const char *path, const char *s) {
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(s, fp);
+    fclose(fp);
+}
+
+static void test_recipes(void **state) {
+    char dir[64], path[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/r.yaml", dir);
+    kvq_err err = {0};
+    kvq_plan *p;
+    // the shipped default recipe parses
+    kvq_plan_opts o = {.recipe_path = "recipes/default.yaml", .quantize_embeddings = -1};
+    if (kvq_plan_build(&o, &p, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    json_t *j = kvq_plan_to_json(p);
+    assert_string_equal(json_string_value(json_object_get(j, "weights")), "none");
+    assert_int_equal(json_array_size(json_object_get(j, "rules")), 1);
+    json_decref(j);
+    kvq_tensor t = {.name = "model.norm.weight", .dtype = KVQ_DTYPE_F32, .ndim = 1, .shape = {4}};
+    const kvq_codec_traits *c;
+    const json_t *cfg;
+    const char *spec;
+    assert_int_equal(kvq_plan_choose(p, &t, &c, &cfg, &spec, &err), KVQ_OK);
+    assert_string_equal(c->name, "none");
+    // per-tensor seed: XXH3-64(name, seed = recipe seed), recipe seed 0 here
+    assert_true(kvq_plan_tensor_seed(p, "a.weight") == XXH3_64bits_withSeed("a.weight", 8, 0));
+    kvq_plan_free(p);
+    // CLI seed overrides the file's
+    write_text(path, "seed: 17\nweights: none\nquantize_embeddings: true\nkeep: [\"*.bias\"]\nrules:\n  - match: \"*.mlp.*\"\n    codec: none\n");
+    o = (kvq_plan_opts){.recipe_path = path, .quantize_embeddings = -1};
+    assert_int_equal(kvq_plan_build(&o, &p, &err), KVQ_OK);
+    j = kvq_plan_to_json(p);
+    assert_int_equal(json_integer_value(json_object_get(j, "seed")), 17);
+    assert_true(json_is_true(json_object_get(j, "quantize_embeddings")));
+    assert_int_equal(json_array_size(json_object_get(j, "keep")), 1);
+    json_decref(j);
+    assert_true(kvq_plan_tensor_seed(p, "x") == XXH3_64bits_withSeed("x", 1, 17));
+    kvq_plan_free(p);
+    o.seed = 5, o.seed_set = 1;
+    assert_int_equal(kvq_plan_build(&o, &p, &err), KVQ_OK);
+    assert_true(kvq_plan_tensor_seed(p, "x") == XXH3_64bits_withSeed("x", 1, 5));
+    kvq_plan_free(p);
+    // errors name the file and line
+    struct { const char *text, *needle; } bad[] = {
+        {"weights: none\nbogus: 1\n", "unknown key 'bogus'"},
+        {"rules:\n  - match: \"*\"\n    codec: nosuch:3\n", "line 2"},
+        {"seed: -4\n", "seed"},
+        {"rules: [\n", "YAML error"},
+        {"rules:\n  - match: \"*\"\n", "needs both"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(path, bad[i].text);
+        assert_true(kvq_plan_build(&o, &p, &err) < 0);
+        assert_null(p);
+        if (!strstr(err.msg, bad[i].needle) || !strstr(err.msg, "r.yaml")) fail_msg("case %zu: '%s'", i, err.msg);
+    }
+    rmtree(dir);
+}
+
+static void test_export_hf(void **state) {
+    char dir[64], out[128], hf[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(out, sizeof out, "%s/m.kvq", dir);
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    kvq_err err = {0};
+    kvq_convert_opts o = none_opts();
+    assert_int_equal(kvq_convert(TINY, out, &o, NULL, &err), KVQ_OK);
+    if (kvq_export_hf(out, hf, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    kvq_ckpt *a, *b;
+    assert_int_equal(kvq_ckpt_open(TINY, &a, &err), KVQ_OK);
+    if (kvq_ckpt_open(hf, &b, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    assert_int_equal(kvq_ckpt_count(a), kvq_ckpt_count(b));
+    for (size_t i = 0; i < kvq_ckpt_count(a); i++) {
+        const kvq_tensor *x = kvq_ckpt_tensor(a, i), *y = kvq_ckpt_tensor(b, i);
+        assert_string_equal(x->name, y->name);
+        assert_int_equal(x->dtype, y->dtype); // lossless: source dtype kept
+        assert_int_equal(x->nbytes, y->nbytes);
+        assert_memory_equal(x->data, y->data, x->nbytes);
+    }
+    assert_memory_equal(kvq_ckpt_arch(a), kvq_ckpt_arch(b), sizeof(kvq_arch));
+    assert_non_null(kvq_ckpt_tokenizer_path(b));
+    kvq_ckpt_close(a);
+    kvq_ckpt_close(b);
+    rmtree(dir);
+}
+
+static int run(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int r = system(cmd);
+    return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
+}
+
+static void test_tools(void **state) {
+    char bin[600], dir[64];
+    snprintf(bin, sizeof bin, "%s/kvq-convert", g_build);
+    if (access(bin, X_OK) != 0) { print_message("skipped: %s not built\n", bin); skip(); }
+    tmpdir(dir, sizeof dir);
+    assert_int_equal(run("%s/kvq-convert --help >/dev/null", g_build), 0);
+    assert_int_equal(run("%s/kvq-convert -q %s %s/t.kvq 2>/dev/null", g_build, TINY, dir), 0);
+    assert_int_equal(run("%s/kvq-inspect %s/t.kvq >/dev/null", g_build, dir), 0);
+    assert_int_equal(run("%s/kvq-inspect --json %s/t.kvq > %s/t.json", g_build, dir, dir), 0);
+    char jp[128];
+    snprintf(jp, sizeof jp, "%s/t.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(jp, 0, &je);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "format_version")), KVQ_FORMAT_VERSION);
+    assert_true(json_is_object(json_object_get(j, "architecture")));
+    json_t *t0 = json_array_get(json_object_get(j, "tensors"), 0);
+    const char *keys[] = {"name", "shape", "source_dtype", "codec", "bits_per_weight", "bytes"};
+    for (int i = 0; i < 6; i++) assert_non_null(json_object_get(t0, keys[i]));
+    assert_true(json_is_string(json_object_get(t0, "codec")));
+    json_t *tot = json_object_get(j, "totals");
+    assert_true(json_integer_value(json_object_get(tot, "bytes")) > 0);
+    assert_true(json_integer_value(json_object_get(tot, "source_bytes")) > 0);
+    assert_true(json_is_null(json_object_get(tot, "bits_per_weight"))); // nothing lossy
+    json_decref(j);
+    // errors: exit 2 and one line naming the file
+    write_text(jp, "garbage");
+    assert_int_equal(run("%s/kvq-inspect %s 2>/dev/null", g_build, jp), 2);
+    assert_int_equal(run("%s/kvq-inspect 2>/dev/null", g_build), 2);
+    assert_int_equal(run("%s/kvq-convert --weights bogus %s %s/u.kvq 2>/dev/null", g_build, TINY, dir), 2);
+    assert_int_equal(run("%s/kvq-convert /nonexistent %s/u.kvq 2>/dev/null", g_build, dir), 2);
+    assert_int_equal(access(jp, F_OK), 0);
+    char u[128];
+    snprintf(u, sizeof u, "%s/u.kvq", dir);
+    assert_int_not_equal(access(u, F_OK), 0);
+    rmtree(dir);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char *a = strdup(argv[0]);
+    snprintf(g_build, sizeof g_build, "%s", dirname(dirname(a))); // <build>/tests/test_convert
+    free(a);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_lossless),
+        cmocka_unit_test(test_weights_source),
+        cmocka_unit_test(test_shared_models_lossless),
+        cmocka_unit_test(test_deterministic_and_failures),
+        cmocka_unit_test(test_recipes),
+        cmocka_unit_test(test_export_hf),
+        cmocka_unit_test(test_tools),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

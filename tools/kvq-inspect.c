@@ -1,0 +1,162 @@
+// kvq-inspect: what a .kvq holds. A human table (architecture, size against the
+// source, one row per tensor) or, with --json, the stable JSON document specified
+// in docs/FORMAT.md ("kvq-inspect --json"). Reads only the manifest and the archive
+// structure; payload digests are checked by kvq-verify.
+// Exit status: 0 success, 2 error (1 is reserved for verification failures).
+#include <getopt.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "formats/kvqfile.h"
+
+static json_t *tensor_json(const json_t *r) {
+    const json_t *codec = json_object_get(r, "codec");
+    json_t *o = json_pack("{s:O,s:O,s:O,s:O,s:O,s:O}", "name", json_object_get(r, "name"), "shape",
+                          json_object_get(r, "shape"), "source_dtype", json_object_get(r, "source_dtype"),
+                          "codec", json_object_get(codec, "name"), "bits_per_weight",
+                          json_object_get(r, "bits_per_weight"), "bytes", json_object_get(r, "bytes"));
+    if (!o) return NULL;
+    const char *extra[] = {"code_bits_per_weight", "predicted_mse", "rate", "entries", NULL};
+    for (int i = 0; extra[i]; i++)
+        if (json_object_get(r, extra[i])) json_object_set(o, extra[i], json_object_get(r, extra[i]));
+    json_object_set(o, "codec_spec", json_object_get(codec, "spec"));
+    json_object_set(o, "codec_params", json_object_get(codec, "params"));
+    json_object_set(o, "lossless", json_object_get(codec, "lossless"));
+    return o;
+}
+
+static int64_t numel_of(const json_t *r) {
+    int64_t n = 1;
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(r, "shape"), i, d) n *= json_integer_value(d);
+    return n;
+}
+
+static uint64_t source_bytes(const json_t *m) {
+    uint64_t n = 0;
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(json_object_get(m, "source"), "files"), i, f)
+        if (!strcmp(json_string_value(json_object_get(f, "role")) ?: "", "weights"))
+            n += (uint64_t)json_integer_value(json_object_get(f, "size"));
+    return n;
+}
+
+// Totals: bits_per_weight averages (stored bits / weights) over lossy tensors.
+static json_t *totals(const json_t *m, uint64_t fsize) {
+    double bits = 0, n = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(m, "tensors"), i, r)
+        if (!json_is_true(json_object_get(json_object_get(r, "codec"), "lossless"))) {
+            bits += 8.0 * (double)json_integer_value(json_object_get(r, "bytes"));
+            n += (double)numel_of(r);
+        }
+    return json_pack("{s:I,s:I,s:o,s:I}", "bytes", (json_int_t)fsize, "source_bytes", (json_int_t)source_bytes(m),
+                     "bits_per_weight", n > 0 ? json_real(bits / n) : json_null(), "tensors",
+                     (json_int_t)json_array_size(json_object_get(m, "tensors")));
+}
+
+static int print_json(const kvq_file *f) {
+    const json_t *m = kvq_file_manifest(f);
+    json_t *ts = json_array();
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(m, "tensors"), i, r) json_array_append_new(ts, tensor_json(r));
+    json_t *o = json_pack("{s:O,s:s,s:O,s:o,s:o}", "format_version", json_object_get(m, "format_version"),
+                          "file", kvq_file_path(f), "architecture", json_object_get(m, "architecture"),
+                          "tensors", ts, "totals", totals(m, kvq_file_size(f)));
+    const char *pass[] = {"recipe", "source", "kv", "verification", "kvq_version", "created_by", NULL};
+    for (int k = 0; o && pass[k]; k++)
+        if (json_object_get(m, pass[k])) json_object_set(o, pass[k], json_object_get(m, pass[k]));
+    if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0) { json_decref(o); return -1; }
+    putchar('\n');
+    json_decref(o);
+    return 0;
+}
+
+static void shape_str(const json_t *r, char *buf, size_t cap) {
+    size_t i, n = 0;
+    json_t *d;
+    buf[0] = 0;
+    json_array_foreach(json_object_get(r, "shape"), i, d)
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%" JSON_INTEGER_FORMAT, i ? "x" : "", json_integer_value(d));
+    if (!buf[0]) snprintf(buf, cap, "scalar");
+}
+
+static void print_human(const kvq_file *f) {
+    const json_t *m = kvq_file_manifest(f), *a = json_object_get(m, "architecture");
+    printf("%s: kvq format %" JSON_INTEGER_FORMAT ", written by %s\n", kvq_file_path(f),
+           json_integer_value(json_object_get(m, "format_version")),
+           json_string_value(json_object_get(m, "created_by")) ?: "?");
+#define AI(k) json_integer_value(json_object_get(a, k))
+    printf("architecture: %s, hidden %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT " layers, %" JSON_INTEGER_FORMAT
+           " heads (%" JSON_INTEGER_FORMAT " kv, dim %" JSON_INTEGER_FORMAT "), ffn %" JSON_INTEGER_FORMAT ", vocab %"
+           JSON_INTEGER_FORMAT ", context %" JSON_INTEGER_FORMAT "%s\n",
+           json_string_value(json_object_get(a, "hf_class")) ?: "?", AI("hidden_size"), AI("n_layers"), AI("n_heads"),
+           AI("n_kv_heads"), AI("head_dim"), AI("intermediate_size"), AI("vocab_size"), AI("max_position_embeddings"),
+           json_is_true(json_object_get(a, "tie_word_embeddings")) ? ", tied embeddings" : "");
+#undef AI
+    const json_t *src = json_object_get(m, "source");
+    uint64_t sb = source_bytes(m), fb = kvq_file_size(f);
+    printf("source: %s %s\n", json_string_value(json_object_get(src, "kind")) ?: "?",
+           json_string_value(json_object_get(src, "path")) ?: "?");
+    printf("size: %" PRIu64 " bytes = %.2f MiB; source weights %" PRIu64 " bytes (%.1f %%)\n", fb,
+           (double)fb / 1048576.0, sb, sb ? 100.0 * (double)fb / (double)sb : 0.0);
+    printf("\n%-52s %-16s %-6s %-20s %9s %12s\n", "tensor", "shape", "dtype", "codec", "bits/w", "bytes");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(m, "tensors"), i, r) {
+        char shape[96];
+        shape_str(r, shape, sizeof shape);
+        const json_t *codec = json_object_get(r, "codec");
+        printf("%-52s %-16s %-6s %-20s %9.3f %12" JSON_INTEGER_FORMAT "\n", json_string_value(json_object_get(r, "name")),
+               shape, json_string_value(json_object_get(r, "source_dtype")) ?: "?",
+               json_string_value(json_object_get(codec, "spec")) ?: json_string_value(json_object_get(codec, "name")),
+               json_real_value(json_object_get(r, "bits_per_weight")), json_integer_value(json_object_get(r, "bytes")));
+        if (!json_is_true(json_object_get(codec, "lossless"))) { // rate breakdown, bits per weight
+            const char *part;
+            json_t *bits;
+            double n = (double)numel_of(r);
+            printf("    rate:");
+            json_object_foreach((json_t *)json_object_get(r, "rate"), part, bits)
+                printf(" %s %.3f", part, n > 0 ? json_number_value(bits) / n : 0.0);
+            printf(" bits/w\n");
+        }
+    }
+    json_t *t = totals(m, fb);
+    printf("\ntotal: %" JSON_INTEGER_FORMAT " tensors, %" PRIu64 " bytes; ", json_integer_value(json_object_get(t, "tensors")), fb);
+    if (json_is_null(json_object_get(t, "bits_per_weight"))) printf("no lossy-quantized tensors\n");
+    else printf("lossy-quantized tensors average %.3f bits/w\n", json_real_value(json_object_get(t, "bits_per_weight")));
+    json_decref(t);
+}
+
+int main(int argc, char **argv) {
+    int as_json = 0;
+    static const struct option lo[] = {{"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "jh", lo, NULL)) != -1) {
+        if (c == 'j') as_json = 1;
+        else if (c == 'h') {
+            printf("usage: kvq-inspect [--json] FILE.kvq\nexit status: 0 ok, 2 error\n");
+            return 0;
+        } else {
+            fprintf(stderr, "usage: kvq-inspect [--json] FILE.kvq\n");
+            return 2;
+        }
+    }
+    if (argc - optind != 1) { fprintf(stderr, "usage: kvq-inspect [--json] FILE.kvq\n"); return 2; }
+    kvq_file *f;
+    kvq_err err = {0};
+    if (kvq_file_open(argv[optind], &f, &err) != KVQ_OK) {
+        fprintf(stderr, "kvq-inspect: %s\n", err.msg);
+        return 2;
+    }
+    int rc = 0;
+    if (as_json) rc = print_json(f) ? 2 : 0;
+    else print_human(f);
+    if (rc) fprintf(stderr, "kvq-inspect: %s: cannot write JSON\n", argv[optind]);
+    kvq_file_close(f);
+    return rc;
+}
