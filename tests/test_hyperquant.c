@@ -245,6 +245,41 @@ static void test_corrupt_payload(void **state) {
     free(x);
 }
 
+// Random byte corruptions of every blob: the decoders return OK or KVQ_ERR_FORMAT and never
+// read out of bounds (run under `make asan` too).
+static void test_fuzz_corruption(void **state) {
+    const int64_t rows = 24, cols = 256;
+    float *x = gauss_matrix(rows, cols, 31, 1.0), *d = malloc(sizeof(float) * rows * cols);
+    for (int l = 0; l < KVQ_LAT_COUNT; l++) {
+        kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, 3.0);
+        kvq_codec_input in = {NULL, x, rows, cols, 5, 1};
+        kvq_encoded e;
+        kvq_err err;
+        kvq_hq_header h;
+        assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_OK);
+        assert_int_equal(kvq_hq_header_parse(e.params, rows, cols, &h, &err), KVQ_OK);
+        kvq_blob_view v[KVQ_MAX_BLOBS];
+        views(&e, v);
+        uint64_t s = 100 + (uint64_t)l;
+        for (int t = 0; t < 300; t++) {
+            int b = (int)(rng_next(&s) % (uint64_t)e.n_blob);
+            uint8_t *p = e.blob[b].data;
+            size_t at = (size_t)(rng_next(&s) % e.blob[b].size);
+            uint8_t old = p[at];
+            p[at] ^= (uint8_t)(1u << (rng_next(&s) % 8));
+            kvq_status s1 = kvq_hq_decode(&h, v, e.n_blob, d, 1, &err);
+            kvq_status s2 = kvq_hq_decode_ref(&h, v, e.n_blob, d, &err);
+            assert_true(s1 == KVQ_OK || s1 == KVQ_ERR_FORMAT);
+            assert_true(s2 == KVQ_OK || s2 == KVQ_ERR_FORMAT);
+            p[at] = old;
+        }
+        assert_int_equal(kvq_hq_decode(&h, v, e.n_blob, d, 1, &err), KVQ_OK);
+        kvq_encoded_free(&e);
+    }
+    free(x);
+    free(d);
+}
+
 static void test_codec_table(void **state) {
     const kvq_codec_traits *c;
     json_t *cfg;
@@ -335,6 +370,7 @@ int main(void) {
         cmocka_unit_test(test_odd_widths),
         cmocka_unit_test(test_corrupt_payload),
         cmocka_unit_test(test_codec_table),
+        cmocka_unit_test(test_fuzz_corruption),
         cmocka_unit_test(test_real_tiny_llama),
         cmocka_unit_test(test_real_shared_models),
     };
