@@ -5,6 +5,7 @@
 #include "libconv/kmeans.h"
 
 #include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,40 @@ uint32_t kvq_kmeans_nearest(const float *p, const float *cent, int64_t k, int di
     }
     if (d2) *d2 = bd;
     return best;
+}
+
+// Fast path: centroids regrouped in blocks of 8, (block, dim, 8) so the distances to 8
+// centroids are computed side by side. Each lane sums over dims in the same order as
+// dist2, so distances, and the argmin with its lowest-index tie rule, are bit-identical.
+#define KM_LANES 8
+
+static void block_centroids(const float *cent, int64_t k, int dim, float *t) {
+    int64_t nb = (k + KM_LANES - 1) / KM_LANES;
+    for (int64_t c = 0; c < nb * KM_LANES; c++)
+        for (int j = 0; j < dim; j++)
+            t[(c / KM_LANES) * dim * KM_LANES + j * KM_LANES + c % KM_LANES] = c < k ? cent[c * dim + j] : INFINITY;
+}
+
+__attribute__((target_clones("avx2", "default")))
+static uint32_t nearest_blocked(const float *p, const float *t, int64_t k, int dim, float *d2) {
+    float best = FLT_MAX;
+    uint32_t bi = 0;
+    int64_t nb = (k + KM_LANES - 1) / KM_LANES;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *tb = t + b * dim * KM_LANES;
+        float acc[KM_LANES] = {0};
+        for (int j = 0; j < dim; j++) {
+            float pj = p[j];
+            for (int l = 0; l < KM_LANES; l++) {
+                float u = pj - tb[j * KM_LANES + l];
+                acc[l] += u * u;
+            }
+        }
+        for (int l = 0; l < KM_LANES; l++)
+            if (acc[l] < best) { best = acc[l]; bi = (uint32_t)(b * KM_LANES + l); }
+    }
+    *d2 = best;
+    return bi;
 }
 
 // k-means++: first centre uniform, then each next one drawn with probability ∝ D².
@@ -83,15 +118,19 @@ static int kmeans_core(const float *x, int64_t n, int dim, int64_t k, int max_it
     double *sum = malloc(sizeof(double) * (size_t)(k * dim));
     int64_t *cnt = malloc(sizeof(int64_t) * (size_t)k);
     KVQ_ASSERT(d2 && sum && cnt);
+    float *blk = par ? malloc(sizeof(float) * (size_t)(((k + KM_LANES - 1) / KM_LANES) * KM_LANES * dim)) : NULL;
+    KVQ_ASSERT(!par || blk);
     uint64_t rng = seed ^ 0x6a09e667f3bcc909ull;
     seed_pp(x, n, dim, k, &rng, cent, d2, par);
     for (int64_t i = 0; i < n; i++) assign[i] = UINT32_MAX;
     int it = 0;
     for (;;) {
         int64_t changed = 0;
+        if (par) block_centroids(cent, k, dim, blk);
 #pragma omp parallel for schedule(static) reduction(+ : changed) if (par)
         for (int64_t i = 0; i < n; i++) {
-            uint32_t a = kvq_kmeans_nearest(x + i * dim, cent, k, dim, &d2[i]);
+            uint32_t a = par ? nearest_blocked(x + i * dim, blk, k, dim, &d2[i])
+                             : kvq_kmeans_nearest(x + i * dim, cent, k, dim, &d2[i]);
             if (a != assign[i]) { assign[i] = a; changed++; }
         }
         if (changed == 0 || it >= max_iter) break;
@@ -117,6 +156,7 @@ static int kmeans_core(const float *x, int64_t n, int dim, int64_t k, int max_it
         }
         it++;
     }
+    free(blk);
     free(d2);
     free(sum);
     free(cnt);
