@@ -1,9 +1,10 @@
 // QET on real weights: every linear layer (*_proj.weight) of a checkpoint (default
 // $KVQ_SHARED/models/kvq-small-llama) at 4 and 3 effective bits against a bf16 source:
 // MSE of QET (paper defaults), Vanilla, PQ, QET with a 1-level tree, and RTN
-// (asymmetric, fp16 scale+zero per group of g along the contraction axis).
+// (asymmetric, fp16 scale+zero per group of g along the contraction axis), plus the
+// table's hyperquant:e8:<bits> and rtn:<bits>:g128 codecs when they are registered.
 // --f32: the paper's setting instead (source counted as 32-bit, ratios 4 and 8: QET,
-// Vanilla and PQ only), to compare with its "QET = 5.05 % of PQ's MSE at ratio 4".
+// Vanilla, PQ and the Vanilla+RQO / Vanilla+CQO ablations), to compare with its "QET = 5.05 % of PQ's MSE at ratio 4".
 // Usage: build/bench/qet_weights [checkpoint] [--per-layer] [--f32]
 #include <math.h>
 #include <stdio.h>
@@ -76,7 +77,7 @@ static double rtn(const float *x, int64_t n, int64_t d, int b, int g, double *bp
     return se / (double)(n * d);
 }
 
-#define NCOL 8
+#define NCOL 9
 int main(int argc, char **argv) {
     const char *sh = getenv("KVQ_SHARED");
     char def[1024];
@@ -88,11 +89,13 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--f32")) f32 = 1;
     }
     if (f32) g_src = KVQ_DTYPE_F32;
+    const char *names_f32[NCOL] = {"QET", "Vanilla", "PQ", "Vanilla+RQO", "Vanilla+CQO", "-", "-", "-", "-"};
+    const char *names_bf[NCOL] = {"QET", "Vanilla", "PQ", "QET-l1", "QET-l0", "RTN-g128", "RTN(b-1)-g32", "HQ-e8", "rtn-codec"};
+    const char *const *names = f32 ? names_f32 : names_bf;
     kvq_ckpt *ck;
     kvq_err err;
     if (kvq_ckpt_open(path, &ck, &err)) { printf("qet_weights: skipped: %s\n", err.msg); return 0; }
     int have_hq = kvq_codec_find("hyperquant") != NULL;
-    const char *names[NCOL] = {"QET", "Vanilla", "PQ", "QET-l1", "QET-l0", "RTN-g128", "RTN(b-1)-g32", "HQ-e8"};
     printf("%s, %d threads; MSE over all *_proj.weight elements (%s source); bpw = realized bits/weight\n", path,
            omp_get_max_threads(), f32 ? "counted as 32-bit" : "bf16");
     for (int bits = f32 ? 8 : 4; bits >= (f32 ? 4 : 3); bits -= f32 ? 4 : 1) {
@@ -118,7 +121,13 @@ int main(int argc, char **argv) {
             m[1] = run_qet(&v, x, n, d, out, &b[1]);
             m[2] = run_qet(&p, x, n, d, out, &b[2]);
             for (int c = 3; c < NCOL; c++) m[c] = b[c] = NAN;
-            if (!f32) {
+            if (f32) { // the section 4.3 ablations instead: Vanilla+RQO, Vanilla+CQO
+                kvq_qet_config vr = v, vc = v;
+                vr.stages = 2;
+                vc.cb_bits = 10;
+                m[3] = run_qet(&vr, x, n, d, out, &b[3]);
+                m[4] = run_qet(&vc, x, n, d, out, &b[4]);
+            } else {
             m[3] = run_qet(&q1, x, n, d, out, &b[3]);
             m[4] = run_qet(&q0, x, n, d, out, &b[4]);
             m[5] = rtn(x, n, d, bits, 128, &b[5]);
@@ -127,6 +136,8 @@ int main(int argc, char **argv) {
             char spec[64];
             snprintf(spec, sizeof spec, "hyperquant:e8:%d", bits);
             if (have_hq && !f32) m[7] = run_spec(spec, t, x, n, d, out, &b[7]);
+            snprintf(spec, sizeof spec, "rtn:%d:g128", bits); // the rtn codec of the table, if registered
+            if (kvq_codec_find("rtn") && !f32) m[8] = run_spec(spec, t, x, n, d, out, &b[8]);
             for (int64_t i = 0; i < n * d; i++) x2 += (double)x[i] * x[i];
             for (int c = 0; c < NCOL; c++) { se[c] += m[c] * (double)(n * d); bw[c] += b[c] * (double)(n * d); }
             cnt += (double)(n * d);
