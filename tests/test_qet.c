@@ -360,6 +360,20 @@ static void test_traits(void **state) {
     free(x); free(out); free(raw);
 }
 
+// The offline K/V matrix API: n tokens × d channels, fp16 source, default QET.
+static void test_matrix_api(void **state) {
+    int64_t n = 512, d = 64;
+    float *x = randmat(n, d, 80), *out = malloc(sizeof(float) * n * d);
+    double bpw = 0;
+    kvq_err err;
+    assert_int_equal(kvq_qet_matrix_roundtrip(x, n, d, KVQ_DTYPE_F16, 4, 3, out, &bpw, &err), KVQ_OK);
+    assert_true(bpw <= 4.0 && bpw > 3.5);
+    double m = mse(x, out, n * d);
+    assert_true(m > 0 && m < 0.5);
+    assert_int_equal(kvq_qet_matrix_roundtrip(x, n, d, KVQ_DTYPE_F16, 12, 3, out, &bpw, &err), KVQ_ERR_ARG);
+    free(x); free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_swap_roundtrip_and_ref),
@@ -373,6 +387,7 @@ int main(void) {
         cmocka_unit_test(test_kmeans_separated_clusters),
         cmocka_unit_test(test_bad_shapes_and_specs),
         cmocka_unit_test(test_traits),
+        cmocka_unit_test(test_matrix_api),
     };
     return cmocka_run_group_tests_name("qet", tests, NULL, NULL);
 }
