@@ -150,7 +150,8 @@ int main(int argc, char **argv) {
         }
         printf("%-14s %14s %14s %10s\n", "codec", "MSE", "MSE/E[x^2]", "bpw");
         for (int c = 0; c < NCOL; c++)
-            printf("%-14s %14.5g %14.5g %10.4f\n", names[c], se[c] / cnt, se[c] / x2, bw[c] / cnt);
+            if (strcmp(names[c], "-"))
+                printf("%-14s %14.5g %14.5g %10.4f\n", names[c], se[c] / cnt, se[c] / x2, bw[c] / cnt);
     }
     kvq_ckpt_close(ck);
     return 0;
