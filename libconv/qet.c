@@ -542,6 +542,7 @@ kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int 
         }
     }
     for (uint64_t i = 0; i < nbits; i++) bits[i] = (ib->data ? ((const uint8_t *)ib->data)[i >> 3] >> (i & 7) : 0) & 1u;
+    int64_t bad_row = -1;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         for (int64_t j = 0; j < m; j++) {
@@ -549,11 +550,19 @@ kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int 
             for (int s = 0; s < stages; s++) {
                 int b = ceil_log2(k[s]);
                 uint32_t a = b ? get_bits(idxb[s], (uint64_t)(i * m + j) * b, b) : 0;
-                if (a >= k[s]) a = (uint32_t)(k[s] - 1); // corrupt index: clamp (digest guards the payload)
+                if (a >= k[s]) { // only a corrupt blob can hold an index past k
+#pragma omp critical(qet_bad)
+                    bad_row = i;
+                    a = 0;
+                }
                 const float *c = cent[s] + (j * k[s] + a) * w;
                 for (int q = 0; q < w; q++) r[q] = s == 0 ? c[q] : r[q] + c[q];
             }
         }
+    }
+    if (bad_row >= 0) {
+        st = kvq_err_set(err, KVQ_ERR_FORMAT, "qet: centroid index out of range in row %lld", (long long)bad_row);
+        goto done;
     }
     kvq_qet_swap_inverse(xs, bits, n, d, l, out);
 done:

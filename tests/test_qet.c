@@ -1,7 +1,7 @@
 // Tests for the QET / PQ codec (libconv/qet.c, qet_swap.c, kmeans.c, codec_qet.c):
 // lossless swap trees, the paper's hand-made example, exact predicted MSE, the budget
-// never exceeded, determinism across seeds and thread counts, k-means fast vs reference,
-// and clear errors on bad shapes and specs.
+// never exceeded, determinism across seeds and thread counts, clear errors on bad shapes
+// and specs. k-means has its own suite (test_kmeans.c).
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +12,6 @@
 #include <cmocka.h>
 #include <omp.h>
 
-#include "libconv/kmeans.h"
 #include "libconv/qet.h"
 
 static uint64_t rng_state = 12345;
@@ -237,44 +236,6 @@ static void test_determinism(void **state) {
     free(x);
 }
 
-static void test_kmeans_fast_vs_ref(void **state) {
-    for (int t = 0; t < 4; t++) {
-        int64_t n = 500 + 300 * t, k = 3 + 40 * t;
-        int dim = t == 3 ? 3 : 8;
-        float *x = randmat(n, dim, 50 + t);
-        float *c1 = malloc(sizeof(float) * k * dim), *c2 = malloc(sizeof(float) * k * dim);
-        uint32_t *a1 = malloc(4 * n), *a2 = malloc(4 * n);
-        int it1 = kvq_kmeans(x, n, dim, k, 30, 7 + t, c1, a1);
-        int it2 = kvq_kmeans_ref(x, n, dim, k, 30, 7 + t, c2, a2);
-        assert_int_equal(it1, it2);
-        assert_memory_equal(c1, c2, sizeof(float) * k * dim);
-        assert_memory_equal(a1, a2, 4 * n);
-        for (int64_t i = 0; i < n; i++) // each point sits at its nearest centroid
-            assert_int_equal(a1[i], kvq_kmeans_nearest(x + i * dim, c1, k, dim, NULL));
-        free(x); free(c1); free(c2); free(a1); free(a2);
-    }
-}
-
-static void test_kmeans_separated_clusters(void **state) {
-    // 4 tight blobs far apart: k-means++ + Lloyd must find them (MSE ≈ blob variance).
-    int64_t n = 400;
-    float *x = malloc(sizeof(float) * n * 2);
-    rng_state = 5;
-    const float cx[4] = {0, 100, 0, 100}, cy[4] = {0, 0, 100, 100};
-    for (int64_t i = 0; i < n; i++) {
-        x[2 * i] = cx[i % 4] + 0.1f * (float)nrand();
-        x[2 * i + 1] = cy[i % 4] + 0.1f * (float)nrand();
-    }
-    float c[8];
-    uint32_t *a = malloc(4 * n);
-    kvq_kmeans(x, n, 2, 4, 50, 3, c, a);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        for (int j = 0; j < 2; j++) s += pow(x[2 * i + j] - c[2 * a[i] + j], 2);
-    assert_true(s / (2 * n) < 0.02);
-    free(x); free(a);
-}
-
 // ---- bad input
 
 static void test_bad_shapes_and_specs(void **state) {
@@ -308,6 +269,21 @@ static void test_bad_shapes_and_specs(void **state) {
     assert_int_not_equal(kvq_qet_decode(e.params, bv, e.n_blob, 6, 16, out, &err), KVQ_OK);
     bv[1].size--;
     assert_int_equal(kvq_qet_decode(e.params, bv, e.n_blob, 5, 16, out, &err), KVQ_ERR_FORMAT);
+    kvq_encoded_free(&e);
+    free(x);
+
+    // an index past k (k = 5 uses 3 bits; 7 is not a centroid) is refused, not clamped
+    x = randmat(40, 16, 62);
+    v = kvq_qet_config_vanilla(0);
+    v.k_fixed[0] = 5;
+    assert_int_equal(kvq_qet_encode(&v, KVQ_DTYPE_F32, x, 40, 16, 1, 0, &e, &err), KVQ_OK);
+    for (int i = 0; i < e.n_blob; i++)
+        if (!strcmp(e.blob[i].role, "idx.1")) memset(e.blob[i].data, 0xff, e.blob[i].size);
+    views(&e, bv);
+    float *o2 = malloc(sizeof(float) * 40 * 16);
+    assert_int_equal(kvq_qet_decode(e.params, bv, e.n_blob, 40, 16, o2, &err), KVQ_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "out of range"));
+    free(o2);
     kvq_encoded_free(&e);
     free(x);
 
@@ -383,8 +359,6 @@ int main(void) {
         cmocka_unit_test(test_qet_beats_pq),
         cmocka_unit_test(test_budget_never_exceeds),
         cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_kmeans_fast_vs_ref),
-        cmocka_unit_test(test_kmeans_separated_clusters),
         cmocka_unit_test(test_bad_shapes_and_specs),
         cmocka_unit_test(test_traits),
         cmocka_unit_test(test_matrix_api),
