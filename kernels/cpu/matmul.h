@@ -1,0 +1,26 @@
+// Matrix products of activations with weight matrices, the runtime's hot loop:
+// Y (T, out) = X (T, in) · Wᵀ with W (out, in) row-major as checkpoints store it, held
+// as fp32 or bf16 (bf16 halves the bytes decode streams). fp32 accumulation always.
+#ifndef KVQ_KERNELS_MATMUL_H
+#define KVQ_KERNELS_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/dtype.h"
+
+/** Plain reference: one dot product per output, in order. w is F32 or BF16. */
+void kvq_matmul_ref(float *y, const float *x, const void *w, kvq_dtype wt, int T, int in, int out);
+
+/** Fast path: OpenMP over output rows (n_threads <= 0: OpenMP default), register
+ *  tiles of 4 rows × 4 tokens, vectorized (AVX-512/AVX2 clones chosen at run time).
+ *  T == 1 is the decode matrix-vector product. Results differ from the reference
+ *  only by summation order. */
+void kvq_matmul(float *y, const float *x, const void *w, kvq_dtype wt, int T, int in, int out,
+                int n_threads);
+
+/** Reads bytes at p once (OpenMP-parallel, vectorized) and returns a checksum so the
+ *  read cannot be optimized away: the memory-roofline probe decode is compared with. */
+uint64_t kvq_stream_read(const void *p, size_t bytes, int n_threads);
+
+#endif

@@ -1,0 +1,48 @@
+// Softmax and log-sum-exp: the reference (sequential) and the vectorized version
+// (kvq_fast_expf); logsumexp sums in double for perplexity over large vocabularies.
+#include "kernels/cpu/softmax.h"
+
+#include <math.h>
+
+#include "kernels/cpu/fastexp.h"
+
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+double kvq_softmax_ref(float *x, int n) {
+    float m = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > m) m = x[i];
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    for (int i = 0; i < n; i++) x[i] /= s;
+    return (double)m + log((double)s);
+}
+
+CLONES double kvq_softmax(float *x, int n) {
+    float m = x[0];
+#pragma omp simd reduction(max : m)
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) {
+        x[i] = kvq_fast_expf(x[i] - m);
+        s += x[i];
+    }
+    float inv = 1.0f / s;
+#pragma omp simd
+    for (int i = 0; i < n; i++) x[i] *= inv;
+    return (double)m + log((double)s);
+}
+
+CLONES double kvq_logsumexp(const float *x, int n) {
+    float m = x[0];
+#pragma omp simd reduction(max : m)
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += (double)kvq_fast_expf(x[i] - m);
+    return (double)m + log(s);
+}

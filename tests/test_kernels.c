@@ -1,0 +1,207 @@
+// CPU kernels: every fast path against its plain reference on seeded random inputs
+// (shapes with ragged tails, fp32 and bf16 weights, fp16 K/V), plus exact known values.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "formats/dtype.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/fastexp.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/softmax.h"
+#include "kernels/cpu/swiglu.h"
+
+static uint64_t rng_state;
+static float frand(void) { // uniform [-1, 1), xorshift64*
+    rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
+    return (float)((rng_state * 2685821657736338717ull) >> 40) / (float)(1 << 23) - 1.0f;
+}
+static float *rnd(size_t n) {
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = frand();
+    return p;
+}
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) { d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); r += (double)b[i] * b[i]; }
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
+static void test_matmul(void **st) {
+    (void)st;
+    rng_state = 42;
+    const int shapes[][3] = {{1, 64, 64}, {1, 172, 64}, {5, 64, 172}, {7, 512, 37}, {64, 256, 96}, {130, 48, 33}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int T = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+        float *x = rnd((size_t)T * in), *w = rnd((size_t)out * in);
+        uint16_t *wb = malloc((size_t)out * in * 2);
+        kvq_dtype_from_f32(KVQ_DTYPE_BF16, w, (size_t)out * in, wb);
+        float *y0 = malloc(sizeof(float) * T * out), *y1 = malloc(sizeof(float) * T * out);
+        for (int threads = 1; threads <= 2; threads++) {
+            kvq_matmul_ref(y0, x, w, KVQ_DTYPE_F32, T, in, out);
+            kvq_matmul(y1, x, w, KVQ_DTYPE_F32, T, in, out, threads);
+            assert_true(rel_err(y1, y0, (size_t)T * out) < 1e-6);
+            kvq_matmul_ref(y0, x, wb, KVQ_DTYPE_BF16, T, in, out);
+            kvq_matmul(y1, x, wb, KVQ_DTYPE_BF16, T, in, out, threads);
+            assert_true(rel_err(y1, y0, (size_t)T * out) < 1e-6);
+        }
+        // a known product: W = identity rows, X·Wᵀ picks columns
+        if (in >= out) {
+            memset(w, 0, sizeof(float) * out * in);
+            for (int o = 0; o < out; o++) w[(size_t)o * in + o] = 1.0f;
+            kvq_matmul(y1, x, w, KVQ_DTYPE_F32, T, in, out, 2);
+            for (int t = 0; t < T; t++)
+                for (int o = 0; o < out; o++) assert_true(y1[(size_t)t * out + o] == x[(size_t)t * in + o]);
+        }
+        free(x); free(w); free(wb); free(y0); free(y1);
+    }
+}
+
+static void test_rmsnorm(void **st) {
+    (void)st;
+    rng_state = 7;
+    int rows = 33, n = 200;
+    float *x = rnd((size_t)rows * n), *w = rnd(n), *a = malloc(sizeof(float) * rows * n), *b = malloc(sizeof(float) * rows * n);
+    for (int r = 0; r < rows; r++) kvq_rmsnorm_ref(a + r * n, x + r * n, w, n, 1e-5f);
+    kvq_rmsnorm(b, x, w, rows, n, 1e-5f, 2);
+    assert_true(rel_err(b, a, (size_t)rows * n) < 1e-6);
+    float v[2] = {3, 4}, one[2] = {1, 1}, o[2];
+    kvq_rmsnorm_ref(o, v, one, 2, 0.0f); // rms = sqrt(12.5)
+    assert_float_equal(o[0], 3 / sqrt(12.5), 1e-6);
+    assert_float_equal(o[1], 4 / sqrt(12.5), 1e-6);
+    free(x); free(w); free(a); free(b);
+}
+
+static void test_softmax(void **st) {
+    (void)st;
+    float v[2] = {0.0f, logf(3.0f)};
+    double lse = kvq_softmax(v, 2);
+    assert_float_equal(v[0], 0.25, 1e-6);
+    assert_float_equal(v[1], 0.75, 1e-6);
+    assert_float_equal(lse, log(4.0), 1e-6);
+    rng_state = 9;
+    float *a = rnd(1000), *b = malloc(4000);
+    for (int i = 0; i < 1000; i++) a[i] *= 30;
+    memcpy(b, a, 4000);
+    double l0 = kvq_logsumexp(a, 1000);
+    assert_float_equal(l0, kvq_softmax_ref(a, 1000), 1e-4);
+    kvq_softmax(b, 1000);
+    assert_true(rel_err(b, a, 1000) < 1e-6);
+    free(a); free(b);
+}
+
+static void test_fast_expf(void **st) {
+    (void)st;
+    double mx = 0;
+    for (float x = -87.0f; x < 88.0f; x += 0.00731f) {
+        double e = fabs(kvq_fast_expf(x) / exp((double)x) - 1);
+        if (e > mx) mx = e;
+    }
+    assert_true(mx < 3e-7);
+    assert_true(kvq_fast_expf(0.0f) == 1.0f);
+    assert_true(kvq_fast_expf(-1000.0f) == 0.0f);
+}
+
+static void test_swiglu(void **st) {
+    (void)st;
+    rng_state = 11;
+    int rows = 9, n = 70;
+    float *gu = rnd((size_t)rows * 2 * n), *a = malloc(sizeof(float) * rows * n), *b = malloc(sizeof(float) * rows * n);
+    for (int r = 0; r < rows; r++) kvq_silu_mul_ref(a + r * n, gu + r * 2 * n, gu + r * 2 * n + n, n);
+    kvq_silu_mul_fused(b, gu, rows, n, 2);
+    assert_true(rel_err(b, a, (size_t)rows * n) < 1e-6);
+    float g = 1.0f, u = 2.0f, o;
+    kvq_silu_mul_ref(&o, &g, &u, 1);
+    assert_float_equal(o, 2.0 / (1.0 + exp(-1.0)), 1e-6);
+    free(gu); free(a); free(b);
+}
+
+static void test_rope(void **st) {
+    (void)st;
+    kvq_rope_params p = {.type = KVQ_ROPE_SCALE_NONE, .theta = 10000.0};
+    float f[16];
+    kvq_rope_freqs(f, 32, &p);
+    assert_float_equal(f[0], 1.0, 0);
+    assert_float_equal(f[8], 0.01, 1e-8); // 10000^(-16/32)
+    // llama3: frequencies with wavelength beyond original/low are divided by factor,
+    // those below original/high untouched (values from the formula by hand)
+    kvq_rope_params l3 = {.type = KVQ_ROPE_SCALE_LLAMA3, .theta = 500000.0, .factor = 8,
+                          .low_freq_factor = 1, .high_freq_factor = 4, .original_max_position = 256};
+    float g[16];
+    kvq_rope_freqs(g, 32, &l3);
+    kvq_rope_freqs(f, 32, &(kvq_rope_params){.type = KVQ_ROPE_SCALE_NONE, .theta = 500000.0});
+    for (int i = 0; i < 16; i++) {
+        double wl = 2 * M_PI / f[i];
+        if (wl < 64) assert_true(g[i] == f[i]);
+        else if (wl > 256) assert_float_equal(g[i], f[i] / 8, 1e-12);
+        else {
+            double s = (256 / wl - 1) / 3;
+            assert_float_equal(g[i], (1 - s) * f[i] / 8 + s * f[i], 1e-6 * f[i]);
+        }
+    }
+    rng_state = 13;
+    int T = 11, H = 3, hd = 16;
+    for (int rot = 8; rot <= 16; rot += 8) {
+        float *x = rnd((size_t)T * H * hd), *y = malloc(sizeof(float) * T * H * hd);
+        memcpy(y, x, sizeof(float) * T * H * hd);
+        float inv[8];
+        kvq_rope_freqs(inv, rot, &p);
+        for (int t = 0; t < T; t++) kvq_rope_ref(x + t * H * hd, H, hd, rot, 5 + t, inv);
+        kvq_rope(y, T, H, hd, rot, 5, inv, 2);
+        assert_true(rel_err(y, x, (size_t)T * H * hd) < 1e-6);
+        free(x); free(y);
+    }
+    // rotation by angle pos·1 of the pair (1, 0) at i = 0 gives (cos, sin)
+    float v[4] = {1, 0, 0, 0}, inv1[2] = {1.0f, 0.5f};
+    kvq_rope_ref(v, 1, 4, 4, 2, inv1);
+    assert_float_equal(v[0], cos(2.0), 1e-6);
+    assert_float_equal(v[2], sin(2.0), 1e-6);
+}
+
+static void test_attention(void **st) {
+    (void)st;
+    rng_state = 17;
+    int n_q = 4, hd = 64;
+    for (int n_ctx = 1; n_ctx <= 300; n_ctx += 99) {
+        float *q = rnd((size_t)n_q * hd), *K = rnd((size_t)n_ctx * hd), *V = rnd((size_t)n_ctx * hd);
+        float *a = malloc(sizeof(float) * n_q * hd), *b = malloc(sizeof(float) * n_q * hd);
+        float *sc = malloc(sizeof(float) * n_q * n_ctx);
+        int ld = n_ctx + 5; // transposed keys with a row stride beyond n_ctx
+        float *Kt = malloc(sizeof(float) * hd * ld);
+        uint16_t *Kth = malloc(2 * (size_t)hd * ld);
+        for (int j = 0; j < n_ctx; j++)
+            for (int i = 0; i < hd; i++) Kt[(size_t)i * ld + j] = K[(size_t)j * hd + i];
+        for (int h = 0; h < n_q; h++) kvq_attention_ref(a + h * hd, q + h * hd, K, V, n_ctx, hd, 0.125f);
+        kvq_attention_gqa(b, q, n_q, Kt, ld, V, KVQ_DTYPE_F32, n_ctx, hd, 0.125f, sc);
+        assert_true(rel_err(b, a, (size_t)n_q * hd) < 1e-6);
+        // fp16 K/V: the reference on the rounded values
+        uint16_t *Kh = malloc((size_t)n_ctx * hd * 2), *Vh = malloc((size_t)n_ctx * hd * 2);
+        kvq_dtype_from_f32(KVQ_DTYPE_F16, K, (size_t)n_ctx * hd, Kh);
+        kvq_dtype_from_f32(KVQ_DTYPE_F16, V, (size_t)n_ctx * hd, Vh);
+        kvq_dtype_to_f32(KVQ_DTYPE_F16, Kh, (size_t)n_ctx * hd, K);
+        kvq_dtype_to_f32(KVQ_DTYPE_F16, Vh, (size_t)n_ctx * hd, V);
+        for (int j = 0; j < n_ctx; j++)
+            for (int i = 0; i < hd; i++) Kth[(size_t)i * ld + j] = Kh[(size_t)j * hd + i];
+        for (int h = 0; h < n_q; h++) kvq_attention_ref(a + h * hd, q + h * hd, K, V, n_ctx, hd, 0.125f);
+        kvq_attention_gqa(b, q, n_q, Kth, ld, Vh, KVQ_DTYPE_F16, n_ctx, hd, 0.125f, sc);
+        assert_true(rel_err(b, a, (size_t)n_q * hd) < 1e-6);
+        if (n_ctx == 1) assert_true(rel_err(b, V, hd) < 1e-7); // one position: out = V
+        free(q); free(K); free(V); free(a); free(b); free(sc); free(Kh); free(Vh); free(Kt); free(Kth);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_swiglu), cmocka_unit_test(test_fast_expf), cmocka_unit_test(test_rope), cmocka_unit_test(test_attention),
+    };
+    return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
+}

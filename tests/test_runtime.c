@@ -1,0 +1,360 @@
+// Runtime end to end: logits against transformers' (../shared/oracle, the kvq models'
+// reference/, the bundled kvq-tiny-llama), prefill == token-by-token decode, chunked
+// prefill, fp16 cache closeness, perplexity against one computed from HF's logits,
+// stories260K greedy text, and bad input.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "libconv/convert.h"
+#include "libconv/eval.h"
+#include "libconv/kvcache_default.h"
+#include "libconv/model.h"
+#include "libconv/sample.h"
+#include "libconv/tokenizer.h"
+
+#define TINY "tests/models/kvq-tiny-llama"
+
+static const char *shared(void) {
+    const char *s = getenv("KVQ_SHARED");
+    return s && *s ? s : "../shared";
+}
+static int is_dir(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISDIR(st.st_mode); }
+
+static void *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(sz > 0 ? sz : 1);
+    if (fread(p, 1, sz, f) != (size_t)sz) { free(p); fclose(f); return NULL; }
+    fclose(f);
+    *n = sz;
+    return p;
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) { d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); r += (double)b[i] * b[i]; }
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
+static kvq_model *open_model(const char *dir, kvq_weight_store st, int kv_fp16) {
+    kvq_model_opts o = kvq_model_opts_default();
+    o.store = st;
+    o.kv_fp16 = kv_fp16;
+    o.max_ctx = 1024;
+    o.n_threads = 1; // spinning OpenMP workers cost more than they give on a shared 2-core box;
+                     // test_prefill_equals_decode runs with 2 threads
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    if (kvq_model_open(dir, &o, &m, &e)) fail_msg("%s", e.msg);
+    return m;
+}
+
+// logits for tokens file vs reference file, ‖Δ‖/‖ref‖ <= 1e-4
+static void check_logits(const char *dir, const char *tok_file, const char *logit_file, kvq_weight_store st) {
+    size_t nt, nl;
+    int32_t *ids = slurp(tok_file, &nt);
+    float *ref = slurp(logit_file, &nl);
+    assert_non_null(ids);
+    assert_non_null(ref);
+    kvq_model *m = open_model(dir, st, 0);
+    int T = (int)(nt / 4), V = kvq_model_arch(m)->vocab_size;
+    assert_int_equal(nl, (size_t)T * V * 4);
+    float *lg = malloc(nl);
+    kvq_err e = {0};
+    assert_int_equal(kvq_model_forward(m, ids, T, 0, lg, 1, &e), KVQ_OK);
+    double r = rel_err(lg, ref, (size_t)T * V);
+    printf("  %-60s T=%d rel err %.3g\n", dir, T, r);
+    assert_true(r <= 1e-4);
+    kvq_model_close(m);
+    free(ids); free(ref); free(lg);
+}
+
+static void test_oracle(void **st) {
+    (void)st;
+    const char *names[] = {"llama", "llama3-ropescale", "llama3-ropescale-v4config", "mistral",
+                           "phi3", "qwen2", "qwen2-v4config", "qwen3"};
+    char d[512], t[600], l[600];
+    snprintf(d, sizeof d, "%s/oracle", shared());
+    if (!is_dir(d)) { printf("  skip: %s not found (set KVQ_SHARED)\n", d); skip(); }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(d, sizeof d, "%s/oracle/%s", shared(), names[i]);
+        snprintf(t, sizeof t, "%s/tokens_i32.bin", d);
+        snprintf(l, sizeof l, "%s/logits_f32.bin", d);
+        check_logits(d, t, l, KVQ_WEIGHTS_AUTO);
+    }
+}
+
+static void test_bundled_tiny(void **st) {
+    (void)st;
+    check_logits(TINY, TINY "/reference/tokens_i32.bin", TINY "/reference/logits_f32.bin", KVQ_WEIGHTS_AUTO);
+    check_logits(TINY, TINY "/reference/tokens_i32.bin", TINY "/reference/logits_f32.bin", KVQ_WEIGHTS_F32);
+}
+
+static void test_shared_models(void **st) {
+    (void)st;
+    const char *names[] = {"kvq-tiny-llama", "kvq-small-llama", "kvq-small-qwen3"};
+    char d[512], t[600], l[600];
+    snprintf(d, sizeof d, "%s/models", shared());
+    if (!is_dir(d)) { printf("  skip: %s not found (set KVQ_SHARED)\n", d); skip(); }
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(d, sizeof d, "%s/models/%s", shared(), names[i]);
+        snprintf(t, sizeof t, "%s/reference/tokens_i32.bin", d);
+        snprintf(l, sizeof l, "%s/reference/logits_f32.bin", d);
+        check_logits(d, t, l, KVQ_WEIGHTS_AUTO);
+    }
+}
+
+// A lossless .kvq of the bundled model runs through kvq_weights and gives the same
+// logits as the source (bit for bit) and HF's; its tokenizer is reachable.
+static void test_kvq_file(void **st) {
+    (void)st;
+    mkdir("build", 0755);
+    mkdir("build/tests", 0755);
+    char out[] = "build/tests/runtime-tiny-XXXXXX";
+    assert_non_null(mkdtemp(out));
+    char path[64];
+    snprintf(path, sizeof path, "%s/tiny.kvq", out);
+    kvq_convert_opts co = {0};
+    co.plan.quantize_embeddings = -1;
+    kvq_err e = {0};
+    if (kvq_convert(TINY, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+    check_logits(path, TINY "/reference/tokens_i32.bin", TINY "/reference/logits_f32.bin", KVQ_WEIGHTS_AUTO);
+    size_t nt;
+    int32_t *ids = slurp(TINY "/reference/tokens_i32.bin", &nt);
+    kvq_model *a = open_model(TINY, KVQ_WEIGHTS_AUTO, 0), *b = open_model(path, KVQ_WEIGHTS_AUTO, 0);
+    int V = kvq_model_arch(a)->vocab_size, T = (int)(nt / 4);
+    float *la = malloc(sizeof(float) * T * V), *lb = malloc(sizeof(float) * T * V);
+    assert_int_equal(kvq_model_forward(a, ids, T, 0, la, 1, &e), KVQ_OK);
+    assert_int_equal(kvq_model_forward(b, ids, T, 0, lb, 1, &e), KVQ_OK);
+    assert_memory_equal(la, lb, sizeof(float) * T * V);
+    const char *tp = kvq_model_tokenizer_path(b);
+    assert_non_null(tp);
+    FILE *f = fopen(tp, "rb");
+    assert_non_null(f);
+    fclose(f);
+    kvq_model_close(a);
+    kvq_model_close(b);
+    remove(path);
+    rmdir(out);
+    free(ids); free(la); free(lb);
+}
+
+// Prefill of all tokens == chunked prefill == one token at a time.
+static void test_prefill_equals_decode(void **st) {
+    (void)st;
+    size_t nt;
+    int32_t *ids = slurp(TINY "/reference/tokens_i32.bin", &nt);
+    assert_non_null(ids);
+    kvq_model *m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0);
+    kvq_model_set_threads(m, 2);
+    int T = (int)(nt / 4), V = kvq_model_arch(m)->vocab_size;
+    float *a = malloc(sizeof(float) * T * V), *b = malloc(sizeof(float) * T * V);
+    kvq_err e = {0};
+    assert_int_equal(kvq_model_forward(m, ids, T, 0, a, 1, &e), KVQ_OK);
+    for (int t = 0; t < T; t++) assert_int_equal(kvq_model_forward(m, ids + t, 1, t, b + (size_t)t * V, 0, &e), KVQ_OK);
+    double r = rel_err(b, a, (size_t)T * V);
+    printf("  decode vs prefill rel err %.3g\n", r);
+    assert_true(r < 1e-5);
+    assert_int_equal(kvq_model_forward(m, ids, 7, 0, b, 1, &e), KVQ_OK);
+    assert_int_equal(kvq_model_forward(m, ids + 7, T - 7, 7, b + (size_t)7 * V, 1, &e), KVQ_OK);
+    assert_true(rel_err(b, a, (size_t)T * V) < 1e-5);
+    // last-only logits equal the last row
+    assert_int_equal(kvq_model_forward(m, ids, T, 0, b, 0, &e), KVQ_OK);
+    assert_true(rel_err(b, a + (size_t)(T - 1) * V, V) < 1e-5);
+    kvq_model_close(m);
+    // fp16 cache: close but not identical
+    m = open_model(TINY, KVQ_WEIGHTS_AUTO, 1);
+    assert_int_equal(kvq_model_forward(m, ids, T, 0, b, 1, &e), KVQ_OK);
+    r = rel_err(b, a, (size_t)T * V);
+    printf("  fp16 KV cache vs fp32 rel err %.3g\n", r);
+    assert_true(r > 0 && r < 1e-2);
+    assert_true(kvq_model_kvcache(m)->ops->bits_per_element(kvq_model_kvcache(m)) == 16.0);
+    kvq_model_close(m);
+    free(ids); free(a); free(b);
+}
+
+// Perplexity through kvq_eval_tokens against one computed here from HF's own logits.
+static int count_cb(void *u, const kvq_eval_pos *p) {
+    double *s = u;
+    s[0] += 1;
+    s[1] += p->lse_a - p->logits_a[p->target];
+    s[2] += fabs(p->lse_a - p->lse_b) + fabs((double)p->logits_a[p->target] - p->logits_b[p->target]);
+    return 0;
+}
+static void test_eval_ppl(void **st) {
+    (void)st;
+    size_t nt, nl;
+    int32_t *ids = slurp(TINY "/reference/tokens_i32.bin", &nt);
+    float *ref = slurp(TINY "/reference/logits_f32.bin", &nl);
+    int T = (int)(nt / 4), V = (int)(nl / 4 / T);
+    // card protocol on windows of 32: targets 1..31 and 33..63, from HF's logits for
+    // the first window only (positions < 32 see the same context in both)
+    double nll = 0;
+    for (int j = 1; j < 32; j++) nll += kvq_eval_nll(ref + (size_t)(j - 1) * V, V, ids[j], NULL);
+    kvq_model *m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0), *m2 = open_model(TINY, KVQ_WEIGHTS_F32, 0);
+    kvq_eval_protocol p = kvq_eval_protocol_card();
+    p.ctx = 32;
+    p.chunk = 10;
+    p.max_tokens = 32;
+    kvq_eval_result ra, rb;
+    kvq_err e = {0};
+    double s[3] = {0};
+    assert_int_equal(kvq_eval_tokens(m, m2, ids, T, &p, count_cb, s, &ra, &rb, &e), KVQ_OK);
+    assert_int_equal(ra.n_scored, 31);
+    assert_int_equal(ra.n_windows, 1);
+    assert_true(s[0] == 31 && fabs(s[1] - ra.nll_sum) < 1e-9);
+    assert_true(s[2] / 31 < 1e-4); // AUTO (bf16) and F32 stores hold the same numbers here
+    printf("  ppl %.6f vs from HF logits %.6f\n", ra.ppl, exp(nll / 31));
+    assert_true(fabs(ra.ppl / exp(nll / 31) - 1) < 1e-4);
+    // two full windows, partial dropped; 62 scored
+    p.max_tokens = 0;
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, T, &p, NULL, NULL, &ra, NULL, &e), KVQ_OK);
+    assert_int_equal(ra.n_scored, 62);
+    // llama.cpp second-half mode on ctx 64: targets 33..63
+    p.ctx = 64;
+    p.score = KVQ_SCORE_SECOND_HALF;
+    nll = 0;
+    for (int j = 33; j < 64; j++) nll += kvq_eval_nll(ref + (size_t)(j - 1) * V, V, ids[j], NULL);
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, T, &p, NULL, NULL, &ra, NULL, &e), KVQ_OK);
+    assert_int_equal(ra.n_scored, 31);
+    assert_true(fabs(ra.nll_sum / nll - 1) < 1e-4);
+    // overlapping windows: each target once
+    p.ctx = 32; p.stride = 16; p.score = KVQ_SCORE_ALL_BUT_FIRST;
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, T, &p, NULL, NULL, &ra, NULL, &e), KVQ_OK);
+    assert_int_equal(ra.n_scored, 63);
+    assert_int_equal(ra.n_windows, 3);
+    // bad ids are an error naming the index
+    int32_t bad[3] = {1, 99999, 2};
+    p = kvq_eval_protocol_card();
+    p.ctx = 3;
+    assert_int_equal(kvq_eval_tokens(m, NULL, bad, 3, &p, NULL, NULL, &ra, NULL, &e), KVQ_ERR_ARG);
+    assert_non_null(strstr(e.msg, "index 1"));
+    kvq_model_close(m); kvq_model_close(m2);
+    free(ids); free(ref);
+}
+
+// Text path end to end: a slice of the held-out text, tokenized by kvq's tokenizer,
+// evaluated in one 64-token window, gives the perplexity computed from HF's logits
+// for the reference tokens (whose ids must be the slice's first 64).
+static void test_eval_text_slice(void **st) {
+    (void)st;
+    char text[512];
+    snprintf(text, sizeof text, "%s/data/heldout-books.txt", shared());
+    size_t n;
+    char *buf = slurp(text, &n);
+    if (!buf) { printf("  skip: %s not found (set KVQ_SHARED)\n", text); skip(); }
+    char slice[] = "/tmp/kvq-rt-slice-XXXXXX";
+    int fd = mkstemp(slice);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, 8192), 8192);
+    close(fd);
+    free(buf);
+    size_t nt, nl;
+    int32_t *ref_ids = slurp(TINY "/reference/tokens_i32.bin", &nt);
+    float *ref = slurp(TINY "/reference/logits_f32.bin", &nl);
+    int T = (int)(nt / 4), V = (int)(nl / 4 / T);
+    double nll = 0;
+    for (int j = 1; j < T; j++) nll += kvq_eval_nll(ref + (size_t)(j - 1) * V, V, ref_ids[j], NULL);
+    kvq_model *m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0);
+    kvq_tokenizer *tok;
+    kvq_err e = {0};
+    if (kvq_tok_open(kvq_model_tokenizer_path(m), &tok, &e)) fail_msg("%s", e.msg);
+    int32_t *ids;
+    size_t nids;
+    assert_int_equal(kvq_eval_tokenize_file(tok, slice, &ids, &nids, &e), KVQ_OK);
+    assert_true(nids > (size_t)T);
+    assert_memory_equal(ids, ref_ids, sizeof(int32_t) * T);
+    kvq_eval_protocol p = kvq_eval_protocol_card();
+    p.ctx = T;
+    p.max_tokens = T;
+    kvq_eval_result r;
+    size_t ntext;
+    assert_int_equal(kvq_eval_text(m, NULL, tok, slice, &p, NULL, NULL, &r, NULL, &ntext, &e), KVQ_OK);
+    assert_int_equal(ntext, nids);
+    assert_int_equal(r.n_scored, T - 1);
+    printf("  heldout slice ppl %.6f, from HF logits %.6f\n", r.ppl, exp(nll / (T - 1)));
+    assert_true(fabs(r.ppl / exp(nll / (T - 1)) - 1) < 1e-4);
+    // the whole slice under the card protocol at ctx 512 scores 511 per full window
+    p = kvq_eval_protocol_card();
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, nids, &p, NULL, NULL, &r, NULL, &e), KVQ_OK);
+    assert_int_equal(r.n_scored, (nids / 512) * 511);
+    assert_true(r.ppl > 5 && r.ppl < 200);
+    unlink(slice);
+    free(ids); free(ref_ids); free(ref);
+    kvq_tok_close(tok);
+    kvq_model_close(m);
+}
+
+// stories260K greedy from BOS, as llama2.c's run.c prints it.
+static void test_stories_greedy(void **st) {
+    (void)st;
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/stories260K/stories260K.bin", shared());
+    FILE *f = fopen(path, "rb");
+    if (!f) { printf("  skip: %s not found (set KVQ_SHARED)\n", path); skip(); }
+    fclose(f);
+    kvq_model *m = open_model(path, KVQ_WEIGHTS_AUTO, 0);
+    kvq_tokenizer *tok;
+    kvq_err e = {0};
+    assert_non_null(kvq_model_tokenizer_path(m));
+    if (kvq_tok_open(kvq_model_tokenizer_path(m), &tok, &e)) fail_msg("%s", e.msg);
+    int V = kvq_model_arch(m)->vocab_size;
+    float *lg = malloc(sizeof(float) * V);
+    int32_t ids[64] = {kvq_tok_bos(tok)};
+    assert_true(ids[0] >= 0);
+    for (int i = 0; i < 40; i++) {
+        assert_int_equal(kvq_model_forward(m, ids + i, 1, i, lg, 0, &e), KVQ_OK);
+        ids[i + 1] = kvq_sample_argmax(lg, V);
+    }
+    char *text;
+    assert_int_equal(kvq_tok_decode(tok, ids, 41, 1, &text, &e), KVQ_OK);
+    printf("  %s\n", text);
+    const char *want = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+    assert_non_null(strstr(text, want));
+    free(text);
+    free(lg);
+    kvq_tok_close(tok);
+    kvq_model_close(m);
+}
+
+static void test_bad_input(void **st) {
+    (void)st;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    assert_true(kvq_model_open("tests/models/no-such-model", NULL, &m, &e) < 0);
+    assert_null(m);
+    assert_non_null(strstr(e.msg, "no-such-model"));
+    m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0);
+    int32_t t[2] = {0, 4096};
+    float lg[4096];
+    assert_int_equal(kvq_model_forward(m, t, 2, 0, lg, 0, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_model_forward(m, t, 1, 1024, lg, 0, &e), KVQ_ERR_ARG); // beyond max_ctx
+    kvq_kvcache *wrong = kvq_kvcache_default_new(3, 2, 64, 16, 0);
+    assert_int_equal(kvq_model_set_kvcache(m, wrong, &e), KVQ_ERR_ARG);
+    wrong->ops->free(wrong);
+    kvq_model_close(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bundled_tiny),          cmocka_unit_test(test_oracle),
+        cmocka_unit_test(test_shared_models),         cmocka_unit_test(test_prefill_equals_decode),
+        cmocka_unit_test(test_eval_ppl),              cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_kvq_file),              cmocka_unit_test(test_eval_text_slice),
+        cmocka_unit_test(test_stories_greedy),
+    };
+    return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
+}

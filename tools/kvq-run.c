@@ -1,0 +1,281 @@
+// kvq-run: run a model (HF dir, llama2.c .bin or .kvq) on CPU. Generates text from a
+// prompt (streamed to stdout, speeds on stderr), writes logits for given token ids, or
+// measures perplexity of a text file under an explicit protocol.
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "formats/kvqfile.h"
+#include "libconv/eval.h"
+#include "libconv/kvcodec.h"
+#include "libconv/model.h"
+#include "libconv/sample.h"
+#include "libconv/tokenizer.h"
+
+static const char *usage =
+    "usage: kvq-run MODEL -p PROMPT [-n 128] [--temp 0.8] [--top-p 0.95] [--seed 1] [-t N]\n"
+    "       kvq-run MODEL --tokens ids.bin --logits out.bin     (int32 LE ids -> fp32 LE [T, vocab])\n"
+    "       kvq-run MODEL --ppl FILE [--ctx 512] [--stride N] [--bos none|prepend|replace]\n"
+    "               [--score all|second-half] [--max-tokens N] [--partial]\n"
+    "       kvq-run MODEL --ppl-ids ids.bin ...                  (same, on int32 LE token ids)\n"
+    "options: --weights auto|f32|bf16 (held precision; auto = bf16 where exact)  --kv-fp16\n"
+    "         --ctx-max N (KV cache positions)  -t N threads\n"
+    "         --kv SPEC [--kv-window N] [--kv-boundary]  KV-cache codec (docs/KV.md); default: the\n"
+    "         .kvq's \"kv\" section if it has one, else the fp32/fp16 cache\n";
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int die(const char *fmt, const char *a, const char *b) {
+    fprintf(stderr, "kvq-run: ");
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    return 2;
+}
+
+static int32_t *read_ids(const char *path, size_t *n, char *msg, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(msg, cap, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (sz <= 0 || sz % 4) { fclose(f); snprintf(msg, cap, "%s: size %ld is not a positive multiple of 4 (int32 ids)", path, sz); return NULL; }
+    int32_t *ids = malloc(sz);
+    if (!ids || fread(ids, 1, sz, f) != (size_t)sz) { free(ids); fclose(f); snprintf(msg, cap, "%s: read error", path); return NULL; }
+    fclose(f);
+    *n = sz / 4;
+    return ids;
+}
+
+// Writes to a temporary name in the same directory, then renames.
+static int write_atomic(const char *path, const void *data, size_t n, char *msg, size_t cap) {
+    size_t L = strlen(path);
+    char *tmp = malloc(L + 16);
+    snprintf(tmp, L + 16, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) { snprintf(msg, cap, "%s: cannot create temporary file: %s", path, strerror(errno)); free(tmp); return -1; }
+    const char *p = data;
+    size_t left = n;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w <= 0) { snprintf(msg, cap, "%s: write failed: %s", path, strerror(errno)); close(fd); unlink(tmp); free(tmp); return -1; }
+        p += w; left -= w;
+    }
+    if (fsync(fd) || close(fd) || rename(tmp, path)) {
+        snprintf(msg, cap, "%s: cannot finish writing: %s", path, strerror(errno));
+        unlink(tmp); free(tmp); return -1;
+    }
+    free(tmp);
+    return 0;
+}
+
+// libgomp reads its wait policy when it loads, so the only way to pick one is to
+// restart with the variable set. Spinning workers are what hurt on a shared machine
+// (decode went from 72 to 4 tokens/s on 2 busy cores), so unless the user chose a
+// policy, run with OMP_WAIT_POLICY=passive.
+static void ensure_wait_policy(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv); // on failure carry on with the default policy
+}
+
+int main(int argc, char **argv) {
+    ensure_wait_policy(argv);
+    const char *model = NULL, *prompt = NULL, *tok_in = NULL, *logits_out = NULL, *ppl = NULL, *ppl_ids = NULL;
+    int n_gen = 128, threads = 0;
+    float temp = 0.8f, top_p = 0.95f;
+    uint64_t seed = 1;
+    kvq_model_opts mo = kvq_model_opts_default();
+    kvq_eval_protocol ep = kvq_eval_protocol_card();
+    const char *kv_spec = NULL;
+    int kv_window = 0, kv_boundary = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define ARG(name) (strcmp(a, name) == 0 && (v || (die("option %s needs a value%s", a, ""), exit(2), 0)) && ++i)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
+        else if (ARG("-p")) prompt = v;
+        else if (ARG("-n")) n_gen = atoi(v);
+        else if (ARG("--temp")) temp = strtof(v, NULL);
+        else if (ARG("--top-p")) top_p = strtof(v, NULL);
+        else if (ARG("--seed")) seed = strtoull(v, NULL, 10);
+        else if (ARG("-t")) threads = atoi(v);
+        else if (ARG("--tokens")) tok_in = v;
+        else if (ARG("--logits")) logits_out = v;
+        else if (ARG("--ppl")) ppl = v;
+        else if (ARG("--ppl-ids")) ppl_ids = v;
+        else if (ARG("--ctx")) ep.ctx = atoi(v);
+        else if (ARG("--stride")) ep.stride = atoi(v);
+        else if (ARG("--max-tokens")) ep.max_tokens = strtoull(v, NULL, 10);
+        else if (ARG("--ctx-max")) mo.max_ctx = atoi(v);
+        else if (!strcmp(a, "--partial")) ep.partial_last = 1;
+        else if (!strcmp(a, "--kv-fp16")) mo.kv_fp16 = 1;
+        else if (ARG("--kv")) kv_spec = v;
+        else if (ARG("--kv-window")) kv_window = atoi(v);
+        else if (!strcmp(a, "--kv-boundary")) kv_boundary = 1;
+        else if (ARG("--bos")) {
+            if (!strcmp(v, "none")) ep.bos = KVQ_BOS_NONE;
+            else if (!strcmp(v, "prepend")) ep.bos = KVQ_BOS_PREPEND;
+            else if (!strcmp(v, "replace")) ep.bos = KVQ_BOS_REPLACE;
+            else return die("--bos %s: expected none, prepend or replace%s", v, "");
+        } else if (ARG("--score")) {
+            if (!strcmp(v, "all")) ep.score = KVQ_SCORE_ALL_BUT_FIRST;
+            else if (!strcmp(v, "second-half")) ep.score = KVQ_SCORE_SECOND_HALF;
+            else return die("--score %s: expected all or second-half%s", v, "");
+        } else if (ARG("--weights")) {
+            if (!strcmp(v, "auto")) mo.store = KVQ_WEIGHTS_AUTO;
+            else if (!strcmp(v, "f32")) mo.store = KVQ_WEIGHTS_F32;
+            else if (!strcmp(v, "bf16")) mo.store = KVQ_WEIGHTS_BF16;
+            else return die("--weights %s: expected auto, f32 or bf16%s", v, "");
+        } else if (a[0] == '-' && a[1]) return die("unknown option %s (see --help)%s", a, "");
+        else if (!model) model = a;
+        else return die("unexpected argument %s%s", a, "");
+#undef ARG
+    }
+    if (!model) { fputs(usage, stderr); return 2; }
+    if (!!tok_in != !!logits_out) return die("--tokens and --logits go together%s%s", "", "");
+    if (!tok_in && !ppl && !ppl_ids && !prompt) return die("nothing to do: give -p, --tokens/--logits, --ppl or --ppl-ids%s%s", "", "");
+    if (n_gen < 0) return die("-n must be >= 0%s%s", "", "");
+    mo.n_threads = threads;
+    char msg[1200];
+    size_t n_ids = 0;
+    int32_t *ids = NULL;
+    if (tok_in && !(ids = read_ids(tok_in, &n_ids, msg, sizeof msg))) return die("%s%s", msg, "");
+    if (ids) {
+        if (mo.max_ctx > 0 && (size_t)mo.max_ctx < n_ids) return die("%s: more tokens than --ctx-max%s", tok_in, "");
+        if (mo.max_ctx <= 0) mo.max_ctx = (int)n_ids;
+    }
+    if ((ppl || ppl_ids) && mo.max_ctx <= 0) mo.max_ctx = ep.ctx;
+
+    kvq_err err = {0};
+    kvq_model *m = NULL;
+    double t0 = now();
+    if (kvq_model_open(model, &mo, &m, &err)) return die("%s%s", err.msg, "");
+    const kvq_arch *ar = kvq_model_arch(m);
+    int V = ar->vocab_size, rc = 0;
+    { // ---- KV cache: --kv, else the .kvq's declared codec, else the default
+        kvq_kvcache *kc = NULL;
+        int mc = kvq_model_kvcache(m)->max_ctx;
+        size_t ml = strlen(model);
+        if (kv_spec) {
+            kvq_kvcache_policy pol = {kv_window, kv_boundary, seed, 0};
+            if (kvq_kvcache_codec_new(kv_spec, ar->n_layers, ar->n_kv_heads, ar->head_dim, mc, &pol, &kc, &err))
+                { kvq_model_close(m); return die("%s%s", err.msg, ""); }
+        } else if (ml > 4 && !strcmp(model + ml - 4, ".kvq")) {
+            kvq_file *kf = NULL;
+            if (kvq_file_open(model, &kf, &err) || kvq_kv_open_from_file(kf, mc, 0, &kc, &err))
+                { kvq_file_close(kf); kvq_model_close(m); return die("%s%s", err.msg, ""); }
+            kvq_file_close(kf);
+        }
+        if (kc) {
+            if (kvq_model_set_kvcache(m, kc, &err)) { kvq_model_close(m); return die("%s%s", err.msg, ""); }
+            fprintf(stderr, "kvq-run: KV cache %s: %.3f bits/element predicted at %d positions\n",
+                    kv_spec ? kv_spec : "from the .kvq", kvq_kvcache_codec_formula_bits(kc, mc), mc);
+        }
+    }
+    fprintf(stderr, "kvq-run: %s: %s, %d layers, d=%d, vocab %d, loaded in %.2f s (%.1f MB of weights held)\n", model,
+            ar->hf_class, ar->n_layers, ar->hidden_size, V, now() - t0, kvq_model_weight_bytes(m) / 1e6);
+
+    if (ids) { // ---- logits for given ids
+        float *lg = malloc(sizeof(float) * n_ids * V);
+        if (!lg) { rc = die("out of memory for %s%s", logits_out, ""); goto out; }
+        double t1 = now();
+        if (kvq_model_forward(m, ids, (int)n_ids, 0, lg, 1, &err)) { rc = die("%s: %s", tok_in, err.msg); free(lg); goto out; }
+        fprintf(stderr, "kvq-run: %zu tokens in %.3f s\n", n_ids, now() - t1);
+        if (write_atomic(logits_out, lg, sizeof(float) * n_ids * V, msg, sizeof msg)) rc = die("%s%s", msg, "");
+        free(lg);
+        goto out;
+    }
+
+    kvq_tokenizer *tok = NULL;
+    const char *tp = kvq_model_tokenizer_path(m);
+    if (ppl || prompt) {
+        if (!tp) { rc = die("%s: no tokenizer found beside the model%s", model, ""); goto out; }
+        if (kvq_tok_open(tp, &tok, &err)) { rc = die("%s%s", err.msg, ""); goto out; }
+    }
+    if (ppl || ppl_ids) { // ---- perplexity
+        kvq_eval_result r;
+        char desc[256];
+        double t1 = now();
+        kvq_status s;
+        if (ppl) s = kvq_eval_text(m, NULL, tok, ppl, &ep, NULL, NULL, &r, NULL, NULL, &err);
+        else {
+            int32_t *pi = read_ids(ppl_ids, &n_ids, msg, sizeof msg);
+            if (!pi) { rc = die("%s%s", msg, ""); goto out_tok; }
+            s = kvq_eval_tokens(m, NULL, pi, n_ids, &ep, NULL, NULL, &r, NULL, &err);
+            free(pi);
+        }
+        if (s) { rc = die("%s%s", err.msg, ""); goto out_tok; }
+        double dt = now() - t1;
+        printf("ppl %.4f  nll %.6f  scored %zu  windows %zu  text tokens %zu  (%s)\n", r.ppl, r.nll_sum, r.n_scored,
+               r.n_windows, r.n_tokens, kvq_eval_protocol_str(&ep, desc, sizeof desc));
+        fprintf(stderr, "kvq-run: %.1f s, %.0f tokens/s\n", dt, r.n_windows * (double)ep.ctx / dt);
+        goto out_tok;
+    }
+
+    // ---- generation
+    int32_t *pids = NULL;
+    size_t np = 0;
+    if (kvq_tok_encode(tok, prompt, strlen(prompt), 1, &pids, &np, &err)) { rc = die("prompt: %s%s", err.msg, ""); goto out_tok; }
+    if (np == 0) { // empty prompt: start from BOS
+        free(pids);
+        int32_t b = kvq_tok_bos(tok) >= 0 ? kvq_tok_bos(tok) : ar->bos_token_id;
+        if (b < 0) { rc = die("empty prompt and the model has no BOS token%s%s", "", ""); goto out_tok; }
+        pids = malloc(sizeof(int32_t));
+        pids[0] = b;
+        np = 1;
+    }
+    int max_ctx = kvq_model_kvcache(m)->max_ctx;
+    if ((int64_t)np + n_gen > max_ctx) {
+        n_gen = max_ctx - (int)np;
+        if (n_gen < 0) { free(pids); rc = die("prompt of %s tokens exceeds the context%s", "many", ""); goto out_tok; }
+        fprintf(stderr, "kvq-run: generating only %d tokens (context %d)\n", n_gen, max_ctx);
+    }
+    kvq_sampler *smp = NULL;
+    float *lg = malloc(sizeof(float) * V);
+    if (kvq_sampler_new(temp, top_p, seed, V, &smp, &err)) { rc = die("%s%s", err.msg, ""); free(pids); free(lg); goto out_tok; }
+    char piece[256];
+    int32_t prev = -1;
+    for (size_t i = 0; i < np; i++) { // echo the prompt (without BOS)
+        if (pids[i] == kvq_tok_bos(tok)) { prev = pids[i]; continue; }
+        int k = kvq_tok_piece(tok, prev, pids[i], piece, sizeof piece);
+        if (k > 0) fwrite(piece, 1, k, stdout);
+        prev = pids[i];
+    }
+    fflush(stdout);
+    double t1 = now();
+    if (kvq_model_forward(m, pids, (int)np, 0, lg, 0, &err)) { rc = die("%s%s", err.msg, ""); goto out_gen; }
+    double t2 = now();
+    int32_t eos = kvq_tok_eos(tok) >= 0 ? kvq_tok_eos(tok) : ar->eos_token_id;
+    int produced = 0;
+    int pos = (int)np;
+    for (; produced < n_gen; produced++) {
+        int32_t next = kvq_sample(smp, lg, V);
+        if (next == eos) break;
+        int k = kvq_tok_piece(tok, prev, next, piece, sizeof piece);
+        if (k > 0) { fwrite(piece, 1, k, stdout); fflush(stdout); }
+        prev = next;
+        if (produced + 1 == n_gen) { produced++; break; }
+        if (kvq_model_forward(m, &next, 1, pos++, lg, 0, &err)) { rc = die("%s%s", err.msg, ""); goto out_gen; }
+    }
+    double t3 = now();
+    printf("\n");
+    fprintf(stderr, "kvq-run: prefill %zu tokens %.1f tok/s; decode %d tokens %.1f tok/s\n", np, np / (t2 - t1), produced,
+            produced > 1 ? (produced - 1) / (t3 - t2) : 0.0);
+out_gen:
+    kvq_sampler_free(smp);
+    free(lg);
+    free(pids);
+out_tok:
+    kvq_tok_close(tok);
+out:
+    free(ids);
+    kvq_model_close(m);
+    return rc;
+}
