@@ -19,28 +19,45 @@ void kvq_hq_signs(uint64_t seed, int T, int64_t cols_p, float *sgn) {
         }
 }
 
-void kvq_hq_tile_recon(const kvq_hq_header *h, const int32_t *c, uint32_t code, const float *sgn,
-                       float *y, float *dst, int ncopy) {
+void kvq_hq_tile_recon(const kvq_hq_header *h, int32_t *c, uint32_t code, const float *sgn, float *y,
+                       float *dst, int ncopy) {
     const int T = h->tile;
     if (code == kvq_hq_norm_zero(h->norm_bits)) {
         memset(dst, 0, sizeof(float) * (size_t)ncopy);
         return;
     }
     double norm = kvq_hq_norm_value(h, code);
-    int a2 = h->lat == KVQ_LAT_A2;
     if (h->cast == KVQ_CAST_NONE) {
-        float s = (float)(norm / (h->alpha * (double)T));
-        for (int i = 0; i < T; i++) y[i] = ((a2 && !(i & 1)) ? KVQ_SQRT3_F * (float)c[i] : (float)c[i]) * s;
-        kvq_wht(y, T);
-        for (int i = 0; i < ncopy; i++) dst[i] = y[i] * sgn[i];
-    } else { // cast the orthonormal rotated tile, as the MMA operand would be
-        float s = (float)(norm / (h->alpha * sqrt((double)T)));
-        for (int i = 0; i < T; i++) y[i] = ((a2 && !(i & 1)) ? KVQ_SQRT3_F * (float)c[i] : (float)c[i]) * s;
-        kvq_cast_apply(h->cast, y, T);
-        kvq_wht(y, T);
-        float r = (float)(1.0 / sqrt((double)T));
-        for (int i = 0; i < ncopy; i++) dst[i] = (y[i] * r) * sgn[i];
+        const float s = (float)(norm / (h->alpha * (double)T));
+        if (h->lat == KVQ_LAT_A2) { // √3·ny on even positions, nx on odd: two exact transforms
+            int32_t b[KVQ_HQ_MAX_TILE];
+            for (int i = 0; i < T; i += 2) {
+                b[i] = c[i];
+                b[i + 1] = 0;
+                c[i] = 0;
+            }
+            kvq_wht_i32(c, T);
+            kvq_wht_i32(b, T);
+            for (int i = 0; i < ncopy; i++) dst[i] = (((float)c[i] + KVQ_SQRT3_F * (float)b[i]) * s) * sgn[i];
+        } else {
+            kvq_wht_i32(c, T);
+            for (int i = 0; i < ncopy; i++) dst[i] = ((float)c[i] * s) * sgn[i];
+        }
+        return;
     }
+    // cast the orthonormal rotated tile, as the MMA operand would be
+    const float s = (float)(norm / (h->alpha * sqrt((double)T)));
+    if (h->lat == KVQ_LAT_A2)
+        for (int i = 0; i < T; i += 2) {
+            y[i] = (KVQ_SQRT3_F * (float)c[i]) * s;
+            y[i + 1] = (float)c[i + 1] * s;
+        }
+    else
+        for (int i = 0; i < T; i++) y[i] = (float)c[i] * s;
+    kvq_cast_apply(h->cast, y, T);
+    kvq_wht(y, T);
+    const float r = (float)(1.0 / sqrt((double)T));
+    for (int i = 0; i < ncopy; i++) dst[i] = (y[i] * r) * sgn[i];
 }
 
 // ---- params
@@ -76,7 +93,7 @@ kvq_status kvq_hq_header_parse(const json_t *p, int64_t rows, int64_t cols, kvq_
     if (get_int(p, "cols_p", cols, cols + tile - 1, &colsp) || colsp % tile)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: padded width inconsistent with %lld cols",
                            (long long)cols);
-    if (get_int(p, "norm_bits", 8, 16, &nb) || (nb != 8 && nb != 10 && nb != 12 && nb != 16))
+    if (get_int(p, "norm_bits", 6, 16, &nb) || (nb != 6 && nb != 8 && nb != 10 && nb != 12 && nb != 16))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad norm_bits");
     if (get_int(p, "norm_exp", -2000, 2000, &ne))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad norm_exp");
@@ -182,7 +199,10 @@ kvq_status kvq_hq_decode_ref(const kvq_hq_header *h, const kvq_blob_view *blobs,
         } else if (code != zero) {
             for (int v = 0; v < T; v += n) {
                 uint32_t sym[8];
-                for (int i = 0; i < n; i++) sym[i] = kvq_br_rice(&r, h->k[kvq_lattice_symbol_class(h->lat, i)]);
+                for (int i = 0; i < n; i++) {
+                    sym[i] = kvq_br_rice(&r, h->k[kvq_lattice_symbol_class(h->lat, i)]);
+                    if (sym[i] >= KVQ_HQ_SYM_LIMIT) { r.err = 1; sym[i] = 0; }
+                }
                 kvq_lattice_unstrip(h->lat, sym, c + v);
             }
             if (r.err) st = kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: corrupt Rice stream in tile %lld", (long long)t);
@@ -204,11 +224,14 @@ kvq_status kvq_hq_decode_ref(const kvq_hq_header *h, const kvq_blob_view *blobs,
 // ---- fast decoder
 
 typedef struct {
-    const uint8_t *p, *end;
+    const uint8_t *p, *end, *start;
     uint64_t buf;
-    int n;            // valid bits in buf
-    uint64_t used;    // bits consumed
+    int n;            // valid bits in buf (bits above n are lookahead or zero)
+    int bad;          // a codeword too long for 32 bits
 } fast_rd;
+
+// Bits consumed so far: bytes pulled into buf minus the bits still unread.
+static inline uint64_t frd_used(const fast_rd *r) { return 8 * (uint64_t)(r->p - r->start) - (uint64_t)r->n; }
 
 static inline void frd_refill(fast_rd *r) {
     if (r->end - r->p >= 8) {
@@ -218,8 +241,8 @@ static inline void frd_refill(fast_rd *r) {
         r->p += (63 - r->n) >> 3;
         r->n |= 56;
     } else {
-        while (r->n <= 56) {
-            uint64_t b = r->p < r->end ? *r->p : 0; // zeros past the end; caught by `used`
+        while (r->n <= 55) { // ends with 56 <= n <= 63, as the 8-byte path
+            uint64_t b = r->p < r->end ? *r->p : 0; // zeros past the end; caught by frd_used
             r->p++;
             r->buf |= b << r->n;
             r->n += 8;
@@ -227,51 +250,54 @@ static inline void frd_refill(fast_rd *r) {
     }
 }
 
-// Slow path for codewords longer than the buffer (long unary runs). limit = group bits.
-static uint32_t frd_rice_slow(fast_rd *r, int k, uint64_t limit) {
+// Slow path for codewords longer than the buffered bits (long unary runs, stream end).
+// Takes and returns the reader by value so the hot loop's reader stays in registers.
+__attribute__((noinline)) static fast_rd frd_rice_slow(fast_rd r, int k, uint64_t limit, uint32_t *out) {
     uint64_t q = 0;
+    *out = 0;
     for (;;) {
-        frd_refill(r); // now 57 <= n <= 63
-        if (r->buf & ((1ull << r->n) - 1)) break;
-        q += (uint64_t)r->n;
-        r->used += (uint64_t)r->n;
-        r->buf >>= r->n;
-        r->n = 0;
-        if (r->used > limit || q > (0xffffffffull >> k)) return 0;
+        frd_refill(&r); // now 56 <= n <= 63
+        if (r.buf & ((1ull << r.n) - 1)) break;
+        q += (uint64_t)r.n;
+        r.buf >>= r.n;
+        r.n = 0;
+        if (frd_used(&r) > limit || q > (0xffffffffull >> k)) { r.bad = 1; return r; }
     }
-    int z = __builtin_ctzll(r->buf); // < n
+    int z = __builtin_ctzll(r.buf); // < n
     q += (uint64_t)z;
-    r->buf >>= z;
-    r->buf >>= 1;
-    r->n -= z + 1;
-    r->used += (uint64_t)z + 1;
-    frd_refill(r);
-    uint32_t lo = (uint32_t)(r->buf & ((1ull << k) - 1));
-    r->buf >>= k;
-    r->n -= k;
-    r->used += (uint64_t)k;
-    if (q > (0xffffffffull >> k)) { r->used = limit + 1; return 0; }
-    return (uint32_t)(q << k) | lo;
+    r.buf >>= z;
+    r.buf >>= 1;
+    r.n -= z + 1;
+    frd_refill(&r);
+    uint32_t lo = (uint32_t)(r.buf & ((1ull << k) - 1));
+    r.buf >>= k;
+    r.n -= k;
+    if (q > (0xffffffffull >> k)) { r.bad = 1; return r; }
+    *out = (uint32_t)(q << k) | lo;
+    if (*out >= KVQ_HQ_SYM_LIMIT) { r.bad = 1; *out = 0; }
+    return r;
 }
 
+// Hot path: refill only below 32 buffered bits; bits above n are valid lookahead (or
+// zeros at the stream end), so a codeword that fits in n decodes directly.
 static inline uint32_t frd_rice(fast_rd *r, int k, uint64_t limit) {
-    if (r->n < 57) frd_refill(r);
-    if (r->buf) {
-        int z = __builtin_ctzll(r->buf);
-        int len = z + 1 + k;
-        if (len <= r->n) {
-            uint32_t v = ((uint32_t)z << k) | (uint32_t)((r->buf >> (z + 1)) & ((1ull << k) - 1));
-            r->buf = len == 64 ? 0 : r->buf >> len;
-            r->n -= len;
-            r->used += (uint64_t)len;
-            return v;
-        }
+    if (r->n < 32) frd_refill(r);
+    int z = __builtin_ctzll(r->buf | (1ull << 63));
+    int len = z + 1 + k;
+    if (__builtin_expect(len <= r->n, 1)) {
+        uint32_t v = ((uint32_t)z << k) | (uint32_t)((r->buf >> (z + 1)) & ((1ull << k) - 1));
+        r->buf >>= len; // len <= n <= 63
+        r->n -= len;
+        r->bad |= (int)(v >= KVQ_HQ_SYM_LIMIT); // corrupt: keep the arithmetic below in range
+        return v & (KVQ_HQ_SYM_LIMIT - 1);
     }
-    return frd_rice_slow(r, k, limit);
+    uint32_t v;
+    *r = frd_rice_slow(*r, k, limit, &v);
+    return v;
 }
 
 // Decodes the T symbols of one tile and unstrips them into c.
-static void fast_tile_codes(const kvq_hq_header *h, fast_rd *r, uint64_t limit, int32_t *c) {
+static inline void fast_tile_codes(const kvq_hq_header *h, fast_rd *r, uint64_t limit, int32_t *c) {
     const int T = h->tile, k0 = h->k[0], k1 = h->k[1];
     switch (h->lat) {
     case KVQ_LAT_E8:
@@ -310,6 +336,36 @@ static void fast_tile_codes(const kvq_hq_header *h, fast_rd *r, uint64_t limit, 
     }
 }
 
+// Decodes one random-access group; returns 0, or 1 if its stream is corrupt.
+static int decode_group(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
+                        const float *sgn, int64_t g, int64_t n_tiles, float *y, int32_t *c, float *out) {
+    const int T = h->tile;
+    const int64_t tpr = h->cols_p / T;
+    const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
+    fast_rd r = {0};
+    uint64_t limit = 0;
+    if (!h->int8) {
+        uint32_t o0 = rd32(offs + 4 * g), o1 = rd32(offs + 4 * g + 4);
+        r.p = r.start = codes + o0;
+        r.end = codes + o1;
+        limit = 8 * (uint64_t)(o1 - o0);
+    }
+    int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : n_tiles;
+    for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
+        int64_t row = t / tpr, j = t % tpr;
+        uint32_t code = kvq_hq_norm_code(norms, h->norm_bits, t);
+        if (h->int8) {
+            const int8_t *cb = (const int8_t *)codes + t * T;
+            for (int i = 0; i < T; i++) c[i] = cb[i];
+        } else if (code != zero) {
+            fast_tile_codes(h, &r, limit, c);
+        }
+        int64_t c0 = j * T, ncopy = c0 + T <= h->cols ? T : (c0 < h->cols ? h->cols - c0 : 0);
+        if (ncopy > 0) kvq_hq_tile_recon(h, c, code, sgn + j * T, y, out + row * h->cols + c0, (int)ncopy);
+    }
+    return !h->int8 && (r.bad || frd_used(&r) > limit || frd_used(&r) + 8 <= limit);
+}
+
 kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs, float *out,
                          int n_threads, kvq_err *err) {
     const uint8_t *codes, *norms, *offs;
@@ -322,10 +378,10 @@ kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int
     float *sgn = malloc(sizeof(float) * (size_t)h->cols_p);
     if (!sgn) return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory");
     kvq_hq_signs(h->seed, T, h->cols_p, sgn);
-    const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
     int64_t bad_group = -1;
     int nomem = 0;
     int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    if (nt > n_groups / 128 + 1) nt = (int)(n_groups / 128 + 1); // 128 groups = 256K weights per thread
 #pragma omp parallel num_threads(nt)
     {
         float *y = malloc(sizeof(float) * (size_t)T);
@@ -335,33 +391,11 @@ kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int
             nomem = 1;
         } else {
 #pragma omp for schedule(dynamic, 16)
-            for (int64_t g = 0; g < n_groups; g++) {
-                fast_rd r = {0};
-                uint64_t limit = 0;
-                if (!h->int8) {
-                    uint32_t o0 = rd32(offs + 4 * g), o1 = rd32(offs + 4 * g + 4);
-                    r.p = codes + o0;
-                    r.end = codes + o1;
-                    limit = 8 * (uint64_t)(o1 - o0);
-                }
-                int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : n_tiles;
-                for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
-                    int64_t row = t / tpr, j = t % tpr;
-                    uint32_t code = kvq_hq_norm_code(norms, h->norm_bits, t);
-                    if (h->int8) {
-                        const int8_t *cb = (const int8_t *)codes + t * T;
-                        for (int i = 0; i < T; i++) c[i] = cb[i];
-                    } else if (code != zero) {
-                        fast_tile_codes(h, &r, limit, c);
-                    }
-                    int64_t c0 = j * T, ncopy = c0 + T <= h->cols ? T : (c0 < h->cols ? h->cols - c0 : 0);
-                    if (ncopy > 0) kvq_hq_tile_recon(h, c, code, sgn + j * T, y, out + row * h->cols + c0, (int)ncopy);
-                }
-                if (!h->int8 && (r.used > limit || r.used + 8 <= limit)) {
+            for (int64_t g = 0; g < n_groups; g++)
+                if (decode_group(h, codes, norms, offs, sgn, g, n_tiles, y, c, out)) {
 #pragma omp critical
                     if (bad_group < 0 || g < bad_group) bad_group = g;
                 }
-            }
         }
         free(y);
         free(c);

@@ -41,13 +41,13 @@ void kvq_bw_rice(kvq_bitwriter *w, uint32_t v, int k) {
 }
 
 size_t kvq_bw_finish(kvq_bitwriter *w) {
-    if (w->n > 0) {
-        if (w->pos < w->cap) w->buf[w->pos] = (uint8_t)w->acc;
-        else w->overflow = 1;
-        w->pos++;
-        w->acc = 0;
+    bw_drain(w);
+    if (w->n > 0) { // fewer than 8 bits left: one zero-padded byte
+        w->n = 8;
+        bw_drain(w);
         w->n = 0;
     }
+    w->acc = 0;
     return w->pos;
 }
 
