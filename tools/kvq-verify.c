@@ -116,7 +116,7 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
     if (r->evaluated) {
         char desc[256];
         kvq_eval_protocol_str(&r->proto, desc, sizeof desc);
-        printf("\nprotocol: %s%s", desc, r->max_windows ? "" : "");
+        printf("\nprotocol: %s", desc);
         if (r->max_windows) printf(", first %zu windows only", r->max_windows);
         if (r->proto.max_tokens) printf(", first %zu tokens only", r->proto.max_tokens);
         printf("\ntext: %s (%llu bytes, sha256 %s), %zu tokens; %zu windows over %zu tokens, %zu positions scored\n",
