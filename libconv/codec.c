@@ -6,9 +6,17 @@
 #include <string.h>
 
 extern const kvq_codec_traits kvq_codec_none;
+extern const kvq_codec_traits kvq_codec_hyperquant;
+extern const kvq_codec_traits kvq_codec_rtn;
+extern const kvq_codec_traits kvq_codec_qet;
+extern const kvq_codec_traits kvq_codec_pq;
 
 static const kvq_codec_traits *const codec_table[] = {
     &kvq_codec_none,
+    &kvq_codec_hyperquant,
+    &kvq_codec_rtn,
+    &kvq_codec_qet,
+    &kvq_codec_pq,
 };
 
 int kvq_codec_count(void) { return (int)(sizeof codec_table / sizeof codec_table[0]); }

@@ -1,11 +1,10 @@
-// HF tokenizer.json back end: loading (jansson) and the encode/decode pipeline that HF
-// `tokenizers` runs: added tokens split out first, then normalizer, pre-tokenizer, BPE
-// model (merge ranks in a hashed pair map, per-call word cache), post-processor template;
-// decoding runs the decoder chain. Semantics follow tokenizers 0.2x (see docs/TOKENIZER.md).
+// HF tokenizer.json encoding, the pipeline HF `tokenizers` runs: added tokens split out
+// first, then normalizer, pre-tokenizer, BPE model (merge ranks in a hashed pair map,
+// heap merges, per-call word cache), post-processor template. Semantics follow tokenizers
+// 0.2x (docs/TOKENIZER.md); loading is in tokenizer_hf_load.c, decoding in tokenizer_hf_decode.c.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "libconv/tokenizer_hf.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -19,18 +18,7 @@ static int is_ws(int32_t c) { // Rust char::is_whitespace (Unicode White_Space)
            c == 0x205F || c == 0x3000;
 }
 
-static int is_word(int32_t c) { // regex \w: letters, marks, numbers, connector punctuation
-    if (c == '_') return 1;
-    switch (utf8proc_category(c)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: case UTF8PROC_CATEGORY_PC: return 1;
-    default: return 0;
-    }
-}
-
-static int32_t cp_at(const char *s, size_t n, size_t *len) { // s is valid UTF-8
+int32_t tk_hf_cp_at(const char *s, size_t n, size_t *len) { // s is valid UTF-8
     utf8proc_int32_t cp = -1;
     utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &cp);
     *len = l > 0 ? (size_t)l : 1;
@@ -42,10 +30,10 @@ static int32_t cp_before(const char *s, size_t end) { // last char of s[0..end)
     while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--;
     if (i > 0) i--;
     size_t l;
-    return cp_at(s + i, end - i, &l);
+    return tk_hf_cp_at(s + i, end - i, &l);
 }
 
-static int pieces_push(hf_pieces *p, size_t off, size_t len, int32_t id, int origin) {
+int tk_hf_pieces_push(hf_pieces *p, size_t off, size_t len, int32_t id, int origin) {
     if (p->n == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 64;
         hf_piece *v = realloc(p->v, cap * sizeof *v);
@@ -58,10 +46,10 @@ static int pieces_push(hf_pieces *p, size_t off, size_t len, int32_t id, int ori
 }
 
 // Appends s to the arena (s must not point into it) and pushes it as a piece.
-static int push_new(hf_ctx *c, hf_pieces *out, const char *s, size_t n, int origin) {
+int tk_hf_push_new(hf_ctx *c, hf_pieces *out, const char *s, size_t n, int origin) {
     size_t off = c->arena.n;
     if (tk_buf_put(&c->arena, s, n)) return -1;
-    return pieces_push(out, off, n, -1, origin);
+    return tk_hf_pieces_push(out, off, n, -1, origin);
 }
 
 // ---------------------------------------------------------------- regex matching
@@ -88,7 +76,7 @@ static int find_spans(hf_ctx *c, const pcre2_code *re, const char *s, size_t n, 
         if (me == ms) {
             if (me >= n) break;
             size_t l;
-            cp_at(s + me, n - me, &l);
+            tk_hf_cp_at(s + me, n - me, &l);
             at = me + l;
         } else at = me;
     }
@@ -141,7 +129,7 @@ static int split_by_spans(hf_ctx *c, const hf_piece *p, int behavior, hf_pieces 
     }
     for (size_t i = 0; i < k; i++) {
         if (sp[i].e == sp[i].s) continue;
-        if (pieces_push(out, p->off + sp[i].s, sp[i].e - sp[i].s, -1, p->origin && sp[i].s == 0))
+        if (tk_hf_pieces_push(out, p->off + sp[i].s, sp[i].e - sp[i].s, -1, p->origin && sp[i].s == 0))
             return -1;
     }
     return 0;
@@ -155,7 +143,7 @@ static int split_piece_re(hf_ctx *c, const hf_piece *p, const pcre2_code *re, in
 }
 
 // Replaces every match of re in s by rep, appending the result to out.
-static int replace_all(hf_ctx *c, const pcre2_code *re, const char *s, size_t n, const char *rep,
+int tk_hf_replace_all(hf_ctx *c, const pcre2_code *re, const char *s, size_t n, const char *rep,
                        size_t rn, tk_buf *out) {
     int rc = find_spans(c, re, s, n, 0);
     if (rc) return rc;
@@ -187,7 +175,7 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
         if (nm->type == HF_N_LOWER) {
             for (size_t i = 0; i < s->n;) {
                 size_t l;
-                int32_t cp = cp_at(s->b + i, s->n - i, &l);
+                int32_t cp = tk_hf_cp_at(s->b + i, s->n - i, &l);
                 // Rust's char::to_lowercase: full mapping; U+0130 is the one multi-char case
                 if (cp == 0x130) rc |= tk_utf8_put(&o, 'i') | tk_utf8_put(&o, 0x307);
                 else rc |= tk_utf8_put(&o, utf8proc_tolower(cp));
@@ -204,7 +192,7 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
         free(dst);
         break;
     }
-    case HF_N_REPLACE: rc = replace_all(c, nm->re, s->b, s->n, nm->content, nm->clen, &o); break;
+    case HF_N_REPLACE: rc = tk_hf_replace_all(c, nm->re, s->b, s->n, nm->content, nm->clen, &o); break;
     case HF_N_PREPEND:
         if (s->n == 0) return 0;
         rc = tk_buf_put(&o, nm->content, nm->clen) || tk_buf_put(&o, s->b, s->n) ? -1 : 0;
@@ -212,7 +200,7 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
     case HF_N_STRIP_ACCENTS: // drops non-spacing marks (Mn), as HF
         for (size_t i = 0; i < s->n && !rc;) {
             size_t l;
-            int32_t cp = cp_at(s->b + i, s->n - i, &l);
+            int32_t cp = tk_hf_cp_at(s->b + i, s->n - i, &l);
             if (utf8proc_category(cp) != UTF8PROC_CATEGORY_MN) rc = tk_buf_put(&o, s->b + i, l);
             i += l;
         }
@@ -220,7 +208,7 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
     case HF_N_STRIP: {
         size_t a = 0, b = s->n, l;
         if (nm->left)
-            while (a < b && is_ws(cp_at(s->b + a, b - a, &l))) a += l;
+            while (a < b && is_ws(tk_hf_cp_at(s->b + a, b - a, &l))) a += l;
         if (nm->right)
             while (b > a && is_ws(cp_before(s->b, b))) {
                 b--;
@@ -241,12 +229,17 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
 
 // ---------------------------------------------------------------- added tokens
 
+// Whether the character s[0..n) is a Rust-regex \w character (h->word_re).
+static int is_word_at(const hf_tok *h, hf_ctx *c, const char *s, size_t n) {
+    return pcre2_match(h->word_re, (PCRE2_SPTR)s, n, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, c->md, c->mc) >= 0;
+}
+
 // Splits piece p around the added tokens whose `normalized` flag equals `normalized`,
 // as AddedVocabulary::split_with_indices (leftmost-longest, lstrip/rstrip/single_word).
 static int split_added(const hf_tok *h, hf_ctx *c, const hf_piece *p, int normalized,
                        hf_pieces *out) {
     const hf_added_index *ix = &h->aix[normalized];
-    if (ix->n == 0) return pieces_push(out, p->off, p->len, -1, p->origin);
+    if (ix->n == 0) return tk_hf_pieces_push(out, p->off, p->len, -1, p->origin);
     const char *s = c->arena.b + p->off;
     size_t n = p->len, start_off = 0;
     for (size_t i = 0; i < n;) {
@@ -266,9 +259,13 @@ static int split_added(const hf_tok *h, hf_ctx *c, const hf_piece *p, int normal
         }
         size_t ms = i, me = i + (normalized ? best->nlen : best->len);
         if (best->single_word) {
-            int sw = (ms == 0 || !is_word(cp_before(s, ms)));
+            size_t b = ms;
+            while (b > 0 && ((unsigned char)s[b - 1] & 0xC0) == 0x80) b--;
+            if (b > 0) b--;
+            int sw = (ms == 0 || !is_word_at(h, c, s + b, ms - b));
             size_t l;
-            int ew = (me == n || !is_word(cp_at(s + me, n - me, &l)));
+            tk_hf_cp_at(s + me, n - me, &l);
+            int ew = (me == n || !is_word_at(h, c, s + me, l));
             if (!sw || !ew) {
                 i++;
                 continue;
@@ -288,17 +285,17 @@ static int split_added(const hf_tok *h, hf_ctx *c, const hf_piece *p, int normal
         }
         if (best->rstrip) {
             size_t l;
-            while (me < n && is_ws(cp_at(s + me, n - me, &l))) me += l;
+            while (me < n && is_ws(tk_hf_cp_at(s + me, n - me, &l))) me += l;
         }
         if (start_off < ms &&
-            pieces_push(out, p->off + start_off, ms - start_off, -1, p->origin && start_off == 0))
+            tk_hf_pieces_push(out, p->off + start_off, ms - start_off, -1, p->origin && start_off == 0))
             return -1;
-        if (pieces_push(out, p->off + ms, me - ms, best->id, 0)) return -1;
+        if (tk_hf_pieces_push(out, p->off + ms, me - ms, best->id, 0)) return -1;
         start_off = me;
         i = me > i ? me : i + 1;
     }
     if (start_off < n &&
-        pieces_push(out, p->off + start_off, n - start_off, -1, p->origin && start_off == 0))
+        tk_hf_pieces_push(out, p->off + start_off, n - start_off, -1, p->origin && start_off == 0))
         return -1;
     return 0;
 }
@@ -316,7 +313,7 @@ static int bytelevel_map(const hf_tok *h, hf_ctx *c, const hf_piece *p, hf_piece
         d[k++] = (char)e[0];
         if (e[1]) d[k++] = (char)e[1];
     }
-    return push_new(c, out, d, k, p->origin);
+    return tk_hf_push_new(c, out, d, k, p->origin);
 }
 
 static int pretok_apply(const hf_tok *h, const hf_pretok *pt, hf_ctx *c, hf_pieces *in,
@@ -334,7 +331,7 @@ static int pretok_apply(const hf_tok *h, const hf_pretok *pt, hf_ctx *c, hf_piec
         }
         if (!rc)
             for (size_t i = 0; i < a.n && !rc; i++)
-                rc = pieces_push(out, a.v[i].off, a.v[i].len, a.v[i].id, a.v[i].origin);
+                rc = tk_hf_pieces_push(out, a.v[i].off, a.v[i].len, a.v[i].id, a.v[i].origin);
         if (owned) free(a.v);
         return rc;
     }
@@ -342,7 +339,7 @@ static int pretok_apply(const hf_tok *h, const hf_pretok *pt, hf_ctx *c, hf_piec
         hf_piece p = in->v[i];
         int rc = 0;
         if (p.id >= 0) {
-            rc = pieces_push(out, p.off, p.len, p.id, p.origin);
+            rc = tk_hf_pieces_push(out, p.off, p.len, p.id, p.origin);
         } else if (pt->type == HF_P_SPLIT) {
             rc = split_piece_re(c, &p, pt->re, pt->behavior, pt->invert, out);
         } else if (pt->type == HF_P_BYTELEVEL) {
@@ -381,7 +378,7 @@ static int pretok_apply(const hf_tok *h, const hf_pretok *pt, hf_ctx *c, hf_piec
             if (pt->split) {
                 rc = split_piece_re(c, &q, pt->re, HF_MERGED_NEXT, 0, out);
             } else if (q.len) {
-                rc = pieces_push(out, q.off, q.len, -1, q.origin);
+                rc = tk_hf_pieces_push(out, q.off, q.len, -1, q.origin);
             }
         }
         if (rc) return rc;
@@ -456,7 +453,7 @@ static int bpe_word_uncached(const hf_tok *h, hf_ctx *c, const char *w, size_t n
     char tmp[64];
     for (size_t i = 0; i < n;) {
         size_t l;
-        cp_at(w + i, n - i, &l);
+        tk_hf_cp_at(w + i, n - i, &l);
         const char *q = w + i;
         size_t ql = l;
         int first = i == 0, last = i + l >= n;
@@ -557,7 +554,23 @@ static int bpe_word(const hf_tok *h, hf_ctx *c, size_t woff, size_t n) {
     }
     size_t before = c->ids.n;
     if (bpe_word_uncached(h, c, w, n)) return -1;
-    if (c->cache_used * 2 >= c->cmask) return 0; // full: stop caching
+    if (2 * (c->cache_used + 1) > c->cmask) { // grow to keep the load under 1/2
+        if (c->cmask >= ((size_t)1 << 24)) return 0; // large enough: stop caching new words
+        size_t cap = 2 * (c->cmask + 1);
+        hf_cache_slot *nc = malloc(cap * sizeof *nc);
+        if (!nc) return -1;
+        for (size_t k = 0; k < cap; k++) nc[k].len = UINT32_MAX;
+        for (size_t k = 0; k <= c->cmask; k++) {
+            if (c->cache[k].len == UINT32_MAX) continue;
+            size_t j = (size_t)c->cache[k].hash & (cap - 1);
+            while (nc[j].len != UINT32_MAX) j = (j + 1) & (cap - 1);
+            nc[j] = c->cache[k];
+        }
+        free(c->cache);
+        c->cache = nc;
+        c->cmask = cap - 1;
+        for (i = (size_t)hv & c->cmask; c->cache[i].len != UINT32_MAX; i = (i + 1) & c->cmask) {}
+    }
     hf_cache_slot *s = &c->cache[i];
     s->hash = hv;
     s->off = woff;
@@ -568,9 +581,9 @@ static int bpe_word(const hf_tok *h, hf_ctx *c, size_t woff, size_t n) {
     return tk_buf_put(&c->cache_ids, c->ids.b + before, c->ids.n - before);
 }
 
-// ---------------------------------------------------------------- encode / decode
+// ---------------------------------------------------------------- per-call scratch, encode
 
-static void ctx_free(hf_ctx *c) {
+void tk_hf_ctx_free(hf_ctx *c) {
     tk_buf_free(&c->arena);
     tk_buf_free(&c->scratch);
     tk_buf_free(&c->scratch2);
@@ -586,7 +599,7 @@ static void ctx_free(hf_ctx *c) {
     if (c->js) pcre2_jit_stack_free(c->js);
 }
 
-static int ctx_init(hf_ctx *c, size_t cache_slots) {
+int tk_hf_ctx_init(hf_ctx *c, size_t cache_slots) {
     memset(c, 0, sizeof *c);
     c->md = pcre2_match_data_create(1, NULL);
     c->mc = pcre2_match_context_create(NULL);
@@ -607,7 +620,7 @@ static kvq_status hf_encode(const kvq_tokenizer *t, const char *text, size_t len
     const hf_tok *h = t->impl;
     hf_ctx c;
     hf_pieces a = {0}, b = {0};
-    int rc = ctx_init(&c, len / 4 < 1024 ? 1024 : (len / 4 > (1 << 20) ? (1 << 20) : len / 4));
+    int rc = tk_hf_ctx_init(&c, 1024); // the word cache grows as needed
     if (!rc) rc = tk_buf_put(&c.arena, text, len);
     // 1. added tokens that are matched on the raw text
     if (!rc) {
@@ -620,7 +633,7 @@ static kvq_status hf_encode(const kvq_tokenizer *t, const char *text, size_t len
         hf_piece p = a.v[i];
         if (p.id >= 0 || !h->norm) {
             if (p.id < 0 && h->aix[1].n) rc = split_added(h, &c, &p, 1, &b);
-            else rc = pieces_push(&b, p.off, p.len, p.id, p.origin);
+            else rc = tk_hf_pieces_push(&b, p.off, p.len, p.id, p.origin);
             continue;
         }
         nb.n = 0;
@@ -652,7 +665,7 @@ static kvq_status hf_encode(const kvq_tokenizer *t, const char *text, size_t len
     free(a.v);
     free(b.v);
     if (rc) {
-        ctx_free(&c);
+        tk_hf_ctx_free(&c);
         if (rc == -2) return kvq_err_set(err, KVQ_ERR_FORMAT, "tokenizer: regex or normalizer failed on the input text");
         return kvq_err_set(err, KVQ_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
     }
@@ -660,226 +673,20 @@ static kvq_status hf_encode(const kvq_tokenizer *t, const char *text, size_t len
     *ids = (int32_t *)c.ids.b;
     c.ids.b = NULL;
     if (!*ids) *ids = malloc(sizeof(int32_t)); // a valid pointer even for zero ids
-    ctx_free(&c);
+    tk_hf_ctx_free(&c);
     if (!*ids) return kvq_err_set(err, KVQ_ERR_NOMEM, "tokenizer: out of memory");
     return KVQ_OK;
-}
-
-// Runs decoder d over the token strings in `in`, writing `out`. raw: piece mode (bytes kept
-// as they are, for streaming); first: in's first token starts the text.
-static int dec_apply(const hf_tok *h, const hf_dec *d, hf_ctx *c, hf_pieces *in, hf_pieces *out,
-                     int raw, int first) {
-    int rc = 0;
-    switch (d->type) {
-    case HF_D_SEQ: {
-        hf_pieces x = *in, y = {0};
-        int owned = 0;
-        for (int i = 0; i < d->n_sub && !rc; i++) {
-            rc = dec_apply(h, &d->sub[i], c, &x, &y, raw, first);
-            if (owned) free(x.v);
-            x = y;
-            y = (hf_pieces){0};
-            owned = 1;
-        }
-        for (size_t i = 0; i < x.n && !rc; i++) rc = pieces_push(out, x.v[i].off, x.v[i].len, -1, 0);
-        if (owned) free(x.v);
-        return rc;
-    }
-    case HF_D_BYTELEVEL: {
-        c->scratch.n = 0;
-        for (size_t i = 0; i < in->n && !rc; i++) {
-            const char *s = c->arena.b + in->v[i].off;
-            size_t n = in->v[i].len, start = c->scratch.n;
-            for (size_t j = 0; j < n && !rc;) {
-                size_t l;
-                int32_t cp = cp_at(s + j, n - j, &l);
-                if (cp < 0 || cp >= 324 || h->bl_dec[cp] < 0) { // unmappable: the raw token
-                    c->scratch.n = start;
-                    rc = tk_buf_put(&c->scratch, s, n);
-                    break;
-                }
-                unsigned char byte = (unsigned char)h->bl_dec[cp];
-                rc = tk_buf_put(&c->scratch, &byte, 1);
-                j += l;
-            }
-        }
-        if (rc) return rc;
-        size_t off = c->arena.n;
-        if (raw) rc = tk_buf_put(&c->arena, c->scratch.b, c->scratch.n);
-        else rc = tk_utf8_lossy(&c->arena, c->scratch.b, c->scratch.n);
-        return rc ? rc : pieces_push(out, off, c->arena.n - off, -1, 0);
-    }
-    case HF_D_BYTEFALLBACK: {
-        c->scratch.n = 0;
-        for (size_t i = 0; i <= in->n && !rc; i++) {
-            const char *s = i < in->n ? c->arena.b + in->v[i].off : NULL;
-            size_t n = i < in->n ? in->v[i].len : 0;
-            int byte = -1;
-            if (s && n == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>') {
-                char hx[3] = {s[3], s[4], 0}, *end;
-                long v = strtol(hx, &end, 16);
-                if (*end == 0 && isxdigit((unsigned char)hx[0]) && isxdigit((unsigned char)hx[1])) byte = (int)v;
-            }
-            if (byte >= 0) {
-                unsigned char bb = (unsigned char)byte;
-                rc = tk_buf_put(&c->scratch, &bb, 1);
-                continue;
-            }
-            if (c->scratch.n) {
-                size_t off = c->arena.n;
-                if (raw || tk_utf8_check(c->scratch.b, c->scratch.n) == c->scratch.n) {
-                    rc = tk_buf_put(&c->arena, c->scratch.b, c->scratch.n);
-                    if (!rc) rc = pieces_push(out, off, c->scratch.n, -1, 0);
-                } else {
-                    for (size_t k = 0; k < c->scratch.n && !rc; k++) {
-                        off = c->arena.n;
-                        rc = tk_buf_put(&c->arena, "\xEF\xBF\xBD", 3);
-                        if (!rc) rc = pieces_push(out, off, 3, -1, 0);
-                    }
-                }
-                c->scratch.n = 0;
-            }
-            if (s && !rc) rc = pieces_push(out, in->v[i].off, n, -1, 0);
-        }
-        return rc;
-    }
-    case HF_D_FUSE: {
-        c->scratch.n = 0;
-        for (size_t i = 0; i < in->n && !rc; i++)
-            rc = tk_buf_put(&c->scratch, c->arena.b + in->v[i].off, in->v[i].len);
-        return rc ? rc : push_new(c, out, c->scratch.b, c->scratch.n, 0);
-    }
-    case HF_D_STRIP:
-        for (size_t i = 0; i < in->n && !rc; i++) {
-            const char *s = c->arena.b + in->v[i].off;
-            size_t a = 0, b = in->v[i].len, cl = d->clen;
-            int start = d->start, stop = d->stop;
-            if (raw) { // streaming: only the text's start is stripped
-                start = first && i == 0 ? start : 0;
-                stop = 0;
-            }
-            for (int k = 0; k < start && cl && b - a >= cl && memcmp(s + a, d->content, cl) == 0; k++) a += cl;
-            for (int k = 0; k < stop && cl && b - a >= cl && memcmp(s + b - cl, d->content, cl) == 0; k++) b -= cl;
-            rc = pieces_push(out, in->v[i].off + a, b - a, -1, 0);
-        }
-        return rc;
-    case HF_D_REPLACE:
-        for (size_t i = 0; i < in->n && !rc; i++) {
-            c->scratch2.n = 0;
-            rc = replace_all(c, d->re, c->arena.b + in->v[i].off, in->v[i].len, d->content, d->clen,
-                             &c->scratch2);
-            if (!rc) rc = push_new(c, out, c->scratch2.b, c->scratch2.n, 0);
-        }
-        return rc;
-    case HF_D_METASPACE:
-        for (size_t i = 0; i < in->n && !rc; i++) {
-            const char *s = c->arena.b + in->v[i].off;
-            size_t n = in->v[i].len, rl = (size_t)d->repl_len;
-            int drop = i == 0 && first && d->scheme != HF_PREPEND_NEVER;
-            c->scratch.n = 0;
-            for (size_t j = 0; j < n && !rc;) {
-                if (rl && n - j >= rl && memcmp(s + j, d->repl, rl) == 0) {
-                    if (!drop) rc = tk_buf_put(&c->scratch, " ", 1);
-                    j += rl;
-                } else rc = tk_buf_put(&c->scratch, s + j++, 1);
-            }
-            if (!rc) rc = push_new(c, out, c->scratch.b, c->scratch.n, 0);
-        }
-        return rc;
-    }
-    return -1;
-}
-
-static const char *hf_token_str(const hf_tok *h, int32_t id, size_t *n) {
-    if (id < 0 || id >= h->n_ids) return NULL;
-    if (h->added_of[id] >= 0) {
-        const hf_added *a = &h->added[h->added_of[id]];
-        if (a->normalized) { // HF keeps a normalized token's content as normalized
-            *n = a->nlen;
-            return a->ncontent;
-        }
-        *n = a->len;
-        return a->content;
-    }
-    return tk_strtab_get(&h->vocab, id, n);
-}
-
-// Decodes ids into c->arena and returns the final text's span in out.
-static int hf_decode_to(const kvq_tokenizer *t, hf_ctx *c, const int32_t *ids, size_t n_ids,
-                        int skip_special, int raw, int first, tk_buf *out) {
-    const hf_tok *h = t->impl;
-    hf_pieces in = {0}, res = {0};
-    int rc = 0;
-    for (size_t i = 0; i < n_ids && !rc; i++) {
-        size_t n;
-        const char *s = hf_token_str(h, ids[i], &n);
-        if (!s) continue; // as HF: ids without a token are dropped
-        if (skip_special && h->added_of[ids[i]] >= 0 && h->added[h->added_of[ids[i]]].special) continue;
-        rc = push_new(c, &in, s, n, 0);
-    }
-    if (!rc) {
-        if (h->dec) rc = dec_apply(h, h->dec, c, &in, &res, raw, first);
-        else { // no decoder: tokens joined by spaces
-            for (size_t i = 0; i < in.n && !rc; i++)
-                rc = pieces_push(&res, in.v[i].off, in.v[i].len, -1, 0);
-        }
-    }
-    for (size_t i = 0; i < res.n && !rc; i++) {
-        if (!h->dec && i > 0) rc = tk_buf_put(out, " ", 1);
-        if (!rc) rc = tk_buf_put(out, c->arena.b + res.v[i].off, res.v[i].len);
-    }
-    free(in.v);
-    free(res.v);
-    return rc;
-}
-
-static kvq_status hf_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids,
-                            int skip_special, char **text, kvq_err *err) {
-    hf_ctx c;
-    tk_buf raw = {0}, out = {0};
-    int rc = ctx_init(&c, 16);
-    if (!rc) rc = hf_decode_to(t, &c, ids, n_ids, skip_special, 0, 1, &raw);
-    if (!rc) rc = tk_utf8_lossy(&out, raw.b, raw.n);
-    if (!rc) rc = tk_buf_put(&out, "", 1);
-    ctx_free(&c);
-    tk_buf_free(&raw);
-    if (rc) {
-        tk_buf_free(&out);
-        return kvq_err_set(err, KVQ_ERR_NOMEM, "tokenizer: out of memory decoding %zu ids", n_ids);
-    }
-    *text = out.b;
-    return KVQ_OK;
-}
-
-static int hf_piece_fn(const kvq_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap) {
-    const hf_tok *h = t->impl;
-    size_t n;
-    if (!hf_token_str(h, id, &n)) return -1;
-    hf_ctx c;
-    tk_buf out = {0};
-    int first = prev < 0 || (t->bos >= 0 && prev == t->bos);
-    int rc = ctx_init(&c, 16);
-    if (!rc) rc = hf_decode_to(t, &c, &id, 1, 0, 1, first, &out);
-    ctx_free(&c);
-    if (rc) {
-        tk_buf_free(&out);
-        return -1;
-    }
-    size_t k = out.n < cap ? out.n : cap;
-    if (k) memcpy(buf, out.b, k);
-    tk_buf_free(&out);
-    return (int)k;
 }
 
 int tk_hf_normalize(const hf_tok *h, tk_buf *s) {
     if (!h->norm) return 0;
     hf_ctx c;
-    int rc = ctx_init(&c, 16);
+    int rc = tk_hf_ctx_init(&c, 16);
     if (!rc) rc = norm_apply(h->norm, &c, s);
-    ctx_free(&c);
+    tk_hf_ctx_free(&c);
     return rc;
 }
 
 static void hf_close(void *impl) { tk_hf_free(impl); }
 
-const tk_ops tk_hf_ops = {hf_encode, hf_decode, hf_piece_fn, hf_close};
+const tk_ops tk_hf_ops = {hf_encode, tk_hf_decode, tk_hf_piece, hf_close};

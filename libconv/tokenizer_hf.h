@@ -89,6 +89,7 @@ typedef struct {
     int32_t *pre_ids, *post_ids;       // post-processor template around the sequence
     int n_pre, n_post;
     pcre2_code *bl_re;                 // the GPT-2 regex of ByteLevel(use_regex)
+    pcre2_code *word_re;               // one Rust-regex \w character (single_word added tokens)
     unsigned char bl_enc[256][3];      // byte -> UTF-8 of its stand-in char (NUL padded)
     int16_t bl_dec[324];               // stand-in code point -> byte, -1 if none
 } hf_tok;
@@ -125,6 +126,18 @@ typedef struct {
 } hf_ctx;
 
 extern const tk_ops tk_hf_ops;
+
+// shared by tokenizer_hf.c and tokenizer_hf_decode.c (0 = ok, -1 = out of memory, -2 = regex failure)
+int tk_hf_ctx_init(hf_ctx *c, size_t cache_slots);
+void tk_hf_ctx_free(hf_ctx *c);
+int32_t tk_hf_cp_at(const char *s, size_t n, size_t *len); // code point at s (valid UTF-8), its length
+int tk_hf_pieces_push(hf_pieces *p, size_t off, size_t len, int32_t id, int origin);
+int tk_hf_push_new(hf_ctx *c, hf_pieces *out, const char *s, size_t n, int origin); // copies s into the arena
+int tk_hf_replace_all(hf_ctx *c, const pcre2_code *re, const char *s, size_t n, const char *rep, size_t rn,
+                      tk_buf *out);
+kvq_status tk_hf_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids, int skip_special,
+                        char **text, kvq_err *err);
+int tk_hf_piece(const kvq_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap);
 void tk_hf_free(hf_tok *h);
 /** Runs the normalizer over s in place (no-op without one). 0, -1 no memory, -2 failure. */
 int tk_hf_normalize(const hf_tok *h, tk_buf *s);

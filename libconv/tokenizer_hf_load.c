@@ -14,6 +14,10 @@ typedef struct {
     kvq_err *err;
 } ld;
 
+// Rust regex's \w (HF uses it for single_word and the Whitespace pre-tokenizer)
+#define WORD_CHARS "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}"
+#define WORD_CLASS "[" WORD_CHARS "]"
+
 #define FAIL(L, code, ...) (kvq_err_set((L)->err, code, __VA_ARGS__), kvq_err_prefix((L)->err, "%s", (L)->path), (code))
 
 static const char *jstr(json_t *o, const char *key) {
@@ -152,8 +156,7 @@ static kvq_status parse_pretok(ld *L, json_t *o, hf_pretok *pt) {
         return compile_re(L, ws, sizeof ws - 1, 0, "pre_tokenizer WhitespaceSplit", &pt->re);
     }
     if (!strcmp(ty, "Whitespace")) { // regex \w+|[^\w\s]+, matches kept, the rest removed
-        static const char w[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]+|"
-                                "[^\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}\\s]+";
+        static const char w[] = WORD_CLASS "+|[^" WORD_CHARS "\\s]+";
         pt->type = HF_P_SPLIT;
         pt->behavior = HF_REMOVED;
         pt->invert = 1;
@@ -500,6 +503,7 @@ void tk_hf_free(hf_tok *h) {
     free(h->pre_ids);
     free(h->post_ids);
     if (h->bl_re) pcre2_code_free(h->bl_re);
+    if (h->word_re) pcre2_code_free(h->word_re);
     free(h);
 }
 
@@ -532,12 +536,12 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
     }
     h->n_ids = (int32_t)(max_id + 1);
     if (tk_strtab_init(&h->vocab, h->n_ids)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
-    json_object_foreach(vocab, key, val) {
+    size_t klen;
+    json_object_keylen_foreach(vocab, key, klen, val) {
         int32_t id = (int32_t)json_integer_value(val);
         if (h->vocab.off[id] != UINT64_MAX)
             return FAIL(L, KVQ_ERR_FORMAT, "model.vocab: id %d is given to two tokens", id);
-        // json_object_foreach keys are NUL-terminated; vocab keys never hold NUL bytes in practice
-        if (tk_strtab_set(&h->vocab, id, key, strlen(key))) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
+        if (tk_strtab_set(&h->vocab, id, key, klen)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     }
     if (tk_strtab_index(&h->vocab)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     h->byte_fallback = jbool(model, "byte_fallback", 0);
@@ -574,6 +578,7 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
     if (json_is_object(o = json_object_get(root, "post_processor")) && (st = parse_post(L, h, o))) return st;
     static const char gpt2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
     if ((st = compile_re(L, gpt2, sizeof gpt2 - 1, 0, "ByteLevel", &h->bl_re))) return st;
+    if ((st = compile_re(L, WORD_CLASS, sizeof WORD_CLASS - 1, 0, "word class", &h->word_re))) return st;
     bytelevel_tables(h);
     return KVQ_OK;
 }
@@ -581,7 +586,7 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
 kvq_status tk_hf_open(const char *path, const char *data, size_t n, kvq_tokenizer *t, kvq_err *err) {
     ld L = {path, err};
     json_error_t je;
-    json_t *root = json_loadb(data, n, 0, &je);
+    json_t *root = json_loadb(data, n, JSON_ALLOW_NUL, &je);
     if (!root)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: not valid JSON: line %d column %d: %s", path, je.line,
                            je.column, je.text);

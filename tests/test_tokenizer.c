@@ -158,6 +158,14 @@ static void run_spec(const spec *s) {
             }
             free(d);
         }
+        json_t *each = json_object_get(c, "each"); // each id alone (partial UTF-8 -> U+FFFD)
+        for (size_t j = 0; j < json_array_size(each); j++) {
+            char *d = NULL;
+            assert_int_equal(kvq_tok_decode(t, &ids[j], 1, 0, &d, &e), KVQ_OK);
+            const char *w = json_string_value(json_array_get(each, j));
+            if (strcmp(d, w)) fail_msg("%s: decode([%d]) gives \"%s\", HF \"%s\"", what, ids[j], d, w);
+            free(d);
+        }
         // streaming pieces (specials left out) concatenate to the decoded text
         char *cat = calloc(8 * n + 64 * n + 1, 1), piece[256];
         size_t k = 0;
@@ -176,7 +184,7 @@ static void run_spec(const spec *s) {
         free(cat);
         free(ids);
     }
-    printf("%s: %zu cases match HF, %d exact round trips (open %.3f s)\n", s->fixture,
+    printf("%s: %zu cases match the fixture, %d exact round trips (open %.3f s)\n", s->fixture,
            json_array_size(cases), n_round, t_open);
     if (strstr(s->tokenizer, "qwen3/")) // 151k tokens + 151k merges: must stay quick to open
         assert_true(t_open < 5.0);

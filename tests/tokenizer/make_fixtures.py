@@ -9,8 +9,9 @@ SHARED_DIR defaults to $KVQ_SHARED or ../shared. Outputs (all committed):
                              small tokenizers built here with `tokenizers` (SentencePiece-style
                              Metaspace + byte_fallback, and byte-level variants exercising Split
                              behaviours, added-token flags, normalizers, ignore_merges)
-  fx_<name>.json             {"cases": [{text, add_special, ids, decoded, decoded_all}]}: HF's
-                             encode ids and decode(skip_special_tokens=True/False) strings
+  fx_<name>.json             {"cases": [{text, add_special, ids, decoded, decoded_all[, each]}]}:
+                             HF's encode ids, decode(skip_special_tokens=True/False) strings, and
+                             for the mixed text each id decoded alone
   heldout_full.json          id count + sha256 of the int32-LE id stream of the whole heldout
                              text for each kvq model and Qwen3 (HF encode, no special tokens)
   fx_llama2c.json            ids from run.c's encode()/decode() transcribed below (reads tok512.bin)
@@ -18,6 +19,7 @@ SHARED_DIR defaults to $KVQ_SHARED or ../shared. Outputs (all committed):
 import hashlib
 import json
 import os
+import random
 import struct
 import sys
 
@@ -34,6 +36,21 @@ SHORT = [
 ]
 
 
+# random texts from fragments that stress the pipeline's edges (seeded, so fixtures are stable)
+FRAGS = [" ", "  ", "   ", "\n", "\n\n", "\r\n", "\t", "a", "Hello", "world", "the", "'s", "'LL", "don't", "123", "4567",
+         "9", "é", "e\u0301", "ñ", "ß", "İ", "日本語", "中", "😀", "👍🏽", "\u200d", "🇫🇷", "!", "?!", "...", ",", "-", "_",
+         "(", ")", "{}", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin_of_text|>", "<s>", "</s>", "<unk>",
+         "[MASK]", "<sep>", "hello", "HeLLo  X", "ﬁ", "Ｆ", "½", "▁", "▁▁", "<0x41>", "\u00a0", "\u3000", "\u2028", "x",
+         "Z", "ü", "Ω", "ς", "Σ", "\x01", "\x7f", "#", "$5", "0x1F", "<tool_call>", "<|fim_prefix|>", "  <s>  ", "\u0300",
+         "a\u0308", "Å", "카", "ｶ", "ﾞ"]
+N_RANDOM = 100
+
+
+def random_cases(seed):
+    r = random.Random(seed)
+    return [("".join(r.choice(FRAGS) for _ in range(r.randint(0, 12))), r.random() < 0.3) for _ in range(N_RANDOM)]
+
+
 def write_json(name, obj):
     with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:
         json.dump(obj, f, ensure_ascii=False, indent=0)
@@ -42,14 +59,17 @@ def write_json(name, obj):
 
 def cases_for(tok, texts):
     out = []
-    for text in texts:
-        for add in (False, True):
+    pairs = [(t, a) for t in texts for a in (False, True)] + random_cases(1)
+    for text, add in pairs:
+        if True:
             ids = tok.encode(text, add_special_tokens=add).ids
             out.append({
                 "text": text, "add_special": add, "ids": ids,
                 "decoded": tok.decode(ids, skip_special_tokens=True),
                 "decoded_all": tok.decode(ids, skip_special_tokens=False),
             })
+            if text == texts[0] and not add and len(out) == 1:  # each id alone: partial UTF-8 -> U+FFFD as HF
+                out[-1]["each"] = [tok.decode([i], skip_special_tokens=False) for i in ids]
     return out
 
 
@@ -272,8 +292,8 @@ def main():
     l2c_texts = ["Once upon a time", "Once upon a time, there was a little girl named Lily.", "", "a", " x",
                  "Hello, world! 123", "The cat sat.\nThe dog ran.", "café ü 日本 😀", "Lily and Tom  played."]
     cases = []
-    for text in l2c_texts:
-        for bos in (False, True):
+    for text, bos in [(t, b) for t in l2c_texts for b in (False, True)] + random_cases(2)[:50]:
+        if True:
             ids = l2c_encode(vocab, scores, lookup, text, bos, False)
             cases.append({"text": text, "add_special": bos, "ids": ids,
                           "decoded": l2c_decode(vocab, ids, True), "decoded_all": l2c_decode(vocab, ids, False)})

@@ -1,0 +1,54 @@
+// Walsh–Hadamard butterfly (see wht.h). kvq_wht uses SSE for the two in-register stages
+// and for the strided stages; every output is still the single a+b or a−b of the scalar
+// butterfly (a + (−b) is exactly a − b in IEEE arithmetic), so results are bit-identical
+// to the plain loop kept below as the fallback.
+#include "kernels/cpu/wht.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+static void wht_scalar(float *x, int n) {
+    for (int h = 1; h < n; h <<= 1)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+}
+
+void kvq_wht(float *x, int n) {
+#if defined(__SSE2__)
+    if (n >= 8) {
+        const __m128 m1 = _mm_castsi128_ps(_mm_set_epi32((int)0x80000000, 0, (int)0x80000000, 0));
+        const __m128 m2 = _mm_castsi128_ps(_mm_set_epi32((int)0x80000000, (int)0x80000000, 0, 0));
+        for (int i = 0; i < n; i += 4) { // stages h=1 and h=2 inside each 4-vector
+            __m128 v = _mm_loadu_ps(x + i);
+            __m128 lo = _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 2, 0, 0));
+            __m128 hi = _mm_shuffle_ps(v, v, _MM_SHUFFLE(3, 3, 1, 1));
+            v = _mm_add_ps(lo, _mm_xor_ps(hi, m1)); // [x0+x1, x0-x1, x2+x3, x2-x3]
+            lo = _mm_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 1, 0));
+            hi = _mm_shuffle_ps(v, v, _MM_SHUFFLE(3, 2, 3, 2));
+            _mm_storeu_ps(x + i, _mm_add_ps(lo, _mm_xor_ps(hi, m2)));
+        }
+        for (int h = 4; h < n; h <<= 1)
+            for (int i = 0; i < n; i += 2 * h)
+                for (int j = i; j < i + h; j += 4) {
+                    __m128 a = _mm_loadu_ps(x + j), b = _mm_loadu_ps(x + j + h);
+                    _mm_storeu_ps(x + j, _mm_add_ps(a, b));
+                    _mm_storeu_ps(x + j + h, _mm_sub_ps(a, b));
+                }
+        return;
+    }
+#endif
+    wht_scalar(x, n);
+}
+
+void kvq_wht_ref(const float *x, double *y, int n) {
+    for (int i = 0; i < n; i++) {
+        double s = 0.0;
+        for (int j = 0; j < n; j++) s += (__builtin_popcount((unsigned)(i & j)) & 1) ? -(double)x[j] : (double)x[j];
+        y[i] = s;
+    }
+}

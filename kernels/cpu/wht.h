@@ -1,0 +1,14 @@
+// Walsh–Hadamard transform on float vectors of power-of-two length (Sylvester order):
+// the O(n log n) in-place butterfly used by HyperQuant's randomized Hadamard transform,
+// and an O(n²) reference that evaluates H_n entry by entry (H[i][j] = (-1)^popcount(i&j)).
+#ifndef KVQ_WHT_H
+#define KVQ_WHT_H
+
+/** In-place UNNORMALIZED transform x <- H_n x (entries ±1; H_n·H_n = n·I), n a power of
+ *  two ≤ 2^20. Multiply by 1/√n for the orthonormal transform. Butterfly order is fixed
+ *  (stride 1, 2, 4, ...), so results are bit-reproducible across calls. */
+void kvq_wht(float *x, int n);
+/** Reference: y = H_n x computed in double, O(n²); x and y must not alias. */
+void kvq_wht_ref(const float *x, double *y, int n);
+
+#endif

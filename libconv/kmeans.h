@@ -1,0 +1,28 @@
+// Seeded k-means (k-means++ seeding, Lloyd iterations) on small-dimensional points,
+// used by the QET and PQ codecs to cluster each subspace. The result depends only on
+// the input and the seed, never on the number of OpenMP threads.
+#ifndef KVQ_KMEANS_H
+#define KVQ_KMEANS_H
+
+#include <stdint.h>
+
+/** Clusters n points of `dim` floats (row-major, contiguous) into k centroids.
+ *  k-means++ seeding drawn from a splitmix64 stream seeded by `seed`, then at most
+ *  max_iter Lloyd steps, stopping early when no assignment changes. Empty clusters are
+ *  re-seeded with the point farthest from its centroid (lowest index on ties).
+ *  Requires 1 <= k <= n. Writes cent (k × dim) and assign (n); assign[i] is the nearest
+ *  centroid (lowest index on ties) of the returned centroids. The assignment step runs
+ *  in parallel over points (OpenMP) when called outside a parallel region; sums are
+ *  accumulated serially in point order, so results are bit-identical to kvq_kmeans_ref.
+ *  @return the number of Lloyd updates performed. Caller owns all buffers. */
+int kvq_kmeans(const float *x, int64_t n, int dim, int64_t k, int max_iter, uint64_t seed,
+               float *cent, uint32_t *assign);
+
+/** The plain serial reference of kvq_kmeans (same contract, same results). */
+int kvq_kmeans_ref(const float *x, int64_t n, int dim, int64_t k, int max_iter, uint64_t seed,
+                   float *cent, uint32_t *assign);
+
+/** Index of the centroid nearest to p (squared L2, lowest index on ties); *d2 gets the distance. */
+uint32_t kvq_kmeans_nearest(const float *p, const float *cent, int64_t k, int dim, float *d2);
+
+#endif

@@ -1,0 +1,342 @@
+// Tests for the HyperQuant weight codec: bit-exact round trips (bitstream decode == the
+// encoder's reconstruction from the lattice codes, fast == reference decoder) for every
+// lattice on random and adversarial matrices, determinism, rate control to ±0.01 bits,
+// realized SNR near the calibrated target, NaN/Inf rejection, int8 and cast modes, odd
+// widths, corrupt payloads, and the codec table entry.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "formats/checkpoint.h"
+#include "libconv/hqcal.h"
+#include "libconv/hyperquant.h"
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double gauss(uint64_t *s) {
+    double u1 = ((double)(rng_next(s) >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(rng_next(s) >> 11) * 0x1.0p-53;
+    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static void views(const kvq_encoded *e, kvq_blob_view *v) {
+    for (int i = 0; i < e->n_blob; i++) v[i] = (kvq_blob_view){e->blob[i].role, e->blob[i].data, e->blob[i].size};
+}
+
+// Encodes x, decodes with both decoders, checks bit-exactness against the encoder's
+// reconstruction and returns the stats.
+static kvq_hq_stats roundtrip(const kvq_hq_opts *o, const float *x, int64_t rows, int64_t cols, uint64_t seed) {
+    kvq_codec_input in = {NULL, x, rows, cols, seed, 0};
+    kvq_encoded e;
+    kvq_err err = {0};
+    kvq_hq_stats st;
+    float *rec = malloc(sizeof(float) * rows * cols), *d1 = malloc(sizeof(float) * rows * cols),
+          *d2 = malloc(sizeof(float) * rows * cols);
+    kvq_status s = kvq_hq_encode(o, &in, &e, rec, &st, &err);
+    if (s) fprintf(stderr, "encode: %s\n", err.msg);
+    assert_int_equal(s, KVQ_OK);
+    kvq_hq_header h;
+    assert_int_equal(kvq_hq_header_parse(e.params, rows, cols, &h, &err), KVQ_OK);
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    views(&e, v);
+    memset(d1, 0xff, sizeof(float) * rows * cols);
+    memset(d2, 0xff, sizeof(float) * rows * cols);
+    assert_int_equal(kvq_hq_decode_ref(&h, v, e.n_blob, d1, &err), KVQ_OK);
+    assert_int_equal(kvq_hq_decode(&h, v, e.n_blob, d2, 2, &err), KVQ_OK);
+    assert_memory_equal(d1, rec, sizeof(float) * rows * cols);
+    assert_memory_equal(d2, rec, sizeof(float) * rows * cols);
+    // rate parts sum to the stored size
+    double sum = 0;
+    for (int i = 0; i < e.n_part; i++) sum += e.part[i].bits;
+    assert_true(fabs(sum - 8.0 * (double)kvq_encoded_bytes(&e)) < 1e-6);
+    kvq_encoded_free(&e);
+    free(rec);
+    free(d1);
+    free(d2);
+    return st;
+}
+
+static float *gauss_matrix(int64_t rows, int64_t cols, uint64_t seed, double sd) {
+    float *x = malloc(sizeof(float) * rows * cols);
+    for (int64_t i = 0; i < rows * cols; i++) x[i] = (float)(sd * gauss(&seed));
+    return x;
+}
+
+static void test_roundtrip_rate_all_lattices(void **state) {
+    const int64_t rows = 96, cols = 512;
+    float *x = gauss_matrix(rows, cols, 5, 0.02);
+    const double targets[] = {3.0, 4.0, 5.0};
+    for (int l = 0; l < KVQ_LAT_COUNT; l++)
+        for (int ti = 0; ti < 3; ti++) {
+            kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, targets[ti]);
+            kvq_hq_stats st = roundtrip(&o, x, rows, cols, 77);
+            assert_true(fabs(st.eff_bpw - targets[ti]) <= 0.01);
+            // Gaussian data: realized SNR within 0.3 dB of what the SNR target promises
+            assert_true(fabs(st.snr_real_db - st.snr_target_db) < 0.3);
+        }
+    free(x);
+}
+
+static void test_determinism(void **state) {
+    const int64_t rows = 16, cols = 256;
+    float *x = gauss_matrix(rows, cols, 9, 1.0);
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
+    kvq_codec_input in = {NULL, x, rows, cols, 1234, 1};
+    kvq_encoded a, b;
+    kvq_err err;
+    assert_int_equal(kvq_hq_encode(&o, &in, &a, NULL, NULL, &err), KVQ_OK);
+    in.n_threads = 2;
+    assert_int_equal(kvq_hq_encode(&o, &in, &b, NULL, NULL, &err), KVQ_OK);
+    assert_int_equal(a.n_blob, b.n_blob);
+    for (int i = 0; i < a.n_blob; i++) {
+        assert_int_equal(a.blob[i].size, b.blob[i].size);
+        assert_memory_equal(a.blob[i].data, b.blob[i].data, a.blob[i].size);
+    }
+    assert_true(json_equal(a.params, b.params));
+    // a different seed gives different codes
+    kvq_encoded c;
+    in.seed = 1235;
+    assert_int_equal(kvq_hq_encode(&o, &in, &c, NULL, NULL, &err), KVQ_OK);
+    assert_true(c.blob[0].size != a.blob[0].size || memcmp(c.blob[0].data, a.blob[0].data, a.blob[0].size));
+    kvq_encoded_free(&a);
+    kvq_encoded_free(&b);
+    kvq_encoded_free(&c);
+    free(x);
+}
+
+static void test_adversarial(void **state) {
+    const int64_t rows = 8, cols = 256;
+    float *x = calloc(rows * cols, sizeof(float));
+    for (int l = 0; l < KVQ_LAT_COUNT; l++) {
+        kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, NAN);
+        o.snr_db = 25.0; // fixed SNR: rate targets are meaningless on degenerate data
+        memset(x, 0, sizeof(float) * rows * cols);
+        roundtrip(&o, x, rows, cols, 1); // all zeros
+        x[3 * cols + 17] = 1000.0f;     // single spike
+        kvq_hq_stats st = roundtrip(&o, x, rows, cols, 1);
+        assert_true(st.snr_real_db > 20.0);
+        uint64_t s = 3;
+        for (int64_t i = 0; i < rows * cols; i++) x[i] = (float)(1e30 * gauss(&s)); // huge
+        st = roundtrip(&o, x, rows, cols, 2);
+        assert_true(fabs(st.snr_real_db - 25.0) < 1.0);
+        for (int64_t i = 0; i < rows * cols; i++) x[i] = (float)(1e-30 * gauss(&s)); // tiny
+        st = roundtrip(&o, x, rows, cols, 3);
+        assert_true(fabs(st.snr_real_db - 25.0) < 1.0);
+        for (int64_t i = 0; i < rows * cols; i++) // rows spanning 2^±60 and exact ±1 patterns
+            x[i] = (float)ldexp(gauss(&s), (int)((i / cols) * 16 - 60));
+        for (int64_t i = 0; i < cols; i++) x[i] = (i & 1) ? 1.0f : -1.0f;
+        roundtrip(&o, x, rows, cols, 4);
+        // Rice mode at a rate target on the spike matrix (mostly zero tiles)
+        memset(x, 0, sizeof(float) * rows * cols);
+        x[5] = -3.0f;
+        kvq_hq_opts r = kvq_hq_opts_default((kvq_lattice)l, 4.0);
+        roundtrip(&r, x, rows, cols, 5);
+    }
+    free(x);
+}
+
+static void test_nonfinite_rejected(void **state) {
+    const int64_t rows = 4, cols = 128;
+    float *x = gauss_matrix(rows, cols, 1, 1.0);
+    kvq_tensor t = {.name = "model.layers.0.mlp.up_proj.weight"};
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
+    kvq_encoded e;
+    kvq_err err = {0};
+    x[2 * cols + 5] = NAN;
+    kvq_codec_input in = {&t, x, rows, cols, 1, 0};
+    assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_ERR_NUMERIC);
+    assert_non_null(strstr(err.msg, "model.layers.0.mlp.up_proj.weight"));
+    assert_non_null(strstr(err.msg, "[2, 5]"));
+    x[2 * cols + 5] = INFINITY;
+    assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_ERR_NUMERIC);
+    // and through the rtn table entry
+    const kvq_codec_traits *c;
+    json_t *cfg;
+    assert_int_equal(kvq_codec_parse_spec("rtn:4:g128", &c, &cfg, &err), KVQ_OK);
+    assert_int_equal(c->encode(cfg, &in, &e, &err), KVQ_ERR_NUMERIC);
+    assert_non_null(strstr(err.msg, "up_proj"));
+    json_decref(cfg);
+    free(x);
+}
+
+static void test_int8_and_casts(void **state) {
+    const int64_t rows = 32, cols = 256;
+    float *x = gauss_matrix(rows, cols, 11, 0.05);
+    for (int l = 0; l < KVQ_LAT_COUNT; l++) {
+        kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, 4.0);
+        o.int8 = 1;
+        kvq_hq_stats st = roundtrip(&o, x, rows, cols, 3);
+        assert_true(st.code_bpw == 8.0);
+        assert_int_equal(st.clipped, 0);
+        for (int c = KVQ_CAST_INT8; c < KVQ_CAST_COUNT; c++) {
+            kvq_hq_opts oc = kvq_hq_opts_default((kvq_lattice)l, 4.0);
+            oc.cast = (kvq_cast)c;
+            kvq_hq_stats sc = roundtrip(&oc, x, rows, cols, 3);
+            // the cast only adds error; INT8/FP8 little, FP4 a lot
+            assert_true(sc.snr_real_db < sc.snr_target_db + 0.3);
+            if (c == KVQ_CAST_INT8 || c == KVQ_CAST_FP8) assert_true(sc.snr_real_db > sc.snr_target_db - 3.0);
+            else assert_true(sc.snr_real_db < 20.0 && sc.snr_real_db > 10.0);
+        }
+    }
+    free(x);
+}
+
+static void test_odd_widths(void **state) {
+    const int64_t shapes[][2] = {{5, 704}, {3, 100}, {7, 1000}, {2, 16}, {4, 24}, {1, 8}, {3, 1}};
+    int64_t cp;
+    assert_int_equal(kvq_hq_tile_for(704, 128, &cp), 64);
+    assert_int_equal(cp, 704);
+    assert_int_equal(kvq_hq_tile_for(100, 128, &cp), 128);
+    assert_int_equal(cp, 128);
+    assert_int_equal(kvq_hq_tile_for(1000, 128, &cp), 128);
+    assert_int_equal(cp, 1024);
+    assert_int_equal(kvq_hq_tile_for(4096, 128, &cp), 128);
+    for (int i = 0; i < 7; i++)
+        for (int l = 0; l < KVQ_LAT_COUNT; l++) {
+            float *x = gauss_matrix(shapes[i][0], shapes[i][1], 21 + i, 1.0);
+            kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, NAN);
+            o.snr_db = 20.0;
+            roundtrip(&o, x, shapes[i][0], shapes[i][1], 8);
+            free(x);
+        }
+}
+
+static void test_corrupt_payload(void **state) {
+    const int64_t rows = 64, cols = 256;
+    float *x = gauss_matrix(rows, cols, 13, 1.0);
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
+    kvq_codec_input in = {NULL, x, rows, cols, 1, 0};
+    kvq_encoded e;
+    kvq_err err;
+    kvq_hq_header h;
+    assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_OK);
+    assert_int_equal(kvq_hq_header_parse(e.params, rows, cols, &h, &err), KVQ_OK);
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    views(&e, v);
+    float *d = malloc(sizeof(float) * rows * cols);
+    // truncated codes
+    v[0].size -= 3;
+    assert_int_equal(kvq_hq_decode(&h, v, e.n_blob, d, 1, &err), KVQ_ERR_FORMAT);
+    assert_int_equal(kvq_hq_decode_ref(&h, v, e.n_blob, d, &err), KVQ_ERR_FORMAT);
+    v[0].size += 3;
+    // a group offset moved: the groups around it no longer decode to their exact length
+    uint8_t *off = e.blob[2].data;
+    off[4] ^= 1;
+    assert_int_equal(kvq_hq_decode(&h, v, e.n_blob, d, 1, &err), KVQ_ERR_FORMAT);
+    assert_int_equal(kvq_hq_decode_ref(&h, v, e.n_blob, d, &err), KVQ_ERR_FORMAT);
+    off[4] ^= 1;
+    // all-zero code bytes: unary runs past the group end
+    memset(e.blob[0].data, 0, e.blob[0].size);
+    assert_int_equal(kvq_hq_decode(&h, v, e.n_blob, d, 1, &err), KVQ_ERR_FORMAT);
+    assert_int_equal(kvq_hq_decode_ref(&h, v, e.n_blob, d, &err), KVQ_ERR_FORMAT);
+    // bad params
+    json_object_set_new(e.params, "lattice", json_string("e9"));
+    assert_int_equal(kvq_hq_header_parse(e.params, rows, cols, &h, &err), KVQ_ERR_FORMAT);
+    kvq_encoded_free(&e);
+    free(d);
+    free(x);
+}
+
+static void test_codec_table(void **state) {
+    const kvq_codec_traits *c;
+    json_t *cfg;
+    kvq_err err;
+    assert_int_equal(kvq_codec_parse_spec("hyperquant:e8:4.0", &c, &cfg, &err), KVQ_OK);
+    assert_string_equal(c->name, "hyperquant");
+    const int64_t rows = 64, cols = 384;
+    float *x = gauss_matrix(rows, cols, 17, 0.01), *d = malloc(sizeof(float) * rows * cols);
+    kvq_codec_input in = {NULL, x, rows, cols, 99, 0};
+    kvq_encoded e;
+    assert_int_equal(c->encode(cfg, &in, &e, &err), KVQ_OK);
+    assert_true(fabs(kvq_encoded_bpw(&e, rows * cols) - 4.0) <= 0.01);
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    views(&e, v);
+    assert_int_equal(c->decode(e.params, v, e.n_blob, rows, cols, d, &err), KVQ_OK);
+    double se = 0, sx = 0;
+    for (int64_t i = 0; i < rows * cols; i++) { se += (x[i] - d[i]) * (x[i] - d[i]); sx += x[i] * x[i]; }
+    assert_true(10 * log10(sx / se) > 20.0);
+    assert_true(fabs(se / (rows * cols) - e.predicted_mse) < 1e-3 * e.predicted_mse);
+    kvq_encoded_free(&e);
+    json_decref(cfg);
+    const char *bad[] = {"hyperquant", "hyperquant:e9:4", "hyperquant:e8", "hyperquant:e8:0.2",
+                         "hyperquant:e8:4:cast=fp6", "hyperquant:e8:4:nb=9", "hyperquant:e8:4:tile=100",
+                         "hyperquant:e8:4:bogus", "rtn:9:g128", "rtn:4:x128"};
+    for (int i = 0; i < 10; i++) assert_int_equal(kvq_codec_parse_spec(bad[i], &c, &cfg, &err), KVQ_ERR_ARG);
+    assert_int_equal(kvq_codec_parse_spec("hyperquant:d4:21db:int8:cast=fp8:nb=12:tile=256", &c, &cfg, &err), KVQ_OK);
+    json_decref(cfg);
+    free(x);
+    free(d);
+}
+
+// Every linear weight (or the first max_tensors) of a checkpoint: rate within ±0.01 of
+// the target effective bits and bit-exact decode.
+static void real_tensors(const char *dir, kvq_lattice lat, double bps, int max_tensors) {
+    kvq_ckpt *ck;
+    kvq_err err;
+    assert_int_equal(kvq_ckpt_open(dir, &ck, &err), KVQ_OK);
+    int done = 0;
+    for (size_t i = 0; i < kvq_ckpt_count(ck) && done < max_tensors; i++) {
+        const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
+        if (t->ndim != 2 || (max_tensors < 1000 && !strstr(t->name, "layers."))) continue;
+        int64_t rows = t->shape[0], cols = t->shape[1];
+        float *x = malloc(sizeof(float) * rows * cols);
+        kvq_dtype_to_f32(t->dtype, t->data, (size_t)(rows * cols), x);
+        kvq_hq_opts o = kvq_hq_opts_default(lat, bps);
+        kvq_hq_stats st = roundtrip(&o, x, rows, cols, 1000 + i);
+        if (fabs(st.eff_bpw - bps) > 0.01) fprintf(stderr, "%s: %s at %.2f -> %.4f\n", dir, t->name, bps, st.eff_bpw);
+        assert_true(fabs(st.eff_bpw - bps) <= 0.01);
+        free(x);
+        done++;
+    }
+    assert_true(done > 0);
+    kvq_ckpt_close(ck);
+}
+
+static void test_real_tiny_llama(void **state) {
+    real_tensors("tests/models/kvq-tiny-llama", KVQ_LAT_E8, 4.0, 1000);
+    real_tensors("tests/models/kvq-tiny-llama", KVQ_LAT_Z, 3.0, 6);
+}
+
+static void test_real_shared_models(void **state) {
+    const char *sh = getenv("KVQ_SHARED") ? getenv("KVQ_SHARED") : "../shared";
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "%s/models/kvq-small-llama", sh);
+    snprintf(b, sizeof b, "%s/models/kvq-small-qwen3", sh);
+    FILE *f = fopen(a, "r"), *g = fopen(b, "r");
+    if (!f || !g) {
+        if (f) fclose(f);
+        if (g) fclose(g);
+        printf("skipping: %s or %s not found (set KVQ_SHARED)\n", a, b);
+        skip();
+    }
+    fclose(f);
+    fclose(g);
+    real_tensors(a, KVQ_LAT_E8, 4.0, 4);
+    real_tensors(a, KVQ_LAT_D4, 3.5, 2);
+    real_tensors(b, KVQ_LAT_E8, 4.0, 4);
+    real_tensors(b, KVQ_LAT_A2, 5.0, 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_rate_all_lattices),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_adversarial),
+        cmocka_unit_test(test_nonfinite_rejected),
+        cmocka_unit_test(test_int8_and_casts),
+        cmocka_unit_test(test_odd_widths),
+        cmocka_unit_test(test_corrupt_payload),
+        cmocka_unit_test(test_codec_table),
+        cmocka_unit_test(test_real_tiny_llama),
+        cmocka_unit_test(test_real_shared_models),
+    };
+    return cmocka_run_group_tests_name("hyperquant", tests, NULL, NULL);
+}

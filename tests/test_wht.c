@@ -1,0 +1,47 @@
+// Tests for kernels/cpu/wht: the fast butterfly against the O(n²) definition (within
+// float rounding), bit-identity with the plain scalar butterfly, and H·H = n·I.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kernels/cpu/wht.h"
+
+static void scalar_butterfly(float *x, int n) {
+    for (int h = 1; h < n; h <<= 1)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+}
+
+static void test_wht(void **st) {
+    uint64_t s = 5;
+    for (int n = 1; n <= 1024; n <<= 1) {
+        float x[1024], y[1024], z[1024];
+        double r[1024];
+        for (int i = 0; i < n; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((double)(s >> 11) * 0x1.0p-53 * 2 - 1);
+        }
+        memcpy(y, x, sizeof(float) * n);
+        memcpy(z, x, sizeof(float) * n);
+        kvq_wht(y, n);
+        scalar_butterfly(z, n);
+        assert_memory_equal(y, z, sizeof(float) * n);
+        kvq_wht_ref(x, r, n);
+        for (int i = 0; i < n; i++) assert_true(fabs(y[i] - r[i]) <= 1e-5 * n);
+        kvq_wht(y, n); // H·H = n·I
+        for (int i = 0; i < n; i++) assert_true(fabs(y[i] / n - x[i]) <= 1e-5);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_wht)};
+    return cmocka_run_group_tests_name("wht", tests, NULL, NULL);
+}
