@@ -203,9 +203,14 @@ int main(int argc, char **argv) {
         np = 1;
     }
     int max_ctx = kvq_model_kvcache(m)->max_ctx;
-    if ((int64_t)np + n_gen > max_ctx) {
-        n_gen = max_ctx - (int)np;
-        if (n_gen < 0) { free(pids); rc = die("prompt of %s tokens exceeds the context%s", "many", ""); goto out_tok; }
+    if ((int64_t)np + n_gen - 1 > max_ctx) { // the last sampled token is never fed back
+        n_gen = max_ctx - (int)np + 1;
+        if ((int64_t)np > max_ctx) {
+            snprintf(msg, sizeof msg, "prompt of %zu tokens exceeds the context of %d (use --ctx-max)", np, max_ctx);
+            free(pids);
+            rc = die("%s%s", msg, "");
+            goto out_tok;
+        }
         fprintf(stderr, "kvq-run: generating only %d tokens (context %d)\n", n_gen, max_ctx);
     }
     kvq_sampler *smp = NULL;
