@@ -1,5 +1,5 @@
 // The "hyperquant" entry of the codec table: spec parsing
-//   hyperquant:<lattice>:<bps>[:int8][:cast=int8|fp8|nvfp4|mxfp4][:nb=8|10|12|16][:tile=N][:table]
+//   hyperquant:<lattice>:<bps>[:int8][:cast=int8|fp8|nvfp4|mxfp4][:nb=6|8|10|12|16][:tile=N][:table]
 // (<bps> may instead be "<x>db" for a fixed SNR), and the encode/decode adapters.
 #include <math.h>
 #include <stdlib.h>
@@ -42,8 +42,8 @@ static kvq_status hq_parse(const char *args, json_t **cfg, kvq_err *err) {
                 return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': unknown cast '%s'", args, tok + 5);
         } else if (strncmp(tok, "nb=", 3) == 0) {
             o.norm_bits = atoi(tok + 3);
-            if (o.norm_bits != 8 && o.norm_bits != 10 && o.norm_bits != 12 && o.norm_bits != 16)
-                return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': nb must be 8, 10, 12 or 16", args);
+            if (o.norm_bits != 6 && o.norm_bits != 8 && o.norm_bits != 10 && o.norm_bits != 12 && o.norm_bits != 16)
+                return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': nb must be 6, 8, 10, 12 or 16", args);
         } else if (strncmp(tok, "tile=", 5) == 0) {
             o.max_tile = atoi(tok + 5);
             if (o.max_tile < 16 || o.max_tile > 1024 || (o.max_tile & (o.max_tile - 1)))

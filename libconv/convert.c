@@ -3,6 +3,7 @@
 // (which spools them to disk), free, next. Then the tokenizer and config files, and
 // the manifest (schema in docs/FORMAT.md).
 #include "libconv/convert.h"
+#include "libconv/kvcodec.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -197,6 +198,13 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
     json_object_set_new(man, "created_by", json_string(o->created_by ? o->created_by : created));
     json_object_set_new(man, "architecture", kvq_arch_to_json(kvq_ckpt_arch(ck)));
     json_object_set_new(man, "recipe", kvq_plan_to_json(plan));
+    if (o->kv_spec) {
+        const kvq_arch *ar = kvq_ckpt_arch(ck);
+        s = kvq_kv_write_section(w, man, o->kv_spec, ar->n_layers, ar->n_kv_heads, ar->head_dim,
+                                 ar->max_position_embeddings, o->kv_window, o->kv_boundary,
+                                 o->plan.seed_set ? o->plan.seed : 0, err);
+        if (s != KVQ_OK) goto done;
+    }
 
     S.n_tensors = kvq_ckpt_count(ck);
     for (size_t i = 0; i < S.n_tensors && s == KVQ_OK; i++) {

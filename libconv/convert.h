@@ -66,6 +66,8 @@ typedef struct {
     /** Called after each tensor is written (may be NULL). */
     void (*progress)(void *ud, const kvq_convert_progress *p);
     void *progress_ud;
+    const char *kv_spec;            // --kv: KV codec stored in the manifest "kv" section (NULL: none)
+    int kv_window, kv_boundary;     // its residual window and first/last-layer K protection
 } kvq_convert_opts;
 
 typedef struct {

@@ -26,10 +26,17 @@ static inline uint32_t kvq_hq_norm_code(const uint8_t *norms, int nb, int64_t t)
     return (uint32_t)((v >> (bit & 7)) & ((1u << nb) - 1u));
 }
 
-/** Reconstructs one tile from its T integer codes: dst[0..ncopy) = sign ∘ H·(embed(c)·s)
- *  (or with the cast in between). y is T floats of scratch. Zero tiles: pass code =
- *  kvq_hq_norm_zero. The single definition used by encoder reference and decoders. */
-void kvq_hq_tile_recon(const kvq_hq_header *h, const int32_t *c, uint32_t code, const float *sgn,
-                       float *y, float *dst, int ncopy);
+/** Largest stripped symbol a valid stream holds (|codes| stay below 2^14 for SNR ≤ 50 dB and
+ *  tiles ≤ 1024); decoders treat larger ones as corruption. */
+#define KVQ_HQ_SYM_LIMIT (1u << 24)
+
+/** Reconstructs one tile from its T integer codes c (clobbered: used as integer scratch).
+ *  No cast: z = H_T·c in exact int32 arithmetic (A2: H·nx-part and H·ny-part separately),
+ *  then dst[i] = ((float)z_i · s) · sign_i with s = (float)(n̂/(α·T)) — independent of the
+ *  butterfly order, so any implementation reproduces it bit for bit. With a cast: y =
+ *  embed(c)·(float)(n̂/(α√T)), cast, float butterfly, ·(float)(1/√T), ·sign. y is T floats of
+ *  scratch. Zero tiles: code = kvq_hq_norm_zero. Used by the encoder and both decoders. */
+void kvq_hq_tile_recon(const kvq_hq_header *h, int32_t *c, uint32_t code, const float *sgn, float *y,
+                       float *dst, int ncopy);
 
 #endif

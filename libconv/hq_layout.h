@@ -15,10 +15,12 @@
 //   "offsets" Rice mode only: (n_groups + 1) little-endian uint32 byte offsets into
 //             "codes" of each group's first byte; the last equals the codes size.
 //
-// Decode of a tile: y = embed(c) · norm / (α·T); y ← H_T·y (unnormalized butterfly,
-// kernels/cpu/wht.h); x = y ∘ sign_j, with sign_j the seeded ±1 diagonal of tile column j
-// (kvq_hq_sign_word). With a simulated MMA cast the tile is cast in the rotated domain
-// before the butterfly (docs/HYPERQUANT.md).
+// Decode of a tile (bit-exact on any implementation): z = H_T·c in int32 (unnormalized
+// Walsh–Hadamard, exact, so the butterfly order does not matter; A2: z = H·(nx part) and
+// w = H·(ny part), value (float)z + √3f·(float)w); x_i = ((float)z_i · s) · sign_j[i] with
+// s = (float)(norm / (α·T)) and sign_j the seeded ±1 diagonal of tile column j
+// (kvq_hq_sign_word). With a simulated MMA cast the tile is cast in the rotated float
+// domain before a float butterfly instead (docs/HYPERQUANT.md).
 #ifndef KVQ_HQ_LAYOUT_H
 #define KVQ_HQ_LAYOUT_H
 

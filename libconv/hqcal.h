@@ -47,8 +47,9 @@ typedef struct {
 
 /** Quantizes n_tiles iid N(0,1) tiles of length `tile` (multiple of the lattice dim),
  *  each normalized to radius α(snr_db)·√tile as the codec does, and measures the Rice
- *  rate, SNR and overflow. Deterministic in seed (also with OpenMP). @return 0, or -1 on
- *  out of memory / bad arguments. */
+ *  rate, SNR and overflow. Rates, k and overflow counts are deterministic in seed for any
+ *  thread count; the SNR sum may differ in its last digits (OpenMP reduction order).
+ *  @return 0, or -1 on out of memory / bad arguments. */
 int kvq_hqcal_measure(kvq_lattice l, double snr_db, int tile, int64_t n_tiles, uint64_t seed,
                       kvq_hqcal_result *out);
 

@@ -20,7 +20,7 @@ typedef struct {
     double bps;       // target effective bits per weight (NAN when snr_db is fixed)
     double snr_db;    // fixed SNR instead of rate control (NAN = use bps)
     int max_tile;     // largest tile (power of two, 16..1024), default 128
-    int norm_bits;    // 8, 10, 12 or 16 bits per tile norm (default 10)
+    int norm_bits;    // 6, 8, 10, 12 or 16 bits per tile norm (default 8, chosen by measurement)
     int int8;         // 1: int8 fallback storage, no Rice
     int table_only;   // 1: SNR from the calibration table only, no per-tensor correction
     kvq_cast cast;    // simulated MMA cast applied at decode

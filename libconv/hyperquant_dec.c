@@ -19,17 +19,34 @@ void kvq_hq_signs(uint64_t seed, int T, int64_t cols_p, float *sgn) {
         }
 }
 
-void kvq_hq_tile_recon(const kvq_hq_header *h, const int32_t *c, uint32_t code, const float *sgn,
-                       float *y, float *dst, int ncopy) {
+void kvq_hq_tile_recon(const kvq_hq_header *h, int32_t *c, uint32_t code, const float *sgn, float *y,
+                       float *dst, int ncopy) {
     const int T = h->tile;
     if (code == kvq_hq_norm_zero(h->norm_bits)) {
         memset(dst, 0, sizeof(float) * (size_t)ncopy);
         return;
     }
     double norm = kvq_hq_norm_value(h, code);
-    const int cast = h->cast != KVQ_CAST_NONE;
-    // no cast: fold the orthonormal 1/√T into s; cast: cast the orthonormal rotated tile
-    float s = (float)(cast ? norm / (h->alpha * sqrt((double)T)) : norm / (h->alpha * (double)T));
+    if (h->cast == KVQ_CAST_NONE) {
+        const float s = (float)(norm / (h->alpha * (double)T));
+        if (h->lat == KVQ_LAT_A2) { // √3·ny on even positions, nx on odd: two exact transforms
+            int32_t b[KVQ_HQ_MAX_TILE];
+            for (int i = 0; i < T; i += 2) {
+                b[i] = c[i];
+                b[i + 1] = 0;
+                c[i] = 0;
+            }
+            kvq_wht_i32(c, T);
+            kvq_wht_i32(b, T);
+            for (int i = 0; i < ncopy; i++) dst[i] = (((float)c[i] + KVQ_SQRT3_F * (float)b[i]) * s) * sgn[i];
+        } else {
+            kvq_wht_i32(c, T);
+            for (int i = 0; i < ncopy; i++) dst[i] = ((float)c[i] * s) * sgn[i];
+        }
+        return;
+    }
+    // cast the orthonormal rotated tile, as the MMA operand would be
+    const float s = (float)(norm / (h->alpha * sqrt((double)T)));
     if (h->lat == KVQ_LAT_A2)
         for (int i = 0; i < T; i += 2) {
             y[i] = (KVQ_SQRT3_F * (float)c[i]) * s;
@@ -37,15 +54,10 @@ void kvq_hq_tile_recon(const kvq_hq_header *h, const int32_t *c, uint32_t code, 
         }
     else
         for (int i = 0; i < T; i++) y[i] = (float)c[i] * s;
-    if (cast) {
-        kvq_cast_apply(h->cast, y, T);
-        kvq_wht(y, T);
-        float r = (float)(1.0 / sqrt((double)T));
-        for (int i = 0; i < ncopy; i++) dst[i] = (y[i] * r) * sgn[i];
-    } else {
-        kvq_wht(y, T);
-        for (int i = 0; i < ncopy; i++) dst[i] = y[i] * sgn[i];
-    }
+    kvq_cast_apply(h->cast, y, T);
+    kvq_wht(y, T);
+    const float r = (float)(1.0 / sqrt((double)T));
+    for (int i = 0; i < ncopy; i++) dst[i] = (y[i] * r) * sgn[i];
 }
 
 // ---- params
@@ -81,7 +93,7 @@ kvq_status kvq_hq_header_parse(const json_t *p, int64_t rows, int64_t cols, kvq_
     if (get_int(p, "cols_p", cols, cols + tile - 1, &colsp) || colsp % tile)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: padded width inconsistent with %lld cols",
                            (long long)cols);
-    if (get_int(p, "norm_bits", 8, 16, &nb) || (nb != 8 && nb != 10 && nb != 12 && nb != 16))
+    if (get_int(p, "norm_bits", 6, 16, &nb) || (nb != 6 && nb != 8 && nb != 10 && nb != 12 && nb != 16))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad norm_bits");
     if (get_int(p, "norm_exp", -2000, 2000, &ne))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad norm_exp");
@@ -187,7 +199,10 @@ kvq_status kvq_hq_decode_ref(const kvq_hq_header *h, const kvq_blob_view *blobs,
         } else if (code != zero) {
             for (int v = 0; v < T; v += n) {
                 uint32_t sym[8];
-                for (int i = 0; i < n; i++) sym[i] = kvq_br_rice(&r, h->k[kvq_lattice_symbol_class(h->lat, i)]);
+                for (int i = 0; i < n; i++) {
+                    sym[i] = kvq_br_rice(&r, h->k[kvq_lattice_symbol_class(h->lat, i)]);
+                    if (sym[i] >= KVQ_HQ_SYM_LIMIT) { r.err = 1; sym[i] = 0; }
+                }
                 kvq_lattice_unstrip(h->lat, sym, c + v);
             }
             if (r.err) st = kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: corrupt Rice stream in tile %lld", (long long)t);
@@ -226,7 +241,7 @@ static inline void frd_refill(fast_rd *r) {
         r->p += (63 - r->n) >> 3;
         r->n |= 56;
     } else {
-        while (r->n <= 56) {
+        while (r->n <= 55) { // ends with 56 <= n <= 63, as the 8-byte path
             uint64_t b = r->p < r->end ? *r->p : 0; // zeros past the end; caught by frd_used
             r->p++;
             r->buf |= b << r->n;
@@ -235,7 +250,6 @@ static inline void frd_refill(fast_rd *r) {
     }
 }
 
-// Slow path for codewords longer than the buffer (long unary runs). limit = group bits.
 // Slow path for codewords longer than the buffered bits (long unary runs, stream end).
 // Takes and returns the reader by value so the hot loop's reader stays in registers.
 __attribute__((noinline)) static fast_rd frd_rice_slow(fast_rd r, int k, uint64_t limit, uint32_t *out) {
@@ -260,6 +274,7 @@ __attribute__((noinline)) static fast_rd frd_rice_slow(fast_rd r, int k, uint64_
     r.n -= k;
     if (q > (0xffffffffull >> k)) { r.bad = 1; return r; }
     *out = (uint32_t)(q << k) | lo;
+    if (*out >= KVQ_HQ_SYM_LIMIT) { r.bad = 1; *out = 0; }
     return r;
 }
 
@@ -273,7 +288,8 @@ static inline uint32_t frd_rice(fast_rd *r, int k, uint64_t limit) {
         uint32_t v = ((uint32_t)z << k) | (uint32_t)((r->buf >> (z + 1)) & ((1ull << k) - 1));
         r->buf >>= len; // len <= n <= 63
         r->n -= len;
-        return v;
+        r->bad |= (int)(v >= KVQ_HQ_SYM_LIMIT); // corrupt: keep the arithmetic below in range
+        return v & (KVQ_HQ_SYM_LIMIT - 1);
     }
     uint32_t v;
     *r = frd_rice_slow(*r, k, limit, &v);

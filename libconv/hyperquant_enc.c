@@ -15,7 +15,7 @@
 #define RATE_MAXIT 10
 
 kvq_hq_opts kvq_hq_opts_default(kvq_lattice l, double bps) {
-    kvq_hq_opts o = {l, bps, NAN, 128, 10, 0, 0, KVQ_CAST_NONE};
+    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE}; // nb=8: best measured (docs/HYPERQUANT.md)
     return o;
 }
 
@@ -41,6 +41,7 @@ typedef struct {
     uint64_t *gbits;  // per group Rice bits
     // results of the last pass
     double snr_db;
+    double noise;     // Σ squared error of the last pass, in the orthonormal rotated domain
     uint64_t code_bits, codes_bytes, clipped;
     size_t total_bytes;
 } enc_ctx;
@@ -78,6 +79,8 @@ static size_t offsets_bytes(const enc_ctx *e) { return e->h.int8 ? 0 : (size_t)(
 static int quant_pass(enc_ctx *e, double snr_db) {
     const int T = e->h.tile, n = e->n, ncls = e->ncls, int8 = e->h.int8;
     const kvq_lattice lat = e->h.lat;
+    int cls[8];
+    for (int i = 0; i < n; i++) cls[i] = kvq_lattice_symbol_class(lat, i);
     e->snr_db = snr_db;
     e->h.alpha = kvq_hq_alpha(lat, snr_db);
     const double alpha = e->h.alpha;
@@ -85,7 +88,9 @@ static int quant_pass(enc_ctx *e, double snr_db) {
     if (!hist) return -1;
     int fail = 0;
     uint64_t clipped = 0;
-#pragma omp parallel num_threads(e->nt) reduction(+ : clipped)
+    double noise = 0.0;
+    const int a2 = lat == KVQ_LAT_A2;
+#pragma omp parallel num_threads(e->nt) reduction(+ : clipped, noise)
     {
         kvq_rice_hist *lh = int8 ? NULL : calloc(KVQ_LAT_MAX_CLASSES, sizeof *lh);
         if (!int8 && !lh) {
@@ -98,22 +103,37 @@ static int quant_pass(enc_ctx *e, double snr_db) {
             const float g = (float)(alpha * e->invn[t]);
             const float *r = e->rot + t * T;
             uint32_t *s = e->sym + t * T;
+            double tn = 0.0;
             for (int v = 0; v < T; v += n) {
                 float u[8];
                 int32_t c[8];
                 for (int i = 0; i < n; i++) u[i] = r[v + i] * g;
                 kvq_lattice_nearest(lat, u, c);
-                if (int8) {
+                if (int8)
                     for (int i = 0; i < n; i++) {
                         int32_t q = c[i] > 127 ? 127 : (c[i] < -127 ? -127 : c[i]);
                         clipped += q != c[i];
-                        s[v + i] = (uint32_t)q;
+                        c[i] = q;
                     }
+                float vn = 0.0f;
+                for (int i = 0; i < n; i++) {
+                    float d = u[i] - ((a2 && !(i & 1)) ? KVQ_SQRT3_F * (float)c[i] : (float)c[i]);
+                    vn += d * d;
+                }
+                tn += (double)vn;
+                if (int8) {
+                    for (int i = 0; i < n; i++) s[v + i] = (uint32_t)c[i];
                 } else {
                     kvq_lattice_strip(lat, c, s + v);
-                    for (int i = 0; i < n; i++) kvq_rice_hist_add(&lh[kvq_lattice_symbol_class(lat, i)], s[v + i]);
+                    for (int i = 0; i < n; i++) {
+                        kvq_rice_hist *hh = &lh[cls[i]];
+                        if (s[v + i] < KVQ_RICE_HIST) hh->h[s[v + i]]++;
+                        else kvq_rice_hist_add(hh, s[v + i]);
+                    }
                 }
             }
+            double sc = 1.0 / (alpha * e->invn[t]); // n̂/α: orthonormal error = (u − ĉ)·n̂/(α√T)
+            noise += tn * sc * sc / (double)T;
         }
         if (lh) {
 #pragma omp critical
@@ -123,6 +143,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
     }
     if (fail) { free(hist); return -1; }
     e->clipped = clipped;
+    e->noise = noise;
     uint64_t bits = 0, bytes = 0;
     if (int8) {
         bits = 8 * (uint64_t)(e->h.rows * e->h.cols_p);
@@ -138,7 +159,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
             for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
                 if (e->invn[t] == 0.0) continue;
                 const uint32_t *s = e->sym + t * T;
-                for (int i = 0; i < T; i++) gb += kvq_rice_len(s[i], kk[i % n]);
+                for (int i = 0; i < T; i++) gb += kvq_rice_len(s[i], kk[i & (n - 1)]); // n is a power of two
             }
             e->gbits[g] = gb;
             bits += gb;
@@ -208,7 +229,7 @@ static uint64_t write_group(uint8_t *dst, size_t cap, const enc_ctx *e, int64_t 
         if (e->invn[t] == 0.0) continue;
         const uint32_t *s = e->sym + t * T;
         for (int i = 0; i < T; i++) {
-            const int k = kk[i % n];
+            const int k = kk[i & (n - 1)];
             const uint32_t v = s[i], q = v >> k;
             const int len = (int)q + 1 + k;
             if (__builtin_expect(len <= 32, 1)) {
@@ -282,19 +303,19 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     e.ncode = malloc((size_t)e.n_tiles * sizeof(uint32_t));
     e.gbits = calloc((size_t)e.n_groups, sizeof(uint64_t));
     float *sgn = malloc((size_t)e.h.cols_p * sizeof(float));
-    float *rec = recon ? recon : malloc((size_t)e.numel * sizeof(float));
+    float *rec = recon;
     uint8_t *codes = NULL, *norms = NULL, *offs = NULL;
     kvq_status st = KVQ_OK;
-    if (!e.rot || !e.sym || !e.invn || !e.ncode || !e.gbits || !sgn || !rec) {
+    if (!e.rot || !e.sym || !e.invn || !e.ncode || !e.gbits || !sgn) {
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
         goto done;
     }
     kvq_hq_signs(e.h.seed, T, e.h.cols_p, sgn);
 
     // ---- RHT per tile and norms (double accumulation)
-    double maxn = 0.0;
+    double maxn = 0.0, sumx2 = 0.0;
     double *nrm = e.invn; // holds the exact norm until the codes are known
-#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn)
+#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn) reduction(+ : sumx2)
     for (int64_t t = 0; t < e.n_tiles; t++) {
         int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
         float *r = e.rot + t * T;
@@ -306,6 +327,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         }
         kvq_wht(r, T);
         nrm[t] = sqrt(ss);
+        sumx2 += ss;
         if (nrm[t] > maxn) maxn = nrm[t];
     }
     int ex = 0;
@@ -374,9 +396,19 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         KVQ_ASSERT(bad == 0);
     }
 
-    // ---- reference reconstruction from the codes (not from the bitstream)
+    // ---- reference reconstruction from the codes (not from the bitstream). Only when the
+    // caller wants it, rows are padded (padding error is discarded at decode) or values are
+    // near float32's range; otherwise the error is the exact rotated-domain sum (the RHT is
+    // orthonormal) and the butterfly pass is skipped.
     double sx = 0.0, se = 0.0;
     int nonfinite = 0;
+    int need_recon = recon || e.h.cols_p != cols || maxn > 1e30;
+    if (need_recon && !rec && !(rec = malloc((size_t)e.numel * sizeof(float)))) {
+        st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
+        goto done;
+    }
+    if (!need_recon) { sx = sumx2; se = e.noise; }
+    else
 #pragma omp parallel num_threads(e.nt) reduction(+ : sx, se, nonfinite)
     {
         float *y = malloc(sizeof(float) * (size_t)T);

@@ -66,77 +66,83 @@ static float dn_nearest(const float *y, int n, int32_t *a) {
 #if defined(__SSE4_1__)
 #include <smmintrin.h>
 
-// D8 nearest for 8 floats in two SSE registers, same rule as dn_nearest (first index
-// of the largest rounding error is re-rounded). Writes a[8]; returns the squared distance
-// summed in a fixed order (this is the only implementation of E8, so ties are decided the
-// same way everywhere).
-static inline float d8_nearest_sse(__m128 y0, __m128 y1, int32_t a[8]) {
+// D8 nearest for 8 floats in two SSE registers, same rule as dn_nearest (first index of the
+// largest rounding error is re-rounded when the sum is odd), written without data-dependent
+// branches (the parity and coset choices are coin flips, so branches mispredict half the
+// time). r0/r1 receive the point as floats; returns the squared distance summed in a fixed
+// order. This is the only E8 implementation, so ties are decided the same way everywhere.
+static inline float d8_nearest_sse(__m128 y0, __m128 y1, __m128 *r0o, __m128 *r1o) {
     const __m128 absm = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
     __m128 r0 = _mm_round_ps(y0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m128 r1 = _mm_round_ps(y1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m128i i0 = _mm_cvtps_epi32(r0), i1 = _mm_cvtps_epi32(r1);
-    __m128i sv = _mm_add_epi32(i0, i1);
+    __m128i sv = _mm_add_epi32(_mm_cvtps_epi32(r0), _mm_cvtps_epi32(r1));
     sv = _mm_add_epi32(sv, _mm_shuffle_epi32(sv, _MM_SHUFFLE(1, 0, 3, 2)));
     sv = _mm_add_epi32(sv, _mm_shuffle_epi32(sv, _MM_SHUFFLE(2, 3, 0, 1)));
-    _mm_storeu_si128((__m128i *)a, i0);
-    _mm_storeu_si128((__m128i *)(a + 4), i1);
-    if (_mm_cvtsi128_si32(sv) & 1) {
-        __m128 d0 = _mm_and_ps(_mm_sub_ps(y0, r0), absm), d1 = _mm_and_ps(_mm_sub_ps(y1, r1), absm);
-        __m128 m = _mm_max_ps(d0, d1);
-        m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
-        m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
-        int mask = _mm_movemask_ps(_mm_cmpeq_ps(d0, m)) | (_mm_movemask_ps(_mm_cmpeq_ps(d1, m)) << 4);
-        int w = __builtin_ctz((unsigned)mask);
-        float y[8];
-        _mm_storeu_ps(y, y0);
-        _mm_storeu_ps(y + 4, y1);
-        a[w] += (y[w] >= (float)a[w]) ? 1 : -1;
-        i0 = _mm_loadu_si128((const __m128i *)a);
-        i1 = _mm_loadu_si128((const __m128i *)(a + 4));
-        r0 = _mm_cvtepi32_ps(i0);
-        r1 = _mm_cvtepi32_ps(i1);
-    }
+    __m128i odd = _mm_sub_epi32(_mm_setzero_si128(), _mm_and_si128(sv, _mm_set1_epi32(1))); // all ones if odd
+    __m128 d0 = _mm_sub_ps(y0, r0), d1 = _mm_sub_ps(y1, r1);
+    __m128 a0 = _mm_and_ps(d0, absm), a1 = _mm_and_ps(d1, absm);
+    __m128 m = _mm_max_ps(a0, a1);
+    m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+    int mask = _mm_movemask_ps(_mm_cmpeq_ps(a0, m)) | (_mm_movemask_ps(_mm_cmpeq_ps(a1, m)) << 4);
+    __m128i w = _mm_set1_epi32(__builtin_ctz((unsigned)mask));
+    __m128 oh0 = _mm_castsi128_ps(_mm_and_si128(_mm_cmpeq_epi32(_mm_setr_epi32(0, 1, 2, 3), w), odd));
+    __m128 oh1 = _mm_castsi128_ps(_mm_and_si128(_mm_cmpeq_epi32(_mm_setr_epi32(4, 5, 6, 7), w), odd));
+    const __m128 one = _mm_set1_ps(1.0f), mone = _mm_set1_ps(-1.0f), zero = _mm_setzero_ps();
+    // y >= r  <=>  d >= 0: move up, else down (same test as dn_nearest)
+    __m128 s0 = _mm_blendv_ps(mone, one, _mm_cmpge_ps(d0, zero)), s1 = _mm_blendv_ps(mone, one, _mm_cmpge_ps(d1, zero));
+    r0 = _mm_add_ps(r0, _mm_and_ps(s0, oh0));
+    r1 = _mm_add_ps(r1, _mm_and_ps(s1, oh1));
     __m128 e0 = _mm_sub_ps(y0, r0), e1 = _mm_sub_ps(y1, r1);
     __m128 q = _mm_add_ps(_mm_mul_ps(e0, e0), _mm_mul_ps(e1, e1));
     q = _mm_add_ps(q, _mm_movehl_ps(q, q));
     q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+    *r0o = r0;
+    *r1o = r1;
     return _mm_cvtss_f32(q);
 }
 
 void kvq_e8_nearest(const float x[8], int32_t c[8]) {
     // 2E8 = 2D8 ∪ (2D8 + 1). In halved coordinates: D8 ∪ (D8 + 1/2).
-    const __m128 half = _mm_set1_ps(0.5f), one = _mm_set1_ps(1.0f);
+    const __m128 half = _mm_set1_ps(0.5f), one = _mm_set1_ps(1.0f), two = _mm_set1_ps(2.0f);
     __m128 x0 = _mm_loadu_ps(x), x1 = _mm_loadu_ps(x + 4);
-    int32_t a0[8], a1[8];
-    float d0 = d8_nearest_sse(_mm_mul_ps(half, x0), _mm_mul_ps(half, x1), a0);
-    float d1 = d8_nearest_sse(_mm_mul_ps(half, _mm_sub_ps(x0, one)), _mm_mul_ps(half, _mm_sub_ps(x1, one)), a1);
-    __m128i two_a0 = _mm_add_epi32(_mm_loadu_si128((const __m128i *)a0), _mm_loadu_si128((const __m128i *)a0));
-    __m128i two_a1 = _mm_add_epi32(_mm_loadu_si128((const __m128i *)(a0 + 4)), _mm_loadu_si128((const __m128i *)(a0 + 4)));
-    if (d1 < d0) {
-        const __m128i o = _mm_set1_epi32(1);
-        two_a0 = _mm_add_epi32(_mm_add_epi32(_mm_loadu_si128((const __m128i *)a1), _mm_loadu_si128((const __m128i *)a1)), o);
-        two_a1 = _mm_add_epi32(_mm_add_epi32(_mm_loadu_si128((const __m128i *)(a1 + 4)), _mm_loadu_si128((const __m128i *)(a1 + 4))), o);
-    }
-    _mm_storeu_si128((__m128i *)c, two_a0);
-    _mm_storeu_si128((__m128i *)(c + 4), two_a1);
+    __m128 a0, a1, b0, b1;
+    float d0 = d8_nearest_sse(_mm_mul_ps(half, x0), _mm_mul_ps(half, x1), &a0, &a1);
+    float d1 = d8_nearest_sse(_mm_mul_ps(half, _mm_sub_ps(x0, one)), _mm_mul_ps(half, _mm_sub_ps(x1, one)), &b0, &b1);
+    __m128 sel = _mm_castsi128_ps(_mm_set1_epi32(-(d1 < d0))); // odd coset when strictly closer
+    __m128 c0 = _mm_blendv_ps(_mm_mul_ps(two, a0), _mm_add_ps(_mm_mul_ps(two, b0), one), sel);
+    __m128 c1 = _mm_blendv_ps(_mm_mul_ps(two, a1), _mm_add_ps(_mm_mul_ps(two, b1), one), sel);
+    _mm_storeu_si128((__m128i *)c, _mm_cvtps_epi32(c0));
+    _mm_storeu_si128((__m128i *)(c + 4), _mm_cvtps_epi32(c1));
 }
 #else
-void kvq_e8_nearest(const float x[8], int32_t c[8]) {
-    // 2E8 = 2D8 ∪ (2D8 + 1). In halved coordinates: D8 ∪ (D8 + 1/2).
+void kvq_e8_nearest(const float x[8], int32_t c[8]) { kvq_e8_nearest_ref(x, c); }
+#endif
+
+void kvq_e8_nearest_ref(const float x[8], int32_t c[8]) {
+    // 2E8 = 2D8 ∪ (2D8 + 1). In halved coordinates: D8 ∪ (D8 + 1/2). The distance sums
+    // use the SSE path's order ((e0²+e4²)+(e2²+e6²)) + ((e1²+e5²)+(e3²+e7²)) so both paths
+    // decide near-ties identically.
     float y0[8], y1[8];
     int32_t a0[8], a1[8];
     for (int i = 0; i < 8; i++) {
         y0[i] = 0.5f * x[i];
         y1[i] = 0.5f * (x[i] - 1.0f);
     }
-    float d0 = dn_nearest(y0, 8, a0);
-    float d1 = dn_nearest(y1, 8, a1);
+    (void)dn_nearest(y0, 8, a0);
+    (void)dn_nearest(y1, 8, a1);
+    float e0[8], e1[8];
+    for (int i = 0; i < 8; i++) {
+        e0[i] = (y0[i] - (float)a0[i]) * (y0[i] - (float)a0[i]);
+        e1[i] = (y1[i] - (float)a1[i]) * (y1[i] - (float)a1[i]);
+    }
+    float d0 = ((e0[0] + e0[4]) + (e0[2] + e0[6])) + ((e0[1] + e0[5]) + (e0[3] + e0[7]));
+    float d1 = ((e1[0] + e1[4]) + (e1[2] + e1[6])) + ((e1[1] + e1[5]) + (e1[3] + e1[7]));
     if (d1 < d0)
         for (int i = 0; i < 8; i++) c[i] = 2 * a1[i] + 1;
     else
         for (int i = 0; i < 8; i++) c[i] = 2 * a0[i];
 }
-#endif
 
 void kvq_d4_nearest(const float x[4], int32_t c[4]) { (void)dn_nearest(x, 4, c); }
 

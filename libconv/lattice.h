@@ -40,8 +40,11 @@ int kvq_lattice_symbol_class(kvq_lattice l, int i);
 // √3-scaled axis, x[1] the unit axis); output c is the integer code vector (for A2:
 // c[0]=ny, c[1]=nx). Exact Conway–Sloane closest point; |x_i| must be < 2^30.
 
-/** Nearest point of 2E8: best of 2D8 (even coords, sum ≡ 0 mod 4) and 2D8+1. */
+/** Nearest point of 2E8: best of 2D8 (even coords, sum ≡ 0 mod 4) and 2D8+1 (SSE4.1 when
+ *  available; identical results to kvq_e8_nearest_ref, ties included). */
 void kvq_e8_nearest(const float x[8], int32_t c[8]);
+/** Plain scalar reference of kvq_e8_nearest. */
+void kvq_e8_nearest_ref(const float x[8], int32_t c[8]);
 /** Nearest point of D4 = {c ∈ Z^4 : Σc even}: round, fix parity on the worst coordinate. */
 void kvq_d4_nearest(const float x[4], int32_t c[4]);
 /** Nearest point of A2int: best of the two rectangular cosets (ny,nx both even / both odd). */

@@ -13,7 +13,10 @@
 #include <cmocka.h>
 
 #include "formats/checkpoint.h"
+#include "kernels/cpu/wht.h"
+#include "libconv/hq_layout.h"
 #include "libconv/hqcal.h"
+#include "libconv/rice.h"
 #include "libconv/hyperquant.h"
 
 static uint64_t rng_next(uint64_t *s) {
@@ -245,6 +248,114 @@ static void test_corrupt_payload(void **state) {
     free(x);
 }
 
+// Random byte corruptions of every blob: the decoders return OK or KVQ_ERR_FORMAT and never
+// read out of bounds (run under `make asan` too).
+static void test_fuzz_corruption(void **state) {
+    const int64_t rows = 24, cols = 256;
+    float *x = gauss_matrix(rows, cols, 31, 1.0), *d = malloc(sizeof(float) * rows * cols);
+    for (int l = 0; l < KVQ_LAT_COUNT; l++) {
+        kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, 3.0);
+        kvq_codec_input in = {NULL, x, rows, cols, 5, 1};
+        kvq_encoded e;
+        kvq_err err;
+        kvq_hq_header h;
+        assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_OK);
+        assert_int_equal(kvq_hq_header_parse(e.params, rows, cols, &h, &err), KVQ_OK);
+        kvq_blob_view v[KVQ_MAX_BLOBS];
+        views(&e, v);
+        uint64_t s = 100 + (uint64_t)l;
+        for (int t = 0; t < 300; t++) {
+            int b = (int)(rng_next(&s) % (uint64_t)e.n_blob);
+            uint8_t *p = e.blob[b].data;
+            size_t at = (size_t)(rng_next(&s) % e.blob[b].size);
+            uint8_t old = p[at];
+            p[at] ^= (uint8_t)(1u << (rng_next(&s) % 8));
+            kvq_status s1 = kvq_hq_decode(&h, v, e.n_blob, d, 1, &err);
+            kvq_status s2 = kvq_hq_decode_ref(&h, v, e.n_blob, d, &err);
+            assert_true(s1 == KVQ_OK || s1 == KVQ_ERR_FORMAT);
+            assert_true(s2 == KVQ_OK || s2 == KVQ_ERR_FORMAT);
+            p[at] = old;
+        }
+        assert_int_equal(kvq_hq_decode(&h, v, e.n_blob, d, 1, &err), KVQ_OK);
+        kvq_encoded_free(&e);
+    }
+    free(x);
+    free(d);
+}
+
+// An independent decoder written from the layout comment in libconv/hq_layout.h alone
+// (reference bit reader, O(T²) double Hadamard, the documented scale formula) must match
+// kvq_hq_decode bit for bit: the stored format is fully specified by that comment.
+static void test_layout_spec(void **state) {
+    const int64_t rows = 10, cols = 384;
+    float *x = gauss_matrix(rows, cols, 41, 0.05), *d = malloc(sizeof(float) * rows * cols),
+          *want = malloc(sizeof(float) * rows * cols);
+    for (int l = 0; l < KVQ_LAT_COUNT; l++) {
+        kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, 3.5);
+        kvq_codec_input in = {NULL, x, rows, cols, 0xabcdefull, 1};
+        kvq_encoded e;
+        kvq_err err;
+        assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_OK);
+        json_t *p = e.params;
+        int T = (int)json_integer_value(json_object_get(p, "tile")), nb = (int)json_integer_value(json_object_get(p, "norm_bits"));
+        int ne = (int)json_integer_value(json_object_get(p, "norm_exp"));
+        double alpha = json_number_value(json_object_get(p, "alpha"));
+        uint64_t seed = strtoull(json_string_value(json_object_get(p, "seed")), NULL, 16);
+        int k[2] = {(int)json_integer_value(json_array_get(json_object_get(p, "k"), 0)),
+                    (int)json_integer_value(json_array_get(json_object_get(p, "k"), 1))};
+        const uint8_t *codes = e.blob[0].data, *norms = e.blob[1].data, *offs = e.blob[2].data;
+        int n = kvq_lattice_dim((kvq_lattice)l);
+        int64_t tpr = cols / T;
+        for (int64_t t = 0; t < rows * tpr; t++) {
+            kvq_bitreader nr;
+            kvq_br_init(&nr, norms, e.blob[1].size);
+            nr.bitpos = (uint64_t)t * nb;
+            uint32_t code = kvq_br_get(&nr, nb);
+            int64_t g = t / KVQ_HQ_GROUP_TILES;
+            static kvq_bitreader r;
+            if (t % KVQ_HQ_GROUP_TILES == 0) {
+                uint32_t o0 = offs[4 * g] | offs[4 * g + 1] << 8 | offs[4 * g + 2] << 16 | (uint32_t)offs[4 * g + 3] << 24;
+                kvq_br_init(&r, codes + o0, e.blob[0].size - o0);
+            }
+            float *dst = want + (t / tpr) * cols + (t % tpr) * T;
+            if (code == (1u << nb) - 1) { for (int i = 0; i < T; i++) dst[i] = 0; continue; }
+            int32_t c[1024];
+            for (int v = 0; v < T; v += n) {
+                uint32_t sy[8];
+                for (int i = 0; i < n; i++) sy[i] = kvq_br_rice(&r, k[kvq_lattice_symbol_class((kvq_lattice)l, i)]);
+                kvq_lattice_unstrip((kvq_lattice)l, sy, c + v);
+            }
+            float cz[1024], cw[1024];
+            double z[1024], w[1024];
+            for (int i = 0; i < T; i++) {
+                int ny_part = l == KVQ_LAT_A2 && !(i & 1);
+                cz[i] = ny_part ? 0.0f : (float)c[i];
+                cw[i] = ny_part ? (float)c[i] : 0.0f;
+            }
+            kvq_wht_ref(cz, z, T);
+            kvq_wht_ref(cw, w, T);
+            float s = (float)(exp2((double)ne - (double)code / (double)(1 << (nb - 5))) / (alpha * T));
+            int64_t j = t % tpr;
+            for (int i = 0; i < T; i++) {
+                uint64_t sb = kvq_hq_sign_word(seed, (uint64_t)j, (uint64_t)(i / 64));
+                float sg = ((sb >> (i % 64)) & 1) ? -1.0f : 1.0f;
+                float val = l == KVQ_LAT_A2 ? (float)z[i] + KVQ_SQRT3_F * (float)w[i] : (float)z[i];
+                dst[i] = (val * s) * sg;
+            }
+        }
+        kvq_hq_header h;
+        assert_int_equal(kvq_hq_header_parse(p, rows, cols, &h, &err), KVQ_OK);
+        kvq_blob_view v[KVQ_MAX_BLOBS];
+        views(&e, v);
+        assert_int_equal(kvq_hq_decode(&h, v, e.n_blob, d, 2, &err), KVQ_OK);
+        assert_memory_equal(d, want, sizeof(float) * rows * cols);
+        kvq_encoded_free(&e);
+    }
+    free(x);
+    free(d);
+    free(want);
+}
+
 static void test_codec_table(void **state) {
     const kvq_codec_traits *c;
     json_t *cfg;
@@ -335,6 +446,8 @@ int main(void) {
         cmocka_unit_test(test_odd_widths),
         cmocka_unit_test(test_corrupt_payload),
         cmocka_unit_test(test_codec_table),
+        cmocka_unit_test(test_fuzz_corruption),
+        cmocka_unit_test(test_layout_spec),
         cmocka_unit_test(test_real_tiny_llama),
         cmocka_unit_test(test_real_shared_models),
     };

@@ -140,6 +140,22 @@ static void test_strip_roundtrip(void **st) {
         }
 }
 
+// The SSE E8 decoder makes exactly the reference's decisions, near-ties included.
+static void test_e8_fast_vs_ref(void **st) {
+    uint64_t s = 77;
+    for (int t = 0; t < 200000; t++) {
+        float x[8];
+        int32_t a[8], b[8];
+        double scale = (t % 3 == 0) ? 3.0 : 40.0;
+        for (int i = 0; i < 8; i++) x[i] = (float)((urand(&s) * 2 - 1) * scale);
+        if (t % 5 == 1) for (int i = 0; i < 8; i++) x[i] = (float)(0.5 * lrint(4 * x[i])); // quarter/half grid: ties
+        if (t % 7 == 2) for (int i = 0; i < 8; i++) x[i] = (float)lrint(x[i]);
+        kvq_e8_nearest(x, a);
+        kvq_e8_nearest_ref(x, b);
+        for (int i = 0; i < 8; i++) assert_int_equal(a[i], b[i]);
+    }
+}
+
 static void test_zigzag(void **st) {
     assert_int_equal(kvq_zigzag(0), 0);
     assert_int_equal(kvq_zigzag(-1), 1);
@@ -153,7 +169,7 @@ int main(void) {
         cmocka_unit_test(test_e8_brute),        cmocka_unit_test(test_d4_brute),
         cmocka_unit_test(test_a2_brute),        cmocka_unit_test(test_z_brute),
         cmocka_unit_test(test_known_points),    cmocka_unit_test(test_strip_roundtrip),
-        cmocka_unit_test(test_zigzag),
+        cmocka_unit_test(test_zigzag),          cmocka_unit_test(test_e8_fast_vs_ref),
     };
     return cmocka_run_group_tests_name("lattice", tests, NULL, NULL);
 }

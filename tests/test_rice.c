@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
+#include "libconv/lattice.h"
 #include "libconv/rice.h"
 
 static uint64_t rng_next(uint64_t *s) {
@@ -100,12 +101,55 @@ static void test_writer_overflow(void **st) {
     assert_int_equal(w.overflow, 1);
 }
 
+// Lattice points -> strip -> Rice (per-class parameters chosen by exact count) -> decode
+// -> unstrip gives the same points, and the stream length is the predicted bit count.
+static void test_strip_rice_stream(void **st) {
+    uint64_t s = 21;
+    enum { NV = 4000 };
+    static int32_t pts[NV * 8];
+    static uint32_t sym[NV * 8];
+    static uint8_t buf[NV * 8 * 8];
+    for (int l = 0; l < KVQ_LAT_COUNT; l++) {
+        int n = kvq_lattice_dim((kvq_lattice)l);
+        double scale = 2.0 + 10.0 * l;
+        kvq_rice_hist h[2];
+        kvq_rice_hist_clear(&h[0]);
+        kvq_rice_hist_clear(&h[1]);
+        for (int v = 0; v < NV; v++) {
+            float x[8];
+            for (int i = 0; i < n; i++) x[i] = (float)(((double)(rng_next(&s) >> 11) * 0x1.0p-53 - 0.5) * scale);
+            if (v % 500 == 0) x[0] = 3000.0f; // an outlier: long unary run
+            kvq_lattice_nearest((kvq_lattice)l, x, pts + v * n);
+            kvq_lattice_strip((kvq_lattice)l, pts + v * n, sym + v * n);
+            for (int i = 0; i < n; i++) kvq_rice_hist_add(&h[kvq_lattice_symbol_class((kvq_lattice)l, i)], sym[v * n + i]);
+        }
+        int k[2] = {kvq_rice_best_k(&h[0], NULL), kvq_rice_best_k(&h[1], NULL)};
+        uint64_t want = kvq_rice_hist_bits(&h[0], k[0]) + (kvq_lattice_classes((kvq_lattice)l) > 1 ? kvq_rice_hist_bits(&h[1], k[1]) : 0);
+        kvq_bitwriter w;
+        kvq_bw_init(&w, buf, sizeof buf);
+        for (int j = 0; j < NV * n; j++) kvq_bw_rice(&w, sym[j], k[kvq_lattice_symbol_class((kvq_lattice)l, j % n)]);
+        assert_int_equal(kvq_bw_bits(&w), want);
+        size_t nb = kvq_bw_finish(&w);
+        kvq_bitreader r;
+        kvq_br_init(&r, buf, nb);
+        for (int v = 0; v < NV; v++) {
+            uint32_t sy[8];
+            int32_t c[8];
+            for (int i = 0; i < n; i++) sy[i] = kvq_br_rice(&r, k[kvq_lattice_symbol_class((kvq_lattice)l, i)]);
+            kvq_lattice_unstrip((kvq_lattice)l, sy, c);
+            for (int i = 0; i < n; i++) assert_int_equal(c[i], pts[v * n + i]);
+        }
+        assert_int_equal(r.err, 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_bits),
         cmocka_unit_test(test_roundtrip_random),
         cmocka_unit_test(test_best_k),
         cmocka_unit_test(test_writer_overflow),
+        cmocka_unit_test(test_strip_rice_stream),
     };
     return cmocka_run_group_tests_name("rice", tests, NULL, NULL);
 }

@@ -41,7 +41,26 @@ static void test_wht(void **st) {
     }
 }
 
+static void test_wht_i32(void **st) {
+    uint64_t s = 9;
+    for (int n = 1; n <= 1024; n <<= 1)
+        for (int rep = 0; rep < 20; rep++) {
+            int32_t x[1024], y[1024];
+            float f[1024];
+            double r[1024];
+            for (int i = 0; i < n; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                x[i] = (int32_t)((s >> 33) % 4001) - 2000;
+                f[i] = (float)x[i];
+            }
+            memcpy(y, x, sizeof(int32_t) * n);
+            kvq_wht_i32(y, n);
+            kvq_wht_ref(f, r, n); // exact in double for these magnitudes
+            for (int i = 0; i < n; i++) assert_true((double)y[i] == r[i]);
+        }
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_wht)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_wht), cmocka_unit_test(test_wht_i32)};
     return cmocka_run_group_tests_name("wht", tests, NULL, NULL);
 }

@@ -11,6 +11,7 @@
 #include "formats/error.h"
 #include "libconv/codec.h"
 #include "libconv/convert.h"
+#include "libconv/kvcodec.h"
 
 static void usage(FILE *fp) {
     fprintf(fp,
@@ -22,6 +23,10 @@ static void usage(FILE *fp) {
             "  --keep PATTERN           store tensors matching this glob as 'none' (repeatable)\n"
             "  --quantize-embeddings    let embed_tokens / lm_head use the weights codec\n"
             "  --export-hf DIR          also write the converted model as an HF checkpoint\n"
+            "  --kv SPEC                KV-cache codec the model runs with (docs/KV.md), e.g.\n"
+            "                           octopus:3, hqmq:s96:r4:med3, turboquant:4, kivi:2, int:4\n"
+            "  --kv-window N            KV tokens kept at fp16 (residual window, default 0)\n"
+            "  --kv-boundary            keep K of the first and last layer at fp16\n"
             "  -t N                     threads for the codecs (default: all)\n"
             "  -q, --quiet              no per-tensor progress\n"
             "codecs (SPEC is name or name:args):\n");
@@ -44,7 +49,9 @@ int main(int argc, char **argv) {
         {"weights", required_argument, 0, 'w'}, {"recipe", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'},    {"keep", required_argument, 0, 'k'},
         {"quantize-embeddings", no_argument, 0, 'e'}, {"export-hf", required_argument, 0, 'x'},
-        {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
+        {"kv", required_argument, 0, 'K'},      {"kv-window", required_argument, 0, 'W'},
+        {"kv-boundary", no_argument, 0, 'B'},   {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "t:qh", lo, NULL)) != -1) {
         char *end;
@@ -67,6 +74,18 @@ int main(int argc, char **argv) {
             if (*end || o.n_threads < 1) { fprintf(stderr, "kvq-convert: -t '%s': not a positive integer\n", optarg); return 2; }
             break;
         case 'q': quiet = 1; break;
+        case 'K': {
+            kvq_kvspec ks;
+            kvq_err ke = {0};
+            if (kvq_kvspec_parse(optarg, &ks, &ke)) { fprintf(stderr, "kvq-convert: %s\n", ke.msg); return 2; }
+            o.kv_spec = optarg;
+            break;
+        }
+        case 'W':
+            o.kv_window = (int)strtol(optarg, &end, 10);
+            if (*end || o.kv_window < 0) { fprintf(stderr, "kvq-convert: --kv-window '%s': not a non-negative integer\n", optarg); return 2; }
+            break;
+        case 'B': o.kv_boundary = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

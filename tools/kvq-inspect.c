@@ -130,6 +130,15 @@ static void print_human(const kvq_file *f) {
     if (json_is_null(json_object_get(t, "bits_per_weight"))) printf("no lossy-quantized tensors\n");
     else printf("lossy-quantized tensors average %.3f bits/w\n", json_real_value(json_object_get(t, "bits_per_weight")));
     json_decref(t);
+    const json_t *kv = json_object_get(m, "kv");
+    if (kv) // the KV-cache codec the model runs with (docs/KV.md)
+        printf("kv cache: %s, window %" JSON_INTEGER_FORMAT ", boundary %s: %.3f bits/element, %.0f bytes/token "
+               "(at %" JSON_INTEGER_FORMAT " positions, this model's shape)\n",
+               json_string_value(json_object_get(kv, "spec")) ?: "?", json_integer_value(json_object_get(kv, "window")),
+               json_integer_value(json_object_get(kv, "boundary")) ? "fp16 K in first/last layer" : "none",
+               json_number_value(json_object_get(kv, "bits_per_element")), json_number_value(json_object_get(kv, "bytes_per_token")),
+               json_integer_value(json_object_get(json_object_get(m, "architecture"), "max_position_embeddings")));
+    else printf("kv cache: not declared (runtime default fp32/fp16)\n");
 }
 
 int main(int argc, char **argv) {

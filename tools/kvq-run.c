@@ -9,7 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "formats/kvqfile.h"
 #include "libconv/eval.h"
+#include "libconv/kvcodec.h"
 #include "libconv/model.h"
 #include "libconv/sample.h"
 #include "libconv/tokenizer.h"
@@ -21,7 +23,9 @@ static const char *usage =
     "               [--score all|second-half] [--max-tokens N] [--partial]\n"
     "       kvq-run MODEL --ppl-ids ids.bin ...                  (same, on int32 LE token ids)\n"
     "options: --weights auto|f32|bf16 (held precision; auto = bf16 where exact)  --kv-fp16\n"
-    "         --ctx-max N (KV cache positions)  -t N threads\n";
+    "         --ctx-max N (KV cache positions)  -t N threads\n"
+    "         --kv SPEC [--kv-window N] [--kv-boundary]  KV-cache codec (docs/KV.md); default: the\n"
+    "         .kvq's \"kv\" section if it has one, else the fp32/fp16 cache\n";
 
 static double now(void) {
     struct timespec ts;
@@ -90,6 +94,8 @@ int main(int argc, char **argv) {
     uint64_t seed = 1;
     kvq_model_opts mo = kvq_model_opts_default();
     kvq_eval_protocol ep = kvq_eval_protocol_card();
+    const char *kv_spec = NULL;
+    int kv_window = 0, kv_boundary = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(name) (strcmp(a, name) == 0 && (v || (die("option %s needs a value%s", a, ""), exit(2), 0)) && ++i)
@@ -110,6 +116,9 @@ int main(int argc, char **argv) {
         else if (ARG("--ctx-max")) mo.max_ctx = atoi(v);
         else if (!strcmp(a, "--partial")) ep.partial_last = 1;
         else if (!strcmp(a, "--kv-fp16")) mo.kv_fp16 = 1;
+        else if (ARG("--kv")) kv_spec = v;
+        else if (ARG("--kv-window")) kv_window = atoi(v);
+        else if (!strcmp(a, "--kv-boundary")) kv_boundary = 1;
         else if (ARG("--bos")) {
             if (!strcmp(v, "none")) ep.bos = KVQ_BOS_NONE;
             else if (!strcmp(v, "prepend")) ep.bos = KVQ_BOS_PREPEND;
@@ -150,6 +159,26 @@ int main(int argc, char **argv) {
     if (kvq_model_open(model, &mo, &m, &err)) return die("%s%s", err.msg, "");
     const kvq_arch *ar = kvq_model_arch(m);
     int V = ar->vocab_size, rc = 0;
+    { // ---- KV cache: --kv, else the .kvq's declared codec, else the default
+        kvq_kvcache *kc = NULL;
+        int mc = kvq_model_kvcache(m)->max_ctx;
+        size_t ml = strlen(model);
+        if (kv_spec) {
+            kvq_kvcache_policy pol = {kv_window, kv_boundary, seed, 0};
+            if (kvq_kvcache_codec_new(kv_spec, ar->n_layers, ar->n_kv_heads, ar->head_dim, mc, &pol, &kc, &err))
+                { kvq_model_close(m); return die("%s%s", err.msg, ""); }
+        } else if (ml > 4 && !strcmp(model + ml - 4, ".kvq")) {
+            kvq_file *kf = NULL;
+            if (kvq_file_open(model, &kf, &err) || kvq_kv_open_from_file(kf, mc, 0, &kc, &err))
+                { kvq_file_close(kf); kvq_model_close(m); return die("%s%s", err.msg, ""); }
+            kvq_file_close(kf);
+        }
+        if (kc) {
+            if (kvq_model_set_kvcache(m, kc, &err)) { kvq_model_close(m); return die("%s%s", err.msg, ""); }
+            fprintf(stderr, "kvq-run: KV cache %s: %.3f bits/element predicted at %d positions\n",
+                    kv_spec ? kv_spec : "from the .kvq", kvq_kvcache_codec_formula_bits(kc, mc), mc);
+        }
+    }
     fprintf(stderr, "kvq-run: %s: %s, %d layers, d=%d, vocab %d, loaded in %.2f s (%.1f MB of weights held)\n", model,
             ar->hf_class, ar->n_layers, ar->hidden_size, V, now() - t0, kvq_model_weight_bytes(m) / 1e6);
 

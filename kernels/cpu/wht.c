@@ -45,6 +45,40 @@ void kvq_wht(float *x, int n) {
     wht_scalar(x, n);
 }
 
+void kvq_wht_i32(int32_t *x, int n) {
+#if defined(__SSE2__)
+    if (n >= 8) {
+        for (int i = 0; i < n; i += 4) { // stages h=1 and h=2 inside each 4-vector
+            __m128i v = _mm_loadu_si128((const __m128i *)(x + i));
+            __m128i lo = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 0, 0)), hi = _mm_shuffle_epi32(v, _MM_SHUFFLE(3, 3, 1, 1));
+            __m128i sg = _mm_setr_epi32(1, -1, 1, -1);
+            v = _mm_add_epi32(lo, _mm_sub_epi32(_mm_xor_si128(hi, _mm_cmplt_epi32(sg, _mm_setzero_si128())),
+                                                _mm_cmplt_epi32(sg, _mm_setzero_si128()))); // hi·(1,−1,1,−1)
+            lo = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0));
+            hi = _mm_shuffle_epi32(v, _MM_SHUFFLE(3, 2, 3, 2));
+            __m128i m2 = _mm_setr_epi32(0, 0, -1, -1);
+            v = _mm_add_epi32(lo, _mm_sub_epi32(_mm_xor_si128(hi, m2), m2)); // hi·(1,1,−1,−1)
+            _mm_storeu_si128((__m128i *)(x + i), v);
+        }
+        for (int h = 4; h < n; h <<= 1)
+            for (int i = 0; i < n; i += 2 * h)
+                for (int j = i; j < i + h; j += 4) {
+                    __m128i a = _mm_loadu_si128((const __m128i *)(x + j)), b = _mm_loadu_si128((const __m128i *)(x + j + h));
+                    _mm_storeu_si128((__m128i *)(x + j), _mm_add_epi32(a, b));
+                    _mm_storeu_si128((__m128i *)(x + j + h), _mm_sub_epi32(a, b));
+                }
+        return;
+    }
+#endif
+    for (int h = 1; h < n; h <<= 1)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) { // unsigned: wraps instead of UB on garbage input
+                uint32_t a = (uint32_t)x[j], b = (uint32_t)x[j + h];
+                x[j] = (int32_t)(a + b);
+                x[j + h] = (int32_t)(a - b);
+            }
+}
+
 void kvq_wht_ref(const float *x, double *y, int n) {
     for (int i = 0; i < n; i++) {
         double s = 0.0;

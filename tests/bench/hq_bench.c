@@ -160,8 +160,29 @@ static int bench_encprof(long rows, long cols) {
     return 0;
 }
 
+// Decode-only loop for profiling (perf record build/bench/hq_bench decprof).
+static int bench_decprof(long rows, long cols) {
+    float *x = gauss_matrix(rows, cols, 0.02), *d = malloc(sizeof(float) * rows * cols);
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
+    kvq_codec_input in = {NULL, x, rows, cols, 42, 1};
+    kvq_encoded e;
+    kvq_err err;
+    kvq_hq_header h;
+    if (kvq_hq_encode(&o, &in, &e, NULL, NULL, &err) || kvq_hq_header_parse(e.params, rows, cols, &h, &err)) return 1;
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    views(&e, v);
+    double c0 = cpu();
+    for (int r = 0; r < 10; r++) kvq_hq_decode(&h, v, e.n_blob, d, 1, &err);
+    printf("decode E8 4.0: %.1f M w/s CPU\n", 10.0 * rows * cols / (cpu() - c0) / 1e6);
+    kvq_encoded_free(&e);
+    free(x);
+    free(d);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "rd";
+    if (strcmp(mode, "decprof") == 0) return bench_decprof(1024, 2048);
     if (strcmp(mode, "encprof") == 0) return bench_encprof(1024, 2048);
     if (strcmp(mode, "rd") == 0) return bench_rd(argc > 2 ? atol(argv[2]) : 100000);
     if (strcmp(mode, "speed") == 0) return bench_speed(argc > 3 ? atol(argv[2]) : 4096, argc > 3 ? atol(argv[3]) : 4096);

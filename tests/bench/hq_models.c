@@ -1,7 +1,7 @@
 // Per-tensor quality of weight codecs on real checkpoints: for every linear weight
 // (model.layers.*.weight, 2-D) of each model, encode with each codec spec, decode through
 // the codec table, and report SNR = 10 log10(Σw² / Σ(w − ŵ)²) and effective bits.
-//   build/bench/hq_models [--csv FILE] MODEL_DIR... [-- SPEC...]
+//   build/bench/hq_models [--csv FILE] [MODEL_DIR...] [-- SPEC...]   (default: bundled tiny-llama)
 // Default specs: hyperquant e8/d4/a2/z at 3.0/3.5/4.0/5.0, RTN g128 at 3/4/5 bits and
 // RTN at matched effective bits (2:g32 = 3.0, 3:g64 = 3.5, 3:g32 = 4.0, 4:g32 = 5.0).
 #include <math.h>
@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
         else if (in_specs && ns < 64) specs[ns++] = argv[i];
         else if (nm < 8) models[nm++] = argv[i];
     }
-    if (!nm) { fprintf(stderr, "usage: hq_models [--csv FILE] MODEL_DIR... [-- SPEC...]\n"); return 2; }
+    if (!nm) models[nm++] = "tests/models/kvq-tiny-llama"; // `make bench`: the bundled model
     if (!ns) for (size_t i = 0; i < sizeof default_specs / sizeof *default_specs; i++) specs[ns++] = default_specs[i];
     FILE *cf = csv ? fopen(csv, "w") : NULL;
     if (cf) fprintf(cf, "model,spec,tensor,rows,cols,snr_db,eff_bpw,code_bpw\n");

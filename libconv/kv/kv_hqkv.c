@@ -1,0 +1,216 @@
+// HyperQuant-KV (paper 001, sections 3.4, 4.2-4.4, 5.2, appendix A): per-vector fp32
+// norm, optional rotation (none, ±1 signs, or a Haar orthogonal matrix from the seed),
+// α scaling to the lattice's calibration radius for the target rate (hqcal table),
+// optional subtractive dither U ~ Uniform(V(Λ)) drawn exactly (uniform point of the
+// fundamental parallelepiped reduced mod Λ) from (seed, 16-bit token counter), lattice
+// nearest point, strip, Rice with the best parameter per symbol class per token.
+// Layout: fp32 γ | [dither: u16 counter] | 5-bit k per class | Rice symbols (d of them)
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libconv/hqcal.h"
+#include "libconv/kvcodec.h"
+#include "libconv/lattice.h"
+#include "libconv/rice.h"
+
+typedef struct {
+    kvq_lattice lat;
+    int n, nb, classes, rot, dither, maxb;
+    double snr, alpha, scale;   // scale = α√d
+    float *signs;               // (d) rot=signs
+    float *Q;                   // (d, d) Haar orthogonal, rot=qjl (regenerated from the seed)
+    float B[KVQ_LAT_MAX_DIM][KVQ_LAT_MAX_DIM]; // generator rows (real coordinates)
+    uint32_t ctr;               // next dither counter (running state)
+} hk_st;
+
+static void gen_matrix(kvq_lattice l, float B[8][8]) {
+    memset(B, 0, sizeof(float) * 64);
+    switch (l) {
+    case KVQ_LAT_Z: B[0][0] = 1; break;
+    case KVQ_LAT_A2: B[0][0] = KVQ_SQRT3_F, B[0][1] = 1, B[1][1] = 2; break; // (ny,nx)=(1,1),(0,2)
+    case KVQ_LAT_D4:
+        B[0][0] = 2;
+        for (int i = 1; i < 4; i++) B[i][0] = 1, B[i][i] = 1;
+        break;
+    default: // 2·E8 with the standard E8 basis
+        B[0][0] = 4;
+        for (int i = 1; i < 7; i++) B[i][i - 1] = -2, B[i][i] = 2;
+        for (int j = 0; j < 8; j++) B[7][j] = 1;
+        break;
+    }
+}
+
+static void hk_dither(const kvq_kvcodec *c, uint32_t ctr, float *U) {
+    const hk_st *s = c->st;
+    kvq_kvrng r = {c->seed ^ (0xD17E5ull + ((uint64_t)ctr << 20))};
+    kvq_kvrng_u64(&r);
+    for (int b = 0; b < s->nb; b++) {
+        float z[8] = {0}, y[8];
+        int32_t q[8];
+        for (int i = 0; i < s->n; i++) {
+            float u = (float)kvq_kvrng_unif(&r);
+            for (int j = 0; j < s->n; j++) z[j] += u * s->B[i][j];
+        }
+        kvq_lattice_nearest(s->lat, z, q);
+        kvq_lattice_embed(s->lat, q, y);
+        for (int j = 0; j < s->n; j++) U[b * s->n + j] = z[j] - y[j];
+    }
+}
+
+static kvq_status hk_init(kvq_kvcodec *c, kvq_err *err) {
+    hk_st *s = calloc(1, sizeof *s);
+    if (!s) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    c->st = s;
+    c->fixed = 0;
+    if (kvq_lattice_parse(c->spec.lattice, &s->lat))
+        return kvq_err_set(err, KVQ_ERR_ARG, "unknown lattice '%s' (e8, d4, a2, z)", c->spec.lattice);
+    s->n = kvq_lattice_dim(s->lat);
+    if (c->d % s->n) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "head_dim %d not a multiple of %d", c->d, s->n);
+    s->nb = c->d / s->n;
+    s->classes = kvq_lattice_classes(s->lat);
+    s->rot = c->spec.rot, s->dither = c->spec.dither;
+    s->snr = kvq_hqcal_snr_for_rate(s->lat, c->spec.bps);
+    s->alpha = kvq_hq_alpha(s->lat, s->snr);
+    s->scale = s->alpha * sqrt((double)c->d);
+    gen_matrix(s->lat, s->B);
+    kvq_kvrng r = {c->seed};
+    s->signs = malloc(sizeof(float) * c->d);
+    if (!s->signs) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < c->d; i++) s->signs[i] = (kvq_kvrng_u64(&r) >> 63) ? -1.0f : 1.0f;
+    if (s->rot == 2) { // Haar: Gram-Schmidt of a Gaussian matrix (rows), sign-fixed
+        int d = c->d;
+        double *G = malloc(sizeof(double) * d * d);
+        s->Q = malloc(sizeof(float) * d * d);
+        if (!G || !s->Q) return free(G), kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < d * d; i++) G[i] = kvq_kvrng_normal(&r);
+        for (int i = 0; i < d; i++) {
+            double *gi = G + (size_t)i * d;
+            for (int j = 0; j < i; j++) {
+                const double *gj = G + (size_t)j * d;
+                double p = 0;
+                for (int k = 0; k < d; k++) p += gi[k] * gj[k];
+                for (int k = 0; k < d; k++) gi[k] -= p * gj[k];
+            }
+            double nn = 0;
+            for (int k = 0; k < d; k++) nn += gi[k] * gi[k];
+            nn = sqrt(nn);
+            for (int k = 0; k < d; k++) gi[k] /= nn;
+        }
+        for (int i = 0; i < d * d; i++) s->Q[i] = (float)G[i];
+        free(G);
+    }
+    // symbol bound: |x̃_i + U_i| <= α√d + 2, lattice point within a covering radius (<= 2)
+    double vmax = 2.0 * (s->scale + 6.0) + 2.0;
+    int kb = 1;
+    while ((double)(1u << kb) <= vmax && kb < 30) kb++;
+    s->maxb = 4 + 2 + 1 + (int)(((size_t)c->d * (2 + kb) + 7) / 8);
+    return KVQ_OK;
+}
+
+static void hk_free(kvq_kvcodec *c) {
+    hk_st *s = c->st;
+    if (!s) return;
+    free(s->signs), free(s->Q), free(s);
+}
+
+static void hk_reset(kvq_kvcodec *c) { ((hk_st *)c->st)->ctr = 0; }
+
+static size_t hk_max(const kvq_kvcodec *c) { return (size_t)((const hk_st *)c->st)->maxb; }
+
+static void rotate(const hk_st *s, const float *x, float *y, int d, int inverse) {
+    if (s->rot == 0) memcpy(y, x, sizeof(float) * d);
+    else if (s->rot == 1)
+        for (int i = 0; i < d; i++) y[i] = x[i] * s->signs[i];
+    else
+        for (int i = 0; i < d; i++) {
+            float a = 0;
+            if (!inverse)
+                for (int k = 0; k < d; k++) a += s->Q[(size_t)i * d + k] * x[k];
+            else
+                for (int k = 0; k < d; k++) a += s->Q[(size_t)k * d + i] * x[k];
+            y[i] = a;
+        }
+}
+
+static kvq_status hk_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *nout, kvq_err *err) {
+    hk_st *s = c->st;
+    int d = c->d;
+    float y[4096], U[4096];
+    uint32_t sym[4096];
+    double g = 0;
+    for (int i = 0; i < d; i++) g += (double)x[i] * x[i];
+    g = sqrt(g);
+    rotate(s, x, y, d, 0);
+    double f = g > 1e-30 ? s->scale / g : 0;
+    uint16_t ctr = (uint16_t)s->ctr;
+    if (s->dither) hk_dither(c, ctr, U), s->ctr++;
+    for (int b = 0; b < s->nb; b++) {
+        float z[8];
+        int32_t q[8];
+        for (int j = 0; j < s->n; j++) z[j] = (float)(y[b * s->n + j] * f) + (s->dither ? U[b * s->n + j] : 0.0f);
+        kvq_lattice_nearest(s->lat, z, q);
+        kvq_lattice_strip(s->lat, q, sym + b * s->n);
+    }
+    int k[2] = {0, 0};
+    for (int cl = 0; cl < s->classes; cl++) {
+        kvq_rice_hist h;
+        kvq_rice_hist_clear(&h);
+        for (int i = 0; i < d; i++)
+            if (kvq_lattice_symbol_class(s->lat, i % s->n) == cl) kvq_rice_hist_add(&h, sym[i]);
+        k[cl] = kvq_rice_best_k(&h, NULL);
+        if (k[cl] > 31) k[cl] = 31;
+    }
+    float gf = (float)g;
+    memcpy(o, &gf, 4);
+    size_t pos = 4;
+    if (s->dither) o[4] = (uint8_t)ctr, o[5] = (uint8_t)(ctr >> 8), pos = 6;
+    kvq_bitwriter w;
+    kvq_bw_init(&w, o + pos, (size_t)s->maxb - pos);
+    for (int cl = 0; cl < s->classes; cl++) kvq_bw_put(&w, (uint32_t)k[cl], 5);
+    for (int i = 0; i < d; i++) kvq_bw_rice(&w, sym[i], k[kvq_lattice_symbol_class(s->lat, i % s->n)]);
+    size_t nb = kvq_bw_finish(&w);
+    if (w.overflow)
+        return kvq_err_set(err, KVQ_ERR_NUMERIC, "hqkv: token code exceeds its %d-byte bound", s->maxb);
+    *nout = pos + nb;
+    return KVQ_OK;
+}
+
+static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    const hk_st *s = c->st;
+    int d = c->d;
+    float gf, y[4096], U[4096];
+    memcpy(&gf, in, 4);
+    size_t pos = 4;
+    if (s->dither) hk_dither(c, (uint32_t)(in[4] | in[5] << 8), U), pos = 6;
+    kvq_bitreader r;
+    kvq_br_init(&r, in + pos, n - pos);
+    int k[2] = {0, 0};
+    for (int cl = 0; cl < s->classes; cl++) k[cl] = (int)kvq_br_get(&r, 5);
+    double f = s->scale > 0 ? gf / s->scale : 0;
+    for (int b = 0; b < s->nb; b++) {
+        uint32_t sym[8];
+        int32_t q[8];
+        float e[8];
+        for (int j = 0; j < s->n; j++) sym[j] = kvq_br_rice(&r, k[kvq_lattice_symbol_class(s->lat, j)]);
+        kvq_lattice_unstrip(s->lat, sym, q);
+        kvq_lattice_embed(s->lat, q, e);
+        for (int j = 0; j < s->n; j++) y[b * s->n + j] = (float)((e[j] - (s->dither ? U[b * s->n + j] : 0.0f)) * f);
+    }
+    rotate(s, y, out, d, 1);
+}
+
+static double hk_bits(const kvq_kvcodec *c) {
+    const hk_st *s = c->st;
+    return c->spec.bps + (32.0 + (s->dither ? 16 : 0) + 5.0 * s->classes) / c->d;
+}
+
+static int hk_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
+    hk_st *s = c->st;
+    t[0] = (kvq_kvtable){"signs", s->signs, (size_t)c->d};
+    return 1; // the Haar matrix (rot=qjl) is regenerated from the seed
+}
+
+const kvq_kvcodec_vt kvq_kv_hqkv_vt = {.name = "hqkv", .init = hk_init, .free = hk_free, .max_bytes = hk_max,
+                                        .encode = hk_enc, .decode = hk_dec, .bits_formula = hk_bits,
+                                        .tables = hk_tables, .reset = hk_reset};

@@ -1,0 +1,158 @@
+// Baseline KV codecs: fp16; int:<b> (per token and head, symmetric absmax, fp16
+// scale); per-token group-32 asymmetric int (KIVI values, OCTOPUS values); KIVI keys
+// (per channel over groups of 32 tokens, fp16 scale and zero).
+// Layouts (LSB-first bit packing):
+//   fp16  : d × fp16
+//   int   : fp16 scale | d × b-bit (q + qmax)
+//   vgroup: ceil(d/32) × (fp16 scale, fp16 zero) | d × b-bit q
+//   kivi K: one group of 32 tokens: d × (fp16 scale, fp16 zero) | 32·d × b-bit q (token-major)
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/dtype.h"
+#include "libconv/kvcodec.h"
+
+#define KIVI_G 32
+
+static void put16(uint8_t *p, float f) {
+    uint16_t h = kvq_f32_to_f16(f);
+    p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
+}
+static float get16(const uint8_t *p) { return kvq_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+static float r16(float f) { return kvq_f16_to_f32(kvq_f32_to_f16(f)); }
+
+static kvq_status plain_init(kvq_kvcodec *c, kvq_err *err) { return KVQ_OK; }
+
+// ---- fp16 ----
+
+static size_t fp16_max(const kvq_kvcodec *c) { return 2 * (size_t)c->d; }
+static kvq_status fp16_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
+    for (int i = 0; i < c->d; i++) put16(o + 2 * i, x[i]);
+    *n = 2 * (size_t)c->d;
+    return KVQ_OK;
+}
+static void fp16_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    for (int i = 0; i < c->d; i++) out[i] = get16(in + 2 * i);
+}
+static double fp16_bits(const kvq_kvcodec *c) { return 16.0; }
+
+const kvq_kvcodec_vt kvq_kv_fp16_vt = {.name = "fp16", .init = plain_init, .max_bytes = fp16_max,
+                                        .encode = fp16_enc, .decode = fp16_dec, .bits_formula = fp16_bits};
+
+// ---- int:<b> symmetric ----
+
+static size_t int_max(const kvq_kvcodec *c) { return 2 + ((size_t)c->d * c->spec.bits + 7) / 8; }
+static kvq_status int_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
+    memset(o, 0, int_max(c));
+    int b = c->spec.bits, qmax = (1 << (b - 1)) - 1;
+    float amax = 0;
+    for (int i = 0; i < c->d; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float s = r16(amax / qmax);
+    put16(o, s);
+    kvq_bitw w = {o + 2, 0};
+    for (int i = 0; i < c->d; i++) {
+        int q = s > 0 ? (int)lrintf(x[i] / s) : 0;
+        q = q < -qmax ? -qmax : q > qmax ? qmax : q;
+        kvq_bitw_put(&w, (uint32_t)(q + qmax), b);
+    }
+    *n = int_max(c);
+    return KVQ_OK;
+}
+static void int_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    int b = c->spec.bits, qmax = (1 << (b - 1)) - 1;
+    float s = get16(in);
+    kvq_bitr r = {in + 2, 0};
+    for (int i = 0; i < c->d; i++) out[i] = s * (float)((int)kvq_bitr_get(&r, b) - qmax);
+}
+static double int_bits(const kvq_kvcodec *c) { return c->spec.bits + 16.0 / c->d; }
+
+const kvq_kvcodec_vt kvq_kv_int_vt = {.name = "int", .init = plain_init, .max_bytes = int_max,
+                                       .encode = int_enc, .decode = int_dec, .bits_formula = int_bits};
+
+// ---- asymmetric helpers ----
+
+static void asym_params(float mn, float mx, int L, float *scale, float *zero) {
+    *zero = r16(mn);
+    *scale = r16((mx - *zero) / L);
+}
+static int asym_q(float x, float scale, float zero, int L) {
+    int q = scale > 0 ? (int)lrintf((x - zero) / scale) : 0;
+    return q < 0 ? 0 : q > L ? L : q;
+}
+
+// ---- per-token group-32 asymmetric (values) ----
+
+static int vg_ngroups(const kvq_kvcodec *c) { return (c->d + KIVI_G - 1) / KIVI_G; }
+static size_t vg_max(const kvq_kvcodec *c) {
+    return 4 * (size_t)vg_ngroups(c) + ((size_t)c->d * c->spec.bits + 7) / 8;
+}
+static kvq_status vg_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
+    memset(o, 0, vg_max(c));
+    int b = c->spec.bits, L = (1 << b) - 1, ng = vg_ngroups(c);
+    kvq_bitw w = {o + 4 * ng, 0};
+    for (int g = 0; g < ng; g++) {
+        int a = g * KIVI_G, e = a + KIVI_G < c->d ? a + KIVI_G : c->d;
+        float mn = x[a], mx = x[a], s, z;
+        for (int i = a; i < e; i++) mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]);
+        asym_params(mn, mx, L, &s, &z);
+        put16(o + 4 * g, s);
+        put16(o + 4 * g + 2, z);
+        for (int i = a; i < e; i++) kvq_bitw_put(&w, (uint32_t)asym_q(x[i], s, z, L), b);
+    }
+    *n = vg_max(c);
+    return KVQ_OK;
+}
+static void vg_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    int b = c->spec.bits, ng = vg_ngroups(c);
+    kvq_bitr r = {in + 4 * ng, 0};
+    for (int g = 0; g < ng; g++) {
+        int a = g * KIVI_G, e = a + KIVI_G < c->d ? a + KIVI_G : c->d;
+        float s = get16(in + 4 * g), z = get16(in + 4 * g + 2);
+        for (int i = a; i < e; i++) out[i] = z + s * (float)kvq_bitr_get(&r, b);
+    }
+}
+static double vg_bits(const kvq_kvcodec *c) { return c->spec.bits + 32.0 * vg_ngroups(c) / c->d; }
+
+const kvq_kvcodec_vt kvq_kv_vgroup_vt = {.name = "vgroup", .init = plain_init, .max_bytes = vg_max,
+                                          .encode = vg_enc, .decode = vg_dec, .bits_formula = vg_bits};
+
+// ---- KIVI keys: per channel over a group of 32 tokens ----
+
+static kvq_status kivi_init(kvq_kvcodec *c, kvq_err *err) {
+    c->group = KIVI_G;
+    return KVQ_OK;
+}
+static size_t kivi_max(const kvq_kvcodec *c) {
+    return 4 * (size_t)c->d + ((size_t)KIVI_G * c->d * c->spec.bits + 7) / 8;
+}
+static kvq_status kivi_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
+    memset(o, 0, kivi_max(c));
+    int b = c->spec.bits, L = (1 << b) - 1, d = c->d;
+    float *s = malloc(sizeof(float) * 2 * d), *z = s + d;
+    if (!s) return kvq_err_set(err, KVQ_ERR_NOMEM, "kivi: out of memory");
+    for (int i = 0; i < d; i++) {
+        float mn = x[i], mx = x[i];
+        for (int t = 1; t < KIVI_G; t++) mn = fminf(mn, x[t * d + i]), mx = fmaxf(mx, x[t * d + i]);
+        asym_params(mn, mx, L, &s[i], &z[i]);
+        put16(o + 4 * i, s[i]);
+        put16(o + 4 * i + 2, z[i]);
+    }
+    kvq_bitw w = {o + 4 * d, 0};
+    for (int t = 0; t < KIVI_G; t++)
+        for (int i = 0; i < d; i++) kvq_bitw_put(&w, (uint32_t)asym_q(x[t * d + i], s[i], z[i], L), b);
+    free(s);
+    *n = kivi_max(c);
+    return KVQ_OK;
+}
+static void kivi_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    int b = c->spec.bits, d = c->d;
+    kvq_bitr r = {in + 4 * d, 0};
+    for (int t = 0; t < KIVI_G; t++)
+        for (int i = 0; i < d; i++)
+            out[t * d + i] = get16(in + 4 * i + 2) + get16(in + 4 * i) * (float)kvq_bitr_get(&r, b);
+}
+static double kivi_bits(const kvq_kvcodec *c) { return c->spec.bits + 32.0 / KIVI_G; }
+
+const kvq_kvcodec_vt kvq_kv_kivi_vt = {.name = "kivi", .init = kivi_init, .max_bytes = kivi_max,
+                                        .encode = kivi_enc, .decode = kivi_dec, .bits_formula = kivi_bits};

@@ -1,0 +1,224 @@
+// TurboQuant family (paper 003 section 2.1 and 3.1): sign-flipped WHT rotation,
+// per-vector norm, Lloyd-Max on the exact Beta marginal f(u) ∝ (1-u²)^((d-3)/2).
+//   turboquant:<b>      b-bit MSE codebook per rotated coordinate
+//   turboquant-prod:<b> keys: (b-1)-bit MSE + 1-bit QJL sign sketch of the residual
+//                       (Gaussian S, d×d, from the seed) + fp16 residual norm; values: as turboquant:<b>
+//   qturbo:<b>          a fixed Haar unit quaternion left-multiplies each 4-chunk first
+// Layout: fp16 norm | d × b_mse-bit idx | [prod: fp16 γ_r | d sign bits]
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/dtype.h"
+#include "libconv/kvcodec.h"
+
+typedef struct {
+    int bm, prod, quat, K;
+    float *signs;  // (d) ±1
+    float *cb;     // (K) Lloyd-Max centroids on the Beta marginal
+    float quatr[4];
+    float *S;      // (d, d) QJL Gaussian projection, regenerated from the seed (prod only)
+    double D;      // Lloyd-Max E[(u-û)²]
+} turbo_st;
+
+static double beta_pdf(double u, const void *arg) {
+    double d = *(const double *)arg, t = 1.0 - u * u;
+    return t <= 0 ? 0 : exp(0.5 * (d - 3.0) * log(t));
+}
+
+/** Lloyd-Max for one coordinate of a uniform point on S^{d-1}. */
+double kvq_turbo_codebook(int d, int bits, float *cb) {
+    double dd = d;
+    return kvq_lloydmax(beta_pdf, &dd, -1.0, 1.0, 1 << bits, cb);
+}
+
+static kvq_status turbo_init(kvq_kvcodec *c, kvq_err *err) {
+    if (!kvq_is_pow2(c->d))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "head_dim %d is not a power of two (WHT)", c->d);
+    turbo_st *s = calloc(1, sizeof *s);
+    if (!s) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    c->st = s;
+    const char *n = c->spec.name;
+    s->prod = !strcmp(n, "turboquant-prod") && c->role == KVQ_KV_K;
+    s->quat = !strcmp(n, "qturbo");
+    s->bm = c->spec.bits - s->prod;
+    if (s->quat && c->d % 4)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "head_dim %d not a multiple of 4 (quaternions)", c->d);
+    s->K = 1 << s->bm;
+    s->signs = malloc(sizeof(float) * c->d);
+    s->cb = malloc(sizeof(float) * s->K);
+    if (!s->signs || !s->cb) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    kvq_kvrng r = {c->seed};
+    for (int i = 0; i < c->d; i++) s->signs[i] = (kvq_kvrng_u64(&r) >> 63) ? -1.0f : 1.0f;
+    double nq = 0;
+    for (int i = 0; i < 4; i++) s->quatr[i] = (float)kvq_kvrng_normal(&r), nq += s->quatr[i] * s->quatr[i];
+    for (int i = 0; i < 4; i++) s->quatr[i] /= (float)sqrt(nq);
+    if (!s->quat) s->quatr[0] = 1, s->quatr[1] = s->quatr[2] = s->quatr[3] = 0;
+    if (s->prod) {
+        s->S = malloc(sizeof(float) * c->d * c->d);
+        if (!s->S) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        kvq_kvrng r2 = {c->seed ^ 0x514a4cull};
+        for (int i = 0; i < c->d * c->d; i++) s->S[i] = (float)kvq_kvrng_normal(&r2);
+    }
+    s->D = kvq_turbo_codebook(c->d, s->bm, s->cb);
+    return KVQ_OK;
+}
+
+static void turbo_free(kvq_kvcodec *c) {
+    turbo_st *s = c->st;
+    if (!s) return;
+    free(s->signs), free(s->cb), free(s->S), free(s);
+}
+
+static size_t turbo_max(const kvq_kvcodec *c) {
+    const turbo_st *s = c->st;
+    size_t bits = 16 + (size_t)c->d * s->bm + (s->prod ? 16 + (size_t)c->d : 0);
+    return (bits + 7) / 8;
+}
+
+// x (unit, original frame) -> rotated frame, in place: quaternion, signs, WHT
+static void turbo_rotate(const turbo_st *s, float *x, int d) {
+    if (s->quat)
+        for (int i = 0; i < d; i += 4) {
+            float t[4];
+            kvq_quat_mul(s->quatr, x + i, t);
+            memcpy(x + i, t, sizeof t);
+        }
+    for (int i = 0; i < d; i++) x[i] *= s->signs[i];
+    kvq_kv_wht(x, d);
+}
+
+static void turbo_unrotate(const turbo_st *s, float *x, int d) {
+    kvq_kv_wht(x, d);
+    for (int i = 0; i < d; i++) x[i] *= s->signs[i];
+    if (s->quat) {
+        float cj[4] = {s->quatr[0], -s->quatr[1], -s->quatr[2], -s->quatr[3]};
+        for (int i = 0; i < d; i += 4) {
+            float t[4];
+            kvq_quat_mul(cj, x + i, t);
+            memcpy(x + i, t, sizeof t);
+        }
+    }
+}
+
+static void put16(uint8_t *p, float f) {
+    uint16_t h = kvq_f32_to_f16(f);
+    p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
+}
+static float get16(const uint8_t *p) { return kvq_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+static kvq_status turbo_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
+    memset(o, 0, turbo_max(c));
+    const turbo_st *s = c->st;
+    int d = c->d;
+    float u[4096], r[4096];
+    double g = 0;
+    for (int i = 0; i < d; i++) g += (double)x[i] * x[i];
+    g = sqrt(g);
+    float inv = g > 1e-30 ? (float)(1.0 / g) : 0.0f;
+    for (int i = 0; i < d; i++) u[i] = x[i] * inv;
+    turbo_rotate(s, u, d);
+    put16(o, (float)g);
+    kvq_bitw w = {o + 2, 0};
+    double rn = 0;
+    for (int i = 0; i < d; i++) {
+        int k = kvq_nearest_sorted(s->cb, s->K, u[i]);
+        kvq_bitw_put(&w, (uint32_t)k, s->bm);
+        r[i] = u[i] - s->cb[k];
+        rn += (double)r[i] * r[i];
+    }
+    if (s->prod) {
+        uint8_t *p2 = o + 2 + ((size_t)d * s->bm + 7) / 8;
+        put16(p2, (float)sqrt(rn));
+        kvq_bitw w2 = {p2 + 2, 0};
+        for (int j = 0; j < d; j++) {
+            const float *Sj = s->S + (size_t)j * d;
+            float z = 0;
+            for (int i = 0; i < d; i++) z += Sj[i] * r[i];
+            kvq_bitw_put(&w2, z >= 0, 1);
+        }
+    }
+    *n = turbo_max(c);
+    return KVQ_OK;
+}
+
+static void turbo_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    const turbo_st *s = c->st;
+    int d = c->d;
+    float g = get16(in);
+    kvq_bitr r = {in + 2, 0};
+    for (int i = 0; i < d; i++) out[i] = s->cb[kvq_bitr_get(&r, s->bm)];
+    turbo_unrotate(s, out, d);
+    for (int i = 0; i < d; i++) out[i] *= g;
+}
+
+// û + sqrt(π/2)/d · γ_r · Sᵀσ in the rotated frame, unrotated and scaled: <q, k̃> = score
+static void turbo_score_vec(const kvq_kvcodec *c, const uint8_t *in, float *out) {
+    const turbo_st *s = c->st;
+    int d = c->d;
+    float g = get16(in);
+    kvq_bitr r = {in + 2, 0};
+    for (int i = 0; i < d; i++) out[i] = s->cb[kvq_bitr_get(&r, s->bm)];
+    if (s->prod) {
+        const uint8_t *p2 = in + 2 + ((size_t)d * s->bm + 7) / 8;
+        float k = (float)(sqrt(M_PI / 2.0) / d) * get16(p2);
+        kvq_bitr r2 = {p2 + 2, 0};
+        for (int j = 0; j < d; j++) {
+            float sg = kvq_bitr_get(&r2, 1) ? k : -k;
+            const float *Sj = s->S + (size_t)j * d;
+            for (int i = 0; i < d; i++) out[i] += sg * Sj[i];
+        }
+    }
+    turbo_unrotate(s, out, d);
+    for (int i = 0; i < d; i++) out[i] *= g;
+}
+
+// <q, k>: γ <R q, û> plus, for prod, γ · sqrt(π/2)/d · γ_r · <S R q, σ>
+static void turbo_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int nt,
+                        float *sc) {
+    const turbo_st *s = c->st;
+    int d = c->d;
+    float qr[4096], sq[4096];
+    memcpy(qr, q, sizeof(float) * d);
+    turbo_rotate(s, qr, d);
+    if (s->prod)
+        for (int j = 0; j < d; j++) {
+            float z = 0;
+            for (int i = 0; i < d; i++) z += s->S[(size_t)j * d + i] * qr[i];
+            sq[j] = z;
+        }
+    const float kq = (float)(sqrt(M_PI / 2.0) / d);
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *in = rec[t];
+        kvq_bitr r = {in + 2, 0};
+        float acc = 0;
+        for (int i = 0; i < d; i++) acc += qr[i] * s->cb[kvq_bitr_get(&r, s->bm)];
+        if (s->prod) {
+            const uint8_t *p2 = in + 2 + ((size_t)d * s->bm + 7) / 8;
+            float gr = get16(p2), a2 = 0;
+            kvq_bitr r2 = {p2 + 2, 0};
+            for (int j = 0; j < d; j++) a2 += kvq_bitr_get(&r2, 1) ? sq[j] : -sq[j];
+            acc += kq * gr * a2;
+        }
+        sc[t] = get16(in) * acc;
+    }
+}
+
+static double turbo_bits(const kvq_kvcodec *c) {
+    const turbo_st *s = c->st;
+    return s->bm + 16.0 / c->d + (s->prod ? 1.0 + 16.0 / c->d : 0.0);
+}
+
+static int turbo_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
+    turbo_st *s = c->st;
+    int n = 0;
+    t[n++] = (kvq_kvtable){"signs", s->signs, (size_t)c->d};
+    t[n++] = (kvq_kvtable){"codebook", s->cb, (size_t)s->K};
+    if (s->quat) t[n++] = (kvq_kvtable){"quaternion", s->quatr, 4};
+    return n; // the QJL matrix S is regenerated from the seed (d² floats)
+}
+
+const kvq_kvcodec_vt kvq_kv_turbo_vt = {.name = "turboquant", .init = turbo_init, .free = turbo_free,
+                                         .max_bytes = turbo_max, .encode = turbo_enc, .decode = turbo_dec,
+                                         .score = turbo_score, .score_vec = turbo_score_vec, .bits_formula = turbo_bits,
+                                         .tables = turbo_tables};

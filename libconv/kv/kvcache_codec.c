@@ -1,0 +1,399 @@
+// The runtime KV cache (libconv/kvcache.h ops) on top of any KV codec. Per (layer,
+// KV head, K/V): a ring of fp16 tokens not yet encoded (the residual window plus an
+// incomplete KIVI key group) and a store of encoded groups with their lengths.
+// Boundary protection: K of the first and last layer use the fp16 codec.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/dtype.h"
+#include "libconv/kvcodec.h"
+
+typedef struct {
+    kvq_kvcodec *codec;
+    uint8_t *store;    // (max_groups, stride) encoded groups
+    uint32_t *len;     // (max_groups) bytes used by each group
+    size_t stride;
+    uint16_t *ring;    // (cap, d) fp16 tokens at positions [n_enc, n_tok), slot pos % cap
+    float *shadow;     // (max_ctx, d) decoded tokens [0, n_enc) when policy.shadow
+    int n_enc;         // encoded prefix, a multiple of codec->group
+} kv_slot;
+
+typedef struct {
+    kvq_kvcache base;
+    kvq_kvspec spec;
+    kvq_kvcache_policy pol;
+    int cap;
+    int *n_tok;        // (n_layers)
+    kv_slot *slot;     // (n_layers, n_kv_heads, 2)
+} kvc;
+
+static kv_slot *slot_at(const kvc *c, int l, int h, int r) {
+    return &c->slot[((size_t)l * c->base.n_kv_heads + h) * 2 + r];
+}
+
+static void ring_get(const kvc *c, const kv_slot *s, int pos, float *x) {
+    const uint16_t *p = s->ring + (size_t)(pos % c->cap) * c->base.head_dim;
+    for (int i = 0; i < c->base.head_dim; i++) x[i] = kvq_f16_to_f32(p[i]);
+}
+static void ring_put(const kvc *c, kv_slot *s, int pos, const float *x) {
+    uint16_t *p = s->ring + (size_t)(pos % c->cap) * c->base.head_dim;
+    for (int i = 0; i < c->base.head_dim; i++) p[i] = kvq_f32_to_f16(x[i]);
+}
+
+// Encodes ready groups: those entirely older than the window.
+static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
+    int d = c->base.head_dim, g = s->codec->group, W = c->pol.window;
+    float buf[32 * 512];
+    while (n_tok - s->n_enc > W && n_tok - W - s->n_enc >= g) {
+        if ((size_t)g * d > sizeof buf / sizeof *buf) return KVQ_ERR_ARG;
+        for (int t = 0; t < g; t++) ring_get(c, s, s->n_enc + t, buf + (size_t)t * d);
+        size_t n = 0;
+        int gi = s->n_enc / g;
+        kvq_status st = s->codec->vt->encode(s->codec, buf, s->store + (size_t)gi * s->stride, &n, NULL);
+        if (st) return st;
+        s->len[gi] = (uint32_t)n;
+        if (s->shadow) {
+            float *sh = s->shadow + (size_t)s->n_enc * d;
+            const uint8_t *p = s->store + (size_t)gi * s->stride;
+            if (s->codec->role == KVQ_KV_K && s->codec->vt->score_vec && g == 1) s->codec->vt->score_vec(s->codec, p, sh);
+            else s->codec->vt->decode(s->codec, p, n, sh);
+        }
+        s->n_enc += g;
+    }
+    return KVQ_OK;
+}
+
+static void layer_truncate(kvc *c, int l, int pos) {
+    kvq_kvcache *base = &c->base;
+    int d = base->head_dim;
+    if (c->n_tok[l] > pos) c->n_tok[l] = pos;
+    for (int h = 0; h < base->n_kv_heads; h++)
+        for (int r = 0; r < 2; r++) {
+            kv_slot *s = slot_at(c, l, h, r);
+            int g = s->codec->group;
+            if (pos == 0 && s->codec->vt->reset) s->codec->vt->reset(s->codec);
+            if (s->n_enc <= pos) continue;
+            int ne = pos / g * g;
+            if (ne < pos) { // a group cut in two: its surviving tokens go back to the ring
+                float buf[32 * 512];
+                int gi = ne / g;
+                s->codec->vt->decode(s->codec, s->store + (size_t)gi * s->stride, s->len[gi], buf);
+                for (int t = ne; t < pos; t++) ring_put(c, s, t, buf + (size_t)(t - ne) * d);
+            }
+            s->n_enc = ne;
+        }
+}
+
+static void kvc_truncate(kvq_kvcache *base, int pos) {
+    for (int l = 0; l < base->n_layers; l++) layer_truncate((kvc *)base, l, pos < 0 ? 0 : pos);
+}
+
+static kvq_status kvc_append(kvq_kvcache *base, int layer, int pos, const float *k, const float *v) {
+    kvc *c = (kvc *)base;
+    if (layer < 0 || layer >= base->n_layers || pos < 0 || pos >= base->max_ctx || pos > c->n_tok[layer])
+        return KVQ_ERR_ARG;
+    if (pos < c->n_tok[layer]) layer_truncate(c, layer, pos); // rewriting history
+    int d = base->head_dim;
+    for (int h = 0; h < base->n_kv_heads; h++)
+        for (int r = 0; r < 2; r++) {
+            kv_slot *s = slot_at(c, layer, h, r);
+            ring_put(c, s, pos, (r ? v : k) + (size_t)h * d);
+        }
+    c->n_tok[layer] = pos + 1;
+    for (int h = 0; h < base->n_kv_heads; h++)
+        for (int r = 0; r < 2; r++) {
+            kvq_status st = slot_flush(c, slot_at(c, layer, h, r), pos + 1);
+            if (st) return st;
+        }
+    return KVQ_OK;
+}
+
+// Rows [0, n) of a slot as fp32 (decoding whole groups).
+static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out) {
+    int d = c->base.head_dim, g = s->codec->group;
+    int ne = s->n_enc < n ? s->n_enc : n;
+    if (s->shadow) {
+        memcpy(out, s->shadow, sizeof(float) * ne * d);
+        for (int t = ne; t < n; t++) ring_get(c, s, t, out + (size_t)t * d);
+        return;
+    }
+    float *tmp = g > 1 ? malloc(sizeof(float) * g * d) : NULL;
+    for (int gi = 0; gi * g < ne; gi++) {
+        const uint8_t *p = s->store + (size_t)gi * s->stride;
+        if (g == 1) s->codec->vt->decode(s->codec, p, s->len[gi], out + (size_t)gi * d);
+        else {
+            s->codec->vt->decode(s->codec, p, s->len[gi], tmp);
+            int m = ne - gi * g < g ? ne - gi * g : g;
+            memcpy(out + (size_t)gi * g * d, tmp, sizeof(float) * m * d);
+        }
+    }
+    free(tmp);
+    for (int t = ne; t < n; t++) ring_get(c, s, t, out + (size_t)t * d);
+}
+
+static void kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, int n_q, int n_ctx,
+                       float scale, float *out) {
+    kvc *c = (kvc *)base;
+    int d = base->head_dim;
+    const kv_slot *sk = slot_at(c, layer, head, 0), *sv = slot_at(c, layer, head, 1);
+    float *sc = malloc(sizeof(float) * (size_t)n_q * n_ctx);
+    float *vv = malloc(sizeof(float) * (size_t)n_ctx * d);
+    int ne = sk->n_enc < n_ctx ? sk->n_enc : n_ctx;
+    int use_score = !sk->shadow && sk->codec->vt->score && sk->codec->group == 1 && ne > 0;
+    float *kk = malloc(sizeof(float) * (size_t)n_ctx * d);
+    KVQ_ASSERT(sc && vv && kk);
+    if (use_score) {
+        const uint8_t **rec = malloc(sizeof(*rec) * (ne ? ne : 1));
+        KVQ_ASSERT(rec);
+        for (int t = 0; t < ne; t++) rec[t] = sk->store + (size_t)t * sk->stride;
+        for (int i = 0; i < n_q; i++) sk->codec->vt->score(sk->codec, q + (size_t)i * d, rec, ne, sc + (size_t)i * n_ctx);
+        free(rec);
+        for (int t = ne; t < n_ctx; t++) ring_get(c, sk, t, kk + (size_t)t * d);
+    } else {
+        slot_rows(c, sk, n_ctx, kk);
+        ne = 0;
+    }
+    for (int i = 0; i < n_q; i++)
+        for (int t = ne; t < n_ctx; t++) {
+            const float *qi = q + (size_t)i * d, *kt = kk + (size_t)t * d;
+            float a = 0;
+            for (int j = 0; j < d; j++) a += qi[j] * kt[j];
+            sc[(size_t)i * n_ctx + t] = a;
+        }
+    slot_rows(c, sv, n_ctx, vv);
+    for (int i = 0; i < n_q; i++) {
+        float *s = sc + (size_t)i * n_ctx, m = -INFINITY, z = 0;
+        for (int t = 0; t < n_ctx; t++) s[t] *= scale, m = fmaxf(m, s[t]);
+        for (int t = 0; t < n_ctx; t++) s[t] = expf(s[t] - m), z += s[t];
+        float *o = out + (size_t)i * d;
+        memset(o, 0, sizeof(float) * d);
+        for (int t = 0; t < n_ctx; t++) {
+            float w = s[t] / z;
+            const float *vt = vv + (size_t)t * d;
+            for (int j = 0; j < d; j++) o[j] += w * vt[j];
+        }
+    }
+    free(sc), free(vv), free(kk);
+}
+
+static double kvc_bits(const kvq_kvcache *base) {
+    const kvc *c = (const kvc *)base;
+    double bits = 0, elems = 0;
+    for (int l = 0; l < base->n_layers; l++)
+        for (int h = 0; h < base->n_kv_heads; h++)
+            for (int r = 0; r < 2; r++) {
+                const kv_slot *s = slot_at(c, l, h, r);
+                int g = s->codec->group;
+                for (int gi = 0; gi < s->n_enc / g; gi++)
+                    bits += 8.0 * s->len[gi] + (s->codec->fixed ? 0 : KVQ_KV_LEN_BITS);
+                bits += 16.0 * (c->n_tok[l] - s->n_enc) * base->head_dim;
+                elems += (double)c->n_tok[l] * base->head_dim;
+            }
+    if (elems == 0) return kvq_kvcache_codec_formula_bits(base, base->max_ctx);
+    return bits / elems;
+}
+
+double kvq_kvcache_codec_formula_bits(const kvq_kvcache *base, int n_ctx) {
+    const kvc *c = (const kvc *)base;
+    double bits = 0;
+    int n = 0;
+    for (int l = 0; l < base->n_layers; l++)
+        for (int r = 0; r < 2; r++) {
+            const kv_slot *s = slot_at(c, l, 0, r);
+            int g = s->codec->group, W = c->pol.window;
+            int ne = n_ctx > W ? (n_ctx - W) / g * g : 0;
+            double cb = s->codec->vt->bits_formula(s->codec);
+            if (!s->codec->fixed) cb += (double)KVQ_KV_LEN_BITS / (g * base->head_dim);
+            bits += (ne * cb + (n_ctx - ne) * 16.0) / n_ctx;
+            n++;
+        }
+    return bits / n;
+}
+
+static void kvc_free(kvq_kvcache *base) {
+    kvc *c = (kvc *)base;
+    if (!c) return;
+    if (c->slot)
+        for (size_t i = 0; i < (size_t)base->n_layers * base->n_kv_heads * 2; i++) {
+            kvq_kvcodec_free(c->slot[i].codec);
+            free(c->slot[i].store), free(c->slot[i].len), free(c->slot[i].ring), free(c->slot[i].shadow);
+        }
+    free(c->slot), free(c->n_tok), free(c);
+}
+
+static const kvq_kvcache_ops kvc_ops = {kvc_append, kvc_attend, kvc_truncate, kvc_bits, kvc_free};
+
+const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *base, int layer, int head, int role) {
+    if (base->ops != &kvc_ops) return NULL;
+    return slot_at((const kvc *)base, layer, head, role)->codec;
+}
+
+kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads, int head_dim,
+                                 int max_ctx, const kvq_kvcache_policy *pol, kvq_kvcache **out,
+                                 kvq_err *err) {
+    *out = NULL;
+    kvq_kvspec sp, fp;
+    kvq_status st = kvq_kvspec_parse(spec, &sp, err);
+    if (st) return st;
+    kvq_kvspec_parse("fp16", &fp, NULL);
+    if (n_layers < 1 || n_kv_heads < 1 || max_ctx < 1 || pol->window < 0 || head_dim > 512)
+        return kvq_err_set(err, KVQ_ERR_ARG, "kv cache '%s': bad shape (layers %d, heads %d, head_dim %d, ctx %d, window %d)",
+                           spec, n_layers, n_kv_heads, head_dim, max_ctx, pol->window);
+    kvc *c = calloc(1, sizeof *c);
+    if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "kv cache: out of memory");
+    c->base = (kvq_kvcache){&kvc_ops, n_layers, n_kv_heads, head_dim, max_ctx};
+    c->spec = sp;
+    c->pol = *pol;
+    c->n_tok = calloc(n_layers, sizeof(int));
+    c->slot = calloc((size_t)n_layers * n_kv_heads * 2, sizeof(kv_slot));
+    if (!c->n_tok || !c->slot) {
+        kvc_free(&c->base);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "kv cache: out of memory");
+    }
+    int gmax = 1;
+    for (int l = 0; l < n_layers; l++)
+        for (int h = 0; h < n_kv_heads; h++)
+            for (int r = 0; r < 2; r++) {
+                kv_slot *s = slot_at(c, l, h, r);
+                int bnd = pol->boundary && r == KVQ_KV_K && (l == 0 || l == n_layers - 1);
+                st = kvq_kvcodec_new(bnd ? &fp : &sp, head_dim, r, kvq_kv_seed(pol->seed, l, h, r), &s->codec, err);
+                if (st) {
+                    kvq_err_prefix(err, "kv cache layer %d head %d", l, h);
+                    kvc_free(&c->base);
+                    return st;
+                }
+                if (s->codec->group > gmax) gmax = s->codec->group;
+            }
+    c->cap = pol->window + gmax;
+    for (size_t i = 0; i < (size_t)n_layers * n_kv_heads * 2; i++) {
+        kv_slot *s = &c->slot[i];
+        int ng = (max_ctx + s->codec->group - 1) / s->codec->group;
+        s->stride = s->codec->vt->max_bytes(s->codec);
+        s->store = malloc(s->stride * ng);
+        s->len = calloc(ng, sizeof(uint32_t));
+        s->ring = malloc(sizeof(uint16_t) * c->cap * head_dim);
+        if (pol->shadow) s->shadow = malloc(sizeof(float) * (size_t)ng * s->codec->group * head_dim);
+        if (!s->store || !s->len || !s->ring || (pol->shadow && !s->shadow)) {
+            kvc_free(&c->base);
+            return kvq_err_set(err, KVQ_ERR_NOMEM, "kv cache '%s': out of memory for %d tokens", spec, max_ctx);
+        }
+    }
+    *out = &c->base;
+    return KVQ_OK;
+}
+
+// ---- manifest section ----
+
+kvq_status kvq_kvcache_codec_save(const kvq_kvcache *base, int n_ctx, json_t **section, float **blob,
+                                  size_t *blob_floats, kvq_err *err) {
+    *section = NULL, *blob = NULL, *blob_floats = 0;
+    if (base->ops != &kvc_ops) return kvq_err_set(err, KVQ_ERR_ARG, "kv save: not a codec cache");
+    const kvc *c = (const kvc *)base;
+    char spec[128], seed[32];
+    kvq_kvspec_format(&c->spec, spec, sizeof spec);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->pol.seed);
+    double bits = kvq_kvcache_codec_formula_bits(base, n_ctx);
+    json_t *states = json_array(), *sec = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f}", "spec", spec,
+                                                    "n_layers", base->n_layers, "n_kv_heads", base->n_kv_heads,
+                                                    "head_dim", base->head_dim, "window", c->pol.window, "boundary",
+                                                    c->pol.boundary, "seed", seed, "bits_per_element", bits,
+                                                    "bytes_per_token", bits * 2 * base->n_layers * base->n_kv_heads * base->head_dim / 8);
+    size_t total = 0;
+    for (size_t i = 0; i < (size_t)base->n_layers * base->n_kv_heads * 2; i++) {
+        kvq_kvtable t[8];
+        int nt = c->slot[i].codec->vt->tables ? c->slot[i].codec->vt->tables(c->slot[i].codec, t) : 0;
+        for (int k = 0; k < nt; k++) total += t[k].count;
+    }
+    float *b = malloc(sizeof(float) * (total ? total : 1));
+    if (!states || !sec || !b) {
+        json_decref(states), json_decref(sec), free(b);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "kv save: out of memory");
+    }
+    size_t off = 0;
+    for (int l = 0; l < base->n_layers; l++)
+        for (int h = 0; h < base->n_kv_heads; h++)
+            for (int r = 0; r < 2; r++) {
+                const kvq_kvcodec *cd = slot_at(c, l, h, r)->codec;
+                json_t *params;
+                kvq_blob dummy[8];
+                int nb = 0;
+                kvq_status st = kvq_kvcodec_save(cd, &params, dummy, 8, &nb, err);
+                if (st) { json_decref(states), json_decref(sec), free(b); return st; }
+                for (int k = 0; k < nb; k++) free(dummy[k].data);
+                kvq_kvtable t[8];
+                int nt = cd->vt->tables ? cd->vt->tables(cd, t) : 0;
+                json_t *tj = json_array();
+                for (int k = 0; k < nt; k++) {
+                    memcpy(b + off, t[k].data, sizeof(float) * t[k].count);
+                    json_array_append_new(tj, json_pack("{s:s, s:I, s:I}", "name", t[k].name, "offset", (json_int_t)off,
+                                                        "count", (json_int_t)t[k].count));
+                    off += t[k].count;
+                }
+                json_array_append_new(states, json_pack("{s:i, s:i, s:s, s:o, s:o}", "layer", l, "head", h, "role",
+                                                        r ? "V" : "K", "params", params, "tables", tj));
+            }
+    json_object_set_new(sec, "states", states);
+    *section = sec, *blob = b, *blob_floats = total;
+    return KVQ_OK;
+}
+
+kvq_status kvq_kvcache_codec_load(const json_t *sec, const float *blob, size_t nf, int max_ctx, int shadow,
+                                  kvq_kvcache **out, kvq_err *err) {
+    *out = NULL;
+    const char *spec, *seed;
+    int L, H, D, W, B;
+    json_t *states;
+    if (json_unpack((json_t *)sec, "{s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:o}", "spec", &spec, "n_layers", &L, "n_kv_heads",
+                    &H, "head_dim", &D, "window", &W, "boundary", &B, "seed", &seed, "states", &states) ||
+        !json_is_array(states))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: missing spec/shape/window/boundary/seed/states");
+    char *e;
+    unsigned long long sd = strtoull(seed, &e, 10);
+    if (*e) return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: bad seed '%s'", seed);
+    kvq_kvcache_policy pol = {W, B, sd, shadow};
+    kvq_kvcache *cache;
+    kvq_status st = kvq_kvcache_codec_new(spec, L, H, D, max_ctx, &pol, &cache, err);
+    if (st) return st;
+    kvc *c = (kvc *)cache;
+    if (json_array_size(states) != (size_t)L * H * 2) {
+        cache->ops->free(cache);
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: %zu states, expected %d", json_array_size(states), L * H * 2);
+    }
+    size_t i;
+    json_t *sj;
+    json_array_foreach(states, i, sj) {
+        int l, h;
+        const char *role, *pseed;
+        json_t *tj, *params;
+        if (json_unpack(sj, "{s:i, s:i, s:s, s:o, s:o}", "layer", &l, "head", &h, "role", &role, "params", &params, "tables", &tj) ||
+            l < 0 || l >= L || h < 0 || h >= H || json_unpack(params, "{s:s}", "seed", &pseed)) {
+            cache->ops->free(cache);
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state %zu: bad layer/head/role/params", i);
+        }
+        kvq_kvcodec *cd = slot_at(c, l, h, strcmp(role, "V") ? 0 : 1)->codec;
+        if (strtoull(pseed, NULL, 10) != cd->seed) {
+            cache->ops->free(cache);
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: seed %s does not match the section seed", l, h, role, pseed);
+        }
+        kvq_kvtable t[8];
+        int nt = cd->vt->tables ? cd->vt->tables(cd, t) : 0;
+        if ((int)json_array_size(tj) != nt) {
+            cache->ops->free(cache);
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: %zu tables, expected %d", l, h, role, json_array_size(tj), nt);
+        }
+        for (int k = 0; k < nt; k++) {
+            const char *name;
+            json_int_t off, cnt;
+            if (json_unpack(json_array_get(tj, k), "{s:s, s:I, s:I}", "name", &name, "offset", &off, "count", &cnt) ||
+                strcmp(name, t[k].name) || cnt != (json_int_t)t[k].count || off < 0 || (size_t)off > nf || (size_t)cnt > nf - (size_t)off) {
+                cache->ops->free(cache);
+                return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: table %d ('%s') does not match the codec or lies outside the %zu-float blob", l, h, role, k, t[k].name, nf);
+            }
+            memcpy(t[k].data, blob + off, sizeof(float) * cnt);
+        }
+        if (cd->vt->refresh) cd->vt->refresh(cd);
+    }
+    *out = cache;
+    return KVQ_OK;
+}

@@ -1,0 +1,152 @@
+// Helpers shared by the KV codecs: seeded generator, normalized Walsh-Hadamard
+// transform, grid Lloyd-Max for 1-D densities, LSB-first bit packing, quaternions.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/wht.h"
+#include "libconv/kvcodec.h"
+
+uint64_t kvq_kvrng_u64(kvq_kvrng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double kvq_kvrng_unif(kvq_kvrng *r) { return (double)(kvq_kvrng_u64(r) >> 11) * 0x1.0p-53; }
+
+double kvq_kvrng_normal(kvq_kvrng *r) {
+    double u1 = kvq_kvrng_unif(r), u2 = kvq_kvrng_unif(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+int kvq_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+void kvq_kv_wht(float *x, int n) {
+    kvq_wht(x, n); // kernels/cpu/wht.c: unnormalized butterfly
+    float s = 1.0f / sqrtf((float)n);
+    for (int i = 0; i < n; i++) x[i] *= s;
+}
+
+// ---- Lloyd-Max on a grid ----
+// Cells of width h; prefix sums of the cell masses, first and second moments give
+// every interval integral in O(1), interpolating linearly inside the cut cell.
+
+#define LM_GRID (1 << 17)
+
+typedef struct { const double *p0, *p1, *p2; double lo, h; int n; } lm_grid;
+
+static void lm_at(const lm_grid *g, double b, double *m0, double *m1, double *m2) {
+    double t = (b - g->lo) / g->h;
+    if (t <= 0) { *m0 = *m1 = *m2 = 0; return; }
+    if (t >= g->n) { *m0 = g->p0[g->n]; *m1 = g->p1[g->n]; *m2 = g->p2[g->n]; return; }
+    int i = (int)t;
+    double f = t - i;
+    *m0 = g->p0[i] + f * (g->p0[i + 1] - g->p0[i]);
+    *m1 = g->p1[i] + f * (g->p1[i + 1] - g->p1[i]);
+    *m2 = g->p2[i] + f * (g->p2[i + 1] - g->p2[i]);
+}
+
+double kvq_lloydmax(double (*pdf)(double, const void *), const void *arg, double lo, double hi,
+                    int K, float *cout) {
+    int n = LM_GRID;
+    double *p = malloc(sizeof(double) * 3 * (n + 1));
+    double *c = malloc(sizeof(double) * (K + 1)), *b = malloc(sizeof(double) * (K + 1));
+    KVQ_ASSERT(p && c && b);
+    double *p0 = p, *p1 = p + n + 1, *p2 = p + 2 * (n + 1), h = (hi - lo) / n;
+    p0[0] = p1[0] = p2[0] = 0;
+    for (int i = 0; i < n; i++) {
+        double x = lo + (i + 0.5) * h, w = pdf(x, arg) * h;
+        p0[i + 1] = p0[i] + w;
+        p1[i + 1] = p1[i] + w * x;
+        p2[i + 1] = p2[i] + w * (x * x + h * h / 12.0); // exact second moment of a uniform cell
+    }
+    double Z = p0[n];
+    for (int i = 0; i <= n; i++) p0[i] /= Z, p1[i] /= Z, p2[i] /= Z;
+    lm_grid g = {p0, p1, p2, lo, h, n};
+    // start at the quantile midpoints
+    for (int k = 0, i = 0; k < K; k++) {
+        double target = (k + 0.5) / K;
+        while (i < n && p0[i + 1] < target) i++;
+        c[k] = lo + (i + 0.5) * h;
+    }
+    double D = INFINITY;
+    for (int it = 0; it < 200000; it++) {
+        b[0] = lo;
+        b[K] = hi;
+        for (int k = 1; k < K; k++) b[k] = 0.5 * (c[k - 1] + c[k]);
+        double Dn = 0;
+        for (int k = 0; k < K; k++) {
+            double a0, a1, a2, e0, e1, e2;
+            lm_at(&g, b[k], &a0, &a1, &a2);
+            lm_at(&g, b[k + 1], &e0, &e1, &e2);
+            double m0 = e0 - a0, m1 = e1 - a1, m2 = e2 - a2;
+            Dn += m2 - 2 * c[k] * m1 + c[k] * c[k] * m0; // with the old centroid
+            if (m0 > 0) c[k] = m1 / m0;
+        }
+        if (fabs(D - Dn) <= 1e-13 * Dn) { D = Dn; break; }
+        D = Dn;
+    }
+    // final distortion with the final centroids
+    b[0] = lo;
+    b[K] = hi;
+    for (int k = 1; k < K; k++) b[k] = 0.5 * (c[k - 1] + c[k]);
+    D = 0;
+    for (int k = 0; k < K; k++) {
+        double a0, a1, a2, e0, e1, e2;
+        lm_at(&g, b[k], &a0, &a1, &a2);
+        lm_at(&g, b[k + 1], &e0, &e1, &e2);
+        D += (e2 - a2) - 2 * c[k] * (e1 - a1) + c[k] * c[k] * (e0 - a0);
+    }
+    for (int k = 0; k < K; k++) cout[k] = (float)c[k];
+    free(p);
+    free(c);
+    free(b);
+    return D;
+}
+
+int kvq_nearest_sorted(const float *c, int K, float x) {
+    int lo = 0, hi = K - 1; // first centroid whose upper midpoint is >= x
+    while (lo < hi) {
+        int m = (lo + hi) >> 1;
+        if (x > 0.5f * (c[m] + c[m + 1])) lo = m + 1;
+        else hi = m;
+    }
+    return lo;
+}
+
+// ---- bits ----
+// The writer ORs into the buffer: encoders zero their output first.
+
+void kvq_bitw_put(kvq_bitw *w, uint32_t v, int nbits) {
+    while (nbits > 0) {
+        size_t byte = w->bit >> 3;
+        int off = (int)(w->bit & 7), take = 8 - off < nbits ? 8 - off : nbits;
+        w->p[byte] |= (uint8_t)((v & ((1u << take) - 1u)) << off);
+        v >>= take;
+        nbits -= take;
+        w->bit += take;
+    }
+}
+
+uint32_t kvq_bitr_get(kvq_bitr *r, int nbits) {
+    uint32_t v = 0;
+    int got = 0;
+    while (got < nbits) {
+        int off = (int)(r->bit & 7), take = 8 - off < nbits - got ? 8 - off : nbits - got;
+        v |= (uint32_t)((r->p[r->bit >> 3] >> off) & ((1u << take) - 1u)) << got;
+        got += take;
+        r->bit += take;
+    }
+    return v;
+}
+
+void kvq_quat_mul(const float *a, const float *b, float *o) {
+    float w = a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3];
+    float x = a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2];
+    float y = a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1];
+    float z = a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0];
+    o[0] = w, o[1] = x, o[2] = y, o[3] = z;
+}

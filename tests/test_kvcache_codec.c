@@ -1,0 +1,329 @@
+// Tests of the codec-backed runtime KV cache (libconv/kv/kvcache_codec.c) through the
+// kvq_kvcache ops: attention against exact attention computed here, against the same
+// codec run standalone, window and boundary policies, KIVI's incomplete key group,
+// truncation, and the effective-bits accounting.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+#include "formats/dtype.h"
+#include "formats/kvqfile.h"
+#include "libconv/kvcodec.h"
+
+enum { L = 3, H = 2, D = 64, T = 80, NQ = 2 };
+
+static void gauss(float *x, size_t n, uint64_t seed) {
+    kvq_kvrng r = {seed};
+    for (size_t i = 0; i < n; i++) x[i] = (float)kvq_kvrng_normal(&r);
+}
+
+static float r16(float f) { return kvq_f16_to_f32(kvq_f32_to_f16(f)); }
+
+// softmax(q·Kᵀ·scale)·V for rows [0, n) given scores s (n) and V (n, D)
+static void attend_ref(const float *s_in, const float *v, int n, float scale, float *out) {
+    float s[T], m = -INFINITY, z = 0;
+    for (int t = 0; t < n; t++) s[t] = s_in[t] * scale, m = fmaxf(m, s[t]);
+    for (int t = 0; t < n; t++) s[t] = expf(s[t] - m), z += s[t];
+    memset(out, 0, sizeof(float) * D);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < D; j++) out[j] += s[t] / z * v[t * D + j];
+}
+
+static kvq_kvcache *mkcache(const char *spec, int window, int boundary) {
+    kvq_kvcache *c = NULL;
+    kvq_err e = {0};
+    kvq_kvcache_policy p = {window, boundary, 42, 0};
+    if (kvq_kvcache_codec_new(spec, L, H, D, T, &p, &c, &e)) fail_msg("%s: %s", spec, e.msg);
+    return c;
+}
+
+// k, v: (T, L, H, D)
+static float *kk, *vv, *qq;
+
+static void fill(kvq_kvcache *c, int from, int to) {
+    for (int t = from; t < to; t++)
+        for (int l = 0; l < L; l++)
+            assert_int_equal(c->ops->append(c, l, t, kk + ((size_t)t * L + l) * H * D, vv + ((size_t)t * L + l) * H * D), KVQ_OK);
+}
+
+static int setup(void **st) {
+    kk = malloc(sizeof(float) * T * L * H * D);
+    vv = malloc(sizeof(float) * T * L * H * D);
+    qq = malloc(sizeof(float) * NQ * D);
+    gauss(kk, (size_t)T * L * H * D, 1);
+    gauss(vv, (size_t)T * L * H * D, 2);
+    gauss(qq, NQ * D, 3);
+    return 0;
+}
+static int teardown(void **st) {
+    free(kk), free(vv), free(qq);
+    return 0;
+}
+
+// The expected attention for (layer, head) at n_ctx: the codec run standalone on the
+// tokens that left the window, fp16 for the rest, scores through score() when the
+// cache would use it.
+static void expected(const char *spec, int window, int boundary, int l, int h, int n, float *out) {
+    kvq_kvspec sp;
+    kvq_kvspec_parse(boundary && (l == 0 || l == L - 1) ? "fp16" : spec, &sp, NULL);
+    kvq_kvspec vsp;
+    kvq_kvspec_parse(spec, &vsp, NULL);
+    kvq_kvcodec *ck, *cv;
+    assert_int_equal(kvq_kvcodec_new(&sp, D, KVQ_KV_K, kvq_kv_seed(42, l, h, 0), &ck, NULL), KVQ_OK);
+    assert_int_equal(kvq_kvcodec_new(&vsp, D, KVQ_KV_V, kvq_kv_seed(42, l, h, 1), &cv, NULL), KVQ_OK);
+    float K[T * D], V[T * D], Kd[T * D], Vd[T * D], s[T];
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < D; j++) {
+            K[t * D + j] = r16(kk[(((size_t)t * L + l) * H + h) * D + j]);
+            V[t * D + j] = r16(vv[(((size_t)t * L + l) * H + h) * D + j]);
+        }
+    memcpy(Kd, K, sizeof K), memcpy(Vd, V, sizeof V);
+    int nek = n > window ? (n - window) / ck->group * ck->group : 0;
+    int nev = n > window ? (n - window) / cv->group * cv->group : 0;
+    uint8_t *bk = malloc(kvq_kvcodec_bound(ck, T)), *bv = malloc(kvq_kvcodec_bound(cv, T));
+    size_t ok[T + 1], ov[T + 1];
+    assert_int_equal(kvq_kvcodec_encode(ck, K, nek, bk, kvq_kvcodec_bound(ck, T), ok, NULL), KVQ_OK);
+    assert_int_equal(kvq_kvcodec_encode(cv, V, nev, bv, kvq_kvcodec_bound(cv, T), ov, NULL), KVQ_OK);
+    kvq_kvcodec_decode(ck, bk, ok, nek, Kd);
+    kvq_kvcodec_decode(cv, bv, ov, nev, Vd);
+    for (int i = 0; i < NQ; i++) {
+        for (int t = 0; t < n; t++) {
+            s[t] = 0;
+            for (int j = 0; j < D; j++) s[t] += qq[i * D + j] * Kd[t * D + j];
+        }
+        if (ck->vt->score && ck->group == 1 && nek > 0) {
+            const uint8_t *rec[T];
+            for (int t = 0; t < nek; t++) rec[t] = bk + ok[t];
+            ck->vt->score(ck, qq + i * D, rec, nek, s);
+        }
+        attend_ref(s, Vd, n, 1 / sqrtf(D), out + i * D);
+    }
+    free(bk), free(bv);
+    kvq_kvcodec_free(ck), kvq_kvcodec_free(cv);
+}
+
+static const char *specs[] = {"fp16", "int:4", "kivi:2", "hqmq:s48:r4", "octopus:3", "octopus:2:qjl",
+                              "turboquant:3", "turboquant-prod:3", "qturbo:2", "hqkv:e8:3:rot=signs:dither",
+                              "hqkv:d4:2:rot=qjl"};
+
+static void test_matches_standalone_codec(void **st) {
+    int windows[] = {0, 5};
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++)
+        for (int wi = 0; wi < 2; wi++)
+            for (int bnd = 0; bnd < 2; bnd++) {
+                kvq_kvcache *c = mkcache(specs[si], windows[wi], bnd);
+                fill(c, 0, T);
+                int ns[] = {1, 37, T};
+                for (int l = 0; l < L; l++)
+                    for (int h = 0; h < H; h++)
+                        for (int k = 0; k < 3; k++) {
+                            // KIVI: truncating inside a key group re-rings its tokens decoded
+                            // (lossy), so only the full context is compared
+                            if (!strncmp(specs[si], "kivi", 4) && ns[k] < T) continue;
+                            // the dither counter is running state: re-appended tokens draw new dithers
+                            if (strstr(specs[si], "dither") && ns[k] < T) continue;
+                            // tokens encoded before a truncate stay encoded (docs/KV.md): with
+                            // a window the expected split differs, so W > 0 compares full context
+                            if (windows[wi] > 0 && ns[k] < T) continue;
+                            float got[NQ * D], want[NQ * D];
+                            if (ns[k] < T) { // a shorter context: truncate and refill
+                                c->ops->truncate(c, ns[k]);
+                            }
+                            c->ops->attend(c, l, h, qq, NQ, ns[k], 1 / sqrtf(D), got);
+                            expected(specs[si], windows[wi], bnd, l, h, ns[k], want);
+                            for (int j = 0; j < NQ * D; j++)
+                                if (fabsf(got[j] - want[j]) > 1e-4f)
+                                    fail_msg("%s W=%d bnd=%d l=%d h=%d n=%d: %g vs %g", specs[si], windows[wi], bnd, l, h, ns[k], got[j], want[j]);
+                            if (ns[k] < T) fill(c, ns[k], T);
+                        }
+                c->ops->free(c);
+            }
+}
+
+// Close to exact attention (fp32, computed here) within a per-codec tolerance; the
+// fp16 cache and a window covering everything must be near exact.
+static void test_vs_exact(void **st) {
+    struct { const char *spec; int window; float tol; } cs[] = {
+        {"fp16", 0, 2e-3f}, {"turboquant:2", T, 2e-3f}, {"int:8", 0, 2e-2f}, {"octopus:4", 0, 0.15f},
+        {"hqmq:s192:r6", 0, 0.15f}, {"turboquant:4", 0, 0.15f}, {"kivi:4", 0, 0.15f}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        kvq_kvcache *c = mkcache(cs[i].spec, cs[i].window, 0);
+        fill(c, 0, T);
+        double e2 = 0, r2 = 0;
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                float got[NQ * D], want[NQ * D], K[T * D], V[T * D], s[T];
+                for (int t = 0; t < T; t++)
+                    for (int j = 0; j < D; j++)
+                        K[t * D + j] = kk[(((size_t)t * L + l) * H + h) * D + j], V[t * D + j] = vv[(((size_t)t * L + l) * H + h) * D + j];
+                c->ops->attend(c, l, h, qq, NQ, T, 1 / sqrtf(D), got);
+                for (int q = 0; q < NQ; q++) {
+                    for (int t = 0; t < T; t++) {
+                        s[t] = 0;
+                        for (int j = 0; j < D; j++) s[t] += qq[q * D + j] * K[t * D + j];
+                    }
+                    attend_ref(s, V, T, 1 / sqrtf(D), want + q * D);
+                }
+                for (int j = 0; j < NQ * D; j++) e2 += pow(got[j] - want[j], 2), r2 += pow(want[j], 2);
+            }
+        double rel = sqrt(e2 / r2);
+        printf("  %-14s W=%-3d attention rel. error vs exact %.4f\n", cs[i].spec, cs[i].window, rel);
+        assert_true(rel < cs[i].tol);
+        c->ops->free(c);
+    }
+}
+
+// Effective bits: encoded bytes + fp16 window (+ KIVI's incomplete group) + boundary.
+static void test_bits_accounting(void **st) {
+    // int:4 at D=64: 4 + 16/64 = 4.25 bits; window 5 of T=80 at 16 bits
+    kvq_kvcache *c = mkcache("int:4", 5, 0);
+    fill(c, 0, T);
+    double want = (75 * 4.25 + 5 * 16.0) / T;
+    assert_true(fabs(c->ops->bits_per_element(c) - want) < 1e-9);
+    assert_true(fabs(kvq_kvcache_codec_formula_bits(c, T) - want) < 1e-9);
+    c->ops->free(c);
+    // boundary: K of layers 0 and 2 (of 3) at 16 bits
+    c = mkcache("int:4", 0, 1);
+    fill(c, 0, T);
+    want = (2 * 16.0 + 1 * 4.25 + 3 * 4.25) / 6;
+    assert_true(fabs(c->ops->bits_per_element(c) - want) < 1e-9);
+    assert_string_equal(kvq_kvcache_codec_state(c, 0, 1, 0)->spec.name, "fp16");
+    assert_string_equal(kvq_kvcache_codec_state(c, 1, 1, 0)->spec.name, "int");
+    c->ops->free(c);
+    // KIVI: 80 tokens = 2 full key groups + 16 fp16 keys; values per token
+    c = mkcache("kivi:2", 0, 0);
+    fill(c, 0, T);
+    want = ((64 * 3.0 + 16 * 16.0) / T + 3.0) / 2;
+    assert_true(fabs(c->ops->bits_per_element(c) - want) < 1e-9);
+    c->ops->free(c);
+    // HQMQ with outliers: variable length + 16-bit length field per token
+    c = mkcache("hqmq:s48:r4:med3", 0, 0);
+    fill(c, 0, T);
+    double b = c->ops->bits_per_element(c), f = kvq_kvcache_codec_formula_bits(c, T);
+    assert_true(b >= f - 1e-9 && b < f + 0.2);
+    c->ops->free(c);
+}
+
+// The evaluation shadow (decoded fp32 copy) gives the same attention as the codec path.
+static void test_shadow_same(void **st) {
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        kvq_kvcache *a = mkcache(specs[si], 3, 1), *b = NULL;
+        kvq_kvcache_policy p = {3, 1, 42, 1};
+        assert_int_equal(kvq_kvcache_codec_new(specs[si], L, H, D, T, &p, &b, NULL), KVQ_OK);
+        fill(a, 0, T), fill(b, 0, T);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                float x[NQ * D], y[NQ * D];
+                a->ops->attend(a, l, h, qq, NQ, T, 1 / sqrtf(D), x);
+                b->ops->attend(b, l, h, qq, NQ, T, 1 / sqrtf(D), y);
+                for (int j = 0; j < NQ * D; j++) assert_true(fabsf(x[j] - y[j]) < 1e-4f);
+            }
+        assert_true(a->ops->bits_per_element(a) == b->ops->bits_per_element(b));
+        a->ops->free(a), b->ops->free(b);
+    }
+}
+
+// Manifest section round trip: a loaded cache attends exactly like the saved one; a
+// blob too short is refused with a message.
+static void test_manifest_roundtrip(void **st) {
+    const char *sp[] = {"octopus:3", "hqmq:s48:r4:med3", "turboquant-prod:2", "kivi:2", "hqkv:e8:3:rot=signs:dither"};
+    for (size_t si = 0; si < sizeof sp / sizeof *sp; si++) {
+        kvq_kvcache *a = mkcache(sp[si], 4, 1), *b = NULL;
+        json_t *sec;
+        float *blob;
+        size_t nf;
+        kvq_err e = {0};
+        assert_int_equal(kvq_kvcache_codec_save(a, T, &sec, &blob, &nf, &e), KVQ_OK);
+        char *js = json_dumps(sec, JSON_COMPACT);
+        json_t *sec2 = json_loads(js, 0, NULL);
+        assert_int_equal(kvq_kvcache_codec_load(sec2, blob, nf, T, 0, &b, &e), KVQ_OK);
+        fill(a, 0, T), fill(b, 0, T);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                float x[NQ * D], y[NQ * D];
+                a->ops->attend(a, l, h, qq, NQ, T, 1 / sqrtf(D), x);
+                b->ops->attend(b, l, h, qq, NQ, T, 1 / sqrtf(D), y);
+                assert_memory_equal(x, y, sizeof x);
+            }
+        kvq_kvcache *bad = NULL;
+        if (nf > 0) { // the stored tables are what the loaded cache uses
+            float *pert = malloc(sizeof(float) * nf);
+            for (size_t k = 0; k < nf; k++) pert[k] = blob[k] * 0.9f;
+            assert_int_equal(kvq_kvcache_codec_load(sec2, pert, nf, T, 0, &bad, &e), KVQ_OK);
+            fill(bad, 0, T);
+            float x[NQ * D], y[NQ * D];
+            a->ops->attend(a, 1, 0, qq, NQ, T, 1 / sqrtf(D), x);
+            bad->ops->attend(bad, 1, 0, qq, NQ, T, 1 / sqrtf(D), y);
+            assert_true(memcmp(x, y, sizeof x) != 0);
+            bad->ops->free(bad), bad = NULL, free(pert);
+        }
+        if (nf > 0) {
+            assert_int_equal(kvq_kvcache_codec_load(sec2, blob, nf - 1, T, 0, &bad, &e), KVQ_ERR_FORMAT);
+            assert_non_null(strstr(e.msg, "blob"));
+            assert_null(bad);
+        }
+        free(js), free(blob), json_decref(sec), json_decref(sec2);
+        a->ops->free(a), b->ops->free(b);
+    }
+}
+
+// Through a real .kvq: the converter's section writer and the runtime's loader.
+static void test_kvq_file_roundtrip(void **st) {
+    const char *path = "tests/out/test_kvcache_codec.kvq";
+    kvq_writer *w = NULL;
+    kvq_err e = {0};
+    mkdir("tests/out", 0755); // ignored by git; may already exist
+    if (kvq_writer_open(path, &w, &e)) fail_msg("%s", e.msg);
+    json_t *man = json_pack("{s:s, s:i}", "format", KVQ_FORMAT_NAME, "format_version", KVQ_FORMAT_VERSION);
+    assert_int_equal(kvq_kv_write_section(w, man, "hqmq:s24:r3:med3", L, H, D, 2048, 2, 1, 99, &e), KVQ_OK);
+    assert_int_equal(kvq_writer_commit(w, man, &e), KVQ_OK);
+    kvq_file *f = NULL;
+    assert_int_equal(kvq_file_open(path, &f, &e), KVQ_OK);
+    kvq_kvcache *a = NULL, *b = NULL;
+    assert_int_equal(kvq_kv_open_from_file(f, T, 0, &a, &e), KVQ_OK);
+    assert_non_null(a);
+    kvq_kvcache_policy p = {2, 1, 99, 0};
+    assert_int_equal(kvq_kvcache_codec_new("hqmq:s24:r3:med3", L, H, D, T, &p, &b, &e), KVQ_OK);
+    fill(a, 0, T), fill(b, 0, T);
+    float x[NQ * D], y[NQ * D];
+    a->ops->attend(a, 2, 1, qq, NQ, T, 1 / sqrtf(D), x);
+    b->ops->attend(b, 2, 1, qq, NQ, T, 1 / sqrtf(D), y);
+    assert_memory_equal(x, y, sizeof x);
+    a->ops->free(a), b->ops->free(b);
+    kvq_file_close(f);
+    json_decref(man);
+    remove(path);
+}
+
+static void test_bad_input(void **st) {
+    kvq_kvcache *c = NULL;
+    kvq_err e = {0};
+    kvq_kvcache_policy p = {0, 0, 1, 0};
+    assert_int_equal(kvq_kvcache_codec_new("octopus:9", L, H, D, T, &p, &c, &e), KVQ_ERR_ARG);
+    assert_null(c);
+    assert_int_equal(kvq_kvcache_codec_new("octopus:3", L, H, 48, T, &p, &c, &e), KVQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "power of two"));
+    c = mkcache("int:4", 0, 0);
+    float x[H * D] = {0};
+    assert_int_equal(c->ops->append(c, 0, 1, x, x), KVQ_ERR_ARG); // gap in positions
+    assert_int_equal(c->ops->append(c, 0, T, x, x), KVQ_ERR_ARG); // past max_ctx
+    c->ops->free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_standalone_codec),
+        cmocka_unit_test(test_vs_exact),
+        cmocka_unit_test(test_bits_accounting),
+        cmocka_unit_test(test_shadow_same),
+        cmocka_unit_test(test_manifest_roundtrip),
+        cmocka_unit_test(test_kvq_file_roundtrip),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests_name("kvcache_codec", tests, setup, teardown);
+}
