@@ -69,6 +69,7 @@ static kvq_status cu_fail(kvq_err *err, cudaError_t e, const char *what) {
 
 struct Rd {
     const uint32_t *wp, *wend; // words at or past wend read as zero (corrupt streams stay in bounds)
+    uint32_t nx0, nx1;         // the next two words, loaded early: their latency overlaps decoding
     uint64_t buf; // valid bits 0..n-1, zeros above
     int n;
     int bad;
@@ -78,9 +79,12 @@ struct Rd {
 __device__ __forceinline__ void rd_init(Rd &r, const uint8_t *codes, uint32_t o0, uint32_t o1) {
     uint32_t off = o0 & 3u;
     r.wp = reinterpret_cast<const uint32_t *>(codes + (o0 - off));
-    r.wend = reinterpret_cast<const uint32_t *>(codes + ((o1 + 3u) & ~3u)) + 1; // inside CODES_PAD
+    r.wend = reinterpret_cast<const uint32_t *>(codes + ((o1 + 3u) & ~3u)) + 2; // inside CODES_PAD
     r.buf = (uint64_t)(*r.wp++) >> (8 * off);
     r.n = 32 - 8 * (int)off;
+    r.nx0 = r.wp < r.wend ? r.wp[0] : 0u;
+    r.nx1 = r.wp + 1 < r.wend ? r.wp[1] : 0u;
+    r.wp += 2;
     r.bad = 0;
     r.pos = 0;
     r.limit = 8u * (o1 - o0);
@@ -88,7 +92,9 @@ __device__ __forceinline__ void rd_init(Rd &r, const uint8_t *codes, uint32_t o0
 
 __device__ __forceinline__ void rd_refill(Rd &r) {
     if (r.n < 32) {
-        r.buf |= (uint64_t)(r.wp < r.wend ? *r.wp : 0u) << r.n;
+        r.buf |= (uint64_t)r.nx0 << r.n;
+        r.nx0 = r.nx1;
+        r.nx1 = r.wp < r.wend ? *r.wp : 0u;
         r.wp++;
         r.n += 32;
     }
@@ -196,23 +202,12 @@ __device__ __forceinline__ void group_done(const Params &P, const Rd &r, int64_t
     if (r.bad || r.pos > r.limit || r.pos + 8 <= r.limit) atomicMin(P.bad, (int)g);
 }
 
-// In-place exact Walsh–Hadamard of T int32 (one lane, shared memory).
-__device__ __forceinline__ void wht_i32(int32_t *x, int T) {
-    for (int h = 1; h < T; h <<= 1)
-        for (int i = 0; i < T; i += 2 * h)
-            for (int j = i; j < i + h; j++) {
-                int32_t a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-}
-
 __device__ __forceinline__ void store(float *out, int64_t i, float v) { out[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16 *out, int64_t i, float v) { out[i] = __float2bfloat16_rn(v); }
 
-// ---- decode: block = one warp = 32 groups. Per step k each lane Rice-decodes and
-// transforms tile 16g+k of its group into its shared row, then the warp writes the 32
-// tiles out one by one with coalesced stores.
+// ---- decode: block = one warp = 32 groups. Per step k each lane Rice-decodes tile 16g+k
+// of its group into its shared row; then, tile by tile, the whole warp applies the exact
+// integer Hadamard in shared memory and writes the tile out with coalesced stores.
 template <int LAT, typename OUT>
 __global__ void __launch_bounds__(32) hq_decode_kernel(Params P, OUT *out) {
     extern __shared__ int32_t sm[];
@@ -243,8 +238,6 @@ __global__ void __launch_bounds__(32) hq_decode_kernel(Params P, OUT *out) {
                         for (int i = 0; i < Lat<LAT>::N; i++) x[v + i] = c[i];
                     }
                 }
-                wht_i32(x, T);
-                if (LAT == LAT_A2) wht_i32(x + T, T);
             }
         }
         __syncwarp();
@@ -254,7 +247,19 @@ __global__ void __launch_bounds__(32) hq_decode_kernel(Params P, OUT *out) {
             const uint32_t cs = __shfl_sync(0xffffffffu, code, src);
             const int64_t row = ts / P.tpr, j = ts % P.tpr, c0 = j * T;
             const int ncopy = c0 + T <= P.cols ? T : (c0 < P.cols ? (int)(P.cols - c0) : 0);
-            const int32_t *xs = sm + src * stride;
+            int32_t *xs = sm + src * stride;
+            if (cs != zero) { // the warp's exact Hadamard of this tile (A2: both halves), stage by stage
+                const int half = T / 2, npair = (LAT == LAT_A2 ? 2 : 1) * half;
+                for (int h = 1; h < T; h <<= 1) {
+                    for (int p = lane; p < npair; p += 32) {
+                        const int q = p % half, i = (p / half) * T + (q / h) * 2 * h + q % h;
+                        const int32_t a = xs[i], b = xs[i + h];
+                        xs[i] = a + b;
+                        xs[i + h] = a - b;
+                    }
+                    __syncwarp();
+                }
+            }
             const float s = cs == zero ? 0.0f : P.scale[cs];
             OUT *o = out + row * P.cols + c0;
             for (int i = lane; i < ncopy; i += 32) {
@@ -300,7 +305,7 @@ __global__ void hq_rotate_kernel(const float *x, const uint32_t *signs, int64_t 
 // Part 2: one lane per group; each tile's dot product s·<c, xr_j> straight from the codes
 // (A2: s·(<nx, xr> + √3·<ny, xr>)), sequential fp32 FMA over the tile.
 template <int LAT>
-__global__ void __launch_bounds__(128) hq_matvec_kernel(Params P, const float *__restrict__ xr, float *part) {
+__global__ void __launch_bounds__(32) hq_matvec_kernel(Params P, const float *__restrict__ xr, float *part) {
     const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= P.n_groups) return;
     const uint32_t zero = kvq_hq_norm_zero(P.nb);
@@ -530,8 +535,8 @@ extern "C" kvq_status kvq_cuda_hq_decode(kvq_cuda_hq *t, void *d_out, kvq_cuda_d
 
 template <int LAT>
 static kvq_status launch_matvec(kvq_cuda_hq *t, kvq_err *err) {
-    const int64_t blocks = (t->n_groups + 127) / 128;
-    hq_matvec_kernel<LAT><<<(unsigned)blocks, 128>>>(params_of(t), t->xr, t->part);
+    const int64_t blocks = (t->n_groups + 31) / 32;
+    hq_matvec_kernel<LAT><<<(unsigned)blocks, 32>>>(params_of(t), t->xr, t->part);
     CU_LAUNCHED("hq_matvec_kernel");
     return KVQ_OK;
 }
