@@ -37,6 +37,7 @@ struct kvq_cuda_hq {
     int *bad;          // smallest corrupt group, or INT_MAX
     float *xr;         // matvec scratch: rotated x (cols_p)
     float *part;       // matvec scratch: per-tile dot products (n_tiles)
+    int32_t *scratch;  // decode scratch: lattice codes (rows × cols_p), allocated on first decode
 };
 
 struct Params {
@@ -129,8 +130,8 @@ __device__ __forceinline__ uint32_t rd_rice_slow(Rd &r, int k) {
 }
 
 __device__ __forceinline__ uint32_t rd_rice(Rd &r, int k) {
-    rd_refill(r);
-    int z = __ffsll((long long)r.buf) - 1; // -1 if no 1 bit buffered
+    rd_refill(r);                       // now n >= 32: the low word is all valid bits
+    int z = __ffs((uint32_t)r.buf) - 1; // -1 if no 1 bit in the low word: slow path
     int len = z + 1 + k;
     if (z >= 0 && len <= r.n) {
         uint32_t v = ((uint32_t)z << k) | (uint32_t)((r.buf >> (z + 1)) & ((1ull << k) - 1));
@@ -205,79 +206,100 @@ __device__ __forceinline__ void group_done(const Params &P, const Rd &r, int64_t
 __device__ __forceinline__ void store(float *out, int64_t i, float v) { out[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16 *out, int64_t i, float v) { out[i] = __float2bfloat16_rn(v); }
 
-// ---- decode: block = one warp = 32 groups. Per step k each lane Rice-decodes tile 16g+k
-// of its group into its shared row; then, tile by tile, the whole warp applies the exact
-// integer Hadamard in shared memory and writes the tile out with coalesced stores.
-template <int LAT, typename OUT>
-__global__ void __launch_bounds__(32) hq_decode_kernel(Params P, OUT *out) {
-    extern __shared__ int32_t sm[];
-    const int T = P.T, lane = threadIdx.x;
-    const int stride = (LAT == LAT_A2 ? 2 * T : T) + 1; // odd: lanes' rows hit distinct banks
-    int32_t *x = sm + lane * stride;
-    const int64_t g0 = (int64_t)blockIdx.x * 32, g = g0 + lane;
-    const uint32_t zero = kvq_hq_norm_zero(P.nb);
-    const bool active = g < P.n_groups;
-    Rd r;
-    if (active) group_bounds(P, g, r);
-    for (int k = 0; k < KVQ_HQ_GROUP_TILES; k++) {
-        const int64_t t = g * KVQ_HQ_GROUP_TILES + k;
-        uint32_t code = zero;
-        if (active && t < P.n_tiles) {
-            code = norm_code(P.norms, P.nb, t);
-            if (code != zero) {
-                for (int v = 0; v < T; v += Lat<LAT>::N) {
-                    int32_t c[Lat<LAT>::N];
-                    Lat<LAT>::read(r, P.k0, P.k1, c);
-                    if (LAT == LAT_A2) { // nx part in x[0..T), ny part in x[T..2T)
-                        x[v] = 0;
-                        x[v + 1] = c[1];
-                        x[T + v] = c[0];
-                        x[T + v + 1] = 0;
-                    } else {
-#pragma unroll
-                        for (int i = 0; i < Lat<LAT>::N; i++) x[v + i] = c[i];
-                    }
-                }
-            }
-        }
-        __syncwarp();
-        for (int src = 0; src < 32; src++) {
-            const int64_t ts = (g0 + src) * KVQ_HQ_GROUP_TILES + k;
-            if (ts >= P.n_tiles) break; // uniform across the warp
-            const uint32_t cs = __shfl_sync(0xffffffffu, code, src);
-            const int64_t row = ts / P.tpr, j = ts % P.tpr, c0 = j * T;
-            const int ncopy = c0 + T <= P.cols ? T : (c0 < P.cols ? (int)(P.cols - c0) : 0);
-            int32_t *xs = sm + src * stride;
-            if (cs != zero) { // the warp's exact Hadamard of this tile (A2: both halves), stage by stage
-                const int half = T / 2, npair = (LAT == LAT_A2 ? 2 : 1) * half;
-                for (int h = 1; h < T; h <<= 1) {
-                    for (int p = lane; p < npair; p += 32) {
-                        const int q = p % half, i = (p / half) * T + (q / h) * 2 * h + q % h;
-                        const int32_t a = xs[i], b = xs[i + h];
-                        xs[i] = a + b;
-                        xs[i + h] = a - b;
-                    }
-                    __syncwarp();
-                }
-            }
-            const float s = cs == zero ? 0.0f : P.scale[cs];
-            OUT *o = out + row * P.cols + c0;
-            for (int i = lane; i < ncopy; i += 32) {
-                float v = 0.0f; // zero tile: +0 exactly, as the CPU's memset
-                if (cs != zero) {
-                    float zf = (float)xs[i];
-                    if (LAT == LAT_A2) zf = __fadd_rn(zf, __fmul_rn(SQRT3F, (float)xs[T + i]));
-                    v = __fmul_rn(zf, s);
-                    const uint64_t bit = (uint64_t)c0 + (uint64_t)i;
-                    uint32_t sg = (P.signs[bit >> 5] >> (bit & 31)) & 1u;
-                    v = __uint_as_float(__float_as_uint(v) ^ (sg << 31)); // · (±1.0f), exact
-                }
-                store(o, i, v);
-            }
-        }
-        __syncwarp();
+// ---- decode, phase 1: one lane per group Rice-decodes its 16 tiles' lattice codes into
+// the int32 scratch (tile-major, rows × cols_p), with vector stores per lattice vector.
+// This is the sequential part; everything after it is wide.
+template <int N> __device__ __forceinline__ void store_vec(int32_t *p, const int32_t *c) {
+    if (N == 8) {
+        reinterpret_cast<int4 *>(p)[0] = make_int4(c[0], c[1], c[2], c[3]);
+        reinterpret_cast<int4 *>(p)[1] = make_int4(c[4], c[5], c[6], c[7]);
+    } else if (N == 4) {
+        reinterpret_cast<int4 *>(p)[0] = make_int4(c[0], c[1], c[2], c[3]);
+    } else if (N == 2) {
+        reinterpret_cast<int2 *>(p)[0] = make_int2(c[0], c[1]);
+    } else {
+        p[0] = c[0];
     }
-    if (active) group_done(P, r, g);
+}
+
+template <int LAT>
+__global__ void __launch_bounds__(32) hq_codes_kernel(Params P, int32_t *codes) {
+    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= P.n_groups) return;
+    const uint32_t zero = kvq_hq_norm_zero(P.nb);
+    const int T = P.T;
+    Rd r;
+    group_bounds(P, g, r);
+    const int64_t t1 = min((g + 1) * KVQ_HQ_GROUP_TILES, P.n_tiles);
+    for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
+        if (norm_code(P.norms, P.nb, t) == zero) continue; // no symbols; phase 2 writes zeros
+        int32_t *o = codes + t * T;
+        for (int v = 0; v < T; v += Lat<LAT>::N) {
+            int32_t c[Lat<LAT>::N];
+            Lat<LAT>::read(r, P.k0, P.k1, c);
+            store_vec<Lat<LAT>::N>(o + v, c);
+        }
+    }
+    group_done(P, r, g);
+}
+
+// Phase 2: 256 threads take 1024 codes (1024/T tiles) into shared memory, apply the exact
+// integer Hadamard stage by stage (A2: to the nx and ny parts separately), then scale,
+// apply the signs and store. Output rounding as in kvq_hq_tile_recon, with no contraction.
+#define P2_THREADS 256
+#define P2_CHUNK (4 * P2_THREADS)
+template <int LAT, typename OUT>
+__global__ void __launch_bounds__(P2_THREADS) hq_transform_kernel(Params P, const int32_t *codes, OUT *out) {
+    __shared__ int32_t zx[P2_CHUNK], zy[LAT == LAT_A2 ? P2_CHUNK : 1];
+    const int T = P.T, tid = threadIdx.x, per = P2_CHUNK / T;
+    const uint32_t zero = kvq_hq_norm_zero(P.nb);
+    const int64_t tb = (int64_t)blockIdx.x * per; // first tile of the chunk
+    const int e0 = 4 * tid;                       // this thread's 4 consecutive codes
+    const int64_t t = tb + e0 / T;
+    const uint32_t code = t < P.n_tiles ? norm_code(P.norms, P.nb, t) : zero;
+    int4 v = make_int4(0, 0, 0, 0);
+    if (code != zero) v = reinterpret_cast<const int4 *>(codes + tb * T)[tid];
+    if (LAT == LAT_A2) { // even positions ny, odd nx
+        zx[e0] = 0, zx[e0 + 1] = v.y, zx[e0 + 2] = 0, zx[e0 + 3] = v.w;
+        zy[e0] = v.x, zy[e0 + 1] = 0, zy[e0 + 2] = v.z, zy[e0 + 3] = 0;
+    } else {
+        reinterpret_cast<int4 *>(zx)[tid] = v;
+    }
+    const int half = T / 2;
+    for (int h = 1; h < T; h <<= 1) {
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < 2; m++) { // 512 butterflies per stage, 2 per thread
+            const int p = 2 * tid + m, q = p % half, i = (p / half) * T + (q / h) * 2 * h + q % h;
+            int32_t a = zx[i], b = zx[i + h];
+            zx[i] = a + b;
+            zx[i + h] = a - b;
+            if (LAT == LAT_A2) {
+                a = zy[i], b = zy[i + h];
+                zy[i] = a + b;
+                zy[i + h] = a - b;
+            }
+        }
+    }
+    __syncthreads();
+    if (t >= P.n_tiles) return;
+    const int64_t row = t / P.tpr, c0 = (t % P.tpr) * T;
+    const float s = code == zero ? 0.0f : P.scale[code];
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        const int e = e0 + m, i = e % T;
+        if (c0 + i >= P.cols) break; // zero padding past cols
+        float val = 0.0f; // zero tile: +0 exactly, as the CPU's memset
+        if (code != zero) {
+            float zf = (float)zx[e];
+            if (LAT == LAT_A2) zf = __fadd_rn(zf, __fmul_rn(SQRT3F, (float)zy[e]));
+            val = __fmul_rn(zf, s);
+            const uint64_t bit = (uint64_t)c0 + (uint64_t)i;
+            const uint32_t sg = (P.signs[bit >> 5] >> (bit & 31)) & 1u;
+            val = __uint_as_float(__float_as_uint(val) ^ (sg << 31)); // · (±1.0f), exact
+        }
+        store(out + row * P.cols + c0, i, val);
+    }
 }
 
 // ---- fused matvec, part 1: xr = H·D·x per tile column, x zero-padded to cols_p.
@@ -398,6 +420,7 @@ extern "C" void kvq_cuda_hq_free(kvq_cuda_hq *t) {
     cudaFree(t->bad);
     cudaFree(t->xr);
     cudaFree(t->part);
+    cudaFree(t->scratch);
     free(t);
 }
 
@@ -510,11 +533,12 @@ extern "C" size_t kvq_cuda_hq_compact_bytes(const kvq_cuda_hq *t) { return t->co
 template <int LAT, typename OUT>
 static kvq_status launch_decode(kvq_cuda_hq *t, OUT *out, kvq_err *err) {
     const Params P = params_of(t);
-    const size_t smem = sizeof(int32_t) * 32 * (size_t)((LAT == LAT_A2 ? 2 * P.T : P.T) + 1);
-    CU_TRY(cudaFuncSetAttribute(hq_decode_kernel<LAT, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const int64_t blocks = (t->n_groups + 31) / 32;
-    hq_decode_kernel<LAT, OUT><<<(unsigned)blocks, 32, smem>>>(P, out);
-    CU_LAUNCHED("hq_decode_kernel");
+    if (!t->scratch) CU_TRY(cudaMalloc((void **)&t->scratch, sizeof(int32_t) * (size_t)(t->n_tiles * P.T)));
+    hq_codes_kernel<LAT><<<(unsigned)((t->n_groups + 31) / 32), 32>>>(P, t->scratch);
+    CU_LAUNCHED("hq_codes_kernel");
+    const int64_t chunks = (t->n_tiles * P.T + P2_CHUNK - 1) / P2_CHUNK;
+    hq_transform_kernel<LAT, OUT><<<(unsigned)chunks, P2_THREADS>>>(P, t->scratch, out);
+    CU_LAUNCHED("hq_transform_kernel");
     return KVQ_OK;
 }
 
