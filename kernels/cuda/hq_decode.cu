@@ -234,10 +234,12 @@ __global__ void __launch_bounds__(32) hq_codes_kernel(Params P, int32_t *codes) 
     for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
         if (norm_code(P.norms, P.nb, t) == zero) continue; // no symbols; phase 2 writes zeros
         int32_t *o = codes + t * T;
-        for (int v = 0; v < T; v += Lat<LAT>::N) {
-            int32_t c[Lat<LAT>::N];
-            Lat<LAT>::read(r, P.k0, P.k1, c);
-            store_vec<Lat<LAT>::N>(o + v, c);
+        constexpr int N = Lat<LAT>::N, S = N >= 4 ? N : 4; // at least 16 bytes per store
+        for (int v = 0; v < T; v += S) {
+            int32_t c[S];
+#pragma unroll
+            for (int u = 0; u < S; u += N) Lat<LAT>::read(r, P.k0, P.k1, c + u);
+            store_vec<S>(o + v, c);
         }
     }
     group_done(P, r, g);
