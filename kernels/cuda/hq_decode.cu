@@ -1,6 +1,5 @@
-// HyperQuant Rice-mode decoding on the GPU (see hq_decode.h, docs/CUDA.md). A table-driven
-// skip pass (one lane per random-access group) finds every tile's first bit, then one lane
-// per tile Rice-decodes it; the integer
+// HyperQuant Rice-mode decoding on the GPU (see hq_decode.h, docs/CUDA.md). One lane
+// per random-access group of 16 tiles reads its bitstream from its offset; the integer
 // Hadamard is exact, the per-norm-code scales come from a host table computed with the
 // CPU decoder's own double expression, and float products avoid contraction, so the
 // output is bit-identical to kvq_hq_decode. The fused matvec rotates x instead of W.
@@ -39,9 +38,6 @@ struct kvq_cuda_hq {
     float *xr;         // matvec scratch: rotated x (cols_p)
     float *part;       // matvec scratch: per-tile dot products (n_tiles)
     int32_t *scratch;  // decode scratch: lattice codes (rows × cols_p), allocated on first decode
-    uint16_t *skip;    // skip table (nph·(km+1) states × 256 bytes)
-    uint32_t *starts;  // per tile start bits, rewritten by every decode / matvec
-    int nph, km, kp[4];
 };
 
 struct Params {
@@ -49,11 +45,8 @@ struct Params {
     const uint32_t *offs, *signs;
     const float *scale;
     int *bad;
-    const uint16_t *skip; // skip table: [state][byte] -> new state | symbols completed << 8
-    uint32_t *starts;     // per tile: first bit, relative to its group's first byte
     int64_t n_tiles, n_groups, tpr, cols;
     int T, nb, k0, k1;
-    int nph, km, kp[4];   // skip states: phase (symbol index mod nph, Rice parameter kp[phase]) × pending k bits 0..km
 };
 
 // ---- error helpers
@@ -84,20 +77,18 @@ struct Rd {
     uint32_t pos, limit; // bits consumed / group size in bits
 };
 
-// Starts at absolute bit `bit` of codes; the stream being read ends at byte o1.
-__device__ __forceinline__ void rd_init(Rd &r, const uint8_t *codes, uint64_t bit, uint32_t o1) {
-    const uint32_t *w = reinterpret_cast<const uint32_t *>(codes);
-    r.wp = w + (bit >> 5);
-    r.wend = w + ((o1 + 3u) >> 2) + 2; // inside CODES_PAD
-    const int off = (int)(bit & 31);
-    r.buf = (uint64_t)(r.wp < r.wend ? r.wp[0] : 0u) >> off;
-    r.n = 32 - off;
-    r.nx0 = r.wp + 1 < r.wend ? r.wp[1] : 0u;
-    r.nx1 = r.wp + 2 < r.wend ? r.wp[2] : 0u;
-    r.wp += 3;
+__device__ __forceinline__ void rd_init(Rd &r, const uint8_t *codes, uint32_t o0, uint32_t o1) {
+    uint32_t off = o0 & 3u;
+    r.wp = reinterpret_cast<const uint32_t *>(codes + (o0 - off));
+    r.wend = reinterpret_cast<const uint32_t *>(codes + ((o1 + 3u) & ~3u)) + 2; // inside CODES_PAD
+    r.buf = (uint64_t)(*r.wp++) >> (8 * off);
+    r.n = 32 - 8 * (int)off;
+    r.nx0 = r.wp < r.wend ? r.wp[0] : 0u;
+    r.nx1 = r.wp + 1 < r.wend ? r.wp[1] : 0u;
+    r.wp += 2;
     r.bad = 0;
     r.pos = 0;
-    r.limit = (uint32_t)(8ull * o1 - bit);
+    r.limit = 8u * (o1 - o0);
 }
 
 __device__ __forceinline__ void rd_refill(Rd &r) {
@@ -203,102 +194,55 @@ __device__ __forceinline__ uint32_t norm_code(const uint8_t *norms, int nb, int6
     return (v >> (bit & 7)) & ((1u << nb) - 1u);
 }
 
+__device__ __forceinline__ void group_bounds(const Params &P, int64_t g, Rd &r) {
+    rd_init(r, P.codes, P.offs[g], P.offs[g + 1]);
+}
+
+__device__ __forceinline__ void group_done(const Params &P, const Rd &r, int64_t g) {
+    // consumed to within the final byte's padding, as the CPU decoders require
+    if (r.bad || r.pos > r.limit || r.pos + 8 <= r.limit) atomicMin(P.bad, (int)g);
+}
+
 __device__ __forceinline__ void store(float *out, int64_t i, float v) { out[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16 *out, int64_t i, float v) { out[i] = __float2bfloat16_rn(v); }
 
-// ---- skip pass: one lane per group walks its stream a byte per step through a state table
-// (state = symbol phase and pending Rice low bits), bit by bit only near tile boundaries,
-// and records where each of its 16 tiles starts. A chain of ~1 table load per byte instead
-// of a full decode per symbol; the tiles are then decoded one lane each.
-__device__ __forceinline__ uint32_t ldw(const uint8_t *codes, uint64_t i) {
-    return reinterpret_cast<const uint32_t *>(codes)[i];
-}
-
-__global__ void __launch_bounds__(32) hq_skip_kernel(Params P) {
-    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= P.n_groups) return;
-    const uint32_t zero = kvq_hq_norm_zero(P.nb);
-    const uint64_t b0 = 8ull * P.offs[g], lim = 8ull * P.offs[g + 1];
-    uint64_t bp = b0, wi = bp >> 5;
-    uint32_t w = ldw(P.codes, wi), nw = ldw(P.codes, wi + 1); // padding makes wi + 1 readable
-    int st = 0, over = 0;
-    const int64_t t1 = min((g + 1) * KVQ_HQ_GROUP_TILES, P.n_tiles);
-    for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
-        P.starts[t] = (uint32_t)(bp - b0);
-        if (over || norm_code(P.norms, P.nb, t) == zero) continue;
-        int need = P.T; // symbols in the tile
-        while (need > 0) {
-            if (bp >= lim) { over = 1; break; }
-            if ((bp >> 5) != wi) { // bp moves at most 8 bits a step: at most one word ahead
-                wi++;
-                w = nw;
-                nw = ldw(P.codes, wi + 1);
-            }
-            const int sh = (int)(bp & 31);
-            if ((sh & 7) == 0 && bp + 8 <= lim) {
-                const uint16_t e = __ldg(P.skip + st * 256 + ((w >> sh) & 255u));
-                if ((e >> 8) < need) {
-                    st = e & 255;
-                    need -= e >> 8;
-                    bp += 8;
-                    continue;
-                }
-            }
-            const int bit = (w >> sh) & 1; // near a boundary: one bit, same rule as the table
-            int ph = st / (P.km + 1), pend = st % (P.km + 1), done = 0;
-            if (pend > 0) done = --pend == 0;
-            else if (bit) {
-                if (P.kp[ph] == 0) done = 1;
-                else pend = P.kp[ph];
-            }
-            if (done) {
-                need--;
-                ph = ph + 1 == P.nph ? 0 : ph + 1;
-            }
-            st = ph * (P.km + 1) + pend;
-            bp++;
-        }
-    }
-    // consumed to within the final byte's padding, as the CPU decoders require
-    if (over || bp + 8 <= lim) atomicMin(P.bad, (int)g);
-}
-
-// ---- decode, phase 1: one lane per tile Rice-decodes its lattice codes from its start
-// into the int32 scratch (tile-major, rows × cols_p), with ≥16-byte stores.
+// ---- decode, phase 1: one lane per group Rice-decodes its 16 tiles' lattice codes into
+// the int32 scratch (tile-major, rows × cols_p), with vector stores per lattice vector.
+// This is the sequential part; everything after it is wide.
 template <int N> __device__ __forceinline__ void store_vec(int32_t *p, const int32_t *c) {
     if (N == 8) {
         reinterpret_cast<int4 *>(p)[0] = make_int4(c[0], c[1], c[2], c[3]);
         reinterpret_cast<int4 *>(p)[1] = make_int4(c[4], c[5], c[6], c[7]);
-    } else {
+    } else if (N == 4) {
         reinterpret_cast<int4 *>(p)[0] = make_int4(c[0], c[1], c[2], c[3]);
+    } else if (N == 2) {
+        reinterpret_cast<int2 *>(p)[0] = make_int2(c[0], c[1]);
+    } else {
+        p[0] = c[0];
     }
-}
-
-// Positions the reader at tile t's start; false for zero tiles (no symbols) and for tiles
-// after a stream overrun (their group is already flagged).
-__device__ __forceinline__ bool tile_reader(const Params &P, int64_t t, Rd &r) {
-    const int64_t g = t / KVQ_HQ_GROUP_TILES;
-    const uint32_t o0 = P.offs[g], o1 = P.offs[g + 1], rel = P.starts[t];
-    if (rel >= 8u * (o1 - o0)) return false;
-    rd_init(r, P.codes, 8ull * o0 + rel, o1);
-    return true;
 }
 
 template <int LAT>
-__global__ void __launch_bounds__(128) hq_codes_kernel(Params P, int32_t *codes) {
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= P.n_tiles || norm_code(P.norms, P.nb, t) == kvq_hq_norm_zero(P.nb)) return;
+__global__ void __launch_bounds__(32) hq_codes_kernel(Params P, int32_t *codes) {
+    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= P.n_groups) return;
+    const uint32_t zero = kvq_hq_norm_zero(P.nb);
+    const int T = P.T;
     Rd r;
-    if (!tile_reader(P, t, r)) return;
-    int32_t *o = codes + t * P.T;
-    constexpr int N = Lat<LAT>::N, S = N >= 4 ? N : 4; // at least 16 bytes per store
-    for (int v = 0; v < P.T; v += S) {
-        int32_t c[S];
+    group_bounds(P, g, r);
+    const int64_t t1 = min((g + 1) * KVQ_HQ_GROUP_TILES, P.n_tiles);
+    for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
+        if (norm_code(P.norms, P.nb, t) == zero) continue; // no symbols; phase 2 writes zeros
+        int32_t *o = codes + t * T;
+        constexpr int N = Lat<LAT>::N, S = N >= 4 ? N : 4; // at least 16 bytes per store
+        for (int v = 0; v < T; v += S) {
+            int32_t c[S];
 #pragma unroll
-        for (int u = 0; u < S; u += N) Lat<LAT>::read(r, P.k0, P.k1, c + u);
-        store_vec<S>(o + v, c);
+            for (int u = 0; u < S; u += N) Lat<LAT>::read(r, P.k0, P.k1, c + u);
+            store_vec<S>(o + v, c);
+        }
     }
-    if (r.bad) atomicMin(P.bad, (int)(t / KVQ_HQ_GROUP_TILES));
+    group_done(P, r, g);
 }
 
 // Phase 2: 256 threads take 1024 codes (1024/T tiles) into shared memory, apply the exact
@@ -382,35 +326,40 @@ __global__ void hq_rotate_kernel(const float *x, const uint32_t *signs, int64_t 
     xr[c] = sf[i];
 }
 
-// Part 2: one lane per tile (starts from the skip pass): the tile's dot product
-// s·<c, xr_j> straight from the codes (A2: s·(<nx, xr> + √3·<ny, xr>)), sequential fp32 FMA.
+// Part 2: one lane per group; each tile's dot product s·<c, xr_j> straight from the codes
+// (A2: s·(<nx, xr> + √3·<ny, xr>)), sequential fp32 FMA over the tile.
 template <int LAT>
-__global__ void __launch_bounds__(128) hq_matvec_kernel(Params P, const float *__restrict__ xr, float *part) {
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= P.n_tiles) return;
-    const uint32_t code = norm_code(P.norms, P.nb, t);
-    float d = 0.0f;
+__global__ void __launch_bounds__(32) hq_matvec_kernel(Params P, const float *__restrict__ xr, float *part) {
+    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= P.n_groups) return;
+    const uint32_t zero = kvq_hq_norm_zero(P.nb);
+    const int T = P.T;
     Rd r;
-    if (code != kvq_hq_norm_zero(P.nb) && tile_reader(P, t, r)) {
-        const int T = P.T;
-        const float *xj = xr + (t % P.tpr) * T;
-        float a = 0.0f, b = 0.0f;
-        for (int v = 0; v < T; v += Lat<LAT>::N) {
-            int32_t c[Lat<LAT>::N];
-            Lat<LAT>::read(r, P.k0, P.k1, c);
-            if (LAT == LAT_A2) {
-                b = __fmaf_rn((float)c[0], __ldg(xj + v), b);
-                a = __fmaf_rn((float)c[1], __ldg(xj + v + 1), a);
-            } else {
+    group_bounds(P, g, r);
+    const int64_t t1 = min((g + 1) * KVQ_HQ_GROUP_TILES, P.n_tiles);
+    for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
+        const uint32_t code = norm_code(P.norms, P.nb, t);
+        float d = 0.0f;
+        if (code != zero) {
+            const float *xj = xr + (t % P.tpr) * T;
+            float a = 0.0f, b = 0.0f;
+            for (int v = 0; v < T; v += Lat<LAT>::N) {
+                int32_t c[Lat<LAT>::N];
+                Lat<LAT>::read(r, P.k0, P.k1, c);
+                if (LAT == LAT_A2) {
+                    b = __fmaf_rn((float)c[0], __ldg(xj + v), b);
+                    a = __fmaf_rn((float)c[1], __ldg(xj + v + 1), a);
+                } else {
 #pragma unroll
-                for (int i = 0; i < Lat<LAT>::N; i++) a = __fmaf_rn((float)c[i], __ldg(xj + v + i), a);
+                    for (int i = 0; i < Lat<LAT>::N; i++) a = __fmaf_rn((float)c[i], __ldg(xj + v + i), a);
+                }
             }
+            if (LAT == LAT_A2) a = __fmaf_rn(SQRT3F, b, a);
+            d = __fmul_rn(a, P.scale[code]);
         }
-        if (LAT == LAT_A2) a = __fmaf_rn(SQRT3F, b, a);
-        d = __fmul_rn(a, P.scale[code]);
-        if (r.bad) atomicMin(P.bad, (int)(t / KVQ_HQ_GROUP_TILES));
+        part[t] = d;
     }
-    part[t] = d;
+    group_done(P, r, g);
 }
 
 // Part 3: y[row] = Σ_j part[row·tpr + j], fixed order (deterministic).
@@ -440,11 +389,6 @@ static Params params_of(const kvq_cuda_hq *t) {
     P.nb = t->d.norm_bits;
     P.k0 = t->d.k[0];
     P.k1 = t->d.k[1];
-    P.skip = t->skip;
-    P.starts = t->starts;
-    P.nph = t->nph;
-    P.km = t->km;
-    for (int i = 0; i < 4; i++) P.kp[i] = t->kp[i];
     return P;
 }
 
@@ -479,8 +423,6 @@ extern "C" void kvq_cuda_hq_free(kvq_cuda_hq *t) {
     cudaFree(t->xr);
     cudaFree(t->part);
     cudaFree(t->scratch);
-    cudaFree(t->skip);
-    cudaFree(t->starts);
     free(t);
 }
 
@@ -557,36 +499,6 @@ static kvq_status upload(kvq_cuda_hq *t, const void *codes, const void *norms, c
     CU_TRY(cudaMalloc((void **)&t->bad, sizeof(int)));
     const int none = INT32_MAX;
     CU_TRY(cudaMemcpy(t->bad, &none, sizeof(int), cudaMemcpyHostToDevice));
-    // Skip table: from state (phase, pending low bits) and one byte (LSB first), the state
-    // after it and how many codewords it completed; the same rule as hq_skip_kernel's bit step.
-    const int lat = d->lattice;
-    t->nph = lat == LAT_D4 ? 4 : lat == LAT_A2 ? 2 : 1;
-    for (int ph = 0; ph < 4; ph++) t->kp[ph] = d->k[0];
-    if (lat == LAT_D4) t->kp[3] = d->k[1]; // symbol 3 (t) is class 1
-    if (lat == LAT_A2) t->kp[1] = d->k[1]; // symbol 1 (nx) is class 1
-    t->km = std::max(d->k[0], d->k[1]);
-    const int nst = t->nph * (t->km + 1);
-    std::vector<uint16_t> tab((size_t)nst * 256);
-    for (int st0 = 0; st0 < nst; st0++)
-        for (int byte = 0; byte < 256; byte++) {
-            int ph = st0 / (t->km + 1), pend = st0 % (t->km + 1), cnt = 0;
-            for (int b = 0; b < 8; b++) {
-                int done = 0;
-                if (pend > 0) done = --pend == 0;
-                else if ((byte >> b) & 1) {
-                    if (t->kp[ph] == 0) done = 1;
-                    else pend = t->kp[ph];
-                }
-                if (done) {
-                    cnt++;
-                    ph = ph + 1 == t->nph ? 0 : ph + 1;
-                }
-            }
-            tab[(size_t)st0 * 256 + byte] = (uint16_t)((ph * (t->km + 1) + pend) | cnt << 8);
-        }
-    CU_TRY(cudaMalloc((void **)&t->skip, sizeof(uint16_t) * tab.size()));
-    CU_TRY(cudaMemcpy(t->skip, tab.data(), sizeof(uint16_t) * tab.size(), cudaMemcpyHostToDevice));
-    CU_TRY(cudaMalloc((void **)&t->starts, sizeof(uint32_t) * (size_t)t->n_tiles));
     CU_TRY(cudaMalloc((void **)&t->xr, sizeof(float) * (size_t)d->cols_p));
     CU_TRY(cudaMalloc((void **)&t->part, sizeof(float) * (size_t)t->n_tiles));
     return KVQ_OK;
@@ -624,9 +536,7 @@ template <int LAT, typename OUT>
 static kvq_status launch_decode(kvq_cuda_hq *t, OUT *out, kvq_err *err) {
     const Params P = params_of(t);
     if (!t->scratch) CU_TRY(cudaMalloc((void **)&t->scratch, sizeof(int32_t) * (size_t)(t->n_tiles * P.T)));
-    hq_skip_kernel<<<(unsigned)((t->n_groups + 31) / 32), 32>>>(P);
-    CU_LAUNCHED("hq_skip_kernel");
-    hq_codes_kernel<LAT><<<(unsigned)((t->n_tiles + 127) / 128), 128>>>(P, t->scratch);
+    hq_codes_kernel<LAT><<<(unsigned)((t->n_groups + 31) / 32), 32>>>(P, t->scratch);
     CU_LAUNCHED("hq_codes_kernel");
     const int64_t chunks = (t->n_tiles * P.T + P2_CHUNK - 1) / P2_CHUNK;
     hq_transform_kernel<LAT, OUT><<<(unsigned)chunks, P2_THREADS>>>(P, t->scratch, out);
@@ -651,10 +561,8 @@ extern "C" kvq_status kvq_cuda_hq_decode(kvq_cuda_hq *t, void *d_out, kvq_cuda_d
 
 template <int LAT>
 static kvq_status launch_matvec(kvq_cuda_hq *t, kvq_err *err) {
-    const Params P = params_of(t);
-    hq_skip_kernel<<<(unsigned)((t->n_groups + 31) / 32), 32>>>(P);
-    CU_LAUNCHED("hq_skip_kernel");
-    hq_matvec_kernel<LAT><<<(unsigned)((t->n_tiles + 127) / 128), 128>>>(P, t->xr, t->part);
+    const int64_t blocks = (t->n_groups + 31) / 32;
+    hq_matvec_kernel<LAT><<<(unsigned)blocks, 32>>>(params_of(t), t->xr, t->part);
     CU_LAUNCHED("hq_matvec_kernel");
     return KVQ_OK;
 }
