@@ -271,6 +271,7 @@ int main(int argc, char **argv) {
     }
     double t3 = now();
     printf("\n");
+    fflush(stdout);
     fprintf(stderr, "kvq-run: prefill %zu tokens %.1f tok/s; decode %d tokens %.1f tok/s\n", np, np / (t2 - t1), produced,
             produced > 1 ? (produced - 1) / (t3 - t2) : 0.0);
 out_gen:
