@@ -61,6 +61,25 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(BUILD)/libkvq.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# GPU suites (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) also link the CUDA
+# library and the static CUDA runtime, or, without nvcc, tests/cuda_stub.c, which reports
+# "built without CUDA" so they still build and skip.
+ifneq ($(CU_LIB),)
+CUDA_DEP  := $(CU_LIB)
+CUDA_LINK := $(CU_LIB) $(addprefix -L,$(realpath $(dir $(NVCC))../lib64)) -lcudart_static -ldl -lrt -lpthread -lstdc++
+else
+CUDA_DEP  := $(BUILD)/obj/tests/cuda_stub.o
+CUDA_LINK := $(CUDA_DEP)
+endif
+
+$(BUILD)/tests/test_cuda_%: $(BUILD)/obj/tests/test_cuda_%.o $(CUDA_DEP) $(BUILD)/libkvq.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS) $(shell pkg-config --libs cmocka)
+
+$(BUILD)/bench/cuda_%: $(BUILD)/obj/tests/bench/cuda_%.o $(CUDA_DEP) $(BUILD)/libkvq.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
+
 $(BUILD)/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -arch=sm_90 -I. -c $< -o $@

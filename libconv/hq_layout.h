@@ -26,23 +26,36 @@
 
 #include <stdint.h>
 
+// The header is also compiled as CUDA C++ (kernels/cuda): C++ spells the static assertion
+// static_assert, and the sign function must exist on the device too.
+#ifdef __cplusplus
+#define KVQ_HQ_STATIC_ASSERT static_assert
+#else
+#define KVQ_HQ_STATIC_ASSERT _Static_assert
+#endif
+#ifdef __CUDACC__
+#define KVQ_HQ_HD __host__ __device__
+#else
+#define KVQ_HQ_HD
+#endif
+
 #define KVQ_HQ_FORMAT_VERSION 1
 #define KVQ_HQ_GROUP_TILES 16    // tiles per random-access group (one offset each)
 #define KVQ_HQ_MAX_TILE 1024
 #define KVQ_HQ_MIN_TILE 16
 
 typedef uint32_t kvq_hq_offset;  // one per group, + 1 sentinel
-_Static_assert(sizeof(kvq_hq_offset) == 4, "offsets are 4-byte little-endian");
-_Static_assert((KVQ_HQ_GROUP_TILES & (KVQ_HQ_GROUP_TILES - 1)) == 0, "group is a power of two");
+KVQ_HQ_STATIC_ASSERT(sizeof(kvq_hq_offset) == 4, "offsets are 4-byte little-endian");
+KVQ_HQ_STATIC_ASSERT((KVQ_HQ_GROUP_TILES & (KVQ_HQ_GROUP_TILES - 1)) == 0, "group is a power of two");
 // Offset overhead at the default tile 128: 32 / (16·128) = 0.0156 bits per weight.
-_Static_assert(32 * 1000 / (KVQ_HQ_GROUP_TILES * 128) <= 50, "index overhead must stay <= 0.05 bpw");
+KVQ_HQ_STATIC_ASSERT(32 * 1000 / (KVQ_HQ_GROUP_TILES * 128) <= 50, "index overhead must stay <= 0.05 bpw");
 
 /** Norm code of the zero tile for nb-bit norms. */
-static inline uint32_t kvq_hq_norm_zero(int nb) { return (1u << nb) - 1u; }
+KVQ_HQ_HD static inline uint32_t kvq_hq_norm_zero(int nb) { return (1u << nb) - 1u; }
 
 /** 64 sign bits number w of tile column j (bit i set = sign −1 for coordinate 64w+i):
  *  splitmix64 of (seed, j, w). Identical on CPU and GPU. */
-static inline uint64_t kvq_hq_sign_word(uint64_t seed, uint64_t j, uint64_t w) {
+KVQ_HQ_HD static inline uint64_t kvq_hq_sign_word(uint64_t seed, uint64_t j, uint64_t w) {
     uint64_t z = seed + 0x9e3779b97f4a7c15ull * (1 + j * 64 + w);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

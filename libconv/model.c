@@ -215,7 +215,8 @@ kvq_status kvq_model_open(const char *path, const kvq_model_opts *opts, kvq_mode
     const kvq_arch *a = &m->a;
     if ((r = check_arch(a, path, err))) goto fail;
     if (m->o.max_batch <= 0) m->o.max_batch = 512;
-    if (m->o.max_ctx <= 0) m->o.max_ctx = a->max_position_embeddings > 0 ? a->max_position_embeddings : 2048;
+    if (m->o.max_ctx <= 0) // a 128k-position default would allocate tens of GB of cache
+        m->o.max_ctx = a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096;
     m->q_dim = a->n_heads * a->head_dim;
     m->kv_dim = a->n_kv_heads * a->head_dim;
     m->qkv_dim = m->q_dim + 2 * m->kv_dim;

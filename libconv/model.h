@@ -24,12 +24,13 @@ typedef enum {
 typedef struct {
     kvq_weight_store store;
     int n_threads;  // <= 0: OpenMP default
-    int max_ctx;    // default KV cache capacity; 0: the architecture's max_position_embeddings
+    int max_ctx;    // default KV cache capacity; 0: max_position_embeddings capped at 4096
     int kv_fp16;    // default cache stores fp16 (else fp32)
     int max_batch;  // tokens per internal forward chunk (activation memory); 0: 512
 } kvq_model_opts;
 
-/** Defaults: AUTO store, OpenMP threads, max_ctx from the architecture, fp32 cache. */
+/** Defaults: AUTO store, OpenMP threads, max_ctx min(max_position_embeddings, 4096),
+ *  fp32 cache, max_batch 512. */
 kvq_model_opts kvq_model_opts_default(void);
 
 /** Loads a model from an HF directory, a llama2.c .bin or a .kvq (weights decoded to

@@ -175,6 +175,14 @@ static void test_prefill_equals_decode(void **st) {
     assert_int_equal(kvq_model_forward(m, ids, T, 0, b, 0, &e), KVQ_OK);
     assert_true(rel_err(b, a + (size_t)(T - 1) * V, V) < 1e-5);
     kvq_model_close(m);
+    // internal chunking (max_batch 5 < T) changes nothing
+    kvq_model_opts o = kvq_model_opts_default();
+    o.max_batch = 5;
+    o.n_threads = 1;
+    assert_int_equal(kvq_model_open(TINY, &o, &m, &e), KVQ_OK);
+    assert_int_equal(kvq_model_forward(m, ids, T, 0, b, 1, &e), KVQ_OK);
+    assert_memory_equal(a, b, sizeof(float) * T * V);
+    kvq_model_close(m);
     // fp16 cache: close but not identical
     m = open_model(TINY, KVQ_WEIGHTS_AUTO, 1);
     assert_int_equal(kvq_model_forward(m, ids, T, 0, b, 1, &e), KVQ_OK);

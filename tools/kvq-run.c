@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
         }
         if (s) { rc = die("%s%s", err.msg, ""); goto out_tok; }
         double dt = now() - t1;
-        printf("ppl %.4f  nll %.6f  scored %zu  windows %zu  text tokens %zu  (%s)\n", r.ppl, r.nll_sum, r.n_scored,
+        printf("ppl %.6f  nll %.6f  scored %zu  windows %zu  text tokens %zu  (%s)\n", r.ppl, r.nll_sum, r.n_scored,
                r.n_windows, r.n_tokens, kvq_eval_protocol_str(&ep, desc, sizeof desc));
         fprintf(stderr, "kvq-run: %.1f s, %.0f tokens/s\n", dt, r.n_windows * (double)ep.ctx / dt);
         goto out_tok;
@@ -232,9 +232,14 @@ int main(int argc, char **argv) {
         np = 1;
     }
     int max_ctx = kvq_model_kvcache(m)->max_ctx;
-    if ((int64_t)np + n_gen > max_ctx) {
-        n_gen = max_ctx - (int)np;
-        if (n_gen < 0) { free(pids); rc = die("prompt of %s tokens exceeds the context%s", "many", ""); goto out_tok; }
+    if ((int64_t)np + n_gen - 1 > max_ctx) { // the last sampled token is never fed back
+        n_gen = max_ctx - (int)np + 1;
+        if ((int64_t)np > max_ctx) {
+            snprintf(msg, sizeof msg, "prompt of %zu tokens exceeds the context of %d (use --ctx-max)", np, max_ctx);
+            free(pids);
+            rc = die("%s%s", msg, "");
+            goto out_tok;
+        }
         fprintf(stderr, "kvq-run: generating only %d tokens (context %d)\n", n_gen, max_ctx);
     }
     kvq_sampler *smp = NULL;
@@ -266,6 +271,7 @@ int main(int argc, char **argv) {
     }
     double t3 = now();
     printf("\n");
+    fflush(stdout);
     fprintf(stderr, "kvq-run: prefill %zu tokens %.1f tok/s; decode %d tokens %.1f tok/s\n", np, np / (t2 - t1), produced,
             produced > 1 ? (produced - 1) / (t3 - t2) : 0.0);
 out_gen:

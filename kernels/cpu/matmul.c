@@ -110,10 +110,13 @@ static inline __attribute__((always_inline)) void tile8x1(float *y, const float 
                                                           kvq_dtype wt, int in, int out, int r0, int t) {
     v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0}, Wa, Wb;
     const float *xt = x + (size_t)t * in;
-    size_t w0 = (size_t)r0 * in, n = in;
+    size_t w0 = (size_t)r0 * in, n = in, es = wt == KVQ_DTYPE_BF16 ? 2 : 4;
+    const char *pf = r0 + 16 <= out ? (const char *)w + (w0 + 8 * n) * es : NULL;
     int k = 0;
     for (; k + 32 <= in; k += 32) {
         v16 A = *(const v16 *)(xt + k), B = *(const v16 *)(xt + k + 16);
+        if (pf) // the next 8 rows, same columns: 8 strided streams defeat the hardware prefetcher
+            for (int j = 0; j < 8; j++) __builtin_prefetch(pf + (j * n + k) * es);
         load_w2(w, wt, w0 + k, &Wa, &Wb);         a0 += Wa * A; a0 += Wb * B;
         load_w2(w, wt, w0 + n + k, &Wa, &Wb);     a1 += Wa * A; a1 += Wb * B;
         load_w2(w, wt, w0 + 2 * n + k, &Wa, &Wb); a2 += Wa * A; a2 += Wb * B;

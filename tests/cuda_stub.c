@@ -1,0 +1,34 @@
+// Stand-in for build/libkvqcuda.a when the project is built without nvcc: every entry
+// point of kernels/cuda/hq_decode.h reports "built without CUDA", so the GPU suites
+// (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) still link and skip.
+#include "kernels/cuda/hq_decode.h"
+
+#define NO_CUDA(err) kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "built without CUDA (nvcc not found at build time)")
+
+int kvq_cuda_device_count(char *why, size_t n) {
+    if (why && n) snprintf(why, n, "built without CUDA (nvcc not found at build time)");
+    return 0;
+}
+void kvq_cuda_device_name(char *buf, size_t size) { if (size) buf[0] = 0; }
+kvq_status kvq_cuda_hq_upload(const kvq_cuda_hq_desc *d, const void *codes, size_t codes_size, const void *norms,
+                              size_t norms_size, const void *offsets, size_t offsets_size, kvq_cuda_hq **out,
+                              kvq_err *err) {
+    *out = NULL;
+    return NO_CUDA(err);
+}
+void kvq_cuda_hq_free(kvq_cuda_hq *t) { (void)t; }
+size_t kvq_cuda_hq_compact_bytes(const kvq_cuda_hq *t) { return 0; }
+kvq_status kvq_cuda_hq_decode(kvq_cuda_hq *t, void *d_out, kvq_cuda_dtype dtype, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hq_matvec(kvq_cuda_hq *t, const float *d_x, float *d_y, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hq_check(kvq_cuda_hq *t, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hq_decode_host(kvq_cuda_hq *t, void *h_out, kvq_cuda_dtype dtype, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hq_matvec_host(kvq_cuda_hq *t, const float *h_x, float *h_y, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_malloc(void **d, size_t size, kvq_err *err) {
+    *d = NULL;
+    return NO_CUDA(err);
+}
+void kvq_cuda_free(void *d) { (void)d; }
+kvq_status kvq_cuda_copy(void *dst, const void *src, size_t size, int to_device, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_memset(void *d, int byte, size_t size, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_sync(kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_copy_bandwidth(size_t size, int reps, double *bps, kvq_err *err) { return NO_CUDA(err); }
