@@ -31,6 +31,8 @@ endif
 endif
 
 .PHONY: all test asan demo bench clean deps verify-full
+# Keep object files of tools, tests and benchmarks (they are pattern intermediates).
+.SECONDARY:
 all: $(DEPS_OK) $(BUILD)/libkvq.a $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(CU_LIB)
 ifeq ($(NVCC),)
 	@echo "kvq: nvcc not found: built CPU-only (CUDA kernels skipped)"
