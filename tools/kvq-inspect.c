@@ -96,11 +96,13 @@ static void shape_str(const json_t *r, char *buf, size_t cap) {
 static void print_verification(const json_t *m) {
     const json_t *v = json_object_get(m, "verification");
     if (!v) return;
-    char msg[KVQ_ERR_MSG_MAX];
-    kvq_verify_record_check(m, msg, sizeof msg);
+    kvq_record_state rs = kvq_verify_record_check(m, NULL, 0);
     printf("\nverification: %s by %s %s on %s; %s\n", json_is_true(json_object_get(v, "pass")) ? "PASS" : "FAIL",
            json_string_value(json_object_get(v, "tool")) ?: "?", json_string_value(json_object_get(v, "kvq_version")) ?: "?",
-           json_string_value(json_object_get(v, "date")) ?: "?", msg);
+           json_string_value(json_object_get(v, "date")) ?: "?",
+           rs == KVQ_RECORD_MATCH      ? "the record matches this file's manifest"
+           : rs == KVQ_RECORD_MISMATCH ? "the record DOES NOT MATCH this file: it changed after verification"
+                                       : "the record is malformed");
     const json_t *c = json_object_get(v, "corpus"), *p = json_object_get(v, "protocol");
     if (json_is_object(c) && json_is_object(p))
         printf("  corpus %s (sha256 %.16s..., %" JSON_INTEGER_FORMAT " tokens); %s\n",
