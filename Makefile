@@ -30,7 +30,7 @@ CU_LIB   := $(BUILD)/libkvqcuda.a
 endif
 endif
 
-.PHONY: all test asan demo bench clean deps
+.PHONY: all test asan demo bench clean deps verify-full
 all: $(DEPS_OK) $(BUILD)/libkvq.a $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(CU_LIB)
 ifeq ($(NVCC),)
 	@echo "kvq: nvcc not found: built CPU-only (CUDA kernels skipped)"
@@ -82,6 +82,10 @@ demo: all
 
 bench: all
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
+
+# kvq-verify on the whole heldout book (long: hours on 2 cores); results table on stdout.
+verify-full: all
+	@tests/bench/verify_table.sh $(BUILD) 0
 
 clean:
 	rm -rf build build-asan

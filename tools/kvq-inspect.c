@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "formats/kvqfile.h"
+#include "libconv/verify.h"
 
 static json_t *tensor_json(const json_t *r) {
     const json_t *codec = json_object_get(r, "codec");
@@ -70,6 +71,11 @@ static int print_json(const kvq_file *f) {
     const char *pass[] = {"recipe", "source", "kv", "verification", "kvq_version", "created_by", NULL};
     for (int k = 0; o && pass[k]; k++)
         if (json_object_get(m, pass[k])) json_object_set(o, pass[k], json_object_get(m, pass[k]));
+    if (o && json_object_get(m, "verification")) { // does the record still match the manifest?
+        kvq_record_state rs = kvq_verify_record_check(m, NULL, 0);
+        json_object_set_new(o, "verification_state", json_string(rs == KVQ_RECORD_MATCH ? "match"
+                                                                 : rs == KVQ_RECORD_MISMATCH ? "mismatch" : "malformed"));
+    }
     if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0) { json_decref(o); return -1; }
     putchar('\n');
     json_decref(o);
@@ -83,6 +89,38 @@ static void shape_str(const json_t *r, char *buf, size_t cap) {
     json_array_foreach(json_object_get(r, "shape"), i, d)
         n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%" JSON_INTEGER_FORMAT, i ? "x" : "", json_integer_value(d));
     if (!buf[0]) snprintf(buf, cap, "scalar");
+}
+
+// The record kvq-verify --record stored (libconv/verify.h), and whether it still
+// matches the manifest; payload digests themselves are kvq-verify's to check.
+static void print_verification(const json_t *m) {
+    const json_t *v = json_object_get(m, "verification");
+    if (!v) return;
+    char msg[KVQ_ERR_MSG_MAX];
+    kvq_verify_record_check(m, msg, sizeof msg);
+    printf("\nverification: %s by %s %s on %s; %s\n", json_is_true(json_object_get(v, "pass")) ? "PASS" : "FAIL",
+           json_string_value(json_object_get(v, "tool")) ?: "?", json_string_value(json_object_get(v, "kvq_version")) ?: "?",
+           json_string_value(json_object_get(v, "date")) ?: "?", msg);
+    const json_t *c = json_object_get(v, "corpus"), *p = json_object_get(v, "protocol");
+    if (json_is_object(c) && json_is_object(p))
+        printf("  corpus %s (sha256 %.16s..., %" JSON_INTEGER_FORMAT " tokens); %s\n",
+               json_string_value(json_object_get(c, "file")) ?: "?", json_string_value(json_object_get(c, "sha256")) ?: "?",
+               json_integer_value(json_object_get(c, "tokens")), json_string_value(json_object_get(p, "description")) ?: "?");
+    const json_t *cv = json_object_get(v, "converted"), *k = json_object_get(v, "kld");
+    if (json_is_object(cv))
+        printf("  ppl: source %.4f, converted %.4f (%+.4f, %+.3f %%, run %s)\n",
+               json_number_value(json_object_get(json_object_get(v, "source"), "ppl")), json_number_value(json_object_get(cv, "ppl")),
+               json_number_value(json_object_get(cv, "ppl_delta")), 100 * json_number_value(json_object_get(cv, "ppl_delta_rel")),
+               json_string_value(json_object_get(cv, "run")) ?: "?");
+    if (json_is_object(k))
+        printf("  KLD mean %.6f, median %.6f, p99 %.6f, max %.6f; top-1 agreement %.2f %%; RMS dp %.3f %%\n",
+               json_number_value(json_object_get(k, "mean")), json_number_value(json_object_get(k, "median")),
+               json_number_value(json_object_get(k, "p99")), json_number_value(json_object_get(k, "max")),
+               100 * json_number_value(json_object_get(k, "top1_agreement")), 100 * json_number_value(json_object_get(k, "rms_dp")));
+    const json_t *ts = json_object_get(v, "tensors_summary");
+    if (json_is_number(json_object_get(ts, "min_snr_db")))
+        printf("  tensors: min SNR %.2f dB, lossy %.3f bits/w realized\n", json_number_value(json_object_get(ts, "min_snr_db")),
+               json_number_value(json_object_get(ts, "lossy_bits_per_weight")));
 }
 
 static void print_human(const kvq_file *f) {
@@ -139,6 +177,7 @@ static void print_human(const kvq_file *f) {
                json_number_value(json_object_get(kv, "bits_per_element")), json_number_value(json_object_get(kv, "bytes_per_token")),
                json_integer_value(json_object_get(json_object_get(m, "architecture"), "max_position_embeddings")));
     else printf("kv cache: not declared (runtime default fp32/fp16)\n");
+    print_verification(m);
 }
 
 int main(int argc, char **argv) {

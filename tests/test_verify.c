@@ -1,0 +1,559 @@
+// Tests for kvq-verify (libconv/verify*.c, tools/kvq-verify.c) on the bundled
+// kvq-tiny-llama and a 3 kB slice of held-out text: a lossless conversion verifies
+// with KLD 0 and ΔPPL 0 exactly and its source ppl equals kvq_eval_tokens'; damaged
+// files fail integrity naming the problem; thresholds flip the library result and the
+// tool's exit code (RTN 2-bit vs strict limits); the KV-codec run is separated from
+// the weights run; the record survives a round trip and goes stale when tampered with.
+#include <libgen.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "formats/kvqfile.h"
+#include "libconv/convert.h"
+#include "libconv/eval.h"
+#include "libconv/model.h"
+#include "libconv/tokenizer.h"
+#include "libconv/verify.h"
+
+#define TINY "tests/models/kvq-tiny-llama"
+#define TEXT "tests/tokenizer/heldout_start.txt"
+
+static char g_build[512] = "build";
+static char g_dir[64];            // one temporary directory for the suite
+static char g_none[128], g_rtn[128]; // lossless and RTN 2-bit conversions of TINY
+
+static int run(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int r = system(cmd);
+    return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
+}
+
+static void convert(const char *spec, const char *out) {
+    kvq_convert_opts o = {0};
+    o.plan.weights = spec;
+    o.plan.quantize_embeddings = -1;
+    kvq_err err = {0};
+    kvq_status s = kvq_convert(TINY, out, &o, NULL, &err);
+    if (s) print_message("convert: %s\n", err.msg);
+    assert_int_equal(s, KVQ_OK);
+}
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/kvq-vfy-XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    snprintf(g_none, sizeof g_none, "%s/none.kvq", g_dir);
+    snprintf(g_rtn, sizeof g_rtn, "%s/rtn2.kvq", g_dir);
+    convert("none", g_none);
+    convert("rtn:2:g64", g_rtn);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    run("rm -rf '%s'", g_dir);
+    return 0;
+}
+
+static kvq_verify_opts small_opts(const char *path, int text) {
+    kvq_verify_opts o = kvq_verify_opts_default();
+    o.kvq_path = path;
+    o.source = TINY;
+    o.text_path = text ? TEXT : NULL;
+    o.proto.ctx = 64;
+    o.max_windows = 3;
+    o.n_threads = 2;
+    return o;
+}
+
+static void copy_file(const char *from, const char *to) {
+    assert_int_equal(run("cp '%s' '%s'", from, to), 0);
+}
+
+// ---- statistics ------------------------------------------------------------------
+
+static void test_kld_definitions(void **state) {
+    (void)state;
+    enum { V = 37 };
+    float a[V], b[V];
+    uint64_t x = 12345;
+    for (int i = 0; i < V; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = (float)((x >> 40) % 1000) / 100.0f;
+        b[i] = a[i] + (float)((int)((x >> 20) % 200) - 100) / 300.0f;
+    }
+    // Independent: normalized probabilities, Σ p log(p/q).
+    double za = 0, zb = 0, want = 0;
+    for (int i = 0; i < V; i++) { za += exp(a[i]); zb += exp(b[i]); }
+    double la = log(za), lb = log(zb);
+    for (int i = 0; i < V; i++) want += exp(a[i]) / za * log((exp(a[i]) / za) / (exp(b[i]) / zb));
+    double kl, dp;
+    int top;
+    kvq_verify_kld_pos(a, la, b, lb, V, 5, &kl, &dp, &top);
+    assert_true(fabs(kl - want) < 1e-9 * (1 + want));
+    assert_true(kl > 0);
+    assert_true(fabs(dp - (exp(b[5]) / zb - exp(a[5]) / za)) < 1e-12);
+    kvq_verify_kld_pos(a, la, a, la, V, 5, &kl, &dp, &top);
+    assert_true(kl == 0.0 && dp == 0.0 && top == 1);
+
+    // llama.cpp's median (mean of the middle two) and interpolated percentiles.
+    float v4[] = {4, 1, 3, 2};
+    kvq_kld_stats st;
+    kvq_verify_kld_stats(v4, 4, &st);
+    assert_true(st.median == 2.5 && st.max == 4 && st.min == 1 && st.mean == 2.5);
+    assert_true(fabs(st.p90 - 3.7) < 1e-6); // 0.9 × 3 = 2.7 → 3 + 0.7
+    float v101[101];
+    for (int i = 0; i < 101; i++) v101[i] = (float)(100 - i);
+    kvq_verify_kld_stats(v101, 101, &st);
+    assert_true(st.median == 50 && fabs(st.p99 - 99) < 1e-9 && fabs(st.p999 - 99.9) < 1e-4);
+}
+
+static void test_parse_delta(void **state) {
+    (void)state;
+    double v;
+    int rel;
+    kvq_err e = {0};
+    assert_int_equal(kvq_verify_parse_delta("2%", &v, &rel, &e), KVQ_OK);
+    assert_true(rel == 1 && fabs(v - 0.02) < 1e-15);
+    assert_int_equal(kvq_verify_parse_delta("0.5", &v, &rel, &e), KVQ_OK);
+    assert_true(rel == 0 && v == 0.5);
+    assert_int_equal(kvq_verify_parse_delta("2%%", &v, &rel, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_verify_parse_delta("-1", &v, &rel, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_verify_parse_delta("abc", &v, &rel, &e), KVQ_ERR_ARG);
+    assert_non_null(strstr(e.msg, "abc"));
+}
+
+// kvq_eval_tokens (libconv/eval.c) on the source over TEXT: the reference windowing.
+static void eval_reference(const kvq_eval_protocol *p, size_t want_tokens, double *nll, size_t *n_scored) {
+    kvq_tokenizer *tok;
+    kvq_model *m;
+    kvq_err err = {0};
+    assert_int_equal(kvq_tok_open(TINY "/tokenizer.json", &tok, &err), KVQ_OK);
+    FILE *fp = fopen(TEXT, "rb");
+    assert_non_null(fp);
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf, fp);
+    fclose(fp);
+    int32_t *ids;
+    size_t nid;
+    assert_int_equal(kvq_tok_encode(tok, buf, n, 0, &ids, &nid, &err), KVQ_OK);
+    assert_int_equal(nid, want_tokens);
+    kvq_model_opts mo = kvq_model_opts_default();
+    mo.max_ctx = p->ctx;
+    mo.n_threads = 2;
+    assert_int_equal(kvq_model_open(TINY, &mo, &m, &err), KVQ_OK);
+    kvq_eval_result ra;
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, nid, p, NULL, NULL, &ra, NULL, &err), KVQ_OK);
+    *nll = ra.nll_sum;
+    *n_scored = ra.n_scored;
+    kvq_model_close(m);
+    kvq_tok_close(tok);
+    free(ids);
+}
+
+// ---- lossless: exactly zero ----------------------------------------------------------
+
+static void test_lossless_exact(void **state) {
+    (void)state;
+    kvq_verify_opts o = small_opts(g_none, 1);
+    o.limits.max_kld = 0;
+    o.limits.max_ppl_delta = 0;
+    o.limits.min_top1 = 1;
+    kvq_verify_report r;
+    kvq_err err = {0};
+    kvq_status s = kvq_verify_run(&o, &r, &err);
+    if (s) print_message("%s\n", err.msg);
+    assert_int_equal(s, KVQ_OK);
+    assert_true(r.integrity_ok);
+    assert_true(r.evaluated && r.n_windows == 3 && r.n_scored == 3 * 63);
+    const kvq_verify_eval *e = &r.run[0];
+    assert_true(e->done && !r.run[1].done);
+    assert_true(e->kld.mean == 0.0 && e->kld.max == 0.0 && e->kld.median == 0.0 && e->kld.p99 == 0.0);
+    assert_true(e->dppl == 0.0 && e->ppl == r.source_ppl && e->kld.top1 == 1.0 && e->kld.rms_dp == 0.0);
+    assert_true(r.pass);
+    for (size_t i = 0; i < r.n_tensors; i++) assert_true(r.tensors[i].compared && r.tensors[i].exact);
+    assert_true(isnan(r.lossy_bpw));
+
+    // The source ppl is the runtime's own protocol: same windows, same sum.
+    kvq_eval_protocol p = kvq_eval_protocol_card();
+    p.ctx = 64;
+    p.max_tokens = 3 * 64;
+    double nll;
+    size_t ns;
+    eval_reference(&p, r.n_tokens, &nll, &ns);
+    assert_int_equal(ns, r.n_scored);
+    assert_true(fabs(nll - r.source_nll_sum) <= 1e-12 * nll);
+
+    // JSON carries the contract keys.
+    json_t *j = kvq_verify_report_json(&r);
+    assert_non_null(json_object_get(json_object_get(j, "protocol"), "text_sha256"));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "protocol"), "context")), 64);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "protocol"), "scored")), "all-but-first");
+    assert_true(json_real_value(json_object_get(json_object_get(j, "kld"), "mean")) == 0.0);
+    assert_true(json_is_number(json_object_get(json_object_get(j, "kld"), "top1_agreement")));
+    assert_true(json_is_number(json_object_get(json_object_get(j, "source"), "ppl")));
+    assert_true(json_is_number(json_object_get(json_object_get(j, "converted"), "ppl")));
+    assert_int_equal(json_array_size(json_object_get(j, "tensors")), r.n_tensors);
+    assert_true(json_is_true(json_object_get(j, "pass")));
+    json_decref(j);
+    kvq_verify_report_free(&r);
+}
+
+// BOS prepended, llama.cpp's second-half scoring and overlapping windows: the same
+// positions and the same sum as the runtime's kvq_eval_tokens.
+static void test_protocol_variants(void **state) {
+    (void)state;
+    kvq_verify_opts o = small_opts(g_none, 1);
+    o.proto.bos = KVQ_BOS_PREPEND;
+    o.proto.score = KVQ_SCORE_SECOND_HALF;
+    o.proto.stride = 48;
+    kvq_verify_report r;
+    kvq_err err = {0};
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_int_equal(r.n_windows, 3);
+    kvq_eval_protocol p = o.proto;
+    p.max_tokens = 2 * 48 + 63; // the three windows' text tokens
+    double nll;
+    size_t ns;
+    eval_reference(&p, r.n_tokens, &nll, &ns);
+    assert_int_equal(ns, r.n_scored);
+    assert_true(fabs(nll - r.source_nll_sum) <= 1e-12 * nll);
+    assert_true(r.run[0].kld.mean == 0.0 && r.run[0].dppl == 0.0);
+    json_t *j = kvq_verify_report_json(&r);
+    const json_t *pj = json_object_get(j, "protocol");
+    assert_string_equal(json_string_value(json_object_get(pj, "scored")), "second-half");
+    assert_string_equal(json_string_value(json_object_get(pj, "bos_mode")), "prepend");
+    assert_int_equal(json_integer_value(json_object_get(pj, "stride")), 48);
+    json_decref(j);
+    kvq_verify_report_free(&r);
+}
+
+// ---- KV codec separated from the weights --------------------------------------------
+
+static void test_kv_separation(void **state) {
+    (void)state;
+    kvq_verify_opts o = small_opts(g_none, 1);
+    o.kv_spec = "int:2";
+    o.max_windows = 2;
+    kvq_verify_report r;
+    kvq_err err = {0};
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_true(r.run[0].done && r.run[1].done && r.run[2].done);
+    assert_string_equal(r.kv_spec, "int:2");
+    assert_true(r.run[0].kld.mean == 0.0);  // lossless weights: nothing from weights
+    assert_true(r.run[1].kld.mean > 1e-4);  // a 2-bit cache costs something
+    // Lossless weights + codec is the source + codec, bit for bit.
+    assert_true(r.run[2].kld.mean == r.run[1].kld.mean && r.run[2].ppl == r.run[1].ppl);
+    assert_ptr_equal(kvq_verify_final_run(&r), &r.run[2]);
+    assert_string_equal(r.kv_from, "command line");
+    double kld_cmdline = r.run[1].kld.mean;
+    kvq_verify_report_free(&r);
+
+    // A file that declares its KV codec (kvq-convert --kv) is measured with it, from its
+    // stored section, without --kv: the same numbers as the same codec given by hand.
+    char p[160];
+    snprintf(p, sizeof p, "%s/kv.kvq", g_dir);
+    kvq_convert_opts co = {0};
+    co.plan.weights = "none";
+    co.plan.quantize_embeddings = -1;
+    co.kv_spec = "int:2";
+    assert_int_equal(kvq_convert(TINY, p, &co, NULL, &err), KVQ_OK);
+    o = small_opts(p, 1);
+    o.max_windows = 2;
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_true(r.integrity_ok && r.run[1].done && r.run[2].done);
+    assert_string_equal(r.kv_spec, "int:2");
+    assert_string_equal(r.kv_from, "file");
+    assert_true(r.run[1].kld.mean == kld_cmdline);
+    assert_true(r.kv_bits > 2 && r.kv_bits < 4); // 2-bit codes + an fp16 scale per token and head
+    kvq_verify_report_free(&r);
+    o.no_kv = 1;
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_true(r.run[0].done && !r.run[1].done && r.kv_spec[0] == 0);
+    kvq_verify_report_free(&r);
+}
+
+// ---- thresholds ------------------------------------------------------------------------
+
+static int check_failed(const kvq_verify_report *r, const char *name) {
+    for (int i = 0; i < r->n_checks; i++)
+        if (!strcmp(r->checks[i].name, name)) return !r->checks[i].pass;
+    return -1; // absent
+}
+
+static void test_thresholds(void **state) {
+    (void)state;
+    kvq_verify_opts o = small_opts(g_rtn, 1);
+    o.max_windows = 2;
+    o.limits.max_kld = 1e-4;
+    o.limits.min_snr = 30;
+    o.limits.max_ppl_delta = 0.02;
+    o.limits.ppl_delta_rel = 1;
+    kvq_verify_report r;
+    kvq_err err = {0};
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_true(r.integrity_ok && !r.pass);
+    assert_int_equal(check_failed(&r, "max_kld"), 1);
+    assert_int_equal(check_failed(&r, "min_snr_db"), 1);
+    assert_int_equal(check_failed(&r, "max_ppl_delta_rel"), 1);
+    assert_true(r.run[0].kld.mean > 1e-3 && r.run[0].dppl > 0);
+    assert_true(r.lossy_bpw > 2.0 && r.lossy_bpw < 3.5); // 2-bit codes + fp16 scale/zero per 64
+    // Worst first: SNR ascending over compared tensors.
+    for (size_t i = 1; i < r.n_tensors; i++) assert_true(r.tensors[i - 1].snr_db <= r.tensors[i].snr_db);
+    assert_false(r.tensors[0].lossless);
+    double kld = r.run[0].kld.mean;
+    kvq_verify_report_free(&r);
+
+    o.limits.max_kld = 10;
+    o.limits.min_snr = 1;
+    o.limits.max_ppl_delta = 1000;
+    o.limits.ppl_delta_rel = 0;
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_true(r.pass);
+    assert_true(r.run[0].kld.mean == kld); // deterministic
+    kvq_verify_report_free(&r);
+
+    // The tool: same file, strict vs loose limits; errors are 2.
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s/kvq-verify -q -t 2 %s --source %s --text %s --ctx 64 --windows 2", g_build, g_rtn, TINY, TEXT);
+    assert_int_equal(run("%s --max-kld 0.0001 >/dev/null", cmd), 1);
+    assert_int_equal(run("%s --max-kld 10 --max-ppl-delta 1000%% >/dev/null", cmd), 0);
+    assert_int_equal(run("%s --max-ppl-delta 0.01%% >/dev/null", cmd), 1);
+    assert_int_equal(run("%s/kvq-verify -q %s --source %s --min-snr 30 >/dev/null", g_build, g_rtn, TINY), 1);
+    assert_int_equal(run("%s/kvq-verify -q %s --source %s --min-snr 1 >/dev/null", g_build, g_rtn, TINY), 0);
+    assert_int_equal(run("%s --max-kld abc >/dev/null 2>&1", cmd), 2);
+    assert_int_equal(run("%s/kvq-verify -q %s/missing.kvq >/dev/null 2>&1", g_build, g_dir), 2);
+    assert_int_equal(run("%s/kvq-verify -q %s --source %s/nowhere >/dev/null 2>&1", g_build, g_rtn, g_dir), 2);
+    // The source must be the checkpoint the file came from: one byte changed is refused.
+    assert_int_equal(run("cp -r %s %s/src2 && printf 'x' | dd of=%s/src2/model.safetensors bs=1 seek=$(( $(stat -c %%s %s/src2/model.safetensors) - 3 )) conv=notrunc 2>/dev/null",
+                         TINY, g_dir, g_dir, g_dir), 0);
+    assert_int_equal(run("%s/kvq-verify -q %s --source %s/src2 2>%s/err.txt >/dev/null", g_build, g_rtn, g_dir, g_dir), 2);
+    assert_int_equal(run("grep -q 'a different checkpoint' %s/err.txt", g_dir), 0);
+}
+
+// ---- integrity ---------------------------------------------------------------------------
+
+// Offset of an entry's data, from the manifest's entry table.
+static uint64_t entry_offset(const char *path, const char *entry, uint64_t *size) {
+    kvq_file *f;
+    kvq_err err = {0};
+    assert_int_equal(kvq_file_open(path, &f, &err), KVQ_OK);
+    const json_t *e = json_object_get(json_object_get(kvq_file_manifest(f), "entries"), entry);
+    assert_non_null(e);
+    uint64_t off = (uint64_t)json_integer_value(json_object_get(e, "offset"));
+    *size = (uint64_t)json_integer_value(json_object_get(e, "stored_size"));
+    kvq_file_close(f);
+    return off;
+}
+
+static kvq_verify_report verify_no_text(const char *path) {
+    kvq_verify_opts o = small_opts(path, 0);
+    o.no_source = 1;
+    kvq_verify_report r;
+    kvq_err err = {0};
+    kvq_status s = kvq_verify_run(&o, &r, &err);
+    if (s) print_message("%s\n", err.msg);
+    assert_int_equal(s, KVQ_OK);
+    return r;
+}
+
+static void test_damaged(void **state) {
+    (void)state;
+    char bad[160];
+    snprintf(bad, sizeof bad, "%s/flip.kvq", g_dir);
+    copy_file(g_rtn, bad);
+    const char *ent = "t/model.layers.2.mlp.down_proj.weight/codes";
+    uint64_t size, off = entry_offset(bad, ent, &size);
+    FILE *fp = fopen(bad, "r+b");
+    fseek(fp, (long)(off + size / 2), SEEK_SET);
+    int ch = fgetc(fp);
+    fseek(fp, (long)(off + size / 2), SEEK_SET);
+    fputc(ch ^ 0x10, fp);
+    fclose(fp);
+    kvq_verify_report r = verify_no_text(bad);
+    assert_false(r.integrity_ok);
+    assert_false(r.pass);
+    assert_non_null(strstr(r.integrity_msg, "xxh3 digest mismatch"));
+    assert_non_null(strstr(r.integrity_msg, ent));
+    assert_int_equal(check_failed(&r, "integrity"), 1);
+    kvq_verify_report_free(&r);
+    assert_int_equal(run("%s/kvq-verify -q %s --no-source >/dev/null", g_build, bad), 1);
+    assert_int_equal(run("%s/kvq-verify -q %s --no-source >/dev/null", g_build, g_rtn), 0);
+
+    // Truncated archive.
+    snprintf(bad, sizeof bad, "%s/trunc.kvq", g_dir);
+    assert_int_equal(run("head -c 100000 %s > %s", g_rtn, bad), 0);
+    r = verify_no_text(bad);
+    assert_false(r.integrity_ok);
+    assert_true(strlen(r.integrity_msg) > 0);
+    kvq_verify_report_free(&r);
+
+    // Manifest schema problems, each named with its JSON path (rewritten atomically).
+    struct {
+        const char *what, *expect;
+    } cases[] = {
+        {"shape", "tensors[1] ('"},
+        {"seed", ".seed: expected a string, got nothing (missing)"},
+        {"entry", "which is not in the entry table"},
+        {"dup", "is listed twice"},
+        {"sha", "source.files[0].sha256 is not 64 lowercase hex digits"},
+        {"dtype", "source_dtype 'F8' is not F32, F16 or BF16"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(bad, sizeof bad, "%s/schema%zu.kvq", g_dir, c);
+        copy_file(g_none, bad);
+        kvq_file *f;
+        kvq_err err = {0};
+        assert_int_equal(kvq_file_open(bad, &f, &err), KVQ_OK);
+        json_t *m = json_deep_copy(kvq_file_manifest(f));
+        kvq_file_close(f);
+        json_t *ts = json_object_get(m, "tensors");
+        json_t *t1 = json_array_get(ts, 1);
+        if (!strcmp(cases[c].what, "shape")) json_array_set_new(json_object_get(t1, "shape"), 0, json_string("8"));
+        if (!strcmp(cases[c].what, "seed")) json_object_del(t1, "seed");
+        if (!strcmp(cases[c].what, "entry"))
+            json_object_set_new(json_object_get(t1, "entries"), "raw", json_string("t/nothing/raw"));
+        if (!strcmp(cases[c].what, "dup")) json_array_set_new(ts, 1, json_deep_copy(json_array_get(ts, 0)));
+        if (!strcmp(cases[c].what, "sha"))
+            json_object_set_new(json_array_get(json_object_get(json_object_get(m, "source"), "files"), 0), "sha256",
+                                json_string("xyz"));
+        if (!strcmp(cases[c].what, "dtype")) json_object_set_new(t1, "source_dtype", json_string("F8"));
+        assert_int_equal(kvq_file_rewrite_manifest(bad, m, &err), KVQ_OK);
+        // The library check alone...
+        assert_int_equal(kvq_verify_manifest_schema(m, bad, &err) != KVQ_OK, 1);
+        json_decref(m);
+        // ... and through a whole run.
+        r = verify_no_text(bad);
+        assert_false(r.integrity_ok);
+        if (!strstr(r.integrity_msg, cases[c].expect)) print_message("case %s: %s\n", cases[c].what, r.integrity_msg);
+        assert_non_null(strstr(r.integrity_msg, cases[c].expect));
+        assert_non_null(strstr(r.integrity_msg, "manifest.json"));
+        kvq_verify_report_free(&r);
+    }
+    // The untouched manifest passes the schema.
+    kvq_file *f;
+    kvq_err err = {0};
+    assert_int_equal(kvq_file_open(g_rtn, &f, &err), KVQ_OK);
+    assert_int_equal(kvq_verify_manifest_schema(kvq_file_manifest(f), g_rtn, &err), KVQ_OK);
+    kvq_file_close(f);
+}
+
+// ---- the record ----------------------------------------------------------------------------
+
+static json_t *manifest_copy(const char *path) {
+    kvq_file *f;
+    kvq_err err = {0};
+    assert_int_equal(kvq_file_open(path, &f, &err), KVQ_OK);
+    json_t *m = json_deep_copy(kvq_file_manifest(f));
+    kvq_file_close(f);
+    return m;
+}
+
+static void test_record(void **state) {
+    (void)state;
+    char p[160];
+    snprintf(p, sizeof p, "%s/rec.kvq", g_dir);
+    copy_file(g_rtn, p);
+    kvq_verify_opts o = small_opts(p, 1);
+    o.max_windows = 1;
+    o.limits.max_kld = 10;
+    kvq_verify_report r;
+    kvq_err err = {0};
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    assert_int_equal(r.record, KVQ_RECORD_NONE);
+    double ppl = kvq_verify_final_run(&r)->ppl;
+    assert_int_equal(kvq_verify_record_store(p, &r, &err), KVQ_OK);
+    kvq_verify_report_free(&r);
+
+    // Round trip: the record is there, with the results, and matches.
+    json_t *m = manifest_copy(p);
+    const json_t *rec = json_object_get(m, "verification");
+    assert_non_null(rec);
+    assert_true(json_real_value(json_object_get(json_object_get(rec, "converted"), "ppl")) == ppl);
+    assert_non_null(json_object_get(json_object_get(rec, "corpus"), "sha256"));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(rec, "protocol"), "context")), 64);
+    assert_string_equal(json_string_value(json_object_get(rec, "kvq_version")), KVQ_VERSION);
+    assert_non_null(json_object_get(rec, "date"));
+    char msg[512];
+    assert_int_equal(kvq_verify_record_check(m, msg, sizeof msg), KVQ_RECORD_MATCH);
+    r = verify_no_text(p);
+    assert_int_equal(r.record, KVQ_RECORD_MATCH);
+    assert_true(r.integrity_ok && r.pass);
+    kvq_verify_report_free(&r);
+    assert_int_equal(run("%s/kvq-verify -q --check-record %s >/dev/null", g_build, p), 0);
+    assert_int_equal(run("%s/kvq-verify -q --check-record %s >/dev/null", g_build, g_rtn), 1); // no record
+    // kvq-inspect shows it (human and --json).
+    assert_int_equal(run("%s/kvq-inspect --json %s | grep -q '\"verification\"'", g_build, p), 0);
+    assert_int_equal(run("%s/kvq-inspect %s | grep -q '^verification:'", g_build, p), 0);
+
+    // Tampering 1: a tensor record changed after verification.
+    json_t *t = json_deep_copy(m);
+    json_object_set_new(json_array_get(json_object_get(t, "tensors"), 0), "bits_per_weight", json_real(1.0));
+    assert_int_equal(kvq_file_rewrite_manifest(p, t, &err), KVQ_OK);
+    json_decref(t);
+    r = verify_no_text(p);
+    assert_int_equal(r.record, KVQ_RECORD_MISMATCH);
+    assert_non_null(strstr(r.record_msg, "changed after verification"));
+    assert_false(r.pass);
+    assert_int_equal(check_failed(&r, "record"), 1);
+    kvq_verify_report_free(&r);
+    assert_int_equal(run("%s/kvq-verify -q --no-source %s >/dev/null", g_build, p), 1);
+
+    // Tampering 2: the recorded results edited.
+    t = json_deep_copy(m);
+    json_object_set_new(json_object_get(json_object_get(t, "verification"), "converted"), "ppl", json_real(1.5));
+    assert_int_equal(kvq_verify_record_check(t, NULL, 0), KVQ_RECORD_MISMATCH);
+    json_decref(t);
+
+    // Tampering 3: the record moved onto different payloads (the lossless file).
+    char q[160];
+    snprintf(q, sizeof q, "%s/moved.kvq", g_dir);
+    copy_file(g_none, q);
+    t = manifest_copy(q);
+    json_object_set(t, "verification", json_object_get(m, "verification"));
+    assert_int_equal(kvq_file_rewrite_manifest(q, t, &err), KVQ_OK);
+    json_decref(t);
+    r = verify_no_text(q);
+    assert_int_equal(r.record, KVQ_RECORD_MISMATCH);
+    kvq_verify_report_free(&r);
+
+    // Restoring the verified manifest makes it match again (the binding ignores offsets).
+    assert_int_equal(kvq_file_rewrite_manifest(p, m, &err), KVQ_OK);
+    r = verify_no_text(p);
+    assert_int_equal(r.record, KVQ_RECORD_MATCH);
+    kvq_verify_report_free(&r);
+    json_decref(m);
+
+    // --record through the tool replaces a stale record and exits by the thresholds.
+    assert_int_equal(run("%s/kvq-verify -q %s --source %s --text %s --ctx 64 --windows 1 --max-kld 10 --record >/dev/null",
+                         g_build, q, TINY, TEXT), 0);
+    assert_int_equal(run("%s/kvq-verify -q --check-record %s >/dev/null", g_build, q), 0);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char *a = strdup(argv[0]);
+    snprintf(g_build, sizeof g_build, "%s", dirname(dirname(a)));
+    free(a);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kld_definitions), cmocka_unit_test(test_parse_delta),
+        cmocka_unit_test(test_lossless_exact),  cmocka_unit_test(test_protocol_variants),
+        cmocka_unit_test(test_kv_separation),
+        cmocka_unit_test(test_thresholds),      cmocka_unit_test(test_damaged),
+        cmocka_unit_test(test_record),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,267 @@
+// kvq-verify: the gate before shipping a .kvq. Integrity (digests, bounds, manifest
+// schema, every tensor decodes), per-tensor error against the source, perplexity and
+// KL divergence against the source under a stated protocol (weights, KV codec, both),
+// thresholds, and --record to store the result in the file. Library: libconv/verify.h.
+// Exit status: 0 all checks pass, 1 a check failed (incl. integrity), 2 error.
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libconv/verify.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvq-verify FILE.kvq [options]\n"
+            "  --source DIR           source checkpoint (default: the path recorded in the file)\n"
+            "  --no-source            integrity only: no per-tensor error, no perplexity\n"
+            "  --text FILE            text for perplexity and KL divergence\n"
+            "protocol (default = the model cards: --ctx 512, non-overlapping, --no-bos, all-but-first):\n"
+            "  --ctx N                tokens per window (512)\n"
+            "  --stride N             text tokens between window starts (default: non-overlapping)\n"
+            "  --bos[=prepend|replace] BOS before each window (prepend), or over its first token as\n"
+            "                         llama-perplexity does (replace); --no-bos (default) none\n"
+            "  --scored MODE          all-but-first (cards) | second-half (llama-perplexity)\n"
+            "  --max-tokens N         use only the first N text tokens\n"
+            "  --windows N            use only the first N windows\n"
+            "KV codec (default: the file's \"kv\" section, if any):\n"
+            "  --kv SPEC [--kv-window N] [--kv-boundary] [--kv-seed N]   measure this codec\n"
+            "  --no-kv                measure no KV codec\n"
+            "thresholds (exit 1 when one fails):\n"
+            "  --max-ppl-delta X      2%% (relative) or 0.5 (absolute ppl points)\n"
+            "  --max-kld X            mean KLD, nats      --max-kld-p99 X\n"
+            "  --min-top1 X           e.g. 0.9 or 90%%     --max-rms-dp X (fraction or %%)\n"
+            "  --min-snr DB           every lossy tensor  --max-rel-err X\n"
+            "output:\n"
+            "  --json                 the full report as JSON (docs/FORMAT.md)\n"
+            "  --tensors N            tensor rows to print (10; 0 = all)\n"
+            "  --record               store the verification record in FILE (atomic rewrite)\n"
+            "  --check-record         only integrity + the stored record (fails without a matching one)\n"
+            "  -t N                   threads          -q  no progress on stderr\n"
+            "exit status: 0 pass, 1 a check failed, 2 error\n");
+}
+
+static int parse_num(const char *opt, const char *s, double *v, int allow_pct) {
+    char *end;
+    double x = strtod(s, &end);
+    if (end == s || !isfinite(x)) goto bad;
+    if (allow_pct && *end == '%' && !end[1]) { *v = x / 100.0; return 0; }
+    if (*end) goto bad;
+    *v = x;
+    return 0;
+bad:
+    fprintf(stderr, "kvq-verify: %s '%s': expected a number%s\n", opt, s, allow_pct ? " or a percentage" : "");
+    return -1;
+}
+
+static int parse_size(const char *opt, const char *s, size_t *v) {
+    char *end;
+    long long x = strtoll(s, &end, 10);
+    if (end == s || *end || x < 0) {
+        fprintf(stderr, "kvq-verify: %s '%s': expected a non-negative integer\n", opt, s);
+        return -1;
+    }
+    *v = (size_t)x;
+    return 0;
+}
+
+typedef struct {
+    int quiet, tty;
+    const char *last_stage;
+    size_t last_pct;
+} prog_state;
+
+static void on_progress(void *ud, const kvq_verify_progress *p) {
+    prog_state *s = ud;
+    if (s->quiet || p->total == 0) return;
+    size_t pct = p->done * 100 / p->total;
+    int new_stage = s->last_stage != p->stage;
+    if (!s->tty && !new_stage && pct / 10 == s->last_pct / 10 && p->done != p->total) return;
+    s->last_stage = p->stage;
+    s->last_pct = pct;
+    double eta = p->done ? p->seconds * (double)(p->total - p->done) / (double)p->done : 0;
+    fprintf(stderr, "%s%s: %zu/%zu (%zu %%), %.0f s, eta %.0f s%s", s->tty ? "\r" : "", p->stage, p->done, p->total, pct,
+            p->seconds, eta, s->tty ? "   " : "\n");
+    if (s->tty && p->done == p->total) fputc('\n', stderr);
+}
+
+static const char *fmt_snr(double v, char *b, size_t n) {
+    if (isinf(v) && v > 0) snprintf(b, n, "exact");
+    else if (isnan(v)) snprintf(b, n, "-");
+    else snprintf(b, n, "%.2f", v);
+    return b;
+}
+
+static void print_human(const kvq_verify_report *r, size_t max_rows) {
+    printf("kvq-verify %s\n", r->kvq_path);
+    if (r->integrity_ok)
+        printf("integrity: ok (%zu entries: digests and bounds; manifest schema; %zu tensors decode to finite values)\n",
+               r->n_entries, r->n_tensors);
+    else printf("integrity: FAILED: %s\n", r->integrity_msg);
+    if (r->record != KVQ_RECORD_NONE || r->require_record) printf("record: %s\n", r->record_msg);
+    if (r->source_path) printf("source: %s (weight files match the sha256 recorded in the file)\n", r->source_path);
+    if (r->n_tensors && r->source_path) {
+        size_t rows = max_rows && max_rows < r->n_tensors ? max_rows : r->n_tensors;
+        printf("\ntensors, worst first (%zu of %zu shown)", rows, r->n_tensors);
+        if (!isnan(r->lossy_bpw)) printf("; lossy tensors: %.3f bits/w realized, min SNR %.2f dB", r->lossy_bpw, r->min_snr);
+        printf("\n  %-48s %-22s %8s %9s %10s %10s\n", "tensor", "codec", "bits/w", "SNR dB", "rel err", "max abs");
+        for (size_t i = 0; i < rows; i++) {
+            const kvq_verify_tensor *t = &r->tensors[i];
+            char b[32];
+            printf("  %-48s %-22s %8.3f %9s %10.3g %10.3g\n", t->name, t->codec, t->bpw, fmt_snr(t->snr_db, b, sizeof b),
+                   t->rel_err, t->max_abs);
+        }
+    }
+    if (r->evaluated) {
+        char desc[256];
+        kvq_eval_protocol_str(&r->proto, desc, sizeof desc);
+        printf("\nprotocol: %s", desc);
+        if (r->max_windows) printf(", first %zu windows only", r->max_windows);
+        if (r->proto.max_tokens) printf(", first %zu tokens only", r->proto.max_tokens);
+        printf("\ntext: %s (%llu bytes, sha256 %s), %zu tokens; %zu windows over %zu tokens, %zu positions scored\n",
+               r->text_path, (unsigned long long)r->text_bytes, r->text_sha256, r->n_tokens, r->n_windows,
+               r->n_tokens_used, r->n_scored);
+        if (r->kv_spec[0]) printf("KV codec: %s (%.3f bits per cached element after the run)\n", r->kv_spec, r->kv_bits);
+        printf("source ppl: %.4f\n", r->source_ppl);
+        printf("  %-11s %10s %10s %8s %10s %10s %10s %10s %7s %8s\n", "run", "ppl", "dppl", "dppl %", "KLD mean",
+               "median", "p99", "max", "top-1", "RMS dp");
+        for (int k = 0; k < 3; k++) {
+            const kvq_verify_eval *e = &r->run[k];
+            if (!e->done) continue;
+            printf("  %-11s %10.4f %+10.4f %+7.3f%% %10.6f %10.6f %10.6f %10.6f %6.2f%% %7.3f%%\n", e->label, e->ppl, e->dppl,
+                   100 * e->dppl_rel, e->kld.mean, e->kld.median, e->kld.p99, e->kld.max, 100 * e->kld.top1,
+                   100 * e->kld.rms_dp);
+        }
+        for (int k = 0; k < 3; k++)
+            if (r->run[k].done) printf("  %-11s %s\n", r->run[k].label, r->run[k].what);
+    }
+    printf("\nchecks:\n");
+    for (int i = 0; i < r->n_checks; i++) {
+        const kvq_verify_check *c = &r->checks[i];
+        if (!strcmp(c->name, "integrity") || !strcmp(c->name, "record") || !strcmp(c->name, "evaluation"))
+            printf("  %s %s\n", c->pass ? "pass" : "FAIL", !strcmp(c->name, "evaluation")
+                   ? "evaluation (limits on ppl/KLD need --text)" : c->name);
+        else
+            printf("  %s %-18s %-12.48s %.6g (limit %.6g)\n", c->pass ? "pass" : "FAIL", c->name, c->subject, c->value,
+                   c->limit);
+    }
+    printf("result: %s\n", r->pass ? "PASS" : "FAIL");
+}
+
+enum {
+    O_SOURCE = 256, O_NO_SOURCE, O_TEXT, O_CTX, O_STRIDE, O_BOS, O_NO_BOS, O_SCORED, O_MAXTOK, O_WINDOWS, O_KV,
+    O_KV_WINDOW, O_KV_BOUNDARY, O_KV_SEED, O_NO_KV, O_PPL, O_KLD, O_KLD99, O_TOP1, O_RMSDP, O_SNR, O_RELERR, O_JSON,
+    O_TENSORS, O_RECORD, O_CHECK_RECORD
+};
+
+int main(int argc, char **argv) {
+    static const struct option lo[] = {
+        {"source", required_argument, 0, O_SOURCE}, {"no-source", no_argument, 0, O_NO_SOURCE},
+        {"text", required_argument, 0, O_TEXT}, {"ctx", required_argument, 0, O_CTX},
+        {"stride", required_argument, 0, O_STRIDE}, {"bos", optional_argument, 0, O_BOS},
+        {"no-bos", no_argument, 0, O_NO_BOS}, {"scored", required_argument, 0, O_SCORED},
+        {"max-tokens", required_argument, 0, O_MAXTOK}, {"windows", required_argument, 0, O_WINDOWS},
+        {"kv", required_argument, 0, O_KV}, {"kv-window", required_argument, 0, O_KV_WINDOW},
+        {"kv-boundary", no_argument, 0, O_KV_BOUNDARY}, {"kv-seed", required_argument, 0, O_KV_SEED},
+        {"no-kv", no_argument, 0, O_NO_KV}, {"max-ppl-delta", required_argument, 0, O_PPL},
+        {"max-kld", required_argument, 0, O_KLD}, {"max-kld-p99", required_argument, 0, O_KLD99},
+        {"min-top1", required_argument, 0, O_TOP1}, {"max-rms-dp", required_argument, 0, O_RMSDP},
+        {"min-snr", required_argument, 0, O_SNR}, {"max-rel-err", required_argument, 0, O_RELERR},
+        {"json", no_argument, 0, O_JSON}, {"tensors", required_argument, 0, O_TENSORS},
+        {"record", no_argument, 0, O_RECORD}, {"check-record", no_argument, 0, O_CHECK_RECORD},
+        {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    kvq_verify_opts o = kvq_verify_opts_default();
+    kvq_err err = {0};
+    int as_json = 0, record = 0, c;
+    size_t rows = 10, v;
+    prog_state ps = {0, isatty(2), NULL, 0};
+    while ((c = getopt_long(argc, argv, "t:qh", lo, NULL)) != -1) {
+        switch (c) {
+        case O_SOURCE: o.source = optarg; break;
+        case O_NO_SOURCE: o.no_source = 1; break;
+        case O_TEXT: o.text_path = optarg; break;
+        case O_CTX: if (parse_size("--ctx", optarg, &v) || v < 2 || v > (1 << 20)) { fprintf(stderr, "kvq-verify: --ctx must be 2..1048576\n"); return 2; } o.proto.ctx = (int)v; break;
+        case O_STRIDE: if (parse_size("--stride", optarg, &v) || v < 1 || v > (1 << 20)) { fprintf(stderr, "kvq-verify: --stride must be 1..1048576\n"); return 2; } o.proto.stride = (int)v; break;
+        case O_BOS:
+            if (!optarg || !strcmp(optarg, "prepend")) o.proto.bos = KVQ_BOS_PREPEND;
+            else if (!strcmp(optarg, "replace")) o.proto.bos = KVQ_BOS_REPLACE;
+            else { fprintf(stderr, "kvq-verify: --bos=%s: expected prepend or replace\n", optarg); return 2; }
+            break;
+        case O_NO_BOS: o.proto.bos = KVQ_BOS_NONE; break;
+        case O_SCORED:
+            if (!strcmp(optarg, "all-but-first")) o.proto.score = KVQ_SCORE_ALL_BUT_FIRST;
+            else if (!strcmp(optarg, "second-half")) o.proto.score = KVQ_SCORE_SECOND_HALF;
+            else { fprintf(stderr, "kvq-verify: --scored %s: expected all-but-first or second-half\n", optarg); return 2; }
+            break;
+        case O_MAXTOK: if (parse_size("--max-tokens", optarg, &o.proto.max_tokens)) return 2; break;
+        case O_WINDOWS: if (parse_size("--windows", optarg, &o.max_windows)) return 2; break;
+        case O_KV: o.kv_spec = optarg; break;
+        case O_KV_WINDOW: if (parse_size("--kv-window", optarg, &v)) return 2; o.kv_policy.window = (int)v; break;
+        case O_KV_BOUNDARY: o.kv_policy.boundary = 1; break;
+        case O_KV_SEED: if (parse_size("--kv-seed", optarg, &v)) return 2; o.kv_policy.seed = v; break;
+        case O_NO_KV: o.no_kv = 1; break;
+        case O_PPL:
+            if (kvq_verify_parse_delta(optarg, &o.limits.max_ppl_delta, &o.limits.ppl_delta_rel, &err)) {
+                fprintf(stderr, "kvq-verify: --max-ppl-delta: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case O_KLD: if (parse_num("--max-kld", optarg, &o.limits.max_kld, 0)) return 2; break;
+        case O_KLD99: if (parse_num("--max-kld-p99", optarg, &o.limits.max_kld_p99, 0)) return 2; break;
+        case O_TOP1: if (parse_num("--min-top1", optarg, &o.limits.min_top1, 1)) return 2; break;
+        case O_RMSDP: if (parse_num("--max-rms-dp", optarg, &o.limits.max_rms_dp, 1)) return 2; break;
+        case O_SNR: if (parse_num("--min-snr", optarg, &o.limits.min_snr, 0)) return 2; break;
+        case O_RELERR: if (parse_num("--max-rel-err", optarg, &o.limits.max_rel_err, 1)) return 2; break;
+        case O_JSON: as_json = 1; break;
+        case O_TENSORS: if (parse_size("--tensors", optarg, &rows)) return 2; break;
+        case O_RECORD: record = 1; o.replace_record = 1; break;
+        case O_CHECK_RECORD: o.require_record = 1; o.no_source = 1; break;
+        case 't': if (parse_size("-t", optarg, &v) || v < 1 || v > 1024) { fprintf(stderr, "kvq-verify: -t must be 1..1024\n"); return 2; } o.n_threads = (int)v; break;
+        case 'q': ps.quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (argc - optind != 1) { usage(stderr); return 2; }
+    if (o.require_record && (record || o.text_path)) {
+        fprintf(stderr, "kvq-verify: --check-record takes no --record or --text\n");
+        return 2;
+    }
+    if (o.no_source && o.text_path) {
+        fprintf(stderr, "kvq-verify: --text needs the source (drop --no-source)\n");
+        return 2;
+    }
+    o.kvq_path = argv[optind];
+    o.progress = on_progress;
+    o.progress_ud = &ps;
+    kvq_verify_report rep;
+    kvq_status s = kvq_verify_run(&o, &rep, &err);
+    if (s) {
+        fprintf(stderr, "kvq-verify: %s\n", err.msg);
+        kvq_verify_report_free(&rep);
+        return 2;
+    }
+    int rc = rep.pass ? 0 : 1;
+    if (as_json) {
+        json_t *j = kvq_verify_report_json(&rep);
+        if (!j || json_dumpf(j, stdout, JSON_INDENT(2)) != 0) {
+            fprintf(stderr, "kvq-verify: cannot write the JSON report\n");
+            rc = 2;
+        }
+        putchar('\n');
+        json_decref(j);
+    } else print_human(&rep, rows);
+    if (record && rc != 2) {
+        if (!rep.integrity_ok) {
+            fprintf(stderr, "kvq-verify: %s: integrity failed; no record stored\n", rep.kvq_path);
+        } else if (kvq_verify_record_store(rep.kvq_path, &rep, &err)) {
+            fprintf(stderr, "kvq-verify: --record: %s\n", err.msg);
+            rc = 2;
+        } else if (!as_json) printf("record: stored in %s\n", rep.kvq_path);
+        else fprintf(stderr, "kvq-verify: record stored in %s\n", rep.kvq_path);
+    }
+    kvq_verify_report_free(&rep);
+    return rc;
+}
