@@ -187,8 +187,8 @@ int main(int argc, char **argv) {
     printf("| ratio | codec | source | K bits | K MSE | K rel | K vs PQ | V bits | V MSE | V rel | V vs PQ | s |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     float *y = malloc(sizeof(float) * (size_t)N * d);
-    const char *on4[] = {"int:4", "kivi:4", "turboquant:4", "octopus:3", "hqmq:s96:r4", "hqkv:e8:3.5", NULL};
-    const char *on8[] = {"int:2", "kivi:2", "turboquant:2", "octopus:2", "hqmq:s6:r2", "hqkv:e8:1.5", NULL};
+    const char *on4[] = {"int:4", "kivi:4", "kivi:3", "turboquant:4", "octopus:3", "hqmq:s96:r4", "hqkv:e8:3.5", NULL};
+    const char *on8[] = {"int:2", "kivi:2", "kivi:1", "turboquant:2", "octopus:2", "hqmq:s6:r2", "hqkv:e8:1.5", NULL};
     double ratios[2] = {4, 8};
     for (int ri = 0; ri < 2; ri++) {
         double ratio = ratios[ri];
