@@ -4,7 +4,7 @@
 # per-tensor SNR, perplexity and KLD against the source with kvq-verify (cards' protocol,
 # first WINDOWS 512-token windows of heldout-books.txt), deletes the .kvq, and prints a
 # markdown table.
-# usage: [MODELS=...] [SPECS=...] [THREADS=2] [WINDOWS=4] [TABLE_ONLY=1]
+# usage: [MODELS=...] [SPECS=...] [THREADS=2] [WINDOWS=4] [TABLE_ONLY=1] [PYTHON=python with numpy]
 #        tests/bench/quality_table.sh [BUILD] [OUTDIR]
 set -euo pipefail
 build=${1:-build}
@@ -44,9 +44,37 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
     done
   done
 fi
-python3 - "$out" "$windows" <<'EOF'
-import glob, json, math, os, sys
-out, windows = sys.argv[1], sys.argv[2]
+"${PYTHON:-python3}" - "$out" "$windows" "$shared" <<'EOF'
+import glob, json, math, os, struct, sys
+out, windows, shared = sys.argv[1], sys.argv[2], sys.argv[3]
+def energy(model):
+    """sum of squares of every source tensor (for pooled SNR), cached in OUTDIR; None without numpy"""
+    cache = f"{out}/{model}.energy.json"
+    if os.path.exists(cache):
+        return json.load(open(cache))
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    e, d = {}, f"{shared}/models/{model}"
+    for fn in sorted(glob.glob(f"{d}/*.safetensors")):
+        with open(fn, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            hdr = json.loads(f.read(n))
+            base = 8 + n
+            for name, t in hdr.items():
+                if name == "__metadata__":
+                    continue
+                a, b = t["data_offsets"]
+                f.seek(base + a)
+                raw = f.read(b - a)
+                if t["dtype"] == "BF16":
+                    x = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+                else:
+                    x = np.frombuffer(raw, {"F32": np.float32, "F16": np.float16}[t["dtype"]])
+                e[name] = float(np.sum(x.astype(np.float64) ** 2))
+    json.dump(e, open(cache, "w"))
+    return e
 rows = []
 for path in sorted(glob.glob(f"{out}/*.w{windows}.json")):
     if path.endswith(".inspect.json"):
@@ -57,11 +85,16 @@ for path in sorted(glob.glob(f"{out}/*.w{windows}.json")):
     model, spec = os.path.basename(path).split(".")[0], None
     lossy = [t for t in d["tensors"] if not t["lossless"]]
     spec = lossy[0]["codec"] if lossy else "none"
-    # pooled SNR: total signal power / total error power over all lossy tensors, from
-    # each tensor's SNR weighted by its element count (signal power not in the report,
-    # so pooled = -10 log10(sum n_i 10^(-snr_i/10) / sum n_i), i.e. equal-power weighting).
-    n = sum(t["numel"] for t in lossy)
-    pooled = -10 * math.log10(sum(t["numel"] * 10 ** (-t["snr_db"] / 10) for t in lossy) / n)
+    # pooled SNR = 10 log10(sum ||w||^2 / sum ||w - w^||^2) over the lossy tensors, the
+    # source energies read from the safetensors (needs numpy: PYTHON=/work/venv/bin/python);
+    # without numpy, each tensor's error ratio weighted by its element count instead.
+    en = energy(model)
+    if en:
+        sig = sum(en[t["name"]] for t in lossy)
+        pooled = 10 * math.log10(sig / sum(en[t["name"]] * 10 ** (-t["snr_db"] / 10) for t in lossy))
+    else:
+        n = sum(t["numel"] for t in lossy)
+        pooled = -10 * math.log10(sum(t["numel"] * 10 ** (-t["snr_db"] / 10) for t in lossy) / n)
     mean = sum(t["snr_db"] for t in lossy) / len(lossy)
     r = [x for x in d["runs"] if x["label"] == "weights"][0]
     vs = open(base + ".verify_s").read().split()
