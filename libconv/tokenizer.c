@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <utf8proc.h>
 #include <xxhash.h>
 
 // ---------------------------------------------------------------- buffer
@@ -105,27 +107,13 @@ void tk_strtab_free(tk_strtab *st) {
 
 // ---------------------------------------------------------------- UTF-8
 
+// Length of the valid UTF-8 character at s (utf8proc rejects overlong forms, surrogates
+// and truncated sequences), or 0 if there is none.
 int tk_utf8_len(const unsigned char *s, size_t n) {
     if (n == 0) return 0;
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int len;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else return 0;
-    if ((size_t)len > n) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (int i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    return len;
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t l = utf8proc_iterate(s, n > 4 ? 4 : (utf8proc_ssize_t)n, &cp);
+    return l > 0 ? (int)l : 0;
 }
 
 size_t tk_utf8_check(const char *s, size_t n) {
