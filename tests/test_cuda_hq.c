@@ -18,17 +18,8 @@
 #include "kernels/cuda/hq_decode.h"
 #include "libconv/hq_impl.h"
 #include "libconv/hyperquant.h"
+#include "tests/testrng.h"
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double gauss(uint64_t *s) {
-    double u1 = ((double)(rng_next(s) >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(rng_next(s) >> 11) * 0x1.0p-53;
-    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 static int have_gpu(void) {
     char why[256] = "";

@@ -9,13 +9,8 @@
 #include <cmocka.h>
 
 #include "libconv/lattice.h"
+#include "tests/testrng.h"
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 static double urand(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
 
 static double dist2(kvq_lattice l, const float *x, const int32_t *c) {

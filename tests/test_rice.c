@@ -10,13 +10,8 @@
 
 #include "libconv/lattice.h"
 #include "libconv/rice.h"
+#include "tests/testrng.h"
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static void test_known_bits(void **st) {
     uint8_t buf[4];
