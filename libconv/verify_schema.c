@@ -57,6 +57,21 @@ static kvq_status need(sctx *c, const json_t *o, const char *at, const char *key
 
 #define NEED(o, at, key, t, out) do { kvq_status s_ = need(c, o, at, key, t, out); if (s_) return s_; } while (0)
 
+// "files": name -> entry name, every entry in the table.
+static kvq_status check_file_map(sctx *c, const json_t *map, const char *at, const json_t *entries) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)map, k, v) {
+        char w[256];
+        snprintf(w, sizeof w, "%s.%s", at, k);
+        if (!json_is_string(v)) return bad(c, w, "a string (entry name)", v);
+        if (!json_object_get(entries, json_string_value(v)))
+            return kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: %s names entry '%s', which is not in the entry table",
+                               c->path, w, json_string_value(v));
+    }
+    return KVQ_OK;
+}
+
 static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t *entries, int64_t *numel_out) {
     char at[96];
     snprintf(at, sizeof at, "tensors[%zu]", i);
@@ -101,15 +116,15 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
     NEED(t, tat, "entries", JSON_OBJECT, &ents);
     if (json_object_size(ents) == 0 && numel > 0)
         return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.entries is empty", c->path, tat);
+    char eat[200];
+    snprintf(eat, sizeof eat, "%s.entries", tat);
+    kvq_status es = check_file_map(c, ents, eat, entries);
+    if (es != KVQ_OK) return es;
     const char *role;
     json_t *ev;
     json_object_foreach((json_t *)ents, role, ev) {
         char w[256];
-        snprintf(w, sizeof w, "%s.entries.%s", tat, role);
-        if (!json_is_string(ev)) return bad(c, w, "a string (entry name)", ev);
-        if (!json_object_get(entries, json_string_value(ev)))
-            return kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: %s names entry '%s', which is not in the entry table",
-                               c->path, w, json_string_value(ev));
+        snprintf(w, sizeof w, "%s.%s", eat, role);
         size_t nl = strlen(nm);
         const char *en = json_string_value(ev);
         if (strncmp(en, "t/", 2) != 0 || strncmp(en + 2, nm, nl) != 0 || en[2 + nl] != '/')
@@ -193,20 +208,6 @@ static kvq_status check_source(sctx *c, const json_t *m) {
     return KVQ_OK;
 }
 
-// "files": name -> entry name, every entry in the table.
-static kvq_status check_file_map(sctx *c, const json_t *map, const char *at, const json_t *entries) {
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)map, k, v) {
-        char w[256];
-        snprintf(w, sizeof w, "%s.%s", at, k);
-        if (!json_is_string(v)) return bad(c, w, "a string (entry name)", v);
-        if (!json_object_get(entries, json_string_value(v)))
-            return kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: %s names entry '%s', which is not in the entry table",
-                               c->path, w, json_string_value(v));
-    }
-    return KVQ_OK;
-}
 
 static kvq_status check_tokenizer(sctx *c, const json_t *m, const json_t *entries) {
     const json_t *tok, *files, *mainj, *cf;
