@@ -13,7 +13,7 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-sign-
            -g $(OPT) -fopenmp -I. $(PKG_CFLAGS) $(SAN)
 LDLIBS  += $(PKG_LIBS) -lm -fopenmp $(SAN)
 
-LIB_SRC  := $(sort $(wildcard formats/*.c libconv/*.c libconv/*/*.c kernels/cpu/*.c))
+LIB_SRC  := $(sort $(wildcard formats/*.c libconv/*/*.c libconv/*/*/*.c kernels/cpu/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOLS    := $(patsubst tools/%.c,%,$(wildcard tools/kvq-*.c))
 TOOL_BIN := $(TOOLS:%=$(BUILD)/%)
@@ -92,6 +92,7 @@ $(BUILD)/libkvqcuda.a: $(CU_SRC:kernels/cuda/%.cu=$(BUILD)/cuda/%.o)
 
 # Every suite runs even when one fails; tests/run.sh prints the closing tally.
 test: all
+	@tests/check_layers.sh
 	@tests/run.sh $(BUILD)
 
 asan:
@@ -111,4 +112,6 @@ verify-full: all
 clean:
 	rm -rf build build-asan
 
--include $(LIB_OBJ:.o=.d) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.d)
+# Header dependencies of every object (library, tools, tests, benchmarks).
+-include $(LIB_OBJ:.o=.d) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.d) \
+         $(TOOLS:%=$(BUILD)/obj/tools/%.d) $(BENCH_SRC:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)

@@ -1,4 +1,4 @@
-// Tests for the converter (libconv/convert.c, plan.c, export.c, weights.c) and the
+// Tests for the converter (libconv/convert/convert.c, plan.c, export.c, weights.c) and the
 // tools' exit codes: lossless conversion of the bundled model and of every model in
 // $KVQ_SHARED/models is bit-identical to the source when read back through the
 // container + codec and through kvq_weights; the manifest's sha256 of each source
@@ -21,8 +21,8 @@
 
 #include "formats/checkpoint.h"
 #include "formats/kvqfile.h"
-#include "libconv/convert.h"
-#include "libconv/weights.h"
+#include "libconv/convert/convert.h"
+#include "libconv/runtime/weights.h"
 
 #define TINY "tests/models/kvq-tiny-llama"
 

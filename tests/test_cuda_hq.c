@@ -16,8 +16,8 @@
 
 #include "formats/dtype.h"
 #include "kernels/cuda/hq_decode.h"
-#include "libconv/hq_impl.h"
-#include "libconv/hyperquant.h"
+#include "libconv/codec/hyperquant/hq_impl.h"
+#include "libconv/codec/hyperquant/hyperquant.h"
 #include "tests/testrng.h"
 
 

@@ -14,10 +14,10 @@
 
 #include "formats/checkpoint.h"
 #include "kernels/cpu/wht.h"
-#include "libconv/hq_layout.h"
-#include "libconv/hqcal.h"
-#include "libconv/rice.h"
-#include "libconv/hyperquant.h"
+#include "kernels/hq_layout.h"
+#include "libconv/codec/hyperquant/hqcal.h"
+#include "libconv/quant/rice.h"
+#include "libconv/codec/hyperquant/hyperquant.h"
 #include "tests/testrng.h"
 
 
@@ -274,7 +274,7 @@ static void test_fuzz_corruption(void **state) {
     free(d);
 }
 
-// An independent decoder written from the layout comment in libconv/hq_layout.h alone
+// An independent decoder written from the layout comment in kernels/hq_layout.h alone
 // (reference bit reader, O(T²) double Hadamard, the documented scale formula) must match
 // kvq_hq_decode bit for bit: the stored format is fully specified by that comment.
 static void test_layout_spec(void **state) {

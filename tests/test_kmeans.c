@@ -1,4 +1,4 @@
-// Tests for the seeded k-means used by QET and PQ (libconv/kmeans.c): the blocked,
+// Tests for the seeded k-means used by QET and PQ (libconv/quant/kmeans.c): the blocked,
 // OpenMP path is bit-identical to the scalar reference, every point ends at its nearest
 // centroid, well-separated clusters are found, and the result depends only on the seed.
 #include <math.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "libconv/kmeans.h"
+#include "libconv/quant/kmeans.h"
 
 static uint64_t rng_state = 12345;
 static double urand(void) {

@@ -13,7 +13,7 @@
 
 #include "formats/dtype.h"
 #include "formats/kvqfile.h"
-#include "libconv/kvcodec.h"
+#include "libconv/kv/kvcodec.h"
 
 enum { L = 3, H = 2, D = 64, T = 80, NQ = 2 };
 

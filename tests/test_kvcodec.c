@@ -1,4 +1,4 @@
-// Tests of the KV codec family (libconv/kvcodec.h, libconv/kv/): spec parsing, known
+// Tests of the KV codec family (libconv/kv/kvcodec.h, libconv/kv/): spec parsing, known
 // codebook distortions, Hurwitz group, octahedral map, HQMQ search, bit accounting
 // against the papers' formulas, round-trip error bounds, determinism, serialization,
 // score paths and QJL unbiasedness.
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "libconv/hqcal.h"
-#include "libconv/kvcodec.h"
+#include "libconv/codec/hyperquant/hqcal.h"
+#include "libconv/kv/kvcodec.h"
 
 double kvq_turbo_codebook(int d, int bits, float *cb);
 void kvq_hurwitz_unit(int p, float *q);

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "libconv/lattice.h"
+#include "libconv/quant/lattice.h"
 #include "tests/testrng.h"
 
 static double urand(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "libconv/mmacast.h"
+#include "libconv/quant/mmacast.h"
 
 static uint64_t rng(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;

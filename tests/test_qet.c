@@ -1,4 +1,4 @@
-// Tests for the QET / PQ codec (libconv/qet.c, qet_swap.c, kmeans.c, codec_qet.c):
+// Tests for the QET / PQ codec (libconv/codec/qet/qet.c, qet_swap.c, kmeans.c, codec_qet.c):
 // lossless swap trees, the paper's hand-made example, exact predicted MSE, the budget
 // never exceeded, determinism across seeds and thread counts, clear errors on bad shapes
 // and specs. k-means has its own suite (test_kmeans.c).
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 #include <omp.h>
 
-#include "libconv/qet.h"
+#include "libconv/codec/qet/qet.h"
 
 static uint64_t rng_state = 12345;
 static double urand(void) {

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "libconv/lattice.h"
-#include "libconv/rice.h"
+#include "libconv/quant/lattice.h"
+#include "libconv/quant/rice.h"
 #include "tests/testrng.h"
 
 

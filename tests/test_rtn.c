@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "libconv/codec.h"
+#include "libconv/codec/codec.h"
 
 static double urand(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;

@@ -15,12 +15,12 @@
 
 #include <cmocka.h>
 
-#include "libconv/convert.h"
-#include "libconv/eval.h"
-#include "libconv/kvcache_default.h"
-#include "libconv/model.h"
-#include "libconv/sample.h"
-#include "libconv/tokenizer.h"
+#include "libconv/convert/convert.h"
+#include "libconv/eval/eval.h"
+#include "libconv/kv/kvcache_default.h"
+#include "libconv/runtime/model.h"
+#include "libconv/runtime/sample.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 #define TINY "tests/models/kvq-tiny-llama"
 

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "libconv/sample.h"
+#include "libconv/runtime/sample.h"
 
 static void test_greedy(void **st) {
     (void)st;

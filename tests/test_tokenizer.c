@@ -16,7 +16,7 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 
-#include "libconv/tokenizer.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 #define FX "tests/tokenizer/"
 

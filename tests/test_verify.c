@@ -1,4 +1,4 @@
-// Tests for kvq-verify (libconv/verify*.c, tools/kvq-verify.c) on the bundled
+// Tests for kvq-verify (libconv/verify/verify*.c, tools/kvq-verify.c) on the bundled
 // kvq-tiny-llama and a 3 kB slice of held-out text: a lossless conversion verifies
 // with KLD 0 and ΔPPL 0 exactly and its source ppl equals kvq_eval_tokens'; damaged
 // files fail integrity naming the problem; thresholds flip the library result and the
@@ -18,11 +18,11 @@
 #include <cmocka.h>
 
 #include "formats/kvqfile.h"
-#include "libconv/convert.h"
-#include "libconv/eval.h"
-#include "libconv/model.h"
-#include "libconv/tokenizer.h"
-#include "libconv/verify.h"
+#include "libconv/convert/convert.h"
+#include "libconv/eval/eval.h"
+#include "libconv/runtime/model.h"
+#include "libconv/tokenizer/tokenizer.h"
+#include "libconv/verify/verify.h"
 
 #define TINY "tests/models/kvq-tiny-llama"
 #define TEXT "tests/tokenizer/heldout_start.txt"
@@ -136,7 +136,7 @@ static void test_parse_delta(void **state) {
     assert_non_null(strstr(e.msg, "abc"));
 }
 
-// kvq_eval_tokens (libconv/eval.c) on the source over TEXT: the reference windowing.
+// kvq_eval_tokens (libconv/eval/eval.c) on the source over TEXT: the reference windowing.
 static void eval_reference(const kvq_eval_protocol *p, size_t want_tokens, double *nll, size_t *n_scored) {
     kvq_tokenizer *tok;
     kvq_model *m;

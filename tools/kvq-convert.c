@@ -9,9 +9,9 @@
 #include <time.h>
 
 #include "formats/error.h"
-#include "libconv/codec.h"
-#include "libconv/convert.h"
-#include "libconv/kvcodec.h"
+#include "libconv/codec/codec.h"
+#include "libconv/convert/convert.h"
+#include "libconv/kv/kvcodec.h"
 
 static void usage(FILE *fp) {
     fprintf(fp,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "formats/kvqfile.h"
-#include "libconv/verify.h"
+#include "libconv/verify/verify.h"
 
 static json_t *tensor_json(const json_t *r) {
     const json_t *codec = json_object_get(r, "codec");
@@ -91,7 +91,7 @@ static void shape_str(const json_t *r, char *buf, size_t cap) {
     if (!buf[0]) snprintf(buf, cap, "scalar");
 }
 
-// The record kvq-verify --record stored (libconv/verify.h), and whether it still
+// The record kvq-verify --record stored (libconv/verify/verify.h), and whether it still
 // matches the manifest; payload digests themselves are kvq-verify's to check.
 static void print_verification(const json_t *m) {
     const json_t *v = json_object_get(m, "verification");

@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include "formats/kvqfile.h"
-#include "libconv/eval.h"
-#include "libconv/kvcodec.h"
-#include "libconv/model.h"
-#include "libconv/sample.h"
-#include "libconv/tokenizer.h"
+#include "libconv/eval/eval.h"
+#include "libconv/kv/kvcodec.h"
+#include "libconv/runtime/model.h"
+#include "libconv/runtime/sample.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 static const char *usage =
     "usage: kvq-run MODEL -p PROMPT [-n 128] [--temp 0.8] [--top-p 0.95] [--seed 1] [-t N]\n"

@@ -1,7 +1,7 @@
 // kvq-verify: the gate before shipping a .kvq. Integrity (digests, bounds, manifest
 // schema, every tensor decodes), per-tensor error against the source, perplexity and
 // KL divergence against the source under a stated protocol (weights, KV codec, both),
-// thresholds, and --record to store the result in the file. Library: libconv/verify.h.
+// thresholds, and --record to store the result in the file. Library: libconv/verify/verify.h.
 // Exit status: 0 all checks pass, 1 a check failed (incl. integrity), 2 error.
 #include <getopt.h>
 #include <math.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "libconv/verify.h"
+#include "libconv/verify/verify.h"
 
 static void usage(FILE *f) {
     fprintf(f,

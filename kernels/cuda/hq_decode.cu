@@ -17,13 +17,10 @@ extern "C" {
 #include "formats/error.h" // a C header without its own extern "C"
 }
 #include "kernels/cuda/hq_decode.h"
-#include "libconv/hq_layout.h"
+#include "kernels/hq_layout.h"
 
-#define SYM_LIMIT (1u << 24) // = KVQ_HQ_SYM_LIMIT (libconv/hq_impl.h, not includable here)
 #define CODES_PAD 16         // zero bytes after codes: the word reader looks ahead
-#define SQRT3F 1.7320508075688772f
 
-enum { LAT_E8 = 0, LAT_D4 = 1, LAT_A2 = 2, LAT_Z = 3 };
 
 struct kvq_cuda_hq {
     kvq_cuda_hq_desc d;
@@ -125,7 +122,7 @@ __device__ __forceinline__ uint32_t rd_rice_slow(Rd &r, int k) {
     r.pos += (uint32_t)(q + 1 + k);
     if (q > (0xffffffffull >> k)) { r.bad = 1; return 0; }
     uint32_t v = (uint32_t)(q << k) | lo;
-    if (v >= SYM_LIMIT) { r.bad = 1; return 0; }
+    if (v >= KVQ_HQ_SYM_LIMIT) { r.bad = 1; return 0; }
     return v;
 }
 
@@ -138,8 +135,8 @@ __device__ __forceinline__ uint32_t rd_rice(Rd &r, int k) {
         r.buf >>= len; // len <= n <= 63
         r.n -= len;
         r.pos += (uint32_t)len;
-        r.bad |= (int)(v >= SYM_LIMIT);
-        return v & (SYM_LIMIT - 1);
+        r.bad |= (int)(v >= KVQ_HQ_SYM_LIMIT);
+        return v & (KVQ_HQ_SYM_LIMIT - 1);
     }
     return rd_rice_slow(r, k);
 }
@@ -148,7 +145,7 @@ __device__ __forceinline__ int32_t unzz(uint32_t u) { return (int32_t)(u >> 1) ^
 
 // One lattice vector: n stripped symbols -> integer codes (inverse of kvq_lattice_strip).
 template <int LAT> struct Lat;
-template <> struct Lat<LAT_E8> {
+template <> struct Lat<KVQ_HQ_LAT_E8> {
     enum { N = 8 };
     static __device__ __forceinline__ void read(Rd &r, int k0, int, int32_t *c) {
         int32_t p = 0;
@@ -165,7 +162,7 @@ template <> struct Lat<LAT_E8> {
         for (int i = 0; i < 7; i++) c[i] += cb;
     }
 };
-template <> struct Lat<LAT_D4> {
+template <> struct Lat<KVQ_HQ_LAT_D4> {
     enum { N = 4 };
     static __device__ __forceinline__ void read(Rd &r, int k0, int k1, int32_t *c) {
         c[0] = unzz(rd_rice(r, k0));
@@ -174,7 +171,7 @@ template <> struct Lat<LAT_D4> {
         c[3] = 2 * unzz(rd_rice(r, k1)) + ((c[0] + c[1] + c[2]) & 1);
     }
 };
-template <> struct Lat<LAT_A2> { // c[0] = ny (the √3 axis), c[1] = nx
+template <> struct Lat<KVQ_HQ_LAT_A2> { // c[0] = ny (the √3 axis), c[1] = nx
     enum { N = 2 };
     static __device__ __forceinline__ void read(Rd &r, int k0, int k1, int32_t *c) {
         int32_t ty = unzz(rd_rice(r, k0));
@@ -182,7 +179,7 @@ template <> struct Lat<LAT_A2> { // c[0] = ny (the √3 axis), c[1] = nx
         c[0] = 2 * ty + (c[1] & 1);
     }
 };
-template <> struct Lat<LAT_Z> {
+template <> struct Lat<KVQ_HQ_LAT_Z> {
     enum { N = 1 };
     static __device__ __forceinline__ void read(Rd &r, int k0, int, int32_t *c) { c[0] = unzz(rd_rice(r, k0)); }
 };
@@ -252,7 +249,7 @@ __global__ void __launch_bounds__(32) hq_codes_kernel(Params P, int32_t *codes) 
 #define P2_CHUNK (4 * P2_THREADS)
 template <int LAT, typename OUT>
 __global__ void __launch_bounds__(P2_THREADS) hq_transform_kernel(Params P, const int32_t *codes, OUT *out) {
-    __shared__ int32_t zx[P2_CHUNK], zy[LAT == LAT_A2 ? P2_CHUNK : 1];
+    __shared__ int32_t zx[P2_CHUNK], zy[LAT == KVQ_HQ_LAT_A2 ? P2_CHUNK : 1];
     const int T = P.T, tid = threadIdx.x, per = P2_CHUNK / T;
     const uint32_t zero = kvq_hq_norm_zero(P.nb);
     const int64_t tb = (int64_t)blockIdx.x * per; // first tile of the chunk
@@ -261,7 +258,7 @@ __global__ void __launch_bounds__(P2_THREADS) hq_transform_kernel(Params P, cons
     const uint32_t code = t < P.n_tiles ? norm_code(P.norms, P.nb, t) : zero;
     int4 v = make_int4(0, 0, 0, 0);
     if (code != zero) v = reinterpret_cast<const int4 *>(codes + tb * T)[tid];
-    if (LAT == LAT_A2) { // even positions ny, odd nx
+    if (LAT == KVQ_HQ_LAT_A2) { // even positions ny, odd nx
         zx[e0] = 0, zx[e0 + 1] = v.y, zx[e0 + 2] = 0, zx[e0 + 3] = v.w;
         zy[e0] = v.x, zy[e0 + 1] = 0, zy[e0 + 2] = v.z, zy[e0 + 3] = 0;
     } else {
@@ -276,7 +273,7 @@ __global__ void __launch_bounds__(P2_THREADS) hq_transform_kernel(Params P, cons
             int32_t a = zx[i], b = zx[i + h];
             zx[i] = a + b;
             zx[i + h] = a - b;
-            if (LAT == LAT_A2) {
+            if (LAT == KVQ_HQ_LAT_A2) {
                 a = zy[i], b = zy[i + h];
                 zy[i] = a + b;
                 zy[i + h] = a - b;
@@ -294,7 +291,7 @@ __global__ void __launch_bounds__(P2_THREADS) hq_transform_kernel(Params P, cons
         float val = 0.0f; // zero tile: +0 exactly, as the CPU's memset
         if (code != zero) {
             float zf = (float)zx[e];
-            if (LAT == LAT_A2) zf = __fadd_rn(zf, __fmul_rn(SQRT3F, (float)zy[e]));
+            if (LAT == KVQ_HQ_LAT_A2) zf = __fadd_rn(zf, __fmul_rn(KVQ_HQ_SQRT3_F, (float)zy[e]));
             val = __fmul_rn(zf, s);
             const uint64_t bit = (uint64_t)c0 + (uint64_t)i;
             const uint32_t sg = (P.signs[bit >> 5] >> (bit & 31)) & 1u;
@@ -346,7 +343,7 @@ __global__ void __launch_bounds__(32) hq_matvec_kernel(Params P, const float *__
             for (int v = 0; v < T; v += Lat<LAT>::N) {
                 int32_t c[Lat<LAT>::N];
                 Lat<LAT>::read(r, P.k0, P.k1, c);
-                if (LAT == LAT_A2) {
+                if (LAT == KVQ_HQ_LAT_A2) {
                     b = __fmaf_rn((float)c[0], __ldg(xj + v), b);
                     a = __fmaf_rn((float)c[1], __ldg(xj + v + 1), a);
                 } else {
@@ -354,7 +351,7 @@ __global__ void __launch_bounds__(32) hq_matvec_kernel(Params P, const float *__
                     for (int i = 0; i < Lat<LAT>::N; i++) a = __fmaf_rn((float)c[i], __ldg(xj + v + i), a);
                 }
             }
-            if (LAT == LAT_A2) a = __fmaf_rn(SQRT3F, b, a);
+            if (LAT == KVQ_HQ_LAT_A2) a = __fmaf_rn(KVQ_HQ_SQRT3_F, b, a);
             d = __fmul_rn(a, P.scale[code]);
         }
         part[t] = d;
@@ -547,10 +544,10 @@ static kvq_status launch_decode(kvq_cuda_hq *t, OUT *out, kvq_err *err) {
 template <typename OUT>
 static kvq_status decode_as(kvq_cuda_hq *t, OUT *out, kvq_err *err) {
     switch (t->d.lattice) {
-    case LAT_E8: return launch_decode<LAT_E8>(t, out, err);
-    case LAT_D4: return launch_decode<LAT_D4>(t, out, err);
-    case LAT_A2: return launch_decode<LAT_A2>(t, out, err);
-    default: return launch_decode<LAT_Z>(t, out, err);
+    case KVQ_HQ_LAT_E8: return launch_decode<KVQ_HQ_LAT_E8>(t, out, err);
+    case KVQ_HQ_LAT_D4: return launch_decode<KVQ_HQ_LAT_D4>(t, out, err);
+    case KVQ_HQ_LAT_A2: return launch_decode<KVQ_HQ_LAT_A2>(t, out, err);
+    default: return launch_decode<KVQ_HQ_LAT_Z>(t, out, err);
     }
 }
 
@@ -573,10 +570,10 @@ extern "C" kvq_status kvq_cuda_hq_matvec(kvq_cuda_hq *t, const float *d_x, float
     CU_LAUNCHED("hq_rotate_kernel");
     kvq_status st;
     switch (t->d.lattice) {
-    case LAT_E8: st = launch_matvec<LAT_E8>(t, err); break;
-    case LAT_D4: st = launch_matvec<LAT_D4>(t, err); break;
-    case LAT_A2: st = launch_matvec<LAT_A2>(t, err); break;
-    default: st = launch_matvec<LAT_Z>(t, err); break;
+    case KVQ_HQ_LAT_E8: st = launch_matvec<KVQ_HQ_LAT_E8>(t, err); break;
+    case KVQ_HQ_LAT_D4: st = launch_matvec<KVQ_HQ_LAT_D4>(t, err); break;
+    case KVQ_HQ_LAT_A2: st = launch_matvec<KVQ_HQ_LAT_A2>(t, err); break;
+    default: st = launch_matvec<KVQ_HQ_LAT_Z>(t, err); break;
     }
     if (st) return st;
     hq_rowsum_kernel<<<(unsigned)((t->d.rows + 127) / 128), 128>>>(t->part, t->d.rows, t->tpr, d_y);

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libconv/hqcal.h"
-#include "libconv/kvcodec.h"
-#include "libconv/lattice.h"
-#include "libconv/rice.h"
+#include "libconv/codec/hyperquant/hqcal.h"
+#include "libconv/kv/kvcodec.h"
+#include "libconv/quant/lattice.h"
+#include "libconv/quant/rice.h"
 
 typedef struct {
     kvq_lattice lat;

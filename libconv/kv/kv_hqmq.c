@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
-#include "libconv/kvcodec.h"
+#include "libconv/kv/kvcodec.h"
 
 #define HQ_HBINS 4096  // log2-norm histogram: 64 bins per octave over [-32, 32)
 #define HQ_MAXCH 1024

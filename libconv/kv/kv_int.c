@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
-#include "libconv/kvcodec.h"
+#include "libconv/kv/kvcodec.h"
 
 #define KIVI_G 32
 

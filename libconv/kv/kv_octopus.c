@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
-#include "libconv/kvcodec.h"
+#include "libconv/kv/kvcodec.h"
 
 typedef struct {
     int bdir, bnorm, Kd, Kn, ntri, qjl, round;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
-#include "libconv/kvcodec.h"
+#include "libconv/kv/kvcodec.h"
 
 typedef struct {
     kvq_kvcodec *codec;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "formats/kvqfile.h"
-#include "libconv/kvcodec.h"
+#include "libconv/kv/kvcodec.h"
 
 #define KV_ENTRY "kv/tables"
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "kernels/cpu/wht.h"
-#include "libconv/kvcodec.h"
+#include "libconv/kv/kvcodec.h"
 
 uint64_t kvq_kvrng_u64(kvq_kvrng *r) {
     uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libconv/eval.h"
-#include "libconv/kvcodec.h"
-#include "libconv/model.h"
-#include "libconv/tokenizer.h"
+#include "libconv/eval/eval.h"
+#include "libconv/kv/kvcodec.h"
+#include "libconv/runtime/model.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 typedef struct { double kl; size_t n; } kl_acc;
 

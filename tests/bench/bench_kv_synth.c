@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libconv/kvcodec.h"
+#include "libconv/kv/kvcodec.h"
 
 static kvq_kvcodec *mk(const char *spec, int d, uint64_t seed) {
     kvq_kvspec s;

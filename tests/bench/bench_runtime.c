@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "libconv/model.h"
+#include "libconv/runtime/model.h"
 
 static double now(void) {
     struct timespec ts;

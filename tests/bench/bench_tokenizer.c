@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "libconv/tokenizer.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 static double now(void) {
     struct timespec t;

@@ -1,5 +1,5 @@
 // K/V matrices from kvq's own runtime (issue 4's K/V benchmark): a recording cache
-// wraps the default fp32 cache through libconv/kvcache.h, the model runs the first
+// wraps the default fp32 cache through libconv/kv/kvcache.h, the model runs the first
 // `windows` non-overlapping 512-token windows of a text (cards' protocol, no BOS), and
 // every appended K (post-RoPE, as cached) and V is kept per (layer, KV head) as an
 // (n tokens × head_dim) matrix. Then MSE at compression ratios 4 and 8 for the offline
@@ -12,12 +12,12 @@
 #include <string.h>
 #include <omp.h>
 
-#include "libconv/eval.h"
-#include "libconv/kvcache_default.h"
-#include "libconv/kvcodec.h"
-#include "libconv/model.h"
-#include "libconv/qet.h"
-#include "libconv/tokenizer.h"
+#include "libconv/eval/eval.h"
+#include "libconv/kv/kvcache_default.h"
+#include "libconv/kv/kvcodec.h"
+#include "libconv/runtime/model.h"
+#include "libconv/codec/qet/qet.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 #define CTX 512
 

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "libconv/hqcal.h"
-#include "libconv/hyperquant.h"
+#include "libconv/codec/hyperquant/hqcal.h"
+#include "libconv/codec/hyperquant/hyperquant.h"
 #include "tests/testrng.h"
 
 static double now(void) {

@@ -7,9 +7,9 @@
 #include <string.h>
 #include "formats/checkpoint.h"
 #include "kernels/cpu/wht.h"
-#include "libconv/hq_layout.h"
-#include "libconv/hqcal.h"
-#include "libconv/rice.h"
+#include "kernels/hq_layout.h"
+#include "libconv/codec/hyperquant/hqcal.h"
+#include "libconv/quant/rice.h"
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/models/kvq-tiny-llama";
     double rate = argc > 2 ? atof(argv[2]) : 4.0;

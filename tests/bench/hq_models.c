@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "formats/checkpoint.h"
-#include "libconv/codec.h"
+#include "libconv/codec/codec.h"
 
 static const char *default_specs[] = {
     "hyperquant:e8:3.0", "hyperquant:d4:3.0", "hyperquant:a2:3.0", "hyperquant:z:3.0",

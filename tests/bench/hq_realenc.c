@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "formats/checkpoint.h"
-#include "libconv/hyperquant.h"
+#include "libconv/codec/hyperquant/hyperquant.h"
 
 static double cpu(void) {
     struct timespec t;

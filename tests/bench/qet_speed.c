@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <omp.h>
 
-#include "libconv/qet.h"
+#include "libconv/codec/qet/qet.h"
 
 int main(int argc, char **argv) {
     int64_t n = argc > 1 ? atoll(argv[1]) : 4096;

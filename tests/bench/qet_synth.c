@@ -9,7 +9,7 @@
 #include <string.h>
 #include <omp.h>
 
-#include "libconv/qet.h"
+#include "libconv/codec/qet/qet.h"
 
 static uint64_t rs = 2024;
 static double urand(void) {

@@ -13,8 +13,8 @@
 #include <omp.h>
 
 #include "formats/checkpoint.h"
-#include "libconv/codec.h"
-#include "libconv/qet.h"
+#include "libconv/codec/codec.h"
+#include "libconv/codec/qet/qet.h"
 
 static kvq_dtype g_src = KVQ_DTYPE_BF16;
 

@@ -1,0 +1,93 @@
+// The "hyperquant" entry of the codec table: spec parsing
+//   hyperquant:<lattice>:<bps>[:int8][:cast=int8|fp8|nvfp4|mxfp4][:nb=6|8|10|12|16][:tile=N][:table]
+// (<bps> may instead be "<x>db" for a fixed SNR), and the encode/decode adapters.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "libconv/codec/hyperquant/hyperquant.h"
+
+static kvq_status hq_parse(const char *args, json_t **cfg, kvq_err *err) {
+    char buf[256];
+    if (!args || !*args || strlen(args) >= sizeof buf)
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': expected hyperquant:<lattice>:<bps>[:options]",
+                           args ? args : "");
+    strcpy(buf, args);
+    char *save = NULL, *tok = strtok_r(buf, ":", &save);
+    kvq_lattice lat;
+    if (!tok || kvq_lattice_parse(tok, &lat))
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': unknown lattice '%s' (e8, d4, a2, z)", args,
+                           tok ? tok : "");
+    kvq_hq_opts o = kvq_hq_opts_default(lat, NAN);
+    tok = strtok_r(NULL, ":", &save);
+    char *end = NULL;
+    double v = tok ? strtod(tok, &end) : NAN;
+    if (!tok || end == tok) return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': missing <bps>", args);
+    if (strcasecmp(end, "db") == 0) {
+        if (!(v >= 0 && v <= 50)) return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': SNR must be in [0, 50] dB", args);
+        o.snr_db = v;
+    } else if (*end == 0) {
+        if (!(v >= 1.0 && v <= 8.5))
+            return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': bps %g outside [1, 8.5]", args, v);
+        o.bps = v;
+    } else {
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': bad rate '%s'", args, tok);
+    }
+    while ((tok = strtok_r(NULL, ":", &save))) {
+        if (strcmp(tok, "int8") == 0) o.int8 = 1;
+        else if (strcmp(tok, "table") == 0) o.table_only = 1;
+        else if (strncmp(tok, "cast=", 5) == 0) {
+            if (kvq_cast_parse(tok + 5, &o.cast))
+                return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': unknown cast '%s'", args, tok + 5);
+        } else if (strncmp(tok, "nb=", 3) == 0) {
+            o.norm_bits = atoi(tok + 3);
+            if (o.norm_bits != 6 && o.norm_bits != 8 && o.norm_bits != 10 && o.norm_bits != 12 && o.norm_bits != 16)
+                return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': nb must be 6, 8, 10, 12 or 16", args);
+        } else if (strncmp(tok, "tile=", 5) == 0) {
+            o.max_tile = atoi(tok + 5);
+            if (o.max_tile < 16 || o.max_tile > 1024 || (o.max_tile & (o.max_tile - 1)))
+                return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': tile must be a power of two in [16, 1024]", args);
+        } else
+            return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': unknown option '%s'", args, tok);
+    }
+    if (o.int8 && isnan(o.bps) && isnan(o.snr_db))
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': missing rate", args);
+    *cfg = json_pack("{s:s,s:f,s:f,s:i,s:i,s:b,s:b,s:s}", "lattice", kvq_lattice_name(lat), "bps",
+                     isnan(o.bps) ? -1.0 : o.bps, "snr_db", isnan(o.snr_db) ? -1.0 : o.snr_db, "tile", o.max_tile,
+                     "norm_bits", o.norm_bits, "int8", o.int8, "table", o.table_only, "cast", kvq_cast_name(o.cast));
+    return *cfg ? KVQ_OK : kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+}
+
+static kvq_status hq_encode(const json_t *cfg, const kvq_codec_input *in, kvq_encoded *out, kvq_err *err) {
+    kvq_lattice lat;
+    if (kvq_lattice_parse(json_string_value(json_object_get(cfg, "lattice")), &lat))
+        return kvq_err_set(err, KVQ_ERR_ARG, "hyperquant: bad config");
+    double bps = json_number_value(json_object_get(cfg, "bps")), snr = json_number_value(json_object_get(cfg, "snr_db"));
+    kvq_hq_opts o = kvq_hq_opts_default(lat, bps >= 0 ? bps : NAN);
+    o.snr_db = snr >= 0 ? snr : NAN;
+    o.max_tile = (int)json_integer_value(json_object_get(cfg, "tile"));
+    o.norm_bits = (int)json_integer_value(json_object_get(cfg, "norm_bits"));
+    o.int8 = json_is_true(json_object_get(cfg, "int8"));
+    o.table_only = json_is_true(json_object_get(cfg, "table"));
+    if (kvq_cast_parse(json_string_value(json_object_get(cfg, "cast")), &o.cast))
+        return kvq_err_set(err, KVQ_ERR_ARG, "hyperquant: bad config");
+    return kvq_hq_encode(&o, in, out, NULL, NULL, err);
+}
+
+static kvq_status hq_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows,
+                            int64_t cols, float *out, kvq_err *err) {
+    kvq_hq_header h;
+    kvq_status s = kvq_hq_header_parse(params, rows, cols, &h, err);
+    if (s) return s;
+    return kvq_hq_decode(&h, blobs, n_blobs, out, 0, err);
+}
+
+const kvq_codec_traits kvq_codec_hyperquant = {
+    .name = "hyperquant",
+    .summary = "HyperQuant: RHT + E8/D4/A2/Z lattice + strip + Rice at any rate, e.g. hyperquant:e8:4.0",
+    .lossless = 0,
+    .parse = hq_parse,
+    .encode = hq_encode,
+    .decode = hq_decode,
+};

@@ -1,0 +1,39 @@
+// Internal pieces shared by the HyperQuant encoder and decoders (not a public API): the
+// per-tile reconstruction that both the encoder's reference and the decoders run, sign
+// diagonals, and norm-code conversion.
+#ifndef KVQ_HQ_IMPL_H
+#define KVQ_HQ_IMPL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/hq_layout.h"
+#include "libconv/codec/hyperquant/hyperquant.h"
+
+/** Fills sgn[0..cols_p) with ±1.0f: tile column j uses sgn[j*T .. j*T+T). */
+void kvq_hq_signs(uint64_t seed, int T, int64_t cols_p, float *sgn);
+
+/** Decoded norm of a (non-zero) norm code. */
+static inline double kvq_hq_norm_value(const kvq_hq_header *h, uint32_t code) {
+    return exp2((double)h->norm_exp - (double)code / (double)(1 << (h->norm_bits - 5)));
+}
+
+/** Reads norm code t from the packed norms blob (caller checked the size). */
+static inline uint32_t kvq_hq_norm_code(const uint8_t *norms, int nb, int64_t t) {
+    uint64_t bit = (uint64_t)t * (uint64_t)nb, v = 0;
+    int nbytes = (int)(((bit & 7) + (uint64_t)nb + 7) >> 3);
+    for (int i = 0; i < nbytes; i++) v |= (uint64_t)norms[(bit >> 3) + i] << (8 * i);
+    return (uint32_t)((v >> (bit & 7)) & ((1u << nb) - 1u));
+}
+
+
+/** Reconstructs one tile from its T integer codes c (clobbered: used as integer scratch).
+ *  No cast: z = H_T·c in exact int32 arithmetic (A2: H·nx-part and H·ny-part separately),
+ *  then dst[i] = ((float)z_i · s) · sign_i with s = (float)(n̂/(α·T)) — independent of the
+ *  butterfly order, so any implementation reproduces it bit for bit. With a cast: y =
+ *  embed(c)·(float)(n̂/(α√T)), cast, float butterfly, ·(float)(1/√T), ·sign. y is T floats of
+ *  scratch. Zero tiles: code = kvq_hq_norm_zero. Used by the encoder and both decoders. */
+void kvq_hq_tile_recon(const kvq_hq_header *h, int32_t *c, uint32_t code, const float *sgn, float *y,
+                       float *dst, int ncopy);
+
+#endif

@@ -1,0 +1,80 @@
+// HyperQuant weight codec (paper sections 4.1–4.9, 5.1): per-tile randomized Hadamard
+// transform along cols, normalization to the lattice radius α(SNR)√T, nearest lattice
+// point, bit stripping, Rice coding with per-tensor parameters, and rate control to a
+// target effective bits/weight. Payload layout: kernels/hq_layout.h; design and paper
+// readings: docs/HYPERQUANT.md. The codec table entry is kvq_codec_hyperquant.
+#ifndef KVQ_HYPERQUANT_H
+#define KVQ_HYPERQUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/error.h"
+#include "libconv/codec/codec.h"
+#include "libconv/quant/lattice.h"
+#include "libconv/quant/mmacast.h"
+
+/** Encoder settings (parsed from "hyperquant:<lattice>:<bps>[:opt...]"). */
+typedef struct {
+    kvq_lattice lat;
+    double bps;       // target effective bits per weight (NAN when snr_db is fixed)
+    double snr_db;    // fixed SNR instead of rate control (NAN = use bps)
+    int max_tile;     // largest tile (power of two, 16..1024), default 128
+    int norm_bits;    // 6, 8, 10, 12 or 16 bits per tile norm (default 8, chosen by measurement)
+    int int8;         // 1: int8 fallback storage, no Rice
+    int table_only;   // 1: SNR from the calibration table only, no per-tensor correction
+    kvq_cast cast;    // simulated MMA cast applied at decode
+} kvq_hq_opts;
+
+/** Everything decode needs, parsed from the params JSON. */
+typedef struct {
+    kvq_lattice lat;
+    int int8;
+    kvq_cast cast;
+    int tile;              // T
+    int64_t rows, cols, cols_p;
+    int norm_bits, norm_exp;
+    double alpha;
+    int k[KVQ_LAT_MAX_CLASSES];
+    uint64_t seed;
+} kvq_hq_header;
+
+/** Encoder diagnostics. */
+typedef struct {
+    double snr_target_db;  // SNR that set α (after rate control)
+    double snr_real_db;    // 10 log10(Σx² / Σ(x - x̂)²) on this tensor
+    double code_bpw;       // Rice (or int8) code bits per weight
+    double eff_bpw;        // 8 × stored bytes / numel
+    int iterations;        // quantization passes spent on rate control
+    uint64_t clipped;      // int8 mode: codes clipped to ±127
+} kvq_hq_stats;
+
+/** Default options for lattice l at target bps. */
+kvq_hq_opts kvq_hq_opts_default(kvq_lattice l, double bps);
+
+/** The tile rule: T = largest power of two dividing cols, capped at max_tile; if that is
+ *  below 16, rows are zero-padded to a multiple of T = min(max_tile, smallest power of two
+ *  ≥ max(cols, 16)). @return T and writes the padded width to *cols_p. */
+int kvq_hq_tile_for(int64_t cols, int max_tile, int64_t *cols_p);
+
+/** Encodes in->x into out (blobs "codes", "norms", "offsets"; params JSON; rate parts).
+ *  recon (optional, rows × cols) receives the reference reconstruction computed from the
+ *  chosen lattice codes without going through the bitstream; stats optional.
+ *  NaN/Inf input -> KVQ_ERR_NUMERIC naming the tensor and the element. */
+kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_encoded *out,
+                         float *recon, kvq_hq_stats *stats, kvq_err *err);
+
+/** Parses and validates params against (rows, cols). */
+kvq_status kvq_hq_header_parse(const json_t *params, int64_t rows, int64_t cols, kvq_hq_header *h,
+                               kvq_err *err);
+
+/** Reference decoder: scalar bit reader (rice.h), kvq_lattice_unstrip, one tile at a time.
+ *  out is rows × cols float32 (caller-allocated). */
+kvq_status kvq_hq_decode_ref(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs,
+                             float *out, kvq_err *err);
+/** Fast decoder (64-bit buffered Rice reader, lattice-specialized unstrip, OpenMP over
+ *  groups; n_threads 0 = default). Bit-identical to kvq_hq_decode_ref. */
+kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs,
+                         float *out, int n_threads, kvq_err *err);
+
+#endif

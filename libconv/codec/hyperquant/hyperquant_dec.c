@@ -1,0 +1,408 @@
+// HyperQuant decoding: params validation, the shared tile reconstruction, the scalar
+// reference decoder and the fast decoder (buffered Rice reader, specialized unstrip,
+// OpenMP over random-access groups). Both must produce identical floats.
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/wht.h"
+#include "libconv/codec/hyperquant/hq_impl.h"
+#include "libconv/quant/rice.h"
+
+void kvq_hq_signs(uint64_t seed, int T, int64_t cols_p, float *sgn) {
+    for (int64_t j = 0; j < cols_p / T; j++)
+        for (int w = 0; w < (T + 63) / 64; w++) {
+            uint64_t bits = kvq_hq_sign_word(seed, (uint64_t)j, (uint64_t)w);
+            for (int i = 0; i < 64 && 64 * w + i < T; i++)
+                sgn[j * T + 64 * w + i] = ((bits >> i) & 1) ? -1.0f : 1.0f;
+        }
+}
+
+void kvq_hq_tile_recon(const kvq_hq_header *h, int32_t *c, uint32_t code, const float *sgn, float *y,
+                       float *dst, int ncopy) {
+    const int T = h->tile;
+    if (code == kvq_hq_norm_zero(h->norm_bits)) {
+        memset(dst, 0, sizeof(float) * (size_t)ncopy);
+        return;
+    }
+    double norm = kvq_hq_norm_value(h, code);
+    if (h->cast == KVQ_CAST_NONE) {
+        const float s = (float)(norm / (h->alpha * (double)T));
+        if (h->lat == KVQ_LAT_A2) { // √3·ny on even positions, nx on odd: two exact transforms
+            int32_t b[KVQ_HQ_MAX_TILE];
+            for (int i = 0; i < T; i += 2) {
+                b[i] = c[i];
+                b[i + 1] = 0;
+                c[i] = 0;
+            }
+            kvq_wht_i32(c, T);
+            kvq_wht_i32(b, T);
+            for (int i = 0; i < ncopy; i++) dst[i] = (((float)c[i] + KVQ_SQRT3_F * (float)b[i]) * s) * sgn[i];
+        } else {
+            kvq_wht_i32(c, T);
+            for (int i = 0; i < ncopy; i++) dst[i] = ((float)c[i] * s) * sgn[i];
+        }
+        return;
+    }
+    // cast the orthonormal rotated tile, as the MMA operand would be
+    const float s = (float)(norm / (h->alpha * sqrt((double)T)));
+    if (h->lat == KVQ_LAT_A2)
+        for (int i = 0; i < T; i += 2) {
+            y[i] = (KVQ_SQRT3_F * (float)c[i]) * s;
+            y[i + 1] = (float)c[i + 1] * s;
+        }
+    else
+        for (int i = 0; i < T; i++) y[i] = (float)c[i] * s;
+    kvq_cast_apply(h->cast, y, T);
+    kvq_wht(y, T);
+    const float r = (float)(1.0 / sqrt((double)T));
+    for (int i = 0; i < ncopy; i++) dst[i] = (y[i] * r) * sgn[i];
+}
+
+// ---- params
+
+static int get_int(const json_t *p, const char *key, long long lo, long long hi, long long *v) {
+    json_t *j = json_object_get(p, key);
+    if (!json_is_integer(j)) return -1;
+    *v = json_integer_value(j);
+    return (*v < lo || *v > hi) ? -1 : 0;
+}
+
+kvq_status kvq_hq_header_parse(const json_t *p, int64_t rows, int64_t cols, kvq_hq_header *h,
+                               kvq_err *err) {
+    memset(h, 0, sizeof *h);
+    long long v, tile, colsp, nb, ne;
+    const char *lat = json_string_value(json_object_get(p, "lattice"));
+    const char *mode = json_string_value(json_object_get(p, "mode"));
+    const char *cast = json_string_value(json_object_get(p, "cast"));
+    const char *seed = json_string_value(json_object_get(p, "seed"));
+    json_t *k = json_object_get(p, "k");
+    double alpha = json_number_value(json_object_get(p, "alpha"));
+    if (get_int(p, "v", KVQ_HQ_FORMAT_VERSION, KVQ_HQ_FORMAT_VERSION, &v))
+        return kvq_err_set(err, KVQ_ERR_VERSION, "hyperquant: missing or unknown params version");
+    if (!lat || kvq_lattice_parse(lat, &h->lat))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad lattice '%s'", lat ? lat : "(null)");
+    if (!mode || (strcmp(mode, "rice") && strcmp(mode, "int8")))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad mode '%s'", mode ? mode : "(null)");
+    h->int8 = strcmp(mode, "int8") == 0;
+    if (!cast || kvq_cast_parse(cast, &h->cast))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad cast '%s'", cast ? cast : "(null)");
+    if (get_int(p, "tile", KVQ_HQ_MIN_TILE, KVQ_HQ_MAX_TILE, &tile) || (tile & (tile - 1)))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad tile size");
+    if (get_int(p, "cols_p", cols, cols + tile - 1, &colsp) || colsp % tile)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: padded width inconsistent with %lld cols",
+                           (long long)cols);
+    if (get_int(p, "norm_bits", 6, 16, &nb) || (nb != 6 && nb != 8 && nb != 10 && nb != 12 && nb != 16))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad norm_bits");
+    if (get_int(p, "norm_exp", -2000, 2000, &ne))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad norm_exp");
+    if (!(alpha > 0 && alpha < 1e6))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad alpha %g", alpha);
+    int ncls = kvq_lattice_classes(h->lat);
+    if (!h->int8) {
+        if (!json_is_array(k) || (int)json_array_size(k) != ncls)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: need %d Rice parameters", ncls);
+        for (int i = 0; i < ncls; i++) {
+            json_t *ki = json_array_get(k, i);
+            if (!json_is_integer(ki) || json_integer_value(ki) < 0 || json_integer_value(ki) > KVQ_RICE_KMAX)
+                return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad Rice parameter");
+            h->k[i] = (int)json_integer_value(ki);
+        }
+    }
+    char *end = NULL;
+    if (!seed || strlen(seed) != 16 || (h->seed = strtoull(seed, &end, 16), *end))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad seed");
+    if (tile < kvq_lattice_dim(h->lat))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: tile smaller than the lattice");
+    h->tile = (int)tile;
+    h->rows = rows;
+    h->cols = cols;
+    h->cols_p = colsp;
+    h->norm_bits = (int)nb;
+    h->norm_exp = (int)ne;
+    h->alpha = alpha;
+    return KVQ_OK;
+}
+
+// Checks blob sizes and offsets; returns the blobs.
+static kvq_status check_blobs(const kvq_hq_header *h, const kvq_blob_view *b, int nb,
+                              const uint8_t **codes, size_t *ncodes, const uint8_t **norms,
+                              const uint8_t **offs, kvq_err *err) {
+    const kvq_blob_view *c = kvq_blob_find(b, nb, "codes"), *n = kvq_blob_find(b, nb, "norms"),
+                        *o = kvq_blob_find(b, nb, "offsets");
+    int64_t n_tiles = h->rows * (h->cols_p / h->tile);
+    int64_t n_groups = (n_tiles + KVQ_HQ_GROUP_TILES - 1) / KVQ_HQ_GROUP_TILES;
+    if (!c || !n) return kvq_err_set(err, KVQ_ERR_MISSING, "hyperquant: missing codes or norms blob");
+    if (n->size != (size_t)((n_tiles * h->norm_bits + 7) / 8))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: norms blob is %zu bytes, expected %lld",
+                           n->size, (long long)((n_tiles * h->norm_bits + 7) / 8));
+    *codes = c->data;
+    *ncodes = c->size;
+    *norms = n->data;
+    *offs = NULL;
+    if (h->int8) {
+        if (c->size != (size_t)(h->rows * h->cols_p))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: int8 codes blob is %zu bytes, expected %lld",
+                               c->size, (long long)(h->rows * h->cols_p));
+        return KVQ_OK;
+    }
+    if (!o || o->size != (size_t)(n_groups + 1) * 4)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: offsets blob has %zu bytes, expected %lld",
+                           o ? o->size : 0, (long long)(n_groups + 1) * 4);
+    const uint8_t *ob = o->data;
+    uint32_t prev = 0;
+    for (int64_t g = 0; g <= n_groups; g++) {
+        uint32_t v = (uint32_t)ob[4 * g] | (uint32_t)ob[4 * g + 1] << 8 | (uint32_t)ob[4 * g + 2] << 16 |
+                     (uint32_t)ob[4 * g + 3] << 24;
+        if ((g == 0 && v != 0) || v < prev || v > c->size || (g == n_groups && v != c->size))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: bad group offset %u at group %lld", v,
+                               (long long)g);
+        prev = v;
+    }
+    *offs = ob;
+    return KVQ_OK;
+}
+
+static inline uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// ---- reference decoder
+
+kvq_status kvq_hq_decode_ref(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs,
+                             float *out, kvq_err *err) {
+    const uint8_t *codes, *norms, *offs;
+    size_t ncodes;
+    kvq_status st = check_blobs(h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
+    if (st) return st;
+    const int T = h->tile, n = kvq_lattice_dim(h->lat);
+    const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;
+    float *sgn = malloc(sizeof(float) * (size_t)h->cols_p), *y = malloc(sizeof(float) * (size_t)T);
+    int32_t *c = malloc(sizeof(int32_t) * (size_t)T);
+    if (!sgn || !y || !c) { free(sgn); free(y); free(c); return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory"); }
+    kvq_hq_signs(h->seed, T, h->cols_p, sgn);
+    uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
+    kvq_bitreader r;
+    int64_t gend = 0;
+    for (int64_t t = 0; t < n_tiles && !st; t++) {
+        int64_t row = t / tpr, j = t % tpr;
+        uint32_t code = kvq_hq_norm_code(norms, h->norm_bits, t);
+        if (!h->int8 && t % KVQ_HQ_GROUP_TILES == 0) {
+            int64_t g = t / KVQ_HQ_GROUP_TILES;
+            uint32_t o0 = rd32(offs + 4 * g);
+            gend = rd32(offs + 4 * g + 4);
+            kvq_br_init(&r, codes + o0, (size_t)(gend - o0));
+        }
+        if (h->int8) {
+            for (int i = 0; i < T; i++) c[i] = (int8_t)codes[t * T + i];
+        } else if (code != zero) {
+            for (int v = 0; v < T; v += n) {
+                uint32_t sym[8];
+                for (int i = 0; i < n; i++) {
+                    sym[i] = kvq_br_rice(&r, h->k[kvq_lattice_symbol_class(h->lat, i)]);
+                    if (sym[i] >= KVQ_HQ_SYM_LIMIT) { r.err = 1; sym[i] = 0; }
+                }
+                kvq_lattice_unstrip(h->lat, sym, c + v);
+            }
+            if (r.err) st = kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: corrupt Rice stream in tile %lld", (long long)t);
+        }
+        int64_t c0 = j * T, ncopy = c0 + T <= h->cols ? T : (c0 < h->cols ? h->cols - c0 : 0);
+        if (!st && ncopy > 0) kvq_hq_tile_recon(h, c, code, sgn + j * T, y, out + row * h->cols + c0, (int)ncopy);
+        // a group must be consumed to within its final byte's padding
+        if (!st && !h->int8 && (t % KVQ_HQ_GROUP_TILES == KVQ_HQ_GROUP_TILES - 1 || t == n_tiles - 1))
+            if (r.bitpos + 8 <= 8 * (uint64_t)r.size)
+                st = kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: trailing bytes in group %lld",
+                                 (long long)(t / KVQ_HQ_GROUP_TILES));
+    }
+    free(sgn);
+    free(y);
+    free(c);
+    return st;
+}
+
+// ---- fast decoder
+
+typedef struct {
+    const uint8_t *p, *end, *start;
+    uint64_t buf;
+    int n;            // valid bits in buf (bits above n are lookahead or zero)
+    int bad;          // a codeword too long for 32 bits
+} fast_rd;
+
+// Bits consumed so far: bytes pulled into buf minus the bits still unread.
+static inline uint64_t frd_used(const fast_rd *r) { return 8 * (uint64_t)(r->p - r->start) - (uint64_t)r->n; }
+
+static inline void frd_refill(fast_rd *r) {
+    if (r->end - r->p >= 8) {
+        uint64_t v;
+        memcpy(&v, r->p, 8);
+        r->buf |= v << r->n;
+        r->p += (63 - r->n) >> 3;
+        r->n |= 56;
+    } else {
+        while (r->n <= 55) { // ends with 56 <= n <= 63, as the 8-byte path
+            uint64_t b = r->p < r->end ? *r->p : 0; // zeros past the end; caught by frd_used
+            r->p++;
+            r->buf |= b << r->n;
+            r->n += 8;
+        }
+    }
+}
+
+// Slow path for codewords longer than the buffered bits (long unary runs, stream end).
+// Takes and returns the reader by value so the hot loop's reader stays in registers.
+__attribute__((noinline)) static fast_rd frd_rice_slow(fast_rd r, int k, uint64_t limit, uint32_t *out) {
+    uint64_t q = 0;
+    *out = 0;
+    for (;;) {
+        frd_refill(&r); // now 56 <= n <= 63
+        if (r.buf & ((1ull << r.n) - 1)) break;
+        q += (uint64_t)r.n;
+        r.buf >>= r.n;
+        r.n = 0;
+        if (frd_used(&r) > limit || q > (0xffffffffull >> k)) { r.bad = 1; return r; }
+    }
+    int z = __builtin_ctzll(r.buf); // < n
+    q += (uint64_t)z;
+    r.buf >>= z;
+    r.buf >>= 1;
+    r.n -= z + 1;
+    frd_refill(&r);
+    uint32_t lo = (uint32_t)(r.buf & ((1ull << k) - 1));
+    r.buf >>= k;
+    r.n -= k;
+    if (q > (0xffffffffull >> k)) { r.bad = 1; return r; }
+    *out = (uint32_t)(q << k) | lo;
+    if (*out >= KVQ_HQ_SYM_LIMIT) { r.bad = 1; *out = 0; }
+    return r;
+}
+
+// Hot path: refill only below 32 buffered bits; bits above n are valid lookahead (or
+// zeros at the stream end), so a codeword that fits in n decodes directly.
+static inline uint32_t frd_rice(fast_rd *r, int k, uint64_t limit) {
+    if (r->n < 32) frd_refill(r);
+    int z = __builtin_ctzll(r->buf | (1ull << 63));
+    int len = z + 1 + k;
+    if (__builtin_expect(len <= r->n, 1)) {
+        uint32_t v = ((uint32_t)z << k) | (uint32_t)((r->buf >> (z + 1)) & ((1ull << k) - 1));
+        r->buf >>= len; // len <= n <= 63
+        r->n -= len;
+        r->bad |= (int)(v >= KVQ_HQ_SYM_LIMIT); // corrupt: keep the arithmetic below in range
+        return v & (KVQ_HQ_SYM_LIMIT - 1);
+    }
+    uint32_t v;
+    *r = frd_rice_slow(*r, k, limit, &v);
+    return v;
+}
+
+// Decodes the T symbols of one tile and unstrips them into c.
+static inline void fast_tile_codes(const kvq_hq_header *h, fast_rd *r, uint64_t limit, int32_t *c) {
+    const int T = h->tile, k0 = h->k[0], k1 = h->k[1];
+    switch (h->lat) {
+    case KVQ_LAT_E8:
+        for (int v = 0; v < T; v += 8) {
+            int32_t p = 0;
+            for (int i = 0; i < 7; i++) {
+                int32_t s = kvq_unzigzag(frd_rice(r, k0, limit));
+                p += s;
+                c[v + i] = 2 * s;
+            }
+            uint32_t comb = frd_rice(r, k0, limit);
+            int32_t cb = (int32_t)(comb & 1);
+            int32_t t = kvq_unzigzag(comb >> 1);
+            c[v + 7] = 2 * (2 * t + (p & 1)) + cb;
+            for (int i = 0; i < 7; i++) c[v + i] += cb;
+        }
+        break;
+    case KVQ_LAT_D4:
+        for (int v = 0; v < T; v += 4) {
+            c[v] = kvq_unzigzag(frd_rice(r, k0, limit));
+            c[v + 1] = kvq_unzigzag(frd_rice(r, k0, limit));
+            c[v + 2] = kvq_unzigzag(frd_rice(r, k0, limit));
+            c[v + 3] = 2 * kvq_unzigzag(frd_rice(r, k1, limit)) + ((c[v] + c[v + 1] + c[v + 2]) & 1);
+        }
+        break;
+    case KVQ_LAT_A2:
+        for (int v = 0; v < T; v += 2) {
+            int32_t ty = kvq_unzigzag(frd_rice(r, k0, limit));
+            c[v + 1] = kvq_unzigzag(frd_rice(r, k1, limit));
+            c[v] = 2 * ty + (c[v + 1] & 1);
+        }
+        break;
+    default:
+        for (int v = 0; v < T; v++) c[v] = kvq_unzigzag(frd_rice(r, k0, limit));
+        break;
+    }
+}
+
+// Decodes one random-access group; returns 0, or 1 if its stream is corrupt.
+static int decode_group(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
+                        const float *sgn, int64_t g, int64_t n_tiles, float *y, int32_t *c, float *out) {
+    const int T = h->tile;
+    const int64_t tpr = h->cols_p / T;
+    const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
+    fast_rd r = {0};
+    uint64_t limit = 0;
+    if (!h->int8) {
+        uint32_t o0 = rd32(offs + 4 * g), o1 = rd32(offs + 4 * g + 4);
+        r.p = r.start = codes + o0;
+        r.end = codes + o1;
+        limit = 8 * (uint64_t)(o1 - o0);
+    }
+    int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : n_tiles;
+    for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
+        int64_t row = t / tpr, j = t % tpr;
+        uint32_t code = kvq_hq_norm_code(norms, h->norm_bits, t);
+        if (h->int8) {
+            const int8_t *cb = (const int8_t *)codes + t * T;
+            for (int i = 0; i < T; i++) c[i] = cb[i];
+        } else if (code != zero) {
+            fast_tile_codes(h, &r, limit, c);
+        }
+        int64_t c0 = j * T, ncopy = c0 + T <= h->cols ? T : (c0 < h->cols ? h->cols - c0 : 0);
+        if (ncopy > 0) kvq_hq_tile_recon(h, c, code, sgn + j * T, y, out + row * h->cols + c0, (int)ncopy);
+    }
+    return !h->int8 && (r.bad || frd_used(&r) > limit || frd_used(&r) + 8 <= limit);
+}
+
+kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs, float *out,
+                         int n_threads, kvq_err *err) {
+    const uint8_t *codes, *norms, *offs;
+    size_t ncodes;
+    kvq_status st = check_blobs(h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
+    if (st) return st;
+    const int T = h->tile;
+    const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;
+    const int64_t n_groups = (n_tiles + KVQ_HQ_GROUP_TILES - 1) / KVQ_HQ_GROUP_TILES;
+    float *sgn = malloc(sizeof(float) * (size_t)h->cols_p);
+    if (!sgn) return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory");
+    kvq_hq_signs(h->seed, T, h->cols_p, sgn);
+    int64_t bad_group = -1;
+    int nomem = 0;
+    int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    if (nt > n_groups / 128 + 1) nt = (int)(n_groups / 128 + 1); // 128 groups = 256K weights per thread
+#pragma omp parallel num_threads(nt)
+    {
+        float *y = malloc(sizeof(float) * (size_t)T);
+        int32_t *c = malloc(sizeof(int32_t) * (size_t)T);
+        if (!y || !c) {
+#pragma omp atomic write
+            nomem = 1;
+        } else {
+#pragma omp for schedule(dynamic, 16)
+            for (int64_t g = 0; g < n_groups; g++)
+                if (decode_group(h, codes, norms, offs, sgn, g, n_tiles, y, c, out)) {
+#pragma omp critical
+                    if (bad_group < 0 || g < bad_group) bad_group = g;
+                }
+        }
+        free(y);
+        free(c);
+    }
+    free(sgn);
+    if (nomem) return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory");
+    if (bad_group >= 0)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: corrupt Rice stream in group %lld", (long long)bad_group);
+    return KVQ_OK;
+}

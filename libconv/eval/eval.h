@@ -1,0 +1,89 @@
+// Perplexity and per-position log-probabilities under an explicit protocol (window,
+// stride, BOS, which positions are scored). Two models can be stepped in lockstep so
+// kvq-verify computes KL divergence on the fly, holding only a chunk of logits each.
+#ifndef KVQ_EVAL_H
+#define KVQ_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/error.h"
+#include "libconv/runtime/model.h"
+#include "libconv/tokenizer/tokenizer.h"
+
+typedef enum {
+    KVQ_SCORE_ALL_BUT_FIRST = 0, // every target but each window's first token (the cards)
+    KVQ_SCORE_SECOND_HALF,       // llama.cpp perplexity: logits at positions >= ctx/2
+} kvq_score_mode;
+
+typedef enum {
+    KVQ_BOS_NONE = 0,    // windows are raw text tokens
+    KVQ_BOS_PREPEND,     // BOS + (ctx-1) text tokens; the first text token is scored
+    KVQ_BOS_REPLACE,     // llama.cpp: the window's first text token is overwritten by BOS
+} kvq_bos_mode;
+
+typedef struct {
+    int ctx;              // tokens the model sees per window (BOS included)
+    int stride;           // text tokens between window starts; 0: non-overlapping.
+                          // With overlap a target is scored once, in its first window.
+    kvq_bos_mode bos;
+    int32_t bos_id;       // BOS id for PREPEND/REPLACE; -1: the model's bos_token_id
+    kvq_score_mode score;
+    int partial_last;     // also run a last window shorter than ctx (0: drop it)
+    size_t max_tokens;    // use only the first max_tokens text tokens; 0: all
+    int chunk;            // tokens per forward call (logits memory chunk × vocab); 0: 128
+    int n_threads;        // > 0: set on the model(s) for the run
+} kvq_eval_protocol;
+
+/** The models' cards: 512-token non-overlapping windows, no BOS, all but first scored. */
+kvq_eval_protocol kvq_eval_protocol_card(void);
+/** One line describing p, e.g. "ctx 512, stride 512, no BOS, all but each window's first
+ *  scored". @return buf. */
+const char *kvq_eval_protocol_str(const kvq_eval_protocol *p, char *buf, size_t cap);
+
+/** What the callback sees at each scored position. log p(i) = logits[i] - lse. */
+typedef struct {
+    size_t text_pos;          // index of the target in the token array
+    int32_t target;
+    int vocab;
+    const float *logits_a;    // (vocab), valid during the call only
+    const float *logits_b;    // NULL when evaluating one model
+    double lse_a, lse_b;      // log-sum-exp of each row
+} kvq_eval_pos;
+
+/** Return nonzero to stop the run early (kvq_eval_* then returns KVQ_OK with partial
+ *  results). */
+typedef int (*kvq_eval_cb)(void *user, const kvq_eval_pos *p);
+
+typedef struct {
+    double nll_sum;    // Σ −log p(target), nats
+    double ppl;        // exp(nll_sum / n_scored)
+    size_t n_scored;
+    size_t n_windows;
+    size_t n_tokens;   // text tokens considered (after max_tokens)
+} kvq_eval_result;
+
+/** Evaluates ids[0..n) under p with model a and, when b is not NULL, model b on the
+ *  same windows (vocabularies must match). cb (may be NULL) is called once per scored
+ *  position in order. ra/rb (rb may be NULL) receive the totals. The models' KV caches
+ *  are overwritten. */
+kvq_status kvq_eval_tokens(kvq_model *a, kvq_model *b, const int32_t *ids, size_t n,
+                           const kvq_eval_protocol *p, kvq_eval_cb cb, void *user,
+                           kvq_eval_result *ra, kvq_eval_result *rb, kvq_err *err);
+
+/** −log softmax(logits)[target] with the row's log-sum-exp (double accumulation). */
+double kvq_eval_nll(const float *logits, int vocab, int32_t target, double *lse);
+
+/** Reads a UTF-8 text file, tokenizes it whole with tok (no special tokens added),
+ *  and evaluates it as kvq_eval_tokens does. *n_text_tokens (may be NULL) receives the
+ *  token count before max_tokens. */
+kvq_status kvq_eval_text(kvq_model *a, kvq_model *b, const kvq_tokenizer *tok, const char *path,
+                         const kvq_eval_protocol *p, kvq_eval_cb cb, void *user,
+                         kvq_eval_result *ra, kvq_eval_result *rb, size_t *n_text_tokens,
+                         kvq_err *err);
+
+/** Tokenizes a whole UTF-8 text file (no special tokens): *ids malloc'd, caller frees. */
+kvq_status kvq_eval_tokenize_file(const kvq_tokenizer *tok, const char *path, int32_t **ids,
+                                  size_t *n, kvq_err *err);
+
+#endif

@@ -1,0 +1,210 @@
+// The KV-cache codec interface: one codec state per (layer, KV head, K or V) turns
+// token vectors of head_dim floats into packed bytes and back, optionally scores a
+// query against packed keys without materialising them, and reports its effective
+// bits. Codecs live in libconv/kv/ and register in one traits table (kvcodec.c);
+// docs/KV.md describes every layout and bits formula.
+#ifndef KVQ_KVCODEC_H
+#define KVQ_KVCODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "formats/error.h"
+#include "libconv/codec/codec.h"
+
+typedef enum { KVQ_KV_K = 0, KVQ_KV_V = 1 } kvq_kv_role;
+
+/** A parsed `--kv` spec. Fields not used by a codec stay at their defaults. */
+typedef struct {
+    char name[20];    // "fp16","int","kivi","hqmq","octopus","turboquant","turboquant-prod","qturbo","hqkv"
+    int bits;         // b (int, kivi, octopus, turboquant*, qturbo)
+    int hqmq_s;       // S, secondary codebook size
+    int hqmq_br;      // radius bits
+    double hqmq_med;  // Med<C>x outlier multiplier; 0 = off
+    int qjl;          // octopus: 1-bit QJL residual
+    int oct_delta;    // octopus split offset: (b+delta, b-delta); default +1
+    int oct_round;    // octopus rounding: 0 scalar, 2 local 2x2, 3 local 3x3 (default), 9 full
+    char lattice[8];  // hqkv lattice name
+    double bps;       // hqkv target bits per sample
+    int rot;          // hqkv rotation: 0 none, 1 signs, 2 qjl (Haar orthogonal)
+    int dither;       // hqkv subtractive dither
+} kvq_kvspec;
+
+/** Parses a `--kv` spec such as "hqmq:s96:r4:med3" or "octopus:3:qjl".
+ *  @return KVQ_OK or KVQ_ERR_ARG with a message naming the spec. */
+kvq_status kvq_kvspec_parse(const char *s, kvq_kvspec *out, kvq_err *err);
+/** Writes the canonical spec string (parse(format(x)) == x). @return chars written. */
+int kvq_kvspec_format(const kvq_kvspec *s, char *buf, size_t n);
+
+typedef struct kvq_kvcodec kvq_kvcodec;
+
+/** A named float table of a codec state (codebook, sign vector, ...). Serialized as
+ *  a blob; a loaded blob replaces the table built at init. */
+typedef struct {
+    const char *name;
+    float *data;      // owned by the codec state
+    size_t count;
+} kvq_kvtable;
+
+/** Codec operations. Encoding works on groups of `group` tokens (1 for every codec
+ *  but KIVI keys, which quantize per channel over 32 tokens). */
+typedef struct {
+    const char *name;
+    /** Builds the state from c->spec, c->d, c->role, c->seed (allocates c->st). */
+    kvq_status (*init)(kvq_kvcodec *c, kvq_err *err);
+    void (*free)(kvq_kvcodec *c);
+    /** Upper bound on the bytes of one encoded group. */
+    size_t (*max_bytes)(const kvq_kvcodec *c);
+    /** Encodes one group x (group, d) into out (max_bytes); *n gets the length.
+     *  May update running statistics in the state (HQMQ median). */
+    kvq_status (*encode)(kvq_kvcodec *c, const float *x, uint8_t *out, size_t *n, kvq_err *err);
+    /** Decodes one group (n bytes) to out (group, d). Pure: safe from several threads. */
+    void (*decode)(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out);
+    /** Optional (NULL = none): scores q (d) against n_tok one-token groups; rec[t]
+     *  points at token t's bytes. s[t] = the codec's estimate of <q, k_t>. */
+    void (*score)(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int n_tok,
+                  float *s);
+    /** Optional (NULL = decode): the vector k̃ of one token with <q, k̃> == score(q, k)
+     *  for every q (the QJL estimators are linear in q). */
+    void (*score_vec)(const kvq_kvcodec *c, const uint8_t *in, float *out);
+    /** Predicted bits per element of one group from the formula (variable-length
+     *  codecs: at outlier fraction 0). */
+    double (*bits_formula)(const kvq_kvcodec *c);
+    /** Lists the state's tables into t (max 8). @return count. */
+    int (*tables)(const kvq_kvcodec *c, kvq_kvtable *t);
+    /** Optional: resets running statistics (new sequence). */
+    void (*reset)(kvq_kvcodec *c);
+    /** Optional: rebuilds derived tables after kvq_kvcodec_load replaced the tables. */
+    void (*refresh)(kvq_kvcodec *c);
+} kvq_kvcodec_vt;
+
+struct kvq_kvcodec {
+    const kvq_kvcodec_vt *vt;
+    kvq_kvspec spec;
+    int d;            // head_dim
+    int role;         // kvq_kv_role
+    uint64_t seed;    // per-state seed (see kvq_kv_seed)
+    int group;        // tokens per encode call
+    int fixed;        // 1: every group encodes to exactly max_bytes
+    void *st;         // codec-private state
+};
+
+/** Creates one codec state. @return KVQ_OK; *out owned by the caller (kvq_kvcodec_free). */
+kvq_status kvq_kvcodec_new(const kvq_kvspec *spec, int head_dim, kvq_kv_role role, uint64_t seed,
+                           kvq_kvcodec **out, kvq_err *err);
+void kvq_kvcodec_free(kvq_kvcodec *c);
+
+/** Encodes n tokens x (n, d), n a multiple of c->group, into out (capacity cap bytes,
+ *  kvq_kvcodec_bound(c, n) suffices). off (n/group + 1) receives group offsets. */
+kvq_status kvq_kvcodec_encode(kvq_kvcodec *c, const float *x, int n, uint8_t *out, size_t cap,
+                              size_t *off, kvq_err *err);
+/** Decodes n tokens encoded by kvq_kvcodec_encode. */
+void kvq_kvcodec_decode(const kvq_kvcodec *c, const uint8_t *in, const size_t *off, int n,
+                        float *out);
+size_t kvq_kvcodec_bound(const kvq_kvcodec *c, int n);
+/** Effective bits per element of n tokens stored as encoded (8·bytes/(n·d)), plus
+ *  `offset_bits` per group for variable-length codecs. */
+double kvq_kvcodec_bits_stored(const kvq_kvcodec *c, const size_t *off, int n);
+/** Length-field bits a cache stores per group of a variable-length codec. */
+#define KVQ_KV_LEN_BITS 16
+
+/** Serializes the state: params (new reference) holds spec, d, role, seed; blobs get
+ *  one entry per table ("tbl/<name>", float32 little-endian). @return KVQ_OK. */
+kvq_status kvq_kvcodec_save(const kvq_kvcodec *c, json_t **params, kvq_blob *blobs, int max_blobs,
+                            int *n_blobs, kvq_err *err);
+/** Rebuilds a state from kvq_kvcodec_save's output; stored tables replace the built
+ *  ones (sizes checked). @return KVQ_OK; *out owned by the caller. */
+kvq_status kvq_kvcodec_load(const json_t *params, const kvq_blob_view *blobs, int n_blobs,
+                            kvq_kvcodec **out, kvq_err *err);
+
+/** Per-(layer, head, role) seed from a global seed (splitmix64 mixing). */
+uint64_t kvq_kv_seed(uint64_t seed, int layer, int head, int role);
+
+// ---- the codec-backed runtime cache (libconv/kv/kvcache_codec.c) ----
+
+#include "libconv/kv/kvcache.h"
+
+typedef struct {
+    int window;       // the W most recent tokens per (layer, head) kept at fp16
+    int boundary;     // 1: K of the first and last layer kept at fp16
+    uint64_t seed;    // global seed; states use kvq_kv_seed(seed, layer, head, role)
+    int shadow;       // evaluation speed-up: keep an fp32 copy of each encoded token as
+                      // decoded (K: score_vec) so attend is dense; results are identical,
+                      // memory is not compressed (bits still count the encoded bytes)
+} kvq_kvcache_policy;
+
+/** A kvq_kvcache whose append/attend/truncate/bits_per_element/free run on the codec
+ *  of `spec`. Tokens leave the fp16 window (and, for KIVI keys, fill a 32-token
+ *  group) before they are encoded; attend scores keys with the codec's score path
+ *  when it has one and decodes otherwise. @return KVQ_OK; *out freed by its ops->free. */
+kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads, int head_dim,
+                                 int max_ctx, const kvq_kvcache_policy *policy, kvq_kvcache **out,
+                                 kvq_err *err);
+/** The codec state of (layer, head, role) inside a cache made by kvq_kvcache_codec_new
+ *  (borrowed; for serialization into the .kvq manifest). */
+const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *c, int layer, int head, int role);
+/** Effective bits per element predicted from the codecs' formulas for a context of
+ *  n_ctx tokens (window and boundary included), before anything is stored. */
+double kvq_kvcache_codec_formula_bits(const kvq_kvcache *c, int n_ctx);
+
+/** The .kvq manifest "kv" section of a cache made by kvq_kvcache_codec_new:
+ *  {spec, n_layers, n_kv_heads, head_dim, window, boundary, seed, bits_per_element,
+ *  bytes_per_token (both from the formulas at n_ctx), states: [{layer, head, role,
+ *  params, tables: [{name, offset, count}]}]} (new reference), and one blob holding every
+ *  state's tables as float32 (malloc'd, caller frees; offsets/counts in floats). */
+kvq_status kvq_kvcache_codec_save(const kvq_kvcache *c, int n_ctx, json_t **section, float **blob,
+                                  size_t *blob_floats, kvq_err *err);
+/** Rebuilds a cache from kvq_kvcache_codec_save's section and blob (checked: shape,
+ *  seeds, table names, sizes, offsets). @return KVQ_OK; *out freed by its ops->free. */
+kvq_status kvq_kvcache_codec_load(const json_t *section, const float *blob, size_t blob_floats,
+                                  int max_ctx, int shadow, kvq_kvcache **out, kvq_err *err);
+
+// ---- the .kvq container (libconv/kv/kvfile.c) ----
+
+struct kvq_writer;
+struct kvq_file;
+
+/** Converter side: builds the KV section for a model of n_layers × n_kv_heads ×
+ *  head_dim (bits predicted at n_ctx), adds its table blob as entry "kv/tables" and sets
+ *  manifest["kv"] (section + "entry"). @return KVQ_OK. */
+kvq_status kvq_kv_write_section(struct kvq_writer *w, json_t *manifest, const char *spec, int n_layers,
+                                int n_kv_heads, int head_dim, int n_ctx, int window, int boundary,
+                                uint64_t seed, kvq_err *err);
+/** Runtime side: the cache a .kvq declares, or *out = NULL when its manifest has no
+ *  "kv" section (the caller keeps its default cache). @return KVQ_OK. */
+kvq_status kvq_kv_open_from_file(struct kvq_file *f, int max_ctx, int shadow, kvq_kvcache **out,
+                                 kvq_err *err);
+
+// ---- shared helpers used by the codecs (libconv/kv/kvutil.c) ----
+
+/** splitmix64 generator: a value type, no hidden state. */
+typedef struct { uint64_t s; } kvq_kvrng;
+uint64_t kvq_kvrng_u64(kvq_kvrng *r);
+double kvq_kvrng_unif(kvq_kvrng *r);   // [0, 1)
+double kvq_kvrng_normal(kvq_kvrng *r); // N(0, 1), Box-Muller
+
+/** In-place orthonormal Walsh-Hadamard transform (kernels/cpu/wht.c's butterfly
+ *  scaled by 1/√n), n a power of two; self-inverse. */
+void kvq_kv_wht(float *x, int n);
+int kvq_is_pow2(int n);
+
+/** Trains a K-level Lloyd-Max quantizer for density pdf on [lo, hi] (unnormalized is
+ *  fine) on a fine grid until the distortion changes by < 1e-13 relative.
+ *  c (K) receives sorted centroids. @return the mean squared error E[(u-û)²]. */
+double kvq_lloydmax(double (*pdf)(double, const void *), const void *arg, double lo, double hi,
+                    int K, float *c);
+/** Index of the nearest of K sorted centroids. */
+int kvq_nearest_sorted(const float *c, int K, float x);
+
+/** LSB-first bit writer / reader over a byte buffer. The writer ORs bits in: the
+ *  buffer must start zeroed. */
+typedef struct { uint8_t *p; size_t bit; } kvq_bitw;
+typedef struct { const uint8_t *p; size_t bit; } kvq_bitr;
+void kvq_bitw_put(kvq_bitw *w, uint32_t v, int nbits);
+uint32_t kvq_bitr_get(kvq_bitr *r, int nbits);
+
+/** Hamilton product a·b of quaternions (w, x, y, z). */
+void kvq_quat_mul(const float *a, const float *b, float *out);
+
+#endif

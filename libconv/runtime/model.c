@@ -1,0 +1,401 @@
+// Transformer forward pass (see model.h). Weights are decoded once at load into fp32
+// or bf16 matrices; q/k/v (or Phi-3's qkv_proj) are held as one fused matrix and
+// gate/up as another, so each layer runs three big matmuls plus o_proj. Activations
+// live in a per-model arena sized for max_batch tokens.
+#include "libconv/runtime/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/dtype.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "kernels/cpu/threads.h"
+#include "libconv/kv/kvcache_default.h"
+#include "libconv/runtime/weights.h"
+
+typedef struct {
+    kvq_dtype dt; // F32 or BF16
+    int rows, cols;
+    void *data;
+} mat;
+
+typedef struct {
+    float *attn_norm, *ffn_norm;  // (d)
+    float *q_norm, *k_norm;       // (head_dim), Qwen3
+    float *qkv_bias;              // (q_dim + 2 kv_dim) or NULL
+    mat qkv, o, gate_up, down;    // (q+2kv, d), (d, q), (2 ffn, d), (d, ffn)
+} layer;
+
+struct kvq_model {
+    kvq_arch a;
+    kvq_model_opts o;
+    int q_dim, kv_dim, qkv_dim, rot_dim;
+    float *inv_freq;
+    mat embed, lm_head; // lm_head.data == embed.data when tied
+    int tied;
+    float *final_norm;
+    layer *L;
+    kvq_kvcache *cache;
+    kvq_weights *src;        // kept open: a .kvq's tokenizer is extracted to a temp dir it owns
+    const char *tok_path; // borrowed from src
+    // activation arena for max_batch tokens
+    float *x, *xn, *qkv, *q, *k, *v, *att, *gu, *h;
+};
+
+kvq_model_opts kvq_model_opts_default(void) {
+    return (kvq_model_opts){.store = KVQ_WEIGHTS_AUTO, .n_threads = 0, .max_ctx = 0, .kv_fp16 = 0, .max_batch = 0};
+}
+
+// ---- loading
+
+static void mat_free(mat *m) { free(m->data); m->data = NULL; }
+
+// Takes ownership of f (rows × cols fp32) and stores it as the policy says.
+static kvq_status mat_from_f32(mat *m, float *f, int rows, int cols, kvq_weight_store st) {
+    size_t n = (size_t)rows * cols;
+    int bf = st == KVQ_WEIGHTS_BF16;
+    if (st == KVQ_WEIGHTS_AUTO) {
+        bf = 1;
+        for (size_t i = 0; i < n && bf; i++) bf = kvq_bf16_to_f32(kvq_f32_to_bf16(f[i])) == f[i] || isnan(f[i]);
+    }
+    m->rows = rows;
+    m->cols = cols;
+    if (!bf) { m->dt = KVQ_DTYPE_F32; m->data = f; return KVQ_OK; }
+    uint16_t *b = malloc(n * 2);
+    if (!b) { free(f); return KVQ_ERR_NOMEM; }
+    kvq_dtype_from_f32(KVQ_DTYPE_BF16, f, n, b);
+    free(f);
+    m->dt = KVQ_DTYPE_BF16;
+    m->data = b;
+    return KVQ_OK;
+}
+
+// Reads tensor `name` as fp32 and checks it has exactly rows × cols elements
+// (cols == 0: a vector of rows).
+static kvq_status get(kvq_weights *s, const char *name, int rows, int cols, float **out, kvq_err *err) {
+    int64_t n = 0;
+    *out = NULL;
+    if (!kvq_weights_has(s, name, NULL, NULL))
+        return kvq_err_set(err, KVQ_ERR_MISSING, "%s: tensor '%s' not found", kvq_weights_path(s), name);
+    kvq_status st = kvq_weights_get_f32(s, name, out, &n, err);
+    if (st) return st;
+    int64_t want = (int64_t)rows * (cols ? cols : 1);
+    if (n != want) {
+        free(*out);
+        *out = NULL;
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, the architecture needs %lld",
+                           kvq_weights_path(s), name, (long long)n, (long long)want);
+    }
+    return KVQ_OK;
+}
+
+static kvq_status get_mat(kvq_weights *s, const char *name, int rows, int cols, kvq_weight_store st,
+                          mat *m, kvq_err *err) {
+    float *f;
+    kvq_status r = get(s, name, rows, cols, &f, err);
+    if (r) return r;
+    if ((r = mat_from_f32(m, f, rows, cols, st))) return kvq_err_set(err, r, "%s: out of memory for '%s'", kvq_weights_path(s), name);
+    return KVQ_OK;
+}
+
+// Concatenates row blocks of several tensors into one matrix (fused qkv / gate_up).
+static kvq_status get_cat(kvq_weights *s, const char *const *names, const int *rows, int n, int cols,
+                          kvq_weight_store st, mat *m, kvq_err *err) {
+    int total = 0;
+    for (int i = 0; i < n; i++) total += rows[i];
+    float *f = malloc(sizeof(float) * total * (size_t)cols);
+    if (!f) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for '%s'", kvq_weights_path(s), names[0]);
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        float *p;
+        kvq_status r = get(s, names[i], rows[i], cols, &p, err);
+        if (r) { free(f); return r; }
+        memcpy(f + o, p, sizeof(float) * rows[i] * (size_t)cols);
+        o += (size_t)rows[i] * cols;
+        free(p);
+    }
+    kvq_status r = mat_from_f32(m, f, total, cols, st);
+    if (r) return kvq_err_set(err, r, "%s: out of memory for '%s'", kvq_weights_path(s), names[0]);
+    return KVQ_OK;
+}
+
+static kvq_status check_arch(const kvq_arch *a, const char *path, kvq_err *err) {
+    if (a->hidden_size <= 0 || a->n_layers <= 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 ||
+        a->head_dim <= 0 || a->vocab_size <= 0 || a->intermediate_size <= 0)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture has a non-positive dimension", path);
+    if (a->n_heads % a->n_kv_heads)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                           path, a->n_heads, a->n_kv_heads);
+    if ((int64_t)a->n_heads * a->head_dim > (1 << 20) || (int64_t)a->intermediate_size > (1 << 22) ||
+        (int64_t)a->hidden_size > (1 << 20) || a->vocab_size > (1 << 24))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%s: dimensions too large for this runtime", path);
+    return KVQ_OK;
+}
+
+static kvq_status alloc_arena(kvq_model *m) {
+    size_t B = m->o.max_batch, d = m->a.hidden_size, ffn = m->a.intermediate_size;
+    float **bufs[] = {&m->x, &m->xn, &m->qkv, &m->q, &m->k, &m->v, &m->att, &m->gu, &m->h};
+    size_t sizes[] = {d, d, m->qkv_dim, m->q_dim, m->kv_dim, m->kv_dim, m->q_dim, 2 * ffn, ffn};
+    for (int i = 0; i < 9; i++)
+        if (!(*bufs[i] = malloc(sizeof(float) * B * sizes[i]))) return KVQ_ERR_NOMEM;
+    return KVQ_OK;
+}
+
+static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
+    const kvq_arch *a = &m->a;
+    const char *path = kvq_weights_path(s);
+    int d = a->hidden_size, ffn = a->intermediate_size, hd = a->head_dim;
+    kvq_weight_store st = m->o.store;
+    kvq_status r;
+    char n[4][160];
+
+    if ((r = get_mat(s, "model.embed_tokens.weight", a->vocab_size, d, st, &m->embed, err))) return r;
+    m->tied = !kvq_weights_has(s, "lm_head.weight", NULL, NULL);
+    if (m->tied) m->lm_head = m->embed;
+    else if ((r = get_mat(s, "lm_head.weight", a->vocab_size, d, st, &m->lm_head, err))) return r;
+    if ((r = get(s, "model.norm.weight", d, 0, &m->final_norm, err))) return r;
+    if (!(m->L = calloc(a->n_layers, sizeof *m->L))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
+
+    for (int l = 0; l < a->n_layers; l++) {
+        layer *L = &m->L[l];
+        char p[96];
+        snprintf(p, sizeof p, "model.layers.%d.", l);
+#define NM(i, suffix) (snprintf(n[i], sizeof n[i], "%s%s", p, suffix), n[i])
+        if ((r = get(s, NM(0, "input_layernorm.weight"), d, 0, &L->attn_norm, err))) return r;
+        if ((r = get(s, NM(0, "post_attention_layernorm.weight"), d, 0, &L->ffn_norm, err))) return r;
+        if (a->family == KVQ_ARCH_PHI3 || kvq_weights_has(s, NM(0, "self_attn.qkv_proj.weight"), NULL, NULL)) {
+            if ((r = get_mat(s, NM(0, "self_attn.qkv_proj.weight"), m->qkv_dim, d, st, &L->qkv, err))) return r;
+        } else {
+            const char *names[3] = {NM(0, "self_attn.q_proj.weight"), NM(1, "self_attn.k_proj.weight"),
+                                    NM(2, "self_attn.v_proj.weight")};
+            const int rows[3] = {m->q_dim, m->kv_dim, m->kv_dim};
+            if ((r = get_cat(s, names, rows, 3, d, st, &L->qkv, err))) return r;
+        }
+        if (kvq_weights_has(s, NM(0, "self_attn.q_proj.bias"), NULL, NULL) || a->attention_bias || a->family == KVQ_ARCH_QWEN2) {
+            if (!(L->qkv_bias = malloc(sizeof(float) * m->qkv_dim))) return KVQ_ERR_NOMEM;
+            const char *bn[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
+            const int rows[3] = {m->q_dim, m->kv_dim, m->kv_dim};
+            for (int i = 0, o = 0; i < 3; o += rows[i], i++) {
+                float *b;
+                if ((r = get(s, NM(0, bn[i]), rows[i], 0, &b, err))) return r;
+                memcpy(L->qkv_bias + o, b, sizeof(float) * rows[i]);
+                free(b);
+            }
+        }
+        if (a->qk_norm || a->family == KVQ_ARCH_QWEN3) {
+            if ((r = get(s, NM(0, "self_attn.q_norm.weight"), hd, 0, &L->q_norm, err))) return r;
+            if ((r = get(s, NM(0, "self_attn.k_norm.weight"), hd, 0, &L->k_norm, err))) return r;
+        }
+        if ((r = get_mat(s, NM(0, "self_attn.o_proj.weight"), d, m->q_dim, st, &L->o, err))) return r;
+        if (kvq_weights_has(s, NM(0, "mlp.gate_up_proj.weight"), NULL, NULL)) {
+            if ((r = get_mat(s, NM(0, "mlp.gate_up_proj.weight"), 2 * ffn, d, st, &L->gate_up, err))) return r;
+        } else {
+            const char *names[2] = {NM(0, "mlp.gate_proj.weight"), NM(1, "mlp.up_proj.weight")};
+            const int rows[2] = {ffn, ffn};
+            if ((r = get_cat(s, names, rows, 2, d, st, &L->gate_up, err))) return r;
+        }
+        if ((r = get_mat(s, NM(0, "mlp.down_proj.weight"), d, ffn, st, &L->down, err))) return r;
+#undef NM
+    }
+    return KVQ_OK;
+}
+
+kvq_status kvq_model_open(const char *path, const kvq_model_opts *opts, kvq_model **out, kvq_err *err) {
+    *out = NULL;
+    kvq_weights *s = NULL;
+    kvq_status r = kvq_weights_open(path, &s, err);
+    if (r) return r;
+    kvq_model *m = calloc(1, sizeof *m);
+    if (!m) { kvq_weights_close(s); return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path); }
+    m->a = *kvq_weights_arch(s);
+    m->o = opts ? *opts : kvq_model_opts_default();
+    const kvq_arch *a = &m->a;
+    if ((r = check_arch(a, path, err))) goto fail;
+    if (m->o.max_batch <= 0) m->o.max_batch = 512;
+    if (m->o.max_ctx <= 0) // a 128k-position default would allocate tens of GB of cache
+        m->o.max_ctx = a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096;
+    m->q_dim = a->n_heads * a->head_dim;
+    m->kv_dim = a->n_kv_heads * a->head_dim;
+    m->qkv_dim = m->q_dim + 2 * m->kv_dim;
+    double prf = a->partial_rotary_factor > 0 ? a->partial_rotary_factor : 1.0;
+    m->rot_dim = (int)(a->head_dim * prf);
+    m->rot_dim -= m->rot_dim % 2;
+    if (!(m->inv_freq = malloc(sizeof(float) * (m->rot_dim / 2 + 1)))) { r = KVQ_ERR_NOMEM; goto nomem; }
+    kvq_rope_params rp = {.type = a->rope_type == KVQ_ROPE_LINEAR   ? KVQ_ROPE_SCALE_LINEAR
+                                  : a->rope_type == KVQ_ROPE_LLAMA3 ? KVQ_ROPE_SCALE_LLAMA3
+                                                                    : KVQ_ROPE_SCALE_NONE,
+                          .theta = a->rope_theta, .factor = a->rope_factor,
+                          .low_freq_factor = a->rope_low_freq_factor, .high_freq_factor = a->rope_high_freq_factor,
+                          .original_max_position = a->rope_original_max_position};
+    if (rp.type != KVQ_ROPE_SCALE_NONE && !(rp.factor > 0)) {
+        r = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: rope scaling factor %g must be positive", path, rp.factor);
+        goto fail;
+    }
+    kvq_rope_freqs(m->inv_freq, m->rot_dim, &rp);
+    if ((r = load(m, s, err))) goto fail;
+    m->tok_path = kvq_weights_tokenizer_path(s);
+    if ((r = alloc_arena(m))) goto nomem;
+    m->cache = kvq_kvcache_default_new(a->n_layers, a->n_kv_heads, a->head_dim, m->o.max_ctx, m->o.kv_fp16);
+    if (!m->cache) { r = KVQ_ERR_NOMEM; goto nomem; }
+    m->src = s;
+    *out = m;
+    return KVQ_OK;
+nomem:
+    kvq_err_set(err, r, "%s: out of memory loading the model", path);
+fail:
+    kvq_weights_close(s);
+    kvq_model_close(m);
+    return r;
+}
+
+void kvq_model_close(kvq_model *m) {
+    if (!m) return;
+    if (m->L)
+        for (int l = 0; l < m->a.n_layers; l++) {
+            layer *L = &m->L[l];
+            free(L->attn_norm); free(L->ffn_norm); free(L->q_norm); free(L->k_norm); free(L->qkv_bias);
+            mat_free(&L->qkv); mat_free(&L->o); mat_free(&L->gate_up); mat_free(&L->down);
+        }
+    free(m->L);
+    if (!m->tied) mat_free(&m->lm_head);
+    mat_free(&m->embed);
+    free(m->final_norm);
+    free(m->inv_freq);
+    kvq_weights_close(m->src);
+    float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h};
+    for (int i = 0; i < 9; i++) free(bufs[i]);
+    if (m->cache) m->cache->ops->free(m->cache);
+    free(m);
+}
+
+const kvq_arch *kvq_model_arch(const kvq_model *m) { return &m->a; }
+const char *kvq_model_tokenizer_path(const kvq_model *m) { return m->tok_path; }
+void kvq_model_set_threads(kvq_model *m, int n) { m->o.n_threads = n; }
+kvq_kvcache *kvq_model_kvcache(kvq_model *m) { return m->cache; }
+
+static size_t mat_bytes(const mat *x) { return (size_t)x->rows * x->cols * kvq_dtype_size(x->dt); }
+
+size_t kvq_model_weight_bytes(const kvq_model *m) {
+    size_t d = m->a.hidden_size, b = mat_bytes(&m->lm_head) + d * 4;
+    for (int l = 0; l < m->a.n_layers; l++) {
+        const layer *L = &m->L[l];
+        b += mat_bytes(&L->qkv) + mat_bytes(&L->o) + mat_bytes(&L->gate_up) + mat_bytes(&L->down) + 2 * d * 4;
+    }
+    return b;
+}
+
+uint64_t kvq_model_stream_weights(const kvq_model *m) {
+    int nt = m->o.n_threads;
+    uint64_t s = kvq_stream_read(m->lm_head.data, mat_bytes(&m->lm_head), nt);
+    for (int l = 0; l < m->a.n_layers; l++) {
+        const layer *L = &m->L[l];
+        s += kvq_stream_read(L->qkv.data, mat_bytes(&L->qkv), nt) + kvq_stream_read(L->o.data, mat_bytes(&L->o), nt) +
+             kvq_stream_read(L->gate_up.data, mat_bytes(&L->gate_up), nt) +
+             kvq_stream_read(L->down.data, mat_bytes(&L->down), nt);
+    }
+    return s;
+}
+
+kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
+    if (!c || c->n_layers != m->a.n_layers || c->n_kv_heads != m->a.n_kv_heads || c->head_dim != m->a.head_dim)
+        return kvq_err_set(err, KVQ_ERR_ARG, "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
+                           c ? c->n_layers : 0, c ? c->n_kv_heads : 0, c ? c->head_dim : 0,
+                           m->a.n_layers, m->a.n_kv_heads, m->a.head_dim);
+    m->cache->ops->free(m->cache);
+    m->cache = c;
+    return KVQ_OK;
+}
+
+// ---- forward
+
+static void matmul(float *y, const float *x, const mat *w, int T, int nt) {
+    kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, nt);
+}
+
+// One chunk of T <= max_batch tokens at positions [pos, pos+T).
+static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos, float *logits,
+                                int all_logits) {
+    const kvq_arch *a = &m->a;
+    const int d = a->hidden_size, hd = a->head_dim, ffn = a->intermediate_size, nt = m->o.n_threads;
+    const int nkv = a->n_kv_heads, nrep = a->n_heads / nkv;
+    const float eps = (float)a->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    kvq_kvcache *c = m->cache;
+
+    for (int t = 0; t < T; t++) {
+        float *x = m->x + (size_t)t * d;
+        if (m->embed.dt == KVQ_DTYPE_BF16) kvq_dtype_to_f32(KVQ_DTYPE_BF16, (uint16_t *)m->embed.data + (size_t)tok[t] * d, d, x);
+        else memcpy(x, (float *)m->embed.data + (size_t)tok[t] * d, sizeof(float) * d);
+    }
+    for (int l = 0; l < a->n_layers; l++) {
+        layer *L = &m->L[l];
+        kvq_rmsnorm(m->xn, m->x, L->attn_norm, T, d, eps, nt);
+        matmul(m->qkv, m->xn, &L->qkv, T, nt);
+        for (int t = 0; t < T; t++) { // split the fused rows (adding biases)
+            float *r = m->qkv + (size_t)t * m->qkv_dim;
+            if (L->qkv_bias)
+                for (int i = 0; i < m->qkv_dim; i++) r[i] += L->qkv_bias[i];
+            memcpy(m->q + (size_t)t * m->q_dim, r, sizeof(float) * m->q_dim);
+            memcpy(m->k + (size_t)t * m->kv_dim, r + m->q_dim, sizeof(float) * m->kv_dim);
+            memcpy(m->v + (size_t)t * m->kv_dim, r + m->q_dim + m->kv_dim, sizeof(float) * m->kv_dim);
+        }
+        if (L->q_norm) {
+            kvq_rmsnorm(m->q, m->q, L->q_norm, T * a->n_heads, hd, eps, nt);
+            kvq_rmsnorm(m->k, m->k, L->k_norm, T * nkv, hd, eps, nt);
+        }
+        kvq_rope(m->q, T, a->n_heads, hd, m->rot_dim, pos, m->inv_freq, nt);
+        kvq_rope(m->k, T, nkv, hd, m->rot_dim, pos, m->inv_freq, nt);
+        for (int t = 0; t < T; t++) {
+            kvq_status r = c->ops->append(c, l, pos + t, m->k + (size_t)t * m->kv_dim, m->v + (size_t)t * m->kv_dim);
+            if (r) return r;
+        }
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(kvq_nthreads(nt)) if (T > 1)
+        for (int t = 0; t < T; t++)
+            for (int g = 0; g < nkv; g++) {
+                size_t o = (size_t)t * m->q_dim + (size_t)g * nrep * hd;
+                c->ops->attend(c, l, g, m->q + o, nrep, pos + t + 1, scale, m->att + o);
+            }
+        matmul(m->xn, m->att, &L->o, T, nt);
+        for (size_t i = 0; i < (size_t)T * d; i++) m->x[i] += m->xn[i];
+
+        kvq_rmsnorm(m->xn, m->x, L->ffn_norm, T, d, eps, nt);
+        matmul(m->gu, m->xn, &L->gate_up, T, nt);
+        kvq_silu_mul_fused(m->h, m->gu, T, ffn, nt);
+        matmul(m->xn, m->h, &L->down, T, nt);
+        for (size_t i = 0; i < (size_t)T * d; i++) m->x[i] += m->xn[i];
+    }
+    if (!logits) return KVQ_OK;
+    if (all_logits) {
+        kvq_rmsnorm(m->xn, m->x, m->final_norm, T, d, eps, nt);
+        matmul(logits, m->xn, &m->lm_head, T, nt);
+    } else {
+        kvq_rmsnorm(m->xn, m->x + (size_t)(T - 1) * d, m->final_norm, 1, d, eps, nt);
+        matmul(logits, m->xn, &m->lm_head, 1, nt);
+    }
+    return KVQ_OK;
+}
+
+kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits,
+                             int all_logits, kvq_err *err) {
+    if (T <= 0 || pos < 0 || (int64_t)pos + T > m->cache->max_ctx)
+        return kvq_err_set(err, KVQ_ERR_ARG, "positions [%d, %lld) outside the KV cache's %d positions", pos,
+                           (long long)pos + T, m->cache->max_ctx);
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->a.vocab_size)
+            return kvq_err_set(err, KVQ_ERR_ARG, "token id %d at index %d outside the vocabulary [0, %d)", tokens[t], t,
+                               m->a.vocab_size);
+    m->cache->ops->truncate(m->cache, pos);
+    size_t V = m->a.vocab_size;
+    for (int t0 = 0; t0 < T; t0 += m->o.max_batch) {
+        int n = T - t0 < m->o.max_batch ? T - t0 : m->o.max_batch;
+        int last = t0 + n == T;
+        float *lg = !logits ? NULL : all_logits ? logits + (size_t)t0 * V : last ? logits : NULL;
+        kvq_status r = forward_chunk(m, tokens + t0, n, pos + t0, lg, all_logits);
+        if (r) return kvq_err_set(err, r, "KV cache append failed at positions [%d, %d)", pos + t0, pos + t0 + n);
+    }
+    return KVQ_OK;
+}

@@ -1,0 +1,67 @@
+// The decoder-only transformer forward pass on CPU: Llama (incl. linear/llama3 RoPE
+// scaling), Mistral, Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm before RoPE)
+// and Phi-3 (fused qkv / gate_up), tied or untied embeddings, GQA. Causal batched
+// prefill and single-token decode write logits; the KV cache is used only through
+// libconv/kvcache.h so codecs can replace it.
+#ifndef KVQ_MODEL_H
+#define KVQ_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/arch.h"
+#include "formats/error.h"
+#include "libconv/kv/kvcache.h"
+
+typedef struct kvq_model kvq_model;
+
+typedef enum {
+    KVQ_WEIGHTS_AUTO = 0, // per tensor: bf16 when every value is exactly a bf16, else fp32
+    KVQ_WEIGHTS_F32,
+    KVQ_WEIGHTS_BF16,     // rounds (RNE) tensors that are not already bf16
+} kvq_weight_store;
+
+typedef struct {
+    kvq_weight_store store;
+    int n_threads;  // <= 0: OpenMP default
+    int max_ctx;    // default KV cache capacity; 0: max_position_embeddings capped at 4096
+    int kv_fp16;    // default cache stores fp16 (else fp32)
+    int max_batch;  // tokens per internal forward chunk (activation memory); 0: 512
+} kvq_model_opts;
+
+/** Defaults: AUTO store, OpenMP threads, max_ctx min(max_position_embeddings, 4096),
+ *  fp32 cache, max_batch 512. */
+kvq_model_opts kvq_model_opts_default(void);
+
+/** Loads a model from an HF directory, a llama2.c .bin or a .kvq (weights decoded to
+ *  fp32 then held per opts->store) and creates its default KV cache. opts may be NULL.
+ *  @return KVQ_OK and *out (caller closes), or an error naming the file and tensor. */
+kvq_status kvq_model_open(const char *path, const kvq_model_opts *opts, kvq_model **out,
+                          kvq_err *err);
+void kvq_model_close(kvq_model *m); // NULL is a no-op; frees the KV cache too
+
+const kvq_arch *kvq_model_arch(const kvq_model *m);
+/** Tokenizer file of the model's source (borrowed), or NULL. */
+const char *kvq_model_tokenizer_path(const kvq_model *m);
+/** Bytes of weights a decode step streams (matrices as held + norms + the lm_head). */
+size_t kvq_model_weight_bytes(const kvq_model *m);
+void kvq_model_set_threads(kvq_model *m, int n_threads);
+/** Reads every held weight byte once, as a decode step must, with the model's threads;
+ *  @return a checksum. Timing it gives the memory roofline for decode. */
+uint64_t kvq_model_stream_weights(const kvq_model *m);
+
+/** The model's KV cache (borrowed). */
+kvq_kvcache *kvq_model_kvcache(kvq_model *m);
+/** Replaces the KV cache: the model takes ownership of c and frees the old one. c must
+ *  match the model's n_layers, n_kv_heads and head_dim. */
+kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err);
+
+/** Runs tokens[0..T) at positions [pos, pos+T), causally attending to the cached
+ *  positions [0, pos) and to each other; appends their K/V to the cache. Positions
+ *  >= pos+T in the cache are forgotten first. logits: (T, vocab) when all_logits, else
+ *  (vocab) for the last token only; may be NULL (cache fill only). T == 1 is a decode
+ *  step. @return KVQ_ERR_ARG for bad ids or positions beyond the cache. */
+kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits,
+                             int all_logits, kvq_err *err);
+
+#endif

@@ -1,0 +1,264 @@
+// One handle over a model's weights: a source checkpoint (formats/checkpoint.h) or a
+// .kvq whose tensors are decoded through the codec table by the manifest's codec
+// name and params. For a .kvq the tokenizer files are extracted on first request
+// into a private mkdtemp directory, removed at close.
+#include "libconv/runtime/weights.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "formats/checkpoint.h"
+#include "formats/kvqfile.h"
+#include "libconv/codec/codec.h"
+
+typedef struct {
+    const char *name;
+    const json_t *rec;  // tensor record in the manifest
+} wt_index;
+
+struct kvq_weights {
+    char *path;         // as opened, for messages
+    kvq_ckpt *ck;
+    kvq_file *kf;
+    kvq_arch arch;
+    wt_index *idx;      // .kvq tensors sorted by name
+    size_t n;
+    char *tokdir, *tokpath;
+    int tok_done;
+};
+
+static int idx_cmp(const void *a, const void *b) {
+    return strcmp(((const wt_index *)a)->name, ((const wt_index *)b)->name);
+}
+
+static const json_t *find_rec(const kvq_weights *w, const char *name) {
+    wt_index key = {.name = name};
+    const wt_index *r = bsearch(&key, w->idx, w->n, sizeof key, idx_cmp);
+    return r ? r->rec : NULL;
+}
+
+static int has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), k = strlen(suf);
+    return n >= k && strcmp(s + n - k, suf) == 0;
+}
+
+static int is_zip(const char *path) {
+    unsigned char m[4] = {0};
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t k = read(fd, m, 4);
+    close(fd);
+    return k == 4 && m[0] == 'P' && m[1] == 'K' && m[2] == 3 && m[3] == 4;
+}
+
+// Shape of a tensor record, checked: 0..8 non-negative dims.
+static int rec_shape(const json_t *rec, int *ndim, int64_t shape[8]) {
+    const json_t *sh = json_object_get(rec, "shape");
+    if (!json_is_array(sh) || json_array_size(sh) > 8) return -1;
+    *ndim = (int)json_array_size(sh);
+    for (int i = 0; i < *ndim; i++) {
+        const json_t *d = json_array_get(sh, (size_t)i);
+        if (!json_is_integer(d) || json_integer_value(d) < 0) return -1;
+        shape[i] = json_integer_value(d);
+    }
+    return 0;
+}
+
+static kvq_status open_kvq(kvq_weights *w, const char *path, kvq_err *err) {
+    kvq_status s = kvq_file_open(path, &w->kf, err);
+    if (s != KVQ_OK) return s;
+    const json_t *m = kvq_file_manifest(w->kf);
+    s = kvq_arch_from_manifest(json_object_get(m, "architecture"), &w->arch, err);
+    if (s != KVQ_OK) { kvq_err_prefix(err, "%s", path); return s; }
+    const json_t *ts = json_object_get(m, "tensors");
+    if (!json_is_array(ts)) return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest has no tensors array", path);
+    w->n = json_array_size(ts);
+    if (!(w->idx = calloc(w->n ? w->n : 1, sizeof *w->idx))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < w->n; i++) {
+        const json_t *r = json_array_get(ts, i);
+        int nd;
+        int64_t sh[8];
+        w->idx[i].rec = r;
+        w->idx[i].name = json_string_value(json_object_get(r, "name"));
+        if (!w->idx[i].name || rec_shape(r, &nd, sh) != 0)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor record %zu has no valid name or shape", path, i);
+    }
+    qsort(w->idx, w->n, sizeof *w->idx, idx_cmp);
+    for (size_t i = 1; i < w->n; i++)
+        if (!strcmp(w->idx[i].name, w->idx[i - 1].name))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' listed twice", path, w->idx[i].name);
+    return KVQ_OK;
+}
+
+kvq_status kvq_weights_open(const char *path, kvq_weights **out, kvq_err *err) {
+    *out = NULL;
+    kvq_weights *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = strdup(path))) { free(w); return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path); }
+    struct stat st;
+    kvq_status s;
+    if (stat(path, &st) != 0) s = kvq_err_set(err, KVQ_ERR_IO, "%s: %s", path, strerror(errno));
+    else if (S_ISREG(st.st_mode) && (is_zip(path) || has_suffix(path, ".kvq"))) s = open_kvq(w, path, err);
+    else {
+        s = kvq_ckpt_open(path, &w->ck, err);
+        if (s == KVQ_OK) w->arch = *kvq_ckpt_arch(w->ck);
+    }
+    if (s != KVQ_OK) { kvq_weights_close(w); return s; }
+    *out = w;
+    return KVQ_OK;
+}
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+void kvq_weights_close(kvq_weights *w) {
+    if (!w) return;
+    if (w->tokdir) remove_tree(w->tokdir);
+    free(w->tokdir);
+    free(w->tokpath);
+    free(w->idx);
+    kvq_file_close(w->kf);
+    kvq_ckpt_close(w->ck);
+    free(w->path);
+    free(w);
+}
+
+const kvq_arch *kvq_weights_arch(const kvq_weights *w) { return &w->arch; }
+const char *kvq_weights_path(const kvq_weights *w) { return w->path; }
+
+const json_t *kvq_weights_manifest(const kvq_weights *w) { return w->kf ? kvq_file_manifest(w->kf) : NULL; }
+
+size_t kvq_weights_count(const kvq_weights *w) { return w->ck ? kvq_ckpt_count(w->ck) : w->n; }
+
+const char *kvq_weights_name(const kvq_weights *w, size_t i) {
+    if (i >= kvq_weights_count(w)) return NULL;
+    return w->ck ? kvq_ckpt_tensor(w->ck, i)->name : w->idx[i].name;
+}
+
+int kvq_weights_has(const kvq_weights *w, const char *name, int *ndim, int64_t shape[8]) {
+    int nd;
+    int64_t sh[8];
+    if (w->ck) {
+        const kvq_tensor *t = kvq_ckpt_find(w->ck, name);
+        if (!t) return 0;
+        nd = t->ndim;
+        for (int i = 0; i < nd && i < 8; i++) sh[i] = t->shape[i];
+    } else {
+        const json_t *r = find_rec(w, name);
+        if (!r || rec_shape(r, &nd, sh) != 0) return 0;
+    }
+    if (ndim) *ndim = nd;
+    if (shape) memcpy(shape, sh, (size_t)nd * sizeof *sh);
+    return 1;
+}
+
+// Decodes a .kvq tensor: blobs from the container (digest-checked), then the codec.
+static kvq_status get_kvq(kvq_weights *w, const char *name, float **out, int64_t *numel, kvq_err *err) {
+    const char *path = kvq_file_path(w->kf);
+    const json_t *r = find_rec(w, name);
+    if (!r) return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tensor '%s'", path, name);
+    int nd;
+    int64_t sh[8], n = 1;
+    rec_shape(r, &nd, sh);
+    for (int i = 0; i < nd; i++)
+        if (__builtin_mul_overflow(n, sh[i], &n) || n > ((int64_t)1 << 40))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s': shape too large", path, name);
+    int64_t cols = nd ? sh[nd - 1] : 1, rows = cols ? n / cols : 0;
+    const json_t *codec = json_object_get(r, "codec");
+    const char *cname = json_string_value(json_object_get(codec, "name"));
+    const kvq_codec_traits *c = cname ? kvq_codec_find(cname) : NULL;
+    if (!c) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%s: tensor '%s': codec '%s' is not in this build",
+                               path, name, cname ? cname : "(missing)");
+    const json_t *ents = json_object_get(r, "entries");
+    if (!json_is_object(ents) || json_object_size(ents) > KVQ_MAX_BLOBS)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s': bad entries record", path, name);
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    int nv = 0;
+    const char *role;
+    json_t *ev;
+    json_object_foreach((json_t *)ents, role, ev) {
+        const char *en = json_string_value(ev);
+        if (!en) return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s': entry for role '%s' is not a string", path, name, role);
+        size_t sz;
+        kvq_status s = kvq_file_entry(w->kf, en, &v[nv].data, &sz, err);
+        if (s != KVQ_OK) return s;
+        v[nv].role = role;
+        v[nv++].size = sz;
+    }
+    float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: tensor '%s': out of memory", path, name);
+    kvq_status s = c->decode(json_object_get(codec, "params"), v, nv, rows, cols, x, err);
+    json_object_foreach((json_t *)ents, role, ev) kvq_file_release(w->kf, json_string_value(ev)); // decoded: drop zstd copies
+    if (s != KVQ_OK) {
+        free(x);
+        kvq_err_prefix(err, "%s: tensor '%s'", path, name);
+        return s;
+    }
+    *out = x;
+    *numel = n;
+    return KVQ_OK;
+}
+
+kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, int64_t *numel, kvq_err *err) {
+    *out = NULL;
+    if (w->kf) return get_kvq(w, name, out, numel, err);
+    const kvq_tensor *t = kvq_ckpt_find(w->ck, name);
+    if (!t) return kvq_err_set(err, KVQ_ERR_MISSING, "no tensor '%s' in the checkpoint", name);
+    int64_t n = kvq_tensor_numel(t);
+    float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
+    kvq_dtype_to_f32(t->dtype, t->data, (size_t)n, x);
+    *out = x;
+    *numel = n;
+    return KVQ_OK;
+}
+
+// Writes every stored tokenizer file of the .kvq into a fresh private directory.
+static void extract_tokenizer(kvq_weights *w) {
+    const json_t *tok = json_object_get(kvq_file_manifest(w->kf), "tokenizer");
+    const char *main_name = json_string_value(json_object_get(tok, "main"));
+    const json_t *files = json_object_get(tok, "files");
+    if (!main_name || !json_is_object(files)) return;
+    const char *tmpdir = getenv("TMPDIR");
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s/kvq-tok-XXXXXX", tmpdir && *tmpdir && strlen(tmpdir) < 4000 ? tmpdir : "/tmp");
+    char *d = mkdtemp(buf);
+    if (!d || !(w->tokdir = strdup(d))) return;
+    const char *fname;
+    json_t *ev;
+    json_object_foreach((json_t *)files, fname, ev) {
+        const void *data;
+        size_t n;
+        kvq_err err;
+        if (strchr(fname, '/') || fname[0] == '.' || !json_string_value(ev) ||
+            kvq_file_entry(w->kf, json_string_value(ev), &data, &n, &err) != KVQ_OK) continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", w->tokdir, fname);
+        FILE *fp = fopen(p, "wb");
+        if (!fp) continue;
+        size_t put = fwrite(data, 1, n, fp);
+        if (fclose(fp) != 0 || put != n) { unlink(p); continue; }
+        if (!strcmp(fname, main_name)) w->tokpath = strdup(p);
+    }
+}
+
+const char *kvq_weights_tokenizer_path(kvq_weights *w) {
+    if (w->ck) return kvq_ckpt_tokenizer_path(w->ck);
+    if (!w->tok_done) {
+        w->tok_done = 1;
+        extract_tokenizer(w);
+    }
+    return w->tokpath;
+}

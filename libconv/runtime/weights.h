@@ -1,0 +1,37 @@
+// Where a model's weights come from, behind one handle: a source checkpoint (HF dir,
+// llama2.c .bin) or a converted .kvq whose tensors are decoded through the codec
+// table. The runtime and kvq-verify load models only through this.
+#ifndef KVQ_WEIGHTS_H
+#define KVQ_WEIGHTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/arch.h"
+#include "formats/error.h"
+#include "formats/tensor.h"
+
+typedef struct kvq_weights kvq_weights;
+
+/** Opens path: a directory or .bin (source checkpoint) or a .kvq file. */
+kvq_status kvq_weights_open(const char *path, kvq_weights **out, kvq_err *err);
+void kvq_weights_close(kvq_weights *w); // NULL is a no-op
+
+const kvq_arch *kvq_weights_arch(const kvq_weights *w);
+/** The path as opened (borrowed until close). */
+const char *kvq_weights_path(const kvq_weights *w);
+/** 1 if the tensor exists (and fills ndim/shape when non-NULL), else 0. */
+int kvq_weights_has(const kvq_weights *w, const char *name, int *ndim, int64_t shape[8]);
+/** Number of tensors and the i-th name (sorted by name; borrowed until close). */
+size_t kvq_weights_count(const kvq_weights *w);
+const char *kvq_weights_name(const kvq_weights *w, size_t i);
+/** Decodes a tensor to float32 into a malloc'd buffer the caller frees. */
+kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, int64_t *numel,
+                               kvq_err *err);
+/** Path of the tokenizer: tokenizer.json / tok*.bin for sources; for a .kvq, a file
+ *  extracted from the container into a private temporary directory. NULL if none. */
+const char *kvq_weights_tokenizer_path(kvq_weights *w);
+/** The .kvq manifest (borrowed) when opened from a .kvq, else NULL. */
+const json_t *kvq_weights_manifest(const kvq_weights *w);
+
+#endif

@@ -1,0 +1,230 @@
+// Perplexity and KL divergence for kvq-verify: the source model and up to three
+// other models (converted weights, KV codec, both) step through the same windows in
+// lockstep, so the source runs once and no logits are ever stored beyond one chunk.
+// Windowing follows libconv/eval.c's protocol exactly (test_verify checks the source
+// ppl against kvq_eval_tokens); statistics follow llama.cpp's --kl-divergence.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <omp.h>
+
+#include "libconv/verify/verify_internal.h"
+
+void kvq_verify_kld_pos(const float *ref, double lse_ref, const float *q, double lse_q, int vocab,
+                        int32_t target, double *kld, double *dp, int *same_top) {
+    double s = 0;
+    int ar = 0, aq = 0;
+    for (int v = 0; v < vocab; v++) {
+        double lr = (double)ref[v] - lse_ref, lq = (double)q[v] - lse_q;
+        s += exp(lr) * (lr - lq);
+        if (ref[v] > ref[ar]) ar = v;
+        if (q[v] > q[aq]) aq = v;
+    }
+    *kld = s;
+    *dp = exp((double)q[target] - lse_q) - exp((double)ref[target] - lse_ref);
+    *same_top = ar == aq;
+}
+
+// log Σ exp x in double with libm exp: the KLD needs both distributions normalised to
+// double precision (the runtime's kvq_logsumexp uses a fast expf, ~1e-7 relative).
+static double lse_exact(const float *x, int n) {
+    float m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - (double)m);
+    return (double)m + log(s);
+}
+
+static int fcmp(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(const float *v, size_t n, double f) {
+    if (f <= 0) return v[0];
+    if (f >= 1) return v[n - 1];
+    double p = f * (double)(n - 1);
+    size_t i = (size_t)p;
+    p -= (double)i;
+    return (1 - p) * v[i] + p * v[i + 1 < n ? i + 1 : n - 1];
+}
+
+void kvq_verify_kld_stats(float *kld, size_t n, kvq_kld_stats *st) {
+    st->n = n;
+    if (!n) {
+        st->mean = st->median = st->p90 = st->p99 = st->p999 = st->max = st->min = NAN;
+        return;
+    }
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += kld[i];
+    st->mean = sum / (double)n;
+    qsort(kld, n, sizeof *kld, fcmp);
+    st->median = n % 2 ? kld[n / 2] : 0.5 * ((double)kld[n / 2] + kld[n / 2 - 1]);
+    st->p90 = pct(kld, n, 0.90);
+    st->p99 = pct(kld, n, 0.99);
+    st->p999 = pct(kld, n, 0.999);
+    st->max = kld[n - 1];
+    st->min = kld[0];
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// Per-run accumulators beyond what kvq_verify_eval keeps.
+typedef struct {
+    double kld_sum, dp_sum, dp2_sum, max_abs_dp;
+    size_t same_top, cap;
+} acc;
+
+static kvq_status push(kvq_verify_eval *r, acc *a, float v) {
+    if (r->kld.n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 4096;
+        float *p = realloc(r->kld_pos, cap * sizeof *p);
+        if (!p) return KVQ_ERR_NOMEM;
+        r->kld_pos = p;
+        a->cap = cap;
+    }
+    r->kld_pos[r->kld.n++] = v;
+    return KVQ_OK;
+}
+
+kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int32_t *ids, size_t n,
+                               const kvq_eval_protocol *p, size_t max_windows, vf_lockstep *out,
+                               kvq_verify_eval *runs, const kvq_verify_opts *o, kvq_err *err) {
+    memset(out, 0, sizeof *out);
+    const int V = kvq_model_arch(ref)->vocab_size;
+    for (int k = 0; k < nq; k++)
+        if (kvq_model_arch(q[k])->vocab_size != V)
+            return kvq_err_set(err, KVQ_ERR_ARG, "verify: vocabularies differ (source %d, %s %d)", V, runs[k].label,
+                               kvq_model_arch(q[k])->vocab_size);
+    const int prepend = p->bos == KVQ_BOS_PREPEND;
+    if (p->ctx < 2 + prepend) return kvq_err_set(err, KVQ_ERR_ARG, "verify: context %d too short", p->ctx);
+    if (p->ctx > kvq_model_kvcache(ref)->max_ctx)
+        return kvq_err_set(err, KVQ_ERR_ARG, "verify: context %d exceeds the model's KV cache (%d positions)", p->ctx,
+                           kvq_model_kvcache(ref)->max_ctx);
+    int32_t bos = p->bos_id >= 0 ? p->bos_id : kvq_model_arch(ref)->bos_token_id;
+    if (p->bos != KVQ_BOS_NONE && (bos < 0 || bos >= V))
+        return kvq_err_set(err, KVQ_ERR_ARG, "verify: BOS requested but the model has no valid bos_token_id (%d)", bos);
+    if (p->max_tokens && p->max_tokens < n) n = p->max_tokens;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return kvq_err_set(err, KVQ_ERR_ARG, "verify: token id %d at index %zu outside the vocabulary [0, %d)", ids[i], i, V);
+    const int L = p->ctx - prepend;
+    const size_t stride = p->stride > 0 ? (size_t)p->stride : (size_t)L;
+    const int C = p->chunk > 0 ? p->chunk : 128;
+    const int first_target = p->score == KVQ_SCORE_SECOND_HALF ? p->ctx / 2 + 1 : 1;
+    const int nt = o->n_threads > 0 ? o->n_threads : 0;
+
+    size_t total = 0; // windows the loop below will run
+    for (size_t s0 = 0; s0 < n; s0 += stride) {
+        size_t len = n - s0 < (size_t)L ? n - s0 : (size_t)L;
+        if (len < (size_t)L && (!p->partial_last || len + prepend < 2)) break;
+        if (max_windows && total == max_windows) break;
+        total++;
+    }
+
+    int32_t *in = malloc(sizeof(int32_t) * p->ctx);
+    float *lr = malloc(sizeof(float) * (size_t)C * V);
+    float *lq = malloc(sizeof(float) * (size_t)C * V * (nq ? nq : 1));
+    double *pos = malloc(sizeof(double) * (size_t)C * (1 + 4 * (nq ? nq : 1))); // per position: nll_ref, then per run nll, kld, dp, top
+    acc a[3] = {{0}};
+    kvq_status r = KVQ_OK;
+    if (!in || !lr || !lq || !pos) { r = kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory for logits"); goto done; }
+    size_t scored_end = 0;
+    double t0 = now_s();
+    for (size_t start = 0; out->n_windows < total; start += stride) {
+        size_t len = n - start < (size_t)L ? n - start : (size_t)L;
+        int nin = (int)len + prepend;
+        if (prepend) in[0] = bos;
+        memcpy(in + prepend, ids + start, sizeof(int32_t) * len);
+        if (p->bos == KVQ_BOS_REPLACE) in[0] = bos;
+        for (int c0 = 0; c0 < nin - 1; c0 += C) {
+            int cn = nin - 1 - c0 < C ? nin - 1 - c0 : C;
+            if ((r = kvq_model_forward(ref, in + c0, cn, c0, lr, 1, err))) goto done;
+            for (int k = 0; k < nq; k++)
+                if ((r = kvq_model_forward(q[k], in + c0, cn, c0, lq + (size_t)k * C * V, 1, err))) {
+                    kvq_err_prefix(err, "%s model", runs[k].label);
+                    goto done;
+                }
+            const int W = 1 + 4 * nq;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(nt > 0 ? nt : omp_get_max_threads())
+            for (int i = 0; i < cn; i++) {
+                int j = c0 + i + 1;
+                size_t tp = start + (size_t)j - prepend;
+                double *row = pos + (size_t)i * W;
+                row[0] = NAN;
+                if (j < first_target || tp < scored_end) continue;
+                double lse_r, lse_q;
+                const float *fr = lr + (size_t)i * V;
+                row[0] = kvq_eval_nll(fr, V, in[j], NULL); // as the runtime's perplexity
+                lse_r = lse_exact(fr, V);
+                for (int k = 0; k < nq; k++) {
+                    const float *fq = lq + (size_t)k * C * V + (size_t)i * V;
+                    double kl, dp;
+                    int top;
+                    row[1 + 4 * k] = kvq_eval_nll(fq, V, in[j], NULL);
+                    lse_q = lse_exact(fq, V);
+                    kvq_verify_kld_pos(fr, lse_r, fq, lse_q, V, in[j], &kl, &dp, &top);
+                    row[2 + 4 * k] = kl;
+                    row[3 + 4 * k] = dp;
+                    row[4 + 4 * k] = top;
+                }
+            }
+            for (int i = 0; i < cn; i++) { // in order: sums do not depend on the thread count
+                const double *row = pos + (size_t)i * W;
+                if (isnan(row[0])) continue;
+                out->ref_nll += row[0];
+                out->n_scored++;
+                for (int k = 0; k < nq; k++) {
+                    kvq_verify_eval *e = &runs[k];
+                    e->nll_sum += row[1 + 4 * k];
+                    a[k].kld_sum += row[2 + 4 * k];
+                    double dp = row[3 + 4 * k];
+                    a[k].dp_sum += dp;
+                    a[k].dp2_sum += dp * dp;
+                    if (fabs(dp) > a[k].max_abs_dp) a[k].max_abs_dp = fabs(dp);
+                    a[k].same_top += row[4 + 4 * k] != 0;
+                    if (push(e, &a[k], (float)row[2 + 4 * k])) {
+                        r = kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory for per-position KLDs");
+                        goto done;
+                    }
+                }
+            }
+        }
+        size_t end = start + len;
+        if (end > scored_end) scored_end = end;
+        out->n_windows++;
+        out->n_used = end;
+        if (o->progress) {
+            kvq_verify_progress pr = {out->n_windows, total, "eval", now_s() - t0};
+            o->progress(o->progress_ud, &pr);
+        }
+    }
+    if (out->n_scored == 0) { r = kvq_err_set(err, KVQ_ERR_ARG, "verify: the text gives no scored position under this protocol (%zu tokens, ctx %d)", n, p->ctx); goto done; }
+    out->ref_ppl = exp(out->ref_nll / (double)out->n_scored);
+    for (int k = 0; k < nq; k++) {
+        kvq_verify_eval *e = &runs[k];
+        double N = (double)out->n_scored;
+        e->done = 1;
+        e->ppl = exp(e->nll_sum / N);
+        e->dppl = e->ppl - out->ref_ppl;
+        e->dppl_rel = e->dppl / out->ref_ppl;
+        float *sorted = malloc(sizeof(float) * (e->kld.n ? e->kld.n : 1));
+        if (!sorted) { r = kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory"); goto done; }
+        memcpy(sorted, e->kld_pos, sizeof(float) * e->kld.n);
+        kvq_verify_kld_stats(sorted, e->kld.n, &e->kld);
+        free(sorted);
+        e->kld.mean = a[k].kld_sum / N; // double-accumulated, not from the float copies
+        e->kld.top1 = (double)a[k].same_top / N;
+        e->kld.mean_dp = a[k].dp_sum / N;
+        e->kld.rms_dp = sqrt(a[k].dp2_sum / N);
+        e->kld.max_abs_dp = a[k].max_abs_dp;
+    }
+done:
+    free(in); free(lr); free(lq); free(pos);
+    return r;
+}

@@ -1,0 +1,316 @@
+// The .kvq manifest checked against its schema (docs/FORMAT.md), field by field with
+// jansson: required keys and their types, the tensor table, source, tokenizer and
+// the entry table's cross-references. The first problem is named with its JSON path
+// ("tensors[3].shape[1]: expected a non-negative integer, got string").
+#include <inttypes.h>
+#include <string.h>
+
+#include "formats/arch.h"
+#include "formats/dtype.h"
+#include "libconv/verify/verify.h"
+
+typedef struct {
+    const char *path; // file name for messages
+    kvq_err *err;
+} sctx;
+
+static const char *jtype(const json_t *j) {
+    if (!j) return "nothing (missing)";
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: return "object";
+    case JSON_ARRAY: return "array";
+    case JSON_STRING: return "string";
+    case JSON_INTEGER: return "integer";
+    case JSON_REAL: return "real";
+    case JSON_TRUE: case JSON_FALSE: return "boolean";
+    default: return "null";
+    }
+}
+
+static kvq_status bad(sctx *c, const char *where, const char *want, const json_t *got) {
+    return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s: expected %s, got %s", c->path, where, want,
+                       jtype(got));
+}
+
+static int is_hex(const char *s, size_t n) {
+    if (!s || strlen(s) != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
+// Typed field getters: each names the path when the field is missing or mistyped.
+static kvq_status need(sctx *c, const json_t *o, const char *at, const char *key, json_type t, const json_t **out) {
+    char where[512];
+    snprintf(where, sizeof where, "%s%s%s", at, *at ? "." : "", key);
+    const json_t *v = json_object_get(o, key);
+    int ok = v && (json_typeof(v) == t || (t == JSON_REAL && json_is_number(v)) ||
+                   (t == JSON_TRUE && json_is_boolean(v)));
+    if (!ok) {
+        const char *want = t == JSON_OBJECT ? "an object" : t == JSON_ARRAY ? "an array" : t == JSON_STRING ? "a string"
+                         : t == JSON_INTEGER ? "an integer" : t == JSON_REAL ? "a number" : "a boolean";
+        return bad(c, where, want, v);
+    }
+    if (out) *out = v;
+    return KVQ_OK;
+}
+
+#define NEED(o, at, key, t, out) do { kvq_status s_ = need(c, o, at, key, t, out); if (s_) return s_; } while (0)
+
+// "files": name -> entry name, every entry in the table.
+static kvq_status check_file_map(sctx *c, const json_t *map, const char *at, const json_t *entries) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)map, k, v) {
+        char w[256];
+        snprintf(w, sizeof w, "%s.%s", at, k);
+        if (!json_is_string(v)) return bad(c, w, "a string (entry name)", v);
+        if (!json_object_get(entries, json_string_value(v)))
+            return kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: %s names entry '%s', which is not in the entry table",
+                               c->path, w, json_string_value(v));
+    }
+    return KVQ_OK;
+}
+
+static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t *entries, int64_t *numel_out) {
+    char at[96];
+    snprintf(at, sizeof at, "tensors[%zu]", i);
+    if (!json_is_object(t)) return bad(c, at, "an object", t);
+    const json_t *name, *shape, *dt, *codec, *ents, *v;
+    NEED(t, at, "name", JSON_STRING, &name);
+    const char *nm = json_string_value(name);
+    if (!*nm) return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.name is empty", c->path, at);
+    NEED(t, at, "shape", JSON_ARRAY, &shape);
+    if (json_array_size(shape) > 8)
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s ('%s').shape has %zu dimensions (at most 8)",
+                           c->path, at, nm, json_array_size(shape));
+    int64_t numel = 1;
+    for (size_t k = 0; k < json_array_size(shape); k++) {
+        const json_t *d = json_array_get(shape, k);
+        char w[160];
+        snprintf(w, sizeof w, "%s ('%s').shape[%zu]", at, nm, k);
+        if (!json_is_integer(d) || json_integer_value(d) < 0) return bad(c, w, "a non-negative integer", d);
+        if (__builtin_mul_overflow(numel, (int64_t)json_integer_value(d), &numel) || numel > ((int64_t)1 << 40))
+            return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s ('%s'): shape has more than 2^40 elements",
+                               c->path, at, nm);
+    }
+    NEED(t, at, "source_dtype", JSON_STRING, &dt);
+    kvq_dtype dtype;
+    if (kvq_dtype_parse(json_string_value(dt), &dtype) != 0)
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s ('%s').source_dtype '%s' is not F32, F16 or BF16",
+                           c->path, at, nm, json_string_value(dt));
+    char cat[160];
+    snprintf(cat, sizeof cat, "%s ('%s').codec", at, nm);
+    NEED(t, at, "codec", JSON_OBJECT, &codec);
+    NEED(codec, cat, "name", JSON_STRING, NULL);
+    NEED(codec, cat, "spec", JSON_STRING, NULL);
+    NEED(codec, cat, "lossless", JSON_TRUE, NULL);
+    v = json_object_get(codec, "params");
+    if (v && !json_is_object(v) && !json_is_null(v)) {
+        char w[200];
+        snprintf(w, sizeof w, "%s.params", cat);
+        return bad(c, w, "an object or null", v);
+    }
+    char tat[160];
+    snprintf(tat, sizeof tat, "%s ('%s')", at, nm);
+    NEED(t, tat, "entries", JSON_OBJECT, &ents);
+    if (json_object_size(ents) == 0 && numel > 0)
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.entries is empty", c->path, tat);
+    char eat[200];
+    snprintf(eat, sizeof eat, "%s.entries", tat);
+    kvq_status es = check_file_map(c, ents, eat, entries);
+    if (es != KVQ_OK) return es;
+    const char *role;
+    json_t *ev;
+    json_object_foreach((json_t *)ents, role, ev) {
+        char w[256];
+        snprintf(w, sizeof w, "%s.%s", eat, role);
+        size_t nl = strlen(nm);
+        const char *en = json_string_value(ev);
+        if (strncmp(en, "t/", 2) != 0 || strncmp(en + 2, nm, nl) != 0 || en[2 + nl] != '/')
+            return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s is '%s', expected 't/%s/<role>'", c->path, w,
+                               en, nm);
+    }
+    NEED(t, tat, "bytes", JSON_INTEGER, &v);
+    if (json_integer_value(v) < 0)
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.bytes is negative", c->path, tat);
+    NEED(t, tat, "bits_per_weight", JSON_REAL, NULL);
+    NEED(t, tat, "code_bits_per_weight", JSON_REAL, NULL);
+    NEED(t, tat, "rate", JSON_OBJECT, &v);
+    const char *part;
+    json_t *pv;
+    json_object_foreach((json_t *)v, part, pv) {
+        char w[256];
+        snprintf(w, sizeof w, "%s.rate.%s", tat, part);
+        if (!json_is_number(pv)) return bad(c, w, "a number", pv);
+    }
+    v = json_object_get(t, "predicted_mse");
+    if (!v || !(json_is_number(v) || json_is_null(v))) {
+        char w[200];
+        snprintf(w, sizeof w, "%s.predicted_mse", tat);
+        return bad(c, w, "a number or null", v);
+    }
+    NEED(t, tat, "seed", JSON_STRING, &v);
+    if (!is_hex(json_string_value(v), 16))
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.seed '%s' is not 16 lowercase hex digits",
+                           c->path, tat, json_string_value(v));
+    *numel_out = numel;
+    return KVQ_OK;
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+static kvq_status check_tensors(sctx *c, const json_t *m, const json_t *entries) {
+    const json_t *ts;
+    NEED(m, "", "tensors", JSON_ARRAY, &ts);
+    size_t n = json_array_size(ts);
+    if (n == 0) return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: tensors is empty", c->path);
+    const char **names = malloc(n * sizeof *names);
+    if (!names) return kvq_err_set(c->err, KVQ_ERR_NOMEM, "%s: out of memory", c->path);
+    kvq_status s = KVQ_OK;
+    for (size_t i = 0; i < n && !s; i++) {
+        int64_t numel = 0;
+        s = check_tensor(c, json_array_get(ts, i), i, entries, &numel);
+        if (!s) names[i] = json_string_value(json_object_get(json_array_get(ts, i), "name"));
+    }
+    if (!s) {
+        qsort(names, n, sizeof *names, name_cmp);
+        for (size_t i = 1; i < n && !s; i++)
+            if (!strcmp(names[i], names[i - 1]))
+                s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: tensor '%s' is listed twice", c->path, names[i]);
+    }
+    free(names);
+    return s;
+}
+
+static kvq_status check_source(sctx *c, const json_t *m) {
+    const json_t *src, *kind, *files;
+    NEED(m, "", "source", JSON_OBJECT, &src);
+    NEED(src, "source", "kind", JSON_STRING, &kind);
+    if (strcmp(json_string_value(kind), "hf") && strcmp(json_string_value(kind), "llama2c"))
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: source.kind '%s' is not 'hf' or 'llama2c'", c->path,
+                           json_string_value(kind));
+    NEED(src, "source", "path", JSON_STRING, NULL);
+    NEED(src, "source", "files", JSON_ARRAY, &files);
+    for (size_t i = 0; i < json_array_size(files); i++) {
+        const json_t *f = json_array_get(files, i), *v;
+        char at[64];
+        snprintf(at, sizeof at, "source.files[%zu]", i);
+        if (!json_is_object(f)) return bad(c, at, "an object", f);
+        NEED(f, at, "name", JSON_STRING, NULL);
+        NEED(f, at, "size", JSON_INTEGER, NULL);
+        NEED(f, at, "role", JSON_STRING, NULL);
+        NEED(f, at, "sha256", JSON_STRING, &v);
+        if (!is_hex(json_string_value(v), 64))
+            return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.sha256 is not 64 lowercase hex digits",
+                               c->path, at);
+    }
+    return KVQ_OK;
+}
+
+
+static kvq_status check_tokenizer(sctx *c, const json_t *m, const json_t *entries) {
+    const json_t *tok, *files, *mainj, *cf;
+    NEED(m, "", "tokenizer", JSON_OBJECT, &tok);
+    NEED(tok, "tokenizer", "files", JSON_OBJECT, &files);
+    kvq_status s = check_file_map(c, files, "tokenizer.files", entries);
+    if (s) return s;
+    mainj = json_object_get(tok, "main");
+    if (!mainj || !(json_is_string(mainj) || json_is_null(mainj))) return bad(c, "tokenizer.main", "a string or null", mainj);
+    if (json_is_string(mainj) && !json_object_get(files, json_string_value(mainj)))
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: tokenizer.main '%s' is not in tokenizer.files",
+                           c->path, json_string_value(mainj));
+    NEED(m, "", "config_files", JSON_OBJECT, &cf);
+    return check_file_map(c, cf, "config_files", entries);
+}
+
+static kvq_status check_entries(sctx *c, const json_t *m, const json_t **out) {
+    const json_t *tab;
+    NEED(m, "", "entries", JSON_OBJECT, &tab);
+    const char *k;
+    json_t *e;
+    json_object_foreach((json_t *)tab, k, e) {
+        char at[600];
+        snprintf(at, sizeof at, "entries['%s']", k);
+        if (!json_is_object(e)) return bad(c, at, "an object", e);
+        const char *ints[] = {"header", "offset", "size", "stored_size"};
+        for (int i = 0; i < 4; i++) {
+            const json_t *v;
+            NEED(e, at, ints[i], JSON_INTEGER, &v);
+            if (json_integer_value(v) < 0)
+                return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.%s is negative", c->path, at, ints[i]);
+        }
+        const json_t *h;
+        NEED(e, at, "zstd", JSON_TRUE, NULL);
+        NEED(e, at, "xxh3", JSON_STRING, &h);
+        if (!is_hex(json_string_value(h), 16))
+            return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.xxh3 is not 16 lowercase hex digits", c->path, at);
+    }
+    *out = tab;
+    return KVQ_OK;
+}
+
+// Every "t/<tensor>/..." entry belongs to a tensor record (no orphaned payloads).
+static kvq_status check_orphans(sctx *c, const json_t *m, const json_t *entries) {
+    json_t *used = json_object();
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(m, "tensors"), i, t) {
+        const char *r;
+        json_t *ev;
+        json_object_foreach(json_object_get(t, "entries"), r, ev) json_object_set_new(used, json_string_value(ev), json_true());
+    }
+    const char *k;
+    json_t *e;
+    kvq_status s = KVQ_OK;
+    json_object_foreach((json_t *)entries, k, e)
+        if (!strncmp(k, "t/", 2) && !json_object_get(used, k)) {
+            s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: entry '%s' belongs to no tensor record", c->path, k);
+            break;
+        }
+    json_decref(used);
+    return s;
+}
+
+// The KV section's own layout is checked by kvq_kv_open_from_file when it is loaded;
+// here: its spec, and the entry it names.
+static kvq_status check_kv(sctx *c, const json_t *m, const json_t *entries) {
+    const json_t *kv = json_object_get(m, "kv"), *e;
+    if (!kv) return KVQ_OK;
+    if (!json_is_object(kv)) return bad(c, "kv", "an object", kv);
+    NEED(kv, "kv", "spec", JSON_STRING, NULL);
+    NEED(kv, "kv", "entry", JSON_STRING, &e);
+    if (!json_object_get(entries, json_string_value(e)))
+        return kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: kv.entry names entry '%s', which is not in the entry table",
+                           c->path, json_string_value(e));
+    return KVQ_OK;
+}
+
+kvq_status kvq_verify_manifest_schema(const json_t *m, const char *path, kvq_err *err) {
+    sctx cc = {path, err}, *c = &cc;
+    if (!json_is_object(m)) return bad(c, "(top level)", "an object", m);
+    const json_t *v, *entries = NULL;
+    NEED(m, "", "format", JSON_STRING, &v);
+    if (strcmp(json_string_value(v), "kvq"))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest.json: format is '%s', expected 'kvq'", path, json_string_value(v));
+    NEED(m, "", "format_version", JSON_INTEGER, NULL);
+    NEED(m, "", "kvq_version", JSON_STRING, NULL);
+    NEED(m, "", "created_by", JSON_STRING, NULL);
+    NEED(m, "", "architecture", JSON_OBJECT, &v);
+    kvq_arch a;
+    kvq_status s = kvq_arch_from_manifest(v, &a, err);
+    if (s) {
+        kvq_err_prefix(err, "%s: manifest.json: architecture", path);
+        return s;
+    }
+    NEED(m, "", "recipe", JSON_OBJECT, NULL);
+    if ((s = check_entries(c, m, &entries))) return s;
+    if ((s = check_tensors(c, m, entries))) return s;
+    if ((s = check_orphans(c, m, entries))) return s;
+    if ((s = check_source(c, m))) return s;
+    if ((s = check_tokenizer(c, m, entries))) return s;
+    if ((s = check_kv(c, m, entries))) return s;
+    v = json_object_get(m, "verification");
+    if (v && !json_is_object(v)) return bad(c, "verification", "an object", v);
+    return KVQ_OK;
+}
