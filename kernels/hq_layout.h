@@ -74,4 +74,52 @@ KVQ_HQ_HD static inline uint64_t kvq_hq_sign_word(uint64_t seed, uint64_t j, uin
     return z ^ (z >> 31);
 }
 
+// ---- Execution layout "hqx" (v1): what the CPU and GPU kernels read at run time.
+// Built from the stored Rice stream at load (libconv/codec/hyperquant/hq_pack.c) and never
+// written to a file, so the file format does not change. Decided by measurement
+// (docs/EXECUTION.md): on kvq-small-llama E8 4.0 the stripped values fit a signed nibble
+// for 98.7 % of weights; nibbles + coset bits + escapes hold 1.2× the Rice bytes.
+//
+// Weight value of tile t = (row r, tile column j), coordinate i (0 ≤ i < T):
+//   W[r][jT+i] = scale[t] · sign_j[i] · (H_T · u)_i,   u_i = g_i · c_i,
+//   c_i = m·v_i + cb  (E8: m = 2, cb = the 8-vector's coset bit; other lattices m = 1, cb = 0),
+//   g_i = √3 on even i for A2 (its ny axis), else 1.
+// So W·x = Σ_t scale[t] · Σ_i c_i · xr_i with xr = g ⊙ H_T·(sign_j ⊙ x_j): the activation is
+// rotated once per input, and the kernels take integer dot products with the codes.
+// Storage, all tile-major (t = r·(cols_p/T) + j), in chunks of 64 coordinates:
+//   q      vbits 4: 32 bytes per chunk; byte b holds v_b + 8 in its low nibble and v_{b+32} + 8
+//          in its high nibble (v ∈ [-8, 7]).  vbits 8: 64 bytes per chunk, v as int8.
+//   cb     E8: one byte per chunk, bit k = coset bit of the chunk's k-th 8-vector; else absent.
+//   scale  one float per tile: (float)(norm / (α·T)), 0 for zero tiles.
+//   escapes values outside the vbits range are stored clamped in q, and the difference in a
+//          per-row list (CSR): esc_row[rows + 1] start indices into esc[], each entry
+//          col | (delta << 20) with col < 2^20 the padded column and delta a signed 12-bit
+//          difference v − clamp(v).
+#define KVQ_HQX_VERSION 1
+#define KVQ_HQX_CHUNK 64        // coordinates per chunk (tiles must hold whole chunks)
+#define KVQ_HQX_ESC_COL_BITS 20
+#define KVQ_HQX_ESC_MAX_DELTA 2047
+
+typedef struct {
+    int lat;                  // KVQ_HQ_LAT_*
+    int tile;                 // T, a multiple of KVQ_HQX_CHUNK
+    int vbits;                // 4 or 8
+    int64_t rows, cols, cols_p;
+    uint64_t seed;            // sign-diagonal seed (kvq_hq_sign_word)
+    uint8_t *q;               // rows · cols_p · vbits / 8 bytes
+    uint8_t *cb;              // E8: rows · cols_p / 64 bytes, else NULL
+    float *scale;             // rows · cols_p / T
+    uint32_t *esc_row;        // rows + 1
+    uint32_t *esc;            // esc_row[rows] entries
+} kvq_hqx;
+
+/** Code multiplier m (2 for E8's 2E8 realization, else 1). */
+KVQ_HQ_HD static inline int kvq_hqx_mult(int lat) { return lat == KVQ_HQ_LAT_E8 ? 2 : 1; }
+/** Escape entry: padded column and signed delta. */
+KVQ_HQ_HD static inline uint32_t kvq_hqx_esc_pack(uint32_t col, int32_t delta) {
+    return col | ((uint32_t)delta << KVQ_HQX_ESC_COL_BITS);
+}
+KVQ_HQ_HD static inline uint32_t kvq_hqx_esc_col(uint32_t e) { return e & ((1u << KVQ_HQX_ESC_COL_BITS) - 1u); }
+KVQ_HQ_HD static inline int32_t kvq_hqx_esc_delta(uint32_t e) { return (int32_t)e >> KVQ_HQX_ESC_COL_BITS; }
+
 #endif

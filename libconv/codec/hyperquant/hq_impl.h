@@ -36,4 +36,9 @@ static inline uint32_t kvq_hq_norm_code(const uint8_t *norms, int nb, int64_t t)
 void kvq_hq_tile_recon(const kvq_hq_header *h, int32_t *c, uint32_t code, const float *sgn, float *y,
                        float *dst, int ncopy);
 
+/** Checks blob sizes and the group offsets against h; returns the codes, norms and
+ *  offsets (NULL in int8 mode) views. */
+kvq_status kvq_hq_check_blobs(const kvq_hq_header *h, const kvq_blob_view *b, int nb, const uint8_t **codes,
+                              size_t *ncodes, const uint8_t **norms, const uint8_t **offs, kvq_err *err);
+
 #endif

@@ -126,7 +126,7 @@ kvq_status kvq_hq_header_parse(const json_t *p, int64_t rows, int64_t cols, kvq_
 }
 
 // Checks blob sizes and offsets; returns the blobs.
-static kvq_status check_blobs(const kvq_hq_header *h, const kvq_blob_view *b, int nb,
+kvq_status kvq_hq_check_blobs(const kvq_hq_header *h, const kvq_blob_view *b, int nb,
                               const uint8_t **codes, size_t *ncodes, const uint8_t **norms,
                               const uint8_t **offs, kvq_err *err) {
     const kvq_blob_view *c = kvq_blob_find(b, nb, "codes"), *n = kvq_blob_find(b, nb, "norms"),
@@ -174,7 +174,7 @@ kvq_status kvq_hq_decode_ref(const kvq_hq_header *h, const kvq_blob_view *blobs,
                              float *out, kvq_err *err) {
     const uint8_t *codes, *norms, *offs;
     size_t ncodes;
-    kvq_status st = check_blobs(h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
+    kvq_status st = kvq_hq_check_blobs(h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
     if (st) return st;
     const int T = h->tile, n = kvq_lattice_dim(h->lat);
     const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;
@@ -370,7 +370,7 @@ kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int
                          int n_threads, kvq_err *err) {
     const uint8_t *codes, *norms, *offs;
     size_t ncodes;
-    kvq_status st = check_blobs(h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
+    kvq_status st = kvq_hq_check_blobs(h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
     if (st) return st;
     const int T = h->tile;
     const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;

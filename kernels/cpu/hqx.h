@@ -1,0 +1,53 @@
+// Matrix products straight from HyperQuant's execution layout (kernels/hq_layout.h, "hqx"):
+// the activation is rotated once per input (xr = g ⊙ H·D·x per tile), and each output is
+// Σ_tiles scale · ⟨c, xr⟩ with the lattice codes c read from packed nibbles, so weights are
+// never reconstructed. Two modes: int8 (xr quantized per tile to int8, integer dot products
+// with VNNI / AVX2 maddubs) and exact (float dot products with the unquantized xr).
+#ifndef KVQ_KERNELS_HQX_H
+#define KVQ_KERNELS_HQX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/hq_layout.h"
+
+typedef enum { KVQ_HQX_INT8 = 0, KVQ_HQX_EXACT = 1 } kvq_hqx_mode;
+/** Instruction-set paths; KVQ_HQX_ISA_AUTO picks the best one the CPU has (cpuid). */
+typedef enum { KVQ_HQX_ISA_AUTO = 0, KVQ_HQX_ISA_REF, KVQ_HQX_ISA_AVX2, KVQ_HQX_ISA_VNNI } kvq_hqx_isa;
+
+/** The prepared activation of one token for one tensor (its tile size and signs). */
+typedef struct {
+    float *xr;      // (cols_p) rotated, √3-folded activation
+    int8_t *xq;     // (cols_p) xr quantized per tile: xr ≈ xq · sx[j]
+    float *sx;      // (cols_p / T)
+    int32_t *s8;    // (cols_p / 8) sum of xq over each 8-vector
+    int32_t *zt;    // (cols_p / T) −off·m·Σ xq over the tile (the stored offset's share; off 8 or 128)
+    int32_t *zl;    // (cols_p / T, 8) zt split over the 8 lanes of the SIMD paths (lane l holds
+                    // coordinates 4l..4l+3 and 32+4l..32+4l+3 of every chunk), so no lane
+                    // carries a large offset that cancels only after float conversion
+} kvq_hqx_act;
+
+/** Bytes of scratch one prepared token needs for tensor w (floats and ints, 64-aligned parts). */
+size_t kvq_hqx_act_bytes(const kvq_hqx *w);
+/** Carves a kvq_hqx_act out of buf (kvq_hqx_act_bytes(w) bytes, 64-byte aligned). */
+void kvq_hqx_act_init(const kvq_hqx *w, void *buf, kvq_hqx_act *a);
+/** Rotates and quantizes x (w->cols floats) into a. */
+void kvq_hqx_prep(const kvq_hqx *w, const float *x, kvq_hqx_act *a);
+
+/** Which path AUTO resolves to on this CPU. */
+kvq_hqx_isa kvq_hqx_isa_best(void);
+const char *kvq_hqx_isa_name(kvq_hqx_isa isa);
+
+/** Y (n_tok, rows) with row stride ldy = prepared activations act[0..n_tok) times Wᵀ.
+ *  Reference: isa = KVQ_HQX_ISA_REF (plain scalar loops). OpenMP over rows
+ *  (n_threads <= 0: default). Int8 mode: every path returns the same integer tile sums,
+ *  so results differ only by float summation order. */
+void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
+                    kvq_hqx_mode mode, kvq_hqx_isa isa, int n_threads);
+
+/** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
+size_t kvq_hqx_bytes(const kvq_hqx *w);
+/** Frees the arrays (allocated with malloc by the packer); NULL members are fine. */
+void kvq_hqx_free(kvq_hqx *w);
+
+#endif

@@ -1,0 +1,190 @@
+// Transcodes a HyperQuant tensor's stored Rice stream into the execution layout the kernels
+// read (kernels/hq_layout.h, "hqx"): values in signed nibbles (or bytes), E8 coset bits,
+// one float scale per tile, escapes for values the nibble cannot hold. Runs once at load,
+// OpenMP over random-access groups; each thread keeps the escapes of its contiguous range of
+// groups, so concatenating them in thread order gives the per-row lists sorted.
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libconv/codec/hyperquant/hq_impl.h"
+#include "libconv/codec/hyperquant/hq_pack.h"
+#include "libconv/quant/rice.h"
+
+static inline uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+typedef struct {
+    uint32_t *e;      // entries (tile-ordered)
+    uint32_t *tile;   // tile index of each entry
+    size_t n, cap;
+    int overflow;     // a delta beyond ±KVQ_HQX_ESC_MAX_DELTA
+    int nomem;
+    int64_t bad_group; // first corrupt group, or -1
+} esc_buf;
+
+static void esc_push(esc_buf *b, uint32_t tile, uint32_t e) {
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 1024;
+        uint32_t *ne = realloc(b->e, cap * 4), *nt = ne ? realloc(b->tile, cap * 4) : NULL;
+        if (ne) b->e = ne;
+        if (nt) b->tile = nt;
+        if (!ne || !nt) { b->nomem = 1; return; }
+        b->cap = cap;
+    }
+    b->e[b->n] = e;
+    b->tile[b->n++] = tile;
+}
+
+// Decodes groups [g0, g1) into w's q / cb / scale; escapes go to b.
+static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
+                        int64_t g0, int64_t g1, kvq_hqx *w, esc_buf *b) {
+    const int T = h->tile, n = kvq_lattice_dim(h->lat), e8 = h->lat == KVQ_LAT_E8;
+    const int lo = w->vbits == 4 ? -8 : -128, hi = w->vbits == 4 ? 7 : 127, off = -lo;
+    const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;
+    const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
+    int32_t c[KVQ_HQ_MAX_TILE];
+    for (int64_t g = g0; g < g1 && b->bad_group < 0 && !b->nomem; g++) {
+        uint32_t o0 = rd32(offs + 4 * g), o1 = rd32(offs + 4 * g + 4);
+        kvq_bitreader r;
+        kvq_br_init(&r, codes + o0, (size_t)(o1 - o0));
+        int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : n_tiles;
+        for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
+            uint32_t code = kvq_hq_norm_code(norms, h->norm_bits, t);
+            int64_t row = t / tpr, j = t % tpr;
+            if (code == zero) {
+                memset(c, 0, sizeof(int32_t) * (size_t)T);
+                w->scale[t] = 0.0f;
+            } else {
+                for (int v = 0; v < T; v += n) {
+                    uint32_t sym[8];
+                    for (int i = 0; i < n; i++) {
+                        sym[i] = kvq_br_rice(&r, h->k[kvq_lattice_symbol_class(h->lat, i)]);
+                        if (sym[i] >= KVQ_HQ_SYM_LIMIT) { r.err = 1; sym[i] = 0; }
+                    }
+                    kvq_lattice_unstrip(h->lat, sym, c + v);
+                }
+                w->scale[t] = (float)(kvq_hq_norm_value(h, code) / (h->alpha * (double)T));
+            }
+            if (r.err) { b->bad_group = g; return; }
+            for (int ch = 0; ch < T / 64; ch++) {
+                int64_t gi = (t * T) / 64 + ch;
+                uint8_t cbb = 0;
+                for (int i = 0; i < 64; i++) {
+                    int32_t ci = c[64 * ch + i], cb = 0;
+                    if (e8) {
+                        cb = c[64 * ch + (i & ~7)] & 1;
+                        cbb |= (uint8_t)(cb << (i / 8));
+                    }
+                    int32_t v = (ci - cb) / (e8 ? 2 : 1);
+                    int32_t vc = v < lo ? lo : v > hi ? hi : v;
+                    if (v != vc) {
+                        int32_t d = v - vc;
+                        if (d > KVQ_HQX_ESC_MAX_DELTA || d < -KVQ_HQX_ESC_MAX_DELTA) b->overflow = 1;
+                        else esc_push(b, (uint32_t)t, kvq_hqx_esc_pack((uint32_t)(j * T + 64 * ch + i), d));
+                    }
+                    uint8_t u = (uint8_t)(vc + off);
+                    if (w->vbits == 8) w->q[gi * 64 + i] = u;
+                    else if (i < 32) w->q[gi * 32 + i] = u;
+                    else w->q[gi * 32 + i - 32] |= (uint8_t)(u << 4);
+                }
+                if (e8) w->cb[gi] = cbb;
+            }
+            (void)row;
+        }
+        if (r.bitpos + 8 <= 8 * (uint64_t)r.size) b->bad_group = g; // trailing bytes
+    }
+}
+
+static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
+                           int vbits, int n_threads, kvq_hqx *w, int64_t *n_esc, kvq_err *err) {
+    const int64_t n = h->rows * h->cols_p, n_tiles = h->rows * (h->cols_p / h->tile);
+    const int64_t n_groups = (n_tiles + KVQ_HQ_GROUP_TILES - 1) / KVQ_HQ_GROUP_TILES;
+    memset(w, 0, sizeof *w);
+    w->lat = h->lat;
+    w->tile = h->tile;
+    w->vbits = vbits;
+    w->rows = h->rows;
+    w->cols = h->cols;
+    w->cols_p = h->cols_p;
+    w->seed = h->seed;
+    w->q = calloc((size_t)n * (size_t)vbits / 8, 1);
+    w->cb = h->lat == KVQ_LAT_E8 ? malloc((size_t)n / 64) : NULL;
+    w->scale = malloc(sizeof(float) * (size_t)n_tiles);
+    w->esc_row = calloc((size_t)h->rows + 1, 4);
+    if (!w->q || (h->lat == KVQ_LAT_E8 && !w->cb) || !w->scale || !w->esc_row) {
+        kvq_hqx_free(w);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory for the execution layout (%lld weights)",
+                           (long long)n);
+    }
+    int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    if (nt > n_groups) nt = (int)(n_groups ? n_groups : 1);
+    esc_buf *bufs = calloc((size_t)nt, sizeof *bufs);
+    if (!bufs) { kvq_hqx_free(w); return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory"); }
+#pragma omp parallel num_threads(nt)
+    {
+        int id = omp_get_thread_num(), cnt = omp_get_num_threads();
+        int64_t a = n_groups * id / cnt, b = n_groups * (id + 1) / cnt;
+        bufs[id].bad_group = -1;
+        pack_groups(h, codes, norms, offs, a, b, w, &bufs[id]);
+    }
+    kvq_status st = KVQ_OK;
+    size_t total = 0;
+    for (int i = 0; i < nt && !st; i++) {
+        if (bufs[i].nomem) st = kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory for escapes");
+        else if (bufs[i].bad_group >= 0)
+            st = kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: corrupt Rice stream in group %lld",
+                             (long long)bufs[i].bad_group);
+        else if (bufs[i].overflow) st = KVQ_ERR_NUMERIC; // caller retries wider or falls back
+        total += bufs[i].n;
+    }
+    if (!st && total >= ((size_t)1 << 32)) st = KVQ_ERR_NUMERIC;
+    if (!st && !(w->esc = malloc(4 * (total ? total : 1))))
+        st = kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory for %zu escapes", total);
+    if (!st) {
+        const int64_t tpr = h->cols_p / h->tile;
+        size_t k = 0;
+        for (int i = 0; i < nt; i++)
+            for (size_t e = 0; e < bufs[i].n; e++, k++) {
+                w->esc[k] = bufs[i].e[e];
+                w->esc_row[bufs[i].tile[e] / tpr + 1]++;
+            }
+        for (int64_t r = 0; r < h->rows; r++) w->esc_row[r + 1] += w->esc_row[r];
+        *n_esc = (int64_t)total;
+    }
+    for (int i = 0; i < nt; i++) { free(bufs[i].e); free(bufs[i].tile); }
+    free(bufs);
+    if (st) kvq_hqx_free(w);
+    return st;
+}
+
+int kvq_hq_packable(const kvq_hq_header *h) {
+    return !h->int8 && h->cast == KVQ_CAST_NONE && h->tile % KVQ_HQX_CHUNK == 0 &&
+           h->cols_p < ((int64_t)1 << KVQ_HQX_ESC_COL_BITS);
+}
+
+kvq_status kvq_hq_pack(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs, int vbits, int n_threads,
+                       kvq_hqx *out, kvq_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!kvq_hq_packable(h))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                           "hyperquant: no execution layout for int8 mode, a cast, tiles below %d or %lld padded columns",
+                           KVQ_HQX_CHUNK, (long long)h->cols_p);
+    const uint8_t *codes, *norms, *offs;
+    size_t ncodes;
+    kvq_status st = kvq_hq_check_blobs(h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
+    if (st) return st;
+    int64_t n_esc = 0, n = h->rows * h->cols_p;
+    if (vbits == 0 || vbits == 4) {
+        st = pack_try(h, codes, norms, offs, 4, n_threads, out, &n_esc, err);
+        // nibbles pay off while escapes stay rare: each costs 32 bits
+        if (st == KVQ_OK && (vbits == 4 || n_esc * 32 <= n * 4 / 10)) return KVQ_OK;
+        if (st == KVQ_OK) kvq_hqx_free(out);
+        else if (st != KVQ_ERR_NUMERIC || vbits == 4) return st == KVQ_ERR_NUMERIC ? kvq_err_set(err, st, "hyperquant: values beyond nibble escapes") : st;
+    }
+    st = pack_try(h, codes, norms, offs, 8, n_threads, out, &n_esc, err);
+    if (st == KVQ_ERR_NUMERIC)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "hyperquant: lattice values beyond the execution layout's range");
+    return st;
+}

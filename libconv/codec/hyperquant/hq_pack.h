@@ -1,0 +1,21 @@
+// HyperQuant's execution layout built at load (kernels/hq_layout.h, "hqx"): what kvq-run
+// holds for a HyperQuant tensor instead of decoded floats. Design: docs/EXECUTION.md.
+#ifndef KVQ_HQ_PACK_H
+#define KVQ_HQ_PACK_H
+
+#include "kernels/cpu/hqx.h"
+#include "libconv/codec/hyperquant/hyperquant.h"
+
+/** 1 if the tensor can use the execution layout: Rice mode, no cast, tiles a multiple of
+ *  64, fewer than 2^20 padded columns. Others are decoded to floats at load. */
+int kvq_hq_packable(const kvq_hq_header *h);
+
+/** Transcodes the stored blobs into *out (arrays malloc'd; free with kvq_hqx_free).
+ *  vbits 4 or 8, or 0: nibbles unless escapes would cost more than 0.4 bits per weight.
+ *  n_threads <= 0: OpenMP default. @return KVQ_OK; KVQ_ERR_UNSUPPORTED (not packable, or
+ *  values beyond the escapes' range: decode instead); KVQ_ERR_FORMAT (corrupt stream, naming
+ *  the group); KVQ_ERR_NOMEM. */
+kvq_status kvq_hq_pack(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs, int vbits, int n_threads,
+                       kvq_hqx *out, kvq_err *err);
+
+#endif

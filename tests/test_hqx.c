@@ -1,0 +1,220 @@
+// Tests for HyperQuant's execution layout (kernels/hq_layout.h "hqx", hq_pack.c) and the
+// products from it (kernels/cpu/hqx.c): for every lattice and several rates (nibbles with
+// escapes, and bytes), W·x from the packed form against W decoded by the reference decoder
+// and multiplied in double; exact mode within 1e-5, int8 mode within its bound; every ISA
+// path against the scalar reference on the same inputs; batches of 1..7 tokens; padded
+// columns; zero tiles; corrupt streams and unpackable tensors refused.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <cmocka.h>
+
+#include "kernels/cpu/hqx.h"
+#include "libconv/codec/hyperquant/hq_pack.h"
+#include "libconv/codec/hyperquant/hyperquant.h"
+#include "tests/testrng.h"
+
+typedef struct {
+    kvq_encoded e;
+    kvq_hq_header h;
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    float *w; // decoded (rows, cols)
+} enc_t;
+
+static void encode(enc_t *E, kvq_lattice lat, double bps, const float *x, int64_t rows, int64_t cols, uint64_t seed) {
+    kvq_hq_opts o = kvq_hq_opts_default(lat, bps);
+    kvq_codec_input in = {NULL, x, rows, cols, seed, 1};
+    kvq_err err = {0};
+    assert_int_equal(kvq_hq_encode(&o, &in, &E->e, NULL, NULL, &err), KVQ_OK);
+    assert_int_equal(kvq_hq_header_parse(E->e.params, rows, cols, &E->h, &err), KVQ_OK);
+    for (int i = 0; i < E->e.n_blob; i++) E->v[i] = (kvq_blob_view){E->e.blob[i].role, E->e.blob[i].data, E->e.blob[i].size};
+    E->w = malloc(sizeof(float) * rows * cols);
+    assert_int_equal(kvq_hq_decode_ref(&E->h, E->v, E->e.n_blob, E->w, &err), KVQ_OK);
+}
+
+static void enc_free(enc_t *E) {
+    kvq_encoded_free(&E->e);
+    free(E->w);
+}
+
+// Relative L2 error of y against the double reference yr over n values.
+static double rel_err(const float *y, const double *yr, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (y[i] - yr[i]) * (y[i] - yr[i]);
+        den += yr[i] * yr[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+// Packs, runs every mode × ISA on n_tok tokens and checks the bounds. Returns the number of
+// escapes so callers can check that the case exercised them.
+static uint32_t check_products(enc_t *E, int vbits, int n_tok, uint64_t seed, double int8_bound) {
+    const int64_t rows = E->h.rows, cols = E->h.cols;
+    kvq_err err = {0};
+    kvq_hqx w;
+    assert_int_equal(kvq_hq_pack(&E->h, E->v, E->e.n_blob, vbits, 2, &w, &err), KVQ_OK);
+    if (vbits) assert_int_equal(w.vbits, vbits);
+    float *x = malloc(sizeof(float) * cols * n_tok);
+    for (int64_t i = 0; i < cols * n_tok; i++) x[i] = (float)gauss(&seed);
+    double *yr = malloc(sizeof(double) * rows * n_tok);
+    for (int k = 0; k < n_tok; k++)
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0;
+            for (int64_t c = 0; c < cols; c++) s += (double)E->w[r * cols + c] * x[k * cols + c];
+            yr[k * rows + r] = s;
+        }
+    size_t ab = kvq_hqx_act_bytes(&w);
+    uint8_t *buf = aligned_alloc(64, ab * n_tok);
+    kvq_hqx_act *act = malloc(sizeof *act * n_tok);
+    for (int k = 0; k < n_tok; k++) {
+        kvq_hqx_act_init(&w, buf + ab * k, &act[k]);
+        kvq_hqx_prep(&w, x + k * cols, &act[k]);
+    }
+    float *y = malloc(sizeof(float) * rows * n_tok), *yref = malloc(sizeof(float) * rows * n_tok);
+    kvq_hqx_isa best = kvq_hqx_isa_best();
+    for (int mode = 0; mode < 2; mode++) {
+        kvq_hqx_matmul(&w, act, n_tok, yref, rows, mode, KVQ_HQX_ISA_REF, 1);
+        double e = rel_err(yref, yr, (size_t)rows * n_tok);
+        if (mode == KVQ_HQX_EXACT) assert_true(e <= 2e-6);
+        else assert_true(e <= int8_bound);
+        for (int isa = KVQ_HQX_ISA_AVX2; isa <= (int)best; isa++) {
+            memset(y, 0xff, sizeof(float) * rows * n_tok);
+            kvq_hqx_matmul(&w, act, n_tok, y, rows, mode, isa, 2);
+            // same integer tile sums: only the float order over tiles differs
+            double d = 0, n = 0;
+            for (int64_t i = 0; i < rows * n_tok; i++) {
+                d += ((double)y[i] - yref[i]) * ((double)y[i] - yref[i]);
+                n += (double)yref[i] * yref[i];
+            }
+            if (sqrt(d / (n > 0 ? n : 1)) > 2e-6) fprintf(stderr, "lat %d vbits %d mode %d isa %d tok %d err %g y0 %g ref %g\n", E->h.lat, w.vbits, mode, isa, n_tok, sqrt(d / (n > 0 ? n : 1)), y[0], yref[0]);
+            assert_true(sqrt(d / (n > 0 ? n : 1)) <= 2e-6);
+        }
+    }
+    uint32_t n_esc = w.esc_row[rows];
+    // memory held: the arrays the layout promises, nothing else
+    size_t expect = (size_t)(rows * w.cols_p) * w.vbits / 8 + (w.cb ? (size_t)(rows * w.cols_p) / 64 : 0) +
+                    (size_t)(rows * w.cols_p / w.tile) * 4 + (size_t)(rows + 1) * 4 + (size_t)n_esc * 4;
+    assert_int_equal(kvq_hqx_bytes(&w), expect);
+    kvq_hqx_free(&w);
+    free(x); free(yr); free(buf); free(act); free(y); free(yref);
+    return n_esc;
+}
+
+static float *gauss_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+    float *x = malloc(sizeof(float) * rows * cols);
+    for (int64_t i = 0; i < rows * cols; i++) x[i] = (float)(0.02 * gauss(&seed));
+    return x;
+}
+
+static void test_every_lattice_and_rate(void **state) {
+    (void)state;
+    const kvq_lattice lats[] = {KVQ_LAT_E8, KVQ_LAT_D4, KVQ_LAT_A2, KVQ_LAT_Z};
+    const double rates[] = {2.0, 4.0, 6.0};
+    float *x = gauss_matrix(24, 256, 11);
+    for (int l = 0; l < 4; l++)
+        for (int r = 0; r < 3; r++) {
+            enc_t E;
+            encode(&E, lats[l], rates[r], x, 24, 256, 100 + l);
+            for (int tok = 1; tok <= 5; tok += 4) {
+                check_products(&E, 0, tok, 7 + tok, 0.02);
+                check_products(&E, 8, tok, 9 + tok, 0.02);
+            }
+            enc_free(&E);
+        }
+    free(x);
+}
+
+// At 4 bits E8's nibbles overflow for about 1 % of weights: the escapes must be exercised.
+static void test_escapes_and_heavy_tails(void **state) {
+    (void)state;
+    uint64_t s = 5;
+    int64_t rows = 16, cols = 512;
+    float *x = malloc(sizeof(float) * rows * cols);
+    for (int64_t i = 0; i < rows * cols; i++) {
+        double g = gauss(&s);
+        x[i] = (float)(i % 97 == 0 ? 30 * g : g); // outliers, as real weights have
+    }
+    enc_t E;
+    encode(&E, KVQ_LAT_E8, 5.0, x, rows, cols, 3);
+    uint32_t n_esc = check_products(&E, 4, 3, 21, 0.02);
+    assert_true(n_esc > 0);
+    enc_free(&E);
+    free(x);
+}
+
+// Padded widths (cols not a multiple of the tile), T = 64 and 7 tokens (a 4-block and a 3-block).
+static void test_padding_and_batches(void **state) {
+    (void)state;
+    const int64_t widths[] = {300, 192, 1408};
+    for (int i = 0; i < 3; i++) {
+        float *x = gauss_matrix(9, widths[i], 40 + i);
+        enc_t E;
+        encode(&E, KVQ_LAT_E8, 4.0, x, 9, widths[i], 1);
+        for (int tok = 1; tok <= 7; tok++) check_products(&E, 0, tok, 50 + tok, 0.02);
+        enc_free(&E);
+        free(x);
+    }
+}
+
+// Zero rows produce zero tiles (scale 0): outputs exactly 0 there.
+static void test_zero_tiles(void **state) {
+    (void)state;
+    float *x = gauss_matrix(8, 128, 77);
+    memset(x + 3 * 128, 0, sizeof(float) * 128);
+    enc_t E;
+    encode(&E, KVQ_LAT_E8, 4.0, x, 8, 128, 2);
+    check_products(&E, 0, 2, 5, 0.02);
+    kvq_hqx w;
+    kvq_err err = {0};
+    assert_int_equal(kvq_hq_pack(&E.h, E.v, E.e.n_blob, 0, 1, &w, &err), KVQ_OK);
+    assert_true(w.scale[3] == 0.0f);
+    kvq_hqx_free(&w);
+    enc_free(&E);
+    free(x);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    float *x = gauss_matrix(8, 128, 78);
+    enc_t E;
+    encode(&E, KVQ_LAT_E8, 4.0, x, 8, 128, 2);
+    kvq_hqx w;
+    kvq_err err = {0};
+    // a flipped codes byte must be reported as corruption or at least never read out of bounds
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    memcpy(v, E.v, sizeof v);
+    for (int i = 0; i < E.e.n_blob; i++)
+        if (!strcmp(v[i].role, "codes")) {
+            uint8_t *bad = malloc(v[i].size);
+            memset(bad, 0, v[i].size); // all zero bits: unary runs longer than any symbol
+            v[i].data = bad;
+        }
+    assert_int_equal(kvq_hq_pack(&E.h, v, E.e.n_blob, 0, 1, &w, &err), KVQ_ERR_FORMAT);
+    for (int i = 0; i < E.e.n_blob; i++)
+        if (!strcmp(v[i].role, "codes")) free((void *)v[i].data);
+    // a cast or int8 mode has no execution layout
+    kvq_hq_header h = E.h;
+    h.cast = KVQ_CAST_FP8;
+    assert_false(kvq_hq_packable(&h));
+    assert_int_equal(kvq_hq_pack(&h, E.v, E.e.n_blob, 0, 1, &w, &err), KVQ_ERR_UNSUPPORTED);
+    h = E.h;
+    h.int8 = 1;
+    assert_int_equal(kvq_hq_pack(&h, E.v, E.e.n_blob, 0, 1, &w, &err), KVQ_ERR_UNSUPPORTED);
+    enc_free(&E);
+    free(x);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_lattice_and_rate), cmocka_unit_test(test_escapes_and_heavy_tails),
+        cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
