@@ -96,6 +96,13 @@ static uint32_t check_products(enc_t *E, int vbits, int n_tok, uint64_t seed, do
             assert_true(sqrt(d / (n > 0 ? n : 1)) <= 2e-6);
         }
     }
+    // row lookups (packed embeddings) are bit-identical to the reference decoder
+    float *row = malloc(sizeof(float) * cols);
+    for (int64_t r = 0; r < rows; r++) {
+        kvq_hqx_row_f32(&w, r, row);
+        assert_memory_equal(row, E->w + r * cols, sizeof(float) * cols);
+    }
+    free(row);
     uint32_t n_esc = w.esc_row[rows];
     // memory held: the arrays the layout promises, nothing else
     size_t expect = (size_t)(rows * w.cols_p) * w.vbits / 8 + (w.cb ? (size_t)(rows * w.cols_p) / 64 : 0) +

@@ -23,6 +23,8 @@ static const char *usage =
     "               [--score all|second-half] [--max-tokens N] [--partial]\n"
     "       kvq-run MODEL --ppl-ids ids.bin ...                  (same, on int32 LE token ids)\n"
     "options: --weights auto|f32|bf16 (held precision; auto = bf16 where exact)  --kv-fp16\n"
+    "         --exec int8|exact|decoded  HyperQuant tensors: packed with int8 activations (default),\n"
+    "         packed with float activations, or decoded to floats at load (reference)\n"
     "         --ctx-max N (KV cache positions)  -t N threads\n"
     "         --kv SPEC [--kv-window N] [--kv-boundary]  KV-cache codec (docs/KV.md); default: the\n"
     "         .kvq's \"kv\" section if it has one, else the fp32/fp16 cache\n";
@@ -133,6 +135,11 @@ int main(int argc, char **argv) {
             else if (!strcmp(v, "f32")) mo.store = KVQ_WEIGHTS_F32;
             else if (!strcmp(v, "bf16")) mo.store = KVQ_WEIGHTS_BF16;
             else return die("--weights %s: expected auto, f32 or bf16%s", v, "");
+        } else if (ARG("--exec")) {
+            if (!strcmp(v, "int8")) mo.exec = KVQ_EXEC_INT8;
+            else if (!strcmp(v, "exact")) mo.exec = KVQ_EXEC_EXACT;
+            else if (!strcmp(v, "decoded")) mo.exec = KVQ_EXEC_DECODED;
+            else return die("--exec %s: expected int8, exact or decoded%s", v, "");
         } else if (a[0] == '-' && a[1]) return die("unknown option %s (see --help)%s", a, "");
         else if (!model) model = a;
         else return die("unexpected argument %s%s", a, "");

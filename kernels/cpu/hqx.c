@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/cpu/wht.h"
 
@@ -111,19 +112,17 @@ static inline int hqx_cb(const kvq_hqx *w, int64_t gi) {
     return (w->cb[gi / 64] >> ((gi % 64) / 8)) & 1;
 }
 
-// Escape corrections of row r for one token.
+// Escape corrections of row r for one token, exact mode (the int8 paths add them to the
+// tiles' integer sums instead).
 static float hqx_escapes(const kvq_hqx *w, int64_t r, const kvq_hqx_act *a, kvq_hqx_mode mode) {
-    const int T = w->tile, m = kvq_hqx_mult(w->lat);
-    const int64_t tpr = w->cols_p / T;
+    const int m = kvq_hqx_mult(w->lat), sh = __builtin_ctz((unsigned)w->tile);
+    const float *scale = w->scale + r * (w->cols_p >> sh);
     float acc = 0.0f;
     for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) {
         uint32_t col = kvq_hqx_esc_col(w->esc[e]);
-        int32_t d = kvq_hqx_esc_delta(w->esc[e]) * m;
-        int64_t j = col / T;
-        float s = w->scale[r * tpr + j];
-        if (mode == KVQ_HQX_EXACT) acc += s * ((float)d * a->xr[col]);
-        else acc += s * (a->sx[j] * (float)(d * a->xq[col]));
+        acc += scale[col >> sh] * ((float)(kvq_hqx_esc_delta(w->esc[e]) * m) * a->xr[col]);
     }
+    (void)mode;
     return acc;
 }
 
@@ -145,6 +144,9 @@ static void hqx_row_ref(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int
                 acc += w->scale[t] * d;
             } else {
                 int32_t d = a->zt[j];
+                for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) // escapes of this tile
+                    if (kvq_hqx_esc_col(w->esc[e]) / T == j)
+                        d += m * kvq_hqx_esc_delta(w->esc[e]) * a->xq[kvq_hqx_esc_col(w->esc[e])];
                 for (int i = 0; i < T; i++) d += m * hqx_u(w, g0 + i) * a->xq[j * T + i];
                 if (w->lat == KVQ_HQ_LAT_E8)
                     for (int v = 0; v < T / 8; v++)
@@ -152,7 +154,7 @@ static void hqx_row_ref(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int
                 acc += w->scale[t] * (a->sx[j] * (float)d);
             }
         }
-        y[k * ldy + r] = acc + hqx_escapes(w, r, a, mode);
+        y[k * ldy + r] = mode == KVQ_HQX_EXACT ? acc + hqx_escapes(w, r, a, mode) : acc;
     }
 }
 
@@ -195,8 +197,11 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
 }
 #pragma GCC pop_options
 
-// ---- int8 paths: the same body for AVX2 (maddubs) and AVX-512 VNNI (dpbusd) on 256-bit
-// vectors. One 64-coordinate chunk: 32 nibble bytes, low nibbles ↔ xq[0..31], high ↔ xq[32..63].
+// ---- int8 paths: one body for AVX2 (maddubs) and AVX-512 VNNI (dpbusd) on 256-bit vectors.
+// Nibble chunk (64 coordinates): 32 bytes, low nibbles ↔ xq[0..31], high ↔ xq[32..63]; byte
+// chunk: 64 bytes ↔ xq[0..63]. Lane l of an accumulator sums coordinates 4l..4l+3 and
+// 32+4l..32+4l+3 of each chunk, the split zl follows. Two accumulators per token (low and
+// high halves) keep the dependency chains short; NB (1..4) tokens share each weight load.
 
 #define HQX_HSUM8(v)                                                                            \
     ({                                                                                          \
@@ -206,67 +211,88 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
         _mm_cvtss_f32(s_);                                                                      \
     })
 
-// BODY(NB): rows r, NB tokens from k0; DOT(acc, u8, s8) accumulates Σ u·s into int32 lanes;
-// SDOT(acc, s8a, s8b) the signed-by-signed version for byte values (AVX2 only needs it).
-#define HQX_INT_BODY(NB, DOT, BYTES_DOT)                                                        \
-    const int T = w->tile, e8 = w->lat == KVQ_HQ_LAT_E8;                                       \
+// One tile's chunks for NB tokens: LOADW(ch, lo, hi) yields the two weight vectors of chunk ch.
+#define HQX_TILE_CHUNKS(NB, DOT, LOADW)                                                         \
+    for (int ch = 0; ch < nch; ch++) {                                                          \
+        __m256i lo, hi;                                                                         \
+        LOADW(ch, lo, hi);                                                                      \
+        const size_t xo = (size_t)j * T + 64 * (size_t)ch;                                      \
+        _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) {                                  \
+            dpa[k] = DOT(dpa[k], lo, _mm256_loadu_si256((const __m256i *)(xk[k] + xo)));        \
+            dpb[k] = DOT(dpb[k], hi, _mm256_loadu_si256((const __m256i *)(xk[k] + xo + 32)));   \
+        }                                                                                       \
+        if (e8) {                                                                               \
+            CB_PREP(cbp[ch]);                                                                   \
+            _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++)                                \
+                cbv[k] = CB_ADD(cbv[k], _mm256_loadu_si256((const __m256i *)(sk[k] + xo / 8)));  \
+        }                                                                                       \
+    }
+
+#define HQX_LOAD_NIB(ch, lo, hi)                                                                \
+    do {                                                                                        \
+        __m256i by_ = _mm256_loadu_si256((const __m256i *)(qt + 32 * (ch)));                   \
+        lo = _mm256_and_si256(by_, m0f);                                                        \
+        hi = _mm256_and_si256(_mm256_srli_epi16(by_, 4), m0f);                                  \
+    } while (0)
+#define HQX_LOAD_BYTE(ch, lo, hi)                                                               \
+    do {                                                                                        \
+        lo = _mm256_loadu_si256((const __m256i *)(qt + 64 * (ch)));                             \
+        hi = _mm256_loadu_si256((const __m256i *)(qt + 64 * (ch) + 32));                        \
+    } while (0)
+
+// Row r, tokens k0..k0+NB. USE_ZL(vbits) says whether the offset share is added (the AVX2
+// byte path multiplies signed values and has none).
+#define HQX_ESC_BLOCK 256
+#define HQX_ROW_BODY(NB, DOT, BDOT, USE_ZL)                                                     \
+    const int T = w->tile, nch = T / 64, e8 = w->lat == KVQ_HQ_LAT_E8, mul = e8 ? 2 : 1;       \
+    const int sh = __builtin_ctz((unsigned)T), nib = w->vbits == 4, use_zl = USE_ZL;          \
     const int64_t tpr = w->cols_p / T;                                                          \
     const __m256i m0f = _mm256_set1_epi8(15);                                                   \
     const __m256i bitv = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);                        \
-    __m256 facc[NB];                                                                            \
-    for (int k = 0; k < NB; k++) facc[k] = _mm256_setzero_ps();                                 \
+    (void)bitv;                                                                                 \
+    uint32_t e = w->esc_row[r];                                                                 \
+    const uint32_t e1 = w->esc_row[r + 1];                                                      \
+    __m256 facc[4];                                                                             \
+    const int8_t *xk[4];                                                                        \
+    const int32_t *sk[4];                                                                       \
+    _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) {                                      \
+        facc[k] = _mm256_setzero_ps();                                                          \
+        xk[k] = act[k0 + k].xq;                                                                 \
+        sk[k] = act[k0 + k].s8;                                                                 \
+    }                                                                                           \
+    int32_t esb[HQX_ESC_BLOCK][4];                                                              \
     for (int64_t j = 0; j < tpr; j++) {                                                         \
-        int64_t t = r * tpr + j;                                                                \
-        __m256i dp[NB], cbv[NB];                                                                \
-        for (int k = 0; k < NB; k++) dp[k] = cbv[k] = _mm256_setzero_si256();                  \
-        for (int ch = 0; ch < T / 64; ch++) {                                                   \
-            int64_t g = (t * T) / 64 + ch;                                                      \
-            int64_t xo = j * T + 64 * ch;                                                       \
-            if (w->vbits == 4) {                                                                \
-                __m256i by = _mm256_loadu_si256((const __m256i *)(w->q + g * 32));              \
-                __m256i lo = _mm256_and_si256(by, m0f);                                         \
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(by, 4), m0f);                   \
-                for (int k = 0; k < NB; k++) {                                                  \
-                    __m256i x0 = _mm256_loadu_si256((const __m256i *)(act[k0 + k].xq + xo));    \
-                    __m256i x1 = _mm256_loadu_si256((const __m256i *)(act[k0 + k].xq + xo + 32)); \
-                    dp[k] = DOT(dp[k], lo, x0);                                                 \
-                    dp[k] = DOT(dp[k], hi, x1);                                                 \
-                }                                                                               \
-            } else {                                                                            \
-                __m256i u0 = _mm256_loadu_si256((const __m256i *)(w->q + g * 64));              \
-                __m256i u1 = _mm256_loadu_si256((const __m256i *)(w->q + g * 64 + 32));         \
-                for (int k = 0; k < NB; k++) {                                                  \
-                    __m256i x0 = _mm256_loadu_si256((const __m256i *)(act[k0 + k].xq + xo));    \
-                    __m256i x1 = _mm256_loadu_si256((const __m256i *)(act[k0 + k].xq + xo + 32)); \
-                    dp[k] = BYTES_DOT(dp[k], u0, x0);                                           \
-                    dp[k] = BYTES_DOT(dp[k], u1, x1);                                           \
-                }                                                                               \
-            }                                                                                   \
-            if (e8) {                                                                           \
-                __m256i bc = _mm256_set1_epi32(w->cb[g]);                                       \
-                __m256i sel = _mm256_cmpeq_epi32(_mm256_and_si256(bc, bitv), bitv);             \
-                for (int k = 0; k < NB; k++)                                                    \
-                    cbv[k] = _mm256_add_epi32(                                                  \
-                        cbv[k], _mm256_and_si256(sel, _mm256_loadu_si256(                       \
-                                                          (const __m256i *)(act[k0 + k].s8 + xo / 8)))); \
+        const int64_t t = r * tpr + j;                                                          \
+        if (j % HQX_ESC_BLOCK == 0) { /* escapes of the next block of tiles: a branch-free tile loop */ \
+            memset(esb, 0, sizeof esb);                                                         \
+            for (; e < e1 && (int64_t)(kvq_hqx_esc_col(w->esc[e]) >> sh) < j + HQX_ESC_BLOCK; e++) { \
+                const uint32_t col = kvq_hqx_esc_col(w->esc[e]);                                \
+                const int32_t dl = mul * kvq_hqx_esc_delta(w->esc[e]);                          \
+                _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++)                            \
+                    esb[(col >> sh) - j][k] += dl * xk[k][col];                                 \
             }                                                                                   \
         }                                                                                       \
-        for (int k = 0; k < NB; k++) {                                                          \
-            __m256i d = e8 ? _mm256_slli_epi32(dp[k], 1) : dp[k];                               \
-            d = _mm256_add_epi32(d, cbv[k]);                                                    \
-            d = HQX_ZL(d, k);                                                                   \
-            float f = w->scale[t] * act[k0 + k].sx[j];                                          \
-            facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(f), facc[k]);      \
+        const uint8_t *qt = w->q + (nib ? t * (T / 2) : t * T);                                 \
+        const uint8_t *cbp = e8 ? w->cb + t * nch : NULL;                                       \
+        __m256i dpa[4], dpb[4], cbv[4];                                                         \
+        _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) dpa[k] = dpb[k] = cbv[k] = _mm256_setzero_si256(); \
+        if (nib) { HQX_TILE_CHUNKS(NB, DOT, HQX_LOAD_NIB) }                                     \
+        else { HQX_TILE_CHUNKS(NB, BDOT, HQX_LOAD_BYTE) }                                       \
+        const int32_t *es = esb[j % HQX_ESC_BLOCK];                                             \
+        const float ws = w->scale[t];                                                           \
+        _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) {                                  \
+            __m256i d = _mm256_add_epi32(dpa[k], dpb[k]);                                       \
+            if (e8) d = _mm256_add_epi32(_mm256_slli_epi32(d, 1), cbv[k]);                      \
+            if (use_zl) d = _mm256_add_epi32(d, _mm256_loadu_si256((const __m256i *)(act[k0 + k].zl + 8 * j))); \
+            d = _mm256_add_epi32(d, _mm256_zextsi128_si256(_mm_cvtsi32_si128(es[k])));          \
+            facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(ws * act[k0 + k].sx[j]), facc[k]); \
         }                                                                                       \
     }                                                                                           \
-    for (int k = 0; k < NB; k++)                                                                \
-        y[(k0 + k) * ldy + r] = HQX_HSUM8(facc[k]) + hqx_escapes(w, r, &act[k0 + k], KVQ_HQX_INT8);
+    _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) y[(k0 + k) * ldy + r] = HQX_HSUM8(facc[k]);
 
-// AVX2: u8·s8 pairs summed in int16 (no saturation: |u| ≤ 15 or the byte path below), then
-// pairs of int16 into int32.
+// AVX2: u8·s8 pairs summed in int16 (|u| ≤ 15: no saturation), pairs of int16 into int32.
 #define AVX2_DOT(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
-// Byte values v + 128 would overflow maddubs' int16: use signed v = u ^ 0x80 and the
-// abs/sign trick, so the AVX2 byte path computes Σ v·x (no offset share: zt not added).
+// Bytes v + 128 would saturate maddubs' int16: signed v = u ^ 0x80 with the abs/sign trick.
 #define AVX2_BDOT(acc, u, s)                                                                    \
     ({                                                                                          \
         __m256i v_ = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));                         \
@@ -274,43 +300,41 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
     })
 #define VNNI_DOT(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 
-#define HQX_ZL(d, k)                                                                            \
-    (w->vbits == 4 ? _mm256_add_epi32(d, _mm256_loadu_si256((const __m256i *)(act[k0 + (k)].zl + 8 * j))) : (d))
-__attribute__((target("avx2,fma"), always_inline)) static inline void
+#define HQX_TGT_AVX2 __attribute__((target("avx2,fma")))
+#define HQX_TGT_VNNI __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+// E8 coset bits: add the 8-vector sums s8 of the lanes whose bit is set.
+#define CB_PREP(byte) const __m256i sel_ = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(byte), bitv), bitv)
+#define CB_ADD(acc, s8) _mm256_add_epi32(acc, _mm256_and_si256(sel_, s8))
+HQX_TGT_AVX2 __attribute__((always_inline)) static inline void
 hqx_rows_avx2_nb(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int k0, const int NB, float *y, int64_t ldy) {
-    HQX_INT_BODY(NB, AVX2_DOT, AVX2_BDOT)
+    HQX_ROW_BODY(NB, AVX2_DOT, AVX2_BDOT, nib)
 }
-#undef HQX_ZL
-#define HQX_ZL(d, k) _mm256_add_epi32(d, _mm256_loadu_si256((const __m256i *)(act[k0 + (k)].zl + 8 * j)))
-__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni"), always_inline)) static inline void
+#undef CB_PREP
+#undef CB_ADD
+#define CB_PREP(byte) const __mmask8 sel_ = (__mmask8)(byte)
+#define CB_ADD(acc, s8) _mm256_mask_add_epi32(acc, sel_, acc, s8)
+HQX_TGT_VNNI __attribute__((always_inline)) static inline void
 hqx_rows_vnni_nb(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int k0, const int NB, float *y, int64_t ldy) {
-    HQX_INT_BODY(NB, VNNI_DOT, VNNI_DOT)
-}
-#undef HQX_ZL
-
-__attribute__((target("avx2,fma"))) static void hqx_row_avx2(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act,
-                                                            int n_tok, float *y, int64_t ldy) {
-    int k0 = 0;
-    for (; k0 + 4 <= n_tok; k0 += 4) hqx_rows_avx2_nb(w, r, act, k0, 4, y, ldy);
-    switch (n_tok - k0) {
-    case 3: hqx_rows_avx2_nb(w, r, act, k0, 3, y, ldy); break;
-    case 2: hqx_rows_avx2_nb(w, r, act, k0, 2, y, ldy); break;
-    case 1: hqx_rows_avx2_nb(w, r, act, k0, 1, y, ldy); break;
-    default: break;
-    }
+    HQX_ROW_BODY(NB, VNNI_DOT, VNNI_DOT, 1)
 }
 
-__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni"))) static void
-hqx_row_vnni(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy) {
-    int k0 = 0;
-    for (; k0 + 4 <= n_tok; k0 += 4) hqx_rows_vnni_nb(w, r, act, k0, 4, y, ldy);
-    switch (n_tok - k0) {
-    case 3: hqx_rows_vnni_nb(w, r, act, k0, 3, y, ldy); break;
-    case 2: hqx_rows_vnni_nb(w, r, act, k0, 2, y, ldy); break;
-    case 1: hqx_rows_vnni_nb(w, r, act, k0, 1, y, ldy); break;
-    default: break;
+#define HQX_ROW_FN(ISA)                                                                         \
+    HQX_TGT_##ISA static void hqx_row_##ISA(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int n_tok, \
+                                            float *y, int64_t ldy) {                           \
+        int k0 = 0;                                                                             \
+        for (; k0 + 4 <= n_tok; k0 += 4) hqx_rows_##ISA##_nb(w, r, act, k0, 4, y, ldy);        \
+        switch (n_tok - k0) {                                                                   \
+        case 3: hqx_rows_##ISA##_nb(w, r, act, k0, 3, y, ldy); break;                           \
+        case 2: hqx_rows_##ISA##_nb(w, r, act, k0, 2, y, ldy); break;                           \
+        case 1: hqx_rows_##ISA##_nb(w, r, act, k0, 1, y, ldy); break;                           \
+        default: break;                                                                         \
+        }                                                                                       \
     }
-}
+#define hqx_rows_AVX2_nb hqx_rows_avx2_nb
+#define hqx_rows_VNNI_nb hqx_rows_vnni_nb
+HQX_ROW_FN(AVX2)
+HQX_ROW_FN(VNNI)
 
 void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
                     kvq_hqx_mode mode, kvq_hqx_isa isa, int n_threads) {
@@ -326,8 +350,81 @@ void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *
                 hqx_row_exact(w, r, act + k0, nb, y + k0 * ldy, ldy);
                 for (int k = 0; k < nb; k++) y[(k0 + k) * ldy + r] += hqx_escapes(w, r, &act[k0 + k], mode);
             }
-        } else if (isa == KVQ_HQX_ISA_VNNI) hqx_row_vnni(w, r, act, n_tok, y, ldy);
-        else hqx_row_avx2(w, r, act, n_tok, y, ldy);
+        } else if (isa == KVQ_HQX_ISA_VNNI) hqx_row_VNNI(w, r, act, n_tok, y, ldy);
+        else hqx_row_AVX2(w, r, act, n_tok, y, ldy);
+    }
+}
+
+// The codes c of tile t (T values) with the row's escapes from *e on applied.
+__attribute__((always_inline)) static inline void hqx_tile_codes(const kvq_hqx *w, int64_t t, int64_t c0, int32_t *c, uint32_t *e, uint32_t e1) {
+    const int T = w->tile, m = kvq_hqx_mult(w->lat), off = hqx_off(w), e8 = w->lat == KVQ_HQ_LAT_E8;
+    for (int ch = 0; ch < T / 64; ch++) {
+        int32_t *cc = c + 64 * ch;
+        if (w->vbits == 4) {
+            const uint8_t *q = w->q + (size_t)t * (T / 2) + 32 * ch;
+            for (int b = 0; b < 32; b++) {
+                cc[b] = m * ((q[b] & 15) - off);
+                cc[b + 32] = m * ((q[b] >> 4) - off);
+            }
+        } else {
+            const uint8_t *q = w->q + (size_t)t * T + 64 * ch;
+            for (int b = 0; b < 64; b++) cc[b] = m * (q[b] - off);
+        }
+        if (e8) {
+            uint8_t cbb = w->cb[(size_t)t * (T / 64) + ch];
+            for (int i = 0; i < 64; i++) cc[i] += (cbb >> (i >> 3)) & 1;
+        }
+    }
+    for (; *e < e1 && kvq_hqx_esc_col(w->esc[*e]) < (uint32_t)(c0 + T); (*e)++)
+        c[kvq_hqx_esc_col(w->esc[*e]) - c0] += m * kvq_hqx_esc_delta(w->esc[*e]);
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), optimize("O3")))
+void kvq_hqx_row_f32(const kvq_hqx *w, int64_t r, float *out) {
+    const int T = w->tile;
+    const int64_t tpr = w->cols_p / T;
+    int32_t c[KVQ_HQ_MAX_TILE], b[KVQ_HQ_MAX_TILE];
+    uint32_t e = w->esc_row[r], e1 = w->esc_row[r + 1];
+    for (int64_t j = 0; j < tpr; j++) {
+        int64_t t = r * tpr + j, c0 = j * T;
+        int n = c0 + T <= w->cols ? T : (int)(w->cols - c0);
+        if (n <= 0) break;
+        hqx_tile_codes(w, t, c0, c, &e, e1);
+        const float s = w->scale[t];
+        if (s == 0.0f) { memset(out + c0, 0, sizeof(float) * (size_t)n); continue; }
+        if (w->lat == KVQ_HQ_LAT_A2) { // as the decoder: √3·H·(ny part) + H·(nx part), exact integers
+            for (int i = 0; i < T; i += 2) { b[i] = c[i]; b[i + 1] = 0; c[i] = 0; }
+            kvq_wht_i32(c, T);
+            kvq_wht_i32(b, T);
+            for (int i = 0; i < n; i++) out[c0 + i] = ((float)c[i] + KVQ_HQ_SQRT3_F * (float)b[i]) * s;
+        } else {
+            kvq_wht_i32(c, T);
+            for (int i = 0; i < n; i++) out[c0 + i] = (float)c[i] * s;
+        }
+        // ·(±1) as a sign flip: the same bits as the decoder's multiplication
+        for (int wd = 0; wd * 64 < n; wd++) {
+            uint64_t bits = kvq_hq_sign_word(w->seed, (uint64_t)j, (uint64_t)wd);
+            uint32_t *o = (uint32_t *)(out + c0 + 64 * wd);
+            int lim = n - 64 * wd < 64 ? n - 64 * wd : 64;
+            for (int i = 0; i < lim; i++) o[i] ^= (uint32_t)((bits >> i) & 1) << 31;
+        }
+    }
+}
+
+size_t kvq_hqx_dense_scratch(const kvq_hqx *w, int n_tok) {
+    return (size_t)KVQ_HQX_DENSE_BLOCK * (size_t)w->cols + (size_t)n_tok * KVQ_HQX_DENSE_BLOCK;
+}
+
+void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y, int64_t ldy, float *scratch,
+                          int n_threads) {
+    const int nt = kvq_nthreads(n_threads);
+    float *wb = scratch, *yb = scratch + (size_t)KVQ_HQX_DENSE_BLOCK * w->cols;
+    for (int64_t r0 = 0; r0 < w->rows; r0 += KVQ_HQX_DENSE_BLOCK) {
+        int nb = (int)(w->rows - r0 < KVQ_HQX_DENSE_BLOCK ? w->rows - r0 : KVQ_HQX_DENSE_BLOCK);
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int i = 0; i < nb; i++) kvq_hqx_row_f32(w, r0 + i, wb + (size_t)i * w->cols);
+        kvq_matmul(yb, x, wb, KVQ_DTYPE_F32, n_tok, (int)w->cols, nb, nt);
+        for (int k = 0; k < n_tok; k++) memcpy(y + k * ldy + r0, yb + (size_t)k * nb, sizeof(float) * nb);
     }
 }
 

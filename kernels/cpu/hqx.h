@@ -45,6 +45,19 @@ const char *kvq_hqx_isa_name(kvq_hqx_isa isa);
 void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
                     kvq_hqx_mode mode, kvq_hqx_isa isa, int n_threads);
 
+/** Row r of W as w->cols floats, bit-identical to the reference decoder's (an embedding
+ *  lookup from a packed table). */
+void kvq_hqx_row_f32(const kvq_hqx *w, int64_t r, float *out);
+
+/** Batched path for prefill: rows decoded in blocks of KVQ_HQX_DENSE_BLOCK (bit-identical to
+ *  the reference decoder) and multiplied by the dense fp32 kernel, so results equal the
+ *  decoded model's. x is (n_tok, cols), y (n_tok, ·) with row stride ldy; scratch holds
+ *  kvq_hqx_dense_scratch(w, n_tok) floats. */
+#define KVQ_HQX_DENSE_BLOCK 128
+size_t kvq_hqx_dense_scratch(const kvq_hqx *w, int n_tok);
+void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y, int64_t ldy, float *scratch,
+                          int n_threads);
+
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_hqx_bytes(const kvq_hqx *w);
 /** Frees the arrays (allocated with malloc by the packer); NULL members are fine. */

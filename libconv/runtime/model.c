@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "kernels/cpu/hqx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -18,10 +19,16 @@
 #include "libconv/kv/kvcache_default.h"
 #include "libconv/runtime/weights.h"
 
+// A weight matrix as held: dense (fp32/bf16 in data) or, for HyperQuant tensors of a .kvq,
+// packed in the execution layout (kernels/hq_layout.h): n_part row blocks (fused q/k/v and
+// gate/up keep one block per source tensor, each with its own rotation).
 typedef struct {
-    kvq_dtype dt; // F32 or BF16
+    kvq_dtype dt; // F32 or BF16 (dense)
     int rows, cols;
     void *data;
+    int n_part;           // > 0: packed
+    kvq_hqx part[3];
+    int row0[3];          // first row of each block
 } mat;
 
 typedef struct {
@@ -45,15 +52,43 @@ struct kvq_model {
     const char *tok_path; // borrowed from src
     // activation arena for max_batch tokens
     float *x, *xn, *qkv, *q, *k, *v, *att, *gu, *h;
+    // packed products: prepared activations of max_batch tokens for the widest packed tensor
+    uint8_t *act_buf;
+    size_t act_bytes;      // per token
+    kvq_hqx_act *acts;     // (max_batch)
+    float *dense;          // prefill: a block of decoded rows and its products
 };
 
 kvq_model_opts kvq_model_opts_default(void) {
-    return (kvq_model_opts){.store = KVQ_WEIGHTS_AUTO, .n_threads = 0, .max_ctx = 0, .kv_fp16 = 0, .max_batch = 0};
+    return (kvq_model_opts){.store = KVQ_WEIGHTS_AUTO, .n_threads = 0, .max_ctx = 0, .kv_fp16 = 0, .max_batch = 0,
+                            .exec = KVQ_EXEC_INT8};
 }
 
 // ---- loading
 
-static void mat_free(mat *m) { free(m->data); m->data = NULL; }
+static void mat_free(mat *m) {
+    free(m->data);
+    m->data = NULL;
+    for (int i = 0; i < m->n_part; i++) kvq_hqx_free(&m->part[i]);
+    m->n_part = 0;
+}
+
+// Packs tensor `name` into block i of m when the model runs packed and the tensor has an
+// execution layout. @return KVQ_OK (packed), KVQ_ERR_UNSUPPORTED (decode it instead) or an error.
+static kvq_status try_pack(const kvq_model *md, kvq_weights *s, const char *name, int rows, int cols, mat *m, int i,
+                           kvq_err *err) {
+    if (md->o.exec == KVQ_EXEC_DECODED) return KVQ_ERR_UNSUPPORTED;
+    kvq_err e2 = {0};
+    kvq_status r = kvq_weights_get_hqx(s, name, &m->part[i], &e2);
+    if (r == KVQ_ERR_UNSUPPORTED) return r;
+    if (r) { *err = e2; return r; }
+    if (m->part[i].rows != rows || m->part[i].cols != cols) {
+        kvq_hqx_free(&m->part[i]);
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has shape (%lld, %lld), expected (%d, %d)",
+                           kvq_weights_path(s), name, (long long)m->part[i].rows, (long long)m->part[i].cols, rows, cols);
+    }
+    return KVQ_OK;
+}
 
 // Takes ownership of f (rows × cols fp32) and stores it as the policy says.
 static kvq_status mat_from_f32(mat *m, float *f, int rows, int cols, kvq_weight_store st) {
@@ -94,20 +129,36 @@ static kvq_status get(kvq_weights *s, const char *name, int rows, int cols, floa
     return KVQ_OK;
 }
 
-static kvq_status get_mat(kvq_weights *s, const char *name, int rows, int cols, kvq_weight_store st,
-                          mat *m, kvq_err *err) {
+static kvq_status get_mat(const kvq_model *md, kvq_weights *s, const char *name, int rows, int cols,
+                          kvq_weight_store st, mat *m, kvq_err *err) {
     float *f;
-    kvq_status r = get(s, name, rows, cols, &f, err);
+    m->rows = rows;
+    m->cols = cols;
+    kvq_status r = try_pack(md, s, name, rows, cols, m, 0, err);
+    if (r == KVQ_OK) { m->n_part = 1; return KVQ_OK; }
+    if (r != KVQ_ERR_UNSUPPORTED) return r;
+    r = get(s, name, rows, cols, &f, err);
     if (r) return r;
     if ((r = mat_from_f32(m, f, rows, cols, st))) return kvq_err_set(err, r, "%s: out of memory for '%s'", kvq_weights_path(s), name);
     return KVQ_OK;
 }
 
 // Concatenates row blocks of several tensors into one matrix (fused qkv / gate_up).
-static kvq_status get_cat(kvq_weights *s, const char *const *names, const int *rows, int n, int cols,
-                          kvq_weight_store st, mat *m, kvq_err *err) {
+static kvq_status get_cat(const kvq_model *md, kvq_weights *s, const char *const *names, const int *rows, int n,
+                          int cols, kvq_weight_store st, mat *m, kvq_err *err) {
     int total = 0;
     for (int i = 0; i < n; i++) total += rows[i];
+    m->rows = total;
+    m->cols = cols;
+    // packed only when every block is (one product per block)
+    for (int i = 0; i < n; i++) {
+        kvq_status r = try_pack(md, s, names[i], rows[i], cols, m, i, err);
+        if (r == KVQ_OK) { m->row0[i] = i ? m->row0[i - 1] + rows[i - 1] : 0; m->n_part = i + 1; continue; }
+        mat_free(m);
+        if (r != KVQ_ERR_UNSUPPORTED) return r;
+        break;
+    }
+    if (m->n_part == n) return KVQ_OK;
     float *f = malloc(sizeof(float) * total * (size_t)cols);
     if (!f) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for '%s'", kvq_weights_path(s), names[0]);
     size_t o = 0;
@@ -143,6 +194,25 @@ static kvq_status alloc_arena(kvq_model *m) {
     size_t sizes[] = {d, d, m->qkv_dim, m->q_dim, m->kv_dim, m->kv_dim, m->q_dim, 2 * ffn, ffn};
     for (int i = 0; i < 9; i++)
         if (!(*bufs[i] = malloc(sizeof(float) * B * sizes[i]))) return KVQ_ERR_NOMEM;
+    // scratch of the packed products: one prepared activation per token, sized for the widest
+    const mat *ms[] = {&m->embed, &m->lm_head};
+    size_t ab = 0;
+    for (int i = 0; i < 2; i++)
+        for (int p = 0; p < ms[i]->n_part; p++) ab = ab > kvq_hqx_act_bytes(&ms[i]->part[p]) ? ab : kvq_hqx_act_bytes(&ms[i]->part[p]);
+    for (int l = 0; l < m->a.n_layers; l++) {
+        const mat *lm[] = {&m->L[l].qkv, &m->L[l].o, &m->L[l].gate_up, &m->L[l].down};
+        for (int i = 0; i < 4; i++)
+            for (int p = 0; p < lm[i]->n_part; p++)
+                ab = ab > kvq_hqx_act_bytes(&lm[i]->part[p]) ? ab : kvq_hqx_act_bytes(&lm[i]->part[p]);
+    }
+    if (ab) {
+        m->act_bytes = ab;
+        size_t wide = (size_t)(m->a.intermediate_size > d ? m->a.intermediate_size : d);
+        size_t dn = (size_t)KVQ_HQX_DENSE_BLOCK * wide + B * KVQ_HQX_DENSE_BLOCK;
+        if (!(m->act_buf = aligned_alloc(64, ab * B)) || !(m->acts = malloc(sizeof *m->acts * B)) ||
+            !(m->dense = malloc(sizeof(float) * dn)))
+            return KVQ_ERR_NOMEM;
+    }
     return KVQ_OK;
 }
 
@@ -154,10 +224,10 @@ static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
     kvq_status r;
     char n[4][160];
 
-    if ((r = get_mat(s, "model.embed_tokens.weight", a->vocab_size, d, st, &m->embed, err))) return r;
+    if ((r = get_mat(m, s, "model.embed_tokens.weight", a->vocab_size, d, st, &m->embed, err))) return r;
     m->tied = !kvq_weights_has(s, "lm_head.weight", NULL, NULL);
     if (m->tied) m->lm_head = m->embed;
-    else if ((r = get_mat(s, "lm_head.weight", a->vocab_size, d, st, &m->lm_head, err))) return r;
+    else if ((r = get_mat(m, s, "lm_head.weight", a->vocab_size, d, st, &m->lm_head, err))) return r;
     if ((r = get(s, "model.norm.weight", d, 0, &m->final_norm, err))) return r;
     if (!(m->L = calloc(a->n_layers, sizeof *m->L))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
 
@@ -169,12 +239,12 @@ static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
         if ((r = get(s, NM(0, "input_layernorm.weight"), d, 0, &L->attn_norm, err))) return r;
         if ((r = get(s, NM(0, "post_attention_layernorm.weight"), d, 0, &L->ffn_norm, err))) return r;
         if (a->family == KVQ_ARCH_PHI3 || kvq_weights_has(s, NM(0, "self_attn.qkv_proj.weight"), NULL, NULL)) {
-            if ((r = get_mat(s, NM(0, "self_attn.qkv_proj.weight"), m->qkv_dim, d, st, &L->qkv, err))) return r;
+            if ((r = get_mat(m, s, NM(0, "self_attn.qkv_proj.weight"), m->qkv_dim, d, st, &L->qkv, err))) return r;
         } else {
             const char *names[3] = {NM(0, "self_attn.q_proj.weight"), NM(1, "self_attn.k_proj.weight"),
                                     NM(2, "self_attn.v_proj.weight")};
             const int rows[3] = {m->q_dim, m->kv_dim, m->kv_dim};
-            if ((r = get_cat(s, names, rows, 3, d, st, &L->qkv, err))) return r;
+            if ((r = get_cat(m, s, names, rows, 3, d, st, &L->qkv, err))) return r;
         }
         if (kvq_weights_has(s, NM(0, "self_attn.q_proj.bias"), NULL, NULL) || a->attention_bias || a->family == KVQ_ARCH_QWEN2) {
             if (!(L->qkv_bias = malloc(sizeof(float) * m->qkv_dim))) return KVQ_ERR_NOMEM;
@@ -191,15 +261,15 @@ static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
             if ((r = get(s, NM(0, "self_attn.q_norm.weight"), hd, 0, &L->q_norm, err))) return r;
             if ((r = get(s, NM(0, "self_attn.k_norm.weight"), hd, 0, &L->k_norm, err))) return r;
         }
-        if ((r = get_mat(s, NM(0, "self_attn.o_proj.weight"), d, m->q_dim, st, &L->o, err))) return r;
+        if ((r = get_mat(m, s, NM(0, "self_attn.o_proj.weight"), d, m->q_dim, st, &L->o, err))) return r;
         if (kvq_weights_has(s, NM(0, "mlp.gate_up_proj.weight"), NULL, NULL)) {
-            if ((r = get_mat(s, NM(0, "mlp.gate_up_proj.weight"), 2 * ffn, d, st, &L->gate_up, err))) return r;
+            if ((r = get_mat(m, s, NM(0, "mlp.gate_up_proj.weight"), 2 * ffn, d, st, &L->gate_up, err))) return r;
         } else {
             const char *names[2] = {NM(0, "mlp.gate_proj.weight"), NM(1, "mlp.up_proj.weight")};
             const int rows[2] = {ffn, ffn};
-            if ((r = get_cat(s, names, rows, 2, d, st, &L->gate_up, err))) return r;
+            if ((r = get_cat(m, s, names, rows, 2, d, st, &L->gate_up, err))) return r;
         }
-        if ((r = get_mat(s, NM(0, "mlp.down_proj.weight"), d, ffn, st, &L->down, err))) return r;
+        if ((r = get_mat(m, s, NM(0, "mlp.down_proj.weight"), d, ffn, st, &L->down, err))) return r;
 #undef NM
     }
     return KVQ_OK;
@@ -269,6 +339,9 @@ void kvq_model_close(kvq_model *m) {
     kvq_weights_close(m->src);
     float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h};
     for (int i = 0; i < 9; i++) free(bufs[i]);
+    free(m->act_buf);
+    free(m->acts);
+    free(m->dense);
     if (m->cache) m->cache->ops->free(m->cache);
     free(m);
 }
@@ -278,7 +351,23 @@ const char *kvq_model_tokenizer_path(const kvq_model *m) { return m->tok_path; }
 void kvq_model_set_threads(kvq_model *m, int n) { m->o.n_threads = n; }
 kvq_kvcache *kvq_model_kvcache(kvq_model *m) { return m->cache; }
 
-static size_t mat_bytes(const mat *x) { return (size_t)x->rows * x->cols * kvq_dtype_size(x->dt); }
+static size_t mat_bytes(const mat *x) {
+    if (!x->n_part) return (size_t)x->rows * x->cols * kvq_dtype_size(x->dt);
+    size_t b = 0;
+    for (int i = 0; i < x->n_part; i++) b += kvq_hqx_bytes(&x->part[i]);
+    return b;
+}
+
+// Reads a matrix's held bytes (the packed codes: what a decode step streams).
+static uint64_t mat_stream(const mat *x, int nt) {
+    if (!x->n_part) return kvq_stream_read(x->data, mat_bytes(x), nt);
+    uint64_t s = 0;
+    for (int i = 0; i < x->n_part; i++) {
+        const kvq_hqx *p = &x->part[i];
+        s += kvq_stream_read(p->q, (size_t)(p->rows * p->cols_p) * p->vbits / 8, nt);
+    }
+    return s;
+}
 
 size_t kvq_model_weight_bytes(const kvq_model *m) {
     size_t d = m->a.hidden_size, b = mat_bytes(&m->lm_head) + d * 4;
@@ -291,12 +380,10 @@ size_t kvq_model_weight_bytes(const kvq_model *m) {
 
 uint64_t kvq_model_stream_weights(const kvq_model *m) {
     int nt = m->o.n_threads;
-    uint64_t s = kvq_stream_read(m->lm_head.data, mat_bytes(&m->lm_head), nt);
+    uint64_t s = mat_stream(&m->lm_head, nt);
     for (int l = 0; l < m->a.n_layers; l++) {
         const layer *L = &m->L[l];
-        s += kvq_stream_read(L->qkv.data, mat_bytes(&L->qkv), nt) + kvq_stream_read(L->o.data, mat_bytes(&L->o), nt) +
-             kvq_stream_read(L->gate_up.data, mat_bytes(&L->gate_up), nt) +
-             kvq_stream_read(L->down.data, mat_bytes(&L->down), nt);
+        s += mat_stream(&L->qkv, nt) + mat_stream(&L->o, nt) + mat_stream(&L->gate_up, nt) + mat_stream(&L->down, nt);
     }
     return s;
 }
@@ -313,8 +400,28 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
 
 // ---- forward
 
-static void matmul(float *y, const float *x, const mat *w, int T, int nt) {
-    kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, nt);
+// From this many tokens a product decodes row blocks and runs the dense kernel (prefill).
+#define KVQ_PREFILL_DENSE_MIN 8
+
+static void matmul(kvq_model *m, float *y, const float *x, const mat *w, int T, int nt) {
+    if (!w->n_part) {
+        kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, nt);
+        return;
+    }
+    kvq_hqx_mode mode = m->o.exec == KVQ_EXEC_EXACT ? KVQ_HQX_EXACT : KVQ_HQX_INT8;
+    for (int p = 0; p < w->n_part; p++) {
+        const kvq_hqx *hw = &w->part[p];
+        if (T >= KVQ_PREFILL_DENSE_MIN) { // prefill: the dense kernel on decoded row blocks wins
+            kvq_hqx_matmul_dense(hw, x, T, y + w->row0[p], w->rows, m->dense, nt);
+            continue;
+        }
+#pragma omp parallel for schedule(static) num_threads(kvq_nthreads(nt)) if (T > 1)
+        for (int t = 0; t < T; t++) {
+            kvq_hqx_act_init(hw, m->act_buf + m->act_bytes * t, &m->acts[t]);
+            kvq_hqx_prep(hw, x + (size_t)t * w->cols, &m->acts[t]);
+        }
+        kvq_hqx_matmul(hw, m->acts, T, y + w->row0[p], w->rows, mode, KVQ_HQX_ISA_AUTO, nt);
+    }
 }
 
 // One chunk of T <= max_batch tokens at positions [pos, pos+T).
@@ -328,13 +435,14 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
 
     for (int t = 0; t < T; t++) {
         float *x = m->x + (size_t)t * d;
-        if (m->embed.dt == KVQ_DTYPE_BF16) kvq_dtype_to_f32(KVQ_DTYPE_BF16, (uint16_t *)m->embed.data + (size_t)tok[t] * d, d, x);
+        if (m->embed.n_part) kvq_hqx_row_f32(&m->embed.part[0], tok[t], x);
+        else if (m->embed.dt == KVQ_DTYPE_BF16) kvq_dtype_to_f32(KVQ_DTYPE_BF16, (uint16_t *)m->embed.data + (size_t)tok[t] * d, d, x);
         else memcpy(x, (float *)m->embed.data + (size_t)tok[t] * d, sizeof(float) * d);
     }
     for (int l = 0; l < a->n_layers; l++) {
         layer *L = &m->L[l];
         kvq_rmsnorm(m->xn, m->x, L->attn_norm, T, d, eps, nt);
-        matmul(m->qkv, m->xn, &L->qkv, T, nt);
+        matmul(m, m->qkv, m->xn, &L->qkv, T, nt);
         for (int t = 0; t < T; t++) { // split the fused rows (adding biases)
             float *r = m->qkv + (size_t)t * m->qkv_dim;
             if (L->qkv_bias)
@@ -359,22 +467,22 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
                 size_t o = (size_t)t * m->q_dim + (size_t)g * nrep * hd;
                 c->ops->attend(c, l, g, m->q + o, nrep, pos + t + 1, scale, m->att + o);
             }
-        matmul(m->xn, m->att, &L->o, T, nt);
+        matmul(m, m->xn, m->att, &L->o, T, nt);
         for (size_t i = 0; i < (size_t)T * d; i++) m->x[i] += m->xn[i];
 
         kvq_rmsnorm(m->xn, m->x, L->ffn_norm, T, d, eps, nt);
-        matmul(m->gu, m->xn, &L->gate_up, T, nt);
+        matmul(m, m->gu, m->xn, &L->gate_up, T, nt);
         kvq_silu_mul_fused(m->h, m->gu, T, ffn, nt);
-        matmul(m->xn, m->h, &L->down, T, nt);
+        matmul(m, m->xn, m->h, &L->down, T, nt);
         for (size_t i = 0; i < (size_t)T * d; i++) m->x[i] += m->xn[i];
     }
     if (!logits) return KVQ_OK;
     if (all_logits) {
         kvq_rmsnorm(m->xn, m->x, m->final_norm, T, d, eps, nt);
-        matmul(logits, m->xn, &m->lm_head, T, nt);
+        matmul(m, logits, m->xn, &m->lm_head, T, nt);
     } else {
         kvq_rmsnorm(m->xn, m->x + (size_t)(T - 1) * d, m->final_norm, 1, d, eps, nt);
-        matmul(logits, m->xn, &m->lm_head, 1, nt);
+        matmul(m, logits, m->xn, &m->lm_head, 1, nt);
     }
     return KVQ_OK;
 }

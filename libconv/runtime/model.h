@@ -21,12 +21,20 @@ typedef enum {
     KVQ_WEIGHTS_BF16,     // rounds (RNE) tensors that are not already bf16
 } kvq_weight_store;
 
+/** How HyperQuant tensors of a .kvq are held and multiplied. */
+typedef enum {
+    KVQ_EXEC_INT8 = 0, // packed (kernels/hq_layout.h); activations rotated, int8 per tile
+    KVQ_EXEC_EXACT,    // packed; float activations (matches decoded weights to ~1e-6)
+    KVQ_EXEC_DECODED,  // reference: every tensor decoded to fp32/bf16 at load
+} kvq_exec;
+
 typedef struct {
     kvq_weight_store store;
     int n_threads;  // <= 0: OpenMP default
     int max_ctx;    // default KV cache capacity; 0: max_position_embeddings capped at 4096
     int kv_fp16;    // default cache stores fp16 (else fp32)
     int max_batch;  // tokens per internal forward chunk (activation memory); 0: 512
+    kvq_exec exec;  // HyperQuant tensors: packed int8 (default), packed exact, or decoded
 } kvq_model_opts;
 
 /** Defaults: AUTO store, OpenMP threads, max_ctx min(max_position_embeddings, 4096),

@@ -14,6 +14,7 @@
 #include "formats/checkpoint.h"
 #include "formats/kvqfile.h"
 #include "libconv/codec/codec.h"
+#include "libconv/codec/hyperquant/hq_pack.h"
 
 typedef struct {
     const char *name;
@@ -164,10 +165,20 @@ int kvq_weights_has(const kvq_weights *w, const char *name, int *ndim, int64_t s
     return 1;
 }
 
-// Decodes a .kvq tensor: blobs from the container (digest-checked), then the codec.
-static kvq_status get_kvq(kvq_weights *w, const char *name, float **out, int64_t *numel, kvq_err *err) {
+// A .kvq tensor's record: shape, codec traits and its blobs from the container
+// (digest-checked; release them with release_blobs).
+typedef struct {
+    const json_t *rec, *codec;
+    const kvq_codec_traits *traits;
+    int64_t rows, cols, n;
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    int nv;
+} rec_view;
+
+static kvq_status rec_blobs(kvq_weights *w, const char *name, rec_view *rv, kvq_err *err) {
     const char *path = kvq_file_path(w->kf);
     const json_t *r = find_rec(w, name);
+    memset(rv, 0, sizeof *rv);
     if (!r) return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tensor '%s'", path, name);
     int nd;
     int64_t sh[8], n = 1;
@@ -184,31 +195,71 @@ static kvq_status get_kvq(kvq_weights *w, const char *name, float **out, int64_t
     const json_t *ents = json_object_get(r, "entries");
     if (!json_is_object(ents) || json_object_size(ents) > KVQ_MAX_BLOBS)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s': bad entries record", path, name);
-    kvq_blob_view v[KVQ_MAX_BLOBS];
-    int nv = 0;
     const char *role;
     json_t *ev;
     json_object_foreach((json_t *)ents, role, ev) {
         const char *en = json_string_value(ev);
         if (!en) return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s': entry for role '%s' is not a string", path, name, role);
         size_t sz;
-        kvq_status s = kvq_file_entry(w->kf, en, &v[nv].data, &sz, err);
+        kvq_status s = kvq_file_entry(w->kf, en, &rv->v[rv->nv].data, &sz, err);
         if (s != KVQ_OK) return s;
-        v[nv].role = role;
-        v[nv++].size = sz;
+        rv->v[rv->nv].role = role;
+        rv->v[rv->nv++].size = sz;
     }
-    float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    rv->rec = r;
+    rv->codec = codec;
+    rv->traits = c;
+    rv->rows = rows;
+    rv->cols = cols;
+    rv->n = n;
+    return KVQ_OK;
+}
+
+// Drops the container's decompressed copies of the record's entries (decoded or packed now).
+static void release_blobs(kvq_weights *w, const rec_view *rv) {
+    const char *role;
+    json_t *ev;
+    const json_t *ents = json_object_get(rv->rec, "entries");
+    json_object_foreach((json_t *)ents, role, ev) kvq_file_release(w->kf, json_string_value(ev));
+}
+
+// Decodes a .kvq tensor: blobs from the container, then the codec.
+static kvq_status get_kvq(kvq_weights *w, const char *name, float **out, int64_t *numel, kvq_err *err) {
+    const char *path = kvq_file_path(w->kf);
+    rec_view rv;
+    kvq_status s = rec_blobs(w, name, &rv, err);
+    if (s != KVQ_OK) return s;
+    float *x = malloc((size_t)(rv.n ? rv.n : 1) * sizeof *x);
     if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: tensor '%s': out of memory", path, name);
-    kvq_status s = c->decode(json_object_get(codec, "params"), v, nv, rows, cols, x, err);
-    json_object_foreach((json_t *)ents, role, ev) kvq_file_release(w->kf, json_string_value(ev)); // decoded: drop zstd copies
+    s = rv.traits->decode(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, x, err);
+    release_blobs(w, &rv);
     if (s != KVQ_OK) {
         free(x);
         kvq_err_prefix(err, "%s: tensor '%s'", path, name);
         return s;
     }
     *out = x;
-    *numel = n;
+    *numel = rv.n;
     return KVQ_OK;
+}
+
+kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, kvq_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!w->kf) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': a source checkpoint holds no codes", name);
+    const json_t *r = find_rec(w, name);
+    const char *cname = json_string_value(json_object_get(json_object_get(r, "codec"), "name"));
+    if (!cname || strcmp(cname, "hyperquant"))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': not a HyperQuant tensor", name);
+    const char *path = kvq_file_path(w->kf);
+    rec_view rv;
+    kvq_status s = rec_blobs(w, name, &rv, err);
+    if (s != KVQ_OK) return s;
+    kvq_hq_header h;
+    s = kvq_hq_header_parse(json_object_get(rv.codec, "params"), rv.rows, rv.cols, &h, err);
+    if (s == KVQ_OK) s = kvq_hq_pack(&h, rv.v, rv.nv, 0, 0, out, err);
+    release_blobs(w, &rv);
+    if (s != KVQ_OK) kvq_err_prefix(err, "%s: tensor '%s'", path, name);
+    return s;
 }
 
 kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, int64_t *numel, kvq_err *err) {

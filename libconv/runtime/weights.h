@@ -10,6 +10,7 @@
 #include "formats/arch.h"
 #include "formats/error.h"
 #include "formats/tensor.h"
+#include "kernels/hq_layout.h"
 
 typedef struct kvq_weights kvq_weights;
 
@@ -28,6 +29,11 @@ const char *kvq_weights_name(const kvq_weights *w, size_t i);
 /** Decodes a tensor to float32 into a malloc'd buffer the caller frees. */
 kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, int64_t *numel,
                                kvq_err *err);
+/** The execution layout (kernels/hq_layout.h) of a .kvq's HyperQuant tensor, built from its
+ *  Rice stream; arrays owned by *out (kvq_hqx_free). @return KVQ_ERR_UNSUPPORTED when the
+ *  tensor has no such layout (another codec, a source checkpoint, a cast...): decode it with
+ *  kvq_weights_get_f32 instead; other errors name the file and tensor. */
+kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, kvq_err *err);
 /** Path of the tokenizer: tokenizer.json / tok*.bin for sources; for a .kvq, a file
  *  extracted from the container into a private temporary directory. NULL if none. */
 const char *kvq_weights_tokenizer_path(kvq_weights *w);

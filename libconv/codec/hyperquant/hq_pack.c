@@ -178,8 +178,9 @@ kvq_status kvq_hq_pack(const kvq_hq_header *h, const kvq_blob_view *blobs, int n
     int64_t n_esc = 0, n = h->rows * h->cols_p;
     if (vbits == 0 || vbits == 4) {
         st = pack_try(h, codes, norms, offs, 4, n_threads, out, &n_esc, err);
-        // nibbles pay off while escapes stay rare: each costs 32 bits
-        if (st == KVQ_OK && (vbits == 4 || n_esc * 32 <= n * 4 / 10)) return KVQ_OK;
+        // nibbles while escapes stay rare (each costs 32 bits and a scalar correction):
+        // up to 3 % of weights, i.e. at most ~5 bits per weight in all against 8 for bytes
+        if (st == KVQ_OK && (vbits == 4 || n_esc * 100 <= n * 3)) return KVQ_OK;
         if (st == KVQ_OK) kvq_hqx_free(out);
         else if (st != KVQ_ERR_NUMERIC || vbits == 4) return st == KVQ_ERR_NUMERIC ? kvq_err_set(err, st, "hyperquant: values beyond nibble escapes") : st;
     }

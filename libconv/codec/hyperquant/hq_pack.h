@@ -11,7 +11,7 @@
 int kvq_hq_packable(const kvq_hq_header *h);
 
 /** Transcodes the stored blobs into *out (arrays malloc'd; free with kvq_hqx_free).
- *  vbits 4 or 8, or 0: nibbles unless escapes would cost more than 0.4 bits per weight.
+ *  vbits 4 or 8, or 0: nibbles unless more than 3 % of the values need escapes.
  *  n_threads <= 0: OpenMP default. @return KVQ_OK; KVQ_ERR_UNSUPPORTED (not packable, or
  *  values beyond the escapes' range: decode instead); KVQ_ERR_FORMAT (corrupt stream, naming
  *  the group); KVQ_ERR_NOMEM. */

@@ -1,0 +1,81 @@
+// Benchmark: y = W·x straight from HyperQuant's execution layout (kernels/cpu/hqx.c) against
+// the dense bf16 and fp32 products of kernels/cpu/matmul.c on the same shape, side by side.
+// usage: hqx_bench [rows cols tokens threads bps lattice]  (default 2048 2048 1 1 4.0 e8)
+// Prints the median of 15 runs of each path in ms and G weights/s.
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/dtype.h"
+#include "kernels/cpu/hqx.h"
+#include "kernels/cpu/matmul.h"
+#include "libconv/codec/hyperquant/hq_pack.h"
+#include "tests/testrng.h"
+
+static int cmpd(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    int64_t rows = argc > 1 ? atoll(argv[1]) : 2048, cols = argc > 2 ? atoll(argv[2]) : 2048;
+    int ntok = argc > 3 ? atoi(argv[3]) : 1, nt = argc > 4 ? atoi(argv[4]) : 1;
+    double bps = argc > 5 ? atof(argv[5]) : 4.0;
+    kvq_lattice lat = KVQ_LAT_E8;
+    if (argc > 6 && kvq_lattice_parse(argv[6], &lat)) { fprintf(stderr, "bad lattice %s\n", argv[6]); return 2; }
+    uint64_t s = 1;
+    float *w = malloc(sizeof(float) * rows * cols), *x = malloc(sizeof(float) * cols * ntok);
+    for (int64_t i = 0; i < rows * cols; i++) w[i] = (float)(0.02 * gauss(&s));
+    for (int64_t i = 0; i < cols * ntok; i++) x[i] = (float)gauss(&s);
+    kvq_hq_opts o = kvq_hq_opts_default(lat, bps);
+    kvq_codec_input in = {NULL, w, rows, cols, 7, 0};
+    kvq_encoded e;
+    kvq_err err = {0};
+    kvq_hq_header h;
+    kvq_hqx q;
+    if (kvq_hq_encode(&o, &in, &e, NULL, NULL, &err) || kvq_hq_header_parse(e.params, rows, cols, &h, &err)) {
+        fprintf(stderr, "encode: %s\n", err.msg);
+        return 1;
+    }
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    for (int i = 0; i < e.n_blob; i++) v[i] = (kvq_blob_view){e.blob[i].role, e.blob[i].data, e.blob[i].size};
+    if (kvq_hq_pack(&h, v, e.n_blob, 0, 0, &q, &err)) { fprintf(stderr, "pack: %s\n", err.msg); return 1; }
+    uint16_t *wb = malloc(2 * rows * cols);
+    kvq_dtype_from_f32(KVQ_DTYPE_BF16, w, rows * cols, wb);
+    size_t ab = kvq_hqx_act_bytes(&q);
+    uint8_t *buf = aligned_alloc(64, ab * ntok);
+    kvq_hqx_act *act = malloc(sizeof *act * ntok);
+    float *y = malloc(sizeof(float) * rows * ntok);
+    printf("shape %lld x %lld, %d token(s), %d thread(s), %s %.2f bits: stored %.3f bits/w, held %.3f bits/w "
+           "(vbits %d, %u escapes = %.2f %%), best ISA %s\n",
+           (long long)rows, (long long)cols, ntok, nt, kvq_lattice_name(lat), bps, 8.0 * kvq_encoded_bytes(&e) / (rows * cols),
+           8.0 * kvq_hqx_bytes(&q) / (rows * cols), q.vbits, q.esc_row[rows], 100.0 * q.esc_row[rows] / (rows * cols),
+           kvq_hqx_isa_name(kvq_hqx_isa_best()));
+    const char *names[] = {"dense fp32", "dense bf16", "hqx int8 ref", "hqx int8 avx2", "hqx int8 vnni", "hqx exact"};
+    for (int p = 0; p < 6; p++) {
+        if (p == 4 && kvq_hqx_isa_best() != KVQ_HQX_ISA_VNNI) continue;
+        double t[15];
+        int reps = p == 2 ? 3 : 15;
+        for (int r = 0; r < reps; r++) {
+            double t0 = omp_get_wtime();
+            if (p == 0) kvq_matmul(y, x, w, KVQ_DTYPE_F32, ntok, cols, rows, nt);
+            else if (p == 1) kvq_matmul(y, x, wb, KVQ_DTYPE_BF16, ntok, cols, rows, nt);
+            else {
+                for (int k = 0; k < ntok; k++) {
+                    kvq_hqx_act_init(&q, buf + ab * k, &act[k]);
+                    kvq_hqx_prep(&q, x + k * cols, &act[k]);
+                }
+                kvq_hqx_isa isa = p == 2 ? KVQ_HQX_ISA_REF : p == 3 ? KVQ_HQX_ISA_AVX2 : KVQ_HQX_ISA_VNNI;
+                kvq_hqx_matmul(&q, act, ntok, y, rows, p == 5 ? KVQ_HQX_EXACT : KVQ_HQX_INT8,
+                               p == 5 ? kvq_hqx_isa_best() : isa, nt);
+            }
+            t[r] = omp_get_wtime() - t0;
+        }
+        qsort(t, reps, sizeof *t, cmpd);
+        double med = t[reps / 2];
+        printf("  %-14s %8.3f ms  %7.2f G weights/s\n", names[p], 1e3 * med, rows * cols * ntok / med / 1e9);
+    }
+    return 0;
+}
