@@ -87,10 +87,13 @@ KVQ_HQ_HD static inline uint64_t kvq_hq_sign_word(uint64_t seed, uint64_t j, uin
 // So W·x = Σ_t scale[t] · Σ_i c_i · xr_i with xr = g ⊙ H_T·(sign_j ⊙ x_j): the activation is
 // rotated once per input, and the kernels take integer dot products with the codes.
 // Storage, all tile-major (t = r·(cols_p/T) + j), in chunks of 64 coordinates:
-//   q      vbits 4: 32 bytes per chunk; byte b holds v_b + 8 in its low nibble and v_{b+32} + 8
-//          in its high nibble (v ∈ [-8, 7]).  vbits 8: 64 bytes per chunk, v as int8.
+//   q      vbits 4: 32 bytes per chunk; byte b holds u_b = v_b + 8 in its low nibble and u_{b+32}
+//          in its high nibble (v ∈ [-8, 7]).  vbits 5: the same nibbles of u = v + 16 (v ∈
+//          [-16, 15]) and, in hb, one 64-bit word per chunk whose bit i is bit 4 of u_i.
+//          vbits 8: 64 bytes per chunk, u = v + 128.
 //   cb     E8: one byte per chunk, bit k = coset bit of the chunk's k-th 8-vector; else absent.
-//   scale  one float per tile: (float)(norm / (α·T)), 0 for zero tiles.
+//   scale  per tile (float)(norm / (α·T)), 0 for zero tiles: with norm codes of ≤ 8 bits, the
+//          code itself (scode, one byte per tile) into a 256-entry table lut; else a float.
 //   escapes values outside the vbits range are stored clamped in q, and the difference in a
 //          per-row list (CSR): esc_row[rows + 1] start indices into esc[], each entry
 //          col | (delta << 20) with col < 2^20 the padded column and delta a signed 12-bit
@@ -106,13 +109,22 @@ typedef struct {
     int vbits;                // 4 or 8
     int64_t rows, cols, cols_p;
     uint64_t seed;            // sign-diagonal seed (kvq_hq_sign_word)
-    uint8_t *q;               // rows · cols_p · vbits / 8 bytes
+    uint8_t *q;               // rows · cols_p / 2 bytes (vbits 4, 5) or rows · cols_p (8)
+    uint64_t *hb;             // vbits 5: rows · cols_p / 64 words, else NULL
     uint8_t *cb;              // E8: rows · cols_p / 64 bytes, else NULL
-    float *scale;             // rows · cols_p / T
+    float *scale;             // rows · cols_p / T floats, or NULL when scode is used
+    uint8_t *scode;           // rows · cols_p / T codes into lut, or NULL
+    float lut[256];
     uint32_t *esc_row;        // rows + 1
     uint32_t *esc;            // esc_row[rows] entries
 } kvq_hqx;
 
+/** Scale of tile t. */
+KVQ_HQ_HD static inline float kvq_hqx_scale(const kvq_hqx *w, int64_t t) {
+    return w->scode ? w->lut[w->scode[t]] : w->scale[t];
+}
+/** Stored offset: u = v + off. */
+KVQ_HQ_HD static inline int kvq_hqx_off(int vbits) { return vbits == 4 ? 8 : vbits == 5 ? 16 : 128; }
 /** Code multiplier m (2 for E8's 2E8 realization, else 1). */
 KVQ_HQ_HD static inline int kvq_hqx_mult(int lat) { return lat == KVQ_HQ_LAT_E8 ? 2 : 1; }
 /** Escape entry: padded column and signed delta. */

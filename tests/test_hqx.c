@@ -105,8 +105,9 @@ static uint32_t check_products(enc_t *E, int vbits, int n_tok, uint64_t seed, do
     free(row);
     uint32_t n_esc = w.esc_row[rows];
     // memory held: the arrays the layout promises, nothing else
-    size_t expect = (size_t)(rows * w.cols_p) * w.vbits / 8 + (w.cb ? (size_t)(rows * w.cols_p) / 64 : 0) +
-                    (size_t)(rows * w.cols_p / w.tile) * 4 + (size_t)(rows + 1) * 4 + (size_t)n_esc * 4;
+    size_t n = (size_t)(rows * w.cols_p);
+    size_t expect = (w.vbits == 8 ? n : n / 2) + (w.vbits == 5 ? n / 8 : 0) + (w.cb ? n / 64 : 0) +
+                    n / w.tile * (w.scode ? 1 : 4) + (w.scode ? 1024 : 0) + (size_t)(rows + 1) * 4 + (size_t)n_esc * 4;
     assert_int_equal(kvq_hqx_bytes(&w), expect);
     kvq_hqx_free(&w);
     free(x); free(yr); free(buf); free(act); free(y); free(yref);
@@ -130,6 +131,7 @@ static void test_every_lattice_and_rate(void **state) {
             encode(&E, lats[l], rates[r], x, 24, 256, 100 + l);
             for (int tok = 1; tok <= 5; tok += 4) {
                 check_products(&E, 0, tok, 7 + tok, 0.02);
+                check_products(&E, 5, tok, 8 + tok, 0.02);
                 check_products(&E, 8, tok, 9 + tok, 0.02);
             }
             enc_free(&E);
@@ -151,6 +153,7 @@ static void test_escapes_and_heavy_tails(void **state) {
     encode(&E, KVQ_LAT_E8, 5.0, x, rows, cols, 3);
     uint32_t n_esc = check_products(&E, 4, 3, 21, 0.02);
     assert_true(n_esc > 0);
+    assert_true(check_products(&E, 5, 3, 22, 0.02) > 0);
     enc_free(&E);
     free(x);
 }
@@ -180,7 +183,7 @@ static void test_zero_tiles(void **state) {
     kvq_hqx w;
     kvq_err err = {0};
     assert_int_equal(kvq_hq_pack(&E.h, E.v, E.e.n_blob, 0, 1, &w, &err), KVQ_OK);
-    assert_true(w.scale[3] == 0.0f);
+    assert_true(kvq_hqx_scale(&w, 3) == 0.0f);
     kvq_hqx_free(&w);
     enc_free(&E);
     free(x);

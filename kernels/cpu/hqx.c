@@ -35,7 +35,7 @@ void kvq_hqx_act_init(const kvq_hqx *w, void *buf, kvq_hqx_act *a) {
 }
 
 // Offset added to stored values (nibble: v + 8; byte: v + 128).
-static inline int hqx_off(const kvq_hqx *w) { return w->vbits == 4 ? 8 : 128; }
+static inline int hqx_off(const kvq_hqx *w) { return kvq_hqx_off(w->vbits); }
 
 void kvq_hqx_prep(const kvq_hqx *w, const float *x, kvq_hqx_act *a) {
     const int T = w->tile, m = kvq_hqx_mult(w->lat), off = hqx_off(w);
@@ -104,7 +104,8 @@ static inline int hqx_u(const kvq_hqx *w, int64_t gi) { // stored value of padde
     if (w->vbits == 8) return w->q[gi];
     int64_t ch = gi / 64, b = gi % 64;
     uint8_t byte = w->q[ch * 32 + (b & 31)];
-    return b < 32 ? (byte & 15) : (byte >> 4);
+    int u = b < 32 ? (byte & 15) : (byte >> 4);
+    return w->vbits == 5 ? u | (int)((w->hb[ch] >> b) & 1) << 4 : u;
 }
 
 static inline int hqx_cb(const kvq_hqx *w, int64_t gi) {
@@ -116,11 +117,11 @@ static inline int hqx_cb(const kvq_hqx *w, int64_t gi) {
 // tiles' integer sums instead).
 static float hqx_escapes(const kvq_hqx *w, int64_t r, const kvq_hqx_act *a, kvq_hqx_mode mode) {
     const int m = kvq_hqx_mult(w->lat), sh = __builtin_ctz((unsigned)w->tile);
-    const float *scale = w->scale + r * (w->cols_p >> sh);
+    const int64_t t0 = r * (w->cols_p >> sh);
     float acc = 0.0f;
     for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) {
         uint32_t col = kvq_hqx_esc_col(w->esc[e]);
-        acc += scale[col >> sh] * ((float)(kvq_hqx_esc_delta(w->esc[e]) * m) * a->xr[col]);
+        acc += kvq_hqx_scale(w, t0 + (col >> sh)) * ((float)(kvq_hqx_esc_delta(w->esc[e]) * m) * a->xr[col]);
     }
     (void)mode;
     return acc;
@@ -141,7 +142,7 @@ static void hqx_row_ref(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int
                     int c = m * (hqx_u(w, g0 + i) - off) + hqx_cb(w, g0 + i);
                     d += (float)c * a->xr[j * T + i];
                 }
-                acc += w->scale[t] * d;
+                acc += kvq_hqx_scale(w, t) * d;
             } else {
                 int32_t d = a->zt[j];
                 for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) // escapes of this tile
@@ -151,7 +152,7 @@ static void hqx_row_ref(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int
                 if (w->lat == KVQ_HQ_LAT_E8)
                     for (int v = 0; v < T / 8; v++)
                         if (hqx_cb(w, g0 + 8 * v)) d += a->s8[(j * T) / 8 + v];
-                acc += w->scale[t] * (a->sx[j] * (float)d);
+                acc += kvq_hqx_scale(w, t) * (a->sx[j] * (float)d);
             }
         }
         y[k * ldy + r] = mode == KVQ_HQX_EXACT ? acc + hqx_escapes(w, r, a, mode) : acc;
@@ -175,11 +176,13 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
         for (int ch = 0; ch < T / 64; ch++) {
             int64_t g = (t * T) / 64 + ch;
             uint8_t cbb = e8 ? w->cb[g] : 0;
-            if (w->vbits == 4) {
+            if (w->vbits != 8) {
                 const uint8_t *q = w->q + g * 32;
+                const uint64_t hb = w->vbits == 5 ? w->hb[g] : 0;
                 for (int b = 0; b < 32; b++) {
-                    c[b] = (float)(m * ((q[b] & 15) - off) + ((cbb >> (b / 8)) & 1));
-                    c[b + 32] = (float)(m * ((q[b] >> 4) - off) + ((cbb >> (4 + b / 8)) & 1));
+                    int u0 = (q[b] & 15) | (int)((hb >> b) & 1) << 4, u1 = (q[b] >> 4) | (int)((hb >> (b + 32)) & 1) << 4;
+                    c[b] = (float)(m * (u0 - off) + ((cbb >> (b / 8)) & 1));
+                    c[b + 32] = (float)(m * (u1 - off) + ((cbb >> (4 + b / 8)) & 1));
                 }
             } else {
                 const uint8_t *q = w->q + g * 64;
@@ -192,7 +195,7 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
                 d[k] += s;
             }
         }
-        for (int k = 0; k < n_tok && k < 4; k++) y[k * ldy + r] += w->scale[t] * d[k];
+        for (int k = 0; k < n_tok && k < 4; k++) y[k * ldy + r] += kvq_hqx_scale(w, t) * d[k];
     }
 }
 #pragma GCC pop_options
@@ -234,6 +237,14 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
         lo = _mm256_and_si256(by_, m0f);                                                        \
         hi = _mm256_and_si256(_mm256_srli_epi16(by_, 4), m0f);                                  \
     } while (0)
+// vbits 5: nibbles plus bit 4 from the chunk's plane word (HQX_HIBIT per ISA).
+#define HQX_LOAD_NIB5(ch, lo, hi)                                                               \
+    do {                                                                                        \
+        HQX_LOAD_NIB(ch, lo, hi);                                                               \
+        const uint64_t hw_ = hbt[ch];                                                           \
+        lo = HQX_HIBIT(lo, (uint32_t)hw_);                                                      \
+        hi = HQX_HIBIT(hi, (uint32_t)(hw_ >> 32));                                              \
+    } while (0)
 #define HQX_LOAD_BYTE(ch, lo, hi)                                                               \
     do {                                                                                        \
         lo = _mm256_loadu_si256((const __m256i *)(qt + 64 * (ch)));                             \
@@ -246,6 +257,7 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
 #define HQX_ROW_BODY(NB, DOT, BDOT, USE_ZL)                                                     \
     const int T = w->tile, nch = T / 64, e8 = w->lat == KVQ_HQ_LAT_E8, mul = e8 ? 2 : 1;       \
     const int sh = __builtin_ctz((unsigned)T), nib = w->vbits == 4, use_zl = USE_ZL;          \
+    const int nib5 = w->vbits == 5;                                                             \
     const int64_t tpr = w->cols_p / T;                                                          \
     const __m256i m0f = _mm256_set1_epi8(15);                                                   \
     const __m256i bitv = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);                        \
@@ -264,7 +276,7 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
     for (int64_t j = 0; j < tpr; j++) {                                                         \
         const int64_t t = r * tpr + j;                                                          \
         if (j % HQX_ESC_BLOCK == 0) { /* escapes of the next block of tiles: a branch-free tile loop */ \
-            memset(esb, 0, sizeof esb);                                                         \
+            memset(esb, 0, sizeof esb[0] * (size_t)(tpr - j < HQX_ESC_BLOCK ? tpr - j : HQX_ESC_BLOCK)); \
             for (; e < e1 && (int64_t)(kvq_hqx_esc_col(w->esc[e]) >> sh) < j + HQX_ESC_BLOCK; e++) { \
                 const uint32_t col = kvq_hqx_esc_col(w->esc[e]);                                \
                 const int32_t dl = mul * kvq_hqx_esc_delta(w->esc[e]);                          \
@@ -272,14 +284,17 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
                     esb[(col >> sh) - j][k] += dl * xk[k][col];                                 \
             }                                                                                   \
         }                                                                                       \
-        const uint8_t *qt = w->q + (nib ? t * (T / 2) : t * T);                                 \
+        const uint8_t *qt = w->q + (w->vbits != 8 ? t * (T / 2) : t * T);                       \
         const uint8_t *cbp = e8 ? w->cb + t * nch : NULL;                                       \
         __m256i dpa[4], dpb[4], cbv[4];                                                         \
         _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) dpa[k] = dpb[k] = cbv[k] = _mm256_setzero_si256(); \
         if (nib) { HQX_TILE_CHUNKS(NB, DOT, HQX_LOAD_NIB) }                                     \
-        else { HQX_TILE_CHUNKS(NB, BDOT, HQX_LOAD_BYTE) }                                       \
+        else if (nib5) {                                                                        \
+            const uint64_t *hbt = w->hb + t * nch;                                              \
+            HQX_TILE_CHUNKS(NB, DOT, HQX_LOAD_NIB5)                                             \
+        } else { HQX_TILE_CHUNKS(NB, BDOT, HQX_LOAD_BYTE) }                                     \
         const int32_t *es = esb[j % HQX_ESC_BLOCK];                                             \
-        const float ws = w->scale[t];                                                           \
+        const float ws = kvq_hqx_scale(w, t);                                                   \
         _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) {                                  \
             __m256i d = _mm256_add_epi32(dpa[k], dpb[k]);                                       \
             if (e8) d = _mm256_add_epi32(_mm256_slli_epi32(d, 1), cbv[k]);                      \
@@ -304,14 +319,26 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
 #define HQX_TGT_VNNI __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")))
 
 // E8 coset bits: add the 8-vector sums s8 of the lanes whose bit is set.
+// bit i of m32 -> +16 on byte i: bytes pick their mask byte, test their bit.
+#define HQX_HIBIT(v, m32)                                                                       \
+    ({                                                                                          \
+        __m256i b_ = _mm256_shuffle_epi8(_mm256_set1_epi32((int)(m32)),                         \
+                                         _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, \
+                                                          2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)); \
+        const __m256i bm_ = _mm256_set1_epi64x((long long)0x8040201008040201ull);              \
+        __m256i s_ = _mm256_cmpeq_epi8(_mm256_and_si256(b_, bm_), bm_);                         \
+        _mm256_or_si256(v, _mm256_and_si256(s_, _mm256_set1_epi8(16)));                         \
+    })
 #define CB_PREP(byte) const __m256i sel_ = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(byte), bitv), bitv)
 #define CB_ADD(acc, s8) _mm256_add_epi32(acc, _mm256_and_si256(sel_, s8))
 HQX_TGT_AVX2 __attribute__((always_inline)) static inline void
 hqx_rows_avx2_nb(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int k0, const int NB, float *y, int64_t ldy) {
-    HQX_ROW_BODY(NB, AVX2_DOT, AVX2_BDOT, nib)
+    HQX_ROW_BODY(NB, AVX2_DOT, AVX2_BDOT, w->vbits != 8)
 }
 #undef CB_PREP
 #undef CB_ADD
+#undef HQX_HIBIT
+#define HQX_HIBIT(v, m32) _mm256_mask_add_epi8(v, (__mmask32)(m32), v, _mm256_set1_epi8(16))
 #define CB_PREP(byte) const __mmask8 sel_ = (__mmask8)(byte)
 #define CB_ADD(acc, s8) _mm256_mask_add_epi32(acc, sel_, acc, s8)
 HQX_TGT_VNNI __attribute__((always_inline)) static inline void
@@ -360,11 +387,15 @@ __attribute__((always_inline)) static inline void hqx_tile_codes(const kvq_hqx *
     const int T = w->tile, m = kvq_hqx_mult(w->lat), off = hqx_off(w), e8 = w->lat == KVQ_HQ_LAT_E8;
     for (int ch = 0; ch < T / 64; ch++) {
         int32_t *cc = c + 64 * ch;
-        if (w->vbits == 4) {
+        if (w->vbits != 8) {
             const uint8_t *q = w->q + (size_t)t * (T / 2) + 32 * ch;
             for (int b = 0; b < 32; b++) {
                 cc[b] = m * ((q[b] & 15) - off);
                 cc[b + 32] = m * ((q[b] >> 4) - off);
+            }
+            if (w->vbits == 5) {
+                uint64_t hb = w->hb[(size_t)t * (T / 64) + ch];
+                for (int i = 0; i < 64; i++) cc[i] += m * 16 * (int)((hb >> i) & 1);
             }
         } else {
             const uint8_t *q = w->q + (size_t)t * T + 64 * ch;
@@ -390,7 +421,7 @@ void kvq_hqx_row_f32(const kvq_hqx *w, int64_t r, float *out) {
         int n = c0 + T <= w->cols ? T : (int)(w->cols - c0);
         if (n <= 0) break;
         hqx_tile_codes(w, t, c0, c, &e, e1);
-        const float s = w->scale[t];
+        const float s = kvq_hqx_scale(w, t);
         if (s == 0.0f) { memset(out + c0, 0, sizeof(float) * (size_t)n); continue; }
         if (w->lat == KVQ_HQ_LAT_A2) { // as the decoder: √3·H·(ny part) + H·(nx part), exact integers
             for (int i = 0; i < T; i += 2) { b[i] = c[i]; b[i + 1] = 0; c[i] = 0; }
@@ -430,7 +461,8 @@ void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y,
 
 size_t kvq_hqx_bytes(const kvq_hqx *w) {
     size_t n = (size_t)(w->rows * w->cols_p);
-    return n * (size_t)w->vbits / 8 + (w->cb ? n / 64 : 0) + n / (size_t)w->tile * sizeof(float) +
+    return n * (w->vbits == 8 ? 2 : 1) / 2 + (w->hb ? n / 8 : 0) + (w->cb ? n / 64 : 0) +
+           n / (size_t)w->tile * (w->scode ? 1 : sizeof(float)) + (w->scode ? sizeof w->lut : 0) +
            (size_t)(w->rows + 1) * 4 + (size_t)w->esc_row[w->rows] * 4;
 }
 
@@ -439,6 +471,8 @@ void kvq_hqx_free(kvq_hqx *w) {
     free(w->q);
     free(w->cb);
     free(w->scale);
+    free(w->scode);
+    free(w->hb);
     free(w->esc_row);
     free(w->esc);
     memset(w, 0, sizeof *w);

@@ -41,7 +41,7 @@ static void esc_push(esc_buf *b, uint32_t tile, uint32_t e) {
 static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
                         int64_t g0, int64_t g1, kvq_hqx *w, esc_buf *b) {
     const int T = h->tile, n = kvq_lattice_dim(h->lat), e8 = h->lat == KVQ_LAT_E8;
-    const int lo = w->vbits == 4 ? -8 : -128, hi = w->vbits == 4 ? 7 : 127, off = -lo;
+    const int off = kvq_hqx_off(w->vbits), lo = -off, hi = off - 1;
     const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;
     const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
     int32_t c[KVQ_HQ_MAX_TILE];
@@ -55,7 +55,8 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
             int64_t row = t / tpr, j = t % tpr;
             if (code == zero) {
                 memset(c, 0, sizeof(int32_t) * (size_t)T);
-                w->scale[t] = 0.0f;
+                if (w->scale) w->scale[t] = 0.0f;
+                else w->scode[t] = (uint8_t)code;
             } else {
                 for (int v = 0; v < T; v += n) {
                     uint32_t sym[8];
@@ -65,7 +66,8 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
                     }
                     kvq_lattice_unstrip(h->lat, sym, c + v);
                 }
-                w->scale[t] = (float)(kvq_hq_norm_value(h, code) / (h->alpha * (double)T));
+                if (w->scale) w->scale[t] = (float)(kvq_hq_norm_value(h, code) / (h->alpha * (double)T));
+                else w->scode[t] = (uint8_t)code;
             }
             if (r.err) { b->bad_group = g; return; }
             for (int ch = 0; ch < T / 64; ch++) {
@@ -86,8 +88,11 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
                     }
                     uint8_t u = (uint8_t)(vc + off);
                     if (w->vbits == 8) w->q[gi * 64 + i] = u;
-                    else if (i < 32) w->q[gi * 32 + i] = u;
-                    else w->q[gi * 32 + i - 32] |= (uint8_t)(u << 4);
+                    else {
+                        if (i < 32) w->q[gi * 32 + i] = u & 15;
+                        else w->q[gi * 32 + i - 32] |= (uint8_t)((u & 15) << 4);
+                        if (w->vbits == 5) w->hb[gi] |= (uint64_t)(u >> 4) << i;
+                    }
                 }
                 if (e8) w->cb[gi] = cbb;
             }
@@ -109,11 +114,17 @@ static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const u
     w->cols = h->cols;
     w->cols_p = h->cols_p;
     w->seed = h->seed;
-    w->q = calloc((size_t)n * (size_t)vbits / 8, 1);
+    w->q = calloc((size_t)n * (vbits == 8 ? 2 : 1) / 2, 1);
+    w->hb = vbits == 5 ? calloc((size_t)n / 64, 8) : NULL;
     w->cb = h->lat == KVQ_LAT_E8 ? malloc((size_t)n / 64) : NULL;
-    w->scale = malloc(sizeof(float) * (size_t)n_tiles);
+    if (h->norm_bits <= 8) { // tile scales as the stored norm codes into a table
+        w->scode = malloc((size_t)n_tiles);
+        uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
+        for (uint32_t c = 0; c < 256; c++)
+            w->lut[c] = c >= zero ? 0.0f : (float)(kvq_hq_norm_value(h, c) / (h->alpha * (double)h->tile));
+    } else w->scale = malloc(sizeof(float) * (size_t)n_tiles);
     w->esc_row = calloc((size_t)h->rows + 1, 4);
-    if (!w->q || (h->lat == KVQ_LAT_E8 && !w->cb) || !w->scale || !w->esc_row) {
+    if (!w->q || (vbits == 5 && !w->hb) || (h->lat == KVQ_LAT_E8 && !w->cb) || (!w->scale && !w->scode) || !w->esc_row) {
         kvq_hqx_free(w);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory for the execution layout (%lld weights)",
                            (long long)n);
@@ -176,15 +187,22 @@ kvq_status kvq_hq_pack(const kvq_hq_header *h, const kvq_blob_view *blobs, int n
     kvq_status st = kvq_hq_check_blobs(h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
     if (st) return st;
     int64_t n_esc = 0, n = h->rows * h->cols_p;
-    if (vbits == 0 || vbits == 4) {
-        st = pack_try(h, codes, norms, offs, 4, n_threads, out, &n_esc, err);
-        // nibbles while escapes stay rare (each costs 32 bits and a scalar correction):
-        // up to 3 % of weights, i.e. at most ~5 bits per weight in all against 8 for bytes
-        if (st == KVQ_OK && (vbits == 4 || n_esc * 100 <= n * 3)) return KVQ_OK;
+    if (vbits && vbits != 4 && vbits != 5 && vbits != 8)
+        return kvq_err_set(err, KVQ_ERR_ARG, "hyperquant: execution layout width %d (expected 4, 5 or 8)", vbits);
+    // Automatic width: the narrowest whose escapes stay rare. Each escape costs 32 bits and a
+    // scalar correction in the kernels, so nibbles only while under 0.25 % of the values
+    // need one (E8 at 3 bits: ~0 %; at 4 bits: ~1.3 %, where the 5th bit plane wins).
+    const int widths[3] = {4, 5, 8};
+    const int64_t max_esc[3] = {n / 400, n / 100, n};
+    for (int i = 0; i < 3; i++) {
+        if (vbits && vbits != widths[i]) continue;
+        st = pack_try(h, codes, norms, offs, widths[i], n_threads, out, &n_esc, err);
+        if (st == KVQ_OK && (vbits || n_esc <= max_esc[i])) return KVQ_OK;
         if (st == KVQ_OK) kvq_hqx_free(out);
-        else if (st != KVQ_ERR_NUMERIC || vbits == 4) return st == KVQ_ERR_NUMERIC ? kvq_err_set(err, st, "hyperquant: values beyond nibble escapes") : st;
+        else if (st != KVQ_ERR_NUMERIC) return st;
+        else if (vbits) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "hyperquant: values beyond the %d-bit layout's escapes", vbits);
     }
-    st = pack_try(h, codes, norms, offs, 8, n_threads, out, &n_esc, err);
+    st = KVQ_ERR_NUMERIC;
     if (st == KVQ_ERR_NUMERIC)
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "hyperquant: lattice values beyond the execution layout's range");
     return st;
