@@ -20,7 +20,7 @@ static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t kvq_hqx_act_bytes(const kvq_hqx *w) {
     size_t cp = (size_t)w->cols_p, nt = cp / (size_t)w->tile;
-    return al64(cp * 4) + al64(cp) + al64(nt * 4) + al64(cp / 8 * 4) + al64(nt * 4) + al64(nt * 32);
+    return al64(cp * 4) + al64(cp) + al64(nt * 4) + al64(cp / 8 * 4) + al64(nt * 4) + al64(nt * 32) + al64(cp);
 }
 
 void kvq_hqx_act_init(const kvq_hqx *w, void *buf, kvq_hqx_act *a) {
@@ -31,7 +31,8 @@ void kvq_hqx_act_init(const kvq_hqx *w, void *buf, kvq_hqx_act *a) {
     a->sx = (float *)p, p += al64(nt * 4);
     a->s8 = (int32_t *)p, p += al64(cp / 8 * 4);
     a->zt = (int32_t *)p, p += al64(nt * 4);
-    a->zl = (int32_t *)p;
+    a->zl = (int32_t *)p, p += al64(nt * 32);
+    a->xp = (int8_t *)p;
 }
 
 // Offset added to stored values (nibble: v + 8; byte: v + 128).
@@ -71,6 +72,15 @@ void kvq_hqx_prep(const kvq_hqx *w, const float *x, kvq_hqx_act *a) {
             sum += s;
         }
         a->zt[j] = -off * m * sum;
+        if (T % 128 == 0)
+            for (int b = 0; b < T; b += 128) {
+                const int8_t *src = a->xq + j * T + b;
+                int8_t *dst = a->xp + j * T + b;
+                memcpy(dst, src, 32);
+                memcpy(dst + 32, src + 64, 32);
+                memcpy(dst + 64, src + 32, 32);
+                memcpy(dst + 96, src + 96, 32);
+            }
         int32_t *zl = a->zl + 8 * j;
         for (int l = 0; l < 8; l++) zl[l] = 0;
         for (int i = 0; i < T; i++) zl[(i % 32) / 4] += a->xq[j * T + i];
@@ -124,6 +134,19 @@ static float hqx_escapes(const kvq_hqx *w, int64_t r, const kvq_hqx_act *a, kvq_
         acc += kvq_hqx_scale(w, t0 + (col >> sh)) * ((float)(kvq_hqx_esc_delta(w->esc[e]) * m) * a->xr[col]);
     }
     (void)mode;
+    return acc;
+}
+
+// Escape corrections of row r in int8 mode, in float (the 512-bit decode path adds them
+// after its exact tile sums; rare by construction).
+static float hqx_escapes_int8(const kvq_hqx *w, int64_t r, const kvq_hqx_act *a) {
+    const int m = kvq_hqx_mult(w->lat), sh = __builtin_ctz((unsigned)w->tile);
+    const int64_t t0 = r * (w->cols_p >> sh);
+    float acc = 0.0f;
+    for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) {
+        uint32_t col = kvq_hqx_esc_col(w->esc[e]);
+        acc += kvq_hqx_scale(w, t0 + (col >> sh)) * (a->sx[col >> sh] * (float)(kvq_hqx_esc_delta(w->esc[e]) * m * a->xq[col]));
+    }
     return acc;
 }
 
@@ -346,6 +369,59 @@ hqx_rows_vnni_nb(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int k0, co
     HQX_ROW_BODY(NB, VNNI_DOT, VNNI_DOT, 1)
 }
 
+// ---- decode (one token), AVX-512 VNNI on 512-bit vectors, 4 rows at a time: activation
+// vectors are loaded once per 128 coordinates and shared by the rows; each row keeps two
+// accumulators; per tile the rows' integer sums are reduced together (exact), then one
+// convert and one multiply-add serve 4 rows. Tiles of a multiple of 128, nibbles (vbits 4
+// or 5); escapes are added afterwards in float (they are rare by construction).
+HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
+    const int T = w->tile, nb = T / 128, e8 = w->lat == KVQ_HQ_LAT_E8, v5 = w->vbits == 5;
+    const int64_t tpr = w->cols_p / T;
+    const __m512i m0f = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    __m128 facc = _mm_setzero_ps();
+    for (int64_t j = 0; j < tpr; j++) {
+        __m512i acc[4][2], cacc[4];
+        _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) acc[rr][0] = acc[rr][1] = cacc[rr] = _mm512_setzero_si512();
+        for (int b = 0; b < nb; b++) {
+            const size_t xo = (size_t)j * T + 128 * (size_t)b;
+            const __m512i xl = _mm512_loadu_si512(a->xp + xo), xh = _mm512_loadu_si512(a->xp + xo + 64);
+            const __m512i s8 = e8 ? _mm512_loadu_si512(a->s8 + xo / 8) : _mm512_setzero_si512();
+            _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
+                const int64_t t = (r0 + rr) * tpr + j, g = (t * T) / 64 + 2 * b; // first chunk
+                const __m512i by = _mm512_loadu_si512(w->q + g * 32);
+                __m512i lo = _mm512_and_si512(by, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(by, 4), m0f);
+                if (v5) {
+                    const uint64_t w0 = w->hb[g], w1 = w->hb[g + 1];
+                    lo = _mm512_mask_add_epi8(lo, (__mmask64)((w0 & 0xffffffffu) | (w1 << 32)), lo, b16);
+                    hi = _mm512_mask_add_epi8(hi, (__mmask64)((w0 >> 32) | (w1 & 0xffffffff00000000ull)), hi, b16);
+                }
+                acc[rr][0] = _mm512_dpbusd_epi32(acc[rr][0], lo, xl);
+                acc[rr][1] = _mm512_dpbusd_epi32(acc[rr][1], hi, xh);
+                if (e8) { // coset bits: the 8-vector sums of the set bits (not doubled)
+                    const __mmask16 cm = (__mmask16)(w->cb[g] | (unsigned)w->cb[g + 1] << 8);
+                    cacc[rr] = _mm512_mask_add_epi32(cacc[rr], cm, cacc[rr], s8);
+                }
+            }
+        }
+        // reduce 4 rows: 16 lanes -> 8 -> hadd tree -> 4 exact row sums
+        __m256i d[4];
+        _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
+            __m512i s = _mm512_add_epi32(acc[rr][0], acc[rr][1]);
+            if (e8) s = _mm512_add_epi32(_mm512_slli_epi32(s, 1), cacc[rr]);
+            d[rr] = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+        }
+        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
+        __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        sum = _mm_add_epi32(sum, _mm_set1_epi32(a->zt[j]));
+        const __m128 sc = _mm_setr_ps(kvq_hqx_scale(w, (r0 + 0) * tpr + j), kvq_hqx_scale(w, (r0 + 1) * tpr + j),
+                                      kvq_hqx_scale(w, (r0 + 2) * tpr + j), kvq_hqx_scale(w, (r0 + 3) * tpr + j));
+        facc = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(sc, _mm_set1_ps(a->sx[j])), facc);
+    }
+    float out[4];
+    _mm_storeu_ps(out, facc);
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) y[r0 + rr] = out[rr] + hqx_escapes_int8(w, r0 + rr, a);
+}
+
 #define HQX_ROW_FN(ISA)                                                                         \
     HQX_TGT_##ISA static void hqx_row_##ISA(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int n_tok, \
                                             float *y, int64_t ldy) {                           \
@@ -368,6 +444,16 @@ void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *
     if (isa == KVQ_HQX_ISA_AUTO) isa = kvq_hqx_isa_best();
     const int64_t rows = w->rows;
     const int nt = kvq_nthreads(n_threads);
+    if (isa == KVQ_HQX_ISA_VNNI && mode == KVQ_HQX_INT8 && n_tok == 1 && w->tile % 128 == 0 && w->vbits != 8) {
+        const int64_t g4 = rows / 4;
+#pragma omp parallel for schedule(static) num_threads(nt) if (rows * w->cols_p > 32768)
+        for (int64_t g = 0; g <= g4; g++) {
+            if (g < g4) hqx_rows4_vnni512(w, 4 * g, act, y);
+            else
+                for (int64_t r = 4 * g4; r < rows; r++) hqx_row_VNNI(w, r, act, 1, y, ldy);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * w->cols_p * n_tok > 32768)
     for (int64_t r = 0; r < rows; r++) {
         if (isa == KVQ_HQX_ISA_REF) hqx_row_ref(w, r, act, n_tok, y, ldy, mode);
