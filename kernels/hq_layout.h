@@ -88,9 +88,9 @@ KVQ_HQ_HD static inline uint64_t kvq_hq_sign_word(uint64_t seed, uint64_t j, uin
 // rotated once per input, and the kernels take integer dot products with the codes.
 // Storage, all tile-major (t = r·(cols_p/T) + j), in chunks of 64 coordinates:
 //   q      vbits 4: 32 bytes per chunk; byte b holds u_b = v_b + 8 in its low nibble and u_{b+32}
-//          in its high nibble (v ∈ [-8, 7]).  vbits 5: the same nibbles of u = v + 16 (v ∈
-//          [-16, 15]) and, in hb, one 64-bit word per chunk whose bit i is bit 4 of u_i.
-//          vbits 8: 64 bytes per chunk, u = v + 128.
+//          in its high nibble (v ∈ [-8, 7]).  vbits 5..7: the same nibbles of the low 4 bits
+//          of u = v + 2^(vbits-1) and, in hb, vbits − 4 bit planes: word hb[g·(vbits−4) + p]
+//          of chunk g has bit i = bit 4+p of u_i.  vbits 8: 64 bytes per chunk, u = v + 128.
 //   cb     E8: one byte per chunk, bit k = coset bit of the chunk's k-th 8-vector; else absent.
 //   scale  per tile (float)(norm / (α·T)), 0 for zero tiles: with norm codes of ≤ 8 bits, the
 //          code itself (scode, one byte per tile) into a 256-entry table lut; else a float.
@@ -110,7 +110,7 @@ typedef struct {
     int64_t rows, cols, cols_p;
     uint64_t seed;            // sign-diagonal seed (kvq_hq_sign_word)
     uint8_t *q;               // rows · cols_p / 2 bytes (vbits 4, 5) or rows · cols_p (8)
-    uint64_t *hb;             // vbits 5: rows · cols_p / 64 words, else NULL
+    uint64_t *hb;             // vbits 5..7: (vbits − 4) · rows · cols_p / 64 plane words, else NULL
     uint8_t *cb;              // E8: rows · cols_p / 64 bytes, else NULL
     float *scale;             // rows · cols_p / T floats, or NULL when scode is used
     uint8_t *scode;           // rows · cols_p / T codes into lut, or NULL
@@ -124,7 +124,9 @@ KVQ_HQ_HD static inline float kvq_hqx_scale(const kvq_hqx *w, int64_t t) {
     return w->scode ? w->lut[w->scode[t]] : w->scale[t];
 }
 /** Stored offset: u = v + off. */
-KVQ_HQ_HD static inline int kvq_hqx_off(int vbits) { return vbits == 4 ? 8 : vbits == 5 ? 16 : 128; }
+KVQ_HQ_HD static inline int kvq_hqx_off(int vbits) { return 1 << (vbits - 1); }
+/** Bit planes above the nibbles (0 for vbits 4 and 8). */
+KVQ_HQ_HD static inline int kvq_hqx_planes(int vbits) { return vbits > 4 && vbits < 8 ? vbits - 4 : 0; }
 /** Code multiplier m (2 for E8's 2E8 realization, else 1). */
 KVQ_HQ_HD static inline int kvq_hqx_mult(int lat) { return lat == KVQ_HQ_LAT_E8 ? 2 : 1; }
 /** Escape entry: padded column and signed delta. */

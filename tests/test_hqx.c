@@ -106,7 +106,7 @@ static uint32_t check_products(enc_t *E, int vbits, int n_tok, uint64_t seed, do
     uint32_t n_esc = w.esc_row[rows];
     // memory held: the arrays the layout promises, nothing else
     size_t n = (size_t)(rows * w.cols_p);
-    size_t expect = (w.vbits == 8 ? n : n / 2) + (w.vbits == 5 ? n / 8 : 0) + (w.cb ? n / 64 : 0) +
+    size_t expect = (w.vbits == 8 ? n : n / 2) + n / 8 * (size_t)kvq_hqx_planes(w.vbits) + (w.cb ? n / 64 : 0) +
                     n / w.tile * (w.scode ? 1 : 4) + (w.scode ? 1024 : 0) + (size_t)(rows + 1) * 4 + (size_t)n_esc * 4;
     assert_int_equal(kvq_hqx_bytes(&w), expect);
     kvq_hqx_free(&w);
@@ -132,6 +132,8 @@ static void test_every_lattice_and_rate(void **state) {
             for (int tok = 1; tok <= 5; tok += 4) {
                 check_products(&E, 0, tok, 7 + tok, 0.02);
                 check_products(&E, 5, tok, 8 + tok, 0.02);
+                check_products(&E, 6, tok, 10 + tok, 0.02);
+                check_products(&E, 7, tok, 11 + tok, 0.02);
                 check_products(&E, 8, tok, 9 + tok, 0.02);
             }
             enc_free(&E);

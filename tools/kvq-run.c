@@ -188,6 +188,15 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "kvq-run: %s: %s, %d layers, d=%d, vocab %d, loaded in %.2f s (%.1f MB of weights held)\n", model,
             ar->hf_class, ar->n_layers, ar->hidden_size, V, now() - t0, kvq_model_weight_bytes(m) / 1e6);
+    {
+        kvq_model_mem mm;
+        kvq_model_memory(m, &mm);
+        fprintf(stderr, "kvq-run: memory: weights %.1f MB (packed %.1f MB for %.1f MB stored = %.2fx, dense %.1f MB), "
+                        "scratch %.1f MB, KV cache %.1f MB\n",
+                mm.held / 1e6, mm.packed / 1e6, mm.packed_stored / 1e6,
+                mm.packed_stored ? (double)mm.packed / (double)mm.packed_stored : 0.0, mm.dense / 1e6, mm.scratch / 1e6,
+                mm.kv / 1e6);
+    }
 
     if (ids) { // ---- logits for given ids
         float *lg = malloc(sizeof(float) * n_ids * V);

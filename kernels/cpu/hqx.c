@@ -115,7 +115,8 @@ static inline int hqx_u(const kvq_hqx *w, int64_t gi) { // stored value of padde
     int64_t ch = gi / 64, b = gi % 64;
     uint8_t byte = w->q[ch * 32 + (b & 31)];
     int u = b < 32 ? (byte & 15) : (byte >> 4);
-    return w->vbits == 5 ? u | (int)((w->hb[ch] >> b) & 1) << 4 : u;
+    for (int p = 0, np = kvq_hqx_planes(w->vbits); p < np; p++) u |= (int)((w->hb[ch * np + p] >> b) & 1) << (4 + p);
+    return u;
 }
 
 static inline int hqx_cb(const kvq_hqx *w, int64_t gi) {
@@ -201,9 +202,13 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
             uint8_t cbb = e8 ? w->cb[g] : 0;
             if (w->vbits != 8) {
                 const uint8_t *q = w->q + g * 32;
-                const uint64_t hb = w->vbits == 5 ? w->hb[g] : 0;
+                const int np = kvq_hqx_planes(w->vbits);
                 for (int b = 0; b < 32; b++) {
-                    int u0 = (q[b] & 15) | (int)((hb >> b) & 1) << 4, u1 = (q[b] >> 4) | (int)((hb >> (b + 32)) & 1) << 4;
+                    int u0 = q[b] & 15, u1 = q[b] >> 4;
+                    for (int p = 0; p < np; p++) {
+                        u0 |= (int)((w->hb[g * np + p] >> b) & 1) << (4 + p);
+                        u1 |= (int)((w->hb[g * np + p] >> (b + 32)) & 1) << (4 + p);
+                    }
                     c[b] = (float)(m * (u0 - off) + ((cbb >> (b / 8)) & 1));
                     c[b + 32] = (float)(m * (u1 - off) + ((cbb >> (4 + b / 8)) & 1));
                 }
@@ -264,9 +269,11 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
 #define HQX_LOAD_NIB5(ch, lo, hi)                                                               \
     do {                                                                                        \
         HQX_LOAD_NIB(ch, lo, hi);                                                               \
-        const uint64_t hw_ = hbt[ch];                                                           \
-        lo = HQX_HIBIT(lo, (uint32_t)hw_);                                                      \
-        hi = HQX_HIBIT(hi, (uint32_t)(hw_ >> 32));                                              \
+        for (int p_ = 0; p_ < np; p_++) {                                                       \
+            const uint64_t hw_ = hbt[ch * np + p_];                                             \
+            lo = HQX_HIBIT(lo, (uint32_t)hw_, 16 << p_);                                        \
+            hi = HQX_HIBIT(hi, (uint32_t)(hw_ >> 32), 16 << p_);                                \
+        }                                                                                       \
     } while (0)
 #define HQX_LOAD_BYTE(ch, lo, hi)                                                               \
     do {                                                                                        \
@@ -280,7 +287,7 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
 #define HQX_ROW_BODY(NB, DOT, BDOT, USE_ZL)                                                     \
     const int T = w->tile, nch = T / 64, e8 = w->lat == KVQ_HQ_LAT_E8, mul = e8 ? 2 : 1;       \
     const int sh = __builtin_ctz((unsigned)T), nib = w->vbits == 4, use_zl = USE_ZL;          \
-    const int nib5 = w->vbits == 5;                                                             \
+    const int np = kvq_hqx_planes(w->vbits);                                                   \
     const int64_t tpr = w->cols_p / T;                                                          \
     const __m256i m0f = _mm256_set1_epi8(15);                                                   \
     const __m256i bitv = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);                        \
@@ -312,8 +319,8 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
         __m256i dpa[4], dpb[4], cbv[4];                                                         \
         _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) dpa[k] = dpb[k] = cbv[k] = _mm256_setzero_si256(); \
         if (nib) { HQX_TILE_CHUNKS(NB, DOT, HQX_LOAD_NIB) }                                     \
-        else if (nib5) {                                                                        \
-            const uint64_t *hbt = w->hb + t * nch;                                              \
+        else if (np) {                                                                          \
+            const uint64_t *hbt = w->hb + t * nch * np;                                         \
             HQX_TILE_CHUNKS(NB, DOT, HQX_LOAD_NIB5)                                             \
         } else { HQX_TILE_CHUNKS(NB, BDOT, HQX_LOAD_BYTE) }                                     \
         const int32_t *es = esb[j % HQX_ESC_BLOCK];                                             \
@@ -343,14 +350,14 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
 
 // E8 coset bits: add the 8-vector sums s8 of the lanes whose bit is set.
 // bit i of m32 -> +16 on byte i: bytes pick their mask byte, test their bit.
-#define HQX_HIBIT(v, m32)                                                                       \
+#define HQX_HIBIT(v, m32, add)                                                                  \
     ({                                                                                          \
         __m256i b_ = _mm256_shuffle_epi8(_mm256_set1_epi32((int)(m32)),                         \
                                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, \
                                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)); \
         const __m256i bm_ = _mm256_set1_epi64x((long long)0x8040201008040201ull);              \
         __m256i s_ = _mm256_cmpeq_epi8(_mm256_and_si256(b_, bm_), bm_);                         \
-        _mm256_or_si256(v, _mm256_and_si256(s_, _mm256_set1_epi8(16)));                         \
+        _mm256_or_si256(v, _mm256_and_si256(s_, _mm256_set1_epi8((char)(add))));                \
     })
 #define CB_PREP(byte) const __m256i sel_ = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(byte), bitv), bitv)
 #define CB_ADD(acc, s8) _mm256_add_epi32(acc, _mm256_and_si256(sel_, s8))
@@ -361,7 +368,7 @@ hqx_rows_avx2_nb(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int k0, co
 #undef CB_PREP
 #undef CB_ADD
 #undef HQX_HIBIT
-#define HQX_HIBIT(v, m32) _mm256_mask_add_epi8(v, (__mmask32)(m32), v, _mm256_set1_epi8(16))
+#define HQX_HIBIT(v, m32, add) _mm256_mask_add_epi8(v, (__mmask32)(m32), v, _mm256_set1_epi8((char)(add)))
 #define CB_PREP(byte) const __mmask8 sel_ = (__mmask8)(byte)
 #define CB_ADD(acc, s8) _mm256_mask_add_epi32(acc, sel_, acc, s8)
 HQX_TGT_VNNI __attribute__((always_inline)) static inline void
@@ -375,7 +382,7 @@ hqx_rows_vnni_nb(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int k0, co
 // convert and one multiply-add serve 4 rows. Tiles of a multiple of 128, nibbles (vbits 4
 // or 5); escapes are added afterwards in float (they are rare by construction).
 HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
-    const int T = w->tile, nb = T / 128, e8 = w->lat == KVQ_HQ_LAT_E8, v5 = w->vbits == 5;
+    const int T = w->tile, nb = T / 128, e8 = w->lat == KVQ_HQ_LAT_E8, np = kvq_hqx_planes(w->vbits);
     const int64_t tpr = w->cols_p / T;
     const __m512i m0f = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
     __m128 facc = _mm_setzero_ps();
@@ -390,10 +397,11 @@ HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const k
                 const int64_t t = (r0 + rr) * tpr + j, g = (t * T) / 64 + 2 * b; // first chunk
                 const __m512i by = _mm512_loadu_si512(w->q + g * 32);
                 __m512i lo = _mm512_and_si512(by, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(by, 4), m0f);
-                if (v5) {
-                    const uint64_t w0 = w->hb[g], w1 = w->hb[g + 1];
-                    lo = _mm512_mask_add_epi8(lo, (__mmask64)((w0 & 0xffffffffu) | (w1 << 32)), lo, b16);
-                    hi = _mm512_mask_add_epi8(hi, (__mmask64)((w0 >> 32) | (w1 & 0xffffffff00000000ull)), hi, b16);
+                for (int p = 0; p < np; p++) { // bit planes of chunks g and g + 1
+                    const uint64_t w0 = w->hb[g * np + p], w1 = w->hb[(g + 1) * np + p];
+                    const __m512i bp = _mm512_slli_epi16(b16, p);
+                    lo = _mm512_mask_add_epi8(lo, (__mmask64)((w0 & 0xffffffffu) | (w1 << 32)), lo, bp);
+                    hi = _mm512_mask_add_epi8(hi, (__mmask64)((w0 >> 32) | (w1 & 0xffffffff00000000ull)), hi, bp);
                 }
                 acc[rr][0] = _mm512_dpbusd_epi32(acc[rr][0], lo, xl);
                 acc[rr][1] = _mm512_dpbusd_epi32(acc[rr][1], hi, xh);
@@ -479,9 +487,9 @@ __attribute__((always_inline)) static inline void hqx_tile_codes(const kvq_hqx *
                 cc[b] = m * ((q[b] & 15) - off);
                 cc[b + 32] = m * ((q[b] >> 4) - off);
             }
-            if (w->vbits == 5) {
-                uint64_t hb = w->hb[(size_t)t * (T / 64) + ch];
-                for (int i = 0; i < 64; i++) cc[i] += m * 16 * (int)((hb >> i) & 1);
+            for (int p = 0, np = kvq_hqx_planes(w->vbits); p < np; p++) {
+                uint64_t hb = w->hb[((size_t)t * (T / 64) + ch) * np + p];
+                for (int i = 0; i < 64; i++) cc[i] += m * (16 << p) * (int)((hb >> i) & 1);
             }
         } else {
             const uint8_t *q = w->q + (size_t)t * T + 64 * ch;
@@ -547,7 +555,7 @@ void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y,
 
 size_t kvq_hqx_bytes(const kvq_hqx *w) {
     size_t n = (size_t)(w->rows * w->cols_p);
-    return n * (w->vbits == 8 ? 2 : 1) / 2 + (w->hb ? n / 8 : 0) + (w->cb ? n / 64 : 0) +
+    return n * (w->vbits == 8 ? 2 : 1) / 2 + n / 8 * (size_t)kvq_hqx_planes(w->vbits) + (w->cb ? n / 64 : 0) +
            n / (size_t)w->tile * (w->scode ? 1 : sizeof(float)) + (w->scode ? sizeof w->lut : 0) +
            (size_t)(w->rows + 1) * 4 + (size_t)w->esc_row[w->rows] * 4;
 }

@@ -29,6 +29,7 @@ typedef struct {
     int n_part;           // > 0: packed
     kvq_hqx part[3];
     int row0[3];          // first row of each block
+    size_t stored;        // packed: the blocks' bytes in the file
 } mat;
 
 typedef struct {
@@ -135,7 +136,7 @@ static kvq_status get_mat(const kvq_model *md, kvq_weights *s, const char *name,
     m->rows = rows;
     m->cols = cols;
     kvq_status r = try_pack(md, s, name, rows, cols, m, 0, err);
-    if (r == KVQ_OK) { m->n_part = 1; return KVQ_OK; }
+    if (r == KVQ_OK) { m->n_part = 1; m->stored = kvq_weights_stored_bytes(s, name); return KVQ_OK; }
     if (r != KVQ_ERR_UNSUPPORTED) return r;
     r = get(s, name, rows, cols, &f, err);
     if (r) return r;
@@ -153,7 +154,12 @@ static kvq_status get_cat(const kvq_model *md, kvq_weights *s, const char *const
     // packed only when every block is (one product per block)
     for (int i = 0; i < n; i++) {
         kvq_status r = try_pack(md, s, names[i], rows[i], cols, m, i, err);
-        if (r == KVQ_OK) { m->row0[i] = i ? m->row0[i - 1] + rows[i - 1] : 0; m->n_part = i + 1; continue; }
+        if (r == KVQ_OK) {
+            m->row0[i] = i ? m->row0[i - 1] + rows[i - 1] : 0;
+            m->n_part = i + 1;
+            m->stored += kvq_weights_stored_bytes(s, names[i]);
+            continue;
+        }
         mat_free(m);
         if (r != KVQ_ERR_UNSUPPORTED) return r;
         break;
@@ -376,6 +382,33 @@ size_t kvq_model_weight_bytes(const kvq_model *m) {
         b += mat_bytes(&L->qkv) + mat_bytes(&L->o) + mat_bytes(&L->gate_up) + mat_bytes(&L->down) + 2 * d * 4;
     }
     return b;
+}
+
+static void mem_add(kvq_model_mem *o, const mat *x) {
+    size_t b = mat_bytes(x);
+    o->held += b;
+    if (x->n_part) { o->packed += b; o->packed_stored += x->stored; }
+    else o->dense += b;
+}
+
+void kvq_model_memory(const kvq_model *m, kvq_model_mem *o) {
+    memset(o, 0, sizeof *o);
+    const size_t d = m->a.hidden_size;
+    mem_add(o, &m->embed);
+    if (!m->tied) mem_add(o, &m->lm_head);
+    o->held += d * 4;
+    for (int l = 0; l < m->a.n_layers; l++) {
+        const layer *L = &m->L[l];
+        mem_add(o, &L->qkv); mem_add(o, &L->o); mem_add(o, &L->gate_up); mem_add(o, &L->down);
+        o->held += 2 * d * 4 + (L->q_norm ? 2 * (size_t)m->a.head_dim * 4 : 0) + (L->qkv_bias ? (size_t)m->qkv_dim * 4 : 0);
+    }
+    o->scratch = m->act_bytes * (size_t)m->o.max_batch +
+                 (m->dense ? sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK *
+                                                  (size_t)(m->a.intermediate_size > m->a.hidden_size ? m->a.intermediate_size : m->a.hidden_size) +
+                                              (size_t)m->o.max_batch * KVQ_HQX_DENSE_BLOCK)
+                          : 0);
+    const kvq_kvcache *c = m->cache;
+    o->kv = (size_t)(c->ops->bits_per_element(c) / 8.0 * 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * (double)c->max_ctx);
 }
 
 uint64_t kvq_model_stream_weights(const kvq_model *m) {

@@ -53,6 +53,16 @@ const kvq_arch *kvq_model_arch(const kvq_model *m);
 const char *kvq_model_tokenizer_path(const kvq_model *m);
 /** Bytes of weights a decode step streams (matrices as held + norms + the lm_head). */
 size_t kvq_model_weight_bytes(const kvq_model *m);
+/** Memory a loaded model holds, in bytes. */
+typedef struct {
+    size_t held;          // every weight held (matrices as held, embeddings, norms, biases)
+    size_t packed;        // of which matrices in an execution layout (packed)
+    size_t packed_stored; // those matrices' bytes in the .kvq
+    size_t dense;         // matrices held as fp32/bf16
+    size_t scratch;       // activation scratch of the packed products
+    size_t kv;            // the KV cache at its capacity (bits per element × positions)
+} kvq_model_mem;
+void kvq_model_memory(const kvq_model *m, kvq_model_mem *out);
 void kvq_model_set_threads(kvq_model *m, int n_threads);
 /** Reads every held weight byte once, as a decode step must, with the model's threads;
  *  @return a checksum. Timing it gives the memory roofline for decode. */

@@ -243,6 +243,12 @@ static kvq_status get_kvq(kvq_weights *w, const char *name, float **out, int64_t
     return KVQ_OK;
 }
 
+size_t kvq_weights_stored_bytes(const kvq_weights *w, const char *name) {
+    if (!w->kf) return 0;
+    json_t *b = json_object_get(find_rec(w, name), "bytes");
+    return json_is_integer(b) && json_integer_value(b) > 0 ? (size_t)json_integer_value(b) : 0;
+}
+
 kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, kvq_err *err) {
     memset(out, 0, sizeof *out);
     if (!w->kf) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': a source checkpoint holds no codes", name);

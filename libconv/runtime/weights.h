@@ -34,6 +34,8 @@ kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, in
  *  tensor has no such layout (another codec, a source checkpoint, a cast...): decode it with
  *  kvq_weights_get_f32 instead; other errors name the file and tensor. */
 kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, kvq_err *err);
+/** Bytes a .kvq stores for tensor name (its record's "bytes"); 0 for sources or unknown. */
+size_t kvq_weights_stored_bytes(const kvq_weights *w, const char *name);
 /** Path of the tokenizer: tokenizer.json / tok*.bin for sources; for a .kvq, a file
  *  extracted from the container into a private temporary directory. NULL if none. */
 const char *kvq_weights_tokenizer_path(kvq_weights *w);

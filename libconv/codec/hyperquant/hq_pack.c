@@ -91,7 +91,8 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
                     else {
                         if (i < 32) w->q[gi * 32 + i] = u & 15;
                         else w->q[gi * 32 + i - 32] |= (uint8_t)((u & 15) << 4);
-                        if (w->vbits == 5) w->hb[gi] |= (uint64_t)(u >> 4) << i;
+                        for (int pl = 0; pl < kvq_hqx_planes(w->vbits); pl++)
+                            w->hb[gi * kvq_hqx_planes(w->vbits) + pl] |= (uint64_t)((u >> (4 + pl)) & 1) << i;
                     }
                 }
                 if (e8) w->cb[gi] = cbb;
@@ -115,7 +116,7 @@ static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const u
     w->cols_p = h->cols_p;
     w->seed = h->seed;
     w->q = calloc((size_t)n * (vbits == 8 ? 2 : 1) / 2, 1);
-    w->hb = vbits == 5 ? calloc((size_t)n / 64, 8) : NULL;
+    w->hb = kvq_hqx_planes(vbits) ? calloc((size_t)n / 64 * (size_t)kvq_hqx_planes(vbits), 8) : NULL;
     w->cb = h->lat == KVQ_LAT_E8 ? malloc((size_t)n / 64) : NULL;
     if (h->norm_bits <= 8) { // tile scales as the stored norm codes into a table
         w->scode = malloc((size_t)n_tiles);
@@ -124,7 +125,7 @@ static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const u
             w->lut[c] = c >= zero ? 0.0f : (float)(kvq_hq_norm_value(h, c) / (h->alpha * (double)h->tile));
     } else w->scale = malloc(sizeof(float) * (size_t)n_tiles);
     w->esc_row = calloc((size_t)h->rows + 1, 4);
-    if (!w->q || (vbits == 5 && !w->hb) || (h->lat == KVQ_LAT_E8 && !w->cb) || (!w->scale && !w->scode) || !w->esc_row) {
+    if (!w->q || (kvq_hqx_planes(vbits) && !w->hb) || (h->lat == KVQ_LAT_E8 && !w->cb) || (!w->scale && !w->scode) || !w->esc_row) {
         kvq_hqx_free(w);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory for the execution layout (%lld weights)",
                            (long long)n);
@@ -187,14 +188,14 @@ kvq_status kvq_hq_pack(const kvq_hq_header *h, const kvq_blob_view *blobs, int n
     kvq_status st = kvq_hq_check_blobs(h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
     if (st) return st;
     int64_t n_esc = 0, n = h->rows * h->cols_p;
-    if (vbits && vbits != 4 && vbits != 5 && vbits != 8)
-        return kvq_err_set(err, KVQ_ERR_ARG, "hyperquant: execution layout width %d (expected 4, 5 or 8)", vbits);
-    // Automatic width: the narrowest whose escapes stay rare. Each escape costs 32 bits and a
-    // scalar correction in the kernels, so nibbles only while under 0.25 % of the values
-    // need one (E8 at 3 bits: ~0 %; at 4 bits: ~1.3 %, where the 5th bit plane wins).
-    const int widths[3] = {4, 5, 8};
-    const int64_t max_esc[3] = {n / 400, n / 100, n};
-    for (int i = 0; i < 3; i++) {
+    if (vbits && (vbits < 4 || vbits > 8))
+        return kvq_err_set(err, KVQ_ERR_ARG, "hyperquant: execution layout width %d (expected 4 to 8)", vbits);
+    // Automatic width: the narrowest whose escapes stay under 0.25 % of the values (each costs
+    // 32 bits and a scalar correction). E8 at 3 bits: 4; at 4 bits: 5 (nibbles would need
+    // ~1.3 % escapes); at 5 bits: 6.
+    const int widths[5] = {4, 5, 6, 7, 8};
+    const int64_t max_esc[5] = {n / 400, n / 400, n / 400, n / 400, n};
+    for (int i = 0; i < 5; i++) {
         if (vbits && vbits != widths[i]) continue;
         st = pack_try(h, codes, norms, offs, widths[i], n_threads, out, &n_esc, err);
         if (st == KVQ_OK && (vbits || n_esc <= max_esc[i])) return KVQ_OK;

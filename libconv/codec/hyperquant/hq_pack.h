@@ -11,7 +11,7 @@
 int kvq_hq_packable(const kvq_hq_header *h);
 
 /** Transcodes the stored blobs into *out (arrays malloc'd; free with kvq_hqx_free).
- *  vbits 4, 5 or 8, or 0: the narrowest whose escapes stay rare (4: ≤ 0.25 %, 5: ≤ 1 %).
+ *  vbits 4..8, or 0: the narrowest whose escapes stay under 0.25 % of the values.
  *  n_threads <= 0: OpenMP default. @return KVQ_OK; KVQ_ERR_UNSUPPORTED (not packable, or
  *  values beyond the escapes' range: decode instead); KVQ_ERR_FORMAT (corrupt stream, naming
  *  the group); KVQ_ERR_NOMEM. */
