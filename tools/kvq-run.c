@@ -79,12 +79,14 @@ static int write_atomic(const char *path, const void *data, size_t n, char *msg,
 }
 
 // libgomp reads its wait policy when it loads, so the only way to pick one is to
-// restart with the variable set. Spinning workers are what hurt on a shared machine
-// (decode went from 72 to 4 tokens/s on 2 busy cores), so unless the user chose a
-// policy, run with OMP_WAIT_POLICY=passive.
+// restart with the variable set. Unbounded spinning hurts on a shared machine (decode
+// went from 72 to 4 tokens/s on 2 busy cores), but sleeping between the ~30 parallel
+// regions of a decode step costs a wake-up each (kvq-small-llama E8 4.0 at 2 threads:
+// 211-224 tok/s passive against 523-546 with a bounded spin). Unless the user chose a
+// policy, workers spin for GOMP_SPINCOUNT=30000 iterations (tens of µs) and then sleep.
 static void ensure_wait_policy(char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
+    setenv("GOMP_SPINCOUNT", "30000", 1);
     execv("/proc/self/exe", argv); // on failure carry on with the default policy
 }
 
