@@ -86,6 +86,9 @@ KVQ_HQ_HD static inline uint64_t kvq_hq_sign_word(uint64_t seed, uint64_t j, uin
 //   g_i = √3 on even i for A2 (its ny axis), else 1.
 // So W·x = Σ_t scale[t] · Σ_i c_i · xr_i with xr = g ⊙ H_T·(sign_j ⊙ x_j): the activation is
 // rotated once per input, and the kernels take integer dot products with the codes.
+// RTN tensors (rtn:<bits>:g<group>, group a multiple of 64) use the same storage without the
+// rotation (rotate = 0: xr = x), without an offset (u = the stored integer q, c = q) and with
+// a per-tile zero point: W[r][jT+i] = q_i·scale[t] + zero[t], exactly the RTN decoder's floats.
 // Storage, all tile-major (t = r·(cols_p/T) + j), in chunks of 64 coordinates:
 //   q      vbits 4: 32 bytes per chunk; byte b holds u_b = v_b + 8 in its low nibble and u_{b+32}
 //          in its high nibble (v ∈ [-8, 7]).  vbits 5..7: the same nibbles of the low 4 bits
@@ -104,9 +107,10 @@ KVQ_HQ_HD static inline uint64_t kvq_hq_sign_word(uint64_t seed, uint64_t j, uin
 #define KVQ_HQX_ESC_MAX_DELTA 2047
 
 typedef struct {
-    int lat;                  // KVQ_HQ_LAT_*
-    int tile;                 // T, a multiple of KVQ_HQX_CHUNK
-    int vbits;                // 4 or 8
+    int lat;                  // KVQ_HQ_LAT_* (RTN: KVQ_HQ_LAT_Z, codes c = v)
+    int rotate;               // 1: HyperQuant (signs, Hadamard); 0: RTN, W = scale·c + zero
+    int tile;                 // T, a multiple of KVQ_HQX_CHUNK (RTN: the group)
+    int vbits;                // 4..8
     int64_t rows, cols, cols_p;
     uint64_t seed;            // sign-diagonal seed (kvq_hq_sign_word)
     uint8_t *q;               // rows · cols_p / 2 bytes (vbits 4, 5) or rows · cols_p (8)
@@ -115,6 +119,7 @@ typedef struct {
     float *scale;             // rows · cols_p / T floats, or NULL when scode is used
     uint8_t *scode;           // rows · cols_p / T codes into lut, or NULL
     float lut[256];
+    float *zero;              // RTN: per-tile zero point (W = q·scale + zero); else NULL
     uint32_t *esc_row;        // rows + 1
     uint32_t *esc;            // esc_row[rows] entries
 } kvq_hqx;
@@ -123,7 +128,7 @@ typedef struct {
 KVQ_HQ_HD static inline float kvq_hqx_scale(const kvq_hqx *w, int64_t t) {
     return w->scode ? w->lut[w->scode[t]] : w->scale[t];
 }
-/** Stored offset: u = v + off. */
+/** Stored offset of HyperQuant values: u = v + off (RTN stores q itself: no offset). */
 KVQ_HQ_HD static inline int kvq_hqx_off(int vbits) { return 1 << (vbits - 1); }
 /** Bit planes above the nibbles (0 for vbits 4 and 8). */
 KVQ_HQ_HD static inline int kvq_hqx_planes(int vbits) { return vbits > 4 && vbits < 8 ? vbits - 4 : 0; }

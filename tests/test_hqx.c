@@ -17,6 +17,7 @@
 #include "kernels/cpu/hqx.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
 #include "libconv/codec/hyperquant/hyperquant.h"
+#include "libconv/codec/rtn.h"
 #include "tests/testrng.h"
 
 typedef struct {
@@ -54,19 +55,26 @@ static double rel_err(const float *y, const double *yr, size_t n) {
 
 // Packs, runs every mode × ISA on n_tok tokens and checks the bounds. Returns the number of
 // escapes so callers can check that the case exercised them.
+static uint32_t check_packed(kvq_hqx w, const float *Wd, int n_tok, uint64_t seed, double int8_bound);
+
 static uint32_t check_products(enc_t *E, int vbits, int n_tok, uint64_t seed, double int8_bound) {
-    const int64_t rows = E->h.rows, cols = E->h.cols;
     kvq_err err = {0};
     kvq_hqx w;
     assert_int_equal(kvq_hq_pack(&E->h, E->v, E->e.n_blob, vbits, 2, &w, &err), KVQ_OK);
     if (vbits) assert_int_equal(w.vbits, vbits);
+    return check_packed(w, E->w, n_tok, seed, int8_bound);
+}
+
+// Every product of packed w against Wd (the codec's own decode) × x in double; frees w.
+static uint32_t check_packed(kvq_hqx w, const float *Wd, int n_tok, uint64_t seed, double int8_bound) {
+    const int64_t rows = w.rows, cols = w.cols;
     float *x = malloc(sizeof(float) * cols * n_tok);
     for (int64_t i = 0; i < cols * n_tok; i++) x[i] = (float)gauss(&seed);
     double *yr = malloc(sizeof(double) * rows * n_tok);
     for (int k = 0; k < n_tok; k++)
         for (int64_t r = 0; r < rows; r++) {
             double s = 0;
-            for (int64_t c = 0; c < cols; c++) s += (double)E->w[r * cols + c] * x[k * cols + c];
+            for (int64_t c = 0; c < cols; c++) s += (double)Wd[r * cols + c] * x[k * cols + c];
             yr[k * rows + r] = s;
         }
     size_t ab = kvq_hqx_act_bytes(&w);
@@ -92,7 +100,7 @@ static uint32_t check_products(enc_t *E, int vbits, int n_tok, uint64_t seed, do
                 d += ((double)y[i] - yref[i]) * ((double)y[i] - yref[i]);
                 n += (double)yref[i] * yref[i];
             }
-            if (sqrt(d / (n > 0 ? n : 1)) > 2e-6) fprintf(stderr, "lat %d vbits %d mode %d isa %d tok %d err %g y0 %g ref %g\n", E->h.lat, w.vbits, mode, isa, n_tok, sqrt(d / (n > 0 ? n : 1)), y[0], yref[0]);
+            if (sqrt(d / (n > 0 ? n : 1)) > 2e-6) fprintf(stderr, "lat %d vbits %d mode %d isa %d tok %d err %g y0 %g ref %g\n", w.lat, w.vbits, mode, isa, n_tok, sqrt(d / (n > 0 ? n : 1)), y[0], yref[0]);
             assert_true(sqrt(d / (n > 0 ? n : 1)) <= 2e-6);
         }
     }
@@ -100,14 +108,15 @@ static uint32_t check_products(enc_t *E, int vbits, int n_tok, uint64_t seed, do
     float *row = malloc(sizeof(float) * cols);
     for (int64_t r = 0; r < rows; r++) {
         kvq_hqx_row_f32(&w, r, row);
-        assert_memory_equal(row, E->w + r * cols, sizeof(float) * cols);
+        assert_memory_equal(row, Wd + r * cols, sizeof(float) * cols);
     }
     free(row);
     uint32_t n_esc = w.esc_row[rows];
     // memory held: the arrays the layout promises, nothing else
     size_t n = (size_t)(rows * w.cols_p);
     size_t expect = (w.vbits == 8 ? n : n / 2) + n / 8 * (size_t)kvq_hqx_planes(w.vbits) + (w.cb ? n / 64 : 0) +
-                    n / w.tile * (w.scode ? 1 : 4) + (w.scode ? 1024 : 0) + (size_t)(rows + 1) * 4 + (size_t)n_esc * 4;
+                    n / w.tile * (w.scode ? 1 : 4) + (w.scode ? 1024 : 0) + (w.zero ? n / w.tile * 4 : 0) +
+                    (size_t)(rows + 1) * 4 + (size_t)n_esc * 4;
     assert_int_equal(kvq_hqx_bytes(&w), expect);
     kvq_hqx_free(&w);
     free(x); free(yr); free(buf); free(act); free(y); free(yref);
@@ -191,6 +200,60 @@ static void test_zero_tiles(void **state) {
     free(x);
 }
 
+// RTN tensors run on the same kernels without rotation: every width the layout takes
+// (1..7 bits), groups of 64 and 128, padded widths; 8 bits and odd groups are refused.
+static void test_rtn(void **state) {
+    (void)state;
+    const int bits[] = {2, 3, 4, 5, 7};
+    const int64_t widths[] = {256, 300};
+    for (int b = 0; b < 5; b++)
+        for (int wi = 0; wi < 2; wi++)
+            for (int g = 64; g <= 128; g += 64) {
+                int64_t rows = 13, cols = widths[wi];
+                float *x = gauss_matrix(rows, cols, 90 + b);
+                char spec[32];
+                snprintf(spec, sizeof spec, "%d:g%d", bits[b], g);
+                json_t *cfg = NULL;
+                kvq_err err = {0};
+                assert_int_equal(kvq_codec_find("rtn")->parse(spec, &cfg, &err), KVQ_OK);
+                kvq_codec_input in = {NULL, x, rows, cols, 1, 1};
+                kvq_encoded e;
+                assert_int_equal(kvq_codec_find("rtn")->encode(cfg, &in, &e, &err), KVQ_OK);
+                kvq_blob_view v[KVQ_MAX_BLOBS];
+                for (int i = 0; i < e.n_blob; i++) v[i] = (kvq_blob_view){e.blob[i].role, e.blob[i].data, e.blob[i].size};
+                float *Wd = malloc(sizeof(float) * rows * cols);
+                assert_int_equal(kvq_codec_find("rtn")->decode(e.params, v, e.n_blob, rows, cols, Wd, &err), KVQ_OK);
+                kvq_hqx w;
+                assert_int_equal(kvq_rtn_pack(e.params, v, e.n_blob, rows, cols, &w, &err), KVQ_OK);
+                assert_int_equal(w.vbits, bits[b] < 4 ? 4 : bits[b]);
+                check_packed(w, Wd, 1, 5, 0.03);
+                assert_int_equal(kvq_rtn_pack(e.params, v, e.n_blob, rows, cols, &w, &err), KVQ_OK);
+                check_packed(w, Wd, 6, 6, 0.03);
+                free(Wd);
+                kvq_encoded_free(&e);
+                json_decref(cfg);
+                free(x);
+            }
+    // 8 bits and a group of 32 have no layout
+    const char *bad[] = {"8:g128", "4:g32", "4:g96"};
+    for (int i = 0; i < 3; i++) {
+        float *x = gauss_matrix(4, 192, 3);
+        json_t *cfg = NULL;
+        kvq_err err = {0};
+        assert_int_equal(kvq_codec_find("rtn")->parse(bad[i], &cfg, &err), KVQ_OK);
+        kvq_codec_input in = {NULL, x, 4, 192, 1, 1};
+        kvq_encoded e;
+        assert_int_equal(kvq_codec_find("rtn")->encode(cfg, &in, &e, &err), KVQ_OK);
+        kvq_blob_view v[KVQ_MAX_BLOBS];
+        for (int k = 0; k < e.n_blob; k++) v[k] = (kvq_blob_view){e.blob[k].role, e.blob[k].data, e.blob[k].size};
+        kvq_hqx w;
+        assert_int_equal(kvq_rtn_pack(e.params, v, e.n_blob, 4, 192, &w, &err), KVQ_ERR_UNSUPPORTED);
+        kvq_encoded_free(&e);
+        json_decref(cfg);
+        free(x);
+    }
+}
+
 static void test_refusals(void **state) {
     (void)state;
     float *x = gauss_matrix(8, 128, 78);
@@ -226,7 +289,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_lattice_and_rate), cmocka_unit_test(test_escapes_and_heavy_tails),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refusals),    cmocka_unit_test(test_rtn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,7 +20,8 @@ static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t kvq_hqx_act_bytes(const kvq_hqx *w) {
     size_t cp = (size_t)w->cols_p, nt = cp / (size_t)w->tile;
-    return al64(cp * 4) + al64(cp) + al64(nt * 4) + al64(cp / 8 * 4) + al64(nt * 4) + al64(nt * 32) + al64(cp);
+    return al64(cp * 4) + al64(cp) + al64(nt * 4) + al64(cp / 8 * 4) + al64(nt * 4) + al64(nt * 32) + al64(cp) +
+           al64(nt * 4);
 }
 
 void kvq_hqx_act_init(const kvq_hqx *w, void *buf, kvq_hqx_act *a) {
@@ -32,17 +33,24 @@ void kvq_hqx_act_init(const kvq_hqx *w, void *buf, kvq_hqx_act *a) {
     a->s8 = (int32_t *)p, p += al64(cp / 8 * 4);
     a->zt = (int32_t *)p, p += al64(nt * 4);
     a->zl = (int32_t *)p, p += al64(nt * 32);
-    a->xp = (int8_t *)p;
+    a->xp = (int8_t *)p, p += al64(cp);
+    a->xs = (float *)p;
 }
 
 // Offset added to stored values (nibble: v + 8; byte: v + 128).
-static inline int hqx_off(const kvq_hqx *w) { return kvq_hqx_off(w->vbits); }
+static inline int hqx_off(const kvq_hqx *w) { return w->rotate ? kvq_hqx_off(w->vbits) : 0; }
 
 void kvq_hqx_prep(const kvq_hqx *w, const float *x, kvq_hqx_act *a) {
     const int T = w->tile, m = kvq_hqx_mult(w->lat), off = hqx_off(w);
     const int64_t tpr = w->cols_p / T;
     for (int64_t j = 0; j < tpr; j++) {
         float *xr = a->xr + j * T;
+        if (!w->rotate) {
+            for (int i = 0; i < T; i++) xr[i] = j * T + i < w->cols ? x[j * T + i] : 0.0f;
+            float xs = 0.0f;
+            for (int i = 0; i < T; i++) xs += xr[i];
+            a->xs[j] = xs;
+        } else {
         for (int wd = 0; wd < T / 64; wd++) {
             uint64_t bits = kvq_hq_sign_word(w->seed, (uint64_t)j, (uint64_t)wd);
             for (int i = 0; i < 64; i++) {
@@ -52,6 +60,8 @@ void kvq_hqx_prep(const kvq_hqx *w, const float *x, kvq_hqx_act *a) {
             }
         }
         kvq_wht(xr, T);
+        a->xs[j] = 0.0f;
+        }
         if (w->lat == KVQ_HQ_LAT_A2)
             for (int i = 0; i < T; i += 2) xr[i] *= KVQ_HQ_SQRT3_F;
         float amax = 0.0f;
@@ -167,6 +177,7 @@ static void hqx_row_ref(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int
                     d += (float)c * a->xr[j * T + i];
                 }
                 acc += kvq_hqx_scale(w, t) * d;
+                if (w->zero) acc += w->zero[t] * a->xs[j];
             } else {
                 int32_t d = a->zt[j];
                 for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) // escapes of this tile
@@ -177,6 +188,7 @@ static void hqx_row_ref(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int
                     for (int v = 0; v < T / 8; v++)
                         if (hqx_cb(w, g0 + 8 * v)) d += a->s8[(j * T) / 8 + v];
                 acc += kvq_hqx_scale(w, t) * (a->sx[j] * (float)d);
+                if (w->zero) acc += w->zero[t] * a->xs[j];
             }
         }
         y[k * ldy + r] = mode == KVQ_HQX_EXACT ? acc + hqx_escapes(w, r, a, mode) : acc;
@@ -223,7 +235,8 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
                 d[k] += s;
             }
         }
-        for (int k = 0; k < n_tok && k < 4; k++) y[k * ldy + r] += kvq_hqx_scale(w, t) * d[k];
+        for (int k = 0; k < n_tok && k < 4; k++)
+            y[k * ldy + r] += kvq_hqx_scale(w, t) * d[k] + (w->zero ? w->zero[t] * act[k].xs[j] : 0.0f);
     }
 }
 #pragma GCC pop_options
@@ -295,6 +308,7 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
     uint32_t e = w->esc_row[r];                                                                 \
     const uint32_t e1 = w->esc_row[r + 1];                                                      \
     __m256 facc[4];                                                                             \
+    float zacc[4] = {0, 0, 0, 0};                                                               \
     const int8_t *xk[4];                                                                        \
     const int32_t *sk[4];                                                                       \
     _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) {                                      \
@@ -331,9 +345,10 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
             if (use_zl) d = _mm256_add_epi32(d, _mm256_loadu_si256((const __m256i *)(act[k0 + k].zl + 8 * j))); \
             d = _mm256_add_epi32(d, _mm256_zextsi128_si256(_mm_cvtsi32_si128(es[k])));          \
             facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(ws * act[k0 + k].sx[j]), facc[k]); \
+            if (w->zero) zacc[k] += w->zero[t] * act[k0 + k].xs[j];                             \
         }                                                                                       \
     }                                                                                           \
-    _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) y[(k0 + k) * ldy + r] = HQX_HSUM8(facc[k]);
+    _Pragma("GCC unroll 4") for (int k = 0; k < NB; k++) y[(k0 + k) * ldy + r] = HQX_HSUM8(facc[k]) + zacc[k];
 
 // AVX2: u8·s8 pairs summed in int16 (|u| ≤ 15: no saturation), pairs of int16 into int32.
 #define AVX2_DOT(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
@@ -424,6 +439,10 @@ HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const k
         const __m128 sc = _mm_setr_ps(kvq_hqx_scale(w, (r0 + 0) * tpr + j), kvq_hqx_scale(w, (r0 + 1) * tpr + j),
                                       kvq_hqx_scale(w, (r0 + 2) * tpr + j), kvq_hqx_scale(w, (r0 + 3) * tpr + j));
         facc = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(sc, _mm_set1_ps(a->sx[j])), facc);
+        if (w->zero)
+            facc = _mm_fmadd_ps(_mm_setr_ps(w->zero[(r0 + 0) * tpr + j], w->zero[(r0 + 1) * tpr + j],
+                                            w->zero[(r0 + 2) * tpr + j], w->zero[(r0 + 3) * tpr + j]),
+                                _mm_set1_ps(a->xs[j]), facc);
     }
     float out[4];
     _mm_storeu_ps(out, facc);
@@ -516,6 +535,10 @@ void kvq_hqx_row_f32(const kvq_hqx *w, int64_t r, float *out) {
         if (n <= 0) break;
         hqx_tile_codes(w, t, c0, c, &e, e1);
         const float s = kvq_hqx_scale(w, t);
+        if (!w->rotate) { // RTN: q·scale + zero, the decoder's expression
+            for (int i = 0; i < n; i++) out[c0 + i] = (float)c[i] * s + w->zero[t];
+            continue;
+        }
         if (s == 0.0f) { memset(out + c0, 0, sizeof(float) * (size_t)n); continue; }
         if (w->lat == KVQ_HQ_LAT_A2) { // as the decoder: √3·H·(ny part) + H·(nx part), exact integers
             for (int i = 0; i < T; i += 2) { b[i] = c[i]; b[i + 1] = 0; c[i] = 0; }
@@ -557,6 +580,7 @@ size_t kvq_hqx_bytes(const kvq_hqx *w) {
     size_t n = (size_t)(w->rows * w->cols_p);
     return n * (w->vbits == 8 ? 2 : 1) / 2 + n / 8 * (size_t)kvq_hqx_planes(w->vbits) + (w->cb ? n / 64 : 0) +
            n / (size_t)w->tile * (w->scode ? 1 : sizeof(float)) + (w->scode ? sizeof w->lut : 0) +
+           (w->zero ? n / (size_t)w->tile * sizeof(float) : 0) +
            (size_t)(w->rows + 1) * 4 + (size_t)w->esc_row[w->rows] * 4;
 }
 
@@ -567,6 +591,7 @@ void kvq_hqx_free(kvq_hqx *w) {
     free(w->scale);
     free(w->scode);
     free(w->hb);
+    free(w->zero);
     free(w->esc_row);
     free(w->esc);
     memset(w, 0, sizeof *w);

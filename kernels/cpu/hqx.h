@@ -25,6 +25,7 @@ typedef struct {
     int32_t *zl;    // (cols_p / T, 8) zt split over the 8 lanes of the SIMD paths (lane l holds
                     // coordinates 4l..4l+3 and 32+4l..32+4l+3 of every chunk), so no lane
                     // carries a large offset that cancels only after float conversion
+    float *xs;      // (cols_p / T) Σ xr over the tile (RTN zero points)
     int8_t *xp;     // (cols_p) xq permuted per 128 coordinates for the 512-bit decode path:
                     // [0..31], [64..95], [32..63], [96..127] (so one 64-byte nibble load pairs
                     // with xp[0..63] for its low nibbles and xp[64..127] for its high ones)

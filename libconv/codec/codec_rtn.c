@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/hqx.h"
 #include "libconv/codec/codec.h"
+#include "libconv/codec/rtn.h"
 #include "libconv/quant/rice.h"
 
 static kvq_status rtn_parse(const char *args, json_t **cfg, kvq_err *err) {
@@ -118,3 +120,60 @@ const kvq_codec_traits kvq_codec_rtn = {
     .encode = rtn_encode,
     .decode = rtn_decode,
 };
+
+// ---- execution layout (kernels/hq_layout.h, rotate = 0): the codes as nibbles (plus bit
+// planes for 5..7 bits), scale and zero per group; products run on the hqx kernels.
+
+kvq_status kvq_rtn_pack(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows, int64_t cols,
+                        kvq_hqx *out, kvq_err *err) {
+    memset(out, 0, sizeof *out);
+    json_t *jb = json_object_get(params, "bits"), *jg = json_object_get(params, "group");
+    if (json_integer_value(json_object_get(params, "v")) != 1 || !json_is_integer(jb) || !json_is_integer(jg))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "rtn: missing or unknown params");
+    int bits = (int)json_integer_value(jb);
+    int64_t g = json_integer_value(jg);
+    if (bits < 1 || bits > 7 || g % KVQ_HQX_CHUNK || g < KVQ_HQX_CHUNK || g > KVQ_HQ_MAX_TILE || cols < 1 ||
+        ((cols + g - 1) / g) * g >= ((int64_t)1 << KVQ_HQX_ESC_COL_BITS))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "rtn: no execution layout for %d bits in groups of %lld",
+                           bits, (long long)g);
+    const int64_t gpr = (cols + g - 1) / g, numel = rows * cols, cols_p = gpr * g, n = rows * cols_p;
+    const kvq_blob_view *c = kvq_blob_find(blobs, n_blobs, "codes"), *s = kvq_blob_find(blobs, n_blobs, "scales");
+    if (!c || !s || c->size != (size_t)((numel * bits + 7) / 8) || s->size != (size_t)(rows * gpr * 4))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "rtn: codes/scales blobs missing or of the wrong size");
+    const int vbits = bits < 4 ? 4 : bits, np = kvq_hqx_planes(vbits);
+    out->lat = KVQ_HQ_LAT_Z;
+    out->rotate = 0;
+    out->tile = (int)g;
+    out->vbits = vbits;
+    out->rows = rows;
+    out->cols = cols;
+    out->cols_p = cols_p;
+    out->q = calloc((size_t)n / 2, 1);
+    out->hb = np ? calloc((size_t)n / 64 * (size_t)np, 8) : NULL;
+    out->scale = malloc(sizeof(float) * (size_t)(rows * gpr));
+    out->zero = malloc(sizeof(float) * (size_t)(rows * gpr));
+    out->esc_row = calloc((size_t)rows + 1, 4);
+    if (!out->q || (np && !out->hb) || !out->scale || !out->zero || !out->esc_row) {
+        kvq_hqx_free(out);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "rtn: out of memory for the execution layout (%lld weights)", (long long)n);
+    }
+    const uint8_t *cb = c->data, *sb = s->data;
+    const uint32_t mask = (1u << bits) - 1u;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t j = 0; j < gpr; j++) {
+            const uint8_t *p = sb + 4 * (r * gpr + j);
+            out->scale[r * gpr + j] = kvq_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+            out->zero[r * gpr + j] = kvq_f16_to_f32((uint16_t)(p[2] | p[3] << 8));
+        }
+        for (int64_t i = 0; i < cols; i++) {
+            uint64_t bit = (uint64_t)(r * cols + i) * (uint64_t)bits;
+            uint32_t v = cb[bit >> 3] | (((bit & 7) + (uint64_t)bits > 8) ? (uint32_t)cb[(bit >> 3) + 1] << 8 : 0);
+            uint32_t q = (v >> (bit & 7)) & mask;
+            int64_t gi = (r * cols_p + i) / 64, b = (r * cols_p + i) % 64;
+            out->q[gi * 32 + (b & 31)] |= (uint8_t)((q & 15) << (b < 32 ? 0 : 4));
+            for (int pl = 0; pl < np; pl++) out->hb[gi * np + pl] |= (uint64_t)((q >> (4 + pl)) & 1) << b;
+        }
+    }
+    return KVQ_OK;
+}

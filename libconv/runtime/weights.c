@@ -15,6 +15,7 @@
 #include "formats/kvqfile.h"
 #include "libconv/codec/codec.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
+#include "libconv/codec/rtn.h"
 
 typedef struct {
     const char *name;
@@ -254,15 +255,20 @@ kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, k
     if (!w->kf) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': a source checkpoint holds no codes", name);
     const json_t *r = find_rec(w, name);
     const char *cname = json_string_value(json_object_get(json_object_get(r, "codec"), "name"));
-    if (!cname || strcmp(cname, "hyperquant"))
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': not a HyperQuant tensor", name);
+    int hq = cname && !strcmp(cname, "hyperquant"), rtn = cname && !strcmp(cname, "rtn");
+    if (!hq && !rtn)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': codec '%s' has no execution layout", name,
+                           cname ? cname : "(none)");
     const char *path = kvq_file_path(w->kf);
     rec_view rv;
     kvq_status s = rec_blobs(w, name, &rv, err);
     if (s != KVQ_OK) return s;
-    kvq_hq_header h;
-    s = kvq_hq_header_parse(json_object_get(rv.codec, "params"), rv.rows, rv.cols, &h, err);
-    if (s == KVQ_OK) s = kvq_hq_pack(&h, rv.v, rv.nv, 0, 0, out, err);
+    if (rtn) s = kvq_rtn_pack(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, out, err);
+    else {
+        kvq_hq_header h;
+        s = kvq_hq_header_parse(json_object_get(rv.codec, "params"), rv.rows, rv.cols, &h, err);
+        if (s == KVQ_OK) s = kvq_hq_pack(&h, rv.v, rv.nv, 0, 0, out, err);
+    }
     release_blobs(w, &rv);
     if (s != KVQ_OK) kvq_err_prefix(err, "%s: tensor '%s'", path, name);
     return s;

@@ -109,6 +109,7 @@ static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const u
     const int64_t n_groups = (n_tiles + KVQ_HQ_GROUP_TILES - 1) / KVQ_HQ_GROUP_TILES;
     memset(w, 0, sizeof *w);
     w->lat = h->lat;
+    w->rotate = 1;
     w->tile = h->tile;
     w->vbits = vbits;
     w->rows = h->rows;
