@@ -2,6 +2,7 @@
 // point of kernels/cuda/hq_decode.h reports "built without CUDA", so the GPU suites
 // (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) still link and skip.
 #include "kernels/cuda/hq_decode.h"
+#include "kernels/cuda/hqx.h"
 
 #define NO_CUDA(err) kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "built without CUDA (nvcc not found at build time)")
 
@@ -32,3 +33,12 @@ kvq_status kvq_cuda_copy(void *dst, const void *src, size_t size, int to_device,
 kvq_status kvq_cuda_memset(void *d, int byte, size_t size, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_sync(kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_copy_bandwidth(size_t size, int reps, double *bps, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, kvq_err *err) {
+    *out = NULL;
+    return NO_CUDA(err);
+}
+void kvq_cuda_hqx_free(kvq_cuda_hqx *t) { (void)t; }
+size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t) { return 0; }
+kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, double *ms, kvq_err *err) { return NO_CUDA(err); }

@@ -1,0 +1,281 @@
+// y = W·x from the hqx execution layout on the GPU (see hqx.h, kernels/hq_layout.h).
+// Rotation: one block per tile column, T threads, the CPU's butterfly order (stride 1, 2,
+// 4, ...) so xr equals kvq_hqx_prep's floats. Product: one warp per row; per step the warp
+// covers 512 coordinates (8 chunks of 64): lane l takes chunk l/4 and the 8 low-nibble and 8
+// high-nibble coordinates at byte offset 8·(l%4), so a step reads 256 contiguous bytes of
+// nibbles (plus the chunks' bit-plane words and coset bytes). Float accumulation.
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <vector>
+
+extern "C" {
+#include "formats/error.h"
+}
+#include "kernels/cuda/hqx.h"
+
+struct kvq_cuda_hqx {
+    kvq_hqx h;           // host copy of the scalars; array pointers below are device pointers
+    uint8_t *q, *cb, *scode;
+    uint64_t *hb;
+    float *scale, *lut, *zero, *xr, *xs;
+    uint32_t *esc_row, *esc;
+    size_t bytes;
+};
+
+static kvq_status cu_fail(kvq_err *err, cudaError_t e, const char *what) {
+    return kvq_err_set(err, e == cudaErrorMemoryAllocation ? KVQ_ERR_NOMEM : KVQ_ERR_IO, "cuda: %s: %s", what,
+                       cudaGetErrorString(e));
+}
+#define CU_TRY(call)                                                   \
+    do {                                                               \
+        cudaError_t e_ = (call);                                       \
+        if (e_ != cudaSuccess) return cu_fail(err, e_, #call);        \
+    } while (0)
+#define CU_LAUNCHED(name)                                              \
+    do {                                                               \
+        cudaError_t e_ = cudaGetLastError();                           \
+        if (e_ != cudaSuccess) return cu_fail(err, e_, "launch " name); \
+    } while (0)
+
+struct Dev {
+    const uint8_t *q, *cb, *scode;
+    const uint64_t *hb;
+    const float *scale, *lut, *zero, *xr, *xs;
+    const uint32_t *esc_row, *esc;
+    int64_t rows, cols, cols_p;
+    int T, vbits, np, off, m, e8, rotate, a2;
+    uint64_t seed;
+};
+
+// ---- rotation: xr = g ⊙ H_T·(d_j ⊙ x_j) per tile column (rotate), or xr = x and the tile
+// sums xs (RTN zero points)
+__global__ void hqx_rotate(Dev d, const float *__restrict__ x, float *__restrict__ xr, float *__restrict__ xs) {
+    extern __shared__ float s[];
+    const int j = blockIdx.x, i = threadIdx.x, T = d.T;
+    const int64_t col = (int64_t)j * T + i;
+    float v = col < d.cols ? x[col] : 0.0f;
+    if (d.rotate) {
+        uint64_t bits = kvq_hq_sign_word(d.seed, (uint64_t)j, (uint64_t)(i / 64));
+        if ((bits >> (i % 64)) & 1) v = -v;
+        s[i] = v;
+        __syncthreads();
+        for (int h = 1; h < T; h <<= 1) {
+            float a = 0.0f, b = 0.0f;
+            const bool top = (i & h) == 0;
+            if (top) { a = s[i]; b = s[i + h]; }
+            __syncthreads();
+            if (top) { s[i] = __fadd_rn(a, b); s[i + h] = __fsub_rn(a, b); }
+            __syncthreads();
+        }
+        v = s[i];
+        if (d.a2 && !(i & 1)) v = __fmul_rn(v, KVQ_HQ_SQRT3_F);
+        xr[col] = v;
+    } else {
+        xr[col] = v;
+        s[i] = v;
+        __syncthreads();
+        if (i == 0) { // the CPU's order: a plain left-to-right sum
+            float t = 0.0f;
+            for (int k = 0; k < T; k++) t = __fadd_rn(t, s[k]);
+            xs[j] = t;
+        }
+    }
+}
+
+__device__ __forceinline__ float tile_scale(const Dev &d, int64_t t) {
+    return d.scode ? d.lut[d.scode[t]] : d.scale[t];
+}
+
+// ---- product: one warp per row
+__global__ void __launch_bounds__(128) hqx_gemv(Dev d, float *__restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (row >= d.rows) return;
+    const int64_t cpr = d.cols_p / 64, tpr = d.cols_p / d.T; // chunks, tiles per row
+    const int ch8 = lane >> 2, b0 = 8 * (lane & 3);
+    float acc = 0.0f;
+#pragma unroll 2
+    for (int64_t c0 = 0; c0 < cpr; c0 += 8) {
+        const int64_t cr = c0 + ch8;
+        if (cr >= cpr) continue;
+        const int64_t g = row * cpr + cr;
+        uint8_t by[8], hi8[8];
+        if (d.vbits == 8) {
+            const uint2 lo = __ldg((const uint2 *)(d.q + g * 64 + b0)), hi = __ldg((const uint2 *)(d.q + g * 64 + 32 + b0));
+            memcpy(by, &lo, 8);
+            memcpy(hi8, &hi, 8);
+        } else {
+            const uint2 nb = __ldg((const uint2 *)(d.q + g * 32 + b0));
+            uint8_t raw[8];
+            memcpy(raw, &nb, 8);
+#pragma unroll
+            for (int k = 0; k < 8; k++) { by[k] = raw[k] & 15; hi8[k] = raw[k] >> 4; }
+            for (int p = 0; p < d.np; p++) {
+                const uint64_t wd = __ldg(d.hb + g * d.np + p);
+                const uint32_t bl = (uint32_t)(wd >> b0) & 0xff, bh = (uint32_t)(wd >> (b0 + 32)) & 0xff;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    by[k] |= (uint8_t)(((bl >> k) & 1) << (4 + p));
+                    hi8[k] |= (uint8_t)(((bh >> k) & 1) << (4 + p));
+                }
+            }
+        }
+        int cbl = 0, cbh = 0;
+        if (d.e8) {
+            const uint32_t cbb = __ldg(d.cb + g);
+            cbl = (cbb >> (b0 / 8)) & 1;
+            cbh = (cbb >> (4 + b0 / 8)) & 1;
+        }
+        const float *xl = d.xr + cr * 64 + b0, *xh = xl + 32;
+        const float4 xa = __ldg((const float4 *)xl), xb = __ldg((const float4 *)(xl + 4));
+        const float4 xc = __ldg((const float4 *)xh), xd = __ldg((const float4 *)(xh + 4));
+        const float xv[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w,
+                              xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
+        float part = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            part = fmaf((float)(d.m * ((int)by[k] - d.off) + cbl), xv[k], part);
+            part = fmaf((float)(d.m * ((int)hi8[k] - d.off) + cbh), xv[8 + k], part);
+        }
+        const int64_t jt = (cr * 64) / d.T, t = row * tpr + jt;
+        acc = fmaf(tile_scale(d, t), part, acc);
+        if (d.zero && b0 == 0 && (cr * 64) % d.T == 0) acc = fmaf(d.zero[t], d.xs[jt], acc);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) {
+        for (uint32_t e = d.esc_row[row]; e < d.esc_row[row + 1]; e++) {
+            const uint32_t col = kvq_hqx_esc_col(d.esc[e]);
+            acc = fmaf(tile_scale(d, row * tpr + col / d.T), (float)(d.m * kvq_hqx_esc_delta(d.esc[e])) * d.xr[col], acc);
+        }
+        y[row] = acc;
+    }
+}
+
+// ---- host side
+
+template <typename T> static kvq_status up(T **dst, const T *src, size_t n, size_t *bytes, kvq_err *err) {
+    *dst = NULL;
+    if (!src || !n) return KVQ_OK;
+    CU_TRY(cudaMalloc((void **)dst, n * sizeof(T)));
+    CU_TRY(cudaMemcpy(*dst, src, n * sizeof(T), cudaMemcpyHostToDevice));
+    *bytes += n * sizeof(T);
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, kvq_err *err) {
+    *out = NULL;
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: no device");
+    if (w->tile % 64 || w->tile > 1024 || w->cols_p % w->tile)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: hqx tile %d not supported", w->tile);
+    kvq_cuda_hqx *t = (kvq_cuda_hqx *)calloc(1, sizeof *t);
+    if (!t) return kvq_err_set(err, KVQ_ERR_NOMEM, "cuda: out of memory");
+    t->h = *w;
+    const size_t n = (size_t)(w->rows * w->cols_p), tiles = n / (size_t)w->tile;
+    const int np = kvq_hqx_planes(w->vbits);
+    kvq_status s = KVQ_OK;
+    size_t b = 0;
+    if (!s) s = up(&t->q, w->q, w->vbits == 8 ? n : n / 2, &b, err);
+    if (!s) s = up(&t->hb, w->hb, n / 64 * (size_t)np, &b, err);
+    if (!s) s = up(&t->cb, w->cb, w->cb ? n / 64 : 0, &b, err);
+    if (!s) s = up(&t->scode, w->scode, w->scode ? tiles : 0, &b, err);
+    if (!s) s = up(&t->lut, w->scode ? w->lut : NULL, 256, &b, err);
+    if (!s) s = up(&t->scale, w->scale, w->scale ? tiles : 0, &b, err);
+    if (!s) s = up(&t->zero, w->zero, w->zero ? tiles : 0, &b, err);
+    if (!s) s = up(&t->esc_row, w->esc_row, (size_t)w->rows + 1, &b, err);
+    if (!s) s = up(&t->esc, w->esc, w->esc_row[w->rows], &b, err);
+    t->bytes = b;
+    if (!s) {
+        cudaError_t e = cudaMalloc((void **)&t->xr, sizeof(float) * (size_t)w->cols_p);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&t->xs, sizeof(float) * (size_t)(w->cols_p / w->tile));
+        if (e != cudaSuccess) s = cu_fail(err, e, "cudaMalloc(scratch)");
+    }
+    if (s) { kvq_cuda_hqx_free(t); return s; }
+    *out = t;
+    return KVQ_OK;
+}
+
+extern "C" void kvq_cuda_hqx_free(kvq_cuda_hqx *t) {
+    if (!t) return;
+    void *p[] = {t->q, t->hb, t->cb, t->scode, t->lut, t->scale, t->zero, t->esc_row, t->esc, t->xr, t->xs};
+    for (void *x : p)
+        if (x) cudaFree(x);
+    free(t);
+}
+
+extern "C" size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t) { return t ? t->bytes : 0; }
+
+static Dev dev_of(const kvq_cuda_hqx *t) {
+    Dev d;
+    d.q = t->q; d.cb = t->cb; d.scode = t->scode; d.hb = t->hb;
+    d.scale = t->scale; d.lut = t->lut; d.zero = t->zero; d.xr = t->xr; d.xs = t->xs;
+    d.esc_row = t->esc_row; d.esc = t->esc;
+    d.rows = t->h.rows; d.cols = t->h.cols; d.cols_p = t->h.cols_p;
+    d.T = t->h.tile; d.vbits = t->h.vbits; d.np = kvq_hqx_planes(t->h.vbits);
+    d.off = t->h.rotate ? kvq_hqx_off(t->h.vbits) : 0;
+    d.m = kvq_hqx_mult(t->h.lat); d.e8 = t->h.lat == KVQ_HQ_LAT_E8;
+    d.rotate = t->h.rotate; d.a2 = t->h.lat == KVQ_HQ_LAT_A2; d.seed = t->h.seed;
+    return d;
+}
+
+extern "C" kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, kvq_err *err) {
+    Dev d = dev_of(t);
+    const int T = t->h.tile;
+    hqx_rotate<<<(unsigned)(t->h.cols_p / T), T, sizeof(float) * T>>>(d, d_x, t->xr, t->xs);
+    CU_LAUNCHED("hqx_rotate");
+    hqx_gemv<<<(unsigned)((t->h.rows + 3) / 4), 128>>>(d, d_y);
+    CU_LAUNCHED("hqx_gemv");
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, kvq_err *err) {
+    float *dx = NULL, *dy = NULL;
+    kvq_status s = KVQ_OK;
+    cudaError_t e = cudaMalloc((void **)&dx, sizeof(float) * (size_t)t->h.cols);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&dy, sizeof(float) * (size_t)t->h.rows);
+    if (e == cudaSuccess) e = cudaMemcpy(dx, h_x, sizeof(float) * (size_t)t->h.cols, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) s = cu_fail(err, e, "matvec_host setup");
+    if (!s) s = kvq_cuda_hqx_matvec(t, dx, dy, err);
+    if (!s) {
+        e = cudaMemcpy(h_y, dy, sizeof(float) * (size_t)t->h.rows, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) s = cu_fail(err, e, "matvec_host copy back");
+    }
+    if (dx) cudaFree(dx);
+    if (dy) cudaFree(dy);
+    return s;
+}
+
+extern "C" kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, double *ms, kvq_err *err) {
+    float *dx = NULL, *dy = NULL;
+    CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * (size_t)t->h.cols));
+    CU_TRY(cudaMalloc((void **)&dy, sizeof(float) * (size_t)t->h.rows));
+    CU_TRY(cudaMemset(dx, 0, sizeof(float) * (size_t)t->h.cols));
+    cudaEvent_t a, b;
+    CU_TRY(cudaEventCreate(&a));
+    CU_TRY(cudaEventCreate(&b));
+    std::vector<float> tv;
+    kvq_status s = KVQ_OK;
+    for (int r = 0; r < reps + 3 && !s; r++) {
+        cudaEventRecord(a);
+        s = kvq_cuda_hqx_matvec(t, dx, dy, err);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float f = 0.0f;
+        cudaEventElapsedTime(&f, a, b);
+        if (r >= 3) tv.push_back(f); // warm-up first
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(dx);
+    cudaFree(dy);
+    if (s) return s;
+    std::sort(tv.begin(), tv.end());
+    *ms = tv.empty() ? 0.0 : tv[tv.size() / 2];
+    return KVQ_OK;
+}

@@ -1,0 +1,92 @@
+// GPU benchmark of products from the hqx execution layout (kernels/cuda/hqx_matvec.cu):
+// per shape, random Gaussian weights quantized with HyperQuant E8 4.0 / 3.0 and RTN 4 g128,
+// packed as the runtime packs them, one-token GEMV timed by CUDA events (median of 50),
+// beside the device's copy bandwidth. Prints one row per shape and codec: ms, bytes read,
+// GB/s and the fraction of copy bandwidth. tests/bench/cuda_hqx_peer.py times torch's bf16
+// GEMV on the same shapes (run both in one call).
+// usage: cuda_hqx [ROWSxCOLS ...]   (default: Llama-3-8B's layer shapes and 8192², 16384²)
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/hq_decode.h"
+#include "kernels/cuda/hqx.h"
+#include "libconv/codec/hyperquant/hq_pack.h"
+#include "libconv/codec/rtn.h"
+#include "tests/testrng.h"
+
+static int pack_one(const char *codec, const float *x, int64_t rows, int64_t cols, kvq_hqx *w, double *stored_bits) {
+    kvq_err err = {0};
+    kvq_encoded e;
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    kvq_status s;
+    if (!strncmp(codec, "hyperquant:", 11)) {
+        kvq_lattice l;
+        char lat[8] = "";
+        double bps = 0;
+        if (sscanf(codec + 11, "%2[a-z0-9]:%lf", lat, &bps) != 2 || kvq_lattice_parse(lat, &l)) return -1;
+        kvq_hq_opts o = kvq_hq_opts_default(l, bps);
+        kvq_codec_input in = {NULL, x, rows, cols, 1, 0};
+        kvq_hq_header h;
+        if ((s = kvq_hq_encode(&o, &in, &e, NULL, NULL, &err)) || (s = kvq_hq_header_parse(e.params, rows, cols, &h, &err))) {
+            fprintf(stderr, "%s: %s\n", codec, err.msg);
+            return -1;
+        }
+        for (int i = 0; i < e.n_blob; i++) v[i] = (kvq_blob_view){e.blob[i].role, e.blob[i].data, e.blob[i].size};
+        s = kvq_hq_pack(&h, v, e.n_blob, 0, 0, w, &err);
+    } else {
+        const kvq_codec_traits *c = kvq_codec_find("rtn");
+        json_t *cfg = NULL;
+        kvq_codec_input in = {NULL, x, rows, cols, 1, 0};
+        if ((s = c->parse(codec + 4, &cfg, &err)) || (s = c->encode(cfg, &in, &e, &err))) {
+            fprintf(stderr, "%s: %s\n", codec, err.msg);
+            return -1;
+        }
+        json_decref(cfg);
+        for (int i = 0; i < e.n_blob; i++) v[i] = (kvq_blob_view){e.blob[i].role, e.blob[i].data, e.blob[i].size};
+        s = kvq_rtn_pack(e.params, v, e.n_blob, rows, cols, w, &err);
+    }
+    *stored_bits = 8.0 * (double)kvq_encoded_bytes(&e) / (double)(rows * cols);
+    kvq_encoded_free(&e);
+    if (s) { fprintf(stderr, "%s: pack: %s\n", codec, err.msg); return -1; }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    char why[256] = "", name[256] = "";
+    if (kvq_cuda_device_count(why, sizeof why) <= 0) { printf("cuda_hqx: skipped: %s\n", why); return 0; }
+    kvq_cuda_device_name(name, sizeof name);
+    kvq_err err = {0};
+    double bw = 0;
+    if (kvq_cuda_copy_bandwidth((size_t)1 << 30, 20, &bw, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    printf("device: %s; copy bandwidth %.0f GB/s (1 GiB device-to-device, read+write)\n", name, bw / 1e9);
+    const char *def[] = {"4096x4096", "1024x4096", "14336x4096", "4096x14336", "8192x8192", "16384x16384"};
+    int ns = argc > 1 ? argc - 1 : 6;
+    const char *codecs[] = {"hyperquant:e8:4.0", "hyperquant:e8:3.0", "rtn:4:g128"};
+    printf("| shape | codec | stored bits/w | held bits/w | width | ms | GB/s | of copy BW |\n|---|---|---|---|---|---|---|---|\n");
+    for (int si = 0; si < ns; si++) {
+        const char *sh = argc > 1 ? argv[si + 1] : def[si];
+        long long rows = 0, cols = 0;
+        if (sscanf(sh, "%lldx%lld", &rows, &cols) != 2) { fprintf(stderr, "bad shape %s\n", sh); return 2; }
+        float *x = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
+        uint64_t s = 7;
+        for (long long i = 0; i < rows * cols; i++) x[i] = (float)(0.02 * gauss(&s));
+        for (int ci = 0; ci < 3; ci++) {
+            kvq_hqx w;
+            double sb = 0, ms = 0;
+            if (pack_one(codecs[ci], x, rows, cols, &w, &sb)) return 1;
+            kvq_cuda_hqx *t = NULL;
+            if (kvq_cuda_hqx_upload(&w, &t, &err) || kvq_cuda_hqx_time(t, 50, &ms, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+            double bytes = (double)kvq_cuda_hqx_bytes(t) + 4.0 * (double)(cols + rows) + 4.0 * (double)w.cols_p;
+            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.0f | %.0f %% |\n", sh, codecs[ci], sb,
+                   8.0 * (double)kvq_cuda_hqx_bytes(t) / (double)(rows * cols), w.vbits, ms, bytes / (ms * 1e-3) / 1e9,
+                   100.0 * bytes / (ms * 1e-3) / (bw / 2));
+            fflush(stdout);
+            kvq_cuda_hqx_free(t);
+            kvq_hqx_free(&w);
+        }
+        free(x);
+    }
+    return 0;
+}

@@ -1,0 +1,130 @@
+// GPU products from the hqx execution layout (kernels/cuda/hqx_matvec.cu) against the CPU
+// reference (kernels/cpu/hqx.c, exact mode, scalar path) on seeded random tensors: every
+// lattice, widths 4..8 with escapes, RTN at several widths and groups, padded columns,
+// tiles 64..256. Skips without a GPU.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels/cpu/hqx.h"
+#include "kernels/cuda/hq_decode.h"
+#include "kernels/cuda/hqx.h"
+#include "libconv/codec/hyperquant/hq_pack.h"
+#include "libconv/codec/rtn.h"
+#include "tests/testrng.h"
+
+static int have_gpu(void) {
+    char why[256] = "";
+    if (kvq_cuda_device_count(why, sizeof why) > 0) return 1;
+    fprintf(stderr, "test_cuda_hqx: skipped: %s\n", why);
+    return 0;
+}
+
+// GPU against the CPU exact reference on one packed tensor; frees w.
+static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
+    kvq_err err = {0};
+    kvq_cuda_hqx *t = NULL;
+    kvq_status st = kvq_cuda_hqx_upload(w, &t, &err);
+    if (st) fprintf(stderr, "upload: %s\n", err.msg);
+    assert_int_equal(st, KVQ_OK);
+    float *x = malloc(sizeof(float) * w->cols), *yg = malloc(sizeof(float) * w->rows), *yc = malloc(sizeof(float) * w->rows);
+    for (int64_t i = 0; i < w->cols; i++) x[i] = (float)gauss(&seed);
+    uint8_t *buf = aligned_alloc(64, kvq_hqx_act_bytes(w));
+    kvq_hqx_act a;
+    kvq_hqx_act_init(w, buf, &a);
+    kvq_hqx_prep(w, x, &a);
+    kvq_hqx_matmul(w, &a, 1, yc, w->rows, KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
+    st = kvq_cuda_hqx_matvec_host(t, x, yg, &err);
+    if (st) fprintf(stderr, "matvec: %s\n", err.msg);
+    assert_int_equal(st, KVQ_OK);
+    double num = 0, den = 0;
+    for (int64_t r = 0; r < w->rows; r++) {
+        num += ((double)yg[r] - yc[r]) * ((double)yg[r] - yc[r]);
+        den += (double)yc[r] * yc[r];
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    fprintf(stderr, "test_cuda_hqx: %-28s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
+            (long long)w->rows, (long long)w->cols, w->tile, w->vbits, rel);
+    assert_true(rel <= 1e-5);
+    kvq_cuda_hqx_free(t);
+    kvq_hqx_free(w);
+    free(x); free(yg); free(yc); free(buf);
+}
+
+static float *matrix(int64_t rows, int64_t cols, uint64_t seed) {
+    float *x = malloc(sizeof(float) * rows * cols);
+    for (int64_t r = 0; r < rows; r++) {
+        double sc = r % 7 == 3 ? 0.0 : exp(gauss(&seed));
+        for (int64_t c = 0; c < cols; c++) x[r * cols + c] = (float)(sc * (c % 97 == 5 ? 20 : 1) * gauss(&seed));
+    }
+    return x;
+}
+
+static void test_hyperquant(void **state) {
+    (void)state;
+    if (!have_gpu()) { skip(); return; }
+    const struct { kvq_lattice l; double bps; int64_t rows, cols; int vbits; } cs[] = {
+        {KVQ_LAT_E8, 4.0, 96, 512, 0},  {KVQ_LAT_E8, 3.0, 37, 300, 0}, {KVQ_LAT_E8, 4.0, 40, 1408, 4},
+        {KVQ_LAT_E8, 5.0, 33, 768, 0},  {KVQ_LAT_E8, 4.0, 20, 256, 8}, {KVQ_LAT_D4, 4.0, 50, 1408, 0},
+        {KVQ_LAT_A2, 4.0, 33, 256, 0},  {KVQ_LAT_Z, 5.0, 40, 384, 0},  {KVQ_LAT_E8, 4.0, 17, 4096, 7},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        float *x = matrix(cs[i].rows, cs[i].cols, 10 + i);
+        kvq_hq_opts o = kvq_hq_opts_default(cs[i].l, cs[i].bps);
+        if (i == 8) o.max_tile = 256;
+        kvq_codec_input in = {NULL, x, cs[i].rows, cs[i].cols, 20 + i, 0};
+        kvq_encoded e;
+        kvq_err err = {0};
+        kvq_hq_header h;
+        assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_OK);
+        assert_int_equal(kvq_hq_header_parse(e.params, cs[i].rows, cs[i].cols, &h, &err), KVQ_OK);
+        kvq_blob_view v[KVQ_MAX_BLOBS];
+        for (int k = 0; k < e.n_blob; k++) v[k] = (kvq_blob_view){e.blob[k].role, e.blob[k].data, e.blob[k].size};
+        kvq_hqx w;
+        assert_int_equal(kvq_hq_pack(&h, v, e.n_blob, cs[i].vbits, 0, &w, &err), KVQ_OK);
+        char what[64];
+        snprintf(what, sizeof what, "hyperquant %s %.1f", kvq_lattice_name(cs[i].l), cs[i].bps);
+        compare(&w, 30 + i, what);
+        kvq_encoded_free(&e);
+        free(x);
+    }
+}
+
+static void test_rtn(void **state) {
+    (void)state;
+    if (!have_gpu()) { skip(); return; }
+    const char *specs[] = {"4:g128", "3:g64", "5:g128", "7:g64", "2:g256"};
+    for (int i = 0; i < 5; i++) {
+        int64_t rows = 45, cols = i == 1 ? 300 : 1024;
+        float *x = matrix(rows, cols, 50 + i);
+        const kvq_codec_traits *c = kvq_codec_find("rtn");
+        json_t *cfg = NULL;
+        kvq_err err = {0};
+        assert_int_equal(c->parse(specs[i], &cfg, &err), KVQ_OK);
+        kvq_codec_input in = {NULL, x, rows, cols, 1, 0};
+        kvq_encoded e;
+        assert_int_equal(c->encode(cfg, &in, &e, &err), KVQ_OK);
+        kvq_blob_view v[KVQ_MAX_BLOBS];
+        for (int k = 0; k < e.n_blob; k++) v[k] = (kvq_blob_view){e.blob[k].role, e.blob[k].data, e.blob[k].size};
+        kvq_hqx w;
+        assert_int_equal(kvq_rtn_pack(e.params, v, e.n_blob, rows, cols, &w, &err), KVQ_OK);
+        char what[64];
+        snprintf(what, sizeof what, "rtn %s", specs[i]);
+        compare(&w, 60 + i, what);
+        kvq_encoded_free(&e);
+        json_decref(cfg);
+        free(x);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
