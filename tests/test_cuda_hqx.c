@@ -40,19 +40,22 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_hqx_act a;
     kvq_hqx_act_init(w, buf, &a);
     kvq_hqx_prep(w, x, &a);
-    kvq_hqx_matmul(w, &a, 1, yc, w->rows, KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
-    st = kvq_cuda_hqx_matvec_host(t, x, yg, &err);
-    if (st) fprintf(stderr, "matvec: %s\n", err.msg);
-    assert_int_equal(st, KVQ_OK);
-    double num = 0, den = 0;
-    for (int64_t r = 0; r < w->rows; r++) {
-        num += ((double)yg[r] - yc[r]) * ((double)yg[r] - yc[r]);
-        den += (double)yc[r] * yc[r];
+    for (int int8 = 0; int8 < 2; int8++) {
+        kvq_hqx_matmul(w, &a, 1, yc, w->rows, int8 ? KVQ_HQX_INT8 : KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
+        memset(yg, 0xff, sizeof(float) * w->rows); // poisoned: every row must be written
+        st = kvq_cuda_hqx_matvec_host(t, x, yg, int8, &err);
+        if (st) fprintf(stderr, "matvec: %s\n", err.msg);
+        assert_int_equal(st, KVQ_OK);
+        double num = 0, den = 0;
+        for (int64_t r = 0; r < w->rows; r++) {
+            num += ((double)yg[r] - yc[r]) * ((double)yg[r] - yc[r]);
+            den += (double)yc[r] * yc[r];
+        }
+        double rel = sqrt(num / (den > 0 ? den : 1));
+        fprintf(stderr, "test_cuda_hqx: %-22s %s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
+                int8 ? "int8 " : "float", (long long)w->rows, (long long)w->cols, w->tile, w->vbits, rel);
+        assert_true(rel <= 1e-5);
     }
-    double rel = sqrt(num / (den > 0 ? den : 1));
-    fprintf(stderr, "test_cuda_hqx: %-28s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
-            (long long)w->rows, (long long)w->cols, w->tile, w->vbits, rel);
-    assert_true(rel <= 1e-5);
     kvq_cuda_hqx_free(t);
     kvq_hqx_free(w);
     free(x); free(yg); free(yc); free(buf);

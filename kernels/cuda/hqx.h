@@ -24,13 +24,14 @@ void kvq_cuda_hqx_free(kvq_cuda_hqx *t); // NULL is a no-op
 /** Device bytes of the packed tensor (the arrays a product reads). */
 size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t);
 /** Launches y = W·x on the default stream: d_x (cols floats) and d_y (rows floats) are
- *  device pointers; float activations (matches the CPU exact mode within rounding). */
-kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, kvq_err *err);
+ *  device pointers. int8 = 0: float activations (the CPU exact mode within rounding);
+ *  1: int8 activations per tile and dp4a (the CPU int8 mode within rounding). */
+kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, int int8, kvq_err *err);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
-kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, kvq_err *err);
+kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);
 /** Median time in ms of reps launches of the product alone (rotation included), by CUDA
- *  events, on device buffers the call allocates. */
-kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, double *ms, kvq_err *err);
+ *  events, on random activations in device buffers the call allocates. */
+kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kvq_err *err);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,8 @@
 // per shape, random Gaussian weights quantized with HyperQuant E8 4.0 / 3.0 and RTN 4 g128,
 // packed as the runtime packs them, one-token GEMV timed by CUDA events (median of 50),
 // beside the device's copy bandwidth. Prints one row per shape and codec: ms, bytes read,
-// GB/s and the fraction of copy bandwidth. tests/bench/cuda_hqx_peer.py times torch's bf16
+// GB/s and the fraction of copy bandwidth (bytes read per second over the copy's bytes read +
+// written per second). tests/bench/cuda_hqx_peer.py times torch's bf16
 // GEMV on the same shapes (run both in one call).
 // usage: cuda_hqx [ROWSxCOLS ...]   (default: Llama-3-8B's layer shapes and 8192², 16384²)
 #include <math.h>
@@ -64,7 +65,8 @@ int main(int argc, char **argv) {
     const char *def[] = {"4096x4096", "1024x4096", "14336x4096", "4096x14336", "8192x8192", "16384x16384"};
     int ns = argc > 1 ? argc - 1 : 6;
     const char *codecs[] = {"hyperquant:e8:4.0", "hyperquant:e8:3.0", "rtn:4:g128"};
-    printf("| shape | codec | stored bits/w | held bits/w | width | ms | GB/s | of copy BW |\n|---|---|---|---|---|---|---|---|\n");
+    printf("| shape | codec | stored bits/w | held bits/w | width | int8 ms | float ms | int8 GB/s | of copy BW |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     for (int si = 0; si < ns; si++) {
         const char *sh = argc > 1 ? argv[si + 1] : def[si];
         long long rows = 0, cols = 0;
@@ -77,11 +79,16 @@ int main(int argc, char **argv) {
             double sb = 0, ms = 0;
             if (pack_one(codecs[ci], x, rows, cols, &w, &sb)) return 1;
             kvq_cuda_hqx *t = NULL;
-            if (kvq_cuda_hqx_upload(&w, &t, &err) || kvq_cuda_hqx_time(t, 50, &ms, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-            double bytes = (double)kvq_cuda_hqx_bytes(t) + 4.0 * (double)(cols + rows) + 4.0 * (double)w.cols_p;
-            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.0f | %.0f %% |\n", sh, codecs[ci], sb,
-                   8.0 * (double)kvq_cuda_hqx_bytes(t) / (double)(rows * cols), w.vbits, ms, bytes / (ms * 1e-3) / 1e9,
-                   100.0 * bytes / (ms * 1e-3) / (bw / 2));
+            double msf = 0;
+            if (kvq_cuda_hqx_upload(&w, &t, &err) || kvq_cuda_hqx_time(t, 50, 1, &ms, &err) ||
+                kvq_cuda_hqx_time(t, 50, 0, &msf, &err)) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+            }
+            double bytes = (double)kvq_cuda_hqx_bytes(t) + 4.0 * (double)(cols + rows) + 1.0 * (double)w.cols_p;
+            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.0f | %.0f %% |\n", sh, codecs[ci], sb,
+                   8.0 * (double)kvq_cuda_hqx_bytes(t) / (double)(rows * cols), w.vbits, ms, msf,
+                   bytes / (ms * 1e-3) / 1e9, 100.0 * bytes / (ms * 1e-3) / bw);
             fflush(stdout);
             kvq_cuda_hqx_free(t);
             kvq_hqx_free(&w);
