@@ -597,6 +597,16 @@ kvq_status kvq_file_entry(kvq_file *f, const char *entry, const void **data, siz
 void kvq_file_release(kvq_file *f, const char *entry) {
     fentry *e = find_entry(f, entry);
     if (e && e->buf) { free(e->buf); e->buf = NULL; }
+    // Stored entries are read in place from the mapping: drop their pages from the resident
+    // set (a later access faults them in again from the file), so a model that transcodes or
+    // decodes its tensors at load does not also hold the file's pages.
+    if (e && !e->zstd && f->map && e->stored) {
+        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t a = (uintptr_t)(f->map + e->offset), b = a + e->stored;
+        a = (a + pg - 1) & ~(pg - 1);
+        b &= ~(pg - 1);
+        if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+    }
 }
 
 kvq_status kvq_file_verify(kvq_file *f, kvq_err *err) {

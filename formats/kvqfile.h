@@ -71,9 +71,10 @@ uint64_t kvq_file_size(const kvq_file *f);
 kvq_status kvq_file_entry(kvq_file *f, const char *entry, const void **data, size_t *size,
                           kvq_err *err);
 
-/** Frees the decompressed buffer of a zstd entry early (the pointer kvq_file_entry
- *  gave for it becomes invalid; a later kvq_file_entry decompresses again). No-op
- *  for raw entries and unknown names. */
+/** Done with an entry for now: frees the decompressed buffer of a zstd entry (the pointer
+ *  kvq_file_entry gave for it becomes invalid; a later kvq_file_entry decompresses again),
+ *  and drops a stored entry's mapped pages from the resident set (its pointer stays valid:
+ *  pages fault in again from the file). No-op for unknown names. */
 void kvq_file_release(kvq_file *f, const char *entry);
 
 /** Checks every entry's digest and bounds; names the first bad one. */

@@ -36,6 +36,12 @@ static inline uint32_t kvq_hq_norm_code(const uint8_t *norms, int nb, int64_t t)
 void kvq_hq_tile_recon(const kvq_hq_header *h, int32_t *c, uint32_t code, const float *sgn, float *y,
                        float *dst, int ncopy);
 
+/** The lattice codes of random-access group g (Rice mode): its tiles' T codes each, in
+ *  order, into c (KVQ_HQ_GROUP_TILES × T; zero tiles get zeros), with the fast reader.
+ *  Offsets must have been checked. @return 0, or 1 if the group's stream is corrupt. */
+int kvq_hq_group_codes(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
+                       int64_t g, int64_t n_tiles, int32_t *c);
+
 /** Checks blob sizes and the group offsets against h; returns the codes, norms and
  *  offsets (NULL in int8 mode) views. */
 kvq_status kvq_hq_check_blobs(const kvq_hq_header *h, const kvq_blob_view *b, int nb, const uint8_t **codes,

@@ -9,7 +9,6 @@
 
 #include "libconv/codec/hyperquant/hq_impl.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
-#include "libconv/quant/rice.h"
 
 static inline uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -40,67 +39,52 @@ static void esc_push(esc_buf *b, uint32_t tile, uint32_t e) {
 // Decodes groups [g0, g1) into w's q / cb / scale; escapes go to b.
 static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
                         int64_t g0, int64_t g1, kvq_hqx *w, esc_buf *b) {
-    const int T = h->tile, n = kvq_lattice_dim(h->lat), e8 = h->lat == KVQ_LAT_E8;
-    const int off = kvq_hqx_off(w->vbits), lo = -off, hi = off - 1;
+    const int T = h->tile, e8 = h->lat == KVQ_LAT_E8;
+    const int off = kvq_hqx_off(w->vbits), lo = -off, hi = off - 1, np = kvq_hqx_planes(w->vbits);
     const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;
     const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
-    int32_t c[KVQ_HQ_MAX_TILE];
+    int32_t *cg = malloc(sizeof(int32_t) * (size_t)T * KVQ_HQ_GROUP_TILES);
+    if (!cg) { b->nomem = 1; return; }
     for (int64_t g = g0; g < g1 && b->bad_group < 0 && !b->nomem; g++) {
-        uint32_t o0 = rd32(offs + 4 * g), o1 = rd32(offs + 4 * g + 4);
-        kvq_bitreader r;
-        kvq_br_init(&r, codes + o0, (size_t)(o1 - o0));
+        if (kvq_hq_group_codes(h, codes, norms, offs, g, n_tiles, cg)) { b->bad_group = g; break; }
         int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : n_tiles;
         for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
+            const int32_t *c = cg + (t - g * KVQ_HQ_GROUP_TILES) * T;
             uint32_t code = kvq_hq_norm_code(norms, h->norm_bits, t);
-            int64_t row = t / tpr, j = t % tpr;
-            if (code == zero) {
-                memset(c, 0, sizeof(int32_t) * (size_t)T);
-                if (w->scale) w->scale[t] = 0.0f;
-                else w->scode[t] = (uint8_t)code;
-            } else {
-                for (int v = 0; v < T; v += n) {
-                    uint32_t sym[8];
-                    for (int i = 0; i < n; i++) {
-                        sym[i] = kvq_br_rice(&r, h->k[kvq_lattice_symbol_class(h->lat, i)]);
-                        if (sym[i] >= KVQ_HQ_SYM_LIMIT) { r.err = 1; sym[i] = 0; }
-                    }
-                    kvq_lattice_unstrip(h->lat, sym, c + v);
-                }
-                if (w->scale) w->scale[t] = (float)(kvq_hq_norm_value(h, code) / (h->alpha * (double)T));
-                else w->scode[t] = (uint8_t)code;
-            }
-            if (r.err) { b->bad_group = g; return; }
+            int64_t j = t % tpr;
+            if (w->scale) w->scale[t] = code == zero ? 0.0f : (float)(kvq_hq_norm_value(h, code) / (h->alpha * (double)T));
+            else w->scode[t] = (uint8_t)code;
             for (int ch = 0; ch < T / 64; ch++) {
                 int64_t gi = (t * T) / 64 + ch;
                 uint8_t cbb = 0;
+                uint64_t planes[3] = {0, 0, 0};
                 for (int i = 0; i < 64; i++) {
                     int32_t ci = c[64 * ch + i], cb = 0;
                     if (e8) {
                         cb = c[64 * ch + (i & ~7)] & 1;
                         cbb |= (uint8_t)(cb << (i / 8));
                     }
-                    int32_t v = (ci - cb) / (e8 ? 2 : 1);
+                    int32_t v = e8 ? (ci - cb) / 2 : ci;
                     int32_t vc = v < lo ? lo : v > hi ? hi : v;
                     if (v != vc) {
                         int32_t d = v - vc;
                         if (d > KVQ_HQX_ESC_MAX_DELTA || d < -KVQ_HQX_ESC_MAX_DELTA) b->overflow = 1;
                         else esc_push(b, (uint32_t)t, kvq_hqx_esc_pack((uint32_t)(j * T + 64 * ch + i), d));
                     }
-                    uint8_t u = (uint8_t)(vc + off);
-                    if (w->vbits == 8) w->q[gi * 64 + i] = u;
+                    uint32_t u = (uint32_t)(vc + off);
+                    if (w->vbits == 8) w->q[gi * 64 + i] = (uint8_t)u;
                     else {
-                        if (i < 32) w->q[gi * 32 + i] = u & 15;
+                        if (i < 32) w->q[gi * 32 + i] = (uint8_t)(u & 15);
                         else w->q[gi * 32 + i - 32] |= (uint8_t)((u & 15) << 4);
-                        for (int pl = 0; pl < kvq_hqx_planes(w->vbits); pl++)
-                            w->hb[gi * kvq_hqx_planes(w->vbits) + pl] |= (uint64_t)((u >> (4 + pl)) & 1) << i;
+                        for (int pl = 0; pl < np; pl++) planes[pl] |= (uint64_t)((u >> (4 + pl)) & 1) << i;
                     }
                 }
+                for (int pl = 0; pl < np; pl++) w->hb[gi * np + pl] = planes[pl];
                 if (e8) w->cb[gi] = cbb;
             }
-            (void)row;
         }
-        if (r.bitpos + 8 <= 8 * (uint64_t)r.size) b->bad_group = g; // trailing bytes
     }
+    free(cg);
 }
 
 static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,

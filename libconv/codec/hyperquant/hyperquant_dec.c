@@ -366,6 +366,24 @@ static int decode_group(const kvq_hq_header *h, const uint8_t *codes, const uint
     return !h->int8 && (r.bad || frd_used(&r) > limit || frd_used(&r) + 8 <= limit);
 }
 
+int kvq_hq_group_codes(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
+                       int64_t g, int64_t n_tiles, int32_t *c) {
+    const int T = h->tile;
+    const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
+    uint32_t o0 = rd32(offs + 4 * g), o1 = rd32(offs + 4 * g + 4);
+    fast_rd r = {0};
+    r.p = r.start = codes + o0;
+    r.end = codes + o1;
+    const uint64_t limit = 8 * (uint64_t)(o1 - o0);
+    int64_t t0 = g * KVQ_HQ_GROUP_TILES, t1 = t0 + KVQ_HQ_GROUP_TILES < n_tiles ? t0 + KVQ_HQ_GROUP_TILES : n_tiles;
+    for (int64_t t = t0; t < t1; t++) {
+        int32_t *ct = c + (t - t0) * T;
+        if (kvq_hq_norm_code(norms, h->norm_bits, t) == zero) memset(ct, 0, sizeof(int32_t) * (size_t)T);
+        else fast_tile_codes(h, &r, limit, ct);
+    }
+    return r.bad || frd_used(&r) > limit || frd_used(&r) + 8 <= limit;
+}
+
 kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs, float *out,
                          int n_threads, kvq_err *err) {
     const uint8_t *codes, *norms, *offs;
