@@ -33,13 +33,13 @@ void kvq_attention_ref(float *out, const float *q, const float *K, const float *
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 // One body for fp32 and fp16 storage (ET = element type), instantiated twice.
-#define GQA_BODY(ET)                                                                          \
+#define GQA_BODY(ET, TOF)                                                                     \
     for (int h = 0; h < n_q; h++) memset(sc + (size_t)h * n_ctx, 0, sizeof(float) * n_ctx); \
     for (int i = 0; i < hd; i++) {                                                            \
         const ET *kr = Kt + (size_t)i * ld;                                                   \
         for (int h = 0; h < n_q; h++) {                                                       \
             float qi = q[(size_t)h * hd + i], *s = sc + (size_t)h * n_ctx;                    \
-            _Pragma("omp simd") for (int j = 0; j < n_ctx; j++) s[j] += qi * (float)kr[j];    \
+            _Pragma("omp simd") for (int j = 0; j < n_ctx; j++) s[j] += qi * TOF(kr[j]);      \
         }                                                                                     \
     }                                                                                         \
     for (int h = 0; h < n_q; h++) {                                                           \
@@ -60,18 +60,29 @@ void kvq_attention_ref(float *out, const float *q, const float *K, const float *
         const ET *v = V + (size_t)j * hd;                                                     \
         for (int h = 0; h < n_q; h++) {                                                       \
             float p = sc[(size_t)h * n_ctx + j], *o = out + (size_t)h * hd;                   \
-            _Pragma("omp simd") for (int i = 0; i < hd; i++) o[i] += p * (float)v[i];         \
+            _Pragma("omp simd") for (int i = 0; i < hd; i++) o[i] += p * TOF(v[i]);           \
         }                                                                                     \
     }
 
 CLONES static void gqa_f32(float *out, const float *q, int n_q, const float *Kt, int ld,
                            const float *V, int n_ctx, int hd, float scale, float *sc) {
-    GQA_BODY(float)
+    GQA_BODY(float, (float))
 }
 
-CLONES static void gqa_f16(float *out, const float *q, int n_q, const _Float16 *Kt, int ld,
-                           const _Float16 *V, int n_ctx, int hd, float scale, float *sc) {
-    GQA_BODY(_Float16)
+// fp16 storage: _Float16 where the compiler has it on x86 (GCC; clang from 15), converted in
+// registers; clang 14 has neither _Float16 on x86 nor a runtime helper for __fp16 in libgcc,
+// so it reads the bits and widens them with kvq_f16_to_f32 (exact either way).
+#if defined(__clang__) && __clang_major__ < 15
+typedef uint16_t kvq_half;
+#define KVQ_HALF_F32(x) kvq_f16_to_f32(x)
+#else
+typedef _Float16 kvq_half;
+#define KVQ_HALF_F32(x) ((float)(x))
+#endif
+
+CLONES static void gqa_f16(float *out, const float *q, int n_q, const kvq_half *Kt, int ld,
+                           const kvq_half *V, int n_ctx, int hd, float scale, float *sc) {
+    GQA_BODY(kvq_half, KVQ_HALF_F32)
 }
 
 void kvq_attention_gqa(float *out, const float *q, int n_q, const void *Kt, int ld, const void *V,

@@ -8,9 +8,17 @@
 #include <stdint.h>
 #include <string.h>
 
+// Round to nearest, ties to even. GCC's builtin vectorizes as roundps; clang 14 lacks it, and
+// its rintf (the same result in the default rounding mode) vectorizes the same way.
+#if defined(__clang__)
+#define KVQ_ROUNDEVENF(v) __builtin_rintf(v)
+#else
+#define KVQ_ROUNDEVENF(v) __builtin_roundevenf(v)
+#endif
+
 static inline float kvq_fast_expf(float x) {
     x = x < -87.3f ? -87.3f : x > 88.0f ? 88.0f : x;
-    float n = __builtin_roundevenf(x * 1.44269504088896341f);
+    float n = KVQ_ROUNDEVENF(x * 1.44269504088896341f);
     float r = x - n * 0.693145751953125f; // ln2 split in two for an exact product
     r = r - n * 1.42860682030941723212e-6f;
     float p = 1.0f / 720;

@@ -198,8 +198,10 @@ static void hqx_row_ref(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int
 // ---- exact mode, vectorized by the compiler (float dot products per 64-coordinate chunk)
 
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#ifndef __clang__ // clang: no contraction here (the exact mode's bound holds either way)
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=fast")
+#endif
 CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int n_tok, float *y,
                                  int64_t ldy) {
     const int T = w->tile, m = kvq_hqx_mult(w->lat), off = hqx_off(w), e8 = w->lat == KVQ_HQ_LAT_E8;
@@ -239,7 +241,9 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
             y[k * ldy + r] += kvq_hqx_scale(w, t) * d[k] + (w->zero ? w->zero[t] * act[k].xs[j] : 0.0f);
     }
 }
+#ifndef __clang__
 #pragma GCC pop_options
+#endif
 
 // ---- int8 paths: one body for AVX2 (maddubs) and AVX-512 VNNI (dpbusd) on 256-bit vectors.
 // Nibble chunk (64 coordinates): 32 bytes, low nibbles ↔ xq[0..31], high ↔ xq[32..63]; byte
@@ -523,8 +527,13 @@ __attribute__((always_inline)) static inline void hqx_tile_codes(const kvq_hqx *
         c[kvq_hqx_esc_col(w->esc[*e]) - c0] += m * kvq_hqx_esc_delta(w->esc[*e]);
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), optimize("O3")))
-void kvq_hqx_row_f32(const kvq_hqx *w, int64_t r, float *out) {
+#ifdef __clang__
+#define HQX_O3
+#else
+#define HQX_O3 optimize("O3")
+#endif
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), HQX_O3))
+static void hqx_row_f32_impl(const kvq_hqx *w, int64_t r, float *out) {
     const int T = w->tile;
     const int64_t tpr = w->cols_p / T;
     int32_t c[KVQ_HQ_MAX_TILE], b[KVQ_HQ_MAX_TILE];
@@ -558,6 +567,8 @@ void kvq_hqx_row_f32(const kvq_hqx *w, int64_t r, float *out) {
         }
     }
 }
+
+void kvq_hqx_row_f32(const kvq_hqx *w, int64_t r, float *out) { hqx_row_f32_impl(w, r, out); }
 
 size_t kvq_hqx_dense_scratch(const kvq_hqx *w, int n_tok) {
     return (size_t)KVQ_HQX_DENSE_BLOCK * (size_t)w->cols + (size_t)n_tok * KVQ_HQX_DENSE_BLOCK;

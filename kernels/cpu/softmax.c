@@ -21,7 +21,7 @@ double kvq_softmax_ref(float *x, int n) {
     return (double)m + log((double)s);
 }
 
-CLONES double kvq_softmax(float *x, int n) {
+CLONES static double softmax_impl(float *x, int n) {
     float m = x[0];
 #pragma omp simd reduction(max : m)
     for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
@@ -37,7 +37,7 @@ CLONES double kvq_softmax(float *x, int n) {
     return (double)m + log((double)s);
 }
 
-CLONES double kvq_logsumexp(const float *x, int n) {
+CLONES static double logsumexp_impl(const float *x, int n) {
     float m = x[0];
 #pragma omp simd reduction(max : m)
     for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
@@ -46,3 +46,8 @@ CLONES double kvq_logsumexp(const float *x, int n) {
     for (int i = 0; i < n; i++) s += (double)kvq_fast_expf(x[i] - m);
     return (double)m + log(s);
 }
+
+// Exported entry points call the clones (clang resolves multiversioned functions only within
+// the translation unit that defines them).
+double kvq_softmax(float *x, int n) { return softmax_impl(x, n); }
+double kvq_logsumexp(const float *x, int n) { return logsumexp_impl(x, n); }

@@ -57,7 +57,7 @@ static int bench(const char *path, int threads, int n_dec, int n_pre) {
     volatile uint64_t sink = 0;
     for (int i = 0; i < 15; i++) {
         double t0 = now();
-        sink += kvq_model_stream_weights(m);
+        sink = sink + kvq_model_stream_weights(m);
         st[i] = now() - t0;
     }
     double stream = median(st, 15);

@@ -10,10 +10,6 @@
 #include "libconv/codec/hyperquant/hq_impl.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
 
-static inline uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 typedef struct {
     uint32_t *e;      // entries (tile-ordered)
     uint32_t *tile;   // tile index of each entry
