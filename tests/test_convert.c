@@ -373,6 +373,28 @@ static int run(const char *fmt, ...) {
     return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
 }
 
+// Every numeric option of every tool is validated by tools/opt.h: a bad value is one line on
+// stderr naming the option and exit status 2, never a silent 0.
+static void test_numeric_options(void **state) {
+    char bin[600];
+    snprintf(bin, sizeof bin, "%s/kvq-run", g_build);
+    if (access(bin, X_OK) != 0) { print_message("skipped: %s not built\n", bin); skip(); }
+    const char *run_bad[] = {"-n abc", "-n 5x", "--temp abc", "--temp nan", "--top-p 2", "-t -1", "--seed -3",
+                             "--ctx 0", "--stride x", "--ctx-max 1e3", "--kv-window -2", "--max-tokens q"};
+    for (size_t i = 0; i < sizeof run_bad / sizeof run_bad[0]; i++) {
+        int r = run("%s/kvq-run %s -p hi %s >/dev/null 2>&1", g_build, TINY, run_bad[i]);
+        if (r != 2) print_message("kvq-run %s: exit %d\n", run_bad[i], r);
+        assert_int_equal(r, 2);
+    }
+    assert_int_equal(run("%s/kvq-run %s -p hi -n 2 --temp 0 -t 1 >/dev/null 2>&1", g_build, TINY), 0);
+    assert_int_equal(run("%s/kvq-convert -t x %s /tmp/kvq-never.kvq 2>/dev/null", g_build, TINY), 2);
+    assert_int_equal(run("%s/kvq-convert --seed -1 %s /tmp/kvq-never.kvq 2>/dev/null", g_build, TINY), 2);
+    assert_int_equal(run("%s/kvq-convert --kv-window 1.5 %s /tmp/kvq-never.kvq 2>/dev/null", g_build, TINY), 2);
+    assert_int_equal(access("/tmp/kvq-never.kvq", F_OK), -1);
+    assert_int_equal(run("%s/kvq-verify %s --max-kld abc >/dev/null 2>&1", g_build, TINY), 2);
+    assert_int_equal(run("%s/kvq-verify %s --ctx 12x >/dev/null 2>&1", g_build, TINY), 2);
+}
+
 static void test_tools(void **state) {
     char bin[600], dir[64];
     snprintf(bin, sizeof bin, "%s/kvq-convert", g_build);
@@ -424,6 +446,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_recipes),
         cmocka_unit_test(test_export_hf),
         cmocka_unit_test(test_tools),
+        cmocka_unit_test(test_numeric_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "formats/error.h"
+#include "tools/opt.h"
 #include "libconv/codec/codec.h"
 #include "libconv/convert/convert.h"
 #include "libconv/kv/kvcodec.h"
@@ -54,13 +55,11 @@ int main(int argc, char **argv) {
         {"kv-boundary", no_argument, 0, 'B'},   {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "t:qh", lo, NULL)) != -1) {
-        char *end;
         switch (c) {
         case 'w': o.plan.weights = optarg; break;
         case 'r': o.plan.recipe_path = optarg; break;
         case 's':
-            o.plan.seed = strtoull(optarg, &end, 0);
-            if (!*optarg || *end || optarg[0] == '-') { fprintf(stderr, "kvq-convert: --seed '%s': not a non-negative integer\n", optarg); return 2; }
+            if (kvq_opt_u64("kvq-convert", "--seed", optarg, &o.plan.seed)) return 2;
             o.plan.seed_set = 1;
             break;
         case 'k':
@@ -70,8 +69,7 @@ int main(int argc, char **argv) {
         case 'e': o.plan.quantize_embeddings = 1; break;
         case 'x': export_dir = optarg; break;
         case 't':
-            o.n_threads = (int)strtol(optarg, &end, 10);
-            if (*end || o.n_threads < 1) { fprintf(stderr, "kvq-convert: -t '%s': not a positive integer\n", optarg); return 2; }
+            if (kvq_opt_int("kvq-convert", "-t", optarg, 1, 4096, &o.n_threads)) return 2;
             break;
         case 'q': quiet = 1; break;
         case 'K': {
@@ -82,8 +80,7 @@ int main(int argc, char **argv) {
             break;
         }
         case 'W':
-            o.kv_window = (int)strtol(optarg, &end, 10);
-            if (*end || o.kv_window < 0) { fprintf(stderr, "kvq-convert: --kv-window '%s': not a non-negative integer\n", optarg); return 2; }
+            if (kvq_opt_int("kvq-convert", "--kv-window", optarg, 0, 1 << 24, &o.kv_window)) return 2;
             break;
         case 'B': o.kv_boundary = 1; break;
         case 'h': usage(stdout); return 0;

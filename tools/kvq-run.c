@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "formats/kvqfile.h"
+#include "tools/opt.h"
 #include "libconv/eval/eval.h"
 #include "libconv/kv/kvcodec.h"
 #include "libconv/runtime/model.h"
@@ -34,6 +35,8 @@ static double now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+#define T_ "kvq-run"
 
 static int die(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "kvq-run: ");
@@ -105,23 +108,23 @@ int main(int argc, char **argv) {
 #define ARG(name) (strcmp(a, name) == 0 && (v || (die("option %s needs a value%s", a, ""), exit(2), 0)) && ++i)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
         else if (ARG("-p")) prompt = v;
-        else if (ARG("-n")) n_gen = atoi(v);
-        else if (ARG("--temp")) temp = strtof(v, NULL);
-        else if (ARG("--top-p")) top_p = strtof(v, NULL);
-        else if (ARG("--seed")) seed = strtoull(v, NULL, 10);
-        else if (ARG("-t")) threads = atoi(v);
+        else if (ARG("-n")) { if (kvq_opt_int(T_, a, v, 0, 1 << 30, &n_gen)) return 2; }
+        else if (ARG("--temp")) { double d; if (kvq_opt_double(T_, a, v, 0, 1e6, &d)) return 2; temp = (float)d; }
+        else if (ARG("--top-p")) { double d; if (kvq_opt_double(T_, a, v, 0, 1, &d)) return 2; top_p = (float)d; }
+        else if (ARG("--seed")) { if (kvq_opt_u64(T_, a, v, &seed)) return 2; }
+        else if (ARG("-t")) { if (kvq_opt_int(T_, a, v, 0, 4096, &threads)) return 2; }
         else if (ARG("--tokens")) tok_in = v;
         else if (ARG("--logits")) logits_out = v;
         else if (ARG("--ppl")) ppl = v;
         else if (ARG("--ppl-ids")) ppl_ids = v;
-        else if (ARG("--ctx")) ep.ctx = atoi(v);
-        else if (ARG("--stride")) ep.stride = atoi(v);
-        else if (ARG("--max-tokens")) ep.max_tokens = strtoull(v, NULL, 10);
-        else if (ARG("--ctx-max")) mo.max_ctx = atoi(v);
+        else if (ARG("--ctx")) { if (kvq_opt_int(T_, a, v, 1, 1 << 24, &ep.ctx)) return 2; }
+        else if (ARG("--stride")) { if (kvq_opt_int(T_, a, v, 0, 1 << 24, &ep.stride)) return 2; }
+        else if (ARG("--max-tokens")) { uint64_t u; if (kvq_opt_u64(T_, a, v, &u)) return 2; ep.max_tokens = u; }
+        else if (ARG("--ctx-max")) { if (kvq_opt_int(T_, a, v, 0, 1 << 24, &mo.max_ctx)) return 2; }
         else if (!strcmp(a, "--partial")) ep.partial_last = 1;
         else if (!strcmp(a, "--kv-fp16")) mo.kv_fp16 = 1;
         else if (ARG("--kv")) kv_spec = v;
-        else if (ARG("--kv-window")) kv_window = atoi(v);
+        else if (ARG("--kv-window")) { if (kvq_opt_int(T_, a, v, 0, 1 << 24, &kv_window)) return 2; }
         else if (!strcmp(a, "--kv-boundary")) kv_boundary = 1;
         else if (ARG("--bos")) {
             if (!strcmp(v, "none")) ep.bos = KVQ_BOS_NONE;

@@ -3,12 +3,14 @@
 // KL divergence against the source under a stated protocol (weights, KV codec, both),
 // thresholds, and --record to store the result in the file. Library: libconv/verify/verify.h.
 // Exit status: 0 all checks pass, 1 a check failed (incl. integrity), 2 error.
+#include <limits.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "tools/opt.h"
 #include "libconv/verify/verify.h"
 
 static void usage(FILE *f) {
@@ -43,25 +45,22 @@ static void usage(FILE *f) {
 }
 
 static int parse_num(const char *opt, const char *s, double *v, int allow_pct) {
-    char *end;
-    double x = strtod(s, &end);
-    if (end == s || !isfinite(x)) goto bad;
-    if (allow_pct && *end == '%' && !end[1]) { *v = x / 100.0; return 0; }
-    if (*end) goto bad;
-    *v = x;
-    return 0;
-bad:
-    fprintf(stderr, "kvq-verify: %s '%s': expected a number%s\n", opt, s, allow_pct ? " or a percentage" : "");
-    return -1;
+    size_t n = s ? strlen(s) : 0;
+    if (allow_pct && n > 1 && s[n - 1] == '%') { // "5%" = 0.05
+        char buf[64];
+        if (n >= sizeof buf) return kvq_opt_double("kvq-verify", opt, s, -HUGE_VAL, HUGE_VAL, v);
+        memcpy(buf, s, n - 1);
+        buf[n - 1] = 0;
+        if (kvq_opt_double("kvq-verify", opt, buf, -1e300, 1e300, v)) return -1;
+        *v /= 100.0;
+        return 0;
+    }
+    return kvq_opt_double("kvq-verify", opt, s, -1e300, 1e300, v);
 }
 
 static int parse_size(const char *opt, const char *s, size_t *v) {
-    char *end;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end || x < 0) {
-        fprintf(stderr, "kvq-verify: %s '%s': expected a non-negative integer\n", opt, s);
-        return -1;
-    }
+    long long x;
+    if (kvq_opt_ll("kvq-verify", opt, s, 0, LLONG_MAX, &x)) return -1;
     *v = (size_t)x;
     return 0;
 }

@@ -1,0 +1,59 @@
+// One way for every tool to read a numeric option value: the whole string must parse and lie
+// in [lo, hi]; otherwise one line "TOOL: OPTION 'VALUE': expected ..." on stderr and -1, so
+// the tool exits 2 (`kvq-run -n abc` used to run with n = 0 and exit 0).
+#ifndef KVQ_TOOLS_OPT_H
+#define KVQ_TOOLS_OPT_H
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static inline int kvq_opt_ll(const char *tool, const char *opt, const char *s, long long lo, long long hi,
+                             long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long x = s ? strtoll(s, &end, 10) : 0;
+    if (!s || end == s || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "%s: %s '%s': expected an integer in [%lld, %lld]\n", tool, opt, s ? s : "", lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/** int-valued convenience over kvq_opt_ll. */
+static inline int kvq_opt_int(const char *tool, const char *opt, const char *s, int lo, int hi, int *out) {
+    long long x;
+    if (kvq_opt_ll(tool, opt, s, lo, hi, &x)) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+static inline int kvq_opt_u64(const char *tool, const char *opt, const char *s, uint64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = s && *s != '-' ? strtoull(s, &end, 0) : 0;
+    if (!s || *s == '-' || end == s || *end || errno) {
+        fprintf(stderr, "%s: %s '%s': expected a non-negative integer\n", tool, opt, s ? s : "");
+        return -1;
+    }
+    *out = (uint64_t)x;
+    return 0;
+}
+
+static inline int kvq_opt_double(const char *tool, const char *opt, const char *s, double lo, double hi,
+                                 double *out) {
+    char *end = NULL;
+    double x = s ? strtod(s, &end) : NAN;
+    if (!s || end == s || *end || !isfinite(x) || x < lo || x > hi) {
+        if (lo <= -1e300 && hi >= 1e300) fprintf(stderr, "%s: %s '%s': expected a number\n", tool, opt, s ? s : "");
+        else fprintf(stderr, "%s: %s '%s': expected a number in [%g, %g]\n", tool, opt, s ? s : "", lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+#endif
