@@ -395,6 +395,29 @@ static void test_numeric_options(void **state) {
     assert_int_equal(run("%s/kvq-verify %s --ctx 12x >/dev/null 2>&1", g_build, TINY), 2);
 }
 
+// A recipe's seed reaches the KV codec (it used to reach only the weight codecs: kv.seed 0).
+static void test_recipe_seed_reaches_kv(void **state) {
+    char bin[600], dir[64], path[128];
+    snprintf(bin, sizeof bin, "%s/kvq-convert", g_build);
+    if (access(bin, X_OK) != 0) { print_message("skipped: %s not built\n", bin); skip(); }
+    tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/r.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("seed: 77\nweights: none\n", f);
+    fclose(f);
+    assert_int_equal(run("%s/kvq-convert -q --recipe %s --kv octopus:4 %s %s/a.kvq 2>/dev/null", g_build, path, TINY, dir), 0);
+    snprintf(path, sizeof path, "%s/a.kvq", dir);
+    kvq_file *kf;
+    kvq_err err = {0};
+    assert_int_equal(kvq_file_open(path, &kf, &err), KVQ_OK);
+    const json_t *m = kvq_file_manifest(kf);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(m, "kv"), "seed")), "77"); // decimal string: 64-bit safe
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(m, "recipe"), "seed")), 77);
+    kvq_file_close(kf);
+    rmtree(dir);
+}
+
 static void test_tools(void **state) {
     char bin[600], dir[64];
     snprintf(bin, sizeof bin, "%s/kvq-convert", g_build);
@@ -447,6 +470,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_export_hf),
         cmocka_unit_test(test_tools),
         cmocka_unit_test(test_numeric_options),
+        cmocka_unit_test(test_recipe_seed_reaches_kv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

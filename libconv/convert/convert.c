@@ -202,7 +202,7 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
         const kvq_arch *ar = kvq_ckpt_arch(ck);
         s = kvq_kv_write_section(w, man, o->kv_spec, ar->n_layers, ar->n_kv_heads, ar->head_dim,
                                  ar->max_position_embeddings, o->kv_window, o->kv_boundary,
-                                 o->plan.seed_set ? o->plan.seed : 0, err);
+                                 kvq_plan_seed(plan), err);
         if (s != KVQ_OK) goto done;
     }
 

@@ -45,6 +45,8 @@ kvq_status kvq_plan_choose(const kvq_plan *p, const kvq_tensor *t, const kvq_cod
 
 /** Per-tensor seed: XXH3-64 of the tensor name with the recipe seed as XXH3's seed. */
 uint64_t kvq_plan_tensor_seed(const kvq_plan *p, const char *name);
+/** The resolved seed: --seed when given, else the recipe's, else 0 (the KV codec's seed too). */
+uint64_t kvq_plan_seed(const kvq_plan *p);
 
 /** The recipe as recorded in the manifest (new reference). */
 json_t *kvq_plan_to_json(const kvq_plan *p);

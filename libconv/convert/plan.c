@@ -236,6 +236,8 @@ kvq_status kvq_plan_choose(const kvq_plan *p, const kvq_tensor *t, const kvq_cod
     return KVQ_OK;
 }
 
+uint64_t kvq_plan_seed(const kvq_plan *p) { return p->seed; }
+
 uint64_t kvq_plan_tensor_seed(const kvq_plan *p, const char *name) {
     return XXH3_64bits_withSeed(name, strlen(name), p->seed);
 }
