@@ -53,17 +53,29 @@ void kvq_rope(float *x, int T, int n_heads, int head_dim, int rot_dim, int pos0,
     int half = rot_dim / 2;
 #pragma omp parallel num_threads(kvq_nthreads(n_threads)) if (T > 8)
     {
-        float *cs = malloc(sizeof(float) * 2 * (half > 0 ? half : 1));
-        KVQ_ASSERT(cs);
+        // One token's cos/sin table on the stack (no allocation on the hot path); wider
+        // rotations (half > 512, head_dim > 1024) recompute them per head: the same floats.
+        float tab[1024];
+        float *cs = half <= 512 ? tab : NULL;
 #pragma omp for
         for (int t = 0; t < T; t++) {
-            for (int i = 0; i < half; i++) {
-                float a = (float)(pos0 + t) * inv_freq[i];
-                cs[i] = (float)cos((double)a);
-                cs[half + i] = (float)sin((double)a);
-            }
+            if (cs)
+                for (int i = 0; i < half; i++) {
+                    float a = (float)(pos0 + t) * inv_freq[i];
+                    cs[i] = (float)cos((double)a);
+                    cs[half + i] = (float)sin((double)a);
+                }
             for (int h = 0; h < n_heads; h++) {
                 float *v = x + ((size_t)t * n_heads + h) * head_dim;
+                if (!cs) {
+                    for (int i = 0; i < half; i++) {
+                        float a = (float)(pos0 + t) * inv_freq[i];
+                        float c = (float)cos((double)a), sn = (float)sin((double)a), x0 = v[i], x1 = v[i + half];
+                        v[i] = x0 * c - x1 * sn;
+                        v[i + half] = x1 * c + x0 * sn;
+                    }
+                    continue;
+                }
 #pragma omp simd
                 for (int i = 0; i < half; i++) {
                     float x0 = v[i], x1 = v[i + half];
@@ -72,6 +84,5 @@ void kvq_rope(float *x, int T, int n_heads, int head_dim, int rot_dim, int pos0,
                 }
             }
         }
-        free(cs);
     }
 }
