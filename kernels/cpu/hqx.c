@@ -400,33 +400,41 @@ hqx_rows_vnni_nb(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int k0, co
 // accumulators; per tile the rows' integer sums are reduced together (exact), then one
 // convert and one multiply-add serve 4 rows. Tiles of a multiple of 128, nibbles (vbits 4
 // or 5); escapes are added afterwards in float (they are rare by construction).
-HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
-    const int T = w->tile, nb = T / 128, e8 = w->lat == KVQ_HQ_LAT_E8, np = kvq_hqx_planes(w->vbits);
-    const int64_t tpr = w->cols_p / T;
+HQX_TGT_VNNI __attribute__((always_inline)) static inline void
+hqx_rows4_vnni512_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, const int NP, const int E8) {
+    const int T = w->tile, nb = T / 128;
+    const int64_t tpr = w->cols_p / T, cpr = w->cols_p / 64; // tiles, chunks per row
     const __m512i m0f = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    const uint8_t *qr[4], *cr[4];
+    const uint64_t *hr[4];
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) { // each row's first chunk
+        qr[rr] = w->q + (size_t)((r0 + rr) * cpr) * 32;
+        hr[rr] = NP ? w->hb + (size_t)((r0 + rr) * cpr) * NP : NULL;
+        cr[rr] = E8 ? w->cb + (size_t)((r0 + rr) * cpr) : NULL;
+    }
     __m128 facc = _mm_setzero_ps();
     for (int64_t j = 0; j < tpr; j++) {
         __m512i acc[4][2], cacc[4];
         _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) acc[rr][0] = acc[rr][1] = cacc[rr] = _mm512_setzero_si512();
         for (int b = 0; b < nb; b++) {
-            const size_t xo = (size_t)j * T + 128 * (size_t)b;
+            const size_t xo = (size_t)j * T + 128 * (size_t)b, g = xo / 64; // chunk index within the row
             const __m512i xl = _mm512_loadu_si512(a->xp + xo), xh = _mm512_loadu_si512(a->xp + xo + 64);
-            const __m512i s8 = e8 ? _mm512_loadu_si512(a->s8 + xo / 8) : _mm512_setzero_si512();
+            const __m512i s8 = E8 ? _mm512_loadu_si512(a->s8 + xo / 8) : _mm512_setzero_si512();
             _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
-                const int64_t t = (r0 + rr) * tpr + j, g = (t * T) / 64 + 2 * b; // first chunk
-                const __m512i by = _mm512_loadu_si512(w->q + g * 32);
+                const __m512i by = _mm512_loadu_si512(qr[rr] + g * 32);
                 __m512i lo = _mm512_and_si512(by, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(by, 4), m0f);
-                for (int p = 0; p < np; p++) { // bit planes of chunks g and g + 1
-                    const uint64_t w0 = w->hb[g * np + p], w1 = w->hb[(g + 1) * np + p];
+                _Pragma("GCC unroll 3") for (int p = 0; p < NP; p++) { // bit planes of chunks g and g + 1
+                    const uint64_t w0 = hr[rr][g * NP + p], w1 = hr[rr][(g + 1) * NP + p];
                     const __m512i bp = _mm512_slli_epi16(b16, p);
                     lo = _mm512_mask_add_epi8(lo, (__mmask64)((w0 & 0xffffffffu) | (w1 << 32)), lo, bp);
                     hi = _mm512_mask_add_epi8(hi, (__mmask64)((w0 >> 32) | (w1 & 0xffffffff00000000ull)), hi, bp);
                 }
                 acc[rr][0] = _mm512_dpbusd_epi32(acc[rr][0], lo, xl);
                 acc[rr][1] = _mm512_dpbusd_epi32(acc[rr][1], hi, xh);
-                if (e8) { // coset bits: the 8-vector sums of the set bits (not doubled)
-                    const __mmask16 cm = (__mmask16)(w->cb[g] | (unsigned)w->cb[g + 1] << 8);
-                    cacc[rr] = _mm512_mask_add_epi32(cacc[rr], cm, cacc[rr], s8);
+                if (E8) { // coset bits: the 8-vector sums of the set bits (not doubled)
+                    uint16_t cm;
+                    memcpy(&cm, cr[rr] + g, 2);
+                    cacc[rr] = _mm512_mask_add_epi32(cacc[rr], (__mmask16)cm, cacc[rr], s8);
                 }
             }
         }
@@ -434,7 +442,7 @@ HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const k
         __m256i d[4];
         _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
             __m512i s = _mm512_add_epi32(acc[rr][0], acc[rr][1]);
-            if (e8) s = _mm512_add_epi32(_mm512_slli_epi32(s, 1), cacc[rr]);
+            if (E8) s = _mm512_add_epi32(_mm512_slli_epi32(s, 1), cacc[rr]);
             d[rr] = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
         }
         __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
@@ -451,6 +459,22 @@ HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const k
     float out[4];
     _mm_storeu_ps(out, facc);
     _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) y[r0 + rr] = out[rr] + hqx_escapes_int8(w, r0 + rr, a);
+}
+
+// Specializations by bit planes (0..3) and coset bits, so the inner loops have no run-time
+// trip counts or tests.
+HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
+    const int np = kvq_hqx_planes(w->vbits), e8 = w->lat == KVQ_HQ_LAT_E8;
+    switch (np * 2 + e8) {
+    case 0: hqx_rows4_vnni512_np(w, r0, a, y, 0, 0); break;
+    case 1: hqx_rows4_vnni512_np(w, r0, a, y, 0, 1); break;
+    case 2: hqx_rows4_vnni512_np(w, r0, a, y, 1, 0); break;
+    case 3: hqx_rows4_vnni512_np(w, r0, a, y, 1, 1); break;
+    case 4: hqx_rows4_vnni512_np(w, r0, a, y, 2, 0); break;
+    case 5: hqx_rows4_vnni512_np(w, r0, a, y, 2, 1); break;
+    case 6: hqx_rows4_vnni512_np(w, r0, a, y, 3, 0); break;
+    default: hqx_rows4_vnni512_np(w, r0, a, y, 3, 1); break;
+    }
 }
 
 #define HQX_ROW_FN(ISA)                                                                         \
