@@ -12,7 +12,7 @@
 
 // ---------------------------------------------------------------- buffer
 
-int tk_buf_reserve(tk_buf *b, size_t extra) {
+int kvq_tok_buf_reserve(kvq_tok_buf *b, size_t extra) {
     if (extra > SIZE_MAX - b->n) return -1;
     size_t need = b->n + extra;
     if (need <= b->cap) return 0;
@@ -28,14 +28,14 @@ int tk_buf_reserve(tk_buf *b, size_t extra) {
     return 0;
 }
 
-int tk_buf_put(tk_buf *b, const void *p, size_t n) {
-    if (tk_buf_reserve(b, n)) return -1;
+int kvq_tok_buf_put(kvq_tok_buf *b, const void *p, size_t n) {
+    if (kvq_tok_buf_reserve(b, n)) return -1;
     if (n) memcpy(b->b + b->n, p, n);
     b->n += n;
     return 0;
 }
 
-void tk_buf_free(tk_buf *b) {
+void kvq_tok_buf_free(kvq_tok_buf *b) {
     free(b->b);
     b->b = NULL;
     b->n = b->cap = 0;
@@ -43,7 +43,7 @@ void tk_buf_free(tk_buf *b) {
 
 // ---------------------------------------------------------------- string table
 
-int tk_strtab_init(tk_strtab *st, int32_t n_ids) {
+int kvq_tok_strtab_init(kvq_tok_strtab *st, int32_t n_ids) {
     memset(st, 0, sizeof *st);
     if (n_ids < 0) return -1;
     st->n_ids = n_ids;
@@ -54,15 +54,15 @@ int tk_strtab_init(tk_strtab *st, int32_t n_ids) {
     return 0;
 }
 
-int tk_strtab_set(tk_strtab *st, int32_t id, const char *s, size_t n) {
+int kvq_tok_strtab_set(kvq_tok_strtab *st, int32_t id, const char *s, size_t n) {
     if (id < 0 || id >= st->n_ids || n > UINT32_MAX - 1) return -1;
     st->off[id] = st->data.n;
     st->len[id] = (uint32_t)n;
-    if (tk_buf_put(&st->data, s, n) || tk_buf_put(&st->data, "", 1)) return -1;
+    if (kvq_tok_buf_put(&st->data, s, n) || kvq_tok_buf_put(&st->data, "", 1)) return -1;
     return 0;
 }
 
-int tk_strtab_index(tk_strtab *st) {
+int kvq_tok_strtab_index(kvq_tok_strtab *st) {
     size_t cap = 16;
     while (cap < 2 * (size_t)st->n_ids + 16) cap *= 2;
     free(st->slots);
@@ -86,7 +86,7 @@ int tk_strtab_index(tk_strtab *st) {
     return 0;
 }
 
-int32_t tk_strtab_find(const tk_strtab *st, const char *s, size_t n) {
+int32_t kvq_tok_strtab_find(const kvq_tok_strtab *st, const char *s, size_t n) {
     if (!st->slots) return -1;
     size_t h = (size_t)XXH3_64bits(s, n) & st->mask;
     for (;; h = (h + 1) & st->mask) {
@@ -97,8 +97,8 @@ int32_t tk_strtab_find(const tk_strtab *st, const char *s, size_t n) {
     }
 }
 
-void tk_strtab_free(tk_strtab *st) {
-    tk_buf_free(&st->data);
+void kvq_tok_strtab_free(kvq_tok_strtab *st) {
+    kvq_tok_buf_free(&st->data);
     free(st->off);
     free(st->len);
     free(st->slots);
@@ -109,14 +109,14 @@ void tk_strtab_free(tk_strtab *st) {
 
 // Length of the valid UTF-8 character at s (utf8proc rejects overlong forms, surrogates
 // and truncated sequences), or 0 if there is none.
-int tk_utf8_len(const unsigned char *s, size_t n) {
+int kvq_tok_utf8_len(const unsigned char *s, size_t n) {
     if (n == 0) return 0;
     utf8proc_int32_t cp;
     utf8proc_ssize_t l = utf8proc_iterate(s, n > 4 ? 4 : (utf8proc_ssize_t)n, &cp);
     return l > 0 ? (int)l : 0;
 }
 
-size_t tk_utf8_check(const char *s, size_t n) {
+size_t kvq_tok_utf8_check(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
@@ -124,7 +124,7 @@ size_t tk_utf8_check(const char *s, size_t n) {
             i++;
             continue;
         }
-        int l = tk_utf8_len(u + i, n - i);
+        int l = kvq_tok_utf8_len(u + i, n - i);
         if (!l) return i;
         i += (size_t)l;
     }
@@ -155,7 +155,7 @@ static size_t utf8_bad_prefix(const unsigned char *s, size_t n) {
     return i;
 }
 
-int tk_utf8_lossy(tk_buf *out, const char *s, size_t n) {
+int kvq_tok_utf8_lossy(kvq_tok_buf *out, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
@@ -165,19 +165,19 @@ int tk_utf8_lossy(tk_buf *out, const char *s, size_t n) {
                 j++;
                 continue;
             }
-            int l = tk_utf8_len(u + j, n - j);
+            int l = kvq_tok_utf8_len(u + j, n - j);
             if (!l) break;
             j += (size_t)l;
         }
-        if (tk_buf_put(out, s + i, j - i)) return -1;
+        if (kvq_tok_buf_put(out, s + i, j - i)) return -1;
         if (j == n) break;
-        if (tk_buf_put(out, "\xEF\xBF\xBD", 3)) return -1;
+        if (kvq_tok_buf_put(out, "\xEF\xBF\xBD", 3)) return -1;
         i = j + utf8_bad_prefix(u + j, n - j);
     }
     return 0;
 }
 
-int tk_utf8_put(tk_buf *out, int32_t cp) {
+int kvq_tok_utf8_put(kvq_tok_buf *out, int32_t cp) {
     unsigned char b[4];
     int n;
     if (cp < 0x80) b[0] = (unsigned char)cp, n = 1;
@@ -187,7 +187,7 @@ int tk_utf8_put(tk_buf *out, int32_t cp) {
     else
         b[0] = 0xF0 | (cp >> 18), b[1] = 0x80 | ((cp >> 12) & 0x3F),
         b[2] = 0x80 | ((cp >> 6) & 0x3F), b[3] = 0x80 | (cp & 0x3F), n = 4;
-    return tk_buf_put(out, b, (size_t)n);
+    return kvq_tok_buf_put(out, b, (size_t)n);
 }
 
 // ---------------------------------------------------------------- public entry points
@@ -195,20 +195,20 @@ int tk_utf8_put(tk_buf *out, int32_t cp) {
 static kvq_status read_file(const char *path, char **data, size_t *n, kvq_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return kvq_err_set(err, KVQ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    tk_buf b = {0};
+    kvq_tok_buf b = {0};
     char chunk[1 << 16];
     size_t r;
     while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (tk_buf_put(&b, chunk, r)) {
+        if (kvq_tok_buf_put(&b, chunk, r)) {
             fclose(f);
-            tk_buf_free(&b);
+            kvq_tok_buf_free(&b);
             return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory reading the file", path);
         }
     }
     int bad = ferror(f);
     fclose(f);
-    if (bad || tk_buf_put(&b, "", 1)) {
-        tk_buf_free(&b);
+    if (bad || kvq_tok_buf_put(&b, "", 1)) {
+        kvq_tok_buf_free(&b);
         return kvq_err_set(err, KVQ_ERR_IO, "%s: read error", path);
     }
     *data = b.b;
@@ -231,8 +231,8 @@ kvq_status kvq_tok_open(const char *path, kvq_tokenizer **out, kvq_err *err) {
     t->bos = t->eos = -1;
     size_t i = 0;
     while (i < n && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r')) i++;
-    if (i < n && data[i] == '{') st = tk_hf_open(path, data, n, t, err);
-    else st = tk_llama2c_open(path, data, n, t, err);
+    if (i < n && data[i] == '{') st = kvq_tok_hf_open(path, data, n, t, err);
+    else st = kvq_tok_llama2c_open(path, data, n, t, err);
     free(data);
     if (st) {
         kvq_tok_close(t);
@@ -253,7 +253,7 @@ kvq_status kvq_tok_encode(const kvq_tokenizer *t, const char *text, size_t len, 
     KVQ_ASSERT(t && ids && n_ids && (text || len == 0));
     *ids = NULL;
     *n_ids = 0;
-    size_t bad = tk_utf8_check(text ? text : "", len);
+    size_t bad = kvq_tok_utf8_check(text ? text : "", len);
     if (bad != len)
         return kvq_err_set(err, KVQ_ERR_ARG, "tokenizer: input text is not valid UTF-8 at byte %zu",
                            bad);

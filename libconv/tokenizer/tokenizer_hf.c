@@ -18,7 +18,7 @@ static int is_ws(int32_t c) { // Rust char::is_whitespace (Unicode White_Space)
            c == 0x205F || c == 0x3000;
 }
 
-int32_t tk_hf_cp_at(const char *s, size_t n, size_t *len) { // s is valid UTF-8
+int32_t kvq_tok_hf_cp_at(const char *s, size_t n, size_t *len) { // s is valid UTF-8
     utf8proc_int32_t cp = -1;
     utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &cp);
     *len = l > 0 ? (size_t)l : 1;
@@ -30,10 +30,10 @@ static int32_t cp_before(const char *s, size_t end) { // last char of s[0..end)
     while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--;
     if (i > 0) i--;
     size_t l;
-    return tk_hf_cp_at(s + i, end - i, &l);
+    return kvq_tok_hf_cp_at(s + i, end - i, &l);
 }
 
-int tk_hf_pieces_push(hf_pieces *p, size_t off, size_t len, int32_t id, int origin) {
+int kvq_tok_hf_pieces_push(hf_pieces *p, size_t off, size_t len, int32_t id, int origin) {
     if (p->n == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 64;
         hf_piece *v = realloc(p->v, cap * sizeof *v);
@@ -46,10 +46,10 @@ int tk_hf_pieces_push(hf_pieces *p, size_t off, size_t len, int32_t id, int orig
 }
 
 // Appends s to the arena (s must not point into it) and pushes it as a piece.
-int tk_hf_push_new(hf_ctx *c, hf_pieces *out, const char *s, size_t n, int origin) {
+int kvq_tok_hf_push_new(hf_ctx *c, hf_pieces *out, const char *s, size_t n, int origin) {
     size_t off = c->arena.n;
-    if (tk_buf_put(&c->arena, s, n)) return -1;
-    return tk_hf_pieces_push(out, off, n, -1, origin);
+    if (kvq_tok_buf_put(&c->arena, s, n)) return -1;
+    return kvq_tok_hf_pieces_push(out, off, n, -1, origin);
 }
 
 // ---------------------------------------------------------------- regex matching
@@ -68,21 +68,21 @@ static int find_spans(hf_ctx *c, const pcre2_code *re, const char *s, size_t n, 
         size_t ms = ov[0], me = ov[1];
         if (prev != ms) {
             hf_span sp = {prev, ms, invert};
-            if (tk_buf_put(&c->spans, &sp, sizeof sp)) return -1;
+            if (kvq_tok_buf_put(&c->spans, &sp, sizeof sp)) return -1;
         }
         hf_span sp = {ms, me, !invert};
-        if (tk_buf_put(&c->spans, &sp, sizeof sp)) return -1;
+        if (kvq_tok_buf_put(&c->spans, &sp, sizeof sp)) return -1;
         prev = me;
         if (me == ms) {
             if (me >= n) break;
             size_t l;
-            tk_hf_cp_at(s + me, n - me, &l);
+            kvq_tok_hf_cp_at(s + me, n - me, &l);
             at = me + l;
         } else at = me;
     }
     if (prev != n) {
         hf_span sp = {prev, n, invert};
-        if (tk_buf_put(&c->spans, &sp, sizeof sp)) return -1;
+        if (kvq_tok_buf_put(&c->spans, &sp, sizeof sp)) return -1;
     }
     return 0;
 }
@@ -129,7 +129,7 @@ static int split_by_spans(hf_ctx *c, const hf_piece *p, int behavior, hf_pieces 
     }
     for (size_t i = 0; i < k; i++) {
         if (sp[i].e == sp[i].s) continue;
-        if (tk_hf_pieces_push(out, p->off + sp[i].s, sp[i].e - sp[i].s, -1, p->origin && sp[i].s == 0))
+        if (kvq_tok_hf_pieces_push(out, p->off + sp[i].s, sp[i].e - sp[i].s, -1, p->origin && sp[i].s == 0))
             return -1;
     }
     return 0;
@@ -143,24 +143,24 @@ static int split_piece_re(hf_ctx *c, const hf_piece *p, const pcre2_code *re, in
 }
 
 // Replaces every match of re in s by rep, appending the result to out.
-int tk_hf_replace_all(hf_ctx *c, const pcre2_code *re, const char *s, size_t n, const char *rep,
-                       size_t rn, tk_buf *out) {
+int kvq_tok_hf_replace_all(hf_ctx *c, const pcre2_code *re, const char *s, size_t n, const char *rep,
+                       size_t rn, kvq_tok_buf *out) {
     int rc = find_spans(c, re, s, n, 0);
     if (rc) return rc;
     hf_span *sp = (hf_span *)c->spans.b;
     size_t ns = c->spans.n / sizeof(hf_span);
     for (size_t i = 0; i < ns; i++) {
         if (sp[i].m) {
-            if (tk_buf_put(out, rep, rn)) return -1;
-        } else if (tk_buf_put(out, s + sp[i].s, sp[i].e - sp[i].s)) return -1;
+            if (kvq_tok_buf_put(out, rep, rn)) return -1;
+        } else if (kvq_tok_buf_put(out, s + sp[i].s, sp[i].e - sp[i].s)) return -1;
     }
     return 0;
 }
 
 // ---------------------------------------------------------------- normalizers
 
-static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
-    tk_buf o = {0};
+static int norm_apply(const hf_norm *nm, hf_ctx *c, kvq_tok_buf *s) {
+    kvq_tok_buf o = {0};
     int rc = 0;
     switch (nm->type) {
     case HF_N_SEQ:
@@ -175,10 +175,10 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
         if (nm->type == HF_N_LOWER) {
             for (size_t i = 0; i < s->n;) {
                 size_t l;
-                int32_t cp = tk_hf_cp_at(s->b + i, s->n - i, &l);
+                int32_t cp = kvq_tok_hf_cp_at(s->b + i, s->n - i, &l);
                 // Rust's char::to_lowercase: full mapping; U+0130 is the one multi-char case
-                if (cp == 0x130) rc |= tk_utf8_put(&o, 'i') | tk_utf8_put(&o, 0x307);
-                else rc |= tk_utf8_put(&o, utf8proc_tolower(cp));
+                if (cp == 0x130) rc |= kvq_tok_utf8_put(&o, 'i') | kvq_tok_utf8_put(&o, 0x307);
+                else rc |= kvq_tok_utf8_put(&o, utf8proc_tolower(cp));
                 i += l;
             }
             break;
@@ -188,41 +188,41 @@ static int norm_apply(const hf_norm *nm, hf_ctx *c, tk_buf *s) {
         utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s->b, (utf8proc_ssize_t)s->n, &dst,
                                           (utf8proc_option_t)opt);
         if (r < 0) return -2;
-        rc = tk_buf_put(&o, dst, (size_t)r);
+        rc = kvq_tok_buf_put(&o, dst, (size_t)r);
         free(dst);
         break;
     }
-    case HF_N_REPLACE: rc = tk_hf_replace_all(c, nm->re, s->b, s->n, nm->content, nm->clen, &o); break;
+    case HF_N_REPLACE: rc = kvq_tok_hf_replace_all(c, nm->re, s->b, s->n, nm->content, nm->clen, &o); break;
     case HF_N_PREPEND:
         if (s->n == 0) return 0;
-        rc = tk_buf_put(&o, nm->content, nm->clen) || tk_buf_put(&o, s->b, s->n) ? -1 : 0;
+        rc = kvq_tok_buf_put(&o, nm->content, nm->clen) || kvq_tok_buf_put(&o, s->b, s->n) ? -1 : 0;
         break;
     case HF_N_STRIP_ACCENTS: // drops non-spacing marks (Mn), as HF
         for (size_t i = 0; i < s->n && !rc;) {
             size_t l;
-            int32_t cp = tk_hf_cp_at(s->b + i, s->n - i, &l);
-            if (utf8proc_category(cp) != UTF8PROC_CATEGORY_MN) rc = tk_buf_put(&o, s->b + i, l);
+            int32_t cp = kvq_tok_hf_cp_at(s->b + i, s->n - i, &l);
+            if (utf8proc_category(cp) != UTF8PROC_CATEGORY_MN) rc = kvq_tok_buf_put(&o, s->b + i, l);
             i += l;
         }
         break;
     case HF_N_STRIP: {
         size_t a = 0, b = s->n, l;
         if (nm->left)
-            while (a < b && is_ws(tk_hf_cp_at(s->b + a, b - a, &l))) a += l;
+            while (a < b && is_ws(kvq_tok_hf_cp_at(s->b + a, b - a, &l))) a += l;
         if (nm->right)
             while (b > a && is_ws(cp_before(s->b, b))) {
                 b--;
                 while (b > a && ((unsigned char)s->b[b] & 0xC0) == 0x80) b--;
             }
-        rc = tk_buf_put(&o, s->b + a, b - a);
+        rc = kvq_tok_buf_put(&o, s->b + a, b - a);
         break;
     }
     }
     if (rc) {
-        tk_buf_free(&o);
+        kvq_tok_buf_free(&o);
         return rc;
     }
-    tk_buf_free(s);
+    kvq_tok_buf_free(s);
     *s = o;
     return 0;
 }
@@ -239,7 +239,7 @@ static int is_word_at(const hf_tok *h, hf_ctx *c, const char *s, size_t n) {
 static int split_added(const hf_tok *h, hf_ctx *c, const hf_piece *p, int normalized,
                        hf_pieces *out) {
     const hf_added_index *ix = &h->aix[normalized];
-    if (ix->n == 0) return tk_hf_pieces_push(out, p->off, p->len, -1, p->origin);
+    if (ix->n == 0) return kvq_tok_hf_pieces_push(out, p->off, p->len, -1, p->origin);
     const char *s = c->arena.b + p->off;
     size_t n = p->len, start_off = 0;
     for (size_t i = 0; i < n;) {
@@ -264,7 +264,7 @@ static int split_added(const hf_tok *h, hf_ctx *c, const hf_piece *p, int normal
             if (b > 0) b--;
             int sw = (ms == 0 || !is_word_at(h, c, s + b, ms - b));
             size_t l;
-            tk_hf_cp_at(s + me, n - me, &l);
+            kvq_tok_hf_cp_at(s + me, n - me, &l);
             int ew = (me == n || !is_word_at(h, c, s + me, l));
             if (!sw || !ew) {
                 i++;
@@ -285,17 +285,17 @@ static int split_added(const hf_tok *h, hf_ctx *c, const hf_piece *p, int normal
         }
         if (best->rstrip) {
             size_t l;
-            while (me < n && is_ws(tk_hf_cp_at(s + me, n - me, &l))) me += l;
+            while (me < n && is_ws(kvq_tok_hf_cp_at(s + me, n - me, &l))) me += l;
         }
         if (start_off < ms &&
-            tk_hf_pieces_push(out, p->off + start_off, ms - start_off, -1, p->origin && start_off == 0))
+            kvq_tok_hf_pieces_push(out, p->off + start_off, ms - start_off, -1, p->origin && start_off == 0))
             return -1;
-        if (tk_hf_pieces_push(out, p->off + ms, me - ms, best->id, 0)) return -1;
+        if (kvq_tok_hf_pieces_push(out, p->off + ms, me - ms, best->id, 0)) return -1;
         start_off = me;
         i = me > i ? me : i + 1;
     }
     if (start_off < n &&
-        tk_hf_pieces_push(out, p->off + start_off, n - start_off, -1, p->origin && start_off == 0))
+        kvq_tok_hf_pieces_push(out, p->off + start_off, n - start_off, -1, p->origin && start_off == 0))
         return -1;
     return 0;
 }
@@ -304,7 +304,7 @@ static int split_added(const hf_tok *h, hf_ctx *c, const hf_piece *p, int normal
 
 static int bytelevel_map(const hf_tok *h, hf_ctx *c, const hf_piece *p, hf_pieces *out) {
     c->scratch.n = 0;
-    if (tk_buf_reserve(&c->scratch, 2 * p->len)) return -1;
+    if (kvq_tok_buf_reserve(&c->scratch, 2 * p->len)) return -1;
     const unsigned char *s = (const unsigned char *)c->arena.b + p->off;
     char *d = c->scratch.b;
     size_t k = 0;
@@ -313,7 +313,7 @@ static int bytelevel_map(const hf_tok *h, hf_ctx *c, const hf_piece *p, hf_piece
         d[k++] = (char)e[0];
         if (e[1]) d[k++] = (char)e[1];
     }
-    return tk_hf_push_new(c, out, d, k, p->origin);
+    return kvq_tok_hf_push_new(c, out, d, k, p->origin);
 }
 
 static int pretok_apply(const hf_tok *h, const hf_pretok *pt, hf_ctx *c, hf_pieces *in,
@@ -331,7 +331,7 @@ static int pretok_apply(const hf_tok *h, const hf_pretok *pt, hf_ctx *c, hf_piec
         }
         if (!rc)
             for (size_t i = 0; i < a.n && !rc; i++)
-                rc = tk_hf_pieces_push(out, a.v[i].off, a.v[i].len, a.v[i].id, a.v[i].origin);
+                rc = kvq_tok_hf_pieces_push(out, a.v[i].off, a.v[i].len, a.v[i].id, a.v[i].origin);
         if (owned) free(a.v);
         return rc;
     }
@@ -339,13 +339,13 @@ static int pretok_apply(const hf_tok *h, const hf_pretok *pt, hf_ctx *c, hf_piec
         hf_piece p = in->v[i];
         int rc = 0;
         if (p.id >= 0) {
-            rc = tk_hf_pieces_push(out, p.off, p.len, p.id, p.origin);
+            rc = kvq_tok_hf_pieces_push(out, p.off, p.len, p.id, p.origin);
         } else if (pt->type == HF_P_SPLIT) {
             rc = split_piece_re(c, &p, pt->re, pt->behavior, pt->invert, out);
         } else if (pt->type == HF_P_BYTELEVEL) {
             if (pt->add_prefix_space && (p.len == 0 || c->arena.b[p.off] != ' ')) {
                 size_t off = c->arena.n;
-                if (tk_buf_put(&c->arena, " ", 1) || tk_buf_reserve(&c->arena, p.len)) return -1;
+                if (kvq_tok_buf_put(&c->arena, " ", 1) || kvq_tok_buf_reserve(&c->arena, p.len)) return -1;
                 memcpy(c->arena.b + c->arena.n, c->arena.b + p.off, p.len);
                 c->arena.n += p.len;
                 p.off = off;
@@ -366,19 +366,19 @@ static int pretok_apply(const hf_tok *h, const hf_pretok *pt, hf_ctx *c, hf_piec
                          (p.len >= (size_t)pt->repl_len && memcmp(s, pt->repl, pt->repl_len) == 0);
             if (!starts && (pt->scheme == HF_PREPEND_ALWAYS ||
                             (pt->scheme == HF_PREPEND_FIRST && p.origin)))
-                rc |= tk_buf_put(&c->scratch, pt->repl, pt->repl_len);
+                rc |= kvq_tok_buf_put(&c->scratch, pt->repl, pt->repl_len);
             for (size_t j = 0; j < p.len && !rc; j++) {
-                if (s[j] == ' ') rc |= tk_buf_put(&c->scratch, pt->repl, pt->repl_len);
-                else rc |= tk_buf_put(&c->scratch, s + j, 1);
+                if (s[j] == ' ') rc |= kvq_tok_buf_put(&c->scratch, pt->repl, pt->repl_len);
+                else rc |= kvq_tok_buf_put(&c->scratch, s + j, 1);
             }
             if (rc) return -1;
             size_t off = c->arena.n;
-            if (tk_buf_put(&c->arena, c->scratch.b, c->scratch.n)) return -1;
+            if (kvq_tok_buf_put(&c->arena, c->scratch.b, c->scratch.n)) return -1;
             hf_piece q = {off, c->scratch.n, -1, p.origin};
             if (pt->split) {
                 rc = split_piece_re(c, &q, pt->re, HF_MERGED_NEXT, 0, out);
             } else if (q.len) {
-                rc = tk_hf_pieces_push(out, q.off, q.len, -1, q.origin);
+                rc = kvq_tok_hf_pieces_push(out, q.off, q.len, -1, q.origin);
             }
         }
         if (rc) return rc;
@@ -411,8 +411,8 @@ static int merge_less(const hf_merge *x, const hf_merge *y) {
     return x->rank != y->rank ? x->rank < y->rank : x->pos < y->pos;
 }
 
-static int heap_push(tk_buf *hb, hf_merge m) {
-    if (tk_buf_put(hb, &m, sizeof m)) return -1;
+static int heap_push(kvq_tok_buf *hb, hf_merge m) {
+    if (kvq_tok_buf_put(hb, &m, sizeof m)) return -1;
     hf_merge *v = (hf_merge *)hb->b;
     size_t i = hb->n / sizeof m - 1;
     while (i > 0) {
@@ -426,7 +426,7 @@ static int heap_push(tk_buf *hb, hf_merge m) {
     return 0;
 }
 
-static hf_merge heap_pop(tk_buf *hb) {
+static hf_merge heap_pop(kvq_tok_buf *hb) {
     hf_merge *v = (hf_merge *)hb->b;
     size_t n = hb->n / sizeof *v;
     hf_merge top = v[0];
@@ -453,23 +453,23 @@ static int bpe_word_uncached(const hf_tok *h, hf_ctx *c, const char *w, size_t n
     char tmp[64];
     for (size_t i = 0; i < n;) {
         size_t l;
-        tk_hf_cp_at(w + i, n - i, &l);
+        kvq_tok_hf_cp_at(w + i, n - i, &l);
         const char *q = w + i;
         size_t ql = l;
         int first = i == 0, last = i + l >= n;
         if ((h->prefix_len && !first) || (h->suffix_len && last)) {
             c->scratch.n = 0;
-            if ((h->prefix_len && !first && tk_buf_put(&c->scratch, h->prefix, h->prefix_len)) ||
-                tk_buf_put(&c->scratch, q, l) ||
-                (h->suffix_len && last && tk_buf_put(&c->scratch, h->suffix, h->suffix_len)))
+            if ((h->prefix_len && !first && kvq_tok_buf_put(&c->scratch, h->prefix, h->prefix_len)) ||
+                kvq_tok_buf_put(&c->scratch, q, l) ||
+                (h->suffix_len && last && kvq_tok_buf_put(&c->scratch, h->suffix, h->suffix_len)))
                 return -1;
             q = c->scratch.b;
             ql = c->scratch.n;
         }
-        int32_t id = tk_strtab_find(&h->vocab, q, ql);
+        int32_t id = kvq_tok_strtab_find(&h->vocab, q, ql);
         i += l;
         if (id >= 0) {
-            if (tk_buf_put(&c->sym, &id, sizeof id)) return -1;
+            if (kvq_tok_buf_put(&c->sym, &id, sizeof id)) return -1;
             last_unk = 0;
             continue;
         }
@@ -478,24 +478,24 @@ static int bpe_word_uncached(const hf_tok *h, hf_ctx *c, const char *w, size_t n
             int ok = 1;
             for (size_t j = 0; j < l && ok; j++) {
                 snprintf(tmp, sizeof tmp, "<0x%02X>", (unsigned char)w[i - l + j]);
-                bid[j] = tk_strtab_find(&h->vocab, tmp, 6);
+                bid[j] = kvq_tok_strtab_find(&h->vocab, tmp, 6);
                 ok = bid[j] >= 0;
             }
             if (ok) {
-                if (tk_buf_put(&c->sym, bid, l * sizeof(int32_t))) return -1;
+                if (kvq_tok_buf_put(&c->sym, bid, l * sizeof(int32_t))) return -1;
                 last_unk = 0;
                 continue;
             }
         }
         if (h->unk >= 0) {
-            if (!(h->fuse_unk && last_unk) && tk_buf_put(&c->sym, &h->unk, sizeof h->unk)) return -1;
+            if (!(h->fuse_unk && last_unk) && kvq_tok_buf_put(&c->sym, &h->unk, sizeof h->unk)) return -1;
             last_unk = 1;
         }
     }
     int32_t *id = (int32_t *)c->sym.b;
     int32_t ns = (int32_t)(c->sym.n / sizeof *id);
     if (ns == 0) return 0;
-    if (tk_buf_reserve(&c->links, 2 * (size_t)ns * sizeof(int32_t))) return -1;
+    if (kvq_tok_buf_reserve(&c->links, 2 * (size_t)ns * sizeof(int32_t))) return -1;
     int32_t *prev = (int32_t *)c->links.b, *next = prev + ns;
     for (int32_t i = 0; i < ns; i++) {
         prev[i] = i - 1;
@@ -531,7 +531,7 @@ static int bpe_word_uncached(const hf_tok *h, hf_ctx *c, const char *w, size_t n
         }
     }
     for (int32_t i = 0; i >= 0; i = next[i])
-        if (tk_buf_put(&c->ids, &id[i], sizeof id[i])) return -1;
+        if (kvq_tok_buf_put(&c->ids, &id[i], sizeof id[i])) return -1;
     return 0;
 }
 
@@ -540,8 +540,8 @@ static int bpe_word_uncached(const hf_tok *h, hf_ctx *c, const char *w, size_t n
 static int bpe_word(const hf_tok *h, hf_ctx *c, size_t woff, size_t n) {
     const char *w = c->arena.b + woff;
     if (h->ignore_merges) {
-        int32_t id = tk_strtab_find(&h->vocab, w, n);
-        if (id >= 0) return tk_buf_put(&c->ids, &id, sizeof id);
+        int32_t id = kvq_tok_strtab_find(&h->vocab, w, n);
+        if (id >= 0) return kvq_tok_buf_put(&c->ids, &id, sizeof id);
     }
     if (n > HF_CACHE_MAX_WORD) return bpe_word_uncached(h, c, w, n);
     uint64_t hv = XXH3_64bits(w, n);
@@ -550,7 +550,7 @@ static int bpe_word(const hf_tok *h, hf_ctx *c, size_t woff, size_t n) {
         hf_cache_slot *s = &c->cache[i];
         if (s->len == UINT32_MAX) break;
         if (s->hash == hv && s->len == n && memcmp(c->arena.b + s->off, w, n) == 0)
-            return tk_buf_put(&c->ids, c->cache_ids.b + s->ids_off, s->n_ids * sizeof(int32_t));
+            return kvq_tok_buf_put(&c->ids, c->cache_ids.b + s->ids_off, s->n_ids * sizeof(int32_t));
     }
     size_t before = c->ids.n;
     if (bpe_word_uncached(h, c, w, n)) return -1;
@@ -578,28 +578,28 @@ static int bpe_word(const hf_tok *h, hf_ctx *c, size_t woff, size_t n) {
     s->ids_off = c->cache_ids.n;
     s->n_ids = (uint32_t)((c->ids.n - before) / sizeof(int32_t));
     c->cache_used++;
-    return tk_buf_put(&c->cache_ids, c->ids.b + before, c->ids.n - before);
+    return kvq_tok_buf_put(&c->cache_ids, c->ids.b + before, c->ids.n - before);
 }
 
 // ---------------------------------------------------------------- per-call scratch, encode
 
-void tk_hf_ctx_free(hf_ctx *c) {
-    tk_buf_free(&c->arena);
-    tk_buf_free(&c->scratch);
-    tk_buf_free(&c->scratch2);
-    tk_buf_free(&c->spans);
-    tk_buf_free(&c->sym);
-    tk_buf_free(&c->links);
-    tk_buf_free(&c->heap);
-    tk_buf_free(&c->ids);
-    tk_buf_free(&c->cache_ids);
+void kvq_tok_hf_ctx_free(hf_ctx *c) {
+    kvq_tok_buf_free(&c->arena);
+    kvq_tok_buf_free(&c->scratch);
+    kvq_tok_buf_free(&c->scratch2);
+    kvq_tok_buf_free(&c->spans);
+    kvq_tok_buf_free(&c->sym);
+    kvq_tok_buf_free(&c->links);
+    kvq_tok_buf_free(&c->heap);
+    kvq_tok_buf_free(&c->ids);
+    kvq_tok_buf_free(&c->cache_ids);
     free(c->cache);
     if (c->md) pcre2_match_data_free(c->md);
     if (c->mc) pcre2_match_context_free(c->mc);
     if (c->js) pcre2_jit_stack_free(c->js);
 }
 
-int tk_hf_ctx_init(hf_ctx *c, size_t cache_slots) {
+int kvq_tok_hf_ctx_init(hf_ctx *c, size_t cache_slots) {
     memset(c, 0, sizeof *c);
     c->md = pcre2_match_data_create(1, NULL);
     c->mc = pcre2_match_context_create(NULL);
@@ -620,31 +620,31 @@ static kvq_status hf_encode(const kvq_tokenizer *t, const char *text, size_t len
     const hf_tok *h = t->impl;
     hf_ctx c;
     hf_pieces a = {0}, b = {0};
-    int rc = tk_hf_ctx_init(&c, 1024); // the word cache grows as needed
-    if (!rc) rc = tk_buf_put(&c.arena, text, len);
+    int rc = kvq_tok_hf_ctx_init(&c, 1024); // the word cache grows as needed
+    if (!rc) rc = kvq_tok_buf_put(&c.arena, text, len);
     // 1. added tokens that are matched on the raw text
     if (!rc) {
         hf_piece whole = {0, len, -1, 1};
         rc = split_added(h, &c, &whole, 0, &a);
     }
     // 2. normalizer on the remaining pieces, then added tokens matched on normalized text
-    tk_buf nb = {0};
+    kvq_tok_buf nb = {0};
     for (size_t i = 0; i < a.n && !rc; i++) {
         hf_piece p = a.v[i];
         if (p.id >= 0 || !h->norm) {
             if (p.id < 0 && h->aix[1].n) rc = split_added(h, &c, &p, 1, &b);
-            else rc = tk_hf_pieces_push(&b, p.off, p.len, p.id, p.origin);
+            else rc = kvq_tok_hf_pieces_push(&b, p.off, p.len, p.id, p.origin);
             continue;
         }
         nb.n = 0;
-        rc = tk_buf_put(&nb, c.arena.b + p.off, p.len);
+        rc = kvq_tok_buf_put(&nb, c.arena.b + p.off, p.len);
         if (!rc) rc = norm_apply(h->norm, &c, &nb);
         if (rc) break;
         hf_piece q = {c.arena.n, nb.n, -1, p.origin};
-        rc = tk_buf_put(&c.arena, nb.b, nb.n);
+        rc = kvq_tok_buf_put(&c.arena, nb.b, nb.n);
         if (!rc) rc = split_added(h, &c, &q, 1, &b);
     }
-    tk_buf_free(&nb);
+    kvq_tok_buf_free(&nb);
     // 3. pre-tokenizer
     a.n = 0;
     if (!rc) {
@@ -656,16 +656,16 @@ static kvq_status hf_encode(const kvq_tokenizer *t, const char *text, size_t len
         }
     }
     // 4. model, with the post-processor template around it
-    if (!rc && add_special) rc = tk_buf_put(&c.ids, h->pre_ids, h->n_pre * sizeof(int32_t));
+    if (!rc && add_special) rc = kvq_tok_buf_put(&c.ids, h->pre_ids, h->n_pre * sizeof(int32_t));
     for (size_t i = 0; i < a.n && !rc; i++) {
-        if (a.v[i].id >= 0) rc = tk_buf_put(&c.ids, &a.v[i].id, sizeof(int32_t));
+        if (a.v[i].id >= 0) rc = kvq_tok_buf_put(&c.ids, &a.v[i].id, sizeof(int32_t));
         else if (a.v[i].len) rc = bpe_word(h, &c, a.v[i].off, a.v[i].len);
     }
-    if (!rc && add_special) rc = tk_buf_put(&c.ids, h->post_ids, h->n_post * sizeof(int32_t));
+    if (!rc && add_special) rc = kvq_tok_buf_put(&c.ids, h->post_ids, h->n_post * sizeof(int32_t));
     free(a.v);
     free(b.v);
     if (rc) {
-        tk_hf_ctx_free(&c);
+        kvq_tok_hf_ctx_free(&c);
         if (rc == -2) return kvq_err_set(err, KVQ_ERR_FORMAT, "tokenizer: regex or normalizer failed on the input text");
         return kvq_err_set(err, KVQ_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
     }
@@ -673,20 +673,20 @@ static kvq_status hf_encode(const kvq_tokenizer *t, const char *text, size_t len
     *ids = (int32_t *)c.ids.b;
     c.ids.b = NULL;
     if (!*ids) *ids = malloc(sizeof(int32_t)); // a valid pointer even for zero ids
-    tk_hf_ctx_free(&c);
+    kvq_tok_hf_ctx_free(&c);
     if (!*ids) return kvq_err_set(err, KVQ_ERR_NOMEM, "tokenizer: out of memory");
     return KVQ_OK;
 }
 
-int tk_hf_normalize(const hf_tok *h, tk_buf *s) {
+int kvq_tok_hf_normalize(const hf_tok *h, kvq_tok_buf *s) {
     if (!h->norm) return 0;
     hf_ctx c;
-    int rc = tk_hf_ctx_init(&c, 16);
+    int rc = kvq_tok_hf_ctx_init(&c, 16);
     if (!rc) rc = norm_apply(h->norm, &c, s);
-    tk_hf_ctx_free(&c);
+    kvq_tok_hf_ctx_free(&c);
     return rc;
 }
 
-static void hf_close(void *impl) { tk_hf_free(impl); }
+static void hf_close(void *impl) { kvq_tok_hf_free(impl); }
 
-const tk_ops tk_hf_ops = {hf_encode, tk_hf_decode, tk_hf_piece, hf_close};
+const kvq_tok_ops kvq_tok_hf_ops = {hf_encode, kvq_tok_hf_decode, kvq_tok_hf_piece, hf_close};

@@ -69,7 +69,7 @@ typedef struct {
 } hf_added_index;
 
 typedef struct {
-    tk_strtab vocab;                   // model vocab (not the added tokens)
+    kvq_tok_strtab vocab;                   // model vocab (not the added tokens)
     int32_t n_ids;                     // = kvq_tokenizer.n_vocab
     uint64_t *mkey;                    // merges: (a << 32 | b), UINT64_MAX = empty slot
     uint32_t *mrank;
@@ -116,8 +116,8 @@ typedef struct {
 #define HF_CACHE_MAX_WORD 256
 
 typedef struct {
-    tk_buf arena;                     // all piece strings of this call
-    tk_buf scratch, scratch2, spans, sym, links, heap, ids, cache_ids;
+    kvq_tok_buf arena;                     // all piece strings of this call
+    kvq_tok_buf scratch, scratch2, spans, sym, links, heap, ids, cache_ids;
     hf_cache_slot *cache;
     size_t cmask, cache_used;
     pcre2_match_data *md;
@@ -125,21 +125,21 @@ typedef struct {
     pcre2_jit_stack *js;
 } hf_ctx;
 
-extern const tk_ops tk_hf_ops;
+extern const kvq_tok_ops kvq_tok_hf_ops;
 
 // shared by tokenizer_hf.c and tokenizer_hf_decode.c (0 = ok, -1 = out of memory, -2 = regex failure)
-int tk_hf_ctx_init(hf_ctx *c, size_t cache_slots);
-void tk_hf_ctx_free(hf_ctx *c);
-int32_t tk_hf_cp_at(const char *s, size_t n, size_t *len); // code point at s (valid UTF-8), its length
-int tk_hf_pieces_push(hf_pieces *p, size_t off, size_t len, int32_t id, int origin);
-int tk_hf_push_new(hf_ctx *c, hf_pieces *out, const char *s, size_t n, int origin); // copies s into the arena
-int tk_hf_replace_all(hf_ctx *c, const pcre2_code *re, const char *s, size_t n, const char *rep, size_t rn,
-                      tk_buf *out);
-kvq_status tk_hf_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids, int skip_special,
+int kvq_tok_hf_ctx_init(hf_ctx *c, size_t cache_slots);
+void kvq_tok_hf_ctx_free(hf_ctx *c);
+int32_t kvq_tok_hf_cp_at(const char *s, size_t n, size_t *len); // code point at s (valid UTF-8), its length
+int kvq_tok_hf_pieces_push(hf_pieces *p, size_t off, size_t len, int32_t id, int origin);
+int kvq_tok_hf_push_new(hf_ctx *c, hf_pieces *out, const char *s, size_t n, int origin); // copies s into the arena
+int kvq_tok_hf_replace_all(hf_ctx *c, const pcre2_code *re, const char *s, size_t n, const char *rep, size_t rn,
+                      kvq_tok_buf *out);
+kvq_status kvq_tok_hf_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids, int skip_special,
                         char **text, kvq_err *err);
-int tk_hf_piece(const kvq_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap);
-void tk_hf_free(hf_tok *h);
+int kvq_tok_hf_piece(const kvq_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap);
+void kvq_tok_hf_free(hf_tok *h);
 /** Runs the normalizer over s in place (no-op without one). 0, -1 no memory, -2 failure. */
-int tk_hf_normalize(const hf_tok *h, tk_buf *s);
+int kvq_tok_hf_normalize(const hf_tok *h, kvq_tok_buf *s);
 
 #endif

@@ -23,7 +23,7 @@ static int dec_apply(const hf_tok *h, const hf_dec *d, hf_ctx *c, hf_pieces *in,
             y = (hf_pieces){0};
             owned = 1;
         }
-        for (size_t i = 0; i < x.n && !rc; i++) rc = tk_hf_pieces_push(out, x.v[i].off, x.v[i].len, -1, 0);
+        for (size_t i = 0; i < x.n && !rc; i++) rc = kvq_tok_hf_pieces_push(out, x.v[i].off, x.v[i].len, -1, 0);
         if (owned) free(x.v);
         return rc;
     }
@@ -34,22 +34,22 @@ static int dec_apply(const hf_tok *h, const hf_dec *d, hf_ctx *c, hf_pieces *in,
             size_t n = in->v[i].len, start = c->scratch.n;
             for (size_t j = 0; j < n && !rc;) {
                 size_t l;
-                int32_t cp = tk_hf_cp_at(s + j, n - j, &l);
+                int32_t cp = kvq_tok_hf_cp_at(s + j, n - j, &l);
                 if (cp < 0 || cp >= 324 || h->bl_dec[cp] < 0) { // unmappable: the raw token
                     c->scratch.n = start;
-                    rc = tk_buf_put(&c->scratch, s, n);
+                    rc = kvq_tok_buf_put(&c->scratch, s, n);
                     break;
                 }
                 unsigned char byte = (unsigned char)h->bl_dec[cp];
-                rc = tk_buf_put(&c->scratch, &byte, 1);
+                rc = kvq_tok_buf_put(&c->scratch, &byte, 1);
                 j += l;
             }
         }
         if (rc) return rc;
         size_t off = c->arena.n;
-        if (raw) rc = tk_buf_put(&c->arena, c->scratch.b, c->scratch.n);
-        else rc = tk_utf8_lossy(&c->arena, c->scratch.b, c->scratch.n);
-        return rc ? rc : tk_hf_pieces_push(out, off, c->arena.n - off, -1, 0);
+        if (raw) rc = kvq_tok_buf_put(&c->arena, c->scratch.b, c->scratch.n);
+        else rc = kvq_tok_utf8_lossy(&c->arena, c->scratch.b, c->scratch.n);
+        return rc ? rc : kvq_tok_hf_pieces_push(out, off, c->arena.n - off, -1, 0);
     }
     case HF_D_BYTEFALLBACK: {
         c->scratch.n = 0;
@@ -64,32 +64,32 @@ static int dec_apply(const hf_tok *h, const hf_dec *d, hf_ctx *c, hf_pieces *in,
             }
             if (byte >= 0) {
                 unsigned char bb = (unsigned char)byte;
-                rc = tk_buf_put(&c->scratch, &bb, 1);
+                rc = kvq_tok_buf_put(&c->scratch, &bb, 1);
                 continue;
             }
             if (c->scratch.n) {
                 size_t off = c->arena.n;
-                if (raw || tk_utf8_check(c->scratch.b, c->scratch.n) == c->scratch.n) {
-                    rc = tk_buf_put(&c->arena, c->scratch.b, c->scratch.n);
-                    if (!rc) rc = tk_hf_pieces_push(out, off, c->scratch.n, -1, 0);
+                if (raw || kvq_tok_utf8_check(c->scratch.b, c->scratch.n) == c->scratch.n) {
+                    rc = kvq_tok_buf_put(&c->arena, c->scratch.b, c->scratch.n);
+                    if (!rc) rc = kvq_tok_hf_pieces_push(out, off, c->scratch.n, -1, 0);
                 } else {
                     for (size_t k = 0; k < c->scratch.n && !rc; k++) {
                         off = c->arena.n;
-                        rc = tk_buf_put(&c->arena, "\xEF\xBF\xBD", 3);
-                        if (!rc) rc = tk_hf_pieces_push(out, off, 3, -1, 0);
+                        rc = kvq_tok_buf_put(&c->arena, "\xEF\xBF\xBD", 3);
+                        if (!rc) rc = kvq_tok_hf_pieces_push(out, off, 3, -1, 0);
                     }
                 }
                 c->scratch.n = 0;
             }
-            if (s && !rc) rc = tk_hf_pieces_push(out, in->v[i].off, n, -1, 0);
+            if (s && !rc) rc = kvq_tok_hf_pieces_push(out, in->v[i].off, n, -1, 0);
         }
         return rc;
     }
     case HF_D_FUSE: {
         c->scratch.n = 0;
         for (size_t i = 0; i < in->n && !rc; i++)
-            rc = tk_buf_put(&c->scratch, c->arena.b + in->v[i].off, in->v[i].len);
-        return rc ? rc : tk_hf_push_new(c, out, c->scratch.b, c->scratch.n, 0);
+            rc = kvq_tok_buf_put(&c->scratch, c->arena.b + in->v[i].off, in->v[i].len);
+        return rc ? rc : kvq_tok_hf_push_new(c, out, c->scratch.b, c->scratch.n, 0);
     }
     case HF_D_STRIP:
         for (size_t i = 0; i < in->n && !rc; i++) {
@@ -102,15 +102,15 @@ static int dec_apply(const hf_tok *h, const hf_dec *d, hf_ctx *c, hf_pieces *in,
             }
             for (int k = 0; k < start && cl && b - a >= cl && memcmp(s + a, d->content, cl) == 0; k++) a += cl;
             for (int k = 0; k < stop && cl && b - a >= cl && memcmp(s + b - cl, d->content, cl) == 0; k++) b -= cl;
-            rc = tk_hf_pieces_push(out, in->v[i].off + a, b - a, -1, 0);
+            rc = kvq_tok_hf_pieces_push(out, in->v[i].off + a, b - a, -1, 0);
         }
         return rc;
     case HF_D_REPLACE:
         for (size_t i = 0; i < in->n && !rc; i++) {
             c->scratch2.n = 0;
-            rc = tk_hf_replace_all(c, d->re, c->arena.b + in->v[i].off, in->v[i].len, d->content, d->clen,
+            rc = kvq_tok_hf_replace_all(c, d->re, c->arena.b + in->v[i].off, in->v[i].len, d->content, d->clen,
                              &c->scratch2);
-            if (!rc) rc = tk_hf_push_new(c, out, c->scratch2.b, c->scratch2.n, 0);
+            if (!rc) rc = kvq_tok_hf_push_new(c, out, c->scratch2.b, c->scratch2.n, 0);
         }
         return rc;
     case HF_D_METASPACE:
@@ -121,11 +121,11 @@ static int dec_apply(const hf_tok *h, const hf_dec *d, hf_ctx *c, hf_pieces *in,
             c->scratch.n = 0;
             for (size_t j = 0; j < n && !rc;) {
                 if (rl && n - j >= rl && memcmp(s + j, d->repl, rl) == 0) {
-                    if (!drop) rc = tk_buf_put(&c->scratch, " ", 1);
+                    if (!drop) rc = kvq_tok_buf_put(&c->scratch, " ", 1);
                     j += rl;
-                } else rc = tk_buf_put(&c->scratch, s + j++, 1);
+                } else rc = kvq_tok_buf_put(&c->scratch, s + j++, 1);
             }
-            if (!rc) rc = tk_hf_push_new(c, out, c->scratch.b, c->scratch.n, 0);
+            if (!rc) rc = kvq_tok_hf_push_new(c, out, c->scratch.b, c->scratch.n, 0);
         }
         return rc;
     }
@@ -143,12 +143,12 @@ static const char *hf_token_str(const hf_tok *h, int32_t id, size_t *n) {
         *n = a->len;
         return a->content;
     }
-    return tk_strtab_get(&h->vocab, id, n);
+    return kvq_tok_strtab_get(&h->vocab, id, n);
 }
 
 // Decodes ids into c->arena and returns the final text's span in out.
 static int hf_decode_to(const kvq_tokenizer *t, hf_ctx *c, const int32_t *ids, size_t n_ids,
-                        int skip_special, int raw, int first, tk_buf *out) {
+                        int skip_special, int raw, int first, kvq_tok_buf *out) {
     const hf_tok *h = t->impl;
     hf_pieces in = {0}, res = {0};
     int rc = 0;
@@ -157,58 +157,58 @@ static int hf_decode_to(const kvq_tokenizer *t, hf_ctx *c, const int32_t *ids, s
         const char *s = hf_token_str(h, ids[i], &n);
         if (!s) continue; // as HF: ids without a token are dropped
         if (skip_special && h->added_of[ids[i]] >= 0 && h->added[h->added_of[ids[i]]].special) continue;
-        rc = tk_hf_push_new(c, &in, s, n, 0);
+        rc = kvq_tok_hf_push_new(c, &in, s, n, 0);
     }
     if (!rc) {
         if (h->dec) rc = dec_apply(h, h->dec, c, &in, &res, raw, first);
         else { // no decoder: tokens joined by spaces
             for (size_t i = 0; i < in.n && !rc; i++)
-                rc = tk_hf_pieces_push(&res, in.v[i].off, in.v[i].len, -1, 0);
+                rc = kvq_tok_hf_pieces_push(&res, in.v[i].off, in.v[i].len, -1, 0);
         }
     }
     for (size_t i = 0; i < res.n && !rc; i++) {
-        if (!h->dec && i > 0) rc = tk_buf_put(out, " ", 1);
-        if (!rc) rc = tk_buf_put(out, c->arena.b + res.v[i].off, res.v[i].len);
+        if (!h->dec && i > 0) rc = kvq_tok_buf_put(out, " ", 1);
+        if (!rc) rc = kvq_tok_buf_put(out, c->arena.b + res.v[i].off, res.v[i].len);
     }
     free(in.v);
     free(res.v);
     return rc;
 }
 
-kvq_status tk_hf_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids,
+kvq_status kvq_tok_hf_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids,
                             int skip_special, char **text, kvq_err *err) {
     hf_ctx c;
-    tk_buf raw = {0}, out = {0};
-    int rc = tk_hf_ctx_init(&c, 16);
+    kvq_tok_buf raw = {0}, out = {0};
+    int rc = kvq_tok_hf_ctx_init(&c, 16);
     if (!rc) rc = hf_decode_to(t, &c, ids, n_ids, skip_special, 0, 1, &raw);
-    if (!rc) rc = tk_utf8_lossy(&out, raw.b, raw.n);
-    if (!rc) rc = tk_buf_put(&out, "", 1);
-    tk_hf_ctx_free(&c);
-    tk_buf_free(&raw);
+    if (!rc) rc = kvq_tok_utf8_lossy(&out, raw.b, raw.n);
+    if (!rc) rc = kvq_tok_buf_put(&out, "", 1);
+    kvq_tok_hf_ctx_free(&c);
+    kvq_tok_buf_free(&raw);
     if (rc) {
-        tk_buf_free(&out);
+        kvq_tok_buf_free(&out);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "tokenizer: out of memory decoding %zu ids", n_ids);
     }
     *text = out.b;
     return KVQ_OK;
 }
 
-int tk_hf_piece(const kvq_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap) {
+int kvq_tok_hf_piece(const kvq_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap) {
     const hf_tok *h = t->impl;
     size_t n;
     if (!hf_token_str(h, id, &n)) return -1;
     hf_ctx c;
-    tk_buf out = {0};
+    kvq_tok_buf out = {0};
     int first = prev < 0 || (t->bos >= 0 && prev == t->bos);
-    int rc = tk_hf_ctx_init(&c, 16);
+    int rc = kvq_tok_hf_ctx_init(&c, 16);
     if (!rc) rc = hf_decode_to(t, &c, &id, 1, 0, 1, first, &out);
-    tk_hf_ctx_free(&c);
+    kvq_tok_hf_ctx_free(&c);
     if (rc) {
-        tk_buf_free(&out);
+        kvq_tok_buf_free(&out);
         return -1;
     }
     size_t k = out.n < cap ? out.n : cap;
     if (k) memcpy(buf, out.b, k);
-    tk_buf_free(&out);
+    kvq_tok_buf_free(&out);
     return (int)k;
 }

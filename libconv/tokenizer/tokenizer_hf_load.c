@@ -318,7 +318,7 @@ static kvq_status parse_merges(ld *L, hf_tok *h, json_t *merges) {
     if (!h->mkey || !h->mrank || !h->mnew) return FAIL(L, KVQ_ERR_NOMEM, "out of memory for %zu merges", n);
     memset(h->mkey, 0xFF, cap * sizeof *h->mkey);
     h->mmask = cap - 1;
-    tk_buf cat = {0};
+    kvq_tok_buf cat = {0};
     for (size_t r = 0; r < n; r++) {
         json_t *m = json_array_get(merges, r);
         const char *a, *b;
@@ -327,7 +327,7 @@ static kvq_status parse_merges(ld *L, hf_tok *h, json_t *merges) {
             a = json_string_value(m);
             const char *sp = strchr(a, ' ');
             if (!sp || strchr(sp + 1, ' '))
-                return tk_buf_free(&cat), FAIL(L, KVQ_ERR_FORMAT, "model.merges[%zu] '%s' is not two tokens separated by one space", r, a);
+                return kvq_tok_buf_free(&cat), FAIL(L, KVQ_ERR_FORMAT, "model.merges[%zu] '%s' is not two tokens separated by one space", r, a);
             al = (size_t)(sp - a);
             b = sp + 1;
             bl = strlen(b);
@@ -337,18 +337,18 @@ static kvq_status parse_merges(ld *L, hf_tok *h, json_t *merges) {
             al = json_string_length(json_array_get(m, 0));
             b = json_string_value(json_array_get(m, 1));
             bl = json_string_length(json_array_get(m, 1));
-        } else return tk_buf_free(&cat), FAIL(L, KVQ_ERR_FORMAT, "model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", r);
-        int32_t ia = tk_strtab_find(&h->vocab, a, al), ib = tk_strtab_find(&h->vocab, b, bl);
+        } else return kvq_tok_buf_free(&cat), FAIL(L, KVQ_ERR_FORMAT, "model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", r);
+        int32_t ia = kvq_tok_strtab_find(&h->vocab, a, al), ib = kvq_tok_strtab_find(&h->vocab, b, bl);
         if (ia < 0 || ib < 0)
-            return tk_buf_free(&cat), FAIL(L, KVQ_ERR_FORMAT, "model.merges[%zu]: token '%.*s' is not in the vocab", r,
+            return kvq_tok_buf_free(&cat), FAIL(L, KVQ_ERR_FORMAT, "model.merges[%zu]: token '%.*s' is not in the vocab", r,
                         (int)(ia < 0 ? al : bl), ia < 0 ? a : b);
         size_t skip = h->prefix_len && bl >= h->prefix_len && !memcmp(b, h->prefix, h->prefix_len) ? h->prefix_len : 0;
         cat.n = 0;
-        if (tk_buf_put(&cat, a, al) || tk_buf_put(&cat, b + skip, bl - skip))
-            return tk_buf_free(&cat), FAIL(L, KVQ_ERR_NOMEM, "out of memory");
-        int32_t nid = tk_strtab_find(&h->vocab, cat.b, cat.n);
+        if (kvq_tok_buf_put(&cat, a, al) || kvq_tok_buf_put(&cat, b + skip, bl - skip))
+            return kvq_tok_buf_free(&cat), FAIL(L, KVQ_ERR_NOMEM, "out of memory");
+        int32_t nid = kvq_tok_strtab_find(&h->vocab, cat.b, cat.n);
         if (nid < 0)
-            return tk_buf_free(&cat), FAIL(L, KVQ_ERR_FORMAT, "model.merges[%zu]: merged token '%.*s' is not in the vocab", r,
+            return kvq_tok_buf_free(&cat), FAIL(L, KVQ_ERR_FORMAT, "model.merges[%zu]: merged token '%.*s' is not in the vocab", r,
                         (int)cat.n, cat.b);
         uint64_t key = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
         size_t i = (size_t)XXH3_64bits(&key, sizeof key) & h->mmask;
@@ -357,7 +357,7 @@ static kvq_status parse_merges(ld *L, hf_tok *h, json_t *merges) {
         h->mrank[i] = (uint32_t)r;
         h->mnew[i] = nid;
     }
-    tk_buf_free(&cat);
+    kvq_tok_buf_free(&cat);
     return KVQ_OK;
 }
 
@@ -413,14 +413,14 @@ static kvq_status parse_added(ld *L, hf_tok *h, json_t *arr) {
         if (!a->content) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
         h->added_of[a->id] = i;
         if (a->normalized) { // matched against normalized text: normalize the token too
-            tk_buf b = {0};
-            if (tk_buf_put(&b, a->content, a->len) || tk_hf_normalize(h, &b)) {
-                tk_buf_free(&b);
+            kvq_tok_buf b = {0};
+            if (kvq_tok_buf_put(&b, a->content, a->len) || kvq_tok_hf_normalize(h, &b)) {
+                kvq_tok_buf_free(&b);
                 return FAIL(L, KVQ_ERR_FORMAT, "added_tokens[%d]: normalizing '%s' failed", i, a->content);
             }
             a->nlen = b.n;
             a->ncontent = dupn(b.b ? b.b : "", b.n);
-            tk_buf_free(&b);
+            kvq_tok_buf_free(&b);
             if (!a->ncontent) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
         }
     }
@@ -435,7 +435,7 @@ static int32_t config_token(const hf_tok *h, json_t *cfg, const char *key) {
     size_t n = strlen(s);
     for (int i = 0; i < h->n_added; i++)
         if (h->added[i].len == n && !memcmp(h->added[i].content, s, n)) return h->added[i].id;
-    return tk_strtab_find(&h->vocab, s, n);
+    return kvq_tok_strtab_find(&h->vocab, s, n);
 }
 
 static void bytelevel_tables(hf_tok *h) {
@@ -444,11 +444,11 @@ static void bytelevel_tables(hf_tok *h) {
     for (int b = 0; b < 256; b++) {
         int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
         int cp = keep ? b : 256 + n++;
-        tk_buf t = {0};
-        tk_utf8_put(&t, cp);
+        kvq_tok_buf t = {0};
+        kvq_tok_utf8_put(&t, cp);
         memset(h->bl_enc[b], 0, 3);
         if (t.b) memcpy(h->bl_enc[b], t.b, t.n);
-        tk_buf_free(&t);
+        kvq_tok_buf_free(&t);
         h->bl_dec[cp] = (int16_t)b;
     }
 }
@@ -476,9 +476,9 @@ static void dec_free(hf_dec *d) {
     if (d->re) pcre2_code_free(d->re);
 }
 
-void tk_hf_free(hf_tok *h) {
+void kvq_tok_hf_free(hf_tok *h) {
     if (!h) return;
-    tk_strtab_free(&h->vocab);
+    kvq_tok_strtab_free(&h->vocab);
     free(h->mkey);
     free(h->mrank);
     free(h->mnew);
@@ -535,21 +535,21 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
             max_id = json_integer_value(id);
     }
     h->n_ids = (int32_t)(max_id + 1);
-    if (tk_strtab_init(&h->vocab, h->n_ids)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
+    if (kvq_tok_strtab_init(&h->vocab, h->n_ids)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     size_t klen;
     json_object_keylen_foreach(vocab, key, klen, val) {
         int32_t id = (int32_t)json_integer_value(val);
         if (h->vocab.off[id] != UINT64_MAX)
             return FAIL(L, KVQ_ERR_FORMAT, "model.vocab: id %d is given to two tokens", id);
-        if (tk_strtab_set(&h->vocab, id, key, klen)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
+        if (kvq_tok_strtab_set(&h->vocab, id, key, klen)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     }
-    if (tk_strtab_index(&h->vocab)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
+    if (kvq_tok_strtab_index(&h->vocab)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     h->byte_fallback = jbool(model, "byte_fallback", 0);
     h->ignore_merges = jbool(model, "ignore_merges", 0);
     h->fuse_unk = jbool(model, "fuse_unk", 0);
     h->unk = -1;
     const char *unk = jstr(model, "unk_token");
-    if (unk && (h->unk = tk_strtab_find(&h->vocab, unk, strlen(unk))) < 0)
+    if (unk && (h->unk = kvq_tok_strtab_find(&h->vocab, unk, strlen(unk))) < 0)
         return FAIL(L, KVQ_ERR_FORMAT, "model.unk_token '%s' is not in the vocab", unk);
     const char *pre = jstr(model, "continuing_subword_prefix"), *suf = jstr(model, "end_of_word_suffix");
     if (pre && *pre) h->prefix_len = strlen(pre), h->prefix = dupn(pre, h->prefix_len);
@@ -583,7 +583,7 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
     return KVQ_OK;
 }
 
-kvq_status tk_hf_open(const char *path, const char *data, size_t n, kvq_tokenizer *t, kvq_err *err) {
+kvq_status kvq_tok_hf_open(const char *path, const char *data, size_t n, kvq_tokenizer *t, kvq_err *err) {
     ld L = {path, err};
     json_error_t je;
     json_t *root = json_loadb(data, n, JSON_ALLOW_NUL, &je);
@@ -595,7 +595,7 @@ kvq_status tk_hf_open(const char *path, const char *data, size_t n, kvq_tokenize
         json_decref(root);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
     }
-    t->ops = &tk_hf_ops;
+    t->ops = &kvq_tok_hf_ops;
     t->impl = h;
     kvq_status st = json_is_object(root) ? load(&L, h, root)
                                          : kvq_err_set(err, KVQ_ERR_FORMAT, "%s: top level is not a JSON object", path);

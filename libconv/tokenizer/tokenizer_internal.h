@@ -17,57 +17,57 @@ typedef struct {
                          int skip_special, char **text, kvq_err *err);
     int (*piece)(const kvq_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap);
     void (*close)(void *impl);
-} tk_ops;
+} kvq_tok_ops;
 
 struct kvq_tokenizer {
-    const tk_ops *ops;
+    const kvq_tok_ops *ops;
     void *impl;
     int32_t n_vocab; // max id + 1 over model vocab and added tokens
     int32_t bos, eos;
 };
 
-// ---- growable buffer (bytes or any POD element type via tk_buf_put)
+// ---- growable buffer (bytes or any POD element type via kvq_tok_buf_put)
 typedef struct {
     char *b;
     size_t n, cap;
-} tk_buf;
-int tk_buf_reserve(tk_buf *b, size_t extra); // 0 or -1 (out of memory)
-int tk_buf_put(tk_buf *b, const void *p, size_t n);
-void tk_buf_free(tk_buf *b);
+} kvq_tok_buf;
+int kvq_tok_buf_reserve(kvq_tok_buf *b, size_t extra); // 0 or -1 (out of memory)
+int kvq_tok_buf_put(kvq_tok_buf *b, const void *p, size_t n);
+void kvq_tok_buf_free(kvq_tok_buf *b);
 
 // ---- id <-> string table. Strings may contain any bytes (lengths are explicit).
 typedef struct {
-    tk_buf data;     // all strings, each followed by a NUL
+    kvq_tok_buf data;     // all strings, each followed by a NUL
     uint64_t *off;   // (n_ids) offset in data, UINT64_MAX when the id has no string
     uint32_t *len;   // (n_ids)
     int32_t n_ids;
     uint32_t *slots; // open addressing: id + 1, 0 = empty
     size_t mask;
-} tk_strtab;
-int tk_strtab_init(tk_strtab *st, int32_t n_ids);
-int tk_strtab_set(tk_strtab *st, int32_t id, const char *s, size_t n); // before index
-int tk_strtab_index(tk_strtab *st); // builds the hash index; on duplicate strings the lowest id wins
-int32_t tk_strtab_find(const tk_strtab *st, const char *s, size_t n); // -1 if absent
-static inline const char *tk_strtab_get(const tk_strtab *st, int32_t id, size_t *n) {
+} kvq_tok_strtab;
+int kvq_tok_strtab_init(kvq_tok_strtab *st, int32_t n_ids);
+int kvq_tok_strtab_set(kvq_tok_strtab *st, int32_t id, const char *s, size_t n); // before index
+int kvq_tok_strtab_index(kvq_tok_strtab *st); // builds the hash index; on duplicate strings the lowest id wins
+int32_t kvq_tok_strtab_find(const kvq_tok_strtab *st, const char *s, size_t n); // -1 if absent
+static inline const char *kvq_tok_strtab_get(const kvq_tok_strtab *st, int32_t id, size_t *n) {
     if (id < 0 || id >= st->n_ids || st->off[id] == UINT64_MAX) return NULL;
     *n = st->len[id];
     return st->data.b + st->off[id];
 }
-void tk_strtab_free(tk_strtab *st);
+void kvq_tok_strtab_free(kvq_tok_strtab *st);
 
 // ---- UTF-8
 /** Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid / truncated. */
-int tk_utf8_len(const unsigned char *s, size_t n);
+int kvq_tok_utf8_len(const unsigned char *s, size_t n);
 /** Offset of the first invalid byte, or n if s is valid UTF-8. */
-size_t tk_utf8_check(const char *s, size_t n);
+size_t kvq_tok_utf8_check(const char *s, size_t n);
 /** Appends s to out, replacing each maximal invalid subsequence with U+FFFD (as Rust's
  *  String::from_utf8_lossy, which HF decoders use). */
-int tk_utf8_lossy(tk_buf *out, const char *s, size_t n);
-int tk_utf8_put(tk_buf *out, int32_t cp);
+int kvq_tok_utf8_lossy(kvq_tok_buf *out, const char *s, size_t n);
+int kvq_tok_utf8_put(kvq_tok_buf *out, int32_t cp);
 
 // ---- back ends (file content already read; path only for messages)
-kvq_status tk_hf_open(const char *path, const char *data, size_t n, kvq_tokenizer *t, kvq_err *err);
-kvq_status tk_llama2c_open(const char *path, const char *data, size_t n, kvq_tokenizer *t,
+kvq_status kvq_tok_hf_open(const char *path, const char *data, size_t n, kvq_tokenizer *t, kvq_err *err);
+kvq_status kvq_tok_llama2c_open(const char *path, const char *data, size_t n, kvq_tokenizer *t,
                            kvq_err *err);
 
 #endif

@@ -10,7 +10,7 @@
 enum { L2C_UNK = 0, L2C_BOS = 1, L2C_EOS = 2, L2C_BYTE0 = 3 };
 
 typedef struct {
-    tk_strtab vocab;
+    kvq_tok_strtab vocab;
     float *score; // (n)
     int32_t n;
 } l2c_tok;
@@ -18,37 +18,37 @@ typedef struct {
 static void l2c_close(void *impl) {
     l2c_tok *l = impl;
     if (!l) return;
-    tk_strtab_free(&l->vocab);
+    kvq_tok_strtab_free(&l->vocab);
     free(l->score);
     free(l);
 }
 
 // Looks up the concatenation of tokens a and b (run.c: sprintf "%s%s" + str_lookup).
-static int32_t pair_id(const l2c_tok *l, int32_t a, int32_t b, tk_buf *tmp) {
+static int32_t pair_id(const l2c_tok *l, int32_t a, int32_t b, kvq_tok_buf *tmp) {
     size_t na = 0, nb = 0;
-    const char *sa = tk_strtab_get(&l->vocab, a, &na), *sb = tk_strtab_get(&l->vocab, b, &nb);
+    const char *sa = kvq_tok_strtab_get(&l->vocab, a, &na), *sb = kvq_tok_strtab_get(&l->vocab, b, &nb);
     tmp->n = 0;
-    if (!sa || !sb || tk_buf_put(tmp, sa, na) || tk_buf_put(tmp, sb, nb)) return -1;
-    return tk_strtab_find(&l->vocab, tmp->b, tmp->n);
+    if (!sa || !sb || kvq_tok_buf_put(tmp, sa, na) || kvq_tok_buf_put(tmp, sb, nb)) return -1;
+    return kvq_tok_strtab_find(&l->vocab, tmp->b, tmp->n);
 }
 
 static kvq_status l2c_encode(const kvq_tokenizer *t, const char *text, size_t len, int add_special,
                              int32_t **ids, size_t *n_ids, kvq_err *err) {
     const l2c_tok *l = t->impl;
-    tk_buf v = {0}, pid = {0}, tmp = {0};
+    kvq_tok_buf v = {0}, pid = {0}, tmp = {0};
     int rc = 0;
     int32_t id;
-    if (add_special) rc |= tk_buf_put(&v, &(int32_t){L2C_BOS}, sizeof(int32_t));
-    if (len > 0 && (id = tk_strtab_find(&l->vocab, " ", 1)) >= 0) rc |= tk_buf_put(&v, &id, sizeof id);
+    if (add_special) rc |= kvq_tok_buf_put(&v, &(int32_t){L2C_BOS}, sizeof(int32_t));
+    if (len > 0 && (id = kvq_tok_strtab_find(&l->vocab, " ", 1)) >= 0) rc |= kvq_tok_buf_put(&v, &id, sizeof id);
     const size_t start = 0; // merges run over the whole list, BOS included, as in run.c
     for (size_t i = 0; i < len && !rc;) {
         size_t n = 1; // a lead byte plus up to 3 continuation bytes
         while (i + n < len && ((unsigned char)text[i + n] & 0xC0) == 0x80 && n < 4) n++;
-        if ((id = tk_strtab_find(&l->vocab, text + i, n)) >= 0) rc |= tk_buf_put(&v, &id, sizeof id);
+        if ((id = kvq_tok_strtab_find(&l->vocab, text + i, n)) >= 0) rc |= kvq_tok_buf_put(&v, &id, sizeof id);
         else
             for (size_t k = 0; k < n; k++) {
                 int32_t b = (unsigned char)text[i + k] + L2C_BYTE0;
-                rc |= tk_buf_put(&v, &b, sizeof b);
+                rc |= kvq_tok_buf_put(&v, &b, sizeof b);
             }
         i += n;
     }
@@ -56,7 +56,7 @@ static kvq_status l2c_encode(const kvq_tokenizer *t, const char *text, size_t le
     // ties). Each pair's merge is cached, so a step is a scan plus two lookups.
     int32_t *tok = (int32_t *)v.b;
     size_t nt = v.n / sizeof(int32_t);
-    if (!rc && nt > 1) rc = tk_buf_reserve(&pid, nt * sizeof(int32_t));
+    if (!rc && nt > 1) rc = kvq_tok_buf_reserve(&pid, nt * sizeof(int32_t));
     int32_t *pm = (int32_t *)pid.b;
     for (size_t i = start; !rc && i + 1 < nt; i++) pm[i] = pair_id(l, tok[i], tok[i + 1], &tmp);
     while (!rc && nt > 1) {
@@ -72,10 +72,10 @@ static kvq_status l2c_encode(const kvq_tokenizer *t, const char *text, size_t le
         if (bi > start) pm[bi - 1] = pair_id(l, tok[bi - 1], tok[bi], &tmp);
         if (bi + 1 < nt) pm[bi] = pair_id(l, tok[bi], tok[bi + 1], &tmp);
     }
-    tk_buf_free(&pid);
-    tk_buf_free(&tmp);
+    kvq_tok_buf_free(&pid);
+    kvq_tok_buf_free(&tmp);
     if (rc) {
-        tk_buf_free(&v);
+        kvq_tok_buf_free(&v);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
     }
     *n_ids = nt;
@@ -88,7 +88,7 @@ static kvq_status l2c_encode(const kvq_tokenizer *t, const char *text, size_t le
 // -1), and turn "<0xXX>" into its raw byte.
 static int l2c_piece_str(const l2c_tok *l, int32_t prev, int32_t id, const char **s, size_t *n,
                          unsigned char *byte) {
-    const char *p = tk_strtab_get(&l->vocab, id, n);
+    const char *p = kvq_tok_strtab_get(&l->vocab, id, n);
     if (!p) return -1;
     if ((prev == L2C_BOS || prev < 0) && *n > 0 && p[0] == ' ') p++, (*n)--;
     unsigned v;
@@ -114,7 +114,7 @@ static int l2c_piece(const kvq_tokenizer *t, int32_t prev, int32_t id, char *buf
 
 static kvq_status l2c_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids,
                              int skip_special, char **text, kvq_err *err) {
-    tk_buf raw = {0}, out = {0};
+    kvq_tok_buf raw = {0}, out = {0};
     int rc = 0;
     for (size_t i = 0; i < n_ids && !rc; i++) {
         const char *s;
@@ -122,22 +122,22 @@ static kvq_status l2c_decode(const kvq_tokenizer *t, const int32_t *ids, size_t 
         unsigned char byte;
         if (skip_special && ids[i] >= L2C_UNK && ids[i] <= L2C_EOS) continue;
         if (l2c_piece_str(t->impl, i ? ids[i - 1] : -1, ids[i], &s, &n, &byte)) continue;
-        rc = tk_buf_put(&raw, s, n);
+        rc = kvq_tok_buf_put(&raw, s, n);
     }
-    if (!rc) rc = tk_utf8_lossy(&out, raw.b, raw.n);
-    if (!rc) rc = tk_buf_put(&out, "", 1);
-    tk_buf_free(&raw);
+    if (!rc) rc = kvq_tok_utf8_lossy(&out, raw.b, raw.n);
+    if (!rc) rc = kvq_tok_buf_put(&out, "", 1);
+    kvq_tok_buf_free(&raw);
     if (rc) {
-        tk_buf_free(&out);
+        kvq_tok_buf_free(&out);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "tokenizer: out of memory decoding %zu ids", n_ids);
     }
     *text = out.b;
     return KVQ_OK;
 }
 
-static const tk_ops l2c_ops = {l2c_encode, l2c_decode, l2c_piece, l2c_close};
+static const kvq_tok_ops l2c_ops = {l2c_encode, l2c_decode, l2c_piece, l2c_close};
 
-kvq_status tk_llama2c_open(const char *path, const char *data, size_t n, kvq_tokenizer *t,
+kvq_status kvq_tok_llama2c_open(const char *path, const char *data, size_t n, kvq_tokenizer *t,
                            kvq_err *err) {
     const char *what = "neither a tokenizer.json (JSON object) nor a llama2.c tokenizer.bin";
     int32_t maxlen;
@@ -167,18 +167,18 @@ kvq_status tk_llama2c_open(const char *path, const char *data, size_t n, kvq_tok
     t->impl = l;
     l->n = count;
     l->score = malloc((size_t)count * sizeof *l->score);
-    if (!l->score || tk_strtab_init(&l->vocab, count))
+    if (!l->score || kvq_tok_strtab_init(&l->vocab, count))
         return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
     size_t at = 4;
     for (int32_t i = 0; i < count; i++) {
         int32_t len;
         memcpy(&l->score[i], data + at, 4);
         memcpy(&len, data + at + 4, 4);
-        if (tk_strtab_set(&l->vocab, i, data + at + 8, (size_t)len))
+        if (kvq_tok_strtab_set(&l->vocab, i, data + at + 8, (size_t)len))
             return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
         at += 8 + (size_t)len;
     }
-    if (tk_strtab_index(&l->vocab)) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
+    if (kvq_tok_strtab_index(&l->vocab)) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
     t->n_vocab = count;
     t->bos = L2C_BOS;
     t->eos = L2C_EOS;
