@@ -26,6 +26,8 @@
 
 #include <stdint.h>
 
+#include "kernels/splitmix.h"
+
 // The header is also compiled as CUDA C++ (kernels/cuda): C++ spells the static assertion
 // static_assert, and the sign function must exist on the device too.
 #ifdef __cplusplus
@@ -68,10 +70,7 @@ KVQ_HQ_HD static inline uint32_t kvq_hq_norm_zero(int nb) { return (1u << nb) - 
 /** 64 sign bits number w of tile column j (bit i set = sign −1 for coordinate 64w+i):
  *  splitmix64 of (seed, j, w). Identical on CPU and GPU. */
 KVQ_HQ_HD static inline uint64_t kvq_hq_sign_word(uint64_t seed, uint64_t j, uint64_t w) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (1 + j * 64 + w);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return kvq_splitmix64_mix(seed + KVQ_SPLITMIX_GOLDEN * (1 + j * 64 + w));
 }
 
 // ---- Execution layout "hqx" (v1): what the CPU and GPU kernels read at run time.

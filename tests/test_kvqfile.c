@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "formats/kvqfile.h"
+#include "kernels/splitmix.h"
 
 typedef struct {
     char dir[64];
@@ -52,12 +53,7 @@ static int teardown(void **state) {
     return 0;
 }
 
-static uint64_t rng(uint64_t *s) { // splitmix64
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng(uint64_t *s) { return kvq_splitmix64_next(s); }
 
 #define N_ENT 40
 typedef struct {

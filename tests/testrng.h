@@ -6,12 +6,11 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/splitmix.h"
+
 /** Next 64 random bits; *s is the caller's state (any seed). */
 static inline uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return kvq_splitmix64_next(s);
 }
 
 /** A standard normal sample (Box-Muller, two draws). */

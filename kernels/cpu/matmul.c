@@ -12,7 +12,9 @@
 
 #pragma GCC diagnostic ignored "-Wpsabi" // v16 never crosses a non-inlined call
 // a += w·x as fused multiply-adds (ISO C mode turns contraction off by default)
+#ifndef __clang__
 #pragma GCC optimize("fp-contract=fast")
+#endif
 
 static inline float w_at(const void *w, kvq_dtype wt, size_t i) {
     if (wt == KVQ_DTYPE_BF16) {

@@ -1,6 +1,7 @@
 // The KV codec registry, the `--kv` spec parser, multi-token encode/decode wrappers
 // and state serialization (JSON params + one float32 blob per table).
 #include "libconv/kv/kvcodec.h"
+#include "kernels/splitmix.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -140,7 +141,7 @@ int kvq_kvspec_format(const kvq_kvspec *s, char *buf, size_t n) {
 uint64_t kvq_kv_seed(uint64_t seed, int layer, int head, int role) {
     kvq_kvrng r = {seed ^ 0x6b7671ull};
     kvq_kvrng_u64(&r);
-    r.s ^= (uint64_t)(layer + 1) * 0x9E3779B97F4A7C15ull;
+    r.s ^= (uint64_t)(layer + 1) * KVQ_SPLITMIX_GOLDEN;
     kvq_kvrng_u64(&r);
     r.s ^= (uint64_t)(head + 1) * 0xC2B2AE3D27D4EB4Full;
     kvq_kvrng_u64(&r);

@@ -5,13 +5,11 @@
 #include <string.h>
 
 #include "kernels/cpu/wht.h"
+#include "kernels/splitmix.h"
 #include "libconv/kv/kvcodec.h"
 
 uint64_t kvq_kvrng_u64(kvq_kvrng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return kvq_splitmix64_next(&r->s);
 }
 
 double kvq_kvrng_unif(kvq_kvrng *r) { return (double)(kvq_kvrng_u64(r) >> 11) * 0x1.0p-53; }

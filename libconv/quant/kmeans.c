@@ -10,15 +10,10 @@
 #include <string.h>
 
 #include "formats/error.h"
+#include "kernels/splitmix.h"
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
-static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) * 0x1.0p-53; }
+static double uniform01(uint64_t *s) { return (double)(kvq_splitmix64_next(s) >> 11) * 0x1.0p-53; }
 
 static inline float dist2(const float *a, const float *b, int dim) {
     float s = 0.0f;

@@ -1,6 +1,7 @@
 // HyperQuant calibration: α(SNR, Λ) in closed form, interpolation in the committed
 // rate↔SNR table (libconv/hqcal_table.c), and the iid-Gaussian measurement that builds it.
 #include "libconv/codec/hyperquant/hqcal.h"
+#include "kernels/splitmix.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -35,16 +36,9 @@ double kvq_hqcal_snr_for_rate(kvq_lattice l, double rate) {
 
 // ---- measurement on iid Gaussian tiles
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static double gauss(uint64_t *s) { // Box–Muller, one value per call (simple, deterministic)
-    double u1 = ((double)(splitmix64(s) >> 11) + 0.5) * 0x1.0p-53;
-    double u2 = (double)(splitmix64(s) >> 11) * 0x1.0p-53;
+    double u1 = ((double)(kvq_splitmix64_next(s) >> 11) + 0.5) * 0x1.0p-53;
+    double u2 = (double)(kvq_splitmix64_next(s) >> 11) * 0x1.0p-53;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 

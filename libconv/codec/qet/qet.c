@@ -4,6 +4,7 @@
 // byte (indicators, indices, codebooks with their scales, the params header) against
 // the target ratio. Decode: centroid lookup, residual sum, reverse grouping, unswap.
 #include "libconv/codec/qet/qet.h"
+#include "kernels/splitmix.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -262,10 +263,7 @@ static void store_codebook(float *cent, int64_t kw, int cb_bits, kvq_dtype src, 
 }
 
 static uint64_t stage_seed(uint64_t seed, int st, int64_t sub) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(st * 1000003 + sub + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return kvq_splitmix64_mix(seed + KVQ_SPLITMIX_GOLDEN * (uint64_t)(st * 1000003 + sub + 1));
 }
 
 // ---- encode
