@@ -90,7 +90,7 @@ $(BUILD)/bench/cuda_%: $(BUILD)/obj/tests/bench/cuda_%.o $(CUDA_DEP) $(BUILD)/li
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
 
-$(BUILD)/cuda/%.o: kernels/cuda/%.cu
+$(BUILD)/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h kernels/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -arch=sm_90 -I. -c $< -o $@
 

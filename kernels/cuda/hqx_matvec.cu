@@ -12,9 +12,7 @@
 #include <algorithm>
 #include <vector>
 
-extern "C" {
-#include "formats/error.h"
-}
+#include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx.h"
 
 struct kvq_cuda_hqx {
@@ -27,21 +25,6 @@ struct kvq_cuda_hqx {
     uint32_t *esc_row, *esc;
     size_t bytes;
 };
-
-static kvq_status cu_fail(kvq_err *err, cudaError_t e, const char *what) {
-    return kvq_err_set(err, e == cudaErrorMemoryAllocation ? KVQ_ERR_NOMEM : KVQ_ERR_IO, "cuda: %s: %s", what,
-                       cudaGetErrorString(e));
-}
-#define CU_TRY(call)                                                   \
-    do {                                                               \
-        cudaError_t e_ = (call);                                       \
-        if (e_ != cudaSuccess) return cu_fail(err, e_, #call);        \
-    } while (0)
-#define CU_LAUNCHED(name)                                              \
-    do {                                                               \
-        cudaError_t e_ = cudaGetLastError();                           \
-        if (e_ != cudaSuccess) return cu_fail(err, e_, "launch " name); \
-    } while (0)
 
 struct Dev {
     const uint8_t *q, *cb, *scode;
