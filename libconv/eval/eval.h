@@ -63,6 +63,33 @@ typedef struct {
     size_t n_tokens;   // text tokens considered (after max_tokens)
 } kvq_eval_result;
 
+/** One chunk of one window, as every model saw it (kvq_eval_windows). Row i of each model's
+ *  logits predicts in[c0 + i + 1], text position start + c0 + i + 1 − prepend; scored[i]
+ *  says whether the protocol scores that row. */
+typedef struct {
+    const int32_t *in;            // the window's input tokens
+    int c0, cn, prepend, vocab;
+    size_t start;                 // text position of the window's first text token
+    const float *const *logits;   // per model: (cn, vocab)
+    const unsigned char *scored;  // (cn)
+} kvq_eval_chunk;
+/** Called for every chunk in order: KVQ_OK to go on, 1 to stop early (the loop returns
+ *  KVQ_OK), or a negative status (with err filled) to fail the run. */
+typedef int (*kvq_eval_chunk_cb)(void *user, const kvq_eval_chunk *c, kvq_err *err);
+/** Called after each window: windows done, windows the run will take, text tokens used. */
+typedef void (*kvq_eval_window_cb)(void *user, size_t done, size_t total, size_t used);
+
+/** The windowed protocol, once, for any number of models run in lockstep on the same
+ *  inputs (kvq-run --ppl and kvq-verify both go through it): validates the protocol and the
+ *  ids (messages start with `who`), cuts windows (stride, BOS prepend/replace, partial last
+ *  window, at most max_windows when > 0), runs each window in chunks of p->chunk tokens on
+ *  every model, and hands each chunk to on_chunk. labels (may be NULL) name the models in
+ *  forward errors. *n_windows (may be NULL) receives the windows run. */
+kvq_status kvq_eval_windows(kvq_model *const *m, int nm, const char *const *labels, const char *who,
+                            const int32_t *ids, size_t n, const kvq_eval_protocol *p, size_t max_windows,
+                            kvq_eval_chunk_cb on_chunk, kvq_eval_window_cb on_window, void *user,
+                            size_t *n_windows, kvq_err *err);
+
 /** Evaluates ids[0..n) under p with model a and, when b is not NULL, model b on the
  *  same windows (vocabularies must match). cb (may be NULL) is called once per scored
  *  position in order. ra/rb (rb may be NULL) receive the totals. The models' KV caches

@@ -92,6 +92,75 @@ static kvq_status push(kvq_verify_eval *r, acc *a, float v) {
     return KVQ_OK;
 }
 
+// The lockstep run goes through the one windowed loop (kvq_eval_windows); per chunk the
+// positions' NLL, KLD, Δp and top-1 agreement are computed in parallel, then summed in order
+// (sums do not depend on the thread count).
+typedef struct {
+    int nq, nt;
+    double *pos;       // per chunk position: nll_ref, then per run nll, kld, dp, top
+    vf_lockstep *out;
+    kvq_verify_eval *runs;
+    acc *a;
+    const kvq_verify_opts *o;
+    double t0;
+} ls_run;
+
+static int ls_chunk(void *u, const kvq_eval_chunk *c, kvq_err *err) {
+    ls_run *R = u;
+    const int nq = R->nq, W = 1 + 4 * nq, V = c->vocab;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(R->nt > 0 ? R->nt : omp_get_max_threads())
+    for (int i = 0; i < c->cn; i++) {
+        int j = c->c0 + i + 1;
+        double *row = R->pos + (size_t)i * W;
+        row[0] = NAN;
+        if (!c->scored[i]) continue;
+        const float *fr = c->logits[0] + (size_t)i * V;
+        row[0] = kvq_eval_nll(fr, V, c->in[j], NULL); // as the runtime's perplexity
+        double lse_r = lse_exact(fr, V);
+        for (int k = 0; k < nq; k++) {
+            const float *fq = c->logits[1 + k] + (size_t)i * V;
+            double kl, dp;
+            int top;
+            row[1 + 4 * k] = kvq_eval_nll(fq, V, c->in[j], NULL);
+            double lse_q = lse_exact(fq, V);
+            kvq_verify_kld_pos(fr, lse_r, fq, lse_q, V, c->in[j], &kl, &dp, &top);
+            row[2 + 4 * k] = kl;
+            row[3 + 4 * k] = dp;
+            row[4 + 4 * k] = top;
+        }
+    }
+    for (int i = 0; i < c->cn; i++) { // in order
+        const double *row = R->pos + (size_t)i * W;
+        if (isnan(row[0])) continue;
+        R->out->ref_nll += row[0];
+        R->out->n_scored++;
+        for (int k = 0; k < nq; k++) {
+            kvq_verify_eval *e = &R->runs[k];
+            acc *ak = &R->a[k];
+            e->nll_sum += row[1 + 4 * k];
+            ak->kld_sum += row[2 + 4 * k];
+            double dp = row[3 + 4 * k];
+            ak->dp_sum += dp;
+            ak->dp2_sum += dp * dp;
+            if (fabs(dp) > ak->max_abs_dp) ak->max_abs_dp = fabs(dp);
+            ak->same_top += row[4 + 4 * k] != 0;
+            if (push(e, ak, (float)row[2 + 4 * k]))
+                return kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory for per-position KLDs");
+        }
+    }
+    return KVQ_OK;
+}
+
+static void ls_window(void *u, size_t done, size_t total, size_t used) {
+    ls_run *R = u;
+    R->out->n_windows = done;
+    R->out->n_used = used;
+    if (R->o->progress) {
+        kvq_verify_progress pr = {done, total, "eval", now_s() - R->t0};
+        R->o->progress(R->o->progress_ud, &pr);
+    }
+}
+
 kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int32_t *ids, size_t n,
                                const kvq_eval_protocol *p, size_t max_windows, vf_lockstep *out,
                                kvq_verify_eval *runs, const kvq_verify_opts *o, kvq_err *err) {
@@ -101,109 +170,20 @@ kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int3
         if (kvq_model_arch(q[k])->vocab_size != V)
             return kvq_err_set(err, KVQ_ERR_ARG, "verify: vocabularies differ (source %d, %s %d)", V, runs[k].label,
                                kvq_model_arch(q[k])->vocab_size);
-    const int prepend = p->bos == KVQ_BOS_PREPEND;
-    if (p->ctx < 2 + prepend) return kvq_err_set(err, KVQ_ERR_ARG, "verify: context %d too short", p->ctx);
-    if (p->ctx > kvq_model_kvcache(ref)->max_ctx)
-        return kvq_err_set(err, KVQ_ERR_ARG, "verify: context %d exceeds the model's KV cache (%d positions)", p->ctx,
-                           kvq_model_kvcache(ref)->max_ctx);
-    int32_t bos = p->bos_id >= 0 ? p->bos_id : kvq_model_arch(ref)->bos_token_id;
-    if (p->bos != KVQ_BOS_NONE && (bos < 0 || bos >= V))
-        return kvq_err_set(err, KVQ_ERR_ARG, "verify: BOS requested but the model has no valid bos_token_id (%d)", bos);
-    if (p->max_tokens && p->max_tokens < n) n = p->max_tokens;
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= V)
-            return kvq_err_set(err, KVQ_ERR_ARG, "verify: token id %d at index %zu outside the vocabulary [0, %d)", ids[i], i, V);
-    const int L = p->ctx - prepend;
-    const size_t stride = p->stride > 0 ? (size_t)p->stride : (size_t)L;
     const int C = p->chunk > 0 ? p->chunk : 128;
-    const int first_target = p->score == KVQ_SCORE_SECOND_HALF ? p->ctx / 2 + 1 : 1;
-    const int nt = o->n_threads > 0 ? o->n_threads : 0;
-
-    size_t total = 0; // windows the loop below will run
-    for (size_t s0 = 0; s0 < n; s0 += stride) {
-        size_t len = n - s0 < (size_t)L ? n - s0 : (size_t)L;
-        if (len < (size_t)L && (!p->partial_last || len + prepend < 2)) break;
-        if (max_windows && total == max_windows) break;
-        total++;
-    }
-
-    int32_t *in = malloc(sizeof(int32_t) * p->ctx);
-    float *lr = malloc(sizeof(float) * (size_t)C * V);
-    float *lq = malloc(sizeof(float) * (size_t)C * V * (nq ? nq : 1));
-    double *pos = malloc(sizeof(double) * (size_t)C * (1 + 4 * (nq ? nq : 1))); // per position: nll_ref, then per run nll, kld, dp, top
-    acc a[3] = {{0}};
+    kvq_model *m[1 + 8];
+    const char *labels[1 + 8] = {NULL};
+    if (nq > 8) return kvq_err_set(err, KVQ_ERR_ARG, "verify: at most 8 models beside the source");
+    m[0] = ref;
+    for (int k = 0; k < nq; k++) { m[1 + k] = q[k]; labels[1 + k] = runs[k].label; }
+    acc a[8];
+    memset(a, 0, sizeof a);
+    ls_run R = {nq, o->n_threads > 0 ? o->n_threads : 0, NULL, out, runs, a, o, now_s()};
     kvq_status r = KVQ_OK;
-    if (!in || !lr || !lq || !pos) { r = kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory for logits"); goto done; }
-    size_t scored_end = 0;
-    double t0 = now_s();
-    for (size_t start = 0; out->n_windows < total; start += stride) {
-        size_t len = n - start < (size_t)L ? n - start : (size_t)L;
-        int nin = (int)len + prepend;
-        if (prepend) in[0] = bos;
-        memcpy(in + prepend, ids + start, sizeof(int32_t) * len);
-        if (p->bos == KVQ_BOS_REPLACE) in[0] = bos;
-        for (int c0 = 0; c0 < nin - 1; c0 += C) {
-            int cn = nin - 1 - c0 < C ? nin - 1 - c0 : C;
-            if ((r = kvq_model_forward(ref, in + c0, cn, c0, lr, 1, err))) goto done;
-            for (int k = 0; k < nq; k++)
-                if ((r = kvq_model_forward(q[k], in + c0, cn, c0, lq + (size_t)k * C * V, 1, err))) {
-                    kvq_err_prefix(err, "%s model", runs[k].label);
-                    goto done;
-                }
-            const int W = 1 + 4 * nq;
-#pragma omp parallel for schedule(dynamic, 4) num_threads(nt > 0 ? nt : omp_get_max_threads())
-            for (int i = 0; i < cn; i++) {
-                int j = c0 + i + 1;
-                size_t tp = start + (size_t)j - prepend;
-                double *row = pos + (size_t)i * W;
-                row[0] = NAN;
-                if (j < first_target || tp < scored_end) continue;
-                double lse_r, lse_q;
-                const float *fr = lr + (size_t)i * V;
-                row[0] = kvq_eval_nll(fr, V, in[j], NULL); // as the runtime's perplexity
-                lse_r = lse_exact(fr, V);
-                for (int k = 0; k < nq; k++) {
-                    const float *fq = lq + (size_t)k * C * V + (size_t)i * V;
-                    double kl, dp;
-                    int top;
-                    row[1 + 4 * k] = kvq_eval_nll(fq, V, in[j], NULL);
-                    lse_q = lse_exact(fq, V);
-                    kvq_verify_kld_pos(fr, lse_r, fq, lse_q, V, in[j], &kl, &dp, &top);
-                    row[2 + 4 * k] = kl;
-                    row[3 + 4 * k] = dp;
-                    row[4 + 4 * k] = top;
-                }
-            }
-            for (int i = 0; i < cn; i++) { // in order: sums do not depend on the thread count
-                const double *row = pos + (size_t)i * W;
-                if (isnan(row[0])) continue;
-                out->ref_nll += row[0];
-                out->n_scored++;
-                for (int k = 0; k < nq; k++) {
-                    kvq_verify_eval *e = &runs[k];
-                    e->nll_sum += row[1 + 4 * k];
-                    a[k].kld_sum += row[2 + 4 * k];
-                    double dp = row[3 + 4 * k];
-                    a[k].dp_sum += dp;
-                    a[k].dp2_sum += dp * dp;
-                    if (fabs(dp) > a[k].max_abs_dp) a[k].max_abs_dp = fabs(dp);
-                    a[k].same_top += row[4 + 4 * k] != 0;
-                    if (push(e, &a[k], (float)row[2 + 4 * k])) {
-                        r = kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory for per-position KLDs");
-                        goto done;
-                    }
-                }
-            }
-        }
-        size_t end = start + len;
-        if (end > scored_end) scored_end = end;
-        out->n_windows++;
-        out->n_used = end;
-        if (o->progress) {
-            kvq_verify_progress pr = {out->n_windows, total, "eval", now_s() - t0};
-            o->progress(o->progress_ud, &pr);
-        }
-    }
+    if (!(R.pos = malloc(sizeof(double) * (size_t)C * (1 + 4 * (nq ? nq : 1)))))
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory for logits");
+    if ((r = kvq_eval_windows(m, 1 + nq, labels, "verify", ids, n, p, max_windows, ls_chunk, ls_window, &R, NULL, err)))
+        goto done;
     if (out->n_scored == 0) { r = kvq_err_set(err, KVQ_ERR_ARG, "verify: the text gives no scored position under this protocol (%zu tokens, ctx %d)", n, p->ctx); goto done; }
     out->ref_ppl = exp(out->ref_nll / (double)out->n_scored);
     for (int k = 0; k < nq; k++) {
@@ -225,6 +205,6 @@ kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int3
         e->kld.max_abs_dp = a[k].max_abs_dp;
     }
 done:
-    free(in); free(lr); free(lq); free(pos);
+    free(R.pos);
     return r;
 }
