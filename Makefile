@@ -101,6 +101,7 @@ $(BUILD)/libkvqcuda.a: $(CU_SRC:kernels/cuda/%.cu=$(BUILD)/cuda/%.o)
 # Every suite runs even when one fails; tests/run.sh prints the closing tally.
 test: all
 	@tests/check_layers.sh
+	@tests/check_cycles.sh $(BUILD)
 	@tests/run.sh $(BUILD)
 
 asan:

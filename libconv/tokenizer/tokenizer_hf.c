@@ -615,7 +615,7 @@ int kvq_tok_hf_ctx_init(hf_ctx *c, size_t cache_slots) {
     return 0;
 }
 
-static kvq_status hf_encode(const kvq_tokenizer *t, const char *text, size_t len, int add_special,
+kvq_status kvq_tok_hf_encode(const kvq_tokenizer *t, const char *text, size_t len, int add_special,
                             int32_t **ids, size_t *n_ids, kvq_err *err) {
     const hf_tok *h = t->impl;
     hf_ctx c;
@@ -686,7 +686,3 @@ int kvq_tok_hf_normalize(const hf_tok *h, kvq_tok_buf *s) {
     kvq_tok_hf_ctx_free(&c);
     return rc;
 }
-
-static void hf_close(void *impl) { kvq_tok_hf_free(impl); }
-
-const kvq_tok_ops kvq_tok_hf_ops = {hf_encode, kvq_tok_hf_decode, kvq_tok_hf_piece, hf_close};

@@ -126,6 +126,9 @@ typedef struct {
 } hf_ctx;
 
 extern const kvq_tok_ops kvq_tok_hf_ops;
+/** Encodes text with the HF pipeline (tokenizer_hf.c); the ops' encode. */
+kvq_status kvq_tok_hf_encode(const kvq_tokenizer *t, const char *text, size_t len, int add_special, int32_t **ids,
+                             size_t *n_ids, kvq_err *err);
 
 // shared by tokenizer_hf.c and tokenizer_hf_decode.c (0 = ok, -1 = out of memory, -2 = regex failure)
 int kvq_tok_hf_ctx_init(hf_ctx *c, size_t cache_slots);

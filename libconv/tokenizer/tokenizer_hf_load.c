@@ -622,3 +622,9 @@ kvq_status kvq_tok_hf_open(const char *path, const char *data, size_t n, kvq_tok
     }
     return KVQ_OK;
 }
+
+// The HF back end's operations (here, beside open and free, so the encoder and decoder files
+// do not depend on the loader).
+static void hf_close(void *impl) { kvq_tok_hf_free(impl); }
+
+const kvq_tok_ops kvq_tok_hf_ops = {kvq_tok_hf_encode, kvq_tok_hf_decode, kvq_tok_hf_piece, hf_close};

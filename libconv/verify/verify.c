@@ -394,12 +394,6 @@ static void add_check(kvq_verify_report *rep, const char *name, const char *subj
     c->pass = pass;
 }
 
-/** The run thresholds apply to: the file as users run it (weights and KV codec). */
-const kvq_verify_eval *kvq_verify_final_run(const kvq_verify_report *rep) {
-    if (!rep->evaluated) return NULL;
-    return rep->run[2].done ? &rep->run[2] : &rep->run[0];
-}
-
 static void thresholds(kvq_verify_report *rep) {
     const kvq_verify_limits *L = &rep->limits;
     add_check(rep, "integrity", "", rep->integrity_ok, 1, rep->integrity_ok);

@@ -9,6 +9,13 @@
 #include "formats/kvqfile.h"
 #include "libconv/verify/verify.h"
 
+// The run thresholds apply to: the file as users run it (weights and KV codec). */
+const kvq_verify_eval *kvq_verify_final_run(const kvq_verify_report *rep) {
+    if (!rep->evaluated) return NULL;
+    return rep->run[2].done ? &rep->run[2] : &rep->run[0];
+}
+
+
 // JSON has no Inf/NaN: those become null.
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
