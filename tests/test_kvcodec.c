@@ -11,15 +11,8 @@
 #include <cmocka.h>
 
 #include "libconv/codec/hyperquant/hqcal.h"
+#include "libconv/kv/kv_internal.h"
 #include "libconv/kv/kvcodec.h"
-
-double kvq_turbo_codebook(int d, int bits, float *cb);
-void kvq_hurwitz_unit(int p, float *q);
-void kvq_oct_encode(const float *n, float *xi, float *eta);
-void kvq_oct_decode(float xi, float eta, float *n);
-double kvq_oct_xi_pdf(double xi, const void *arg);
-int kvq_hqmq_search(const kvq_kvcodec *c, const float *u);
-int kvq_hqmq_search_ref(const kvq_kvcodec *c, const float *u);
 
 static kvq_kvcodec *mk(const char *spec, int d, int role, uint64_t seed) {
     kvq_kvspec s;

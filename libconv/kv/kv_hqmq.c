@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "libconv/kv/kv_internal.h"
 #include "libconv/kv/kvcodec.h"
 
 #define HQ_HBINS 4096  // log2-norm histogram: 64 bins per octave over [-32, 32)

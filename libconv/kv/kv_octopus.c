@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "libconv/kv/kv_internal.h"
 #include "libconv/kv/kvcodec.h"
 
 typedef struct {

@@ -1,0 +1,23 @@
+// Internal pieces of the KV codecs that tests reach (not a public API): codebook and
+// geometry helpers of TurboQuant, HQMQ and OCTOPUS, and HQMQ's fast search with its
+// reference. Declared once here instead of by hand in the tests.
+#ifndef KVQ_KV_INTERNAL_H
+#define KVQ_KV_INTERNAL_H
+
+#include "libconv/kv/kvcodec.h"
+
+/** TurboQuant's Lloyd-Max codebook for the coordinate law at dimension d (2^bits levels into
+ *  cb). @return its mean squared error (kv_turbo.c). */
+double kvq_turbo_codebook(int d, int bits, float *cb);
+/** The p-th unit Hurwitz quaternion (kv_hqmq.c). */
+void kvq_hurwitz_unit(int p, float *q);
+/** HQMQ codeword search: fast path and plain reference (same result). */
+int kvq_hqmq_search(const kvq_kvcodec *c, const float *u);
+int kvq_hqmq_search_ref(const kvq_kvcodec *c, const float *u);
+/** OCTOPUS octahedral map of a unit 3-vector to (xi, eta) and back, and the density of xi
+ *  (kv_octopus.c). */
+void kvq_oct_encode(const float *n, float *xi, float *eta);
+void kvq_oct_decode(float xi, float eta, float *n);
+double kvq_oct_xi_pdf(double xi, const void *arg);
+
+#endif
