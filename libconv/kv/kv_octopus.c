@@ -85,6 +85,7 @@ static kvq_status oct_init(kvq_kvcodec *c, kvq_err *err) {
     double dd = c->d;
     s->Dxi = kvq_lloydmax(kvq_oct_xi_pdf, NULL, -1, 1, s->Kd, s->cxi);
     s->Drho = kvq_lloydmax(kvq_oct_rho_pdf, &dd, 0, 1, s->Kn, s->crho);
+    if (s->Dxi < 0 || s->Drho < 0) return kvq_err_set(err, KVQ_ERR_NOMEM, "octopus: out of memory for the Lloyd-Max grid");
     oct_refresh(c);
     return KVQ_OK;
 }

@@ -62,6 +62,7 @@ static kvq_status turbo_init(kvq_kvcodec *c, kvq_err *err) {
         for (int i = 0; i < c->d * c->d; i++) s->S[i] = (float)kvq_kvrng_normal(&r2);
     }
     s->D = kvq_turbo_codebook(c->d, s->bm, s->cb);
+    if (s->D < 0) return kvq_err_set(err, KVQ_ERR_NOMEM, "turboquant: out of memory for the Lloyd-Max grid");
     return KVQ_OK;
 }
 

@@ -191,7 +191,8 @@ int kvq_is_pow2(int n);
 
 /** Trains a K-level Lloyd-Max quantizer for density pdf on [lo, hi] (unnormalized is
  *  fine) on a fine grid until the distortion changes by < 1e-13 relative.
- *  c (K) receives sorted centroids. @return the mean squared error E[(u-û)²]. */
+ *  c (K) receives sorted centroids. @return the mean squared error E[(u-û)²], or −1 when
+ *  out of memory (callers report KVQ_ERR_NOMEM). */
 double kvq_lloydmax(double (*pdf)(double, const void *), const void *arg, double lo, double hi,
                     int K, float *c);
 /** Index of the nearest of K sorted centroids. */

@@ -52,7 +52,7 @@ double kvq_lloydmax(double (*pdf)(double, const void *), const void *arg, double
     int n = LM_GRID;
     double *p = malloc(sizeof(double) * 3 * (n + 1));
     double *c = malloc(sizeof(double) * (K + 1)), *b = malloc(sizeof(double) * (K + 1));
-    KVQ_ASSERT(p && c && b);
+    if (!p || !c || !b) { free(p); free(c); free(b); return -1.0; }
     double *p0 = p, *p1 = p + n + 1, *p2 = p + 2 * (n + 1), h = (hi - lo) / n;
     p0[0] = p1[0] = p2[0] = 0;
     for (int i = 0; i < n; i++) {

@@ -112,9 +112,11 @@ static int kmeans_core(const float *x, int64_t n, int dim, int64_t k, int max_it
     float *d2 = malloc(sizeof(float) * (size_t)n);
     double *sum = malloc(sizeof(double) * (size_t)(k * dim));
     int64_t *cnt = malloc(sizeof(int64_t) * (size_t)k);
-    KVQ_ASSERT(d2 && sum && cnt);
     float *blk = par ? malloc(sizeof(float) * (size_t)(((k + KM_LANES - 1) / KM_LANES) * KM_LANES * dim)) : NULL;
-    KVQ_ASSERT(!par || blk);
+    if (!d2 || !sum || !cnt || (par && !blk)) {
+        free(d2); free(sum); free(cnt); free(blk);
+        return -1;
+    }
     uint64_t rng = seed ^ 0x6a09e667f3bcc909ull;
     seed_pp(x, n, dim, k, &rng, cent, d2, par);
     for (int64_t i = 0; i < n; i++) assign[i] = UINT32_MAX;

@@ -14,7 +14,8 @@
  *  centroid (lowest index on ties) of the returned centroids. The assignment step runs
  *  in parallel over points (OpenMP) when called outside a parallel region; sums are
  *  accumulated serially in point order, so results are bit-identical to kvq_kmeans_ref.
- *  @return the number of Lloyd updates performed. Caller owns all buffers. */
+ *  @return the number of Lloyd updates performed, or −1 when out of memory (nothing written
+ *  then). Caller owns all buffers. */
 int kvq_kmeans(const float *x, int64_t n, int dim, int64_t k, int max_iter, uint64_t seed,
                float *cent, uint32_t *assign);
 

@@ -284,18 +284,26 @@ static void stage_free(stage_t *s) {
 
 // Clusters every subspace of t (n × d) with k centroids; rec (n × d) gets (st == 0) or
 // accumulates (st > 0) the stored centroid values.
-static void run_stage(const float *t, int64_t n, int64_t d, int w, int64_t k, const kvq_qet_config *cfg,
-                      kvq_dtype src, uint64_t seed, int st, int nt, stage_t *S, float *rec) {
+// @return 0, or −1 when a subspace ran out of memory.
+static int run_stage(const float *t, int64_t n, int64_t d, int w, int64_t k, const kvq_qet_config *cfg,
+                     kvq_dtype src, uint64_t seed, int st, int nt, stage_t *S, float *rec) {
     int64_t m = d / w;
+    int oom = 0;
     int outer = m >= nt; // parallel over subspaces, else inside k-means (same results)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (outer)
     for (int64_t j = 0; j < m; j++) {
         float *sub = malloc(sizeof(float) * (size_t)(n * w));
         uint32_t *as = malloc(sizeof(uint32_t) * (size_t)n);
-        KVQ_ASSERT(sub && as);
-        for (int64_t i = 0; i < n; i++) memcpy(sub + i * w, t + i * d + j * w, sizeof(float) * (size_t)w);
         float *cent = S->cent + j * k * w;
-        kvq_kmeans(sub, n, w, k, cfg->iters, stage_seed(seed, st, j), cent, as);
+        if (sub && as)
+            for (int64_t i = 0; i < n; i++) memcpy(sub + i * w, t + i * d + j * w, sizeof(float) * (size_t)w);
+        if (!sub || !as || kvq_kmeans(sub, n, w, k, cfg->iters, stage_seed(seed, st, j), cent, as) < 0) {
+#pragma omp atomic write
+            oom = 1;
+            free(sub);
+            free(as);
+            continue;
+        }
         store_codebook(cent, k * w, cfg->cb_bits, src, &S->mnstep[2 * j], &S->mnstep[2 * j + 1],
                        S->codes + j * k * w);
         for (int64_t i = 0; i < n; i++) { // re-assign to the stored (rounded) centroids
@@ -308,6 +316,7 @@ static void run_stage(const float *t, int64_t n, int64_t d, int w, int64_t k, co
         free(sub);
         free(as);
     }
+    return oom ? -1 : 0;
 }
 
 static json_t *make_params(const kvq_qet_config *cfg, kvq_dtype src, uint64_t seed, int stages,
@@ -390,13 +399,16 @@ kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const 
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory for a %lld x %lld matrix", (long long)n, (long long)d);
         goto done;
     }
-    kvq_qet_swap_forward(x, n, d, l, xs, bits);
+    int oom = kvq_qet_swap_forward(x, n, d, l, xs, bits);
     double t1 = omp_get_wtime();
-
-    run_stage(xs, n, d, (int)w, plan.k[0], cfg, src, seed, 0, nt, &S[0], rec);
-    if (plan.stages > 1) {
+    if (!oom) oom = run_stage(xs, n, d, (int)w, plan.k[0], cfg, src, seed, 0, nt, &S[0], rec);
+    if (!oom && plan.stages > 1) {
         for (int64_t i = 0; i < n * d; i++) res[i] = xs[i] - rec[i];
-        run_stage(res, n, d, (int)w, plan.k[1], cfg, src, seed, 1, nt, &S[1], rec);
+        oom = run_stage(res, n, d, (int)w, plan.k[1], cfg, src, seed, 1, nt, &S[1], rec);
+    }
+    if (oom) {
+        st = kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory clustering a %lld x %lld matrix", (long long)n, (long long)d);
+        goto done;
     }
     double se = 0.0;
     for (int64_t i = 0; i < n * d; i++) {
@@ -562,7 +574,8 @@ kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int 
         st = kvq_err_set(err, KVQ_ERR_FORMAT, "qet: centroid index out of range in row %lld", (long long)bad_row);
         goto done;
     }
-    kvq_qet_swap_inverse(xs, bits, n, d, l, out);
+    if (kvq_qet_swap_inverse(xs, bits, n, d, l, out))
+        st = kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory undoing the swaps");
 done:
     for (int s = 0; s < KVQ_QET_MAX_STAGES; s++) free(cent[s]);
     free(bits);

@@ -45,28 +45,38 @@ static void unswap_row(const float *xs, const uint8_t *bits, int64_t d, int l, f
     }
 }
 
-void kvq_qet_swap_forward(const float *x, int64_t n, int64_t d, int l, float *xs, uint8_t *bits) {
+int kvq_qet_swap_forward(const float *x, int64_t n, int64_t d, int l, float *xs, uint8_t *bits) {
+    int oom = 0;
 #pragma omp parallel
     {
         float *tmp = malloc(sizeof(float) * (size_t)d);
-        KVQ_ASSERT(tmp);
+        if (!tmp) {
+#pragma omp atomic write
+            oom = 1;
+        }
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < n; i++)
-            swap_row(x + i * d, d, l, xs + i * d, bits + i * (int64_t)l * (d / 2), tmp);
+            if (tmp) swap_row(x + i * d, d, l, xs + i * d, bits + i * (int64_t)l * (d / 2), tmp);
         free(tmp);
     }
+    return oom ? -1 : 0;
 }
 
-void kvq_qet_swap_inverse(const float *xs, const uint8_t *bits, int64_t n, int64_t d, int l, float *x) {
+int kvq_qet_swap_inverse(const float *xs, const uint8_t *bits, int64_t n, int64_t d, int l, float *x) {
+    int oom = 0;
 #pragma omp parallel
     {
         float *tmp = malloc(sizeof(float) * (size_t)d);
-        KVQ_ASSERT(tmp);
+        if (!tmp) {
+#pragma omp atomic write
+            oom = 1;
+        }
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < n; i++)
-            unswap_row(xs + i * d, bits + i * (int64_t)l * (d / 2), d, l, x + i * d, tmp);
+            if (tmp) unswap_row(xs + i * d, bits + i * (int64_t)l * (d / 2), d, l, x + i * d, tmp);
         free(tmp);
     }
+    return oom ? -1 : 0;
 }
 
 // Reference: the paper's formulation with whole matrices. Level k takes each of the
