@@ -13,6 +13,7 @@
 
 #include "formats/dtype.h"
 #include "formats/kvqfile.h"
+#include "libconv/kv/kvcache_default.h"
 #include "libconv/kv/kvcodec.h"
 
 enum { L = 3, H = 2, D = 64, T = 80, NQ = 2 };
@@ -315,6 +316,34 @@ static void test_bad_input(void **st) {
     c->ops->free(c);
 }
 
+// The KV-cache interface's error channel: a failing op returns a status and its cache's err
+// names layer, head or position and the codec; constructors return statuses with messages.
+static void test_error_channel(void **state) {
+    (void)state;
+    kvq_kvcache_policy p = {0, 0, 42, 0};
+    kvq_kvcache *c = NULL;
+    kvq_err e = {0};
+    assert_int_equal(kvq_kvcache_codec_new("int:4", 2, 2, 64, 8, &p, &c, &e), KVQ_OK);
+    float k[2 * 64] = {0}, v[2 * 64] = {0};
+    assert_int_equal(c->ops->append(c, 1, 3, k, v), KVQ_ERR_ARG); // position 3 before 0..2 exist
+    assert_non_null(strstr(c->err.msg, "layer 1"));
+    assert_non_null(strstr(c->err.msg, "position 3"));
+    assert_non_null(strstr(c->err.msg, "int"));
+    assert_int_equal(c->ops->append(c, 1, 0, k, v), KVQ_OK);
+    c->ops->free(c);
+    kvq_kvcache *d = NULL;
+    assert_int_equal(kvq_kvcache_default_new(0, 2, 64, 8, 0, &d, &e), KVQ_ERR_ARG);
+    assert_null(d);
+    assert_non_null(strstr(e.msg, "bad shape"));
+    assert_int_equal(kvq_kvcache_default_new(2, 2, 64, 8, 1, &d, &e), KVQ_OK);
+    assert_int_equal(d->ops->append(d, 0, 8, k, v), KVQ_ERR_ARG); // beyond max_ctx
+    assert_non_null(strstr(d->err.msg, "position 8"));
+    float q[64] = {0}, out[64];
+    assert_int_equal(d->ops->append(d, 0, 0, k, v), KVQ_OK);
+    assert_int_equal(d->ops->attend(d, 0, 1, q, 1, 1, 0.125f, out), KVQ_OK);
+    d->ops->free(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_standalone_codec),
@@ -324,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_manifest_roundtrip),
         cmocka_unit_test(test_kvq_file_roundtrip),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_error_channel),
     };
     return cmocka_run_group_tests_name("kvcache_codec", tests, setup, teardown);
 }

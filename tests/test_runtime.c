@@ -350,7 +350,8 @@ static void test_bad_input(void **st) {
     float lg[4096];
     assert_int_equal(kvq_model_forward(m, t, 2, 0, lg, 0, &e), KVQ_ERR_ARG);
     assert_int_equal(kvq_model_forward(m, t, 1, 1024, lg, 0, &e), KVQ_ERR_ARG); // beyond max_ctx
-    kvq_kvcache *wrong = kvq_kvcache_default_new(3, 2, 64, 16, 0);
+    kvq_kvcache *wrong = NULL;
+    assert_int_equal(kvq_kvcache_default_new(3, 2, 64, 16, 0, &wrong, &e), KVQ_OK);
     assert_int_equal(kvq_model_set_kvcache(m, wrong, &e), KVQ_ERR_ARG);
     wrong->ops->free(wrong);
     kvq_model_close(m);

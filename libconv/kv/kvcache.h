@@ -12,13 +12,15 @@
 typedef struct kvq_kvcache kvq_kvcache;
 
 typedef struct {
-    /** Stores one token's K and V for one layer: k, v are (n_kv_heads, head_dim). */
+    /** Stores one token's K and V for one layer: k, v are (n_kv_heads, head_dim).
+     *  @return KVQ_OK, or an error described in c->err (layer, head, codec, cause). */
     kvq_status (*append)(kvq_kvcache *c, int layer, int pos, const float *k, const float *v);
     /** For one layer and KV head: q is (n_q, head_dim) — the query heads sharing this
      *  KV head — each attending causally to positions [0, n_ctx). out (n_q, head_dim)
-     *  receives softmax(q·Kᵀ·scale)·V. */
-    void (*attend)(kvq_kvcache *c, int layer, int kv_head, const float *q, int n_q, int n_ctx,
-                   float scale, float *out);
+     *  receives softmax(q·Kᵀ·scale)·V. Safe from several threads at once.
+     *  @return KVQ_OK, or an error (c->err says which layer, head, codec and cause). */
+    kvq_status (*attend)(kvq_kvcache *c, int layer, int kv_head, const float *q, int n_q, int n_ctx,
+                         float scale, float *out);
     /** Forgets positions >= pos (new sequence: 0). */
     void (*truncate)(kvq_kvcache *c, int pos);
     /** Effective bits per stored element (16 or 32 for the default cache). */
@@ -29,6 +31,12 @@ typedef struct {
 struct kvq_kvcache {
     const kvq_kvcache_ops *ops;
     int n_layers, n_kv_heads, head_dim, max_ctx;
+    kvq_err err; // the error channel: the last failing op's message (layer, head, codec, cause)
 };
+
+/** Records a failure of an op in c->err (one writer at a time: attend may fail on several
+ *  threads) and returns code. */
+kvq_status kvq_kvcache_fail(kvq_kvcache *c, kvq_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

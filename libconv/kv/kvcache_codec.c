@@ -46,12 +46,14 @@ static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
     int d = c->base.head_dim, g = s->codec->group, W = c->pol.window;
     float buf[32 * 512];
     while (n_tok - s->n_enc > W && n_tok - W - s->n_enc >= g) {
-        if ((size_t)g * d > sizeof buf / sizeof *buf) return KVQ_ERR_ARG;
+        if ((size_t)g * d > sizeof buf / sizeof *buf)
+            return kvq_kvcache_fail(&c->base, KVQ_ERR_ARG, "group of %d x %d values exceeds the encode buffer", g, d);
         for (int t = 0; t < g; t++) ring_get(c, s, s->n_enc + t, buf + (size_t)t * d);
         size_t n = 0;
         int gi = s->n_enc / g;
-        kvq_status st = s->codec->vt->encode(s->codec, buf, s->store + (size_t)gi * s->stride, &n, NULL);
-        if (st) return st;
+        kvq_err e = {0};
+        kvq_status st = s->codec->vt->encode(s->codec, buf, s->store + (size_t)gi * s->stride, &n, &e);
+        if (st) return kvq_kvcache_fail(&c->base, st, "%s", e.msg[0] ? e.msg : kvq_strerror(st));
         s->len[gi] = (uint32_t)n;
         if (s->shadow) {
             float *sh = s->shadow + (size_t)s->n_enc * d;
@@ -92,7 +94,9 @@ static void kvc_truncate(kvq_kvcache *base, int pos) {
 static kvq_status kvc_append(kvq_kvcache *base, int layer, int pos, const float *k, const float *v) {
     kvc *c = (kvc *)base;
     if (layer < 0 || layer >= base->n_layers || pos < 0 || pos >= base->max_ctx || pos > c->n_tok[layer])
-        return KVQ_ERR_ARG;
+        return kvq_kvcache_fail(base, KVQ_ERR_ARG, "KV cache '%s' layer %d: position %d outside [0, %d) or beyond the %d stored",
+                                c->spec.name, layer, pos, base->max_ctx,
+                                layer >= 0 && layer < base->n_layers ? c->n_tok[layer] : 0);
     if (pos < c->n_tok[layer]) layer_truncate(c, layer, pos); // rewriting history
     int d = base->head_dim;
     for (int h = 0; h < base->n_kv_heads; h++)
@@ -104,7 +108,12 @@ static kvq_status kvc_append(kvq_kvcache *base, int layer, int pos, const float 
     for (int h = 0; h < base->n_kv_heads; h++)
         for (int r = 0; r < 2; r++) {
             kvq_status st = slot_flush(c, slot_at(c, layer, h, r), pos + 1);
-            if (st) return st;
+            if (st) { // name the place and the codec before the cause slot_flush recorded
+                char cause[KVQ_ERR_MSG_MAX];
+                snprintf(cause, sizeof cause, "%s", base->err.msg);
+                return kvq_kvcache_fail(base, st, "KV cache layer %d head %d %s (%s): %s", layer, h, r ? "V" : "K",
+                                        slot_at(c, layer, h, r)->codec->vt->name, cause);
+            }
         }
     return KVQ_OK;
 }
@@ -118,7 +127,7 @@ static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out) {
         for (int t = ne; t < n; t++) ring_get(c, s, t, out + (size_t)t * d);
         return;
     }
-    float *tmp = g > 1 ? malloc(sizeof(float) * g * d) : NULL;
+    float tmp[32 * 512]; // one group (g ≤ 32 tokens of d ≤ 512, as slot_flush requires)
     for (int gi = 0; gi * g < ne; gi++) {
         const uint8_t *p = s->store + (size_t)gi * s->stride;
         if (g == 1) s->codec->vt->decode(s->codec, p, s->len[gi], out + (size_t)gi * d);
@@ -128,12 +137,11 @@ static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out) {
             memcpy(out + (size_t)gi * g * d, tmp, sizeof(float) * m * d);
         }
     }
-    free(tmp);
     for (int t = ne; t < n; t++) ring_get(c, s, t, out + (size_t)t * d);
 }
 
-static void kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, int n_q, int n_ctx,
-                       float scale, float *out) {
+static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, int n_q, int n_ctx,
+                             float scale, float *out) {
     kvc *c = (kvc *)base;
     int d = base->head_dim;
     const kv_slot *sk = slot_at(c, layer, head, 0), *sv = slot_at(c, layer, head, 1);
@@ -142,10 +150,13 @@ static void kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, i
     int ne = sk->n_enc < n_ctx ? sk->n_enc : n_ctx;
     int use_score = !sk->shadow && sk->codec->vt->score && sk->codec->group == 1 && ne > 0;
     float *kk = malloc(sizeof(float) * (size_t)n_ctx * d);
-    KVQ_ASSERT(sc && vv && kk);
+    const uint8_t **rec = use_score ? malloc(sizeof(*rec) * (ne ? ne : 1)) : NULL;
+    if (!sc || !vv || !kk || (use_score && !rec)) {
+        free(sc); free(vv); free(kk); free(rec);
+        return kvq_kvcache_fail(base, KVQ_ERR_NOMEM, "KV cache layer %d head %d (%s): out of memory attending to %d positions",
+                                layer, head, sk->codec->vt->name, n_ctx);
+    }
     if (use_score) {
-        const uint8_t **rec = malloc(sizeof(*rec) * (ne ? ne : 1));
-        KVQ_ASSERT(rec);
         for (int t = 0; t < ne; t++) rec[t] = sk->store + (size_t)t * sk->stride;
         for (int i = 0; i < n_q; i++) sk->codec->vt->score(sk->codec, q + (size_t)i * d, rec, ne, sc + (size_t)i * n_ctx);
         free(rec);
@@ -175,6 +186,7 @@ static void kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, i
         }
     }
     free(sc), free(vv), free(kk);
+    return KVQ_OK;
 }
 
 static double kvc_bits(const kvq_kvcache *base) {
@@ -242,7 +254,7 @@ kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads,
                            spec, n_layers, n_kv_heads, head_dim, max_ctx, pol->window);
     kvc *c = calloc(1, sizeof *c);
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "kv cache: out of memory");
-    c->base = (kvq_kvcache){&kvc_ops, n_layers, n_kv_heads, head_dim, max_ctx};
+    c->base = (kvq_kvcache){&kvc_ops, n_layers, n_kv_heads, head_dim, max_ctx, {0}};
     c->spec = sp;
     c->pol = *pol;
     c->n_tok = calloc(n_layers, sizeof(int));

@@ -7,9 +7,9 @@
 #include "libconv/kv/kvcache.h"
 
 /** New empty cache for positions [0, max_ctx). fp16: store K/V rounded to fp16 (RNE)
- *  instead of fp32. @return the cache (free with c->ops->free(c)), or NULL when out of
- *  memory or a dimension is not positive. */
-kvq_kvcache *kvq_kvcache_default_new(int n_layers, int n_kv_heads, int head_dim, int max_ctx,
-                                     int fp16);
+ *  instead of fp32. @return KVQ_OK and *out (free with c->ops->free(c)); KVQ_ERR_ARG for a
+ *  non-positive or overflowing shape, KVQ_ERR_NOMEM; err says which. */
+kvq_status kvq_kvcache_default_new(int n_layers, int n_kv_heads, int head_dim, int max_ctx, int fp16,
+                                   kvq_kvcache **out, kvq_err *err);
 
 #endif

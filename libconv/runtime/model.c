@@ -316,8 +316,11 @@ kvq_status kvq_model_open(const char *path, const kvq_model_opts *opts, kvq_mode
     if ((r = load(m, s, err))) goto fail;
     m->tok_path = kvq_weights_tokenizer_path(s);
     if ((r = alloc_arena(m))) goto nomem;
-    m->cache = kvq_kvcache_default_new(a->n_layers, a->n_kv_heads, a->head_dim, m->o.max_ctx, m->o.kv_fp16);
-    if (!m->cache) { r = KVQ_ERR_NOMEM; goto nomem; }
+    if ((r = kvq_kvcache_default_new(a->n_layers, a->n_kv_heads, a->head_dim, m->o.max_ctx, m->o.kv_fp16, &m->cache,
+                                     err))) {
+        kvq_err_prefix(err, "%s", path);
+        goto fail;
+    }
     m->src = s;
     *out = m;
     return KVQ_OK;
@@ -496,12 +499,18 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
             kvq_status r = c->ops->append(c, l, pos + t, m->k + (size_t)t * m->kv_dim, m->v + (size_t)t * m->kv_dim);
             if (r) return r;
         }
+        kvq_status ar = KVQ_OK;
 #pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(kvq_nthreads(nt)) if (T > 1)
         for (int t = 0; t < T; t++)
             for (int g = 0; g < nkv; g++) {
                 size_t o = (size_t)t * m->q_dim + (size_t)g * nrep * hd;
-                c->ops->attend(c, l, g, m->q + o, nrep, pos + t + 1, scale, m->att + o);
+                kvq_status s = c->ops->attend(c, l, g, m->q + o, nrep, pos + t + 1, scale, m->att + o);
+                if (s) {
+#pragma omp atomic write
+                    ar = s;
+                }
             }
+        if (ar) return ar;
         matmul(m, m->xn, m->att, &L->o, T, nt);
         for (size_t i = 0; i < (size_t)T * d; i++) m->x[i] += m->xn[i];
 
@@ -538,7 +547,9 @@ kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos
         int last = t0 + n == T;
         float *lg = !logits ? NULL : all_logits ? logits + (size_t)t0 * V : last ? logits : NULL;
         kvq_status r = forward_chunk(m, tokens + t0, n, pos + t0, lg, all_logits);
-        if (r) return kvq_err_set(err, r, "KV cache append failed at positions [%d, %d)", pos + t0, pos + t0 + n);
+        if (r) // the cache's error channel names layer, head, codec and cause
+            return kvq_err_set(err, r, "%s (positions [%d, %d))",
+                               m->cache->err.msg[0] ? m->cache->err.msg : kvq_strerror(r), pos + t0, pos + t0 + n);
     }
     return KVQ_OK;
 }

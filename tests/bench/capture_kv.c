@@ -41,10 +41,10 @@ static kvq_status rec_append(kvq_kvcache *c, int layer, int pos, const float *k,
     if (row + 1 > r->n_rows) r->n_rows = row + 1;
     return r->inner->ops->append(r->inner, layer, pos, k, v);
 }
-static void rec_attend(kvq_kvcache *c, int layer, int kv_head, const float *q, int n_q, int n_ctx,
-                       float scale, float *out) {
+static kvq_status rec_attend(kvq_kvcache *c, int layer, int kv_head, const float *q, int n_q, int n_ctx,
+                             float scale, float *out) {
     rec_cache *r = (rec_cache *)c;
-    r->inner->ops->attend(r->inner, layer, kv_head, q, n_q, n_ctx, scale, out);
+    return r->inner->ops->attend(r->inner, layer, kv_head, q, n_q, n_ctx, scale, out);
 }
 static void rec_truncate(kvq_kvcache *c, int pos) {
     rec_cache *r = (rec_cache *)c;
@@ -149,8 +149,8 @@ int main(int argc, char **argv) {
     int N = windows * CTX;
 
     rec_cache *r = calloc(1, sizeof *r);
-    r->base = (kvq_kvcache){&rec_ops, L, H, d, CTX};
-    r->inner = kvq_kvcache_default_new(L, H, d, CTX, 0);
+    r->base = (kvq_kvcache){&rec_ops, L, H, d, CTX, {0}};
+    if (kvq_kvcache_default_new(L, H, d, CTX, 0, &r->inner, &err)) die("kv cache", &err);
     r->cap = N;
     r->k = malloc(sizeof(float) * (size_t)L * H * N * d);
     r->v = malloc(sizeof(float) * (size_t)L * H * N * d);
