@@ -253,7 +253,8 @@ static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
             if ((r = get_cat(m, s, names, rows, 3, d, st, &L->qkv, err))) return r;
         }
         if (kvq_weights_has(s, NM(0, "self_attn.q_proj.bias"), NULL, NULL) || a->attention_bias || a->family == KVQ_ARCH_QWEN2) {
-            if (!(L->qkv_bias = malloc(sizeof(float) * m->qkv_dim))) return KVQ_ERR_NOMEM;
+            if (!(L->qkv_bias = malloc(sizeof(float) * m->qkv_dim)))
+                return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for layer %d's biases", path, l);
             const char *bn[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
             const int rows[3] = {m->q_dim, m->kv_dim, m->kv_dim};
             for (int i = 0, o = 0; i < 3; o += rows[i], i++) {
