@@ -77,6 +77,10 @@ typedef struct {
     /** Decodes into out (rows × cols float32, caller-allocated). */
     kvq_status (*decode)(const json_t *params, const kvq_blob_view *blobs, int n_blobs,
                          int64_t rows, int64_t cols, float *out, kvq_err *err);
+    /** What tests/test_codec_table.c runs for this row: representative args, and the bound
+     *  on ‖x − x̂‖ / ‖x‖ over a Gaussian 64 × 256 matrix (0 for lossless: bit-exact). */
+    const char *example_args;
+    double max_rel_err;
 } kvq_codec_traits;
 
 /** Number of registered codecs and the i-th. */

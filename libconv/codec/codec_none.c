@@ -1,5 +1,6 @@
 // The lossless codec: the tensor's source bytes stored as they are (the container
 // may zstd them). Decoding converts the source dtype to float32.
+#include <stdlib.h>
 #include <string.h>
 
 #include "libconv/codec/codec.h"
@@ -22,6 +23,9 @@ static kvq_status none_encode(const json_t *cfg, const kvq_codec_input *in, kvq_
     out->code_bits_per_weight = 8.0 * (double)kvq_dtype_size(t->dtype);
     out->predicted_mse = 0.0;
     kvq_encoded_add_part(out, "raw", 8.0 * (double)t->nbytes);
+    char *js = json_dumps(out->params, JSON_COMPACT); // the parts sum to the stored bytes
+    kvq_encoded_add_part(out, "header", js ? 8.0 * (double)strlen(js) : 0.0);
+    free(js);
     return KVQ_OK;
 }
 
@@ -47,4 +51,6 @@ const kvq_codec_traits kvq_codec_none = {
     .parse = none_parse,
     .encode = none_encode,
     .decode = none_decode,
+    .example_args = "",
+    .max_rel_err = 0,
 };

@@ -119,6 +119,8 @@ const kvq_codec_traits kvq_codec_rtn = {
     .parse = rtn_parse,
     .encode = rtn_encode,
     .decode = rtn_decode,
+    .example_args = "4:g128",
+    .max_rel_err = 0.15,
 };
 
 // ---- execution layout (kernels/hq_layout.h, rotate = 0): the codes as nibbles (plus bit

@@ -5,6 +5,7 @@
 // fundamental parallelepiped reduced mod Λ) from (seed, 16-bit token counter), lattice
 // nearest point, strip, Rice with the best parameter per symbol class per token.
 // Layout: fp32 γ | [dither: u16 counter] | 5-bit k per class | Rice symbols (d of them)
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,3 +215,28 @@ static int hk_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
 const kvq_kvcodec_vt kvq_kv_hqkv_vt = {.name = "hqkv", .init = hk_init, .free = hk_free, .max_bytes = hk_max,
                                         .encode = hk_enc, .decode = hk_dec, .bits_formula = hk_bits,
                                         .tables = hk_tables, .reset = hk_reset};
+
+// ---- table row (kvcodec.h): hqkv:<lattice>:<bps>[:rot=none|signs|qjl][:dither]
+
+static kvq_status hqkv_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
+    if (nf < 3) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected hqkv:<lattice>:<bps>[:rot=none|signs|qjl][:dither]", spec);
+    snprintf(o->lattice, sizeof o->lattice, "%s", fld[1]);
+    char *e;
+    o->bps = strtod(fld[2], &e);
+    if (*e || !(o->bps > 0 && o->bps <= 16))
+        return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': bad bits per sample '%s'", spec, fld[2]);
+    for (int i = 3; i < nf; i++) {
+        if (!strcmp(fld[i], "dither")) o->dither = 1;
+        else if (!strcmp(fld[i], "rot=none")) o->rot = 0;
+        else if (!strcmp(fld[i], "rot=signs")) o->rot = 1;
+        else if (!strcmp(fld[i], "rot=qjl")) o->rot = 2;
+        else return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': unknown option '%s'", spec, fld[i]);
+    }
+    return KVQ_OK;
+}
+static int hqkv_format(const kvq_kvspec *s, char *buf, size_t n) {
+    return snprintf(buf, n, "hqkv:%s:%g:rot=%s%s", s->lattice, s->bps, s->rot == 0 ? "none" : s->rot == 1 ? "signs" : "qjl",
+                    s->dither ? ":dither" : "");
+}
+const kvq_kvcodec_traits kvq_kv_hqkv_row = {"hqkv", hqkv_parse, hqkv_format, &kvq_kv_hqkv_vt, &kvq_kv_hqkv_vt,
+                                            "hqkv:e8:3", 0.23};

@@ -6,6 +6,7 @@
 // median of chunk norms (log-histogram, docs/KV.md).
 // Layout: fp16 σ | [med: nch flag bits] | mixed-radix idx of the n_in inlier chunks
 //         (bitlen(M^n_in - 1) bits, M = 24S) | n_in × b_r radius | n_out × 4 fp16
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,3 +314,28 @@ const kvq_kvcodec_vt kvq_kv_hqmq_vt = {.name = "hqmq", .init = hq_init, .free = 
                                         .max_bytes = hq_max, .encode = hq_enc, .decode = hq_dec,
                                         .score = hq_score, .bits_formula = hq_bits, .tables = hq_tables,
                                         .reset = hq_reset, .refresh = hq_refresh};
+
+// ---- table row (kvcodec.h): hqmq:s<S>:r<b_r>[:med<C>]
+
+static kvq_status hqmq_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
+    char *e = NULL;
+    long S = nf >= 3 && fld[1][0] == 's' ? strtol(fld[1] + 1, &e, 10) : 0;
+    int ok = nf >= 3 && nf <= 4 && e && e != fld[1] + 1 && !*e && S >= 1 && S <= (1 << 16);
+    long R = ok && fld[2][0] == 'r' ? strtol(fld[2] + 1, &e, 10) : 0;
+    ok = ok && fld[2][0] == 'r' && e != fld[2] + 1 && !*e && R >= 1 && R <= 16;
+    if (!ok) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected hqmq:s<S>:r<b_r>[:med<C>]", spec);
+    o->hqmq_s = (int)S;
+    o->hqmq_br = (int)R;
+    if (nf == 4) {
+        o->hqmq_med = strncmp(fld[3], "med", 3) ? -1 : strtod(fld[3] + 3, &e);
+        if (o->hqmq_med <= 1 || *e)
+            return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': bad outlier option '%s' (med<C>, C > 1)", spec, fld[3]);
+    }
+    return KVQ_OK;
+}
+static int hqmq_format(const kvq_kvspec *s, char *buf, size_t n) {
+    if (s->hqmq_med > 0) return snprintf(buf, n, "hqmq:s%d:r%d:med%g", s->hqmq_s, s->hqmq_br, s->hqmq_med);
+    return snprintf(buf, n, "hqmq:s%d:r%d", s->hqmq_s, s->hqmq_br);
+}
+const kvq_kvcodec_traits kvq_kv_hqmq_row = {"hqmq", hqmq_parse, hqmq_format, &kvq_kv_hqmq_vt, &kvq_kv_hqmq_vt,
+                                            "hqmq:s96:r4", 0.19};

@@ -6,6 +6,7 @@
 //   int   : fp16 scale | d × b-bit (q + qmax)
 //   vgroup: ceil(d/32) × (fp16 scale, fp16 zero) | d × b-bit q
 //   kivi K: one group of 32 tokens: d × (fp16 scale, fp16 zero) | 32·d × b-bit q (token-major)
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,3 +157,24 @@ static double kivi_bits(const kvq_kvcodec *c) { return c->spec.bits + 32.0 / KIV
 
 const kvq_kvcodec_vt kvq_kv_kivi_vt = {.name = "kivi", .init = kivi_init, .max_bytes = kivi_max,
                                         .encode = kivi_enc, .decode = kivi_dec, .bits_formula = kivi_bits};
+
+// ---- table rows (kvcodec.h): fp16, int:<b>, kivi:<b>
+
+static kvq_status fp16_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
+    (void)fld;
+    if (nf != 1) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': fp16 takes no arguments", spec);
+    o->bits = 16;
+    return KVQ_OK;
+}
+static int fp16_format(const kvq_kvspec *s, char *buf, size_t n) { (void)s; return snprintf(buf, n, "fp16"); }
+static kvq_status int_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
+    return kvq_kvspec_bits(spec, fld, nf, 2, 8, 0, o, err);
+}
+static kvq_status kivi_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
+    return kvq_kvspec_bits(spec, fld, nf, 1, 8, 0, o, err);
+}
+static int bits_format(const kvq_kvspec *s, char *buf, size_t n) { return snprintf(buf, n, "%s:%d", s->name, s->bits); }
+
+const kvq_kvcodec_traits kvq_kv_fp16_row = {"fp16", fp16_parse, fp16_format, &kvq_kv_fp16_vt, &kvq_kv_fp16_vt, "fp16", 1e-3};
+const kvq_kvcodec_traits kvq_kv_int_row = {"int", int_parse, bits_format, &kvq_kv_int_vt, &kvq_kv_int_vt, "int:4", 0.18};
+const kvq_kvcodec_traits kvq_kv_kivi_row = {"kivi", kivi_parse, bits_format, &kvq_kv_kivi_vt, &kvq_kv_vgroup_vt, "kivi:4", 0.12};

@@ -5,6 +5,7 @@
 // QJL residual (second sign seed, fp16 residual norm). Values use kvq_kv_vgroup_vt.
 // Layout: fp32 γ | n_tri × (2 b_dir)-bit (ξ, η) idx | n_tri × b_norm-bit ρ idx
 //         | [qjl: fp16 γ_r | d sign bits]
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,3 +277,38 @@ const kvq_kvcodec_vt kvq_kv_octopus_vt = {.name = "octopus", .init = oct_init, .
                                            .max_bytes = oct_max, .encode = oct_enc, .decode = oct_dec,
                                            .score = oct_score, .score_vec = oct_score_vec, .bits_formula = oct_bits,
                                            .tables = oct_tables, .refresh = oct_refresh};
+
+// ---- table row (kvcodec.h): octopus:<b>[:qjl][:split=<d>][:round=scalar|2x2|3x3|full]
+
+extern const kvq_kvcodec_vt kvq_kv_vgroup_vt; // V: per-token groups (kv_int.c)
+
+static kvq_status octopus_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
+    kvq_status st = kvq_kvspec_bits(spec, fld, nf, 1, 8, 1, o, err);
+    if (st) return st;
+    for (int i = 2; i < nf; i++) {
+        char *e = NULL;
+        long v;
+        if (!strcmp(fld[i], "qjl")) o->qjl = 1;
+        else if (!strncmp(fld[i], "split=", 6) && (v = strtol(fld[i] + 6, &e, 10), e != fld[i] + 6 && !*e) && v >= -3 && v <= 3)
+            o->oct_delta = (int)v;
+        else if (!strncmp(fld[i], "round=", 6)) {
+            const char *r = fld[i] + 6;
+            o->oct_round = !strcmp(r, "scalar") ? 0 : !strcmp(r, "2x2") ? 2 : !strcmp(r, "3x3") ? 3 : !strcmp(r, "full") ? 9 : -1;
+            if (o->oct_round < 0) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': rounding '%s' (scalar, 2x2, 3x3, full)", spec, r);
+        } else
+            return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': unknown option '%s'", spec, fld[i]);
+    }
+    int bd = o->bits + o->oct_delta, bn = o->bits - o->oct_delta;
+    if (bd < 1 || bn < 0 || bd > 10 || bn > 10)
+        return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': split gives b_dir=%d b_norm=%d (need b_dir>=1, b_norm>=0)", spec, bd, bn);
+    return KVQ_OK;
+}
+static int octopus_format(const kvq_kvspec *s, char *buf, size_t n) {
+    const char *r = s->oct_round == 0 ? "scalar" : s->oct_round == 2 ? "2x2" : s->oct_round == 9 ? "full" : "3x3";
+    int k = snprintf(buf, n, "octopus:%d%s", s->bits, s->qjl ? ":qjl" : "");
+    if (s->oct_delta != 1) k += snprintf(buf + k, n > (size_t)k ? n - k : 0, ":split=%d", s->oct_delta);
+    if (s->oct_round != 3) k += snprintf(buf + k, n > (size_t)k ? n - k : 0, ":round=%s", r);
+    return k;
+}
+const kvq_kvcodec_traits kvq_kv_octopus_row = {"octopus", octopus_parse, octopus_format, &kvq_kv_octopus_vt,
+                                               &kvq_kv_vgroup_vt, "octopus:4", 0.13};

@@ -5,6 +5,7 @@
 //                       (Gaussian S, d×d, from the seed) + fp16 residual norm; values: as turboquant:<b>
 //   qturbo:<b>          a fixed Haar unit quaternion left-multiplies each 4-chunk first
 // Layout: fp16 norm | d × b_mse-bit idx | [prod: fp16 γ_r | d sign bits]
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,3 +225,16 @@ const kvq_kvcodec_vt kvq_kv_turbo_vt = {.name = "turboquant", .init = turbo_init
                                          .max_bytes = turbo_max, .encode = turbo_enc, .decode = turbo_dec,
                                          .score = turbo_score, .score_vec = turbo_score_vec, .bits_formula = turbo_bits,
                                          .tables = turbo_tables};
+
+// ---- table rows (kvcodec.h): turboquant:<b>, turboquant-prod:<b>, qturbo:<b>
+
+static kvq_status turbo_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
+    return kvq_kvspec_bits(spec, fld, nf, !strcmp(o->name, "turboquant-prod") ? 2 : 1, 8, 0, o, err);
+}
+static int turbo_format(const kvq_kvspec *s, char *buf, size_t n) { return snprintf(buf, n, "%s:%d", s->name, s->bits); }
+const kvq_kvcodec_traits kvq_kv_turbo_row = {"turboquant", turbo_parse, turbo_format, &kvq_kv_turbo_vt,
+                                             &kvq_kv_turbo_vt, "turboquant:4", 0.15};
+const kvq_kvcodec_traits kvq_kv_turbo_prod_row = {"turboquant-prod", turbo_parse, turbo_format, &kvq_kv_turbo_vt,
+                                                  &kvq_kv_turbo_vt, "turboquant-prod:4", 0.28};
+const kvq_kvcodec_traits kvq_kv_qturbo_row = {"qturbo", turbo_parse, turbo_format, &kvq_kv_turbo_vt,
+                                              &kvq_kv_turbo_vt, "qturbo:4", 0.15};

@@ -1,40 +1,40 @@
-// The KV codec registry, the `--kv` spec parser, multi-token encode/decode wrappers
-// and state serialization (JSON params + one float32 blob per table).
+// The KV codec table (rows live in the codecs' files), the `--kv` spec front end,
+// multi-token encode/decode wrappers and state serialization (JSON params + one float32
+// blob per table).
 #include "libconv/kv/kvcodec.h"
 #include "kernels/splitmix.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-extern const kvq_kvcodec_vt kvq_kv_fp16_vt, kvq_kv_int_vt, kvq_kv_kivi_vt, kvq_kv_hqmq_vt,
-    kvq_kv_octopus_vt, kvq_kv_turbo_vt, kvq_kv_hqkv_vt, kvq_kv_vgroup_vt;
+// ---- the table: one row per codec, defined in the codec's own file
 
-static const char *const kv_names[] = {"fp16", "int", "kivi", "hqmq", "octopus",
-                                       "turboquant", "turboquant-prod", "qturbo", "hqkv"};
+extern const kvq_kvcodec_traits kvq_kv_fp16_row, kvq_kv_int_row, kvq_kv_kivi_row, kvq_kv_hqmq_row, kvq_kv_octopus_row,
+    kvq_kv_turbo_row, kvq_kv_turbo_prod_row, kvq_kv_qturbo_row, kvq_kv_hqkv_row;
 
-static const kvq_kvcodec_vt *kv_vt_for(const kvq_kvspec *s, int role) {
-    const char *n = s->name;
-    if (!strcmp(n, "fp16")) return &kvq_kv_fp16_vt;
-    if (!strcmp(n, "int")) return &kvq_kv_int_vt;
-    if (!strcmp(n, "kivi")) return role == KVQ_KV_K ? &kvq_kv_kivi_vt : &kvq_kv_vgroup_vt;
-    if (!strcmp(n, "hqmq")) return &kvq_kv_hqmq_vt;
-    if (!strcmp(n, "octopus")) return role == KVQ_KV_K ? &kvq_kv_octopus_vt : &kvq_kv_vgroup_vt;
-    if (!strcmp(n, "turboquant") || !strcmp(n, "turboquant-prod") || !strcmp(n, "qturbo"))
-        return &kvq_kv_turbo_vt;
-    if (!strcmp(n, "hqkv")) return &kvq_kv_hqkv_vt;
+static const kvq_kvcodec_traits *const kv_table[] = {
+    &kvq_kv_fp16_row,    &kvq_kv_int_row,   &kvq_kv_kivi_row,       &kvq_kv_hqmq_row,   &kvq_kv_octopus_row,
+    &kvq_kv_turbo_row,   &kvq_kv_turbo_prod_row, &kvq_kv_qturbo_row, &kvq_kv_hqkv_row,
+};
+
+int kvq_kvcodec_count(void) { return (int)(sizeof kv_table / sizeof kv_table[0]); }
+
+const kvq_kvcodec_traits *kvq_kvcodec_at(int i) { return i >= 0 && i < kvq_kvcodec_count() ? kv_table[i] : NULL; }
+
+const kvq_kvcodec_traits *kvq_kvcodec_find(const char *name) {
+    for (int i = 0; name && i < kvq_kvcodec_count(); i++)
+        if (!strcmp(kv_table[i]->name, name)) return kv_table[i];
     return NULL;
 }
 
-// ---- spec strings ----
-
-static int parse_int(const char *s, int lo, int hi, int *v) {
-    char *e;
-    long x = strtol(s, &e, 10);
-    if (e == s || *e || x < lo || x > hi) return -1;
-    *v = (int)x;
-    return 0;
+static const kvq_kvcodec_vt *kv_vt_for(const kvq_kvspec *s, int role) {
+    const kvq_kvcodec_traits *t = kvq_kvcodec_find(s->name);
+    return !t ? NULL : role == KVQ_KV_K ? t->vt_k : t->vt_v;
 }
+
+// ---- spec strings: split, look the name up, let its row parse the rest
 
 kvq_status kvq_kvspec_parse(const char *spec, kvq_kvspec *o, kvq_err *err) {
     memset(o, 0, sizeof *o);
@@ -48,92 +48,20 @@ kvq_status kvq_kvspec_parse(const char *spec, kvq_kvspec *o, kvq_err *err) {
     char *fld[8];
     int nf = 0;
     for (char *p = buf, *t; nf < 8 && (t = strsep(&p, ":"));) fld[nf++] = t;
-    int known = 0;
-    for (size_t i = 0; i < sizeof kv_names / sizeof *kv_names; i++) known |= !strcmp(fld[0], kv_names[i]);
-    if (!known)
-        return kvq_err_set(err, KVQ_ERR_ARG,
-                           "--kv '%s': unknown codec '%s' (fp16, int, kivi, hqmq, octopus, "
-                           "turboquant, turboquant-prod, qturbo, hqkv)", spec, fld[0]);
-    snprintf(o->name, sizeof o->name, "%s", fld[0]);
-    const char *n = o->name;
-    if (!strcmp(n, "fp16")) {
-        if (nf != 1) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': fp16 takes no arguments", spec);
-        o->bits = 16;
-        return KVQ_OK;
+    const kvq_kvcodec_traits *t = kvq_kvcodec_find(fld[0]);
+    if (!t) {
+        char names[256] = "";
+        for (int i = 0; i < kvq_kvcodec_count(); i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", kv_table[i]->name);
+        return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': unknown codec '%s' (%s)", spec, fld[0], names);
     }
-    if (!strcmp(n, "hqmq")) {
-        if (nf < 3 || nf > 4 || fld[1][0] != 's' || fld[2][0] != 'r' ||
-            parse_int(fld[1] + 1, 1, 1 << 16, &o->hqmq_s) || parse_int(fld[2] + 1, 1, 16, &o->hqmq_br))
-            return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected hqmq:s<S>:r<b_r>[:med<C>]", spec);
-        if (nf == 4) {
-            char *e;
-            o->hqmq_med = strncmp(fld[3], "med", 3) ? -1 : strtod(fld[3] + 3, &e);
-            if (o->hqmq_med <= 1 || *e)
-                return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': bad outlier option '%s' (med<C>, C > 1)",
-                                   spec, fld[3]);
-        }
-        return KVQ_OK;
-    }
-    if (!strcmp(n, "hqkv")) {
-        if (nf < 3) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected hqkv:<lattice>:<bps>[:rot=none|signs|qjl][:dither]", spec);
-        snprintf(o->lattice, sizeof o->lattice, "%s", fld[1]);
-        char *e;
-        o->bps = strtod(fld[2], &e);
-        if (*e || !(o->bps > 0 && o->bps <= 16))
-            return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': bad bits per sample '%s'", spec, fld[2]);
-        for (int i = 3; i < nf; i++) {
-            if (!strcmp(fld[i], "dither")) o->dither = 1;
-            else if (!strcmp(fld[i], "rot=none")) o->rot = 0;
-            else if (!strcmp(fld[i], "rot=signs")) o->rot = 1;
-            else if (!strcmp(fld[i], "rot=qjl")) o->rot = 2;
-            else return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': unknown option '%s'", spec, fld[i]);
-        }
-        return KVQ_OK;
-    }
-    // int, kivi, octopus, turboquant*, qturbo: name:<b>[:options]
-    int maxb = 8;
-    int minb = !strcmp(n, "int") ? 2 : !strcmp(n, "turboquant-prod") ? 2 : 1;
-    if (nf < 2 || parse_int(fld[1], minb, maxb, &o->bits))
-        return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected %s:<bits> with bits in [%d, %d]", spec,
-                           n, minb, maxb);
-    for (int i = 2; i < nf; i++) {
-        if (!strcmp(n, "octopus") && !strcmp(fld[i], "qjl")) o->qjl = 1;
-        else if (!strcmp(n, "octopus") && !strncmp(fld[i], "split=", 6) &&
-                 !parse_int(fld[i] + 6, -3, 3, &o->oct_delta)) {
-        } else if (!strcmp(n, "octopus") && !strncmp(fld[i], "round=", 6)) {
-            const char *r = fld[i] + 6;
-            o->oct_round = !strcmp(r, "scalar") ? 0 : !strcmp(r, "2x2") ? 2 : !strcmp(r, "3x3") ? 3
-                         : !strcmp(r, "full") ? 9 : -1;
-            if (o->oct_round < 0) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': rounding '%s' (scalar, 2x2, 3x3, full)", spec, r);
-        } else
-            return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': unknown option '%s'", spec, fld[i]);
-    }
-    if (!strcmp(n, "octopus")) {
-        int bd = o->bits + o->oct_delta, bn = o->bits - o->oct_delta;
-        if (bd < 1 || bn < 0 || bd > 10 || bn > 10)
-            return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': split gives b_dir=%d b_norm=%d (need b_dir>=1, b_norm>=0)", spec, bd, bn);
-    }
-    return KVQ_OK;
+    snprintf(o->name, sizeof o->name, "%s", t->name);
+    return t->parse(spec, fld, nf, o, err);
 }
 
 int kvq_kvspec_format(const kvq_kvspec *s, char *buf, size_t n) {
-    const char *nm = s->name;
-    if (!strcmp(nm, "fp16")) return snprintf(buf, n, "fp16");
-    if (!strcmp(nm, "hqmq")) {
-        if (s->hqmq_med > 0) return snprintf(buf, n, "hqmq:s%d:r%d:med%g", s->hqmq_s, s->hqmq_br, s->hqmq_med);
-        return snprintf(buf, n, "hqmq:s%d:r%d", s->hqmq_s, s->hqmq_br);
-    }
-    if (!strcmp(nm, "hqkv"))
-        return snprintf(buf, n, "hqkv:%s:%g:rot=%s%s", s->lattice, s->bps,
-                        s->rot == 0 ? "none" : s->rot == 1 ? "signs" : "qjl", s->dither ? ":dither" : "");
-    if (!strcmp(nm, "octopus")) {
-        const char *r = s->oct_round == 0 ? "scalar" : s->oct_round == 2 ? "2x2" : s->oct_round == 9 ? "full" : "3x3";
-        int k = snprintf(buf, n, "octopus:%d%s", s->bits, s->qjl ? ":qjl" : "");
-        if (s->oct_delta != 1) k += snprintf(buf + k, n > (size_t)k ? n - k : 0, ":split=%d", s->oct_delta);
-        if (s->oct_round != 3) k += snprintf(buf + k, n > (size_t)k ? n - k : 0, ":round=%s", r);
-        return k;
-    }
-    return snprintf(buf, n, "%s:%d", nm, s->bits);
+    const kvq_kvcodec_traits *t = kvq_kvcodec_find(s->name);
+    return t ? t->format(s, buf, n) : snprintf(buf, n, "%s", s->name);
 }
 
 // ---- states ----

@@ -90,6 +90,25 @@ struct kvq_kvcodec {
     void *st;         // codec-private state
 };
 
+/** One row of the KV codec table: how a `--kv` name parses and formats, and which coders it
+ *  uses for K and V. A new KV codec is its own file (coders, parse, format, this row) plus
+ *  one line in the table (kvcodec.c); tests/test_codec_table.c runs every row. */
+typedef struct {
+    const char *name;
+    /** Parses the fields after the name (fld[1..nf)) into o, which arrives zeroed with the
+     *  defaults and the name set; errors name `spec`. */
+    kvq_status (*parse)(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err);
+    /** The canonical spec string (parse(format(x)) == x). @return chars written. */
+    int (*format)(const kvq_kvspec *s, char *buf, size_t n);
+    const kvq_kvcodec_vt *vt_k, *vt_v;
+    const char *example;     // a representative spec, run by the table-driven test
+    double max_rel_err;      // its bound: ‖x − x̂‖ / ‖x‖ over Gaussian tokens, head_dim 128
+} kvq_kvcodec_traits;
+
+int kvq_kvcodec_count(void);
+const kvq_kvcodec_traits *kvq_kvcodec_at(int i); // NULL outside [0, count)
+const kvq_kvcodec_traits *kvq_kvcodec_find(const char *name);
+
 /** Creates one codec state. @return KVQ_OK; *out owned by the caller (kvq_kvcodec_free). */
 kvq_status kvq_kvcodec_new(const kvq_kvspec *spec, int head_dim, kvq_kv_role role, uint64_t seed,
                            kvq_kvcodec **out, kvq_err *err);
@@ -183,6 +202,11 @@ typedef struct { uint64_t s; } kvq_kvrng;
 uint64_t kvq_kvrng_u64(kvq_kvrng *r);
 double kvq_kvrng_unif(kvq_kvrng *r);   // [0, 1)
 double kvq_kvrng_normal(kvq_kvrng *r); // N(0, 1), Box-Muller
+
+/** The "<name>:<bits>" part most rows share: fld[1] as bits in [lo, hi] into o->bits, and no
+ *  further field unless allow_more. Errors name spec. */
+kvq_status kvq_kvspec_bits(const char *spec, char *const *fld, int nf, int lo, int hi, int allow_more,
+                           kvq_kvspec *o, kvq_err *err);
 
 /** In-place orthonormal Walsh-Hadamard transform (kernels/cpu/wht.c's butterfly
  *  scaled by 1/√n), n a power of two; self-inverse. */

@@ -37,6 +37,8 @@ const kvq_codec_traits kvq_codec_qet = {
     .parse = qet_parse,
     .encode = qet_encode,
     .decode = qet_decode,
+    .example_args = "4",
+    .max_rel_err = 0.3,
 };
 
 const kvq_codec_traits kvq_codec_pq = {
@@ -46,4 +48,6 @@ const kvq_codec_traits kvq_codec_pq = {
     .parse = pq_parse,
     .encode = qet_encode,
     .decode = qet_decode,
+    .example_args = "4",
+    .max_rel_err = 0.8,
 };
