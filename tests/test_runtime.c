@@ -140,11 +140,11 @@ static void test_kvq_file(void **st) {
     assert_int_equal(kvq_model_forward(a, ids, T, 0, la, 1, &e), KVQ_OK);
     assert_int_equal(kvq_model_forward(b, ids, T, 0, lb, 1, &e), KVQ_OK);
     assert_memory_equal(la, lb, sizeof(float) * T * V);
-    const char *tp = kvq_model_tokenizer_path(b);
-    assert_non_null(tp);
-    FILE *f = fopen(tp, "rb");
-    assert_non_null(f);
-    fclose(f);
+    kvq_tokenizer *tk = NULL; // the .kvq's stored tokenizer, from its bytes
+    assert_null(kvq_model_tokenizer_path(b));
+    assert_int_equal(kvq_model_tokenizer(b, &tk, &e), KVQ_OK);
+    assert_int_equal(kvq_tok_vocab_size(tk), V);
+    kvq_tok_close(tk);
     kvq_model_close(a);
     kvq_model_close(b);
     remove(path);
@@ -279,7 +279,7 @@ static void test_eval_text_slice(void **st) {
     kvq_model *m = open_model(TINY, KVQ_WEIGHTS_AUTO, 0);
     kvq_tokenizer *tok;
     kvq_err e = {0};
-    if (kvq_tok_open(kvq_model_tokenizer_path(m), &tok, &e)) fail_msg("%s", e.msg);
+    if (kvq_model_tokenizer(m, &tok, &e)) fail_msg("%s", e.msg);
     int32_t *ids;
     size_t nids;
     assert_int_equal(kvq_eval_tokenize_file(tok, slice, &ids, &nids, &e), KVQ_OK);
@@ -317,8 +317,7 @@ static void test_stories_greedy(void **st) {
     kvq_model *m = open_model(path, KVQ_WEIGHTS_AUTO, 0);
     kvq_tokenizer *tok;
     kvq_err e = {0};
-    assert_non_null(kvq_model_tokenizer_path(m));
-    if (kvq_tok_open(kvq_model_tokenizer_path(m), &tok, &e)) fail_msg("%s", e.msg);
+    if (kvq_model_tokenizer(m, &tok, &e)) fail_msg("%s", e.msg);
     int V = kvq_model_arch(m)->vocab_size;
     float *lg = malloc(sizeof(float) * V);
     int32_t ids[64] = {kvq_tok_bos(tok)};

@@ -215,11 +215,7 @@ int main(int argc, char **argv) {
     }
 
     kvq_tokenizer *tok = NULL;
-    const char *tp = kvq_model_tokenizer_path(m);
-    if (ppl || prompt) {
-        if (!tp) { rc = die("%s: no tokenizer found beside the model%s", model, ""); goto out; }
-        if (kvq_tok_open(tp, &tok, &err)) { rc = die("%s%s", err.msg, ""); goto out; }
-    }
+    if ((ppl || prompt) && kvq_model_tokenizer(m, &tok, &err)) { rc = die("%s%s", err.msg, ""); goto out; }
     if (ppl || ppl_ids) { // ---- perplexity
         kvq_eval_result r;
         char desc[256];

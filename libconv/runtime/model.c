@@ -49,7 +49,7 @@ struct kvq_model {
     float *final_norm;
     layer *L;
     kvq_kvcache *cache;
-    kvq_weights *src;        // kept open: a .kvq's tokenizer is extracted to a temp dir it owns
+    kvq_weights *src;        // kept open: the tokenizer is opened from it (a .kvq's from its bytes)
     const char *tok_path; // borrowed from src
     // activation arena for max_batch tokens
     float *x, *xn, *qkv, *q, *k, *v, *att, *gu, *h;
@@ -358,6 +358,9 @@ void kvq_model_close(kvq_model *m) {
 
 const kvq_arch *kvq_model_arch(const kvq_model *m) { return &m->a; }
 const char *kvq_model_tokenizer_path(const kvq_model *m) { return m->tok_path; }
+kvq_status kvq_model_tokenizer(const kvq_model *m, kvq_tokenizer **out, kvq_err *err) {
+    return kvq_weights_tokenizer(m->src, out, err);
+}
 void kvq_model_set_threads(kvq_model *m, int n) { m->o.n_threads = n; }
 kvq_kvcache *kvq_model_kvcache(kvq_model *m) { return m->cache; }
 

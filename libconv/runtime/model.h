@@ -12,6 +12,7 @@
 #include "formats/arch.h"
 #include "formats/error.h"
 #include "libconv/kv/kvcache.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 typedef struct kvq_model kvq_model;
 
@@ -49,8 +50,12 @@ kvq_status kvq_model_open(const char *path, const kvq_model_opts *opts, kvq_mode
 void kvq_model_close(kvq_model *m); // NULL is a no-op; frees the KV cache too
 
 const kvq_arch *kvq_model_arch(const kvq_model *m);
-/** Tokenizer file of the model's source (borrowed), or NULL. */
+/** Tokenizer file of a source checkpoint (borrowed), or NULL (none, or a .kvq: use
+ *  kvq_model_tokenizer). */
 const char *kvq_model_tokenizer_path(const kvq_model *m);
+/** Opens the model's tokenizer (a .kvq's from its stored bytes, a source's from its file);
+ *  caller closes it. @return KVQ_ERR_MISSING when the model has none. */
+kvq_status kvq_model_tokenizer(const kvq_model *m, kvq_tokenizer **out, kvq_err *err);
 /** Bytes of weights a decode step streams (matrices as held + norms + the lm_head). */
 size_t kvq_model_weight_bytes(const kvq_model *m);
 /** Memory a loaded model holds, in bytes. */

@@ -3,6 +3,7 @@
 // name and params. For a .kvq the tokenizer files are extracted on first request
 // into a private mkdtemp directory, removed at close.
 #include "libconv/runtime/weights.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -29,8 +30,6 @@ struct kvq_weights {
     kvq_arch arch;
     wt_index *idx;      // .kvq tensors sorted by name
     size_t n;
-    char *tokdir, *tokpath;
-    int tok_done;
 };
 
 static int idx_cmp(const void *a, const void *b) {
@@ -113,23 +112,8 @@ kvq_status kvq_weights_open(const char *path, kvq_weights **out, kvq_err *err) {
     return KVQ_OK;
 }
 
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(dir);
-}
-
 void kvq_weights_close(kvq_weights *w) {
     if (!w) return;
-    if (w->tokdir) remove_tree(w->tokdir);
-    free(w->tokdir);
-    free(w->tokpath);
     free(w->idx);
     kvq_file_close(w->kf);
     kvq_ckpt_close(w->ck);
@@ -288,40 +272,33 @@ kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, in
     return KVQ_OK;
 }
 
-// Writes every stored tokenizer file of the .kvq into a fresh private directory.
-static void extract_tokenizer(kvq_weights *w) {
+kvq_status kvq_weights_tokenizer(kvq_weights *w, kvq_tokenizer **out, kvq_err *err) {
+    *out = NULL;
+    if (w->ck) {
+        const char *p = kvq_ckpt_tokenizer_path(w->ck);
+        if (!p) return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tokenizer beside the checkpoint", w->path);
+        return kvq_tok_open(p, out, err);
+    }
+    // a .kvq: opened from the stored bytes (no temporary files)
+    const char *path = kvq_file_path(w->kf);
     const json_t *tok = json_object_get(kvq_file_manifest(w->kf), "tokenizer");
     const char *main_name = json_string_value(json_object_get(tok, "main"));
     const json_t *files = json_object_get(tok, "files");
-    if (!main_name || !json_is_object(files)) return;
-    const char *tmpdir = getenv("TMPDIR");
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s/kvq-tok-XXXXXX", tmpdir && *tmpdir && strlen(tmpdir) < 4000 ? tmpdir : "/tmp");
-    char *d = mkdtemp(buf);
-    if (!d || !(w->tokdir = strdup(d))) return;
-    const char *fname;
-    json_t *ev;
-    json_object_foreach((json_t *)files, fname, ev) {
-        const void *data;
-        size_t n;
-        kvq_err err;
-        if (strchr(fname, '/') || fname[0] == '.' || !json_string_value(ev) ||
-            kvq_file_entry(w->kf, json_string_value(ev), &data, &n, &err) != KVQ_OK) continue;
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", w->tokdir, fname);
-        FILE *fp = fopen(p, "wb");
-        if (!fp) continue;
-        size_t put = fwrite(data, 1, n, fp);
-        if (fclose(fp) != 0 || put != n) { unlink(p); continue; }
-        if (!strcmp(fname, main_name)) w->tokpath = strdup(p);
-    }
+    const char *main_entry = json_string_value(json_object_get(files, main_name ? main_name : ""));
+    if (!main_name || !json_is_object(files) || !main_entry)
+        return kvq_err_set(err, KVQ_ERR_MISSING, "%s: the file stores no tokenizer", path);
+    const void *data, *cfg = NULL;
+    size_t n, cn = 0;
+    kvq_status s = kvq_file_entry(w->kf, main_entry, &data, &n, err);
+    if (s) return s;
+    const char *cfg_entry = json_string_value(json_object_get(files, "tokenizer_config.json"));
+    if (cfg_entry && (s = kvq_file_entry(w->kf, cfg_entry, &cfg, &cn, err))) return s;
+    char name[600];
+    snprintf(name, sizeof name, "%s: stored %s", path, main_name);
+    s = kvq_tok_open_mem(name, data, n, cfg, cn, out, err);
+    kvq_file_release(w->kf, main_entry);
+    if (cfg_entry) kvq_file_release(w->kf, cfg_entry);
+    return s;
 }
 
-const char *kvq_weights_tokenizer_path(kvq_weights *w) {
-    if (w->ck) return kvq_ckpt_tokenizer_path(w->ck);
-    if (!w->tok_done) {
-        w->tok_done = 1;
-        extract_tokenizer(w);
-    }
-    return w->tokpath;
-}
+const char *kvq_weights_tokenizer_path(const kvq_weights *w) { return w->ck ? kvq_ckpt_tokenizer_path(w->ck) : NULL; }

@@ -11,6 +11,7 @@
 #include "formats/error.h"
 #include "formats/tensor.h"
 #include "kernels/hq_layout.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 typedef struct kvq_weights kvq_weights;
 
@@ -36,9 +37,13 @@ kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, in
 kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, kvq_err *err);
 /** Bytes a .kvq stores for tensor name (its record's "bytes"); 0 for sources or unknown. */
 size_t kvq_weights_stored_bytes(const kvq_weights *w, const char *name);
-/** Path of the tokenizer: tokenizer.json / tok*.bin for sources; for a .kvq, a file
- *  extracted from the container into a private temporary directory. NULL if none. */
-const char *kvq_weights_tokenizer_path(kvq_weights *w);
+/** Opens the model's tokenizer: a source's tokenizer.json / tok*.bin, or the one a .kvq stores,
+ *  read from the container's bytes (no temporary files). *out: caller closes (kvq_tok_close).
+ *  @return KVQ_ERR_MISSING when there is none; errors reading stored entries name the file
+ *  and entry. */
+kvq_status kvq_weights_tokenizer(kvq_weights *w, kvq_tokenizer **out, kvq_err *err);
+/** Path of a source checkpoint's tokenizer file (borrowed), or NULL (none, or a .kvq). */
+const char *kvq_weights_tokenizer_path(const kvq_weights *w);
 /** The .kvq manifest (borrowed) when opened from a .kvq, else NULL. */
 const json_t *kvq_weights_manifest(const kvq_weights *w);
 

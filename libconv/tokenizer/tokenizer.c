@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <utf8proc.h>
 #include <xxhash.h>
@@ -36,30 +37,48 @@ static kvq_status read_file(const char *path, char **data, size_t *n, kvq_err *e
     return KVQ_OK;
 }
 
-kvq_status kvq_tok_open(const char *path, kvq_tokenizer **out, kvq_err *err) {
-    KVQ_ASSERT(path && out);
+kvq_status kvq_tok_open_mem(const char *name, const void *data, size_t n, const void *config, size_t config_n,
+                            kvq_tokenizer **out, kvq_err *err) {
+    KVQ_ASSERT(name && out && (data || n == 0));
     *out = NULL;
-    char *data;
-    size_t n;
-    kvq_status st = read_file(path, &data, &n, err);
-    if (st) return st;
     kvq_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) {
-        free(data);
-        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
-    }
+    if (!t) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", name);
     t->bos = t->eos = -1;
+    const char *d = data;
     size_t i = 0;
-    while (i < n && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r')) i++;
-    if (i < n && data[i] == '{') st = kvq_tok_hf_open(path, data, n, t, err);
-    else st = kvq_tok_llama2c_open(path, data, n, t, err);
-    free(data);
+    while (i < n && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r')) i++;
+    kvq_status st = i < n && d[i] == '{' ? kvq_tok_hf_open(name, d, n, config, config_n, t, err)
+                                         : kvq_tok_llama2c_open(name, d, n, t, err);
     if (st) {
         kvq_tok_close(t);
         return st;
     }
     *out = t;
     return KVQ_OK;
+}
+
+kvq_status kvq_tok_open(const char *path, kvq_tokenizer **out, kvq_err *err) {
+    KVQ_ASSERT(path && out);
+    *out = NULL;
+    char *data, *cfg = NULL;
+    size_t n, cn = 0;
+    kvq_status st = read_file(path, &data, &n, err);
+    if (st) return st;
+    // tokenizer_config.json beside an HF tokenizer names bos/eos; optional
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path + 1) : 0;
+    char *cp = malloc(dl + sizeof "tokenizer_config.json");
+    if (cp) {
+        memcpy(cp, path, dl);
+        strcpy(cp + dl, "tokenizer_config.json");
+        kvq_err ignore = {0};
+        if (access(cp, R_OK) == 0 && read_file(cp, &cfg, &cn, &ignore) != KVQ_OK) cfg = NULL;
+        free(cp);
+    }
+    st = kvq_tok_open_mem(path, data, n, cfg, cn, out, err);
+    free(data);
+    free(cfg);
+    return st;
 }
 
 void kvq_tok_close(kvq_tokenizer *t) {

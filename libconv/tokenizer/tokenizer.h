@@ -13,6 +13,11 @@ typedef struct kvq_tokenizer kvq_tokenizer;
 
 /** Opens tokenizer.json or a llama2.c tokenizer.bin. */
 kvq_status kvq_tok_open(const char *path, kvq_tokenizer **out, kvq_err *err);
+/** Opens a tokenizer from bytes in memory (a tokenizer.json or a llama2.c tok*.bin; the
+ *  kind is sniffed). name appears in messages. config: tokenizer_config.json's bytes (HF
+ *  bos/eos names), or NULL. The bytes stay the caller's. */
+kvq_status kvq_tok_open_mem(const char *name, const void *data, size_t n, const void *config, size_t config_n,
+                            kvq_tokenizer **out, kvq_err *err);
 void kvq_tok_close(kvq_tokenizer *t); // NULL is a no-op
 
 /** Encodes UTF-8 text. add_special: apply the post-processor template (BOS/EOS) as

@@ -583,7 +583,8 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
     return KVQ_OK;
 }
 
-kvq_status kvq_tok_hf_open(const char *path, const char *data, size_t n, kvq_tokenizer *t, kvq_err *err) {
+kvq_status kvq_tok_hf_open(const char *path, const char *data, size_t n, const char *config, size_t config_n,
+                           kvq_tokenizer *t, kvq_err *err) {
     ld L = {path, err};
     json_error_t je;
     json_t *root = json_loadb(data, n, JSON_ALLOW_NUL, &je);
@@ -604,20 +605,12 @@ kvq_status kvq_tok_hf_open(const char *path, const char *data, size_t n, kvq_tok
     t->n_vocab = h->n_ids;
     t->bos = h->n_pre ? h->pre_ids[0] : -1;
     t->eos = h->n_post ? h->post_ids[h->n_post - 1] : -1;
-    if (t->bos < 0 || t->eos < 0) { // tokenizer_config.json beside it names them for HF transformers
-        const char *slash = strrchr(path, '/');
-        size_t dl = slash ? (size_t)(slash - path + 1) : 0;
-        char *cp = malloc(dl + sizeof "tokenizer_config.json");
-        if (cp) {
-            memcpy(cp, path, dl);
-            strcpy(cp + dl, "tokenizer_config.json");
-            json_t *cfg = json_load_file(cp, JSON_DECODE_INT_AS_REAL, NULL);
-            if (cfg) {
-                if (t->bos < 0) t->bos = config_token(h, cfg, "bos_token");
-                if (t->eos < 0) t->eos = config_token(h, cfg, "eos_token");
-                json_decref(cfg);
-            }
-            free(cp);
+    if ((t->bos < 0 || t->eos < 0) && config) { // tokenizer_config.json names them for HF transformers
+        json_t *cfg = json_loadb(config, config_n, JSON_DECODE_INT_AS_REAL, NULL);
+        if (cfg) {
+            if (t->bos < 0) t->bos = config_token(h, cfg, "bos_token");
+            if (t->eos < 0) t->eos = config_token(h, cfg, "eos_token");
+            json_decref(cfg);
         }
     }
     return KVQ_OK;

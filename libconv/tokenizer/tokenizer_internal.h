@@ -66,7 +66,9 @@ int kvq_tok_utf8_lossy(kvq_tok_buf *out, const char *s, size_t n);
 int kvq_tok_utf8_put(kvq_tok_buf *out, int32_t cp);
 
 // ---- back ends (file content already read; path only for messages)
-kvq_status kvq_tok_hf_open(const char *path, const char *data, size_t n, kvq_tokenizer *t, kvq_err *err);
+/** config: the bytes of tokenizer_config.json (bos/eos names), or NULL. */
+kvq_status kvq_tok_hf_open(const char *path, const char *data, size_t n, const char *config, size_t config_n,
+                           kvq_tokenizer *t, kvq_err *err);
 kvq_status kvq_tok_llama2c_open(const char *path, const char *data, size_t n, kvq_tokenizer *t,
                            kvq_err *err);
 

@@ -325,14 +325,14 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
     rep->text_bytes = nb;
     // The tokenizer shipped in the file (what users will run), else the source's.
     if ((s = kvq_weights_open(o->kvq_path, &w, err))) goto done;
-    const char *tp = kvq_weights_tokenizer_path(w);
     kvq_weights *sw = NULL;
-    if (!tp) {
+    s = kvq_weights_tokenizer(w, &tok, err);
+    if (s == KVQ_ERR_MISSING) {
         if ((s = kvq_weights_open(rep->source_path, &sw, err))) goto done;
-        tp = kvq_weights_tokenizer_path(sw);
+        s = kvq_weights_tokenizer(sw, &tok, err);
+        if (s == KVQ_ERR_MISSING)
+            s = kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tokenizer in the file or its source", o->kvq_path);
     }
-    s = tp ? kvq_tok_open(tp, &tok, err)
-           : kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tokenizer in the file or its source", o->kvq_path);
     kvq_weights_close(sw);
     if (s) goto done;
     if ((s = kvq_tok_encode(tok, text, nb, 0, &ids, &nid, err))) goto done;

@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
     kvq_kvcache *def = kvq_model_kvcache(m);
     int L = def->n_layers, H = def->n_kv_heads, d = def->head_dim;
     kvq_tokenizer *tok = NULL;
-    if (kvq_tok_open(kvq_model_tokenizer_path(m), &tok, &err)) die("tokenizer", &err);
+    if (kvq_model_tokenizer(m, &tok, &err)) die("tokenizer", &err);
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (kvq_eval_tokenize_file(tok, argv[2], &ids, &n_ids, &err)) die(argv[2], &err);
