@@ -97,18 +97,17 @@ static kvq_status rtn_decode(const json_t *params, const kvq_blob_view *blobs, i
     if (!c || !s || c->size != (size_t)((numel * bits + 7) / 8) || s->size != (size_t)(rows * gpr * 4))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "rtn: codes/scales blobs missing or of the wrong size");
     const uint8_t *cb = c->data, *sb = s->data;
-    uint32_t mask = (1u << bits) - 1u;
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows; r++) {
+        kvq_bitr rd = {cb, (size_t)((uint64_t)(r * cols) * (uint64_t)bits)}; // this row's codes
         for (int64_t i = 0; i < cols; i++) {
             int64_t idx = r * cols + i, j = i / g;
-            uint64_t bit = (uint64_t)idx * (uint64_t)bits;
-            uint32_t v = cb[bit >> 3] | (((bit & 7) + (uint64_t)bits > 8) ? (uint32_t)cb[(bit >> 3) + 1] << 8 : 0);
-            float q = (float)((v >> (bit & 7)) & mask);
+            float q = (float)kvq_bitr_get(&rd, bits);
             const uint8_t *p = sb + 4 * (r * gpr + j);
             float sc = kvq_f16_to_f32((uint16_t)(p[0] | p[1] << 8)), z = kvq_f16_to_f32((uint16_t)(p[2] | p[3] << 8));
             out[idx] = q * sc + z;
         }
+    }
     return KVQ_OK;
 }
 
@@ -160,7 +159,6 @@ kvq_status kvq_rtn_pack(const json_t *params, const kvq_blob_view *blobs, int n_
         return kvq_err_set(err, KVQ_ERR_NOMEM, "rtn: out of memory for the execution layout (%lld weights)", (long long)n);
     }
     const uint8_t *cb = c->data, *sb = s->data;
-    const uint32_t mask = (1u << bits) - 1u;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t j = 0; j < gpr; j++) {
@@ -168,10 +166,9 @@ kvq_status kvq_rtn_pack(const json_t *params, const kvq_blob_view *blobs, int n_
             out->scale[r * gpr + j] = kvq_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
             out->zero[r * gpr + j] = kvq_f16_to_f32((uint16_t)(p[2] | p[3] << 8));
         }
+        kvq_bitr rd = {cb, (size_t)((uint64_t)(r * cols) * (uint64_t)bits)};
         for (int64_t i = 0; i < cols; i++) {
-            uint64_t bit = (uint64_t)(r * cols + i) * (uint64_t)bits;
-            uint32_t v = cb[bit >> 3] | (((bit & 7) + (uint64_t)bits > 8) ? (uint32_t)cb[(bit >> 3) + 1] << 8 : 0);
-            uint32_t q = (v >> (bit & 7)) & mask;
+            uint32_t q = kvq_bitr_get(&rd, bits);
             int64_t gi = (r * cols_p + i) / 64, b = (r * cols_p + i) % 64;
             out->q[gi * 32 + (b & 31)] |= (uint8_t)((q & 15) << (b < 32 ? 0 : 4));
             for (int pl = 0; pl < np; pl++) out->hb[gi * np + pl] |= (uint64_t)((q >> (4 + pl)) & 1) << b;

@@ -12,6 +12,7 @@
 
 #include "formats/error.h"
 #include "libconv/codec/codec.h"
+#include "libconv/quant/bits.h"
 
 typedef enum { KVQ_KV_K = 0, KVQ_KV_V = 1 } kvq_kv_role;
 
@@ -221,13 +222,6 @@ double kvq_lloydmax(double (*pdf)(double, const void *), const void *arg, double
                     int K, float *c);
 /** Index of the nearest of K sorted centroids. */
 int kvq_nearest_sorted(const float *c, int K, float x);
-
-/** LSB-first bit writer / reader over a byte buffer. The writer ORs bits in: the
- *  buffer must start zeroed. */
-typedef struct { uint8_t *p; size_t bit; } kvq_bitw;
-typedef struct { const uint8_t *p; size_t bit; } kvq_bitr;
-void kvq_bitw_put(kvq_bitw *w, uint32_t v, int nbits);
-uint32_t kvq_bitr_get(kvq_bitr *r, int nbits);
 
 /** Hamilton product a·b of quaternions (w, x, y, z). */
 void kvq_quat_mul(const float *a, const float *b, float *out);

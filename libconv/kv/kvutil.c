@@ -118,29 +118,6 @@ int kvq_nearest_sorted(const float *c, int K, float x) {
 // ---- bits ----
 // The writer ORs into the buffer: encoders zero their output first.
 
-void kvq_bitw_put(kvq_bitw *w, uint32_t v, int nbits) {
-    while (nbits > 0) {
-        size_t byte = w->bit >> 3;
-        int off = (int)(w->bit & 7), take = 8 - off < nbits ? 8 - off : nbits;
-        w->p[byte] |= (uint8_t)((v & ((1u << take) - 1u)) << off);
-        v >>= take;
-        nbits -= take;
-        w->bit += take;
-    }
-}
-
-uint32_t kvq_bitr_get(kvq_bitr *r, int nbits) {
-    uint32_t v = 0;
-    int got = 0;
-    while (got < nbits) {
-        int off = (int)(r->bit & 7), take = 8 - off < nbits - got ? 8 - off : nbits - got;
-        v |= (uint32_t)((r->p[r->bit >> 3] >> off) & ((1u << take) - 1u)) << got;
-        got += take;
-        r->bit += take;
-    }
-    return v;
-}
-
 void kvq_quat_mul(const float *a, const float *b, float *o) {
     float w = a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3];
     float x = a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2];

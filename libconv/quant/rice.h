@@ -1,4 +1,4 @@
-// Bit writer/reader and Rice (Golomb power-of-two) codes, as used by HyperQuant.
+// Rice (Golomb power-of-two) codes over the bit streams of bits.h, as used by HyperQuant.
 // Stream convention (also in docs/HYPERQUANT.md): bits are packed LSB-first into bytes
 // (bit i of the stream is bit i%8 of byte i/8). A Rice codeword for symbol v with
 // parameter k is q = v>>k zero bits, one 1 bit, then the k low bits of v (LSB first);
@@ -8,43 +8,15 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "libconv/quant/bits.h"
 #include <string.h>
 
 #define KVQ_RICE_KMAX 24     // largest Rice parameter considered
 #define KVQ_RICE_HIST 1024   // exact histogram bins; larger symbols kept as sums
 
-// ---- bit writer into a caller-sized buffer (no growth; the caller knows the size)
-typedef struct {
-    uint8_t *buf;   // borrowed, zero-initialised by kvq_bw_init up to cap bytes
-    size_t cap;     // bytes
-    size_t pos;     // bytes fully written
-    uint64_t acc;   // pending bits (LSB first)
-    int n;          // number of pending bits (< 64)
-    int overflow;   // set if a write went past cap (nothing written past it)
-} kvq_bitwriter;
-
-/** Starts writing at buf (cap bytes, zeroed here). */
-void kvq_bw_init(kvq_bitwriter *w, void *buf, size_t cap);
-/** Appends the low nbits (0..32) of v. */
-void kvq_bw_put(kvq_bitwriter *w, uint32_t v, int nbits);
 /** Appends one Rice codeword. */
 void kvq_bw_rice(kvq_bitwriter *w, uint32_t v, int k);
-/** Flushes pending bits (zero-padded to a byte). @return total bytes written. */
-size_t kvq_bw_finish(kvq_bitwriter *w);
-/** Bits written so far. */
-static inline uint64_t kvq_bw_bits(const kvq_bitwriter *w) { return 8 * (uint64_t)w->pos + (uint64_t)w->n; }
-
-// ---- bit reader over [buf, buf+size); reads past the end set err and return zeros.
-typedef struct {
-    const uint8_t *buf;
-    size_t size;      // bytes
-    uint64_t bitpos;  // next bit to read
-    int err;          // 1 once a read went past the end or a codeword was malformed
-} kvq_bitreader;
-
-void kvq_br_init(kvq_bitreader *r, const void *buf, size_t size);
-/** Reads nbits (0..32), LSB first. */
-uint32_t kvq_br_get(kvq_bitreader *r, int nbits);
 /** Reads one Rice codeword with parameter k. Sets err (returns 0) if the unary part
  *  runs past the end or the value would not fit 32 bits. */
 uint32_t kvq_br_rice(kvq_bitreader *r, int k);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kernels/hq_layout.h"
+#include "libconv/quant/bits.h"
 #include "libconv/codec/hyperquant/hyperquant.h"
 
 /** Fills sgn[0..cols_p) with ±1.0f: tile column j uses sgn[j*T .. j*T+T). */
@@ -20,10 +21,8 @@ static inline double kvq_hq_norm_value(const kvq_hq_header *h, uint32_t code) {
 
 /** Reads norm code t from the packed norms blob (caller checked the size). */
 static inline uint32_t kvq_hq_norm_code(const uint8_t *norms, int nb, int64_t t) {
-    uint64_t bit = (uint64_t)t * (uint64_t)nb, v = 0;
-    int nbytes = (int)(((bit & 7) + (uint64_t)nb + 7) >> 3);
-    for (int i = 0; i < nbytes; i++) v |= (uint64_t)norms[(bit >> 3) + i] << (8 * i);
-    return (uint32_t)((v >> (bit & 7)) & ((1u << nb) - 1u));
+    kvq_bitr r = {norms, (size_t)((uint64_t)t * (uint64_t)nb)};
+    return kvq_bitr_get(&r, nb);
 }
 
 
