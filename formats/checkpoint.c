@@ -48,7 +48,7 @@ static int is_file(const char *p, uint64_t *size) {
 // Records a source file (takes ownership of path) if it exists; optional ones may be absent.
 static kvq_status add_file(kvq_ckpt *c, char *path, const char *role, int required, kvq_err *err) {
     uint64_t size;
-    if (!path) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    if (!path) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the path of the %s file", role);
     if (!is_file(path, &size)) {
         kvq_status s = required ? kvq_err_set(err, KVQ_ERR_MISSING, "%s: missing %s file", path, role)
                                 : KVQ_OK;
@@ -59,8 +59,9 @@ static kvq_status add_file(kvq_ckpt *c, char *path, const char *role, int requir
         size_t cap = c->cap_files ? 2 * c->cap_files : 8;
         kvq_srcfile *f = realloc(c->files, cap * sizeof *f);
         if (!f) {
+            kvq_status s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for the file list", path);
             free(path);
-            return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+            return s;
         }
         c->files = f;
         c->cap_files = cap;
@@ -193,7 +194,7 @@ static kvq_status open_dir(kvq_ckpt *c, const char *dir, kvq_err *err) {
     kvq_status s;
     c->kind = KVQ_CKPT_HF;
     char *cfg = join(dir, "config.json");
-    if (!cfg) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    if (!cfg) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", dir);
     if (!is_file(cfg, NULL)) {
         s = kvq_err_set(err, KVQ_ERR_MISSING, "%s: no config.json in the checkpoint directory", dir);
         free(cfg);
@@ -206,7 +207,7 @@ static kvq_status open_dir(kvq_ckpt *c, const char *dir, kvq_err *err) {
     if (!ipath || !single) {
         free(ipath);
         free(single);
-        return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", dir);
     }
     if (is_file(ipath, NULL)) {
         free(single);
@@ -216,12 +217,12 @@ static kvq_status open_dir(kvq_ckpt *c, const char *dir, kvq_err *err) {
         free(ipath);
         if ((s = add_file(c, single, "weights", 1, err))) return s;
         c->shards = calloc(1, sizeof *c->shards);
-        if (!c->shards) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        if (!c->shards) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", dir);
         if ((s = kvq_st_open(c->files[c->nfiles - 1].path, &c->shards[0], err))) return s;
         c->nshards = 1;
         size_t n = kvq_st_count(c->shards[0]);
         c->t = calloc(n + 1, sizeof *c->t);
-        if (!c->t) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        if (!c->t) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for %zu tensor entries", dir, n);
         for (size_t i = 0; i < n; i++) c->t[i] = *kvq_st_tensor(c->shards[0], i);
         c->n = n;
         qsort(c->t, c->n, sizeof *c->t, cmp_tensor_name);
@@ -290,7 +291,7 @@ static kvq_status open_l2c(kvq_ckpt *c, const char *path, kvq_err *err) {
     c->arch = *kvq_l2c_arch(c->l2c);
     c->n = kvq_l2c_count(c->l2c);
     c->t = calloc(c->n + 1, sizeof *c->t);
-    if (!c->t) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    if (!c->t) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for %zu tensor entries", path, c->n);
     for (size_t i = 0; i < c->n; i++) c->t[i] = *kvq_l2c_tensor(c->l2c, i);
     qsort(c->t, c->n, sizeof *c->t, cmp_tensor_name);
     char *tok = find_l2c_tokenizer(path, c->arch.vocab_size);
@@ -323,7 +324,7 @@ kvq_status kvq_ckpt_open(const char *path, kvq_ckpt **out, kvq_err *err) {
     if (stat(path, &sb) != 0)
         return kvq_err_set(err, errno == ENOENT ? KVQ_ERR_MISSING : KVQ_ERR_IO, "%s: %s", path, strerror(errno));
     kvq_ckpt *c = calloc(1, sizeof *c);
-    if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
     size_t pl = strlen(path);
     kvq_status s;
     if (!S_ISDIR(sb.st_mode) && pl >= 12 && strcmp(path + pl - 12, ".safetensors") == 0)

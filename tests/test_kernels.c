@@ -45,23 +45,26 @@ static void test_matmul(void **st) {
         uint16_t *wb = malloc((size_t)out * in * 2);
         kvq_dtype_from_f32(KVQ_DTYPE_BF16, w, (size_t)out * in, wb);
         float *y0 = malloc(sizeof(float) * T * out), *y1 = malloc(sizeof(float) * T * out);
+        assert_int_equal(kvq_matmul_scratch(KVQ_DTYPE_F32, T, in), 0);
+        assert_int_equal(kvq_matmul_scratch(KVQ_DTYPE_BF16, T, in), in >= 32 ? (size_t)T * in : 0);
+        float *xp = malloc(sizeof(float) * T * in); // the bf16 path's scratch
         for (int threads = 1; threads <= 2; threads++) {
             kvq_matmul_ref(y0, x, w, KVQ_DTYPE_F32, T, in, out);
-            kvq_matmul(y1, x, w, KVQ_DTYPE_F32, T, in, out, threads);
+            kvq_matmul(y1, x, w, KVQ_DTYPE_F32, T, in, out, NULL, threads);
             assert_true(rel_err(y1, y0, (size_t)T * out) < 1e-6);
             kvq_matmul_ref(y0, x, wb, KVQ_DTYPE_BF16, T, in, out);
-            kvq_matmul(y1, x, wb, KVQ_DTYPE_BF16, T, in, out, threads);
+            kvq_matmul(y1, x, wb, KVQ_DTYPE_BF16, T, in, out, xp, threads);
             assert_true(rel_err(y1, y0, (size_t)T * out) < 1e-6);
         }
         // a known product: W = identity rows, X·Wᵀ picks columns
         if (in >= out) {
             memset(w, 0, sizeof(float) * out * in);
             for (int o = 0; o < out; o++) w[(size_t)o * in + o] = 1.0f;
-            kvq_matmul(y1, x, w, KVQ_DTYPE_F32, T, in, out, 2);
+            kvq_matmul(y1, x, w, KVQ_DTYPE_F32, T, in, out, NULL, 2);
             for (int t = 0; t < T; t++)
                 for (int o = 0; o < out; o++) assert_true(y1[(size_t)t * out + o] == x[(size_t)t * in + o]);
         }
-        free(x); free(w); free(wb); free(y0); free(y1);
+        free(x); free(w); free(wb); free(y0); free(y1); free(xp);
     }
 }
 

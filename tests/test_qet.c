@@ -49,11 +49,11 @@ static void test_swap_roundtrip_and_ref(void **state) {
     for (int l = 0; l <= 6; l++) {
         float *xs = malloc(sizeof(float) * n * d), *xr = malloc(sizeof(float) * n * d), *back = malloc(sizeof(float) * n * d);
         uint8_t *b = calloc(n * l * d / 2 + 1, 1), *br = calloc(n * l * d / 2 + 1, 1);
-        kvq_qet_swap_forward(x, n, d, l, xs, b);
-        kvq_qet_swap_forward_ref(x, n, d, l, xr, br);
+        assert_int_equal(kvq_qet_swap_forward(x, n, d, l, xs, b), 0);
+        assert_int_equal(kvq_qet_swap_forward_ref(x, n, d, l, xr, br), 0);
         assert_memory_equal(xs, xr, sizeof(float) * n * d);
         assert_memory_equal(b, br, n * l * d / 2 + 1);
-        kvq_qet_swap_inverse(xs, b, n, d, l, back);
+        assert_int_equal(kvq_qet_swap_inverse(xs, b, n, d, l, back), 0);
         assert_memory_equal(back, x, sizeof(float) * n * d);
         if (l >= 1) // level 1: left half of every row is the pairwise min, right half the max
             for (int64_t i = 0; i < n; i++)

@@ -134,6 +134,14 @@ static void test_kvq_file(void **st) {
     check_logits(path, TINY "/reference/tokens_i32.bin", TINY "/reference/logits_f32.bin", KVQ_WEIGHTS_AUTO);
     size_t nt;
     int32_t *ids = slurp(TINY "/reference/tokens_i32.bin", &nt);
+    // TMPDIR points at an empty folder while the .kvq is opened and its tokenizer read:
+    // nothing may appear there (the tokenizer used to be extracted into a temp directory)
+    char tmp[80];
+    const char *old_tmp = getenv("TMPDIR");
+    char *saved_tmp = old_tmp ? strdup(old_tmp) : NULL;
+    snprintf(tmp, sizeof tmp, "%s/tmp", out);
+    assert_int_equal(mkdir(tmp, 0755), 0);
+    setenv("TMPDIR", tmp, 1);
     kvq_model *a = open_model(TINY, KVQ_WEIGHTS_AUTO, 0), *b = open_model(path, KVQ_WEIGHTS_AUTO, 0);
     int V = kvq_model_arch(a)->vocab_size, T = (int)(nt / 4);
     float *la = malloc(sizeof(float) * T * V), *lb = malloc(sizeof(float) * T * V);
@@ -144,12 +152,68 @@ static void test_kvq_file(void **st) {
     assert_null(kvq_model_tokenizer_path(b));
     assert_int_equal(kvq_model_tokenizer(b, &tk, &e), KVQ_OK);
     assert_int_equal(kvq_tok_vocab_size(tk), V);
+    assert_int_equal(rmdir(tmp), 0); // fails (ENOTEMPTY) if anything was written there
+    if (saved_tmp) setenv("TMPDIR", saved_tmp, 1);
+    else unsetenv("TMPDIR");
+    free(saved_tmp);
     kvq_tok_close(tk);
     kvq_model_close(a);
     kvq_model_close(b);
     remove(path);
     rmdir(out);
     free(ids); free(la); free(lb);
+}
+
+// A .kvq whose stored tokenizer.json is broken (converted from a copy of the bundled model
+// with half its tokenizer.json): the model still opens, and opening its tokenizer fails
+// with a message naming the .kvq and the stored file, not silently or with a temp path.
+static void test_kvq_stored_tokenizer_error(void **st) {
+    (void)st;
+    mkdir("build", 0755);
+    mkdir("build/tests", 0755);
+    char out[] = "build/tests/runtime-tokerr-XXXXXX";
+    assert_non_null(mkdtemp(out));
+    char src[64], p[128], abs[4096], kvq[64];
+    snprintf(src, sizeof src, "%s/src", out);
+    assert_int_equal(mkdir(src, 0755), 0);
+    const char *links[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, TINY "/%s", links[i]);
+        assert_non_null(realpath(p, abs));
+        snprintf(p, sizeof p, "%s/%s", src, links[i]);
+        assert_int_equal(symlink(abs, p), 0);
+    }
+    size_t n;
+    char *tj = slurp(TINY "/tokenizer.json", &n);
+    assert_non_null(tj);
+    snprintf(p, sizeof p, "%s/tokenizer.json", src);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(tj, 1, n / 2, f), n / 2);
+    fclose(f);
+    free(tj);
+    snprintf(kvq, sizeof kvq, "%s/tokbad.kvq", out);
+    kvq_convert_opts co = {0};
+    co.plan.quantize_embeddings = -1;
+    kvq_err e = {0};
+    if (kvq_convert(src, kvq, &co, NULL, &e)) fail_msg("%s", e.msg);
+    kvq_model *m = open_model(kvq, KVQ_WEIGHTS_AUTO, 0);
+    kvq_tokenizer *tk = (kvq_tokenizer *)1;
+    assert_int_equal(kvq_model_tokenizer(m, &tk, &e), KVQ_ERR_FORMAT);
+    assert_null(tk);
+    char want[160];
+    snprintf(want, sizeof want, "%s: stored tokenizer.json: not valid JSON", kvq);
+    if (!strstr(e.msg, want)) fail_msg("error \"%s\" does not start with \"%s\"", e.msg, want);
+    kvq_model_close(m);
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", src, links[i]);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "%s/tokenizer.json", src);
+    unlink(p);
+    rmdir(src);
+    remove(kvq);
+    rmdir(out);
 }
 
 // Prefill of all tokens == chunked prefill == one token at a time.
@@ -362,7 +426,7 @@ int main(void) {
         cmocka_unit_test(test_shared_models),         cmocka_unit_test(test_prefill_equals_decode),
         cmocka_unit_test(test_eval_ppl),              cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_kvq_file),              cmocka_unit_test(test_eval_text_slice),
-        cmocka_unit_test(test_stories_greedy),
+        cmocka_unit_test(test_stories_greedy),        cmocka_unit_test(test_kvq_stored_tokenizer_error),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -327,6 +328,80 @@ static void test_llama2c_basics(void **state) {
     kvq_tok_close(t);
 }
 
+// ---------------------------------------------------------------- from memory
+
+// Encodes and decodes text with both tokenizers and requires the same ids and text.
+static void same_tokenizer(const kvq_tokenizer *a, const kvq_tokenizer *b, const char *text, size_t n) {
+    assert_int_equal(kvq_tok_vocab_size(a), kvq_tok_vocab_size(b));
+    assert_int_equal(kvq_tok_bos(a), kvq_tok_bos(b));
+    assert_int_equal(kvq_tok_eos(a), kvq_tok_eos(b));
+    kvq_err e = {0};
+    for (int special = 0; special <= 1; special++) {
+        int32_t *ia, *ib;
+        size_t na, nb;
+        assert_int_equal(kvq_tok_encode(a, text, n, special, &ia, &na, &e), KVQ_OK);
+        assert_int_equal(kvq_tok_encode(b, text, n, special, &ib, &nb, &e), KVQ_OK);
+        assert_true(na > 10);
+        assert_int_equal(na, nb);
+        assert_memory_equal(ia, ib, sizeof(int32_t) * na);
+        char *ta, *tb;
+        assert_int_equal(kvq_tok_decode(a, ia, na, 1, &ta, &e), KVQ_OK);
+        assert_int_equal(kvq_tok_decode(b, ib, nb, 1, &tb, &e), KVQ_OK);
+        assert_string_equal(ta, tb);
+        free(ta); free(tb); free(ia); free(ib);
+    }
+}
+
+// kvq_tok_open_mem (how a .kvq's stored tokenizer is opened) gives the tokenizer
+// kvq_tok_open reads from the files: bundled HF model (bos/eos come from the config's
+// bytes) and, when shared, llama2.c tok512.bin; its errors carry the name it was given.
+static void test_open_mem(void **state) {
+    (void)state;
+    size_t n, cn, tn;
+    char *data = read_all("tests/models/kvq-tiny-llama/tokenizer.json", &n);
+    char *cfg = read_all("tests/models/kvq-tiny-llama/tokenizer_config.json", &cn);
+    char *text = read_all(FX "heldout_start.txt", &tn);
+    assert_non_null(data);
+    assert_non_null(cfg);
+    assert_non_null(text);
+    kvq_tokenizer *f = open_ok("tests/models/kvq-tiny-llama/tokenizer.json"), *m = NULL;
+    kvq_err e = {0};
+    assert_int_equal(kvq_tok_open_mem("tiny.kvq: stored tokenizer.json", data, n, cfg, cn, &m, &e), KVQ_OK);
+    same_tokenizer(f, m, text, tn);
+    kvq_tok_close(m);
+    // without the config the template names no BOS/EOS: the config's bytes were used above
+    assert_int_equal(kvq_tok_open_mem("tiny tokenizer.json", data, n, NULL, 0, &m, &e), KVQ_OK);
+    assert_int_equal(kvq_tok_bos(m), -1);
+    assert_int_equal(kvq_tok_eos(m), -1);
+    kvq_tok_close(m);
+    kvq_tok_close(f);
+    char tp[4096];
+    if (shared_path(tp, sizeof tp, "models/stories260K/tok512.bin")) {
+        size_t bn;
+        char *bin = read_all(tp, &bn);
+        f = open_ok(tp);
+        assert_int_equal(kvq_tok_open_mem("stories.kvq: stored tok512.bin", bin, bn, NULL, 0, &m, &e), KVQ_OK);
+        same_tokenizer(f, m, text, tn);
+        kvq_tok_close(m);
+        kvq_tok_close(f);
+        m = (kvq_tokenizer *)1; // cut in a token record: the error names what it was given
+        assert_int_equal(kvq_tok_open_mem("stories.kvq: stored tok512.bin", bin, bn - 3, NULL, 0, &m, &e),
+                         KVQ_ERR_FORMAT);
+        assert_null(m);
+        assert_non_null(strstr(e.msg, "stories.kvq: stored tok512.bin"));
+        free(bin);
+    }
+    m = (kvq_tokenizer *)1;
+    assert_int_equal(kvq_tok_open_mem("tiny.kvq: stored tokenizer.json", data, n / 2, cfg, cn, &m, &e), KVQ_ERR_FORMAT);
+    assert_null(m);
+    assert_non_null(strstr(e.msg, "tiny.kvq: stored tokenizer.json: not valid JSON"));
+    // a config that is needed (no BOS/EOS in the template) and broken is an error, not ignored
+    assert_int_equal(kvq_tok_open_mem("tiny.kvq: stored tokenizer.json", data, n, "{\"bos_token\": ", 14, &m, &e),
+                     KVQ_ERR_FORMAT);
+    assert_non_null(strstr(e.msg, "tokenizer_config.json is not valid JSON"));
+    free(data); free(cfg); free(text);
+}
+
 // ---------------------------------------------------------------- special ids, errors
 
 static void test_bos_eos(void **state) {
@@ -399,6 +474,31 @@ static void test_errors(void **state) {
         expect_open_error(write_tmp("cut.bin", b, n - 3), KVQ_ERR_FORMAT, "token 511");
         free(b);
     }
+    // tokenizer_config.json beside the file: malformed, or there but unreadable (a directory),
+    // is an error naming it (it used to be skipped, losing bos/eos)
+    size_t tn;
+    char *tj = read_all("tests/models/kvq-tiny-llama/tokenizer.json", &tn);
+    char sub[300], tpath[400], cpath[400];
+    snprintf(sub, sizeof sub, "%s/cfgbad", tmpdir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", sub);
+    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", sub);
+    write_tmp("cfgbad/tokenizer.json", tj, tn);
+    write_tmp("cfgbad/tokenizer_config.json", "{\"bos_token\": ", 14);
+    expect_open_error(tpath, KVQ_ERR_FORMAT, "tokenizer_config.json is not valid JSON");
+    unlink(cpath);
+    assert_int_equal(mkdir(cpath, 0755), 0);
+    {
+        kvq_err ce = {0};
+        kvq_tokenizer *ct = (kvq_tokenizer *)1;
+        assert_int_equal(kvq_tok_open(tpath, &ct, &ce), KVQ_ERR_IO);
+        assert_null(ct);
+        if (!strstr(ce.msg, cpath)) fail_msg("error \"%s\" does not name %s", ce.msg, cpath);
+    }
+    rmdir(cpath);
+    unlink(tpath);
+    rmdir(sub);
+    free(tj);
     // encode refuses invalid UTF-8, naming the byte
     kvq_tokenizer *t = open_ok("tests/models/kvq-tiny-llama/tokenizer.json");
     kvq_err e = {0};
@@ -429,6 +529,7 @@ int main(void) {
         cmocka_unit_test(test_reference_bundled),
         cmocka_unit_test(test_reference_shared), cmocka_unit_test(test_heldout_full),
         cmocka_unit_test(test_llama2c_basics), cmocka_unit_test(test_bos_eos), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_open_mem),
     };
     return cmocka_run_group_tests_name("tokenizer", tests, NULL, NULL);
 }

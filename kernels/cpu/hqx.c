@@ -606,7 +606,7 @@ void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y,
         int nb = (int)(w->rows - r0 < KVQ_HQX_DENSE_BLOCK ? w->rows - r0 : KVQ_HQX_DENSE_BLOCK);
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int i = 0; i < nb; i++) kvq_hqx_row_f32(w, r0 + i, wb + (size_t)i * w->cols);
-        kvq_matmul(yb, x, wb, KVQ_DTYPE_F32, n_tok, (int)w->cols, nb, nt);
+        kvq_matmul(yb, x, wb, KVQ_DTYPE_F32, n_tok, (int)w->cols, nb, NULL, nt);
         for (int k = 0; k < n_tok; k++) memcpy(y + k * ldy + r0, yb + (size_t)k * nb, sizeof(float) * nb);
     }
 }

@@ -5,7 +5,6 @@
 #include "kernels/cpu/threads.h"
 
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "formats/error.h"
@@ -188,19 +187,18 @@ static void permute_even_odd(float *xp, const float *x, int T, int in) {
     }
 }
 
+size_t kvq_matmul_scratch(kvq_dtype wt, int T, int in) {
+    return wt == KVQ_DTYPE_BF16 && in >= 32 ? (size_t)T * in : 0;
+}
+
 void kvq_matmul(float *y, const float *x, const void *w, kvq_dtype wt, int T, int in, int out,
-                int n_threads) {
+                float *scratch, int n_threads) {
     KVQ_ASSERT(wt == KVQ_DTYPE_F32 || wt == KVQ_DTYPE_BF16);
     const float *xs = x;
-    float *xp = NULL;
-    if (wt == KVQ_DTYPE_BF16 && in >= 32) {
-        xp = malloc(sizeof(float) * (size_t)T * in);
-        if (!xp) { // no memory for the permuted activations: the plain reference (same products)
-            kvq_matmul_ref(y, x, w, wt, T, in, out);
-            return;
-        }
-        permute_even_odd(xp, x, T, in);
-        xs = xp;
+    if (kvq_matmul_scratch(wt, T, in)) {
+        KVQ_ASSERT(scratch);
+        permute_even_odd(scratch, x, T, in);
+        xs = scratch;
     }
     const int bs = 16; // rows per work item
     int nb = (out + bs - 1) / bs;
@@ -210,7 +208,6 @@ void kvq_matmul(float *y, const float *x, const void *w, kvq_dtype wt, int T, in
         int r0 = b * bs, r1 = r0 + bs < out ? r0 + bs : out;
         rows_block(y, xs, w, wt, T, in, out, r0, r1);
     }
-    free(xp);
 }
 
 CLONES static uint64_t sum_words(const uint64_t *p, size_t n) {

@@ -12,12 +12,17 @@
 /** Plain reference: one dot product per output, in order. w is F32 or BF16. */
 void kvq_matmul_ref(float *y, const float *x, const void *w, kvq_dtype wt, int T, int in, int out);
 
+/** Floats of scratch kvq_matmul needs for T tokens of width in (bf16 weights: x with each
+ *  32-block's even and odd elements regrouped; 0 for fp32, where scratch may be NULL). */
+size_t kvq_matmul_scratch(kvq_dtype wt, int T, int in);
+
 /** Fast path: OpenMP over output rows (n_threads <= 0: OpenMP default), register
  *  tiles of 4 rows × 4 tokens, vectorized (AVX-512/AVX2 clones chosen at run time).
  *  T == 1 is the decode matrix-vector product. Results differ from the reference
- *  only by summation order. */
+ *  only by summation order. scratch holds kvq_matmul_scratch(wt, T, in) floats, the
+ *  caller's (a model keeps one in its arena: no allocation per call). */
 void kvq_matmul(float *y, const float *x, const void *w, kvq_dtype wt, int T, int in, int out,
-                int n_threads);
+                float *scratch, int n_threads);
 
 /** Reads bytes at p once (OpenMP-parallel, vectorized) and returns a checksum so the
  *  read cannot be optimized away: the memory-roofline probe decode is compared with. */

@@ -37,9 +37,13 @@ static kvq_status slurp(const char *path, void **data, size_t *n, kvq_err *err) 
     }
     *n = (size_t)st.st_size;
     *data = malloc(*n ? *n : 1);
-    size_t got = *data ? fread(*data, 1, *n, fp) : 0;
+    if (!*data) {
+        fclose(fp);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for %zu bytes", path, *n);
+    }
+    size_t got = fread(*data, 1, *n, fp);
     fclose(fp);
-    if (!*data || got != *n) {
+    if (got != *n) {
         free(*data);
         return kvq_err_set(err, KVQ_ERR_IO, "%s: short read", path);
     }

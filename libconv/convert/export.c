@@ -38,8 +38,10 @@ static kvq_status copy_file(const char *src, const char *dir, const char *name, 
     void *d = malloc(n > 0 ? (size_t)n : 1);
     size_t got = d && n >= 0 ? fread(d, 1, (size_t)n, fp) : 0;
     fclose(fp);
-    kvq_status s = d && n >= 0 && got == (size_t)n ? put_file(dir, name, d, got, err)
-                                                   : kvq_err_set(err, KVQ_ERR_IO, "%s: read failed", src);
+    kvq_status s;
+    if (!d) s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for %ld bytes", src, n);
+    else if (n < 0 || got != (size_t)n) s = kvq_err_set(err, KVQ_ERR_IO, "%s: read failed", src);
+    else s = put_file(dir, name, d, got, err);
     free(d);
     return s;
 }
@@ -60,7 +62,8 @@ static json_t *config_from_arch(const kvq_arch *a) {
 
 static kvq_status put_json(const char *dir, const char *name, json_t *j, kvq_err *err) {
     char *s = json_dumps(j, JSON_INDENT(2));
-    kvq_status st = s ? put_file(dir, name, s, strlen(s), err) : kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    kvq_status st = s ? put_file(dir, name, s, strlen(s), err)
+                    : kvq_err_set(err, KVQ_ERR_NOMEM, "%s/%s: out of memory", dir, name);
     free(s);
     return st;
 }
@@ -72,7 +75,7 @@ static kvq_status export_source(const char *model, const char *dir, kvq_err *err
     if (s != KVQ_OK) return s;
     size_t n = kvq_ckpt_count(ck);
     kvq_tensor *ts = malloc((n ? n : 1) * sizeof *ts);
-    if (!ts) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    if (!ts) s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for %zu tensor views", model, n);
     for (size_t i = 0; s == KVQ_OK && i < n; i++) ts[i] = *kvq_ckpt_tensor(ck, i);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -115,7 +118,7 @@ static kvq_status export_kvq(const char *model, const char *dir, kvq_err *err) {
     size_t n = kvq_weights_count(w);
     kvq_tensor *ts = calloc(n ? n : 1, sizeof *ts);
     void **bufs = calloc(n ? n : 1, sizeof *bufs);
-    if (!ts || !bufs) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    if (!ts || !bufs) s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for %zu tensors", model, n);
     for (size_t i = 0; s == KVQ_OK && i < n; i++) {
         const char *name = kvq_weights_name(w, i);
         const json_t *r = tensor_record(man, name);

@@ -52,7 +52,7 @@ static int intern_spec(kvq_plan *p, const char *spec, const char *where, kvq_err
     for (size_t i = 0; i < p->n_specs; i++)
         if (strcmp(p->specs[i].spec, spec) == 0) return (int)i;
     plan_spec *s = realloc(p->specs, (p->n_specs + 1) * sizeof *s);
-    if (!s) { kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory"); return -1; }
+    if (!s) { kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for codec '%s'", where, spec); return -1; }
     p->specs = s;
     plan_spec *n = &s[p->n_specs];
     memset(n, 0, sizeof *n);
@@ -60,7 +60,11 @@ static int intern_spec(kvq_plan *p, const char *spec, const char *where, kvq_err
         kvq_err_prefix(err, "%s", where);
         return -1;
     }
-    if (!(n->spec = strdup(spec))) { json_decref(n->cfg); kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory"); return -1; }
+    if (!(n->spec = strdup(spec))) {
+        json_decref(n->cfg);
+        kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for codec '%s'", where, spec);
+        return -1;
+    }
     return (int)p->n_specs++;
 }
 
@@ -140,7 +144,8 @@ static kvq_status read_recipe(kvq_plan *p, const kvq_plan_opts *o, const char **
             for (yaml_node_item_t *it = vn->data.sequence.items.start; it < vn->data.sequence.items.top && s == KVQ_OK; it++) {
                 const char *pat = scalar(&y, yaml_document_get_node(&doc, *it));
                 if (!pat) s = ybad(&y, vn, "keep entries must be strings");
-                else if (add_str(&p->keep, &p->n_keep, pat)) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+                else if (add_str(&p->keep, &p->n_keep, pat))
+                    s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for keep patterns", o->recipe_path);
             }
         } else if (!strcmp(k, "rules")) {
             if (vn->type != YAML_SEQUENCE_NODE) { s = ybad(&y, vn, "rules must be a list of {match, codec}"); break; }
@@ -158,13 +163,16 @@ static kvq_status read_recipe(kvq_plan *p, const kvq_plan_opts *o, const char **
                 if (s != KVQ_OK) break;
                 if (!match || !codec) { s = ybad(&y, rn, "a rule needs both 'match' and 'codec' strings"); break; }
                 plan_rule *rules = realloc(p->rules, (p->n_rules + 1) * sizeof *rules);
-                if (!rules) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory"); break; }
+                if (!rules) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for rules", o->recipe_path); break; }
                 p->rules = rules;
                 char where[600];
                 snprintf(where, sizeof where, "%s: line %lu", o->recipe_path, (unsigned long)rn->start_mark.line + 1);
                 int si = intern_spec(p, codec, where, err);
                 if (si < 0) { s = err ? err->code : KVQ_ERR_ARG; break; }
-                if (!(rules[p->n_rules].match = strdup(match))) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory"); break; }
+                if (!(rules[p->n_rules].match = strdup(match))) {
+                    s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for rules", o->recipe_path);
+                    break;
+                }
                 rules[p->n_rules++].spec = si;
             }
         } else {
@@ -187,7 +195,7 @@ out:
 kvq_status kvq_plan_build(const kvq_plan_opts *o, kvq_plan **out, kvq_err *err) {
     *out = NULL;
     kvq_plan *p = calloc(1, sizeof *p);
-    if (!p) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    if (!p) return kvq_err_set(err, KVQ_ERR_NOMEM, "plan: out of memory");
     p->weights = -1;
     const char *weights = o->weights;
     int qe = o->quantize_embeddings;
@@ -198,7 +206,7 @@ kvq_status kvq_plan_build(const kvq_plan_opts *o, kvq_plan **out, kvq_err *err) 
         p->weights = si;
     }
     if (o->recipe_path) {
-        if (!(p->recipe_path = strdup(o->recipe_path))) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        if (!(p->recipe_path = strdup(o->recipe_path))) s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", o->recipe_path);
         else s = read_recipe(p, o, &weights, &qe, err);
     }
     if (s == KVQ_OK && (p->none = intern_spec(p, "none", "built-in", err)) < 0) s = err ? err->code : KVQ_ERR_ARG;
@@ -208,7 +216,8 @@ kvq_status kvq_plan_build(const kvq_plan_opts *o, kvq_plan **out, kvq_err *err) 
         p->seed = o->seed;
     }
     for (size_t i = 0; s == KVQ_OK && o->keep && o->keep[i]; i++)
-        if (add_str(&p->keep, &p->n_keep, o->keep[i])) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        if (add_str(&p->keep, &p->n_keep, o->keep[i]))
+            s = kvq_err_set(err, KVQ_ERR_NOMEM, "--keep '%s': out of memory", o->keep[i]);
     p->quantize_embeddings = qe > 0;
     if (s != KVQ_OK) { kvq_plan_free(p); return s; }
     *out = p;

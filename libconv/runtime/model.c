@@ -58,6 +58,8 @@ struct kvq_model {
     size_t act_bytes;      // per token
     kvq_hqx_act *acts;     // (max_batch)
     float *dense;          // prefill: a block of decoded rows and its products
+    float *xperm;          // dense bf16 products: kvq_matmul's scratch for max_batch tokens
+    size_t xperm_floats;
 };
 
 kvq_model_opts kvq_model_opts_default(void) {
@@ -194,6 +196,9 @@ static kvq_status check_arch(const kvq_arch *a, const char *path, kvq_err *err) 
     return KVQ_OK;
 }
 
+// Floats of kvq_matmul scratch a dense matrix needs for T tokens (packed ones: none).
+static size_t dense_scratch(const mat *w, int T) { return w->n_part ? 0 : kvq_matmul_scratch(w->dt, T, w->cols); }
+
 static kvq_status alloc_arena(kvq_model *m) {
     size_t B = m->o.max_batch, d = m->a.hidden_size, ffn = m->a.intermediate_size;
     float **bufs[] = {&m->x, &m->xn, &m->qkv, &m->q, &m->k, &m->v, &m->att, &m->gu, &m->h};
@@ -211,6 +216,14 @@ static kvq_status alloc_arena(kvq_model *m) {
             for (int p = 0; p < lm[i]->n_part; p++)
                 ab = ab > kvq_hqx_act_bytes(&lm[i]->part[p]) ? ab : kvq_hqx_act_bytes(&lm[i]->part[p]);
     }
+    // kvq_matmul's scratch, sized for the widest dense matrix (bf16 ones need it)
+    size_t xp = dense_scratch(&m->lm_head, (int)B);
+    for (int l = 0; l < m->a.n_layers; l++) {
+        const mat *lm[] = {&m->L[l].qkv, &m->L[l].o, &m->L[l].gate_up, &m->L[l].down};
+        for (int i = 0; i < 4; i++) xp = xp > dense_scratch(lm[i], (int)B) ? xp : dense_scratch(lm[i], (int)B);
+    }
+    if (xp && !(m->xperm = malloc(sizeof(float) * xp))) return KVQ_ERR_NOMEM;
+    m->xperm_floats = xp;
     if (ab) {
         m->act_bytes = ab;
         size_t wide = (size_t)(m->a.intermediate_size > d ? m->a.intermediate_size : d);
@@ -352,6 +365,7 @@ void kvq_model_close(kvq_model *m) {
     free(m->act_buf);
     free(m->acts);
     free(m->dense);
+    free(m->xperm);
     if (m->cache) m->cache->ops->free(m->cache);
     free(m);
 }
@@ -409,7 +423,7 @@ void kvq_model_memory(const kvq_model *m, kvq_model_mem *o) {
         mem_add(o, &L->qkv); mem_add(o, &L->o); mem_add(o, &L->gate_up); mem_add(o, &L->down);
         o->held += 2 * d * 4 + (L->q_norm ? 2 * (size_t)m->a.head_dim * 4 : 0) + (L->qkv_bias ? (size_t)m->qkv_dim * 4 : 0);
     }
-    o->scratch = m->act_bytes * (size_t)m->o.max_batch +
+    o->scratch = m->act_bytes * (size_t)m->o.max_batch + sizeof(float) * m->xperm_floats +
                  (m->dense ? sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK *
                                                   (size_t)(m->a.intermediate_size > m->a.hidden_size ? m->a.intermediate_size : m->a.hidden_size) +
                                               (size_t)m->o.max_batch * KVQ_HQX_DENSE_BLOCK)
@@ -447,7 +461,7 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
 
 static void matmul(kvq_model *m, float *y, const float *x, const mat *w, int T, int nt) {
     if (!w->n_part) {
-        kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, nt);
+        kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, m->xperm, nt);
         return;
     }
     kvq_hqx_mode mode = m->o.exec == KVQ_EXEC_EXACT ? KVQ_HQX_EXACT : KVQ_HQX_INT8;

@@ -64,7 +64,7 @@ typedef struct {
     size_t packed;        // of which matrices in an execution layout (packed)
     size_t packed_stored; // those matrices' bytes in the .kvq
     size_t dense;         // matrices held as fp32/bf16
-    size_t scratch;       // activation scratch of the packed products
+    size_t scratch;       // activation scratch of the products (packed and dense bf16)
     size_t kv;            // the KV cache at its capacity (bits per element × positions)
 } kvq_model_mem;
 void kvq_model_memory(const kvq_model *m, kvq_model_mem *out);

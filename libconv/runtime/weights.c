@@ -1,11 +1,9 @@
 // One handle over a model's weights: a source checkpoint (formats/checkpoint.h) or a
 // .kvq whose tensors are decoded through the codec table by the manifest's codec
-// name and params. For a .kvq the tokenizer files are extracted on first request
-// into a private mkdtemp directory, removed at close.
+// name and params. A .kvq's tokenizer is opened from its stored entries' bytes.
 #include "libconv/runtime/weights.h"
 #include "libconv/tokenizer/tokenizer.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <errno.h>
 #include <string.h>
@@ -292,7 +290,10 @@ kvq_status kvq_weights_tokenizer(kvq_weights *w, kvq_tokenizer **out, kvq_err *e
     kvq_status s = kvq_file_entry(w->kf, main_entry, &data, &n, err);
     if (s) return s;
     const char *cfg_entry = json_string_value(json_object_get(files, "tokenizer_config.json"));
-    if (cfg_entry && (s = kvq_file_entry(w->kf, cfg_entry, &cfg, &cn, err))) return s;
+    if (cfg_entry && (s = kvq_file_entry(w->kf, cfg_entry, &cfg, &cn, err))) {
+        kvq_file_release(w->kf, main_entry);
+        return s;
+    }
     char name[600];
     snprintf(name, sizeof name, "%s: stored %s", path, main_name);
     s = kvq_tok_open_mem(name, data, n, cfg, cn, out, err);

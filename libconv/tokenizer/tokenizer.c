@@ -6,15 +6,18 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <utf8proc.h>
 #include <xxhash.h>
 
 // ---------------------------------------------------------------- buffer
 
-static kvq_status read_file(const char *path, char **data, size_t *n, kvq_err *err) {
+// optional: a file that does not exist gives KVQ_OK and *data NULL.
+static kvq_status read_file(const char *path, int optional, char **data, size_t *n, kvq_err *err) {
+    *data = NULL;
+    *n = 0;
     FILE *f = fopen(path, "rb");
+    if (!f && optional && errno == ENOENT) return KVQ_OK;
     if (!f) return kvq_err_set(err, KVQ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     kvq_tok_buf b = {0};
     char chunk[1 << 16];
@@ -26,11 +29,15 @@ static kvq_status read_file(const char *path, char **data, size_t *n, kvq_err *e
             return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory reading the file", path);
         }
     }
-    int bad = ferror(f);
+    int bad = ferror(f) ? errno : 0;
     fclose(f);
-    if (bad || kvq_tok_buf_put(&b, "", 1)) {
+    if (bad) {
         kvq_tok_buf_free(&b);
-        return kvq_err_set(err, KVQ_ERR_IO, "%s: read error", path);
+        return kvq_err_set(err, KVQ_ERR_IO, "%s: read error: %s", path, strerror(bad));
+    }
+    if (kvq_tok_buf_put(&b, "", 1)) {
+        kvq_tok_buf_free(&b);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory reading the file", path);
     }
     *data = b.b;
     *n = b.n - 1;
@@ -62,20 +69,22 @@ kvq_status kvq_tok_open(const char *path, kvq_tokenizer **out, kvq_err *err) {
     *out = NULL;
     char *data, *cfg = NULL;
     size_t n, cn = 0;
-    kvq_status st = read_file(path, &data, &n, err);
+    kvq_status st = read_file(path, 0, &data, &n, err);
     if (st) return st;
-    // tokenizer_config.json beside an HF tokenizer names bos/eos; optional
+    // tokenizer_config.json beside an HF tokenizer names bos/eos: optional, but one that is
+    // there and cannot be read is an error (a silently lost eos would change generation)
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (size_t)(slash - path + 1) : 0;
     char *cp = malloc(dl + sizeof "tokenizer_config.json");
-    if (cp) {
-        memcpy(cp, path, dl);
-        strcpy(cp + dl, "tokenizer_config.json");
-        kvq_err ignore = {0};
-        if (access(cp, R_OK) == 0 && read_file(cp, &cfg, &cn, &ignore) != KVQ_OK) cfg = NULL;
-        free(cp);
+    if (!cp) {
+        free(data);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
     }
-    st = kvq_tok_open_mem(path, data, n, cfg, cn, out, err);
+    memcpy(cp, path, dl);
+    strcpy(cp + dl, "tokenizer_config.json");
+    st = read_file(cp, 1, &cfg, &cn, err);
+    free(cp);
+    if (st == KVQ_OK) st = kvq_tok_open_mem(path, data, n, cfg, cn, out, err);
     free(data);
     free(cfg);
     return st;

@@ -11,11 +11,14 @@
 
 typedef struct kvq_tokenizer kvq_tokenizer;
 
-/** Opens tokenizer.json or a llama2.c tokenizer.bin. */
+/** Opens tokenizer.json or a llama2.c tokenizer.bin, with the tokenizer_config.json beside it
+ *  when there is one (HF bos/eos names). *out: caller closes. @return KVQ_OK, or an error
+ *  naming the file: unreadable (the config too, when present), malformed, unsupported. */
 kvq_status kvq_tok_open(const char *path, kvq_tokenizer **out, kvq_err *err);
 /** Opens a tokenizer from bytes in memory (a tokenizer.json or a llama2.c tok*.bin; the
  *  kind is sniffed). name appears in messages. config: tokenizer_config.json's bytes (HF
- *  bos/eos names), or NULL. The bytes stay the caller's. */
+ *  bos/eos names; consulted when the post-processor names no BOS/EOS, and then it must be
+ *  valid JSON), or NULL. The bytes stay the caller's; *out: caller closes. */
 kvq_status kvq_tok_open_mem(const char *name, const void *data, size_t n, const void *config, size_t config_n,
                             kvq_tokenizer **out, kvq_err *err);
 void kvq_tok_close(kvq_tokenizer *t); // NULL is a no-op

@@ -606,12 +606,13 @@ kvq_status kvq_tok_hf_open(const char *path, const char *data, size_t n, const c
     t->bos = h->n_pre ? h->pre_ids[0] : -1;
     t->eos = h->n_post ? h->post_ids[h->n_post - 1] : -1;
     if ((t->bos < 0 || t->eos < 0) && config) { // tokenizer_config.json names them for HF transformers
-        json_t *cfg = json_loadb(config, config_n, JSON_DECODE_INT_AS_REAL, NULL);
-        if (cfg) {
-            if (t->bos < 0) t->bos = config_token(h, cfg, "bos_token");
-            if (t->eos < 0) t->eos = config_token(h, cfg, "eos_token");
-            json_decref(cfg);
-        }
+        json_t *cfg = json_loadb(config, config_n, JSON_DECODE_INT_AS_REAL, &je);
+        if (!cfg)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: its tokenizer_config.json is not valid JSON: line %d column %d: %s",
+                               path, je.line, je.column, je.text);
+        if (t->bos < 0) t->bos = config_token(h, cfg, "bos_token");
+        if (t->eos < 0) t->eos = config_token(h, cfg, "eos_token");
+        json_decref(cfg);
     }
     return KVQ_OK;
 }

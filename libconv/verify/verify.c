@@ -239,9 +239,13 @@ static kvq_status read_text(const char *path, char **text, size_t *n, char hex[6
     }
     *n = (size_t)st.st_size;
     *text = malloc(*n + 1);
-    size_t got = *text ? fread(*text, 1, *n, fp) : 0;
+    if (!*text) {
+        fclose(fp);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for %zu bytes", path, *n);
+    }
+    size_t got = fread(*text, 1, *n, fp);
     fclose(fp);
-    if (!*text || got != *n) {
+    if (got != *n) {
         free(*text);
         *text = NULL;
         return kvq_err_set(err, KVQ_ERR_IO, "%s: short read", path);

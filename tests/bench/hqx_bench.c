@@ -48,6 +48,7 @@ int main(int argc, char **argv) {
     uint8_t *buf = aligned_alloc(64, ab * ntok);
     kvq_hqx_act *act = malloc(sizeof *act * ntok);
     float *y = malloc(sizeof(float) * rows * ntok);
+    float *xp = malloc(sizeof(float) * kvq_matmul_scratch(KVQ_DTYPE_BF16, ntok, (int)cols));
     printf("shape %lld x %lld, %d token(s), %d thread(s), %s %.2f bits: stored %.3f bits/w, held %.3f bits/w "
            "(vbits %d, %u escapes = %.2f %%), best ISA %s\n",
            (long long)rows, (long long)cols, ntok, nt, kvq_lattice_name(lat), bps, 8.0 * kvq_encoded_bytes(&e) / (rows * cols),
@@ -60,8 +61,8 @@ int main(int argc, char **argv) {
         int reps = p == 2 ? 3 : 15;
         for (int r = 0; r < reps; r++) {
             double t0 = omp_get_wtime();
-            if (p == 0) kvq_matmul(y, x, w, KVQ_DTYPE_F32, ntok, cols, rows, nt);
-            else if (p == 1) kvq_matmul(y, x, wb, KVQ_DTYPE_BF16, ntok, cols, rows, nt);
+            if (p == 0) kvq_matmul(y, x, w, KVQ_DTYPE_F32, ntok, cols, rows, NULL, nt);
+            else if (p == 1) kvq_matmul(y, x, wb, KVQ_DTYPE_BF16, ntok, cols, rows, xp, nt);
             else {
                 for (int k = 0; k < ntok; k++) {
                     kvq_hqx_act_init(&q, buf + ab * k, &act[k]);

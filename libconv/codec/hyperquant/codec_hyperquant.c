@@ -56,7 +56,7 @@ static kvq_status hq_parse(const char *args, json_t **cfg, kvq_err *err) {
     *cfg = json_pack("{s:s,s:f,s:f,s:i,s:i,s:b,s:b,s:s}", "lattice", kvq_lattice_name(lat), "bps",
                      isnan(o.bps) ? -1.0 : o.bps, "snr_db", isnan(o.snr_db) ? -1.0 : o.snr_db, "tile", o.max_tile,
                      "norm_bits", o.norm_bits, "int8", o.int8, "table", o.table_only, "cast", kvq_cast_name(o.cast));
-    return *cfg ? KVQ_OK : kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    return *cfg ? KVQ_OK : kvq_err_set(err, KVQ_ERR_NOMEM, "codec 'hyperquant:%s': out of memory", args);
 }
 
 static kvq_status hq_encode(const json_t *cfg, const kvq_codec_input *in, kvq_encoded *out, kvq_err *err) {

@@ -51,8 +51,9 @@ kvq_status kvq_qet_config_from_json(const json_t *j, kvq_qet_config *cfg, kvq_er
 int kvq_qet_swap_forward(const float *x, int64_t n, int64_t d, int l, float *xs, uint8_t *bits);
 /** Inverse of kvq_qet_swap_forward: rebuilds x (n × d) from xs and bits. */
 int kvq_qet_swap_inverse(const float *xs, const uint8_t *bits, int64_t n, int64_t d, int l, float *x); // 0 or −1 (OOM)
-/** Plain reference of the forward tree, written as the paper's S/L matrices per level. */
-void kvq_qet_swap_forward_ref(const float *x, int64_t n, int64_t d, int l, float *xs, uint8_t *bits);
+/** Plain reference of the forward tree, written as the paper's S/L matrices per level.
+ *  @return 0, or −1 when out of memory (xs then undefined). */
+int kvq_qet_swap_forward_ref(const float *x, int64_t n, int64_t d, int l, float *xs, uint8_t *bits);
 
 // ---- budget
 

@@ -82,16 +82,21 @@ int kvq_qet_swap_inverse(const float *xs, const uint8_t *bits, int64_t n, int64_
 // Reference: the paper's formulation with whole matrices. Level k takes each of the
 // 2^(k-1) matrices P (n × W) of the previous level and splits it into S (n × W/2) and
 // L (n × W/2) by comparing columns 2j and 2j+1; the new list is S^1 L^1 S^2 L^2 ...
-void kvq_qet_swap_forward_ref(const float *x, int64_t n, int64_t d, int l, float *xs, uint8_t *bits) {
+int kvq_qet_swap_forward_ref(const float *x, int64_t n, int64_t d, int l, float *xs, uint8_t *bits) {
     int64_t nmat = 1, W = d;
-    float **mats = malloc(sizeof(float *));
-    mats[0] = malloc(sizeof(float) * (size_t)(n * d));
+    float **mats = calloc(1, sizeof(float *));
+    if (!mats || !(mats[0] = malloc(sizeof(float) * (size_t)(n * d)))) { free(mats); return -1; }
     memcpy(mats[0], x, sizeof(float) * (size_t)(n * d));
-    for (int k = 0; k < l; k++) {
+    int oom = 0;
+    for (int k = 0; k < l && !oom; k++) {
         int64_t h = W / 2;
-        float **next = malloc(sizeof(float *) * (size_t)(2 * nmat));
+        float **next = calloc((size_t)(2 * nmat), sizeof(float *));
+        if (!next) { oom = 1; break; }
         for (int64_t p = 0; p < nmat; p++) {
             float *S = malloc(sizeof(float) * (size_t)(n * h)), *L = malloc(sizeof(float) * (size_t)(n * h));
+            next[2 * p] = S;
+            next[2 * p + 1] = L;
+            if (!S || !L) { oom = 1; break; }
             for (int64_t i = 0; i < n; i++)
                 for (int64_t j = 0; j < h; j++) {
                     float u = mats[p][i * W + 2 * j], v = mats[p][i * W + 2 * j + 1];
@@ -100,19 +105,19 @@ void kvq_qet_swap_forward_ref(const float *x, int64_t n, int64_t d, int l, float
                     L[i * h + j] = ind ? u : v;
                     bits[(i * l + k) * (d / 2) + p * h + j] = ind;
                 }
-            next[2 * p] = S;
-            next[2 * p + 1] = L;
-            free(mats[p]);
         }
+        for (int64_t p = 0; p < nmat; p++) free(mats[p]);
         free(mats);
         mats = next;
         nmat *= 2;
         W = h;
     }
     for (int64_t p = 0; p < nmat; p++) {
-        for (int64_t i = 0; i < n; i++)
-            memcpy(xs + i * d + p * W, mats[p] + i * W, sizeof(float) * (size_t)W);
+        if (!oom)
+            for (int64_t i = 0; i < n; i++)
+                memcpy(xs + i * d + p * W, mats[p] + i * W, sizeof(float) * (size_t)W);
         free(mats[p]);
     }
     free(mats);
+    return oom ? -1 : 0;
 }
