@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     int V = ar->vocab_size, rc = 0;
     { // ---- KV cache: --kv, else the .kvq's declared codec, else the default
         kvq_kvcache *kc = NULL;
-        int mc = kvq_model_kvcache(m)->max_ctx;
+        int mc = kvq_model_max_ctx(m);
         size_t ml = strlen(model);
         if (kv_spec) {
             kvq_kvcache_policy pol = {kv_window, kv_boundary, seed, 0};
@@ -248,7 +248,7 @@ int main(int argc, char **argv) {
         pids[0] = b;
         np = 1;
     }
-    int max_ctx = kvq_model_kvcache(m)->max_ctx;
+    int max_ctx = kvq_model_max_ctx(m);
     if ((int64_t)np + n_gen - 1 > max_ctx) { // the last sampled token is never fed back
         n_gen = max_ctx - (int)np + 1;
         if ((int64_t)np > max_ctx) {

@@ -41,9 +41,9 @@ kvq_status kvq_eval_windows(kvq_model *const *m, int nm, const char *const *labe
     const int prepend = p->bos == KVQ_BOS_PREPEND;
     if (p->ctx < 2 + prepend) return kvq_err_set(err, KVQ_ERR_ARG, "%s: context %d too short", who, p->ctx);
     for (int k = 0; k < nm; k++)
-        if (p->ctx > kvq_model_kvcache(m[k])->max_ctx)
+        if (p->ctx > kvq_model_max_ctx(m[k]))
             return kvq_err_set(err, KVQ_ERR_ARG, "%s: context %d exceeds the KV cache (%d positions)", who, p->ctx,
-                               kvq_model_kvcache(m[k])->max_ctx);
+                               kvq_model_max_ctx(m[k]));
     int32_t bos = p->bos_id >= 0 ? p->bos_id : aa->bos_token_id;
     if (p->bos != KVQ_BOS_NONE && (bos < 0 || bos >= V))
         return kvq_err_set(err, KVQ_ERR_ARG, "%s: BOS requested but the model has no valid bos_token_id (%d)", who, bos);

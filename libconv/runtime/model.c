@@ -12,25 +12,12 @@
 #include "formats/dtype.h"
 #include "kernels/cpu/hqx.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/swiglu.h"
-#include "kernels/cpu/threads.h"
+#include "libconv/runtime/backend.h"
 #include "libconv/kv/kvcache_default.h"
 #include "libconv/runtime/weights.h"
 
-// A weight matrix as held: dense (fp32/bf16 in data) or, for HyperQuant tensors of a .kvq,
-// packed in the execution layout (kernels/hq_layout.h): n_part row blocks (fused q/k/v and
-// gate/up keep one block per source tensor, each with its own rotation).
-typedef struct {
-    kvq_dtype dt; // F32 or BF16 (dense)
-    int rows, cols;
-    void *data;
-    int n_part;           // > 0: packed
-    kvq_hqx part[3];
-    int row0[3];          // first row of each block
-    size_t stored;        // packed: the blocks' bytes in the file
-} mat;
+typedef kvq_mat mat;
 
 typedef struct {
     float *attn_norm, *ffn_norm;  // (d)
@@ -42,24 +29,21 @@ typedef struct {
 struct kvq_model {
     kvq_arch a;
     kvq_model_opts o;
+    kvq_backend *be;
     int q_dim, kv_dim, qkv_dim, rot_dim;
-    float *inv_freq;
-    mat embed, lm_head; // lm_head.data == embed.data when tied
+    float *inv_freq;    // backend memory, like the norms and biases below
+    mat embed, lm_head; // lm_head.data == embed.data when tied; embed is looked up on the host
     int tied;
     float *final_norm;
     layer *L;
-    kvq_kvcache *cache;
+    kvq_kvcache *cache;      // the CPU backend's cache (codecs plug in here); NULL on a device
     kvq_weights *src;        // kept open: the tokenizer is opened from it (a .kvq's from its bytes)
     const char *tok_path; // borrowed from src
-    // activation arena for max_batch tokens
+    // activation arena for max_batch tokens (backend memory)
     float *x, *xn, *qkv, *q, *k, *v, *att, *gu, *h;
-    // packed products: prepared activations of max_batch tokens for the widest packed tensor
-    uint8_t *act_buf;
-    size_t act_bytes;      // per token
-    kvq_hqx_act *acts;     // (max_batch)
-    float *dense;          // prefill: a block of decoded rows and its products
-    float *xperm;          // dense bf16 products: kvq_matmul's scratch for max_batch tokens
-    size_t xperm_floats;
+    float *xh;            // host embeddings of a chunk (== x on a host backend)
+    float *lg;            // device backends: logits of a chunk
+    size_t lg_cap;
 };
 
 kvq_model_opts kvq_model_opts_default(void) {
@@ -70,10 +54,26 @@ kvq_model_opts kvq_model_opts_default(void) {
 // ---- loading
 
 static void mat_free(mat *m) {
-    free(m->data);
-    m->data = NULL;
-    for (int i = 0; i < m->n_part; i++) kvq_hqx_free(&m->part[i]);
+    kvq_mat_free_host(m);
     m->n_part = 0;
+}
+
+// Hands a loaded matrix to the backend (which may upload it and free the host arrays).
+static kvq_status adopt(kvq_model *md, kvq_weights *s, mat *m, int keep_host, const char *name, kvq_err *err) {
+    kvq_status r = md->be->ops->mat_adopt(md->be, m, keep_host, err);
+    if (r) kvq_err_prefix(err, "%s: '%s'", kvq_weights_path(s), name);
+    return r;
+}
+
+// Moves a host vector of n floats into backend memory (a host backend keeps it).
+static kvq_status to_backend(kvq_model *m, float **v, size_t n, kvq_err *err) {
+    if (!*v || m->be->ops->host) return KVQ_OK;
+    float *d = m->be->ops->alloc(m->be, n);
+    if (!d) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of %s memory for a vector of %zu floats", m->be->ops->name, n);
+    kvq_status r = m->be->ops->upload(m->be, d, *v, n, err);
+    free(*v);
+    *v = d;
+    return r;
 }
 
 // Packs tensor `name` into block i of m when the model runs packed and the tensor has an
@@ -146,8 +146,15 @@ static kvq_status get_mat(const kvq_model *md, kvq_weights *s, const char *name,
     return KVQ_OK;
 }
 
+// get_mat, then the matrix goes to the backend.
+static kvq_status get_mat_be(kvq_model *md, kvq_weights *s, const char *name, int rows, int cols, kvq_weight_store st,
+                             mat *m, kvq_err *err) {
+    kvq_status r = get_mat(md, s, name, rows, cols, st, m, err);
+    return r ? r : adopt(md, s, m, 0, name, err);
+}
+
 // Concatenates row blocks of several tensors into one matrix (fused qkv / gate_up).
-static kvq_status get_cat(const kvq_model *md, kvq_weights *s, const char *const *names, const int *rows, int n,
+static kvq_status get_cat(kvq_model *md, kvq_weights *s, const char *const *names, const int *rows, int n,
                           int cols, kvq_weight_store st, mat *m, kvq_err *err) {
     int total = 0;
     for (int i = 0; i < n; i++) total += rows[i];
@@ -166,7 +173,7 @@ static kvq_status get_cat(const kvq_model *md, kvq_weights *s, const char *const
         if (r != KVQ_ERR_UNSUPPORTED) return r;
         break;
     }
-    if (m->n_part == n) return KVQ_OK;
+    if (m->n_part == n) return adopt(md, s, m, 0, names[0], err);
     float *f = malloc(sizeof(float) * total * (size_t)cols);
     if (!f) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for '%s'", kvq_weights_path(s), names[0]);
     size_t o = 0;
@@ -180,7 +187,7 @@ static kvq_status get_cat(const kvq_model *md, kvq_weights *s, const char *const
     }
     kvq_status r = mat_from_f32(m, f, total, cols, st);
     if (r) return kvq_err_set(err, r, "%s: out of memory for '%s'", kvq_weights_path(s), names[0]);
-    return KVQ_OK;
+    return adopt(md, s, m, 0, names[0], err);
 }
 
 static kvq_status check_arch(const kvq_arch *a, const char *path, kvq_err *err) {
@@ -196,43 +203,31 @@ static kvq_status check_arch(const kvq_arch *a, const char *path, kvq_err *err) 
     return KVQ_OK;
 }
 
-// Floats of kvq_matmul scratch a dense matrix needs for T tokens (packed ones: none).
-static size_t dense_scratch(const mat *w, int T) { return w->n_part ? 0 : kvq_matmul_scratch(w->dt, T, w->cols); }
-
 static kvq_status alloc_arena(kvq_model *m) {
     size_t B = m->o.max_batch, d = m->a.hidden_size, ffn = m->a.intermediate_size;
     float **bufs[] = {&m->x, &m->xn, &m->qkv, &m->q, &m->k, &m->v, &m->att, &m->gu, &m->h};
     size_t sizes[] = {d, d, m->qkv_dim, m->q_dim, m->kv_dim, m->kv_dim, m->q_dim, 2 * ffn, ffn};
     for (int i = 0; i < 9; i++)
-        if (!(*bufs[i] = malloc(sizeof(float) * B * sizes[i]))) return KVQ_ERR_NOMEM;
-    // scratch of the packed products: one prepared activation per token, sized for the widest
-    const mat *ms[] = {&m->embed, &m->lm_head};
-    size_t ab = 0;
-    for (int i = 0; i < 2; i++)
-        for (int p = 0; p < ms[i]->n_part; p++) ab = ab > kvq_hqx_act_bytes(&ms[i]->part[p]) ? ab : kvq_hqx_act_bytes(&ms[i]->part[p]);
-    for (int l = 0; l < m->a.n_layers; l++) {
-        const mat *lm[] = {&m->L[l].qkv, &m->L[l].o, &m->L[l].gate_up, &m->L[l].down};
-        for (int i = 0; i < 4; i++)
-            for (int p = 0; p < lm[i]->n_part; p++)
-                ab = ab > kvq_hqx_act_bytes(&lm[i]->part[p]) ? ab : kvq_hqx_act_bytes(&lm[i]->part[p]);
-    }
-    // kvq_matmul's scratch, sized for the widest dense matrix (bf16 ones need it)
-    size_t xp = dense_scratch(&m->lm_head, (int)B);
-    for (int l = 0; l < m->a.n_layers; l++) {
-        const mat *lm[] = {&m->L[l].qkv, &m->L[l].o, &m->L[l].gate_up, &m->L[l].down};
-        for (int i = 0; i < 4; i++) xp = xp > dense_scratch(lm[i], (int)B) ? xp : dense_scratch(lm[i], (int)B);
-    }
-    if (xp && !(m->xperm = malloc(sizeof(float) * xp))) return KVQ_ERR_NOMEM;
-    m->xperm_floats = xp;
-    if (ab) {
-        m->act_bytes = ab;
-        size_t wide = (size_t)(m->a.intermediate_size > d ? m->a.intermediate_size : d);
-        size_t dn = (size_t)KVQ_HQX_DENSE_BLOCK * wide + B * KVQ_HQX_DENSE_BLOCK;
-        if (!(m->act_buf = aligned_alloc(64, ab * B)) || !(m->acts = malloc(sizeof *m->acts * B)) ||
-            !(m->dense = malloc(sizeof(float) * dn)))
-            return KVQ_ERR_NOMEM;
-    }
+        if (!(*bufs[i] = m->be->ops->alloc(m->be, B * sizes[i]))) return KVQ_ERR_NOMEM;
+    if (m->be->ops->host) m->xh = m->x;
+    else if (!(m->xh = malloc(sizeof(float) * B * d))) return KVQ_ERR_NOMEM;
     return KVQ_OK;
+}
+
+// Norm weights, biases and RoPE frequencies go to the backend's memory.
+static kvq_status vectors_to_backend(kvq_model *m, kvq_err *err) {
+    const size_t d = m->a.hidden_size, hd = m->a.head_dim;
+    kvq_status r = to_backend(m, &m->final_norm, d, err);
+    if (!r) r = to_backend(m, &m->inv_freq, m->rot_dim / 2 + 1, err);
+    for (int l = 0; l < m->a.n_layers && !r; l++) {
+        layer *L = &m->L[l];
+        if (!r) r = to_backend(m, &L->attn_norm, d, err);
+        if (!r) r = to_backend(m, &L->ffn_norm, d, err);
+        if (!r) r = to_backend(m, &L->q_norm, hd, err);
+        if (!r) r = to_backend(m, &L->k_norm, hd, err);
+        if (!r) r = to_backend(m, &L->qkv_bias, m->qkv_dim, err);
+    }
+    return r;
 }
 
 static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
@@ -243,10 +238,15 @@ static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
     kvq_status r;
     char n[4][160];
 
+    // The embedding is looked up on the host (a row per token); the lm_head is a product.
     if ((r = get_mat(m, s, "model.embed_tokens.weight", a->vocab_size, d, st, &m->embed, err))) return r;
     m->tied = !kvq_weights_has(s, "lm_head.weight", NULL, NULL);
-    if (m->tied) m->lm_head = m->embed;
-    else if ((r = get_mat(m, s, "lm_head.weight", a->vocab_size, d, st, &m->lm_head, err))) return r;
+    if (m->tied) {
+        m->lm_head = m->embed;
+        if ((r = adopt(m, s, &m->lm_head, 1, "model.embed_tokens.weight", err))) return r;
+    } else if ((r = get_mat_be(m, s, "lm_head.weight", a->vocab_size, d, st, &m->lm_head, err)))
+        return r;
+    m->embed.held = kvq_mat_host_bytes(&m->embed);
     if ((r = get(s, "model.norm.weight", d, 0, &m->final_norm, err))) return r;
     if (!(m->L = calloc(a->n_layers, sizeof *m->L))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
 
@@ -258,7 +258,7 @@ static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
         if ((r = get(s, NM(0, "input_layernorm.weight"), d, 0, &L->attn_norm, err))) return r;
         if ((r = get(s, NM(0, "post_attention_layernorm.weight"), d, 0, &L->ffn_norm, err))) return r;
         if (a->family == KVQ_ARCH_PHI3 || kvq_weights_has(s, NM(0, "self_attn.qkv_proj.weight"), NULL, NULL)) {
-            if ((r = get_mat(m, s, NM(0, "self_attn.qkv_proj.weight"), m->qkv_dim, d, st, &L->qkv, err))) return r;
+            if ((r = get_mat_be(m, s, NM(0, "self_attn.qkv_proj.weight"), m->qkv_dim, d, st, &L->qkv, err))) return r;
         } else {
             const char *names[3] = {NM(0, "self_attn.q_proj.weight"), NM(1, "self_attn.k_proj.weight"),
                                     NM(2, "self_attn.v_proj.weight")};
@@ -281,15 +281,15 @@ static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
             if ((r = get(s, NM(0, "self_attn.q_norm.weight"), hd, 0, &L->q_norm, err))) return r;
             if ((r = get(s, NM(0, "self_attn.k_norm.weight"), hd, 0, &L->k_norm, err))) return r;
         }
-        if ((r = get_mat(m, s, NM(0, "self_attn.o_proj.weight"), d, m->q_dim, st, &L->o, err))) return r;
+        if ((r = get_mat_be(m, s, NM(0, "self_attn.o_proj.weight"), d, m->q_dim, st, &L->o, err))) return r;
         if (kvq_weights_has(s, NM(0, "mlp.gate_up_proj.weight"), NULL, NULL)) {
-            if ((r = get_mat(m, s, NM(0, "mlp.gate_up_proj.weight"), 2 * ffn, d, st, &L->gate_up, err))) return r;
+            if ((r = get_mat_be(m, s, NM(0, "mlp.gate_up_proj.weight"), 2 * ffn, d, st, &L->gate_up, err))) return r;
         } else {
             const char *names[2] = {NM(0, "mlp.gate_proj.weight"), NM(1, "mlp.up_proj.weight")};
             const int rows[2] = {ffn, ffn};
             if ((r = get_cat(m, s, names, rows, 2, d, st, &L->gate_up, err))) return r;
         }
-        if ((r = get_mat(m, s, NM(0, "mlp.down_proj.weight"), d, ffn, st, &L->down, err))) return r;
+        if ((r = get_mat_be(m, s, NM(0, "mlp.down_proj.weight"), d, ffn, st, &L->down, err))) return r;
 #undef NM
     }
     return KVQ_OK;
@@ -327,10 +327,19 @@ kvq_status kvq_model_open(const char *path, const kvq_model_opts *opts, kvq_mode
         goto fail;
     }
     kvq_rope_freqs(m->inv_freq, m->rot_dim, &rp);
+    if ((r = (m->o.backend ? m->o.backend : kvq_backend_cpu_new)(&m->o, a, &m->be, err))) {
+        kvq_err_prefix(err, "%s", path);
+        goto fail;
+    }
     if ((r = load(m, s, err))) goto fail;
     m->tok_path = kvq_weights_tokenizer_path(s);
+    if ((r = vectors_to_backend(m, err)) || (r = m->be->ops->ready(m->be, err))) {
+        kvq_err_prefix(err, "%s", path);
+        goto fail;
+    }
     if ((r = alloc_arena(m))) goto nomem;
-    if ((r = kvq_kvcache_default_new(a->n_layers, a->n_kv_heads, a->head_dim, m->o.max_ctx, m->o.kv_fp16, &m->cache,
+    if (m->be->ops->host &&
+        (r = kvq_kvcache_default_new(a->n_layers, a->n_kv_heads, a->head_dim, m->o.max_ctx, m->o.kv_fp16, &m->cache,
                                      err))) {
         kvq_err_prefix(err, "%s", path);
         goto fail;
@@ -346,27 +355,35 @@ fail:
     return r;
 }
 
+// Frees a matrix: the backend's copy, then the host arrays.
+static void mat_drop(kvq_model *m, mat *w, int host) {
+    if (m->be) m->be->ops->mat_release(m->be, w);
+    if (host) mat_free(w);
+}
+
 void kvq_model_close(kvq_model *m) {
     if (!m) return;
+    // vectors live in backend memory once moved there; before that (a failed open) on the host
+    void (*rel)(kvq_backend *, float *) = m->be ? m->be->ops->release : NULL;
+#define VFREE(p) (rel ? rel(m->be, p) : free(p))
     if (m->L)
         for (int l = 0; l < m->a.n_layers; l++) {
             layer *L = &m->L[l];
-            free(L->attn_norm); free(L->ffn_norm); free(L->q_norm); free(L->k_norm); free(L->qkv_bias);
-            mat_free(&L->qkv); mat_free(&L->o); mat_free(&L->gate_up); mat_free(&L->down);
+            VFREE(L->attn_norm); VFREE(L->ffn_norm); VFREE(L->q_norm); VFREE(L->k_norm); VFREE(L->qkv_bias);
+            mat_drop(m, &L->qkv, 1); mat_drop(m, &L->o, 1); mat_drop(m, &L->gate_up, 1); mat_drop(m, &L->down, 1);
         }
     free(m->L);
-    if (!m->tied) mat_free(&m->lm_head);
+    mat_drop(m, &m->lm_head, !m->tied);
     mat_free(&m->embed);
-    free(m->final_norm);
-    free(m->inv_freq);
+    VFREE(m->final_norm);
+    VFREE(m->inv_freq);
     kvq_weights_close(m->src);
-    float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h};
-    for (int i = 0; i < 9; i++) free(bufs[i]);
-    free(m->act_buf);
-    free(m->acts);
-    free(m->dense);
-    free(m->xperm);
+    float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h, m->lg};
+    for (int i = 0; i < 10; i++) VFREE(bufs[i]);
+#undef VFREE
+    if (m->be && !m->be->ops->host) free(m->xh);
     if (m->cache) m->cache->ops->free(m->cache);
+    if (m->be) m->be->ops->destroy(m->be);
     free(m);
 }
 
@@ -377,21 +394,18 @@ kvq_status kvq_model_tokenizer(const kvq_model *m, kvq_tokenizer **out, kvq_err 
 }
 void kvq_model_set_threads(kvq_model *m, int n) { m->o.n_threads = n; }
 kvq_kvcache *kvq_model_kvcache(kvq_model *m) { return m->cache; }
+int kvq_model_max_ctx(const kvq_model *m) { return m->cache ? m->cache->max_ctx : m->be->max_ctx; }
+const char *kvq_model_backend_name(const kvq_model *m) { return m->be->ops->name; }
 
-static size_t mat_bytes(const mat *x) {
-    if (!x->n_part) return (size_t)x->rows * x->cols * kvq_dtype_size(x->dt);
-    size_t b = 0;
-    for (int i = 0; i < x->n_part; i++) b += kvq_hqx_bytes(&x->part[i]);
-    return b;
-}
+static size_t mat_bytes(const mat *x) { return x->held; }
 
-// Reads a matrix's held bytes (the packed codes: what a decode step streams).
+// Reads a matrix's held bytes (the packed codes: what a decode step streams); host only.
 static uint64_t mat_stream(const mat *x, int nt) {
-    if (!x->n_part) return kvq_stream_read(x->data, mat_bytes(x), nt);
+    if (!x->n_part) return x->data ? kvq_stream_read(x->data, mat_bytes(x), nt) : 0;
     uint64_t s = 0;
     for (int i = 0; i < x->n_part; i++) {
         const kvq_hqx *p = &x->part[i];
-        s += kvq_stream_read(p->q, (size_t)(p->rows * p->cols_p) * p->vbits / 8, nt);
+        if (p->q) s += kvq_stream_read(p->q, (size_t)(p->rows * p->cols_p) * p->vbits / 8, nt);
     }
     return s;
 }
@@ -416,20 +430,18 @@ void kvq_model_memory(const kvq_model *m, kvq_model_mem *o) {
     memset(o, 0, sizeof *o);
     const size_t d = m->a.hidden_size;
     mem_add(o, &m->embed);
-    if (!m->tied) mem_add(o, &m->lm_head);
+    if (!m->tied || !m->be->ops->host) mem_add(o, &m->lm_head); // a device holds its own copy
     o->held += d * 4;
     for (int l = 0; l < m->a.n_layers; l++) {
         const layer *L = &m->L[l];
         mem_add(o, &L->qkv); mem_add(o, &L->o); mem_add(o, &L->gate_up); mem_add(o, &L->down);
         o->held += 2 * d * 4 + (L->q_norm ? 2 * (size_t)m->a.head_dim * 4 : 0) + (L->qkv_bias ? (size_t)m->qkv_dim * 4 : 0);
     }
-    o->scratch = m->act_bytes * (size_t)m->o.max_batch + sizeof(float) * m->xperm_floats +
-                 (m->dense ? sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK *
-                                                  (size_t)(m->a.intermediate_size > m->a.hidden_size ? m->a.intermediate_size : m->a.hidden_size) +
-                                              (size_t)m->o.max_batch * KVQ_HQX_DENSE_BLOCK)
-                          : 0);
+    o->scratch = m->be->ops->scratch_bytes(m->be);
     const kvq_kvcache *c = m->cache;
-    o->kv = (size_t)(c->ops->bits_per_element(c) / 8.0 * 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * (double)c->max_ctx);
+    o->kv = c ? (size_t)(c->ops->bits_per_element(c) / 8.0 * 2.0 * c->n_layers * c->n_kv_heads * c->head_dim *
+                         (double)c->max_ctx)
+              : m->be->ops->kv_bytes(m->be);
 }
 
 uint64_t kvq_model_stream_weights(const kvq_model *m) {
@@ -447,6 +459,9 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
         return kvq_err_set(err, KVQ_ERR_ARG, "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
                            c ? c->n_layers : 0, c ? c->n_kv_heads : 0, c ? c->head_dim : 0,
                            m->a.n_layers, m->a.n_kv_heads, m->a.head_dim);
+    if (!m->cache)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV-cache codecs run on the CPU backend only (the %s backend holds "
+                           "an fp32 cache)", m->be->ops->name);
     m->cache->ops->free(m->cache);
     m->cache = c;
     return KVQ_OK;
@@ -454,120 +469,91 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
 
 // ---- forward
 
-// From this many tokens a product decodes row blocks and runs the dense kernel (prefill):
-// measured on kvq-small-llama E8 4.0 at 2 threads, 91-token prompts prefill at ~1350 tok/s
-// either way, 512-token chunks at ~1900 dense against ~1100 through the int8 kernel.
-#define KVQ_PREFILL_DENSE_MIN 64
-
-static void matmul(kvq_model *m, float *y, const float *x, const mat *w, int T, int nt) {
-    if (!w->n_part) {
-        kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, m->xperm, nt);
-        return;
-    }
-    kvq_hqx_mode mode = m->o.exec == KVQ_EXEC_EXACT ? KVQ_HQX_EXACT : KVQ_HQX_INT8;
-    for (int p = 0; p < w->n_part; p++) {
-        const kvq_hqx *hw = &w->part[p];
-        if (T >= KVQ_PREFILL_DENSE_MIN) { // prefill: the dense kernel on decoded row blocks wins
-            kvq_hqx_matmul_dense(hw, x, T, y + w->row0[p], w->rows, m->dense, nt);
-            continue;
-        }
-#pragma omp parallel for schedule(static) num_threads(kvq_nthreads(nt)) if (T > 1)
-        for (int t = 0; t < T; t++) {
-            kvq_hqx_act_init(hw, m->act_buf + m->act_bytes * t, &m->acts[t]);
-            kvq_hqx_prep(hw, x + (size_t)t * w->cols, &m->acts[t]);
-        }
-        kvq_hqx_matmul(hw, m->acts, T, y + w->row0[p], w->rows, mode, KVQ_HQX_ISA_AUTO, nt);
-    }
-}
-
-// One chunk of T <= max_batch tokens at positions [pos, pos+T).
-static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos, float *logits,
-                                int all_logits) {
+// One chunk of T <= max_batch tokens at positions [pos, pos+T); logits is host memory.
+static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos, float *logits, int all_logits,
+                                kvq_err *err) {
     const kvq_arch *a = &m->a;
-    const int d = a->hidden_size, hd = a->head_dim, ffn = a->intermediate_size, nt = m->o.n_threads;
-    const int nkv = a->n_kv_heads, nrep = a->n_heads / nkv;
-    const float eps = (float)a->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
-    kvq_kvcache *c = m->cache;
+    const kvq_backend_ops *op = m->be->ops;
+    kvq_backend *be = m->be;
+    const int d = a->hidden_size, hd = a->head_dim, ffn = a->intermediate_size;
+    const float eps = (float)a->rms_norm_eps;
+    const kvq_attn_shape as = {a->n_heads, a->n_kv_heads, hd, 1.0f / sqrtf((float)hd)};
+    kvq_status r;
 
     for (int t = 0; t < T; t++) {
-        float *x = m->x + (size_t)t * d;
+        float *x = m->xh + (size_t)t * d;
         if (m->embed.n_part) kvq_hqx_row_f32(&m->embed.part[0], tok[t], x);
         else if (m->embed.dt == KVQ_DTYPE_BF16) kvq_dtype_to_f32(KVQ_DTYPE_BF16, (uint16_t *)m->embed.data + (size_t)tok[t] * d, d, x);
         else memcpy(x, (float *)m->embed.data + (size_t)tok[t] * d, sizeof(float) * d);
     }
+    if ((r = op->upload(be, m->x, m->xh, (size_t)T * d, err))) return r;
     for (int l = 0; l < a->n_layers; l++) {
         layer *L = &m->L[l];
-        kvq_rmsnorm(m->xn, m->x, L->attn_norm, T, d, eps, nt);
-        matmul(m, m->qkv, m->xn, &L->qkv, T, nt);
-        for (int t = 0; t < T; t++) { // split the fused rows (adding biases)
-            float *r = m->qkv + (size_t)t * m->qkv_dim;
-            if (L->qkv_bias)
-                for (int i = 0; i < m->qkv_dim; i++) r[i] += L->qkv_bias[i];
-            memcpy(m->q + (size_t)t * m->q_dim, r, sizeof(float) * m->q_dim);
-            memcpy(m->k + (size_t)t * m->kv_dim, r + m->q_dim, sizeof(float) * m->kv_dim);
-            memcpy(m->v + (size_t)t * m->kv_dim, r + m->q_dim + m->kv_dim, sizeof(float) * m->kv_dim);
-        }
+        op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, d, eps);
+        op->matmul(be, m->qkv, m->xn, &L->qkv, T);
+        op->qkv_split(be, m->qkv, L->qkv_bias, m->q, m->k, m->v, T, m->q_dim, m->kv_dim);
         if (L->q_norm) {
-            kvq_rmsnorm(m->q, m->q, L->q_norm, T * a->n_heads, hd, eps, nt);
-            kvq_rmsnorm(m->k, m->k, L->k_norm, T * nkv, hd, eps, nt);
+            op->rmsnorm(be, m->q, m->q, L->q_norm, T * a->n_heads, hd, eps);
+            op->rmsnorm(be, m->k, m->k, L->k_norm, T * a->n_kv_heads, hd, eps);
         }
-        kvq_rope(m->q, T, a->n_heads, hd, m->rot_dim, pos, m->inv_freq, nt);
-        kvq_rope(m->k, T, nkv, hd, m->rot_dim, pos, m->inv_freq, nt);
-        for (int t = 0; t < T; t++) {
-            kvq_status r = c->ops->append(c, l, pos + t, m->k + (size_t)t * m->kv_dim, m->v + (size_t)t * m->kv_dim);
-            if (r) return r;
+        op->rope(be, m->q, T, a->n_heads, hd, m->rot_dim, pos, m->inv_freq);
+        op->rope(be, m->k, T, a->n_kv_heads, hd, m->rot_dim, pos, m->inv_freq);
+        if ((r = op->attention(be, m->cache, l, m->q, m->k, m->v, m->att, T, pos, &as))) {
+            // the cache's error channel names layer, head, codec and cause
+            if (m->cache && m->cache->err.msg[0]) return kvq_err_set(err, r, "%s", m->cache->err.msg);
+            return op->sync(be, err) ? err->code : kvq_err_set(err, r, "attention: %s", kvq_strerror(r));
         }
-        kvq_status ar = KVQ_OK;
-#pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(kvq_nthreads(nt)) if (T > 1)
-        for (int t = 0; t < T; t++)
-            for (int g = 0; g < nkv; g++) {
-                size_t o = (size_t)t * m->q_dim + (size_t)g * nrep * hd;
-                kvq_status s = c->ops->attend(c, l, g, m->q + o, nrep, pos + t + 1, scale, m->att + o);
-                if (s) {
-#pragma omp atomic write
-                    ar = s;
-                }
+        op->matmul(be, m->xn, m->att, &L->o, T);
+        op->add(be, m->x, m->xn, (size_t)T * d);
+        op->rmsnorm(be, m->xn, m->x, L->ffn_norm, T, d, eps);
+        op->matmul(be, m->gu, m->xn, &L->gate_up, T);
+        op->silu_mul(be, m->h, m->gu, T, ffn);
+        op->matmul(be, m->xn, m->h, &L->down, T);
+        op->add(be, m->x, m->xn, (size_t)T * d);
+    }
+    if (logits) {
+        const size_t V = a->vocab_size;
+        const int n = all_logits ? T : 1;
+        float *out = logits;
+        if (!op->host) { // the device writes its own buffer, copied out below
+            if (m->lg_cap < (size_t)n * V) {
+                op->release(be, m->lg);
+                m->lg_cap = 0;
+                if (!(m->lg = op->alloc(be, (size_t)n * V)))
+                    return kvq_err_set(err, KVQ_ERR_NOMEM, "out of %s memory for %d tokens' logits", op->name, n);
+                m->lg_cap = (size_t)n * V;
             }
-        if (ar) return ar;
-        matmul(m, m->xn, m->att, &L->o, T, nt);
-        for (size_t i = 0; i < (size_t)T * d; i++) m->x[i] += m->xn[i];
-
-        kvq_rmsnorm(m->xn, m->x, L->ffn_norm, T, d, eps, nt);
-        matmul(m, m->gu, m->xn, &L->gate_up, T, nt);
-        kvq_silu_mul_fused(m->h, m->gu, T, ffn, nt);
-        matmul(m, m->xn, m->h, &L->down, T, nt);
-        for (size_t i = 0; i < (size_t)T * d; i++) m->x[i] += m->xn[i];
+            out = m->lg;
+        }
+        const float *x = all_logits ? m->x : m->x + (size_t)(T - 1) * d;
+        op->rmsnorm(be, m->xn, x, m->final_norm, n, d, eps);
+        op->matmul(be, out, m->xn, &m->lm_head, n);
+        if ((r = op->sync(be, err))) return r;
+        if ((r = op->download(be, logits, out, (size_t)n * V, err))) return r;
     }
-    if (!logits) return KVQ_OK;
-    if (all_logits) {
-        kvq_rmsnorm(m->xn, m->x, m->final_norm, T, d, eps, nt);
-        matmul(m, logits, m->xn, &m->lm_head, T, nt);
-    } else {
-        kvq_rmsnorm(m->xn, m->x + (size_t)(T - 1) * d, m->final_norm, 1, d, eps, nt);
-        matmul(m, logits, m->xn, &m->lm_head, 1, nt);
-    }
-    return KVQ_OK;
+    return op->sync(be, err);
 }
 
 kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits,
                              int all_logits, kvq_err *err) {
-    if (T <= 0 || pos < 0 || (int64_t)pos + T > m->cache->max_ctx)
+    const int max_ctx = kvq_model_max_ctx(m);
+    if (T <= 0 || pos < 0 || (int64_t)pos + T > max_ctx)
         return kvq_err_set(err, KVQ_ERR_ARG, "positions [%d, %lld) outside the KV cache's %d positions", pos,
-                           (long long)pos + T, m->cache->max_ctx);
+                           (long long)pos + T, max_ctx);
     for (int t = 0; t < T; t++)
         if (tokens[t] < 0 || tokens[t] >= m->a.vocab_size)
             return kvq_err_set(err, KVQ_ERR_ARG, "token id %d at index %d outside the vocabulary [0, %d)", tokens[t], t,
                                m->a.vocab_size);
-    m->cache->ops->truncate(m->cache, pos);
+    if (m->cache) m->cache->ops->truncate(m->cache, pos);
+    m->be->n_threads = m->o.n_threads;
     size_t V = m->a.vocab_size;
     for (int t0 = 0; t0 < T; t0 += m->o.max_batch) {
         int n = T - t0 < m->o.max_batch ? T - t0 : m->o.max_batch;
         int last = t0 + n == T;
         float *lg = !logits ? NULL : all_logits ? logits + (size_t)t0 * V : last ? logits : NULL;
-        kvq_status r = forward_chunk(m, tokens + t0, n, pos + t0, lg, all_logits);
-        if (r) // the cache's error channel names layer, head, codec and cause
-            return kvq_err_set(err, r, "%s (positions [%d, %d))",
-                               m->cache->err.msg[0] ? m->cache->err.msg : kvq_strerror(r), pos + t0, pos + t0 + n);
+        kvq_err e2 = {0};
+        kvq_status r = forward_chunk(m, tokens + t0, n, pos + t0, lg, all_logits, &e2);
+        if (r) return kvq_err_set(err, r, "%s (positions [%d, %d))", e2.msg[0] ? e2.msg : kvq_strerror(r), pos + t0, pos + t0 + n);
     }
     return KVQ_OK;
 }

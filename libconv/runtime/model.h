@@ -15,6 +15,7 @@
 #include "libconv/tokenizer/tokenizer.h"
 
 typedef struct kvq_model kvq_model;
+typedef struct kvq_backend kvq_backend; // libconv/runtime/backend.h
 
 typedef enum {
     KVQ_WEIGHTS_AUTO = 0, // per tensor: bf16 when every value is exactly a bf16, else fp32
@@ -29,13 +30,17 @@ typedef enum {
     KVQ_EXEC_DECODED,  // reference: every tensor decoded to fp32/bf16 at load
 } kvq_exec;
 
-typedef struct {
+typedef struct kvq_model_opts_s {
     kvq_weight_store store;
     int n_threads;  // <= 0: OpenMP default
     int max_ctx;    // default KV cache capacity; 0: max_position_embeddings capped at 4096
     int kv_fp16;    // default cache stores fp16 (else fp32)
     int max_batch;  // tokens per internal forward chunk (activation memory); 0: 512
     kvq_exec exec;  // HyperQuant tensors: packed int8 (default), packed exact, or decoded
+    /** Creates the backend the forward pass runs on (backend.h); NULL: the CPU's. A device
+     *  backend (kvq_backend_cuda_new) holds its own fp32 KV cache: the model then has no
+     *  kvq_kvcache (kvq_model_kvcache returns NULL and KV codecs are refused). */
+    kvq_status (*backend)(const struct kvq_model_opts_s *o, const kvq_arch *a, kvq_backend **out, kvq_err *err);
 } kvq_model_opts;
 
 /** Defaults: AUTO store, OpenMP threads, max_ctx min(max_position_embeddings, 4096),
@@ -73,8 +78,12 @@ void kvq_model_set_threads(kvq_model *m, int n_threads);
  *  @return a checksum. Timing it gives the memory roofline for decode. */
 uint64_t kvq_model_stream_weights(const kvq_model *m);
 
-/** The model's KV cache (borrowed). */
+/** The model's KV cache (borrowed); NULL when the backend holds its own (GPU). */
 kvq_kvcache *kvq_model_kvcache(kvq_model *m);
+/** Positions the model's KV cache holds (whichever backend holds it). */
+int kvq_model_max_ctx(const kvq_model *m);
+/** The backend's name ("cpu", "cuda"). */
+const char *kvq_model_backend_name(const kvq_model *m);
 /** Replaces the KV cache: the model takes ownership of c and frees the old one. c must
  *  match the model's n_layers, n_kv_heads and head_dim. */
 kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err);

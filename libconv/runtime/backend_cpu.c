@@ -1,0 +1,206 @@
+// The CPU backend (backend.h): host memory, kernels/cpu, the model's kvq_kvcache (so every
+// KV codec runs here). Products: dense fp32/bf16 (kvq_matmul) and packed HyperQuant/RTN
+// (kvq_hqx_matmul with int8 or exact activations; prefill of >= KVQ_PREFILL_DENSE_MIN
+// tokens through decoded row blocks and the dense kernel).
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/hqx.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "kernels/cpu/threads.h"
+#include "libconv/runtime/backend.h"
+
+// From this many tokens a product decodes row blocks and runs the dense kernel (prefill):
+// measured on kvq-small-llama E8 4.0 at 2 threads, 91-token prompts prefill at ~1350 tok/s
+// either way, 512-token chunks at ~1900 dense against ~1100 through the int8 kernel.
+#define KVQ_PREFILL_DENSE_MIN 64
+
+typedef struct {
+    kvq_backend b;
+    // sizes recorded while matrices are adopted
+    size_t act_bytes; // widest packed tensor's prepared activation (per token)
+    size_t xperm_floats;
+    int64_t widest;   // widest packed tensor (rows of a dense prefill block)
+    int any_packed;
+    // scratch
+    uint8_t *act_buf;
+    kvq_hqx_act *acts; // (max_batch)
+    float *dense;      // prefill: a block of decoded rows and its products
+    float *xperm;      // dense bf16 products: kvq_matmul's scratch for max_batch tokens
+} cpu;
+
+void kvq_mat_free_host(kvq_mat *m) {
+    free(m->data);
+    m->data = NULL;
+    for (int i = 0; i < m->n_part; i++) kvq_hqx_free(&m->part[i]);
+}
+
+size_t kvq_mat_host_bytes(const kvq_mat *m) {
+    if (!m->n_part) return (size_t)m->rows * m->cols * kvq_dtype_size(m->dt);
+    size_t b = 0;
+    for (int i = 0; i < m->n_part; i++) b += kvq_hqx_bytes(&m->part[i]);
+    return b;
+}
+
+static void destroy(kvq_backend *b) {
+    cpu *c = (cpu *)b;
+    free(c->act_buf);
+    free(c->acts);
+    free(c->dense);
+    free(c->xperm);
+    free(c);
+}
+
+static float *alloc(kvq_backend *b, size_t n) {
+    (void)b;
+    return malloc(sizeof(float) * (n ? n : 1));
+}
+static void release(kvq_backend *b, float *p) { (void)b; free(p); }
+static kvq_status copy(kvq_backend *b, float *dst, const float *src, size_t n, kvq_err *err) {
+    (void)b; (void)err;
+    if (dst != src) memcpy(dst, src, sizeof(float) * n);
+    return KVQ_OK;
+}
+
+static kvq_status mat_adopt(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *err) {
+    (void)keep_host; (void)err;
+    cpu *c = (cpu *)b;
+    w->held = kvq_mat_host_bytes(w);
+    if (!w->n_part) {
+        size_t xp = kvq_matmul_scratch(w->dt, b->max_batch, w->cols);
+        if (xp > c->xperm_floats) c->xperm_floats = xp;
+        return KVQ_OK;
+    }
+    c->any_packed = 1;
+    for (int p = 0; p < w->n_part; p++) {
+        size_t ab = kvq_hqx_act_bytes(&w->part[p]);
+        if (ab > c->act_bytes) c->act_bytes = ab;
+    }
+    if (w->cols > c->widest) c->widest = w->cols;
+    return KVQ_OK;
+}
+static void mat_release(kvq_backend *b, kvq_mat *w) { (void)b; (void)w; }
+
+static kvq_status ready(kvq_backend *b, kvq_err *err) {
+    cpu *c = (cpu *)b;
+    const size_t B = (size_t)b->max_batch;
+    if (c->xperm_floats && !(c->xperm = malloc(sizeof(float) * c->xperm_floats)))
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %zu floats of product scratch", c->xperm_floats);
+    if (!c->any_packed) return KVQ_OK;
+    c->act_buf = aligned_alloc(64, c->act_bytes * B);
+    c->acts = calloc(B, sizeof *c->acts);
+    c->dense = malloc(sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest + B * KVQ_HQX_DENSE_BLOCK));
+    if (!c->act_buf || !c->acts || !c->dense)
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the packed products' scratch (%zu tokens)", B);
+    return KVQ_OK;
+}
+
+static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, int T) {
+    cpu *c = (cpu *)b;
+    const int nt = b->n_threads;
+    if (!w->n_part) {
+        kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, c->xperm, nt);
+        return;
+    }
+    kvq_hqx_mode mode = b->exec == KVQ_EXEC_EXACT ? KVQ_HQX_EXACT : KVQ_HQX_INT8;
+    for (int p = 0; p < w->n_part; p++) {
+        const kvq_hqx *hw = &w->part[p];
+        if (T >= KVQ_PREFILL_DENSE_MIN) { // prefill: the dense kernel on decoded row blocks wins
+            kvq_hqx_matmul_dense(hw, x, T, y + w->row0[p], w->rows, c->dense, nt);
+            continue;
+        }
+#pragma omp parallel for schedule(static) num_threads(kvq_nthreads(nt)) if (T > 1)
+        for (int t = 0; t < T; t++) {
+            kvq_hqx_act_init(hw, c->act_buf + c->act_bytes * t, &c->acts[t]);
+            kvq_hqx_prep(hw, x + (size_t)t * w->cols, &c->acts[t]);
+        }
+        kvq_hqx_matmul(hw, c->acts, T, y + w->row0[p], w->rows, mode, KVQ_HQX_ISA_AUTO, nt);
+    }
+}
+
+static void rmsnorm(kvq_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps) {
+    kvq_rmsnorm(y, x, w, rows, n, eps, b->n_threads);
+}
+
+static void qkv_split(kvq_backend *b, const float *qkv, const float *bias, float *q, float *k, float *v, int T,
+                      int q_dim, int kv_dim) {
+    (void)b;
+    const int w = q_dim + 2 * kv_dim;
+    for (int t = 0; t < T; t++) {
+        const float *r = qkv + (size_t)t * w;
+        float *o[3] = {q + (size_t)t * q_dim, k + (size_t)t * kv_dim, v + (size_t)t * kv_dim};
+        const int n[3] = {q_dim, kv_dim, kv_dim};
+        for (int s = 0, off = 0; s < 3; off += n[s], s++) {
+            if (bias)
+                for (int i = 0; i < n[s]; i++) o[s][i] = r[off + i] + bias[off + i];
+            else memcpy(o[s], r + off, sizeof(float) * n[s]);
+        }
+    }
+}
+
+static void rope(kvq_backend *b, float *x, int T, int n_heads, int head_dim, int rot_dim, int pos,
+                 const float *inv_freq) {
+    kvq_rope(x, T, n_heads, head_dim, rot_dim, pos, inv_freq, b->n_threads);
+}
+
+static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *q, const float *k, const float *v,
+                            float *out, int T, int pos, const kvq_attn_shape *s) {
+    const int hd = s->head_dim, nkv = s->n_kv_heads, nrep = s->n_heads / nkv;
+    const size_t q_dim = (size_t)s->n_heads * hd, kv_dim = (size_t)nkv * hd;
+    for (int t = 0; t < T; t++) {
+        kvq_status r = c->ops->append(c, l, pos + t, k + (size_t)t * kv_dim, v + (size_t)t * kv_dim);
+        if (r) return r;
+    }
+    kvq_status ar = KVQ_OK;
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(kvq_nthreads(b->n_threads)) if (T > 1)
+    for (int t = 0; t < T; t++)
+        for (int g = 0; g < nkv; g++) {
+            size_t o = (size_t)t * q_dim + (size_t)g * nrep * hd;
+            kvq_status st = c->ops->attend(c, l, g, q + o, nrep, pos + t + 1, s->scale, out + o);
+            if (st) {
+#pragma omp atomic write
+                ar = st;
+            }
+        }
+    return ar;
+}
+
+static void silu_mul(kvq_backend *b, float *h, const float *gu, int T, int ffn) {
+    kvq_silu_mul_fused(h, gu, T, ffn, b->n_threads);
+}
+
+static void add(kvq_backend *b, float *x, const float *y, size_t n) {
+    (void)b;
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static kvq_status sync(kvq_backend *b, kvq_err *err) { (void)b; (void)err; return KVQ_OK; }
+
+static size_t scratch_bytes(const kvq_backend *b) {
+    const cpu *c = (const cpu *)b;
+    const size_t B = (size_t)b->max_batch;
+    return sizeof(float) * c->xperm_floats +
+           (c->any_packed ? c->act_bytes * B + sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest +
+                                                                 B * KVQ_HQX_DENSE_BLOCK)
+                          : 0);
+}
+static size_t kv_bytes(const kvq_backend *b) { (void)b; return 0; }
+
+static const kvq_backend_ops cpu_ops = {
+    .name = "cpu", .host = 1, .destroy = destroy, .alloc = alloc, .release = release, .upload = copy,
+    .download = copy, .mat_adopt = mat_adopt, .mat_release = mat_release, .ready = ready, .matmul = matmul,
+    .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .silu_mul = silu_mul,
+    .add = add, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
+};
+
+kvq_status kvq_backend_cpu_new(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err) {
+    cpu *c = calloc(1, sizeof *c);
+    if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the CPU backend");
+    c->b = (kvq_backend){.ops = &cpu_ops, .exec = o->exec, .n_threads = o->n_threads, .max_batch = o->max_batch,
+                         .max_ctx = o->max_ctx, .arch = *a};
+    *out = &c->b;
+    return KVQ_OK;
+}
