@@ -60,8 +60,9 @@ $(BUILD)/libkvq.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kvq-%: $(BUILD)/obj/tools/kvq-%.o $(BUILD)/libkvq.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+# Tools link the CUDA library (kvq-run --gpu, kvq-verify --gpu) or its stand-in (below).
+$(BUILD)/kvq-%: $(BUILD)/obj/tools/kvq-%.o $(BUILD)/libkvq.a $(CUDA_DEP)
+	$(CC) $(CFLAGS) $< $(BUILD)/libkvq.a $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libkvq.a
 	@mkdir -p $(dir $@)
@@ -72,23 +73,24 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(BUILD)/libkvq.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # GPU suites (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) also link the CUDA
-# library and the static CUDA runtime, or, without nvcc, tests/cuda_stub.c, which reports
-# "built without CUDA" so they still build and skip.
+# library and the static CUDA runtime, or, without nvcc, kernels/cuda/no_cuda.c, which reports
+# "built without CUDA" so they still build and skip. libkvq.a comes on both sides: the GPU
+# backend (libkvq.a) calls the launchers, which call libkvq.a's error helpers.
 ifneq ($(CU_LIB),)
 CUDA_DEP  := $(CU_LIB)
 CUDA_LINK := $(CU_LIB) $(addprefix -L,$(realpath $(dir $(NVCC))../lib64)) -lcudart_static -ldl -lrt -lpthread -lstdc++
 else
-CUDA_DEP  := $(BUILD)/obj/tests/cuda_stub.o
+CUDA_DEP  := $(BUILD)/obj/kernels/cuda/no_cuda.o
 CUDA_LINK := $(CUDA_DEP)
 endif
 
 $(BUILD)/tests/test_cuda_%: $(BUILD)/obj/tests/test_cuda_%.o $(CUDA_DEP) $(BUILD)/libkvq.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS) $(shell pkg-config --libs cmocka)
+	$(CC) $(CFLAGS) $< $(BUILD)/libkvq.a $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS) $(shell pkg-config --libs cmocka)
 
 $(BUILD)/bench/cuda_%: $(BUILD)/obj/tests/bench/cuda_%.o $(CUDA_DEP) $(BUILD)/libkvq.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $< $(BUILD)/libkvq.a $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
 
 $(BUILD)/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h kernels/*.h)
 	@mkdir -p $(dir $@)

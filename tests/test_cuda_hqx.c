@@ -56,6 +56,43 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
                 int8 ? "int8 " : "float", (long long)w->rows, (long long)w->cols, w->tile, w->vbits, rel);
         assert_true(rel <= 1e-5);
     }
+    // the fused int8 product (hqx_fused.cu): several tokens per launch (11 > 8: two launches),
+    // accumulating into y, against the CPU int8 reference token by token
+    enum { NT = 11 };
+    float *X = malloc(sizeof(float) * w->cols * NT), *Y = malloc(sizeof(float) * w->rows * NT),
+          *R = malloc(sizeof(float) * w->rows * NT);
+    for (int64_t i = 0; i < w->cols * NT; i++) X[i] = (float)gauss(&seed);
+    for (int k = 0; k < NT; k++) {
+        kvq_hqx_prep(w, X + k * w->cols, &a);
+        kvq_hqx_matmul(w, &a, 1, R + k * w->rows, w->rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
+    }
+    const int nts[] = {1, 3, NT};
+    for (int q = 0; q < 3; q++) {
+        const int nt = nts[q];
+        void *dx = NULL, *dy = NULL;
+        for (int64_t i = 0; i < w->rows * nt; i++) Y[i] = 1.0f;
+        st = kvq_cuda_malloc(&dx, sizeof(float) * w->cols * nt, &err);
+        if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * w->rows * nt, &err);
+        if (!st) st = kvq_cuda_copy(dx, X, sizeof(float) * w->cols * nt, 1, &err);
+        if (!st) st = kvq_cuda_copy(dy, Y, sizeof(float) * w->rows * nt, 1, &err);
+        if (!st) st = kvq_cuda_hqx_matmul(t, dx, nt, dy, w->rows, 1, &err);
+        if (!st) st = kvq_cuda_sync(&err);
+        if (!st) st = kvq_cuda_copy(Y, dy, sizeof(float) * w->rows * nt, 0, &err);
+        if (st) fprintf(stderr, "fused: %s\n", err.msg);
+        assert_int_equal(st, KVQ_OK);
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < w->rows * nt; i++) {
+            double want = 1.0 + R[i];
+            num += (Y[i] - want) * (Y[i] - want);
+            den += (double)R[i] * R[i];
+        }
+        double rel = sqrt(num / (den > 0 ? den : 1));
+        fprintf(stderr, "test_cuda_hqx: %-22s fused int8 x%-2d (+=) tile %4d: rel err %.2e\n", what, nt, w->tile, rel);
+        assert_true(rel <= 1e-5);
+        kvq_cuda_free(dx);
+        kvq_cuda_free(dy);
+    }
+    free(X); free(Y); free(R);
     kvq_cuda_hqx_free(t);
     kvq_hqx_free(w);
     free(x); free(yg); free(yc); free(buf);
@@ -77,11 +114,13 @@ static void test_hyperquant(void **state) {
         {KVQ_LAT_E8, 4.0, 96, 512, 0},  {KVQ_LAT_E8, 3.0, 37, 300, 0}, {KVQ_LAT_E8, 4.0, 40, 1408, 4},
         {KVQ_LAT_E8, 5.0, 33, 768, 0},  {KVQ_LAT_E8, 4.0, 20, 256, 8}, {KVQ_LAT_D4, 4.0, 50, 1408, 0},
         {KVQ_LAT_A2, 4.0, 33, 256, 0},  {KVQ_LAT_Z, 5.0, 40, 384, 0},  {KVQ_LAT_E8, 4.0, 17, 4096, 7},
+        {KVQ_LAT_E8, 4.0, 20, 2048, 0}, {KVQ_LAT_D4, 3.0, 20, 3000, 0}, {KVQ_LAT_E8, 4.0, 9, 1100, 0},
     };
+    const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64}; // 0: the encoder's choice
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         float *x = matrix(cs[i].rows, cs[i].cols, 10 + i);
         kvq_hq_opts o = kvq_hq_opts_default(cs[i].l, cs[i].bps);
-        if (i == 8) o.max_tile = 256;
+        if (max_tile[i]) o.max_tile = max_tile[i];
         kvq_codec_input in = {NULL, x, cs[i].rows, cs[i].cols, 20 + i, 0};
         kvq_encoded e;
         kvq_err err = {0};

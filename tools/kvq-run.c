@@ -13,6 +13,7 @@
 #include "tools/opt.h"
 #include "libconv/eval/eval.h"
 #include "libconv/kv/kvcodec.h"
+#include "libconv/runtime/backend.h"
 #include "libconv/runtime/model.h"
 #include "libconv/runtime/sample.h"
 #include "libconv/tokenizer/tokenizer.h"
@@ -27,6 +28,8 @@ static const char *usage =
     "         --exec int8|exact|decoded  HyperQuant tensors: packed with int8 activations (default),\n"
     "         packed with float activations, or decoded to floats at load (reference)\n"
     "         --ctx-max N (KV cache positions)  -t N threads\n"
+    "         --gpu  run on the CUDA device: weights uploaded (packed stay packed), fp32 activations\n"
+    "         and KV cache on the device (KV codecs run on the CPU only)\n"
     "         --kv SPEC [--kv-window N] [--kv-boundary]  KV-cache codec (docs/KV.md); default: the\n"
     "         .kvq's \"kv\" section if it has one, else the fp32/fp16 cache\n";
 
@@ -123,6 +126,7 @@ int main(int argc, char **argv) {
         else if (ARG("--ctx-max")) { if (kvq_opt_int(T_, a, v, 0, 1 << 24, &mo.max_ctx)) return 2; }
         else if (!strcmp(a, "--partial")) ep.partial_last = 1;
         else if (!strcmp(a, "--kv-fp16")) mo.kv_fp16 = 1;
+        else if (!strcmp(a, "--gpu")) mo.backend = kvq_backend_cuda_new;
         else if (ARG("--kv")) kv_spec = v;
         else if (ARG("--kv-window")) { if (kvq_opt_int(T_, a, v, 0, 1 << 24, &kv_window)) return 2; }
         else if (!strcmp(a, "--kv-boundary")) kv_boundary = 1;
@@ -171,7 +175,9 @@ int main(int argc, char **argv) {
     if (kvq_model_open(model, &mo, &m, &err)) return die("%s%s", err.msg, "");
     const kvq_arch *ar = kvq_model_arch(m);
     int V = ar->vocab_size, rc = 0;
-    { // ---- KV cache: --kv, else the .kvq's declared codec, else the default
+    if (kv_spec && mo.backend)
+        { kvq_model_close(m); return die("--kv %s: KV-cache codecs run on the CPU only (drop --gpu or --kv)%s", kv_spec, ""); }
+    if (!mo.backend) { // ---- KV cache: --kv, else the .kvq's declared codec, else the default
         kvq_kvcache *kc = NULL;
         int mc = kvq_model_max_ctx(m);
         size_t ml = strlen(model);
@@ -191,8 +197,9 @@ int main(int argc, char **argv) {
                     kv_spec ? kv_spec : "from the .kvq", kvq_kvcache_codec_formula_bits(kc, mc), mc);
         }
     }
-    fprintf(stderr, "kvq-run: %s: %s, %d layers, d=%d, vocab %d, loaded in %.2f s (%.1f MB of weights held)\n", model,
-            ar->hf_class, ar->n_layers, ar->hidden_size, V, now() - t0, kvq_model_weight_bytes(m) / 1e6);
+    fprintf(stderr, "kvq-run: %s: %s, %d layers, d=%d, vocab %d, loaded in %.2f s on the %s backend (%.1f MB of weights held)\n",
+            model, ar->hf_class, ar->n_layers, ar->hidden_size, V, now() - t0, kvq_model_backend_name(m),
+            kvq_model_weight_bytes(m) / 1e6);
     {
         kvq_model_mem mm;
         kvq_model_memory(m, &mm);
@@ -201,6 +208,9 @@ int main(int argc, char **argv) {
                 mm.held / 1e6, mm.packed / 1e6, mm.packed_stored / 1e6,
                 mm.packed_stored ? (double)mm.packed / (double)mm.packed_stored : 0.0, mm.dense / 1e6, mm.scratch / 1e6,
                 mm.kv / 1e6);
+        if (mm.device)
+            fprintf(stderr, "kvq-run: on the device: weights %.1f MB (the embedding table, %.1f MB, stays on the host)\n",
+                    mm.device / 1e6, (mm.held - mm.device) / 1e6);
     }
 
     if (ids) { // ---- logits for given ids

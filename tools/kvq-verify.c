@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "tools/opt.h"
+#include "libconv/runtime/backend.h"
 #include "libconv/verify/verify.h"
 
 static void usage(FILE *f) {
@@ -30,6 +31,8 @@ static void usage(FILE *f) {
             "KV codec (default: the file's \"kv\" section, if any):\n"
             "  --kv SPEC [--kv-window N] [--kv-boundary] [--kv-seed N]   measure this codec\n"
             "  --no-kv                measure no KV codec\n"
+            "  --gpu                  run the source and the converted model on the CUDA device\n"
+            "                         (fp32 activations and KV cache there; KV codecs: CPU only)\n"
             "thresholds (exit 1 when one fails):\n"
             "  --max-ppl-delta X      2%% (relative) or 0.5 (absolute ppl points)\n"
             "  --max-kld X            mean KLD, nats      --max-kld-p99 X\n"
@@ -151,7 +154,7 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
 enum {
     O_SOURCE = 256, O_NO_SOURCE, O_TEXT, O_CTX, O_STRIDE, O_BOS, O_NO_BOS, O_SCORED, O_MAXTOK, O_WINDOWS, O_KV,
     O_KV_WINDOW, O_KV_BOUNDARY, O_KV_SEED, O_NO_KV, O_PPL, O_KLD, O_KLD99, O_TOP1, O_RMSDP, O_SNR, O_RELERR, O_JSON,
-    O_TENSORS, O_RECORD, O_CHECK_RECORD
+    O_TENSORS, O_RECORD, O_CHECK_RECORD, O_GPU
 };
 
 int main(int argc, char **argv) {
@@ -168,7 +171,7 @@ int main(int argc, char **argv) {
         {"min-top1", required_argument, 0, O_TOP1}, {"max-rms-dp", required_argument, 0, O_RMSDP},
         {"min-snr", required_argument, 0, O_SNR}, {"max-rel-err", required_argument, 0, O_RELERR},
         {"json", no_argument, 0, O_JSON}, {"tensors", required_argument, 0, O_TENSORS},
-        {"record", no_argument, 0, O_RECORD}, {"check-record", no_argument, 0, O_CHECK_RECORD},
+        {"gpu", no_argument, 0, O_GPU}, {"record", no_argument, 0, O_RECORD}, {"check-record", no_argument, 0, O_CHECK_RECORD},
         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     kvq_verify_opts o = kvq_verify_opts_default();
@@ -201,6 +204,7 @@ int main(int argc, char **argv) {
         case O_KV_BOUNDARY: o.kv_policy.boundary = 1; break;
         case O_KV_SEED: if (parse_size("--kv-seed", optarg, &v)) return 2; o.kv_policy.seed = v; break;
         case O_NO_KV: o.no_kv = 1; break;
+        case O_GPU: o.backend = kvq_backend_cuda_new; break;
         case O_PPL:
             if (kvq_verify_parse_delta(optarg, &o.limits.max_ppl_delta, &o.limits.ppl_delta_rel, &err)) {
                 fprintf(stderr, "kvq-verify: --max-ppl-delta: %s\n", err.msg);

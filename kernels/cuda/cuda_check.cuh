@@ -13,6 +13,10 @@ static inline kvq_status cu_fail(kvq_err *err, cudaError_t e, const char *what) 
     return kvq_err_set(err, e == cudaErrorMemoryAllocation ? KVQ_ERR_NOMEM : KVQ_ERR_IO, "cuda: %s: %s", what,
                        cudaGetErrorString(e));
 }
+/** The stream the forward-pass launchers use (kernels/cuda/graph.cu): the legacy default
+ *  stream until kvq_cuda_stream_init makes the library's own (capturable) one. */
+cudaStream_t kvq_cuda_stream(void);
+
 #define CU_TRY(call)                                                   \
     do {                                                               \
         cudaError_t e_ = (call);                                       \

@@ -1,7 +1,7 @@
 // GPU decoder for HyperQuant-coded weights (Rice mode): uploads a tensor's compact blobs
 // once, then decodes it to fp32/bf16 on the device, one lane per random-access group, or
 // computes y = W·x without materializing W. Plain C header (no CUDA or JSON types), so C
-// code and the no-CUDA stub (tests/cuda_stub.c) share it. Layout: kernels/hq_layout.h;
+// code and the no-CUDA stub (kernels/cuda/no_cuda.c) share it. Layout: kernels/hq_layout.h;
 // design and exactness argument: docs/CUDA.md.
 #ifndef KVQ_CUDA_HQ_DECODE_H
 #define KVQ_CUDA_HQ_DECODE_H

@@ -2,7 +2,7 @@
 // the CPU runtime holds, uploaded once; y = W·x with the activation rotated once per input
 // (one block per tile column: sign flip + in-shared-memory Walsh–Hadamard, the CPU's butterfly
 // order) and one warp per output row reading 16 codes per lane per step (coalesced 256-byte
-// segments of nibbles). Plain C header: C callers and tests/cuda_stub.c share it.
+// segments of nibbles). Plain C header: C callers and kernels/cuda/no_cuda.c share it.
 #ifndef KVQ_CUDA_HQX_H
 #define KVQ_CUDA_HQX_H
 
@@ -27,10 +27,26 @@ size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t);
  *  device pointers. int8 = 0: float activations (the CPU exact mode within rounding);
  *  1: int8 activations per tile and dp4a (the CPU int8 mode within rounding). */
 kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, int int8, kvq_err *err);
+/** Y (n_tok, ·) = X (n_tok, cols) · Wᵀ with int8 activations prepared inside the product
+ *  (kernels/cuda/hqx_fused.cu: no rotation kernel; one launch per kvq_cuda_hqx_fused_tokens
+ *  tokens): rows [0, rows) of each output row, row stride ldy; accumulate = 1 adds the
+ *  product to Y. Device pointers, the library's stream. Results: the CPU int8 mode's within
+ *  float rounding. */
+kvq_status kvq_cuda_hqx_matmul(kvq_cuda_hqx *t, const float *d_x, int n_tok, float *d_y, int64_t ldy, int accumulate,
+                               kvq_err *err);
+/** The same for up to 3 tensors of equal cols read in one launch (fused q/k/v, gate/up):
+ *  part p writes rows row0[p].. of Y. */
+kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
+                                     float *d_y, int64_t ldy, int accumulate, kvq_err *err);
+/** Tokens one fused launch takes for t (its shared-memory budget), 0 when none fits. */
+int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t);
+/** Raises the fused product's shared-memory limit (once; before capturing a graph). */
+kvq_status kvq_cuda_hqx_fused_init(kvq_err *err);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);
 /** Median time in ms of reps launches of the product alone (rotation included), by CUDA
- *  events, on random activations in device buffers the call allocates. */
+ *  events, on random activations in device buffers the call allocates. int8: 0 float, 1 int8
+ *  (kvq_cuda_hqx_matvec), 1 + n: the batched int8 product on n tokens (kvq_cuda_hqx_matmul). */
 kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kvq_err *err);
 
 #ifdef __cplusplus

@@ -14,29 +14,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx.h"
-
-struct kvq_cuda_hqx {
-    kvq_hqx h;           // host copy of the scalars; array pointers below are device pointers
-    uint8_t *q, *cb, *scode;
-    uint64_t *hb;
-    float *scale, *lut, *zero, *xr, *xs, *sx;
-    int8_t *xq;
-    int32_t *s8;
-    uint32_t *esc_row, *esc;
-    size_t bytes;
-};
-
-struct Dev {
-    const uint8_t *q, *cb, *scode;
-    const uint64_t *hb;
-    const float *scale, *lut, *zero, *xr, *xs, *sx;
-    const int8_t *xq;
-    const int32_t *s8;
-    const uint32_t *esc_row, *esc;
-    int64_t rows, cols, cols_p;
-    int T, vbits, np, off, m, e8, rotate, a2;
-    uint64_t seed;
-};
+#include "kernels/cuda/hqx_dev.cuh"
 
 // int8 activations as the CPU's kvq_hqx_prep makes them: per tile amax, sx = amax/127,
 // xq = rint(xr·(127/amax)) clamped to ±127, and the sums of each 8-vector (s8).
@@ -290,6 +268,7 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
         if (e == cudaSuccess) e = cudaMalloc((void **)&t->sx, sizeof(float) * (size_t)(w->cols_p / w->tile));
         if (e == cudaSuccess) e = cudaMalloc((void **)&t->xq, (size_t)w->cols_p);
         if (e == cudaSuccess) e = cudaMalloc((void **)&t->s8, sizeof(int32_t) * (size_t)(w->cols_p / 8));
+        if (e == cudaSuccess) e = cudaMalloc((void **)&t->fs, kvq_cuda_hqx_fused_scratch(w->cols_p, w->tile));
         if (e != cudaSuccess) s = cu_fail(err, e, "cudaMalloc(scratch)");
     }
     if (s) { kvq_cuda_hqx_free(t); return s; }
@@ -300,7 +279,7 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
 extern "C" void kvq_cuda_hqx_free(kvq_cuda_hqx *t) {
     if (!t) return;
     void *p[] = {t->q, t->hb, t->cb, t->scode, t->lut, t->scale, t->zero, t->esc_row, t->esc, t->xr, t->xs,
-                 t->sx, t->xq, t->s8};
+                 t->sx, t->xq, t->s8, t->fs};
     for (void *x : p)
         if (x) cudaFree(x);
     free(t);
@@ -308,31 +287,17 @@ extern "C" void kvq_cuda_hqx_free(kvq_cuda_hqx *t) {
 
 extern "C" size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t) { return t ? t->bytes : 0; }
 
-static Dev dev_of(const kvq_cuda_hqx *t) {
-    Dev d;
-    d.q = t->q; d.cb = t->cb; d.scode = t->scode; d.hb = t->hb;
-    d.scale = t->scale; d.lut = t->lut; d.zero = t->zero; d.xr = t->xr; d.xs = t->xs;
-    d.sx = t->sx; d.xq = t->xq; d.s8 = t->s8;
-    d.esc_row = t->esc_row; d.esc = t->esc;
-    d.rows = t->h.rows; d.cols = t->h.cols; d.cols_p = t->h.cols_p;
-    d.T = t->h.tile; d.vbits = t->h.vbits; d.np = kvq_hqx_planes(t->h.vbits);
-    d.off = t->h.rotate ? kvq_hqx_off(t->h.vbits) : 0;
-    d.m = kvq_hqx_mult(t->h.lat); d.e8 = t->h.lat == KVQ_HQ_LAT_E8;
-    d.rotate = t->h.rotate; d.a2 = t->h.lat == KVQ_HQ_LAT_A2; d.seed = t->h.seed;
-    return d;
-}
-
 extern "C" kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, int int8, kvq_err *err) {
     Dev d = dev_of(t);
     const int T = t->h.tile;
-    hqx_rotate<<<(unsigned)(t->h.cols_p / T), T, sizeof(float) * T>>>(d, d_x, t->xr, t->xs, int8 ? t->xq : NULL, t->sx,
+    hqx_rotate<<<(unsigned)(t->h.cols_p / T), T, sizeof(float) * T, kvq_cuda_stream()>>>(d, d_x, t->xr, t->xs, int8 ? t->xq : NULL, t->sx,
                                                                        t->s8);
     CU_LAUNCHED("hqx_rotate");
     if (int8) {
-        hqx_gemv_i8<<<(unsigned)((t->h.rows + 3) / 4), 128>>>(d, d_y);
+        hqx_gemv_i8<<<(unsigned)((t->h.rows + 3) / 4), 128, 0, kvq_cuda_stream()>>>(d, d_y);
         CU_LAUNCHED("hqx_gemv_i8");
     } else {
-        hqx_gemv<<<(unsigned)((t->h.rows + 3) / 4), 128>>>(d, d_y);
+        hqx_gemv<<<(unsigned)((t->h.rows + 3) / 4), 128, 0, kvq_cuda_stream()>>>(d, d_y);
         CU_LAUNCHED("hqx_gemv");
     }
     return KVQ_OK;
@@ -357,10 +322,11 @@ extern "C" kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x
 
 extern "C" kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kvq_err *err) {
     float *dx = NULL, *dy = NULL;
-    CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * (size_t)t->h.cols));
-    CU_TRY(cudaMalloc((void **)&dy, sizeof(float) * (size_t)t->h.rows));
+    const int nt = int8 >= 2 ? int8 - 1 : 1; // the batched product's tokens
+    CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * (size_t)t->h.cols * nt));
+    CU_TRY(cudaMalloc((void **)&dy, sizeof(float) * (size_t)t->h.rows * nt));
     { // random activations (zeros would skip nothing here, but keep the timing honest)
-        std::vector<float> hx((size_t)t->h.cols);
+        std::vector<float> hx((size_t)t->h.cols * nt);
         uint64_t z = 12345;
         for (auto &v : hx) { z = z * 6364136223846793005ull + 1442695040888963407ull; v = (float)((int64_t)(z >> 33) % 2001 - 1000) / 1000.0f; }
         CU_TRY(cudaMemcpy(dx, hx.data(), sizeof(float) * hx.size(), cudaMemcpyHostToDevice));
@@ -372,7 +338,7 @@ extern "C" kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, dou
     kvq_status s = KVQ_OK;
     for (int r = 0; r < reps + 3 && !s; r++) {
         cudaEventRecord(a);
-        s = kvq_cuda_hqx_matvec(t, dx, dy, int8, err);
+        s = int8 >= 2 ? kvq_cuda_hqx_matmul(t, dx, nt, dy, t->h.rows, 0, err) : kvq_cuda_hqx_matvec(t, dx, dy, int8, err);
         cudaEventRecord(b);
         cudaEventSynchronize(b);
         float f = 0.0f;

@@ -58,6 +58,10 @@ typedef struct kvq_backend_ops {
     kvq_status (*mat_adopt)(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *err);
     /** Frees the backend's copy (not the host arrays). */
     void (*mat_release)(kvq_backend *b, kvq_mat *w);
+    /** A forward chunk of T tokens at pos begins (after the embeddings' upload): a device
+     *  backend may replay a captured graph of the ops that follow (logits: the chunk ends
+     *  with the lm_head product). */
+    void (*step)(kvq_backend *b, int T, int pos, int logits);
     /** Every matrix adopted: sizes scratch for max_batch tokens. */
     kvq_status (*ready)(kvq_backend *b, kvq_err *err);
     /** y (T, w->rows) = x (T, w->cols) · Wᵀ. */

@@ -178,6 +178,7 @@ static void add(kvq_backend *b, float *x, const float *y, size_t n) {
 }
 
 static kvq_status sync(kvq_backend *b, kvq_err *err) { (void)b; (void)err; return KVQ_OK; }
+static void step(kvq_backend *b, int T, int pos, int logits) { (void)b; (void)T; (void)pos; (void)logits; }
 
 static size_t scratch_bytes(const kvq_backend *b) {
     const cpu *c = (const cpu *)b;
@@ -191,7 +192,7 @@ static size_t kv_bytes(const kvq_backend *b) { (void)b; return 0; }
 
 static const kvq_backend_ops cpu_ops = {
     .name = "cpu", .host = 1, .destroy = destroy, .alloc = alloc, .release = release, .upload = copy,
-    .download = copy, .mat_adopt = mat_adopt, .mat_release = mat_release, .ready = ready, .matmul = matmul,
+    .download = copy, .mat_adopt = mat_adopt, .mat_release = mat_release, .step = step, .ready = ready, .matmul = matmul,
     .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .silu_mul = silu_mul,
     .add = add, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
 };

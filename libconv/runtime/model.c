@@ -44,6 +44,7 @@ struct kvq_model {
     float *xh;            // host embeddings of a chunk (== x on a host backend)
     float *lg;            // device backends: logits of a chunk
     size_t lg_cap;
+    float *lg1;           // device backends: logits of one token (a decode step; fixed for graphs)
 };
 
 kvq_model_opts kvq_model_opts_default(void) {
@@ -210,7 +211,8 @@ static kvq_status alloc_arena(kvq_model *m) {
     for (int i = 0; i < 9; i++)
         if (!(*bufs[i] = m->be->ops->alloc(m->be, B * sizes[i]))) return KVQ_ERR_NOMEM;
     if (m->be->ops->host) m->xh = m->x;
-    else if (!(m->xh = malloc(sizeof(float) * B * d))) return KVQ_ERR_NOMEM;
+    else if (!(m->xh = malloc(sizeof(float) * B * d)) || !(m->lg1 = m->be->ops->alloc(m->be, m->a.vocab_size)))
+        return KVQ_ERR_NOMEM;
     return KVQ_OK;
 }
 
@@ -378,8 +380,8 @@ void kvq_model_close(kvq_model *m) {
     VFREE(m->final_norm);
     VFREE(m->inv_freq);
     kvq_weights_close(m->src);
-    float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h, m->lg};
-    for (int i = 0; i < 10; i++) VFREE(bufs[i]);
+    float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h, m->lg, m->lg1};
+    for (int i = 0; i < 11; i++) VFREE(bufs[i]);
 #undef VFREE
     if (m->be && !m->be->ops->host) free(m->xh);
     if (m->cache) m->cache->ops->free(m->cache);
@@ -438,6 +440,7 @@ void kvq_model_memory(const kvq_model *m, kvq_model_mem *o) {
         o->held += 2 * d * 4 + (L->q_norm ? 2 * (size_t)m->a.head_dim * 4 : 0) + (L->qkv_bias ? (size_t)m->qkv_dim * 4 : 0);
     }
     o->scratch = m->be->ops->scratch_bytes(m->be);
+    if (!m->be->ops->host) o->device = o->held - m->embed.held;
     const kvq_kvcache *c = m->cache;
     o->kv = c ? (size_t)(c->ops->bits_per_element(c) / 8.0 * 2.0 * c->n_layers * c->n_kv_heads * c->head_dim *
                          (double)c->max_ctx)
@@ -487,6 +490,7 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
         else memcpy(x, (float *)m->embed.data + (size_t)tok[t] * d, sizeof(float) * d);
     }
     if ((r = op->upload(be, m->x, m->xh, (size_t)T * d, err))) return r;
+    op->step(be, T, pos, logits != NULL);
     for (int l = 0; l < a->n_layers; l++) {
         layer *L = &m->L[l];
         op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, d, eps);
@@ -515,7 +519,8 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
         const size_t V = a->vocab_size;
         const int n = all_logits ? T : 1;
         float *out = logits;
-        if (!op->host) { // the device writes its own buffer, copied out below
+        if (!op->host && n == 1) out = m->lg1;
+        else if (!op->host) { // the device writes its own buffer, copied out below
             if (m->lg_cap < (size_t)n * V) {
                 op->release(be, m->lg);
                 m->lg_cap = 0;

@@ -71,6 +71,8 @@ typedef struct {
     size_t dense;         // matrices held as fp32/bf16
     size_t scratch;       // activation scratch of the products (packed and dense bf16)
     size_t kv;            // the KV cache at its capacity (bits per element × positions)
+    size_t device;        // a device backend: weight bytes in device memory (all but the
+                          // embedding table, which is looked up on the host); 0 on the CPU
 } kvq_model_mem;
 void kvq_model_memory(const kvq_model *m, kvq_model_mem *out);
 void kvq_model_set_threads(kvq_model *m, int n_threads);

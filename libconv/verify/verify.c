@@ -292,6 +292,7 @@ static kvq_status open_model(const char *path, const kvq_verify_opts *o, const c
     kvq_model_opts mo = kvq_model_opts_default();
     mo.n_threads = o->n_threads;
     mo.max_ctx = o->proto.ctx;
+    mo.backend = o->backend;
     kvq_status s = kvq_model_open(path, &mo, m, err);
     if (s || !kv) return s;
     const kvq_arch *a = kvq_model_arch(*m);

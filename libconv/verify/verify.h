@@ -61,6 +61,9 @@ typedef struct {
     kvq_verify_limits limits;
     void (*progress)(void *ud, const kvq_verify_progress *p);
     void *progress_ud;
+    /** Backend both models run on (kvq_model_opts.backend); NULL: the CPU. A device backend
+     *  runs no KV codec (set no_kv, or the codec is refused). */
+    kvq_status (*backend)(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err);
 } kvq_verify_opts;
 
 /** Defaults: the cards' protocol (ctx 512, non-overlapping, no BOS, all but first

@@ -62,11 +62,12 @@ int main(int argc, char **argv) {
     double bw = 0;
     if (kvq_cuda_copy_bandwidth((size_t)1 << 30, 20, &bw, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     printf("device: %s; copy bandwidth %.0f GB/s (1 GiB device-to-device, read+write)\n", name, bw / 1e9);
+    if (argc > 1 && !strcmp(argv[1], "--copy-only")) return 0;
     const char *def[] = {"4096x4096", "1024x4096", "14336x4096", "4096x14336", "8192x8192", "16384x16384"};
     int ns = argc > 1 ? argc - 1 : 6;
     const char *codecs[] = {"hyperquant:e8:4.0", "hyperquant:e8:3.0", "rtn:4:g128"};
-    printf("| shape | codec | stored bits/w | held bits/w | width | int8 ms | float ms | int8 GB/s | of copy BW |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
+    printf("| shape | codec | stored bits/w | held bits/w | width | int8 ms | float ms | batched int8 ms (1 tok) | "
+           "batched (8 tok) | int8 GB/s | of copy BW |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int si = 0; si < ns; si++) {
         const char *sh = argc > 1 ? argv[si + 1] : def[si];
         long long rows = 0, cols = 0;
@@ -79,15 +80,16 @@ int main(int argc, char **argv) {
             double sb = 0, ms = 0;
             if (pack_one(codecs[ci], x, rows, cols, &w, &sb)) return 1;
             kvq_cuda_hqx *t = NULL;
-            double msf = 0;
+            double msf = 0, msb = 0, ms8 = 0;
             if (kvq_cuda_hqx_upload(&w, &t, &err) || kvq_cuda_hqx_time(t, 50, 1, &ms, &err) ||
-                kvq_cuda_hqx_time(t, 50, 0, &msf, &err)) {
+                kvq_cuda_hqx_time(t, 50, 0, &msf, &err) || kvq_cuda_hqx_time(t, 50, 2, &msb, &err) ||
+                kvq_cuda_hqx_time(t, 50, 9, &ms8, &err)) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
             }
             double bytes = (double)kvq_cuda_hqx_bytes(t) + 4.0 * (double)(cols + rows) + 1.0 * (double)w.cols_p;
-            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.0f | %.0f %% |\n", sh, codecs[ci], sb,
-                   8.0 * (double)kvq_cuda_hqx_bytes(t) / (double)(rows * cols), w.vbits, ms, msf,
+            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.4f | %.4f | %.0f | %.0f %% |\n", sh, codecs[ci], sb,
+                   8.0 * (double)kvq_cuda_hqx_bytes(t) / (double)(rows * cols), w.vbits, ms, msf, msb, ms8,
                    bytes / (ms * 1e-3) / 1e9, 100.0 * bytes / (ms * 1e-3) / bw);
             fflush(stdout);
             kvq_cuda_hqx_free(t);

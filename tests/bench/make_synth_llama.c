@@ -30,7 +30,16 @@ static kvq_tensor make(char *name, int64_t rows, int64_t cols, uint64_t *rng) {
     int64_t n = cols ? rows * cols : rows;
     uint16_t *b = malloc(2 * (size_t)n);
     if (!b) { fprintf(stderr, "make_synth_llama: out of memory for %s\n", name); exit(1); }
-    for (int64_t i = 0; i < n; i++) b[i] = kvq_f32_to_bf16(cols ? (float)(0.02 * gauss(rng)) : 1.0f);
+    // chunks of 2^20 values, each from its own splitmix stream seeded by (tensor draw, chunk),
+    // so the threads fill the tensor in parallel and the values do not depend on their number
+    const uint64_t base = rng_next(rng);
+    const int64_t chunk = 1 << 20, nc = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t c = 0; c < nc; c++) {
+        uint64_t s = base ^ (0x9E3779B97F4A7C15ull * (uint64_t)(c + 1));
+        const int64_t e = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+        for (int64_t i = c * chunk; i < e; i++) b[i] = kvq_f32_to_bf16(cols ? (float)(0.02 * gauss(&s)) : 1.0f);
+    }
     kvq_tensor t = {name, KVQ_DTYPE_BF16, cols ? 2 : 1, {rows, cols}, b, 2 * (size_t)n};
     if (!cols) t.shape[1] = 0;
     return t;

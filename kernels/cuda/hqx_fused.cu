@@ -1,0 +1,354 @@
+// Batched int8 product from the hqx layout (hqx.h): Y (T, rows) = X (T, cols) · Wᵀ in two
+// launches per group of up to 8 tokens. The first prepares the activations as kvq_hqx_prep
+// does (signs of the tile column, the per-tile Walsh–Hadamard in the CPU's butterfly order,
+// √3 on A2's even coordinates, int8 per tile: sx = amax/127 and the 8-vector sums s8; RTN:
+// the tile sums xs), one warp per tile, into a scratch of the tensor; the second copies them
+// into each block's shared memory and its 8 warps take rows in turn. (Preparing inside every
+// block instead cost a serial chain of ~1 µs per tile per warp: measured 71 µs for a 16384 ×
+// 2048 E8 product against 40 µs for bf16.) In a row, lane l takes chunks l, l+32, ... (64 coordinates: 32 bytes of
+// nibbles, the bit-plane words, the coset byte), decodes them to signed bytes once and meets
+// every token's int8 activation with 16 dp4a; per tile the integer sum is scaled by
+// scale·sx. Escapes are spread over the lanes. The float sums run in another order than the
+// CPU's, so results equal the CPU int8 mode's within rounding (and a code one step apart
+// where a rounding boundary falls differently).
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/hqx_dev.cuh"
+
+#define FB 256        // threads per block
+#define FW (FB / 32)  // warps per block
+#define TGMAX 8       // tokens per launch at most
+#define SMEM_BUDGET (200 * 1024)
+
+static __host__ __device__ inline size_t al16(size_t b) { return (b + 15) & ~(size_t)15; }
+
+// Shared-memory layout for tg tokens of cols_p coordinates in tiles of T.
+struct Lay {
+    size_t sx, xs, s8, xq, total;
+};
+static __host__ __device__ inline Lay lay(int64_t cols_p, int T, int tg) {
+    Lay l;
+    const size_t tiles = (size_t)(cols_p / T);
+    l.sx = 0;
+    l.xs = l.sx + al16(sizeof(float) * tiles * tg);
+    l.s8 = l.xs + al16(sizeof(float) * tiles * tg);
+    l.xq = l.s8 + al16(sizeof(int32_t) * (size_t)(cols_p / 8) * tg);
+    l.total = l.xq + al16((size_t)cols_p * tg);
+    return l;
+}
+
+__device__ __forceinline__ uint32_t spread4f(uint32_t nib4) { return (nib4 * 0x00204081u) & 0x01010101u; }
+
+// Prepares one token's activation, one warp per tile: lane l holds coordinates lR..lR+R−1
+// (R = T/32) in registers; butterfly stages h < R run inside a lane, h >= R across lanes by
+// shuffles (the pair (i, i+h): a+b to i, a−b to i+h, in the CPU's order h = 1, 2, 4, ...), so
+// the floats equal kvq_hqx_prep's. Then amax and the tile sum by shuffles, the int8 codes and
+// the 8-vector sums into shared memory.
+template <int R>
+__device__ __forceinline__ void prep_tile(const Dev &d, const float *__restrict__ x, int8_t *xq, float *sx, float *xs,
+                                          int32_t *s8, int lane, int64_t j) {
+    constexpr int T = 32 * R;
+    {
+        float v[R];
+        const int64_t base = j * T + (int64_t)lane * R;
+#pragma unroll
+        for (int r = 0; r < R; r++) v[r] = base + r < d.cols ? x[base + r] : 0.0f;
+        if (d.rotate) {
+            const uint64_t w = kvq_hq_sign_word(d.seed, (uint64_t)j, (uint64_t)((lane * R) / 64));
+            const int sh = (lane * R) % 64;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if ((w >> (sh + r)) & 1) v[r] = -v[r];
+#pragma unroll
+            for (int h = 1; h < R; h <<= 1)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (!(r & h)) {
+                        const float a = v[r], b = v[r + h];
+                        v[r] = __fadd_rn(a, b);
+                        v[r + h] = __fsub_rn(a, b);
+                    }
+#pragma unroll
+            for (int h = R; h < T; h <<= 1) {
+                const int lm = h / R;
+                const bool top = !(lane & lm);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const float o = __shfl_xor_sync(0xffffffffu, v[r], lm);
+                    v[r] = top ? __fadd_rn(v[r], o) : __fsub_rn(o, v[r]);
+                }
+            }
+            if (d.a2)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (!((lane * R + r) & 1)) v[r] = __fmul_rn(v[r], KVQ_HQ_SQRT3_F);
+        }
+        float a = 0.0f, s = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) { a = fmaxf(a, fabsf(v[r])); s += v[r]; }
+        for (int o = 16; o > 0; o >>= 1) {
+            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        }
+        const bool ok = a > 0.0f && isfinite(a);
+        const float inv = ok ? __fdiv_rn(127.0f, a) : 0.0f;
+        if (lane == 0) { sx[j] = ok ? __fdiv_rn(a, 127.0f) : 0.0f; xs[j] = s; }
+        int qs = 0, q8 = 0;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float f = __fmul_rn(v[r], inv);
+            const int q = f >= 127.0f ? 127 : f <= -127.0f ? -127 : (f == f ? __float2int_rn(f) : 0);
+            xq[base + r] = (int8_t)q;
+            q8 += q;
+            if constexpr (R >= 8)
+                if ((r & 7) == 7) { s8[(base + r) / 8] = q8; q8 = 0; }
+            qs += q;
+        }
+        if constexpr (R < 8) { // an 8-vector spans 8/R lanes
+            for (int o = 1; o < 8 / R; o <<= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
+            if ((lane % (8 / R)) == 0) s8[base / 8] = qs;
+        }
+    }
+}
+
+#define MAXP 3 // row blocks (fused q/k/v, gate/up) in one launch
+
+// The parts of one launch: each its own tensor (rotation, tile), scratch and output rows.
+struct Parts {
+    Dev d[MAXP];
+    const unsigned char *fs[MAXP];
+    float *y[MAXP];  // output of part p (its first row), row stride ldy
+    int nb[MAXP];    // blocks of the main kernel per part
+    int n;
+};
+
+// Kernel 1: the activations of tg tokens into each part's scratch (the layout lay(cols_p, T,
+// tg)), one warp per (tile, token, part).
+__global__ void __launch_bounds__(FB) hqx_prep_i8(const __grid_constant__ Parts P, const float *__restrict__ x, int tg) {
+    const int pi = blockIdx.z;
+    const Dev &d = P.d[pi];
+    unsigned char *scratch = (unsigned char *)P.fs[pi];
+    const Lay L = lay(d.cols_p, d.T, tg);
+    const int lane = threadIdx.x & 31, t = blockIdx.y;
+    const int64_t cp = d.cols_p, tiles = cp / d.T, j = (int64_t)blockIdx.x * FW + (threadIdx.x >> 5);
+    if (j >= tiles) return;
+    const float *xt = x + (int64_t)t * d.cols;
+    int8_t *q = (int8_t *)(scratch + L.xq) + (int64_t)t * cp;
+    float *a = (float *)(scratch + L.sx) + t * tiles, *b = (float *)(scratch + L.xs) + t * tiles;
+    int32_t *c = (int32_t *)(scratch + L.s8) + (int64_t)t * (cp / 8);
+    switch (d.T) {
+    case 64: prep_tile<2>(d, xt, q, a, b, c, lane, j); break;
+    case 128: prep_tile<4>(d, xt, q, a, b, c, lane, j); break;
+    case 256: prep_tile<8>(d, xt, q, a, b, c, lane, j); break;
+    case 512: prep_tile<16>(d, xt, q, a, b, c, lane, j); break;
+    default: prep_tile<32>(d, xt, q, a, b, c, lane, j); break;
+    }
+}
+
+// One chunk's codes as signed bytes (lo: coordinates 0..31, hi: 32..63) and its scalars.
+struct Chunk {
+    uint32_t lo[8], hi[8], cbb;
+    float sc, z;
+    int64_t jt;
+    bool zp;
+};
+
+__device__ __forceinline__ void load_chunk(const Dev &d, int64_t row, int64_t c, int64_t cpr, int64_t tiles,
+                                           uint32_t offb, Chunk &k) {
+    const int64_t g = row * cpr + c;
+    if (d.vbits == 8) {
+        const uint4 *p = (const uint4 *)(d.q + g * 64);
+        const uint4 a = __ldg(p), b = __ldg(p + 1), e = __ldg(p + 2), f = __ldg(p + 3);
+        const uint32_t w[16] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, e.x, e.y, e.z, e.w, f.x, f.y, f.z, f.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) { k.lo[i] = w[i] ^ 0x80808080u; k.hi[i] = w[8 + i] ^ 0x80808080u; }
+    } else {
+        const uint4 *p = (const uint4 *)(d.q + g * 32);
+        const uint4 a = __ldg(p), b = __ldg(p + 1);
+        const uint32_t r[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) { k.lo[i] = r[i] & 0x0F0F0F0Fu; k.hi[i] = (r[i] >> 4) & 0x0F0F0F0Fu; }
+        for (int pl = 0; pl < d.np; pl++) {
+            const uint64_t wd = __ldg(d.hb + g * d.np + pl);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                k.lo[i] |= spread4f((uint32_t)(wd >> (4 * i)) & 15u) << (4 + pl);
+                k.hi[i] |= spread4f((uint32_t)(wd >> (32 + 4 * i)) & 15u) << (4 + pl);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) { k.lo[i] = __vsub4(k.lo[i], offb); k.hi[i] = __vsub4(k.hi[i], offb); }
+    }
+    k.cbb = d.e8 ? __ldg(d.cb + g) : 0u;
+    k.jt = (c * 64) / d.T;
+    const int64_t tix = row * tiles + k.jt;
+    k.sc = d.scode ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);
+    k.zp = d.zero && (c * 64) % d.T == 0;
+    k.z = k.zp ? __ldg(d.zero + tix) : 0.0f;
+}
+
+__device__ __forceinline__ void use_chunk(const Dev &d, const Chunk &k, int64_t c, int tg, int64_t cp, int64_t tiles,
+                                          const int8_t *xq, const int32_t *s8, const float *sx, const float *xs,
+                                          float *acc) {
+#pragma unroll
+    for (int t = 0; t < TGMAX; t++) {
+        if (t >= tg) break;
+        const int4 *xp = (const int4 *)(xq + (int64_t)t * cp + c * 64);
+        const int4 x0 = xp[0], x1 = xp[1], x2 = xp[2], x3 = xp[3];
+        int dot = 0;
+        dot = __dp4a((int)k.lo[0], x0.x, dot); dot = __dp4a((int)k.lo[1], x0.y, dot);
+        dot = __dp4a((int)k.lo[2], x0.z, dot); dot = __dp4a((int)k.lo[3], x0.w, dot);
+        dot = __dp4a((int)k.lo[4], x1.x, dot); dot = __dp4a((int)k.lo[5], x1.y, dot);
+        dot = __dp4a((int)k.lo[6], x1.z, dot); dot = __dp4a((int)k.lo[7], x1.w, dot);
+        dot = __dp4a((int)k.hi[0], x2.x, dot); dot = __dp4a((int)k.hi[1], x2.y, dot);
+        dot = __dp4a((int)k.hi[2], x2.z, dot); dot = __dp4a((int)k.hi[3], x2.w, dot);
+        dot = __dp4a((int)k.hi[4], x3.x, dot); dot = __dp4a((int)k.hi[5], x3.y, dot);
+        dot = __dp4a((int)k.hi[6], x3.z, dot); dot = __dp4a((int)k.hi[7], x3.w, dot);
+        int D = d.m * dot;
+        if (k.cbb) {
+            const int32_t *s = s8 + (int64_t)t * (cp / 8) + c * 8;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                if ((k.cbb >> i) & 1) D += s[i];
+        }
+        acc[t] = fmaf(k.sc * sx[t * tiles + k.jt], (float)D, acc[t]);
+        if (k.zp) acc[t] = fmaf(k.z, xs[t * tiles + k.jt], acc[t]);
+    }
+}
+
+__device__ __forceinline__ void finish_row(const Dev &d, int64_t row, int lane, int tg, int64_t cp, int64_t tiles,
+                                           const int8_t *xq, const float *sx, float *acc, float *y, int64_t ldy,
+                                           int accumulate) {
+    const uint32_t e0 = __ldg(d.esc_row + row), e1 = __ldg(d.esc_row + row + 1);
+    for (uint32_t e = e0 + lane; e < e1; e += 32) {
+        const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
+        const int64_t jt = col / d.T, tix = row * tiles + jt;
+        const float sc = d.scode ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);
+        const int dl = d.m * kvq_hqx_esc_delta(en);
+        for (int t = 0; t < tg; t++)
+            acc[t] = fmaf(sc * sx[t * tiles + jt], (float)(dl * (int)xq[(int64_t)t * cp + col]), acc[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < TGMAX; t++) {
+        if (t >= tg) break;
+        float s = acc[t];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) {
+            float *o = y + (int64_t)t * ldy + row;
+            *o = accumulate ? __fadd_rn(*o, s) : s;
+        }
+    }
+}
+
+// Kernel 2: block (b, p) serves part p when b < nb[p]: the prepared activations into shared
+// memory, then rows in turn, two per warp at a time (both rows' loads in flight together).
+__global__ void __launch_bounds__(FB) hqx_fused_i8(const __grid_constant__ Parts P, int tg, int64_t ldy, int accumulate) {
+    const int pi = blockIdx.y;
+    if ((int)blockIdx.x >= P.nb[pi]) return;
+    const Dev &d = P.d[pi];
+    extern __shared__ __align__(16) unsigned char sm[];
+    const Lay L = lay(d.cols_p, d.T, tg);
+    const uint4 *src = (const uint4 *)P.fs[pi];
+    for (size_t i = threadIdx.x; i < L.total / 16; i += FB) ((uint4 *)sm)[i] = __ldg(src + i);
+    __syncthreads();
+    const float *sx = (const float *)(sm + L.sx), *xs = (const float *)(sm + L.xs);
+    const int32_t *s8 = (const int32_t *)(sm + L.s8);
+    const int8_t *xq = (const int8_t *)(sm + L.xq);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t cp = d.cols_p, tiles = cp / d.T, cpr = cp / 64, stride = (int64_t)P.nb[pi] * FW;
+    const uint32_t offb = d.vbits == 8 ? 0u : (uint32_t)d.off * 0x01010101u;
+    float *y = P.y[pi];
+    for (int64_t r0 = (int64_t)blockIdx.x * FW + warp; r0 < d.rows; r0 += 2 * stride) {
+        const int64_t r1 = r0 + stride;
+        const bool two = r1 < d.rows;
+        float a0[TGMAX], a1[TGMAX];
+#pragma unroll
+        for (int t = 0; t < TGMAX; t++) { a0[t] = 0.0f; a1[t] = 0.0f; }
+        for (int64_t c = lane; c < cpr; c += 32) {
+            Chunk k0, k1;
+            load_chunk(d, r0, c, cpr, tiles, offb, k0);
+            if (two) load_chunk(d, r1, c, cpr, tiles, offb, k1);
+            use_chunk(d, k0, c, tg, cp, tiles, xq, s8, sx, xs, a0);
+            if (two) use_chunk(d, k1, c, tg, cp, tiles, xq, s8, sx, xs, a1);
+        }
+        finish_row(d, r0, lane, tg, cp, tiles, xq, sx, a0, y, ldy, accumulate);
+        if (two) finish_row(d, r1, lane, tg, cp, tiles, xq, sx, a1, y, ldy, accumulate);
+    }
+}
+
+static int g_sms = 0;
+
+extern "C" size_t kvq_cuda_hqx_fused_scratch(int64_t cols_p, int tile) { return lay(cols_p, tile, TGMAX).total; }
+
+extern "C" int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t) {
+    for (int tg = TGMAX; tg > 1; tg--)
+        if (lay(t->h.cols_p, t->h.tile, tg).total <= SMEM_BUDGET) return tg;
+    return lay(t->h.cols_p, t->h.tile, 1).total <= SMEM_BUDGET ? 1 : 0;
+}
+
+extern "C" kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) {
+    if (g_sms) return KVQ_OK;
+    int dev = 0;
+    CU_TRY(cudaGetDevice(&dev));
+    CU_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
+    CU_TRY(cudaFuncSetAttribute(hqx_fused_i8, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BUDGET));
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
+                                               int n_tok, float *d_y, int64_t ldy, int accumulate, kvq_err *err) {
+    kvq_status s = kvq_cuda_hqx_fused_init(err);
+    if (s) return s;
+    if (n < 1 || n > MAXP) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: %d parts (1..%d)", n, MAXP);
+    int tgm = TGMAX;
+    int64_t all_rows = 0, max_tiles = 0;
+    for (int p = 0; p < n; p++) {
+        const int tg = kvq_cuda_hqx_fused_tokens(t[p]);
+        if (!tg) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: %lld columns exceed the fused product's shared memory",
+                                    (long long)t[p]->h.cols_p);
+        if (t[p]->h.tile < 64 || t[p]->h.tile > 1024 || (t[p]->h.tile & (t[p]->h.tile - 1)))
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: tile %d (the fused product takes 64..1024)", t[p]->h.tile);
+        if (t[p]->h.cols != t[0]->h.cols)
+            return kvq_err_set(err, KVQ_ERR_ARG, "cuda: parts of one product differ in columns");
+        tgm = tg < tgm ? tg : tgm;
+        all_rows += t[p]->h.rows;
+        const int64_t tl = t[p]->h.cols_p / t[p]->h.tile;
+        max_tiles = tl > max_tiles ? tl : max_tiles;
+    }
+    for (int t0 = 0; t0 < n_tok; t0 += tgm) {
+        const int tg = n_tok - t0 < tgm ? n_tok - t0 : tgm;
+        Parts P;
+        size_t smem = 0;
+        int max_nb = 1;
+        for (int p = 0; p < n; p++) {
+            P.d[p] = dev_of(t[p]);
+            P.fs[p] = t[p]->fs;
+            P.y[p] = d_y + (int64_t)t0 * ldy + row0[p];
+            const size_t sb = lay(t[p]->h.cols_p, t[p]->h.tile, tg).total;
+            smem = sb > smem ? sb : smem;
+        }
+        const int per_sm = (int)(SMEM_BUDGET / smem) < 4 ? (int)(SMEM_BUDGET / smem) : 4;
+        const int64_t cap = (int64_t)g_sms * (per_sm > 0 ? per_sm : 1);
+        for (int p = 0; p < n; p++) { // the SMs shared by rows
+            int64_t nb = (t[p]->h.rows + FW - 1) / FW, share = (cap * t[p]->h.rows + all_rows - 1) / all_rows;
+            if (nb > share) nb = share;
+            P.nb[p] = (int)(nb > 0 ? nb : 1);
+            max_nb = P.nb[p] > max_nb ? P.nb[p] : max_nb;
+        }
+        P.n = n;
+        hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), FB, 0, kvq_cuda_stream()>>>(
+            P, d_x + (int64_t)t0 * t[0]->h.cols, tg);
+        CU_LAUNCHED("hqx_prep_i8");
+        hqx_fused_i8<<<dim3((unsigned)max_nb, (unsigned)n), FB, smem, kvq_cuda_stream()>>>(P, tg, ldy, accumulate);
+        CU_LAUNCHED("hqx_fused_i8");
+    }
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_hqx_matmul(kvq_cuda_hqx *t, const float *d_x, int n_tok, float *d_y, int64_t ldy,
+                                         int accumulate, kvq_err *err) {
+    const int64_t r0 = 0;
+    return kvq_cuda_hqx_matmul_parts(&t, 1, &r0, d_x, n_tok, d_y, ldy, accumulate, err);
+}

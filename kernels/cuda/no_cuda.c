@@ -1,0 +1,91 @@
+// Stand-in for build/libkvqcuda.a when the project is built without nvcc: every entry
+// point of kernels/cuda/hq_decode.h, hqx.h and ops.h reports "built without CUDA", so the GPU suites
+// (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) still link and skip.
+#include "kernels/cuda/hq_decode.h"
+#include "kernels/cuda/hqx.h"
+#include "kernels/cuda/ops.h"
+
+#define NO_CUDA(err) kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "built without CUDA (nvcc not found at build time)")
+
+int kvq_cuda_device_count(char *why, size_t n) {
+    if (why && n) snprintf(why, n, "built without CUDA (nvcc not found at build time)");
+    return 0;
+}
+void kvq_cuda_device_name(char *buf, size_t size) { if (size) buf[0] = 0; }
+kvq_status kvq_cuda_hq_upload(const kvq_cuda_hq_desc *d, const void *codes, size_t codes_size, const void *norms,
+                              size_t norms_size, const void *offsets, size_t offsets_size, kvq_cuda_hq **out,
+                              kvq_err *err) {
+    *out = NULL;
+    return NO_CUDA(err);
+}
+void kvq_cuda_hq_free(kvq_cuda_hq *t) { (void)t; }
+size_t kvq_cuda_hq_compact_bytes(const kvq_cuda_hq *t) { return 0; }
+kvq_status kvq_cuda_hq_decode(kvq_cuda_hq *t, void *d_out, kvq_cuda_dtype dtype, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hq_matvec(kvq_cuda_hq *t, const float *d_x, float *d_y, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hq_check(kvq_cuda_hq *t, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hq_decode_host(kvq_cuda_hq *t, void *h_out, kvq_cuda_dtype dtype, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hq_matvec_host(kvq_cuda_hq *t, const float *h_x, float *h_y, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_malloc(void **d, size_t size, kvq_err *err) {
+    *d = NULL;
+    return NO_CUDA(err);
+}
+void kvq_cuda_free(void *d) { (void)d; }
+kvq_status kvq_cuda_copy(void *dst, const void *src, size_t size, int to_device, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_memset(void *d, int byte, size_t size, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_sync(kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_copy_bandwidth(size_t size, int reps, double *bps, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, kvq_err *err) {
+    *out = NULL;
+    return NO_CUDA(err);
+}
+void kvq_cuda_hqx_free(kvq_cuda_hqx *t) { (void)t; }
+size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t) { return 0; }
+kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, int int8, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_rmsnorm(float *y, const float *x, const float *w, int rows, int n, float eps, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_rope(float *x, int T, int n_heads, int head_dim, int rot_dim, int pos, const int *d_pos,
+                         const float *inv_freq, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_qkv_split(const float *qkv, const float *bias, float *q, float *k, float *v, int T, int q_dim,
+                              int kv_dim, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_silu_mul(float *h, const float *gu, int T, int ffn, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_add(float *x, const float *y, size_t n, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_dense_matmul(const void *w, int bf16, const float *x, float *y, int T, int64_t cols, int64_t rows,
+                                 int accumulate, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, float *kc, float *vc, float *out, int T,
+                              int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
+                              kvq_err *err) {
+    return NO_CUDA(err);
+}
+int kvq_cuda_attention_max_ctx(int head_dim) { return 0; }
+kvq_status kvq_cuda_attention_init(int head_dim, int max_ctx, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_stream_init(kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_copy_async(void *dst, const void *src, size_t size, int to_device, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_stream_sync(kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_capture_begin(kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_capture_end(int abort, void **graph, kvq_err *err) {
+    *graph = NULL;
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_graph_launch(void *graph, kvq_err *err) { return NO_CUDA(err); }
+void kvq_cuda_graph_free(void *graph) { (void)graph; }
+kvq_status kvq_cuda_hqx_matmul(kvq_cuda_hqx *t, const float *d_x, int n_tok, float *d_y, int64_t ldy, int accumulate,
+                               kvq_err *err) {
+    return NO_CUDA(err);
+}
+int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t) { return 0; }
+kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
+                                     float *d_y, int64_t ldy, int accumulate, kvq_err *err) {
+    return NO_CUDA(err);
+}

@@ -1,0 +1,72 @@
+// The GPU forward pass's operations (one per kernels/cuda/*.cu), as extern "C" launchers on
+// the default stream: every pointer is device memory, activations are fp32 row-major
+// (tokens × width), results are the CPU kernels' (kernels/cpu) within float rounding. Each
+// launcher returns KVQ_OK or the launch error naming the kernel. Plain C header, shared by
+// the GPU backend (libconv/runtime/backend_cuda.c), the tests and kernels/cuda/no_cuda.c.
+#ifndef KVQ_CUDA_OPS_H
+#define KVQ_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps) for rows r of n floats (y may be x). */
+kvq_status kvq_cuda_rmsnorm(float *y, const float *x, const float *w, int rows, int n, float eps, kvq_err *err);
+/** Rotates the first rot_dim coordinates of each head of x (T, n_heads, head_dim) in
+ *  halves (x_i, x_{i+rot/2}) by angle (pos + t)·inv_freq[i], cos/sin of the fp32 angle in
+ *  double, as kvq_rope. d_pos: NULL, or a device int the kernel reads pos from instead (a
+ *  captured graph replayed at later positions; likewise for attention). */
+kvq_status kvq_cuda_rope(float *x, int T, int n_heads, int head_dim, int rot_dim, int pos, const int *d_pos,
+                         const float *inv_freq, kvq_err *err);
+/** Splits fused rows (T, q_dim + 2·kv_dim) into q, k, v, adding bias (NULL: none). */
+kvq_status kvq_cuda_qkv_split(const float *qkv, const float *bias, float *q, float *k, float *v, int T, int q_dim,
+                              int kv_dim, kvq_err *err);
+/** h (T, ffn) = silu(gate)·up over fused rows gu (T, 2·ffn) = (gate | up). */
+kvq_status kvq_cuda_silu_mul(float *h, const float *gu, int T, int ffn, kvq_err *err);
+/** x += y over n floats. */
+kvq_status kvq_cuda_add(float *x, const float *y, size_t n, kvq_err *err);
+
+/** y (T, rows) = x (T, cols) · Wᵀ for a dense row-major W (rows, cols), bf16 (bf16 = 1) or
+ *  fp32 values, fp32 accumulation; W read once per 8 tokens; accumulate = 1: y += the product. */
+kvq_status kvq_cuda_dense_matmul(const void *w, int bf16, const float *x, float *y, int T, int64_t cols, int64_t rows,
+                                 int accumulate, kvq_err *err);
+
+/** Attention with an fp32 KV cache per layer, kc/vc (n_kv_heads, max_ctx, head_dim):
+ *  stores k, v (T, n_kv_heads·head_dim) at positions [pos, pos+T), then out (T, n_heads·
+ *  head_dim) = softmax(q·Kᵀ·scale)·V with token t attending to [0, pos+t] (GQA: query head
+ *  h reads KV head h / (n_heads / n_kv_heads)). */
+kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, float *kc, float *vc, float *out, int T,
+                              int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
+                              kvq_err *err);
+/** Largest max_ctx kvq_cuda_attention supports for head_dim (its scores live in shared memory). */
+int kvq_cuda_attention_max_ctx(int head_dim);
+/** Prepares the attention kernel for contexts up to max_ctx (call before capturing a graph). */
+kvq_status kvq_cuda_attention_init(int head_dim, int max_ctx, kvq_err *err);
+
+// ---- the stream and CUDA graphs (kernels/cuda/graph.cu). A decode step is ~20 launches per
+// layer; captured once as a graph and replayed (positions read from device memory), the
+// launch overhead is paid once per step instead of per kernel.
+/** Creates the library's stream (once per process); every launcher above and the hqx
+ *  products use it from then on. */
+kvq_status kvq_cuda_stream_init(kvq_err *err);
+/** Copies on the stream (ordered with the launches); to_device 1: host to device. */
+kvq_status kvq_cuda_copy_async(void *dst, const void *src, size_t size, int to_device, kvq_err *err);
+/** Waits for the stream. */
+kvq_status kvq_cuda_stream_sync(kvq_err *err);
+/** Starts capturing the stream's launches (they are recorded, not run). */
+kvq_status kvq_cuda_capture_begin(kvq_err *err);
+/** Ends the capture; *graph: an executable graph (free with kvq_cuda_graph_free), or NULL
+ *  when abort is set (a launch failed while capturing). */
+kvq_status kvq_cuda_capture_end(int abort, void **graph, kvq_err *err);
+kvq_status kvq_cuda_graph_launch(void *graph, kvq_err *err);
+void kvq_cuda_graph_free(void *graph);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,348 @@
+// The GPU backend against the CPU: each kernels/cuda op against its CPU reference on seeded
+// random inputs, then whole models (every oracle checkpoint, every shared model, .kvq files
+// converted here with HyperQuant E8 4.0/3.0 and RTN 4, embeddings packed too) run by
+// kvq_model_forward on both backends: logits within 1e-3 relative (fp32 activations give
+// ~1e-6), the transformers oracles within 1e-3, greedy text equal for 32 tokens, and GPU
+// prefill equal to GPU token-by-token decode. Skips (with the reason) without a device.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "kernels/cuda/hq_decode.h"
+#include "kernels/cuda/ops.h"
+#include "libconv/convert/convert.h"
+#include "libconv/runtime/backend.h"
+#include "libconv/runtime/model.h"
+#include "tests/testrng.h"
+
+#define TINY "tests/models/kvq-tiny-llama"
+
+static const char *shared(void) {
+    const char *s = getenv("KVQ_SHARED");
+    return s && *s ? s : "../shared";
+}
+static int is_dir(const char *p) { struct stat s; return stat(p, &s) == 0 && S_ISDIR(s.st_mode); }
+static int exists(const char *p) { struct stat s; return stat(p, &s) == 0; }
+
+static int have_gpu(void) {
+    char why[256];
+    if (kvq_cuda_device_count(why, sizeof why) > 0) return 1;
+    printf("  skip: %s\n", why);
+    return 0;
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) { d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); r += (double)b[i] * b[i]; }
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
+static void *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(sz > 0 ? sz : 1);
+    if (fread(p, 1, sz, f) != (size_t)sz) { free(p); fclose(f); return NULL; }
+    fclose(f);
+    *n = sz;
+    return p;
+}
+
+// ---- device buffers
+static float *dev(const float *h, size_t n) {
+    void *d = NULL;
+    kvq_err e = {0};
+    if (kvq_cuda_malloc(&d, sizeof(float) * (n ? n : 1), &e)) fail_msg("%s", e.msg);
+    if (h && kvq_cuda_copy(d, h, sizeof(float) * n, 1, &e)) fail_msg("%s", e.msg);
+    return d;
+}
+static void back(float *h, const float *d, size_t n) {
+    kvq_err e = {0};
+    if (kvq_cuda_sync(&e) || kvq_cuda_copy(h, d, sizeof(float) * n, 0, &e)) fail_msg("%s", e.msg);
+}
+static float *rnd(uint64_t *r, size_t n, float s) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = s * (float)gauss(r);
+    return p;
+}
+#define OK(call)                                                   \
+    do {                                                           \
+        kvq_err e_ = {0};                                          \
+        if ((call) != KVQ_OK) fail_msg("%s: %s", #call, e_.msg);   \
+    } while (0)
+#define E (&e_)
+
+static void test_ops(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    uint64_t r;
+    r = 7;
+    { // rmsnorm
+        const int rows = 5, n = 200;
+        float *x = rnd(&r, rows * n, 2), *w = rnd(&r, n, 1), *y = malloc(sizeof(float) * rows * n),
+              *g = malloc(sizeof(float) * rows * n);
+        for (int i = 0; i < rows; i++) kvq_rmsnorm_ref(y + i * n, x + i * n, w, n, 1e-5f);
+        float *dx = dev(x, rows * n), *dw = dev(w, n);
+        OK(kvq_cuda_rmsnorm(dx, dx, dw, rows, n, 1e-5f, E));
+        back(g, dx, rows * n);
+        printf("  rmsnorm rel %.3g\n", rel_err(g, y, rows * n));
+        assert_true(rel_err(g, y, rows * n) < 1e-6);
+        free(x); free(w); free(y); free(g); kvq_cuda_free(dx); kvq_cuda_free(dw);
+    }
+    { // rope, partial rotation, llama3 scaling
+        const int T = 3, nh = 4, hd = 64, rot = 48, pos = 1000;
+        float inv[32];
+        kvq_rope_params p = {.type = KVQ_ROPE_SCALE_LLAMA3, .theta = 500000, .factor = 8, .low_freq_factor = 1,
+                             .high_freq_factor = 4, .original_max_position = 8192};
+        kvq_rope_freqs(inv, rot, &p);
+        float *x = rnd(&r, T * nh * hd, 1), *g = malloc(sizeof(float) * T * nh * hd);
+        float *dx = dev(x, T * nh * hd), *di = dev(inv, rot / 2);
+        for (int t = 0; t < T; t++) kvq_rope_ref(x + t * nh * hd, nh, hd, rot, pos + t, inv);
+        OK(kvq_cuda_rope(dx, T, nh, hd, rot, pos, NULL, di, E));
+        back(g, dx, T * nh * hd);
+        printf("  rope rel %.3g\n", rel_err(g, x, T * nh * hd));
+        assert_true(rel_err(g, x, T * nh * hd) < 1e-6);
+        free(x); free(g); kvq_cuda_free(dx); kvq_cuda_free(di);
+    }
+    { // qkv split with bias, silu_mul, add
+        const int T = 3, qd = 96, kd = 32, w = qd + 2 * kd, ffn = 50;
+        float *qkv = rnd(&r, T * w, 1), *b = rnd(&r, w, 1), *q = malloc(sizeof(float) * T * w);
+        float *dq = dev(NULL, T * qd), *dk = dev(NULL, T * kd), *dv = dev(NULL, T * kd), *dqkv = dev(qkv, T * w),
+              *db = dev(b, w);
+        OK(kvq_cuda_qkv_split(dqkv, db, dq, dk, dv, T, qd, kd, E));
+        back(q, dq, T * qd);
+        back(q + T * qd, dk, T * kd);
+        back(q + T * qd + T * kd, dv, T * kd);
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < w; i++) {
+                float want = qkv[t * w + i] + b[i];
+                float got = i < qd ? q[t * qd + i] : i < qd + kd ? q[T * qd + t * kd + i - qd] : q[T * qd + T * kd + t * kd + i - qd - kd];
+                assert_true(got == want);
+            }
+        float *gu = rnd(&r, T * 2 * ffn, 3), *h = malloc(sizeof(float) * T * ffn), *hg = malloc(sizeof(float) * T * ffn);
+        for (int t = 0; t < T; t++) kvq_silu_mul_ref(h + t * ffn, gu + t * 2 * ffn, gu + t * 2 * ffn + ffn, ffn);
+        float *dgu = dev(gu, T * 2 * ffn), *dh = dev(NULL, T * ffn);
+        OK(kvq_cuda_silu_mul(dh, dgu, T, ffn, E));
+        back(hg, dh, T * ffn);
+        assert_true(rel_err(hg, h, T * ffn) < 1e-6);
+        OK(kvq_cuda_add(dh, dh, T * ffn, E));
+        back(hg, dh, T * ffn);
+        for (int i = 0; i < T * ffn; i++) assert_true(hg[i] == (float)(h[i] + h[i]) || fabsf(hg[i] - 2 * h[i]) <= 1e-6f * fabsf(h[i]));
+        free(qkv); free(b); free(q); free(gu); free(h); free(hg);
+        kvq_cuda_free(dq); kvq_cuda_free(dk); kvq_cuda_free(dv); kvq_cuda_free(dqkv); kvq_cuda_free(db);
+        kvq_cuda_free(dgu); kvq_cuda_free(dh);
+    }
+    // dense products: bf16 and fp32, vector and odd widths, 1 to 19 tokens
+    const int shapes[][3] = {{1, 256, 37}, {3, 512, 130}, {9, 264, 64}, {19, 100, 33}, {8, 1024, 300}};
+    for (int s = 0; s < 5; s++)
+        for (int bf = 0; bf < 2; bf++) {
+            const int T = shapes[s][0], cols = shapes[s][1], rows = shapes[s][2];
+            float *w = rnd(&r, (size_t)rows * cols, 1), *x = rnd(&r, (size_t)T * cols, 1);
+            float *y = malloc(sizeof(float) * T * rows), *g = malloc(sizeof(float) * T * rows);
+            uint16_t *wb = malloc(2 * (size_t)rows * cols);
+            if (bf) kvq_dtype_from_f32(KVQ_DTYPE_BF16, w, (size_t)rows * cols, wb);
+            kvq_matmul_ref(y, x, bf ? (void *)wb : (void *)w, bf ? KVQ_DTYPE_BF16 : KVQ_DTYPE_F32, T, cols, rows);
+            void *dw = NULL;
+            kvq_err e = {0};
+            if (kvq_cuda_malloc(&dw, (size_t)rows * cols * (bf ? 2 : 4), &e) ||
+                kvq_cuda_copy(dw, bf ? (void *)wb : (void *)w, (size_t)rows * cols * (bf ? 2 : 4), 1, &e))
+                fail_msg("%s", e.msg);
+            float *dx = dev(x, (size_t)T * cols), *dy = dev(NULL, (size_t)T * rows);
+            OK(kvq_cuda_dense_matmul(dw, bf, dx, dy, T, cols, rows, 0, E));
+            back(g, dy, (size_t)T * rows);
+            double re = rel_err(g, y, (size_t)T * rows);
+            printf("  dense %s T=%d %dx%d rel %.3g\n", bf ? "bf16" : "f32", T, rows, cols, re);
+            assert_true(re < 1e-5);
+            free(w); free(x); free(y); free(g); free(wb);
+            kvq_cuda_free(dw); kvq_cuda_free(dx); kvq_cuda_free(dy);
+        }
+    { // attention: GQA, prefill of T tokens after pos cached ones, against the reference
+        const int nh = 8, nkv = 2, hd = 64, max_ctx = 300, pos = 200, T = 5;
+        const float scale = 0.125f;
+        float *K = rnd(&r, (size_t)nkv * max_ctx * hd, 1), *V = rnd(&r, (size_t)nkv * max_ctx * hd, 1);
+        float *q = rnd(&r, (size_t)T * nh * hd, 1), *k = rnd(&r, (size_t)T * nkv * hd, 1), *v = rnd(&r, (size_t)T * nkv * hd, 1);
+        for (int t = 0; t < T; t++) // the reference cache: new rows at pos + t
+            for (int g = 0; g < nkv; g++) {
+                memcpy(K + ((size_t)g * max_ctx + pos + t) * hd, k + ((size_t)t * nkv + g) * hd, sizeof(float) * hd);
+                memcpy(V + ((size_t)g * max_ctx + pos + t) * hd, v + ((size_t)t * nkv + g) * hd, sizeof(float) * hd);
+            }
+        float *dK = dev(K, (size_t)nkv * max_ctx * hd), *dV = dev(V, (size_t)nkv * max_ctx * hd);
+        // overwrite the new rows on the device with garbage: the kernel must store them
+        float *junk = rnd(&r, (size_t)hd, 100);
+        for (int t = 0; t < T; t++) {
+            kvq_err e = {0};
+            kvq_cuda_copy(dK + ((size_t)1 * max_ctx + pos + t) * hd, junk, sizeof(float) * hd, 1, &e);
+        }
+        float *dq = dev(q, (size_t)T * nh * hd), *dk = dev(k, (size_t)T * nkv * hd), *dv = dev(v, (size_t)T * nkv * hd),
+              *dout = dev(NULL, (size_t)T * nh * hd);
+        OK(kvq_cuda_attention(dq, dk, dv, dK, dV, dout, T, pos, NULL, nh, nkv, hd, max_ctx, scale, E));
+        float *g = malloc(sizeof(float) * T * nh * hd), *y = malloc(sizeof(float) * T * nh * hd);
+        back(g, dout, (size_t)T * nh * hd);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < nh; h++) {
+                int kv = h / (nh / nkv);
+                kvq_attention_ref(y + ((size_t)t * nh + h) * hd, q + ((size_t)t * nh + h) * hd, K + (size_t)kv * max_ctx * hd,
+                                  V + (size_t)kv * max_ctx * hd, pos + t + 1, hd, scale);
+            }
+        printf("  attention rel %.3g\n", rel_err(g, y, (size_t)T * nh * hd));
+        assert_true(rel_err(g, y, (size_t)T * nh * hd) < 1e-5);
+        free(K); free(V); free(q); free(k); free(v); free(junk); free(g); free(y);
+        kvq_cuda_free(dK); kvq_cuda_free(dV); kvq_cuda_free(dq); kvq_cuda_free(dk); kvq_cuda_free(dv); kvq_cuda_free(dout);
+    }
+}
+
+// ---- whole models
+
+static kvq_model *open_on(const char *path, int gpu, kvq_exec ex) {
+    kvq_model_opts o = kvq_model_opts_default();
+    o.max_ctx = 256;
+    o.exec = ex;
+    o.max_batch = 32; // prefill in several chunks, each below the CPU's dense-prefill switch (64
+                      // tokens), so both backends take int8 products from the same integers
+    if (gpu) o.backend = kvq_backend_cuda_new;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
+    return m;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+// CPU and GPU logits for ids; the GPU's prefill against its own token-by-token decode;
+// greedy continuations of n_greedy tokens. ref: HF logits (or NULL). The GPU's decode steps
+// run as a captured CUDA graph replayed at each position.
+static void compare(const char *path, const int32_t *ids, int T, const float *ref, int n_greedy, kvq_exec ex) {
+    kvq_model *c = open_on(path, 0, ex), *g = open_on(path, 1, ex);
+    const int V = kvq_model_arch(c)->vocab_size;
+    float *lc = malloc(sizeof(float) * T * V), *lg = malloc(sizeof(float) * T * V), *ls = malloc(sizeof(float) * V);
+    kvq_err e = {0};
+    if (kvq_model_forward(c, ids, T, 0, lc, 1, &e) || kvq_model_forward(g, ids, T, 0, lg, 1, &e)) fail_msg("%s", e.msg);
+    double r = rel_err(lg, lc, (size_t)T * V), rh = ref ? rel_err(lg, ref, (size_t)T * V) : 0;
+    // int8 activations: a rounding boundary crossed differently (float sums in another order)
+    // moves a code by one step, so the GPU's int8 logits differ from the CPU's by about the
+    // int8 noise itself; measured here as the CPU's int8 against its exact mode
+    double noise = 0;
+    if (ex == KVQ_EXEC_INT8) {
+        kvq_model *ce = open_on(path, 0, KVQ_EXEC_EXACT);
+        float *le = malloc(sizeof(float) * T * V);
+        if (kvq_model_forward(ce, ids, T, 0, le, 1, &e)) fail_msg("%s", e.msg);
+        noise = rel_err(lc, le, (size_t)T * V);
+        kvq_model_close(ce);
+        free(le);
+    }
+    const double lim = noise > 0 ? fmax(1e-3, 2 * noise) : 1e-3;
+    double rs = 0;
+    for (int t = 0; t < T; t++) { // decode steps on the GPU
+        if (kvq_model_forward(g, ids + t, 1, t, ls, 0, &e)) fail_msg("%s", e.msg);
+        double x = rel_err(ls, lg + (size_t)t * V, V);
+        if (x > rs) rs = x;
+    }
+    int same = 0;
+    if (n_greedy) {
+        int32_t nc = argmax(lc + (size_t)(T - 1) * V, V), ng = argmax(lg + (size_t)(T - 1) * V, V);
+        for (int i = 0; i < n_greedy && nc == ng; i++, same++) {
+            if (kvq_model_forward(c, &nc, 1, T + i, lc, 0, &e) || kvq_model_forward(g, &ng, 1, T + i, lg, 0, &e))
+                fail_msg("%s", e.msg);
+            nc = argmax(lc, V);
+            ng = argmax(lg, V);
+        }
+    }
+    kvq_model_mem mm;
+    kvq_model_memory(g, &mm);
+    printf("  %-58s %-5s T=%d gpu/cpu %.3g (cpu int8/exact %.3g) gpu/hf %.3g decode/prefill %.3g greedy %d/%d "
+           "(GPU %.1f MB)\n", path, ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r, noise,
+           rh, rs, same, n_greedy, mm.device / 1e6);
+    assert_true(r <= lim);
+    assert_true(rh <= 1e-3);
+    assert_true(rs <= (noise > 0 ? lim : 1e-4)); // a graph-replayed step rounds like a prefill row
+    if (noise == 0) assert_int_equal(same, n_greedy); // int8: greedy agreement is reported only
+    kvq_model_close(c);
+    kvq_model_close(g);
+    free(lc); free(lg); free(ls);
+}
+
+static void test_oracles(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    const char *names[] = {"llama", "llama3-ropescale", "llama3-ropescale-v4config", "mistral",
+                           "phi3", "qwen2", "qwen2-v4config", "qwen3"};
+    char d[512], t[600], l[600];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(d, sizeof d, "%s/oracle/%s", shared(), names[i]);
+        if (!is_dir(d)) { printf("  skip %s: not found\n", d); continue; }
+        snprintf(t, sizeof t, "%s/tokens_i32.bin", d);
+        snprintf(l, sizeof l, "%s/logits_f32.bin", d);
+        size_t nt, nl;
+        int32_t *ids = slurp(t, &nt);
+        float *ref = slurp(l, &nl);
+        assert_non_null(ids);
+        assert_non_null(ref);
+        compare(d, ids, (int)(nt / 4), ref, 0, KVQ_EXEC_INT8);
+        free(ids); free(ref);
+    }
+}
+
+static void test_shared_and_converted(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = 1 + (i * 37) % 250; // in every shared vocabulary
+    char d[512];
+    const char *models[] = {"kvq-small-llama", "kvq-small-qwen3", "kvq-tiny-llama", "stories260K/stories260K.bin"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(d, sizeof d, "%s/models/%s", shared(), models[i]);
+        if (!exists(d)) { printf("  skip %s: not found\n", d); continue; }
+        compare(d, ids, 100, NULL, 32, KVQ_EXEC_INT8);
+    }
+    // converted files: packed HyperQuant (E8 4.0, 3.0; embeddings packed too), RTN 4
+    mkdir("build", 0755);
+    mkdir("build/tests", 0755);
+    char out[] = "build/tests/cuda-model-XXXXXX";
+    assert_non_null(mkdtemp(out));
+    snprintf(d, sizeof d, "%s/models/kvq-small-llama", shared());
+    const char *src = is_dir(d) ? d : TINY;
+    const struct { const char *spec; int emb; } conv[] = {
+        {"hyperquant:e8:4.0", 0}, {"hyperquant:e8:3.0", 1}, {"rtn:4:g128", 0}, {"hyperquant:d4:4.0", 0}};
+    for (int i = 0; i < 4; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/m%d.kvq", out, i);
+        kvq_convert_opts co = {0};
+        co.plan.weights = conv[i].spec;
+        co.plan.quantize_embeddings = conv[i].emb;
+        kvq_err e = {0};
+        if (kvq_convert(src, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+        compare(path, ids, 100, NULL, 32, KVQ_EXEC_INT8);
+        compare(path, ids, 100, NULL, 32, KVQ_EXEC_EXACT);
+        if (i == 0) compare(path, ids, 100, NULL, 0, KVQ_EXEC_DECODED);
+        remove(path);
+    }
+    rmdir(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ops),
+        cmocka_unit_test(test_oracles),
+        cmocka_unit_test(test_shared_and_converted),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
