@@ -189,11 +189,12 @@ __device__ __forceinline__ void load_chunk(const Dev &d, int64_t row, int64_t c,
     k.z = k.zp ? __ldg(d.zero + tix) : 0.0f;
 }
 
+template <int TGC>
 __device__ __forceinline__ void use_chunk(const Dev &d, const Chunk &k, int64_t c, int tg, int64_t cp, int64_t tiles,
                                           const int8_t *xq, const int32_t *s8, const float *sx, const float *xs,
                                           float *acc) {
 #pragma unroll
-    for (int t = 0; t < TGMAX; t++) {
+    for (int t = 0; t < TGC; t++) {
         if (t >= tg) break;
         const int4 *xp = (const int4 *)(xq + (int64_t)t * cp + c * 64);
         const int4 x0 = xp[0], x1 = xp[1], x2 = xp[2], x3 = xp[3];
@@ -207,17 +208,19 @@ __device__ __forceinline__ void use_chunk(const Dev &d, const Chunk &k, int64_t 
         dot = __dp4a((int)k.hi[4], x3.x, dot); dot = __dp4a((int)k.hi[5], x3.y, dot);
         dot = __dp4a((int)k.hi[6], x3.z, dot); dot = __dp4a((int)k.hi[7], x3.w, dot);
         int D = d.m * dot;
-        if (k.cbb) {
-            const int32_t *s = s8 + (int64_t)t * (cp / 8) + c * 8;
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                if ((k.cbb >> i) & 1) D += s[i];
+        if (k.cbb) { // the coset bits select 8-vector sums: two 16-byte loads, no branches
+            const int4 *sp = (const int4 *)(s8 + (int64_t)t * (cp / 8) + c * 8);
+            const int4 u = sp[0], v = sp[1];
+            const uint32_t b = k.cbb;
+            D += (b & 1u ? u.x : 0) + (b & 2u ? u.y : 0) + (b & 4u ? u.z : 0) + (b & 8u ? u.w : 0) +
+                 (b & 16u ? v.x : 0) + (b & 32u ? v.y : 0) + (b & 64u ? v.z : 0) + (b & 128u ? v.w : 0);
         }
         acc[t] = fmaf(k.sc * sx[t * tiles + k.jt], (float)D, acc[t]);
         if (k.zp) acc[t] = fmaf(k.z, xs[t * tiles + k.jt], acc[t]);
     }
 }
 
+template <int TGC>
 __device__ __forceinline__ void finish_row(const Dev &d, int64_t row, int lane, int tg, int64_t cp, int64_t tiles,
                                            const int8_t *xq, const float *sx, float *acc, float *y, int64_t ldy,
                                            int accumulate) {
@@ -231,7 +234,7 @@ __device__ __forceinline__ void finish_row(const Dev &d, int64_t row, int lane, 
             acc[t] = fmaf(sc * sx[t * tiles + jt], (float)(dl * (int)xq[(int64_t)t * cp + col]), acc[t]);
     }
 #pragma unroll
-    for (int t = 0; t < TGMAX; t++) {
+    for (int t = 0; t < TGC; t++) {
         if (t >= tg) break;
         float s = acc[t];
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -244,6 +247,8 @@ __device__ __forceinline__ void finish_row(const Dev &d, int64_t row, int lane, 
 
 // Kernel 2: block (b, p) serves part p when b < nb[p]: the prepared activations into shared
 // memory, then rows in turn, two per warp at a time (both rows' loads in flight together).
+// TGC: the tokens the accumulators hold (1: a decode step, few registers; TGMAX: batches).
+template <int TGC>
 __global__ void __launch_bounds__(FB) hqx_fused_i8(const __grid_constant__ Parts P, int tg, int64_t ldy, int accumulate) {
     const int pi = blockIdx.y;
     if ((int)blockIdx.x >= P.nb[pi]) return;
@@ -263,22 +268,36 @@ __global__ void __launch_bounds__(FB) hqx_fused_i8(const __grid_constant__ Parts
     for (int64_t r0 = (int64_t)blockIdx.x * FW + warp; r0 < d.rows; r0 += 2 * stride) {
         const int64_t r1 = r0 + stride;
         const bool two = r1 < d.rows;
-        float a0[TGMAX], a1[TGMAX];
+        float a0[TGC], a1[TGC];
 #pragma unroll
-        for (int t = 0; t < TGMAX; t++) { a0[t] = 0.0f; a1[t] = 0.0f; }
+        for (int t = 0; t < TGC; t++) { a0[t] = 0.0f; a1[t] = 0.0f; }
         for (int64_t c = lane; c < cpr; c += 32) {
             Chunk k0, k1;
             load_chunk(d, r0, c, cpr, tiles, offb, k0);
             if (two) load_chunk(d, r1, c, cpr, tiles, offb, k1);
-            use_chunk(d, k0, c, tg, cp, tiles, xq, s8, sx, xs, a0);
-            if (two) use_chunk(d, k1, c, tg, cp, tiles, xq, s8, sx, xs, a1);
+            use_chunk<TGC>(d, k0, c, tg, cp, tiles, xq, s8, sx, xs, a0);
+            if (two) use_chunk<TGC>(d, k1, c, tg, cp, tiles, xq, s8, sx, xs, a1);
         }
-        finish_row(d, r0, lane, tg, cp, tiles, xq, sx, a0, y, ldy, accumulate);
-        if (two) finish_row(d, r1, lane, tg, cp, tiles, xq, sx, a1, y, ldy, accumulate);
+        finish_row<TGC>(d, r0, lane, tg, cp, tiles, xq, sx, a0, y, ldy, accumulate);
+        if (two) finish_row<TGC>(d, r1, lane, tg, cp, tiles, xq, sx, a1, y, ldy, accumulate);
     }
 }
 
 static int g_sms = 0;
+static int g_occ[2][8]; // blocks per SM by the occupancy calculator: [tg > 1][smem / 32 KiB]
+
+// Blocks of 256 threads one SM runs at once for the instantiation and shared memory (cached).
+static int occupancy(int tg, size_t smem) {
+    const int b = smem / (32 * 1024) < 8 ? (int)(smem / (32 * 1024)) : 7, k = tg > 1;
+    if (!g_occ[k][b]) {
+        int n = 0;
+        const size_t probe = (size_t)(b + 1) * 32 * 1024 - 1 < SMEM_BUDGET ? (size_t)(b + 1) * 32 * 1024 - 1 : SMEM_BUDGET;
+        if (k) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, hqx_fused_i8<TGMAX>, FB, probe);
+        else cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, hqx_fused_i8<1>, FB, probe);
+        g_occ[k][b] = n > 0 ? n : 1;
+    }
+    return g_occ[k][b];
+}
 
 extern "C" size_t kvq_cuda_hqx_fused_scratch(int64_t cols_p, int tile) { return lay(cols_p, tile, TGMAX).total; }
 
@@ -293,7 +312,10 @@ extern "C" kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) {
     int dev = 0;
     CU_TRY(cudaGetDevice(&dev));
     CU_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
-    CU_TRY(cudaFuncSetAttribute(hqx_fused_i8, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BUDGET));
+    CU_TRY(cudaFuncSetAttribute(hqx_fused_i8<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BUDGET));
+    CU_TRY(cudaFuncSetAttribute(hqx_fused_i8<TGMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BUDGET));
+    for (int k = 0; k < 2; k++) // fill the occupancy cache now: never while a graph is being captured
+        for (int b = 0; b < 7; b++) occupancy(k ? 2 : 1, (size_t)b * 32 * 1024);
     return KVQ_OK;
 }
 
@@ -329,8 +351,8 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, c
             const size_t sb = lay(t[p]->h.cols_p, t[p]->h.tile, tg).total;
             smem = sb > smem ? sb : smem;
         }
-        const int per_sm = (int)(SMEM_BUDGET / smem) < 4 ? (int)(SMEM_BUDGET / smem) : 4;
-        const int64_t cap = (int64_t)g_sms * (per_sm > 0 ? per_sm : 1);
+        const int64_t cap = (int64_t)g_sms * occupancy(tg, smem); // one wave: no tail
+
         for (int p = 0; p < n; p++) { // the SMs shared by rows
             int64_t nb = (t[p]->h.rows + FW - 1) / FW, share = (cap * t[p]->h.rows + all_rows - 1) / all_rows;
             if (nb > share) nb = share;
@@ -341,7 +363,11 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, c
         hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), FB, 0, kvq_cuda_stream()>>>(
             P, d_x + (int64_t)t0 * t[0]->h.cols, tg);
         CU_LAUNCHED("hqx_prep_i8");
-        hqx_fused_i8<<<dim3((unsigned)max_nb, (unsigned)n), FB, smem, kvq_cuda_stream()>>>(P, tg, ldy, accumulate);
+        if (tg == 1)
+            hqx_fused_i8<1><<<dim3((unsigned)max_nb, (unsigned)n), FB, smem, kvq_cuda_stream()>>>(P, tg, ldy, accumulate);
+        else
+            hqx_fused_i8<TGMAX><<<dim3((unsigned)max_nb, (unsigned)n), FB, smem, kvq_cuda_stream()>>>(P, tg, ldy,
+                                                                                                   accumulate);
         CU_LAUNCHED("hqx_fused_i8");
     }
     return KVQ_OK;
