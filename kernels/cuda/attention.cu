@@ -1,14 +1,15 @@
 // Attention on the GPU with an fp32 KV cache (ops.h). Store: one block per (token, KV
-// head). Attend: one block of 128 threads per (query head, token): the query in shared
-// memory, each warp scores positions p ≡ warp (mod 4) (lanes split head_dim, a shuffle sum),
-// the block takes the softmax over the scores held in shared memory, then thread i sums
-// p·V[p][i] over positions for its output coordinates (coalesced rows of V).
+// head). Attend: one block of 256 threads per (query head, token): the query in shared
+// memory, one thread per position for the scores (K rows read with 16-byte loads), the
+// softmax over the scores held in shared memory, then warp w sums the positions p ≡ w (mod 8)
+// with lanes across head_dim (coalesced rows of V) and the 8 partial sums meet in shared
+// memory.
 #include <math.h>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/ops.h"
 
-#define ATT_THREADS 128
+#define ATT_THREADS 256
 #define ATT_SMEM_MAX (227 * 1024) // H100's opt-in shared memory per block
 #define ATT_MAX_HD 512
 
@@ -24,7 +25,7 @@ __global__ void kv_store_k(const float *__restrict__ k, const float *__restrict_
 __global__ void __launch_bounds__(ATT_THREADS) attend_k(const float *__restrict__ q, const float *__restrict__ kc,
                                                         const float *__restrict__ vc, float *__restrict__ out, int pos,
                                                         const int *dpos, int n_heads, int n_kv, int hd, int max_ctx, float scale) {
-    extern __shared__ float sm[]; // q (hd), scores (n_ctx), the warps' partial outputs (4, hd)
+    extern __shared__ float sm[]; // q (hd), scores (n_ctx), the warps' partial outputs (8, hd)
     __shared__ float red[ATT_THREADS / 32];
     if (dpos) pos = *dpos;
     const int h = blockIdx.x, t = blockIdx.y, g = h / (n_heads / n_kv);
@@ -72,13 +73,13 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_k(const float *__restrict_
     z = 0.0f;
     for (int k = 0; k < nw; k++) z += red[k];
     const float inv = 1.0f / z;
-    // out: warp w sums positions p ≡ w (mod 4), lane l coordinates l, l+32, ... (rows of V read
+    // out: warp w sums positions p ≡ w (mod 8), lane l coordinates l, l+32, ... (rows of V read
     // whole by a warp), then the warps' partial sums meet in shared memory
     float *part = s + n_ctx; // (nw, hd), after the scores
     float o[ATT_MAX_HD / 32];
 #pragma unroll
     for (int k = 0; k < ATT_MAX_HD / 32; k++) o[k] = 0.0f;
-#pragma unroll 4
+#pragma unroll 8
     for (int p = warp; p < n_ctx; p += nw) {
         const float sp = s[p], *vr = V + (int64_t)p * hd;
 #pragma unroll

@@ -189,34 +189,52 @@ __device__ __forceinline__ void load_chunk(const Dev &d, int64_t row, int64_t c,
     k.z = k.zp ? __ldg(d.zero + tix) : 0.0f;
 }
 
+// One chunk's dot product with a token's int8 activation (x0..x3: its 64 codes).
+__device__ __forceinline__ int dot64(const Chunk &k, const int4 &x0, const int4 &x1, const int4 &x2, const int4 &x3) {
+    int dot = 0;
+    dot = __dp4a((int)k.lo[0], x0.x, dot); dot = __dp4a((int)k.lo[1], x0.y, dot);
+    dot = __dp4a((int)k.lo[2], x0.z, dot); dot = __dp4a((int)k.lo[3], x0.w, dot);
+    dot = __dp4a((int)k.lo[4], x1.x, dot); dot = __dp4a((int)k.lo[5], x1.y, dot);
+    dot = __dp4a((int)k.lo[6], x1.z, dot); dot = __dp4a((int)k.lo[7], x1.w, dot);
+    dot = __dp4a((int)k.hi[0], x2.x, dot); dot = __dp4a((int)k.hi[1], x2.y, dot);
+    dot = __dp4a((int)k.hi[2], x2.z, dot); dot = __dp4a((int)k.hi[3], x2.w, dot);
+    dot = __dp4a((int)k.hi[4], x3.x, dot); dot = __dp4a((int)k.hi[5], x3.y, dot);
+    dot = __dp4a((int)k.hi[6], x3.z, dot); dot = __dp4a((int)k.hi[7], x3.w, dot);
+    return dot;
+}
+
+// The coset bits select 8-vector sums (u, v: the chunk's eight s8 values).
+__device__ __forceinline__ int coset(uint32_t b, const int4 &u, const int4 &v) {
+    return (b & 1u ? u.x : 0) + (b & 2u ? u.y : 0) + (b & 4u ? u.z : 0) + (b & 8u ? u.w : 0) + (b & 16u ? v.x : 0) +
+           (b & 32u ? v.y : 0) + (b & 64u ? v.z : 0) + (b & 128u ? v.w : 0);
+}
+
+// Chunk c of one or two rows (k0, and k1 when two) against every token: each token's
+// activation codes and 8-vector sums are read from shared memory once for both rows.
 template <int TGC>
-__device__ __forceinline__ void use_chunk(const Dev &d, const Chunk &k, int64_t c, int tg, int64_t cp, int64_t tiles,
-                                          const int8_t *xq, const int32_t *s8, const float *sx, const float *xs,
-                                          float *acc) {
+__device__ __forceinline__ void use_chunks(const Dev &d, const Chunk &k0, const Chunk &k1, bool two, int64_t c, int tg,
+                                           int64_t cp, int64_t tiles, const int8_t *xq, const int32_t *s8,
+                                           const float *sx, const float *xs, float *a0, float *a1) {
 #pragma unroll
     for (int t = 0; t < TGC; t++) {
         if (t >= tg) break;
         const int4 *xp = (const int4 *)(xq + (int64_t)t * cp + c * 64);
         const int4 x0 = xp[0], x1 = xp[1], x2 = xp[2], x3 = xp[3];
-        int dot = 0;
-        dot = __dp4a((int)k.lo[0], x0.x, dot); dot = __dp4a((int)k.lo[1], x0.y, dot);
-        dot = __dp4a((int)k.lo[2], x0.z, dot); dot = __dp4a((int)k.lo[3], x0.w, dot);
-        dot = __dp4a((int)k.lo[4], x1.x, dot); dot = __dp4a((int)k.lo[5], x1.y, dot);
-        dot = __dp4a((int)k.lo[6], x1.z, dot); dot = __dp4a((int)k.lo[7], x1.w, dot);
-        dot = __dp4a((int)k.hi[0], x2.x, dot); dot = __dp4a((int)k.hi[1], x2.y, dot);
-        dot = __dp4a((int)k.hi[2], x2.z, dot); dot = __dp4a((int)k.hi[3], x2.w, dot);
-        dot = __dp4a((int)k.hi[4], x3.x, dot); dot = __dp4a((int)k.hi[5], x3.y, dot);
-        dot = __dp4a((int)k.hi[6], x3.z, dot); dot = __dp4a((int)k.hi[7], x3.w, dot);
-        int D = d.m * dot;
-        if (k.cbb) { // the coset bits select 8-vector sums: two 16-byte loads, no branches
+        int D0 = d.m * dot64(k0, x0, x1, x2, x3), D1 = two ? d.m * dot64(k1, x0, x1, x2, x3) : 0;
+        if (k0.cbb | k1.cbb) {
             const int4 *sp = (const int4 *)(s8 + (int64_t)t * (cp / 8) + c * 8);
             const int4 u = sp[0], v = sp[1];
-            const uint32_t b = k.cbb;
-            D += (b & 1u ? u.x : 0) + (b & 2u ? u.y : 0) + (b & 4u ? u.z : 0) + (b & 8u ? u.w : 0) +
-                 (b & 16u ? v.x : 0) + (b & 32u ? v.y : 0) + (b & 64u ? v.z : 0) + (b & 128u ? v.w : 0);
+            D0 += coset(k0.cbb, u, v);
+            D1 += coset(k1.cbb, u, v);
         }
-        acc[t] = fmaf(k.sc * sx[t * tiles + k.jt], (float)D, acc[t]);
-        if (k.zp) acc[t] = fmaf(k.z, xs[t * tiles + k.jt], acc[t]);
+        const float sxv = sx[t * tiles + k0.jt]; // both rows: the same tile column
+        a0[t] = fmaf(k0.sc * sxv, (float)D0, a0[t]);
+        if (two) a1[t] = fmaf(k1.sc * sxv, (float)D1, a1[t]);
+        if (k0.zp) {
+            const float xv = xs[t * tiles + k0.jt];
+            a0[t] = fmaf(k0.z, xv, a0[t]);
+            if (two) a1[t] = fmaf(k1.z, xv, a1[t]);
+        }
     }
 }
 
@@ -275,8 +293,8 @@ __global__ void __launch_bounds__(FB) hqx_fused_i8(const __grid_constant__ Parts
             Chunk k0, k1;
             load_chunk(d, r0, c, cpr, tiles, offb, k0);
             if (two) load_chunk(d, r1, c, cpr, tiles, offb, k1);
-            use_chunk<TGC>(d, k0, c, tg, cp, tiles, xq, s8, sx, xs, a0);
-            if (two) use_chunk<TGC>(d, k1, c, tg, cp, tiles, xq, s8, sx, xs, a1);
+            else k1.cbb = 0;
+            use_chunks<TGC>(d, k0, k1, two, c, tg, cp, tiles, xq, s8, sx, xs, a0, a1);
         }
         finish_row<TGC>(d, r0, lane, tg, cp, tiles, xq, sx, a0, y, ldy, accumulate);
         if (two) finish_row<TGC>(d, r1, lane, tg, cp, tiles, xq, sx, a1, y, ldy, accumulate);

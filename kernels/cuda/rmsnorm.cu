@@ -1,10 +1,11 @@
-// RMSNorm on the GPU (ops.h): one block of 256 threads per row, fp32, the CPU's formula.
+// RMSNorm on the GPU (ops.h): one block per row (up to 1024 threads: a decode step has one
+// row of hidden_size), fp32, the CPU's formula.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/ops.h"
 
 __global__ void rmsnorm_k(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w, int n,
                           float eps) {
-    __shared__ float red[8];
+    __shared__ float red[32];
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
     float ss = 0.0f;
@@ -21,7 +22,8 @@ __global__ void rmsnorm_k(float *__restrict__ y, const float *__restrict__ x, co
 extern "C" kvq_status kvq_cuda_rmsnorm(float *y, const float *x, const float *w, int rows, int n, float eps,
                                        kvq_err *err) {
     if (rows <= 0) return KVQ_OK;
-    rmsnorm_k<<<rows, 256, 0, kvq_cuda_stream()>>>(y, x, w, n, eps);
+    const int th = n >= 4096 ? 1024 : n >= 1024 ? 256 : 128;
+    rmsnorm_k<<<rows, th, 0, kvq_cuda_stream()>>>(y, x, w, n, eps);
     CU_LAUNCHED("rmsnorm");
     return KVQ_OK;
 }
