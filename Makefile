@@ -60,18 +60,6 @@ $(BUILD)/libkvq.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-# Tools link the CUDA library (kvq-run --gpu, kvq-verify --gpu) or its stand-in (below).
-$(BUILD)/kvq-%: $(BUILD)/obj/tools/kvq-%.o $(BUILD)/libkvq.a $(CUDA_DEP)
-	$(CC) $(CFLAGS) $< $(BUILD)/libkvq.a $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
-
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libkvq.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(shell pkg-config --libs cmocka)
-
-$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(BUILD)/libkvq.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
-
 # GPU suites (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) also link the CUDA
 # library and the static CUDA runtime, or, without nvcc, kernels/cuda/no_cuda.c, which reports
 # "built without CUDA" so they still build and skip. libkvq.a comes on both sides: the GPU
@@ -83,6 +71,18 @@ else
 CUDA_DEP  := $(BUILD)/obj/kernels/cuda/no_cuda.o
 CUDA_LINK := $(CUDA_DEP)
 endif
+
+# Tools link the CUDA library (kvq-run --gpu, kvq-verify --gpu) or its stand-in (above).
+$(BUILD)/kvq-%: $(BUILD)/obj/tools/kvq-%.o $(BUILD)/libkvq.a $(CUDA_DEP)
+	$(CC) $(CFLAGS) $< $(BUILD)/libkvq.a $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libkvq.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(shell pkg-config --libs cmocka)
+
+$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(BUILD)/libkvq.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/test_cuda_%: $(BUILD)/obj/tests/test_cuda_%.o $(CUDA_DEP) $(BUILD)/libkvq.a
 	@mkdir -p $(dir $@)
