@@ -111,6 +111,10 @@ static void test_fast_expf(void **st) {
     assert_true(mx < 3e-7);
     assert_true(kvq_fast_expf(0.0f) == 1.0f);
     assert_true(kvq_fast_expf(-1000.0f) == 0.0f);
+    // NaN in, NaN out; infinities saturate (no float-to-int conversion of NaN: UBSan-clean)
+    assert_true(isnan(kvq_fast_expf(NAN)));
+    assert_true(kvq_fast_expf(-INFINITY) == 0.0f);
+    assert_true(kvq_fast_expf(INFINITY) == kvq_fast_expf(88.0f));
 }
 
 static void test_swiglu(void **st) {

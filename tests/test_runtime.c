@@ -314,6 +314,13 @@ static void test_eval_ppl(void **st) {
     p.ctx = 3;
     assert_int_equal(kvq_eval_tokens(m, NULL, bad, 3, &p, NULL, NULL, &ra, NULL, &e), KVQ_ERR_ARG);
     assert_non_null(strstr(e.msg, "index 1"));
+    // an empty or too short text is an error, not a NaN perplexity (exit 0 before)
+    p = kvq_eval_protocol_card();
+    assert_int_equal(kvq_eval_tokens(m, NULL, bad, 0, &p, NULL, NULL, &ra, NULL, &e), KVQ_ERR_ARG);
+    assert_non_null(strstr(e.msg, "no window"));
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, 1, &p, NULL, NULL, &ra, NULL, &e), KVQ_ERR_ARG);
+    p.partial_last = 1;
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, 1, &p, NULL, NULL, &ra, NULL, &e), KVQ_ERR_ARG);
     kvq_model_close(m); kvq_model_close(m2);
     free(ids); free(ref);
 }

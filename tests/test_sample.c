@@ -67,8 +67,36 @@ static void test_top_p(void **st) {
     kvq_sampler_free(s);
 }
 
+// NaN logits (a checkpoint whose weights are NaN), NaN/negative/infinite temperatures, a
+// top_p below 1/vocab on a flat distribution: no out-of-bounds read, a clear result.
+static void test_hostile(void **st) {
+    (void)st;
+    kvq_sampler *s = NULL;
+    kvq_err e = {0};
+    assert_int_equal(kvq_sampler_new(NAN, 0.9f, 1, 8, &s, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_sampler_new(-1.0f, 0.9f, 1, 8, &s, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_sampler_new(INFINITY, 0.9f, 1, 8, &s, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_sampler_new(NAN, NAN, 1, 8, &s, &e), KVQ_ERR_ARG);
+    float nan8[8], flat[8], inf8[8];
+    for (int i = 0; i < 8; i++) { nan8[i] = i == 3 ? NAN : (float)i; flat[i] = 1.0f; inf8[i] = i == 5 ? INFINITY : 0.0f; }
+    const float tps[] = {1.0f, 0.9f, 1e-9f};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(kvq_sampler_new(0.8f, tps[k], 7, 8, &s, &e), KVQ_OK);
+        assert_int_equal(kvq_sample(s, nan8, 8), -1);
+        for (int i = 0; i < 50; i++) {
+            int32_t a = kvq_sample(s, flat, 8);
+            assert_true(a >= 0 && a < 8);
+        }
+        assert_int_equal(kvq_sample(s, inf8, 8), 5);
+        kvq_sampler_free(s);
+    }
+    assert_int_equal(kvq_sampler_new(0.0f, 1.0f, 7, 8, &s, &e), KVQ_OK); // greedy too
+    assert_int_equal(kvq_sample(s, nan8, 8), -1);
+    kvq_sampler_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_greedy), cmocka_unit_test(test_temperature_frequencies),
-                                       cmocka_unit_test(test_top_p)};
+                                       cmocka_unit_test(test_top_p), cmocka_unit_test(test_hostile)};
     return cmocka_run_group_tests_name("sample", tests, NULL, NULL);
 }

@@ -289,6 +289,11 @@ int main(int argc, char **argv) {
     int pos = (int)np;
     for (; produced < n_gen; produced++) {
         int32_t next = kvq_sample(smp, lg, V);
+        if (next < 0) {
+            snprintf(msg, sizeof msg, "%s: the logits at position %d are NaN (weights or activations not finite)", model, pos);
+            rc = die("%s%s", msg, "");
+            goto out_gen;
+        }
         if (next == eos) break;
         int k = kvq_tok_piece(tok, prev, next, piece, sizeof piece);
         if (k > 0) { fwrite(piece, 1, k, stdout); fflush(stdout); }

@@ -65,6 +65,9 @@ kvq_status kvq_eval_windows(kvq_model *const *m, int nm, const char *const *labe
         if (max_windows && total == max_windows) break;
         total++;
     }
+    if (!total) // an empty or too short text: refused, not a NaN perplexity
+        return kvq_err_set(err, KVQ_ERR_ARG, "%s: %zu text tokens make no window of %d tokens%s", who, n, L,
+                           p->partial_last ? "" : " (--partial scores a shorter last window)");
     int32_t *in = malloc(sizeof(int32_t) * p->ctx);
     float *lg = malloc(sizeof(float) * (size_t)C * V * (size_t)nm);
     const float **lp = malloc(sizeof(*lp) * (size_t)nm);
@@ -149,5 +152,7 @@ kvq_status kvq_eval_tokens(kvq_model *a, kvq_model *b, const int32_t *ids, size_
     if (rb) { rb->n_tokens = ra->n_tokens; rb->n_windows = nw; }
     ra->ppl = ra->n_scored ? exp(ra->nll_sum / ra->n_scored) : NAN;
     if (rb) rb->ppl = rb->n_scored ? exp(rb->nll_sum / rb->n_scored) : NAN;
+    if (!r && !ra->n_scored)
+        return kvq_err_set(err, KVQ_ERR_ARG, "eval: no position scored (%zu tokens, context %d)", ra->n_tokens, p->ctx);
     return r;
 }

@@ -43,6 +43,7 @@ kvq_status kvq_eval_text(kvq_model *a, kvq_model *b, const kvq_tokenizer *tok, c
     if (r) return r;
     if (n_text_tokens) *n_text_tokens = n;
     r = kvq_eval_tokens(a, b, ids, n, p, cb, user, ra, rb, err);
+    if (r) kvq_err_prefix(err, "%s", path);
     free(ids);
     return r;
 }

@@ -18,6 +18,8 @@ kvq_status kvq_sampler_new(float temp, float top_p, uint64_t seed, int vocab, kv
                            kvq_err *err) {
     *out = NULL;
     if (!(top_p > 0.0f && top_p <= 1.0f)) return kvq_err_set(err, KVQ_ERR_ARG, "top-p %g must be in (0, 1]", top_p);
+    if (!(temp >= 0.0f) || isinf(temp))
+        return kvq_err_set(err, KVQ_ERR_ARG, "temperature %g must be a finite number >= 0", temp);
     if (vocab <= 0) return kvq_err_set(err, KVQ_ERR_ARG, "vocabulary size %d must be positive", vocab);
     kvq_sampler *s = calloc(1, sizeof *s);
     if (!s) return kvq_err_set(err, KVQ_ERR_NOMEM, "sampler: out of memory");
@@ -61,9 +63,12 @@ static int cmp_desc(const void *a, const void *b, void *prob) {
 
 int32_t kvq_sample(kvq_sampler *s, const float *logits, int vocab) {
     KVQ_ASSERT(vocab <= s->cap);
+    for (int i = 0; i < vocab; i++)
+        if (isnan(logits[i])) return -1; // no distribution to draw from
     if (s->temp <= 0.0f) return kvq_sample_argmax(logits, vocab);
     float m = logits[0];
     for (int i = 1; i < vocab; i++) m = logits[i] > m ? logits[i] : m;
+    if (isinf(m)) return kvq_sample_argmax(logits, vocab); // +inf wins; all -inf: no mass anywhere
     double z = 0;
     for (int i = 0; i < vocab; i++) z += s->prob[i] = expf((logits[i] - m) / s->temp);
     for (int i = 0; i < vocab; i++) s->prob[i] = (float)(s->prob[i] / z);
@@ -79,6 +84,7 @@ int32_t kvq_sample(kvq_sampler *s, const float *logits, int vocab) {
     int n = 0;
     for (int i = 0; i < vocab; i++)
         if (s->prob[i] >= cut) s->idx[n++] = i;
+    if (!n) return kvq_sample_argmax(logits, vocab); // top_p < 1/vocab on a nearly flat distribution
     qsort_r(s->idx, n, sizeof(int32_t), cmp_desc, s->prob); // glibc (_GNU_SOURCE)
     double c = 0;
     int last = n - 1;

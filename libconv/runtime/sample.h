@@ -10,12 +10,14 @@
 typedef struct kvq_sampler kvq_sampler;
 
 /** temp <= 0: greedy (argmax). top_p in (0, 1]; 1 disables truncation. vocab: the
- *  largest row sample() will see. @return KVQ_ERR_ARG for top_p outside (0, 1]. */
+ *  largest row sample() will see. @return KVQ_ERR_ARG for top_p outside (0, 1] or a temperature that is NaN,
+ *  negative or infinite. */
 kvq_status kvq_sampler_new(float temp, float top_p, uint64_t seed, int vocab, kvq_sampler **out,
                            kvq_err *err);
 void kvq_sampler_free(kvq_sampler *s); // NULL is a no-op
 
-/** Draws one id from logits (vocab, not modified). */
+/** Draws one id from logits (vocab, not modified). @return the id, or -1 when a logit is NaN
+ *  (no distribution: the caller reports it). +inf logits win as in argmax. */
 int32_t kvq_sample(kvq_sampler *s, const float *logits, int vocab);
 
 /** Index of the largest value (the first one on ties). */
