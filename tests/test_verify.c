@@ -370,6 +370,16 @@ static kvq_verify_report verify_no_text(const char *path) {
     return r;
 }
 
+// A run that must refuse the file (it cannot be read as a .kvq): the error's message.
+static kvq_status verify_refused(const char *path, kvq_err *err) {
+    kvq_verify_opts o = small_opts(path, 0);
+    o.no_source = 1;
+    kvq_verify_report r;
+    kvq_status s = kvq_verify_run(&o, &r, err);
+    kvq_verify_report_free(&r);
+    return s;
+}
+
 static void test_damaged(void **state) {
     (void)state;
     char bad[160];
@@ -393,13 +403,19 @@ static void test_damaged(void **state) {
     assert_int_equal(run("%s/kvq-verify -q %s --no-source >/dev/null", g_build, bad), 1);
     assert_int_equal(run("%s/kvq-verify -q %s --no-source >/dev/null", g_build, g_rtn), 0);
 
-    // Truncated archive.
+    // Truncated archive and a 0-byte file: not readable as a .kvq, an input error (exit 2, one
+    // line on stderr naming the file, nothing on stdout), not a failed check.
     snprintf(bad, sizeof bad, "%s/trunc.kvq", g_dir);
     assert_int_equal(run("head -c 100000 %s > %s", g_rtn, bad), 0);
-    r = verify_no_text(bad);
-    assert_false(r.integrity_ok);
-    assert_true(strlen(r.integrity_msg) > 0);
-    kvq_verify_report_free(&r);
+    kvq_err er = {0};
+    assert_int_not_equal(verify_refused(bad, &er), KVQ_OK);
+    assert_non_null(strstr(er.msg, bad));
+    assert_int_equal(run("%s/kvq-verify -q %s --no-source > %s/out.txt 2> %s/err.txt", g_build, bad, g_dir, g_dir), 2);
+    assert_int_equal(run("test ! -s %s/out.txt && test $(wc -l < %s/err.txt) -eq 1", g_dir, g_dir), 0);
+    snprintf(bad, sizeof bad, "%s/zero.kvq", g_dir);
+    assert_int_equal(run(": > %s", bad), 0);
+    assert_int_equal(run("%s/kvq-verify -q %s --no-source > %s/out.txt 2> %s/err.txt", g_build, bad, g_dir, g_dir), 2);
+    assert_int_equal(run("grep -q zero.kvq %s/err.txt && test ! -s %s/out.txt", g_dir, g_dir), 0);
 
     // Manifest schema problems, each named with its JSON path (rewritten atomically).
     struct {
@@ -435,13 +451,13 @@ static void test_damaged(void **state) {
         // The library check alone...
         assert_int_equal(kvq_verify_manifest_schema(m, bad, &err) != KVQ_OK, 1);
         json_decref(m);
-        // ... and through a whole run.
-        r = verify_no_text(bad);
-        assert_false(r.integrity_ok);
-        if (!strstr(r.integrity_msg, cases[c].expect)) print_message("case %s: %s\n", cases[c].what, r.integrity_msg);
-        assert_non_null(strstr(r.integrity_msg, cases[c].expect));
-        assert_non_null(strstr(r.integrity_msg, "manifest.json"));
-        kvq_verify_report_free(&r);
+        // ... and through a whole run: refused (a manifest that breaks the schema is unreadable)
+        kvq_err e2 = {0};
+        assert_int_not_equal(verify_refused(bad, &e2), KVQ_OK);
+        if (!strstr(e2.msg, cases[c].expect)) print_message("case %s: %s\n", cases[c].what, e2.msg);
+        assert_non_null(strstr(e2.msg, cases[c].expect));
+        assert_non_null(strstr(e2.msg, "manifest.json"));
+        assert_int_equal(run("%s/kvq-verify -q %s --no-source > /dev/null 2>&1", g_build, bad), 2);
     }
     // The untouched manifest passes the schema.
     kvq_file *f;

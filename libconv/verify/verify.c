@@ -450,18 +450,20 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     kvq_file *f = NULL;
     kvq_weights *src = NULL;
     kvq_err e = {0};
+    // A file that cannot be read as a .kvq (not a zip, truncated, a manifest that breaks the
+    // schema) is an input error (the tool exits 2 with one line); a readable file whose
+    // digests disagree fails the integrity check (exit 1).
     kvq_status s = kvq_file_open(o->kvq_path, &f, &e);
-    if (s) {
-        if (!is_file_problem(s)) { *err = e; return s; }
-        integrity_fail(rep, &e);
-        thresholds(rep);
-        return KVQ_OK;
-    }
+    if (s) { *err = e; return s; }
     const json_t *man = kvq_file_manifest(f);
     json_t *mcopy = NULL;
     rep->n_entries = json_object_size(json_object_get(man, "entries"));
     progress(o, "integrity", 0, 1, t0);
-    if ((s = kvq_verify_manifest_schema(man, o->kvq_path, &e)) || (s = kvq_file_verify(f, &e))) {
+    if ((s = kvq_verify_manifest_schema(man, o->kvq_path, &e))) {
+        *err = e;
+        goto out;
+    }
+    if ((s = kvq_file_verify(f, &e))) {
         if (!is_file_problem(s)) { *err = e; goto out; }
         integrity_fail(rep, &e);
         s = KVQ_OK;
