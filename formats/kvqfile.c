@@ -488,7 +488,7 @@ static kvq_status read_manifest(kvq_file *f, zip_t *za, kvq_err *err) {
     return KVQ_OK;
 }
 
-kvq_status kvq_file_open(const char *path, kvq_file **out, kvq_err *err) {
+static kvq_status open_file(const char *path, int schema, kvq_file **out, kvq_err *err) {
     *out = NULL;
     kvq_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
@@ -530,10 +530,16 @@ kvq_status kvq_file_open(const char *path, kvq_file **out, kvq_err *err) {
     }
     kvq_status s = read_manifest(f, za, err);
     if (s == KVQ_OK) s = load_entries(f, za, err);
+    if (s == KVQ_OK && schema) s = kvq_file_check_manifest(f->manifest, path, err); // the whole meaning
     zip_discard(za);
     if (s != KVQ_OK) { kvq_file_close(f); return s; }
     *out = f;
     return KVQ_OK;
+}
+
+kvq_status kvq_file_open(const char *path, kvq_file **out, kvq_err *err) { return open_file(path, 1, out, err); }
+kvq_status kvq_file_open_container(const char *path, kvq_file **out, kvq_err *err) {
+    return open_file(path, 0, out, err);
 }
 
 void kvq_file_close(kvq_file *f) {
@@ -617,6 +623,8 @@ kvq_status kvq_file_verify(kvq_file *f, kvq_err *err) {
     return KVQ_OK;
 }
 
+static kvq_status open_file(const char *path, int schema, kvq_file **out, kvq_err *err);
+
 static int fentry_offset_cmp(const void *a, const void *b) {
     uint64_t x = (*(fentry *const *)a)->offset, y = (*(fentry *const *)b)->offset;
     return x < y ? -1 : x > y;
@@ -624,7 +632,7 @@ static int fentry_offset_cmp(const void *a, const void *b) {
 
 kvq_status kvq_file_rewrite_manifest(const char *path, json_t *manifest, kvq_err *err) {
     kvq_file *f;
-    kvq_status s = kvq_file_open(path, &f, err);
+    kvq_status s = open_file(path, 0, &f, err); // a container operation: the entries are copied as they are
     if (s != KVQ_OK) return s;
     fentry **order = malloc((f->n ? f->n : 1) * sizeof *order);
     kvq_writer *w = NULL;

@@ -55,13 +55,28 @@ void kvq_writer_abort(kvq_writer *w);
 
 typedef struct kvq_file kvq_file; // one thread at a time: entry access caches state
 
-/** Opens a .kvq: checks the archive, manifest JSON, format name and version, and
- *  that every entry in the table exists with the recorded sizes and bounds. */
+/** Opens a .kvq: checks the archive, manifest JSON, format name and version, that every
+ *  entry in the table exists with the recorded sizes and bounds, and the whole manifest
+ *  against its schema (kvq_file_check_manifest): what every tool reads a .kvq through. */
 kvq_status kvq_file_open(const char *path, kvq_file **out, kvq_err *err);
+/** The container checks only (no schema): for tests of the container layer, whose
+ *  manifests hold only the fields under test. */
+kvq_status kvq_file_open_container(const char *path, kvq_file **out, kvq_err *err);
 void kvq_file_close(kvq_file *f); // NULL is a no-op
 
 /** The parsed manifest (borrowed; valid until close). */
 const json_t *kvq_file_manifest(const kvq_file *f);
+
+/** Checks a manifest against the schema of docs/FORMAT.md (formats/kvqschema.c): required
+ *  fields and their types, the architecture, the tensor table (unique names, shapes with an
+ *  overflow-checked element count, codecs, entries present in the entry table), source,
+ *  tokenizer, KV section. kvq_file_open runs it, so every tool refuses what one refuses.
+ *  err names the first problem with its JSON path, e.g. "manifest.json: tensors[3].shape[1]:
+ *  expected a non-negative integer, got string". */
+kvq_status kvq_file_check_manifest(const json_t *manifest, const char *path, kvq_err *err);
+/** 1 when a manifest may name this weight codec (libconv/codec's table; a test keeps the two
+ *  lists equal). */
+int kvq_file_codec_known(const char *name);
 const char *kvq_file_path(const kvq_file *f);
 uint64_t kvq_file_size(const kvq_file *f);
 

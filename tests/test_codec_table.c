@@ -17,6 +17,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "formats/kvqfile.h"
 #include "libconv/codec/codec.h"
 #include "libconv/kv/kvcodec.h"
 #include "tests/testrng.h"
@@ -37,6 +38,17 @@ static void test_weight_codecs(void **state) {
     uint64_t s = 3;
     for (int64_t i = 0; i < rows * cols; i++) x[i] = (float)(0.02 * gauss(&s));
     assert_true(kvq_codec_count() >= 5);
+    // the manifest schema's list of codec names (formats/kvqschema.c) is the table's, both ways
+    const char *schema_names[] = {"none", "rtn", "hyperquant", "qet", "pq"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof schema_names / sizeof schema_names[0]; i++) {
+        assert_true(kvq_file_codec_known(schema_names[i]));
+        assert_non_null(kvq_codec_find(schema_names[i]));
+    }
+    for (int i = 0; i < kvq_codec_count(); i++) known += kvq_file_codec_known(kvq_codec_at(i)->name);
+    assert_int_equal(known, kvq_codec_count());
+    assert_int_equal(kvq_codec_count(), (int)(sizeof schema_names / sizeof schema_names[0]));
+    assert_false(kvq_file_codec_known("bogus"));
     for (int i = 0; i < kvq_codec_count(); i++) {
         const kvq_codec_traits *c = kvq_codec_at(i);
         kvq_err err = {0};

@@ -284,7 +284,7 @@ static void test_kvq_file_roundtrip(void **st) {
     assert_int_equal(kvq_kv_write_section(w, man, "hqmq:s24:r3:med3", L, H, D, 2048, 2, 1, 99, &e), KVQ_OK);
     assert_int_equal(kvq_writer_commit(w, man, &e), KVQ_OK);
     kvq_file *f = NULL;
-    assert_int_equal(kvq_file_open(path, &f, &e), KVQ_OK);
+    assert_int_equal(kvq_file_open_container(path, &f, &e), KVQ_OK);
     kvq_kvcache *a = NULL, *b = NULL;
     assert_int_equal(kvq_kv_open_from_file(f, T, 0, &a, &e), KVQ_OK);
     assert_non_null(a);

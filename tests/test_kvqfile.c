@@ -114,7 +114,7 @@ static void test_round_trip(void **state) {
 
     kvq_file *f;
     kvq_err err = {0};
-    if (kvq_file_open(fx->path, &f, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    if (kvq_file_open_container(fx->path, &f, &err) != KVQ_OK) fail_msg("%s", err.msg);
     assert_string_equal(json_string_value(json_object_get(kvq_file_manifest(f), "note")), "hello");
     int n_zstd = 0;
     for (int i = 0; i < N_ENT; i++) {
@@ -162,7 +162,7 @@ static void test_alignment(void **state) {
     write_file(fx->path, p, KVQ_FORMAT_VERSION, NULL);
     kvq_file *f;
     kvq_err err = {0};
-    assert_int_equal(kvq_file_open(fx->path, &f, &err), KVQ_OK);
+    assert_int_equal(kvq_file_open_container(fx->path, &f, &err), KVQ_OK);
     FILE *fp = fopen(fx->path, "rb");
     fseek(fp, 0, SEEK_END);
     long fsize = ftell(fp);
@@ -258,7 +258,7 @@ static void test_flipped_byte(void **state) {
     write_file(fx->path, p, KVQ_FORMAT_VERSION, NULL);
     kvq_file *f;
     kvq_err err = {0};
-    assert_int_equal(kvq_file_open(fx->path, &f, &err), KVQ_OK);
+    assert_int_equal(kvq_file_open_container(fx->path, &f, &err), KVQ_OK);
     // a raw entry (even index) with data
     const char *victim = p[4].name;
     uint64_t off = (uint64_t)json_integer_value(
@@ -270,7 +270,7 @@ static void test_flipped_byte(void **state) {
     d[off + 3] ^= 0x10;
     write_bytes(fx->path, d, n);
     free(d);
-    assert_int_equal(kvq_file_open(fx->path, &f, &err), KVQ_OK); // bounds fine; digest checked on access
+    assert_int_equal(kvq_file_open_container(fx->path, &f, &err), KVQ_OK); // bounds fine; digest checked on access
     const void *data;
     assert_int_equal(kvq_file_entry(f, p[0].name, &data, NULL, &err), KVQ_OK);
     assert_int_equal(kvq_file_entry(f, victim, &data, NULL, &err), KVQ_ERR_DIGEST);
@@ -295,7 +295,7 @@ static void test_truncated(void **state) {
         write_bytes(fx->path, d, cuts[i]);
         kvq_file *f = (kvq_file *)1;
         kvq_err err = {0};
-        kvq_status s = kvq_file_open(fx->path, &f, &err);
+        kvq_status s = kvq_file_open_container(fx->path, &f, &err);
         assert_true(s < 0);
         assert_null(f);
         assert_non_null(strstr(err.msg, "x.kvq"));
@@ -311,7 +311,7 @@ static void test_unknown_version(void **state) {
     write_file(fx->path, p, 7, NULL);
     kvq_file *f;
     kvq_err err = {0};
-    assert_int_equal(kvq_file_open(fx->path, &f, &err), KVQ_ERR_VERSION);
+    assert_int_equal(kvq_file_open_container(fx->path, &f, &err), KVQ_ERR_VERSION);
     assert_non_null(strstr(err.msg, "version 7"));
     free_payloads(p);
 }
@@ -332,18 +332,18 @@ static void test_manifest_not_json(void **state) {
         assert_int_equal(zip_close(za), 0);
         kvq_file *f;
         kvq_err err = {0};
-        assert_int_equal(kvq_file_open(fx->path, &f, &err), want[i]);
+        assert_int_equal(kvq_file_open_container(fx->path, &f, &err), want[i]);
         assert_non_null(strstr(err.msg, needle[i]));
     }
     // a directory, then not a zip at all
     kvq_file *fd;
     kvq_err derr = {0};
-    assert_int_equal(kvq_file_open(fx->dir, &fd, &derr), KVQ_ERR_IO);
+    assert_int_equal(kvq_file_open_container(fx->dir, &fd, &derr), KVQ_ERR_IO);
     assert_non_null(strstr(derr.msg, "not a regular file"));
     write_bytes(fx->path, (const uint8_t *)"hello world", 11);
     kvq_file *f;
     kvq_err err = {0};
-    assert_int_equal(kvq_file_open(fx->path, &f, &err), KVQ_ERR_FORMAT);
+    assert_int_equal(kvq_file_open_container(fx->path, &f, &err), KVQ_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "not a valid zip"));
 }
 
@@ -388,14 +388,14 @@ static void test_rewrite_manifest(void **state) {
     write_file(fx->path, p, KVQ_FORMAT_VERSION, NULL);
     kvq_file *f;
     kvq_err err = {0};
-    assert_int_equal(kvq_file_open(fx->path, &f, &err), KVQ_OK);
+    assert_int_equal(kvq_file_open_container(fx->path, &f, &err), KVQ_OK);
     json_t *m = json_deep_copy(kvq_file_manifest(f));
     kvq_file_close(f);
     json_object_set_new(m, "verification", json_pack("{s:b}", "passed", 1));
     if (kvq_file_rewrite_manifest(fx->path, m, &err) != KVQ_OK) fail_msg("%s", err.msg);
     json_decref(m);
     assert_int_equal(count_files(fx->dir), 1);
-    assert_int_equal(kvq_file_open(fx->path, &f, &err), KVQ_OK);
+    assert_int_equal(kvq_file_open_container(fx->path, &f, &err), KVQ_OK);
     assert_true(json_is_object(json_object_get(kvq_file_manifest(f), "verification")));
     for (int i = 0; i < N_ENT; i++) {
         const void *d;

@@ -449,7 +449,7 @@ static void test_damaged(void **state) {
         if (!strcmp(cases[c].what, "dtype")) json_object_set_new(t1, "source_dtype", json_string("F8"));
         assert_int_equal(kvq_file_rewrite_manifest(bad, m, &err), KVQ_OK);
         // The library check alone...
-        assert_int_equal(kvq_verify_manifest_schema(m, bad, &err) != KVQ_OK, 1);
+        assert_int_equal(kvq_file_check_manifest(m, bad, &err) != KVQ_OK, 1);
         json_decref(m);
         // ... and through a whole run: refused (a manifest that breaks the schema is unreadable)
         kvq_err e2 = {0};
@@ -463,7 +463,7 @@ static void test_damaged(void **state) {
     kvq_file *f;
     kvq_err err = {0};
     assert_int_equal(kvq_file_open(g_rtn, &f, &err), KVQ_OK);
-    assert_int_equal(kvq_verify_manifest_schema(kvq_file_manifest(f), g_rtn, &err), KVQ_OK);
+    assert_int_equal(kvq_file_check_manifest(kvq_file_manifest(f), g_rtn, &err), KVQ_OK);
     kvq_file_close(f);
 }
 
@@ -559,6 +559,57 @@ static void test_record(void **state) {
     assert_int_equal(run("%s/kvq-verify -q --check-record %s >/dev/null", g_build, q), 0);
 }
 
+// Hostile manifests (the kinds a corpus of hostile inputs found accepted): every tool reads a
+// .kvq through kvq_file_open, which checks the whole manifest, so each is refused by
+// kvq-inspect, kvq-run and kvq-verify alike: exit 2, one line on stderr naming the problem.
+static void test_hostile_manifests(void **state) {
+    (void)state;
+    const struct { const char *what, *expect; } cases[] = {
+        {"heads0", "non-positive or inconsistent sizes"}, {"vocab0", "non-positive or inconsistent sizes"},
+        {"layers", "n_layers 1048576 outside"}, {"hd0", "non-positive or inconsistent sizes"},
+        {"hdbig", "head_dim 1048576 outside"}, {"extra", "left unpacked"},
+        {"shapeneg", "shape[0]: expected a non-negative integer"}, {"shapeovf", "more than 2^40 elements"},
+        {"codec", "is not a codec this kvq knows"}, {"bytesneg", "bytes is negative"},
+        {"dtype", "source_dtype 'Q9'"},     {"kvheads", "non-positive or inconsistent sizes"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char bad[160];
+        snprintf(bad, sizeof bad, "%s/hostile_%s.kvq", g_dir, cases[c].what);
+        copy_file(g_rtn, bad);
+        json_t *m = manifest_copy(g_rtn);
+        json_t *a = json_object_get(m, "architecture"), *t = json_array_get(json_object_get(m, "tensors"), 2);
+        const char *k = cases[c].what;
+        if (!strcmp(k, "heads0")) json_object_set_new(a, "n_heads", json_integer(0));
+        if (!strcmp(k, "vocab0")) json_object_set_new(a, "vocab_size", json_integer(0));
+        if (!strcmp(k, "layers")) json_object_set_new(a, "n_layers", json_integer(1 << 20));
+        if (!strcmp(k, "extra")) json_object_set_new(a, "num_hidden_layers", json_integer(4));
+        if (!strcmp(k, "hd0")) json_object_set_new(a, "head_dim", json_integer(0));
+        if (!strcmp(k, "hdbig")) json_object_set_new(a, "head_dim", json_integer(1 << 20));
+        if (!strcmp(k, "kvheads")) json_object_set_new(a, "n_kv_heads", json_integer(3));
+        if (!strcmp(k, "shapeneg")) json_array_set_new(json_object_get(t, "shape"), 0, json_integer(-4));
+        if (!strcmp(k, "shapeovf"))
+            json_object_set_new(t, "shape", json_pack("[I,I]", (json_int_t)1 << 40, (json_int_t)1 << 40));
+        if (!strcmp(k, "codec")) json_object_set_new(json_object_get(t, "codec"), "name", json_string("bogus"));
+        if (!strcmp(k, "bytesneg")) json_object_set_new(t, "bytes", json_integer(-5));
+        if (!strcmp(k, "dtype")) json_object_set_new(t, "source_dtype", json_string("Q9"));
+        kvq_err err = {0};
+        assert_int_equal(kvq_file_rewrite_manifest(bad, m, &err), KVQ_OK);
+        json_decref(m);
+        kvq_file *f = NULL;
+        assert_int_not_equal(kvq_file_open(bad, &f, &err), KVQ_OK);
+        if (!strstr(err.msg, cases[c].expect)) print_message("case %s: %s\n", k, err.msg);
+        assert_non_null(strstr(err.msg, cases[c].expect));
+        assert_non_null(strstr(err.msg, bad));
+        const char *tools[] = {"kvq-inspect %s", "kvq-run %s -p hi -n 1", "kvq-verify %s --no-source"};
+        for (int i = 0; i < 3; i++) {
+            char cmd[512];
+            snprintf(cmd, sizeof cmd, tools[i], bad);
+            assert_int_equal(run("%s/%s > %s/out.txt 2> %s/err.txt", g_build, cmd, g_dir, g_dir), 2);
+            assert_int_equal(run("test ! -s %s/out.txt && test $(wc -l < %s/err.txt) -eq 1", g_dir, g_dir), 0);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char *a = strdup(argv[0]);
@@ -569,7 +620,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_lossless_exact),  cmocka_unit_test(test_protocol_variants),
         cmocka_unit_test(test_kv_separation),
         cmocka_unit_test(test_thresholds),      cmocka_unit_test(test_damaged),
-        cmocka_unit_test(test_record),
+        cmocka_unit_test(test_record),          cmocka_unit_test(test_hostile_manifests),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

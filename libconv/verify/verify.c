@@ -459,7 +459,7 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     json_t *mcopy = NULL;
     rep->n_entries = json_object_size(json_object_get(man, "entries"));
     progress(o, "integrity", 0, 1, t0);
-    if ((s = kvq_verify_manifest_schema(man, o->kvq_path, &e))) {
+    if ((s = kvq_file_check_manifest(man, o->kvq_path, &e))) {
         *err = e;
         goto out;
     }

@@ -177,12 +177,7 @@ json_t *kvq_verify_report_json(const kvq_verify_report *rep);
 
 // ---- pieces, exposed for tests and tools -------------------------------------
 
-/** Checks the manifest against the schema of docs/FORMAT.md: required fields and
- *  their types, the tensor table (unique names, shapes, codecs, entries present in
- *  the entry table), source, tokenizer. err names the first problem with its JSON
- *  path, e.g. "manifest.json: tensors[3].shape[1]: expected a non-negative integer,
- *  got string". */
-kvq_status kvq_verify_manifest_schema(const json_t *manifest, const char *path, kvq_err *err);
+
 
 /** KLD, Δp and top-1 agreement at one position from the source's logits (ref) and the
  *  other model's (q), each with its log-sum-exp (computed in double; kvq-verify uses

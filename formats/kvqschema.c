@@ -1,5 +1,5 @@
 // The .kvq manifest checked against its schema (docs/FORMAT.md), field by field with
-// jansson: required keys and their types, the tensor table, source, tokenizer and
+// jansson, by kvq_file_open for every tool (kvq-inspect, kvq-run, kvq-verify): required keys and their types, the tensor table, source, tokenizer and
 // the entry table's cross-references. The first problem is named with its JSON path
 // ("tensors[3].shape[1]: expected a non-negative integer, got string").
 #include <inttypes.h>
@@ -7,7 +7,7 @@
 
 #include "formats/arch.h"
 #include "formats/dtype.h"
-#include "libconv/verify/verify.h"
+#include "formats/kvqfile.h"
 
 typedef struct {
     const char *path; // file name for messages
@@ -102,7 +102,11 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
     char cat[160];
     snprintf(cat, sizeof cat, "%s ('%s').codec", at, nm);
     NEED(t, at, "codec", JSON_OBJECT, &codec);
-    NEED(codec, cat, "name", JSON_STRING, NULL);
+    const json_t *cn;
+    NEED(codec, cat, "name", JSON_STRING, &cn);
+    if (!kvq_file_codec_known(json_string_value(cn)))
+        return kvq_err_set(c->err, KVQ_ERR_UNSUPPORTED, "%s: manifest.json: %s.name '%s' is not a codec this kvq knows",
+                           c->path, cat, json_string_value(cn));
     NEED(codec, cat, "spec", JSON_STRING, NULL);
     NEED(codec, cat, "lossless", JSON_TRUE, NULL);
     v = json_object_get(codec, "params");
@@ -286,7 +290,17 @@ static kvq_status check_kv(sctx *c, const json_t *m, const json_t *entries) {
     return KVQ_OK;
 }
 
-kvq_status kvq_verify_manifest_schema(const json_t *m, const char *path, kvq_err *err) {
+// The weight codecs a manifest may name: the names of libconv/codec's table (tests/
+// test_codec_table.c checks that the two lists agree both ways).
+static const char *const known_codecs[] = {"none", "rtn", "hyperquant", "qet", "pq"};
+
+int kvq_file_codec_known(const char *name) {
+    for (size_t i = 0; i < sizeof known_codecs / sizeof known_codecs[0]; i++)
+        if (name && !strcmp(name, known_codecs[i])) return 1;
+    return 0;
+}
+
+kvq_status kvq_file_check_manifest(const json_t *m, const char *path, kvq_err *err) {
     sctx cc = {path, err}, *c = &cc;
     if (!json_is_object(m)) return bad(c, "(top level)", "an object", m);
     const json_t *v, *entries = NULL;
@@ -303,6 +317,20 @@ kvq_status kvq_verify_manifest_schema(const json_t *m, const char *path, kvq_err
         kvq_err_prefix(err, "%s: manifest.json: architecture", path);
         return s;
     }
+    // Limits no real checkpoint approaches (docs/FORMAT.md), so sizes derived from them
+    // cannot overflow or allocate absurdly before anything else is read.
+    const struct { const char *k; int64_t v, max; } lim[] = {
+        {"hidden_size", a.hidden_size, 1 << 16}, {"n_layers", a.n_layers, 1024},
+        {"n_heads", a.n_heads, 1024}, {"n_kv_heads", a.n_kv_heads, 1024},
+        {"head_dim", a.head_dim, 4096}, {"vocab_size", a.vocab_size, 1 << 22},
+        {"intermediate_size", a.intermediate_size, 1 << 20}};
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (lim[i].v < 1 || lim[i].v > lim[i].max)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest.json: architecture.%s %" PRId64 " outside [1, %" PRId64 "]",
+                               path, lim[i].k, lim[i].v, lim[i].max);
+    if (a.n_heads % a.n_kv_heads)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest.json: architecture: %d attention heads are not a multiple "
+                           "of %d key/value heads", path, a.n_heads, a.n_kv_heads);
     NEED(m, "", "recipe", JSON_OBJECT, NULL);
     if ((s = check_entries(c, m, &entries))) return s;
     if ((s = check_tensors(c, m, entries))) return s;
