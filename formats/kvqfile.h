@@ -74,6 +74,18 @@ const json_t *kvq_file_manifest(const kvq_file *f);
  *  err names the first problem with its JSON path, e.g. "manifest.json: tensors[3].shape[1]:
  *  expected a non-negative integer, got string". */
 kvq_status kvq_file_check_manifest(const json_t *manifest, const char *path, kvq_err *err);
+/** Bits per parameter of a (schema-checked) manifest, one definition for every tool:
+ *  bits_per_param = 8 · Σ tensor bytes / Σ parameters over every tensor (embeddings, norms and
+ *  lossless tensors included: what llama.cpp's "bits per weight" counts, and what a reader
+ *  compares between files); lossy_bits_per_weight = the same over the tensors a lossy codec
+ *  encoded (NaN when none). Tensor bytes are the manifest's "bytes" (payloads, including each
+ *  codec's side information); the zip's headers and the manifest are not counted. */
+typedef struct {
+    uint64_t params, bytes, lossy_params, lossy_bytes;
+    double bits_per_param, lossy_bits_per_weight;
+} kvq_bits;
+void kvq_file_bits(const json_t *manifest, kvq_bits *out);
+
 /** 1 when a manifest may name this weight codec (libconv/codec's table; a test keeps the two
  *  lists equal). */
 int kvq_file_codec_known(const char *name);

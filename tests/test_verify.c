@@ -559,6 +559,63 @@ static void test_record(void **state) {
     assert_int_equal(run("%s/kvq-verify -q --check-record %s >/dev/null", g_build, q), 0);
 }
 
+// Whole-model bits per parameter: one definition (kvq_file_bits) behind kvq-convert's summary,
+// kvq-inspect (text and JSON) and kvq-verify (report, JSON); bounded independently by the
+// entries' stored bytes (payloads without the codecs' JSON headers) and the file size.
+static void test_bits_per_param(void **state) {
+    (void)state;
+    const char *files[2] = {g_none, g_rtn};
+    for (int i = 0; i < 2; i++) {
+        kvq_file *f = NULL;
+        kvq_err err = {0};
+        assert_int_equal(kvq_file_open(files[i], &f, &err), KVQ_OK);
+        const json_t *m = kvq_file_manifest(f);
+        kvq_bits kb;
+        kvq_file_bits(m, &kb);
+        uint64_t stored = 0, params = 0, bytes = 0, fsize = 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)json_object_get(m, "entries"), k, v)
+            if (!strncmp(k, "t/", 2)) stored += (uint64_t)json_integer_value(json_object_get(v, "stored_size"));
+        size_t j;
+        json_array_foreach(json_object_get(m, "tensors"), j, v) {
+            uint64_t n = 1;
+            size_t d;
+            json_t *x;
+            json_array_foreach(json_object_get(v, "shape"), d, x) n *= (uint64_t)json_integer_value(x);
+            params += n;
+            bytes += (uint64_t)json_integer_value(json_object_get(v, "bytes"));
+        }
+        kvq_file_close(f);
+        FILE *fp = fopen(files[i], "rb");
+        fseek(fp, 0, SEEK_END);
+        fsize = (uint64_t)ftell(fp);
+        fclose(fp);
+        assert_true(kb.params == params && kb.bytes == bytes);
+        assert_true(stored <= kb.bytes && kb.bytes <= fsize);
+        assert_true(fabs(kb.bits_per_param - 8.0 * (double)bytes / (double)params) < 1e-12);
+        if (i == 0) assert_true(isnan(kb.lossy_bits_per_weight)); // lossless: no quantized tensors
+        else assert_true(kb.lossy_bits_per_weight < kb.bits_per_param); // RTN 2-bit beside bf16 embeddings
+        // kvq-inspect --json and kvq-verify --json report the same number
+        assert_int_equal(run("%s/kvq-inspect --json %s > %s/i.json", g_build, files[i], g_dir), 0);
+        assert_int_equal(run("%s/kvq-verify --json -q --no-source %s > %s/v.json", g_build, files[i], g_dir), 0);
+        char p1[200], p2[200];
+        snprintf(p1, sizeof p1, "%s/i.json", g_dir);
+        snprintf(p2, sizeof p2, "%s/v.json", g_dir);
+        json_error_t je;
+        json_t *ji = json_load_file(p1, 0, &je), *jv = json_load_file(p2, 0, &je);
+        assert_non_null(ji);
+        assert_non_null(jv);
+        double bi = json_number_value(json_object_get(json_object_get(ji, "totals"), "bits_per_param"));
+        double bv = json_number_value(json_object_get(json_object_get(jv, "tensors_summary"), "bits_per_param"));
+        if (fabs(bi - kb.bits_per_param) > 1e-9 || fabs(bv - kb.bits_per_param) > 1e-9)
+            print_message("inspect %g verify %g library %g\n", bi, bv, kb.bits_per_param);
+        assert_true(fabs(bi - kb.bits_per_param) < 1e-9 && fabs(bv - kb.bits_per_param) < 1e-9);
+        json_decref(ji);
+        json_decref(jv);
+    }
+}
+
 // Hostile manifests (the kinds a corpus of hostile inputs found accepted): every tool reads a
 // .kvq through kvq_file_open, which checks the whole manifest, so each is refused by
 // kvq-inspect, kvq-run and kvq-verify alike: exit 2, one line on stderr naming the problem.
@@ -621,6 +678,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_kv_separation),
         cmocka_unit_test(test_thresholds),      cmocka_unit_test(test_damaged),
         cmocka_unit_test(test_record),          cmocka_unit_test(test_hostile_manifests),
+        cmocka_unit_test(test_bits_per_param),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

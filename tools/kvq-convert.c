@@ -106,6 +106,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kvq-convert: %s: %zu tensors, %" PRIu64 " bytes (source weights %" PRIu64 " bytes, %.1f %%), ",
             out, sum.n_tensors, sum.bytes, sum.source_bytes,
             sum.source_bytes ? 100.0 * (double)sum.bytes / (double)sum.source_bytes : 0.0);
+    if (!isnan(sum.bits_per_param)) fprintf(stderr, "whole model %.3f bits/param, ", sum.bits_per_param);
     if (isnan(sum.bits_per_weight)) fprintf(stderr, "no lossy tensors");
     else fprintf(stderr, "%zu quantized at %.3f bits/w", sum.n_quantized, sum.bits_per_weight);
     fprintf(stderr, ", %.2f s\n", secs);

@@ -44,19 +44,15 @@ static uint64_t source_bytes(const json_t *m) {
     return n;
 }
 
-// Totals: bits_per_weight averages (stored bits / weights) over lossy tensors.
+// Totals (kvq_file_bits, the definition every tool shares): bits_per_weight over the lossy
+// tensors (null when none), bits_per_param over the whole model.
 static json_t *totals(const json_t *m, uint64_t fsize) {
-    double bits = 0, n = 0;
-    size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(m, "tensors"), i, r)
-        if (!json_is_true(json_object_get(json_object_get(r, "codec"), "lossless"))) {
-            bits += 8.0 * (double)json_integer_value(json_object_get(r, "bytes"));
-            n += (double)numel_of(r);
-        }
-    return json_pack("{s:I,s:I,s:o,s:I}", "bytes", (json_int_t)fsize, "source_bytes", (json_int_t)source_bytes(m),
-                     "bits_per_weight", n > 0 ? json_real(bits / n) : json_null(), "tensors",
-                     (json_int_t)json_array_size(json_object_get(m, "tensors")));
+    kvq_bits kb;
+    kvq_file_bits(m, &kb);
+    return json_pack("{s:I,s:I,s:o,s:o,s:I,s:I}", "bytes", (json_int_t)fsize, "source_bytes", (json_int_t)source_bytes(m),
+                     "bits_per_weight", kb.lossy_params ? json_real(kb.lossy_bits_per_weight) : json_null(),
+                     "bits_per_param", kb.params ? json_real(kb.bits_per_param) : json_null(), "params",
+                     (json_int_t)kb.params, "tensors", (json_int_t)json_array_size(json_object_get(m, "tensors")));
 }
 
 static int print_json(const kvq_file *f) {
@@ -167,8 +163,11 @@ static void print_human(const kvq_file *f) {
     }
     json_t *t = totals(m, fb);
     printf("\ntotal: %" JSON_INTEGER_FORMAT " tensors, %" PRIu64 " bytes; ", json_integer_value(json_object_get(t, "tensors")), fb);
+    if (!json_is_null(json_object_get(t, "bits_per_param")))
+        printf("whole model %.3f bits/param over %" JSON_INTEGER_FORMAT " parameters; ",
+               json_real_value(json_object_get(t, "bits_per_param")), json_integer_value(json_object_get(t, "params")));
     if (json_is_null(json_object_get(t, "bits_per_weight"))) printf("no lossy-quantized tensors\n");
-    else printf("lossy-quantized tensors average %.3f bits/w\n", json_real_value(json_object_get(t, "bits_per_weight")));
+    else printf("quantized tensors %.3f bits/w\n", json_real_value(json_object_get(t, "bits_per_weight")));
     json_decref(t);
     const json_t *kv = json_object_get(m, "kv");
     if (kv) // the KV-cache codec the model runs with (docs/KV.md)

@@ -3,6 +3,7 @@
 // KL divergence against the source under a stated protocol (weights, KV codec, both),
 // thresholds, and --record to store the result in the file. Library: libconv/verify/verify.h.
 // Exit status: 0 all checks pass, 1 a check failed (incl. integrity), 2 error.
+#include <inttypes.h>
 #include <limits.h>
 #include <getopt.h>
 #include <math.h>
@@ -101,6 +102,11 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
         printf("integrity: ok (%zu entries: digests and bounds; manifest schema; %zu tensors decode to finite values)\n",
                r->n_entries, r->n_tensors);
     else printf("integrity: FAILED: %s\n", r->integrity_msg);
+    if (!isnan(r->model_bpp)) {
+        printf("bits: whole model %.3f bits/param over %" PRIu64 " parameters", r->model_bpp, r->params);
+        if (!isnan(r->lossy_bpw)) printf("; quantized tensors %.3f bits/w", r->lossy_bpw);
+        printf("\n");
+    }
     if (r->record != KVQ_RECORD_NONE || r->require_record) printf("record: %s\n", r->record_msg);
     if (r->source_path) printf("source: %s (weight files match the sha256 recorded in the file)\n", r->source_path);
     if (r->n_tensors && r->source_path) {

@@ -187,7 +187,7 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
     kvq_ckpt *ck = NULL;
     kvq_writer *w = NULL;
     json_t *man = json_object(), *tensors = json_array();
-    kvq_convert_summary S = {.bits_per_weight = NAN};
+    kvq_convert_summary S = {.bits_per_weight = NAN, .bits_per_param = NAN};
     double lossy_bits = 0, lossy_numel = 0;
     kvq_status s = kvq_plan_build(&o->plan, &plan, err);
     if (s == KVQ_OK) s = kvq_ckpt_open(src, &ck, err);
@@ -238,6 +238,9 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
         struct stat st;
         S.bytes = stat(out, &st) == 0 ? (uint64_t)st.st_size : 0;
         if (lossy_numel > 0) S.bits_per_weight = lossy_bits / lossy_numel;
+        kvq_bits kb; // the definition every tool shares, from the manifest just written
+        kvq_file_bits(man, &kb);
+        S.bits_per_param = kb.bits_per_param;
         if (sum) *sum = S;
     }
 done:

@@ -78,6 +78,7 @@ typedef struct {
     uint64_t bytes;                 // size of the .kvq file
     uint64_t source_bytes;          // sum of the source's weight files
     double bits_per_weight;         // over the lossy-quantized tensors, NAN when none
+    double bits_per_param;          // whole model: every tensor's bytes · 8 / every parameter (kvq_file_bits)
 } kvq_convert_summary;
 
 /** Converts the checkpoint at src (HF dir or llama2.c .bin) into out (a .kvq),

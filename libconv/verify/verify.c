@@ -438,7 +438,7 @@ static void thresholds(kvq_verify_report *rep) {
 kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_err *err) {
     memset(rep, 0, sizeof *rep);
     rep->integrity_ok = 1;
-    rep->lossy_bpw = rep->min_snr = rep->source_ppl = rep->kv_bits = NAN;
+    rep->lossy_bpw = rep->min_snr = rep->source_ppl = rep->kv_bits = rep->model_bpp = NAN;
     rep->proto = o->proto;
     rep->max_windows = o->max_windows;
     rep->limits = o->limits;
@@ -456,6 +456,12 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     kvq_status s = kvq_file_open(o->kvq_path, &f, &e);
     if (s) { *err = e; return s; }
     const json_t *man = kvq_file_manifest(f);
+    {
+        kvq_bits kb;
+        kvq_file_bits(man, &kb);
+        rep->model_bpp = kb.bits_per_param;
+        rep->params = kb.params;
+    }
     json_t *mcopy = NULL;
     rep->n_entries = json_object_size(json_object_get(man, "entries"));
     progress(o, "integrity", 0, 1, t0);

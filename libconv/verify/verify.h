@@ -135,6 +135,8 @@ typedef struct {
     kvq_verify_tensor *tensors;
     size_t n_tensors;
     double lossy_bpw;      // realized, over lossy tensors; NAN when none
+    double model_bpp;      // whole model: 8 · every tensor's bytes / every parameter (kvq_file_bits)
+    uint64_t params;       // parameters of every tensor
     double min_snr;        // over lossy tensors; NAN when none compared
     // evaluation
     int evaluated;

@@ -97,9 +97,10 @@ static void add_results(json_t *o, const kvq_verify_report *r) {
         if (r->run[k].done) json_array_append_new(runs, run_json(&r->run[k]));
     json_object_set_new(o, "runs", runs);
     json_object_set_new(o, "kv", r->kv_spec[0] ? json_pack("{s:s,s:o,s:i,s:b,s:s}", "spec", r->kv_spec, "bits_per_element", num(r->kv_bits), "window", r->kv_window, "boundary", r->kv_boundary, "from", r->kv_from) : json_null());
-    json_object_set_new(o, "tensors_summary", json_pack("{s:I,s:o,s:o}", "tensors", (json_int_t)r->n_tensors,
+    json_object_set_new(o, "tensors_summary", json_pack("{s:I,s:o,s:o,s:o,s:I}", "tensors", (json_int_t)r->n_tensors,
                                                         "lossy_bits_per_weight", num(r->lossy_bpw), "min_snr_db",
-                                                        num(r->min_snr)));
+                                                        num(r->min_snr), "bits_per_param", num(r->model_bpp),
+                                                        "params", (json_int_t)r->params));
     json_object_set_new(o, "limits", limits_json(&r->limits));
     json_object_set_new(o, "checks", checks_json(r));
     json_object_set_new(o, "pass", json_boolean(r->pass));
