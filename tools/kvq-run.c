@@ -193,8 +193,9 @@ int main(int argc, char **argv) {
         }
         if (kc) {
             if (kvq_model_set_kvcache(m, kc, &err)) { kvq_model_close(m); return die("%s%s", err.msg, ""); }
-            fprintf(stderr, "kvq-run: KV cache %s: %.3f bits/element predicted at %d positions\n",
-                    kv_spec ? kv_spec : "from the .kvq", kvq_kvcache_codec_formula_bits(kc, mc), mc);
+            fprintf(stderr, "kvq-run: KV cache %s: %.3f bits/element at the model's %d positions (docs/KV.md)\n",
+                    kv_spec ? kv_spec : "from the .kvq",
+                    kvq_kvcache_codec_formula_bits(kc, ar->max_position_embeddings), ar->max_position_embeddings);
         }
     }
     fprintf(stderr, "kvq-run: %s: %s, %d layers, d=%d, vocab %d, loaded in %.2f s on the %s backend (%.1f MB of weights held)\n",

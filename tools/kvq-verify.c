@@ -130,7 +130,9 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
         printf("\ntext: %s (%llu bytes, sha256 %s), %zu tokens; %zu windows over %zu tokens, %zu positions scored\n",
                r->text_path, (unsigned long long)r->text_bytes, r->text_sha256, r->n_tokens, r->n_windows,
                r->n_tokens_used, r->n_scored);
-        if (r->kv_spec[0]) printf("KV codec: %s (%.3f bits per cached element after the run)\n", r->kv_spec, r->kv_bits);
+        if (r->kv_spec[0])
+            printf("KV codec: %s: %.3f bits/element at the model's %d positions (as kvq-inspect reports); %.3f measured "
+                   "over this run's cache\n", r->kv_spec, r->kv_bits, r->kv_positions, r->kv_bits_run);
         printf("source ppl: %.4f\n", r->source_ppl);
         printf("  %-11s %10s %10s %8s %10s %10s %10s %10s %7s %8s\n", "run", "ppl", "dppl", "dppl %", "KLD mean",
                "median", "p99", "max", "top-1", "RMS dp");

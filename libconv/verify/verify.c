@@ -373,7 +373,9 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
     rep->source_nll_sum = ls.ref_nll;
     if (q[1]) {
         const kvq_kvcache *c = kvq_model_kvcache(q[1]);
-        rep->kv_bits = c->ops->bits_per_element(c);
+        rep->kv_positions = kvq_model_arch(q[1])->max_position_embeddings;
+        rep->kv_bits = kvq_kvcache_codec_formula_bits(c, rep->kv_positions);
+        rep->kv_bits_run = c->ops->bits_per_element(c);
     }
 done:
     rep->seconds_eval = now_s() - t0;
@@ -438,7 +440,7 @@ static void thresholds(kvq_verify_report *rep) {
 kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_err *err) {
     memset(rep, 0, sizeof *rep);
     rep->integrity_ok = 1;
-    rep->lossy_bpw = rep->min_snr = rep->source_ppl = rep->kv_bits = rep->model_bpp = NAN;
+    rep->lossy_bpw = rep->min_snr = rep->source_ppl = rep->kv_bits = rep->model_bpp = rep->kv_bits_run = NAN;
     rep->proto = o->proto;
     rep->max_windows = o->max_windows;
     rep->limits = o->limits;

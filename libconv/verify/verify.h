@@ -150,7 +150,11 @@ typedef struct {
     size_t n_windows, n_scored;
     double source_ppl, source_nll_sum;
     char kv_spec[96];      // KV codec measured, "" when none
-    double kv_bits;        // its effective bits per cached element after the run; NAN when none
+    double kv_bits;        // its bits per element: the codec's formula at the model's
+                           // max_position_embeddings, the number the manifest's kv section and
+                           // kvq-inspect report (docs/KV.md); NAN when none
+    double kv_bits_run;    // measured over this run's cache (its windows' positions)
+    int kv_positions;      // the positions kv_bits is stated at
     int kv_window, kv_boundary;
     char kv_from[16];      // "file" (the manifest's kv section) or "command line"
     kvq_verify_eval run[3];// [0] weights, [1] kv, [2] weights+kv

@@ -96,7 +96,7 @@ static void add_results(json_t *o, const kvq_verify_report *r) {
     for (int k = 0; k < 3; k++)
         if (r->run[k].done) json_array_append_new(runs, run_json(&r->run[k]));
     json_object_set_new(o, "runs", runs);
-    json_object_set_new(o, "kv", r->kv_spec[0] ? json_pack("{s:s,s:o,s:i,s:b,s:s}", "spec", r->kv_spec, "bits_per_element", num(r->kv_bits), "window", r->kv_window, "boundary", r->kv_boundary, "from", r->kv_from) : json_null());
+    json_object_set_new(o, "kv", r->kv_spec[0] ? json_pack("{s:s,s:o,s:i,s:o,s:i,s:b,s:s}", "spec", r->kv_spec, "bits_per_element", num(r->kv_bits), "positions", r->kv_positions, "bits_per_element_run", num(r->kv_bits_run), "window", r->kv_window, "boundary", r->kv_boundary, "from", r->kv_from) : json_null());
     json_object_set_new(o, "tensors_summary", json_pack("{s:I,s:o,s:o,s:o,s:I}", "tensors", (json_int_t)r->n_tensors,
                                                         "lossy_bits_per_weight", num(r->lossy_bpw), "min_snr_db",
                                                         num(r->min_snr), "bits_per_param", num(r->model_bpp),
