@@ -41,6 +41,8 @@ static int run(const char *fmt, ...) {
     return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
 }
 
+static json_t *manifest_copy(const char *path);
+
 static void convert(const char *spec, const char *out) {
     kvq_convert_opts o = {0};
     o.plan.weights = spec;
@@ -279,6 +281,14 @@ static void test_kv_separation(void **state) {
     assert_string_equal(r.kv_from, "file");
     assert_true(r.run[1].kld.mean == kld_cmdline);
     assert_true(r.kv_bits > 2 && r.kv_bits < 4); // 2-bit codes + an fp16 scale per token and head
+    { // one number: verify's KV bits are the manifest's (what kvq-inspect prints)
+        json_t *m = manifest_copy(p);
+        double mb = json_number_value(json_object_get(json_object_get(m, "kv"), "bits_per_element"));
+        if (fabs(mb - r.kv_bits) > 1e-12) print_message("manifest %g verify %g\n", mb, r.kv_bits);
+        assert_true(fabs(mb - r.kv_bits) < 1e-12);
+        assert_true(r.kv_bits_run > 2 && r.kv_bits_run < 4);
+        json_decref(m);
+    }
     kvq_verify_report_free(&r);
     o.no_kv = 1;
     assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
