@@ -569,6 +569,34 @@ static void test_record(void **state) {
     assert_int_equal(run("%s/kvq-verify -q --check-record %s >/dev/null", g_build, q), 0);
 }
 
+// The standard error every ± uses, against a direct two-pass computation on a small array
+// (llama-perplexity's formula: sqrt(Σ(x − m)²/n / (n − 1))), and through a run: the binomial
+// top-1 error and the paired Δppl error.
+static void test_standard_errors(void **state) {
+    (void)state;
+    const double x[7] = {0.5, 2.25, 1.0, 3.5, 0.125, 2.0, 1.75};
+    double s = 0, s2 = 0, m = 0, v = 0;
+    for (int i = 0; i < 7; i++) { s += x[i]; s2 += x[i] * x[i]; }
+    m = s / 7;
+    for (int i = 0; i < 7; i++) v += (x[i] - m) * (x[i] - m);
+    const double direct = sqrt(v / 7 / 6);
+    assert_true(fabs(kvq_mean_se(s, s2, 7) - direct) < 1e-12);
+    assert_true(isnan(kvq_mean_se(1.0, 1.0, 1)));
+    assert_true(kvq_mean_se(12.0, 36.0, 4) == 0.0); // four 3s: zero, not NaN
+    kvq_verify_opts o = small_opts(g_rtn, 1);
+    o.max_windows = 2;
+    kvq_verify_report r;
+    kvq_err err = {0};
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    const kvq_verify_eval *e = &r.run[0];
+    assert_true(e->done && r.n_scored > 10);
+    const double p = e->kld.top1, n = (double)r.n_scored;
+    assert_true(fabs(e->kld.top1_se - sqrt(p * (1 - p) / (n - 1))) < 1e-12); // binomial
+    assert_true(e->ppl_se > 0 && e->dppl_se > 0 && e->kld.mean_se > 0 && r.source_ppl_se > 0);
+    assert_true(e->dppl_se < e->ppl_se); // paired differences vary less than either run
+    kvq_verify_report_free(&r);
+}
+
 // Whole-model bits per parameter: one definition (kvq_file_bits) behind kvq-convert's summary,
 // kvq-inspect (text and JSON) and kvq-verify (report, JSON); bounded independently by the
 // entries' stored bytes (payloads without the codecs' JSON headers) and the file size.
@@ -688,7 +716,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_kv_separation),
         cmocka_unit_test(test_thresholds),      cmocka_unit_test(test_damaged),
         cmocka_unit_test(test_record),          cmocka_unit_test(test_hostile_manifests),
-        cmocka_unit_test(test_bits_per_param),
+        cmocka_unit_test(test_bits_per_param),  cmocka_unit_test(test_standard_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -241,8 +241,8 @@ int main(int argc, char **argv) {
         }
         if (s) { rc = die("%s%s", err.msg, ""); goto out_tok; }
         double dt = now() - t1;
-        printf("ppl %.6f  nll %.6f  scored %zu  windows %zu  text tokens %zu  (%s)\n", r.ppl, r.nll_sum, r.n_scored,
-               r.n_windows, r.n_tokens, kvq_eval_protocol_str(&ep, desc, sizeof desc));
+        printf("ppl %.6f ± %.6f  nll %.6f  scored %zu  windows %zu  text tokens %zu  (%s)\n", r.ppl, r.ppl_se, r.nll_sum,
+               r.n_scored, r.n_windows, r.n_tokens, kvq_eval_protocol_str(&ep, desc, sizeof desc));
         fprintf(stderr, "kvq-run: %.1f s, %.0f tokens/s\n", dt, r.n_windows * (double)ep.ctx / dt);
         goto out_tok;
     }

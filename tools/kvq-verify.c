@@ -133,7 +133,7 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
         if (r->kv_spec[0])
             printf("KV codec: %s: %.3f bits/element at the model's %d positions (as kvq-inspect reports); %.3f measured "
                    "over this run's cache\n", r->kv_spec, r->kv_bits, r->kv_positions, r->kv_bits_run);
-        printf("source ppl: %.4f\n", r->source_ppl);
+        printf("source ppl: %.4f ± %.4f\n", r->source_ppl, r->source_ppl_se);
         printf("  %-11s %10s %10s %8s %10s %10s %10s %10s %7s %8s\n", "run", "ppl", "dppl", "dppl %", "KLD mean",
                "median", "p99", "max", "top-1", "RMS dp");
         for (int k = 0; k < 3; k++) {
@@ -142,6 +142,14 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
             printf("  %-11s %10.4f %+10.4f %+7.3f%% %10.6f %10.6f %10.6f %10.6f %6.2f%% %7.3f%%\n", e->label, e->ppl, e->dppl,
                    100 * e->dppl_rel, e->kld.mean, e->kld.median, e->kld.p99, e->kld.max, 100 * e->kld.top1,
                    100 * e->kld.rms_dp);
+        }
+        printf("  ± one standard error over scored positions (as llama-perplexity; positions of a window are correlated, so they understate it):\n");
+        for (int k = 0; k < 3; k++) {
+            const kvq_verify_eval *e = &r->run[k];
+            if (!e->done) continue;
+            printf("  %-11s ppl %.4f ± %.4f, dppl %+.4f ± %.4f, KLD %.6f ± %.6f, top-1 %.2f ± %.2f %%, RMS dp %.3f ± %.3f %%\n",
+                   e->label, e->ppl, e->ppl_se, e->dppl, e->dppl_se, e->kld.mean, e->kld.mean_se, 100 * e->kld.top1,
+                   100 * e->kld.top1_se, 100 * e->kld.rms_dp, 100 * e->kld.rms_dp_se);
         }
         for (int k = 0; k < 3; k++)
             if (r->run[k].done) printf("  %-11s %s\n", r->run[k].label, r->run[k].what);
@@ -152,6 +160,10 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
         if (!strcmp(c->name, "integrity") || !strcmp(c->name, "record") || !strcmp(c->name, "evaluation"))
             printf("  %s %s\n", c->pass ? "pass" : "FAIL", !strcmp(c->name, "evaluation")
                    ? "evaluation (limits on ppl/KLD need --text)" : c->name);
+        else if (!isnan(c->se)) // the verdict says when the limit lies within one standard error
+            printf("  %s %-18s %-12.48s %.6g ± %.2g (limit %.6g)%s\n", c->pass ? "pass" : "FAIL", c->name, c->subject,
+                   c->value, c->se, c->limit,
+                   fabs(c->value - c->limit) < c->se ? ": within one standard error of the limit, not conclusive" : "");
         else
             printf("  %s %-18s %-12.48s %.6g (limit %.6g)\n", c->pass ? "pass" : "FAIL", c->name, c->subject, c->value,
                    c->limit);

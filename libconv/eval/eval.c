@@ -127,12 +127,25 @@ static int tok_chunk(void *u, const kvq_eval_chunk *c, kvq_err *err) {
         kvq_eval_pos e = {.text_pos = c->start + (size_t)j - c->prepend, .target = c->in[j], .vocab = c->vocab,
                           .logits_a = c->logits[0] + (size_t)i * c->vocab,
                           .logits_b = t->rb ? c->logits[1] + (size_t)i * c->vocab : NULL};
-        t->ra->nll_sum += kvq_eval_nll(e.logits_a, c->vocab, e.target, &e.lse_a);
+        const double na = kvq_eval_nll(e.logits_a, c->vocab, e.target, &e.lse_a);
+        t->ra->nll_sum += na;
+        t->ra->nll2_sum += na * na;
         t->ra->n_scored++;
-        if (t->rb) { t->rb->nll_sum += kvq_eval_nll(e.logits_b, c->vocab, e.target, &e.lse_b); t->rb->n_scored++; }
+        if (t->rb) {
+            const double nb = kvq_eval_nll(e.logits_b, c->vocab, e.target, &e.lse_b);
+            t->rb->nll_sum += nb;
+            t->rb->nll2_sum += nb * nb;
+            t->rb->n_scored++;
+        }
         if (t->cb && t->cb(t->user, &e)) return 1;
     }
     return KVQ_OK;
+}
+
+double kvq_mean_se(double sum, double sum2, size_t n) {
+    if (n < 2) return NAN;
+    const double m = sum / (double)n, var = (sum2 - (double)n * m * m) / (double)(n - 1);
+    return sqrt(var > 0 ? var / (double)n : 0.0);
 }
 
 kvq_status kvq_eval_tokens(kvq_model *a, kvq_model *b, const int32_t *ids, size_t n,
@@ -151,7 +164,11 @@ kvq_status kvq_eval_tokens(kvq_model *a, kvq_model *b, const int32_t *ids, size_
     ra->n_windows = nw;
     if (rb) { rb->n_tokens = ra->n_tokens; rb->n_windows = nw; }
     ra->ppl = ra->n_scored ? exp(ra->nll_sum / ra->n_scored) : NAN;
-    if (rb) rb->ppl = rb->n_scored ? exp(rb->nll_sum / rb->n_scored) : NAN;
+    ra->ppl_se = ra->ppl * kvq_mean_se(ra->nll_sum, ra->nll2_sum, ra->n_scored);
+    if (rb) {
+        rb->ppl = rb->n_scored ? exp(rb->nll_sum / rb->n_scored) : NAN;
+        rb->ppl_se = rb->ppl * kvq_mean_se(rb->nll_sum, rb->nll2_sum, rb->n_scored);
+    }
     if (!r && !ra->n_scored)
         return kvq_err_set(err, KVQ_ERR_ARG, "eval: no position scored (%zu tokens, context %d)", ra->n_tokens, p->ctx);
     return r;

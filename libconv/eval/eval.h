@@ -57,11 +57,19 @@ typedef int (*kvq_eval_cb)(void *user, const kvq_eval_pos *p);
 
 typedef struct {
     double nll_sum;    // Σ −log p(target), nats
+    double nll2_sum;   // Σ (−log p)², for the standard error
     double ppl;        // exp(nll_sum / n_scored)
+    double ppl_se;     // ppl · SE(mean NLL) over scored positions (kvq_mean_se)
+                       // (llama-perplexity's ±; positions of a window are correlated, so it
+                       // understates the uncertainty somewhat)
     size_t n_scored;
     size_t n_windows;
     size_t n_tokens;   // text tokens considered (after max_tokens)
 } kvq_eval_result;
+
+/** Standard error of a mean from Σx and Σx² over n samples: sqrt(σ² / (n − 1)) with σ² the
+ *  population variance Σ(x − m)²/n (llama-perplexity's formula); NaN for n < 2. */
+double kvq_mean_se(double sum, double sum2, size_t n);
 
 /** One chunk of one window, as every model saw it (kvq_eval_windows). Row i of each model's
  *  logits predicts in[c0 + i + 1], text position start + c0 + i + 1 − prepend; scored[i]

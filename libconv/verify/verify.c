@@ -370,6 +370,7 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
     rep->n_scored = ls.n_scored;
     rep->n_tokens_used = ls.n_used;
     rep->source_ppl = ls.ref_ppl;
+    rep->source_ppl_se = ls.ref_ppl_se;
     rep->source_nll_sum = ls.ref_nll;
     if (q[1]) {
         const kvq_kvcache *c = kvq_model_kvcache(q[1]);
@@ -398,7 +399,13 @@ static void add_check(kvq_verify_report *rep, const char *name, const char *subj
     snprintf(c->subject, sizeof c->subject, "%s", subject ? subject : "");
     c->value = value;
     c->limit = limit;
+    c->se = NAN;
     c->pass = pass;
+}
+
+// The standard error of the check just added.
+static void last_se(kvq_verify_report *rep, double se) {
+    if (rep->n_checks > 0) rep->checks[rep->n_checks - 1].se = se;
 }
 
 static void thresholds(kvq_verify_report *rep) {
@@ -422,11 +429,21 @@ static void thresholds(kvq_verify_report *rep) {
         if (!isnan(L->max_ppl_delta)) {
             double v = L->ppl_delta_rel ? e->dppl_rel : e->dppl;
             add_check(rep, L->ppl_delta_rel ? "max_ppl_delta_rel" : "max_ppl_delta", e->label, v, L->max_ppl_delta, v <= L->max_ppl_delta);
+            last_se(rep, L->ppl_delta_rel ? e->dppl_se / (e->ppl - e->dppl) : e->dppl_se);
         }
-        if (!isnan(L->max_kld)) add_check(rep, "max_kld", e->label, e->kld.mean, L->max_kld, e->kld.mean <= L->max_kld);
+        if (!isnan(L->max_kld)) {
+            add_check(rep, "max_kld", e->label, e->kld.mean, L->max_kld, e->kld.mean <= L->max_kld);
+            last_se(rep, e->kld.mean_se);
+        }
         if (!isnan(L->max_kld_p99)) add_check(rep, "max_kld_p99", e->label, e->kld.p99, L->max_kld_p99, e->kld.p99 <= L->max_kld_p99);
-        if (!isnan(L->min_top1)) add_check(rep, "min_top1", e->label, e->kld.top1, L->min_top1, e->kld.top1 >= L->min_top1);
-        if (!isnan(L->max_rms_dp)) add_check(rep, "max_rms_dp", e->label, e->kld.rms_dp, L->max_rms_dp, e->kld.rms_dp <= L->max_rms_dp);
+        if (!isnan(L->min_top1)) {
+            add_check(rep, "min_top1", e->label, e->kld.top1, L->min_top1, e->kld.top1 >= L->min_top1);
+            last_se(rep, e->kld.top1_se);
+        }
+        if (!isnan(L->max_rms_dp)) {
+            add_check(rep, "max_rms_dp", e->label, e->kld.rms_dp, L->max_rms_dp, e->kld.rms_dp <= L->max_rms_dp);
+            last_se(rep, e->kld.rms_dp_se);
+        }
     } else if (!isnan(L->max_ppl_delta) || !isnan(L->max_kld) || !isnan(L->max_kld_p99) || !isnan(L->min_top1) ||
                !isnan(L->max_rms_dp)) {
         add_check(rep, "evaluation", "", 0, 1, 0); // limits were asked for but nothing was measured

@@ -94,6 +94,9 @@ typedef struct {
     double top1;           // fraction of positions with the same argmax
     double rms_dp;         // sqrt(mean Δp²)
     double mean_dp, max_abs_dp;
+    // standard errors over positions (kvq_mean_se; llama-perplexity's ±): of the mean KLD,
+    // of top-1 (binomial), of the mean Δp, and of RMS Δp (propagated: SE(mean Δp²) / (2 RMS))
+    double mean_se, top1_se, mean_dp_se, rms_dp_se;
 } kvq_kld_stats;
 
 typedef struct {
@@ -102,6 +105,8 @@ typedef struct {
     int done;
     double ppl, nll_sum;
     double dppl, dppl_rel; // ppl − source ppl; relative to the source ppl
+    double ppl_se;         // ppl · SE(mean NLL)
+    double dppl_se;        // paired: ppl · SE(mean of NLL_q − NLL_source) (the two runs share text)
     kvq_kld_stats kld;
     float *kld_pos;        // (kld.n) per-position KLDs in scoring order (owned)
 } kvq_verify_eval;
@@ -110,6 +115,7 @@ typedef struct {
     char name[32];         // "integrity", "record", "ppl_delta", "kld", "snr", ...
     char subject[128];     // run label or tensor; "" when global
     double value, limit;
+    double se;             // standard error of value (evaluation checks); NaN otherwise
     int pass;
 } kvq_verify_check;
 
@@ -148,7 +154,7 @@ typedef struct {
     size_t n_tokens;       // text tokens (whole file)
     size_t n_tokens_used;  // tokens the windows covered
     size_t n_windows, n_scored;
-    double source_ppl, source_nll_sum;
+    double source_ppl, source_nll_sum, source_ppl_se;
     char kv_spec[96];      // KV codec measured, "" when none
     double kv_bits;        // its bits per element: the codec's formula at the model's
                            // max_position_embeddings, the number the manifest's kv section and

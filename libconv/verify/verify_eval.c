@@ -77,6 +77,7 @@ static double now_s(void) {
 // Per-run accumulators beyond what kvq_verify_eval keeps.
 typedef struct {
     double kld_sum, dp_sum, dp2_sum, max_abs_dp;
+    double nll2_sum, kld2_sum, dp4_sum, d_sum, d2_sum; // for the standard errors (d = NLL_q − NLL_src)
     size_t same_top, cap;
 } acc;
 
@@ -133,15 +134,22 @@ static int ls_chunk(void *u, const kvq_eval_chunk *c, kvq_err *err) {
         const double *row = R->pos + (size_t)i * W;
         if (isnan(row[0])) continue;
         R->out->ref_nll += row[0];
+        R->out->ref_nll2 += row[0] * row[0];
         R->out->n_scored++;
         for (int k = 0; k < nq; k++) {
             kvq_verify_eval *e = &R->runs[k];
             acc *ak = &R->a[k];
-            e->nll_sum += row[1 + 4 * k];
-            ak->kld_sum += row[2 + 4 * k];
+            const double nq_ = row[1 + 4 * k], kl = row[2 + 4 * k], d = nq_ - row[0];
+            e->nll_sum += nq_;
+            ak->nll2_sum += nq_ * nq_;
+            ak->d_sum += d;
+            ak->d2_sum += d * d;
+            ak->kld_sum += kl;
+            ak->kld2_sum += kl * kl;
             double dp = row[3 + 4 * k];
             ak->dp_sum += dp;
             ak->dp2_sum += dp * dp;
+            ak->dp4_sum += dp * dp * dp * dp;
             if (fabs(dp) > ak->max_abs_dp) ak->max_abs_dp = fabs(dp);
             ak->same_top += row[4 + 4 * k] != 0;
             if (push(e, ak, (float)row[2 + 4 * k]))
@@ -186,6 +194,7 @@ kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int3
         goto done;
     if (out->n_scored == 0) { r = kvq_err_set(err, KVQ_ERR_ARG, "verify: the text gives no scored position under this protocol (%zu tokens, ctx %d)", n, p->ctx); goto done; }
     out->ref_ppl = exp(out->ref_nll / (double)out->n_scored);
+    out->ref_ppl_se = out->ref_ppl * kvq_mean_se(out->ref_nll, out->ref_nll2, out->n_scored);
     for (int k = 0; k < nq; k++) {
         kvq_verify_eval *e = &runs[k];
         double N = (double)out->n_scored;
@@ -203,6 +212,13 @@ kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int3
         e->kld.mean_dp = a[k].dp_sum / N;
         e->kld.rms_dp = sqrt(a[k].dp2_sum / N);
         e->kld.max_abs_dp = a[k].max_abs_dp;
+        const size_t n = out->n_scored;
+        e->ppl_se = e->ppl * kvq_mean_se(e->nll_sum, a[k].nll2_sum, n);
+        e->dppl_se = e->ppl * kvq_mean_se(a[k].d_sum, a[k].d2_sum, n);
+        e->kld.mean_se = kvq_mean_se(a[k].kld_sum, a[k].kld2_sum, n);
+        e->kld.top1_se = kvq_mean_se((double)a[k].same_top, (double)a[k].same_top, n); // x ∈ {0, 1}: x² = x
+        e->kld.mean_dp_se = kvq_mean_se(a[k].dp_sum, a[k].dp2_sum, n);
+        e->kld.rms_dp_se = e->kld.rms_dp > 0 ? kvq_mean_se(a[k].dp2_sum, a[k].dp4_sum, n) / (2 * e->kld.rms_dp) : 0.0;
     }
 done:
     free(R.pos);

@@ -6,7 +6,7 @@
 #include "libconv/verify/verify.h"
 
 typedef struct {
-    double ref_nll, ref_ppl;
+    double ref_nll, ref_ppl, ref_nll2, ref_ppl_se;
     size_t n_scored, n_windows, n_used;
 } vf_lockstep;
 

@@ -43,15 +43,21 @@ static json_t *protocol_json(const kvq_verify_report *r) {
 }
 
 static json_t *kld_json(const kvq_kld_stats *k) {
-    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I}", "mean", num(k->mean), "median", num(k->median),
-                     "p90", num(k->p90), "p99", num(k->p99), "p999", num(k->p999), "max", num(k->max), "min", num(k->min),
-                     "top1_agreement", num(k->top1), "rms_dp", num(k->rms_dp), "mean_dp", num(k->mean_dp), "max_abs_dp",
-                     num(k->max_abs_dp), "positions", (json_int_t)k->n);
+    json_t *o = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I}", "mean", num(k->mean), "median",
+                          num(k->median), "p90", num(k->p90), "p99", num(k->p99), "p999", num(k->p999), "max",
+                          num(k->max), "min", num(k->min), "top1_agreement", num(k->top1), "rms_dp", num(k->rms_dp),
+                          "mean_dp", num(k->mean_dp), "max_abs_dp", num(k->max_abs_dp), "positions", (json_int_t)k->n);
+    json_object_set_new(o, "mean_se", num(k->mean_se));
+    json_object_set_new(o, "top1_agreement_se", num(k->top1_se));
+    json_object_set_new(o, "mean_dp_se", num(k->mean_dp_se));
+    json_object_set_new(o, "rms_dp_se", num(k->rms_dp_se));
+    return o;
 }
 
 static json_t *run_json(const kvq_verify_eval *e) {
-    return json_pack("{s:s,s:s,s:o,s:o,s:o,s:o}", "label", e->label, "what", e->what, "ppl", num(e->ppl), "ppl_delta",
-                     num(e->dppl), "ppl_delta_rel", num(e->dppl_rel), "kld", kld_json(&e->kld));
+    return json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "label", e->label, "what", e->what, "ppl", num(e->ppl),
+                     "ppl_se", num(e->ppl_se), "ppl_delta", num(e->dppl), "ppl_delta_se", num(e->dppl_se),
+                     "ppl_delta_rel", num(e->dppl_rel), "kld", kld_json(&e->kld));
 }
 
 static json_t *tensor_json(const kvq_verify_tensor *t) {
@@ -65,8 +71,8 @@ static json_t *checks_json(const kvq_verify_report *r) {
     json_t *a = json_array();
     for (int i = 0; i < r->n_checks; i++) {
         const kvq_verify_check *c = &r->checks[i];
-        json_array_append_new(a, json_pack("{s:s,s:s,s:o,s:o,s:b}", "name", c->name, "subject", c->subject, "value",
-                                           num(c->value), "limit", num(c->limit), "pass", c->pass));
+        json_array_append_new(a, json_pack("{s:s,s:s,s:o,s:o,s:o,s:b}", "name", c->name, "subject", c->subject, "value",
+                                           num(c->value), "se", num(c->se), "limit", num(c->limit), "pass", c->pass));
     }
     return a;
 }
@@ -87,7 +93,8 @@ static void add_results(json_t *o, const kvq_verify_report *r) {
     const kvq_verify_eval *fin = kvq_verify_final_run(r);
     json_object_set_new(o, "protocol", r->evaluated ? protocol_json(r) : json_null());
     json_object_set_new(o, "source", json_pack("{s:o,s:o}", "path", r->source_path ? json_string(r->source_path) : json_null(),
-                                               "ppl", r->evaluated ? num(r->source_ppl) : json_null()));
+                                               "ppl", r->evaluated ? num(r->source_ppl) : json_null(), "ppl_se",
+                                               r->evaluated ? num(r->source_ppl_se) : json_null()));
     json_object_set_new(o, "converted", fin ? json_pack("{s:o,s:o,s:o,s:s}", "ppl", num(fin->ppl), "ppl_delta", num(fin->dppl),
                                                         "ppl_delta_rel", num(fin->dppl_rel), "run", fin->label)
                                             : json_null());
