@@ -696,6 +696,13 @@ static void test_hostile_manifests(void **state) {
         assert_non_null(strstr(err.msg, cases[c].expect));
         assert_non_null(strstr(err.msg, bad));
         const char *tools[] = {"kvq-inspect %s", "kvq-run %s -p hi -n 1", "kvq-verify %s --no-source"};
+        if (c == 0) { // an input error found after the model loaded is still the only line (no "loaded" first)
+            assert_int_equal(run(": > %s/empty.txt", g_dir), 0);
+            assert_int_equal(run("%s/kvq-run %s --ppl %s/empty.txt > %s/out.txt 2> %s/err.txt", g_build, g_rtn, g_dir,
+                                 g_dir, g_dir), 2);
+            assert_int_equal(run("test ! -s %s/out.txt && test $(wc -l < %s/err.txt) -eq 1 && grep -q empty.txt %s/err.txt",
+                                 g_dir, g_dir, g_dir), 0);
+        }
         for (int i = 0; i < 3; i++) {
             char cmd[512];
             snprintf(cmd, sizeof cmd, tools[i], bad);

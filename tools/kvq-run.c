@@ -2,6 +2,7 @@
 // prompt (streamed to stdout, speeds on stderr), writes logits for given token ids, or
 // measures perplexity of a text file under an explicit protocol.
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,22 @@ static double now(void) {
 }
 
 #define T_ "kvq-run"
+
+// Informational lines wait here until the run has validated its inputs (the tokenizer, the
+// prompt or text, the first forward pass): a failed run prints its error as its only line.
+static char info_buf[8192];
+static size_t info_len;
+__attribute__((format(printf, 1, 2))) static void info(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(info_buf + info_len, sizeof info_buf - info_len, fmt, ap);
+    va_end(ap);
+    if (n > 0) info_len = info_len + (size_t)n < sizeof info_buf ? info_len + (size_t)n : sizeof info_buf - 1;
+}
+static void info_flush(void) {
+    if (info_len) fputs(info_buf, stderr);
+    info_len = 0;
+}
 
 static int die(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "kvq-run: ");
@@ -193,24 +210,24 @@ int main(int argc, char **argv) {
         }
         if (kc) {
             if (kvq_model_set_kvcache(m, kc, &err)) { kvq_model_close(m); return die("%s%s", err.msg, ""); }
-            fprintf(stderr, "kvq-run: KV cache %s: %.3f bits/element at the model's %d positions (docs/KV.md)\n",
+            info("kvq-run: KV cache %s: %.3f bits/element at the model's %d positions (docs/KV.md)\n",
                     kv_spec ? kv_spec : "from the .kvq",
                     kvq_kvcache_codec_formula_bits(kc, ar->max_position_embeddings), ar->max_position_embeddings);
         }
     }
-    fprintf(stderr, "kvq-run: %s: %s, %d layers, d=%d, vocab %d, loaded in %.2f s on the %s backend (%.1f MB of weights held)\n",
+    info("kvq-run: %s: %s, %d layers, d=%d, vocab %d, loaded in %.2f s on the %s backend (%.1f MB of weights held)\n",
             model, ar->hf_class, ar->n_layers, ar->hidden_size, V, now() - t0, kvq_model_backend_name(m),
             kvq_model_weight_bytes(m) / 1e6);
     {
         kvq_model_mem mm;
         kvq_model_memory(m, &mm);
-        fprintf(stderr, "kvq-run: memory: weights %.1f MB (packed %.1f MB for %.1f MB stored = %.2fx, dense %.1f MB), "
+        info("kvq-run: memory: weights %.1f MB (packed %.1f MB for %.1f MB stored = %.2fx, dense %.1f MB), "
                         "scratch %.1f MB, KV cache %.1f MB\n",
                 mm.held / 1e6, mm.packed / 1e6, mm.packed_stored / 1e6,
                 mm.packed_stored ? (double)mm.packed / (double)mm.packed_stored : 0.0, mm.dense / 1e6, mm.scratch / 1e6,
                 mm.kv / 1e6);
         if (mm.device)
-            fprintf(stderr, "kvq-run: on the device: weights %.1f MB (the embedding table, %.1f MB, stays on the host)\n",
+            info("kvq-run: on the device: weights %.1f MB (the embedding table, %.1f MB, stays on the host)\n",
                     mm.device / 1e6, (mm.held - mm.device) / 1e6);
     }
 
@@ -219,6 +236,7 @@ int main(int argc, char **argv) {
         if (!lg) { rc = die("out of memory for %s%s", logits_out, ""); goto out; }
         double t1 = now();
         if (kvq_model_forward(m, ids, (int)n_ids, 0, lg, 1, &err)) { rc = die("%s: %s", tok_in, err.msg); free(lg); goto out; }
+        info_flush();
         fprintf(stderr, "kvq-run: %zu tokens in %.3f s\n", n_ids, now() - t1);
         if (write_atomic(logits_out, lg, sizeof(float) * n_ids * V, msg, sizeof msg)) rc = die("%s%s", msg, "");
         free(lg);
@@ -240,6 +258,7 @@ int main(int argc, char **argv) {
             free(pi);
         }
         if (s) { rc = die("%s%s", err.msg, ""); goto out_tok; }
+        info_flush();
         double dt = now() - t1;
         printf("ppl %.6f ± %.6f  nll %.6f  scored %zu  windows %zu  text tokens %zu  (%s)\n", r.ppl, r.ppl_se, r.nll_sum,
                r.n_scored, r.n_windows, r.n_tokens, kvq_eval_protocol_str(&ep, desc, sizeof desc));
@@ -268,13 +287,14 @@ int main(int argc, char **argv) {
             rc = die("%s%s", msg, "");
             goto out_tok;
         }
-        fprintf(stderr, "kvq-run: generating only %d tokens (context %d)\n", n_gen, max_ctx);
+        info("kvq-run: generating only %d tokens (context %d)\n", n_gen, max_ctx);
     }
     kvq_sampler *smp = NULL;
     float *lg = malloc(sizeof(float) * V);
     if (kvq_sampler_new(temp, top_p, seed, V, &smp, &err)) { rc = die("%s%s", err.msg, ""); free(pids); free(lg); goto out_tok; }
     char piece[256];
     int32_t prev = -1;
+    info_flush(); // inputs validated: the model's lines, then the text
     for (size_t i = 0; i < np; i++) { // echo the prompt (without BOS)
         if (pids[i] == kvq_tok_bos(tok)) { prev = pids[i]; continue; }
         int k = kvq_tok_piece(tok, prev, pids[i], piece, sizeof piece);
