@@ -126,6 +126,7 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
     if (es != KVQ_OK) return es;
     const char *role;
     json_t *ev;
+    uint64_t declared = 0; // uncompressed bytes of the tensor's entries
     json_object_foreach((json_t *)ents, role, ev) {
         char w[256];
         snprintf(w, sizeof w, "%s.%s", eat, role);
@@ -134,7 +135,14 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
         if (strncmp(en, "t/", 2) != 0 || strncmp(en + 2, nm, nl) != 0 || en[2 + nl] != '/')
             return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s is '%s', expected 't/%s/<role>'", c->path, w,
                                en, nm);
+        const json_t *sz = json_object_get(json_object_get(entries, en), "size");
+        if (json_is_integer(sz) && json_integer_value(sz) > 0) declared += (uint64_t)json_integer_value(sz);
     }
+    // No codec stores more than 8 bytes per weight (fp32 raw is 4) plus small tables: a
+    // payload declaring more is refused before anything is inflated (a zstd bomb).
+    if (declared > (uint64_t)numel * 8 + (1u << 20))
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s's entries declare %" PRIu64 " bytes for %" PRId64
+                           " weights (more than 8 bytes per weight + 1 MiB)", c->path, tat, declared, numel);
     NEED(t, tat, "bytes", JSON_INTEGER, &v);
     if (json_integer_value(v) < 0)
         return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.bytes is negative", c->path, tat);
@@ -249,6 +257,15 @@ static kvq_status check_entries(sctx *c, const json_t *m, const json_t **out) {
         NEED(e, at, "xxh3", JSON_STRING, &h);
         if (!is_hex(json_string_value(h), 16))
             return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.xxh3 is not 16 lowercase hex digits", c->path, at);
+        // Names stay inside the archive's namespace (no "..", no absolute paths), and an
+        // entry that is not a tensor payload (tokenizer, config, KV tables) holds at most
+        // 1 GiB once inflated: a bomb is refused before it is inflated.
+        if (k[0] == '/' || strstr(k, "..") || strchr(k, '\\'))
+            return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: entry name '%s' leaves the archive's namespace",
+                               c->path, k);
+        if (strncmp(k, "t/", 2) && json_integer_value(json_object_get(e, "size")) > (json_int_t)1 << 30)
+            return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s declares %" JSON_INTEGER_FORMAT
+                               " bytes (more than 1 GiB)", c->path, at, json_integer_value(json_object_get(e, "size")));
     }
     *out = tab;
     return KVQ_OK;

@@ -597,6 +597,30 @@ static void test_standard_errors(void **state) {
     kvq_verify_report_free(&r);
 }
 
+// Zip bombs and names leaving the archive: the entry table (rewritten by the writer, so
+// planted here in the manifest the schema check reads) may not declare more inflated bytes
+// than a tensor can hold (8 per weight + 1 MiB) or 1 GiB for other entries, nor a name with
+// ".." or a leading "/". kvq_file_open runs this check for every tool.
+static void test_bombs(void **state) {
+    (void)state;
+    const char *what[] = {"t/lm_head.weight/raw", "tokenizer/tokenizer.json", "../../x", "/tmp/x"};
+    const char *expect[] = {"more than 8 bytes per weight", "more than 1 GiB", "leaves the archive", "leaves the archive"};
+    for (int i = 0; i < 4; i++) {
+        json_t *m = manifest_copy(g_rtn), *ents = json_object_get(m, "entries");
+        if (i < 2) json_object_set_new(json_object_get(ents, what[i]), "size", json_integer((json_int_t)1 << 36));
+        else json_object_set(ents, what[i], json_object_get(ents, "tokenizer/tokenizer.json"));
+        kvq_err err = {0};
+        assert_int_not_equal(kvq_file_check_manifest(m, g_rtn, &err), KVQ_OK);
+        if (!strstr(err.msg, expect[i])) print_message("%s: %s\n", what[i], err.msg);
+        assert_non_null(strstr(err.msg, expect[i]));
+        json_decref(m);
+    }
+    json_t *m = manifest_copy(g_rtn); // and the untouched table passes
+    kvq_err err = {0};
+    assert_int_equal(kvq_file_check_manifest(m, g_rtn, &err), KVQ_OK);
+    json_decref(m);
+}
+
 // Whole-model bits per parameter: one definition (kvq_file_bits) behind kvq-convert's summary,
 // kvq-inspect (text and JSON) and kvq-verify (report, JSON); bounded independently by the
 // entries' stored bytes (payloads without the codecs' JSON headers) and the file size.
@@ -666,6 +690,7 @@ static void test_hostile_manifests(void **state) {
         {"shapeneg", "shape[0]: expected a non-negative integer"}, {"shapeovf", "more than 2^40 elements"},
         {"codec", "is not a codec this kvq knows"}, {"bytesneg", "bytes is negative"},
         {"dtype", "source_dtype 'Q9'"},     {"kvheads", "non-positive or inconsistent sizes"},
+
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char bad[160];
@@ -724,6 +749,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_thresholds),      cmocka_unit_test(test_damaged),
         cmocka_unit_test(test_record),          cmocka_unit_test(test_hostile_manifests),
         cmocka_unit_test(test_bits_per_param),  cmocka_unit_test(test_standard_errors),
+        cmocka_unit_test(test_bombs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
