@@ -6,6 +6,7 @@
 #include "formats/arch.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const struct {
@@ -281,5 +282,77 @@ kvq_status kvq_arch_from_manifest(const json_t *j, kvq_arch *arch, kvq_err *err)
     a.attention_bias = bias;
     a.qk_norm = qkn;
     *arch = a;
+    return KVQ_OK;
+}
+
+// ---- limits and the shapes an architecture implies
+
+kvq_status kvq_arch_check_limits(const kvq_arch *a, const char *what, kvq_err *err) {
+    const struct { const char *k; int64_t v, max; } lim[] = {
+        {"hidden_size", a->hidden_size, 1 << 16}, {"n_layers", a->n_layers, 1024},
+        {"n_heads", a->n_heads, 1024},            {"n_kv_heads", a->n_kv_heads, 1024},
+        {"head_dim", a->head_dim, 4096},          {"vocab_size", a->vocab_size, 1 << 22},
+        {"intermediate_size", a->intermediate_size, 1 << 20}};
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (lim[i].v < 1 || lim[i].v > lim[i].max)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture.%s %lld outside [1, %lld]", what, lim[i].k,
+                               (long long)lim[i].v, (long long)lim[i].max);
+    if (a->n_heads % a->n_kv_heads)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture: %d attention heads are not a multiple of %d key/value heads",
+                           what, a->n_heads, a->n_kv_heads);
+    return KVQ_OK;
+}
+
+int kvq_arch_expected_shape(const kvq_arch *a, const char *name, int64_t shape[2], int *ndim) {
+    const int64_t d = a->hidden_size, q = (int64_t)a->n_heads * a->head_dim, kv = (int64_t)a->n_kv_heads * a->head_dim,
+                  f = a->intermediate_size, V = a->vocab_size, hd = a->head_dim;
+    const struct { const char *n; int64_t r, c; } top[] = {
+        {"model.embed_tokens.weight", V, d}, {"lm_head.weight", V, d}, {"model.norm.weight", d, 0}};
+    for (size_t i = 0; i < 3; i++)
+        if (!strcmp(name, top[i].n)) {
+            shape[0] = top[i].r, shape[1] = top[i].c, *ndim = top[i].c ? 2 : 1;
+            return 1;
+        }
+    int layer = -1, used = 0;
+    if (sscanf(name, "model.layers.%d.%n", &layer, &used) != 1 || used == 0) return 0;
+    const char *rest = name + used;
+    const struct { const char *n; int64_t r, c; } per[] = {
+        {"input_layernorm.weight", d, 0},        {"post_attention_layernorm.weight", d, 0},
+        {"self_attn.q_proj.weight", q, d},       {"self_attn.k_proj.weight", kv, d},
+        {"self_attn.v_proj.weight", kv, d},      {"self_attn.o_proj.weight", d, q},
+        {"self_attn.qkv_proj.weight", q + 2 * kv, d},
+        {"self_attn.q_proj.bias", q, 0},         {"self_attn.k_proj.bias", kv, 0},
+        {"self_attn.v_proj.bias", kv, 0},        {"self_attn.q_norm.weight", hd, 0},
+        {"self_attn.k_norm.weight", hd, 0},      {"mlp.gate_proj.weight", f, d},
+        {"mlp.up_proj.weight", f, d},            {"mlp.down_proj.weight", d, f},
+        {"mlp.gate_up_proj.weight", 2 * f, d}};
+    for (size_t i = 0; i < sizeof per / sizeof per[0]; i++)
+        if (!strcmp(rest, per[i].n)) {
+            if (layer < 0 || layer >= a->n_layers) return -1;
+            shape[0] = per[i].r, shape[1] = per[i].c, *ndim = per[i].c ? 2 : 1;
+            return 1;
+        }
+    return 0;
+}
+
+kvq_status kvq_arch_check_shape(const kvq_arch *a, const char *name, const int64_t *shape, int ndim, const char *what,
+                                kvq_err *err) {
+    int64_t want[2];
+    int wn = 0;
+    const int k = kvq_arch_expected_shape(a, name, want, &wn);
+    if (k < 0)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' belongs to a layer the architecture does not have (%d layers)",
+                           what, name, a->n_layers);
+    if (k == 0) return KVQ_OK;
+    if (ndim != wn || shape[0] != want[0] || (wn == 2 && shape[1] != want[1])) {
+        char got[64], exp[64];
+        if (ndim == 1) snprintf(got, sizeof got, "(%lld)", (long long)shape[0]);
+        else if (ndim == 2) snprintf(got, sizeof got, "(%lld, %lld)", (long long)shape[0], (long long)shape[1]);
+        else snprintf(got, sizeof got, "%d dimensions", ndim);
+        if (wn == 1) snprintf(exp, sizeof exp, "(%lld)", (long long)want[0]);
+        else snprintf(exp, sizeof exp, "(%lld, %lld)", (long long)want[0], (long long)want[1]);
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has shape %s, the architecture (config) implies %s", what,
+                           name, got, exp);
+    }
     return KVQ_OK;
 }

@@ -57,4 +57,20 @@ json_t *kvq_arch_to_json(const kvq_arch *arch);
 kvq_status kvq_arch_from_manifest(const json_t *j, kvq_arch *arch, kvq_err *err);
 const char *kvq_arch_family_name(kvq_arch_family f);
 
+/** Limits no real checkpoint approaches (docs/FORMAT.md: hidden ≤ 65536, layers ≤ 1024,
+ *  heads ≤ 1024 and a multiple of the KV heads, head_dim ≤ 4096, vocab ≤ 2^22, ffn ≤ 2^20),
+ *  checked by the converter on a source and by kvq_file_open on a manifest. what names the
+ *  file in the message. */
+kvq_status kvq_arch_check_limits(const kvq_arch *a, const char *what, kvq_err *err);
+
+/** The shape the architecture requires of a named tensor (Llama-family names: embeddings,
+ *  lm_head, norms, q/k/v/o and fused qkv, their biases, q/k norms, gate/up/down and fused
+ *  gate_up). @return 1 with shape/ndim filled, 0 for a name the table does not constrain,
+ *  -1 for a layer index ≥ n_layers. */
+int kvq_arch_expected_shape(const kvq_arch *a, const char *name, int64_t shape[2], int *ndim);
+/** kvq_arch_expected_shape as an error naming what and the tensor: KVQ_ERR_FORMAT when a
+ *  known tensor's shape differs or its layer does not exist. */
+kvq_status kvq_arch_check_shape(const kvq_arch *a, const char *name, const int64_t *shape, int ndim, const char *what,
+                                kvq_err *err);
+
 #endif

@@ -172,7 +172,7 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
 
 static int name_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-static kvq_status check_tensors(sctx *c, const json_t *m, const json_t *entries) {
+static kvq_status check_tensors(sctx *c, const json_t *m, const json_t *entries, const kvq_arch *a) {
     const json_t *ts;
     NEED(m, "", "tensors", JSON_ARRAY, &ts);
     size_t n = json_array_size(ts);
@@ -184,6 +184,15 @@ static kvq_status check_tensors(sctx *c, const json_t *m, const json_t *entries)
         int64_t numel = 0;
         s = check_tensor(c, json_array_get(ts, i), i, entries, &numel);
         if (!s) names[i] = json_string_value(json_object_get(json_array_get(ts, i), "name"));
+        if (!s) { // the shape the architecture implies for the names it knows
+            const json_t *sh = json_object_get(json_array_get(ts, i), "shape");
+            int64_t shape[8] = {0};
+            const int nd = (int)json_array_size(sh);
+            for (int k = 0; k < nd && k < 8; k++) shape[k] = json_integer_value(json_array_get(sh, k));
+            char what[600];
+            snprintf(what, sizeof what, "%s: manifest.json", c->path);
+            s = kvq_arch_check_shape(a, names[i], shape, nd, what, c->err);
+        }
     }
     if (!s) {
         qsort(names, n, sizeof *names, name_cmp);
@@ -334,23 +343,12 @@ kvq_status kvq_file_check_manifest(const json_t *m, const char *path, kvq_err *e
         kvq_err_prefix(err, "%s: manifest.json: architecture", path);
         return s;
     }
-    // Limits no real checkpoint approaches (docs/FORMAT.md), so sizes derived from them
-    // cannot overflow or allocate absurdly before anything else is read.
-    const struct { const char *k; int64_t v, max; } lim[] = {
-        {"hidden_size", a.hidden_size, 1 << 16}, {"n_layers", a.n_layers, 1024},
-        {"n_heads", a.n_heads, 1024}, {"n_kv_heads", a.n_kv_heads, 1024},
-        {"head_dim", a.head_dim, 4096}, {"vocab_size", a.vocab_size, 1 << 22},
-        {"intermediate_size", a.intermediate_size, 1 << 20}};
-    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
-        if (lim[i].v < 1 || lim[i].v > lim[i].max)
-            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest.json: architecture.%s %" PRId64 " outside [1, %" PRId64 "]",
-                               path, lim[i].k, lim[i].v, lim[i].max);
-    if (a.n_heads % a.n_kv_heads)
-        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest.json: architecture: %d attention heads are not a multiple "
-                           "of %d key/value heads", path, a.n_heads, a.n_kv_heads);
+    char what[600];
+    snprintf(what, sizeof what, "%s: manifest.json", path);
+    if ((s = kvq_arch_check_limits(&a, what, err))) return s;
     NEED(m, "", "recipe", JSON_OBJECT, NULL);
     if ((s = check_entries(c, m, &entries))) return s;
-    if ((s = check_tensors(c, m, entries))) return s;
+    if ((s = check_tensors(c, m, entries, &a))) return s;
     if ((s = check_orphans(c, m, entries))) return s;
     if ((s = check_source(c, m))) return s;
     if ((s = check_tokenizer(c, m, entries))) return s;

@@ -460,6 +460,28 @@ static void test_tools(void **state) {
     rmtree(dir);
 }
 
+// Sources a reader would refuse are refused before anything is written, each with one line
+// naming the source: a config whose head_dim disagrees with the projections, a layer count
+// beyond the limits (2^30), a tokenizer that does not parse.
+static void test_source_checks(void **st) {
+    (void)st;
+    const struct { const char *sed, *file, *expect; } cases[] = {
+        {"s/\"head_dim\": 64/\"head_dim\": 32/", "config.json", "the architecture (config) implies"},
+        {"s/\"num_hidden_layers\": 4/\"num_hidden_layers\": 1073741824/", "config.json", "n_layers 1073741824 outside"},
+        {"s/\"merges\"/\"merges_gone\"/", "tokenizer.json", "tokenizer.json"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char dir[] = "/tmp/kvq-srcchk-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        assert_int_equal(run("cp -r " TINY "/. %s/ && sed -i '%s' %s/%s", dir, cases[c].sed, dir, cases[c].file), 0);
+        assert_int_equal(run("%s/kvq-convert %s %s/out.kvq > %s/o.txt 2> %s/e.txt", g_build, dir, dir, dir, dir), 2);
+        assert_int_equal(run("test ! -e %s/out.kvq && test $(wc -l < %s/e.txt) -eq 1 && grep -q '%s' %s/e.txt", dir, dir,
+                             cases[c].expect, dir),
+                         0);
+        assert_int_equal(run("rm -rf %s", dir), 0);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char *a = strdup(argv[0]);
@@ -473,6 +495,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_recipes),
         cmocka_unit_test(test_export_hf),
         cmocka_unit_test(test_tools),
+        cmocka_unit_test(test_source_checks),
         cmocka_unit_test(test_numeric_options),
         cmocka_unit_test(test_recipe_seed_reaches_kv),
     };

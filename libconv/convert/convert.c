@@ -4,6 +4,7 @@
 // the manifest (schema in docs/FORMAT.md).
 #include "libconv/convert/convert.h"
 #include "libconv/kv/kvcodec.h"
+#include "libconv/tokenizer/tokenizer.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -181,6 +182,28 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan *plan, kvq_
     return s;
 }
 
+// What every reader of the .kvq will check, checked on the source before anything is written:
+// the architecture's limits, every known tensor's shape against the architecture (a head_dim
+// that disagrees with the projections, a layer beyond num_hidden_layers), tensor names that
+// stay inside the archive's namespace, and a tokenizer that parses.
+static kvq_status check_source(const char *src, const kvq_ckpt *ck, kvq_err *err) {
+    const kvq_arch *a = kvq_ckpt_arch(ck);
+    kvq_status s = kvq_arch_check_limits(a, src, err);
+    for (size_t i = 0; i < kvq_ckpt_count(ck) && !s; i++) {
+        const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
+        if (t->name[0] == '/' || strstr(t->name, "..") || strchr(t->name, '\\'))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor name '%s' would leave the archive's namespace", src, t->name);
+        s = kvq_arch_check_shape(a, t->name, t->shape, t->ndim, src, err);
+    }
+    const char *tp = kvq_ckpt_tokenizer_path(ck);
+    if (!s && tp) { // stored only once it parses: a reader must be able to use it
+        kvq_tokenizer *tok = NULL;
+        s = kvq_tok_open(tp, &tok, err);
+        kvq_tok_close(tok);
+    }
+    return s;
+}
+
 kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts *o,
                        kvq_convert_summary *sum, kvq_err *err) {
     kvq_plan *plan = NULL;
@@ -191,6 +214,7 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
     double lossy_bits = 0, lossy_numel = 0;
     kvq_status s = kvq_plan_build(&o->plan, &plan, err);
     if (s == KVQ_OK) s = kvq_ckpt_open(src, &ck, err);
+    if (s == KVQ_OK) s = check_source(src, ck, err);
     if (s == KVQ_OK) s = kvq_writer_open(out, &w, err);
     if (s != KVQ_OK) goto done;
 
