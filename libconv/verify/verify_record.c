@@ -92,7 +92,7 @@ static const char *record_name(kvq_record_state s) {
 static void add_results(json_t *o, const kvq_verify_report *r) {
     const kvq_verify_eval *fin = kvq_verify_final_run(r);
     json_object_set_new(o, "protocol", r->evaluated ? protocol_json(r) : json_null());
-    json_object_set_new(o, "source", json_pack("{s:o,s:o}", "path", r->source_path ? json_string(r->source_path) : json_null(),
+    json_object_set_new(o, "source", json_pack("{s:o,s:o,s:o}", "path", r->source_path ? json_string(r->source_path) : json_null(),
                                                "ppl", r->evaluated ? num(r->source_ppl) : json_null(), "ppl_se",
                                                r->evaluated ? num(r->source_ppl_se) : json_null()));
     json_object_set_new(o, "converted", fin ? json_pack("{s:o,s:o,s:o,s:s}", "ppl", num(fin->ppl), "ppl_delta", num(fin->dppl),
