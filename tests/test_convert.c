@@ -21,6 +21,7 @@
 
 #include "formats/checkpoint.h"
 #include "formats/kvqfile.h"
+#include "formats/safetensors.h"
 #include "libconv/convert/convert.h"
 #include "libconv/runtime/weights.h"
 
@@ -482,6 +483,53 @@ static void test_source_checks(void **st) {
     }
 }
 
+// A source weight that is NaN (or Inf) is refused naming the tensor and the first index, for a
+// lossless codec too (before, "none" stored it and the runtime produced NaN logits).
+static void test_nonfinite_source(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-nan-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(run("cp " TINY "/*.json %s/", dir), 0);
+    kvq_ckpt *ck = NULL;
+    kvq_err err = {0};
+    assert_int_equal(kvq_ckpt_open(TINY, &ck, &err), KVQ_OK);
+    const size_t n = kvq_ckpt_count(ck);
+    kvq_tensor *ts = calloc(n, sizeof *ts);
+    void **bufs = calloc(n, sizeof *bufs);
+    for (size_t i = 0; i < n; i++) {
+        ts[i] = *kvq_ckpt_tensor(ck, i);
+        bufs[i] = malloc(ts[i].nbytes);
+        memcpy(bufs[i], ts[i].data, ts[i].nbytes);
+        ts[i].data = bufs[i];
+        if (!strcmp(ts[i].name, "model.layers.1.mlp.up_proj.weight")) {
+            assert_int_equal(ts[i].dtype, KVQ_DTYPE_BF16);
+            ((uint16_t *)bufs[i])[3 * ts[i].shape[1] + 7] = 0x7fc0; // NaN at row 3, column 7
+        }
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const char *meta[] = {"format", "pt", NULL};
+    assert_int_equal(kvq_st_write(path, ts, n, meta, &err), KVQ_OK);
+    for (size_t i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+    free(ts);
+    kvq_ckpt_close(ck);
+    const char *specs[] = {"none", "rtn:4:g128"};
+    for (int k = 0; k < 2; k++) {
+        char out[300];
+        snprintf(out, sizeof out, "%s/o.kvq", dir);
+        kvq_convert_opts o = {0};
+        o.plan.weights = specs[k];
+        o.plan.quantize_embeddings = -1;
+        assert_int_equal(kvq_convert(dir, out, &o, NULL, &err), KVQ_ERR_NUMERIC);
+        if (!strstr(err.msg, "model.layers.1.mlp.up_proj.weight") || !strstr(err.msg, "row 3, column 7"))
+            fail_msg("%s", err.msg);
+        struct stat sb;
+        assert_int_not_equal(stat(out, &sb), 0); // nothing written
+    }
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char *a = strdup(argv[0]);
@@ -496,6 +544,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_export_hf),
         cmocka_unit_test(test_tools),
         cmocka_unit_test(test_source_checks),
+        cmocka_unit_test(test_nonfinite_source),
         cmocka_unit_test(test_numeric_options),
         cmocka_unit_test(test_recipe_seed_reaches_kv),
     };
