@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <omp.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -137,14 +138,17 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan *plan, kvq_
     float *x = malloc((size_t)(numel ? numel : 1) * sizeof *x);
     if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory for %" PRId64 " floats", t->name, numel);
     kvq_dtype_to_f32(t->dtype, t->data, (size_t)numel, x);
-    for (int64_t i = 0; i < numel; i++) // NaN/Inf in a source are refused, whatever the codec (docs/FORMAT.md)
-        if (!isfinite(x[i])) {
-            kvq_status r = kvq_err_set(err, KVQ_ERR_NUMERIC, "tensor '%s': non-finite value %g at index %" PRId64
-                                       " (row %" PRId64 ", column %" PRId64 "): the source holds NaN or Inf",
-                                       t->name, (double)x[i], i, cols ? i / cols : 0, cols ? i % cols : i);
-            free(x);
-            return r;
-        }
+    int64_t bad = numel; // NaN/Inf in a source are refused, whatever the codec (docs/CHECKPOINTS.md)
+#pragma omp parallel for reduction(min : bad) num_threads(n_threads > 0 ? n_threads : omp_get_max_threads())
+    for (int64_t i = 0; i < numel; i++)
+        if (!isfinite(x[i]) && i < bad) bad = i;
+    if (bad < numel) {
+        kvq_status r = kvq_err_set(err, KVQ_ERR_NUMERIC, "tensor '%s': non-finite value %g at index %" PRId64
+                                   " (row %" PRId64 ", column %" PRId64 "): the source holds NaN or Inf",
+                                   t->name, (double)x[bad], bad, cols ? bad / cols : 0, cols ? bad % cols : bad);
+        free(x);
+        return r;
+    }
     uint64_t seed = kvq_plan_tensor_seed(plan, t->name);
     kvq_codec_input in = {.src = t, .x = x, .rows = rows, .cols = cols, .seed = seed, .n_threads = n_threads};
     kvq_encoded enc = {0};
