@@ -331,6 +331,9 @@ static void test_recipes(void **state) {
         {"seed: -4\n", "seed"},
         {"rules: [\n", "YAML error"},
         {"rules:\n  - match: \"*\"\n", "needs both"},
+        {"weights: none\nweights: rtn:4:g128\n", "line 2: key 'weights' given twice (first on line 1)"},
+        {"rules:\n  - match: \"*\"\n    match: \"x\"\n    codec: none\n", "key 'match' given twice"},
+        {"weights: none\n---\nweights: rtn:4:g128\n", "line 3: a second YAML document"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(path, bad[i].text);

@@ -94,6 +94,23 @@ static kvq_status ybad(yctx *y, yaml_node_t *n, const char *what) {
                        n ? (unsigned long)n->start_mark.line + 1 : 0ul, what);
 }
 
+// A key given twice in a mapping (the YAML spec forbids it; libyaml keeps both and the second
+// would silently win or lose) is an error naming its line.
+static kvq_status no_duplicate_keys(yctx *y, yaml_node_t *map) {
+    for (yaml_node_pair_t *a = map->data.mapping.pairs.start; a < map->data.mapping.pairs.top; a++)
+        for (yaml_node_pair_t *b = a + 1; b < map->data.mapping.pairs.top; b++) {
+            yaml_node_t *ka = yaml_document_get_node(y->doc, a->key), *kb = yaml_document_get_node(y->doc, b->key);
+            const char *sa = scalar(y, ka), *sb = scalar(y, kb);
+            if (sa && sb && !strcmp(sa, sb)) {
+                char what[200];
+                snprintf(what, sizeof what, "key '%.100s' given twice (first on line %lu)", sa,
+                         (unsigned long)ka->start_mark.line + 1);
+                return ybad(y, kb, what);
+            }
+        }
+    return KVQ_OK;
+}
+
 static int parse_bool(const char *s, int *v) {
     if (!s) return -1;
     if (!strcmp(s, "true") || !strcmp(s, "yes")) { *v = 1; return 0; }
@@ -119,12 +136,30 @@ static kvq_status read_recipe(kvq_plan *p, const kvq_plan_opts *o, const char **
         fclose(fp);
         return s;
     }
+    { // one document only: a second one would be silently ignored
+        yaml_document_t more;
+        int ok = yaml_parser_load(&parser, &more);
+        int extra = ok && yaml_document_get_root_node(&more) != NULL;
+        unsigned long line = ok && extra ? (unsigned long)yaml_document_get_root_node(&more)->start_mark.line + 1
+                                         : (unsigned long)parser.problem_mark.line + 1;
+        if (ok) yaml_document_delete(&more);
+        if (!ok || extra) {
+            kvq_status s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: line %lu: %s", o->recipe_path, line,
+                                       !ok ? (parser.problem ? parser.problem : "YAML error")
+                                           : "a second YAML document (a recipe is one mapping)");
+            yaml_document_delete(&doc);
+            yaml_parser_delete(&parser);
+            fclose(fp);
+            return s;
+        }
+    }
     yaml_parser_delete(&parser);
     fclose(fp);
     yctx y = {o->recipe_path, &doc, err};
     kvq_status s = KVQ_OK;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root || root->type != YAML_MAPPING_NODE) { s = ybad(&y, root, "recipe must be a mapping"); goto out; }
+    if ((s = no_duplicate_keys(&y, root))) goto out;
     for (yaml_node_pair_t *kv = root->data.mapping.pairs.start; kv < root->data.mapping.pairs.top && s == KVQ_OK; kv++) {
         yaml_node_t *kn = yaml_document_get_node(&doc, kv->key), *vn = yaml_document_get_node(&doc, kv->value);
         const char *k = scalar(&y, kn), *v = scalar(&y, vn);
@@ -153,6 +188,7 @@ static kvq_status read_recipe(kvq_plan *p, const kvq_plan_opts *o, const char **
                 yaml_node_t *rn = yaml_document_get_node(&doc, *it);
                 const char *match = NULL, *codec = NULL;
                 if (rn->type != YAML_MAPPING_NODE) { s = ybad(&y, rn, "each rule must be a mapping {match, codec}"); break; }
+                if ((s = no_duplicate_keys(&y, rn))) break;
                 for (yaml_node_pair_t *r = rn->data.mapping.pairs.start; r < rn->data.mapping.pairs.top; r++) {
                     const char *rk = scalar(&y, yaml_document_get_node(&doc, r->key));
                     const char *rv = scalar(&y, yaml_document_get_node(&doc, r->value));
