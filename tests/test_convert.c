@@ -486,6 +486,34 @@ static void test_source_checks(void **st) {
     }
 }
 
+// Killed at any moment (SIGKILL at 12 points through a conversion), the destination holds the
+// previous complete file or nothing: never a partial one.
+static void test_kill_anywhere(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-kill-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char out[300], ref[300];
+    snprintf(out, sizeof out, "%s/o.kvq", dir);
+    snprintf(ref, sizeof ref, "%s/ref.kvq", dir);
+    for (int prev = 0; prev < 2; prev++)
+        for (int k = 0; k < 12; k++) {
+            if (prev) assert_int_equal(run("%s/kvq-convert " TINY " %s --weights none > /dev/null 2>&1 && cp %s %s", g_build,
+                                           out, out, ref), 0);
+            else assert_int_equal(run("rm -f %s", out), 0);
+            // start, wait k·15 ms, SIGKILL (the conversion takes ~100-200 ms here)
+            assert_int_equal(run("%s/kvq-convert " TINY " %s --weights rtn:4:g128 > /dev/null 2>&1 & p=$!; sleep 0.%03d; "
+                                 "kill -9 $p 2>/dev/null; wait $p 2>/dev/null; true", g_build, out, 15 * k + 5), 0);
+            struct stat sb;
+            if (stat(out, &sb) != 0) { assert_false(prev); continue; } // nothing: fine without a previous file
+            kvq_file *f = NULL;
+            kvq_err err = {0};
+            if (kvq_file_open(out, &f, &err) != KVQ_OK) fail_msg("after a kill at %d ms: %s", 15 * k + 5, err.msg);
+            assert_int_equal(kvq_file_verify(f, &err), KVQ_OK); // complete: every digest holds
+            kvq_file_close(f);
+        }
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
 // A source weight that is NaN (or Inf) is refused naming the tensor and the first index, for a
 // lossless codec too (before, "none" stored it and the runtime produced NaN logits).
 static void test_nonfinite_source(void **st) {
@@ -548,6 +576,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_tools),
         cmocka_unit_test(test_source_checks),
         cmocka_unit_test(test_nonfinite_source),
+        cmocka_unit_test(test_kill_anywhere),
         cmocka_unit_test(test_numeric_options),
         cmocka_unit_test(test_recipe_seed_reaches_kv),
     };
