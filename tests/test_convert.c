@@ -514,6 +514,19 @@ static void test_kill_anywhere(void **st) {
     assert_int_equal(run("rm -rf %s", dir), 0);
 }
 
+// No space for the output (a file-size limit, RLIMIT_FSIZE): one line naming the file, exit 2,
+// nothing left in the directory (no output, no temporary file).
+static void test_write_limit(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-fsize-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(run("(ulimit -f 1000; %s/kvq-convert " TINY " %s/o.kvq --weights rtn:4:g128 > %s/out.txt 2> /tmp/kvq-fsize-err.txt)",
+                         g_build, dir, dir), 2);
+    assert_int_equal(run("test $(wc -l < /tmp/kvq-fsize-err.txt) -eq 1 && grep -q 'o.kvq.*File too large' /tmp/kvq-fsize-err.txt"), 0);
+    assert_int_equal(run("test $(ls -A %s | wc -l) -eq 1", dir), 0); // only out.txt
+    assert_int_equal(run("rm -rf %s /tmp/kvq-fsize-err.txt", dir), 0);
+}
+
 // A source weight that is NaN (or Inf) is refused naming the tensor and the first index, for a
 // lossless codec too (before, "none" stored it and the runtime produced NaN logits).
 static void test_nonfinite_source(void **st) {
@@ -577,6 +590,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_source_checks),
         cmocka_unit_test(test_nonfinite_source),
         cmocka_unit_test(test_kill_anywhere),
+        cmocka_unit_test(test_write_limit),
         cmocka_unit_test(test_numeric_options),
         cmocka_unit_test(test_recipe_seed_reaches_kv),
     };

@@ -2,6 +2,7 @@
 // One progress line per tensor on stderr, a summary at the end; optionally also
 // exports the converted model as an HF directory (--export-hf).
 // Exit status: 0 success, 2 error (1 is reserved for verification failures).
+#include <signal.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -42,6 +43,9 @@ static void progress(void *ud, const kvq_convert_progress *p) {
 }
 
 int main(int argc, char **argv) {
+    // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
+    // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
+    signal(SIGXFSZ, SIG_IGN);
     kvq_convert_opts o = {0};
     o.plan.quantize_embeddings = -1;
     const char *export_dir = NULL, *keep[64];

@@ -3,6 +3,7 @@
 // in docs/FORMAT.md ("kvq-inspect --json"). Reads only the manifest and the archive
 // structure; payload digests are checked by kvq-verify.
 // Exit status: 0 success, 2 error (1 is reserved for verification failures).
+#include <signal.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <string.h>
@@ -182,6 +183,9 @@ static void print_human(const kvq_file *f) {
 }
 
 int main(int argc, char **argv) {
+    // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
+    // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
+    signal(SIGXFSZ, SIG_IGN);
     int as_json = 0;
     static const struct option lo[] = {{"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,9 @@ static void ensure_wait_policy(char **argv) {
 }
 
 int main(int argc, char **argv) {
+    // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
+    // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
+    signal(SIGXFSZ, SIG_IGN);
     ensure_wait_policy(argv);
     const char *model = NULL, *prompt = NULL, *tok_in = NULL, *logits_out = NULL, *ppl = NULL, *ppl_ids = NULL;
     int n_gen = 128, threads = 0;
