@@ -530,6 +530,11 @@ kvq_status kvq_st_write(const char *path, const kvq_tensor *tensors, size_t n,
         s = kvq_err_set(err, KVQ_ERR_IO, "%s: cannot create temporary file: %s", path, strerror(errno));
         goto done;
     }
+    { // mkstemp makes 0600; the file people keep gets the usual 0666 & ~umask
+        mode_t um = umask(0);
+        umask(um);
+        (void)fchmod(fd, 0666 & ~um);
+    }
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     int bad = write_all(fd, len8, 8) || write_all(fd, hdr, hl);

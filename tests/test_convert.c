@@ -527,6 +527,28 @@ static void test_write_limit(void **st) {
     assert_int_equal(run("rm -rf %s /tmp/kvq-fsize-err.txt", dir), 0);
 }
 
+// Files written keep ordinary permissions, 0666 less the umask (mkstemp's 0600 fixed): the .kvq,
+// its --record rewrite, kvq-run's logits and the exported model.safetensors, under umask 027.
+static void test_permissions(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-perm-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(run("cd %s && printf '\\001\\000\\000\\000' > ids.bin", dir), 0);
+    assert_int_equal(run("umask 027 && %s/kvq-convert " TINY " %s/m.kvq --export-hf %s/hf > /dev/null 2>&1 && "
+                         "%s/kvq-verify %s/m.kvq --no-source --record -q > /dev/null 2>&1 && "
+                         "%s/kvq-run " TINY " --tokens %s/ids.bin --logits %s/lg.bin > /dev/null 2>&1",
+                         g_build, dir, dir, g_build, dir, g_build, dir, dir), 0);
+    const char *files[] = {"m.kvq", "hf/model.safetensors", "hf/config.json", "lg.bin"};
+    for (int i = 0; i < 4; i++) {
+        char p[300];
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        struct stat sb;
+        assert_int_equal(stat(p, &sb), 0);
+        if ((sb.st_mode & 0777) != 0640) fail_msg("%s: mode %o, expected 640", files[i], sb.st_mode & 0777);
+    }
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
 // A source weight that is NaN (or Inf) is refused naming the tensor and the first index, for a
 // lossless codec too (before, "none" stored it and the runtime produced NaN logits).
 static void test_nonfinite_source(void **st) {
@@ -591,6 +613,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_nonfinite_source),
         cmocka_unit_test(test_kill_anywhere),
         cmocka_unit_test(test_write_limit),
+        cmocka_unit_test(test_permissions),
         cmocka_unit_test(test_numeric_options),
         cmocka_unit_test(test_recipe_seed_reaches_kv),
     };

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "formats/kvqfile.h"
@@ -87,6 +88,9 @@ static int write_atomic(const char *path, const void *data, size_t n, char *msg,
     snprintf(tmp, L + 16, "%s.tmpXXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) { snprintf(msg, cap, "%s: cannot create temporary file: %s", path, strerror(errno)); free(tmp); return -1; }
+    mode_t um = umask(0); // mkstemp makes 0600; the output gets the usual 0666 & ~umask
+    umask(um);
+    (void)fchmod(fd, 0666 & ~um);
     const char *p = data;
     size_t left = n;
     while (left) {
