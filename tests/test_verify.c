@@ -675,6 +675,12 @@ static void test_bits_per_param(void **state) {
         assert_true(fabs(bi - kb.bits_per_param) < 1e-9 && fabs(bv - kb.bits_per_param) < 1e-9);
         json_decref(ji);
         json_decref(jv);
+        // the per-layer view: a row per layer (the tiny model has 4), the same whole-model number
+        char want[64];
+        snprintf(want, sizeof want, "whole model %.3f bits/param", kb.bits_per_param);
+        assert_int_equal(run("%s/kvq-inspect --layers %s > %s/l.txt", g_build, files[i], g_dir), 0);
+        assert_int_equal(run("grep -q 'q_proj.*down_proj.*bytes' %s/l.txt && test $(grep -c '^[0-3] ' %s/l.txt) -eq 4 && "
+                             "grep -q '%s' %s/l.txt", g_dir, g_dir, want, g_dir), 0);
     }
 }
 

@@ -3,6 +3,7 @@
 // in docs/FORMAT.md ("kvq-inspect --json"). Reads only the manifest and the archive
 // structure; payload digests are checked by kvq-verify.
 // Exit status: 0 success, 2 error (1 is reserved for verification failures).
+#include <math.h>
 #include <signal.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -182,24 +183,107 @@ static void print_human(const kvq_file *f) {
     print_verification(m);
 }
 
+// ---- --layers: layers × tensor roles, bits per weight in each cell, the layer's bytes
+
+// "model.layers.12.self_attn.q_proj.weight" -> layer 12, role "q_proj"; -1 when not a layer's.
+static int layer_role(const char *name, char *role, size_t cap) {
+    int l = -1, used = 0;
+    if (sscanf(name, "model.layers.%d.%n", &l, &used) != 1 || !used) return -1;
+    const char *r = name + used, *dot = strrchr(r, '.');
+    const char *base = r;
+    for (const char *p = r; p < (dot ? dot : r + strlen(r)); p++)
+        if (*p == '.') base = p + 1; // the last component before ".weight"/".bias"
+    size_t n = (size_t)((dot ? dot : r + strlen(r)) - base);
+    if (dot && strcmp(dot, ".weight")) { // biases keep their suffix
+        snprintf(role, cap, "%.*s%s", (int)n, base, dot);
+        return l;
+    }
+    snprintf(role, cap, "%.*s", (int)n, base);
+    return l;
+}
+
+static void print_layers(const kvq_file *f) {
+    const json_t *m = kvq_file_manifest(f), *ts = json_object_get(m, "tensors");
+    const json_t *a = json_object_get(m, "architecture");
+    const int L = (int)json_integer_value(json_object_get(a, "n_layers"));
+    enum { MAXR = 24 };
+    char roles[MAXR][48];
+    int nr = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(ts, i, t) { // roles in the order of a fixed preference, then first seen
+        char r[48];
+        if (layer_role(json_string_value(json_object_get(t, "name")), r, sizeof r) < 0) continue;
+        int k = 0;
+        while (k < nr && strcmp(roles[k], r)) k++;
+        if (k == nr && nr < MAXR) snprintf(roles[nr++], sizeof roles[0], "%s", r);
+    }
+    static const char *pref[] = {"q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj",
+                                 "gate_up_proj", "down_proj"};
+    char ordered[MAXR][48];
+    int no = 0;
+    for (size_t p = 0; p < sizeof pref / sizeof pref[0]; p++)
+        for (int k = 0; k < nr; k++)
+            if (!strcmp(roles[k], pref[p])) snprintf(ordered[no++], sizeof ordered[0], "%s", roles[k]);
+    for (int k = 0; k < nr; k++) {
+        int seen = 0;
+        for (int j = 0; j < no; j++) seen |= !strcmp(ordered[j], roles[k]);
+        if (!seen) snprintf(ordered[no++], sizeof ordered[0], "%s", roles[k]);
+    }
+    printf("bits per weight by layer and tensor role (whole tensors: codes and side information)\n%-6s", "layer");
+    for (int k = 0; k < no; k++) printf(" %*.*s", 9, 9, ordered[k]);
+    printf(" %12s\n", "bytes");
+    for (int l = 0; l < L && l < 4096; l++) {
+        double bpw[MAXR];
+        for (int k = 0; k < no; k++) bpw[k] = NAN;
+        uint64_t bytes = 0;
+        json_array_foreach(ts, i, t) {
+            char r[48];
+            if (layer_role(json_string_value(json_object_get(t, "name")), r, sizeof r) != l) continue;
+            bytes += (uint64_t)json_integer_value(json_object_get(t, "bytes"));
+            for (int k = 0; k < no; k++)
+                if (!strcmp(ordered[k], r)) bpw[k] = json_number_value(json_object_get(t, "bits_per_weight"));
+        }
+        printf("%-6d", l);
+        for (int k = 0; k < no; k++) isnan(bpw[k]) ? printf(" %9s", "-") : printf(" %9.3f", bpw[k]);
+        printf(" %12" PRIu64 "\n", bytes);
+    }
+    printf("outside the layers:");
+    json_array_foreach(ts, i, t) {
+        char r[48];
+        const char *nm = json_string_value(json_object_get(t, "name"));
+        if (layer_role(nm, r, sizeof r) >= 0) continue;
+        printf(" %s %.3f bits/w;", nm, json_number_value(json_object_get(t, "bits_per_weight")));
+    }
+    kvq_bits kb;
+    kvq_file_bits(m, &kb);
+    printf("\nwhole model %.3f bits/param", kb.bits_per_param);
+    if (kb.lossy_params) printf("; quantized tensors %.3f bits/w", kb.lossy_bits_per_weight);
+    printf("\n");
+}
+
 int main(int argc, char **argv) {
     // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
     // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
     signal(SIGXFSZ, SIG_IGN);
-    int as_json = 0;
-    static const struct option lo[] = {{"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int as_json = 0, layers = 0;
+    static const struct option lo[] = {{"json", no_argument, 0, 'j'}, {"layers", no_argument, 0, 'l'},
+                                       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *use = "usage: kvq-inspect [--json | --layers] FILE.kvq\n"
+                      "  --layers  bits per weight by layer and tensor role, and each layer's bytes\n";
     int c;
-    while ((c = getopt_long(argc, argv, "jh", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "jlh", lo, NULL)) != -1) {
         if (c == 'j') as_json = 1;
+        else if (c == 'l') layers = 1;
         else if (c == 'h') {
-            printf("usage: kvq-inspect [--json] FILE.kvq\nexit status: 0 ok, 2 error\n");
+            printf("%sexit status: 0 ok, 2 error\n", use);
             return 0;
         } else {
-            fprintf(stderr, "usage: kvq-inspect [--json] FILE.kvq\n");
+            fputs(use, stderr);
             return 2;
         }
     }
-    if (argc - optind != 1) { fprintf(stderr, "usage: kvq-inspect [--json] FILE.kvq\n"); return 2; }
+    if (argc - optind != 1 || (as_json && layers)) { fputs(use, stderr); return 2; }
     kvq_file *f;
     kvq_err err = {0};
     if (kvq_file_open(argv[optind], &f, &err) != KVQ_OK) {
@@ -208,6 +292,7 @@ int main(int argc, char **argv) {
     }
     int rc = 0;
     if (as_json) rc = print_json(f) ? 2 : 0;
+    else if (layers) print_layers(f);
     else print_human(f);
     if (rc) fprintf(stderr, "kvq-inspect: %s: cannot write JSON\n", argv[optind]);
     kvq_file_close(f);
