@@ -597,6 +597,23 @@ static void test_standard_errors(void **state) {
     kvq_verify_report_free(&r);
 }
 
+// kvq-verify finds a source recorded relative to where kvq-convert ran from another directory
+// (relative to the .kvq), and a threshold without --text is a usage error (2).
+static void test_source_and_usage(void **state) {
+    (void)state;
+    char bin[600];
+    if (g_build[0] == '/') snprintf(bin, sizeof bin, "%s", g_build);
+    else { char cwd[512]; assert_non_null(getcwd(cwd, sizeof cwd)); snprintf(bin, sizeof bin, "%s/%s", cwd, g_build); }
+    assert_int_equal(run("mkdir -p %s/rel && cp -r " TINY " %s/rel/src && cd %s/rel && %s/kvq-convert src out.kvq "
+                         "> /dev/null 2>&1", g_dir, g_dir, g_dir, bin), 0);
+    assert_int_equal(run("cd / && %s/kvq-verify -q %s/rel/out.kvq > %s/o.txt 2>&1", bin, g_dir, g_dir), 0);
+    assert_int_equal(run("grep -q 'source: %s/rel/src' %s/o.txt && grep -q 'no quality measured' %s/o.txt", g_dir, g_dir,
+                         g_dir), 0);
+    assert_int_equal(run("%s/kvq-verify -q %s --no-source --max-kld 0.1 > /dev/null 2> %s/e.txt", bin, g_rtn, g_dir), 2);
+    assert_int_equal(run("grep -q 'max-kld needs --text' %s/e.txt", g_dir), 0);
+    assert_int_equal(run("%s/kvq-verify --version | grep -q 'kvq-verify (kvq '", bin), 0);
+}
+
 // Zip bombs and names leaving the archive: the entry table (rewritten by the writer, so
 // planted here in the manifest the schema check reads) may not declare more inflated bytes
 // than a tensor can hold (8 per weight + 1 MiB) or 1 GiB for other entries, nor a name with
@@ -755,7 +772,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_thresholds),      cmocka_unit_test(test_damaged),
         cmocka_unit_test(test_record),          cmocka_unit_test(test_hostile_manifests),
         cmocka_unit_test(test_bits_per_param),  cmocka_unit_test(test_standard_errors),
-        cmocka_unit_test(test_bombs),
+        cmocka_unit_test(test_bombs),           cmocka_unit_test(test_source_and_usage),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

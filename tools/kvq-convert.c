@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
     // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
     // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
     signal(SIGXFSZ, SIG_IGN);
+    if (kvq_opt_version("kvq-convert", argc, argv)) return 0;
     kvq_convert_opts o = {0};
     o.plan.quantize_embeddings = -1;
     const char *export_dir = NULL, *keep[64];

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "tools/opt.h"
 #include "formats/kvqfile.h"
 #include "libconv/verify/verify.h"
 
@@ -266,6 +267,7 @@ int main(int argc, char **argv) {
     // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
     // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
     signal(SIGXFSZ, SIG_IGN);
+    if (kvq_opt_version("kvq-inspect", argc, argv)) return 0;
     int as_json = 0, layers = 0;
     static const struct option lo[] = {{"json", no_argument, 0, 'j'}, {"layers", no_argument, 0, 'l'},
                                        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};

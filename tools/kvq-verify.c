@@ -5,6 +5,7 @@
 // Exit status: 0 all checks pass, 1 a check failed (incl. integrity), 2 error.
 #include <inttypes.h>
 #include <limits.h>
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -169,7 +170,10 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
             printf("  %s %-18s %-12.48s %.6g (limit %.6g)\n", c->pass ? "pass" : "FAIL", c->name, c->subject, c->value,
                    c->limit);
     }
-    printf("result: %s\n", r->pass ? "PASS" : "FAIL");
+    if (!r->evaluated && r->pass)
+        printf("result: PASS (%s only: no quality measured; give --text for perplexity and KLD)\n",
+               r->n_tensors && r->source_path ? "integrity and per-tensor error" : "integrity");
+    else printf("result: %s\n", r->pass ? "PASS" : "FAIL");
 }
 
 enum {
@@ -182,6 +186,7 @@ int main(int argc, char **argv) {
     // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
     // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
     signal(SIGXFSZ, SIG_IGN);
+    if (kvq_opt_version("kvq-verify", argc, argv)) return 0;
     static const struct option lo[] = {
         {"source", required_argument, 0, O_SOURCE}, {"no-source", no_argument, 0, O_NO_SOURCE},
         {"text", required_argument, 0, O_TEXT}, {"ctx", required_argument, 0, O_CTX},
@@ -255,6 +260,20 @@ int main(int argc, char **argv) {
     if (o.require_record && (record || o.text_path)) {
         fprintf(stderr, "kvq-verify: --check-record takes no --record or --text\n");
         return 2;
+    }
+    { // quality limits measure nothing without a text: a usage error, not a failed check
+        const kvq_verify_limits *L = &o.limits;
+        const char *q = !isnan(L->max_ppl_delta) ? "--max-ppl-delta" : !isnan(L->max_kld) ? "--max-kld"
+                        : !isnan(L->max_kld_p99) ? "--max-kld-p99" : !isnan(L->min_top1) ? "--min-top1"
+                        : !isnan(L->max_rms_dp) ? "--max-rms-dp" : NULL;
+        if (q && !o.text_path && !o.require_record) {
+            fprintf(stderr, "kvq-verify: %s needs --text (the quality limits are measured on a text)\n", q);
+            return 2;
+        }
+        if (o.text_path && access(o.text_path, R_OK) != 0) { // before the long checks, not after
+            fprintf(stderr, "kvq-verify: --text %s: %s\n", o.text_path, strerror(errno));
+            return 2;
+        }
     }
     if (o.no_source && o.text_path) {
         fprintf(stderr, "kvq-verify: --text needs the source (drop --no-source)\n");

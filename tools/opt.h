@@ -9,6 +9,20 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "formats/error.h" // KVQ_VERSION
+
+/** `--version` anywhere on the command line: prints "TOOL (kvq VERSION)" and returns 1 (the
+ *  tool exits 0), before any other option is parsed. */
+static inline int kvq_opt_version(const char *tool, int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--version")) {
+            printf("%s (kvq %s)\n", tool, KVQ_VERSION);
+            return 1;
+        }
+    return 0;
+}
 
 static inline int kvq_opt_ll(const char *tool, const char *opt, const char *s, long long lo, long long hi,
                              long long *out) {

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 #include <vector>
@@ -14,8 +15,11 @@ extern "C" int kvq_cuda_device_count(char *why, size_t why_size) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        if (why && why_size)
-            snprintf(why, why_size, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "count is 0");
+        if (why && why_size) // a machine without a GPU has no (or an old) driver: say so plainly first
+            snprintf(why, why_size, "no CUDA device%s%s%s",
+                     e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice ? " on this machine" : "",
+                     e != cudaSuccess ? " (CUDA runtime: " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
+        if (why && why_size && e != cudaSuccess) strncat(why, ")", why_size - strlen(why) - 1);
         return 0;
     }
     return n;

@@ -504,12 +504,24 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     man = mcopy;
 
     const char *sp = o->source ? o->source : json_string_value(json_object_get(json_object_get(man, "source"), "path"));
+    char beside[4096] = "";
     if (!o->no_source && sp) {
-        if (!(rep->source_path = strdup(sp))) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory"); goto out; }
         struct stat st;
+        // A recorded relative path is relative to where kvq-convert ran: tried as is, then
+        // relative to the .kvq's directory (both named if neither exists).
+        if (!o->source && sp[0] != '/' && stat(sp, &st) != 0) {
+            const char *slash = strrchr(o->kvq_path, '/');
+            if (slash) {
+                snprintf(beside, sizeof beside, "%.*s/%s", (int)(slash - o->kvq_path), o->kvq_path, sp);
+                if (stat(beside, &st) == 0) sp = beside;
+            }
+        }
+        if (!(rep->source_path = strdup(sp))) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory"); goto out; }
         if (stat(sp, &st) != 0) {
-            s = kvq_err_set(err, KVQ_ERR_IO, "source %s%s: %s (give --source DIR, or --no-source)", sp,
-                            o->source ? "" : " (recorded in the file)", strerror(errno));
+            s = kvq_err_set(err, KVQ_ERR_IO, "source %s%s%s%s: %s (give --source DIR, or --no-source)", sp,
+                            o->source ? "" : " (recorded in the file, relative to where kvq-convert ran)",
+                            beside[0] && sp != beside ? "; also tried " : "", beside[0] && sp != beside ? beside : "",
+                            strerror(errno));
             goto out;
         }
         if ((s = check_source_files(man, sp, err))) goto out;
