@@ -612,6 +612,15 @@ static void test_source_and_usage(void **state) {
     assert_int_equal(run("%s/kvq-verify -q %s --no-source --max-kld 0.1 > /dev/null 2> %s/e.txt", bin, g_rtn, g_dir), 2);
     assert_int_equal(run("grep -q 'max-kld needs --text' %s/e.txt", g_dir), 0);
     assert_int_equal(run("%s/kvq-verify --version | grep -q 'kvq-verify (kvq '", bin), 0);
+    // one protocol spelling: both tools take --bos VALUE and --scored MODE; bad values are one line
+    assert_int_equal(run("%s/kvq-verify -q %s --text " TEXT " --ctx 64 --bos prepend --scored second-half --windows 1 "
+                         "| grep -q 'BOS prepended, second half'", bin, g_rtn), 0);
+    assert_int_equal(run("%s/kvq-run " TINY " --ppl " TEXT " --ctx 64 --bos prepend --scored second-half 2>/dev/null "
+                         "| grep -q 'BOS prepended, second half'", bin), 0);
+    assert_int_equal(run("%s/kvq-run " TINY " --ppl " TEXT " --scored bogus 2> %s/e.txt; test $? -eq 2 && "
+                         "test $(wc -l < %s/e.txt) -eq 1", bin, g_dir, g_dir), 0);
+    assert_int_equal(run("%s/kvq-verify %s --frob 2> %s/e.txt; test $? -eq 2 && test $(wc -l < %s/e.txt) -eq 1", bin,
+                         g_rtn, g_dir, g_dir), 0);
 }
 
 // Zip bombs and names leaving the archive: the entry table (rewritten by the writer, so

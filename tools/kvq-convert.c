@@ -59,6 +59,7 @@ int main(int argc, char **argv) {
         {"kv", required_argument, 0, 'K'},      {"kv-window", required_argument, 0, 'W'},
         {"kv-boundary", no_argument, 0, 'B'},   {0, 0, 0, 0}};
     int c;
+    opterr = 0; // errors are reported in one line below
     while ((c = getopt_long(argc, argv, "t:qh", lo, NULL)) != -1) {
         switch (c) {
         case 'w': o.plan.weights = optarg; break;
@@ -89,7 +90,9 @@ int main(int argc, char **argv) {
             break;
         case 'B': o.kv_boundary = 1; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default: // one line naming the option, not the whole usage
+            fprintf(stderr, "kvq-convert: %s: unknown option or missing value (see --help)\n", argv[optind - 1]);
+            return 2;
         }
     }
     if (argc - optind != 2) { usage(stderr); return 2; }

@@ -24,8 +24,8 @@
 static const char *usage =
     "usage: kvq-run MODEL -p PROMPT [-n 128] [--temp 0.8] [--top-p 0.95] [--seed 1] [-t N]\n"
     "       kvq-run MODEL --tokens ids.bin --logits out.bin     (int32 LE ids -> fp32 LE [T, vocab])\n"
-    "       kvq-run MODEL --ppl FILE [--ctx 512] [--stride N] [--bos none|prepend|replace]\n"
-    "               [--score all|second-half] [--max-tokens N] [--partial]\n"
+    "       kvq-run MODEL --ppl FILE [--ctx 512] [--stride N] [--bos none|prepend|replace | --no-bos]\n"
+    "               [--scored all-but-first|second-half] [--max-tokens N] [--partial]  (as kvq-verify)\n"
     "       kvq-run MODEL --ppl-ids ids.bin ...                  (same, on int32 LE token ids)\n"
     "options: --weights auto|f32|bf16 (held precision; auto = bf16 where exact)  --kv-fp16\n"
     "         --exec int8|exact|decoded  HyperQuant tensors: packed with int8 activations (default),\n"
@@ -151,20 +151,16 @@ int main(int argc, char **argv) {
         else if (ARG("--max-tokens")) { uint64_t u; if (kvq_opt_u64(T_, a, v, &u)) return 2; ep.max_tokens = u; }
         else if (ARG("--ctx-max")) { if (kvq_opt_int(T_, a, v, 0, 1 << 24, &mo.max_ctx)) return 2; }
         else if (!strcmp(a, "--partial")) ep.partial_last = 1;
+        else if (!strcmp(a, "--no-bos")) ep.bos = KVQ_BOS_NONE;
         else if (!strcmp(a, "--kv-fp16")) mo.kv_fp16 = 1;
         else if (!strcmp(a, "--gpu")) mo.backend = kvq_backend_cuda_new;
         else if (ARG("--kv")) kv_spec = v;
         else if (ARG("--kv-window")) { if (kvq_opt_int(T_, a, v, 0, 1 << 24, &kv_window)) return 2; }
         else if (!strcmp(a, "--kv-boundary")) kv_boundary = 1;
         else if (ARG("--bos")) {
-            if (!strcmp(v, "none")) ep.bos = KVQ_BOS_NONE;
-            else if (!strcmp(v, "prepend")) ep.bos = KVQ_BOS_PREPEND;
-            else if (!strcmp(v, "replace")) ep.bos = KVQ_BOS_REPLACE;
-            else return die("--bos %s: expected none, prepend or replace%s", v, "");
-        } else if (ARG("--score")) {
-            if (!strcmp(v, "all")) ep.score = KVQ_SCORE_ALL_BUT_FIRST;
-            else if (!strcmp(v, "second-half")) ep.score = KVQ_SCORE_SECOND_HALF;
-            else return die("--score %s: expected all or second-half%s", v, "");
+            if (kvq_opt_bos(T_, v, &ep.bos)) return 2;
+        } else if (ARG("--score") || ARG("--scored")) {
+            if (kvq_opt_scored(T_, v, &ep.score)) return 2;
         } else if (ARG("--weights")) {
             if (!strcmp(v, "auto")) mo.store = KVQ_WEIGHTS_AUTO;
             else if (!strcmp(v, "f32")) mo.store = KVQ_WEIGHTS_F32;

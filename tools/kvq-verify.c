@@ -192,6 +192,7 @@ int main(int argc, char **argv) {
         {"text", required_argument, 0, O_TEXT}, {"ctx", required_argument, 0, O_CTX},
         {"stride", required_argument, 0, O_STRIDE}, {"bos", optional_argument, 0, O_BOS},
         {"no-bos", no_argument, 0, O_NO_BOS}, {"scored", required_argument, 0, O_SCORED},
+        {"score", required_argument, 0, O_SCORED},
         {"max-tokens", required_argument, 0, O_MAXTOK}, {"windows", required_argument, 0, O_WINDOWS},
         {"kv", required_argument, 0, O_KV}, {"kv-window", required_argument, 0, O_KV_WINDOW},
         {"kv-boundary", no_argument, 0, O_KV_BOUNDARY}, {"kv-seed", required_argument, 0, O_KV_SEED},
@@ -208,6 +209,7 @@ int main(int argc, char **argv) {
     int as_json = 0, record = 0, c;
     size_t rows = 10, v;
     prog_state ps = {0, isatty(2), NULL, 0};
+    opterr = 0; // errors are reported in one line below
     while ((c = getopt_long(argc, argv, "t:qh", lo, NULL)) != -1) {
         switch (c) {
         case O_SOURCE: o.source = optarg; break;
@@ -215,16 +217,17 @@ int main(int argc, char **argv) {
         case O_TEXT: o.text_path = optarg; break;
         case O_CTX: if (parse_size("--ctx", optarg, &v) || v < 2 || v > (1 << 20)) { fprintf(stderr, "kvq-verify: --ctx must be 2..1048576\n"); return 2; } o.proto.ctx = (int)v; break;
         case O_STRIDE: if (parse_size("--stride", optarg, &v) || v < 1 || v > (1 << 20)) { fprintf(stderr, "kvq-verify: --stride must be 1..1048576\n"); return 2; } o.proto.stride = (int)v; break;
-        case O_BOS:
-            if (!optarg || !strcmp(optarg, "prepend")) o.proto.bos = KVQ_BOS_PREPEND;
-            else if (!strcmp(optarg, "replace")) o.proto.bos = KVQ_BOS_REPLACE;
-            else { fprintf(stderr, "kvq-verify: --bos=%s: expected prepend or replace\n", optarg); return 2; }
+        case O_BOS: { // --bos=VALUE, --bos VALUE, or a bare --bos (prepend)
+            const char *val = optarg;
+            if (!val && optind < argc &&
+                (!strcmp(argv[optind], "none") || !strcmp(argv[optind], "prepend") || !strcmp(argv[optind], "replace")))
+                val = argv[optind++];
+            if (kvq_opt_bos("kvq-verify", val ? val : "prepend", &o.proto.bos)) return 2;
             break;
+        }
         case O_NO_BOS: o.proto.bos = KVQ_BOS_NONE; break;
         case O_SCORED:
-            if (!strcmp(optarg, "all-but-first")) o.proto.score = KVQ_SCORE_ALL_BUT_FIRST;
-            else if (!strcmp(optarg, "second-half")) o.proto.score = KVQ_SCORE_SECOND_HALF;
-            else { fprintf(stderr, "kvq-verify: --scored %s: expected all-but-first or second-half\n", optarg); return 2; }
+            if (kvq_opt_scored("kvq-verify", optarg, &o.proto.score)) return 2;
             break;
         case O_MAXTOK: if (parse_size("--max-tokens", optarg, &o.proto.max_tokens)) return 2; break;
         case O_WINDOWS: if (parse_size("--windows", optarg, &o.max_windows)) return 2; break;
@@ -253,10 +256,17 @@ int main(int argc, char **argv) {
         case 't': if (parse_size("-t", optarg, &v) || v < 1 || v > 1024) { fprintf(stderr, "kvq-verify: -t must be 1..1024\n"); return 2; } o.n_threads = (int)v; break;
         case 'q': ps.quiet = 1; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default: // one line naming the option, not the whole usage
+            fprintf(stderr, "kvq-verify: %s: unknown option or missing value (see --help)\n", argv[optind - 1]);
+            return 2;
         }
     }
-    if (argc - optind != 1) { usage(stderr); return 2; }
+    if (argc - optind != 1) {
+        if (argc - optind == 0) fprintf(stderr, "kvq-verify: no FILE.kvq given (see --help)\n");
+        else fprintf(stderr, "kvq-verify: unexpected argument '%s' after %s (one FILE.kvq; see --help)\n",
+                     argv[optind + 1], argv[optind]);
+        return 2;
+    }
     if (o.require_record && (record || o.text_path)) {
         fprintf(stderr, "kvq-verify: --check-record takes no --record or --text\n");
         return 2;

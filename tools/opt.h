@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "formats/error.h" // KVQ_VERSION
+#include "libconv/eval/eval.h" // the protocol's enums
 
 /** `--version` anywhere on the command line: prints "TOOL (kvq VERSION)" and returns 1 (the
  *  tool exits 0), before any other option is parsed. */
@@ -67,6 +68,27 @@ static inline int kvq_opt_double(const char *tool, const char *opt, const char *
         return -1;
     }
     *out = x;
+    return 0;
+}
+
+/** The evaluation protocol's values, one spelling for kvq-run and kvq-verify (docs/VERIFY.md):
+ *  --bos none|prepend|replace (kvq-verify's bare --bos = prepend, --no-bos = none) and
+ *  --scored all-but-first|second-half (alias --score; "all" = all-but-first). One line on a
+ *  bad value, naming the option and the accepted values; -1 then. */
+static inline int kvq_opt_bos(const char *tool, const char *v, kvq_bos_mode *out) {
+    if (v && !strcmp(v, "none")) *out = KVQ_BOS_NONE;
+    else if (v && !strcmp(v, "prepend")) *out = KVQ_BOS_PREPEND;
+    else if (v && !strcmp(v, "replace")) *out = KVQ_BOS_REPLACE;
+    else { fprintf(stderr, "%s: --bos '%s': expected none, prepend or replace\n", tool, v ? v : ""); return -1; }
+    return 0;
+}
+static inline int kvq_opt_scored(const char *tool, const char *v, kvq_score_mode *out) {
+    if (v && (!strcmp(v, "all-but-first") || !strcmp(v, "all"))) *out = KVQ_SCORE_ALL_BUT_FIRST;
+    else if (v && !strcmp(v, "second-half")) *out = KVQ_SCORE_SECOND_HALF;
+    else {
+        fprintf(stderr, "%s: --scored '%s': expected all-but-first (or all) or second-half\n", tool, v ? v : "");
+        return -1;
+    }
     return 0;
 }
 
