@@ -27,7 +27,7 @@ echo
 run "$build/kvq-verify" -q "$out" --source "$model" --text "$text" --windows 8 \
     --max-ppl-delta 8% --max-kld 0.1 --min-snr 20 --record
 echo
-echo "== $build/kvq-inspect $out | sed -n '/^verification/,$p'"
+echo "== $build/kvq-inspect $out | sed -n '/^verification/,\$p'"
 "$build/kvq-inspect" "$out" | sed -n '/^verification/,$p'
 echo
 run "$build/kvq-run" "$out" -p "It was a dark and stormy night" -n 48 --temp 0
