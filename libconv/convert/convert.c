@@ -211,6 +211,9 @@ static kvq_status check_source(const char *src, const kvq_ckpt *ck, kvq_err *err
     if (!s && tp) { // stored only once it parses: a reader must be able to use it
         kvq_tokenizer *tok = NULL;
         s = kvq_tok_open(tp, &tok, err);
+        if (!s && kvq_tok_vocab_size(tok) > a->vocab_size) // ids the model cannot embed
+            s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: the tokenizer has %d ids, more than the model's vocab_size %d", tp,
+                            kvq_tok_vocab_size(tok), a->vocab_size);
         kvq_tok_close(tok);
     }
     return s;
