@@ -200,6 +200,17 @@ static kvq_status check_tensors(sctx *c, const json_t *m, const json_t *entries,
             if (!strcmp(names[i], names[i - 1]))
                 s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: tensor '%s' is listed twice", c->path, names[i]);
     }
+    if (!s) { // the embedding, and the output matrix unless it is tied to the embedding
+        int emb = 0, head = 0;
+        for (size_t i = 0; i < n; i++) {
+            emb |= !strcmp(names[i], "model.embed_tokens.weight");
+            head |= !strcmp(names[i], "lm_head.weight");
+        }
+        if (!emb) s = kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: no tensor 'model.embed_tokens.weight'", c->path);
+        else if (!head && !a->tie_word_embeddings)
+            s = kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: no tensor 'lm_head.weight' and "
+                            "tie_word_embeddings is false", c->path);
+    }
     free(names);
     return s;
 }

@@ -641,6 +641,21 @@ static void test_bombs(void **state) {
         assert_non_null(strstr(err.msg, expect[i]));
         json_decref(m);
     }
+    { // an untied model without its lm_head (tensor and entry gone): refused, not run as if tied
+        json_t *m = manifest_copy(g_rtn), *ts = json_object_get(m, "tensors");
+        assert_false(json_is_true(json_object_get(json_object_get(m, "architecture"), "tie_word_embeddings")));
+        for (size_t i = 0; i < json_array_size(ts); i++)
+            if (!strcmp(json_string_value(json_object_get(json_array_get(ts, i), "name")), "lm_head.weight")) {
+                json_array_remove(ts, i);
+                break;
+            }
+        json_object_del(json_object_get(m, "entries"), "t/lm_head.weight/raw");
+        kvq_err err = {0};
+        assert_int_not_equal(kvq_file_check_manifest(m, g_rtn, &err), KVQ_OK);
+        if (!strstr(err.msg, "no tensor 'lm_head.weight'")) print_message("%s\n", err.msg);
+        assert_non_null(strstr(err.msg, "no tensor 'lm_head.weight'"));
+        json_decref(m);
+    }
     json_t *m = manifest_copy(g_rtn); // and the untouched table passes
     kvq_err err = {0};
     assert_int_equal(kvq_file_check_manifest(m, g_rtn, &err), KVQ_OK);

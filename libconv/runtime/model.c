@@ -243,6 +243,9 @@ static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
     // The embedding is looked up on the host (a row per token); the lm_head is a product.
     if ((r = get_mat(m, s, "model.embed_tokens.weight", a->vocab_size, d, st, &m->embed, err))) return r;
     m->tied = !kvq_weights_has(s, "lm_head.weight", NULL, NULL);
+    if (m->tied && !a->tie_word_embeddings) // an untied model without its output matrix
+        return kvq_err_set(err, KVQ_ERR_MISSING, "%s: tensor 'lm_head.weight' not found (tie_word_embeddings is false)",
+                           path);
     if (m->tied) {
         m->lm_head = m->embed;
         if ((r = adopt(m, s, &m->lm_head, 1, "model.embed_tokens.weight", err))) return r;
