@@ -85,6 +85,11 @@ typedef struct {
     double bits_per_param, lossy_bits_per_weight;
 } kvq_bits;
 void kvq_file_bits(const json_t *manifest, kvq_bits *out);
+/** What a tensor record's "bytes" stands for, counted from the file rather than read from the
+ *  record: Σ stored_size of its entries in the entry table (zstd frames as stored) + the length
+ *  of its codec params as compact JSON. kvq-verify reports per-tensor bits from it and fails
+ *  integrity when a record's "bytes" differs, so kvq_file_bits counts the file's payloads. */
+uint64_t kvq_file_tensor_bytes(const json_t *manifest, const json_t *tensor);
 
 /** 1 when a manifest may name this weight codec (libconv/codec's table; a test keeps the two
  *  lists equal). */

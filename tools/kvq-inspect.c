@@ -119,9 +119,11 @@ static void print_verification(const json_t *m) {
                json_number_value(json_object_get(k, "p99")), json_number_value(json_object_get(k, "max")),
                100 * json_number_value(json_object_get(k, "top1_agreement")), 100 * json_number_value(json_object_get(k, "rms_dp")));
     const json_t *ts = json_object_get(v, "tensors_summary");
+    if (json_is_number(json_object_get(ts, "bits_per_param"))) // records written before it lack the key
+        printf("  bits: whole model %.3f bits/param\n", json_number_value(json_object_get(ts, "bits_per_param")));
     if (json_is_number(json_object_get(ts, "min_snr_db")))
-        printf("  tensors: min SNR %.2f dB, lossy %.3f bits/w realized\n", json_number_value(json_object_get(ts, "min_snr_db")),
-               json_number_value(json_object_get(ts, "lossy_bits_per_weight")));
+        printf("  tensors: min SNR %.2f dB, quantized tensors %.3f bits/w realized\n",
+               json_number_value(json_object_get(ts, "min_snr_db")), json_number_value(json_object_get(ts, "lossy_bits_per_weight")));
 }
 
 static void print_human(const kvq_file *f) {

@@ -114,7 +114,7 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
     if (r->n_tensors && r->source_path) {
         size_t rows = max_rows && max_rows < r->n_tensors ? max_rows : r->n_tensors;
         printf("\ntensors, worst first (%zu of %zu shown)", rows, r->n_tensors);
-        if (!isnan(r->lossy_bpw)) printf("; lossy tensors: %.3f bits/w realized, min SNR %.2f dB", r->lossy_bpw, r->min_snr);
+        if (!isnan(r->lossy_bpw)) printf("; quantized tensors: min SNR %.2f dB", r->min_snr);
         printf("\n  %-48s %-22s %8s %9s %10s %10s\n", "tensor", "codec", "bits/w", "SNR dB", "rel err", "max abs");
         for (size_t i = 0; i < rows; i++) {
             const kvq_verify_tensor *t = &r->tensors[i];

@@ -3,6 +3,7 @@
 // KLD of the converted model(s) against the source in lockstep (verify_eval.c), and
 // the thresholds. Problems in the file are results (rep->pass = 0), not errors.
 #include <errno.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <math.h>
 #include <string.h>
@@ -101,22 +102,6 @@ static kvq_status check_source_files(const json_t *man, const char *src, kvq_err
 
 // ---- per-tensor pass: decode every tensor, compare with the source -------------
 
-static double realized_bpw(const json_t *man, const json_t *rec, int64_t numel) {
-    const json_t *tab = json_object_get(man, "entries");
-    double bytes = 0;
-    const char *role;
-    json_t *ev;
-    json_object_foreach((json_t *)json_object_get(rec, "entries"), role, ev)
-        bytes += (double)json_integer_value(json_object_get(json_object_get(tab, json_string_value(ev)), "stored_size"));
-    const json_t *params = json_object_get(json_object_get(rec, "codec"), "params");
-    if (params && !json_is_null(params)) {
-        char *pj = json_dumps(params, JSON_COMPACT);
-        bytes += pj ? (double)strlen(pj) : 0;
-        free(pj);
-    }
-    return numel ? 8.0 * bytes / (double)numel : 0;
-}
-
 static void compare(kvq_verify_tensor *t, const float *x, const float *y, int64_t n) {
     double sx = 0, sd = 0, mx = 0;
     int exact = 1;
@@ -177,7 +162,13 @@ static kvq_status tensor_pass(const kvq_verify_opts *o, kvq_verify_report *rep, 
             continue;
         }
         t->numel = nx;
-        t->bpw = realized_bpw(man, r, nx);
+        const uint64_t tb = kvq_file_tensor_bytes(man, r); // the file's payloads, not the record's claim
+        t->bpw = nx ? 8.0 * (double)tb / (double)nx : 0;
+        if (tb != (uint64_t)json_integer_value(json_object_get(r, "bytes"))) {
+            kvq_err_set(&e, KVQ_ERR_FORMAT, "%s: tensor '%s': manifest bytes %" JSON_INTEGER_FORMAT ", its entries and "
+                        "codec params hold %" PRIu64, path, name, json_integer_value(json_object_get(r, "bytes")), tb);
+            integrity_fail(rep, &e);
+        }
         if (!t->lossless) { lossy_bits += t->bpw * (double)nx; lossy_n += (double)nx; }
         for (int64_t k = 0; k < nx; k++)
             if (!isfinite(x[k])) {

@@ -1,0 +1,268 @@
+// The numbers people compare between two files, each checked against an independent
+// computation and across every tool that prints it: whole-model bits per parameter (from the
+// zip's own entry sizes and the config's parameter count, on kvq-small-qwen3 with its tied
+// embedding), KV-cache bits per element (docs/KV.md's formula; kvq-inspect, kvq-verify and
+// kvq-run print one number), and the standard errors behind every ± (direct two-pass sums).
+#include <libgen.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <zip.h>
+
+#include "formats/kvqfile.h"
+
+#define TINY "tests/models/kvq-tiny-llama"
+#define TEXT "tests/tokenizer/heldout_start.txt"
+
+static char g_build[512] = "build";
+static char g_dir[64]; // one temporary directory for the suite
+
+static int run(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int r = system(cmd);
+    return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
+}
+
+static const char *shared_dir(void) {
+    const char *s = getenv("KVQ_SHARED");
+    return s && *s ? s : "../shared";
+}
+
+// The number printed right after the first occurrence of `key` in file g_dir/name; NaN when absent.
+static double number_after(const char *name, const char *key) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", g_dir, name);
+    FILE *f = fopen(p, "rb");
+    if (!f) return NAN;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *at = strstr(buf, key);
+    double v;
+    if (!at || sscanf(at + strlen(key), "%lf", &v) != 1) {
+        print_message("%s: no number after '%s'\n", name, key);
+        return NAN;
+    }
+    return v;
+}
+
+static json_t *load_json(const char *name) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", g_dir, name);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    if (!j) print_message("%s: %s\n", p, je.text);
+    assert_non_null(j);
+    return j;
+}
+
+static double jnum(const json_t *j, const char *a, const char *b) {
+    return json_number_value(json_object_get(json_object_get(j, a), b));
+}
+
+// printed with 3 decimals: within half a unit of the last digit (and a hair of rounding)
+static void assert_printed(double printed, double want) {
+    if (!(fabs(printed - want) <= 0.0005 + 1e-9)) print_message("printed %.6f, expected %.6f\n", printed, want);
+    assert_true(fabs(printed - want) <= 0.0005 + 1e-9);
+}
+
+// ---- whole-model bits per parameter ------------------------------------------------
+
+// Parameters of a Llama/Qwen3 checkpoint from its config.json alone: embedding (once when
+// tied), per layer q/k/v/o, gate/up/down, two RMSNorms (+ q_norm/k_norm for Qwen3), final norm.
+static uint64_t params_from_config(const char *path, int *tied) {
+    json_error_t je;
+    json_t *c = json_load_file(path, 0, &je);
+    assert_non_null(c);
+#define CI(k) (uint64_t)json_integer_value(json_object_get(c, k))
+    const uint64_t h = CI("hidden_size"), L = CI("num_hidden_layers"), nh = CI("num_attention_heads"),
+                   nkv = CI("num_key_value_heads"), f = CI("intermediate_size"), V = CI("vocab_size");
+    const uint64_t hd = json_is_integer(json_object_get(c, "head_dim")) ? CI("head_dim") : h / nh;
+#undef CI
+    const int qwen3 = !strcmp(json_string_value(json_object_get(c, "model_type")), "qwen3");
+    *tied = json_is_true(json_object_get(c, "tie_word_embeddings"));
+    json_decref(c);
+    const uint64_t layer = h * nh * hd + 2 * h * nkv * hd + nh * hd * h + 3 * h * f + 2 * h + (qwen3 ? 2 * hd : 0);
+    return V * h * (*tied ? 1 : 2) + L * layer + h;
+}
+
+// Tensor payload bytes straight from the zip's central directory (every entry is stored, so
+// the compressed size is the bytes on disk), plus each codec's params as compact JSON (what
+// FORMAT.md counts as side information), split into all tensors and the lossy ones.
+static void bytes_from_zip(const char *kvq, uint64_t *all, uint64_t *lossy, uint64_t *lossy_params) {
+    int ze = 0;
+    zip_t *z = zip_open(kvq, ZIP_RDONLY, &ze);
+    assert_non_null(z);
+    zip_stat_t st;
+    assert_int_equal(zip_stat(z, "manifest.json", 0, &st), 0);
+    char *mj = malloc(st.size + 1);
+    zip_file_t *zf = zip_fopen(z, "manifest.json", 0);
+    assert_int_equal(zip_fread(zf, mj, st.size), (zip_int64_t)st.size);
+    zip_fclose(zf);
+    mj[st.size] = 0;
+    json_error_t je;
+    json_t *m = json_loads(mj, 0, &je);
+    free(mj);
+    assert_non_null(m);
+    *all = *lossy = *lossy_params = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(m, "tensors"), i, t) {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        const int is_lossy = !json_is_true(json_object_get(json_object_get(t, "codec"), "lossless"));
+        char prefix[600];
+        snprintf(prefix, sizeof prefix, "t/%s/", name);
+        uint64_t b = 0, n = 1;
+        for (zip_int64_t k = 0; k < zip_get_num_entries(z, 0); k++) {
+            assert_int_equal(zip_stat_index(z, (zip_uint64_t)k, 0, &st), 0);
+            if (!strncmp(st.name, prefix, strlen(prefix)) && !strchr(st.name + strlen(prefix), '/')) b += st.comp_size;
+        }
+        const json_t *params = json_object_get(json_object_get(t, "codec"), "params");
+        if (params && !json_is_null(params)) {
+            char *pj = json_dumps(params, JSON_COMPACT);
+            b += strlen(pj);
+            free(pj);
+        }
+        size_t d;
+        json_t *x;
+        json_array_foreach(json_object_get(t, "shape"), d, x) n *= (uint64_t)json_integer_value(x);
+        *all += b;
+        if (is_lossy) { *lossy += b; *lossy_params += n; }
+    }
+    json_decref(m);
+    zip_close(z);
+}
+
+// kvq-small-qwen3 (tied embedding, kept at bf16) at "4 bits": the whole model is ~5.5 bits per
+// parameter. Every tool prints the same two numbers, clearly named, and they equal an
+// independent count: parameters from config.json, bytes from the zip's entries.
+static void test_whole_model_bits(void **state) {
+    (void)state;
+    char src[512], cfg[600];
+    snprintf(src, sizeof src, "%s/models/kvq-small-qwen3", shared_dir());
+    snprintf(cfg, sizeof cfg, "%s/config.json", src);
+    if (access(cfg, R_OK)) {
+        print_message("skipped: %s not found (shared models absent)\n", cfg);
+        skip();
+    }
+    const char *B = g_build, *D = g_dir;
+    assert_int_equal(run("%s/kvq-convert -q --weights hyperquant:e8:4.0 %s %s/q3.kvq 2> %s/convert.txt", B, src, D, D), 0);
+    char kvq[128];
+    snprintf(kvq, sizeof kvq, "%s/q3.kvq", D);
+    int tied = 0;
+    const uint64_t params = params_from_config(cfg, &tied);
+    uint64_t all, lossy, lossy_params;
+    bytes_from_zip(kvq, &all, &lossy, &lossy_params);
+    const double want = 8.0 * (double)all / (double)params, want_q = 8.0 * (double)lossy / (double)lossy_params;
+    print_message("kvq-small-qwen3 hyperquant:e8:4.0: %llu params, %llu tensor bytes: whole model %.4f bits/param, "
+                  "quantized tensors %.4f bits/w\n", (unsigned long long)params, (unsigned long long)all, want, want_q);
+    assert_true(tied);
+    assert_true(want > 5.0 && want_q < 4.01); // the bf16 embedding is a third of the parameters
+
+    // the library's one definition
+    kvq_file *f = NULL;
+    kvq_err err = {0};
+    assert_int_equal(kvq_file_open(kvq, &f, &err), KVQ_OK);
+    kvq_bits kb;
+    kvq_file_bits(kvq_file_manifest(f), &kb);
+    kvq_file_close(f);
+    assert_true(kb.params == params && kb.bytes == all && kb.lossy_params == lossy_params);
+    assert_true(fabs(kb.bits_per_param - want) < 1e-12 && fabs(kb.lossy_bits_per_weight - want_q) < 1e-12);
+
+    // kvq-convert's summary, kvq-inspect (text, JSON), kvq-verify (text, JSON)
+    assert_printed(number_after("convert.txt", "whole model "), want);
+    assert_printed(number_after("convert.txt", "quantized at "), want_q);
+    assert_int_equal(run("%s/kvq-inspect %s > %s/inspect.txt", B, kvq, D), 0);
+    assert_printed(number_after("inspect.txt", "whole model "), want);
+    assert_true(number_after("inspect.txt", "bits/param over ") == (double)params);
+    assert_printed(number_after("inspect.txt", "quantized tensors "), want_q);
+    assert_int_equal(run("%s/kvq-inspect --json %s > %s/inspect.json", B, kvq, D), 0);
+    json_t *ji = load_json("inspect.json");
+    assert_true(fabs(jnum(ji, "totals", "bits_per_param") - want) < 1e-9);
+    assert_true(fabs(jnum(ji, "totals", "bits_per_weight") - want_q) < 1e-9);
+    assert_true(jnum(ji, "totals", "params") == (double)params);
+    json_decref(ji);
+    assert_int_equal(run("%s/kvq-verify -q --no-source %s > %s/verify.txt", B, kvq, D), 0);
+    assert_printed(number_after("verify.txt", "bits: whole model "), want);
+    assert_printed(number_after("verify.txt", "; quantized tensors "), want_q);
+    assert_int_equal(run("%s/kvq-verify -q --no-source --json %s > %s/verify.json", B, kvq, D), 0);
+    json_t *jv = load_json("verify.json");
+    assert_true(fabs(jnum(jv, "tensors_summary", "bits_per_param") - want) < 1e-9);
+    json_decref(jv);
+
+    // the verification record carries it, and kvq-inspect shows it from the record
+    assert_int_equal(run("%s/kvq-verify -q --no-source --record %s > /dev/null", B, kvq), 0);
+    assert_int_equal(run("%s/kvq-inspect %s > %s/inspect.txt && %s/kvq-inspect --json %s > %s/inspect.json", B, kvq, D, B,
+                         kvq, D), 0);
+    assert_printed(number_after("inspect.txt", "  bits: whole model "), want);
+    ji = load_json("inspect.json");
+    assert_true(fabs(jnum(json_object_get(ji, "verification"), "tensors_summary", "bits_per_param") - want) < 1e-9);
+    json_decref(ji);
+}
+
+// A tensor record whose "bytes" disagrees with its entries fails kvq-verify's integrity
+// (the whole-model number is then a claim, not a count), naming the tensor.
+static void test_bytes_bound_to_payloads(void **state) {
+    (void)state;
+    const char *B = g_build, *D = g_dir;
+    assert_int_equal(run("%s/kvq-convert -q --weights rtn:4:g128 " TINY " %s/t.kvq 2> /dev/null", B, D), 0);
+    char kvq[128];
+    snprintf(kvq, sizeof kvq, "%s/t.kvq", D);
+    assert_int_equal(run("%s/kvq-verify -q --no-source %s > /dev/null", B, kvq), 0);
+    kvq_file *f = NULL;
+    kvq_err err = {0};
+    assert_int_equal(kvq_file_open(kvq, &f, &err), KVQ_OK);
+    json_t *m = json_deep_copy(kvq_file_manifest(f));
+    kvq_file_close(f);
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(m, "tensors"), i, t) {
+        assert_true(kvq_file_tensor_bytes(m, t) == (uint64_t)json_integer_value(json_object_get(t, "bytes")));
+        if (!strcmp(json_string_value(json_object_get(t, "name")), "model.layers.1.mlp.up_proj.weight"))
+            json_object_set_new(t, "bytes", json_integer(json_integer_value(json_object_get(t, "bytes")) / 2));
+    }
+    assert_int_equal(kvq_file_rewrite_manifest(kvq, m, &err), KVQ_OK);
+    json_decref(m);
+    assert_int_equal(run("%s/kvq-verify -q --no-source %s > %s/v.txt", B, kvq, D), 1);
+    assert_int_equal(run("grep -q \"integrity: FAILED: .*tensor 'model.layers.1.mlp.up_proj.weight': manifest bytes\" "
+                         "%s/v.txt", D), 0);
+}
+
+// ---- setup ---------------------------------------------------------------------------
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/kvq-num-XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    return run("rm -rf %s", g_dir);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char *a = strdup(argv[0]);
+    snprintf(g_build, sizeof g_build, "%s", dirname(dirname(a)));
+    free(a);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_whole_model_bits),
+        cmocka_unit_test(test_bytes_bound_to_payloads),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
