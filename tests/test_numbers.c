@@ -242,6 +242,53 @@ static void test_bytes_bound_to_payloads(void **state) {
                          "%s/v.txt", D), 0);
 }
 
+// ---- KV-cache bits per element ------------------------------------------------------
+
+// docs/KV.md's formulas for octopus:b at head_dim d (default split: direction b+1, norm b−1
+// bits per triple; V per-token groups of 32 with an fp16 scale and zero), a residual window of
+// W fp16 tokens, at N positions: the one number every tool prints.
+static double octopus_bits(int b, int d, int W, int N) {
+    const int ntri = (d + 2) / 3;
+    const double k = (ntri * (3.0 * b + 1) + 32) / d, v = b + 32.0 * ((d + 31) / 32) / d;
+    return (((N - W) * k + W * 16.0) / N + ((N - W) * v + W * 16.0) / N) / 2;
+}
+
+// kvq-inspect (text, JSON), kvq-verify (text, JSON, record) and kvq-run print one KV number for
+// a file converted with --kv: the formula at the model's max_position_embeddings. (The issue
+// this answers: octopus:4 was 4.98 by kvq-inspect's count and 5.00 by kvq-verify's.)
+static void test_kv_bits_one_number(void **state) {
+    (void)state;
+    const char *B = g_build, *D = g_dir;
+    const int windows[2] = {0, 32};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(run("%s/kvq-convert -q --kv octopus:4 --kv-window %d " TINY " %s/kv.kvq 2> /dev/null", B,
+                             windows[i], D), 0);
+        const double want = octopus_bits(4, 64, windows[i], 2048); // kvq-tiny-llama: head_dim 64, 2048 positions
+        char kvq[128];
+        snprintf(kvq, sizeof kvq, "%s/kv.kvq", D);
+        assert_int_equal(run("%s/kvq-inspect %s > %s/inspect.txt && %s/kvq-inspect --json %s > %s/inspect.json", B, kvq,
+                             D, B, kvq, D), 0);
+        assert_int_equal(run("%s/kvq-verify -q %s --text " TEXT " --ctx 64 --windows 1 --record > %s/verify.txt && "
+                             "%s/kvq-verify -q %s --text " TEXT " --ctx 64 --windows 1 --json > %s/verify.json", B, kvq, D,
+                             B, kvq, D), 0);
+        assert_int_equal(run("%s/kvq-run %s -p hi -n 1 > /dev/null 2> %s/run.txt", B, kvq, D), 0);
+        assert_printed(number_after("inspect.txt", "boundary none: "), want);
+        assert_printed(number_after("verify.txt", "KV codec: octopus:4: "), want);
+        assert_printed(number_after("run.txt", "KV cache from the .kvq: "), want);
+        json_t *ji = load_json("inspect.json"), *jv = load_json("verify.json");
+        assert_true(fabs(jnum(ji, "kv", "bits_per_element") - want) < 1e-12);
+        assert_true(fabs(jnum(jv, "kv", "bits_per_element") - want) < 1e-12);
+        json_decref(ji);
+        json_decref(jv);
+        kvq_file *f = NULL;
+        kvq_err err = {0};
+        assert_int_equal(kvq_file_open(kvq, &f, &err), KVQ_OK);
+        const json_t *rec = json_object_get(kvq_file_manifest(f), "verification");
+        assert_true(fabs(jnum(rec, "kv", "bits_per_element") - want) < 1e-12);
+        kvq_file_close(f);
+    }
+}
+
 // ---- setup ---------------------------------------------------------------------------
 
 static int setup(void **state) {
@@ -263,6 +310,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_model_bits),
         cmocka_unit_test(test_bytes_bound_to_payloads),
+        cmocka_unit_test(test_kv_bits_one_number),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
