@@ -19,6 +19,10 @@
 #include <zip.h>
 
 #include "formats/kvqfile.h"
+#include "libconv/eval/eval.h"
+#include "libconv/runtime/model.h"
+#include "libconv/tokenizer/tokenizer.h"
+#include "libconv/verify/verify.h"
 
 #define TINY "tests/models/kvq-tiny-llama"
 #define TEXT "tests/tokenizer/heldout_start.txt"
@@ -289,6 +293,146 @@ static void test_kv_bits_one_number(void **state) {
     }
 }
 
+// ---- standard errors -------------------------------------------------------------------
+
+// SE of the mean, two-pass: sqrt(Σ(x − m)² / n / (n − 1)) (llama-perplexity's).
+static double se_direct(const double *x, size_t n) {
+    double m = 0, v = 0;
+    for (size_t i = 0; i < n; i++) m += x[i];
+    m /= (double)n;
+    for (size_t i = 0; i < n; i++) v += (x[i] - m) * (x[i] - m);
+    return sqrt(v / (double)n / (double)(n - 1));
+}
+
+static void close_rel(double got, double want, double tol, const char *what) {
+    if (!(fabs(got - want) <= tol * fabs(want))) print_message("%s: %.10g, direct %.10g\n", what, got, want);
+    assert_true(fabs(got - want) <= tol * fabs(want));
+}
+
+typedef struct { double *nll; size_t n, cap; } nll_log;
+
+static int collect_nll(void *user, const kvq_eval_pos *p) {
+    nll_log *L = user;
+    if (L->n == L->cap) {
+        L->cap = L->cap ? 2 * L->cap : 1024;
+        L->nll = realloc(L->nll, L->cap * sizeof *L->nll);
+    }
+    L->nll[L->n++] = p->lse_a - (double)p->logits_a[p->target];
+    return 0;
+}
+
+// The SE helper on a small array; ppl ± = ppl · SE(mean NLL) against the per-position NLLs of a
+// run; kvq-verify's KLD ± against its per-position KLDs; kvq-run --ppl and kvq-verify print the
+// same ± for the same model and protocol.
+static void test_standard_errors_direct(void **state) {
+    (void)state;
+    const double x[5] = {3.0, 1.0, 4.0, 1.0, 5.0};
+    double s1 = 0, s2 = 0;
+    for (int i = 0; i < 5; i++) { s1 += x[i]; s2 += x[i] * x[i]; }
+    close_rel(kvq_mean_se(s1, s2, 5), se_direct(x, 5), 1e-12, "kvq_mean_se");
+    assert_true(fabs(kvq_mean_se(s1, s2, 5) - 0.8) < 1e-12); // by hand: m 2.8, Σ(x − m)² 12.8, sqrt(12.8 / 5 / 4)
+
+    // perplexity of the source over TEXT at ctx 64, every scored NLL logged
+    kvq_err err = {0};
+    kvq_tokenizer *tok = NULL;
+    assert_int_equal(kvq_tok_open(TINY "/tokenizer.json", &tok, &err), KVQ_OK);
+    int32_t *ids = NULL;
+    size_t nid = 0;
+    assert_int_equal(kvq_eval_tokenize_file(tok, TEXT, &ids, &nid, &err), KVQ_OK);
+    kvq_model_opts mo = kvq_model_opts_default();
+    mo.max_ctx = 64;
+    mo.n_threads = 2;
+    kvq_model *m = NULL;
+    assert_int_equal(kvq_model_open(TINY, &mo, &m, &err), KVQ_OK);
+    kvq_eval_protocol p = kvq_eval_protocol_card();
+    p.ctx = 64;
+    nll_log L = {0};
+    kvq_eval_result ra;
+    assert_int_equal(kvq_eval_tokens(m, NULL, ids, nid, &p, collect_nll, &L, &ra, NULL, &err), KVQ_OK);
+    assert_int_equal(L.n, ra.n_scored);
+    double mean = 0;
+    for (size_t i = 0; i < L.n; i++) mean += L.nll[i];
+    mean /= (double)L.n;
+    close_rel(ra.ppl, exp(mean), 1e-6, "ppl");
+    const double ppl_se = exp(mean) * se_direct(L.nll, L.n);
+    close_rel(ra.ppl_se, ppl_se, 1e-6, "ppl_se");
+    free(L.nll);
+    kvq_model_close(m);
+    kvq_tok_close(tok);
+    free(ids);
+
+    // kvq-run --ppl prints the same ppl ± for the same protocol
+    const char *B = g_build, *D = g_dir;
+    assert_int_equal(run("%s/kvq-run " TINY " --ppl " TEXT " --ctx 64 > %s/run.txt 2> /dev/null", B, D), 0);
+    close_rel(number_after("run.txt", "ppl "), ra.ppl, 1e-6, "kvq-run ppl");
+    assert_true(fabs(number_after("run.txt", " ± ") - ppl_se) < 1e-6);
+
+    // kvq-verify: the source's ± is the same; KLD ± against its per-position values
+    assert_int_equal(run("%s/kvq-convert -q --weights rtn:2:g64 " TINY " %s/r2.kvq 2> /dev/null", B, D), 0);
+    char kvq[128];
+    snprintf(kvq, sizeof kvq, "%s/r2.kvq", D);
+    assert_int_equal(run("%s/kvq-verify -q %s --text " TEXT " --ctx 64 --json > %s/verify.json", B, kvq, D), 0);
+    json_t *jv = load_json("verify.json");
+    close_rel(jnum(jv, "source", "ppl"), ra.ppl, 1e-9, "verify source ppl");
+    close_rel(jnum(jv, "source", "ppl_se"), ppl_se, 1e-6, "verify source ppl_se");
+    const json_t *run0 = json_array_get(json_object_get(jv, "runs"), 0);
+    close_rel(jnum(jv, "converted", "ppl_se"), json_number_value(json_object_get(run0, "ppl_se")), 1e-12, "converted.ppl_se");
+    close_rel(jnum(jv, "converted", "ppl_delta_se"), json_number_value(json_object_get(run0, "ppl_delta_se")), 1e-12,
+              "converted.ppl_delta_se");
+    json_decref(jv);
+    kvq_verify_opts o = kvq_verify_opts_default();
+    o.kvq_path = kvq;
+    o.source = TINY;
+    o.text_path = TEXT;
+    o.proto.ctx = 64;
+    o.n_threads = 2;
+    kvq_verify_report r;
+    assert_int_equal(kvq_verify_run(&o, &r, &err), KVQ_OK);
+    const kvq_verify_eval *e = &r.run[0];
+    assert_true(e->done && e->kld.n == r.n_scored && e->kld_pos);
+    double *k = malloc(e->kld.n * sizeof *k), top = 0;
+    for (size_t i = 0; i < e->kld.n; i++) k[i] = e->kld_pos[i];
+    close_rel(e->kld.mean_se, se_direct(k, e->kld.n), 1e-4, "KLD mean_se"); // per-position values are kept as float
+    top = e->kld.top1;
+    close_rel(e->kld.top1_se, sqrt(top * (1 - top) / (double)(e->kld.n - 1)), 1e-9, "top-1 se"); // binomial
+    close_rel(r.source_ppl_se, ppl_se, 1e-6, "report source_ppl_se");
+    free(k);
+    kvq_verify_report_free(&r);
+}
+
+// The verdict text uses the ±: a limit inside one standard error of the value is called not
+// conclusive in the check's line, in the result line and in the JSON; a limit far outside is not.
+static void test_verdict_uses_se(void **state) {
+    (void)state;
+    const char *B = g_build, *D = g_dir;
+    assert_int_equal(run("%s/kvq-convert -q --weights rtn:2:g64 " TINY " %s/r2.kvq 2> /dev/null", B, D), 0);
+    char kvq[128];
+    snprintf(kvq, sizeof kvq, "%s/r2.kvq", D);
+    assert_int_equal(run("%s/kvq-verify -q %s --text " TEXT " --ctx 64 --json > %s/verify.json", B, kvq, D), 0);
+    json_t *jv = load_json("verify.json");
+    const double kld = jnum(jv, "kld", "mean"), se = jnum(jv, "kld", "mean_se");
+    json_decref(jv);
+    assert_true(kld > 0 && se > 0 && se < kld);
+    // limit = value + se/2: passes, but not conclusively
+    assert_int_equal(run("%s/kvq-verify -q %s --text " TEXT " --ctx 64 --max-kld %.9g > %s/v.txt", B, kvq, kld + se / 2, D), 0);
+    assert_int_equal(run("grep -q 'max_kld .*±.*not conclusive' %s/v.txt && grep -q '^result: PASS (1 check within one "
+                         "standard error of the limit: not conclusive' %s/v.txt", D, D), 0);
+    assert_int_equal(run("%s/kvq-verify -q %s --text " TEXT " --ctx 64 --max-kld %.9g --json > %s/v.json", B, kvq, kld + se / 2,
+                         D), 0);
+    jv = load_json("v.json");
+    const json_t *c = json_array_get(json_object_get(jv, "checks"), 1);
+    assert_string_equal(json_string_value(json_object_get(c, "name")), "max_kld");
+    assert_true(json_is_false(json_object_get(c, "conclusive")) && json_is_true(json_object_get(c, "pass")));
+    close_rel(json_number_value(json_object_get(c, "se")), se, 1e-12, "check se");
+    json_decref(jv);
+    // limit = value − se/2: fails, not conclusively either
+    assert_int_equal(run("%s/kvq-verify -q %s --text " TEXT " --ctx 64 --max-kld %.9g > %s/v.txt", B, kvq, kld - se / 2, D), 1);
+    assert_int_equal(run("grep -q '^result: FAIL (1 check within one standard error' %s/v.txt", D), 0);
+    // limit = value + 10 se: a plain PASS
+    assert_int_equal(run("%s/kvq-verify -q %s --text " TEXT " --ctx 64 --max-kld %.9g > %s/v.txt", B, kvq, kld + 10 * se, D), 0);
+    assert_int_equal(run("grep -q '^result: PASS$' %s/v.txt && ! grep -q 'not conclusive' %s/v.txt", D, D), 0);
+}
+
 // ---- setup ---------------------------------------------------------------------------
 
 static int setup(void **state) {
@@ -311,6 +455,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_whole_model_bits),
         cmocka_unit_test(test_bytes_bound_to_payloads),
         cmocka_unit_test(test_kv_bits_one_number),
+        cmocka_unit_test(test_standard_errors_direct),
+        cmocka_unit_test(test_verdict_uses_se),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -92,6 +92,17 @@ static void shape_str(const json_t *r, char *buf, size_t cap) {
 
 // The record kvq-verify --record stored (libconv/verify/verify.h), and whether it still
 // matches the manifest; payload digests themselves are kvq-verify's to check.
+// Prints the value of key in o (× scale, fmt; none when key is NULL), then " ± se" when o holds
+// key_se (records written before kvq-verify reported standard errors do not).
+static void put_pm(const json_t *o, const char *key, const char *key_se, double scale, const char *fmt) {
+    if (key) printf(fmt, scale * json_number_value(json_object_get(o, key)));
+    const json_t *se = json_object_get(o, key_se);
+    if (json_is_number(se)) {
+        printf(" ± ");
+        printf(fmt, scale * json_number_value(se));
+    }
+}
+
 static void print_verification(const json_t *m) {
     const json_t *v = json_object_get(m, "verification");
     if (!v) return;
@@ -108,16 +119,27 @@ static void print_verification(const json_t *m) {
                json_string_value(json_object_get(c, "file")) ?: "?", json_string_value(json_object_get(c, "sha256")) ?: "?",
                json_integer_value(json_object_get(c, "tokens")), json_string_value(json_object_get(p, "description")) ?: "?");
     const json_t *cv = json_object_get(v, "converted"), *k = json_object_get(v, "kld");
-    if (json_is_object(cv))
-        printf("  ppl: source %.4f, converted %.4f (%+.4f, %+.3f %%, run %s)\n",
-               json_number_value(json_object_get(json_object_get(v, "source"), "ppl")), json_number_value(json_object_get(cv, "ppl")),
-               json_number_value(json_object_get(cv, "ppl_delta")), 100 * json_number_value(json_object_get(cv, "ppl_delta_rel")),
+    if (json_is_object(cv)) {
+        printf("  ppl: source ");
+        put_pm(json_object_get(v, "source"), "ppl", "ppl_se", 1, "%.4f");
+        printf(", converted ");
+        put_pm(cv, "ppl", "ppl_se", 1, "%.4f");
+        printf(" (");
+        printf("%+.4f", json_number_value(json_object_get(cv, "ppl_delta")));
+        put_pm(cv, NULL, "ppl_delta_se", 1, "%.4f");
+        printf(", %+.3f %%, run %s)\n", 100 * json_number_value(json_object_get(cv, "ppl_delta_rel")),
                json_string_value(json_object_get(cv, "run")) ?: "?");
-    if (json_is_object(k))
-        printf("  KLD mean %.6f, median %.6f, p99 %.6f, max %.6f; top-1 agreement %.2f %%; RMS dp %.3f %%\n",
-               json_number_value(json_object_get(k, "mean")), json_number_value(json_object_get(k, "median")),
-               json_number_value(json_object_get(k, "p99")), json_number_value(json_object_get(k, "max")),
-               100 * json_number_value(json_object_get(k, "top1_agreement")), 100 * json_number_value(json_object_get(k, "rms_dp")));
+    }
+    if (json_is_object(k)) {
+        printf("  KLD mean ");
+        put_pm(k, "mean", "mean_se", 1, "%.6f");
+        printf(", median %.6f, p99 %.6f, max %.6f; top-1 agreement ", json_number_value(json_object_get(k, "median")),
+               json_number_value(json_object_get(k, "p99")), json_number_value(json_object_get(k, "max")));
+        put_pm(k, "top1_agreement", "top1_agreement_se", 100, "%.2f");
+        printf(" %%; RMS dp ");
+        put_pm(k, "rms_dp", "rms_dp_se", 100, "%.3f");
+        printf(" %%\n");
+    }
     const json_t *ts = json_object_get(v, "tensors_summary");
     if (json_is_number(json_object_get(ts, "bits_per_param"))) // records written before it lack the key
         printf("  bits: whole model %.3f bits/param\n", json_number_value(json_object_get(ts, "bits_per_param")));

@@ -165,7 +165,7 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
         else if (!isnan(c->se)) // the verdict says when the limit lies within one standard error
             printf("  %s %-18s %-12.48s %.6g ± %.2g (limit %.6g)%s\n", c->pass ? "pass" : "FAIL", c->name, c->subject,
                    c->value, c->se, c->limit,
-                   fabs(c->value - c->limit) < c->se ? ": within one standard error of the limit, not conclusive" : "");
+                   kvq_verify_check_conclusive(c) ? "" : ": within one standard error of the limit, not conclusive");
         else
             printf("  %s %-18s %-12.48s %.6g (limit %.6g)\n", c->pass ? "pass" : "FAIL", c->name, c->subject, c->value,
                    c->limit);
@@ -173,7 +173,13 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
     if (!r->evaluated && r->pass)
         printf("result: PASS (%s only: no quality measured; give --text for perplexity and KLD)\n",
                r->n_tensors && r->source_path ? "integrity and per-tensor error" : "integrity");
-    else printf("result: %s\n", r->pass ? "PASS" : "FAIL");
+    else {
+        int open_ = 0; // checks whose limit lies within one standard error: the verdict says so
+        for (int i = 0; i < r->n_checks; i++) open_ += !kvq_verify_check_conclusive(&r->checks[i]);
+        if (open_) printf("result: %s (%d check%s within one standard error of the limit: not conclusive; a longer text "
+                          "narrows it)\n", r->pass ? "PASS" : "FAIL", open_, open_ == 1 ? "" : "s");
+        else printf("result: %s\n", r->pass ? "PASS" : "FAIL");
+    }
 }
 
 enum {

@@ -119,6 +119,11 @@ typedef struct {
     int pass;
 } kvq_verify_check;
 
+/** 0 when the limit lies within one standard error of the value (|value − limit| < se): pass
+ *  or fail then follows the value, but the measurement cannot tell them apart; 1 otherwise,
+ *  and for checks without a standard error. Used by the text verdict and the JSON. */
+int kvq_verify_check_conclusive(const kvq_verify_check *c);
+
 typedef enum {
     KVQ_RECORD_NONE = 0,
     KVQ_RECORD_MATCH = 1,

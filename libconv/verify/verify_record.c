@@ -15,6 +15,9 @@ const kvq_verify_eval *kvq_verify_final_run(const kvq_verify_report *rep) {
     return rep->run[2].done ? &rep->run[2] : &rep->run[0];
 }
 
+int kvq_verify_check_conclusive(const kvq_verify_check *c) {
+    return !(fabs(c->value - c->limit) < c->se); // NaN se: conclusive
+}
 
 // JSON has no Inf/NaN: those become null.
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
@@ -71,8 +74,9 @@ static json_t *checks_json(const kvq_verify_report *r) {
     json_t *a = json_array();
     for (int i = 0; i < r->n_checks; i++) {
         const kvq_verify_check *c = &r->checks[i];
-        json_array_append_new(a, json_pack("{s:s,s:s,s:o,s:o,s:o,s:b}", "name", c->name, "subject", c->subject, "value",
-                                           num(c->value), "se", num(c->se), "limit", num(c->limit), "pass", c->pass));
+        json_array_append_new(a, json_pack("{s:s,s:s,s:o,s:o,s:o,s:b,s:b}", "name", c->name, "subject", c->subject, "value",
+                                           num(c->value), "se", num(c->se), "limit", num(c->limit), "pass", c->pass,
+                                           "conclusive", kvq_verify_check_conclusive(c)));
     }
     return a;
 }
@@ -95,8 +99,10 @@ static void add_results(json_t *o, const kvq_verify_report *r) {
     json_object_set_new(o, "source", json_pack("{s:o,s:o,s:o}", "path", r->source_path ? json_string(r->source_path) : json_null(),
                                                "ppl", r->evaluated ? num(r->source_ppl) : json_null(), "ppl_se",
                                                r->evaluated ? num(r->source_ppl_se) : json_null()));
-    json_object_set_new(o, "converted", fin ? json_pack("{s:o,s:o,s:o,s:s}", "ppl", num(fin->ppl), "ppl_delta", num(fin->dppl),
-                                                        "ppl_delta_rel", num(fin->dppl_rel), "run", fin->label)
+    json_object_set_new(o, "converted", fin ? json_pack("{s:o,s:o,s:o,s:o,s:o,s:s}", "ppl", num(fin->ppl), "ppl_se",
+                                                        num(fin->ppl_se), "ppl_delta", num(fin->dppl), "ppl_delta_se",
+                                                        num(fin->dppl_se), "ppl_delta_rel", num(fin->dppl_rel), "run",
+                                                        fin->label)
                                             : json_null());
     json_object_set_new(o, "kld", fin ? kld_json(&fin->kld) : json_null());
     json_t *runs = json_array();
