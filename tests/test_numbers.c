@@ -249,17 +249,20 @@ static void test_bytes_bound_to_payloads(void **state) {
 // ---- KV-cache bits per element ------------------------------------------------------
 
 // docs/KV.md's formulas for octopus:b at head_dim d (default split: direction b+1, norm b−1
-// bits per triple; V per-token groups of 32 with an fp16 scale and zero), a residual window of
-// W fp16 tokens, at N positions: the one number every tool prints.
+// bits per triple; V per-token groups of 32 with an fp16 scale and zero), each token's record
+// rounded up to whole bytes as the cache stores it, a residual window of W fp16 tokens, at N
+// positions: the one number every tool prints.
 static double octopus_bits(int b, int d, int W, int N) {
-    const int ntri = (d + 2) / 3;
-    const double k = (ntri * (3.0 * b + 1) + 32) / d, v = b + 32.0 * ((d + 31) / 32) / d;
+    const int ntri = (d + 2) / 3, kbits = ntri * (3 * b + 1) + 32, vbits = b * d + 32 * ((d + 31) / 32);
+    const double k = 8.0 * ((kbits + 7) / 8) / d, v = 8.0 * ((vbits + 7) / 8) / d;
     return (((N - W) * k + W * 16.0) / N + ((N - W) * v + W * 16.0) / N) / 2;
 }
 
 // kvq-inspect (text, JSON), kvq-verify (text, JSON, record) and kvq-run print one KV number for
-// a file converted with --kv: the formula at the model's max_position_embeddings. (The issue
-// this answers: octopus:4 was 4.98 by kvq-inspect's count and 5.00 by kvq-verify's.)
+// a file converted with --kv: the stored bits at the model's max_position_embeddings. (The issue
+// this answers: octopus:4 was 4.98 by kvq-inspect's count and 5.00 by kvq-verify's; the K
+// record is 318 bits by the formula and 40 bytes stored.) Without a window, what kvq-verify
+// measures over its own run is that same number.
 static void test_kv_bits_one_number(void **state) {
     (void)state;
     const char *B = g_build, *D = g_dir;
@@ -279,6 +282,8 @@ static void test_kv_bits_one_number(void **state) {
         assert_printed(number_after("inspect.txt", "boundary none: "), want);
         assert_printed(number_after("verify.txt", "KV codec: octopus:4: "), want);
         assert_printed(number_after("run.txt", "KV cache from the .kvq: "), want);
+        if (windows[i] == 0) assert_printed(number_after("verify.txt", "positions (as kvq-inspect reports); "), want);
+        if (windows[i] == 0) assert_true(fabs(want - 5.0) < 1e-12); // head_dim 64: K 40 bytes, V 40 bytes a token
         json_t *ji = load_json("inspect.json"), *jv = load_json("verify.json");
         assert_true(fabs(jnum(ji, "kv", "bits_per_element") - want) < 1e-12);
         assert_true(fabs(jnum(jv, "kv", "bits_per_element") - want) < 1e-12);

@@ -215,8 +215,10 @@ double kvq_kvcache_codec_formula_bits(const kvq_kvcache *base, int n_ctx) {
             const kv_slot *s = slot_at(c, l, 0, r);
             int g = s->codec->group, W = c->pol.window;
             int ne = n_ctx > W ? (n_ctx - W) / g * g : 0;
-            double cb = s->codec->vt->bits_formula(s->codec);
-            if (!s->codec->fixed) cb += (double)KVQ_KV_LEN_BITS / (g * base->head_dim);
+            // fixed-size codecs: the whole bytes each group is stored in (what the cache holds,
+            // the formula rounded up per token); variable-length ones: the formula + the length field
+            double cb = s->codec->fixed ? 8.0 * (double)s->codec->vt->max_bytes(s->codec) / ((double)g * base->head_dim)
+                                        : s->codec->vt->bits_formula(s->codec) + (double)KVQ_KV_LEN_BITS / (g * base->head_dim);
             bits += (ne * cb + (n_ctx - ne) * 16.0) / n_ctx;
             n++;
         }

@@ -164,8 +164,11 @@ kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads,
 /** The codec state of (layer, head, role) inside a cache made by kvq_kvcache_codec_new
  *  (borrowed; for serialization into the .kvq manifest). */
 const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *c, int layer, int head, int role);
-/** Effective bits per element predicted from the codecs' formulas for a context of
- *  n_ctx tokens (window and boundary included), before anything is stored. */
+/** Bits per element of a context of n_ctx tokens (window and boundary included), before
+ *  anything is stored: for fixed-size codecs the bytes each group is stored in (the formula
+ *  rounded up to whole bytes, so it equals bits_per_element once n_ctx tokens are stored), for
+ *  variable-length codecs the formula (outlier fraction 0) plus the length field. The one
+ *  number every tool reports (docs/KV.md). */
 double kvq_kvcache_codec_formula_bits(const kvq_kvcache *c, int n_ctx);
 
 /** The .kvq manifest "kv" section of a cache made by kvq_kvcache_codec_new:
