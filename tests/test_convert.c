@@ -19,6 +19,8 @@
 #include <xxhash.h>
 #include <cmocka.h>
 
+#include "tests/testutil.h"
+
 #include "formats/checkpoint.h"
 #include "formats/kvqfile.h"
 #include "formats/safetensors.h"
@@ -369,16 +371,6 @@ static void test_export_hf(void **state) {
     kvq_ckpt_close(a);
     kvq_ckpt_close(b);
     rmtree(dir);
-}
-
-static int run(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int r = system(cmd);
-    return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
 }
 
 // Every numeric option of every tool is validated by tools/opt.h: a bad value is one line on

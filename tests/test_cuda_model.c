@@ -16,6 +16,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "tests/testutil.h"
+
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -42,25 +44,6 @@ static int have_gpu(void) {
     if (kvq_cuda_device_count(why, sizeof why) > 0) return 1;
     printf("  skip: %s\n", why);
     return 0;
-}
-
-static double rel_err(const float *a, const float *b, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) { d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); r += (double)b[i] * b[i]; }
-    return sqrt(d / (r > 0 ? r : 1));
-}
-
-static void *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(sz > 0 ? sz : 1);
-    if (fread(p, 1, sz, f) != (size_t)sz) { free(p); fclose(f); return NULL; }
-    fclose(f);
-    *n = sz;
-    return p;
 }
 
 // ---- device buffers

@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+
+#include "tests/testutil.h"
 #include <jansson.h>
 #include <zip.h>
 
@@ -29,16 +31,6 @@
 
 static char g_build[512] = "build";
 static char g_dir[64]; // one temporary directory for the suite
-
-static int run(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int r = system(cmd);
-    return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
-}
 
 static const char *shared_dir(void) {
     const char *s = getenv("KVQ_SHARED");

@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "tests/testutil.h"
+
 #include "libconv/convert/convert.h"
 #include "libconv/eval/eval.h"
 #include "libconv/kv/kvcache_default.h"
@@ -29,25 +31,6 @@ static const char *shared(void) {
     return s && *s ? s : "../shared";
 }
 static int is_dir(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISDIR(st.st_mode); }
-
-static void *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(sz > 0 ? sz : 1);
-    if (fread(p, 1, sz, f) != (size_t)sz) { free(p); fclose(f); return NULL; }
-    fclose(f);
-    *n = sz;
-    return p;
-}
-
-static double rel_err(const float *a, const float *b, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) { d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); r += (double)b[i] * b[i]; }
-    return sqrt(d / (r > 0 ? r : 1));
-}
 
 static kvq_model *open_model(const char *dir, kvq_weight_store st, int kv_fp16) {
     kvq_model_opts o = kvq_model_opts_default();

@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "tests/testutil.h"
+
 #include "formats/kvqfile.h"
 #include "libconv/convert/convert.h"
 #include "libconv/eval/eval.h"
@@ -30,16 +32,6 @@
 static char g_build[512] = "build";
 static char g_dir[64];            // one temporary directory for the suite
 static char g_none[128], g_rtn[128]; // lossless and RTN 2-bit conversions of TINY
-
-static int run(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int r = system(cmd);
-    return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
-}
 
 static json_t *manifest_copy(const char *path);
 
