@@ -2,7 +2,6 @@
 // One progress line per tensor on stderr, a summary at the end; optionally also
 // exports the converted model as an HF directory (--export-hf).
 // Exit status: 0 success, 2 error (1 is reserved for verification failures).
-#include <signal.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -43,10 +42,7 @@ static void progress(void *ud, const kvq_convert_progress *p) {
 }
 
 int main(int argc, char **argv) {
-    // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
-    // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
-    signal(SIGXFSZ, SIG_IGN);
-    if (kvq_opt_version("kvq-convert", argc, argv)) return 0;
+    if (kvq_tool_start("kvq-convert", argc, argv)) return 0; // SIGXFSZ ignored, --version
     kvq_convert_opts o = {0};
     o.plan.quantize_embeddings = -1;
     const char *export_dir = NULL, *keep[64];

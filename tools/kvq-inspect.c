@@ -4,7 +4,6 @@
 // structure; payload digests are checked by kvq-verify.
 // Exit status: 0 success, 2 error (1 is reserved for verification failures).
 #include <math.h>
-#include <signal.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <string.h>
@@ -288,10 +287,7 @@ static void print_layers(const kvq_file *f) {
 }
 
 int main(int argc, char **argv) {
-    // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
-    // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
-    signal(SIGXFSZ, SIG_IGN);
-    if (kvq_opt_version("kvq-inspect", argc, argv)) return 0;
+    if (kvq_tool_start("kvq-inspect", argc, argv)) return 0; // SIGXFSZ ignored, --version
     int as_json = 0, layers = 0;
     static const struct option lo[] = {{"json", no_argument, 0, 'j'}, {"layers", no_argument, 0, 'l'},
                                        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,10 +118,7 @@ static void ensure_wait_policy(char **argv) {
 }
 
 int main(int argc, char **argv) {
-    // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
-    // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
-    signal(SIGXFSZ, SIG_IGN);
-    if (kvq_opt_version("kvq-run", argc, argv)) return 0;
+    if (kvq_tool_start("kvq-run", argc, argv)) return 0; // SIGXFSZ ignored, --version
     ensure_wait_policy(argv);
     const char *model = NULL, *prompt = NULL, *tok_in = NULL, *logits_out = NULL, *ppl = NULL, *ppl_ids = NULL;
     int n_gen = 128, threads = 0;

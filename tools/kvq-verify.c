@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -189,10 +188,7 @@ enum {
 };
 
 int main(int argc, char **argv) {
-    // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, reported as an error
-    // naming the file, instead of SIGXFSZ killing the tool with a partial temporary file.
-    signal(SIGXFSZ, SIG_IGN);
-    if (kvq_opt_version("kvq-verify", argc, argv)) return 0;
+    if (kvq_tool_start("kvq-verify", argc, argv)) return 0; // SIGXFSZ ignored, --version
     static const struct option lo[] = {
         {"source", required_argument, 0, O_SOURCE}, {"no-source", no_argument, 0, O_NO_SOURCE},
         {"text", required_argument, 0, O_TEXT}, {"ctx", required_argument, 0, O_CTX},

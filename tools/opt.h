@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +15,12 @@
 #include "formats/error.h" // KVQ_VERSION
 #include "libconv/eval/eval.h" // the protocol's enums
 
-/** `--version` anywhere on the command line: prints "TOOL (kvq VERSION)" and returns 1 (the
- *  tool exits 0), before any other option is parsed. */
-static inline int kvq_opt_version(const char *tool, int argc, char **argv) {
+/** What every tool does first. A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG,
+ *  reported as an error naming the file, instead of SIGXFSZ killing the tool with a partial
+ *  temporary file. `--version` anywhere on the command line prints "TOOL (kvq VERSION)" and
+ *  returns 1 (the tool exits 0) before any other option is parsed. */
+static inline int kvq_tool_start(const char *tool, int argc, char **argv) {
+    signal(SIGXFSZ, SIG_IGN);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--version")) {
             printf("%s (kvq %s)\n", tool, KVQ_VERSION);

@@ -537,7 +537,7 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
         op->rmsnorm(be, m->xn, x, m->final_norm, n, d, eps);
         op->matmul(be, out, m->xn, &m->lm_head, n);
         if ((r = op->sync(be, err))) return r;
-        if ((r = op->download(be, logits, out, (size_t)n * V, err))) return r;
+        return op->download(be, logits, out, (size_t)n * V, err); // waits for its copy
     }
     return op->sync(be, err);
 }
