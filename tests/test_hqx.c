@@ -254,6 +254,76 @@ static void test_rtn(void **state) {
     }
 }
 
+// The activation preparation: the AVX-512 quantizer (where the CPU has it) gives the same
+// bytes as the scalar one, on ordinary, padded, zero, huge and non-finite inputs, and the
+// side data (8-vector sums, the offset's share per tile and per SIMD lane, the 512-bit
+// permutation) equals its definition computed here from the int8 codes.
+static void test_prep_paths(void **state) {
+    (void)state;
+    const kvq_lattice lats[] = {KVQ_LAT_E8, KVQ_LAT_A2, KVQ_LAT_Z};
+    const int64_t widths[] = {256, 300, 1024};
+    for (int l = 0; l < 3; l++)
+        for (int wi = 0; wi < 3; wi++) {
+            const int64_t cols = widths[wi];
+            float *wm = gauss_matrix(4, cols, 90 + l);
+            enc_t E;
+            encode(&E, lats[l], 4.0, wm, 4, cols, 5);
+            kvq_hqx w;
+            kvq_err err = {0};
+            assert_int_equal(kvq_hq_pack(&E.h, E.v, E.e.n_blob, 0, 1, &w, &err), KVQ_OK);
+            const int64_t tpr = w.cols_p / w.tile;
+            uint64_t seed = 300 + wi;
+            float *x = malloc(sizeof(float) * cols);
+            for (int kind = 0; kind < 4; kind++) {
+                for (int64_t i = 0; i < cols; i++) x[i] = (float)gauss(&seed);
+                if (kind == 1) for (int64_t i = 0; i < cols && i < 128; i++) x[i] = 0.0f; // a zero tile
+                if (kind == 2) { x[3] = NAN; x[cols - 1] = INFINITY; }
+                if (kind == 3) for (int64_t i = 0; i < cols; i++) x[i] *= 1e30f;
+                size_t ab = kvq_hqx_act_bytes(&w);
+                uint8_t *b0 = aligned_alloc(64, ab), *b1 = aligned_alloc(64, ab);
+                memset(b0, 0, ab);
+                memset(b1, 0, ab);
+                kvq_hqx_act a0, a1;
+                kvq_hqx_act_init(&w, b0, &a0);
+                kvq_hqx_act_init(&w, b1, &a1);
+                kvq_hqx_prep_tiles(&w, x, &a0, 0, tpr, KVQ_HQX_ISA_REF);
+                kvq_hqx_prep_tiles(&w, x, &a1, 0, tpr / 2, KVQ_HQX_ISA_AUTO); // in two ranges, as threads do
+                kvq_hqx_prep_tiles(&w, x, &a1, tpr / 2, tpr, KVQ_HQX_ISA_AUTO);
+                assert_memory_equal(b0, b1, ab);
+                const int m = w.lat == KVQ_HQ_LAT_E8 ? 2 : 1, off = kvq_hqx_off(w.vbits), T = w.tile;
+                for (int64_t j = 0; j < tpr; j++) {
+                    int32_t zl[8] = {0}, zw[16] = {0}, sum = 0;
+                    for (int i = 0; i < T; i++) {
+                        int q = a0.xq[j * T + i];
+                        assert_true(q >= -127 && q <= 127);
+                        if (kind == 2 && j * T + i == 3) assert_int_equal(q, 0); // NaN -> 0
+                        zl[(i % 32) / 4] += q;
+                        zw[((i % 128) / 64) * 8 + (i % 32) / 4] += q;
+                        sum += q;
+                        if (i % 8 == 7) {
+                            int32_t s8 = 0;
+                            for (int k = i - 7; k <= i; k++) s8 += a0.xq[j * T + k];
+                            assert_int_equal(a0.s8[(j * T + i) / 8], s8);
+                        }
+                        if (T % 128 == 0) { // xp: [0..31], [64..95], [32..63], [96..127] of each 128
+                            int b = i % 128, src = b < 32 ? b : b < 64 ? b + 32 : b < 96 ? b - 32 : b;
+                            assert_int_equal(a0.xp[j * T + i], a0.xq[j * T + (i - b) + src]);
+                        }
+                    }
+                    assert_int_equal(a0.zt[j], -off * m * sum);
+                    for (int k = 0; k < 8; k++) assert_int_equal(a0.zl[8 * j + k], -off * m * zl[k]);
+                    for (int k = 0; k < 16; k++) assert_int_equal(a0.zw[16 * j + k], -off * m * zw[k]);
+                }
+                free(b0);
+                free(b1);
+            }
+            free(x);
+            kvq_hqx_free(&w);
+            enc_free(&E);
+            free(wm);
+        }
+}
+
 static void test_refusals(void **state) {
     (void)state;
     float *x = gauss_matrix(8, 128, 78);
@@ -289,7 +359,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_lattice_and_rate), cmocka_unit_test(test_escapes_and_heavy_tails),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
-        cmocka_unit_test(test_refusals),    cmocka_unit_test(test_rtn),
+        cmocka_unit_test(test_refusals), cmocka_unit_test(test_prep_paths),    cmocka_unit_test(test_rtn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,7 +21,7 @@ static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
 size_t kvq_hqx_act_bytes(const kvq_hqx *w) {
     size_t cp = (size_t)w->cols_p, nt = cp / (size_t)w->tile;
     return al64(cp * 4) + al64(cp) + al64(nt * 4) + al64(cp / 8 * 4) + al64(nt * 4) + al64(nt * 32) + al64(cp) +
-           al64(nt * 4);
+           al64(nt * 64) + al64(nt * 4);
 }
 
 void kvq_hqx_act_init(const kvq_hqx *w, void *buf, kvq_hqx_act *a) {
@@ -34,68 +34,139 @@ void kvq_hqx_act_init(const kvq_hqx *w, void *buf, kvq_hqx_act *a) {
     a->zt = (int32_t *)p, p += al64(nt * 4);
     a->zl = (int32_t *)p, p += al64(nt * 32);
     a->xp = (int8_t *)p, p += al64(cp);
+    a->zw = (int32_t *)p, p += al64(nt * 64);
     a->xs = (float *)p;
 }
 
 // Offset added to stored values (nibble: v + 8; byte: v + 128).
 static inline int hqx_off(const kvq_hqx *w) { return w->rotate ? kvq_hqx_off(w->vbits) : 0; }
 
-void kvq_hqx_prep(const kvq_hqx *w, const float *x, kvq_hqx_act *a) {
+// The integer side data of tile column j from its int8 codes a->xq: 8-vector sums, the
+// offset's share per tile and per SIMD lane (zt, zl, zw), and the 512-bit path's permutation.
+static void prep_side(const kvq_hqx *w, kvq_hqx_act *a, int64_t j) {
     const int T = w->tile, m = kvq_hqx_mult(w->lat), off = hqx_off(w);
-    const int64_t tpr = w->cols_p / T;
-    for (int64_t j = 0; j < tpr; j++) {
-        float *xr = a->xr + j * T;
-        if (!w->rotate) {
-            for (int i = 0; i < T; i++) xr[i] = j * T + i < w->cols ? x[j * T + i] : 0.0f;
-            float xs = 0.0f;
-            for (int i = 0; i < T; i++) xs += xr[i];
-            a->xs[j] = xs;
-        } else {
+    const int8_t *xq = a->xq + j * T;
+    int32_t g4[KVQ_HQ_MAX_TILE / 4], sum = 0;
+    for (int q = 0; q < T / 4; q++) g4[q] = xq[4 * q] + xq[4 * q + 1] + xq[4 * q + 2] + xq[4 * q + 3];
+    for (int v = 0; v < T / 8; v++) {
+        a->s8[(j * T) / 8 + v] = g4[2 * v] + g4[2 * v + 1];
+        sum += g4[2 * v] + g4[2 * v + 1];
+    }
+    a->zt[j] = -off * m * sum;
+    if (T % 128 == 0)
+        for (int b = 0; b < T; b += 128) {
+            int8_t *dst = a->xp + j * T + b;
+            memcpy(dst, xq + b, 32);
+            memcpy(dst + 32, xq + b + 64, 32);
+            memcpy(dst + 64, xq + b + 32, 32);
+            memcpy(dst + 96, xq + b + 96, 32);
+        }
+    int32_t *zl = a->zl + 8 * j, *zw = a->zw + 16 * j;
+    for (int l = 0; l < 8; l++) zl[l] = 0;
+    for (int l = 0; l < 16; l++) zw[l] = 0;
+    for (int q = 0; q < T / 4; q++) { // 4-coordinate group q holds coordinates 4q..4q+3
+        zl[q % 8] += g4[q];
+        zw[((4 * q % 128) / 64) * 8 + q % 8] += g4[q];
+    }
+    for (int l = 0; l < 8; l++) zl[l] *= -off * m;
+    for (int l = 0; l < 16; l++) zw[l] *= -off * m;
+}
+
+// xr of tile column j: the padded activation, sign-flipped and rotated (HyperQuant) or as is
+// (RTN, with its sum for the zero points), A2's ny coordinates scaled by √3.
+static void prep_rotate(const kvq_hqx *w, const float *x, kvq_hqx_act *a, int64_t j) {
+    const int T = w->tile;
+    float *xr = a->xr + j * T;
+    if (!w->rotate) {
+        for (int i = 0; i < T; i++) xr[i] = j * T + i < w->cols ? x[j * T + i] : 0.0f;
+        float xs = 0.0f;
+        for (int i = 0; i < T; i++) xs += xr[i];
+        a->xs[j] = xs;
+    } else {
         for (int wd = 0; wd < T / 64; wd++) {
             uint64_t bits = kvq_hq_sign_word(w->seed, (uint64_t)j, (uint64_t)wd);
-            for (int i = 0; i < 64; i++) {
-                int64_t col = j * T + 64 * wd + i;
-                float v = col < w->cols ? x[col] : 0.0f;
-                xr[64 * wd + i] = ((bits >> i) & 1) ? -v : v;
-            }
+            const int64_t c0 = j * T + 64 * wd;
+            uint32_t *o = (uint32_t *)(xr + 64 * wd);
+            if (c0 + 64 <= w->cols) { // a sign flip is an exact negation
+                memcpy(o, x + c0, 256);
+                for (int i = 0; i < 64; i++) o[i] ^= (uint32_t)((bits >> i) & 1) << 31;
+            } else
+                for (int i = 0; i < 64; i++) {
+                    float v = c0 + i < w->cols ? x[c0 + i] : 0.0f;
+                    xr[64 * wd + i] = ((bits >> i) & 1) ? -v : v;
+                }
         }
         kvq_wht(xr, T);
         a->xs[j] = 0.0f;
-        }
-        if (w->lat == KVQ_HQ_LAT_A2)
-            for (int i = 0; i < T; i += 2) xr[i] *= KVQ_HQ_SQRT3_F;
-        float amax = 0.0f;
-        for (int i = 0; i < T; i++) amax = fmaxf(amax, fabsf(xr[i]));
-        // NaN activations propagate through the exact path; the int8 path maps them to 0.
-        float inv = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
-        a->sx[j] = amax > 0.0f && isfinite(amax) ? amax / 127.0f : 0.0f;
-        int32_t sum = 0;
-        for (int v = 0; v < T / 8; v++) {
-            int32_t s = 0;
-            for (int i = 8 * v; i < 8 * v + 8; i++) {
-                float f = xr[i] * inv;
-                int q = f >= 127.0f ? 127 : f <= -127.0f ? -127 : (int)lrintf(f == f ? f : 0.0f);
-                a->xq[j * T + i] = (int8_t)q;
-                s += q;
-            }
-            a->s8[(j * T) / 8 + v] = s;
-            sum += s;
-        }
-        a->zt[j] = -off * m * sum;
-        if (T % 128 == 0)
-            for (int b = 0; b < T; b += 128) {
-                const int8_t *src = a->xq + j * T + b;
-                int8_t *dst = a->xp + j * T + b;
-                memcpy(dst, src, 32);
-                memcpy(dst + 32, src + 64, 32);
-                memcpy(dst + 64, src + 32, 32);
-                memcpy(dst + 96, src + 96, 32);
-            }
-        int32_t *zl = a->zl + 8 * j;
-        for (int l = 0; l < 8; l++) zl[l] = 0;
-        for (int i = 0; i < T; i++) zl[(i % 32) / 4] += a->xq[j * T + i];
-        for (int l = 0; l < 8; l++) zl[l] *= -off * m;
     }
+    if (w->lat == KVQ_HQ_LAT_A2)
+        for (int i = 0; i < T; i += 2) xr[i] *= KVQ_HQ_SQRT3_F;
+}
+
+// int8 codes of tile column j, scalar: amax ignores NaN (fmaxf), NaN codes are 0, rounding to
+// nearest even (lrintf) after clamping to ±127.
+static void prep_quant_scalar(const kvq_hqx *w, kvq_hqx_act *a, int64_t j) {
+    const int T = w->tile;
+    const float *xr = a->xr + j * T;
+    float amax = 0.0f;
+    for (int i = 0; i < T; i++) {
+        float v = fabsf(xr[i]);
+        amax = v > amax ? v : amax;
+    }
+    // NaN activations propagate through the exact path; the int8 path maps them to 0.
+    const int ok = amax > 0.0f && isfinite(amax);
+    const float inv = ok ? 127.0f / amax : 0.0f;
+    a->sx[j] = ok ? amax / 127.0f : 0.0f;
+    for (int i = 0; i < T; i++) {
+        float f = xr[i] * inv;
+        f = f == f ? f : 0.0f;
+        f = f > 127.0f ? 127.0f : f < -127.0f ? -127.0f : f;
+        a->xq[j * T + i] = (int8_t)_mm_cvtss_si32(_mm_set_ss(f));
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void prep_quant_avx512(const kvq_hqx *w, kvq_hqx_act *a,
+                                                                                 int64_t j) {
+    const int T = w->tile;
+    const float *xr = a->xr + j * T;
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+    __m512 mx = _mm512_setzero_ps();
+    for (int i = 0; i < T; i += 16) mx = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(xr + i)), absm)), mx); // NaN: keeps mx
+    const float amax = _mm512_reduce_max_ps(mx);
+    const int ok = amax > 0.0f && isfinite(amax);
+    const __m512 inv = _mm512_set1_ps(ok ? 127.0f / amax : 0.0f);
+    a->sx[j] = ok ? amax / 127.0f : 0.0f;
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    for (int i = 0; i < T; i += 16) {
+        __m512 f = _mm512_mul_ps(_mm512_loadu_ps(xr + i), inv);
+        f = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(f, f, _CMP_ORD_Q), f);
+        f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+        _mm_storeu_si128((__m128i *)(a->xq + j * T + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(f)));
+    }
+}
+
+static int prep_has_avx512(void) {
+    static int cached = -1; // a CPU feature: the same answer for every caller
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    }
+    return cached;
+}
+
+void kvq_hqx_prep_tiles(const kvq_hqx *w, const float *x, kvq_hqx_act *a, int64_t j0, int64_t j1, kvq_hqx_isa isa) {
+    if (isa == KVQ_HQX_ISA_AUTO) isa = prep_has_avx512() ? KVQ_HQX_ISA_VNNI : KVQ_HQX_ISA_REF;
+    for (int64_t j = j0; j < j1; j++) {
+        prep_rotate(w, x, a, j);
+        if (isa == KVQ_HQX_ISA_VNNI && w->tile % 16 == 0) prep_quant_avx512(w, a, j);
+        else prep_quant_scalar(w, a, j);
+        prep_side(w, a, j);
+    }
+}
+
+void kvq_hqx_prep(const kvq_hqx *w, const float *x, kvq_hqx_act *a) {
+    kvq_hqx_prep_tiles(w, x, a, 0, w->cols_p / w->tile, KVQ_HQX_ISA_AUTO);
 }
 
 // ---- run-time ISA choice
@@ -395,11 +466,16 @@ hqx_rows_vnni_nb(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int k0, co
     HQX_ROW_BODY(NB, VNNI_DOT, VNNI_DOT, 1)
 }
 
+#ifndef HQX_PF
+#define HQX_PF 1024
+#endif
 // ---- decode (one token), AVX-512 VNNI on 512-bit vectors, 4 rows at a time: activation
-// vectors are loaded once per 128 coordinates and shared by the rows; each row keeps two
-// accumulators; per tile the rows' integer sums are reduced together (exact), then one
-// convert and one multiply-add serve 4 rows. Tiles of a multiple of 128, nibbles (vbits 4
-// or 5); escapes are added afterwards in float (they are rare by construction).
+// vectors are loaded once per 128 coordinates and shared by the rows. Per tile a row's
+// integer sums stay in 16 int32 lanes (each exact: the stored offset's share is split per
+// lane, act->zw), are converted and multiply-added into 16 float lanes with the tile's
+// scale, and the lanes are summed once per row at the end: no horizontal reduction per
+// tile. Tiles of a multiple of 128, nibbles (vbits 4..7); escapes are added afterwards in
+// float (they are rare by construction).
 HQX_TGT_VNNI __attribute__((always_inline)) static inline void
 hqx_rows4_vnni512_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, const int NP, const int E8) {
     const int T = w->tile, nb = T / 128;
@@ -412,16 +488,24 @@ hqx_rows4_vnni512_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *
         hr[rr] = NP ? w->hb + (size_t)((r0 + rr) * cpr) * NP : NULL;
         cr[rr] = E8 ? w->cb + (size_t)((r0 + rr) * cpr) : NULL;
     }
-    __m128 facc = _mm_setzero_ps();
+    __m512 facc[4];
+    float zacc[4] = {0, 0, 0, 0};
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) facc[rr] = _mm512_setzero_ps();
     for (int64_t j = 0; j < tpr; j++) {
-        __m512i acc[4][2], cacc[4];
-        _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) acc[rr][0] = acc[rr][1] = cacc[rr] = _mm512_setzero_si512();
+        const __m512i zw = _mm512_load_si512(a->zw + 16 * j);
+        __m512i acc[4], cacc[4];
+        _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
+            acc[rr] = E8 ? _mm512_setzero_si512() : zw;
+            cacc[rr] = zw;
+        }
         for (int b = 0; b < nb; b++) {
             const size_t xo = (size_t)j * T + 128 * (size_t)b, g = xo / 64; // chunk index within the row
-            const __m512i xl = _mm512_loadu_si512(a->xp + xo), xh = _mm512_loadu_si512(a->xp + xo + 64);
-            const __m512i s8 = E8 ? _mm512_loadu_si512(a->s8 + xo / 8) : _mm512_setzero_si512();
+            const __m512i xl = _mm512_load_si512(a->xp + xo), xh = _mm512_load_si512(a->xp + xo + 64);
+            const __m512i s8 = E8 ? _mm512_load_si512(a->s8 + xo / 8) : _mm512_setzero_si512();
             _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
                 const __m512i by = _mm512_loadu_si512(qr[rr] + g * 32);
+                _mm_prefetch((const char *)(qr[rr] + g * 32) + HQX_PF, _MM_HINT_T0);
+                if (NP) _mm_prefetch((const char *)(hr[rr] + g * NP) + HQX_PF / 4, _MM_HINT_T0);
                 __m512i lo = _mm512_and_si512(by, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(by, 4), m0f);
                 _Pragma("GCC unroll 3") for (int p = 0; p < NP; p++) { // bit planes of chunks g and g + 1
                     const uint64_t w0 = hr[rr][g * NP + p], w1 = hr[rr][(g + 1) * NP + p];
@@ -429,8 +513,8 @@ hqx_rows4_vnni512_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *
                     lo = _mm512_mask_add_epi8(lo, (__mmask64)((w0 & 0xffffffffu) | (w1 << 32)), lo, bp);
                     hi = _mm512_mask_add_epi8(hi, (__mmask64)((w0 >> 32) | (w1 & 0xffffffff00000000ull)), hi, bp);
                 }
-                acc[rr][0] = _mm512_dpbusd_epi32(acc[rr][0], lo, xl);
-                acc[rr][1] = _mm512_dpbusd_epi32(acc[rr][1], hi, xh);
+                acc[rr] = _mm512_dpbusd_epi32(acc[rr], lo, xl);
+                acc[rr] = _mm512_dpbusd_epi32(acc[rr], hi, xh);
                 if (E8) { // coset bits: the 8-vector sums of the set bits (not doubled)
                     uint16_t cm;
                     memcpy(&cm, cr[rr] + g, 2);
@@ -438,27 +522,16 @@ hqx_rows4_vnni512_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *
                 }
             }
         }
-        // reduce 4 rows: 16 lanes -> 8 -> hadd tree -> 4 exact row sums
-        __m256i d[4];
+        const float sj = a->sx[j];
         _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
-            __m512i s = _mm512_add_epi32(acc[rr][0], acc[rr][1]);
-            if (E8) s = _mm512_add_epi32(_mm512_slli_epi32(s, 1), cacc[rr]);
-            d[rr] = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+            const __m512i s = E8 ? _mm512_add_epi32(_mm512_slli_epi32(acc[rr], 1), cacc[rr]) : acc[rr];
+            const int64_t t = (r0 + rr) * tpr + j;
+            facc[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(kvq_hqx_scale(w, t) * sj), facc[rr]);
+            if (w->zero) zacc[rr] += w->zero[t] * a->xs[j];
         }
-        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
-        __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        sum = _mm_add_epi32(sum, _mm_set1_epi32(a->zt[j]));
-        const __m128 sc = _mm_setr_ps(kvq_hqx_scale(w, (r0 + 0) * tpr + j), kvq_hqx_scale(w, (r0 + 1) * tpr + j),
-                                      kvq_hqx_scale(w, (r0 + 2) * tpr + j), kvq_hqx_scale(w, (r0 + 3) * tpr + j));
-        facc = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(sc, _mm_set1_ps(a->sx[j])), facc);
-        if (w->zero)
-            facc = _mm_fmadd_ps(_mm_setr_ps(w->zero[(r0 + 0) * tpr + j], w->zero[(r0 + 1) * tpr + j],
-                                            w->zero[(r0 + 2) * tpr + j], w->zero[(r0 + 3) * tpr + j]),
-                                _mm_set1_ps(a->xs[j]), facc);
     }
-    float out[4];
-    _mm_storeu_ps(out, facc);
-    _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) y[r0 + rr] = out[rr] + hqx_escapes_int8(w, r0 + rr, a);
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++)
+        y[r0 + rr] = _mm512_reduce_add_ps(facc[rr]) + zacc[rr] + hqx_escapes_int8(w, r0 + rr, a);
 }
 
 // Specializations by bit planes (0..3) and coset bits, so the inner loops have no run-time
@@ -494,23 +567,13 @@ HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const k
 HQX_ROW_FN(AVX2)
 HQX_ROW_FN(VNNI)
 
-void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
-                    kvq_hqx_mode mode, kvq_hqx_isa isa, int n_threads) {
+void kvq_hqx_matmul_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
+                         kvq_hqx_mode mode, kvq_hqx_isa isa, int64_t r0, int64_t r1) {
     if (isa == KVQ_HQX_ISA_AUTO) isa = kvq_hqx_isa_best();
-    const int64_t rows = w->rows;
-    const int nt = kvq_nthreads(n_threads);
-    if (isa == KVQ_HQX_ISA_VNNI && mode == KVQ_HQX_INT8 && n_tok == 1 && w->tile % 128 == 0 && w->vbits != 8) {
-        const int64_t g4 = rows / 4;
-#pragma omp parallel for schedule(static) num_threads(nt) if (rows * w->cols_p > 32768)
-        for (int64_t g = 0; g <= g4; g++) {
-            if (g < g4) hqx_rows4_vnni512(w, 4 * g, act, y);
-            else
-                for (int64_t r = 4 * g4; r < rows; r++) hqx_row_VNNI(w, r, act, 1, y, ldy);
-        }
-        return;
-    }
-#pragma omp parallel for schedule(static) num_threads(nt) if (rows * w->cols_p * n_tok > 32768)
-    for (int64_t r = 0; r < rows; r++) {
+    int64_t r = r0;
+    if (isa == KVQ_HQX_ISA_VNNI && mode == KVQ_HQX_INT8 && n_tok == 1 && w->tile % 128 == 0 && w->vbits != 8)
+        for (; r + 4 <= r1; r += 4) hqx_rows4_vnni512(w, r, act, y);
+    for (; r < r1; r++) {
         if (isa == KVQ_HQX_ISA_REF) hqx_row_ref(w, r, act, n_tok, y, ldy, mode);
         else if (mode == KVQ_HQX_EXACT) {
             for (int k0 = 0; k0 < n_tok; k0 += 4) {
@@ -521,6 +584,16 @@ void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *
         } else if (isa == KVQ_HQX_ISA_VNNI) hqx_row_VNNI(w, r, act, n_tok, y, ldy);
         else hqx_row_AVX2(w, r, act, n_tok, y, ldy);
     }
+}
+
+void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
+                    kvq_hqx_mode mode, kvq_hqx_isa isa, int n_threads) {
+    if (isa == KVQ_HQX_ISA_AUTO) isa = kvq_hqx_isa_best();
+    const int64_t units = (w->rows + 3) / 4; // groups of 4 rows
+    const int nt = kvq_nthreads(n_threads);
+#pragma omp parallel for schedule(static) num_threads(nt) if (w->rows * w->cols_p * n_tok > 32768)
+    for (int64_t u = 0; u < units; u++)
+        kvq_hqx_matmul_rows(w, act, n_tok, y, ldy, mode, isa, 4 * u, 4 * u + 4 < w->rows ? 4 * u + 4 : w->rows);
 }
 
 // The codes c of tile t (T values) with the row's escapes from *e on applied.

@@ -25,6 +25,9 @@ typedef struct {
     int32_t *zl;    // (cols_p / T, 8) zt split over the 8 lanes of the SIMD paths (lane l holds
                     // coordinates 4l..4l+3 and 32+4l..32+4l+3 of every chunk), so no lane
                     // carries a large offset that cancels only after float conversion
+    int32_t *zw;    // (cols_p / T, 16) zt split over the 16 int32 lanes of the 512-bit decode path
+                    // (lane l < 8: coordinates 4l..4l+3 and 32+4l..; lane 8 + l: 64+4l.. and
+                    // 96+4l.. of every 128), so each lane's integer sum stays exact in float
     float *xs;      // (cols_p / T) Σ xr over the tile (RTN zero points)
     int8_t *xp;     // (cols_p) xq permuted per 128 coordinates for the 512-bit decode path:
                     // [0..31], [64..95], [32..63], [96..127] (so one 64-byte nibble load pairs
@@ -38,6 +41,11 @@ void kvq_hqx_act_init(const kvq_hqx *w, void *buf, kvq_hqx_act *a);
 /** Rotates and quantizes x (w->cols floats) into a. */
 void kvq_hqx_prep(const kvq_hqx *w, const float *x, kvq_hqx_act *a);
 
+/** The same for tile columns [j0, j1) only (callers split a preparation over threads).
+ *  isa: KVQ_HQX_ISA_REF forces the scalar quantizer, AUTO takes AVX-512 where the CPU has it;
+ *  both give identical bytes (tests/test_hqx.c). */
+void kvq_hqx_prep_tiles(const kvq_hqx *w, const float *x, kvq_hqx_act *a, int64_t j0, int64_t j1, kvq_hqx_isa isa);
+
 /** Which path AUTO resolves to on this CPU. */
 kvq_hqx_isa kvq_hqx_isa_best(void);
 const char *kvq_hqx_isa_name(kvq_hqx_isa isa);
@@ -48,6 +56,11 @@ const char *kvq_hqx_isa_name(kvq_hqx_isa isa);
  *  so results differ only by float summation order. */
 void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
                     kvq_hqx_mode mode, kvq_hqx_isa isa, int n_threads);
+
+/** The same for rows [r0, r1) on the calling thread (r0 a multiple of 4 for the 4-row
+ *  decode path); callers that schedule their own threads split the rows with it. */
+void kvq_hqx_matmul_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
+                         kvq_hqx_mode mode, kvq_hqx_isa isa, int64_t r0, int64_t r1);
 
 /** Row r of W as w->cols floats, bit-identical to the reference decoder's (an embedding
  *  lookup from a packed table). */

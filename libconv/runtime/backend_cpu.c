@@ -2,6 +2,7 @@
 // KV codec runs here). Products: dense fp32/bf16 (kvq_matmul) and packed HyperQuant/RTN
 // (kvq_hqx_matmul with int8 or exact activations; prefill of >= KVQ_PREFILL_DENSE_MIN
 // tokens through decoded row blocks and the dense kernel).
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +26,10 @@ typedef struct {
     size_t xperm_floats;
     int64_t widest;   // widest packed tensor (rows of a dense prefill block)
     int any_packed;
+    int max_part;     // most row blocks of one packed matrix (fused q/k/v: 3)
     // scratch
-    uint8_t *act_buf;
-    kvq_hqx_act *acts; // (max_batch)
+    uint8_t *act_buf;  // (max_part, max_batch) prepared activations of act_bytes each
+    kvq_hqx_act *acts; // (max_part, max_batch)
     float *dense;      // prefill: a block of decoded rows and its products
     float *xperm;      // dense bf16 products: kvq_matmul's scratch for max_batch tokens
 } cpu;
@@ -79,6 +81,7 @@ static kvq_status mat_adopt(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *
         size_t ab = kvq_hqx_act_bytes(&w->part[p]);
         if (ab > c->act_bytes) c->act_bytes = ab;
     }
+    if (w->n_part > c->max_part) c->max_part = w->n_part;
     if (w->cols > c->widest) c->widest = w->cols;
     return KVQ_OK;
 }
@@ -90,12 +93,56 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     if (c->xperm_floats && !(c->xperm = malloc(sizeof(float) * c->xperm_floats)))
         return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %zu floats of product scratch", c->xperm_floats);
     if (!c->any_packed) return KVQ_OK;
-    c->act_buf = aligned_alloc(64, c->act_bytes * B);
-    c->acts = calloc(B, sizeof *c->acts);
+    c->act_buf = aligned_alloc(64, c->act_bytes * B * (size_t)c->max_part);
+    c->acts = calloc(B * (size_t)c->max_part, sizeof *c->acts);
     c->dense = malloc(sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest + B * KVQ_HQX_DENSE_BLOCK));
     if (!c->act_buf || !c->acts || !c->dense)
         return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the packed products' scratch (%zu tokens)", B);
     return KVQ_OK;
+}
+
+// Products of a packed matrix for T < KVQ_PREFILL_DENSE_MIN tokens in one parallel region:
+// the threads first prepare every (block, token, tile column) of the activations, then take
+// contiguous shares of all blocks' rows (groups of 4), so a fused q/k/v or gate/up costs one
+// fork and one barrier, and no preparation runs on one thread while the others wait.
+static void matmul_packed(cpu *c, float *y, const float *x, const kvq_mat *w, int T) {
+    const kvq_hqx_mode mode = c->b.exec == KVQ_EXEC_EXACT ? KVQ_HQX_EXACT : KVQ_HQX_INT8;
+    const kvq_hqx_isa isa = kvq_hqx_isa_best();
+    int64_t prep_end[3], unit_end[3], n_prep = 0, n_unit = 0, work = 0; // running totals over blocks
+    for (int p = 0; p < w->n_part; p++) {
+        const kvq_hqx *hw = &w->part[p];
+        prep_end[p] = n_prep += (int64_t)T * (hw->cols_p / hw->tile);
+        unit_end[p] = n_unit += (hw->rows + 3) / 4;
+        work += hw->rows * hw->cols_p * T;
+    }
+    for (int p = 0; p < w->n_part; p++) // carve each block's buffers (the sizes are the block's)
+        for (int k = 0; k < T; k++)
+            kvq_hqx_act_init(&w->part[p], c->act_buf + c->act_bytes * (size_t)(p * c->b.max_batch + k),
+                             &c->acts[p * c->b.max_batch + k]);
+#pragma omp parallel num_threads(kvq_nthreads(c->b.n_threads)) if (work > 32768)
+    {
+        const int64_t nth = omp_get_num_threads(), id = omp_get_thread_num();
+        for (int64_t i = n_prep * id / nth, i1 = n_prep * (id + 1) / nth; i < i1;) {
+            int p = 0;
+            while (i >= prep_end[p]) p++;
+            const kvq_hqx *hw = &w->part[p];
+            const int64_t tpr = hw->cols_p / hw->tile, k = (i - (p ? prep_end[p - 1] : 0)) / tpr;
+            const int64_t j0 = (i - (p ? prep_end[p - 1] : 0)) % tpr, n = tpr - j0 < i1 - i ? tpr - j0 : i1 - i;
+            kvq_hqx_prep_tiles(hw, x + (size_t)k * w->cols, &c->acts[p * c->b.max_batch + k], j0, j0 + n,
+                               KVQ_HQX_ISA_AUTO);
+            i += n;
+        }
+#pragma omp barrier
+        for (int64_t u = n_unit * id / nth, u1 = n_unit * (id + 1) / nth; u < u1;) {
+            int p = 0;
+            while (u >= unit_end[p]) p++;
+            const kvq_hqx *hw = &w->part[p];
+            const int64_t g0 = u - (p ? unit_end[p - 1] : 0), n = unit_end[p] - u < u1 - u ? unit_end[p] - u : u1 - u;
+            const int64_t r1 = 4 * (g0 + n) < hw->rows ? 4 * (g0 + n) : hw->rows;
+            kvq_hqx_matmul_rows(hw, &c->acts[p * c->b.max_batch], T, y + w->row0[p], w->rows, mode, isa, 4 * g0, r1);
+            u += n;
+        }
+    }
 }
 
 static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, int T) {
@@ -105,20 +152,12 @@ static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, i
         kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, c->xperm, nt);
         return;
     }
-    kvq_hqx_mode mode = b->exec == KVQ_EXEC_EXACT ? KVQ_HQX_EXACT : KVQ_HQX_INT8;
-    for (int p = 0; p < w->n_part; p++) {
-        const kvq_hqx *hw = &w->part[p];
-        if (T >= KVQ_PREFILL_DENSE_MIN) { // prefill: the dense kernel on decoded row blocks wins
-            kvq_hqx_matmul_dense(hw, x, T, y + w->row0[p], w->rows, c->dense, nt);
-            continue;
-        }
-#pragma omp parallel for schedule(static) num_threads(kvq_nthreads(nt)) if (T > 1)
-        for (int t = 0; t < T; t++) {
-            kvq_hqx_act_init(hw, c->act_buf + c->act_bytes * t, &c->acts[t]);
-            kvq_hqx_prep(hw, x + (size_t)t * w->cols, &c->acts[t]);
-        }
-        kvq_hqx_matmul(hw, c->acts, T, y + w->row0[p], w->rows, mode, KVQ_HQX_ISA_AUTO, nt);
+    if (T < KVQ_PREFILL_DENSE_MIN) {
+        matmul_packed(c, y, x, w, T);
+        return;
     }
+    for (int p = 0; p < w->n_part; p++) // prefill: the dense kernel on decoded row blocks wins
+        kvq_hqx_matmul_dense(&w->part[p], x, T, y + w->row0[p], w->rows, c->dense, nt);
 }
 
 static void rmsnorm(kvq_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps) {
@@ -155,7 +194,9 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
         if (r) return r;
     }
     kvq_status ar = KVQ_OK;
-#pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(kvq_nthreads(b->n_threads)) if (T > 1)
+    // one token: the heads in parallel once the context makes them worth a fork
+    const int par = T > 1 || (int64_t)(pos + 1) * hd * s->n_heads > 65536;
+#pragma omp parallel for collapse(2) schedule(dynamic, T > 1 ? 4 : 1) num_threads(kvq_nthreads(b->n_threads)) if (par)
     for (int t = 0; t < T; t++)
         for (int g = 0; g < nkv; g++) {
             size_t o = (size_t)t * q_dim + (size_t)g * nrep * hd;
@@ -184,7 +225,7 @@ static size_t scratch_bytes(const kvq_backend *b) {
     const cpu *c = (const cpu *)b;
     const size_t B = (size_t)b->max_batch;
     return sizeof(float) * c->xperm_floats +
-           (c->any_packed ? c->act_bytes * B + sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest +
+           (c->any_packed ? c->act_bytes * B * (size_t)c->max_part + sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest +
                                                                  B * KVQ_HQX_DENSE_BLOCK)
                           : 0);
 }

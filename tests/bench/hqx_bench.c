@@ -1,7 +1,8 @@
 // Benchmark: y = W·x straight from HyperQuant's execution layout (kernels/cpu/hqx.c) against
 // the dense bf16 and fp32 products of kernels/cpu/matmul.c on the same shape, side by side.
 // usage: hqx_bench [rows cols tokens threads bps lattice]  (default 2048 2048 1 1 4.0 e8)
-// Prints the median of 15 runs of each path in ms and G weights/s.
+// Prints the median of 15 runs of each path in ms and G weights/s. HQX_BENCH_PATHS=1,4 runs
+// only those paths (0 dense fp32, 1 dense bf16, 2 hqx ref, 3 avx2, 4 vnni, 5 exact).
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -57,6 +58,8 @@ int main(int argc, char **argv) {
     const char *names[] = {"dense fp32", "dense bf16", "hqx int8 ref", "hqx int8 avx2", "hqx int8 vnni", "hqx exact"};
     for (int p = 0; p < 6; p++) {
         if (p == 4 && kvq_hqx_isa_best() != KVQ_HQX_ISA_VNNI) continue;
+        const char *only = getenv("HQX_BENCH_PATHS");
+        if (only && !strchr(only, '0' + p)) continue;
         double t[15];
         int reps = p == 2 ? 3 : 15;
         for (int r = 0; r < reps; r++) {
