@@ -41,7 +41,12 @@ venv=$peer/venv
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, transformers, gguf" 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --no-deps torch >&2       # the converter only needs torch's CPU tensors
-  "$venv/bin/pip" install numpy safetensors sentencepiece transformers tokenizers protobuf >&2
+  # PyPI's torch is a CUDA build: it imports only with these libraries present (the system CUDA
+  # toolkit has the others); versions as torch's own metadata pins them.
+  meta=$("$venv/bin/python" -c "import importlib.metadata as m; print('\n'.join(m.requires('torch') or []))")
+  pins=$(echo "$meta" | grep -oE '^nvidia-(cusparselt|nvshmem|nccl)-cu[0-9]+==[0-9.]+' || true)
+  "$venv/bin/pip" install --no-deps $pins nvidia-cufile >&2
+  "$venv/bin/pip" install numpy safetensors sentencepiece transformers tokenizers protobuf sympy networkx jinja2 fsspec filelock typing_extensions >&2
   "$venv/bin/pip" install -e "$src/gguf-py" >&2
 fi
 
