@@ -466,9 +466,6 @@ hqx_rows_vnni_nb(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int k0, co
     HQX_ROW_BODY(NB, VNNI_DOT, VNNI_DOT, 1)
 }
 
-#ifndef HQX_PF
-#define HQX_PF 1024
-#endif
 // ---- decode (one token), AVX-512 VNNI on 512-bit vectors, 4 rows at a time: activation
 // vectors are loaded once per 128 coordinates and shared by the rows. Per tile a row's
 // integer sums stay in 16 int32 lanes (each exact: the stored offset's share is split per
@@ -488,6 +485,9 @@ hqx_rows4_vnni512_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *
         hr[rr] = NP ? w->hb + (size_t)((r0 + rr) * cpr) * NP : NULL;
         cr[rr] = E8 ? w->cb + (size_t)((r0 + rr) * cpr) : NULL;
     }
+    const size_t qrow = (size_t)cpr * 32, hrow = (size_t)cpr * NP; // bytes / words per row
+    if (w->scode)
+        for (int64_t k = 0; k < 4 * tpr; k += 64) _mm_prefetch((const char *)(w->scode + (r0 + 4) * tpr + k), _MM_HINT_T0);
     __m512 facc[4];
     float zacc[4] = {0, 0, 0, 0};
     _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) facc[rr] = _mm512_setzero_ps();
@@ -504,8 +504,12 @@ hqx_rows4_vnni512_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *
             const __m512i s8 = E8 ? _mm512_load_si512(a->s8 + xo / 8) : _mm512_setzero_si512();
             _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
                 const __m512i by = _mm512_loadu_si512(qr[rr] + g * 32);
-                _mm_prefetch((const char *)(qr[rr] + g * 32) + HQX_PF, _MM_HINT_T0);
-                if (NP) _mm_prefetch((const char *)(hr[rr] + g * NP) + HQX_PF / 4, _MM_HINT_T0);
+                // the next group of 4 rows, streamed in while this one is multiplied: its
+                // nibbles line by line (64 bytes per row and block here, 4 rows' worth per
+                // block), its plane words, coset bytes and scale codes
+                _mm_prefetch((const char *)(qr[0] + 4 * qrow) + (g / 2 * 4 + rr) * 64, _MM_HINT_T0);
+                if (NP && rr < NP) _mm_prefetch((const char *)(hr[0] + 4 * hrow) + (g / 2 * NP + rr) * 64, _MM_HINT_T0);
+                if (E8 && rr == 3) _mm_prefetch((const char *)(cr[0] + 4 * cpr) + g * 4, _MM_HINT_T0);
                 __m512i lo = _mm512_and_si512(by, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(by, 4), m0f);
                 _Pragma("GCC unroll 3") for (int p = 0; p < NP; p++) { // bit planes of chunks g and g + 1
                     const uint64_t w0 = hr[rr][g * NP + p], w1 = hr[rr][(g + 1) * NP + p];
