@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # kvq's CPU runtime side by side: the bf16 source, HyperQuant E8 4.0 / 3.0 and RTN 4 g128
 # (embeddings quantized too) held packed (--exec int8), and E8 4.0 decoded at load (the
-# reference path), at each thread count: prefill tok/s of a ~520-token prompt, decode tok/s of
-# 128 tokens, weights held and peak RSS; medians of REPS runs (default 3). Conversions are
-# cached beside the model in $KVQ_BENCH_DIR (default /tmp/kvq-bench).
+# reference path), at each thread count: prefill tok/s of a ~520-token prompt (as llama-bench's
+# pp512) and, in a second run, decode tok/s of 128 tokens after a 9-token prompt (as
+# llama-bench's tg128, which decodes from an empty context), weights held and peak RSS; medians
+# of REPS runs (default 3). Conversions are cached in $KVQ_BENCH_DIR (default /tmp/kvq-bench).
 # usage: tests/bench/cpu_decode.sh MODEL_DIR [THREADS ...]     (from the repository root)
 set -euo pipefail
 model=${1:?usage: cpu_decode.sh MODEL_DIR [THREADS ...]}
@@ -50,11 +51,14 @@ for key in bf16 hyperquant:e8:4.0 hyperquant:e8:3.0 rtn:4:g128 decoded; do
     for r in $(seq "$reps"); do
       log=$(mktemp)
       /usr/bin/time -f "RSS %M" build/kvq-run "$f" $( [ "$exec_mode" != - ] && echo --exec "$exec_mode") \
-        -p "$prompt" -n 128 -t "$t" --temp 0 >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
+        -p "$prompt" -n 2 -t "$t" --temp 0 >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
       pf+=("$(grep -o 'prefill [0-9]* tokens [0-9.]*' "$log" | awk '{print $4}')")
-      dc+=("$(grep -o 'decode [0-9]* tokens [0-9.]*' "$log" | awk '{print $4}')")
-      rss+=("$(awk '/^RSS/ {print $2/1024}' "$log")")
-      held=$(grep -o 'weights [0-9.]* MB (packed' "$log" | awk '{print $2}')
+      /usr/bin/time -f "RSS %M" build/kvq-run "$f" $( [ "$exec_mode" != - ] && echo --exec "$exec_mode") \
+        -p "The old house stood on the hill above the village" -n 128 -t "$t" --temp 0 >/dev/null 2>>"$log" \
+        || { cat "$log" >&2; exit 1; }
+      dc+=("$(grep -o 'decode [0-9]* tokens [0-9.]*' "$log" | awk '{print $4}' | tail -1)")
+      rss+=("$(awk '/^RSS/ {if ($2 > m) m = $2} END {print m/1024}' "$log")")
+      held=$(grep -o 'weights [0-9.]* MB (packed' "$log" | awk '{print $2}' | tail -1)
       rm -f "$log"
     done
     printf '| %s | %.1f | %.2f | %s | %s | %s | %s | %s | %.0f |\n' "$key" "$(echo "$bytes / 1000000" | bc -l)" \

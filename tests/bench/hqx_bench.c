@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     }
     kvq_blob_view v[KVQ_MAX_BLOBS];
     for (int i = 0; i < e.n_blob; i++) v[i] = (kvq_blob_view){e.blob[i].role, e.blob[i].data, e.blob[i].size};
-    if (kvq_hq_pack(&h, v, e.n_blob, 0, 0, &q, &err)) { fprintf(stderr, "pack: %s\n", err.msg); return 1; }
+    if (kvq_hq_pack(&h, v, e.n_blob, getenv("HQX_BENCH_VBITS") ? atoi(getenv("HQX_BENCH_VBITS")) : 0, 0, &q, &err)) { fprintf(stderr, "pack: %s\n", err.msg); return 1; }
     uint16_t *wb = malloc(2 * rows * cols);
     kvq_dtype_from_f32(KVQ_DTYPE_BF16, w, rows * cols, wb);
     size_t ab = kvq_hqx_act_bytes(&q);
