@@ -150,8 +150,7 @@ static size_t kivi_max(const kvq_kvcodec *c) {
 static kvq_status kivi_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
     memset(o, 0, kivi_max(c));
     int b = opt_bits(c), L = (1 << b) - 1, d = c->d;
-    float *s = malloc(sizeof(float) * 2 * d), *z = s + d;
-    if (!s) return kvq_err_set(err, KVQ_ERR_NOMEM, "kivi: out of memory");
+    float s[4096], z[4096]; // per channel; d <= 4096 (kvq_kvcodec_new)
     for (int i = 0; i < d; i++) {
         float mn = x[i], mx = x[i];
         for (int t = 1; t < KIVI_G; t++) mn = fminf(mn, x[t * d + i]), mx = fmaxf(mx, x[t * d + i]);
@@ -162,7 +161,6 @@ static kvq_status kivi_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n
     kvq_bitw w = {o + 4 * d, 0};
     for (int t = 0; t < KIVI_G; t++)
         for (int i = 0; i < d; i++) kvq_bitw_put(&w, (uint32_t)asym_q(x[t * d + i], s[i], z[i], L), b);
-    free(s);
     *n = kivi_max(c);
     return KVQ_OK;
 }
