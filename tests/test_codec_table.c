@@ -100,6 +100,8 @@ static void test_kv_codecs(void **state) {
         char fmt2[128];
         kvq_kvspec_format(&sp2, fmt2, sizeof fmt2);
         assert_string_equal(fmt, fmt2);
+        // the row's private options survive the round trip byte for byte (specs compare by bytes)
+        assert_memory_equal(&sp, &sp2, sizeof sp);
         char bad[64];
         snprintf(bad, sizeof bad, "%s:zz:!", t->name);
         assert_int_equal(kvq_kvspec_parse(bad, &sp2, &err), KVQ_ERR_ARG);

@@ -229,6 +229,29 @@ static void test_shadow_same(void **st) {
     }
 }
 
+// attend from several threads at once (each takes its own scratch block from the cache's
+// pool) gives, bit for bit, what one thread gets calling it in turn.
+static void test_concurrent_attend(void **st) {
+    enum { NJ = L * H * 2 };
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        kvq_kvcache *c = mkcache(specs[si], 3, 1);
+        fill(c, 0, T);
+        static float want[NJ][NQ * D], got[NJ][NQ * D];
+        for (int j = 0; j < NJ; j++) // job j: layer, head and a full or partial context
+            assert_int_equal(c->ops->attend(c, j / (2 * H), j / 2 % H, qq, NQ, j % 2 ? T : T / 2 + 1, 1 / sqrtf(D), want[j]),
+                             KVQ_OK);
+        int bad = 0;
+        for (int rep = 0; rep < 4; rep++) {
+#pragma omp parallel for num_threads(4) schedule(dynamic, 1) reduction(+ : bad)
+            for (int j = 0; j < NJ; j++)
+                bad += c->ops->attend(c, j / (2 * H), j / 2 % H, qq, NQ, j % 2 ? T : T / 2 + 1, 1 / sqrtf(D), got[j]) != KVQ_OK ||
+                       memcmp(got[j], want[j], sizeof want[j]) != 0;
+        }
+        if (bad) fail_msg("%s: %d concurrent attends failed or differed", specs[si], bad);
+        c->ops->free(c);
+    }
+}
+
 // Manifest section round trip: a loaded cache attends exactly like the saved one; a
 // blob too short is refused with a message.
 static void test_manifest_roundtrip(void **st) {
@@ -350,6 +373,7 @@ int main(void) {
         cmocka_unit_test(test_vs_exact),
         cmocka_unit_test(test_bits_accounting),
         cmocka_unit_test(test_shadow_same),
+        cmocka_unit_test(test_concurrent_attend),
         cmocka_unit_test(test_manifest_roundtrip),
         cmocka_unit_test(test_kvq_file_roundtrip),
         cmocka_unit_test(test_bad_input),

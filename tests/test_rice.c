@@ -1,6 +1,7 @@
 // Tests for libconv/rice: exact bit layout of known codewords, encode/decode round trips
 // of random geometric symbol streams for every k, exact parameter choice against a
-// direct count, and reads past the end flagged as errors.
+// direct count, reads past the end flagged as errors, and the fast decoders' word reader
+// (kernels/bitword.h) against the reference.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,6 +58,94 @@ static void test_roundtrip_random(void **st) {
         kvq_br_init(&r, buf, nb);
         for (int i = 0; i < N; i++) assert_int_equal(kvq_br_rice(&r, k), v[i]);
         assert_int_equal(r.err, 0);
+    }
+    free(v);
+    free(buf);
+}
+
+// The word reader of the fast decoders (kernels/bitword.h) against the reference reader, fed
+// the two ways its users feed it: 32-bit words with zeros above the valid bits (the GPU's
+// refill) and 8-byte loads leaving lookahead above them (the CPU's). Same symbols and bits
+// consumed, across every k, long unary runs (over 64 bits) and symbols at the limit.
+typedef struct {
+    const uint8_t *buf;
+    size_t size, next; // bytes; next byte to load
+    kvq_bitword w;
+    int wide;          // 1: 8-byte loads with lookahead; 0: 32-bit words, zeros above n
+} word_feed;
+
+static void feed_refill(word_feed *f) {
+    if (f->wide) {
+        if (f->w.n >= 32) return;
+        uint64_t v = 0;
+        for (int i = 0; i < 8; i++) v |= (uint64_t)(f->next + i < f->size ? f->buf[f->next + i] : 0) << (8 * i);
+        f->w.buf |= v << f->w.n; // bits above the new n: the next bytes (lookahead)
+        f->next += (size_t)((63 - f->w.n) >> 3);
+        f->w.n |= 56;
+    } else if (f->w.n < 32) {
+        uint32_t v = 0;
+        for (int i = 0; i < 4; i++) v |= (uint32_t)(f->next + i < f->size ? f->buf[f->next + i] : 0) << (8 * i);
+        kvq_bitword_push(&f->w, v, 32);
+        f->next += 4;
+    }
+}
+
+static uint32_t feed_rice(word_feed *f, int k, uint32_t limit, int *bad) {
+    feed_refill(f);
+    uint32_t v;
+    int len;
+    if (kvq_bitword_rice(&f->w, k, limit, &v, &len, bad)) return v;
+    uint64_t q = 0;
+    while (kvq_bitword_skip_zeros(&f->w, &q)) feed_refill(f);
+    kvq_bitword_end_run(&f->w, &q);
+    feed_refill(f);
+    return kvq_bitword_rice_low(&f->w, k, q, limit, bad);
+}
+
+static void test_word_reader(void **st) {
+    uint64_t s = 11;
+    enum { N = 4000 };
+    const uint32_t limit = 1u << 24;
+    uint32_t *v = malloc(N * sizeof *v);
+    uint8_t *buf = malloc(N * 8 + 64);
+    for (int k = 0; k <= 24; k++) {
+        for (int i = 0; i < N; i++) {
+            uint64_t r = rng_next(&s);
+            uint32_t g = (uint32_t)__builtin_ctzll(r | (1ull << 20));
+            v[i] = (uint32_t)((((uint64_t)g << k) + (r >> 40) % (1ull << k)) % limit);
+            if (i % 97 == 0) // unary runs of up to 300 bits
+                v[i] = (uint32_t)(((rng_next(&s) % 300) << k | (rng_next(&s) % (1ull << k))) % limit);
+            if (i % 389 == 0 && k >= 16) v[i] = limit - 1; // the largest valid symbol
+        }
+        kvq_bitwriter w;
+        kvq_bw_init(&w, buf, N * 8 + 64);
+        for (int i = 0; i < N; i++) kvq_bw_rice(&w, v[i], k);
+        uint64_t bits = kvq_bw_bits(&w);
+        size_t nb = kvq_bw_finish(&w);
+        assert_int_equal(w.overflow, 0);
+        for (int wide = 0; wide < 2; wide++) {
+            word_feed f = {buf, nb, 0, {0, 0}, wide};
+            int bad = 0;
+            for (int i = 0; i < N; i++) assert_int_equal(feed_rice(&f, k, limit, &bad), v[i]);
+            assert_int_equal(bad, 0);
+            assert_int_equal(8 * (uint64_t)f.next - (uint64_t)f.w.n, bits); // bits consumed
+        }
+    }
+    // a symbol at or over the limit is corruption on both paths: the fast one masks it, the
+    // slow one returns 0, and both flag it
+    for (int k = 0; k <= 24; k += 24) {
+        const uint32_t lim = k ? limit : 64, sym = k ? limit : 100; // k = 24: a 26-bit codeword; k = 0: 100 zeros
+        kvq_bitwriter w;
+        kvq_bw_init(&w, buf, 64);
+        kvq_bw_rice(&w, sym, k);
+        size_t nb = kvq_bw_finish(&w);
+        for (int wide = 0; wide < 2; wide++) {
+            word_feed f = {buf, nb, 0, {0, 0}, wide};
+            int bad = 0;
+            uint32_t got = feed_rice(&f, k, lim, &bad);
+            assert_int_equal(bad, 1);
+            assert_int_equal(got, 0); // masked (2^24 & (2^24 - 1)) or refused
+        }
     }
     free(v);
     free(buf);
@@ -142,6 +231,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_bits),
         cmocka_unit_test(test_roundtrip_random),
+        cmocka_unit_test(test_word_reader),
         cmocka_unit_test(test_best_k),
         cmocka_unit_test(test_writer_overflow),
         cmocka_unit_test(test_strip_rice_stream),

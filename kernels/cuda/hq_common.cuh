@@ -1,6 +1,7 @@
 // Shared pieces of the HyperQuant Rice-stream kernels (hq_upload.cu, hq_decode.cu,
-// hq_matvec.cu): the device tensor, kernel parameters, the LSB-first word bit reader, the
-// lattice unstrip templates. Design and exactness argument: docs/CUDA.md.
+// hq_matvec.cu): the device tensor, kernel parameters, the refill that feeds the shared word
+// reader (kernels/bitword.h) from device memory, the lattice unstrip templates. Design and
+// exactness argument: docs/CUDA.md.
 #ifndef KVQ_CUDA_HQ_COMMON_CUH
 #define KVQ_CUDA_HQ_COMMON_CUH
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 
+#include "kernels/bitword.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/hq_layout.h"
@@ -46,13 +48,13 @@ struct Params {
     int T, nb, k0, k1;
 };
 
-// ---- bit reader: LSB-first stream read as aligned little-endian 32-bit words
+// ---- bit reader: the shared word reader (kernels/bitword.h) fed by aligned little-endian
+// 32-bit words
 
 struct Rd {
     const uint32_t *wp, *wend; // words at or past wend read as zero (corrupt streams stay in bounds)
     uint32_t nx0, nx1;         // the next two words, loaded early: their latency overlaps decoding
-    uint64_t buf; // valid bits 0..n-1, zeros above
-    int n;
+    kvq_bitword w;             // valid bits 0..n-1, zeros above
     int bad;
     uint32_t pos, limit; // bits consumed / group size in bits
 };
@@ -61,8 +63,8 @@ __device__ __forceinline__ void rd_init(Rd &r, const uint8_t *codes, uint32_t o0
     uint32_t off = o0 & 3u;
     r.wp = reinterpret_cast<const uint32_t *>(codes + (o0 - off));
     r.wend = reinterpret_cast<const uint32_t *>(codes + ((o1 + 3u) & ~3u)) + 2; // inside CODES_PAD
-    r.buf = (uint64_t)(*r.wp++) >> (8 * off);
-    r.n = 32 - 8 * (int)off;
+    r.w.buf = (uint64_t)(*r.wp++) >> (8 * off);
+    r.w.n = 32 - 8 * (int)off;
     r.nx0 = r.wp < r.wend ? r.wp[0] : 0u;
     r.nx1 = r.wp + 1 < r.wend ? r.wp[1] : 0u;
     r.wp += 2;
@@ -72,54 +74,37 @@ __device__ __forceinline__ void rd_init(Rd &r, const uint8_t *codes, uint32_t o0
 }
 
 __device__ __forceinline__ void rd_refill(Rd &r) {
-    if (r.n < 32) {
-        r.buf |= (uint64_t)r.nx0 << r.n;
+    if (r.w.n < 32) {
+        kvq_bitword_push(&r.w, r.nx0, 32);
         r.nx0 = r.nx1;
         r.nx1 = r.wp < r.wend ? *r.wp : 0u;
         r.wp++;
-        r.n += 32;
     }
 }
 
 // Rare path: a codeword longer than the buffered bits (long unary run or corrupt stream).
 __device__ __forceinline__ uint32_t rd_rice_slow(Rd &r, int k) {
     uint64_t q = 0;
-    while ((r.buf & ((1ull << r.n) - 1)) == 0) { // bits above n are zero, so buf == 0
-        q += (uint64_t)r.n;
-        r.buf = 0;
-        r.n = 0;
+    while (kvq_bitword_skip_zeros(&r.w, &q)) {
         rd_refill(r);
         if (r.pos + q > r.limit || q > (0xffffffffull >> k)) {
             r.bad = 1;
             return 0;
         }
     }
-    int z = __ffsll((long long)r.buf) - 1;
-    q += (uint64_t)z;
-    r.buf >>= z + 1;
-    r.n -= z + 1;
+    kvq_bitword_end_run(&r.w, &q);
     rd_refill(r); // n >= 32 > k
-    uint32_t lo = (uint32_t)(r.buf & ((1ull << k) - 1));
-    r.buf >>= k;
-    r.n -= k;
     r.pos += (uint32_t)(q + 1 + k);
-    if (q > (0xffffffffull >> k)) { r.bad = 1; return 0; }
-    uint32_t v = (uint32_t)(q << k) | lo;
-    if (v >= KVQ_HQ_SYM_LIMIT) { r.bad = 1; return 0; }
-    return v;
+    return kvq_bitword_rice_low(&r.w, k, q, KVQ_HQ_SYM_LIMIT, &r.bad);
 }
 
 __device__ __forceinline__ uint32_t rd_rice(Rd &r, int k) {
-    rd_refill(r);                       // now n >= 32: the low word is all valid bits
-    int z = __ffs((uint32_t)r.buf) - 1; // -1 if no 1 bit in the low word: slow path
-    int len = z + 1 + k;
-    if (z >= 0 && len <= r.n) {
-        uint32_t v = ((uint32_t)z << k) | (uint32_t)((r.buf >> (z + 1)) & ((1ull << k) - 1));
-        r.buf >>= len; // len <= n <= 63
-        r.n -= len;
+    rd_refill(r); // now n >= 32: the low word is all valid bits
+    uint32_t v;
+    int len;
+    if (kvq_bitword_rice(&r.w, k, KVQ_HQ_SYM_LIMIT, &v, &len, &r.bad)) { // the low word holds it
         r.pos += (uint32_t)len;
-        r.bad |= (int)(v >= KVQ_HQ_SYM_LIMIT);
-        return v & (KVQ_HQ_SYM_LIMIT - 1);
+        return v;
     }
     return rd_rice_slow(r, k);
 }

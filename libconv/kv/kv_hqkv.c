@@ -18,7 +18,7 @@
 typedef struct {
     kvq_lattice lat;
     int n, nb, classes, rot, dither, maxb;
-    double snr, alpha, scale;   // scale = α√d
+    double bps, snr, alpha, scale; // target bits per sample; scale = α√d
     float *signs;               // (d) rot=signs
     float *Q;                   // (d, d) Haar orthogonal, rot=qjl (regenerated from the seed)
     float B[KVQ_LAT_MAX_DIM][KVQ_LAT_MAX_DIM]; // generator rows (real coordinates)
@@ -59,19 +59,35 @@ static void hk_dither(const kvq_kvcodec *c, uint32_t ctr, float *U) {
     }
 }
 
+// The row's options (hqkv:<lattice>:<bps>[:rot=none|signs|qjl][:dither]): private to this file.
+typedef struct {
+    char lattice[8]; // lattice name
+    double bps;      // target bits per sample
+    int rot;         // rotation: 0 none, 1 signs (default), 2 qjl (Haar orthogonal)
+    int dither;      // subtractive dither
+} hqkv_opts;
+KVQ_KV_OPTS_FIT(hqkv_opts);
+
+static hqkv_opts opts_of(const kvq_kvspec *s) {
+    hqkv_opts o;
+    kvq_kvspec_opts_get(s, &o, sizeof o);
+    return o;
+}
+
 static kvq_status hk_init(kvq_kvcodec *c, kvq_err *err) {
     hk_st *s = calloc(1, sizeof *s);
     if (!s) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
     c->st = s;
     c->fixed = 0;
-    if (kvq_lattice_parse(c->spec.lattice, &s->lat))
-        return kvq_err_set(err, KVQ_ERR_ARG, "unknown lattice '%s' (e8, d4, a2, z)", c->spec.lattice);
+    const hqkv_opts o = opts_of(&c->spec);
+    if (kvq_lattice_parse(o.lattice, &s->lat))
+        return kvq_err_set(err, KVQ_ERR_ARG, "unknown lattice '%s' (e8, d4, a2, z)", o.lattice);
     s->n = kvq_lattice_dim(s->lat);
     if (c->d % s->n) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "head_dim %d not a multiple of %d", c->d, s->n);
     s->nb = c->d / s->n;
     s->classes = kvq_lattice_classes(s->lat);
-    s->rot = c->spec.rot, s->dither = c->spec.dither;
-    s->snr = kvq_hqcal_snr_for_rate(s->lat, c->spec.bps);
+    s->rot = o.rot, s->dither = o.dither, s->bps = o.bps;
+    s->snr = kvq_hqcal_snr_for_rate(s->lat, o.bps);
     s->alpha = kvq_hq_alpha(s->lat, s->snr);
     s->scale = s->alpha * sqrt((double)c->d);
     gen_matrix(s->lat, s->B);
@@ -203,7 +219,7 @@ static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out
 
 static double hk_bits(const kvq_kvcodec *c) {
     const hk_st *s = c->st;
-    return c->spec.bps + (32.0 + (s->dither ? 16 : 0) + 5.0 * s->classes) / c->d;
+    return s->bps + (32.0 + (s->dither ? 16 : 0) + 5.0 * s->classes) / c->d;
 }
 
 static int hk_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
@@ -218,25 +234,30 @@ const kvq_kvcodec_vt kvq_kv_hqkv_vt = {.name = "hqkv", .init = hk_init, .free = 
 
 // ---- table row (kvcodec.h): hqkv:<lattice>:<bps>[:rot=none|signs|qjl][:dither]
 
-static kvq_status hqkv_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
+static kvq_status hqkv_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *out, kvq_err *err) {
     if (nf < 3) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected hqkv:<lattice>:<bps>[:rot=none|signs|qjl][:dither]", spec);
-    snprintf(o->lattice, sizeof o->lattice, "%s", fld[1]);
+    hqkv_opts o;
+    memset(&o, 0, sizeof o); // the lattice name's tail too: specs compare by bytes
+    o.rot = 1;
+    snprintf(o.lattice, sizeof o.lattice, "%s", fld[1]);
     char *e;
-    o->bps = strtod(fld[2], &e);
-    if (*e || !(o->bps > 0 && o->bps <= 16))
+    o.bps = strtod(fld[2], &e);
+    if (*e || !(o.bps > 0 && o.bps <= 16))
         return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': bad bits per sample '%s'", spec, fld[2]);
     for (int i = 3; i < nf; i++) {
-        if (!strcmp(fld[i], "dither")) o->dither = 1;
-        else if (!strcmp(fld[i], "rot=none")) o->rot = 0;
-        else if (!strcmp(fld[i], "rot=signs")) o->rot = 1;
-        else if (!strcmp(fld[i], "rot=qjl")) o->rot = 2;
+        if (!strcmp(fld[i], "dither")) o.dither = 1;
+        else if (!strcmp(fld[i], "rot=none")) o.rot = 0;
+        else if (!strcmp(fld[i], "rot=signs")) o.rot = 1;
+        else if (!strcmp(fld[i], "rot=qjl")) o.rot = 2;
         else return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': unknown option '%s'", spec, fld[i]);
     }
+    kvq_kvspec_opts_set(out, &o, sizeof o);
     return KVQ_OK;
 }
 static int hqkv_format(const kvq_kvspec *s, char *buf, size_t n) {
-    return snprintf(buf, n, "hqkv:%s:%g:rot=%s%s", s->lattice, s->bps, s->rot == 0 ? "none" : s->rot == 1 ? "signs" : "qjl",
-                    s->dither ? ":dither" : "");
+    const hqkv_opts o = opts_of(s);
+    return snprintf(buf, n, "hqkv:%s:%g:rot=%s%s", o.lattice, o.bps, o.rot == 0 ? "none" : o.rot == 1 ? "signs" : "qjl",
+                    o.dither ? ":dither" : "");
 }
 const kvq_kvcodec_traits kvq_kv_hqkv_row = {"hqkv", hqkv_parse, hqkv_format, &kvq_kv_hqkv_vt, &kvq_kv_hqkv_vt,
                                             "hqkv:e8:3", 0.23};

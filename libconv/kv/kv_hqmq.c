@@ -75,11 +75,26 @@ static void hq_refresh(kvq_kvcodec *c) {
         }
 }
 
+// The row's options (hqmq:s<S>:r<b_r>[:med<C>]): private to this file.
+typedef struct {
+    int S;      // secondary codebook size
+    int br;     // radius bits
+    double med; // Med<C>x outlier multiplier; 0 = off
+} hqmq_opts;
+KVQ_KV_OPTS_FIT(hqmq_opts);
+
+static hqmq_opts opts_of(const kvq_kvspec *s) {
+    hqmq_opts o;
+    kvq_kvspec_opts_get(s, &o, sizeof o);
+    return o;
+}
+
 static kvq_status hq_init(kvq_kvcodec *c, kvq_err *err) {
     hq_st *s = calloc(1, sizeof *s);
     if (!s) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
     c->st = s;
-    s->S = c->spec.hqmq_s, s->br = c->spec.hqmq_br, s->med = c->spec.hqmq_med;
+    const hqmq_opts o = opts_of(&c->spec);
+    s->S = o.S, s->br = o.br, s->med = o.med;
     if ((int64_t)s->S * 24 > 65536) return kvq_err_set(err, KVQ_ERR_ARG, "S=%d too large (24S <= 65536)", s->S);
     s->M = 24 * s->S;
     s->nch = (c->d + 3) / 4; // U.1 padding wrapper when d % 4 != 0
@@ -317,25 +332,26 @@ const kvq_kvcodec_vt kvq_kv_hqmq_vt = {.name = "hqmq", .init = hq_init, .free = 
 
 // ---- table row (kvcodec.h): hqmq:s<S>:r<b_r>[:med<C>]
 
-static kvq_status hqmq_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
+static kvq_status hqmq_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *out, kvq_err *err) {
     char *e = NULL;
     long S = nf >= 3 && fld[1][0] == 's' ? strtol(fld[1] + 1, &e, 10) : 0;
     int ok = nf >= 3 && nf <= 4 && e && e != fld[1] + 1 && !*e && S >= 1 && S <= (1 << 16);
     long R = ok && fld[2][0] == 'r' ? strtol(fld[2] + 1, &e, 10) : 0;
     ok = ok && fld[2][0] == 'r' && e != fld[2] + 1 && !*e && R >= 1 && R <= 16;
     if (!ok) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected hqmq:s<S>:r<b_r>[:med<C>]", spec);
-    o->hqmq_s = (int)S;
-    o->hqmq_br = (int)R;
+    hqmq_opts o = {.S = (int)S, .br = (int)R};
     if (nf == 4) {
-        o->hqmq_med = strncmp(fld[3], "med", 3) ? -1 : strtod(fld[3] + 3, &e);
-        if (o->hqmq_med <= 1 || *e)
+        o.med = strncmp(fld[3], "med", 3) ? -1 : strtod(fld[3] + 3, &e);
+        if (o.med <= 1 || *e)
             return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': bad outlier option '%s' (med<C>, C > 1)", spec, fld[3]);
     }
+    kvq_kvspec_opts_set(out, &o, sizeof o);
     return KVQ_OK;
 }
 static int hqmq_format(const kvq_kvspec *s, char *buf, size_t n) {
-    if (s->hqmq_med > 0) return snprintf(buf, n, "hqmq:s%d:r%d:med%g", s->hqmq_s, s->hqmq_br, s->hqmq_med);
-    return snprintf(buf, n, "hqmq:s%d:r%d", s->hqmq_s, s->hqmq_br);
+    const hqmq_opts o = opts_of(s);
+    if (o.med > 0) return snprintf(buf, n, "hqmq:s%d:r%d:med%g", o.S, o.br, o.med);
+    return snprintf(buf, n, "hqmq:s%d:r%d", o.S, o.br);
 }
 const kvq_kvcodec_traits kvq_kv_hqmq_row = {"hqmq", hqmq_parse, hqmq_format, &kvq_kv_hqmq_vt, &kvq_kv_hqmq_vt,
                                             "hqmq:s96:r4", 0.19};

@@ -25,6 +25,18 @@ static float r16(float f) { return kvq_f16_to_f32(kvq_f32_to_f16(f)); }
 
 static kvq_status plain_init(kvq_kvcodec *c, kvq_err *err) { return KVQ_OK; }
 
+// The options of int:<b> and kivi:<b> (fp16 has none): private to this file.
+typedef struct {
+    int bits;
+} int_opts;
+KVQ_KV_OPTS_FIT(int_opts);
+
+static int opt_bits(const kvq_kvcodec *c) {
+    int_opts o;
+    kvq_kvspec_opts_get(&c->spec, &o, sizeof o);
+    return o.bits;
+}
+
 // ---- fp16 ----
 
 static size_t fp16_max(const kvq_kvcodec *c) { return 2 * (size_t)c->d; }
@@ -43,10 +55,10 @@ const kvq_kvcodec_vt kvq_kv_fp16_vt = {.name = "fp16", .init = plain_init, .max_
 
 // ---- int:<b> symmetric ----
 
-static size_t int_max(const kvq_kvcodec *c) { return 2 + ((size_t)c->d * c->spec.bits + 7) / 8; }
+static size_t int_max(const kvq_kvcodec *c) { return 2 + ((size_t)c->d * opt_bits(c) + 7) / 8; }
 static kvq_status int_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
     memset(o, 0, int_max(c));
-    int b = c->spec.bits, qmax = (1 << (b - 1)) - 1;
+    int b = opt_bits(c), qmax = (1 << (b - 1)) - 1;
     float amax = 0;
     for (int i = 0; i < c->d; i++) amax = fmaxf(amax, fabsf(x[i]));
     float s = r16(amax / qmax);
@@ -61,12 +73,12 @@ static kvq_status int_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n,
     return KVQ_OK;
 }
 static void int_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
-    int b = c->spec.bits, qmax = (1 << (b - 1)) - 1;
+    int b = opt_bits(c), qmax = (1 << (b - 1)) - 1;
     float s = get16(in);
     kvq_bitr r = {in + 2, 0};
     for (int i = 0; i < c->d; i++) out[i] = s * (float)((int)kvq_bitr_get(&r, b) - qmax);
 }
-static double int_bits(const kvq_kvcodec *c) { return c->spec.bits + 16.0 / c->d; }
+static double int_bits(const kvq_kvcodec *c) { return opt_bits(c) + 16.0 / c->d; }
 
 const kvq_kvcodec_vt kvq_kv_int_vt = {.name = "int", .init = plain_init, .max_bytes = int_max,
                                        .encode = int_enc, .decode = int_dec, .bits_formula = int_bits};
@@ -82,18 +94,16 @@ static int asym_q(float x, float scale, float zero, int L) {
     return q < 0 ? 0 : q > L ? L : q;
 }
 
-// ---- per-token group-32 asymmetric (values) ----
+// ---- per-token group-32 asymmetric (values): plain functions of (d, b), kvcodec.h ----
 
-static int vg_ngroups(const kvq_kvcodec *c) { return (c->d + KIVI_G - 1) / KIVI_G; }
-static size_t vg_max(const kvq_kvcodec *c) {
-    return 4 * (size_t)vg_ngroups(c) + ((size_t)c->d * c->spec.bits + 7) / 8;
-}
-static kvq_status vg_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
-    memset(o, 0, vg_max(c));
-    int b = c->spec.bits, L = (1 << b) - 1, ng = vg_ngroups(c);
+static int vg_ngroups(int d) { return (d + KIVI_G - 1) / KIVI_G; }
+size_t kvq_kv_vgroup_max(int d, int b) { return 4 * (size_t)vg_ngroups(d) + ((size_t)d * b + 7) / 8; }
+void kvq_kv_vgroup_encode(int d, int b, const float *x, uint8_t *o) {
+    memset(o, 0, kvq_kv_vgroup_max(d, b));
+    int L = (1 << b) - 1, ng = vg_ngroups(d);
     kvq_bitw w = {o + 4 * ng, 0};
     for (int g = 0; g < ng; g++) {
-        int a = g * KIVI_G, e = a + KIVI_G < c->d ? a + KIVI_G : c->d;
+        int a = g * KIVI_G, e = a + KIVI_G < d ? a + KIVI_G : d;
         float mn = x[a], mx = x[a], s, z;
         for (int i = a; i < e; i++) mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]);
         asym_params(mn, mx, L, &s, &z);
@@ -101,22 +111,32 @@ static kvq_status vg_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, 
         put16(o + 4 * g + 2, z);
         for (int i = a; i < e; i++) kvq_bitw_put(&w, (uint32_t)asym_q(x[i], s, z, L), b);
     }
-    *n = vg_max(c);
-    return KVQ_OK;
 }
-static void vg_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
-    int b = c->spec.bits, ng = vg_ngroups(c);
+void kvq_kv_vgroup_decode(int d, int b, const uint8_t *in, float *out) {
+    int ng = vg_ngroups(d);
     kvq_bitr r = {in + 4 * ng, 0};
     for (int g = 0; g < ng; g++) {
-        int a = g * KIVI_G, e = a + KIVI_G < c->d ? a + KIVI_G : c->d;
+        int a = g * KIVI_G, e = a + KIVI_G < d ? a + KIVI_G : d;
         float s = get16(in + 4 * g), z = get16(in + 4 * g + 2);
         for (int i = a; i < e; i++) out[i] = z + s * (float)kvq_bitr_get(&r, b);
     }
 }
-static double vg_bits(const kvq_kvcodec *c) { return c->spec.bits + 32.0 * vg_ngroups(c) / c->d; }
+double kvq_kv_vgroup_bits(int d, int b) { return b + 32.0 * vg_ngroups(d) / d; }
 
-const kvq_kvcodec_vt kvq_kv_vgroup_vt = {.name = "vgroup", .init = plain_init, .max_bytes = vg_max,
-                                          .encode = vg_enc, .decode = vg_dec, .bits_formula = vg_bits};
+// KIVI's values: per-token groups at kivi's bits.
+static size_t kivi_v_max(const kvq_kvcodec *c) { return kvq_kv_vgroup_max(c->d, opt_bits(c)); }
+static kvq_status kivi_v_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
+    kvq_kv_vgroup_encode(c->d, opt_bits(c), x, o);
+    *n = kivi_v_max(c);
+    return KVQ_OK;
+}
+static void kivi_v_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    kvq_kv_vgroup_decode(c->d, opt_bits(c), in, out);
+}
+static double kivi_v_bits(const kvq_kvcodec *c) { return kvq_kv_vgroup_bits(c->d, opt_bits(c)); }
+
+static const kvq_kvcodec_vt kivi_v_vt = {.name = "vgroup", .init = plain_init, .max_bytes = kivi_v_max,
+                                         .encode = kivi_v_enc, .decode = kivi_v_dec, .bits_formula = kivi_v_bits};
 
 // ---- KIVI keys: per channel over a group of 32 tokens ----
 
@@ -125,13 +145,12 @@ static kvq_status kivi_init(kvq_kvcodec *c, kvq_err *err) {
     return KVQ_OK;
 }
 static size_t kivi_max(const kvq_kvcodec *c) {
-    return 4 * (size_t)c->d + ((size_t)KIVI_G * c->d * c->spec.bits + 7) / 8;
+    return 4 * (size_t)c->d + ((size_t)KIVI_G * c->d * opt_bits(c) + 7) / 8;
 }
 static kvq_status kivi_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
     memset(o, 0, kivi_max(c));
-    int b = c->spec.bits, L = (1 << b) - 1, d = c->d;
-    float *s = malloc(sizeof(float) * 2 * d), *z = s + d;
-    if (!s) return kvq_err_set(err, KVQ_ERR_NOMEM, "kivi: out of memory");
+    int b = opt_bits(c), L = (1 << b) - 1, d = c->d;
+    float s[4096], z[4096]; // per channel; d <= 4096 (kvq_kvcodec_new)
     for (int i = 0; i < d; i++) {
         float mn = x[i], mx = x[i];
         for (int t = 1; t < KIVI_G; t++) mn = fminf(mn, x[t * d + i]), mx = fmaxf(mx, x[t * d + i]);
@@ -142,18 +161,17 @@ static kvq_status kivi_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n
     kvq_bitw w = {o + 4 * d, 0};
     for (int t = 0; t < KIVI_G; t++)
         for (int i = 0; i < d; i++) kvq_bitw_put(&w, (uint32_t)asym_q(x[t * d + i], s[i], z[i], L), b);
-    free(s);
     *n = kivi_max(c);
     return KVQ_OK;
 }
 static void kivi_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
-    int b = c->spec.bits, d = c->d;
+    int b = opt_bits(c), d = c->d;
     kvq_bitr r = {in + 4 * d, 0};
     for (int t = 0; t < KIVI_G; t++)
         for (int i = 0; i < d; i++)
             out[t * d + i] = get16(in + 4 * i + 2) + get16(in + 4 * i) * (float)kvq_bitr_get(&r, b);
 }
-static double kivi_bits(const kvq_kvcodec *c) { return c->spec.bits + 32.0 / KIVI_G; }
+static double kivi_bits(const kvq_kvcodec *c) { return opt_bits(c) + 32.0 / KIVI_G; }
 
 const kvq_kvcodec_vt kvq_kv_kivi_vt = {.name = "kivi", .init = kivi_init, .max_bytes = kivi_max,
                                         .encode = kivi_enc, .decode = kivi_dec, .bits_formula = kivi_bits};
@@ -163,18 +181,27 @@ const kvq_kvcodec_vt kvq_kv_kivi_vt = {.name = "kivi", .init = kivi_init, .max_b
 static kvq_status fp16_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
     (void)fld;
     if (nf != 1) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': fp16 takes no arguments", spec);
-    o->bits = 16;
     return KVQ_OK;
 }
 static int fp16_format(const kvq_kvspec *s, char *buf, size_t n) { (void)s; return snprintf(buf, n, "fp16"); }
+static kvq_status bits_parse(const char *spec, char *const *fld, int nf, int lo, kvq_kvspec *o, kvq_err *err) {
+    int_opts io = {0};
+    kvq_status st = kvq_kvspec_bits(spec, fld, nf, lo, 8, 0, &io.bits, err);
+    if (!st) kvq_kvspec_opts_set(o, &io, sizeof io);
+    return st;
+}
 static kvq_status int_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
-    return kvq_kvspec_bits(spec, fld, nf, 2, 8, 0, o, err);
+    return bits_parse(spec, fld, nf, 2, o, err);
 }
 static kvq_status kivi_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
-    return kvq_kvspec_bits(spec, fld, nf, 1, 8, 0, o, err);
+    return bits_parse(spec, fld, nf, 1, o, err);
 }
-static int bits_format(const kvq_kvspec *s, char *buf, size_t n) { return snprintf(buf, n, "%s:%d", s->name, s->bits); }
+static int bits_format(const kvq_kvspec *s, char *buf, size_t n) {
+    int_opts io;
+    kvq_kvspec_opts_get(s, &io, sizeof io);
+    return snprintf(buf, n, "%s:%d", s->name, io.bits);
+}
 
 const kvq_kvcodec_traits kvq_kv_fp16_row = {"fp16", fp16_parse, fp16_format, &kvq_kv_fp16_vt, &kvq_kv_fp16_vt, "fp16", 1e-3};
 const kvq_kvcodec_traits kvq_kv_int_row = {"int", int_parse, bits_format, &kvq_kv_int_vt, &kvq_kv_int_vt, "int:4", 0.18};
-const kvq_kvcodec_traits kvq_kv_kivi_row = {"kivi", kivi_parse, bits_format, &kvq_kv_kivi_vt, &kvq_kv_vgroup_vt, "kivi:4", 0.12};
+const kvq_kvcodec_traits kvq_kv_kivi_row = {"kivi", kivi_parse, bits_format, &kvq_kv_kivi_vt, &kivi_v_vt, "kivi:4", 0.12};

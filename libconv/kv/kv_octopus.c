@@ -2,7 +2,8 @@
 // fp32 global norm, triplets (zero-padded), octahedral map (eqs. 5-6, sign(0)=+1),
 // Lloyd-Max codebooks for the triplet norm (eq. 4) and the octahedral coordinate
 // (eq. 7), the (b+1, b-1) split, joint rounding (Algorithm 1) and the optional 1-bit
-// QJL residual (second sign seed, fp16 residual norm). Values use kvq_kv_vgroup_vt.
+// QJL residual (second sign seed, fp16 residual norm). Values use the per-token groups of
+// kvq_kv_vgroup_* (kv_int.c) at the same bits.
 // Layout: fp32 γ | n_tri × (2 b_dir)-bit (ξ, η) idx | n_tri × b_norm-bit ρ idx
 //         | [qjl: fp16 γ_r | d sign bits]
 #include <stdio.h>
@@ -13,6 +14,21 @@
 #include "formats/dtype.h"
 #include "libconv/kv/kv_internal.h"
 #include "libconv/kv/kvcodec.h"
+
+// The row's options (octopus:<b>[:qjl][:split=<d>][:round=...]): private to this file.
+typedef struct {
+    int bits;
+    int qjl;   // 1-bit QJL residual
+    int delta; // split offset: (b+delta, b-delta); default +1
+    int round; // rounding: 0 scalar, 2 local 2x2, 3 local 3x3 (default), 9 full
+} oct_opts;
+KVQ_KV_OPTS_FIT(oct_opts);
+
+static oct_opts opts_of(const kvq_kvspec *s) {
+    oct_opts o;
+    kvq_kvspec_opts_get(s, &o, sizeof o);
+    return o;
+}
 
 typedef struct {
     int bdir, bnorm, Kd, Kn, ntri, qjl, round;
@@ -67,14 +83,15 @@ static kvq_status oct_init(kvq_kvcodec *c, kvq_err *err) {
     oct_st *s = calloc(1, sizeof *s);
     if (!s) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
     c->st = s;
-    s->bdir = c->spec.bits + c->spec.oct_delta;
-    s->bnorm = c->spec.bits - c->spec.oct_delta;
+    const oct_opts o = opts_of(&c->spec);
+    s->bdir = o.bits + o.delta;
+    s->bnorm = o.bits - o.delta;
     if (s->bdir < 1 || s->bdir > 8 || s->bnorm < 0 || s->bnorm > 12)
         return kvq_err_set(err, KVQ_ERR_ARG, "split b_dir=%d b_norm=%d unsupported", s->bdir, s->bnorm);
     s->Kd = 1 << s->bdir, s->Kn = 1 << s->bnorm;
     s->ntri = (c->d + 2) / 3;
-    s->qjl = c->spec.qjl;
-    s->round = c->spec.oct_round;
+    s->qjl = o.qjl;
+    s->round = o.round;
     s->s1 = malloc(sizeof(float) * 2 * c->d);
     s->cxi = malloc(sizeof(float) * s->Kd);
     s->crho = malloc(sizeof(float) * s->Kn);
@@ -278,37 +295,55 @@ const kvq_kvcodec_vt kvq_kv_octopus_vt = {.name = "octopus", .init = oct_init, .
                                            .score = oct_score, .score_vec = oct_score_vec, .bits_formula = oct_bits,
                                            .tables = oct_tables, .refresh = oct_refresh};
 
+// ---- values: per-token groups (kvq_kv_vgroup_*, kv_int.c) at octopus's bits
+
+static kvq_status octv_init(kvq_kvcodec *c, kvq_err *err) { return KVQ_OK; }
+static size_t octv_max(const kvq_kvcodec *c) { return kvq_kv_vgroup_max(c->d, opts_of(&c->spec).bits); }
+static kvq_status octv_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
+    kvq_kv_vgroup_encode(c->d, opts_of(&c->spec).bits, x, o);
+    *n = octv_max(c);
+    return KVQ_OK;
+}
+static void octv_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    kvq_kv_vgroup_decode(c->d, opts_of(&c->spec).bits, in, out);
+}
+static double octv_bits(const kvq_kvcodec *c) { return kvq_kv_vgroup_bits(c->d, opts_of(&c->spec).bits); }
+
+static const kvq_kvcodec_vt octv_vt = {.name = "vgroup", .init = octv_init, .max_bytes = octv_max,
+                                       .encode = octv_enc, .decode = octv_dec, .bits_formula = octv_bits};
+
 // ---- table row (kvcodec.h): octopus:<b>[:qjl][:split=<d>][:round=scalar|2x2|3x3|full]
 
-extern const kvq_kvcodec_vt kvq_kv_vgroup_vt; // V: per-token groups (kv_int.c)
-
-static kvq_status octopus_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
-    kvq_status st = kvq_kvspec_bits(spec, fld, nf, 1, 8, 1, o, err);
+static kvq_status octopus_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *out, kvq_err *err) {
+    oct_opts o = {.delta = 1, .round = 3};
+    kvq_status st = kvq_kvspec_bits(spec, fld, nf, 1, 8, 1, &o.bits, err);
     if (st) return st;
     for (int i = 2; i < nf; i++) {
         char *e = NULL;
         long v;
-        if (!strcmp(fld[i], "qjl")) o->qjl = 1;
+        if (!strcmp(fld[i], "qjl")) o.qjl = 1;
         else if (!strncmp(fld[i], "split=", 6) && (v = strtol(fld[i] + 6, &e, 10), e != fld[i] + 6 && !*e) && v >= -3 && v <= 3)
-            o->oct_delta = (int)v;
+            o.delta = (int)v;
         else if (!strncmp(fld[i], "round=", 6)) {
             const char *r = fld[i] + 6;
-            o->oct_round = !strcmp(r, "scalar") ? 0 : !strcmp(r, "2x2") ? 2 : !strcmp(r, "3x3") ? 3 : !strcmp(r, "full") ? 9 : -1;
-            if (o->oct_round < 0) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': rounding '%s' (scalar, 2x2, 3x3, full)", spec, r);
+            o.round = !strcmp(r, "scalar") ? 0 : !strcmp(r, "2x2") ? 2 : !strcmp(r, "3x3") ? 3 : !strcmp(r, "full") ? 9 : -1;
+            if (o.round < 0) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': rounding '%s' (scalar, 2x2, 3x3, full)", spec, r);
         } else
             return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': unknown option '%s'", spec, fld[i]);
     }
-    int bd = o->bits + o->oct_delta, bn = o->bits - o->oct_delta;
+    int bd = o.bits + o.delta, bn = o.bits - o.delta;
     if (bd < 1 || bn < 0 || bd > 10 || bn > 10)
         return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': split gives b_dir=%d b_norm=%d (need b_dir>=1, b_norm>=0)", spec, bd, bn);
+    kvq_kvspec_opts_set(out, &o, sizeof o);
     return KVQ_OK;
 }
 static int octopus_format(const kvq_kvspec *s, char *buf, size_t n) {
-    const char *r = s->oct_round == 0 ? "scalar" : s->oct_round == 2 ? "2x2" : s->oct_round == 9 ? "full" : "3x3";
-    int k = snprintf(buf, n, "octopus:%d%s", s->bits, s->qjl ? ":qjl" : "");
-    if (s->oct_delta != 1) k += snprintf(buf + k, n > (size_t)k ? n - k : 0, ":split=%d", s->oct_delta);
-    if (s->oct_round != 3) k += snprintf(buf + k, n > (size_t)k ? n - k : 0, ":round=%s", r);
+    const oct_opts o = opts_of(s);
+    const char *r = o.round == 0 ? "scalar" : o.round == 2 ? "2x2" : o.round == 9 ? "full" : "3x3";
+    int k = snprintf(buf, n, "octopus:%d%s", o.bits, o.qjl ? ":qjl" : "");
+    if (o.delta != 1) k += snprintf(buf + k, n > (size_t)k ? n - k : 0, ":split=%d", o.delta);
+    if (o.round != 3) k += snprintf(buf + k, n > (size_t)k ? n - k : 0, ":round=%s", r);
     return k;
 }
 const kvq_kvcodec_traits kvq_kv_octopus_row = {"octopus", octopus_parse, octopus_format, &kvq_kv_octopus_vt,
-                                               &kvq_kv_vgroup_vt, "octopus:4", 0.13};
+                                               &octv_vt, "octopus:4", 0.13};

@@ -34,6 +34,19 @@ double kvq_turbo_codebook(int d, int bits, float *cb) {
     return kvq_lloydmax(beta_pdf, &dd, -1.0, 1.0, 1 << bits, cb);
 }
 
+// The options of turboquant:<b>, turboquant-prod:<b> and qturbo:<b> (the variant is the
+// row's name): private to this file.
+typedef struct {
+    int bits;
+} turbo_opts;
+KVQ_KV_OPTS_FIT(turbo_opts);
+
+static int opt_bits(const kvq_kvspec *s) {
+    turbo_opts o;
+    kvq_kvspec_opts_get(s, &o, sizeof o);
+    return o.bits;
+}
+
 static kvq_status turbo_init(kvq_kvcodec *c, kvq_err *err) {
     if (!kvq_is_pow2(c->d))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "head_dim %d is not a power of two (WHT)", c->d);
@@ -43,7 +56,7 @@ static kvq_status turbo_init(kvq_kvcodec *c, kvq_err *err) {
     const char *n = c->spec.name;
     s->prod = !strcmp(n, "turboquant-prod") && c->role == KVQ_KV_K;
     s->quat = !strcmp(n, "qturbo");
-    s->bm = c->spec.bits - s->prod;
+    s->bm = opt_bits(&c->spec) - s->prod;
     if (s->quat && c->d % 4)
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "head_dim %d not a multiple of 4 (quaternions)", c->d);
     s->K = 1 << s->bm;
@@ -229,9 +242,12 @@ const kvq_kvcodec_vt kvq_kv_turbo_vt = {.name = "turboquant", .init = turbo_init
 // ---- table rows (kvcodec.h): turboquant:<b>, turboquant-prod:<b>, qturbo:<b>
 
 static kvq_status turbo_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {
-    return kvq_kvspec_bits(spec, fld, nf, !strcmp(o->name, "turboquant-prod") ? 2 : 1, 8, 0, o, err);
+    turbo_opts to = {0};
+    kvq_status st = kvq_kvspec_bits(spec, fld, nf, !strcmp(o->name, "turboquant-prod") ? 2 : 1, 8, 0, &to.bits, err);
+    if (!st) kvq_kvspec_opts_set(o, &to, sizeof to);
+    return st;
 }
-static int turbo_format(const kvq_kvspec *s, char *buf, size_t n) { return snprintf(buf, n, "%s:%d", s->name, s->bits); }
+static int turbo_format(const kvq_kvspec *s, char *buf, size_t n) { return snprintf(buf, n, "%s:%d", s->name, opt_bits(s)); }
 const kvq_kvcodec_traits kvq_kv_turbo_row = {"turboquant", turbo_parse, turbo_format, &kvq_kv_turbo_vt,
                                              &kvq_kv_turbo_vt, "turboquant:4", 0.15};
 const kvq_kvcodec_traits kvq_kv_turbo_prod_row = {"turboquant-prod", turbo_parse, turbo_format, &kvq_kv_turbo_vt,

@@ -1,8 +1,10 @@
 // The runtime KV cache (libconv/kvcache.h ops) on top of any KV codec. Per (layer,
 // KV head, K/V): a ring of fp16 tokens not yet encoded (the residual window plus an
 // incomplete KIVI key group) and a store of encoded groups with their lengths.
-// Boundary protection: K of the first and last layer use the fp16 codec.
+// Boundary protection: K of the first and last layer use the fp16 codec. attend takes its
+// scratch from a pool the cache owns (one block per concurrent caller, each sized once).
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,13 +21,26 @@ typedef struct {
     int n_enc;         // encoded prefix, a multiple of codec->group
 } kv_slot;
 
+// The scratch of one attend call, sized once for max_ctx (one allocation). attend may run on
+// several threads at once: each caller takes a block from the cache's pool and gives it back.
+typedef struct kv_scratch {
+    struct kv_scratch *next; // the pool's free list
+    float *kk, *vv;          // (max_ctx, d) keys (positions the score path does not cover) and values
+    float *sc;               // (max_ctx) one query's scores
+    float *grp;              // (gmax, d) one decoded group
+    const uint8_t **rec;     // (max_ctx) the key records the codec's score path reads
+} kv_scratch;
+
 typedef struct {
     kvq_kvcache base;
     kvq_kvspec spec;
     kvq_kvcache_policy pol;
     int cap;
+    int gmax;          // largest codec group (tokens)
     int *n_tok;        // (n_layers)
     kv_slot *slot;     // (n_layers, n_kv_heads, 2)
+    pthread_mutex_t pool_lock; // guards pool
+    kv_scratch *pool;  // free scratch blocks; they grow to the peak number of concurrent attends
 } kvc;
 
 static kv_slot *slot_at(const kvc *c, int l, int h, int r) {
@@ -118,8 +133,8 @@ static kvq_status kvc_append(kvq_kvcache *base, int layer, int pos, const float 
     return KVQ_OK;
 }
 
-// Rows [0, n) of a slot as fp32 (decoding whole groups).
-static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out) {
+// Rows [0, n) of a slot as fp32 (decoding whole groups; tmp holds one group).
+static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out, float *tmp) {
     int d = c->base.head_dim, g = s->codec->group;
     int ne = s->n_enc < n ? s->n_enc : n;
     if (s->shadow) {
@@ -127,7 +142,6 @@ static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out) {
         for (int t = ne; t < n; t++) ring_get(c, s, t, out + (size_t)t * d);
         return;
     }
-    float tmp[32 * 512]; // one group (g ≤ 32 tokens of d ≤ 512, as slot_flush requires)
     for (int gi = 0; gi * g < ne; gi++) {
         const uint8_t *p = s->store + (size_t)gi * s->stride;
         if (g == 1) s->codec->vt->decode(s->codec, p, s->len[gi], out + (size_t)gi * d);
@@ -140,52 +154,80 @@ static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out) {
     for (int t = ne; t < n; t++) ring_get(c, s, t, out + (size_t)t * d);
 }
 
+// ---- attend and its scratch pool
+
+static kv_scratch *scratch_new(const kvc *c) {
+    const size_t n = (size_t)c->base.max_ctx, d = (size_t)c->base.head_dim;
+    const size_t floats = 2 * n * d + n + (size_t)c->gmax * d;
+    kv_scratch *w = malloc(sizeof *w + sizeof(const uint8_t *) * n + sizeof(float) * floats);
+    if (!w) return NULL;
+    w->next = NULL;
+    w->rec = (const uint8_t **)(w + 1);
+    w->kk = (float *)(w->rec + n);
+    w->vv = w->kk + n * d;
+    w->sc = w->vv + n * d;
+    w->grp = w->sc + n;
+    return w;
+}
+
+// A free block of the pool, or a new one when every block is in use (it joins the pool when
+// given back, so blocks are allocated only up to the peak number of concurrent callers).
+static kv_scratch *scratch_take(kvc *c) {
+    pthread_mutex_lock(&c->pool_lock);
+    kv_scratch *w = c->pool;
+    if (w) c->pool = w->next;
+    pthread_mutex_unlock(&c->pool_lock);
+    return w ? w : scratch_new(c);
+}
+
+static void scratch_give(kvc *c, kv_scratch *w) {
+    pthread_mutex_lock(&c->pool_lock);
+    w->next = c->pool;
+    c->pool = w;
+    pthread_mutex_unlock(&c->pool_lock);
+}
+
 static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, int n_q, int n_ctx,
                              float scale, float *out) {
     kvc *c = (kvc *)base;
     int d = base->head_dim;
     const kv_slot *sk = slot_at(c, layer, head, 0), *sv = slot_at(c, layer, head, 1);
-    float *sc = malloc(sizeof(float) * (size_t)n_q * n_ctx);
-    float *vv = malloc(sizeof(float) * (size_t)n_ctx * d);
-    int ne = sk->n_enc < n_ctx ? sk->n_enc : n_ctx;
-    int use_score = !sk->shadow && sk->codec->vt->score && sk->codec->group == 1 && ne > 0;
-    float *kk = malloc(sizeof(float) * (size_t)n_ctx * d);
-    const uint8_t **rec = use_score ? malloc(sizeof(*rec) * (ne ? ne : 1)) : NULL;
-    if (!sc || !vv || !kk || (use_score && !rec)) {
-        free(sc); free(vv); free(kk); free(rec);
+    kv_scratch *w = scratch_take(c);
+    if (!w)
         return kvq_kvcache_fail(base, KVQ_ERR_NOMEM, "KV cache layer %d head %d (%s): out of memory attending to %d positions",
                                 layer, head, sk->codec->vt->name, n_ctx);
-    }
-    if (use_score) {
-        for (int t = 0; t < ne; t++) rec[t] = sk->store + (size_t)t * sk->stride;
-        for (int i = 0; i < n_q; i++) sk->codec->vt->score(sk->codec, q + (size_t)i * d, rec, ne, sc + (size_t)i * n_ctx);
-        free(rec);
+    float *kk = w->kk, *vv = w->vv, *sc = w->sc;
+    int ne = sk->n_enc < n_ctx ? sk->n_enc : n_ctx;
+    int use_score = !sk->shadow && sk->codec->vt->score && sk->codec->group == 1 && ne > 0;
+    if (use_score) { // keys [0, ne) are scored from their records, [ne, n_ctx) from the ring
+        for (int t = 0; t < ne; t++) w->rec[t] = sk->store + (size_t)t * sk->stride;
         for (int t = ne; t < n_ctx; t++) ring_get(c, sk, t, kk + (size_t)t * d);
     } else {
-        slot_rows(c, sk, n_ctx, kk);
+        slot_rows(c, sk, n_ctx, kk, w->grp);
         ne = 0;
     }
-    for (int i = 0; i < n_q; i++)
+    slot_rows(c, sv, n_ctx, vv, w->grp);
+    for (int i = 0; i < n_q; i++) { // queries are independent: one row of scores at a time
+        const float *qi = q + (size_t)i * d;
+        if (use_score) sk->codec->vt->score(sk->codec, qi, w->rec, ne, sc);
         for (int t = ne; t < n_ctx; t++) {
-            const float *qi = q + (size_t)i * d, *kt = kk + (size_t)t * d;
+            const float *kt = kk + (size_t)t * d;
             float a = 0;
             for (int j = 0; j < d; j++) a += qi[j] * kt[j];
-            sc[(size_t)i * n_ctx + t] = a;
+            sc[t] = a;
         }
-    slot_rows(c, sv, n_ctx, vv);
-    for (int i = 0; i < n_q; i++) {
-        float *s = sc + (size_t)i * n_ctx, m = -INFINITY, z = 0;
-        for (int t = 0; t < n_ctx; t++) s[t] *= scale, m = fmaxf(m, s[t]);
-        for (int t = 0; t < n_ctx; t++) s[t] = expf(s[t] - m), z += s[t];
+        float m = -INFINITY, z = 0;
+        for (int t = 0; t < n_ctx; t++) sc[t] *= scale, m = fmaxf(m, sc[t]);
+        for (int t = 0; t < n_ctx; t++) sc[t] = expf(sc[t] - m), z += sc[t];
         float *o = out + (size_t)i * d;
         memset(o, 0, sizeof(float) * d);
         for (int t = 0; t < n_ctx; t++) {
-            float w = s[t] / z;
+            float wt = sc[t] / z;
             const float *vt = vv + (size_t)t * d;
-            for (int j = 0; j < d; j++) o[j] += w * vt[j];
+            for (int j = 0; j < d; j++) o[j] += wt * vt[j];
         }
     }
-    free(sc), free(vv), free(kk);
+    scratch_give(c, w);
     return KVQ_OK;
 }
 
@@ -233,6 +275,8 @@ static void kvc_free(kvq_kvcache *base) {
             kvq_kvcodec_free(c->slot[i].codec);
             free(c->slot[i].store), free(c->slot[i].len), free(c->slot[i].ring), free(c->slot[i].shadow);
         }
+    for (kv_scratch *w = c->pool, *nx; w; w = nx) nx = w->next, free(w); // no attend is in flight
+    pthread_mutex_destroy(&c->pool_lock);
     free(c->slot), free(c->n_tok), free(c);
 }
 
@@ -259,6 +303,7 @@ kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads,
     c->base = (kvq_kvcache){&kvc_ops, n_layers, n_kv_heads, head_dim, max_ctx, {0}};
     c->spec = sp;
     c->pol = *pol;
+    pthread_mutex_init(&c->pool_lock, NULL);
     c->n_tok = calloc(n_layers, sizeof(int));
     c->slot = calloc((size_t)n_layers * n_kv_heads * 2, sizeof(kv_slot));
     if (!c->n_tok || !c->slot) {
@@ -280,6 +325,7 @@ kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads,
                 if (s->codec->group > gmax) gmax = s->codec->group;
             }
     c->cap = pol->window + gmax;
+    c->gmax = gmax;
     for (size_t i = 0; i < (size_t)n_layers * n_kv_heads * 2; i++) {
         kv_slot *s = &c->slot[i];
         int ng = (max_ctx + s->codec->group - 1) / s->codec->group;

@@ -38,9 +38,6 @@ static const kvq_kvcodec_vt *kv_vt_for(const kvq_kvspec *s, int role) {
 
 kvq_status kvq_kvspec_parse(const char *spec, kvq_kvspec *o, kvq_err *err) {
     memset(o, 0, sizeof *o);
-    o->oct_delta = 1;
-    o->oct_round = 3;
-    o->rot = 1;
     char buf[128];
     if (!spec || strlen(spec) >= sizeof buf)
         return kvq_err_set(err, KVQ_ERR_ARG, "--kv: missing or overlong spec");

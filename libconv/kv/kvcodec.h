@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <jansson.h>
 
 #include "formats/error.h"
@@ -16,21 +17,22 @@
 
 typedef enum { KVQ_KV_K = 0, KVQ_KV_V = 1 } kvq_kv_role;
 
-/** A parsed `--kv` spec. Fields not used by a codec stay at their defaults. */
+/** Bytes of private options a KV codec's row may keep in a kvq_kvspec. */
+#define KVQ_KV_OPTS_MAX 32
+
+/** A parsed `--kv` spec: the row's name and the row's private options. Only the row's own
+ *  file knows what the options block holds (its own struct, copied in and out with memcpy:
+ *  kvq_kvspec_opts_get / _set); a plain value, copied freely. */
 typedef struct {
-    char name[20];    // "fp16","int","kivi","hqmq","octopus","turboquant","turboquant-prod","qturbo","hqkv"
-    int bits;         // b (int, kivi, octopus, turboquant*, qturbo)
-    int hqmq_s;       // S, secondary codebook size
-    int hqmq_br;      // radius bits
-    double hqmq_med;  // Med<C>x outlier multiplier; 0 = off
-    int qjl;          // octopus: 1-bit QJL residual
-    int oct_delta;    // octopus split offset: (b+delta, b-delta); default +1
-    int oct_round;    // octopus rounding: 0 scalar, 2 local 2x2, 3 local 3x3 (default), 9 full
-    char lattice[8];  // hqkv lattice name
-    double bps;       // hqkv target bits per sample
-    int rot;          // hqkv rotation: 0 none, 1 signs, 2 qjl (Haar orthogonal)
-    int dither;       // hqkv subtractive dither
+    char name[20];                                   // the row's name ("octopus", "hqkv", ...)
+    _Alignas(8) unsigned char opts[KVQ_KV_OPTS_MAX]; // the row's options, zeroed before its parse
 } kvq_kvspec;
+
+/** For a row's file: copies its options struct (size bytes, at most KVQ_KV_OPTS_MAX: assert
+ *  it with KVQ_KV_OPTS_FIT) out of or into a spec. */
+static inline void kvq_kvspec_opts_get(const kvq_kvspec *s, void *opts, size_t size) { memcpy(opts, s->opts, size); }
+static inline void kvq_kvspec_opts_set(kvq_kvspec *s, const void *opts, size_t size) { memcpy(s->opts, opts, size); }
+#define KVQ_KV_OPTS_FIT(type) _Static_assert(sizeof(type) <= KVQ_KV_OPTS_MAX, #type " exceeds KVQ_KV_OPTS_MAX")
 
 /** Parses a `--kv` spec such as "hqmq:s96:r4:med3" or "octopus:3:qjl".
  *  @return KVQ_OK or KVQ_ERR_ARG with a message naming the spec. */
@@ -92,12 +94,14 @@ struct kvq_kvcodec {
 };
 
 /** One row of the KV codec table: how a `--kv` name parses and formats, and which coders it
- *  uses for K and V. A new KV codec is its own file (coders, parse, format, this row) plus
- *  one line in the table (kvcodec.c); tests/test_codec_table.c runs every row. */
+ *  uses for K and V. The row owns its options: a struct private to its file, kept in
+ *  kvq_kvspec.opts, written by parse and read by format and the coders. A new KV codec is
+ *  its own file (options, coders, parse, format, this row) plus one line in the table
+ *  (kvcodec.c); tests/test_codec_table.c runs every row. */
 typedef struct {
     const char *name;
-    /** Parses the fields after the name (fld[1..nf)) into o, which arrives zeroed with the
-     *  defaults and the name set; errors name `spec`. */
+    /** Parses the fields after the name (fld[1..nf)) into o's options, which arrive zeroed
+     *  (the row sets its own defaults), with the name set; errors name `spec`. */
     kvq_status (*parse)(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err);
     /** The canonical spec string (parse(format(x)) == x). @return chars written. */
     int (*format)(const kvq_kvspec *s, char *buf, size_t n);
@@ -207,10 +211,19 @@ uint64_t kvq_kvrng_u64(kvq_kvrng *r);
 double kvq_kvrng_unif(kvq_kvrng *r);   // [0, 1)
 double kvq_kvrng_normal(kvq_kvrng *r); // N(0, 1), Box-Muller
 
-/** The "<name>:<bits>" part most rows share: fld[1] as bits in [lo, hi] into o->bits, and no
+/** The "<name>:<bits>" part most rows share: fld[1] as bits in [lo, hi] into *bits, and no
  *  further field unless allow_more. Errors name spec. */
 kvq_status kvq_kvspec_bits(const char *spec, char *const *fld, int nf, int lo, int hi, int allow_more,
-                           kvq_kvspec *o, kvq_err *err);
+                           int *bits, kvq_err *err);
+
+/** Per-token group-32 asymmetric b-bit values (KIVI's and OCTOPUS's V coder; kv_int.c), as plain
+ *  functions of (d, b) that each row's V coder calls with its own bits. Layout: ceil(d/32) ×
+ *  (fp16 scale, fp16 zero) | d × b-bit q. */
+size_t kvq_kv_vgroup_max(int d, int b);
+/** Encodes x (d) into o (kvq_kv_vgroup_max bytes, all written). */
+void kvq_kv_vgroup_encode(int d, int b, const float *x, uint8_t *o);
+void kvq_kv_vgroup_decode(int d, int b, const uint8_t *in, float *out);
+double kvq_kv_vgroup_bits(int d, int b);
 
 /** In-place orthonormal Walsh-Hadamard transform (kernels/cpu/wht.c's butterfly
  *  scaled by 1/√n), n a power of two; self-inverse. */

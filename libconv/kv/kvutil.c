@@ -127,12 +127,12 @@ void kvq_quat_mul(const float *a, const float *b, float *o) {
 }
 
 kvq_status kvq_kvspec_bits(const char *spec, char *const *fld, int nf, int lo, int hi, int allow_more,
-                           kvq_kvspec *o, kvq_err *err) {
+                           int *bits, kvq_err *err) {
     char *e = NULL;
     long x = nf >= 2 ? strtol(fld[1], &e, 10) : 0;
     if (nf < 2 || e == fld[1] || *e || x < lo || x > hi)
-        return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected %s:<bits> with bits in [%d, %d]", spec, o->name, lo, hi);
-    o->bits = (int)x;
+        return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': expected %s:<bits> with bits in [%d, %d]", spec, fld[0], lo, hi);
+    *bits = (int)x;
     if (nf > 2 && !allow_more) return kvq_err_set(err, KVQ_ERR_ARG, "--kv '%s': unknown option '%s'", spec, fld[2]);
     return KVQ_OK;
 }

@@ -4,12 +4,16 @@
 //     Rice codes of rice.h on top (HyperQuant's entropy-coded payloads);
 //   kvq_bitw / kvq_bitr: a cursor at any bit position of a buffer the caller sized and zeroed,
 //     writes OR-ed in (fixed-width fields of the KV codecs and RTN: several cursors may share
-//     a buffer at different offsets).
+//     a buffer at different offsets);
+//   kvq_bitword (kernels/bitword.h, included here): the 64-bit window and Rice codewords of the
+//     fast decoders, one definition for C and CUDA (HyperQuant's fast CPU decoder and the GPU).
 #ifndef KVQ_BITS_H
 #define KVQ_BITS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/bitword.h"
 
 // ---- bit writer into a caller-sized buffer (no growth; the caller knows the size)
 typedef struct {

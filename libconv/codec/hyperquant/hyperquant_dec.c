@@ -221,31 +221,29 @@ kvq_status kvq_hq_decode_ref(const kvq_hq_header *h, const kvq_blob_view *blobs,
     return st;
 }
 
-// ---- fast decoder
+// ---- fast decoder: the shared word reader (kernels/bitword.h) fed by unaligned 8-byte loads
 
 typedef struct {
     const uint8_t *p, *end, *start;
-    uint64_t buf;
-    int n;            // valid bits in buf (bits above n are lookahead or zero)
-    int bad;          // a codeword too long for 32 bits
+    kvq_bitword w;    // bits above w.n are lookahead (or zeros at the stream end)
+    int bad;          // a codeword too long for 32 bits, or a symbol at or above the limit
 } fast_rd;
 
-// Bits consumed so far: bytes pulled into buf minus the bits still unread.
-static inline uint64_t frd_used(const fast_rd *r) { return 8 * (uint64_t)(r->p - r->start) - (uint64_t)r->n; }
+// Bits consumed so far: bytes pulled into the window minus the bits still unread.
+static inline uint64_t frd_used(const fast_rd *r) { return 8 * (uint64_t)(r->p - r->start) - (uint64_t)r->w.n; }
 
 static inline void frd_refill(fast_rd *r) {
     if (r->end - r->p >= 8) {
         uint64_t v;
         memcpy(&v, r->p, 8);
-        r->buf |= v << r->n;
-        r->p += (63 - r->n) >> 3;
-        r->n |= 56;
+        r->w.buf |= v << r->w.n;
+        r->p += (63 - r->w.n) >> 3;
+        r->w.n |= 56;
     } else {
-        while (r->n <= 55) { // ends with 56 <= n <= 63, as the 8-byte path
+        while (r->w.n <= 55) { // ends with 56 <= n <= 63, as the 8-byte path
             uint64_t b = r->p < r->end ? *r->p : 0; // zeros past the end; caught by frd_used
             r->p++;
-            r->buf |= b << r->n;
-            r->n += 8;
+            kvq_bitword_push(&r->w, b, 8);
         }
     }
 }
@@ -257,41 +255,22 @@ __attribute__((noinline)) static fast_rd frd_rice_slow(fast_rd r, int k, uint64_
     *out = 0;
     for (;;) {
         frd_refill(&r); // now 56 <= n <= 63
-        if (r.buf & ((1ull << r.n) - 1)) break;
-        q += (uint64_t)r.n;
-        r.buf >>= r.n;
-        r.n = 0;
+        if (!kvq_bitword_skip_zeros(&r.w, &q)) break;
         if (frd_used(&r) > limit || q > (0xffffffffull >> k)) { r.bad = 1; return r; }
     }
-    int z = __builtin_ctzll(r.buf); // < n
-    q += (uint64_t)z;
-    r.buf >>= z;
-    r.buf >>= 1;
-    r.n -= z + 1;
+    kvq_bitword_end_run(&r.w, &q);
     frd_refill(&r);
-    uint32_t lo = (uint32_t)(r.buf & ((1ull << k) - 1));
-    r.buf >>= k;
-    r.n -= k;
-    if (q > (0xffffffffull >> k)) { r.bad = 1; return r; }
-    *out = (uint32_t)(q << k) | lo;
-    if (*out >= KVQ_HQ_SYM_LIMIT) { r.bad = 1; *out = 0; }
+    *out = kvq_bitword_rice_low(&r.w, k, q, KVQ_HQ_SYM_LIMIT, &r.bad);
     return r;
 }
 
 // Hot path: refill only below 32 buffered bits; bits above n are valid lookahead (or
 // zeros at the stream end), so a codeword that fits in n decodes directly.
 static inline uint32_t frd_rice(fast_rd *r, int k, uint64_t limit) {
-    if (r->n < 32) frd_refill(r);
-    int z = __builtin_ctzll(r->buf | (1ull << 63));
-    int len = z + 1 + k;
-    if (__builtin_expect(len <= r->n, 1)) {
-        uint32_t v = ((uint32_t)z << k) | (uint32_t)((r->buf >> (z + 1)) & ((1ull << k) - 1));
-        r->buf >>= len; // len <= n <= 63
-        r->n -= len;
-        r->bad |= (int)(v >= KVQ_HQ_SYM_LIMIT); // corrupt: keep the arithmetic below in range
-        return v & (KVQ_HQ_SYM_LIMIT - 1);
-    }
+    if (r->w.n < 32) frd_refill(r);
     uint32_t v;
+    int len;
+    if (__builtin_expect(kvq_bitword_rice(&r->w, k, KVQ_HQ_SYM_LIMIT, &v, &len, &r->bad), 1)) return v;
     *r = frd_rice_slow(*r, k, limit, &v);
     return v;
 }
