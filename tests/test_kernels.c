@@ -176,7 +176,11 @@ static void test_rope(void **st) {
 static void test_attention(void **st) {
     (void)st;
     rng_state = 17;
-    int n_q = 4, hd = 64;
+    // head counts around the fast path's blocks (8 heads for scores, 4 for values), head
+    // dims of one and two 64-channel blocks and one it leaves to the plain body (48)
+    const int nqs[] = {4, 1, 3, 8, 9}, hds[] = {64, 128, 48};
+    for (int cfg = 0; cfg < 7; cfg++) {
+    const int n_q = cfg < 5 ? nqs[cfg] : 4, hd = cfg < 5 ? 64 : hds[cfg - 4];
     for (int n_ctx = 1; n_ctx <= 300; n_ctx += 99) {
         float *q = rnd((size_t)n_q * hd), *K = rnd((size_t)n_ctx * hd), *V = rnd((size_t)n_ctx * hd);
         float *a = malloc(sizeof(float) * n_q * hd), *b = malloc(sizeof(float) * n_q * hd);
@@ -202,6 +206,7 @@ static void test_attention(void **st) {
         assert_true(rel_err(b, a, (size_t)n_q * hd) < 1e-6);
         if (n_ctx == 1) assert_true(rel_err(b, V, hd) < 1e-7); // one position: out = V
         free(q); free(K); free(V); free(a); free(b); free(sc); free(Kh); free(Vh); free(Kt); free(Kth);
+    }
     }
 }
 
