@@ -170,6 +170,27 @@ AT_TGT static inline __m512 at_expf(__m512 xin) {
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(xin, xin, _CMP_UNORD_Q), xin);
 }
 
+// Row s of n scores (already scaled) becomes its softmax in place.
+AT_TGT static void at_softmax(float *s, int n_ctx) {
+    __m512 mv = _mm512_set1_ps(-INFINITY), zv = _mm512_setzero_ps();
+    for (int j = 0; j < n_ctx; j += 16) {
+        const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
+        mv = _mm512_mask_max_ps(mv, k, _mm512_maskz_loadu_ps(k, s + j), mv);
+    }
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+    for (int j = 0; j < n_ctx; j += 16) {
+        const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
+        const __m512 e = at_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m));
+        _mm512_mask_storeu_ps(s + j, k, e);
+        zv = _mm512_mask_add_ps(zv, k, zv, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(zv));
+    for (int j = 0; j < n_ctx; j += 16) {
+        const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
+        _mm512_mask_storeu_ps(s + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), inv));
+    }
+}
+
 AT_TGT static void gqa_avx512(float *out, const float *q, int n_q, const void *Kt, int ld, const void *V, int f16,
                               int n_ctx, int hd, float scale, float *sc) {
     for (int h0 = 0; h0 < n_q; h0 += 4) {
@@ -183,26 +204,7 @@ AT_TGT static void gqa_avx512(float *out, const float *q, int n_q, const void *K
         default: at_scores(s, qh, Kt, ld, n_ctx, hd, scale, f16, 4); break;
         }
     }
-    for (int h = 0; h < n_q; h++) {
-        float *s = sc + (size_t)h * n_ctx;
-        __m512 mv = _mm512_set1_ps(-INFINITY), zv = _mm512_setzero_ps();
-        for (int j = 0; j < n_ctx; j += 16) {
-            const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
-            mv = _mm512_mask_max_ps(mv, k, _mm512_maskz_loadu_ps(k, s + j), mv);
-        }
-        const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
-        for (int j = 0; j < n_ctx; j += 16) {
-            const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
-            const __m512 e = at_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m));
-            _mm512_mask_storeu_ps(s + j, k, e);
-            zv = _mm512_mask_add_ps(zv, k, zv, e);
-        }
-        const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(zv));
-        for (int j = 0; j < n_ctx; j += 16) {
-            const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
-            _mm512_mask_storeu_ps(s + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), inv));
-        }
-    }
+    for (int h = 0; h < n_q; h++) at_softmax(sc + (size_t)h * n_ctx, n_ctx);
     for (int h0 = 0; h0 < n_q; h0 += 4) {
         const int nh = n_q - h0 < 4 ? n_q - h0 : 4;
         float *o = out + (size_t)h0 * hd;
@@ -234,4 +236,47 @@ void kvq_attention_gqa(float *out, const float *q, int n_q, const void *Kt, int 
         gqa_avx512(out, q, n_q, Kt, ld, V, kv == KVQ_DTYPE_F16, n_ctx, head_dim, scale, scratch);
     else if (kv == KVQ_DTYPE_F32) gqa_f32(out, q, n_q, Kt, ld, V, n_ctx, head_dim, scale, scratch);
     else gqa_f16(out, q, n_q, Kt, ld, V, n_ctx, head_dim, scale, scratch);
+}
+
+// ---- one query against keys stored by rows (the KV-codec cache decodes into rows)
+
+static void rows_plain(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int hd,
+                       float scale, float *sc) {
+    for (int t = t0; t < n_ctx; t++) {
+        float a = 0;
+        for (int j = 0; j < hd; j++) a += q[j] * K[(size_t)t * hd + j];
+        sc[t] = a;
+    }
+    float m = -INFINITY, z = 0;
+    for (int t = 0; t < n_ctx; t++) sc[t] *= scale, m = fmaxf(m, sc[t]);
+    for (int t = 0; t < n_ctx; t++) sc[t] = expf(sc[t] - m), z += sc[t];
+    memset(out, 0, sizeof(float) * hd);
+    for (int t = 0; t < n_ctx; t++) {
+        const float w = sc[t] / z;
+        sc[t] = w;
+        for (int j = 0; j < hd; j++) out[j] += w * V[(size_t)t * hd + j];
+    }
+}
+
+AT_TGT static void rows_avx512(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int hd,
+                               float scale, float *sc) {
+    for (int t = t0; t < n_ctx; t++) {
+        const float *k = K + (size_t)t * hd;
+        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+        for (int j = 16; j < hd; j += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + j), _mm512_loadu_ps(k + j), a);
+        sc[t] = _mm512_reduce_add_ps(a);
+    }
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (int j = 0; j < n_ctx; j += 16) {
+        const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
+        _mm512_mask_storeu_ps(sc + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sc + j), sv));
+    }
+    at_softmax(sc, n_ctx);
+    at_values(out, sc, V, n_ctx, hd, 0, 1);
+}
+
+void kvq_attention_rows(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int head_dim,
+                        float scale, float *sc) {
+    if (head_dim % 64 == 0 && at_has_avx512()) rows_avx512(out, q, K, V, n_ctx, t0, head_dim, scale, sc);
+    else rows_plain(out, q, K, V, n_ctx, t0, head_dim, scale, sc);
 }

@@ -18,4 +18,11 @@ void kvq_attention_ref(float *out, const float *q, const float *K, const float *
 void kvq_attention_gqa(float *out, const float *q, int n_q, const void *Kt, int ld, const void *V,
                        kvq_dtype kv, int n_ctx, int head_dim, float scale, float *scratch);
 
+/** One query q (head_dim) against n_ctx positions with keys K and values V stored by rows
+ *  (n_ctx, head_dim), fp32: scores sc[t] = q·K[t] for t in [t0, n_ctx) (sc[0..t0) are the
+ *  caller's, unscaled, e.g. from a KV codec's packed keys), then out = softmax(scale·sc)·V.
+ *  sc (n_ctx floats) ends holding the probabilities. */
+void kvq_attention_rows(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int head_dim,
+                        float scale, float *sc);
+
 #endif

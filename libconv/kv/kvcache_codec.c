@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "kernels/cpu/attention.h"
 #include "libconv/kv/kvcodec.h"
 
 typedef struct {
@@ -210,22 +211,7 @@ static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float
     for (int i = 0; i < n_q; i++) { // queries are independent: one row of scores at a time
         const float *qi = q + (size_t)i * d;
         if (use_score) sk->codec->vt->score(sk->codec, qi, w->rec, ne, sc);
-        for (int t = ne; t < n_ctx; t++) {
-            const float *kt = kk + (size_t)t * d;
-            float a = 0;
-            for (int j = 0; j < d; j++) a += qi[j] * kt[j];
-            sc[t] = a;
-        }
-        float m = -INFINITY, z = 0;
-        for (int t = 0; t < n_ctx; t++) sc[t] *= scale, m = fmaxf(m, sc[t]);
-        for (int t = 0; t < n_ctx; t++) sc[t] = expf(sc[t] - m), z += sc[t];
-        float *o = out + (size_t)i * d;
-        memset(o, 0, sizeof(float) * d);
-        for (int t = 0; t < n_ctx; t++) {
-            float wt = sc[t] / z;
-            const float *vt = vv + (size_t)t * d;
-            for (int j = 0; j < d; j++) o[j] += wt * vt[j];
-        }
+        kvq_attention_rows(out + (size_t)i * d, qi, kk, vv, n_ctx, ne, d, scale, sc); // scores [ne, n_ctx), softmax, ·V
     }
     scratch_give(c, w);
     return KVQ_OK;
