@@ -26,9 +26,25 @@ template <int VB> struct G1W {
     uint32_t cb, code;
 };
 
+// Streaming loads of the weights: not kept in L1, which holds the activations every step
+// re-reads.
+__device__ __forceinline__ uint4 g1_ld16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 g1_ld8(const void *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+// Row `row`, chunk c (g = row·cpr + c, byte offsets below 2^32: checked at launch), tile
+// index tix of the chunk's tile.
 template <int VB>
-__device__ __forceinline__ void g1_load(const Dev &d, int64_t row, int64_t c, int h, int64_t cpr, int64_t tiles,
-                                        bool ok, G1W<VB> &w) {
+__device__ __forceinline__ void g1_load(const Dev &d, uint32_t g, uint32_t tix, int h, bool ok, G1W<VB> &w) {
     constexpr int NP = G1W<VB>::NP;
     if (!ok) {
         w.q = make_uint4(0, 0, 0, 0);
@@ -39,18 +55,16 @@ __device__ __forceinline__ void g1_load(const Dev &d, int64_t row, int64_t c, in
         w.code = 0;
         return;
     }
-    const int64_t g = row * cpr + c;
     if constexpr (VB == 8) {
-        w.q = __ldg((const uint4 *)(d.q + g * 64 + 16 * h));
-        w.q2 = __ldg((const uint4 *)(d.q + g * 64 + 32 + 16 * h));
+        w.q = g1_ld16(d.q + g * 64u + 16u * h);
+        w.q2 = g1_ld16(d.q + g * 64u + 32u + 16u * h);
     } else {
-        w.q = __ldg((const uint4 *)(d.q + g * 32 + 16 * h));
+        w.q = g1_ld16(d.q + g * 32u + 16u * h);
 #pragma unroll
-        for (int p = 0; p < NP; p++) w.hb[p] = __ldg((const uint2 *)(d.hb + g * NP + p));
+        for (int p = 0; p < NP; p++) w.hb[p] = g1_ld8(d.hb + g * (uint32_t)NP + p);
     }
     w.cb = d.e8 ? (uint32_t)__ldg(d.cb + g) : 0u;
-    const int64_t tix = row * tiles + (c * 64) / d.T;
-    w.code = d.scode ? (uint32_t)__ldg(d.scode + tix) : (uint32_t)tix; // scale[] index when no codes
+    w.code = d.scode ? (uint32_t)__ldg(d.scode + tix) : tix; // scale[] index when no codes
 }
 
 // The 4 coordinates of word k as bytes u = nibble | planes << 4 (nib4: the 4 nibbles already
@@ -112,18 +126,20 @@ __device__ __forceinline__ int g1_dot(const Dev &d, const G1W<VB> &w, const G1X 
 template <int VB, int RW>
 __device__ __forceinline__ void g1_rows(const Dev &d, const unsigned char *fs, float *y, int64_t r0, int lane,
                                         int accumulate) {
-    const int64_t cp = d.cols_p, cpr = cp / 64, tiles = cp / d.T, steps = (cpr + 15) / 16;
-    const Lay L = lay(cp, d.T, 1);
+    const uint32_t cpr = (uint32_t)(d.cols_p / 64), tsh = __ffs(d.T) - 1, tiles = (uint32_t)(d.cols_p >> tsh),
+                   steps = (cpr + 15) / 16;
+    const Lay L = lay(d.cols_p, d.T, 1);
     const int h = lane & 1, cl = lane >> 1;
     const int moff = VB == 8 ? 0 : d.m * d.off;
     G1W<VB> a[RW], b[RW];
     bool rok[RW];
 #pragma unroll
     for (int i = 0; i < RW; i++) rok[i] = r0 + i < d.rows;
-    auto load = [&](G1W<VB> *w, int64_t s) {
-        const int64_t c = s * 16 + cl;
+    const uint32_t g0 = (uint32_t)r0 * cpr + cl, t0 = (uint32_t)r0 * tiles;
+    auto load = [&](G1W<VB> *w, uint32_t s) {
+        const uint32_t c = s * 16 + cl, tc = (c * 64) >> tsh;
 #pragma unroll
-        for (int i = 0; i < RW; i++) g1_load<VB>(d, r0 + i, c, h, cpr, tiles, rok[i] && c < cpr, w[i]);
+        for (int i = 0; i < RW; i++) g1_load<VB>(d, g0 + i * cpr + s * 16, t0 + i * tiles + tc, h, rok[i] && c < cpr, w[i]);
     };
     load(a, 0);
     // the weights' first step is in flight; the activations come from the kernel before
@@ -134,15 +150,15 @@ __device__ __forceinline__ void g1_rows(const Dev &d, const unsigned char *fs, f
     float acc[RW];
 #pragma unroll
     for (int i = 0; i < RW; i++) acc[i] = 0.0f;
-    auto use = [&](const G1W<VB> *w, int64_t s) {
-        const int64_t c = s * 16 + cl;
+    auto use = [&](const G1W<VB> *w, uint32_t s) {
+        const uint32_t c = s * 16 + cl;
         if (c >= cpr) return;
         G1X x;
         const int4 *xp = (const int4 *)(xq + s * 1024 + 16 * lane);
         x.lo = xp[0];
         x.hi = xp[32];
         x.s8 = *(const int4 *)(s8 + (c * 2 + h) * 4);
-        x.sx = sx[(c * 64) / d.T];
+        x.sx = sx[(c * 64) >> tsh];
         x.moff_sum = moff * (x.s8.x + x.s8.y + x.s8.z + x.s8.w);
 #pragma unroll
         for (int i = 0; i < RW; i++) {
@@ -151,7 +167,7 @@ __device__ __forceinline__ void g1_rows(const Dev &d, const unsigned char *fs, f
             acc[i] = fmaf(sc * x.sx, (float)D, acc[i]);
         }
     };
-    for (int64_t s = 0; s < steps; s += 2) {
+    for (uint32_t s = 0; s < steps; s += 2) {
         if (s + 1 < steps) load(b, s + 1);
         use(a, s);
         if (s + 1 >= steps) break;
@@ -163,11 +179,12 @@ __device__ __forceinline__ void g1_rows(const Dev &d, const unsigned char *fs, f
         if (!rok[i]) continue;
         const int64_t row = r0 + i;
         if (d.zero) // RTN zero points: zero[t] · (tile sum of x)
-            for (int64_t j = lane; j < tiles; j += 32) acc[i] = fmaf(__ldg(d.zero + row * tiles + j), xs[j], acc[i]);
+            for (uint32_t j = lane; j < tiles; j += 32) acc[i] = fmaf(__ldg(d.zero + row * tiles + j), xs[j], acc[i]);
         const uint32_t e0 = __ldg(d.esc_row + row), e1 = __ldg(d.esc_row + row + 1);
         for (uint32_t e = e0 + lane; e < e1; e += 32) {
             const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
-            const int64_t jt = col / d.T, tix = row * tiles + jt;
+            const uint32_t jt = col >> tsh;
+            const int64_t tix = row * tiles + jt;
             const float sc = d.scode ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);
             acc[i] = fmaf(sc * sx[jt], (float)(d.m * kvq_hqx_esc_delta(en) * (int)xq[kvq_gemv1_xq_at(col)]), acc[i]);
         }
@@ -200,7 +217,13 @@ extern "C" void kvq_cuda_hqx_set_decode(int rows_per_warp) { g_rw = rows_per_war
 
 kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
     int64_t rows = 0;
-    for (int p = 0; p < P.n; p++) rows += P.d[p].rows;
+    for (int p = 0; p < P.n; p++) {
+        rows += P.d[p].rows;
+        if (P.d[p].rows * P.d[p].cols_p >= ((int64_t)1 << 32) || (P.d[p].T & (P.d[p].T - 1)))
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: %lld x %lld, tile %d: the one-token product takes "
+                               "tensors below 2^32 padded weights and power-of-two tiles",
+                               (long long)P.d[p].rows, (long long)P.d[p].cols_p, P.d[p].T);
+    }
     // 4 rows a warp (the activation loads shared 4 ways) unless that leaves fewer than ~16
     // warps per SM of 132: then 2, or 1
     const int rw = g_rw ? g_rw : rows >= 4 * 16 * 132 ? 4 : rows >= 2 * 8 * 132 ? 2 : 1;
