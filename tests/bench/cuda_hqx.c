@@ -60,8 +60,9 @@ int main(int argc, char **argv) {
     char why[256] = "", name[256] = "";
     if (kvq_cuda_device_count(why, sizeof why) <= 0) { printf("cuda_hqx: skipped: %s\n", why); return 0; }
     kvq_cuda_device_name(name, sizeof name);
-    const char *rw = getenv("KVQ_HQX_RW"); // one-token product: rows per warp (default: by rows)
-    if (rw) kvq_cuda_hqx_set_decode(atoi(rw));
+    // one-token product: rows per warp, stages (staged path), path (1 registers, 2 staged)
+    const char *rw = getenv("KVQ_HQX_RW"), *dp = getenv("KVQ_HQX_STAGES"), *pa = getenv("KVQ_HQX_PATH");
+    kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0, dp ? atoi(dp) : 0, pa ? atoi(pa) : 0);
     kvq_err err = {0};
     double bw = 0;
     if (kvq_cuda_copy_bandwidth((size_t)1 << 30, 20, &bw, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -106,15 +107,20 @@ int main(int argc, char **argv) {
             printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.0f | %.0f %% | %.4f | %.4f |\n", sh, codecs[ci], sb,
                    8.0 * tb / (double)(rows * cols), w.vbits, ms, mss, bytes / (mss * 1e-3) / 1e9,
                    100.0 * bytes / (mss * 1e-3) / bw, msf, ms8);
-            for (int rw = 1; sweep && rw <= 4; rw *= 2)
-                for (int pdl = 0; pdl < 2; pdl++) {
-                    kvq_cuda_hqx_set_decode(rw);
-                    kvq_cuda_hqx_set_pdl(pdl);
-                    if (kvq_cuda_hqx_time_stream(t, nc, 100, &mss, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-                    printf("|   sweep %s rows/warp %d pdl %d | streamed %.4f ms | %.0f %% of copy BW |\n", sh, rw, pdl,
-                           mss, 100.0 * bytes / (mss * 1e-3) / bw);
-                }
-            if (sweep) { kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0); kvq_cuda_hqx_set_pdl(1); }
+            // path 2 (staged) rows/warp x stages, path 1 (registers) rows/warp, the default without PDL
+            const int sw[][4] = {{2, 2, 4, 1}, {2, 1, 4, 1}, {2, 1, 8, 1}, {2, 2, 8, 1}, {1, 1, 0, 1},
+                                 {1, 2, 0, 1}, {1, 4, 0, 1}, {0, 0, 0, 0}};
+            for (int v = 0; sweep && v < 8; v++) {
+                kvq_cuda_hqx_set_decode(sw[v][1], sw[v][2], sw[v][0]);
+                kvq_cuda_hqx_set_pdl(sw[v][3]);
+                if (kvq_cuda_hqx_time_stream(t, nc, 100, &mss, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+                printf("|   sweep %s path %d rows/warp %d stages %d pdl %d | streamed %.4f ms | %.0f %% of copy BW |\n", sh,
+                       sw[v][0], sw[v][1], sw[v][2], sw[v][3], mss, 100.0 * bytes / (mss * 1e-3) / bw);
+            }
+            if (sweep) {
+                kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0, dp ? atoi(dp) : 0, pa ? atoi(pa) : 0);
+                kvq_cuda_hqx_set_pdl(1);
+            }
             fflush(stdout);
             for (int k = 0; k < nc; k++) kvq_cuda_hqx_free(t[k]);
             kvq_hqx_free(&w);
