@@ -57,11 +57,12 @@ kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_
  *  (kvq_cuda_hqx_matvec), 1 + n: the batched int8 product on n tokens (kvq_cuda_hqx_matmul). */
 kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kvq_err *err);
 
-/** Mean time in ms of one one-token int8 product (preparation included) when reps of them
- *  run back to back on the library's stream, cycling over the n tensors t (equal columns;
- *  several copies keep the weights from being served by L2): the throughput a decode step's
- *  stream of kernels sees, without the host's launch latency. Median of 5 such runs. */
-kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, double *ms, kvq_err *err);
+/** Mean time in ms of one one-token int8 product when reps of them run back to back on the
+ *  library's stream, cycling over the n tensors t (equal columns; several copies keep the
+ *  weights from being served by L2): the throughput a decode step's stream of kernels sees,
+ *  without the host's launch latency. Median of 5 such runs. prep = 0: the product kernel
+ *  alone (the activation preparation runs once, in the warm-up). */
+kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, int prep, double *ms, kvq_err *err);
 
 #ifdef __cplusplus
 }

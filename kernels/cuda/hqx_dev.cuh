@@ -96,6 +96,9 @@ static __host__ __device__ inline int64_t kvq_gemv1_s8_at(int64_t v) {
  *  ·, 1)): y[row] (+)= W·x. pdl: launched as a programmatic dependent of the preparation
  *  kernel just before it on the stream (the weights' first loads overlap it). */
 kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err);
+/** Benchmarks: one-token products skip the activation preparation (its scratch keeps the
+ *  last one's), to time the product kernel alone. */
+void kvq_cuda_hqx_skip_prep(int on);
 /** Raises the staged one-token kernels' shared-memory limits (once, outside graph capture). */
 kvq_status kvq_cuda_hqx_gemv1_init(kvq_err *err);
 

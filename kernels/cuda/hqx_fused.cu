@@ -280,6 +280,9 @@ __global__ void __launch_bounds__(FB) hqx_fused_i8(const __grid_constant__ Parts
 static int g_sms = 0;
 static int g_occ[8]; // blocks per SM of the batched kernel by the occupancy calculator: [smem / 32 KiB]
 static int g_pdl = 1; // the one-token product as a programmatic dependent of the preparation
+static int g_skip_prep = 0; // benchmarks: launch the one-token product alone (kvq_cuda_hqx_time_stream)
+
+void kvq_cuda_hqx_skip_prep(int on) { g_skip_prep = on; }
 
 // Blocks of 256 threads one SM runs at once for the shared memory (cached).
 static int occupancy(size_t smem) {
@@ -351,6 +354,10 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, c
             smem = sb > smem ? sb : smem;
         }
         P.n = n;
+        if (tg == 1 && g_skip_prep) {
+            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, 0, err))) return s;
+            continue;
+        }
         hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), FB, 0, kvq_cuda_stream()>>>(
             P, d_x + (int64_t)t0 * t[0]->h.cols, tg);
         CU_LAUNCHED("hqx_prep_i8");

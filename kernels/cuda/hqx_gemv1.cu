@@ -138,30 +138,61 @@ __device__ __forceinline__ int g1_dot(const G1P &d, const G1W<VB> &w, const G1X 
 }
 
 // RW rows from r0, DEPTH steps of loads in flight (a ring of DEPTH buffers, indices fixed at
-// compile time by the unrolled inner loop).
-template <int VB, int RW, int DEPTH>
+// compile time by the unrolled inner loop). Pointers advance by constant strides per step
+// (the row's chunk offsets are formed once), so a step's instructions are its loads and its
+// arithmetic.
+// FAST: E8 with 8-bit scale codes and whole steps (every large E8 tensor), known at compile
+// time so that the loop has no branches.
+template <int VB, int RW, int DEPTH, bool FAST>
 __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, float *y, int64_t r0, int lane,
                                         int accumulate) {
+    constexpr int NP = G1W<VB>::NP, QS = VB == 8 ? 64 : 32; // q bytes per chunk
     G1P d;
-    d.q = dv.q; d.cb = dv.cb; d.scode = dv.scode; d.hb = dv.hb;
-    d.codes = dv.scode != NULL;
+    d.codes = FAST || dv.scode != NULL;
     d.sc = d.codes ? dv.lut : dv.scale;
-    d.m = dv.m; d.e8 = dv.e8;
+    d.m = FAST ? 2 : dv.m;
+    d.e8 = FAST || dv.e8;
     const int64_t rows = dv.rows;
     const uint32_t cpr = (uint32_t)(dv.cols_p / 64), tsh = __ffs(dv.T) - 1, tiles = (uint32_t)(dv.cols_p >> tsh),
-                   steps = (cpr + 15) / 16;
+                   steps = (cpr + 15) / 16, tps = 1024u >> tsh;
+    const bool whole = FAST || (cpr & 15) == 0; // no partial last step
     const Lay L = lay(dv.cols_p, dv.T, 1);
     const int h = lane & 1, cl = lane >> 1;
     const int moff = VB == 8 ? 0 : dv.m * dv.off;
+    int nr = (int)(rows - r0 < RW ? rows - r0 : RW); // rows of this warp
+    // row 0's pointers at this lane's chunk of step 0; row i adds i times the row strides
+    const uint32_t g0 = (uint32_t)r0 * cpr + cl, t0 = (uint32_t)r0 * tiles + ((uint32_t)(cl * 64) >> tsh);
+    const uint8_t *qp = dv.q + (size_t)g0 * QS + 16 * h, *cbp = dv.cb + g0;
+    const uint64_t *hbp = dv.hb + (size_t)g0 * NP;
+    const uint8_t *scp = d.codes ? dv.scode + t0 : (const uint8_t *)(dv.scale + t0);
+    const uint32_t scs = d.codes ? 1 : 4; // bytes per scale entry
     G1W<VB> buf[DEPTH][RW];
-    bool rok[RW];
-#pragma unroll
-    for (int i = 0; i < RW; i++) rok[i] = r0 + i < rows;
-    const uint32_t g0 = (uint32_t)r0 * cpr + cl, t0 = (uint32_t)r0 * tiles;
     auto load = [&](G1W<VB> *w, uint32_t s) {
-        const uint32_t c = s * 16 + cl, tc = (c * 64) >> tsh;
+        const bool ok = whole || s * 16 + cl < cpr;
 #pragma unroll
-        for (int i = 0; i < RW; i++) g1_load<VB>(d, g0 + i * cpr + s * 16, t0 + i * tiles + tc, h, rok[i] && c < cpr, w[i]);
+        for (int i = 0; i < RW; i++) {
+            if (!(i < nr && ok)) {
+                w[i].q = make_uint4(0, 0, 0, 0);
+                w[i].q2 = w[i].q;
+#pragma unroll
+                for (int p = 0; p < (NP > 0 ? NP : 1); p++) w[i].hb[p] = make_uint2(0, 0);
+                w[i].cb = 0;
+                w[i].code = 0;
+                continue;
+            }
+            const uint32_t ro = i * cpr + s * 16; // chunks from row 0's chunk
+            if constexpr (VB == 8) {
+                w[i].q = g1_ld16(qp + (size_t)ro * QS);
+                w[i].q2 = g1_ld16(qp + (size_t)ro * QS + 32);
+            } else {
+                w[i].q = g1_ld16(qp + (size_t)ro * QS);
+#pragma unroll
+                for (int p = 0; p < NP; p++) w[i].hb[p] = g1_ld8(hbp + (size_t)ro * NP + p);
+            }
+            w[i].cb = d.e8 ? (uint32_t)__ldg(cbp + ro) : 0u;
+            const uint32_t to = i * tiles + s * tps;
+            w[i].code = d.codes ? (uint32_t)__ldg(scp + to) : __ldg((const uint32_t *)(scp + (size_t)to * scs));
+        }
     };
 #pragma unroll
     for (int j = 0; j < DEPTH - 1; j++)
@@ -169,27 +200,27 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
     // the weights' first steps are in flight; the activations come from the kernel before
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const float *sx = (const float *)(fs + L.sx), *xs = (const float *)(fs + L.xs);
-    const int32_t *s8 = (const int32_t *)(fs + L.s8);
     const int8_t *xq = (const int8_t *)(fs + L.xq);
+    const int4 *xp = (const int4 *)(xq + 16 * lane), *s8p = (const int4 *)(fs + L.s8) + (cl * 2 + h);
+    const float *sxp = sx + ((uint32_t)(cl * 64) >> tsh);
     float acc[RW];
 #pragma unroll
     for (int i = 0; i < RW; i++) acc[i] = 0.0f;
     auto use = [&](const G1W<VB> *w, uint32_t s) {
-        const uint32_t c = s * 16 + cl;
-        if (c >= cpr) return;
+        if (!whole && s * 16 + cl >= cpr) return;
         G1X x;
-        const int4 *xp = (const int4 *)(xq + s * 1024 + 16 * lane);
-        x.lo = xp[0];
-        x.hi = xp[32];
-        const int4 v = *(const int4 *)(s8 + (c * 2 + h) * 4);
+        x.lo = xp[s * 64];
+        x.hi = xp[s * 64 + 32];
+        const int4 v = s8p[s * 32];
         x.s01 = (int)__byte_perm((uint32_t)v.x, (uint32_t)v.y, 0x5410);
         x.s23 = (int)__byte_perm((uint32_t)v.z, (uint32_t)v.w, 0x5410);
-        x.sx = sx[(c * 64) >> tsh];
+        x.sx = sxp[s * tps];
         x.moff_sum = moff * (v.x + v.y + v.z + v.w);
 #pragma unroll
         for (int i = 0; i < RW; i++) {
             const int D = g1_dot<VB>(d, w[i], x, h);
-            acc[i] = fmaf(__ldg(d.sc + w[i].code) * x.sx, (float)D, acc[i]);
+            const float sc = d.codes ? __ldg(d.sc + w[i].code) : __uint_as_float(w[i].code);
+            acc[i] = fmaf(sc * x.sx, (float)D, acc[i]);
         }
     };
     for (uint32_t s = 0; s < steps; s += DEPTH) {
@@ -202,7 +233,7 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
     }
 #pragma unroll
     for (int i = 0; i < RW; i++) {
-        if (!rok[i]) continue;
+        if (i >= nr) continue;
         const int64_t row = r0 + i;
         if (dv.zero) // RTN zero points: zero[t] · (tile sum of x)
             for (uint32_t j = lane; j < tiles; j += 32) acc[i] = fmaf(__ldg(dv.zero + row * tiles + j), xs[j], acc[i]);
@@ -211,7 +242,7 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
             const uint32_t en = __ldg(dv.esc + e), col = kvq_hqx_esc_col(en);
             const uint32_t jt = col >> tsh;
             const int64_t tix = row * tiles + jt;
-            const float sc = d.codes ? __ldg(d.sc + __ldg(d.scode + tix)) : __ldg(d.sc + tix);
+            const float sc = d.codes ? __ldg(d.sc + __ldg(dv.scode + tix)) : __ldg(dv.scale + tix);
             acc[i] = fmaf(sc * sx[jt], (float)(d.m * kvq_hqx_esc_delta(en) * (int)xq[kvq_gemv1_xq_at(col)]), acc[i]);
         }
         float v = acc[i];
@@ -226,14 +257,14 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
 #define G1_RING(VB, RW, DEPTH) ((RW) * (DEPTH) * (6 + ((VB) > 4 && (VB) < 8 ? 2 * ((VB) - 4) : 0) + ((VB) == 8 ? 4 : 0)))
 #define G1_MINB(VB, RW, DEPTH) (256 / (36 + G1_RING(VB, RW, DEPTH)) < 1 ? 1 : 256 / (36 + G1_RING(VB, RW, DEPTH)) > 4 ? 4 : 256 / (36 + G1_RING(VB, RW, DEPTH)))
 
-template <int VB, int RW, int DEPTH>
+template <int VB, int RW, int DEPTH, bool FAST>
 __global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, RW, DEPTH)) hqx_gemv1_k(const __grid_constant__ Parts P, int accumulate) {
     const int pi = blockIdx.y;
     if ((int)blockIdx.x >= P.nb[pi]) return;
     const Dev &d = P.d[pi];
     const int64_t r0 = ((int64_t)blockIdx.x * G1_WARPS + (threadIdx.x >> 5)) * RW;
     if (r0 >= d.rows) return;
-    g1_rows<VB, RW, DEPTH>(d, P.fs[pi], P.y[pi], r0, threadIdx.x & 31, accumulate);
+    g1_rows<VB, RW, DEPTH, FAST>(d, P.fs[pi], P.y[pi], r0, threadIdx.x & 31, accumulate);
 }
 
 // ---- the staged path: a warp's next weight steps stream into its own ring of S shared-
@@ -405,10 +436,13 @@ template <int VB> static cudaError_t g1s_init() {
     return e;
 }
 
-template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, int rw, const Parts &P, int accumulate) {
-    return rw == 4   ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 4, 2>, P, accumulate)
-           : rw == 2 ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 2, 2>, P, accumulate)
-                     : cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 1, 2>, P, accumulate);
+template <int VB, bool FAST> static cudaError_t g1_launch_f(const cudaLaunchConfig_t &cfg, int rw, const Parts &P, int accumulate) {
+    return rw == 4   ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 4, 2, FAST>, P, accumulate)
+           : rw == 2 ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 2, 2, FAST>, P, accumulate)
+                     : cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 1, 2, FAST>, P, accumulate);
+}
+template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, int rw, bool fast, const Parts &P, int accumulate) {
+    return fast ? g1_launch_f<VB, true>(cfg, rw, P, accumulate) : g1_launch_f<VB, false>(cfg, rw, P, accumulate);
 }
 
 static int g_rw = 0, g_depth = 0, g_path = 0; // kvq_cuda_hqx_set_decode; 0: the defaults
@@ -429,23 +463,17 @@ kvq_status kvq_cuda_hqx_gemv1_init(kvq_err *err) {
 }
 
 kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
-    int64_t rows = 0;
-    bool staged = g_path != 1;
+    bool staged = g_path == 2; // measured slower than the register path: only on request
     for (int p = 0; p < P.n; p++) {
-        rows += P.d[p].rows;
         if (P.d[p].rows * P.d[p].cols_p >= ((int64_t)1 << 32) || (P.d[p].T & (P.d[p].T - 1)))
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: %lld x %lld, tile %d: the one-token product takes "
                                "tensors below 2^32 padded weights and power-of-two tiles",
                                (long long)P.d[p].rows, (long long)P.d[p].cols_p, P.d[p].T);
         if (P.d[p].cols_p % 1024 || P.d[p].T > 256) staged = false;
     }
-    // registers: 4 rows a warp (the activation loads shared 4 ways) unless that leaves fewer
-    // than ~16 warps per SM of 132, then 2, or 1; staged: 2 rows, 4 stages
-    const int rw = g_rw ? g_rw
-                   : staged ? 2
-                   : rows >= 4 * 16 * 132 ? 4
-                   : rows >= 2 * 8 * 132 ? 2
-                                         : 1;
+    // one row a warp: as fast as 2 or 4 on the large shapes and faster on tall-thin ones
+    // (docs/results/gpu_runtime.md); staged: 2 rows, 4 stages
+    const int rw = g_rw ? g_rw : staged ? 2 : 1;
     const int st = g_depth ? g_depth : 4;
     if (staged && rw > 2) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: the staged product takes 1 or 2 rows a warp");
     const int wpb = staged ? G1S_WARPS : G1_WARPS;
@@ -458,6 +486,9 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
         done |= 1u << vb;
         Parts Q = P;
         int max_nb = 1;
+        bool fast = true; // every part of this width: E8, scale codes, whole steps
+        for (int p = 0; p < P.n; p++)
+            if (P.d[p].vbits == vb && !(P.d[p].e8 && P.d[p].scode && P.d[p].cols_p % 1024 == 0)) fast = false;
         for (int p = 0; p < P.n; p++) {
             const int64_t groups = (P.d[p].rows + rw - 1) / rw;
             Q.nb[p] = P.d[p].vbits == vb ? (int)((groups + wpb - 1) / wpb) : 0;
@@ -483,11 +514,11 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
             }
         } else {
             switch (vb) {
-            case 4: e = g1_launch<4>(cfg, rw, Q, accumulate); break;
-            case 5: e = g1_launch<5>(cfg, rw, Q, accumulate); break;
-            case 6: e = g1_launch<6>(cfg, rw, Q, accumulate); break;
-            case 7: e = g1_launch<7>(cfg, rw, Q, accumulate); break;
-            default: e = g1_launch<8>(cfg, rw, Q, accumulate); break;
+            case 4: e = g1_launch<4>(cfg, rw, fast, Q, accumulate); break;
+            case 5: e = g1_launch<5>(cfg, rw, fast, Q, accumulate); break;
+            case 6: e = g1_launch<6>(cfg, rw, fast, Q, accumulate); break;
+            case 7: e = g1_launch<7>(cfg, rw, fast, Q, accumulate); break;
+            default: e = g1_launch<8>(cfg, rw, fast, Q, accumulate); break;
             }
         }
         if (e != cudaSuccess) return cu_fail(err, e, "launch hqx_gemv1");

@@ -240,7 +240,8 @@ extern "C" kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, dou
     return KVQ_OK;
 }
 
-extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, double *ms, kvq_err *err) {
+extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, int prep, double *ms,
+                                               kvq_err *err) {
     float *dx = NULL, *dy = NULL;
     int64_t cols = t[0]->h.cols, rows = 0;
     for (int i = 0; i < n; i++) {
@@ -261,6 +262,7 @@ extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, in
     std::vector<float> tv;
     kvq_status s = KVQ_OK;
     for (int i = 0; i < 2 * n && !s; i++) s = kvq_cuda_hqx_matmul(t[i % n], dx, 1, dy, rows, 0, err); // warm-up
+    kvq_cuda_hqx_skip_prep(!prep);
     for (int k = 0; k < 5 && !s; k++) {
         cudaEventRecord(a, kvq_cuda_stream());
         for (int r = 0; r < reps && !s; r++) s = kvq_cuda_hqx_matmul(t[r % n], dx, 1, dy, rows, 0, err);
@@ -270,6 +272,7 @@ extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, in
         cudaEventElapsedTime(&f, a, b);
         tv.push_back(f / (float)reps);
     }
+    kvq_cuda_hqx_skip_prep(0);
     cudaError_t e = cudaGetLastError();
     cudaEventDestroy(a);
     cudaEventDestroy(b);
