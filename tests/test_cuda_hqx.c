@@ -40,11 +40,12 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_hqx_act a;
     kvq_hqx_act_init(w, buf, &a);
     kvq_hqx_prep(w, x, &a);
-    // float; int8 by the one-token product's default path (staged through shared memory where
-    // the shape allows) and by its register path (hqx_gemv1.cu)
-    for (int mode = 0; mode < 3; mode++) {
+    // float; int8 by the one-token product (hqx_gemv1.cu) with 1 (the default), 2 and 4 rows
+    // a warp: the same bits each time
+    float *y1 = malloc(sizeof(float) * w->rows);
+    for (int mode = 0; mode < 4; mode++) {
         const int int8 = mode > 0;
-        kvq_cuda_hqx_set_decode(0, 0, mode == 2 ? 1 : 0);
+        kvq_cuda_hqx_set_decode(mode == 2 ? 2 : mode == 3 ? 4 : 1);
         kvq_hqx_matmul(w, &a, 1, yc, w->rows, int8 ? KVQ_HQX_INT8 : KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
         memset(yg, 0xff, sizeof(float) * w->rows); // poisoned: every row must be written
         st = kvq_cuda_hqx_matvec_host(t, x, yg, int8, &err);
@@ -57,14 +58,19 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         }
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s %s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
-                mode == 0 ? "float" : mode == 1 ? "int8 " : "int8r", (long long)w->rows, (long long)w->cols, w->tile,
+                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : "int8/4", (long long)w->rows, (long long)w->cols, w->tile,
                 w->vbits, rel);
         assert_true(rel <= 1e-5);
+        if (mode == 1) memcpy(y1, yg, sizeof(float) * w->rows);
+        if (mode > 1) assert_memory_equal(y1, yg, sizeof(float) * w->rows);
     }
-    kvq_cuda_hqx_set_decode(0, 0, 0);
+    kvq_cuda_hqx_set_decode(0);
     // the fused int8 product (hqx_fused.cu): several tokens per launch (11 > 8: two launches),
-    // accumulating into y, against the CPU int8 reference token by token
+    // accumulating into y, against the CPU int8 reference token by token; one token (the
+    // one-token kernel) gives the same bits as the first token of three (the batched kernel):
+    // a decode step rounds like a prefill row
     enum { NT = 11 };
+    float *Y1 = malloc(sizeof(float) * w->rows);
     float *X = malloc(sizeof(float) * w->cols * NT), *Y = malloc(sizeof(float) * w->rows * NT),
           *R = malloc(sizeof(float) * w->rows * NT);
     for (int64_t i = 0; i < w->cols * NT; i++) X[i] = (float)gauss(&seed);
@@ -95,10 +101,12 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s fused int8 x%-2d (+=) tile %4d: rel err %.2e\n", what, nt, w->tile, rel);
         assert_true(rel <= 1e-5);
+        if (nt == 1) memcpy(Y1, Y, sizeof(float) * w->rows);
+        if (nt == 3) assert_memory_equal(Y1, Y, sizeof(float) * w->rows);
         kvq_cuda_free(dx);
         kvq_cuda_free(dy);
     }
-    free(X); free(Y); free(R);
+    free(X); free(Y); free(R); free(Y1); free(y1);
     kvq_cuda_hqx_free(t);
     kvq_hqx_free(w);
     free(x); free(yg); free(yc); free(buf);
@@ -124,8 +132,8 @@ static void test_hyperquant(void **state) {
         {KVQ_LAT_E8, 4.0, 70, 2048, 0}, {KVQ_LAT_E8, 3.0, 33, 1024, 0}, {KVQ_LAT_E8, 4.0, 21, 3072, 6},
         {KVQ_LAT_D4, 4.0, 19, 1024, 8},
     };
-    // 0: the encoder's choice; the last four take the one-token product's staged path (columns
-    // a multiple of 1024, tiles <= 256)
+    // 0: the encoder's choice; the last four have whole steps of 1024 columns (E8 4.0 and 3.0
+    // there take the one-token product's branch-free specialization)
     const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         float *x = matrix(cs[i].rows, cs[i].cols, 10 + i);

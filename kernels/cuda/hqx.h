@@ -42,13 +42,11 @@ kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_
 int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t);
 /** Raises the fused product's shared-memory limit (once; before capturing a graph). */
 kvq_status kvq_cuda_hqx_fused_init(kvq_err *err);
-/** Benchmark knobs of the one-token int8 product (hqx_gemv1.cu): rows per warp (staged 1, 2;
- *  registers 1, 2, 4), shared-memory stages of the staged path (4, 8), path (1: weights
- *  loaded into registers, 2: staged through shared memory by cp.async where the shape allows),
- *  0 for each: the default; and whether it is launched as a programmatic dependent of the
- *  activation preparation (1, the default; KVQ_CUDA_PDL=0 in the environment turns it off).
- *  Not thread-safe: set before launching. */
-void kvq_cuda_hqx_set_decode(int rows_per_warp, int stages, int path);
+/** Benchmark knobs of the one-token int8 product (hqx_gemv1.cu): rows per warp (1, 2, 4; 0:
+ *  the default, 1) and whether it is launched as a programmatic dependent of the activation
+ *  preparation (1, the default; KVQ_CUDA_PDL=0 in the environment turns it off). Not
+ *  thread-safe: set before launching. */
+void kvq_cuda_hqx_set_decode(int rows_per_warp);
 void kvq_cuda_hqx_set_pdl(int on);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);

@@ -99,8 +99,6 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err);
 /** Benchmarks: one-token products skip the activation preparation (its scratch keeps the
  *  last one's), to time the product kernel alone. */
 void kvq_cuda_hqx_skip_prep(int on);
-/** Raises the staged one-token kernels' shared-memory limits (once, outside graph capture). */
-kvq_status kvq_cuda_hqx_gemv1_init(kvq_err *err);
 
 
 #endif

@@ -316,8 +316,6 @@ extern "C" kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) {
     CU_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
     CU_TRY(cudaFuncSetAttribute(hqx_fused_i8<TGMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BUDGET));
     for (int b = 0; b < 7; b++) occupancy((size_t)b * 32 * 1024); // now: never while a graph is being captured
-    kvq_status s = kvq_cuda_hqx_gemv1_init(err);
-    if (s) return s;
     const char *e = getenv("KVQ_CUDA_PDL");
     if (e && *e == '0') g_pdl = 0;
     return KVQ_OK;

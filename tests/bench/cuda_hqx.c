@@ -60,9 +60,8 @@ int main(int argc, char **argv) {
     char why[256] = "", name[256] = "";
     if (kvq_cuda_device_count(why, sizeof why) <= 0) { printf("cuda_hqx: skipped: %s\n", why); return 0; }
     kvq_cuda_device_name(name, sizeof name);
-    // one-token product: rows per warp, stages (staged path), path (1 registers, 2 staged)
-    const char *rw = getenv("KVQ_HQX_RW"), *dp = getenv("KVQ_HQX_STAGES"), *pa = getenv("KVQ_HQX_PATH");
-    kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0, dp ? atoi(dp) : 0, pa ? atoi(pa) : 0);
+    const char *rw = getenv("KVQ_HQX_RW"); // one-token product: rows per warp (default 1)
+    kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0);
     kvq_err err = {0};
     double bw = 0;
     if (kvq_cuda_copy_bandwidth((size_t)1 << 30, 20, &bw, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -72,7 +71,7 @@ int main(int argc, char **argv) {
     int ns = argc > 1 ? argc - 1 : 6;
     const char *codecs[] = {"hyperquant:e8:4.0", "hyperquant:e8:3.0", "rtn:4:g128"};
     // KVQ_HQX_CODECS=n: only the first n codecs; KVQ_HQX_SWEEP=1: the one-token product again
-    // for each rows-per-warp choice, with and without programmatic dependent launch
+    // for each rows-per-warp choice, and without programmatic dependent launch
     const int n_codec = getenv("KVQ_HQX_CODECS") ? atoi(getenv("KVQ_HQX_CODECS")) : 3;
     const int sweep = getenv("KVQ_HQX_SWEEP") && atoi(getenv("KVQ_HQX_SWEEP"));
     printf("| shape | codec | stored bits/w | held bits/w | width | one call ms | streamed ms | streamed GB/s | "
@@ -108,17 +107,16 @@ int main(int argc, char **argv) {
             printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.0f | %.0f %% | %.4f | %.0f %% | %.4f | %.4f |\n", sh,
                    codecs[ci], sb, 8.0 * tb / (double)(rows * cols), w.vbits, ms, mss, bytes / (mss * 1e-3) / 1e9,
                    100.0 * bytes / (mss * 1e-3) / bw, msa, 100.0 * bytes / (msa * 1e-3) / bw, msf, ms8);
-            // path 1 (registers) rows/warp 1, 2, 4; path 2 (staged); the default without PDL
-            const int sw[][4] = {{1, 1, 0, 1}, {1, 2, 0, 1}, {1, 4, 0, 1}, {2, 2, 4, 1}, {0, 0, 0, 0}};
-            for (int v = 0; sweep && v < 5; v++) {
-                kvq_cuda_hqx_set_decode(sw[v][1], sw[v][2], sw[v][0]);
-                kvq_cuda_hqx_set_pdl(sw[v][3]);
+            for (int v = 0; sweep && v < 4; v++) { // rows a warp 1, 2, 4; the default without PDL
+                const int r = v < 3 ? 1 << v : 0, pdl = v < 3;
+                kvq_cuda_hqx_set_decode(r);
+                kvq_cuda_hqx_set_pdl(pdl);
                 if (kvq_cuda_hqx_time_stream(t, nc, 100, 1, &mss, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-                printf("|   sweep %s path %d rows/warp %d stages %d pdl %d | streamed %.4f ms | %.0f %% of copy BW |\n", sh,
-                       sw[v][0], sw[v][1], sw[v][2], sw[v][3], mss, 100.0 * bytes / (mss * 1e-3) / bw);
+                printf("|   sweep %s rows/warp %d pdl %d | streamed %.4f ms | %.0f %% of copy BW |\n", sh, r, pdl, mss,
+                       100.0 * bytes / (mss * 1e-3) / bw);
             }
             if (sweep) {
-                kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0, dp ? atoi(dp) : 0, pa ? atoi(pa) : 0);
+                kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0);
                 kvq_cuda_hqx_set_pdl(1);
             }
             fflush(stdout);
