@@ -10,7 +10,8 @@
 // every token's int8 activation with 16 dp4a; per tile the integer sum is scaled by
 // scale·sx. Escapes are spread over the lanes. The float sums run in another order than the
 // CPU's, so results equal the CPU int8 mode's within rounding (and a code one step apart
-// where a rounding boundary falls differently).
+// where a rounding boundary falls differently). One token: the preparation here, the product
+// in hqx_gemv1.cu (same bits as this kernel's).
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -241,7 +242,8 @@ __device__ __forceinline__ void finish_row(const Dev &d, int64_t row, int lane, 
 
 // Kernel 2: block (b, p) serves part p when b < nb[p]: the prepared activations into shared
 // memory, then rows in turn, two per warp at a time (both rows' loads in flight together).
-// TGC: the tokens the accumulators hold (1: a decode step, few registers; TGMAX: batches).
+// TGC: the tokens the accumulators hold (TGMAX; one token goes to hqx_gemv1.cu, which sums
+// in this kernel's order: lane L's chunks L, L+32, ..., then its escapes, then the xor tree).
 template <int TGC>
 __global__ void __launch_bounds__(FB) hqx_fused_i8(const __grid_constant__ Parts P, int tg, int64_t ldy, int accumulate) {
     const int pi = blockIdx.y;
