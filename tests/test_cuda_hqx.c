@@ -1,7 +1,7 @@
 // GPU products from the hqx execution layout (kernels/cuda/hqx_matvec.cu) against the CPU
 // reference (kernels/cpu/hqx.c, exact mode, scalar path) on seeded random tensors: every
 // lattice, widths 4..8 with escapes, RTN at several widths and groups, padded columns,
-// tiles 64..256. Skips without a GPU.
+// tiles 64..1024, both paths of the one-token int8 product. Skips without a GPU.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,7 +40,12 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_hqx_act a;
     kvq_hqx_act_init(w, buf, &a);
     kvq_hqx_prep(w, x, &a);
-    for (int int8 = 0; int8 < 2; int8++) {
+    // float; int8 by the one-token product (hqx_gemv1.cu) with 1 (the default), 2 and 4 rows
+    // a warp: the same bits each time
+    float *y1 = malloc(sizeof(float) * w->rows);
+    for (int mode = 0; mode < 4; mode++) {
+        const int int8 = mode > 0;
+        kvq_cuda_hqx_set_decode(mode == 2 ? 2 : mode == 3 ? 4 : 1);
         kvq_hqx_matmul(w, &a, 1, yc, w->rows, int8 ? KVQ_HQX_INT8 : KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
         memset(yg, 0xff, sizeof(float) * w->rows); // poisoned: every row must be written
         st = kvq_cuda_hqx_matvec_host(t, x, yg, int8, &err);
@@ -53,12 +58,19 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         }
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s %s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
-                int8 ? "int8 " : "float", (long long)w->rows, (long long)w->cols, w->tile, w->vbits, rel);
+                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : "int8/4", (long long)w->rows, (long long)w->cols, w->tile,
+                w->vbits, rel);
         assert_true(rel <= 1e-5);
+        if (mode == 1) memcpy(y1, yg, sizeof(float) * w->rows);
+        if (mode > 1) assert_memory_equal(y1, yg, sizeof(float) * w->rows);
     }
+    kvq_cuda_hqx_set_decode(0);
     // the fused int8 product (hqx_fused.cu): several tokens per launch (11 > 8: two launches),
-    // accumulating into y, against the CPU int8 reference token by token
+    // accumulating into y, against the CPU int8 reference token by token; one token (the
+    // one-token kernel) gives the same bits as the first token of three (the batched kernel):
+    // a decode step rounds like a prefill row
     enum { NT = 11 };
+    float *Y1 = malloc(sizeof(float) * w->rows);
     float *X = malloc(sizeof(float) * w->cols * NT), *Y = malloc(sizeof(float) * w->rows * NT),
           *R = malloc(sizeof(float) * w->rows * NT);
     for (int64_t i = 0; i < w->cols * NT; i++) X[i] = (float)gauss(&seed);
@@ -89,10 +101,12 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s fused int8 x%-2d (+=) tile %4d: rel err %.2e\n", what, nt, w->tile, rel);
         assert_true(rel <= 1e-5);
+        if (nt == 1) memcpy(Y1, Y, sizeof(float) * w->rows);
+        if (nt == 3) assert_memory_equal(Y1, Y, sizeof(float) * w->rows);
         kvq_cuda_free(dx);
         kvq_cuda_free(dy);
     }
-    free(X); free(Y); free(R);
+    free(X); free(Y); free(R); free(Y1); free(y1);
     kvq_cuda_hqx_free(t);
     kvq_hqx_free(w);
     free(x); free(yg); free(yc); free(buf);
@@ -115,8 +129,12 @@ static void test_hyperquant(void **state) {
         {KVQ_LAT_E8, 5.0, 33, 768, 0},  {KVQ_LAT_E8, 4.0, 20, 256, 8}, {KVQ_LAT_D4, 4.0, 50, 1408, 0},
         {KVQ_LAT_A2, 4.0, 33, 256, 0},  {KVQ_LAT_Z, 5.0, 40, 384, 0},  {KVQ_LAT_E8, 4.0, 17, 4096, 7},
         {KVQ_LAT_E8, 4.0, 20, 2048, 0}, {KVQ_LAT_D4, 3.0, 20, 3000, 0}, {KVQ_LAT_E8, 4.0, 9, 1100, 0},
+        {KVQ_LAT_E8, 4.0, 70, 2048, 0}, {KVQ_LAT_E8, 3.0, 33, 1024, 0}, {KVQ_LAT_E8, 4.0, 21, 3072, 6},
+        {KVQ_LAT_D4, 4.0, 19, 1024, 8},
     };
-    const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64}; // 0: the encoder's choice
+    // 0: the encoder's choice; the last four have whole steps of 1024 columns (E8 4.0 and 3.0
+    // there take the one-token product's branch-free specialization)
+    const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         float *x = matrix(cs[i].rows, cs[i].cols, 10 + i);
         kvq_hq_opts o = kvq_hq_opts_default(cs[i].l, cs[i].bps);

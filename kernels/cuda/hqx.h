@@ -42,12 +42,25 @@ kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_
 int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t);
 /** Raises the fused product's shared-memory limit (once; before capturing a graph). */
 kvq_status kvq_cuda_hqx_fused_init(kvq_err *err);
+/** Benchmark knobs of the one-token int8 product (hqx_gemv1.cu): rows per warp (1, 2, 4; 0:
+ *  the default, 1) and whether it is launched as a programmatic dependent of the activation
+ *  preparation (1, the default; KVQ_CUDA_PDL=0 in the environment turns it off). Not
+ *  thread-safe: set before launching. */
+void kvq_cuda_hqx_set_decode(int rows_per_warp);
+void kvq_cuda_hqx_set_pdl(int on);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);
 /** Median time in ms of reps launches of the product alone (rotation included), by CUDA
  *  events, on random activations in device buffers the call allocates. int8: 0 float, 1 int8
  *  (kvq_cuda_hqx_matvec), 1 + n: the batched int8 product on n tokens (kvq_cuda_hqx_matmul). */
 kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kvq_err *err);
+
+/** Mean time in ms of one one-token int8 product when reps of them run back to back on the
+ *  library's stream, cycling over the n tensors t (equal columns; several copies keep the
+ *  weights from being served by L2): the throughput a decode step's stream of kernels sees,
+ *  without the host's launch latency. Median of 5 such runs. prep = 0: the product kernel
+ *  alone (the activation preparation runs once, in the warm-up). */
+kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, int prep, double *ms, kvq_err *err);
 
 #ifdef __cplusplus
 }

@@ -10,9 +10,11 @@
 // every token's int8 activation with 16 dp4a; per tile the integer sum is scaled by
 // scale·sx. Escapes are spread over the lanes. The float sums run in another order than the
 // CPU's, so results equal the CPU int8 mode's within rounding (and a code one step apart
-// where a rounding boundary falls differently).
+// where a rounding boundary falls differently). One token: the preparation here, the product
+// in hqx_gemv1.cu (same bits as this kernel's).
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx_dev.cuh"
@@ -21,23 +23,6 @@
 #define FW (FB / 32)  // warps per block
 #define TGMAX 8       // tokens per launch at most
 #define SMEM_BUDGET (200 * 1024)
-
-static __host__ __device__ inline size_t al16(size_t b) { return (b + 15) & ~(size_t)15; }
-
-// Shared-memory layout for tg tokens of cols_p coordinates in tiles of T.
-struct Lay {
-    size_t sx, xs, s8, xq, total;
-};
-static __host__ __device__ inline Lay lay(int64_t cols_p, int T, int tg) {
-    Lay l;
-    const size_t tiles = (size_t)(cols_p / T);
-    l.sx = 0;
-    l.xs = l.sx + al16(sizeof(float) * tiles * tg);
-    l.s8 = l.xs + al16(sizeof(float) * tiles * tg);
-    l.xq = l.s8 + al16(sizeof(int32_t) * (size_t)(cols_p / 8) * tg);
-    l.total = l.xq + al16((size_t)cols_p * tg);
-    return l;
-}
 
 __device__ __forceinline__ uint32_t spread4f(uint32_t nib4) { return (nib4 * 0x00204081u) & 0x01010101u; }
 
@@ -48,7 +33,7 @@ __device__ __forceinline__ uint32_t spread4f(uint32_t nib4) { return (nib4 * 0x0
 // the 8-vector sums into shared memory.
 template <int R>
 __device__ __forceinline__ void prep_tile(const Dev &d, const float *__restrict__ x, int8_t *xq, float *sx, float *xs,
-                                          int32_t *s8, int lane, int64_t j) {
+                                          int32_t *s8, int lane, int64_t j, bool perm) {
     constexpr int T = 32 * R;
     {
         float v[R];
@@ -100,33 +85,25 @@ __device__ __forceinline__ void prep_tile(const Dev &d, const float *__restrict_
         for (int r = 0; r < R; r++) {
             const float f = __fmul_rn(v[r], inv);
             const int q = f >= 127.0f ? 127 : f <= -127.0f ? -127 : (f == f ? __float2int_rn(f) : 0);
-            xq[base + r] = (int8_t)q;
+            xq[perm ? kvq_gemv1_xq_at(base + r) : base + r] = (int8_t)q;
             q8 += q;
             if constexpr (R >= 8)
-                if ((r & 7) == 7) { s8[(base + r) / 8] = q8; q8 = 0; }
+                if ((r & 7) == 7) { s8[perm ? kvq_gemv1_s8_at((base + r) / 8) : (base + r) / 8] = q8; q8 = 0; }
             qs += q;
         }
         if constexpr (R < 8) { // an 8-vector spans 8/R lanes
             for (int o = 1; o < 8 / R; o <<= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
-            if ((lane % (8 / R)) == 0) s8[base / 8] = qs;
+            if ((lane % (8 / R)) == 0) s8[perm ? kvq_gemv1_s8_at(base / 8) : base / 8] = qs;
         }
     }
 }
 
-#define MAXP 3 // row blocks (fused q/k/v, gate/up) in one launch
-
-// The parts of one launch: each its own tensor (rotation, tile), scratch and output rows.
-struct Parts {
-    Dev d[MAXP];
-    const unsigned char *fs[MAXP];
-    float *y[MAXP];  // output of part p (its first row), row stride ldy
-    int nb[MAXP];    // blocks of the main kernel per part
-    int n;
-};
-
 // Kernel 1: the activations of tg tokens into each part's scratch (the layout lay(cols_p, T,
-// tg)), one warp per (tile, token, part).
+// tg); one token: the one-token product's lane order), one warp per (tile, token, part).
 __global__ void __launch_bounds__(FB) hqx_prep_i8(const __grid_constant__ Parts P, const float *__restrict__ x, int tg) {
+    // a programmatic dependent (the one-token product) may start its weight loads now; it
+    // waits for this grid's completion before it reads the activations
+    asm volatile("griddepcontrol.launch_dependents;");
     const int pi = blockIdx.z;
     const Dev &d = P.d[pi];
     unsigned char *scratch = (unsigned char *)P.fs[pi];
@@ -139,11 +116,11 @@ __global__ void __launch_bounds__(FB) hqx_prep_i8(const __grid_constant__ Parts 
     float *a = (float *)(scratch + L.sx) + t * tiles, *b = (float *)(scratch + L.xs) + t * tiles;
     int32_t *c = (int32_t *)(scratch + L.s8) + (int64_t)t * (cp / 8);
     switch (d.T) {
-    case 64: prep_tile<2>(d, xt, q, a, b, c, lane, j); break;
-    case 128: prep_tile<4>(d, xt, q, a, b, c, lane, j); break;
-    case 256: prep_tile<8>(d, xt, q, a, b, c, lane, j); break;
-    case 512: prep_tile<16>(d, xt, q, a, b, c, lane, j); break;
-    default: prep_tile<32>(d, xt, q, a, b, c, lane, j); break;
+    case 64: prep_tile<2>(d, xt, q, a, b, c, lane, j, tg == 1); break;
+    case 128: prep_tile<4>(d, xt, q, a, b, c, lane, j, tg == 1); break;
+    case 256: prep_tile<8>(d, xt, q, a, b, c, lane, j, tg == 1); break;
+    case 512: prep_tile<16>(d, xt, q, a, b, c, lane, j, tg == 1); break;
+    default: prep_tile<32>(d, xt, q, a, b, c, lane, j, tg == 1); break;
     }
 }
 
@@ -265,7 +242,8 @@ __device__ __forceinline__ void finish_row(const Dev &d, int64_t row, int lane, 
 
 // Kernel 2: block (b, p) serves part p when b < nb[p]: the prepared activations into shared
 // memory, then rows in turn, two per warp at a time (both rows' loads in flight together).
-// TGC: the tokens the accumulators hold (1: a decode step, few registers; TGMAX: batches).
+// TGC: the tokens the accumulators hold (TGMAX; one token goes to hqx_gemv1.cu, which sums
+// in this kernel's order: lane L's chunks L, L+32, ..., then its escapes, then the xor tree).
 template <int TGC>
 __global__ void __launch_bounds__(FB) hqx_fused_i8(const __grid_constant__ Parts P, int tg, int64_t ldy, int accumulate) {
     const int pi = blockIdx.y;
@@ -302,38 +280,46 @@ __global__ void __launch_bounds__(FB) hqx_fused_i8(const __grid_constant__ Parts
 }
 
 static int g_sms = 0;
-static int g_occ[2][8]; // blocks per SM by the occupancy calculator: [tg > 1][smem / 32 KiB]
+static int g_occ[8]; // blocks per SM of the batched kernel by the occupancy calculator: [smem / 32 KiB]
+static int g_pdl = 1; // the one-token product as a programmatic dependent of the preparation
+static int g_skip_prep = 0; // benchmarks: launch the one-token product alone (kvq_cuda_hqx_time_stream)
 
-// Blocks of 256 threads one SM runs at once for the instantiation and shared memory (cached).
-static int occupancy(int tg, size_t smem) {
-    const int b = smem / (32 * 1024) < 8 ? (int)(smem / (32 * 1024)) : 7, k = tg > 1;
-    if (!g_occ[k][b]) {
+void kvq_cuda_hqx_skip_prep(int on) { g_skip_prep = on; }
+
+// Blocks of 256 threads one SM runs at once for the shared memory (cached).
+static int occupancy(size_t smem) {
+    const int b = smem / (32 * 1024) < 8 ? (int)(smem / (32 * 1024)) : 7;
+    if (!g_occ[b]) {
         int n = 0;
         const size_t probe = (size_t)(b + 1) * 32 * 1024 - 1 < SMEM_BUDGET ? (size_t)(b + 1) * 32 * 1024 - 1 : SMEM_BUDGET;
-        if (k) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, hqx_fused_i8<TGMAX>, FB, probe);
-        else cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, hqx_fused_i8<1>, FB, probe);
-        g_occ[k][b] = n > 0 ? n : 1;
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, hqx_fused_i8<TGMAX>, FB, probe);
+        g_occ[b] = n > 0 ? n : 1;
     }
-    return g_occ[k][b];
+    return g_occ[b];
 }
 
-extern "C" size_t kvq_cuda_hqx_fused_scratch(int64_t cols_p, int tile) { return lay(cols_p, tile, TGMAX).total; }
+extern "C" size_t kvq_cuda_hqx_fused_scratch(int64_t cols_p, int tile) {
+    const size_t a = lay(cols_p, tile, TGMAX).total, b = lay(cols_p, tile, 1).total;
+    return a > b ? a : b;
+}
 
 extern "C" int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t) {
     for (int tg = TGMAX; tg > 1; tg--)
         if (lay(t->h.cols_p, t->h.tile, tg).total <= SMEM_BUDGET) return tg;
-    return lay(t->h.cols_p, t->h.tile, 1).total <= SMEM_BUDGET ? 1 : 0;
+    return 1; // the one-token product (hqx_gemv1.cu) holds no activations in shared memory
 }
+
+extern "C" void kvq_cuda_hqx_set_pdl(int on) { g_pdl = on; }
 
 extern "C" kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) {
     if (g_sms) return KVQ_OK;
     int dev = 0;
     CU_TRY(cudaGetDevice(&dev));
     CU_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
-    CU_TRY(cudaFuncSetAttribute(hqx_fused_i8<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BUDGET));
     CU_TRY(cudaFuncSetAttribute(hqx_fused_i8<TGMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BUDGET));
-    for (int k = 0; k < 2; k++) // fill the occupancy cache now: never while a graph is being captured
-        for (int b = 0; b < 7; b++) occupancy(k ? 2 : 1, (size_t)b * 32 * 1024);
+    for (int b = 0; b < 7; b++) occupancy((size_t)b * 32 * 1024); // now: never while a graph is being captured
+    const char *e = getenv("KVQ_CUDA_PDL");
+    if (e && *e == '0') g_pdl = 0;
     return KVQ_OK;
 }
 
@@ -346,8 +332,6 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, c
     int64_t all_rows = 0, max_tiles = 0;
     for (int p = 0; p < n; p++) {
         const int tg = kvq_cuda_hqx_fused_tokens(t[p]);
-        if (!tg) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: %lld columns exceed the fused product's shared memory",
-                                    (long long)t[p]->h.cols_p);
         if (t[p]->h.tile < 64 || t[p]->h.tile > 1024 || (t[p]->h.tile & (t[p]->h.tile - 1)))
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: tile %d (the fused product takes 64..1024)", t[p]->h.tile);
         if (t[p]->h.cols != t[0]->h.cols)
@@ -369,7 +353,19 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, c
             const size_t sb = lay(t[p]->h.cols_p, t[p]->h.tile, tg).total;
             smem = sb > smem ? sb : smem;
         }
-        const int64_t cap = (int64_t)g_sms * occupancy(tg, smem); // one wave: no tail
+        P.n = n;
+        if (tg == 1 && g_skip_prep) {
+            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, 0, err))) return s;
+            continue;
+        }
+        hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), FB, 0, kvq_cuda_stream()>>>(
+            P, d_x + (int64_t)t0 * t[0]->h.cols, tg);
+        CU_LAUNCHED("hqx_prep_i8");
+        if (tg == 1) {
+            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err))) return s;
+            continue;
+        }
+        const int64_t cap = (int64_t)g_sms * occupancy(smem); // one wave: no tail
 
         for (int p = 0; p < n; p++) { // the SMs shared by rows
             int64_t nb = (t[p]->h.rows + FW - 1) / FW, share = (cap * t[p]->h.rows + all_rows - 1) / all_rows;
@@ -377,15 +373,7 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, c
             P.nb[p] = (int)(nb > 0 ? nb : 1);
             max_nb = P.nb[p] > max_nb ? P.nb[p] : max_nb;
         }
-        P.n = n;
-        hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), FB, 0, kvq_cuda_stream()>>>(
-            P, d_x + (int64_t)t0 * t[0]->h.cols, tg);
-        CU_LAUNCHED("hqx_prep_i8");
-        if (tg == 1)
-            hqx_fused_i8<1><<<dim3((unsigned)max_nb, (unsigned)n), FB, smem, kvq_cuda_stream()>>>(P, tg, ldy, accumulate);
-        else
-            hqx_fused_i8<TGMAX><<<dim3((unsigned)max_nb, (unsigned)n), FB, smem, kvq_cuda_stream()>>>(P, tg, ldy,
-                                                                                                   accumulate);
+        hqx_fused_i8<TGMAX><<<dim3((unsigned)max_nb, (unsigned)n), FB, smem, kvq_cuda_stream()>>>(P, tg, ldy, accumulate);
         CU_LAUNCHED("hqx_fused_i8");
     }
     return KVQ_OK;

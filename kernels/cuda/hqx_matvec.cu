@@ -16,38 +16,10 @@
 #include "kernels/cuda/hqx.h"
 #include "kernels/cuda/hqx_dev.cuh"
 
-// int8 activations as the CPU's kvq_hqx_prep makes them: per tile amax, sx = amax/127,
-// xq = rint(xr·(127/amax)) clamped to ±127, and the sums of each 8-vector (s8).
-__device__ void quantize(float v, int i, int T, int j, int64_t col, int8_t *xq, float *sx, int32_t *s8, float *s,
-                         float *red) {
-    float a = fabsf(v);
-    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    if ((i & 31) == 0) red[i >> 5] = a;
-    __syncthreads();
-    float amax = 0.0f;
-    for (int w = 0; w < T / 32; w++) amax = fmaxf(amax, red[w]);
-    const bool ok = amax > 0.0f && isfinite(amax);
-    const float inv = ok ? __fdiv_rn(127.0f, amax) : 0.0f;
-    if (i == 0) sx[j] = ok ? __fdiv_rn(amax, 127.0f) : 0.0f;
-    const float f = __fmul_rn(v, inv);
-    const int q = f >= 127.0f ? 127 : f <= -127.0f ? -127 : (f == f ? __float2int_rn(f) : 0);
-    xq[col] = (int8_t)q;
-    __syncthreads();
-    s[i] = (float)q;
-    __syncthreads();
-    if ((i & 7) == 0) {
-        int t = 0;
-        for (int k = 0; k < 8; k++) t += (int)s[i + k];
-        s8[col / 8] = t;
-    }
-}
-
 // ---- rotation: xr = g ⊙ H_T·(d_j ⊙ x_j) per tile column (rotate), or xr = x and the tile
 // sums xs (RTN zero points)
-__global__ void hqx_rotate(Dev d, const float *__restrict__ x, float *__restrict__ xr, float *__restrict__ xs,
-                           int8_t *__restrict__ xq, float *__restrict__ sx, int32_t *__restrict__ s8) {
+__global__ void hqx_rotate(Dev d, const float *__restrict__ x, float *__restrict__ xr, float *__restrict__ xs) {
     extern __shared__ float s[];
-    __shared__ float red[32];
     const int j = blockIdx.x, i = threadIdx.x, T = d.T;
     const int64_t col = (int64_t)j * T + i;
     float v = col < d.cols ? x[col] : 0.0f;
@@ -67,7 +39,6 @@ __global__ void hqx_rotate(Dev d, const float *__restrict__ x, float *__restrict
         v = s[i];
         if (d.a2 && !(i & 1)) v = __fmul_rn(v, KVQ_HQ_SQRT3_F);
         xr[col] = v;
-        if (xq) quantize(v, i, T, j, col, xq, sx, s8, s, red);
     } else {
         xr[col] = v;
         s[i] = v;
@@ -76,10 +47,6 @@ __global__ void hqx_rotate(Dev d, const float *__restrict__ x, float *__restrict
             float t = 0.0f;
             for (int k = 0; k < T; k++) t = __fadd_rn(t, s[k]);
             xs[j] = t;
-        }
-        if (xq) {
-            __syncthreads();
-            quantize(v, i, T, j, col, xq, sx, s8, s, red);
         }
     }
 }
@@ -154,79 +121,6 @@ __global__ void __launch_bounds__(128) hqx_gemv(Dev d, float *__restrict__ y) {
     }
 }
 
-// ---- int8 product: lane l takes half l%2 of chunk l/2 (16 low-nibble and 16 high-nibble
-// codes: one 16-byte load), a step covers 16 chunks = 512 contiguous bytes; codes become
-// signed bytes v = u − off (bit planes spread into bytes by a multiply) and meet the int8
-// activations in 8 dp4a; per tile the lane's integer sum is scaled by scale·sx.
-__device__ __forceinline__ uint32_t spread4(uint32_t nib4) { return (nib4 * 0x00204081u) & 0x01010101u; }
-
-__global__ void __launch_bounds__(128) hqx_gemv_i8(Dev d, float *__restrict__ y) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (row >= d.rows) return;
-    const int64_t cpr = d.cols_p / 64, tpr = d.cols_p / d.T;
-    const int ch16 = lane >> 1, h = lane & 1;
-    const uint32_t offb = d.vbits == 8 ? 0u : (uint32_t)d.off * 0x01010101u;
-    float acc = 0.0f;
-#pragma unroll 2
-    for (int64_t c0 = 0; c0 < cpr; c0 += 16) {
-        const int64_t cr = c0 + ch16;
-        if (cr >= cpr) continue;
-        const int64_t g = row * cpr + cr;
-        uint32_t lo[4], hi[4];
-        if (d.vbits == 8) {
-            const uint4 a = __ldg((const uint4 *)(d.q + g * 64 + 16 * h)), b = __ldg((const uint4 *)(d.q + g * 64 + 32 + 16 * h));
-            lo[0] = a.x ^ 0x80808080u; lo[1] = a.y ^ 0x80808080u; lo[2] = a.z ^ 0x80808080u; lo[3] = a.w ^ 0x80808080u;
-            hi[0] = b.x ^ 0x80808080u; hi[1] = b.y ^ 0x80808080u; hi[2] = b.z ^ 0x80808080u; hi[3] = b.w ^ 0x80808080u;
-        } else {
-            const uint4 a = __ldg((const uint4 *)(d.q + g * 32 + 16 * h));
-            const uint32_t r[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-            for (int k = 0; k < 4; k++) { lo[k] = r[k] & 0x0F0F0F0Fu; hi[k] = (r[k] >> 4) & 0x0F0F0F0Fu; }
-            for (int p = 0; p < d.np; p++) {
-                const uint64_t wd = __ldg(d.hb + g * d.np + p);
-                const uint32_t bl = (uint32_t)(wd >> (16 * h)) & 0xffffu, bh = (uint32_t)(wd >> (32 + 16 * h)) & 0xffffu;
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    lo[k] |= spread4((bl >> (4 * k)) & 15u) << (4 + p);
-                    hi[k] |= spread4((bh >> (4 * k)) & 15u) << (4 + p);
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < 4; k++) { lo[k] = __vsub4(lo[k], offb); hi[k] = __vsub4(hi[k], offb); }
-        }
-        const int64_t xo = cr * 64 + 16 * h;
-        const uint4 xa = __ldg((const uint4 *)(d.xq + xo)), xb = __ldg((const uint4 *)(d.xq + xo + 32));
-        int dot = 0;
-        dot = __dp4a((int)lo[0], (int)xa.x, dot); dot = __dp4a((int)lo[1], (int)xa.y, dot);
-        dot = __dp4a((int)lo[2], (int)xa.z, dot); dot = __dp4a((int)lo[3], (int)xa.w, dot);
-        dot = __dp4a((int)hi[0], (int)xb.x, dot); dot = __dp4a((int)hi[1], (int)xb.y, dot);
-        dot = __dp4a((int)hi[2], (int)xb.z, dot); dot = __dp4a((int)hi[3], (int)xb.w, dot);
-        int D = d.m * dot;
-        if (d.e8) {
-            const uint32_t cbb = __ldg(d.cb + g);
-            const int32_t *s8 = d.s8 + cr * 8;
-            if ((cbb >> (2 * h)) & 1) D += __ldg(s8 + 2 * h);
-            if ((cbb >> (2 * h + 1)) & 1) D += __ldg(s8 + 2 * h + 1);
-            if ((cbb >> (4 + 2 * h)) & 1) D += __ldg(s8 + 4 + 2 * h);
-            if ((cbb >> (5 + 2 * h)) & 1) D += __ldg(s8 + 5 + 2 * h);
-        }
-        const int64_t jt = (cr * 64) / d.T, t = row * tpr + jt;
-        acc = fmaf(tile_scale(d, t) * __ldg(d.sx + jt), (float)D, acc);
-        if (d.zero && h == 0 && (cr * 64) % d.T == 0) acc = fmaf(d.zero[t], d.xs[jt], acc);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) {
-        for (uint32_t e = d.esc_row[row]; e < d.esc_row[row + 1]; e++) {
-            const uint32_t col = kvq_hqx_esc_col(d.esc[e]);
-            const int64_t jt = col / d.T;
-            acc = fmaf(tile_scale(d, row * tpr + jt) * d.sx[jt], (float)(d.m * kvq_hqx_esc_delta(d.esc[e]) * d.xq[col]), acc);
-        }
-        y[row] = acc;
-    }
-}
-
 // ---- host side
 
 template <typename T> static kvq_status up(T **dst, const T *src, size_t n, size_t *bytes, kvq_err *err) {
@@ -265,9 +159,6 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
     if (!s) {
         cudaError_t e = cudaMalloc((void **)&t->xr, sizeof(float) * (size_t)w->cols_p);
         if (e == cudaSuccess) e = cudaMalloc((void **)&t->xs, sizeof(float) * (size_t)(w->cols_p / w->tile));
-        if (e == cudaSuccess) e = cudaMalloc((void **)&t->sx, sizeof(float) * (size_t)(w->cols_p / w->tile));
-        if (e == cudaSuccess) e = cudaMalloc((void **)&t->xq, (size_t)w->cols_p);
-        if (e == cudaSuccess) e = cudaMalloc((void **)&t->s8, sizeof(int32_t) * (size_t)(w->cols_p / 8));
         if (e == cudaSuccess) e = cudaMalloc((void **)&t->fs, kvq_cuda_hqx_fused_scratch(w->cols_p, w->tile));
         if (e != cudaSuccess) s = cu_fail(err, e, "cudaMalloc(scratch)");
     }
@@ -278,8 +169,7 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
 
 extern "C" void kvq_cuda_hqx_free(kvq_cuda_hqx *t) {
     if (!t) return;
-    void *p[] = {t->q, t->hb, t->cb, t->scode, t->lut, t->scale, t->zero, t->esc_row, t->esc, t->xr, t->xs,
-                 t->sx, t->xq, t->s8, t->fs};
+    void *p[] = {t->q, t->hb, t->cb, t->scode, t->lut, t->scale, t->zero, t->esc_row, t->esc, t->xr, t->xs, t->fs};
     for (void *x : p)
         if (x) cudaFree(x);
     free(t);
@@ -288,18 +178,13 @@ extern "C" void kvq_cuda_hqx_free(kvq_cuda_hqx *t) {
 extern "C" size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t) { return t ? t->bytes : 0; }
 
 extern "C" kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, int int8, kvq_err *err) {
+    if (int8) return kvq_cuda_hqx_matmul(t, d_x, 1, d_y, t->h.rows, 0, err); // hqx_gemv1.cu
     Dev d = dev_of(t);
     const int T = t->h.tile;
-    hqx_rotate<<<(unsigned)(t->h.cols_p / T), T, sizeof(float) * T, kvq_cuda_stream()>>>(d, d_x, t->xr, t->xs, int8 ? t->xq : NULL, t->sx,
-                                                                       t->s8);
+    hqx_rotate<<<(unsigned)(t->h.cols_p / T), T, sizeof(float) * T, kvq_cuda_stream()>>>(d, d_x, t->xr, t->xs);
     CU_LAUNCHED("hqx_rotate");
-    if (int8) {
-        hqx_gemv_i8<<<(unsigned)((t->h.rows + 3) / 4), 128, 0, kvq_cuda_stream()>>>(d, d_y);
-        CU_LAUNCHED("hqx_gemv_i8");
-    } else {
-        hqx_gemv<<<(unsigned)((t->h.rows + 3) / 4), 128, 0, kvq_cuda_stream()>>>(d, d_y);
-        CU_LAUNCHED("hqx_gemv");
-    }
+    hqx_gemv<<<(unsigned)((t->h.rows + 3) / 4), 128, 0, kvq_cuda_stream()>>>(d, d_y);
+    CU_LAUNCHED("hqx_gemv");
     return KVQ_OK;
 }
 
@@ -352,5 +237,50 @@ extern "C" kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, dou
     if (s) return s;
     std::sort(tv.begin(), tv.end());
     *ms = tv.empty() ? 0.0 : tv[tv.size() / 2];
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, int prep, double *ms,
+                                               kvq_err *err) {
+    float *dx = NULL, *dy = NULL;
+    int64_t cols = t[0]->h.cols, rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (t[i]->h.cols != cols) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: time_stream: tensors differ in columns");
+        rows = t[i]->h.rows > rows ? t[i]->h.rows : rows;
+    }
+    CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * (size_t)cols));
+    CU_TRY(cudaMalloc((void **)&dy, sizeof(float) * (size_t)rows));
+    {
+        std::vector<float> hx((size_t)cols);
+        uint64_t z = 12345;
+        for (auto &v : hx) { z = z * 6364136223846793005ull + 1442695040888963407ull; v = (float)((int64_t)(z >> 33) % 2001 - 1000) / 1000.0f; }
+        CU_TRY(cudaMemcpy(dx, hx.data(), sizeof(float) * hx.size(), cudaMemcpyHostToDevice));
+    }
+    cudaEvent_t a, b;
+    CU_TRY(cudaEventCreate(&a));
+    CU_TRY(cudaEventCreate(&b));
+    std::vector<float> tv;
+    kvq_status s = KVQ_OK;
+    for (int i = 0; i < 2 * n && !s; i++) s = kvq_cuda_hqx_matmul(t[i % n], dx, 1, dy, rows, 0, err); // warm-up
+    kvq_cuda_hqx_skip_prep(!prep);
+    for (int k = 0; k < 5 && !s; k++) {
+        cudaEventRecord(a, kvq_cuda_stream());
+        for (int r = 0; r < reps && !s; r++) s = kvq_cuda_hqx_matmul(t[r % n], dx, 1, dy, rows, 0, err);
+        cudaEventRecord(b, kvq_cuda_stream());
+        cudaEventSynchronize(b);
+        float f = 0.0f;
+        cudaEventElapsedTime(&f, a, b);
+        tv.push_back(f / (float)reps);
+    }
+    kvq_cuda_hqx_skip_prep(0);
+    cudaError_t e = cudaGetLastError();
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(dx);
+    cudaFree(dy);
+    if (s) return s;
+    if (e != cudaSuccess) return cu_fail(err, e, "time_stream");
+    std::sort(tv.begin(), tv.end());
+    *ms = tv[tv.size() / 2];
     return KVQ_OK;
 }

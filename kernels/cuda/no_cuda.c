@@ -43,6 +43,10 @@ size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t) { return 0; }
 kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, int int8, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, int prep, double *ms, kvq_err *err) {
+    (void)t; (void)n; (void)reps; (void)prep; (void)ms;
+    return NO_CUDA(err);
+}
 kvq_status kvq_cuda_rmsnorm(float *y, const float *x, const float *w, int rows, int n, float eps, kvq_err *err) {
     return NO_CUDA(err);
 }
@@ -84,6 +88,8 @@ kvq_status kvq_cuda_hqx_matmul(kvq_cuda_hqx *t, const float *d_x, int n_tok, flo
     return NO_CUDA(err);
 }
 int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t) { return 0; }
+void kvq_cuda_hqx_set_decode(int rows_per_warp) { (void)rows_per_warp; }
+void kvq_cuda_hqx_set_pdl(int on) { (void)on; }
 kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
                                      float *d_y, int64_t ldy, int accumulate, kvq_err *err) {

@@ -1,9 +1,11 @@
 // GPU benchmark of products from the hqx execution layout (kernels/cuda/hqx_matvec.cu):
 // per shape, random Gaussian weights quantized with HyperQuant E8 4.0 / 3.0 and RTN 4 g128,
-// packed as the runtime packs them, one-token GEMV timed by CUDA events (median of 50),
-// beside the device's copy bandwidth. Prints one row per shape and codec: ms, bytes read,
-// GB/s and the fraction of copy bandwidth (bytes read per second over the copy's bytes read +
-// written per second). tests/bench/cuda_hqx_peer.py times torch's bf16
+// packed as the runtime packs them, the one-token int8 product timed by CUDA events: one call
+// alone (median of 50; the host's launch latency included) and streamed (100 back to back
+// over copies of the tensor that together exceed L2, mean; median of 5), beside the device's
+// copy bandwidth. Prints one row per shape and codec: ms, bytes read per second streamed and
+// its fraction of copy bandwidth (bytes read per second over the copy's bytes read + written
+// per second), the float product and the 8-token product (one call each). tests/bench/cuda_hqx_peer.py times torch's bf16
 // GEMV on the same shapes (run both in one call).
 // usage: cuda_hqx [ROWSxCOLS ...]   (default: Llama-3-8B's layer shapes and 8192², 16384²)
 #include <math.h>
@@ -58,6 +60,8 @@ int main(int argc, char **argv) {
     char why[256] = "", name[256] = "";
     if (kvq_cuda_device_count(why, sizeof why) <= 0) { printf("cuda_hqx: skipped: %s\n", why); return 0; }
     kvq_cuda_device_name(name, sizeof name);
+    const char *rw = getenv("KVQ_HQX_RW"); // one-token product: rows per warp (default 1)
+    kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0);
     kvq_err err = {0};
     double bw = 0;
     if (kvq_cuda_copy_bandwidth((size_t)1 << 30, 20, &bw, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -66,8 +70,13 @@ int main(int argc, char **argv) {
     const char *def[] = {"4096x4096", "1024x4096", "14336x4096", "4096x14336", "8192x8192", "16384x16384"};
     int ns = argc > 1 ? argc - 1 : 6;
     const char *codecs[] = {"hyperquant:e8:4.0", "hyperquant:e8:3.0", "rtn:4:g128"};
-    printf("| shape | codec | stored bits/w | held bits/w | width | int8 ms | float ms | batched int8 ms (1 tok) | "
-           "batched (8 tok) | int8 GB/s | of copy BW |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    // KVQ_HQX_CODECS=n: only the first n codecs; KVQ_HQX_SWEEP=1: the one-token product again
+    // for each rows-per-warp choice, and without programmatic dependent launch
+    const int n_codec = getenv("KVQ_HQX_CODECS") ? atoi(getenv("KVQ_HQX_CODECS")) : 3;
+    const int sweep = getenv("KVQ_HQX_SWEEP") && atoi(getenv("KVQ_HQX_SWEEP"));
+    printf("| shape | codec | stored bits/w | held bits/w | width | one call ms | streamed ms | streamed GB/s | "
+           "of copy BW | product alone ms | of copy BW | float ms | 8 tokens ms |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int si = 0; si < ns; si++) {
         const char *sh = argc > 1 ? argv[si + 1] : def[si];
         long long rows = 0, cols = 0;
@@ -75,24 +84,43 @@ int main(int argc, char **argv) {
         float *x = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
         uint64_t s = 7;
         for (long long i = 0; i < rows * cols; i++) x[i] = (float)(0.02 * gauss(&s));
-        for (int ci = 0; ci < 3; ci++) {
+        for (int ci = 0; ci < n_codec && ci < 3; ci++) {
             kvq_hqx w;
-            double sb = 0, ms = 0;
+            double sb = 0, ms = 0, mss = 0, msa = 0, msf = 0, ms8 = 0;
             if (pack_one(codecs[ci], x, rows, cols, &w, &sb)) return 1;
-            kvq_cuda_hqx *t = NULL;
-            double msf = 0, msb = 0, ms8 = 0;
-            if (kvq_cuda_hqx_upload(&w, &t, &err) || kvq_cuda_hqx_time(t, 50, 1, &ms, &err) ||
-                kvq_cuda_hqx_time(t, 50, 0, &msf, &err) || kvq_cuda_hqx_time(t, 50, 2, &msb, &err) ||
-                kvq_cuda_hqx_time(t, 50, 9, &ms8, &err)) {
+            // copies of the tensor, cycled by the streamed timing, so that L2 (50 MB) cannot
+            // serve the weights: at least 160 MB, at most 8 copies
+            kvq_cuda_hqx *t[8] = {NULL};
+            if (kvq_cuda_hqx_upload(&w, &t[0], &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+            const double tb = (double)kvq_cuda_hqx_bytes(t[0]);
+            int nc = (int)(160e6 / tb) + 1;
+            nc = nc < 2 ? 2 : nc > 8 ? 8 : nc;
+            for (int k = 1; k < nc; k++)
+                if (kvq_cuda_hqx_upload(&w, &t[k], &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+            if (kvq_cuda_hqx_time(t[0], 50, 1, &ms, &err) || kvq_cuda_hqx_time_stream(t, nc, 100, 1, &mss, &err) ||
+                kvq_cuda_hqx_time_stream(t, nc, 100, 0, &msa, &err) || kvq_cuda_hqx_time(t[0], 50, 0, &msf, &err) || kvq_cuda_hqx_time(t[0], 50, 9, &ms8, &err)) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
             }
-            double bytes = (double)kvq_cuda_hqx_bytes(t) + 4.0 * (double)(cols + rows) + 1.0 * (double)w.cols_p;
-            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.4f | %.4f | %.0f | %.0f %% |\n", sh, codecs[ci], sb,
-                   8.0 * (double)kvq_cuda_hqx_bytes(t) / (double)(rows * cols), w.vbits, ms, msf, msb, ms8,
-                   bytes / (ms * 1e-3) / 1e9, 100.0 * bytes / (ms * 1e-3) / bw);
+            // bytes a product must read: the packed tensor, x (float), y written
+            const double bytes = tb + 4.0 * (double)(cols + rows);
+            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.0f | %.0f %% | %.4f | %.0f %% | %.4f | %.4f |\n", sh,
+                   codecs[ci], sb, 8.0 * tb / (double)(rows * cols), w.vbits, ms, mss, bytes / (mss * 1e-3) / 1e9,
+                   100.0 * bytes / (mss * 1e-3) / bw, msa, 100.0 * bytes / (msa * 1e-3) / bw, msf, ms8);
+            for (int v = 0; sweep && v < 4; v++) { // rows a warp 1, 2, 4; the default without PDL
+                const int r = v < 3 ? 1 << v : 0, pdl = v < 3;
+                kvq_cuda_hqx_set_decode(r);
+                kvq_cuda_hqx_set_pdl(pdl);
+                if (kvq_cuda_hqx_time_stream(t, nc, 100, 1, &mss, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+                printf("|   sweep %s rows/warp %d pdl %d | streamed %.4f ms | %.0f %% of copy BW |\n", sh, r, pdl, mss,
+                       100.0 * bytes / (mss * 1e-3) / bw);
+            }
+            if (sweep) {
+                kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0);
+                kvq_cuda_hqx_set_pdl(1);
+            }
             fflush(stdout);
-            kvq_cuda_hqx_free(t);
+            for (int k = 0; k < nc; k++) kvq_cuda_hqx_free(t[k]);
             kvq_hqx_free(&w);
         }
         free(x);

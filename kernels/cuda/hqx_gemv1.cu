@@ -1,0 +1,326 @@
+// One-token (decode) int8 product from the hqx layout: y = W·x with the activation prepared
+// by hqx_fused.cu's hqx_prep_i8 in the lane order of hqx_dev.cuh (kvq_gemv1_xq_at). Built to
+// stream the weights at memory speed: a warp takes RW rows at once and walks their columns
+// in steps of 1024 (lane l: half l%2 of chunk l/2, one coalesced 16-byte load of nibbles per
+// row, the chunk's bit-plane words and coset byte), with the next step's loads issued before
+// the current step is multiplied (two steps of RW rows in flight per warp; deeper rings
+// and a cp.async ring in shared memory measured slower: fewer warps, more instructions).
+// The activations are read from global memory (L1-resident: a few KB per tensor) once per
+// step for all RW rows: no shared memory, no block barrier. Codes are not re-centred per
+// byte:  ⟨c, x⟩ = m·⟨u, x⟩ + Σ_vectors (cb − m·off)·s8,   u = nibble | planes << 4 ≥ 0,
+// so each 4 coordinates cost a shift, a mask, a multiply and a LOP3 per plane and one dp4a,
+// and the coset term two dp2a. Launched as a programmatic dependent of the preparation: the
+// first step's weight loads are issued before griddepcontrol.wait. Integer chunk sums equal
+// the CPU int8 reference's; the float sums run in the batched kernel's order (hqx_fused.cu),
+// so one-token and batched products give the same bits (a decode step equals a prefill row).
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/hqx_dev.cuh"
+
+#define G1_WARPS 8 // warps per block
+
+// One row's loads for one step (VB: value bits; NP planes of 64-bit words per chunk).
+template <int VB> struct G1W {
+    static constexpr int NP = VB > 4 && VB < 8 ? VB - 4 : 0;
+    uint4 q, q2;                 // q2: vbits 8 only (the hi bytes)
+    uint2 hb[NP > 0 ? NP : 1];
+    uint32_t cb, code;
+};
+
+// Streaming loads of the weights: not kept in L1, which holds the activations every step
+// re-reads.
+__device__ __forceinline__ uint4 g1_ld16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 g1_ld8(const void *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+// The tensor's scalars the loop reads, in registers (P.d[part] is indexed by the block's
+// part, so reading it in the loop would reload every field from parameter space).
+struct G1P {
+    const float *sc; // lut (with scode) or per-tile scales
+    int m, e8;
+    bool codes;
+};
+
+// The 4 coordinates of word k as bytes u = nibble | planes << 4 (nib4: the 4 nibbles already
+// masked into bytes; bits: the plane words' 16 bits of this half, shifted by 4k).
+template <int NP>
+__device__ __forceinline__ uint32_t g1_u(uint32_t nib4, const uint32_t *bits, int k) {
+    uint32_t u = nib4;
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        const uint32_t b = (bits[p] >> (4 * k)) & 15u;
+        u |= (b * (0x00204081u << (4 + p))) & (0x01010101u << (4 + p));
+    }
+    return u;
+}
+
+// The step's activation for one lane: its lo and hi int8 codes, its four 8-vector sums as
+// int16 pairs (s01: vectors 2h, 2h+1; s23: 4+2h, 5+2h), the tile's int8 scale, and
+// m·off·Σ(the lane's 32 codes).
+struct G1X {
+    int4 lo, hi;
+    int s01, s23;
+    float sx;
+    int moff_sum;
+};
+
+// ⟨c, x⟩ of one row's lane part (integer, exact).
+template <int VB>
+__device__ __forceinline__ int g1_dot(const G1P &d, const G1W<VB> &w, const G1X &x, int h) {
+    constexpr int NP = G1W<VB>::NP;
+    int dot = 0;
+    const uint32_t r[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    const int xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+    if constexpr (VB == 8) {
+        const uint32_t r2[4] = {w.q2.x, w.q2.y, w.q2.z, w.q2.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            dot = __dp4a((int)(r[k] ^ 0x80808080u), xl[k], dot);
+            dot = __dp4a((int)(r2[k] ^ 0x80808080u), xh[k], dot);
+        }
+    } else {
+        uint32_t bl[NP > 0 ? NP : 1], bh[NP > 0 ? NP : 1];
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            bl[p] = (w.hb[p].x >> (16 * h)) & 0xffffu; // plane bits of coordinates 16h.. (lo)
+            bh[p] = (w.hb[p].y >> (16 * h)) & 0xffffu; // and 32 + 16h.. (hi)
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            dot = __dp4a((int)g1_u<NP>(r[k] & 0x0F0F0F0Fu, bl, k), xl[k], dot);
+            dot = __dp4a((int)g1_u<NP>((r[k] >> 4) & 0x0F0F0F0Fu, bh, k), xh[k], dot);
+        }
+    }
+    int D = d.m * dot - x.moff_sum;
+    if (d.e8) { // the coset bits of the lane's vectors 2h, 2h+1, 4+2h, 5+2h as 0/1 bytes
+        const uint32_t b = (w.cb >> (2 * h)) & 0x33u, b4 = (b | (b >> 2)) & 15u;
+        const uint32_t sel = (b4 * 0x00204081u) & 0x01010101u;
+        D = __dp2a_lo(x.s01, (int)sel, D);
+        D = __dp2a_hi(x.s23, (int)sel, D);
+    }
+    return D;
+}
+
+// RW rows from r0, DEPTH steps of loads in flight (a ring of DEPTH buffers, indices fixed at
+// compile time by the unrolled inner loop). Pointers advance by constant strides per step
+// (the row's chunk offsets are formed once), so a step's instructions are its loads and its
+// arithmetic.
+// FAST: E8 with 8-bit scale codes and whole steps (every large E8 tensor), known at compile
+// time so that the loop has no branches.
+template <int VB, int RW, int DEPTH, bool FAST>
+__device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, float *y, int64_t r0, int lane,
+                                        int accumulate) {
+    constexpr int NP = G1W<VB>::NP, QS = VB == 8 ? 64 : 32; // q bytes per chunk
+    G1P d;
+    d.codes = FAST || dv.scode != NULL;
+    d.sc = d.codes ? dv.lut : dv.scale;
+    d.m = FAST ? 2 : dv.m;
+    d.e8 = FAST || dv.e8;
+    const int64_t rows = dv.rows;
+    const uint32_t cpr = (uint32_t)(dv.cols_p / 64), tsh = __ffs(dv.T) - 1, tiles = (uint32_t)(dv.cols_p >> tsh),
+                   steps = (cpr + 15) / 16, tps = 1024u >> tsh;
+    const bool whole = FAST || (cpr & 15) == 0; // no partial last step
+    const Lay L = lay(dv.cols_p, dv.T, 1);
+    const int h = lane & 1, cl = lane >> 1;
+    const int moff = VB == 8 ? 0 : dv.m * dv.off;
+    int nr = (int)(rows - r0 < RW ? rows - r0 : RW); // rows of this warp
+    // row 0's pointers at this lane's chunk of step 0; row i adds i times the row strides
+    const uint32_t g0 = (uint32_t)r0 * cpr + cl, t0 = (uint32_t)r0 * tiles + ((uint32_t)(cl * 64) >> tsh);
+    const uint8_t *qp = dv.q + (size_t)g0 * QS + 16 * h, *cbp = dv.cb + g0;
+    const uint64_t *hbp = dv.hb + (size_t)g0 * NP;
+    const uint8_t *scp = d.codes ? dv.scode + t0 : (const uint8_t *)(dv.scale + t0);
+    const uint32_t scs = d.codes ? 1 : 4; // bytes per scale entry
+    G1W<VB> buf[DEPTH][RW];
+    auto load = [&](G1W<VB> *w, uint32_t s) {
+        const bool ok = whole || s * 16 + cl < cpr;
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            if (!(i < nr && ok)) {
+                w[i].q = make_uint4(0, 0, 0, 0);
+                w[i].q2 = w[i].q;
+#pragma unroll
+                for (int p = 0; p < (NP > 0 ? NP : 1); p++) w[i].hb[p] = make_uint2(0, 0);
+                w[i].cb = 0;
+                w[i].code = 0;
+                continue;
+            }
+            const uint32_t ro = i * cpr + s * 16; // chunks from row 0's chunk
+            if constexpr (VB == 8) {
+                w[i].q = g1_ld16(qp + (size_t)ro * QS);
+                w[i].q2 = g1_ld16(qp + (size_t)ro * QS + 32);
+            } else {
+                w[i].q = g1_ld16(qp + (size_t)ro * QS);
+#pragma unroll
+                for (int p = 0; p < NP; p++) w[i].hb[p] = g1_ld8(hbp + (size_t)ro * NP + p);
+            }
+            w[i].cb = d.e8 ? (uint32_t)__ldg(cbp + ro) : 0u;
+            const uint32_t to = i * tiles + s * tps;
+            w[i].code = d.codes ? (uint32_t)__ldg(scp + to) : __ldg((const uint32_t *)(scp + (size_t)to * scs));
+        }
+    };
+#pragma unroll
+    for (int j = 0; j < DEPTH - 1; j++)
+        if (j < steps) load(buf[j], j);
+    // the weights' first steps are in flight; the activations come from the kernel before
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const float *sx = (const float *)(fs + L.sx), *xs = (const float *)(fs + L.xs);
+    const int8_t *xq = (const int8_t *)(fs + L.xq);
+    const int4 *xp = (const int4 *)(xq + 16 * lane), *s8p = (const int4 *)(fs + L.s8) + (cl * 2 + h);
+    const float *sxp = sx + ((uint32_t)(cl * 64) >> tsh);
+    // Float sums in the batched kernel's order (hqx_fused.cu), so that a decode step (one
+    // token, here) rounds exactly like a prefill row: there, lane L adds chunks L, L+32, ...
+    // in turn, each as fmaf(scale·sx, (float)D, acc) with D the chunk's integer sum (and the
+    // tile's zero point after its first chunk), then its escapes e0+L, e0+L+32, ..., then
+    // the lanes are summed by xor shuffles 16, 8, 4, 2, 1. Here the lane pair j = l/2 takes
+    // chunk 16s + j: both lanes add the pair's D, and step s's parity picks the accumulator,
+    // acc[0] for chunks j, j+32, ... (lane L = j there), acc[1] for j+16, j+48, ... (L = j+16).
+    static_assert(DEPTH % 2 == 0, "steps alternate between the two accumulators");
+    float acc[2][RW];
+#pragma unroll
+    for (int i = 0; i < RW; i++) acc[0][i] = acc[1][i] = 0.0f;
+    auto use = [&](const G1W<VB> *w, uint32_t s, int par) {
+        const uint32_t c = s * 16 + cl;
+        const bool ok = whole || c < cpr; // the same for both lanes of a pair
+        G1X x;
+        if (ok) {
+            x.lo = xp[s * 64];
+            x.hi = xp[s * 64 + 32];
+            const int4 v = s8p[s * 32];
+            x.s01 = (int)__byte_perm((uint32_t)v.x, (uint32_t)v.y, 0x5410);
+            x.s23 = (int)__byte_perm((uint32_t)v.z, (uint32_t)v.w, 0x5410);
+            x.sx = sxp[s * tps];
+            x.moff_sum = moff * (v.x + v.y + v.z + v.w);
+        }
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            int D = ok ? g1_dot<VB>(d, w[i], x, h) : 0;
+            D += __shfl_xor_sync(0xffffffffu, D, 1); // the chunk's sum
+            if (!ok) continue;
+            const float sc = d.codes ? __ldg(d.sc + w[i].code) : __uint_as_float(w[i].code);
+            acc[par][i] = fmaf(sc * x.sx, (float)D, acc[par][i]);
+            if (!FAST && dv.zero && ((c * 64) & (dv.T - 1)) == 0) { // RTN: the tile's zero point
+                const uint32_t jt = (c * 64) >> tsh;
+                acc[par][i] = fmaf(__ldg(dv.zero + (r0 + i) * tiles + jt), xs[jt], acc[par][i]);
+            }
+        }
+    };
+    for (uint32_t s = 0; s < steps; s += DEPTH) {
+#pragma unroll
+        for (int j = 0; j < DEPTH; j++) {
+            if (s + j >= steps) break;
+            if (s + j + DEPTH - 1 < steps) load(buf[(j + DEPTH - 1) % DEPTH], s + j + DEPTH - 1);
+            use(buf[j], s + j, j & 1);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RW; i++) {
+        // lane L takes the batched kernel's lane-L sum: acc[0] of pair L (L < 16), acc[1] of
+        // pair L − 16
+        const int src = 2 * (lane & 15);
+        const float a0 = __shfl_sync(0xffffffffu, acc[0][i], src), a1 = __shfl_sync(0xffffffffu, acc[1][i], src);
+        if (i >= nr) continue;
+        float v = lane < 16 ? a0 : a1;
+        const int64_t row = r0 + i;
+        const uint32_t e0 = __ldg(dv.esc_row + row), e1 = __ldg(dv.esc_row + row + 1);
+        for (uint32_t e = e0 + lane; e < e1; e += 32) {
+            const uint32_t en = __ldg(dv.esc + e), col = kvq_hqx_esc_col(en);
+            const uint32_t jt = col >> tsh;
+            const int64_t tix = row * tiles + jt;
+            const float sc = d.codes ? __ldg(d.sc + __ldg(dv.scode + tix)) : __ldg(dv.scale + tix);
+            v = fmaf(sc * sx[jt], (float)(d.m * kvq_hqx_esc_delta(en) * (int)xq[kvq_gemv1_xq_at(col)]), v);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) y[row] = accumulate ? __fadd_rn(y[row], v) : v;
+    }
+}
+
+// Blocks per SM the register budget is cut for: the ring of loads (RW·DEPTH row-steps of
+// q, planes, coset byte and scale code) plus ~36 registers of the rest, within 64K; one
+// block fewer for the general variant (zero points, partial steps), which would spill.
+#define G1_RING(VB, RW, DEPTH) ((RW) * (DEPTH) * (6 + ((VB) > 4 && (VB) < 8 ? 2 * ((VB) - 4) : 0) + ((VB) == 8 ? 4 : 0)))
+#define G1_MINB(VB, RW, DEPTH) (256 / (36 + G1_RING(VB, RW, DEPTH)) < 1 ? 1 : 256 / (36 + G1_RING(VB, RW, DEPTH)) > 4 ? 4 : 256 / (36 + G1_RING(VB, RW, DEPTH)))
+
+template <int VB, int RW, int DEPTH, bool FAST>
+__global__ void __launch_bounds__(G1_WARPS * 32, FAST || G1_MINB(VB, RW, DEPTH) == 1 ? G1_MINB(VB, RW, DEPTH) : G1_MINB(VB, RW, DEPTH) - 1) hqx_gemv1_k(const __grid_constant__ Parts P, int accumulate) {
+    const int pi = blockIdx.y;
+    if ((int)blockIdx.x >= P.nb[pi]) return;
+    const Dev &d = P.d[pi];
+    const int64_t r0 = ((int64_t)blockIdx.x * G1_WARPS + (threadIdx.x >> 5)) * RW;
+    if (r0 >= d.rows) return;
+    g1_rows<VB, RW, DEPTH, FAST>(d, P.fs[pi], P.y[pi], r0, threadIdx.x & 31, accumulate);
+}
+
+template <int VB, bool FAST> static cudaError_t g1_launch_f(const cudaLaunchConfig_t &cfg, int rw, const Parts &P, int accumulate) {
+    return rw == 4   ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 4, 2, FAST>, P, accumulate)
+           : rw == 2 ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 2, 2, FAST>, P, accumulate)
+                     : cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 1, 2, FAST>, P, accumulate);
+}
+template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, int rw, bool fast, const Parts &P, int accumulate) {
+    return fast ? g1_launch_f<VB, true>(cfg, rw, P, accumulate) : g1_launch_f<VB, false>(cfg, rw, P, accumulate);
+}
+
+static int g_rw = 0; // rows per warp (kvq_cuda_hqx_set_decode); 0: the default
+
+extern "C" void kvq_cuda_hqx_set_decode(int rows_per_warp) { g_rw = rows_per_warp; }
+
+kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
+    for (int p = 0; p < P.n; p++) {
+        if (P.d[p].rows * P.d[p].cols_p >= ((int64_t)1 << 32) || (P.d[p].T & (P.d[p].T - 1)))
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: %lld x %lld, tile %d: the one-token product takes "
+                               "tensors below 2^32 padded weights and power-of-two tiles",
+                               (long long)P.d[p].rows, (long long)P.d[p].cols_p, P.d[p].T);
+    }
+    // one row a warp: within a few % of 2 or 4 on the large shapes, faster on small and
+    // tall-thin ones (docs/results/gpu_runtime.md)
+    const int rw = g_rw == 2 || g_rw == 4 ? g_rw : 1;
+    // one launch per value width among the parts (q/k/v may differ); only the first follows
+    // the preparation kernel directly
+    unsigned done = 0;
+    for (int p0 = 0; p0 < P.n; p0++) {
+        const int vb = P.d[p0].vbits;
+        if (done & (1u << vb)) continue;
+        done |= 1u << vb;
+        Parts Q = P;
+        int max_nb = 1;
+        bool fast = true; // every part of this width: E8, scale codes, whole steps
+        for (int p = 0; p < P.n; p++)
+            if (P.d[p].vbits == vb && !(P.d[p].e8 && P.d[p].scode && P.d[p].cols_p % 1024 == 0)) fast = false;
+        for (int p = 0; p < P.n; p++) {
+            const int64_t groups = (P.d[p].rows + rw - 1) / rw;
+            Q.nb[p] = P.d[p].vbits == vb ? (int)((groups + G1_WARPS - 1) / G1_WARPS) : 0;
+            max_nb = Q.nb[p] > max_nb ? Q.nb[p] : max_nb;
+        }
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)max_nb, (unsigned)P.n);
+        cfg.blockDim = dim3(G1_WARPS * 32);
+        cfg.stream = kvq_cuda_stream();
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = pdl && p0 == 0 ? 1 : 0;
+        cudaError_t e;
+        switch (vb) {
+        case 4: e = g1_launch<4>(cfg, rw, fast, Q, accumulate); break;
+        case 5: e = g1_launch<5>(cfg, rw, fast, Q, accumulate); break;
+        case 6: e = g1_launch<6>(cfg, rw, fast, Q, accumulate); break;
+        case 7: e = g1_launch<7>(cfg, rw, fast, Q, accumulate); break;
+        default: e = g1_launch<8>(cfg, rw, fast, Q, accumulate); break;
+        }
+        if (e != cudaSuccess) return cu_fail(err, e, "launch hqx_gemv1");
+        CU_LAUNCHED("hqx_gemv1");
+    }
+    return KVQ_OK;
+}
