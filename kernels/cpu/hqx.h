@@ -77,7 +77,12 @@ void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y,
 
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_hqx_bytes(const kvq_hqx *w);
-/** Frees the arrays (allocated with malloc by the packer); NULL members are fine. */
+/** Zeroed, 64-byte aligned memory for a layout's q and hb arrays (4 MiB and more: its own
+ *  mapping, 2 MiB-aligned, advised for huge pages); release with kvq_hqx_dealloc. */
+void *kvq_hqx_alloc(size_t bytes);
+void kvq_hqx_dealloc(void *p);
+/** Frees the arrays (q and hb from kvq_hqx_alloc, the others malloc'd by the packer); NULL
+ *  members are fine. */
 void kvq_hqx_free(kvq_hqx *w);
 
 #endif

@@ -149,8 +149,8 @@ kvq_status kvq_rtn_pack(const json_t *params, const kvq_blob_view *blobs, int n_
     out->rows = rows;
     out->cols = cols;
     out->cols_p = cols_p;
-    out->q = calloc((size_t)n / 2, 1);
-    out->hb = np ? calloc((size_t)n / 64 * (size_t)np, 8) : NULL;
+    out->q = kvq_hqx_alloc((size_t)n / 2);
+    out->hb = np ? kvq_hqx_alloc((size_t)n / 64 * (size_t)np * 8) : NULL;
     out->scale = malloc(sizeof(float) * (size_t)(rows * gpr));
     out->zero = malloc(sizeof(float) * (size_t)(rows * gpr));
     out->esc_row = calloc((size_t)rows + 1, 4);

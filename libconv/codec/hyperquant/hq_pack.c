@@ -5,7 +5,6 @@
 // groups, so concatenating them in thread order gives the per-row lists sorted.
 #include <omp.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
 
 #include "libconv/codec/hyperquant/hq_impl.h"
@@ -84,24 +83,6 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
     free(cg);
 }
 
-// Zeroed memory for the layout's large arrays: from 4 MiB on, aligned to 2 MiB and marked for
-// transparent huge pages (the decode kernels stream every row group once per token; with 4 KiB
-// pages that is one TLB miss per 4 KiB of weights). Freed with free().
-static void *hqx_zalloc(size_t bytes) {
-#ifdef HQX_NO_HUGE
-    return calloc(bytes ? bytes : 1, 1);
-#else
-    const size_t huge = (size_t)2 << 20;
-    if (bytes < 2 * huge) return calloc(bytes ? bytes : 1, 1);
-    void *p = NULL;
-    size_t padded = (bytes + huge - 1) / huge * huge;
-    if (posix_memalign(&p, huge, padded)) return NULL;
-    madvise(p, padded, MADV_HUGEPAGE); // advice only: without THP the pages stay small
-    memset(p, 0, bytes);
-    return p;
-#endif
-}
-
 static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
                            int vbits, int n_threads, kvq_hqx *w, int64_t *n_esc, kvq_err *err) {
     const int64_t n = h->rows * h->cols_p, n_tiles = h->rows * (h->cols_p / h->tile);
@@ -115,8 +96,8 @@ static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const u
     w->cols = h->cols;
     w->cols_p = h->cols_p;
     w->seed = h->seed;
-    w->q = hqx_zalloc((size_t)n * (vbits == 8 ? 2 : 1) / 2);
-    w->hb = kvq_hqx_planes(vbits) ? hqx_zalloc((size_t)n / 64 * (size_t)kvq_hqx_planes(vbits) * 8) : NULL;
+    w->q = kvq_hqx_alloc((size_t)n * (vbits == 8 ? 2 : 1) / 2);
+    w->hb = kvq_hqx_planes(vbits) ? kvq_hqx_alloc((size_t)n / 64 * (size_t)kvq_hqx_planes(vbits) * 8) : NULL;
     w->cb = h->lat == KVQ_LAT_E8 ? malloc((size_t)n / 64) : NULL;
     if (h->norm_bits <= 8) { // tile scales as the stored norm codes into a table
         w->scode = malloc((size_t)n_tiles);
