@@ -17,6 +17,9 @@ typedef struct {
     int overflow;     // a delta beyond ±KVQ_HQX_ESC_MAX_DELTA
     int nomem;
     int64_t bad_group; // first corrupt group, or -1
+    int64_t *total;    // escapes of all threads so far (atomic), when budget >= 0
+    int64_t budget;    // stop once the total exceeds it (a wider layout will be tried); -1: never
+    int over;          // this thread stopped for the budget
 } esc_buf;
 
 static void esc_push(esc_buf *b, uint32_t tile, uint32_t e) {
@@ -42,6 +45,8 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
     int32_t *cg = malloc(sizeof(int32_t) * (size_t)T * KVQ_HQ_GROUP_TILES);
     if (!cg) { b->nomem = 1; return; }
     for (int64_t g = g0; g < g1 && b->bad_group < 0 && !b->nomem; g++) {
+        const size_t before = b->n;
+        if (b->budget >= 0 && __atomic_load_n(b->total, __ATOMIC_RELAXED) > b->budget) { b->over = 1; break; }
         if (kvq_hq_group_codes(h, codes, norms, offs, g, n_tiles, cg)) { b->bad_group = g; break; }
         int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : n_tiles;
         for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
@@ -79,12 +84,21 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
                 if (e8) w->cb[gi] = cbb;
             }
         }
+        if (b->budget >= 0 && b->n > before &&
+            __atomic_add_fetch(b->total, (int64_t)(b->n - before), __ATOMIC_RELAXED) > b->budget) {
+            b->over = 1;
+            break;
+        }
     }
     free(cg);
 }
 
+// One width. budget >= 0: the threads stop as soon as more escapes than that are found (then
+// *n_esc = budget + 1 and w is incomplete, for the caller to free): a tensor whose values need
+// the next width is not decoded in full twice (E8 4.0 tried nibbles first: loading the 1B
+// shape took 8.5 s, two Rice decodes of every tensor).
 static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
-                           int vbits, int n_threads, kvq_hqx *w, int64_t *n_esc, kvq_err *err) {
+                           int vbits, int n_threads, int64_t budget, kvq_hqx *w, int64_t *n_esc, kvq_err *err) {
     const int64_t n = h->rows * h->cols_p, n_tiles = h->rows * (h->cols_p / h->tile);
     const int64_t n_groups = (n_tiles + KVQ_HQ_GROUP_TILES - 1) / KVQ_HQ_GROUP_TILES;
     memset(w, 0, sizeof *w);
@@ -115,12 +129,23 @@ static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const u
     if (nt > n_groups) nt = (int)(n_groups ? n_groups : 1);
     esc_buf *bufs = calloc((size_t)nt, sizeof *bufs);
     if (!bufs) { kvq_hqx_free(w); return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory"); }
+    int64_t esc_total = 0;
 #pragma omp parallel num_threads(nt)
     {
         int id = omp_get_thread_num(), cnt = omp_get_num_threads();
         int64_t a = n_groups * id / cnt, b = n_groups * (id + 1) / cnt;
         bufs[id].bad_group = -1;
+        bufs[id].total = &esc_total;
+        bufs[id].budget = budget;
         pack_groups(h, codes, norms, offs, a, b, w, &bufs[id]);
+    }
+    int over = 0;
+    for (int i = 0; i < nt; i++) over |= bufs[i].over;
+    if (over) { // more escapes than the budget: the caller frees w and tries a wider layout
+        for (int i = 0; i < nt; i++) { free(bufs[i].e); free(bufs[i].tile); }
+        free(bufs);
+        *n_esc = budget + 1;
+        return KVQ_OK;
     }
     kvq_status st = KVQ_OK;
     size_t total = 0;
@@ -178,7 +203,7 @@ kvq_status kvq_hq_pack(const kvq_hq_header *h, const kvq_blob_view *blobs, int n
     const int64_t max_esc[5] = {n / 400, n / 400, n / 400, n / 400, n};
     for (int i = 0; i < 5; i++) {
         if (vbits && vbits != widths[i]) continue;
-        st = pack_try(h, codes, norms, offs, widths[i], n_threads, out, &n_esc, err);
+        st = pack_try(h, codes, norms, offs, widths[i], n_threads, vbits ? -1 : max_esc[i], out, &n_esc, err);
         if (st == KVQ_OK && (vbits || n_esc <= max_esc[i])) return KVQ_OK;
         if (st == KVQ_OK) kvq_hqx_free(out);
         else if (st != KVQ_ERR_NUMERIC) return st;
