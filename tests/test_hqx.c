@@ -324,6 +324,24 @@ static void test_prep_paths(void **state) {
         }
 }
 
+// The layout's array allocator: zeroed, 64-byte aligned, 2 MiB-aligned from 4 MiB on (its own
+// huge-page mapping), writable to the last byte, released by kvq_hqx_dealloc (ASan checks).
+static void test_alloc(void **state) {
+    (void)state;
+    const size_t sizes[] = {1, 63, 4096, ((size_t)4 << 20) - 1, (size_t)4 << 20, ((size_t)9 << 20) + 7};
+    for (int i = 0; i < 6; i++) {
+        uint8_t *p = kvq_hqx_alloc(sizes[i]);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % 64, 0);
+        if (sizes[i] >= ((size_t)4 << 20)) assert_int_equal((uintptr_t)p % ((size_t)2 << 20), 0);
+        for (size_t j = 0; j < sizes[i]; j += 4093) assert_int_equal(p[j], 0);
+        assert_int_equal(p[sizes[i] - 1], 0);
+        memset(p, 0xab, sizes[i]);
+        kvq_hqx_dealloc(p);
+    }
+    kvq_hqx_dealloc(NULL);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     float *x = gauss_matrix(8, 128, 78);
@@ -359,7 +377,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_lattice_and_rate), cmocka_unit_test(test_escapes_and_heavy_tails),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
-        cmocka_unit_test(test_refusals), cmocka_unit_test(test_prep_paths),    cmocka_unit_test(test_rtn),
+        cmocka_unit_test(test_refusals), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
