@@ -66,13 +66,7 @@ typedef struct {
     int rot;         // rotation: 0 none, 1 signs (default), 2 qjl (Haar orthogonal)
     int dither;      // subtractive dither
 } hqkv_opts;
-KVQ_KV_OPTS_FIT(hqkv_opts);
-
-static hqkv_opts opts_of(const kvq_kvspec *s) {
-    hqkv_opts o;
-    kvq_kvspec_opts_get(s, &o, sizeof o);
-    return o;
-}
+KVQ_KV_OPTS(hqkv_opts);
 
 static kvq_status hk_init(kvq_kvcodec *c, kvq_err *err) {
     hk_st *s = calloc(1, sizeof *s);

@@ -81,13 +81,7 @@ typedef struct {
     int br;     // radius bits
     double med; // Med<C>x outlier multiplier; 0 = off
 } hqmq_opts;
-KVQ_KV_OPTS_FIT(hqmq_opts);
-
-static hqmq_opts opts_of(const kvq_kvspec *s) {
-    hqmq_opts o;
-    kvq_kvspec_opts_get(s, &o, sizeof o);
-    return o;
-}
+KVQ_KV_OPTS(hqmq_opts);
 
 static kvq_status hq_init(kvq_kvcodec *c, kvq_err *err) {
     hq_st *s = calloc(1, sizeof *s);

@@ -39,13 +39,8 @@ static kvq_status plain_init(kvq_kvcodec *c, kvq_err *err) { return KVQ_OK; }
 typedef struct {
     int bits;
 } int_opts;
-KVQ_KV_OPTS_FIT(int_opts);
-
-static int opt_bits(const kvq_kvcodec *c) {
-    int_opts o;
-    kvq_kvspec_opts_get(&c->spec, &o, sizeof o);
-    return o.bits;
-}
+KVQ_KV_OPTS(int_opts);
+static int opt_bits(const kvq_kvcodec *c) { return opts_of(&c->spec).bits; }
 
 // ---- fp16 ----
 
@@ -207,9 +202,7 @@ static kvq_status kivi_parse(const char *spec, char *const *fld, int nf, kvq_kvs
     return bits_parse(spec, fld, nf, 1, o, err);
 }
 static int bits_format(const kvq_kvspec *s, char *buf, size_t n) {
-    int_opts io;
-    kvq_kvspec_opts_get(s, &io, sizeof io);
-    return snprintf(buf, n, "%s:%d", s->name, io.bits);
+    return snprintf(buf, n, "%s:%d", s->name, opts_of(s).bits);
 }
 
 const kvq_kvcodec_traits kvq_kv_fp16_row = {"fp16", fp16_parse, fp16_format, &kvq_kv_fp16_vt, &kvq_kv_fp16_vt, "fp16", 1e-3};

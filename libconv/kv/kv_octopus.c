@@ -22,13 +22,7 @@ typedef struct {
     int delta; // split offset: (b+delta, b-delta); default +1
     int round; // rounding: 0 scalar, 2 local 2x2, 3 local 3x3 (default), 9 full
 } oct_opts;
-KVQ_KV_OPTS_FIT(oct_opts);
-
-static oct_opts opts_of(const kvq_kvspec *s) {
-    oct_opts o;
-    kvq_kvspec_opts_get(s, &o, sizeof o);
-    return o;
-}
+KVQ_KV_OPTS(oct_opts);
 
 typedef struct {
     int bdir, bnorm, Kd, Kn, ntri, qjl, round;

@@ -39,13 +39,8 @@ double kvq_turbo_codebook(int d, int bits, float *cb) {
 typedef struct {
     int bits;
 } turbo_opts;
-KVQ_KV_OPTS_FIT(turbo_opts);
-
-static int opt_bits(const kvq_kvspec *s) {
-    turbo_opts o;
-    kvq_kvspec_opts_get(s, &o, sizeof o);
-    return o.bits;
-}
+KVQ_KV_OPTS(turbo_opts);
+static int opt_bits(const kvq_kvspec *s) { return opts_of(s).bits; }
 
 static kvq_status turbo_init(kvq_kvcodec *c, kvq_err *err) {
     if (!kvq_is_pow2(c->d))

@@ -33,6 +33,15 @@ typedef struct {
 static inline void kvq_kvspec_opts_get(const kvq_kvspec *s, void *opts, size_t size) { memcpy(opts, s->opts, size); }
 static inline void kvq_kvspec_opts_set(kvq_kvspec *s, const void *opts, size_t size) { memcpy(s->opts, opts, size); }
 #define KVQ_KV_OPTS_FIT(type) _Static_assert(sizeof(type) <= KVQ_KV_OPTS_MAX, #type " exceeds KVQ_KV_OPTS_MAX")
+/** For a row's file: the fit check and `static type opts_of(const kvq_kvspec *)`, the file's
+ *  options read back out of a spec. */
+#define KVQ_KV_OPTS(type)                                                                         \
+    KVQ_KV_OPTS_FIT(type);                                                                        \
+    static inline type opts_of(const kvq_kvspec *s_) {                                            \
+        type o_;                                                                                  \
+        kvq_kvspec_opts_get(s_, &o_, sizeof o_);                                                  \
+        return o_;                                                                                \
+    }
 
 /** Parses a `--kv` spec such as "hqmq:s96:r4:med3" or "octopus:3:qjl".
  *  @return KVQ_OK or KVQ_ERR_ARG with a message naming the spec. */
