@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "formats/error.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/fastexp.h"
 
 void kvq_attention_ref(float *out, const float *q, const float *K, const float *V, int n_ctx,
@@ -218,21 +219,11 @@ AT_TGT static void gqa_avx512(float *out, const float *q, int n_q, const void *K
     }
 }
 
-static int at_has_avx512(void) {
-    static int cached = -1; // a CPU feature: the same answer for every caller
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl"); // every AVX-512 CPU has F16C (clang 14 cannot ask)
-    }
-    return cached;
-}
-
 void kvq_attention_gqa(float *out, const float *q, int n_q, const void *Kt, int ld, const void *V,
                        kvq_dtype kv, int n_ctx, int head_dim, float scale, float *scratch) {
     KVQ_ASSERT(kv == KVQ_DTYPE_F32 || kv == KVQ_DTYPE_F16);
     KVQ_ASSERT(ld >= n_ctx);
-    if (head_dim % 64 == 0 && at_has_avx512())
+    if (head_dim % 64 == 0 && (kvq_cpu_features() & KVQ_CPU_AVX512))
         gqa_avx512(out, q, n_q, Kt, ld, V, kv == KVQ_DTYPE_F16, n_ctx, head_dim, scale, scratch);
     else if (kv == KVQ_DTYPE_F32) gqa_f32(out, q, n_q, Kt, ld, V, n_ctx, head_dim, scale, scratch);
     else gqa_f16(out, q, n_q, Kt, ld, V, n_ctx, head_dim, scale, scratch);
@@ -277,6 +268,6 @@ AT_TGT static void rows_avx512(float *out, const float *q, const float *K, const
 
 void kvq_attention_rows(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int head_dim,
                         float scale, float *sc) {
-    if (head_dim % 64 == 0 && at_has_avx512()) rows_avx512(out, q, K, V, n_ctx, t0, head_dim, scale, sc);
+    if (head_dim % 64 == 0 && (kvq_cpu_features() & KVQ_CPU_AVX512)) rows_avx512(out, q, K, V, n_ctx, t0, head_dim, scale, sc);
     else rows_plain(out, q, K, V, n_ctx, t0, head_dim, scale, sc);
 }

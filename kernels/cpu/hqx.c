@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/cpu/wht.h"
@@ -146,18 +147,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void prep_quant_avx5
     }
 }
 
-static int prep_has_avx512(void) {
-    static int cached = -1; // a CPU feature: the same answer for every caller
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
-    }
-    return cached;
-}
-
 void kvq_hqx_prep_tiles(const kvq_hqx *w, const float *x, kvq_hqx_act *a, int64_t j0, int64_t j1, kvq_hqx_isa isa) {
-    if (isa == KVQ_HQX_ISA_AUTO) isa = prep_has_avx512() ? KVQ_HQX_ISA_VNNI : KVQ_HQX_ISA_REF;
+    if (isa == KVQ_HQX_ISA_AUTO) isa = kvq_cpu_features() & KVQ_CPU_AVX512 ? KVQ_HQX_ISA_VNNI : KVQ_HQX_ISA_REF;
     for (int64_t j = j0; j < j1; j++) {
         prep_rotate(w, x, a, j);
         if (isa == KVQ_HQX_ISA_VNNI && w->tile % 16 == 0) prep_quant_avx512(w, a, j);
@@ -173,12 +164,8 @@ void kvq_hqx_prep(const kvq_hqx *w, const float *x, kvq_hqx_act *a) {
 // ---- run-time ISA choice
 
 kvq_hqx_isa kvq_hqx_isa_best(void) {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw"))
-        return KVQ_HQX_ISA_VNNI;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KVQ_HQX_ISA_AVX2;
-    return KVQ_HQX_ISA_REF;
+    const int f = kvq_cpu_features();
+    return f & KVQ_CPU_VNNI ? KVQ_HQX_ISA_VNNI : f & KVQ_CPU_AVX2 ? KVQ_HQX_ISA_AVX2 : KVQ_HQX_ISA_REF;
 }
 
 const char *kvq_hqx_isa_name(kvq_hqx_isa isa) {
