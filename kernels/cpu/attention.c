@@ -94,6 +94,11 @@ CLONES static void gqa_f16(float *out, const float *q, int n_q, const kvq_half *
 // once per position instead. Same sums in the same order per element, with fused multiply-adds.
 #define AT_TGT __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
+// The lanes of a 16-wide step with n elements left (all of them from 16 on, none at n <= 0).
+static inline __mmask16 at_lanes(int n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
 AT_TGT static inline __m512 at_load16(const void *p, int f16, size_t i, __mmask16 m) {
     return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i))
                : _mm512_maskz_loadu_ps(m, (const float *)p + i);
@@ -108,8 +113,7 @@ AT_TGT __attribute__((always_inline)) static inline void at_scores(float *sc, co
     for (int j0 = 0; j0 < n_ctx; j0 += 64) {
         __mmask16 m[4];
         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
-            const int n = n_ctx - j0 - 16 * c;
-            m[c] = n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+            m[c] = at_lanes(n_ctx - j0 - 16 * c);
         }
         __m512 acc[4][4];
         _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++)
@@ -175,19 +179,19 @@ AT_TGT static inline __m512 at_expf(__m512 xin) {
 AT_TGT static void at_softmax(float *s, int n_ctx) {
     __m512 mv = _mm512_set1_ps(-INFINITY), zv = _mm512_setzero_ps();
     for (int j = 0; j < n_ctx; j += 16) {
-        const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
+        const __mmask16 k = at_lanes(n_ctx - j);
         mv = _mm512_mask_max_ps(mv, k, _mm512_maskz_loadu_ps(k, s + j), mv);
     }
     const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
     for (int j = 0; j < n_ctx; j += 16) {
-        const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
+        const __mmask16 k = at_lanes(n_ctx - j);
         const __m512 e = at_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m));
         _mm512_mask_storeu_ps(s + j, k, e);
         zv = _mm512_mask_add_ps(zv, k, zv, e);
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(zv));
     for (int j = 0; j < n_ctx; j += 16) {
-        const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
+        const __mmask16 k = at_lanes(n_ctx - j);
         _mm512_mask_storeu_ps(s + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), inv));
     }
 }
@@ -259,7 +263,7 @@ AT_TGT static void rows_avx512(float *out, const float *q, const float *K, const
     }
     const __m512 sv = _mm512_set1_ps(scale);
     for (int j = 0; j < n_ctx; j += 16) {
-        const __mmask16 k = n_ctx - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_ctx - j)) - 1);
+        const __mmask16 k = at_lanes(n_ctx - j);
         _mm512_mask_storeu_ps(sc + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sc + j), sv));
     }
     at_softmax(sc, n_ctx);
