@@ -205,16 +205,23 @@ extern "C" kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x
     return s;
 }
 
+// n seeded pseudo-random activations in [-1, 1] copied to dx (device), for the timings.
+static kvq_status upload_random(float *dx, size_t n, kvq_err *err) {
+    std::vector<float> hx(n);
+    uint64_t z = 12345;
+    for (auto &v : hx) { z = z * 6364136223846793005ull + 1442695040888963407ull; v = (float)((int64_t)(z >> 33) % 2001 - 1000) / 1000.0f; }
+    CU_TRY(cudaMemcpy(dx, hx.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+    return KVQ_OK;
+}
+
 extern "C" kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kvq_err *err) {
     float *dx = NULL, *dy = NULL;
     const int nt = int8 >= 2 ? int8 - 1 : 1; // the batched product's tokens
     CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * (size_t)t->h.cols * nt));
     CU_TRY(cudaMalloc((void **)&dy, sizeof(float) * (size_t)t->h.rows * nt));
     { // random activations (zeros would skip nothing here, but keep the timing honest)
-        std::vector<float> hx((size_t)t->h.cols * nt);
-        uint64_t z = 12345;
-        for (auto &v : hx) { z = z * 6364136223846793005ull + 1442695040888963407ull; v = (float)((int64_t)(z >> 33) % 2001 - 1000) / 1000.0f; }
-        CU_TRY(cudaMemcpy(dx, hx.data(), sizeof(float) * hx.size(), cudaMemcpyHostToDevice));
+        kvq_status r = upload_random(dx, (size_t)t->h.cols * nt, err);
+        if (r) return r;
     }
     cudaEvent_t a, b;
     CU_TRY(cudaEventCreate(&a));
@@ -251,10 +258,8 @@ extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, in
     CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * (size_t)cols));
     CU_TRY(cudaMalloc((void **)&dy, sizeof(float) * (size_t)rows));
     {
-        std::vector<float> hx((size_t)cols);
-        uint64_t z = 12345;
-        for (auto &v : hx) { z = z * 6364136223846793005ull + 1442695040888963407ull; v = (float)((int64_t)(z >> 33) % 2001 - 1000) / 1000.0f; }
-        CU_TRY(cudaMemcpy(dx, hx.data(), sizeof(float) * hx.size(), cudaMemcpyHostToDevice));
+        kvq_status r = upload_random(dx, (size_t)cols, err);
+        if (r) return r;
     }
     cudaEvent_t a, b;
     CU_TRY(cudaEventCreate(&a));
