@@ -33,6 +33,13 @@ static const char *shared(void) {
 }
 static int is_dir(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISDIR(st.st_mode); }
 
+// A fresh directory from a mkdtemp template under build/tests (made if missing).
+static void tmp_dir(char *tmpl) {
+    mkdir("build", 0755);
+    mkdir("build/tests", 0755);
+    assert_non_null(mkdtemp(tmpl));
+}
+
 static kvq_model *open_model(const char *dir, kvq_weight_store st, int kv_fp16) {
     kvq_model_opts o = kvq_model_opts_default();
     o.store = st;
@@ -105,10 +112,8 @@ static void test_shared_models(void **st) {
 // logits as the source (bit for bit) and HF's; its tokenizer is reachable.
 static void test_kvq_file(void **st) {
     (void)st;
-    mkdir("build", 0755);
-    mkdir("build/tests", 0755);
     char out[] = "build/tests/runtime-tiny-XXXXXX";
-    assert_non_null(mkdtemp(out));
+    tmp_dir(out);
     char path[64];
     snprintf(path, sizeof path, "%s/tiny.kvq", out);
     kvq_convert_opts co = {0};
@@ -157,10 +162,8 @@ static void test_kvq_file(void **st) {
 // about twice what they were measured to cost: HyperQuant 2 % (0.7-0.85 %: the rotation
 // spreads outliers before quantizing), RTN 8 % (2.5-4.3 %: no rotation).
 static void packed_vs_decoded(const char *src, const char *spec, int emb, double int8_bound) {
-    mkdir("build", 0755);
-    mkdir("build/tests", 0755);
     char out[] = "build/tests/runtime-packed-XXXXXX";
-    assert_non_null(mkdtemp(out));
+    tmp_dir(out);
     char path[96];
     snprintf(path, sizeof path, "%s/m.kvq", out);
     kvq_convert_opts co = {0};
@@ -214,10 +217,8 @@ static void test_packed_modes(void **st) {
 
 static void test_kvq_stored_tokenizer_error(void **st) {
     (void)st;
-    mkdir("build", 0755);
-    mkdir("build/tests", 0755);
     char out[] = "build/tests/runtime-tokerr-XXXXXX";
-    assert_non_null(mkdtemp(out));
+    tmp_dir(out);
     char src[64], p[128], abs[4096], kvq[64];
     snprintf(src, sizeof src, "%s/src", out);
     assert_int_equal(mkdir(src, 0755), 0);
