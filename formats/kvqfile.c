@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <math.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -281,6 +282,25 @@ static kvq_status writer_add_stored(kvq_writer *w, const char *name, int fd, uin
     if (!j || json_object_set_new(w->entries, name, j) != 0)
         return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", w->final_path);
     return KVQ_OK;
+}
+
+uint64_t kvq_entry_stored_estimate(const void *data, size_t n, kvq_entry_mode mode) {
+    if (mode != KVQ_ENTRY_ZSTD_AUTO || n == 0) return n;
+    const size_t whole = (size_t)64 << 20, chunk = (size_t)1 << 20;
+    int sampled = n > whole;
+    size_t len = sampled ? chunk : n, bound = ZSTD_compressBound(len);
+    void *z = malloc(bound);
+    if (!z) return n;
+    double in = 0, outb = 0;
+    for (int k = 0; k < (sampled ? 16 : 1); k++) {
+        const uint8_t *p = (const uint8_t *)data + (sampled ? (n - chunk) / 15 * (size_t)k : 0);
+        size_t c = ZSTD_compress(z, bound, p, len, ZSTD_LEVEL);
+        if (ZSTD_isError(c)) { free(z); return n; }
+        in += (double)len, outb += (double)c;
+    }
+    free(z);
+    double c = sampled ? (double)n * outb / in : outb;
+    return c <= 0.95 * (double)n ? (uint64_t)llround(c) : n;
 }
 
 kvq_status kvq_writer_add(kvq_writer *w, const char *entry, const void *data, size_t n,

@@ -43,6 +43,11 @@ kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *er
 kvq_status kvq_writer_add(kvq_writer *w, const char *entry, const void *data, size_t n,
                           kvq_entry_mode mode, kvq_entry_info *info, kvq_err *err);
 
+/** Stored bytes the writer would use for this payload: n for RAW; for ZSTD_AUTO the zstd frame
+ *  (same level) when it saves >= 5 %, else n. Exact up to 64 MiB; above, zstd's ratio over 16
+ *  evenly spaced 1 MiB samples. For --dry-run's prediction. */
+uint64_t kvq_entry_stored_estimate(const void *data, size_t n, kvq_entry_mode mode);
+
 /** Adds manifest.json (the writer inserts "entries"; manifest is not stolen),
  *  closes the archive, fsyncs it and renames it to the final name. Frees w in all
  *  cases; on failure the temporary file is removed. */

@@ -332,10 +332,19 @@ static void test_recipes(void **state) {
         {"rules:\n  - match: \"*\"\n    codec: nosuch:3\n", "line 2"},
         {"seed: -4\n", "seed"},
         {"rules: [\n", "YAML error"},
-        {"rules:\n  - match: \"*\"\n", "needs both"},
+        {"rules:\n  - match: \"*\"\n", "a rule needs 'codec', 'bits' or both"},
         {"weights: none\nweights: rtn:4:g128\n", "line 2: key 'weights' given twice (first on line 1)"},
         {"rules:\n  - match: \"*\"\n    match: \"x\"\n    codec: none\n", "key 'match' given twice"},
         {"weights: none\n---\nweights: rtn:4:g128\n", "line 3: a second YAML document"},
+        {"rules:\n  - regex: \"a(\"\n    codec: none\n", "line 2: bad regex"},
+        {"rules:\n  - match: \"*\"\n    regex: \"x\"\n    codec: none\n", "exactly one of 'match'"},
+        {"rules:\n  - match: \"*\"\n    bits: lots\n", "line 2: rule 'bits' must be a number"},
+        {"weights: none\nrules:\n  - match: \"*\"\n    bits: 3\n", "line 3: 'bits' without 'codec'"},
+        {"rules:\n  - match: \"*\"\n    codec: rtn:4:g128\n    bits: 40\n", "r.yaml"},
+        {"kv:\n  codec: nosuch:3\n", "line 2: kv.codec"},
+        {"kv:\n  window: -1\n", "line 2: kv.window"},
+        {"kv:\n  codec: int:4\n  colour: red\n", "line 3: unknown kv key 'colour'"},
+        {"rules:\n  - match: \"*\"\n    codec: none\n    rate: 3\n", "unknown rule key 'rate'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(path, bad[i].text);
@@ -343,6 +352,99 @@ static void test_recipes(void **state) {
         assert_null(p);
         if (!strstr(err.msg, bad[i].needle) || !strstr(err.msg, "r.yaml")) fail_msg("case %zu: '%s'", i, err.msg);
     }
+    // rules: glob or regex, codec and/or rate, first match wins; --set overrides any field
+    write_text(path, "seed: 3\nweights: hyperquant:e8:4.0\nrules:\n  - regex: \"layers\\\\.(0|3)\\\\.\"\n    bits: 5\n"
+                     "  - match: \"*.down_proj.weight\"\n    codec: rtn:4:g128\n    bits: 3.25\n"
+                     "  - match: \"*.up_proj.weight\"\n    codec: qet:4\nkv:\n  codec: octopus:3\n  window: 32\n");
+    const char *sets[] = {"kv.boundary=true", "seed=9", NULL};
+    o = (kvq_plan_opts){.recipe_path = path, .quantize_embeddings = -1, .sets = sets};
+    if (kvq_plan_build(&o, &p, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    struct { const char *name; const char *spec; } want[] = {
+        {"model.layers.0.mlp.down_proj.weight", "hyperquant:e8:5"},   // rule 1 wins over rule 2
+        {"model.layers.1.mlp.down_proj.weight", "rtn:3:g128"},        // 3.25 bits = 3-bit codes + 0.25 of scales
+        {"model.layers.1.mlp.up_proj.weight", "qet:4"},
+        {"model.layers.1.self_attn.q_proj.weight", "hyperquant:e8:4.0"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        kvq_tensor tt = {.name = want[i].name, .dtype = KVQ_DTYPE_BF16, .ndim = 2, .shape = {256, 256}};
+        kvq_plan_entry e;
+        assert_int_equal(kvq_plan_resolve(p, &tt, &e, &err), KVQ_OK);
+        if (strcmp(e.spec, want[i].spec)) fail_msg("%s: %s, expected %s (%s)", want[i].name, e.spec, want[i].spec, e.why);
+        assert_true(e.seed == XXH3_64bits_withSeed(want[i].name, strlen(want[i].name), 9));
+        // an allocator's per-entry rate
+        assert_int_equal(kvq_plan_entry_set_rate(p, &e, 2.5, "allocator", &err), KVQ_OK);
+        assert_string_equal(e.why, "allocator");
+        assert_true(fabs(e.rate - 2.5) < 0.3);
+    }
+    kvq_plan_kv_policy kv;
+    kvq_plan_kv(p, &kv);
+    assert_string_equal(kv.spec, "octopus:3");
+    assert_int_equal(kv.window, 32);
+    assert_int_equal(kv.boundary, 1);
+    assert_true(kv.seed == 9);
+    j = kvq_plan_to_json(p);
+    assert_int_equal(json_array_size(json_object_get(j, "set")), 2);
+    assert_true(json_is_true(json_object_get(json_object_get(j, "kv"), "boundary")));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "rules"), 0), "regex")),
+                        "layers\\.(0|3)\\.");
+    json_decref(j);
+    kvq_plan_free(p);
+    // a bad --set names itself
+    const char *badsets[] = {"kv.window=abc", NULL};
+    o.sets = badsets;
+    assert_true(kvq_plan_build(&o, &p, &err) < 0);
+    if (!strstr(err.msg, "--set 'kv.window=abc'")) fail_msg("%s", err.msg);
+    rmtree(dir);
+}
+
+// Every shipped recipe converts the bundled model; --dry-run's predicted file size is within 1 %
+// of the real file and its whole-model bits/param within 1 % of kvq_file_bits'; the KV codec of
+// the recipe is the one stored.
+static void test_shipped_recipes(void **state) {
+    char dir[64], out[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(out, sizeof out, "%s/r.kvq", dir);
+    DIR *d = opendir("recipes");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 5, ".yaml")) continue;
+        char rp[300];
+        snprintf(rp, sizeof rp, "recipes/%s", de->d_name);
+        kvq_err err = {0};
+        kvq_convert_opts o = {0};
+        o.plan.quantize_embeddings = -1;
+        o.plan.recipe_path = rp;
+        kvq_convert_prediction P;
+        if (kvq_convert_predict(TINY, &o, &P, &err) != KVQ_OK) fail_msg("%s: %s", rp, err.msg);
+        assert_int_equal(count_files(dir), 0); // a dry run writes nothing
+        kvq_convert_summary sum;
+        if (kvq_convert(TINY, out, &o, &sum, &err) != KVQ_OK) fail_msg("%s: %s", rp, err.msg);
+        double rel = fabs((double)P.file_bytes - (double)sum.bytes) / (double)sum.bytes;
+        print_message("  %-32s predicted %10llu bytes, real %10llu (%+.3f %%), %.3f vs %.3f bits/param, kv %s\n", de->d_name,
+                      (unsigned long long)P.file_bytes, (unsigned long long)sum.bytes,
+                      100.0 * ((double)P.file_bytes - (double)sum.bytes) / (double)sum.bytes, P.bits_per_param,
+                      sum.bits_per_param, sum.kv_spec[0] ? sum.kv_spec : "none");
+        assert_true(rel < 0.01);
+        assert_true(fabs(P.bits_per_param - sum.bits_per_param) < 0.01 * sum.bits_per_param);
+        assert_string_equal(P.kv_spec, sum.kv_spec);
+        kvq_file *f;
+        if (kvq_file_open(out, &f, &err) != KVQ_OK) fail_msg("%s", err.msg);
+        const json_t *m = kvq_file_manifest(f), *kv = json_object_get(m, "kv");
+        if (sum.kv_spec[0]) {
+            assert_non_null(kv);
+            assert_string_equal(json_string_value(json_object_get(kv, "spec")), sum.kv_spec);
+            assert_int_equal(json_integer_value(json_object_get(kv, "window")), sum.kv_window);
+        } else assert_null(kv);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(m, "recipe"), "file")), rp);
+        kvq_file_close(f);
+        kvq_convert_prediction_free(&P);
+        unlink(out);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 10);
     rmtree(dir);
 }
 
@@ -599,6 +701,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shared_models_lossless),
         cmocka_unit_test(test_deterministic_and_failures),
         cmocka_unit_test(test_recipes),
+        cmocka_unit_test(test_shipped_recipes),
         cmocka_unit_test(test_export_hf),
         cmocka_unit_test(test_tools),
         cmocka_unit_test(test_source_checks),
