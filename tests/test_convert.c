@@ -690,6 +690,33 @@ static void test_nonfinite_source(void **st) {
     assert_int_equal(run("rm -rf %s", dir), 0);
 }
 
+// -t N spreads the codecs over N threads; the bytes written do not depend on N (every codec at
+// once: hyperquant, qet, rtn, none, and a KV codec).
+static void test_threads_identical(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-thr-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const int nt[] = {1, 2, 3};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(run("%s/kvq-convert -q -t %d --weights hyperquant:e8:4.0 --set 'rules=[{match: \"*.up_proj.weight\", "
+                             "codec: \"qet:4\"}, {match: \"*.down_proj.weight\", codec: \"rtn:4:g128\"}]' --kv octopus:3 "
+                             TINY " %s/t%d.kvq", g_build, nt[i], dir, nt[i]), 0);
+    uint8_t *a, *b;
+    size_t na, nb;
+    char p[300];
+    snprintf(p, sizeof p, "%s/t1.kvq", dir);
+    read_all(p, &a, &na);
+    for (int i = 1; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/t%d.kvq", dir, nt[i]);
+        read_all(p, &b, &nb);
+        assert_int_equal(na, nb);
+        if (memcmp(a, b, na)) fail_msg("-t 1 and -t %d wrote different bytes", nt[i]);
+        free(b);
+    }
+    free(a);
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char *a = strdup(argv[0]);
@@ -702,6 +729,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_deterministic_and_failures),
         cmocka_unit_test(test_recipes),
         cmocka_unit_test(test_shipped_recipes),
+        cmocka_unit_test(test_threads_identical),
         cmocka_unit_test(test_export_hf),
         cmocka_unit_test(test_tools),
         cmocka_unit_test(test_source_checks),
