@@ -456,7 +456,9 @@ static void test_export_hf(void **state) {
     kvq_err err = {0};
     kvq_convert_opts o = none_opts();
     assert_int_equal(kvq_convert(TINY, out, &o, NULL, &err), KVQ_OK);
-    if (kvq_export_hf(out, hf, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    kvq_export_report rep;
+    if (kvq_export_hf(out, hf, NULL, &rep, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    assert_int_equal(rep.n_rounded, 0); // a bf16 source stored losslessly: nothing to round
     kvq_ckpt *a, *b;
     assert_int_equal(kvq_ckpt_open(TINY, &a, &err), KVQ_OK);
     if (kvq_ckpt_open(hf, &b, &err) != KVQ_OK) fail_msg("%s", err.msg);
@@ -473,6 +475,67 @@ static void test_export_hf(void **state) {
     kvq_ckpt_close(a);
     kvq_ckpt_close(b);
     rmtree(dir);
+}
+
+// A Python with the real safetensors package and numpy: $KVQ_PYTHON, else python3 if it has them,
+// else <build>/venv-st (made here with pip the first time; that needs the network, and the test
+// skips, saying so, when it cannot). Returns 0 and the interpreter, or -1.
+static int find_python(char *py, size_t n) {
+    const char *e = getenv("KVQ_PYTHON");
+    if (e && *e) { snprintf(py, n, "%s", e); return 0; }
+    if (run("python3 -c 'import safetensors, numpy' 2>/dev/null") == 0) { snprintf(py, n, "python3"); return 0; }
+    snprintf(py, n, "%s/venv-st/bin/python", g_build);
+    if (run("%s -c 'import safetensors, numpy' 2>/dev/null", py) == 0) return 0;
+    print_message("  creating %s/venv-st with pip install safetensors numpy\n", g_build);
+    if (run("python3 -m venv %s/venv-st >/dev/null 2>&1 && timeout 300 %s/venv-st/bin/pip install -q safetensors numpy "
+            ">/dev/null 2>&1", g_build, g_build) == 0 && run("%s -c 'import safetensors, numpy' 2>/dev/null", py) == 0)
+        return 0;
+    return -1;
+}
+
+// kvq-convert --export-hf as people use it: an existing .kvq exported alone (it was misread as a
+// llama2.c file), bf16 by default and sharded with an index when --max-shard-size asks, f32 on
+// request, both loaded by the real safetensors package (tests/check_export_hf.py: dtypes as
+// config.json states them, index consistent, bf16 = f32 rounded to nearest even); a directory
+// holding a checkpoint refused (exit 2, one line) unless --force, which also removes the old
+// index; the KV codec that HF cannot express is named.
+static void test_export_hf_python(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-exp-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(run("%s/kvq-convert -q -r recipes/hyperquant-e8-4.0.yaml " TINY " %s/m.kvq", g_build, dir), 0);
+    assert_int_equal(run("%s/kvq-convert --export-hf %s/bf --max-shard-size 3MB %s/m.kvq 2> %s/log.txt", g_build, dir, dir,
+                         dir), 0);
+    assert_int_equal(run("grep -q '4 shards' %s/log.txt && grep -q 'bf16 rounding of 28 tensors' %s/log.txt && "
+                         "grep -q 'KV-cache codec hqkv:e8:3:rot=signs' %s/log.txt && test -f %s/bf/model.safetensors.index.json",
+                         dir, dir, dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert -q --export-hf %s/f32 --export-dtype f32 %s/m.kvq", g_build, dir, dir), 0);
+    // our reader loads both: same arch, every tensor in the stated dtype
+    kvq_ckpt *a;
+    kvq_err err = {0};
+    char p[300];
+    snprintf(p, sizeof p, "%s/bf", dir);
+    if (kvq_ckpt_open(p, &a, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    for (size_t i = 0; i < kvq_ckpt_count(a); i++) assert_int_equal(kvq_ckpt_tensor(a, i)->dtype, KVQ_DTYPE_BF16);
+    kvq_ckpt_close(a);
+    // refused into a checkpoint directory, nothing changed; --force replaces (the index goes)
+    assert_int_equal(run("cp %s/bf/model.safetensors.index.json %s/idx.bak", dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert --export-hf %s/bf %s/m.kvq 2> %s/e.txt", g_build, dir, dir, dir), 2);
+    assert_int_equal(run("test $(wc -l < %s/e.txt) -eq 1 && grep -q 'already holds a checkpoint' %s/e.txt && "
+                         "cmp -s %s/idx.bak %s/bf/model.safetensors.index.json", dir, dir, dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert -q --export-hf %s/bf --force %s/m.kvq && test ! -e %s/bf/model.safetensors.index.json "
+                         "&& test ! -e %s/bf/model-00001-of-00004.safetensors && test -f %s/bf/model.safetensors",
+                         g_build, dir, dir, dir, dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert -q --export-hf %s/bf2 --max-shard-size 3MB %s/m.kvq", g_build, dir, dir), 0);
+    char py[600];
+    if (find_python(py, sizeof py) != 0) {
+        assert_int_equal(run("rm -rf %s", dir), 0);
+        print_message("skipped: no Python with safetensors and numpy (set KVQ_PYTHON; pip install needs the network)\n");
+        skip();
+    }
+    int r = run("%s tests/check_export_hf.py %s/bf2 %s/f32", py, dir, dir);
+    assert_int_equal(r, 0);
+    assert_int_equal(run("rm -rf %s", dir), 0);
 }
 
 // Every numeric option of every tool is validated by tools/opt.h: a bad value is one line on
@@ -632,8 +695,10 @@ static void test_permissions(void **st) {
                          "%s/kvq-verify %s/m.kvq --no-source --record -q > /dev/null 2>&1 && "
                          "%s/kvq-run " TINY " --tokens %s/ids.bin --logits %s/lg.bin > /dev/null 2>&1",
                          g_build, dir, dir, g_build, dir, g_build, dir, dir), 0);
-    const char *files[] = {"m.kvq", "hf/model.safetensors", "hf/config.json", "lg.bin"};
-    for (int i = 0; i < 4; i++) {
+    assert_int_equal(run("umask 027 && %s/kvq-convert -q --export-hf %s/hf2 --max-shard-size 2MB %s/m.kvq", g_build, dir, dir), 0);
+    const char *files[] = {"m.kvq", "hf/model.safetensors", "hf/config.json", "lg.bin", "hf2/model.safetensors.index.json",
+                           "hf2/model-00001-of-00006.safetensors", "hf2/tokenizer.json"};
+    for (int i = 0; i < 7; i++) {
         char p[300];
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
         struct stat sb;
@@ -731,6 +796,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shipped_recipes),
         cmocka_unit_test(test_threads_identical),
         cmocka_unit_test(test_export_hf),
+        cmocka_unit_test(test_export_hf_python),
         cmocka_unit_test(test_tools),
         cmocka_unit_test(test_source_checks),
         cmocka_unit_test(test_nonfinite_source),

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@ static void usage(FILE *fp) {
     fprintf(fp,
             "usage: kvq-convert [options] SRC OUT.kvq\n"
             "       kvq-convert --dry-run [options] SRC [OUT.kvq]\n"
+            "       kvq-convert --export-hf DIR [--force] IN.kvq|SRC\n"
             "  SRC                      HF checkpoint directory or llama2.c .bin\n"
             "  -r, --recipe FILE        YAML recipe (recipes/README.md: one per paper configuration)\n"
             "  --set KEY=VALUE          override a recipe field (repeatable, in order): weights=rtn:4:g128,\n"
@@ -33,7 +35,12 @@ static void usage(FILE *fp) {
             "  --kv-window N            KV tokens kept at fp16 (residual window; = --set kv.window)\n"
             "  --kv-boundary            keep K of the first and last layer at fp16 (= --set kv.boundary=true)\n"
             "  --dry-run                print the per-tensor plan, predicted size and bits/param; write nothing\n"
-            "  --export-hf DIR          also write the converted model as an HF checkpoint\n"
+            "  --resume                 reuse the tensors a killed run of the same command left in\n"
+            "                           .OUT.partial (same bytes as an uninterrupted run)\n"
+            "  --export-hf DIR          also (or, with one file argument, only) write an HF checkpoint\n"
+            "  --export-dtype bf16|f32  dtype of the exported lossy tensors (default bf16; rounding reported)\n"
+            "  --max-shard-size SIZE    shard the export like save_pretrained (default 5GB; e.g. 50MB)\n"
+            "  --force                  export into a directory that already holds a checkpoint\n"
             "  -t N                     threads for the codecs (default: all); output identical for any N\n"
             "  -v, --verbose            one line per tensor even on a terminal\n"
             "  -q, --quiet              nothing but errors\n"
@@ -81,6 +88,36 @@ static void progress(void *ud, const kvq_convert_progress *p) {
     c->drawn = 1;
 }
 
+// "5GB", "500MB", "2GiB", "123" (bytes): save_pretrained's max_shard_size spellings.
+static int kvq_parse_size(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0)) return -1;
+    static const struct { const char *u; double m; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcasecmp(end, units[i].u)) { *out = (uint64_t)(v * units[i].m); return 0; }
+    return -1;
+}
+
+static void kvq_export_print(FILE *fp, const char *dir, const kvq_export_report *r) {
+    fprintf(fp, "kvq-convert: exported HF checkpoint to %s: %zu tensors in %d shard%s (%s), %.1f MB of %s tensors "
+                "(config.json says %s)\n", dir, r->n_tensors, r->n_shards, r->n_shards > 1 ? "s" : "",
+            r->n_shards > 1 ? "model.safetensors.index.json" : "model.safetensors", (double)r->total_bytes / 1e6,
+            kvq_dtype_name(r->dtype), r->dtype == KVQ_DTYPE_BF16 ? "bfloat16" : "float32");
+    if (r->n_rounded)
+        fprintf(fp, "kvq-convert: bf16 rounding of %zu tensors' decoded values: relative RMS %.3g, max |error| %.3g "
+                    "(--export-dtype f32 keeps them exact)\n", r->n_rounded, r->round_rel_rms, r->round_max_abs);
+    if (r->kv_spec[0])
+        fprintf(fp, "kvq-convert: note: the KV-cache codec %s (window %d%s) cannot be expressed in an HF checkpoint: "
+                    "transformers runs the export with its own cache; kvq-run and kvq-verify use the codec from the .kvq "
+                    "(recorded in the safetensors metadata as kvq_kv_cache)\n",
+                r->kv_spec, r->kv_window, r->kv_boundary ? ", boundary" : "");
+    if (r->n_removed) fprintf(fp, "kvq-convert: --force: removed %d weight file(s) of the earlier checkpoint\n", r->n_removed);
+}
+
 static void print_plan(const char *out, const kvq_convert_prediction *P) {
     printf("%-52s %-10s %-28s %9s %14s  %s\n", "tensor", "codec", "spec", "bits/w", "bytes", "why");
     for (size_t i = 0; i < P->n; i++) {
@@ -103,7 +140,8 @@ int main(int argc, char **argv) {
     o.plan.quantize_embeddings = -1;
     const char *export_dir = NULL, *keep[64], *sets[256];
     char setbuf[4][64];
-    int n_keep = 0, n_sets = 0, quiet = 0, verbose = 0, dry = 0, kv_given = 0, kvw = -1, kvb = 0;
+    int n_keep = 0, n_sets = 0, quiet = 0, verbose = 0, dry = 0, force = 0, kv_given = 0, kvw = -1, kvb = 0;
+    kvq_export_opts xo = {.dtype = KVQ_DTYPE_BF16, .max_shard_bytes = 5000000000ull};
     static const struct option lo[] = {
         {"weights", required_argument, 0, 'w'}, {"recipe", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'},    {"keep", required_argument, 0, 'k'},
@@ -112,6 +150,8 @@ int main(int argc, char **argv) {
         {"kv", required_argument, 0, 'K'},      {"kv-window", required_argument, 0, 'W'},
         {"kv-boundary", no_argument, 0, 'B'},   {"set", required_argument, 0, 'S'},
         {"dry-run", no_argument, 0, 'n'},       {"verbose", no_argument, 0, 'v'},
+        {"resume", no_argument, 0, 'R'},        {"force", no_argument, 0, 'f'},
+        {"export-dtype", required_argument, 0, 'D'}, {"max-shard-size", required_argument, 0, 'M'},
         {0, 0, 0, 0}};
     int c;
     opterr = 0; // errors are reported in one line below
@@ -139,6 +179,19 @@ int main(int argc, char **argv) {
         case 'q': quiet = 1; break;
         case 'v': verbose = 1; break;
         case 'n': dry = 1; break;
+        case 'R': o.resume = 1; break;
+        case 'f': force = 1; break;
+        case 'D':
+            if (!strcmp(optarg, "bf16")) xo.dtype = KVQ_DTYPE_BF16;
+            else if (!strcmp(optarg, "f32") || !strcmp(optarg, "float32")) xo.dtype = KVQ_DTYPE_F32;
+            else { fprintf(stderr, "kvq-convert: --export-dtype '%s': expected bf16 or f32\n", optarg); return 2; }
+            break;
+        case 'M':
+            if (kvq_parse_size(optarg, &xo.max_shard_bytes) || xo.max_shard_bytes == 0) {
+                fprintf(stderr, "kvq-convert: --max-shard-size '%s': expected a size such as 5GB, 500MB, 2GiB or bytes\n", optarg);
+                return 2;
+            }
+            break;
         case 'K': {
             kvq_kvspec ks;
             kvq_err ke = {0};
@@ -158,6 +211,18 @@ int main(int argc, char **argv) {
         }
     }
     int npos = argc - optind;
+    xo.force = force;
+    // kvq-convert --export-hf DIR MODEL: export only (a .kvq or a source checkpoint)
+    if (export_dir && npos == 1 && !dry) {
+        kvq_err err = {0};
+        kvq_export_report rep;
+        if (kvq_export_hf(argv[optind], export_dir, &xo, &rep, &err) != KVQ_OK) {
+            fprintf(stderr, "kvq-convert: --export-hf: %s\n", err.msg);
+            return 2;
+        }
+        if (!quiet) kvq_export_print(stderr, export_dir, &rep);
+        return 0;
+    }
     if (npos != 2 && !(dry && npos == 1)) { usage(stderr); return 2; }
     // --kv-window / --kv-boundary without --kv adjust the recipe's KV codec
     if (kv_given) o.kv_window = kvw > 0 ? kvw : 0, o.kv_boundary = kvb;
@@ -185,6 +250,12 @@ int main(int argc, char **argv) {
     progress_ctx pc = {.bar = isatty(fileno(stderr)) && !verbose};
     clock_gettime(CLOCK_MONOTONIC, &pc.t0);
     if (!quiet) o.progress = progress, o.progress_ud = &pc;
+    if (export_dir) { // refuse a bad export directory before spending the conversion
+        if (kvq_export_check_dir(export_dir, force, &err) != KVQ_OK) {
+            fprintf(stderr, "kvq-convert: --export-hf: %s\n", err.msg);
+            return 2;
+        }
+    }
     kvq_convert_summary sum;
     kvq_status st = kvq_convert(src, out, &o, &sum, &err);
     if (pc.drawn) fprintf(stderr, "\n");
@@ -206,11 +277,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, ", %.2f s\n", secs);
     }
     if (export_dir) {
-        if (kvq_export_hf(out, export_dir, &err) != KVQ_OK) {
+        kvq_export_report rep;
+        if (kvq_export_hf(out, export_dir, &xo, &rep, &err) != KVQ_OK) {
             fprintf(stderr, "kvq-convert: --export-hf: %s\n", err.msg);
             return 2;
         }
-        if (!quiet) fprintf(stderr, "kvq-convert: exported HF checkpoint to %s\n", export_dir);
+        if (!quiet) kvq_export_print(stderr, export_dir, &rep);
     }
     return 0;
 }

@@ -163,12 +163,39 @@ typedef struct {
 kvq_status kvq_convert_predict(const char *src, const kvq_convert_opts *o, kvq_convert_prediction *out, kvq_err *err);
 void kvq_convert_prediction_free(kvq_convert_prediction *p);
 
-/** Writes an HF checkpoint directory (created if missing) from any model
- *  kvq_weights_open accepts: model.safetensors (tensors a lossless codec stored keep
- *  their source dtype, bit-identical; lossy ones are written as F32, exactly the
- *  decoded values), config.json (the source's, or generated from the architecture
- *  for llama2.c sources) and the tokenizer files. Holds all tensors in memory while
- *  writing (kvq_st_write takes them at once). */
-kvq_status kvq_export_hf(const char *model, const char *dir, kvq_err *err);
+// ---- HF export -------------------------------------------------------------
+
+typedef struct {
+    kvq_dtype dtype;                // KVQ_DTYPE_BF16 (default) or KVQ_DTYPE_F32: every tensor, stated in config.json
+    uint64_t max_shard_bytes;       // save_pretrained's max_shard_size (its default: 5 GB = 5e9 bytes)
+    int force;                      // write into a directory that holds a checkpoint (its weight files go)
+} kvq_export_opts;
+
+typedef struct {
+    int n_shards;
+    size_t n_tensors;
+    uint64_t total_bytes;           // tensor bytes (the index's total_size)
+    kvq_dtype dtype;
+    size_t n_rounded;               // tensors whose values the dtype rounded (bf16 of decoded float32)
+    double round_rel_rms;           // ||bf16(x) - x|| / ||x|| over those tensors
+    double round_max_abs;           // max |bf16(x) - x|
+    char kv_spec[128];              // the .kvq's KV codec, which an HF checkpoint cannot express ("" none)
+    int kv_window, kv_boundary;
+    int n_removed;                  // earlier weight files removed (force)
+} kvq_export_report;
+
+/** Writes an HF checkpoint directory (created if missing) from any model kvq_weights_open
+ *  accepts (a .kvq or a source checkpoint): safetensors shards named and indexed as
+ *  save_pretrained names them (model.safetensors alone when one shard holds everything, else
+ *  model-0000k-of-0000n.safetensors + model.safetensors.index.json), every tensor in o->dtype
+ *  (lossy tensors are the decoded values, rounded to bf16 or exact in f32; the rounding is
+ *  measured into rep), config.json with "dtype" (and "torch_dtype" when present) saying so,
+ *  and the tokenizer files. A directory that already holds a checkpoint is refused unless
+ *  o->force. One shard is in memory at a time. o NULL: bf16, 5 GB shards. */
+kvq_status kvq_export_hf(const char *model, const char *dir, const kvq_export_opts *o, kvq_export_report *rep,
+                         kvq_err *err);
+/** The refusal kvq_export_hf makes, alone: KVQ_ERR_ARG naming dir and the checkpoint files
+ *  in it unless force (a missing directory is fine). */
+kvq_status kvq_export_check_dir(const char *dir, int force, kvq_err *err);
 
 #endif
