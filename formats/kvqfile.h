@@ -37,6 +37,26 @@ typedef struct kvq_writer kvq_writer;
  *  under final_path until kvq_writer_commit succeeds. */
 kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *err);
 
+/** As kvq_writer_open, with the spool kept as the journal `.<name>.partial` beside final_path
+ *  (locked against a second writer) instead of an unlinked file, its payloads framed with their
+ *  names and digests and closed in groups by kvq_writer_journal_note, so that a run killed at any
+ *  point can be resumed. resume = 0 starts the journal afresh; resume = 1 first reads the groups
+ *  an earlier run completed (digests checked; a cut-short or damaged tail is ignored), which the
+ *  caller may reuse in order with kvq_writer_journal_adopt, then kvq_writer_journal_cut drops the
+ *  rest. Commit and abort remove the journal; a kill leaves it. */
+kvq_status kvq_writer_open_journal(const char *final_path, int resume, kvq_writer **out, kvq_err *err);
+/** Groups found by a resume, and the note text of group i (borrowed; NULL past the end). */
+size_t kvq_writer_journal_count(const kvq_writer *w);
+const char *kvq_writer_journal_text(const kvq_writer *w, size_t i);
+/** Adds group i's payloads as entries, as if kvq_writer_add had added them now; i must be the
+ *  number adopted so far (groups are taken in order). */
+kvq_status kvq_writer_journal_adopt(kvq_writer *w, size_t i, kvq_err *err);
+/** Truncates the journal after the last adopted group; later payloads go there. */
+kvq_status kvq_writer_journal_cut(kvq_writer *w, kvq_err *err);
+/** Closes the group of payloads added since the last note with this text (no-op without a
+ *  journal). */
+kvq_status kvq_writer_journal_note(kvq_writer *w, const char *text, kvq_err *err);
+
 /** Adds one payload entry (bytes are copied or spooled; the caller keeps data).
  *  After an error the writer can only be aborted.
  *  info may be NULL. Entry names are unique paths like "t/<tensor>/codes". */

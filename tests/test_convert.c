@@ -755,6 +755,59 @@ static void test_nonfinite_source(void **st) {
     assert_int_equal(run("rm -rf %s", dir), 0);
 }
 
+// --resume: a conversion killed (SIGKILL) at several points, then run again with --resume, writes
+// the same bytes as an uninterrupted run, reusing the tensors the journal holds (at least one kill
+// point must have left some); no journal is left afterwards. A damaged journal tail and a journal
+// written under another recipe are reused only as far as they are valid and the same.
+static void test_resume(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-resume-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const char *args = "-r recipes/hyperquant-e8-4.0.yaml --set 'rules=[{match: \"*.up_proj.weight\", codec: \"qet:4\"}]' " TINY;
+    assert_int_equal(run("%s/kvq-convert -q %s %s/ref.kvq", g_build, args, dir), 0);
+    uint8_t *ref, *got;
+    size_t nref, ngot;
+    char p[300], jp[300];
+    snprintf(p, sizeof p, "%s/ref.kvq", dir);
+    read_all(p, &ref, &nref);
+    snprintf(p, sizeof p, "%s/o.kvq", dir);
+    snprintf(jp, sizeof jp, "%s/.o.kvq.partial", dir);
+    int reused_somewhere = 0;
+    const int ms[] = {40, 120, 250, 400, 600};
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(run("rm -f %s; %s/kvq-convert -q %s %s & p=$!; sleep 0.%03d; kill -9 $p 2>/dev/null; wait $p 2>/dev/null; true",
+                             p, g_build, args, p, ms[k]), 0);
+        struct stat sb;
+        int had_journal = stat(jp, &sb) == 0;
+        assert_int_equal(run("%s/kvq-convert --resume -v %s %s 2> %s/log.txt", g_build, args, p, dir), 0);
+        read_all(p, &got, &ngot);
+        assert_int_equal(ngot, nref);
+        if (memcmp(got, ref, nref)) fail_msg("resumed after a kill at %d ms: the bytes differ", ms[k]);
+        free(got);
+        assert_int_not_equal(stat(jp, &sb), 0); // the journal is gone
+        int reused = run("grep -q '(resumed)' %s/log.txt", dir) == 0;
+        print_message("  kill at %d ms: journal %s, tensors reused: %s\n", ms[k], had_journal ? "left" : "none",
+                      reused ? "yes" : "no");
+        reused_somewhere |= reused;
+    }
+    assert_true(reused_somewhere);
+    // a journal cut short in the middle of a frame, then one written under another weights codec
+    assert_int_equal(run("%s/kvq-convert -q %s %s & p=$!; sleep 0.25; kill -9 $p; wait $p 2>/dev/null; "
+                         "test -f %s && truncate -s -1000 %s; true", g_build, args, p, jp, jp), 0);
+    assert_int_equal(run("%s/kvq-convert -q --resume %s %s", g_build, args, p), 0);
+    read_all(p, &got, &ngot);
+    assert_true(ngot == nref && !memcmp(got, ref, nref));
+    free(got);
+    assert_int_equal(run("rm -f %s; %s/kvq-convert -q --weights rtn:4:g128 " TINY " %s & p=$!; sleep 0.1; kill -9 $p; "
+                         "wait $p 2>/dev/null; true", p, g_build, p), 0);
+    assert_int_equal(run("%s/kvq-convert -q --resume %s %s", g_build, args, p), 0);
+    read_all(p, &got, &ngot);
+    assert_true(ngot == nref && !memcmp(got, ref, nref));
+    free(got);
+    free(ref);
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
 // -t N spreads the codecs over N threads; the bytes written do not depend on N (every codec at
 // once: hyperquant, qet, rtn, none, and a KV codec).
 static void test_threads_identical(void **st) {
@@ -795,6 +848,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_recipes),
         cmocka_unit_test(test_shipped_recipes),
         cmocka_unit_test(test_threads_identical),
+        cmocka_unit_test(test_resume),
         cmocka_unit_test(test_export_hf),
         cmocka_unit_test(test_export_hf_python),
         cmocka_unit_test(test_tools),

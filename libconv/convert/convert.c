@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "formats/checkpoint.h"
 #include "formats/kvqfile.h"
@@ -276,26 +277,55 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
     kvq_convert_summary R = {.bits_per_weight = NAN, .bits_per_param = NAN};
     double lossy_bits = 0, lossy_numel = 0;
     kvq_status s = setup(src, o, &S, err);
-    if (s == KVQ_OK) s = kvq_writer_open(out, &w, err);
+    if (s == KVQ_OK) s = kvq_writer_open_journal(out, o->resume, &w, err);
     if (s != KVQ_OK) goto done;
     man = manifest_head(&S, o);
     kv_summary(&S.kv, R.kv_spec, sizeof R.kv_spec, &R.kv_window, &R.kv_boundary);
-    if (S.kv.spec) {
-        const kvq_arch *ar = kvq_ckpt_arch(S.ck);
-        s = kvq_kv_write_section(w, man, S.kv.spec, ar->n_layers, ar->n_kv_heads, ar->head_dim,
-                                 ar->max_position_embeddings, S.kv.window, S.kv.boundary, S.kv.seed, err);
-        if (s != KVQ_OK) goto done;
-    }
 
     R.n_tensors = S.n;
     uint64_t src_total = 0, src_done = 0;
     for (size_t i = 0; i < S.n; i++) src_total += kvq_ckpt_tensor(S.ck, i)->nbytes;
+    // --resume: the journal's groups, in order, as long as each is this tensor converted the same
+    // way (name, spec, seed, and the source bytes' digest); the rest is cut and redone.
+    size_t n_journal = kvq_writer_journal_count(w);
     for (size_t i = 0; i < S.n && s == KVQ_OK; i++) {
         const kvq_tensor *t = kvq_ckpt_tensor(S.ck, i);
+        char hex[17], seedhex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, XXH3_64bits(t->data, t->nbytes));
+        snprintf(seedhex, sizeof seedhex, "%016" PRIx64, S.e[i].seed);
         json_t *rec = NULL;
         double snr = NAN;
-        s = convert_tensor(t, &S.e[i], w, o->n_threads, &rec, &snr, err);
-        if (s != KVQ_OK) { json_decref(rec); break; }
+        int reused = 0;
+        if (i < n_journal && i == R.n_reused) {
+            json_t *note = json_loads(kvq_writer_journal_text(w, i), 0, NULL);
+            const char *ns = json_string_value(json_object_get(note, "name")), *sp = json_string_value(json_object_get(note, "spec")),
+                       *sd = json_string_value(json_object_get(note, "seed")), *sh = json_string_value(json_object_get(note, "source_xxh3"));
+            if (ns && sp && sd && sh && !strcmp(ns, t->name) && !strcmp(sp, S.e[i].spec) && !strcmp(sd, seedhex) &&
+                !strcmp(sh, hex) && json_is_object(json_object_get(note, "record"))) {
+                s = kvq_writer_journal_adopt(w, i, err);
+                rec = json_incref(json_object_get(note, "record"));
+                snr = json_number_value(json_object_get(note, "snr_db"));
+                if (json_is_null(json_object_get(note, "snr_db"))) snr = NAN;
+                else if (json_is_string(json_object_get(note, "snr_db"))) snr = INFINITY;
+                reused = 1;
+                R.n_reused++;
+            }
+            json_decref(note);
+            if (s) { json_decref(rec); break; }
+        }
+        if (!reused) {
+            if (i == R.n_reused && (s = kvq_writer_journal_cut(w, err))) break; // first tensor converted anew
+            s = convert_tensor(t, &S.e[i], w, o->n_threads, &rec, &snr, err);
+            if (s != KVQ_OK) { json_decref(rec); break; }
+            json_t *note = json_pack("{s:s,s:s,s:s,s:s,s:O}", "name", t->name, "spec", S.e[i].spec, "seed", seedhex,
+                                     "source_xxh3", hex, "record", rec);
+            json_object_set_new(note, "snr_db", isnan(snr) ? json_null() : isinf(snr) ? json_string("exact") : json_real(snr));
+            char *text = note ? json_dumps(note, JSON_COMPACT) : NULL;
+            s = text ? kvq_writer_journal_note(w, text, err) : kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+            free(text);
+            json_decref(note);
+            if (s) { json_decref(rec); break; }
+        }
         json_array_append_new(tensors, rec);
         release_source(t);
         uint64_t bytes = (uint64_t)json_integer_value(json_object_get(rec, "bytes"));
@@ -303,10 +333,16 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
         src_done += t->nbytes;
         if (o->progress) {
             kvq_convert_progress p = {i, S.n, t->name, S.e[i].codec->name, S.e[i].spec,
-                                      S.e[i].numel ? 8.0 * (double)bytes / (double)S.e[i].numel : 0.0, bytes, snr, 0,
+                                      S.e[i].numel ? 8.0 * (double)bytes / (double)S.e[i].numel : 0.0, bytes, snr, reused,
                                       src_done, src_total};
             o->progress(o->progress_ud, &p);
         }
+    }
+    if (s == KVQ_OK && R.n_reused == S.n) s = kvq_writer_journal_cut(w, err); // everything reused: drop the tail
+    if (s == KVQ_OK && S.kv.spec) { // after the tensors, so that the journal holds only tensor groups
+        const kvq_arch *ar = kvq_ckpt_arch(S.ck);
+        s = kvq_kv_write_section(w, man, S.kv.spec, ar->n_layers, ar->n_kv_heads, ar->head_dim,
+                                 ar->max_position_embeddings, S.kv.window, S.kv.boundary, S.kv.seed, err);
     }
     if (s == KVQ_OK) s = source_and_files(S.ck, src, w, man, &R.source_bytes, err);
     if (s != KVQ_OK) goto done;
