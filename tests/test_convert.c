@@ -808,6 +808,30 @@ static void test_resume(void **st) {
     assert_int_equal(run("rm -rf %s", dir), 0);
 }
 
+// Progress as people see it: not on a terminal, one line per tensor (index, name, spec, bits, SNR)
+// and a summary naming the KV codec; -q prints nothing; on a terminal (script(1) gives one) a bar
+// redrawn in place with tensors, bytes, rate and ETA.
+static void test_progress(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-prog-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(run("%s/kvq-convert --weights rtn:4:g128 --kv octopus:3 --kv-window 32 " TINY " %s/a.kvq 2> %s/e.txt",
+                         g_build, dir, dir), 0);
+    assert_int_equal(run("test $(grep -c '^\\[ *[0-9]*/39\\] ' %s/e.txt) -eq 39 && "
+                         "grep -q 'model.layers.0.mlp.down_proj.weight *rtn:4:g128 *4.2[0-9]* bits/w  SNR  *[0-9.]* dB' %s/e.txt && "
+                         "grep -q 'model.norm.weight .*SNR *exact' %s/e.txt && "
+                         "tail -1 %s/e.txt | grep -q 'KV cache octopus:3 (window 32)'", dir, dir, dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert -q --weights rtn:4:g128 " TINY " %s/b.kvq 2> %s/q.txt && test ! -s %s/q.txt", g_build,
+                         dir, dir, dir), 0);
+    if (run("command -v script >/dev/null") == 0) {
+        assert_int_equal(run("script -qc '%s/kvq-convert --weights rtn:4:g128 " TINY " %s/c.kvq' /dev/null > %s/t.txt", g_build,
+                             dir, dir), 0);
+        assert_int_equal(run("grep -q '39/39 tensors  10.1/10.1 MB .* MB/s  ETA 0:00' %s/t.txt && ! grep -q '^\\[ *1/39\\] ' %s/t.txt",
+                             dir, dir), 0);
+    } else print_message("  script(1) not found: the terminal bar is not checked\n");
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
 // -t N spreads the codecs over N threads; the bytes written do not depend on N (every codec at
 // once: hyperquant, qet, rtn, none, and a KV codec).
 static void test_threads_identical(void **st) {
@@ -849,6 +873,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shipped_recipes),
         cmocka_unit_test(test_threads_identical),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_progress),
         cmocka_unit_test(test_export_hf),
         cmocka_unit_test(test_export_hf_python),
         cmocka_unit_test(test_tools),
