@@ -58,7 +58,7 @@ double kvq_encoded_bpw(const kvq_encoded *e, int64_t numel);
  *  float32 values as a (rows, cols) matrix. */
 typedef struct {
     const kvq_tensor *src;
-    const float *x;      // (rows, cols) row-major float32
+    const float *x;      // (rows, cols) row-major float32; NULL for lossless codecs (they store src's bytes)
     int64_t rows, cols;
     uint64_t seed;       // per-tensor seed derived from the recipe seed and the name
     int n_threads;       // 0 = OpenMP default

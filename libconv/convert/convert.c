@@ -129,23 +129,33 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, 
                                  json_t **rec, double *snr_db, kvq_err *err) {
     const kvq_codec_traits *codec = pe->codec;
     int64_t numel = pe->numel, cols = pe->cols, rows = pe->rows;
-    float *x = malloc((size_t)(numel ? numel : 1) * sizeof *x);
-    if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory for %" PRId64 " floats", t->name, numel);
-    kvq_dtype_to_f32(t->dtype, t->data, (size_t)numel, x);
+    // Lossless codecs store the source bytes and get no float32 copy (x = NULL): the finiteness
+    // check then widens 1 Mi values at a time, so a 1 GB embedding costs no 2 GB buffer.
+    const int64_t chunk = codec->lossless ? (int64_t)1 << 20 : numel;
+    float *x = malloc((size_t)(chunk > 0 ? chunk : 1) * sizeof *x);
+    if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory for %" PRId64 " floats", t->name, chunk);
     int64_t bad = numel; // NaN/Inf in a source are refused, whatever the codec (docs/CHECKPOINTS.md)
     double sx = 0.0;
-#pragma omp parallel for reduction(min : bad) reduction(+ : sx) num_threads(n_threads > 0 ? n_threads : omp_get_max_threads())
-    for (int64_t i = 0; i < numel; i++) {
-        if (!isfinite(x[i]) && i < bad) bad = i;
-        sx += (double)x[i] * (double)x[i];
+    float badv = 0.0f;
+    for (int64_t c0 = 0; c0 < numel && bad == numel; c0 += chunk) {
+        int64_t len = numel - c0 < chunk ? numel - c0 : chunk;
+        kvq_dtype_to_f32(t->dtype, (const uint8_t *)t->data + (size_t)c0 * kvq_dtype_size(t->dtype), (size_t)len, x);
+        int64_t b = len;
+#pragma omp parallel for reduction(min : b) reduction(+ : sx) num_threads(n_threads > 0 ? n_threads : omp_get_max_threads())
+        for (int64_t i = 0; i < len; i++) {
+            if (!isfinite(x[i]) && i < b) b = i;
+            sx += (double)x[i] * (double)x[i];
+        }
+        if (b < len) bad = c0 + b, badv = x[b];
     }
     if (bad < numel) {
         kvq_status r = kvq_err_set(err, KVQ_ERR_NUMERIC, "tensor '%s': non-finite value %g at index %" PRId64
                                    " (row %" PRId64 ", column %" PRId64 "): the source holds NaN or Inf",
-                                   t->name, (double)x[bad], bad, cols ? bad / cols : 0, cols ? bad % cols : bad);
+                                   t->name, (double)badv, bad, cols ? bad / cols : 0, cols ? bad % cols : bad);
         free(x);
         return r;
     }
+    if (codec->lossless) { free(x); x = NULL; }
     kvq_codec_input in = {.src = t, .x = x, .rows = rows, .cols = cols, .seed = pe->seed, .n_threads = n_threads};
     kvq_encoded enc = {0};
     enc.predicted_mse = NAN;
