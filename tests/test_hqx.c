@@ -104,6 +104,30 @@ static uint32_t check_packed(kvq_hqx w, const float *Wd, int n_tok, uint64_t see
             assert_true(sqrt(d / (n > 0 ? n : 1)) <= 2e-6);
         }
     }
+    // the batched VNNI product (tokens in the lanes): the reference int8 outputs bit for bit
+    // (GCC keeps the reference's separate multiply and add; clang may contract them into an
+    // FMA there, so under clang the bound is the float order's)
+    if (kvq_hqx_gemm_ok(&w)) {
+        kvq_hqx_matmul(&w, act, n_tok, yref, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
+        void *gs = aligned_alloc(64, (kvq_hqx_gemm_scratch(&w, n_tok) + 63) / 64 * 64);
+        void *tb = aligned_alloc(64, (kvq_hqx_gemm_thread_bytes(&w, n_tok) + 63) / 64 * 64);
+        kvq_hqx_gemm_pack(&w, act, n_tok, gs);
+        memset(y, 0xff, sizeof(float) * rows * n_tok);
+        kvq_hqx_gemm_rows(&w, act, n_tok, gs, y, rows, 0, 4 * (rows / 8), tb); // two calls: row ranges
+        kvq_hqx_gemm_rows(&w, act, n_tok, gs, y, rows, 4 * (rows / 8), rows, tb);
+#ifdef __clang__
+        double d = 0, n2 = 0;
+        for (int64_t i = 0; i < rows * n_tok; i++) {
+            d += ((double)y[i] - yref[i]) * ((double)y[i] - yref[i]);
+            n2 += (double)yref[i] * yref[i];
+        }
+        assert_true(sqrt(d / (n2 > 0 ? n2 : 1)) <= 1e-6);
+#else
+        assert_memory_equal(y, yref, sizeof(float) * rows * n_tok);
+#endif
+        free(gs);
+        free(tb);
+    }
     // row lookups (packed embeddings) are bit-identical to the reference decoder
     float *row = malloc(sizeof(float) * cols);
     for (int64_t r = 0; r < rows; r++) {
@@ -127,6 +151,24 @@ static float *gauss_matrix(int64_t rows, int64_t cols, uint64_t seed) {
     float *x = malloc(sizeof(float) * rows * cols);
     for (int64_t i = 0; i < rows * cols; i++) x[i] = (float)(0.02 * gauss(&seed));
     return x;
+}
+
+// The batched VNNI product over several 16-token blocks (37 tokens: a partial last block),
+// widths 4 (with escapes) and 5, E8 and D4, tiles of 128 and 256.
+static void test_gemm_many_tokens(void **state) {
+    (void)state;
+    float *x = gauss_matrix(30, 512, 13);
+    const kvq_lattice lats[] = {KVQ_LAT_E8, KVQ_LAT_D4};
+    for (int l = 0; l < 2; l++) {
+        enc_t E;
+        encode(&E, lats[l], 4.0, x, 30, 512, 200 + l);
+        check_products(&E, 4, 37, 31, 0.02);
+        check_products(&E, 5, 37, 32, 0.02);
+        check_products(&E, 0, 16, 33, 0.02);
+        enc_free(&E);
+    }
+    free(x);
+    if (kvq_hqx_isa_best() != KVQ_HQX_ISA_VNNI) printf("  (no AVX-512 VNNI here: the batched product was not run)\n");
 }
 
 static void test_every_lattice_and_rate(void **state) {
@@ -375,7 +417,8 @@ static void test_refusals(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_lattice_and_rate), cmocka_unit_test(test_escapes_and_heavy_tails),
+        cmocka_unit_test(test_every_lattice_and_rate),
+        cmocka_unit_test(test_gemm_many_tokens), cmocka_unit_test(test_escapes_and_heavy_tails),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),
     };

@@ -75,6 +75,19 @@ size_t kvq_hqx_dense_scratch(const kvq_hqx *w, int n_tok);
 void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y, int64_t ldy, float *scratch,
                           int n_threads);
 
+/** Batched int8 products with tokens in the vector lanes (kernels/cpu/hqx_gemm.c, AVX-512
+ *  VNNI): the int8 mode's integer tile sums of many tokens at once, each output equal to the
+ *  reference int8 path's (KVQ_HQX_ISA_REF) bit for bit. Usable when kvq_hqx_gemm_ok(w)
+ *  (HyperQuant widths 4..7 whose codes m·u + cb fit a byte, no zero points, a VNNI CPU).
+ *  kvq_hqx_gemm_pack lays the prepared activations of n_tok tokens into scratch
+ *  (kvq_hqx_gemm_scratch bytes); kvq_hqx_gemm_rows then computes rows [r0, r1) (a multiple of
+ *  4 for r0) on the calling thread with thread_buf of kvq_hqx_gemm_thread_bytes. */
+int kvq_hqx_gemm_ok(const kvq_hqx *w);
+size_t kvq_hqx_gemm_scratch(const kvq_hqx *w, int n_tok);
+size_t kvq_hqx_gemm_thread_bytes(const kvq_hqx *w, int n_tok);
+void kvq_hqx_gemm_pack(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, void *scratch);
+void kvq_hqx_gemm_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, void *scratch, float *y, int64_t ldy,
+                       int64_t r0, int64_t r1, void *thread_buf);
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_hqx_bytes(const kvq_hqx *w);
 /** Zeroed, 64-byte aligned memory for a layout's q and hb arrays (4 MiB and more: its own

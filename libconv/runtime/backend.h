@@ -95,6 +95,7 @@ typedef struct kvq_backend_ops {
 struct kvq_backend {
     const kvq_backend_ops *ops;
     kvq_exec exec;  // how packed products run (int8 or exact activations)
+    int prefill_decoded; // kvq_model_opts.prefill_decoded
     int n_threads;  // CPU threads (<= 0: OpenMP default)
     int max_batch;  // tokens per forward chunk
     int max_ctx;    // positions of a backend-held KV cache

@@ -18,6 +18,12 @@
 // measured on kvq-small-llama E8 4.0 at 2 threads, 91-token prompts prefill at ~1350 tok/s
 // either way, 512-token chunks at ~1900 dense against ~1100 through the int8 kernel.
 #define KVQ_PREFILL_DENSE_MIN 64
+// From this many tokens int8 mode runs packed products as batched VNNI products with the
+// tokens in the vector lanes (kernels/cpu/hqx_gemm.c) where every part allows it: measured
+// with build/bench/hqx_bench 2048 2048 N 1 (E8 4.0, one loaded core) at 16 tokens 5.8 G w/s
+// against 4.4 for the one-token kernel, at 64 17.2 against 6.2 for the dense path, at 256
+// 25.3 against 10.9 (docs/EXECUTION.md).
+#define KVQ_PREFILL_GEMM_MIN 16
 
 typedef struct {
     kvq_backend b;
@@ -32,6 +38,11 @@ typedef struct {
     kvq_hqx_act *acts; // (max_part, max_batch)
     float *dense;      // prefill: a block of decoded rows and its products
     float *xperm;      // dense bf16 products: kvq_matmul's scratch for max_batch tokens
+    // batched int8 products (int8 mode, a VNNI CPU): packed activations per part, and each
+    // thread's accumulators
+    uint8_t *gemm, *gemm_thread;
+    size_t gemm_bytes, gemm_thread_bytes;
+    int gemm_threads;
 } cpu;
 
 void kvq_mat_free_host(kvq_mat *m) {
@@ -52,6 +63,8 @@ static void destroy(kvq_backend *b) {
     free(c->act_buf);
     free(c->acts);
     free(c->dense);
+    free(c->gemm);
+    free(c->gemm_thread);
     free(c->xperm);
     free(c);
 }
@@ -80,6 +93,12 @@ static kvq_status mat_adopt(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *
     for (int p = 0; p < w->n_part; p++) {
         size_t ab = kvq_hqx_act_bytes(&w->part[p]);
         if (ab > c->act_bytes) c->act_bytes = ab;
+        if (kvq_hqx_gemm_ok(&w->part[p])) {
+            const size_t gb = (kvq_hqx_gemm_scratch(&w->part[p], b->max_batch) + 63) / 64 * 64,
+                         tb = (kvq_hqx_gemm_thread_bytes(&w->part[p], b->max_batch) + 63) / 64 * 64;
+            if (gb > c->gemm_bytes) c->gemm_bytes = gb;
+            if (tb > c->gemm_thread_bytes) c->gemm_thread_bytes = tb;
+        }
     }
     if (w->n_part > c->max_part) c->max_part = w->n_part;
     if (w->cols > c->widest) c->widest = w->cols;
@@ -98,6 +117,13 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     c->dense = malloc(sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest + B * KVQ_HQX_DENSE_BLOCK));
     if (!c->act_buf || !c->acts || !c->dense)
         return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the packed products' scratch (%zu tokens)", B);
+    if (c->gemm_bytes && b->exec == KVQ_EXEC_INT8 && B >= KVQ_PREFILL_GEMM_MIN) {
+        c->gemm_threads = kvq_nthreads(b->n_threads);
+        c->gemm = aligned_alloc(64, c->gemm_bytes * (size_t)c->max_part);
+        c->gemm_thread = aligned_alloc(64, c->gemm_thread_bytes * (size_t)c->gemm_threads);
+        if (!c->gemm || !c->gemm_thread)
+            return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the batched products' scratch (%zu tokens)", B);
+    }
     return KVQ_OK;
 }
 
@@ -145,11 +171,60 @@ static void matmul_packed(cpu *c, float *y, const float *x, const kvq_mat *w, in
     }
 }
 
+// Batched int8 products of T tokens, tokens in the vector lanes: the activations are prepared
+// and packed per part, then the threads take contiguous shares of all parts' rows (groups of 4).
+static void matmul_gemm(cpu *c, float *y, const float *x, const kvq_mat *w, int T) {
+    for (int p = 0; p < w->n_part; p++) {
+        const kvq_hqx *hw = &w->part[p];
+        kvq_hqx_act *act = &c->acts[p * c->b.max_batch];
+        const int64_t tpr = hw->cols_p / hw->tile;
+        for (int k = 0; k < T; k++)
+            kvq_hqx_act_init(hw, c->act_buf + c->act_bytes * (size_t)(p * c->b.max_batch + k), &act[k]);
+#pragma omp parallel for schedule(static) num_threads(kvq_nthreads(c->b.n_threads))
+        for (int64_t i = 0; i < (int64_t)T * tpr; i += tpr) // a token's tiles at a time
+            kvq_hqx_prep_tiles(hw, x + (size_t)(i / tpr) * w->cols, &act[i / tpr], 0, tpr, KVQ_HQX_ISA_AUTO);
+        kvq_hqx_gemm_pack(hw, act, T, c->gemm + c->gemm_bytes * p);
+    }
+    int64_t unit_end[3], n_unit = 0;
+    for (int p = 0; p < w->n_part; p++) unit_end[p] = n_unit += (w->part[p].rows + 3) / 4;
+    const int nthr = kvq_nthreads(c->b.n_threads) < c->gemm_threads ? kvq_nthreads(c->b.n_threads) : c->gemm_threads;
+#pragma omp parallel num_threads(nthr)
+    {
+        const int64_t nth = omp_get_num_threads(), id = omp_get_thread_num();
+        void *tb = c->gemm_thread + c->gemm_thread_bytes * id;
+        for (int64_t u = n_unit * id / nth, u1 = n_unit * (id + 1) / nth; u < u1;) {
+            int p = 0;
+            while (u >= unit_end[p]) p++;
+            const kvq_hqx *hw = &w->part[p];
+            const int64_t g0 = u - (p ? unit_end[p - 1] : 0), n = unit_end[p] - u < u1 - u ? unit_end[p] - u : u1 - u;
+            const int64_t r1 = 4 * (g0 + n) < hw->rows ? 4 * (g0 + n) : hw->rows;
+            kvq_hqx_gemm_rows(hw, &c->acts[p * c->b.max_batch], T, c->gemm + c->gemm_bytes * p, y + w->row0[p], w->rows,
+                              4 * g0, r1, tb);
+            u += n;
+        }
+    }
+}
+
+static int gemm_ok(const cpu *c, const kvq_mat *w, int T) {
+    static int off = -1; // KVQ_CPU_GEMM=0: the previous paths (for side-by-side measurements)
+    if (off < 0) off = getenv("KVQ_CPU_GEMM") && !strcmp(getenv("KVQ_CPU_GEMM"), "0");
+    if (off || c->b.exec != KVQ_EXEC_INT8 || T < KVQ_PREFILL_GEMM_MIN || !c->gemm ||
+        (c->b.prefill_decoded && T >= KVQ_PREFILL_DENSE_MIN))
+        return 0;
+    for (int p = 0; p < w->n_part; p++)
+        if (!kvq_hqx_gemm_ok(&w->part[p])) return 0;
+    return 1;
+}
+
 static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, int T) {
     cpu *c = (cpu *)b;
     const int nt = b->n_threads;
     if (!w->n_part) {
         kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, c->xperm, nt);
+        return;
+    }
+    if (gemm_ok(c, w, T)) {
+        matmul_gemm(c, y, x, w, T);
         return;
     }
     if (T < KVQ_PREFILL_DENSE_MIN) {
@@ -227,7 +302,8 @@ static size_t scratch_bytes(const kvq_backend *b) {
     return sizeof(float) * c->xperm_floats +
            (c->any_packed ? c->act_bytes * B * (size_t)c->max_part + sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest +
                                                                  B * KVQ_HQX_DENSE_BLOCK)
-                          : 0);
+                          : 0) +
+           (c->gemm ? c->gemm_bytes * (size_t)c->max_part + c->gemm_thread_bytes * (size_t)c->gemm_threads : 0);
 }
 static size_t kv_bytes(const kvq_backend *b) { (void)b; return 0; }
 
@@ -241,7 +317,7 @@ static const kvq_backend_ops cpu_ops = {
 kvq_status kvq_backend_cpu_new(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err) {
     cpu *c = calloc(1, sizeof *c);
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the CPU backend");
-    c->b = (kvq_backend){.ops = &cpu_ops, .exec = o->exec, .n_threads = o->n_threads, .max_batch = o->max_batch,
+    c->b = (kvq_backend){.ops = &cpu_ops, .exec = o->exec, .prefill_decoded = o->prefill_decoded, .n_threads = o->n_threads, .max_batch = o->max_batch,
                          .max_ctx = o->max_ctx, .arch = *a};
     *out = &c->b;
     return KVQ_OK;

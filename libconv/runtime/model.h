@@ -37,6 +37,10 @@ typedef struct kvq_model_opts_s {
     int kv_fp16;    // default cache stores fp16 (else fp32)
     int max_batch;  // tokens per internal forward chunk (activation memory); 0: 512
     kvq_exec exec;  // HyperQuant tensors: packed int8 (default), packed exact, or decoded
+    /** 1: chunks of 64 tokens and more multiply decoded row blocks with the dense fp32 kernel
+     *  whatever exec says, so their logits are the decoded model's (kvq-verify); 0: int8
+     *  mode runs them as batched int8 products (kernels/cpu/hqx_gemm.c) where it can. */
+    int prefill_decoded;
     /** Creates the backend the forward pass runs on (backend.h); NULL: the CPU's. A device
      *  backend (kvq_backend_cuda_new) holds its own fp32 KV cache: the model then has no
      *  kvq_kvcache (kvq_model_kvcache returns NULL and KV codecs are refused). */

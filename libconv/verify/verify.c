@@ -284,6 +284,7 @@ static kvq_status open_model(const char *path, const kvq_verify_opts *o, const c
     mo.n_threads = o->n_threads;
     mo.max_ctx = o->proto.ctx;
     mo.backend = o->backend;
+    mo.prefill_decoded = 1; // windows score the decoded model (docs/VERIFY.md), not int8 activations
     kvq_status s = kvq_model_open(path, &mo, m, err);
     if (s || !kv) return s;
     const kvq_arch *a = kvq_model_arch(*m);

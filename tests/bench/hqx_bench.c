@@ -2,7 +2,9 @@
 // the dense bf16 and fp32 products of kernels/cpu/matmul.c on the same shape, side by side.
 // usage: hqx_bench [rows cols tokens threads bps lattice]  (default 2048 2048 1 1 4.0 e8)
 // Prints the median of 15 runs of each path in ms and G weights/s. HQX_BENCH_PATHS=1,4 runs
-// only those paths (0 dense fp32, 1 dense bf16, 2 hqx ref, 3 avx2, 4 vnni, 5 exact).
+// only those paths (0 dense fp32, 1 dense bf16, 2 hqx ref, 3 avx2, 4 vnni, 5 exact, 6 the batched
+// VNNI product with tokens in the lanes (hqx_gemm.c), 7 decoded row blocks × dense fp32 (the
+// runtime's prefill path before 6)); 6 and 7 include the activations' preparation.
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -55,9 +57,15 @@ int main(int argc, char **argv) {
            (long long)rows, (long long)cols, ntok, nt, kvq_lattice_name(lat), bps, 8.0 * kvq_encoded_bytes(&e) / (rows * cols),
            8.0 * kvq_hqx_bytes(&q) / (rows * cols), q.vbits, q.esc_row[rows], 100.0 * q.esc_row[rows] / (rows * cols),
            kvq_hqx_isa_name(kvq_hqx_isa_best()));
-    const char *names[] = {"dense fp32", "dense bf16", "hqx int8 ref", "hqx int8 avx2", "hqx int8 vnni", "hqx exact"};
-    for (int p = 0; p < 6; p++) {
-        if (p == 4 && kvq_hqx_isa_best() != KVQ_HQX_ISA_VNNI) continue;
+    const char *names[] = {"dense fp32", "dense bf16", "hqx int8 ref", "hqx int8 avx2", "hqx int8 vnni", "hqx exact",
+                           "hqx gemm vnni", "hqx dense prefill"};
+    void *gs = aligned_alloc(64, (kvq_hqx_gemm_scratch(&q, ntok) + 63) / 64 * 64);
+    const size_t gtb = kvq_hqx_gemm_thread_bytes(&q, ntok);
+    uint8_t *gtbuf = aligned_alloc(64, (gtb * (nt > 0 ? nt : omp_get_max_threads()) + 63) / 64 * 64);
+    float *dsc = malloc(sizeof(float) * kvq_hqx_dense_scratch(&q, ntok));
+    for (int p = 0; p < 8; p++) {
+        if ((p == 4 || p == 6) && kvq_hqx_isa_best() != KVQ_HQX_ISA_VNNI) continue;
+        if (p == 6 && !kvq_hqx_gemm_ok(&q)) continue;
         const char *only = getenv("HQX_BENCH_PATHS");
         if (only && !strchr(only, '0' + p)) continue;
         double t[15];
@@ -66,7 +74,21 @@ int main(int argc, char **argv) {
             double t0 = omp_get_wtime();
             if (p == 0) kvq_matmul(y, x, w, KVQ_DTYPE_F32, ntok, cols, rows, NULL, nt);
             else if (p == 1) kvq_matmul(y, x, wb, KVQ_DTYPE_BF16, ntok, cols, rows, xp, nt);
-            else {
+            else if (p == 7) kvq_hqx_matmul_dense(&q, x, ntok, y, rows, dsc, nt);
+            else if (p == 6) {
+                for (int k = 0; k < ntok; k++) {
+                    kvq_hqx_act_init(&q, buf + ab * k, &act[k]);
+                    kvq_hqx_prep(&q, x + k * cols, &act[k]);
+                }
+                kvq_hqx_gemm_pack(&q, act, ntok, gs);
+                const int64_t groups = (rows + 3) / 4;
+#pragma omp parallel num_threads(nt > 0 ? nt : omp_get_max_threads())
+                {
+                    const int64_t n = omp_get_num_threads(), id = omp_get_thread_num();
+                    const int64_t g0 = groups * id / n, g1 = groups * (id + 1) / n;
+                    kvq_hqx_gemm_rows(&q, act, ntok, gs, y, rows, 4 * g0, 4 * g1 < rows ? 4 * g1 : rows, gtbuf + gtb * id);
+                }
+            } else {
                 for (int k = 0; k < ntok; k++) {
                     kvq_hqx_act_init(&q, buf + ab * k, &act[k]);
                     kvq_hqx_prep(&q, x + k * cols, &act[k]);
