@@ -32,6 +32,7 @@
 #define NT 128
 #define NW (NT / 32)
 #define LOG2E 1.4426950408889634f
+#define KQ8 5 // internal K kind: int keys scored against an int8 copy of q by dp4a (kvq_gkv_set_int8_query)
 #define ROWB(B) ((B) / 2 * (D / 4) + ((B) & 1) * (D / 8)) // ROWB(B)
 #define QMAX(B) ((1 << ((B) > 0 ? (B) - 1 : 0)) - 1)
 
@@ -151,8 +152,11 @@ __device__ void block_wht(float *x, int nvec) {
     __syncthreads();
 }
 
-template <int KK, int KB, int VK, int VB>
+template <int KK0, int KB, int VK, int VB>
 __global__ void __launch_bounds__(NT) attn_split(attn_p p) {
+    constexpr bool q8 = KK0 == KQ8;
+    constexpr int KK = q8 ? KVQ_GKV_INT : KK0;
+    __shared__ float qa[G];
     __shared__ __align__(16) float qs[G][D];
     __shared__ __align__(16) float sc[KVQ_GKV_MAX_CHUNK][G];
     __shared__ float red[NW][G][D];
@@ -183,7 +187,34 @@ __global__ void __launch_bounds__(NT) attn_split(attn_p p) {
 
     // ---- scores
     float qe[G][16], zq[G];
-    if (KK != KVQ_GKV_KIVI) {
+    int qw[G][4], qis[G]; // q8: q as int8, the bytes of word k = dims (4n + k), and Σ of the lane's int8 q
+    float sq[G];
+    if (q8) { // one scale per query head: max |q| / 127
+        const int h = warp;
+        float m = 0.0f;
+        for (int i = lane; i < D; i += 32) m = fmaxf(m, fabsf(qs[h][i]));
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (lane == 0) qa[h] = m > 0.0f ? m / 127.0f : 1.0f;
+        __syncthreads();
+#pragma unroll
+        for (int h2 = 0; h2 < G; h2++) {
+            sq[h2] = qa[h2];
+            const float inv = 1.0f / sq[h2];
+            qis[h2] = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint32_t wd = 0;
+#pragma unroll
+                for (int n2 = 0; n2 < 4; n2++) {
+                    int qi = __float2int_rn(qs[h2][j0 + 4 * n2 + k] * inv);
+                    qi = qi < -127 ? -127 : qi > 127 ? 127 : qi;
+                    wd |= ((uint32_t)qi & 0xFFu) << (8 * n2);
+                    qis[h2] += qi;
+                }
+                qw[h2][k] = (int)wd;
+            }
+        }
+    } else if (KK != KVQ_GKV_KIVI) {
         float qsum[G];
 #pragma unroll
         for (int h = 0; h < G; h++) {
@@ -217,13 +248,26 @@ __global__ void __launch_bounds__(NT) attn_split(attn_p p) {
 #pragma unroll
         for (int ps = 0; ps < 8; ps++) {
             const int pos = tg + 4 * ps + sub;
-            float v[16], a[G];
-            values<KK, KB>(x[ps], cbk, v);
+            float a[G];
+            if (q8) {
+                int ai[G] = {0};
 #pragma unroll
-            for (int h = 0; h < G; h++) {
-                a[h] = zq[h];
+                for (int k = 0; k < 4; k++) {
+                    const int m = (int)gather<KB>(x[ps].w, k);
 #pragma unroll
-                for (int i = 0; i < 16; i++) a[h] = fmaf(qe[h][i], v[i], a[h]);
+                    for (int h = 0; h < G; h++) ai[h] = __dp4a(m, qw[h][k], ai[h]);
+                }
+#pragma unroll
+                for (int h = 0; h < G; h++) a[h] = (float)(ai[h] - QMAX(KB) * qis[h]) * sq[h];
+            } else {
+                float v[16];
+                values<KK, KB>(x[ps], cbk, v);
+#pragma unroll
+                for (int h = 0; h < G; h++) {
+                    a[h] = zq[h];
+#pragma unroll
+                    for (int i = 0; i < 16; i++) a[h] = fmaf(qe[h][i], v[i], a[h]);
+                }
             }
 #pragma unroll
             for (int h = 0; h < G; h++) {
@@ -466,6 +510,9 @@ static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
 
 typedef void (*split_fn)(attn_p);
 
+static int g_q8 = 0;
+extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
+
 #define KV_BITS(X, KIND) X(KIND, 2) X(KIND, 3) X(KIND, 4)
 // The instantiated (K kind, K bits, V kind, V bits) combinations: the dense baselines, each
 // codec on both sides, and the boundary layers' fp16 keys with each codec's values.
@@ -476,6 +523,10 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
     if (kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KIND, B, KIND, B>;
 #define F16K(KIND, B) \
     if (kk == KVQ_GKV_F16 && vk == KIND && vb == B) return attn_split<KVQ_GKV_F16, 0, KIND, B>;
+#define SAMEQ8(KIND, B) \
+    if (g_q8 && kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KQ8, B, KIND, B>;
+    KV_BITS(SAMEQ8, KVQ_GKV_INT)
+#undef SAMEQ8
     KV_BITS(SAME, KVQ_GKV_INT)
     KV_BITS(SAME, KVQ_GKV_KIVI)
     KV_BITS(SAME, KVQ_GKV_TURBO)

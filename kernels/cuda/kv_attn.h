@@ -122,6 +122,11 @@ int kvq_gkv_auto_chunk(const kvq_gkv_cache *c);
  *  Needs wcap ≥ window + 32 + T. Updates c->n_tok, c->n_enc_k and c->n_enc_v. */
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err);
 
+/** int:<b> keys only: 1 = score them against an int8 copy of q (one scale per query head,
+ *  max|q|/127) with dp4a, 4 codes an instruction, instead of fp32 FMAs; 0 (default) = fp32.
+ *  Adds q's rounding to the scores (measured in test_cuda_kv). Process-wide. */
+void kvq_gkv_set_int8_query(int on);
+
 /** Times `reps` calls of kvq_gkv_attend with CUDA events (after a warm-up): median ms. When
  *  rotate > 1, the calls cycle over `rotate` copies of the cache laid out one after the other
  *  (caches[i]) so that L2 holds none of them. */

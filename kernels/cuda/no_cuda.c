@@ -108,3 +108,4 @@ kvq_status kvq_gkv_time(const kvq_gkv_cache *caches, int rotate, const float *q,
                         void *scratch, int reps, double *ms, kvq_err *err) {
     return NO_CUDA(err);
 }
+void kvq_gkv_set_int8_query(int on) { (void)on; }

@@ -5,7 +5,7 @@
 // L2 holds none; the same rule as cuda_kv_sdpa.py, PyTorch's SDPA in the same device call).
 // Bytes = what a call must read (codes, side data); % copy = bytes/time over the device's
 // copy bandwidth. Then the encoders: positions appended per second, one token at a time and
-// as a 4096-token prefill. Timing only (the values are not meaningful: constant bytes;
+// as a 4096-token prefill. "q8": int keys scored by dp4a against an int8 copy of q. Timing only (the values are not meaningful: constant bytes;
 // correctness is tests/test_cuda_kv.c).
 // usage: cuda_kv_attn [T ...]
 #include <stdio.h>
@@ -60,6 +60,7 @@ int main(int argc, char **argv) {
     }
     const struct { kvq_gkv_kind kind; int bits; const char *name; } cfg[] = {
         {KVQ_GKV_BF16, 0, "bf16"},      {KVQ_GKV_INT, 4, "int:4"},   {KVQ_GKV_INT, 3, "int:3"},   {KVQ_GKV_INT, 2, "int:2"},
+        {KVQ_GKV_INT, 4, "int:4 q8"},   {KVQ_GKV_INT, 3, "int:3 q8"}, {KVQ_GKV_INT, 2, "int:2 q8"},
         {KVQ_GKV_KIVI, 4, "kivi:4"},    {KVQ_GKV_KIVI, 3, "kivi:3"}, {KVQ_GKV_KIVI, 2, "kivi:2"}, {KVQ_GKV_TURBO, 4, "turboquant:4"},
         {KVQ_GKV_TURBO, 3, "turboquant:3"}, {KVQ_GKV_TURBO, 2, "turboquant:2"}};
     const int ncfg = sizeof cfg / sizeof *cfg;
@@ -93,6 +94,7 @@ int main(int argc, char **argv) {
                     cs[r].v.data = (char *)buf + one * r + (size_t)B * NKV * rk;
                 }
                 const int chunk = kvq_gkv_auto_chunk(&c);
+                kvq_gkv_set_int8_query(strstr(cfg[ci].name, "q8") != NULL);
                 void *scr;
                 TRY(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, chunk), &err));
                 double ms = 0;
