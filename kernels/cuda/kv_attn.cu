@@ -152,8 +152,8 @@ __device__ void block_wht(float *x, int nvec) {
     __syncthreads();
 }
 
-template <int KK0, int KB, int VK, int VB>
-__global__ void __launch_bounds__(NT) attn_split(attn_p p) {
+template <int KK0, int KB, int VK, int VB, bool VH = false>
+__global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
     constexpr bool q8 = KK0 == KQ8;
     constexpr int KK = q8 ? KVQ_GKV_INT : KK0;
     __shared__ float qa[G];
@@ -301,7 +301,14 @@ __global__ void __launch_bounds__(NT) attn_split(attn_p p) {
     }
     __syncthreads();
 
-    // ---- Σ p·V
+    // ---- Σ p·V (int and KIVI codes: products in fp16 pairs, HFMA2, summed into fp32 per group
+    // of 32 positions, unless kvq_gkv_set_half_values(0))
+    constexpr bool vh = VH && (VK == KVQ_GKV_INT || VK == KVQ_GKV_KIVI);
+    __half2 hacc[G][8];
+#pragma unroll
+    for (int h = 0; h < G; h++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) hacc[h][j] = __float2half2_rn(0.0f);
     float acc[G][16], za[G];
 #pragma unroll
     for (int h = 0; h < G; h++) {
@@ -336,13 +343,41 @@ __global__ void __launch_bounds__(NT) attn_split(attn_p p) {
 #pragma unroll
                 for (int h = 0; h < G; h++) za[h] = fmaf(w[h], z, za[h]), w[h] *= s_;
             }
-            float v[16];
-            values<VK, VB>(x[ps], cbv, v);
+            if (vh) { // codes → half2 (1024 + c) by one byte permute, minus 1024 exactly, then HFMA2
+                __half2 wh[G];
+#pragma unroll
+                for (int h = 0; h < G; h++) wh[h] = __float2half2_rn(w[h]);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const uint32_t m = gather<VB>(x[ps].w, k);
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const uint32_t u = __byte_perm(m, 0x64646464u, j ? 0x5342u : 0x5140u);
+                        const __half2 hv = __hsub2(*(const __half2 *)&u, __float2half2_rn(1024.0f));
+#pragma unroll
+                        for (int h = 0; h < G; h++) hacc[h][2 * k + j] = __hfma2(wh[h], hv, hacc[h][2 * k + j]);
+                    }
+                }
+            } else {
+                float v[16];
+                values<VK, VB>(x[ps], cbv, v);
+#pragma unroll
+                for (int h = 0; h < G; h++)
+#pragma unroll
+                    for (int i = 0; i < 16; i++) acc[h][i] = fmaf(w[h], v[i], acc[h][i]);
+            }
+        }
+        if (vh) // the group's half sums into the fp32 sums: 8 positions a lane at most in fp16
 #pragma unroll
             for (int h = 0; h < G; h++)
 #pragma unroll
-                for (int i = 0; i < 16; i++) acc[h][i] = fmaf(w[h], v[i], acc[h][i]);
-        }
+                for (int k = 0; k < 4; k++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const float2 f = __half22float2(hacc[h][2 * k + j]);
+                        acc[h][8 * j + k] += f.x, acc[h][8 * j + 4 + k] += f.y;
+                        hacc[h][2 * k + j] = __float2half2_rn(0.0f);
+                    }
     }
 #pragma unroll
     for (int h = 0; h < G; h++)
@@ -510,8 +545,9 @@ static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
 
 typedef void (*split_fn)(attn_p);
 
-static int g_q8 = 0;
+static int g_q8 = 0, g_vh = 0;
 extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
+extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
 
 #define KV_BITS(X, KIND) X(KIND, 2) X(KIND, 3) X(KIND, 4)
 // The instantiated (K kind, K bits, V kind, V bits) combinations: the dense baselines, each
@@ -524,7 +560,13 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
 #define F16K(KIND, B) \
     if (kk == KVQ_GKV_F16 && vk == KIND && vb == B) return attn_split<KVQ_GKV_F16, 0, KIND, B>;
 #define SAMEQ8(KIND, B) \
+    if (g_q8 && g_vh && kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KQ8, B, KIND, B, true>; \
     if (g_q8 && kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KQ8, B, KIND, B>;
+#define SAMEVH(KIND, B) \
+    if (g_vh && kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KIND, B, KIND, B, true>;
+    KV_BITS(SAMEVH, KVQ_GKV_INT)
+    KV_BITS(SAMEVH, KVQ_GKV_KIVI)
+#undef SAMEVH
     KV_BITS(SAMEQ8, KVQ_GKV_INT)
 #undef SAMEQ8
     KV_BITS(SAME, KVQ_GKV_INT)
@@ -546,15 +588,25 @@ static void ranges(const kvq_gkv_cache *c, int *a, int *e) {
 }
 static int n_chunks(int len, int chunk) { return len > 0 ? (len + chunk - 1) / chunk : 0; }
 
+// Chunks so that the blocks of the main launch fill whole waves: as many chunks per (sequence,
+// KV head) as the SMs hold resident blocks of the kernel (or a multiple of that when chunks
+// would exceed KVQ_GKV_MAX_CHUNK). A wave and a third left 70 % of the second wave idle (ncu:
+// bf16 at 32k, 512 blocks on 396 slots).
 extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
-    const int per = std::max(1, 528 / std::max(1, c->batch * c->n_kv)); // ~4 blocks per SM of an H100
-    int n = std::max(c->n_enc_k, c->n_enc_v);
-    int ch = 32 * ((n / per + 31) / 32);
-    return std::min(KVQ_GKV_MAX_CHUNK, std::max(64, ch));
+    split_fn f = pick(c->k.kind, c->k.bits, c->v.kind, c->v.bits);
+    int per_sm = 4, sms = 132, dev = 0;
+    if (f && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, NT, 0) != cudaSuccess) per_sm = 4;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 132;
+    (void)cudaGetLastError();
+    const int n = std::max(1, std::max(c->n_enc_k, c->n_enc_v));
+    const int per = std::max(1, per_sm * sms / std::max(1, c->batch * c->n_kv));
+    const int k = (n + per * KVQ_GKV_MAX_CHUNK - 1) / (per * KVQ_GKV_MAX_CHUNK);
+    const int ch = 32 * ((n + 32 * per * k - 1) / (32 * per * k));
+    return std::min(KVQ_GKV_MAX_CHUNK, std::max(32, ch));
 }
 
 extern "C" size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk) {
-    if (chunk <= 0) chunk = 64;
+    if (chunk <= 0) chunk = 32;
     const size_t slots = (size_t)n_chunks(c->cap, chunk) + 2 * (size_t)n_chunks(c->wcap > 0 ? c->wcap : 1, chunk) + 2;
     return sizeof(float) * (size_t)c->batch * c->n_heads * slots * (D + 2);
 }
@@ -685,25 +737,46 @@ extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const flo
 }
 
 extern "C" kvq_status kvq_gkv_time(const kvq_gkv_cache *caches, int rotate, const float *q, float *out, float scale, int chunk,
-                                   void *scratch, int reps, double *ms, kvq_err *err) {
+                                   void *scratch, int reps, int graph_calls, double *ms, kvq_err *err) {
     if (rotate < 1) rotate = 1;
+    cudaStream_t sm = kvq_cuda_stream();
+    cudaGraphExec_t ge = NULL;
+    if (graph_calls > 0) { // graph_calls attends (cycling over the copies) captured once
+        if (!sm) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv timing: graphs need kvq_cuda_stream_init");
+        cudaGraph_t g;
+        CU_TRY(cudaStreamBeginCapture(sm, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < graph_calls; i++) {
+            kvq_status st = kvq_gkv_attend(&caches[i % rotate], q, out, scale, chunk, scratch, err);
+            if (st) {
+                cudaStreamEndCapture(sm, &g);
+                return st;
+            }
+        }
+        CU_TRY(cudaStreamEndCapture(sm, &g));
+        CU_TRY(cudaGraphInstantiate(&ge, g, 0));
+        cudaGraphDestroy(g);
+    }
     cudaEvent_t e0, e1;
     CU_TRY(cudaEventCreate(&e0));
     CU_TRY(cudaEventCreate(&e1));
     std::vector<float> t;
     for (int i = 0; i < reps + 3; i++) {
-        CU_TRY(cudaEventRecord(e0, kvq_cuda_stream()));
-        kvq_status st = kvq_gkv_attend(&caches[i % rotate], q, out, scale, chunk, scratch, err);
-        if (st) return st;
-        CU_TRY(cudaEventRecord(e1, kvq_cuda_stream()));
+        CU_TRY(cudaEventRecord(e0, sm));
+        if (ge) CU_TRY(cudaGraphLaunch(ge, sm));
+        else {
+            kvq_status st = kvq_gkv_attend(&caches[i % rotate], q, out, scale, chunk, scratch, err);
+            if (st) return st;
+        }
+        CU_TRY(cudaEventRecord(e1, sm));
         CU_TRY(cudaEventSynchronize(e1));
         float m;
         CU_TRY(cudaEventElapsedTime(&m, e0, e1));
-        if (i >= 3) t.push_back(m);
+        if (i >= 3) t.push_back(ge ? m / graph_calls : m);
     }
     std::sort(t.begin(), t.end());
     *ms = t[t.size() / 2];
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    if (ge) cudaGraphExecDestroy(ge);
     return KVQ_OK;
 }

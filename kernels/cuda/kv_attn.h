@@ -127,11 +127,17 @@ kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int 
  *  Adds q's rounding to the scores (measured in test_cuda_kv). Process-wide. */
 void kvq_gkv_set_int8_query(int on);
 
-/** Times `reps` calls of kvq_gkv_attend with CUDA events (after a warm-up): median ms. When
- *  rotate > 1, the calls cycle over `rotate` copies of the cache laid out one after the other
- *  (caches[i]) so that L2 holds none of them. */
+/** int:<b> and kivi:<b> values: 1 = Σ p·V with fp16 products and pairs (HFMA2), summed into
+ *  fp32 every 32 positions, instead of fp32 FMAs; 0 (default) = fp32. Process-wide. */
+void kvq_gkv_set_half_values(int on);
+
+/** Times kvq_gkv_attend with CUDA events (after a warm-up): the median over reps of one call
+ *  between two events (graph_calls = 0; the host's launch time included), or of one replay of
+ *  a CUDA graph of graph_calls calls divided by graph_calls (the GPU's time per call, as a
+ *  decode step replayed as a graph sees it; needs kvq_cuda_stream_init, ops.h). The calls
+ *  cycle over `rotate` caches (copies laid out one after another, so that L2 holds none). */
 kvq_status kvq_gkv_time(const kvq_gkv_cache *caches, int rotate, const float *q, float *out, float scale, int chunk,
-                        void *scratch, int reps, double *ms, kvq_err *err);
+                        void *scratch, int reps, int graph_calls, double *ms, kvq_err *err);
 
 #ifdef __cplusplus
 }

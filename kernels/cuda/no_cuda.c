@@ -105,7 +105,8 @@ kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, fl
 }
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_gkv_time(const kvq_gkv_cache *caches, int rotate, const float *q, float *out, float scale, int chunk,
-                        void *scratch, int reps, double *ms, kvq_err *err) {
+                        void *scratch, int reps, int graph_calls, double *ms, kvq_err *err) {
     return NO_CUDA(err);
 }
 void kvq_gkv_set_int8_query(int on) { (void)on; }
+void kvq_gkv_set_half_values(int on) { (void)on; }

@@ -1,11 +1,15 @@
 // Decode attention over packed KV caches on the GPU (kernels/cuda/kv_attn.cu): 32 query
 // heads over 8 KV heads, head_dim 128, one new token, batch 1 and 8, T_kv = 4k..128k; our
-// bf16 split-K kernel and every codec at 2, 3 and 4 bits. Time = median of 50 calls, each
-// between two CUDA events, cycling over copies of the cache that together exceed 256 MB (so
-// L2 holds none; the same rule as cuda_kv_sdpa.py, PyTorch's SDPA in the same device call).
+// bf16 split-K kernel and every codec at 2, 3 and 4 bits. Two times: the median of 50 calls,
+// each between two CUDA events (the host's launch time included), and the median of 30
+// replays of a CUDA graph of 20 calls, divided by 20 (the GPU's time, as in a decode step
+// replayed as a graph). Calls cycle over copies of the cache that together exceed 256 MB (so
+// L2 holds none; the same rules as cuda_kv_sdpa.py, PyTorch's SDPA in the same device call).
+// "q8": int keys scored by dp4a against an int8 copy of q; "h": int/KIVI values summed by
+// HFMA2 in fp16 pairs (into fp32 every 32 positions).
 // Bytes = what a call must read (codes, side data); % copy = bytes/time over the device's
 // copy bandwidth. Then the encoders: positions appended per second, one token at a time and
-// as a 4096-token prefill. "q8": int keys scored by dp4a against an int8 copy of q. Timing only (the values are not meaningful: constant bytes;
+// as a 4096-token prefill. Timing only (the values are not meaningful: constant bytes;
 // correctness is tests/test_cuda_kv.c).
 // usage: cuda_kv_attn [T ...]
 #include <stdio.h>
@@ -15,6 +19,7 @@
 
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/cuda/ops.h"
 
 #define D KVQ_GKV_HEAD_DIM
 #define NKV 8
@@ -59,10 +64,12 @@ int main(int argc, char **argv) {
         for (int i = 1; i < argc && nT < 8; i++) Ts[nT++] = atoi(argv[i]);
     }
     const struct { kvq_gkv_kind kind; int bits; const char *name; } cfg[] = {
-        {KVQ_GKV_BF16, 0, "bf16"},      {KVQ_GKV_INT, 4, "int:4"},   {KVQ_GKV_INT, 3, "int:3"},   {KVQ_GKV_INT, 2, "int:2"},
-        {KVQ_GKV_INT, 4, "int:4 q8"},   {KVQ_GKV_INT, 3, "int:3 q8"}, {KVQ_GKV_INT, 2, "int:2 q8"},
-        {KVQ_GKV_KIVI, 4, "kivi:4"},    {KVQ_GKV_KIVI, 3, "kivi:3"}, {KVQ_GKV_KIVI, 2, "kivi:2"}, {KVQ_GKV_TURBO, 4, "turboquant:4"},
-        {KVQ_GKV_TURBO, 3, "turboquant:3"}, {KVQ_GKV_TURBO, 2, "turboquant:2"}};
+        {KVQ_GKV_BF16, 0, "bf16"},          {KVQ_GKV_INT, 4, "int:4"},          {KVQ_GKV_INT, 3, "int:3"},
+        {KVQ_GKV_INT, 2, "int:2"},          {KVQ_GKV_INT, 4, "int:4 q8+h"},     {KVQ_GKV_INT, 3, "int:3 q8+h"},
+        {KVQ_GKV_INT, 2, "int:2 q8+h"},     {KVQ_GKV_KIVI, 4, "kivi:4"},        {KVQ_GKV_KIVI, 3, "kivi:3"},
+        {KVQ_GKV_KIVI, 2, "kivi:2"},        {KVQ_GKV_KIVI, 4, "kivi:4 h"},      {KVQ_GKV_KIVI, 3, "kivi:3 h"},
+        {KVQ_GKV_KIVI, 2, "kivi:2 h"},      {KVQ_GKV_TURBO, 4, "turboquant:4"}, {KVQ_GKV_TURBO, 3, "turboquant:3"},
+        {KVQ_GKV_TURBO, 2, "turboquant:2"}};
     const int ncfg = sizeof cfg / sizeof *cfg;
     const float scale = 0.08838834764831845f;
     void *cb, *sg, *q, *out;
@@ -73,7 +80,8 @@ int main(int argc, char **argv) {
     TRY(kvq_cuda_malloc(&q, sizeof(float) * 8 * H * D, &err));
     TRY(kvq_cuda_malloc(&out, sizeof(float) * 8 * H * D, &err));
     TRY(kvq_cuda_memset(q, 0x11, sizeof(float) * 8 * H * D, &err));
-    printf("\n| T_kv | batch | cache | ms | MB read | GB/s | %% of copy | chunk | copies |\n|---|---|---|---|---|---|---|---|---|\n");
+    TRY(kvq_cuda_stream_init(&err));
+    printf("\n| T_kv | batch | cache | ms, one call | ms, in a graph | MB read | GB/s (graph) | %% of copy (graph) | chunk | copies |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (int ti = 0; ti < nT; ti++)
         for (int B = 1; B <= 8; B += 7)
             for (int ci = 0; ci < ncfg; ci++) {
@@ -93,15 +101,17 @@ int main(int argc, char **argv) {
                     cs[r].k.data = (char *)buf + one * r;
                     cs[r].v.data = (char *)buf + one * r + (size_t)B * NKV * rk;
                 }
-                const int chunk = kvq_gkv_auto_chunk(&c);
                 kvq_gkv_set_int8_query(strstr(cfg[ci].name, "q8") != NULL);
+                kvq_gkv_set_half_values(strstr(cfg[ci].name, "h") != NULL && cfg[ci].kind != KVQ_GKV_BF16);
+                const int chunk = kvq_gkv_auto_chunk(&c);
                 void *scr;
                 TRY(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, chunk), &err));
-                double ms = 0;
-                TRY(kvq_gkv_time(cs, rot, q, out, scale, chunk, scr, 50, &ms, &err));
+                double ms = 0, msg = 0;
+                TRY(kvq_gkv_time(cs, rot, q, out, scale, chunk, scr, 50, 0, &ms, &err));
+                TRY(kvq_gkv_time(cs, rot, q, out, scale, chunk, scr, 30, 20, &msg, &err));
                 const double bytes = (double)B * NKV * T * (bytes_per_pos(c.k.kind, c.k.bits, 0) + bytes_per_pos(c.v.kind, c.v.bits, 1));
-                printf("| %dk | %d | %s | %.4f | %.1f | %.0f | %.0f %% | %d | %d |\n", T / 1024, B, cfg[ci].name, ms, bytes / 1e6, bytes / (ms * 1e-3) / 1e9,
-                       100.0 * bytes / (ms * 1e-3) / bw, chunk, rot);
+                printf("| %dk | %d | %s | %.4f | %.4f | %.1f | %.0f | %.0f %% | %d | %d |\n", T / 1024, B, cfg[ci].name, ms, msg, bytes / 1e6,
+                       bytes / (msg * 1e-3) / 1e9, 100.0 * bytes / (msg * 1e-3) / bw, chunk, rot);
                 fflush(stdout);
                 kvq_cuda_free(scr);
                 kvq_cuda_free(buf);
