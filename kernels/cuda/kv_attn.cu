@@ -116,6 +116,16 @@ __device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, in
     }
 }
 
+// The NP passes of a group of 4·NP positions (4 positions a pass, lane sub's position).
+template <int KIND, int B, int NP>
+__device__ __forceinline__ void load_group(const side_p &s, const uint8_t *reg, int tg, int t1, int L, int sub, row_t<KIND, B> (&x)[NP]) {
+#pragma unroll
+    for (int ps = 0; ps < NP; ps++) {
+        const int pos = tg + 4 * ps + sub;
+        load_pos<KIND, B>(s, reg, pos, L, pos < t1, x[ps]);
+    }
+}
+
 template <int KIND, int B>
 __device__ __forceinline__ void values(const row_t<KIND, B> &x, const float *cb, float (&v)[16]) {
     if (KIND <= KVQ_GKV_F16) {
@@ -153,7 +163,7 @@ __device__ void block_wht(float *x, int nvec) {
 }
 
 template <int KK0, int KB, int VK, int VB, bool VH = false>
-__global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
+__global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     constexpr bool q8 = KK0 == KQ8;
     constexpr int KK = q8 ? KVQ_GKV_INT : KK0;
     __shared__ float qa[G];
@@ -173,6 +183,12 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
         if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = -INFINITY, pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = 0.0f;
         return;
     }
+    // the first group of keys is requested before q (it does not depend on it)
+    const uint8_t *kreg = p.k.base + ri * p.k.region, *vreg = p.v.base + ri * p.v.region;
+    constexpr int NPK = KK == KVQ_GKV_KIVI ? 8 : 4, UK = 4 * NPK;
+    const int ngk = (n + UK - 1) / UK;
+    row_t<KK, KB> x[NPK], xn[NPK];
+    if (warp < ngk) load_group<KK, KB, NPK>(p.k, kreg, t0 + UK * warp, t1, L, sub, x);
     for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] = p.q[((size_t)b * p.H + g * G + e / D) * D + e % D];
     if (KK == KVQ_GKV_TURBO)
         for (int e = threadIdx.x; e < (1 << KB); e += NT) cbk[e] = p.k.cb[(size_t)g * (1 << KB) + e];
@@ -183,7 +199,6 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
         for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
         block_wht(&qs[0][0], G);
     }
-    const uint8_t *kreg = p.k.base + ri * p.k.region, *vreg = p.v.base + ri * p.v.region;
 
     // ---- scores
     float qe[G][16], zq[G];
@@ -224,9 +239,12 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
             zq[h] = KK == KVQ_GKV_INT ? -(float)QMAX(KB) * qsum[h] : 0.0f;
         }
     }
-    const int ng = (n + 31) / 32;
-    for (int gi = warp; gi < ng; gi += NW) {
-        const int tg = t0 + 32 * gi;
+    // Software pipelining: a warp issues the next group's loads before this group's arithmetic.
+    // Groups of NPK passes (KIVI keys: 8 = their 32-position scale group; others 4, so that two
+    // groups in registers cost what one group of 8 did).
+    for (int gi = warp; gi < ngk; gi += NW) {
+        const int tg = t0 + UK * gi;
+        if (gi + NW < ngk) load_group<KK, KB, NPK>(p.k, kreg, tg + UK * NW, t1, L, sub, xn);
         if (KK == KVQ_GKV_KIVI) { // q ⊙ scale and Σ q·zero of this group's channels
             const uint8_t *sd = kreg + p.k.side_off + ((size_t)(tg / 32) * D + j0) * 4;
 #pragma unroll
@@ -239,14 +257,8 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
                 for (int h = 0; h < G; h++) qe[h][i] = qs[h][j0 + i] * sc_, zq[h] = fmaf(qs[h][j0 + i], z, zq[h]);
             }
         }
-        row_t<KK, KB> x[8];
 #pragma unroll
-        for (int ps = 0; ps < 8; ps++) {
-            const int pos = tg + 4 * ps + sub;
-            load_pos<KK, KB>(p.k, kreg, pos, L, pos < t1, x[ps]);
-        }
-#pragma unroll
-        for (int ps = 0; ps < 8; ps++) {
+        for (int ps = 0; ps < NPK; ps++) {
             const int pos = tg + 4 * ps + sub;
             float a[G];
             if (q8) {
@@ -281,7 +293,15 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
                 *(float4 *)sc[pos - t0] = make_float4(a[0] * mul, a[1] * mul, a[2] * mul, a[3] * mul);
             }
         }
+#pragma unroll
+        for (int ps = 0; ps < NPK; ps++) x[ps] = xn[ps];
     }
+    // values likewise, 4 passes a group; the first group is loaded before the softmax (it does
+    // not depend on it)
+    constexpr int NPV = 4, UV = 4 * NPV;
+    const int ngv = (n + UV - 1) / UV;
+    row_t<VK, VB> y[NPV], yn[NPV];
+    if (warp < ngv) load_group<VK, VB, NPV>(p.v, vreg, t0 + UV * warp, t1, L, sub, y);
     __syncthreads();
 
     // ---- the chunk's softmax: warp h takes query head h
@@ -316,16 +336,11 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
 #pragma unroll
         for (int i = 0; i < 16; i++) acc[h][i] = 0.0f;
     }
-    for (int gi = warp; gi < ng; gi += NW) {
-        const int tg = t0 + 32 * gi;
-        row_t<VK, VB> x[8];
+    for (int gi = warp; gi < ngv; gi += NW) {
+        const int tg = t0 + UV * gi;
+        if (gi + NW < ngv) load_group<VK, VB, NPV>(p.v, vreg, tg + UV * NW, t1, L, sub, yn);
 #pragma unroll
-        for (int ps = 0; ps < 8; ps++) {
-            const int pos = tg + 4 * ps + sub;
-            load_pos<VK, VB>(p.v, vreg, pos, L, pos < t1, x[ps]);
-        }
-#pragma unroll
-        for (int ps = 0; ps < 8; ps++) {
+        for (int ps = 0; ps < NPV; ps++) {
             const int pos = tg + 4 * ps + sub;
             if (pos >= t1) continue;
             const float4 pp = *(const float4 *)sc[pos - t0];
@@ -349,7 +364,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
                 for (int h = 0; h < G; h++) wh[h] = __float2half2_rn(w[h]);
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const uint32_t m = gather<VB>(x[ps].w, k);
+                    const uint32_t m = gather<VB>(y[ps].w, k);
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
                         const uint32_t u = __byte_perm(m, 0x64646464u, j ? 0x5342u : 0x5140u);
@@ -360,14 +375,14 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
                 }
             } else {
                 float v[16];
-                values<VK, VB>(x[ps], cbv, v);
+                values<VK, VB>(y[ps], cbv, v);
 #pragma unroll
                 for (int h = 0; h < G; h++)
 #pragma unroll
                     for (int i = 0; i < 16; i++) acc[h][i] = fmaf(w[h], v[i], acc[h][i]);
             }
         }
-        if (vh) // the group's half sums into the fp32 sums: 8 positions a lane at most in fp16
+        if (vh) // the group's half sums into the fp32 sums: 4 positions a lane at most in fp16
 #pragma unroll
             for (int h = 0; h < G; h++)
 #pragma unroll
@@ -378,6 +393,8 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
                         acc[h][8 * j + k] += f.x, acc[h][8 * j + 4 + k] += f.y;
                         hacc[h][2 * k + j] = __float2half2_rn(0.0f);
                     }
+#pragma unroll
+        for (int ps = 0; ps < NPV; ps++) y[ps] = yn[ps];
     }
 #pragma unroll
     for (int h = 0; h < G; h++)
@@ -399,23 +416,43 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 1) attn_split(attn_p p) {
     if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = mh[threadIdx.x], pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = lh[threadIdx.x];
 }
 
-// Merges the chunks of one (sequence, query head): weights 2^(m_s − M), then the TurboQuant
-// values' inverse rotation (WHT, then the signs) when vsigns is given.
+// Merges the chunks of one (sequence, query head): weights w_s = 2^(m_s − M) computed once
+// into shared memory (a thread per chunk), then each thread sums its dim over the chunks with
+// independent loads (a loop whose loads sat behind a branch on the chunk's sum took one memory
+// latency per chunk: ~15 µs for 43 chunks); then the TurboQuant values' inverse rotation
+// (WHT, then the signs) when vsigns is given.
+#define MERGE_MAX 1024
 __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, const float *__restrict__ pml, float *__restrict__ out,
                                                 int n_slot, int H, const float *__restrict__ vsigns) {
-    __shared__ float x[D];
-    const int bh = blockIdx.x, h = bh % H, g = h / G, i = threadIdx.x;
+    __shared__ float x[D], w[MERGE_MAX], red[D / 32];
+    const int bh = blockIdx.x, h = bh % H, g = h / G, i = threadIdx.x, lane = i & 31, wp = i >> 5;
     const float *ml = pml + (size_t)bh * n_slot * 2, *o = po + (size_t)bh * n_slot * D;
     float M = -INFINITY;
-    for (int s = 0; s < n_slot; s++)
-        if (ml[2 * s + 1] > 0.0f) M = fmaxf(M, ml[2 * s]);
-    float l = 0.0f, y = 0.0f;
-    for (int s = 0; s < n_slot; s++)
-        if (ml[2 * s + 1] > 0.0f) {
-            const float w = exp2f(ml[2 * s] - M);
-            l = fmaf(w, ml[2 * s + 1], l);
-            y = fmaf(w, o[(size_t)s * D + i], y);
-        }
+    for (int s = i; s < n_slot; s += D) {
+        const float2 v = *(const float2 *)(ml + 2 * s);
+        w[s] = v.y > 0.0f ? v.x : -INFINITY;
+        M = fmaxf(M, w[s]);
+    }
+    for (int k = 16; k > 0; k >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, k));
+    if (lane == 0) red[wp] = M;
+    __syncthreads();
+    M = red[0];
+    for (int k = 1; k < D / 32; k++) M = fmaxf(M, red[k]);
+    __syncthreads();
+    float l = 0.0f;
+    for (int s = i; s < n_slot; s += D) {
+        const float ws = w[s] == -INFINITY ? 0.0f : exp2f(w[s] - M);
+        w[s] = ws;
+        l = fmaf(ws, ml[2 * s + 1], l);
+    }
+    for (int k = 16; k > 0; k >>= 1) l += __shfl_xor_sync(0xffffffffu, l, k);
+    if (lane == 0) red[wp] = l;
+    __syncthreads();
+    l = 0.0f;
+    for (int k = 0; k < D / 32; k++) l += red[k];
+    float y = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < n_slot; s++) y = fmaf(w[s], o[(size_t)s * D + i], y);
     y = l > 0.0f ? y / l : 0.0f;
     if (vsigns) {
         x[i] = y;
@@ -633,6 +670,7 @@ extern "C" kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, flo
     const int na = n_chunks(a, chunk), nb = n_chunks(e - a, chunk), nc = n_chunks(c->n_tok - e, chunk);
     const int n_slot = na + nb + nc;
     if (n_slot == 0) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: empty cache");
+    if (n_slot > MERGE_MAX) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d chunks exceed %d (a larger chunk)", n_slot, MERGE_MAX);
     if ((size_t)sizeof(float) * c->batch * c->n_heads * n_slot * (D + 2) > kvq_gkv_scratch_bytes(c, chunk))
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: scratch too small for %d chunks", n_slot);
     attn_p p;
