@@ -601,11 +601,11 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
     if (g_q8 && kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KQ8, B, KIND, B>;
 #define SAMEVH(KIND, B) \
     if (g_vh && kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KIND, B, KIND, B, true>;
+    KV_BITS(SAMEQ8, KVQ_GKV_INT) // before SAMEVH: int keys with both knobs take the dp4a kernel
+#undef SAMEQ8
     KV_BITS(SAMEVH, KVQ_GKV_INT)
     KV_BITS(SAMEVH, KVQ_GKV_KIVI)
 #undef SAMEVH
-    KV_BITS(SAMEQ8, KVQ_GKV_INT)
-#undef SAMEQ8
     KV_BITS(SAME, KVQ_GKV_INT)
     KV_BITS(SAME, KVQ_GKV_KIVI)
     KV_BITS(SAME, KVQ_GKV_TURBO)
