@@ -11,7 +11,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <math.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -157,7 +159,29 @@ typedef struct {
     uint64_t header, offset, stored;
 } wentry;
 
+// A journaled spool (kvq_writer_open_journal) frames every payload so that a later run can find,
+// check and reuse them: "KVQJBLOB" u32 name_len, u32 zstd, u64 size, u64 stored, u64 xxh3 (of the
+// uncompressed payload, the entry table's), name, stored bytes, u64 xxh3 of the stored bytes;
+// a group of blobs is closed by "KVQJNOTE" u64 len, text, u64 xxh3(text). Little-endian.
+#define JBLOB "KVQJBLOB"
+#define JNOTE "KVQJNOTE"
+typedef struct {
+    char *name;
+    kvq_entry_info info;
+    uint64_t off;                   // stored bytes' offset in the spool
+} jblob;
+typedef struct {
+    char *note;
+    size_t first, n;                // blobs [first, first + n)
+    uint64_t end;                   // spool offset after the note frame
+} jgroup;
+
 struct kvq_writer {
+    char *journal_path;             // NULL: the spool is unlinked (no journal)
+    jblob *jb;
+    size_t n_jb;
+    jgroup *jg;
+    size_t n_jg, n_adopted;
     char *final_path, *tmp_path;
     zip_t *za;
     int spool_fd;
@@ -206,8 +230,153 @@ kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *er
     return KVQ_OK;
 }
 
+static void journal_free(kvq_writer *w) {
+    for (size_t i = 0; i < w->n_jb; i++) free(w->jb[i].name);
+    for (size_t i = 0; i < w->n_jg; i++) free(w->jg[i].note);
+    free(w->jb);
+    free(w->jg);
+    w->jb = NULL, w->jg = NULL, w->n_jb = w->n_jg = 0;
+}
+
+// Reads the frames an earlier run left, keeping every complete group whose digests hold; stops
+// at the first frame that is cut short, damaged or not a frame (a kill mid-write, or the
+// manifest a commit appended).
+static kvq_status journal_scan(kvq_writer *w, kvq_err *err) {
+    struct stat st;
+    if (fstat(w->spool_fd, &st) != 0) return kvq_err_set(err, KVQ_ERR_IO, "%s: %s", w->journal_path, strerror(errno));
+    uint64_t size = (uint64_t)st.st_size, pos = 0;
+    size_t group_first = 0;
+    uint8_t *buf = malloc(1 << 20);
+    if (!buf) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", w->journal_path);
+    for (;;) {
+        uint8_t h[40];
+        if (pos + 16 > size || pread_all(w->spool_fd, h, 16, pos)) break;
+        if (!memcmp(h, JNOTE, 8)) {
+            uint64_t len, dg;
+            memcpy(&len, h + 8, 8);
+            if (len > (1u << 30) || pos + 16 + len + 8 > size) break;
+            char *t = malloc(len + 1);
+            if (!t || pread_all(w->spool_fd, t, len, pos + 16) || pread_all(w->spool_fd, &dg, 8, pos + 16 + len) ||
+                XXH3_64bits(t, len) != dg) { free(t); break; }
+            t[len] = 0;
+            jgroup *g = realloc(w->jg, (w->n_jg + 1) * sizeof *g);
+            if (!g) { free(t); break; }
+            w->jg = g;
+            g[w->n_jg++] = (jgroup){t, group_first, w->n_jb - group_first, pos + 16 + len + 8};
+            group_first = w->n_jb;
+            pos += 16 + len + 8;
+            continue;
+        }
+        if (memcmp(h, JBLOB, 8) || pos + 40 > size || pread_all(w->spool_fd, h, 40, pos)) break;
+        uint32_t nl, zs;
+        uint64_t sz, stored, xx;
+        memcpy(&nl, h + 8, 4), memcpy(&zs, h + 12, 4), memcpy(&sz, h + 16, 8), memcpy(&stored, h + 24, 8), memcpy(&xx, h + 32, 8);
+        uint64_t off = pos + 40 + nl;
+        if (nl == 0 || nl > 4096 || zs > 1 || stored > size || off + stored + 8 > size) break;
+        char *name = malloc(nl + 1);
+        if (!name || pread_all(w->spool_fd, name, nl, pos + 40)) { free(name); break; }
+        name[nl] = 0;
+        XXH3_state_t *xs = XXH3_createState();
+        XXH3_64bits_reset(xs);
+        int ok = 1;
+        for (uint64_t done = 0; done < stored && ok;) {
+            size_t k = stored - done < (1u << 20) ? (size_t)(stored - done) : (1u << 20);
+            ok = pread_all(w->spool_fd, buf, k, off + done) == 0;
+            if (ok) XXH3_64bits_update(xs, buf, k);
+            done += k;
+        }
+        uint64_t dg = 0;
+        ok = ok && pread_all(w->spool_fd, &dg, 8, off + stored) == 0 && XXH3_64bits_digest(xs) == dg;
+        XXH3_freeState(xs);
+        jblob *b = ok ? realloc(w->jb, (w->n_jb + 1) * sizeof *b) : NULL;
+        if (!b) { free(name); break; }
+        w->jb = b;
+        b[w->n_jb++] = (jblob){name, {.size = sz, .stored_size = stored, .xxh3 = xx, .zstd = (int)zs}, off};
+        pos = off + stored + 8;
+    }
+    free(buf);
+    return KVQ_OK;
+}
+
+kvq_status kvq_writer_open_journal(const char *final_path, int resume, kvq_writer **out, kvq_err *err) {
+    kvq_status s = kvq_writer_open(final_path, out, err);
+    if (s) return s;
+    kvq_writer *w = *out;
+    char *d = strdup(final_path), *b = strdup(final_path);
+    size_t n = strlen(final_path) + 16;
+    w->journal_path = malloc(n);
+    if (!d || !b || !w->journal_path) {
+        free(d), free(b);
+        *out = NULL;
+        kvq_writer_abort(w);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", final_path);
+    }
+    snprintf(w->journal_path, n, "%s/.%s.partial", dirname(d), basename(b));
+    free(d), free(b);
+    close(w->spool_fd); // the unlinked spool is replaced by the journal
+    w->spool_fd = open(w->journal_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (w->spool_fd < 0 || flock(w->spool_fd, LOCK_EX | LOCK_NB) != 0) {
+        int busy = w->spool_fd >= 0;
+        s = kvq_err_set(err, KVQ_ERR_IO, "%s: %s", w->journal_path,
+                        busy ? "another kvq-convert is writing this output" : strerror(errno));
+        if (busy) { free(w->journal_path); w->journal_path = NULL; } // not ours to remove
+        *out = NULL;
+        kvq_writer_abort(w);
+        return s;
+    }
+    if (resume) s = journal_scan(w, err);
+    else if (ftruncate(w->spool_fd, 0) != 0) s = kvq_err_set(err, KVQ_ERR_IO, "%s: %s", w->journal_path, strerror(errno));
+    if (s == KVQ_OK && !resume) w->spool_pos = 0;
+    if (s) { *out = NULL; kvq_writer_abort(w); }
+    return s;
+}
+
+size_t kvq_writer_journal_count(const kvq_writer *w) { return w->n_jg; }
+
+const char *kvq_writer_journal_text(const kvq_writer *w, size_t i) { return i < w->n_jg ? w->jg[i].note : NULL; }
+
+static kvq_status writer_add_stored(kvq_writer *w, const char *name, int fd, uint64_t off, const kvq_entry_info *in,
+                                    kvq_err *err);
+
+kvq_status kvq_writer_journal_adopt(kvq_writer *w, size_t i, kvq_err *err) {
+    if (i != w->n_adopted || i >= w->n_jg)
+        return kvq_err_set(err, KVQ_ERR_ARG, "%s: journal group %zu adopted out of order", w->final_path, i);
+    const jgroup *g = &w->jg[i];
+    for (size_t k = g->first; k < g->first + g->n; k++) {
+        kvq_status s = writer_add_stored(w, w->jb[k].name, w->spool_fd, w->jb[k].off, &w->jb[k].info, err);
+        if (s) return s;
+    }
+    w->n_adopted++;
+    w->spool_pos = g->end;
+    return KVQ_OK;
+}
+
+kvq_status kvq_writer_journal_cut(kvq_writer *w, kvq_err *err) {
+    if (!w->journal_path) return KVQ_OK;
+    w->spool_pos = w->n_adopted ? w->jg[w->n_adopted - 1].end : 0;
+    if (ftruncate(w->spool_fd, (off_t)w->spool_pos) != 0)
+        return kvq_err_set(err, KVQ_ERR_IO, "%s: %s", w->journal_path, strerror(errno));
+    journal_free(w);
+    return KVQ_OK;
+}
+
+kvq_status kvq_writer_journal_note(kvq_writer *w, const char *text, kvq_err *err) {
+    if (!w->journal_path) return KVQ_OK;
+    uint64_t len = strlen(text), dg = XXH3_64bits(text, len);
+    uint8_t h[16];
+    memcpy(h, JNOTE, 8), memcpy(h + 8, &len, 8);
+    if (pwrite_all(w->spool_fd, h, 16, w->spool_pos) || pwrite_all(w->spool_fd, text, len, w->spool_pos + 16) ||
+        pwrite_all(w->spool_fd, &dg, 8, w->spool_pos + 16 + len))
+        return kvq_err_set(err, KVQ_ERR_IO, "%s: writing the journal: %s", w->journal_path, strerror(errno));
+    w->spool_pos += 16 + len + 8;
+    return KVQ_OK;
+}
+
 void kvq_writer_abort(kvq_writer *w) {
     if (!w) return;
+    if (w->journal_path) unlink(w->journal_path); // a failure (not a kill) leaves nothing behind
+    free(w->journal_path);
+    journal_free(w);
     if (w->za) zip_discard(w->za);
     if (w->tmp_path) unlink(w->tmp_path); // nothing there unless zip_close ran
     if (w->spool_fd >= 0) close(w->spool_fd);
@@ -283,6 +452,25 @@ static kvq_status writer_add_stored(kvq_writer *w, const char *name, int fd, uin
     return KVQ_OK;
 }
 
+uint64_t kvq_entry_stored_estimate(const void *data, size_t n, kvq_entry_mode mode) {
+    if (mode != KVQ_ENTRY_ZSTD_AUTO || n == 0) return n;
+    const size_t whole = (size_t)64 << 20, chunk = (size_t)1 << 20;
+    int sampled = n > whole;
+    size_t len = sampled ? chunk : n, bound = ZSTD_compressBound(len);
+    void *z = malloc(bound);
+    if (!z) return n;
+    double in = 0, outb = 0;
+    for (int k = 0; k < (sampled ? 16 : 1); k++) {
+        const uint8_t *p = (const uint8_t *)data + (sampled ? (n - chunk) / 15 * (size_t)k : 0);
+        size_t c = ZSTD_compress(z, bound, p, len, ZSTD_LEVEL);
+        if (ZSTD_isError(c)) { free(z); return n; }
+        in += (double)len, outb += (double)c;
+    }
+    free(z);
+    double c = sampled ? (double)n * outb / in : outb;
+    return c <= 0.95 * (double)n ? (uint64_t)llround(c) : n;
+}
+
 kvq_status kvq_writer_add(kvq_writer *w, const char *entry, const void *data, size_t n,
                           kvq_entry_mode mode, kvq_entry_info *info, kvq_err *err) {
     kvq_entry_info in = {.size = n, .stored_size = n, .xxh3 = XXH3_64bits(data, n), .zstd = 0};
@@ -299,13 +487,28 @@ kvq_status kvq_writer_add(kvq_writer *w, const char *entry, const void *data, si
         }
         if ((double)c <= 0.95 * (double)n) in.stored_size = c, in.zstd = 1, bytes = z; // saves >= 5 %
     }
-    kvq_status s = pwrite_all(w->spool_fd, bytes, in.stored_size, w->spool_pos);
+    uint64_t at = w->spool_pos, head = 0;
+    kvq_status s = KVQ_OK;
+    if (w->journal_path) { // the frame header and name before the bytes
+        uint8_t h[40];
+        uint32_t nl = (uint32_t)strlen(entry), zs = (uint32_t)in.zstd;
+        memcpy(h, JBLOB, 8), memcpy(h + 8, &nl, 4), memcpy(h + 12, &zs, 4), memcpy(h + 16, &in.size, 8);
+        memcpy(h + 24, &in.stored_size, 8), memcpy(h + 32, &in.xxh3, 8);
+        head = 40 + nl;
+        s = pwrite_all(w->spool_fd, h, 40, at);
+        if (s == KVQ_OK) s = pwrite_all(w->spool_fd, entry, nl, at + 40);
+    }
+    if (s == KVQ_OK) s = pwrite_all(w->spool_fd, bytes, in.stored_size, at + head);
+    if (s == KVQ_OK && w->journal_path) {
+        uint64_t dg = XXH3_64bits(bytes, in.stored_size);
+        s = pwrite_all(w->spool_fd, &dg, 8, at + head + in.stored_size);
+    }
     if (s != KVQ_OK) s = kvq_err_set(err, KVQ_ERR_IO, "%s: entry '%s': writing the spool file: %s",
                                      w->final_path, entry, strerror(errno));
-    else s = writer_add_stored(w, entry, w->spool_fd, w->spool_pos, &in, err);
+    else s = writer_add_stored(w, entry, w->spool_fd, at + head, &in, err);
     free(z);
     if (s != KVQ_OK) return s;
-    w->spool_pos += in.stored_size;
+    w->spool_pos = at + head + in.stored_size + (w->journal_path ? 8 : 0);
     if (info) *info = in;
     return KVQ_OK;
 }
@@ -357,6 +560,7 @@ kvq_status kvq_writer_commit(kvq_writer *w, json_t *manifest, kvq_err *err) {
     }
     free(w->tmp_path);
     w->tmp_path = NULL;
+    // (abort, below, removes the journal: the file it was for is complete)
     if (fsync_dir_of(w->final_path) != KVQ_OK)
         s = kvq_err_set(err, KVQ_ERR_IO, "%s: fsync of its directory failed: %s", w->final_path, strerror(errno));
 fail:

@@ -37,11 +37,36 @@ typedef struct kvq_writer kvq_writer;
  *  under final_path until kvq_writer_commit succeeds. */
 kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *err);
 
+/** As kvq_writer_open, with the spool kept as the journal `.<name>.partial` beside final_path
+ *  (locked against a second writer) instead of an unlinked file, its payloads framed with their
+ *  names and digests and closed in groups by kvq_writer_journal_note, so that a run killed at any
+ *  point can be resumed. resume = 0 starts the journal afresh; resume = 1 first reads the groups
+ *  an earlier run completed (digests checked; a cut-short or damaged tail is ignored), which the
+ *  caller may reuse in order with kvq_writer_journal_adopt, then kvq_writer_journal_cut drops the
+ *  rest. Commit and abort remove the journal; a kill leaves it. */
+kvq_status kvq_writer_open_journal(const char *final_path, int resume, kvq_writer **out, kvq_err *err);
+/** Groups found by a resume, and the note text of group i (borrowed; NULL past the end). */
+size_t kvq_writer_journal_count(const kvq_writer *w);
+const char *kvq_writer_journal_text(const kvq_writer *w, size_t i);
+/** Adds group i's payloads as entries, as if kvq_writer_add had added them now; i must be the
+ *  number adopted so far (groups are taken in order). */
+kvq_status kvq_writer_journal_adopt(kvq_writer *w, size_t i, kvq_err *err);
+/** Truncates the journal after the last adopted group; later payloads go there. */
+kvq_status kvq_writer_journal_cut(kvq_writer *w, kvq_err *err);
+/** Closes the group of payloads added since the last note with this text (no-op without a
+ *  journal). */
+kvq_status kvq_writer_journal_note(kvq_writer *w, const char *text, kvq_err *err);
+
 /** Adds one payload entry (bytes are copied or spooled; the caller keeps data).
  *  After an error the writer can only be aborted.
  *  info may be NULL. Entry names are unique paths like "t/<tensor>/codes". */
 kvq_status kvq_writer_add(kvq_writer *w, const char *entry, const void *data, size_t n,
                           kvq_entry_mode mode, kvq_entry_info *info, kvq_err *err);
+
+/** Stored bytes the writer would use for this payload: n for RAW; for ZSTD_AUTO the zstd frame
+ *  (same level) when it saves >= 5 %, else n. Exact up to 64 MiB; above, zstd's ratio over 16
+ *  evenly spaced 1 MiB samples. For --dry-run's prediction. */
+uint64_t kvq_entry_stored_estimate(const void *data, size_t n, kvq_entry_mode mode);
 
 /** Adds manifest.json (the writer inserts "entries"; manifest is not stolen),
  *  closes the archive, fsyncs it and renames it to the final name. Frees w in all

@@ -332,10 +332,19 @@ static void test_recipes(void **state) {
         {"rules:\n  - match: \"*\"\n    codec: nosuch:3\n", "line 2"},
         {"seed: -4\n", "seed"},
         {"rules: [\n", "YAML error"},
-        {"rules:\n  - match: \"*\"\n", "needs both"},
+        {"rules:\n  - match: \"*\"\n", "a rule needs 'codec', 'bits' or both"},
         {"weights: none\nweights: rtn:4:g128\n", "line 2: key 'weights' given twice (first on line 1)"},
         {"rules:\n  - match: \"*\"\n    match: \"x\"\n    codec: none\n", "key 'match' given twice"},
         {"weights: none\n---\nweights: rtn:4:g128\n", "line 3: a second YAML document"},
+        {"rules:\n  - regex: \"a(\"\n    codec: none\n", "line 2: bad regex"},
+        {"rules:\n  - match: \"*\"\n    regex: \"x\"\n    codec: none\n", "exactly one of 'match'"},
+        {"rules:\n  - match: \"*\"\n    bits: lots\n", "line 2: rule 'bits' must be a number"},
+        {"weights: none\nrules:\n  - match: \"*\"\n    bits: 3\n", "line 3: 'bits' without 'codec'"},
+        {"rules:\n  - match: \"*\"\n    codec: rtn:4:g128\n    bits: 40\n", "r.yaml"},
+        {"kv:\n  codec: nosuch:3\n", "line 2: kv.codec"},
+        {"kv:\n  window: -1\n", "line 2: kv.window"},
+        {"kv:\n  codec: int:4\n  colour: red\n", "line 3: unknown kv key 'colour'"},
+        {"rules:\n  - match: \"*\"\n    codec: none\n    rate: 3\n", "unknown rule key 'rate'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(path, bad[i].text);
@@ -343,6 +352,99 @@ static void test_recipes(void **state) {
         assert_null(p);
         if (!strstr(err.msg, bad[i].needle) || !strstr(err.msg, "r.yaml")) fail_msg("case %zu: '%s'", i, err.msg);
     }
+    // rules: glob or regex, codec and/or rate, first match wins; --set overrides any field
+    write_text(path, "seed: 3\nweights: hyperquant:e8:4.0\nrules:\n  - regex: \"layers\\\\.(0|3)\\\\.\"\n    bits: 5\n"
+                     "  - match: \"*.down_proj.weight\"\n    codec: rtn:4:g128\n    bits: 3.25\n"
+                     "  - match: \"*.up_proj.weight\"\n    codec: qet:4\nkv:\n  codec: octopus:3\n  window: 32\n");
+    const char *sets[] = {"kv.boundary=true", "seed=9", NULL};
+    o = (kvq_plan_opts){.recipe_path = path, .quantize_embeddings = -1, .sets = sets};
+    if (kvq_plan_build(&o, &p, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    struct { const char *name; const char *spec; } want[] = {
+        {"model.layers.0.mlp.down_proj.weight", "hyperquant:e8:5"},   // rule 1 wins over rule 2
+        {"model.layers.1.mlp.down_proj.weight", "rtn:3:g128"},        // 3.25 bits = 3-bit codes + 0.25 of scales
+        {"model.layers.1.mlp.up_proj.weight", "qet:4"},
+        {"model.layers.1.self_attn.q_proj.weight", "hyperquant:e8:4.0"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        kvq_tensor tt = {.name = want[i].name, .dtype = KVQ_DTYPE_BF16, .ndim = 2, .shape = {256, 256}};
+        kvq_plan_entry e;
+        assert_int_equal(kvq_plan_resolve(p, &tt, &e, &err), KVQ_OK);
+        if (strcmp(e.spec, want[i].spec)) fail_msg("%s: %s, expected %s (%s)", want[i].name, e.spec, want[i].spec, e.why);
+        assert_true(e.seed == XXH3_64bits_withSeed(want[i].name, strlen(want[i].name), 9));
+        // an allocator's per-entry rate
+        assert_int_equal(kvq_plan_entry_set_rate(p, &e, 2.5, "allocator", &err), KVQ_OK);
+        assert_string_equal(e.why, "allocator");
+        assert_true(fabs(e.rate - 2.5) < 0.3);
+    }
+    kvq_plan_kv_policy kv;
+    kvq_plan_kv(p, &kv);
+    assert_string_equal(kv.spec, "octopus:3");
+    assert_int_equal(kv.window, 32);
+    assert_int_equal(kv.boundary, 1);
+    assert_true(kv.seed == 9);
+    j = kvq_plan_to_json(p);
+    assert_int_equal(json_array_size(json_object_get(j, "set")), 2);
+    assert_true(json_is_true(json_object_get(json_object_get(j, "kv"), "boundary")));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "rules"), 0), "regex")),
+                        "layers\\.(0|3)\\.");
+    json_decref(j);
+    kvq_plan_free(p);
+    // a bad --set names itself
+    const char *badsets[] = {"kv.window=abc", NULL};
+    o.sets = badsets;
+    assert_true(kvq_plan_build(&o, &p, &err) < 0);
+    if (!strstr(err.msg, "--set 'kv.window=abc'")) fail_msg("%s", err.msg);
+    rmtree(dir);
+}
+
+// Every shipped recipe converts the bundled model; --dry-run's predicted file size is within 1 %
+// of the real file and its whole-model bits/param within 1 % of kvq_file_bits'; the KV codec of
+// the recipe is the one stored.
+static void test_shipped_recipes(void **state) {
+    char dir[64], out[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(out, sizeof out, "%s/r.kvq", dir);
+    DIR *d = opendir("recipes");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 5, ".yaml")) continue;
+        char rp[300];
+        snprintf(rp, sizeof rp, "recipes/%s", de->d_name);
+        kvq_err err = {0};
+        kvq_convert_opts o = {0};
+        o.plan.quantize_embeddings = -1;
+        o.plan.recipe_path = rp;
+        kvq_convert_prediction P;
+        if (kvq_convert_predict(TINY, &o, &P, &err) != KVQ_OK) fail_msg("%s: %s", rp, err.msg);
+        assert_int_equal(count_files(dir), 0); // a dry run writes nothing
+        kvq_convert_summary sum;
+        if (kvq_convert(TINY, out, &o, &sum, &err) != KVQ_OK) fail_msg("%s: %s", rp, err.msg);
+        double rel = fabs((double)P.file_bytes - (double)sum.bytes) / (double)sum.bytes;
+        print_message("  %-32s predicted %10llu bytes, real %10llu (%+.3f %%), %.3f vs %.3f bits/param, kv %s\n", de->d_name,
+                      (unsigned long long)P.file_bytes, (unsigned long long)sum.bytes,
+                      100.0 * ((double)P.file_bytes - (double)sum.bytes) / (double)sum.bytes, P.bits_per_param,
+                      sum.bits_per_param, sum.kv_spec[0] ? sum.kv_spec : "none");
+        assert_true(rel < 0.01);
+        assert_true(fabs(P.bits_per_param - sum.bits_per_param) < 0.01 * sum.bits_per_param);
+        assert_string_equal(P.kv_spec, sum.kv_spec);
+        kvq_file *f;
+        if (kvq_file_open(out, &f, &err) != KVQ_OK) fail_msg("%s", err.msg);
+        const json_t *m = kvq_file_manifest(f), *kv = json_object_get(m, "kv");
+        if (sum.kv_spec[0]) {
+            assert_non_null(kv);
+            assert_string_equal(json_string_value(json_object_get(kv, "spec")), sum.kv_spec);
+            assert_int_equal(json_integer_value(json_object_get(kv, "window")), sum.kv_window);
+        } else assert_null(kv);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(m, "recipe"), "file")), rp);
+        kvq_file_close(f);
+        kvq_convert_prediction_free(&P);
+        unlink(out);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 10);
     rmtree(dir);
 }
 
@@ -354,7 +456,9 @@ static void test_export_hf(void **state) {
     kvq_err err = {0};
     kvq_convert_opts o = none_opts();
     assert_int_equal(kvq_convert(TINY, out, &o, NULL, &err), KVQ_OK);
-    if (kvq_export_hf(out, hf, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    kvq_export_report rep;
+    if (kvq_export_hf(out, hf, NULL, &rep, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    assert_int_equal(rep.n_rounded, 0); // a bf16 source stored losslessly: nothing to round
     kvq_ckpt *a, *b;
     assert_int_equal(kvq_ckpt_open(TINY, &a, &err), KVQ_OK);
     if (kvq_ckpt_open(hf, &b, &err) != KVQ_OK) fail_msg("%s", err.msg);
@@ -371,6 +475,67 @@ static void test_export_hf(void **state) {
     kvq_ckpt_close(a);
     kvq_ckpt_close(b);
     rmtree(dir);
+}
+
+// A Python with the real safetensors package and numpy: $KVQ_PYTHON, else python3 if it has them,
+// else <build>/venv-st (made here with pip the first time; that needs the network, and the test
+// skips, saying so, when it cannot). Returns 0 and the interpreter, or -1.
+static int find_python(char *py, size_t n) {
+    const char *e = getenv("KVQ_PYTHON");
+    if (e && *e) { snprintf(py, n, "%s", e); return 0; }
+    if (run("python3 -c 'import safetensors, numpy' 2>/dev/null") == 0) { snprintf(py, n, "python3"); return 0; }
+    snprintf(py, n, "%s/venv-st/bin/python", g_build);
+    if (run("%s -c 'import safetensors, numpy' 2>/dev/null", py) == 0) return 0;
+    print_message("  creating %s/venv-st with pip install safetensors numpy\n", g_build);
+    if (run("python3 -m venv %s/venv-st >/dev/null 2>&1 && timeout 300 %s/venv-st/bin/pip install -q safetensors numpy "
+            ">/dev/null 2>&1", g_build, g_build) == 0 && run("%s -c 'import safetensors, numpy' 2>/dev/null", py) == 0)
+        return 0;
+    return -1;
+}
+
+// kvq-convert --export-hf as people use it: an existing .kvq exported alone (it was misread as a
+// llama2.c file), bf16 by default and sharded with an index when --max-shard-size asks, f32 on
+// request, both loaded by the real safetensors package (tests/check_export_hf.py: dtypes as
+// config.json states them, index consistent, bf16 = f32 rounded to nearest even); a directory
+// holding a checkpoint refused (exit 2, one line) unless --force, which also removes the old
+// index; the KV codec that HF cannot express is named.
+static void test_export_hf_python(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-exp-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(run("%s/kvq-convert -q -r recipes/hyperquant-e8-4.0.yaml " TINY " %s/m.kvq", g_build, dir), 0);
+    assert_int_equal(run("%s/kvq-convert --export-hf %s/bf --max-shard-size 3MB %s/m.kvq 2> %s/log.txt", g_build, dir, dir,
+                         dir), 0);
+    assert_int_equal(run("grep -q '4 shards' %s/log.txt && grep -q 'bf16 rounding of 28 tensors' %s/log.txt && "
+                         "grep -q 'KV-cache codec hqkv:e8:3:rot=signs' %s/log.txt && test -f %s/bf/model.safetensors.index.json",
+                         dir, dir, dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert -q --export-hf %s/f32 --export-dtype f32 %s/m.kvq", g_build, dir, dir), 0);
+    // our reader loads both: same arch, every tensor in the stated dtype
+    kvq_ckpt *a;
+    kvq_err err = {0};
+    char p[300];
+    snprintf(p, sizeof p, "%s/bf", dir);
+    if (kvq_ckpt_open(p, &a, &err) != KVQ_OK) fail_msg("%s", err.msg);
+    for (size_t i = 0; i < kvq_ckpt_count(a); i++) assert_int_equal(kvq_ckpt_tensor(a, i)->dtype, KVQ_DTYPE_BF16);
+    kvq_ckpt_close(a);
+    // refused into a checkpoint directory, nothing changed; --force replaces (the index goes)
+    assert_int_equal(run("cp %s/bf/model.safetensors.index.json %s/idx.bak", dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert --export-hf %s/bf %s/m.kvq 2> %s/e.txt", g_build, dir, dir, dir), 2);
+    assert_int_equal(run("test $(wc -l < %s/e.txt) -eq 1 && grep -q 'already holds a checkpoint' %s/e.txt && "
+                         "cmp -s %s/idx.bak %s/bf/model.safetensors.index.json", dir, dir, dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert -q --export-hf %s/bf --force %s/m.kvq && test ! -e %s/bf/model.safetensors.index.json "
+                         "&& test ! -e %s/bf/model-00001-of-00004.safetensors && test -f %s/bf/model.safetensors",
+                         g_build, dir, dir, dir, dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert -q --export-hf %s/bf2 --max-shard-size 3MB %s/m.kvq", g_build, dir, dir), 0);
+    char py[600];
+    if (find_python(py, sizeof py) != 0) {
+        assert_int_equal(run("rm -rf %s", dir), 0);
+        print_message("skipped: no Python with safetensors and numpy (set KVQ_PYTHON; pip install needs the network)\n");
+        skip();
+    }
+    int r = run("%s tests/check_export_hf.py %s/bf2 %s/f32", py, dir, dir);
+    assert_int_equal(r, 0);
+    assert_int_equal(run("rm -rf %s", dir), 0);
 }
 
 // Every numeric option of every tool is validated by tools/opt.h: a bad value is one line on
@@ -530,8 +695,10 @@ static void test_permissions(void **st) {
                          "%s/kvq-verify %s/m.kvq --no-source --record -q > /dev/null 2>&1 && "
                          "%s/kvq-run " TINY " --tokens %s/ids.bin --logits %s/lg.bin > /dev/null 2>&1",
                          g_build, dir, dir, g_build, dir, g_build, dir, dir), 0);
-    const char *files[] = {"m.kvq", "hf/model.safetensors", "hf/config.json", "lg.bin"};
-    for (int i = 0; i < 4; i++) {
+    assert_int_equal(run("umask 027 && %s/kvq-convert -q --export-hf %s/hf2 --max-shard-size 2MB %s/m.kvq", g_build, dir, dir), 0);
+    const char *files[] = {"m.kvq", "hf/model.safetensors", "hf/config.json", "lg.bin", "hf2/model.safetensors.index.json",
+                           "hf2/model-00001-of-00006.safetensors", "hf2/tokenizer.json"};
+    for (int i = 0; i < 7; i++) {
         char p[300];
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
         struct stat sb;
@@ -588,6 +755,110 @@ static void test_nonfinite_source(void **st) {
     assert_int_equal(run("rm -rf %s", dir), 0);
 }
 
+// --resume: a conversion killed (SIGKILL) at several points, then run again with --resume, writes
+// the same bytes as an uninterrupted run, reusing the tensors the journal holds (at least one kill
+// point must have left some); no journal is left afterwards. A damaged journal tail and a journal
+// written under another recipe are reused only as far as they are valid and the same.
+static void test_resume(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-resume-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const char *args = "-r recipes/hyperquant-e8-4.0.yaml --set 'rules=[{match: \"*.up_proj.weight\", codec: \"qet:4\"}]' " TINY;
+    assert_int_equal(run("%s/kvq-convert -q %s %s/ref.kvq", g_build, args, dir), 0);
+    uint8_t *ref, *got;
+    size_t nref, ngot;
+    char p[300], jp[300];
+    snprintf(p, sizeof p, "%s/ref.kvq", dir);
+    read_all(p, &ref, &nref);
+    snprintf(p, sizeof p, "%s/o.kvq", dir);
+    snprintf(jp, sizeof jp, "%s/.o.kvq.partial", dir);
+    int reused_somewhere = 0;
+    const int ms[] = {40, 120, 250, 400, 600};
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(run("rm -f %s; %s/kvq-convert -q %s %s & p=$!; sleep 0.%03d; kill -9 $p 2>/dev/null; wait $p 2>/dev/null; true",
+                             p, g_build, args, p, ms[k]), 0);
+        struct stat sb;
+        int had_journal = stat(jp, &sb) == 0;
+        assert_int_equal(run("%s/kvq-convert --resume -v %s %s 2> %s/log.txt", g_build, args, p, dir), 0);
+        read_all(p, &got, &ngot);
+        assert_int_equal(ngot, nref);
+        if (memcmp(got, ref, nref)) fail_msg("resumed after a kill at %d ms: the bytes differ", ms[k]);
+        free(got);
+        assert_int_not_equal(stat(jp, &sb), 0); // the journal is gone
+        int reused = run("grep -q '(resumed)' %s/log.txt", dir) == 0;
+        print_message("  kill at %d ms: journal %s, tensors reused: %s\n", ms[k], had_journal ? "left" : "none",
+                      reused ? "yes" : "no");
+        reused_somewhere |= reused;
+    }
+    assert_true(reused_somewhere);
+    // a journal cut short in the middle of a frame, then one written under another weights codec
+    assert_int_equal(run("%s/kvq-convert -q %s %s & p=$!; sleep 0.25; kill -9 $p; wait $p 2>/dev/null; "
+                         "test -f %s && truncate -s -1000 %s; true", g_build, args, p, jp, jp), 0);
+    assert_int_equal(run("%s/kvq-convert -q --resume %s %s", g_build, args, p), 0);
+    read_all(p, &got, &ngot);
+    assert_true(ngot == nref && !memcmp(got, ref, nref));
+    free(got);
+    assert_int_equal(run("rm -f %s; %s/kvq-convert -q --weights rtn:4:g128 " TINY " %s & p=$!; sleep 0.1; kill -9 $p; "
+                         "wait $p 2>/dev/null; true", p, g_build, p), 0);
+    assert_int_equal(run("%s/kvq-convert -q --resume %s %s", g_build, args, p), 0);
+    read_all(p, &got, &ngot);
+    assert_true(ngot == nref && !memcmp(got, ref, nref));
+    free(got);
+    free(ref);
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
+// Progress as people see it: not on a terminal, one line per tensor (index, name, spec, bits, SNR)
+// and a summary naming the KV codec; -q prints nothing; on a terminal (script(1) gives one) a bar
+// redrawn in place with tensors, bytes, rate and ETA.
+static void test_progress(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-prog-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(run("%s/kvq-convert --weights rtn:4:g128 --kv octopus:3 --kv-window 32 " TINY " %s/a.kvq 2> %s/e.txt",
+                         g_build, dir, dir), 0);
+    assert_int_equal(run("test $(grep -c '^\\[ *[0-9]*/39\\] ' %s/e.txt) -eq 39 && "
+                         "grep -q 'model.layers.0.mlp.down_proj.weight *rtn:4:g128 *4.2[0-9]* bits/w  SNR  *[0-9.]* dB' %s/e.txt && "
+                         "grep -q 'model.norm.weight .*SNR *exact' %s/e.txt && "
+                         "tail -1 %s/e.txt | grep -q 'KV cache octopus:3 (window 32)'", dir, dir, dir, dir), 0);
+    assert_int_equal(run("%s/kvq-convert -q --weights rtn:4:g128 " TINY " %s/b.kvq 2> %s/q.txt && test ! -s %s/q.txt", g_build,
+                         dir, dir, dir), 0);
+    if (run("command -v script >/dev/null") == 0) {
+        assert_int_equal(run("script -qc '%s/kvq-convert --weights rtn:4:g128 " TINY " %s/c.kvq' /dev/null > %s/t.txt", g_build,
+                             dir, dir), 0);
+        assert_int_equal(run("grep -q '39/39 tensors  10.1/10.1 MB .* MB/s  ETA 0:00' %s/t.txt && ! grep -q '^\\[ *1/39\\] ' %s/t.txt",
+                             dir, dir), 0);
+    } else print_message("  script(1) not found: the terminal bar is not checked\n");
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
+// -t N spreads the codecs over N threads; the bytes written do not depend on N (every codec at
+// once: hyperquant, qet, rtn, none, and a KV codec).
+static void test_threads_identical(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-thr-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const int nt[] = {1, 2, 3};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(run("%s/kvq-convert -q -t %d --weights hyperquant:e8:4.0 --set 'rules=[{match: \"*.up_proj.weight\", "
+                             "codec: \"qet:4\"}, {match: \"*.down_proj.weight\", codec: \"rtn:4:g128\"}]' --kv octopus:3 "
+                             TINY " %s/t%d.kvq", g_build, nt[i], dir, nt[i]), 0);
+    uint8_t *a, *b;
+    size_t na, nb;
+    char p[300];
+    snprintf(p, sizeof p, "%s/t1.kvq", dir);
+    read_all(p, &a, &na);
+    for (int i = 1; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/t%d.kvq", dir, nt[i]);
+        read_all(p, &b, &nb);
+        assert_int_equal(na, nb);
+        if (memcmp(a, b, na)) fail_msg("-t 1 and -t %d wrote different bytes", nt[i]);
+        free(b);
+    }
+    free(a);
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char *a = strdup(argv[0]);
@@ -599,7 +870,12 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shared_models_lossless),
         cmocka_unit_test(test_deterministic_and_failures),
         cmocka_unit_test(test_recipes),
+        cmocka_unit_test(test_shipped_recipes),
+        cmocka_unit_test(test_threads_identical),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_progress),
         cmocka_unit_test(test_export_hf),
+        cmocka_unit_test(test_export_hf_python),
         cmocka_unit_test(test_tools),
         cmocka_unit_test(test_source_checks),
         cmocka_unit_test(test_nonfinite_source),

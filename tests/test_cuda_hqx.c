@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include "kernels/cpu/hqx.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/swiglu.h"
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/hqx.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
@@ -25,6 +27,69 @@ static int have_gpu(void) {
     if (kvq_cuda_device_count(why, sizeof why) > 0) return 1;
     fprintf(stderr, "test_cuda_hqx: skipped: %s\n", why);
     return 0;
+}
+
+static double rel_err(const float *g, const float *c, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)g[i] - c[i]) * ((double)g[i] - c[i]);
+        den += (double)c[i] * c[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+// The product with its input op fused into the activation preparation
+// (kvq_cuda_hqx_matmul_parts_in: RMSNorm, silu_mul) against the CPU: the op by its reference
+// (kernels/cpu), then the CPU int8 product. The transformed rows the preparation also writes
+// equal the reference op's within float rounding (the norm's sum runs in another order), so an
+// int8 code may land one step away where a rounding boundary falls between the two: the
+// products agree to ~1e-3 (a code step over an activation), not to 1e-5 as with the same
+// floats. One token gives the same bits as the first of three (a decode step = a prefill row).
+static void compare_xin(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint64_t seed) {
+    enum { NT = 3 };
+    const int64_t cols = w->cols, rows = w->rows;
+    float *X = malloc(sizeof(float) * 2 * cols * NT), *XT = malloc(sizeof(float) * cols * NT),
+          *nw = malloc(sizeof(float) * cols), *R = malloc(sizeof(float) * rows * NT), *Y = malloc(sizeof(float) * rows * NT),
+          *Y1 = malloc(sizeof(float) * rows), *G = malloc(sizeof(float) * cols * NT);
+    for (int64_t i = 0; i < 2 * cols * NT; i++) X[i] = (float)(1.5 * gauss(&seed));
+    for (int64_t i = 0; i < cols; i++) nw[i] = (float)(1.0 + 0.3 * gauss(&seed));
+    for (int kind = KVQ_CUDA_XIN_RMSNORM; kind <= KVQ_CUDA_XIN_SILU_MUL; kind++) {
+        const int64_t in_cols = kind == KVQ_CUDA_XIN_SILU_MUL ? 2 * cols : cols;
+        for (int k = 0; k < NT; k++) {
+            const float *xr = X + k * in_cols;
+            if (kind == KVQ_CUDA_XIN_RMSNORM) kvq_rmsnorm_ref(XT + k * cols, xr, nw, (int)cols, 1e-5f);
+            else kvq_silu_mul_ref(XT + k * cols, xr, xr + cols, (int)cols);
+            kvq_hqx_prep(w, XT + k * cols, a);
+            kvq_hqx_matmul(w, a, 1, R + k * rows, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
+        }
+        for (int nt = 1; nt <= NT; nt += NT - 1) {
+            void *dx = NULL, *dy = NULL, *dt = NULL, *dw = NULL;
+            kvq_err err = {0};
+            kvq_status st = kvq_cuda_malloc(&dx, sizeof(float) * in_cols * nt, &err);
+            if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * rows * nt, &err);
+            if (!st) st = kvq_cuda_malloc(&dt, sizeof(float) * cols * nt, &err);
+            if (!st) st = kvq_cuda_malloc(&dw, sizeof(float) * cols, &err);
+            if (!st) st = kvq_cuda_copy(dx, X, sizeof(float) * in_cols * nt, 1, &err);
+            if (!st) st = kvq_cuda_copy(dw, nw, sizeof(float) * cols, 1, &err);
+            const kvq_cuda_xin in = {(kvq_cuda_xin_kind)kind, kind == KVQ_CUDA_XIN_RMSNORM ? dw : NULL, 1e-5f, dt};
+            const int64_t r0 = 0;
+            if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t, 1, &r0, dx, &in, nt, dy, rows, 0, &err);
+            if (!st) st = kvq_cuda_sync(&err);
+            if (!st) st = kvq_cuda_copy(Y, dy, sizeof(float) * rows * nt, 0, &err);
+            if (!st) st = kvq_cuda_copy(G, dt, sizeof(float) * cols * nt, 0, &err);
+            if (st) fprintf(stderr, "xin: %s\n", err.msg);
+            assert_int_equal(st, KVQ_OK);
+            const double ry = rel_err(Y, R, (size_t)rows * nt), rt = rel_err(G, XT, (size_t)cols * nt);
+            fprintf(stderr, "test_cuda_hqx: %-22s %s+product x%d: rows written rel %.2e, product rel %.2e\n", "",
+                    kind == KVQ_CUDA_XIN_RMSNORM ? "rmsnorm" : "silu_mul", nt, rt, ry);
+            assert_true(rt <= 1e-6);
+            assert_true(ry <= 2e-3);
+            if (nt == 1) memcpy(Y1, Y, sizeof(float) * rows);
+            else assert_memory_equal(Y1, Y, sizeof(float) * rows);
+            kvq_cuda_free(dx); kvq_cuda_free(dy); kvq_cuda_free(dt); kvq_cuda_free(dw);
+        }
+    }
+    free(X); free(XT); free(nw); free(R); free(Y); free(Y1); free(G);
 }
 
 // GPU against the CPU exact reference on one packed tensor; frees w.
@@ -107,6 +172,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         kvq_cuda_free(dy);
     }
     free(X); free(Y); free(R); free(Y1); free(y1);
+    compare_xin(t, w, &a, seed);
     kvq_cuda_hqx_free(t);
     kvq_hqx_free(w);
     free(x); free(yg); free(yc); free(buf);

@@ -154,9 +154,14 @@ static void test_ops(void **st) {
             free(w); free(x); free(y); free(g); free(wb);
             kvq_cuda_free(dw); kvq_cuda_free(dx); kvq_cuda_free(dy);
         }
-    { // attention: GQA, prefill of T tokens after pos cached ones, against the reference
-        const int nh = 8, nkv = 2, hd = 64, max_ctx = 300, pos = 200, T = 5;
-        const float scale = 0.125f;
+    // attention: GQA, prefill of T tokens after pos cached ones, against the reference: the
+    // split kernel (head_dim 32·D ≤ 256, ≤ 8 query heads a KV head; contexts shorter than its
+    // 16 splits too) and the one-block-a-head kernel it falls back to (12 query heads a KV head)
+    const int acs[][6] = {{8, 2, 64, 300, 200, 5}, {32, 8, 128, 1100, 1000, 1}, {4, 4, 96, 40, 2, 3},
+                          {16, 2, 128, 64, 0, 1}, {12, 1, 64, 300, 100, 2}, {8, 2, 256, 40, 17, 20}};
+    for (int ac = 0; ac < 6; ac++) {
+        const int nh = acs[ac][0], nkv = acs[ac][1], hd = acs[ac][2], max_ctx = acs[ac][3], pos = acs[ac][4], T = acs[ac][5];
+        const float scale = 1.0f / sqrtf((float)hd);
         float *K = rnd(&r, (size_t)nkv * max_ctx * hd, 1), *V = rnd(&r, (size_t)nkv * max_ctx * hd, 1);
         float *q = rnd(&r, (size_t)T * nh * hd, 1), *k = rnd(&r, (size_t)T * nkv * hd, 1), *v = rnd(&r, (size_t)T * nkv * hd, 1);
         for (int t = 0; t < T; t++) // the reference cache: new rows at pos + t
@@ -169,7 +174,7 @@ static void test_ops(void **st) {
         float *junk = rnd(&r, (size_t)hd, 100);
         for (int t = 0; t < T; t++) {
             kvq_err e = {0};
-            kvq_cuda_copy(dK + ((size_t)1 * max_ctx + pos + t) * hd, junk, sizeof(float) * hd, 1, &e);
+            kvq_cuda_copy(dK + ((size_t)(nkv - 1) * max_ctx + pos + t) * hd, junk, sizeof(float) * hd, 1, &e);
         }
         float *dq = dev(q, (size_t)T * nh * hd), *dk = dev(k, (size_t)T * nkv * hd), *dv = dev(v, (size_t)T * nkv * hd),
               *dout = dev(NULL, (size_t)T * nh * hd);
@@ -182,10 +187,67 @@ static void test_ops(void **st) {
                 kvq_attention_ref(y + ((size_t)t * nh + h) * hd, q + ((size_t)t * nh + h) * hd, K + (size_t)kv * max_ctx * hd,
                                   V + (size_t)kv * max_ctx * hd, pos + t + 1, hd, scale);
             }
-        printf("  attention rel %.3g\n", rel_err(g, y, (size_t)T * nh * hd));
+        printf("  attention %d/%d heads, head_dim %d, pos %d, T %d: rel %.3g\n", nh, nkv, hd, pos, T,
+               rel_err(g, y, (size_t)T * nh * hd));
         assert_true(rel_err(g, y, (size_t)T * nh * hd) < 1e-5);
         free(K); free(V); free(q); free(k); free(v); free(junk); free(g); free(y);
         kvq_cuda_free(dK); kvq_cuda_free(dV); kvq_cuda_free(dq); kvq_cuda_free(dk); kvq_cuda_free(dv); kvq_cuda_free(dout);
+    }
+    // the attention block's inputs in one kernel (kvq_cuda_attn_in) against the reference ops:
+    // split + bias, per-head RMSNorm of q and k, RoPE (partial; position from device memory in
+    // the second case), k and v stored in the cache; the cache's other rows untouched
+    for (int c = 0; c < 2; c++) {
+        const int T = c ? 1 : 3, nh = 8, nkv = 2, hd = 64, rot = c ? 64 : 48, pos = c ? 150 : 100, max_ctx = 200;
+        const int qd = nh * hd, kd = nkv * hd, W = qd + 2 * kd;
+        const float eps = 1e-6f;
+        float inv[32];
+        kvq_rope_params p = {.type = KVQ_ROPE_SCALE_NONE, .theta = 10000};
+        kvq_rope_freqs(inv, rot, &p);
+        float *qkv = rnd(&r, (size_t)T * W, 1), *b = c ? NULL : rnd(&r, W, 1), *qn = c ? NULL : rnd(&r, hd, 1),
+              *kn = c ? NULL : rnd(&r, hd, 1);
+        const size_t cache = (size_t)nkv * max_ctx * hd;
+        float *K = rnd(&r, cache, 1), *V = rnd(&r, cache, 1), *Q = malloc(sizeof(float) * T * qd);
+        float *dK = dev(K, cache), *dV = dev(V, cache), *dqkv = dev(qkv, (size_t)T * W), *db = b ? dev(b, W) : NULL,
+              *dqn = qn ? dev(qn, hd) : NULL, *dkn = kn ? dev(kn, hd) : NULL, *di = dev(inv, rot / 2),
+              *dq = dev(NULL, (size_t)T * qd);
+        for (int t = 0; t < T; t++) { // the reference, in the model's order
+            float row[1024];
+            for (int i = 0; i < W; i++) row[i] = b ? qkv[t * W + i] + b[i] : qkv[t * W + i];
+            for (int h = 0; h < nh + nkv; h++)
+                if (qn) kvq_rmsnorm_ref(row + h * hd, row + h * hd, h < nh ? qn : kn, hd, eps);
+            kvq_rope_ref(row, nh, hd, rot, pos + t, inv);
+            kvq_rope_ref(row + qd, nkv, hd, rot, pos + t, inv);
+            memcpy(Q + (size_t)t * qd, row, sizeof(float) * qd);
+            for (int g = 0; g < nkv; g++) {
+                memcpy(K + ((size_t)g * max_ctx + pos + t) * hd, row + qd + g * hd, sizeof(float) * hd);
+                memcpy(V + ((size_t)g * max_ctx + pos + t) * hd, row + qd + kd + g * hd, sizeof(float) * hd);
+            }
+        }
+        int *dpos = NULL;
+        if (c) {
+            kvq_err e = {0};
+            if (kvq_cuda_malloc((void **)&dpos, sizeof(int), &e) || kvq_cuda_copy(dpos, &pos, sizeof(int), 1, &e))
+                fail_msg("%s", e.msg);
+        }
+        OK(kvq_cuda_attn_in(dqkv, db, dqn, dkn, eps, dq, dK, dV, T, c ? 0 : pos, dpos, nh, nkv, hd, rot, di, max_ctx, E));
+        float *g = malloc(sizeof(float) * cache);
+        back(g, dq, (size_t)T * qd);
+        const double rq = rel_err(g, Q, (size_t)T * qd);
+        back(g, dK, cache);
+        const double rk = rel_err(g, K, cache);
+        for (size_t i = 0; i < cache; i++) { // rows outside [pos, pos+T) bit for bit
+            const size_t p_ = (i / hd) % max_ctx;
+            if (p_ < (size_t)pos || p_ >= (size_t)(pos + T)) assert_true(g[i] == K[i]);
+        }
+        back(g, dV, cache);
+        const double rv = rel_err(g, V, cache);
+        printf("  attn_in %s: q rel %.3g, k cache rel %.3g, v cache rel %.3g\n", c ? "no bias/norm, d_pos" : "bias+qk norm",
+               rq, rk, rv);
+        assert_true(rq < 1e-6 && rk < 1e-6);
+        assert_true(rv == 0.0);
+        free(qkv); free(b); free(qn); free(kn); free(K); free(V); free(Q); free(g);
+        kvq_cuda_free(dK); kvq_cuda_free(dV); kvq_cuda_free(dqkv); kvq_cuda_free(db); kvq_cuda_free(dqn);
+        kvq_cuda_free(dkn); kvq_cuda_free(di); kvq_cuda_free(dq); kvq_cuda_free(dpos);
     }
 }
 
@@ -233,11 +295,32 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
         free(le);
     }
     const double lim = noise > 0 ? fmax(1e-3, 2 * noise) : 1e-3;
+    // the GPU backend's fused ops (norm/silu into the products' preparation, the attention
+    // inputs in one kernel) against the same ops launched one by one (KVQ_CUDA_FUSE=0)
+    double rf = 0;
+    {
+        setenv("KVQ_CUDA_FUSE", "0", 1);
+        kvq_model *gu = open_on(path, 1, ex);
+        unsetenv("KVQ_CUDA_FUSE");
+        float *lu = malloc(sizeof(float) * T * V);
+        if (kvq_model_forward(gu, ids, T, 0, lu, 1, &e)) fail_msg("%s", e.msg);
+        rf = rel_err(lg, lu, (size_t)T * V);
+        kvq_model_close(gu);
+        free(lu);
+    }
     double rs = 0;
     for (int t = 0; t < T; t++) { // decode steps on the GPU
         if (kvq_model_forward(g, ids + t, 1, t, ls, 0, &e)) fail_msg("%s", e.msg);
         double x = rel_err(ls, lg + (size_t)t * V, V);
         if (x > rs) rs = x;
+    }
+    // the greedy choice made on the device (a graph of its own, replayed at each position)
+    // equals the argmax of the same step's logits; the two graphs alternate
+    for (int t = 0; t < T && t < 8; t++) {
+        int32_t top = -2;
+        if (kvq_model_forward(g, ids + t, 1, t, ls, 0, &e) || kvq_model_forward_argmax(g, ids + t, 1, t, &top, &e))
+            fail_msg("%s", e.msg);
+        assert_int_equal(top, argmax(ls, V));
     }
     int same = 0;
     if (n_greedy) {
@@ -251,9 +334,10 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
     }
     kvq_model_mem mm;
     kvq_model_memory(g, &mm);
-    printf("  %-58s %-5s T=%d gpu/cpu %.3g (cpu int8/exact %.3g) gpu/hf %.3g decode/prefill %.3g greedy %d/%d "
-           "(GPU %.1f MB)\n", path, ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r, noise,
-           rh, rs, same, n_greedy, mm.device / 1e6);
+    printf("  %-58s %-5s T=%d gpu/cpu %.3g (cpu int8/exact %.3g) gpu/hf %.3g decode/prefill %.3g fused/unfused %.3g "
+           "greedy %d/%d (GPU %.1f MB)\n", path, ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r,
+           noise, rh, rs, rf, same, n_greedy, mm.device / 1e6);
+    assert_true(rf <= lim);
     assert_true(r <= lim);
     assert_true(rh <= 1e-3);
     assert_true(rs <= (noise > 0 ? lim : 1e-4)); // a graph-replayed step rounds like a prefill row

@@ -156,7 +156,7 @@ static void test_whole_model_bits(void **state) {
         skip();
     }
     const char *B = g_build, *D = g_dir;
-    assert_int_equal(run("%s/kvq-convert -q --weights hyperquant:e8:4.0 %s %s/q3.kvq 2> %s/convert.txt", B, src, D, D), 0);
+    assert_int_equal(run("%s/kvq-convert --weights hyperquant:e8:4.0 %s %s/q3.kvq 2> %s/convert.txt", B, src, D, D), 0);
     char kvq[128];
     snprintf(kvq, sizeof kvq, "%s/q3.kvq", D);
     int tied = 0;

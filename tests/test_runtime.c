@@ -69,6 +69,12 @@ static void check_logits(const char *dir, const char *tok_file, const char *logi
     double r = rel_err(lg, ref, (size_t)T * V);
     printf("  %-60s T=%d rel err %.3g\n", dir, T, r);
     assert_true(r <= 1e-4);
+    // the greedy choice handed back by the model: the argmax of the same pass's last logits
+    int32_t top = -2, want = 0;
+    assert_int_equal(kvq_model_forward_argmax(m, ids, T, 0, &top, &e), KVQ_OK);
+    for (int i = 1; i < V; i++)
+        if (lg[(size_t)(T - 1) * V + i] > lg[(size_t)(T - 1) * V + want]) want = i;
+    assert_int_equal(top, want);
     kvq_model_close(m);
     free(ids); free(ref); free(lg);
 }

@@ -6,7 +6,9 @@
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "formats/error.h"
 #include "tools/opt.h"
@@ -17,46 +19,143 @@
 static void usage(FILE *fp) {
     fprintf(fp,
             "usage: kvq-convert [options] SRC OUT.kvq\n"
+            "       kvq-convert --dry-run [options] SRC [OUT.kvq]\n"
+            "       kvq-convert --export-hf DIR [--force] IN.kvq|SRC\n"
             "  SRC                      HF checkpoint directory or llama2.c .bin\n"
-            "  --weights SPEC           codec for 2-D weight matrices (default: none)\n"
-            "  --recipe FILE            YAML recipe (see recipes/default.yaml)\n"
+            "  -r, --recipe FILE        YAML recipe (recipes/README.md: one per paper configuration)\n"
+            "  --set KEY=VALUE          override a recipe field (repeatable, in order): weights=rtn:4:g128,\n"
+            "                           seed=7, kv.codec=octopus:3, kv.window=32, quantize_embeddings=true,\n"
+            "                           keep=[\"*.bias\"], rules=[{regex: down_proj, bits: 5}]\n"
+            "  --weights SPEC           codec for 2-D weight matrices (= --set weights=SPEC)\n"
             "  --seed N                 recipe seed (per-tensor seeds derive from it)\n"
             "  --keep PATTERN           store tensors matching this glob as 'none' (repeatable)\n"
             "  --quantize-embeddings    let embed_tokens / lm_head use the weights codec\n"
-            "  --export-hf DIR          also write the converted model as an HF checkpoint\n"
             "  --kv SPEC                KV-cache codec the model runs with (docs/KV.md), e.g.\n"
-            "                           octopus:3, hqmq:s96:r4:med3, turboquant:4, kivi:2, int:4\n"
-            "  --kv-window N            KV tokens kept at fp16 (residual window, default 0)\n"
-            "  --kv-boundary            keep K of the first and last layer at fp16\n"
-            "  -t N                     threads for the codecs (default: all)\n"
-            "  -q, --quiet              no per-tensor progress\n"
+            "                           octopus:3, hqmq:s96:r4:med3, turboquant:4, kivi:2, int:4 (= --set kv.codec)\n"
+            "  --kv-window N            KV tokens kept at fp16 (residual window; = --set kv.window)\n"
+            "  --kv-boundary            keep K of the first and last layer at fp16 (= --set kv.boundary=true)\n"
+            "  --dry-run                print the per-tensor plan, predicted size and bits/param; write nothing\n"
+            "  --resume                 reuse the tensors a killed run of the same command left in\n"
+            "                           .OUT.partial (same bytes as an uninterrupted run)\n"
+            "  --export-hf DIR          also (or, with one file argument, only) write an HF checkpoint\n"
+            "  --export-dtype bf16|f32  dtype of the exported lossy tensors (default bf16; rounding reported)\n"
+            "  --max-shard-size SIZE    shard the export like save_pretrained (default 5GB; e.g. 50MB)\n"
+            "  --force                  export into a directory that already holds a checkpoint\n"
+            "  -t N                     threads for the codecs (default: all); output identical for any N\n"
+            "  -v, --verbose            one line per tensor even on a terminal\n"
+            "  -q, --quiet              nothing but errors\n"
             "codecs (SPEC is name or name:args):\n");
     for (int i = 0; i < kvq_codec_count(); i++)
         fprintf(fp, "  %-24s %s\n", kvq_codec_at(i)->name, kvq_codec_at(i)->summary);
     fprintf(fp, "exit status: 0 ok, 2 error\n");
 }
 
+typedef struct {
+    int bar;                 // a terminal: one progress bar redrawn in place
+    struct timespec t0;
+    int drawn;
+} progress_ctx;
+
+static double since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+static void fmt_snr(char *buf, size_t n, double snr) {
+    if (isnan(snr)) snprintf(buf, n, "%9s", "-");
+    else if (isinf(snr)) snprintf(buf, n, "%9s", "exact");
+    else snprintf(buf, n, "%6.2f dB", snr);
+}
+
 static void progress(void *ud, const kvq_convert_progress *p) {
-    fprintf(stderr, "[%3zu/%zu] %-48s %-10s %7.3f bits/w %12" PRIu64 " bytes\n", p->index + 1, p->count,
-            p->name, p->codec, p->bits_per_weight, p->bytes);
+    progress_ctx *c = ud;
+    if (!c->bar) {
+        char snr[32];
+        fmt_snr(snr, sizeof snr, p->snr_db);
+        fprintf(stderr, "[%3zu/%zu] %-48s %-26s %7.3f bits/w  SNR %s %12" PRIu64 " bytes%s\n", p->index + 1, p->count,
+                p->name, p->spec, p->bits_per_weight, snr, p->bytes, p->reused ? "  (resumed)" : "");
+        return;
+    }
+    double t = since(&c->t0), f = p->source_total ? (double)p->source_done / (double)p->source_total : 1.0;
+    double rate = t > 0 ? (double)p->source_done / t : 0.0, eta = rate > 0 ? (double)(p->source_total - p->source_done) / rate : 0.0;
+    char bar[31];
+    int fill = (int)(f * 30.0 + 0.5);
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : ' ';
+    bar[30] = 0;
+    fprintf(stderr, "\r[%s] %zu/%zu tensors  %.1f/%.1f MB  %.1f MB/s  ETA %d:%02d  %-40.40s", bar, p->index + 1, p->count,
+            (double)p->source_done / 1e6, (double)p->source_total / 1e6, rate / 1e6, (int)eta / 60, (int)eta % 60, p->name);
+    c->drawn = 1;
+}
+
+// "5GB", "500MB", "2GiB", "123" (bytes): save_pretrained's max_shard_size spellings.
+static int kvq_parse_size(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0)) return -1;
+    static const struct { const char *u; double m; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcasecmp(end, units[i].u)) { *out = (uint64_t)(v * units[i].m); return 0; }
+    return -1;
+}
+
+static void kvq_export_print(FILE *fp, const char *dir, const kvq_export_report *r) {
+    fprintf(fp, "kvq-convert: exported HF checkpoint to %s: %zu tensors in %d shard%s (%s), %.1f MB of %s tensors "
+                "(config.json says %s)\n", dir, r->n_tensors, r->n_shards, r->n_shards > 1 ? "s" : "",
+            r->n_shards > 1 ? "model.safetensors.index.json" : "model.safetensors", (double)r->total_bytes / 1e6,
+            kvq_dtype_name(r->dtype), r->dtype == KVQ_DTYPE_BF16 ? "bfloat16" : "float32");
+    if (r->n_rounded)
+        fprintf(fp, "kvq-convert: bf16 rounding of %zu tensors' decoded values: relative RMS %.3g, max |error| %.3g "
+                    "(--export-dtype f32 keeps them exact)\n", r->n_rounded, r->round_rel_rms, r->round_max_abs);
+    if (r->kv_spec[0])
+        fprintf(fp, "kvq-convert: note: the KV-cache codec %s (window %d%s) cannot be expressed in an HF checkpoint: "
+                    "transformers runs the export with its own cache; kvq-run and kvq-verify use the codec from the .kvq "
+                    "(recorded in the safetensors metadata as kvq_kv_cache)\n",
+                r->kv_spec, r->kv_window, r->kv_boundary ? ", boundary" : "");
+    if (r->n_removed) fprintf(fp, "kvq-convert: --force: removed %d weight file(s) of the earlier checkpoint\n", r->n_removed);
+}
+
+static void print_plan(const char *out, const kvq_convert_prediction *P) {
+    printf("%-52s %-10s %-28s %9s %14s  %s\n", "tensor", "codec", "spec", "bits/w", "bytes", "why");
+    for (size_t i = 0; i < P->n; i++) {
+        const kvq_plan_entry *e = &P->entries[i];
+        double bpw = e->numel ? 8.0 * (double)e->predicted_bytes / (double)e->numel : 0.0;
+        printf("%-52s %-10s %-28s %9.3f %14" PRIu64 "  %s\n", e->name, e->codec->name, e->spec, bpw, e->predicted_bytes, e->why);
+    }
+    printf("kv cache: %s", P->kv_spec[0] ? P->kv_spec : "none (the runtime's fp16 default)");
+    if (P->kv_spec[0]) printf(", window %d%s, tables %" PRIu64 " bytes", P->kv_window, P->kv_boundary ? ", boundary" : "", P->kv_bytes);
+    printf("\npredicted: %s%s%" PRIu64 " bytes, %zu tensors, %" PRIu64 " parameters, whole model %.3f bits/param",
+           out ? out : "", out ? ": " : "", P->file_bytes, P->n, P->params, P->bits_per_param);
+    if (!isnan(P->lossy_bits_per_weight)) printf(", quantized tensors %.3f bits/w", P->lossy_bits_per_weight);
+    if (P->unknown) printf(" (%d tensors with a fixed-SNR codec counted as 0 bytes: their size is known only after encoding)", P->unknown);
+    printf("\n");
 }
 
 int main(int argc, char **argv) {
     if (kvq_tool_start("kvq-convert", argc, argv)) return 0; // SIGXFSZ ignored, --version
     kvq_convert_opts o = {0};
     o.plan.quantize_embeddings = -1;
-    const char *export_dir = NULL, *keep[64];
-    int n_keep = 0, quiet = 0;
+    const char *export_dir = NULL, *keep[64], *sets[256];
+    char setbuf[4][64];
+    int n_keep = 0, n_sets = 0, quiet = 0, verbose = 0, dry = 0, force = 0, kv_given = 0, kvw = -1, kvb = 0;
+    kvq_export_opts xo = {.dtype = KVQ_DTYPE_BF16, .max_shard_bytes = 5000000000ull};
     static const struct option lo[] = {
         {"weights", required_argument, 0, 'w'}, {"recipe", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'},    {"keep", required_argument, 0, 'k'},
         {"quantize-embeddings", no_argument, 0, 'e'}, {"export-hf", required_argument, 0, 'x'},
         {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
         {"kv", required_argument, 0, 'K'},      {"kv-window", required_argument, 0, 'W'},
-        {"kv-boundary", no_argument, 0, 'B'},   {0, 0, 0, 0}};
+        {"kv-boundary", no_argument, 0, 'B'},   {"set", required_argument, 0, 'S'},
+        {"dry-run", no_argument, 0, 'n'},       {"verbose", no_argument, 0, 'v'},
+        {"resume", no_argument, 0, 'R'},        {"force", no_argument, 0, 'f'},
+        {"export-dtype", required_argument, 0, 'D'}, {"max-shard-size", required_argument, 0, 'M'},
+        {0, 0, 0, 0}};
     int c;
     opterr = 0; // errors are reported in one line below
-    while ((c = getopt_long(argc, argv, "t:qh", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:qhr:v", lo, NULL)) != -1) {
         switch (c) {
         case 'w': o.plan.weights = optarg; break;
         case 'r': o.plan.recipe_path = optarg; break;
@@ -68,58 +167,122 @@ int main(int argc, char **argv) {
             if (n_keep == 63) { fprintf(stderr, "kvq-convert: too many --keep patterns (max 63)\n"); return 2; }
             keep[n_keep++] = optarg;
             break;
+        case 'S':
+            if (n_sets == 250) { fprintf(stderr, "kvq-convert: too many --set (max 250)\n"); return 2; }
+            sets[n_sets++] = optarg;
+            break;
         case 'e': o.plan.quantize_embeddings = 1; break;
         case 'x': export_dir = optarg; break;
         case 't':
             if (kvq_opt_int("kvq-convert", "-t", optarg, 1, 4096, &o.n_threads)) return 2;
             break;
         case 'q': quiet = 1; break;
+        case 'v': verbose = 1; break;
+        case 'n': dry = 1; break;
+        case 'R': o.resume = 1; break;
+        case 'f': force = 1; break;
+        case 'D':
+            if (!strcmp(optarg, "bf16")) xo.dtype = KVQ_DTYPE_BF16;
+            else if (!strcmp(optarg, "f32") || !strcmp(optarg, "float32")) xo.dtype = KVQ_DTYPE_F32;
+            else { fprintf(stderr, "kvq-convert: --export-dtype '%s': expected bf16 or f32\n", optarg); return 2; }
+            break;
+        case 'M':
+            if (kvq_parse_size(optarg, &xo.max_shard_bytes) || xo.max_shard_bytes == 0) {
+                fprintf(stderr, "kvq-convert: --max-shard-size '%s': expected a size such as 5GB, 500MB, 2GiB or bytes\n", optarg);
+                return 2;
+            }
+            break;
         case 'K': {
             kvq_kvspec ks;
             kvq_err ke = {0};
             if (kvq_kvspec_parse(optarg, &ks, &ke)) { fprintf(stderr, "kvq-convert: %s\n", ke.msg); return 2; }
             o.kv_spec = optarg;
+            kv_given = 1;
             break;
         }
         case 'W':
-            if (kvq_opt_int("kvq-convert", "--kv-window", optarg, 0, 1 << 24, &o.kv_window)) return 2;
+            if (kvq_opt_int("kvq-convert", "--kv-window", optarg, 0, 1 << 24, &kvw)) return 2;
             break;
-        case 'B': o.kv_boundary = 1; break;
+        case 'B': kvb = 1; break;
         case 'h': usage(stdout); return 0;
         default: // one line naming the option, not the whole usage
             fprintf(stderr, "kvq-convert: %s: unknown option or missing value (see --help)\n", argv[optind - 1]);
             return 2;
         }
     }
-    if (argc - optind != 2) { usage(stderr); return 2; }
-    keep[n_keep] = NULL;
-    o.plan.keep = n_keep ? keep : NULL;
-    o.created_by = "kvq-convert " KVQ_VERSION;
-    if (!quiet) o.progress = progress;
-    const char *src = argv[optind], *out = argv[optind + 1];
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    kvq_err err = {0};
-    kvq_convert_summary sum;
-    if (kvq_convert(src, out, &o, &sum, &err) != KVQ_OK) {
-        fprintf(stderr, "kvq-convert: %s\n", err.msg);
-        return 2;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    fprintf(stderr, "kvq-convert: %s: %zu tensors, %" PRIu64 " bytes (source weights %" PRIu64 " bytes, %.1f %%), ",
-            out, sum.n_tensors, sum.bytes, sum.source_bytes,
-            sum.source_bytes ? 100.0 * (double)sum.bytes / (double)sum.source_bytes : 0.0);
-    if (!isnan(sum.bits_per_param)) fprintf(stderr, "whole model %.3f bits/param, ", sum.bits_per_param);
-    if (isnan(sum.bits_per_weight)) fprintf(stderr, "no lossy tensors");
-    else fprintf(stderr, "%zu quantized at %.3f bits/w", sum.n_quantized, sum.bits_per_weight);
-    fprintf(stderr, ", %.2f s\n", secs);
-    if (export_dir) {
-        if (kvq_export_hf(out, export_dir, &err) != KVQ_OK) {
+    int npos = argc - optind;
+    xo.force = force;
+    // kvq-convert --export-hf DIR MODEL: export only (a .kvq or a source checkpoint)
+    if (export_dir && npos == 1 && !dry) {
+        kvq_err err = {0};
+        kvq_export_report rep;
+        if (kvq_export_hf(argv[optind], export_dir, &xo, &rep, &err) != KVQ_OK) {
             fprintf(stderr, "kvq-convert: --export-hf: %s\n", err.msg);
             return 2;
         }
-        fprintf(stderr, "kvq-convert: exported HF checkpoint to %s\n", export_dir);
+        if (!quiet) kvq_export_print(stderr, export_dir, &rep);
+        return 0;
+    }
+    if (npos != 2 && !(dry && npos == 1)) { usage(stderr); return 2; }
+    // --kv-window / --kv-boundary without --kv adjust the recipe's KV codec
+    if (kv_given) o.kv_window = kvw > 0 ? kvw : 0, o.kv_boundary = kvb;
+    else {
+        if (kvw >= 0) snprintf(setbuf[0], sizeof setbuf[0], "kv.window=%d", kvw), sets[n_sets++] = setbuf[0];
+        if (kvb) snprintf(setbuf[1], sizeof setbuf[1], "kv.boundary=true"), sets[n_sets++] = setbuf[1];
+    }
+    sets[n_sets] = NULL;
+    keep[n_keep] = NULL;
+    o.plan.keep = n_keep ? keep : NULL;
+    o.plan.sets = n_sets ? sets : NULL;
+    o.created_by = "kvq-convert " KVQ_VERSION;
+    const char *src = argv[optind], *out = npos == 2 ? argv[optind + 1] : NULL;
+    kvq_err err = {0};
+    if (dry) {
+        kvq_convert_prediction P;
+        if (kvq_convert_predict(src, &o, &P, &err) != KVQ_OK) {
+            fprintf(stderr, "kvq-convert: %s\n", err.msg);
+            return 2;
+        }
+        print_plan(out, &P);
+        kvq_convert_prediction_free(&P);
+        return 0;
+    }
+    progress_ctx pc = {.bar = isatty(fileno(stderr)) && !verbose};
+    clock_gettime(CLOCK_MONOTONIC, &pc.t0);
+    if (!quiet) o.progress = progress, o.progress_ud = &pc;
+    if (export_dir) { // refuse a bad export directory before spending the conversion
+        if (kvq_export_check_dir(export_dir, force, &err) != KVQ_OK) {
+            fprintf(stderr, "kvq-convert: --export-hf: %s\n", err.msg);
+            return 2;
+        }
+    }
+    kvq_convert_summary sum;
+    kvq_status st = kvq_convert(src, out, &o, &sum, &err);
+    if (pc.drawn) fprintf(stderr, "\n");
+    if (st != KVQ_OK) {
+        fprintf(stderr, "kvq-convert: %s\n", err.msg);
+        return 2;
+    }
+    double secs = since(&pc.t0);
+    if (!quiet) {
+        fprintf(stderr, "kvq-convert: %s: %zu tensors, %" PRIu64 " bytes (source weights %" PRIu64 " bytes, %.1f %%), ",
+                out, sum.n_tensors, sum.bytes, sum.source_bytes,
+                sum.source_bytes ? 100.0 * (double)sum.bytes / (double)sum.source_bytes : 0.0);
+        if (!isnan(sum.bits_per_param)) fprintf(stderr, "whole model %.3f bits/param, ", sum.bits_per_param);
+        if (isnan(sum.bits_per_weight)) fprintf(stderr, "no lossy tensors");
+        else fprintf(stderr, "%zu quantized at %.3f bits/w", sum.n_quantized, sum.bits_per_weight);
+        if (sum.kv_spec[0]) fprintf(stderr, ", KV cache %s (window %d%s)", sum.kv_spec, sum.kv_window, sum.kv_boundary ? ", boundary" : "");
+        else fprintf(stderr, ", KV cache fp16 (none stored)");
+        if (sum.n_reused) fprintf(stderr, ", %zu tensors reused from the interrupted run", sum.n_reused);
+        fprintf(stderr, ", %.2f s\n", secs);
+    }
+    if (export_dir) {
+        kvq_export_report rep;
+        if (kvq_export_hf(out, export_dir, &xo, &rep, &err) != KVQ_OK) {
+            fprintf(stderr, "kvq-convert: --export-hf: %s\n", err.msg);
+            return 2;
+        }
+        if (!quiet) kvq_export_print(stderr, export_dir, &rep);
     }
     return 0;
 }

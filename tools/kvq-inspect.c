@@ -147,6 +147,35 @@ static void print_verification(const json_t *m) {
                json_number_value(json_object_get(ts, "min_snr_db")), json_number_value(json_object_get(ts, "lossy_bits_per_weight")));
 }
 
+// The resolved recipe the converter recorded (recipes/README.md): one line per field.
+static void print_recipe(const json_t *r) {
+    if (!json_is_object(r)) return;
+    char *keep = json_dumps(json_object_get(r, "keep"), JSON_COMPACT), *set = json_dumps(json_object_get(r, "set"), JSON_COMPACT);
+    printf("recipe: %s; weights %s, seed %" JSON_INTEGER_FORMAT ", quantize_embeddings %s, keep %s",
+           json_string_value(json_object_get(r, "file")) ?: "(none)", json_string_value(json_object_get(r, "weights")) ?: "?",
+           json_integer_value(json_object_get(r, "seed")), json_is_true(json_object_get(r, "quantize_embeddings")) ? "true" : "false",
+           keep ? keep : "[]");
+    if (set && strcmp(set, "[]")) printf(", --set %s", set);
+    printf("\n");
+    free(keep);
+    free(set);
+    size_t i;
+    json_t *rule;
+    json_array_foreach(json_object_get(r, "rules"), i, rule) {
+        const char *glob = json_string_value(json_object_get(rule, "match")), *re = json_string_value(json_object_get(rule, "regex"));
+        printf("  rule %zu: %s '%s' -> %s", i + 1, glob ? "match" : "regex", glob ? glob : re ? re : "?",
+               json_string_value(json_object_get(rule, "codec")) ?: "(weights codec)");
+        if (json_is_number(json_object_get(rule, "bits"))) printf(" at %g bits/w", json_number_value(json_object_get(rule, "bits")));
+        printf("\n");
+    }
+    const json_t *kv = json_object_get(r, "kv");
+    if (json_is_object(kv))
+        printf("  kv: %s, window %" JSON_INTEGER_FORMAT ", boundary %s, seed %" JSON_INTEGER_FORMAT "\n",
+               json_string_value(json_object_get(kv, "codec")) ?: "?", json_integer_value(json_object_get(kv, "window")),
+               json_is_true(json_object_get(kv, "boundary")) ? "true" : "false", json_integer_value(json_object_get(kv, "seed")));
+    else if (json_object_get(r, "kv")) printf("  kv: none\n");
+}
+
 static void print_human(const kvq_file *f) {
     const json_t *m = kvq_file_manifest(f), *a = json_object_get(m, "architecture");
     printf("%s: kvq format %" JSON_INTEGER_FORMAT ", written by %s\n", kvq_file_path(f),
@@ -166,6 +195,7 @@ static void print_human(const kvq_file *f) {
            json_string_value(json_object_get(src, "path")) ?: "?");
     printf("size: %" PRIu64 " bytes = %.2f MiB; source weights %" PRIu64 " bytes (%.1f %%)\n", fb,
            (double)fb / 1048576.0, sb, sb ? 100.0 * (double)fb / (double)sb : 0.0);
+    print_recipe(json_object_get(m, "recipe"));
     printf("\n%-52s %-16s %-6s %-20s %9s %12s\n", "tensor", "shape", "dtype", "codec", "bits/w", "bytes");
     size_t i;
     json_t *r;

@@ -304,13 +304,20 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);
     double t1 = now();
-    if (kvq_model_forward(m, pids, (int)np, 0, lg, 0, &err)) { rc = die("%s%s", err.msg, ""); goto out_gen; }
+    // greedy: the model hands back the argmax, not the logits (on a GPU, picked there)
+    const int greedy = temp <= 0.0f;
+    int32_t top1 = -1;
+    if (greedy ? kvq_model_forward_argmax(m, pids, (int)np, 0, &top1, &err) : kvq_model_forward(m, pids, (int)np, 0, lg, 0, &err)) {
+        rc = die("%s%s", err.msg, "");
+        goto out_gen;
+    }
     double t2 = now();
     int32_t eos = kvq_tok_eos(tok) >= 0 ? kvq_tok_eos(tok) : ar->eos_token_id;
     int produced = 0;
     int pos = (int)np;
+    double t_fwd = 0; // of the decode time, in the model's forward passes (the rest: sampling, output)
     for (; produced < n_gen; produced++) {
-        int32_t next = kvq_sample(smp, lg, V);
+        int32_t next = greedy ? top1 : kvq_sample(smp, lg, V);
         if (next < 0) {
             snprintf(msg, sizeof msg, "%s: the logits at position %d are NaN (weights or activations not finite)", model, pos);
             rc = die("%s%s", msg, "");
@@ -321,13 +328,19 @@ int main(int argc, char **argv) {
         if (k > 0) { fwrite(piece, 1, k, stdout); fflush(stdout); }
         prev = next;
         if (produced + 1 == n_gen) { produced++; break; }
-        if (kvq_model_forward(m, &next, 1, pos++, lg, 0, &err)) { rc = die("%s%s", err.msg, ""); goto out_gen; }
+        const double tf = now();
+        if (greedy ? kvq_model_forward_argmax(m, &next, 1, pos++, &top1, &err) : kvq_model_forward(m, &next, 1, pos++, lg, 0, &err)) {
+            rc = die("%s%s", err.msg, "");
+            goto out_gen;
+        }
+        t_fwd += now() - tf;
     }
     double t3 = now();
     printf("\n");
     fflush(stdout);
-    fprintf(stderr, "kvq-run: prefill %zu tokens %.1f tok/s; decode %d tokens %.1f tok/s\n", np, np / (t2 - t1), produced,
-            produced > 1 ? (produced - 1) / (t3 - t2) : 0.0);
+    fprintf(stderr, "kvq-run: prefill %zu tokens %.1f tok/s; decode %d tokens %.1f tok/s (%.3f ms a token in the forward "
+            "pass, %.3f in sampling and output)\n", np, np / (t2 - t1), produced, produced > 1 ? (produced - 1) / (t3 - t2) : 0.0,
+            produced > 1 ? 1e3 * t_fwd / (produced - 1) : 0.0, produced > 1 ? 1e3 * (t3 - t2 - t_fwd) / (produced - 1) : 0.0);
 out_gen:
     kvq_sampler_free(smp);
     free(lg);

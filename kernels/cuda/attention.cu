@@ -98,6 +98,201 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_k(const float *__restrict_
     }
 }
 
+// The attention block's inputs from the fused q/k/v rows (kvq_cuda_attn_in): one warp per
+// (token, head slot), slots 0..n_heads−1 the query heads, then the KV heads' k, then their v.
+// The head's values (+ bias) into the warp's shared row, the per-head RMSNorm (q_norm/k_norm),
+// RoPE, then q to its buffer and k, v into the cache at the token's position — in the order and
+// with the formulas of qkv_split_k, rmsnorm_k and rope_k.
+#define AIN_WARPS 4
+__global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restrict__ qkv, const float *__restrict__ bias,
+                                                              const float *__restrict__ q_norm, const float *__restrict__ k_norm,
+                                                              float eps, float *__restrict__ q, float *__restrict__ kc,
+                                                              float *__restrict__ vc, int T, int pos, const int *dpos, int n_heads,
+                                                              int n_kv, int hd, int rot_dim, const float *__restrict__ inv_freq,
+                                                              int max_ctx) {
+    extern __shared__ float ain_sm[];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int slots = n_heads + 2 * n_kv;
+    const int64_t gslot = (int64_t)blockIdx.x * AIN_WARPS + wi;
+    if (gslot >= (int64_t)T * slots) return;
+    if (dpos) pos = *dpos;
+    const int t = (int)(gslot / slots), s = (int)(gslot % slots);
+    const int q_dim = n_heads * hd, kv_dim = n_kv * hd, W = q_dim + 2 * kv_dim;
+    int off; // the head's first column in the fused row
+    const float *nw = NULL;
+    float *dst;
+    bool rot = true;
+    if (s < n_heads) {
+        off = s * hd;
+        nw = q_norm;
+        dst = q + ((int64_t)t * n_heads + s) * hd;
+    } else if (s < n_heads + n_kv) {
+        const int g = s - n_heads;
+        off = q_dim + g * hd;
+        nw = k_norm;
+        dst = kc + ((int64_t)g * max_ctx + pos + t) * hd;
+    } else {
+        const int g = s - n_heads - n_kv;
+        off = q_dim + kv_dim + g * hd;
+        rot = false;
+        dst = vc + ((int64_t)g * max_ctx + pos + t) * hd;
+    }
+    float *v = ain_sm + wi * hd;
+    const float *src = qkv + (int64_t)t * W + off;
+    for (int i = lane; i < hd; i += 32) v[i] = bias ? __fadd_rn(src[i], bias[off + i]) : src[i];
+    __syncwarp();
+    if (nw) {
+        float ss = 0.0f;
+        for (int i = lane; i < hd; i += 32) ss = fmaf(v[i], v[i], ss);
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float r = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (int i = lane; i < hd; i += 32) v[i] = nw[i] * (v[i] * r);
+        __syncwarp();
+    }
+    const int half = rot ? rot_dim / 2 : 0;
+    for (int i = lane; i < half; i += 32) {
+        const float a = __fmul_rn((float)(pos + t), inv_freq[i]);
+        const float c = (float)cos((double)a), sn = (float)sin((double)a);
+        const float x0 = v[i], x1 = v[i + half];
+        dst[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+        dst[i + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+    }
+    for (int i = 2 * half + lane; i < hd; i += 32) dst[i] = v[i];
+}
+
+// Split attention (kvq_cuda_attend's fast path; head_dim a multiple of 32 up to 256, at most 8
+// query heads per KV head). Block (s, g, t): split s of ATS over token t's positions [0, n_ctx)
+// (chunks of ceil(n_ctx / ATS), so a step and a prefill row split alike and round alike), for
+// all the query heads of KV head g (each K and V row read once for the group). Warp w takes
+// the chunk's positions w, w+8, ...; lane l holds coordinates l·D.. of the heads' q, and of the
+// row; per position: the G dots by shuffles, then the online softmax update of the warp's
+// running max, sum and output. The warps meet in shared memory; the block's (max, sum,
+// output) go to scratch; the block that finishes last for (t, g) (an atomic count) merges the
+// ATS splits in their order and writes the output, so the result does not depend on which
+// block finished last.
+#define ATS 16     // splits of the positions per (token, KV head)
+#define AT_GMAX 8  // query heads per KV head
+#define AT_TT 16   // tokens per launch (the scratch's size)
+
+static float *g_part = NULL; // (AT_TT, n_kv, ATS, G, hd + 2): output, max, sum
+static int *g_cnt = NULL;    // (AT_TT, n_kv) blocks done
+static size_t g_part_cap = 0, g_cnt_cap = 0;
+
+template <int D>
+__global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__restrict__ q, const float *__restrict__ kc,
+                                                              const float *__restrict__ vc, float *__restrict__ out, int pos,
+                                                              const int *dpos, int t0, int n_heads, int n_kv, int max_ctx,
+                                                              float scale, float *part, int *cnt) {
+    constexpr int HD = 32 * D, NW = ATT_THREADS / 32;
+    __shared__ float sm_m[NW][AT_GMAX], sm_l[NW][AT_GMAX];
+    __shared__ float sm_o[NW][HD];
+    __shared__ int last;
+    if (dpos) pos = *dpos;
+    const int s = blockIdx.x, g = blockIdx.y, tl = blockIdx.z, t = t0 + tl, G = n_heads / n_kv;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int n_ctx = pos + t + 1, chunk = (n_ctx + ATS - 1) / ATS;
+    const int p0 = s * chunk, p1 = min(n_ctx, p0 + chunk);
+    float qv[AT_GMAX][D], acc[AT_GMAX][D], m[AT_GMAX], l[AT_GMAX];
+#pragma unroll
+    for (int h = 0; h < AT_GMAX; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            acc[h][d] = 0.0f;
+            qv[h][d] = h < G ? q[((int64_t)t * n_heads + g * G + h) * HD + lane * D + d] : 0.0f;
+        }
+    }
+    const float *K = kc + (int64_t)g * max_ctx * HD, *V = vc + (int64_t)g * max_ctx * HD;
+    for (int p = p0 + w; p < p1; p += NW) {
+        float kr[D], vr[D];
+#pragma unroll
+        for (int d = 0; d < D; d++) { kr[d] = __ldg(K + (int64_t)p * HD + lane * D + d); vr[d] = __ldg(V + (int64_t)p * HD + lane * D + d); }
+#pragma unroll
+        for (int h = 0; h < AT_GMAX; h++) {
+            if (h >= G) break;
+            float dt = 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++) dt = fmaf(qv[h][d], kr[d], dt);
+            for (int o = 16; o > 0; o >>= 1) dt += __shfl_xor_sync(0xffffffffu, dt, o);
+            const float sc = dt * scale, mn = fmaxf(m[h], sc);
+            const float corr = expf(m[h] - mn), e = expf(sc - mn); // m = -inf at first: corr 0
+            l[h] = fmaf(l[h], corr, e);
+#pragma unroll
+            for (int d = 0; d < D; d++) acc[h][d] = fmaf(acc[h][d], corr, e * vr[d]);
+            m[h] = mn;
+        }
+    }
+    // the warps' (max, sum, output) merged in warp order, head by head
+    float *pb = part + ((((int64_t)tl * n_kv + g) * ATS + s) * AT_GMAX) * (HD + 2);
+#pragma unroll
+    for (int h = 0; h < AT_GMAX; h++) { // static indices: the arrays stay in registers
+        if (h >= G) break;
+        if (lane == 0) { sm_m[w][h] = m[h]; sm_l[w][h] = l[h]; }
+#pragma unroll
+        for (int d = 0; d < D; d++) sm_o[w][lane * D + d] = acc[h][d];
+        __syncthreads();
+        if (threadIdx.x < HD) {
+            float M = -INFINITY;
+            for (int k = 0; k < NW; k++) M = fmaxf(M, sm_m[k][h]);
+            float L = 0.0f, O = 0.0f;
+            for (int k = 0; k < NW; k++) {
+                const float c = sm_m[k][h] == -INFINITY ? 0.0f : expf(sm_m[k][h] - M);
+                L = fmaf(sm_l[k][h], c, L);
+                O = fmaf(sm_o[k][threadIdx.x], c, O);
+            }
+            float *ph = pb + (int64_t)h * (HD + 2);
+            ph[threadIdx.x] = O;
+            if (threadIdx.x == 0) { ph[HD] = M; ph[HD + 1] = L; }
+        }
+        __syncthreads();
+    }
+    // the last of the ATS blocks of (t, g) merges the splits
+    __threadfence(); // every thread's partials visible device-wide before the block is counted
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(cnt + tl * n_kv + g, 1) == ATS - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float *pg = part + (((int64_t)tl * n_kv + g) * ATS) * AT_GMAX * (HD + 2);
+    for (int i = threadIdx.x; i < G * HD; i += ATT_THREADS) {
+        const int h = i / HD, d = i % HD;
+        float M = -INFINITY;
+        for (int k = 0; k < ATS; k++) M = fmaxf(M, __ldcg(pg + ((int64_t)k * AT_GMAX + h) * (HD + 2) + HD));
+        float L = 0.0f, O = 0.0f;
+        for (int k = 0; k < ATS; k++) {
+            const float *ph = pg + ((int64_t)k * AT_GMAX + h) * (HD + 2);
+            const float mk = __ldcg(ph + HD);
+            const float c = mk == -INFINITY ? 0.0f : expf(mk - M);
+            L = fmaf(__ldcg(ph + HD + 1), c, L);
+            O = fmaf(__ldcg(ph + d), c, O);
+        }
+        out[((int64_t)t * n_heads + g * G + h) * HD + d] = O / L;
+    }
+    if (threadIdx.x == 0) cnt[tl * n_kv + g] = 0; // ready for the next launch (or graph replay)
+}
+
+// Scratch for n_kv KV heads of head_dim (not while a graph is being captured: sized by init).
+static kvq_status split_scratch(int n_kv, int head_dim, kvq_err *err) {
+    const size_t pn = (size_t)AT_TT * n_kv * ATS * AT_GMAX * (head_dim + 2), cn = (size_t)AT_TT * n_kv;
+    if (pn <= g_part_cap && cn <= g_cnt_cap) return KVQ_OK;
+    cudaFree(g_part);
+    cudaFree(g_cnt);
+    g_part = NULL; g_cnt = NULL; g_part_cap = g_cnt_cap = 0;
+    CU_TRY(cudaMalloc((void **)&g_part, sizeof(float) * pn));
+    CU_TRY(cudaMalloc((void **)&g_cnt, sizeof(int) * cn));
+    CU_TRY(cudaMemset(g_cnt, 0, sizeof(int) * cn));
+    g_part_cap = pn;
+    g_cnt_cap = cn;
+    return KVQ_OK;
+}
+
+static int split_ok(int n_heads, int n_kv, int head_dim) {
+    const char *e = getenv("KVQ_CUDA_ATTN_SPLIT");
+    if (e && *e == '0') return 0;
+    return head_dim % 32 == 0 && head_dim <= 256 && n_kv > 0 && n_heads % n_kv == 0 && n_heads / n_kv <= AT_GMAX;
+}
+
 static int smem_set = 0; // the 48 KiB default raised (once, never while a graph is captured)
 
 static kvq_status raise_smem(kvq_err *err) {
@@ -107,7 +302,11 @@ static kvq_status raise_smem(kvq_err *err) {
     return KVQ_OK;
 }
 
-extern "C" kvq_status kvq_cuda_attention_init(int head_dim, int max_ctx, kvq_err *err) {
+extern "C" kvq_status kvq_cuda_attention_init(int n_heads, int n_kv_heads, int head_dim, int max_ctx, kvq_err *err) {
+    if (split_ok(n_heads, n_kv_heads, head_dim)) {
+        kvq_status s = split_scratch(n_kv_heads, head_dim, err);
+        if (s) return s;
+    }
     if (sizeof(float) * ((size_t)head_dim * (1 + ATT_THREADS / 32) + (size_t)max_ctx) > 48 * 1024) return raise_smem(err);
     return KVQ_OK;
 }
@@ -117,14 +316,60 @@ extern "C" int kvq_cuda_attention_max_ctx(int head_dim) {
     return (int)((ATT_SMEM_MAX - 1024) / sizeof(float)) - head_dim * (1 + ATT_THREADS / 32);
 }
 
+static kvq_status check_span(int T, int pos, int head_dim, int max_ctx, kvq_err *err) {
+    if (pos + T > max_ctx || pos + T > kvq_cuda_attention_max_ctx(head_dim))
+        return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention: positions up to %d exceed the cache (%d)", pos + T, max_ctx);
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm,
+                                       float eps, float *q, float *kc, float *vc, int T, int pos, const int *d_pos,
+                                       int n_heads, int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq,
+                                       int max_ctx, kvq_err *err) {
+    if (T <= 0) return KVQ_OK;
+    if (head_dim > ATT_MAX_HD || rot_dim > head_dim || (rot_dim & 1))
+        return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention input: head_dim %d, rotary %d", head_dim, rot_dim);
+    kvq_status s = check_span(T, pos, head_dim, max_ctx, err);
+    if (s) return s;
+    const int64_t slots = (int64_t)T * (n_heads + 2 * n_kv_heads);
+    attn_in_k<<<(unsigned)((slots + AIN_WARPS - 1) / AIN_WARPS), AIN_WARPS * 32, sizeof(float) * AIN_WARPS * head_dim,
+                kvq_cuda_stream()>>>(qkv, bias, q_norm, k_norm, eps, q, kc, vc, T, pos, d_pos, n_heads, n_kv_heads, head_dim,
+                                     rot_dim, inv_freq, max_ctx);
+    CU_LAUNCHED("attn_in");
+    return KVQ_OK;
+}
+
 extern "C" kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, float *kc, float *vc,
                                          float *out, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim,
                                          int max_ctx, float scale, kvq_err *err) {
     if (T <= 0) return KVQ_OK;
-    if (pos + T > max_ctx || pos + T > kvq_cuda_attention_max_ctx(head_dim))
-        return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention: positions up to %d exceed the cache (%d)", pos + T, max_ctx);
+    kvq_status s = check_span(T, pos, head_dim, max_ctx, err);
+    if (s) return s;
     kv_store_k<<<T * n_kv_heads, 128, 0, kvq_cuda_stream()>>>(k, v, kc, vc, pos, d_pos, n_kv_heads, head_dim, max_ctx);
     CU_LAUNCHED("kv_store");
+    return kvq_cuda_attend(q, kc, vc, out, T, pos, d_pos, n_heads, n_kv_heads, head_dim, max_ctx, scale, err);
+}
+
+extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos,
+                                      const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
+                                      kvq_err *err) {
+    if (T <= 0) return KVQ_OK;
+    kvq_status cs = check_span(T, pos, head_dim, max_ctx, err);
+    if (cs) return cs;
+    if (split_ok(n_heads, n_kv_heads, head_dim)) {
+        if ((cs = split_scratch(n_kv_heads, head_dim, err))) return cs;
+        for (int t0 = 0; t0 < T; t0 += AT_TT) {
+            const int tt = T - t0 < AT_TT ? T - t0 : AT_TT;
+            const dim3 grid(ATS, (unsigned)n_kv_heads, (unsigned)tt);
+            switch (head_dim / 32) {
+#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, kc, vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt); break;
+                AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
+#undef AT_CASE
+            }
+            CU_LAUNCHED("attend_split");
+        }
+        return KVQ_OK;
+    }
     // scores of pos + T positions; with d_pos (a graph replayed at later positions) of max_ctx
     const size_t smem = sizeof(float) * ((size_t)head_dim * (1 + ATT_THREADS / 32) + (size_t)(d_pos ? max_ctx : pos + T));
     if (smem > 48 * 1024) {

@@ -38,6 +38,25 @@ kvq_status kvq_cuda_hqx_matmul(kvq_cuda_hqx *t, const float *d_x, int n_tok, flo
  *  part p writes rows row0[p].. of Y. */
 kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
                                      float *d_y, int64_t ldy, int accumulate, kvq_err *err);
+/** What the int8 products' activation preparation reads (kvq_cuda_hqx_matmul_parts_in): the
+ *  input rows as they are, or the op that would have produced them, fused into the
+ *  preparation so that it needs no kernel of its own (each preparing warp reads its token's
+ *  whole row; the results equal the separate op's within float rounding):
+ *  RMSNORM: x (n_tok, cols) normalized as kvq_cuda_rmsnorm(·, x, w, n_tok, cols, eps);
+ *  SILU_MUL: x (n_tok, 2·cols) = gate | up rows, silu(gate)·up as kvq_cuda_silu_mul.
+ *  y: NULL, or where the transformed rows (n_tok, cols) are also written (the separate op's
+ *  output, so nothing reading it later changes). */
+typedef enum { KVQ_CUDA_XIN_NONE = 0, KVQ_CUDA_XIN_RMSNORM, KVQ_CUDA_XIN_SILU_MUL } kvq_cuda_xin_kind;
+typedef struct {
+    kvq_cuda_xin_kind kind;
+    const float *w; // RMSNORM: the norm's weights (cols)
+    float eps;
+    float *y;
+} kvq_cuda_xin;
+/** kvq_cuda_hqx_matmul_parts with the activation transformed on the way in (xin NULL: none). */
+kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
+                                        const kvq_cuda_xin *xin, int n_tok, float *d_y, int64_t ldy, int accumulate,
+                                        kvq_err *err);
 /** Tokens one fused launch takes for t (its shared-memory budget), 0 when none fits. */
 int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t);
 /** Raises the fused product's shared-memory limit (once; before capturing a graph). */

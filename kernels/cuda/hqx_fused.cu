@@ -31,15 +31,56 @@ __device__ __forceinline__ uint32_t spread4f(uint32_t nib4) { return (nib4 * 0x0
 // shuffles (the pair (i, i+h): a+b to i, a−b to i+h, in the CPU's order h = 1, 2, 4, ...), so
 // the floats equal kvq_hqx_prep's. Then amax and the tile sum by shuffles, the int8 codes and
 // the 8-vector sums into shared memory.
+// The input transform of one token's row as the preparation applies it (hqx.h, kvq_cuda_xin):
+// kind, the norm's weights and 1/rms (RMSNORM), and where the transformed row is also written.
+struct XIn {
+    int kind;
+    const float *w;
+    float r;
+    float *y;
+};
+
+// Coordinate i of the token's transformed input row x (RMSNORM: w ⊙ x·r as rmsnorm_k;
+// SILU_MUL: x = gate | up, silu(gate)·up as silu_mul_k).
+__device__ __forceinline__ float xin_at(const XIn &xi, const float *__restrict__ x, int64_t i, int64_t cols) {
+    if (xi.kind == KVQ_CUDA_XIN_RMSNORM) return xi.w[i] * (x[i] * xi.r);
+    if (xi.kind == KVQ_CUDA_XIN_SILU_MUL) {
+        const float a = x[i], u = x[cols + i];
+        return a / (1.0f + expf(-a)) * u;
+    }
+    return x[i];
+}
+
+// 1/sqrt(mean(x²) + eps) over a row of n floats, the sum in one fixed order per warp (every
+// warp preparing the row gets the same bits, whatever the token count).
+__device__ __forceinline__ float row_rinv(const float *__restrict__ x, int64_t n, float eps, int lane) {
+    float ss = 0.0f;
+    if ((n & 3) == 0 && ((uintptr_t)x & 15) == 0) {
+        const float4 *x4 = (const float4 *)x;
+#pragma unroll 4
+        for (int64_t c = lane; c < n / 4; c += 32) {
+            const float4 v = x4[c];
+            ss = fmaf(v.x, v.x, ss); ss = fmaf(v.y, v.y, ss); ss = fmaf(v.z, v.z, ss); ss = fmaf(v.w, v.w, ss);
+        }
+    } else {
+        for (int64_t c = lane; c < n; c += 32) ss = fmaf(x[c], x[c], ss);
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    return 1.0f / sqrtf(ss / (float)n + eps);
+}
+
 template <int R>
-__device__ __forceinline__ void prep_tile(const Dev &d, const float *__restrict__ x, int8_t *xq, float *sx, float *xs,
-                                          int32_t *s8, int lane, int64_t j, bool perm) {
+__device__ __forceinline__ void prep_tile(const Dev &d, const float *__restrict__ x, const XIn &xi, int8_t *xq, float *sx,
+                                          float *xs, int32_t *s8, int lane, int64_t j, bool perm) {
     constexpr int T = 32 * R;
     {
         float v[R];
         const int64_t base = j * T + (int64_t)lane * R;
 #pragma unroll
-        for (int r = 0; r < R; r++) v[r] = base + r < d.cols ? x[base + r] : 0.0f;
+        for (int r = 0; r < R; r++) {
+            v[r] = base + r < d.cols ? xin_at(xi, x, base + r, d.cols) : 0.0f;
+            if (xi.y && base + r < d.cols) xi.y[base + r] = v[r];
+        }
         if (d.rotate) {
             const uint64_t w = kvq_hq_sign_word(d.seed, (uint64_t)j, (uint64_t)((lane * R) / 64));
             const int sh = (lane * R) % 64;
@@ -100,7 +141,8 @@ __device__ __forceinline__ void prep_tile(const Dev &d, const float *__restrict_
 
 // Kernel 1: the activations of tg tokens into each part's scratch (the layout lay(cols_p, T,
 // tg); one token: the one-token product's lane order), one warp per (tile, token, part).
-__global__ void __launch_bounds__(FB) hqx_prep_i8(const __grid_constant__ Parts P, const float *__restrict__ x, int tg) {
+__global__ void __launch_bounds__(FB) hqx_prep_i8(const __grid_constant__ Parts P, const float *__restrict__ x, int tg,
+                                                   const kvq_cuda_xin xin) {
     // a programmatic dependent (the one-token product) may start its weight loads now; it
     // waits for this grid's completion before it reads the activations
     asm volatile("griddepcontrol.launch_dependents;");
@@ -111,16 +153,19 @@ __global__ void __launch_bounds__(FB) hqx_prep_i8(const __grid_constant__ Parts 
     const int lane = threadIdx.x & 31, t = blockIdx.y;
     const int64_t cp = d.cols_p, tiles = cp / d.T, j = (int64_t)blockIdx.x * FW + (threadIdx.x >> 5);
     if (j >= tiles) return;
-    const float *xt = x + (int64_t)t * d.cols;
+    // the token's input row (SILU_MUL: gate | up, twice as wide), its transform
+    const float *xt = x + (int64_t)t * d.cols * (xin.kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1);
+    XIn xi = {xin.kind, xin.w, 0.0f, xin.y && pi == 0 ? xin.y + (int64_t)t * d.cols : NULL};
+    if (xin.kind == KVQ_CUDA_XIN_RMSNORM) xi.r = row_rinv(xt, d.cols, xin.eps, lane);
     int8_t *q = (int8_t *)(scratch + L.xq) + (int64_t)t * cp;
     float *a = (float *)(scratch + L.sx) + t * tiles, *b = (float *)(scratch + L.xs) + t * tiles;
     int32_t *c = (int32_t *)(scratch + L.s8) + (int64_t)t * (cp / 8);
     switch (d.T) {
-    case 64: prep_tile<2>(d, xt, q, a, b, c, lane, j, tg == 1); break;
-    case 128: prep_tile<4>(d, xt, q, a, b, c, lane, j, tg == 1); break;
-    case 256: prep_tile<8>(d, xt, q, a, b, c, lane, j, tg == 1); break;
-    case 512: prep_tile<16>(d, xt, q, a, b, c, lane, j, tg == 1); break;
-    default: prep_tile<32>(d, xt, q, a, b, c, lane, j, tg == 1); break;
+    case 64: prep_tile<2>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
+    case 128: prep_tile<4>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
+    case 256: prep_tile<8>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
+    case 512: prep_tile<16>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
+    default: prep_tile<32>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
     }
 }
 
@@ -325,6 +370,15 @@ extern "C" kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) {
 
 extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
                                                int n_tok, float *d_y, int64_t ldy, int accumulate, kvq_err *err) {
+    return kvq_cuda_hqx_matmul_parts_in(t, n, row0, d_x, NULL, n_tok, d_y, ldy, accumulate, err);
+}
+
+extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
+                                                  const kvq_cuda_xin *xin, int n_tok, float *d_y, int64_t ldy, int accumulate,
+                                                  kvq_err *err) {
+    const kvq_cuda_xin none = {KVQ_CUDA_XIN_NONE, NULL, 0.0f, NULL};
+    if (!xin) xin = &none;
+    if (xin->kind == KVQ_CUDA_XIN_RMSNORM && !xin->w) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: RMSNORM input without weights");
     kvq_status s = kvq_cuda_hqx_fused_init(err);
     if (s) return s;
     if (n < 1 || n > MAXP) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: %d parts (1..%d)", n, MAXP);
@@ -354,12 +408,13 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, c
             smem = sb > smem ? sb : smem;
         }
         P.n = n;
-        if (tg == 1 && g_skip_prep) {
+        if (tg == 1 && g_skip_prep && xin->kind == KVQ_CUDA_XIN_NONE) {
             if ((s = kvq_cuda_hqx_gemv1(P, accumulate, 0, err))) return s;
             continue;
         }
         hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), FB, 0, kvq_cuda_stream()>>>(
-            P, d_x + (int64_t)t0 * t[0]->h.cols, tg);
+            P, d_x + (int64_t)t0 * t[0]->h.cols * (xin->kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1), tg,
+            kvq_cuda_xin{xin->kind, xin->w, xin->eps, xin->y ? xin->y + (int64_t)t0 * t[0]->h.cols : NULL});
         CU_LAUNCHED("hqx_prep_i8");
         if (tg == 1) {
             if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err))) return s;

@@ -71,7 +71,7 @@ kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, fl
     return NO_CUDA(err);
 }
 int kvq_cuda_attention_max_ctx(int head_dim) { return 0; }
-kvq_status kvq_cuda_attention_init(int head_dim, int max_ctx, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_attention_init(int n_heads, int n_kv_heads, int head_dim, int max_ctx, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_stream_init(kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_copy_async(void *dst, const void *src, size_t size, int to_device, kvq_err *err) {
     return NO_CUDA(err);
@@ -96,6 +96,21 @@ kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_
                                      float *d_y, int64_t ldy, int accumulate, kvq_err *err) {
     return NO_CUDA(err);
 }
+kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
+                                        const kvq_cuda_xin *xin, int n_tok, float *d_y, int64_t ldy, int accumulate,
+                                        kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos, const int *d_pos,
+                           int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps, float *q,
+                            float *kc, float *vc, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim,
+                            int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_argmax(const float *x, int n, int *d_out, kvq_err *err) { return NO_CUDA(err); }
 
 size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk) { return 0; }
 int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) { return 64; }

@@ -31,6 +31,10 @@ kvq_status kvq_cuda_silu_mul(float *h, const float *gu, int T, int ffn, kvq_err 
 /** x += y over n floats. */
 kvq_status kvq_cuda_add(float *x, const float *y, size_t n, kvq_err *err);
 
+/** *d_out (device int) = the index of the largest of n floats at x, the first of equals; -1
+ *  when one is NaN (the host's kvq_sample_argmax and NaN check). */
+kvq_status kvq_cuda_argmax(const float *x, int n, int *d_out, kvq_err *err);
+
 /** y (T, rows) = x (T, cols) · Wᵀ for a dense row-major W (rows, cols), bf16 (bf16 = 1) or
  *  fp32 values, fp32 accumulation; W read once per 8 tokens; accumulate = 1: y += the product. */
 kvq_status kvq_cuda_dense_matmul(const void *w, int bf16, const float *x, float *y, int T, int64_t cols, int64_t rows,
@@ -43,10 +47,23 @@ kvq_status kvq_cuda_dense_matmul(const void *w, int bf16, const float *x, float 
 kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, float *kc, float *vc, float *out, int T,
                               int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
                               kvq_err *err);
+/** kvq_cuda_attention's second half: attends over positions already in the cache. */
+kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos, const int *d_pos,
+                           int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err);
+/** The attention block's inputs in one kernel, from the fused rows qkv (T, q_dim + 2·kv_dim):
+ *  kvq_cuda_qkv_split (bias: NULL or q_dim + 2·kv_dim floats), the per-head RMSNorm of q and k
+ *  (q_norm/k_norm: NULL or head_dim weights, eps), kvq_cuda_rope on q and k (rot_dim, pos or
+ *  d_pos), then q (T, n_heads·head_dim) written and k, v stored into one layer's cache kc/vc
+ *  (n_kv_heads, max_ctx, head_dim) at positions [pos, pos+T) — what kvq_cuda_attention's store
+ *  would have written. Same formulas as the separate kernels. */
+kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps, float *q,
+                            float *kc, float *vc, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim,
+                            int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err);
 /** Largest max_ctx kvq_cuda_attention supports for head_dim (its scores live in shared memory). */
 int kvq_cuda_attention_max_ctx(int head_dim);
-/** Prepares the attention kernel for contexts up to max_ctx (call before capturing a graph). */
-kvq_status kvq_cuda_attention_init(int head_dim, int max_ctx, kvq_err *err);
+/** Prepares the attention kernels for the shape and contexts up to max_ctx (their shared
+ *  memory and scratch: call before capturing a graph). */
+kvq_status kvq_cuda_attention_init(int n_heads, int n_kv_heads, int head_dim, int max_ctx, kvq_err *err);
 
 // ---- the stream and CUDA graphs (kernels/cuda/graph.cu). A decode step is ~20 launches per
 // layer; captured once as a graph and replayed (positions read from device memory), the

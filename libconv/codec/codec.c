@@ -55,3 +55,32 @@ kvq_status kvq_codec_parse_spec(const char *spec, const kvq_codec_traits **codec
     *codec = c;
     return KVQ_OK;
 }
+
+double kvq_codec_predict_bits(const kvq_codec_traits *c, const json_t *cfg, int64_t rows, int64_t cols,
+                              kvq_dtype src) {
+    if (c->predict_bits) return c->predict_bits(cfg, rows, cols, src);
+    return 8.0 * (double)kvq_dtype_size(src) * (double)rows * (double)cols;
+}
+
+kvq_status kvq_codec_spec_with_rate(const char *spec, double bits, kvq_dtype src, char *out, size_t n,
+                                    kvq_err *err) {
+    const kvq_codec_traits *c;
+    json_t *cfg = NULL;
+    kvq_status s = kvq_codec_parse_spec(spec, &c, &cfg, err);
+    json_decref(cfg);
+    if (s) return s;
+    if (!c->with_rate)
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec spec '%s': codec '%s' has no rate to set to %g bits", spec,
+                           c->name, bits);
+    if (!(bits > 0 && bits <= 32))
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec spec '%s': rate %g bits/weight outside (0, 32]", spec, bits);
+    const char *colon = strchr(spec, ':');
+    char args[256];
+    s = c->with_rate(colon ? colon + 1 : "", bits, src, args, sizeof args, err);
+    if (s) return s;
+    if ((size_t)snprintf(out, n, "%s:%s", c->name, args) >= n)
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec spec '%s': too long at rate %g", spec, bits);
+    // the result must parse: the codec's own range checks apply
+    if ((s = kvq_codec_parse_spec(out, &c, &cfg, err)) == KVQ_OK) json_decref(cfg);
+    return s;
+}

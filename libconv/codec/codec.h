@@ -58,7 +58,7 @@ double kvq_encoded_bpw(const kvq_encoded *e, int64_t numel);
  *  float32 values as a (rows, cols) matrix. */
 typedef struct {
     const kvq_tensor *src;
-    const float *x;      // (rows, cols) row-major float32
+    const float *x;      // (rows, cols) row-major float32; NULL for lossless codecs (they store src's bytes)
     int64_t rows, cols;
     uint64_t seed;       // per-tensor seed derived from the recipe seed and the name
     int n_threads;       // 0 = OpenMP default
@@ -81,6 +81,16 @@ typedef struct {
      *  on ‖x − x̂‖ / ‖x‖ over a Gaussian 64 × 256 matrix (0 for lossless: bit-exact). */
     const char *example_args;
     double max_rel_err;
+    /** Predicted bits of everything encode stores for a rows × cols tensor of source dtype src
+     *  (blobs before the container's zstd, plus the params JSON): what --dry-run and a rate
+     *  allocator plan with. NULL: the source bytes (lossless codecs). */
+    double (*predict_bits)(const json_t *cfg, int64_t rows, int64_t cols, kvq_dtype src);
+    /** Writes into out the spec arguments (the part after "name:") that turn this codec's rate
+     *  knob to about `bits` per weight for a tensor of source dtype src, keeping its other
+     *  options: hyperquant's bps, rtn's integer bits (bits less its scales' share, rounded),
+     *  qet/pq's ratio (source bits / bits). NULL: the codec has no rate (lossless). Errors name
+     *  the spec and the rate. */
+    kvq_status (*with_rate)(const char *args, double bits, kvq_dtype src, char *out, size_t n, kvq_err *err);
 } kvq_codec_traits;
 
 /** Number of registered codecs and the i-th. */
@@ -90,6 +100,14 @@ const kvq_codec_traits *kvq_codec_find(const char *name);
 /** Splits "name:args" and parses args with that codec. */
 kvq_status kvq_codec_parse_spec(const char *spec, const kvq_codec_traits **codec, json_t **cfg,
                                 kvq_err *err);
+/** Predicted stored bits of one tensor under (codec, cfg): the codec's predict_bits, or the
+ *  source bytes when it has none. */
+double kvq_codec_predict_bits(const kvq_codec_traits *c, const json_t *cfg, int64_t rows, int64_t cols,
+                              kvq_dtype src);
+/** "name:args" with the codec's rate set to `bits` per weight (see with_rate) into out.
+ *  KVQ_ERR_ARG naming the spec when the codec has no rate. */
+kvq_status kvq_codec_spec_with_rate(const char *spec, double bits, kvq_dtype src, char *out, size_t n,
+                                    kvq_err *err);
 /** Finds a blob by role in a view list, or NULL. */
 const kvq_blob_view *kvq_blob_find(const kvq_blob_view *v, int n, const char *role);
 

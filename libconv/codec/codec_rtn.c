@@ -111,6 +111,28 @@ static kvq_status rtn_decode(const json_t *params, const kvq_blob_view *blobs, i
     return KVQ_OK;
 }
 
+// Exact: packed codes, (scale, zero) fp16 pairs per group, the params JSON.
+static double rtn_predict_bits(const json_t *cfg, int64_t rows, int64_t cols, kvq_dtype src) {
+    int bits = (int)json_integer_value(json_object_get(cfg, "bits"));
+    int64_t g = json_integer_value(json_object_get(cfg, "group")), gpr = (cols + g - 1) / g;
+    char js[96];
+    int jl = snprintf(js, sizeof js, "{\"v\":1,\"bits\":%d,\"group\":%d}", bits, (int)g);
+    return 8.0 * (double)((rows * cols * bits + 7) / 8) + 32.0 * (double)(rows * gpr) + 8.0 * jl;
+}
+
+// bits per weight = code bits + 32 / group: the code bits are the rest, rounded.
+static kvq_status rtn_with_rate(const char *args, double bits, kvq_dtype src, char *out, size_t n, kvq_err *err) {
+    int b = 0, group = 128, k = 0;
+    if (sscanf(args, "%d%n", &b, &k) != 1) return kvq_err_set(err, KVQ_ERR_ARG, "codec 'rtn:%s': expected rtn:<bits>:g<group>", args);
+    if (args[k] && sscanf(args + k, ":g%d", &group) != 1)
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec 'rtn:%s': expected rtn:<bits>:g<group>", args);
+    int nb = (int)lround(bits - 32.0 / (double)(group > 0 ? group : 128));
+    if (nb < 1 || nb > 8)
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec 'rtn:%s': rate %g bits/weight needs %d-bit codes (1..8)", args, bits, nb);
+    snprintf(out, n, "%d:g%d", nb, group);
+    return KVQ_OK;
+}
+
 const kvq_codec_traits kvq_codec_rtn = {
     .name = "rtn",
     .summary = "round-to-nearest baseline: per-group asymmetric ints, fp16 scale+zero, e.g. rtn:4:g128",
@@ -120,6 +142,8 @@ const kvq_codec_traits kvq_codec_rtn = {
     .decode = rtn_decode,
     .example_args = "4:g128",
     .max_rel_err = 0.15,
+    .predict_bits = rtn_predict_bits,
+    .with_rate = rtn_with_rate,
 };
 
 // ---- execution layout (kernels/hq_layout.h, rotate = 0): the codes as nibbles (plus bit

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "formats/checkpoint.h"
 #include "formats/kvqfile.h"
@@ -123,41 +124,46 @@ static void release_source(const kvq_tensor *t) {
 #endif
 }
 
-// Encodes one tensor and writes its blobs; returns its manifest record.
-static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan *plan, kvq_writer *w, int n_threads,
-                                 json_t **rec, uint64_t *bytes, int *lossy, const char **codec_name,
-                                 kvq_err *err) {
-    const kvq_codec_traits *codec;
-    const json_t *cfg;
-    const char *spec;
-    kvq_status s = kvq_plan_choose(plan, t, &codec, &cfg, &spec, err);
-    if (s != KVQ_OK) return s;
-    int64_t numel = kvq_tensor_numel(t);
-    int64_t cols = t->ndim ? t->shape[t->ndim - 1] : 1;
-    int64_t rows = cols ? numel / cols : 0;
-    float *x = malloc((size_t)(numel ? numel : 1) * sizeof *x);
-    if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory for %" PRId64 " floats", t->name, numel);
-    kvq_dtype_to_f32(t->dtype, t->data, (size_t)numel, x);
+// Encodes one tensor as its plan entry says and writes its blobs; returns its manifest record.
+static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, kvq_writer *w, int n_threads,
+                                 json_t **rec, double *snr_db, kvq_err *err) {
+    const kvq_codec_traits *codec = pe->codec;
+    int64_t numel = pe->numel, cols = pe->cols, rows = pe->rows;
+    // Lossless codecs store the source bytes and get no float32 copy (x = NULL): the finiteness
+    // check then widens 1 Mi values at a time, so a 1 GB embedding costs no 2 GB buffer.
+    const int64_t chunk = codec->lossless ? (int64_t)1 << 20 : numel;
+    float *x = malloc((size_t)(chunk > 0 ? chunk : 1) * sizeof *x);
+    if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory for %" PRId64 " floats", t->name, chunk);
     int64_t bad = numel; // NaN/Inf in a source are refused, whatever the codec (docs/CHECKPOINTS.md)
-#pragma omp parallel for reduction(min : bad) num_threads(n_threads > 0 ? n_threads : omp_get_max_threads())
-    for (int64_t i = 0; i < numel; i++)
-        if (!isfinite(x[i]) && i < bad) bad = i;
+    double sx = 0.0;
+    float badv = 0.0f;
+    for (int64_t c0 = 0; c0 < numel && bad == numel; c0 += chunk) {
+        int64_t len = numel - c0 < chunk ? numel - c0 : chunk;
+        kvq_dtype_to_f32(t->dtype, (const uint8_t *)t->data + (size_t)c0 * kvq_dtype_size(t->dtype), (size_t)len, x);
+        int64_t b = len;
+#pragma omp parallel for reduction(min : b) reduction(+ : sx) num_threads(n_threads > 0 ? n_threads : omp_get_max_threads())
+        for (int64_t i = 0; i < len; i++) {
+            if (!isfinite(x[i]) && i < b) b = i;
+            sx += (double)x[i] * (double)x[i];
+        }
+        if (b < len) bad = c0 + b, badv = x[b];
+    }
     if (bad < numel) {
         kvq_status r = kvq_err_set(err, KVQ_ERR_NUMERIC, "tensor '%s': non-finite value %g at index %" PRId64
                                    " (row %" PRId64 ", column %" PRId64 "): the source holds NaN or Inf",
-                                   t->name, (double)x[bad], bad, cols ? bad / cols : 0, cols ? bad % cols : bad);
+                                   t->name, (double)badv, bad, cols ? bad / cols : 0, cols ? bad % cols : bad);
         free(x);
         return r;
     }
-    uint64_t seed = kvq_plan_tensor_seed(plan, t->name);
-    kvq_codec_input in = {.src = t, .x = x, .rows = rows, .cols = cols, .seed = seed, .n_threads = n_threads};
+    if (codec->lossless) { free(x); x = NULL; }
+    kvq_codec_input in = {.src = t, .x = x, .rows = rows, .cols = cols, .seed = pe->seed, .n_threads = n_threads};
     kvq_encoded enc = {0};
     enc.predicted_mse = NAN;
-    s = codec->encode(cfg, &in, &enc, err);
+    kvq_status s = codec->encode(pe->cfg, &in, &enc, err);
     free(x);
     if (s != KVQ_OK) {
         kvq_encoded_free(&enc);
-        kvq_err_prefix(err, "tensor '%s' (codec %s)", t->name, spec);
+        kvq_err_prefix(err, "tensor '%s' (codec %s)", t->name, pe->spec);
         return s;
     }
     json_t *entries = json_object(), *rate = json_object(), *shape = json_array();
@@ -177,19 +183,18 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan *plan, kvq_
     for (int i = 0; i < enc.n_part; i++) json_object_set_new(rate, enc.part[i].name, json_real(enc.part[i].bits));
     for (int i = 0; i < t->ndim; i++) json_array_append_new(shape, json_integer(t->shape[i]));
     char seedhex[17];
-    snprintf(seedhex, sizeof seedhex, "%016" PRIx64, seed);
+    snprintf(seedhex, sizeof seedhex, "%016" PRIx64, pe->seed);
     double bpw = numel ? 8.0 * (double)stored / (double)numel : 0.0;
     *rec = json_pack("{s:s,s:o,s:s,s:{s:s,s:s,s:O?,s:b},s:o,s:I,s:f,s:f,s:o,s:o,s:s}",
                      "name", t->name, "shape", shape, "source_dtype", kvq_dtype_name(t->dtype),
-                     "codec", "name", codec->name, "spec", spec, "params", enc.params, "lossless", codec->lossless,
+                     "codec", "name", codec->name, "spec", pe->spec, "params", enc.params, "lossless", codec->lossless,
                      "entries", entries, "bytes", (json_int_t)stored, "bits_per_weight", bpw,
                      "code_bits_per_weight", enc.code_bits_per_weight, "rate", rate,
                      "predicted_mse", isfinite(enc.predicted_mse) ? json_real(enc.predicted_mse) : json_null(),
                      "seed", seedhex);
+    double mse = codec->lossless ? 0.0 : enc.predicted_mse;
+    *snr_db = !isfinite(mse) || numel == 0 ? NAN : mse <= 0 ? INFINITY : 10.0 * log10(sx / (double)numel / mse);
     kvq_encoded_free(&enc);
-    *bytes = stored;
-    *lossy = !codec->lossless;
-    *codec_name = codec->name;
     if (s == KVQ_OK && !*rec) s = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': cannot build its record", t->name);
     return s;
 }
@@ -219,74 +224,307 @@ static kvq_status check_source(const char *src, const kvq_ckpt *ck, kvq_err *err
     return s;
 }
 
-kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts *o,
-                       kvq_convert_summary *sum, kvq_err *err) {
-    kvq_plan *plan = NULL;
-    kvq_ckpt *ck = NULL;
-    kvq_writer *w = NULL;
-    json_t *man = json_object(), *tensors = json_array();
-    kvq_convert_summary S = {.bits_per_weight = NAN, .bits_per_param = NAN};
-    double lossy_bits = 0, lossy_numel = 0;
-    kvq_status s = kvq_plan_build(&o->plan, &plan, err);
-    if (s == KVQ_OK) s = kvq_ckpt_open(src, &ck, err);
-    if (s == KVQ_OK) s = check_source(src, ck, err);
-    if (s == KVQ_OK) s = kvq_writer_open(out, &w, err);
-    if (s != KVQ_OK) goto done;
+// What kvq_convert and kvq_convert_predict share: the plan, the source, one plan entry per
+// tensor (after the adjust hook) and the KV codec.
+typedef struct {
+    kvq_plan *plan;
+    kvq_ckpt *ck;
+    kvq_plan_entry *e;
+    size_t n;
+    kvq_plan_kv_policy kv;
+} setup_t;
 
+static void setup_free(setup_t *S) {
+    free(S->e);
+    kvq_ckpt_close(S->ck);
+    kvq_plan_free(S->plan);
+    memset(S, 0, sizeof *S);
+}
+
+static kvq_status setup(const char *src, const kvq_convert_opts *o, setup_t *S, kvq_err *err) {
+    memset(S, 0, sizeof *S);
+    kvq_status s = kvq_plan_build(&o->plan, &S->plan, err);
+    if (s == KVQ_OK) s = kvq_ckpt_open(src, &S->ck, err);
+    if (s == KVQ_OK) s = check_source(src, S->ck, err);
+    if (s != KVQ_OK) return s;
+    S->n = kvq_ckpt_count(S->ck);
+    if (!(S->e = calloc(S->n ? S->n : 1, sizeof *S->e))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", src);
+    for (size_t i = 0; i < S->n && s == KVQ_OK; i++) s = kvq_plan_resolve(S->plan, kvq_ckpt_tensor(S->ck, i), &S->e[i], err);
+    if (s == KVQ_OK && o->adjust) s = o->adjust(o->adjust_ud, S->plan, S->e, S->n, err);
+    kvq_plan_kv(S->plan, &S->kv);
+    if (o->kv_spec) S->kv.spec = o->kv_spec, S->kv.window = o->kv_window, S->kv.boundary = o->kv_boundary;
+    return s;
+}
+
+static json_t *manifest_head(const setup_t *S, const kvq_convert_opts *o) {
     char created[128];
     snprintf(created, sizeof created, "kvq %s", KVQ_VERSION);
+    json_t *man = json_object();
     json_object_set_new(man, "format", json_string(KVQ_FORMAT_NAME));
     json_object_set_new(man, "format_version", json_integer(KVQ_FORMAT_VERSION));
     json_object_set_new(man, "kvq_version", json_string(KVQ_VERSION));
     json_object_set_new(man, "created_by", json_string(o->created_by ? o->created_by : created));
-    json_object_set_new(man, "architecture", kvq_arch_to_json(kvq_ckpt_arch(ck)));
-    json_object_set_new(man, "recipe", kvq_plan_to_json(plan));
-    if (o->kv_spec) {
-        const kvq_arch *ar = kvq_ckpt_arch(ck);
-        s = kvq_kv_write_section(w, man, o->kv_spec, ar->n_layers, ar->n_kv_heads, ar->head_dim,
-                                 ar->max_position_embeddings, o->kv_window, o->kv_boundary,
-                                 kvq_plan_seed(plan), err);
-        if (s != KVQ_OK) goto done;
-    }
+    json_object_set_new(man, "architecture", kvq_arch_to_json(kvq_ckpt_arch(S->ck)));
+    json_t *recipe = kvq_plan_to_json(S->plan);
+    if (o->kv_spec) // --kv replaced the recipe's KV codec: record what is stored
+        json_object_set_new(recipe, "kv", json_pack("{s:s,s:i,s:b,s:I}", "codec", o->kv_spec, "window", o->kv_window,
+                                                    "boundary", o->kv_boundary, "seed", (json_int_t)S->kv.seed));
+    json_object_set_new(man, "recipe", recipe);
+    return man;
+}
 
-    S.n_tensors = kvq_ckpt_count(ck);
-    for (size_t i = 0; i < S.n_tensors && s == KVQ_OK; i++) {
-        const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
+static void kv_summary(const kvq_plan_kv_policy *kv, char *spec, size_t n, int *window, int *boundary) {
+    snprintf(spec, n, "%s", kv->spec ? kv->spec : "");
+    *window = kv->window;
+    *boundary = kv->boundary;
+}
+
+kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts *o,
+                       kvq_convert_summary *sum, kvq_err *err) {
+    setup_t S;
+    kvq_writer *w = NULL;
+    json_t *man = NULL, *tensors = json_array();
+    kvq_convert_summary R = {.bits_per_weight = NAN, .bits_per_param = NAN};
+    double lossy_bits = 0, lossy_numel = 0;
+    kvq_status s = setup(src, o, &S, err);
+    if (s == KVQ_OK) s = kvq_writer_open_journal(out, o->resume, &w, err);
+    if (s != KVQ_OK) goto done;
+    man = manifest_head(&S, o);
+    kv_summary(&S.kv, R.kv_spec, sizeof R.kv_spec, &R.kv_window, &R.kv_boundary);
+
+    R.n_tensors = S.n;
+    uint64_t src_total = 0, src_done = 0;
+    for (size_t i = 0; i < S.n; i++) src_total += kvq_ckpt_tensor(S.ck, i)->nbytes;
+    // --resume: the journal's groups, in order, as long as each is this tensor converted the same
+    // way (name, spec, seed, and the source bytes' digest); the rest is cut and redone.
+    size_t n_journal = kvq_writer_journal_count(w);
+    for (size_t i = 0; i < S.n && s == KVQ_OK; i++) {
+        const kvq_tensor *t = kvq_ckpt_tensor(S.ck, i);
+        char hex[17], seedhex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, XXH3_64bits(t->data, t->nbytes));
+        snprintf(seedhex, sizeof seedhex, "%016" PRIx64, S.e[i].seed);
         json_t *rec = NULL;
-        uint64_t bytes = 0;
-        int lossy = 0;
-        const char *cname = "?";
-        s = convert_tensor(t, plan, w, o->n_threads, &rec, &bytes, &lossy, &cname, err);
-        if (s != KVQ_OK) { json_decref(rec); break; }
+        double snr = NAN;
+        int reused = 0;
+        if (i < n_journal && i == R.n_reused) {
+            json_t *note = json_loads(kvq_writer_journal_text(w, i), 0, NULL);
+            const char *ns = json_string_value(json_object_get(note, "name")), *sp = json_string_value(json_object_get(note, "spec")),
+                       *sd = json_string_value(json_object_get(note, "seed")), *sh = json_string_value(json_object_get(note, "source_xxh3"));
+            if (ns && sp && sd && sh && !strcmp(ns, t->name) && !strcmp(sp, S.e[i].spec) && !strcmp(sd, seedhex) &&
+                !strcmp(sh, hex) && json_is_object(json_object_get(note, "record"))) {
+                s = kvq_writer_journal_adopt(w, i, err);
+                rec = json_incref(json_object_get(note, "record"));
+                snr = json_number_value(json_object_get(note, "snr_db"));
+                if (json_is_null(json_object_get(note, "snr_db"))) snr = NAN;
+                else if (json_is_string(json_object_get(note, "snr_db"))) snr = INFINITY;
+                reused = 1;
+                R.n_reused++;
+            }
+            json_decref(note);
+            if (s) { json_decref(rec); break; }
+        }
+        if (!reused) {
+            if (i == R.n_reused && (s = kvq_writer_journal_cut(w, err))) break; // first tensor converted anew
+            s = convert_tensor(t, &S.e[i], w, o->n_threads, &rec, &snr, err);
+            if (s != KVQ_OK) { json_decref(rec); break; }
+            json_t *note = json_pack("{s:s,s:s,s:s,s:s,s:O}", "name", t->name, "spec", S.e[i].spec, "seed", seedhex,
+                                     "source_xxh3", hex, "record", rec);
+            json_object_set_new(note, "snr_db", isnan(snr) ? json_null() : isinf(snr) ? json_string("exact") : json_real(snr));
+            char *text = note ? json_dumps(note, JSON_COMPACT) : NULL;
+            s = text ? kvq_writer_journal_note(w, text, err) : kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+            free(text);
+            json_decref(note);
+            if (s) { json_decref(rec); break; }
+        }
         json_array_append_new(tensors, rec);
         release_source(t);
-        int64_t numel = kvq_tensor_numel(t);
-        if (lossy) { S.n_quantized++; lossy_bits += 8.0 * (double)bytes; lossy_numel += (double)numel; }
+        uint64_t bytes = (uint64_t)json_integer_value(json_object_get(rec, "bytes"));
+        if (!S.e[i].codec->lossless) { R.n_quantized++; lossy_bits += 8.0 * (double)bytes; lossy_numel += (double)S.e[i].numel; }
+        src_done += t->nbytes;
         if (o->progress) {
-            kvq_convert_progress p = {i, S.n_tensors, t->name, cname,
-                                      numel ? 8.0 * (double)bytes / (double)numel : 0.0, bytes};
+            kvq_convert_progress p = {i, S.n, t->name, S.e[i].codec->name, S.e[i].spec,
+                                      S.e[i].numel ? 8.0 * (double)bytes / (double)S.e[i].numel : 0.0, bytes, snr, reused,
+                                      src_done, src_total};
             o->progress(o->progress_ud, &p);
         }
     }
-    if (s == KVQ_OK) s = source_and_files(ck, src, w, man, &S.source_bytes, err);
+    if (s == KVQ_OK && R.n_reused == S.n) s = kvq_writer_journal_cut(w, err); // everything reused: drop the tail
+    if (s == KVQ_OK && S.kv.spec) { // after the tensors, so that the journal holds only tensor groups
+        const kvq_arch *ar = kvq_ckpt_arch(S.ck);
+        s = kvq_kv_write_section(w, man, S.kv.spec, ar->n_layers, ar->n_kv_heads, ar->head_dim,
+                                 ar->max_position_embeddings, S.kv.window, S.kv.boundary, S.kv.seed, err);
+    }
+    if (s == KVQ_OK) s = source_and_files(S.ck, src, w, man, &R.source_bytes, err);
     if (s != KVQ_OK) goto done;
     json_object_set(man, "tensors", tensors);
     s = kvq_writer_commit(w, man, err);
     w = NULL;
     if (s == KVQ_OK) {
         struct stat st;
-        S.bytes = stat(out, &st) == 0 ? (uint64_t)st.st_size : 0;
-        if (lossy_numel > 0) S.bits_per_weight = lossy_bits / lossy_numel;
+        R.bytes = stat(out, &st) == 0 ? (uint64_t)st.st_size : 0;
+        if (lossy_numel > 0) R.bits_per_weight = lossy_bits / lossy_numel;
         kvq_bits kb; // the definition every tool shares, from the manifest just written
         kvq_file_bits(man, &kb);
-        S.bits_per_param = kb.bits_per_param;
-        if (sum) *sum = S;
+        R.bits_per_param = kb.bits_per_param;
+        if (sum) *sum = R;
     }
 done:
     kvq_writer_abort(w);
-    kvq_ckpt_close(ck);
-    kvq_plan_free(plan);
+    setup_free(&S);
     json_decref(tensors);
     json_decref(man);
     return s;
+}
+
+// ---- prediction (--dry-run) ----------------------------------------------------------
+
+// Bytes a zip entry adds beyond its payload: local header (30 + name + the 64-alignment extra
+// field: 4 + 2 + padding, 32 on average) and its central directory record (46 + name).
+static uint64_t zip_overhead(const char *name) { return 30 + 6 + 32 + 46 + 2 * (uint64_t)strlen(name); }
+
+// A stand-in entry-table row with realistic widths (offsets of the predicted size).
+static json_t *fake_entry(uint64_t at, uint64_t size, uint64_t stored, int zstd) {
+    return json_pack("{s:I,s:I,s:I,s:I,s:b,s:s}", "header", (json_int_t)at, "offset", (json_int_t)(at + 64),
+                     "size", (json_int_t)size, "stored_size", (json_int_t)stored, "zstd", zstd, "xxh3", "0123456789abcdef");
+}
+
+static kvq_status predict_file(const char *path, const char *entry, json_t *tab, uint64_t *pos, kvq_err *err) {
+    void *d = NULL;
+    size_t n = 0;
+    kvq_status s = slurp(path, &d, &n, err);
+    if (s) return s;
+    uint64_t st = kvq_entry_stored_estimate(d, n, KVQ_ENTRY_ZSTD_AUTO);
+    free(d);
+    json_object_set_new(tab, entry, fake_entry(*pos, n, st, st < n));
+    *pos += st + zip_overhead(entry);
+    return KVQ_OK;
+}
+
+kvq_status kvq_convert_predict(const char *src, const kvq_convert_opts *o, kvq_convert_prediction *P, kvq_err *err) {
+    memset(P, 0, sizeof *P);
+    setup_t S;
+    kvq_status s = setup(src, o, &S, err);
+    if (s != KVQ_OK) { setup_free(&S); return s; }
+    json_t *man = manifest_head(&S, o), *tensors = json_array(), *tab = json_object();
+    uint64_t pos = 0;
+    kv_summary(&S.kv, P->kv_spec, sizeof P->kv_spec, &P->kv_window, &P->kv_boundary);
+    if (S.kv.spec) {
+        const kvq_arch *ar = kvq_ckpt_arch(S.ck);
+        json_t *sec = NULL;
+        float *blob = NULL;
+        size_t nf = 0;
+        s = kvq_kv_build_section(S.kv.spec, ar->n_layers, ar->n_kv_heads, ar->head_dim, ar->max_position_embeddings,
+                                 S.kv.window, S.kv.boundary, S.kv.seed, &sec, &blob, &nf, err);
+        if (s == KVQ_OK) {
+            P->kv_bytes = kvq_entry_stored_estimate(blob, nf * sizeof(float), KVQ_ENTRY_ZSTD_AUTO);
+            json_object_set_new(tab, "kv/tables", fake_entry(pos, nf * sizeof(float), P->kv_bytes, 1));
+            pos += P->kv_bytes + zip_overhead("kv/tables");
+            json_object_set_new(man, "kv", sec);
+        }
+        free(blob);
+    }
+    for (size_t i = 0; i < S.n && s == KVQ_OK; i++) {
+        const kvq_tensor *t = kvq_ckpt_tensor(S.ck, i);
+        kvq_plan_entry *e = &S.e[i];
+        uint64_t b;
+        json_t *ents = json_object();
+        char en[1024];
+        if (e->codec->lossless) { // the container's zstd on the source bytes, as the writer will do it
+            uint64_t st = kvq_entry_stored_estimate(t->data, t->nbytes, KVQ_ENTRY_ZSTD_AUTO);
+            char pj[64];
+            b = st + (uint64_t)snprintf(pj, sizeof pj, "{\"dtype\":\"%s\"}", kvq_dtype_name(t->dtype));
+            snprintf(en, sizeof en, "t/%s/raw", t->name);
+            json_object_set_new(ents, "raw", json_string(en));
+            json_object_set_new(tab, en, fake_entry(pos, t->nbytes, st, st < t->nbytes));
+            pos += st + zip_overhead(en);
+        } else {
+            double bits = kvq_codec_predict_bits(e->codec, e->cfg, e->rows, e->cols, e->dtype);
+            if (!isfinite(bits)) P->unknown++, bits = 0;
+            b = (uint64_t)llround(bits / 8.0);
+            // three blobs (codes, scales/norms, offsets) is the common case
+            static const char *roles[] = {"codes", "norms", "offsets"};
+            for (int r = 0; r < 3; r++) {
+                snprintf(en, sizeof en, "t/%s/%s", t->name, roles[r]);
+                json_object_set_new(ents, roles[r], json_string(en));
+                json_object_set_new(tab, en, fake_entry(pos, b / 3, b / 3, 0));
+                pos += b / 3 + zip_overhead(en);
+            }
+        }
+        e->predicted_bytes = b;
+        P->tensor_bytes += b;
+        P->params += (uint64_t)e->numel;
+        json_t *shape = json_array();
+        for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
+        // the record as convert_tensor writes it, params and rate parts stood in by strings of
+        // a typical length
+        json_array_append_new(tensors, json_pack("{s:s,s:o,s:s,s:{s:s,s:s,s:s,s:b},s:o,s:I,s:f,s:f,s:{s:f,s:f,s:f,s:f},s:f,s:s}",
+            "name", t->name, "shape", shape, "source_dtype", kvq_dtype_name(t->dtype), "codec", "name", e->codec->name,
+            "spec", e->spec, "params", e->codec->lossless ? "{\"dtype\":\"BF16\"}" : "{\"v\":1,\"lattice\":\"e8\",\"bps\":4.0,\"tile\":256,\"nb\":8,\"seed\":\"0123456789abcdef\",\"rice\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22],\"snr\":20.1234567}",
+            "lossless", e->codec->lossless, "entries", ents, "bytes", (json_int_t)b, "bits_per_weight", 4.0123456789012345,
+            "code_bits_per_weight", 4.0123456789012345, "rate", "codes", 1234567.0, "norms", 12345.0, "offsets", 1234.0,
+            "header", 1234.0, "predicted_mse", 1.2345678901234567e-05, "seed", "0123456789abcdef"));
+    }
+    uint64_t srcb = 0;
+    if (s == KVQ_OK) { // tokenizer and config files, as source_and_files stores them
+        const char *tokpath = kvq_ckpt_tokenizer_path(S.ck);
+        int tok_seen = 0;
+        json_t *files = json_array();
+        for (size_t i = 0; i < kvq_ckpt_nfiles(S.ck) && s == KVQ_OK; i++) {
+            const kvq_srcfile *f = kvq_ckpt_file(S.ck, i);
+            json_array_append_new(files, json_pack("{s:s,s:I,s:s,s:s}", "name", f->name, "size", (json_int_t)f->size,
+                                                   "sha256", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                                                   "role", f->role));
+            if (!strcmp(f->role, "weights")) srcb += f->size;
+            const char *kind = tokenizer_role(f->role);
+            if (!kind) continue;
+            char entry[512];
+            snprintf(entry, sizeof entry, "%s/%s", kind, f->name);
+            s = predict_file(f->path, entry, tab, &pos, err);
+            if (tokpath && !strcmp(base_name(tokpath), f->name)) tok_seen = 1;
+        }
+        if (s == KVQ_OK && tokpath && !tok_seen) {
+            char entry[512];
+            snprintf(entry, sizeof entry, "tokenizer/%s", base_name(tokpath));
+            s = predict_file(tokpath, entry, tab, &pos, err);
+        }
+        json_object_set_new(man, "source", json_pack("{s:s,s:s,s:o}", "kind", "hf", "path", src, "files", files));
+        json_object_set_new(man, "tokenizer", json_pack("{s:{s:s,s:s},s:s}", "files", "tokenizer.json",
+                                                        "tokenizer/tokenizer.json", "tokenizer_config.json",
+                                                        "tokenizer/tokenizer_config.json", "main", "tokenizer.json"));
+        json_object_set_new(man, "config_files", json_pack("{s:s,s:s}", "config.json", "config/config.json",
+                                                           "generation_config.json", "config/generation_config.json"));
+    }
+    if (s == KVQ_OK) {
+        json_object_set_new(man, "tensors", tensors);
+        tensors = NULL;
+        json_object_set_new(man, "entries", tab);
+        tab = NULL;
+        char *text = json_dumps(man, JSON_INDENT(1));
+        uint64_t mlen = text ? strlen(text) : 0;
+        free(text);
+        P->file_bytes = pos + mlen + zip_overhead("manifest.json") + 22; // + end of central directory
+        kvq_bits kb;
+        kvq_file_bits(man, &kb);
+        P->bits_per_param = kb.bits_per_param;
+        P->lossy_bits_per_weight = kb.lossy_bits_per_weight;
+        P->entries = S.e;
+        P->n = S.n;
+        P->plan_ = S.plan;
+        P->ckpt_ = S.ck;
+        S.e = NULL, S.plan = NULL, S.ck = NULL;
+    }
+    (void)srcb;
+    json_decref(tensors);
+    json_decref(tab);
+    json_decref(man);
+    setup_free(&S);
+    return s;
+}
+
+void kvq_convert_prediction_free(kvq_convert_prediction *P) {
+    if (!P) return;
+    free(P->entries);
+    kvq_ckpt_close(P->ckpt_);
+    kvq_plan_free(P->plan_);
+    memset(P, 0, sizeof *P);
 }

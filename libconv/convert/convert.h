@@ -14,41 +14,82 @@
 
 // ---- the plan --------------------------------------------------------------
 
-/** What decides each tensor's codec. Precedence, first that applies wins:
- *  1. `keep` patterns (CLI --keep): codec "none";
- *  2. the recipe's rules, in file order (fnmatch globs on the tensor name);
- *  3. built-in: 1-D/0-D tensors -> "none"; token embeddings and lm_head -> "none"
- *     unless quantize_embeddings, then the weights spec; other tensors with
- *     ndim >= 2 -> the weights spec.
- *  CLI values override the recipe file's `weights`, `seed`, `quantize_embeddings`. */
+/** What decides each tensor's codec. Values are applied in this order, later ones winning:
+ *  the recipe file, each `sets` entry in order (`key=value`, any recipe key, dotted for the kv
+ *  section: kv.window=32), then the fields below (the CLI's --weights, --seed,
+ *  --quantize-embeddings, --keep). Per tensor, first that applies wins:
+ *  1. `keep` patterns: codec "none";
+ *  2. the recipe's rules, in order: {match: glob | regex: PCRE2 search, codec: spec, bits: rate};
+ *     `bits` sets the codec's rate (kvq_codec_spec_with_rate), a rule without codec takes the
+ *     weights codec at that rate;
+ *  3. built-in: 1-D/0-D tensors -> "none"; token embeddings and lm_head -> "none" unless
+ *     quantize_embeddings, then the weights spec; other tensors with ndim >= 2 -> the weights spec. */
 typedef struct {
     const char *weights;            // default spec for 2-D weights; NULL: recipe's, else "none"
-    const char *recipe_path;        // YAML recipe (recipes/default.yaml format) or NULL
+    const char *recipe_path;        // YAML recipe (recipes/README.md) or NULL
     uint64_t seed;                  // used when seed_set (must be < 2^63)
     int seed_set;
     int quantize_embeddings;        // -1: recipe's (default 0), 0/1: override
-    const char *const *keep;        // NULL-terminated glob list, or NULL
+    const char *const *keep;        // NULL-terminated glob list, or NULL (added to the recipe's)
+    const char *const *sets;        // NULL-terminated "key=value" list (--set), or NULL
 } kvq_plan_opts;
 
 typedef struct kvq_plan kvq_plan;
 
-/** Reads the recipe (if any), applies the CLI overrides and parses every codec spec
- *  it mentions, so bad specs fail before any output is written. *out: close with
- *  kvq_plan_free. */
+/** One tensor's line of the plan: what will encode it, at what rate, and why. The converter
+ *  resolves one per tensor before encoding anything; a rate allocator may then change an
+ *  entry's codec or rate (kvq_plan_entry_set_spec / _set_rate) and kvq_convert encodes what
+ *  the entries say. Strings and cfg are owned by the plan (valid until kvq_plan_free); name
+ *  is the tensor's. */
+typedef struct {
+    const char *name;
+    kvq_dtype dtype;                // source dtype
+    int64_t numel, rows, cols;      // the codec's matrix view: cols = last dimension
+    const kvq_codec_traits *codec;
+    const json_t *cfg;
+    const char *spec;               // the codec spec string, rate included
+    double rate;                    // predicted bits per weight under spec (kvq_codec_predict_bits / numel);
+                                    // NAN when the codec cannot tell before encoding (fixed-SNR hyperquant)
+    uint64_t seed;                  // per-tensor codec seed
+    uint64_t predicted_bytes;       // predicted stored bytes (kvq_convert_predict fills it; 0 before)
+    char why[64];                   // "weights", "rule 2 (line 14)", "keep '*.bias'", "built-in: 1-D", ...
+} kvq_plan_entry;
+
+/** The KV-cache codec a plan stores (recipe `kv:` section / --set kv.*). spec NULL: none. */
+typedef struct {
+    const char *spec;               // canonical KV spec (docs/KV.md), borrowed from the plan
+    int window, boundary;
+    uint64_t seed;                  // kv.seed, else the recipe seed
+} kvq_plan_kv_policy;
+
+/** Reads the recipe (if any), applies the --set overrides and the option fields, and parses
+ *  every codec spec, regex and rate it mentions, so bad values fail before any output is
+ *  written, naming the file and line (or the --set). *out: close with kvq_plan_free. */
 kvq_status kvq_plan_build(const kvq_plan_opts *o, kvq_plan **out, kvq_err *err);
 void kvq_plan_free(kvq_plan *p); // NULL is a no-op
 
-/** Codec for one tensor: traits, parsed config (borrowed from the plan) and the spec
- *  string it came from (borrowed). */
-kvq_status kvq_plan_choose(const kvq_plan *p, const kvq_tensor *t, const kvq_codec_traits **codec,
+/** Fills *e for tensor t (precedence above). May add specs to the plan (a rule's rate on
+ *  this tensor's dtype), hence not const. */
+kvq_status kvq_plan_resolve(kvq_plan *p, const kvq_tensor *t, kvq_plan_entry *e, kvq_err *err);
+/** Re-points an entry at another codec spec / at its codec's rate `bits` (why: NULL keeps the
+ *  entry's reason). Errors name the tensor; the entry is unchanged then. */
+kvq_status kvq_plan_entry_set_spec(kvq_plan *p, kvq_plan_entry *e, const char *spec, const char *why, kvq_err *err);
+kvq_status kvq_plan_entry_set_rate(kvq_plan *p, kvq_plan_entry *e, double bits, const char *why, kvq_err *err);
+
+/** Codec for one tensor (kvq_plan_resolve without the entry): traits, parsed config and spec
+ *  string, borrowed from the plan. */
+kvq_status kvq_plan_choose(kvq_plan *p, const kvq_tensor *t, const kvq_codec_traits **codec,
                            const json_t **cfg, const char **spec, kvq_err *err);
 
 /** Per-tensor seed: XXH3-64 of the tensor name with the recipe seed as XXH3's seed. */
 uint64_t kvq_plan_tensor_seed(const kvq_plan *p, const char *name);
-/** The resolved seed: --seed when given, else the recipe's, else 0 (the KV codec's seed too). */
+/** The resolved seed: --seed when given, else the recipe's, else 0. */
 uint64_t kvq_plan_seed(const kvq_plan *p);
+/** The KV codec and its policy. */
+void kvq_plan_kv(const kvq_plan *p, kvq_plan_kv_policy *kv);
 
-/** The recipe as recorded in the manifest (new reference). */
+/** The resolved recipe as recorded in the manifest (new reference): file, weights, seed,
+ *  quantize_embeddings, keep, rules, kv, set (the --set list), tensor_seed. */
 json_t *kvq_plan_to_json(const kvq_plan *p);
 
 // ---- conversion ------------------------------------------------------------
@@ -57,8 +98,12 @@ typedef struct {
     size_t index, count;            // this tensor, of count
     const char *name;
     const char *codec;              // codec name
+    const char *spec;               // codec spec (rate included)
     double bits_per_weight;         // effective, every stored byte
     uint64_t bytes;                 // stored bytes of this tensor
+    double snr_db;                  // the encoder's own error measurement as SNR (INFINITY: exact; NAN: none)
+    int reused;                     // 1: taken from the interrupted run's journal (--resume)
+    uint64_t source_done, source_total; // source bytes of the tensors finished so far / of all
 } kvq_convert_progress;
 
 typedef struct {
@@ -68,31 +113,89 @@ typedef struct {
     /** Called after each tensor is written (may be NULL). */
     void (*progress)(void *ud, const kvq_convert_progress *p);
     void *progress_ud;
-    const char *kv_spec;            // --kv: KV codec stored in the manifest "kv" section (NULL: none)
-    int kv_window, kv_boundary;     // its residual window and first/last-layer K protection
+    /** Called once every tensor's plan entry is resolved and before anything is encoded (may
+     *  be NULL): a rate allocator may change entries with kvq_plan_entry_set_spec/_set_rate.
+     *  A non-OK status stops the conversion (err filled by the callee). */
+    kvq_status (*adjust)(void *ud, kvq_plan *plan, kvq_plan_entry *entries, size_t n, kvq_err *err);
+    void *adjust_ud;
+    const char *kv_spec;            // KV codec (--kv): when set, replaces the recipe's kv section
+    int kv_window, kv_boundary;     //   with this residual window and first/last-layer K protection
+    int resume;                     // reuse the tensors an interrupted run left in its journal
 } kvq_convert_opts;
 
 typedef struct {
     size_t n_tensors;
     size_t n_quantized;             // tensors a lossy codec encoded
+    size_t n_reused;                // tensors taken from the journal (--resume)
     uint64_t bytes;                 // size of the .kvq file
     uint64_t source_bytes;          // sum of the source's weight files
     double bits_per_weight;         // over the lossy-quantized tensors, NAN when none
     double bits_per_param;          // whole model: every tensor's bytes · 8 / every parameter (kvq_file_bits)
+    char kv_spec[128];              // the KV codec stored ("" when none)
+    int kv_window, kv_boundary;
 } kvq_convert_summary;
 
 /** Converts the checkpoint at src (HF dir or llama2.c .bin) into out (a .kvq),
  *  tensor by tensor: peak memory tracks the largest tensor. Nothing appears under
- *  out unless the whole conversion succeeds. sum may be NULL. */
+ *  out unless the whole conversion succeeds. Every finished tensor is journaled in
+ *  `.<out name>.partial` beside out (removed on success), so that a run with o->resume after
+ *  a kill reuses them and writes the same bytes as an uninterrupted run. sum may be NULL. */
 kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts *o,
                        kvq_convert_summary *sum, kvq_err *err);
 
-/** Writes an HF checkpoint directory (created if missing) from any model
- *  kvq_weights_open accepts: model.safetensors (tensors a lossless codec stored keep
- *  their source dtype, bit-identical; lossy ones are written as F32, exactly the
- *  decoded values), config.json (the source's, or generated from the architecture
- *  for llama2.c sources) and the tokenizer files. Holds all tensors in memory while
- *  writing (kvq_st_write takes them at once). */
-kvq_status kvq_export_hf(const char *model, const char *dir, kvq_err *err);
+/** What kvq_convert would write, without writing anything (--dry-run). */
+typedef struct {
+    kvq_plan_entry *entries;        // one per tensor, source order, predicted_bytes filled
+    size_t n;
+    uint64_t params;                // every tensor's elements
+    uint64_t tensor_bytes;          // Σ predicted_bytes
+    uint64_t file_bytes;            // predicted .kvq size: tensors, KV tables, tokenizer/config, manifest, zip
+    double bits_per_param;          // kvq_file_bits over the predicted manifest
+    double lossy_bits_per_weight;   // the same over lossy tensors (NAN: none)
+    char kv_spec[128];
+    int kv_window, kv_boundary;
+    uint64_t kv_bytes;              // predicted stored bytes of the KV tables
+    int unknown;                    // tensors whose codec cannot predict its size (fixed SNR)
+    kvq_plan *plan_;                // owned: entries' strings
+    void *ckpt_;                    // owned: entries' names
+} kvq_convert_prediction;
+
+kvq_status kvq_convert_predict(const char *src, const kvq_convert_opts *o, kvq_convert_prediction *out, kvq_err *err);
+void kvq_convert_prediction_free(kvq_convert_prediction *p);
+
+// ---- HF export -------------------------------------------------------------
+
+typedef struct {
+    kvq_dtype dtype;                // KVQ_DTYPE_BF16 (default) or KVQ_DTYPE_F32: every tensor, stated in config.json
+    uint64_t max_shard_bytes;       // save_pretrained's max_shard_size (its default: 5 GB = 5e9 bytes)
+    int force;                      // write into a directory that holds a checkpoint (its weight files go)
+} kvq_export_opts;
+
+typedef struct {
+    int n_shards;
+    size_t n_tensors;
+    uint64_t total_bytes;           // tensor bytes (the index's total_size)
+    kvq_dtype dtype;
+    size_t n_rounded;               // tensors whose values the dtype rounded (bf16 of decoded float32)
+    double round_rel_rms;           // ||bf16(x) - x|| / ||x|| over those tensors
+    double round_max_abs;           // max |bf16(x) - x|
+    char kv_spec[128];              // the .kvq's KV codec, which an HF checkpoint cannot express ("" none)
+    int kv_window, kv_boundary;
+    int n_removed;                  // earlier weight files removed (force)
+} kvq_export_report;
+
+/** Writes an HF checkpoint directory (created if missing) from any model kvq_weights_open
+ *  accepts (a .kvq or a source checkpoint): safetensors shards named and indexed as
+ *  save_pretrained names them (model.safetensors alone when one shard holds everything, else
+ *  model-0000k-of-0000n.safetensors + model.safetensors.index.json), every tensor in o->dtype
+ *  (lossy tensors are the decoded values, rounded to bf16 or exact in f32; the rounding is
+ *  measured into rep), config.json with "dtype" (and "torch_dtype" when present) saying so,
+ *  and the tokenizer files. A directory that already holds a checkpoint is refused unless
+ *  o->force. One shard is in memory at a time. o NULL: bf16, 5 GB shards. */
+kvq_status kvq_export_hf(const char *model, const char *dir, const kvq_export_opts *o, kvq_export_report *rep,
+                         kvq_err *err);
+/** The refusal kvq_export_hf makes, alone: KVQ_ERR_ARG naming dir and the checkpoint files
+ *  in it unless force (a missing directory is fine). */
+kvq_status kvq_export_check_dir(const char *dir, int force, kvq_err *err);
 
 #endif

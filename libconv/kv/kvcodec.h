@@ -201,6 +201,11 @@ kvq_status kvq_kvcache_codec_load(const json_t *section, const float *blob, size
 struct kvq_writer;
 struct kvq_file;
 
+/** The manifest "kv" section (with "entry": "kv/tables") and its float32 table blob, without
+ *  writing them: what kvq_kv_write_section adds, and what --dry-run sizes. */
+kvq_status kvq_kv_build_section(const char *spec, int n_layers, int n_kv_heads, int head_dim, int n_ctx, int window,
+                                int boundary, uint64_t seed, json_t **section, float **blob, size_t *n_floats,
+                                kvq_err *err);
 /** Converter side: builds the KV section for a model of n_layers × n_kv_heads ×
  *  head_dim (bits predicted at n_ctx), adds its table blob as entry "kv/tables" and sets
  *  manifest["kv"] (section + "entry"). @return KVQ_OK. */

@@ -9,24 +9,32 @@
 
 #define KV_ENTRY "kv/tables"
 
-kvq_status kvq_kv_write_section(kvq_writer *w, json_t *manifest, const char *spec, int n_layers,
-                                int n_kv_heads, int head_dim, int n_ctx, int window, int boundary,
-                                uint64_t seed, kvq_err *err) {
+kvq_status kvq_kv_build_section(const char *spec, int n_layers, int n_kv_heads, int head_dim, int n_ctx, int window,
+                                int boundary, uint64_t seed, json_t **section, float **blob, size_t *n_floats,
+                                kvq_err *err) {
     kvq_kvcache_policy pol = {window, boundary, seed, 0};
     kvq_kvcache *c = NULL;
     kvq_status s = kvq_kvcache_codec_new(spec, n_layers, n_kv_heads, head_dim, 1, &pol, &c, err);
     if (s) return s;
+    s = kvq_kvcache_codec_save(c, n_ctx, section, blob, n_floats, err);
+    c->ops->free(c);
+    if (s == KVQ_OK) json_object_set_new(*section, "entry", json_string(KV_ENTRY));
+    return s;
+}
+
+kvq_status kvq_kv_write_section(kvq_writer *w, json_t *manifest, const char *spec, int n_layers,
+                                int n_kv_heads, int head_dim, int n_ctx, int window, int boundary,
+                                uint64_t seed, kvq_err *err) {
     json_t *sec = NULL;
     float *blob = NULL;
     size_t nf = 0;
-    s = kvq_kvcache_codec_save(c, n_ctx, &sec, &blob, &nf, err);
-    c->ops->free(c);
+    kvq_status s = kvq_kv_build_section(spec, n_layers, n_kv_heads, head_dim, n_ctx, window, boundary, seed, &sec,
+                                        &blob, &nf, err);
     if (s) return s;
     // float32 little-endian on every platform kvq targets (x86-64, aarch64)
     s = kvq_writer_add(w, KV_ENTRY, blob, nf * sizeof(float), KVQ_ENTRY_ZSTD_AUTO, NULL, err);
     free(blob);
     if (s) { json_decref(sec); return s; }
-    json_object_set_new(sec, "entry", json_string(KV_ENTRY));
     json_object_set_new(manifest, "kv", sec);
     return KVQ_OK;
 }

@@ -60,7 +60,7 @@ typedef struct kvq_backend_ops {
     void (*mat_release)(kvq_backend *b, kvq_mat *w);
     /** A forward chunk of T tokens at pos begins (after the embeddings' upload): a device
      *  backend may replay a captured graph of the ops that follow (logits: the chunk ends
-     *  with the lm_head product). */
+     *  with the lm_head product; 2: and the argmax of its logits). */
     void (*step)(kvq_backend *b, int T, int pos, int logits);
     /** Every matrix adopted: sizes scratch for max_batch tokens. */
     kvq_status (*ready)(kvq_backend *b, kvq_err *err);
@@ -80,6 +80,10 @@ typedef struct kvq_backend_ops {
     void (*silu_mul)(kvq_backend *b, float *h, const float *gu, int T, int ffn);
     /** x += y over n floats. */
     void (*add)(kvq_backend *b, float *x, const float *y, size_t n);
+    /** Optional (NULL: the model downloads the logits and reduces them on the host): queues
+     *  *out (host memory) = the index of the largest of n floats at x, the first of equals, or
+     *  -1 when one is NaN; *out is set once sync returns. */
+    kvq_status (*argmax)(kvq_backend *b, const float *x, int n, int32_t *out, kvq_err *err);
     /** Waits for queued work; @return the first error an op met since the last sync. */
     kvq_status (*sync)(kvq_backend *b, kvq_err *err);
     /** Bytes of scratch the backend holds for products (beyond the model's activations). */

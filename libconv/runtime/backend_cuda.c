@@ -29,8 +29,26 @@ typedef struct {
     int pos;        // its host copy (the source of the asynchronous copy)
     int graphs;     // use graphs
     mode mode;
-    void *graph;    // the decode step's executable graph
-    struct { int on; float *y; const float *x; const kvq_mat *w; int T; } pend; // a queued product
+    void *graph[2]; // the decode step's executable graphs: ending in logits, in their argmax
+    int variant;    // which of them this step uses
+    int *d_top1;    // the argmax op's answer on the device,
+    int h_top1;     // its host copy (the asynchronous copy's destination)
+    int32_t *top1;  // and where sync delivers it (NULL: no argmax queued)
+    // Queued ops, fused with what follows when it allows (KVQ_CUDA_FUSE=0: never): at most one
+    // of these is pending at a time; any other op first launches it as it was asked for.
+    int fuse;
+    struct { int on; float *y; const float *x; const kvq_mat *w; int T; kvq_cuda_xin in; } pend; // a product
+    // an RMSNorm or silu_mul whose output the next packed product's activation preparation
+    // computes instead (kvq_cuda_hqx_matmul_parts_in)
+    struct { int on; kvq_cuda_xin_kind kind; float *y; const float *x, *w; int rows, n; float eps; } pin;
+    // the attention block's inputs: qkv_split, the q/k norms, the two ropes, run by
+    // attention() as one kernel (kvq_cuda_attn_in); has: which of them were queued
+    struct {
+        int on, has_qn, has_kn, has_rq, has_rk;
+        const float *qkv, *bias, *qn, *kn, *inv_freq;
+        float *q, *k, *v, eps;
+        int T, q_dim, kv_dim, qn_rows, qn_n, kn_rows, kn_n, nh, nkv, hd, rot, pos;
+    } ain;
     // KVQ_CUDA_PROFILE=1: graphs off, every op synchronized and timed, totals on stderr at close
     int profile;
     struct { char key[48]; double s; long n; } prof[64];
@@ -87,7 +105,9 @@ static void destroy(kvq_backend *b) {
     for (int i = 0; i < g->n_prof; i++)
         fprintf(stderr, "kvq cuda profile: %-40s %8ld calls %9.3f ms %6.1f us/call %5.1f %%\n", g->prof[i].key,
                 g->prof[i].n, 1e3 * g->prof[i].s, 1e6 * g->prof[i].s / g->prof[i].n, 100 * g->prof[i].s / tot);
-    kvq_cuda_graph_free(g->graph);
+    kvq_cuda_graph_free(g->graph[0]);
+    kvq_cuda_graph_free(g->graph[1]);
+    kvq_cuda_free(g->d_top1);
     kvq_cuda_free(g->kc);
     kvq_cuda_free(g->vc);
     kvq_cuda_free(g->d_pos);
@@ -171,7 +191,8 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     if (!s) s = kvq_cuda_malloc((void **)&g->vc, sizeof(float) * g->kv_floats, err);
     if (s) kvq_err_prefix(err, "the KV cache (%d positions)", b->max_ctx);
     if (!s) s = kvq_cuda_malloc((void **)&g->d_pos, sizeof(int), err);
-    if (!s) s = kvq_cuda_attention_init(a->head_dim, b->max_ctx, err);
+    if (!s) s = kvq_cuda_malloc((void **)&g->d_top1, sizeof(int), err);
+    if (!s) s = kvq_cuda_attention_init(a->n_heads, a->n_kv_heads, a->head_dim, b->max_ctx, err);
     if (!s) s = kvq_cuda_hqx_fused_init(err);
     return s;
 }
@@ -182,18 +203,23 @@ static void step(kvq_backend *b, int T, int pos, int logits) {
     if (!g->graphs || T != 1 || !logits || g->first.code) return;
     kvq_err e = {0};
     g->pos = pos;
+    g->variant = logits == 2;
     kvq_status s = kvq_cuda_copy_async(g->d_pos, &g->pos, sizeof(int), 1, &e);
-    if (!s && !g->graph) s = kvq_cuda_capture_begin(&e);
+    if (!s && !g->graph[g->variant]) s = kvq_cuda_capture_begin(&e);
     if (s) { note(g, s, &e); return; }
-    g->mode = g->graph ? REPLAY : CAPTURE;
+    g->mode = g->graph[g->variant] ? REPLAY : CAPTURE;
 }
 
 // Runs a product now; acc = 1 adds it into y.
 static void launch_mm(gpu *g, float *y, const float *x, const kvq_mat *w, int T, int acc) {
+    const kvq_cuda_xin in = g->pend.in; // the queued product's input transform (none unless fused)
+    g->pend.in.kind = KVQ_CUDA_XIN_NONE;
     char key[48];
     if (g->profile)
-        snprintf(key, sizeof key, "matmul %s %dx%d T%s%s", w->n_part ? "packed" : w->dt == KVQ_DTYPE_BF16 ? "bf16" : "f32",
-                 w->rows, w->cols, T == 1 ? "=1" : ">1", acc ? " +=" : "");
+        snprintf(key, sizeof key, "%smatmul %s %dx%d T%s%s",
+                 in.kind == KVQ_CUDA_XIN_RMSNORM ? "rmsnorm+" : in.kind == KVQ_CUDA_XIN_SILU_MUL ? "silu_mul+" : "",
+                 w->n_part ? "packed" : w->dt == KVQ_DTYPE_BF16 ? "bf16" : "f32", w->rows, w->cols, T == 1 ? "=1" : ">1",
+                 acc ? " +=" : "");
     prof_begin(g);
     if (!w->n_part) {
         RUN(g, kvq_cuda_dense_matmul(w->dev, w->dt == KVQ_DTYPE_BF16, x, y, T, w->cols, w->rows, acc, ERR));
@@ -201,7 +227,7 @@ static void launch_mm(gpu *g, float *y, const float *x, const kvq_mat *w, int T,
         kvq_cuda_hqx *const *parts = w->dev;
         if (g->b.exec != KVQ_EXEC_EXACT) { // every block in one launch
             const int64_t r0[3] = {w->row0[0], w->row0[1], w->row0[2]};
-            RUN(g, kvq_cuda_hqx_matmul_parts(parts, w->n_part, r0, x, T, y, w->rows, acc, ERR));
+            RUN(g, kvq_cuda_hqx_matmul_parts_in(parts, w->n_part, r0, x, &in, T, y, w->rows, acc, ERR));
             prof_end(g, key);
             return;
         }
@@ -214,44 +240,141 @@ static void launch_mm(gpu *g, float *y, const float *x, const kvq_mat *w, int T,
     prof_end(g, key);
 }
 
-// The product queued by matmul: launched by the next op, or, when that op adds it to the
-// residual stream (add(x, y)), launched to accumulate into x directly (y is then not written).
+static void launch_rmsnorm(gpu *g, float *y, const float *x, const float *w, int rows, int n, float eps) {
+    TIMED(g, "rmsnorm", RUN(g, kvq_cuda_rmsnorm(y, x, w, rows, n, eps, ERR)));
+}
+static void launch_rope(gpu *g, float *x, int T, int n_heads, int hd, int rot, int pos, const float *inv_freq) {
+    TIMED(g, "rope", RUN(g, kvq_cuda_rope(x, T, n_heads, hd, rot, pos, dpos(g), inv_freq, ERR)));
+}
+
+// The queued ops, launched as they were asked for (in that order; at most one is pending).
+// A queued product is launched by the next op, or, when that op adds it to the residual
+// stream (add(x, y)), launched to accumulate into x directly (y is then not written).
 static void flush(gpu *g) {
-    if (!g->pend.on) return;
-    g->pend.on = 0;
-    launch_mm(g, g->pend.y, g->pend.x, g->pend.w, g->pend.T, 0);
+    if (g->ain.on) {
+        g->ain.on = 0;
+        TIMED(g, "qkv_split", RUN(g, kvq_cuda_qkv_split(g->ain.qkv, g->ain.bias, g->ain.q, g->ain.k, g->ain.v, g->ain.T,
+                                                      g->ain.q_dim, g->ain.kv_dim, ERR)));
+        if (g->ain.has_qn) launch_rmsnorm(g, g->ain.q, g->ain.q, g->ain.qn, g->ain.qn_rows, g->ain.qn_n, g->ain.eps);
+        if (g->ain.has_kn) launch_rmsnorm(g, g->ain.k, g->ain.k, g->ain.kn, g->ain.kn_rows, g->ain.kn_n, g->ain.eps);
+        if (g->ain.has_rq) launch_rope(g, g->ain.q, g->ain.T, g->ain.nh, g->ain.hd, g->ain.rot, g->ain.pos, g->ain.inv_freq);
+        if (g->ain.has_rk) launch_rope(g, g->ain.k, g->ain.T, g->ain.nkv, g->ain.hd, g->ain.rot, g->ain.pos, g->ain.inv_freq);
+    }
+    if (g->pin.on) {
+        g->pin.on = 0;
+        if (g->pin.kind == KVQ_CUDA_XIN_RMSNORM) launch_rmsnorm(g, g->pin.y, g->pin.x, g->pin.w, g->pin.rows, g->pin.n, g->pin.eps);
+        else TIMED(g, "silu_mul", RUN(g, kvq_cuda_silu_mul(g->pin.y, g->pin.x, g->pin.rows, g->pin.n, ERR)));
+    }
+    if (g->pend.on) {
+        g->pend.on = 0;
+        launch_mm(g, g->pend.y, g->pend.x, g->pend.w, g->pend.T, 0);
+    }
+}
+
+// Whether the queued RMSNorm/silu_mul can be computed by w's product's preparation instead:
+// its output is the product's input, the row counts agree, and the product is the int8 one
+// whose preparation kernel reads the activations (packed weights, not exact mode).
+static int absorbs(const gpu *g, const float *x, const kvq_mat *w, int T) {
+    return g->pin.on && g->pin.y == x && g->pin.y != g->pin.x && g->pin.rows == T && g->pin.n == w->cols && w->n_part &&
+           g->b.exec != KVQ_EXEC_EXACT;
 }
 
 static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, int T) {
     gpu *g = (gpu *)b;
     if (skip(g)) return;
+    kvq_cuda_xin in = {KVQ_CUDA_XIN_NONE, NULL, 0.0f, NULL};
+    if (absorbs(g, x, w, T)) {
+        in = (kvq_cuda_xin){g->pin.kind, g->pin.w, g->pin.eps, g->pin.y};
+        x = g->pin.x; // the queued op's input rows (silu_mul: gate | up)
+        g->pin.on = 0;
+    }
     flush(g);
-    g->pend.on = 1; g->pend.y = y; g->pend.x = x; g->pend.w = w; g->pend.T = T;
+    g->pend.on = 1; g->pend.y = y; g->pend.x = x; g->pend.w = w; g->pend.T = T; g->pend.in = in;
 }
 
 static void rmsnorm(kvq_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps) {
-    flush((gpu *)b);
-    if (!skip((gpu *)b)) TIMED((gpu *)b, "rmsnorm", RUN((gpu *)b, kvq_cuda_rmsnorm(y, x, w, rows, n, eps, ERR)));
+    gpu *g = (gpu *)b;
+    if (skip(g)) return;
+    if (g->ain.on && y == x && (y == g->ain.q || y == g->ain.k)) { // the per-head q/k norms
+        if (y == g->ain.q && !g->ain.has_qn && !g->ain.has_kn && !g->ain.has_rq) {
+            g->ain.has_qn = 1; g->ain.qn = w; g->ain.qn_rows = rows; g->ain.qn_n = n; g->ain.eps = eps;
+            return;
+        }
+        if (y == g->ain.k && g->ain.has_qn && !g->ain.has_kn && g->ain.eps == eps && !g->ain.has_rq) {
+            g->ain.has_kn = 1; g->ain.kn = w; g->ain.kn_rows = rows; g->ain.kn_n = n;
+            return;
+        }
+    }
+    flush(g);
+    if (g->fuse) {
+        g->pin.on = 1; g->pin.kind = KVQ_CUDA_XIN_RMSNORM;
+        g->pin.y = y; g->pin.x = x; g->pin.w = w; g->pin.rows = rows; g->pin.n = n; g->pin.eps = eps;
+        return;
+    }
+    launch_rmsnorm(g, y, x, w, rows, n, eps);
 }
 static void qkv_split(kvq_backend *b, const float *qkv, const float *bias, float *q, float *k, float *v, int T,
                       int q_dim, int kv_dim) {
-    flush((gpu *)b);
-    if (!skip((gpu *)b)) TIMED((gpu *)b, "qkv_split", RUN((gpu *)b, kvq_cuda_qkv_split(qkv, bias, q, k, v, T, q_dim, kv_dim, ERR)));
+    gpu *g = (gpu *)b;
+    if (skip(g)) return;
+    flush(g);
+    if (g->fuse) {
+        memset(&g->ain, 0, sizeof g->ain);
+        g->ain.on = 1; g->ain.qkv = qkv; g->ain.bias = bias; g->ain.q = q; g->ain.k = k; g->ain.v = v;
+        g->ain.T = T; g->ain.q_dim = q_dim; g->ain.kv_dim = kv_dim;
+        return;
+    }
+    TIMED(g, "qkv_split", RUN(g, kvq_cuda_qkv_split(qkv, bias, q, k, v, T, q_dim, kv_dim, ERR)));
 }
 static void rope(kvq_backend *b, float *x, int T, int n_heads, int head_dim, int rot_dim, int pos,
                  const float *inv_freq) {
     gpu *g = (gpu *)b;
+    if (skip(g)) return;
+    if (g->ain.on && T == g->ain.T) {
+        if (x == g->ain.q && !g->ain.has_rq && g->ain.has_qn == g->ain.has_kn) {
+            g->ain.has_rq = 1; g->ain.nh = n_heads; g->ain.hd = head_dim; g->ain.rot = rot_dim; g->ain.pos = pos;
+            g->ain.inv_freq = inv_freq;
+            return;
+        }
+        if (x == g->ain.k && g->ain.has_rq && !g->ain.has_rk && head_dim == g->ain.hd && rot_dim == g->ain.rot &&
+            pos == g->ain.pos && inv_freq == g->ain.inv_freq) {
+            g->ain.has_rk = 1; g->ain.nkv = n_heads;
+            return;
+        }
+    }
     flush(g);
-    if (!skip(g)) TIMED(g, "rope", RUN(g, kvq_cuda_rope(x, T, n_heads, head_dim, rot_dim, pos, dpos(g), inv_freq, ERR)));
+    launch_rope(g, x, T, n_heads, head_dim, rot_dim, pos, inv_freq);
 }
 static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *q, const float *k, const float *v,
                             float *out, int T, int pos, const kvq_attn_shape *s) {
     (void)c;
     gpu *g = (gpu *)b;
-    flush(g);
     if (skip(g)) return KVQ_OK;
     const size_t per_layer = (size_t)s->n_kv_heads * (size_t)b->max_ctx * s->head_dim;
     kvq_err e = {0};
+    const int hd = s->head_dim;
+    if (g->ain.on && g->ain.has_rq && g->ain.has_rk && q == g->ain.q && k == g->ain.k && v == g->ain.v && T == g->ain.T &&
+        pos == g->ain.pos && s->n_heads == g->ain.nh && s->n_kv_heads == g->ain.nkv && hd == g->ain.hd &&
+        g->ain.q_dim == s->n_heads * hd && g->ain.kv_dim == s->n_kv_heads * hd &&
+        (!g->ain.has_qn || (g->ain.qn_n == hd && g->ain.qn_rows == T * s->n_heads)) &&
+        (!g->ain.has_kn || (g->ain.kn_n == hd && g->ain.kn_rows == T * s->n_kv_heads))) {
+        g->ain.on = 0; // split, norms, ropes and the cache store in one kernel, then attend
+        kvq_status st = KVQ_OK;
+        prof_begin(g);
+        st = kvq_cuda_attn_in(g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL, g->ain.has_kn ? g->ain.kn : NULL,
+                              g->ain.eps, g->ain.q, g->kc + per_layer * l, g->vc + per_layer * l, T, pos, dpos(g), s->n_heads,
+                              s->n_kv_heads, hd, g->ain.rot, g->ain.inv_freq, b->max_ctx, &e);
+        prof_end(g, "attn_in");
+        if (!st) {
+            prof_begin(g);
+            st = kvq_cuda_attend(q, g->kc + per_layer * l, g->vc + per_layer * l, out, T, pos, dpos(g), s->n_heads,
+                                 s->n_kv_heads, hd, b->max_ctx, s->scale, &e);
+            prof_end(g, T == 1 ? "attend T=1" : "attend T>1");
+        }
+        note(g, st, &e);
+        return st;
+    }
+    flush(g);
     prof_begin(g);
     kvq_status st = kvq_cuda_attention(q, k, v, g->kc + per_layer * l, g->vc + per_layer * l, out, T, pos, dpos(g), s->n_heads,
                                        s->n_kv_heads, s->head_dim, b->max_ctx, s->scale, &e);
@@ -260,8 +383,15 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
     return st;
 }
 static void silu_mul(kvq_backend *b, float *h, const float *gu, int T, int ffn) {
-    flush((gpu *)b);
-    if (!skip((gpu *)b)) TIMED((gpu *)b, "silu_mul", RUN((gpu *)b, kvq_cuda_silu_mul(h, gu, T, ffn, ERR)));
+    gpu *g = (gpu *)b;
+    if (skip(g)) return;
+    flush(g);
+    if (g->fuse) {
+        g->pin.on = 1; g->pin.kind = KVQ_CUDA_XIN_SILU_MUL;
+        g->pin.y = h; g->pin.x = gu; g->pin.w = NULL; g->pin.rows = T; g->pin.n = ffn; g->pin.eps = 0.0f;
+        return;
+    }
+    TIMED(g, "silu_mul", RUN(g, kvq_cuda_silu_mul(h, gu, T, ffn, ERR)));
 }
 static void add(kvq_backend *b, float *x, const float *y, size_t n) {
     gpu *g = (gpu *)b;
@@ -276,21 +406,40 @@ static void add(kvq_backend *b, float *x, const float *y, size_t n) {
     TIMED(g, "add", RUN(g, kvq_cuda_add(x, y, n, ERR)));
 }
 
+static kvq_status argmax(kvq_backend *b, const float *x, int n, int32_t *out, kvq_err *err) {
+    (void)err;
+    gpu *g = (gpu *)b;
+    g->top1 = out; // delivered by sync, after the graph (if any) has run
+    if (skip(g)) return KVQ_OK;
+    flush(g);
+    TIMED(g, "argmax", RUN(g, kvq_cuda_argmax(x, n, g->d_top1, ERR)));
+    return KVQ_OK;
+}
+
 static kvq_status sync(kvq_backend *b, kvq_err *err) {
     gpu *g = (gpu *)b;
     flush(g);
     kvq_err e = {0};
     kvq_status s = KVQ_OK;
+    void **graph = &g->graph[g->variant];
     if (g->mode == CAPTURE) { // the step's ops are recorded: make the graph, then run it
-        s = kvq_cuda_capture_end(g->first.code != 0, &g->graph, &e);
+        s = kvq_cuda_capture_end(g->first.code != 0, graph, &e);
         note(g, s, &e);
     }
-    if (g->mode != DIRECT && g->graph && !g->first.code) {
-        s = kvq_cuda_graph_launch(g->graph, &e);
+    if (g->mode != DIRECT && *graph && !g->first.code) {
+        s = kvq_cuda_graph_launch(*graph, &e);
         note(g, s, &e);
     }
     g->mode = DIRECT;
+    if (g->top1 && !g->first.code) {
+        s = kvq_cuda_copy_async(&g->h_top1, g->d_top1, sizeof(int), 0, &e);
+        note(g, s, &e);
+    }
     s = kvq_cuda_stream_sync(err);
+    if (g->top1) {
+        *g->top1 = g->first.code ? -1 : g->h_top1;
+        g->top1 = NULL;
+    }
     if (g->first.code) {
         s = g->first.code;
         if (err) *err = g->first;
@@ -306,7 +455,7 @@ static const kvq_backend_ops gpu_ops = {
     .name = "cuda", .host = 0, .destroy = destroy, .alloc = alloc, .release = release, .upload = upload,
     .download = download, .mat_adopt = mat_adopt, .mat_release = mat_release, .step = step, .ready = ready, .matmul = matmul,
     .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .silu_mul = silu_mul,
-    .add = add, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
+    .add = add, .argmax = argmax, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
 };
 
 kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err) {
@@ -321,9 +470,10 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     if (s) return s;
     gpu *g = calloc(1, sizeof *g);
     if (!g) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the GPU backend");
-    const char *ev = getenv("KVQ_CUDA_GRAPHS"), *pv = getenv("KVQ_CUDA_PROFILE");
+    const char *ev = getenv("KVQ_CUDA_GRAPHS"), *pv = getenv("KVQ_CUDA_PROFILE"), *fv = getenv("KVQ_CUDA_FUSE");
     g->profile = pv && !strcmp(pv, "1");
     g->graphs = !(ev && !strcmp(ev, "0")) && !g->profile;
+    g->fuse = !(fv && !strcmp(fv, "0"));
     g->b = (kvq_backend){.ops = &gpu_ops, .exec = o->exec, .n_threads = o->n_threads, .max_batch = o->max_batch,
                          .max_ctx = o->max_ctx, .arch = *a};
     *out = &g->b;

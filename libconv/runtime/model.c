@@ -45,6 +45,7 @@ struct kvq_model {
     float *lg;            // device backends: logits of a chunk
     size_t lg_cap;
     float *lg1;           // device backends: logits of one token (a decode step; fixed for graphs)
+    float *lgh;           // host backends: logits kvq_model_forward_argmax reduces (vocab floats)
 };
 
 kvq_model_opts kvq_model_opts_default(void) {
@@ -387,6 +388,7 @@ void kvq_model_close(kvq_model *m) {
     for (int i = 0; i < 11; i++) VFREE(bufs[i]);
 #undef VFREE
     if (m->be && !m->be->ops->host) free(m->xh);
+    free(m->lgh);
     if (m->cache) m->cache->ops->free(m->cache);
     if (m->be) m->be->ops->destroy(m->be);
     free(m);
@@ -475,9 +477,20 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
 
 // ---- forward
 
+// The index of the largest of n floats (the first of equals), -1 when one is NaN.
+static int32_t argmax_or_nan(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(x[i])) return -1;
+        if (x[i] > x[b]) b = i;
+    }
+    return b;
+}
+
 // One chunk of T <= max_batch tokens at positions [pos, pos+T); logits is host memory.
+// top1 (host; with logits NULL): the last token's logits reduced to their argmax instead.
 static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos, float *logits, int all_logits,
-                                kvq_err *err) {
+                                int32_t *top1, kvq_err *err) {
     const kvq_arch *a = &m->a;
     const kvq_backend_ops *op = m->be->ops;
     kvq_backend *be = m->be;
@@ -493,7 +506,7 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
         else memcpy(x, (float *)m->embed.data + (size_t)tok[t] * d, sizeof(float) * d);
     }
     if ((r = op->upload(be, m->x, m->xh, (size_t)T * d, err))) return r;
-    op->step(be, T, pos, logits != NULL);
+    op->step(be, T, pos, logits ? 1 : top1 ? 2 : 0);
     for (int l = 0; l < a->n_layers; l++) {
         layer *L = &m->L[l];
         op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, d, eps);
@@ -517,6 +530,24 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
         op->silu_mul(be, m->h, m->gu, T, ffn);
         op->matmul(be, m->xn, m->h, &L->down, T);
         op->add(be, m->x, m->xn, (size_t)T * d);
+    }
+    if (top1) { // the last token's logits, reduced where they are
+        const int V = a->vocab_size;
+        float *out = op->host ? m->lgh : m->lg1;
+        op->rmsnorm(be, m->xn, m->x + (size_t)(T - 1) * d, m->final_norm, 1, d, eps);
+        op->matmul(be, out, m->xn, &m->lm_head, 1);
+        if (op->argmax) {
+            if ((r = op->argmax(be, out, V, top1, err))) return r;
+            return op->sync(be, err); // *top1 is set once the queue has run
+        }
+        if ((r = op->sync(be, err))) return r;
+        if (!op->host) {
+            if (!m->lgh && !(m->lgh = malloc(sizeof(float) * V)))
+                return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the logits");
+            if ((r = op->download(be, m->lgh, out, V, err))) return r;
+        }
+        *top1 = argmax_or_nan(m->lgh, V);
+        return KVQ_OK;
     }
     if (logits) {
         const size_t V = a->vocab_size;
@@ -542,8 +573,22 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
     return op->sync(be, err);
 }
 
+static kvq_status forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits, int all_logits,
+                          int32_t *top1, kvq_err *err);
+
 kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits,
                              int all_logits, kvq_err *err) {
+    return forward(m, tokens, T, pos, logits, all_logits, NULL, err);
+}
+
+kvq_status kvq_model_forward_argmax(kvq_model *m, const int32_t *tokens, int T, int pos, int32_t *next, kvq_err *err) {
+    if (m->be->ops->host && !m->lgh && !(m->lgh = malloc(sizeof(float) * m->a.vocab_size)))
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the logits");
+    return forward(m, tokens, T, pos, NULL, 0, next, err);
+}
+
+static kvq_status forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits, int all_logits,
+                          int32_t *top1, kvq_err *err) {
     const int max_ctx = kvq_model_max_ctx(m);
     if (T <= 0 || pos < 0 || (int64_t)pos + T > max_ctx)
         return kvq_err_set(err, KVQ_ERR_ARG, "positions [%d, %lld) outside the KV cache's %d positions", pos,
@@ -560,7 +605,7 @@ kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos
         int last = t0 + n == T;
         float *lg = !logits ? NULL : all_logits ? logits + (size_t)t0 * V : last ? logits : NULL;
         kvq_err e2 = {0};
-        kvq_status r = forward_chunk(m, tokens + t0, n, pos + t0, lg, all_logits, &e2);
+        kvq_status r = forward_chunk(m, tokens + t0, n, pos + t0, lg, all_logits, last ? top1 : NULL, &e2);
         if (r) return kvq_err_set(err, r, "%s (positions [%d, %d))", e2.msg[0] ? e2.msg : kvq_strerror(r), pos + t0, pos + t0 + n);
     }
     return KVQ_OK;

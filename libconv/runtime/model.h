@@ -97,5 +97,9 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err);
  *  step. @return KVQ_ERR_ARG for bad ids or positions beyond the cache. */
 kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits,
                              int all_logits, kvq_err *err);
+/** kvq_model_forward, then the greedy choice: *next = the argmax of the last token's logits
+ *  (the first of equals; -1 when one is NaN). The logits are not handed over, so a device
+ *  backend reduces them where they are and copies one integer back. */
+kvq_status kvq_model_forward_argmax(kvq_model *m, const int32_t *tokens, int T, int pos, int32_t *next, kvq_err *err);
 
 #endif

@@ -3,7 +3,9 @@
 // safetensors writer, with config.json (transformers 5 form) and a tokenizer copied from a
 // small model (its ids are all below the vocabulary). For runtime and conversion benchmarks
 // where decode must be memory-bound as on real models.
-// usage: make_synth_llama 1b|8b OUTDIR [TOKENIZER_DIR] [SEED]
+// usage: make_synth_llama 1b|8b OUTDIR [TOKENIZER_DIR] [SEED] [LAYERS]
+//   LAYERS: fewer layers than the preset (same tensor shapes; config.json says so), for a
+//   checkpoint of a chosen size: 8b with 5 layers is 4.3 GB, its largest tensors 1.05 GB.
 //   1b: Llama-3.2-1B (2048, 16 layers, 32/8 heads, ffn 8192, vocab 128256, tied, llama3 RoPE)
 //   8b: Llama-3-8B   (4096, 32 layers, 32/8 heads, ffn 14336, vocab 128256, untied)
 #include <errno.h>
@@ -73,10 +75,16 @@ static int copy_file(const char *from, const char *to) {
 
 int main(int argc, char **argv) {
     if (argc < 3 || (strcmp(argv[1], "1b") && strcmp(argv[1], "8b"))) {
-        fprintf(stderr, "usage: make_synth_llama 1b|8b OUTDIR [TOKENIZER_DIR] [SEED]\n");
+        fprintf(stderr, "usage: make_synth_llama 1b|8b OUTDIR [TOKENIZER_DIR] [SEED] [LAYERS]\n");
         return 2;
     }
-    const preset *p = strcmp(argv[1], "1b") ? &P8B : &P1B;
+    preset P = *(strcmp(argv[1], "1b") ? &P8B : &P1B);
+    if (argc > 5) {
+        int l = atoi(argv[5]);
+        if (l < 1 || l > P.layers) { fprintf(stderr, "make_synth_llama: LAYERS must be 1..%d\n", P.layers); return 2; }
+        P.layers = l;
+    }
+    const preset *p = &P;
     const char *dir = argv[2], *tokdir = argc > 3 ? argv[3] : "../shared/models/kvq-small-llama";
     uint64_t rng = argc > 4 ? strtoull(argv[4], NULL, 10) : 1;
     if (mkdir(dir, 0755) && errno != EEXIST) { fprintf(stderr, "make_synth_llama: %s: %s\n", dir, strerror(errno)); return 2; }

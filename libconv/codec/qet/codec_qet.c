@@ -4,6 +4,10 @@
 // axis) is the paper's n × d matrix: swaps and subspaces run along each row.
 #include "libconv/codec/qet/qet.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
 static kvq_status parse_common(const char *args, int pq, json_t **cfg, kvq_err *err) {
     kvq_qet_config c;
     kvq_status s = kvq_qet_parse(args, pq, &c, err);
@@ -30,6 +34,21 @@ static kvq_status qet_decode(const json_t *params, const kvq_blob_view *blobs, i
     return kvq_qet_decode(params, blobs, n_blobs, rows, cols, out, err);
 }
 
+static double qet_predict_bits(const json_t *cfgj, int64_t rows, int64_t cols, kvq_dtype src) {
+    kvq_qet_config c;
+    if (kvq_qet_config_from_json(cfgj, &c, NULL)) return NAN;
+    return kvq_qet_predict_bits(&c, src, rows, cols);
+}
+
+// ratio = source bits / bits, replacing the first field of "<ratio>[:options]".
+static kvq_status qet_with_rate(const char *args, double bits, kvq_dtype src, char *out, size_t n, kvq_err *err) {
+    const char *c1 = strchr(args, ':');
+    double ratio = 8.0 * (double)kvq_dtype_size(src) / bits;
+    if ((size_t)snprintf(out, n, "%.6g%s", ratio, c1 ? c1 : "") >= n)
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec '%s': too long", args);
+    return KVQ_OK;
+}
+
 const kvq_codec_traits kvq_codec_qet = {
     .name = "qet",
     .summary = "QET swap trees + grouped k-means + residual/codebook quantization; qet:<ratio>[:l=3,r=2,split=0.7,w=8,iters=25,cb=10,vanilla]",
@@ -39,6 +58,8 @@ const kvq_codec_traits kvq_codec_qet = {
     .decode = qet_decode,
     .example_args = "4",
     .max_rel_err = 0.3,
+    .predict_bits = qet_predict_bits,
+    .with_rate = qet_with_rate,
 };
 
 const kvq_codec_traits kvq_codec_pq = {
@@ -50,4 +71,6 @@ const kvq_codec_traits kvq_codec_pq = {
     .decode = qet_decode,
     .example_args = "4",
     .max_rel_err = 0.8,
+    .predict_bits = qet_predict_bits,
+    .with_rate = qet_with_rate,
 };

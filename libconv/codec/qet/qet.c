@@ -336,6 +336,19 @@ static size_t json_len(const json_t *j) {
     return n;
 }
 
+double kvq_qet_predict_bits(const kvq_qet_config *cfg, kvq_dtype src, int64_t n, int64_t d) {
+    int64_t kmax[KVQ_QET_MAX_STAGES] = {n, n};
+    json_t *probe = make_params(cfg, src, 0, cfg->stages, kmax);
+    size_t hdr = json_len(probe);
+    json_decref(probe);
+    kvq_qet_plan plan;
+    if (kvq_qet_solve(cfg, src, n, d, hdr, &plan, NULL)) return NAN;
+    json_t *real = make_params(cfg, src, 0, plan.stages, plan.k); // the params the encoder will store
+    double bits = (double)(plan.total_bits - plan.header_bits) + 8.0 * (double)json_len(real);
+    json_decref(real);
+    return bits;
+}
+
 kvq_status kvq_qet_encode(const kvq_qet_config *cfg, kvq_dtype src, const float *x, int64_t n,
                           int64_t d, uint64_t seed, int n_threads, kvq_encoded *out, kvq_err *err) {
     return kvq_qet_encode_timed(cfg, src, x, n, d, seed, n_threads, out, NULL, err);
@@ -372,7 +385,8 @@ kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const 
     int64_t m = d / cfg->width, w = cfg->width;
     int l = cfg->levels;
 
-    // Header allowance: the params with every k at its largest (n) bound the real ones.
+    // Header allowance: the params with every k at its largest (n) bound the real ones
+    // (kvq_qet_predict_bits makes the same allowance).
     int64_t kmax[KVQ_QET_MAX_STAGES] = {n, n};
     json_t *probe = make_params(cfg, src, seed, cfg->stages, kmax);
     size_t hdr = json_len(probe);

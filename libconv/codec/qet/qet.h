@@ -70,6 +70,10 @@ typedef struct {
 
 /** Chooses k per stage by bisection (largest k whose stage cost fits its share), with a
  *  header allowance of header_bytes. Fails with a message when even k=1 does not fit. */
+/** Bits the encoder will store for an n × d matrix (kvq_qet_solve's total with the encoder's
+ *  header allowance; zstd may shrink the compressible blobs a little), or NAN when the
+ *  configuration cannot encode that shape. */
+double kvq_qet_predict_bits(const kvq_qet_config *cfg, kvq_dtype src, int64_t n, int64_t d);
 kvq_status kvq_qet_solve(const kvq_qet_config *cfg, kvq_dtype src, int64_t n, int64_t d,
                          uint64_t header_bytes, kvq_qet_plan *plan, kvq_err *err);
 
