@@ -1,8 +1,9 @@
 // Stand-in for build/libkvqcuda.a when the project is built without nvcc: every entry
-// point of kernels/cuda/hq_decode.h, hqx.h and ops.h reports "built without CUDA", so the GPU suites
+// point of kernels/cuda/hq_decode.h, hqx.h, ops.h and kv_attn.h reports "built without CUDA", so the GPU suites
 // (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) still link and skip.
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/hqx.h"
+#include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/ops.h"
 
 #define NO_CUDA(err) kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "built without CUDA (nvcc not found at build time)")
@@ -110,3 +111,17 @@ kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_argmax(const float *x, int n, int *d_out, kvq_err *err) { return NO_CUDA(err); }
+
+size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk) { return 0; }
+int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) { return 64; }
+kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch,
+                          kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_gkv_time(const kvq_gkv_cache *caches, int rotate, const float *q, float *out, float scale, int chunk,
+                        void *scratch, int reps, int graph_calls, double *ms, kvq_err *err) {
+    return NO_CUDA(err);
+}
+void kvq_gkv_set_int8_query(int on) { (void)on; }
+void kvq_gkv_set_half_values(int on) { (void)on; }

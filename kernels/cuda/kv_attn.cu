@@ -1,0 +1,820 @@
+// Split-K decode attention over a packed KV cache, and its encoders (kv_attn.h; layout in
+// docs/KV.md "GPU execution layout").
+//
+// attn_split: one block of 128 threads (4 warps) per (chunk, KV head, sequence). A lane owns
+// 16 consecutive dims of one position (8 lanes a position at head_dim 128, 4 positions a
+// warp per pass) and holds the 4 query heads' 16 coordinates in registers, so one read of
+// a key serves every query head of its KV head (GQA). Warp w takes the 32-position groups
+// w, w+4, ... of the chunk (a KIVI key group's scales are loaded once per group), loads
+// the 8 passes of a group before using them, and a position's score is the sum over its 8
+// lanes (3 shuffles). Codes become floats four at a time: the b-bit codes of dims
+// (k, k+4, k+8, k+12) are gathered into the 4 bytes of a word from the bit planes, and each
+// byte is turned into 2^23 + c with one byte permute. Scores (chunk × 4, in shared memory)
+// → the chunk's max and sum per head → Σ p·V with the same lane mapping, the per-position
+// scale folded into p and the zero points into one extra sum per head. TurboQuant: q is
+// rotated once per block and the centroids are looked up in the rotated frame; the output
+// is rotated back once, in the merge.
+// attn_merge: one block per (sequence, query head) merges the chunks' (max, sum, Σ p·V).
+#include <math.h>
+#include <stdint.h>
+
+#include <algorithm>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/kv_attn.h"
+
+#define D KVQ_GKV_HEAD_DIM
+#define G KVQ_GKV_GROUP
+#define NT 128
+#define NW (NT / 32)
+#define LOG2E 1.4426950408889634f
+#define KQ8 5 // internal K kind: int keys scored against an int8 copy of q by dp4a (kvq_gkv_set_int8_query)
+#define ROWB(B) ((B) / 2 * (D / 4) + ((B) & 1) * (D / 8)) // ROWB(B)
+#define QMAX(B) ((1 << ((B) > 0 ? (B) - 1 : 0)) - 1)
+
+struct side_p {
+    const uint8_t *base; // region of (sequence 0, head 0)
+    size_t region;       // bytes per region
+    size_t side_off;     // offset of the side data in a region
+    const float *cb;     // TURBO centroids (n_kv, 2^bits)
+    const float *signs;  // TURBO sign vectors (n_kv, D)
+    int ring;            // dense only: > 0: position p is slot p % ring
+};
+
+struct attn_p {
+    const float *q;
+    side_p k, v;
+    int n_kv, H, t_begin, t_end, chunk, n_slot, slot0;
+    float sl2; // scale · log2(e)
+    float *po, *pml;
+};
+
+// Byte n of w as the float 2^23 + byte; minus 2^23 gives the code exactly.
+__device__ __forceinline__ float byte_f(uint32_t w, int n) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, (uint32_t)n | 0x7540u)) - 8388608.0f;
+}
+
+// The codes of dims (j0 + 4n + k), n = 0..3, as the 4 bytes of a word, from the lane's plane words.
+template <int B>
+__device__ __forceinline__ uint32_t gather(const uint32_t (&w)[B / 2 + 1], int k) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int p = 0; p < B / 2; p++) m |= ((w[p] >> (2 * k)) & 0x03030303u) << (2 * p);
+    if constexpr ((B & 1) != 0) m |= ((((w[B / 2] >> (4 * k)) & 0xFu) * 0x00204081u) & 0x01010101u) << (B - 1);
+    return m;
+}
+
+// Loads one position's 16 dims of plane words (lane block L) of a packed row.
+template <int B>
+__device__ __forceinline__ void load_row(const uint8_t *row, int L, uint32_t (&w)[B / 2 + 1]) {
+#pragma unroll
+    for (int p = 0; p < B / 2; p++) w[p] = __ldg((const uint32_t *)(row + p * (D / 4) + 4 * L));
+    if (B & 1) w[B / 2] = __ldg((const unsigned short *)(row + (B / 2) * (D / 4) + 2 * L));
+}
+
+// 16 dense values (2-byte elements, bf16 or fp16) of one position at dims 16L.. into v.
+template <int KIND>
+__device__ __forceinline__ void dense_vals(const uint4 (&r)[2], float (&v)[16]) {
+    const uint32_t u[8] = {r[0].x, r[0].y, r[0].z, r[0].w, r[1].x, r[1].y, r[1].z, r[1].w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (KIND == KVQ_GKV_BF16) {
+            v[2 * i] = __uint_as_float(u[i] << 16);
+            v[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+        } else {
+            const float2 f = __half22float2(*(const __half2 *)&u[i]);
+            v[2 * i] = f.x, v[2 * i + 1] = f.y;
+        }
+    }
+}
+
+// The 16 values of a position in lane order i = 4n + k (dim j0 + i): dense values, codes,
+// or centroids of codes.
+template <int KIND, int B>
+struct row_t {
+    uint32_t w[B / 2 + 1];
+    uint4 r[2];
+};
+
+template <int KIND, int B>
+__device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, int pos, int L, bool ok, row_t<KIND, B> &x) {
+    if (KIND <= KVQ_GKV_F16) {
+        const int slot = s.ring > 0 ? pos % s.ring : pos;
+        const uint4 *p = (const uint4 *)(reg + ((size_t)slot * D + 16 * L) * 2);
+        if (ok) x.r[0] = __ldg(p), x.r[1] = __ldg(p + 1);
+        else x.r[0] = x.r[1] = make_uint4(0, 0, 0, 0);
+    } else {
+        if (ok) load_row<B>(reg + (size_t)pos * ROWB(B), L, x.w);
+        else {
+#pragma unroll
+            for (int p = 0; p <= B / 2; p++) x.w[p] = 0;
+        }
+    }
+}
+
+// The NP passes of a group of 4·NP positions (4 positions a pass, lane sub's position).
+template <int KIND, int B, int NP>
+__device__ __forceinline__ void load_group(const side_p &s, const uint8_t *reg, int tg, int t1, int L, int sub, row_t<KIND, B> (&x)[NP]) {
+#pragma unroll
+    for (int ps = 0; ps < NP; ps++) {
+        const int pos = tg + 4 * ps + sub;
+        load_pos<KIND, B>(s, reg, pos, L, pos < t1, x[ps]);
+    }
+}
+
+template <int KIND, int B>
+__device__ __forceinline__ void values(const row_t<KIND, B> &x, const float *cb, float (&v)[16]) {
+    if (KIND <= KVQ_GKV_F16) {
+        dense_vals<KIND>(x.r, v);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t m = gather<B>(x.w, k);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                if (KIND == KVQ_GKV_TURBO) v[4 * n + k] = cb[(m >> (8 * n)) & 0xFFu];
+                else v[4 * n + k] = byte_f(m, n);
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ float h2f(const uint8_t *p) { return __half2float(__ldg((const __half *)p)); }
+
+// In-place orthonormal Walsh–Hadamard transform of G vectors of D floats in shared memory
+// (the CPU butterfly's matrix, scaled by 1/√D), all threads of the block.
+__device__ void block_wht(float *x, int nvec) {
+    for (int h = 1; h < D; h <<= 1) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < nvec * D / 2; e += blockDim.x) {
+            const int v = e / (D / 2), j = e % (D / 2), i = (j / h) * 2 * h + (j % h);
+            float *y = x + v * D;
+            const float a = y[i], b = y[i + h];
+            y[i] = a + b, y[i + h] = a - b;
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < nvec * D; e += blockDim.x) x[e] *= rsqrtf((float)D);
+    __syncthreads();
+}
+
+template <int KK0, int KB, int VK, int VB, bool VH = false>
+__global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
+    constexpr bool q8 = KK0 == KQ8;
+    constexpr int KK = q8 ? KVQ_GKV_INT : KK0;
+    __shared__ float qa[G];
+    __shared__ __align__(16) float qs[G][D];
+    __shared__ __align__(16) float sc[KVQ_GKV_MAX_CHUNK][G];
+    __shared__ float red[NW][G][D];
+    __shared__ float cbk[256], cbv[256];
+    __shared__ float mh[G], lh[G];
+    const int s = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, L = lane & 7, sub = lane >> 3, j0 = 16 * L;
+    const int t0 = p.t_begin + s * p.chunk, t1 = min(p.t_end, t0 + p.chunk), n = t1 - t0;
+    const size_t ri = (size_t)b * p.n_kv + g;
+    float *po = p.po + (((size_t)b * p.H + g * G) * p.n_slot + p.slot0 + s) * D;
+    float *pml = p.pml + (((size_t)b * p.H + g * G) * p.n_slot + p.slot0 + s) * 2;
+    if (n <= 0) { // an empty chunk: weight 0 in the merge
+        for (int e = threadIdx.x; e < G * D; e += NT) po[(size_t)(e / D) * p.n_slot * D + e % D] = 0.0f;
+        if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = -INFINITY, pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = 0.0f;
+        return;
+    }
+    // the first group of keys is requested before q (it does not depend on it)
+    const uint8_t *kreg = p.k.base + ri * p.k.region, *vreg = p.v.base + ri * p.v.region;
+    constexpr int NPK = KK == KVQ_GKV_KIVI ? 8 : 4, UK = 4 * NPK;
+    const int ngk = (n + UK - 1) / UK;
+    row_t<KK, KB> x[NPK], xn[NPK];
+    if (warp < ngk) load_group<KK, KB, NPK>(p.k, kreg, t0 + UK * warp, t1, L, sub, x);
+    for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] = p.q[((size_t)b * p.H + g * G + e / D) * D + e % D];
+    if (KK == KVQ_GKV_TURBO)
+        for (int e = threadIdx.x; e < (1 << KB); e += NT) cbk[e] = p.k.cb[(size_t)g * (1 << KB) + e];
+    if (VK == KVQ_GKV_TURBO)
+        for (int e = threadIdx.x; e < (1 << VB); e += NT) cbv[e] = p.v.cb[(size_t)g * (1 << VB) + e];
+    __syncthreads();
+    if (KK == KVQ_GKV_TURBO) { // q in the keys' rotated frame, once: WHT(signs ⊙ q)/√d
+        for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
+        block_wht(&qs[0][0], G);
+    }
+
+    // ---- scores
+    float qe[G][16], zq[G];
+    int qw[G][4], qis[G]; // q8: q as int8, the bytes of word k = dims (4n + k), and Σ of the lane's int8 q
+    float sq[G];
+    if (q8) { // one scale per query head: max |q| / 127
+        const int h = warp;
+        float m = 0.0f;
+        for (int i = lane; i < D; i += 32) m = fmaxf(m, fabsf(qs[h][i]));
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (lane == 0) qa[h] = m > 0.0f ? m / 127.0f : 1.0f;
+        __syncthreads();
+#pragma unroll
+        for (int h2 = 0; h2 < G; h2++) {
+            sq[h2] = qa[h2];
+            const float inv = 1.0f / sq[h2];
+            qis[h2] = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint32_t wd = 0;
+#pragma unroll
+                for (int n2 = 0; n2 < 4; n2++) {
+                    int qi = __float2int_rn(qs[h2][j0 + 4 * n2 + k] * inv);
+                    qi = qi < -127 ? -127 : qi > 127 ? 127 : qi;
+                    wd |= ((uint32_t)qi & 0xFFu) << (8 * n2);
+                    qis[h2] += qi;
+                }
+                qw[h2][k] = (int)wd;
+            }
+        }
+    } else if (KK != KVQ_GKV_KIVI) {
+        float qsum[G];
+#pragma unroll
+        for (int h = 0; h < G; h++) {
+            qsum[h] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; i++) qe[h][i] = qs[h][j0 + i], qsum[h] += qe[h][i];
+            zq[h] = KK == KVQ_GKV_INT ? -(float)QMAX(KB) * qsum[h] : 0.0f;
+        }
+    }
+    // Software pipelining: a warp issues the next group's loads before this group's arithmetic.
+    // Groups of NPK passes (KIVI keys: 8 = their 32-position scale group; others 4, so that two
+    // groups in registers cost what one group of 8 did).
+    for (int gi = warp; gi < ngk; gi += NW) {
+        const int tg = t0 + UK * gi;
+        if (gi + NW < ngk) load_group<KK, KB, NPK>(p.k, kreg, tg + UK * NW, t1, L, sub, xn);
+        if (KK == KVQ_GKV_KIVI) { // q ⊙ scale and Σ q·zero of this group's channels
+            const uint8_t *sd = kreg + p.k.side_off + ((size_t)(tg / 32) * D + j0) * 4;
+#pragma unroll
+            for (int h = 0; h < G; h++) zq[h] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                const __half2 sz = __ldg((const __half2 *)(sd + 4 * i));
+                const float sc_ = __low2float(sz), z = __high2float(sz);
+#pragma unroll
+                for (int h = 0; h < G; h++) qe[h][i] = qs[h][j0 + i] * sc_, zq[h] = fmaf(qs[h][j0 + i], z, zq[h]);
+            }
+        }
+#pragma unroll
+        for (int ps = 0; ps < NPK; ps++) {
+            const int pos = tg + 4 * ps + sub;
+            float a[G];
+            if (q8) {
+                int ai[G] = {0};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int m = (int)gather<KB>(x[ps].w, k);
+#pragma unroll
+                    for (int h = 0; h < G; h++) ai[h] = __dp4a(m, qw[h][k], ai[h]);
+                }
+#pragma unroll
+                for (int h = 0; h < G; h++) a[h] = (float)(ai[h] - QMAX(KB) * qis[h]) * sq[h];
+            } else {
+                float v[16];
+                values<KK, KB>(x[ps], cbk, v);
+#pragma unroll
+                for (int h = 0; h < G; h++) {
+                    a[h] = zq[h];
+#pragma unroll
+                    for (int i = 0; i < 16; i++) a[h] = fmaf(qe[h][i], v[i], a[h]);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < G; h++) {
+                a[h] += __shfl_xor_sync(0xffffffffu, a[h], 1);
+                a[h] += __shfl_xor_sync(0xffffffffu, a[h], 2);
+                a[h] += __shfl_xor_sync(0xffffffffu, a[h], 4);
+            }
+            if (L == 0 && pos < t1) {
+                float mul = p.sl2;
+                if (KK == KVQ_GKV_INT || KK == KVQ_GKV_TURBO) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 2);
+                *(float4 *)sc[pos - t0] = make_float4(a[0] * mul, a[1] * mul, a[2] * mul, a[3] * mul);
+            }
+        }
+#pragma unroll
+        for (int ps = 0; ps < NPK; ps++) x[ps] = xn[ps];
+    }
+    // values likewise, 4 passes a group; the first group is loaded before the softmax (it does
+    // not depend on it)
+    constexpr int NPV = 4, UV = 4 * NPV;
+    const int ngv = (n + UV - 1) / UV;
+    row_t<VK, VB> y[NPV], yn[NPV];
+    if (warp < ngv) load_group<VK, VB, NPV>(p.v, vreg, t0 + UV * warp, t1, L, sub, y);
+    __syncthreads();
+
+    // ---- the chunk's softmax: warp h takes query head h
+    {
+        const int h = warp;
+        float m = -INFINITY;
+        for (int t = lane; t < n; t += 32) m = fmaxf(m, sc[t][h]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.0f;
+        for (int t = lane; t < n; t += 32) {
+            const float e = exp2f(sc[t][h] - m);
+            sc[t][h] = e;
+            l += e;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) mh[h] = m, lh[h] = l;
+    }
+    __syncthreads();
+
+    // ---- Σ p·V (int and KIVI codes: products in fp16 pairs, HFMA2, summed into fp32 per group
+    // of 32 positions, unless kvq_gkv_set_half_values(0))
+    constexpr bool vh = VH && (VK == KVQ_GKV_INT || VK == KVQ_GKV_KIVI);
+    __half2 hacc[G][8];
+#pragma unroll
+    for (int h = 0; h < G; h++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) hacc[h][j] = __float2half2_rn(0.0f);
+    float acc[G][16], za[G];
+#pragma unroll
+    for (int h = 0; h < G; h++) {
+        za[h] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; i++) acc[h][i] = 0.0f;
+    }
+    for (int gi = warp; gi < ngv; gi += NW) {
+        const int tg = t0 + UV * gi;
+        if (gi + NW < ngv) load_group<VK, VB, NPV>(p.v, vreg, tg + UV * NW, t1, L, sub, yn);
+#pragma unroll
+        for (int ps = 0; ps < NPV; ps++) {
+            const int pos = tg + 4 * ps + sub;
+            if (pos >= t1) continue;
+            const float4 pp = *(const float4 *)sc[pos - t0];
+            float w[G] = {pp.x, pp.y, pp.z, pp.w};
+            if (VK == KVQ_GKV_INT || VK == KVQ_GKV_TURBO) {
+                const float s_ = h2f(vreg + p.v.side_off + (size_t)pos * 2);
+#pragma unroll
+                for (int h = 0; h < G; h++) {
+                    w[h] *= s_;
+                    if (VK == KVQ_GKV_INT) za[h] = fmaf(-(float)QMAX(VB), w[h], za[h]);
+                }
+            } else if (VK == KVQ_GKV_KIVI) {
+                const __half2 sz = __ldg((const __half2 *)(vreg + p.v.side_off + ((size_t)pos * (D / 32) + L / 2) * 4));
+                const float s_ = __low2float(sz), z = __high2float(sz);
+#pragma unroll
+                for (int h = 0; h < G; h++) za[h] = fmaf(w[h], z, za[h]), w[h] *= s_;
+            }
+            if (vh) { // codes → half2 (1024 + c) by one byte permute, minus 1024 exactly, then HFMA2
+                __half2 wh[G];
+#pragma unroll
+                for (int h = 0; h < G; h++) wh[h] = __float2half2_rn(w[h]);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const uint32_t m = gather<VB>(y[ps].w, k);
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const uint32_t u = __byte_perm(m, 0x64646464u, j ? 0x5342u : 0x5140u);
+                        const __half2 hv = __hsub2(*(const __half2 *)&u, __float2half2_rn(1024.0f));
+#pragma unroll
+                        for (int h = 0; h < G; h++) hacc[h][2 * k + j] = __hfma2(wh[h], hv, hacc[h][2 * k + j]);
+                    }
+                }
+            } else {
+                float v[16];
+                values<VK, VB>(y[ps], cbv, v);
+#pragma unroll
+                for (int h = 0; h < G; h++)
+#pragma unroll
+                    for (int i = 0; i < 16; i++) acc[h][i] = fmaf(w[h], v[i], acc[h][i]);
+            }
+        }
+        if (vh) // the group's half sums into the fp32 sums: 4 positions a lane at most in fp16
+#pragma unroll
+            for (int h = 0; h < G; h++)
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const float2 f = __half22float2(hacc[h][2 * k + j]);
+                        acc[h][8 * j + k] += f.x, acc[h][8 * j + 4 + k] += f.y;
+                        hacc[h][2 * k + j] = __float2half2_rn(0.0f);
+                    }
+#pragma unroll
+        for (int ps = 0; ps < NPV; ps++) y[ps] = yn[ps];
+    }
+#pragma unroll
+    for (int h = 0; h < G; h++)
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float y = acc[h][i] + za[h];
+            y += __shfl_xor_sync(0xffffffffu, y, 8);
+            y += __shfl_xor_sync(0xffffffffu, y, 16);
+            if (sub == 0) red[warp][h][j0 + i] = y;
+        }
+    __syncthreads();
+    for (int e = threadIdx.x; e < G * D; e += NT) {
+        const int h = e / D, i = e % D;
+        float y = 0.0f;
+#pragma unroll
+        for (int w2 = 0; w2 < NW; w2++) y += red[w2][h][i];
+        po[(size_t)h * p.n_slot * D + i] = y;
+    }
+    if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = mh[threadIdx.x], pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = lh[threadIdx.x];
+}
+
+// Merges the chunks of one (sequence, query head): weights w_s = 2^(m_s − M) computed once
+// into shared memory (a thread per chunk), then each thread sums its dim over the chunks with
+// independent loads (a loop whose loads sat behind a branch on the chunk's sum took one memory
+// latency per chunk: ~15 µs for 43 chunks); then the TurboQuant values' inverse rotation
+// (WHT, then the signs) when vsigns is given.
+#define MERGE_MAX 1024
+__global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, const float *__restrict__ pml, float *__restrict__ out,
+                                                int n_slot, int H, const float *__restrict__ vsigns) {
+    __shared__ float x[D], w[MERGE_MAX], red[D / 32];
+    const int bh = blockIdx.x, h = bh % H, g = h / G, i = threadIdx.x, lane = i & 31, wp = i >> 5;
+    const float *ml = pml + (size_t)bh * n_slot * 2, *o = po + (size_t)bh * n_slot * D;
+    float M = -INFINITY;
+    for (int s = i; s < n_slot; s += D) {
+        const float2 v = *(const float2 *)(ml + 2 * s);
+        w[s] = v.y > 0.0f ? v.x : -INFINITY;
+        M = fmaxf(M, w[s]);
+    }
+    for (int k = 16; k > 0; k >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, k));
+    if (lane == 0) red[wp] = M;
+    __syncthreads();
+    M = red[0];
+    for (int k = 1; k < D / 32; k++) M = fmaxf(M, red[k]);
+    __syncthreads();
+    float l = 0.0f;
+    for (int s = i; s < n_slot; s += D) {
+        const float ws = w[s] == -INFINITY ? 0.0f : exp2f(w[s] - M);
+        w[s] = ws;
+        l = fmaf(ws, ml[2 * s + 1], l);
+    }
+    for (int k = 16; k > 0; k >>= 1) l += __shfl_xor_sync(0xffffffffu, l, k);
+    if (lane == 0) red[wp] = l;
+    __syncthreads();
+    l = 0.0f;
+    for (int k = 0; k < D / 32; k++) l += red[k];
+    float y = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < n_slot; s++) y = fmaf(w[s], o[(size_t)s * D + i], y);
+    y = l > 0.0f ? y / l : 0.0f;
+    if (vsigns) {
+        x[i] = y;
+        block_wht(x, 1);
+        y = x[i] * vsigns[(size_t)g * D + i];
+    }
+    out[(size_t)bh * D + i] = y;
+}
+
+// ---- encoders (the CPU's float operations, kv_int.c, from the window's fp16 values)
+
+// Byte t of a packed row from the codes c (D bytes, shared memory); threads t < row bytes.
+template <int B>
+__device__ __forceinline__ void write_row(uint8_t *row, const uint8_t *c, int t) {
+    if (t >= (int)ROWB(B)) return;
+    uint32_t byte = 0;
+    if (t < (B / 2) * (D / 4)) {
+        const int pl = t / (D / 4), r = t % (D / 4);
+#pragma unroll
+        for (int k = 0; k < 4; k++) byte |= ((uint32_t)(c[4 * r + k] >> (2 * pl)) & 3u) << (2 * k);
+    } else {
+        const int r = t - (B / 2) * (D / 4);
+#pragma unroll
+        for (int bb = 0; bb < 8; bb++) {
+            const int bp = 8 * r + bb, w = bp & 15, dim = (bp & ~15) + 4 * (w & 3) + (w >> 2);
+            byte |= ((uint32_t)(c[dim] >> (B > 0 ? B - 1 : 0)) & 1u) << bb;
+        }
+    }
+    row[t] = (uint8_t)byte;
+}
+
+__device__ __forceinline__ float r16(float f) { return __half2float(__float2half_rn(f)); }
+
+__global__ void enc_ring(const float *__restrict__ k, const float *__restrict__ v, __half *wk, __half *wv, int wcap, int pos0, int nb) {
+    const int t = blockIdx.x / nb, ri = blockIdx.x % nb, pos = pos0 + t;
+    const size_t src = ((size_t)t * nb + ri) * D + threadIdx.x, dst = ((size_t)ri * wcap + pos % wcap) * D + threadIdx.x;
+    wk[dst] = __float2half_rn(k[src]);
+    wv[dst] = __float2half_rn(v[src]);
+}
+
+// One position per block (thread = dim): int:<b> (symmetric, fp16 scale), KIVI values
+// (per 32 channels: fp16 scale and zero), or the fp16 copy (boundary keys).
+template <int KIND, int B>
+__global__ void __launch_bounds__(D) enc_pos(const __half *__restrict__ ring, int wcap, uint8_t *base, size_t region,
+                                             size_t side_off, int p0) {
+    __shared__ uint8_t c[D];
+    __shared__ float red[D / 32];
+    const int pos = p0 + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, lane = i & 31, w = i >> 5;
+    const __half hx = ring[((size_t)ri * wcap + pos % wcap) * D + i];
+    uint8_t *reg = base + (size_t)ri * region;
+    if (KIND == KVQ_GKV_F16) {
+        ((__half *)reg)[(size_t)pos * D + i] = hx;
+        return;
+    }
+    const float x = __half2float(hx);
+    if (KIND == KVQ_GKV_INT) {
+        const int qmax = QMAX(B);
+        float a = fabsf(x);
+        for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+        if (lane == 0) red[w] = a;
+        __syncthreads();
+        a = red[0];
+        for (int k = 1; k < D / 32; k++) a = fmaxf(a, red[k]);
+        const float s = r16(__fdiv_rn(a, (float)qmax));
+        int q = s > 0.0f ? __float2int_rn(__fdiv_rn(x, s)) : 0;
+        q = q < -qmax ? -qmax : q > qmax ? qmax : q;
+        c[i] = (uint8_t)(q + qmax);
+        if (i == 0) *(__half *)(reg + side_off + (size_t)pos * 2) = __float2half_rn(s);
+    } else { // KIVI values: warp w = the 32 channels of group w
+        const int Lq = (1 << B) - 1;
+        float mn = x, mx = x;
+        for (int o = 16; o > 0; o >>= 1) {
+            mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        }
+        const float z = r16(mn), s = r16(__fdiv_rn(mx - z, (float)Lq));
+        int q = s > 0.0f ? __float2int_rn(__fdiv_rn(x - z, s)) : 0;
+        q = q < 0 ? 0 : q > Lq ? Lq : q;
+        c[i] = (uint8_t)q;
+        if (lane == 0) *(__half2 *)(reg + side_off + ((size_t)pos * (D / 32) + w) * 4) = __halves2half2(__float2half_rn(s), __float2half_rn(z));
+    }
+    __syncthreads();
+    write_row<B>(reg + (size_t)pos * ROWB(B), c, i);
+}
+
+// KIVI keys: one group of 32 positions per block, thread = channel (per-channel fp16 scale
+// and zero over the group).
+template <int B>
+__global__ void __launch_bounds__(D) enc_kivi_k(const __half *__restrict__ ring, int wcap, uint8_t *base, size_t region,
+                                                size_t side_off, int p0) {
+    __shared__ uint8_t c[32][D];
+    const int pos0 = p0 + 32 * blockIdx.x, ri = blockIdx.y, i = threadIdx.x, Lq = (1 << B) - 1;
+    uint8_t *reg = base + (size_t)ri * region;
+    float x[32];
+#pragma unroll
+    for (int t = 0; t < 32; t++) x[t] = __half2float(ring[((size_t)ri * wcap + (pos0 + t) % wcap) * D + i]);
+    float mn = x[0], mx = x[0];
+#pragma unroll
+    for (int t = 1; t < 32; t++) mn = fminf(mn, x[t]), mx = fmaxf(mx, x[t]);
+    const float z = r16(mn), s = r16(__fdiv_rn(mx - z, (float)Lq));
+    *(__half2 *)(reg + side_off + ((size_t)(pos0 / 32) * D + i) * 4) = __halves2half2(__float2half_rn(s), __float2half_rn(z));
+#pragma unroll
+    for (int t = 0; t < 32; t++) {
+        int q = s > 0.0f ? __float2int_rn(__fdiv_rn(x[t] - z, s)) : 0;
+        c[t][i] = (uint8_t)(q < 0 ? 0 : q > Lq ? Lq : q);
+    }
+    __syncthreads();
+    for (int t = 0; t < 32; t++) write_row<B>(reg + (size_t)(pos0 + t) * ROWB(B), c[t], i);
+}
+
+// ---- launchers
+
+static side_p side_of(const kvq_gkv_cache *c, const kvq_gkv_side *s) {
+    side_p r;
+    r.base = (const uint8_t *)s->data;
+    r.region = kvq_gkv_region_bytes(s->kind, s->bits, D, c->cap, s->role);
+    r.side_off = kvq_gkv_side_offset(s->kind, s->bits, D, c->cap);
+    r.cb = s->cb;
+    r.signs = s->signs;
+    r.ring = 0;
+    return r;
+}
+static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
+    side_p r = {(const uint8_t *)ring, (size_t)c->wcap * D * 2, 0, NULL, NULL, c->wcap};
+    return r;
+}
+
+typedef void (*split_fn)(attn_p);
+
+static int g_q8 = 0, g_vh = 0;
+extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
+extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
+
+#define KV_BITS(X, KIND) X(KIND, 2) X(KIND, 3) X(KIND, 4)
+// The instantiated (K kind, K bits, V kind, V bits) combinations: the dense baselines, each
+// codec on both sides, and the boundary layers' fp16 keys with each codec's values.
+static split_fn pick(int kk, int kb, int vk, int vb) {
+    if (kk == KVQ_GKV_BF16 && vk == KVQ_GKV_BF16) return attn_split<KVQ_GKV_BF16, 0, KVQ_GKV_BF16, 0>;
+    if (kk == KVQ_GKV_F16 && vk == KVQ_GKV_F16) return attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0>;
+#define SAME(KIND, B) \
+    if (kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KIND, B, KIND, B>;
+#define F16K(KIND, B) \
+    if (kk == KVQ_GKV_F16 && vk == KIND && vb == B) return attn_split<KVQ_GKV_F16, 0, KIND, B>;
+#define SAMEQ8(KIND, B) \
+    if (g_q8 && g_vh && kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KQ8, B, KIND, B, true>; \
+    if (g_q8 && kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KQ8, B, KIND, B>;
+#define SAMEVH(KIND, B) \
+    if (g_vh && kk == KIND && vk == KIND && kb == B && vb == B) return attn_split<KIND, B, KIND, B, true>;
+    KV_BITS(SAMEQ8, KVQ_GKV_INT) // before SAMEVH: int keys with both knobs take the dp4a kernel
+#undef SAMEQ8
+    KV_BITS(SAMEVH, KVQ_GKV_INT)
+    KV_BITS(SAMEVH, KVQ_GKV_KIVI)
+#undef SAMEVH
+    KV_BITS(SAME, KVQ_GKV_INT)
+    KV_BITS(SAME, KVQ_GKV_KIVI)
+    KV_BITS(SAME, KVQ_GKV_TURBO)
+    KV_BITS(F16K, KVQ_GKV_INT)
+    KV_BITS(F16K, KVQ_GKV_KIVI)
+    KV_BITS(F16K, KVQ_GKV_TURBO)
+#undef SAME
+#undef F16K
+    return NULL;
+}
+
+// The ranges of one attend: [0, a) both sides stored, [a, e) keys still in the window
+// (KIVI's incomplete group) with stored values, [e, n_tok) both in the window.
+static void ranges(const kvq_gkv_cache *c, int *a, int *e) {
+    *a = std::min(c->n_enc_k, c->n_enc_v);
+    *e = std::max(c->n_enc_k, c->n_enc_v);
+}
+static int n_chunks(int len, int chunk) { return len > 0 ? (len + chunk - 1) / chunk : 0; }
+
+// Chunks so that the blocks of the main launch fill whole waves: as many chunks per (sequence,
+// KV head) as the SMs hold resident blocks of the kernel (or a multiple of that when chunks
+// would exceed KVQ_GKV_MAX_CHUNK). A wave and a third left 70 % of the second wave idle (ncu:
+// bf16 at 32k, 512 blocks on 396 slots).
+extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
+    split_fn f = pick(c->k.kind, c->k.bits, c->v.kind, c->v.bits);
+    int per_sm = 4, sms = 132, dev = 0;
+    if (f && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, NT, 0) != cudaSuccess) per_sm = 4;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 132;
+    (void)cudaGetLastError();
+    const int n = std::max(1, std::max(c->n_enc_k, c->n_enc_v));
+    const int per = std::max(1, per_sm * sms / std::max(1, c->batch * c->n_kv));
+    const int k = (n + per * KVQ_GKV_MAX_CHUNK - 1) / (per * KVQ_GKV_MAX_CHUNK);
+    const int ch = 32 * ((n + 32 * per * k - 1) / (32 * per * k));
+    return std::min(KVQ_GKV_MAX_CHUNK, std::max(32, ch));
+}
+
+extern "C" size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk) {
+    if (chunk <= 0) chunk = 32;
+    const size_t slots = (size_t)n_chunks(c->cap, chunk) + 2 * (size_t)n_chunks(c->wcap > 0 ? c->wcap : 1, chunk) + 2;
+    return sizeof(float) * (size_t)c->batch * c->n_heads * slots * (D + 2);
+}
+
+static kvq_status check_shape(const kvq_gkv_cache *c, kvq_err *err) {
+    if (c->head_dim != D || c->n_heads != G * c->n_kv || c->cap % 32 || c->batch <= 0)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                           "gpu kv attention: head_dim %d, %d query heads over %d KV heads, capacity %d: only head_dim %d with %d query heads per KV head and a capacity multiple of 32 are built",
+                           c->head_dim, c->n_heads, c->n_kv, c->cap, D, G);
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch,
+                                     kvq_err *err) {
+    kvq_status st = check_shape(c, err);
+    if (st) return st;
+    if (chunk <= 0) chunk = kvq_gkv_auto_chunk(c);
+    if (chunk % 32 || chunk > KVQ_GKV_MAX_CHUNK)
+        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: chunk %d is not a multiple of 32 up to %d", chunk, KVQ_GKV_MAX_CHUNK);
+    int a, e;
+    ranges(c, &a, &e);
+    if (c->n_tok > e && (!c->wk || c->n_tok - e > c->wcap))
+        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d window positions but a ring of %d", c->n_tok - e, c->wcap);
+    const int na = n_chunks(a, chunk), nb = n_chunks(e - a, chunk), nc = n_chunks(c->n_tok - e, chunk);
+    const int n_slot = na + nb + nc;
+    if (n_slot == 0) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: empty cache");
+    if (n_slot > MERGE_MAX) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d chunks exceed %d (a larger chunk)", n_slot, MERGE_MAX);
+    if ((size_t)sizeof(float) * c->batch * c->n_heads * n_slot * (D + 2) > kvq_gkv_scratch_bytes(c, chunk))
+        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: scratch too small for %d chunks", n_slot);
+    attn_p p;
+    p.q = q;
+    p.n_kv = c->n_kv;
+    p.H = c->n_heads;
+    p.chunk = chunk;
+    p.n_slot = n_slot;
+    p.sl2 = scale * LOG2E;
+    p.po = (float *)scratch;
+    p.pml = p.po + (size_t)c->batch * c->n_heads * n_slot * D;
+    cudaStream_t sm = kvq_cuda_stream();
+    if (na) {
+        split_fn f = pick(c->k.kind, c->k.bits, c->v.kind, c->v.bits);
+        if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: no kernel for keys kind %d/%d bits, values kind %d/%d bits",
+                                   c->k.kind, c->k.bits, c->v.kind, c->v.bits);
+        p.k = side_of(c, &c->k);
+        p.v = side_of(c, &c->v);
+        p.t_begin = 0, p.t_end = a, p.slot0 = 0;
+        f<<<dim3(na, c->n_kv, c->batch), NT, 0, sm>>>(p);
+        CU_LAUNCHED("attn_split");
+    }
+    if (nb) { // keys in the window, values stored (KIVI's incomplete key group)
+        if (c->n_enc_k > c->n_enc_v) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: values behind keys");
+        split_fn f = pick(KVQ_GKV_F16, 0, c->v.kind, c->v.bits);
+        if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: no kernel for fp16 keys with values kind %d", c->v.kind);
+        p.k = ring_of(c, c->wk);
+        p.v = side_of(c, &c->v);
+        p.t_begin = a, p.t_end = e, p.slot0 = na;
+        f<<<dim3(nb, c->n_kv, c->batch), NT, 0, sm>>>(p);
+        CU_LAUNCHED("attn_split (window keys)");
+    }
+    if (nc) {
+        p.k = ring_of(c, c->wk);
+        p.v = ring_of(c, c->wv);
+        p.t_begin = e, p.t_end = c->n_tok, p.slot0 = na + nb;
+        attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0><<<dim3(nc, c->n_kv, c->batch), NT, 0, sm>>>(p);
+        CU_LAUNCHED("attn_split (window)");
+    }
+    // the TurboQuant values' rotation applies to the stored values only: the merge rotates
+    // the whole sum back, so window positions are rotated into the frame first... which this
+    // kernel does not do: refuse a TurboQuant cache with a window
+    if (c->v.kind == KVQ_GKV_TURBO && (nb || nc))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: turboquant values with a residual window are not built");
+    attn_merge<<<c->batch * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, c->n_heads,
+                                                    c->v.kind == KVQ_GKV_TURBO ? c->v.signs : NULL);
+    CU_LAUNCHED("attn_merge");
+    return KVQ_OK;
+}
+
+typedef void (*enc_fn)(const __half *, int, uint8_t *, size_t, size_t, int);
+static enc_fn pick_enc(int kind, int bits) {
+    if (kind == KVQ_GKV_F16) return enc_pos<KVQ_GKV_F16, 2>;
+#define EP(KIND, B) \
+    if (kind == KIND && bits == B) return enc_pos<KIND, B>;
+    KV_BITS(EP, KVQ_GKV_INT)
+    KV_BITS(EP, KVQ_GKV_KIVI)
+#undef EP
+    return NULL;
+}
+
+extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err) {
+    kvq_status st = check_shape(c, err);
+    if (st) return st;
+    if (T <= 0) return KVQ_OK;
+    if (!c->wk || c->wcap < window + 32 + T)
+        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: a ring of %d positions, need window %d + 32 + %d", c->wcap, window, T);
+    if (c->n_tok + T > c->cap) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: %d positions exceed the capacity %d", c->n_tok + T, c->cap);
+    const int nb = c->batch * c->n_kv;
+    cudaStream_t sm = kvq_cuda_stream();
+    enc_ring<<<T * nb, D, 0, sm>>>(k, v, (__half *)c->wk, (__half *)c->wv, c->wcap, c->n_tok, nb);
+    CU_LAUNCHED("enc_ring");
+    c->n_tok += T;
+    const kvq_gkv_side *sd[2] = {&c->k, &c->v};
+    void *rings[2] = {c->wk, c->wv};
+    int *ne[2] = {&c->n_enc_k, &c->n_enc_v};
+    for (int r = 0; r < 2; r++) {
+        const kvq_gkv_side *s = sd[r];
+        const size_t region = kvq_gkv_region_bytes(s->kind, s->bits, D, c->cap, s->role);
+        const size_t so = kvq_gkv_side_offset(s->kind, s->bits, D, c->cap);
+        int ready = c->n_tok - window - *ne[r];
+        if (ready <= 0) continue;
+        if (s->kind == KVQ_GKV_KIVI && s->role == 0) {
+            const int ng = ready / 32;
+            if (!ng) continue;
+            void (*f)(const __half *, int, uint8_t *, size_t, size_t, int) =
+                s->bits == 2 ? enc_kivi_k<2> : s->bits == 3 ? enc_kivi_k<3> : s->bits == 4 ? enc_kivi_k<4> : NULL;
+            if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kivi keys at %d bits are not built", s->bits);
+            f<<<dim3(ng, nb), D, 0, sm>>>((const __half *)rings[r], c->wcap, (uint8_t *)s->data, region, so, *ne[r]);
+            CU_LAUNCHED("enc_kivi_k");
+            *ne[r] += 32 * ng;
+        } else {
+            enc_fn f = pick_enc(s->kind, s->bits);
+            if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kind %d at %d bits has no GPU encoder (upload its records)",
+                                       s->kind, s->bits);
+            f<<<dim3(ready, nb), D, 0, sm>>>((const __half *)rings[r], c->wcap, (uint8_t *)s->data, region, so, *ne[r]);
+            CU_LAUNCHED("enc_pos");
+            *ne[r] += ready;
+        }
+    }
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_gkv_time(const kvq_gkv_cache *caches, int rotate, const float *q, float *out, float scale, int chunk,
+                                   void *scratch, int reps, int graph_calls, double *ms, kvq_err *err) {
+    if (rotate < 1) rotate = 1;
+    cudaStream_t sm = kvq_cuda_stream();
+    cudaGraphExec_t ge = NULL;
+    if (graph_calls > 0) { // graph_calls attends (cycling over the copies) captured once
+        if (!sm) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv timing: graphs need kvq_cuda_stream_init");
+        cudaGraph_t g;
+        CU_TRY(cudaStreamBeginCapture(sm, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < graph_calls; i++) {
+            kvq_status st = kvq_gkv_attend(&caches[i % rotate], q, out, scale, chunk, scratch, err);
+            if (st) {
+                cudaStreamEndCapture(sm, &g);
+                return st;
+            }
+        }
+        CU_TRY(cudaStreamEndCapture(sm, &g));
+        CU_TRY(cudaGraphInstantiate(&ge, g, 0));
+        cudaGraphDestroy(g);
+    }
+    cudaEvent_t e0, e1;
+    CU_TRY(cudaEventCreate(&e0));
+    CU_TRY(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int i = 0; i < reps + 3; i++) {
+        CU_TRY(cudaEventRecord(e0, sm));
+        if (ge) CU_TRY(cudaGraphLaunch(ge, sm));
+        else {
+            kvq_status st = kvq_gkv_attend(&caches[i % rotate], q, out, scale, chunk, scratch, err);
+            if (st) return st;
+        }
+        CU_TRY(cudaEventRecord(e1, sm));
+        CU_TRY(cudaEventSynchronize(e1));
+        float m;
+        CU_TRY(cudaEventElapsedTime(&m, e0, e1));
+        if (i >= 3) t.push_back(ge ? m / graph_calls : m);
+    }
+    std::sort(t.begin(), t.end());
+    *ms = t[t.size() / 2];
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (ge) cudaGraphExecDestroy(ge);
+    return KVQ_OK;
+}

@@ -1,0 +1,146 @@
+// Decode attention on the GPU straight from a packed KV cache (issue 20): split-K
+// flash-decoding (each block scores a chunk of positions for all the query heads of one KV
+// head, keeps the chunk's max and sum, and sums p·V; a second kernel merges the chunks with
+// their log-sum-exp weights), reading the GPU execution layout of docs/KV.md ("GPU
+// execution layout") and never writing fp16 K/V to global memory. Plus the encode kernels
+// that append tokens to that layout, bit-identical to the CPU encoders of libconv/kv/kv_int.c.
+// Plain C header (no CUDA types): the tests, benchmarks and kernels/cuda/no_cuda.c use it.
+#ifndef KVQ_CUDA_KV_ATTN_H
+#define KVQ_CUDA_KV_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** What one side (K or V) of the cache stores. */
+typedef enum {
+    KVQ_GKV_BF16 = 0,  // dense bf16 rows (the in-house baseline)
+    KVQ_GKV_F16 = 1,   // dense fp16 rows (the residual window; boundary layers' K)
+    KVQ_GKV_INT = 2,   // int:<b>: fp16 scale per token, symmetric codes q + qmax
+    KVQ_GKV_KIVI = 3,  // kivi:<b>: K per channel over 32-token groups, V per token and 32 channels
+    KVQ_GKV_TURBO = 4, // turboquant:<b>: fp16 norm per token, Lloyd-Max centroid index per rotated coordinate
+} kvq_gkv_kind;
+
+/** The shape every kernel supports now (others are refused with KVQ_ERR_UNSUPPORTED). */
+#define KVQ_GKV_HEAD_DIM 128
+#define KVQ_GKV_GROUP 4 // query heads per KV head
+#define KVQ_GKV_MAX_CHUNK 1024
+
+/** Bytes of one token's packed row of b-bit codes in the GPU layout (head_dim d): b/2
+ *  two-bit planes of d/4 bytes, then a one-bit plane of d/8 bytes when b is odd (docs/KV.md). */
+static inline size_t kvq_gkv_row_bytes(int bits, int d) { return (size_t)(bits / 2) * d / 4 + (size_t)(bits & 1) * d / 8; }
+static inline size_t kvq_gkv_align16(size_t n) { return (n + 15) & ~(size_t)15; }
+/** Offset of the side data inside a (sequence, KV head) region of cap positions (the codes,
+ *  or the dense rows, come first). */
+static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int cap) {
+    return kvq_gkv_align16(kind <= KVQ_GKV_F16 ? (size_t)cap * d * 2 : (size_t)cap * kvq_gkv_row_bytes(bits, d));
+}
+/** Bytes of the side data: INT and TURBO one fp16 per position; KIVI K (role 0) (fp16
+ *  scale, fp16 zero) per channel per 32-position group; KIVI V (scale, zero) per position
+ *  per 32 channels. */
+static inline size_t kvq_gkv_side_bytes(kvq_gkv_kind kind, int d, int cap, int role) {
+    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return (size_t)cap * 2;
+    if (kind == KVQ_GKV_KIVI) return role == 0 ? (size_t)(cap / 32) * d * 4 : (size_t)cap * (d / 32) * 4;
+    return 0;
+}
+/** Bytes of one (sequence, KV head) region of one side. */
+static inline size_t kvq_gkv_region_bytes(kvq_gkv_kind kind, int bits, int d, int cap, int role) {
+    return kvq_gkv_align16(kvq_gkv_side_offset(kind, bits, d, cap) + kvq_gkv_side_bytes(kind, d, cap, role));
+}
+/** Bit position, inside its row's plane, of dim i's bit: two-bit planes LSB-first in dim
+ *  order (dim i at bits 2i, 2i+1); the one-bit plane, per block of 16 dims (2 bytes), dim
+ *  16j + 4n + k at bit 16j + 4k + n, so that a lane spreads the bits of dims
+ *  (k, k+4, k+8, k+12) into bytes with one multiply. */
+static inline int kvq_gkv_bit1_pos(int i) { return (i & ~15) + 4 * (i & 3) + ((i >> 2) & 3); }
+/** Writes code c (bits wide) of dim i into a zeroed row (d dims). */
+static inline void kvq_gkv_put_code(uint8_t *row, int bits, int d, int i, uint32_t c) {
+    for (int p = 0; p < bits / 2; p++) {
+        uint8_t *pl = row + (size_t)p * d / 4;
+        pl[i >> 2] |= (uint8_t)(((c >> (2 * p)) & 3u) << (2 * (i & 3)));
+    }
+    if (bits & 1) {
+        uint8_t *pl = row + (size_t)(bits / 2) * d / 4;
+        int b = kvq_gkv_bit1_pos(i);
+        pl[b >> 3] |= (uint8_t)(((c >> (bits - 1)) & 1u) << (b & 7));
+    }
+}
+/** Reads code i of a row. */
+static inline uint32_t kvq_gkv_get_code(const uint8_t *row, int bits, int d, int i) {
+    uint32_t c = 0;
+    for (int p = 0; p < bits / 2; p++) c |= (uint32_t)((row[(size_t)p * d / 4 + (i >> 2)] >> (2 * (i & 3))) & 3) << (2 * p);
+    if (bits & 1) {
+        int b = kvq_gkv_bit1_pos(i);
+        c |= (uint32_t)((row[(size_t)(bits / 2) * d / 4 + (b >> 3)] >> (b & 7)) & 1) << (bits - 1);
+    }
+    return c;
+}
+
+/** One side of a cache on the device: regions for (batch, n_kv) (sequence-major), each
+ *  kvq_gkv_region_bytes; for TURBO also the centroids (n_kv, 2^bits) and the sign vectors
+ *  (n_kv, d) of each head's state, as fp32 device arrays. */
+typedef struct {
+    kvq_gkv_kind kind;
+    int bits;
+    int role;          // 0 = K, 1 = V
+    void *data;        // device
+    const float *cb;   // device, TURBO only
+    const float *signs; // device, TURBO only
+} kvq_gkv_side;
+
+/** A device cache: n_tok positions stored for every sequence, packed [0, n_enc), the most
+ *  recent [n_enc, n_tok) in the fp16 window ring (wcap slots, slot = pos % wcap); n_enc per
+ *  side (KIVI keys wait for a whole group of 32 in the ring while their values are stored). */
+typedef struct {
+    kvq_gkv_side k, v;
+    int batch, n_kv, n_heads, head_dim, cap;
+    int n_enc_k, n_enc_v, n_tok; // positions stored packed per side (KIVI keys lag by < 32)
+    void *wk, *wv; // device fp16 rings (batch, n_kv, wcap, d), or NULL when wcap = 0
+    int wcap;
+} kvq_gkv_cache;
+
+/** Decode attention: q (batch, n_heads, d) fp32 device, out (batch, n_heads, d) fp32 device,
+ *  out = softmax(scale · q·Kᵀ)·V over the n_tok positions. chunk (multiple of 32, ≤
+ *  KVQ_GKV_MAX_CHUNK) is the positions per block, 0 = chosen from the shape. The partial
+ *  results need scratch: kvq_gkv_scratch_bytes, device, given by the caller. */
+size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk);
+kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch,
+                          kvq_err *err);
+/** The chunk kvq_gkv_attend picks when asked for 0. */
+int kvq_gkv_auto_chunk(const kvq_gkv_cache *c);
+
+/** Appends T tokens k, v (T, batch, n_kv, d) fp32 device at positions [n_tok, n_tok + T)
+ *  of every sequence: into the window ring, and encodes into the packed side every position
+ *  that left the window (KIVI keys: in whole groups of 32 once 32 have left it; they wait in
+ *  the ring until then, as on the CPU). The encoders are the CPU's (kv_int.c) in the same
+ *  float operations, from the window's fp16 values: the packed bytes equal the CPU's
+ *  repacked (kvq_gkv_pack_*). TURBO is not encoded on the GPU (its records are uploaded).
+ *  Needs wcap ≥ window + 32 + T. Updates c->n_tok, c->n_enc_k and c->n_enc_v. */
+kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err);
+
+/** int:<b> keys only: 1 = score them against an int8 copy of q (one scale per query head,
+ *  max|q|/127) with dp4a, 4 codes an instruction, instead of fp32 FMAs; 0 (default) = fp32.
+ *  Adds q's rounding to the scores (measured in test_cuda_kv). Process-wide. */
+void kvq_gkv_set_int8_query(int on);
+
+/** int:<b> and kivi:<b> values: 1 = Σ p·V with fp16 products and pairs (HFMA2), summed into
+ *  fp32 every 32 positions, instead of fp32 FMAs; 0 (default) = fp32. Process-wide. */
+void kvq_gkv_set_half_values(int on);
+
+/** Times kvq_gkv_attend with CUDA events (after a warm-up): the median over reps of one call
+ *  between two events (graph_calls = 0; the host's launch time included), or of one replay of
+ *  a CUDA graph of graph_calls calls divided by graph_calls (the GPU's time per call, as a
+ *  decode step replayed as a graph sees it; needs kvq_cuda_stream_init, ops.h). The calls
+ *  cycle over `rotate` caches (copies laid out one after another, so that L2 holds none). */
+kvq_status kvq_gkv_time(const kvq_gkv_cache *caches, int rotate, const float *q, float *out, float scale, int chunk,
+                        void *scratch, int reps, int graph_calls, double *ms, kvq_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

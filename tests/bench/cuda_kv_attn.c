@@ -1,0 +1,149 @@
+// Decode attention over packed KV caches on the GPU (kernels/cuda/kv_attn.cu): 32 query
+// heads over 8 KV heads, head_dim 128, one new token, batch 1 and 8, T_kv = 4k..128k; our
+// bf16 split-K kernel and every codec at 2, 3 and 4 bits. Two times: the median of 50 calls,
+// each between two CUDA events (the host's launch time included), and the median of 30
+// replays of a CUDA graph of 20 calls, divided by 20 (the GPU's time, as in a decode step
+// replayed as a graph). Calls cycle over copies of the cache that together exceed 256 MB (so
+// L2 holds none; the same rules as cuda_kv_sdpa.py, PyTorch's SDPA in the same device call).
+// "q8": int keys scored by dp4a against an int8 copy of q; "h": int/KIVI values summed by
+// HFMA2 in fp16 pairs (into fp32 every 32 positions).
+// Bytes = what a call must read (codes, side data); % copy = bytes/time over the device's
+// copy bandwidth. Then the encoders: positions appended per second, one token at a time and
+// as a 4096-token prefill. Timing only (the values are not meaningful: constant bytes;
+// correctness is tests/test_cuda_kv.c).
+// usage: cuda_kv_attn [T ...]
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cuda/hq_decode.h"
+#include "kernels/cuda/kv_attn.h"
+#include "kernels/cuda/ops.h"
+
+#define D KVQ_GKV_HEAD_DIM
+#define NKV 8
+#define H (NKV * KVQ_GKV_GROUP)
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+// Bytes a call reads per (sequence, KV head, position), one side.
+static double bytes_per_pos(kvq_gkv_kind kind, int bits, int role) {
+    if (kind <= KVQ_GKV_F16) return 2.0 * D;
+    double side = kind == KVQ_GKV_KIVI ? 4.0 * D / 32 : 2.0; // KIVI: 4 bytes per channel per 32 positions (K), per 32 channels (V)
+    return (double)kvq_gkv_row_bytes(bits, D) + side;
+}
+
+#define TRY(x)                                                             \
+    do {                                                                   \
+        if ((x) != KVQ_OK) {                                               \
+            fprintf(stderr, "cuda_kv_attn: %s: %s\n", #x, err.msg);        \
+            return 1;                                                      \
+        }                                                                  \
+    } while (0)
+
+int main(int argc, char **argv) {
+    char why[256] = "";
+    if (kvq_cuda_device_count(why, sizeof why) <= 0) {
+        printf("cuda_kv_attn: skipped: %s\n", why);
+        return 0;
+    }
+    kvq_err err = {0};
+    char name[256];
+    kvq_cuda_device_name(name, sizeof name);
+    double bw = 0;
+    TRY(kvq_cuda_copy_bandwidth((size_t)256 << 20, 20, &bw, &err));
+    printf("device: %s, copy bandwidth %.0f GB/s (256 MiB device-to-device, read + write)\n", name, bw / 1e9);
+    int Ts[8] = {4096, 16384, 32768, 131072}, nT = 4;
+    if (argc > 1) {
+        nT = 0;
+        for (int i = 1; i < argc && nT < 8; i++) Ts[nT++] = atoi(argv[i]);
+    }
+    const struct { kvq_gkv_kind kind; int bits; const char *name; } cfg[] = {
+        {KVQ_GKV_BF16, 0, "bf16"},          {KVQ_GKV_INT, 4, "int:4"},          {KVQ_GKV_INT, 3, "int:3"},
+        {KVQ_GKV_INT, 2, "int:2"},          {KVQ_GKV_INT, 4, "int:4 q8+h"},     {KVQ_GKV_INT, 3, "int:3 q8+h"},
+        {KVQ_GKV_INT, 2, "int:2 q8+h"},     {KVQ_GKV_KIVI, 4, "kivi:4"},        {KVQ_GKV_KIVI, 3, "kivi:3"},
+        {KVQ_GKV_KIVI, 2, "kivi:2"},        {KVQ_GKV_KIVI, 4, "kivi:4 h"},      {KVQ_GKV_KIVI, 3, "kivi:3 h"},
+        {KVQ_GKV_KIVI, 2, "kivi:2 h"},      {KVQ_GKV_TURBO, 4, "turboquant:4"}, {KVQ_GKV_TURBO, 3, "turboquant:3"},
+        {KVQ_GKV_TURBO, 2, "turboquant:2"}};
+    const int ncfg = sizeof cfg / sizeof *cfg;
+    const float scale = 0.08838834764831845f;
+    void *cb, *sg, *q, *out;
+    TRY(kvq_cuda_malloc(&cb, sizeof(float) * NKV * 16, &err));
+    TRY(kvq_cuda_malloc(&sg, sizeof(float) * NKV * D, &err));
+    TRY(kvq_cuda_memset(cb, 0x11, sizeof(float) * NKV * 16, &err));
+    TRY(kvq_cuda_memset(sg, 0x11, sizeof(float) * NKV * D, &err));
+    TRY(kvq_cuda_malloc(&q, sizeof(float) * 8 * H * D, &err));
+    TRY(kvq_cuda_malloc(&out, sizeof(float) * 8 * H * D, &err));
+    TRY(kvq_cuda_memset(q, 0x11, sizeof(float) * 8 * H * D, &err));
+    TRY(kvq_cuda_stream_init(&err));
+    printf("\n| T_kv | batch | cache | ms, one call | ms, in a graph | MB read | GB/s (graph) | %% of copy (graph) | chunk | copies |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int ti = 0; ti < nT; ti++)
+        for (int B = 1; B <= 8; B += 7)
+            for (int ci = 0; ci < ncfg; ci++) {
+                const int T = Ts[ti];
+                kvq_gkv_cache c = {{cfg[ci].kind, cfg[ci].bits, 0, NULL, cb, sg}, {cfg[ci].kind, cfg[ci].bits, 1, NULL, cb, sg}, B, NKV, H, D, T, T, T, T,
+                                   NULL, NULL, 0};
+                const size_t rk = kvq_gkv_region_bytes(c.k.kind, c.k.bits, D, T, 0), rv = kvq_gkv_region_bytes(c.v.kind, c.v.bits, D, T, 1);
+                const size_t one = (size_t)B * NKV * (rk + rv);
+                int rot = (int)(((size_t)256 << 20) / one) + 1;
+                if (rot > 64) rot = 64;
+                void *buf;
+                TRY(kvq_cuda_malloc(&buf, one * rot, &err));
+                TRY(kvq_cuda_memset(buf, 0x11, one * rot, &err));
+                kvq_gkv_cache cs[64];
+                for (int r = 0; r < rot; r++) {
+                    cs[r] = c;
+                    cs[r].k.data = (char *)buf + one * r;
+                    cs[r].v.data = (char *)buf + one * r + (size_t)B * NKV * rk;
+                }
+                kvq_gkv_set_int8_query(strstr(cfg[ci].name, "q8") != NULL);
+                kvq_gkv_set_half_values(strstr(cfg[ci].name, "h") != NULL && cfg[ci].kind != KVQ_GKV_BF16);
+                const int chunk = kvq_gkv_auto_chunk(&c);
+                void *scr;
+                TRY(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, chunk), &err));
+                double ms = 0, msg = 0;
+                TRY(kvq_gkv_time(cs, rot, q, out, scale, chunk, scr, 50, 0, &ms, &err));
+                TRY(kvq_gkv_time(cs, rot, q, out, scale, chunk, scr, 30, 20, &msg, &err));
+                const double bytes = (double)B * NKV * T * (bytes_per_pos(c.k.kind, c.k.bits, 0) + bytes_per_pos(c.v.kind, c.v.bits, 1));
+                printf("| %dk | %d | %s | %.4f | %.4f | %.1f | %.0f | %.0f %% | %d | %d |\n", T / 1024, B, cfg[ci].name, ms, msg, bytes / 1e6,
+                       bytes / (msg * 1e-3) / 1e9, 100.0 * bytes / (msg * 1e-3) / bw, chunk, rot);
+                fflush(stdout);
+                kvq_cuda_free(scr);
+                kvq_cuda_free(buf);
+            }
+
+    // encoders: one token at a time (decode) and a 4096-token prefill, batch 1, window 0
+    printf("\n| encoder | prefill 4096: positions/s | decode: µs per appended token (8 KV heads, K and V) |\n|---|---|---|\n");
+    const struct { kvq_gkv_kind kind; int bits; const char *name; } enc[] = {
+        {KVQ_GKV_INT, 4, "int:4"}, {KVQ_GKV_INT, 2, "int:2"}, {KVQ_GKV_KIVI, 4, "kivi:4"}, {KVQ_GKV_KIVI, 2, "kivi:2"}};
+    for (int ei = 0; ei < 4; ei++) {
+        const int CAP = 8192, P = 4096, W = 0, WCAP = P + 64, NDEC = 256;
+        kvq_gkv_cache c = {{enc[ei].kind, enc[ei].bits, 0, NULL, NULL, NULL}, {enc[ei].kind, enc[ei].bits, 1, NULL, NULL, NULL}, 1, NKV, H, D, CAP,
+                           0, 0, 0, NULL, NULL, WCAP};
+        void *kd, *vd, *x;
+        TRY(kvq_cuda_malloc(&kd, NKV * kvq_gkv_region_bytes(c.k.kind, c.k.bits, D, CAP, 0), &err));
+        TRY(kvq_cuda_malloc(&vd, NKV * kvq_gkv_region_bytes(c.v.kind, c.v.bits, D, CAP, 1), &err));
+        TRY(kvq_cuda_malloc(&c.wk, (size_t)NKV * WCAP * D * 2, &err));
+        TRY(kvq_cuda_malloc(&c.wv, (size_t)NKV * WCAP * D * 2, &err));
+        TRY(kvq_cuda_malloc(&x, sizeof(float) * P * NKV * D, &err));
+        TRY(kvq_cuda_memset(x, 0x3c, sizeof(float) * P * NKV * D, &err));
+        c.k.data = kd, c.v.data = vd;
+        TRY(kvq_cuda_sync(&err));
+        double t0 = now();
+        TRY(kvq_gkv_append(&c, x, x, P, W, &err));
+        TRY(kvq_cuda_sync(&err));
+        const double tp = now() - t0;
+        t0 = now();
+        for (int i = 0; i < NDEC; i++) TRY(kvq_gkv_append(&c, x, x, 1, W, &err));
+        TRY(kvq_cuda_sync(&err));
+        const double td = (now() - t0) / NDEC;
+        printf("| %s | %.3g | %.1f |\n", enc[ei].name, P / tp, td * 1e6);
+        kvq_cuda_free(kd), kvq_cuda_free(vd), kvq_cuda_free(c.wk), kvq_cuda_free(c.wv), kvq_cuda_free(x);
+    }
+    return 0;
+}

@@ -1,0 +1,374 @@
+// GPU decode attention over packed KV caches (kernels/cuda/kv_attn.cu) against the CPU
+// codecs' decode-then-attend reference, on seeded random inputs; the GPU encoders against
+// the CPU encoders byte for byte and the GPU cache (window, KIVI's waiting key group)
+// against the CPU cache (libconv/kv/kvcache_codec.c). The layout round trip (CPU record →
+// GPU layout → CPU record) runs without a GPU; the rest skips with "no CUDA device".
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "formats/dtype.h"
+#include "kernels/cuda/hq_decode.h"
+#include "kernels/cuda/kv_attn.h"
+#include "libconv/kv/kv_gpu.h"
+#include "tests/testrng.h"
+
+#define D KVQ_GKV_HEAD_DIM
+
+static int have_gpu(void) {
+    char why[256] = "";
+    if (kvq_cuda_device_count(why, sizeof why) > 0) return 1;
+    fprintf(stderr, "test_cuda_kv: skipped: no CUDA device (%s)\n", why);
+    return 0;
+}
+
+static kvq_kvcodec *codec(const char *spec, int role, int head) {
+    kvq_kvspec sp;
+    kvq_err err = {0};
+    assert_int_equal(kvq_kvspec_parse(spec, &sp, &err), KVQ_OK);
+    kvq_kvcodec *c = NULL;
+    kvq_status st = kvq_kvcodec_new(&sp, D, role, kvq_kv_seed(7, 0, head, role), &c, &err);
+    if (st) fprintf(stderr, "%s: %s\n", spec, err.msg);
+    assert_int_equal(st, KVQ_OK);
+    return c;
+}
+
+// Gaussian tokens with a few large channels (as real keys have), (n, D).
+static void tokens(float *x, int n, uint64_t *seed) {
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < D; i++) x[(size_t)t * D + i] = (float)gauss(seed) * (i % 37 == 3 ? 6.0f : 1.0f);
+}
+
+static const char *const SPECS[] = {"int:2", "int:3", "int:4", "kivi:2", "kivi:3", "kivi:4", "turboquant:2", "turboquant:3",
+                                    "turboquant:4", "fp16"};
+#define NSPEC (int)(sizeof SPECS / sizeof *SPECS)
+
+// CPU record → GPU layout → CPU record is the identity, for every codec, K and V.
+static void test_layout_roundtrip(void **state) {
+    uint64_t seed = 11;
+    enum { CAP = 96 };
+    float *x = malloc(sizeof(float) * 32 * D);
+    for (int s = 0; s < NSPEC; s++)
+        for (int role = 0; role < 2; role++) {
+            kvq_kvcodec *c = codec(SPECS[s], role, 0);
+            kvq_gkv_kind kind;
+            int bits;
+            kvq_err err = {0};
+            assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+            const size_t rb = kvq_gkv_region_bytes(kind, bits, D, CAP, role), mb = c->vt->max_bytes(c);
+            uint8_t *img = calloc(rb, 1), *rec = malloc(mb), *back = malloc(mb);
+            seed = 11;
+            for (int pos = 0; pos < CAP; pos += c->group) {
+                tokens(x, c->group, &seed);
+                size_t n = 0;
+                assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+                kvq_gkv_pack(c, kind, bits, rec, pos, img, CAP);
+            }
+            // re-encode with the same seed stream and compare every group's record
+            seed = 11;
+            for (int pos = 0; pos < CAP; pos += c->group) {
+                tokens(x, c->group, &seed);
+                size_t n = 0;
+                c->vt->encode(c, x, rec, &n, &err);
+                kvq_gkv_unpack(c, kind, bits, img, CAP, pos, back);
+                assert_memory_equal(rec, back, mb);
+            }
+            fprintf(stderr, "test_cuda_kv: layout %-13s %s: %zu-byte records round-trip\n", SPECS[s], role ? "V" : "K", mb);
+            free(img), free(rec), free(back);
+            kvq_kvcodec_free(c);
+        }
+    free(x);
+}
+
+// One side of a test cache: host image of (batch, n_kv) regions, the decoded values, device copies.
+typedef struct {
+    kvq_gkv_side s;
+    uint8_t *img;
+    size_t region;
+    float *dec; // (batch, n_kv, T, D) as the CPU codec decodes them
+    float *cb, *signs;
+} tside;
+
+static void build_side(const char *spec, int role, int B, int n_kv, int T, int cap, const float *X, tside *o) {
+    memset(o, 0, sizeof *o);
+    o->dec = malloc(sizeof(float) * B * n_kv * T * D);
+    kvq_err err = {0};
+    if (!strcmp(spec, "bf16")) { // the baseline: bf16 rows
+        o->s.kind = KVQ_GKV_BF16;
+        o->region = kvq_gkv_region_bytes(KVQ_GKV_BF16, 0, D, cap, role);
+        o->img = calloc((size_t)B * n_kv, o->region);
+        for (int r = 0; r < B * n_kv; r++)
+            for (size_t e = 0; e < (size_t)T * D; e++) {
+                uint16_t h = kvq_f32_to_bf16(X[(size_t)r * T * D + e]);
+                memcpy(o->img + r * o->region + 2 * e, &h, 2);
+                o->dec[(size_t)r * T * D + e] = kvq_bf16_to_f32(h);
+            }
+    } else {
+        for (int h = 0; h < n_kv; h++) {
+            kvq_kvcodec *c = codec(spec, role, h);
+            int bits;
+            assert_int_equal(kvq_gkv_kind_of(c, &o->s.kind, &bits, &err), KVQ_OK);
+            o->s.bits = bits;
+            if (!o->img) {
+                o->region = kvq_gkv_region_bytes(o->s.kind, bits, D, cap, role);
+                o->img = calloc((size_t)B * n_kv, o->region);
+                if (o->s.kind == KVQ_GKV_TURBO) o->cb = malloc(sizeof(float) * n_kv << bits), o->signs = malloc(sizeof(float) * n_kv * D);
+            }
+            if (o->s.kind == KVQ_GKV_TURBO) {
+                kvq_kvtable t[8];
+                int nt = c->vt->tables(c, t);
+                for (int k = 0; k < nt; k++) {
+                    if (!strcmp(t[k].name, "signs")) memcpy(o->signs + h * D, t[k].data, sizeof(float) * D);
+                    if (!strcmp(t[k].name, "codebook")) memcpy(o->cb + (h << bits), t[k].data, sizeof(float) << bits);
+                }
+            }
+            uint8_t *rec = malloc(c->vt->max_bytes(c));
+            for (int b = 0; b < B; b++) {
+                const size_t r = (size_t)b * n_kv + h;
+                for (int pos = 0; pos + c->group <= T; pos += c->group) {
+                    size_t n = 0;
+                    assert_int_equal(c->vt->encode(c, X + (r * T + pos) * D, rec, &n, &err), KVQ_OK);
+                    kvq_gkv_pack(c, o->s.kind, bits, rec, pos, o->img + r * o->region, cap);
+                    c->vt->decode(c, rec, n, o->dec + (r * T + pos) * D);
+                }
+            }
+            free(rec);
+            kvq_kvcodec_free(c);
+        }
+    }
+    o->s.role = role;
+    kvq_err e2 = {0};
+    assert_int_equal(kvq_cuda_malloc(&o->s.data, (size_t)B * n_kv * o->region, &e2), KVQ_OK);
+    assert_int_equal(kvq_cuda_copy(o->s.data, o->img, (size_t)B * n_kv * o->region, 1, &e2), KVQ_OK);
+    if (o->cb) {
+        void *dcb, *dsg;
+        assert_int_equal(kvq_cuda_malloc(&dcb, sizeof(float) * n_kv << o->s.bits, &e2), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&dsg, sizeof(float) * n_kv * D, &e2), KVQ_OK);
+        kvq_cuda_copy(dcb, o->cb, sizeof(float) * n_kv << o->s.bits, 1, &e2);
+        kvq_cuda_copy(dsg, o->signs, sizeof(float) * n_kv * D, 1, &e2);
+        o->s.cb = dcb, o->s.signs = dsg;
+    }
+}
+
+static void free_side(tside *o) {
+    kvq_cuda_free(o->s.data);
+    kvq_cuda_free((void *)o->s.cb);
+    kvq_cuda_free((void *)o->s.signs);
+    free(o->img), free(o->dec), free(o->cb), free(o->signs);
+}
+
+// softmax(scale·q·Kᵀ)·V in double for every (sequence, query head); K, V (B, n_kv, T, D).
+static void ref_attend(const float *q, const float *K, const float *V, int B, int n_kv, int T, float scale, double *out) {
+    const int H = n_kv * KVQ_GKV_GROUP;
+    double *s = malloc(sizeof(double) * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const size_t r = (size_t)b * n_kv + h / KVQ_GKV_GROUP;
+            const float *qq = q + ((size_t)b * H + h) * D;
+            double m = -INFINITY, l = 0;
+            for (int t = 0; t < T; t++) {
+                double a = 0;
+                for (int i = 0; i < D; i++) a += (double)qq[i] * K[(r * T + t) * D + i];
+                s[t] = a * scale;
+                if (s[t] > m) m = s[t];
+            }
+            double *o = out + ((size_t)b * H + h) * D;
+            for (int i = 0; i < D; i++) o[i] = 0;
+            for (int t = 0; t < T; t++) {
+                double p = exp(s[t] - m);
+                l += p;
+                for (int i = 0; i < D; i++) o[i] += p * V[(r * T + t) * D + i];
+            }
+            for (int i = 0; i < D; i++) o[i] /= l;
+        }
+    free(s);
+}
+
+static double nmse(const float *a, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
+    return num / den;
+}
+
+// Every kernel against the CPU decode-then-attend reference: B = 2 sequences, 2 KV heads (8
+// query heads), T = 992 positions (31 KIVI groups), chunks of 64 (a partial last chunk), 1024
+// (one chunk) and the automatic choice. Limit: NMSE ≤ 1e-9 (the same decoded values; only
+// float summation order differs — measured values are printed); int keys' dp4a path (q
+// rounded to int8) ≤ 1e-3; KIVI values summed in fp16 pairs ≤ 1e-5. The NMSE of the reference
+// itself against exact attention over the undecoded inputs is printed for scale.
+static void test_attend_vs_cpu(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 2, H = NKV * KVQ_GKV_GROUP, T = 992, CAP = 1024 };
+    const float scale = 1.0f / sqrtf((float)D);
+    uint64_t seed = 5;
+    float *K = malloc(sizeof(float) * B * NKV * T * D), *V = malloc(sizeof(float) * B * NKV * T * D), *q = malloc(sizeof(float) * B * H * D);
+    tokens(K, B * NKV * T, &seed);
+    tokens(V, B * NKV * T, &seed);
+    for (int i = 0; i < B * H * D; i++) q[i] = (float)gauss(&seed) * 1.5f;
+    double *exact = malloc(sizeof(double) * B * H * D), *ref = malloc(sizeof(double) * B * H * D);
+    ref_attend(q, K, V, B, NKV, T, scale, exact);
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * B * H * D, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * B * H * D, &err), KVQ_OK);
+    kvq_cuda_copy(dq, q, sizeof(float) * B * H * D, 1, &err);
+    float *out = malloc(sizeof(float) * B * H * D);
+    const char *pairs[][2] = {{"bf16", "bf16"},   {"int:2", "int:2"},   {"int:3", "int:3"},
+                              {"int:4", "int:4"}, {"kivi:2", "kivi:2"}, {"kivi:3", "kivi:3"},
+                              {"kivi:4", "kivi:4"}, {"turboquant:2", "turboquant:2"}, {"turboquant:3", "turboquant:3"},
+                              {"turboquant:4", "turboquant:4"}, {"fp16", "fp16"}, {"fp16", "int:4"},
+                              {"fp16", "kivi:2"}, {"fp16", "turboquant:3"}};
+    for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
+        tside ks, vs;
+        build_side(pairs[pi][0], 0, B, NKV, T, CAP, K, &ks);
+        build_side(pairs[pi][1], 1, B, NKV, T, CAP, V, &vs);
+        ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+        kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+        const int chunks[] = {64, 1024, 0};
+        const int same = !strcmp(pairs[pi][0], pairs[pi][1]), isint = same && !strncmp(pairs[pi][0], "int:", 4),
+                  iskivi = same && !strncmp(pairs[pi][0], "kivi:", 5);
+        for (int ci = 0; ci < 3 + isint + (isint || iskivi); ci++) {
+            // the fast paths, auto chunk: int keys by dp4a (q rounded to int8); then int and
+            // KIVI values by HFMA2 (fp16 products and pairs), int keys still by dp4a
+            kvq_gkv_set_int8_query(ci >= 3 && isint);
+            kvq_gkv_set_half_values(ci == 3 + isint);
+            const int ch = ci < 3 ? chunks[ci] : 0;
+            void *scr;
+            assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+            memset(out, 0xff, sizeof(float) * B * H * D);
+            kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+            if (st) fprintf(stderr, "attend: %s\n", err.msg);
+            assert_int_equal(st, KVQ_OK);
+            assert_int_equal(kvq_cuda_copy(out, dout, sizeof(float) * B * H * D, 0, &err), KVQ_OK);
+            const double e = nmse(out, ref, (size_t)B * H * D);
+            float ex[B * H * D];
+            for (int i = 0; i < B * H * D; i++) ex[i] = (float)ref[i];
+            fprintf(stderr, "test_cuda_kv: attend K %-13s V %-13s chunk %4d%s: NMSE vs CPU decode-then-attend %.2e (reference vs exact %.2e)\n",
+                    pairs[pi][0], pairs[pi][1], ch ? ch : kvq_gkv_auto_chunk(&c),
+                    ci < 3 ? "" : isint && ci == 3 ? " int8 q" : isint ? " int8 q, fp16 PV" : " fp16 PV", e, nmse(ex, exact, (size_t)B * H * D));
+            assert_true(e <= (ci < 3 ? 1e-9 : isint ? 1e-3 : 1e-5));
+            kvq_cuda_free(scr);
+        }
+        kvq_gkv_set_int8_query(0);
+        kvq_gkv_set_half_values(0);
+        free_side(&ks);
+        free_side(&vs);
+    }
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(exact), free(ref), free(out);
+}
+
+// The GPU cache against the CPU cache: a prefill of 300 positions, then 37 one-token appends,
+// window 16. The GPU's packed bytes equal the CPU encoders' (unpacked and compared record by
+// record, from the fp16-rounded tokens as the CPU cache encodes them); its attention equals
+// the CPU cache's attend within NMSE 1e-9 at three points (KIVI's waiting key group included).
+static void test_append_vs_cpu_cache(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { NKV = 2, H = NKV * KVQ_GKV_GROUP, CAP = 512, W = 16, T0 = 300, NSTEP = 37, WCAP = 512 };
+    const float scale = 1.0f / sqrtf((float)D);
+    const char *specs[] = {"int:2", "int:3", "int:4", "kivi:2", "kivi:3", "kivi:4"};
+    kvq_err err = {0};
+    kvq_gkv_set_int8_query(0); // the exact paths (a failed test above may have left a knob on)
+    kvq_gkv_set_half_values(0);
+    for (int si = 0; si < 6; si++) {
+        uint64_t seed = 99;
+        const int T = T0 + NSTEP;
+        float *X[2];
+        for (int r = 0; r < 2; r++) X[r] = malloc(sizeof(float) * T * NKV * D), tokens(X[r], T * NKV, &seed); // (T, NKV, D)
+        kvq_kvcache *cc = NULL;
+        kvq_kvcache_policy pol = {W, 0, 7, 0};
+        assert_int_equal(kvq_kvcache_codec_new(specs[si], 1, NKV, D, CAP, &pol, &cc, &err), KVQ_OK);
+        kvq_gkv_cache g = {{0}, {0}, 1, NKV, H, D, CAP, 0, 0, 0, NULL, NULL, WCAP};
+        kvq_kvcodec *cs[2][NKV];
+        for (int r = 0; r < 2; r++) {
+            kvq_gkv_side *s = r ? &g.v : &g.k;
+            for (int h = 0; h < NKV; h++) cs[r][h] = codec(specs[si], r, h);
+            kvq_gkv_kind_of(cs[r][0], &s->kind, &s->bits, &err);
+            s->role = r;
+            assert_int_equal(kvq_cuda_malloc(&s->data, NKV * kvq_gkv_region_bytes(s->kind, s->bits, D, CAP, r), &err), KVQ_OK);
+        }
+        assert_int_equal(kvq_cuda_malloc(&g.wk, (size_t)NKV * WCAP * D * 2, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&g.wv, (size_t)NKV * WCAP * D * 2, &err), KVQ_OK);
+        void *dk, *dv, *dq, *dout, *scr;
+        kvq_cuda_malloc(&dk, sizeof(float) * T * NKV * D, &err);
+        kvq_cuda_malloc(&dv, sizeof(float) * T * NKV * D, &err);
+        kvq_cuda_malloc(&dq, sizeof(float) * H * D, &err);
+        kvq_cuda_malloc(&dout, sizeof(float) * H * D, &err);
+        assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&g, 64), &err), KVQ_OK);
+        kvq_cuda_copy(dk, X[0], sizeof(float) * T * NKV * D, 1, &err);
+        kvq_cuda_copy(dv, X[1], sizeof(float) * T * NKV * D, 1, &err);
+        float q[H * D], out[H * D];
+        for (int i = 0; i < H * D; i++) q[i] = (float)gauss(&seed);
+        kvq_cuda_copy(dq, q, sizeof q, 1, &err);
+        int pos = 0;
+        while (pos < T) {
+            const int n = pos == 0 ? T0 : 1;
+            for (int t = pos; t < pos + n; t++)
+                assert_int_equal(cc->ops->append(cc, 0, t, X[0] + (size_t)t * NKV * D, X[1] + (size_t)t * NKV * D), KVQ_OK);
+            kvq_status st = kvq_gkv_append(&g, (float *)dk + (size_t)pos * NKV * D, (float *)dv + (size_t)pos * NKV * D, n, W, &err);
+            if (st) fprintf(stderr, "append: %s\n", err.msg);
+            assert_int_equal(st, KVQ_OK);
+            pos += n;
+            if (pos != T0 && pos != T0 + 5 && pos != T) continue;
+            // attention: GPU against the CPU cache's attend
+            assert_int_equal(kvq_gkv_attend(&g, dq, dout, scale, 64, scr, &err), KVQ_OK);
+            kvq_cuda_copy(out, dout, sizeof out, 0, &err);
+            double ref[H * D];
+            for (int h = 0; h < NKV; h++) {
+                float o[KVQ_GKV_GROUP * D];
+                assert_int_equal(cc->ops->attend(cc, 0, h, q + h * KVQ_GKV_GROUP * D, KVQ_GKV_GROUP, pos, scale, o), KVQ_OK);
+                for (int i = 0; i < KVQ_GKV_GROUP * D; i++) ref[h * KVQ_GKV_GROUP * D + i] = o[i];
+            }
+            const double e = nmse(out, ref, H * D);
+            fprintf(stderr, "test_cuda_kv: cache %-7s window %d at %3d positions (stored K %d, V %d): NMSE vs the CPU cache %.2e\n", specs[si], W,
+                    pos, g.n_enc_k, g.n_enc_v, e);
+            assert_true(e <= 1e-9);
+        }
+        // the packed bytes against the CPU encoders of the fp16-rounded tokens
+        for (int r = 0; r < 2; r++) {
+            const kvq_gkv_side *s = r ? &g.v : &g.k;
+            const int ne = r ? g.n_enc_v : g.n_enc_k;
+            const size_t rb = kvq_gkv_region_bytes(s->kind, s->bits, D, CAP, r);
+            uint8_t *img = malloc(NKV * rb);
+            kvq_cuda_copy(img, s->data, NKV * rb, 0, &err);
+            for (int h = 0; h < NKV; h++) {
+                kvq_kvcodec *c = cs[r][h];
+                const size_t mb = c->vt->max_bytes(c);
+                uint8_t *rec = malloc(mb), *back = malloc(mb);
+                float *x = malloc(sizeof(float) * c->group * D);
+                for (int p0 = 0; p0 < ne; p0 += c->group) {
+                    for (int t = 0; t < c->group; t++)
+                        for (int i = 0; i < D; i++)
+                            x[t * D + i] = kvq_f16_to_f32(kvq_f32_to_f16(X[r][((size_t)(p0 + t) * NKV + h) * D + i]));
+                    size_t n = 0;
+                    c->vt->encode(c, x, rec, &n, &err);
+                    kvq_gkv_unpack(c, s->kind, s->bits, img + h * rb, CAP, p0, back);
+                    assert_memory_equal(rec, back, mb);
+                }
+                free(rec), free(back), free(x);
+            }
+            fprintf(stderr, "test_cuda_kv: cache %-7s %s: %d positions encoded on the GPU equal the CPU encoder's bytes\n", specs[si], r ? "V" : "K", ne);
+            free(img);
+        }
+        for (int r = 0; r < 2; r++) {
+            kvq_cuda_free((r ? &g.v : &g.k)->data);
+            for (int h = 0; h < NKV; h++) kvq_kvcodec_free(cs[r][h]);
+            free(X[r]);
+        }
+        kvq_cuda_free(g.wk), kvq_cuda_free(g.wv), kvq_cuda_free(dk), kvq_cuda_free(dv), kvq_cuda_free(dq), kvq_cuda_free(dout), kvq_cuda_free(scr);
+        cc->ops->free(cc);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_attend_vs_cpu),
+                                       cmocka_unit_test(test_append_vs_cpu_cache)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
