@@ -38,7 +38,7 @@ CU_LIB   := $(BUILD)/libkvqcuda.a
 endif
 endif
 
-.PHONY: all test asan demo bench clean deps verify-full
+.PHONY: all test test-cuda asan demo bench clean deps verify-full
 # Keep object files of tools, tests and benchmarks (they are pattern intermediates).
 .SECONDARY:
 all: $(DEPS_OK) $(BUILD)/libkvq.a $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(CU_LIB)
@@ -105,6 +105,11 @@ test: all
 	@tests/check_layers.sh
 	@tests/check_cycles.sh $(BUILD)
 	@tests/run.sh $(BUILD)
+
+# The GPU suites alone (tests/test_cuda_*): they run where a CUDA device exists and skip,
+# saying why, elsewhere (they also run, and skip, inside `make test`).
+test-cuda: all
+	@tests/run.sh $(BUILD) 'test_cuda_*'
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" all

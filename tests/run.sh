@@ -3,8 +3,9 @@
 # closing tally over all suites. A suite that crashes counts as failed.
 set -u
 build=${1:-build}
+pattern=${2:-test_*} # a subset of the suites (make test-cuda: test_cuda_*)
 pass=0; fail=0; skip=0; failed=""
-for t in "$build"/tests/test_*; do
+for t in "$build"/tests/$pattern; do
   [ -x "$t" ] || continue
   log=$(mktemp)
   "$t" >"$log" 2>&1; rc=$?

@@ -18,6 +18,7 @@
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/hqx.h"
+#include "kernels/cuda/ops.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
 #include "libconv/codec/rtn.h"
 #include "tests/testrng.h"
@@ -90,6 +91,101 @@ static void compare_xin(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint6
         }
     }
     free(X); free(XT); free(nw); free(R); free(Y); free(Y1); free(G);
+}
+
+// The tensor-core path (hqx_tc.cu). (1) The rotated-domain values it decodes, fp32, turned back
+// into weights on the CPU (W = sign ⊙ H·(g ⊙ wr) per tile; RTN: W = wr) against the reference
+// decoder's rows, each row within 1e-5 (a wrong code or escape moves a row by far more).
+// (2) The product of NTC tokens, accumulating, against the CPU exact mode: bf16 operands, so
+// ~1e-3 relative, bound 1e-2; row blocks of 5 rows (several cuBLAS calls) give the same
+// result within 1e-6. Skipped, saying so, without cuBLAS.
+static void compare_tc(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint64_t seed, const char *what) {
+    kvq_err err = {0};
+    const int64_t rows = w->rows, cols = w->cols, cp = w->cols_p, T = w->tile;
+    void *dw = NULL;
+    assert_int_equal(kvq_cuda_malloc(&dw, sizeof(float) * rows * cp, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_hqx_decode_rot(t, 0, rows, dw, 0, &err), KVQ_OK);
+    float *wr = malloc(sizeof(float) * rows * cp), *ref = malloc(sizeof(float) * cols), *tile = malloc(sizeof(float) * T);
+    assert_int_equal(kvq_cuda_sync(&err), KVQ_OK);
+    assert_int_equal(kvq_cuda_copy(wr, dw, sizeof(float) * rows * cp, 0, &err), KVQ_OK);
+    double worst = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        kvq_hqx_row_f32(w, r, ref);
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < cp / T; j++) {
+            for (int64_t i = 0; i < T; i++) {
+                double v = wr[r * cp + j * T + i];
+                if (w->rotate && w->lat == KVQ_HQ_LAT_A2 && !(i & 1)) v *= KVQ_HQ_SQRT3_F;
+                tile[i] = (float)v;
+            }
+            if (w->rotate)
+                for (int64_t h = 1; h < T; h <<= 1)
+                    for (int64_t i = 0; i < T; i++)
+                        if (!(i & h)) {
+                            float x0 = tile[i], x1 = tile[i + h];
+                            tile[i] = x0 + x1;
+                            tile[i + h] = x0 - x1;
+                        }
+            for (int64_t i = 0; i < T && j * T + i < cols; i++) {
+                double v = tile[i];
+                if (w->rotate && (kvq_hq_sign_word(w->seed, (uint64_t)j, (uint64_t)(i / 64)) >> (i % 64)) & 1) v = -v;
+                const double want = ref[j * T + i];
+                num += (v - want) * (v - want);
+                den += want * want;
+            }
+        }
+        const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        worst = rel > worst ? rel : worst;
+    }
+    fprintf(stderr, "test_cuda_hqx: %-22s tc decoded rows vs reference decoder: worst row rel err %.2e\n", what, worst);
+    assert_true(worst <= 1e-5);
+    kvq_cuda_free(dw);
+    free(wr); free(ref); free(tile);
+    char why[256];
+    if (!kvq_cuda_tc_available(why, sizeof why)) {
+        fprintf(stderr, "test_cuda_hqx: tensor-core product skipped: %s\n", why);
+        return;
+    }
+    enum { NTC = 37 };
+    float *X = malloc(sizeof(float) * cols * NTC), *R = malloc(sizeof(float) * rows * NTC),
+          *Y = malloc(sizeof(float) * rows * NTC), *Y2 = malloc(sizeof(float) * rows * NTC);
+    for (int64_t i = 0; i < cols * NTC; i++) X[i] = (float)gauss(&seed);
+    for (int k = 0; k < NTC; k++) {
+        kvq_hqx_prep(w, X + k * cols, a);
+        kvq_hqx_matmul(w, a, 1, R + k * rows, rows, KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
+    }
+    void *dx = NULL, *dy = NULL;
+    assert_int_equal(kvq_cuda_malloc(&dx, sizeof(float) * cols * NTC, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dy, sizeof(float) * rows * NTC, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_copy(dx, X, sizeof(float) * cols * NTC, 1, &err), KVQ_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        float *out = pass ? Y2 : Y;
+        for (int64_t i = 0; i < rows * NTC; i++) out[i] = 1.0f;
+        kvq_cuda_hqx_set_tc_block(pass ? 5 * cp : 0);
+        const int64_t r0 = 0;
+        kvq_status st = kvq_cuda_copy(dy, out, sizeof(float) * rows * NTC, 1, &err);
+        if (!st) st = kvq_cuda_hqx_matmul_tc(&t, 1, &r0, dx, NTC, dy, rows, 1, &err);
+        if (!st) st = kvq_cuda_sync(&err);
+        if (!st) st = kvq_cuda_copy(out, dy, sizeof(float) * rows * NTC, 0, &err);
+        if (st) fprintf(stderr, "tc: %s\n", err.msg);
+        assert_int_equal(st, KVQ_OK);
+    }
+    kvq_cuda_hqx_set_tc_block(0);
+    double num = 0, den = 0, d2 = 0;
+    for (int64_t i = 0; i < rows * NTC; i++) {
+        const double want = 1.0 + R[i];
+        num += (Y[i] - want) * (Y[i] - want);
+        den += (double)R[i] * R[i];
+        d2 += ((double)Y2[i] - Y[i]) * ((double)Y2[i] - Y[i]);
+    }
+    const double rel = sqrt(num / (den > 0 ? den : 1)), rel2 = sqrt(d2 / (den > 0 ? den : 1));
+    fprintf(stderr, "test_cuda_hqx: %-22s tc x%d (+=) vs exact: rel err %.2e, 5-row blocks vs one: %.2e\n", what, NTC, rel,
+            rel2);
+    assert_true(rel <= 1e-2);
+    assert_true(rel2 <= 1e-6);
+    kvq_cuda_free(dx);
+    kvq_cuda_free(dy);
+    free(X); free(R); free(Y); free(Y2);
 }
 
 // GPU against the CPU exact reference on one packed tensor; frees w.
@@ -173,6 +269,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     }
     free(X); free(Y); free(R); free(Y1); free(y1);
     compare_xin(t, w, &a, seed);
+    compare_tc(t, w, &a, seed, what);
     kvq_cuda_hqx_free(t);
     kvq_hqx_free(w);
     free(x); free(yg); free(yc); free(buf);

@@ -253,18 +253,24 @@ static void test_ops(void **st) {
 
 // ---- whole models
 
-static kvq_model *open_on(const char *path, int gpu, kvq_exec ex) {
+// tc: the GPU's tensor-core products for chunks of 16 tokens and more (gemm_tc.cu, hqx_tc.cu),
+// and the whole prompt in one chunk; else the CUDA-core kernels (KVQ_CUDA_TC=0) and chunks of 32.
+static kvq_model *open_tc(const char *path, int gpu, kvq_exec ex, int tc) {
     kvq_model_opts o = kvq_model_opts_default();
     o.max_ctx = 256;
     o.exec = ex;
-    o.max_batch = 32; // prefill in several chunks, each below the CPU's dense-prefill switch (64
-                      // tokens), so both backends take int8 products from the same integers
+    o.max_batch = tc ? 128 : 32; // prefill in several chunks, each below the CPU's dense-prefill
+                      // switch (64 tokens), so both backends take int8 products from the same integers
     if (gpu) o.backend = kvq_backend_cuda_new;
     kvq_model *m = NULL;
     kvq_err e = {0};
-    if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
+    if (!tc) setenv("KVQ_CUDA_TC", "0", 1);
+    kvq_status s = kvq_model_open(path, &o, &m, &e);
+    unsetenv("KVQ_CUDA_TC");
+    if (s) fail_msg("%s", e.msg);
     return m;
 }
+static kvq_model *open_on(const char *path, int gpu, kvq_exec ex) { return open_tc(path, gpu, ex, 0); }
 
 static int argmax(const float *x, int n) {
     int b = 0;
@@ -286,14 +292,29 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
     // moves a code by one step, so the GPU's int8 logits differ from the CPU's by about the
     // int8 noise itself; measured here as the CPU's int8 against its exact mode
     double noise = 0;
+    float *le = NULL; // the CPU's exact logits (int8 mode), else lc
     if (ex == KVQ_EXEC_INT8) {
         kvq_model *ce = open_on(path, 0, KVQ_EXEC_EXACT);
-        float *le = malloc(sizeof(float) * T * V);
+        le = malloc(sizeof(float) * T * V);
         if (kvq_model_forward(ce, ids, T, 0, le, 1, &e)) fail_msg("%s", e.msg);
         noise = rel_err(lc, le, (size_t)T * V);
         kvq_model_close(ce);
-        free(le);
     }
+    // the tensor-core prefill (bf16 operands, fp32 accumulation: whole prompt in one chunk)
+    // against the CPU's exact products: bound 1e-2, measured and printed
+    double rt = -1, rth = -1;
+    char why[256];
+    if (ex != KVQ_EXEC_EXACT && kvq_cuda_tc_available(why, sizeof why)) {
+        kvq_model *gt = open_tc(path, 1, ex, 1);
+        float *lt = malloc(sizeof(float) * T * V);
+        if (kvq_model_forward(gt, ids, T, 0, lt, 1, &e)) fail_msg("%s", e.msg);
+        rt = rel_err(lt, le ? le : lc, (size_t)T * V);
+        rth = ref ? rel_err(lt, ref, (size_t)T * V) : -1;
+        kvq_model_close(gt);
+        free(lt);
+        assert_true(rt <= 1e-2);
+    } else if (ex != KVQ_EXEC_EXACT) printf("  tensor-core prefill not checked: %s\n", why);
+    free(le);
     const double lim = noise > 0 ? fmax(1e-3, 2 * noise) : 1e-3;
     // the GPU backend's fused ops (norm/silu into the products' preparation, the attention
     // inputs in one kernel) against the same ops launched one by one (KVQ_CUDA_FUSE=0)
@@ -335,8 +356,8 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
     kvq_model_mem mm;
     kvq_model_memory(g, &mm);
     printf("  %-58s %-5s T=%d gpu/cpu %.3g (cpu int8/exact %.3g) gpu/hf %.3g decode/prefill %.3g fused/unfused %.3g "
-           "greedy %d/%d (GPU %.1f MB)\n", path, ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r,
-           noise, rh, rs, rf, same, n_greedy, mm.device / 1e6);
+           "greedy %d/%d tc/exact %.3g tc/hf %.3g (GPU %.1f MB)\n", path, ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r,
+           noise, rh, rs, rf, same, n_greedy, rt, rth, mm.device / 1e6);
     assert_true(rf <= lim);
     assert_true(r <= lim);
     assert_true(rh <= 1e-3);

@@ -57,6 +57,20 @@ typedef struct {
 kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
                                         const kvq_cuda_xin *xin, int n_tok, float *d_y, int64_t ldy, int accumulate,
                                         kvq_err *err);
+/** Tensor-core product for many tokens (kernels/cuda/hqx_tc.cu): each part's weights decoded
+ *  once per call into bf16 rotated-domain values (row blocks of at most 64 Mi values in a
+ *  shared scratch), the activations rotated and rounded to bf16, then cuBLAS (bf16 operands,
+ *  fp32 accumulation): Y rows row0[p].. (+)= X · W_pᵀ, X (n_tok, cols). Results: the exact mode's
+ *  within bf16 rounding of both operands (~1e-3 relative). KVQ_ERR_UNSUPPORTED without cuBLAS
+ *  (kvq_cuda_tc_available). Device pointers, the library's stream; not for graph capture. */
+kvq_status kvq_cuda_hqx_matmul_tc(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
+                                  float *d_y, int64_t ldy, int accumulate, kvq_err *err);
+/** Rows [r0, r0 + nr) of t decoded into d_out (nr, cols_p) as rotated-domain values
+ *  scale·c (RTN: q·scale + zero), escapes included: bf16 = 1 bf16, else fp32 (what the
+ *  tensor-core product multiplies; the tests check them against the reference decoder). */
+/** Tests: the tensor-core product's row block in decoded values (0: the default, 64 Mi). */
+void kvq_cuda_hqx_set_tc_block(int64_t values);
+kvq_status kvq_cuda_hqx_decode_rot(kvq_cuda_hqx *t, int64_t r0, int64_t nr, void *d_out, int bf16, kvq_err *err);
 /** Tokens one fused launch takes for t (its shared-memory budget), 0 when none fits. */
 int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t);
 /** Raises the fused product's shared-memory limit (once; before capturing a graph). */

@@ -125,3 +125,27 @@ kvq_status kvq_gkv_time(const kvq_gkv_cache *caches, int rotate, const float *q,
 }
 void kvq_gkv_set_int8_query(int on) { (void)on; }
 void kvq_gkv_set_half_values(int on) { (void)on; }
+
+int kvq_cuda_tc_available(char *why, size_t n) {
+    if (why && n) snprintf(why, n, "built without CUDA (nvcc not found at build time)");
+    return 0;
+}
+kvq_status kvq_cuda_gemm_bf16(const void *w, int64_t ldw, const void *x, int64_t ldx, float *y, int64_t ldy, int T,
+                              int64_t rows, int64_t k, int accumulate, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_to_bf16(const float *x, void *xb, int T, int64_t n, int64_t ld, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_dense_matmul_tc(const void *w, const float *x, float *y, int T, int64_t cols, int64_t rows,
+                                    int64_t ldy, int accumulate, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_tc_scratch(int which, size_t bytes, void **out, kvq_err *err) { return NO_CUDA(err); }
+size_t kvq_cuda_tc_scratch_bytes(void) { return 0; }
+kvq_status kvq_cuda_hqx_matmul_tc(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
+                                  float *d_y, int64_t ldy, int accumulate, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_hqx_decode_rot(kvq_cuda_hqx *t, int64_t r0, int64_t nr, void *d_out, int bf16, kvq_err *err) {
+    return NO_CUDA(err);
+}
+void kvq_cuda_hqx_set_tc_block(int64_t values) { (void)values; }

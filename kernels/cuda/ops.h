@@ -40,6 +40,26 @@ kvq_status kvq_cuda_argmax(const float *x, int n, int *d_out, kvq_err *err);
 kvq_status kvq_cuda_dense_matmul(const void *w, int bf16, const float *x, float *y, int T, int64_t cols, int64_t rows,
                                  int accumulate, kvq_err *err);
 
+/** Tensor-core products (kernels/cuda/gemm_tc.cu): cuBLAS, opened at run time (dlopen of
+ *  libcublas.so.13/.12, or the path in KVQ_CUBLAS). @return 1 when usable; why: what was
+ *  found or why not (one line). */
+int kvq_cuda_tc_available(char *why, size_t n);
+/** Y (T, ·) with row stride ldy, columns [0, rows) (+)= X (T, k) · Wᵀ: W (rows, k) bf16 with
+ *  row stride ldw, X (T, k) bf16 with row stride ldx, fp32 accumulation and output. */
+kvq_status kvq_cuda_gemm_bf16(const void *w, int64_t ldw, const void *x, int64_t ldx, float *y, int64_t ldy, int T,
+                              int64_t rows, int64_t k, int accumulate, kvq_err *err);
+/** xb (T, ld) = x (T, n) rounded to bf16 (round to nearest even), zero in columns [n, ld). */
+kvq_status kvq_cuda_to_bf16(const float *x, void *xb, int T, int64_t n, int64_t ld, kvq_err *err);
+/** kvq_cuda_dense_matmul on tensor cores for bf16 W: x rounded to bf16, then
+ *  kvq_cuda_gemm_bf16 (y row stride ldy). */
+kvq_status kvq_cuda_dense_matmul_tc(const void *w, const float *x, float *y, int T, int64_t cols, int64_t rows,
+                                    int64_t ldy, int accumulate, kvq_err *err);
+/** Scratch i (0: activations, 1: decoded weights) of at least bytes, grown on demand (the
+ *  old one freed: synchronizes the device); shared by the tensor-core products. */
+kvq_status kvq_cuda_tc_scratch(int which, size_t bytes, void **out, kvq_err *err);
+/** Bytes the tensor-core scratch holds now. */
+size_t kvq_cuda_tc_scratch_bytes(void);
+
 /** Attention with an fp32 KV cache per layer, kc/vc (n_kv_heads, max_ctx, head_dim):
  *  stores k, v (T, n_kv_heads·head_dim) at positions [pos, pos+T), then out (T, n_heads·
  *  head_dim) = softmax(q·Kᵀ·scale)·V with token t attending to [0, pos+t] (GQA: query head

@@ -37,6 +37,11 @@ typedef struct {
     // Queued ops, fused with what follows when it allows (KVQ_CUDA_FUSE=0: never): at most one
     // of these is pending at a time; any other op first launches it as it was asked for.
     int fuse;
+    // Products of at least tc_min tokens (prefill, verification) run on tensor cores
+    // (gemm_tc.cu, hqx_tc.cu) when cuBLAS loads: tc = 1. KVQ_CUDA_TC=0 keeps the CUDA-core
+    // kernels; KVQ_CUDA_TC_MIN sets the threshold. Not in exact mode (it promises the CPU's
+    // exact products within float rounding; bf16 operands round at ~1e-3).
+    int tc, tc_min;
     struct { int on; float *y; const float *x; const kvq_mat *w; int T; kvq_cuda_xin in; } pend; // a product
     // an RMSNorm or silu_mul whose output the next packed product's activation preparation
     // computes instead (kvq_cuda_hqx_matmul_parts_in)
@@ -211,16 +216,33 @@ static void step(kvq_backend *b, int T, int pos, int logits) {
 }
 
 // Runs a product now; acc = 1 adds it into y.
+// Whether a product of T tokens with w runs on tensor cores.
+static int use_tc(const gpu *g, const kvq_mat *w, int T) {
+    if (!g->tc || T < g->tc_min) return 0;
+    return w->n_part ? g->b.exec != KVQ_EXEC_EXACT : w->dt == KVQ_DTYPE_BF16;
+}
+
 static void launch_mm(gpu *g, float *y, const float *x, const kvq_mat *w, int T, int acc) {
     const kvq_cuda_xin in = g->pend.in; // the queued product's input transform (none unless fused)
     g->pend.in.kind = KVQ_CUDA_XIN_NONE;
+    const int tc = use_tc(g, w, T);
     char key[48];
     if (g->profile)
-        snprintf(key, sizeof key, "%smatmul %s %dx%d T%s%s",
+        snprintf(key, sizeof key, "%s%smatmul %s %dx%d T%s%s", tc ? "tc " : "",
                  in.kind == KVQ_CUDA_XIN_RMSNORM ? "rmsnorm+" : in.kind == KVQ_CUDA_XIN_SILU_MUL ? "silu_mul+" : "",
                  w->n_part ? "packed" : w->dt == KVQ_DTYPE_BF16 ? "bf16" : "f32", w->rows, w->cols, T == 1 ? "=1" : ">1",
                  acc ? " +=" : "");
     prof_begin(g);
+    if (tc) {
+        if (!w->n_part) {
+            RUN(g, kvq_cuda_dense_matmul_tc(w->dev, x, y, T, w->cols, w->rows, w->rows, acc, ERR));
+        } else {
+            const int64_t r0[3] = {w->row0[0], w->row0[1], w->row0[2]};
+            RUN(g, kvq_cuda_hqx_matmul_tc(w->dev, w->n_part, r0, x, T, y, w->rows, acc, ERR));
+        }
+        prof_end(g, key);
+        return;
+    }
     if (!w->n_part) {
         RUN(g, kvq_cuda_dense_matmul(w->dev, w->dt == KVQ_DTYPE_BF16, x, y, T, w->cols, w->rows, acc, ERR));
     } else {
@@ -276,7 +298,7 @@ static void flush(gpu *g) {
 // whose preparation kernel reads the activations (packed weights, not exact mode).
 static int absorbs(const gpu *g, const float *x, const kvq_mat *w, int T) {
     return g->pin.on && g->pin.y == x && g->pin.y != g->pin.x && g->pin.rows == T && g->pin.n == w->cols && w->n_part &&
-           g->b.exec != KVQ_EXEC_EXACT;
+           g->b.exec != KVQ_EXEC_EXACT && !use_tc(g, w, T);
 }
 
 static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, int T) {
@@ -448,7 +470,7 @@ static kvq_status sync(kvq_backend *b, kvq_err *err) {
     return s;
 }
 
-static size_t scratch_bytes(const kvq_backend *b) { (void)b; return 0; }
+static size_t scratch_bytes(const kvq_backend *b) { (void)b; return kvq_cuda_tc_scratch_bytes(); }
 static size_t kv_bytes(const kvq_backend *b) { return 2 * sizeof(float) * ((const gpu *)b)->kv_floats; }
 
 static const kvq_backend_ops gpu_ops = {
@@ -474,6 +496,16 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->profile = pv && !strcmp(pv, "1");
     g->graphs = !(ev && !strcmp(ev, "0")) && !g->profile;
     g->fuse = !(fv && !strcmp(fv, "0"));
+    const char *tv = getenv("KVQ_CUDA_TC"), *tm = getenv("KVQ_CUDA_TC_MIN");
+    g->tc = !(tv && !strcmp(tv, "0")) && kvq_cuda_tc_available(NULL, 0);
+    g->tc_min = 16;
+    if (tm && *tm) {
+        char *end = NULL;
+        long v = strtol(tm, &end, 10);
+        if (*end || v < 1 || v > 1 << 20)
+            return free(g), kvq_err_set(err, KVQ_ERR_ARG, "KVQ_CUDA_TC_MIN=%s: not a token count (1..1048576)", tm);
+        g->tc_min = (int)v;
+    }
     g->b = (kvq_backend){.ops = &gpu_ops, .exec = o->exec, .n_threads = o->n_threads, .max_batch = o->max_batch,
                          .max_ctx = o->max_ctx, .arch = *a};
     *out = &g->b;
