@@ -98,7 +98,7 @@ static void compare_xin(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint6
 // decoder's rows, each row within 1e-5 (a wrong code or escape moves a row by far more).
 // (2) The product of NTC tokens, accumulating, against the CPU exact mode: bf16 operands, so
 // ~1e-3 relative, bound 1e-2; row blocks of 5 rows (several cuBLAS calls) give the same
-// result within 1e-6. Skipped, saying so, without cuBLAS.
+// result within 1e-5 (cuBLAS reorders fp32 sums). Skipped, saying so, without cuBLAS.
 static void compare_tc(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint64_t seed, const char *what) {
     kvq_err err = {0};
     const int64_t rows = w->rows, cols = w->cols, cp = w->cols_p, T = w->tile;
@@ -182,7 +182,7 @@ static void compare_tc(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint64
     fprintf(stderr, "test_cuda_hqx: %-22s tc x%d (+=) vs exact: rel err %.2e, 5-row blocks vs one: %.2e\n", what, NTC, rel,
             rel2);
     assert_true(rel <= 1e-2);
-    assert_true(rel2 <= 1e-6);
+    assert_true(rel2 <= 1e-5); // cuBLAS picks other kernels (split-K) for other row counts: fp32 sums reorder
     kvq_cuda_free(dx);
     kvq_cuda_free(dy);
     free(X); free(R); free(Y); free(Y2);
