@@ -156,6 +156,7 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, 
         return r;
     }
     if (codec->lossless) { free(x); x = NULL; }
+    else release_source(t); // lossy codecs read the float32 copy only: the mapped source bytes can go now
     kvq_codec_input in = {.src = t, .x = x, .rows = rows, .cols = cols, .seed = pe->seed, .n_threads = n_threads};
     kvq_encoded enc = {0};
     enc.predicted_mse = NAN;
