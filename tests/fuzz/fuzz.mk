@@ -2,13 +2,16 @@
 # (tests/fuzz/fuzz_*.c, clang -fsanitize=fuzzer,address,undefined, library in build-fuzz/),
 # builds their seed corpora (tests/fuzz/seeds.sh) and runs each target for N seconds, one at a
 # time, OMP_NUM_THREADS=1; logs and crashing inputs in build-fuzz/{log,artifacts}/<target>.
-# FUZZ_TARGETS=... runs a subset. The same targets, compiled without libFuzzer, replay every
-# kept input of tests/fuzz/regress/<target>/ in `make test` (tests/test_fuzz_regress.c).
+# FUZZ_TARGETS=... runs a subset; FUZZ_ARGS adds libFuzzer flags (e.g. -max_len=65536). The
+# corpus (build-fuzz/corpus/<target>) carries over between runs. The same targets, compiled
+# without libFuzzer, replay every kept input of tests/fuzz/regress/<target>/ in `make test`
+# (tests/test_fuzz_regress.c).
 
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_ALL     := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
 FUZZ_TARGETS ?= $(FUZZ_ALL)
 FUZZ_SECONDS ?= 60
+FUZZ_ARGS    ?=
 FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -37,7 +40,7 @@ fuzz: all fuzz-build
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/artifacts/$$t $(FUZZ_BUILD)/log; \
 	  echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
 	  OMP_NUM_THREADS=1 $(FUZZ_BUILD)/bin/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=20 \
-	    -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t/ \
+	    -print_final_stats=1 $(FUZZ_ARGS) -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t/ \
 	    $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/seeds/$$t > $(FUZZ_BUILD)/log/$$t.log 2>&1; rc=$$?; \
 	  grep -E '^#[0-9]+.*(DONE|pulse|NEW)' $(FUZZ_BUILD)/log/$$t.log | tail -1; \
 	  grep -E 'stat::number_of_executed_units|ERROR|SUMMARY' $(FUZZ_BUILD)/log/$$t.log | head -3; \
