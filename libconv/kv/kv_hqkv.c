@@ -191,8 +191,13 @@ static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out
     const hk_st *s = c->st;
     int d = c->d;
     float gf, y[4096], U[4096];
+    size_t pos = s->dither ? 6 : 4;
+    if (n < pos) { // shorter than its header (a damaged record): zeros, not a read past n (fuzz_kvcodec)
+        for (int i = 0; i < d; i++) out[i] = 0.0f;
+        return;
+    }
     memcpy(&gf, in, 4);
-    size_t pos = 4;
+    pos = 4;
     if (s->dither) hk_dither(c, (uint32_t)(in[4] | in[5] << 8), U), pos = 6;
     kvq_bitreader r;
     kvq_br_init(&r, in + pos, n - pos);
