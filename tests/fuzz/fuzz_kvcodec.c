@@ -17,6 +17,7 @@ KVQ_FUZZ_TARGET(kvcodec) {
     kvq_fuzz_in in = {data + 4, size - 4};
     kvq_kvcodec *c = NULL;
     kvq_err err = {0};
+    int cached = 0;
     if (data[3] & 1) {
         const uint8_t *p;
         size_t n;
@@ -33,9 +34,20 @@ KVQ_FUZZ_TARGET(kvcodec) {
         kvq_status st = kvq_kvcodec_load(params, v, nv, &c, &err);
         json_decref(params);
         if (st) return 0;
-    } else {
-        kvq_kvspec s;
-        if (kvq_kvspec_parse(row->example, &s, &err) || kvq_kvcodec_new(&s, d, role, 1234, &c, &err)) return 0;
+    } else { // built once per (row, head_dim, role) and kept: init trains codebooks (slow)
+        static kvq_kvcodec *cache[64][6][2];
+        static unsigned char failed[64][6][2];
+        int ri = data[0] % kvq_kvcodec_count(), di = data[1] % 6;
+        KVQ_FUZZ_CHECK(ri < 64);
+        if (!cache[ri][di][role] && !failed[ri][di][role]) {
+            kvq_kvspec s;
+            if (kvq_kvspec_parse(row->example, &s, &err) || kvq_kvcodec_new(&s, d, role, 1234, &cache[ri][di][role], &err))
+                failed[ri][di][role] = 1, cache[ri][di][role] = NULL;
+        }
+        if (!cache[ri][di][role]) return 0;
+        c = cache[ri][di][role];
+        if (c->vt->reset) c->vt->reset(c);
+        cached = 1;
     }
     size_t mb = c->vt->max_bytes(c);
     size_t n = in.left < mb ? in.left : mb;
@@ -57,6 +69,6 @@ KVQ_FUZZ_TARGET(kvcodec) {
     free(buf);
     free(out);
     free(q);
-    kvq_kvcodec_free(c);
+    if (!cached) kvq_kvcodec_free(c);
     return 0;
 }
