@@ -25,7 +25,9 @@ $(BUILD)/tests/test_fuzz_regress: $(BUILD)/obj/tests/test_fuzz_regress.o $(FUZZ_
 
 .PHONY: fuzz fuzz-build
 fuzz-build:
-	@command -v $(FUZZ_CC) >/dev/null || { echo "kvq: make fuzz needs clang (Debian: clang libclang-rt-dev)" >&2; exit 1; }
+	@command -v $(FUZZ_CC) >/dev/null && echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
+	  $(FUZZ_CC) -x c - -fsanitize=fuzzer -o /dev/null 2>/dev/null || \
+	  { echo "kvq: make fuzz needs clang with its libFuzzer runtime (Debian: clang libclang-rt-14-dev)" >&2; exit 1; }
 	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT="-O1" SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" $(FUZZ_BUILD)/libkvq.a
 	@mkdir -p $(FUZZ_BUILD)/bin
 	@for t in $(FUZZ_ALL); do \
