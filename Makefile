@@ -126,8 +126,10 @@ verify-full: all
 	@tests/bench/verify_table.sh $(BUILD) 0
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
+
+include tests/fuzz/fuzz.mk
 
 # Header dependencies of every object (library, tools, tests, benchmarks).
--include $(LIB_OBJ:.o=.d) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.d) \
+-include $(LIB_OBJ:.o=.d) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.d) $(FUZZ_OBJ:.o=.d) \
          $(TOOLS:%=$(BUILD)/obj/tools/%.d) $(BENCH_SRC:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)

@@ -300,6 +300,9 @@ kvq_status kvq_arch_check_limits(const kvq_arch *a, const char *what, kvq_err *e
     if (a->n_heads % a->n_kv_heads)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture: %d attention heads are not a multiple of %d key/value heads",
                            what, a->n_heads, a->n_kv_heads);
+    if (a->head_dim % 2) // rotary embeddings turn channel pairs: an odd head_dim has no model behind it
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture.head_dim %d is odd (rotary embeddings need pairs)",
+                           what, a->head_dim);
     return KVQ_OK;
 }
 

@@ -117,7 +117,8 @@ static kvq_status open_index(kvq_ckpt *c, const char *dir, const char *ipath, kv
     json_object_foreach(wm, k, v) {
         const char *sh = json_string_value(v);
         if (!sh || !*sh || strchr(sh, '/') || strcmp(sh, ".") == 0 || strcmp(sh, "..") == 0) {
-            s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' maps to an invalid shard name", ib, k);
+            s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' maps to '%s', not a file name in the checkpoint directory",
+                            ib, k, sh ? sh : "(not a string)");
             goto out;
         }
         names[nn++] = sh;

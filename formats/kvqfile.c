@@ -314,7 +314,19 @@ kvq_status kvq_writer_open_journal(const char *final_path, int resume, kvq_write
     snprintf(w->journal_path, n, "%s/.%s.partial", dirname(d), basename(b));
     free(d), free(b);
     close(w->spool_fd); // the unlinked spool is replaced by the journal
-    w->spool_fd = open(w->journal_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    // The lock must be on the file the path names now: a writer that finished between our open
+    // and our flock has unlinked the journal we opened, and a third writer would then lock a new
+    // one beside us, both writing the same output. So after the lock, the path must still lead
+    // to the locked inode; else open again.
+    for (int tries = 0;; tries++) {
+        w->spool_fd = open(w->journal_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (w->spool_fd < 0 || flock(w->spool_fd, LOCK_EX | LOCK_NB) != 0) break;
+        struct stat a, b;
+        if (tries >= 16 || (fstat(w->spool_fd, &a) == 0 && stat(w->journal_path, &b) == 0 && a.st_dev == b.st_dev &&
+                            a.st_ino == b.st_ino))
+            break;
+        close(w->spool_fd);
+    }
     if (w->spool_fd < 0 || flock(w->spool_fd, LOCK_EX | LOCK_NB) != 0) {
         int busy = w->spool_fd >= 0;
         s = kvq_err_set(err, KVQ_ERR_IO, "%s: %s", w->journal_path,

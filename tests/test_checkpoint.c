@@ -269,7 +269,7 @@ static void test_broken_checkpoints(void **state) {
 static void test_bad_index_files(void **state) {
     static const struct { const char *index; kvq_status code; const char *has; } I[] = {
         {"{\"weight_map\": {\"model.norm.weight\": \"../model.safetensors\"}}", KVQ_ERR_FORMAT,
-         "tensor 'model.norm.weight' maps to an invalid shard name"},
+         "tensor 'model.norm.weight' maps to '../model.safetensors', not a file name in the checkpoint directory"},
         {"{\"weight_map\": {}}", KVQ_ERR_MISSING, "'weight_map' is missing or empty"},
         {"{\"metadata\": {}}", KVQ_ERR_MISSING, "'weight_map' is missing or empty"},
         {"{\"weight_map\": {\"a\": \"x.safetensors\", \"a\": \"y.safetensors\"}}", KVQ_ERR_FORMAT, "duplicate"},

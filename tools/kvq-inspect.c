@@ -324,6 +324,7 @@ int main(int argc, char **argv) {
     const char *use = "usage: kvq-inspect [--json | --layers] FILE.kvq\n"
                       "  --layers  bits per weight by layer and tensor role, and each layer's bytes\n";
     int c;
+    opterr = 0; // one line naming the option below, not getopt's message and the usage
     while ((c = getopt_long(argc, argv, "jlh", lo, NULL)) != -1) {
         if (c == 'j') as_json = 1;
         else if (c == 'l') layers = 1;
@@ -331,11 +332,15 @@ int main(int argc, char **argv) {
             printf("%sexit status: 0 ok, 2 error\n", use);
             return 0;
         } else {
-            fputs(use, stderr);
+            fprintf(stderr, "kvq-inspect: %s: unknown option (see --help)\n", argv[optind - 1]);
             return 2;
         }
     }
-    if (argc - optind != 1 || (as_json && layers)) { fputs(use, stderr); return 2; }
+    if (argc - optind != 1 || (as_json && layers)) {
+        fprintf(stderr, "kvq-inspect: %s (usage: kvq-inspect [--json | --layers] FILE.kvq)\n",
+                argc - optind == 0 ? "no FILE.kvq given" : argc - optind > 1 ? "one FILE.kvq only" : "--json and --layers exclude each other");
+        return 2;
+    }
     kvq_file *f;
     kvq_err err = {0};
     if (kvq_file_open(argv[optind], &f, &err) != KVQ_OK) {

@@ -63,6 +63,13 @@ static int parse_num(const char *opt, const char *s, double *v, int allow_pct) {
     return kvq_opt_double("kvq-verify", opt, s, -1e300, 1e300, v);
 }
 
+static int parse_range(const char *opt, const char *s, long long lo, long long hi, size_t *v) {
+    long long x;
+    if (kvq_opt_ll("kvq-verify", opt, s, lo, hi, &x)) return -1;
+    *v = (size_t)x;
+    return 0;
+}
+
 static int parse_size(const char *opt, const char *s, size_t *v) {
     long long x;
     if (kvq_opt_ll("kvq-verify", opt, s, 0, LLONG_MAX, &x)) return -1;
@@ -217,8 +224,8 @@ int main(int argc, char **argv) {
         case O_SOURCE: o.source = optarg; break;
         case O_NO_SOURCE: o.no_source = 1; break;
         case O_TEXT: o.text_path = optarg; break;
-        case O_CTX: if (parse_size("--ctx", optarg, &v) || v < 2 || v > (1 << 20)) { fprintf(stderr, "kvq-verify: --ctx must be 2..1048576\n"); return 2; } o.proto.ctx = (int)v; break;
-        case O_STRIDE: if (parse_size("--stride", optarg, &v) || v < 1 || v > (1 << 20)) { fprintf(stderr, "kvq-verify: --stride must be 1..1048576\n"); return 2; } o.proto.stride = (int)v; break;
+        case O_CTX: if (parse_range("--ctx", optarg, 2, 1 << 20, &v)) return 2; o.proto.ctx = (int)v; break;
+        case O_STRIDE: if (parse_range("--stride", optarg, 1, 1 << 20, &v)) return 2; o.proto.stride = (int)v; break;
         case O_BOS: { // --bos=VALUE, --bos VALUE, or a bare --bos (prepend)
             const char *val = optarg;
             if (!val && optind < argc &&
@@ -234,9 +241,9 @@ int main(int argc, char **argv) {
         case O_MAXTOK: if (parse_size("--max-tokens", optarg, &o.proto.max_tokens)) return 2; break;
         case O_WINDOWS: if (parse_size("--windows", optarg, &o.max_windows)) return 2; break;
         case O_KV: o.kv_spec = optarg; break;
-        case O_KV_WINDOW: if (parse_size("--kv-window", optarg, &v)) return 2; o.kv_policy.window = (int)v; break;
+        case O_KV_WINDOW: if (parse_range("--kv-window", optarg, 0, 1 << 24, &v)) return 2; o.kv_policy.window = (int)v; break;
         case O_KV_BOUNDARY: o.kv_policy.boundary = 1; break;
-        case O_KV_SEED: if (parse_size("--kv-seed", optarg, &v)) return 2; o.kv_policy.seed = v; break;
+        case O_KV_SEED: if (kvq_opt_u64("kvq-verify", "--kv-seed", optarg, &o.kv_policy.seed)) return 2; break;
         case O_NO_KV: o.no_kv = 1; break;
         case O_GPU: o.backend = kvq_backend_cuda_new; break;
         case O_PPL:
@@ -255,7 +262,7 @@ int main(int argc, char **argv) {
         case O_TENSORS: if (parse_size("--tensors", optarg, &rows)) return 2; break;
         case O_RECORD: record = 1; o.replace_record = 1; break;
         case O_CHECK_RECORD: o.require_record = 1; o.no_source = 1; break;
-        case 't': if (parse_size("-t", optarg, &v) || v < 1 || v > 1024) { fprintf(stderr, "kvq-verify: -t must be 1..1024\n"); return 2; } o.n_threads = (int)v; break;
+        case 't': if (parse_range("-t", optarg, 1, 1024, &v)) return 2; o.n_threads = (int)v; break;
         case 'q': ps.quiet = 1; break;
         case 'h': usage(stdout); return 0;
         default: // one line naming the option, not the whole usage

@@ -191,8 +191,13 @@ static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out
     const hk_st *s = c->st;
     int d = c->d;
     float gf, y[4096], U[4096];
+    size_t pos = s->dither ? 6 : 4;
+    if (n < pos) { // shorter than its header (a damaged record): zeros, not a read past n (fuzz_kvcodec)
+        for (int i = 0; i < d; i++) out[i] = 0.0f;
+        return;
+    }
     memcpy(&gf, in, 4);
-    size_t pos = 4;
+    pos = 4;
     if (s->dither) hk_dither(c, (uint32_t)(in[4] | in[5] << 8), U), pos = 6;
     kvq_bitreader r;
     kvq_br_init(&r, in + pos, n - pos);
@@ -203,7 +208,14 @@ static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out
         uint32_t sym[8];
         int32_t q[8];
         float e[8];
-        for (int j = 0; j < s->n; j++) sym[j] = kvq_br_rice(&r, k[kvq_lattice_symbol_class(s->lat, j)]);
+        uint32_t big = 0;
+        for (int j = 0; j < s->n; j++) big |= sym[j] = kvq_br_rice(&r, k[kvq_lattice_symbol_class(s->lat, j)]);
+        // A damaged record (symbols past 2^24, as HyperQuant's limit, or a stream cut short):
+        // zeros. Larger symbols overflow int in kvq_lattice_unstrip (UBSan, fuzz_kvcodec).
+        if (r.err || big >= (1u << 24)) {
+            for (int i = 0; i < d; i++) out[i] = 0.0f;
+            return;
+        }
         kvq_lattice_unstrip(s->lat, sym, q);
         kvq_lattice_embed(s->lat, q, e);
         for (int j = 0; j < s->n; j++) y[b * s->n + j] = (float)((e[j] - (s->dither ? U[b * s->n + j] : 0.0f)) * f);

@@ -612,6 +612,9 @@ int kvq_tok_hf_ctx_init(hf_ctx *c, size_t cache_slots) {
     if (!c->cache) return -1;
     for (size_t i = 0; i < cap; i++) c->cache[i].len = UINT32_MAX;
     c->cmask = cap - 1;
+    // The arena is never NULL: pieces are (offset, length) into it, and arena.b + 0 on a NULL
+    // arena (decoding ids with no text, encoding "") is undefined behaviour (fuzz_tokenizer).
+    if (kvq_tok_buf_reserve(&c->arena, 1)) return -1;
     return 0;
 }
 
