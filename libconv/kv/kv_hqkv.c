@@ -5,6 +5,8 @@
 // fundamental parallelepiped reduced mod Λ) from (seed, 16-bit token counter), lattice
 // nearest point, strip, Rice with the best parameter per symbol class per token.
 // Layout: fp32 γ | [dither: u16 counter] | 5-bit k per class | Rice symbols (d of them)
+// Attention reads tokens in the rotated frame: scores against S q, values summed there and
+// rotated back once per query.
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -187,10 +189,10 @@ static kvq_status hk_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *nou
     return KVQ_OK;
 }
 
-static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+// One token in the rotated frame: y = γ/(α√d)·(embed(c) − U); the token is Sᵀy.
+static void hk_rotated(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *y) {
     const hk_st *s = c->st;
-    int d = c->d;
-    float gf, y[4096], U[4096];
+    float gf, U[4096];
     memcpy(&gf, in, 4);
     size_t pos = 4;
     if (s->dither) hk_dither(c, (uint32_t)(in[4] | in[5] << 8), U), pos = 6;
@@ -208,7 +210,47 @@ static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out
         kvq_lattice_embed(s->lat, q, e);
         for (int j = 0; j < s->n; j++) y[b * s->n + j] = (float)((e[j] - (s->dither ? U[b * s->n + j] : 0.0f)) * f);
     }
-    rotate(s, y, out, d, 1);
+}
+
+static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    float y[4096];
+    hk_rotated(c, in, n, y);
+    rotate(c->st, y, out, c->d, 1);
+}
+
+// Keys: <q, Sᵀy> = <S q, y>, S q once per query instead of Sᵀ once per token.
+static void hk_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, const uint32_t *len, int nt,
+                     float *sc) {
+    const int d = c->d;
+    float qy[4096], y[4096];
+    rotate(c->st, q, qy, d, 0);
+    for (int t = 0; t < nt; t++) {
+        hk_rotated(c, rec[t], len[t], y);
+        float a = 0;
+        for (int i = 0; i < d; i++) a += qy[i] * y[i];
+        sc[t] = a;
+    }
+}
+
+// Values: Σ_t p_t y_t in the rotated frame, Sᵀ once per row.
+static void hk_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
+                    const uint32_t *len, int nt, float *out) {
+    const int d = c->d;
+    float y[4096], acc[4096];
+    memset(out, 0, sizeof(float) * n_q * d);
+    for (int t = 0; t < nt; t++) {
+        hk_rotated(c, rec[t], len[t], y);
+        for (int i = 0; i < n_q; i++) {
+            const float w = p[(size_t)i * ldp + t];
+            float *o = out + (size_t)i * d;
+            if (w == 0) continue;
+            for (int j = 0; j < d; j++) o[j] += w * y[j];
+        }
+    }
+    for (int i = 0; i < n_q; i++) {
+        memcpy(acc, out + (size_t)i * d, sizeof(float) * d);
+        rotate(c->st, acc, out + (size_t)i * d, d, 1);
+    }
 }
 
 static double hk_bits(const kvq_kvcodec *c) {
@@ -223,7 +265,8 @@ static int hk_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
 }
 
 const kvq_kvcodec_vt kvq_kv_hqkv_vt = {.name = "hqkv", .init = hk_init, .free = hk_free, .max_bytes = hk_max,
-                                        .encode = hk_enc, .decode = hk_dec, .bits_formula = hk_bits,
+                                        .encode = hk_enc, .decode = hk_dec, .score = hk_score, .vsum = hk_vsum,
+                                        .bits_formula = hk_bits,
                                         .tables = hk_tables, .reset = hk_reset};
 
 // ---- table row (kvcodec.h): hqkv:<lattice>:<bps>[:rot=none|signs|qjl][:dither]

@@ -297,7 +297,8 @@ static void hq_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out
 }
 
 // Joint-codebook gather: Σ_chunks r̂ <q_c, C[idx]> with the 24S products precomputed.
-static void hq_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int nt, float *sc) {
+static void hq_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, const uint32_t *len, int nt,
+                     float *sc) {
     const hq_st *s = c->st;
     float ch[HQ_MAXCH][4];
     for (int t = 0; t < nt; t++) {
@@ -305,6 +306,26 @@ static void hq_score(const kvq_kvcodec *c, const float *q, const uint8_t *const 
         float acc = 0;
         for (int i = 0; i < c->d; i++) acc += q[i] * ch[i >> 2][i & 3];
         sc[t] = acc;
+    }
+}
+
+// Values: Σ_t p_t r̂ C[idx] chunk by chunk, straight into each row (no decoded row kept). The
+// mixed-radix index still has to be taken apart per token; that is what HQMQ's speed is made of.
+static void hq_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
+                    const uint32_t *len, int nt, float *out) {
+    const hq_st *s = c->st;
+    const int d = c->d;
+    float ch[HQ_MAXCH][4];
+    memset(out, 0, sizeof(float) * n_q * d);
+    for (int t = 0; t < nt; t++) {
+        hq_chunks(s, rec[t], ch);
+        const float *x = &ch[0][0];
+        for (int i = 0; i < n_q; i++) {
+            const float w = p[(size_t)i * ldp + t];
+            float *o = out + (size_t)i * d;
+            if (w == 0) continue;
+            for (int j = 0; j < d; j++) o[j] += w * x[j];
+        }
     }
 }
 
@@ -321,7 +342,7 @@ static int hq_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
 
 const kvq_kvcodec_vt kvq_kv_hqmq_vt = {.name = "hqmq", .init = hq_init, .free = hq_free,
                                         .max_bytes = hq_max, .encode = hq_enc, .decode = hq_dec,
-                                        .score = hq_score, .bits_formula = hq_bits, .tables = hq_tables,
+                                        .score = hq_score, .vsum = hq_vsum, .bits_formula = hq_bits, .tables = hq_tables,
                                         .reset = hq_reset, .refresh = hq_refresh};
 
 // ---- table row (kvcodec.h): hqmq:s<S>:r<b_r>[:med<C>]

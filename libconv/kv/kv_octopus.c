@@ -3,7 +3,7 @@
 // Lloyd-Max codebooks for the triplet norm (eq. 4) and the octahedral coordinate
 // (eq. 7), the (b+1, b-1) split, joint rounding (Algorithm 1) and the optional 1-bit
 // QJL residual (second sign seed, fp16 residual norm). Values use the per-token groups of
-// kvq_kv_vgroup_* (kv_int.c) at the same bits.
+// kvq_kv_vgroup_* (kv_int.c) at the same bits, summed from their codes (kvq_kv_vgroup_vsum).
 // Layout: fp32 γ | n_tri × (2 b_dir)-bit (ξ, η) idx | n_tri × b_norm-bit ρ idx
 //         | [qjl: fp16 γ_r | d sign bits]
 #include <stdio.h>
@@ -238,7 +238,8 @@ static void oct_score_vec(const kvq_kvcodec *c, const uint8_t *in, float *out) {
 }
 
 // Eq. 13 (+ QJL correction): γ Σ_i ρ̂_i <q_rot,i, n̂_i> + γ sqrt(π/(2d)) γ_r <R' q_rot, σ>
-static void oct_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int nt, float *sc) {
+static void oct_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, const uint32_t *len, int nt,
+                      float *sc) {
     const oct_st *s = c->st;
     int d = c->d;
     float qr[4096 + 3], q2[4096];
@@ -303,8 +304,14 @@ static void octv_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *o
 }
 static double octv_bits(const kvq_kvcodec *c) { return kvq_kv_vgroup_bits(c->d, opts_of(&c->spec).bits); }
 
+static void octv_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
+                      const uint32_t *len, int nt, float *out) {
+    kvq_kv_vgroup_vsum(c->d, opts_of(&c->spec).bits, p, ldp, n_q, rec, nt, out);
+}
+
 static const kvq_kvcodec_vt octv_vt = {.name = "vgroup", .init = octv_init, .max_bytes = octv_max,
-                                       .encode = octv_enc, .decode = octv_dec, .bits_formula = octv_bits};
+                                       .encode = octv_enc, .decode = octv_dec, .vsum = octv_vsum,
+                                       .bits_formula = octv_bits};
 
 // ---- table row (kvcodec.h): octopus:<b>[:qjl][:split=<d>][:round=scalar|2x2|3x3|full]
 

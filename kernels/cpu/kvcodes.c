@@ -1,0 +1,147 @@
+// Fixed-width KV codes unpacked eight at a time and the sums attention takes from them
+// (scores and value sums straight from a packed KV cache). Eight b-bit codes fill exactly b
+// bytes, so the codes 8j..8j+7 are the b bytes from byte j·b: one load, then one pdep spreads
+// them to eight bytes (or eight shifts without BMI2).
+#include "kernels/cpu/kvcodes.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_features.h"
+
+void kvq_codes_unpack_ref(const uint8_t *p, int b, int n, uint8_t *c) {
+    for (int i = 0; i < n; i++) {
+        uint32_t v = 0;
+        for (int k = 0; k < b; k++) {
+            size_t bit = (size_t)i * b + k;
+            v |= (uint32_t)(p[bit >> 3] >> (bit & 7) & 1u) << k;
+        }
+        c[i] = (uint8_t)v;
+    }
+}
+
+// The `len` bytes (<= 8) at p as a little-endian word; the full 8 with one load when they exist.
+static inline uint64_t load_le(const uint8_t *p, size_t len) {
+    uint64_t w = 0;
+    memcpy(&w, p, len < 8 ? len : 8);
+    return w;
+}
+
+// b replicated in every byte's low bits: the pdep mask that puts 8 b-bit fields into 8 bytes.
+static inline uint64_t byte_mask(int b) { return 0x0101010101010101ull * ((1u << b) - 1u); }
+
+__attribute__((target("bmi2"))) static void unpack_bmi2(const uint8_t *p, int b, int n, uint8_t *c) {
+    const uint64_t m = byte_mask(b);
+    const size_t bytes = ((size_t)n * b + 7) / 8;
+    int j = 0;
+    for (; 8 * j + 8 <= n && (size_t)j * b + 8 <= bytes; j++) { // a whole 8-byte load in bounds
+        uint64_t w;
+        memcpy(&w, p + (size_t)j * b, 8);
+        w = _pdep_u64(w, m);
+        memcpy(c + 8 * j, &w, 8);
+    }
+    for (; 8 * j < n; j++) { // the last words: only the bytes that exist
+        const size_t off = (size_t)j * b;
+        uint64_t w = _pdep_u64(load_le(p + off, bytes - off), m);
+        const int k = n - 8 * j < 8 ? n - 8 * j : 8;
+        memcpy(c + 8 * j, &w, (size_t)k);
+    }
+}
+
+static void unpack_shift(const uint8_t *p, int b, int n, uint8_t *c) {
+    const uint64_t mk = (1u << b) - 1u;
+    const size_t bytes = ((size_t)n * b + 7) / 8;
+    for (int j = 0; 8 * j < n; j++) {
+        const size_t off = (size_t)j * b;
+        const uint64_t w = load_le(p + off, bytes - off);
+        const int k = n - 8 * j < 8 ? n - 8 * j : 8;
+        for (int i = 0; i < k; i++) c[8 * j + i] = (uint8_t)(w >> (i * b) & mk);
+    }
+}
+
+void kvq_codes_unpack(const uint8_t *p, int b, int n, uint8_t *c) {
+    if (b == 8) memcpy(c, p, (size_t)n);
+    else if (kvq_cpu_features() & KVQ_CPU_BMI2) unpack_bmi2(p, b, n, c);
+    else unpack_shift(p, b, n, c);
+}
+
+// ---- sums over unpacked codes: AVX-512 (16 codes a step, masked tail) and plain loops
+
+#define KC_TGT __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+static inline __mmask16 kc_lanes(int n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+KC_TGT static inline __m512 kc_codes16(const uint8_t *c, __mmask16 m) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c)));
+}
+
+// lut[c] for 16 codes: one permute when the table has at most 16 entries, a gather otherwise.
+KC_TGT static inline __m512 kc_lut16(const float *lut, __m512 lv, int small, const uint8_t *c, __mmask16 m) {
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c));
+    return small ? _mm512_permutexvar_ps(idx, lv) : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, lut, 4);
+}
+
+KC_TGT static void axpy_avx512(float *acc, float w, const uint8_t *c, int n) {
+    const __m512 wv = _mm512_set1_ps(w);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = kc_lanes(n - i);
+        const __m512 a = _mm512_maskz_loadu_ps(m, acc + i);
+        _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(wv, kc_codes16(c + i, m), a));
+    }
+}
+
+KC_TGT static float dot_avx512(const float *q, const uint8_t *c, int n) {
+    __m512 a = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = kc_lanes(n - i);
+        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), kc_codes16(c + i, m), a);
+    }
+    return _mm512_reduce_add_ps(a);
+}
+
+KC_TGT static void lut_axpy_avx512(float *acc, float w, const float *lut, int nlut, const uint8_t *c, int n) {
+    const int small = nlut <= 16;
+    const __m512 wv = _mm512_set1_ps(w), lv = small ? _mm512_maskz_loadu_ps(kc_lanes(nlut), lut) : _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = kc_lanes(n - i);
+        const __m512 a = _mm512_maskz_loadu_ps(m, acc + i);
+        _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(wv, kc_lut16(lut, lv, small, c + i, m), a));
+    }
+}
+
+KC_TGT static float lut_dot_avx512(const float *q, const float *lut, int nlut, const uint8_t *c, int n) {
+    const int small = nlut <= 16;
+    const __m512 lv = small ? _mm512_maskz_loadu_ps(kc_lanes(nlut), lut) : _mm512_setzero_ps();
+    __m512 a = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = kc_lanes(n - i);
+        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), kc_lut16(lut, lv, small, c + i, m), a);
+    }
+    return _mm512_reduce_add_ps(a);
+}
+
+void kvq_codes_axpy(float *acc, float w, const uint8_t *c, int n) {
+    if (kvq_cpu_features() & KVQ_CPU_AVX512) { axpy_avx512(acc, w, c, n); return; }
+    for (int i = 0; i < n; i++) acc[i] += w * (float)c[i];
+}
+
+float kvq_codes_dot(const float *q, const uint8_t *c, int n) {
+    if (kvq_cpu_features() & KVQ_CPU_AVX512) return dot_avx512(q, c, n);
+    float a = 0;
+    for (int i = 0; i < n; i++) a += q[i] * (float)c[i];
+    return a;
+}
+
+void kvq_codes_lut_axpy(float *acc, float w, const float *lut, int nlut, const uint8_t *c, int n) {
+    if (kvq_cpu_features() & KVQ_CPU_AVX512) { lut_axpy_avx512(acc, w, lut, nlut, c, n); return; }
+    for (int i = 0; i < n; i++) acc[i] += w * lut[c[i]];
+}
+
+float kvq_codes_lut_dot(const float *q, const float *lut, int nlut, const uint8_t *c, int n) {
+    if (kvq_cpu_features() & KVQ_CPU_AVX512) return lut_dot_avx512(q, lut, nlut, c, n);
+    float a = 0;
+    for (int i = 0; i < n; i++) a += q[i] * lut[c[i]];
+    return a;
+}
