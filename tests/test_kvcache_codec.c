@@ -101,7 +101,7 @@ static void expected(const char *spec, int window, int boundary, int l, int h, i
             const uint8_t *rec[T];
             uint32_t len[T];
             for (int g = 0; g < nek / ck->group; g++) rec[g] = bk + ok[g], len[g] = (uint32_t)(ok[g + 1] - ok[g]);
-            ck->vt->score(ck, qq + i * D, rec, len, nek, s);
+            ck->vt->score(ck, qq + i * D, 1, rec, len, nek, s, nek);
         }
         attend_ref(s, Vd, n, 1 / sqrtf(D), out + i * D);
     }

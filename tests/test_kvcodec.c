@@ -354,7 +354,7 @@ static void test_score_matches_decode(void **st) {
         const uint8_t *rec[32];
         uint32_t len[32];
         for (int t = 0; t < n; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
-        c->vt->score(c, q, rec, len, n, s);
+        c->vt->score(c, q, 1, rec, len, n, s, n);
         for (int t = 0; t < n; t++) {
             float ref = 0;
             for (int j = 0; j < d; j++) ref += q[j] * y[t * d + j];
@@ -387,7 +387,7 @@ static void test_qjl_unbiased(void **st) {
             const uint8_t *rec[1] = {b};
             const uint32_t len[1] = {(uint32_t)off[1]};
             float s, y[128];
-            c->vt->score(c, q, rec, len, 1, &s);
+            c->vt->score(c, q, 1, rec, len, 1, &s, 1);
             kvq_kvcodec_decode(c, b, off, 1, y);
             double e = s - ip, e0 = -ip;
             for (int j = 0; j < d; j++) e0 += (double)q[j] * y[j];
@@ -415,7 +415,7 @@ static void test_score_vec(void **st) {
         const uint8_t *rec[16];
         uint32_t len[16];
         for (int t = 0; t < n; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
-        c->vt->score(c, q, rec, len, n, s);
+        c->vt->score(c, q, 1, rec, len, n, s, n);
         for (int t = 0; t < n; t++) {
             c->vt->score_vec(c, rec[t], v);
             float ref = 0;
@@ -532,18 +532,25 @@ static void test_packed_attention(void **st) {
                 const int qjl = !strcmp(sp.name, "turboquant-prod"); // its score adds the QJL correction
                 if (role == KVQ_KV_K && !qjl) {
                     assert_non_null(c->vt->score); // every codec but fp16 scores from its codes
-                    float s[N];
-                    c->vt->score(c, q, rec, len, NS, s);
-                    double qn = 0;
-                    for (int i = 0; i < d; i++) qn += (double)q[i] * q[i];
-                    for (int t = 0; t < NS; t++) {
-                        double ref = 0, kn = 0;
-                        for (int i = 0; i < d; i++) ref += (double)q[i] * y[t * d + i], kn += (double)y[t * d + i] * y[t * d + i];
-                        // bound: 1e-5·‖q‖·‖k̂‖ (float sums over d ≤ 128 products of codes)
-                        double e = fabs(s[t] - ref) / (sqrt(qn * kn) + 1e-30);
-                        if (e > 1e-5) fail_msg("%s d=%d score t=%d: %g vs %g (rel %g)", specs[si], d, t, s[t], ref, e);
-                        if (e > worst_s) worst_s = e;
+                    float *s = malloc(sizeof(float) * NQ * LDP), *qs = malloc(sizeof(float) * NQ * d);
+                    gauss(qs, (size_t)NQ * d, 300 + di);
+                    memcpy(qs, q, sizeof(float) * d);
+                    c->vt->score(c, qs, NQ, rec, len, NS, s, LDP); // all queries at once, rows LDP apart
+                    for (int i = 0; i < NQ; i++) {
+                        const float *qi = qs + (size_t)i * d;
+                        double qn = 0;
+                        for (int j = 0; j < d; j++) qn += (double)qi[j] * qi[j];
+                        for (int t = 0; t < NS; t++) {
+                            double ref = 0, kn = 0;
+                            for (int j = 0; j < d; j++) ref += (double)qi[j] * y[t * d + j], kn += (double)y[t * d + j] * y[t * d + j];
+                            // bound: 1e-5·‖q‖·‖k̂‖ (float sums over d ≤ 128 products of codes)
+                            const float got = s[(size_t)i * LDP + t];
+                            double e = fabs(got - ref) / (sqrt(qn * kn) + 1e-30);
+                            if (e > 1e-5) fail_msg("%s d=%d score q=%d t=%d: %g vs %g (rel %g)", specs[si], d, i, t, got, ref, e);
+                            if (e > worst_s) worst_s = e;
+                        }
                     }
+                    free(s), free(qs);
                 }
                 if (role == KVQ_KV_V) {
                     assert_non_null(c->vt->vsum);

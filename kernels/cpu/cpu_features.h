@@ -17,6 +17,7 @@ static inline int kvq_cpu_features(void) {
             __builtin_cpu_supports("avx512vl"))
             v |= KVQ_CPU_AVX512;
         if ((v & KVQ_CPU_AVX512) && __builtin_cpu_supports("avx512vnni")) v |= KVQ_CPU_VNNI;
+        if (__builtin_cpu_supports("bmi2")) v |= KVQ_CPU_BMI2;
         __atomic_store_n(&f, v, __ATOMIC_RELAXED);
     }
     return __atomic_load_n(&f, __ATOMIC_RELAXED);

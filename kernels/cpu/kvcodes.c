@@ -65,7 +65,8 @@ void kvq_codes_unpack(const uint8_t *p, int b, int n, uint8_t *c) {
     else unpack_shift(p, b, n, c);
 }
 
-// ---- sums over unpacked codes: AVX-512 (16 codes a step, masked tail) and plain loops
+// ---- sums over unpacked codes: AVX-512 (16 codes a step, masked tail), AVX2 (8 a step) and
+// plain loops
 
 #define KC_TGT __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
@@ -122,13 +123,115 @@ KC_TGT static float lut_dot_avx512(const float *q, const float *lut, int nlut, c
     return _mm512_reduce_add_ps(a);
 }
 
+// ---- AVX2 + FMA: 8 codes a step, the tail in plain code
+
+#define K2_TGT __attribute__((target("avx2,fma")))
+
+K2_TGT static inline __m256 k2_codes8(const uint8_t *c) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c)));
+}
+
+// lut[c] for 8 codes: one permute for tables of up to 8 entries, two and a blend on bit 3 for up
+// to 16, a gather beyond.
+K2_TGT static inline __m256 k2_lut8(const float *lut, __m256 lo, __m256 hi, int nlut, const uint8_t *c) {
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c));
+    if (nlut <= 8) return _mm256_permutevar8x32_ps(lo, idx);
+    if (nlut <= 16) {
+        const __m256 sel = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)); // bit 3 to the sign
+        return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx), sel);
+    }
+    return _mm256_i32gather_ps(lut, idx, 4);
+}
+
+K2_TGT static void k2_tables(const float *lut, int nlut, __m256 *lo, __m256 *hi) {
+    float t[16] = {0};
+    memcpy(t, lut, sizeof(float) * (nlut < 16 ? nlut : 16));
+    *lo = _mm256_loadu_ps(t), *hi = _mm256_loadu_ps(t + 8);
+}
+
+K2_TGT static inline float k2_hsum(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+K2_TGT static void axpy_avx2(float *acc, float w, const uint8_t *c, int n) {
+    const __m256 wv = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, k2_codes8(c + i), _mm256_loadu_ps(acc + i)));
+    for (; i < n; i++) acc[i] += w * (float)c[i];
+}
+
+K2_TGT static float dot_avx2(const float *q, const uint8_t *c, int n) {
+    __m256 a = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), k2_codes8(c + i), a);
+    float r = k2_hsum(a);
+    for (; i < n; i++) r += q[i] * (float)c[i];
+    return r;
+}
+
+K2_TGT static void lut_axpy_avx2(float *acc, float w, const float *lut, int nlut, const uint8_t *c, int n) {
+    __m256 lo, hi;
+    k2_tables(lut, nlut, &lo, &hi);
+    const __m256 wv = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, k2_lut8(lut, lo, hi, nlut, c + i), _mm256_loadu_ps(acc + i)));
+    for (; i < n; i++) acc[i] += w * lut[c[i]];
+}
+
+K2_TGT static float lut_dot_avx2(const float *q, const float *lut, int nlut, const uint8_t *c, int n) {
+    __m256 lo, hi;
+    k2_tables(lut, nlut, &lo, &hi);
+    __m256 a = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), k2_lut8(lut, lo, hi, nlut, c + i), a);
+    float r = k2_hsum(a);
+    for (; i < n; i++) r += q[i] * lut[c[i]];
+    return r;
+}
+
+K2_TGT static float fdot_avx2(const float *a, const float *b, int n) {
+    __m256 s = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s);
+    float r = k2_hsum(s);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+K2_TGT static void faxpy_avx2(float *acc, float w, const float *x, int n) {
+    const __m256 wv = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(acc + i)));
+    for (; i < n; i++) acc[i] += w * x[i];
+}
+
+// ---- dispatch
+
+float kvq_codes_fdot(const float *a, const float *b, int n) {
+    if (kvq_cpu_features() & KVQ_CPU_AVX2) return fdot_avx2(a, b, n);
+    float r = 0;
+    for (int i = 0; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+void kvq_codes_faxpy(float *acc, float w, const float *x, int n) {
+    if (kvq_cpu_features() & KVQ_CPU_AVX2) { faxpy_avx2(acc, w, x, n); return; }
+    for (int i = 0; i < n; i++) acc[i] += w * x[i];
+}
+
 void kvq_codes_axpy(float *acc, float w, const uint8_t *c, int n) {
     if (kvq_cpu_features() & KVQ_CPU_AVX512) { axpy_avx512(acc, w, c, n); return; }
+    if (kvq_cpu_features() & KVQ_CPU_AVX2) { axpy_avx2(acc, w, c, n); return; }
     for (int i = 0; i < n; i++) acc[i] += w * (float)c[i];
 }
 
 float kvq_codes_dot(const float *q, const uint8_t *c, int n) {
     if (kvq_cpu_features() & KVQ_CPU_AVX512) return dot_avx512(q, c, n);
+    if (kvq_cpu_features() & KVQ_CPU_AVX2) return dot_avx2(q, c, n);
     float a = 0;
     for (int i = 0; i < n; i++) a += q[i] * (float)c[i];
     return a;
@@ -136,11 +239,13 @@ float kvq_codes_dot(const float *q, const uint8_t *c, int n) {
 
 void kvq_codes_lut_axpy(float *acc, float w, const float *lut, int nlut, const uint8_t *c, int n) {
     if (kvq_cpu_features() & KVQ_CPU_AVX512) { lut_axpy_avx512(acc, w, lut, nlut, c, n); return; }
+    if (kvq_cpu_features() & KVQ_CPU_AVX2) { lut_axpy_avx2(acc, w, lut, nlut, c, n); return; }
     for (int i = 0; i < n; i++) acc[i] += w * lut[c[i]];
 }
 
 float kvq_codes_lut_dot(const float *q, const float *lut, int nlut, const uint8_t *c, int n) {
     if (kvq_cpu_features() & KVQ_CPU_AVX512) return lut_dot_avx512(q, lut, nlut, c, n);
+    if (kvq_cpu_features() & KVQ_CPU_AVX2) return lut_dot_avx2(q, lut, nlut, c, n);
     float a = 0;
     for (int i = 0; i < n; i++) a += q[i] * lut[c[i]];
     return a;

@@ -12,7 +12,7 @@ void kvq_codes_unpack(const uint8_t *p, int b, int n, uint8_t *c);
 /** Plain reference of kvq_codes_unpack (one code at a time). */
 void kvq_codes_unpack_ref(const uint8_t *p, int b, int n, uint8_t *c);
 
-/** acc[i] += w · c[i] for i < n (AVX-512 where the CPU has it; FMA, so not bit-equal to
+/** acc[i] += w · c[i] for i < n (AVX-512 or AVX2 where the CPU has it; FMA, so not bit-equal to
  *  acc + w·c rounded twice). */
 void kvq_codes_axpy(float *acc, float w, const uint8_t *c, int n);
 /** Σ_i q[i] · c[i], i < n (vector partial sums: the order differs from a plain loop). */
@@ -21,5 +21,10 @@ float kvq_codes_dot(const float *q, const uint8_t *c, int n);
 void kvq_codes_lut_axpy(float *acc, float w, const float *lut, int nlut, const uint8_t *c, int n);
 /** Σ_i q[i] · lut[c[i]]. */
 float kvq_codes_lut_dot(const float *q, const float *lut, int nlut, const uint8_t *c, int n);
+
+/** Σ_i a[i] · b[i] and acc[i] += w · x[i] over float rows (the codecs that rebuild a token in
+ *  their own frame first: OCTOPUS, HQMQ, HyperQuant-KV). */
+float kvq_codes_fdot(const float *a, const float *b, int n);
+void kvq_codes_faxpy(float *acc, float w, const float *x, int n);
 
 #endif

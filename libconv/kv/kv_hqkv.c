@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/kvcodes.h"
 #include "libconv/codec/hyperquant/hqcal.h"
 #include "libconv/kv/kvcodec.h"
 #include "libconv/quant/lattice.h"
@@ -218,17 +219,19 @@ static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out
     rotate(c->st, y, out, c->d, 1);
 }
 
-// Keys: <q, Sᵀy> = <S q, y>, S q once per query instead of Sᵀ once per token.
-static void hk_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, const uint32_t *len, int nt,
-                     float *sc) {
-    const int d = c->d;
-    float qy[4096], y[4096];
-    rotate(c->st, q, qy, d, 0);
-    for (int t = 0; t < nt; t++) {
-        hk_rotated(c, rec[t], len[t], y);
-        float a = 0;
-        for (int i = 0; i < d; i++) a += qy[i] * y[i];
-        sc[t] = a;
+// Keys: <q, Sᵀy> = <S q, y>, S q once per query instead of Sᵀ once per token; each token's
+// symbols decoded once for all queries.
+static void hk_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                     int nt, float *sc, int lds) {
+    const int d = c->d, rows = 8192 / d;
+    float qy[8192], y[4096];
+    for (int i0 = 0; i0 < n_q; i0 += rows) {
+        const int nr = n_q - i0 < rows ? n_q - i0 : rows;
+        for (int i = 0; i < nr; i++) rotate(c->st, q + (size_t)(i0 + i) * d, qy + (size_t)i * d, d, 0);
+        for (int t = 0; t < nt; t++) {
+            hk_rotated(c, rec[t], len[t], y);
+            for (int i = 0; i < nr; i++) sc[(size_t)(i0 + i) * lds + t] = kvq_codes_fdot(qy + (size_t)i * d, y, d);
+        }
     }
 }
 
@@ -243,8 +246,7 @@ static void hk_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, cons
         for (int i = 0; i < n_q; i++) {
             const float w = p[(size_t)i * ldp + t];
             float *o = out + (size_t)i * d;
-            if (w == 0) continue;
-            for (int j = 0; j < d; j++) o[j] += w * y[j];
+            if (w != 0) kvq_codes_faxpy(o, w, y, d);
         }
     }
     for (int i = 0; i < n_q; i++) {

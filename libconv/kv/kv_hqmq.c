@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "kernels/cpu/kvcodes.h"
 #include "libconv/kv/kv_internal.h"
 #include "libconv/kv/kvcodec.h"
 
@@ -296,16 +297,15 @@ static void hq_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out
     for (int i = 0; i < c->d; i++) out[i] = ch[i >> 2][i & 3];
 }
 
-// Joint-codebook gather: Σ_chunks r̂ <q_c, C[idx]> with the 24S products precomputed.
-static void hq_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, const uint32_t *len, int nt,
-                     float *sc) {
+// Joint-codebook gather: Σ_chunks r̂ <q_c, C[idx]> with the 24S products precomputed; each
+// token's chunks rebuilt once for all queries.
+static void hq_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                     int nt, float *sc, int lds) {
     const hq_st *s = c->st;
     float ch[HQ_MAXCH][4];
     for (int t = 0; t < nt; t++) {
         hq_chunks(s, rec[t], ch);
-        float acc = 0;
-        for (int i = 0; i < c->d; i++) acc += q[i] * ch[i >> 2][i & 3];
-        sc[t] = acc;
+        for (int i = 0; i < n_q; i++) sc[(size_t)i * lds + t] = kvq_codes_fdot(q + (size_t)i * c->d, &ch[0][0], c->d);
     }
 }
 
@@ -324,7 +324,7 @@ static void hq_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, cons
             const float w = p[(size_t)i * ldp + t];
             float *o = out + (size_t)i * d;
             if (w == 0) continue;
-            for (int j = 0; j < d; j++) o[j] += w * x[j];
+            kvq_codes_faxpy(o, w, x, d);
         }
     }
 }

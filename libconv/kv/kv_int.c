@@ -88,21 +88,27 @@ static void int_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *ou
 }
 static double int_bits(const kvq_kvcodec *c) { return opt_bits(c) + 16.0 / c->d; }
 
+// Rows of weights (queries) at a time the sums keep their per-row state for.
+#define VS_ROWS 8
+
 // k = s·(c − qmax): <q, k> = s·(q·c − qmax·Σq)
-static void int_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, const uint32_t *len, int nt,
-                      float *sc) {
+static void int_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                      int nt, float *sc, int lds) {
     const int b = opt_bits(c), qmax = (1 << (b - 1)) - 1, d = c->d;
     uint8_t cd[4096];
-    float qsum = 0;
-    for (int i = 0; i < d; i++) qsum += q[i];
-    for (int t = 0; t < nt; t++) {
-        kvq_codes_unpack(rec[t] + 2, b, d, cd);
-        sc[t] = get16(rec[t]) * (kvq_codes_dot(q, cd, d) - (float)qmax * qsum);
+    for (int i0 = 0; i0 < n_q; i0 += VS_ROWS) {
+        const int nr = n_q - i0 < VS_ROWS ? n_q - i0 : VS_ROWS;
+        float qsum[VS_ROWS] = {0};
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < d; j++) qsum[i] += q[(size_t)(i0 + i) * d + j];
+        for (int t = 0; t < nt; t++) {
+            const float s = get16(rec[t]);
+            kvq_codes_unpack(rec[t] + 2, b, d, cd);
+            for (int i = 0; i < nr; i++)
+                sc[(size_t)(i0 + i) * lds + t] = s * (kvq_codes_dot(q + (size_t)(i0 + i) * d, cd, d) - (float)qmax * qsum[i]);
+        }
     }
 }
-
-// Rows of weights at a time the value sums keep their per-row corrections for.
-#define VS_ROWS 8
 
 // Σ_t p_t s_t (c_t − qmax) = Σ_t (p_t s_t) c_t − qmax Σ_t p_t s_t
 static void int_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
@@ -258,29 +264,36 @@ static void kivi_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *o
 static double kivi_bits(const kvq_kvcodec *c) { return opt_bits(c) + 32.0 / KIVI_G; }
 
 // Per group of 32 tokens, k_t,i = z_i + s_i c_t,i: <q, k_t> = q·z + (q⊙s)·c_t, q⊙s and q·z once
-// per group. Token t's codes start at bit t·d·b: byte-aligned unless d·b is odd-sized, where they
-// are read one at a time.
-static void kivi_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, const uint32_t *len, int nt,
-                       float *sc) {
-    const int b = opt_bits(c), d = c->d;
-    float qs[4096];
+// per group and query. Token t's codes start at bit t·d·b: byte-aligned unless d·b is not a
+// multiple of 8, where they are read one at a time.
+static void kivi_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                       int nt, float *sc, int lds) {
+    const int b = opt_bits(c), d = c->d, rows = 8192 / d;
+    float qs[8192], qz[8192];
     uint8_t cd[4096];
-    for (int g = 0; g * KIVI_G < nt; g++) {
-        const uint8_t *in = rec[g], *codes = in + 4 * d;
-        float qz = 0;
-        for (int i = 0; i < d; i++) qs[i] = q[i] * get16(in + 4 * i), qz += q[i] * get16(in + 4 * i + 2);
-        const int m = nt - g * KIVI_G < KIVI_G ? nt - g * KIVI_G : KIVI_G;
-        for (int t = 0; t < m; t++) {
-            const size_t bit = (size_t)t * d * b;
-            if (bit % 8 == 0) kvq_codes_unpack(codes + bit / 8, b, d, cd);
-            else
-                for (int i = 0; i < d; i++) {
-                    const size_t bi = bit + (size_t)i * b; // code_at's reading, from an odd bit
-                    uint32_t v = codes[bi >> 3] >> (bi & 7);
-                    if ((bi & 7) + b > 8) v |= (uint32_t)codes[(bi >> 3) + 1] << (8 - (bi & 7));
-                    cd[i] = (uint8_t)(v & ((1u << b) - 1u));
-                }
-            sc[g * KIVI_G + t] = qz + kvq_codes_dot(qs, cd, d);
+    for (int i0 = 0; i0 < n_q; i0 += rows) {
+        const int nr = n_q - i0 < rows ? n_q - i0 : rows;
+        for (int g = 0; g * KIVI_G < nt; g++) {
+            const uint8_t *in = rec[g], *codes = in + 4 * d;
+            for (int i = 0; i < nr; i++) {
+                const float *qi = q + (size_t)(i0 + i) * d;
+                qz[i] = 0;
+                for (int j = 0; j < d; j++) qs[i * d + j] = qi[j] * get16(in + 4 * j), qz[i] += qi[j] * get16(in + 4 * j + 2);
+            }
+            const int m = nt - g * KIVI_G < KIVI_G ? nt - g * KIVI_G : KIVI_G;
+            for (int t = 0; t < m; t++) {
+                const size_t bit = (size_t)t * d * b;
+                if (bit % 8 == 0) kvq_codes_unpack(codes + bit / 8, b, d, cd);
+                else
+                    for (int j = 0; j < d; j++) {
+                        const size_t bi = bit + (size_t)j * b; // code_at's reading, from an odd bit
+                        uint32_t v = codes[bi >> 3] >> (bi & 7);
+                        if ((bi & 7) + b > 8) v |= (uint32_t)codes[(bi >> 3) + 1] << (8 - (bi & 7));
+                        cd[j] = (uint8_t)(v & ((1u << b) - 1u));
+                    }
+                for (int i = 0; i < nr; i++)
+                    sc[(size_t)(i0 + i) * lds + g * KIVI_G + t] = qz[i] + kvq_codes_dot(qs + (size_t)i * d, cd, d);
+            }
         }
     }
 }

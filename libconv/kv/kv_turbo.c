@@ -186,32 +186,40 @@ static void turbo_score_vec(const kvq_kvcodec *c, const uint8_t *in, float *out)
 }
 
 // <q, k>: γ <R q, û> plus, for prod, γ · sqrt(π/2)/d · γ_r · <S R q, σ> (with σ in {0, 1} stored:
-// <S R q, 2σ − 1> = 2 <S R q, σ> − Σ S R q)
-static void turbo_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, const uint32_t *len, int nt,
-                        float *sc) {
+// <S R q, 2σ − 1> = 2 <S R q, σ> − Σ S R q). R q (and S R q) once per query, each token's codes
+// unpacked once for all queries.
+static void turbo_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                        int nt, float *sc, int lds) {
     const turbo_st *s = c->st;
-    int d = c->d;
-    float qr[4096], sq[4096], sqsum = 0;
-    uint8_t cd[4096];
-    memcpy(qr, q, sizeof(float) * d);
-    turbo_rotate(s, qr, d);
-    if (s->prod)
-        for (int j = 0; j < d; j++) {
-            float z = 0;
-            for (int i = 0; i < d; i++) z += s->S[(size_t)j * d + i] * qr[i];
-            sq[j] = z, sqsum += z;
-        }
+    const int d = c->d, rows = 8192 / d;
+    float qr[8192], sq[8192], sqsum[8192];
+    uint8_t cd[4096], sg[4096];
     const float kq = (float)(sqrt(M_PI / 2.0) / d);
-    for (int t = 0; t < nt; t++) {
-        const uint8_t *in = rec[t];
-        kvq_codes_unpack(in + 2, s->bm, d, cd);
-        float acc = kvq_codes_lut_dot(qr, s->cb, s->K, cd, d);
-        if (s->prod) {
-            const uint8_t *p2 = in + 2 + ((size_t)d * s->bm + 7) / 8;
-            kvq_codes_unpack(p2 + 2, 1, d, cd);
-            acc += kq * get16(p2) * (2 * kvq_codes_dot(sq, cd, d) - sqsum);
+    for (int i0 = 0; i0 < n_q; i0 += rows) {
+        const int nr = n_q - i0 < rows ? n_q - i0 : rows;
+        for (int i = 0; i < nr; i++) {
+            float *qi = qr + (size_t)i * d;
+            memcpy(qi, q + (size_t)(i0 + i) * d, sizeof(float) * d);
+            turbo_rotate(s, qi, d);
+            if (!s->prod) continue;
+            sqsum[i] = 0;
+            for (int j = 0; j < d; j++) {
+                float z = 0;
+                for (int k = 0; k < d; k++) z += s->S[(size_t)j * d + k] * qi[k];
+                sq[(size_t)i * d + j] = z, sqsum[i] += z;
+            }
         }
-        sc[t] = get16(in) * acc;
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *in = rec[t], *p2 = in + 2 + ((size_t)d * s->bm + 7) / 8;
+            const float g = get16(in);
+            kvq_codes_unpack(in + 2, s->bm, d, cd);
+            if (s->prod) kvq_codes_unpack(p2 + 2, 1, d, sg);
+            for (int i = 0; i < nr; i++) {
+                float acc = kvq_codes_lut_dot(qr + (size_t)i * d, s->cb, s->K, cd, d);
+                if (s->prod) acc += kq * get16(p2) * (2 * kvq_codes_dot(sq + (size_t)i * d, sg, d) - sqsum[i]);
+                sc[(size_t)(i0 + i) * lds + t] = g * acc;
+            }
+        }
     }
 }
 

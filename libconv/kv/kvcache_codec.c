@@ -194,9 +194,10 @@ static void scratch_give(kvc *c, kv_scratch *w) {
     pthread_mutex_unlock(&c->pool_lock);
 }
 
-// Keys: scored from their records when the codec can (score), the rest (window, fp16) from
-// fp32 rows. Values: summed from their records when the codec can (vsum), for ATT_ROWS queries at
-// a time, plus the fp16 window's rows; otherwise decoded to rows (the shadow, fp16).
+// ATT_ROWS queries at a time. Keys: scored from their records when the codec can (score, each
+// record read once for the block), the rest (window, fp16) from fp32 rows. Values: summed from
+// their records when the codec can (vsum, likewise), plus the fp16 window's rows; otherwise
+// decoded to rows (the shadow, fp16).
 static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, int n_q, int n_ctx,
                              float scale, float *out) {
     kvc *c = (kvc *)base;
@@ -228,10 +229,10 @@ static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float
     }
     for (int i0 = 0; i0 < n_q; i0 += ATT_ROWS) {
         const int nb = n_q - i0 < ATT_ROWS ? n_q - i0 : ATT_ROWS;
+        if (use_score) sk->codec->vt->score(sk->codec, q + (size_t)i0 * d, nb, w->rec, sk->len, ne, w->sc, n);
         for (int i = 0; i < nb; i++) {
             const float *qi = q + (size_t)(i0 + i) * d;
             float *sc = w->sc + (size_t)i * n, *oi = out + (size_t)(i0 + i) * d;
-            if (use_score) sk->codec->vt->score(sk->codec, qi, w->rec, sk->len, ne, sc);
             if (use_vsum) kvq_attention_probs(qi, kk, n_ctx, ne, d, scale, sc);
             else kvq_attention_rows(oi, qi, kk, vv, n_ctx, ne, d, scale, sc); // scores [ne, n_ctx), softmax, ·V
         }

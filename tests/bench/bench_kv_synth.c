@@ -64,7 +64,7 @@ static metrics run_one(const char *spec, int d, int n, int nq, uint64_t seed) {
     uint32_t *len = malloc(sizeof(*len) * n);
     for (int t = 0; t < n; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
     for (int j = 0; j < nq; j++) {
-        if (c->vt->score && c->group == 1) c->vt->score(c, q + j * d, rec, len, n, s);
+        if (c->vt->score && c->group == 1) c->vt->score(c, q + j * d, 1, rec, len, n, s, n);
         else
             for (int t = 0; t < n; t++) {
                 s[t] = 0;
@@ -207,7 +207,7 @@ static void needle(int seeds) {
                     const uint8_t **rec = malloc(sizeof(*rec) * (T + 1));
                     uint32_t *len = malloc(sizeof(*len) * (T + 1));
                     for (int t = 0; t <= T; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
-                    c->vt->score(c, q, rec, len, T + 1, s);
+                    c->vt->score(c, q, 1, rec, len, T + 1, s, T + 1);
                     free(rec), free(len);
                 } else {
                     kvq_kvcodec_decode(c, b, off, n, y);
@@ -258,7 +258,7 @@ static void speed(void) {
             uint32_t *len = malloc(sizeof(*len) * n);
             for (int t = 0; t < n; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
             double t3 = omp_get_wtime();
-            c->vt->score(c, q, rec, len, n, s);
+            c->vt->score(c, q, 1, rec, len, n, s, n);
             sc = n / (omp_get_wtime() - t3);
             free(rec), free(len);
         }
