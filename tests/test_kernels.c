@@ -260,8 +260,17 @@ static void test_kv_codes(void **st) {
             uint8_t *p = malloc(bytes), *c = malloc(n), *r = malloc(n);
             for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)(frand() * 128 + 128);
             kvq_codes_unpack(p, b, n, c);
-            kvq_codes_unpack_ref(p, b, n, r);
+            kvq_codes_unpack_ref(p, 0, b, n, r);
             assert_memory_equal(c, r, (size_t)n);
+            for (int bit0 = 1; bit0 < 20; bit0 += 3) { // codes from an odd bit: exactly the bytes they touch
+                const size_t nb = (bit0 + (size_t)n * b + 7) / 8;
+                uint8_t *p2 = malloc(nb), *c2 = malloc(n), *r2 = malloc(n);
+                for (size_t i = 0; i < nb; i++) p2[i] = (uint8_t)(frand() * 128 + 128);
+                kvq_codes_unpack_at(p2, (size_t)bit0, b, n, c2);
+                kvq_codes_unpack_ref(p2, bit0, b, n, r2);
+                assert_memory_equal(c2, r2, (size_t)n);
+                free(p2), free(c2), free(r2);
+            }
             for (int i = 0; i < n; i++) assert_true(r[i] < (1u << b));
             float *q = rnd((size_t)n), *acc = rnd((size_t)n), *lut = rnd((size_t)1 << b);
             double dref = 0, lref = 0;

@@ -502,7 +502,7 @@ static void test_hqkv_rate(void **st) {
 // |vsum − Σ p v̂| <= 1e-5·Σ_t p_t·max|v̂_t| per channel.
 static void test_packed_attention(void **st) {
     const char *specs[] = {"int:2", "int:3", "int:4", "int:5", "int:8", "kivi:1", "kivi:2", "kivi:3", "kivi:4",
-                           "kivi:6", "kivi:8", "octopus:2", "octopus:3", "octopus:4", "turboquant:1", "turboquant:2",
+                           "kivi:6", "kivi:8", "octopus:1", "octopus:2", "octopus:3", "octopus:4", "octopus:8", "turboquant:1", "turboquant:2",
                            "turboquant:3", "turboquant:4", "turboquant:5", "turboquant-prod:3", "qturbo:2", "qturbo:4",
                            "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s48:r4:med3", "hqkv:e8:3:rot=signs:dither",
                            "hqkv:d4:2:rot=qjl", "hqkv:z:4:rot=none", "hqkv:a2:3:rot=signs"};

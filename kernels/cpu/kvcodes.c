@@ -9,11 +9,11 @@
 
 #include "kernels/cpu/cpu_features.h"
 
-void kvq_codes_unpack_ref(const uint8_t *p, int b, int n, uint8_t *c) {
+void kvq_codes_unpack_ref(const uint8_t *p, int bit0, int b, int n, uint8_t *c) {
     for (int i = 0; i < n; i++) {
         uint32_t v = 0;
         for (int k = 0; k < b; k++) {
-            size_t bit = (size_t)i * b + k;
+            size_t bit = (size_t)bit0 + (size_t)i * b + k;
             v |= (uint32_t)(p[bit >> 3] >> (bit & 7) & 1u) << k;
         }
         c[i] = (uint8_t)v;
@@ -30,40 +30,48 @@ static inline uint64_t load_le(const uint8_t *p, size_t len) {
 // b replicated in every byte's low bits: the pdep mask that puts 8 b-bit fields into 8 bytes.
 static inline uint64_t byte_mask(int b) { return 0x0101010101010101ull * ((1u << b) - 1u); }
 
-__attribute__((target("bmi2"))) static void unpack_bmi2(const uint8_t *p, int b, int n, uint8_t *c) {
+// Codes 8j..8j+7 start at bit bit0 + 8jb: the 8 bytes from there (only those inside the stream),
+// shifted by the bit offset. With b <= 7 and an offset <= 7 the 8b bits fit the 64-bit word.
+static inline uint64_t word_at(const uint8_t *p, size_t bytes, size_t bit) {
+    const size_t off = bit >> 3;
+    uint64_t w;
+    if (off + 8 <= bytes) memcpy(&w, p + off, 8);
+    else w = load_le(p + off, bytes - off);
+    return w >> (bit & 7);
+}
+
+__attribute__((target("bmi2"))) static void unpack_bmi2(const uint8_t *p, size_t bit0, int b, int n, uint8_t *c) {
     const uint64_t m = byte_mask(b);
-    const size_t bytes = ((size_t)n * b + 7) / 8;
+    const size_t bytes = (bit0 + (size_t)n * b + 7) / 8;
     int j = 0;
-    for (; 8 * j + 8 <= n && (size_t)j * b + 8 <= bytes; j++) { // a whole 8-byte load in bounds
-        uint64_t w;
-        memcpy(&w, p + (size_t)j * b, 8);
-        w = _pdep_u64(w, m);
+    for (; 8 * j + 8 <= n; j++) {
+        const uint64_t w = _pdep_u64(word_at(p, bytes, bit0 + (size_t)j * 8 * b), m);
         memcpy(c + 8 * j, &w, 8);
     }
-    for (; 8 * j < n; j++) { // the last words: only the bytes that exist
-        const size_t off = (size_t)j * b;
-        uint64_t w = _pdep_u64(load_le(p + off, bytes - off), m);
-        const int k = n - 8 * j < 8 ? n - 8 * j : 8;
-        memcpy(c + 8 * j, &w, (size_t)k);
+    if (8 * j < n) {
+        const uint64_t w = _pdep_u64(word_at(p, bytes, bit0 + (size_t)j * 8 * b), m);
+        memcpy(c + 8 * j, &w, (size_t)(n - 8 * j));
     }
 }
 
-static void unpack_shift(const uint8_t *p, int b, int n, uint8_t *c) {
+static void unpack_shift(const uint8_t *p, size_t bit0, int b, int n, uint8_t *c) {
     const uint64_t mk = (1u << b) - 1u;
-    const size_t bytes = ((size_t)n * b + 7) / 8;
+    const size_t bytes = (bit0 + (size_t)n * b + 7) / 8;
     for (int j = 0; 8 * j < n; j++) {
-        const size_t off = (size_t)j * b;
-        const uint64_t w = load_le(p + off, bytes - off);
+        const uint64_t w = word_at(p, bytes, bit0 + (size_t)j * 8 * b);
         const int k = n - 8 * j < 8 ? n - 8 * j : 8;
         for (int i = 0; i < k; i++) c[8 * j + i] = (uint8_t)(w >> (i * b) & mk);
     }
 }
 
-void kvq_codes_unpack(const uint8_t *p, int b, int n, uint8_t *c) {
-    if (b == 8) memcpy(c, p, (size_t)n);
-    else if (kvq_cpu_features() & KVQ_CPU_BMI2) unpack_bmi2(p, b, n, c);
-    else unpack_shift(p, b, n, c);
+void kvq_codes_unpack_at(const uint8_t *p, size_t bit0, int b, int n, uint8_t *c) {
+    if (b == 8 && bit0 % 8 == 0) memcpy(c, p + bit0 / 8, (size_t)n);
+    else if (b == 8) kvq_codes_unpack_ref(p + bit0 / 8, (int)(bit0 % 8), b, n, c); // 71 bits: not one word
+    else if (kvq_cpu_features() & KVQ_CPU_BMI2) unpack_bmi2(p, bit0, b, n, c);
+    else unpack_shift(p, bit0, b, n, c);
 }
+
+void kvq_codes_unpack(const uint8_t *p, int b, int n, uint8_t *c) { kvq_codes_unpack_at(p, 0, b, n, c); }
 
 // ---- sums over unpacked codes: AVX-512 (16 codes a step, masked tail), AVX2 (8 a step) and
 // plain loops

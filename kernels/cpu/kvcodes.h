@@ -5,12 +5,15 @@
 #ifndef KVQ_KERNELS_KVCODES_H
 #define KVQ_KERNELS_KVCODES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /** The n codes of b bits (1..8) at p (reads exactly ceil(n·b/8) bytes) into c (n bytes). */
 void kvq_codes_unpack(const uint8_t *p, int b, int n, uint8_t *c);
-/** Plain reference of kvq_codes_unpack (one code at a time). */
-void kvq_codes_unpack_ref(const uint8_t *p, int b, int n, uint8_t *c);
+/** The same for codes starting at bit bit0 of p (reads bytes [bit0/8, ceil((bit0 + n·b)/8))). */
+void kvq_codes_unpack_at(const uint8_t *p, size_t bit0, int b, int n, uint8_t *c);
+/** Plain reference of kvq_codes_unpack_at (one bit at a time). */
+void kvq_codes_unpack_ref(const uint8_t *p, int bit0, int b, int n, uint8_t *c);
 
 /** acc[i] += w · c[i] for i < n (AVX-512 or AVX2 where the CPU has it; FMA, so not bit-equal to
  *  acc + w·c rounded twice). */

@@ -275,9 +275,21 @@ static void hq_chunks(const hq_st *s, const uint8_t *in, float (*ch)[4]) {
         int take = s->nbits[nin] - b < 16 ? s->nbits[nin] - b : 16;
         a[b >> 5] |= kvq_bitr_get(&r, take) << (b & 31);
     }
-    int na = (s->nbits[nin] + 31) / 32;
+    // digits least significant first; two per long division when M² fits 32 bits, the number's
+    // top limbs dropped as they empty (together ~3.4x fewer limb divisions at d = 64, S = 96)
+    int na = (s->nbits[nin] + 31) / 32, i = 0;
     int idx[HQ_MAXCH];
-    for (int i = 0; i < nin; i++) idx[i] = (int)bn_divmod(a, na, (uint32_t)s->M);
+    const uint64_t M = (uint64_t)s->M, M2 = M * M;
+    if (M2 <= 0xffffffffu)
+        for (; i + 1 < nin; i += 2) {
+            while (na > 0 && a[na - 1] == 0) na--;
+            const uint32_t r = bn_divmod(a, na, (uint32_t)M2);
+            idx[i] = (int)(r % M), idx[i + 1] = (int)(r / M);
+        }
+    for (; i < nin; i++) {
+        while (na > 0 && a[na - 1] == 0) na--;
+        idx[i] = (int)bn_divmod(a, na, (uint32_t)M);
+    }
     size_t pos = 2 + (r.bit + (size_t)nin * s->br + 7) / 8;
     for (int k = 0, i = 0; k < nch; k++) {
         if (out[k]) {

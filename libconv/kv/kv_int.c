@@ -264,8 +264,7 @@ static void kivi_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *o
 static double kivi_bits(const kvq_kvcodec *c) { return opt_bits(c) + 32.0 / KIVI_G; }
 
 // Per group of 32 tokens, k_t,i = z_i + s_i c_t,i: <q, k_t> = q·z + (q⊙s)·c_t, q⊙s and q·z once
-// per group and query. Token t's codes start at bit t·d·b: byte-aligned unless d·b is not a
-// multiple of 8, where they are read one at a time.
+// per group and query. Token t's codes start at bit t·d·b.
 static void kivi_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
                        int nt, float *sc, int lds) {
     const int b = opt_bits(c), d = c->d, rows = 8192 / d;
@@ -282,15 +281,7 @@ static void kivi_score(const kvq_kvcodec *c, const float *q, int n_q, const uint
             }
             const int m = nt - g * KIVI_G < KIVI_G ? nt - g * KIVI_G : KIVI_G;
             for (int t = 0; t < m; t++) {
-                const size_t bit = (size_t)t * d * b;
-                if (bit % 8 == 0) kvq_codes_unpack(codes + bit / 8, b, d, cd);
-                else
-                    for (int j = 0; j < d; j++) {
-                        const size_t bi = bit + (size_t)j * b; // code_at's reading, from an odd bit
-                        uint32_t v = codes[bi >> 3] >> (bi & 7);
-                        if ((bi & 7) + b > 8) v |= (uint32_t)codes[(bi >> 3) + 1] << (8 - (bi & 7));
-                        cd[j] = (uint8_t)(v & ((1u << b) - 1u));
-                    }
+                kvq_codes_unpack_at(codes, (size_t)t * d * b, b, d, cd);
                 for (int i = 0; i < nr; i++)
                     sc[(size_t)(i0 + i) * lds + g * KIVI_G + t] = qz[i] + kvq_codes_dot(qs + (size_t)i * d, cd, d);
             }

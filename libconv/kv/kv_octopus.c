@@ -198,8 +198,19 @@ static kvq_status oct_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n,
     return KVQ_OK;
 }
 
-// rotated-frame reconstruction û (3·ntri)
+// rotated-frame reconstruction û (3·ntri); the index fields unpacked 8 at a time when they are
+// at most 8 bits wide (every b up to 7 with the default split)
 static void oct_uhat(const oct_st *s, const uint8_t *in, float *uh) {
+    if (s->bdir <= 8 && s->bnorm <= 8) {
+        uint8_t cd[2 * 1366], cn[1366] = {0}; // ntri <= ceil(4096 / 3)
+        kvq_codes_unpack(in + 4, s->bdir, 2 * s->ntri, cd);
+        if (s->bnorm) kvq_codes_unpack_at(in + 4, (size_t)s->ntri * 2 * s->bdir, s->bnorm, s->ntri, cn);
+        for (int t = 0; t < s->ntri; t++) {
+            const float rho = s->crho[cn[t]], *nd = s->dirs + 3 * (cd[2 * t] * s->Kd + cd[2 * t + 1]);
+            for (int k = 0; k < 3; k++) uh[3 * t + k] = rho * nd[k];
+        }
+        return;
+    }
     kvq_bitr rd = {in + 4, 0}, rn = {in + 4, (size_t)s->ntri * 2 * s->bdir};
     for (int t = 0; t < s->ntri; t++) {
         int a = (int)kvq_bitr_get(&rd, s->bdir), b = (int)kvq_bitr_get(&rd, s->bdir);
