@@ -13,6 +13,7 @@
 #include "formats/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fastexp.h"
+#include "kernels/cpu/kvcodes.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -232,7 +233,62 @@ static void test_attention_rows(void **st) {
             double z = 0;
             for (int t = 0; t < n_ctx; t++) z += sc[t];
             assert_true(fabs(z - 1) < 1e-5); // sc holds the probabilities
+            float *p2 = malloc(sizeof(float) * n_ctx); // kvq_attention_probs: the same probabilities
+            for (int t = 0; t < t0; t++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += (double)q[i] * K[(size_t)t * hd + i];
+                p2[t] = (float)d;
+            }
+            kvq_attention_probs(q, K, n_ctx, t0, hd, 0.125f, p2);
+            assert_memory_equal(p2, sc, sizeof(float) * n_ctx);
+            free(p2);
             free(q); free(K); free(V); free(a); free(b); free(sc);
+        }
+}
+
+// KV code unpacking (pdep / shifts) against the one-bit-at-a-time reference for every width and
+// ragged lengths, from buffers of exactly ceil(n·b/8) bytes (ASan sees any over-read); the sums
+// over codes against plain double loops.
+static void test_kv_codes(void **st) {
+    (void)st;
+    rng_state = 77;
+    const int ns[] = {1, 5, 7, 8, 9, 16, 37, 63, 64, 65, 100, 128, 513};
+    for (int b = 1; b <= 8; b++)
+        for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+            const int n = ns[k];
+            const size_t bytes = ((size_t)n * b + 7) / 8;
+            uint8_t *p = malloc(bytes), *c = malloc(n), *r = malloc(n);
+            for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)(frand() * 128 + 128);
+            kvq_codes_unpack(p, b, n, c);
+            kvq_codes_unpack_ref(p, 0, b, n, r);
+            assert_memory_equal(c, r, (size_t)n);
+            for (int bit0 = 1; bit0 < 20; bit0 += 3) { // codes from an odd bit: exactly the bytes they touch
+                const size_t nb = (bit0 + (size_t)n * b + 7) / 8;
+                uint8_t *p2 = malloc(nb), *c2 = malloc(n), *r2 = malloc(n);
+                for (size_t i = 0; i < nb; i++) p2[i] = (uint8_t)(frand() * 128 + 128);
+                kvq_codes_unpack_at(p2, (size_t)bit0, b, n, c2);
+                kvq_codes_unpack_ref(p2, bit0, b, n, r2);
+                assert_memory_equal(c2, r2, (size_t)n);
+                free(p2), free(c2), free(r2);
+            }
+            for (int i = 0; i < n; i++) assert_true(r[i] < (1u << b));
+            float *q = rnd((size_t)n), *acc = rnd((size_t)n), *lut = rnd((size_t)1 << b);
+            double dref = 0, lref = 0;
+            for (int i = 0; i < n; i++) dref += (double)q[i] * c[i], lref += (double)q[i] * lut[c[i]];
+            double mag = 0, lmag = 0;
+            for (int i = 0; i < n; i++) mag += fabs(q[i]) * c[i], lmag += fabs(q[i] * lut[c[i]]);
+            assert_true(fabs(kvq_codes_dot(q, c, n) - dref) <= 1e-6 * mag + 1e-30);
+            assert_true(fabs(kvq_codes_lut_dot(q, lut, 1 << b, c, n) - lref) <= 1e-6 * lmag + 1e-30);
+            float *a1 = malloc(sizeof(float) * n), *a2 = malloc(sizeof(float) * n);
+            memcpy(a1, acc, sizeof(float) * n), memcpy(a2, acc, sizeof(float) * n);
+            kvq_codes_axpy(a1, 0.37f, c, n);
+            kvq_codes_lut_axpy(a2, -1.5f, lut, 1 << b, c, n);
+            for (int i = 0; i < n; i++) {
+                const double e1 = (double)acc[i] + 0.37 * c[i], e2 = (double)acc[i] - 1.5 * lut[c[i]];
+                assert_true(fabs(a1[i] - e1) <= 1e-6 * (fabs(acc[i]) + 0.37 * c[i]) + 1e-30);
+                assert_true(fabs(a2[i] - e2) <= 1e-6 * (fabs(acc[i]) + fabs(1.5 * lut[c[i]])) + 1e-30);
+            }
+            free(p), free(c), free(r), free(q), free(acc), free(lut), free(a1), free(a2);
         }
 }
 
@@ -240,6 +296,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_swiglu), cmocka_unit_test(test_fast_expf), cmocka_unit_test(test_rope), cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_rows),
+        cmocka_unit_test(test_kv_codes),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }

@@ -352,8 +352,9 @@ static void test_score_matches_decode(void **st) {
         kvq_kvcodec_encode(c, x, n, b, cap, off, NULL);
         kvq_kvcodec_decode(c, b, off, n, y);
         const uint8_t *rec[32];
-        for (int t = 0; t < n; t++) rec[t] = b + off[t];
-        c->vt->score(c, q, rec, n, s);
+        uint32_t len[32];
+        for (int t = 0; t < n; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
+        c->vt->score(c, q, 1, rec, len, n, s, n);
         for (int t = 0; t < n; t++) {
             float ref = 0;
             for (int j = 0; j < d; j++) ref += q[j] * y[t * d + j];
@@ -384,8 +385,9 @@ static void test_qjl_unbiased(void **st) {
             size_t off[2];
             kvq_kvcodec_encode(c, k, 1, b, sizeof b, off, NULL);
             const uint8_t *rec[1] = {b};
+            const uint32_t len[1] = {(uint32_t)off[1]};
             float s, y[128];
-            c->vt->score(c, q, rec, 1, &s);
+            c->vt->score(c, q, 1, rec, len, 1, &s, 1);
             kvq_kvcodec_decode(c, b, off, 1, y);
             double e = s - ip, e0 = -ip;
             for (int j = 0; j < d; j++) e0 += (double)q[j] * y[j];
@@ -411,8 +413,9 @@ static void test_score_vec(void **st) {
         uint8_t *b = malloc(cap);
         kvq_kvcodec_encode(c, x, n, b, cap, off, NULL);
         const uint8_t *rec[16];
-        for (int t = 0; t < n; t++) rec[t] = b + off[t];
-        c->vt->score(c, q, rec, n, s);
+        uint32_t len[16];
+        for (int t = 0; t < n; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
+        c->vt->score(c, q, 1, rec, len, n, s, n);
         for (int t = 0; t < n; t++) {
             c->vt->score_vec(c, rec[t], v);
             float ref = 0;
@@ -489,6 +492,108 @@ static void test_hqkv_rate(void **st) {
     free(x), free(y);
 }
 
+// ---- attention from the packed records (score, vsum) against decode-then-attend
+
+// Every codec, every bit width, head dims 64 and 128 and odd ones where the codec takes them:
+// score(q, k_t) from the codes against <q, decode(k_t)> (codecs without a QJL term), and
+// vsum (several weight rows, one peaked, one with exact zeros, a stride longer than n) against
+// Σ_t p_t decode(v_t) in double. Bounds (float rounding of the sums over codes; one wrong code,
+// scale or zero moves a result by far more): |score − <q, k̂>| <= 1e-5·‖q‖·‖k̂‖ and
+// |vsum − Σ p v̂| <= 1e-5·Σ_t p_t·max|v̂_t| per channel.
+static void test_packed_attention(void **st) {
+    const char *specs[] = {"int:2", "int:3", "int:4", "int:5", "int:8", "kivi:1", "kivi:2", "kivi:3", "kivi:4",
+                           "kivi:6", "kivi:8", "octopus:1", "octopus:2", "octopus:3", "octopus:4", "octopus:8", "turboquant:1", "turboquant:2",
+                           "turboquant:3", "turboquant:4", "turboquant:5", "turboquant-prod:3", "qturbo:2", "qturbo:4",
+                           "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s48:r4:med3", "hqkv:e8:3:rot=signs:dither",
+                           "hqkv:d4:2:rot=qjl", "hqkv:z:4:rot=none", "hqkv:a2:3:rot=signs"};
+    const int dims[] = {64, 128, 37, 20, 8};
+    enum { N = 96, NS = 77, NQ = 11, LDP = 101 };
+    double worst_s = 0, worst_v = 0;
+    int checked = 0;
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+            for (int role = 0; role < 2; role++) {
+                const int d = dims[di];
+                kvq_kvspec sp;
+                assert_int_equal(kvq_kvspec_parse(specs[si], &sp, NULL), KVQ_OK);
+                kvq_kvcodec *c = NULL;
+                if (kvq_kvcodec_new(&sp, d, role, 77 + si, &c, NULL)) continue; // shape the codec refuses
+                float *x = malloc(sizeof(float) * N * d), *y = malloc(sizeof(float) * N * d), q[128];
+                gauss(x, (size_t)N * d, 100 + si * 7 + di);
+                for (int i = 0; i < N * d; i++) x[i] = x[i] * 0.7f + 0.3f * (i % d == 3 ? 4.0f : 0.0f); // an outlier channel
+                gauss(q, d, 200 + di);
+                size_t cap = kvq_kvcodec_bound(c, N), off[N + 1];
+                uint8_t *b = malloc(cap);
+                assert_int_equal(kvq_kvcodec_encode(c, x, N, b, cap, off, NULL), KVQ_OK);
+                kvq_kvcodec_decode(c, b, off, N, y);
+                const uint8_t *rec[N];
+                uint32_t len[N];
+                for (int g = 0; g < N / c->group; g++) rec[g] = b + off[g], len[g] = (uint32_t)(off[g + 1] - off[g]);
+                const int qjl = !strcmp(sp.name, "turboquant-prod"); // its score adds the QJL correction
+                if (role == KVQ_KV_K && !qjl) {
+                    assert_non_null(c->vt->score); // every codec but fp16 scores from its codes
+                    float *s = malloc(sizeof(float) * NQ * LDP), *qs = malloc(sizeof(float) * NQ * d);
+                    gauss(qs, (size_t)NQ * d, 300 + di);
+                    memcpy(qs, q, sizeof(float) * d);
+                    c->vt->score(c, qs, NQ, rec, len, NS, s, LDP); // all queries at once, rows LDP apart
+                    for (int i = 0; i < NQ; i++) {
+                        const float *qi = qs + (size_t)i * d;
+                        double qn = 0;
+                        for (int j = 0; j < d; j++) qn += (double)qi[j] * qi[j];
+                        for (int t = 0; t < NS; t++) {
+                            double ref = 0, kn = 0;
+                            for (int j = 0; j < d; j++) ref += (double)qi[j] * y[t * d + j], kn += (double)y[t * d + j] * y[t * d + j];
+                            // bound: 1e-5·‖q‖·‖k̂‖ (float sums over d ≤ 128 products of codes)
+                            const float got = s[(size_t)i * LDP + t];
+                            double e = fabs(got - ref) / (sqrt(qn * kn) + 1e-30);
+                            if (e > 1e-5) fail_msg("%s d=%d score q=%d t=%d: %g vs %g (rel %g)", specs[si], d, i, t, got, ref, e);
+                            if (e > worst_s) worst_s = e;
+                        }
+                    }
+                    free(s), free(qs);
+                }
+                if (role == KVQ_KV_V) {
+                    assert_non_null(c->vt->vsum);
+                    float *p = calloc((size_t)NQ * LDP, sizeof(float)), *out = malloc(sizeof(float) * NQ * d);
+                    kvq_kvrng r = {5 + si};
+                    for (int i = 0; i < NQ; i++) {
+                        double z = 0;
+                        for (int t = 0; t < NS; t++) {
+                            float v = i == 0 ? (t == 13 ? 1.0f : 1e-4f)                    // peaked
+                                    : i == 1 ? (t % 3 ? 0.0f : (float)kvq_kvrng_unif(&r)) // exact zeros
+                                             : (float)exp(3 * kvq_kvrng_normal(&r));      // softmax-like
+                            p[(size_t)i * LDP + t] = v, z += v;
+                        }
+                        for (int t = 0; t < NS; t++) p[(size_t)i * LDP + t] = (float)(p[(size_t)i * LDP + t] / z);
+                        for (int t = NS; t < LDP; t++) p[(size_t)i * LDP + t] = 1e9f; // must not be read
+                    }
+                    c->vt->vsum(c, p, LDP, NQ, rec, len, NS, out);
+                    for (int i = 0; i < NQ; i++) {
+                        double mag = 0; // Σ_t p_t max_j |v̂_t,j|: the size of what is summed
+                        for (int t = 0; t < NS; t++) {
+                            double m = 0;
+                            for (int j = 0; j < d; j++) m = fmax(m, fabs(y[t * d + j]));
+                            mag += p[(size_t)i * LDP + t] * m;
+                        }
+                        for (int j = 0; j < d; j++) {
+                            double ref = 0;
+                            for (int t = 0; t < NS; t++) ref += (double)p[(size_t)i * LDP + t] * y[t * d + j];
+                            // bound: 1e-5 of that size (the zero/scale factoring cancels terms of it)
+                            double e = fabs(out[i * d + j] - ref) / (mag + 1e-30);
+                            if (e > 1e-5) fail_msg("%s d=%d vsum row %d ch %d: %g vs %g (rel %g)", specs[si], d, i, j, out[i * d + j], ref, e);
+                            if (e > worst_v) worst_v = e;
+                        }
+                    }
+                    free(p), free(out);
+                }
+                checked++;
+                free(x), free(y), free(b);
+                kvq_kvcodec_free(c);
+            }
+    printf("  %d codec states: worst score error %.2e·‖q‖‖k̂‖, worst value-sum error %.2e·Σp·max|v̂|\n", checked, worst_s, worst_v);
+    assert_true(checked > 100);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_parse),
@@ -503,6 +608,7 @@ int main(void) {
         cmocka_unit_test(test_score_matches_decode),
         cmocka_unit_test(test_qjl_unbiased),
         cmocka_unit_test(test_score_vec),
+        cmocka_unit_test(test_packed_attention),
         cmocka_unit_test(test_hqkv_dither_unbiased),
         cmocka_unit_test(test_hqkv_rate),
     };

@@ -235,8 +235,7 @@ void kvq_attention_gqa(float *out, const float *q, int n_q, const void *Kt, int 
 
 // ---- one query against keys stored by rows (the KV-codec cache decodes into rows)
 
-static void rows_plain(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int hd,
-                       float scale, float *sc) {
+static void probs_plain(const float *q, const float *K, int n_ctx, int t0, int hd, float scale, float *sc) {
     for (int t = t0; t < n_ctx; t++) {
         float a = 0;
         for (int j = 0; j < hd; j++) a += q[j] * K[(size_t)t * hd + j];
@@ -245,16 +244,18 @@ static void rows_plain(float *out, const float *q, const float *K, const float *
     float m = -INFINITY, z = 0;
     for (int t = 0; t < n_ctx; t++) sc[t] *= scale, m = fmaxf(m, sc[t]);
     for (int t = 0; t < n_ctx; t++) sc[t] = expf(sc[t] - m), z += sc[t];
-    memset(out, 0, sizeof(float) * hd);
-    for (int t = 0; t < n_ctx; t++) {
-        const float w = sc[t] / z;
-        sc[t] = w;
-        for (int j = 0; j < hd; j++) out[j] += w * V[(size_t)t * hd + j];
-    }
+    for (int t = 0; t < n_ctx; t++) sc[t] = sc[t] / z;
 }
 
-AT_TGT static void rows_avx512(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int hd,
-                               float scale, float *sc) {
+static void rows_plain(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int hd,
+                       float scale, float *sc) {
+    probs_plain(q, K, n_ctx, t0, hd, scale, sc);
+    memset(out, 0, sizeof(float) * hd);
+    for (int t = 0; t < n_ctx; t++)
+        for (int j = 0; j < hd; j++) out[j] += sc[t] * V[(size_t)t * hd + j];
+}
+
+AT_TGT static void probs_avx512(const float *q, const float *K, int n_ctx, int t0, int hd, float scale, float *sc) {
     for (int t = t0; t < n_ctx; t++) {
         const float *k = K + (size_t)t * hd;
         __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
@@ -267,7 +268,17 @@ AT_TGT static void rows_avx512(float *out, const float *q, const float *K, const
         _mm512_mask_storeu_ps(sc + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sc + j), sv));
     }
     at_softmax(sc, n_ctx);
+}
+
+AT_TGT static void rows_avx512(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int hd,
+                               float scale, float *sc) {
+    probs_avx512(q, K, n_ctx, t0, hd, scale, sc);
     at_values(out, sc, V, n_ctx, hd, 0, 1);
+}
+
+void kvq_attention_probs(const float *q, const float *K, int n_ctx, int t0, int head_dim, float scale, float *sc) {
+    if (head_dim % 64 == 0 && (kvq_cpu_features() & KVQ_CPU_AVX512)) probs_avx512(q, K, n_ctx, t0, head_dim, scale, sc);
+    else probs_plain(q, K, n_ctx, t0, head_dim, scale, sc);
 }
 
 void kvq_attention_rows(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int head_dim,

@@ -22,6 +22,11 @@ void kvq_attention_gqa(float *out, const float *q, int n_q, const void *Kt, int 
  *  (n_ctx, head_dim), fp32: scores sc[t] = q·K[t] for t in [t0, n_ctx) (sc[0..t0) are the
  *  caller's, unscaled, e.g. from a KV codec's packed keys), then out = softmax(scale·sc)·V.
  *  sc (n_ctx floats) ends holding the probabilities. */
+/** The first half of kvq_attention_rows: scores sc[t] = q·K[t] for t in [t0, n_ctx) (sc[0..t0) are
+ *  the caller's, unscaled), then sc = softmax(scale·sc) in place: the weights of the values, for
+ *  callers that sum the values themselves (a KV codec reading its packed values). */
+void kvq_attention_probs(const float *q, const float *K, int n_ctx, int t0, int head_dim, float scale, float *sc);
+
 void kvq_attention_rows(float *out, const float *q, const float *K, const float *V, int n_ctx, int t0, int head_dim,
                         float scale, float *sc);
 

@@ -5,11 +5,14 @@
 // fundamental parallelepiped reduced mod Λ) from (seed, 16-bit token counter), lattice
 // nearest point, strip, Rice with the best parameter per symbol class per token.
 // Layout: fp32 γ | [dither: u16 counter] | 5-bit k per class | Rice symbols (d of them)
+// Attention reads tokens in the rotated frame: scores against S q, values summed there and
+// rotated back once per query.
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/kvcodes.h"
 #include "libconv/codec/hyperquant/hqcal.h"
 #include "libconv/kv/kvcodec.h"
 #include "libconv/quant/lattice.h"
@@ -187,13 +190,14 @@ static kvq_status hk_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *nou
     return KVQ_OK;
 }
 
-static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+// One token in the rotated frame: y = γ/(α√d)·(embed(c) − U); the token is Sᵀy.
+static void hk_rotated(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *y) {
     const hk_st *s = c->st;
-    int d = c->d;
-    float gf, y[4096], U[4096];
+    const int d = c->d;
+    float gf, U[4096];
     size_t pos = s->dither ? 6 : 4;
     if (n < pos) { // shorter than its header (a damaged record): zeros, not a read past n (fuzz_kvcodec)
-        for (int i = 0; i < d; i++) out[i] = 0.0f;
+        for (int i = 0; i < d; i++) y[i] = 0.0f;
         return;
     }
     memcpy(&gf, in, 4);
@@ -213,14 +217,55 @@ static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out
         // A damaged record (symbols past 2^24, as HyperQuant's limit, or a stream cut short):
         // zeros. Larger symbols overflow int in kvq_lattice_unstrip (UBSan, fuzz_kvcodec).
         if (r.err || big >= (1u << 24)) {
-            for (int i = 0; i < d; i++) out[i] = 0.0f;
+            for (int i = 0; i < d; i++) y[i] = 0.0f;
             return;
         }
         kvq_lattice_unstrip(s->lat, sym, q);
         kvq_lattice_embed(s->lat, q, e);
         for (int j = 0; j < s->n; j++) y[b * s->n + j] = (float)((e[j] - (s->dither ? U[b * s->n + j] : 0.0f)) * f);
     }
-    rotate(s, y, out, d, 1);
+}
+
+static void hk_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out) {
+    float y[4096];
+    hk_rotated(c, in, n, y);
+    rotate(c->st, y, out, c->d, 1);
+}
+
+// Keys: <q, Sᵀy> = <S q, y>, S q once per query instead of Sᵀ once per token; each token's
+// symbols decoded once for all queries.
+static void hk_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                     int nt, float *sc, int lds) {
+    const int d = c->d, rows = 8192 / d;
+    float qy[8192], y[4096];
+    for (int i0 = 0; i0 < n_q; i0 += rows) {
+        const int nr = n_q - i0 < rows ? n_q - i0 : rows;
+        for (int i = 0; i < nr; i++) rotate(c->st, q + (size_t)(i0 + i) * d, qy + (size_t)i * d, d, 0);
+        for (int t = 0; t < nt; t++) {
+            hk_rotated(c, rec[t], len[t], y);
+            for (int i = 0; i < nr; i++) sc[(size_t)(i0 + i) * lds + t] = kvq_codes_fdot(qy + (size_t)i * d, y, d);
+        }
+    }
+}
+
+// Values: Σ_t p_t y_t in the rotated frame, Sᵀ once per row.
+static void hk_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
+                    const uint32_t *len, int nt, float *out) {
+    const int d = c->d;
+    float y[4096], acc[4096];
+    memset(out, 0, sizeof(float) * n_q * d);
+    for (int t = 0; t < nt; t++) {
+        hk_rotated(c, rec[t], len[t], y);
+        for (int i = 0; i < n_q; i++) {
+            const float w = p[(size_t)i * ldp + t];
+            float *o = out + (size_t)i * d;
+            if (w != 0) kvq_codes_faxpy(o, w, y, d);
+        }
+    }
+    for (int i = 0; i < n_q; i++) {
+        memcpy(acc, out + (size_t)i * d, sizeof(float) * d);
+        rotate(c->st, acc, out + (size_t)i * d, d, 1);
+    }
 }
 
 static double hk_bits(const kvq_kvcodec *c) {
@@ -235,7 +280,8 @@ static int hk_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
 }
 
 const kvq_kvcodec_vt kvq_kv_hqkv_vt = {.name = "hqkv", .init = hk_init, .free = hk_free, .max_bytes = hk_max,
-                                        .encode = hk_enc, .decode = hk_dec, .bits_formula = hk_bits,
+                                        .encode = hk_enc, .decode = hk_dec, .score = hk_score, .vsum = hk_vsum,
+                                        .bits_formula = hk_bits,
                                         .tables = hk_tables, .reset = hk_reset};
 
 // ---- table row (kvcodec.h): hqkv:<lattice>:<bps>[:rot=none|signs|qjl][:dither]

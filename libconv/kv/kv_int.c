@@ -1,6 +1,8 @@
 // Baseline KV codecs: fp16; int:<b> (per token and head, symmetric absmax, fp16
 // scale); per-token group-32 asymmetric int (KIVI values, OCTOPUS values); KIVI keys
-// (per channel over groups of 32 tokens, fp16 scale and zero).
+// (per channel over groups of 32 tokens, fp16 scale and zero). Attention reads them without
+// decoding: scores as s·(q·c − qmax·Σq) (int) and (q⊙s)·c + q·z per 32-token group (KIVI keys),
+// values as Σ (p·s)·c plus the scale- or zero-weighted sums added once per row.
 // Layouts (LSB-first bit packing):
 //   fp16  : d × fp16
 //   int   : fp16 scale | d × b-bit (q + qmax)
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "kernels/cpu/kvcodes.h"
 #include "libconv/kv/kvcodec.h"
 
 #define KIVI_G 32
@@ -85,8 +88,55 @@ static void int_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *ou
 }
 static double int_bits(const kvq_kvcodec *c) { return opt_bits(c) + 16.0 / c->d; }
 
+// Rows of weights (queries) at a time the sums keep their per-row state for.
+#define VS_ROWS 8
+
+// k = s·(c − qmax): <q, k> = s·(q·c − qmax·Σq)
+static void int_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                      int nt, float *sc, int lds) {
+    const int b = opt_bits(c), qmax = (1 << (b - 1)) - 1, d = c->d;
+    uint8_t cd[4096];
+    for (int i0 = 0; i0 < n_q; i0 += VS_ROWS) {
+        const int nr = n_q - i0 < VS_ROWS ? n_q - i0 : VS_ROWS;
+        float qsum[VS_ROWS] = {0};
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < d; j++) qsum[i] += q[(size_t)(i0 + i) * d + j];
+        for (int t = 0; t < nt; t++) {
+            const float s = get16(rec[t]);
+            kvq_codes_unpack(rec[t] + 2, b, d, cd);
+            for (int i = 0; i < nr; i++)
+                sc[(size_t)(i0 + i) * lds + t] = s * (kvq_codes_dot(q + (size_t)(i0 + i) * d, cd, d) - (float)qmax * qsum[i]);
+        }
+    }
+}
+
+// Σ_t p_t s_t (c_t − qmax) = Σ_t (p_t s_t) c_t − qmax Σ_t p_t s_t
+static void int_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
+                     const uint32_t *len, int nt, float *out) {
+    const int b = opt_bits(c), qmax = (1 << (b - 1)) - 1, d = c->d;
+    uint8_t cd[4096];
+    for (int i0 = 0; i0 < n_q; i0 += VS_ROWS) {
+        const int nr = n_q - i0 < VS_ROWS ? n_q - i0 : VS_ROWS;
+        float zs[VS_ROWS] = {0}, *o = out + (size_t)i0 * d;
+        memset(o, 0, sizeof(float) * nr * d);
+        for (int t = 0; t < nt; t++) {
+            const float s = get16(rec[t]);
+            kvq_codes_unpack(rec[t] + 2, b, d, cd);
+            for (int i = 0; i < nr; i++) {
+                const float w = p[(size_t)(i0 + i) * ldp + t] * s;
+                if (w == 0) continue;
+                kvq_codes_axpy(o + (size_t)i * d, w, cd, d);
+                zs[i] += w;
+            }
+        }
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < d; j++) o[(size_t)i * d + j] -= (float)qmax * zs[i];
+    }
+}
+
 const kvq_kvcodec_vt kvq_kv_int_vt = {.name = "int", .init = plain_init, .max_bytes = int_max,
-                                       .encode = int_enc, .decode = int_dec, .bits_formula = int_bits};
+                                       .encode = int_enc, .decode = int_dec, .score = int_score,
+                                       .vsum = int_vsum, .bits_formula = int_bits};
 
 // ---- asymmetric helpers ----
 
@@ -128,6 +178,35 @@ void kvq_kv_vgroup_decode(int d, int b, const uint8_t *in, float *out) {
 }
 double kvq_kv_vgroup_bits(int d, int b) { return b + 32.0 * vg_ngroups(d) / d; }
 
+// v_i = z_g + s_g c_i per 32-channel group g: Σ_t p_t v_t,i = Σ_t (p_t s_t,g) c_t,i + Σ_t p_t z_t,g
+void kvq_kv_vgroup_vsum(int d, int b, const float *p, int ldp, int n_q, const uint8_t *const *rec, int nt, float *out) {
+    const int ng = vg_ngroups(d);
+    uint8_t cd[4096];
+    float zs[VS_ROWS * (4096 / KIVI_G)];
+    for (int i0 = 0; i0 < n_q; i0 += VS_ROWS) {
+        const int nr = n_q - i0 < VS_ROWS ? n_q - i0 : VS_ROWS;
+        float *o = out + (size_t)i0 * d;
+        memset(o, 0, sizeof(float) * nr * d);
+        memset(zs, 0, sizeof(float) * nr * ng);
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *in = rec[t];
+            kvq_codes_unpack(in + 4 * ng, b, d, cd);
+            for (int g = 0; g < ng; g++) {
+                const int a = g * KIVI_G, e = a + KIVI_G < d ? a + KIVI_G : d;
+                const float s = get16(in + 4 * g), z = get16(in + 4 * g + 2);
+                for (int i = 0; i < nr; i++) {
+                    const float pt = p[(size_t)(i0 + i) * ldp + t];
+                    if (pt == 0) continue;
+                    kvq_codes_axpy(o + (size_t)i * d + a, pt * s, cd + a, e - a);
+                    zs[i * ng + g] += pt * z;
+                }
+            }
+        }
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < d; j++) o[(size_t)i * d + j] += zs[i * ng + j / KIVI_G];
+    }
+}
+
 // KIVI's values: per-token groups at kivi's bits.
 static size_t kivi_v_max(const kvq_kvcodec *c) { return kvq_kv_vgroup_max(c->d, opt_bits(c)); }
 static kvq_status kivi_v_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, kvq_err *err) {
@@ -140,8 +219,14 @@ static void kivi_v_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float 
 }
 static double kivi_v_bits(const kvq_kvcodec *c) { return kvq_kv_vgroup_bits(c->d, opt_bits(c)); }
 
+static void kivi_v_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
+                        const uint32_t *len, int nt, float *out) {
+    kvq_kv_vgroup_vsum(c->d, opt_bits(c), p, ldp, n_q, rec, nt, out);
+}
+
 static const kvq_kvcodec_vt kivi_v_vt = {.name = "vgroup", .init = plain_init, .max_bytes = kivi_v_max,
-                                         .encode = kivi_v_enc, .decode = kivi_v_dec, .bits_formula = kivi_v_bits};
+                                         .encode = kivi_v_enc, .decode = kivi_v_dec, .vsum = kivi_v_vsum,
+                                         .bits_formula = kivi_v_bits};
 
 // ---- KIVI keys: per channel over a group of 32 tokens ----
 
@@ -178,8 +263,35 @@ static void kivi_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *o
 }
 static double kivi_bits(const kvq_kvcodec *c) { return opt_bits(c) + 32.0 / KIVI_G; }
 
+// Per group of 32 tokens, k_t,i = z_i + s_i c_t,i: <q, k_t> = q·z + (q⊙s)·c_t, q⊙s and q·z once
+// per group and query. Token t's codes start at bit t·d·b.
+static void kivi_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                       int nt, float *sc, int lds) {
+    const int b = opt_bits(c), d = c->d, rows = 8192 / d;
+    float qs[8192], qz[8192];
+    uint8_t cd[4096];
+    for (int i0 = 0; i0 < n_q; i0 += rows) {
+        const int nr = n_q - i0 < rows ? n_q - i0 : rows;
+        for (int g = 0; g * KIVI_G < nt; g++) {
+            const uint8_t *in = rec[g], *codes = in + 4 * d;
+            for (int i = 0; i < nr; i++) {
+                const float *qi = q + (size_t)(i0 + i) * d;
+                qz[i] = 0;
+                for (int j = 0; j < d; j++) qs[i * d + j] = qi[j] * get16(in + 4 * j), qz[i] += qi[j] * get16(in + 4 * j + 2);
+            }
+            const int m = nt - g * KIVI_G < KIVI_G ? nt - g * KIVI_G : KIVI_G;
+            for (int t = 0; t < m; t++) {
+                kvq_codes_unpack_at(codes, (size_t)t * d * b, b, d, cd);
+                for (int i = 0; i < nr; i++)
+                    sc[(size_t)(i0 + i) * lds + g * KIVI_G + t] = qz[i] + kvq_codes_dot(qs + (size_t)i * d, cd, d);
+            }
+        }
+    }
+}
+
 const kvq_kvcodec_vt kvq_kv_kivi_vt = {.name = "kivi", .init = kivi_init, .max_bytes = kivi_max,
-                                        .encode = kivi_enc, .decode = kivi_dec, .bits_formula = kivi_bits};
+                                        .encode = kivi_enc, .decode = kivi_dec, .score = kivi_score,
+                                        .bits_formula = kivi_bits};
 
 // ---- table rows (kvcodec.h): fp16, int:<b>, kivi:<b>
 

@@ -3,7 +3,7 @@
 // Lloyd-Max codebooks for the triplet norm (eq. 4) and the octahedral coordinate
 // (eq. 7), the (b+1, b-1) split, joint rounding (Algorithm 1) and the optional 1-bit
 // QJL residual (second sign seed, fp16 residual norm). Values use the per-token groups of
-// kvq_kv_vgroup_* (kv_int.c) at the same bits.
+// kvq_kv_vgroup_* (kv_int.c) at the same bits, summed from their codes (kvq_kv_vgroup_vsum).
 // Layout: fp32 γ | n_tri × (2 b_dir)-bit (ξ, η) idx | n_tri × b_norm-bit ρ idx
 //         | [qjl: fp16 γ_r | d sign bits]
 #include <stdio.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "kernels/cpu/kvcodes.h"
 #include "libconv/kv/kv_internal.h"
 #include "libconv/kv/kvcodec.h"
 
@@ -197,8 +198,19 @@ static kvq_status oct_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n,
     return KVQ_OK;
 }
 
-// rotated-frame reconstruction û (3·ntri)
+// rotated-frame reconstruction û (3·ntri); the index fields unpacked 8 at a time when they are
+// at most 8 bits wide (every b up to 7 with the default split)
 static void oct_uhat(const oct_st *s, const uint8_t *in, float *uh) {
+    if (s->bdir <= 8 && s->bnorm <= 8) {
+        uint8_t cd[2 * 1366], cn[1366] = {0}; // ntri <= ceil(4096 / 3)
+        kvq_codes_unpack(in + 4, s->bdir, 2 * s->ntri, cd);
+        if (s->bnorm) kvq_codes_unpack_at(in + 4, (size_t)s->ntri * 2 * s->bdir, s->bnorm, s->ntri, cn);
+        for (int t = 0; t < s->ntri; t++) {
+            const float rho = s->crho[cn[t]], *nd = s->dirs + 3 * (cd[2 * t] * s->Kd + cd[2 * t + 1]);
+            for (int k = 0; k < 3; k++) uh[3 * t + k] = rho * nd[k];
+        }
+        return;
+    }
     kvq_bitr rd = {in + 4, 0}, rn = {in + 4, (size_t)s->ntri * 2 * s->bdir};
     for (int t = 0; t < s->ntri; t++) {
         int a = (int)kvq_bitr_get(&rd, s->bdir), b = (int)kvq_bitr_get(&rd, s->bdir);
@@ -237,37 +249,42 @@ static void oct_score_vec(const kvq_kvcodec *c, const uint8_t *in, float *out) {
     for (int i = 0; i < d; i++) out[i] = g * s->s1[i] * uh[i];
 }
 
-// Eq. 13 (+ QJL correction): γ Σ_i ρ̂_i <q_rot,i, n̂_i> + γ sqrt(π/(2d)) γ_r <R' q_rot, σ>
-static void oct_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int nt, float *sc) {
+// Eq. 13 (+ QJL correction): γ Σ_i ρ̂_i <q_rot,i, n̂_i> + γ sqrt(π/(2d)) γ_r <R' q_rot, σ>. Each
+// token's triplets ρ̂_i n̂_i are read once into û (rotated frame) and scored against every rotated
+// query; the sign bits likewise (σ in {0, 1}: <x, 2σ − 1> = 2 <x, σ> − Σx).
+static void oct_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                      int nt, float *sc, int lds) {
     const oct_st *s = c->st;
-    int d = c->d;
-    float qr[4096 + 3], q2[4096];
-    for (int i = 0; i < d; i++) qr[i] = q[i] * s->s1[i];
-    kvq_kv_wht(qr, d);
-    for (int i = d; i < 3 * s->ntri; i++) qr[i] = 0;
-    if (s->qjl) {
-        for (int i = 0; i < d; i++) q2[i] = qr[i] * s->s2[i];
-        kvq_kv_wht(q2, d);
-    }
-    const float kq = sqrtf((float)M_PI / (2.0f * d));
-    for (int t = 0; t < nt; t++) {
-        const uint8_t *in = rec[t];
-        kvq_bitr rd = {in + 4, 0}, rn = {in + 4, (size_t)s->ntri * 2 * s->bdir};
-        float acc = 0, g;
-        memcpy(&g, in, 4);
-        for (int i = 0; i < s->ntri; i++) {
-            int a = (int)kvq_bitr_get(&rd, s->bdir), b = (int)kvq_bitr_get(&rd, s->bdir);
-            const float *nd = s->dirs + 3 * (a * s->Kd + b), *qi = qr + 3 * i;
-            acc += s->crho[kvq_bitr_get(&rn, s->bnorm)] * (qi[0] * nd[0] + qi[1] * nd[1] + qi[2] * nd[2]);
+    const int d = c->d, n3 = 3 * s->ntri, rows = 8192 / (n3 + 3);
+    float qr[8192], q2[8192], q2sum[8192], uh[4096 + 3];
+    uint8_t sg[4096];
+    for (int i0 = 0; i0 < n_q; i0 += rows) {
+        const int nr = n_q - i0 < rows ? n_q - i0 : rows;
+        for (int i = 0; i < nr; i++) {
+            float *qi = qr + (size_t)i * n3;
+            for (int j = 0; j < d; j++) qi[j] = q[(size_t)(i0 + i) * d + j] * s->s1[j];
+            kvq_kv_wht(qi, d);
+            for (int j = d; j < n3; j++) qi[j] = 0;
+            if (!s->qjl) continue;
+            float *q2i = q2 + (size_t)i * d;
+            for (int j = 0; j < d; j++) q2i[j] = qi[j] * s->s2[j];
+            kvq_kv_wht(q2i, d);
+            q2sum[i] = 0;
+            for (int j = 0; j < d; j++) q2sum[i] += q2i[j];
         }
-        if (s->qjl) {
-            const uint8_t *p2 = in + 4 + oct_idx_bytes(c);
-            kvq_bitr r2 = {p2 + 2, 0};
-            float a2 = 0;
-            for (int i = 0; i < d; i++) a2 += kvq_bitr_get(&r2, 1) ? q2[i] : -q2[i];
-            acc += kq * get16(p2) * a2;
+        const float kq = sqrtf((float)M_PI / (2.0f * d));
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *in = rec[t], *p2 = in + 4 + oct_idx_bytes(c);
+            float g;
+            memcpy(&g, in, 4);
+            oct_uhat(s, in, uh);
+            if (s->qjl) kvq_codes_unpack(p2 + 2, 1, d, sg);
+            for (int i = 0; i < nr; i++) {
+                float acc = kvq_codes_fdot(qr + (size_t)i * n3, uh, n3);
+                if (s->qjl) acc += kq * get16(p2) * (2 * kvq_codes_dot(q2 + (size_t)i * d, sg, d) - q2sum[i]);
+                sc[(size_t)(i0 + i) * lds + t] = g * acc;
+            }
         }
-        sc[t] = g * acc;
     }
 }
 
@@ -303,8 +320,14 @@ static void octv_dec(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *o
 }
 static double octv_bits(const kvq_kvcodec *c) { return kvq_kv_vgroup_bits(c->d, opts_of(&c->spec).bits); }
 
+static void octv_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
+                      const uint32_t *len, int nt, float *out) {
+    kvq_kv_vgroup_vsum(c->d, opts_of(&c->spec).bits, p, ldp, n_q, rec, nt, out);
+}
+
 static const kvq_kvcodec_vt octv_vt = {.name = "vgroup", .init = octv_init, .max_bytes = octv_max,
-                                       .encode = octv_enc, .decode = octv_dec, .bits_formula = octv_bits};
+                                       .encode = octv_enc, .decode = octv_dec, .vsum = octv_vsum,
+                                       .bits_formula = octv_bits};
 
 // ---- table row (kvcodec.h): octopus:<b>[:qjl][:split=<d>][:round=scalar|2x2|3x3|full]
 

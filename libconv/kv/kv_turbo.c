@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "kernels/cpu/kvcodes.h"
 #include "libconv/kv/kv_internal.h"
 #include "libconv/kv/kvcodec.h"
 
@@ -184,35 +185,61 @@ static void turbo_score_vec(const kvq_kvcodec *c, const uint8_t *in, float *out)
     for (int i = 0; i < d; i++) out[i] *= g;
 }
 
-// <q, k>: γ <R q, û> plus, for prod, γ · sqrt(π/2)/d · γ_r · <S R q, σ>
-static void turbo_score(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int nt,
-                        float *sc) {
+// <q, k>: γ <R q, û> plus, for prod, γ · sqrt(π/2)/d · γ_r · <S R q, σ> (with σ in {0, 1} stored:
+// <S R q, 2σ − 1> = 2 <S R q, σ> − Σ S R q). R q (and S R q) once per query, each token's codes
+// unpacked once for all queries.
+static void turbo_score(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                        int nt, float *sc, int lds) {
     const turbo_st *s = c->st;
-    int d = c->d;
-    float qr[4096], sq[4096];
-    memcpy(qr, q, sizeof(float) * d);
-    turbo_rotate(s, qr, d);
-    if (s->prod)
-        for (int j = 0; j < d; j++) {
-            float z = 0;
-            for (int i = 0; i < d; i++) z += s->S[(size_t)j * d + i] * qr[i];
-            sq[j] = z;
-        }
+    const int d = c->d, rows = 8192 / d;
+    float qr[8192], sq[8192], sqsum[8192];
+    uint8_t cd[4096], sg[4096];
     const float kq = (float)(sqrt(M_PI / 2.0) / d);
-    for (int t = 0; t < nt; t++) {
-        const uint8_t *in = rec[t];
-        kvq_bitr r = {in + 2, 0};
-        float acc = 0;
-        for (int i = 0; i < d; i++) acc += qr[i] * s->cb[kvq_bitr_get(&r, s->bm)];
-        if (s->prod) {
-            const uint8_t *p2 = in + 2 + ((size_t)d * s->bm + 7) / 8;
-            float gr = get16(p2), a2 = 0;
-            kvq_bitr r2 = {p2 + 2, 0};
-            for (int j = 0; j < d; j++) a2 += kvq_bitr_get(&r2, 1) ? sq[j] : -sq[j];
-            acc += kq * gr * a2;
+    for (int i0 = 0; i0 < n_q; i0 += rows) {
+        const int nr = n_q - i0 < rows ? n_q - i0 : rows;
+        for (int i = 0; i < nr; i++) {
+            float *qi = qr + (size_t)i * d;
+            memcpy(qi, q + (size_t)(i0 + i) * d, sizeof(float) * d);
+            turbo_rotate(s, qi, d);
+            if (!s->prod) continue;
+            sqsum[i] = 0;
+            for (int j = 0; j < d; j++) {
+                float z = 0;
+                for (int k = 0; k < d; k++) z += s->S[(size_t)j * d + k] * qi[k];
+                sq[(size_t)i * d + j] = z, sqsum[i] += z;
+            }
         }
-        sc[t] = get16(in) * acc;
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *in = rec[t], *p2 = in + 2 + ((size_t)d * s->bm + 7) / 8;
+            const float g = get16(in);
+            kvq_codes_unpack(in + 2, s->bm, d, cd);
+            if (s->prod) kvq_codes_unpack(p2 + 2, 1, d, sg);
+            for (int i = 0; i < nr; i++) {
+                float acc = kvq_codes_lut_dot(qr + (size_t)i * d, s->cb, s->K, cd, d);
+                if (s->prod) acc += kq * get16(p2) * (2 * kvq_codes_dot(sq + (size_t)i * d, sg, d) - sqsum[i]);
+                sc[(size_t)(i0 + i) * lds + t] = g * acc;
+            }
+        }
     }
+}
+
+// Values: Σ_t p_t γ_t cb[c_t] in the rotated frame, rotated back once per row (decode is
+// γ·R⁻¹ cb[c], linear in the centroids).
+static void turbo_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
+                       const uint32_t *len, int nt, float *out) {
+    const turbo_st *s = c->st;
+    const int d = c->d;
+    uint8_t cd[4096];
+    memset(out, 0, sizeof(float) * n_q * d);
+    for (int t = 0; t < nt; t++) {
+        const float g = get16(rec[t]);
+        kvq_codes_unpack(rec[t] + 2, s->bm, d, cd);
+        for (int i = 0; i < n_q; i++) {
+            const float w = p[(size_t)i * ldp + t] * g;
+            if (w != 0) kvq_codes_lut_axpy(out + (size_t)i * d, w, s->cb, s->K, cd, d);
+        }
+    }
+    for (int i = 0; i < n_q; i++) turbo_unrotate(s, out + (size_t)i * d, d);
 }
 
 static double turbo_bits(const kvq_kvcodec *c) {
@@ -231,7 +258,8 @@ static int turbo_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
 
 const kvq_kvcodec_vt kvq_kv_turbo_vt = {.name = "turboquant", .init = turbo_init, .free = turbo_free,
                                          .max_bytes = turbo_max, .encode = turbo_enc, .decode = turbo_dec,
-                                         .score = turbo_score, .score_vec = turbo_score_vec, .bits_formula = turbo_bits,
+                                         .score = turbo_score, .score_vec = turbo_score_vec, .vsum = turbo_vsum,
+                                         .bits_formula = turbo_bits,
                                          .tables = turbo_tables};
 
 // ---- table rows (kvcodec.h): turboquant:<b>, turboquant-prod:<b>, qturbo:<b>

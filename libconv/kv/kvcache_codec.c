@@ -1,8 +1,9 @@
 // The runtime KV cache (libconv/kvcache.h ops) on top of any KV codec. Per (layer,
 // KV head, K/V): a ring of fp16 tokens not yet encoded (the residual window plus an
 // incomplete KIVI key group) and a store of encoded groups with their lengths.
-// Boundary protection: K of the first and last layer use the fp16 codec. attend takes its
-// scratch from a pool the cache owns (one block per concurrent caller, each sized once).
+// Boundary protection: K of the first and last layer use the fp16 codec. attend reads the
+// packed records (the codecs' score and vsum) and takes its scratch from a pool the cache owns
+// (one block per concurrent caller, each sized once).
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,11 +27,15 @@ typedef struct {
 // several threads at once: each caller takes a block from the cache's pool and gives it back.
 typedef struct kv_scratch {
     struct kv_scratch *next; // the pool's free list
-    float *kk, *vv;          // (max_ctx, d) keys (positions the score path does not cover) and values
-    float *sc;               // (max_ctx) one query's scores
+    float *kk, *vv;          // (max_ctx, d) keys and values as fp32 (positions the codec paths do not cover)
+    float *sc;               // (ATT_ROWS, max_ctx) scores, then probabilities, of a block of queries
     float *grp;              // (gmax, d) one decoded group
-    const uint8_t **rec;     // (max_ctx) the key records the codec's score path reads
+    const uint8_t **rec;     // (max_ctx) the key records (one per group) the codec's score path reads
+    const uint8_t **vrec;    // (max_ctx) the value records its vsum path reads
 } kv_scratch;
+
+// Queries attended together: the value records are read once per block of this many.
+#define ATT_ROWS 8
 
 typedef struct {
     kvq_kvcache base;
@@ -159,15 +164,16 @@ static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out, float *
 
 static kv_scratch *scratch_new(const kvc *c) {
     const size_t n = (size_t)c->base.max_ctx, d = (size_t)c->base.head_dim;
-    const size_t floats = 2 * n * d + n + (size_t)c->gmax * d;
-    kv_scratch *w = malloc(sizeof *w + sizeof(const uint8_t *) * n + sizeof(float) * floats);
+    const size_t floats = 2 * n * d + ATT_ROWS * n + (size_t)c->gmax * d;
+    kv_scratch *w = malloc(sizeof *w + 2 * sizeof(const uint8_t *) * n + sizeof(float) * floats);
     if (!w) return NULL;
     w->next = NULL;
     w->rec = (const uint8_t **)(w + 1);
-    w->kk = (float *)(w->rec + n);
+    w->vrec = w->rec + n;
+    w->kk = (float *)(w->vrec + n);
     w->vv = w->kk + n * d;
     w->sc = w->vv + n * d;
-    w->grp = w->sc + n;
+    w->grp = w->sc + ATT_ROWS * n;
     return w;
 }
 
@@ -188,6 +194,10 @@ static void scratch_give(kvc *c, kv_scratch *w) {
     pthread_mutex_unlock(&c->pool_lock);
 }
 
+// ATT_ROWS queries at a time. Keys: scored from their records when the codec can (score, each
+// record read once for the block), the rest (window, fp16) from fp32 rows. Values: summed from
+// their records when the codec can (vsum, likewise), plus the fp16 window's rows; otherwise
+// decoded to rows (the shadow, fp16).
 static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float *q, int n_q, int n_ctx,
                              float scale, float *out) {
     kvc *c = (kvc *)base;
@@ -197,21 +207,43 @@ static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float
     if (!w)
         return kvq_kvcache_fail(base, KVQ_ERR_NOMEM, "KV cache layer %d head %d (%s): out of memory attending to %d positions",
                                 layer, head, sk->codec->vt->name, n_ctx);
-    float *kk = w->kk, *vv = w->vv, *sc = w->sc;
+    float *kk = w->kk, *vv = w->vv;
+    const int n = base->max_ctx, gk = sk->codec->group;
     int ne = sk->n_enc < n_ctx ? sk->n_enc : n_ctx;
-    int use_score = !sk->shadow && sk->codec->vt->score && sk->codec->group == 1 && ne > 0;
+    int use_score = !sk->shadow && sk->codec->vt->score && ne > 0;
     if (use_score) { // keys [0, ne) are scored from their records, [ne, n_ctx) from the ring
-        for (int t = 0; t < ne; t++) w->rec[t] = sk->store + (size_t)t * sk->stride;
+        for (int g = 0; g * gk < ne; g++) w->rec[g] = sk->store + (size_t)g * sk->stride;
         for (int t = ne; t < n_ctx; t++) ring_get(c, sk, t, kk + (size_t)t * d);
     } else {
         slot_rows(c, sk, n_ctx, kk, w->grp);
         ne = 0;
     }
-    slot_rows(c, sv, n_ctx, vv, w->grp);
-    for (int i = 0; i < n_q; i++) { // queries are independent: one row of scores at a time
-        const float *qi = q + (size_t)i * d;
-        if (use_score) sk->codec->vt->score(sk->codec, qi, w->rec, ne, sc);
-        kvq_attention_rows(out + (size_t)i * d, qi, kk, vv, n_ctx, ne, d, scale, sc); // scores [ne, n_ctx), softmax, ·V
+    int nv = sv->n_enc < n_ctx ? sv->n_enc : n_ctx;
+    const int use_vsum = !sv->shadow && sv->codec->vt->vsum && sv->codec->group == 1 && nv > 0;
+    if (use_vsum) { // values [0, nv) are summed from their records, [nv, n_ctx) from the ring
+        for (int t = 0; t < nv; t++) w->vrec[t] = sv->store + (size_t)t * sv->stride;
+        for (int t = nv; t < n_ctx; t++) ring_get(c, sv, t, vv + (size_t)t * d);
+    } else {
+        slot_rows(c, sv, n_ctx, vv, w->grp);
+        nv = 0;
+    }
+    for (int i0 = 0; i0 < n_q; i0 += ATT_ROWS) {
+        const int nb = n_q - i0 < ATT_ROWS ? n_q - i0 : ATT_ROWS;
+        if (use_score) sk->codec->vt->score(sk->codec, q + (size_t)i0 * d, nb, w->rec, sk->len, ne, w->sc, n);
+        for (int i = 0; i < nb; i++) {
+            const float *qi = q + (size_t)(i0 + i) * d;
+            float *sc = w->sc + (size_t)i * n, *oi = out + (size_t)(i0 + i) * d;
+            if (use_vsum) kvq_attention_probs(qi, kk, n_ctx, ne, d, scale, sc);
+            else kvq_attention_rows(oi, qi, kk, vv, n_ctx, ne, d, scale, sc); // scores [ne, n_ctx), softmax, ·V
+        }
+        if (!use_vsum) continue;
+        float *ob = out + (size_t)i0 * d;
+        sv->codec->vt->vsum(sv->codec, w->sc, n, nb, w->vrec, sv->len, nv, ob);
+        for (int i = 0; i < nb; i++)
+            for (int t = nv; t < n_ctx; t++) {
+                const float p = w->sc[(size_t)i * n + t], *v = vv + (size_t)t * d;
+                for (int j = 0; j < d; j++) ob[(size_t)i * d + j] += p * v[j];
+            }
     }
     scratch_give(c, w);
     return KVQ_OK;

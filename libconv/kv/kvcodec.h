@@ -73,10 +73,19 @@ typedef struct {
     kvq_status (*encode)(kvq_kvcodec *c, const float *x, uint8_t *out, size_t *n, kvq_err *err);
     /** Decodes one group (n bytes) to out (group, d). Pure: safe from several threads. */
     void (*decode)(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *out);
-    /** Optional (NULL = none): scores q (d) against n_tok one-token groups; rec[t]
-     *  points at token t's bytes. s[t] = the codec's estimate of <q, k_t>. */
-    void (*score)(const kvq_kvcodec *c, const float *q, const uint8_t *const *rec, int n_tok,
-                  float *s);
+    /** Optional (NULL = decode): scores n_q queries q (n_q, d) against the first n_tok tokens
+     *  of the groups rec[0], rec[1], ... (group g's bytes at rec[g], len[g] of them; the last
+     *  group may be used in part), each token read once for all queries. s[i·lds + t] = the
+     *  codec's estimate of <q_i, k_t>, from the codes (equal to <q, decode(k_t)> up to float
+     *  rounding, except the QJL estimators' correction). */
+    void (*score)(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *const *rec, const uint32_t *len,
+                  int n_tok, float *s, int lds);
+    /** Optional (NULL = decode): the value side of attention from the codes. For each of n_q
+     *  weight rows p + i·ldp: out (n_q, d) row i = Σ_t p[i·ldp + t] · decode(token t) over n_tok
+     *  one-token groups (rec[t], len[t] bytes), summed in the codec's own domain (scales and
+     *  zeros factored out, rotated codecs in their frame, rotated back once per row). */
+    void (*vsum)(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
+                 const uint32_t *len, int n_tok, float *out);
     /** Optional (NULL = decode): the vector k̃ of one token with <q, k̃> == score(q, k)
      *  for every q (the QJL estimators are linear in q). */
     void (*score_vec)(const kvq_kvcodec *c, const uint8_t *in, float *out);
@@ -238,6 +247,8 @@ size_t kvq_kv_vgroup_max(int d, int b);
 void kvq_kv_vgroup_encode(int d, int b, const float *x, uint8_t *o);
 void kvq_kv_vgroup_decode(int d, int b, const uint8_t *in, float *out);
 double kvq_kv_vgroup_bits(int d, int b);
+/** The vsum op (kvq_kvcodec_vt) of these values: out (n_q, d) = Σ_t p[i·ldp + t]·v_t from the records. */
+void kvq_kv_vgroup_vsum(int d, int b, const float *p, int ldp, int n_q, const uint8_t *const *rec, int nt, float *out);
 
 /** In-place orthonormal Walsh-Hadamard transform (kernels/cpu/wht.c's butterfly
  *  scaled by 1/√n), n a power of two; self-inverse. */

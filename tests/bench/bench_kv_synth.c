@@ -61,9 +61,10 @@ static metrics run_one(const char *spec, int d, int n, int nq, uint64_t seed) {
     qsort(per, n, sizeof *per, cmpd);
     m.tail95 = per[(int)(0.95 * n)];
     const uint8_t **rec = malloc(sizeof(*rec) * n);
-    for (int t = 0; t < n; t++) rec[t] = b + off[t];
+    uint32_t *len = malloc(sizeof(*len) * n);
+    for (int t = 0; t < n; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
     for (int j = 0; j < nq; j++) {
-        if (c->vt->score && c->group == 1) c->vt->score(c, q + j * d, rec, n, s);
+        if (c->vt->score && c->group == 1) c->vt->score(c, q + j * d, 1, rec, len, n, s, n);
         else
             for (int t = 0; t < n; t++) {
                 s[t] = 0;
@@ -75,7 +76,7 @@ static metrics run_one(const char *spec, int d, int n, int nq, uint64_t seed) {
             m.ip += fabs(ip - s[t]) / ((double)n * nq);
         }
     }
-    free(k), free(y), free(q), free(s), free(per), free(off), free(b), free(rec);
+    free(k), free(y), free(q), free(s), free(per), free(off), free(b), free(rec), free(len);
     kvq_kvcodec_free(c);
     return m;
 }
@@ -204,9 +205,10 @@ static void needle(int seeds) {
                 kvq_kvcodec_encode(c, kp, n, b, cap, off, NULL);
                 if (c->vt->score && c->group == 1) {
                     const uint8_t **rec = malloc(sizeof(*rec) * (T + 1));
-                    for (int t = 0; t <= T; t++) rec[t] = b + off[t];
-                    c->vt->score(c, q, rec, T + 1, s);
-                    free(rec);
+                    uint32_t *len = malloc(sizeof(*len) * (T + 1));
+                    for (int t = 0; t <= T; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
+                    c->vt->score(c, q, 1, rec, len, T + 1, s, T + 1);
+                    free(rec), free(len);
                 } else {
                     kvq_kvcodec_decode(c, b, off, n, y);
                     for (int t = 0; t <= T; t++) {
@@ -253,11 +255,12 @@ static void speed(void) {
         double sc = NAN;
         if (c->vt->score && c->group == 1) {
             const uint8_t **rec = malloc(sizeof(*rec) * n);
-            for (int t = 0; t < n; t++) rec[t] = b + off[t];
+            uint32_t *len = malloc(sizeof(*len) * n);
+            for (int t = 0; t < n; t++) rec[t] = b + off[t], len[t] = (uint32_t)(off[t + 1] - off[t]);
             double t3 = omp_get_wtime();
-            c->vt->score(c, q, rec, n, s);
+            c->vt->score(c, q, 1, rec, len, n, s, n);
             sc = n / (omp_get_wtime() - t3);
-            free(rec);
+            free(rec), free(len);
         }
         printf("| `%s` | %.3g | %.3g | %.3g |\n", specs[i], n / (t1 - t0), n / (t2 - t1), sc);
         free(off), free(b);
