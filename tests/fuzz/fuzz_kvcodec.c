@@ -70,8 +70,11 @@ KVQ_FUZZ_TARGET(kvcodec) {
         if (c->group == 1) {
             for (int i = 0; i < c->d; i++) q[i] = (float)(i % 7) - 3.0f;
             const uint8_t *rec[1] = {buf};
+            const uint32_t len[1] = {(uint32_t)n};
+            const float p[1] = {0.75f};
             float s;
-            if (c->vt->score) c->vt->score(c, q, rec, 1, &s);
+            if (c->vt->score) c->vt->score(c, q, 1, rec, len, 1, &s, 1);
+            if (c->vt->vsum) c->vt->vsum(c, p, 1, 1, rec, len, 1, out);
             if (c->vt->score_vec) c->vt->score_vec(c, buf, out);
         }
     }
