@@ -350,7 +350,7 @@ static void print_entries(const kvq_file *f) {
         json_t *ev;
         json_object_foreach(json_object_get(r, "entries"), role, ev) {
             const json_t *e = json_object_get(tab, json_string_value(ev));
-            printf("    %-28s %12" JSON_INTEGER_FORMAT " %12" JSON_INTEGER_FORMAT " %s\n", json_string_value(ev),
+            printf("    %-56s %12" JSON_INTEGER_FORMAT " %12" JSON_INTEGER_FORMAT " %s\n", json_string_value(ev),
                    json_integer_value(json_object_get(e, "stored_size")), json_integer_value(json_object_get(e, "size")),
                    json_string_value(json_object_get(e, "xxh3")) ?: "?");
         }
