@@ -5,7 +5,7 @@
 BUILD   ?= build
 CC      ?= cc
 OPT     ?= -O2 -march=x86-64-v2
-PKGS    := libzip libzstd jansson libxxhash libcrypto libpcre2-8 libutf8proc yaml-0.1 cairo
+PKGS    := libzip libzstd jansson libxxhash libcrypto libpcre2-8 libutf8proc yaml-0.1 cairo fontconfig
 DEPS_OK := $(BUILD)/.deps-ok
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)

@@ -10,7 +10,7 @@ check_modules() {
   command -v pkg-config >/dev/null || { echo "kvq: pkg-config not found (Debian: pkg-config)" >&2; exit 1; }
   for m in libzip:libzip-dev libzstd:libzstd-dev jansson:libjansson-dev libxxhash:libxxhash-dev \
            libcrypto:libssl-dev libpcre2-8:libpcre2-dev libutf8proc:libutf8proc-dev yaml-0.1:libyaml-dev \
-           cairo:libcairo2-dev cmocka:libcmocka-dev; do
+           cairo:libcairo2-dev fontconfig:libfontconfig-dev cmocka:libcmocka-dev; do
     mod=${m%%:*} deb=${m#*:}
     pkg-config --exists "$mod" || { echo "kvq: missing library: pkg-config module '$mod' not found (Debian package: $deb)" >&2; exit 1; }
   done
@@ -18,7 +18,7 @@ check_modules() {
 if ! command -v dpkg-query >/dev/null; then check_modules; exit 0; fi # not Debian: check what the build needs
 
 pkgs="build-essential pkg-config libzip-dev libzstd-dev libcmocka-dev libjansson-dev \
-libxxhash-dev libssl-dev libpcre2-dev libutf8proc-dev libyaml-dev libcairo2-dev python3 python3-venv"
+libxxhash-dev libssl-dev libpcre2-dev libutf8proc-dev libyaml-dev libcairo2-dev libfontconfig-dev python3 python3-venv"
 # Needed by a test only: tests/test_report.c renders kvq-verify --report in headless Chromium
 # and skips (counted as skipped) without it. Installed as root; otherwise a note, not a failure.
 optional="chromium"

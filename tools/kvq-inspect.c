@@ -420,6 +420,7 @@ int main(int argc, char **argv) {
     } else if (layers) rc = print_layers(f) ? 2 : 0;
     else if (plot_path) {
         rc = plot(f, plot_path) ? 2 : 0;
+        kvq_plot_done();
         if (!rc && verbose) fprintf(stderr, "kvq-inspect: wrote %s\n", plot_path);
     } else {
         print_human(f);

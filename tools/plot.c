@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <cairo.h>
 #include <cairo-svg.h>
+#include <fontconfig/fontconfig.h>
 
 #include "tools/outfile.h"
 #include "tools/plot.h"
@@ -408,4 +409,9 @@ int kvq_plot_file(const kvq_layer_table *t, const kvq_plot_kld *k, const char *t
         return -1;
     }
     return kvq_outfile_close(&o, 1, msg, cap);
+}
+
+void kvq_plot_done(void) {
+    cairo_debug_reset_static_data();
+    FcFini(); // fontconfig's configuration and caches, which cairo's text loaded
 }

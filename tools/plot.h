@@ -29,6 +29,10 @@ int kvq_plot_file(const kvq_layer_table *t, const kvq_plot_kld *k, const char *t
                   size_t cap);
 int kvq_plot_png(const kvq_layer_table *t, const kvq_plot_kld *k, const char *title, unsigned char **png, size_t *n);
 
+/** Releases cairo's process-wide caches (fonts, fontconfig patterns), so leak checkers see a
+ *  clean exit; call once, after the last figure, with no cairo object alive. */
+void kvq_plot_done(void);
+
 /** Width and height (CSS pixels) of the figures above. */
 void kvq_plot_size(int layers, double *w, double *h);
 

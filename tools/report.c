@@ -290,6 +290,7 @@ int kvq_report_html(const kvq_verify_report *r, const char *verdict, const char 
     fputs("<p class=\"note\">Written by kvq-verify --report; the figures are drawn with cairo and inlined.</p>\n"
           "</body></html>\n", f);
     kvq_file_close(kf);
+    kvq_plot_done();
     if (bad) {
         snprintf(msg, cap, "%s: a figure could not be drawn (cairo)", path);
         kvq_outfile_close(&o, 0, msg, cap);
