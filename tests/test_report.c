@@ -271,12 +271,19 @@ static void test_report_page(void **state) {
     assert_int_equal(run("%s/kvq-verify %s --report %s/r.pdf 2> %s/e.txt; test $? -eq 2 && test $(wc -l < %s/e.txt) -eq 1",
                          g_build, g_rec, g_dir, g_dir, g_dir), 0);
 
-    const char *chromium = NULL;
+    // KVQ_CHROMIUM names the browser (a path or a command); unset: chromium, chromium-browser or
+    // google-chrome from PATH.
+    const char *chromium = NULL, *env = getenv("KVQ_CHROMIUM");
     static const char *names[] = {"chromium", "chromium-browser", "google-chrome"};
-    for (int i = 0; i < 3 && !chromium; i++)
-        if (run("command -v %s > /dev/null 2>&1", names[i]) == 0) chromium = names[i];
+    for (int i = 0; i < 3 && !chromium; i++) {
+        const char *c = env ? env : names[i];
+        if (strchr(c, '\'') == NULL && run("command -v '%s' > /dev/null 2>&1", c) == 0) chromium = c;
+        if (env) break;
+    }
     if (!chromium) {
-        print_message("skipped: no chromium on PATH (Debian: apt-get install chromium; tools/install-deps.sh does as root)\n");
+        if (env) print_message("skipped: KVQ_CHROMIUM='%s' is not an executable\n", env);
+        else print_message("skipped: no chromium on PATH (Debian: apt-get install chromium; tools/install-deps.sh "
+                           "does as root)\n");
         skip();
     }
     // The page has no script; this copy gets one at its end that only writes each image's box
@@ -287,9 +294,9 @@ static void test_report_page(void **state) {
                          "r.width,r.height,i.naturalWidth].map(Math.round).join(\" \"))}})</script></body></html>|' %s "
                          "> %s/page.html", g_html, g_dir), 0);
     const char *flags = "--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,3600";
-    assert_int_equal(run("cd %s && %s %s --user-data-dir=%s/chrome --dump-dom file://%s/page.html > dom.html 2> chrome.log",
+    assert_int_equal(run("cd %s && '%s' %s --user-data-dir=%s/chrome --dump-dom file://%s/page.html > dom.html 2> chrome.log",
                          g_dir, chromium, flags, g_dir, g_dir), 0);
-    assert_int_equal(run("cd %s && %s %s --user-data-dir=%s/chrome --screenshot=%s/shot.png file://%s/page.html "
+    assert_int_equal(run("cd %s && '%s' %s --user-data-dir=%s/chrome --screenshot=%s/shot.png file://%s/page.html "
                          ">> chrome.log 2>&1", g_dir, chromium, flags, g_dir, g_dir, g_dir), 0);
     // the verdict as the browser parsed it
     assert_int_equal(run("grep -q 'id=\"verdict\" class=\"pass\">PASS' %s/dom.html", g_dir), 0);
