@@ -5,7 +5,7 @@
 BUILD   ?= build
 CC      ?= cc
 OPT     ?= -O2 -march=x86-64-v2
-PKGS    := libzip libzstd jansson libxxhash libcrypto libpcre2-8 libutf8proc yaml-0.1
+PKGS    := libzip libzstd jansson libxxhash libcrypto libpcre2-8 libutf8proc yaml-0.1 cairo fontconfig
 DEPS_OK := $(BUILD)/.deps-ok
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -24,6 +24,9 @@ LDLIBS  += $(PKG_LIBS) -lm -fopenmp $(SAN)
 LIB_SRC  := $(sort $(wildcard formats/*.c libconv/*/*.c libconv/*/*/*.c kernels/cpu/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOLS    := $(patsubst tools/%.c,%,$(wildcard tools/kvq-*.c))
+# The tools' shared parts (figures with cairo, the HTML report, whole-or-nothing output files).
+TLIB_SRC := $(sort $(filter-out tools/kvq-%.c,$(wildcard tools/*.c)))
+TLIB_OBJ := $(TLIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_BIN := $(TOOLS:%=$(BUILD)/%)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -60,6 +63,10 @@ $(BUILD)/libkvq.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+$(BUILD)/libkvqtools.a: $(TLIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
 # GPU suites (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) also link the CUDA
 # library and the static CUDA runtime, or, without nvcc, kernels/cuda/no_cuda.c, which reports
 # "built without CUDA" so they still build and skip. libkvq.a comes on both sides: the GPU
@@ -73,8 +80,8 @@ CUDA_LINK := $(CUDA_DEP)
 endif
 
 # Tools link the CUDA library (kvq-run --gpu, kvq-verify --gpu) or its stand-in (above).
-$(BUILD)/kvq-%: $(BUILD)/obj/tools/kvq-%.o $(BUILD)/libkvq.a $(CUDA_DEP)
-	$(CC) $(CFLAGS) $< $(BUILD)/libkvq.a $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
+$(BUILD)/kvq-%: $(BUILD)/obj/tools/kvq-%.o $(BUILD)/libkvqtools.a $(BUILD)/libkvq.a $(CUDA_DEP)
+	$(CC) $(CFLAGS) $< $(BUILD)/libkvqtools.a $(BUILD)/libkvq.a $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libkvq.a
 	@mkdir -p $(dir $@)
@@ -132,4 +139,4 @@ include tests/fuzz/fuzz.mk
 
 # Header dependencies of every object (library, tools, tests, benchmarks).
 -include $(LIB_OBJ:.o=.d) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.d) $(FUZZ_OBJ:.o=.d) \
-         $(TOOLS:%=$(BUILD)/obj/tools/%.d) $(BENCH_SRC:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)
+         $(TOOLS:%=$(BUILD)/obj/tools/%.d) $(TLIB_OBJ:.o=.d) $(BENCH_SRC:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)

@@ -327,6 +327,57 @@ static kvq_status check_kv(sctx *c, const json_t *m, const json_t *entries) {
     return KVQ_OK;
 }
 
+// The verification record (libconv/verify/verify_record.c) is bound to the file by its own
+// digest; here: its shape where tools read it field by field. "tensors" (per-tensor errors,
+// optional: records before it lack it) names each tensor of the manifest at most once.
+static kvq_status check_verification(sctx *c, const json_t *m) {
+    const json_t *v = json_object_get(m, "verification"), *ts;
+    if (!v) return KVQ_OK;
+    if (!json_is_object(v)) return bad(c, "verification", "an object", v);
+    if (!(ts = json_object_get(v, "tensors"))) return KVQ_OK;
+    if (!json_is_array(ts)) return bad(c, "verification.tensors", "an array", ts);
+    json_t *seen = json_object(), *known = json_object();
+    if (!seen || !known) {
+        json_decref(seen);
+        json_decref(known);
+        return kvq_err_set(c->err, KVQ_ERR_NOMEM, "%s: out of memory", c->path);
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(m, "tensors"), i, t) json_object_set_new(known, json_string_value(json_object_get(t, "name")), json_true());
+    kvq_status s = KVQ_OK;
+    json_array_foreach(ts, i, t) {
+        char at[64];
+        snprintf(at, sizeof at, "verification.tensors[%zu]", i);
+        const json_t *nm;
+        if (!json_is_object(t)) { s = bad(c, at, "an object", t); break; }
+        if ((s = need(c, t, at, "name", JSON_STRING, &nm)) || (s = need(c, t, at, "exact", JSON_TRUE, NULL))) break;
+        const char *name = json_string_value(nm);
+        if (!json_object_get(known, name)) {
+            s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.name '%s' is not a tensor of this file", c->path, at, name);
+            break;
+        }
+        if (json_object_get(seen, name)) {
+            s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s: tensor '%s' is listed twice", c->path, at, name);
+            break;
+        }
+        json_object_set_new(seen, name, json_true());
+        const char *nums[] = {"snr_db", "rel_err", "max_abs"};
+        for (int k = 0; k < 3 && !s; k++) { // null: exact (snr_db) or not finite
+            const json_t *x = json_object_get(t, nums[k]);
+            char w[96];
+            snprintf(w, sizeof w, "%s.%s", at, nums[k]);
+            if (!x || !(json_is_number(x) || json_is_null(x))) s = bad(c, w, "a number or null", x);
+            else if (k && json_is_number(x) && json_number_value(x) < 0)
+                s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s is negative", c->path, w);
+        }
+        if (s) break;
+    }
+    json_decref(seen);
+    json_decref(known);
+    return s;
+}
+
 // The weight codecs a manifest may name: the names of libconv/codec's table (tests/
 // test_codec_table.c checks that the two lists agree both ways).
 static const char *const known_codecs[] = {"none", "rtn", "hyperquant", "qet", "pq"};
@@ -364,7 +415,5 @@ kvq_status kvq_file_check_manifest(const json_t *m, const char *path, kvq_err *e
     if ((s = check_source(c, m))) return s;
     if ((s = check_tokenizer(c, m, entries))) return s;
     if ((s = check_kv(c, m, entries))) return s;
-    v = json_object_get(m, "verification");
-    if (v && !json_is_object(v)) return bad(c, "verification", "an object", v);
-    return KVQ_OK;
+    return check_verification(c, m);
 }

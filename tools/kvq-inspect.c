@@ -10,7 +10,9 @@
 
 #include "tools/opt.h"
 #include "formats/kvqfile.h"
+#include "libconv/verify/layers.h"
 #include "libconv/verify/verify.h"
+#include "tools/plot.h"
 
 static json_t *tensor_json(const json_t *r) {
     const json_t *codec = json_object_get(r, "codec");
@@ -237,108 +239,172 @@ static void print_human(const kvq_file *f) {
     print_verification(m);
 }
 
-// ---- --layers: layers × tensor roles, bits per weight in each cell, the layer's bytes
+// ---- --layers and --plot: layers × tensor roles (libconv/verify/layers.h)
 
-// "model.layers.12.self_attn.q_proj.weight" -> layer 12, role "q_proj"; -1 when not a layer's.
-static int layer_role(const char *name, char *role, size_t cap) {
-    int l = -1, used = 0;
-    if (sscanf(name, "model.layers.%d.%n", &l, &used) != 1 || !used) return -1;
-    const char *r = name + used, *dot = strrchr(r, '.');
-    const char *base = r;
-    for (const char *p = r; p < (dot ? dot : r + strlen(r)); p++)
-        if (*p == '.') base = p + 1; // the last component before ".weight"/".bias"
-    size_t n = (size_t)((dot ? dot : r + strlen(r)) - base);
-    if (dot && strcmp(dot, ".weight")) { // biases keep their suffix
-        snprintf(role, cap, "%.*s%s", (int)n, base, dot);
-        return l;
+// The table, with the per-tensor errors of the file's verification record when it has them.
+// *state says where the errors came from ("" when none).
+static int layer_table(const kvq_file *f, kvq_layer_table *t, const char **state) {
+    const json_t *m = kvq_file_manifest(f), *v = json_object_get(m, "verification");
+    kvq_err err = {0};
+    *state = "";
+    if (kvq_layers_from_manifest(m, t, &err)) {
+        fprintf(stderr, "kvq-inspect: %s: %s\n", kvq_file_path(f), err.msg);
+        return -1;
     }
-    snprintf(role, cap, "%.*s", (int)n, base);
-    return l;
+    if (json_object_get(v, "tensors")) {
+        kvq_record_state rs = kvq_verify_record_check(m, NULL, 0);
+        kvq_layers_add_record(t, json_object_get(v, "tensors"));
+        *state = rs == KVQ_RECORD_MATCH ? "the verification record (it matches this file)"
+                                        : "the verification record, which DOES NOT MATCH this file (changed after verification)";
+    }
+    return 0;
 }
 
-static void print_layers(const kvq_file *f) {
-    const json_t *m = kvq_file_manifest(f), *ts = json_object_get(m, "tensors");
-    const json_t *a = json_object_get(m, "architecture");
-    const int L = (int)json_integer_value(json_object_get(a, "n_layers"));
-    enum { MAXR = 24 };
-    char roles[MAXR][48];
-    int nr = 0;
-    size_t i;
-    json_t *t;
-    json_array_foreach(ts, i, t) { // roles in the order of a fixed preference, then first seen
-        char r[48];
-        if (layer_role(json_string_value(json_object_get(t, "name")), r, sizeof r) < 0) continue;
-        int k = 0;
-        while (k < nr && strcmp(roles[k], r)) k++;
-        if (k == nr && nr < MAXR) snprintf(roles[nr++], sizeof roles[0], "%s", r);
-    }
-    static const char *pref[] = {"q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj",
-                                 "gate_up_proj", "down_proj"};
-    char ordered[MAXR][48];
-    int no = 0;
-    for (size_t p = 0; p < sizeof pref / sizeof pref[0]; p++)
-        for (int k = 0; k < nr; k++)
-            if (!strcmp(roles[k], pref[p])) snprintf(ordered[no++], sizeof ordered[0], "%s", roles[k]);
-    for (int k = 0; k < nr; k++) {
-        int seen = 0;
-        for (int j = 0; j < no; j++) seen |= !strcmp(ordered[j], roles[k]);
-        if (!seen) snprintf(ordered[no++], sizeof ordered[0], "%s", roles[k]);
-    }
-    printf("bits per weight by layer and tensor role (whole tensors: codes and side information)\n%-6s", "layer");
-    for (int k = 0; k < no; k++) printf(" %*.*s", 9, 9, ordered[k]);
-    printf(" %12s\n", "bytes");
-    for (int l = 0; l < L && l < 4096; l++) {
-        double bpw[MAXR];
-        for (int k = 0; k < no; k++) bpw[k] = NAN;
-        uint64_t bytes = 0;
-        json_array_foreach(ts, i, t) {
-            char r[48];
-            if (layer_role(json_string_value(json_object_get(t, "name")), r, sizeof r) != l) continue;
-            bytes += (uint64_t)json_integer_value(json_object_get(t, "bytes"));
-            for (int k = 0; k < no; k++)
-                if (!strcmp(ordered[k], r)) bpw[k] = json_number_value(json_object_get(t, "bits_per_weight"));
-        }
+typedef enum { COL_BPW, COL_SNR, COL_REL } col_kind;
+
+static void cell_str(const kvq_layer_cell *c, col_kind k, char *b, size_t n) {
+    if (!c->present || (k != COL_BPW && !c->has_error)) snprintf(b, n, "-");
+    else if (k == COL_BPW) snprintf(b, n, "%.3f", c->bpw);
+    else if (k == COL_SNR) isinf(c->snr_db) && c->snr_db > 0 ? snprintf(b, n, "exact") : isnan(c->snr_db) ? snprintf(b, n, "?")
+                                                                                         : snprintf(b, n, "%.2f", c->snr_db);
+    else c->rel_err == 0 ? snprintf(b, n, "0") : snprintf(b, n, "%.3g", c->rel_err);
+}
+
+static void grid(const kvq_layer_table *t, col_kind k, const char *title) {
+    printf("%s\n%-6s", title, "layer");
+    for (int r = 0; r < t->n_roles; r++) printf(" %*.*s", 9, 9, t->roles[r]);
+    printf(k == COL_BPW ? " %9s %12s\n" : "\n", "layer b/w", "bytes");
+    for (int l = 0; l < t->n_layers; l++) {
         printf("%-6d", l);
-        for (int k = 0; k < no; k++) isnan(bpw[k]) ? printf(" %9s", "-") : printf(" %9.3f", bpw[k]);
-        printf(" %12" PRIu64 "\n", bytes);
+        for (int r = 0; r < t->n_roles; r++) {
+            char b[32];
+            cell_str(kvq_layers_cell(t, l, r), k, b, sizeof b);
+            printf(" %9s", b);
+        }
+        if (k == COL_BPW) {
+            uint64_t bytes;
+            const double lb = kvq_layers_layer_bpw(t, l, &bytes);
+            printf(" %9.3f %12" PRIu64, lb, bytes);
+        }
+        printf("\n");
     }
+}
+
+static int print_layers(const kvq_file *f) {
+    kvq_layer_table t;
+    const char *from;
+    if (layer_table(f, &t, &from)) { kvq_layers_free(&t); return -1; }
+    grid(&t, COL_BPW, "bits per weight by layer and tensor role (whole tensors: codes and side information)");
     printf("outside the layers:");
-    json_array_foreach(ts, i, t) {
-        char r[48];
-        const char *nm = json_string_value(json_object_get(t, "name"));
-        if (layer_role(nm, r, sizeof r) >= 0) continue;
-        printf(" %s %.3f bits/w;", nm, json_number_value(json_object_get(t, "bits_per_weight")));
-    }
+    for (size_t i = 0; i < t.n_outside; i++) printf(" %s %.3f bits/w;", t.outside[i].name, t.outside[i].c.bpw);
     kvq_bits kb;
-    kvq_file_bits(m, &kb);
+    kvq_file_bits(kvq_file_manifest(f), &kb);
     printf("\nwhole model %.3f bits/param", kb.bits_per_param);
     if (kb.lossy_params) printf("; quantized tensors %.3f bits/w", kb.lossy_bits_per_weight);
     printf("\n");
+    if (!t.n_errors) {
+        printf("\nper-tensor SNR: not in this file (kvq-verify --record, with the source, stores it)\n");
+        kvq_layers_free(&t);
+        return 0;
+    }
+    printf("\nper-tensor error against the source, from %s\n", from);
+    grid(&t, COL_SNR, "SNR in dB (10 log10 |x|^2/|x - x'|^2; exact = bit-identical), by layer and role");
+    grid(&t, COL_REL, "relative error |x - x'| / |x|, by layer and role");
+    printf("outside the layers:");
+    for (size_t i = 0; i < t.n_outside; i++) {
+        char b[32], c[32];
+        cell_str(&t.outside[i].c, COL_SNR, b, sizeof b);
+        cell_str(&t.outside[i].c, COL_REL, c, sizeof c);
+        printf(" %s SNR %s, rel err %s;", t.outside[i].name, b, c);
+    }
+    printf("\n");
+    kvq_layers_free(&t);
+    return 0;
+}
+
+static int plot(const kvq_file *f, const char *path) {
+    kvq_layer_table t;
+    const char *from;
+    if (layer_table(f, &t, &from)) { kvq_layers_free(&t); return -1; }
+    const char *base = strrchr(kvq_file_path(f), '/');
+    kvq_bits kb;
+    kvq_file_bits(kvq_file_manifest(f), &kb);
+    char title[512], msg[1024];
+    snprintf(title, sizeof title, "%s: %.3f bits/param as a whole, per layer", base ? base + 1 : kvq_file_path(f),
+             kb.bits_per_param);
+    int rc = kvq_plot_file(&t, NULL, title, path, msg, sizeof msg);
+    if (rc) fprintf(stderr, "kvq-inspect: %s\n", msg);
+    kvq_layers_free(&t);
+    return rc;
+}
+
+// -v: each tensor's archive entries (stored and inflated sizes, xxh3) and codec parameters.
+static void print_entries(const kvq_file *f) {
+    const json_t *m = kvq_file_manifest(f), *tab = json_object_get(m, "entries");
+    printf("\nentries by tensor (-v): stored bytes, inflated bytes, xxh3; codec parameters\n");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(m, "tensors"), i, r) {
+        printf("%s\n", json_string_value(json_object_get(r, "name")));
+        const char *role;
+        json_t *ev;
+        json_object_foreach(json_object_get(r, "entries"), role, ev) {
+            const json_t *e = json_object_get(tab, json_string_value(ev));
+            printf("    %-56s %12" JSON_INTEGER_FORMAT " %12" JSON_INTEGER_FORMAT " %s\n", json_string_value(ev),
+                   json_integer_value(json_object_get(e, "stored_size")), json_integer_value(json_object_get(e, "size")),
+                   json_string_value(json_object_get(e, "xxh3")) ?: "?");
+        }
+        const json_t *params = json_object_get(json_object_get(r, "codec"), "params");
+        if (json_is_object(params) && json_object_size(params)) {
+            char *s = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
+            printf("    params %s\n", s ? s : "?");
+            free(s);
+        }
+    }
 }
 
 int main(int argc, char **argv) {
     if (kvq_tool_start("kvq-inspect", argc, argv)) return 0; // SIGXFSZ ignored, --version
-    int as_json = 0, layers = 0;
+    int as_json = 0, layers = 0, verbose = 0;
+    const char *plot_path = NULL;
     static const struct option lo[] = {{"json", no_argument, 0, 'j'}, {"layers", no_argument, 0, 'l'},
+                                       {"plot", required_argument, 0, 'p'}, {"verbose", no_argument, 0, 'v'},
                                        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *use = "usage: kvq-inspect [--json | --layers] FILE.kvq\n"
-                      "  --layers  bits per weight by layer and tensor role, and each layer's bytes\n";
+    const char *use = "usage: kvq-inspect [--json | --layers | --plot FILE.png|FILE.svg] [-v] FILE.kvq\n"
+                      "  --json      the stable JSON document (docs/FORMAT.md)\n"
+                      "  --layers    bits per weight by layer and tensor role, each layer's bytes; with a\n"
+                      "              verification record (kvq-verify --record), SNR and relative error too\n"
+                      "  --plot F    draw per-layer bits and SNR into F (PNG or SVG, by its extension)\n"
+                      "  -v          (default view) also list each tensor's archive entries (stored and inflated bytes,\n"
+                      "              xxh3) and codec parameters\n"
+                      "  --version   print the version\n";
     int c;
-    opterr = 0; // one line naming the option below, not getopt's message and the usage
-    while ((c = getopt_long(argc, argv, "jlh", lo, NULL)) != -1) {
+    opterr = 0; // errors are reported in one line below
+    while ((c = getopt_long(argc, argv, "jlvh", lo, NULL)) != -1) {
         if (c == 'j') as_json = 1;
         else if (c == 'l') layers = 1;
+        else if (c == 'p') plot_path = optarg;
+        else if (c == 'v') verbose = 1;
         else if (c == 'h') {
             printf("%sexit status: 0 ok, 2 error\n", use);
             return 0;
         } else {
-            fprintf(stderr, "kvq-inspect: %s: unknown option (see --help)\n", argv[optind - 1]);
+            fprintf(stderr, "kvq-inspect: %s: unknown option or missing value (see --help)\n", argv[optind - 1]);
             return 2;
         }
     }
-    if (argc - optind != 1 || (as_json && layers)) {
-        fprintf(stderr, "kvq-inspect: %s (usage: kvq-inspect [--json | --layers] FILE.kvq)\n",
-                argc - optind == 0 ? "no FILE.kvq given" : argc - optind > 1 ? "one FILE.kvq only" : "--json and --layers exclude each other");
+    if (as_json + layers + (plot_path != NULL) > 1) {
+        fprintf(stderr, "kvq-inspect: --json, --layers and --plot exclude each other (see --help)\n");
+        return 2;
+    }
+    if (argc - optind != 1) {
+        if (argc == optind) fprintf(stderr, "kvq-inspect: no FILE.kvq given (see --help)\n");
+        else fprintf(stderr, "kvq-inspect: unexpected argument '%s' (one FILE.kvq; see --help)\n", argv[optind + 1]);
+        return 2;
+    }
+    kvq_plot_format pf;
+    if (plot_path && kvq_plot_format_of(plot_path, &pf)) {
+        fprintf(stderr, "kvq-inspect: --plot %s: the name must end in .png or .svg (the format)\n", plot_path);
         return 2;
     }
     kvq_file *f;
@@ -348,10 +414,18 @@ int main(int argc, char **argv) {
         return 2;
     }
     int rc = 0;
-    if (as_json) rc = print_json(f) ? 2 : 0;
-    else if (layers) print_layers(f);
-    else print_human(f);
-    if (rc) fprintf(stderr, "kvq-inspect: %s: cannot write JSON\n", argv[optind]);
+    if (as_json) {
+        rc = print_json(f) ? 2 : 0;
+        if (rc) fprintf(stderr, "kvq-inspect: %s: cannot write JSON\n", argv[optind]);
+    } else if (layers) rc = print_layers(f) ? 2 : 0;
+    else if (plot_path) {
+        rc = plot(f, plot_path) ? 2 : 0;
+        kvq_plot_done();
+        if (!rc && verbose) fprintf(stderr, "kvq-inspect: wrote %s\n", plot_path);
+    } else {
+        print_human(f);
+        if (verbose) print_entries(f);
+    }
     kvq_file_close(f);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <omp.h>
 
 #include "formats/kvqfile.h"
 #include "tools/opt.h"
@@ -33,7 +34,10 @@ static const char *usage =
     "         --gpu  run on the CUDA device: weights uploaded (packed stay packed), fp32 activations\n"
     "         and KV cache on the device (KV codecs run on the CPU only)\n"
     "         --kv SPEC [--kv-window N] [--kv-boundary]  KV-cache codec (docs/KV.md); default: the\n"
-    "         .kvq's \"kv\" section if it has one, else the fp32/fp16 cache\n";
+    "         .kvq's \"kv\" section if it has one, else the fp32/fp16 cache\n"
+    "         -v  also the settings in effect (threads, --exec, --weights, KV cache) and, when\n"
+    "         generating, the sampling settings and the prompt's token ids, on stderr\n"
+    "         --version\n";
 
 static double now(void) {
     struct timespec ts;
@@ -127,7 +131,7 @@ int main(int argc, char **argv) {
     kvq_model_opts mo = kvq_model_opts_default();
     kvq_eval_protocol ep = kvq_eval_protocol_card();
     const char *kv_spec = NULL;
-    int kv_window = 0, kv_boundary = 0;
+    int kv_window = 0, kv_boundary = 0, verbose = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(name) (strcmp(a, name) == 0 && (v || (die("option %s needs a value%s", a, ""), exit(2), 0)) && ++i)
@@ -146,6 +150,7 @@ int main(int argc, char **argv) {
         else if (ARG("--stride")) { if (kvq_opt_int(T_, a, v, 0, 1 << 24, &ep.stride)) return 2; }
         else if (ARG("--max-tokens")) { uint64_t u; if (kvq_opt_u64(T_, a, v, &u)) return 2; ep.max_tokens = u; }
         else if (ARG("--ctx-max")) { if (kvq_opt_int(T_, a, v, 0, 1 << 24, &mo.max_ctx)) return 2; }
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) verbose = 1;
         else if (!strcmp(a, "--partial")) ep.partial_last = 1;
         else if (!strcmp(a, "--no-bos")) ep.bos = KVQ_BOS_NONE;
         else if (!strcmp(a, "--kv-fp16")) mo.kv_fp16 = 1;
@@ -232,6 +237,18 @@ int main(int argc, char **argv) {
                     mm.device / 1e6, (mm.held - mm.device) / 1e6);
     }
 
+    if (verbose) {
+        info("kvq-run: settings: %d threads, --exec %s, --weights %s, KV cache %s%s, context up to %d positions\n",
+             threads > 0 ? threads : omp_get_max_threads(),
+             mo.exec == KVQ_EXEC_EXACT ? "exact" : mo.exec == KVQ_EXEC_DECODED ? "decoded" : "int8",
+             mo.store == KVQ_WEIGHTS_F32 ? "f32" : mo.store == KVQ_WEIGHTS_BF16 ? "bf16" : "auto",
+             kv_spec ? kv_spec : "of the model (its .kvq's codec, else fp32", kv_spec ? "" : mo.kv_fp16 ? "/fp16)" : ")",
+             kvq_model_max_ctx(m));
+        if (!ids && !ppl && !ppl_ids)
+            info("kvq-run: sampling: temperature %g, top-p %g, seed %llu, %d tokens\n", temp, top_p,
+                 (unsigned long long)seed, n_gen);
+    }
+
     if (ids) { // ---- logits for given ids
         float *lg = malloc(sizeof(float) * n_ids * V);
         if (!lg) { rc = die("out of memory for %s%s", logits_out, ""); goto out; }
@@ -285,6 +302,11 @@ int main(int argc, char **argv) {
         pids = malloc(sizeof(int32_t));
         pids[0] = b;
         np = 1;
+    }
+    if (verbose) {
+        info("kvq-run: prompt: %zu tokens:", np);
+        for (size_t i = 0; i < np && i < 64; i++) info(" %d", pids[i]);
+        info("%s\n", np > 64 ? " ..." : "");
     }
     int max_ctx = kvq_model_max_ctx(m);
     if ((int64_t)np + n_gen - 1 > max_ctx) { // the last sampled token is never fed back

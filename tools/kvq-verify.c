@@ -10,11 +10,13 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "tools/opt.h"
 #include "libconv/runtime/backend.h"
 #include "libconv/verify/verify.h"
+#include "tools/report.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -43,9 +45,13 @@ static void usage(FILE *f) {
             "output:\n"
             "  --json                 the full report as JSON (docs/FORMAT.md)\n"
             "  --tensors N            tensor rows to print (10; 0 = all)\n"
+            "  --report FILE.html     one self-contained page to attach to a release: model, recipe,\n"
+            "                         protocol, checks and verdict, per-layer bits and SNR, the KLD\n"
+            "                         distribution, the weights / KV / both runs (figures inline)\n"
             "  --record               store the verification record in FILE (atomic rewrite)\n"
             "  --check-record         only integrity + the stored record (fails without a matching one)\n"
             "  -t N                   threads          -q  no progress on stderr\n"
+            "  -v                     every tensor's row (as --tensors 0) and each stage's seconds\n"
             "exit status: 0 pass, 1 a check failed, 2 error\n");
 }
 
@@ -104,7 +110,22 @@ static const char *fmt_snr(double v, char *b, size_t n) {
     return b;
 }
 
-static void print_human(const kvq_verify_report *r, size_t max_rows) {
+// The one-line result the text ends with and the --report page shows: PASS or FAIL, and what
+// was measured or why the measurement cannot tell.
+static const char *verdict(const kvq_verify_report *r, char *b, size_t n) {
+    int open_ = 0; // checks whose limit lies within one standard error: the verdict says so
+    for (int i = 0; i < r->n_checks; i++) open_ += !kvq_verify_check_conclusive(&r->checks[i]);
+    if (!r->evaluated && r->pass)
+        snprintf(b, n, "PASS (%s only: no quality measured; give --text for perplexity and KLD)",
+                 r->n_tensors && r->source_path ? "integrity and per-tensor error" : "integrity");
+    else if (open_)
+        snprintf(b, n, "%s (%d check%s within one standard error of the limit: not conclusive; a longer text narrows it)",
+                 r->pass ? "PASS" : "FAIL", open_, open_ == 1 ? "" : "s");
+    else snprintf(b, n, "%s", r->pass ? "PASS" : "FAIL");
+    return b;
+}
+
+static void print_human(const kvq_verify_report *r, size_t max_rows, int verbose) {
     printf("kvq-verify %s\n", r->kvq_path);
     if (r->integrity_ok)
         printf("integrity: ok (%zu entries: digests and bounds; manifest schema; %zu tensors decode to finite values)\n",
@@ -162,6 +183,9 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
         for (int k = 0; k < 3; k++)
             if (r->run[k].done) printf("  %-11s %s\n", r->run[k].label, r->run[k].what);
     }
+    if (verbose)
+        printf("\nseconds: integrity %.2f, tensors %.2f, evaluation %.2f\n", r->seconds_integrity, r->seconds_tensors,
+               r->seconds_eval);
     printf("\nchecks:\n");
     for (int i = 0; i < r->n_checks; i++) {
         const kvq_verify_check *c = &r->checks[i];
@@ -176,22 +200,14 @@ static void print_human(const kvq_verify_report *r, size_t max_rows) {
             printf("  %s %-18s %-12.48s %.6g (limit %.6g)\n", c->pass ? "pass" : "FAIL", c->name, c->subject, c->value,
                    c->limit);
     }
-    if (!r->evaluated && r->pass)
-        printf("result: PASS (%s only: no quality measured; give --text for perplexity and KLD)\n",
-               r->n_tensors && r->source_path ? "integrity and per-tensor error" : "integrity");
-    else {
-        int open_ = 0; // checks whose limit lies within one standard error: the verdict says so
-        for (int i = 0; i < r->n_checks; i++) open_ += !kvq_verify_check_conclusive(&r->checks[i]);
-        if (open_) printf("result: %s (%d check%s within one standard error of the limit: not conclusive; a longer text "
-                          "narrows it)\n", r->pass ? "PASS" : "FAIL", open_, open_ == 1 ? "" : "s");
-        else printf("result: %s\n", r->pass ? "PASS" : "FAIL");
-    }
+    char v[256];
+    printf("result: %s\n", verdict(r, v, sizeof v));
 }
 
 enum {
     O_SOURCE = 256, O_NO_SOURCE, O_TEXT, O_CTX, O_STRIDE, O_BOS, O_NO_BOS, O_SCORED, O_MAXTOK, O_WINDOWS, O_KV,
     O_KV_WINDOW, O_KV_BOUNDARY, O_KV_SEED, O_NO_KV, O_PPL, O_KLD, O_KLD99, O_TOP1, O_RMSDP, O_SNR, O_RELERR, O_JSON,
-    O_TENSORS, O_RECORD, O_CHECK_RECORD, O_GPU
+    O_TENSORS, O_RECORD, O_CHECK_RECORD, O_GPU, O_REPORT
 };
 
 int main(int argc, char **argv) {
@@ -210,16 +226,18 @@ int main(int argc, char **argv) {
         {"min-top1", required_argument, 0, O_TOP1}, {"max-rms-dp", required_argument, 0, O_RMSDP},
         {"min-snr", required_argument, 0, O_SNR}, {"max-rel-err", required_argument, 0, O_RELERR},
         {"json", no_argument, 0, O_JSON}, {"tensors", required_argument, 0, O_TENSORS},
-        {"gpu", no_argument, 0, O_GPU}, {"record", no_argument, 0, O_RECORD}, {"check-record", no_argument, 0, O_CHECK_RECORD},
+        {"gpu", no_argument, 0, O_GPU}, {"record", no_argument, 0, O_RECORD},
+        {"report", required_argument, 0, O_REPORT}, {"verbose", no_argument, 0, 'v'}, {"check-record", no_argument, 0, O_CHECK_RECORD},
         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     kvq_verify_opts o = kvq_verify_opts_default();
     kvq_err err = {0};
-    int as_json = 0, record = 0, c;
+    int as_json = 0, record = 0, verbose = 0, c;
+    const char *report = NULL;
     size_t rows = 10, v;
     prog_state ps = {0, isatty(2), NULL, 0};
     opterr = 0; // errors are reported in one line below
-    while ((c = getopt_long(argc, argv, "t:qh", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:qvh", lo, NULL)) != -1) {
         switch (c) {
         case O_SOURCE: o.source = optarg; break;
         case O_NO_SOURCE: o.no_source = 1; break;
@@ -264,6 +282,8 @@ int main(int argc, char **argv) {
         case O_CHECK_RECORD: o.require_record = 1; o.no_source = 1; break;
         case 't': if (parse_range("-t", optarg, 1, 1024, &v)) return 2; o.n_threads = (int)v; break;
         case 'q': ps.quiet = 1; break;
+        case 'v': verbose = 1; break;
+        case O_REPORT: report = optarg; break;
         case 'h': usage(stdout); return 0;
         default: // one line naming the option, not the whole usage
             fprintf(stderr, "kvq-verify: %s: unknown option or missing value (see --help)\n", argv[optind - 1]);
@@ -294,6 +314,13 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    if (report) { // the name says the format; a wrong one fails before the long checks
+        const char *dot = strrchr(report, '.');
+        if (!dot || (strcasecmp(dot, ".html") && strcasecmp(dot, ".htm"))) {
+            fprintf(stderr, "kvq-verify: --report %s: the name must end in .html\n", report);
+            return 2;
+        }
+    }
     if (o.no_source && o.text_path) {
         fprintf(stderr, "kvq-verify: --text needs the source (drop --no-source)\n");
         return 2;
@@ -317,7 +344,7 @@ int main(int argc, char **argv) {
         }
         putchar('\n');
         json_decref(j);
-    } else print_human(&rep, rows);
+    } else print_human(&rep, verbose ? 0 : rows, verbose);
     if (record && rc != 2) {
         if (!rep.integrity_ok) {
             fprintf(stderr, "kvq-verify: %s: integrity failed; no record stored\n", rep.kvq_path);
@@ -326,6 +353,13 @@ int main(int argc, char **argv) {
             rc = 2;
         } else if (!as_json) printf("record: stored in %s\n", rep.kvq_path);
         else fprintf(stderr, "kvq-verify: record stored in %s\n", rep.kvq_path);
+    }
+    if (report) { // after --record, so the page states the record this run stored
+        char v[256], msg[1024];
+        if (kvq_report_html(&rep, verdict(&rep, v, sizeof v), report, msg, sizeof msg)) {
+            fprintf(stderr, "kvq-verify: --report: %s\n", msg);
+            rc = 2;
+        } else if (verbose || !as_json) fprintf(as_json ? stderr : stdout, "report: written to %s\n", report);
     }
     kvq_verify_report_free(&rep);
     return rc;

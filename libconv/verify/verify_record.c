@@ -194,6 +194,17 @@ json_t *kvq_verify_record_make(const kvq_verify_report *r, const json_t *manifes
     for (size_t i = 0; i < r->n_tensors && json_array_size(worst) < 8; i++)
         if (r->tensors[i].compared && !r->tensors[i].lossless) json_array_append_new(worst, tensor_json(&r->tensors[i]));
     json_object_set_new(o, "worst_tensors", worst);
+    // Every compared tensor's error, worst first (kvq-inspect --layers and --plot show them per
+    // layer): name, exact, snr_db (null when exact), rel_err, max_abs. Checked by the schema
+    // (formats/kvqschema.c).
+    json_t *all = json_array();
+    for (size_t i = 0; i < r->n_tensors; i++) {
+        const kvq_verify_tensor *t = &r->tensors[i];
+        if (t->compared)
+            json_array_append_new(all, json_pack("{s:s,s:b,s:o,s:o,s:o}", "name", t->name, "exact", t->exact, "snr_db",
+                                                 num(t->snr_db), "rel_err", num(t->rel_err), "max_abs", num(t->max_abs)));
+    }
+    json_object_set_new(o, "tensors", all);
     char hex[65];
     if (kvq_verify_record_binding(manifest, o, hex, err)) { json_decref(o); return NULL; }
     json_object_set_new(o, "binding", json_pack("{s:s,s:s,s:s}", "alg", "sha256", "covers",
