@@ -434,76 +434,108 @@ static double choose(part_t *P, size_t np, const double *D, double lambda) {
     return bits;
 }
 
-kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, kvq_calib *c,
-                           double target_bpw, int n_threads, kvq_err *err) {
+// What the budget pays first (fixed_bits: tensors that do not take part, as planned) and the
+// tensors that take part (P, np; sens not yet measured), with the base HyperQuant spec.
+typedef struct {
+    const char *base;
+    kvq_lattice lat;
+    double params, fixed_bits, lo_bits, hi_bits; // lo/hi: the fewest / most bits of the parts
+    part_t *P;
+    size_t np;
+    int tied;
+} budget_t;
+
+static double lossless_bits(const kvq_tensor *t) {
+    char pj[64];
+    return 8.0 * (double)(kvq_entry_stored_estimate(t->data, t->nbytes, KVQ_ENTRY_ZSTD_AUTO) +
+                          (uint64_t)snprintf(pj, sizeof pj, "{\"dtype\":\"%s\"}", kvq_dtype_name(t->dtype)));
+}
+
+static kvq_status budget_parts(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw,
+                               budget_t *B, kvq_err *err) {
+    memset(B, 0, sizeof *B);
     kvq_plan_budget_t b;
     kvq_plan_budget(pl, &b);
-    const char *base = b.weights_spec && strcmp(b.weights_spec, "none") ? b.weights_spec : "hyperquant:e8:4.0";
-    if (strncmp(base, "hyperquant:", 11))
+    B->base = b.weights_spec && strcmp(b.weights_spec, "none") ? b.weights_spec : "hyperquant:e8:4.0";
+    if (strncmp(B->base, "hyperquant:", 11))
         return kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw allocates HyperQuant rates: the weights codec '%s' is not "
-                           "hyperquant (use --weights hyperquant:e8:4.0 or leave weights unset)", base);
-    kvq_lattice lat;
+                           "hyperquant (use --weights hyperquant:e8:4.0 or leave weights unset)", B->base);
     char latname[8] = {0};
-    sscanf(base + 11, "%7[^:]", latname);
-    if (kvq_lattice_parse(latname, &lat)) return kvq_err_set(err, KVQ_ERR_ARG, "weights codec '%s': unknown lattice", base);
-    if (strstr(base, "db")) return kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: the weights codec '%s' has a fixed SNR, not a rate", base);
-    double params = 0.0, fixed_bits = 0.0;
-    part_t *P = calloc(n ? n : 1, sizeof *P);
-    if (!P) return kvq_err_set(err, KVQ_ERR_NOMEM, "allocation: out of memory");
-    size_t np = 0;
-    int tied = 1;
+    sscanf(B->base + 11, "%7[^:]", latname);
+    if (kvq_lattice_parse(latname, &B->lat)) return kvq_err_set(err, KVQ_ERR_ARG, "weights codec '%s': unknown lattice", B->base);
+    if (strstr(B->base, "db"))
+        return kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: the weights codec '%s' has a fixed SNR, not a rate", B->base);
+    if (!(B->P = calloc(n ? n : 1, sizeof *B->P))) return kvq_err_set(err, KVQ_ERR_NOMEM, "allocation: out of memory");
+    B->tied = 1;
     for (size_t i = 0; i < n; i++)
-        if (!strcmp(e[i].name, "lm_head.weight")) tied = 0;
-    kvq_status s = KVQ_OK;
-    for (size_t i = 0; i < n && !s; i++) {
+        if (!strcmp(e[i].name, "lm_head.weight")) B->tied = 0;
+    for (size_t i = 0; i < n; i++) {
         const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
-        params += (double)e[i].numel;
+        B->params += (double)e[i].numel;
         int emb = is_embedding(e[i].name) || !strcmp(e[i].name, "lm_head.weight");
         int takes_part = t->ndim >= 2 && e[i].numel > 0 &&
                          (!strcmp(e[i].why, "weights") || !strcmp(e[i].why, "built-in: embedding"));
         if (!takes_part) { // paid first: what the entry stores as planned
-            if (e[i].codec->lossless) {
-                char pj[64];
-                fixed_bits += 8.0 * (double)(kvq_entry_stored_estimate(t->data, t->nbytes, KVQ_ENTRY_ZSTD_AUTO) +
-                                             (uint64_t)snprintf(pj, sizeof pj, "{\"dtype\":\"%s\"}", kvq_dtype_name(t->dtype)));
-            } else {
-                double bits = kvq_codec_predict_bits(e[i].codec, e[i].cfg, e[i].rows, e[i].cols, e[i].dtype);
-                if (!isfinite(bits)) {
-                    s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: tensor '%s' has codec %s whose size is known only "
-                                    "after encoding (fixed SNR): give it a rate", e[i].name, e[i].spec);
-                    break;
-                }
-                fixed_bits += bits;
-            }
+            double bits = e[i].codec->lossless ? lossless_bits(t)
+                                               : kvq_codec_predict_bits(e[i].codec, e[i].cfg, e[i].rows, e[i].cols, e[i].dtype);
+            if (!isfinite(bits))
+                return kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: tensor '%s' has codec %s whose size is known only "
+                                   "after encoding (fixed SNR): give it a rate", e[i].name, e[i].spec);
+            B->fixed_bits += bits;
             continue;
         }
-        part_t *p = &P[np++];
+        part_t *p = &B->P[B->np++];
         p->i = i;
         p->numel = (double)e[i].numel;
-        float *w = malloc(sizeof(float) * (size_t)e[i].numel);
-        if (!w) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name); break; }
-        kvq_dtype_to_f32(t->dtype, t->data, (size_t)e[i].numel, w);
-        int tie = tied && is_embedding(e[i].name);
-        e[i].output_error = kvq_calib_sensitivity(c, e[i].name, w, e[i].rows, e[i].cols, tie);
-        s = probe_tensor(c, e[i].name, w, e[i].rows, e[i].cols, tie, e[i].seed, &p->sens, err);
-        free(w);
-        if (s) break;
-        if (!isfinite(p->sens)) {
-            s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: tensor '%s' (%" PRId64 " x %" PRId64 ") is no product the "
-                            "calibration pass runs, so it has no measured sensitivity: give it a rule or --keep it",
-                            e[i].name, e[i].rows, e[i].cols);
-            break;
-        }
         int64_t cols_p;
         int T = kvq_hq_tile_for(e[i].cols, 128, &cols_p);
         // norms (8 bits a tile), offsets (32 bits per 16 tiles), alignment, params JSON (~400 bytes)
         p->side = ((8.0 + 2.0) / T) * (double)cols_p / (double)e[i].cols + 0.002 + 3200.0 / p->numel;
         p->can_keep = emb;
-        if (emb) {
-            char pj[64];
-            p->keep_bits = 8.0 * (double)(kvq_entry_stored_estimate(t->data, t->nbytes, KVQ_ENTRY_ZSTD_AUTO) +
-                                          (uint64_t)snprintf(pj, sizeof pj, "{\"dtype\":\"%s\"}", kvq_dtype_name(t->dtype)));
-        }
+        if (emb) p->keep_bits = lossless_bits(t);
+        B->lo_bits += R_LO * p->numel;
+        B->hi_bits += emb && p->keep_bits > R_HI * p->numel ? p->keep_bits : R_HI * p->numel;
+    }
+    double budget = target_bpw * B->params - B->fixed_bits;
+    if (B->np == 0 || budget < B->lo_bits || budget > B->hi_bits + 1e-9 * B->params)
+        return kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw %g: this model can be stored in %.3f to %.3f bits per parameter "
+                           "with these rules (rates %.1f to %.1f bits/w, embeddings at most at source precision)",
+                           target_bpw, (B->lo_bits + B->fixed_bits) / B->params, (B->hi_bits + B->fixed_bits) / B->params,
+                           R_LO, R_HI);
+    return KVQ_OK;
+}
+
+kvq_status kvq_alloc_check(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw, kvq_err *err) {
+    budget_t B;
+    kvq_status s = budget_parts(pl, ck, e, n, target_bpw, &B, err);
+    free(B.P);
+    return s;
+}
+
+kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, kvq_calib *c,
+                           double target_bpw, int n_threads, kvq_err *err) {
+    budget_t B;
+    kvq_status s = budget_parts(pl, ck, e, n, target_bpw, &B, err);
+    part_t *P = B.P;
+    const size_t np = B.np;
+    const double params = B.params, fixed_bits = B.fixed_bits;
+    const char *base = B.base;
+    const kvq_lattice lat = B.lat;
+    for (size_t k = 0; k < np && !s; k++) { // the probes
+        part_t *p = &P[k];
+        size_t i = p->i;
+        const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
+        float *w = malloc(sizeof(float) * (size_t)e[i].numel);
+        if (!w) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name); break; }
+        kvq_dtype_to_f32(t->dtype, t->data, (size_t)e[i].numel, w);
+        int tie = B.tied && is_embedding(e[i].name);
+        e[i].output_error = kvq_calib_sensitivity(c, e[i].name, w, e[i].rows, e[i].cols, tie);
+        s = probe_tensor(c, e[i].name, w, e[i].rows, e[i].cols, tie, e[i].seed, &p->sens, err);
+        free(w);
+        if (!s && !isfinite(p->sens))
+            s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: tensor '%s' (%" PRId64 " x %" PRId64 ") is no product the "
+                            "calibration pass runs, so it has no measured sensitivity: give it a rule or --keep it",
+                            e[i].name, e[i].rows, e[i].cols);
     }
     (void)n_threads;
     double *D = s ? NULL : malloc(sizeof(double) * (np ? np : 1) * N_GRID);
@@ -512,11 +544,6 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
     if (!s) {
         for (size_t k = 0; k < np; k++)
             for (int g = 0; g < N_GRID; g++) D[k * N_GRID + g] = distortion(&P[k], lat, R_LO + g * R_STEP);
-        double lo_bits = choose(P, np, D, 1e300), hi_bits = choose(P, np, D, 0.0); // fewest / most bits
-        if (np == 0 || budget < lo_bits || budget > hi_bits + 1e-9 * params)
-            s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw %g: this model can be stored in %.3f to %.3f bits per parameter "
-                            "with these rules (rates %.1f to %.1f bits/w, embeddings at most at source precision)",
-                            target_bpw, (lo_bits + fixed_bits) / params, (hi_bits + fixed_bits) / params, R_LO, R_HI);
     }
     if (!s) {
         // Bisection on log λ: the largest total not above the budget.

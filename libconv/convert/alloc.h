@@ -44,6 +44,9 @@ double kvq_calib_sensitivity(const kvq_calib *c, const char *name, const float *
  *  Σ sensitivity_i · 10^(-SNR_i(r_i)/10) under Σ bits = target_bpw · parameters, with SNR(r)
  *  from the codec's rate–SNR table. Sets entries' spec, rate, why and sensitivity.
  *  @return KVQ_ERR_ARG naming the reachable range when the budget cannot be met. */
+/** The checks kvq_alloc_apply makes before it measures anything (weights codec, fixed-SNR
+ *  rules, the budget's reachable range), so a bad budget fails before the calibration pass. */
+kvq_status kvq_alloc_check(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw, kvq_err *err);
 kvq_status kvq_alloc_apply(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, kvq_calib *c,
                            double target_bpw, int n_threads, kvq_err *err);
 

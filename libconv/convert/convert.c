@@ -261,7 +261,8 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, setup_t *S, 
     S->target_bpw = b.target_bpw;
     if (s == KVQ_OK && !isnan(b.target_bpw)) { // the whole-model budget (alloc.h)
         kvq_calib *c = NULL;
-        s = kvq_calib_run(src, b.calib_text, b.calib_tokens, kvq_plan_seed(S->plan), o->n_threads, &c, err);
+        s = kvq_alloc_check(S->plan, S->ck, S->e, S->n, b.target_bpw, err);
+        if (s == KVQ_OK) s = kvq_calib_run(src, b.calib_text, b.calib_tokens, kvq_plan_seed(S->plan), o->n_threads, &c, err);
         if (s == KVQ_OK) S->calib_tokens = kvq_calib_tokens(c);
         if (s == KVQ_OK) s = kvq_alloc_apply(S->plan, S->ck, S->e, S->n, c, b.target_bpw, o->n_threads, err);
         kvq_calib_free(c);
