@@ -285,16 +285,21 @@ static double linear_sensitivity(const double *m, double n, const float *w, int6
     double *msum = calloc((size_t)tpr, sizeof *msum);
     if (!msum) return NAN;
     for (int64_t j = 0; j < cols; j++) msum[j / T] += m[j] / n;
-    double s = 0.0;
-#pragma omp parallel for reduction(+ : s)
+    double *row = malloc(sizeof(double) * (size_t)(rows > 0 ? rows : 1)), s = 0.0;
+    if (!row) { free(msum); return NAN; }
+#pragma omp parallel for
     for (int64_t r = 0; r < rows; r++) {
         const float *x = w + (size_t)r * cols;
+        double sr = 0.0;
         for (int64_t t = 0; t < tpr; t++) {
             double e = 0.0;
             for (int64_t j = t * T; j < (t + 1) * T && j < cols; j++) e += (double)x[j] * (double)x[j];
-            s += e / T * msum[t];
+            sr += e / T * msum[t];
         }
+        row[r] = sr;
     }
+    for (int64_t r = 0; r < rows; r++) s += row[r]; // in order: the same sum for any thread count
+    free(row);
     free(msum);
     return s;
 }
