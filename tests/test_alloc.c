@@ -105,6 +105,47 @@ static void test_tiny_budget(void **st) {
         assert_true(r_hi > r_lo + 0.5);
         json_decref(man);
     }
+    // a second budget from the stored sensitivities of the last file: no calibration pass, the
+    // budget met, the same sensitivities; a file without them is refused naming it
+    {
+        char again[600];
+        tmpfile_path(again, sizeof again, "again.kvq");
+        kvq_convert_opts o = {0};
+        o.plan.quantize_embeddings = -1;
+        o.plan.target_bpw = 3.25;
+        o.plan.calib_from = out;
+        kvq_convert_summary sum;
+        kvq_err err = {0};
+        assert_int_equal(kvq_convert(TINY, again, &o, &sum, &err), KVQ_OK);
+        assert_int_equal(sum.calib_tokens, 0);
+        kvq_file *f = NULL, *g = NULL;
+        assert_int_equal(kvq_file_open(again, &f, &err), KVQ_OK);
+        assert_int_equal(kvq_file_open(out, &g, &err), KVQ_OK);
+        check_budget(kvq_file_manifest(f), 3.25, &sum);
+        const json_t *ta = json_object_get(kvq_file_manifest(f), "tensors"), *tb = json_object_get(kvq_file_manifest(g), "tensors");
+        assert_int_equal(json_array_size(ta), json_array_size(tb));
+        for (size_t i = 0; i < json_array_size(ta); i++) {
+            const json_t *aa = json_object_get(json_array_get(ta, i), "allocation"), *ab = json_object_get(json_array_get(tb, i), "allocation");
+            assert_int_equal(aa != NULL, ab != NULL);
+            if (aa) assert_true(json_number_value(json_object_get(aa, "sensitivity")) == json_number_value(json_object_get(ab, "sensitivity")));
+        }
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(kvq_file_manifest(f), "recipe"), "target_bpw"), "calib_from")), out);
+        kvq_file_close(f);
+        kvq_file_close(g);
+        // a file without stored sensitivities (a plain conversion)
+        kvq_convert_opts p = {0};
+        p.plan.quantize_embeddings = -1;
+        assert_int_equal(kvq_convert(TINY, again, &p, NULL, &err), KVQ_OK);
+        o.plan.calib_from = again;
+        char never[600];
+        tmpfile_path(never, sizeof never, "never.kvq");
+        assert_int_equal(kvq_convert(TINY, never, &o, NULL, &err), KVQ_ERR_ARG);
+        assert_non_null(strstr(err.msg, "no stored sensitivity"));
+        assert_non_null(strstr(err.msg, again));
+        assert_int_equal(access(never, F_OK), -1);
+        rm_with_dir(never);
+        rm_with_dir(again);
+    }
     // the dry run, on one thread: the same allocation and a predicted size within 0.01 bits/param
     kvq_convert_opts o = {0};
     o.n_threads = 1;

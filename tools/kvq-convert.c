@@ -35,6 +35,8 @@ static void usage(FILE *fp) {
             "                           rates per tensor by measured sensitivity (docs/ALLOCATION.md)\n"
             "  --calib FILE             calibration text for --target-bpw (default: text the model samples)\n"
             "  --calib-tokens N         calibration tokens (default 512)\n"
+            "  --calib-from FILE.kvq    reuse the sensitivities an earlier --target-bpw conversion of the\n"
+            "                           same source stored (no calibration pass: re-budget in seconds)\n"
             "  --kv SPEC                KV-cache codec the model runs with (docs/KV.md), e.g.\n"
             "                           octopus:3, hqmq:s96:r4:med3, turboquant:4, kivi:2, int:4 (= --set kv.codec)\n"
             "  --kv-window N            KV tokens kept at fp16 (residual window; = --set kv.window)\n"
@@ -136,7 +138,8 @@ static void print_plan(const char *out, const kvq_convert_prediction *P) {
         else if (alloc) printf(" %12s", "-");
         printf("  %s\n", e->why);
     }
-    if (alloc) printf("target: %.3f bits/param, rates by sensitivity from %zu calibration tokens\n", P->target_bpw, P->calib_tokens);
+    if (alloc && P->calib_tokens) printf("target: %.3f bits/param, rates by sensitivity from %zu calibration tokens\n", P->target_bpw, P->calib_tokens);
+    else if (alloc) printf("target: %.3f bits/param, rates by the sensitivities of an earlier conversion\n", P->target_bpw);
     printf("kv cache: %s", P->kv_spec[0] ? P->kv_spec : "none (the runtime's fp16 default)");
     if (P->kv_spec[0]) printf(", window %d%s, tables %" PRIu64 " bytes", P->kv_window, P->kv_boundary ? ", boundary" : "", P->kv_bytes);
     printf("\npredicted: %s%s%" PRIu64 " bytes, %zu tensors, %" PRIu64 " parameters, whole model %.3f bits/param",
@@ -165,7 +168,7 @@ int main(int argc, char **argv) {
         {"resume", no_argument, 0, 'R'},        {"force", no_argument, 0, 'f'},
         {"export-dtype", required_argument, 0, 'D'}, {"max-shard-size", required_argument, 0, 'M'},
         {"target-bpw", required_argument, 0, 'T'}, {"calib", required_argument, 0, 'C'},
-        {"calib-tokens", required_argument, 0, 'N'},
+        {"calib-tokens", required_argument, 0, 'N'}, {"calib-from", required_argument, 0, 'F'},
         {0, 0, 0, 0}};
     int c;
     opterr = 0; // errors are reported in one line below
@@ -191,6 +194,7 @@ int main(int argc, char **argv) {
             else if (kvq_opt_double("kvq-convert", "--target-bpw", optarg, 1.0, 32.0, &o.plan.target_bpw)) return 2;
             break;
         case 'C': o.plan.calib_text = optarg; break;
+        case 'F': o.plan.calib_from = optarg; break;
         case 'N':
             if (kvq_opt_int("kvq-convert", "--calib-tokens", optarg, 16, 1 << 20, &o.plan.calib_tokens)) return 2;
             break;
@@ -296,8 +300,10 @@ int main(int argc, char **argv) {
         if (sum.kv_spec[0]) fprintf(stderr, ", KV cache %s (window %d%s)", sum.kv_spec, sum.kv_window, sum.kv_boundary ? ", boundary" : "");
         else fprintf(stderr, ", KV cache fp16 (none stored)");
         if (sum.n_reused) fprintf(stderr, ", %zu tensors reused from the interrupted run", sum.n_reused);
-        if (!isnan(sum.target_bpw)) fprintf(stderr, ", allocated to %.3f bits/param by sensitivity (%zu calibration tokens)",
-                                            sum.target_bpw, sum.calib_tokens);
+        if (!isnan(sum.target_bpw) && sum.calib_tokens)
+            fprintf(stderr, ", allocated to %.3f bits/param by sensitivity (%zu calibration tokens)", sum.target_bpw, sum.calib_tokens);
+        else if (!isnan(sum.target_bpw))
+            fprintf(stderr, ", allocated to %.3f bits/param by the sensitivities of %s", sum.target_bpw, o.plan.calib_from);
         fprintf(stderr, ", %.2f s\n", secs);
     }
     if (export_dir) {

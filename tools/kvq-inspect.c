@@ -162,6 +162,8 @@ static void print_recipe(const json_t *r) {
         printf("  target_bpw: %.3f bits/param, rates by measured sensitivity (calibration: %s, %" JSON_INTEGER_FORMAT " tokens)\n",
                json_number_value(json_object_get(tb, "bits_per_param")),
                json_string_value(json_object_get(tb, "calib_text")) ?: "?", json_integer_value(json_object_get(tb, "calib_tokens")));
+    if (json_is_object(tb) && json_string_value(json_object_get(tb, "calib_from")))
+        printf("  sensitivities taken from %s\n", json_string_value(json_object_get(tb, "calib_from")));
     free(keep);
     free(set);
     size_t i;

@@ -517,16 +517,44 @@ kvq_status kvq_alloc_check(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
     return s;
 }
 
+static kvq_status solve(kvq_plan *pl, kvq_plan_entry *e, budget_t *B, kvq_status s, double target_bpw, kvq_err *err);
+
+kvq_status kvq_alloc_apply_from(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, const char *from,
+                                double target_bpw, kvq_err *err) {
+    budget_t B;
+    kvq_status s = budget_parts(pl, ck, e, n, target_bpw, &B, err);
+    kvq_file *f = NULL;
+    if (!s) s = kvq_file_open(from, &f, err);
+    const json_t *ts = f ? json_object_get(kvq_file_manifest(f), "tensors") : NULL;
+    for (size_t k = 0; k < B.np && !s; k++) {
+        part_t *p = &B.P[k];
+        const kvq_tensor *t = kvq_ckpt_tensor(ck, p->i);
+        const json_t *rec = NULL, *x;
+        size_t j;
+        json_array_foreach(ts, j, x)
+            if (!strcmp(json_string_value(json_object_get(x, "name")), t->name)) { rec = x; break; }
+        const json_t *al = json_object_get(rec, "allocation"), *sh = json_object_get(rec, "shape");
+        int same = rec && json_array_size(sh) == (size_t)t->ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = json_integer_value(json_array_get(sh, d)) == t->shape[d];
+        if (!same || !al)
+            s = kvq_err_set(err, KVQ_ERR_ARG, "%s: no stored sensitivity for tensor '%s' of this source (%s): calibrate "
+                            "instead of --calib-from", from, t->name, !rec ? "no such tensor" : !same ? "another shape"
+                                                                                                       : "not allocated");
+        else {
+            p->sens = json_number_value(json_object_get(al, "sensitivity"));
+            e[p->i].output_error = json_number_value(json_object_get(al, "output_error"));
+        }
+    }
+    kvq_file_close(f);
+    return solve(pl, e, &B, s, target_bpw, err);
+}
+
 kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, kvq_calib *c,
                            double target_bpw, int n_threads, kvq_err *err) {
     budget_t B;
     kvq_status s = budget_parts(pl, ck, e, n, target_bpw, &B, err);
     part_t *P = B.P;
-    const size_t np = B.np;
-    const double params = B.params, fixed_bits = B.fixed_bits;
-    const char *base = B.base;
-    const kvq_lattice lat = B.lat;
-    for (size_t k = 0; k < np && !s; k++) { // the probes
+    for (size_t k = 0; k < B.np && !s; k++) { // the probes
         part_t *p = &P[k];
         size_t i = p->i;
         const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
@@ -543,6 +571,16 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
                             e[i].name, e[i].rows, e[i].cols);
     }
     (void)n_threads;
+    return solve(pl, e, &B, s, target_bpw, err);
+}
+
+// The equal-slope choice over B's parts (sensitivities measured), written into the entries.
+static kvq_status solve(kvq_plan *pl, kvq_plan_entry *e, budget_t *B, kvq_status s, double target_bpw, kvq_err *err) {
+    part_t *P = B->P;
+    const size_t np = B->np;
+    const double params = B->params, fixed_bits = B->fixed_bits;
+    const char *base = B->base;
+    const kvq_lattice lat = B->lat;
     double *D = s ? NULL : malloc(sizeof(double) * (np ? np : 1) * N_GRID);
     if (!s && !D) s = kvq_err_set(err, KVQ_ERR_NOMEM, "allocation: out of memory");
     const double budget = target_bpw * params - fixed_bits;

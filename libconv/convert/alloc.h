@@ -49,5 +49,11 @@ double kvq_calib_sensitivity(const kvq_calib *c, const char *name, const float *
 kvq_status kvq_alloc_check(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw, kvq_err *err);
 kvq_status kvq_alloc_apply(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, kvq_calib *c,
                            double target_bpw, int n_threads, kvq_err *err);
+/** kvq_alloc_apply with the sensitivities an earlier budgeted conversion of the same source
+ *  stored (the manifest of `from`, a .kvq: each tensor taking part must have a record of the same
+ *  name and shape with `allocation`), so a second budget costs no calibration pass. Errors name
+ *  `from` and the tensor. */
+kvq_status kvq_alloc_apply_from(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, const char *from,
+                                double target_bpw, kvq_err *err);
 
 #endif

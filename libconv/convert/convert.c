@@ -262,9 +262,12 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, setup_t *S, 
     if (s == KVQ_OK && !isnan(b.target_bpw)) { // the whole-model budget (alloc.h)
         kvq_calib *c = NULL;
         s = kvq_alloc_check(S->plan, S->ck, S->e, S->n, b.target_bpw, err);
-        if (s == KVQ_OK) s = kvq_calib_run(src, b.calib_text, b.calib_tokens, kvq_plan_seed(S->plan), o->n_threads, &c, err);
-        if (s == KVQ_OK) S->calib_tokens = kvq_calib_tokens(c);
-        if (s == KVQ_OK) s = kvq_alloc_apply(S->plan, S->ck, S->e, S->n, c, b.target_bpw, o->n_threads, err);
+        if (s == KVQ_OK && b.calib_from) s = kvq_alloc_apply_from(S->plan, S->ck, S->e, S->n, b.calib_from, b.target_bpw, err);
+        else if (s == KVQ_OK) {
+            s = kvq_calib_run(src, b.calib_text, b.calib_tokens, kvq_plan_seed(S->plan), o->n_threads, &c, err);
+            if (s == KVQ_OK) S->calib_tokens = kvq_calib_tokens(c);
+            if (s == KVQ_OK) s = kvq_alloc_apply(S->plan, S->ck, S->e, S->n, c, b.target_bpw, o->n_threads, err);
+        }
         kvq_calib_free(c);
     }
     if (s == KVQ_OK && o->adjust) s = o->adjust(o->adjust_ud, S->plan, S->e, S->n, err);

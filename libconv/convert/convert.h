@@ -36,6 +36,8 @@ typedef struct {
                                     //   whole-model budget in bits per parameter (alloc.c)
     const char *calib_text;         // calibration text file (recipe calib_text), NULL: recipe's
     int calib_tokens;               // 0: recipe's (calib_tokens), default KVQ_CALIB_TOKENS_DEFAULT
+    const char *calib_from;         // a .kvq an earlier budgeted conversion of the same source wrote: its
+                                    //   stored sensitivities instead of a calibration pass (NULL: measure)
 } kvq_plan_opts;
 
 #define KVQ_CALIB_TOKENS_DEFAULT 512
@@ -104,6 +106,7 @@ typedef struct {
     double target_bpw;              // NAN: none
     const char *calib_text;         // NULL: text the model samples itself
     int calib_tokens;
+    const char *calib_from;         // NULL: measure
     int quantize_embeddings;
     const char *weights_spec;
 } kvq_plan_budget_t;

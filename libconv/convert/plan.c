@@ -55,6 +55,7 @@ struct kvq_plan {
     double target_bpw;      // NAN: none
     char *calib_text;       // calibration text, NULL: text the model samples itself
     int calib_tokens;       // 0: default
+    char *calib_from;       // sensitivities from this .kvq, NULL: measure
 };
 
 static void free_rules(kvq_plan *p) {
@@ -86,6 +87,7 @@ void kvq_plan_free(kvq_plan *p) {
     free(p->weights_spec);
     free(p->kv_codec);
     free(p->calib_text);
+    free(p->calib_from);
     free(p);
 }
 
@@ -496,6 +498,7 @@ kvq_status kvq_plan_build(const kvq_plan_opts *o, kvq_plan **out, kvq_err *err) 
     }
     if (s == KVQ_OK && o->calib_text && set_str(&p->calib_text, o->calib_text)) s = kvq_err_set(err, KVQ_ERR_NOMEM, "plan: out of memory");
     if (o->calib_tokens > 0) p->calib_tokens = o->calib_tokens;
+    if (s == KVQ_OK && o->calib_from && set_str(&p->calib_from, o->calib_from)) s = kvq_err_set(err, KVQ_ERR_NOMEM, "plan: out of memory");
     for (size_t i = 0; s == KVQ_OK && o->keep && o->keep[i]; i++)
         if (add_str(&p->keep, &p->n_keep, o->keep[i]))
             s = kvq_err_set(err, KVQ_ERR_NOMEM, "--keep '%s': out of memory", o->keep[i]);
@@ -613,6 +616,7 @@ void kvq_plan_budget(const kvq_plan *p, kvq_plan_budget_t *b) {
     b->target_bpw = p->target_bpw;
     b->calib_text = p->calib_text;
     b->calib_tokens = p->calib_tokens > 0 ? p->calib_tokens : KVQ_CALIB_TOKENS_DEFAULT;
+    b->calib_from = p->calib_from;
     b->quantize_embeddings = p->quantize_embeddings;
     b->weights_spec = p->weights_spec;
 }
@@ -646,5 +650,7 @@ json_t *kvq_plan_to_json(const kvq_plan *p) {
         json_object_set_new(r, "target_bpw", json_pack("{s:f,s:s,s:i}", "bits_per_param", p->target_bpw, "calib_text",
                                                        p->calib_text ? p->calib_text : "model",
                                                        "calib_tokens", p->calib_tokens > 0 ? p->calib_tokens : KVQ_CALIB_TOKENS_DEFAULT));
+    if (r && !isnan(p->target_bpw) && p->calib_from) // sensitivities taken from an earlier file
+        json_object_set_new(json_object_get(r, "target_bpw"), "calib_from", json_string(p->calib_from));
     return r;
 }

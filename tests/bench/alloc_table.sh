@@ -4,6 +4,7 @@
 # kvq-verify's mean KLD / top-1 / PPL on the first WINDOWS 512-token windows of TEXT (the cards'
 # protocol). One markdown row per budget. The allocated files calibrate on text the model samples
 # itself (the default, no data) unless CALIB=FILE is set.
+# The first budget's conversion measures the sensitivities; the others reuse them (--calib-from).
 #   tests/bench/alloc_table.sh [BUILD] [MODEL] [TEXT] [WINDOWS] [BUDGET...]
 set -euo pipefail
 build=${1:-build}
@@ -14,9 +15,12 @@ shift $(( $# < 4 ? $# : 4 ))
 budgets=("$@")
 [ ${#budgets[@]} -gt 0 ] || budgets=(3.0 3.5 4.0 4.5)
 calib=()
+# FIRST=FILE.kvq: an allocated file of this model to take the sensitivities from from the start
+first=${FIRST:-}
 [ -n "${CALIB:-}" ] && calib=(--calib "$CALIB")
 out=$(mktemp -d /tmp/kvq-alloc-XXXXXX)
 trap 'rm -rf "$out"' EXIT
+[ -n "$first" ] && cp "$first" "$out/first.kvq"
 verify() { "$build"/kvq-verify "$1" --text "$text" --windows "$windows" --json -q > "$2" || true; }
 echo "| model | budget | uniform spec | uniform bits/param | uniform KLD | uniform top-1 | uniform PPL | allocated bits/param | allocated KLD | allocated top-1 | allocated PPL | KLD change | convert s (alloc) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -26,7 +30,13 @@ for x in "${budgets[@]}"; do
   r=$(python3 -c "print(f'{2*$x - $b:.4f}')")
   "$build"/kvq-convert -q --quantize-embeddings --weights "hyperquant:e8:$r" "$model" "$out/u.kvq"
   t0=$(date +%s.%N)
-  "$build"/kvq-convert -q --target-bpw "$x" "${calib[@]}" "$model" "$out/a.kvq"
+  if [ -f "$out/first.kvq" ]; then
+    "$build"/kvq-convert -q --target-bpw "$x" --calib-from "$out/first.kvq" "$model" "$out/a.kvq"
+  else
+    "$build"/kvq-convert -q --target-bpw "$x" "${calib[@]}" "$model" "$out/a.kvq"
+    cp "$out/a.kvq" "$out/first.kvq"
+    [ -z "${KEEP:-}" ] || cp "$out/a.kvq" "$KEEP"
+  fi
   t1=$(date +%s.%N)
   verify "$out/u.kvq" "$out/u.json"
   verify "$out/a.kvq" "$out/a.json"
