@@ -187,7 +187,7 @@ static void test_shared_budget(void **st) {
     for (int k = 0; k < 2; k++) {
         snprintf(p, sizeof p, "%s/models/%s", shared_dir(), models[k]);
         kvq_convert_summary sum;
-        json_t *man = convert_at(p, out, targets[k], NULL, 32, &sum);
+        json_t *man = convert_at(p, out, targets[k], NULL, 16, &sum);
         check_budget(man, targets[k], &sum);
         json_decref(man);
     }
