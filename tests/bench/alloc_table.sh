@@ -15,7 +15,8 @@ shift $(( $# < 4 ? $# : 4 ))
 budgets=("$@")
 [ ${#budgets[@]} -gt 0 ] || budgets=(3.0 3.5 4.0 4.5)
 calib=()
-# FIRST=FILE.kvq: an allocated file of this model to take the sensitivities from from the start
+# FIRST=FILE.kvq: an allocated file of this model whose sensitivities every budget reuses;
+# KEEP=PATH: where to keep a copy of the first budget's allocated file (to pass as FIRST later)
 first=${FIRST:-}
 [ -n "${CALIB:-}" ] && calib=(--calib "$CALIB")
 out=$(mktemp -d /tmp/kvq-alloc-XXXXXX)
