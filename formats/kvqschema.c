@@ -3,6 +3,7 @@
 // the entry table's cross-references. The first problem is named with its JSON path
 // ("tensors[3].shape[1]: expected a non-negative integer, got string").
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #include "formats/arch.h"
@@ -161,6 +162,19 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
         char w[200];
         snprintf(w, sizeof w, "%s.predicted_mse", tat);
         return bad(c, w, "a number or null", v);
+    }
+    v = json_object_get(t, "allocation"); // optional: a tensor rated by the whole-model budget
+    if (v) {
+        char w[200];
+        snprintf(w, sizeof w, "%s.allocation", tat);
+        if (!json_is_object(v)) return bad(c, w, "an object {sensitivity, output_error}", v);
+        static const char *const keys[] = {"sensitivity", "output_error"};
+        for (int k = 0; k < 2; k++) {
+            const json_t *sv = json_object_get(v, keys[k]);
+            snprintf(w, sizeof w, "%s.allocation.%s", tat, keys[k]);
+            if (!json_is_number(sv) || !isfinite(json_number_value(sv)) || json_number_value(sv) < 0)
+                return bad(c, w, "a finite number >= 0", sv);
+        }
     }
     NEED(t, tat, "seed", JSON_STRING, &v);
     if (!is_hex(json_string_value(v), 16))

@@ -30,6 +30,13 @@ static void usage(FILE *fp) {
             "  --seed N                 recipe seed (per-tensor seeds derive from it)\n"
             "  --keep PATTERN           store tensors matching this glob as 'none' (repeatable)\n"
             "  --quantize-embeddings    let embed_tokens / lm_head use the weights codec\n"
+            "  --target-bpw X           whole-model budget in bits per parameter (every tensor counted,\n"
+            "                           embeddings and norms included; = --set target_bpw=X): HyperQuant\n"
+            "                           rates per tensor by measured sensitivity (docs/ALLOCATION.md)\n"
+            "  --calib FILE             calibration text for --target-bpw (default: text the model samples)\n"
+            "  --calib-tokens N         calibration tokens (default 512)\n"
+            "  --calib-from FILE.kvq    reuse the sensitivities an earlier --target-bpw conversion of the\n"
+            "                           same source stored (no calibration pass: re-budget in seconds)\n"
             "  --kv SPEC                KV-cache codec the model runs with (docs/KV.md), e.g.\n"
             "                           octopus:3, hqmq:s96:r4:med3, turboquant:4, kivi:2, int:4 (= --set kv.codec)\n"
             "  --kv-window N            KV tokens kept at fp16 (residual window; = --set kv.window)\n"
@@ -119,12 +126,20 @@ static void kvq_export_print(FILE *fp, const char *dir, const kvq_export_report 
 }
 
 static void print_plan(const char *out, const kvq_convert_prediction *P) {
-    printf("%-52s %-10s %-28s %9s %14s  %s\n", "tensor", "codec", "spec", "bits/w", "bytes", "why");
+    int alloc = !isnan(P->target_bpw);
+    printf("%-52s %-10s %-28s %9s %14s", "tensor", "codec", "spec", "bits/w", "bytes");
+    if (alloc) printf(" %12s", "sensitivity");
+    printf("  why\n");
     for (size_t i = 0; i < P->n; i++) {
         const kvq_plan_entry *e = &P->entries[i];
         double bpw = e->numel ? 8.0 * (double)e->predicted_bytes / (double)e->numel : 0.0;
-        printf("%-52s %-10s %-28s %9.3f %14" PRIu64 "  %s\n", e->name, e->codec->name, e->spec, bpw, e->predicted_bytes, e->why);
+        printf("%-52s %-10s %-28s %9.3f %14" PRIu64, e->name, e->codec->name, e->spec, bpw, e->predicted_bytes);
+        if (alloc && isfinite(e->sensitivity)) printf(" %12.4g", e->sensitivity);
+        else if (alloc) printf(" %12s", "-");
+        printf("  %s\n", e->why);
     }
+    if (alloc && P->calib_tokens) printf("target: %.3f bits/param, rates by sensitivity from %zu calibration tokens\n", P->target_bpw, P->calib_tokens);
+    else if (alloc) printf("target: %.3f bits/param, rates by the sensitivities of an earlier conversion\n", P->target_bpw);
     printf("kv cache: %s", P->kv_spec[0] ? P->kv_spec : "none (the runtime's fp16 default)");
     if (P->kv_spec[0]) printf(", window %d%s, tables %" PRIu64 " bytes", P->kv_window, P->kv_boundary ? ", boundary" : "", P->kv_bytes);
     printf("\npredicted: %s%s%" PRIu64 " bytes, %zu tensors, %" PRIu64 " parameters, whole model %.3f bits/param",
@@ -152,6 +167,8 @@ int main(int argc, char **argv) {
         {"dry-run", no_argument, 0, 'n'},       {"verbose", no_argument, 0, 'v'},
         {"resume", no_argument, 0, 'R'},        {"force", no_argument, 0, 'f'},
         {"export-dtype", required_argument, 0, 'D'}, {"max-shard-size", required_argument, 0, 'M'},
+        {"target-bpw", required_argument, 0, 'T'}, {"calib", required_argument, 0, 'C'},
+        {"calib-tokens", required_argument, 0, 'N'}, {"calib-from", required_argument, 0, 'F'},
         {0, 0, 0, 0}};
     int c;
     opterr = 0; // errors are reported in one line below
@@ -172,6 +189,15 @@ int main(int argc, char **argv) {
             sets[n_sets++] = optarg;
             break;
         case 'e': o.plan.quantize_embeddings = 1; break;
+        case 'T':
+            if (!strcmp(optarg, "none")) o.plan.target_bpw = NAN;
+            else if (kvq_opt_double("kvq-convert", "--target-bpw", optarg, 1.0, 32.0, &o.plan.target_bpw)) return 2;
+            break;
+        case 'C': o.plan.calib_text = optarg; break;
+        case 'F': o.plan.calib_from = optarg; break;
+        case 'N':
+            if (kvq_opt_int("kvq-convert", "--calib-tokens", optarg, 16, 1 << 20, &o.plan.calib_tokens)) return 2;
+            break;
         case 'x': export_dir = optarg; break;
         case 't':
             if (kvq_opt_int("kvq-convert", "-t", optarg, 1, 4096, &o.n_threads)) return 2;
@@ -274,6 +300,10 @@ int main(int argc, char **argv) {
         if (sum.kv_spec[0]) fprintf(stderr, ", KV cache %s (window %d%s)", sum.kv_spec, sum.kv_window, sum.kv_boundary ? ", boundary" : "");
         else fprintf(stderr, ", KV cache fp16 (none stored)");
         if (sum.n_reused) fprintf(stderr, ", %zu tensors reused from the interrupted run", sum.n_reused);
+        if (!isnan(sum.target_bpw) && sum.calib_tokens)
+            fprintf(stderr, ", allocated to %.3f bits/param by sensitivity (%zu calibration tokens)", sum.target_bpw, sum.calib_tokens);
+        else if (!isnan(sum.target_bpw))
+            fprintf(stderr, ", allocated to %.3f bits/param by the sensitivities of %s", sum.target_bpw, o.plan.calib_from);
         fprintf(stderr, ", %.2f s\n", secs);
     }
     if (export_dir) {

@@ -21,7 +21,7 @@ static json_t *tensor_json(const json_t *r) {
                           "codec", json_object_get(codec, "name"), "bits_per_weight",
                           json_object_get(r, "bits_per_weight"), "bytes", json_object_get(r, "bytes"));
     if (!o) return NULL;
-    const char *extra[] = {"code_bits_per_weight", "predicted_mse", "rate", "entries", NULL};
+    const char *extra[] = {"code_bits_per_weight", "predicted_mse", "rate", "entries", "allocation", NULL};
     for (int i = 0; extra[i]; i++)
         if (json_object_get(r, extra[i])) json_object_set(o, extra[i], json_object_get(r, extra[i]));
     json_object_set(o, "codec_spec", json_object_get(codec, "spec"));
@@ -159,6 +159,13 @@ static void print_recipe(const json_t *r) {
            keep ? keep : "[]");
     if (set && strcmp(set, "[]")) printf(", --set %s", set);
     printf("\n");
+    const json_t *tb = json_object_get(r, "target_bpw");
+    if (json_is_object(tb)) // an allocated conversion (docs/ALLOCATION.md)
+        printf("  target_bpw: %.3f bits/param, rates by measured sensitivity (calibration: %s, %" JSON_INTEGER_FORMAT " tokens)\n",
+               json_number_value(json_object_get(tb, "bits_per_param")),
+               json_string_value(json_object_get(tb, "calib_text")) ?: "?", json_integer_value(json_object_get(tb, "calib_tokens")));
+    if (json_is_object(tb) && json_string_value(json_object_get(tb, "calib_from")))
+        printf("  sensitivities taken from %s\n", json_string_value(json_object_get(tb, "calib_from")));
     free(keep);
     free(set);
     size_t i;
@@ -218,6 +225,11 @@ static void print_human(const kvq_file *f) {
                 printf(" %s %.3f", part, n > 0 ? json_number_value(bits) / n : 0.0);
             printf(" bits/w\n");
         }
+        const json_t *al = json_object_get(r, "allocation");
+        if (json_is_object(al)) // KLD per token at 0 dB (KLD at SNR s = this · 10^(-s/10)), and the output-error proxy
+            printf("    allocation: rate %.3f bits/w, sensitivity %.4g nats at 0 dB, output error %.4g at 0 dB\n",
+                   json_real_value(json_object_get(r, "bits_per_weight")), json_number_value(json_object_get(al, "sensitivity")),
+                   json_number_value(json_object_get(al, "output_error")));
     }
     json_t *t = totals(m, fb);
     printf("\ntotal: %" JSON_INTEGER_FORMAT " tensors, %" PRIu64 " bytes; ", json_integer_value(json_object_get(t, "tensors")), fb);

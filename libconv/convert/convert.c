@@ -3,6 +3,7 @@
 // (which spools them to disk), free, next. Then the tokenizer and config files, and
 // the manifest (schema in docs/FORMAT.md).
 #include "libconv/convert/convert.h"
+#include "libconv/convert/alloc.h"
 #include "libconv/kv/kvcodec.h"
 #include "libconv/tokenizer/tokenizer.h"
 
@@ -193,6 +194,9 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, 
                      "code_bits_per_weight", enc.code_bits_per_weight, "rate", rate,
                      "predicted_mse", isfinite(enc.predicted_mse) ? json_real(enc.predicted_mse) : json_null(),
                      "seed", seedhex);
+    if (*rec && isfinite(pe->sensitivity)) // an allocated tensor: what the budget was spent by
+        json_object_set_new(*rec, "allocation", json_pack("{s:f,s:f}", "sensitivity", pe->sensitivity, "output_error",
+                                                          isfinite(pe->output_error) ? pe->output_error : 0.0));
     double mse = codec->lossless ? 0.0 : enc.predicted_mse;
     *snr_db = !isfinite(mse) || numel == 0 ? NAN : mse <= 0 ? INFINITY : 10.0 * log10(sx / (double)numel / mse);
     kvq_encoded_free(&enc);
@@ -233,6 +237,8 @@ typedef struct {
     kvq_plan_entry *e;
     size_t n;
     kvq_plan_kv_policy kv;
+    double target_bpw;      // NAN: no budget
+    size_t calib_tokens;    // tokens the calibration pass saw (budget only)
 } setup_t;
 
 static void setup_free(setup_t *S) {
@@ -251,6 +257,20 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, setup_t *S, 
     S->n = kvq_ckpt_count(S->ck);
     if (!(S->e = calloc(S->n ? S->n : 1, sizeof *S->e))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", src);
     for (size_t i = 0; i < S->n && s == KVQ_OK; i++) s = kvq_plan_resolve(S->plan, kvq_ckpt_tensor(S->ck, i), &S->e[i], err);
+    kvq_plan_budget_t b;
+    kvq_plan_budget(S->plan, &b);
+    S->target_bpw = b.target_bpw;
+    if (s == KVQ_OK && !isnan(b.target_bpw)) { // the whole-model budget (alloc.h)
+        kvq_calib *c = NULL;
+        s = kvq_alloc_check(S->plan, S->ck, S->e, S->n, b.target_bpw, err);
+        if (s == KVQ_OK && b.calib_from) s = kvq_alloc_apply_from(S->plan, S->ck, S->e, S->n, b.calib_from, b.target_bpw, err);
+        else if (s == KVQ_OK) {
+            s = kvq_calib_run(src, b.calib_text, b.calib_tokens, kvq_plan_seed(S->plan), o->n_threads, &c, err);
+            if (s == KVQ_OK) S->calib_tokens = kvq_calib_tokens(c);
+            if (s == KVQ_OK) s = kvq_alloc_apply(S->plan, S->ck, S->e, S->n, c, b.target_bpw, o->n_threads, err);
+        }
+        kvq_calib_free(c);
+    }
     if (s == KVQ_OK && o->adjust) s = o->adjust(o->adjust_ud, S->plan, S->e, S->n, err);
     kvq_plan_kv(S->plan, &S->kv);
     if (o->kv_spec) S->kv.spec = o->kv_spec, S->kv.window = o->kv_window, S->kv.boundary = o->kv_boundary;
@@ -285,13 +305,15 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
     setup_t S;
     kvq_writer *w = NULL;
     json_t *man = NULL, *tensors = json_array();
-    kvq_convert_summary R = {.bits_per_weight = NAN, .bits_per_param = NAN};
+    kvq_convert_summary R = {.bits_per_weight = NAN, .bits_per_param = NAN, .target_bpw = NAN};
     double lossy_bits = 0, lossy_numel = 0;
     kvq_status s = setup(src, o, &S, err);
     if (s == KVQ_OK) s = kvq_writer_open_journal(out, o->resume, &w, err);
     if (s != KVQ_OK) goto done;
     man = manifest_head(&S, o);
     kv_summary(&S.kv, R.kv_spec, sizeof R.kv_spec, &R.kv_window, &R.kv_boundary);
+    R.target_bpw = S.target_bpw;
+    R.calib_tokens = S.calib_tokens;
 
     R.n_tensors = S.n;
     uint64_t src_total = 0, src_done = 0;
@@ -409,6 +431,8 @@ kvq_status kvq_convert_predict(const char *src, const kvq_convert_opts *o, kvq_c
     json_t *man = manifest_head(&S, o), *tensors = json_array(), *tab = json_object();
     uint64_t pos = 0;
     kv_summary(&S.kv, P->kv_spec, sizeof P->kv_spec, &P->kv_window, &P->kv_boundary);
+    P->target_bpw = S.target_bpw;
+    P->calib_tokens = S.calib_tokens;
     if (S.kv.spec) {
         const kvq_arch *ar = kvq_ckpt_arch(S.ck);
         json_t *sec = NULL;
@@ -464,6 +488,10 @@ kvq_status kvq_convert_predict(const char *src, const kvq_convert_opts *o, kvq_c
             "lossless", e->codec->lossless, "entries", ents, "bytes", (json_int_t)b, "bits_per_weight", 4.0123456789012345,
             "code_bits_per_weight", 4.0123456789012345, "rate", "codes", 1234567.0, "norms", 12345.0, "offsets", 1234.0,
             "header", 1234.0, "predicted_mse", 1.2345678901234567e-05, "seed", "0123456789abcdef"));
+        if (isfinite(e->sensitivity))
+            json_object_set_new(json_array_get(tensors, json_array_size(tensors) - 1), "allocation",
+                                json_pack("{s:f,s:f}", "sensitivity", e->sensitivity, "output_error",
+                                          isfinite(e->output_error) ? e->output_error : 0.0));
     }
     uint64_t srcb = 0;
     if (s == KVQ_OK) { // tokenizer and config files, as source_and_files stores them

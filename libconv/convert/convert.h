@@ -32,7 +32,15 @@ typedef struct {
     int quantize_embeddings;        // -1: recipe's (default 0), 0/1: override
     const char *const *keep;        // NULL-terminated glob list, or NULL (added to the recipe's)
     const char *const *sets;        // NULL-terminated "key=value" list (--set), or NULL
+    double target_bpw;              // 0: recipe's (key target_bpw, default none); NAN: none; else the
+                                    //   whole-model budget in bits per parameter (alloc.c)
+    const char *calib_text;         // calibration text file (recipe calib_text), NULL: recipe's
+    int calib_tokens;               // 0: recipe's (calib_tokens), default KVQ_CALIB_TOKENS_DEFAULT
+    const char *calib_from;         // a .kvq an earlier budgeted conversion of the same source wrote: its
+                                    //   stored sensitivities instead of a calibration pass (NULL: measure)
 } kvq_plan_opts;
+
+#define KVQ_CALIB_TOKENS_DEFAULT 512
 
 typedef struct kvq_plan kvq_plan;
 
@@ -53,6 +61,11 @@ typedef struct {
     uint64_t seed;                  // per-tensor codec seed
     uint64_t predicted_bytes;       // predicted stored bytes (kvq_convert_predict fills it; 0 before)
     char why[64];                   // "weights", "rule 2 (line 14)", "keep '*.bias'", "built-in: 1-D", ...
+    double sensitivity;             // allocated tensors (alloc.c): measured KL divergence per token that the
+                                    // tensor's HyperQuant error adds, extrapolated to 0 dB SNR
+                                    // (KLD at SNR s ≈ sensitivity · 10^(-s/10)); NAN otherwise
+    double output_error;            // the same tensor's predicted output-error energy per token at 0 dB
+                                    // (input second moments × weight energy per tile); NAN otherwise
 } kvq_plan_entry;
 
 /** The KV-cache codec a plan stores (recipe `kv:` section / --set kv.*). spec NULL: none. */
@@ -87,6 +100,17 @@ uint64_t kvq_plan_tensor_seed(const kvq_plan *p, const char *name);
 uint64_t kvq_plan_seed(const kvq_plan *p);
 /** The KV codec and its policy. */
 void kvq_plan_kv(const kvq_plan *p, kvq_plan_kv_policy *kv);
+
+/** The whole-model budget a plan asks for (borrowed strings). */
+typedef struct {
+    double target_bpw;              // NAN: none
+    const char *calib_text;         // NULL: text the model samples itself
+    int calib_tokens;
+    const char *calib_from;         // NULL: measure
+    int quantize_embeddings;
+    const char *weights_spec;
+} kvq_plan_budget_t;
+void kvq_plan_budget(const kvq_plan *p, kvq_plan_budget_t *b);
 
 /** The resolved recipe as recorded in the manifest (new reference): file, weights, seed,
  *  quantize_embeddings, keep, rules, kv, set (the --set list), tensor_seed. */
@@ -133,6 +157,8 @@ typedef struct {
     double bits_per_param;          // whole model: every tensor's bytes · 8 / every parameter (kvq_file_bits)
     char kv_spec[128];              // the KV codec stored ("" when none)
     int kv_window, kv_boundary;
+    double target_bpw;              // the whole-model budget allocated to, NAN: none
+    size_t calib_tokens;            // tokens its calibration pass saw
 } kvq_convert_summary;
 
 /** Converts the checkpoint at src (HF dir or llama2.c .bin) into out (a .kvq),
@@ -156,6 +182,8 @@ typedef struct {
     int kv_window, kv_boundary;
     uint64_t kv_bytes;              // predicted stored bytes of the KV tables
     int unknown;                    // tensors whose codec cannot predict its size (fixed SNR)
+    double target_bpw;              // the whole-model budget allocated to, NAN: none
+    size_t calib_tokens;            // tokens its calibration pass saw
     kvq_plan *plan_;                // owned: entries' strings
     void *ckpt_;                    // owned: entries' names
 } kvq_convert_prediction;

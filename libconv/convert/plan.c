@@ -51,6 +51,11 @@ struct kvq_plan {
     int kv_window, kv_boundary;
     uint64_t kv_seed;
     int kv_seed_set;
+    // whole-model budget (alloc.c)
+    double target_bpw;      // NAN: none
+    char *calib_text;       // calibration text, NULL: text the model samples itself
+    int calib_tokens;       // 0: default
+    char *calib_from;       // sensitivities from this .kvq, NULL: measure
 };
 
 static void free_rules(kvq_plan *p) {
@@ -81,6 +86,8 @@ void kvq_plan_free(kvq_plan *p) {
     free(p->recipe_path);
     free(p->weights_spec);
     free(p->kv_codec);
+    free(p->calib_text);
+    free(p->calib_from);
     free(p);
 }
 
@@ -333,9 +340,21 @@ static kvq_status apply_doc(kvq_plan *p, yctx *y) {
             }
         } else if (!strcmp(k, "kv")) {
             s = read_kv(p, y, vn);
+        } else if (!strcmp(k, "target_bpw")) {
+            double x;
+            if (v && !strcmp(v, "none")) p->target_bpw = NAN;
+            else if (parse_rate(v, &x) || x < 1.0) s = ybad(y, vn, "target_bpw must be 'none' or a number in [1, 32] (whole-model bits per parameter)");
+            else p->target_bpw = x;
+        } else if (!strcmp(k, "calib_text")) {
+            if (!v) s = ybad(y, vn, "calib_text must be a file path or 'model' (text the model samples)");
+            else if (!strcmp(v, "model")) { free(p->calib_text); p->calib_text = NULL; }
+            else if (set_str(&p->calib_text, v)) s = kvq_err_set(y->err, KVQ_ERR_NOMEM, "%s: out of memory", y->label);
+        } else if (!strcmp(k, "calib_tokens")) {
+            if (parse_int(v, 16, 1 << 20, &p->calib_tokens)) s = ybad(y, vn, "calib_tokens must be an integer in [16, 1048576]");
         } else {
             char msg[300];
-            snprintf(msg, sizeof msg, "unknown key '%.60s' (known: seed, weights, quantize_embeddings, keep, rules, kv)", k);
+            snprintf(msg, sizeof msg, "unknown key '%.60s' (known: seed, weights, quantize_embeddings, keep, rules, kv, "
+                                      "target_bpw, calib_text, calib_tokens)", k);
             s = ybad(y, kn, msg);
         }
     }
@@ -456,6 +475,7 @@ kvq_status kvq_plan_build(const kvq_plan_opts *o, kvq_plan **out, kvq_err *err) 
     *out = NULL;
     kvq_plan *p = calloc(1, sizeof *p);
     if (!p) return kvq_err_set(err, KVQ_ERR_NOMEM, "plan: out of memory");
+    p->target_bpw = NAN;
     kvq_status s = KVQ_OK;
     if (o->recipe_path) {
         if (!(p->recipe_path = strdup(o->recipe_path))) s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", o->recipe_path);
@@ -471,6 +491,14 @@ kvq_status kvq_plan_build(const kvq_plan_opts *o, kvq_plan **out, kvq_err *err) 
         p->seed = o->seed;
     }
     if (o->quantize_embeddings >= 0) p->quantize_embeddings = o->quantize_embeddings > 0;
+    if (s == KVQ_OK && o->target_bpw != 0) {
+        if (!(o->target_bpw >= 1.0 && o->target_bpw <= 32.0) && !isnan(o->target_bpw))
+            s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw %g: expected whole-model bits per parameter in [1, 32]", o->target_bpw);
+        p->target_bpw = o->target_bpw;
+    }
+    if (s == KVQ_OK && o->calib_text && set_str(&p->calib_text, o->calib_text)) s = kvq_err_set(err, KVQ_ERR_NOMEM, "plan: out of memory");
+    if (o->calib_tokens > 0) p->calib_tokens = o->calib_tokens;
+    if (s == KVQ_OK && o->calib_from && set_str(&p->calib_from, o->calib_from)) s = kvq_err_set(err, KVQ_ERR_NOMEM, "plan: out of memory");
     for (size_t i = 0; s == KVQ_OK && o->keep && o->keep[i]; i++)
         if (add_str(&p->keep, &p->n_keep, o->keep[i]))
             s = kvq_err_set(err, KVQ_ERR_NOMEM, "--keep '%s': out of memory", o->keep[i]);
@@ -515,6 +543,7 @@ static void entry_use(const kvq_plan *p, kvq_plan_entry *e, int si) {
 
 kvq_status kvq_plan_resolve(kvq_plan *p, const kvq_tensor *t, kvq_plan_entry *e, kvq_err *err) {
     memset(e, 0, sizeof *e);
+    e->sensitivity = e->output_error = NAN;
     e->name = t->name;
     e->dtype = t->dtype;
     e->numel = kvq_tensor_numel(t);
@@ -583,6 +612,15 @@ uint64_t kvq_plan_tensor_seed(const kvq_plan *p, const char *name) {
     return XXH3_64bits_withSeed(name, strlen(name), p->seed);
 }
 
+void kvq_plan_budget(const kvq_plan *p, kvq_plan_budget_t *b) {
+    b->target_bpw = p->target_bpw;
+    b->calib_text = p->calib_text;
+    b->calib_tokens = p->calib_tokens > 0 ? p->calib_tokens : KVQ_CALIB_TOKENS_DEFAULT;
+    b->calib_from = p->calib_from;
+    b->quantize_embeddings = p->quantize_embeddings;
+    b->weights_spec = p->weights_spec;
+}
+
 void kvq_plan_kv(const kvq_plan *p, kvq_plan_kv_policy *kv) {
     kv->spec = p->kv_codec;
     kv->window = p->kv_window;
@@ -604,8 +642,15 @@ json_t *kvq_plan_to_json(const kvq_plan *p) {
     json_t *kv = p->kv_codec ? json_pack("{s:s,s:i,s:b,s:I}", "codec", p->kv_codec, "window", p->kv_window, "boundary",
                                          p->kv_boundary, "seed", (json_int_t)(p->kv_seed_set ? p->kv_seed : p->seed))
                              : json_null();
-    return json_pack("{s:s?,s:s,s:I,s:b,s:o,s:o,s:o,s:o,s:s}", "file", p->recipe_path, "weights",
-                     p->specs[p->weights].spec, "seed", (json_int_t)p->seed, "quantize_embeddings",
-                     p->quantize_embeddings, "keep", keep, "rules", rules, "kv", kv, "set", sets, "tensor_seed",
-                     "xxh3_64(tensor name, seed=recipe seed)");
+    json_t *r = json_pack("{s:s?,s:s,s:I,s:b,s:o,s:o,s:o,s:o,s:s}", "file", p->recipe_path, "weights",
+                          p->specs[p->weights].spec, "seed", (json_int_t)p->seed, "quantize_embeddings",
+                          p->quantize_embeddings, "keep", keep, "rules", rules, "kv", kv, "set", sets, "tensor_seed",
+                          "xxh3_64(tensor name, seed=recipe seed)");
+    if (r && !isnan(p->target_bpw)) // only an allocated conversion records its budget
+        json_object_set_new(r, "target_bpw", json_pack("{s:f,s:s,s:i}", "bits_per_param", p->target_bpw, "calib_text",
+                                                       p->calib_text ? p->calib_text : "model",
+                                                       "calib_tokens", p->calib_tokens > 0 ? p->calib_tokens : KVQ_CALIB_TOKENS_DEFAULT));
+    if (r && !isnan(p->target_bpw) && p->calib_from) // sensitivities taken from an earlier file
+        json_object_set_new(json_object_get(r, "target_bpw"), "calib_from", json_string(p->calib_from));
+    return r;
 }

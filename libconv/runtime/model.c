@@ -487,6 +487,23 @@ static int32_t argmax_or_nan(const float *x, int n) {
     return b;
 }
 
+// Calibration: a product's input, seen on a host backend once the queued ops have run.
+#define OBSERVE(l, site, x, T, cols)                                                        \
+    do {                                                                                    \
+        if (m->o.observe && op->host) {                                                     \
+            if ((r = op->sync(be, err))) return r;                                          \
+            m->o.observe(m->o.observe_ud, (l), (site), (x), (T), (cols));                   \
+        }                                                                                   \
+    } while (0)
+
+#define PERTURB(l, site, y, T, rows)                                                        \
+    do {                                                                                    \
+        if (m->o.perturb && op->host) {                                                     \
+            if ((r = op->sync(be, err))) return r;                                          \
+            m->o.perturb(m->o.observe_ud, (l), (site), (y), (T), (rows));                   \
+        }                                                                                   \
+    } while (0)
+
 // One chunk of T <= max_batch tokens at positions [pos, pos+T); logits is host memory.
 // top1 (host; with logits NULL): the last token's logits reduced to their argmax instead.
 static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos, float *logits, int all_logits,
@@ -505,12 +522,15 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
         else if (m->embed.dt == KVQ_DTYPE_BF16) kvq_dtype_to_f32(KVQ_DTYPE_BF16, (uint16_t *)m->embed.data + (size_t)tok[t] * d, d, x);
         else memcpy(x, (float *)m->embed.data + (size_t)tok[t] * d, sizeof(float) * d);
     }
+    if (m->o.perturb && op->host) m->o.perturb(m->o.observe_ud, -1, KVQ_SITE_EMBED, m->xh, T, d);
     if ((r = op->upload(be, m->x, m->xh, (size_t)T * d, err))) return r;
     op->step(be, T, pos, logits ? 1 : top1 ? 2 : 0);
     for (int l = 0; l < a->n_layers; l++) {
         layer *L = &m->L[l];
         op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, d, eps);
+        OBSERVE(l, KVQ_SITE_QKV, m->xn, T, d);
         op->matmul(be, m->qkv, m->xn, &L->qkv, T);
+        PERTURB(l, KVQ_SITE_QKV, m->qkv, T, m->qkv_dim);
         op->qkv_split(be, m->qkv, L->qkv_bias, m->q, m->k, m->v, T, m->q_dim, m->kv_dim);
         if (L->q_norm) {
             op->rmsnorm(be, m->q, m->q, L->q_norm, T * a->n_heads, hd, eps);
@@ -523,12 +543,18 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
             if (m->cache && m->cache->err.msg[0]) return kvq_err_set(err, r, "%s", m->cache->err.msg);
             return op->sync(be, err) ? err->code : kvq_err_set(err, r, "attention: %s", kvq_strerror(r));
         }
+        OBSERVE(l, KVQ_SITE_O, m->att, T, m->q_dim);
         op->matmul(be, m->xn, m->att, &L->o, T);
+        PERTURB(l, KVQ_SITE_O, m->xn, T, d);
         op->add(be, m->x, m->xn, (size_t)T * d);
         op->rmsnorm(be, m->xn, m->x, L->ffn_norm, T, d, eps);
+        OBSERVE(l, KVQ_SITE_GATE_UP, m->xn, T, d);
         op->matmul(be, m->gu, m->xn, &L->gate_up, T);
+        PERTURB(l, KVQ_SITE_GATE_UP, m->gu, T, 2 * ffn);
         op->silu_mul(be, m->h, m->gu, T, ffn);
+        OBSERVE(l, KVQ_SITE_DOWN, m->h, T, ffn);
         op->matmul(be, m->xn, m->h, &L->down, T);
+        PERTURB(l, KVQ_SITE_DOWN, m->xn, T, d);
         op->add(be, m->x, m->xn, (size_t)T * d);
     }
     if (top1) { // the last token's logits, reduced where they are
@@ -566,7 +592,9 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
         }
         const float *x = all_logits ? m->x : m->x + (size_t)(T - 1) * d;
         op->rmsnorm(be, m->xn, x, m->final_norm, n, d, eps);
+        OBSERVE(-1, KVQ_SITE_LM_HEAD, m->xn, n, d);
         op->matmul(be, out, m->xn, &m->lm_head, n);
+        if (op->host) PERTURB(-1, KVQ_SITE_LM_HEAD, out, n, (int)V);
         if ((r = op->sync(be, err))) return r;
         return op->download(be, logits, out, (size_t)n * V, err); // waits for its copy
     }

@@ -30,6 +30,19 @@ typedef enum {
     KVQ_EXEC_DECODED,  // reference: every tensor decoded to fp32/bf16 at load
 } kvq_exec;
 
+/** Where a product's input is observed (kvq_model_opts.observe): the input of layer l's
+ *  fused q/k/v product (the attention-normed stream), of o_proj (the attention output), of
+ *  gate/up (the ffn-normed stream), of down_proj (silu(gate)·up), and of the lm_head (the
+ *  final-normed stream; layer -1). */
+typedef enum {
+    KVQ_SITE_QKV = 0,
+    KVQ_SITE_O,
+    KVQ_SITE_GATE_UP,
+    KVQ_SITE_DOWN,
+    KVQ_SITE_LM_HEAD,
+    KVQ_SITE_EMBED,   // perturb only: the embedding rows looked up (T, hidden)
+} kvq_model_site;
+
 typedef struct kvq_model_opts_s {
     kvq_weight_store store;
     int n_threads;  // <= 0: OpenMP default
@@ -45,6 +58,15 @@ typedef struct kvq_model_opts_s {
      *  backend (kvq_backend_cuda_new) holds its own fp32 KV cache: the model then has no
      *  kvq_kvcache (kvq_model_kvcache returns NULL and KV codecs are refused). */
     kvq_status (*backend)(const struct kvq_model_opts_s *o, const kvq_arch *a, kvq_backend **out, kvq_err *err);
+    /** Calibration (libconv/convert/alloc.c; may be NULL): called on a host backend with each
+     *  product's input x (T, cols), host memory valid during the call, before the product runs.
+     *  The lm_head's input is seen only when logits are asked for. */
+    void (*observe)(void *ud, int layer, kvq_model_site site, const float *x, int T, int cols);
+    /** Sensitivity probes (may be NULL): called on a host backend with each product's output
+     *  y (T, rows) right after the product (fused q/k/v and gate/up as one), and with the
+     *  looked-up embedding rows (KVQ_SITE_EMBED), which it may change in place. */
+    void (*perturb)(void *ud, int layer, kvq_model_site site, float *y, int T, int rows);
+    void *observe_ud; // both hooks' first argument
 } kvq_model_opts;
 
 /** Defaults: AUTO store, OpenMP threads, max_ctx min(max_position_embeddings, 4096),

@@ -1,0 +1,59 @@
+// A whole-model bit budget (--target-bpw): a calibration pass through the source model that
+// records each product's input second moments, each tensor's sensitivity predicted from them
+// and its weights, and an equal-slope (Lagrangian) choice of HyperQuant rates that meets the
+// budget in bits per parameter as kvq_file_bits counts it. Method and measurements:
+// docs/ALLOCATION.md.
+#ifndef KVQ_ALLOC_H
+#define KVQ_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/checkpoint.h"
+#include "formats/error.h"
+#include "libconv/convert/convert.h"
+
+typedef struct kvq_calib kvq_calib;
+
+/** Runs n_tokens tokens through the source model at src (kvq_model_open) on the CPU and
+ *  records, for every product's input, Σ x_j² per input column, and the embedding lookups'
+ *  token counts. text_path: the first n_tokens tokens of that UTF-8 file (fewer when it is
+ *  shorter; an empty file is an error naming it); NULL: tokens the model samples itself from
+ *  its BOS (temperature 1, top-p 0.95, seeded), so no data is needed. *out: kvq_calib_free. */
+kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, uint64_t seed, int n_threads,
+                         kvq_calib **out, kvq_err *err);
+void kvq_calib_free(kvq_calib *c); // NULL is a no-op
+/** Tokens the pass saw. */
+size_t kvq_calib_tokens(const kvq_calib *c);
+
+/** Sensitivity of tensor `name`, values w (rows, cols) float32: the output-error energy per
+ *  token that HyperQuant's error at 0 dB would add (the error at SNR s is this · 10^(-s/10)).
+ *  A linear layer's error ΔW is white within each RHT tile with energy ∝ the tile's, so
+ *  E‖ΔW x‖² = Σ_rows Σ_tiles ‖w_tile‖²/T · Σ_{j∈tile} E[x_j²]; an embedding row's error lands
+ *  in the residual stream whenever its token is looked up: Σ_v p(v) ‖w_v‖², plus the lm_head
+ *  term when the embedding is tied. NAN when the pass never saw the tensor's input (a name
+ *  the runtime does not use). */
+double kvq_calib_sensitivity(const kvq_calib *c, const char *name, const float *w, int64_t rows, int64_t cols,
+                             int tied);
+
+/** The allocation over a plan's entries (after kvq_plan_resolve): tensors the built-in rule
+ *  gives the weights codec, and token embeddings / lm_head, take part; keep patterns, rules and
+ *  1-D tensors are fixed and paid from the budget first. Each taking part gets a HyperQuant rate
+ *  (the weights spec's lattice and options; hyperquant:e8 when weights is none) in [1.5, 8]
+ *  bits per weight, or, for embeddings and lm_head, source precision, by minimizing
+ *  Σ sensitivity_i · 10^(-SNR_i(r_i)/10) under Σ bits = target_bpw · parameters, with SNR(r)
+ *  from the codec's rate–SNR table. Sets entries' spec, rate, why and sensitivity.
+ *  @return KVQ_ERR_ARG naming the reachable range when the budget cannot be met. */
+/** The checks kvq_alloc_apply makes before it measures anything (weights codec, fixed-SNR
+ *  rules, the budget's reachable range), so a bad budget fails before the calibration pass. */
+kvq_status kvq_alloc_check(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw, kvq_err *err);
+kvq_status kvq_alloc_apply(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, kvq_calib *c,
+                           double target_bpw, int n_threads, kvq_err *err);
+/** kvq_alloc_apply with the sensitivities an earlier budgeted conversion of the same source
+ *  stored (the manifest of `from`, a .kvq: each tensor taking part must have a record of the same
+ *  name and shape with `allocation`), so a second budget costs no calibration pass. Errors name
+ *  `from` and the tensor. */
+kvq_status kvq_alloc_apply_from(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, const char *from,
+                                double target_bpw, kvq_err *err);
+
+#endif

@@ -1,0 +1,384 @@
+// The whole-model budget (libconv/convert/alloc.c, docs/ALLOCATION.md): --target-bpw met
+// within 0.01 bits per parameter as kvq_file_bits counts it (bundled tiny model; the shared
+// small models when ../shared exists), the dry run predicting the same allocation, rates that
+// follow sensitivity, a measured sensitivity that predicts a real single-tensor KL divergence,
+// budget and recipe errors, and the manifest's allocation record checked by the schema.
+#include <dirent.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "formats/kvqfile.h"
+#include "libconv/convert/convert.h"
+#include "libconv/runtime/model.h"
+#include "libconv/runtime/weights.h"
+
+#define TINY "tests/models/kvq-tiny-llama"
+#define TEXT "tests/data/heldout-sample.txt"
+
+static const char *shared_dir(void) {
+    const char *s = getenv("KVQ_SHARED");
+    return s && *s ? s : "../shared";
+}
+
+static void tmpfile_path(char *buf, size_t n, const char *name) {
+    char d[] = "/tmp/kvq-alloc-XXXXXX";
+    assert_non_null(mkdtemp(d));
+    snprintf(buf, n, "%s/%s", d, name);
+}
+
+static void rm_with_dir(const char *path) {
+    unlink(path);
+    char d[600];
+    snprintf(d, sizeof d, "%s", path);
+    char *s = strrchr(d, '/');
+    if (s) *s = 0, rmdir(d);
+}
+
+// Converts src at target bits/param; returns the file's manifest (new reference) and fills sum.
+static json_t *convert_at(const char *src, const char *out, double target, const char *calib, int tokens,
+                          kvq_convert_summary *sum) {
+    kvq_convert_opts o = {0};
+    o.plan.quantize_embeddings = -1;
+    o.plan.target_bpw = target;
+    o.plan.calib_text = calib;
+    o.plan.calib_tokens = tokens;
+    kvq_err err = {0};
+    kvq_status s = kvq_convert(src, out, &o, sum, &err);
+    if (s) print_message("%s\n", err.msg);
+    assert_int_equal(s, KVQ_OK);
+    kvq_file *f = NULL;
+    assert_int_equal(kvq_file_open(out, &f, &err), KVQ_OK); // the schema accepts what was written
+    json_t *m = json_deep_copy(kvq_file_manifest(f));
+    kvq_file_close(f);
+    return m;
+}
+
+static void check_budget(const json_t *man, double target, const kvq_convert_summary *sum) {
+    kvq_bits kb;
+    kvq_file_bits(man, &kb);
+    print_message("target %.3f: file %.4f bits/param (summary %.4f)\n", target, kb.bits_per_param, sum->bits_per_param);
+    assert_true(fabs(kb.bits_per_param - target) <= 0.01);
+    assert_true(fabs(sum->bits_per_param - kb.bits_per_param) < 1e-9);
+    assert_true(fabs(sum->target_bpw - target) < 1e-12);
+    const json_t *tb = json_object_get(json_object_get(man, "recipe"), "target_bpw");
+    assert_true(json_is_object(tb));
+    assert_true(fabs(json_number_value(json_object_get(tb, "bits_per_param")) - target) < 1e-9);
+}
+
+// ---- the budget is met, the rates follow sensitivity, the dry run agrees
+
+static void test_tiny_budget(void **st) {
+    char out[600];
+    tmpfile_path(out, sizeof out, "t.kvq");
+    const double targets[] = {3.0, 4.5};
+    for (int k = 0; k < 2; k++) {
+        kvq_convert_summary sum;
+        json_t *man = convert_at(TINY, out, targets[k], k ? TEXT : NULL, 64, &sum);
+        check_budget(man, targets[k], &sum);
+        // every matrix took part (embeddings and lm_head included), and the rates are not uniform:
+        // the least sensitive tensor got fewer bits than the most sensitive one
+        size_t i;
+        json_t *t;
+        double lo_s = INFINITY, hi_s = 0, r_lo = NAN, r_hi = NAN;
+        int n_alloc = 0;
+        json_array_foreach(json_object_get(man, "tensors"), i, t) {
+            const json_t *al = json_object_get(t, "allocation");
+            int two_d = json_array_size(json_object_get(t, "shape")) == 2;
+            assert_int_equal(al != NULL, two_d);
+            if (!al) continue;
+            n_alloc++;
+            double s = json_number_value(json_object_get(al, "sensitivity"));
+            double r = json_number_value(json_object_get(t, "bits_per_weight"));
+            assert_true(s > 0);
+            if (s < lo_s) lo_s = s, r_lo = r;
+            if (s > hi_s) hi_s = s, r_hi = r;
+        }
+        assert_int_equal(n_alloc, 30); // 4 layers x 7 + embed_tokens + lm_head
+        print_message("sensitivity %.3g .. %.3g: rates %.3f .. %.3f\n", lo_s, hi_s, r_lo, r_hi);
+        assert_true(r_hi > r_lo + 0.5);
+        json_decref(man);
+    }
+    // a second budget from the stored sensitivities of the last file: no calibration pass, the
+    // budget met, the same sensitivities; a file without them is refused naming it
+    {
+        char again[600];
+        tmpfile_path(again, sizeof again, "again.kvq");
+        kvq_convert_opts o = {0};
+        o.plan.quantize_embeddings = -1;
+        o.plan.target_bpw = 3.25;
+        o.plan.calib_from = out;
+        kvq_convert_summary sum;
+        kvq_err err = {0};
+        assert_int_equal(kvq_convert(TINY, again, &o, &sum, &err), KVQ_OK);
+        assert_int_equal(sum.calib_tokens, 0);
+        kvq_file *f = NULL, *g = NULL;
+        assert_int_equal(kvq_file_open(again, &f, &err), KVQ_OK);
+        assert_int_equal(kvq_file_open(out, &g, &err), KVQ_OK);
+        check_budget(kvq_file_manifest(f), 3.25, &sum);
+        const json_t *ta = json_object_get(kvq_file_manifest(f), "tensors"), *tb = json_object_get(kvq_file_manifest(g), "tensors");
+        assert_int_equal(json_array_size(ta), json_array_size(tb));
+        for (size_t i = 0; i < json_array_size(ta); i++) {
+            const json_t *aa = json_object_get(json_array_get(ta, i), "allocation"), *ab = json_object_get(json_array_get(tb, i), "allocation");
+            assert_int_equal(aa != NULL, ab != NULL);
+            if (aa) assert_true(json_number_value(json_object_get(aa, "sensitivity")) == json_number_value(json_object_get(ab, "sensitivity")));
+        }
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(kvq_file_manifest(f), "recipe"), "target_bpw"), "calib_from")), out);
+        kvq_file_close(f);
+        kvq_file_close(g);
+        // a file without stored sensitivities (a plain conversion)
+        kvq_convert_opts p = {0};
+        p.plan.quantize_embeddings = -1;
+        assert_int_equal(kvq_convert(TINY, again, &p, NULL, &err), KVQ_OK);
+        o.plan.calib_from = again;
+        char never[600];
+        tmpfile_path(never, sizeof never, "never.kvq");
+        assert_int_equal(kvq_convert(TINY, never, &o, NULL, &err), KVQ_ERR_ARG);
+        assert_non_null(strstr(err.msg, "no stored sensitivity"));
+        assert_non_null(strstr(err.msg, again));
+        assert_int_equal(access(never, F_OK), -1);
+        rm_with_dir(never);
+        rm_with_dir(again);
+    }
+    // the dry run, on one thread: the same allocation and a predicted size within 0.01 bits/param
+    kvq_convert_opts o = {0};
+    o.n_threads = 1;
+    o.plan.quantize_embeddings = -1;
+    o.plan.target_bpw = 4.5;
+    o.plan.calib_text = TEXT;
+    o.plan.calib_tokens = 64;
+    kvq_convert_prediction P;
+    kvq_err err = {0};
+    assert_int_equal(kvq_convert_predict(TINY, &o, &P, &err), KVQ_OK);
+    assert_true(fabs(P.bits_per_param - 4.5) <= 0.01);
+    assert_true(fabs(P.target_bpw - 4.5) < 1e-12);
+    kvq_weights *w = NULL;
+    assert_int_equal(kvq_weights_open(out, &w, &err), KVQ_OK);
+    size_t j;
+    json_t *t;
+    size_t matched = 0;
+    json_array_foreach(json_object_get(kvq_weights_manifest(w), "tensors"), j, t)
+        for (size_t i = 0; i < P.n; i++)
+            if (!strcmp(P.entries[i].name, json_string_value(json_object_get(t, "name")))) {
+                assert_string_equal(P.entries[i].spec, json_string_value(json_object_get(json_object_get(t, "codec"), "spec")));
+                matched++;
+            }
+    assert_int_equal(matched, P.n);
+    kvq_weights_close(w);
+    kvq_convert_prediction_free(&P);
+    rm_with_dir(out);
+}
+
+// The shared small models (sharded llama, tied qwen3): the budget met within 0.01.
+static void test_shared_budget(void **st) {
+    const char *models[] = {"kvq-small-llama", "kvq-small-qwen3"};
+    const double targets[] = {3.5, 3.0};
+    char p[600], out[600];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/models/%s", shared_dir(), models[0]);
+    if (stat(p, &sb) != 0) { print_message("skipped: %s not found (set KVQ_SHARED)\n", p); skip(); }
+    tmpfile_path(out, sizeof out, "s.kvq");
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof p, "%s/models/%s", shared_dir(), models[k]);
+        kvq_convert_summary sum;
+        json_t *man = convert_at(p, out, targets[k], NULL, 16, &sum);
+        check_budget(man, targets[k], &sum);
+        json_decref(man);
+    }
+    rm_with_dir(out);
+}
+
+// ---- the measured sensitivity predicts a real single-tensor KL divergence
+
+static void log_softmax(float *x, int n, int V) {
+    for (int t = 0; t < n; t++) {
+        float *r = x + (size_t)t * V;
+        double mx = r[0], s = 0.0;
+        for (int v = 1; v < V; v++) mx = r[v] > mx ? r[v] : mx;
+        for (int v = 0; v < V; v++) s += exp((double)r[v] - mx);
+        for (int v = 0; v < V; v++) r[v] = (float)((double)r[v] - mx - log(s));
+    }
+}
+
+static void logprobs(const char *path, const int32_t *ids, int n, float *lp, int V) {
+    kvq_model_opts mo = kvq_model_opts_default();
+    mo.exec = KVQ_EXEC_DECODED;
+    mo.store = KVQ_WEIGHTS_F32;
+    kvq_model *m = NULL;
+    kvq_err err = {0};
+    assert_int_equal(kvq_model_open(path, &mo, &m, &err), KVQ_OK);
+    assert_int_equal(kvq_model_forward(m, ids, n, 0, lp, 1, &err), KVQ_OK);
+    kvq_model_close(m);
+    log_softmax(lp, n, V);
+}
+
+static void test_sensitivity_predicts_kld(void **st) {
+    char out[600], one[600];
+    tmpfile_path(out, sizeof out, "a.kvq");
+    tmpfile_path(one, sizeof one, "one.kvq");
+    kvq_convert_summary sum;
+    const int N = 128; // the probe ran these calibration tokens
+    json_t *man = convert_at(TINY, out, 4.0, TEXT, N, &sum);
+    kvq_err err = {0};
+    // the calibration tokens, as the pass saw them
+    kvq_weights *w = NULL;
+    kvq_tokenizer *tok = NULL;
+    assert_int_equal(kvq_weights_open(TINY, &w, &err), KVQ_OK);
+    assert_int_equal(kvq_weights_tokenizer(w, &tok, &err), KVQ_OK);
+    FILE *fp = fopen(TEXT, "rb");
+    assert_non_null(fp);
+    char buf[16 * 128 + 65] = {0};
+    size_t got = fread(buf, 1, 16 * N + 64, fp);
+    fclose(fp);
+    while (got > 0 && ((unsigned char)buf[got - 1] & 0xC0) == 0x80) got--;
+    if (got > 0 && (unsigned char)buf[got - 1] >= 0xC0) got--;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    assert_int_equal(kvq_tok_encode(tok, buf, got, 0, &ids, &n_ids, &err), KVQ_OK);
+    assert_true(n_ids >= (size_t)N);
+    const int V = kvq_weights_arch(w)->vocab_size;
+    float *ref = malloc(sizeof(float) * N * V), *lp = malloc(sizeof(float) * N * V);
+    logprobs(TINY, ids, N, ref, V);
+    // two tensors of different kinds, each alone at 3 bits
+    const char *names[] = {"model.layers.1.mlp.down_proj.weight", "model.layers.2.self_attn.v_proj.weight"};
+    for (int k = 0; k < 2; k++) {
+        double sens = NAN;
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(man, "tensors"), i, t)
+            if (!strcmp(json_string_value(json_object_get(t, "name")), names[k]))
+                sens = json_number_value(json_object_get(json_object_get(t, "allocation"), "sensitivity"));
+        assert_true(sens > 0);
+        char set[300];
+        snprintf(set, sizeof set, "rules=[{match: \"%s\", codec: \"hyperquant:e8:3.0\"}]", names[k]);
+        const char *sets[] = {set, NULL};
+        kvq_convert_opts o = {0};
+        o.plan.weights = "none";
+        o.plan.quantize_embeddings = -1;
+        o.plan.sets = sets;
+        assert_int_equal(kvq_convert(TINY, one, &o, NULL, &err), KVQ_OK);
+        // realized SNR: the encoder's error over the tensor's energy
+        float *x = NULL;
+        int64_t numel = 0;
+        assert_int_equal(kvq_weights_get_f32(w, names[k], &x, &numel, &err), KVQ_OK);
+        double e2 = 0;
+        for (int64_t j = 0; j < numel; j++) e2 += (double)x[j] * x[j];
+        free(x);
+        kvq_weights *q = NULL;
+        assert_int_equal(kvq_weights_open(one, &q, &err), KVQ_OK);
+        double mse = NAN;
+        json_array_foreach(json_object_get(kvq_weights_manifest(q), "tensors"), i, t)
+            if (!strcmp(json_string_value(json_object_get(t, "name")), names[k]))
+                mse = json_number_value(json_object_get(t, "predicted_mse"));
+        kvq_weights_close(q);
+        double eps = mse / (e2 / (double)numel);
+        logprobs(one, ids, N, lp, V);
+        double kld = 0;
+        for (size_t j = 0; j < (size_t)N * V; j++) kld += exp((double)ref[j]) * ((double)ref[j] - lp[j]);
+        kld /= N;
+        print_message("%s at 3 bits (SNR %.2f dB): KLD measured %.5f, predicted %.5f\n", names[k], -10 * log10(eps), kld,
+                      sens * eps);
+        assert_true(kld > 0.5 * sens * eps && kld < 2.0 * sens * eps);
+    }
+    free(ref);
+    free(lp);
+    free(ids);
+    kvq_tok_close(tok);
+    kvq_weights_close(w);
+    json_decref(man);
+    rm_with_dir(out);
+    rm_with_dir(one);
+}
+
+// ---- errors: unreachable budgets, codecs without a rate, bad recipe values, missing text
+
+static void test_budget_errors(void **st) {
+    char out[600];
+    tmpfile_path(out, sizeof out, "e.kvq");
+    kvq_err err = {0};
+    kvq_convert_opts o = {0};
+    o.plan.quantize_embeddings = -1;
+    o.plan.calib_tokens = 16;
+    o.plan.target_bpw = 1.2; // below 1.5 bits on every matrix plus the 16-bit norms
+    assert_int_equal(kvq_convert(TINY, out, &o, NULL, &err), KVQ_ERR_ARG);
+    assert_non_null(strstr(err.msg, "can be stored in"));
+    assert_int_equal(access(out, F_OK), -1); // nothing written
+    o.plan.target_bpw = 12.0; // above 8 bits on every matrix with the embeddings kept
+    assert_int_equal(kvq_convert(TINY, out, &o, NULL, &err), KVQ_ERR_ARG);
+    o.plan.target_bpw = 4.0;
+    o.plan.weights = "rtn:4:g128";
+    assert_int_equal(kvq_convert(TINY, out, &o, NULL, &err), KVQ_ERR_ARG);
+    assert_non_null(strstr(err.msg, "not hyperquant"));
+    o.plan.weights = NULL;
+    o.plan.calib_text = "/nonexistent/calib.txt";
+    assert_int_equal(kvq_convert(TINY, out, &o, NULL, &err), KVQ_ERR_IO);
+    assert_non_null(strstr(err.msg, "/nonexistent/calib.txt"));
+    o.plan.calib_text = NULL;
+    o.plan.target_bpw = 0;
+    const char *bad[][2] = {{"target_bpw=abc", "target_bpw"}, {"target_bpw=0.5", "target_bpw"},
+                            {"calib_tokens=3", "calib_tokens"}};
+    for (int k = 0; k < 3; k++) {
+        const char *sets[] = {bad[k][0], NULL};
+        o.plan.sets = sets;
+        assert_int_equal(kvq_convert(TINY, out, &o, NULL, &err), KVQ_ERR_ARG);
+        assert_non_null(strstr(err.msg, bad[k][1]));
+    }
+    // target_bpw: none in a recipe turns it off again: a plain lossless conversion
+    const char *sets[] = {"target_bpw=3.0", "target_bpw=none", NULL};
+    o.plan.sets = sets;
+    kvq_convert_summary sum;
+    assert_int_equal(kvq_convert(TINY, out, &o, &sum, &err), KVQ_OK);
+    assert_true(isnan(sum.target_bpw));
+    assert_int_equal(sum.n_quantized, 0);
+    rm_with_dir(out);
+}
+
+// ---- the manifest's allocation record is checked by the schema
+
+static void test_schema_allocation(void **st) {
+    char out[600];
+    tmpfile_path(out, sizeof out, "s.kvq");
+    kvq_convert_summary sum;
+    json_t *man = convert_at(TINY, out, 3.5, NULL, 16, &sum);
+    kvq_err err = {0};
+    assert_int_equal(kvq_file_check_manifest(man, out, &err), KVQ_OK);
+    json_t *t = NULL;
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(man, "tensors"), i, x)
+        if (json_object_get(x, "allocation")) { t = x; break; }
+    assert_non_null(t);
+    json_t *al = json_object_get(t, "allocation");
+    json_object_set_new(al, "sensitivity", json_real(-1.0));
+    assert_int_equal(kvq_file_check_manifest(man, out, &err), KVQ_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "allocation.sensitivity"));
+    json_object_set_new(al, "sensitivity", json_string("high"));
+    assert_int_equal(kvq_file_check_manifest(man, out, &err), KVQ_ERR_FORMAT);
+    json_object_set_new(al, "sensitivity", json_real(0.5));
+    json_object_del(al, "output_error");
+    assert_int_equal(kvq_file_check_manifest(man, out, &err), KVQ_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "allocation.output_error"));
+    json_object_set_new(t, "allocation", json_integer(3));
+    assert_int_equal(kvq_file_check_manifest(man, out, &err), KVQ_ERR_FORMAT);
+    json_object_del(t, "allocation"); // optional: a file without it is fine
+    assert_int_equal(kvq_file_check_manifest(man, out, &err), KVQ_OK);
+    json_decref(man);
+    rm_with_dir(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_budget),
+        cmocka_unit_test(test_shared_budget),
+        cmocka_unit_test(test_sensitivity_predicts_kld),
+        cmocka_unit_test(test_budget_errors),
+        cmocka_unit_test(test_schema_allocation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
