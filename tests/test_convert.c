@@ -840,7 +840,7 @@ static void test_threads_identical(void **st) {
     assert_non_null(mkdtemp(dir));
     const int nt[] = {1, 2, 3};
     for (int i = 0; i < 3; i++)
-        assert_int_equal(run("%s/kvq-convert -q -t %d --weights hyperquant:e8:4.0 --set 'rules=[{match: \"*.up_proj.weight\", "
+        assert_int_equal(run("%s/kvq-convert -q -t %d --weights hyperquant:e8:4.0 --quantize-embeddings --set 'rules=[{match: \"*.up_proj.weight\", "
                              "codec: \"qet:4\"}, {match: \"*.down_proj.weight\", codec: \"rtn:4:g128\"}]' --kv octopus:3 "
                              TINY " %s/t%d.kvq", g_build, nt[i], dir, nt[i]), 0);
     uint8_t *a, *b;

@@ -42,6 +42,8 @@ typedef struct {
     // results of the last pass
     double snr_db;
     double noise;     // Σ squared error of the last pass, in the orthonormal rotated domain
+    double *tacc;     // (2, n_tiles) per-tile sums, added up in tile order afterwards, so the totals
+                      // (and the predicted MSE stored in the file) do not depend on the thread count
     uint64_t code_bits, codes_bytes, clipped;
     size_t total_bytes;
 } enc_ctx;
@@ -90,7 +92,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
     uint64_t clipped = 0;
     double noise = 0.0;
     const int a2 = lat == KVQ_LAT_A2;
-#pragma omp parallel num_threads(e->nt) reduction(+ : clipped, noise)
+#pragma omp parallel num_threads(e->nt) reduction(+ : clipped)
     {
         kvq_rice_hist *lh = int8 ? NULL : calloc(KVQ_LAT_MAX_CLASSES, sizeof *lh);
         if (!int8 && !lh) {
@@ -99,6 +101,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
         }
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < e->n_tiles; t++) {
+            e->tacc[t] = 0.0;
             if (e->invn[t] == 0.0 || (!int8 && !lh)) continue;
             const float g = (float)(alpha * e->invn[t]);
             const float *r = e->rot + t * T;
@@ -133,7 +136,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
                 }
             }
             double sc = 1.0 / (alpha * e->invn[t]); // n̂/α: orthonormal error = (u − ĉ)·n̂/(α√T)
-            noise += tn * sc * sc / (double)T;
+            e->tacc[t] = tn * sc * sc / (double)T;
         }
         if (lh) {
 #pragma omp critical
@@ -143,6 +146,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
     }
     if (fail) { free(hist); return -1; }
     e->clipped = clipped;
+    for (int64_t t = 0; t < e->n_tiles; t++) noise += e->tacc[t];
     e->noise = noise;
     uint64_t bits = 0, bytes = 0;
     if (int8) {
@@ -302,11 +306,12 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     e.invn = malloc((size_t)e.n_tiles * sizeof(double));
     e.ncode = malloc((size_t)e.n_tiles * sizeof(uint32_t));
     e.gbits = calloc((size_t)e.n_groups, sizeof(uint64_t));
+    e.tacc = malloc(2 * (size_t)e.n_tiles * sizeof(double));
     float *sgn = malloc((size_t)e.h.cols_p * sizeof(float));
     float *rec = recon;
     uint8_t *codes = NULL, *norms = NULL, *offs = NULL;
     kvq_status st = KVQ_OK;
-    if (!e.rot || !e.sym || !e.invn || !e.ncode || !e.gbits || !sgn) {
+    if (!e.rot || !e.sym || !e.invn || !e.ncode || !e.gbits || !e.tacc || !sgn) {
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
         goto done;
     }
@@ -315,7 +320,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     // ---- RHT per tile and norms (double accumulation)
     double maxn = 0.0, sumx2 = 0.0;
     double *nrm = e.invn; // holds the exact norm until the codes are known
-#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn) reduction(+ : sumx2)
+#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn)
     for (int64_t t = 0; t < e.n_tiles; t++) {
         int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
         float *r = e.rot + t * T;
@@ -327,9 +332,10 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         }
         kvq_wht(r, T);
         nrm[t] = sqrt(ss);
-        sumx2 += ss;
+        e.tacc[t] = ss;
         if (nrm[t] > maxn) maxn = nrm[t];
     }
+    for (int64_t t = 0; t < e.n_tiles; t++) sumx2 += e.tacc[t];
     int ex = 0;
     if (maxn > 0.0) {
         frexp(maxn, &ex); // maxn < 2^ex
@@ -408,13 +414,14 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         goto done;
     }
     if (!need_recon) { sx = sumx2; se = e.noise; }
-    else
-#pragma omp parallel num_threads(e.nt) reduction(+ : sx, se, nonfinite)
+    else {
+#pragma omp parallel num_threads(e.nt) reduction(+ : nonfinite)
     {
         float *y = malloc(sizeof(float) * (size_t)T);
         int32_t *c = malloc(sizeof(int32_t) * (size_t)T);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < e.n_tiles; t++) {
+            e.tacc[t] = e.tacc[e.n_tiles + t] = 0.0;
             if (!y || !c) { nonfinite = -1000000; continue; }
             int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
             int64_t ncopy = c0 + T <= cols ? T : (c0 < cols ? cols - c0 : 0);
@@ -427,15 +434,20 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
             float *d = rec + row * cols + c0;
             kvq_hq_tile_recon(&e.h, c, e.ncode[t], sgn + c0, y, d, (int)ncopy);
             const float *x = in->x + row * cols + c0;
+            double tx = 0.0, te = 0.0;
             for (int i = 0; i < ncopy; i++) {
                 double df = (double)x[i] - (double)d[i];
-                sx += (double)x[i] * (double)x[i];
-                se += df * df;
+                tx += (double)x[i] * (double)x[i];
+                te += df * df;
                 nonfinite += !isfinite(d[i]);
             }
+            e.tacc[t] = tx;
+            e.tacc[e.n_tiles + t] = te;
         }
         free(y);
         free(c);
+    }
+    for (int64_t t = 0; t < e.n_tiles; t++) sx += e.tacc[t], se += e.tacc[e.n_tiles + t];
     }
     if (nonfinite < 0) { st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name); goto done; }
     if (nonfinite > 0) {
@@ -472,6 +484,7 @@ done:
     free(e.rot);
     free(e.sym);
     free(e.invn);
+    free(e.tacc);
     free(e.ncode);
     free(e.gbits);
     free(sgn);
