@@ -6,7 +6,7 @@
 
 #include "formats/kvqfile.h"
 
-static uint64_t numel(const json_t *t) {
+uint64_t kvq_file_tensor_numel(const json_t *t) {
     const json_t *sh = json_object_get(t, "shape"), *d;
     size_t i;
     uint64_t n = 1;
@@ -19,7 +19,7 @@ void kvq_file_bits(const json_t *manifest, kvq_bits *out) {
     size_t i;
     const json_t *t;
     json_array_foreach(json_object_get(manifest, "tensors"), i, t) {
-        const uint64_t n = numel(t), b = (uint64_t)json_integer_value(json_object_get(t, "bytes"));
+        const uint64_t n = kvq_file_tensor_numel(t), b = (uint64_t)json_integer_value(json_object_get(t, "bytes"));
         out->params += n;
         out->bytes += b;
         if (!json_is_true(json_object_get(json_object_get(t, "codec"), "lossless"))) {

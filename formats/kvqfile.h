@@ -115,6 +115,8 @@ void kvq_file_bits(const json_t *manifest, kvq_bits *out);
  *  of its codec params as compact JSON. kvq-verify reports per-tensor bits from it and fails
  *  integrity when a record's "bytes" differs, so kvq_file_bits counts the file's payloads. */
 uint64_t kvq_file_tensor_bytes(const json_t *manifest, const json_t *tensor);
+/** Elements of a tensor record: the product of its "shape" (the schema bounds it, so no overflow). */
+uint64_t kvq_file_tensor_numel(const json_t *tensor);
 
 /** 1 when a manifest may name this weight codec (libconv/codec's table; a test keeps the two
  *  lists equal). */

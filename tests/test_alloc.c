@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "formats/kvqfile.h"
+#include "kernels/cpu/softmax.h"
 #include "libconv/convert/convert.h"
 #include "libconv/runtime/model.h"
 #include "libconv/runtime/weights.h"
@@ -196,16 +197,6 @@ static void test_shared_budget(void **st) {
 
 // ---- the measured sensitivity predicts a real single-tensor KL divergence
 
-static void log_softmax(float *x, int n, int V) {
-    for (int t = 0; t < n; t++) {
-        float *r = x + (size_t)t * V;
-        double mx = r[0], s = 0.0;
-        for (int v = 1; v < V; v++) mx = r[v] > mx ? r[v] : mx;
-        for (int v = 0; v < V; v++) s += exp((double)r[v] - mx);
-        for (int v = 0; v < V; v++) r[v] = (float)((double)r[v] - mx - log(s));
-    }
-}
-
 static void logprobs(const char *path, const int32_t *ids, int n, float *lp, int V) {
     kvq_model_opts mo = kvq_model_opts_default();
     mo.exec = KVQ_EXEC_DECODED;
@@ -215,7 +206,7 @@ static void logprobs(const char *path, const int32_t *ids, int n, float *lp, int
     assert_int_equal(kvq_model_open(path, &mo, &m, &err), KVQ_OK);
     assert_int_equal(kvq_model_forward(m, ids, n, 0, lp, 1, &err), KVQ_OK);
     kvq_model_close(m);
-    log_softmax(lp, n, V);
+    kvq_log_softmax_rows(lp, n, V);
 }
 
 static void test_sensitivity_predicts_kld(void **st) {

@@ -30,14 +30,6 @@ static json_t *tensor_json(const json_t *r) {
     return o;
 }
 
-static int64_t numel_of(const json_t *r) {
-    int64_t n = 1;
-    size_t i;
-    json_t *d;
-    json_array_foreach(json_object_get(r, "shape"), i, d) n *= json_integer_value(d);
-    return n;
-}
-
 static uint64_t source_bytes(const json_t *m) {
     uint64_t n = 0;
     size_t i;
@@ -219,7 +211,7 @@ static void print_human(const kvq_file *f) {
         if (!json_is_true(json_object_get(codec, "lossless"))) { // rate breakdown, bits per weight
             const char *part;
             json_t *bits;
-            double n = (double)numel_of(r);
+            double n = (double)kvq_file_tensor_numel(r);
             printf("    rate:");
             json_object_foreach((json_t *)json_object_get(r, "rate"), part, bits)
                 printf(" %s %.3f", part, n > 0 ? json_number_value(bits) / n : 0.0);

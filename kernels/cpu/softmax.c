@@ -51,3 +51,14 @@ CLONES static double logsumexp_impl(const float *x, int n) {
 // the translation unit that defines them).
 double kvq_softmax(float *x, int n) { return softmax_impl(x, n); }
 double kvq_logsumexp(const float *x, int n) { return logsumexp_impl(x, n); }
+
+void kvq_log_softmax_rows(float *x, int n, int V) {
+    for (int t = 0; t < n; t++) {
+        float *r = x + (size_t)t * V;
+        double mx = r[0], s = 0.0;
+        for (int v = 1; v < V; v++) mx = r[v] > mx ? r[v] : mx;
+        for (int v = 0; v < V; v++) s += exp((double)r[v] - mx);
+        const double lse = mx + log(s);
+        for (int v = 0; v < V; v++) r[v] = (float)((double)r[v] - lse);
+    }
+}

@@ -45,6 +45,30 @@ static inline Dev dev_of(const kvq_cuda_hqx *t) {
     return d;
 }
 
+/** Scale of tile t (scode through the lut, or the float scale). */
+__device__ __forceinline__ float kvq_hqx_tile_scale(const Dev &d, int64_t t) { return d.scode ? d.lut[d.scode[t]] : d.scale[t]; }
+
+/** Coordinate i of tile column j rotated as the CPU rotates it: sign flip, the Walsh–Hadamard
+ *  butterfly in shared memory s (T floats) in the CPU's order (stride 1, 2, 4, ...), √3 on A2's
+ *  even coordinates. Every one of the block's T threads calls it (it holds barriers). */
+__device__ __forceinline__ float kvq_hqx_rotate_coord(const Dev &d, int j, int i, float v, float *s) {
+    const uint64_t bits = kvq_hq_sign_word(d.seed, (uint64_t)j, (uint64_t)(i / 64));
+    if ((bits >> (i % 64)) & 1) v = -v;
+    s[i] = v;
+    __syncthreads();
+    for (int h = 1; h < d.T; h <<= 1) {
+        float a = 0.0f, b = 0.0f;
+        const bool top = (i & h) == 0;
+        if (top) { a = s[i]; b = s[i + h]; }
+        __syncthreads();
+        if (top) { s[i] = __fadd_rn(a, b); s[i + h] = __fsub_rn(a, b); }
+        __syncthreads();
+    }
+    v = s[i];
+    if (d.a2 && !(i & 1)) v = __fmul_rn(v, KVQ_HQ_SQRT3_F);
+    return v;
+}
+
 #define MAXP 3 // row blocks (fused q/k/v, gate/up) in one launch
 
 // The parts of one launch: each its own tensor (rotation, tile), scratch and output rows.

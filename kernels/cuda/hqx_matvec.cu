@@ -24,20 +24,7 @@ __global__ void hqx_rotate(Dev d, const float *__restrict__ x, float *__restrict
     const int64_t col = (int64_t)j * T + i;
     float v = col < d.cols ? x[col] : 0.0f;
     if (d.rotate) {
-        uint64_t bits = kvq_hq_sign_word(d.seed, (uint64_t)j, (uint64_t)(i / 64));
-        if ((bits >> (i % 64)) & 1) v = -v;
-        s[i] = v;
-        __syncthreads();
-        for (int h = 1; h < T; h <<= 1) {
-            float a = 0.0f, b = 0.0f;
-            const bool top = (i & h) == 0;
-            if (top) { a = s[i]; b = s[i + h]; }
-            __syncthreads();
-            if (top) { s[i] = __fadd_rn(a, b); s[i + h] = __fsub_rn(a, b); }
-            __syncthreads();
-        }
-        v = s[i];
-        if (d.a2 && !(i & 1)) v = __fmul_rn(v, KVQ_HQ_SQRT3_F);
+        v = kvq_hqx_rotate_coord(d, j, i, v, s);
         xr[col] = v;
     } else {
         xr[col] = v;
@@ -51,9 +38,6 @@ __global__ void hqx_rotate(Dev d, const float *__restrict__ x, float *__restrict
     }
 }
 
-__device__ __forceinline__ float tile_scale(const Dev &d, int64_t t) {
-    return d.scode ? d.lut[d.scode[t]] : d.scale[t];
-}
 
 // ---- product: one warp per row
 __global__ void __launch_bounds__(128) hqx_gemv(Dev d, float *__restrict__ y) {
@@ -107,7 +91,7 @@ __global__ void __launch_bounds__(128) hqx_gemv(Dev d, float *__restrict__ y) {
             part = fmaf((float)(d.m * ((int)hi8[k] - d.off) + cbh), xv[8 + k], part);
         }
         const int64_t jt = (cr * 64) / d.T, t = row * tpr + jt;
-        acc = fmaf(tile_scale(d, t), part, acc);
+        acc = fmaf(kvq_hqx_tile_scale(d, t), part, acc);
         if (d.zero && b0 == 0 && (cr * 64) % d.T == 0) acc = fmaf(d.zero[t], d.xs[jt], acc);
     }
 #pragma unroll
@@ -115,7 +99,7 @@ __global__ void __launch_bounds__(128) hqx_gemv(Dev d, float *__restrict__ y) {
     if (lane == 0) {
         for (uint32_t e = d.esc_row[row]; e < d.esc_row[row + 1]; e++) {
             const uint32_t col = kvq_hqx_esc_col(d.esc[e]);
-            acc = fmaf(tile_scale(d, row * tpr + col / d.T), (float)(d.m * kvq_hqx_esc_delta(d.esc[e])) * d.xr[col], acc);
+            acc = fmaf(kvq_hqx_tile_scale(d, row * tpr + col / d.T), (float)(d.m * kvq_hqx_esc_delta(d.esc[e])) * d.xr[col], acc);
         }
         y[row] = acc;
     }

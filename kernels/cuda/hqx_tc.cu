@@ -19,8 +19,6 @@ static int64_t g_block = 0;                  // tests: another block size (0: th
 
 extern "C" void kvq_cuda_hqx_set_tc_block(int64_t values) { g_block = values > 0 ? values : 0; }
 
-__device__ __forceinline__ float tc_scale(const Dev &d, int64_t t) { return d.scode ? d.lut[d.scode[t]] : d.scale[t]; }
-
 template <typename O> __device__ __forceinline__ O tc_out(float v);
 template <> __device__ __forceinline__ float tc_out<float>(float v) { return v; }
 template <> __device__ __forceinline__ __nv_bfloat16 tc_out<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
@@ -76,7 +74,7 @@ __global__ void hqx_tc_decode(Dev d, int64_t r0, int64_t nr, O *__restrict__ out
         cbh = (c >> (4 + b0 / 8)) & 1;
     }
     const int64_t t = row * tpr + (cr * 64) / d.T;
-    const float s = tc_scale(d, t), z = d.zero ? d.zero[t] : 0.0f;
+    const float s = kvq_hqx_tile_scale(d, t), z = d.zero ? d.zero[t] : 0.0f;
     O vl[8], vh[8];
 #pragma unroll
     for (int k = 0; k < 8; k++) {
@@ -98,7 +96,7 @@ __global__ void hqx_tc_escapes(Dev d, int64_t r0, int64_t nr, O *__restrict__ ou
         const int64_t col = kvq_hqx_esc_col(d.esc[e]);
         const int c = tc_code(d, row * cpr + col / 64, (int)(col & 63)) + d.m * kvq_hqx_esc_delta(d.esc[e]);
         const int64_t t = row * tpr + col / d.T;
-        out[r * d.cols_p + col] = tc_out<O>(fmaf((float)c, tc_scale(d, t), d.zero ? d.zero[t] : 0.0f));
+        out[r * d.cols_p + col] = tc_out<O>(fmaf((float)c, kvq_hqx_tile_scale(d, t), d.zero ? d.zero[t] : 0.0f));
     }
 }
 
@@ -109,22 +107,7 @@ __global__ void hqx_tc_rotate(Dev d, const float *__restrict__ x, __nv_bfloat16 
     const int j = blockIdx.x, tok = blockIdx.y, i = threadIdx.x, T = d.T;
     const int64_t col = (int64_t)j * T + i;
     float v = col < d.cols ? x[(int64_t)tok * d.cols + col] : 0.0f;
-    if (d.rotate) {
-        const uint64_t bits = kvq_hq_sign_word(d.seed, (uint64_t)j, (uint64_t)(i / 64));
-        if ((bits >> (i % 64)) & 1) v = -v;
-        s[i] = v;
-        __syncthreads();
-        for (int h = 1; h < T; h <<= 1) {
-            float a = 0.0f, b = 0.0f;
-            const bool top = (i & h) == 0;
-            if (top) { a = s[i]; b = s[i + h]; }
-            __syncthreads();
-            if (top) { s[i] = __fadd_rn(a, b); s[i + h] = __fsub_rn(a, b); }
-            __syncthreads();
-        }
-        v = s[i];
-        if (d.a2 && !(i & 1)) v = __fmul_rn(v, KVQ_HQ_SQRT3_F);
-    }
+    if (d.rotate) v = kvq_hqx_rotate_coord(d, j, i, v, s); // uniform over the block: its barriers are safe
     xr[(int64_t)tok * d.cols_p + col] = __float2bfloat16_rn(v);
 }
 

@@ -1,6 +1,7 @@
 // The whole-model budget (alloc.h): calibration pass, per-tensor sensitivity, and the
 // equal-slope allocation of HyperQuant rates. docs/ALLOCATION.md says why this model of the
 // error and what it was validated against.
+#include "kernels/cpu/softmax.h"
 #include "libconv/convert/alloc.h"
 
 #include <errno.h>
@@ -136,18 +137,6 @@ static kvq_status read_text(const char *path, size_t cap, char **out, size_t *n,
     return KVQ_OK;
 }
 
-// log-softmax of each row in place
-static void log_softmax(float *x, int n, int V) {
-    for (int t = 0; t < n; t++) {
-        float *r = x + (size_t)t * V;
-        double mx = r[0], s = 0.0;
-        for (int v = 1; v < V; v++) mx = r[v] > mx ? r[v] : mx;
-        for (int v = 0; v < V; v++) s += exp((double)r[v] - mx);
-        double lse = mx + log(s);
-        for (int v = 0; v < V; v++) r[v] = (float)((double)r[v] - lse);
-    }
-}
-
 // Forward of the probe tokens (one window from position 0) into c->logits, as log-probabilities.
 static kvq_status probe_forward(kvq_calib *c, kvq_err *err) {
     kvq_status s = KVQ_OK;
@@ -156,7 +145,7 @@ static kvq_status probe_forward(kvq_calib *c, kvq_err *err) {
         c->pr.ids = c->probe_ids + c0;
         s = kvq_model_forward(c->model, c->probe_ids + c0, cn, c0, c->logits + (size_t)c0 * c->vocab, 1, err);
     }
-    if (!s) log_softmax(c->logits, c->n_probe, c->vocab);
+    if (!s) kvq_log_softmax_rows(c->logits, c->n_probe, c->vocab);
     return s;
 }
 

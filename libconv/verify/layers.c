@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/kvqfile.h"
 #include "libconv/verify/layers.h"
 
 int kvq_layer_role(const char *name, char *role, size_t cap) {
@@ -20,20 +21,12 @@ int kvq_layer_role(const char *name, char *role, size_t cap) {
     return l;
 }
 
-static int64_t numel_of(const json_t *r) {
-    int64_t n = 1;
-    size_t i;
-    json_t *d;
-    json_array_foreach(json_object_get(r, "shape"), i, d) n *= json_integer_value(d);
-    return n;
-}
-
 static void fill(kvq_layer_cell *c, const json_t *r) {
     c->present = 1;
     c->lossless = json_is_true(json_object_get(json_object_get(r, "codec"), "lossless"));
     c->bpw = json_number_value(json_object_get(r, "bits_per_weight"));
     c->bytes = (uint64_t)json_integer_value(json_object_get(r, "bytes"));
-    c->numel = numel_of(r);
+    c->numel = (int64_t)kvq_file_tensor_numel(r);
     c->snr_db = c->rel_err = NAN;
 }
 

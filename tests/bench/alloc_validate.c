@@ -10,20 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu/softmax.h"
 #include "libconv/convert/convert.h"
 #include "libconv/runtime/model.h"
 #include "libconv/runtime/weights.h"
-
-static void log_softmax(float *x, int n, int V) {
-    for (int t = 0; t < n; t++) {
-        float *r = x + (size_t)t * V;
-        double mx = r[0], s = 0.0;
-        for (int v = 1; v < V; v++) mx = r[v] > mx ? r[v] : mx;
-        for (int v = 0; v < V; v++) s += exp((double)r[v] - mx);
-        double lse = mx + log(s);
-        for (int v = 0; v < V; v++) r[v] = (float)((double)r[v] - lse);
-    }
-}
 
 static int run(const char *path, const int32_t *ids, int n, float *lp, int V) {
     kvq_model_opts mo = kvq_model_opts_default();
@@ -37,7 +27,7 @@ static int run(const char *path, const int32_t *ids, int n, float *lp, int V) {
         return -1;
     }
     kvq_model_close(m);
-    log_softmax(lp, n, V);
+    kvq_log_softmax_rows(lp, n, V);
     return 0;
 }
 
