@@ -202,11 +202,13 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_hqx_act_init(w, buf, &a);
     kvq_hqx_prep(w, x, &a);
     // float; int8 by the one-token product (hqx_gemv1.cu) with 1 (the default), 2 and 4 rows
-    // a warp: the same bits each time
+    // a warp, and with the run-time-decided variant instead of the E8/RTN specializations:
+    // the same bits each time
     float *y1 = malloc(sizeof(float) * w->rows);
-    for (int mode = 0; mode < 4; mode++) {
+    for (int mode = 0; mode < 5; mode++) {
         const int int8 = mode > 0;
         kvq_cuda_hqx_set_decode(mode == 2 ? 2 : mode == 3 ? 4 : 1);
+        kvq_cuda_hqx_set_decode_general(mode == 4);
         kvq_hqx_matmul(w, &a, 1, yc, w->rows, int8 ? KVQ_HQX_INT8 : KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
         memset(yg, 0xff, sizeof(float) * w->rows); // poisoned: every row must be written
         st = kvq_cuda_hqx_matvec_host(t, x, yg, int8, &err);
@@ -219,13 +221,14 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         }
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s %s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
-                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : "int8/4", (long long)w->rows, (long long)w->cols, w->tile,
+                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : mode == 3 ? "int8/4" : "int8/g", (long long)w->rows, (long long)w->cols, w->tile,
                 w->vbits, rel);
         assert_true(rel <= 1e-5);
         if (mode == 1) memcpy(y1, yg, sizeof(float) * w->rows);
         if (mode > 1) assert_memory_equal(y1, yg, sizeof(float) * w->rows);
     }
     kvq_cuda_hqx_set_decode(0);
+    kvq_cuda_hqx_set_decode_general(0);
     // the fused int8 product (hqx_fused.cu): several tokens per launch (11 > 8: two launches),
     // accumulating into y, against the CPU int8 reference token by token; one token (the
     // one-token kernel) gives the same bits as the first token of three (the batched kernel):

@@ -278,6 +278,43 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
+// The device argmax (argmax.cu: many blocks, the last one reduces) against the host's rule on
+// random vectors: the largest value, the first index among equals (ties planted across blocks),
+// -inf everywhere, and -1 for any NaN.
+static void test_argmax(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    const int ns[] = {1, 7, 1000, 32768 + 5, 128256, 300001};
+    uint64_t r = 99;
+    int *dout = NULL;
+    kvq_err e = {0};
+    if (kvq_cuda_malloc((void **)&dout, sizeof(int), &e)) fail_msg("%s", e.msg);
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+        const int n = ns[a];
+        for (int kind = 0; kind < 4; kind++) {
+            float *h = rnd(&r, (size_t)n, 1.0f);
+            int want;
+            if (kind == 1 && n > 1) { // the maximum twice, far apart: the first wins
+                const int i = (int)(n * 0.7), j = (int)(n * 0.2);
+                h[i] = h[j] = 50.0f;
+            }
+            if (kind == 2) for (int i = 0; i < n; i++) h[i] = -INFINITY;
+            if (kind == 3) h[n / 2] = NAN;
+            want = kind == 3 ? -1 : kind == 2 ? 0 : argmax(h, n);
+            if (kind == 1 && n > 1) assert_int_equal(want, (int)(n * 0.2));
+            float *d = dev(h, (size_t)n);
+            int got = -2;
+            if (kvq_cuda_argmax(d, n, dout, &e) || kvq_cuda_sync(&e) || kvq_cuda_copy(&got, dout, sizeof(int), 0, &e))
+                fail_msg("%s", e.msg);
+            if (got != want) fail_msg("argmax n=%d kind %d: device %d, host %d", n, kind, got, want);
+            kvq_cuda_free(d);
+            free(h);
+        }
+    }
+    fprintf(stderr, "test_cuda_model: argmax: %zu sizes x 4 kinds equal to the host\n", sizeof ns / sizeof ns[0]);
+    kvq_cuda_free(dout);
+}
+
 // CPU and GPU logits for ids; the GPU's prefill against its own token-by-token decode;
 // greedy continuations of n_greedy tokens. ref: HF logits (or NULL). The GPU's decode steps
 // run as a captured CUDA graph replayed at each position.
@@ -429,6 +466,7 @@ static void test_shared_and_converted(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ops),
+        cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_oracles),
         cmocka_unit_test(test_shared_and_converted),
     };

@@ -80,6 +80,9 @@ kvq_status kvq_cuda_hqx_fused_init(kvq_err *err);
  *  preparation (1, the default; KVQ_CUDA_PDL=0 in the environment turns it off). Not
  *  thread-safe: set before launching. */
 void kvq_cuda_hqx_set_decode(int rows_per_warp);
+/** Tests: 1 runs every one-token product through the variant that decides lattice, scales and
+ *  zero points at run time, instead of the E8 and RTN specializations (the same bits). */
+void kvq_cuda_hqx_set_decode_general(int on);
 void kvq_cuda_hqx_set_pdl(int on);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);

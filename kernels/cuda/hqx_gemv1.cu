@@ -116,21 +116,26 @@ __device__ __forceinline__ int g1_dot(const G1P &d, const G1W<VB> &w, const G1X 
 // compile time by the unrolled inner loop). Pointers advance by constant strides per step
 // (the row's chunk offsets are formed once), so a step's instructions are its loads and its
 // arithmetic.
-// FAST: E8 with 8-bit scale codes and whole steps (every large E8 tensor), known at compile
-// time so that the loop has no branches.
-template <int VB, int RW, int DEPTH, bool FAST>
+// MODE, known at compile time so that the loop has no branches: G1_E8 (E8 with 8-bit scale
+// codes and whole steps: every large E8 tensor), G1_RTN (RTN: float scales, a zero point per
+// tile, no coset bits, whole steps), or G1_ANY (everything else, decided at run time).
+#define G1_ANY 0
+#define G1_E8 1
+#define G1_RTN 2
+template <int VB, int RW, int DEPTH, int MODE>
 __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, float *y, int64_t r0, int lane,
                                         int accumulate) {
     constexpr int NP = G1W<VB>::NP, QS = VB == 8 ? 64 : 32; // q bytes per chunk
     G1P d;
-    d.codes = FAST || dv.scode != NULL;
+    d.codes = MODE == G1_E8 || (MODE == G1_ANY && dv.scode != NULL);
     d.sc = d.codes ? dv.lut : dv.scale;
-    d.m = FAST ? 2 : dv.m;
-    d.e8 = FAST || dv.e8;
+    d.m = MODE == G1_E8 ? 2 : MODE == G1_RTN ? 1 : dv.m;
+    d.e8 = MODE == G1_E8 || (MODE == G1_ANY && dv.e8);
+    const bool zero = MODE == G1_RTN || (MODE == G1_ANY && dv.zero);
     const int64_t rows = dv.rows;
     const uint32_t cpr = (uint32_t)(dv.cols_p / 64), tsh = __ffs(dv.T) - 1, tiles = (uint32_t)(dv.cols_p >> tsh),
                    steps = (cpr + 15) / 16, tps = 1024u >> tsh;
-    const bool whole = FAST || (cpr & 15) == 0; // no partial last step
+    const bool whole = MODE != G1_ANY || (cpr & 15) == 0; // no partial last step
     const Lay L = lay(dv.cols_p, dv.T, 1);
     const int h = lane & 1, cl = lane >> 1;
     const int moff = VB == 8 ? 0 : dv.m * dv.off;
@@ -209,7 +214,7 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
             if (!ok) continue;
             const float sc = d.codes ? __ldg(d.sc + w[i].code) : __uint_as_float(w[i].code);
             acc[par][i] = fmaf(sc * x.sx, (float)D, acc[par][i]);
-            if (!FAST && dv.zero && ((c * 64) & (dv.T - 1)) == 0) { // RTN: the tile's zero point
+            if (zero && ((c * 64) & (dv.T - 1)) == 0) { // RTN: the tile's zero point
                 const uint32_t jt = (c * 64) >> tsh;
                 acc[par][i] = fmaf(__ldg(dv.zero + (r0 + i) * tiles + jt), xs[jt], acc[par][i]);
             }
@@ -252,28 +257,32 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
 #define G1_RING(VB, RW, DEPTH) ((RW) * (DEPTH) * (6 + ((VB) > 4 && (VB) < 8 ? 2 * ((VB) - 4) : 0) + ((VB) == 8 ? 4 : 0)))
 #define G1_MINB(VB, RW, DEPTH) (256 / (36 + G1_RING(VB, RW, DEPTH)) < 1 ? 1 : 256 / (36 + G1_RING(VB, RW, DEPTH)) > 4 ? 4 : 256 / (36 + G1_RING(VB, RW, DEPTH)))
 
-template <int VB, int RW, int DEPTH, bool FAST>
-__global__ void __launch_bounds__(G1_WARPS * 32, FAST || G1_MINB(VB, RW, DEPTH) == 1 ? G1_MINB(VB, RW, DEPTH) : G1_MINB(VB, RW, DEPTH) - 1) hqx_gemv1_k(const __grid_constant__ Parts P, int accumulate) {
+template <int VB, int RW, int DEPTH, int MODE>
+__global__ void __launch_bounds__(G1_WARPS * 32, MODE != G1_ANY || G1_MINB(VB, RW, DEPTH) == 1 ? G1_MINB(VB, RW, DEPTH) : G1_MINB(VB, RW, DEPTH) - 1) hqx_gemv1_k(const __grid_constant__ Parts P, int accumulate) {
     const int pi = blockIdx.y;
     if ((int)blockIdx.x >= P.nb[pi]) return;
     const Dev &d = P.d[pi];
     const int64_t r0 = ((int64_t)blockIdx.x * G1_WARPS + (threadIdx.x >> 5)) * RW;
     if (r0 >= d.rows) return;
-    g1_rows<VB, RW, DEPTH, FAST>(d, P.fs[pi], P.y[pi], r0, threadIdx.x & 31, accumulate);
+    g1_rows<VB, RW, DEPTH, MODE>(d, P.fs[pi], P.y[pi], r0, threadIdx.x & 31, accumulate);
 }
 
-template <int VB, bool FAST> static cudaError_t g1_launch_f(const cudaLaunchConfig_t &cfg, int rw, const Parts &P, int accumulate) {
-    return rw == 4   ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 4, 2, FAST>, P, accumulate)
-           : rw == 2 ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 2, 2, FAST>, P, accumulate)
-                     : cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 1, 2, FAST>, P, accumulate);
+template <int VB, int MODE> static cudaError_t g1_launch_f(const cudaLaunchConfig_t &cfg, int rw, const Parts &P, int accumulate) {
+    return rw == 4   ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 4, 2, MODE>, P, accumulate)
+           : rw == 2 ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 2, 2, MODE>, P, accumulate)
+                     : cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 1, 2, MODE>, P, accumulate);
 }
-template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, int rw, bool fast, const Parts &P, int accumulate) {
-    return fast ? g1_launch_f<VB, true>(cfg, rw, P, accumulate) : g1_launch_f<VB, false>(cfg, rw, P, accumulate);
+template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, int rw, int mode, const Parts &P, int accumulate) {
+    return mode == G1_E8 ? g1_launch_f<VB, G1_E8>(cfg, rw, P, accumulate)
+           : mode == G1_RTN ? g1_launch_f<VB, G1_RTN>(cfg, rw, P, accumulate)
+                            : g1_launch_f<VB, G1_ANY>(cfg, rw, P, accumulate);
 }
 
 static int g_rw = 0; // rows per warp (kvq_cuda_hqx_set_decode); 0: the default
+static int g_mode_any = 0; // tests: the run-time-decided variant for every tensor
 
 extern "C" void kvq_cuda_hqx_set_decode(int rows_per_warp) { g_rw = rows_per_warp; }
+extern "C" void kvq_cuda_hqx_set_decode_general(int on) { g_mode_any = on; }
 
 kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
     for (int p = 0; p < P.n; p++) {
@@ -294,9 +303,16 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
         done |= 1u << vb;
         Parts Q = P;
         int max_nb = 1;
-        bool fast = true; // every part of this width: E8, scale codes, whole steps
-        for (int p = 0; p < P.n; p++)
-            if (P.d[p].vbits == vb && !(P.d[p].e8 && P.d[p].scode && P.d[p].cols_p % 1024 == 0)) fast = false;
+        // every part of this width E8 with scale codes and whole steps, or every part RTN with
+        // float scales, zero points and whole steps: a branch-free variant
+        bool e8 = true, rtn = true;
+        for (int p = 0; p < P.n; p++) {
+            if (P.d[p].vbits != vb) continue;
+            const Dev &d = P.d[p];
+            if (!(d.e8 && d.scode && d.cols_p % 1024 == 0)) e8 = false;
+            if (!(!d.rotate && !d.e8 && d.m == 1 && !d.scode && d.scale && d.zero && d.cols_p % 1024 == 0)) rtn = false;
+        }
+        const int mode = g_mode_any ? G1_ANY : e8 ? G1_E8 : rtn ? G1_RTN : G1_ANY;
         for (int p = 0; p < P.n; p++) {
             const int64_t groups = (P.d[p].rows + rw - 1) / rw;
             Q.nb[p] = P.d[p].vbits == vb ? (int)((groups + G1_WARPS - 1) / G1_WARPS) : 0;
@@ -313,11 +329,11 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
         cfg.numAttrs = pdl && p0 == 0 ? 1 : 0;
         cudaError_t e;
         switch (vb) {
-        case 4: e = g1_launch<4>(cfg, rw, fast, Q, accumulate); break;
-        case 5: e = g1_launch<5>(cfg, rw, fast, Q, accumulate); break;
-        case 6: e = g1_launch<6>(cfg, rw, fast, Q, accumulate); break;
-        case 7: e = g1_launch<7>(cfg, rw, fast, Q, accumulate); break;
-        default: e = g1_launch<8>(cfg, rw, fast, Q, accumulate); break;
+        case 4: e = g1_launch<4>(cfg, rw, mode, Q, accumulate); break;
+        case 5: e = g1_launch<5>(cfg, rw, mode, Q, accumulate); break;
+        case 6: e = g1_launch<6>(cfg, rw, mode, Q, accumulate); break;
+        case 7: e = g1_launch<7>(cfg, rw, mode, Q, accumulate); break;
+        default: e = g1_launch<8>(cfg, rw, mode, Q, accumulate); break;
         }
         if (e != cudaSuccess) return cu_fail(err, e, "launch hqx_gemv1");
         CU_LAUNCHED("hqx_gemv1");

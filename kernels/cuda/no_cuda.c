@@ -90,6 +90,7 @@ kvq_status kvq_cuda_hqx_matmul(kvq_cuda_hqx *t, const float *d_x, int n_tok, flo
 }
 int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t) { return 0; }
 void kvq_cuda_hqx_set_decode(int rows_per_warp) { (void)rows_per_warp; }
+void kvq_cuda_hqx_set_decode_general(int on) { (void)on; }
 void kvq_cuda_hqx_set_pdl(int on) { (void)on; }
 kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
