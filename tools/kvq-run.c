@@ -200,6 +200,19 @@ int main(int argc, char **argv) {
     int V = ar->vocab_size, rc = 0;
     if (kv_spec && mo.backend)
         { kvq_model_close(m); return die("--kv %s: KV-cache codecs run on the CPU only (drop --gpu or --kv)%s", kv_spec, ""); }
+    if (mo.backend) { // the GPU keeps its own fp32 cache: say so when the file declares a codec
+        size_t ml = strlen(model);
+        kvq_file *kf = NULL;
+        if (ml > 4 && !strcmp(model + ml - 4, ".kvq") && !kvq_file_open(model, &kf, &err)) {
+            const json_t *kv = json_object_get(kvq_file_manifest(kf), "kv");
+            const char *spec = kv ? json_string_value(json_object_get(kv, "spec")) : NULL;
+            if (spec)
+                info("kvq-run: %s declares the KV cache %s; the GPU backend runs an fp32 cache (KV codecs run on "
+                     "the CPU only for now: drop --gpu to use it)\n", model, spec);
+        }
+        kvq_file_close(kf);
+        err.code = 0;
+    }
     if (!mo.backend) { // ---- KV cache: --kv, else the .kvq's declared codec, else the default
         kvq_kvcache *kc = NULL;
         int mc = kvq_model_max_ctx(m);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device call (issue 12): the Llama-3-8B-shaped decode/prefill table. Synthetic checkpoint made
 # on the device (make_synth_llama 8b), converted there; each model run once by kvq-run --gpu with
-# a ~1850-token prompt (prefill on tensor cores) and 128 greedy new tokens (decode), E8 4.0 twice.
-# usage (on the device): bash tests/bench/gpu_8b_table.sh
+# a ~2150-token prompt (prefill on tensor cores) and 128 greedy new tokens (decode), E8 4.0 twice.
+# usage (on the device): [SPECS="spec ..."] bash tests/bench/gpu_8b_table.sh
 set -u
 B=.cu/bin
 [ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 bw=$($B/cuda_hqx --copy-only 2>&1 | sed -n 's/.*copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' | head -1); echo "copy bandwidth $bw GB/s"
 $B/make_synth_llama 8b $src tests/models/kvq-tiny-llama >/dev/null 2>&1 || echo synth failed
 echo "== synth $(el)"; du -sh $src
-for s in hyperquant:e8:4.0 rtn:4:g128; do
+for s in ${SPECS:-hyperquant:e8:4.0 rtn:4:g128}; do
   s0=$(date +%s); $B/kvq-convert -q -t 16 $src $W/${s//:/-}.kvq --weights $s || echo "convert $s failed"
   echo "converted $s in $(( $(date +%s) - s0 )) s: $(du -b $W/${s//:/-}.kvq | cut -f1) bytes"
 done
@@ -23,8 +23,6 @@ run() { # label model
   out=$($B/kvq-run $2 --gpu --ctx-max 2304 -p "$long" -n 128 --temp 0 2>&1 >/dev/null)
   echo "$out" | grep -E 'loaded in|on the device|prefill' | sed "s/^/$1: /" | cut -c1-260
 }
-run "e8 4.0" $W/hyperquant-e8-4.0.kvq; echo "$(el)"
-run "e8 4.0 again" $W/hyperquant-e8-4.0.kvq; echo "$(el)"
-run "rtn 4 g128" $W/rtn-4-g128.kvq; echo "$(el)"
+for s in ${SPECS:-hyperquant:e8:4.0 hyperquant:e8:4.0 rtn:4:g128}; do run "$s" $W/${s//:/-}.kvq; echo "$(el)"; done
 run "bf16" $src; echo "$(el)"
 echo "== done $(el)"
