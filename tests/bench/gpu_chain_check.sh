@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Device call (issues 12 and 20): every GPU suite, then the 1B shape: decode with the launch
+# (KVQ_CUDA_PDL_CHAIN belonged to an experiment measured 3 % slower and dropped: now a no-op)
 # chain on and off (KVQ_CUDA_PDL_CHAIN), long-prompt prefill on tensor cores and CUDA cores,
 # and the packed KV attention benchmark. Layout of .cu/ as tests/bench/gpu_tc_check.sh says.
 # usage (on the device): bash tests/bench/gpu_chain_check.sh [8b]
