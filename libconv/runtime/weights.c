@@ -5,6 +5,7 @@
 #include "libconv/tokenizer/tokenizer.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -249,7 +250,17 @@ kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, k
     else {
         kvq_hq_header h;
         s = kvq_hq_header_parse(json_object_get(rv.codec, "params"), rv.rows, rv.cols, &h, err);
-        if (s == KVQ_OK) s = kvq_hq_pack(&h, rv.v, rv.nv, 0, 0, out, err);
+        // KVQ_HQX_WIDTH=4..8 forces the layout's value width (more escapes below the automatic
+        // choice; an experiment knob, docs/EXECUTION.md), else the automatic width
+        int width = 0;
+        const char *ev = getenv("KVQ_HQX_WIDTH");
+        if (ev && *ev) {
+            char *end = NULL;
+            long v = strtol(ev, &end, 10);
+            if (*end || v < 4 || v > 8) s = kvq_err_set(err, KVQ_ERR_ARG, "KVQ_HQX_WIDTH=%s: expected 4 to 8", ev);
+            else width = (int)v;
+        }
+        if (s == KVQ_OK) s = kvq_hq_pack(&h, rv.v, rv.nv, width, 0, out, err);
     }
     release_blobs(w, &rv);
     if (s != KVQ_OK) kvq_err_prefix(err, "%s: tensor '%s'", path, name);
