@@ -212,6 +212,34 @@ static void test_packed_modes(void **st) {
     const char *models[] = {"kvq-small-llama", "kvq-small-qwen3"};
     packed_vs_decoded(TINY, "hyperquant:e8:4.0", 1, 0.02);
     packed_vs_decoded(TINY, "rtn:4:g128", 0, 0.08);
+    // KVQ_HQX_WIDTH forces the layout's width: 4 (E8 4.0 then needs ~1 % escapes) and 8 give
+    // the same products; a value outside 4..8 is refused, naming the variable
+    setenv("KVQ_HQX_WIDTH", "4", 1);
+    packed_vs_decoded(TINY, "hyperquant:e8:4.0", 1, 0.02);
+    setenv("KVQ_HQX_WIDTH", "8", 1);
+    packed_vs_decoded(TINY, "hyperquant:e8:4.0", 1, 0.02);
+    {
+        char out[] = "build/tests/runtime-width-XXXXXX", path[96];
+        tmp_dir(out);
+        snprintf(path, sizeof path, "%s/m.kvq", out);
+        kvq_convert_opts co = {0};
+        co.plan.weights = "hyperquant:e8:4.0";
+        kvq_err e = {0};
+        if (kvq_convert(TINY, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+        const char *bad[] = {"9", "3", "4x", "-5"};
+        for (int i = 0; i < 4; i++) {
+            setenv("KVQ_HQX_WIDTH", bad[i], 1);
+            kvq_model_opts o = kvq_model_opts_default();
+            kvq_model *m = NULL;
+            kvq_err e2 = {0};
+            assert_int_not_equal(kvq_model_open(path, &o, &m, &e2), KVQ_OK);
+            assert_null(m);
+            assert_non_null(strstr(e2.msg, "KVQ_HQX_WIDTH="));
+        }
+        remove(path);
+        rmdir(out);
+    }
+    unsetenv("KVQ_HQX_WIDTH");
     for (int i = 0; i < 2; i++) {
         snprintf(d, sizeof d, "%s/models/%s", shared(), models[i]);
         if (!is_dir(d)) { printf("  skip %s: not found (set KVQ_SHARED)\n", d); continue; }
