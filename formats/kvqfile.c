@@ -808,6 +808,13 @@ static kvq_status load_entry(kvq_file *f, fentry *e, int keep, const void **data
     return KVQ_OK;
 }
 
+kvq_status kvq_file_entry_size(const kvq_file *f, const char *entry, uint64_t *size) {
+    const fentry *e = entry ? find_entry(f, entry) : NULL;
+    if (!e) return KVQ_ERR_MISSING;
+    *size = e->size;
+    return KVQ_OK;
+}
+
 kvq_status kvq_file_entry(kvq_file *f, const char *entry, const void **data, size_t *size, kvq_err *err) {
     fentry *e = find_entry(f, entry);
     if (!e) return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no entry '%s'", f->path, entry);

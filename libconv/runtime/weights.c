@@ -15,6 +15,7 @@
 #include "libconv/codec/codec.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
 #include "libconv/codec/rtn.h"
+#include "libconv/kv/kvcodec.h"
 
 typedef struct {
     const char *name;
@@ -67,8 +68,17 @@ static int rec_shape(const json_t *rec, int *ndim, int64_t shape[8]) {
     return 0;
 }
 
+kvq_status kvq_weights_check_file(kvq_file *f, kvq_err *err) {
+    kvq_status s = kvq_codec_check_file(f, err);
+    kvq_kvcache *kc = NULL;
+    if (!s) s = kvq_kv_open_from_file(f, 1, 0, &kc, err); // a one-position cache: the states alone
+    if (kc) kc->ops->free(kc);
+    return s;
+}
+
 static kvq_status open_kvq(kvq_weights *w, const char *path, kvq_err *err) {
     kvq_status s = kvq_file_open(path, &w->kf, err);
+    if (s == KVQ_OK) s = kvq_weights_check_file(w->kf, err);
     if (s != KVQ_OK) return s;
     const json_t *m = kvq_file_manifest(w->kf);
     s = kvq_arch_from_manifest(json_object_get(m, "architecture"), &w->arch, err);
