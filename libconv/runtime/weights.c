@@ -307,6 +307,12 @@ kvq_status kvq_weights_tokenizer(kvq_weights *w, kvq_tokenizer **out, kvq_err *e
     char name[600];
     snprintf(name, sizeof name, "%s: stored %s", path, main_name);
     s = kvq_tok_open_mem(name, data, n, cfg, cn, out, err);
+    if (!s && kvq_tok_vocab_size(*out) > w->arch.vocab_size) { // ids the model cannot embed (as kvq-convert checks)
+        s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: the tokenizer has %d ids, more than the model's vocab_size %d", name,
+                        kvq_tok_vocab_size(*out), w->arch.vocab_size);
+        kvq_tok_close(*out);
+        *out = NULL;
+    }
     kvq_file_release(w->kf, main_entry);
     if (cfg_entry) kvq_file_release(w->kf, cfg_entry);
     return s;
