@@ -5,6 +5,7 @@
 #include "libconv/tokenizer/tokenizer.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -226,6 +227,10 @@ static kvq_status get_kvq(kvq_weights *w, const char *name, float **out, int64_t
     if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: tensor '%s': out of memory", path, name);
     s = rv.traits->decode(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, x, err);
     release_blobs(w, &rv);
+    for (int64_t i = 0; s == KVQ_OK && i < rv.n; i++) // a NaN/Inf scale, norm or codebook entry, or raw value
+        if (!isfinite(x[i]))
+            s = kvq_err_set(err, KVQ_ERR_FORMAT, "decoded weight %lld is %g (a non-finite value in the file)",
+                            (long long)i, x[i]);
     if (s != KVQ_OK) {
         free(x);
         kvq_err_prefix(err, "%s: tensor '%s'", path, name);
