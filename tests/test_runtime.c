@@ -278,6 +278,7 @@ static void rewrite_with(const char *src, const char *dst, const char *entry, si
     assert_int_equal(kvq_file_open(src, &f, &e), KVQ_OK);
     kvq_writer *w = NULL;
     assert_int_equal(kvq_writer_open(dst, &w, &e), KVQ_OK);
+    json_t *m = json_deep_copy(kvq_file_manifest(f));
     const char *name;
     json_t *v;
     json_object_foreach(json_object_get(kvq_file_manifest(f), "entries"), name, v) {
@@ -290,10 +291,21 @@ static void rewrite_with(const char *src, const char *dst, const char *entry, si
             if (f16) memcpy(c + 2 * at, &f16, 2);
             else memcpy(c + 4 * at, &value, 4);
         }
-        assert_int_equal(kvq_writer_add(w, name, c, n, KVQ_ENTRY_RAW, NULL, &e), KVQ_OK);
+        kvq_entry_info info = {0};
+        assert_int_equal(kvq_writer_add(w, name, c, n, KVQ_ENTRY_RAW, &info, &e), KVQ_OK);
         free(c);
+        // the owning tensor's "bytes" follow its entries' stored bytes (the schema checks it)
+        const json_int_t delta = (json_int_t)info.stored_size - json_integer_value(json_object_get(v, "stored_size"));
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(m, "tensors"), i, t) {
+            const char *role;
+            json_t *ev;
+            json_object_foreach(json_object_get(t, "entries"), role, ev)
+                if (!strcmp(json_string_value(ev), name))
+                    json_object_set_new(t, "bytes", json_integer(json_integer_value(json_object_get(t, "bytes")) + delta));
+        }
     }
-    json_t *m = json_deep_copy(kvq_file_manifest(f));
     json_object_del(m, "entries");
     kvq_file_close(f);
     assert_int_equal(kvq_writer_commit(w, m, &e), KVQ_OK);
