@@ -303,7 +303,75 @@ kvq_status kvq_arch_check_limits(const kvq_arch *a, const char *what, kvq_err *e
     if (a->head_dim % 2) // rotary embeddings turn channel pairs: an odd head_dim has no model behind it
         return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture.head_dim %d is odd (rotary embeddings need pairs)",
                            what, a->head_dim);
+    if (a->max_position_embeddings < 1)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture.max_position_embeddings %d is not positive", what,
+                           a->max_position_embeddings);
+    // The numbers the runtime computes with (a manifest is not parsed by kvq_arch_from_json's
+    // getters): finite, and where the formulas mean something.
+    const struct { const char *k; double v, lo, hi; } num[] = {
+        {"rms_norm_eps", a->rms_norm_eps, 0, 1},      {"rope.theta", a->rope_theta, 0, 1e12},
+        {"rope.factor", a->rope_factor, 0, 1e6},      {"rope.partial_rotary_factor", a->partial_rotary_factor, 0, 1}};
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
+        if (!(num[i].v > num[i].lo && num[i].v <= num[i].hi)) // NaN fails too
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture.%s %g outside (%g, %g]", what, num[i].k, num[i].v,
+                               num[i].lo, num[i].hi);
+    if ((int)(a->head_dim * a->partial_rotary_factor) < 2)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture: partial_rotary_factor %g leaves no rotary pair of "
+                           "head_dim %d", what, a->partial_rotary_factor, a->head_dim);
+    if (a->rope_type == KVQ_ROPE_LLAMA3 &&
+        !(a->rope_low_freq_factor > 0 && a->rope_high_freq_factor > a->rope_low_freq_factor &&
+          a->rope_high_freq_factor < 1e6 && a->rope_original_max_position >= 1))
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture: llama3 rope needs 0 < low_freq_factor < "
+                           "high_freq_factor and original_max_position_embeddings >= 1 (got %g, %g, %d)", what,
+                           a->rope_low_freq_factor, a->rope_high_freq_factor, a->rope_original_max_position);
+    const struct { const char *k; int v; } tok[] = {{"bos_token_id", a->bos_token_id}, {"eos_token_id", a->eos_token_id}};
+    for (int i = 0; i < 2; i++)
+        if (tok[i].v < -1 || tok[i].v >= a->vocab_size) // -1: none
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: architecture.%s %d is not an id of the %d-token vocabulary", what,
+                               tok[i].k, tok[i].v, a->vocab_size);
     return KVQ_OK;
+}
+
+kvq_status kvq_arch_check_tensor_set(const kvq_arch *a, int (*has)(const char *name, void *ud), void *ud,
+                                     const char *what, kvq_err *err) {
+    char n[160];
+#define NEED_T(...) do { snprintf(n, sizeof n, __VA_ARGS__); if (!has(n, ud)) goto missing; } while (0)
+    NEED_T("model.embed_tokens.weight");
+    if (!a->tie_word_embeddings && !has("lm_head.weight", ud))
+        return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tensor 'lm_head.weight' and tie_word_embeddings is false", what);
+    NEED_T("model.norm.weight");
+    for (int l = 0; l < a->n_layers; l++) {
+        const char *p = "model.layers";
+        NEED_T("%s.%d.input_layernorm.weight", p, l);
+        NEED_T("%s.%d.post_attention_layernorm.weight", p, l);
+        snprintf(n, sizeof n, "%s.%d.self_attn.qkv_proj.weight", p, l);
+        if (!(a->family == KVQ_ARCH_PHI3 || has(n, ud))) {
+            NEED_T("%s.%d.self_attn.q_proj.weight", p, l);
+            NEED_T("%s.%d.self_attn.k_proj.weight", p, l);
+            NEED_T("%s.%d.self_attn.v_proj.weight", p, l);
+        } else NEED_T("%s.%d.self_attn.qkv_proj.weight", p, l);
+        snprintf(n, sizeof n, "%s.%d.self_attn.q_proj.bias", p, l);
+        if (has(n, ud) || a->attention_bias || a->family == KVQ_ARCH_QWEN2) {
+            NEED_T("%s.%d.self_attn.q_proj.bias", p, l);
+            NEED_T("%s.%d.self_attn.k_proj.bias", p, l);
+            NEED_T("%s.%d.self_attn.v_proj.bias", p, l);
+        }
+        if (a->qk_norm || a->family == KVQ_ARCH_QWEN3) {
+            NEED_T("%s.%d.self_attn.q_norm.weight", p, l);
+            NEED_T("%s.%d.self_attn.k_norm.weight", p, l);
+        }
+        NEED_T("%s.%d.self_attn.o_proj.weight", p, l);
+        snprintf(n, sizeof n, "%s.%d.mlp.gate_up_proj.weight", p, l);
+        if (!has(n, ud)) {
+            NEED_T("%s.%d.mlp.gate_proj.weight", p, l);
+            NEED_T("%s.%d.mlp.up_proj.weight", p, l);
+        }
+        NEED_T("%s.%d.mlp.down_proj.weight", p, l);
+    }
+#undef NEED_T
+    return KVQ_OK;
+missing:
+    return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tensor '%s' (the architecture needs it)", what, n);
 }
 
 int kvq_arch_expected_shape(const kvq_arch *a, const char *name, int64_t shape[2], int *ndim) {

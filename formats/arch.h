@@ -58,10 +58,22 @@ kvq_status kvq_arch_from_manifest(const json_t *j, kvq_arch *arch, kvq_err *err)
 const char *kvq_arch_family_name(kvq_arch_family f);
 
 /** Limits no real checkpoint approaches (docs/FORMAT.md: hidden ≤ 65536, layers ≤ 1024,
- *  heads ≤ 1024 and a multiple of the KV heads, head_dim ≤ 4096, vocab ≤ 2^22, ffn ≤ 2^20),
+ *  heads ≤ 1024 and a multiple of the KV heads, head_dim ≤ 4096 and even, vocab ≤ 2^22, ffn ≤ 2^20),
+ *  and the numbers the runtime computes with: rms_norm_eps in (0, 1], RoPE theta, factor and
+ *  partial_rotary_factor finite and positive (llama3: 0 < low < high frequency factor), at least
+ *  one rotary pair, max_position_embeddings ≥ 1, bos/eos -1 or an id below vocab_size;
  *  checked by the converter on a source and by kvq_file_open on a manifest. what names the
  *  file in the message. */
 kvq_status kvq_arch_check_limits(const kvq_arch *a, const char *what, kvq_err *err);
+
+/** The tensors the runtime (libconv/runtime/model.c) needs of this architecture: the
+ *  embedding, the output matrix unless tied, the final norm, and per layer both norms, q/k/v
+ *  (or a fused qkv), their biases where the architecture or the file has them, q/k norms
+ *  (qk_norm), o, gate/up (or a fused gate_up) and down. has(name, ud) says whether a tensor is
+ *  present. Shared by the converter (on a source) and kvq_file_open (on a manifest).
+ *  @return KVQ_OK, or KVQ_ERR_MISSING naming what and the first absent tensor. */
+kvq_status kvq_arch_check_tensor_set(const kvq_arch *a, int (*has)(const char *name, void *ud), void *ud,
+                                     const char *what, kvq_err *err);
 
 /** The shape the architecture requires of a named tensor (Llama-family names: embeddings,
  *  lm_head, norms, q/k/v/o and fused qkv, their biases, q/k norms, gate/up/down and fused

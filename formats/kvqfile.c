@@ -6,6 +6,7 @@
 // libzip checks the archive (ZIP_CHECKCONS) and reads the manifest; payloads are
 // used in place from an mmap, digest-checked on first access.
 #include "formats/kvqfile.h"
+#include "formats/tmpfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -96,23 +97,6 @@ static kvq_status fsync_dir_of(const char *path) {
     return r == 0 ? KVQ_OK : KVQ_ERR_IO;
 }
 
-// A temp name "<dir>/.<base>.<what>-XXXXXX" beside path, created by mkstemp.
-static int make_temp_beside(const char *path, const char *what, char **name) {
-    char *d = strdup(path), *b = strdup(path);
-    if (!d || !b) { free(d); free(b); return -1; }
-    size_t n = strlen(path) + strlen(what) + 16;
-    *name = malloc(n);
-    int fd = -1;
-    if (*name) {
-        snprintf(*name, n, "%s/.%s.%s-XXXXXX", dirname(d), basename(b), what);
-        fd = mkstemp(*name);
-        if (fd < 0) { free(*name); *name = NULL; }
-    }
-    free(d);
-    free(b);
-    return fd;
-}
-
 // ---- writing ---------------------------------------------------------------
 
 // A libzip source reading a byte range of an fd (the spool, or an old .kvq when
@@ -182,7 +166,9 @@ struct kvq_writer {
     size_t n_jb;
     jgroup *jg;
     size_t n_jg, n_adopted;
-    char *final_path, *tmp_path;
+    char *final_path, *tmp_path;    // tmp_path: the archive libzip writes, "<anchor>.z"
+    char *anchor;                   // the locked temporary (formats/tmpfile.h) naming this write
+    int anchor_fd;
     zip_t *za;
     int spool_fd;
     uint64_t spool_pos;  // bytes used in the spool
@@ -198,6 +184,7 @@ kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *er
     kvq_writer *w = calloc(1, sizeof *w);
     if (!w) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", final_path);
     w->spool_fd = -1;
+    w->anchor_fd = -1;
     w->final_path = strdup(final_path);
     w->entries = json_object();
     w->cctx = ZSTD_createCCtx();
@@ -205,20 +192,25 @@ kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *er
         kvq_writer_abort(w);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", final_path);
     }
-    // The archive's temp name: reserved with mkstemp, then removed so libzip can
-    // create it (ZIP_EXCL) with the usual 0666 & ~umask permissions at zip_close.
-    int fd = make_temp_beside(final_path, "tmp", &w->tmp_path);
-    if (fd < 0) {
+    // A locked anchor beside the output (removing what killed writers left there), and names
+    // that extend it: the archive, which libzip creates (ZIP_EXCL, 0666 & ~umask) at zip_close
+    // through its own "<name>.XXXXXX", and the spool, unlinked at once. A kill leaves at most
+    // this family, which the next writer of the output removes.
+    w->anchor_fd = kvq_tmp_create(final_path, &w->anchor);
+    size_t tl = w->anchor ? strlen(w->anchor) + 3 : 0;
+    char *spool_name = w->anchor ? malloc(tl) : NULL;
+    if (w->anchor_fd < 0 || !spool_name || !(w->tmp_path = malloc(tl))) {
         kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: cannot create a temporary file beside it: %s",
                                    final_path, strerror(errno));
+        free(spool_name);
         kvq_writer_abort(w);
         return s;
     }
-    close(fd);
-    unlink(w->tmp_path);
-    char *spool_name = NULL;
-    w->spool_fd = make_temp_beside(final_path, "spool", &spool_name);
-    if (w->spool_fd >= 0) { unlink(spool_name); free(spool_name); }
+    snprintf(w->tmp_path, tl, "%s.z", w->anchor);
+    snprintf(spool_name, tl, "%s.s", w->anchor);
+    w->spool_fd = open(spool_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (w->spool_fd >= 0) unlink(spool_name);
+    free(spool_name);
     int ze = 0;
     if (w->spool_fd < 0 || !(w->za = zip_open(w->tmp_path, ZIP_CREATE | ZIP_EXCL, &ze))) {
         kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: cannot start the archive: %s", final_path,
@@ -392,6 +384,9 @@ void kvq_writer_abort(kvq_writer *w) {
     if (w->za) zip_discard(w->za);
     if (w->tmp_path) unlink(w->tmp_path); // nothing there unless zip_close ran
     if (w->spool_fd >= 0) close(w->spool_fd);
+    if (w->anchor) unlink(w->anchor); // last: while it is there and locked, its family is ours
+    if (w->anchor_fd >= 0) close(w->anchor_fd);
+    free(w->anchor);
     for (size_t i = 0; i < w->n_ent; i++) free(w->ent[i].name);
     free(w->ent);
     json_decref(w->entries);
@@ -805,6 +800,13 @@ static kvq_status load_entry(kvq_file *f, fentry *e, int keep, const void **data
     if (e->zstd && keep) e->buf = buf;
     else if (buf != e->buf) free(buf);
     if (data) *data = p;
+    return KVQ_OK;
+}
+
+kvq_status kvq_file_entry_size(const kvq_file *f, const char *entry, uint64_t *size) {
+    const fentry *e = entry ? find_entry(f, entry) : NULL;
+    if (!e) return KVQ_ERR_MISSING;
+    *size = e->size;
     return KVQ_OK;
 }
 

@@ -124,6 +124,10 @@ int kvq_file_codec_known(const char *name);
 const char *kvq_file_path(const kvq_file *f);
 uint64_t kvq_file_size(const kvq_file *f);
 
+/** The inflated size the entry table declares for an entry (nothing is read or inflated).
+ *  @return KVQ_OK, or KVQ_ERR_MISSING for a name not in the table. */
+kvq_status kvq_file_entry_size(const kvq_file *f, const char *entry, uint64_t *size);
+
 /** Payload of an entry, digest-checked on first access. Raw entries point into the
  *  mmap; zstd entries are decompressed into a buffer the file owns. Borrowed until
  *  close. */

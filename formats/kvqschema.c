@@ -147,8 +147,15 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
     NEED(t, tat, "bytes", JSON_INTEGER, &v);
     if (json_integer_value(v) < 0)
         return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.bytes is negative", c->path, tat);
-    NEED(t, tat, "bits_per_weight", JSON_REAL, NULL);
-    NEED(t, tat, "code_bits_per_weight", JSON_REAL, NULL);
+    // (bytes against the entries' stored bytes: kvq-verify's integrity check, kvq_file_tensor_bytes:
+    // a disagreement fails the check, exit 1, rather than being an unreadable file)
+    const char *bpw[] = {"bits_per_weight", "code_bits_per_weight"};
+    for (int k = 0; k < 2; k++) {
+        const json_t *b;
+        NEED(t, tat, bpw[k], JSON_REAL, &b);
+        if (json_number_value(b) < 0)
+            return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.%s is negative", c->path, tat, bpw[k]);
+    }
     NEED(t, tat, "rate", JSON_OBJECT, &v);
     const char *part;
     json_t *pv;
@@ -186,6 +193,16 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
 
 static int name_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
+typedef struct {
+    const char **names; // sorted
+    size_t n;
+} name_set;
+
+static int has_name(const char *name, void *ud) {
+    const name_set *ns = ud;
+    return ns->n && bsearch(&name, ns->names, ns->n, sizeof *ns->names, name_cmp) != NULL;
+}
+
 static kvq_status check_tensors(sctx *c, const json_t *m, const json_t *entries, const kvq_arch *a) {
     const json_t *ts;
     NEED(m, "", "tensors", JSON_ARRAY, &ts);
@@ -214,16 +231,11 @@ static kvq_status check_tensors(sctx *c, const json_t *m, const json_t *entries,
             if (!strcmp(names[i], names[i - 1]))
                 s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: tensor '%s' is listed twice", c->path, names[i]);
     }
-    if (!s) { // the embedding, and the output matrix unless it is tied to the embedding
-        int emb = 0, head = 0;
-        for (size_t i = 0; i < n; i++) {
-            emb |= !strcmp(names[i], "model.embed_tokens.weight");
-            head |= !strcmp(names[i], "lm_head.weight");
-        }
-        if (!emb) s = kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: no tensor 'model.embed_tokens.weight'", c->path);
-        else if (!head && !a->tie_word_embeddings)
-            s = kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: no tensor 'lm_head.weight' and "
-                            "tie_word_embeddings is false", c->path);
+    if (!s) { // every tensor the runtime needs of the architecture (names are sorted now)
+        name_set ns = {names, n};
+        char what[600];
+        snprintf(what, sizeof what, "%s: manifest.json", c->path);
+        s = kvq_arch_check_tensor_set(a, has_name, &ns, what, c->err);
     }
     free(names);
     return s;
@@ -244,7 +256,9 @@ static kvq_status check_source(sctx *c, const json_t *m) {
         snprintf(at, sizeof at, "source.files[%zu]", i);
         if (!json_is_object(f)) return bad(c, at, "an object", f);
         NEED(f, at, "name", JSON_STRING, NULL);
-        NEED(f, at, "size", JSON_INTEGER, NULL);
+        NEED(f, at, "size", JSON_INTEGER, &v);
+        if (json_integer_value(v) < 0)
+            return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s.size is negative", c->path, at);
         NEED(f, at, "role", JSON_STRING, NULL);
         NEED(f, at, "sha256", JSON_STRING, &v);
         if (!is_hex(json_string_value(v), 64))
@@ -327,18 +341,88 @@ static kvq_status check_orphans(sctx *c, const json_t *m, const json_t *entries)
     return s;
 }
 
-// The KV section's own layout is checked by kvq_kv_open_from_file when it is loaded;
-// here: its spec, and the entry it names.
-static kvq_status check_kv(sctx *c, const json_t *m, const json_t *entries) {
-    const json_t *kv = json_object_get(m, "kv"), *e;
+// The KV section (docs/KV.md): its shape is the architecture's, its window and boundary in
+// range, and it holds one state per (layer, head, K/V), each once, whose tables lie inside the
+// float32 entry it names. The codec states' own meaning (the spec, table sizes and values) is
+// checked where they are rebuilt (libconv/kv, kvq_kv_check_file), by every tool.
+static kvq_status check_kv(sctx *c, const json_t *m, const json_t *entries, const kvq_arch *a) {
+    const json_t *kv = json_object_get(m, "kv"), *e, *v, *states;
     if (!kv) return KVQ_OK;
     if (!json_is_object(kv)) return bad(c, "kv", "an object", kv);
     NEED(kv, "kv", "spec", JSON_STRING, NULL);
     NEED(kv, "kv", "entry", JSON_STRING, &e);
-    if (!json_object_get(entries, json_string_value(e)))
+    const json_t *ent = json_object_get(entries, json_string_value(e));
+    if (!ent)
         return kvq_err_set(c->err, KVQ_ERR_MISSING, "%s: manifest.json: kv.entry names entry '%s', which is not in the entry table",
                            c->path, json_string_value(e));
-    return KVQ_OK;
+    const json_int_t nfloats = json_integer_value(json_object_get(ent, "size")) / 4;
+    const struct { const char *k; json_int_t want; } shp[] = {
+        {"n_layers", a->n_layers}, {"n_kv_heads", a->n_kv_heads}, {"head_dim", a->head_dim}};
+    for (int i = 0; i < 3; i++) {
+        char w[64];
+        snprintf(w, sizeof w, "kv.%s", shp[i].k);
+        NEED(kv, "kv", shp[i].k, JSON_INTEGER, &v);
+        if (json_integer_value(v) != shp[i].want)
+            return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s is %" JSON_INTEGER_FORMAT
+                               ", the architecture's is %" JSON_INTEGER_FORMAT, c->path, w, json_integer_value(v), shp[i].want);
+    }
+    NEED(kv, "kv", "window", JSON_INTEGER, &v);
+    if (json_integer_value(v) < 0 || json_integer_value(v) > (1 << 24)) // kvq-run --kv-window's range
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: kv.window %" JSON_INTEGER_FORMAT
+                           " outside [0, 2^24]", c->path, json_integer_value(v));
+    NEED(kv, "kv", "boundary", JSON_INTEGER, &v);
+    if (json_integer_value(v) != 0 && json_integer_value(v) != 1)
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: kv.boundary %" JSON_INTEGER_FORMAT " is not 0 or 1",
+                           c->path, json_integer_value(v));
+    NEED(kv, "kv", "seed", JSON_STRING, NULL);
+    NEED(kv, "kv", "states", JSON_ARRAY, &states);
+    const size_t want = (size_t)a->n_layers * (size_t)a->n_kv_heads * 2;
+    if (json_array_size(states) != want)
+        return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: kv.states has %zu states, the architecture needs "
+                           "%zu (layers × KV heads × K/V)", c->path, json_array_size(states), want);
+    uint8_t *seen = calloc(want, 1);
+    if (!seen) return kvq_err_set(c->err, KVQ_ERR_NOMEM, "%s: out of memory", c->path);
+    kvq_status s = KVQ_OK;
+    for (size_t i = 0; i < want && !s; i++) {
+        const json_t *st = json_array_get(states, i), *jl, *jh, *jr, *tabs;
+        char at[64];
+        snprintf(at, sizeof at, "kv.states[%zu]", i);
+        if (!json_is_object(st)) { s = bad(c, at, "an object", st); break; }
+        if ((s = need(c, st, at, "layer", JSON_INTEGER, &jl)) || (s = need(c, st, at, "head", JSON_INTEGER, &jh)) ||
+            (s = need(c, st, at, "role", JSON_STRING, &jr)) || (s = need(c, st, at, "params", JSON_OBJECT, NULL)) ||
+            (s = need(c, st, at, "tables", JSON_ARRAY, &tabs)))
+            break;
+        const json_int_t l = json_integer_value(jl), h = json_integer_value(jh);
+        const char *r = json_string_value(jr);
+        if (l < 0 || l >= a->n_layers || h < 0 || h >= a->n_kv_heads || (strcmp(r, "K") && strcmp(r, "V"))) {
+            s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s: layer %" JSON_INTEGER_FORMAT " head %"
+                            JSON_INTEGER_FORMAT " role '%s' is not a state of %d layers × %d KV heads × K/V", c->path, at,
+                            l, h, r, a->n_layers, a->n_kv_heads);
+            break;
+        }
+        const size_t slot = ((size_t)l * (size_t)a->n_kv_heads + (size_t)h) * 2 + (r[0] == 'V');
+        if (seen[slot]++) {
+            s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s: layer %" JSON_INTEGER_FORMAT " head %"
+                            JSON_INTEGER_FORMAT " %s is listed twice", c->path, at, l, h, r);
+            break;
+        }
+        for (size_t k = 0; k < json_array_size(tabs) && !s; k++) {
+            const json_t *t = json_array_get(tabs, k), *jo, *jc;
+            char tw[96];
+            snprintf(tw, sizeof tw, "%s.tables[%zu]", at, k);
+            if (!json_is_object(t)) { s = bad(c, tw, "an object", t); break; }
+            if ((s = need(c, t, tw, "name", JSON_STRING, NULL)) || (s = need(c, t, tw, "offset", JSON_INTEGER, &jo)) ||
+                (s = need(c, t, tw, "count", JSON_INTEGER, &jc)))
+                break;
+            const json_int_t o = json_integer_value(jo), n = json_integer_value(jc);
+            if (o < 0 || n < 0 || o > nfloats || n > nfloats - o)
+                s = kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s: floats [%" JSON_INTEGER_FORMAT ", +%"
+                                JSON_INTEGER_FORMAT ") lie outside entry '%s' (%" JSON_INTEGER_FORMAT " floats)", c->path,
+                                tw, o, n, json_string_value(e), nfloats);
+        }
+    }
+    free(seen);
+    return s;
 }
 
 // The verification record (libconv/verify/verify_record.c) is bound to the file by its own
@@ -428,6 +512,6 @@ kvq_status kvq_file_check_manifest(const json_t *m, const char *path, kvq_err *e
     if ((s = check_orphans(c, m, entries))) return s;
     if ((s = check_source(c, m))) return s;
     if ((s = check_tokenizer(c, m, entries))) return s;
-    if ((s = check_kv(c, m, entries))) return s;
+    if ((s = check_kv(c, m, entries, &a))) return s;
     return check_verification(c, m);
 }

@@ -5,6 +5,7 @@
 // package for the same tensors (F32 before BF16 before F16, then by name; header padded
 // with spaces to 8 bytes) and writes through a temporary file + fsync + rename.
 #include "formats/safetensors.h"
+#include "formats/tmpfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -516,24 +517,18 @@ kvq_status kvq_st_write(const char *path, const kvq_tensor *tensors, size_t n,
     }
     size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7;
 
-    // Temporary file in the destination directory so the rename is atomic.
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
+    // Temporary file in the destination directory so the rename is atomic (tmpfile.h: locked,
+    // 0666 & ~umask; one a killed writer left is removed here first).
+    char *tmp = NULL;
     char *dcopy = strdup(path);
-    if (!tmp || !dcopy) {
+    if (!dcopy) {
         s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
-    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
+    int fd = kvq_tmp_create(path, &tmp);
     if (fd < 0) {
         s = kvq_err_set(err, KVQ_ERR_IO, "%s: cannot create temporary file: %s", path, strerror(errno));
         goto done;
-    }
-    { // mkstemp makes 0600; the file people keep gets the usual 0666 & ~umask
-        mode_t um = umask(0);
-        umask(um);
-        (void)fchmod(fd, 0666 & ~um);
     }
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));

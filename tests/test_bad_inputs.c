@@ -198,7 +198,7 @@ static int setup(void **st) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvq-bad-XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
     snprintf(g_base, sizeof g_base, "%s/base.kvq", g_dir);
-    return run("%s/kvq-convert -q " FIXTURE " %s", g_build, g_base);
+    return run("%s/kvq-convert -q --kv qturbo:3 " FIXTURE " %s", g_build, g_base); // with a KV section
 }
 
 static int teardown(void **st) { return run("rm -rf %s", g_dir); }

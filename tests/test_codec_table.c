@@ -72,6 +72,38 @@ static void test_weight_codecs(void **state) {
                       c->max_rel_err, 8.0 * kvq_encoded_bytes(&e) / (double)(rows * cols));
         if (c->lossless) assert_memory_equal(x, y, sizeof(float) * rows * cols);
         else assert_true(re <= c->max_rel_err);
+        // check(): the sizes alone (data NULL, as kvq_codec_check_file passes them) are accepted;
+        // each blob one byte longer, or the params without each of their keys, or another shape,
+        // is refused where decode would refuse it
+        assert_non_null(c->check);
+        kvq_blob_view sz[KVQ_MAX_BLOBS];
+        for (int k = 0; k < e.n_blob; k++) sz[k] = (kvq_blob_view){e.blob[k].role, NULL, e.blob[k].size};
+        if (c->check(e.params, sz, e.n_blob, rows, cols, &err)) fail_msg("%s: check: %s", c->name, err.msg);
+        for (int k = 0; k < e.n_blob; k++) {
+            sz[k].size++;
+            // (HyperQuant's Rice codes have no length of their own: the last group offset, read at
+            // decode, must equal it)
+            if (!c->check(e.params, sz, e.n_blob, rows, cols, &err) && strcmp(e.blob[k].role, "codes"))
+                fail_msg("%s: check accepts blob '%s' one byte longer", c->name, e.blob[k].role);
+            sz[k].size--;
+        }
+        float *y2 = malloc(sizeof(float) * (size_t)(rows + 1) * cols);
+        assert_int_not_equal(c->decode(e.params, v, e.n_blob, rows + 1, cols, y2, &err), KVQ_OK);
+        free(y2);
+        const char *key;
+        json_t *val;
+        float *y3 = malloc(sizeof(float) * (size_t)rows * cols);
+        json_object_foreach(e.params, key, val) { // check and decode agree on every key's need
+            json_t *p2 = json_deep_copy(e.params);
+            json_object_del(p2, key);
+            kvq_status cs = c->check(p2, sz, e.n_blob, rows, cols, &err),
+                       ds = c->decode(p2, v, e.n_blob, rows, cols, y3, &err);
+            if (cs != ds) fail_msg("%s: without '%s', check gives %d and decode %d", c->name, key, cs, ds);
+            if (!ds) assert_memory_equal(y, y3, sizeof(float) * (size_t)rows * cols); // an informational key
+            json_decref(p2);
+        }
+        free(y3);
+        assert_int_not_equal(c->check(e.params, sz, e.n_blob, rows + 1, cols, &err), KVQ_OK);
         double parts = 0;
         for (int k = 0; k < e.n_part; k++) parts += e.part[k].bits;
         if (e.n_part) assert_true(fabs(parts - 8.0 * (double)kvq_encoded_bytes(&e)) < 1e-6);

@@ -276,9 +276,26 @@ static void test_manifest_roundtrip(void **st) {
                 assert_memory_equal(x, y, sizeof x);
             }
         kvq_kvcache *bad = NULL;
-        if (nf > 0) { // the stored tables are what the loaded cache uses
+        if (nf > 0) { // the stored tables are what the loaded cache uses: each changed, still valid
             float *pert = malloc(sizeof(float) * nf);
-            for (size_t k = 0; k < nf; k++) pert[k] = blob[k] * 0.9f;
+            memcpy(pert, blob, sizeof(float) * nf);
+            size_t si2;
+            json_t *stj;
+            json_array_foreach(json_object_get(sec2, "states"), si2, stj) {
+                size_t ti;
+                json_t *tj;
+                json_array_foreach(json_object_get(stj, "tables"), ti, tj) {
+                    const char *tn = json_string_value(json_object_get(tj, "name"));
+                    float *t = pert + json_integer_value(json_object_get(tj, "offset"));
+                    const size_t cnt = (size_t)json_integer_value(json_object_get(tj, "count"));
+                    if (!strcmp(tn, "signs")) for (size_t k = 0; k < cnt; k++) t[k] = -t[k];
+                    else if (!strncmp(tn, "codebook", 8)) for (size_t k = 0; k < cnt; k++) t[k] *= 0.9f;
+                    else for (size_t k = 0; k + 4 <= cnt; k += 4) { // unit quaternions: (w,x,y,z) -> (x,y,z,w)
+                        float w0 = t[k];
+                        t[k] = t[k + 1], t[k + 1] = t[k + 2], t[k + 2] = t[k + 3], t[k + 3] = w0;
+                    }
+                }
+            }
             assert_int_equal(kvq_kvcache_codec_load(sec2, pert, nf, T, 0, &bad, &e), KVQ_OK);
             fill(bad, 0, T);
             float x[NQ * D], y[NQ * D];

@@ -291,6 +291,98 @@ static const char *all_specs[] = {"fp16", "int:4", "kivi:2", "hqmq:s96:r4", "hqm
                                   "hqkv:e8:3:rot=signs:dither", "hqkv:d4:4:rot=qjl", "hqkv:a2:2.5:rot=none",
                                   "hqkv:z:4:rot=signs:dither"};
 
+// Stored tables are checked before use: for every codec and each of its tables, a copy with
+// one value made NaN is refused, and so is a copy that breaks the table's meaning (a sign that
+// is not ±1, a codebook out of order or out of range, a quaternion of norm 2), naming it.
+static void test_stored_tables_checked(void **st) {
+    const int d = 64;
+    for (size_t i = 0; i < sizeof all_specs / sizeof *all_specs; i++)
+        for (int r = 0; r < 2; r++) {
+            kvq_kvcodec *a = mk(all_specs[i], d, r, 99);
+            json_t *params;
+            kvq_blob blobs[8];
+            int nb = 0;
+            kvq_err e = {0};
+            assert_int_equal(kvq_kvcodec_save(a, &params, blobs, 8, &nb, &e), KVQ_OK);
+            for (int k = 0; k < nb; k++) {
+                float *t = blobs[k].data;
+                const size_t n = blobs[k].size / sizeof(float);
+                const char *role = blobs[k].role + 4; // "tbl/<name>"
+                kvq_blob_view v[8];
+                for (int j = 0; j < nb; j++) v[j] = (kvq_blob_view){blobs[j].role, blobs[j].data, blobs[j].size};
+                for (int how = 0; how < 2; how++) {
+                    float keep0 = t[0], keepn = t[n - 1];
+                    if (how == 0) t[0] = NAN;
+                    else if (!strcmp(role, "signs")) t[0] = 0.5f;
+                    else if (!strncmp(role, "codebook", 8)) {
+                        if (n < 2 || t[0] == t[n - 1]) continue;
+                        t[0] = keepn, t[n - 1] = keep0; // out of order
+                    } else if (!strcmp(role, "quaternion") || !strcmp(role, "secondary")) {
+                        for (int q = 0; q < 4; q++) t[q] *= 2;
+                    } else fail_msg("%s: table '%s' has no meaning check here", all_specs[i], role);
+                    kvq_kvcodec *c = NULL;
+                    kvq_status s = kvq_kvcodec_load(params, v, nb, &c, &e);
+                    if (s != KVQ_ERR_FORMAT || !strstr(e.msg, role))
+                        fail_msg("%s %s table '%s' (%s): load gave %d: %s", all_specs[i], r ? "V" : "K", role,
+                                 how ? "meaning" : "NaN", s, e.msg);
+                    assert_null(c);
+                    if (how == 1 && (!strcmp(role, "quaternion") || !strcmp(role, "secondary")))
+                        for (int q = 0; q < 4; q++) t[q] /= 2;
+                    t[0] = keep0, t[n - 1] = keepn;
+                }
+            }
+            // unchanged, the same tables load
+            kvq_blob_view v[8];
+            for (int j = 0; j < nb; j++) v[j] = (kvq_blob_view){blobs[j].role, blobs[j].data, blobs[j].size};
+            kvq_kvcodec *c = NULL;
+            assert_int_equal(kvq_kvcodec_load(params, v, nb, &c, &e), KVQ_OK);
+            kvq_kvcodec_free(c);
+            for (int k = 0; k < nb; k++) free(blobs[k].data);
+            json_decref(params);
+            kvq_kvcodec_free(a);
+        }
+}
+
+// A state loaded from stored tables is not trained: a turboquant:8 codebook that differs from the
+// trained one (here: uniform levels) is the one used, bit for bit, on encode and decode.
+static void test_stored_codebook_used(void **st) {
+    const int d = 128;
+    kvq_kvcodec *a = mk("turboquant:8", d, KVQ_KV_K, 5);
+    json_t *params;
+    kvq_blob blobs[8];
+    int nb = 0;
+    kvq_err e = {0};
+    assert_int_equal(kvq_kvcodec_save(a, &params, blobs, 8, &nb, &e), KVQ_OK);
+    kvq_blob_view v[8];
+    float *cb = NULL;
+    for (int j = 0; j < nb; j++) {
+        v[j] = (kvq_blob_view){blobs[j].role, blobs[j].data, blobs[j].size};
+        if (!strcmp(blobs[j].role, "tbl/codebook")) cb = blobs[j].data;
+    }
+    assert_non_null(cb);
+    for (int k = 0; k < 256; k++) cb[k] = -0.25f + 0.5f * (float)k / 255.0f;
+    kvq_kvcodec *c = NULL;
+    assert_int_equal(kvq_kvcodec_load(params, v, nb, &c, &e), KVQ_OK);
+    kvq_kvtable t[8];
+    int nt = c->vt->tables(c, t);
+    int found = 0;
+    for (int k = 0; k < nt; k++)
+        if (!strcmp(t[k].name, "codebook")) assert_memory_equal(t[k].data, cb, 256 * sizeof(float)), found = 1;
+    assert_true(found);
+    float x[128], y[128];
+    gauss(x, d, 3);
+    uint8_t buf[512];
+    size_t off[2];
+    assert_int_equal(kvq_kvcodec_encode(c, x, 1, buf, sizeof buf, off, &e), KVQ_OK);
+    kvq_kvcodec_decode(c, buf, off, 1, y);
+    double err2 = 0, n2 = 0;
+    for (int i = 0; i < d; i++) err2 += (x[i] - y[i]) * (x[i] - y[i]), n2 += x[i] * x[i];
+    assert_true(sqrt(err2 / n2) < 0.2); // uniform 8-bit levels over [-0.25, 0.25] still code a unit vector
+    for (int k = 0; k < nb; k++) free(blobs[k].data);
+    json_decref(params);
+    kvq_kvcodec_free(a), kvq_kvcodec_free(c);
+}
+
 // Same input and seed => same bytes; state save/load => same bytes and decode.
 static void test_determinism_and_serialization(void **st) {
     int d = 64, n = 64;
@@ -605,6 +697,8 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_bounds),
         cmocka_unit_test(test_octopus_mse),
         cmocka_unit_test(test_determinism_and_serialization),
+        cmocka_unit_test(test_stored_tables_checked),
+        cmocka_unit_test(test_stored_codebook_used),
         cmocka_unit_test(test_score_matches_decode),
         cmocka_unit_test(test_qjl_unbiased),
         cmocka_unit_test(test_score_vec),

@@ -23,6 +23,8 @@
 #include "libconv/kv/kvcache_default.h"
 #include "libconv/runtime/model.h"
 #include "libconv/runtime/sample.h"
+#include "libconv/runtime/weights.h"
+#include "formats/kvqfile.h"
 #include "libconv/tokenizer/tokenizer.h"
 
 #define TINY "tests/models/kvq-tiny-llama"
@@ -296,6 +298,93 @@ static void test_kvq_stored_tokenizer_error(void **st) {
     rmdir(out);
 }
 
+// A copy of .kvq src at dst whose entry `entry` has value (a float32 or, f16 != 0, an fp16 bit
+// pattern) written at element `at`: digests and manifest recomputed (a well-formed, hostile file).
+static void rewrite_with(const char *src, const char *dst, const char *entry, size_t at, float value, uint16_t f16) {
+    kvq_file *f = NULL;
+    kvq_err e = {0};
+    assert_int_equal(kvq_file_open(src, &f, &e), KVQ_OK);
+    kvq_writer *w = NULL;
+    assert_int_equal(kvq_writer_open(dst, &w, &e), KVQ_OK);
+    json_t *m = json_deep_copy(kvq_file_manifest(f));
+    const char *name;
+    json_t *v;
+    json_object_foreach(json_object_get(kvq_file_manifest(f), "entries"), name, v) {
+        const void *d;
+        size_t n;
+        assert_int_equal(kvq_file_entry(f, name, &d, &n, &e), KVQ_OK);
+        uint8_t *c = malloc(n ? n : 1);
+        memcpy(c, d, n);
+        if (!strcmp(name, entry)) {
+            if (f16) memcpy(c + 2 * at, &f16, 2);
+            else memcpy(c + 4 * at, &value, 4);
+        }
+        kvq_entry_info info = {0};
+        assert_int_equal(kvq_writer_add(w, name, c, n, KVQ_ENTRY_RAW, &info, &e), KVQ_OK);
+        free(c);
+        // the owning tensor's "bytes" follow its entries' stored bytes (the schema checks it)
+        const json_int_t delta = (json_int_t)info.stored_size - json_integer_value(json_object_get(v, "stored_size"));
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(m, "tensors"), i, t) {
+            const char *role;
+            json_t *ev;
+            json_object_foreach(json_object_get(t, "entries"), role, ev)
+                if (!strcmp(json_string_value(ev), name))
+                    json_object_set_new(t, "bytes", json_integer(json_integer_value(json_object_get(t, "bytes")) + delta));
+        }
+    }
+    json_object_del(m, "entries");
+    kvq_file_close(f);
+    assert_int_equal(kvq_writer_commit(w, m, &e), KVQ_OK);
+    json_decref(m);
+}
+
+// Values are what the schema cannot see: a NaN raw weight or an Inf RTN scale in an otherwise
+// well-formed file is refused when the tensor is decoded or packed (kvq-run's load), naming it.
+static void test_kvq_nonfinite_weights(void **st) {
+    (void)st;
+    char out[] = "build/tests/runtime-nan-XXXXXX";
+    tmp_dir(out);
+    char a[96], b[96], r[96], rb[96];
+    snprintf(a, sizeof a, "%s/a.kvq", out);
+    snprintf(b, sizeof b, "%s/b.kvq", out);
+    snprintf(r, sizeof r, "%s/r.kvq", out);
+    snprintf(rb, sizeof rb, "%s/rb.kvq", out);
+    kvq_convert_opts co = {0};
+    co.plan.quantize_embeddings = -1;
+    kvq_err e = {0};
+    assert_int_equal(kvq_convert("tests/fixtures/st/sharded_ok", a, &co, NULL, &e), KVQ_OK);
+    rewrite_with(a, b, "t/model.norm.weight/raw", 3, NAN, 0);
+    kvq_weights *w = NULL;
+    assert_int_equal(kvq_weights_open(b, &w, &e), KVQ_OK); // the file's form is fine
+    float *x = NULL;
+    int64_t n = 0;
+    assert_int_equal(kvq_weights_get_f32(w, "model.norm.weight", &x, &n, &e), KVQ_ERR_FORMAT);
+    assert_null(x);
+    if (!strstr(e.msg, "tensor 'model.norm.weight'") || !strstr(e.msg, "decoded weight 3 is nan"))
+        fail_msg("error \"%s\"", e.msg);
+    assert_int_equal(kvq_weights_get_f32(w, "model.layers.0.input_layernorm.weight", &x, &n, &e), KVQ_OK);
+    free(x);
+    kvq_weights_close(w);
+    kvq_model_opts mo = kvq_model_opts_default();
+    kvq_model *m = NULL;
+    assert_int_not_equal(kvq_model_open(b, &mo, &m, &e), KVQ_OK);
+    assert_null(m);
+    // RTN: an Inf scale (fp16 0x7c00) in the packed execution layout
+    co.plan.weights = "rtn:4:g64";
+    assert_int_equal(kvq_convert("tests/fixtures/st/sharded_ok", r, &co, NULL, &e), KVQ_OK);
+    rewrite_with(r, rb, "t/model.layers.0.mlp.down_proj.weight/scales", 2, 0, 0x7c00);
+    assert_int_equal(kvq_weights_open(rb, &w, &e), KVQ_OK);
+    kvq_hqx hx;
+    assert_int_equal(kvq_weights_get_hqx(w, "model.layers.0.mlp.down_proj.weight", &hx, &e), KVQ_ERR_FORMAT);
+    if (!strstr(e.msg, "group 1's scale is not finite")) fail_msg("error \"%s\"", e.msg);
+    assert_int_equal(kvq_weights_get_f32(w, "model.layers.0.mlp.down_proj.weight", &x, &n, &e), KVQ_ERR_FORMAT);
+    kvq_weights_close(w);
+    remove(a), remove(b), remove(r), remove(rb);
+    rmdir(out);
+}
+
 // Prefill of all tokens == chunked prefill == one token at a time.
 static void test_prefill_equals_decode(void **st) {
     (void)st;
@@ -514,6 +603,7 @@ int main(void) {
         cmocka_unit_test(test_eval_ppl),              cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_kvq_file),              cmocka_unit_test(test_eval_text_slice),
         cmocka_unit_test(test_stories_greedy),        cmocka_unit_test(test_kvq_stored_tokenizer_error), cmocka_unit_test(test_packed_modes),
+        cmocka_unit_test(test_kvq_nonfinite_weights),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
 // ids and decoded text for the kvq models, Qwen3, SentencePiece-style and byte-level variant
 // tokenizers; the models' reference/tokens_i32.bin; whole heldout-books.txt id count + sha256;
 // llama2.c tok512.bin against a Python transcription of run.c; streaming pieces; bad files.
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -472,8 +473,20 @@ static void test_errors(void **state) {
         size_t n;
         char *b = read_all(tp, &n);
         expect_open_error(write_tmp("cut.bin", b, n - 3), KVQ_ERR_FORMAT, "token 511");
+        const float nan = NAN; // token 3's score (after 3 records of the byte tokens' header part)
+        size_t at = 4;
+        for (int k = 0; k < 3; k++) {
+            int32_t len;
+            memcpy(&len, b + at + 4, 4);
+            at += 8 + (size_t)len;
+        }
+        memcpy(b + at, &nan, 4);
+        expect_open_error(write_tmp("nan.bin", b, n), KVQ_ERR_FORMAT, "token 3 score is not finite");
         free(b);
     }
+    // an id far past the tokens the file defines would allocate gigabytes: refused first
+    const char *big = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2000000000}, \"merges\": []}}";
+    expect_open_error(write_tmp("big.json", big, strlen(big)), KVQ_ERR_FORMAT, "id 2000000000 is more than 2^20 past");
     // tokenizer_config.json beside the file: malformed, or there but unreadable (a directory),
     // is an error naming it (it used to be skipped, losing bos/eos)
     size_t tn;
@@ -508,7 +521,7 @@ static void test_errors(void **state) {
     assert_non_null(strstr(e.msg, "byte 2"));
     kvq_tok_close(t);
     kvq_tok_close(NULL);
-    const char *names[] = {"broken.json", "plain.txt", "wp.json", "ws.json", "nm.json", "re.json", "mg.json", "cut.bin"};
+    const char *names[] = {"broken.json", "plain.txt", "wp.json", "ws.json", "nm.json", "re.json", "mg.json", "cut.bin", "nan.bin", "big.json"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char p[512];
         snprintf(p, sizeof p, "%s/%s", tmpdir, names[i]);

@@ -10,6 +10,7 @@
 
 #include "tools/opt.h"
 #include "formats/kvqfile.h"
+#include "libconv/runtime/weights.h"
 #include "libconv/verify/layers.h"
 #include "libconv/verify/verify.h"
 #include "tools/plot.h"
@@ -413,7 +414,8 @@ int main(int argc, char **argv) {
     }
     kvq_file *f;
     kvq_err err = {0};
-    if (kvq_file_open(argv[optind], &f, &err) != KVQ_OK) {
+    if (kvq_file_open(argv[optind], &f, &err) != KVQ_OK || kvq_weights_check_file(f, &err) != KVQ_OK) {
+        kvq_file_close(f);
         fprintf(stderr, "kvq-inspect: %s\n", err.msg);
         return 2;
     }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <omp.h>
 
+#include "formats/tmpfile.h"
 #include "formats/kvqfile.h"
 #include "tools/opt.h"
 #include "libconv/eval/eval.h"
@@ -86,14 +87,9 @@ static int32_t *read_ids(const char *path, size_t *n, char *msg, size_t cap) {
 
 // Writes to a temporary name in the same directory, then renames.
 static int write_atomic(const char *path, const void *data, size_t n, char *msg, size_t cap) {
-    size_t L = strlen(path);
-    char *tmp = malloc(L + 16);
-    snprintf(tmp, L + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
+    char *tmp = NULL;
+    int fd = kvq_tmp_create(path, &tmp); // formats/tmpfile.h: locked, 0666 & ~umask
     if (fd < 0) { snprintf(msg, cap, "%s: cannot create temporary file: %s", path, strerror(errno)); free(tmp); return -1; }
-    mode_t um = umask(0); // mkstemp makes 0600; the output gets the usual 0666 & ~umask
-    umask(um);
-    (void)fchmod(fd, 0666 & ~um);
     const char *p = data;
     size_t left = n;
     while (left) {

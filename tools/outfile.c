@@ -5,24 +5,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "formats/tmpfile.h"
 #include "tools/outfile.h"
 
 int kvq_outfile_open(kvq_outfile *o, const char *path, char *msg, size_t cap) {
     o->f = NULL;
     o->tmp[0] = 0;
     o->path = path;
-    const char *slash = strrchr(path, '/');
-    const int dl = slash ? (int)(slash - path + 1) : 0;
-    if (snprintf(o->tmp, sizeof o->tmp, "%.*s.%s.tmp-XXXXXX", dl, path, slash ? slash + 1 : path) >= (int)sizeof o->tmp) {
+    char *name = NULL;
+    int fd = kvq_tmp_create(path, &name); // locked, 0666 & ~umask; clears what killed runs left
+    if (fd >= 0 && strlen(name) >= sizeof o->tmp) {
+        close(fd), unlink(name), free(name);
         snprintf(msg, cap, "%s: path too long", path);
         return -1;
     }
-    int fd = mkstemp(o->tmp);
     if (fd < 0) {
         snprintf(msg, cap, "%s: cannot create a file beside it: %s", path, strerror(errno));
         return -1;
     }
-    fchmod(fd, 0644); // mkstemp's 0600 would make a report others cannot read
+    strcpy(o->tmp, name);
+    free(name);
     if (!(o->f = fdopen(fd, "wb"))) {
         snprintf(msg, cap, "%s: %s", path, strerror(errno));
         close(fd);

@@ -1,5 +1,6 @@
 // Output files of the tools written whole or not at all: a temporary name beside the target
-// (".<base>.tmp-XXXXXX", mkstemp), renamed over it when complete, removed on failure.
+// (formats/tmpfile.h: ".<base>.kvqtmp-<pid>-XXXXXX", locked while written), renamed over it
+// when complete, removed on failure; one a killed run left is removed by the next.
 #ifndef KVQ_TOOLS_OUTFILE_H
 #define KVQ_TOOLS_OUTFILE_H
 

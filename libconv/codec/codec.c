@@ -84,3 +84,44 @@ kvq_status kvq_codec_spec_with_rate(const char *spec, double bits, kvq_dtype src
     if ((s = kvq_codec_parse_spec(out, &c, &cfg, err)) == KVQ_OK) json_decref(cfg);
     return s;
 }
+
+kvq_status kvq_codec_check_file(const kvq_file *f, kvq_err *err) {
+    const char *path = kvq_file_path(f);
+    size_t i;
+    const json_t *t;
+    json_array_foreach(json_object_get(kvq_file_manifest(f), "tensors"), i, t) {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        const json_t *codec = json_object_get(t, "codec"), *sh = json_object_get(t, "shape");
+        const kvq_codec_traits *c = kvq_codec_find(json_string_value(json_object_get(codec, "name")));
+        if (!c) // the schema admits only names of this table (test_codec_table keeps them equal)
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%s: tensor '%s': codec not in this build", path, name);
+        if (json_is_true(json_object_get(codec, "lossless")) != (c->lossless != 0))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s': codec.lossless is %s, codec '%s' is %s", path, name,
+                               json_is_true(json_object_get(codec, "lossless")) ? "true" : "false", c->name,
+                               c->lossless ? "lossless" : "lossy");
+        // (rows, cols) as the runtime decodes it: cols the last dimension (schema: numel ≤ 2^40)
+        const size_t nd = json_array_size(sh);
+        const int64_t n = (int64_t)kvq_file_tensor_numel(t), cols = nd ? json_integer_value(json_array_get(sh, nd - 1)) : 1,
+                      rows = cols ? n / cols : 0;
+        kvq_blob_view v[KVQ_MAX_BLOBS];
+        int nv = 0;
+        const char *role;
+        json_t *ev;
+        const json_t *ents = json_object_get(t, "entries");
+        if (json_object_size(ents) > KVQ_MAX_BLOBS)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s': %zu entries (a codec stores at most %d)", path, name,
+                               json_object_size(ents), KVQ_MAX_BLOBS);
+        json_object_foreach((json_t *)ents, role, ev) {
+            uint64_t size = 0;
+            if (kvq_file_entry_size(f, json_string_value(ev), &size) != KVQ_OK)
+                return kvq_err_set(err, KVQ_ERR_MISSING, "%s: tensor '%s': no entry '%s'", path, name, json_string_value(ev));
+            v[nv++] = (kvq_blob_view){role, NULL, (size_t)size};
+        }
+        kvq_status s = c->check ? c->check(json_object_get(codec, "params"), v, nv, rows, cols, err) : KVQ_OK;
+        if (s) {
+            kvq_err_prefix(err, "%s: tensor '%s'", path, name);
+            return s;
+        }
+    }
+    return KVQ_OK;
+}

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "formats/error.h"
+#include "formats/kvqfile.h"
 #include "formats/tensor.h"
 
 #define KVQ_MAX_BLOBS 8
@@ -74,6 +75,12 @@ typedef struct {
     /** Encodes one tensor. On error *out is left empty. */
     kvq_status (*encode)(const json_t *cfg, const kvq_codec_input *in, kvq_encoded *out,
                          kvq_err *err);
+    /** Checks params and the blobs against a rows × cols tensor without decoding: everything
+     *  decode refuses before it reads a payload byte (versions, ranges, blob sizes). A view's
+     *  data may be NULL (sizes only: what a manifest's entry table says); decode runs it first,
+     *  and kvq_codec_check_file runs it on every tensor of a file at open. */
+    kvq_status (*check)(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows, int64_t cols,
+                        kvq_err *err);
     /** Decodes into out (rows × cols float32, caller-allocated). */
     kvq_status (*decode)(const json_t *params, const kvq_blob_view *blobs, int n_blobs,
                          int64_t rows, int64_t cols, float *out, kvq_err *err);
@@ -108,6 +115,11 @@ double kvq_codec_predict_bits(const kvq_codec_traits *c, const json_t *cfg, int6
  *  KVQ_ERR_ARG naming the spec when the codec has no rate. */
 kvq_status kvq_codec_spec_with_rate(const char *spec, double bits, kvq_dtype src, char *out, size_t n,
                                     kvq_err *err);
+/** The codec parameters of every tensor record of an opened .kvq, checked by its codec's check
+ *  against the record's shape and its entries' sizes from the entry table (nothing inflated):
+ *  what kvq-run's decode would refuse, refused at open by every tool. Errors name the file and
+ *  the tensor. */
+kvq_status kvq_codec_check_file(const kvq_file *f, kvq_err *err);
 /** Finds a blob by role in a view list, or NULL. */
 const kvq_blob_view *kvq_blob_find(const kvq_blob_view *v, int n, const char *role);
 

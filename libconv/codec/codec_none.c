@@ -29,8 +29,8 @@ static kvq_status none_encode(const json_t *cfg, const kvq_codec_input *in, kvq_
     return KVQ_OK;
 }
 
-static kvq_status none_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs,
-                              int64_t rows, int64_t cols, float *out, kvq_err *err) {
+static kvq_status none_check(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows,
+                             int64_t cols, kvq_err *err) {
     const char *dt = json_string_value(json_object_get(params, "dtype"));
     kvq_dtype t;
     if (!dt || kvq_dtype_parse(dt, &t) != 0)
@@ -40,7 +40,16 @@ static kvq_status none_decode(const json_t *params, const kvq_blob_view *blobs, 
     if (!raw || raw->size != need)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "codec 'none': raw payload is %zu bytes, expected %zu",
                            raw ? raw->size : 0, need);
-    kvq_dtype_to_f32(t, raw->data, (size_t)rows * (size_t)cols, out);
+    return KVQ_OK;
+}
+
+static kvq_status none_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs,
+                              int64_t rows, int64_t cols, float *out, kvq_err *err) {
+    kvq_status s = none_check(params, blobs, n_blobs, rows, cols, err);
+    if (s) return s;
+    kvq_dtype t;
+    kvq_dtype_parse(json_string_value(json_object_get(params, "dtype")), &t);
+    kvq_dtype_to_f32(t, kvq_blob_find(blobs, n_blobs, "raw")->data, (size_t)rows * (size_t)cols, out);
     return KVQ_OK;
 }
 
@@ -50,6 +59,7 @@ const kvq_codec_traits kvq_codec_none = {
     .lossless = 1,
     .parse = none_parse,
     .encode = none_encode,
+    .check = none_check,
     .decode = none_decode,
     .example_args = "",
     .max_rel_err = 0,

@@ -83,8 +83,8 @@ static kvq_status rtn_encode(const json_t *cfg, const kvq_codec_input *in, kvq_e
     return KVQ_OK;
 }
 
-static kvq_status rtn_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows,
-                             int64_t cols, float *out, kvq_err *err) {
+static kvq_status rtn_check(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows,
+                            int64_t cols, kvq_err *err) {
     json_t *jb = json_object_get(params, "bits"), *jg = json_object_get(params, "group");
     if (json_integer_value(json_object_get(params, "v")) != 1)
         return kvq_err_set(err, KVQ_ERR_VERSION, "rtn: missing or unknown params version");
@@ -96,7 +96,16 @@ static kvq_status rtn_decode(const json_t *params, const kvq_blob_view *blobs, i
     const kvq_blob_view *c = kvq_blob_find(blobs, n_blobs, "codes"), *s = kvq_blob_find(blobs, n_blobs, "scales");
     if (!c || !s || c->size != (size_t)((numel * bits + 7) / 8) || s->size != (size_t)(rows * gpr * 4))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "rtn: codes/scales blobs missing or of the wrong size");
-    const uint8_t *cb = c->data, *sb = s->data;
+    return KVQ_OK;
+}
+
+static kvq_status rtn_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows,
+                             int64_t cols, float *out, kvq_err *err) {
+    kvq_status st = rtn_check(params, blobs, n_blobs, rows, cols, err);
+    if (st) return st;
+    int bits = (int)json_integer_value(json_object_get(params, "bits"));
+    int64_t g = json_integer_value(json_object_get(params, "group")), gpr = (cols + g - 1) / g;
+    const uint8_t *cb = kvq_blob_find(blobs, n_blobs, "codes")->data, *sb = kvq_blob_find(blobs, n_blobs, "scales")->data;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         kvq_bitr rd = {cb, (size_t)((uint64_t)(r * cols) * (uint64_t)bits)}; // this row's codes
@@ -139,6 +148,7 @@ const kvq_codec_traits kvq_codec_rtn = {
     .lossless = 0,
     .parse = rtn_parse,
     .encode = rtn_encode,
+    .check = rtn_check,
     .decode = rtn_decode,
     .example_args = "4:g128",
     .max_rel_err = 0.15,
@@ -152,19 +162,23 @@ const kvq_codec_traits kvq_codec_rtn = {
 kvq_status kvq_rtn_pack(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows, int64_t cols,
                         kvq_hqx *out, kvq_err *err) {
     memset(out, 0, sizeof *out);
-    json_t *jb = json_object_get(params, "bits"), *jg = json_object_get(params, "group");
-    if (json_integer_value(json_object_get(params, "v")) != 1 || !json_is_integer(jb) || !json_is_integer(jg))
-        return kvq_err_set(err, KVQ_ERR_FORMAT, "rtn: missing or unknown params");
-    int bits = (int)json_integer_value(jb);
-    int64_t g = json_integer_value(jg);
+    kvq_status st = rtn_check(params, blobs, n_blobs, rows, cols, err); // what decode checks, first
+    if (st) return st;
+    int bits = (int)json_integer_value(json_object_get(params, "bits"));
+    int64_t g = json_integer_value(json_object_get(params, "group"));
     if (bits < 1 || bits > 7 || g % KVQ_HQX_CHUNK || g < KVQ_HQX_CHUNK || g > KVQ_HQ_MAX_TILE || cols < 1 ||
         ((cols + g - 1) / g) * g >= ((int64_t)1 << KVQ_HQX_ESC_COL_BITS))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "rtn: no execution layout for %d bits in groups of %lld",
                            bits, (long long)g);
     const int64_t gpr = (cols + g - 1) / g, numel = rows * cols, cols_p = gpr * g, n = rows * cols_p;
     const kvq_blob_view *c = kvq_blob_find(blobs, n_blobs, "codes"), *s = kvq_blob_find(blobs, n_blobs, "scales");
-    if (!c || !s || c->size != (size_t)((numel * bits + 7) / 8) || s->size != (size_t)(rows * gpr * 4))
-        return kvq_err_set(err, KVQ_ERR_FORMAT, "rtn: codes/scales blobs missing or of the wrong size");
+    (void)numel;
+    for (int64_t k = 0; k < 2 * rows * gpr; k++) { // fp16 (scale, zero) pairs: an Inf or NaN poisons every product
+        const uint8_t *p = (const uint8_t *)s->data + 2 * k;
+        if (!isfinite(kvq_f16_to_f32((uint16_t)(p[0] | p[1] << 8))))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "rtn: group %lld's %s is not finite", (long long)(k / 2),
+                               k % 2 ? "zero" : "scale");
+    }
     const int vbits = bits < 4 ? 4 : bits, np = kvq_hqx_planes(vbits);
     out->lat = KVQ_HQ_LAT_Z;
     out->rotate = 0;

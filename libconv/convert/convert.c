@@ -208,6 +208,8 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, 
 // the architecture's limits, every known tensor's shape against the architecture (a head_dim
 // that disagrees with the projections, a layer beyond num_hidden_layers), tensor names that
 // stay inside the archive's namespace, and a tokenizer that parses.
+static int ckpt_has(const char *name, void *ck) { return kvq_ckpt_find(ck, name) != NULL; }
+
 static kvq_status check_source(const char *src, const kvq_ckpt *ck, kvq_err *err) {
     const kvq_arch *a = kvq_ckpt_arch(ck);
     kvq_status s = kvq_arch_check_limits(a, src, err);
@@ -217,6 +219,7 @@ static kvq_status check_source(const char *src, const kvq_ckpt *ck, kvq_err *err
             return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor name '%s' would leave the archive's namespace", src, t->name);
         s = kvq_arch_check_shape(a, t->name, t->shape, t->ndim, src, err);
     }
+    if (!s) s = kvq_arch_check_tensor_set(a, ckpt_has, (void *)ck, src, err); // what a reader will need
     const char *tp = kvq_ckpt_tokenizer_path(ck);
     if (!s && tp) { // stored only once it parses: a reader must be able to use it
         kvq_tokenizer *tok = NULL;

@@ -18,20 +18,28 @@
 #include "formats/checkpoint.h"
 #include "formats/kvqfile.h"
 #include "formats/safetensors.h"
+#include "formats/tmpfile.h"
 #include "libconv/runtime/weights.h"
 
 // dir/name via a temporary name and rename (fopen: 0666 & ~umask).
 static kvq_status put_file(const char *dir, const char *name, const void *data, size_t n, kvq_err *err) {
-    char path[4096], tmp[4200];
+    char path[4096], *tmp = NULL;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) return kvq_err_set(err, KVQ_ERR_IO, "%s: %s", tmp, strerror(errno));
+    int fd = kvq_tmp_create(path, &tmp); // formats/tmpfile.h: locked, 0666 & ~umask
+    FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!fp) {
+        kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+        if (fd >= 0) close(fd), unlink(tmp);
+        free(tmp);
+        return s;
+    }
     size_t put = fwrite(data, 1, n, fp);
     if (fclose(fp) != 0 || put != n || rename(tmp, path) != 0) {
         unlink(tmp);
+        free(tmp);
         return kvq_err_set(err, KVQ_ERR_IO, "%s: write failed", path);
     }
+    free(tmp);
     return KVQ_OK;
 }
 

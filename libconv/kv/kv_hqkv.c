@@ -279,7 +279,11 @@ static int hk_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
     return 1; // the Haar matrix (rot=qjl) is regenerated from the seed
 }
 
-const kvq_kvcodec_vt kvq_kv_hqkv_vt = {.name = "hqkv", .init = hk_init, .free = hk_free, .max_bytes = hk_max,
+static kvq_status hk_check(const kvq_kvcodec *c, kvq_err *err) {
+    return kvq_kv_check_signs("signs", ((const hk_st *)c->st)->signs, (size_t)c->d, err);
+}
+
+const kvq_kvcodec_vt kvq_kv_hqkv_vt = {.check_tables = hk_check, .name = "hqkv", .init = hk_init, .free = hk_free, .max_bytes = hk_max,
                                         .encode = hk_enc, .decode = hk_dec, .score = hk_score, .vsum = hk_vsum,
                                         .bits_formula = hk_bits,
                                         .tables = hk_tables, .reset = hk_reset};

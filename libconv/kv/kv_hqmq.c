@@ -352,7 +352,12 @@ static int hq_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
     return 1;
 }
 
-const kvq_kvcodec_vt kvq_kv_hqmq_vt = {.name = "hqmq", .init = hq_init, .free = hq_free,
+static kvq_status hq_check(const kvq_kvcodec *c, kvq_err *err) {
+    const hq_st *s = c->st;
+    return kvq_kv_check_unit("secondary", s->sec, s->S, err);
+}
+
+const kvq_kvcodec_vt kvq_kv_hqmq_vt = {.check_tables = hq_check, .name = "hqmq", .init = hq_init, .free = hq_free,
                                         .max_bytes = hq_max, .encode = hq_enc, .decode = hq_dec,
                                         .score = hq_score, .vsum = hq_vsum, .bits_formula = hq_bits, .tables = hq_tables,
                                         .reset = hq_reset, .refresh = hq_refresh};

@@ -95,6 +95,11 @@ static kvq_status oct_init(kvq_kvcodec *c, kvq_err *err) {
     s->s2 = s->s1 + c->d;
     kvq_kvrng r = {c->seed};
     for (int i = 0; i < 2 * c->d; i++) s->s1[i] = (kvq_kvrng_u64(&r) >> 63) ? -1.0f : 1.0f;
+    if (c->stored) { // the stored codebooks replace them (oct_check, then oct_refresh): no training
+        memset(s->cxi, 0, sizeof(float) * s->Kd);
+        memset(s->crho, 0, sizeof(float) * s->Kn);
+        return KVQ_OK;
+    }
     double dd = c->d;
     s->Dxi = kvq_lloydmax(kvq_oct_xi_pdf, NULL, -1, 1, s->Kd, s->cxi);
     s->Drho = kvq_lloydmax(kvq_oct_rho_pdf, &dd, 0, 1, s->Kn, s->crho);
@@ -301,7 +306,15 @@ static int oct_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
     return 3;
 }
 
-const kvq_kvcodec_vt kvq_kv_octopus_vt = {.name = "octopus", .init = oct_init, .free = oct_free,
+static kvq_status oct_check(const kvq_kvcodec *c, kvq_err *err) {
+    const oct_st *s = c->st;
+    kvq_status st = kvq_kv_check_signs("signs", s->s1, 2 * (size_t)c->d, err);
+    if (!st) st = kvq_kv_check_increasing("codebook_xi", s->cxi, (size_t)s->Kd, -1.0f, 1.0f, err);
+    if (!st) st = kvq_kv_check_increasing("codebook_rho", s->crho, (size_t)s->Kn, 0.0f, 1.0f, err);
+    return st;
+}
+
+const kvq_kvcodec_vt kvq_kv_octopus_vt = {.check_tables = oct_check, .name = "octopus", .init = oct_init, .free = oct_free,
                                            .max_bytes = oct_max, .encode = oct_enc, .decode = oct_dec,
                                            .score = oct_score, .score_vec = oct_score_vec, .bits_formula = oct_bits,
                                            .tables = oct_tables, .refresh = oct_refresh};

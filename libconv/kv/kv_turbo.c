@@ -71,6 +71,10 @@ static kvq_status turbo_init(kvq_kvcodec *c, kvq_err *err) {
         kvq_kvrng r2 = {c->seed ^ 0x514a4cull};
         for (int i = 0; i < c->d * c->d; i++) s->S[i] = (float)kvq_kvrng_normal(&r2);
     }
+    if (c->stored) { // the stored codebook replaces it (checked by turbo_check): no training
+        memset(s->cb, 0, sizeof(float) * s->K);
+        return KVQ_OK;
+    }
     s->D = kvq_turbo_codebook(c->d, s->bm, s->cb);
     if (s->D < 0) return kvq_err_set(err, KVQ_ERR_NOMEM, "turboquant: out of memory for the Lloyd-Max grid");
     return KVQ_OK;
@@ -256,7 +260,17 @@ static int turbo_tables(const kvq_kvcodec *c, kvq_kvtable *t) {
     return n; // the QJL matrix S is regenerated from the seed (d² floats)
 }
 
-const kvq_kvcodec_vt kvq_kv_turbo_vt = {.name = "turboquant", .init = turbo_init, .free = turbo_free,
+// Stored tables: what init builds has ±1 signs, a codebook strictly increasing inside [-1, 1]
+// (kvq_nearest_sorted's precondition; coordinates of a unit vector) and a unit quaternion.
+static kvq_status turbo_check(const kvq_kvcodec *c, kvq_err *err) {
+    const turbo_st *s = c->st;
+    kvq_status st = kvq_kv_check_signs("signs", s->signs, (size_t)c->d, err);
+    if (!st) st = kvq_kv_check_increasing("codebook", s->cb, (size_t)s->K, -1.0f, 1.0f, err);
+    if (!st && s->quat) st = kvq_kv_check_unit("quaternion", s->quatr, 1, err);
+    return st;
+}
+
+const kvq_kvcodec_vt kvq_kv_turbo_vt = {.check_tables = turbo_check, .name = "turboquant", .init = turbo_init, .free = turbo_free,
                                          .max_bytes = turbo_max, .encode = turbo_enc, .decode = turbo_dec,
                                          .score = turbo_score, .score_vec = turbo_score_vec, .vsum = turbo_vsum,
                                          .bits_formula = turbo_bits,

@@ -305,9 +305,10 @@ const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *base, int layer, i
     return slot_at((const kvc *)base, layer, head, role)->codec;
 }
 
-kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads, int head_dim,
-                                 int max_ctx, const kvq_kvcache_policy *pol, kvq_kvcache **out,
-                                 kvq_err *err) {
+// stored: every state's tables will be replaced by stored ones (kvq_kvcache_codec_load), so
+// nothing is trained (kvq_kvcodec_new_stored).
+static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int head_dim, int max_ctx,
+                            const kvq_kvcache_policy *pol, int stored, kvq_kvcache **out, kvq_err *err) {
     *out = NULL;
     kvq_kvspec sp, fp;
     kvq_status st = kvq_kvspec_parse(spec, &sp, err);
@@ -334,7 +335,8 @@ kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads,
             for (int r = 0; r < 2; r++) {
                 kv_slot *s = slot_at(c, l, h, r);
                 int bnd = pol->boundary && r == KVQ_KV_K && (l == 0 || l == n_layers - 1);
-                st = kvq_kvcodec_new(bnd ? &fp : &sp, head_dim, r, kvq_kv_seed(pol->seed, l, h, r), &s->codec, err);
+                st = (stored ? kvq_kvcodec_new_stored : kvq_kvcodec_new)(bnd ? &fp : &sp, head_dim, r,
+                                                                               kvq_kv_seed(pol->seed, l, h, r), &s->codec, err);
                 if (st) {
                     kvq_err_prefix(err, "kv cache layer %d head %d", l, h);
                     kvc_free(&c->base);
@@ -416,6 +418,11 @@ kvq_status kvq_kvcache_codec_save(const kvq_kvcache *base, int n_ctx, json_t **s
     return KVQ_OK;
 }
 
+kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads, int head_dim, int max_ctx,
+                                 const kvq_kvcache_policy *pol, kvq_kvcache **out, kvq_err *err) {
+    return cache_new(spec, n_layers, n_kv_heads, head_dim, max_ctx, pol, 0, out, err);
+}
+
 kvq_status kvq_kvcache_codec_load(const json_t *sec, const float *blob, size_t nf, int max_ctx, int shadow,
                                   kvq_kvcache **out, kvq_err *err) {
     *out = NULL;
@@ -429,14 +436,20 @@ kvq_status kvq_kvcache_codec_load(const json_t *sec, const float *blob, size_t n
     char *e;
     unsigned long long sd = strtoull(seed, &e, 10);
     if (*e) return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: bad seed '%s'", seed);
+    // The shape first: a state per (layer, head, role) before anything is built for them.
+    if (L < 1 || H < 1 || L > 1024 || H > 1024 || json_array_size(states) != (size_t)L * H * 2)
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: %zu states for %d layers × %d heads × K/V",
+                           json_array_size(states), L, H);
     kvq_kvcache_policy pol = {W, B, sd, shadow};
     kvq_kvcache *cache;
-    kvq_status st = kvq_kvcache_codec_new(spec, L, H, D, max_ctx, &pol, &cache, err);
+    kvq_status st = cache_new(spec, L, H, D, max_ctx, &pol, 1, &cache, err); // every table is replaced below
+
     if (st) return st;
     kvc *c = (kvc *)cache;
-    if (json_array_size(states) != (size_t)L * H * 2) {
+    uint8_t *seen = calloc((size_t)L * H * 2, 1);
+    if (!seen) {
         cache->ops->free(cache);
-        return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: %zu states, expected %d", json_array_size(states), L * H * 2);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "kv section: out of memory");
     }
     size_t i;
     json_t *sj;
@@ -445,18 +458,35 @@ kvq_status kvq_kvcache_codec_load(const json_t *sec, const float *blob, size_t n
         const char *role, *pseed;
         json_t *tj, *params;
         if (json_unpack(sj, "{s:i, s:i, s:s, s:o, s:o}", "layer", &l, "head", &h, "role", &role, "params", &params, "tables", &tj) ||
-            l < 0 || l >= L || h < 0 || h >= H || json_unpack(params, "{s:s}", "seed", &pseed)) {
+            l < 0 || l >= L || h < 0 || h >= H || (strcmp(role, "K") && strcmp(role, "V")) ||
+            json_unpack(params, "{s:s}", "seed", &pseed) || seen[((size_t)l * H + h) * 2 + (role[0] == 'V')]++) {
+            free(seen);
             cache->ops->free(cache);
-            return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state %zu: bad layer/head/role/params", i);
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state %zu: bad or repeated layer/head/role, or bad params", i);
         }
         kvq_kvcodec *cd = slot_at(c, l, h, strcmp(role, "V") ? 0 : 1)->codec;
+        char want[128];
+        kvq_kvspec_format(&cd->spec, want, sizeof want);
+        const char *pspec = json_string_value(json_object_get(params, "spec")),
+                   *prole = json_string_value(json_object_get(params, "role"));
+        const json_t *pd = json_object_get(params, "head_dim");
+        if (!pspec || strcmp(pspec, want) || !prole || strcmp(prole, role) || !json_is_integer(pd) ||
+            json_integer_value(pd) != D) {
+            free(seen);
+            cache->ops->free(cache);
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: params (spec '%s', role '%s', "
+                               "head_dim %" JSON_INTEGER_FORMAT ") are not the section's ('%s', %s, %d)", l, h, role,
+                               pspec ? pspec : "?", prole ? prole : "?", json_integer_value(pd), want, role, D);
+        }
         if (strtoull(pseed, NULL, 10) != cd->seed) {
+            free(seen);
             cache->ops->free(cache);
             return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: seed %s does not match the section seed", l, h, role, pseed);
         }
         kvq_kvtable t[8];
         int nt = cd->vt->tables ? cd->vt->tables(cd, t) : 0;
         if ((int)json_array_size(tj) != nt) {
+            free(seen);
             cache->ops->free(cache);
             return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: %zu tables, expected %d", l, h, role, json_array_size(tj), nt);
         }
@@ -465,13 +495,21 @@ kvq_status kvq_kvcache_codec_load(const json_t *sec, const float *blob, size_t n
             json_int_t off, cnt;
             if (json_unpack(json_array_get(tj, k), "{s:s, s:I, s:I}", "name", &name, "offset", &off, "count", &cnt) ||
                 strcmp(name, t[k].name) || cnt != (json_int_t)t[k].count || off < 0 || (size_t)off > nf || (size_t)cnt > nf - (size_t)off) {
+                free(seen);
                 cache->ops->free(cache);
                 return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv state layer %d head %d %s: table %d ('%s') does not match the codec or lies outside the %zu-float blob", l, h, role, k, t[k].name, nf);
             }
             memcpy(t[k].data, blob + off, sizeof(float) * cnt);
         }
+        if ((st = kvq_kvcodec_check_tables(cd, err))) {
+            kvq_err_prefix(err, "manifest kv state layer %d head %d %s", l, h, role);
+            free(seen);
+            cache->ops->free(cache);
+            return st;
+        }
         if (cd->vt->refresh) cd->vt->refresh(cd);
     }
+    free(seen); // (the count matched and none repeated: every state was replaced)
     *out = cache;
     return KVQ_OK;
 }

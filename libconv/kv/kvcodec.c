@@ -74,8 +74,8 @@ uint64_t kvq_kv_seed(uint64_t seed, int layer, int head, int role) {
     return kvq_kvrng_u64(&r);
 }
 
-kvq_status kvq_kvcodec_new(const kvq_kvspec *spec, int d, kvq_kv_role role, uint64_t seed,
-                           kvq_kvcodec **out, kvq_err *err) {
+static kvq_status codec_new(const kvq_kvspec *spec, int d, kvq_kv_role role, uint64_t seed, int stored,
+                            kvq_kvcodec **out, kvq_err *err) {
     *out = NULL;
     const kvq_kvcodec_vt *vt = kv_vt_for(spec, role);
     if (!vt) return kvq_err_set(err, KVQ_ERR_ARG, "kv codec '%s': unknown", spec->name);
@@ -90,6 +90,7 @@ kvq_status kvq_kvcodec_new(const kvq_kvspec *spec, int d, kvq_kv_role role, uint
     c->seed = seed;
     c->group = 1;
     c->fixed = 1;
+    c->stored = stored;
     kvq_status st = vt->init(c, err);
     if (st) {
         kvq_err_prefix(err, "kv codec '%s' (head_dim %d, %s)", spec->name, d, role ? "V" : "K");
@@ -98,6 +99,26 @@ kvq_status kvq_kvcodec_new(const kvq_kvspec *spec, int d, kvq_kv_role role, uint
     }
     *out = c;
     return KVQ_OK;
+}
+
+kvq_status kvq_kvcodec_new(const kvq_kvspec *spec, int d, kvq_kv_role role, uint64_t seed, kvq_kvcodec **out,
+                           kvq_err *err) {
+    return codec_new(spec, d, role, seed, 0, out, err);
+}
+
+kvq_status kvq_kvcodec_new_stored(const kvq_kvspec *spec, int d, kvq_kv_role role, uint64_t seed, kvq_kvcodec **out,
+                                  kvq_err *err) {
+    return codec_new(spec, d, role, seed, 1, out, err);
+}
+
+kvq_status kvq_kvcodec_check_tables(const kvq_kvcodec *c, kvq_err *err) {
+    kvq_kvtable t[8];
+    int nt = c->vt->tables ? c->vt->tables(c, t) : 0;
+    for (int i = 0; i < nt; i++)
+        for (size_t k = 0; k < t[i].count; k++)
+            if (!isfinite(t[i].data[k]))
+                return kvq_err_set(err, KVQ_ERR_FORMAT, "table '%s': value %zu is not finite", t[i].name, k);
+    return c->vt->check_tables ? c->vt->check_tables(c, err) : KVQ_OK;
 }
 
 void kvq_kvcodec_free(kvq_kvcodec *c) {
@@ -186,8 +207,9 @@ kvq_status kvq_kvcodec_load(const json_t *params, const kvq_blob_view *blobs, in
     char *e;
     unsigned long long sd = strtoull(seed, &e, 10);
     if (*e) return kvq_err_set(err, KVQ_ERR_FORMAT, "kv params: bad seed '%s'", seed);
+    if (strcmp(role, "K") && strcmp(role, "V")) return kvq_err_set(err, KVQ_ERR_FORMAT, "kv params: role '%s' is not K or V", role);
     kvq_kvcodec *c;
-    st = kvq_kvcodec_new(&s, d, strcmp(role, "V") ? KVQ_KV_K : KVQ_KV_V, sd, &c, err);
+    st = kvq_kvcodec_new_stored(&s, d, strcmp(role, "V") ? KVQ_KV_K : KVQ_KV_V, sd, &c, err);
     if (st) return st;
     kvq_kvtable t[8];
     int nt = c->vt->tables ? c->vt->tables(c, t) : 0;
@@ -205,6 +227,11 @@ kvq_status kvq_kvcodec_load(const json_t *params, const kvq_blob_view *blobs, in
                                spec, r, b->size, t[i].count * sizeof(float));
         }
         memcpy(t[i].data, b->data, b->size);
+    }
+    if ((st = kvq_kvcodec_check_tables(c, err))) {
+        kvq_err_prefix(err, "kv state '%s'", spec);
+        kvq_kvcodec_free(c);
+        return st;
     }
     if (c->vt->refresh) c->vt->refresh(c);
     *out = c;

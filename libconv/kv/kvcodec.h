@@ -98,6 +98,10 @@ typedef struct {
     void (*reset)(kvq_kvcodec *c);
     /** Optional: rebuilds derived tables after kvq_kvcodec_load replaced the tables. */
     void (*refresh)(kvq_kvcodec *c);
+    /** Optional: the meaning of loaded tables beyond their sizes and finiteness (which the
+     *  loader checks for every codec): signs ±1, codebooks strictly increasing in their range,
+     *  quaternions of unit norm. Runs before refresh. Errors name the table. */
+    kvq_status (*check_tables)(const kvq_kvcodec *c, kvq_err *err);
 } kvq_kvcodec_vt;
 
 struct kvq_kvcodec {
@@ -108,6 +112,8 @@ struct kvq_kvcodec {
     uint64_t seed;    // per-state seed (see kvq_kv_seed)
     int group;        // tokens per encode call
     int fixed;        // 1: every group encodes to exactly max_bytes
+    int stored;       // 1: built to receive stored tables (kvq_kvcodec_load): init skips what the
+                      // tables replace (a trained Lloyd-Max codebook: up to seconds at 8 bits)
     void *st;         // codec-private state
 };
 
@@ -135,6 +141,13 @@ const kvq_kvcodec_traits *kvq_kvcodec_find(const char *name);
 /** Creates one codec state. @return KVQ_OK; *out owned by the caller (kvq_kvcodec_free). */
 kvq_status kvq_kvcodec_new(const kvq_kvspec *spec, int head_dim, kvq_kv_role role, uint64_t seed,
                            kvq_kvcodec **out, kvq_err *err);
+/** kvq_kvcodec_new for a state whose tables will all be replaced by stored ones (c->stored:
+ *  nothing is trained; the tables hold no meaning until replaced and checked). */
+kvq_status kvq_kvcodec_new_stored(const kvq_kvspec *spec, int head_dim, kvq_kv_role role, uint64_t seed,
+                                  kvq_kvcodec **out, kvq_err *err);
+/** Checks a state's tables after they were replaced: every value finite, then the codec's
+ *  check_tables. Errors name the table. */
+kvq_status kvq_kvcodec_check_tables(const kvq_kvcodec *c, kvq_err *err);
 void kvq_kvcodec_free(kvq_kvcodec *c);
 
 /** Encodes n tokens x (n, d), n a multiple of c->group, into out (capacity cap bytes,
@@ -155,8 +168,9 @@ double kvq_kvcodec_bits_stored(const kvq_kvcodec *c, const size_t *off, int n);
  *  one entry per table ("tbl/<name>", float32 little-endian). @return KVQ_OK. */
 kvq_status kvq_kvcodec_save(const kvq_kvcodec *c, json_t **params, kvq_blob *blobs, int max_blobs,
                             int *n_blobs, kvq_err *err);
-/** Rebuilds a state from kvq_kvcodec_save's output; stored tables replace the built
- *  ones (sizes checked). @return KVQ_OK; *out owned by the caller. */
+/** Rebuilds a state from kvq_kvcodec_save's output: built without training (c->stored), every
+ *  table the codec lists must be there with its size, finite, and pass the codec's
+ *  check_tables; they replace the built ones. @return KVQ_OK; *out owned by the caller. */
 kvq_status kvq_kvcodec_load(const json_t *params, const kvq_blob_view *blobs, int n_blobs,
                             kvq_kvcodec **out, kvq_err *err);
 
@@ -263,6 +277,13 @@ double kvq_lloydmax(double (*pdf)(double, const void *), const void *arg, double
                     int K, float *c);
 /** Index of the nearest of K sorted centroids. */
 int kvq_nearest_sorted(const float *c, int K, float x);
+
+/** Checks of stored tables (the codecs' check_tables), each naming the table and the first
+ *  offending index: every value ±1; values non-decreasing inside [lo, hi]; n quaternions
+ *  (4 floats each) of unit norm (within 1e-3). */
+kvq_status kvq_kv_check_signs(const char *name, const float *x, size_t n, kvq_err *err);
+kvq_status kvq_kv_check_increasing(const char *name, const float *x, size_t n, float lo, float hi, kvq_err *err);
+kvq_status kvq_kv_check_unit(const char *name, const float *q, int n, kvq_err *err);
 
 /** Hamilton product a·b of quaternions (w, x, y, z). */
 void kvq_quat_mul(const float *a, const float *b, float *out);

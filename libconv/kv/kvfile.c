@@ -54,6 +54,7 @@ kvq_status kvq_kv_open_from_file(kvq_file *f, int max_ctx, int shadow, kvq_kvcac
     float *blob = malloc(n ? n : 1);
     if (!blob) return kvq_err_set(err, KVQ_ERR_NOMEM, "kv section: out of memory");
     memcpy(blob, data, n);
+    kvq_file_release(f, entry);
     s = kvq_kvcache_codec_load(sec, blob, n / sizeof(float), max_ctx, shadow, out, err);
     free(blob);
     if (s) kvq_err_prefix(err, "%s", kvq_file_path(f));

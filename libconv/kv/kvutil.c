@@ -115,6 +115,31 @@ int kvq_nearest_sorted(const float *c, int K, float x) {
     return lo;
 }
 
+kvq_status kvq_kv_check_signs(const char *name, const float *x, size_t n, kvq_err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 1.0f && x[i] != -1.0f)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "table '%s': value %zu is %g, not +1 or -1", name, i, x[i]);
+    return KVQ_OK;
+}
+
+kvq_status kvq_kv_check_increasing(const char *name, const float *x, size_t n, float lo, float hi, kvq_err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (!(x[i] >= lo && x[i] <= hi) || (i && x[i] < x[i - 1]))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "table '%s': value %zu (%g) is outside [%g, %g] or below the one "
+                               "before it (a codebook is sorted)", name, i, x[i], lo, hi);
+    return KVQ_OK;
+}
+
+kvq_status kvq_kv_check_unit(const char *name, const float *q, int n, kvq_err *err) {
+    for (int i = 0; i < n; i++) {
+        const float *p = q + 4 * (size_t)i;
+        double n2 = (double)p[0] * p[0] + (double)p[1] * p[1] + (double)p[2] * p[2] + (double)p[3] * p[3];
+        if (!(fabs(sqrt(n2) - 1.0) <= 1e-3))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "table '%s': quaternion %d has norm %g, not 1", name, i, sqrt(n2));
+    }
+    return KVQ_OK;
+}
+
 // ---- bits ----
 // The writer ORs into the buffer: encoders zero their output first.
 

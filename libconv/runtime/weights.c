@@ -5,6 +5,7 @@
 #include "libconv/tokenizer/tokenizer.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "libconv/codec/codec.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
 #include "libconv/codec/rtn.h"
+#include "libconv/kv/kvcodec.h"
 
 typedef struct {
     const char *name;
@@ -68,8 +70,17 @@ static int rec_shape(const json_t *rec, int *ndim, int64_t shape[8]) {
     return 0;
 }
 
+kvq_status kvq_weights_check_file(kvq_file *f, kvq_err *err) {
+    kvq_status s = kvq_codec_check_file(f, err);
+    kvq_kvcache *kc = NULL;
+    if (!s) s = kvq_kv_open_from_file(f, 1, 0, &kc, err); // a one-position cache: the states alone
+    if (kc) kc->ops->free(kc);
+    return s;
+}
+
 static kvq_status open_kvq(kvq_weights *w, const char *path, kvq_err *err) {
     kvq_status s = kvq_file_open(path, &w->kf, err);
+    if (s == KVQ_OK) s = kvq_weights_check_file(w->kf, err);
     if (s != KVQ_OK) return s;
     const json_t *m = kvq_file_manifest(w->kf);
     s = kvq_arch_from_manifest(json_object_get(m, "architecture"), &w->arch, err);
@@ -217,6 +228,10 @@ static kvq_status get_kvq(kvq_weights *w, const char *name, float **out, int64_t
     if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: tensor '%s': out of memory", path, name);
     s = rv.traits->decode(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, x, err);
     release_blobs(w, &rv);
+    for (int64_t i = 0; s == KVQ_OK && i < rv.n; i++) // a NaN/Inf scale, norm or codebook entry, or raw value
+        if (!isfinite(x[i]))
+            s = kvq_err_set(err, KVQ_ERR_FORMAT, "decoded weight %lld is %g (a non-finite value in the file)",
+                            (long long)i, x[i]);
     if (s != KVQ_OK) {
         free(x);
         kvq_err_prefix(err, "%s: tensor '%s'", path, name);
@@ -308,6 +323,12 @@ kvq_status kvq_weights_tokenizer(kvq_weights *w, kvq_tokenizer **out, kvq_err *e
     char name[600];
     snprintf(name, sizeof name, "%s: stored %s", path, main_name);
     s = kvq_tok_open_mem(name, data, n, cfg, cn, out, err);
+    if (!s && kvq_tok_vocab_size(*out) > w->arch.vocab_size) { // ids the model cannot embed (as kvq-convert checks)
+        s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: the tokenizer has %d ids, more than the model's vocab_size %d", name,
+                        kvq_tok_vocab_size(*out), w->arch.vocab_size);
+        kvq_tok_close(*out);
+        *out = NULL;
+    }
     kvq_file_release(w->kf, main_entry);
     if (cfg_entry) kvq_file_release(w->kf, cfg_entry);
     return s;

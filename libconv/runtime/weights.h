@@ -15,7 +15,16 @@
 
 typedef struct kvq_weights kvq_weights;
 
-/** Opens path: a directory or .bin (source checkpoint) or a .kvq file. */
+/** The meaning of an opened .kvq beyond its container and manifest schema (kvq_file_open,
+ *  formats/kvqschema.c), checked without decoding a weight: every tensor's codec parameters
+ *  against its shape and entry sizes (kvq_codec_check_file), and the KV section's states
+ *  rebuilt from their stored tables and checked (kvq_kv_open_from_file; nothing is trained).
+ *  Every tool runs it after kvq_file_open, so none accepts what kvq-run refuses at load. */
+struct kvq_file;
+kvq_status kvq_weights_check_file(struct kvq_file *f, kvq_err *err);
+
+/** Opens path: a directory or .bin (source checkpoint) or a .kvq file (kvq_weights_check_file
+ *  included). */
 kvq_status kvq_weights_open(const char *path, kvq_weights **out, kvq_err *err);
 void kvq_weights_close(kvq_weights *w); // NULL is a no-op
 

@@ -534,6 +534,12 @@ static kvq_status load(ld *L, hf_tok *h, json_t *root) {
         if (json_is_integer(id) && json_integer_value(id) > max_id && json_integer_value(id) < INT32_MAX - 1)
             max_id = json_integer_value(id);
     }
+    // The id space is allocated whole (a table entry per id): it may have holes, but not be far
+    // larger than the tokens the file defines (one id of 2^31 - 3 would allocate gigabytes).
+    const int64_t n_def = (int64_t)json_object_size(vocab) + (int64_t)json_array_size(added);
+    if (max_id >= n_def + (1 << 20))
+        return FAIL(L, KVQ_ERR_FORMAT, "id %lld is more than 2^20 past the %lld tokens the file defines", (long long)max_id,
+                    (long long)n_def);
     h->n_ids = (int32_t)(max_id + 1);
     if (kvq_tok_strtab_init(&h->vocab, h->n_ids)) return FAIL(L, KVQ_ERR_NOMEM, "out of memory");
     size_t klen;

@@ -4,6 +4,7 @@
 // looked up whole or as <0xXX> byte tokens (id 3 + byte), then greedy best-score merges.
 #include "libconv/tokenizer/tokenizer_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,6 +153,10 @@ kvq_status kvq_tok_llama2c_open(const char *path, const char *data, size_t n, kv
         if (n - at < 8)
             return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: %s: token %d record truncated at byte %zu", path, what, count, at);
         memcpy(&len, data + at + 4, 4);
+        float score;
+        memcpy(&score, data + at, 4);
+        if (!isfinite(score)) // merges pick the highest score: a NaN has no order
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: %s: token %d score is not finite", path, what, count);
         if (len < 0 || len > maxlen || (size_t)len > n - at - 8)
             return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: %s: token %d length %d (max_token_length %d, %zu bytes left)",
                                path, what, count, len, maxlen, n - at - 8);

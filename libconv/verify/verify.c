@@ -465,7 +465,8 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     // schema) is an input error (the tool exits 2 with one line); a readable file whose
     // digests disagree fails the integrity check (exit 1).
     kvq_status s = kvq_file_open(o->kvq_path, &f, &e);
-    if (s) { *err = e; return s; }
+    if (!s) s = kvq_weights_check_file(f, &e); // what kvq-run would refuse at load (weights.h)
+    if (s) { kvq_file_close(f); *err = e; return s; }
     const json_t *man = kvq_file_manifest(f);
     {
         kvq_bits kb;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "libconv/codec/hyperquant/hq_impl.h"
 #include "libconv/codec/hyperquant/hyperquant.h"
 
 static kvq_status hq_parse(const char *args, json_t **cfg, kvq_err *err) {
@@ -83,6 +84,15 @@ static kvq_status hq_decode(const json_t *params, const kvq_blob_view *blobs, in
     return kvq_hq_decode(&h, blobs, n_blobs, out, 0, err);
 }
 
+static kvq_status hq_check(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows, int64_t cols,
+                           kvq_err *err) {
+    kvq_hq_header h;
+    const uint8_t *codes, *norms, *offs;
+    size_t ncodes;
+    kvq_status s = kvq_hq_header_parse(params, rows, cols, &h, err);
+    return s ? s : kvq_hq_check_blobs(&h, blobs, n_blobs, &codes, &ncodes, &norms, &offs, err);
+}
+
 // The encoder calibrates to its bps over everything it stores (codes, norms, offsets, params):
 // 3.000 / 3.999 bits/w measured over kvq-small-qwen3's 42 matrices at e8:3.0 / e8:4.0. A fixed
 // SNR has no rate known before encoding (NAN).
@@ -107,6 +117,7 @@ const kvq_codec_traits kvq_codec_hyperquant = {
     .lossless = 0,
     .parse = hq_parse,
     .encode = hq_encode,
+    .check = hq_check,
     .decode = hq_decode,
     .example_args = "e8:4.0",
     .max_rel_err = 0.1,

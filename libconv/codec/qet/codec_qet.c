@@ -34,6 +34,11 @@ static kvq_status qet_decode(const json_t *params, const kvq_blob_view *blobs, i
     return kvq_qet_decode(params, blobs, n_blobs, rows, cols, out, err);
 }
 
+static kvq_status qet_check(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows, int64_t cols,
+                            kvq_err *err) {
+    return kvq_qet_check(params, blobs, n_blobs, rows, cols, err);
+}
+
 static double qet_predict_bits(const json_t *cfgj, int64_t rows, int64_t cols, kvq_dtype src) {
     kvq_qet_config c;
     if (kvq_qet_config_from_json(cfgj, &c, NULL)) return NAN;
@@ -55,6 +60,7 @@ const kvq_codec_traits kvq_codec_qet = {
     .lossless = 0,
     .parse = qet_parse,
     .encode = qet_encode,
+    .check = qet_check,
     .decode = qet_decode,
     .example_args = "4",
     .max_rel_err = 0.3,
@@ -68,6 +74,7 @@ const kvq_codec_traits kvq_codec_pq = {
     .lossless = 0,
     .parse = pq_parse,
     .encode = qet_encode,
+    .check = qet_check,
     .decode = qet_decode,
     .example_args = "4",
     .max_rel_err = 0.8,

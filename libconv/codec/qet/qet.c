@@ -498,8 +498,18 @@ done:
 
 // ---- decode
 
-kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n,
-                          int64_t d, float *out, kvq_err *err) {
+// What decode needs from params and blobs, validated (kvq_qet_check stops here).
+typedef struct {
+    int l, w, cb, stages;
+    kvq_dtype src;
+    int64_t m, k[KVQ_QET_MAX_STAGES];
+    const uint8_t *idxb[KVQ_QET_MAX_STAGES], *cbb[KVQ_QET_MAX_STAGES];
+    const kvq_blob_view *ib;
+    uint64_t nbits;
+} qet_layout;
+
+static kvq_status qet_layout_of(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
+                                qet_layout *L, kvq_err *err) {
     int v = 0, l = 0, w = 0, cb = 0;
     const char *srcname = NULL, *seedhex = NULL;
     json_t *ks = NULL;
@@ -544,7 +554,30 @@ kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int 
     if ((ib ? ib->size : 0) != bytes_for_bits(nbits))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: blob 'indicators' is %zu bytes, expected %llu",
                            ib ? ib->size : 0, (unsigned long long)bytes_for_bits(nbits));
+    *L = (qet_layout){.l = l, .w = w, .cb = cb, .stages = stages, .src = src, .m = m, .ib = ib, .nbits = nbits};
+    memcpy(L->k, k, sizeof k);
+    memcpy(L->idxb, idxb, sizeof idxb);
+    memcpy(L->cbb, cbb, sizeof cbb);
+    return KVQ_OK;
+}
 
+kvq_status kvq_qet_check(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
+                         kvq_err *err) {
+    qet_layout L;
+    return qet_layout_of(params, blobs, n_blobs, n, d, &L, err);
+}
+
+kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n,
+                          int64_t d, float *out, kvq_err *err) {
+    qet_layout L;
+    kvq_status st = qet_layout_of(params, blobs, n_blobs, n, d, &L, err);
+    if (st) return st;
+    const int l = L.l, w = L.w, cb = L.cb, stages = L.stages;
+    const kvq_dtype src = L.src;
+    const int64_t m = L.m, *k = L.k;
+    const uint8_t *const *idxb = L.idxb, *const *cbb = L.cbb;
+    const kvq_blob_view *ib = L.ib;
+    const uint64_t nbits = L.nbits;
     float *cent[KVQ_QET_MAX_STAGES] = {0};
     uint8_t *bits = malloc((size_t)nbits + 1);
     float *xs = malloc(sizeof(float) * (size_t)(n * d));

@@ -90,6 +90,10 @@ kvq_status kvq_qet_encode(const kvq_qet_config *cfg, kvq_dtype src, const float 
 kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const float *x, int64_t n,
                                 int64_t d, uint64_t seed, int n_threads, kvq_encoded *out,
                                 double times[3], kvq_err *err);
+/** Checks params and blob sizes against an n × d tensor (blob data may be NULL: sizes only);
+ *  what kvq_qet_decode checks before it reads a payload byte. */
+kvq_status kvq_qet_check(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
+                         kvq_err *err);
 /** Decodes into out (n × d, caller-allocated). */
 kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n,
                           int64_t d, float *out, kvq_err *err);
