@@ -569,7 +569,8 @@ static const int32_t hqx_cb_lanes[256][8] __attribute__((aligned(32))) = {HQX_CB
 #define HQX_AVX2_PF 1
 #endif
 HQX_TGT_AVX2 __attribute__((always_inline)) static inline void
-hqx_rowsn_avx2_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, const int NP, const int E8) {
+hqx_rowsn_avx2_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, const int NP, const int E8,
+                  const int ZR) {
     enum { NR = HQX_AVX2_NR };
     const int T = w->tile, nch = T / 64, KF = NP == 0 ? 4 : NP == 1 ? 2 : 1; // chunks per int16 flush
     const int64_t tpr = w->cols_p / T, cpr = w->cols_p / 64; // tiles, chunks per row
@@ -648,7 +649,7 @@ hqx_rowsn_avx2_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, 
             const int64_t t = (r0 + rr) * tpr + j;
             _mm256_store_ps(facc[rr], _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[rr]), _mm256_set1_ps(kvq_hqx_scale(w, t) * sj),
                                                       _mm256_load_ps(facc[rr])));
-            if (w->zero) zacc[rr] += w->zero[t] * a->xs[j];
+            if (ZR) zacc[rr] += w->zero[t] * a->xs[j];
         }
     }
     _Pragma("GCC unroll 4") for (int rr = 0; rr < NR; rr++) {
@@ -659,16 +660,23 @@ hqx_rowsn_avx2_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, 
 
 HQX_TGT_AVX2 static void hqx_rows4_avx2(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
     const int np = kvq_hqx_planes(w->vbits), e8 = w->lat == KVQ_HQ_LAT_E8;
-    for (int64_t r = r0; r < r0 + 4; r += HQX_AVX2_NR) switch (np * 2 + e8) {
-        case 0: hqx_rowsn_avx2_np(w, r, a, y, 0, 0); break;
-        case 1: hqx_rowsn_avx2_np(w, r, a, y, 0, 1); break;
-        case 2: hqx_rowsn_avx2_np(w, r, a, y, 1, 0); break;
-        case 3: hqx_rowsn_avx2_np(w, r, a, y, 1, 1); break;
-        case 4: hqx_rowsn_avx2_np(w, r, a, y, 2, 0); break;
-        case 5: hqx_rowsn_avx2_np(w, r, a, y, 2, 1); break;
-        case 6: hqx_rowsn_avx2_np(w, r, a, y, 3, 0); break;
-        default: hqx_rowsn_avx2_np(w, r, a, y, 3, 1); break;
-        }
+    for (int64_t r = r0; r < r0 + 4; r += HQX_AVX2_NR)
+        if (w->zero) switch (np) { // RTN: zero points, no coset bits
+            case 0: hqx_rowsn_avx2_np(w, r, a, y, 0, 0, 1); break;
+            case 1: hqx_rowsn_avx2_np(w, r, a, y, 1, 0, 1); break;
+            case 2: hqx_rowsn_avx2_np(w, r, a, y, 2, 0, 1); break;
+            default: hqx_rowsn_avx2_np(w, r, a, y, 3, 0, 1); break;
+            }
+        else switch (np * 2 + e8) {
+            case 0: hqx_rowsn_avx2_np(w, r, a, y, 0, 0, 0); break;
+            case 1: hqx_rowsn_avx2_np(w, r, a, y, 0, 1, 0); break;
+            case 2: hqx_rowsn_avx2_np(w, r, a, y, 1, 0, 0); break;
+            case 3: hqx_rowsn_avx2_np(w, r, a, y, 1, 1, 0); break;
+            case 4: hqx_rowsn_avx2_np(w, r, a, y, 2, 0, 0); break;
+            case 5: hqx_rowsn_avx2_np(w, r, a, y, 2, 1, 0); break;
+            case 6: hqx_rowsn_avx2_np(w, r, a, y, 3, 0, 0); break;
+            default: hqx_rowsn_avx2_np(w, r, a, y, 3, 1, 0); break;
+            }
 }
 
 #define HQX_ROW_FN(ISA)                                                                         \
