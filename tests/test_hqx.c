@@ -168,7 +168,8 @@ static void test_gemm_many_tokens(void **state) {
         enc_free(&E);
     }
     free(x);
-    if (kvq_hqx_isa_best() != KVQ_HQX_ISA_VNNI) printf("  (no AVX-512 VNNI here: the batched product was not run)\n");
+    if (kvq_hqx_isa_best() == KVQ_HQX_ISA_REF) printf("  (neither AVX2 nor AVX-512 VNNI here: the batched product was not run)\n");
+    else printf("  (batched product on %s)\n", kvq_hqx_isa_name(kvq_hqx_isa_best()));
 }
 
 static void test_every_lattice_and_rate(void **state) {
@@ -206,9 +207,123 @@ static void test_escapes_and_heavy_tails(void **state) {
     encode(&E, KVQ_LAT_E8, 5.0, x, rows, cols, 3);
     uint32_t n_esc = check_products(&E, 4, 3, 21, 0.02);
     assert_true(n_esc > 0);
+    assert_true(check_products(&E, 4, 1, 23, 0.02) > 0); // the one-token decode kernels
     assert_true(check_products(&E, 5, 3, 22, 0.02) > 0);
     enc_free(&E);
     free(x);
+}
+
+// The integer sums at their extremes, where int16 partial sums (AVX2 maddubs) would overflow
+// first: hand-made layouts whose every stored value is the largest (or smallest) the width
+// holds, coset bits all set, against activations of all +127, all −127, alternating and
+// random int8 codes. Every ISA path, one token (decode kernels) and 19 tokens (the batched
+// product), equals the reference; the batched product bit for bit under GCC.
+static void test_extreme_sums(void **state) {
+    (void)state;
+    const int cases[][2] = {{KVQ_HQ_LAT_E8, 4}, {KVQ_HQ_LAT_E8, 5}, {KVQ_HQ_LAT_E8, 6}, {KVQ_HQ_LAT_E8, 7},
+                            {KVQ_HQ_LAT_D4, 4}, {KVQ_HQ_LAT_D4, 6}, {KVQ_HQ_LAT_D4, 7}, {KVQ_HQ_LAT_Z, 5}};
+    const int64_t rows = 12, cols = 1024, T = 512, tiles = cols / T, n_tok = 19; // 8 chunks a tile
+    for (int ci = 0; ci < 8; ci++) {
+        kvq_hqx w;
+        memset(&w, 0, sizeof w);
+        w.lat = cases[ci][0], w.rotate = 1, w.tile = (int)T, w.vbits = cases[ci][1];
+        w.rows = rows, w.cols = w.cols_p = cols, w.seed = 9;
+        const int np = kvq_hqx_planes(w.vbits), m = kvq_hqx_mult(w.lat), off = kvq_hqx_off(w.vbits);
+        const size_t nq = (size_t)(rows * cols) / 2, nch = (size_t)(rows * cols) / 64;
+        w.q = kvq_hqx_alloc(nq);
+        w.hb = np ? kvq_hqx_alloc(nch * np * 8) : NULL;
+        w.cb = w.lat == KVQ_HQ_LAT_E8 ? malloc(nch) : NULL;
+        w.scale = malloc(sizeof(float) * rows * tiles);
+        w.esc_row = calloc(rows + 1, 4);
+        w.esc = malloc(4);
+        for (int64_t r = 0; r < rows; r++) { // rows alternate: all largest, all smallest, mixed
+            const int kind = r % 3;
+            for (size_t b = 0; b < nq / rows; b++) w.q[r * (nq / rows) + b] = kind == 0 ? 0xff : kind == 1 ? 0 : 0x0f;
+            for (size_t c = 0; c < nch / rows * np; c++) w.hb[r * (nch / rows * np) + c] = kind == 0 ? ~0ull : kind == 1 ? 0 : 0xffffffffull;
+            if (w.cb)
+                for (size_t c = 0; c < nch / rows; c++) w.cb[r * (nch / rows) + c] = kind == 1 ? 0 : 0xff;
+            for (int64_t j = 0; j < tiles; j++) w.scale[r * tiles + j] = 0.001f * (float)(1 + j + r);
+        }
+        // activations: prepared from random x, then the int8 codes overwritten and the side
+        // data recomputed from its definition (test_prep_paths checks prep against it)
+        const size_t ab = kvq_hqx_act_bytes(&w);
+        uint8_t *buf = aligned_alloc(64, ab * n_tok);
+        kvq_hqx_act *act = malloc(sizeof *act * n_tok);
+        float *x = malloc(sizeof(float) * cols);
+        uint64_t seed = 7;
+        for (int k = 0; k < n_tok; k++) {
+            for (int64_t i = 0; i < cols; i++) x[i] = (float)gauss(&seed);
+            kvq_hqx_act_init(&w, buf + ab * k, &act[k]);
+            kvq_hqx_prep(&w, x, &act[k]);
+            kvq_hqx_act *a = &act[k];
+            for (int64_t i = 0; i < cols; i++)
+                a->xq[i] = (int8_t)(k % 4 == 0 ? 127 : k % 4 == 1 ? -127 : k % 4 == 2 ? (i % 2 ? 127 : -127) : a->xq[i]);
+            for (int64_t j = 0; j < tiles; j++) {
+                int32_t sum = 0;
+                a->sx[j] = 1.0f / 127;
+                for (int l = 0; l < 8; l++) a->zl[8 * j + l] = 0;
+                for (int l = 0; l < 16; l++) a->zw[16 * j + l] = 0;
+                for (int i = 0; i < T; i++) {
+                    const int q = a->xq[j * T + i];
+                    sum += q;
+                    a->zl[8 * j + (i % 32) / 4] += -off * m * q;
+                    a->zw[16 * j + ((i % 128) / 64) * 8 + (i % 32) / 4] += -off * m * q;
+                    const int b = i % 128, src = b < 32 ? b : b < 64 ? b + 32 : b < 96 ? b - 32 : b;
+                    a->xp[j * T + i] = a->xq[j * T + (i - b) + src];
+                }
+                for (int v = 0; v < T / 8; v++) {
+                    int32_t s8 = 0;
+                    for (int i = 0; i < 8; i++) s8 += a->xq[j * T + 8 * v + i];
+                    a->s8[(j * T) / 8 + v] = s8;
+                }
+                a->zt[j] = -off * m * sum;
+            }
+        }
+        float *y = malloc(sizeof(float) * rows * n_tok), *yref = malloc(sizeof(float) * rows * n_tok);
+        kvq_hqx_matmul(&w, act, (int)n_tok, yref, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
+        // the reference against an independent sum of c·xq in int64
+        for (int k = 0; k < n_tok; k++)
+            for (int64_t r = 0; r < rows; r++) {
+                double acc = 0;
+                for (int64_t j = 0; j < tiles; j++) {
+                    int64_t d = 0;
+                    for (int i = 0; i < T; i++) {
+                        const int64_t gi = r * cols + j * T + i, ch = gi / 64, b = gi % 64;
+                        int u = b < 32 ? (w.q[ch * 32 + b] & 15) : (w.q[ch * 32 + b - 32] >> 4);
+                        for (int p = 0; p < np; p++) u |= (int)((w.hb[ch * np + p] >> b) & 1) << (4 + p);
+                        const int cb = w.cb ? (w.cb[ch] >> (b / 8)) & 1 : 0;
+                        d += (int64_t)(m * (u - off) + cb) * act[k].xq[j * T + i];
+                    }
+                    acc += (double)w.scale[r * tiles + j] * ((double)act[k].sx[j] * (double)d);
+                }
+                assert_true(fabs(yref[k * rows + r] - acc) <= 1e-5 * (fabs(acc) + 1));
+            }
+        for (int isa = KVQ_HQX_ISA_AVX2; isa <= (int)kvq_hqx_isa_best(); isa++)
+            for (int k = 0; k < n_tok; k++) { // one token at a time: the decode kernels
+                float y1[12];
+                kvq_hqx_matmul(&w, &act[k], 1, y1, rows, KVQ_HQX_INT8, isa, 1);
+                // the float order over lanes and tiles differs (a few ulps of the large terms);
+                // one int16 overflow would be off by 2^16 · scale · sx ≥ 0.5
+                for (int64_t r = 0; r < rows; r++) assert_true(fabsf(y1[r] - yref[k * rows + r]) <= 1e-5f * (fabsf(yref[k * rows + r]) + 1.0f));
+            }
+        if (kvq_hqx_gemm_ok(&w)) {
+            void *gs = aligned_alloc(64, (kvq_hqx_gemm_scratch(&w, (int)n_tok) + 63) / 64 * 64);
+            void *tb = aligned_alloc(64, (kvq_hqx_gemm_thread_bytes(&w, (int)n_tok) + 63) / 64 * 64);
+            kvq_hqx_gemm_pack(&w, act, (int)n_tok, gs);
+            kvq_hqx_gemm_rows(&w, act, (int)n_tok, gs, y, rows, 0, rows, tb);
+            for (int64_t i = 0; i < rows * n_tok; i++)
+                assert_true(fabsf(y[i] - yref[i]) <= 1e-6f * (fabsf(yref[i]) + 1e-3f));
+#ifndef __clang__
+            assert_memory_equal(y, yref, sizeof(float) * rows * n_tok);
+#endif
+            free(gs);
+            free(tb);
+        } else // the batched product takes every width but E8's 7 on AVX2 (u' up to 255)
+            assert_true(kvq_hqx_isa_best() == KVQ_HQX_ISA_REF || (w.lat == KVQ_HQ_LAT_E8 && w.vbits == 7 &&
+                                                                  kvq_hqx_isa_best() == KVQ_HQX_ISA_AVX2));
+        kvq_hqx_free(&w);
+        free(buf); free(act); free(x); free(y); free(yref);
+    }
 }
 
 // Padded widths (cols not a multiple of the tile), T = 64 and 7 tokens (a 4-block and a 3-block).
@@ -419,6 +534,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_lattice_and_rate),
         cmocka_unit_test(test_gemm_many_tokens), cmocka_unit_test(test_escapes_and_heavy_tails),
+        cmocka_unit_test(test_extreme_sums),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),
     };

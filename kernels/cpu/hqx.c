@@ -542,6 +542,143 @@ HQX_TGT_VNNI static void hqx_rows4_vnni512(const kvq_hqx *w, int64_t r0, const k
     }
 }
 
+// ---- decode (one token), AVX2, 4 rows at a time: the VNNI kernel's design on 256-bit
+// vectors. The activation's two 32-byte halves of each chunk are loaded once and shared by
+// the rows; u8·s8 products are summed by maddubs into int16 lanes, and several chunks' int16
+// sums are added before one madd widens them to int32 (as many as cannot overflow: a maddubs
+// lane is at most 2·(2^vbits − 1)·127, so 4 chunks for vbits 4, 2 for 5, 1 for 6, and for 7
+// each product is widened alone). Per tile a row's sums stay in 8 exact int32 lanes (the
+// offset's share split per lane, act->zl), are converted and multiply-added with the tile's
+// scale into 8 float lanes, summed once per row. Bit plane words expand to byte masks by one
+// shuffle of the word broadcast from memory; E8 coset bytes select the 8-vector sums s8 through
+// a table of lane masks. The next group of 4 rows is prefetched while this one is multiplied.
+// Tiles of a multiple of 64, nibbles (vbits 4..7); escapes are added afterwards in float.
+#define HQX_CBM(b, v) (((b) >> (v)) & 1 ? -1 : 0)
+#define HQX_CBM8(b) {HQX_CBM(b, 0), HQX_CBM(b, 1), HQX_CBM(b, 2), HQX_CBM(b, 3), HQX_CBM(b, 4), HQX_CBM(b, 5), HQX_CBM(b, 6), HQX_CBM(b, 7)}
+#define HQX_CBM_4(b) HQX_CBM8(b), HQX_CBM8((b) + 1), HQX_CBM8((b) + 2), HQX_CBM8((b) + 3)
+#define HQX_CBM_16(b) HQX_CBM_4(b), HQX_CBM_4((b) + 4), HQX_CBM_4((b) + 8), HQX_CBM_4((b) + 12)
+#define HQX_CBM_64(b) HQX_CBM_16(b), HQX_CBM_16((b) + 16), HQX_CBM_16((b) + 32), HQX_CBM_16((b) + 48)
+// lane v of entry b: −1 where bit v of the coset byte b is set (8 KiB)
+static const int32_t hqx_cb_lanes[256][8] __attribute__((aligned(32))) = {HQX_CBM_64(0), HQX_CBM_64(64), HQX_CBM_64(128),
+                                                                          HQX_CBM_64(192)};
+
+#ifndef HQX_AVX2_NR
+#define HQX_AVX2_NR 4 // rows per pass (divides 4)
+#endif
+#ifndef HQX_AVX2_PF
+#define HQX_AVX2_PF 1
+#endif
+HQX_TGT_AVX2 __attribute__((always_inline)) static inline void
+hqx_rowsn_avx2_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, const int NP, const int E8,
+                  const int ZR) {
+    enum { NR = HQX_AVX2_NR };
+    const int T = w->tile, nch = T / 64, KF = NP == 0 ? 4 : NP == 1 ? 2 : 1; // chunks per int16 flush
+    const int64_t tpr = w->cols_p / T, cpr = w->cols_p / 64; // tiles, chunks per row
+    const __m256i m0f = _mm256_set1_epi8(15);
+    const __m256i mw = _mm256_set1_epi16(E8 ? 2 : 1); // E8's codes are 2u: doubled as they widen
+    // byte k of the low (high) half's mask takes byte k/8 (4 + k/8) of the broadcast plane word
+    const __m256i sel_lo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                            3, 3, 3, 3, 3, 3);
+    const __m256i sel_hi = _mm256_add_epi8(sel_lo, _mm256_set1_epi8(4));
+    const __m256i bm = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const uint8_t *qr[NR], *cr[NR];
+    const uint64_t *hr[NR];
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < NR; rr++) { // each row's first chunk
+        qr[rr] = w->q + (size_t)((r0 + rr) * cpr) * 32;
+        hr[rr] = NP ? w->hb + (size_t)((r0 + rr) * cpr) * NP : NULL;
+        cr[rr] = E8 ? w->cb + (size_t)((r0 + rr) * cpr) : NULL;
+    }
+    const size_t qrow = (size_t)cpr * 32, hrow = (size_t)cpr * NP; // bytes / words per row
+    const char *qn = (const char *)(qr[0] + NR * qrow), *hn = NP ? (const char *)(hr[0] + NR * hrow) : NULL,
+               *cn = E8 ? (const char *)(cr[0] + NR * cpr) : NULL; // the next group of rows
+    if (w->scode)
+        for (int64_t k = 0; k < NR * tpr; k += 64) _mm_prefetch((const char *)(w->scode + (r0 + NR) * tpr + k), _MM_HINT_T0);
+    float facc[NR][8] __attribute__((aligned(32)));
+    float zacc[NR];
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < NR; rr++) {
+        _mm256_store_ps(facc[rr], _mm256_setzero_ps());
+        zacc[rr] = 0.0f;
+    }
+    for (int64_t j = 0; j < tpr; j++) {
+        const __m256i zl = _mm256_load_si256((const __m256i *)(a->zl + 8 * j));
+        __m256i acc[NR], p16[NR];
+        _Pragma("GCC unroll 4") for (int rr = 0; rr < NR; rr++) {
+            acc[rr] = zl;
+            p16[rr] = _mm256_setzero_si256();
+        }
+        for (int c = 0; c < nch; c++) {
+            const size_t g = (size_t)j * nch + c, xo = 64 * g; // chunk within the row, coordinate
+            const __m256i xl = _mm256_load_si256((const __m256i *)(a->xq + xo)),
+                          xh = _mm256_load_si256((const __m256i *)(a->xq + xo + 32));
+            // the next NR rows: 32·NR bytes of nibbles, 8·NR·NP bytes of planes, NR coset bytes per chunk
+            if (HQX_AVX2_PF) {
+            _Pragma("GCC unroll 4") for (int l = 0; l < NR / 2; l++) _mm_prefetch(qn + 32 * NR * g + 64 * l, _MM_HINT_T0);
+            if (NP && (NR * NP * g) % 8 == 0) _mm_prefetch(hn + 8 * NR * NP * g, _MM_HINT_T0);
+            if (E8 && (NR * g) % 64 == 0) _mm_prefetch(cn + NR * g, _MM_HINT_T0);
+            }
+            _Pragma("GCC unroll 4") for (int rr = 0; rr < NR; rr++) {
+                const __m256i by = _mm256_loadu_si256((const __m256i *)(qr[rr] + 32 * g));
+                __m256i lo = _mm256_and_si256(by, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(by, 4), m0f);
+                _Pragma("GCC unroll 3") for (int p = 0; p < NP; p++) {
+                    const __m256i wv = _mm256_set1_epi64x((long long)hr[rr][g * NP + p]);
+                    const __m256i add = _mm256_set1_epi8((char)(16 << p));
+                    const __m256i ml = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(wv, sel_lo), bm), bm);
+                    const __m256i mh = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(wv, sel_hi), bm), bm);
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(ml, add));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(mh, add));
+                }
+                if (NP == 3) { // products up to 2·127·127: each widened alone
+                    acc[rr] = _mm256_add_epi32(acc[rr], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), mw));
+                    acc[rr] = _mm256_add_epi32(acc[rr], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), mw));
+                } else {
+                    p16[rr] = _mm256_add_epi16(p16[rr], _mm256_maddubs_epi16(lo, xl));
+                    p16[rr] = _mm256_add_epi16(p16[rr], _mm256_maddubs_epi16(hi, xh));
+                }
+                if (E8) // coset bits: the 8-vector sums of the set bits (not doubled)
+                    acc[rr] = _mm256_add_epi32(acc[rr], _mm256_and_si256(_mm256_load_si256((const __m256i *)hqx_cb_lanes[cr[rr][g]]),
+                                                                         _mm256_load_si256((const __m256i *)(a->s8 + xo / 8))));
+            }
+            if (NP != 3 && ((c + 1) % KF == 0 || c == nch - 1))
+                _Pragma("GCC unroll 4") for (int rr = 0; rr < NR; rr++) {
+                    acc[rr] = _mm256_add_epi32(acc[rr], _mm256_madd_epi16(p16[rr], mw));
+                    p16[rr] = _mm256_setzero_si256();
+                }
+        }
+        const float sj = a->sx[j];
+        _Pragma("GCC unroll 4") for (int rr = 0; rr < NR; rr++) {
+            const int64_t t = (r0 + rr) * tpr + j;
+            _mm256_store_ps(facc[rr], _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[rr]), _mm256_set1_ps(kvq_hqx_scale(w, t) * sj),
+                                                      _mm256_load_ps(facc[rr])));
+            if (ZR) zacc[rr] += w->zero[t] * a->xs[j];
+        }
+    }
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < NR; rr++) {
+        const __m256 f = _mm256_load_ps(facc[rr]);
+        y[r0 + rr] = HQX_HSUM8(f) + zacc[rr] + (w->esc_row[r0 + rr] < w->esc_row[r0 + rr + 1] ? hqx_escapes_int8(w, r0 + rr, a) : 0.0f);
+    }
+}
+
+HQX_TGT_AVX2 static void hqx_rows4_avx2(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
+    const int np = kvq_hqx_planes(w->vbits), e8 = w->lat == KVQ_HQ_LAT_E8;
+    for (int64_t r = r0; r < r0 + 4; r += HQX_AVX2_NR)
+        if (w->zero) switch (np) { // RTN: zero points, no coset bits
+            case 0: hqx_rowsn_avx2_np(w, r, a, y, 0, 0, 1); break;
+            case 1: hqx_rowsn_avx2_np(w, r, a, y, 1, 0, 1); break;
+            case 2: hqx_rowsn_avx2_np(w, r, a, y, 2, 0, 1); break;
+            default: hqx_rowsn_avx2_np(w, r, a, y, 3, 0, 1); break;
+            }
+        else switch (np * 2 + e8) {
+            case 0: hqx_rowsn_avx2_np(w, r, a, y, 0, 0, 0); break;
+            case 1: hqx_rowsn_avx2_np(w, r, a, y, 0, 1, 0); break;
+            case 2: hqx_rowsn_avx2_np(w, r, a, y, 1, 0, 0); break;
+            case 3: hqx_rowsn_avx2_np(w, r, a, y, 1, 1, 0); break;
+            case 4: hqx_rowsn_avx2_np(w, r, a, y, 2, 0, 0); break;
+            case 5: hqx_rowsn_avx2_np(w, r, a, y, 2, 1, 0); break;
+            case 6: hqx_rowsn_avx2_np(w, r, a, y, 3, 0, 0); break;
+            default: hqx_rowsn_avx2_np(w, r, a, y, 3, 1, 0); break;
+            }
+}
+
 #define HQX_ROW_FN(ISA)                                                                         \
     HQX_TGT_##ISA static void hqx_row_##ISA(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int n_tok, \
                                             float *y, int64_t ldy) {                           \
@@ -565,6 +702,8 @@ void kvq_hqx_matmul_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, fl
     int64_t r = r0;
     if (isa == KVQ_HQX_ISA_VNNI && mode == KVQ_HQX_INT8 && n_tok == 1 && w->tile % 128 == 0 && w->vbits != 8)
         for (; r + 4 <= r1; r += 4) hqx_rows4_vnni512(w, r, act, y);
+    if (isa == KVQ_HQX_ISA_AVX2 && mode == KVQ_HQX_INT8 && n_tok == 1 && w->vbits != 8)
+        for (; r + 4 <= r1; r += 4) hqx_rows4_avx2(w, r, act, y);
     for (; r < r1; r++) {
         if (isa == KVQ_HQX_ISA_REF) hqx_row_ref(w, r, act, n_tok, y, ldy, mode);
         else if (mode == KVQ_HQX_EXACT) {

@@ -76,9 +76,10 @@ void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y,
                           int n_threads);
 
 /** Batched int8 products with tokens in the vector lanes (kernels/cpu/hqx_gemm.c, AVX-512
- *  VNNI): the int8 mode's integer tile sums of many tokens at once, each output equal to the
- *  reference int8 path's (KVQ_HQX_ISA_REF) bit for bit. Usable when kvq_hqx_gemm_ok(w)
- *  (HyperQuant widths 4..7 whose codes m·u + cb fit a byte, no zero points, a VNNI CPU).
+ *  VNNI or AVX2): the int8 mode's integer tile sums of many tokens at once, each output equal
+ *  to the reference int8 path's (KVQ_HQX_ISA_REF) bit for bit. Usable when kvq_hqx_gemm_ok(w)
+ *  (HyperQuant widths 4..7 whose codes m·u + cb fit a byte, no zero points; a VNNI CPU, or an
+ *  AVX2 one where m·u + cb ≤ 129, i.e. all but E8 at width 7).
  *  kvq_hqx_gemm_pack lays the prepared activations of n_tok tokens into scratch
  *  (kvq_hqx_gemm_scratch bytes); kvq_hqx_gemm_rows then computes rows [r0, r1) (a multiple of
  *  4 for r0) on the calling thread with thread_buf of kvq_hqx_gemm_thread_bytes. */

@@ -1,5 +1,5 @@
 // Batched int8 products from the hqx layout (hqx.h, "prefill"): the int8 mode's integer tile
-// sums for many tokens at once with AVX-512 VNNI, tokens in the vector lanes.
+// sums for many tokens at once with AVX-512 VNNI or AVX2, tokens in the vector lanes.
 //
 // Each weight's integer code is c = m·(u − off) + cb (u the stored value, cb E8's coset bit of
 // its 8-vector), so a tile's sum ⟨c, xq⟩ = ⟨u', xq⟩ + zt with u' = m·u + cb ≥ 0 (a byte when
@@ -10,6 +10,12 @@
 // are added to their tile's integer sums. Per tile the float work is the reference's,
 // acc += scale · (sx · (float)d), in tile order, so every output equals the reference int8
 // path's (hqx.c, hqx_row_ref) bit for bit.
+//
+// AVX2 (no VNNI): the same packed activations, 8 tokens per 256-bit vector (the low or high
+// half of a 16-token group); `vpmaddubsw` multiplies the broadcast u' bytes with the tokens'
+// int8 pairs into int16, K groups' int16 sums are added before `vpmaddwd` widens them to int32
+// (K = the most that cannot overflow: maddubs lanes are at most 2·u'max·127, and u'max ≤ 129
+// keeps even one exact, which E8 meets up to width 6 and the other lattices up to 7).
 #include "kernels/cpu/hqx.h"
 
 #include <stdlib.h>
@@ -26,7 +32,15 @@ static int gemm_shape_ok(const kvq_hqx *w) {
            m * ((1 << w->vbits) - 1) + e8 <= 255;
 }
 
-int kvq_hqx_gemm_ok(const kvq_hqx *w) { return gemm_shape_ok(w) && kvq_hqx_isa_best() == KVQ_HQX_ISA_VNNI; }
+// Largest u' = m·u + cb of the layout.
+static int gemm_umax(const kvq_hqx *w) {
+    return kvq_hqx_mult(w->lat) * ((1 << w->vbits) - 1) + (w->lat == KVQ_HQ_LAT_E8);
+}
+
+int kvq_hqx_gemm_ok(const kvq_hqx *w) {
+    const kvq_hqx_isa isa = kvq_hqx_isa_best();
+    return gemm_shape_ok(w) && (isa == KVQ_HQX_ISA_VNNI || (isa == KVQ_HQX_ISA_AVX2 && gemm_umax(w) <= 129));
+}
 
 static int64_t n_blocks(int n_tok) { return (n_tok + G_TOK - 1) / G_TOK; }
 
@@ -155,6 +169,123 @@ VNNI_TARGET static void gemm_rows_vnni(const kvq_hqx *w, int n_tok, void *scratc
             for (int k = 0; k < n_tok; k++) y[(int64_t)k * ldy + rb + i] = yacc[((int64_t)i * nb + k / G_TOK) * G_TOK + k % G_TOK];
     }
 }
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
+
+// tile_codes_512's result with AVX2: per chunk the low and the high nibbles (coordinates 0..31
+// and 32..63), each plane word's bits expanded to byte masks, m·u, then the coset bits.
+AVX2_TARGET static void tile_codes_avx2(const kvq_hqx *w, int64_t r, int64_t j, uint8_t *u) {
+    const int64_t T = w->tile, cpt = T / KVQ_HQX_CHUNK, tiles = w->cols_p / T;
+    const int m = kvq_hqx_mult(w->lat), np = kvq_hqx_planes(w->vbits), e8 = w->lat == KVQ_HQ_LAT_E8;
+    const __m256i lo4 = _mm256_set1_epi8(15);
+    const __m256i sel_lo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                            3, 3, 3, 3, 3, 3);
+    const __m256i sel_hi = _mm256_add_epi8(sel_lo, _mm256_set1_epi8(4));
+    const __m256i bm = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    // coset bit k/8 of byte k (low half: bits 0..3, high half: bits 4..7)
+    const __m256i cb_lo = _mm256_setr_epi8(1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4, 4, 4, 8, 8, 8,
+                                           8, 8, 8, 8, 8);
+    const __m256i cb_hi = _mm256_slli_epi16(cb_lo, 4);
+    for (int64_t c = 0; c < cpt; c++) {
+        const int64_t ch = (r * tiles + j) * cpt + c;
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->q + ch * 32));
+        __m256i lo = _mm256_and_si256(q, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+        for (int p = 0; p < np; p++) {
+            const __m256i wv = _mm256_set1_epi64x((long long)w->hb[ch * np + p]), add = _mm256_set1_epi8((char)(16 << p));
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(wv, sel_lo), bm), bm), add));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(wv, sel_hi), bm), bm), add));
+        }
+        if (m == 2) lo = _mm256_add_epi8(lo, lo), hi = _mm256_add_epi8(hi, hi);
+        if (e8) { // + 1 where the 8-vector's coset bit is set (the mask is −1 there)
+            const __m256i cbv = _mm256_set1_epi8((char)w->cb[ch]);
+            lo = _mm256_sub_epi8(lo, _mm256_cmpeq_epi8(_mm256_and_si256(cbv, cb_lo), cb_lo));
+            hi = _mm256_sub_epi8(hi, _mm256_cmpeq_epi8(_mm256_and_si256(cbv, cb_hi), cb_hi));
+        }
+        _mm256_storeu_si256((__m256i *)(u + c * KVQ_HQX_CHUNK), lo);
+        _mm256_storeu_si256((__m256i *)(u + c * KVQ_HQX_CHUNK + 32), hi);
+    }
+}
+
+// The four rows' integer sums of one tile for the 8 tokens of xv (T/4 groups, 64 bytes apart:
+// one half of the 16-token group), K groups added in int16 before widening.
+AVX2_TARGET __attribute__((always_inline)) static inline void
+gemm_tile_avx2_k(const uint32_t *const *u, const int8_t *xv, int64_t n4, __m256i *d, const int K) {
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t q0 = 0; q0 < n4; q0 += K) {
+        __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0;
+        _Pragma("GCC unroll 8") for (int k = 0; k < K; k++) {
+            const __m256i x = _mm256_load_si256((const __m256i *)(xv + (q0 + k) * 4 * G_TOK));
+            p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(_mm256_set1_epi32((int)u[0][q0 + k]), x));
+            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(_mm256_set1_epi32((int)u[1][q0 + k]), x));
+            p2 = _mm256_add_epi16(p2, _mm256_maddubs_epi16(_mm256_set1_epi32((int)u[2][q0 + k]), x));
+            p3 = _mm256_add_epi16(p3, _mm256_maddubs_epi16(_mm256_set1_epi32((int)u[3][q0 + k]), x));
+        }
+        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(p0, one));
+        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(p1, one));
+        a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(p2, one));
+        a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(p3, one));
+    }
+    d[0] = a0, d[1] = a1, d[2] = a2, d[3] = a3;
+}
+
+AVX2_TARGET static void gemm_rows_avx2(const kvq_hqx *w, int n_tok, void *scratch, const kvq_hqx_act *act, float *y,
+                                       int64_t ldy, int64_t r0, int64_t r1, float *yacc, uint8_t *ub) {
+    const int64_t T = w->tile, tiles = w->cols_p / T, nb = n_blocks(n_tok), n4 = T / 4;
+    const int m = kvq_hqx_mult(w->lat), sh = __builtin_ctz((unsigned)T);
+    const int lim = 32767 / (2 * 127 * gemm_umax(w)); // maddubs sums that fit int16 (≥ 1)
+    const int K = lim >= 8 && n4 % 8 == 0 ? 8 : lim >= 4 && n4 % 4 == 0 ? 4 : lim >= 2 && n4 % 2 == 0 ? 2 : 1;
+    for (int64_t rb = r0; rb < r1; rb += G_ROWS) {
+        const int nr = r1 - rb < G_ROWS ? (int)(r1 - rb) : G_ROWS;
+        memset(yacc, 0, sizeof(float) * G_ROWS * nb * G_TOK);
+        for (int64_t j = 0; j < tiles; j++) {
+            for (int i = 0; i < G_ROWS; i++) {
+                if (i < nr) tile_codes_avx2(w, rb + i, j, ub + i * T);
+                else memset(ub + i * T, 0, (size_t)T);
+            }
+            float sc[G_ROWS];
+            for (int i = 0; i < G_ROWS; i++) sc[i] = i < nr ? kvq_hqx_scale(w, (rb + i) * tiles + j) : 0.0f;
+            const uint32_t *u[G_ROWS] = {(const uint32_t *)ub, (const uint32_t *)(ub + T), (const uint32_t *)(ub + 2 * T),
+                                         (const uint32_t *)(ub + 3 * T)};
+            for (int64_t b = 0; b < nb; b++) {
+                const gblock g = block_at(w, scratch, b);
+                for (int h = 0; h < G_TOK / 8; h++) { // 8 tokens of the block at a time
+                    if (b * G_TOK + 8 * h >= n_tok) break;
+                    const int8_t *xv = g.xq + j * T * G_TOK + 32 * h;
+                    __m256i d[G_ROWS];
+                    switch (K) {
+                    case 8: gemm_tile_avx2_k(u, xv, n4, d, 8); break;
+                    case 4: gemm_tile_avx2_k(u, xv, n4, d, 4); break;
+                    case 2: gemm_tile_avx2_k(u, xv, n4, d, 2); break;
+                    default: gemm_tile_avx2_k(u, xv, n4, d, 1); break;
+                    }
+                    const __m256i zt = _mm256_load_si256((const __m256i *)(g.zt + j * G_TOK + 8 * h));
+                    const __m256 sx = _mm256_load_ps(g.sx + j * G_TOK + 8 * h);
+                    for (int i = 0; i < nr; i++) {
+                        const int64_t r = rb + i;
+                        __m256i di = _mm256_add_epi32(d[i], zt);
+                        for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) { // rare: their tile's sums
+                            const uint32_t col = kvq_hqx_esc_col(w->esc[e]);
+                            if ((int64_t)(col >> sh) != j) continue;
+                            int32_t add[8];
+                            const int dl = m * kvq_hqx_esc_delta(w->esc[e]);
+                            for (int l = 0; l < 8; l++) {
+                                const int64_t k = b * G_TOK + 8 * h + l;
+                                add[l] = k < n_tok ? dl * act[k].xq[col] : 0;
+                            }
+                            di = _mm256_add_epi32(di, _mm256_loadu_si256((const __m256i *)add));
+                        }
+                        float *ya = yacc + ((int64_t)i * nb + b) * G_TOK + 8 * h;
+                        // the reference's order and roundings: scale · (sx · (float)d), then the add
+                        const __m256 p = _mm256_mul_ps(_mm256_set1_ps(sc[i]), _mm256_mul_ps(sx, _mm256_cvtepi32_ps(di)));
+                        _mm256_store_ps(ya, _mm256_add_ps(_mm256_load_ps(ya), p));
+                    }
+                }
+            }
+        }
+        for (int i = 0; i < nr; i++)
+            for (int k = 0; k < n_tok; k++) y[(int64_t)k * ldy + rb + i] = yacc[((int64_t)i * nb + k / G_TOK) * G_TOK + k % G_TOK];
+    }
+}
 #endif
 
 size_t kvq_hqx_gemm_thread_bytes(const kvq_hqx *w, int n_tok) {
@@ -166,7 +297,8 @@ void kvq_hqx_gemm_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, void
 #if defined(__x86_64__) || defined(__i386__)
     float *yacc = (float *)(((uintptr_t)thread_buf + 63) & ~(uintptr_t)63);
     uint8_t *ub = (uint8_t *)(yacc + G_ROWS * n_blocks(n_tok) * G_TOK);
-    gemm_rows_vnni(w, n_tok, scratch, act, y, ldy, r0, r1, yacc, ub);
+    if (kvq_hqx_isa_best() == KVQ_HQX_ISA_VNNI) gemm_rows_vnni(w, n_tok, scratch, act, y, ldy, r0, r1, yacc, ub);
+    else gemm_rows_avx2(w, n_tok, scratch, act, y, ldy, r0, r1, yacc, ub);
 #else
     (void)w; (void)act; (void)n_tok; (void)scratch; (void)y; (void)ldy; (void)r0; (void)r1; (void)thread_buf;
 #endif

@@ -1,21 +1,30 @@
 // Benchmark: y = W·x straight from HyperQuant's execution layout (kernels/cpu/hqx.c) against
 // the dense bf16 and fp32 products of kernels/cpu/matmul.c on the same shape, side by side.
 // usage: hqx_bench [rows cols tokens threads bps lattice]  (default 2048 2048 1 1 4.0 e8)
-// Prints the median of 15 runs of each path in ms and G weights/s. HQX_BENCH_PATHS=1,4 runs
+// Prints the median of 15 runs of each path in ms and G weights/s, and beside them the median
+// CPU time of the process per run (all threads; robust to other jobs sharing the cores) and the
+// G weights/s per CPU second. HQX_BENCH_REPS=N: N runs instead of 15 (the reference path: 3). HQX_BENCH_PATHS=1,4 runs
 // only those paths (0 dense fp32, 1 dense bf16, 2 hqx ref, 3 avx2, 4 vnni, 5 exact, 6 the batched
-// VNNI product with tokens in the lanes (hqx_gemm.c), 7 decoded row blocks × dense fp32 (the
+// product with tokens in the lanes (hqx_gemm.c: VNNI or AVX2), 7 decoded row blocks × dense fp32 (the
 // runtime's prefill path before 6)); 6 and 7 include the activations' preparation.
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "formats/dtype.h"
 #include "kernels/cpu/hqx.h"
 #include "kernels/cpu/matmul.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
 #include "tests/testrng.h"
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
 
 static int cmpd(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -58,20 +67,21 @@ int main(int argc, char **argv) {
            8.0 * kvq_hqx_bytes(&q) / (rows * cols), q.vbits, q.esc_row[rows], 100.0 * q.esc_row[rows] / (rows * cols),
            kvq_hqx_isa_name(kvq_hqx_isa_best()));
     const char *names[] = {"dense fp32", "dense bf16", "hqx int8 ref", "hqx int8 avx2", "hqx int8 vnni", "hqx exact",
-                           "hqx gemm vnni", "hqx dense prefill"};
+                           "hqx gemm", "hqx dense prefill"};
     void *gs = aligned_alloc(64, (kvq_hqx_gemm_scratch(&q, ntok) + 63) / 64 * 64);
     const size_t gtb = kvq_hqx_gemm_thread_bytes(&q, ntok);
     uint8_t *gtbuf = aligned_alloc(64, (gtb * (nt > 0 ? nt : omp_get_max_threads()) + 63) / 64 * 64);
     float *dsc = malloc(sizeof(float) * kvq_hqx_dense_scratch(&q, ntok));
     for (int p = 0; p < 8; p++) {
-        if ((p == 4 || p == 6) && kvq_hqx_isa_best() != KVQ_HQX_ISA_VNNI) continue;
+        if (p == 4 && kvq_hqx_isa_best() != KVQ_HQX_ISA_VNNI) continue;
         if (p == 6 && !kvq_hqx_gemm_ok(&q)) continue;
         const char *only = getenv("HQX_BENCH_PATHS");
         if (only && !strchr(only, '0' + p)) continue;
-        double t[15];
-        int reps = p == 2 ? 3 : 15;
+        const int nrep = getenv("HQX_BENCH_REPS") ? atoi(getenv("HQX_BENCH_REPS")) : 15;
+        double *t = malloc(sizeof(double) * (nrep > 15 ? nrep : 15)), *tc = malloc(sizeof(double) * (nrep > 15 ? nrep : 15));
+        int reps = p == 2 ? 3 : nrep > 0 ? nrep : 15;
         for (int r = 0; r < reps; r++) {
-            double t0 = omp_get_wtime();
+            double t0 = omp_get_wtime(), c0 = cpu_s();
             if (p == 0) kvq_matmul(y, x, w, KVQ_DTYPE_F32, ntok, cols, rows, NULL, nt);
             else if (p == 1) kvq_matmul(y, x, wb, KVQ_DTYPE_BF16, ntok, cols, rows, xp, nt);
             else if (p == 7) kvq_hqx_matmul_dense(&q, x, ntok, y, rows, dsc, nt);
@@ -98,10 +108,15 @@ int main(int argc, char **argv) {
                                p == 5 ? kvq_hqx_isa_best() : isa, nt);
             }
             t[r] = omp_get_wtime() - t0;
+            tc[r] = cpu_s() - c0;
         }
         qsort(t, reps, sizeof *t, cmpd);
-        double med = t[reps / 2];
-        printf("  %-14s %8.3f ms  %7.2f G weights/s\n", names[p], 1e3 * med, rows * cols * ntok / med / 1e9);
+        qsort(tc, reps, sizeof *tc, cmpd);
+        double med = t[reps / 2], cmed = tc[reps / 2];
+        printf("  %-14s %8.3f ms  %7.2f G weights/s  (CPU %8.3f ms, %7.2f G weights per CPU-s)\n", names[p], 1e3 * med,
+               rows * cols * ntok / med / 1e9, 1e3 * cmed, rows * cols * ntok / cmed / 1e9);
+        free(t);
+        free(tc);
     }
     return 0;
 }
