@@ -53,10 +53,21 @@ static void test_wht_i32(void **st) {
                 x[i] = (int32_t)((s >> 33) % 4001) - 2000;
                 f[i] = (float)x[i];
             }
+            int32_t z[1024];
             memcpy(y, x, sizeof(int32_t) * n);
-            kvq_wht_i32(y, n);
+            memcpy(z, x, sizeof(int32_t) * n);
+            kvq_wht_i32(y, n);          // the AVX2 path where the CPU has it
+            kvq_wht_i32_portable(z, n); // SSE2 / scalar
             kvq_wht_ref(f, r, n); // exact in double for these magnitudes
-            for (int i = 0; i < n; i++) assert_true((double)y[i] == r[i]);
+            for (int i = 0; i < n; i++) assert_true((double)y[i] == r[i] && (double)z[i] == r[i]);
+            // full-range values: both paths wrap the same way mod 2^32
+            for (int i = 0; i < n; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                y[i] = z[i] = (int32_t)(uint32_t)(s >> 32);
+            }
+            kvq_wht_i32(y, n);
+            kvq_wht_i32_portable(z, n);
+            assert_memory_equal(y, z, sizeof(int32_t) * n);
         }
 }
 
