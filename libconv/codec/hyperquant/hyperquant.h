@@ -24,8 +24,9 @@ typedef struct {
     int int8;         // 1: int8 fallback storage, no Rice
     int table_only;   // 1: SNR from the calibration table only, no per-tensor correction
     kvq_cast cast;    // simulated MMA cast applied at decode
-    size_t rot_cache; // most bytes of rotated tiles kept between passes (default 256 MiB); above it every
-                      // pass re-reads and re-rotates the source tile by tile (same bytes out, less memory)
+    size_t rot_cache; // rotated tiles (and the last pass's symbols) are kept between passes when each array
+                      // takes at most this many bytes (default 256 MiB); above it every pass re-reads and
+                      // re-rotates the source tile by tile and the writer re-quantizes (same bytes out)
 } kvq_hq_opts;
 
 /** Everything decode needs, parsed from the params JSON. */

@@ -3,13 +3,17 @@
 // exact effective size), Rice parameters by exact count, and the grouped bitstream.
 // The encoder streams tiles: every pass (norms, each rate-control pass, the writer) reads a
 // tile's source values (in->x, or in->src's bytes when x is NULL), rotates, quantizes and
-// consumes it, keeping per-tile and per-group counts only; the rotated tiles are cached
-// between passes only while they fit opts.rot_cache bytes. So memory is the source plus
-// the output plus ~0.3 B per weight, whatever the tensor size.
+// consumes it, keeping per-tile and per-group counts only; the rotated tiles and the last
+// pass's symbols are cached (each) only while they fit opts.rot_cache bytes. So memory is the
+// source plus the output plus ~0.3 B per weight, whatever the tensor size.
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+#endif
 
 #include "kernels/cpu/wht.h"
 #include "libconv/codec/hyperquant/hq_impl.h"
@@ -46,6 +50,7 @@ typedef struct {
     int64_t numel, tpr, n_tiles, n_groups;
     const float *sgn; // (cols_p) ±1 signs
     float *rot;       // (rows, cols_p) H·D·x per tile (unnormalized butterfly), or NULL: recomputed per pass
+    uint32_t *sym;    // (rows, cols_p) the last pass's symbols, or NULL: the writer quantizes again
     double *invn;     // per tile 1/decoded norm (0 for zero tiles)
     uint32_t *ncode;  // per tile norm code
     uint64_t *gq;     // (n_groups, ncls, NQ) per-group Rice sums of the last pass
@@ -86,6 +91,25 @@ static const float *tile_rot(const enc_ctx *e, int64_t t, float *buf) {
     return buf;
 }
 
+// kvq_lattice_strip for E8 (c a member: c − cb is even, so the halvings are exact shifts).
+static inline void strip_e8(const int32_t *c, uint32_t *sym) {
+#if defined(__SSE4_1__)
+    const int32_t cb = c[0] & 1;
+    const __m128i cbv = _mm_set1_epi32(cb);
+    const __m128i sa = _mm_srai_epi32(_mm_sub_epi32(_mm_loadu_si128((const __m128i *)c), cbv), 1);
+    const __m128i sb = _mm_srai_epi32(_mm_sub_epi32(_mm_loadu_si128((const __m128i *)(c + 4)), cbv), 1);
+    __m128i sm = _mm_add_epi32(sa, _mm_blend_epi16(sb, _mm_setzero_si128(), 0xC0)); // lanes 0..6
+    sm = _mm_add_epi32(sm, _mm_shuffle_epi32(sm, _MM_SHUFFLE(1, 0, 3, 2)));
+    sm = _mm_add_epi32(sm, _mm_shuffle_epi32(sm, _MM_SHUFFLE(2, 3, 0, 1)));
+    const int32_t p = _mm_cvtsi128_si32(sm), s7 = _mm_extract_epi32(sb, 3);
+    _mm_storeu_si128((__m128i *)sym, _mm_xor_si128(_mm_slli_epi32(sa, 1), _mm_srai_epi32(sa, 31)));
+    _mm_storeu_si128((__m128i *)(sym + 4), _mm_xor_si128(_mm_slli_epi32(sb, 1), _mm_srai_epi32(sb, 31)));
+    sym[7] = 2u * kvq_zigzag((s7 - (p & 1)) / 2) + (uint32_t)cb;
+#else
+    kvq_lattice_strip(KVQ_LAT_E8, c, sym);
+#endif
+}
+
 // Quantizes rotated tile r at gain g: lattice codes into c, symbols (stripped, or the clipped
 // codes in int8 mode) into s. @return the tile's squared error in the scaled domain.
 static double tile_quant(const enc_ctx *e, const float *r, float g, int32_t *c, uint32_t *s, uint64_t *clipped) {
@@ -111,6 +135,8 @@ static double tile_quant(const enc_ctx *e, const float *r, float g, int32_t *c, 
         tn += (double)vn;
         if (int8) {
             for (int i = 0; i < n; i++) s[v + i] = (uint32_t)cv[i];
+        } else if (lat == KVQ_LAT_E8) {
+            strip_e8(cv, s + v);
         } else {
             kvq_lattice_strip(lat, cv, s + v);
         }
@@ -190,10 +216,11 @@ static int quant_pass(enc_ctx *e, double snr_db) {
             e->tacc[t] = 0.0;
             if (e->invn[t] == 0.0) continue;
             const float *r = tile_rot(e, t, buf);
-            double tn = tile_quant(e, r, (float)(alpha * e->invn[t]), c, s, &clipped);
+            uint32_t *st = e->sym ? e->sym + t * T : s;
+            double tn = tile_quant(e, r, (float)(alpha * e->invn[t]), c, st, &clipped);
             if (!int8)
                 for (int i = 0; i < T; i++) {
-                    const uint32_t v = s[i];
+                    const uint32_t v = st[i];
                     const int cl = e->cls[i & (n - 1)]; // n is a power of two
                     if (v < SMALL_SYM) h[cl][v]++;
                     else {
@@ -317,7 +344,6 @@ static void gw_tile(group_writer *w, const uint32_t *s, int T, const int *kk, in
             kvq_bw_rice(&bw, v, k);
             pos = bw.pos; acc = bw.acc; nb = bw.n;
         }
-        w->total += (uint64_t)len;
         while (nb >= 32) {
             uint32_t lo = (uint32_t)acc;
             memcpy(w->dst + pos, &lo, 4); // little-endian hosts (x86, arm64)
@@ -331,8 +357,40 @@ static void gw_tile(group_writer *w, const uint32_t *s, int T, const int *kk, in
     w->pos = pos;
 }
 
+// gw_tile for one Rice parameter k, into a staging buffer with 8 bytes of room past any
+// position reached: every codeword (≤ 32 bits, else the reference writer) is OR-ed in and the
+// 64-bit accumulator stored whole, then advanced by its complete bytes: no branch per flush.
+static void gw_tile_k(group_writer *w, const uint32_t *s, int T, int k) {
+    uint64_t acc = w->acc;
+    int nb = w->nb; // < 8 between codewords
+    size_t pos = w->pos;
+    uint8_t *d = w->dst;
+    const uint32_t mask = (1u << k) - 1u;
+    for (int i = 0; i < T; i++) {
+        const uint32_t v = s[i], q = v >> k;
+        if (__builtin_expect(q + 1 + (uint32_t)k > 32, 0)) {
+            kvq_bitwriter bw;
+            bw.buf = d; bw.cap = w->cap; bw.pos = pos; bw.acc = acc; bw.n = nb; bw.overflow = 0;
+            kvq_bw_rice(&bw, v, k);
+            pos = bw.pos; acc = bw.acc; nb = bw.n;
+            while (nb >= 8) { d[pos++] = (uint8_t)acc; acc >>= 8; nb -= 8; }
+            continue;
+        }
+        acc |= (uint64_t)((((v & mask) << 1) | 1u) << q) << nb;
+        nb += (int)q + 1 + k;
+        memcpy(d + pos, &acc, 8); // little-endian hosts (x86, arm64)
+        pos += (size_t)(nb >> 3);
+        acc >>= nb & ~7;
+        nb &= 7;
+    }
+    w->acc = acc;
+    w->nb = nb;
+    w->pos = pos;
+}
+
 // Flushes the last bits. @return bits written, or ~0 if the group overran its bytes.
 static uint64_t gw_finish(group_writer *w) {
+    w->total = 8 * (uint64_t)w->pos + (uint64_t)w->nb; // every flush and the long-codeword writer leave whole bytes
     while (w->nb > 0) {
         w->dst[w->pos++] = (uint8_t)w->acc;
         w->acc >>= 8;
@@ -385,6 +443,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     const size_t np = (size_t)(rows * e.h.cols_p);
     const int cache = np * sizeof(float) <= o->rot_cache;
     if (cache) e.rot = malloc(np * sizeof(float));
+    if (cache) e.sym = malloc(np * sizeof(uint32_t));
     e.invn = malloc((size_t)e.n_tiles * sizeof(double));
     e.ncode = malloc((size_t)e.n_tiles * sizeof(uint32_t));
     e.gbits = calloc((size_t)e.n_groups, sizeof(uint64_t));
@@ -395,7 +454,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     float *rec = recon;
     uint8_t *codes = NULL, *norms = NULL, *offs = NULL;
     kvq_status st = KVQ_OK;
-    if ((cache && !e.rot) || !e.invn || !e.ncode || !e.gbits ||
+    if ((cache && (!e.rot || !e.sym)) || !e.invn || !e.ncode || !e.gbits ||
         (!e.h.int8 && !e.gq) || !e.tacc || !sgn) {
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
         goto done;
@@ -481,8 +540,9 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
             uint32_t s[KVQ_HQ_MAX_TILE];
             uint64_t cl = 0;
             if (e.invn[t] == 0.0) { memset(codes + t * T, 0, (size_t)T); continue; } // zero tiles: codes unused
-            tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
-            for (int i = 0; i < T; i++) codes[t * T + i] = (uint8_t)(int8_t)(int32_t)s[i];
+            const uint32_t *st = e.sym ? e.sym + t * T : s;
+            if (!e.sym) tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
+            for (int i = 0; i < T; i++) codes[t * T + i] = (uint8_t)(int8_t)(int32_t)st[i];
         }
     } else {
         uint64_t off = 0;
@@ -495,24 +555,47 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
             st = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': codes exceed 4 GiB", name);
             goto done;
         }
-        int kk[8], bad_groups = 0;
-        for (int i = 0; i < e.n; i++) kk[i] = e.h.k[e.cls[i]];
-#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(+ : bad_groups)
-        for (int64_t g = 0; g < e.n_groups; g++) {
-            float buf[KVQ_HQ_MAX_TILE];
-            int32_t c[KVQ_HQ_MAX_TILE];
-            uint32_t s[KVQ_HQ_MAX_TILE];
-            uint64_t cl = 0;
-            uint32_t o0 = (uint32_t)(offs[4 * g] | offs[4 * g + 1] << 8 | offs[4 * g + 2] << 16 |
-                                     (uint32_t)offs[4 * g + 3] << 24);
-            group_writer w = {codes + o0, (size_t)((e.gbits[g] + 7) / 8), 0, 0, 0, 0};
-            memset(w.dst, 0, w.cap);
-            for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < group_end(&e, g); t++) {
-                if (e.invn[t] == 0.0) continue;
-                tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
-                gw_tile(&w, s, T, kk, e.n);
+        int kk[8], bad_groups = 0, one_k = 1, nomem = 0;
+        for (int i = 0; i < e.n; i++) kk[i] = e.h.k[e.cls[i]], one_k &= kk[i] == kk[0];
+        uint64_t maxg = 0;
+        for (int64_t g = 0; g < e.n_groups; g++) maxg = e.gbits[g] > maxg ? e.gbits[g] : maxg;
+        const size_t stage_cap = (size_t)((maxg + 7) / 8) + 4 * (size_t)T + 16; // a group, one tile's overrun, 8 B of stores
+#pragma omp parallel num_threads(e.nt) reduction(+ : bad_groups, nomem)
+        {
+            uint8_t *stage = one_k ? malloc(stage_cap) : NULL;
+            nomem += one_k && !stage;
+#pragma omp for schedule(static)
+            for (int64_t g = 0; g < e.n_groups; g++) {
+                float buf[KVQ_HQ_MAX_TILE];
+                int32_t c[KVQ_HQ_MAX_TILE];
+                uint32_t s[KVQ_HQ_MAX_TILE];
+                uint64_t cl = 0;
+                if (one_k && !stage) continue;
+                uint32_t o0 = (uint32_t)(offs[4 * g] | offs[4 * g + 1] << 8 | offs[4 * g + 2] << 16 |
+                                         (uint32_t)offs[4 * g + 3] << 24);
+                const size_t cap = (size_t)((e.gbits[g] + 7) / 8);
+                group_writer w = {one_k ? stage : codes + o0, one_k ? stage_cap : cap, 0, 0, 0, 0};
+                memset(w.dst, 0, one_k ? cap + 8 : cap);
+                for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < group_end(&e, g); t++) {
+                    if (e.invn[t] == 0.0) continue;
+                    const uint32_t *st = e.sym ? e.sym + t * T : s;
+                    if (!e.sym) tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
+                    if (one_k) {
+                        gw_tile_k(&w, st, T, kk[0]);
+                        KVQ_ASSERT(w.pos <= cap); // the sizes came from these symbols: a bug if not
+                    } else {
+                        gw_tile(&w, st, T, kk, e.n);
+                    }
+                }
+                const uint64_t bits = gw_finish(&w);
+                bad_groups += bits != e.gbits[g] || w.pos != cap;
+                if (one_k) memcpy(codes + o0, stage, cap);
             }
-            bad_groups += gw_finish(&w) != e.gbits[g];
+            free(stage);
+        }
+        if (nomem) {
+            st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
+            goto done;
         }
         KVQ_ASSERT(bad_groups == 0);
     }
@@ -540,9 +623,10 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
             int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
             int64_t ncopy = c0 + T <= cols ? T : (c0 < cols ? cols - c0 : 0);
             if (e.invn[t] != 0.0) {
-                tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
-                if (e.h.int8) for (int i = 0; i < T; i++) c[i] = (int32_t)s[i];
-                else for (int v = 0; v < T; v += e.n) kvq_lattice_unstrip(e.h.lat, s + v, c + v);
+                const uint32_t *st = e.sym ? e.sym + t * T : s;
+                if (!e.sym) tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
+                if (e.h.int8) for (int i = 0; i < T; i++) c[i] = (int32_t)st[i];
+                else for (int v = 0; v < T; v += e.n) kvq_lattice_unstrip(e.h.lat, st + v, c + v);
             }
             if (ncopy <= 0) continue;
             float *d = rec + row * cols + c0;
@@ -592,6 +676,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     }
 done:
     free(e.rot);
+    free(e.sym);
     free(e.gq);
     free(e.invn);
     free(e.tacc);
