@@ -221,8 +221,8 @@ static int quant_pass(enc_ctx *e, double snr_db) {
             if (!int8)
                 for (int i = 0; i < T; i++) {
                     const uint32_t v = st[i];
-                    const int cl = e->cls[i & (n - 1)]; // n is a power of two
-                    if (v < SMALL_SYM) h[cl][v]++;
+                    const int cl = ncls == 1 ? 0 : e->cls[i & (n - 1)]; // n is a power of two
+                    if (__builtin_expect(v < SMALL_SYM, 1)) h[cl][v]++;
                     else {
                         uint64_t *qc = q + cl * NQ;
                         qc[NQ - 1]++;
@@ -360,14 +360,33 @@ static void gw_tile(group_writer *w, const uint32_t *s, int T, const int *kk, in
 // gw_tile for one Rice parameter k, into a staging buffer with 8 bytes of room past any
 // position reached: every codeword (≤ 32 bits, else the reference writer) is OR-ed in and the
 // 64-bit accumulator stored whole, then advanced by its complete bytes: no branch per flush.
-static void gw_tile_k(group_writer *w, const uint32_t *s, int T, int k) {
+// tab: codeword | length << 32 of the symbols below SMALL_SYM (0 for those over 32 bits), from
+// rice_tab (variable shifts are dear on x86-64-v2).
+static void rice_tab(int k, uint64_t *tab) {
+    for (uint32_t v = 0; v < SMALL_SYM; v++) {
+        const uint32_t q = v >> k, len = q + 1 + (uint32_t)k;
+        tab[v] = len > 32 ? 0 : (uint64_t)((((v & ((1u << k) - 1u)) << 1) | 1u) << q) | (uint64_t)len << 32;
+    }
+}
+
+static void gw_tile_k(group_writer *w, const uint32_t *s, int T, int k, const uint64_t *tab) {
     uint64_t acc = w->acc;
     int nb = w->nb; // < 8 between codewords
     size_t pos = w->pos;
     uint8_t *d = w->dst;
     const uint32_t mask = (1u << k) - 1u;
     for (int i = 0; i < T; i++) {
-        const uint32_t v = s[i], q = v >> k;
+        const uint32_t v = s[i];
+        if (__builtin_expect(v < SMALL_SYM && tab[v], 1)) {
+            acc |= (uint64_t)(uint32_t)tab[v] << nb;
+            nb += (int)(tab[v] >> 32);
+            memcpy(d + pos, &acc, 8); // little-endian hosts (x86, arm64)
+            pos += (size_t)(nb >> 3);
+            acc >>= nb & ~7;
+            nb &= 7;
+            continue;
+        }
+        const uint32_t q = v >> k;
         if (__builtin_expect(q + 1 + (uint32_t)k > 32, 0)) {
             kvq_bitwriter bw;
             bw.buf = d; bw.cap = w->cap; bw.pos = pos; bw.acc = acc; bw.n = nb; bw.overflow = 0;
@@ -471,10 +490,10 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         const int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
         tile_source(&e, t, xt);
         double ss = 0.0;
-        for (int i = 0; i < T; i++) {
-            if (!isfinite(xt[i]) && row * cols + c0 + i < bad) bad = row * cols + c0 + i;
-            ss += (double)xt[i] * (double)xt[i];
-        }
+        for (int i = 0; i < T; i++) ss += (double)xt[i] * (double)xt[i];
+        if (!isfinite(ss)) // squares of finite floats cannot overflow a double sum of ≤ 1024
+            for (int i = 0; i < T; i++)
+                if (!isfinite(xt[i]) && row * cols + c0 + i < bad) bad = row * cols + c0 + i;
         if (e.rot) {
             float *r = e.rot + t * T;
             for (int i = 0; i < T; i++) r[i] = xt[i] * sgn[c0 + i];
@@ -560,6 +579,8 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         uint64_t maxg = 0;
         for (int64_t g = 0; g < e.n_groups; g++) maxg = e.gbits[g] > maxg ? e.gbits[g] : maxg;
         const size_t stage_cap = (size_t)((maxg + 7) / 8) + 4 * (size_t)T + 16; // a group, one tile's overrun, 8 B of stores
+        uint64_t wtab[SMALL_SYM];
+        rice_tab(kk[0], wtab);
 #pragma omp parallel num_threads(e.nt) reduction(+ : bad_groups, nomem)
         {
             uint8_t *stage = one_k ? malloc(stage_cap) : NULL;
@@ -581,7 +602,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
                     const uint32_t *st = e.sym ? e.sym + t * T : s;
                     if (!e.sym) tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
                     if (one_k) {
-                        gw_tile_k(&w, st, T, kk[0]);
+                        gw_tile_k(&w, st, T, kk[0], wtab);
                         KVQ_ASSERT(w.pos <= cap); // the sizes came from these symbols: a bug if not
                     } else {
                         gw_tile(&w, st, T, kk, e.n);
