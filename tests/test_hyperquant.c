@@ -161,6 +161,101 @@ static void test_nonfinite_rejected(void **state) {
     free(x);
 }
 
+// Encodes (x or src) with o; returns the encoding (caller frees).
+static void enc_with(const kvq_hq_opts *o, const kvq_tensor *src, const float *x, int64_t rows, int64_t cols, int nt,
+                     kvq_encoded *e) {
+    kvq_codec_input in = {src, x, rows, cols, 4321, nt};
+    kvq_err err = {0};
+    kvq_status s = kvq_hq_encode(o, &in, e, NULL, NULL, &err);
+    if (s) fprintf(stderr, "encode: %s\n", err.msg);
+    assert_int_equal(s, KVQ_OK);
+}
+
+static void assert_same_encoding(const kvq_encoded *a, const kvq_encoded *b) {
+    assert_int_equal(a->n_blob, b->n_blob);
+    for (int i = 0; i < a->n_blob; i++) {
+        assert_int_equal(a->blob[i].size, b->blob[i].size);
+        assert_memory_equal(a->blob[i].data, b->blob[i].data, a->blob[i].size);
+    }
+    assert_true(json_equal(a->params, b->params));
+    assert_true(a->predicted_mse == b->predicted_mse);
+}
+
+// The streaming encoder gives the same bytes whether the rotated tiles are cached or
+// recomputed every pass, whatever the thread count, and whether it reads a float32 copy or
+// the bf16/f16/f32 source bytes themselves (x = NULL); a NaN in the source bytes is named.
+static void test_streaming_identical(void **state) {
+    const int64_t rows = 40;
+    const int64_t widths[] = {512, 200, 1000};
+    const char *specs[][2] = {{"e8", ""}, {"d4", ""}, {"a2", ""}, {"z", ""}, {"e8", "int8"}, {"d4", "cast"}};
+    uint64_t seed = 99;
+    for (int wi = 0; wi < 3; wi++) {
+        const int64_t cols = widths[wi];
+        float *x = gauss_matrix(rows, cols, 17 + wi, 0.03);
+        x[7] = 0.5f; // an outlier tile
+        for (int64_t c = 0; c < cols; c++) x[3 * cols + c] = 0.0f; // zero tiles
+        uint16_t *b16 = malloc(sizeof(uint16_t) * (size_t)(rows * cols)), *h16 = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
+        float *xb = malloc(sizeof(float) * rows * cols), *xh = malloc(sizeof(float) * rows * cols);
+        for (int64_t i = 0; i < rows * cols; i++) {
+            b16[i] = kvq_f32_to_bf16(x[i]);
+            h16[i] = kvq_f32_to_f16(x[i]);
+        }
+        kvq_dtype_to_f32(KVQ_DTYPE_BF16, b16, (size_t)(rows * cols), xb);
+        kvq_dtype_to_f32(KVQ_DTYPE_F16, h16, (size_t)(rows * cols), xh);
+        kvq_tensor tb = {.name = "tb", .dtype = KVQ_DTYPE_BF16, .ndim = 2, .shape = {rows, cols}, .data = b16,
+                         .nbytes = (size_t)(2 * rows * cols)};
+        kvq_tensor th = tb, tf = tb;
+        th.dtype = KVQ_DTYPE_F16; th.data = h16;
+        tf.dtype = KVQ_DTYPE_F32; tf.data = x; tf.nbytes = (size_t)(4 * rows * cols);
+        for (int si = 0; si < 6; si++) {
+            kvq_lattice lat;
+            assert_int_equal(kvq_lattice_parse(specs[si][0], &lat), 0);
+            kvq_hq_opts o = kvq_hq_opts_default(lat, 2.0 + (double)(rng_next(&seed) % 5));
+            if (!strcmp(specs[si][1], "int8")) o.int8 = 1;
+            if (!strcmp(specs[si][1], "cast")) o.cast = KVQ_CAST_FP8;
+            if (wi == 2) o.max_tile = 256;
+            kvq_encoded ref, e;
+            enc_with(&o, NULL, x, rows, cols, 1, &ref);
+            kvq_hq_opts nc = o;
+            nc.rot_cache = 0;
+            for (int nt = 1; nt <= 3; nt++) {
+                enc_with(&nc, NULL, x, rows, cols, nt, &e); // recomputed tiles
+                assert_same_encoding(&ref, &e);
+                kvq_encoded_free(&e);
+                enc_with(&nc, &tf, NULL, rows, cols, nt, &e); // f32 source bytes
+                assert_same_encoding(&ref, &e);
+                kvq_encoded_free(&e);
+            }
+            kvq_encoded_free(&ref);
+            const kvq_tensor *srcs[2] = {&tb, &th};
+            const float *xs[2] = {xb, xh};
+            for (int k = 0; k < 2; k++) {
+                enc_with(&o, NULL, xs[k], rows, cols, 2, &ref);
+                enc_with(&o, srcs[k], NULL, rows, cols, 2, &e);
+                assert_same_encoding(&ref, &e);
+                kvq_encoded_free(&e);
+                enc_with(&nc, srcs[k], NULL, rows, cols, 2, &e);
+                assert_same_encoding(&ref, &e);
+                kvq_encoded_free(&e);
+                kvq_encoded_free(&ref);
+            }
+        }
+        // a NaN in the bf16 bytes: refused, naming the element
+        b16[5 * cols + 3] = 0x7fc0;
+        kvq_codec_input in = {&tb, NULL, rows, cols, 1, 2};
+        kvq_encoded e;
+        kvq_err err = {0};
+        kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
+        o.rot_cache = 0;
+        assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_ERR_NUMERIC);
+        assert_non_null(strstr(err.msg, "[5, 3]"));
+        // a source too short for rows × cols: refused
+        tb.nbytes = 10;
+        assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_ERR_ARG);
+        free(b16); free(h16); free(xb); free(xh); free(x);
+    }
+}
+
 static void test_int8_and_casts(void **state) {
     const int64_t rows = 32, cols = 256;
     float *x = gauss_matrix(rows, cols, 11, 0.05);
@@ -433,6 +528,7 @@ int main(void) {
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_adversarial),
         cmocka_unit_test(test_nonfinite_rejected),
+        cmocka_unit_test(test_streaming_identical),
         cmocka_unit_test(test_int8_and_casts),
         cmocka_unit_test(test_odd_widths),
         cmocka_unit_test(test_corrupt_payload),

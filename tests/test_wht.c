@@ -31,9 +31,23 @@ static void test_wht(void **st) {
         }
         memcpy(y, x, sizeof(float) * n);
         memcpy(z, x, sizeof(float) * n);
-        kvq_wht(y, n);
+        kvq_wht(y, n); // the AVX2 path where the CPU has it
         scalar_butterfly(z, n);
         assert_memory_equal(y, z, sizeof(float) * n);
+        memcpy(z, x, sizeof(float) * n);
+        kvq_wht_portable(z, n); // SSE2 / scalar
+        assert_memory_equal(y, z, sizeof(float) * n);
+        for (int rep = 0; rep < 8; rep++) { // wide magnitudes, where any reordering would round differently
+            float u[1024], w[1024];
+            for (int i = 0; i < n; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                u[i] = ldexpf((float)((double)(s >> 11) * 0x1.0p-53 * 2 - 1), (int)(s % 40) - 20);
+            }
+            memcpy(w, u, sizeof(float) * n);
+            kvq_wht(u, n);
+            scalar_butterfly(w, n);
+            assert_memory_equal(u, w, sizeof(float) * n);
+        }
         kvq_wht_ref(x, r, n);
         for (int i = 0; i < n; i++) assert_true(fabs(y[i] - r[i]) <= 1e-5 * n);
         kvq_wht(y, n); // H·H = n·I
@@ -53,10 +67,21 @@ static void test_wht_i32(void **st) {
                 x[i] = (int32_t)((s >> 33) % 4001) - 2000;
                 f[i] = (float)x[i];
             }
+            int32_t z[1024];
             memcpy(y, x, sizeof(int32_t) * n);
-            kvq_wht_i32(y, n);
+            memcpy(z, x, sizeof(int32_t) * n);
+            kvq_wht_i32(y, n);          // the AVX2 path where the CPU has it
+            kvq_wht_i32_portable(z, n); // SSE2 / scalar
             kvq_wht_ref(f, r, n); // exact in double for these magnitudes
-            for (int i = 0; i < n; i++) assert_true((double)y[i] == r[i]);
+            for (int i = 0; i < n; i++) assert_true((double)y[i] == r[i] && (double)z[i] == r[i]);
+            // full-range values: both paths wrap the same way mod 2^32
+            for (int i = 0; i < n; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                y[i] = z[i] = (int32_t)(uint32_t)(s >> 32);
+            }
+            kvq_wht_i32(y, n);
+            kvq_wht_i32_portable(z, n);
+            assert_memory_equal(y, z, sizeof(int32_t) * n);
         }
 }
 

@@ -14,6 +14,11 @@ void kvq_wht(float *x, int n);
  *  result does not depend on the butterfly order, so every implementation (CPU, GPU)
  *  produces the same integers. Larger inputs wrap modulo 2^32 (no undefined behaviour). */
 void kvq_wht_i32(int32_t *x, int n);
+/** kvq_wht without the AVX2 path (SSE2 or scalar), bit-identical; tests compare both. */
+void kvq_wht_portable(float *x, int n);
+/** kvq_wht_i32 without the AVX2 path (SSE2 or scalar): what runs on CPUs without AVX2; tests
+ *  compare both. */
+void kvq_wht_i32_portable(int32_t *x, int n);
 /** Reference: y = H_n x computed in double, O(n²); x and y must not alias. */
 void kvq_wht_ref(const float *x, double *y, int n);
 

@@ -60,6 +60,7 @@ double kvq_encoded_bpw(const kvq_encoded *e, int64_t numel);
 typedef struct {
     const kvq_tensor *src;
     const float *x;      // (rows, cols) row-major float32; NULL for lossless codecs (they store src's bytes)
+                         // and for codecs with reads_source (they read src's f32/f16/bf16 values)
     int64_t rows, cols;
     uint64_t seed;       // per-tensor seed derived from the recipe seed and the name
     int n_threads;       // 0 = OpenMP default
@@ -69,6 +70,8 @@ typedef struct {
     const char *name;    // spec prefix: "none", "rtn", "hyperquant", "qet", ...
     const char *summary; // one line for --help
     int lossless;
+    int reads_source;    // encode accepts x = NULL and reads the values from src itself, a tile at a time
+                         // (no float32 copy of the tensor: memory stays near the source's bytes)
     /** Parses the part of the spec after "name:" (may be "") into a config object
      *  (new reference). Errors name the spec. */
     kvq_status (*parse)(const char *args, json_t **cfg, kvq_err *err);

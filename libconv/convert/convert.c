@@ -130,9 +130,12 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, 
                                  json_t **rec, double *snr_db, kvq_err *err) {
     const kvq_codec_traits *codec = pe->codec;
     int64_t numel = pe->numel, cols = pe->cols, rows = pe->rows;
-    // Lossless codecs store the source bytes and get no float32 copy (x = NULL): the finiteness
-    // check then widens 1 Mi values at a time, so a 1 GB embedding costs no 2 GB buffer.
-    const int64_t chunk = codec->lossless ? (int64_t)1 << 20 : numel;
+    // Lossless codecs store the source bytes and codecs that read the source themselves stream
+    // it: neither gets a float32 copy (x = NULL); the finiteness check then widens 1 Mi values
+    // at a time, so a 1 GB embedding costs no 2 GB buffer.
+    const int stream = codec->lossless || (codec->reads_source && (t->dtype == KVQ_DTYPE_F32 || t->dtype == KVQ_DTYPE_F16 ||
+                                                                   t->dtype == KVQ_DTYPE_BF16));
+    const int64_t chunk = stream ? (int64_t)1 << 20 : numel;
     float *x = malloc((size_t)(chunk > 0 ? chunk : 1) * sizeof *x);
     if (!x) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory for %" PRId64 " floats", t->name, chunk);
     int64_t bad = numel; // NaN/Inf in a source are refused, whatever the codec (docs/CHECKPOINTS.md)
@@ -156,8 +159,8 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, 
         free(x);
         return r;
     }
-    if (codec->lossless) { free(x); x = NULL; }
-    else release_source(t); // lossy codecs read the float32 copy only: the mapped source bytes can go now
+    if (stream) { free(x); x = NULL; }
+    else release_source(t); // the codec reads the float32 copy only: the mapped source bytes can go now
     kvq_codec_input in = {.src = t, .x = x, .rows = rows, .cols = cols, .seed = pe->seed, .n_threads = n_threads};
     kvq_encoded enc = {0};
     enc.predicted_mse = NAN;

@@ -115,6 +115,7 @@ const kvq_codec_traits kvq_codec_hyperquant = {
     .name = "hyperquant",
     .summary = "HyperQuant: RHT + E8/D4/A2/Z lattice + strip + Rice at any rate, e.g. hyperquant:e8:4.0",
     .lossless = 0,
+    .reads_source = 1,
     .parse = hq_parse,
     .encode = hq_encode,
     .check = hq_check,

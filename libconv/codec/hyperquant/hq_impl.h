@@ -35,11 +35,27 @@ static inline uint32_t kvq_hq_norm_code(const uint8_t *norms, int nb, int64_t t)
 void kvq_hq_tile_recon(const kvq_hq_header *h, int32_t *c, uint32_t code, const float *sgn, float *y,
                        float *dst, int ncopy);
 
+/** Multi-codeword Rice table of the fast decoders: entry w (the next KVQ_HQ_TAB_BITS bits of
+ *  the stream) holds the symbols of the whole codewords that start the window (up to 6, each
+ *  below 256; bytes 0..5), their number (byte 6, 0 when the first codeword does not fit or its
+ *  symbol is >= 256: the one-codeword reader takes it) and the bits they use (byte 7). Built
+ *  for one Rice parameter; on = 0 when the header's classes use different parameters (D4, A2
+ *  with k0 != k1), and the decoders then read one codeword at a time. */
+#define KVQ_HQ_TAB_BITS 12
+typedef struct {
+    uint64_t e[1 << KVQ_HQ_TAB_BITS];
+    int on;
+} kvq_hq_rice_tab;
+
+/** Fills t for h's Rice parameters. */
+void kvq_hq_rice_tab_init(kvq_hq_rice_tab *t, const kvq_hq_header *h);
+
 /** The lattice codes of random-access group g (Rice mode): its tiles' T codes each, in
- *  order, into c (KVQ_HQ_GROUP_TILES × T; zero tiles get zeros), with the fast reader.
- *  Offsets must have been checked. @return 0, or 1 if the group's stream is corrupt. */
-int kvq_hq_group_codes(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
-                       int64_t g, int64_t n_tiles, int32_t *c);
+ *  order, into c (KVQ_HQ_GROUP_TILES × T; zero tiles get zeros), with the fast reader and
+ *  tab (from kvq_hq_rice_tab_init on h). Offsets must have been checked. @return 0, or 1 if
+ *  the group's stream is corrupt. */
+int kvq_hq_group_codes(const kvq_hq_header *h, const kvq_hq_rice_tab *tab, const uint8_t *codes,
+                       const uint8_t *norms, const uint8_t *offs, int64_t g, int64_t n_tiles, int32_t *c);
 
 /** Checks blob sizes and the group offsets against h; returns the codes, norms and
  *  offsets (NULL in int8 mode) views. */

@@ -43,11 +43,13 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
     const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;
     const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
     int32_t *cg = malloc(sizeof(int32_t) * (size_t)T * KVQ_HQ_GROUP_TILES);
-    if (!cg) { b->nomem = 1; return; }
+    kvq_hq_rice_tab *tab = malloc(sizeof *tab);
+    if (!cg || !tab) { free(cg); free(tab); b->nomem = 1; return; }
+    kvq_hq_rice_tab_init(tab, h);
     for (int64_t g = g0; g < g1 && b->bad_group < 0 && !b->nomem; g++) {
         const size_t before = b->n;
         if (b->budget >= 0 && __atomic_load_n(b->total, __ATOMIC_RELAXED) > b->budget) { b->over = 1; break; }
-        if (kvq_hq_group_codes(h, codes, norms, offs, g, n_tiles, cg)) { b->bad_group = g; break; }
+        if (kvq_hq_group_codes(h, tab, codes, norms, offs, g, n_tiles, cg)) { b->bad_group = g; break; }
         int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : n_tiles;
         for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
             const int32_t *c = cg + (t - g * KVQ_HQ_GROUP_TILES) * T;
@@ -91,6 +93,7 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
         }
     }
     free(cg);
+    free(tab);
 }
 
 // One width. budget >= 0: the threads stop as soon as more escapes than that are found (then

@@ -24,6 +24,9 @@ typedef struct {
     int int8;         // 1: int8 fallback storage, no Rice
     int table_only;   // 1: SNR from the calibration table only, no per-tensor correction
     kvq_cast cast;    // simulated MMA cast applied at decode
+    size_t rot_cache; // rotated tiles (and the last pass's symbols) are kept between passes when each array
+                      // takes at most this many bytes (default 256 MiB); above it every pass re-reads and
+                      // re-rotates the source tile by tile and the writer re-quantizes (same bytes out)
 } kvq_hq_opts;
 
 /** Everything decode needs, parsed from the params JSON. */
@@ -57,7 +60,8 @@ kvq_hq_opts kvq_hq_opts_default(kvq_lattice l, double bps);
  *  ≥ max(cols, 16)). @return T and writes the padded width to *cols_p. */
 int kvq_hq_tile_for(int64_t cols, int max_tile, int64_t *cols_p);
 
-/** Encodes in->x into out (blobs "codes", "norms", "offsets"; params JSON; rate parts).
+/** Encodes in->x (or, when in->x is NULL, in->src's f32/f16/bf16 values, read a tile at a time
+ *  without a float32 copy) into out (blobs "codes", "norms", "offsets"; params JSON; rate parts).
  *  recon (optional, rows × cols) receives the reference reconstruction computed from the
  *  chosen lattice codes without going through the bitstream; stats optional.
  *  NaN/Inf input -> KVQ_ERR_NUMERIC naming the tensor and the element. */

@@ -5,6 +5,12 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+#endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "kernels/cpu/wht.h"
 #include "libconv/codec/hyperquant/hq_impl.h"
@@ -41,7 +47,14 @@ void kvq_hq_tile_recon(const kvq_hq_header *h, int32_t *c, uint32_t code, const 
             for (int i = 0; i < ncopy; i++) dst[i] = (((float)c[i] + KVQ_SQRT3_F * (float)b[i]) * s) * sgn[i];
         } else {
             kvq_wht_i32(c, T);
-            for (int i = 0; i < ncopy; i++) dst[i] = ((float)c[i] * s) * sgn[i];
+            int i = 0;
+#if defined(__SSE2__)
+            const __m128 sv = _mm_set1_ps(s); // the same two roundings per lane as the scalar tail
+            for (; i + 4 <= ncopy; i += 4)
+                _mm_storeu_ps(dst + i, _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(_mm_loadu_si128((const __m128i *)(c + i))), sv),
+                                                  _mm_loadu_ps(sgn + i)));
+#endif
+            for (; i < ncopy; i++) dst[i] = ((float)c[i] * s) * sgn[i];
         }
         return;
     }
@@ -317,9 +330,123 @@ static inline void fast_tile_codes(const kvq_hq_header *h, fast_rd *r, uint64_t 
     }
 }
 
+// ---- the table reader: several codewords per lookup when all classes share one parameter
+
+void kvq_hq_rice_tab_init(kvq_hq_rice_tab *t, const kvq_hq_header *h) {
+    const int k = h->k[0];
+    t->on = !h->int8 && (kvq_lattice_classes(h->lat) == 1 || h->k[1] == k);
+    if (!t->on) return;
+    for (uint32_t w = 0; w < (1u << KVQ_HQ_TAB_BITS); w++) {
+        uint64_t e = 0;
+        int pos = 0, cnt = 0;
+        while (cnt < 6 && (w >> pos)) {
+            const int z = __builtin_ctz(w >> pos), l = z + 1 + k;
+            if (pos + l > KVQ_HQ_TAB_BITS) break;
+            const uint32_t v = ((uint32_t)z << k) | ((w >> (pos + z + 1)) & ((1u << k) - 1u));
+            if (v > 255) break;
+            e |= (uint64_t)v << (8 * cnt++);
+            pos += l;
+        }
+        t->e[w] = e | (uint64_t)cnt << 48 | (uint64_t)pos << 56;
+    }
+}
+
+// The T symbols of one tile into s (room for T + 8): whole table entries while they fit the
+// tile, one codeword at a time otherwise. The same codewords as frd_rice one by one, so the
+// same symbols, bits used and corruption verdicts.
+static inline void fast_tile_syms(fast_rd *r, const uint64_t *tab, int k, uint64_t limit, uint32_t *s, int T) {
+    int i = 0;
+    while (i < T) {
+        if (r->w.n < 32) frd_refill(r);
+        const uint64_t e = tab[r->w.buf & ((1u << KVQ_HQ_TAB_BITS) - 1)];
+        const int cnt = (int)(e >> 48) & 0xff;
+        if (__builtin_expect(cnt != 0 && i + cnt <= T, 1)) {
+#if defined(__SSE4_1__)
+            const __m128i x = _mm_cvtsi64_si128((long long)e);
+            _mm_storeu_si128((__m128i *)(s + i), _mm_cvtepu8_epi32(x));
+            _mm_storeu_si128((__m128i *)(s + i + 4), _mm_cvtepu8_epi32(_mm_srli_si128(x, 4)));
+#else
+            for (int j = 0; j < 6; j++) s[i + j] = (uint32_t)(e >> (8 * j)) & 0xff;
+#endif
+            const int used = (int)(e >> 56);
+            r->w.buf >>= used;
+            r->w.n -= used;
+            i += cnt;
+        } else {
+            s[i++] = frd_rice(r, k, limit);
+        }
+    }
+}
+
+// Symbols to lattice codes (kvq_lattice_unstrip's arithmetic, a tile at a time).
+static inline void tile_unstrip(const kvq_hq_header *h, const uint32_t *s, int32_t *c) {
+    const int T = h->tile;
+    switch (h->lat) {
+    case KVQ_LAT_E8:
+#if defined(__SSE4_1__)
+        for (int v = 0; v < T; v += 8) { // the scalar loop below, 8 lanes in two vectors
+            const __m128i one = _mm_set1_epi32(1), zero = _mm_setzero_si128();
+            const __m128i a = _mm_loadu_si128((const __m128i *)(s + v)), b = _mm_loadu_si128((const __m128i *)(s + v + 4));
+            const __m128i za = _mm_xor_si128(_mm_srli_epi32(a, 1), _mm_sub_epi32(zero, _mm_and_si128(a, one)));
+            const __m128i zb = _mm_xor_si128(_mm_srli_epi32(b, 1), _mm_sub_epi32(zero, _mm_and_si128(b, one)));
+            __m128i sm = _mm_add_epi32(za, _mm_blend_epi16(zb, zero, 0xC0)); // lanes 0..6
+            sm = _mm_add_epi32(sm, _mm_shuffle_epi32(sm, _MM_SHUFFLE(1, 0, 3, 2)));
+            sm = _mm_add_epi32(sm, _mm_shuffle_epi32(sm, _MM_SHUFFLE(2, 3, 0, 1)));
+            const int32_t p = _mm_cvtsi128_si32(sm), cb = (int32_t)(s[v + 7] & 1), t = kvq_unzigzag(s[v + 7] >> 1);
+            const __m128i cbv = _mm_set1_epi32(cb);
+            _mm_storeu_si128((__m128i *)(c + v), _mm_add_epi32(_mm_add_epi32(za, za), cbv));
+            _mm_storeu_si128((__m128i *)(c + v + 4),
+                             _mm_insert_epi32(_mm_add_epi32(_mm_add_epi32(zb, zb), cbv), 2 * (2 * t + (p & 1)) + cb, 3));
+        }
+        break;
+#endif
+        for (int v = 0; v < T; v += 8) {
+            const uint32_t *u = s + v;
+            const int32_t cb = (int32_t)(u[7] & 1), t = kvq_unzigzag(u[7] >> 1);
+            int32_t p = 0;
+            for (int i = 0; i < 7; i++) {
+                const int32_t z = kvq_unzigzag(u[i]);
+                p += z;
+                c[v + i] = 2 * z + cb;
+            }
+            c[v + 7] = 2 * (2 * t + (p & 1)) + cb;
+        }
+        break;
+    case KVQ_LAT_D4:
+        for (int v = 0; v < T; v += 4) {
+            c[v] = kvq_unzigzag(s[v]);
+            c[v + 1] = kvq_unzigzag(s[v + 1]);
+            c[v + 2] = kvq_unzigzag(s[v + 2]);
+            c[v + 3] = 2 * kvq_unzigzag(s[v + 3]) + ((c[v] + c[v + 1] + c[v + 2]) & 1);
+        }
+        break;
+    case KVQ_LAT_A2:
+        for (int v = 0; v < T; v += 2) {
+            c[v + 1] = kvq_unzigzag(s[v + 1]);
+            c[v] = 2 * kvq_unzigzag(s[v]) + (c[v + 1] & 1);
+        }
+        break;
+    default:
+        for (int v = 0; v < T; v++) c[v] = kvq_unzigzag(s[v]);
+        break;
+    }
+}
+
+// One tile's codes with the fastest reader h allows; s is scratch for T + 8 symbols.
+static inline void fast_tile(const kvq_hq_header *h, const kvq_hq_rice_tab *tab, fast_rd *r, uint64_t limit,
+                             uint32_t *s, int32_t *c) {
+    if (tab->on) {
+        fast_tile_syms(r, tab->e, h->k[0], limit, s, h->tile);
+        tile_unstrip(h, s, c);
+    } else {
+        fast_tile_codes(h, r, limit, c);
+    }
+}
+
 // Decodes one random-access group; returns 0, or 1 if its stream is corrupt.
-static int decode_group(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
-                        const float *sgn, int64_t g, int64_t n_tiles, float *y, int32_t *c, float *out) {
+static int decode_group(const kvq_hq_header *h, const kvq_hq_rice_tab *tab, const uint8_t *codes,
+                        const uint8_t *norms, const uint8_t *offs, const float *sgn, int64_t g, int64_t n_tiles,
+                        float *y, int32_t *c, uint32_t *s, float *out) {
     const int T = h->tile;
     const int64_t tpr = h->cols_p / T;
     const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
@@ -339,7 +466,7 @@ static int decode_group(const kvq_hq_header *h, const uint8_t *codes, const uint
             const int8_t *cb = (const int8_t *)codes + t * T;
             for (int i = 0; i < T; i++) c[i] = cb[i];
         } else if (code != zero) {
-            fast_tile_codes(h, &r, limit, c);
+            fast_tile(h, tab, &r, limit, s, c);
         }
         int64_t c0 = j * T, ncopy = c0 + T <= h->cols ? T : (c0 < h->cols ? h->cols - c0 : 0);
         if (ncopy > 0) kvq_hq_tile_recon(h, c, code, sgn + j * T, y, out + row * h->cols + c0, (int)ncopy);
@@ -347,8 +474,9 @@ static int decode_group(const kvq_hq_header *h, const uint8_t *codes, const uint
     return !h->int8 && (r.bad || frd_used(&r) > limit || frd_used(&r) + 8 <= limit);
 }
 
-int kvq_hq_group_codes(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
-                       int64_t g, int64_t n_tiles, int32_t *c) {
+int kvq_hq_group_codes(const kvq_hq_header *h, const kvq_hq_rice_tab *tab, const uint8_t *codes,
+                       const uint8_t *norms, const uint8_t *offs, int64_t g, int64_t n_tiles, int32_t *c) {
+    uint32_t s[KVQ_HQ_MAX_TILE + 8];
     const int T = h->tile;
     const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
     uint32_t o0 = rd32(offs + 4 * g), o1 = rd32(offs + 4 * g + 4);
@@ -360,7 +488,7 @@ int kvq_hq_group_codes(const kvq_hq_header *h, const uint8_t *codes, const uint8
     for (int64_t t = t0; t < t1; t++) {
         int32_t *ct = c + (t - t0) * T;
         if (kvq_hq_norm_code(norms, h->norm_bits, t) == zero) memset(ct, 0, sizeof(int32_t) * (size_t)T);
-        else fast_tile_codes(h, &r, limit, ct);
+        else fast_tile(h, tab, &r, limit, s, ct);
     }
     return r.bad || frd_used(&r) > limit || frd_used(&r) + 8 <= limit;
 }
@@ -375,8 +503,10 @@ kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int
     const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;
     const int64_t n_groups = (n_tiles + KVQ_HQ_GROUP_TILES - 1) / KVQ_HQ_GROUP_TILES;
     float *sgn = malloc(sizeof(float) * (size_t)h->cols_p);
-    if (!sgn) return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory");
+    kvq_hq_rice_tab *tab = malloc(sizeof *tab);
+    if (!sgn || !tab) { free(sgn); free(tab); return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory"); }
     kvq_hq_signs(h->seed, T, h->cols_p, sgn);
+    kvq_hq_rice_tab_init(tab, h);
     int64_t bad_group = -1;
     int nomem = 0;
     int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
@@ -385,21 +515,24 @@ kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int
     {
         float *y = malloc(sizeof(float) * (size_t)T);
         int32_t *c = malloc(sizeof(int32_t) * (size_t)T);
-        if (!y || !c) {
+        uint32_t *s = malloc(sizeof(uint32_t) * (size_t)(T + 8));
+        if (!y || !c || !s) {
 #pragma omp atomic write
             nomem = 1;
         } else {
 #pragma omp for schedule(dynamic, 16)
             for (int64_t g = 0; g < n_groups; g++)
-                if (decode_group(h, codes, norms, offs, sgn, g, n_tiles, y, c, out)) {
+                if (decode_group(h, tab, codes, norms, offs, sgn, g, n_tiles, y, c, s, out)) {
 #pragma omp critical
                     if (bad_group < 0 || g < bad_group) bad_group = g;
                 }
         }
         free(y);
         free(c);
+        free(s);
     }
     free(sgn);
+    free(tab);
     if (nomem) return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory");
     if (bad_group >= 0)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "hyperquant: corrupt Rice stream in group %lld", (long long)bad_group);

@@ -1,10 +1,19 @@
 // HyperQuant encoding: RHT per tile, norm codes, lattice quantization + strip at the SNR
 // that rate control picks (calibration table, then a secant correction on this tensor's
 // exact effective size), Rice parameters by exact count, and the grouped bitstream.
+// The encoder streams tiles: every pass (norms, each rate-control pass, the writer) reads a
+// tile's source values (in->x, or in->src's bytes when x is NULL), rotates, quantizes and
+// consumes it, keeping per-tile and per-group counts only; the rotated tiles and the last
+// pass's symbols are cached (each) only while they fit opts.rot_cache bytes. So memory is the
+// source plus the output plus ~0.3 B per weight, whatever the tensor size.
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+#endif
 
 #include "kernels/cpu/wht.h"
 #include "libconv/codec/hyperquant/hq_impl.h"
@@ -13,9 +22,12 @@
 
 #define RATE_TOL 0.002 // stop correcting once |effective − target| ≤ this (spec: ±0.01)
 #define RATE_MAXIT 10
+#define KVQ_HQ_ROT_CACHE ((size_t)256 << 20) // default rotated-tile cache (bytes): within the +256 MB of the memory bound
+#define SMALL_SYM 64                          // per-group exact bins; larger symbols go straight into the sums
+#define NQ (KVQ_RICE_KMAX + 2)               // per group and class: Σ(v >> k) for k = 0..KMAX, then the count
 
 kvq_hq_opts kvq_hq_opts_default(kvq_lattice l, double bps) {
-    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE}; // nb=8: best measured (docs/HYPERQUANT.md)
+    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE, KVQ_HQ_ROT_CACHE}; // nb=8: best measured (docs/HYPERQUANT.md)
     return o;
 }
 
@@ -31,13 +43,17 @@ int kvq_hq_tile_for(int64_t cols, int max_tile, int64_t *cols_p) {
 
 typedef struct {
     const kvq_hq_opts *o;
+    const kvq_codec_input *in;
     kvq_hq_header h;
     int nt, n, ncls;
+    int cls[8];       // symbol class of each lattice coordinate
     int64_t numel, tpr, n_tiles, n_groups;
-    float *rot;       // (rows, cols_p): H·D·x per tile, unnormalized butterfly
+    const float *sgn; // (cols_p) ±1 signs
+    float *rot;       // (rows, cols_p) H·D·x per tile (unnormalized butterfly), or NULL: recomputed per pass
+    uint32_t *sym;    // (rows, cols_p) the last pass's symbols, or NULL: the writer quantizes again
     double *invn;     // per tile 1/decoded norm (0 for zero tiles)
     uint32_t *ncode;  // per tile norm code
-    uint32_t *sym;    // (rows, cols_p) stripped symbols (Rice) or raw codes (int8)
+    uint64_t *gq;     // (n_groups, ncls, NQ) per-group Rice sums of the last pass
     uint64_t *gbits;  // per group Rice bits
     // results of the last pass
     double snr_db;
@@ -47,6 +63,93 @@ typedef struct {
     uint64_t code_bits, codes_bytes, clipped;
     size_t total_bytes;
 } enc_ctx;
+
+// ---- one tile: source values, rotation, codes
+
+// The source values of tile t (zero past the last column) into xt (T floats).
+static void tile_source(const enc_ctx *e, int64_t t, float *xt) {
+    const int T = e->h.tile;
+    const int64_t cols = e->h.cols, row = t / e->tpr, c0 = (t % e->tpr) * T;
+    const int64_t nc = c0 + T <= cols ? T : (c0 < cols ? cols - c0 : 0);
+    const kvq_codec_input *in = e->in;
+    if (in->x) memcpy(xt, in->x + row * cols + c0, sizeof(float) * (size_t)nc);
+    else
+        kvq_dtype_to_f32(in->src->dtype,
+                         (const uint8_t *)in->src->data + (size_t)(row * cols + c0) * kvq_dtype_size(in->src->dtype),
+                         (size_t)nc, xt);
+    for (int64_t i = nc; i < T; i++) xt[i] = 0.0f;
+}
+
+// H·D·x of tile t: from the cache, or computed into buf (T floats).
+static const float *tile_rot(const enc_ctx *e, int64_t t, float *buf) {
+    const int T = e->h.tile;
+    if (e->rot) return e->rot + t * T;
+    const float *s = e->sgn + (t % e->tpr) * T;
+    tile_source(e, t, buf);
+    for (int i = 0; i < T; i++) buf[i] = buf[i] * s[i];
+    kvq_wht(buf, T);
+    return buf;
+}
+
+// kvq_lattice_strip for E8 (c a member: c − cb is even, so the halvings are exact shifts).
+static inline void strip_e8(const int32_t *c, uint32_t *sym) {
+#if defined(__SSE4_1__)
+    const int32_t cb = c[0] & 1;
+    const __m128i cbv = _mm_set1_epi32(cb);
+    const __m128i sa = _mm_srai_epi32(_mm_sub_epi32(_mm_loadu_si128((const __m128i *)c), cbv), 1);
+    const __m128i sb = _mm_srai_epi32(_mm_sub_epi32(_mm_loadu_si128((const __m128i *)(c + 4)), cbv), 1);
+    __m128i sm = _mm_add_epi32(sa, _mm_blend_epi16(sb, _mm_setzero_si128(), 0xC0)); // lanes 0..6
+    sm = _mm_add_epi32(sm, _mm_shuffle_epi32(sm, _MM_SHUFFLE(1, 0, 3, 2)));
+    sm = _mm_add_epi32(sm, _mm_shuffle_epi32(sm, _MM_SHUFFLE(2, 3, 0, 1)));
+    const int32_t p = _mm_cvtsi128_si32(sm), s7 = _mm_extract_epi32(sb, 3);
+    _mm_storeu_si128((__m128i *)sym, _mm_xor_si128(_mm_slli_epi32(sa, 1), _mm_srai_epi32(sa, 31)));
+    _mm_storeu_si128((__m128i *)(sym + 4), _mm_xor_si128(_mm_slli_epi32(sb, 1), _mm_srai_epi32(sb, 31)));
+    sym[7] = 2u * kvq_zigzag((s7 - (p & 1)) / 2) + (uint32_t)cb;
+#else
+    kvq_lattice_strip(KVQ_LAT_E8, c, sym);
+#endif
+}
+
+// Quantizes rotated tile r at gain g: lattice codes into c, symbols (stripped, or the clipped
+// codes in int8 mode) into s. @return the tile's squared error in the scaled domain.
+static double tile_quant(const enc_ctx *e, const float *r, float g, int32_t *c, uint32_t *s, uint64_t *clipped) {
+    const int T = e->h.tile, n = e->n, int8 = e->h.int8, a2 = e->h.lat == KVQ_LAT_A2;
+    const kvq_lattice lat = e->h.lat;
+    double tn = 0.0;
+    for (int v = 0; v < T; v += n) {
+        float u[8];
+        int32_t *cv = c + v;
+        for (int i = 0; i < n; i++) u[i] = r[v + i] * g;
+        kvq_lattice_nearest(lat, u, cv);
+        if (int8)
+            for (int i = 0; i < n; i++) {
+                int32_t q = cv[i] > 127 ? 127 : (cv[i] < -127 ? -127 : cv[i]);
+                *clipped += q != cv[i];
+                cv[i] = q;
+            }
+        float vn = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float d = u[i] - ((a2 && !(i & 1)) ? KVQ_SQRT3_F * (float)cv[i] : (float)cv[i]);
+            vn += d * d;
+        }
+        tn += (double)vn;
+        if (int8) {
+            for (int i = 0; i < n; i++) s[v + i] = (uint32_t)cv[i];
+        } else if (lat == KVQ_LAT_E8) {
+            strip_e8(cv, s + v);
+        } else {
+            kvq_lattice_strip(lat, cv, s + v);
+        }
+    }
+    return tn;
+}
+
+static int64_t group_end(const enc_ctx *e, int64_t g) {
+    int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES;
+    return t1 < e->n_tiles ? t1 : e->n_tiles;
+}
+
+// ---- quantization passes and rate control
 
 static json_t *make_params(const enc_ctx *e, int with_k, int with_seed) {
     char seed[17];
@@ -77,74 +180,60 @@ static size_t json_len(json_t *p) {
 static size_t norms_bytes(const enc_ctx *e) { return (size_t)((e->n_tiles * e->h.norm_bits + 7) / 8); }
 static size_t offsets_bytes(const enc_ctx *e) { return e->h.int8 ? 0 : (size_t)(e->n_groups + 1) * 4; }
 
-// One quantization pass at snr_db: symbols, Rice parameters, exact stored size.
+// Adds group-local symbol counts h (ncls × SMALL_SYM) into the group's sums q (ncls × NQ).
+static void group_sums(const enc_ctx *e, uint32_t (*h)[SMALL_SYM], uint64_t *q) {
+    for (int c = 0; c < e->ncls; c++) {
+        uint64_t *qc = q + c * NQ;
+        for (uint32_t v = 0; v < SMALL_SYM; v++) {
+            const uint64_t m = h[c][v];
+            if (!m) continue;
+            qc[NQ - 1] += m;
+            for (int k = 0; k <= KVQ_RICE_KMAX && (v >> k); k++) qc[k] += m * (uint64_t)(v >> k);
+        }
+    }
+}
+
+// One quantization pass at snr_db: per-tile errors, per-group Rice sums (so the Rice
+// parameters and every group's exact size are known without keeping the symbols), exact
+// stored size. The Rice parameter minimises the same exact bit count as kvq_rice_best_k.
 static int quant_pass(enc_ctx *e, double snr_db) {
     const int T = e->h.tile, n = e->n, ncls = e->ncls, int8 = e->h.int8;
-    const kvq_lattice lat = e->h.lat;
-    int cls[8];
-    for (int i = 0; i < n; i++) cls[i] = kvq_lattice_symbol_class(lat, i);
     e->snr_db = snr_db;
-    e->h.alpha = kvq_hq_alpha(lat, snr_db);
+    e->h.alpha = kvq_hq_alpha(e->h.lat, snr_db);
     const double alpha = e->h.alpha;
-    kvq_rice_hist *hist = calloc(KVQ_LAT_MAX_CLASSES, sizeof *hist);
-    if (!hist) return -1;
-    int fail = 0;
     uint64_t clipped = 0;
     double noise = 0.0;
-    const int a2 = lat == KVQ_LAT_A2;
-#pragma omp parallel num_threads(e->nt) reduction(+ : clipped)
-    {
-        kvq_rice_hist *lh = int8 ? NULL : calloc(KVQ_LAT_MAX_CLASSES, sizeof *lh);
-        if (!int8 && !lh) {
-#pragma omp atomic write
-            fail = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < e->n_tiles; t++) {
+#pragma omp parallel for num_threads(e->nt) schedule(static) reduction(+ : clipped)
+    for (int64_t g = 0; g < e->n_groups; g++) {
+        float buf[KVQ_HQ_MAX_TILE];
+        int32_t c[KVQ_HQ_MAX_TILE];
+        uint32_t s[KVQ_HQ_MAX_TILE];
+        uint32_t h[2][SMALL_SYM];
+        uint64_t *q = e->gq ? e->gq + g * ncls * NQ : NULL;
+        if (q) memset(q, 0, sizeof(uint64_t) * (size_t)(ncls * NQ));
+        memset(h, 0, sizeof h);
+        for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < group_end(e, g); t++) {
             e->tacc[t] = 0.0;
-            if (e->invn[t] == 0.0 || (!int8 && !lh)) continue;
-            const float g = (float)(alpha * e->invn[t]);
-            const float *r = e->rot + t * T;
-            uint32_t *s = e->sym + t * T;
-            double tn = 0.0;
-            for (int v = 0; v < T; v += n) {
-                float u[8];
-                int32_t c[8];
-                for (int i = 0; i < n; i++) u[i] = r[v + i] * g;
-                kvq_lattice_nearest(lat, u, c);
-                if (int8)
-                    for (int i = 0; i < n; i++) {
-                        int32_t q = c[i] > 127 ? 127 : (c[i] < -127 ? -127 : c[i]);
-                        clipped += q != c[i];
-                        c[i] = q;
-                    }
-                float vn = 0.0f;
-                for (int i = 0; i < n; i++) {
-                    float d = u[i] - ((a2 && !(i & 1)) ? KVQ_SQRT3_F * (float)c[i] : (float)c[i]);
-                    vn += d * d;
-                }
-                tn += (double)vn;
-                if (int8) {
-                    for (int i = 0; i < n; i++) s[v + i] = (uint32_t)c[i];
-                } else {
-                    kvq_lattice_strip(lat, c, s + v);
-                    for (int i = 0; i < n; i++) {
-                        kvq_rice_hist *hh = &lh[cls[i]];
-                        if (s[v + i] < KVQ_RICE_HIST) hh->h[s[v + i]]++;
-                        else kvq_rice_hist_add(hh, s[v + i]);
+            if (e->invn[t] == 0.0) continue;
+            const float *r = tile_rot(e, t, buf);
+            uint32_t *st = e->sym ? e->sym + t * T : s;
+            double tn = tile_quant(e, r, (float)(alpha * e->invn[t]), c, st, &clipped);
+            if (!int8)
+                for (int i = 0; i < T; i++) {
+                    const uint32_t v = st[i];
+                    const int cl = ncls == 1 ? 0 : e->cls[i & (n - 1)]; // n is a power of two
+                    if (__builtin_expect(v < SMALL_SYM, 1)) h[cl][v]++;
+                    else {
+                        uint64_t *qc = q + cl * NQ;
+                        qc[NQ - 1]++;
+                        for (int k = 0; k <= KVQ_RICE_KMAX; k++) qc[k] += v >> k;
                     }
                 }
-            }
             double sc = 1.0 / (alpha * e->invn[t]); // n̂/α: orthonormal error = (u − ĉ)·n̂/(α√T)
             e->tacc[t] = tn * sc * sc / (double)T;
         }
-        if (lh) {
-#pragma omp critical
-            for (int c = 0; c < ncls; c++) kvq_rice_hist_merge(&hist[c], &lh[c]);
-            free(lh);
-        }
+        if (q) group_sums(e, h, q);
     }
-    if (fail) { free(hist); return -1; }
     e->clipped = clipped;
     for (int64_t t = 0; t < e->n_tiles; t++) noise += e->tacc[t];
     e->noise = noise;
@@ -153,24 +242,29 @@ static int quant_pass(enc_ctx *e, double snr_db) {
         bits = 8 * (uint64_t)(e->h.rows * e->h.cols_p);
         bytes = bits / 8;
     } else {
-        for (int c = 0; c < ncls; c++) e->h.k[c] = kvq_rice_best_k(&hist[c], NULL);
-        int kk[8];
-        for (int i = 0; i < n; i++) kk[i] = e->h.k[kvq_lattice_symbol_class(lat, i)];
-#pragma omp parallel for num_threads(e->nt) schedule(static) reduction(+ : bits, bytes)
+        uint64_t tot[2][NQ];
+        memset(tot, 0, sizeof tot);
+        for (int64_t g = 0; g < e->n_groups; g++)
+            for (int c = 0; c < ncls; c++)
+                for (int k = 0; k < NQ; k++) tot[c][k] += e->gq[(g * ncls + c) * NQ + k];
+        for (int c = 0; c < ncls; c++) { // smallest k on ties, as kvq_rice_best_k
+            uint64_t bb = 0;
+            for (int k = 0; k <= KVQ_RICE_KMAX; k++) {
+                uint64_t b = tot[c][k] + tot[c][NQ - 1] * (uint64_t)(k + 1);
+                if (k == 0 || b < bb) { bb = b; e->h.k[c] = k; }
+            }
+        }
         for (int64_t g = 0; g < e->n_groups; g++) {
             uint64_t gb = 0;
-            int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < e->n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : e->n_tiles;
-            for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < t1; t++) {
-                if (e->invn[t] == 0.0) continue;
-                const uint32_t *s = e->sym + t * T;
-                for (int i = 0; i < T; i++) gb += kvq_rice_len(s[i], kk[i & (n - 1)]); // n is a power of two
+            for (int c = 0; c < ncls; c++) {
+                const uint64_t *qc = e->gq + (g * ncls + c) * NQ;
+                gb += qc[e->h.k[c]] + qc[NQ - 1] * (uint64_t)(e->h.k[c] + 1);
             }
             e->gbits[g] = gb;
             bits += gb;
             bytes += (gb + 7) / 8;
         }
     }
-    free(hist);
     e->code_bits = bits;
     e->codes_bytes = bytes;
     e->total_bytes = (size_t)bytes + norms_bytes(e) + offsets_bytes(e) + json_len(make_params(e, 1, 1));
@@ -221,46 +315,107 @@ static int rate_control(enc_ctx *e, int *iters) {
     return 0;
 }
 
-// Writes one group's Rice codewords into dst (exactly ceil(bits/8) bytes, zeroed by the
-// caller) with a register-resident 64-bit accumulator flushed 32 bits at a time; long
-// codewords (> 32 bits) go through the reference writer. @return bits written.
-static uint64_t write_group(uint8_t *dst, size_t cap, const enc_ctx *e, int64_t t0, int64_t t1, const int *kk) {
-    const int T = e->h.tile, n = e->n;
-    uint64_t acc = 0, total = 0;
-    int nb = 0;
-    size_t pos = 0;
-    for (int64_t t = t0; t < t1; t++) {
-        if (e->invn[t] == 0.0) continue;
-        const uint32_t *s = e->sym + t * T;
-        for (int i = 0; i < T; i++) {
-            const int k = kk[i & (n - 1)];
-            const uint32_t v = s[i], q = v >> k;
-            const int len = (int)q + 1 + k;
-            if (__builtin_expect(len <= 32, 1)) {
-                acc |= ((uint64_t)(1u << q) | ((uint64_t)(v & ((1u << k) - 1u)) << (q + 1))) << nb;
-                nb += len;
-            } else { // flush whole bytes, then the reference writer for this codeword
-                kvq_bitwriter w;
-                w.buf = dst; w.cap = cap; w.pos = pos; w.acc = acc; w.n = nb; w.overflow = 0;
-                kvq_bw_rice(&w, v, k);
-                pos = w.pos; acc = w.acc; nb = w.n;
-            }
-            total += (uint64_t)len;
-            while (nb >= 32) {
-                uint32_t lo = (uint32_t)acc;
-                memcpy(dst + pos, &lo, 4); // little-endian hosts (x86, arm64)
-                pos += 4;
-                acc >>= 32;
-                nb -= 32;
-            }
+// ---- the grouped bitstream
+
+// A group's Rice codewords go into dst (exactly ceil(bits/8) bytes, zeroed by the caller)
+// through a register-resident 64-bit accumulator flushed 32 bits at a time; long codewords
+// (> 32 bits) go through the reference writer.
+typedef struct {
+    uint8_t *dst;
+    size_t cap, pos;
+    uint64_t acc, total;
+    int nb;
+} group_writer;
+
+static void gw_tile(group_writer *w, const uint32_t *s, int T, const int *kk, int n) {
+    uint64_t acc = w->acc;
+    int nb = w->nb;
+    size_t pos = w->pos;
+    for (int i = 0; i < T; i++) {
+        const int k = kk[i & (n - 1)];
+        const uint32_t v = s[i], q = v >> k;
+        const int len = (int)q + 1 + k;
+        if (__builtin_expect(len <= 32, 1)) {
+            acc |= ((uint64_t)(1u << q) | ((uint64_t)(v & ((1u << k) - 1u)) << (q + 1))) << nb;
+            nb += len;
+        } else { // flush whole bytes, then the reference writer for this codeword
+            kvq_bitwriter bw;
+            bw.buf = w->dst; bw.cap = w->cap; bw.pos = pos; bw.acc = acc; bw.n = nb; bw.overflow = 0;
+            kvq_bw_rice(&bw, v, k);
+            pos = bw.pos; acc = bw.acc; nb = bw.n;
+        }
+        while (nb >= 32) {
+            uint32_t lo = (uint32_t)acc;
+            memcpy(w->dst + pos, &lo, 4); // little-endian hosts (x86, arm64)
+            pos += 4;
+            acc >>= 32;
+            nb -= 32;
         }
     }
-    while (nb > 0) {
-        dst[pos++] = (uint8_t)acc;
-        acc >>= 8;
-        nb -= 8;
+    w->acc = acc;
+    w->nb = nb;
+    w->pos = pos;
+}
+
+// gw_tile for one Rice parameter k, into a staging buffer with 8 bytes of room past any
+// position reached: every codeword (≤ 32 bits, else the reference writer) is OR-ed in and the
+// 64-bit accumulator stored whole, then advanced by its complete bytes: no branch per flush.
+// tab: codeword | length << 32 of the symbols below SMALL_SYM (0 for those over 32 bits), from
+// rice_tab (variable shifts are dear on x86-64-v2).
+static void rice_tab(int k, uint64_t *tab) {
+    for (uint32_t v = 0; v < SMALL_SYM; v++) {
+        const uint32_t q = v >> k, len = q + 1 + (uint32_t)k;
+        tab[v] = len > 32 ? 0 : (uint64_t)((((v & ((1u << k) - 1u)) << 1) | 1u) << q) | (uint64_t)len << 32;
     }
-    return pos <= cap ? total : ~0ull;
+}
+
+static void gw_tile_k(group_writer *w, const uint32_t *s, int T, int k, const uint64_t *tab) {
+    uint64_t acc = w->acc;
+    int nb = w->nb; // < 8 between codewords
+    size_t pos = w->pos;
+    uint8_t *d = w->dst;
+    const uint32_t mask = (1u << k) - 1u;
+    for (int i = 0; i < T; i++) {
+        const uint32_t v = s[i];
+        if (__builtin_expect(v < SMALL_SYM && tab[v], 1)) {
+            acc |= (uint64_t)(uint32_t)tab[v] << nb;
+            nb += (int)(tab[v] >> 32);
+            memcpy(d + pos, &acc, 8); // little-endian hosts (x86, arm64)
+            pos += (size_t)(nb >> 3);
+            acc >>= nb & ~7;
+            nb &= 7;
+            continue;
+        }
+        const uint32_t q = v >> k;
+        if (__builtin_expect(q + 1 + (uint32_t)k > 32, 0)) {
+            kvq_bitwriter bw;
+            bw.buf = d; bw.cap = w->cap; bw.pos = pos; bw.acc = acc; bw.n = nb; bw.overflow = 0;
+            kvq_bw_rice(&bw, v, k);
+            pos = bw.pos; acc = bw.acc; nb = bw.n;
+            while (nb >= 8) { d[pos++] = (uint8_t)acc; acc >>= 8; nb -= 8; }
+            continue;
+        }
+        acc |= (uint64_t)((((v & mask) << 1) | 1u) << q) << nb;
+        nb += (int)q + 1 + k;
+        memcpy(d + pos, &acc, 8); // little-endian hosts (x86, arm64)
+        pos += (size_t)(nb >> 3);
+        acc >>= nb & ~7;
+        nb &= 7;
+    }
+    w->acc = acc;
+    w->nb = nb;
+    w->pos = pos;
+}
+
+// Flushes the last bits. @return bits written, or ~0 if the group overran its bytes.
+static uint64_t gw_finish(group_writer *w) {
+    w->total = 8 * (uint64_t)w->pos + (uint64_t)w->nb; // every flush and the long-codeword writer leave whole bytes
+    while (w->nb > 0) {
+        w->dst[w->pos++] = (uint8_t)w->acc;
+        w->acc >>= 8;
+        w->nb -= 8;
+    }
+    return w->pos <= w->cap ? w->total : ~0ull;
 }
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -274,15 +429,18 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     memset(out, 0, sizeof *out);
     if (rows <= 0 || cols <= 0)
         return kvq_err_set(err, KVQ_ERR_ARG, "tensor '%s': hyperquant needs a non-empty matrix", name);
-    for (int64_t i = 0; i < rows * cols; i++)
-        if (!isfinite(in->x[i]))
-            return kvq_err_set(err, KVQ_ERR_NUMERIC, "tensor '%s': non-finite value %g at [%lld, %lld]", name,
-                               (double)in->x[i], (long long)(i / cols), (long long)(i % cols));
+    if (!in->x && (!in->src || !in->src->data || kvq_tensor_numel(in->src) != rows * cols ||
+                   (in->src->dtype != KVQ_DTYPE_F32 && in->src->dtype != KVQ_DTYPE_F16 &&
+                    in->src->dtype != KVQ_DTYPE_BF16) ||
+                   in->src->nbytes < (size_t)(rows * cols) * kvq_dtype_size(in->src->dtype)))
+        return kvq_err_set(err, KVQ_ERR_ARG, "tensor '%s': hyperquant needs float32 values or an f32/f16/bf16 "
+                           "source of %lld × %lld", name, (long long)rows, (long long)cols);
     if (o->max_tile < KVQ_HQ_MIN_TILE || o->max_tile > KVQ_HQ_MAX_TILE || (o->max_tile & (o->max_tile - 1)))
         return kvq_err_set(err, KVQ_ERR_ARG, "tensor '%s': tile %d is not a power of two in [16, 1024]", name,
                            o->max_tile);
     enc_ctx e = {0};
     e.o = o;
+    e.in = in;
     e.nt = in->n_threads > 0 ? in->n_threads : omp_get_max_threads();
     if (e.nt > rows * cols / (1 << 18) + 1) e.nt = (int)(rows * cols / (1 << 18) + 1); // small tensors: no thread overhead
     e.h.lat = o->lat;
@@ -295,45 +453,63 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     e.h.seed = in->seed;
     e.n = kvq_lattice_dim(o->lat);
     e.ncls = kvq_lattice_classes(o->lat);
+    for (int i = 0; i < e.n; i++) e.cls[i] = kvq_lattice_symbol_class(o->lat, i);
     e.numel = rows * cols;
     e.tpr = e.h.cols_p / e.h.tile;
     e.n_tiles = rows * e.tpr;
     e.n_groups = (e.n_tiles + KVQ_HQ_GROUP_TILES - 1) / KVQ_HQ_GROUP_TILES;
     const int T = e.h.tile, nb = o->norm_bits;
     const size_t np = (size_t)(rows * e.h.cols_p);
-    e.rot = malloc(np * sizeof(float));
-    e.sym = malloc(np * sizeof(uint32_t));
+    const int cache = np * sizeof(float) <= o->rot_cache;
+    if (cache) e.rot = malloc(np * sizeof(float));
+    if (cache) e.sym = malloc(np * sizeof(uint32_t));
     e.invn = malloc((size_t)e.n_tiles * sizeof(double));
     e.ncode = malloc((size_t)e.n_tiles * sizeof(uint32_t));
     e.gbits = calloc((size_t)e.n_groups, sizeof(uint64_t));
+    if (!e.h.int8) e.gq = malloc((size_t)(e.n_groups * e.ncls * NQ) * sizeof(uint64_t));
     e.tacc = malloc(2 * (size_t)e.n_tiles * sizeof(double));
     float *sgn = malloc((size_t)e.h.cols_p * sizeof(float));
+    e.sgn = sgn;
     float *rec = recon;
     uint8_t *codes = NULL, *norms = NULL, *offs = NULL;
     kvq_status st = KVQ_OK;
-    if (!e.rot || !e.sym || !e.invn || !e.ncode || !e.gbits || !e.tacc || !sgn) {
+    if ((cache && (!e.rot || !e.sym)) || !e.invn || !e.ncode || !e.gbits ||
+        (!e.h.int8 && !e.gq) || !e.tacc || !sgn) {
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
         goto done;
     }
     kvq_hq_signs(e.h.seed, T, e.h.cols_p, sgn);
 
-    // ---- RHT per tile and norms (double accumulation)
+    // ---- norms (double accumulation) and the first non-finite value; the rotation too when cached
     double maxn = 0.0, sumx2 = 0.0;
     double *nrm = e.invn; // holds the exact norm until the codes are known
-#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn)
+    int64_t bad = e.numel;
+#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn) reduction(min : bad)
     for (int64_t t = 0; t < e.n_tiles; t++) {
-        int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
-        float *r = e.rot + t * T;
+        float xt[KVQ_HQ_MAX_TILE];
+        const int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
+        tile_source(&e, t, xt);
         double ss = 0.0;
-        for (int i = 0; i < T; i++) {
-            float x = c0 + i < cols ? in->x[row * cols + c0 + i] : 0.0f;
-            ss += (double)x * (double)x;
-            r[i] = x * sgn[c0 + i];
+        for (int i = 0; i < T; i++) ss += (double)xt[i] * (double)xt[i];
+        if (!isfinite(ss)) // squares of finite floats cannot overflow a double sum of ≤ 1024
+            for (int i = 0; i < T; i++)
+                if (!isfinite(xt[i]) && row * cols + c0 + i < bad) bad = row * cols + c0 + i;
+        if (e.rot) {
+            float *r = e.rot + t * T;
+            for (int i = 0; i < T; i++) r[i] = xt[i] * sgn[c0 + i];
+            kvq_wht(r, T);
         }
-        kvq_wht(r, T);
         nrm[t] = sqrt(ss);
         e.tacc[t] = ss;
         if (nrm[t] > maxn) maxn = nrm[t];
+    }
+    if (bad < e.numel) {
+        float v;
+        if (in->x) v = in->x[bad];
+        else kvq_dtype_to_f32(in->src->dtype, (const uint8_t *)in->src->data + (size_t)bad * kvq_dtype_size(in->src->dtype), 1, &v);
+        st = kvq_err_set(err, KVQ_ERR_NUMERIC, "tensor '%s': non-finite value %g at [%lld, %lld]", name, (double)v,
+                         (long long)(bad / cols), (long long)(bad % cols));
+        goto done;
     }
     for (int64_t t = 0; t < e.n_tiles; t++) sumx2 += e.tacc[t];
     int ex = 0;
@@ -357,8 +533,10 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
         goto done;
     }
+    free(e.gq); // the writer needs only each group's size
+    e.gq = NULL;
 
-    // ---- blobs
+    // ---- blobs: the last pass's codes again, tile by tile (same input, same arithmetic: same codes)
     size_t nbytes = norms_bytes(&e);
     norms = calloc(nbytes ? nbytes : 1, 1);
     codes = malloc(e.codes_bytes ? e.codes_bytes : 1);
@@ -374,9 +552,17 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
         kvq_bw_finish(&w);
     }
     if (e.h.int8) {
-        for (size_t i = 0; i < np; i++) codes[i] = (uint8_t)(int8_t)(int32_t)e.sym[i];
-        for (int64_t t = 0; t < e.n_tiles; t++) // zero tiles: codes unused, store zeros
-            if (e.invn[t] == 0.0) memset(codes + t * T, 0, (size_t)T);
+#pragma omp parallel for num_threads(e.nt) schedule(static)
+        for (int64_t t = 0; t < e.n_tiles; t++) {
+            float buf[KVQ_HQ_MAX_TILE];
+            int32_t c[KVQ_HQ_MAX_TILE];
+            uint32_t s[KVQ_HQ_MAX_TILE];
+            uint64_t cl = 0;
+            if (e.invn[t] == 0.0) { memset(codes + t * T, 0, (size_t)T); continue; } // zero tiles: codes unused
+            const uint32_t *st = e.sym ? e.sym + t * T : s;
+            if (!e.sym) tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
+            for (int i = 0; i < T; i++) codes[t * T + i] = (uint8_t)(int8_t)(int32_t)st[i];
+        }
     } else {
         uint64_t off = 0;
         for (int64_t g = 0; g < e.n_groups; g++) {
@@ -388,18 +574,51 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
             st = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': codes exceed 4 GiB", name);
             goto done;
         }
-        int kk[8], bad = 0;
-        for (int i = 0; i < e.n; i++) kk[i] = e.h.k[kvq_lattice_symbol_class(e.h.lat, i)];
-#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(+ : bad)
-        for (int64_t g = 0; g < e.n_groups; g++) {
-            uint32_t o0 = (uint32_t)(offs[4 * g] | offs[4 * g + 1] << 8 | offs[4 * g + 2] << 16 |
-                                     (uint32_t)offs[4 * g + 3] << 24);
-            size_t cap = (size_t)((e.gbits[g] + 7) / 8);
-            memset(codes + o0, 0, cap);
-            int64_t t1 = (g + 1) * KVQ_HQ_GROUP_TILES < e.n_tiles ? (g + 1) * KVQ_HQ_GROUP_TILES : e.n_tiles;
-            bad += write_group(codes + o0, cap, &e, g * KVQ_HQ_GROUP_TILES, t1, kk) != e.gbits[g];
+        int kk[8], bad_groups = 0, one_k = 1, nomem = 0;
+        for (int i = 0; i < e.n; i++) kk[i] = e.h.k[e.cls[i]], one_k &= kk[i] == kk[0];
+        uint64_t maxg = 0;
+        for (int64_t g = 0; g < e.n_groups; g++) maxg = e.gbits[g] > maxg ? e.gbits[g] : maxg;
+        const size_t stage_cap = (size_t)((maxg + 7) / 8) + 4 * (size_t)T + 16; // a group, one tile's overrun, 8 B of stores
+        uint64_t wtab[SMALL_SYM];
+        rice_tab(kk[0], wtab);
+#pragma omp parallel num_threads(e.nt) reduction(+ : bad_groups, nomem)
+        {
+            uint8_t *stage = one_k ? malloc(stage_cap) : NULL;
+            nomem += one_k && !stage;
+#pragma omp for schedule(static)
+            for (int64_t g = 0; g < e.n_groups; g++) {
+                float buf[KVQ_HQ_MAX_TILE];
+                int32_t c[KVQ_HQ_MAX_TILE];
+                uint32_t s[KVQ_HQ_MAX_TILE];
+                uint64_t cl = 0;
+                if (one_k && !stage) continue;
+                uint32_t o0 = (uint32_t)(offs[4 * g] | offs[4 * g + 1] << 8 | offs[4 * g + 2] << 16 |
+                                         (uint32_t)offs[4 * g + 3] << 24);
+                const size_t cap = (size_t)((e.gbits[g] + 7) / 8);
+                group_writer w = {one_k ? stage : codes + o0, one_k ? stage_cap : cap, 0, 0, 0, 0};
+                memset(w.dst, 0, one_k ? cap + 8 : cap);
+                for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < group_end(&e, g); t++) {
+                    if (e.invn[t] == 0.0) continue;
+                    const uint32_t *st = e.sym ? e.sym + t * T : s;
+                    if (!e.sym) tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
+                    if (one_k) {
+                        gw_tile_k(&w, st, T, kk[0], wtab);
+                        KVQ_ASSERT(w.pos <= cap); // the sizes came from these symbols: a bug if not
+                    } else {
+                        gw_tile(&w, st, T, kk, e.n);
+                    }
+                }
+                const uint64_t bits = gw_finish(&w);
+                bad_groups += bits != e.gbits[g] || w.pos != cap;
+                if (one_k) memcpy(codes + o0, stage, cap);
+            }
+            free(stage);
         }
-        KVQ_ASSERT(bad == 0);
+        if (nomem) {
+            st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
+            goto done;
+        }
+        KVQ_ASSERT(bad_groups == 0);
     }
 
     // ---- reference reconstruction from the codes (not from the bitstream). Only when the
@@ -415,25 +634,25 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     }
     if (!need_recon) { sx = sumx2; se = e.noise; }
     else {
-#pragma omp parallel num_threads(e.nt) reduction(+ : nonfinite)
-    {
-        float *y = malloc(sizeof(float) * (size_t)T);
-        int32_t *c = malloc(sizeof(int32_t) * (size_t)T);
-#pragma omp for schedule(static)
+#pragma omp parallel for num_threads(e.nt) schedule(static) reduction(+ : nonfinite)
         for (int64_t t = 0; t < e.n_tiles; t++) {
+            float y[KVQ_HQ_MAX_TILE], buf[KVQ_HQ_MAX_TILE], x[KVQ_HQ_MAX_TILE];
+            int32_t c[KVQ_HQ_MAX_TILE];
+            uint32_t s[KVQ_HQ_MAX_TILE];
+            uint64_t cl = 0;
             e.tacc[t] = e.tacc[e.n_tiles + t] = 0.0;
-            if (!y || !c) { nonfinite = -1000000; continue; }
             int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
             int64_t ncopy = c0 + T <= cols ? T : (c0 < cols ? cols - c0 : 0);
             if (e.invn[t] != 0.0) {
-                const uint32_t *s = e.sym + t * T;
-                if (e.h.int8) for (int i = 0; i < T; i++) c[i] = (int32_t)s[i];
-                else for (int v = 0; v < T; v += e.n) kvq_lattice_unstrip(e.h.lat, s + v, c + v);
+                const uint32_t *st = e.sym ? e.sym + t * T : s;
+                if (!e.sym) tile_quant(&e, tile_rot(&e, t, buf), (float)(e.h.alpha * e.invn[t]), c, s, &cl);
+                if (e.h.int8) for (int i = 0; i < T; i++) c[i] = (int32_t)st[i];
+                else for (int v = 0; v < T; v += e.n) kvq_lattice_unstrip(e.h.lat, st + v, c + v);
             }
             if (ncopy <= 0) continue;
             float *d = rec + row * cols + c0;
             kvq_hq_tile_recon(&e.h, c, e.ncode[t], sgn + c0, y, d, (int)ncopy);
-            const float *x = in->x + row * cols + c0;
+            tile_source(&e, t, x);
             double tx = 0.0, te = 0.0;
             for (int i = 0; i < ncopy; i++) {
                 double df = (double)x[i] - (double)d[i];
@@ -444,12 +663,8 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
             e.tacc[t] = tx;
             e.tacc[e.n_tiles + t] = te;
         }
-        free(y);
-        free(c);
+        for (int64_t t = 0; t < e.n_tiles; t++) sx += e.tacc[t], se += e.tacc[e.n_tiles + t];
     }
-    for (int64_t t = 0; t < e.n_tiles; t++) sx += e.tacc[t], se += e.tacc[e.n_tiles + t];
-    }
-    if (nonfinite < 0) { st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name); goto done; }
     if (nonfinite > 0) {
         st = kvq_err_set(err, KVQ_ERR_NUMERIC, "tensor '%s': values too large to reconstruct in float32", name);
         goto done;
@@ -483,6 +698,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
 done:
     free(e.rot);
     free(e.sym);
+    free(e.gq);
     free(e.invn);
     free(e.tacc);
     free(e.ncode);
