@@ -24,15 +24,16 @@
 #define N_PROBE 256 // tokens each sensitivity probe runs
 #define PROBE_SNR_DB 20.0
 
-// A sensitivity probe: white noise shaped as HyperQuant's error of one tensor, added to that
-// tensor's output rows [r0, r0 + rows) at one site (two for a tied embedding).
+// A sensitivity probe: a random weight error ΔW of one tensor, Gaussian with HyperQuant's
+// error energy per tile (‖w_tile‖²/T per weight at the probe's SNR), applied to the real input:
+// δy_t = ΔW·x_t added to that tensor's output rows [r0, r0 + rows) at one site, and ΔW's row of
+// each looked-up id added to the embedding lookup (both for a tied embedding). One ΔW for every
+// token, as a stored weight error is: tokens with like inputs get like errors.
 typedef struct {
     int layer, site;          // site -1: none
-    int r0, rows, cols, T, tpr;
-    const float *wt;          // (rows, tpr): ‖w_r,tile‖² / T
-    double eps;               // 10^(-SNR/10)
-    uint64_t rng;
-    double *xe;               // (max_batch, tpr): the current chunk's Σ_{j∈tile} x_j² per token
+    int r0, rows, cols;
+    float *dw;                // (rows, cols) the weight error
+    float *x;                 // (max_batch, max cols): the current chunk's input to the target
     int embed;                // also perturb the embedding lookup (tied or embed_tokens)
     int head;                 // also / only the lm_head product
     const int32_t *ids;       // the chunk's token ids (embedding lookup)
@@ -63,7 +64,7 @@ void kvq_calib_free(kvq_calib *c) {
     free(c->probe_ids);
     free(c->ref);
     free(c->logits);
-    free(c->pr.xe);
+    free(c->pr.x);
     free(c);
 }
 
@@ -72,15 +73,10 @@ size_t kvq_calib_tokens(const kvq_calib *c) { return c->n_tokens; }
 static void observe(void *ud, int layer, kvq_model_site site, const float *x, int T, int cols) {
     kvq_calib *c = ud;
     if ((int)site < 0 || site >= N_SITES || cols != c->cols[site]) return;
-    if (!c->stats) { // a probe: the target's input energy per tile, per token
+    if (!c->stats) { // a probe: keep the target's input for perturb
         probe_t *p = &c->pr;
         if (p->site != (int)site || (site != KVQ_SITE_LM_HEAD && p->layer != layer) || cols != p->cols) return;
-        for (int t = 0; t < T; t++)
-            for (int k = 0; k < p->tpr; k++) {
-                double e = 0.0;
-                for (int j = k * p->T; j < (k + 1) * p->T && j < cols; j++) e += (double)x[(size_t)t * cols + j] * x[(size_t)t * cols + j];
-                p->xe[(size_t)t * p->tpr + k] = e;
-            }
+        memcpy(p->x, x, sizeof(float) * (size_t)T * cols);
         return;
     }
     double *m = c->m[site] + (size_t)(site == KVQ_SITE_LM_HEAD ? 0 : layer) * cols;
@@ -101,22 +97,25 @@ static void perturb(void *ud, int layer, kvq_model_site site, float *y, int T, i
     kvq_calib *c = ud;
     probe_t *p = &c->pr;
     if (c->stats) return;
-    if (site == KVQ_SITE_EMBED) { // the looked-up row's own error, tile by tile
+    if (site == KVQ_SITE_EMBED) { // the looked-up row's own error
         if (!p->embed) return;
         for (int t = 0; t < T; t++) {
-            const float *wt = p->wt + (size_t)p->ids[t] * p->tpr;
-            for (int j = 0; j < rows; j++) y[(size_t)t * rows + j] += (float)(sqrt(p->eps * wt[j / p->T]) * gauss(&p->rng));
+            const float *dw = p->dw + (size_t)p->ids[t] * p->cols;
+            for (int j = 0; j < rows; j++) y[(size_t)t * rows + j] += dw[j];
         }
         return;
     }
     if ((int)site != p->site || (site != KVQ_SITE_LM_HEAD && layer != p->layer) || (site == KVQ_SITE_LM_HEAD && !p->head)) return;
-    for (int t = 0; t < T; t++) {
-        const double *xe = p->xe + (size_t)t * p->tpr;
-        for (int r = 0; r < p->rows; r++) {
-            const float *wt = p->wt + (size_t)r * p->tpr;
-            double v = 0.0;
-            for (int k = 0; k < p->tpr; k++) v += wt[k] * xe[k];
-            y[(size_t)t * rows + p->r0 + r] += (float)(sqrt(p->eps * v) * gauss(&p->rng));
+    const int nr = p->rows, nc = p->cols, r0 = p->r0;
+    const float *x = p->x, *dw = p->dw;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < nr; r++) {
+        const float *w = dw + (size_t)r * nc;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * nc;
+            float acc = 0.0f;
+            for (int j = 0; j < nc; j++) acc += w[j] * xt[j];
+            y[(size_t)t * rows + r0 + r] += acc;
         }
     }
 }
@@ -223,7 +222,8 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
     c->stats = 0;
     if ((size_t)c->n_probe > n_ids) c->n_probe = (int)n_ids;
     if (!(c->probe_ids = malloc(sizeof(int32_t) * c->n_probe)) || !(c->ref = malloc(sizeof(float) * (size_t)c->n_probe * c->vocab)) ||
-        !(c->pr.xe = malloc(sizeof(double) * (size_t)c->max_batch * (size_t)(c->d + c->ffn + c->q_dim)))) {
+        !(c->pr.x = malloc(sizeof(float) * (size_t)c->max_batch * (size_t)(c->d > c->ffn ? (c->d > c->q_dim ? c->d : c->q_dim)
+                                                                                           : (c->ffn > c->q_dim ? c->ffn : c->q_dim))))) {
         s = kvq_err_set(err, KVQ_ERR_NOMEM, "calibration: out of memory");
         goto done;
     }
@@ -337,41 +337,46 @@ static int locate(const kvq_calib *c, const char *name, int64_t rows, int *layer
 }
 
 /** Measured sensitivity: the mean KL divergence (nats per token, source ‖ probed) over the
- *  probe tokens when tensor name's output carries white noise shaped as its HyperQuant error
- *  (per row and tile: the tile's weight energy × the token's input energy on the tile) at
- *  PROBE_SNR_DB, divided by that SNR's 10^(-SNR/10): KLD at SNR s ≈ this · 10^(-s/10). */
+ *  probe tokens when tensor name's weights carry a random error shaped as its HyperQuant error
+ *  (Gaussian, per row and tile the tile's weight energy per weight) at PROBE_SNR_DB, applied to
+ *  the real inputs (probe_t), divided by that SNR's 10^(-SNR/10): KLD at SNR s ≈ this · 10^(-s/10). */
 static kvq_status probe_tensor(kvq_calib *c, const char *name, const float *w, int64_t rows, int64_t cols, int tied,
                                uint64_t seed, double *out, kvq_err *err) {
     *out = NAN;
     probe_t *p = &c->pr;
-    memset(p, 0, offsetof(probe_t, xe));
+    float *xkeep = p->x;
+    memset(p, 0, sizeof *p);
+    p->x = xkeep;
+    p->site = -1;
     int layer = -1, r0 = 0, site;
     if (is_embedding(name)) {
         if (rows != c->vocab || cols != c->d) return KVQ_OK;
         site = tied ? KVQ_SITE_LM_HEAD : -2;
-        p->embed = 1;
     } else if ((site = locate(c, name, rows, &layer, &r0)) < 0 || cols != c->cols[site])
         return KVQ_OK;
     int64_t cols_p;
-    p->T = kvq_hq_tile_for(cols, 128, &cols_p);
-    p->tpr = (int)(cols_p / p->T);
-    p->site = site, p->layer = layer, p->r0 = r0, p->rows = (int)rows, p->cols = (int)cols;
-    p->head = site == KVQ_SITE_LM_HEAD;
-    p->eps = pow(10.0, -PROBE_SNR_DB / 10.0);
-    p->rng = seed;
-    float *wt = malloc(sizeof(float) * (size_t)rows * p->tpr);
-    if (!wt) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
+    const int T = kvq_hq_tile_for(cols, 128, &cols_p);
+    const double eps = pow(10.0, -PROBE_SNR_DB / 10.0);
+    float *dw = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
+    if (!dw) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
 #pragma omp parallel for
-    for (int64_t r = 0; r < rows; r++)
-        for (int k = 0; k < p->tpr; k++) {
+    for (int64_t r = 0; r < rows; r++) { // each row its own stream: the same ΔW for any thread count
+        uint64_t rng = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(r + 1));
+        for (int64_t j0 = 0; j0 < cols; j0 += T) {
+            int64_t j1 = j0 + T < cols ? j0 + T : cols;
             double e = 0.0;
-            for (int64_t j = (int64_t)k * p->T; j < (int64_t)(k + 1) * p->T && j < cols; j++) e += (double)w[r * cols + j] * w[r * cols + j];
-            wt[(size_t)r * p->tpr + k] = (float)(e / p->T);
+            for (int64_t j = j0; j < j1; j++) e += (double)w[r * cols + j] * w[r * cols + j];
+            const double sd = sqrt(eps * e / T);
+            for (int64_t j = j0; j < j1; j++) dw[r * cols + j] = (float)(sd * gauss(&rng));
         }
-    p->wt = wt;
+    }
+    p->site = site, p->layer = layer, p->r0 = r0, p->rows = (int)rows, p->cols = (int)cols;
+    p->embed = is_embedding(name);
+    p->head = site == KVQ_SITE_LM_HEAD;
+    p->dw = dw;
     kvq_status s = probe_forward(c, err);
-    p->site = -1, p->embed = 0, p->wt = NULL;
-    free(wt);
+    p->site = -1, p->embed = 0, p->dw = NULL;
+    free(dw);
     if (s) { kvq_err_prefix(err, "sensitivity probe of '%s'", name); return s; }
     double kld = 0.0;
     for (int t = 0; t < c->n_probe; t++) {
@@ -381,7 +386,7 @@ static kvq_status probe_tensor(kvq_calib *c, const char *name, const float *w, i
         kld += k;
     }
     kld /= c->n_probe;
-    *out = (kld > 1e-12 ? kld : 1e-12) / p->eps;
+    *out = (kld > 1e-12 ? kld : 1e-12) / eps;
     return KVQ_OK;
 }
 
