@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Device call (issue 12): the GPU suites, then an A/B of two kvq-run binaries (.cu/bin/kvq-run.old
+# and .cu/bin/kvq-run), alternating run by run: the 1B shape (E8 4.0, RTN 4 g128) and, with
+# SIZE8=1, the Llama-3-8B shape (E8 4.0 default conversion; QEMB=1 also with
+# --quantize-embeddings; BF16=1 the bf16 source once), the issue's shape: a prompt of ~128
+# tokens (the first 560 bytes of heldout-books: 182 tokens with the synthetic models'
+# tokenizer), 256 greedy new tokens. (First used, 2026-11-26, with KVQ_CUDA_L2PF=0/1 inside one
+# binary for a prefetch variant since reverted: docs/results/gpu_runtime.md.)
+# usage (on the device): [SIZE8=1] [QEMB=1] [BF16=1] [TESTS="..."] bash tests/bench/gpu_ab_decode.sh
+set -u
+B=.cu/bin
+[ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
+export LD_LIBRARY_PATH=$PWD/.cu/lib
+cb=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null | head -1); [ -n "$cb" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$cb")
+export KVQ_SHARED=$PWD/.cu/shared
+t0=$(date +%s); el() { echo "($(( $(date +%s) - t0 )) s)"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+bw=$($B/cuda_hqx --copy-only 2>&1 | sed -n 's/.*copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' | head -1); echo "copy bandwidth $bw GB/s"
+for t in ${TESTS-test_cuda_hqx test_cuda_model}; do
+  timeout 300 $B/$t > ${OUT:-/tmp}/$t.log 2>&1; echo "== $t rc $? $(el)"
+  grep -E '^\[  (PASSED|FAILED) |FAILED' ${OUT:-/tmp}/$t.log | head -6
+done
+prompt=$(head -c 560 .cu/shared/data/heldout-books.txt)
+run() { # label file binary
+  out=$($B/$3 $2 --gpu --ctx-max 1024 -p "$prompt" -n 256 --temp 0 2>&1 >/dev/null)
+  echo "$out" | grep -E 'on the device|prefill|decode' | sed "s/^/$1 $3: /" | cut -c1-240
+}
+W=/tmp/w; mkdir -p $W; src=$W/synth-1b
+[ -f $src/config.json ] || $B/make_synth_llama 1b $src tests/models/kvq-tiny-llama >/dev/null 2>&1 || echo synth failed
+for s in hyperquant:e8:4.0 rtn:4:g128; do
+  [ -f $W/1b-${s//:/-}.kvq ] || $B/kvq-convert -q -t 16 $src $W/1b-${s//:/-}.kvq --weights $s || echo "convert $s failed"
+done
+echo "== 1b converted $(el)"
+for s in hyperquant:e8:4.0 rtn:4:g128; do for r in 1 2; do for b in kvq-run.old kvq-run; do run "1b $s" $W/1b-${s//:/-}.kvq $b; done; done; done
+run "1b bf16" $src kvq-run
+echo "== 1b done $(el)"
+[ "${SIZE8:-0}" = 1 ] || exit 0
+W=/tmp/w8; mkdir -p $W; src=$W/synth-8b
+[ -f $src/config.json ] || $B/make_synth_llama 8b $src tests/models/kvq-tiny-llama >/dev/null 2>&1 || echo synth failed
+echo "== 8b synth $(el)"
+[ -f $W/e8.kvq ] || $B/kvq-convert -q -t 16 $src $W/e8.kvq --weights hyperquant:e8:4.0 || echo "convert failed"
+echo "== 8b converted $(el)"
+for r in 1 2; do for b in kvq-run.old kvq-run; do run "8b e8:4.0" $W/e8.kvq $b; done; done
+echo "== 8b e8 done $(el)"
+[ "${QEMB:-0}" = 1 ] && { [ -f $W/e8q.kvq ] || $B/kvq-convert -q -t 16 $src $W/e8q.kvq --weights hyperquant:e8:4.0 --quantize-embeddings; for b in kvq-run.old kvq-run; do run "8b e8:4.0 qemb" $W/e8q.kvq $b; done; }
+[ "${BF16:-0}" = 1 ] && for b in kvq-run.old kvq-run; do run "8b bf16" $src $b; done
+echo "== done $(el)"
