@@ -189,6 +189,63 @@ static void compare_tc(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint64
 }
 
 // GPU against the CPU exact reference on one packed tensor; frees w.
+// Decode attention whose merging blocks prepare o's activation (kvq_cuda_hqx_attend_prep, then
+// the product with KVQ_CUDA_XIN_PREPARED) against attention, then the product with its own
+// preparation: the same attention output and the same product, bit for bit. t is o (cols =
+// n_heads · 128); the query-head group is the largest of 8, 4, 2, 1 whose columns are whole
+// tiles. Between the two, a product on other inputs overwrites the scratch.
+static void compare_attend_prep(kvq_cuda_hqx *t, const kvq_hqx *w, uint64_t seed, const char *what) {
+    enum { HD = 128, CTX = 64, POS = 37 };
+    const int nh = (int)(w->cols / HD);
+    int G = 0;
+    for (int c = 8; c >= 1 && !G; c /= 2)
+        if (nh % c == 0 && (c * HD) % w->tile == 0) G = c;
+    if (w->cols % HD || !G || !kvq_cuda_hqx_attend_can_prep(t, nh, nh / G, HD)) return;
+    const int nkv = nh / G;
+    kvq_err err = {0};
+    assert_int_equal(kvq_cuda_attention_init(nh, nkv, HD, CTX, &err), KVQ_OK);
+    const size_t nq = (size_t)nh * HD, nc = (size_t)nkv * CTX * HD;
+    float *h = malloc(sizeof(float) * (nq + 2 * nc)), *ya = malloc(sizeof(float) * w->rows),
+          *yb = malloc(sizeof(float) * w->rows), *oa = malloc(sizeof(float) * nq), *ob = malloc(sizeof(float) * nq);
+    for (size_t i = 0; i < nq + 2 * nc; i++) h[i] = (float)gauss(&seed);
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dy = NULL, *dz = NULL;
+    kvq_status st = kvq_cuda_malloc(&dq, sizeof(float) * nq, &err);
+    if (!st) st = kvq_cuda_malloc(&dk, sizeof(float) * nc, &err);
+    if (!st) st = kvq_cuda_malloc(&dv, sizeof(float) * nc, &err);
+    if (!st) st = kvq_cuda_malloc(&dout, sizeof(float) * nq, &err);
+    if (!st) st = kvq_cuda_malloc(&dz, sizeof(float) * nq, &err);
+    if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * w->rows, &err);
+    if (!st) st = kvq_cuda_copy(dq, h, sizeof(float) * nq, 1, &err);
+    if (!st) st = kvq_cuda_copy(dk, h + nq, sizeof(float) * nc, 1, &err);
+    if (!st) st = kvq_cuda_copy(dv, h + nq + nc, sizeof(float) * nc, 1, &err);
+    if (!st) st = kvq_cuda_copy(dz, h + nq + 7, sizeof(float) * nq, 1, &err); // other inputs
+    const float scale = 1.0f / sqrtf((float)HD);
+    const int64_t r0 = 0;
+    const kvq_cuda_xin prepared = {KVQ_CUDA_XIN_PREPARED, NULL, 0.0f, NULL};
+    // A: attention, then the product with its preparation kernel
+    if (!st) st = kvq_cuda_attend(dq, dk, dv, dout, 1, POS, NULL, nh, nkv, HD, CTX, scale, &err);
+    if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t, 1, &r0, dout, NULL, 1, dy, w->rows, 0, &err);
+    if (!st) st = kvq_cuda_sync(&err);
+    if (!st) st = kvq_cuda_copy(oa, dout, sizeof(float) * nq, 0, &err);
+    if (!st) st = kvq_cuda_copy(ya, dy, sizeof(float) * w->rows, 0, &err);
+    // the scratch overwritten by a product on other inputs
+    if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t, 1, &r0, dz, NULL, 1, dy, w->rows, 0, &err);
+    // B: attention that prepares the product's activation, the product without preparation
+    if (!st) st = kvq_cuda_hqx_attend_prep(dq, dk, dv, dout, POS, NULL, nh, nkv, HD, CTX, scale, t, &err);
+    if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t, 1, &r0, dout, &prepared, 1, dy, w->rows, 0, &err);
+    if (!st) st = kvq_cuda_sync(&err);
+    if (!st) st = kvq_cuda_copy(ob, dout, sizeof(float) * nq, 0, &err);
+    if (!st) st = kvq_cuda_copy(yb, dy, sizeof(float) * w->rows, 0, &err);
+    if (st) fprintf(stderr, "attend_prep: %s\n", err.msg);
+    assert_int_equal(st, KVQ_OK);
+    fprintf(stderr, "test_cuda_hqx: %-22s attention + prepared product (%d heads, %d KV heads, tile %d): %s\n", what, nh,
+            nkv, w->tile, memcmp(ya, yb, sizeof(float) * w->rows) || memcmp(oa, ob, sizeof(float) * nq) ? "DIFFER" : "same bits");
+    assert_memory_equal(oa, ob, sizeof(float) * nq);
+    assert_memory_equal(ya, yb, sizeof(float) * w->rows);
+    kvq_cuda_free(dq); kvq_cuda_free(dk); kvq_cuda_free(dv); kvq_cuda_free(dout); kvq_cuda_free(dz); kvq_cuda_free(dy);
+    free(h); free(ya); free(yb); free(oa); free(ob);
+}
+
 static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_err err = {0};
     kvq_cuda_hqx *t = NULL;
@@ -272,6 +329,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     }
     free(X); free(Y); free(R); free(Y1); free(y1);
     compare_xin(t, w, &a, seed);
+    compare_attend_prep(t, w, seed, what);
     compare_tc(t, w, &a, seed, what);
     kvq_cuda_hqx_free(t);
     kvq_hqx_free(w);

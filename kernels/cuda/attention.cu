@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/hqx_prep.cuh"
 #include "kernels/cuda/ops.h"
 
 #define ATT_THREADS 256
@@ -182,8 +183,12 @@ template <int D>
 __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__restrict__ q, const float *__restrict__ kc,
                                                               const float *__restrict__ vc, float *__restrict__ out, int pos,
                                                               const int *dpos, int t0, int n_heads, int n_kv, int max_ctx,
-                                                              float scale, float *part, int *cnt) {
+                                                              float scale, float *part, int *cnt, const Dev pd,
+                                                              unsigned char *pfs) {
     constexpr int HD = 32 * D, NW = ATT_THREADS / 32;
+    // with pfs: o's one-token product follows as a programmatic dependent (it reads what the
+    // merging blocks prepare only after this grid has completed)
+    if (pfs) asm volatile("griddepcontrol.launch_dependents;");
     __shared__ float sm_m[NW][AT_GMAX], sm_l[NW][AT_GMAX];
     __shared__ float sm_o[NW][HD];
     __shared__ int last;
@@ -268,6 +273,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
             O = fmaf(__ldcg(ph + d), c, O);
         }
         out[((int64_t)t * n_heads + g * G + h) * HD + d] = O / L;
+    }
+    if (pfs) { // one token: the tiles of this group's output columns, as hqx_prep_i8 would
+        __syncthreads(); // the block's output rows written
+        const int64_t j0 = (int64_t)g * G * HD / pd.T, nj = (int64_t)G * HD / pd.T;
+        for (int64_t j = w; j < nj; j += NW) kvq_hqx_prep1_tile(pd, pfs, out + (int64_t)t * n_heads * HD, lane, j0 + j);
     }
     if (threadIdx.x == 0) cnt[tl * n_kv + g] = 0; // ready for the next launch (or graph replay)
 }
@@ -362,7 +372,7 @@ extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const flo
             const int tt = T - t0 < AT_TT ? T - t0 : AT_TT;
             const dim3 grid(ATS, (unsigned)n_kv_heads, (unsigned)tt);
             switch (head_dim / 32) {
-#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, kc, vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt); break;
+#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, kc, vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, Dev{}, NULL); break;
                 AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
             }
@@ -379,5 +389,32 @@ extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const flo
     attend_k<<<dim3((unsigned)n_heads, (unsigned)T), ATT_THREADS, smem, kvq_cuda_stream()>>>(q, kc, vc, out, pos, d_pos, n_heads, n_kv_heads,
                                                                           head_dim, max_ctx, scale);
     CU_LAUNCHED("attend");
+    return KVQ_OK;
+}
+
+extern "C" int kvq_cuda_hqx_attend_can_prep(const kvq_cuda_hqx *o, int n_heads, int n_kv_heads, int head_dim) {
+    if (!o || !split_ok(n_heads, n_kv_heads, head_dim)) return 0;
+    const int64_t group = (int64_t)(n_heads / n_kv_heads) * head_dim, T = o->h.tile;
+    // one group's columns are whole tiles, the row is unpadded and in whole steps of 1024
+    return o->h.cols == (int64_t)n_heads * head_dim && o->h.cols_p == o->h.cols && o->h.cols % 1024 == 0 &&
+           T >= 64 && T <= 1024 && (T & (T - 1)) == 0 && group % T == 0;
+}
+
+extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, const float *vc, float *out, int pos,
+                                               const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                                               float scale, kvq_cuda_hqx *o, kvq_err *err) {
+    if (!kvq_cuda_hqx_attend_can_prep(o, n_heads, n_kv_heads, head_dim))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: attention cannot prepare this o projection's input");
+    kvq_status cs = check_span(1, pos, head_dim, max_ctx, err);
+    if (!cs) cs = split_scratch(n_kv_heads, head_dim, err);
+    if (cs) return cs;
+    const dim3 grid(ATS, (unsigned)n_kv_heads, 1);
+    const Dev pd = dev_of(o);
+    switch (head_dim / 32) {
+#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, kc, vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs); break;
+        AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
+#undef AT_CASE
+    }
+    CU_LAUNCHED("attend_split+prep");
     return KVQ_OK;
 }

@@ -46,7 +46,9 @@ kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_
  *  SILU_MUL: x (n_tok, 2·cols) = gate | up rows, silu(gate)·up as kvq_cuda_silu_mul.
  *  y: NULL, or where the transformed rows (n_tok, cols) are also written (the separate op's
  *  output, so nothing reading it later changes). */
-typedef enum { KVQ_CUDA_XIN_NONE = 0, KVQ_CUDA_XIN_RMSNORM, KVQ_CUDA_XIN_SILU_MUL } kvq_cuda_xin_kind;
+typedef enum { KVQ_CUDA_XIN_NONE = 0, KVQ_CUDA_XIN_RMSNORM, KVQ_CUDA_XIN_SILU_MUL, KVQ_CUDA_XIN_PREPARED } kvq_cuda_xin_kind;
+/* PREPARED: one token, one part, the activation already in the part's scratch, written by the
+ * kernel just before on the stream (kvq_cuda_hqx_attend_prep): no preparation kernel; x unread. */
 typedef struct {
     kvq_cuda_xin_kind kind;
     const float *w; // RMSNORM: the norm's weights (cols)
@@ -57,6 +59,16 @@ typedef struct {
 kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
                                         const kvq_cuda_xin *xin, int n_tok, float *d_y, int64_t ldy, int accumulate,
                                         kvq_err *err);
+/** Decode attention (kvq_cuda_attend's split kernel, one token) whose merging blocks also
+ *  prepare its output rows as the int8 activation of o's one-token product (each KV head's
+ *  block the tiles of its query heads), so that the product that follows runs with
+ *  KVQ_CUDA_XIN_PREPARED and no preparation kernel; the same bits as attend + preparation.
+ *  KVQ_ERR_UNSUPPORTED when kvq_cuda_hqx_attend_can_prep says no (the caller then attends
+ *  as usual). Arguments as kvq_cuda_attend (ops.h) with T = 1. */
+int kvq_cuda_hqx_attend_can_prep(const kvq_cuda_hqx *o, int n_heads, int n_kv_heads, int head_dim);
+kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, const float *vc, float *out, int pos, const int *d_pos,
+                                    int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
+                                    kvq_cuda_hqx *o, kvq_err *err);
 /** Tensor-core product for many tokens (kernels/cuda/hqx_tc.cu): each part's weights decoded
  *  once per call into bf16 rotated-domain values (row blocks of at most 64 Mi values in a
  *  shared scratch), the activations rotated and rounded to bf16, then cuBLAS (bf16 operands,

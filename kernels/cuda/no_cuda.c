@@ -150,3 +150,14 @@ kvq_status kvq_cuda_hqx_decode_rot(kvq_cuda_hqx *t, int64_t r0, int64_t nr, void
     return NO_CUDA(err);
 }
 void kvq_cuda_hqx_set_tc_block(int64_t values) { (void)values; }
+int kvq_cuda_hqx_attend_can_prep(const kvq_cuda_hqx *o, int n_heads, int n_kv_heads, int head_dim) {
+    (void)o; (void)n_heads; (void)n_kv_heads; (void)head_dim;
+    return 0;
+}
+kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, const float *vc, float *out, int pos, const int *d_pos,
+                                    int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
+                                    kvq_cuda_hqx *o, kvq_err *err) {
+    (void)q; (void)kc; (void)vc; (void)out; (void)pos; (void)d_pos; (void)n_heads; (void)n_kv_heads; (void)head_dim;
+    (void)max_ctx; (void)scale; (void)o;
+    return NO_CUDA(err);
+}

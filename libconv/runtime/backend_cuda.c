@@ -54,6 +54,10 @@ typedef struct {
         float *q, *k, *v, eps;
         int T, q_dim, kv_dim, qn_rows, qn_n, kn_rows, kn_n, nh, nkv, hd, rot, pos;
     } ain;
+    // a one-token attend whose output the next op's packed product reads: launched by
+    // matmul() with the product's activation preparation folded in (kvq_cuda_hqx_attend_prep),
+    // else by flush() as it was asked for
+    struct { int on; const float *q, *kc, *vc; float *out; int pos, nh, nkv, hd; float scale; } pat;
     // KVQ_CUDA_PROFILE=1: graphs off, every op synchronized and timed, totals on stderr at close
     int profile;
     struct { char key[48]; double s; long n; } prof[64];
@@ -272,7 +276,16 @@ static void launch_rope(gpu *g, float *x, int T, int n_heads, int hd, int rot, i
 // The queued ops, launched as they were asked for (in that order; at most one is pending).
 // A queued product is launched by the next op, or, when that op adds it to the residual
 // stream (add(x, y)), launched to accumulate into x directly (y is then not written).
+static void launch_attend(gpu *g) {
+    g->pat.on = 0;
+    prof_begin(g);
+    RUN(g, kvq_cuda_attend(g->pat.q, g->pat.kc, g->pat.vc, g->pat.out, 1, g->pat.pos, dpos(g), g->pat.nh, g->pat.nkv,
+                           g->pat.hd, g->b.max_ctx, g->pat.scale, ERR));
+    prof_end(g, "attend T=1");
+}
+
 static void flush(gpu *g) {
+    if (g->pat.on) launch_attend(g);
     if (g->ain.on) {
         g->ain.on = 0;
         TIMED(g, "qkv_split", RUN(g, kvq_cuda_qkv_split(g->ain.qkv, g->ain.bias, g->ain.q, g->ain.k, g->ain.v, g->ain.T,
@@ -305,7 +318,16 @@ static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, i
     gpu *g = (gpu *)b;
     if (skip(g)) return;
     kvq_cuda_xin in = {KVQ_CUDA_XIN_NONE, NULL, 0.0f, NULL};
-    if (absorbs(g, x, w, T)) {
+    if (g->pat.on && x == g->pat.out && T == 1 && w->n_part == 1 && g->b.exec != KVQ_EXEC_EXACT && !use_tc(g, w, T) &&
+        kvq_cuda_hqx_attend_can_prep(((kvq_cuda_hqx **)w->dev)[0], g->pat.nh, g->pat.nkv, g->pat.hd)) {
+        g->pat.on = 0; // the attention's merging blocks prepare the product's activation
+        prof_begin(g);
+        RUN(g, kvq_cuda_hqx_attend_prep(g->pat.q, g->pat.kc, g->pat.vc, g->pat.out, g->pat.pos, dpos(g), g->pat.nh,
+                                        g->pat.nkv, g->pat.hd, g->b.max_ctx, g->pat.scale, ((kvq_cuda_hqx **)w->dev)[0],
+                                        ERR));
+        prof_end(g, "attend T=1 +prep");
+        in.kind = KVQ_CUDA_XIN_PREPARED;
+    } else if (absorbs(g, x, w, T)) {
         in = (kvq_cuda_xin){g->pin.kind, g->pin.w, g->pin.eps, g->pin.y};
         x = g->pin.x; // the queued op's input rows (silu_mul: gate | up)
         g->pin.on = 0;
@@ -387,7 +409,11 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
                               g->ain.eps, g->ain.q, g->kc + per_layer * l, g->vc + per_layer * l, T, pos, dpos(g), s->n_heads,
                               s->n_kv_heads, hd, g->ain.rot, g->ain.inv_freq, b->max_ctx, &e);
         prof_end(g, "attn_in");
-        if (!st) {
+        if (!st && T == 1 && g->fuse && b->exec != KVQ_EXEC_EXACT) { // queued: the o product may fold its preparation in
+            g->pat.on = 1; g->pat.q = q; g->pat.kc = g->kc + per_layer * l; g->pat.vc = g->vc + per_layer * l;
+            g->pat.out = out; g->pat.pos = pos; g->pat.nh = s->n_heads; g->pat.nkv = s->n_kv_heads; g->pat.hd = hd;
+            g->pat.scale = s->scale;
+        } else if (!st) {
             prof_begin(g);
             st = kvq_cuda_attend(q, g->kc + per_layer * l, g->vc + per_layer * l, out, T, pos, dpos(g), s->n_heads,
                                  s->n_kv_heads, hd, b->max_ctx, s->scale, &e);
