@@ -408,7 +408,110 @@ static void test_rtn(void **state) {
     }
 }
 
+// A packed tensor of a random matrix: HyperQuant E8 4.0 with tiles up to max_tile (rtn = 0),
+// or RTN 4 g128.
+static kvq_hqx packed(int64_t rows, int64_t cols, int max_tile, int rtn, uint64_t seed) {
+    float *x = matrix(rows, cols, seed);
+    kvq_err err = {0};
+    kvq_encoded e;
+    json_t *cfg = NULL;
+    const kvq_codec_traits *c = kvq_codec_find("rtn");
+    kvq_hq_header h;
+    if (rtn) {
+        assert_int_equal(c->parse("4:g128", &cfg, &err), KVQ_OK);
+        kvq_codec_input in = {NULL, x, rows, cols, 1, 0};
+        assert_int_equal(c->encode(cfg, &in, &e, &err), KVQ_OK);
+    } else {
+        kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
+        o.max_tile = max_tile;
+        kvq_codec_input in = {NULL, x, rows, cols, seed, 0};
+        assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_OK);
+        assert_int_equal(kvq_hq_header_parse(e.params, rows, cols, &h, &err), KVQ_OK);
+    }
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    for (int k = 0; k < e.n_blob; k++) v[k] = (kvq_blob_view){e.blob[k].role, e.blob[k].data, e.blob[k].size};
+    kvq_hqx w;
+    if (rtn) assert_int_equal(kvq_rtn_pack(e.params, v, e.n_blob, rows, cols, &w, &err), KVQ_OK);
+    else assert_int_equal(kvq_hq_pack(&h, v, e.n_blob, 0, 0, &w, &err), KVQ_OK);
+    kvq_encoded_free(&e);
+    json_decref(cfg);
+    free(x);
+    return w;
+}
+
+// One token's gate/up product that computes silu·up and prepares the down projection's
+// activation as its tiles complete (kvq_cuda_hqx_matmul_silu_prep, then down with
+// KVQ_CUDA_XIN_PREPARED) against the product, then down with its own preparation of silu·up
+// (KVQ_CUDA_XIN_SILU_MUL): the same gate/up outputs, normalized input, silu·up rows and down
+// output, bit for bit; with an RMSNorm on the way in, 1 and 2 rows per warp, E8 and RTN.
+static void test_silu_prep(void **state) {
+    (void)state;
+    if (!have_gpu()) { skip(); return; }
+    enum { C = 512, FFN = 2048, D = 72 };
+    for (int v = 0; v < 4; v++) {
+        const int rtn = v == 3, rw = v == 1 ? 2 : 1, dtile = v == 2 ? 1024 : 128;
+        kvq_hqx w[3] = {packed(FFN, C, 256, rtn, 70 + v), packed(FFN, C, 256, rtn, 80 + v), packed(D, FFN, dtile, rtn, 90 + v)};
+        kvq_cuda_hqx *t[3] = {NULL, NULL, NULL};
+        kvq_err err = {0};
+        for (int i = 0; i < 3; i++) assert_int_equal(kvq_cuda_hqx_upload(&w[i], &t[i], &err), KVQ_OK);
+        kvq_cuda_hqx_set_decode(rw);
+        const int64_t row0[2] = {0, FFN}, z0 = 0;
+        assert_true(kvq_cuda_hqx_silu_can_prep(t, 2, row0, t[2]));
+        const int64_t bad0[2] = {0, FFN + 1};
+        assert_false(kvq_cuda_hqx_silu_can_prep(t, 2, bad0, t[2]));
+        uint64_t seed = 100 + v;
+        float *hx = malloc(sizeof(float) * 2 * C), *out[2][4];
+        for (int i = 0; i < 2 * C; i++) hx[i] = (float)(1.5 * gauss(&seed));
+        void *dx = NULL, *dnw = NULL, *dxn = NULL, *dy = NULL, *dh = NULL, *dz = NULL, *dz2 = NULL;
+        kvq_status st = kvq_cuda_malloc(&dx, sizeof(float) * C, &err);
+        if (!st) st = kvq_cuda_malloc(&dnw, sizeof(float) * C, &err);
+        if (!st) st = kvq_cuda_malloc(&dxn, sizeof(float) * C, &err);
+        if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * 2 * FFN, &err);
+        if (!st) st = kvq_cuda_malloc(&dh, sizeof(float) * FFN, &err);
+        if (!st) st = kvq_cuda_malloc(&dz, sizeof(float) * D, &err);
+        if (!st) st = kvq_cuda_malloc(&dz2, sizeof(float) * FFN, &err);
+        if (!st) st = kvq_cuda_copy(dx, hx, sizeof(float) * C, 1, &err);
+        if (!st) st = kvq_cuda_copy(dnw, hx + C, sizeof(float) * C, 1, &err);
+        assert_int_equal(st, KVQ_OK);
+        const kvq_cuda_xin norm = {KVQ_CUDA_XIN_RMSNORM, dnw, 1e-5f, dxn};
+        const kvq_cuda_xin silu = {KVQ_CUDA_XIN_SILU_MUL, NULL, 0.0f, dh};
+        const kvq_cuda_xin prepared = {KVQ_CUDA_XIN_PREPARED, NULL, 0.0f, NULL};
+        for (int path = 0; path < 2; path++) {
+            if (path == 0) {
+                st = kvq_cuda_hqx_matmul_parts_in(t, 2, row0, dx, &norm, 1, dy, 2 * FFN, 0, &err);
+                if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t[2], 1, &z0, dy, &silu, 1, dz, D, 0, &err);
+            } else {
+                // down's scratch overwritten first by a product on other inputs
+                st = kvq_cuda_hqx_matmul_parts_in(&t[2], 1, &z0, dy, NULL, 1, dz2, D, 0, &err);
+                if (!st) st = kvq_cuda_hqx_matmul_silu_prep(t, row0, dx, &norm, dy, dh, t[2], &err);
+                if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t[2], 1, &z0, dy, &prepared, 1, dz, D, 0, &err);
+            }
+            if (!st) st = kvq_cuda_sync(&err);
+            const struct { void *d; size_t n; } o[4] = {{dy, 2 * FFN}, {dxn, C}, {dh, FFN}, {dz, D}};
+            for (int k = 0; k < 4; k++) {
+                out[path][k] = malloc(sizeof(float) * o[k].n);
+                if (!st) st = kvq_cuda_copy(out[path][k], o[k].d, sizeof(float) * o[k].n, 0, &err);
+            }
+            if (st) fprintf(stderr, "silu_prep: %s\n", err.msg);
+            assert_int_equal(st, KVQ_OK);
+        }
+        const size_t n[4] = {2 * FFN, C, FFN, D};
+        int same = 1;
+        for (int k = 0; k < 4; k++) same &= !memcmp(out[0][k], out[1][k], sizeof(float) * n[k]);
+        fprintf(stderr, "test_cuda_hqx: gate/up + silu + down prepared (%s, %d rows a warp, down tile %d): %s\n",
+                rtn ? "rtn 4:g128" : "e8 4.0", rw, w[2].tile, same ? "same bits" : "DIFFER");
+        for (int k = 0; k < 4; k++) assert_memory_equal(out[0][k], out[1][k], sizeof(float) * n[k]);
+        for (int k = 0; k < 4; k++) { free(out[0][k]); free(out[1][k]); }
+        kvq_cuda_hqx_set_decode(0);
+        kvq_cuda_free(dx); kvq_cuda_free(dnw); kvq_cuda_free(dxn); kvq_cuda_free(dy); kvq_cuda_free(dh);
+        kvq_cuda_free(dz); kvq_cuda_free(dz2);
+        for (int i = 0; i < 3; i++) { kvq_cuda_hqx_free(t[i]); kvq_hqx_free(&w[i]); }
+        free(hx);
+    }
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn),
+                                       cmocka_unit_test(test_silu_prep)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
