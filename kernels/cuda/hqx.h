@@ -69,15 +69,6 @@ int kvq_cuda_hqx_attend_can_prep(const kvq_cuda_hqx *o, int n_heads, int n_kv_he
 kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, const float *vc, float *out, int pos, const int *d_pos,
                                     int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
                                     kvq_cuda_hqx *o, kvq_err *err);
-/** One token's gate/up product (2 parts: gate rows [0, ffn), up rows [ffn, 2·ffn) of d_y, input
- *  d_x transformed by xin as kvq_cuda_hqx_matmul_parts_in: none or RMSNORM) whose blocks, as
- *  they complete the rows of each tile of down's columns, compute silu(gate)·up for it into
- *  d_h (ffn floats, as kvq_cuda_silu_mul) and prepare it as down's int8 activation: down then
- *  runs with KVQ_CUDA_XIN_PREPARED. The same bits as the product, silu_mul and down's own
- *  preparation. KVQ_ERR_UNSUPPORTED unless kvq_cuda_hqx_silu_can_prep. */
-int kvq_cuda_hqx_silu_can_prep(kvq_cuda_hqx *const *gate_up, int n, const int64_t *row0, const kvq_cuda_hqx *down);
-kvq_status kvq_cuda_hqx_matmul_silu_prep(kvq_cuda_hqx *const *gate_up, const int64_t *row0, const float *d_x,
-                                         const kvq_cuda_xin *xin, float *d_y, float *d_h, kvq_cuda_hqx *down, kvq_err *err);
 /** Tensor-core product for many tokens (kernels/cuda/hqx_tc.cu): each part's weights decoded
  *  once per call into bf16 rotated-domain values (row blocks of at most 64 Mi values in a
  *  shared scratch), the activations rotated and rounded to bf16, then cuBLAS (bf16 operands,

@@ -116,26 +116,10 @@ static __host__ __device__ inline int64_t kvq_gemv1_s8_at(int64_t v) {
     return ((c * 2 + ((k >> 1) & 1)) << 2) + (k & 1) + ((k >> 2) << 1);
 }
 
-/** A gate/up product's tail (hqx_gemv1.cu): as the blocks of both parts finish the rows of
- *  one tile of the down projection's columns (an atomic count per tile), the last of them
- *  computes silu(gate)·up for that tile into h and prepares it into down's scratch (fs), so
- *  that the down product needs no preparation kernel. fs NULL: no tail. */
-struct G1Tail {
-    Dev d;             // the down projection
-    unsigned char *fs; // its scratch
-    float *h;          // silu(gate)·up, (ffn) floats: the separate op's output
-    const float *g, *u; // the product's gate and up outputs
-    int *cnt;          // blocks done per tile (reset by the last)
-    int target;        // blocks per tile (both parts)
-};
-
 /** The one-token int8 product (hqx_gemv1.cu) over the prepared scratch of each part (lay(·,
  *  ·, 1)): y[row] (+)= W·x. pdl: launched as a programmatic dependent of the preparation
- *  kernel just before it on the stream (the weights' first loads overlap it). tail: NULL or
- *  the gate/up tail above. */
-kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, const G1Tail *tail, kvq_err *err);
-/** Rows one block of the one-token product takes (8 warps × rows per warp). */
-int kvq_cuda_hqx_gemv1_block_rows(void);
+ *  kernel just before it on the stream (the weights' first loads overlap it). */
+kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err);
 /** Benchmarks: one-token products skip the activation preparation (its scratch keeps the
  *  last one's), to time the product kernel alone. */
 void kvq_cuda_hqx_skip_prep(int on);

@@ -213,8 +213,6 @@ __global__ void __launch_bounds__(FB) hqx_fused_i8(const __grid_constant__ Parts
 }
 
 static int g_sms = 0;
-static int *g_tail_cnt = NULL; // the gate/up tail's per-tile counts (kvq_cuda_hqx_matmul_silu_prep)
-#define TAIL_TILES 4096
 static int g_occ[8]; // blocks per SM of the batched kernel by the occupancy calculator: [smem / 32 KiB]
 static int g_pdl = 1; // the one-token product as a programmatic dependent of the preparation
 static int g_skip_prep = 0; // benchmarks: launch the one-token product alone (kvq_cuda_hqx_time_stream)
@@ -253,8 +251,6 @@ extern "C" kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) {
     CU_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
     CU_TRY(cudaFuncSetAttribute(hqx_fused_i8<TGMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BUDGET));
     for (int b = 0; b < 7; b++) occupancy((size_t)b * 32 * 1024); // now: never while a graph is being captured
-    CU_TRY(cudaMalloc((void **)&g_tail_cnt, sizeof(int) * TAIL_TILES));
-    CU_TRY(cudaMemset(g_tail_cnt, 0, sizeof(int) * TAIL_TILES));
     const char *e = getenv("KVQ_CUDA_PDL");
     if (e && *e == '0') g_pdl = 0;
     return KVQ_OK;
@@ -303,11 +299,11 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n
         if (xin->kind == KVQ_CUDA_XIN_PREPARED) { // the kernel before wrote the scratch
             if (n_tok != 1 || n != 1)
                 return kvq_err_set(err, KVQ_ERR_ARG, "cuda: a prepared activation is one token of one part");
-            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, NULL, err))) return s;
+            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err))) return s;
             continue;
         }
         if (tg == 1 && g_skip_prep && xin->kind == KVQ_CUDA_XIN_NONE) {
-            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, 0, NULL, err))) return s;
+            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, 0, err))) return s;
             continue;
         }
         hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), FB, 0, kvq_cuda_stream()>>>(
@@ -315,7 +311,7 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n
             kvq_cuda_xin{xin->kind, xin->w, xin->eps, xin->y ? xin->y + (int64_t)t0 * t[0]->h.cols : NULL});
         CU_LAUNCHED("hqx_prep_i8");
         if (tg == 1) {
-            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, NULL, err))) return s;
+            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err))) return s;
             continue;
         }
         const int64_t cap = (int64_t)g_sms * occupancy(smem); // one wave: no tail
@@ -336,47 +332,4 @@ extern "C" kvq_status kvq_cuda_hqx_matmul(kvq_cuda_hqx *t, const float *d_x, int
                                          int accumulate, kvq_err *err) {
     const int64_t r0 = 0;
     return kvq_cuda_hqx_matmul_parts(&t, 1, &r0, d_x, n_tok, d_y, ldy, accumulate, err);
-}
-
-extern "C" int kvq_cuda_hqx_silu_can_prep(kvq_cuda_hqx *const *gu, int n, const int64_t *row0, const kvq_cuda_hqx *down) {
-    if (n != 2 || !down) return 0;
-    const int64_t ffn = gu[0]->h.rows, T = down->h.tile, br = kvq_cuda_hqx_gemv1_block_rows();
-    return gu[1]->h.rows == ffn && row0[0] == 0 && row0[1] == ffn && gu[0]->h.cols == gu[1]->h.cols &&
-           down->h.cols == ffn && down->h.cols_p == ffn && ffn % 1024 == 0 && T >= 64 && T <= 1024 && (T & (T - 1)) == 0 &&
-           ffn % T == 0 && T % br == 0 && ffn / T <= TAIL_TILES;
-}
-
-extern "C" kvq_status kvq_cuda_hqx_matmul_silu_prep(kvq_cuda_hqx *const *gu, const int64_t *row0, const float *d_x,
-                                                   const kvq_cuda_xin *xin, float *d_y, float *d_h, kvq_cuda_hqx *down,
-                                                   kvq_err *err) {
-    const kvq_cuda_xin none = {KVQ_CUDA_XIN_NONE, NULL, 0.0f, NULL};
-    if (!xin) xin = &none;
-    kvq_status s = kvq_cuda_hqx_fused_init(err);
-    if (s) return s;
-    if (!kvq_cuda_hqx_silu_can_prep(gu, 2, row0, down))
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: this gate/up product cannot prepare the down projection");
-    if (xin->kind == KVQ_CUDA_XIN_RMSNORM && !xin->w) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: RMSNORM input without weights");
-    if (xin->kind == KVQ_CUDA_XIN_SILU_MUL || xin->kind == KVQ_CUDA_XIN_PREPARED)
-        return kvq_err_set(err, KVQ_ERR_ARG, "cuda: the gate/up product's input is a row or its RMSNorm");
-    Parts P;
-    int64_t max_tiles = 0;
-    for (int p = 0; p < 2; p++) {
-        P.d[p] = dev_of(gu[p]);
-        P.fs[p] = gu[p]->fs;
-        P.y[p] = d_y + row0[p];
-        const int64_t tl = gu[p]->h.cols_p / gu[p]->h.tile;
-        max_tiles = tl > max_tiles ? tl : max_tiles;
-    }
-    P.n = 2;
-    hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), 1, 2), FB, 0, kvq_cuda_stream()>>>(P, d_x, 1, *xin);
-    CU_LAUNCHED("hqx_prep_i8");
-    G1Tail t;
-    t.d = dev_of(down);
-    t.fs = down->fs;
-    t.h = d_h;
-    t.g = P.y[0];
-    t.u = P.y[1];
-    t.cnt = g_tail_cnt;
-    t.target = (int)(2 * (down->h.tile / kvq_cuda_hqx_gemv1_block_rows()));
-    return kvq_cuda_hqx_gemv1(P, 0, g_pdl, &t, err);
 }

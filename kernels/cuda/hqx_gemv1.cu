@@ -18,7 +18,6 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx_dev.cuh"
-#include "kernels/cuda/hqx_prep.cuh"
 
 #define G1_WARPS 8 // warps per block
 
@@ -259,51 +258,24 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
 #define G1_MINB(VB, RW, DEPTH) (256 / (36 + G1_RING(VB, RW, DEPTH)) < 1 ? 1 : 256 / (36 + G1_RING(VB, RW, DEPTH)) > 4 ? 4 : 256 / (36 + G1_RING(VB, RW, DEPTH)))
 
 template <int VB, int RW, int DEPTH, int MODE>
-__global__ void __launch_bounds__(G1_WARPS * 32, MODE != G1_ANY || G1_MINB(VB, RW, DEPTH) == 1 ? G1_MINB(VB, RW, DEPTH) : G1_MINB(VB, RW, DEPTH) - 1) hqx_gemv1_k(const __grid_constant__ Parts P, int accumulate, const __grid_constant__ G1Tail tail) {
+__global__ void __launch_bounds__(G1_WARPS * 32, MODE != G1_ANY || G1_MINB(VB, RW, DEPTH) == 1 ? G1_MINB(VB, RW, DEPTH) : G1_MINB(VB, RW, DEPTH) - 1) hqx_gemv1_k(const __grid_constant__ Parts P, int accumulate) {
     const int pi = blockIdx.y;
     if ((int)blockIdx.x >= P.nb[pi]) return;
     const Dev &d = P.d[pi];
     const int64_t r0 = ((int64_t)blockIdx.x * G1_WARPS + (threadIdx.x >> 5)) * RW;
-    if (!tail.fs) {
-        if (r0 >= d.rows) return;
-        g1_rows<VB, RW, DEPTH, MODE>(d, P.fs[pi], P.y[pi], r0, threadIdx.x & 31, accumulate);
-        return;
-    }
-    // the gate/up tail (kvq_cuda_hqx_silu_can_prep: whole blocks, tiles of whole blocks)
-    __shared__ int last;
-    if (r0 < d.rows) g1_rows<VB, RW, DEPTH, MODE>(d, P.fs[pi], P.y[pi], r0, threadIdx.x & 31, accumulate);
-    const int64_t first = (int64_t)blockIdx.x * G1_WARPS * RW, j = first / tail.d.T;
-    if (first >= d.rows) return; // the whole block (first is the same for its warps)
-    __threadfence(); // this block's outputs visible device-wide before it is counted
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(tail.cnt + j, 1) == tail.target - 1;
-    __syncthreads();
-    if (!last || threadIdx.x >= 32) return;
-    __threadfence();
-    const int lane = threadIdx.x, T = tail.d.T;
-    const float *g = tail.g + j * T, *u = tail.u + j * T;
-    float *h = tail.h + j * T;
-    for (int i = lane; i < T; i += 32) { // silu(gate)·up as the separate op (and the SILU_MUL preparation)
-        const float a = __ldcg(g + i), b = __ldcg(u + i);
-        h[i] = a / (1.0f + expf(-a)) * b;
-    }
-    __syncwarp();
-    kvq_hqx_prep1_tile(tail.d, tail.fs, tail.h, lane, j);
-    if (lane == 0) tail.cnt[j] = 0; // ready for the next launch (or graph replay)
+    if (r0 >= d.rows) return;
+    g1_rows<VB, RW, DEPTH, MODE>(d, P.fs[pi], P.y[pi], r0, threadIdx.x & 31, accumulate);
 }
 
-template <int VB, int MODE>
-static cudaError_t g1_launch_f(const cudaLaunchConfig_t &cfg, int rw, const Parts &P, int accumulate, const G1Tail &T) {
-    return rw == 4   ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 4, 2, MODE>, P, accumulate, T)
-           : rw == 2 ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 2, 2, MODE>, P, accumulate, T)
-                     : cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 1, 2, MODE>, P, accumulate, T);
+template <int VB, int MODE> static cudaError_t g1_launch_f(const cudaLaunchConfig_t &cfg, int rw, const Parts &P, int accumulate) {
+    return rw == 4   ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 4, 2, MODE>, P, accumulate)
+           : rw == 2 ? cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 2, 2, MODE>, P, accumulate)
+                     : cudaLaunchKernelEx(&cfg, hqx_gemv1_k<VB, 1, 2, MODE>, P, accumulate);
 }
-template <int VB>
-static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, int rw, int mode, const Parts &P, int accumulate,
-                             const G1Tail &T) {
-    return mode == G1_E8 ? g1_launch_f<VB, G1_E8>(cfg, rw, P, accumulate, T)
-           : mode == G1_RTN ? g1_launch_f<VB, G1_RTN>(cfg, rw, P, accumulate, T)
-                            : g1_launch_f<VB, G1_ANY>(cfg, rw, P, accumulate, T);
+template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, int rw, int mode, const Parts &P, int accumulate) {
+    return mode == G1_E8 ? g1_launch_f<VB, G1_E8>(cfg, rw, P, accumulate)
+           : mode == G1_RTN ? g1_launch_f<VB, G1_RTN>(cfg, rw, P, accumulate)
+                            : g1_launch_f<VB, G1_ANY>(cfg, rw, P, accumulate);
 }
 
 static int g_rw = 0; // rows per warp (kvq_cuda_hqx_set_decode); 0: the default
@@ -312,11 +284,7 @@ static int g_mode_any = 0; // tests: the run-time-decided variant for every tens
 extern "C" void kvq_cuda_hqx_set_decode(int rows_per_warp) { g_rw = rows_per_warp; }
 extern "C" void kvq_cuda_hqx_set_decode_general(int on) { g_mode_any = on; }
 
-int kvq_cuda_hqx_gemv1_block_rows(void) { return G1_WARPS * (g_rw == 2 || g_rw == 4 ? g_rw : 1); }
-
-kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, const G1Tail *tail, kvq_err *err) {
-    G1Tail tl = {};
-    if (tail) tl = *tail;
+kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
     for (int p = 0; p < P.n; p++) {
         if (P.d[p].rows * P.d[p].cols_p >= ((int64_t)1 << 32) || (P.d[p].T & (P.d[p].T - 1)))
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: %lld x %lld, tile %d: the one-token product takes "
@@ -361,11 +329,11 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, const G1Tail *t
         cfg.numAttrs = pdl && p0 == 0 ? 1 : 0;
         cudaError_t e;
         switch (vb) {
-        case 4: e = g1_launch<4>(cfg, rw, mode, Q, accumulate, tl); break;
-        case 5: e = g1_launch<5>(cfg, rw, mode, Q, accumulate, tl); break;
-        case 6: e = g1_launch<6>(cfg, rw, mode, Q, accumulate, tl); break;
-        case 7: e = g1_launch<7>(cfg, rw, mode, Q, accumulate, tl); break;
-        default: e = g1_launch<8>(cfg, rw, mode, Q, accumulate, tl); break;
+        case 4: e = g1_launch<4>(cfg, rw, mode, Q, accumulate); break;
+        case 5: e = g1_launch<5>(cfg, rw, mode, Q, accumulate); break;
+        case 6: e = g1_launch<6>(cfg, rw, mode, Q, accumulate); break;
+        case 7: e = g1_launch<7>(cfg, rw, mode, Q, accumulate); break;
+        default: e = g1_launch<8>(cfg, rw, mode, Q, accumulate); break;
         }
         if (e != cudaSuccess) return cu_fail(err, e, "launch hqx_gemv1");
         CU_LAUNCHED("hqx_gemv1");

@@ -161,12 +161,3 @@ kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, const float
     (void)max_ctx; (void)scale; (void)o;
     return NO_CUDA(err);
 }
-int kvq_cuda_hqx_silu_can_prep(kvq_cuda_hqx *const *gate_up, int n, const int64_t *row0, const kvq_cuda_hqx *down) {
-    (void)gate_up; (void)n; (void)row0; (void)down;
-    return 0;
-}
-kvq_status kvq_cuda_hqx_matmul_silu_prep(kvq_cuda_hqx *const *gate_up, const int64_t *row0, const float *d_x,
-                                         const kvq_cuda_xin *xin, float *d_y, float *d_h, kvq_cuda_hqx *down, kvq_err *err) {
-    (void)gate_up; (void)row0; (void)d_x; (void)xin; (void)d_y; (void)d_h; (void)down;
-    return NO_CUDA(err);
-}

@@ -295,10 +295,6 @@ static void flush(gpu *g) {
         if (g->ain.has_rq) launch_rope(g, g->ain.q, g->ain.T, g->ain.nh, g->ain.hd, g->ain.rot, g->ain.pos, g->ain.inv_freq);
         if (g->ain.has_rk) launch_rope(g, g->ain.k, g->ain.T, g->ain.nkv, g->ain.hd, g->ain.rot, g->ain.pos, g->ain.inv_freq);
     }
-    if (g->pend.on && g->pin.on) { // a silu_mul queued behind the gate/up product it reads (silu_mul())
-        g->pend.on = 0;
-        launch_mm(g, g->pend.y, g->pend.x, g->pend.w, g->pend.T, 0);
-    }
     if (g->pin.on) {
         g->pin.on = 0;
         if (g->pin.kind == KVQ_CUDA_XIN_RMSNORM) launch_rmsnorm(g, g->pin.y, g->pin.x, g->pin.w, g->pin.rows, g->pin.n, g->pin.eps);
@@ -330,23 +326,6 @@ static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, i
                                         g->pat.nkv, g->pat.hd, g->b.max_ctx, g->pat.scale, ((kvq_cuda_hqx **)w->dev)[0],
                                         ERR));
         prof_end(g, "attend T=1 +prep");
-        in.kind = KVQ_CUDA_XIN_PREPARED;
-    } else if (g->pin.on && g->pin.kind == KVQ_CUDA_XIN_SILU_MUL && g->pend.on && g->pend.y == g->pin.x && x == g->pin.y &&
-               T == 1 && g->pin.rows == 1 && g->pend.T == 1 && w->n_part == 1 && g->pend.w->n_part == 2 &&
-               g->b.exec != KVQ_EXEC_EXACT && !use_tc(g, w, T) &&
-               g->pend.in.kind != KVQ_CUDA_XIN_SILU_MUL &&
-               kvq_cuda_hqx_silu_can_prep(g->pend.w->dev, 2,
-                                          (const int64_t[]){g->pend.w->row0[0], g->pend.w->row0[1]},
-                                          ((kvq_cuda_hqx **)w->dev)[0])) {
-        // the gate/up product computes silu·up and prepares this product's activation as its
-        // tiles complete
-        const int64_t r0[2] = {g->pend.w->row0[0], g->pend.w->row0[1]};
-        const kvq_cuda_xin gin = g->pend.in;
-        g->pend.on = 0; g->pin.on = 0; g->pend.in.kind = KVQ_CUDA_XIN_NONE;
-        prof_begin(g);
-        RUN(g, kvq_cuda_hqx_matmul_silu_prep(g->pend.w->dev, r0, g->pend.x, &gin, g->pend.y, g->pin.y,
-                                             ((kvq_cuda_hqx **)w->dev)[0], ERR));
-        prof_end(g, "matmul gate_up +silu+prep");
         in.kind = KVQ_CUDA_XIN_PREPARED;
     } else if (absorbs(g, x, w, T)) {
         in = (kvq_cuda_xin){g->pin.kind, g->pin.w, g->pin.eps, g->pin.y};
@@ -454,12 +433,6 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
 static void silu_mul(kvq_backend *b, float *h, const float *gu, int T, int ffn) {
     gpu *g = (gpu *)b;
     if (skip(g)) return;
-    if (g->fuse && g->pend.on && g->pend.y == gu && g->pend.T == 1 && T == 1 && g->pend.w->n_part == 2 &&
-        !g->pin.on && !g->pat.on && !g->ain.on) { // the product stays queued: down may take both (matmul())
-        g->pin.on = 1; g->pin.kind = KVQ_CUDA_XIN_SILU_MUL;
-        g->pin.y = h; g->pin.x = gu; g->pin.w = NULL; g->pin.rows = T; g->pin.n = ffn; g->pin.eps = 0.0f;
-        return;
-    }
     flush(g);
     if (g->fuse) {
         g->pin.on = 1; g->pin.kind = KVQ_CUDA_XIN_SILU_MUL;
