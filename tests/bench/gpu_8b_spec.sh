@@ -7,6 +7,7 @@
 # usage (on the device): [SPECS="..."] [TESTS="..."] bash tests/bench/gpu_8b_spec.sh
 set -u
 B=.cu/bin
+[ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz # binaries carried compressed (the 64 MiB transfer limit)
 [ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
 export LD_LIBRARY_PATH=$PWD/.cu/lib
 cb=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null | head -1); [ -n "$cb" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$cb")

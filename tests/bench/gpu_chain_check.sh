@@ -6,6 +6,7 @@
 # usage (on the device): bash tests/bench/gpu_chain_check.sh [8b]
 set -u
 B=.cu/bin
+[ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz # binaries carried compressed (the 64 MiB transfer limit)
 [ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
 export LD_LIBRARY_PATH=$PWD/.cu/lib
 cb=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null || find / -xdev -name 'libcublas.so.13' 2>/dev/null | head -1)
