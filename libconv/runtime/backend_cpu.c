@@ -22,8 +22,12 @@
 // tokens in the vector lanes (kernels/cpu/hqx_gemm.c) where every part allows it: measured
 // with build/bench/hqx_bench 2048 2048 N 1 (E8 4.0, one loaded core) at 16 tokens 5.8 G w/s
 // against 4.4 for the one-token kernel, at 64 17.2 against 6.2 for the dense path, at 256
-// 25.3 against 10.9 (docs/EXECUTION.md).
+// 25.3 against 10.9 (docs/EXECUTION.md). On AVX2 (maddubs, 8 tokens a vector) it wins from 5
+// tokens: hqx_bench 2048 2048 N 1 4.0, G weights per CPU-second, one-token kernel against
+// batched: N 4 15.9 / 16.7, 5 13.6 / 15.3, 6 13.5 / 21.1, 8 15.5 / 30.4, 15 16.0 / 40.5.
 #define KVQ_PREFILL_GEMM_MIN 16
+#define KVQ_PREFILL_GEMM_MIN_AVX2 5
+static int gemm_min(void) { return kvq_hqx_isa_best() == KVQ_HQX_ISA_AVX2 ? KVQ_PREFILL_GEMM_MIN_AVX2 : KVQ_PREFILL_GEMM_MIN; }
 
 typedef struct {
     kvq_backend b;
@@ -117,7 +121,7 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     c->dense = malloc(sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest + B * KVQ_HQX_DENSE_BLOCK));
     if (!c->act_buf || !c->acts || !c->dense)
         return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the packed products' scratch (%zu tokens)", B);
-    if (c->gemm_bytes && b->exec == KVQ_EXEC_INT8 && B >= KVQ_PREFILL_GEMM_MIN) {
+    if (c->gemm_bytes && b->exec == KVQ_EXEC_INT8 && B >= (size_t)gemm_min()) {
         c->gemm_threads = kvq_nthreads(b->n_threads);
         c->gemm = aligned_alloc(64, c->gemm_bytes * (size_t)c->max_part);
         c->gemm_thread = aligned_alloc(64, c->gemm_thread_bytes * (size_t)c->gemm_threads);
@@ -208,7 +212,7 @@ static void matmul_gemm(cpu *c, float *y, const float *x, const kvq_mat *w, int 
 static int gemm_ok(const cpu *c, const kvq_mat *w, int T) {
     static int off = -1; // KVQ_CPU_GEMM=0: the previous paths (for side-by-side measurements)
     if (off < 0) off = getenv("KVQ_CPU_GEMM") && !strcmp(getenv("KVQ_CPU_GEMM"), "0");
-    if (off || c->b.exec != KVQ_EXEC_INT8 || T < KVQ_PREFILL_GEMM_MIN || !c->gemm ||
+    if (off || c->b.exec != KVQ_EXEC_INT8 || T < gemm_min() || !c->gemm ||
         (c->b.prefill_decoded && T >= KVQ_PREFILL_DENSE_MIN))
         return 0;
     for (int p = 0; p < w->n_part; p++)
