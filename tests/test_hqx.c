@@ -358,7 +358,8 @@ static void test_zero_tiles(void **state) {
 }
 
 // RTN tensors run on the same kernels without rotation: every width the layout takes
-// (1..7 bits), groups of 64 and 128, padded widths; 8 bits and odd groups are refused.
+// (1..7 bits), groups of 64 and 128, padded widths, 1, 6 and 37 tokens (the batched product
+// with zero points, bit for bit); 8 bits and odd groups are refused.
 static void test_rtn(void **state) {
     (void)state;
     const int bits[] = {2, 3, 4, 5, 7};
@@ -386,6 +387,11 @@ static void test_rtn(void **state) {
                 check_packed(w, Wd, 1, 5, 0.03);
                 assert_int_equal(kvq_rtn_pack(e.params, v, e.n_blob, rows, cols, &w, &err), KVQ_OK);
                 check_packed(w, Wd, 6, 6, 0.03);
+                // the batched int8 product takes RTN's zero points (every width but 8):
+                // 37 tokens, three 16-token blocks, the last one partial
+                assert_int_equal(kvq_rtn_pack(e.params, v, e.n_blob, rows, cols, &w, &err), KVQ_OK);
+                if (kvq_hqx_isa_best() != KVQ_HQX_ISA_REF) assert_true(kvq_hqx_gemm_ok(&w));
+                check_packed(w, Wd, 37, 7, 0.03);
                 free(Wd);
                 kvq_encoded_free(&e);
                 json_decref(cfg);

@@ -106,20 +106,34 @@ static int write_atomic(const char *path, const void *data, size_t n, char *msg,
 }
 
 // libgomp reads its wait policy when it loads, so the only way to pick one is to
-// restart with the variable set. Unbounded spinning hurts on a shared machine (decode
-// went from 72 to 4 tokens/s on 2 busy cores), but sleeping between the ~30 parallel
-// regions of a decode step costs a wake-up each (kvq-small-llama E8 4.0 at 2 threads:
-// 211-224 tok/s passive against 523-546 with a bounded spin). Unless the user chose a
-// policy, workers spin for GOMP_SPINCOUNT=30000 iterations (tens of µs) and then sleep.
-static void ensure_wait_policy(char **argv) {
+// restart with the variable set. Spinning pays only while every thread has a core of its
+// own: sleeping between the ~30 parallel regions of a decode step costs a wake-up each
+// (kvq-small-llama E8 4.0 at 2 threads on a quiet machine: 211-224 tok/s passive against
+// 523-546 with a bounded spin), but on a busy machine a spinning thread burns the time slice
+// its descheduled partner needs (the same run at load 20 on 2 cores: 4.6-6.6 tok/s with
+// GOMP_SPINCOUNT=30000, 60-317 passive, 43-75 at one thread; docs/RESULTS.md, sixth
+// increment). Unless the user chose a policy: passive when the 1-minute load average plus
+// our threads exceeds the online cores (+0.5), else a spin of GOMP_SPINCOUNT=30000 iterations
+// (tens of µs). One thread: nothing to choose.
+static void ensure_wait_policy(int argc, char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    setenv("GOMP_SPINCOUNT", "30000", 1);
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long threads = ncpu;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "-t")) threads = strtol(argv[i + 1], NULL, 10) > 0 ? strtol(argv[i + 1], NULL, 10) : ncpu;
+    if (threads <= 1) return;
+    double load = 0.0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    const int known = f && fscanf(f, "%lf", &load) == 1;
+    if (f) fclose(f);
+    if (known && load + (double)threads > (double)ncpu + 0.5) setenv("OMP_WAIT_POLICY", "passive", 1);
+    else setenv("GOMP_SPINCOUNT", "30000", 1);
     execv("/proc/self/exe", argv); // on failure carry on with the default policy
 }
 
 int main(int argc, char **argv) {
     if (kvq_tool_start("kvq-run", argc, argv)) return 0; // SIGXFSZ ignored, --version
-    ensure_wait_policy(argv);
+    ensure_wait_policy(argc, argv);
     const char *model = NULL, *prompt = NULL, *tok_in = NULL, *logits_out = NULL, *ppl = NULL, *ppl_ids = NULL;
     int n_gen = 128, threads = 0;
     float temp = 0.8f, top_p = 0.95f;
@@ -253,6 +267,8 @@ int main(int argc, char **argv) {
              mo.store == KVQ_WEIGHTS_F32 ? "f32" : mo.store == KVQ_WEIGHTS_BF16 ? "bf16" : "auto",
              kv_spec ? kv_spec : "of the model (its .kvq's codec, else fp32", kv_spec ? "" : mo.kv_fp16 ? "/fp16)" : ")",
              kvq_model_max_ctx(m));
+        info("kvq-run: thread wait policy: %s\n", getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY")
+                                                 : getenv("GOMP_SPINCOUNT") ? "spin GOMP_SPINCOUNT" : "libgomp default");
         if (!ids && !ppl && !ppl_ids)
             info("kvq-run: sampling: temperature %g, top-p %g, seed %llu, %d tokens\n", temp, top_p,
                  (unsigned long long)seed, n_gen);

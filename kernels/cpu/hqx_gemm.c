@@ -9,7 +9,9 @@
 // (broadcast) with 4 coordinates of 16 tokens. Four rows share each activation load. Escapes
 // are added to their tile's integer sums. Per tile the float work is the reference's,
 // acc += scale · (sx · (float)d), in tile order, so every output equals the reference int8
-// path's (hqx.c, hqx_row_ref) bit for bit.
+// path's (hqx.c, hqx_row_ref) bit for bit. RTN (no rotation, off = 0, m = 1, no coset bits)
+// takes the same path: its per-tile zero point adds zero[t]·Σx (the prepared xs) after the
+// scale's term, again in the reference's order.
 //
 // AVX2 (no VNNI): the same packed activations, 8 tokens per 256-bit vector (the low or high
 // half of a 16-token group); `vpmaddubsw` multiplies the broadcast u' bytes with the tokens'
@@ -28,7 +30,7 @@
 
 static int gemm_shape_ok(const kvq_hqx *w) {
     const int m = kvq_hqx_mult(w->lat), e8 = w->lat == KVQ_HQ_LAT_E8;
-    return w->rotate && !w->zero && w->vbits >= 4 && w->vbits <= 7 && w->tile % KVQ_HQX_CHUNK == 0 &&
+    return (w->rotate || w->zero) && w->vbits >= 4 && w->vbits <= 7 && w->tile % KVQ_HQX_CHUNK == 0 &&
            m * ((1 << w->vbits) - 1) + e8 <= 255;
 }
 
@@ -46,8 +48,8 @@ static int64_t n_blocks(int n_tok) { return (n_tok + G_TOK - 1) / G_TOK; }
 
 size_t kvq_hqx_gemm_scratch(const kvq_hqx *w, int n_tok) {
     const int64_t tiles = w->cols_p / w->tile;
-    // per token block: the codes (cols_p × 16 bytes), zt and sx per tile column (16 lanes each)
-    return (size_t)n_blocks(n_tok) * ((size_t)w->cols_p * G_TOK + (size_t)tiles * G_TOK * 8) + 64;
+    // per token block: the codes (cols_p × 16 bytes), zt, sx and xs per tile column (16 lanes each)
+    return (size_t)n_blocks(n_tok) * ((size_t)w->cols_p * G_TOK + (size_t)tiles * G_TOK * 12) + 64;
 }
 
 // The scratch's parts for token block b.
@@ -55,14 +57,16 @@ typedef struct {
     int8_t *xq;  // (tiles, T/4, 16, 4)
     int32_t *zt; // (tiles, 16)
     float *sx;   // (tiles, 16)
+    float *xs;   // (tiles, 16): RTN's activation sums per tile (the zero points' factor)
 } gblock;
 
 static gblock block_at(const kvq_hqx *w, void *scratch, int64_t b) {
     const int64_t tiles = w->cols_p / w->tile;
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    base += (size_t)b * ((size_t)w->cols_p * G_TOK + (size_t)tiles * G_TOK * 8);
+    base += (size_t)b * ((size_t)w->cols_p * G_TOK + (size_t)tiles * G_TOK * 12);
     gblock g = {(int8_t *)base, (int32_t *)(base + (size_t)w->cols_p * G_TOK),
-                (float *)(base + (size_t)w->cols_p * G_TOK + (size_t)tiles * G_TOK * 4)};
+                (float *)(base + (size_t)w->cols_p * G_TOK + (size_t)tiles * G_TOK * 4),
+                (float *)(base + (size_t)w->cols_p * G_TOK + (size_t)tiles * G_TOK * 8)};
     return g;
 }
 
@@ -76,6 +80,7 @@ void kvq_hqx_gemm_pack(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, void
             for (int64_t j = 0; j < tiles; j++) {
                 g.zt[j * G_TOK + l] = a ? a->zt[j] : 0;
                 g.sx[j * G_TOK + l] = a ? a->sx[j] : 0.0f;
+                g.xs[j * G_TOK + l] = a ? a->xs[j] : 0.0f;
                 int8_t *dst = g.xq + (j * T) * G_TOK + 4 * l; // group 0 of tile j, lane l
                 for (int64_t q4 = 0; q4 < T / 4; q4++)
                     for (int e = 0; e < 4; e++) dst[q4 * 4 * G_TOK + e] = a ? a->xq[j * T + 4 * q4 + e] : 0;
@@ -161,7 +166,11 @@ VNNI_TARGET static void gemm_rows_vnni(const kvq_hqx *w, int n_tok, void *scratc
                     float *ya = yacc + ((int64_t)i * nb + b) * G_TOK;
                     // the reference's order and roundings: scale · (sx · (float)d), then the add
                     const __m512 p = _mm512_mul_ps(_mm512_set1_ps(sc[i]), _mm512_mul_ps(sx, _mm512_cvtepi32_ps(d[i])));
-                    _mm512_store_ps(ya, _mm512_add_ps(_mm512_load_ps(ya), p));
+                    __m512 acc = _mm512_add_ps(_mm512_load_ps(ya), p);
+                    if (w->zero) // RTN: then the zero point's share, as the reference adds it
+                        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(w->zero[r * tiles + j]),
+                                                               _mm512_load_ps(g.xs + j * G_TOK)));
+                    _mm512_store_ps(ya, acc);
                 }
             }
         }
@@ -277,7 +286,11 @@ AVX2_TARGET static void gemm_rows_avx2(const kvq_hqx *w, int n_tok, void *scratc
                         float *ya = yacc + ((int64_t)i * nb + b) * G_TOK + 8 * h;
                         // the reference's order and roundings: scale · (sx · (float)d), then the add
                         const __m256 p = _mm256_mul_ps(_mm256_set1_ps(sc[i]), _mm256_mul_ps(sx, _mm256_cvtepi32_ps(di)));
-                        _mm256_store_ps(ya, _mm256_add_ps(_mm256_load_ps(ya), p));
+                        __m256 acc = _mm256_add_ps(_mm256_load_ps(ya), p);
+                        if (w->zero) // RTN: then the zero point's share, as the reference adds it
+                            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w->zero[r * tiles + j]),
+                                                                   _mm256_load_ps(g.xs + j * G_TOK + 8 * h)));
+                        _mm256_store_ps(ya, acc);
                     }
                 }
             }

@@ -22,8 +22,12 @@
 // tokens in the vector lanes (kernels/cpu/hqx_gemm.c) where every part allows it: measured
 // with build/bench/hqx_bench 2048 2048 N 1 (E8 4.0, one loaded core) at 16 tokens 5.8 G w/s
 // against 4.4 for the one-token kernel, at 64 17.2 against 6.2 for the dense path, at 256
-// 25.3 against 10.9 (docs/EXECUTION.md).
+// 25.3 against 10.9 (docs/EXECUTION.md). On AVX2 (maddubs, 8 tokens a vector) it wins from 5
+// tokens: hqx_bench 2048 2048 N 1 4.0, G weights per CPU-second, one-token kernel against
+// batched: N 4 15.9 / 16.7, 5 13.6 / 15.3, 6 13.5 / 21.1, 8 15.5 / 30.4, 15 16.0 / 40.5.
 #define KVQ_PREFILL_GEMM_MIN 16
+#define KVQ_PREFILL_GEMM_MIN_AVX2 5
+static int gemm_min(void) { return kvq_hqx_isa_best() == KVQ_HQX_ISA_AVX2 ? KVQ_PREFILL_GEMM_MIN_AVX2 : KVQ_PREFILL_GEMM_MIN; }
 
 typedef struct {
     kvq_backend b;
@@ -43,6 +47,7 @@ typedef struct {
     uint8_t *gemm, *gemm_thread;
     size_t gemm_bytes, gemm_thread_bytes;
     int gemm_threads;
+    int prep_in_team; // KVQ_CPU_PREP_TEAM=1: one token's preparation shared by the team (before)
 } cpu;
 
 void kvq_mat_free_host(kvq_mat *m) {
@@ -117,7 +122,7 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     c->dense = malloc(sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest + B * KVQ_HQX_DENSE_BLOCK));
     if (!c->act_buf || !c->acts || !c->dense)
         return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the packed products' scratch (%zu tokens)", B);
-    if (c->gemm_bytes && b->exec == KVQ_EXEC_INT8 && B >= KVQ_PREFILL_GEMM_MIN) {
+    if (c->gemm_bytes && b->exec == KVQ_EXEC_INT8 && B >= (size_t)gemm_min()) {
         c->gemm_threads = kvq_nthreads(b->n_threads);
         c->gemm = aligned_alloc(64, c->gemm_bytes * (size_t)c->max_part);
         c->gemm_thread = aligned_alloc(64, c->gemm_thread_bytes * (size_t)c->gemm_threads);
@@ -145,10 +150,19 @@ static void matmul_packed(cpu *c, float *y, const float *x, const kvq_mat *w, in
         for (int k = 0; k < T; k++)
             kvq_hqx_act_init(&w->part[p], c->act_buf + c->act_bytes * (size_t)(p * c->b.max_batch + k),
                              &c->acts[p * c->b.max_batch + k]);
+    // One token (decode): the calling thread prepares it before the fork, so the team meets
+    // once per product (at the join) instead of twice. The preparation is a few µs (one
+    // Hadamard per tile column), and on a busy machine every meeting can wait a whole time
+    // slice for a descheduled thread: kvq-small-llama E8 4.0 at 2 threads, docs/RESULTS.md.
+    const int prep_first = T == 1 && !c->prep_in_team;
+    if (prep_first)
+        for (int p = 0; p < w->n_part; p++)
+            kvq_hqx_prep_tiles(&w->part[p], x, &c->acts[p * c->b.max_batch], 0, w->part[p].cols_p / w->part[p].tile,
+                               KVQ_HQX_ISA_AUTO);
 #pragma omp parallel num_threads(kvq_nthreads(c->b.n_threads)) if (work > 32768)
     {
         const int64_t nth = omp_get_num_threads(), id = omp_get_thread_num();
-        for (int64_t i = n_prep * id / nth, i1 = n_prep * (id + 1) / nth; i < i1;) {
+        for (int64_t i = n_prep * id / nth, i1 = n_prep * (id + 1) / nth; !prep_first && i < i1;) {
             int p = 0;
             while (i >= prep_end[p]) p++;
             const kvq_hqx *hw = &w->part[p];
@@ -158,7 +172,9 @@ static void matmul_packed(cpu *c, float *y, const float *x, const kvq_mat *w, in
                                KVQ_HQX_ISA_AUTO);
             i += n;
         }
+        if (!prep_first) {
 #pragma omp barrier
+        }
         for (int64_t u = n_unit * id / nth, u1 = n_unit * (id + 1) / nth; u < u1;) {
             int p = 0;
             while (u >= unit_end[p]) p++;
@@ -208,7 +224,7 @@ static void matmul_gemm(cpu *c, float *y, const float *x, const kvq_mat *w, int 
 static int gemm_ok(const cpu *c, const kvq_mat *w, int T) {
     static int off = -1; // KVQ_CPU_GEMM=0: the previous paths (for side-by-side measurements)
     if (off < 0) off = getenv("KVQ_CPU_GEMM") && !strcmp(getenv("KVQ_CPU_GEMM"), "0");
-    if (off || c->b.exec != KVQ_EXEC_INT8 || T < KVQ_PREFILL_GEMM_MIN || !c->gemm ||
+    if (off || c->b.exec != KVQ_EXEC_INT8 || T < gemm_min() || !c->gemm ||
         (c->b.prefill_decoded && T >= KVQ_PREFILL_DENSE_MIN))
         return 0;
     for (int p = 0; p < w->n_part; p++)
@@ -319,6 +335,7 @@ kvq_status kvq_backend_cpu_new(const kvq_model_opts *o, const kvq_arch *a, kvq_b
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the CPU backend");
     c->b = (kvq_backend){.ops = &cpu_ops, .exec = o->exec, .prefill_decoded = o->prefill_decoded, .n_threads = o->n_threads, .max_batch = o->max_batch,
                          .max_ctx = o->max_ctx, .arch = *a};
+    c->prep_in_team = getenv("KVQ_CPU_PREP_TEAM") && !strcmp(getenv("KVQ_CPU_PREP_TEAM"), "1");
     *out = &c->b;
     return KVQ_OK;
 }
