@@ -26,13 +26,14 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/kv_hqkv.h"
 
 #define D KVQ_GKV_HEAD_DIM
 #define G KVQ_GKV_GROUP
 #define NT 128
 #define NW (NT / 32)
 #define LOG2E 1.4426950408889634f
-#define KQ8 5 // internal K kind: int keys scored against an int8 copy of q by dp4a (kvq_gkv_set_int8_query)
+#define KQ8 16 // internal K kind: int keys scored against an int8 copy of q by dp4a (kvq_gkv_set_int8_query)
 #define ROWB(B) ((B) / 2 * (D / 4) + ((B) & 1) * (D / 8)) // ROWB(B)
 #define QMAX(B) ((1 << ((B) > 0 ? (B) - 1 : 0)) - 1)
 
@@ -41,7 +42,12 @@ struct side_p {
     size_t region;       // bytes per region
     size_t side_off;     // offset of the side data in a region
     const float *cb;     // TURBO centroids (n_kv, 2^bits)
-    const float *signs;  // TURBO sign vectors (n_kv, D)
+    const float *signs;  // TURBO, HQKV rot=signs: sign vectors (n_kv, D)
+    const float *quat;   // qturbo: unit quaternions (n_kv, 4), else NULL
+    const float *mat;    // HQKV rot=qjl: Q (n_kv, D, D)
+    const uint64_t *seeds; // HQKV dither: seeds (n_kv)
+    int lat, rot, dither; // HQKV
+    float inv_scale;      // HQKV: 1 / (α√d)
     int ring;            // dense only: > 0: position p is slot p % ring
 };
 
@@ -126,6 +132,30 @@ __device__ __forceinline__ void load_group(const side_p &s, const uint8_t *reg, 
     }
 }
 
+// HQKV: the lane's 16 rotated-frame coordinates embed(c) − U of a position (times γ/(α√d)
+// later), U regenerated from the head's seed and the position's counter (kernels/kv_hqkv.h).
+template <int B>
+__device__ __forceinline__ void hqkv_values(const uint32_t (&w)[B / 2 + 1], const side_p &s, const uint8_t *reg, int pos, int g, int j0,
+                                            float (&v)[16]) {
+    constexpr float off = (float)(1 << (B > 0 ? B - 1 : 0));
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t m = gather<B>(w, k);
+#pragma unroll
+        for (int n = 0; n < 4; n++) v[4 * n + k] = byte_f(m, n) - off;
+    }
+    if (s.lat == KVQ_HK_A2) // A2's first coordinate of each pair is √3·ny (dims j0 + i, i even)
+#pragma unroll
+        for (int i = 0; i < 16; i += 2) v[i] = __fmul_rn(KVQ_HK_SQRT3_F, v[i]);
+    if (s.dither) {
+        float U[16];
+        const uint32_t ctr = __ldg((const uint32_t *)(reg + s.side_off + (size_t)pos * 8 + 4));
+        kvq_hk_dither(s.lat, s.seeds[g], ctr, j0, 16, U);
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = __fsub_rn(v[i], U[i]);
+    }
+}
+
 template <int KIND, int B>
 __device__ __forceinline__ void values(const row_t<KIND, B> &x, const float *cb, float (&v)[16]) {
     if (KIND <= KVQ_GKV_F16) {
@@ -195,9 +225,42 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     if (VK == KVQ_GKV_TURBO)
         for (int e = threadIdx.x; e < (1 << VB); e += NT) cbv[e] = p.v.cb[(size_t)g * (1 << VB) + e];
     __syncthreads();
-    if (KK == KVQ_GKV_TURBO) { // q in the keys' rotated frame, once: WHT(signs ⊙ q)/√d
+    if (KK == KVQ_GKV_TURBO) { // q in the keys' rotated frame, once: WHT(signs ⊙ [r·] q)/√d
+        if (p.k.quat) { // qturbo: the unit quaternion r left-multiplies each 4-chunk first
+            const float *r = p.k.quat + (size_t)g * 4;
+            const float a0 = r[0], a1 = r[1], a2 = r[2], a3 = r[3];
+            float o[4] = {0, 0, 0, 0};
+            const int e = threadIdx.x; // NT = G·D/4 chunks
+            if (e < G * D / 4) {
+                const float *b4 = &qs[0][0] + 4 * e;
+                o[0] = a0 * b4[0] - a1 * b4[1] - a2 * b4[2] - a3 * b4[3];
+                o[1] = a0 * b4[1] + a1 * b4[0] + a2 * b4[3] - a3 * b4[2];
+                o[2] = a0 * b4[2] - a1 * b4[3] + a2 * b4[0] + a3 * b4[1];
+                o[3] = a0 * b4[3] + a1 * b4[2] - a2 * b4[1] + a3 * b4[0];
+            }
+            __syncthreads();
+            if (e < G * D / 4)
+                for (int j = 0; j < 4; j++) (&qs[0][0])[4 * e + j] = o[j];
+            __syncthreads();
+        }
         for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
         block_wht(&qs[0][0], G);
+    }
+    if (KK == KVQ_GKV_HQKV && p.k.rot == 1) { // q in the keys' frame: <q, Sᵀy> = <S q, y>
+        for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
+        __syncthreads();
+    } else if (KK == KVQ_GKV_HQKV && p.k.rot == 2) { // Q q, Q (D, D) of this head; red as scratch
+        float *t = &red[0][0][0];
+        const float *Q = p.k.mat + (size_t)g * D * D;
+        for (int e = threadIdx.x; e < G * D; e += NT) {
+            const int h = e / D, i = e % D;
+            float a = 0.0f;
+            for (int k = 0; k < D; k++) a = fmaf(Q[(size_t)i * D + k], qs[h][k], a);
+            t[e] = a;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] = t[e];
+        __syncthreads();
     }
 
     // ---- scores
@@ -273,7 +336,13 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 for (int h = 0; h < G; h++) a[h] = (float)(ai[h] - QMAX(KB) * qis[h]) * sq[h];
             } else {
                 float v[16];
-                values<KK, KB>(x[ps], cbk, v);
+                if constexpr (KK == KVQ_GKV_HQKV) {
+                    if (pos < t1) hqkv_values<KB>(x[ps].w, p.k, kreg, pos, g, j0, v);
+                    else
+#pragma unroll
+                        for (int i = 0; i < 16; i++) v[i] = 0.0f;
+                } else
+                    values<KK, KB>(x[ps], cbk, v);
 #pragma unroll
                 for (int h = 0; h < G; h++) {
                     a[h] = zq[h];
@@ -290,6 +359,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
             if (L == 0 && pos < t1) {
                 float mul = p.sl2;
                 if (KK == KVQ_GKV_INT || KK == KVQ_GKV_TURBO) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 2);
+                if (KK == KVQ_GKV_HQKV) mul *= __ldg((const float *)(kreg + p.k.side_off + (size_t)pos * 8)) * p.k.inv_scale;
                 *(float4 *)sc[pos - t0] = make_float4(a[0] * mul, a[1] * mul, a[2] * mul, a[3] * mul);
             }
         }
@@ -352,6 +422,10 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                     w[h] *= s_;
                     if (VK == KVQ_GKV_INT) za[h] = fmaf(-(float)QMAX(VB), w[h], za[h]);
                 }
+            } else if (VK == KVQ_GKV_HQKV) {
+                const float s_ = __ldg((const float *)(vreg + p.v.side_off + (size_t)pos * 8)) * p.v.inv_scale;
+#pragma unroll
+                for (int h = 0; h < G; h++) w[h] *= s_;
             } else if (VK == KVQ_GKV_KIVI) {
                 const __half2 sz = __ldg((const __half2 *)(vreg + p.v.side_off + ((size_t)pos * (D / 32) + L / 2) * 4));
                 const float s_ = __low2float(sz), z = __high2float(sz);
@@ -375,7 +449,8 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 }
             } else {
                 float v[16];
-                values<VK, VB>(y[ps], cbv, v);
+                if constexpr (VK == KVQ_GKV_HQKV) hqkv_values<VB>(y[ps].w, p.v, vreg, pos, g, j0, v);
+                else values<VK, VB>(y[ps], cbv, v);
 #pragma unroll
                 for (int h = 0; h < G; h++)
 #pragma unroll
@@ -416,14 +491,22 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = mh[threadIdx.x], pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = lh[threadIdx.x];
 }
 
+// The values' way back from a rotated frame, applied once per (sequence, query head) in the
+// merge: TurboQuant (WHT, signs, then r* per 4-chunk for qturbo), HyperQuant-KV (Sᵀ: signs or
+// Qᵀ). Chunks [0, n_rot) hold rotated sums (stored values), the rest the window's plain ones.
+struct post_p {
+    int kind;            // 0 none, 1 TurboQuant, 2 HQKV signs, 3 HQKV Q
+    const float *signs, *quat, *mat;
+    int n_rot;
+};
+
 // Merges the chunks of one (sequence, query head): weights w_s = 2^(m_s − M) computed once
 // into shared memory (a thread per chunk), then each thread sums its dim over the chunks with
 // independent loads (a loop whose loads sat behind a branch on the chunk's sum took one memory
-// latency per chunk: ~15 µs for 43 chunks); then the TurboQuant values' inverse rotation
-// (WHT, then the signs) when vsigns is given.
+// latency per chunk: ~15 µs for 43 chunks); the rotated chunks' sum goes back through post.
 #define MERGE_MAX 1024
 __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, const float *__restrict__ pml, float *__restrict__ out,
-                                                int n_slot, int H, const float *__restrict__ vsigns) {
+                                                int n_slot, int H, post_p pp) {
     __shared__ float x[D], w[MERGE_MAX], red[D / 32];
     const int bh = blockIdx.x, h = bh % H, g = h / G, i = threadIdx.x, lane = i & 31, wp = i >> 5;
     const float *ml = pml + (size_t)bh * n_slot * 2, *o = po + (size_t)bh * n_slot * D;
@@ -450,16 +533,39 @@ __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, co
     __syncthreads();
     l = 0.0f;
     for (int k = 0; k < D / 32; k++) l += red[k];
-    float y = 0.0f;
+    const int nr = pp.kind ? pp.n_rot : 0;
+    float y = 0.0f, yp = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < n_slot; s++) y = fmaf(w[s], o[(size_t)s * D + i], y);
-    y = l > 0.0f ? y / l : 0.0f;
-    if (vsigns) {
+    for (int s = 0; s < nr; s++) y = fmaf(w[s], o[(size_t)s * D + i], y);
+#pragma unroll 8
+    for (int s = nr; s < n_slot; s++) yp = fmaf(w[s], o[(size_t)s * D + i], yp);
+    if (pp.kind == 1) {
         x[i] = y;
         block_wht(x, 1);
-        y = x[i] * vsigns[(size_t)g * D + i];
+        y = x[i] * pp.signs[(size_t)g * D + i];
+        if (pp.quat) { // r* = (r0, −r1, −r2, −r3) left-multiplies each 4-chunk
+            __syncthreads();
+            x[i] = y;
+            __syncthreads();
+            const float *r = pp.quat + (size_t)g * 4, *b4 = x + (i & ~3);
+            const float a0 = r[0], a1 = -r[1], a2 = -r[2], a3 = -r[3];
+            const int c = i & 3;
+            y = c == 0 ? a0 * b4[0] - a1 * b4[1] - a2 * b4[2] - a3 * b4[3]
+                : c == 1 ? a0 * b4[1] + a1 * b4[0] + a2 * b4[3] - a3 * b4[2]
+                : c == 2 ? a0 * b4[2] - a1 * b4[3] + a2 * b4[0] + a3 * b4[1]
+                         : a0 * b4[3] + a1 * b4[2] - a2 * b4[1] + a3 * b4[0];
+        }
+    } else if (pp.kind == 2) {
+        y *= pp.signs[(size_t)g * D + i];
+    } else if (pp.kind == 3) { // Qᵀ y: out_i = Σ_k Q[k][i] y_k
+        x[i] = y;
+        __syncthreads();
+        const float *Q = pp.mat + (size_t)g * D * D;
+        y = 0.0f;
+        for (int k = 0; k < D; k++) y = fmaf(Q[(size_t)k * D + i], x[k], y);
     }
-    out[(size_t)bh * D + i] = y;
+    y += yp;
+    out[(size_t)bh * D + i] = l > 0.0f ? y / l : 0.0f;
 }
 
 // ---- encoders (the CPU's float operations, kv_int.c, from the window's fp16 values)
@@ -572,11 +678,16 @@ static side_p side_of(const kvq_gkv_cache *c, const kvq_gkv_side *s) {
     r.side_off = kvq_gkv_side_offset(s->kind, s->bits, D, c->cap);
     r.cb = s->cb;
     r.signs = s->signs;
+    r.quat = s->quat;
+    r.mat = s->mat;
+    r.seeds = s->seeds;
+    r.lat = s->lat, r.rot = s->rot, r.dither = s->dither;
+    r.inv_scale = s->scale > 0.0f ? 1.0f / s->scale : 0.0f;
     r.ring = 0;
     return r;
 }
 static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
-    side_p r = {(const uint8_t *)ring, (size_t)c->wcap * D * 2, 0, NULL, NULL, c->wcap};
+    side_p r = {(const uint8_t *)ring, (size_t)c->wcap * D * 2, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0.0f, c->wcap};
     return r;
 }
 
@@ -587,6 +698,8 @@ extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
 extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
 
 #define KV_BITS(X, KIND) X(KIND, 2) X(KIND, 3) X(KIND, 4)
+// HyperQuant-KV's code widths: 5-8 bits cover e8/d4/a2/z at 2-4 bits per sample (kv_gpu.c)
+#define HQ_BITS(X, KIND) X(KIND, 5) X(KIND, 6) X(KIND, 7) X(KIND, 8)
 // The instantiated (K kind, K bits, V kind, V bits) combinations: the dense baselines, each
 // codec on both sides, and the boundary layers' fp16 keys with each codec's values.
 static split_fn pick(int kk, int kb, int vk, int vb) {
@@ -612,6 +725,8 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
     KV_BITS(F16K, KVQ_GKV_INT)
     KV_BITS(F16K, KVQ_GKV_KIVI)
     KV_BITS(F16K, KVQ_GKV_TURBO)
+    HQ_BITS(SAME, KVQ_GKV_HQKV)
+    HQ_BITS(F16K, KVQ_GKV_HQKV)
 #undef SAME
 #undef F16K
     return NULL;
@@ -710,13 +825,13 @@ extern "C" kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, flo
         attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0><<<dim3(nc, c->n_kv, c->batch), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split (window)");
     }
-    // the TurboQuant values' rotation applies to the stored values only: the merge rotates
-    // the whole sum back, so window positions are rotated into the frame first... which this
-    // kernel does not do: refuse a TurboQuant cache with a window
-    if (c->v.kind == KVQ_GKV_TURBO && (nb || nc))
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: turboquant values with a residual window are not built");
-    attn_merge<<<c->batch * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, c->n_heads,
-                                                    c->v.kind == KVQ_GKV_TURBO ? c->v.signs : NULL);
+    // rotated values (TurboQuant, HyperQuant-KV) sit in the chunks of the stored values,
+    // [0, na + nb); the window's chunks after them are in the original frame
+    post_p pp = {0, c->v.signs, c->v.quat, c->v.mat, na + nb};
+    if (c->v.kind == KVQ_GKV_TURBO) pp.kind = 1;
+    else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 1) pp.kind = 2;
+    else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 2) pp.kind = 3;
+    attn_merge<<<c->batch * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, c->n_heads, pp);
     CU_LAUNCHED("attn_merge");
     return KVQ_OK;
 }

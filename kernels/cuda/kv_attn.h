@@ -23,7 +23,10 @@ typedef enum {
     KVQ_GKV_F16 = 1,   // dense fp16 rows (the residual window; boundary layers' K)
     KVQ_GKV_INT = 2,   // int:<b>: fp16 scale per token, symmetric codes q + qmax
     KVQ_GKV_KIVI = 3,  // kivi:<b>: K per channel over 32-token groups, V per token and 32 channels
-    KVQ_GKV_TURBO = 4, // turboquant:<b>: fp16 norm per token, Lloyd-Max centroid index per rotated coordinate
+    KVQ_GKV_TURBO = 4, // turboquant:<b> and qturbo:<b> (side .quat set): fp16 norm per token, Lloyd-Max
+                       // centroid index per rotated coordinate; turboquant-prod:<b> values
+    KVQ_GKV_HQKV = 5,  // hqkv:<lattice>:<bps>: fp32 norm and u32 dither counter per token, the integer
+                       // lattice codes + 2^(bits-1) as bits-wide codes (bits from the state's bound)
 } kvq_gkv_kind;
 
 /** The shape every kernel supports now (others are refused with KVQ_ERR_UNSUPPORTED). */
@@ -40,11 +43,12 @@ static inline size_t kvq_gkv_align16(size_t n) { return (n + 15) & ~(size_t)15; 
 static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int cap) {
     return kvq_gkv_align16(kind <= KVQ_GKV_F16 ? (size_t)cap * d * 2 : (size_t)cap * kvq_gkv_row_bytes(bits, d));
 }
-/** Bytes of the side data: INT and TURBO one fp16 per position; KIVI K (role 0) (fp16
- *  scale, fp16 zero) per channel per 32-position group; KIVI V (scale, zero) per position
- *  per 32 channels. */
+/** Bytes of the side data: INT and TURBO one fp16 per position; HQKV (fp32 γ, u32 dither
+ *  counter) per position; KIVI K (role 0) (fp16 scale, fp16 zero) per channel per 32-position
+ *  group; KIVI V (scale, zero) per position per 32 channels. */
 static inline size_t kvq_gkv_side_bytes(kvq_gkv_kind kind, int d, int cap, int role) {
     if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return (size_t)cap * 2;
+    if (kind == KVQ_GKV_HQKV) return (size_t)cap * 8;
     if (kind == KVQ_GKV_KIVI) return role == 0 ? (size_t)(cap / 32) * d * 4 : (size_t)cap * (d / 32) * 4;
     return 0;
 }
@@ -81,15 +85,22 @@ static inline uint32_t kvq_gkv_get_code(const uint8_t *row, int bits, int d, int
 }
 
 /** One side of a cache on the device: regions for (batch, n_kv) (sequence-major), each
- *  kvq_gkv_region_bytes; for TURBO also the centroids (n_kv, 2^bits) and the sign vectors
- *  (n_kv, d) of each head's state, as fp32 device arrays. */
+ *  kvq_gkv_region_bytes; for TURBO also the centroids (n_kv, 2^bits), the sign vectors
+ *  (n_kv, d) and for qturbo the unit quaternions (n_kv, 4) of each head's state, as fp32
+ *  device arrays; for HQKV the parameters of libconv/kv/kv_hqkv.h (the same for every head
+ *  but the seed, the signs and Q). */
 typedef struct {
     kvq_gkv_kind kind;
     int bits;
     int role;          // 0 = K, 1 = V
     void *data;        // device
     const float *cb;   // device, TURBO only
-    const float *signs; // device, TURBO only
+    const float *signs; // device, TURBO and HQKV rot=signs: (n_kv, d)
+    const float *quat;  // device, qturbo: (n_kv, 4); NULL for turboquant
+    const float *mat;   // device, HQKV rot=qjl: (n_kv, d, d), the rotation Q (y = Q x) row-major
+    const uint64_t *seeds; // device, HQKV with dither: (n_kv) the states' seeds
+    int lat, rot, dither; // HQKV: lattice (kernels/kv_hqkv.h ids), rotation 0 none / 1 signs / 2 Q, dither
+    float scale;          // HQKV: α·√d (a token is γ/scale · Qᵀ(embed(c) − U))
 } kvq_gkv_side;
 
 /** A device cache: n_tok positions stored for every sequence, packed [0, n_enc), the most

@@ -1,11 +1,13 @@
 // Repacking between the CPU KV codecs' records (kv_int.c, kv_turbo.c: a header of fp16
-// side data, then LSB-first b-bit codes) and the GPU execution layout (kv_attn.h): the
-// side data moves to the region's side array unchanged, the codes into bit planes.
+// side data, then LSB-first b-bit codes; kv_hqkv.c: fp32 γ, counter, Rice symbols) and the
+// GPU execution layout (kv_attn.h): the side data moves to the region's side array unchanged,
+// the codes into bit planes (HyperQuant-KV's Rice symbols as fixed-width lattice codes).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "libconv/kv/kv_gpu.h"
+#include "libconv/kv/kv_hqkv.h"
 
 kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, kvq_err *err) {
     char s[64];
@@ -16,13 +18,41 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
     if (!strcmp(c->spec.name, "fp16")) *kind = KVQ_GKV_F16, b = 16;
     else if (!strcmp(c->spec.name, "int")) *kind = KVQ_GKV_INT;
     else if (!strcmp(c->spec.name, "kivi")) *kind = KVQ_GKV_KIVI;
-    else if (!strcmp(c->spec.name, "turboquant")) *kind = KVQ_GKV_TURBO;
-    else return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s': no GPU attention kernel reads this codec", s);
+    else if (!strcmp(c->spec.name, "turboquant") || !strcmp(c->spec.name, "qturbo")) *kind = KVQ_GKV_TURBO;
+    else if (!strcmp(c->spec.name, "turboquant-prod") && c->role == KVQ_KV_V) *kind = KVQ_GKV_TURBO; // values are turboquant:<b>
+    else if (!strcmp(c->spec.name, "hqkv")) {
+        *kind = KVQ_GKV_HQKV;
+        kvq_kv_hqkv_info in;
+        kvq_kv_hqkv_info_of(c, &in);
+        b = kvq_gkv_hqkv_width(in.lat, in.scale);
+        if (b > 8 || c->d != KVQ_GKV_HEAD_DIM)
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                               "--kv '%s' at head_dim %d: the GPU layout needs %d-bit lattice codes (α√d = %.1f); built for head_dim %d and up to 8",
+                               s, c->d, b, in.scale, KVQ_GKV_HEAD_DIM);
+        *bits = b;
+        return KVQ_OK;
+    } else return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s': no GPU attention kernel reads this codec", s);
     if (c->d != KVQ_GKV_HEAD_DIM || (*kind != KVQ_GKV_F16 && (b < 2 || b > 4)))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s' at head_dim %d: the GPU kernels are built for head_dim %d and 2-4 bits", s,
                            c->d, KVQ_GKV_HEAD_DIM);
     *bits = b;
     return KVQ_OK;
+}
+
+int kvq_gkv_hqkv_width(int lat, double scale) {
+    // |x̃_j| <= α√d (a coordinate of the scaled unit token), |U_j| and |c_j − z_j| <= the
+    // covering radius R (2E8: 2, D4: 1, A2int: 2/√3, Z: 1/2), so |c_j| <= α√d + 2R; one spare.
+    static const double R[4] = {2.0, 1.0, 1.1547005383792515, 0.5};
+    const double cmax = scale * (1 + 1e-4) + 2 * R[lat >= 0 && lat < 4 ? lat : 0] + 1;
+    int w = 2;
+    while (w < 31 && (double)((1u << (w - 1)) - 1) < cmax) w++;
+    return w;
+}
+
+void kvq_gkv_hqkv_side(const kvq_kvcodec *c, kvq_gkv_side *s) {
+    kvq_kv_hqkv_info in;
+    if (kvq_kv_hqkv_info_of(c, &in)) return;
+    s->lat = in.lat, s->rot = in.rot, s->dither = in.dither, s->scale = (float)in.scale;
 }
 
 static uint32_t lsb_code(const uint8_t *p, int b, size_t j) {
@@ -43,6 +73,7 @@ static void lsb_put(uint8_t *p, int b, size_t j, uint32_t v) {
 // Header bytes of a record (side data), and where that side data lives in a region.
 static size_t header(const kvq_kvcodec *c, kvq_gkv_kind kind) {
     if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return 2;
+    if (kind == KVQ_GKV_HQKV) return 8;
     if (kind == KVQ_GKV_KIVI) return c->role == KVQ_KV_K ? 4 * (size_t)c->d : 4 * (size_t)((c->d + 31) / 32);
     return 0;
 }
@@ -52,8 +83,38 @@ static size_t side_at(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, int cap
     return o + (size_t)pos * header(c, kind);
 }
 
+// HQKV: (fp32 γ, u32 counter) to the side array, the lattice codes + 2^(bits-1) as codes.
+static int pack_hqkv(const kvq_kvcodec *c, int bits, const uint8_t *rec, size_t n, int pos, uint8_t *region, int cap) {
+    const int d = c->d;
+    int32_t code[4096];
+    float g;
+    uint32_t ctr;
+    uint8_t *row = region + (size_t)pos * kvq_gkv_row_bytes(bits, d);
+    memset(row, 0, kvq_gkv_row_bytes(bits, d));
+    if (kvq_kv_hqkv_codes(c, rec, n, &g, &ctr, code)) return -1;
+    const int32_t off = 1 << (bits - 1);
+    for (int i = 0; i < d; i++) {
+        if (code[i] < -off || code[i] >= off) return -1;
+        kvq_gkv_put_code(row, bits, d, i, (uint32_t)(code[i] + off));
+    }
+    uint8_t *sd = region + side_at(c, KVQ_GKV_HQKV, bits, cap, pos);
+    memcpy(sd, &g, 4);
+    memcpy(sd + 4, &ctr, 4);
+    return 0;
+}
+
+int kvq_gkv_pack_n(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, size_t n, int pos, uint8_t *region, int cap) {
+    if (kind == KVQ_GKV_HQKV) return pack_hqkv(c, bits, rec, n, pos, region, cap);
+    kvq_gkv_pack(c, kind, bits, rec, pos, region, cap);
+    return 0;
+}
+
 void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap) {
     const int d = c->d, g = c->group;
+    if (kind == KVQ_GKV_HQKV) { // variable length: the record's own length is not known here
+        (void)pack_hqkv(c, bits, rec, c->vt->max_bytes(c), pos, region, cap);
+        return;
+    }
     if (kind <= KVQ_GKV_F16) { // dense rows: the record is the row
         memcpy(region + (size_t)pos * d * 2, rec, (size_t)g * d * 2);
         return;
@@ -70,6 +131,19 @@ void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8
 void kvq_gkv_unpack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *region, int cap, int pos, uint8_t *rec) {
     const int d = c->d, g = c->group;
     memset(rec, 0, c->vt->max_bytes(c));
+    if (kind == KVQ_GKV_HQKV) {
+        int32_t code[4096];
+        float gm;
+        uint32_t ctr;
+        const uint8_t *sd = region + side_at(c, kind, bits, cap, pos), *row = region + (size_t)pos * kvq_gkv_row_bytes(bits, d);
+        memcpy(&gm, sd, 4);
+        memcpy(&ctr, sd + 4, 4);
+        for (int i = 0; i < d; i++) code[i] = (int32_t)kvq_gkv_get_code(row, bits, d, i) - (1 << (bits - 1));
+        size_t n = 0;
+        kvq_err err = {0};
+        (void)kvq_kv_hqkv_record(c, gm, ctr, code, rec, &n, &err); // a non-lattice block leaves zeros
+        return;
+    }
     if (kind <= KVQ_GKV_F16) {
         memcpy(rec, region + (size_t)pos * d * 2, (size_t)g * d * 2);
         return;
