@@ -20,6 +20,7 @@
 #include "kernels/kv_hqkv.h"
 #include "libconv/kv/kv_gpu.h"
 #include "libconv/kv/kv_hqkv.h"
+#include "libconv/kv/kv_internal.h"
 #include "tests/testrng.h"
 
 #define D KVQ_GKV_HEAD_DIM
@@ -49,7 +50,7 @@ static void tokens(float *x, int n, uint64_t *seed) {
 }
 
 static const char *const SPECS[] = {"int:2", "int:3", "int:4", "kivi:2", "kivi:3", "kivi:4", "turboquant:2", "turboquant:3",
-                                    "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4", "fp16"};
+                                    "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4", "fp16"};
 #define NSPEC (int)(sizeof SPECS / sizeof *SPECS)
 
 // CPU record → GPU layout → CPU record is the identity, for every codec, K and V.
@@ -162,6 +163,72 @@ static void test_hqkv_layout(void **state) {
     free(x), free(dec);
 }
 
+// turboquant-prod keys in the GPU layout, on the CPU: the kernel's score read from the layout
+// — γ·(<R q, cb[c]> + sqrt(π/2)/d·γ_r·(2<S R q, σ> − Σ S R q)), codes, signs, γ and γ_r taken
+// from the rows and side data, R q = WHT(signs ⊙ q)/√d, S R q from the state's QJL matrix —
+// against the codec's own score(): |diff| ≤ 1e-5·‖q‖·γ (measured worst printed).
+static void test_tprod_layout_score(void **state) {
+    enum { N = 64 };
+    float x[D], q[D], qr[D], sq[D];
+    for (int b = 2; b <= 4; b++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "turboquant-prod:%d", b);
+        kvq_kvcodec *c = codec(spec, 0, 1);
+        kvq_gkv_kind kind;
+        int bits;
+        kvq_err err = {0};
+        assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+        assert_int_equal(kind, KVQ_GKV_TPROD);
+        assert_int_equal(bits, b);
+        kvq_kvtable t[8];
+        const float *signs = NULL, *cb = NULL, *S = kvq_kv_turbo_qjl(c);
+        const int nt = c->vt->tables(c, t);
+        for (int k = 0; k < nt; k++) {
+            if (!strcmp(t[k].name, "signs")) signs = t[k].data;
+            if (!strcmp(t[k].name, "codebook")) cb = t[k].data, assert_int_equal(t[k].count, 1u << (b - 1));
+        }
+        assert_non_null(signs), assert_non_null(cb), assert_non_null(S);
+        const size_t mb = c->vt->max_bytes(c), rb = kvq_gkv_row_bytes(bits, D), so = kvq_gkv_side_offset(kind, bits, D, N);
+        uint8_t *img = calloc(kvq_gkv_region_bytes(kind, bits, D, N, 0), 1), *rec = malloc(mb);
+        uint64_t seed = 77 + b;
+        double worst = 0;
+        for (int pos = 0; pos < N; pos++) {
+            tokens(x, 1, &seed);
+            for (int i = 0; i < D; i++) q[i] = (float)gauss(&seed);
+            size_t n = 0;
+            assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+            assert_int_equal(kvq_gkv_pack_n(c, kind, bits, rec, n, pos, img, N), 0);
+            float ref;
+            const uint8_t *rp = rec;
+            const uint32_t len = (uint32_t)n;
+            c->vt->score(c, q, 1, &rp, &len, 1, &ref, 1);
+            double qn = 0;
+            for (int i = 0; i < D; i++) qr[i] = q[i] * signs[i], qn += (double)q[i] * q[i];
+            kvq_kv_wht(qr, D);
+            double sqsum = 0;
+            for (int j = 0; j < D; j++) {
+                double a = 0;
+                for (int k = 0; k < D; k++) a += (double)S[(size_t)j * D + k] * qr[k];
+                sq[j] = (float)a, sqsum += a;
+            }
+            const uint8_t *row = img + (size_t)pos * rb;
+            const float g = kvq_f16_to_f32((uint16_t)(img[so + 4 * pos] | img[so + 4 * pos + 1] << 8)),
+                        gr = kvq_f16_to_f32((uint16_t)(img[so + 4 * pos + 2] | img[so + 4 * pos + 3] << 8));
+            double mse = 0, sd = 0;
+            for (int i = 0; i < D; i++) {
+                mse += (double)qr[i] * cb[kvq_gkv_get_code(row, b - 1, D, i)];
+                if (kvq_gkv_get_code(row + kvq_gkv_row_bytes(b - 1, D), 1, D, i)) sd += sq[i];
+            }
+            const double got = g * (mse + sqrt(M_PI / 2.0) / D * gr * (2 * sd - sqsum)), lim = 1e-5 * sqrt(qn) * g;
+            assert_true(fabs(got - ref) <= lim);
+            if (fabs(got - ref) / lim > worst) worst = fabs(got - ref) / lim;
+        }
+        fprintf(stderr, "test_cuda_kv: layout %s K: the kernel's score from the layout vs the codec's score(): worst %.2f of the limit\n", spec, worst);
+        free(img), free(rec);
+        kvq_kvcodec_free(c);
+    }
+}
+
 // One side of a test cache: host image of (batch, n_kv) regions, the decoded values, device copies.
 typedef struct {
     kvq_gkv_side s;
@@ -204,18 +271,25 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
             if (!o->img) {
                 o->region = kvq_gkv_region_bytes(o->s.kind, bits, D, cap, role);
                 o->img = calloc((size_t)B * n_kv, o->region);
-                if (o->s.kind == KVQ_GKV_TURBO) o->cb = malloc(sizeof(float) * n_kv << bits), o->signs = malloc(sizeof(float) * n_kv * D);
+                if (o->s.kind == KVQ_GKV_TURBO || o->s.kind == KVQ_GKV_TPROD)
+                    o->cb = malloc(sizeof(float) * n_kv << bits), o->signs = malloc(sizeof(float) * n_kv * D);
+                if (o->s.kind == KVQ_GKV_TPROD) o->mat = malloc(sizeof(float) * n_kv * D * D);
                 if (o->s.kind == KVQ_GKV_HQKV)
                     o->signs = malloc(sizeof(float) * n_kv * D), o->mat = malloc(sizeof(float) * n_kv * D * D),
                     o->seeds = malloc(sizeof(uint64_t) * n_kv);
                 if (!strcmp(c->spec.name, "qturbo")) o->quat = malloc(sizeof(float) * n_kv * 4);
             }
-            if (o->s.kind == KVQ_GKV_TURBO) {
+            const int cbits = o->s.kind == KVQ_GKV_TPROD ? bits - 1 : bits; // TPROD: (b−1)-bit centroids
+            if (o->s.kind == KVQ_GKV_TURBO || o->s.kind == KVQ_GKV_TPROD) {
                 kvq_kvtable t[8];
                 int nt = c->vt->tables(c, t);
+                if (o->s.kind == KVQ_GKV_TPROD) memcpy(o->mat + (size_t)h * D * D, kvq_kv_turbo_qjl(c), sizeof(float) * D * D);
                 for (int k = 0; k < nt; k++) {
                     if (!strcmp(t[k].name, "signs")) memcpy(o->signs + h * D, t[k].data, sizeof(float) * D);
-                    if (!strcmp(t[k].name, "codebook")) memcpy(o->cb + (h << bits), t[k].data, sizeof(float) << bits);
+                    if (!strcmp(t[k].name, "codebook")) {
+                        assert_int_equal(t[k].count, 1u << cbits);
+                        memcpy(o->cb + (h << cbits), t[k].data, sizeof(float) << cbits);
+                    }
                     if (!strcmp(t[k].name, "quaternion")) memcpy(o->quat + h * 4, t[k].data, sizeof(float) * 4);
                 }
             }
@@ -234,7 +308,10 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
                     size_t n = 0;
                     assert_int_equal(c->vt->encode(c, X + (r * T + pos) * D, rec, &n, &err), KVQ_OK);
                     assert_int_equal(kvq_gkv_pack_n(c, o->s.kind, bits, rec, n, pos, o->img + r * o->region, cap), 0);
-                    c->vt->decode(c, rec, n, o->dec + (r * T + pos) * D);
+                    // TPROD keys: the codec's score vector (<q, k̃> = its QJL-corrected estimator, what
+                    // the kernel computes); decode would drop the QJL term
+                    if (o->s.kind == KVQ_GKV_TPROD) c->vt->score_vec(c, rec, o->dec + (r * T + pos) * D);
+                    else c->vt->decode(c, rec, n, o->dec + (r * T + pos) * D);
                 }
             }
             free(rec);
@@ -245,7 +322,7 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
     kvq_err e2 = {0};
     assert_int_equal(kvq_cuda_malloc(&o->s.data, (size_t)B * n_kv * o->region, &e2), KVQ_OK);
     assert_int_equal(kvq_cuda_copy(o->s.data, o->img, (size_t)B * n_kv * o->region, 1, &e2), KVQ_OK);
-    if (o->cb) o->s.cb = upload(o->cb, sizeof(float) * n_kv << o->s.bits);
+    if (o->cb) o->s.cb = upload(o->cb, sizeof(float) * n_kv << (o->s.bits - (o->s.kind == KVQ_GKV_TPROD)));
     if (o->signs) o->s.signs = upload(o->signs, sizeof(float) * n_kv * D);
     if (o->quat) o->s.quat = upload(o->quat, sizeof(float) * n_kv * 4);
     if (o->mat) o->s.mat = upload(o->mat, sizeof(float) * n_kv * D * D);
@@ -367,7 +444,8 @@ static void test_attend_vs_cpu(void **state) {
                               {"turboquant:4", "turboquant:4"}, {"fp16", "fp16"}, {"fp16", "int:4"},
                               {"fp16", "kivi:2"}, {"fp16", "turboquant:3"},
                               {"qturbo:2", "qturbo:2"}, {"qturbo:3", "qturbo:3"}, {"qturbo:4", "qturbo:4"},
-                              {"fp16", "turboquant-prod:3"}, {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:3:dither", "hqkv:e8:3:dither"},
+                              {"fp16", "turboquant-prod:3"}, {"turboquant-prod:2", "turboquant-prod:2"},
+                              {"turboquant-prod:3", "turboquant-prod:3"}, {"turboquant-prod:4", "turboquant-prod:4"}, {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:3:dither", "hqkv:e8:3:dither"},
                               {"hqkv:e8:2:dither", "hqkv:e8:2:dither"}, {"hqkv:e8:4:rot=qjl:dither", "hqkv:e8:4:rot=qjl:dither"},
                               {"hqkv:d4:3:dither", "hqkv:d4:3:dither"}, {"hqkv:a2:3:rot=qjl:dither", "hqkv:a2:3:rot=qjl:dither"},
                               {"hqkv:z:2:rot=none:dither", "hqkv:z:2:rot=none:dither"}, {"fp16", "hqkv:e8:3:dither"}};
@@ -517,6 +595,7 @@ static void test_append_vs_cpu_cache(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
+                                       cmocka_unit_test(test_tprod_layout_score),
                                        cmocka_unit_test(test_attend_vs_cpu),
                                        cmocka_unit_test(test_append_vs_cpu_cache)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -66,13 +66,15 @@ __device__ __forceinline__ float byte_f(uint32_t w, int n) {
 
 // The codes of dims (j0 + 4n + k), n = 0..3, as the 4 bytes of a word, from the lane's plane words.
 template <int B>
-__device__ __forceinline__ uint32_t gather(const uint32_t (&w)[B / 2 + 1], int k) {
+__device__ __forceinline__ uint32_t gather_p(const uint32_t *w, int k) {
     uint32_t m = 0;
 #pragma unroll
     for (int p = 0; p < B / 2; p++) m |= ((w[p] >> (2 * k)) & 0x03030303u) << (2 * p);
     if constexpr ((B & 1) != 0) m |= ((((w[B / 2] >> (4 * k)) & 0xFu) * 0x00204081u) & 0x01010101u) << (B - 1);
     return m;
 }
+template <int B>
+__device__ __forceinline__ uint32_t gather(const uint32_t (&w)[B / 2 + 1], int k) { return gather_p<B>(w, k); }
 
 // Loads one position's 16 dims of plane words (lane block L) of a packed row.
 template <int B>
@@ -113,6 +115,17 @@ __device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, in
         const uint4 *p = (const uint4 *)(reg + ((size_t)slot * D + 16 * L) * 2);
         if (ok) x.r[0] = __ldg(p), x.r[1] = __ldg(p + 1);
         else x.r[0] = x.r[1] = make_uint4(0, 0, 0, 0);
+    } else if constexpr (KIND == KVQ_GKV_TPROD) { // (B−1)-bit codes' planes, then the sign plane in w[B/2]
+        const uint8_t *row = reg + (size_t)pos * ROWB(B);
+        if (ok) {
+#pragma unroll
+            for (int p = 0; p < (B - 1) / 2; p++) x.w[p] = __ldg((const uint32_t *)(row + p * (D / 4) + 4 * L));
+            if ((B - 1) & 1) x.w[(B - 1) / 2] = __ldg((const unsigned short *)(row + ((B - 1) / 2) * (D / 4) + 2 * L));
+            x.w[B / 2] = __ldg((const unsigned short *)(row + ROWB(B - 1) + 2 * L));
+        } else {
+#pragma unroll
+            for (int p = 0; p <= B / 2; p++) x.w[p] = 0;
+        }
     } else {
         if (ok) load_row<B>(reg + (size_t)pos * ROWB(B), L, x.w);
         else {
@@ -202,6 +215,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     __shared__ float red[NW][G][D];
     __shared__ float cbk[256], cbv[256];
     __shared__ float mh[G], lh[G];
+    __shared__ __align__(16) float sqs[KK == KVQ_GKV_TPROD ? G : 1][D]; // TPROD: S R q
     const int s = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, L = lane & 7, sub = lane >> 3, j0 = 16 * L;
     const int t0 = p.t_begin + s * p.chunk, t1 = min(p.t_end, t0 + p.chunk), n = t1 - t0;
@@ -222,10 +236,12 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] = p.q[((size_t)b * p.H + g * G + e / D) * D + e % D];
     if (KK == KVQ_GKV_TURBO)
         for (int e = threadIdx.x; e < (1 << KB); e += NT) cbk[e] = p.k.cb[(size_t)g * (1 << KB) + e];
+    if constexpr (KK == KVQ_GKV_TPROD)
+        for (int e = threadIdx.x; e < (1 << (KB - 1)); e += NT) cbk[e] = p.k.cb[(size_t)g * (1 << (KB - 1)) + e];
     if (VK == KVQ_GKV_TURBO)
         for (int e = threadIdx.x; e < (1 << VB); e += NT) cbv[e] = p.v.cb[(size_t)g * (1 << VB) + e];
     __syncthreads();
-    if (KK == KVQ_GKV_TURBO) { // q in the keys' rotated frame, once: WHT(signs ⊙ [r·] q)/√d
+    if (KK == KVQ_GKV_TURBO || KK == KVQ_GKV_TPROD) { // q in the keys' rotated frame, once: WHT(signs ⊙ [r·] q)/√d
         if (p.k.quat) { // qturbo: the unit quaternion r left-multiplies each 4-chunk first
             const float *r = p.k.quat + (size_t)g * 4;
             const float a0 = r[0], a1 = r[1], a2 = r[2], a3 = r[3];
@@ -246,6 +262,16 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
         for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
         block_wht(&qs[0][0], G);
     }
+    if constexpr (KK == KVQ_GKV_TPROD) { // S R q (S: this head's QJL matrix), once per block
+        const float *S = p.k.mat + (size_t)g * D * D;
+        for (int e = threadIdx.x; e < G * D; e += NT) {
+            const int h = e / D, j = e % D;
+            float a = 0.0f;
+            for (int k = 0; k < D; k++) a = fmaf(S[(size_t)j * D + k], qs[h][k], a);
+            sqs[h][j] = a;
+        }
+        __syncthreads();
+    }
     if (KK == KVQ_GKV_HQKV && p.k.rot == 1) { // q in the keys' frame: <q, Sᵀy> = <S q, y>
         for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
         __syncthreads();
@@ -265,6 +291,14 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
 
     // ---- scores
     float qe[G][16], zq[G];
+    float sqe[KK == KVQ_GKV_TPROD ? G : 1][16], sqsl[G]; // TPROD: the lane's S R q and its sum
+    if constexpr (KK == KVQ_GKV_TPROD)
+#pragma unroll
+        for (int h = 0; h < G; h++) {
+            sqsl[h] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; i++) sqe[h][i] = sqs[h][j0 + i], sqsl[h] += sqe[h][i];
+        }
     int qw[G][4], qis[G]; // q8: q as int8, the bytes of word k = dims (4n + k), and Σ of the lane's int8 q
     float sq[G];
     if (q8) { // one scale per query head: max |q| / 127
@@ -341,6 +375,13 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                     else
 #pragma unroll
                         for (int i = 0; i < 16; i++) v[i] = 0.0f;
+                } else if constexpr (KK == KVQ_GKV_TPROD) { // centroids of the (KB−1)-bit codes
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const uint32_t m = gather_p<KB - 1>(x[ps].w, k);
+#pragma unroll
+                        for (int n2 = 0; n2 < 4; n2++) v[4 * n2 + k] = cbk[(m >> (8 * n2)) & 0xFFu];
+                    }
                 } else
                     values<KK, KB>(x[ps], cbk, v);
 #pragma unroll
@@ -348,6 +389,20 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                     a[h] = zq[h];
 #pragma unroll
                     for (int i = 0; i < 16; i++) a[h] = fmaf(qe[h][i], v[i], a[h]);
+                }
+                if constexpr (KK == KVQ_GKV_TPROD) { // + sqrt(π/2)/d · γ_r · (2 <S R q, σ> − Σ S R q)
+                    const uint32_t sg = x[ps].w[KB / 2]; // bit 4k + n: dim j0 + 4n + k
+                    const float gr = pos < t1 ? 1.2533141373155001f / D * h2f(kreg + p.k.side_off + (size_t)pos * 4 + 2) : 0.0f;
+#pragma unroll
+                    for (int h = 0; h < G; h++) {
+                        float t = 0.0f;
+#pragma unroll
+                        for (int k = 0; k < 4; k++)
+#pragma unroll
+                            for (int n2 = 0; n2 < 4; n2++)
+                                if ((sg >> (4 * k + n2)) & 1u) t += sqe[h][4 * n2 + k];
+                        a[h] = fmaf(gr, 2.0f * t - sqsl[h], a[h]);
+                    }
                 }
             }
 #pragma unroll
@@ -360,6 +415,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 float mul = p.sl2;
                 if (KK == KVQ_GKV_INT || KK == KVQ_GKV_TURBO) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 2);
                 if (KK == KVQ_GKV_HQKV) mul *= __ldg((const float *)(kreg + p.k.side_off + (size_t)pos * 8)) * p.k.inv_scale;
+                if (KK == KVQ_GKV_TPROD) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 4);
                 *(float4 *)sc[pos - t0] = make_float4(a[0] * mul, a[1] * mul, a[2] * mul, a[3] * mul);
             }
         }
@@ -726,6 +782,10 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
     KV_BITS(F16K, KVQ_GKV_KIVI)
     KV_BITS(F16K, KVQ_GKV_TURBO)
     HQ_BITS(SAME, KVQ_GKV_HQKV)
+#define TPK(KIND, B) \
+    if (kk == KVQ_GKV_TPROD && vk == KIND && kb == B && vb == B) return attn_split<KVQ_GKV_TPROD, B, KIND, B>;
+    KV_BITS(TPK, KVQ_GKV_TURBO) // turboquant-prod: its keys, turboquant values
+#undef TPK
     HQ_BITS(F16K, KVQ_GKV_HQKV)
 #undef SAME
 #undef F16K

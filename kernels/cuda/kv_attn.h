@@ -27,6 +27,8 @@ typedef enum {
                        // centroid index per rotated coordinate; turboquant-prod:<b> values
     KVQ_GKV_HQKV = 5,  // hqkv:<lattice>:<bps>: fp32 norm and u32 dither counter per token, the integer
                        // lattice codes + 2^(bits-1) as bits-wide codes (bits from the state's bound)
+    KVQ_GKV_TPROD = 6, // turboquant-prod:<b> keys: (fp16 norm, fp16 residual norm) per token, (b-1)-bit
+                       // centroid codes then the d QJL sign bits (a one-bit plane): b·d/8 bytes a row
 } kvq_gkv_kind;
 
 /** The shape every kernel supports now (others are refused with KVQ_ERR_UNSUPPORTED). */
@@ -49,6 +51,7 @@ static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int
 static inline size_t kvq_gkv_side_bytes(kvq_gkv_kind kind, int d, int cap, int role) {
     if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return (size_t)cap * 2;
     if (kind == KVQ_GKV_HQKV) return (size_t)cap * 8;
+    if (kind == KVQ_GKV_TPROD) return (size_t)cap * 4;
     if (kind == KVQ_GKV_KIVI) return role == 0 ? (size_t)(cap / 32) * d * 4 : (size_t)cap * (d / 32) * 4;
     return 0;
 }
@@ -94,10 +97,11 @@ typedef struct {
     int bits;
     int role;          // 0 = K, 1 = V
     void *data;        // device
-    const float *cb;   // device, TURBO only
+    const float *cb;   // device, TURBO (n_kv, 2^bits) and TPROD (n_kv, 2^(bits-1)) centroids
     const float *signs; // device, TURBO and HQKV rot=signs: (n_kv, d)
     const float *quat;  // device, qturbo: (n_kv, 4); NULL for turboquant
-    const float *mat;   // device, HQKV rot=qjl: (n_kv, d, d), the rotation Q (y = Q x) row-major
+    const float *mat;   // device, HQKV rot=qjl: (n_kv, d, d), the rotation Q (y = Q x) row-major;
+                        // TPROD: the QJL matrix S (n_kv, d, d) row-major (σ = sign(S r))
     const uint64_t *seeds; // device, HQKV with dither: (n_kv) the states' seeds
     int lat, rot, dither; // HQKV: lattice (kernels/kv_hqkv.h ids), rotation 0 none / 1 signs / 2 Q, dither
     float scale;          // HQKV: α·√d (a token is γ/scale · Qᵀ(embed(c) − U))

@@ -19,7 +19,7 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
     else if (!strcmp(c->spec.name, "int")) *kind = KVQ_GKV_INT;
     else if (!strcmp(c->spec.name, "kivi")) *kind = KVQ_GKV_KIVI;
     else if (!strcmp(c->spec.name, "turboquant") || !strcmp(c->spec.name, "qturbo")) *kind = KVQ_GKV_TURBO;
-    else if (!strcmp(c->spec.name, "turboquant-prod") && c->role == KVQ_KV_V) *kind = KVQ_GKV_TURBO; // values are turboquant:<b>
+    else if (!strcmp(c->spec.name, "turboquant-prod")) *kind = c->role == KVQ_KV_V ? KVQ_GKV_TURBO : KVQ_GKV_TPROD; // values are turboquant:<b>
     else if (!strcmp(c->spec.name, "hqkv")) {
         *kind = KVQ_GKV_HQKV;
         kvq_kv_hqkv_info in;
@@ -74,6 +74,7 @@ static void lsb_put(uint8_t *p, int b, size_t j, uint32_t v) {
 static size_t header(const kvq_kvcodec *c, kvq_gkv_kind kind) {
     if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return 2;
     if (kind == KVQ_GKV_HQKV) return 8;
+    if (kind == KVQ_GKV_TPROD) return 4;
     if (kind == KVQ_GKV_KIVI) return c->role == KVQ_KV_K ? 4 * (size_t)c->d : 4 * (size_t)((c->d + 31) / 32);
     return 0;
 }
@@ -109,8 +110,39 @@ int kvq_gkv_pack_n(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint
     return 0;
 }
 
+// TPROD: record = fp16 γ | d × (b−1)-bit codes | fp16 γ_r | d sign bits; row = the codes'
+// planes (b−1 bits) then the signs' one-bit plane; side = (γ, γ_r).
+static size_t tprod_p2(int d, int bits) { return 2 + ((size_t)d * (bits - 1) + 7) / 8; }
+
+static void pack_tprod(const kvq_kvcodec *c, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap) {
+    const int d = c->d, bm = bits - 1;
+    const size_t p2 = tprod_p2(d, bits);
+    uint8_t *row = region + (size_t)pos * kvq_gkv_row_bytes(bits, d), *sd = region + side_at(c, KVQ_GKV_TPROD, bits, cap, pos);
+    memset(row, 0, kvq_gkv_row_bytes(bits, d));
+    memcpy(sd, rec, 2), memcpy(sd + 2, rec + p2, 2);
+    for (int i = 0; i < d; i++) {
+        kvq_gkv_put_code(row, bm, d, i, lsb_code(rec + 2, bm, i));
+        kvq_gkv_put_code(row + kvq_gkv_row_bytes(bm, d), 1, d, i, lsb_code(rec + p2 + 2, 1, i));
+    }
+}
+
+static void unpack_tprod(const kvq_kvcodec *c, int bits, const uint8_t *region, int cap, int pos, uint8_t *rec) {
+    const int d = c->d, bm = bits - 1;
+    const size_t p2 = tprod_p2(d, bits);
+    const uint8_t *row = region + (size_t)pos * kvq_gkv_row_bytes(bits, d), *sd = region + side_at(c, KVQ_GKV_TPROD, bits, cap, pos);
+    memcpy(rec, sd, 2), memcpy(rec + p2, sd + 2, 2);
+    for (int i = 0; i < d; i++) {
+        lsb_put(rec + 2, bm, i, kvq_gkv_get_code(row, bm, d, i));
+        lsb_put(rec + p2 + 2, 1, i, kvq_gkv_get_code(row + kvq_gkv_row_bytes(bm, d), 1, d, i));
+    }
+}
+
 void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap) {
     const int d = c->d, g = c->group;
+    if (kind == KVQ_GKV_TPROD) {
+        pack_tprod(c, bits, rec, pos, region, cap);
+        return;
+    }
     if (kind == KVQ_GKV_HQKV) { // variable length: the record's own length is not known here
         (void)pack_hqkv(c, bits, rec, c->vt->max_bytes(c), pos, region, cap);
         return;
@@ -131,6 +163,10 @@ void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8
 void kvq_gkv_unpack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *region, int cap, int pos, uint8_t *rec) {
     const int d = c->d, g = c->group;
     memset(rec, 0, c->vt->max_bytes(c));
+    if (kind == KVQ_GKV_TPROD) {
+        unpack_tprod(c, bits, region, cap, pos, rec);
+        return;
+    }
     if (kind == KVQ_GKV_HQKV) {
         int32_t code[4096];
         float gm;

@@ -9,6 +9,9 @@
 /** TurboQuant's Lloyd-Max codebook for the coordinate law at dimension d (2^bits levels into
  *  cb). @return its mean squared error (kv_turbo.c). */
 double kvq_turbo_codebook(int d, int bits, float *cb);
+/** turboquant-prod keys: the state's QJL matrix S (d, d) row-major, regenerated from the seed
+ *  (owned by the state); NULL for any other state. */
+const float *kvq_kv_turbo_qjl(const kvq_kvcodec *c);
 /** The p-th unit Hurwitz quaternion (kv_hqmq.c). */
 void kvq_hurwitz_unit(int p, float *q);
 /** HQMQ codeword search: fast path and plain reference (same result). */

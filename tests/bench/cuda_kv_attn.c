@@ -6,7 +6,8 @@
 // replayed as a graph). Calls cycle over copies of the cache that together exceed 256 MB (so
 // L2 holds none; the same rules as cuda_kv_sdpa.py, PyTorch's SDPA in the same device call).
 // "q8": int keys scored by dp4a against an int8 copy of q; "h": int/KIVI values summed by
-// HFMA2 in fp16 pairs (into fp32 every 32 positions). qturbo: TurboQuant with the quaternion
+// HFMA2 in fp16 pairs (into fp32 every 32 positions). turboquant-prod: (b−1)-bit keys + QJL
+// signs (S R q once per block), turboquant:<b> values. qturbo: TurboQuant with the quaternion
 // rotation of q and of the value sums. hqkv: lattice codes of 5-8 bits (the GPU layout's
 // width for that rate, docs/KV.md), rotation by signs (or the Haar Q: rot=qjl), "dither": the
 // dither regenerated per position on the fly.
@@ -38,7 +39,8 @@ static double now(void) {
 static double bytes_per_pos(kvq_gkv_kind kind, int bits, int role) {
     if (kind <= KVQ_GKV_F16) return 2.0 * D;
     // KIVI: 4 bytes per channel per 32 positions (K), per 32 channels (V); HQKV: fp32 γ + u32 counter
-    double side = kind == KVQ_GKV_KIVI ? 4.0 * D / 32 : kind == KVQ_GKV_HQKV ? 8.0 : 2.0;
+    // TPROD: fp16 γ + fp16 γ_r
+    double side = kind == KVQ_GKV_KIVI ? 4.0 * D / 32 : kind == KVQ_GKV_HQKV ? 8.0 : kind == KVQ_GKV_TPROD ? 4.0 : 2.0;
     return (double)kvq_gkv_row_bytes(bits, D) + side;
 }
 
@@ -74,7 +76,8 @@ int main(int argc, char **argv) {
         {KVQ_GKV_KIVI, 2, "kivi:2"},        {KVQ_GKV_KIVI, 4, "kivi:4 h"},      {KVQ_GKV_KIVI, 3, "kivi:3 h"},
         {KVQ_GKV_KIVI, 2, "kivi:2 h"},      {KVQ_GKV_TURBO, 4, "turboquant:4"}, {KVQ_GKV_TURBO, 3, "turboquant:3"},
         {KVQ_GKV_TURBO, 2, "turboquant:2"}, {KVQ_GKV_TURBO, 4, "qturbo:4"},     {KVQ_GKV_TURBO, 3, "qturbo:3"},
-        {KVQ_GKV_TURBO, 2, "qturbo:2"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
+        {KVQ_GKV_TURBO, 2, "qturbo:2"},     {KVQ_GKV_TPROD, 4, "turboquant-prod:4"}, {KVQ_GKV_TPROD, 3, "turboquant-prod:3"},
+        {KVQ_GKV_TPROD, 2, "turboquant-prod:2"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:dither"},
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:rot=qjl:dither"}, {KVQ_GKV_HQKV, 5, "hqkv:z:2:dither"}};
     const int ncfg = sizeof cfg / sizeof *cfg;
@@ -103,6 +106,7 @@ int main(int argc, char **argv) {
                                    {.kind = cfg[ci].kind, .bits = cfg[ci].bits, .role = 1, .cb = cb, .signs = sg}, B, NKV, H, D, T, T, T, T,
                                    NULL, NULL, 0};
                 if (!strncmp(cfg[ci].name, "qturbo", 6)) c.k.quat = c.v.quat = qt;
+                if (cfg[ci].kind == KVQ_GKV_TPROD) c.v.kind = KVQ_GKV_TURBO, c.k.mat = mat; // its values are turboquant:<b>
                 if (cfg[ci].kind == KVQ_GKV_HQKV) { // E8 (Z for "hqkv:z"), signs or Q, dither as named
                     kvq_gkv_side *sd[2] = {&c.k, &c.v};
                     for (int r = 0; r < 2; r++) {
