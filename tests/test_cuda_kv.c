@@ -50,7 +50,8 @@ static void tokens(float *x, int n, uint64_t *seed) {
 }
 
 static const char *const SPECS[] = {"int:2", "int:3", "int:4", "kivi:2", "kivi:3", "kivi:4", "turboquant:2", "turboquant:3",
-                                    "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4", "fp16"};
+                                    "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4", "octopus:2", "octopus:3", "octopus:4",
+                                    "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl", "fp16"};
 #define NSPEC (int)(sizeof SPECS / sizeof *SPECS)
 
 // CPU record → GPU layout → CPU record is the identity, for every codec, K and V.
@@ -229,6 +230,86 @@ static void test_tprod_layout_score(void **state) {
     }
 }
 
+// OCTOPUS keys in the GPU layout, on the CPU: the kernel's score read from the layout — lane L's
+// words (six (3b+1)-bit codes, triplets 6L..6L+5 over dims 18L..), dir index → Oct⁻¹(cξ[a],
+// cξ[b]), ρ index → cρ, against q_rot = WHT(s1 ⊙ q) zero-padded past d; with qjl + sqrt(π/(2d))
+// γ_r (2<R' q_rot, σ> − Σ R' q_rot) over the sign plane — against the codec's score():
+// |diff| ≤ 1e-5·‖q‖·γ.
+static void test_oct_layout_score(void **state) {
+    enum { N = 48 };
+    float x[D], q[D], qr[8 * 18], q2[D];
+    for (int qj = 0; qj < 2; qj++)
+        for (int b = 2; b <= 4; b++) {
+            char spec[32];
+            snprintf(spec, sizeof spec, "octopus:%d%s", b, qj ? ":qjl" : "");
+            kvq_kvcodec *c = codec(spec, 0, 1);
+            kvq_gkv_kind kind;
+            int bits;
+            kvq_err err = {0};
+            assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+            assert_int_equal(kind, qj ? KVQ_GKV_OCTQ : KVQ_GKV_OCT);
+            kvq_kv_octopus_info in;
+            assert_int_equal(kvq_kv_octopus_info_of(c, &in), 0);
+            const int nw = kvq_gkv_oct_words(bits), cw = 3 * bits + 1;
+            const size_t mb = c->vt->max_bytes(c), rb = kvq_gkv_kind_row_bytes(kind, bits, D), so = kvq_gkv_side_offset(kind, bits, D, N),
+                         sb = qj ? 8 : 4;
+            uint8_t *img = calloc(kvq_gkv_region_bytes(kind, bits, D, N, 0), 1), *rec = malloc(mb);
+            uint64_t seed = 91 + b;
+            double worst = 0;
+            for (int pos = 0; pos < N; pos++) {
+                tokens(x, 1, &seed);
+                for (int i = 0; i < D; i++) q[i] = (float)gauss(&seed);
+                size_t n = 0;
+                assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+                assert_int_equal(kvq_gkv_pack_n(c, kind, bits, rec, n, pos, img, N), 0);
+                float ref;
+                const uint8_t *rp = rec;
+                const uint32_t len = (uint32_t)n;
+                c->vt->score(c, q, 1, &rp, &len, 1, &ref, 1);
+                double qn = 0;
+                for (int i = 0; i < 8 * 18; i++) qr[i] = i < D ? q[i] * in.s1[i] : 0.0f;
+                for (int i = 0; i < D; i++) qn += (double)q[i] * q[i];
+                kvq_kv_wht(qr, D);
+                const uint8_t *row = img + (size_t)pos * rb;
+                float g;
+                memcpy(&g, img + so + pos * sb, 4);
+                double acc = 0;
+                for (int L = 0; L < 8; L++) {
+                    uint64_t lw[4] = {0};
+                    for (int p = 0; p < nw; p++) {
+                        uint32_t w32;
+                        memcpy(&w32, row + 4 * (nw * L + p), 4);
+                        lw[p] = w32;
+                    }
+                    for (int j = 0; j < 6; j++) {
+                        const int lo = j * cw / 32, sh = j * cw % 32;
+                        const uint32_t code = (uint32_t)(((lw[lo] | lw[lo + 1] << 32) >> sh) & ((1u << cw) - 1));
+                        const float *dn = in.dirs + 3 * (code & ((1u << (2 * in.bdir)) - 1)), r = in.crho[code >> (2 * in.bdir)];
+                        for (int m = 0; m < 3; m++) acc += (double)qr[18 * L + 3 * j + m] * r * dn[m];
+                    }
+                }
+                if (qj) {
+                    for (int i = 0; i < D; i++) q2[i] = qr[i] * in.s2[i];
+                    kvq_kv_wht(q2, D);
+                    const float gr = kvq_f16_to_f32((uint16_t)(img[so + pos * sb + 4] | img[so + pos * sb + 5] << 8));
+                    double sd = 0, s2 = 0;
+                    for (int i = 0; i < D; i++) {
+                        s2 += q2[i];
+                        if (kvq_gkv_get_code(row + 32 * nw, 1, D, i)) sd += q2[i];
+                    }
+                    acc += sqrt(M_PI / (2.0 * D)) * gr * (2 * sd - s2);
+                }
+                const double got = g * acc, lim = 1e-5 * sqrt(qn) * g;
+                assert_true(fabs(got - ref) <= lim);
+                if (fabs(got - ref) / lim > worst) worst = fabs(got - ref) / lim;
+            }
+            fprintf(stderr, "test_cuda_kv: layout %s K: %zu-byte rows, the kernel's score from the layout vs the codec's score(): worst %.2f of the limit\n",
+                    spec, rb, worst);
+            free(img), free(rec);
+            kvq_kvcodec_free(c);
+        }
+}
+
 // One side of a test cache: host image of (batch, n_kv) regions, the decoded values, device copies.
 typedef struct {
     kvq_gkv_side s;
@@ -236,6 +317,7 @@ typedef struct {
     size_t region;
     float *dec; // (batch, n_kv, T, D) as the CPU codec decodes them
     float *cb, *signs, *quat, *mat; // per head: TURBO centroids, signs (TURBO, HQKV), qturbo quaternions, HQKV Q
+    float *rho;                     // OCTOPUS: triplet-norm centroids (its directions go in cb)
     uint64_t *seeds;                // HQKV
 } tside;
 
@@ -278,6 +360,9 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
                     o->signs = malloc(sizeof(float) * n_kv * D), o->mat = malloc(sizeof(float) * n_kv * D * D),
                     o->seeds = malloc(sizeof(uint64_t) * n_kv);
                 if (!strcmp(c->spec.name, "qturbo")) o->quat = malloc(sizeof(float) * n_kv * 4);
+                if (o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ)
+                    o->cb = malloc(sizeof(float) * n_kv * 3 << (2 * (bits + 1))), o->rho = malloc(sizeof(float) * n_kv << (bits - 1)),
+                    o->signs = malloc(sizeof(float) * n_kv * 2 * D);
             }
             const int cbits = o->s.kind == KVQ_GKV_TPROD ? bits - 1 : bits; // TPROD: (b−1)-bit centroids
             if (o->s.kind == KVQ_GKV_TURBO || o->s.kind == KVQ_GKV_TPROD) {
@@ -292,6 +377,14 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
                     }
                     if (!strcmp(t[k].name, "quaternion")) memcpy(o->quat + h * 4, t[k].data, sizeof(float) * 4);
                 }
+            }
+            if (o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ) {
+                kvq_kv_octopus_info in;
+                assert_int_equal(kvq_kv_octopus_info_of(c, &in), 0);
+                memcpy(o->cb + ((size_t)h * 3 << (2 * (bits + 1))), in.dirs, sizeof(float) * 3 << (2 * (bits + 1)));
+                memcpy(o->rho + ((size_t)h << (bits - 1)), in.crho, sizeof(float) << (bits - 1));
+                memcpy(o->signs + (size_t)h * 2 * D, in.s1, sizeof(float) * D);
+                memcpy(o->signs + (size_t)h * 2 * D + D, in.s2, sizeof(float) * D);
             }
             if (o->s.kind == KVQ_GKV_HQKV) {
                 kvq_kv_hqkv_info in;
@@ -310,7 +403,8 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
                     assert_int_equal(kvq_gkv_pack_n(c, o->s.kind, bits, rec, n, pos, o->img + r * o->region, cap), 0);
                     // TPROD keys: the codec's score vector (<q, k̃> = its QJL-corrected estimator, what
                     // the kernel computes); decode would drop the QJL term
-                    if (o->s.kind == KVQ_GKV_TPROD) c->vt->score_vec(c, rec, o->dec + (r * T + pos) * D);
+                    if (o->s.kind == KVQ_GKV_TPROD || o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ)
+                        c->vt->score_vec(c, rec, o->dec + (r * T + pos) * D);
                     else c->vt->decode(c, rec, n, o->dec + (r * T + pos) * D);
                 }
             }
@@ -322,8 +416,11 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
     kvq_err e2 = {0};
     assert_int_equal(kvq_cuda_malloc(&o->s.data, (size_t)B * n_kv * o->region, &e2), KVQ_OK);
     assert_int_equal(kvq_cuda_copy(o->s.data, o->img, (size_t)B * n_kv * o->region, 1, &e2), KVQ_OK);
-    if (o->cb) o->s.cb = upload(o->cb, sizeof(float) * n_kv << (o->s.bits - (o->s.kind == KVQ_GKV_TPROD)));
-    if (o->signs) o->s.signs = upload(o->signs, sizeof(float) * n_kv * D);
+    const int oct = o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ;
+    if (o->cb)
+        o->s.cb = upload(o->cb, oct ? sizeof(float) * n_kv * 3 << (2 * (o->s.bits + 1)) : sizeof(float) * n_kv << (o->s.bits - (o->s.kind == KVQ_GKV_TPROD)));
+    if (o->rho) o->s.rho = upload(o->rho, sizeof(float) * n_kv << (o->s.bits - 1));
+    if (o->signs) o->s.signs = upload(o->signs, sizeof(float) * n_kv * D * (oct ? 2 : 1));
     if (o->quat) o->s.quat = upload(o->quat, sizeof(float) * n_kv * 4);
     if (o->mat) o->s.mat = upload(o->mat, sizeof(float) * n_kv * D * D);
     if (o->seeds) o->s.seeds = upload(o->seeds, sizeof(uint64_t) * n_kv);
@@ -336,7 +433,8 @@ static void free_side(tside *o) {
     kvq_cuda_free((void *)o->s.quat);
     kvq_cuda_free((void *)o->s.mat);
     kvq_cuda_free((void *)o->s.seeds);
-    free(o->img), free(o->dec), free(o->cb), free(o->signs), free(o->quat), free(o->mat), free(o->seeds);
+    kvq_cuda_free((void *)o->s.rho);
+    free(o->img), free(o->dec), free(o->cb), free(o->signs), free(o->quat), free(o->mat), free(o->seeds), free(o->rho);
 }
 
 // softmax(scale·q·Kᵀ)·V in double for every (sequence, query head); K, V (B, n_kv, T, D).
@@ -445,7 +543,9 @@ static void test_attend_vs_cpu(void **state) {
                               {"fp16", "kivi:2"}, {"fp16", "turboquant:3"},
                               {"qturbo:2", "qturbo:2"}, {"qturbo:3", "qturbo:3"}, {"qturbo:4", "qturbo:4"},
                               {"fp16", "turboquant-prod:3"}, {"turboquant-prod:2", "turboquant-prod:2"},
-                              {"turboquant-prod:3", "turboquant-prod:3"}, {"turboquant-prod:4", "turboquant-prod:4"}, {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:3:dither", "hqkv:e8:3:dither"},
+                              {"turboquant-prod:3", "turboquant-prod:3"}, {"turboquant-prod:4", "turboquant-prod:4"},
+                              {"octopus:2", "octopus:2"}, {"octopus:3", "octopus:3"}, {"octopus:4", "octopus:4"},
+                              {"octopus:2:qjl", "octopus:2:qjl"}, {"octopus:4:qjl", "octopus:4:qjl"}, {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:3:dither", "hqkv:e8:3:dither"},
                               {"hqkv:e8:2:dither", "hqkv:e8:2:dither"}, {"hqkv:e8:4:rot=qjl:dither", "hqkv:e8:4:rot=qjl:dither"},
                               {"hqkv:d4:3:dither", "hqkv:d4:3:dither"}, {"hqkv:a2:3:rot=qjl:dither", "hqkv:a2:3:rot=qjl:dither"},
                               {"hqkv:z:2:rot=none:dither", "hqkv:z:2:rot=none:dither"}, {"fp16", "hqkv:e8:3:dither"}};
@@ -595,7 +695,7 @@ static void test_append_vs_cpu_cache(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
-                                       cmocka_unit_test(test_tprod_layout_score),
+                                       cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_attend_vs_cpu),
                                        cmocka_unit_test(test_append_vs_cpu_cache)};
     return cmocka_run_group_tests(tests, NULL, NULL);

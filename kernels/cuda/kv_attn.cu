@@ -41,7 +41,8 @@ struct side_p {
     const uint8_t *base; // region of (sequence 0, head 0)
     size_t region;       // bytes per region
     size_t side_off;     // offset of the side data in a region
-    const float *cb;     // TURBO centroids (n_kv, 2^bits)
+    const float *cb;     // TURBO centroids (n_kv, 2^bits); OCTOPUS directions
+    const float *rho;    // OCTOPUS triplet-norm centroids
     const float *signs;  // TURBO, HQKV rot=signs: sign vectors (n_kv, D)
     const float *quat;   // qturbo: unit quaternions (n_kv, 4), else NULL
     const float *mat;    // HQKV rot=qjl: Q (n_kv, D, D)
@@ -104,9 +105,10 @@ __device__ __forceinline__ void dense_vals(const uint4 (&r)[2], float (&v)[16]) 
 // or centroids of codes.
 template <int KIND, int B>
 struct row_t {
-    uint32_t w[B / 2 + 1];
+    uint32_t w[KIND == KVQ_GKV_OCT || KIND == KVQ_GKV_OCTQ ? 4 : B / 2 + 1]; // OCTOPUS: ≤ 3 code words + the sign word
     uint4 r[2];
 };
+#define OCT_NW(B) ((6 * (3 * (B) + 1) + 31) / 32) // kvq_gkv_oct_words
 
 template <int KIND, int B>
 __device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, int pos, int L, bool ok, row_t<KIND, B> &x) {
@@ -115,6 +117,16 @@ __device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, in
         const uint4 *p = (const uint4 *)(reg + ((size_t)slot * D + 16 * L) * 2);
         if (ok) x.r[0] = __ldg(p), x.r[1] = __ldg(p + 1);
         else x.r[0] = x.r[1] = make_uint4(0, 0, 0, 0);
+    } else if constexpr (KIND == KVQ_GKV_OCT || KIND == KVQ_GKV_OCTQ) { // the lane's code words [, its 16 sign bits in w[3]]
+        constexpr int NWd = OCT_NW(B), RB = 32 * NWd + (KIND == KVQ_GKV_OCTQ ? D / 8 : 0);
+        const uint8_t *row = reg + (size_t)pos * RB;
+#pragma unroll
+        for (int p = 0; p < 4; p++) x.w[p] = 0;
+        if (ok) {
+#pragma unroll
+            for (int p = 0; p < NWd; p++) x.w[p] = __ldg((const uint32_t *)(row + 4 * (NWd * L + p)));
+            if (KIND == KVQ_GKV_OCTQ) x.w[3] = __ldg((const unsigned short *)(row + 32 * NWd + 2 * L));
+        }
     } else if constexpr (KIND == KVQ_GKV_TPROD) { // (B−1)-bit codes' planes, then the sign plane in w[B/2]
         const uint8_t *row = reg + (size_t)pos * ROWB(B);
         if (ok) {
@@ -215,7 +227,9 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     __shared__ float red[NW][G][D];
     __shared__ float cbk[256], cbv[256];
     __shared__ float mh[G], lh[G];
-    __shared__ __align__(16) float sqs[KK == KVQ_GKV_TPROD ? G : 1][D]; // TPROD: S R q
+    constexpr bool OCTK = KK == KVQ_GKV_OCT || KK == KVQ_GKV_OCTQ, QJLK = KK == KVQ_GKV_TPROD || KK == KVQ_GKV_OCTQ;
+    __shared__ __align__(16) float sqs[QJLK ? G : 1][D]; // TPROD: S R q; OCTQ: R' R q
+    __shared__ float odirs[OCTK ? 3 << (2 * (KB + 1)) : 1], orho[OCTK ? 1 << (KB > 0 ? KB - 1 : 0) : 1]; // OCTOPUS tables
     const int s = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, L = lane & 7, sub = lane >> 3, j0 = 16 * L;
     const int t0 = p.t_begin + s * p.chunk, t1 = min(p.t_end, t0 + p.chunk), n = t1 - t0;
@@ -238,6 +252,10 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
         for (int e = threadIdx.x; e < (1 << KB); e += NT) cbk[e] = p.k.cb[(size_t)g * (1 << KB) + e];
     if constexpr (KK == KVQ_GKV_TPROD)
         for (int e = threadIdx.x; e < (1 << (KB - 1)); e += NT) cbk[e] = p.k.cb[(size_t)g * (1 << (KB - 1)) + e];
+    if constexpr (OCTK) {
+        for (int e = threadIdx.x; e < (3 << (2 * (KB + 1))); e += NT) odirs[e] = p.k.cb[((size_t)g << (2 * (KB + 1))) * 3 + e];
+        for (int e = threadIdx.x; e < (1 << (KB - 1)); e += NT) orho[e] = p.k.rho[(size_t)g * (1 << (KB - 1)) + e];
+    }
     if (VK == KVQ_GKV_TURBO)
         for (int e = threadIdx.x; e < (1 << VB); e += NT) cbv[e] = p.v.cb[(size_t)g * (1 << VB) + e];
     __syncthreads();
@@ -261,6 +279,14 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
         }
         for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
         block_wht(&qs[0][0], G);
+    }
+    if constexpr (OCTK) { // q_rot = WHT(s1 ⊙ q)/√d; OCTQ also R' q_rot = WHT(s2 ⊙ q_rot)/√d into sqs
+        for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * 2 * D + e % D];
+        block_wht(&qs[0][0], G);
+        if constexpr (KK == KVQ_GKV_OCTQ) {
+            for (int e = threadIdx.x; e < G * D; e += NT) sqs[e / D][e % D] = qs[e / D][e % D] * p.k.signs[(size_t)g * 2 * D + D + e % D];
+            block_wht(&sqs[0][0], G);
+        }
     }
     if constexpr (KK == KVQ_GKV_TPROD) { // S R q (S: this head's QJL matrix), once per block
         const float *S = p.k.mat + (size_t)g * D * D;
@@ -291,8 +317,14 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
 
     // ---- scores
     float qe[G][16], zq[G];
-    float sqe[KK == KVQ_GKV_TPROD ? G : 1][16], sqsl[G]; // TPROD: the lane's S R q and its sum
-    if constexpr (KK == KVQ_GKV_TPROD)
+    float sqe[QJLK ? G : 1][16], sqsl[G]; // TPROD, OCTQ: the lane's S R q (R' R q) and its sum
+    float qt[OCTK ? G : 1][18];            // OCTOPUS: the lane's dims 18L.. of q_rot (0 past D)
+    if constexpr (OCTK)
+#pragma unroll
+        for (int h = 0; h < G; h++)
+#pragma unroll
+            for (int m = 0; m < 18; m++) qt[h][m] = 18 * L + m < D ? qs[h][18 * L + m] : 0.0f;
+    if constexpr (QJLK)
 #pragma unroll
         for (int h = 0; h < G; h++) {
             sqsl[h] = 0.0f;
@@ -362,7 +394,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 int ai[G] = {0};
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const int m = (int)gather<KB>(x[ps].w, k);
+                    const int m = (int)gather_p<KB>(x[ps].w, k);
 #pragma unroll
                     for (int h = 0; h < G; h++) ai[h] = __dp4a(m, qw[h][k], ai[h]);
                 }
@@ -375,6 +407,19 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                     else
 #pragma unroll
                         for (int i = 0; i < 16; i++) v[i] = 0.0f;
+                } else if constexpr (OCTK) { // Σ over the lane's 6 triplets of ρ̂ <q_rot, n̂> (eq. 13)
+                    constexpr int CW = 3 * KB + 1, BD = KB + 1;
+#pragma unroll
+                    for (int h = 0; h < G; h++) a[h] = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 6; j++) {
+                        const int lo = j * CW / 32, sh = j * CW % 32;
+                        const uint32_t code = __funnelshift_r(x[ps].w[lo], x[ps].w[lo + 1 < 4 ? lo + 1 : 3], sh) & ((1u << CW) - 1);
+                        const float *dn = odirs + 3 * (code & ((1u << (2 * BD)) - 1));
+                        const float r = orho[code >> (2 * BD)], d0 = r * dn[0], d1 = r * dn[1], d2 = r * dn[2];
+#pragma unroll
+                        for (int h = 0; h < G; h++) a[h] = fmaf(qt[h][3 * j], d0, fmaf(qt[h][3 * j + 1], d1, fmaf(qt[h][3 * j + 2], d2, a[h])));
+                    }
                 } else if constexpr (KK == KVQ_GKV_TPROD) { // centroids of the (KB−1)-bit codes
 #pragma unroll
                     for (int k = 0; k < 4; k++) {
@@ -384,15 +429,18 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                     }
                 } else
                     values<KK, KB>(x[ps], cbk, v);
+                if constexpr (!OCTK)
 #pragma unroll
-                for (int h = 0; h < G; h++) {
-                    a[h] = zq[h];
+                    for (int h = 0; h < G; h++) {
+                        a[h] = zq[h];
 #pragma unroll
-                    for (int i = 0; i < 16; i++) a[h] = fmaf(qe[h][i], v[i], a[h]);
-                }
-                if constexpr (KK == KVQ_GKV_TPROD) { // + sqrt(π/2)/d · γ_r · (2 <S R q, σ> − Σ S R q)
-                    const uint32_t sg = x[ps].w[KB / 2]; // bit 4k + n: dim j0 + 4n + k
-                    const float gr = pos < t1 ? 1.2533141373155001f / D * h2f(kreg + p.k.side_off + (size_t)pos * 4 + 2) : 0.0f;
+                        for (int i = 0; i < 16; i++) a[h] = fmaf(qe[h][i], v[i], a[h]);
+                    }
+                if constexpr (QJLK) { // TPROD: + sqrt(π/2)/d · γ_r · (2 <S R q, σ> − Σ S R q); OCTQ: sqrt(π/(2d)), R'
+                    const uint32_t sg = x[ps].w[KK == KVQ_GKV_OCTQ ? 3 : KB / 2]; // bit 4k + n: dim j0 + 4n + k
+                    const float gr = pos >= t1 ? 0.0f
+                                     : KK == KVQ_GKV_OCTQ ? 0.110778366f * h2f(kreg + p.k.side_off + (size_t)pos * 8 + 4)
+                                                          : 1.2533141373155001f / D * h2f(kreg + p.k.side_off + (size_t)pos * 4 + 2);
 #pragma unroll
                     for (int h = 0; h < G; h++) {
                         float t = 0.0f;
@@ -416,6 +464,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 if (KK == KVQ_GKV_INT || KK == KVQ_GKV_TURBO) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 2);
                 if (KK == KVQ_GKV_HQKV) mul *= __ldg((const float *)(kreg + p.k.side_off + (size_t)pos * 8)) * p.k.inv_scale;
                 if (KK == KVQ_GKV_TPROD) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 4);
+                if (OCTK) mul *= __ldg((const float *)(kreg + p.k.side_off + (size_t)pos * (KK == KVQ_GKV_OCTQ ? 8 : 4)));
                 *(float4 *)sc[pos - t0] = make_float4(a[0] * mul, a[1] * mul, a[2] * mul, a[3] * mul);
             }
         }
@@ -733,6 +782,7 @@ static side_p side_of(const kvq_gkv_cache *c, const kvq_gkv_side *s) {
     r.region = kvq_gkv_region_bytes(s->kind, s->bits, D, c->cap, s->role);
     r.side_off = kvq_gkv_side_offset(s->kind, s->bits, D, c->cap);
     r.cb = s->cb;
+    r.rho = s->rho;
     r.signs = s->signs;
     r.quat = s->quat;
     r.mat = s->mat;
@@ -743,7 +793,7 @@ static side_p side_of(const kvq_gkv_cache *c, const kvq_gkv_side *s) {
     return r;
 }
 static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
-    side_p r = {(const uint8_t *)ring, (size_t)c->wcap * D * 2, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0.0f, c->wcap};
+    side_p r = {(const uint8_t *)ring, (size_t)c->wcap * D * 2, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0.0f, c->wcap};
     return r;
 }
 
@@ -786,6 +836,11 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
     if (kk == KVQ_GKV_TPROD && vk == KIND && kb == B && vb == B) return attn_split<KVQ_GKV_TPROD, B, KIND, B>;
     KV_BITS(TPK, KVQ_GKV_TURBO) // turboquant-prod: its keys, turboquant values
 #undef TPK
+#define OCTK_(KIND, B) \
+    if (kk == KIND && vk == KVQ_GKV_KIVI && kb == B && vb == B) return attn_split<KIND, B, KVQ_GKV_KIVI, B>;
+    KV_BITS(OCTK_, KVQ_GKV_OCT) // OCTOPUS keys; its values are KIVI's per-token groups
+    KV_BITS(OCTK_, KVQ_GKV_OCTQ)
+#undef OCTK_
     HQ_BITS(F16K, KVQ_GKV_HQKV)
 #undef SAME
 #undef F16K

@@ -8,6 +8,7 @@
 
 #include "libconv/kv/kv_gpu.h"
 #include "libconv/kv/kv_hqkv.h"
+#include "libconv/kv/kv_internal.h"
 
 kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, kvq_err *err) {
     char s[64];
@@ -20,7 +21,14 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
     else if (!strcmp(c->spec.name, "kivi")) *kind = KVQ_GKV_KIVI;
     else if (!strcmp(c->spec.name, "turboquant") || !strcmp(c->spec.name, "qturbo")) *kind = KVQ_GKV_TURBO;
     else if (!strcmp(c->spec.name, "turboquant-prod")) *kind = c->role == KVQ_KV_V ? KVQ_GKV_TURBO : KVQ_GKV_TPROD; // values are turboquant:<b>
-    else if (!strcmp(c->spec.name, "hqkv")) {
+    else if (!strcmp(c->spec.name, "octopus") && c->role == KVQ_KV_V) *kind = KVQ_GKV_KIVI; // per-token groups of 32 = KIVI's values
+    else if (!strcmp(c->spec.name, "octopus")) {
+        kvq_kv_octopus_info in;
+        kvq_kv_octopus_info_of(c, &in);
+        *kind = in.qjl ? KVQ_GKV_OCTQ : KVQ_GKV_OCT;
+        if (in.bdir != b + 1 || in.bnorm != b - 1)
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s': the GPU kernel is built for the default split (b_dir = b+1, b_norm = b-1)", s);
+    } else if (!strcmp(c->spec.name, "hqkv")) {
         *kind = KVQ_GKV_HQKV;
         kvq_kv_hqkv_info in;
         kvq_kv_hqkv_info_of(c, &in);
@@ -74,7 +82,8 @@ static void lsb_put(uint8_t *p, int b, size_t j, uint32_t v) {
 static size_t header(const kvq_kvcodec *c, kvq_gkv_kind kind) {
     if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return 2;
     if (kind == KVQ_GKV_HQKV) return 8;
-    if (kind == KVQ_GKV_TPROD) return 4;
+    if (kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT) return 4;
+    if (kind == KVQ_GKV_OCTQ) return 8;
     if (kind == KVQ_GKV_KIVI) return c->role == KVQ_KV_K ? 4 * (size_t)c->d : 4 * (size_t)((c->d + 31) / 32);
     return 0;
 }
@@ -137,8 +146,62 @@ static void unpack_tprod(const kvq_kvcodec *c, int bits, const uint8_t *region, 
     }
 }
 
+// OCT/OCTQ: record = fp32 γ | 2·ntri dir indices (bdir bits) | ntri ρ indices (bnorm bits) |
+// [fp16 γ_r | d sign bits]; lane L's words hold the codes (a·2^bdir + b) | ρ << 2·bdir of
+// triplets 6L..6L+5 (zero past ntri), then the sign plane; side = γ [, γ_r, 0].
+static void oct_io(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, uint8_t *rec, int pos, uint8_t *region, int cap, int to_region) {
+    kvq_kv_octopus_info in;
+    kvq_kv_octopus_info_of(c, &in);
+    const int d = c->d, cw = 2 * in.bdir + in.bnorm, nw = kvq_gkv_oct_words(bits);
+    const size_t p2 = 4 + ((size_t)in.ntri * cw + 7) / 8, rb = kvq_gkv_kind_row_bytes(kind, bits, d);
+    uint8_t *row = region + (size_t)pos * rb, *sd = region + side_at(c, kind, bits, cap, pos);
+    if (to_region) {
+        memset(row, 0, rb);
+        memset(sd, 0, header(c, kind));
+        memcpy(sd, rec, 4);
+        if (in.qjl) memcpy(sd + 4, rec + p2, 2);
+    } else {
+        memcpy(rec, sd, 4);
+        if (in.qjl) memcpy(rec + p2, sd + 4, 2);
+    }
+    for (int t = 0; t < in.ntri; t++) {
+        uint8_t *lw = row + (size_t)(t / 6) * nw * 4; // lane t / 6's words, code t % 6
+        const size_t at = (size_t)(t % 6) * cw;
+        if (to_region) {
+            const uint32_t a = lsb_code(rec + 4, in.bdir, 2 * (size_t)t), b = lsb_code(rec + 4, in.bdir, 2 * (size_t)t + 1);
+            uint32_t rr = 0;
+            for (int k = 0; k < in.bnorm; k++) {
+                const size_t bit = (size_t)in.ntri * 2 * in.bdir + (size_t)t * in.bnorm + k;
+                rr |= (uint32_t)((rec[4 + (bit >> 3)] >> (bit & 7)) & 1) << k;
+            }
+            const uint32_t code = (a << in.bdir | b) | rr << (2 * in.bdir);
+            for (int k = 0; k < cw; k++) lw[(at + k) >> 3] |= (uint8_t)(((code >> k) & 1) << ((at + k) & 7));
+        } else {
+            uint32_t code = 0;
+            for (int k = 0; k < cw; k++) code |= (uint32_t)((lw[(at + k) >> 3] >> ((at + k) & 7)) & 1) << k;
+            lsb_put(rec + 4, in.bdir, 2 * (size_t)t, (code >> in.bdir) & ((1u << in.bdir) - 1));
+            lsb_put(rec + 4, in.bdir, 2 * (size_t)t + 1, code & ((1u << in.bdir) - 1));
+            for (int k = 0; k < in.bnorm; k++) {
+                const size_t bit = (size_t)in.ntri * 2 * in.bdir + (size_t)t * in.bnorm + k;
+                rec[4 + (bit >> 3)] |= (uint8_t)(((code >> (2 * in.bdir + k)) & 1) << (bit & 7));
+            }
+        }
+    }
+    if (in.qjl) {
+        uint8_t *pl = row + (size_t)32 * nw;
+        for (int i = 0; i < d; i++) {
+            if (to_region) kvq_gkv_put_code(pl, 1, d, i, lsb_code(rec + p2 + 2, 1, i));
+            else lsb_put(rec + p2 + 2, 1, i, kvq_gkv_get_code(pl, 1, d, i));
+        }
+    }
+}
+
 void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap) {
     const int d = c->d, g = c->group;
+    if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
+        oct_io(c, kind, bits, (uint8_t *)rec, pos, region, cap, 1); // rec is only read
+        return;
+    }
     if (kind == KVQ_GKV_TPROD) {
         pack_tprod(c, bits, rec, pos, region, cap);
         return;
@@ -165,6 +228,10 @@ void kvq_gkv_unpack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uin
     memset(rec, 0, c->vt->max_bytes(c));
     if (kind == KVQ_GKV_TPROD) {
         unpack_tprod(c, bits, region, cap, pos, rec);
+        return;
+    }
+    if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
+        oct_io(c, kind, bits, rec, pos, (uint8_t *)region, cap, 0); // region is only read
         return;
     }
     if (kind == KVQ_GKV_HQKV) {

@@ -21,6 +21,15 @@ int kvq_hqmq_search_ref(const kvq_kvcodec *c, const float *u);
  *  (kv_octopus.c). */
 void kvq_oct_encode(const float *n, float *xi, float *eta);
 void kvq_oct_decode(float xi, float eta, float *n);
+/** An octopus key state's layout and tables (pointers into the state, which owns them);
+ *  @return 0, or -1 for any other state. */
+typedef struct {
+    int bdir, bnorm, ntri, qjl;
+    const float *s1, *s2;  // (d) rotation and QJL sign vectors
+    const float *crho;     // (2^bnorm)
+    const float *dirs;     // (2^bdir, 2^bdir, 3) Oct⁻¹(cξ[a], cξ[b])
+} kvq_kv_octopus_info;
+int kvq_kv_octopus_info_of(const kvq_kvcodec *c, kvq_kv_octopus_info *o);
 double kvq_oct_xi_pdf(double xi, const void *arg);
 
 #endif

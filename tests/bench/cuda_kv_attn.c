@@ -7,7 +7,8 @@
 // L2 holds none; the same rules as cuda_kv_sdpa.py, PyTorch's SDPA in the same device call).
 // "q8": int keys scored by dp4a against an int8 copy of q; "h": int/KIVI values summed by
 // HFMA2 in fp16 pairs (into fp32 every 32 positions). turboquant-prod: (b−1)-bit keys + QJL
-// signs (S R q once per block), turboquant:<b> values. qturbo: TurboQuant with the quaternion
+// signs (S R q once per block), turboquant:<b> values. octopus: triplet codes (direction table
+// in shared memory), ":qjl" with the sign plane; its values are KIVI's layout (kivi:<b> V). qturbo: TurboQuant with the quaternion
 // rotation of q and of the value sums. hqkv: lattice codes of 5-8 bits (the GPU layout's
 // width for that rate, docs/KV.md), rotation by signs (or the Haar Q: rot=qjl), "dither": the
 // dither regenerated per position on the fly.
@@ -39,9 +40,11 @@ static double now(void) {
 static double bytes_per_pos(kvq_gkv_kind kind, int bits, int role) {
     if (kind <= KVQ_GKV_F16) return 2.0 * D;
     // KIVI: 4 bytes per channel per 32 positions (K), per 32 channels (V); HQKV: fp32 γ + u32 counter
-    // TPROD: fp16 γ + fp16 γ_r
-    double side = kind == KVQ_GKV_KIVI ? 4.0 * D / 32 : kind == KVQ_GKV_HQKV ? 8.0 : kind == KVQ_GKV_TPROD ? 4.0 : 2.0;
-    return (double)kvq_gkv_row_bytes(bits, D) + side;
+    // TPROD: fp16 γ + fp16 γ_r; OCT: fp32 γ, OCTQ (+ fp16 γ_r, padding)
+    double side = kind == KVQ_GKV_KIVI ? 4.0 * D / 32 : kind == KVQ_GKV_HQKV || kind == KVQ_GKV_OCTQ ? 8.0
+                  : kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT                 ? 4.0
+                                                                                 : 2.0;
+    return (double)kvq_gkv_kind_row_bytes(kind, bits, D) + side;
 }
 
 #define TRY(x)                                                             \
@@ -77,12 +80,14 @@ int main(int argc, char **argv) {
         {KVQ_GKV_KIVI, 2, "kivi:2 h"},      {KVQ_GKV_TURBO, 4, "turboquant:4"}, {KVQ_GKV_TURBO, 3, "turboquant:3"},
         {KVQ_GKV_TURBO, 2, "turboquant:2"}, {KVQ_GKV_TURBO, 4, "qturbo:4"},     {KVQ_GKV_TURBO, 3, "qturbo:3"},
         {KVQ_GKV_TURBO, 2, "qturbo:2"},     {KVQ_GKV_TPROD, 4, "turboquant-prod:4"}, {KVQ_GKV_TPROD, 3, "turboquant-prod:3"},
-        {KVQ_GKV_TPROD, 2, "turboquant-prod:2"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
+        {KVQ_GKV_TPROD, 2, "turboquant-prod:2"}, {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
+        {KVQ_GKV_OCT, 2, "octopus:2"},      {KVQ_GKV_OCTQ, 4, "octopus:4:qjl"}, {KVQ_GKV_OCTQ, 3, "octopus:3:qjl"},
+        {KVQ_GKV_OCTQ, 2, "octopus:2:qjl"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:dither"},
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:rot=qjl:dither"}, {KVQ_GKV_HQKV, 5, "hqkv:z:2:dither"}};
     const int ncfg = sizeof cfg / sizeof *cfg;
     const float scale = 0.08838834764831845f;
-    void *cb, *sg, *qt, *mat, *seeds, *q, *out;
+    void *cb, *sg, *qt, *mat, *seeds, *odir, *orho, *osg, *q, *out;
     TRY(kvq_cuda_malloc(&cb, sizeof(float) * NKV * 16, &err));
     TRY(kvq_cuda_malloc(&sg, sizeof(float) * NKV * D, &err));
     TRY(kvq_cuda_memset(cb, 0x11, sizeof(float) * NKV * 16, &err));
@@ -91,6 +96,12 @@ int main(int argc, char **argv) {
     TRY(kvq_cuda_memset(qt, 0x11, sizeof(float) * NKV * 4, &err));
     TRY(kvq_cuda_malloc(&mat, sizeof(float) * NKV * D * D, &err)); // hqkv rot=qjl
     TRY(kvq_cuda_memset(mat, 0x11, sizeof(float) * NKV * D * D, &err));
+    TRY(kvq_cuda_malloc(&odir, sizeof(float) * NKV * 3 * 1024, &err)); // octopus directions, norms, s1 and s2
+    TRY(kvq_cuda_memset(odir, 0x11, sizeof(float) * NKV * 3 * 1024, &err));
+    TRY(kvq_cuda_malloc(&orho, sizeof(float) * NKV * 8, &err));
+    TRY(kvq_cuda_memset(orho, 0x11, sizeof(float) * NKV * 8, &err));
+    TRY(kvq_cuda_malloc(&osg, sizeof(float) * NKV * 2 * D, &err));
+    TRY(kvq_cuda_memset(osg, 0x11, sizeof(float) * NKV * 2 * D, &err));
     TRY(kvq_cuda_malloc(&seeds, sizeof(uint64_t) * NKV, &err)); // hqkv dither
     TRY(kvq_cuda_memset(seeds, 0x11, sizeof(uint64_t) * NKV, &err));
     TRY(kvq_cuda_malloc(&q, sizeof(float) * 8 * H * D, &err));
@@ -107,6 +118,8 @@ int main(int argc, char **argv) {
                                    NULL, NULL, 0};
                 if (!strncmp(cfg[ci].name, "qturbo", 6)) c.k.quat = c.v.quat = qt;
                 if (cfg[ci].kind == KVQ_GKV_TPROD) c.v.kind = KVQ_GKV_TURBO, c.k.mat = mat; // its values are turboquant:<b>
+                if (cfg[ci].kind == KVQ_GKV_OCT || cfg[ci].kind == KVQ_GKV_OCTQ) // its values are KIVI's per-token groups
+                    c.v.kind = KVQ_GKV_KIVI, c.k.cb = odir, c.k.rho = orho, c.k.signs = osg;
                 if (cfg[ci].kind == KVQ_GKV_HQKV) { // E8 (Z for "hqkv:z"), signs or Q, dither as named
                     kvq_gkv_side *sd[2] = {&c.k, &c.v};
                     for (int r = 0; r < 2; r++) {
