@@ -51,7 +51,8 @@ static void tokens(float *x, int n, uint64_t *seed) {
 
 static const char *const SPECS[] = {"int:2", "int:3", "int:4", "kivi:2", "kivi:3", "kivi:4", "turboquant:2", "turboquant:3",
                                     "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4", "octopus:2", "octopus:3", "octopus:4",
-                                    "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl", "fp16"};
+                                    "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl", "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6",
+                                    "fp16"};
 #define NSPEC (int)(sizeof SPECS / sizeof *SPECS)
 
 // CPU record → GPU layout → CPU record is the identity, for every codec, K and V.
@@ -310,6 +311,63 @@ static void test_oct_layout_score(void **state) {
         }
 }
 
+// HQMQ in the GPU layout, on the CPU: the kernel's read-back (hqmq_values: lane L's words of 4
+// chunk codes idx | r << ib, r·C[idx] × σ/(2^b_r − 1)) against the codec's decoder: max |diff| ≤
+// 1e-6·max|x̂|.
+static void test_hqmq_layout(void **state) {
+    static const char *const hs[] = {"hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6"};
+    enum { N = 40 };
+    float x[D], dec[D];
+    for (int si = 0; si < 3; si++) {
+        kvq_kvcodec *c = codec(hs[si], 1, 0);
+        kvq_gkv_kind kind;
+        int bits;
+        kvq_err err = {0};
+        assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+        assert_int_equal(kind, KVQ_GKV_HQMQ);
+        kvq_kv_hqmq_info in;
+        assert_int_equal(kvq_kv_hqmq_info_of(c, &in), 0);
+        const int nw = (4 * bits + 31) / 32;
+        const size_t rb = kvq_gkv_kind_row_bytes(kind, bits, D), so = kvq_gkv_side_offset(kind, bits, D, N);
+        uint8_t *img = calloc(kvq_gkv_region_bytes(kind, bits, D, N, 1), 1), *rec = malloc(c->vt->max_bytes(c));
+        uint64_t seed = 5 + si;
+        double worst = 0;
+        for (int pos = 0; pos < N; pos++) {
+            tokens(x, 1, &seed);
+            size_t n = 0;
+            assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+            assert_int_equal(kvq_gkv_pack_n(c, kind, bits, rec, n, pos, img, N), 0);
+            c->vt->decode(c, rec, n, dec);
+            const float sig = kvq_f16_to_f32((uint16_t)(img[so + 2 * pos] | img[so + 2 * pos + 1] << 8)) / (float)((1 << in.br) - 1);
+            double mx = 0, md = 0;
+            for (int L = 0; L < 8; L++) {
+                uint64_t lw[4] = {0};
+                for (int p = 0; p < nw; p++) {
+                    uint32_t w32;
+                    memcpy(&w32, img + (size_t)pos * rb + 4 * (nw * L + p), 4);
+                    lw[p] = w32;
+                }
+                for (int ch = 0; ch < 4; ch++) {
+                    const int lo = ch * bits / 32, sh = ch * bits % 32;
+                    const uint32_t code = (uint32_t)(((lw[lo] | lw[lo + 1] << 32) >> sh) & ((1u << bits) - 1));
+                    const float *C = in.cb + 4 * (code & ((1u << in.ib) - 1));
+                    for (int j = 0; j < 4; j++) {
+                        const int i = 16 * L + 4 * ch + j;
+                        const double v = (double)(code >> in.ib) * C[j] * sig;
+                        mx = fmax(mx, fabs(dec[i])), md = fmax(md, fabs(v - dec[i]));
+                    }
+                }
+            }
+            assert_true(md <= 1e-6 * mx);
+            if (md / mx > worst) worst = md / mx;
+        }
+        fprintf(stderr, "test_cuda_kv: layout %s: %d-bit chunk codes (%zu-byte rows), the kernel's read-back vs the decoder max rel %.1e\n", hs[si], bits,
+                rb, worst);
+        free(img), free(rec);
+        kvq_kvcodec_free(c);
+    }
+}
+
 // One side of a test cache: host image of (batch, n_kv) regions, the decoded values, device copies.
 typedef struct {
     kvq_gkv_side s;
@@ -360,6 +418,12 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
                     o->signs = malloc(sizeof(float) * n_kv * D), o->mat = malloc(sizeof(float) * n_kv * D * D),
                     o->seeds = malloc(sizeof(uint64_t) * n_kv);
                 if (!strcmp(c->spec.name, "qturbo")) o->quat = malloc(sizeof(float) * n_kv * 4);
+                if (o->s.kind == KVQ_GKV_HQMQ) {
+                    kvq_kv_hqmq_info in;
+                    kvq_kv_hqmq_info_of(c, &in);
+                    o->s.ibits = in.ib;
+                    o->cb = calloc((size_t)n_kv * 4 << in.ib, sizeof(float));
+                }
                 if (o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ)
                     o->cb = malloc(sizeof(float) * n_kv * 3 << (2 * (bits + 1))), o->rho = malloc(sizeof(float) * n_kv << (bits - 1)),
                     o->signs = malloc(sizeof(float) * n_kv * 2 * D);
@@ -377,6 +441,11 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
                     }
                     if (!strcmp(t[k].name, "quaternion")) memcpy(o->quat + h * 4, t[k].data, sizeof(float) * 4);
                 }
+            }
+            if (o->s.kind == KVQ_GKV_HQMQ) { // the joint codebook, rows 2^ib per head
+                kvq_kv_hqmq_info in;
+                kvq_kv_hqmq_info_of(c, &in);
+                memcpy(o->cb + ((size_t)h * 4 << in.ib), in.cb, sizeof(float) * 4 * in.M);
             }
             if (o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ) {
                 kvq_kv_octopus_info in;
@@ -417,7 +486,8 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
     assert_int_equal(kvq_cuda_malloc(&o->s.data, (size_t)B * n_kv * o->region, &e2), KVQ_OK);
     assert_int_equal(kvq_cuda_copy(o->s.data, o->img, (size_t)B * n_kv * o->region, 1, &e2), KVQ_OK);
     const int oct = o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ;
-    if (o->cb)
+    if (o->cb && o->s.kind == KVQ_GKV_HQMQ) o->s.cb = upload(o->cb, sizeof(float) * n_kv * 4 << o->s.ibits);
+    else if (o->cb)
         o->s.cb = upload(o->cb, oct ? sizeof(float) * n_kv * 3 << (2 * (o->s.bits + 1)) : sizeof(float) * n_kv << (o->s.bits - (o->s.kind == KVQ_GKV_TPROD)));
     if (o->rho) o->s.rho = upload(o->rho, sizeof(float) * n_kv << (o->s.bits - 1));
     if (o->signs) o->s.signs = upload(o->signs, sizeof(float) * n_kv * D * (oct ? 2 : 1));
@@ -545,7 +615,8 @@ static void test_attend_vs_cpu(void **state) {
                               {"fp16", "turboquant-prod:3"}, {"turboquant-prod:2", "turboquant-prod:2"},
                               {"turboquant-prod:3", "turboquant-prod:3"}, {"turboquant-prod:4", "turboquant-prod:4"},
                               {"octopus:2", "octopus:2"}, {"octopus:3", "octopus:3"}, {"octopus:4", "octopus:4"},
-                              {"octopus:2:qjl", "octopus:2:qjl"}, {"octopus:4:qjl", "octopus:4:qjl"}, {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:3:dither", "hqkv:e8:3:dither"},
+                              {"octopus:2:qjl", "octopus:2:qjl"}, {"octopus:4:qjl", "octopus:4:qjl"}, {"hqmq:s24:r3", "hqmq:s24:r3"},
+                              {"hqmq:s96:r4", "hqmq:s96:r4"}, {"hqmq:s192:r6", "hqmq:s192:r6"}, {"fp16", "hqmq:s96:r4"}, {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:3:dither", "hqkv:e8:3:dither"},
                               {"hqkv:e8:2:dither", "hqkv:e8:2:dither"}, {"hqkv:e8:4:rot=qjl:dither", "hqkv:e8:4:rot=qjl:dither"},
                               {"hqkv:d4:3:dither", "hqkv:d4:3:dither"}, {"hqkv:a2:3:rot=qjl:dither", "hqkv:a2:3:rot=qjl:dither"},
                               {"hqkv:z:2:rot=none:dither", "hqkv:z:2:rot=none:dither"}, {"fp16", "hqkv:e8:3:dither"}};
@@ -696,6 +767,7 @@ static void test_append_vs_cpu_cache(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
+                                       cmocka_unit_test(test_hqmq_layout),
                                        cmocka_unit_test(test_attend_vs_cpu),
                                        cmocka_unit_test(test_append_vs_cpu_cache)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -105,7 +105,7 @@ __device__ __forceinline__ void dense_vals(const uint4 (&r)[2], float (&v)[16]) 
 // or centroids of codes.
 template <int KIND, int B>
 struct row_t {
-    uint32_t w[KIND == KVQ_GKV_OCT || KIND == KVQ_GKV_OCTQ ? 4 : B / 2 + 1]; // OCTOPUS: ≤ 3 code words + the sign word
+    uint32_t w[KIND == KVQ_GKV_OCT || KIND == KVQ_GKV_OCTQ || KIND == KVQ_GKV_HQMQ ? 4 : B / 2 + 1]; // OCTOPUS: ≤ 3 code words + the sign word
     uint4 r[2];
 };
 #define OCT_NW(B) ((6 * (3 * (B) + 1) + 31) / 32) // kvq_gkv_oct_words
@@ -127,6 +127,14 @@ __device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, in
             for (int p = 0; p < NWd; p++) x.w[p] = __ldg((const uint32_t *)(row + 4 * (NWd * L + p)));
             if (KIND == KVQ_GKV_OCTQ) x.w[3] = __ldg((const unsigned short *)(row + 32 * NWd + 2 * L));
         }
+    } else if constexpr (KIND == KVQ_GKV_HQMQ) { // the lane's words of 4 chunk codes
+        constexpr int NWd = (4 * B + 31) / 32;
+        const uint8_t *row = reg + (size_t)pos * (32 * NWd);
+#pragma unroll
+        for (int p = 0; p < 4; p++) x.w[p] = 0;
+        if (ok)
+#pragma unroll
+            for (int p = 0; p < NWd; p++) x.w[p] = __ldg((const uint32_t *)(row + 4 * (NWd * L + p)));
     } else if constexpr (KIND == KVQ_GKV_TPROD) { // (B−1)-bit codes' planes, then the sign plane in w[B/2]
         const uint8_t *row = reg + (size_t)pos * ROWB(B);
         if (ok) {
@@ -178,6 +186,20 @@ __device__ __forceinline__ void hqkv_values(const uint32_t (&w)[B / 2 + 1], cons
         kvq_hk_dither(s.lat, s.seeds[g], ctr, j0, 16, U);
 #pragma unroll
         for (int i = 0; i < 16; i++) v[i] = __fsub_rn(v[i], U[i]);
+    }
+}
+
+// HQMQ: the lane's 4 chunks r·C[idx] (B-bit codes idx | r << ib; × σ/(2^b_r − 1) later), C the
+// head's joint codebook (2^ib, 4) read through the read-only cache.
+template <int B>
+__device__ __forceinline__ void hqmq_values(const uint32_t *w, const float *cbh, int ib, float (&v)[16]) {
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int lo = c * B / 32, sh = c * B % 32;
+        const uint32_t code = __funnelshift_r(w[lo], w[lo + 1 < 4 ? lo + 1 : 3], sh) & ((1u << B) - 1);
+        const float r = (float)(code >> ib);
+        const float4 C = __ldg((const float4 *)(cbh + 4 * (code & ((1u << ib) - 1))));
+        v[4 * c] = r * C.x, v[4 * c + 1] = r * C.y, v[4 * c + 2] = r * C.z, v[4 * c + 3] = r * C.w;
     }
 }
 
@@ -407,6 +429,8 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                     else
 #pragma unroll
                         for (int i = 0; i < 16; i++) v[i] = 0.0f;
+                } else if constexpr (KK == KVQ_GKV_HQMQ) {
+                    hqmq_values<KB>(x[ps].w, p.k.cb + ((size_t)g << p.k.lat) * 4, p.k.lat, v);
                 } else if constexpr (OCTK) { // Σ over the lane's 6 triplets of ρ̂ <q_rot, n̂> (eq. 13)
                     constexpr int CW = 3 * KB + 1, BD = KB + 1;
 #pragma unroll
@@ -464,6 +488,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 if (KK == KVQ_GKV_INT || KK == KVQ_GKV_TURBO) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 2);
                 if (KK == KVQ_GKV_HQKV) mul *= __ldg((const float *)(kreg + p.k.side_off + (size_t)pos * 8)) * p.k.inv_scale;
                 if (KK == KVQ_GKV_TPROD) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 4);
+                if (KK == KVQ_GKV_HQMQ) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 2) * p.k.inv_scale;
                 if (OCTK) mul *= __ldg((const float *)(kreg + p.k.side_off + (size_t)pos * (KK == KVQ_GKV_OCTQ ? 8 : 4)));
                 *(float4 *)sc[pos - t0] = make_float4(a[0] * mul, a[1] * mul, a[2] * mul, a[3] * mul);
             }
@@ -527,8 +552,9 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                     w[h] *= s_;
                     if (VK == KVQ_GKV_INT) za[h] = fmaf(-(float)QMAX(VB), w[h], za[h]);
                 }
-            } else if (VK == KVQ_GKV_HQKV) {
-                const float s_ = __ldg((const float *)(vreg + p.v.side_off + (size_t)pos * 8)) * p.v.inv_scale;
+            } else if (VK == KVQ_GKV_HQKV || VK == KVQ_GKV_HQMQ) {
+                const float s_ = VK == KVQ_GKV_HQMQ ? h2f(vreg + p.v.side_off + (size_t)pos * 2) * p.v.inv_scale
+                                                    : __ldg((const float *)(vreg + p.v.side_off + (size_t)pos * 8)) * p.v.inv_scale;
 #pragma unroll
                 for (int h = 0; h < G; h++) w[h] *= s_;
             } else if (VK == KVQ_GKV_KIVI) {
@@ -543,7 +569,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 for (int h = 0; h < G; h++) wh[h] = __float2half2_rn(w[h]);
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const uint32_t m = gather<VB>(y[ps].w, k);
+                    const uint32_t m = gather_p<VB>(y[ps].w, k);
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
                         const uint32_t u = __byte_perm(m, 0x64646464u, j ? 0x5342u : 0x5140u);
@@ -555,6 +581,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
             } else {
                 float v[16];
                 if constexpr (VK == KVQ_GKV_HQKV) hqkv_values<VB>(y[ps].w, p.v, vreg, pos, g, j0, v);
+                else if constexpr (VK == KVQ_GKV_HQMQ) hqmq_values<VB>(y[ps].w, p.v.cb + ((size_t)g << p.v.lat) * 4, p.v.lat, v);
                 else values<VK, VB>(y[ps], cbv, v);
 #pragma unroll
                 for (int h = 0; h < G; h++)
@@ -789,6 +816,8 @@ static side_p side_of(const kvq_gkv_cache *c, const kvq_gkv_side *s) {
     r.seeds = s->seeds;
     r.lat = s->lat, r.rot = s->rot, r.dither = s->dither;
     r.inv_scale = s->scale > 0.0f ? 1.0f / s->scale : 0.0f;
+    if (s->kind == KVQ_GKV_HQMQ) // lat carries the index bits; the radius step 1 / (2^b_r − 1)
+        r.lat = s->ibits, r.inv_scale = 1.0f / (float)((1 << (s->bits - s->ibits)) - 1);
     r.ring = 0;
     return r;
 }
@@ -832,6 +861,8 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
     KV_BITS(F16K, KVQ_GKV_KIVI)
     KV_BITS(F16K, KVQ_GKV_TURBO)
     HQ_BITS(SAME, KVQ_GKV_HQKV)
+    SAME(KVQ_GKV_HQMQ, 13) SAME(KVQ_GKV_HQMQ, 16) SAME(KVQ_GKV_HQMQ, 19) // hqmq s24:r3, s96:r4, s192:r6
+    F16K(KVQ_GKV_HQMQ, 13) F16K(KVQ_GKV_HQMQ, 16) F16K(KVQ_GKV_HQMQ, 19)
 #define TPK(KIND, B) \
     if (kk == KVQ_GKV_TPROD && vk == KIND && kb == B && vb == B) return attn_split<KVQ_GKV_TPROD, B, KIND, B>;
     KV_BITS(TPK, KVQ_GKV_TURBO) // turboquant-prod: its keys, turboquant values

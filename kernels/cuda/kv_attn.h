@@ -33,6 +33,8 @@ typedef enum {
                        // (dir index a·2^bdir + b | ρ index << 2·bdir, 3b+1 bits) in whole 32-bit words
     KVQ_GKV_OCTQ = 8,  // octopus:<b>:qjl keys: as OCT, then the d QJL sign bits (a one-bit plane);
                        // side (fp32 γ, fp16 γ_r, 2 bytes padding). Values of octopus are KIVI's layout
+    KVQ_GKV_HQMQ = 9,  // hqmq:s<S>:r<b> (no outliers): fp16 σ per token; per lane of 8, its 4 chunks'
+                       // codes (joint index | radius << ibits, `bits` wide) in whole 32-bit words
 } kvq_gkv_kind;
 
 /** OCTOPUS keys (head_dim 128: 43 triplets, the last zero-padded, in 48 slots, lane L of a
@@ -54,6 +56,7 @@ static inline size_t kvq_gkv_align16(size_t n) { return (n + 15) & ~(size_t)15; 
 /** Bytes of one position's row of a packed kind (OCTOPUS keys: 8 lanes of words [+ the sign plane]). */
 static inline size_t kvq_gkv_kind_row_bytes(kvq_gkv_kind kind, int bits, int d) {
     if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) return (size_t)32 * kvq_gkv_oct_words(bits) + (kind == KVQ_GKV_OCTQ ? (size_t)d / 8 : 0);
+    if (kind == KVQ_GKV_HQMQ) return (size_t)32 * ((4 * bits + 31) / 32); // 8 lanes × ⌈4·bits/32⌉ words
     return kvq_gkv_row_bytes(bits, d);
 }
 static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int cap) {
@@ -63,7 +66,7 @@ static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int
  *  counter) per position; KIVI K (role 0) (fp16 scale, fp16 zero) per channel per 32-position
  *  group; KIVI V (scale, zero) per position per 32 channels. */
 static inline size_t kvq_gkv_side_bytes(kvq_gkv_kind kind, int d, int cap, int role) {
-    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return (size_t)cap * 2;
+    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_HQMQ) return (size_t)cap * 2;
     if (kind == KVQ_GKV_HQKV) return (size_t)cap * 8;
     if (kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT) return (size_t)cap * 4;
     if (kind == KVQ_GKV_OCTQ) return (size_t)cap * 8;
@@ -121,6 +124,8 @@ typedef struct {
                         // TPROD: the QJL matrix S (n_kv, d, d) row-major (σ = sign(S r))
     const uint64_t *seeds; // device, HQKV with dither: (n_kv) the states' seeds
     int lat, rot, dither; // HQKV: lattice (kernels/kv_hqkv.h ids), rotation 0 none / 1 signs / 2 Q, dither
+    int ibits;            // HQMQ: index bits of a chunk code (bits = ibits + radius bits); cb = the joint
+                          // codebook (n_kv, 2^ibits, 4) (rows past 24S unused)
     float scale;          // HQKV: α·√d (a token is γ/scale · Qᵀ(embed(c) − U))
 } kvq_gkv_side;
 

@@ -28,6 +28,17 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
         *kind = in.qjl ? KVQ_GKV_OCTQ : KVQ_GKV_OCT;
         if (in.bdir != b + 1 || in.bnorm != b - 1)
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s': the GPU kernel is built for the default split (b_dir = b+1, b_norm = b-1)", s);
+    } else if (!strcmp(c->spec.name, "hqmq")) {
+        kvq_kv_hqmq_info in;
+        kvq_kv_hqmq_info_of(c, &in);
+        *kind = KVQ_GKV_HQMQ;
+        b = in.ib + in.br;
+        if (in.med || c->d != KVQ_GKV_HEAD_DIM || (b != 13 && b != 16 && b != 19))
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                               "--kv '%s' at head_dim %d: the GPU kernel reads hqmq without outliers at head_dim %d with 13-, 16- or 19-bit chunk codes (s24:r3, s96:r4, s192:r6), not %d",
+                               s, c->d, KVQ_GKV_HEAD_DIM, b);
+        *bits = b;
+        return KVQ_OK;
     } else if (!strcmp(c->spec.name, "hqkv")) {
         *kind = KVQ_GKV_HQKV;
         kvq_kv_hqkv_info in;
@@ -80,7 +91,7 @@ static void lsb_put(uint8_t *p, int b, size_t j, uint32_t v) {
 
 // Header bytes of a record (side data), and where that side data lives in a region.
 static size_t header(const kvq_kvcodec *c, kvq_gkv_kind kind) {
-    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return 2;
+    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_HQMQ) return 2;
     if (kind == KVQ_GKV_HQKV) return 8;
     if (kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT) return 4;
     if (kind == KVQ_GKV_OCTQ) return 8;
@@ -196,8 +207,44 @@ static void oct_io(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, uint8_t *r
     }
 }
 
+// HQMQ: the record's mixed-radix index taken apart into per-chunk codes idx | r << ib, chunk k
+// in lane k / 4's words at bit (k % 4)·bits; side = the raw fp16 σ.
+static void hqmq_io(const kvq_kvcodec *c, int bits, uint8_t *rec, int pos, uint8_t *region, int cap, int to_region) {
+    kvq_kv_hqmq_info in;
+    kvq_kv_hqmq_info_of(c, &in);
+    int idx[1024], rad[1024];
+    uint16_t sig = 0;
+    const int nw = (4 * bits + 31) / 32;
+    const size_t rb = kvq_gkv_kind_row_bytes(KVQ_GKV_HQMQ, bits, c->d);
+    uint8_t *row = region + (size_t)pos * rb, *sd = region + side_at(c, KVQ_GKV_HQMQ, bits, cap, pos);
+    if (to_region) {
+        memset(row, 0, rb);
+        kvq_kv_hqmq_codes(c, rec, &sig, idx, rad);
+        sd[0] = (uint8_t)sig, sd[1] = (uint8_t)(sig >> 8);
+    } else {
+        sig = (uint16_t)(sd[0] | sd[1] << 8);
+    }
+    for (int k = 0; k < in.nch; k++) {
+        uint8_t *lw = row + (size_t)(k / 4) * nw * 4;
+        const size_t at = (size_t)(k % 4) * bits;
+        if (to_region) {
+            const uint32_t code = (uint32_t)idx[k] | (uint32_t)rad[k] << in.ib;
+            for (int j = 0; j < bits; j++) lw[(at + j) >> 3] |= (uint8_t)(((code >> j) & 1) << ((at + j) & 7));
+        } else {
+            uint32_t code = 0;
+            for (int j = 0; j < bits; j++) code |= (uint32_t)((lw[(at + j) >> 3] >> ((at + j) & 7)) & 1) << j;
+            idx[k] = (int)(code & ((1u << in.ib) - 1)), rad[k] = (int)(code >> in.ib);
+        }
+    }
+    if (!to_region) kvq_kv_hqmq_record(c, sig, idx, rad, rec);
+}
+
 void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap) {
     const int d = c->d, g = c->group;
+    if (kind == KVQ_GKV_HQMQ) {
+        hqmq_io(c, bits, (uint8_t *)rec, pos, region, cap, 1); // rec is only read
+        return;
+    }
     if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
         oct_io(c, kind, bits, (uint8_t *)rec, pos, region, cap, 1); // rec is only read
         return;
@@ -232,6 +279,10 @@ void kvq_gkv_unpack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uin
     }
     if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
         oct_io(c, kind, bits, rec, pos, (uint8_t *)region, cap, 0); // region is only read
+        return;
+    }
+    if (kind == KVQ_GKV_HQMQ) {
+        hqmq_io(c, bits, rec, pos, (uint8_t *)region, cap, 0); // region is only read
         return;
     }
     if (kind == KVQ_GKV_HQKV) {

@@ -30,6 +30,18 @@ typedef struct {
     const float *dirs;     // (2^bdir, 2^bdir, 3) Oct⁻¹(cξ[a], cξ[b])
 } kvq_kv_octopus_info;
 int kvq_kv_octopus_info_of(const kvq_kvcodec *c, kvq_kv_octopus_info *o);
+/** An hqmq state: M = 24S joint directions, ib = ⌈log2 M⌉ index bits, br radius bits, nch
+ *  chunks, med (outliers on), the joint codebook (M, 4) (owned by the state). @return 0, or -1. */
+typedef struct {
+    int M, ib, br, nch, med;
+    const float *cb;
+} kvq_kv_hqmq_info;
+int kvq_kv_hqmq_info_of(const kvq_kvcodec *c, kvq_kv_hqmq_info *o);
+/** hqmq without outliers: a record → its raw fp16 σ, nch joint indices and radii. @return 0, or
+ *  -1 with outliers (med). */
+int kvq_kv_hqmq_codes(const kvq_kvcodec *c, const uint8_t *rec, uint16_t *sig, int *idx, int *rad);
+/** The record (max_bytes) the encoder writes for those codes (no outliers). */
+void kvq_kv_hqmq_record(const kvq_kvcodec *c, uint16_t sig, const int *idx, const int *rad, uint8_t *rec);
 double kvq_oct_xi_pdf(double xi, const void *arg);
 
 #endif

@@ -40,7 +40,7 @@ static double now(void) {
 static double bytes_per_pos(kvq_gkv_kind kind, int bits, int role) {
     if (kind <= KVQ_GKV_F16) return 2.0 * D;
     // KIVI: 4 bytes per channel per 32 positions (K), per 32 channels (V); HQKV: fp32 γ + u32 counter
-    // TPROD: fp16 γ + fp16 γ_r; OCT: fp32 γ, OCTQ (+ fp16 γ_r, padding)
+    // TPROD: fp16 γ + fp16 γ_r; OCT: fp32 γ, OCTQ (+ fp16 γ_r, padding); HQMQ: fp16 σ
     double side = kind == KVQ_GKV_KIVI ? 4.0 * D / 32 : kind == KVQ_GKV_HQKV || kind == KVQ_GKV_OCTQ ? 8.0
                   : kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT                 ? 4.0
                                                                                  : 2.0;
@@ -82,12 +82,13 @@ int main(int argc, char **argv) {
         {KVQ_GKV_TURBO, 2, "qturbo:2"},     {KVQ_GKV_TPROD, 4, "turboquant-prod:4"}, {KVQ_GKV_TPROD, 3, "turboquant-prod:3"},
         {KVQ_GKV_TPROD, 2, "turboquant-prod:2"}, {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
         {KVQ_GKV_OCT, 2, "octopus:2"},      {KVQ_GKV_OCTQ, 4, "octopus:4:qjl"}, {KVQ_GKV_OCTQ, 3, "octopus:3:qjl"},
-        {KVQ_GKV_OCTQ, 2, "octopus:2:qjl"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
+        {KVQ_GKV_OCTQ, 2, "octopus:2:qjl"}, {KVQ_GKV_HQMQ, 19, "hqmq:s192:r6"}, {KVQ_GKV_HQMQ, 16, "hqmq:s96:r4"},
+        {KVQ_GKV_HQMQ, 13, "hqmq:s24:r3"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:dither"},
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:rot=qjl:dither"}, {KVQ_GKV_HQKV, 5, "hqkv:z:2:dither"}};
     const int ncfg = sizeof cfg / sizeof *cfg;
     const float scale = 0.08838834764831845f;
-    void *cb, *sg, *qt, *mat, *seeds, *odir, *orho, *osg, *q, *out;
+    void *cb, *sg, *qt, *mat, *seeds, *odir, *orho, *osg, *hcb, *q, *out;
     TRY(kvq_cuda_malloc(&cb, sizeof(float) * NKV * 16, &err));
     TRY(kvq_cuda_malloc(&sg, sizeof(float) * NKV * D, &err));
     TRY(kvq_cuda_memset(cb, 0x11, sizeof(float) * NKV * 16, &err));
@@ -102,6 +103,8 @@ int main(int argc, char **argv) {
     TRY(kvq_cuda_memset(orho, 0x11, sizeof(float) * NKV * 8, &err));
     TRY(kvq_cuda_malloc(&osg, sizeof(float) * NKV * 2 * D, &err));
     TRY(kvq_cuda_memset(osg, 0x11, sizeof(float) * NKV * 2 * D, &err));
+    TRY(kvq_cuda_malloc(&hcb, sizeof(float) * NKV * 4 << 13, &err)); // hqmq joint codebooks (2^13 rows a head at most)
+    TRY(kvq_cuda_memset(hcb, 0x11, sizeof(float) * NKV * 4 << 13, &err));
     TRY(kvq_cuda_malloc(&seeds, sizeof(uint64_t) * NKV, &err)); // hqkv dither
     TRY(kvq_cuda_memset(seeds, 0x11, sizeof(uint64_t) * NKV, &err));
     TRY(kvq_cuda_malloc(&q, sizeof(float) * 8 * H * D, &err));
@@ -118,6 +121,8 @@ int main(int argc, char **argv) {
                                    NULL, NULL, 0};
                 if (!strncmp(cfg[ci].name, "qturbo", 6)) c.k.quat = c.v.quat = qt;
                 if (cfg[ci].kind == KVQ_GKV_TPROD) c.v.kind = KVQ_GKV_TURBO, c.k.mat = mat; // its values are turboquant:<b>
+                if (cfg[ci].kind == KVQ_GKV_HQMQ) // joint codebook rows 2^ib: 10, 12, 13 index bits
+                    c.k.ibits = c.v.ibits = cfg[ci].bits == 13 ? 10 : cfg[ci].bits == 16 ? 12 : 13, c.k.cb = c.v.cb = hcb;
                 if (cfg[ci].kind == KVQ_GKV_OCT || cfg[ci].kind == KVQ_GKV_OCTQ) // its values are KIVI's per-token groups
                     c.v.kind = KVQ_GKV_KIVI, c.k.cb = odir, c.k.rho = orho, c.k.signs = osg;
                 if (cfg[ci].kind == KVQ_GKV_HQKV) { // E8 (Z for "hqkv:z"), signs or Q, dither as named
