@@ -16,7 +16,7 @@
 // copy bandwidth. Then the encoders: positions appended per second, one token at a time and
 // as a 4096-token prefill. Timing only (the values are not meaningful: constant bytes;
 // correctness is tests/test_cuda_kv.c).
-// usage: cuda_kv_attn [T ...]
+// usage: [CUDA_KV_ONLY=name,name,...] cuda_kv_attn [T ...]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +87,8 @@ int main(int argc, char **argv) {
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:dither"},
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:rot=qjl:dither"}, {KVQ_GKV_HQKV, 5, "hqkv:z:2:dither"}};
     const int ncfg = sizeof cfg / sizeof *cfg;
+    // CUDA_KV_ONLY="name,name,...": only those rows (exact names as printed) and bf16
+    const char *only = getenv("CUDA_KV_ONLY");
     const float scale = 0.08838834764831845f;
     void *cb, *sg, *qt, *mat, *seeds, *odir, *orho, *osg, *hcb, *q, *out;
     TRY(kvq_cuda_malloc(&cb, sizeof(float) * NKV * 16, &err));
@@ -116,6 +118,7 @@ int main(int argc, char **argv) {
         for (int B = 1; B <= 8; B += 7)
             for (int ci = 0; ci < ncfg; ci++) {
                 const int T = Ts[ti];
+                if (only && !strstr(only, cfg[ci].name) && strcmp(cfg[ci].name, "bf16")) continue; // bf16 always, as the baseline
                 kvq_gkv_cache c = {{.kind = cfg[ci].kind, .bits = cfg[ci].bits, .role = 0, .cb = cb, .signs = sg},
                                    {.kind = cfg[ci].kind, .bits = cfg[ci].bits, .role = 1, .cb = cb, .signs = sg}, B, NKV, H, D, T, T, T, T,
                                    NULL, NULL, 0};
