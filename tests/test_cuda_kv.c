@@ -17,7 +17,10 @@
 #include "formats/dtype.h"
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/kv_hqkv.h"
 #include "libconv/kv/kv_gpu.h"
+#include "libconv/kv/kv_hqkv.h"
+#include "libconv/kv/kv_internal.h"
 #include "tests/testrng.h"
 
 #define D KVQ_GKV_HEAD_DIM
@@ -47,7 +50,9 @@ static void tokens(float *x, int n, uint64_t *seed) {
 }
 
 static const char *const SPECS[] = {"int:2", "int:3", "int:4", "kivi:2", "kivi:3", "kivi:4", "turboquant:2", "turboquant:3",
-                                    "turboquant:4", "fp16"};
+                                    "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4", "octopus:2", "octopus:3", "octopus:4",
+                                    "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl", "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6",
+                                    "fp16"};
 #define NSPEC (int)(sizeof SPECS / sizeof *SPECS)
 
 // CPU record → GPU layout → CPU record is the identity, for every codec, K and V.
@@ -87,14 +92,301 @@ static void test_layout_roundtrip(void **state) {
     free(x);
 }
 
+// HyperQuant-KV's GPU layout, on the CPU: records → fixed-width lattice codes + (γ, counter)
+// → records again (byte for byte over the record's length, same length), and the read-back
+// the kernel does (kernels/kv_hqkv.h: embed(code − 2^(w−1)) − U per 16-dim lane block with
+// the dither regenerated from seed and counter, × γ/(α√d), then Sᵀ) against the codec's
+// decoder: max |diff| ≤ 1e-5·max|x̂| (float rounding only; a wrong dither is off by ~γ/(α√d)).
+// A one-hot token of large norm (the width bound's worst case) must fit too. K and V, every
+// lattice, every rotation, with and without dither.
+static void test_hqkv_layout(void **state) {
+    static const char *const hs[] = {"hqkv:e8:3", "hqkv:e8:3:dither", "hqkv:e8:2:dither", "hqkv:e8:4:rot=qjl:dither", "hqkv:d4:3:dither",
+                                     "hqkv:d4:4:rot=none", "hqkv:a2:3:rot=qjl:dither", "hqkv:a2:4:dither", "hqkv:z:2:rot=none:dither",
+                                     "hqkv:z:4:dither"};
+    enum { N = 80 };
+    float *x = malloc(sizeof(float) * D), *dec = malloc(sizeof(float) * D), y[D], U[D];
+    for (size_t si = 0; si < sizeof hs / sizeof *hs; si++)
+        for (int role = 0; role < 2; role++) {
+            kvq_kvcodec *c = codec(hs[si], role, 1);
+            kvq_gkv_kind kind;
+            int bits;
+            kvq_err err = {0};
+            assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+            assert_int_equal(kind, KVQ_GKV_HQKV);
+            kvq_kv_hqkv_info in;
+            assert_int_equal(kvq_kv_hqkv_info_of(c, &in), 0);
+            kvq_gkv_side side = {0};
+            kvq_gkv_hqkv_side(c, &side);
+            const size_t mb = c->vt->max_bytes(c), rb = kvq_gkv_row_bytes(bits, D);
+            uint8_t *img = calloc(kvq_gkv_region_bytes(kind, bits, D, N, role), 1), *rec = malloc(mb), *back = malloc(mb);
+            const size_t so = kvq_gkv_side_offset(kind, bits, D, N);
+            uint64_t seed = 21 + si;
+            double worst = 0;
+            for (int pos = 0; pos < N; pos++) {
+                tokens(x, 1, &seed);
+                if (pos == N - 1) // the bound's worst case: all the norm on one coordinate
+                    for (int i = 0; i < D; i++) x[i] = i == 5 ? 1e4f : 0.0f;
+                size_t n = 0;
+                assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+                assert_int_equal(kvq_gkv_pack_n(c, kind, bits, rec, n, pos, img, N), 0);
+                kvq_gkv_unpack(c, kind, bits, img, N, pos, back);
+                assert_memory_equal(rec, back, n);
+                c->vt->decode(c, rec, n, dec);
+                // the kernel's read-back (hqkv_values in kv_attn.cu), lane block by lane block
+                float g;
+                uint32_t ctr;
+                memcpy(&g, img + so + (size_t)pos * 8, 4);
+                memcpy(&ctr, img + so + (size_t)pos * 8 + 4, 4);
+                for (int L = 0; L < D / 16; L++) {
+                    if (side.dither) kvq_hk_dither(side.lat, in.seed, ctr, 16 * L, 16, U + 16 * L);
+                    for (int i = 16 * L; i < 16 * L + 16; i++) {
+                        const int32_t cv = (int32_t)kvq_gkv_get_code(img + (size_t)pos * rb, bits, D, i) - (1 << (bits - 1));
+                        y[i] = kvq_hk_embed(side.lat, i % kvq_hk_dim(side.lat), cv) - (side.dither ? U[i] : 0.0f);
+                        y[i] *= g / side.scale;
+                    }
+                }
+                double mx = 0, md = 0;
+                for (int i = 0; i < D; i++) {
+                    double r = 0;
+                    if (side.rot == 0) r = y[i];
+                    else if (side.rot == 1) r = y[i] * in.signs[i];
+                    else
+                        for (int k = 0; k < D; k++) r += (double)in.Q[(size_t)k * D + i] * y[k];
+                    mx = fmax(mx, fabs(dec[i])), md = fmax(md, fabs(r - dec[i]));
+                }
+                assert_true(md <= 1e-5 * mx);
+                if (md / mx > worst) worst = md / mx;
+            }
+            fprintf(stderr, "test_cuda_kv: layout %-26s %s: %d-bit codes (%zu-byte rows), %d records round-trip, read-back vs decoder max rel %.1e\n",
+                    hs[si], role ? "V" : "K", bits, rb, N, worst);
+            free(img), free(rec), free(back);
+            kvq_kvcodec_free(c);
+        }
+    free(x), free(dec);
+}
+
+// turboquant-prod keys in the GPU layout, on the CPU: the kernel's score read from the layout
+// — γ·(<R q, cb[c]> + sqrt(π/2)/d·γ_r·(2<S R q, σ> − Σ S R q)), codes, signs, γ and γ_r taken
+// from the rows and side data, R q = WHT(signs ⊙ q)/√d, S R q from the state's QJL matrix —
+// against the codec's own score(): |diff| ≤ 1e-5·‖q‖·γ (measured worst printed).
+static void test_tprod_layout_score(void **state) {
+    enum { N = 64 };
+    float x[D], q[D], qr[D], sq[D];
+    for (int b = 2; b <= 4; b++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "turboquant-prod:%d", b);
+        kvq_kvcodec *c = codec(spec, 0, 1);
+        kvq_gkv_kind kind;
+        int bits;
+        kvq_err err = {0};
+        assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+        assert_int_equal(kind, KVQ_GKV_TPROD);
+        assert_int_equal(bits, b);
+        kvq_kvtable t[8];
+        const float *signs = NULL, *cb = NULL, *S = kvq_kv_turbo_qjl(c);
+        const int nt = c->vt->tables(c, t);
+        for (int k = 0; k < nt; k++) {
+            if (!strcmp(t[k].name, "signs")) signs = t[k].data;
+            if (!strcmp(t[k].name, "codebook")) cb = t[k].data, assert_int_equal(t[k].count, 1u << (b - 1));
+        }
+        assert_non_null(signs), assert_non_null(cb), assert_non_null(S);
+        const size_t mb = c->vt->max_bytes(c), rb = kvq_gkv_row_bytes(bits, D), so = kvq_gkv_side_offset(kind, bits, D, N);
+        uint8_t *img = calloc(kvq_gkv_region_bytes(kind, bits, D, N, 0), 1), *rec = malloc(mb);
+        uint64_t seed = 77 + b;
+        double worst = 0;
+        for (int pos = 0; pos < N; pos++) {
+            tokens(x, 1, &seed);
+            for (int i = 0; i < D; i++) q[i] = (float)gauss(&seed);
+            size_t n = 0;
+            assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+            assert_int_equal(kvq_gkv_pack_n(c, kind, bits, rec, n, pos, img, N), 0);
+            float ref;
+            const uint8_t *rp = rec;
+            const uint32_t len = (uint32_t)n;
+            c->vt->score(c, q, 1, &rp, &len, 1, &ref, 1);
+            double qn = 0;
+            for (int i = 0; i < D; i++) qr[i] = q[i] * signs[i], qn += (double)q[i] * q[i];
+            kvq_kv_wht(qr, D);
+            double sqsum = 0;
+            for (int j = 0; j < D; j++) {
+                double a = 0;
+                for (int k = 0; k < D; k++) a += (double)S[(size_t)j * D + k] * qr[k];
+                sq[j] = (float)a, sqsum += a;
+            }
+            const uint8_t *row = img + (size_t)pos * rb;
+            const float g = kvq_f16_to_f32((uint16_t)(img[so + 4 * pos] | img[so + 4 * pos + 1] << 8)),
+                        gr = kvq_f16_to_f32((uint16_t)(img[so + 4 * pos + 2] | img[so + 4 * pos + 3] << 8));
+            double mse = 0, sd = 0;
+            for (int i = 0; i < D; i++) {
+                mse += (double)qr[i] * cb[kvq_gkv_get_code(row, b - 1, D, i)];
+                if (kvq_gkv_get_code(row + kvq_gkv_row_bytes(b - 1, D), 1, D, i)) sd += sq[i];
+            }
+            const double got = g * (mse + sqrt(M_PI / 2.0) / D * gr * (2 * sd - sqsum)), lim = 1e-5 * sqrt(qn) * g;
+            assert_true(fabs(got - ref) <= lim);
+            if (fabs(got - ref) / lim > worst) worst = fabs(got - ref) / lim;
+        }
+        fprintf(stderr, "test_cuda_kv: layout %s K: the kernel's score from the layout vs the codec's score(): worst %.2f of the limit\n", spec, worst);
+        free(img), free(rec);
+        kvq_kvcodec_free(c);
+    }
+}
+
+// OCTOPUS keys in the GPU layout, on the CPU: the kernel's score read from the layout — lane L's
+// words (six (3b+1)-bit codes, triplets 6L..6L+5 over dims 18L..), dir index → Oct⁻¹(cξ[a],
+// cξ[b]), ρ index → cρ, against q_rot = WHT(s1 ⊙ q) zero-padded past d; with qjl + sqrt(π/(2d))
+// γ_r (2<R' q_rot, σ> − Σ R' q_rot) over the sign plane — against the codec's score():
+// |diff| ≤ 1e-5·‖q‖·γ.
+static void test_oct_layout_score(void **state) {
+    enum { N = 48 };
+    float x[D], q[D], qr[8 * 18], q2[D];
+    for (int qj = 0; qj < 2; qj++)
+        for (int b = 2; b <= 4; b++) {
+            char spec[32];
+            snprintf(spec, sizeof spec, "octopus:%d%s", b, qj ? ":qjl" : "");
+            kvq_kvcodec *c = codec(spec, 0, 1);
+            kvq_gkv_kind kind;
+            int bits;
+            kvq_err err = {0};
+            assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+            assert_int_equal(kind, qj ? KVQ_GKV_OCTQ : KVQ_GKV_OCT);
+            kvq_kv_octopus_info in;
+            assert_int_equal(kvq_kv_octopus_info_of(c, &in), 0);
+            const int nw = kvq_gkv_oct_words(bits), cw = 3 * bits + 1;
+            const size_t mb = c->vt->max_bytes(c), rb = kvq_gkv_kind_row_bytes(kind, bits, D), so = kvq_gkv_side_offset(kind, bits, D, N),
+                         sb = qj ? 8 : 4;
+            uint8_t *img = calloc(kvq_gkv_region_bytes(kind, bits, D, N, 0), 1), *rec = malloc(mb);
+            uint64_t seed = 91 + b;
+            double worst = 0;
+            for (int pos = 0; pos < N; pos++) {
+                tokens(x, 1, &seed);
+                for (int i = 0; i < D; i++) q[i] = (float)gauss(&seed);
+                size_t n = 0;
+                assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+                assert_int_equal(kvq_gkv_pack_n(c, kind, bits, rec, n, pos, img, N), 0);
+                float ref;
+                const uint8_t *rp = rec;
+                const uint32_t len = (uint32_t)n;
+                c->vt->score(c, q, 1, &rp, &len, 1, &ref, 1);
+                double qn = 0;
+                for (int i = 0; i < 8 * 18; i++) qr[i] = i < D ? q[i] * in.s1[i] : 0.0f;
+                for (int i = 0; i < D; i++) qn += (double)q[i] * q[i];
+                kvq_kv_wht(qr, D);
+                const uint8_t *row = img + (size_t)pos * rb;
+                float g;
+                memcpy(&g, img + so + pos * sb, 4);
+                double acc = 0;
+                for (int L = 0; L < 8; L++) {
+                    uint64_t lw[4] = {0};
+                    for (int p = 0; p < nw; p++) {
+                        uint32_t w32;
+                        memcpy(&w32, row + 4 * (nw * L + p), 4);
+                        lw[p] = w32;
+                    }
+                    for (int j = 0; j < 6; j++) {
+                        const int lo = j * cw / 32, sh = j * cw % 32;
+                        const uint32_t code = (uint32_t)(((lw[lo] | lw[lo + 1] << 32) >> sh) & ((1u << cw) - 1));
+                        const float *dn = in.dirs + 3 * (code & ((1u << (2 * in.bdir)) - 1)), r = in.crho[code >> (2 * in.bdir)];
+                        for (int m = 0; m < 3; m++) acc += (double)qr[18 * L + 3 * j + m] * r * dn[m];
+                    }
+                }
+                if (qj) {
+                    for (int i = 0; i < D; i++) q2[i] = qr[i] * in.s2[i];
+                    kvq_kv_wht(q2, D);
+                    const float gr = kvq_f16_to_f32((uint16_t)(img[so + pos * sb + 4] | img[so + pos * sb + 5] << 8));
+                    double sd = 0, s2 = 0;
+                    for (int i = 0; i < D; i++) {
+                        s2 += q2[i];
+                        if (kvq_gkv_get_code(row + 32 * nw, 1, D, i)) sd += q2[i];
+                    }
+                    acc += sqrt(M_PI / (2.0 * D)) * gr * (2 * sd - s2);
+                }
+                const double got = g * acc, lim = 1e-5 * sqrt(qn) * g;
+                assert_true(fabs(got - ref) <= lim);
+                if (fabs(got - ref) / lim > worst) worst = fabs(got - ref) / lim;
+            }
+            fprintf(stderr, "test_cuda_kv: layout %s K: %zu-byte rows, the kernel's score from the layout vs the codec's score(): worst %.2f of the limit\n",
+                    spec, rb, worst);
+            free(img), free(rec);
+            kvq_kvcodec_free(c);
+        }
+}
+
+// HQMQ in the GPU layout, on the CPU: the kernel's read-back (hqmq_values: lane L's words of 4
+// chunk codes idx | r << ib, r·C[idx] × σ/(2^b_r − 1)) against the codec's decoder: max |diff| ≤
+// 1e-6·max|x̂|.
+static void test_hqmq_layout(void **state) {
+    static const char *const hs[] = {"hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6"};
+    enum { N = 40 };
+    float x[D], dec[D];
+    for (int si = 0; si < 3; si++) {
+        kvq_kvcodec *c = codec(hs[si], 1, 0);
+        kvq_gkv_kind kind;
+        int bits;
+        kvq_err err = {0};
+        assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+        assert_int_equal(kind, KVQ_GKV_HQMQ);
+        kvq_kv_hqmq_info in;
+        assert_int_equal(kvq_kv_hqmq_info_of(c, &in), 0);
+        const int nw = (4 * bits + 31) / 32;
+        const size_t rb = kvq_gkv_kind_row_bytes(kind, bits, D), so = kvq_gkv_side_offset(kind, bits, D, N);
+        uint8_t *img = calloc(kvq_gkv_region_bytes(kind, bits, D, N, 1), 1), *rec = malloc(c->vt->max_bytes(c));
+        uint64_t seed = 5 + si;
+        double worst = 0;
+        for (int pos = 0; pos < N; pos++) {
+            tokens(x, 1, &seed);
+            size_t n = 0;
+            assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+            assert_int_equal(kvq_gkv_pack_n(c, kind, bits, rec, n, pos, img, N), 0);
+            c->vt->decode(c, rec, n, dec);
+            const float sig = kvq_f16_to_f32((uint16_t)(img[so + 2 * pos] | img[so + 2 * pos + 1] << 8)) / (float)((1 << in.br) - 1);
+            double mx = 0, md = 0;
+            for (int L = 0; L < 8; L++) {
+                uint64_t lw[4] = {0};
+                for (int p = 0; p < nw; p++) {
+                    uint32_t w32;
+                    memcpy(&w32, img + (size_t)pos * rb + 4 * (nw * L + p), 4);
+                    lw[p] = w32;
+                }
+                for (int ch = 0; ch < 4; ch++) {
+                    const int lo = ch * bits / 32, sh = ch * bits % 32;
+                    const uint32_t code = (uint32_t)(((lw[lo] | lw[lo + 1] << 32) >> sh) & ((1u << bits) - 1));
+                    const float *C = in.cb + 4 * (code & ((1u << in.ib) - 1));
+                    for (int j = 0; j < 4; j++) {
+                        const int i = 16 * L + 4 * ch + j;
+                        const double v = (double)(code >> in.ib) * C[j] * sig;
+                        mx = fmax(mx, fabs(dec[i])), md = fmax(md, fabs(v - dec[i]));
+                    }
+                }
+            }
+            assert_true(md <= 1e-6 * mx);
+            if (md / mx > worst) worst = md / mx;
+        }
+        fprintf(stderr, "test_cuda_kv: layout %s: %d-bit chunk codes (%zu-byte rows), the kernel's read-back vs the decoder max rel %.1e\n", hs[si], bits,
+                rb, worst);
+        free(img), free(rec);
+        kvq_kvcodec_free(c);
+    }
+}
+
 // One side of a test cache: host image of (batch, n_kv) regions, the decoded values, device copies.
 typedef struct {
     kvq_gkv_side s;
     uint8_t *img;
     size_t region;
     float *dec; // (batch, n_kv, T, D) as the CPU codec decodes them
-    float *cb, *signs;
+    float *cb, *signs, *quat, *mat; // per head: TURBO centroids, signs (TURBO, HQKV), qturbo quaternions, HQKV Q
+    float *rho;                     // OCTOPUS: triplet-norm centroids (its directions go in cb)
+    uint64_t *seeds;                // HQKV
 } tside;
+
+// Uploads n floats (or bytes) to a new device array.
+static void *upload(const void *x, size_t bytes) {
+    void *d = NULL;
+    kvq_err e = {0};
+    assert_int_equal(kvq_cuda_malloc(&d, bytes, &e), KVQ_OK);
+    assert_int_equal(kvq_cuda_copy(d, x, bytes, 1, &e), KVQ_OK);
+    return d;
+}
 
 static void build_side(const char *spec, int role, int B, int n_kv, int T, int cap, const float *X, tside *o) {
     memset(o, 0, sizeof *o);
@@ -119,15 +411,57 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
             if (!o->img) {
                 o->region = kvq_gkv_region_bytes(o->s.kind, bits, D, cap, role);
                 o->img = calloc((size_t)B * n_kv, o->region);
-                if (o->s.kind == KVQ_GKV_TURBO) o->cb = malloc(sizeof(float) * n_kv << bits), o->signs = malloc(sizeof(float) * n_kv * D);
+                if (o->s.kind == KVQ_GKV_TURBO || o->s.kind == KVQ_GKV_TPROD)
+                    o->cb = malloc(sizeof(float) * n_kv << bits), o->signs = malloc(sizeof(float) * n_kv * D);
+                if (o->s.kind == KVQ_GKV_TPROD) o->mat = malloc(sizeof(float) * n_kv * D * D);
+                if (o->s.kind == KVQ_GKV_HQKV)
+                    o->signs = malloc(sizeof(float) * n_kv * D), o->mat = malloc(sizeof(float) * n_kv * D * D),
+                    o->seeds = malloc(sizeof(uint64_t) * n_kv);
+                if (!strcmp(c->spec.name, "qturbo")) o->quat = malloc(sizeof(float) * n_kv * 4);
+                if (o->s.kind == KVQ_GKV_HQMQ) {
+                    kvq_kv_hqmq_info in;
+                    kvq_kv_hqmq_info_of(c, &in);
+                    o->s.ibits = in.ib;
+                    o->cb = calloc((size_t)n_kv * 4 << in.ib, sizeof(float));
+                }
+                if (o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ)
+                    o->cb = malloc(sizeof(float) * n_kv * 3 << (2 * (bits + 1))), o->rho = malloc(sizeof(float) * n_kv << (bits - 1)),
+                    o->signs = malloc(sizeof(float) * n_kv * 2 * D);
             }
-            if (o->s.kind == KVQ_GKV_TURBO) {
+            const int cbits = o->s.kind == KVQ_GKV_TPROD ? bits - 1 : bits; // TPROD: (b−1)-bit centroids
+            if (o->s.kind == KVQ_GKV_TURBO || o->s.kind == KVQ_GKV_TPROD) {
                 kvq_kvtable t[8];
                 int nt = c->vt->tables(c, t);
+                if (o->s.kind == KVQ_GKV_TPROD) memcpy(o->mat + (size_t)h * D * D, kvq_kv_turbo_qjl(c), sizeof(float) * D * D);
                 for (int k = 0; k < nt; k++) {
                     if (!strcmp(t[k].name, "signs")) memcpy(o->signs + h * D, t[k].data, sizeof(float) * D);
-                    if (!strcmp(t[k].name, "codebook")) memcpy(o->cb + (h << bits), t[k].data, sizeof(float) << bits);
+                    if (!strcmp(t[k].name, "codebook")) {
+                        assert_int_equal(t[k].count, 1u << cbits);
+                        memcpy(o->cb + (h << cbits), t[k].data, sizeof(float) << cbits);
+                    }
+                    if (!strcmp(t[k].name, "quaternion")) memcpy(o->quat + h * 4, t[k].data, sizeof(float) * 4);
                 }
+            }
+            if (o->s.kind == KVQ_GKV_HQMQ) { // the joint codebook, rows 2^ib per head
+                kvq_kv_hqmq_info in;
+                kvq_kv_hqmq_info_of(c, &in);
+                memcpy(o->cb + ((size_t)h * 4 << in.ib), in.cb, sizeof(float) * 4 * in.M);
+            }
+            if (o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ) {
+                kvq_kv_octopus_info in;
+                assert_int_equal(kvq_kv_octopus_info_of(c, &in), 0);
+                memcpy(o->cb + ((size_t)h * 3 << (2 * (bits + 1))), in.dirs, sizeof(float) * 3 << (2 * (bits + 1)));
+                memcpy(o->rho + ((size_t)h << (bits - 1)), in.crho, sizeof(float) << (bits - 1));
+                memcpy(o->signs + (size_t)h * 2 * D, in.s1, sizeof(float) * D);
+                memcpy(o->signs + (size_t)h * 2 * D + D, in.s2, sizeof(float) * D);
+            }
+            if (o->s.kind == KVQ_GKV_HQKV) {
+                kvq_kv_hqkv_info in;
+                assert_int_equal(kvq_kv_hqkv_info_of(c, &in), 0);
+                kvq_gkv_hqkv_side(c, &o->s);
+                memcpy(o->signs + h * D, in.signs, sizeof(float) * D);
+                if (in.Q) memcpy(o->mat + (size_t)h * D * D, in.Q, sizeof(float) * D * D);
+                o->seeds[h] = in.seed;
             }
             uint8_t *rec = malloc(c->vt->max_bytes(c));
             for (int b = 0; b < B; b++) {
@@ -135,8 +469,12 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
                 for (int pos = 0; pos + c->group <= T; pos += c->group) {
                     size_t n = 0;
                     assert_int_equal(c->vt->encode(c, X + (r * T + pos) * D, rec, &n, &err), KVQ_OK);
-                    kvq_gkv_pack(c, o->s.kind, bits, rec, pos, o->img + r * o->region, cap);
-                    c->vt->decode(c, rec, n, o->dec + (r * T + pos) * D);
+                    assert_int_equal(kvq_gkv_pack_n(c, o->s.kind, bits, rec, n, pos, o->img + r * o->region, cap), 0);
+                    // TPROD keys: the codec's score vector (<q, k̃> = its QJL-corrected estimator, what
+                    // the kernel computes); decode would drop the QJL term
+                    if (o->s.kind == KVQ_GKV_TPROD || o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ)
+                        c->vt->score_vec(c, rec, o->dec + (r * T + pos) * D);
+                    else c->vt->decode(c, rec, n, o->dec + (r * T + pos) * D);
                 }
             }
             free(rec);
@@ -147,21 +485,26 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
     kvq_err e2 = {0};
     assert_int_equal(kvq_cuda_malloc(&o->s.data, (size_t)B * n_kv * o->region, &e2), KVQ_OK);
     assert_int_equal(kvq_cuda_copy(o->s.data, o->img, (size_t)B * n_kv * o->region, 1, &e2), KVQ_OK);
-    if (o->cb) {
-        void *dcb, *dsg;
-        assert_int_equal(kvq_cuda_malloc(&dcb, sizeof(float) * n_kv << o->s.bits, &e2), KVQ_OK);
-        assert_int_equal(kvq_cuda_malloc(&dsg, sizeof(float) * n_kv * D, &e2), KVQ_OK);
-        kvq_cuda_copy(dcb, o->cb, sizeof(float) * n_kv << o->s.bits, 1, &e2);
-        kvq_cuda_copy(dsg, o->signs, sizeof(float) * n_kv * D, 1, &e2);
-        o->s.cb = dcb, o->s.signs = dsg;
-    }
+    const int oct = o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ;
+    if (o->cb && o->s.kind == KVQ_GKV_HQMQ) o->s.cb = upload(o->cb, sizeof(float) * n_kv * 4 << o->s.ibits);
+    else if (o->cb)
+        o->s.cb = upload(o->cb, oct ? sizeof(float) * n_kv * 3 << (2 * (o->s.bits + 1)) : sizeof(float) * n_kv << (o->s.bits - (o->s.kind == KVQ_GKV_TPROD)));
+    if (o->rho) o->s.rho = upload(o->rho, sizeof(float) * n_kv << (o->s.bits - 1));
+    if (o->signs) o->s.signs = upload(o->signs, sizeof(float) * n_kv * D * (oct ? 2 : 1));
+    if (o->quat) o->s.quat = upload(o->quat, sizeof(float) * n_kv * 4);
+    if (o->mat) o->s.mat = upload(o->mat, sizeof(float) * n_kv * D * D);
+    if (o->seeds) o->s.seeds = upload(o->seeds, sizeof(uint64_t) * n_kv);
 }
 
 static void free_side(tside *o) {
     kvq_cuda_free(o->s.data);
     kvq_cuda_free((void *)o->s.cb);
     kvq_cuda_free((void *)o->s.signs);
-    free(o->img), free(o->dec), free(o->cb), free(o->signs);
+    kvq_cuda_free((void *)o->s.quat);
+    kvq_cuda_free((void *)o->s.mat);
+    kvq_cuda_free((void *)o->s.seeds);
+    kvq_cuda_free((void *)o->s.rho);
+    free(o->img), free(o->dec), free(o->cb), free(o->signs), free(o->quat), free(o->mat), free(o->seeds), free(o->rho);
 }
 
 // softmax(scale·q·Kᵀ)·V in double for every (sequence, query head); K, V (B, n_kv, T, D).
@@ -197,6 +540,49 @@ static double nmse(const float *a, const double *ref, size_t n) {
     return num / den;
 }
 
+// Rotated values (TurboQuant, HyperQuant-KV) with a residual window of W positions: the
+// stored [0, T − W) from the packed sides, the rest from fp16 rings; the merge rotates only
+// the stored chunks' sums back. Against decode-then-attend with the window's fp16 values:
+// NMSE ≤ 1e-9.
+static void attend_window(const kvq_gkv_cache *c0, const tside *ks, const tside *vs, const float *K, const float *V, void *dq,
+                          const float *q, void *dout, float *out, float scale) {
+    enum { W = 40, WCAP = 64 };
+    const int B = c0->batch, NKV = c0->n_kv, T = c0->n_tok, H = c0->n_heads, nr = B * NKV;
+    kvq_err err = {0};
+    uint16_t *rk = calloc((size_t)nr * WCAP * D, 2), *rv = calloc((size_t)nr * WCAP * D, 2);
+    float *dk = malloc(sizeof(float) * nr * T * D), *dv = malloc(sizeof(float) * nr * T * D);
+    memcpy(dk, ks->dec, sizeof(float) * nr * T * D);
+    memcpy(dv, vs->dec, sizeof(float) * nr * T * D);
+    for (int r = 0; r < nr; r++)
+        for (int t = T - W; t < T; t++)
+            for (int i = 0; i < D; i++) {
+                const size_t e = ((size_t)r * T + t) * D + i, sl = ((size_t)r * WCAP + t % WCAP) * D + i;
+                rk[sl] = kvq_f32_to_f16(K[e]), rv[sl] = kvq_f32_to_f16(V[e]);
+                dk[e] = kvq_f16_to_f32(rk[sl]), dv[e] = kvq_f16_to_f32(rv[sl]);
+            }
+    double *ref = malloc(sizeof(double) * B * H * D);
+    ref_attend(q, dk, dv, B, NKV, T, scale, ref);
+    kvq_gkv_cache c = *c0;
+    c.n_enc_k = c.n_enc_v = T - W;
+    c.wk = upload(rk, (size_t)nr * WCAP * D * 2), c.wv = upload(rv, (size_t)nr * WCAP * D * 2), c.wcap = WCAP;
+    for (int ci = 0; ci < 2; ci++) {
+        const int ch = ci ? 0 : 64;
+        void *scr;
+        assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+        kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+        if (st) fprintf(stderr, "attend: %s\n", err.msg);
+        assert_int_equal(st, KVQ_OK);
+        assert_int_equal(kvq_cuda_copy(out, dout, sizeof(float) * B * H * D, 0, &err), KVQ_OK);
+        const double e = nmse(out, ref, (size_t)B * H * D);
+        fprintf(stderr, "test_cuda_kv: attend V kind %d, window %d of %d positions, chunk %4d: NMSE vs CPU decode-then-attend %.2e\n", c.v.kind, W, T,
+                ch ? ch : kvq_gkv_auto_chunk(&c), e);
+        assert_true(e <= 1e-9);
+        kvq_cuda_free(scr);
+    }
+    kvq_cuda_free(c.wk), kvq_cuda_free(c.wv);
+    free(rk), free(rv), free(dk), free(dv), free(ref);
+}
+
 // Every kernel against the CPU decode-then-attend reference: B = 2 sequences, 2 KV heads (8
 // query heads), T = 992 positions (31 KIVI groups), chunks of 64 (a partial last chunk), 1024
 // (one chunk) and the automatic choice. Limit: NMSE ≤ 1e-9 (the same decoded values; only
@@ -224,7 +610,16 @@ static void test_attend_vs_cpu(void **state) {
                               {"int:4", "int:4"}, {"kivi:2", "kivi:2"}, {"kivi:3", "kivi:3"},
                               {"kivi:4", "kivi:4"}, {"turboquant:2", "turboquant:2"}, {"turboquant:3", "turboquant:3"},
                               {"turboquant:4", "turboquant:4"}, {"fp16", "fp16"}, {"fp16", "int:4"},
-                              {"fp16", "kivi:2"}, {"fp16", "turboquant:3"}};
+                              {"fp16", "kivi:2"}, {"fp16", "turboquant:3"},
+                              {"qturbo:2", "qturbo:2"}, {"qturbo:3", "qturbo:3"}, {"qturbo:4", "qturbo:4"},
+                              {"fp16", "turboquant-prod:3"}, {"turboquant-prod:2", "turboquant-prod:2"},
+                              {"turboquant-prod:3", "turboquant-prod:3"}, {"turboquant-prod:4", "turboquant-prod:4"},
+                              {"octopus:2", "octopus:2"}, {"octopus:3", "octopus:3"}, {"octopus:4", "octopus:4"},
+                              {"octopus:2:qjl", "octopus:2:qjl"}, {"octopus:4:qjl", "octopus:4:qjl"}, {"hqmq:s24:r3", "hqmq:s24:r3"},
+                              {"hqmq:s96:r4", "hqmq:s96:r4"}, {"hqmq:s192:r6", "hqmq:s192:r6"}, {"fp16", "hqmq:s96:r4"}, {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:3:dither", "hqkv:e8:3:dither"},
+                              {"hqkv:e8:2:dither", "hqkv:e8:2:dither"}, {"hqkv:e8:4:rot=qjl:dither", "hqkv:e8:4:rot=qjl:dither"},
+                              {"hqkv:d4:3:dither", "hqkv:d4:3:dither"}, {"hqkv:a2:3:rot=qjl:dither", "hqkv:a2:3:rot=qjl:dither"},
+                              {"hqkv:z:2:rot=none:dither", "hqkv:z:2:rot=none:dither"}, {"fp16", "hqkv:e8:3:dither"}};
     for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
         tside ks, vs;
         build_side(pairs[pi][0], 0, B, NKV, T, CAP, K, &ks);
@@ -258,6 +653,8 @@ static void test_attend_vs_cpu(void **state) {
         }
         kvq_gkv_set_int8_query(0);
         kvq_gkv_set_half_values(0);
+        if (ks.s.kind != KVQ_GKV_KIVI && (vs.s.kind == KVQ_GKV_TURBO || vs.s.kind == KVQ_GKV_HQKV))
+            attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale);
         free_side(&ks);
         free_side(&vs);
     }
@@ -368,7 +765,10 @@ static void test_append_vs_cpu_cache(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_attend_vs_cpu),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
+                                       cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
+                                       cmocka_unit_test(test_hqmq_layout),
+                                       cmocka_unit_test(test_attend_vs_cpu),
                                        cmocka_unit_test(test_append_vs_cpu_cache)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,13 +26,14 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/kv_hqkv.h"
 
 #define D KVQ_GKV_HEAD_DIM
 #define G KVQ_GKV_GROUP
 #define NT 128
 #define NW (NT / 32)
 #define LOG2E 1.4426950408889634f
-#define KQ8 5 // internal K kind: int keys scored against an int8 copy of q by dp4a (kvq_gkv_set_int8_query)
+#define KQ8 16 // internal K kind: int keys scored against an int8 copy of q by dp4a (kvq_gkv_set_int8_query)
 #define ROWB(B) ((B) / 2 * (D / 4) + ((B) & 1) * (D / 8)) // ROWB(B)
 #define QMAX(B) ((1 << ((B) > 0 ? (B) - 1 : 0)) - 1)
 
@@ -40,8 +41,14 @@ struct side_p {
     const uint8_t *base; // region of (sequence 0, head 0)
     size_t region;       // bytes per region
     size_t side_off;     // offset of the side data in a region
-    const float *cb;     // TURBO centroids (n_kv, 2^bits)
-    const float *signs;  // TURBO sign vectors (n_kv, D)
+    const float *cb;     // TURBO centroids (n_kv, 2^bits); OCTOPUS directions
+    const float *rho;    // OCTOPUS triplet-norm centroids
+    const float *signs;  // TURBO, HQKV rot=signs: sign vectors (n_kv, D)
+    const float *quat;   // qturbo: unit quaternions (n_kv, 4), else NULL
+    const float *mat;    // HQKV rot=qjl: Q (n_kv, D, D)
+    const uint64_t *seeds; // HQKV dither: seeds (n_kv)
+    int lat, rot, dither; // HQKV
+    float inv_scale;      // HQKV: 1 / (α√d)
     int ring;            // dense only: > 0: position p is slot p % ring
 };
 
@@ -60,13 +67,15 @@ __device__ __forceinline__ float byte_f(uint32_t w, int n) {
 
 // The codes of dims (j0 + 4n + k), n = 0..3, as the 4 bytes of a word, from the lane's plane words.
 template <int B>
-__device__ __forceinline__ uint32_t gather(const uint32_t (&w)[B / 2 + 1], int k) {
+__device__ __forceinline__ uint32_t gather_p(const uint32_t *w, int k) {
     uint32_t m = 0;
 #pragma unroll
     for (int p = 0; p < B / 2; p++) m |= ((w[p] >> (2 * k)) & 0x03030303u) << (2 * p);
     if constexpr ((B & 1) != 0) m |= ((((w[B / 2] >> (4 * k)) & 0xFu) * 0x00204081u) & 0x01010101u) << (B - 1);
     return m;
 }
+template <int B>
+__device__ __forceinline__ uint32_t gather(const uint32_t (&w)[B / 2 + 1], int k) { return gather_p<B>(w, k); }
 
 // Loads one position's 16 dims of plane words (lane block L) of a packed row.
 template <int B>
@@ -96,9 +105,10 @@ __device__ __forceinline__ void dense_vals(const uint4 (&r)[2], float (&v)[16]) 
 // or centroids of codes.
 template <int KIND, int B>
 struct row_t {
-    uint32_t w[B / 2 + 1];
+    uint32_t w[KIND == KVQ_GKV_OCT || KIND == KVQ_GKV_OCTQ || KIND == KVQ_GKV_HQMQ ? 4 : B / 2 + 1]; // OCTOPUS: ≤ 3 code words + the sign word
     uint4 r[2];
 };
+#define OCT_NW(B) ((6 * (3 * (B) + 1) + 31) / 32) // kvq_gkv_oct_words
 
 template <int KIND, int B>
 __device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, int pos, int L, bool ok, row_t<KIND, B> &x) {
@@ -107,6 +117,35 @@ __device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, in
         const uint4 *p = (const uint4 *)(reg + ((size_t)slot * D + 16 * L) * 2);
         if (ok) x.r[0] = __ldg(p), x.r[1] = __ldg(p + 1);
         else x.r[0] = x.r[1] = make_uint4(0, 0, 0, 0);
+    } else if constexpr (KIND == KVQ_GKV_OCT || KIND == KVQ_GKV_OCTQ) { // the lane's code words [, its 16 sign bits in w[3]]
+        constexpr int NWd = OCT_NW(B), RB = 32 * NWd + (KIND == KVQ_GKV_OCTQ ? D / 8 : 0);
+        const uint8_t *row = reg + (size_t)pos * RB;
+#pragma unroll
+        for (int p = 0; p < 4; p++) x.w[p] = 0;
+        if (ok) {
+#pragma unroll
+            for (int p = 0; p < NWd; p++) x.w[p] = __ldg((const uint32_t *)(row + 4 * (NWd * L + p)));
+            if (KIND == KVQ_GKV_OCTQ) x.w[3] = __ldg((const unsigned short *)(row + 32 * NWd + 2 * L));
+        }
+    } else if constexpr (KIND == KVQ_GKV_HQMQ) { // the lane's words of 4 chunk codes
+        constexpr int NWd = (4 * B + 31) / 32;
+        const uint8_t *row = reg + (size_t)pos * (32 * NWd);
+#pragma unroll
+        for (int p = 0; p < 4; p++) x.w[p] = 0;
+        if (ok)
+#pragma unroll
+            for (int p = 0; p < NWd; p++) x.w[p] = __ldg((const uint32_t *)(row + 4 * (NWd * L + p)));
+    } else if constexpr (KIND == KVQ_GKV_TPROD) { // (B−1)-bit codes' planes, then the sign plane in w[B/2]
+        const uint8_t *row = reg + (size_t)pos * ROWB(B);
+        if (ok) {
+#pragma unroll
+            for (int p = 0; p < (B - 1) / 2; p++) x.w[p] = __ldg((const uint32_t *)(row + p * (D / 4) + 4 * L));
+            if ((B - 1) & 1) x.w[(B - 1) / 2] = __ldg((const unsigned short *)(row + ((B - 1) / 2) * (D / 4) + 2 * L));
+            x.w[B / 2] = __ldg((const unsigned short *)(row + ROWB(B - 1) + 2 * L));
+        } else {
+#pragma unroll
+            for (int p = 0; p <= B / 2; p++) x.w[p] = 0;
+        }
     } else {
         if (ok) load_row<B>(reg + (size_t)pos * ROWB(B), L, x.w);
         else {
@@ -123,6 +162,44 @@ __device__ __forceinline__ void load_group(const side_p &s, const uint8_t *reg, 
     for (int ps = 0; ps < NP; ps++) {
         const int pos = tg + 4 * ps + sub;
         load_pos<KIND, B>(s, reg, pos, L, pos < t1, x[ps]);
+    }
+}
+
+// HQKV: the lane's 16 rotated-frame coordinates embed(c) − U of a position (times γ/(α√d)
+// later), U regenerated from the head's seed and the position's counter (kernels/kv_hqkv.h).
+template <int B>
+__device__ __forceinline__ void hqkv_values(const uint32_t (&w)[B / 2 + 1], const side_p &s, const uint8_t *reg, int pos, int g, int j0,
+                                            float (&v)[16]) {
+    constexpr float off = (float)(1 << (B > 0 ? B - 1 : 0));
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t m = gather<B>(w, k);
+#pragma unroll
+        for (int n = 0; n < 4; n++) v[4 * n + k] = byte_f(m, n) - off;
+    }
+    if (s.lat == KVQ_HK_A2) // A2's first coordinate of each pair is √3·ny (dims j0 + i, i even)
+#pragma unroll
+        for (int i = 0; i < 16; i += 2) v[i] = __fmul_rn(KVQ_HK_SQRT3_F, v[i]);
+    if (s.dither) {
+        float U[16];
+        const uint32_t ctr = __ldg((const uint32_t *)(reg + s.side_off + (size_t)pos * 8 + 4));
+        kvq_hk_dither(s.lat, s.seeds[g], ctr, j0, 16, U);
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = __fsub_rn(v[i], U[i]);
+    }
+}
+
+// HQMQ: the lane's 4 chunks r·C[idx] (B-bit codes idx | r << ib; × σ/(2^b_r − 1) later), C the
+// head's joint codebook (2^ib, 4) read through the read-only cache.
+template <int B>
+__device__ __forceinline__ void hqmq_values(const uint32_t *w, const float *cbh, int ib, float (&v)[16]) {
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int lo = c * B / 32, sh = c * B % 32;
+        const uint32_t code = __funnelshift_r(w[lo], w[lo + 1 < 4 ? lo + 1 : 3], sh) & ((1u << B) - 1);
+        const float r = (float)(code >> ib);
+        const float4 C = __ldg((const float4 *)(cbh + 4 * (code & ((1u << ib) - 1))));
+        v[4 * c] = r * C.x, v[4 * c + 1] = r * C.y, v[4 * c + 2] = r * C.z, v[4 * c + 3] = r * C.w;
     }
 }
 
@@ -172,6 +249,9 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     __shared__ float red[NW][G][D];
     __shared__ float cbk[256], cbv[256];
     __shared__ float mh[G], lh[G];
+    constexpr bool OCTK = KK == KVQ_GKV_OCT || KK == KVQ_GKV_OCTQ, QJLK = KK == KVQ_GKV_TPROD || KK == KVQ_GKV_OCTQ;
+    __shared__ __align__(16) float sqs[QJLK ? G : 1][D]; // TPROD: S R q; OCTQ: R' R q
+    __shared__ float odirs[OCTK ? 3 << (2 * (KB + 1)) : 1], orho[OCTK ? 1 << (KB > 0 ? KB - 1 : 0) : 1]; // OCTOPUS tables
     const int s = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, L = lane & 7, sub = lane >> 3, j0 = 16 * L;
     const int t0 = p.t_begin + s * p.chunk, t1 = min(p.t_end, t0 + p.chunk), n = t1 - t0;
@@ -192,16 +272,87 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] = p.q[((size_t)b * p.H + g * G + e / D) * D + e % D];
     if (KK == KVQ_GKV_TURBO)
         for (int e = threadIdx.x; e < (1 << KB); e += NT) cbk[e] = p.k.cb[(size_t)g * (1 << KB) + e];
+    if constexpr (KK == KVQ_GKV_TPROD)
+        for (int e = threadIdx.x; e < (1 << (KB - 1)); e += NT) cbk[e] = p.k.cb[(size_t)g * (1 << (KB - 1)) + e];
+    if constexpr (OCTK) {
+        for (int e = threadIdx.x; e < (3 << (2 * (KB + 1))); e += NT) odirs[e] = p.k.cb[((size_t)g << (2 * (KB + 1))) * 3 + e];
+        for (int e = threadIdx.x; e < (1 << (KB - 1)); e += NT) orho[e] = p.k.rho[(size_t)g * (1 << (KB - 1)) + e];
+    }
     if (VK == KVQ_GKV_TURBO)
         for (int e = threadIdx.x; e < (1 << VB); e += NT) cbv[e] = p.v.cb[(size_t)g * (1 << VB) + e];
     __syncthreads();
-    if (KK == KVQ_GKV_TURBO) { // q in the keys' rotated frame, once: WHT(signs ⊙ q)/√d
+    if (KK == KVQ_GKV_TURBO || KK == KVQ_GKV_TPROD) { // q in the keys' rotated frame, once: WHT(signs ⊙ [r·] q)/√d
+        if (p.k.quat) { // qturbo: the unit quaternion r left-multiplies each 4-chunk first
+            const float *r = p.k.quat + (size_t)g * 4;
+            const float a0 = r[0], a1 = r[1], a2 = r[2], a3 = r[3];
+            float o[4] = {0, 0, 0, 0};
+            const int e = threadIdx.x; // NT = G·D/4 chunks
+            if (e < G * D / 4) {
+                const float *b4 = &qs[0][0] + 4 * e;
+                o[0] = a0 * b4[0] - a1 * b4[1] - a2 * b4[2] - a3 * b4[3];
+                o[1] = a0 * b4[1] + a1 * b4[0] + a2 * b4[3] - a3 * b4[2];
+                o[2] = a0 * b4[2] - a1 * b4[3] + a2 * b4[0] + a3 * b4[1];
+                o[3] = a0 * b4[3] + a1 * b4[2] - a2 * b4[1] + a3 * b4[0];
+            }
+            __syncthreads();
+            if (e < G * D / 4)
+                for (int j = 0; j < 4; j++) (&qs[0][0])[4 * e + j] = o[j];
+            __syncthreads();
+        }
         for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
         block_wht(&qs[0][0], G);
+    }
+    if constexpr (OCTK) { // q_rot = WHT(s1 ⊙ q)/√d; OCTQ also R' q_rot = WHT(s2 ⊙ q_rot)/√d into sqs
+        for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * 2 * D + e % D];
+        block_wht(&qs[0][0], G);
+        if constexpr (KK == KVQ_GKV_OCTQ) {
+            for (int e = threadIdx.x; e < G * D; e += NT) sqs[e / D][e % D] = qs[e / D][e % D] * p.k.signs[(size_t)g * 2 * D + D + e % D];
+            block_wht(&sqs[0][0], G);
+        }
+    }
+    if constexpr (KK == KVQ_GKV_TPROD) { // S R q (S: this head's QJL matrix), once per block
+        const float *S = p.k.mat + (size_t)g * D * D;
+        for (int e = threadIdx.x; e < G * D; e += NT) {
+            const int h = e / D, j = e % D;
+            float a = 0.0f;
+            for (int k = 0; k < D; k++) a = fmaf(S[(size_t)j * D + k], qs[h][k], a);
+            sqs[h][j] = a;
+        }
+        __syncthreads();
+    }
+    if (KK == KVQ_GKV_HQKV && p.k.rot == 1) { // q in the keys' frame: <q, Sᵀy> = <S q, y>
+        for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
+        __syncthreads();
+    } else if (KK == KVQ_GKV_HQKV && p.k.rot == 2) { // Q q, Q (D, D) of this head; red as scratch
+        float *t = &red[0][0][0];
+        const float *Q = p.k.mat + (size_t)g * D * D;
+        for (int e = threadIdx.x; e < G * D; e += NT) {
+            const int h = e / D, i = e % D;
+            float a = 0.0f;
+            for (int k = 0; k < D; k++) a = fmaf(Q[(size_t)i * D + k], qs[h][k], a);
+            t[e] = a;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] = t[e];
+        __syncthreads();
     }
 
     // ---- scores
     float qe[G][16], zq[G];
+    float sqe[QJLK ? G : 1][16], sqsl[G]; // TPROD, OCTQ: the lane's S R q (R' R q) and its sum
+    float qt[OCTK ? G : 1][18];            // OCTOPUS: the lane's dims 18L.. of q_rot (0 past D)
+    if constexpr (OCTK)
+#pragma unroll
+        for (int h = 0; h < G; h++)
+#pragma unroll
+            for (int m = 0; m < 18; m++) qt[h][m] = 18 * L + m < D ? qs[h][18 * L + m] : 0.0f;
+    if constexpr (QJLK)
+#pragma unroll
+        for (int h = 0; h < G; h++) {
+            sqsl[h] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; i++) sqe[h][i] = sqs[h][j0 + i], sqsl[h] += sqe[h][i];
+        }
     int qw[G][4], qis[G]; // q8: q as int8, the bytes of word k = dims (4n + k), and Σ of the lane's int8 q
     float sq[G];
     if (q8) { // one scale per query head: max |q| / 127
@@ -265,7 +416,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 int ai[G] = {0};
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const int m = (int)gather<KB>(x[ps].w, k);
+                    const int m = (int)gather_p<KB>(x[ps].w, k);
 #pragma unroll
                     for (int h = 0; h < G; h++) ai[h] = __dp4a(m, qw[h][k], ai[h]);
                 }
@@ -273,12 +424,57 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 for (int h = 0; h < G; h++) a[h] = (float)(ai[h] - QMAX(KB) * qis[h]) * sq[h];
             } else {
                 float v[16];
-                values<KK, KB>(x[ps], cbk, v);
+                if constexpr (KK == KVQ_GKV_HQKV) {
+                    if (pos < t1) hqkv_values<KB>(x[ps].w, p.k, kreg, pos, g, j0, v);
+                    else
 #pragma unroll
-                for (int h = 0; h < G; h++) {
-                    a[h] = zq[h];
+                        for (int i = 0; i < 16; i++) v[i] = 0.0f;
+                } else if constexpr (KK == KVQ_GKV_HQMQ) {
+                    hqmq_values<KB>(x[ps].w, p.k.cb + ((size_t)g << p.k.lat) * 4, p.k.lat, v);
+                } else if constexpr (OCTK) { // Σ over the lane's 6 triplets of ρ̂ <q_rot, n̂> (eq. 13)
+                    constexpr int CW = 3 * KB + 1, BD = KB + 1;
 #pragma unroll
-                    for (int i = 0; i < 16; i++) a[h] = fmaf(qe[h][i], v[i], a[h]);
+                    for (int h = 0; h < G; h++) a[h] = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 6; j++) {
+                        const int lo = j * CW / 32, sh = j * CW % 32;
+                        const uint32_t code = __funnelshift_r(x[ps].w[lo], x[ps].w[lo + 1 < 4 ? lo + 1 : 3], sh) & ((1u << CW) - 1);
+                        const float *dn = odirs + 3 * (code & ((1u << (2 * BD)) - 1));
+                        const float r = orho[code >> (2 * BD)], d0 = r * dn[0], d1 = r * dn[1], d2 = r * dn[2];
+#pragma unroll
+                        for (int h = 0; h < G; h++) a[h] = fmaf(qt[h][3 * j], d0, fmaf(qt[h][3 * j + 1], d1, fmaf(qt[h][3 * j + 2], d2, a[h])));
+                    }
+                } else if constexpr (KK == KVQ_GKV_TPROD) { // centroids of the (KB−1)-bit codes
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const uint32_t m = gather_p<KB - 1>(x[ps].w, k);
+#pragma unroll
+                        for (int n2 = 0; n2 < 4; n2++) v[4 * n2 + k] = cbk[(m >> (8 * n2)) & 0xFFu];
+                    }
+                } else
+                    values<KK, KB>(x[ps], cbk, v);
+                if constexpr (!OCTK)
+#pragma unroll
+                    for (int h = 0; h < G; h++) {
+                        a[h] = zq[h];
+#pragma unroll
+                        for (int i = 0; i < 16; i++) a[h] = fmaf(qe[h][i], v[i], a[h]);
+                    }
+                if constexpr (QJLK) { // TPROD: + sqrt(π/2)/d · γ_r · (2 <S R q, σ> − Σ S R q); OCTQ: sqrt(π/(2d)), R'
+                    const uint32_t sg = x[ps].w[KK == KVQ_GKV_OCTQ ? 3 : KB / 2]; // bit 4k + n: dim j0 + 4n + k
+                    const float gr = pos >= t1 ? 0.0f
+                                     : KK == KVQ_GKV_OCTQ ? 0.110778366f * h2f(kreg + p.k.side_off + (size_t)pos * 8 + 4)
+                                                          : 1.2533141373155001f / D * h2f(kreg + p.k.side_off + (size_t)pos * 4 + 2);
+#pragma unroll
+                    for (int h = 0; h < G; h++) {
+                        float t = 0.0f;
+#pragma unroll
+                        for (int k = 0; k < 4; k++)
+#pragma unroll
+                            for (int n2 = 0; n2 < 4; n2++)
+                                if ((sg >> (4 * k + n2)) & 1u) t += sqe[h][4 * n2 + k];
+                        a[h] = fmaf(gr, 2.0f * t - sqsl[h], a[h]);
+                    }
                 }
             }
 #pragma unroll
@@ -290,6 +486,10 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
             if (L == 0 && pos < t1) {
                 float mul = p.sl2;
                 if (KK == KVQ_GKV_INT || KK == KVQ_GKV_TURBO) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 2);
+                if (KK == KVQ_GKV_HQKV) mul *= __ldg((const float *)(kreg + p.k.side_off + (size_t)pos * 8)) * p.k.inv_scale;
+                if (KK == KVQ_GKV_TPROD) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 4);
+                if (KK == KVQ_GKV_HQMQ) mul *= h2f(kreg + p.k.side_off + (size_t)pos * 2) * p.k.inv_scale;
+                if (OCTK) mul *= __ldg((const float *)(kreg + p.k.side_off + (size_t)pos * (KK == KVQ_GKV_OCTQ ? 8 : 4)));
                 *(float4 *)sc[pos - t0] = make_float4(a[0] * mul, a[1] * mul, a[2] * mul, a[3] * mul);
             }
         }
@@ -352,6 +552,11 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                     w[h] *= s_;
                     if (VK == KVQ_GKV_INT) za[h] = fmaf(-(float)QMAX(VB), w[h], za[h]);
                 }
+            } else if (VK == KVQ_GKV_HQKV || VK == KVQ_GKV_HQMQ) {
+                const float s_ = VK == KVQ_GKV_HQMQ ? h2f(vreg + p.v.side_off + (size_t)pos * 2) * p.v.inv_scale
+                                                    : __ldg((const float *)(vreg + p.v.side_off + (size_t)pos * 8)) * p.v.inv_scale;
+#pragma unroll
+                for (int h = 0; h < G; h++) w[h] *= s_;
             } else if (VK == KVQ_GKV_KIVI) {
                 const __half2 sz = __ldg((const __half2 *)(vreg + p.v.side_off + ((size_t)pos * (D / 32) + L / 2) * 4));
                 const float s_ = __low2float(sz), z = __high2float(sz);
@@ -364,7 +569,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 for (int h = 0; h < G; h++) wh[h] = __float2half2_rn(w[h]);
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const uint32_t m = gather<VB>(y[ps].w, k);
+                    const uint32_t m = gather_p<VB>(y[ps].w, k);
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
                         const uint32_t u = __byte_perm(m, 0x64646464u, j ? 0x5342u : 0x5140u);
@@ -375,7 +580,9 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
                 }
             } else {
                 float v[16];
-                values<VK, VB>(y[ps], cbv, v);
+                if constexpr (VK == KVQ_GKV_HQKV) hqkv_values<VB>(y[ps].w, p.v, vreg, pos, g, j0, v);
+                else if constexpr (VK == KVQ_GKV_HQMQ) hqmq_values<VB>(y[ps].w, p.v.cb + ((size_t)g << p.v.lat) * 4, p.v.lat, v);
+                else values<VK, VB>(y[ps], cbv, v);
 #pragma unroll
                 for (int h = 0; h < G; h++)
 #pragma unroll
@@ -416,14 +623,22 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = mh[threadIdx.x], pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = lh[threadIdx.x];
 }
 
+// The values' way back from a rotated frame, applied once per (sequence, query head) in the
+// merge: TurboQuant (WHT, signs, then r* per 4-chunk for qturbo), HyperQuant-KV (Sᵀ: signs or
+// Qᵀ). Chunks [0, n_rot) hold rotated sums (stored values), the rest the window's plain ones.
+struct post_p {
+    int kind;            // 0 none, 1 TurboQuant, 2 HQKV signs, 3 HQKV Q
+    const float *signs, *quat, *mat;
+    int n_rot;
+};
+
 // Merges the chunks of one (sequence, query head): weights w_s = 2^(m_s − M) computed once
 // into shared memory (a thread per chunk), then each thread sums its dim over the chunks with
 // independent loads (a loop whose loads sat behind a branch on the chunk's sum took one memory
-// latency per chunk: ~15 µs for 43 chunks); then the TurboQuant values' inverse rotation
-// (WHT, then the signs) when vsigns is given.
+// latency per chunk: ~15 µs for 43 chunks); the rotated chunks' sum goes back through post.
 #define MERGE_MAX 1024
 __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, const float *__restrict__ pml, float *__restrict__ out,
-                                                int n_slot, int H, const float *__restrict__ vsigns) {
+                                                int n_slot, int H, post_p pp) {
     __shared__ float x[D], w[MERGE_MAX], red[D / 32];
     const int bh = blockIdx.x, h = bh % H, g = h / G, i = threadIdx.x, lane = i & 31, wp = i >> 5;
     const float *ml = pml + (size_t)bh * n_slot * 2, *o = po + (size_t)bh * n_slot * D;
@@ -450,16 +665,39 @@ __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, co
     __syncthreads();
     l = 0.0f;
     for (int k = 0; k < D / 32; k++) l += red[k];
-    float y = 0.0f;
+    const int nr = pp.kind ? pp.n_rot : 0;
+    float y = 0.0f, yp = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < n_slot; s++) y = fmaf(w[s], o[(size_t)s * D + i], y);
-    y = l > 0.0f ? y / l : 0.0f;
-    if (vsigns) {
+    for (int s = 0; s < nr; s++) y = fmaf(w[s], o[(size_t)s * D + i], y);
+#pragma unroll 8
+    for (int s = nr; s < n_slot; s++) yp = fmaf(w[s], o[(size_t)s * D + i], yp);
+    if (pp.kind == 1) {
         x[i] = y;
         block_wht(x, 1);
-        y = x[i] * vsigns[(size_t)g * D + i];
+        y = x[i] * pp.signs[(size_t)g * D + i];
+        if (pp.quat) { // r* = (r0, −r1, −r2, −r3) left-multiplies each 4-chunk
+            __syncthreads();
+            x[i] = y;
+            __syncthreads();
+            const float *r = pp.quat + (size_t)g * 4, *b4 = x + (i & ~3);
+            const float a0 = r[0], a1 = -r[1], a2 = -r[2], a3 = -r[3];
+            const int c = i & 3;
+            y = c == 0 ? a0 * b4[0] - a1 * b4[1] - a2 * b4[2] - a3 * b4[3]
+                : c == 1 ? a0 * b4[1] + a1 * b4[0] + a2 * b4[3] - a3 * b4[2]
+                : c == 2 ? a0 * b4[2] - a1 * b4[3] + a2 * b4[0] + a3 * b4[1]
+                         : a0 * b4[3] + a1 * b4[2] - a2 * b4[1] + a3 * b4[0];
+        }
+    } else if (pp.kind == 2) {
+        y *= pp.signs[(size_t)g * D + i];
+    } else if (pp.kind == 3) { // Qᵀ y: out_i = Σ_k Q[k][i] y_k
+        x[i] = y;
+        __syncthreads();
+        const float *Q = pp.mat + (size_t)g * D * D;
+        y = 0.0f;
+        for (int k = 0; k < D; k++) y = fmaf(Q[(size_t)k * D + i], x[k], y);
     }
-    out[(size_t)bh * D + i] = y;
+    y += yp;
+    out[(size_t)bh * D + i] = l > 0.0f ? y / l : 0.0f;
 }
 
 // ---- encoders (the CPU's float operations, kv_int.c, from the window's fp16 values)
@@ -571,12 +809,20 @@ static side_p side_of(const kvq_gkv_cache *c, const kvq_gkv_side *s) {
     r.region = kvq_gkv_region_bytes(s->kind, s->bits, D, c->cap, s->role);
     r.side_off = kvq_gkv_side_offset(s->kind, s->bits, D, c->cap);
     r.cb = s->cb;
+    r.rho = s->rho;
     r.signs = s->signs;
+    r.quat = s->quat;
+    r.mat = s->mat;
+    r.seeds = s->seeds;
+    r.lat = s->lat, r.rot = s->rot, r.dither = s->dither;
+    r.inv_scale = s->scale > 0.0f ? 1.0f / s->scale : 0.0f;
+    if (s->kind == KVQ_GKV_HQMQ) // lat carries the index bits; the radius step 1 / (2^b_r − 1)
+        r.lat = s->ibits, r.inv_scale = 1.0f / (float)((1 << (s->bits - s->ibits)) - 1);
     r.ring = 0;
     return r;
 }
 static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
-    side_p r = {(const uint8_t *)ring, (size_t)c->wcap * D * 2, 0, NULL, NULL, c->wcap};
+    side_p r = {(const uint8_t *)ring, (size_t)c->wcap * D * 2, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0.0f, c->wcap};
     return r;
 }
 
@@ -587,6 +833,8 @@ extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
 extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
 
 #define KV_BITS(X, KIND) X(KIND, 2) X(KIND, 3) X(KIND, 4)
+// HyperQuant-KV's code widths: 5-8 bits cover e8/d4/a2/z at 2-4 bits per sample (kv_gpu.c)
+#define HQ_BITS(X, KIND) X(KIND, 5) X(KIND, 6) X(KIND, 7) X(KIND, 8)
 // The instantiated (K kind, K bits, V kind, V bits) combinations: the dense baselines, each
 // codec on both sides, and the boundary layers' fp16 keys with each codec's values.
 static split_fn pick(int kk, int kb, int vk, int vb) {
@@ -612,6 +860,19 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
     KV_BITS(F16K, KVQ_GKV_INT)
     KV_BITS(F16K, KVQ_GKV_KIVI)
     KV_BITS(F16K, KVQ_GKV_TURBO)
+    HQ_BITS(SAME, KVQ_GKV_HQKV)
+    SAME(KVQ_GKV_HQMQ, 13) SAME(KVQ_GKV_HQMQ, 16) SAME(KVQ_GKV_HQMQ, 19) // hqmq s24:r3, s96:r4, s192:r6
+    F16K(KVQ_GKV_HQMQ, 13) F16K(KVQ_GKV_HQMQ, 16) F16K(KVQ_GKV_HQMQ, 19)
+#define TPK(KIND, B) \
+    if (kk == KVQ_GKV_TPROD && vk == KIND && kb == B && vb == B) return attn_split<KVQ_GKV_TPROD, B, KIND, B>;
+    KV_BITS(TPK, KVQ_GKV_TURBO) // turboquant-prod: its keys, turboquant values
+#undef TPK
+#define OCTK_(KIND, B) \
+    if (kk == KIND && vk == KVQ_GKV_KIVI && kb == B && vb == B) return attn_split<KIND, B, KVQ_GKV_KIVI, B>;
+    KV_BITS(OCTK_, KVQ_GKV_OCT) // OCTOPUS keys; its values are KIVI's per-token groups
+    KV_BITS(OCTK_, KVQ_GKV_OCTQ)
+#undef OCTK_
+    HQ_BITS(F16K, KVQ_GKV_HQKV)
 #undef SAME
 #undef F16K
     return NULL;
@@ -710,13 +971,13 @@ extern "C" kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, flo
         attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0><<<dim3(nc, c->n_kv, c->batch), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split (window)");
     }
-    // the TurboQuant values' rotation applies to the stored values only: the merge rotates
-    // the whole sum back, so window positions are rotated into the frame first... which this
-    // kernel does not do: refuse a TurboQuant cache with a window
-    if (c->v.kind == KVQ_GKV_TURBO && (nb || nc))
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: turboquant values with a residual window are not built");
-    attn_merge<<<c->batch * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, c->n_heads,
-                                                    c->v.kind == KVQ_GKV_TURBO ? c->v.signs : NULL);
+    // rotated values (TurboQuant, HyperQuant-KV) sit in the chunks of the stored values,
+    // [0, na + nb); the window's chunks after them are in the original frame
+    post_p pp = {0, c->v.signs, c->v.quat, c->v.mat, na + nb};
+    if (c->v.kind == KVQ_GKV_TURBO) pp.kind = 1;
+    else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 1) pp.kind = 2;
+    else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 2) pp.kind = 3;
+    attn_merge<<<c->batch * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, c->n_heads, pp);
     CU_LAUNCHED("attn_merge");
     return KVQ_OK;
 }

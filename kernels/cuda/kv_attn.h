@@ -23,8 +23,24 @@ typedef enum {
     KVQ_GKV_F16 = 1,   // dense fp16 rows (the residual window; boundary layers' K)
     KVQ_GKV_INT = 2,   // int:<b>: fp16 scale per token, symmetric codes q + qmax
     KVQ_GKV_KIVI = 3,  // kivi:<b>: K per channel over 32-token groups, V per token and 32 channels
-    KVQ_GKV_TURBO = 4, // turboquant:<b>: fp16 norm per token, Lloyd-Max centroid index per rotated coordinate
+    KVQ_GKV_TURBO = 4, // turboquant:<b> and qturbo:<b> (side .quat set): fp16 norm per token, Lloyd-Max
+                       // centroid index per rotated coordinate; turboquant-prod:<b> values
+    KVQ_GKV_HQKV = 5,  // hqkv:<lattice>:<bps>: fp32 norm and u32 dither counter per token, the integer
+                       // lattice codes + 2^(bits-1) as bits-wide codes (bits from the state's bound)
+    KVQ_GKV_TPROD = 6, // turboquant-prod:<b> keys: (fp16 norm, fp16 residual norm) per token, (b-1)-bit
+                       // centroid codes then the d QJL sign bits (a one-bit plane): b·d/8 bytes a row
+    KVQ_GKV_OCT = 7,   // octopus:<b> keys: fp32 γ per token; per lane of 8, 6 triplet codes
+                       // (dir index a·2^bdir + b | ρ index << 2·bdir, 3b+1 bits) in whole 32-bit words
+    KVQ_GKV_OCTQ = 8,  // octopus:<b>:qjl keys: as OCT, then the d QJL sign bits (a one-bit plane);
+                       // side (fp32 γ, fp16 γ_r, 2 bytes padding). Values of octopus are KIVI's layout
+    KVQ_GKV_HQMQ = 9,  // hqmq:s<S>:r<b> (no outliers): fp16 σ per token; per lane of 8, its 4 chunks'
+                       // codes (joint index | radius << ibits, `bits` wide) in whole 32-bit words
 } kvq_gkv_kind;
+
+/** OCTOPUS keys (head_dim 128: 43 triplets, the last zero-padded, in 48 slots, lane L of a
+ *  position's 8 lanes owns triplets 6L..6L+5 = dims 18L..18L+17): 32-bit words per lane of
+ *  six (3b+1)-bit codes (default split b_dir = b+1, b_norm = b−1), code j at bit j·(3b+1). */
+static inline int kvq_gkv_oct_words(int bits) { return (6 * (3 * bits + 1) + 31) / 32; }
 
 /** The shape every kernel supports now (others are refused with KVQ_ERR_UNSUPPORTED). */
 #define KVQ_GKV_HEAD_DIM 128
@@ -37,14 +53,23 @@ static inline size_t kvq_gkv_row_bytes(int bits, int d) { return (size_t)(bits /
 static inline size_t kvq_gkv_align16(size_t n) { return (n + 15) & ~(size_t)15; }
 /** Offset of the side data inside a (sequence, KV head) region of cap positions (the codes,
  *  or the dense rows, come first). */
-static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int cap) {
-    return kvq_gkv_align16(kind <= KVQ_GKV_F16 ? (size_t)cap * d * 2 : (size_t)cap * kvq_gkv_row_bytes(bits, d));
+/** Bytes of one position's row of a packed kind (OCTOPUS keys: 8 lanes of words [+ the sign plane]). */
+static inline size_t kvq_gkv_kind_row_bytes(kvq_gkv_kind kind, int bits, int d) {
+    if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) return (size_t)32 * kvq_gkv_oct_words(bits) + (kind == KVQ_GKV_OCTQ ? (size_t)d / 8 : 0);
+    if (kind == KVQ_GKV_HQMQ) return (size_t)32 * ((4 * bits + 31) / 32); // 8 lanes × ⌈4·bits/32⌉ words
+    return kvq_gkv_row_bytes(bits, d);
 }
-/** Bytes of the side data: INT and TURBO one fp16 per position; KIVI K (role 0) (fp16
- *  scale, fp16 zero) per channel per 32-position group; KIVI V (scale, zero) per position
- *  per 32 channels. */
+static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int cap) {
+    return kvq_gkv_align16(kind <= KVQ_GKV_F16 ? (size_t)cap * d * 2 : (size_t)cap * kvq_gkv_kind_row_bytes(kind, bits, d));
+}
+/** Bytes of the side data: INT and TURBO one fp16 per position; HQKV (fp32 γ, u32 dither
+ *  counter) per position; KIVI K (role 0) (fp16 scale, fp16 zero) per channel per 32-position
+ *  group; KIVI V (scale, zero) per position per 32 channels. */
 static inline size_t kvq_gkv_side_bytes(kvq_gkv_kind kind, int d, int cap, int role) {
-    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return (size_t)cap * 2;
+    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_HQMQ) return (size_t)cap * 2;
+    if (kind == KVQ_GKV_HQKV) return (size_t)cap * 8;
+    if (kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT) return (size_t)cap * 4;
+    if (kind == KVQ_GKV_OCTQ) return (size_t)cap * 8;
     if (kind == KVQ_GKV_KIVI) return role == 0 ? (size_t)(cap / 32) * d * 4 : (size_t)cap * (d / 32) * 4;
     return 0;
 }
@@ -81,15 +106,27 @@ static inline uint32_t kvq_gkv_get_code(const uint8_t *row, int bits, int d, int
 }
 
 /** One side of a cache on the device: regions for (batch, n_kv) (sequence-major), each
- *  kvq_gkv_region_bytes; for TURBO also the centroids (n_kv, 2^bits) and the sign vectors
- *  (n_kv, d) of each head's state, as fp32 device arrays. */
+ *  kvq_gkv_region_bytes; for TURBO also the centroids (n_kv, 2^bits), the sign vectors
+ *  (n_kv, d) and for qturbo the unit quaternions (n_kv, 4) of each head's state, as fp32
+ *  device arrays; for HQKV the parameters of libconv/kv/kv_hqkv.h (the same for every head
+ *  but the seed, the signs and Q). */
 typedef struct {
     kvq_gkv_kind kind;
     int bits;
     int role;          // 0 = K, 1 = V
     void *data;        // device
-    const float *cb;   // device, TURBO only
-    const float *signs; // device, TURBO only
+    const float *cb;   // device, TURBO (n_kv, 2^bits) and TPROD (n_kv, 2^(bits-1)) centroids;
+                       // OCT/OCTQ: the direction table Oct⁻¹(cξ[a], cξ[b]) (n_kv, 2^(2·bdir), 3)
+    const float *rho;  // device, OCT/OCTQ: triplet-norm centroids (n_kv, 2^bnorm)
+    const float *signs; // device, TURBO and HQKV rot=signs: (n_kv, d); OCT/OCTQ (n_kv, 2d): s1, then s2 (QJL)
+    const float *quat;  // device, qturbo: (n_kv, 4); NULL for turboquant
+    const float *mat;   // device, HQKV rot=qjl: (n_kv, d, d), the rotation Q (y = Q x) row-major;
+                        // TPROD: the QJL matrix S (n_kv, d, d) row-major (σ = sign(S r))
+    const uint64_t *seeds; // device, HQKV with dither: (n_kv) the states' seeds
+    int lat, rot, dither; // HQKV: lattice (kernels/kv_hqkv.h ids), rotation 0 none / 1 signs / 2 Q, dither
+    int ibits;            // HQMQ: index bits of a chunk code (bits = ibits + radius bits); cb = the joint
+                          // codebook (n_kv, 2^ibits, 4) (rows past 24S unused)
+    float scale;          // HQKV: α·√d (a token is γ/scale · Qᵀ(embed(c) − U))
 } kvq_gkv_side;
 
 /** A device cache: n_tok positions stored for every sequence, packed [0, n_enc), the most

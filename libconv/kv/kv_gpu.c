@@ -1,11 +1,14 @@
 // Repacking between the CPU KV codecs' records (kv_int.c, kv_turbo.c: a header of fp16
-// side data, then LSB-first b-bit codes) and the GPU execution layout (kv_attn.h): the
-// side data moves to the region's side array unchanged, the codes into bit planes.
+// side data, then LSB-first b-bit codes; kv_hqkv.c: fp32 γ, counter, Rice symbols) and the
+// GPU execution layout (kv_attn.h): the side data moves to the region's side array unchanged,
+// the codes into bit planes (HyperQuant-KV's Rice symbols as fixed-width lattice codes).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "libconv/kv/kv_gpu.h"
+#include "libconv/kv/kv_hqkv.h"
+#include "libconv/kv/kv_internal.h"
 
 kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, kvq_err *err) {
     char s[64];
@@ -16,13 +19,59 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
     if (!strcmp(c->spec.name, "fp16")) *kind = KVQ_GKV_F16, b = 16;
     else if (!strcmp(c->spec.name, "int")) *kind = KVQ_GKV_INT;
     else if (!strcmp(c->spec.name, "kivi")) *kind = KVQ_GKV_KIVI;
-    else if (!strcmp(c->spec.name, "turboquant")) *kind = KVQ_GKV_TURBO;
-    else return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s': no GPU attention kernel reads this codec", s);
+    else if (!strcmp(c->spec.name, "turboquant") || !strcmp(c->spec.name, "qturbo")) *kind = KVQ_GKV_TURBO;
+    else if (!strcmp(c->spec.name, "turboquant-prod")) *kind = c->role == KVQ_KV_V ? KVQ_GKV_TURBO : KVQ_GKV_TPROD; // values are turboquant:<b>
+    else if (!strcmp(c->spec.name, "octopus") && c->role == KVQ_KV_V) *kind = KVQ_GKV_KIVI; // per-token groups of 32 = KIVI's values
+    else if (!strcmp(c->spec.name, "octopus")) {
+        kvq_kv_octopus_info in;
+        kvq_kv_octopus_info_of(c, &in);
+        *kind = in.qjl ? KVQ_GKV_OCTQ : KVQ_GKV_OCT;
+        if (in.bdir != b + 1 || in.bnorm != b - 1)
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s': the GPU kernel is built for the default split (b_dir = b+1, b_norm = b-1)", s);
+    } else if (!strcmp(c->spec.name, "hqmq")) {
+        kvq_kv_hqmq_info in;
+        kvq_kv_hqmq_info_of(c, &in);
+        *kind = KVQ_GKV_HQMQ;
+        b = in.ib + in.br;
+        if (in.med || c->d != KVQ_GKV_HEAD_DIM || (b != 13 && b != 16 && b != 19))
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                               "--kv '%s' at head_dim %d: the GPU kernel reads hqmq without outliers at head_dim %d with 13-, 16- or 19-bit chunk codes (s24:r3, s96:r4, s192:r6), not %d",
+                               s, c->d, KVQ_GKV_HEAD_DIM, b);
+        *bits = b;
+        return KVQ_OK;
+    } else if (!strcmp(c->spec.name, "hqkv")) {
+        *kind = KVQ_GKV_HQKV;
+        kvq_kv_hqkv_info in;
+        kvq_kv_hqkv_info_of(c, &in);
+        b = kvq_gkv_hqkv_width(in.lat, in.scale);
+        if (b > 8 || c->d != KVQ_GKV_HEAD_DIM)
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                               "--kv '%s' at head_dim %d: the GPU layout needs %d-bit lattice codes (α√d = %.1f); built for head_dim %d and up to 8",
+                               s, c->d, b, in.scale, KVQ_GKV_HEAD_DIM);
+        *bits = b;
+        return KVQ_OK;
+    } else return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s': no GPU attention kernel reads this codec", s);
     if (c->d != KVQ_GKV_HEAD_DIM || (*kind != KVQ_GKV_F16 && (b < 2 || b > 4)))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s' at head_dim %d: the GPU kernels are built for head_dim %d and 2-4 bits", s,
                            c->d, KVQ_GKV_HEAD_DIM);
     *bits = b;
     return KVQ_OK;
+}
+
+int kvq_gkv_hqkv_width(int lat, double scale) {
+    // |x̃_j| <= α√d (a coordinate of the scaled unit token), |U_j| and |c_j − z_j| <= the
+    // covering radius R (2E8: 2, D4: 1, A2int: 2/√3, Z: 1/2), so |c_j| <= α√d + 2R; one spare.
+    static const double R[4] = {2.0, 1.0, 1.1547005383792515, 0.5};
+    const double cmax = scale * (1 + 1e-4) + 2 * R[lat >= 0 && lat < 4 ? lat : 0] + 1;
+    int w = 2;
+    while (w < 31 && (double)((1u << (w - 1)) - 1) < cmax) w++;
+    return w;
+}
+
+void kvq_gkv_hqkv_side(const kvq_kvcodec *c, kvq_gkv_side *s) {
+    kvq_kv_hqkv_info in;
+    if (kvq_kv_hqkv_info_of(c, &in)) return;
+    s->lat = in.lat, s->rot = in.rot, s->dither = in.dither, s->scale = (float)in.scale;
 }
 
 static uint32_t lsb_code(const uint8_t *p, int b, size_t j) {
@@ -42,7 +91,10 @@ static void lsb_put(uint8_t *p, int b, size_t j, uint32_t v) {
 
 // Header bytes of a record (side data), and where that side data lives in a region.
 static size_t header(const kvq_kvcodec *c, kvq_gkv_kind kind) {
-    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO) return 2;
+    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_HQMQ) return 2;
+    if (kind == KVQ_GKV_HQKV) return 8;
+    if (kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT) return 4;
+    if (kind == KVQ_GKV_OCTQ) return 8;
     if (kind == KVQ_GKV_KIVI) return c->role == KVQ_KV_K ? 4 * (size_t)c->d : 4 * (size_t)((c->d + 31) / 32);
     return 0;
 }
@@ -52,8 +104,159 @@ static size_t side_at(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, int cap
     return o + (size_t)pos * header(c, kind);
 }
 
+// HQKV: (fp32 γ, u32 counter) to the side array, the lattice codes + 2^(bits-1) as codes.
+static int pack_hqkv(const kvq_kvcodec *c, int bits, const uint8_t *rec, size_t n, int pos, uint8_t *region, int cap) {
+    const int d = c->d;
+    int32_t code[4096];
+    float g;
+    uint32_t ctr;
+    uint8_t *row = region + (size_t)pos * kvq_gkv_row_bytes(bits, d);
+    memset(row, 0, kvq_gkv_row_bytes(bits, d));
+    if (kvq_kv_hqkv_codes(c, rec, n, &g, &ctr, code)) return -1;
+    const int32_t off = 1 << (bits - 1);
+    for (int i = 0; i < d; i++) {
+        if (code[i] < -off || code[i] >= off) return -1;
+        kvq_gkv_put_code(row, bits, d, i, (uint32_t)(code[i] + off));
+    }
+    uint8_t *sd = region + side_at(c, KVQ_GKV_HQKV, bits, cap, pos);
+    memcpy(sd, &g, 4);
+    memcpy(sd + 4, &ctr, 4);
+    return 0;
+}
+
+int kvq_gkv_pack_n(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, size_t n, int pos, uint8_t *region, int cap) {
+    if (kind == KVQ_GKV_HQKV) return pack_hqkv(c, bits, rec, n, pos, region, cap);
+    kvq_gkv_pack(c, kind, bits, rec, pos, region, cap);
+    return 0;
+}
+
+// TPROD: record = fp16 γ | d × (b−1)-bit codes | fp16 γ_r | d sign bits; row = the codes'
+// planes (b−1 bits) then the signs' one-bit plane; side = (γ, γ_r).
+static size_t tprod_p2(int d, int bits) { return 2 + ((size_t)d * (bits - 1) + 7) / 8; }
+
+static void pack_tprod(const kvq_kvcodec *c, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap) {
+    const int d = c->d, bm = bits - 1;
+    const size_t p2 = tprod_p2(d, bits);
+    uint8_t *row = region + (size_t)pos * kvq_gkv_row_bytes(bits, d), *sd = region + side_at(c, KVQ_GKV_TPROD, bits, cap, pos);
+    memset(row, 0, kvq_gkv_row_bytes(bits, d));
+    memcpy(sd, rec, 2), memcpy(sd + 2, rec + p2, 2);
+    for (int i = 0; i < d; i++) {
+        kvq_gkv_put_code(row, bm, d, i, lsb_code(rec + 2, bm, i));
+        kvq_gkv_put_code(row + kvq_gkv_row_bytes(bm, d), 1, d, i, lsb_code(rec + p2 + 2, 1, i));
+    }
+}
+
+static void unpack_tprod(const kvq_kvcodec *c, int bits, const uint8_t *region, int cap, int pos, uint8_t *rec) {
+    const int d = c->d, bm = bits - 1;
+    const size_t p2 = tprod_p2(d, bits);
+    const uint8_t *row = region + (size_t)pos * kvq_gkv_row_bytes(bits, d), *sd = region + side_at(c, KVQ_GKV_TPROD, bits, cap, pos);
+    memcpy(rec, sd, 2), memcpy(rec + p2, sd + 2, 2);
+    for (int i = 0; i < d; i++) {
+        lsb_put(rec + 2, bm, i, kvq_gkv_get_code(row, bm, d, i));
+        lsb_put(rec + p2 + 2, 1, i, kvq_gkv_get_code(row + kvq_gkv_row_bytes(bm, d), 1, d, i));
+    }
+}
+
+// OCT/OCTQ: record = fp32 γ | 2·ntri dir indices (bdir bits) | ntri ρ indices (bnorm bits) |
+// [fp16 γ_r | d sign bits]; lane L's words hold the codes (a·2^bdir + b) | ρ << 2·bdir of
+// triplets 6L..6L+5 (zero past ntri), then the sign plane; side = γ [, γ_r, 0].
+static void oct_io(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, uint8_t *rec, int pos, uint8_t *region, int cap, int to_region) {
+    kvq_kv_octopus_info in;
+    kvq_kv_octopus_info_of(c, &in);
+    const int d = c->d, cw = 2 * in.bdir + in.bnorm, nw = kvq_gkv_oct_words(bits);
+    const size_t p2 = 4 + ((size_t)in.ntri * cw + 7) / 8, rb = kvq_gkv_kind_row_bytes(kind, bits, d);
+    uint8_t *row = region + (size_t)pos * rb, *sd = region + side_at(c, kind, bits, cap, pos);
+    if (to_region) {
+        memset(row, 0, rb);
+        memset(sd, 0, header(c, kind));
+        memcpy(sd, rec, 4);
+        if (in.qjl) memcpy(sd + 4, rec + p2, 2);
+    } else {
+        memcpy(rec, sd, 4);
+        if (in.qjl) memcpy(rec + p2, sd + 4, 2);
+    }
+    for (int t = 0; t < in.ntri; t++) {
+        uint8_t *lw = row + (size_t)(t / 6) * nw * 4; // lane t / 6's words, code t % 6
+        const size_t at = (size_t)(t % 6) * cw;
+        if (to_region) {
+            const uint32_t a = lsb_code(rec + 4, in.bdir, 2 * (size_t)t), b = lsb_code(rec + 4, in.bdir, 2 * (size_t)t + 1);
+            uint32_t rr = 0;
+            for (int k = 0; k < in.bnorm; k++) {
+                const size_t bit = (size_t)in.ntri * 2 * in.bdir + (size_t)t * in.bnorm + k;
+                rr |= (uint32_t)((rec[4 + (bit >> 3)] >> (bit & 7)) & 1) << k;
+            }
+            const uint32_t code = (a << in.bdir | b) | rr << (2 * in.bdir);
+            for (int k = 0; k < cw; k++) lw[(at + k) >> 3] |= (uint8_t)(((code >> k) & 1) << ((at + k) & 7));
+        } else {
+            uint32_t code = 0;
+            for (int k = 0; k < cw; k++) code |= (uint32_t)((lw[(at + k) >> 3] >> ((at + k) & 7)) & 1) << k;
+            lsb_put(rec + 4, in.bdir, 2 * (size_t)t, (code >> in.bdir) & ((1u << in.bdir) - 1));
+            lsb_put(rec + 4, in.bdir, 2 * (size_t)t + 1, code & ((1u << in.bdir) - 1));
+            for (int k = 0; k < in.bnorm; k++) {
+                const size_t bit = (size_t)in.ntri * 2 * in.bdir + (size_t)t * in.bnorm + k;
+                rec[4 + (bit >> 3)] |= (uint8_t)(((code >> (2 * in.bdir + k)) & 1) << (bit & 7));
+            }
+        }
+    }
+    if (in.qjl) {
+        uint8_t *pl = row + (size_t)32 * nw;
+        for (int i = 0; i < d; i++) {
+            if (to_region) kvq_gkv_put_code(pl, 1, d, i, lsb_code(rec + p2 + 2, 1, i));
+            else lsb_put(rec + p2 + 2, 1, i, kvq_gkv_get_code(pl, 1, d, i));
+        }
+    }
+}
+
+// HQMQ: the record's mixed-radix index taken apart into per-chunk codes idx | r << ib, chunk k
+// in lane k / 4's words at bit (k % 4)·bits; side = the raw fp16 σ.
+static void hqmq_io(const kvq_kvcodec *c, int bits, uint8_t *rec, int pos, uint8_t *region, int cap, int to_region) {
+    kvq_kv_hqmq_info in;
+    kvq_kv_hqmq_info_of(c, &in);
+    int idx[1024], rad[1024];
+    uint16_t sig = 0;
+    const int nw = (4 * bits + 31) / 32;
+    const size_t rb = kvq_gkv_kind_row_bytes(KVQ_GKV_HQMQ, bits, c->d);
+    uint8_t *row = region + (size_t)pos * rb, *sd = region + side_at(c, KVQ_GKV_HQMQ, bits, cap, pos);
+    if (to_region) {
+        memset(row, 0, rb);
+        kvq_kv_hqmq_codes(c, rec, &sig, idx, rad);
+        sd[0] = (uint8_t)sig, sd[1] = (uint8_t)(sig >> 8);
+    } else {
+        sig = (uint16_t)(sd[0] | sd[1] << 8);
+    }
+    for (int k = 0; k < in.nch; k++) {
+        uint8_t *lw = row + (size_t)(k / 4) * nw * 4;
+        const size_t at = (size_t)(k % 4) * bits;
+        if (to_region) {
+            const uint32_t code = (uint32_t)idx[k] | (uint32_t)rad[k] << in.ib;
+            for (int j = 0; j < bits; j++) lw[(at + j) >> 3] |= (uint8_t)(((code >> j) & 1) << ((at + j) & 7));
+        } else {
+            uint32_t code = 0;
+            for (int j = 0; j < bits; j++) code |= (uint32_t)((lw[(at + j) >> 3] >> ((at + j) & 7)) & 1) << j;
+            idx[k] = (int)(code & ((1u << in.ib) - 1)), rad[k] = (int)(code >> in.ib);
+        }
+    }
+    if (!to_region) kvq_kv_hqmq_record(c, sig, idx, rad, rec);
+}
+
 void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap) {
     const int d = c->d, g = c->group;
+    if (kind == KVQ_GKV_HQMQ) {
+        hqmq_io(c, bits, (uint8_t *)rec, pos, region, cap, 1); // rec is only read
+        return;
+    }
+    if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
+        oct_io(c, kind, bits, (uint8_t *)rec, pos, region, cap, 1); // rec is only read
+        return;
+    }
+    if (kind == KVQ_GKV_TPROD) {
+        pack_tprod(c, bits, rec, pos, region, cap);
+        return;
+    }
+    if (kind == KVQ_GKV_HQKV) { // variable length: the record's own length is not known here
+        (void)pack_hqkv(c, bits, rec, c->vt->max_bytes(c), pos, region, cap);
+        return;
+    }
     if (kind <= KVQ_GKV_F16) { // dense rows: the record is the row
         memcpy(region + (size_t)pos * d * 2, rec, (size_t)g * d * 2);
         return;
@@ -70,6 +273,31 @@ void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8
 void kvq_gkv_unpack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *region, int cap, int pos, uint8_t *rec) {
     const int d = c->d, g = c->group;
     memset(rec, 0, c->vt->max_bytes(c));
+    if (kind == KVQ_GKV_TPROD) {
+        unpack_tprod(c, bits, region, cap, pos, rec);
+        return;
+    }
+    if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
+        oct_io(c, kind, bits, rec, pos, (uint8_t *)region, cap, 0); // region is only read
+        return;
+    }
+    if (kind == KVQ_GKV_HQMQ) {
+        hqmq_io(c, bits, rec, pos, (uint8_t *)region, cap, 0); // region is only read
+        return;
+    }
+    if (kind == KVQ_GKV_HQKV) {
+        int32_t code[4096];
+        float gm;
+        uint32_t ctr;
+        const uint8_t *sd = region + side_at(c, kind, bits, cap, pos), *row = region + (size_t)pos * kvq_gkv_row_bytes(bits, d);
+        memcpy(&gm, sd, 4);
+        memcpy(&ctr, sd + 4, 4);
+        for (int i = 0; i < d; i++) code[i] = (int32_t)kvq_gkv_get_code(row, bits, d, i) - (1 << (bits - 1));
+        size_t n = 0;
+        kvq_err err = {0};
+        (void)kvq_kv_hqkv_record(c, gm, ctr, code, rec, &n, &err); // a non-lattice block leaves zeros
+        return;
+    }
     if (kind <= KVQ_GKV_F16) {
         memcpy(rec, region + (size_t)pos * d * 2, (size_t)g * d * 2);
         return;

@@ -10,12 +10,23 @@
 #include "kernels/cuda/kv_attn.h"
 #include "libconv/kv/kvcodec.h"
 
-/** The GPU kind of a codec state (fp16, int:<b>, kivi:<b>, turboquant:<b>) with its bits
+/** The GPU kind of a codec state (fp16, int:<b>, kivi:<b>, turboquant:<b>, qturbo:<b>,
+ *  turboquant-prod:<b> values, hqkv) with its bits (HQKV: the code width)
  *  in *bits. @return KVQ_OK, or KVQ_ERR_UNSUPPORTED naming the spec when no GPU kernel reads it. */
 kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, kvq_err *err);
 /** Writes one encoded group (c->group positions from pos; KIVI keys: pos a multiple of 32)
  *  into the host image of one (sequence, KV head) region of cap positions. */
 void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap);
+/** kvq_gkv_pack for a record of n bytes (HQKV's are variable length: give the length the
+ *  encoder returned). @return 0, or -1 when the record is damaged or a code does not fit the
+ *  layout (HQKV; the row is then zeros). */
+int kvq_gkv_pack_n(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, size_t n, int pos, uint8_t *region, int cap);
+/** HQKV: the code width of the GPU layout for lattice lat (kernels/kv_hqkv.h ids) and α√d =
+ *  scale: every code the encoder can emit, offset by 2^(width-1), fits (docs/KV.md). */
+int kvq_gkv_hqkv_width(int lat, double scale);
+/** HQKV: sets the side's lattice, rotation, dither and scale from state c (the device arrays
+ *  — signs, Q, seeds — are the caller's). No-op for other codecs. */
+void kvq_gkv_hqkv_side(const kvq_kvcodec *c, kvq_gkv_side *s);
 /** The CPU record (c->vt->max_bytes(c) bytes) of the group at pos of a region image. */
 void kvq_gkv_unpack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *region, int cap, int pos, uint8_t *rec);
 

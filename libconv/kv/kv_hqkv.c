@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/kvcodes.h"
 #include "libconv/codec/hyperquant/hqcal.h"
+#include "libconv/kv/kv_hqkv.h"
 #include "libconv/kv/kvcodec.h"
 #include "libconv/quant/lattice.h"
 #include "libconv/quant/rice.h"
@@ -147,6 +148,9 @@ static void rotate(const hk_st *s, const float *x, float *y, int d, int inverse)
         }
 }
 
+static kvq_status hk_write(const kvq_kvcodec *c, float gf, uint16_t ctr, const uint32_t *sym, uint8_t *o, size_t *nout,
+                           kvq_err *err);
+
 static kvq_status hk_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *nout, kvq_err *err) {
     hk_st *s = c->st;
     int d = c->d;
@@ -166,6 +170,15 @@ static kvq_status hk_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *nou
         kvq_lattice_nearest(s->lat, z, q);
         kvq_lattice_strip(s->lat, q, sym + b * s->n);
     }
+    return hk_write(c, (float)g, ctr, sym, o, nout, err);
+}
+
+// The record of one token from its stripped symbols: fp32 γ | [u16 counter] | 5-bit k per
+// class (the best Rice parameter of the token's symbols of that class) | Rice symbols.
+static kvq_status hk_write(const kvq_kvcodec *c, float gf, uint16_t ctr, const uint32_t *sym, uint8_t *o, size_t *nout,
+                           kvq_err *err) {
+    const hk_st *s = c->st;
+    const int d = c->d;
     int k[2] = {0, 0};
     for (int cl = 0; cl < s->classes; cl++) {
         kvq_rice_hist h;
@@ -175,7 +188,6 @@ static kvq_status hk_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *nou
         k[cl] = kvq_rice_best_k(&h, NULL);
         if (k[cl] > 31) k[cl] = 31;
     }
-    float gf = (float)g;
     memcpy(o, &gf, 4);
     size_t pos = 4;
     if (s->dither) o[4] = (uint8_t)ctr, o[5] = (uint8_t)(ctr >> 8), pos = 6;
@@ -287,6 +299,47 @@ const kvq_kvcodec_vt kvq_kv_hqkv_vt = {.check_tables = hk_check, .name = "hqkv",
                                         .encode = hk_enc, .decode = hk_dec, .score = hk_score, .vsum = hk_vsum,
                                         .bits_formula = hk_bits,
                                         .tables = hk_tables, .reset = hk_reset};
+
+// ---- the record as lattice codes, for the GPU execution layout (libconv/kv/kv_gpu.c)
+
+int kvq_kv_hqkv_info_of(const kvq_kvcodec *c, kvq_kv_hqkv_info *o) {
+    if (c->vt != &kvq_kv_hqkv_vt) return -1;
+    const hk_st *s = c->st;
+    *o = (kvq_kv_hqkv_info){(int)s->lat, s->n, s->rot, s->dither, s->scale, c->seed, s->signs, s->Q};
+    return 0;
+}
+
+int kvq_kv_hqkv_codes(const kvq_kvcodec *c, const uint8_t *in, size_t n, float *gamma, uint32_t *ctr, int32_t *codes) {
+    const hk_st *s = c->st;
+    const size_t pos = s->dither ? 6 : 4;
+    if (n < pos) return -1;
+    memcpy(gamma, in, 4);
+    *ctr = s->dither ? (uint32_t)(in[4] | in[5] << 8) : 0;
+    kvq_bitreader r;
+    kvq_br_init(&r, in + pos, n - pos);
+    int k[2] = {0, 0};
+    for (int cl = 0; cl < s->classes; cl++) k[cl] = (int)kvq_br_get(&r, 5);
+    for (int b = 0; b < s->nb; b++) {
+        uint32_t sym[8], big = 0;
+        for (int j = 0; j < s->n; j++) big |= sym[j] = kvq_br_rice(&r, k[kvq_lattice_symbol_class(s->lat, j)]);
+        if (r.err || big >= (1u << 24)) return -1; // damaged (hk_rotated's rule)
+        kvq_lattice_unstrip(s->lat, sym, codes + b * s->n);
+    }
+    return 0;
+}
+
+kvq_status kvq_kv_hqkv_record(const kvq_kvcodec *c, float gamma, uint32_t ctr, const int32_t *codes, uint8_t *rec, size_t *n,
+                              kvq_err *err) {
+    const hk_st *s = c->st;
+    uint32_t sym[4096];
+    for (int b = 0; b < s->nb; b++) {
+        if (!kvq_lattice_member(s->lat, codes + b * s->n))
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "hqkv: block %d of a token is not a lattice point", b);
+        kvq_lattice_strip(s->lat, codes + b * s->n, sym + b * s->n);
+    }
+    memset(rec, 0, (size_t)s->maxb);
+    return hk_write(c, gamma, (uint16_t)ctr, sym, rec, n, err);
+}
 
 // ---- table row (kvcodec.h): hqkv:<lattice>:<bps>[:rot=none|signs|qjl][:dither]
 

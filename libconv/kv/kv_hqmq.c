@@ -362,6 +362,53 @@ const kvq_kvcodec_vt kvq_kv_hqmq_vt = {.check_tables = hq_check, .name = "hqmq",
                                         .score = hq_score, .vsum = hq_vsum, .bits_formula = hq_bits, .tables = hq_tables,
                                         .reset = hq_reset, .refresh = hq_refresh};
 
+// ---- per-chunk codes, for the GPU execution layout (libconv/kv/kv_gpu.c)
+
+int kvq_kv_hqmq_info_of(const kvq_kvcodec *c, kvq_kv_hqmq_info *o) {
+    if (c->vt != &kvq_kv_hqmq_vt) return -1;
+    const hq_st *s = c->st;
+    int ib = 0;
+    while ((1 << ib) < s->M) ib++;
+    *o = (kvq_kv_hqmq_info){s->M, ib, s->br, s->nch, s->med > 0, s->cb};
+    return 0;
+}
+
+int kvq_kv_hqmq_codes(const kvq_kvcodec *c, const uint8_t *in, uint16_t *sig, int *idx, int *rad) {
+    const hq_st *s = c->st;
+    if (s->med > 0) return -1;
+    const int nch = s->nch;
+    *sig = (uint16_t)(in[0] | in[1] << 8);
+    kvq_bitr r = {in + 2, 0};
+    uint32_t a[BN_LIMBS] = {0};
+    for (int b = 0; b < s->nbits[nch]; b += 16) {
+        int take = s->nbits[nch] - b < 16 ? s->nbits[nch] - b : 16;
+        a[b >> 5] |= kvq_bitr_get(&r, take) << (b & 31);
+    }
+    int na = (s->nbits[nch] + 31) / 32;
+    for (int i = 0; i < nch; i++) {
+        while (na > 0 && a[na - 1] == 0) na--;
+        idx[i] = (int)bn_divmod(a, na, (uint32_t)s->M);
+    }
+    for (int i = 0; i < nch; i++) rad[i] = (int)kvq_bitr_get(&r, s->br);
+    return 0;
+}
+
+void kvq_kv_hqmq_record(const kvq_kvcodec *c, uint16_t sig, const int *idx, const int *rad, uint8_t *o) {
+    const hq_st *s = c->st;
+    const int nch = s->nch;
+    memset(o, 0, hq_max(c));
+    o[0] = (uint8_t)sig, o[1] = (uint8_t)(sig >> 8);
+    kvq_bitw w = {o + 2, 0};
+    uint32_t a[BN_LIMBS] = {0};
+    int na = 1;
+    for (int i = nch - 1; i >= 0; i--) na = bn_mul_add(a, na, (uint32_t)s->M, (uint32_t)idx[i]);
+    for (int b = 0; b < s->nbits[nch]; b += 16) {
+        int take = s->nbits[nch] - b < 16 ? s->nbits[nch] - b : 16;
+        kvq_bitw_put(&w, (a[b >> 5] >> (b & 31)) & 0xffffu, take);
+    }
+    for (int i = 0; i < nch; i++) kvq_bitw_put(&w, (uint32_t)rad[i], s->br);
+}
+
 // ---- table row (kvcodec.h): hqmq:s<S>:r<b_r>[:med<C>]
 
 static kvq_status hqmq_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *out, kvq_err *err) {

@@ -9,6 +9,9 @@
 /** TurboQuant's Lloyd-Max codebook for the coordinate law at dimension d (2^bits levels into
  *  cb). @return its mean squared error (kv_turbo.c). */
 double kvq_turbo_codebook(int d, int bits, float *cb);
+/** turboquant-prod keys: the state's QJL matrix S (d, d) row-major, regenerated from the seed
+ *  (owned by the state); NULL for any other state. */
+const float *kvq_kv_turbo_qjl(const kvq_kvcodec *c);
 /** The p-th unit Hurwitz quaternion (kv_hqmq.c). */
 void kvq_hurwitz_unit(int p, float *q);
 /** HQMQ codeword search: fast path and plain reference (same result). */
@@ -18,6 +21,27 @@ int kvq_hqmq_search_ref(const kvq_kvcodec *c, const float *u);
  *  (kv_octopus.c). */
 void kvq_oct_encode(const float *n, float *xi, float *eta);
 void kvq_oct_decode(float xi, float eta, float *n);
+/** An octopus key state's layout and tables (pointers into the state, which owns them);
+ *  @return 0, or -1 for any other state. */
+typedef struct {
+    int bdir, bnorm, ntri, qjl;
+    const float *s1, *s2;  // (d) rotation and QJL sign vectors
+    const float *crho;     // (2^bnorm)
+    const float *dirs;     // (2^bdir, 2^bdir, 3) Oct⁻¹(cξ[a], cξ[b])
+} kvq_kv_octopus_info;
+int kvq_kv_octopus_info_of(const kvq_kvcodec *c, kvq_kv_octopus_info *o);
+/** An hqmq state: M = 24S joint directions, ib = ⌈log2 M⌉ index bits, br radius bits, nch
+ *  chunks, med (outliers on), the joint codebook (M, 4) (owned by the state). @return 0, or -1. */
+typedef struct {
+    int M, ib, br, nch, med;
+    const float *cb;
+} kvq_kv_hqmq_info;
+int kvq_kv_hqmq_info_of(const kvq_kvcodec *c, kvq_kv_hqmq_info *o);
+/** hqmq without outliers: a record → its raw fp16 σ, nch joint indices and radii. @return 0, or
+ *  -1 with outliers (med). */
+int kvq_kv_hqmq_codes(const kvq_kvcodec *c, const uint8_t *rec, uint16_t *sig, int *idx, int *rad);
+/** The record (max_bytes) the encoder writes for those codes (no outliers). */
+void kvq_kv_hqmq_record(const kvq_kvcodec *c, uint16_t sig, const int *idx, const int *rad, uint8_t *rec);
 double kvq_oct_xi_pdf(double xi, const void *arg);
 
 #endif

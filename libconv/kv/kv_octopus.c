@@ -319,6 +319,13 @@ const kvq_kvcodec_vt kvq_kv_octopus_vt = {.check_tables = oct_check, .name = "oc
                                            .score = oct_score, .score_vec = oct_score_vec, .bits_formula = oct_bits,
                                            .tables = oct_tables, .refresh = oct_refresh};
 
+int kvq_kv_octopus_info_of(const kvq_kvcodec *c, kvq_kv_octopus_info *o) {
+    if (c->vt != &kvq_kv_octopus_vt) return -1;
+    const oct_st *s = c->st;
+    *o = (kvq_kv_octopus_info){s->bdir, s->bnorm, s->ntri, s->qjl, s->s1, s->s2, s->crho, s->dirs};
+    return 0;
+}
+
 // ---- values: per-token groups (kvq_kv_vgroup_*, kv_int.c) at octopus's bits
 
 static kvq_status octv_init(kvq_kvcodec *c, kvq_err *err) { return KVQ_OK; }

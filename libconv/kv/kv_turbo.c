@@ -276,6 +276,10 @@ const kvq_kvcodec_vt kvq_kv_turbo_vt = {.check_tables = turbo_check, .name = "tu
                                          .bits_formula = turbo_bits,
                                          .tables = turbo_tables};
 
+const float *kvq_kv_turbo_qjl(const kvq_kvcodec *c) {
+    return c->vt == &kvq_kv_turbo_vt ? ((const turbo_st *)c->st)->S : NULL;
+}
+
 // ---- table rows (kvcodec.h): turboquant:<b>, turboquant-prod:<b>, qturbo:<b>
 
 static kvq_status turbo_parse(const char *spec, char *const *fld, int nf, kvq_kvspec *o, kvq_err *err) {

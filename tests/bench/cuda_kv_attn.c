@@ -6,12 +6,17 @@
 // replayed as a graph). Calls cycle over copies of the cache that together exceed 256 MB (so
 // L2 holds none; the same rules as cuda_kv_sdpa.py, PyTorch's SDPA in the same device call).
 // "q8": int keys scored by dp4a against an int8 copy of q; "h": int/KIVI values summed by
-// HFMA2 in fp16 pairs (into fp32 every 32 positions).
+// HFMA2 in fp16 pairs (into fp32 every 32 positions). turboquant-prod: (b−1)-bit keys + QJL
+// signs (S R q once per block), turboquant:<b> values. octopus: triplet codes (direction table
+// in shared memory), ":qjl" with the sign plane; its values are KIVI's layout (kivi:<b> V). qturbo: TurboQuant with the quaternion
+// rotation of q and of the value sums. hqkv: lattice codes of 5-8 bits (the GPU layout's
+// width for that rate, docs/KV.md), rotation by signs (or the Haar Q: rot=qjl), "dither": the
+// dither regenerated per position on the fly.
 // Bytes = what a call must read (codes, side data); % copy = bytes/time over the device's
 // copy bandwidth. Then the encoders: positions appended per second, one token at a time and
 // as a 4096-token prefill. Timing only (the values are not meaningful: constant bytes;
 // correctness is tests/test_cuda_kv.c).
-// usage: cuda_kv_attn [T ...]
+// usage: [CUDA_KV_ONLY=name,name,...] cuda_kv_attn [T ...]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +39,12 @@ static double now(void) {
 // Bytes a call reads per (sequence, KV head, position), one side.
 static double bytes_per_pos(kvq_gkv_kind kind, int bits, int role) {
     if (kind <= KVQ_GKV_F16) return 2.0 * D;
-    double side = kind == KVQ_GKV_KIVI ? 4.0 * D / 32 : 2.0; // KIVI: 4 bytes per channel per 32 positions (K), per 32 channels (V)
-    return (double)kvq_gkv_row_bytes(bits, D) + side;
+    // KIVI: 4 bytes per channel per 32 positions (K), per 32 channels (V); HQKV: fp32 γ + u32 counter
+    // TPROD: fp16 γ + fp16 γ_r; OCT: fp32 γ, OCTQ (+ fp16 γ_r, padding); HQMQ: fp16 σ
+    double side = kind == KVQ_GKV_KIVI ? 4.0 * D / 32 : kind == KVQ_GKV_HQKV || kind == KVQ_GKV_OCTQ ? 8.0
+                  : kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT                 ? 4.0
+                                                                                 : 2.0;
+    return (double)kvq_gkv_kind_row_bytes(kind, bits, D) + side;
 }
 
 #define TRY(x)                                                             \
@@ -69,14 +78,37 @@ int main(int argc, char **argv) {
         {KVQ_GKV_INT, 2, "int:2 q8+h"},     {KVQ_GKV_KIVI, 4, "kivi:4"},        {KVQ_GKV_KIVI, 3, "kivi:3"},
         {KVQ_GKV_KIVI, 2, "kivi:2"},        {KVQ_GKV_KIVI, 4, "kivi:4 h"},      {KVQ_GKV_KIVI, 3, "kivi:3 h"},
         {KVQ_GKV_KIVI, 2, "kivi:2 h"},      {KVQ_GKV_TURBO, 4, "turboquant:4"}, {KVQ_GKV_TURBO, 3, "turboquant:3"},
-        {KVQ_GKV_TURBO, 2, "turboquant:2"}};
+        {KVQ_GKV_TURBO, 2, "turboquant:2"}, {KVQ_GKV_TURBO, 4, "qturbo:4"},     {KVQ_GKV_TURBO, 3, "qturbo:3"},
+        {KVQ_GKV_TURBO, 2, "qturbo:2"},     {KVQ_GKV_TPROD, 4, "turboquant-prod:4"}, {KVQ_GKV_TPROD, 3, "turboquant-prod:3"},
+        {KVQ_GKV_TPROD, 2, "turboquant-prod:2"}, {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
+        {KVQ_GKV_OCT, 2, "octopus:2"},      {KVQ_GKV_OCTQ, 4, "octopus:4:qjl"}, {KVQ_GKV_OCTQ, 3, "octopus:3:qjl"},
+        {KVQ_GKV_OCTQ, 2, "octopus:2:qjl"}, {KVQ_GKV_HQMQ, 19, "hqmq:s192:r6"}, {KVQ_GKV_HQMQ, 16, "hqmq:s96:r4"},
+        {KVQ_GKV_HQMQ, 13, "hqmq:s24:r3"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
+        {KVQ_GKV_HQKV, 6, "hqkv:e8:2"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:dither"},
+        {KVQ_GKV_HQKV, 6, "hqkv:e8:2:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:rot=qjl:dither"}, {KVQ_GKV_HQKV, 5, "hqkv:z:2:dither"}};
     const int ncfg = sizeof cfg / sizeof *cfg;
+    // CUDA_KV_ONLY="name,name,...": only those rows (exact names as printed) and bf16
+    const char *only = getenv("CUDA_KV_ONLY");
     const float scale = 0.08838834764831845f;
-    void *cb, *sg, *q, *out;
+    void *cb, *sg, *qt, *mat, *seeds, *odir, *orho, *osg, *hcb, *q, *out;
     TRY(kvq_cuda_malloc(&cb, sizeof(float) * NKV * 16, &err));
     TRY(kvq_cuda_malloc(&sg, sizeof(float) * NKV * D, &err));
     TRY(kvq_cuda_memset(cb, 0x11, sizeof(float) * NKV * 16, &err));
     TRY(kvq_cuda_memset(sg, 0x11, sizeof(float) * NKV * D, &err));
+    TRY(kvq_cuda_malloc(&qt, sizeof(float) * NKV * 4, &err)); // qturbo quaternions
+    TRY(kvq_cuda_memset(qt, 0x11, sizeof(float) * NKV * 4, &err));
+    TRY(kvq_cuda_malloc(&mat, sizeof(float) * NKV * D * D, &err)); // hqkv rot=qjl
+    TRY(kvq_cuda_memset(mat, 0x11, sizeof(float) * NKV * D * D, &err));
+    TRY(kvq_cuda_malloc(&odir, sizeof(float) * NKV * 3 * 1024, &err)); // octopus directions, norms, s1 and s2
+    TRY(kvq_cuda_memset(odir, 0x11, sizeof(float) * NKV * 3 * 1024, &err));
+    TRY(kvq_cuda_malloc(&orho, sizeof(float) * NKV * 8, &err));
+    TRY(kvq_cuda_memset(orho, 0x11, sizeof(float) * NKV * 8, &err));
+    TRY(kvq_cuda_malloc(&osg, sizeof(float) * NKV * 2 * D, &err));
+    TRY(kvq_cuda_memset(osg, 0x11, sizeof(float) * NKV * 2 * D, &err));
+    TRY(kvq_cuda_malloc(&hcb, sizeof(float) * NKV * 4 << 13, &err)); // hqmq joint codebooks (2^13 rows a head at most)
+    TRY(kvq_cuda_memset(hcb, 0x11, sizeof(float) * NKV * 4 << 13, &err));
+    TRY(kvq_cuda_malloc(&seeds, sizeof(uint64_t) * NKV, &err)); // hqkv dither
+    TRY(kvq_cuda_memset(seeds, 0x11, sizeof(uint64_t) * NKV, &err));
     TRY(kvq_cuda_malloc(&q, sizeof(float) * 8 * H * D, &err));
     TRY(kvq_cuda_malloc(&out, sizeof(float) * 8 * H * D, &err));
     TRY(kvq_cuda_memset(q, 0x11, sizeof(float) * 8 * H * D, &err));
@@ -86,8 +118,26 @@ int main(int argc, char **argv) {
         for (int B = 1; B <= 8; B += 7)
             for (int ci = 0; ci < ncfg; ci++) {
                 const int T = Ts[ti];
-                kvq_gkv_cache c = {{cfg[ci].kind, cfg[ci].bits, 0, NULL, cb, sg}, {cfg[ci].kind, cfg[ci].bits, 1, NULL, cb, sg}, B, NKV, H, D, T, T, T, T,
+                if (only && !strstr(only, cfg[ci].name) && strcmp(cfg[ci].name, "bf16")) continue; // bf16 always, as the baseline
+                kvq_gkv_cache c = {{.kind = cfg[ci].kind, .bits = cfg[ci].bits, .role = 0, .cb = cb, .signs = sg},
+                                   {.kind = cfg[ci].kind, .bits = cfg[ci].bits, .role = 1, .cb = cb, .signs = sg}, B, NKV, H, D, T, T, T, T,
                                    NULL, NULL, 0};
+                if (!strncmp(cfg[ci].name, "qturbo", 6)) c.k.quat = c.v.quat = qt;
+                if (cfg[ci].kind == KVQ_GKV_TPROD) c.v.kind = KVQ_GKV_TURBO, c.k.mat = mat; // its values are turboquant:<b>
+                if (cfg[ci].kind == KVQ_GKV_HQMQ) // joint codebook rows 2^ib: 10, 12, 13 index bits
+                    c.k.ibits = c.v.ibits = cfg[ci].bits == 13 ? 10 : cfg[ci].bits == 16 ? 12 : 13, c.k.cb = c.v.cb = hcb;
+                if (cfg[ci].kind == KVQ_GKV_OCT || cfg[ci].kind == KVQ_GKV_OCTQ) // its values are KIVI's per-token groups
+                    c.v.kind = KVQ_GKV_KIVI, c.k.cb = odir, c.k.rho = orho, c.k.signs = osg;
+                if (cfg[ci].kind == KVQ_GKV_HQKV) { // E8 (Z for "hqkv:z"), signs or Q, dither as named
+                    kvq_gkv_side *sd[2] = {&c.k, &c.v};
+                    for (int r = 0; r < 2; r++) {
+                        sd[r]->lat = strstr(cfg[ci].name, ":z:") ? 3 : 0;
+                        sd[r]->rot = strstr(cfg[ci].name, "rot=qjl") ? 2 : 1;
+                        sd[r]->dither = strstr(cfg[ci].name, "dither") != NULL;
+                        sd[r]->scale = 40.0f;
+                        sd[r]->mat = mat, sd[r]->seeds = seeds;
+                    }
+                }
                 const size_t rk = kvq_gkv_region_bytes(c.k.kind, c.k.bits, D, T, 0), rv = kvq_gkv_region_bytes(c.v.kind, c.v.bits, D, T, 1);
                 const size_t one = (size_t)B * NKV * (rk + rv);
                 int rot = (int)(((size_t)256 << 20) / one) + 1;
@@ -102,7 +152,7 @@ int main(int argc, char **argv) {
                     cs[r].v.data = (char *)buf + one * r + (size_t)B * NKV * rk;
                 }
                 kvq_gkv_set_int8_query(strstr(cfg[ci].name, "q8") != NULL);
-                kvq_gkv_set_half_values(strstr(cfg[ci].name, "h") != NULL && cfg[ci].kind != KVQ_GKV_BF16);
+                kvq_gkv_set_half_values((strstr(cfg[ci].name, " h") || strstr(cfg[ci].name, "+h")) && cfg[ci].kind != KVQ_GKV_BF16);
                 const int chunk = kvq_gkv_auto_chunk(&c);
                 void *scr;
                 TRY(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, chunk), &err));
@@ -123,7 +173,7 @@ int main(int argc, char **argv) {
         {KVQ_GKV_INT, 4, "int:4"}, {KVQ_GKV_INT, 2, "int:2"}, {KVQ_GKV_KIVI, 4, "kivi:4"}, {KVQ_GKV_KIVI, 2, "kivi:2"}};
     for (int ei = 0; ei < 4; ei++) {
         const int CAP = 8192, P = 4096, W = 0, WCAP = P + 64, NDEC = 256;
-        kvq_gkv_cache c = {{enc[ei].kind, enc[ei].bits, 0, NULL, NULL, NULL}, {enc[ei].kind, enc[ei].bits, 1, NULL, NULL, NULL}, 1, NKV, H, D, CAP,
+        kvq_gkv_cache c = {{.kind = enc[ei].kind, .bits = enc[ei].bits, .role = 0}, {.kind = enc[ei].kind, .bits = enc[ei].bits, .role = 1}, 1, NKV, H, D, CAP,
                            0, 0, 0, NULL, NULL, WCAP};
         void *kd, *vd, *x;
         TRY(kvq_cuda_malloc(&kd, NKV * kvq_gkv_region_bytes(c.k.kind, c.k.bits, D, CAP, 0), &err));
