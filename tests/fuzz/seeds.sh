@@ -62,6 +62,8 @@ for kv in octopus:3 turboquant:3 kivi:4 hqmq:s96:r4; do
     && cp "$tmp/t.kvq" "$out/kvqfile/fixture-${kv%%:*}.kvq" && rm -f "$tmp/t.kvq"
 done
 rm -rf "$tmp"
+# the crafted zip structures of the bad-input corpus (tests/data/bad/make_zip_cases.py), zip64 included
+cp tests/data/bad/zip-*.kvq "$out/kvqfile/"
 head -c 4096 /dev/urandom > "$out/rice/random"
 printf '\003\377\377\001\200' > "$out/rice/short"
 "$seeder" "$out"
