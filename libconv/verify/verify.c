@@ -466,6 +466,9 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     // digests disagree fails the integrity check (exit 1).
     kvq_status s = kvq_file_open(o->kvq_path, &f, &e);
     if (!s) s = kvq_weights_check_file(f, &e); // what kvq-run would refuse at load (weights.h)
+    // A payload it read (KV tables, the tokenizer) whose digest disagrees: the integrity check
+    // below names it and fails (exit 1); nothing after that runs.
+    if (s == KVQ_ERR_DIGEST && f) s = KVQ_OK, e = (kvq_err){0};
     if (s) { kvq_file_close(f); *err = e; return s; }
     const json_t *man = kvq_file_manifest(f);
     {
