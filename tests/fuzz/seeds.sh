@@ -60,6 +60,9 @@ tmp=$(mktemp -d)
 for kv in octopus:3 turboquant:3 kivi:4 hqmq:s96:r4; do
   "$build/kvq-convert" -q tests/fixtures/l2c/tiny_unshared.bin "$tmp/t.kvq" --weights rtn:4:g32 --kv $kv >/dev/null 2>&1 \
     && cp "$tmp/t.kvq" "$out/kvqfile/fixture-${kv%%:*}.kvq" && rm -f "$tmp/t.kvq"
+  # and their manifests (a few KB, under the manifest target's max_len, unlike stories260K's)
+  [ -f "$out/kvqfile/fixture-${kv%%:*}.kvq" ] && python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("manifest.json"))' \
+    "$out/kvqfile/fixture-${kv%%:*}.kvq" > "$out/manifest/fixture-${kv%%:*}.json"
 done
 rm -rf "$tmp"
 # the crafted zip structures of the bad-input corpus (tests/data/bad/make_zip_cases.py), zip64 included
