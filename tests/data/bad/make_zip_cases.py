@@ -73,10 +73,10 @@ class Zip:
         return bytes(self.buf)
 
 
-def manifest(entries):
-    """A minimal manifest: what the container layer reads before the schema."""
-    table = {e["name"].decode(): dict(header=e["offset"], offset=e["data"], size=e["usize"], stored_size=e["csize"],
-                                      zstd=False, xxh3="0" * 16) for e in entries}
+def manifest(entries, **over):
+    """A minimal manifest: what the container layer reads before the schema (over: record fields to change)."""
+    table = {e["name"].decode(): dict(dict(header=e["offset"], offset=e["data"], size=e["usize"], stored_size=e["csize"],
+                                           zstd=False, xxh3="0" * 16), **over) for e in entries}
     return json.dumps({"format": "kvq", "format_version": 1, "entries": table}).encode()
 
 
@@ -174,3 +174,9 @@ a = z.add("t/a/raw", A)
 standard(z, [a])
 z.members[0]["csize"] = M32  # 0xffffffff with no zip64 extra field
 write("zip-zip64-missing.kvq", z.finish())
+
+# The manifest's entry table puts the entry's bytes past the end of the file (the zip itself is sound).
+z = Zip()
+a = z.add("t/a/raw", A)
+z.add("manifest.json", manifest([a], offset=1 << 40, header=0))
+write("zip-entry-past-end.kvq", z.finish())
