@@ -41,7 +41,7 @@ CU_LIB   := $(BUILD)/libkvqcuda.a
 endif
 endif
 
-.PHONY: all test test-cuda asan demo bench clean deps verify-full
+.PHONY: all test test-cuda asan valgrind demo bench clean deps verify-full
 # Keep object files of tools, tests and benchmarks (they are pattern intermediates).
 .SECONDARY:
 all: $(DEPS_OK) $(BUILD)/libkvq.a $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(CU_LIB)
@@ -121,6 +121,11 @@ test-cuda: all
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" all
 	@UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 tests/run.sh build-asan
+
+# The CLI smoke tests (the demo's commands, a few refusals) under valgrind memcheck: any memory
+# error or definite leak fails (tests/valgrind.sh; minutes, so not part of `make test`).
+valgrind: all
+	@tests/valgrind.sh $(BUILD)
 
 demo: all
 	@tests/demo.sh $(BUILD)

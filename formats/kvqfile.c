@@ -7,6 +7,7 @@
 // used in place from an mmap, digest-checked on first access.
 #include "formats/kvqfile.h"
 #include "formats/tmpfile.h"
+#include "formats/zipcheck.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -557,6 +558,18 @@ kvq_status kvq_writer_commit(kvq_writer *w, json_t *manifest, kvq_err *err) {
             s = kvq_err_set(err, KVQ_ERR_IO, "%s: entry '%s' landed at unaligned offset %" PRIu64,
                             w->final_path, e->name, e->offset);
     }
+    // The reader's own zip check (kvq_zipcheck) must pass on what was written: a file kvq would
+    // refuse is never renamed into place (this covers the zip64 layout of entries over 4 GiB,
+    // which the tests do not write).
+    if (s == KVQ_OK && st.st_size > 0) {
+        void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        kvq_zip_member *zm = NULL;
+        size_t nzm = 0;
+        if (map == MAP_FAILED) s = kvq_err_set(err, KVQ_ERR_IO, "%s: mmap: %s", w->tmp_path, strerror(errno));
+        else s = kvq_zipcheck(map, (uint64_t)st.st_size, w->final_path, &zm, &nzm, err);
+        if (map != MAP_FAILED) munmap(map, (size_t)st.st_size);
+        kvq_zipcheck_free(zm, nzm);
+    }
     if (s == KVQ_OK && fsync(fd) != 0)
         s = kvq_err_set(err, KVQ_ERR_IO, "%s: fsync: %s", w->tmp_path, strerror(errno));
     close(fd);
@@ -612,9 +625,10 @@ static int get_u64(const json_t *o, const char *k, uint64_t *v) {
     return 0;
 }
 
-// Parses and checks the entry table: fields, the zip's own record of each entry,
-// bounds against the file size, alignment, and the local header.
-static kvq_status load_entries(kvq_file *f, zip_t *za, kvq_err *err) {
+// Parses and checks the entry table: fields, the zip's own record of each entry (libzip's and
+// kvq_zipcheck's: the same local header offset), bounds against the file size, alignment, and
+// the local header.
+static kvq_status load_entries(kvq_file *f, zip_t *za, const kvq_zip_member *zm, size_t nzm, kvq_err *err) {
     json_t *tab = json_object_get(f->manifest, "entries");
     if (!json_is_object(tab))
         return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: manifest has no \"entries\" object", f->path);
@@ -650,6 +664,10 @@ static kvq_status load_entries(kvq_file *f, zip_t *za, kvq_err *err) {
             return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': archive stores it with method %d and %" PRIu64
                                " bytes; the manifest says stored, %" PRIu64, f->path, name, (int)st.comp_method,
                                (uint64_t)st.size, e->stored);
+        const kvq_zip_member *m = kvq_zipcheck_find(zm, nzm, name);
+        if (!m || m->header != e->header)
+            return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: entry '%s': the manifest puts its local header at %" PRIu64
+                               ", the zip's central directory at %" PRIu64, f->path, name, e->header, m ? m->header : 0);
         kvq_status s = check_local_header(f->fd, f->size, f->path, name, e->header, e->offset, e->stored, err);
         if (s != KVQ_OK) return s;
     }
@@ -728,9 +746,19 @@ static kvq_status open_file(const char *path, int schema, kvq_file **out, kvq_er
             return s;
         }
     }
+    // kvq's own check of the zip structure first (overlapping members, local headers against the
+    // central directory), then libzip's.
+    kvq_zip_member *zm = NULL;
+    size_t nzm = 0;
+    kvq_status zs = kvq_zipcheck(f->map, f->size, path, &zm, &nzm, err);
+    if (zs != KVQ_OK) {
+        kvq_file_close(f);
+        return zs;
+    }
     int ze = 0, dfd = dup(f->fd);
     zip_t *za = dfd >= 0 ? zip_fdopen(dfd, ZIP_CHECKCONS, &ze) : NULL;
     if (!za) {
+        kvq_zipcheck_free(zm, nzm);
         if (dfd >= 0) close(dfd);
         zip_error_t zerr;
         zip_error_init_with_code(&zerr, ze);
@@ -740,7 +768,8 @@ static kvq_status open_file(const char *path, int schema, kvq_file **out, kvq_er
         return s;
     }
     kvq_status s = read_manifest(f, za, err);
-    if (s == KVQ_OK) s = load_entries(f, za, err);
+    if (s == KVQ_OK) s = load_entries(f, za, zm, nzm, err);
+    kvq_zipcheck_free(zm, nzm);
     if (s == KVQ_OK && schema) s = kvq_file_check_manifest(f->manifest, path, err); // the whole meaning
     zip_discard(za);
     if (s != KVQ_OK) { kvq_file_close(f); return s; }

@@ -21,7 +21,7 @@
 #define BAD "tests/data/bad"
 #define FIXTURE "tests/fixtures/st/sharded_ok"
 
-static char g_build[256], g_dir[64], g_base[128];
+static char g_build[256], g_dir[64], g_base[128], g_tokbase[128];
 
 // Sets (or, for value "~", deletes) the value at a '/'-separated path of object keys and array
 // indices. @return 0, or -1 when the path does not lead anywhere.
@@ -87,6 +87,40 @@ static void make_input(const char *name, const char *spec, char *in, size_t cap)
         free(s);
         assert_int_equal(kvq_file_rewrite_manifest(in, m, &err), KVQ_OK);
         json_decref(m);
+    } else if (!strncmp(spec, "entry:", 6)) { // ENTRY=NAME: the base with a tokenizer, one entry's bytes replaced
+        snprintf(in, cap, "%s/%s.kvq", g_dir, name);
+        char *s = strdup(spec + 6), *eq = strchr(s, '='), src[300];
+        assert_non_null(eq);
+        *eq = 0;
+        snprintf(src, sizeof src, BAD "/%s", eq + 1);
+        size_t bn = 0;
+        char *bytes = slurp(src, &bn);
+        assert_non_null(bytes);
+        kvq_file *f = NULL;
+        kvq_writer *w = NULL;
+        kvq_err err = {0};
+        assert_int_equal(kvq_file_open(g_tokbase, &f, &err), KVQ_OK);
+        json_t *m = json_deep_copy(kvq_file_manifest(f));
+        json_object_del(m, "entries"); // the writer makes the table (sizes, digests) anew
+        assert_int_equal(kvq_writer_open(in, &w, &err), KVQ_OK);
+        int replaced = 0;
+        const char *en;
+        json_t *ev;
+        json_object_foreach(json_object_get(kvq_file_manifest(f), "entries"), en, ev) {
+            const void *d = bytes;
+            size_t n = bn;
+            int mine = !strcmp(en, s);
+            if (!mine && kvq_file_entry(f, en, &d, &n, &err)) fail_msg("case %s: %s", name, err.msg);
+            kvq_entry_mode mode = json_is_true(json_object_get(ev, "zstd")) ? KVQ_ENTRY_ZSTD_AUTO : KVQ_ENTRY_RAW;
+            if (kvq_writer_add(w, en, d, n, mode, NULL, &err)) fail_msg("case %s: %s", name, err.msg);
+            replaced += mine;
+        }
+        if (replaced != 1) fail_msg("case %s: no entry '%s' in the base", name, s);
+        if (kvq_writer_commit(w, m, &err)) fail_msg("case %s: %s", name, err.msg);
+        json_decref(m);
+        kvq_file_close(f);
+        free(bytes);
+        free(s);
     } else if (!strncmp(spec, "ckpt:", 5)) { // FILE=NAME[;FILE=NAME...] over a copy of the fixture
         snprintf(in, cap, "%s/%s", g_dir, name);
         assert_int_equal(run("rm -rf %s && cp -r " FIXTURE " %s", in, in), 0);
@@ -198,7 +232,10 @@ static int setup(void **st) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvq-bad-XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
     snprintf(g_base, sizeof g_base, "%s/base.kvq", g_dir);
-    return run("%s/kvq-convert -q --kv qturbo:3 " FIXTURE " %s", g_build, g_base); // with a KV section
+    snprintf(g_tokbase, sizeof g_tokbase, "%s/tokbase.kvq", g_dir);
+    return run("%s/kvq-convert -q --kv qturbo:3 " FIXTURE " %s", g_build, g_base) || // with a KV section
+           run("cp -r " FIXTURE " %s/tokfix && cp " BAD "/tokenizer-good.json %s/tokfix/tokenizer.json && "
+               "%s/kvq-convert -q %s/tokfix %s && rm -r %s/tokfix", g_dir, g_dir, g_build, g_dir, g_tokbase, g_dir);
 }
 
 static int teardown(void **st) { return run("rm -rf %s", g_dir); }

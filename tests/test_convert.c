@@ -671,6 +671,34 @@ static void test_kill_anywhere(void **st) {
     assert_int_equal(run("rm -rf %s", dir), 0);
 }
 
+// A source file that shrinks during the conversion (its mapped pages past the new end raise
+// SIGBUS): one line naming the source, exit 2, no output; the next conversion of the restored
+// source to the same output succeeds and removes what the stopped one left. The shard is cut
+// at 100, 300 and 700 ms (the E8 conversion takes seconds here); a cut that lands before the
+// shard is opened is refused by the safetensors reader instead (still one line, exit 2).
+static void test_source_shrinks(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-shrink-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    int sigbus = 0;
+    for (int k = 0; k < 3; k++) {
+        int ms = k == 0 ? 100 : k == 1 ? 300 : 700;
+        assert_int_equal(run("rm -rf %s/src && cp -r " TINY " %s/src", dir, dir), 0);
+        int rc = run("%s/kvq-convert -q -t 1 --weights hyperquant:e8:4.0 %s/src %s/o.kvq > %s/out.txt 2> %s/err.txt & p=$!; "
+                     "sleep 0.%03d; truncate -s 3000000 %s/src/model.safetensors; wait $p", g_build, dir, dir, dir, dir, ms, dir);
+        if (rc == 0) continue; // finished before the cut (a fast machine): nothing to check
+        assert_int_equal(rc, 2);
+        assert_int_equal(run("test ! -s %s/out.txt && test $(wc -l < %s/err.txt) -eq 1 && grep -q 'src' %s/err.txt && "
+                             "test ! -e %s/o.kvq", dir, dir, dir, dir), 0);
+        sigbus += run("grep -q SIGBUS %s/err.txt", dir) == 0;
+    }
+    print_message("source cut during conversion: %d of 3 runs stopped by SIGBUS with one line\n", sigbus);
+    assert_true(sigbus > 0);
+    assert_int_equal(run("rm -rf %s/src && cp -r " TINY " %s/src && %s/kvq-convert -q -t 1 --weights rtn:4:g128 %s/src %s/o.kvq && "
+                         "test $(ls -A %s | grep -c kvq) -eq 1", dir, dir, g_build, dir, dir, dir), 0);
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
 // No space for the output (a file-size limit, RLIMIT_FSIZE): one line naming the file, exit 2,
 // nothing left in the directory (no output, no temporary file).
 static void test_write_limit(void **st) {
@@ -682,6 +710,36 @@ static void test_write_limit(void **st) {
     assert_int_equal(run("test $(wc -l < /tmp/kvq-fsize-err.txt) -eq 1 && grep -q 'o.kvq.*File too large' /tmp/kvq-fsize-err.txt"), 0);
     assert_int_equal(run("test $(ls -A %s | wc -l) -eq 1", dir), 0); // only out.txt
     assert_int_equal(run("rm -rf %s /tmp/kvq-fsize-err.txt", dir), 0);
+}
+
+// A full disk and a read-only destination, on small tmpfs mounts (skipped, saying so, where the
+// test cannot mount one: it needs root and a mount namespace that allows it): one line naming the
+// output and the system's reason, exit 2, nothing left on the mount.
+static void test_full_and_readonly(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-mnt-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    if (run("mount -t tmpfs -o size=256k tmpfs %s 2>/dev/null", dir) != 0) {
+        rmdir(dir);
+        print_message("skipped: cannot mount a tmpfs here (needs root)\n");
+        skip();
+    }
+    // ~5 MB of output into 256 KiB
+    int full = run("%s/kvq-convert -q --weights rtn:4:g128 " TINY " %s/o.kvq > /tmp/kvq-mnt-out.txt 2> /tmp/kvq-mnt-err.txt",
+                   g_build, dir);
+    int left_full = run("test -z \"$(ls -A %s)\"", dir);
+    int ro = run("mount -o remount,ro %s && %s/kvq-convert -q --weights rtn:4:g128 " TINY " %s/o.kvq 2> /tmp/kvq-mnt-err2.txt",
+                 dir, g_build, dir);
+    int left_ro = run("test -z \"$(ls -A %s)\"", dir);
+    assert_int_equal(run("umount %s && rmdir %s", dir, dir), 0);
+    assert_int_equal(full, 2);
+    assert_int_equal(left_full, 0);
+    assert_int_equal(run("test ! -s /tmp/kvq-mnt-out.txt && test $(wc -l < /tmp/kvq-mnt-err.txt) -eq 1 && "
+                         "grep -q 'o.kvq.*No space left on device' /tmp/kvq-mnt-err.txt"), 0);
+    assert_int_equal(ro, 2);
+    assert_int_equal(left_ro, 0);
+    assert_int_equal(run("test $(wc -l < /tmp/kvq-mnt-err2.txt) -eq 1 && grep -q 'o.kvq.*Read-only file system' "
+                         "/tmp/kvq-mnt-err2.txt && rm -f /tmp/kvq-mnt-out.txt /tmp/kvq-mnt-err.txt /tmp/kvq-mnt-err2.txt"), 0);
 }
 
 // Files written keep ordinary permissions, 0666 less the umask (mkstemp's 0600 fixed): the .kvq,
@@ -880,7 +938,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_source_checks),
         cmocka_unit_test(test_nonfinite_source),
         cmocka_unit_test(test_kill_anywhere),
+        cmocka_unit_test(test_source_shrinks),
         cmocka_unit_test(test_write_limit),
+        cmocka_unit_test(test_full_and_readonly),
         cmocka_unit_test(test_permissions),
         cmocka_unit_test(test_numeric_options),
         cmocka_unit_test(test_recipe_seed_reaches_kv),

@@ -1,7 +1,9 @@
 // Tests for the .kvq container (formats/kvqfile.c): round trip, 64-byte alignment
 // of every entry checked against libzip's own reading of the archive, zstd marking,
 // determinism, manifest rewrite, broken files (flipped byte, truncation, unknown
-// version, manifest not JSON) and that failed or aborted writes leave no files.
+// version, manifest not JSON), kvq's own zip structure check (formats/zipcheck.c) against
+// the writer's table and under every single-byte change of the central directory, and that
+// failed or aborted writes leave no files.
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,7 @@
 #include <cmocka.h>
 
 #include "formats/kvqfile.h"
+#include "formats/zipcheck.h"
 #include "kernels/splitmix.h"
 
 typedef struct {
@@ -328,7 +331,9 @@ static void test_manifest_not_json(void **state) {
         zip_t *za = zip_open(fx->path, ZIP_CREATE | ZIP_EXCL, &ze);
         assert_non_null(za);
         zip_source_t *src = zip_source_buffer(za, bodies[i], strlen(bodies[i]), 0);
-        assert_true(zip_file_add(za, "manifest.json", src, 0) >= 0);
+        zip_int64_t idx = zip_file_add(za, "manifest.json", src, 0);
+        assert_true(idx >= 0);
+        assert_int_equal(zip_set_file_compression(za, (zip_uint64_t)idx, ZIP_CM_STORE, 0), 0); // as a .kvq stores it
         assert_int_equal(zip_close(za), 0);
         kvq_file *f;
         kvq_err err = {0};
@@ -408,6 +413,85 @@ static void test_rewrite_manifest(void **state) {
     free_payloads(p);
 }
 
+// What kvq_zipcheck accepts must be sound: members inside the file, before the central
+// directory, not overlapping, names unique.
+static void assert_members_sound(const kvq_zip_member *m, size_t n, uint64_t size) {
+    for (size_t i = 0; i < n; i++) {
+        assert_true(m[i].data >= m[i].header + 30 && m[i].data <= size && m[i].csize <= size - m[i].data);
+        assert_int_equal(m[i].method, 0);
+        if (i) assert_true(strcmp(m[i - 1].name, m[i].name) < 0);
+        for (size_t j = 0; j < n; j++)
+            if (j != i && m[j].header >= m[i].header) assert_true(m[j].header >= m[i].data + m[i].csize);
+    }
+}
+
+// kvq_zipcheck on what the writer wrote: every entry's local header and data where the manifest
+// says. Then every byte of the central directory and end record changed in turn (XOR 0xff and
+// +1): each result is refused with a message naming the file, or accepted and sound. The crafted
+// zip64 file (tests/data/bad/make_zip_cases.py) opens as a container.
+static void test_zipcheck(void **state) {
+    fixture *fx = *state;
+    payload p[N_ENT];
+    make_payloads(p);
+    write_file(fx->path, p, KVQ_FORMAT_VERSION, NULL);
+    uint8_t *all;
+    size_t n;
+    read_bytes(fx->path, &all, &n);
+    kvq_zip_member *m;
+    size_t nm;
+    kvq_err err = {0};
+    assert_int_equal(kvq_zipcheck(all, n, fx->path, &m, &nm, &err), KVQ_OK);
+    assert_int_equal(nm, N_ENT + 1);
+    assert_members_sound(m, nm, n);
+    kvq_file *f;
+    assert_int_equal(kvq_file_open_container(fx->path, &f, &err), KVQ_OK);
+    const char *name;
+    json_t *e;
+    json_object_foreach(json_object_get(kvq_file_manifest(f), "entries"), name, e) {
+        const kvq_zip_member *z = kvq_zipcheck_find(m, nm, name);
+        assert_non_null(z);
+        assert_int_equal(z->header, json_integer_value(json_object_get(e, "header")));
+        assert_int_equal(z->data, json_integer_value(json_object_get(e, "offset")));
+        assert_int_equal(z->csize, json_integer_value(json_object_get(e, "stored_size")));
+    }
+    kvq_file_close(f);
+    uint64_t cd = 0; // where the members end: the central directory
+    for (size_t i = 0; i < nm; i++)
+        if (m[i].data + m[i].csize > cd) cd = m[i].data + m[i].csize;
+    kvq_zipcheck_free(m, nm);
+    int refused = 0, accepted = 0;
+    for (size_t at = (size_t)cd; at < n; at++) {
+        for (int k = 0; k < 2; k++) {
+            uint8_t old = all[at];
+            all[at] = k ? (uint8_t)(old + 1) : (uint8_t)(old ^ 0xff);
+            kvq_err e2 = {0};
+            kvq_status s = kvq_zipcheck(all, n, fx->path, &m, &nm, &e2);
+            if (s == KVQ_OK) {
+                assert_members_sound(m, nm, n);
+                kvq_zipcheck_free(m, nm);
+                accepted++;
+            } else {
+                assert_int_equal(s, KVQ_ERR_FORMAT);
+                assert_non_null(strstr(e2.msg, fx->path));
+                assert_null(strchr(e2.msg, '\n'));
+                refused++;
+            }
+            all[at] = old;
+        }
+    }
+    print_message("zipcheck: %d changed directories refused, %d accepted (times, versions, attributes)\n", refused,
+                  accepted);
+    assert_true(refused > 0 && accepted > 0);
+    free(all);
+    free_payloads(p);
+
+    assert_int_equal(kvq_file_open_container("tests/data/bad/zip-good-zip64.kvq", &f, &err), KVQ_OK);
+    uint64_t size = 0;
+    assert_int_equal(kvq_file_entry_size(f, "t/a/raw", &size), KVQ_OK);
+    assert_int_equal(size, 200);
+    kvq_file_close(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
@@ -419,6 +503,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_manifest_not_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abort_and_failure_leave_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewrite_manifest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zipcheck, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

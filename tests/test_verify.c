@@ -405,6 +405,28 @@ static void test_damaged(void **state) {
     assert_int_equal(run("%s/kvq-verify -q %s --no-source >/dev/null", g_build, bad), 1);
     assert_int_equal(run("%s/kvq-verify -q %s --no-source >/dev/null", g_build, g_rtn), 0);
 
+    // A damaged stored tokenizer (which the shared meaning check reads) is the integrity
+    // failure too, naming its entry; kvq-inspect, which checks no digest of its own, refuses the
+    // file (exit 2, one line naming the entry) as kvq-run would.
+    snprintf(bad, sizeof bad, "%s/fliptok.kvq", g_dir);
+    copy_file(g_rtn, bad);
+    const char *tent = "tokenizer/tokenizer.json";
+    off = entry_offset(bad, tent, &size);
+    fp = fopen(bad, "r+b");
+    fseek(fp, (long)(off + size / 2), SEEK_SET);
+    ch = fgetc(fp);
+    fseek(fp, (long)(off + size / 2), SEEK_SET);
+    fputc(ch ^ 0x10, fp);
+    fclose(fp);
+    r = verify_no_text(bad);
+    assert_false(r.integrity_ok);
+    assert_non_null(strstr(r.integrity_msg, tent));
+    kvq_verify_report_free(&r);
+    assert_int_equal(run("%s/kvq-verify -q %s --no-source >/dev/null", g_build, bad), 1);
+    assert_int_equal(run("%s/kvq-inspect %s > %s/out.txt 2> %s/err.txt", g_build, bad, g_dir, g_dir), 2);
+    assert_int_equal(run("test ! -s %s/out.txt && test $(wc -l < %s/err.txt) -eq 1 && grep -q %s %s/err.txt", g_dir, g_dir,
+                         tent, g_dir), 0);
+
     // Truncated archive and a 0-byte file: not readable as a .kvq, an input error (exit 2, one
     // line on stderr naming the file, nothing on stdout), not a failed check.
     snprintf(bad, sizeof bad, "%s/trunc.kvq", g_dir);

@@ -20,8 +20,9 @@ if ! command -v dpkg-query >/dev/null; then check_modules; exit 0; fi # not Debi
 pkgs="build-essential pkg-config libzip-dev libzstd-dev libcmocka-dev libjansson-dev \
 libxxhash-dev libssl-dev libpcre2-dev libutf8proc-dev libyaml-dev libcairo2-dev libfontconfig-dev python3 python3-venv"
 # Needed by a test only: tests/test_report.c renders kvq-verify --report in headless Chromium
-# and skips (counted as skipped) without it. Installed as root; otherwise a note, not a failure.
-optional="chromium"
+# and skips (counted as skipped) without it; `make valgrind` (tests/valgrind.sh) needs valgrind.
+# Installed as root; otherwise a note, not a failure.
+optional="chromium valgrind"
 missing="" opt_missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -36,7 +37,7 @@ if [ "$(id -u)" = 0 ]; then
   apt-get update -qq >/dev/null
   apt-get install -y -qq $missing >/dev/null
   [ -z "$opt_missing" ] || apt-get install -y -qq $opt_missing >/dev/null ||
-    echo "kvq: could not install$opt_missing (optional: the browser test of the HTML report will skip)" >&2
+    echo "kvq: could not install$opt_missing (optional: the browser test of the HTML report skips, make valgrind stops)" >&2
   check_modules
 else
   [ -z "$opt_missing" ] ||

@@ -239,6 +239,7 @@ int main(int argc, char **argv) {
     int npos = argc - optind;
     xo.force = force;
     // kvq-convert --export-hf DIR MODEL: export only (a .kvq or a source checkpoint)
+    if (npos >= 1) kvq_tool_input("kvq-convert", argv[optind]);
     if (export_dir && npos == 1 && !dry) {
         kvq_err err = {0};
         kvq_export_report rep;

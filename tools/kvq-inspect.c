@@ -414,6 +414,7 @@ int main(int argc, char **argv) {
     }
     kvq_file *f;
     kvq_err err = {0};
+    kvq_tool_input("kvq-inspect", argv[optind]);
     if (kvq_file_open(argv[optind], &f, &err) != KVQ_OK || kvq_weights_check_file(f, &err) != KVQ_OK) {
         kvq_file_close(f);
         fprintf(stderr, "kvq-inspect: %s\n", err.msg);

@@ -188,6 +188,7 @@ int main(int argc, char **argv) {
 #undef ARG
     }
     if (!model) { fputs(usage, stderr); return 2; }
+    kvq_tool_input("kvq-run", model);
     if (!!tok_in != !!logits_out) return die("--tokens and --logits go together%s%s", "", "");
     if (!tok_in && !ppl && !ppl_ids && !prompt) return die("nothing to do: give -p, --tokens/--logits, --ppl or --ppl-ids%s%s", "", "");
     if (n_gen < 0) return die("-n must be >= 0%s%s", "", "");

@@ -326,6 +326,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     o.kvq_path = argv[optind];
+    kvq_tool_input("kvq-verify", o.kvq_path);
     o.progress = on_progress;
     o.progress_ud = &ps;
     kvq_verify_report rep;

@@ -11,16 +11,46 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "formats/error.h" // KVQ_VERSION
 #include "libconv/eval/eval.h" // the protocol's enums
 
+// Inputs are mmap'ed: a file that shrinks while it is read (a shard truncated during a
+// conversion, a .kvq replaced under kvq-run) raises SIGBUS on the next access to a page past its
+// new end. The handler prints one line naming the input and exits 2 (the destination was never
+// touched: outputs go to a temporary name; a temporary left behind is removed by the next writer
+// of that destination, formats/tmpfile.h). It may only call write and _exit, so the line is made
+// beforehand; this is the one mutable file-scope state of the tools, because a handler has no
+// context argument.
+static char kvq_sigbus_line[1280];
+static size_t kvq_sigbus_len;
+
+static inline void kvq_tool_on_sigbus(int sig) {
+    (void)sig;
+    ssize_t r = write(2, kvq_sigbus_line, kvq_sigbus_len);
+    (void)r;
+    _exit(2);
+}
+
+/** Names the input file in the SIGBUS line (the checkpoint or .kvq the tool reads). */
+static inline void kvq_tool_input(const char *tool, const char *path) {
+    int n = snprintf(kvq_sigbus_line, sizeof kvq_sigbus_line,
+                     "%s: %s: a file changed size or became unreadable while it was being read (SIGBUS); stopped\n", tool,
+                     path);
+    kvq_sigbus_len = n < 0 ? 0 : (size_t)n < sizeof kvq_sigbus_line ? (size_t)n : sizeof kvq_sigbus_line - 1;
+    if (n >= (int)sizeof kvq_sigbus_line) kvq_sigbus_line[kvq_sigbus_len - 1] = '\n';
+}
+
 /** What every tool does first. A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG,
  *  reported as an error naming the file, instead of SIGXFSZ killing the tool with a partial
- *  temporary file. `--version` anywhere on the command line prints "TOOL (kvq VERSION)" and
- *  returns 1 (the tool exits 0) before any other option is parsed. */
+ *  temporary file; a SIGBUS (an input that shrank, above) is one line and exit 2.
+ *  `--version` anywhere on the command line prints "TOOL (kvq VERSION)" and returns 1 (the tool
+ *  exits 0) before any other option is parsed. */
 static inline int kvq_tool_start(const char *tool, int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN);
+    kvq_tool_input(tool, "an input file");
+    signal(SIGBUS, kvq_tool_on_sigbus);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--version")) {
             printf("%s (kvq %s)\n", tool, KVQ_VERSION);

@@ -31,6 +31,7 @@ struct kvq_weights {
     kvq_arch arch;
     wt_index *idx;      // .kvq tensors sorted by name
     size_t n;
+    kvq_tokenizer *tok; // a .kvq's stored tokenizer, parsed by the file check; handed out once
 };
 
 static int idx_cmp(const void *a, const void *b) {
@@ -70,17 +71,61 @@ static int rec_shape(const json_t *rec, int *ndim, int64_t shape[8]) {
     return 0;
 }
 
-kvq_status kvq_weights_check_file(kvq_file *f, kvq_err *err) {
+// Opens the tokenizer a .kvq stores from the entries' bytes (no temporary files) and checks it
+// is no wider than the model's vocabulary, as kvq-convert checks a source's. *out is NULL (and
+// the status KVQ_OK) when the file stores none.
+static kvq_status stored_tokenizer(kvq_file *f, int vocab_size, kvq_tokenizer **out, kvq_err *err) {
+    *out = NULL;
+    const char *path = kvq_file_path(f);
+    const json_t *tok = json_object_get(kvq_file_manifest(f), "tokenizer");
+    const char *main_name = json_string_value(json_object_get(tok, "main"));
+    const json_t *files = json_object_get(tok, "files");
+    const char *main_entry = json_string_value(json_object_get(files, main_name ? main_name : ""));
+    if (!main_name || !json_is_object(files) || !main_entry) return KVQ_OK;
+    const void *data, *cfg = NULL;
+    size_t n, cn = 0;
+    kvq_status s = kvq_file_entry(f, main_entry, &data, &n, err);
+    if (s) return s;
+    const char *cfg_entry = json_string_value(json_object_get(files, "tokenizer_config.json"));
+    if (cfg_entry && (s = kvq_file_entry(f, cfg_entry, &cfg, &cn, err))) {
+        kvq_file_release(f, main_entry);
+        return s;
+    }
+    char name[600];
+    snprintf(name, sizeof name, "%s: stored %s", path, main_name);
+    s = kvq_tok_open_mem(name, data, n, cfg, cn, out, err);
+    if (!s && kvq_tok_vocab_size(*out) > vocab_size) { // ids the model cannot embed (as kvq-convert checks)
+        s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: the tokenizer has %d ids, more than the model's vocab_size %d", name,
+                        kvq_tok_vocab_size(*out), vocab_size);
+        kvq_tok_close(*out);
+        *out = NULL;
+    }
+    kvq_file_release(f, main_entry);
+    if (cfg_entry) kvq_file_release(f, cfg_entry);
+    return s;
+}
+
+// kvq_weights_check_file, keeping the parsed tokenizer in *tok (NULL: none stored) when asked.
+static kvq_status check_file(kvq_file *f, kvq_tokenizer **tok, kvq_err *err) {
     kvq_status s = kvq_codec_check_file(f, err);
     kvq_kvcache *kc = NULL;
     if (!s) s = kvq_kv_open_from_file(f, 1, 0, &kc, err); // a one-position cache: the states alone
     if (kc) kc->ops->free(kc);
+    kvq_arch a;
+    if (!s && (s = kvq_arch_from_manifest(json_object_get(kvq_file_manifest(f), "architecture"), &a, err)))
+        kvq_err_prefix(err, "%s", kvq_file_path(f));
+    kvq_tokenizer *t = NULL;
+    if (!s) s = stored_tokenizer(f, a.vocab_size, &t, err);
+    if (tok) *tok = t;
+    else kvq_tok_close(t);
     return s;
 }
 
+kvq_status kvq_weights_check_file(kvq_file *f, kvq_err *err) { return check_file(f, NULL, err); }
+
 static kvq_status open_kvq(kvq_weights *w, const char *path, kvq_err *err) {
     kvq_status s = kvq_file_open(path, &w->kf, err);
-    if (s == KVQ_OK) s = kvq_weights_check_file(w->kf, err);
+    if (s == KVQ_OK) s = check_file(w->kf, &w->tok, err);
     if (s != KVQ_OK) return s;
     const json_t *m = kvq_file_manifest(w->kf);
     s = kvq_arch_from_manifest(json_object_get(m, "architecture"), &w->arch, err);
@@ -125,6 +170,7 @@ kvq_status kvq_weights_open(const char *path, kvq_weights **out, kvq_err *err) {
 void kvq_weights_close(kvq_weights *w) {
     if (!w) return;
     free(w->idx);
+    kvq_tok_close(w->tok);
     kvq_file_close(w->kf);
     kvq_ckpt_close(w->ck);
     free(w->path);
@@ -303,34 +349,11 @@ kvq_status kvq_weights_tokenizer(kvq_weights *w, kvq_tokenizer **out, kvq_err *e
         if (!p) return kvq_err_set(err, KVQ_ERR_MISSING, "%s: no tokenizer beside the checkpoint", w->path);
         return kvq_tok_open(p, out, err);
     }
-    // a .kvq: opened from the stored bytes (no temporary files)
-    const char *path = kvq_file_path(w->kf);
-    const json_t *tok = json_object_get(kvq_file_manifest(w->kf), "tokenizer");
-    const char *main_name = json_string_value(json_object_get(tok, "main"));
-    const json_t *files = json_object_get(tok, "files");
-    const char *main_entry = json_string_value(json_object_get(files, main_name ? main_name : ""));
-    if (!main_name || !json_is_object(files) || !main_entry)
-        return kvq_err_set(err, KVQ_ERR_MISSING, "%s: the file stores no tokenizer", path);
-    const void *data, *cfg = NULL;
-    size_t n, cn = 0;
-    kvq_status s = kvq_file_entry(w->kf, main_entry, &data, &n, err);
-    if (s) return s;
-    const char *cfg_entry = json_string_value(json_object_get(files, "tokenizer_config.json"));
-    if (cfg_entry && (s = kvq_file_entry(w->kf, cfg_entry, &cfg, &cn, err))) {
-        kvq_file_release(w->kf, main_entry);
-        return s;
-    }
-    char name[600];
-    snprintf(name, sizeof name, "%s: stored %s", path, main_name);
-    s = kvq_tok_open_mem(name, data, n, cfg, cn, out, err);
-    if (!s && kvq_tok_vocab_size(*out) > w->arch.vocab_size) { // ids the model cannot embed (as kvq-convert checks)
-        s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: the tokenizer has %d ids, more than the model's vocab_size %d", name,
-                        kvq_tok_vocab_size(*out), w->arch.vocab_size);
-        kvq_tok_close(*out);
-        *out = NULL;
-    }
-    kvq_file_release(w->kf, main_entry);
-    if (cfg_entry) kvq_file_release(w->kf, cfg_entry);
+    // a .kvq: the tokenizer the file check parsed (the first caller takes it), else parsed again
+    kvq_status s = KVQ_OK;
+    if (w->tok) *out = w->tok, w->tok = NULL;
+    else s = stored_tokenizer(w->kf, w->arch.vocab_size, out, err);
+    if (!s && !*out) s = kvq_err_set(err, KVQ_ERR_MISSING, "%s: the file stores no tokenizer", kvq_file_path(w->kf));
     return s;
 }
 

@@ -18,8 +18,10 @@ typedef struct kvq_weights kvq_weights;
 /** The meaning of an opened .kvq beyond its container and manifest schema (kvq_file_open,
  *  formats/kvqschema.c), checked without decoding a weight: every tensor's codec parameters
  *  against its shape and entry sizes (kvq_codec_check_file), and the KV section's states
- *  rebuilt from their stored tables and checked (kvq_kv_open_from_file; nothing is trained).
- *  Every tool runs it after kvq_file_open, so none accepts what kvq-run refuses at load. */
+ *  rebuilt from their stored tables and checked (kvq_kv_open_from_file; nothing is trained),
+ *  and the stored tokenizer parsed and checked against the vocabulary (as kvq-convert checks a
+ *  source's). Every tool runs it after kvq_file_open, so none accepts what kvq-run refuses at
+ *  load. A payload whose digest disagrees gives KVQ_ERR_DIGEST. */
 struct kvq_file;
 kvq_status kvq_weights_check_file(struct kvq_file *f, kvq_err *err);
 
@@ -47,7 +49,8 @@ kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, k
 /** Bytes a .kvq stores for tensor name (its record's "bytes"); 0 for sources or unknown. */
 size_t kvq_weights_stored_bytes(const kvq_weights *w, const char *name);
 /** Opens the model's tokenizer: a source's tokenizer.json / tok*.bin, or the one a .kvq stores,
- *  read from the container's bytes (no temporary files). *out: caller closes (kvq_tok_close).
+ *  read from the container's bytes (no temporary files; the first call takes the one
+ *  kvq_weights_open parsed). *out: caller closes (kvq_tok_close).
  *  @return KVQ_ERR_MISSING when there is none; errors reading stored entries name the file
  *  and entry. */
 kvq_status kvq_weights_tokenizer(kvq_weights *w, kvq_tokenizer **out, kvq_err *err);

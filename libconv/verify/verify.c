@@ -462,11 +462,12 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     kvq_weights *src = NULL;
     kvq_err e = {0};
     // A file that cannot be read as a .kvq (not a zip, truncated, a manifest that breaks the
-    // schema) is an input error (the tool exits 2 with one line); a readable file whose
-    // digests disagree fails the integrity check (exit 1).
+    // schema, a meaning kvq-run would refuse at load) is an input error (the tool exits 2 with
+    // one line); a readable file whose digests disagree fails the integrity check (exit 1).
+    // Every payload's digest and zstd frame is checked before the meaning (which reads the KV
+    // tables and the tokenizer), so a damaged payload is always the integrity failure.
     kvq_status s = kvq_file_open(o->kvq_path, &f, &e);
-    if (!s) s = kvq_weights_check_file(f, &e); // what kvq-run would refuse at load (weights.h)
-    if (s) { kvq_file_close(f); *err = e; return s; }
+    if (s) { *err = e; return s; }
     const json_t *man = kvq_file_manifest(f);
     {
         kvq_bits kb;
@@ -476,7 +477,7 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     }
     json_t *mcopy = NULL;
     rep->n_entries = json_object_size(json_object_get(man, "entries"));
-    progress(o, "integrity", 0, 1, t0);
+    // (no progress line until the file is validated: a refusal is the run's only line)
     if ((s = kvq_file_check_manifest(man, o->kvq_path, &e))) {
         *err = e;
         goto out;
@@ -486,6 +487,10 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
         integrity_fail(rep, &e);
         s = KVQ_OK;
         goto finish; // nothing else can be trusted
+    }
+    if ((s = kvq_weights_check_file(f, &e))) { // the meaning beyond the schema (weights.h)
+        *err = e;
+        goto out;
     }
     rep->record = kvq_verify_record_check(man, rep->record_msg, sizeof rep->record_msg);
     rep->seconds_integrity = now_s() - t0;

@@ -2,7 +2,8 @@
 # (tests/fuzz/fuzz_*.c, clang -fsanitize=fuzzer,address,undefined, library in build-fuzz/),
 # builds their seed corpora (tests/fuzz/seeds.sh) and runs each target for N seconds, one at a
 # time, OMP_NUM_THREADS=1; logs and crashing inputs in build-fuzz/{log,artifacts}/<target>.
-# FUZZ_TARGETS=... runs a subset; FUZZ_ARGS adds libFuzzer flags (e.g. -max_len=65536). The
+# FUZZ_TARGETS=... runs a subset; FUZZ_ARGS adds libFuzzer flags (after FUZZ_MAX_LEN's, so they
+# win). The
 # corpus (build-fuzz/corpus/<target>) carries over between runs. The same targets, compiled
 # without libFuzzer, replay every kept input of tests/fuzz/regress/<target>/ in `make test`
 # (tests/test_fuzz_regress.c).
@@ -12,6 +13,14 @@ FUZZ_ALL     := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
 FUZZ_TARGETS ?= $(FUZZ_ALL)
 FUZZ_SECONDS ?= 60
 FUZZ_ARGS    ?=
+# Each target's -max_len. Without one libFuzzer takes the largest seed's size (82 KB stories260K
+# manifests made the manifest target run 7 execs/s; 3424/s at 16384); inputs over it are cut.
+# Sized to the target's real inputs: the small fixture models' manifests (seeds.sh, compacted)
+# are 3-16.6 KB, so 20480 (stories260K's, 44-61 KB compacted, are cut); kvqfile's fixture .kvq files are 30-36 KB; the tokenizer.json fixtures of
+# tests/tokenizer/ are 53-76 KB (the 262 KB tiny-llama one is cut); st headers and index files
+# run to 5.6 KB; stories260K.bin (1 MB) is cut for l2c, whose header and tiny_unshared.bin
+# (4.5 KB) fit 16384. Others' inputs fit libFuzzer's usual 4096.
+FUZZ_MAX_LEN ?= manifest=20480 kvqfile=65536 tokenizer=81920 l2c=16384 st=8192 index=8192
 FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -40,9 +49,10 @@ fuzz: all fuzz-build
 	@rm -rf $(FUZZ_BUILD)/seeds && tests/fuzz/seeds.sh $(FUZZ_BUILD)/seeds $(BUILD) $(FUZZ_BUILD)/bin/make_seeds
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/artifacts/$$t $(FUZZ_BUILD)/log; \
-	  echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  ml=4096; for kv in $(FUZZ_MAX_LEN); do [ "$${kv%%=*}" = "$$t" ] && ml=$${kv#*=}; done; \
+	  echo "== fuzz_$$t: $(FUZZ_SECONDS) s, max_len $$ml"; \
 	  OMP_NUM_THREADS=1 $(FUZZ_BUILD)/bin/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=20 \
-	    -print_final_stats=1 $(FUZZ_ARGS) -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t/ \
+	    -print_final_stats=1 -max_len=$$ml $(FUZZ_ARGS) -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t/ \
 	    $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/seeds/$$t > $(FUZZ_BUILD)/log/$$t.log 2>&1; rc=$$?; \
 	  grep -E '^#[0-9]+.*(DONE|pulse|NEW)' $(FUZZ_BUILD)/log/$$t.log | tail -1; \
 	  grep -E 'stat::number_of_executed_units|ERROR|SUMMARY' $(FUZZ_BUILD)/log/$$t.log | head -3; \

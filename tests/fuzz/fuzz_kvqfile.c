@@ -1,12 +1,15 @@
-// Fuzz target: the .kvq reader (formats/kvqfile.c + kvqschema.c) on arbitrary file bytes: zip
-// container, manifest, entry table, zstd members; then, on an accepted file, every entry, the
-// digest check, bits, the verification record's state and the KV section's cache.
+// Fuzz target: the .kvq reader (formats/kvqfile.c + zipcheck.c + kvqschema.c) on arbitrary file
+// bytes: zip structure, manifest, entry table, zstd members; then, on an accepted file, the
+// tools' shared meaning check (kvq_weights_check_file: codec sizes, KV tables, the stored
+// tokenizer), every entry, the digest check, bits, the verification record's state and the KV
+// section's cache.
 #include "tests/fuzz/fuzz.h"
 
 #include <string.h>
 
 #include "formats/kvqfile.h"
 #include "libconv/kv/kvcodec.h"
+#include "libconv/runtime/weights.h"
 #include "libconv/verify/verify.h"
 
 KVQ_FUZZ_TARGET(kvqfile) {
@@ -18,6 +21,7 @@ KVQ_FUZZ_TARGET(kvqfile) {
         KVQ_FUZZ_CHECK(err.msg[0]);
         return 0;
     }
+    if (kvq_weights_check_file(f, &err) != KVQ_OK) KVQ_FUZZ_CHECK(err.msg[0]);
     const json_t *m = kvq_file_manifest(f);
     json_t *entries = json_object_get(m, "entries");
     const char *name;

@@ -6,6 +6,9 @@
 set -eu
 out=$1 build=$2 seeder=$3
 sh=../shared
+# a .kvq's manifest, compacted (no indentation: the fixtures' manifests then fit the manifest
+# target's max_len, tests/fuzz/fuzz.mk)
+manifest_of='import json, sys, zipfile; print(json.dumps(json.loads(zipfile.ZipFile(sys.argv[1]).read("manifest.json")), separators=(",", ":")))'
 mkdir -p "$out"
 for t in st index config tokenizer tok_text l2c kvqfile manifest recipe rice hq qet kvcodec; do mkdir -p "$out/$t"; done
 cp tests/fixtures/st/*.safetensors "$out/st/"
@@ -48,7 +51,7 @@ PY
     [ -f "$k" ] || continue
     # stories260K's files (~300 KB) would slow the .kvq target to ~30 runs/s: manifests only
     [ "$(stat -c %s "$k")" -lt 65536 ] && cp "$k" "$out/kvqfile/"
-    python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("manifest.json"))' "$k" > "$out/manifest/$(basename "$k" .kvq).json"
+    python3 -c "$manifest_of" "$k" > "$out/manifest/$(basename "$k" .kvq).json"
   done
   rm -rf "$tmp"
 else
@@ -60,8 +63,13 @@ tmp=$(mktemp -d)
 for kv in octopus:3 turboquant:3 kivi:4 hqmq:s96:r4; do
   "$build/kvq-convert" -q tests/fixtures/l2c/tiny_unshared.bin "$tmp/t.kvq" --weights rtn:4:g32 --kv $kv >/dev/null 2>&1 \
     && cp "$tmp/t.kvq" "$out/kvqfile/fixture-${kv%%:*}.kvq" && rm -f "$tmp/t.kvq"
+  # and their manifests (a few KB, under the manifest target's max_len, unlike stories260K's)
+  [ -f "$out/kvqfile/fixture-${kv%%:*}.kvq" ] && python3 -c "$manifest_of" "$out/kvqfile/fixture-${kv%%:*}.kvq" \
+    > "$out/manifest/fixture-${kv%%:*}.json"
 done
 rm -rf "$tmp"
+# the crafted zip structures of the bad-input corpus (tests/data/bad/make_zip_cases.py), zip64 included
+cp tests/data/bad/zip-*.kvq "$out/kvqfile/"
 head -c 4096 /dev/urandom > "$out/rice/random"
 printf '\003\377\377\001\200' > "$out/rice/short"
 "$seeder" "$out"
