@@ -306,8 +306,9 @@ static int run_stage(const float *t, int64_t n, int64_t d, int w, int64_t k, con
         }
         store_codebook(cent, k * w, cfg->cb_bits, src, &S->mnstep[2 * j], &S->mnstep[2 * j + 1],
                        S->codes + j * k * w);
-        for (int64_t i = 0; i < n; i++) { // re-assign to the stored (rounded) centroids
-            uint32_t a = kvq_kmeans_nearest(sub + i * w, cent, k, w, NULL);
+        kvq_kmeans_assign(sub, n, w, cent, k, as); // re-assign to the stored (rounded) centroids
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t a = as[i];
             S->idx[i * m + j] = a;
             float *r = rec + i * d + j * w;
             const float *c = cent + (int64_t)a * w;
