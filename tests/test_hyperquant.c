@@ -19,6 +19,7 @@
 #include "libconv/quant/rice.h"
 #include "libconv/codec/hyperquant/hyperquant.h"
 #include "tests/testrng.h"
+#include <xxhash.h>
 
 
 static void views(const kvq_encoded *e, kvq_blob_view *v) {
@@ -254,6 +255,74 @@ static void test_streaming_identical(void **state) {
         assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_ERR_ARG);
         free(b16); free(h16); free(xb); free(xh); free(x);
     }
+}
+
+// 64-bit digest of an encoding: every blob (role, size, bytes), the params as sorted JSON and
+// the predicted MSE's bits.
+static uint64_t encoding_digest(const kvq_encoded *e) {
+    XXH64_state_t *h = XXH64_createState();
+    XXH64_reset(h, 0);
+    for (int i = 0; i < e->n_blob; i++) {
+        uint64_t sz = e->blob[i].size;
+        XXH64_update(h, e->blob[i].role, strlen(e->blob[i].role));
+        XXH64_update(h, &sz, sizeof sz);
+        XXH64_update(h, e->blob[i].data, e->blob[i].size);
+    }
+    char *pj = json_dumps(e->params, JSON_COMPACT | JSON_SORT_KEYS);
+    XXH64_update(h, pj, strlen(pj));
+    free(pj);
+    XXH64_update(h, &e->predicted_mse, sizeof e->predicted_mse);
+    uint64_t d = XXH64_digest(h);
+    XXH64_freeState(h);
+    return d;
+}
+
+static void test_golden_digests(void **state) {
+    // The encoder's bytes against digests recorded from the encoder as it was before its
+    // fast paths of issue 14 (commit d86865c): every speed-up must leave the bytes unchanged.
+    // Sources: f32 values, f32/bf16 bytes; E8/D4/A2/Z, int8, a cast, padded widths, a zero row,
+    // an outlier, 1 and 2 threads, the rotated-tile cache on and off.
+    static const uint64_t want[] = {
+        0xf9e99ce7f9ff38d7ull, 0x3bcead560b805a03ull, 0xc145e4d48365af86ull, 0x1c80b3333e92a60dull,
+        0x74a849378a245d2aull, 0x68c2d6032e40cac2ull, 0x0916553bfd7bc6bfull, 0xd1af5d1a2b918c65ull,
+        0x0e86233ef90f5259ull, 0x5e456d8883a026a4ull,
+    };
+    const struct { const char *lat; double bps; int64_t rows, cols; int mode, tile, nt, cache; } cs[] = {
+        {"e8", 4.0, 64, 1024, 0, 128, 1, 1}, {"e8", 4.0, 64, 1024, 1, 128, 2, 0}, {"e8", 3.0, 48, 768, 2, 128, 2, 1},
+        {"e8", 5.0, 40, 1000, 0, 256, 1, 0}, {"d4", 3.5, 64, 512, 0, 128, 1, 1}, {"a2", 2.5, 64, 512, 2, 128, 2, 0},
+        {"z", 4.0, 32, 384, 0, 128, 1, 1},   {"e8", 6.0, 32, 512, 3, 128, 2, 1}, {"d4", 3.0, 32, 200, 4, 64, 1, 0},
+        {"e8", 2.0, 16, 4096, 1, 128, 1, 1},
+    };
+    const size_t nc = sizeof cs / sizeof cs[0];
+    int print = sizeof want / sizeof want[0] != nc;
+    for (size_t i = 0; i < nc; i++) {
+        const int64_t rows = cs[i].rows, cols = cs[i].cols;
+        float *x = gauss_matrix(rows, cols, 1000 + i, 0.02);
+        x[11] = 0.4f;                                            // an outlier
+        for (int64_t c = 0; c < cols; c++) x[2 * cols + c] = 0.0f; // a zero row
+        uint16_t *b16 = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
+        for (int64_t j = 0; j < rows * cols; j++) b16[j] = kvq_f32_to_bf16(x[j]);
+        kvq_tensor tf = {.name = "t", .dtype = KVQ_DTYPE_F32, .ndim = 2, .shape = {rows, cols}, .data = x,
+                         .nbytes = (size_t)(4 * rows * cols)};
+        kvq_tensor tb = tf;
+        tb.dtype = KVQ_DTYPE_BF16; tb.data = b16; tb.nbytes = (size_t)(2 * rows * cols);
+        kvq_lattice lat;
+        assert_int_equal(kvq_lattice_parse(cs[i].lat, &lat), 0);
+        kvq_hq_opts o = kvq_hq_opts_default(lat, cs[i].bps);
+        o.max_tile = cs[i].tile;
+        if (!cs[i].cache) o.rot_cache = 0;
+        if (cs[i].mode == 3) o.int8 = 1;
+        if (cs[i].mode == 4) o.cast = KVQ_CAST_FP8;
+        kvq_encoded e;
+        enc_with(&o, cs[i].mode == 1 ? &tf : cs[i].mode == 2 ? &tb : NULL, cs[i].mode == 1 || cs[i].mode == 2 ? NULL : x,
+                 rows, cols, cs[i].nt, &e);
+        uint64_t d = encoding_digest(&e);
+        if (print) printf("0x%016llxull,\n", (unsigned long long)d);
+        else assert_true(d == want[i]);
+        kvq_encoded_free(&e);
+        free(x); free(b16);
+    }
+    assert_false(print); // digests missing: printed above
 }
 
 static void test_int8_and_casts(void **state) {
@@ -529,6 +598,7 @@ int main(void) {
         cmocka_unit_test(test_adversarial),
         cmocka_unit_test(test_nonfinite_rejected),
         cmocka_unit_test(test_streaming_identical),
+        cmocka_unit_test(test_golden_digests),
         cmocka_unit_test(test_int8_and_casts),
         cmocka_unit_test(test_odd_widths),
         cmocka_unit_test(test_corrupt_payload),
