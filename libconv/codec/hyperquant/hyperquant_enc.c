@@ -66,27 +66,29 @@ typedef struct {
 
 // ---- one tile: source values, rotation, codes
 
-// The source values of tile t (zero past the last column) into xt (T floats).
-static void tile_source(const enc_ctx *e, int64_t t, float *xt) {
+// The source values of tile t (zero past the last column): a pointer into in->x for a full
+// float32 tile, else converted into xt (T floats) and xt returned.
+static const float *tile_source(const enc_ctx *e, int64_t t, float *xt) {
     const int T = e->h.tile;
     const int64_t cols = e->h.cols, row = t / e->tpr, c0 = (t % e->tpr) * T;
     const int64_t nc = c0 + T <= cols ? T : (c0 < cols ? cols - c0 : 0);
     const kvq_codec_input *in = e->in;
+    if (in->x && nc == T) return in->x + row * cols + c0;
     if (in->x) memcpy(xt, in->x + row * cols + c0, sizeof(float) * (size_t)nc);
     else
         kvq_dtype_to_f32(in->src->dtype,
                          (const uint8_t *)in->src->data + (size_t)(row * cols + c0) * kvq_dtype_size(in->src->dtype),
                          (size_t)nc, xt);
     for (int64_t i = nc; i < T; i++) xt[i] = 0.0f;
+    return xt;
 }
 
 // H·D·x of tile t: from the cache, or computed into buf (T floats).
 static const float *tile_rot(const enc_ctx *e, int64_t t, float *buf) {
     const int T = e->h.tile;
     if (e->rot) return e->rot + t * T;
-    const float *s = e->sgn + (t % e->tpr) * T;
-    tile_source(e, t, buf);
-    for (int i = 0; i < T; i++) buf[i] = buf[i] * s[i];
+    const float *s = e->sgn + (t % e->tpr) * T, *x = tile_source(e, t, buf);
+    for (int i = 0; i < T; i++) buf[i] = x[i] * s[i];
     kvq_wht(buf, T);
     return buf;
 }
@@ -208,20 +210,30 @@ static int quant_pass(enc_ctx *e, double snr_db) {
         float buf[KVQ_HQ_MAX_TILE];
         int32_t c[KVQ_HQ_MAX_TILE];
         uint32_t s[KVQ_HQ_MAX_TILE];
-        uint32_t h[2][SMALL_SYM];
+        uint32_t h[2][SMALL_SYM], h4[4][SMALL_SYM];
         uint64_t *q = e->gq ? e->gq + g * ncls * NQ : NULL;
         if (q) memset(q, 0, sizeof(uint64_t) * (size_t)(ncls * NQ));
         memset(h, 0, sizeof h);
+        if (ncls == 1) memset(h4, 0, sizeof h4);
         for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < group_end(e, g); t++) {
             e->tacc[t] = 0.0;
             if (e->invn[t] == 0.0) continue;
             const float *r = tile_rot(e, t, buf);
             uint32_t *st = e->sym ? e->sym + t * T : s;
             double tn = tile_quant(e, r, (float)(alpha * e->invn[t]), c, st, &clipped);
-            if (!int8)
+            if (!int8 && ncls == 1) // four interleaved counters: repeated symbols do not wait on each other's stores
                 for (int i = 0; i < T; i++) {
                     const uint32_t v = st[i];
-                    const int cl = ncls == 1 ? 0 : e->cls[i & (n - 1)]; // n is a power of two
+                    if (__builtin_expect(v < SMALL_SYM, 1)) h4[i & 3][v]++;
+                    else {
+                        q[NQ - 1]++;
+                        for (int k = 0; k <= KVQ_RICE_KMAX; k++) q[k] += v >> k;
+                    }
+                }
+            else if (!int8)
+                for (int i = 0; i < T; i++) {
+                    const uint32_t v = st[i];
+                    const int cl = e->cls[i & (n - 1)]; // n is a power of two
                     if (__builtin_expect(v < SMALL_SYM, 1)) h[cl][v]++;
                     else {
                         uint64_t *qc = q + cl * NQ;
@@ -232,6 +244,8 @@ static int quant_pass(enc_ctx *e, double snr_db) {
             double sc = 1.0 / (alpha * e->invn[t]); // n̂/α: orthonormal error = (u − ĉ)·n̂/(α√T)
             e->tacc[t] = tn * sc * sc / (double)T;
         }
+        if (ncls == 1)
+            for (int v = 0; v < SMALL_SYM; v++) h[0][v] = h4[0][v] + h4[1][v] + h4[2][v] + h4[3][v];
         if (q) group_sums(e, h, q);
     }
     e->clipped = clipped;
@@ -484,24 +498,40 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     double maxn = 0.0, sumx2 = 0.0;
     double *nrm = e.invn; // holds the exact norm until the codes are known
     int64_t bad = e.numel;
+    // Four tiles at a time: their sums are four independent chains (each in element order, so
+    // the norms are those of one tile at a time), which the core overlaps.
 #pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn) reduction(min : bad)
-    for (int64_t t = 0; t < e.n_tiles; t++) {
-        float xt[KVQ_HQ_MAX_TILE];
-        const int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
-        tile_source(&e, t, xt);
-        double ss = 0.0;
-        for (int i = 0; i < T; i++) ss += (double)xt[i] * (double)xt[i];
-        if (!isfinite(ss)) // squares of finite floats cannot overflow a double sum of ≤ 1024
-            for (int i = 0; i < T; i++)
-                if (!isfinite(xt[i]) && row * cols + c0 + i < bad) bad = row * cols + c0 + i;
-        if (e.rot) {
-            float *r = e.rot + t * T;
-            for (int i = 0; i < T; i++) r[i] = xt[i] * sgn[c0 + i];
-            kvq_wht(r, T);
+    for (int64_t t4 = 0; t4 < (e.n_tiles + 3) / 4; t4++) {
+        float xbuf[4][KVQ_HQ_MAX_TILE];
+        const float *xs[4];
+        double ss[4] = {0.0, 0.0, 0.0, 0.0};
+        const int64_t ta = 4 * t4, nq = e.n_tiles - ta < 4 ? e.n_tiles - ta : 4;
+        for (int q = 0; q < nq; q++) xs[q] = tile_source(&e, ta + q, xbuf[q]);
+        if (nq == 4)
+            for (int i = 0; i < T; i++) {
+                ss[0] += (double)xs[0][i] * (double)xs[0][i];
+                ss[1] += (double)xs[1][i] * (double)xs[1][i];
+                ss[2] += (double)xs[2][i] * (double)xs[2][i];
+                ss[3] += (double)xs[3][i] * (double)xs[3][i];
+            }
+        else
+            for (int q = 0; q < nq; q++)
+                for (int i = 0; i < T; i++) ss[q] += (double)xs[q][i] * (double)xs[q][i];
+        for (int q = 0; q < nq; q++) {
+            const int64_t t = ta + q, row = t / e.tpr, c0 = (t % e.tpr) * T;
+            const float *xt = xs[q];
+            if (!isfinite(ss[q])) // squares of finite floats cannot overflow a double sum of ≤ 1024
+                for (int i = 0; i < T; i++)
+                    if (!isfinite(xt[i]) && row * cols + c0 + i < bad) bad = row * cols + c0 + i;
+            if (e.rot) {
+                float *r = e.rot + t * T;
+                for (int i = 0; i < T; i++) r[i] = xt[i] * sgn[c0 + i];
+                kvq_wht(r, T);
+            }
+            nrm[t] = sqrt(ss[q]);
+            e.tacc[t] = ss[q];
+            if (nrm[t] > maxn) maxn = nrm[t];
         }
-        nrm[t] = sqrt(ss);
-        e.tacc[t] = ss;
-        if (nrm[t] > maxn) maxn = nrm[t];
     }
     if (bad < e.numel) {
         float v;
@@ -636,7 +666,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     else {
 #pragma omp parallel for num_threads(e.nt) schedule(static) reduction(+ : nonfinite)
         for (int64_t t = 0; t < e.n_tiles; t++) {
-            float y[KVQ_HQ_MAX_TILE], buf[KVQ_HQ_MAX_TILE], x[KVQ_HQ_MAX_TILE];
+            float y[KVQ_HQ_MAX_TILE], buf[KVQ_HQ_MAX_TILE], xbuf[KVQ_HQ_MAX_TILE];
             int32_t c[KVQ_HQ_MAX_TILE];
             uint32_t s[KVQ_HQ_MAX_TILE];
             uint64_t cl = 0;
@@ -652,7 +682,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
             if (ncopy <= 0) continue;
             float *d = rec + row * cols + c0;
             kvq_hq_tile_recon(&e.h, c, e.ncode[t], sgn + c0, y, d, (int)ncopy);
-            tile_source(&e, t, x);
+            const float *x = tile_source(&e, t, xbuf);
             double tx = 0.0, te = 0.0;
             for (int i = 0; i < ncopy; i++) {
                 double df = (double)x[i] - (double)d[i];
