@@ -18,6 +18,7 @@
 #include "libconv/codec/hyperquant/hqcal.h"
 #include "libconv/quant/rice.h"
 #include "libconv/codec/hyperquant/hyperquant.h"
+#include "libconv/codec/hyperquant/hq_impl.h"
 #include "tests/testrng.h"
 #include <xxhash.h>
 
@@ -325,6 +326,88 @@ static void test_golden_digests(void **state) {
     assert_false(print); // digests missing: printed above
 }
 
+static void test_e8_simd_vs_plain(void **state) {
+    // The AVX2 E8 quantizer (eight vectors at a time) against the plain per-vector loop, byte
+    // for byte: tiles 16..1024 (16 and 32 never take the fast path), rates from 1 to 9 bits
+    // (gains whose codes reach the long-codeword and large-symbol paths), heavy outliers,
+    // exact ties (values on the half-integer grid after scaling are unlikely; integer-valued
+    // inputs make them frequent), f32 and bf16 sources, 1 and 2 threads.
+    uint64_t seed = 555;
+    for (int t = 0; t < 14; t++) {
+        const int64_t rows = 24 + t, cols = t % 3 == 0 ? 1024 : (t % 3 == 1 ? 768 : 200);
+        float *x = gauss_matrix(rows, cols, 900 + t, 0.02);
+        for (int64_t i = 0; i < rows * cols; i++) {
+            if (t % 4 == 1 && i % 37 == 0) x[i] *= 40.0f;             // outliers
+            if (t % 4 == 2) x[i] = (float)((int)(x[i] * 200.0f)) / 8.0f; // a coarse grid: ties
+        }
+        kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 1.0 + (double)(rng_next(&seed) % 9));
+        const int tiles[] = {16, 32, 64, 128, 256, 1024};
+        o.max_tile = tiles[t % 6];
+        if (t % 5 == 4) o.rot_cache = 0;
+        kvq_hq_opts op = o;
+        op.no_simd = 1;
+        kvq_encoded a, b;
+        enc_with(&op, NULL, x, rows, cols, 1, &a);
+        enc_with(&o, NULL, x, rows, cols, 1 + t % 2, &b);
+        assert_same_encoding(&a, &b);
+        assert_true(a.predicted_mse == b.predicted_mse);
+        kvq_encoded_free(&a);
+        kvq_encoded_free(&b);
+        free(x);
+    }
+}
+
+static void test_e8_quant8_vs_plain(void **state) {
+    // The encoder's eight-at-a-time E8 quantizer against kvq_e8_nearest + kvq_lattice_strip and
+    // the plain error sum, on inputs that hit every rule: integer points with odd and even
+    // coordinate sums (zero rounding error: the parity fix-up's direction test), half-integers
+    // (round-half-even ties), points equidistant from both cosets, zeros, random values at
+    // scales 0.01..300 (symbols past 64, long codewords).
+    if (!__builtin_cpu_supports("avx2")) {
+        printf("no AVX2: the fast E8 quantizer is not used on this CPU, nothing to compare\n");
+        return;
+    }
+    const int nv = 64;
+    float *r = malloc(sizeof(float) * nv * 8);
+    int32_t *c1 = malloc(sizeof(int32_t) * nv * 8), *c2 = malloc(sizeof(int32_t) * nv * 8);
+    uint32_t *s1 = malloc(sizeof(uint32_t) * nv * 8), *s2 = malloc(sizeof(uint32_t) * nv * 8);
+    uint64_t seed = 77;
+    for (int kind = 0; kind < 8; kind++)
+        for (int rep = 0; rep < 20; rep++) {
+            const float g = kind == 7 ? 0.25f : 1.0f;
+            for (int i = 0; i < nv * 8; i++) {
+                double z = gauss(&seed);
+                switch (kind) {
+                case 0: r[i] = (float)(z * 0.01); break;
+                case 1: r[i] = (float)(z * 3.0); break;
+                case 2: r[i] = (float)(z * 300.0); break;
+                case 3: r[i] = (float)lrint(z * 3.0); break;          // integers: zero error, odd sums
+                case 4: r[i] = (float)lrint(z * 4.0) * 0.5f; break;   // half-integers: rounding ties
+                case 5: r[i] = (rng_next(&seed) & 1) ? 0.5f : -0.5f; break; // both cosets equally near
+                case 6: r[i] = (i / 8) % 3 == 0 ? 0.0f : (float)lrint(z) * 2.0f; break;
+                default: r[i] = (float)lrint(z * 8.0); break;        // × 0.25: quarter-integers
+                }
+            }
+            double tn1 = 0.0, tn2 = 0.0;
+            assert_int_equal(kvq_hq_e8_quant8(r, g, nv, c1, s1, &tn1), 0);
+            for (int v = 0; v < nv * 8; v += 8) {
+                float u[8], vn = 0.0f;
+                for (int i = 0; i < 8; i++) u[i] = r[v + i] * g;
+                kvq_e8_nearest(u, c2 + v);
+                for (int i = 0; i < 8; i++) {
+                    float d = u[i] - (float)c2[v + i];
+                    vn += d * d;
+                }
+                tn2 += (double)vn;
+                kvq_lattice_strip(KVQ_LAT_E8, c2 + v, s2 + v);
+            }
+            assert_memory_equal(c1, c2, sizeof(int32_t) * nv * 8);
+            assert_memory_equal(s1, s2, sizeof(uint32_t) * nv * 8);
+            assert_true(tn1 == tn2);
+        }
+    free(r); free(c1); free(c2); free(s1); free(s2);
+}
+
 static void test_int8_and_casts(void **state) {
     const int64_t rows = 32, cols = 256;
     float *x = gauss_matrix(rows, cols, 11, 0.05);
@@ -599,6 +682,8 @@ int main(void) {
         cmocka_unit_test(test_nonfinite_rejected),
         cmocka_unit_test(test_streaming_identical),
         cmocka_unit_test(test_golden_digests),
+        cmocka_unit_test(test_e8_simd_vs_plain),
+        cmocka_unit_test(test_e8_quant8_vs_plain),
         cmocka_unit_test(test_int8_and_casts),
         cmocka_unit_test(test_odd_widths),
         cmocka_unit_test(test_corrupt_payload),
