@@ -77,7 +77,7 @@ static void test_kmeans_fast_paths_odd_inputs(void **state) {
             int itr = kvq_kmeans_ref(x, n, dim, k, 12, 5 + t, cr, ar);
             for (int simd = 0; simd < 2; simd++)
                 for (int prune = 0; prune < 2; prune++) {
-                    kvq_kmeans_opts o = {simd, prune};
+                    kvq_kmeans_opts o = {simd, prune, 1 + (simd ^ prune)}; // 1 or 2 threads
                     memset(cf, 0, sizeof(float) * k * dim);
                     int itf = kvq_kmeans_ex(x, n, dim, k, 12, 5 + t, cf, af, &o);
                     assert_int_equal(itf, itr);

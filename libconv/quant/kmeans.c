@@ -468,6 +468,8 @@ int kvq_kmeans_ex(const float *x, int64_t n, int dim, int64_t k, int max_iter, u
                   uint32_t *assign, const kvq_kmeans_opts *opts) {
     KVQ_ASSERT(k >= 1 && k <= n && dim >= 1);
     int simd = opts ? opts->simd : 1, prune = opts ? opts->prune : 1;
+    int nt = opts && opts->n_threads > 0 ? opts->n_threads : omp_get_max_threads();
+    if (omp_get_level() > 0) nt = 1; // inside a parallel region (even a one-thread one): no nested team
     int avx2 = simd && __builtin_cpu_supports("avx2");
     int64_t nb = (k + KM_LANES - 1) / KM_LANES, gb = (nb + KM_MAX_GROUPS - 1) / KM_MAX_GROUPS;
     int64_t ng = (nb + gb - 1) / gb, ngp = (ng + 7) / 8 * 8;
@@ -501,7 +503,7 @@ int kvq_kmeans_ex(const float *x, int64_t n, int dim, int64_t k, int max_iter, u
         block_centroids(cent, k, dim, blk);
         L.gdrift = it > 0 && prune ? gdrift : NULL;
         int64_t changed = 0;
-#pragma omp parallel reduction(+ : changed)
+#pragma omp parallel num_threads(nt) reduction(+ : changed)
         {
             int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
             int64_t i0 = n * t / nt, i1 = n * (t + 1) / nt;

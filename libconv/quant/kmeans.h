@@ -19,14 +19,15 @@
 int kvq_kmeans(const float *x, int64_t n, int dim, int64_t k, int max_iter, uint64_t seed,
                float *cent, uint32_t *assign);
 
-/** Fast-path switches, for tests and benchmarks; NULL means both on. */
+/** Fast-path switches and threads; NULL means both paths on and the OpenMP default. */
 typedef struct {
-    int simd;  // 1: AVX2 scans and seeding when the CPU has AVX2; 0: plain C
-    int prune; // 1: skip a point's full scan when Hamerly's bound proves its centroid unchanged
+    int simd;      // 1: AVX2 scans and seeding when the CPU has AVX2; 0: plain C
+    int prune;     // 1: skip the groups of centroids that per-point bounds prove farther
+    int n_threads; // threads of the assignment step (0: the OpenMP default; nested calls get 1 anyway)
 } kvq_kmeans_opts;
 
-/** kvq_kmeans with the fast path's parts chosen by opts (NULL = all on). Whatever opts says,
- *  the results are bit-identical to kvq_kmeans_ref. */
+/** kvq_kmeans with the fast path's parts and threads chosen by opts (NULL = all on, default
+ *  threads). Whatever opts says, the results are bit-identical to kvq_kmeans_ref. */
 int kvq_kmeans_ex(const float *x, int64_t n, int dim, int64_t k, int max_iter, uint64_t seed,
                   float *cent, uint32_t *assign, const kvq_kmeans_opts *opts);
 
