@@ -18,7 +18,9 @@
 #include "libconv/codec/hyperquant/hqcal.h"
 #include "libconv/quant/rice.h"
 #include "libconv/codec/hyperquant/hyperquant.h"
+#include "libconv/codec/hyperquant/hq_impl.h"
 #include "tests/testrng.h"
+#include <xxhash.h>
 
 
 static void views(const kvq_encoded *e, kvq_blob_view *v) {
@@ -254,6 +256,156 @@ static void test_streaming_identical(void **state) {
         assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_ERR_ARG);
         free(b16); free(h16); free(xb); free(xh); free(x);
     }
+}
+
+// 64-bit digest of an encoding: every blob (role, size, bytes), the params as sorted JSON and
+// the predicted MSE's bits.
+static uint64_t encoding_digest(const kvq_encoded *e) {
+    XXH64_state_t *h = XXH64_createState();
+    XXH64_reset(h, 0);
+    for (int i = 0; i < e->n_blob; i++) {
+        uint64_t sz = e->blob[i].size;
+        XXH64_update(h, e->blob[i].role, strlen(e->blob[i].role));
+        XXH64_update(h, &sz, sizeof sz);
+        XXH64_update(h, e->blob[i].data, e->blob[i].size);
+    }
+    char *pj = json_dumps(e->params, JSON_COMPACT | JSON_SORT_KEYS);
+    XXH64_update(h, pj, strlen(pj));
+    free(pj);
+    XXH64_update(h, &e->predicted_mse, sizeof e->predicted_mse);
+    uint64_t d = XXH64_digest(h);
+    XXH64_freeState(h);
+    return d;
+}
+
+static void test_golden_digests(void **state) {
+    // The encoder's bytes against digests recorded from the encoder as it was before its
+    // fast paths of issue 14 (commit d86865c): every speed-up must leave the bytes unchanged.
+    // Sources: f32 values, f32/bf16 bytes; E8/D4/A2/Z, int8, a cast, padded widths, a zero row,
+    // an outlier, 1 and 2 threads, the rotated-tile cache on and off.
+    static const uint64_t want[] = {
+        0xf9e99ce7f9ff38d7ull, 0x3bcead560b805a03ull, 0xc145e4d48365af86ull, 0x1c80b3333e92a60dull,
+        0x74a849378a245d2aull, 0x68c2d6032e40cac2ull, 0x0916553bfd7bc6bfull, 0xd1af5d1a2b918c65ull,
+        0x0e86233ef90f5259ull, 0x5e456d8883a026a4ull,
+    };
+    const struct { const char *lat; double bps; int64_t rows, cols; int mode, tile, nt, cache; } cs[] = {
+        {"e8", 4.0, 64, 1024, 0, 128, 1, 1}, {"e8", 4.0, 64, 1024, 1, 128, 2, 0}, {"e8", 3.0, 48, 768, 2, 128, 2, 1},
+        {"e8", 5.0, 40, 1000, 0, 256, 1, 0}, {"d4", 3.5, 64, 512, 0, 128, 1, 1}, {"a2", 2.5, 64, 512, 2, 128, 2, 0},
+        {"z", 4.0, 32, 384, 0, 128, 1, 1},   {"e8", 6.0, 32, 512, 3, 128, 2, 1}, {"d4", 3.0, 32, 200, 4, 64, 1, 0},
+        {"e8", 2.0, 16, 4096, 1, 128, 1, 1},
+    };
+    const size_t nc = sizeof cs / sizeof cs[0];
+    int print = sizeof want / sizeof want[0] != nc;
+    for (size_t i = 0; i < nc; i++) {
+        const int64_t rows = cs[i].rows, cols = cs[i].cols;
+        float *x = gauss_matrix(rows, cols, 1000 + i, 0.02);
+        x[11] = 0.4f;                                            // an outlier
+        for (int64_t c = 0; c < cols; c++) x[2 * cols + c] = 0.0f; // a zero row
+        uint16_t *b16 = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
+        for (int64_t j = 0; j < rows * cols; j++) b16[j] = kvq_f32_to_bf16(x[j]);
+        kvq_tensor tf = {.name = "t", .dtype = KVQ_DTYPE_F32, .ndim = 2, .shape = {rows, cols}, .data = x,
+                         .nbytes = (size_t)(4 * rows * cols)};
+        kvq_tensor tb = tf;
+        tb.dtype = KVQ_DTYPE_BF16; tb.data = b16; tb.nbytes = (size_t)(2 * rows * cols);
+        kvq_lattice lat;
+        assert_int_equal(kvq_lattice_parse(cs[i].lat, &lat), 0);
+        kvq_hq_opts o = kvq_hq_opts_default(lat, cs[i].bps);
+        o.max_tile = cs[i].tile;
+        if (!cs[i].cache) o.rot_cache = 0;
+        if (cs[i].mode == 3) o.int8 = 1;
+        if (cs[i].mode == 4) o.cast = KVQ_CAST_FP8;
+        kvq_encoded e;
+        enc_with(&o, cs[i].mode == 1 ? &tf : cs[i].mode == 2 ? &tb : NULL, cs[i].mode == 1 || cs[i].mode == 2 ? NULL : x,
+                 rows, cols, cs[i].nt, &e);
+        uint64_t d = encoding_digest(&e);
+        if (print) printf("0x%016llxull,\n", (unsigned long long)d);
+        else assert_true(d == want[i]);
+        kvq_encoded_free(&e);
+        free(x); free(b16);
+    }
+    assert_false(print); // digests missing: printed above
+}
+
+static void test_e8_simd_vs_plain(void **state) {
+    // The AVX2 E8 quantizer (eight vectors at a time) against the plain per-vector loop, byte
+    // for byte: tiles 16..1024 (16 and 32 never take the fast path), rates from 1 to 9 bits
+    // (gains whose codes reach the long-codeword and large-symbol paths), heavy outliers,
+    // exact ties (values on the half-integer grid after scaling are unlikely; integer-valued
+    // inputs make them frequent), f32 and bf16 sources, 1 and 2 threads.
+    uint64_t seed = 555;
+    for (int t = 0; t < 14; t++) {
+        const int64_t rows = 24 + t, cols = t % 3 == 0 ? 1024 : (t % 3 == 1 ? 768 : 200);
+        float *x = gauss_matrix(rows, cols, 900 + t, 0.02);
+        for (int64_t i = 0; i < rows * cols; i++) {
+            if (t % 4 == 1 && i % 37 == 0) x[i] *= 40.0f;             // outliers
+            if (t % 4 == 2) x[i] = (float)((int)(x[i] * 200.0f)) / 8.0f; // a coarse grid: ties
+        }
+        kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 1.0 + (double)(rng_next(&seed) % 9));
+        const int tiles[] = {16, 32, 64, 128, 256, 1024};
+        o.max_tile = tiles[t % 6];
+        if (t % 5 == 4) o.rot_cache = 0;
+        kvq_hq_opts op = o;
+        op.no_simd = 1;
+        kvq_encoded a, b;
+        enc_with(&op, NULL, x, rows, cols, 1, &a);
+        enc_with(&o, NULL, x, rows, cols, 1 + t % 2, &b);
+        assert_same_encoding(&a, &b);
+        assert_true(a.predicted_mse == b.predicted_mse);
+        kvq_encoded_free(&a);
+        kvq_encoded_free(&b);
+        free(x);
+    }
+}
+
+static void test_e8_quant8_vs_plain(void **state) {
+    // The encoder's eight-at-a-time E8 quantizer against kvq_e8_nearest + kvq_lattice_strip and
+    // the plain error sum, on inputs that hit every rule: integer points with odd and even
+    // coordinate sums (zero rounding error: the parity fix-up's direction test), half-integers
+    // (round-half-even ties), points equidistant from both cosets, zeros, random values at
+    // scales 0.01..300 (symbols past 64, long codewords).
+    if (!__builtin_cpu_supports("avx2")) {
+        printf("no AVX2: the fast E8 quantizer is not used on this CPU, nothing to compare\n");
+        return;
+    }
+    const int nv = 64;
+    float *r = malloc(sizeof(float) * nv * 8);
+    int32_t *c1 = malloc(sizeof(int32_t) * nv * 8), *c2 = malloc(sizeof(int32_t) * nv * 8);
+    uint32_t *s1 = malloc(sizeof(uint32_t) * nv * 8), *s2 = malloc(sizeof(uint32_t) * nv * 8);
+    uint64_t seed = 77;
+    for (int kind = 0; kind < 8; kind++)
+        for (int rep = 0; rep < 20; rep++) {
+            const float g = kind == 7 ? 0.25f : 1.0f;
+            for (int i = 0; i < nv * 8; i++) {
+                double z = gauss(&seed);
+                switch (kind) {
+                case 0: r[i] = (float)(z * 0.01); break;
+                case 1: r[i] = (float)(z * 3.0); break;
+                case 2: r[i] = (float)(z * 300.0); break;
+                case 3: r[i] = (float)lrint(z * 3.0); break;          // integers: zero error, odd sums
+                case 4: r[i] = (float)lrint(z * 4.0) * 0.5f; break;   // half-integers: rounding ties
+                case 5: r[i] = (rng_next(&seed) & 1) ? 0.5f : -0.5f; break; // both cosets equally near
+                case 6: r[i] = (i / 8) % 3 == 0 ? 0.0f : (float)lrint(z) * 2.0f; break;
+                default: r[i] = (float)lrint(z * 8.0); break;        // × 0.25: quarter-integers
+                }
+            }
+            double tn1 = 0.0, tn2 = 0.0;
+            assert_int_equal(kvq_hq_e8_quant8(r, g, nv, c1, s1, &tn1), 0);
+            for (int v = 0; v < nv * 8; v += 8) {
+                float u[8], vn = 0.0f;
+                for (int i = 0; i < 8; i++) u[i] = r[v + i] * g;
+                kvq_e8_nearest(u, c2 + v);
+                for (int i = 0; i < 8; i++) {
+                    float d = u[i] - (float)c2[v + i];
+                    vn += d * d;
+                }
+                tn2 += (double)vn;
+                kvq_lattice_strip(KVQ_LAT_E8, c2 + v, s2 + v);
+            }
+            assert_memory_equal(c1, c2, sizeof(int32_t) * nv * 8);
+            assert_memory_equal(s1, s2, sizeof(uint32_t) * nv * 8);
+            assert_true(tn1 == tn2);
+        }
+    free(r); free(c1); free(c2); free(s1); free(s2);
 }
 
 static void test_int8_and_casts(void **state) {
@@ -529,6 +681,9 @@ int main(void) {
         cmocka_unit_test(test_adversarial),
         cmocka_unit_test(test_nonfinite_rejected),
         cmocka_unit_test(test_streaming_identical),
+        cmocka_unit_test(test_golden_digests),
+        cmocka_unit_test(test_e8_simd_vs_plain),
+        cmocka_unit_test(test_e8_quant8_vs_plain),
         cmocka_unit_test(test_int8_and_casts),
         cmocka_unit_test(test_odd_widths),
         cmocka_unit_test(test_corrupt_payload),

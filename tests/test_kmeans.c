@@ -46,6 +46,63 @@ static void test_kmeans_fast_vs_ref(void **state) {
     }
 }
 
+// Data that stresses the fast path's bounds: ties and duplicate points (coarse grid values),
+// tiny values (subnormal squares), huge ones (distances overflow to +inf), NaN coordinates.
+static float *oddmat(int64_t n, int dim, int kind, uint64_t seed) {
+    float *x = randmat(n, dim, seed);
+    for (int64_t i = 0; i < n * dim; i++) {
+        if (kind == 1) x[i] = (float)lrint(x[i]);        // values in a few integers: many ties
+        if (kind == 2) x[i] *= 1e-21f;                   // squares below FLT_MIN
+        if (kind == 3) x[i] *= (i % 7 == 0) ? 3e19f : 1; // some distances overflow
+        if (kind == 4 && i == 5 * dim + 1) x[i] = NAN;   // one NaN coordinate
+        if (kind == 5) x[i] = 0.25f * (float)(i / dim % 5); // 5 distinct points, repeated
+    }
+    return x;
+}
+
+static void test_kmeans_fast_paths_odd_inputs(void **state) {
+    // Every fast-path combination (AVX2 or plain, bounds or not) against the reference,
+    // byte for byte: centroids, assignments and the iteration count.
+    const struct { int64_t n, k; int dim; } shp[] = {
+        {600, 1, 8}, {64, 64, 8}, {700, 25, 8}, {1000, 256, 8}, {600, 520, 8}, // 520: 2 blocks a group
+        {500, 40, 1}, {500, 33, 3}, {400, 20, 9}, {300, 17, 16},
+    };
+    for (size_t t = 0; t < sizeof shp / sizeof shp[0]; t++)
+        for (int kind = 0; kind < 6; kind++) {
+            int64_t n = shp[t].n, k = shp[t].k;
+            int dim = shp[t].dim;
+            float *x = oddmat(n, dim, kind, 100 + 10 * t + kind);
+            float *cr = malloc(sizeof(float) * k * dim), *cf = malloc(sizeof(float) * k * dim);
+            uint32_t *ar = malloc(4 * n), *af = malloc(4 * n);
+            int itr = kvq_kmeans_ref(x, n, dim, k, 12, 5 + t, cr, ar);
+            for (int simd = 0; simd < 2; simd++)
+                for (int prune = 0; prune < 2; prune++) {
+                    kvq_kmeans_opts o = {simd, prune, 1 + (simd ^ prune)}; // 1 or 2 threads
+                    memset(cf, 0, sizeof(float) * k * dim);
+                    int itf = kvq_kmeans_ex(x, n, dim, k, 12, 5 + t, cf, af, &o);
+                    assert_int_equal(itf, itr);
+                    assert_memory_equal(cf, cr, sizeof(float) * k * dim);
+                    assert_memory_equal(af, ar, 4 * n);
+                }
+            free(x); free(cr); free(cf); free(ar); free(af);
+        }
+}
+
+static void test_kmeans_assign_vs_nearest(void **state) {
+    // kvq_kmeans_assign (blocked, AVX2 when present) against the plain nearest-centroid scan,
+    // with duplicated centroids (ties: the lowest index wins) and k not a multiple of 8.
+    for (int t = 0; t < 6; t++) {
+        int64_t n = 777, k = 1 + 37 * t;
+        int dim = t == 5 ? 5 : 8;
+        float *x = oddmat(n, dim, t % 2, 300 + t), *c = oddmat(k, dim, t % 2, 400 + t);
+        if (k > 3) memcpy(c + 3 * dim, c + 1 * dim, sizeof(float) * dim);
+        uint32_t *a = malloc(4 * n);
+        kvq_kmeans_assign(x, n, dim, c, k, a);
+        for (int64_t i = 0; i < n; i++) assert_int_equal(a[i], kvq_kmeans_nearest(x + i * dim, c, k, dim, NULL));
+        free(x); free(c); free(a);
+    }
+}
+
 static void test_kmeans_separated_clusters(void **state) {
     // 4 tight blobs far apart: k-means++ + Lloyd must find them (MSE ≈ blob variance).
     int64_t n = 400;
@@ -92,6 +149,8 @@ static void test_kmeans_seed_and_edges(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kmeans_fast_vs_ref),
+        cmocka_unit_test(test_kmeans_fast_paths_odd_inputs),
+        cmocka_unit_test(test_kmeans_assign_vs_nearest),
         cmocka_unit_test(test_kmeans_separated_clusters),
         cmocka_unit_test(test_kmeans_seed_and_edges),
     };

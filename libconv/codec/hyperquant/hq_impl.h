@@ -62,4 +62,11 @@ int kvq_hq_group_codes(const kvq_hq_header *h, const kvq_hq_rice_tab *tab, const
 kvq_status kvq_hq_check_blobs(const kvq_hq_header *h, const kvq_blob_view *b, int nb, const uint8_t **codes,
                               size_t *ncodes, const uint8_t **norms, const uint8_t **offs, kvq_err *err);
 
+/** E8 quantization of nv vectors (nv a multiple of 8) of r·g, eight at a time with AVX2: the
+ *  codes into c, the stripped symbols into s (8·nv each) and, added to *tn in vector order, each
+ *  vector's squared error Σ(r·g − c)² summed in coordinate order — exactly what kvq_e8_nearest,
+ *  kvq_lattice_strip and the encoder's plain loop give. @return 0, or −1 without AVX2 (nothing
+ *  written). The encoder's fast path; exported for its test. */
+int kvq_hq_e8_quant8(const float *r, float g, int nv, int32_t *c, uint32_t *s, double *tn);
+
 #endif

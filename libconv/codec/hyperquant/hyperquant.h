@@ -27,6 +27,7 @@ typedef struct {
     size_t rot_cache; // rotated tiles (and the last pass's symbols) are kept between passes when each array
                       // takes at most this many bytes (default 256 MiB); above it every pass re-reads and
                       // re-rotates the source tile by tile and the writer re-quantizes (same bytes out)
+    int no_simd;      // 1: the plain quantization loop even where AVX2 is present (tests; same bytes out)
 } kvq_hq_opts;
 
 /** Everything decode needs, parsed from the params JSON. */

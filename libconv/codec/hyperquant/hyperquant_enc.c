@@ -11,9 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SSE4_1__)
-#include <smmintrin.h>
-#endif
+#include <immintrin.h>
 
 #include "kernels/cpu/wht.h"
 #include "libconv/codec/hyperquant/hq_impl.h"
@@ -27,7 +25,7 @@
 #define NQ (KVQ_RICE_KMAX + 2)               // per group and class: Σ(v >> k) for k = 0..KMAX, then the count
 
 kvq_hq_opts kvq_hq_opts_default(kvq_lattice l, double bps) {
-    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE, KVQ_HQ_ROT_CACHE}; // nb=8: best measured (docs/HYPERQUANT.md)
+    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE, KVQ_HQ_ROT_CACHE, 0}; // nb=8: best measured (docs/HYPERQUANT.md)
     return o;
 }
 
@@ -46,6 +44,7 @@ typedef struct {
     const kvq_codec_input *in;
     kvq_hq_header h;
     int nt, n, ncls;
+    int avx2;         // the CPU has AVX2 (E8 quantized eight vectors at a time)
     int cls[8];       // symbol class of each lattice coordinate
     int64_t numel, tpr, n_tiles, n_groups;
     const float *sgn; // (cols_p) ±1 signs
@@ -66,27 +65,29 @@ typedef struct {
 
 // ---- one tile: source values, rotation, codes
 
-// The source values of tile t (zero past the last column) into xt (T floats).
-static void tile_source(const enc_ctx *e, int64_t t, float *xt) {
+// The source values of tile t (zero past the last column): a pointer into in->x for a full
+// float32 tile, else converted into xt (T floats) and xt returned.
+static const float *tile_source(const enc_ctx *e, int64_t t, float *xt) {
     const int T = e->h.tile;
     const int64_t cols = e->h.cols, row = t / e->tpr, c0 = (t % e->tpr) * T;
     const int64_t nc = c0 + T <= cols ? T : (c0 < cols ? cols - c0 : 0);
     const kvq_codec_input *in = e->in;
+    if (in->x && nc == T) return in->x + row * cols + c0;
     if (in->x) memcpy(xt, in->x + row * cols + c0, sizeof(float) * (size_t)nc);
     else
         kvq_dtype_to_f32(in->src->dtype,
                          (const uint8_t *)in->src->data + (size_t)(row * cols + c0) * kvq_dtype_size(in->src->dtype),
                          (size_t)nc, xt);
     for (int64_t i = nc; i < T; i++) xt[i] = 0.0f;
+    return xt;
 }
 
 // H·D·x of tile t: from the cache, or computed into buf (T floats).
 static const float *tile_rot(const enc_ctx *e, int64_t t, float *buf) {
     const int T = e->h.tile;
     if (e->rot) return e->rot + t * T;
-    const float *s = e->sgn + (t % e->tpr) * T;
-    tile_source(e, t, buf);
-    for (int i = 0; i < T; i++) buf[i] = buf[i] * s[i];
+    const float *s = e->sgn + (t % e->tpr) * T, *x = tile_source(e, t, buf);
+    for (int i = 0; i < T; i++) buf[i] = x[i] * s[i];
     kvq_wht(buf, T);
     return buf;
 }
@@ -110,13 +111,131 @@ static inline void strip_e8(const int32_t *c, uint32_t *sym) {
 #endif
 }
 
+// ---- E8, eight vectors at a time (AVX2)
+
+// Transposes 8 rows of 8 floats in place (row i lane j <-> row j lane i).
+__attribute__((target("avx2"))) static inline void tr8(__m256 *m) {
+    __m256 t0 = _mm256_unpacklo_ps(m[0], m[1]), t1 = _mm256_unpackhi_ps(m[0], m[1]);
+    __m256 t2 = _mm256_unpacklo_ps(m[2], m[3]), t3 = _mm256_unpackhi_ps(m[2], m[3]);
+    __m256 t4 = _mm256_unpacklo_ps(m[4], m[5]), t5 = _mm256_unpackhi_ps(m[4], m[5]);
+    __m256 t6 = _mm256_unpacklo_ps(m[6], m[7]), t7 = _mm256_unpackhi_ps(m[6], m[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    m[0] = _mm256_permute2f128_ps(u0, u4, 0x20); m[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    m[2] = _mm256_permute2f128_ps(u2, u6, 0x20); m[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    m[4] = _mm256_permute2f128_ps(u0, u4, 0x31); m[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    m[6] = _mm256_permute2f128_ps(u2, u6, 0x31); m[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// D8 nearest of 8 points at once, coordinates in y[0..7] (lane = point), by d8_nearest_sse's
+// rule (lattice.c): round; when the sum is odd, move the first coordinate of largest
+// rounding error towards y. r gets the point; returns the squared distances, summed in that
+// function's order ((e0²+e4²)+(e2²+e6²)) + ((e1²+e5²)+(e3²+e7²)).
+__attribute__((target("avx2"))) static inline __m256 d8_nearest_x8(const __m256 *y, __m256 *r) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), one = _mm256_set1_ps(1.0f);
+    __m256 d[8], a[8], m = _mm256_setzero_ps();
+    __m256i sum = _mm256_setzero_si256();
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm256_round_ps(y[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        sum = _mm256_add_epi32(sum, _mm256_cvtps_epi32(r[i]));
+        d[i] = _mm256_sub_ps(y[i], r[i]);
+        a[i] = _mm256_and_ps(d[i], absm);
+        m = _mm256_max_ps(m, a[i]);
+    }
+    __m256 todo = _mm256_castsi256_ps(_mm256_slli_epi32(sum, 31)); // sign bit set where the sum is odd
+    todo = _mm256_castsi256_ps(_mm256_srai_epi32(_mm256_castps_si256(todo), 31));
+    for (int i = 0; i < 8; i++) {
+        __m256 w = _mm256_and_ps(todo, _mm256_cmp_ps(a[i], m, _CMP_EQ_OQ));
+        todo = _mm256_andnot_ps(w, todo);
+        __m256 step = _mm256_blendv_ps(_mm256_set1_ps(-1.0f), one, _mm256_cmp_ps(d[i], _mm256_setzero_ps(), _CMP_GE_OQ));
+        r[i] = _mm256_add_ps(r[i], _mm256_and_ps(step, w));
+    }
+    __m256 e[8];
+    for (int i = 0; i < 8; i++) {
+        e[i] = _mm256_sub_ps(y[i], r[i]);
+        e[i] = _mm256_mul_ps(e[i], e[i]);
+    }
+    __m256 s04 = _mm256_add_ps(e[0], e[4]), s26 = _mm256_add_ps(e[2], e[6]);
+    __m256 s15 = _mm256_add_ps(e[1], e[5]), s37 = _mm256_add_ps(e[3], e[7]);
+    return _mm256_add_ps(_mm256_add_ps(s04, s26), _mm256_add_ps(s15, s37));
+}
+
+// tile_quant for E8 in rice mode on vectors [0, nv·8) of r, nv a multiple of 8, eight at a
+// time: codes, symbols and each vector's squared error are those of kvq_e8_nearest,
+// strip_e8 and tile_quant's loop (same operations, same order). @return Σ errors in
+// vector order added to tn.
+__attribute__((target("avx2"))) static double tile_quant_e8_avx2(const float *r, float g, int nv, int32_t *c,
+                                                                 uint32_t *s, double tn) {
+    const __m256 vg = _mm256_set1_ps(g), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f),
+                 two = _mm256_set1_ps(2.0f);
+    for (int v0 = 0; v0 < nv * 8; v0 += 64) {
+        __m256 u[8], y0[8], y1[8], a[8], b[8], cf[8];
+        for (int j = 0; j < 8; j++) u[j] = _mm256_loadu_ps(r + v0 + 8 * j);
+        tr8(u); // u[i]: coordinate i of the 8 vectors
+        for (int i = 0; i < 8; i++) {
+            u[i] = _mm256_mul_ps(u[i], vg);
+            y0[i] = _mm256_mul_ps(half, u[i]);
+            y1[i] = _mm256_mul_ps(half, _mm256_sub_ps(u[i], one));
+        }
+        __m256 d0 = d8_nearest_x8(y0, a), d1 = d8_nearest_x8(y1, b);
+        __m256 sel = _mm256_cmp_ps(d1, d0, _CMP_LT_OQ); // odd coset when strictly closer
+        __m256 vn = _mm256_setzero_ps();
+        __m256i ci[8];
+        for (int i = 0; i < 8; i++) {
+            cf[i] = _mm256_blendv_ps(_mm256_mul_ps(two, a[i]), _mm256_add_ps(_mm256_mul_ps(two, b[i]), one), sel);
+            ci[i] = _mm256_cvtps_epi32(cf[i]);
+            __m256 dd = _mm256_sub_ps(u[i], cf[i]);
+            vn = _mm256_add_ps(vn, _mm256_mul_ps(dd, dd));
+        }
+        float vns[8];
+        _mm256_storeu_ps(vns, vn);
+        for (int j = 0; j < 8; j++) tn += (double)vns[j];
+        // strip (strip_e8): s = (c − cb) >> 1 for the first 7, the 8th from the parity of their sum
+        const __m256i cb = _mm256_and_si256(ci[0], _mm256_set1_epi32(1));
+        __m256i sy[8], p = _mm256_setzero_si256();
+        for (int i = 0; i < 8; i++) {
+            __m256i si = _mm256_srai_epi32(_mm256_sub_epi32(ci[i], cb), 1);
+            if (i < 7) {
+                p = _mm256_add_epi32(p, si);
+                sy[i] = _mm256_xor_si256(_mm256_slli_epi32(si, 1), _mm256_srai_epi32(si, 31));
+            } else {
+                __m256i t = _mm256_sub_epi32(si, _mm256_and_si256(p, _mm256_set1_epi32(1)));
+                t = _mm256_srai_epi32(_mm256_add_epi32(t, _mm256_srli_epi32(t, 31)), 1); // C's t / 2
+                t = _mm256_xor_si256(_mm256_slli_epi32(t, 1), _mm256_srai_epi32(t, 31));
+                sy[7] = _mm256_add_epi32(_mm256_slli_epi32(t, 1), cb);
+            }
+        }
+        __m256 *cm = (__m256 *)ci, *sm = (__m256 *)sy;
+        tr8(cm);
+        tr8(sm);
+        for (int j = 0; j < 8; j++) {
+            _mm256_storeu_si256((__m256i *)(c + v0 + 8 * j), _mm256_castps_si256(cm[j]));
+            _mm256_storeu_si256((__m256i *)(s + v0 + 8 * j), _mm256_castps_si256(sm[j]));
+        }
+    }
+    return tn;
+}
+
+int kvq_hq_e8_quant8(const float *r, float g, int nv, int32_t *c, uint32_t *s, double *tn) {
+    if (!__builtin_cpu_supports("avx2") || nv % 8) return -1;
+    *tn = tile_quant_e8_avx2(r, g, nv, c, s, *tn);
+    return 0;
+}
+
 // Quantizes rotated tile r at gain g: lattice codes into c, symbols (stripped, or the clipped
 // codes in int8 mode) into s. @return the tile's squared error in the scaled domain.
 static double tile_quant(const enc_ctx *e, const float *r, float g, int32_t *c, uint32_t *s, uint64_t *clipped) {
     const int T = e->h.tile, n = e->n, int8 = e->h.int8, a2 = e->h.lat == KVQ_LAT_A2;
     const kvq_lattice lat = e->h.lat;
     double tn = 0.0;
-    for (int v = 0; v < T; v += n) {
+    int v0 = 0;
+    if (lat == KVQ_LAT_E8 && !int8 && e->avx2 && T >= 64) {
+        tn = tile_quant_e8_avx2(r, g, T / 64 * 8, c, s, tn);
+        v0 = T / 64 * 64;
+    }
+    for (int v = v0; v < T; v += n) {
         float u[8];
         int32_t *cv = c + v;
         for (int i = 0; i < n; i++) u[i] = r[v + i] * g;
@@ -208,20 +327,30 @@ static int quant_pass(enc_ctx *e, double snr_db) {
         float buf[KVQ_HQ_MAX_TILE];
         int32_t c[KVQ_HQ_MAX_TILE];
         uint32_t s[KVQ_HQ_MAX_TILE];
-        uint32_t h[2][SMALL_SYM];
+        uint32_t h[2][SMALL_SYM], h4[4][SMALL_SYM];
         uint64_t *q = e->gq ? e->gq + g * ncls * NQ : NULL;
         if (q) memset(q, 0, sizeof(uint64_t) * (size_t)(ncls * NQ));
         memset(h, 0, sizeof h);
+        if (ncls == 1) memset(h4, 0, sizeof h4);
         for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < group_end(e, g); t++) {
             e->tacc[t] = 0.0;
             if (e->invn[t] == 0.0) continue;
             const float *r = tile_rot(e, t, buf);
             uint32_t *st = e->sym ? e->sym + t * T : s;
             double tn = tile_quant(e, r, (float)(alpha * e->invn[t]), c, st, &clipped);
-            if (!int8)
+            if (!int8 && ncls == 1) // four interleaved counters: repeated symbols do not wait on each other's stores
                 for (int i = 0; i < T; i++) {
                     const uint32_t v = st[i];
-                    const int cl = ncls == 1 ? 0 : e->cls[i & (n - 1)]; // n is a power of two
+                    if (__builtin_expect(v < SMALL_SYM, 1)) h4[i & 3][v]++;
+                    else {
+                        q[NQ - 1]++;
+                        for (int k = 0; k <= KVQ_RICE_KMAX; k++) q[k] += v >> k;
+                    }
+                }
+            else if (!int8)
+                for (int i = 0; i < T; i++) {
+                    const uint32_t v = st[i];
+                    const int cl = e->cls[i & (n - 1)]; // n is a power of two
                     if (__builtin_expect(v < SMALL_SYM, 1)) h[cl][v]++;
                     else {
                         uint64_t *qc = q + cl * NQ;
@@ -232,6 +361,8 @@ static int quant_pass(enc_ctx *e, double snr_db) {
             double sc = 1.0 / (alpha * e->invn[t]); // n̂/α: orthonormal error = (u − ĉ)·n̂/(α√T)
             e->tacc[t] = tn * sc * sc / (double)T;
         }
+        if (ncls == 1)
+            for (int v = 0; v < SMALL_SYM; v++) h[0][v] = h4[0][v] + h4[1][v] + h4[2][v] + h4[3][v];
         if (q) group_sums(e, h, q);
     }
     e->clipped = clipped;
@@ -452,6 +583,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     e.h.norm_bits = o->norm_bits;
     e.h.seed = in->seed;
     e.n = kvq_lattice_dim(o->lat);
+    e.avx2 = __builtin_cpu_supports("avx2") && !o->no_simd;
     e.ncls = kvq_lattice_classes(o->lat);
     for (int i = 0; i < e.n; i++) e.cls[i] = kvq_lattice_symbol_class(o->lat, i);
     e.numel = rows * cols;
@@ -484,24 +616,40 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     double maxn = 0.0, sumx2 = 0.0;
     double *nrm = e.invn; // holds the exact norm until the codes are known
     int64_t bad = e.numel;
+    // Four tiles at a time: their sums are four independent chains (each in element order, so
+    // the norms are those of one tile at a time), which the core overlaps.
 #pragma omp parallel for num_threads(e.nt) schedule(static) reduction(max : maxn) reduction(min : bad)
-    for (int64_t t = 0; t < e.n_tiles; t++) {
-        float xt[KVQ_HQ_MAX_TILE];
-        const int64_t row = t / e.tpr, c0 = (t % e.tpr) * T;
-        tile_source(&e, t, xt);
-        double ss = 0.0;
-        for (int i = 0; i < T; i++) ss += (double)xt[i] * (double)xt[i];
-        if (!isfinite(ss)) // squares of finite floats cannot overflow a double sum of ≤ 1024
-            for (int i = 0; i < T; i++)
-                if (!isfinite(xt[i]) && row * cols + c0 + i < bad) bad = row * cols + c0 + i;
-        if (e.rot) {
-            float *r = e.rot + t * T;
-            for (int i = 0; i < T; i++) r[i] = xt[i] * sgn[c0 + i];
-            kvq_wht(r, T);
+    for (int64_t t4 = 0; t4 < (e.n_tiles + 3) / 4; t4++) {
+        float xbuf[4][KVQ_HQ_MAX_TILE];
+        const float *xs[4];
+        double ss[4] = {0.0, 0.0, 0.0, 0.0};
+        const int64_t ta = 4 * t4, nq = e.n_tiles - ta < 4 ? e.n_tiles - ta : 4;
+        for (int q = 0; q < nq; q++) xs[q] = tile_source(&e, ta + q, xbuf[q]);
+        if (nq == 4)
+            for (int i = 0; i < T; i++) {
+                ss[0] += (double)xs[0][i] * (double)xs[0][i];
+                ss[1] += (double)xs[1][i] * (double)xs[1][i];
+                ss[2] += (double)xs[2][i] * (double)xs[2][i];
+                ss[3] += (double)xs[3][i] * (double)xs[3][i];
+            }
+        else
+            for (int q = 0; q < nq; q++)
+                for (int i = 0; i < T; i++) ss[q] += (double)xs[q][i] * (double)xs[q][i];
+        for (int q = 0; q < nq; q++) {
+            const int64_t t = ta + q, row = t / e.tpr, c0 = (t % e.tpr) * T;
+            const float *xt = xs[q];
+            if (!isfinite(ss[q])) // squares of finite floats cannot overflow a double sum of ≤ 1024
+                for (int i = 0; i < T; i++)
+                    if (!isfinite(xt[i]) && row * cols + c0 + i < bad) bad = row * cols + c0 + i;
+            if (e.rot) {
+                float *r = e.rot + t * T;
+                for (int i = 0; i < T; i++) r[i] = xt[i] * sgn[c0 + i];
+                kvq_wht(r, T);
+            }
+            nrm[t] = sqrt(ss[q]);
+            e.tacc[t] = ss[q];
+            if (nrm[t] > maxn) maxn = nrm[t];
         }
-        nrm[t] = sqrt(ss);
-        e.tacc[t] = ss;
-        if (nrm[t] > maxn) maxn = nrm[t];
     }
     if (bad < e.numel) {
         float v;
@@ -636,7 +784,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     else {
 #pragma omp parallel for num_threads(e.nt) schedule(static) reduction(+ : nonfinite)
         for (int64_t t = 0; t < e.n_tiles; t++) {
-            float y[KVQ_HQ_MAX_TILE], buf[KVQ_HQ_MAX_TILE], x[KVQ_HQ_MAX_TILE];
+            float y[KVQ_HQ_MAX_TILE], buf[KVQ_HQ_MAX_TILE], xbuf[KVQ_HQ_MAX_TILE];
             int32_t c[KVQ_HQ_MAX_TILE];
             uint32_t s[KVQ_HQ_MAX_TILE];
             uint64_t cl = 0;
@@ -652,7 +800,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
             if (ncopy <= 0) continue;
             float *d = rec + row * cols + c0;
             kvq_hq_tile_recon(&e.h, c, e.ncode[t], sgn + c0, y, d, (int)ncopy);
-            tile_source(&e, t, x);
+            const float *x = tile_source(&e, t, xbuf);
             double tx = 0.0, te = 0.0;
             for (int i = 0; i < ncopy; i++) {
                 double df = (double)x[i] - (double)d[i];

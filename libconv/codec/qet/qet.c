@@ -285,36 +285,51 @@ static void stage_free(stage_t *s) {
 // Clusters every subspace of t (n × d) with k centroids; rec (n × d) gets (st == 0) or
 // accumulates (st > 0) the stored centroid values.
 // @return 0, or −1 when a subspace ran out of memory.
+// One subspace j of run_stage. @return 0, or −1 when out of memory.
+static int stage_sub(const float *t, int64_t n, int64_t d, int w, int64_t k, const kvq_qet_config *cfg,
+                     kvq_dtype src, uint64_t seed, int st, int64_t j, int km_threads, stage_t *S, float *rec) {
+    const int64_t m = d / w;
+    float *sub = malloc(sizeof(float) * (size_t)(n * w));
+    uint32_t *as = malloc(sizeof(uint32_t) * (size_t)n);
+    float *cent = S->cent + j * k * w;
+    if (sub && as)
+        for (int64_t i = 0; i < n; i++) memcpy(sub + i * w, t + i * d + j * w, sizeof(float) * (size_t)w);
+    const kvq_kmeans_opts ko = {1, 1, km_threads};
+    if (!sub || !as || kvq_kmeans_ex(sub, n, w, k, cfg->iters, stage_seed(seed, st, j), cent, as, &ko) < 0) {
+        free(sub);
+        free(as);
+        return -1;
+    }
+    store_codebook(cent, k * w, cfg->cb_bits, src, &S->mnstep[2 * j], &S->mnstep[2 * j + 1], S->codes + j * k * w);
+    kvq_kmeans_assign(sub, n, w, cent, k, as); // re-assign to the stored (rounded) centroids
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t a = as[i];
+        S->idx[i * m + j] = a;
+        float *r = rec + i * d + j * w;
+        const float *c = cent + (int64_t)a * w;
+        for (int q = 0; q < w; q++) r[q] = st == 0 ? c[q] : r[q] + c[q];
+    }
+    free(sub);
+    free(as);
+    return 0;
+}
+
+// Clusters every subspace of t (n × d) with k centroids; rec (n × d) gets (st == 0) or
+// accumulates (st > 0) the stored centroid values. With at least nt subspaces they run in
+// parallel (k-means then stays on its thread); with fewer, one after the other, each k-means
+// spreading its points over the nt threads (same results either way). k-means is told its
+// thread count: inside an inactive (one-thread) region it used to open a nested team of the
+// default size, which made `-t 1` spin two threads through every Lloyd step.
+// @return 0, or −1 when a subspace ran out of memory.
 static int run_stage(const float *t, int64_t n, int64_t d, int w, int64_t k, const kvq_qet_config *cfg,
                      kvq_dtype src, uint64_t seed, int st, int nt, stage_t *S, float *rec) {
     int64_t m = d / w;
     int oom = 0;
-    int outer = m >= nt; // parallel over subspaces, else inside k-means (same results)
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (outer)
-    for (int64_t j = 0; j < m; j++) {
-        float *sub = malloc(sizeof(float) * (size_t)(n * w));
-        uint32_t *as = malloc(sizeof(uint32_t) * (size_t)n);
-        float *cent = S->cent + j * k * w;
-        if (sub && as)
-            for (int64_t i = 0; i < n; i++) memcpy(sub + i * w, t + i * d + j * w, sizeof(float) * (size_t)w);
-        if (!sub || !as || kvq_kmeans(sub, n, w, k, cfg->iters, stage_seed(seed, st, j), cent, as) < 0) {
-#pragma omp atomic write
-            oom = 1;
-            free(sub);
-            free(as);
-            continue;
-        }
-        store_codebook(cent, k * w, cfg->cb_bits, src, &S->mnstep[2 * j], &S->mnstep[2 * j + 1],
-                       S->codes + j * k * w);
-        for (int64_t i = 0; i < n; i++) { // re-assign to the stored (rounded) centroids
-            uint32_t a = kvq_kmeans_nearest(sub + i * w, cent, k, w, NULL);
-            S->idx[i * m + j] = a;
-            float *r = rec + i * d + j * w;
-            const float *c = cent + (int64_t)a * w;
-            for (int q = 0; q < w; q++) r[q] = st == 0 ? c[q] : r[q] + c[q];
-        }
-        free(sub);
-        free(as);
+    if (m >= nt && nt > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) reduction(| : oom)
+        for (int64_t j = 0; j < m; j++) oom |= stage_sub(t, n, d, w, k, cfg, src, seed, st, j, 1, S, rec) < 0;
+    } else {
+        for (int64_t j = 0; j < m; j++) oom |= stage_sub(t, n, d, w, k, cfg, src, seed, st, j, nt, S, rec) < 0;
     }
     return oom ? -1 : 0;
 }
