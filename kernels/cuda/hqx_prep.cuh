@@ -7,11 +7,6 @@
 
 #include "kernels/cuda/hqx_dev.cuh"
 
-// Prepares one token's activation, one warp per tile: lane l holds coordinates lR..lR+R−1
-// (R = T/32) in registers; butterfly stages h < R run inside a lane, h >= R across lanes by
-// shuffles (the pair (i, i+h): a+b to i, a−b to i+h, in the CPU's order h = 1, 2, 4, ...), so
-// the floats equal kvq_hqx_prep's. Then amax and the tile sum by shuffles, the int8 codes and
-// the 8-vector sums into shared memory.
 // The input transform of one token's row as the preparation applies it (hqx.h, kvq_cuda_xin):
 // kind, the norm's weights and 1/rms (RMSNORM), and where the transformed row is also written.
 struct XIn {
@@ -61,6 +56,11 @@ static __device__ __forceinline__ float row_rinv(const float *__restrict__ x, in
     return 1.0f / sqrtf(ss / (float)n + eps);
 }
 
+// Prepares one token's activation, one warp per tile: lane l holds coordinates lR..lR+R−1
+// (R = T/32) in registers; butterfly stages h < R run inside a lane, h >= R across lanes by
+// shuffles (the pair (i, i+h): a+b to i, a−b to i+h, in the CPU's order h = 1, 2, 4, ...), so
+// the floats equal kvq_hqx_prep's. Then amax and the tile sum by shuffles, the int8 codes and
+// the 8-vector sums into the scratch.
 template <int R>
 static __device__ __forceinline__ void prep_tile(const Dev &d, const float *__restrict__ x, const XIn &xi, int8_t *xq, float *sx,
                                           float *xs, int32_t *s8, int lane, int64_t j, bool perm) {

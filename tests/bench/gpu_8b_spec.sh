@@ -6,19 +6,7 @@
 # prompt of 128 tokens, 256 new) in the same call. Checks the GPU suites first (TESTS).
 # usage (on the device): [SPECS="..."] [TESTS="..."] bash tests/bench/gpu_8b_spec.sh
 set -u
-B=.cu/bin
-[ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz # binaries carried compressed (the 64 MiB transfer limit)
-[ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
-export LD_LIBRARY_PATH=$PWD/.cu/lib
-cb=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null | head -1); [ -n "$cb" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$cb")
-export KVQ_SHARED=$PWD/.cu/shared
-t0=$(date +%s); el() { echo "($(( $(date +%s) - t0 )) s)"; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-bw=$($B/cuda_hqx --copy-only 2>&1 | sed -n 's/.*copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' | head -1); echo "copy bandwidth $bw GB/s"
-for t in ${TESTS-test_cuda_hqx test_cuda_model}; do
-  timeout 300 $B/$t > ${OUT:-/tmp}/$t.log 2>&1; echo "== $t rc $? $(el)"
-  grep -E '^\[  (PASSED|FAILED) |FAILED' ${OUT:-/tmp}/$t.log | head -6
-done
+. tests/bench/gpu_env.sh
 W=/tmp/w8; mkdir -p $W; src=$W/synth-8b
 [ -f $src/config.json ] || $B/make_synth_llama 8b $src tests/models/kvq-tiny-llama >/dev/null 2>&1 || echo synth failed
 echo "== synth $(el)"

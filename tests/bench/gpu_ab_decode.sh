@@ -8,19 +8,7 @@
 # binary for a prefetch variant since reverted: docs/results/gpu_runtime.md.)
 # usage (on the device): [SIZE8=1] [QEMB=1] [BF16=1] [TESTS="..."] bash tests/bench/gpu_ab_decode.sh
 set -u
-B=.cu/bin
-[ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz # binaries carried compressed (the 64 MiB transfer limit)
-[ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
-export LD_LIBRARY_PATH=$PWD/.cu/lib
-cb=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null | head -1); [ -n "$cb" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$cb")
-export KVQ_SHARED=$PWD/.cu/shared
-t0=$(date +%s); el() { echo "($(( $(date +%s) - t0 )) s)"; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-bw=$($B/cuda_hqx --copy-only 2>&1 | sed -n 's/.*copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' | head -1); echo "copy bandwidth $bw GB/s"
-for t in ${TESTS-test_cuda_hqx test_cuda_model}; do
-  timeout 300 $B/$t > ${OUT:-/tmp}/$t.log 2>&1; echo "== $t rc $? $(el)"
-  grep -E '^\[  (PASSED|FAILED) |FAILED' ${OUT:-/tmp}/$t.log | head -6
-done
+. tests/bench/gpu_env.sh
 prompt=$(head -c 560 .cu/shared/data/heldout-books.txt)
 run() { # label file binary
   out=$($B/$3 $2 --gpu --ctx-max 1024 -p "$prompt" -n 256 --temp 0 2>&1 >/dev/null)

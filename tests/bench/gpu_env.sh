@@ -1,0 +1,17 @@
+# Sourced by the device scripts (gpu_ab_decode.sh, gpu_8b_spec.sh): unpacks the carried binaries
+# (.cu/bin.tar.xz, compressed for the 64 MiB transfer limit) and libraries, sets the library
+# path (cuBLAS from the device's CUDA), prints the GPU and its copy bandwidth, then runs the GPU
+# suites named in TESTS (default test_cuda_hqx test_cuda_model; logs in $OUT). Defines B and el.
+B=.cu/bin
+[ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz
+[ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
+export LD_LIBRARY_PATH=$PWD/.cu/lib
+cb=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null | head -1); [ -n "$cb" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$cb")
+export KVQ_SHARED=$PWD/.cu/shared
+t0=$(date +%s); el() { echo "($(( $(date +%s) - t0 )) s)"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+bw=$($B/cuda_hqx --copy-only 2>&1 | sed -n 's/.*copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' | head -1); echo "copy bandwidth $bw GB/s"
+for t in ${TESTS-test_cuda_hqx test_cuda_model}; do
+  timeout 300 $B/$t > ${OUT:-/tmp}/$t.log 2>&1; echo "== $t rc $? $(el)"
+  grep -E '^\[  (PASSED|FAILED) |FAILED' ${OUT:-/tmp}/$t.log | head -6
+done
