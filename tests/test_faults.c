@@ -213,11 +213,18 @@ static void test_two_writers(void **st) {
     int refused = 0, both = 0;
     for (int k = 0; k < 4; k++) {
         assert_int_equal(run("rm -f %s", o), 0);
-        int rc = run("%s/kvq-convert -q " TINY " %s --weights rtn:4:g128 > /dev/null 2> %s/a.err & p=$!; sleep 0.%d; "
-                     "%s/kvq-convert -q " TINY " %s --weights none > /dev/null 2> %s/b.err; b=$?; wait $p; a=$?; "
-                     "exit $((a * 16 + b))", g_build, o, g_dir, 1 + 2 * k, g_build, o, g_dir);
+        // k = 0 does not depend on timing: the first is stopped (SIGSTOP) once its journal exists,
+        // the second runs, the first is continued; k = 1..3 start the second after a fixed sleep
+        int rc = k == 0 ? run("%s/kvq-convert -q " TINY " %s --weights rtn:4:g128 > /dev/null 2> %s/a.err & p=$!; i=0; "
+                              "while [ $i -lt 20000 ] && [ -z \"$(ls -A %s | grep '^\\.two')\" ]; do i=$((i+1)); done; kill -STOP $p; "
+                              "%s/kvq-convert -q " TINY " %s --weights none > /dev/null 2> %s/b.err; b=$?; kill -CONT $p; wait $p; a=$?; "
+                              "exit $((a * 16 + b))", g_build, o, g_dir, g_dir, g_build, o, g_dir)
+                        : run("%s/kvq-convert -q " TINY " %s --weights rtn:4:g128 > /dev/null 2> %s/a.err & p=$!; sleep 0.%d; "
+                              "%s/kvq-convert -q " TINY " %s --weights none > /dev/null 2> %s/b.err; b=$?; wait $p; a=$?; "
+                              "exit $((a * 16 + b))", g_build, o, g_dir, 2 * k - 1, g_build, o, g_dir);
         int a = rc / 16, b = rc % 16;
         assert_int_equal(a, 0);
+        if (k == 0) assert_int_equal(b, 2); // it ran while the first was stopped mid-write
         if (b == 2) {
             refused++;
             assert_int_equal(run("test $(wc -l < %s/b.err) -eq 1 && grep -q 'another kvq-convert is writing this output' %s/b.err",
