@@ -833,14 +833,15 @@ static void test_resume(void **st) {
     snprintf(p, sizeof p, "%s/o.kvq", dir);
     snprintf(jp, sizeof jp, "%s/.o.kvq.partial", dir);
     int reused_somewhere = 0;
-    // kills at fixed times, and one (k = 5) as soon as the journal holds 256 KiB, which does not
-    // depend on the machine's speed: tensors are then always there to reuse
+    // kills at fixed times, and one (k = 5) as soon as the journal holds 3 MiB, which does not
+    // depend on the machine's speed: two frames are then complete (the first, the embeddings, is
+    // 1.6 MB; a kill inside it leaves nothing to reuse), so tensors are always reused
     const int ms[] = {40, 120, 250, 400, 600, 0};
     for (int k = 0; k < 6; k++) {
         if (ms[k]) assert_int_equal(run("rm -f %s; %s/kvq-convert -q %s %s & p=$!; sleep 0.%03d; kill -9 $p 2>/dev/null; wait $p 2>/dev/null; true",
                                         p, g_build, args, p, ms[k]), 0);
         else assert_int_equal(run("rm -f %s; %s/kvq-convert -q %s %s & p=$!; i=0; while [ $i -lt 20000 ] && "
-                                  "[ $(stat -c %%s %s 2>/dev/null || echo 0) -lt 262144 ]; do i=$((i+1)); done; "
+                                  "[ $(stat -c %%s %s 2>/dev/null || echo 0) -lt 3145728 ]; do i=$((i+1)); done; "
                                   "kill -9 $p 2>/dev/null; wait $p 2>/dev/null; true", p, g_build, args, p, jp), 0);
         struct stat sb;
         int had_journal = stat(jp, &sb) == 0;
@@ -854,7 +855,7 @@ static void test_resume(void **st) {
         if (ms[k]) print_message("  kill at %d ms: journal %s, tensors reused: %s\n", ms[k], had_journal ? "left" : "none",
                                  reused ? "yes" : "no");
         else {
-            print_message("  kill at 256 KiB of journal: tensors reused: %s\n", reused ? "yes" : "no");
+            print_message("  kill at 3 MiB of journal: tensors reused: %s\n", reused ? "yes" : "no");
             assert_true(reused);
         }
         reused_somewhere |= reused;
