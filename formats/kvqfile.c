@@ -201,8 +201,9 @@ kvq_status kvq_writer_open(const char *final_path, kvq_writer **out, kvq_err *er
     size_t tl = w->anchor ? strlen(w->anchor) + 3 : 0;
     char *spool_name = w->anchor ? malloc(tl) : NULL;
     if (w->anchor_fd < 0 || !spool_name || !(w->tmp_path = malloc(tl))) {
-        kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: cannot create a temporary file beside it: %s",
-                                   final_path, strerror(errno));
+        kvq_status s = errno == EISDIR ? kvq_err_set(err, KVQ_ERR_IO, "%s: is a directory; name the output file", final_path)
+                                       : kvq_err_set(err, KVQ_ERR_IO, "%s: cannot create a temporary file beside it: %s",
+                                                     final_path, strerror(errno));
         free(spool_name);
         kvq_writer_abort(w);
         return s;

@@ -97,6 +97,8 @@ int kvq_tmp_clean(const char *path) {
 
 int kvq_tmp_create(const char *path, char **name) {
     *name = NULL;
+    struct stat st; // a directory in the destination's place would be found only at the rename,
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { errno = EISDIR; return -1; } // after the work
     kvq_tmp_clean(path);
     char *dir;
     const char *base;

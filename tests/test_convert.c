@@ -701,6 +701,20 @@ static void test_source_shrinks(void **st) {
     assert_int_equal(run("rm -rf %s", dir), 0);
 }
 
+// A directory in the output's place: refused before any tensor is converted (-v prints no
+// tensor line), one line naming it, exit 2, the directory left as it was.
+static void test_output_is_directory(void **st) {
+    (void)st;
+    char dir[] = "/tmp/kvq-odir-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(run("mkdir %s/o.kvq && %s/kvq-convert -v --weights rtn:4:g128 " TINY " %s/o.kvq > %s/out.txt 2> %s/err.txt",
+                         dir, g_build, dir, dir, dir), 2);
+    assert_int_equal(run("test ! -s %s/out.txt && test $(wc -l < %s/err.txt) -eq 1 && grep -q 'o.kvq: is a directory' %s/err.txt && "
+                         "test -d %s/o.kvq && test -z \"$(ls -A %s/o.kvq)\" && test $(ls -A %s | wc -l) -eq 3",
+                         dir, dir, dir, dir, dir, dir), 0);
+    assert_int_equal(run("rm -rf %s", dir), 0);
+}
+
 // No space for the output (a file-size limit, RLIMIT_FSIZE): one line naming the file, exit 2,
 // nothing left in the directory (no output, no temporary file).
 static void test_write_limit(void **st) {
@@ -951,6 +965,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_nonfinite_source),
         cmocka_unit_test(test_kill_anywhere),
         cmocka_unit_test(test_source_shrinks),
+        cmocka_unit_test(test_output_is_directory),
         cmocka_unit_test(test_write_limit),
         cmocka_unit_test(test_full_and_readonly),
         cmocka_unit_test(test_permissions),

@@ -28,7 +28,8 @@ static kvq_status put_file(const char *dir, const char *name, const void *data, 
     int fd = kvq_tmp_create(path, &tmp); // formats/tmpfile.h: locked, 0666 & ~umask
     FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!fp) {
-        kvq_status s = kvq_err_set(err, KVQ_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+        kvq_status s = errno == EISDIR ? kvq_err_set(err, KVQ_ERR_IO, "%s: is a directory; name the output file", path)
+                                       : kvq_err_set(err, KVQ_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
         if (fd >= 0) close(fd), unlink(tmp);
         free(tmp);
         return s;
