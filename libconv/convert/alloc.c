@@ -132,6 +132,12 @@ static kvq_status read_text(const char *path, size_t cap, char **out, size_t *n,
     while (*n > 0 && ((unsigned char)b[*n - 1] & 0xC0) == 0x80) (*n)--; // no UTF-8 sequence cut in two
     if (*n > 0 && (unsigned char)b[*n - 1] >= 0xC0) (*n)--;
     b[*n] = 0;
+    kvq_status s = kvq_tok_text_check(b, *n, err);
+    if (s) {
+        free(b);
+        kvq_err_prefix(err, "%s", path);
+        return s;
+    }
     *out = b;
     return KVQ_OK;
 }

@@ -27,7 +27,8 @@ kvq_status kvq_eval_tokenize_file(const kvq_tokenizer *tok, const char *path, in
     int bad = ferror(f);
     fclose(f);
     if (bad) { free(buf); return kvq_err_set(err, KVQ_ERR_IO, "%s: read error", path); }
-    kvq_status r = kvq_tok_encode(tok, buf, len, 0, ids, n, err);
+    kvq_status r = kvq_tok_text_check(buf, len, err);
+    if (!r) r = kvq_tok_encode(tok, buf, len, 0, ids, n, err);
     free(buf);
     if (r) kvq_err_prefix(err, "%s", path);
     return r;

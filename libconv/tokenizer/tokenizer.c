@@ -108,6 +108,14 @@ kvq_status kvq_tok_encode(const kvq_tokenizer *t, const char *text, size_t len, 
     return t->ops->encode(t, text ? text : "", len, add_special, ids, n_ids, err);
 }
 
+kvq_status kvq_tok_text_check(const char *text, size_t len, kvq_err *err) {
+    const char *z = len ? memchr(text, 0, len) : NULL;
+    if (z) return kvq_err_set(err, KVQ_ERR_ARG, "byte %zu is a NUL byte: not a text file", (size_t)(z - text));
+    size_t bad = kvq_tok_utf8_check(len ? text : "", len);
+    if (bad != len) return kvq_err_set(err, KVQ_ERR_ARG, "not valid UTF-8 at byte %zu", bad);
+    return KVQ_OK;
+}
+
 kvq_status kvq_tok_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids,
                           int skip_special, char **text, kvq_err *err) {
     KVQ_ASSERT(t && text && (ids || n_ids == 0));

@@ -28,6 +28,12 @@ void kvq_tok_close(kvq_tokenizer *t); // NULL is a no-op
 kvq_status kvq_tok_encode(const kvq_tokenizer *t, const char *text, size_t len, int add_special,
                           int32_t **ids, size_t *n_ids, kvq_err *err);
 
+/** Checks that bytes read from a text file are a text: valid UTF-8 and no NUL byte (a binary
+ *  file given as a text would otherwise be scored or calibrated on as if it were one). The
+ *  message names the first offending byte; the caller prefixes the file's name. Every tool
+ *  that reads a text file calls it (kvq-verify --text, kvq-run --ppl, the calibration text). */
+kvq_status kvq_tok_text_check(const char *text, size_t len, kvq_err *err);
+
 /** Decodes ids to NUL-terminated UTF-8 (malloc'd), as HF decode(skip_special_tokens). */
 kvq_status kvq_tok_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids,
                           int skip_special, char **text, kvq_err *err);

@@ -242,6 +242,13 @@ static kvq_status read_text(const char *path, char **text, size_t *n, char hex[6
         return kvq_err_set(err, KVQ_ERR_IO, "%s: short read", path);
     }
     (*text)[*n] = 0;
+    kvq_status s = kvq_tok_text_check(*text, *n, err);
+    if (s) {
+        free(*text);
+        *text = NULL;
+        kvq_err_prefix(err, "%s", path);
+        return s;
+    }
     unsigned char md[32];
     unsigned int ml = 0;
     EVP_Digest(*text, *n, md, &ml, EVP_sha256(), NULL);
@@ -466,7 +473,14 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     // one line); a readable file whose digests disagree fails the integrity check (exit 1).
     // Every payload's digest and zstd frame is checked before the meaning (which reads the KV
     // tables and the tokenizer), so a damaged payload is always the integrity failure.
-    kvq_status s = kvq_file_open(o->kvq_path, &f, &e);
+    kvq_status s;
+    if (o->text_path) { // a text that is not one is refused before the (long) passes, not after
+        char *tx = NULL, hx[65];
+        size_t nt = 0;
+        if ((s = read_text(o->text_path, &tx, &nt, hx, err))) return s;
+        free(tx);
+    }
+    s = kvq_file_open(o->kvq_path, &f, &e);
     if (s) { *err = e; return s; }
     const json_t *man = kvq_file_manifest(f);
     {
