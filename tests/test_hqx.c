@@ -56,6 +56,7 @@ static double rel_err(const float *y, const double *yr, size_t n) {
 // Packs, runs every mode × ISA on n_tok tokens and checks the bounds. Returns the number of
 // escapes so callers can check that the case exercised them.
 static uint32_t check_packed(kvq_hqx w, const float *Wd, int n_tok, uint64_t seed, double int8_bound);
+static int g_t128_checked; // layouts whose two AVX2 one-token bodies were compared
 
 static uint32_t check_products(enc_t *E, int vbits, int n_tok, uint64_t seed, double int8_bound) {
     kvq_err err = {0};
@@ -103,6 +104,17 @@ static uint32_t check_packed(kvq_hqx w, const float *Wd, int n_tok, uint64_t see
             if (sqrt(d / (n > 0 ? n : 1)) > 2e-6) fprintf(stderr, "lat %d vbits %d mode %d isa %d tok %d err %g y0 %g ref %g\n", w.lat, w.vbits, mode, isa, n_tok, sqrt(d / (n > 0 ? n : 1)), y[0], yref[0]);
             assert_true(sqrt(d / (n > 0 ? n : 1)) <= 2e-6);
         }
+    }
+    // the AVX2 one-token product's two bodies (generic, tile 128): the same bits
+    if (best >= KVQ_HQX_ISA_AVX2 && w.tile == 128) {
+        const int was = kvq_hqx_avx2_t128(0);
+        for (int k = 0; k < n_tok; k++) kvq_hqx_matmul(&w, &act[k], 1, yref + k * rows, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_AVX2, 1);
+        kvq_hqx_avx2_t128(1);
+        memset(y, 0xff, sizeof(float) * rows * n_tok);
+        for (int k = 0; k < n_tok; k++) kvq_hqx_matmul(&w, &act[k], 1, y + k * rows, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_AVX2, 2);
+        kvq_hqx_avx2_t128(was);
+        assert_memory_equal(y, yref, sizeof(float) * rows * n_tok);
+        g_t128_checked++;
     }
     // the batched VNNI product (tokens in the lanes): the reference int8 outputs bit for bit
     // (GCC keeps the reference's separate multiply and add; clang may contract them into an
@@ -191,6 +203,8 @@ static void test_every_lattice_and_rate(void **state) {
             enc_free(&E);
         }
     free(x);
+    if (kvq_hqx_isa_best() >= KVQ_HQX_ISA_AVX2) assert_true(g_t128_checked > 0);
+    printf("  (AVX2 one-token bodies, generic and tile-128, compared on %d layouts)\n", g_t128_checked);
 }
 
 // At 4 bits E8's nibbles overflow for about 1 % of weights: the escapes must be exercised.
@@ -222,8 +236,12 @@ static void test_extreme_sums(void **state) {
     (void)state;
     const int cases[][2] = {{KVQ_HQ_LAT_E8, 4}, {KVQ_HQ_LAT_E8, 5}, {KVQ_HQ_LAT_E8, 6}, {KVQ_HQ_LAT_E8, 7},
                             {KVQ_HQ_LAT_D4, 4}, {KVQ_HQ_LAT_D4, 6}, {KVQ_HQ_LAT_D4, 7}, {KVQ_HQ_LAT_Z, 5}};
-    const int64_t rows = 12, cols = 1024, T = 512, tiles = cols / T, n_tok = 19; // 8 chunks a tile
-    for (int ci = 0; ci < 8; ci++) {
+    // tiles of 512 (8 chunks: the generic AVX2 body's int16 flushes) and of 128 (the tile-128
+    // body's single widening of two chunks)
+    for (int ti = 0; ti < 16; ti++) {
+    const int ci = ti % 8;
+    const int64_t rows = 12, cols = 1024, T = ti < 8 ? 512 : 128, tiles = cols / T, n_tok = 19;
+    {
         kvq_hqx w;
         memset(&w, 0, sizeof w);
         w.lat = cases[ci][0], w.rotate = 1, w.tile = (int)T, w.vbits = cases[ci][1];
@@ -323,6 +341,7 @@ static void test_extreme_sums(void **state) {
                                                                   kvq_hqx_isa_best() == KVQ_HQX_ISA_AVX2));
         kvq_hqx_free(&w);
         free(buf); free(act); free(x); free(y); free(yref);
+    }
     }
 }
 

@@ -658,6 +658,132 @@ hqx_rowsn_avx2_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, 
     }
 }
 
+// The same product for tiles of 128 (two chunks a tile: the default tile), with the chunk loop
+// written out. The generic body above decides per chunk at run time whether to widen the int16
+// sums and which prefetches to issue, keeps int16 and int32 accumulators for every row across
+// the chunks of a tile, and spills them (callgrind: a third of its instructions were loop
+// control, flush tests, accumulator moves and prefetch tests). Here a tile's activation (two
+// chunks: four 32-byte halves, and the 8-vector sums for E8) is loaded once into registers and
+// the rows are taken one after another inside the tile: each row's tile sum is formed and
+// consumed at once. The int16 widening is fixed by the width: one madd per tile for vbits 4
+// and 5 (two chunks of maddubs pairs stay below 2^15: 4·3810, 4·7874 ≤ 32767 — see above), one
+// per chunk for 6, one per product for 7. The integer tile sums, and so the float work and
+// its order, are the generic body's: the outputs are equal bit for bit (test_hqx asserts it).
+static int hqx_avx2_t128_on = 1;
+int kvq_hqx_avx2_t128(int on) {
+    int was = hqx_avx2_t128_on;
+    if (on >= 0) hqx_avx2_t128_on = on != 0;
+    return was;
+}
+
+HQX_TGT_AVX2 __attribute__((always_inline)) static inline __m256i hqx_plane_add(__m256i v, uint64_t word, int half, int p) {
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                         3, 3, 3, 3);
+    const __m256i bm = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i wv = _mm256_set1_epi64x((long long)word);
+    const __m256i m = _mm256_cmpeq_epi8(
+        _mm256_and_si256(_mm256_shuffle_epi8(wv, half ? _mm256_add_epi8(sel, _mm256_set1_epi8(4)) : sel), bm), bm);
+    return _mm256_or_si256(v, _mm256_and_si256(m, _mm256_set1_epi8((char)(16 << p))));
+}
+
+HQX_TGT_AVX2 __attribute__((always_inline)) static inline void
+hqx_rows4_avx2_t128_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, const int NP, const int E8,
+                       const int ZR) {
+    const int64_t tpr = w->cols_p / 128, cpr = w->cols_p / 64;
+    const __m256i m0f = _mm256_set1_epi8(15);
+    const __m256i mw = _mm256_set1_epi16(E8 ? 2 : 1);
+    const size_t qrow = (size_t)cpr * 32, hrow = (size_t)cpr * NP; // bytes / words per row
+    const uint8_t *q0 = w->q + (size_t)(r0 * cpr) * 32;
+    const uint64_t *h0 = NP ? w->hb + (size_t)(r0 * cpr) * NP : NULL;
+    const uint8_t *c0 = E8 ? w->cb + (size_t)(r0 * cpr) : NULL;
+    const char *qn = (const char *)(q0 + 4 * qrow), *hn = NP ? (const char *)(h0 + 4 * hrow) : NULL,
+               *cn = E8 ? (const char *)(c0 + 4 * cpr) : NULL; // the next group of rows
+    if (w->scode)
+        for (int64_t k = 0; k < 4 * tpr; k += 64) _mm_prefetch((const char *)(w->scode + (r0 + 4) * tpr + k), _MM_HINT_T0);
+    float facc[4][8] __attribute__((aligned(32)));
+    float zacc[4];
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
+        _mm256_store_ps(facc[rr], _mm256_setzero_ps());
+        zacc[rr] = 0.0f;
+    }
+    for (int64_t j = 0; j < tpr; j++) {
+        const size_t g = 2 * (size_t)j, xo = 128 * (size_t)j; // first chunk of the tile, its coordinate
+        // the next 4 rows' share of this tile: 256 bytes of nibbles, 64·NP of planes, 8 coset bytes
+        _Pragma("GCC unroll 4") for (int l = 0; l < 4; l++) _mm_prefetch(qn + 256 * j + 64 * l, _MM_HINT_T0);
+        _Pragma("GCC unroll 3") for (int p = 0; p < NP; p++) _mm_prefetch(hn + 64 * NP * j + 64 * p, _MM_HINT_T0);
+        if (E8 && (j & 7) == 0) _mm_prefetch(cn + 8 * j, _MM_HINT_T0);
+        const __m256i xl0 = _mm256_load_si256((const __m256i *)(a->xq + xo)),
+                      xh0 = _mm256_load_si256((const __m256i *)(a->xq + xo + 32)),
+                      xl1 = _mm256_load_si256((const __m256i *)(a->xq + xo + 64)),
+                      xh1 = _mm256_load_si256((const __m256i *)(a->xq + xo + 96));
+        const __m256i zl = _mm256_load_si256((const __m256i *)(a->zl + 8 * j));
+        const float sj = a->sx[j];
+        _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
+            const uint8_t *q = q0 + rr * qrow + 32 * g;
+            const __m256i b0 = _mm256_loadu_si256((const __m256i *)q), b1 = _mm256_loadu_si256((const __m256i *)(q + 32));
+            __m256i lo0 = _mm256_and_si256(b0, m0f), hi0 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), m0f);
+            __m256i lo1 = _mm256_and_si256(b1, m0f), hi1 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), m0f);
+            _Pragma("GCC unroll 3") for (int p = 0; p < NP; p++) {
+                const uint64_t *h = h0 + rr * hrow + g * NP;
+                lo0 = hqx_plane_add(lo0, h[p], 0, p);
+                hi0 = hqx_plane_add(hi0, h[p], 1, p);
+                lo1 = hqx_plane_add(lo1, h[NP + p], 0, p);
+                hi1 = hqx_plane_add(hi1, h[NP + p], 1, p);
+            }
+            __m256i acc;
+            if (NP == 3) // products up to 2·127·127: each widened alone
+                acc = _mm256_add_epi32(
+                    _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo0, xl0), mw), _mm256_madd_epi16(_mm256_maddubs_epi16(hi0, xh0), mw)),
+                    _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo1, xl1), mw), _mm256_madd_epi16(_mm256_maddubs_epi16(hi1, xh1), mw)));
+            else if (NP == 2) // one chunk's two products per widening
+                acc = _mm256_add_epi32(
+                    _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, xl0), _mm256_maddubs_epi16(hi0, xh0)), mw),
+                    _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo1, xl1), _mm256_maddubs_epi16(hi1, xh1)), mw));
+            else // vbits 4, 5: the tile's four products in one widening
+                acc = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, xl0), _mm256_maddubs_epi16(hi0, xh0)),
+                                                         _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xl1), _mm256_maddubs_epi16(hi1, xh1))),
+                                        mw);
+            acc = _mm256_add_epi32(acc, zl);
+            if (E8) { // coset bits: the 8-vector sums of the set bits (not doubled)
+                const uint8_t *c = c0 + rr * (size_t)cpr + g;
+                acc = _mm256_add_epi32(
+                    acc, _mm256_add_epi32(_mm256_and_si256(_mm256_load_si256((const __m256i *)hqx_cb_lanes[c[0]]),
+                                                           _mm256_load_si256((const __m256i *)(a->s8 + xo / 8))),
+                                          _mm256_and_si256(_mm256_load_si256((const __m256i *)hqx_cb_lanes[c[1]]),
+                                                           _mm256_load_si256((const __m256i *)(a->s8 + xo / 8 + 8)))));
+            }
+            const int64_t t = (r0 + rr) * tpr + j;
+            _mm256_store_ps(facc[rr], _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(kvq_hqx_scale(w, t) * sj),
+                                                      _mm256_load_ps(facc[rr])));
+            if (ZR) zacc[rr] += w->zero[t] * a->xs[j];
+        }
+    }
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
+        const __m256 f = _mm256_load_ps(facc[rr]);
+        y[r0 + rr] = HQX_HSUM8(f) + zacc[rr] + (w->esc_row[r0 + rr] < w->esc_row[r0 + rr + 1] ? hqx_escapes_int8(w, r0 + rr, a) : 0.0f);
+    }
+}
+
+HQX_TGT_AVX2 static void hqx_rows4_avx2_t128(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
+    const int np = kvq_hqx_planes(w->vbits), e8 = w->lat == KVQ_HQ_LAT_E8;
+    if (w->zero) switch (np) { // RTN: zero points, no coset bits
+        case 0: hqx_rows4_avx2_t128_np(w, r0, a, y, 0, 0, 1); break;
+        case 1: hqx_rows4_avx2_t128_np(w, r0, a, y, 1, 0, 1); break;
+        case 2: hqx_rows4_avx2_t128_np(w, r0, a, y, 2, 0, 1); break;
+        default: hqx_rows4_avx2_t128_np(w, r0, a, y, 3, 0, 1); break;
+        }
+    else switch (np * 2 + e8) {
+        case 0: hqx_rows4_avx2_t128_np(w, r0, a, y, 0, 0, 0); break;
+        case 1: hqx_rows4_avx2_t128_np(w, r0, a, y, 0, 1, 0); break;
+        case 2: hqx_rows4_avx2_t128_np(w, r0, a, y, 1, 0, 0); break;
+        case 3: hqx_rows4_avx2_t128_np(w, r0, a, y, 1, 1, 0); break;
+        case 4: hqx_rows4_avx2_t128_np(w, r0, a, y, 2, 0, 0); break;
+        case 5: hqx_rows4_avx2_t128_np(w, r0, a, y, 2, 1, 0); break;
+        case 6: hqx_rows4_avx2_t128_np(w, r0, a, y, 3, 0, 0); break;
+        default: hqx_rows4_avx2_t128_np(w, r0, a, y, 3, 1, 0); break;
+        }
+}
+
 HQX_TGT_AVX2 static void hqx_rows4_avx2(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
     const int np = kvq_hqx_planes(w->vbits), e8 = w->lat == KVQ_HQ_LAT_E8;
     for (int64_t r = r0; r < r0 + 4; r += HQX_AVX2_NR)
@@ -702,8 +828,12 @@ void kvq_hqx_matmul_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, fl
     int64_t r = r0;
     if (isa == KVQ_HQX_ISA_VNNI && mode == KVQ_HQX_INT8 && n_tok == 1 && w->tile % 128 == 0 && w->vbits != 8)
         for (; r + 4 <= r1; r += 4) hqx_rows4_vnni512(w, r, act, y);
-    if (isa == KVQ_HQX_ISA_AVX2 && mode == KVQ_HQX_INT8 && n_tok == 1 && w->vbits != 8)
-        for (; r + 4 <= r1; r += 4) hqx_rows4_avx2(w, r, act, y);
+    if (isa == KVQ_HQX_ISA_AVX2 && mode == KVQ_HQX_INT8 && n_tok == 1 && w->vbits != 8) {
+        if (w->tile == 128 && hqx_avx2_t128_on)
+            for (; r + 4 <= r1; r += 4) hqx_rows4_avx2_t128(w, r, act, y);
+        else
+            for (; r + 4 <= r1; r += 4) hqx_rows4_avx2(w, r, act, y);
+    }
     for (; r < r1; r++) {
         if (isa == KVQ_HQX_ISA_REF) hqx_row_ref(w, r, act, n_tok, y, ldy, mode);
         else if (mode == KVQ_HQX_EXACT) {

@@ -48,6 +48,11 @@ void kvq_hqx_prep_tiles(const kvq_hqx *w, const float *x, kvq_hqx_act *a, int64_
 
 /** Which path AUTO resolves to on this CPU. */
 kvq_hqx_isa kvq_hqx_isa_best(void);
+/** The AVX2 one-token product has a body for tiles of 128 (the default tile) beside the
+ *  generic one; both give the same bits. on = 0 / 1 selects the generic / tile-128 body for
+ *  tiles of 128 (for tests and side-by-side benchmarks; default 1), on < 0 only asks.
+ *  @return the previous setting. Not thread-safe: set it before running products. */
+int kvq_hqx_avx2_t128(int on);
 const char *kvq_hqx_isa_name(kvq_hqx_isa isa);
 
 /** Y (n_tok, rows) with row stride ldy = prepared activations act[0..n_tok) times Wᵀ.

@@ -6,7 +6,8 @@
 // G weights/s per CPU second. HQX_BENCH_REPS=N: N runs instead of 15 (the reference path: 3). HQX_BENCH_PATHS=1,4 runs
 // only those paths (0 dense fp32, 1 dense bf16, 2 hqx ref, 3 avx2, 4 vnni, 5 exact, 6 the batched
 // product with tokens in the lanes (hqx_gemm.c: VNNI or AVX2), 7 decoded row blocks × dense fp32 (the
-// runtime's prefill path before 6)); 6 and 7 include the activations' preparation.
+// runtime's prefill path before 6)); 6 and 7 include the activations' preparation. HQX_BENCH_T128=0 runs the
+// generic AVX2 one-token body on tiles of 128 instead of the tile-128 one (kvq_hqx_avx2_t128).
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -75,6 +76,7 @@ int main(int argc, char **argv) {
     for (int p = 0; p < 8; p++) {
         if (p == 4 && kvq_hqx_isa_best() != KVQ_HQX_ISA_VNNI) continue;
         if (p == 6 && !kvq_hqx_gemm_ok(&q)) continue;
+        if (getenv("HQX_BENCH_T128")) kvq_hqx_avx2_t128(atoi(getenv("HQX_BENCH_T128"))); // 0: the generic AVX2 body
         const char *only = getenv("HQX_BENCH_PATHS");
         if (only && !strchr(only, '0' + p)) continue;
         const int nrep = getenv("HQX_BENCH_REPS") ? atoi(getenv("HQX_BENCH_REPS")) : 15;
