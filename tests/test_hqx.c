@@ -207,6 +207,52 @@ static void test_every_lattice_and_rate(void **state) {
     printf("  (AVX2 one-token bodies, generic and tile-128, compared on %d layouts)\n", g_t128_checked);
 }
 
+// The load-time transcoder's AVX2 chunk path gives the scalar loop's bytes: every array of
+// the layout, for every lattice, rates 2..6, widths 4..8 (escapes at the narrow ones), a
+// padded width (300 columns), 1 and 2 threads.
+static void test_pack_simd(void **state) {
+    (void)state;
+    const kvq_lattice lats[] = {KVQ_LAT_E8, KVQ_LAT_D4, KVQ_LAT_A2, KVQ_LAT_Z};
+    const double rates[] = {2.0, 3.0, 4.0, 6.0};
+    const int64_t shapes[][2] = {{24, 256}, {9, 300}};
+    int compared = 0, with_esc = 0;
+    for (int si = 0; si < 2; si++) {
+        float *x = gauss_matrix(shapes[si][0], shapes[si][1], 41 + si);
+        for (int l = 0; l < 4; l++)
+            for (int r = 0; r < 4; r++) {
+                enc_t E;
+                encode(&E, lats[l], rates[r], x, shapes[si][0], shapes[si][1], 300 + l);
+                for (int vb = 4; vb <= 8; vb++) {
+                    kvq_hqx a, b;
+                    kvq_err err = {0};
+                    const int was = kvq_hq_pack_simd(0);
+                    kvq_status sa = kvq_hq_pack(&E.h, E.v, E.e.n_blob, vb, 1, &a, &err);
+                    kvq_hq_pack_simd(1);
+                    kvq_status sb = kvq_hq_pack(&E.h, E.v, E.e.n_blob, vb, 2, &b, &err);
+                    kvq_hq_pack_simd(was);
+                    assert_int_equal(sa, sb);
+                    if (sa) continue; // values beyond this width's escapes: refused by both
+                    const size_t n = (size_t)(a.rows * a.cols_p), tiles = n / (size_t)a.tile;
+                    assert_memory_equal(a.q, b.q, a.vbits == 8 ? n : n / 2);
+                    if (kvq_hqx_planes(a.vbits)) assert_memory_equal(a.hb, b.hb, n / 64 * 8 * (size_t)kvq_hqx_planes(a.vbits));
+                    if (a.cb) assert_memory_equal(a.cb, b.cb, n / 64);
+                    if (a.scode) assert_memory_equal(a.scode, b.scode, tiles);
+                    else assert_memory_equal(a.scale, b.scale, tiles * sizeof(float));
+                    assert_memory_equal(a.esc_row, b.esc_row, (size_t)(a.rows + 1) * 4);
+                    if (a.esc_row[a.rows]) assert_memory_equal(a.esc, b.esc, (size_t)a.esc_row[a.rows] * 4);
+                    with_esc += a.esc_row[a.rows] > 0;
+                    compared++;
+                    kvq_hqx_free(&a);
+                    kvq_hqx_free(&b);
+                }
+                enc_free(&E);
+            }
+        free(x);
+    }
+    assert_true(compared > 100 && with_esc > 5);
+    printf("  (%d layouts transcoded both ways, %d with escapes)\n", compared, with_esc);
+}
+
 // At 4 bits E8's nibbles overflow for about 1 % of weights: the escapes must be exercised.
 static void test_escapes_and_heavy_tails(void **state) {
     (void)state;
@@ -559,7 +605,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_lattice_and_rate),
         cmocka_unit_test(test_gemm_many_tokens), cmocka_unit_test(test_escapes_and_heavy_tails),
-        cmocka_unit_test(test_extreme_sums),
+        cmocka_unit_test(test_extreme_sums), cmocka_unit_test(test_pack_simd),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),
     };

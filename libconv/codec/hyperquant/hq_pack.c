@@ -3,6 +3,7 @@
 // one float scale per tile, escapes for values the nibble cannot hold. Runs once at load,
 // OpenMP over random-access groups; each thread keeps the escapes of its contiguous range of
 // groups, so concatenating them in thread order gives the per-row lists sorted.
+#include <immintrin.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,58 @@ static void esc_push(esc_buf *b, uint32_t tile, uint32_t e) {
     b->tile[b->n++] = tile;
 }
 
+static int g_pack_simd = 1;
+int kvq_hq_pack_simd(int on) {
+    int was = g_pack_simd;
+    if (on >= 0) g_pack_simd = on != 0;
+    return was;
+}
+
+// One chunk of 64 codes into the layout with AVX2 (vbits 4..7), the scalar loop's results:
+// E8's coset bit is the first coordinate's parity of each 8-vector and v = (c − cb) / 2
+// (C's division, rounding toward zero, even for a corrupt odd difference); v is clamped to
+// the width, u = v + off. The nibbles: byte b holds u_b's low four bits and u_{b+32}'s above
+// them; plane p's word has bit i = bit 4 + p of u_i (each byte shifted so that bit reaches
+// the top, then movemask). Returns 1, writing nothing, when a value needs clamping (an
+// escape): the caller runs the scalar loop for that chunk, which records the escapes in order.
+__attribute__((target("avx2"))) static int pack_chunk_avx2(const int32_t *c, int e8, int off, int np, uint8_t *q32,
+                                                           uint64_t *hb, uint8_t *cbo) {
+    const __m256i lo = _mm256_set1_epi32(-off), hi = _mm256_set1_epi32(off - 1), offv = _mm256_set1_epi32(off);
+    __m256i u[8], bad = _mm256_setzero_si256();
+    uint8_t cbb = 0;
+    for (int k = 0; k < 8; k++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(c + 8 * k));
+        if (e8) {
+            const int32_t cb = c[8 * k] & 1;
+            cbb |= (uint8_t)(cb << k);
+            v = _mm256_sub_epi32(v, _mm256_set1_epi32(cb));
+            v = _mm256_srai_epi32(_mm256_add_epi32(v, _mm256_srli_epi32(v, 31)), 1); // / 2 toward zero
+        }
+        const __m256i vc = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+        bad = _mm256_or_si256(bad, _mm256_xor_si256(v, vc));
+        u[k] = _mm256_add_epi32(vc, offv);
+    }
+    if (!_mm256_testz_si256(bad, bad)) return 1;
+    // 32-bit lanes to bytes in coordinate order (pack works within 128-bit halves; the
+    // permutation restores the order): ul = u_0..u_31, uh = u_32..u_63
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i ul = _mm256_permutevar8x32_epi32(
+        _mm256_packus_epi16(_mm256_packs_epi32(u[0], u[1]), _mm256_packs_epi32(u[2], u[3])), perm);
+    const __m256i uh = _mm256_permutevar8x32_epi32(
+        _mm256_packus_epi16(_mm256_packs_epi32(u[4], u[5]), _mm256_packs_epi32(u[6], u[7])), perm);
+    const __m256i m0f = _mm256_set1_epi8(15);
+    _mm256_storeu_si256((__m256i *)q32, _mm256_or_si256(_mm256_and_si256(ul, m0f),
+                                                        _mm256_slli_epi16(_mm256_and_si256(uh, m0f), 4)));
+    for (int p = 0; p < np; p++) {
+        const __m128i sh = _mm_cvtsi32_si128(3 - p);
+        const uint32_t wl = (uint32_t)_mm256_movemask_epi8(_mm256_sll_epi16(ul, sh)),
+                       wh = (uint32_t)_mm256_movemask_epi8(_mm256_sll_epi16(uh, sh));
+        hb[p] = (uint64_t)wl | (uint64_t)wh << 32;
+    }
+    if (e8) *cbo = cbb;
+    return 0;
+}
+
 // Decodes groups [g0, g1) into w's q / cb / scale; escapes go to b.
 static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint8_t *norms, const uint8_t *offs,
                         int64_t g0, int64_t g1, kvq_hqx *w, esc_buf *b) {
@@ -42,6 +95,7 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
     const int off = kvq_hqx_off(w->vbits), lo = -off, hi = off - 1, np = kvq_hqx_planes(w->vbits);
     const int64_t tpr = h->cols_p / T, n_tiles = h->rows * tpr;
     const uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
+    const int simd = g_pack_simd && w->vbits < 8 && __builtin_cpu_supports("avx2");
     int32_t *cg = malloc(sizeof(int32_t) * (size_t)T * KVQ_HQ_GROUP_TILES);
     kvq_hq_rice_tab *tab = malloc(sizeof *tab);
     if (!cg || !tab) { free(cg); free(tab); b->nomem = 1; return; }
@@ -59,6 +113,9 @@ static void pack_groups(const kvq_hq_header *h, const uint8_t *codes, const uint
             else w->scode[t] = (uint8_t)code;
             for (int ch = 0; ch < T / 64; ch++) {
                 int64_t gi = (t * T) / 64 + ch;
+                if (simd && !pack_chunk_avx2(c + 64 * ch, e8, off, np, w->q + gi * 32, np ? w->hb + gi * np : NULL,
+                                             e8 ? w->cb + gi : NULL))
+                    continue;
                 uint8_t cbb = 0;
                 uint64_t planes[3] = {0, 0, 0};
                 for (int i = 0; i < 64; i++) {
