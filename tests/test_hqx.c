@@ -253,6 +253,42 @@ static void test_pack_simd(void **state) {
     printf("  (%d layouts transcoded both ways, %d with escapes)\n", compared, with_esc);
 }
 
+// The automatic width is the narrowest whose escapes stay within n/400, found by trying every
+// width in full; the sampling that skips widths the sample rules out (hq_pack.c first_width)
+// must not change it: small tensors (every group sampled) and larger ones (one group in 32).
+static void test_auto_width(void **state) {
+    (void)state;
+    const kvq_lattice lats[] = {KVQ_LAT_E8, KVQ_LAT_D4, KVQ_LAT_Z};
+    const double rates[] = {3.0, 3.5, 4.0, 5.0};
+    const int64_t shapes[][2] = {{24, 256}, {512, 1024}};
+    int skipped = 0;
+    for (int si = 0; si < 2; si++) {
+        float *x = gauss_matrix(shapes[si][0], shapes[si][1], 77 + si);
+        for (int l = 0; l < 3; l++)
+            for (int r = 0; r < 4; r++) {
+                enc_t E;
+                encode(&E, lats[l], rates[r], x, shapes[si][0], shapes[si][1], 500 + l);
+                const int64_t n = E.h.rows * E.h.cols_p;
+                kvq_err err = {0};
+                int expect = 0;
+                for (int vb = 4; vb <= 8 && !expect; vb++) {
+                    kvq_hqx t;
+                    if (kvq_hq_pack(&E.h, E.v, E.e.n_blob, vb, 1, &t, &err) != KVQ_OK) continue;
+                    if (vb == 8 || t.esc_row[t.rows] <= n / 400) expect = vb;
+                    skipped += vb == 4 && !expect;
+                    kvq_hqx_free(&t);
+                }
+                kvq_hqx a;
+                assert_int_equal(kvq_hq_pack(&E.h, E.v, E.e.n_blob, 0, 2, &a, &err), KVQ_OK);
+                assert_int_equal(a.vbits, expect);
+                kvq_hqx_free(&a);
+                enc_free(&E);
+            }
+        free(x);
+    }
+    assert_true(skipped > 0); // some cases need more than nibbles (E8 at 4 bits)
+}
+
 // At 4 bits E8's nibbles overflow for about 1 % of weights: the escapes must be exercised.
 static void test_escapes_and_heavy_tails(void **state) {
     (void)state;
@@ -605,7 +641,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_lattice_and_rate),
         cmocka_unit_test(test_gemm_many_tokens), cmocka_unit_test(test_escapes_and_heavy_tails),
-        cmocka_unit_test(test_extreme_sums), cmocka_unit_test(test_pack_simd),
+        cmocka_unit_test(test_extreme_sums), cmocka_unit_test(test_pack_simd), cmocka_unit_test(test_auto_width),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),
     };
