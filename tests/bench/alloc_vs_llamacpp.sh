@@ -14,19 +14,19 @@
 # the first BYTES bytes of each, one row per file and text.
 # THREADS=N: llama-perplexity's -t (default 2); CALIB="--calib-tokens 128": extra kvq-convert
 # options for the first (calibrating) budget; KEEP=DIR keeps every allocated file there
-# (MODEL-aX.kvq); KLD_BASE_DIR=DIR keeps llama-perplexity's base logits of each text there and
+# (MODEL-aX.kvq) and scores a file found there instead of converting it again; KLD_BASE_DIR=DIR keeps llama-perplexity's base logits of each text there and
 # reuses them (they are large: vocab × 2 bytes a token). To pin the whole run: taskset -c 1 nice -n 10 tests/bench/alloc_vs_llamacpp.sh ...
 # FIRST=FILE.kvq: an allocated file of this model whose stored sensitivities every budget reuses
 # (--calib-from; otherwise the first budget calibrates and the others reuse it).
-# UNIFORM=0 skips the uniform rows. One markdown row per file on stdout.
+# UNIFORM=0 skips the uniform rows; "" as BUDGETS or MIXES: none of them (left out: the defaults). One markdown row per file on stdout.
 set -euo pipefail
 build=$(realpath "${1:?usage: see the header}")
 model=$(realpath "${2:?model}")
 texts=${3:?text}
 bytes=${4:-100000}
 pre=${5:-llama-bpe}
-budgets=${6:-3.0 3.5 4.0 4.5}
-mixes=${7:-Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K}
+budgets=${6-3.0 3.5 4.0 4.5}
+mixes=${7-Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K}
 peer=${KVQ_PEER_DIR:-$HOME/.cache/kvq-peer}
 src=$(ls -d "$peer"/llama_cpp_python-*/vendor/llama.cpp 2>/dev/null | head -1)
 py=$peer/venv/bin/python
@@ -111,12 +111,13 @@ kvq_row() { # $1 label, $2 .kvq
 }
 for x in $budgets; do
   t0=$(date +%s)
-  if [ -n "$first" ]; then "$build"/kvq-convert -q --target-bpw "$x" --calib-from "$first" "$model" "$out/a.kvq"
+  if [ -n "${KEEP:-}" ] && [ -s "$KEEP/$name-a$x.kvq" ]; then cp "$KEEP/$name-a$x.kvq" "$out/a.kvq" # kept earlier
+  elif [ -n "$first" ]; then "$build"/kvq-convert -q --target-bpw "$x" --calib-from "$first" "$model" "$out/a.kvq"
   else "$build"/kvq-convert -q --target-bpw "$x" ${CALIB:-} "$model" "$out/a.kvq"; fi
-  kb=$("$build"/kvq-inspect "$out/a.kvq" | sed -n 's/^whole model \([0-9.]*\) bits\/param.*/\1/p' | head -1)
+  kb=$("$build"/kvq-inspect "$out/a.kvq" | sed -n 's/.*whole model \([0-9.]*\) bits\/param.*/\1/p' | head -1)
   echo "<!-- kvq --target-bpw $x: kvq-inspect whole model $kb bits/param (tensors only), file $(stat -c %s "$out/a.kvq") bytes, convert $(( $(date +%s) - t0 )) s wall -->"
   [ -n "$first" ] || { first=$out/first.kvq; cp "$out/a.kvq" "$first"; }
-  [ -z "${KEEP:-}" ] || cp "$out/a.kvq" "$KEEP/$name-a$x.kvq"
+  [ -z "${KEEP:-}" ] || [ -s "$KEEP/$name-a$x.kvq" ] || cp "$out/a.kvq" "$KEEP/$name-a$x.kvq"
   kvq_row "kvq --target-bpw $x (allocated)" "$out/a.kvq"
   if [ "${UNIFORM:-1}" != 0 ]; then
     b=$("$build"/kvq-convert --dry-run --quantize-embeddings --weights "hyperquant:e8:$x" "$model" | sed -n 's/.*whole model \([0-9.]*\) bits\/param.*/\1/p')
