@@ -7,20 +7,26 @@
 # source's parameter count (each tool's own file: .kvq or .gguf).
 # Needs the llama.cpp build and venv that tests/bench/llamacpp_peer.sh caches under
 # $KVQ_PEER_DIR (default ~/.cache/kvq-peer); builds its llama-perplexity target there if missing.
-#   tests/bench/alloc_vs_llamacpp.sh BUILD MODEL TEXT BYTES PRE_TOKENIZER "BUDGETS" "MIXES"
+#   tests/bench/alloc_vs_llamacpp.sh BUILD MODEL "TEXT..." BYTES PRE_TOKENIZER "BUDGETS" "MIXES"
 #   e.g. ... build ../shared/models/kvq-small-qwen3 ../shared/data/heldout-books.txt 100000 qwen2 \
 #            "3.0 3.5 4.0 4.5" "Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K"
+# TEXT may name several files (one quoted argument): every file is converted once and scored on
+# the first BYTES bytes of each, one row per file and text.
+# THREADS=N: llama-perplexity's -t (default 2); CALIB="--calib-tokens 128": extra kvq-convert
+# options for the first (calibrating) budget; KEEP=DIR keeps every allocated file there
+# (MODEL-aX.kvq) and scores a file found there instead of converting it again; KLD_BASE_DIR=DIR keeps llama-perplexity's base logits of each text there and
+# reuses them (they are large: vocab × 2 bytes a token). To pin the whole run: taskset -c 1 nice -n 10 tests/bench/alloc_vs_llamacpp.sh ...
 # FIRST=FILE.kvq: an allocated file of this model whose stored sensitivities every budget reuses
 # (--calib-from; otherwise the first budget calibrates and the others reuse it).
-# UNIFORM=0 skips the uniform rows. One markdown row per file on stdout.
+# UNIFORM=0 skips the uniform rows; "" as BUDGETS or MIXES: none of them (left out: the defaults). One markdown row per file on stdout.
 set -euo pipefail
 build=$(realpath "${1:?usage: see the header}")
 model=$(realpath "${2:?model}")
-text=$(realpath "${3:?text}")
+texts=${3:?text}
 bytes=${4:-100000}
 pre=${5:-llama-bpe}
-budgets=${6:-3.0 3.5 4.0 4.5}
-mixes=${7:-Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K}
+budgets=${6-3.0 3.5 4.0 4.5}
+mixes=${7-Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K}
 peer=${KVQ_PEER_DIR:-$HOME/.cache/kvq-peer}
 src=$(ls -d "$peer"/llama_cpp_python-*/vendor/llama.cpp 2>/dev/null | head -1)
 py=$peer/venv/bin/python
@@ -33,8 +39,14 @@ ppl=$src/build/bin/llama-perplexity
 name=$(basename "$model")
 out=$(mktemp -d /tmp/kvq-avl-XXXXXX)
 trap 'rm -rf "$out"' EXIT
-head -c "$bytes" "$text" > "$out/text.txt"
-tname=$(basename "$text" .txt)
+threads=${THREADS:-2}
+tnames=
+for t in $texts; do
+  tn=$(basename "$t" .txt)
+  [ "$tn" != test ] || tn=$(basename "$(dirname "$t")")-test # wikitext-2/test.txt
+  head -c "$bytes" "$(realpath "$t")" > "$out/$tn.txt"
+  tnames="$tnames $tn"
+done
 params=$(python3 - "$model" <<'PY'
 import json, os, struct, sys
 d = sys.argv[1]; n = 0
@@ -56,15 +68,24 @@ gguf() { KVQ_PRE_TOKENIZER=$pre "$py" "$src/convert_hf_to_gguf.py" "$1" --outtyp
            { tail -5 "$out/conv.log" >&2; return 1; }; }
 f32=$peer/$name-f32.gguf
 [ -s "$f32" ] || gguf "$model" "$f32"
-"$ppl" -m "$f32" -f "$out/text.txt" -c 512 -t 2 --kl-divergence-base "$out/base.kld" > "$out/base.log" 2>&1 ||
-  { tail -5 "$out/base.log" >&2; exit 1; }
-echo "<!-- $name: $params parameters, $tl tokenizer entries; text $tname first $bytes bytes; llama-perplexity base: $(grep -o 'Final estimate: PPL = [0-9.]*' "$out/base.log") -->"
+kb_dir=${KLD_BASE_DIR:-$out}
+for tn in $tnames; do
+  base=$kb_dir/$name-$tn-$bytes.kld
+  if [ ! -s "$base" ] || [ ! -s "$base.log" ]; then
+    "$ppl" -m "$f32" -f "$out/$tn.txt" -c 512 -t "$threads" --kl-divergence-base "$base.tmp" > "$base.log" 2>&1 ||
+      { tail -5 "$base.log" >&2; exit 1; }
+    mv "$base.tmp" "$base"
+  fi
+  ln -sf "$base" "$out/$tn.kld"
+  echo "<!-- $name: $params parameters, $tl tokenizer entries; text $tn first $bytes bytes; llama-perplexity base: $(grep -o 'Final estimate: PPL = [0-9.]*' "$base.log"); $(date -u +%H:%M) UTC -->"
+done
 echo "| model | text | tool / mix | bits/param | KLD | same top-1 | PPL ratio |"
 echo "|---|---|---|---|---|---|---|"
-score() { # $1 label, $2 gguf to score, $3 file whose size counts
-  "$ppl" -m "$2" -f "$out/text.txt" -c 512 -t 2 --kl-divergence-base "$out/base.kld" --kl-divergence > "$out/s.log" 2>&1 ||
-    { tail -5 "$out/s.log" >&2; echo "| $name | $tname | $1 | - | failed | - | - |"; return; }
-  python3 - "$out/s.log" "$name" "$tname" "$1" "$3" "$params" <<'PY'
+score() { # $1 label, $2 gguf to score, $3 file whose size counts: one row per text
+  for tn in $tnames; do
+    "$ppl" -m "$2" -f "$out/$tn.txt" -c 512 -t "$threads" --kl-divergence-base "$out/$tn.kld" --kl-divergence > "$out/s.log" 2>&1 ||
+      { tail -5 "$out/s.log" >&2; echo "| $name | $tn | $1 | - | failed | - | - |"; continue; }
+    python3 - "$out/s.log" "$name" "$tn" "$1" "$3" "$params" <<'PY'
 import os, re, sys
 s = open(sys.argv[1], encoding="utf-8", errors="replace").read()
 k = re.search(r"Mean\s+KLD:\s+([0-9.eE+-]+)\s+±\s+([0-9.eE+-]+)", s)
@@ -74,6 +95,7 @@ bpp = os.path.getsize(sys.argv[5]) * 8 / int(sys.argv[6])
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | {bpp:.3f} | {float(k.group(1)):.4f} ± {float(k.group(2)):.4f} | "
       f"{float(t.group(1)):.1f} % | {float(r.group(1)):.3f} |")
 PY
+  done
 }
 for mix in $mixes; do
   q=$peer/$name-$mix.gguf
@@ -88,8 +110,14 @@ kvq_row() { # $1 label, $2 .kvq
   score "$1" "$out/k.gguf" "$2"
 }
 for x in $budgets; do
-  "$build"/kvq-convert -q --target-bpw "$x" ${first:+--calib-from "$first"} "$model" "$out/a.kvq"
+  t0=$(date +%s)
+  if [ -n "${KEEP:-}" ] && [ -s "$KEEP/$name-a$x.kvq" ]; then cp "$KEEP/$name-a$x.kvq" "$out/a.kvq" # kept earlier
+  elif [ -n "$first" ]; then "$build"/kvq-convert -q --target-bpw "$x" --calib-from "$first" "$model" "$out/a.kvq"
+  else "$build"/kvq-convert -q --target-bpw "$x" ${CALIB:-} "$model" "$out/a.kvq"; fi
+  kb=$("$build"/kvq-inspect "$out/a.kvq" | sed -n 's/.*whole model \([0-9.]*\) bits\/param.*/\1/p' | head -1)
+  echo "<!-- kvq --target-bpw $x: kvq-inspect whole model $kb bits/param (tensors only), file $(stat -c %s "$out/a.kvq") bytes, convert $(( $(date +%s) - t0 )) s wall -->"
   [ -n "$first" ] || { first=$out/first.kvq; cp "$out/a.kvq" "$first"; }
+  [ -z "${KEEP:-}" ] || [ -s "$KEEP/$name-a$x.kvq" ] || cp "$out/a.kvq" "$KEEP/$name-a$x.kvq"
   kvq_row "kvq --target-bpw $x (allocated)" "$out/a.kvq"
   if [ "${UNIFORM:-1}" != 0 ]; then
     b=$("$build"/kvq-convert --dry-run --quantize-embeddings --weights "hyperquant:e8:$x" "$model" | sed -n 's/.*whole model \([0-9.]*\) bits\/param.*/\1/p')
