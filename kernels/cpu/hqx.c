@@ -764,45 +764,34 @@ hqx_rows4_avx2_t128_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float
     }
 }
 
-HQX_TGT_AVX2 static void hqx_rows4_avx2_t128(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
-    const int np = kvq_hqx_planes(w->vbits), e8 = w->lat == KVQ_HQ_LAT_E8;
-    if (w->zero) switch (np) { // RTN: zero points, no coset bits
-        case 0: hqx_rows4_avx2_t128_np(w, r0, a, y, 0, 0, 1); break;
-        case 1: hqx_rows4_avx2_t128_np(w, r0, a, y, 1, 0, 1); break;
-        case 2: hqx_rows4_avx2_t128_np(w, r0, a, y, 2, 0, 1); break;
-        default: hqx_rows4_avx2_t128_np(w, r0, a, y, 3, 0, 1); break;
-        }
-    else switch (np * 2 + e8) {
-        case 0: hqx_rows4_avx2_t128_np(w, r0, a, y, 0, 0, 0); break;
-        case 1: hqx_rows4_avx2_t128_np(w, r0, a, y, 0, 1, 0); break;
-        case 2: hqx_rows4_avx2_t128_np(w, r0, a, y, 1, 0, 0); break;
-        case 3: hqx_rows4_avx2_t128_np(w, r0, a, y, 1, 1, 0); break;
-        case 4: hqx_rows4_avx2_t128_np(w, r0, a, y, 2, 0, 0); break;
-        case 5: hqx_rows4_avx2_t128_np(w, r0, a, y, 2, 1, 0); break;
-        case 6: hqx_rows4_avx2_t128_np(w, r0, a, y, 3, 0, 0); break;
-        default: hqx_rows4_avx2_t128_np(w, r0, a, y, 3, 1, 0); break;
-        }
+// One group of 4 rows with the body for its specialization: tile-128 or generic (rows per pass
+// HQX_AVX2_NR), one switch over bit planes, coset bits and zero points for both.
+HQX_TGT_AVX2 __attribute__((always_inline)) static inline void hqx_rows4_avx2_np(const kvq_hqx *w, int64_t r0,
+                                                                                const kvq_hqx_act *a, float *y, int t128,
+                                                                                const int NP, const int E8, const int ZR) {
+    if (t128) hqx_rows4_avx2_t128_np(w, r0, a, y, NP, E8, ZR);
+    else
+        for (int64_t r = r0; r < r0 + 4; r += HQX_AVX2_NR) hqx_rowsn_avx2_np(w, r, a, y, NP, E8, ZR);
 }
 
-HQX_TGT_AVX2 static void hqx_rows4_avx2(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y) {
+HQX_TGT_AVX2 static void hqx_rows4_avx2(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, int t128) {
     const int np = kvq_hqx_planes(w->vbits), e8 = w->lat == KVQ_HQ_LAT_E8;
-    for (int64_t r = r0; r < r0 + 4; r += HQX_AVX2_NR)
-        if (w->zero) switch (np) { // RTN: zero points, no coset bits
-            case 0: hqx_rowsn_avx2_np(w, r, a, y, 0, 0, 1); break;
-            case 1: hqx_rowsn_avx2_np(w, r, a, y, 1, 0, 1); break;
-            case 2: hqx_rowsn_avx2_np(w, r, a, y, 2, 0, 1); break;
-            default: hqx_rowsn_avx2_np(w, r, a, y, 3, 0, 1); break;
-            }
-        else switch (np * 2 + e8) {
-            case 0: hqx_rowsn_avx2_np(w, r, a, y, 0, 0, 0); break;
-            case 1: hqx_rowsn_avx2_np(w, r, a, y, 0, 1, 0); break;
-            case 2: hqx_rowsn_avx2_np(w, r, a, y, 1, 0, 0); break;
-            case 3: hqx_rowsn_avx2_np(w, r, a, y, 1, 1, 0); break;
-            case 4: hqx_rowsn_avx2_np(w, r, a, y, 2, 0, 0); break;
-            case 5: hqx_rowsn_avx2_np(w, r, a, y, 2, 1, 0); break;
-            case 6: hqx_rowsn_avx2_np(w, r, a, y, 3, 0, 0); break;
-            default: hqx_rowsn_avx2_np(w, r, a, y, 3, 1, 0); break;
-            }
+    if (w->zero) switch (np) { // RTN: zero points, no coset bits
+        case 0: hqx_rows4_avx2_np(w, r0, a, y, t128, 0, 0, 1); break;
+        case 1: hqx_rows4_avx2_np(w, r0, a, y, t128, 1, 0, 1); break;
+        case 2: hqx_rows4_avx2_np(w, r0, a, y, t128, 2, 0, 1); break;
+        default: hqx_rows4_avx2_np(w, r0, a, y, t128, 3, 0, 1); break;
+        }
+    else switch (np * 2 + e8) {
+        case 0: hqx_rows4_avx2_np(w, r0, a, y, t128, 0, 0, 0); break;
+        case 1: hqx_rows4_avx2_np(w, r0, a, y, t128, 0, 1, 0); break;
+        case 2: hqx_rows4_avx2_np(w, r0, a, y, t128, 1, 0, 0); break;
+        case 3: hqx_rows4_avx2_np(w, r0, a, y, t128, 1, 1, 0); break;
+        case 4: hqx_rows4_avx2_np(w, r0, a, y, t128, 2, 0, 0); break;
+        case 5: hqx_rows4_avx2_np(w, r0, a, y, t128, 2, 1, 0); break;
+        case 6: hqx_rows4_avx2_np(w, r0, a, y, t128, 3, 0, 0); break;
+        default: hqx_rows4_avx2_np(w, r0, a, y, t128, 3, 1, 0); break;
+        }
 }
 
 #define HQX_ROW_FN(ISA)                                                                         \
@@ -829,10 +818,8 @@ void kvq_hqx_matmul_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, fl
     if (isa == KVQ_HQX_ISA_VNNI && mode == KVQ_HQX_INT8 && n_tok == 1 && w->tile % 128 == 0 && w->vbits != 8)
         for (; r + 4 <= r1; r += 4) hqx_rows4_vnni512(w, r, act, y);
     if (isa == KVQ_HQX_ISA_AVX2 && mode == KVQ_HQX_INT8 && n_tok == 1 && w->vbits != 8) {
-        if (w->tile == 128 && hqx_avx2_t128_on)
-            for (; r + 4 <= r1; r += 4) hqx_rows4_avx2_t128(w, r, act, y);
-        else
-            for (; r + 4 <= r1; r += 4) hqx_rows4_avx2(w, r, act, y);
+        const int t128 = w->tile == 128 && hqx_avx2_t128_on;
+        for (; r + 4 <= r1; r += 4) hqx_rows4_avx2(w, r, act, y, t128);
     }
     for (; r < r1; r++) {
         if (isa == KVQ_HQX_ISA_REF) hqx_row_ref(w, r, act, n_tok, y, ldy, mode);
