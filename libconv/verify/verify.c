@@ -315,16 +315,16 @@ static kvq_status open_model(const char *path, const kvq_verify_opts *o, const c
     return s;
 }
 
-static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, const json_t *man, kvq_err *err) {
+// text: the --text file's nb bytes, read and checked by kvq_verify_run (read_text).
+static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, const json_t *man, const char *text,
+                            size_t nb, kvq_err *err) {
     double t0 = now_s();
-    char *text = NULL;
-    size_t nb = 0, nid = 0;
+    size_t nid = 0;
     int32_t *ids = NULL;
     kvq_tokenizer *tok = NULL;
     kvq_weights *w = NULL;
     kvq_model *ref = NULL, *q[3] = {NULL, NULL, NULL};
-    kvq_status s = read_text(o->text_path, &text, &nb, rep->text_sha256, err);
-    if (s) return s;
+    kvq_status s = KVQ_OK;
     snprintf(rep->text_path, sizeof rep->text_path, "%s", o->text_path);
     rep->text_bytes = nb;
     // The tokenizer shipped in the file (what users will run), else the source's.
@@ -384,7 +384,6 @@ done:
     kvq_tok_close(tok);
     kvq_weights_close(w);
     free(ids);
-    free(text);
     return s;
 }
 
@@ -474,14 +473,11 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
     // Every payload's digest and zstd frame is checked before the meaning (which reads the KV
     // tables and the tokenizer), so a damaged payload is always the integrity failure.
     kvq_status s;
-    if (o->text_path) { // a text that is not one is refused before the (long) passes, not after
-        char *tx = NULL, hx[65];
-        size_t nt = 0;
-        if ((s = read_text(o->text_path, &tx, &nt, hx, err))) return s;
-        free(tx);
-    }
+    char *text = NULL; // --text: read and checked first, so a text that is not one is refused before
+    size_t nb = 0;     // the (long) passes, not after them
+    if (o->text_path && (s = read_text(o->text_path, &text, &nb, rep->text_sha256, err))) return s;
     s = kvq_file_open(o->kvq_path, &f, &e);
-    if (s) { *err = e; return s; }
+    if (s) { free(text); *err = e; return s; }
     const json_t *man = kvq_file_manifest(f);
     {
         kvq_bits kb;
@@ -547,11 +543,12 @@ kvq_status kvq_verify_run(const kvq_verify_opts *o, kvq_verify_report *rep, kvq_
             s = kvq_err_set(err, KVQ_ERR_ARG, "verify: perplexity and KLD need the source (--source DIR)");
             goto out;
         }
-        if ((s = eval_pass(o, rep, man, err))) goto out;
+        if ((s = eval_pass(o, rep, man, text, nb, err))) goto out;
     }
 finish:
     thresholds(rep);
 out:
+    free(text);
     kvq_weights_close(src);
     kvq_file_close(f);
     json_decref(mcopy);
