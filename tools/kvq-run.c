@@ -23,7 +23,7 @@
 #include "libconv/tokenizer/tokenizer.h"
 
 static const char *usage =
-    "usage: kvq-run MODEL -p PROMPT [-n 128] [--temp 0.8] [--top-p 0.95] [--seed 1] [-t N]\n"
+    "usage: kvq-run MODEL -p PROMPT|--prompt-file FILE [-n 128] [--temp 0.8] [--top-p 0.95] [--seed 1] [-t N]\n"
     "       kvq-run MODEL --tokens ids.bin --logits out.bin     (int32 LE ids -> fp32 LE [T, vocab])\n"
     "       kvq-run MODEL --ppl FILE [--ctx 512] [--stride N] [--bos none|prepend|replace | --no-bos]\n"
     "               [--scored all-but-first|second-half] [--max-tokens N] [--partial]  (as kvq-verify)\n"
@@ -33,12 +33,41 @@ static const char *usage =
     "         packed with float activations, or decoded to floats at load (reference)\n"
     "         --ctx-max N (KV cache positions)  -t N threads\n"
     "         --gpu  run on the CUDA device: weights uploaded (packed stay packed), fp32 activations\n"
-    "         and KV cache on the device (KV codecs run on the CPU only)\n"
+    "         and KV cache on the device; the codecs fp16 (= --kv-fp16), int:<b> and kivi:<b> (b 2..4)\n"
+    "         run there too, packed (head_dim 128 with 4 query heads per KV head); others on the CPU\n"
     "         --kv SPEC [--kv-window N] [--kv-boundary]  KV-cache codec (docs/KV.md); default: the\n"
-    "         .kvq's \"kv\" section if it has one, else the fp32/fp16 cache\n"
+    "         .kvq's \"kv\" section if it has one (on the GPU: if the device can run it), else the\n"
+    "         fp32/fp16 cache\n"
     "         -v  also the settings in effect (threads, --exec, --weights, KV cache) and, when\n"
     "         generating, the sampling settings and the prompt's token ids, on stderr\n"
     "         --version\n";
+
+static char *prompt_buf; // --prompt-file's text (file scope: reachable on every exit path)
+
+// The whole of a text file, NUL-terminated (kvq_tok_text_check: no NUL, valid UTF-8); NULL
+// with err set (naming the file) otherwise.
+static char *read_text(const char *path, kvq_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return kvq_err_set(err, KVQ_ERR_IO, "%s: %s", path, strerror(errno)), NULL;
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap + 1);
+    for (size_t r; buf; len += r) {
+        if (len == cap) {
+            char *p = cap > ((size_t)1 << 40) ? NULL : realloc(buf, 2 * cap + 1);
+            if (!p) { free(buf); buf = NULL; break; }
+            buf = p, cap *= 2;
+        }
+        if (!(r = fread(buf + len, 1, cap - len, f))) break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (!buf) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path), NULL;
+    if (bad) { free(buf); return kvq_err_set(err, KVQ_ERR_IO, "%s: read error", path), NULL; }
+    buf[len] = 0;
+    if (kvq_tok_text_check(buf, len, err)) { free(buf); kvq_err_prefix(err, "%s", path); return NULL; }
+    if (!len) { free(buf); return kvq_err_set(err, KVQ_ERR_ARG, "%s: empty prompt", path), NULL; }
+    return buf;
+}
 
 static double now(void) {
     struct timespec ts;
@@ -134,6 +163,7 @@ static void ensure_wait_policy(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (kvq_tool_start("kvq-run", argc, argv)) return 0; // SIGXFSZ ignored, --version
     ensure_wait_policy(argc, argv);
+    const char *prompt_file = NULL;
     const char *model = NULL, *prompt = NULL, *tok_in = NULL, *logits_out = NULL, *ppl = NULL, *ppl_ids = NULL;
     int n_gen = 128, threads = 0;
     float temp = 0.8f, top_p = 0.95f;
@@ -147,6 +177,7 @@ int main(int argc, char **argv) {
 #define ARG(name) (strcmp(a, name) == 0 && (v || (die("option %s needs a value%s", a, ""), exit(2), 0)) && ++i)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
         else if (ARG("-p")) prompt = v;
+        else if (ARG("--prompt-file")) prompt_file = v;
         else if (ARG("-n")) { if (kvq_opt_int(T_, a, v, 0, 1 << 30, &n_gen)) return 2; }
         else if (ARG("--temp")) { double d; if (kvq_opt_double(T_, a, v, 0, 1e6, &d)) return 2; temp = (float)d; }
         else if (ARG("--top-p")) { double d; if (kvq_opt_double(T_, a, v, 0, 1, &d)) return 2; top_p = (float)d; }
@@ -189,10 +220,22 @@ int main(int argc, char **argv) {
     }
     if (!model) { fputs(usage, stderr); return 2; }
     kvq_tool_input("kvq-run", model);
+    if (prompt_file) { // a prompt too long for the command line: the file's text, checked as every text input
+        if (prompt) return die("-p and --prompt-file: give one%s%s", "", "");
+        kvq_tool_input("kvq-run", prompt_file);
+        kvq_err pe = {0};
+        if (!(prompt_buf = read_text(prompt_file, &pe))) return die("%s%s", pe.msg, "");
+        prompt = prompt_buf;
+    }
     if (!!tok_in != !!logits_out) return die("--tokens and --logits go together%s%s", "", "");
     if (!tok_in && !ppl && !ppl_ids && !prompt) return die("nothing to do: give -p, --tokens/--logits, --ppl or --ppl-ids%s%s", "", "");
     if (n_gen < 0) return die("-n must be >= 0%s%s", "", "");
     mo.n_threads = threads;
+    if (mo.backend && mo.kv_fp16) { // the device's fp16 cache is its codec "fp16"
+        if (kv_spec) return die("--kv-fp16 and --kv %s: choose one%s", kv_spec, "");
+        kv_spec = "fp16";
+        mo.kv_fp16 = 0;
+    }
     char msg[1200];
     size_t n_ids = 0;
     int32_t *ids = NULL;
@@ -209,24 +252,10 @@ int main(int argc, char **argv) {
     if (kvq_model_open(model, &mo, &m, &err)) return die("%s%s", err.msg, "");
     const kvq_arch *ar = kvq_model_arch(m);
     int V = ar->vocab_size, rc = 0;
-    if (kv_spec && mo.backend)
-        { kvq_model_close(m); return die("--kv %s: KV-cache codecs run on the CPU only (drop --gpu or --kv)%s", kv_spec, ""); }
-    if (mo.backend) { // the GPU keeps its own fp32 cache: say so when the file declares a codec
-        size_t ml = strlen(model);
-        kvq_file *kf = NULL;
-        if (ml > 4 && !strcmp(model + ml - 4, ".kvq") && !kvq_file_open(model, &kf, &err)) {
-            const json_t *kv = json_object_get(kvq_file_manifest(kf), "kv");
-            const char *spec = kv ? json_string_value(json_object_get(kv, "spec")) : NULL;
-            if (spec)
-                info("kvq-run: %s declares the KV cache %s; the GPU backend runs an fp32 cache (KV codecs run on "
-                     "the CPU only for now: drop --gpu to use it)\n", model, spec);
-        }
-        kvq_file_close(kf);
-        err.code = 0;
-    }
-    if (!mo.backend) { // ---- KV cache: --kv, else the .kvq's declared codec, else the default
+    { // ---- KV cache: --kv, else the .kvq's declared codec, else the default (fp32; --kv-fp16: fp16)
         kvq_kvcache *kc = NULL;
-        int mc = kvq_model_max_ctx(m);
+        // a device holds the cache itself: the host cache only carries the codec states
+        int mc = mo.backend ? 1 : kvq_model_max_ctx(m), from_file = 0;
         size_t ml = strlen(model);
         if (kv_spec) {
             kvq_kvcache_policy pol = {kv_window, kv_boundary, seed, 0};
@@ -237,12 +266,21 @@ int main(int argc, char **argv) {
             if (kvq_file_open(model, &kf, &err) || kvq_kv_open_from_file(kf, mc, 0, &kc, &err))
                 { kvq_file_close(kf); kvq_model_close(m); return die("%s%s", err.msg, ""); }
             kvq_file_close(kf);
+            from_file = kc != NULL;
         }
         if (kc) {
-            if (kvq_model_set_kvcache(m, kc, &err)) { kvq_model_close(m); return die("%s%s", err.msg, ""); }
-            info("kvq-run: KV cache %s: %.3f bits/element at the model's %d positions (docs/KV.md)\n",
-                    kv_spec ? kv_spec : "from the .kvq",
-                    kvq_kvcache_codec_formula_bits(kc, ar->max_position_embeddings), ar->max_position_embeddings);
+            if (kvq_model_set_kvcache(m, kc, &err)) {
+                kc->ops->free(kc);
+                if (!from_file || err.code != KVQ_ERR_UNSUPPORTED) { kvq_model_close(m); return die("%s%s", err.msg, ""); }
+                // the file's codec where the device has no kernels for it: the default cache, said once
+                info("kvq-run: %s declares a KV cache the device cannot run (%s); running the fp32 cache\n", model, err.msg);
+                err.code = 0;
+            } else {
+                info("kvq-run: KV cache %s: %.3f bits/element at the model's %d positions (docs/KV.md)%s\n",
+                     kv_spec ? kv_spec : "from the .kvq",
+                     kvq_kvcache_codec_formula_bits(kvq_model_kvcache_desc(m), ar->max_position_embeddings),
+                     ar->max_position_embeddings, mo.backend ? ", on the device" : "");
+            }
         }
     }
     info("kvq-run: %s: %s, %d layers, d=%d, vocab %d, loaded in %.2f s on the %s backend (%.1f MB of weights held)\n",
@@ -404,6 +442,7 @@ out_tok:
     kvq_tok_close(tok);
 out:
     free(ids);
+    free(prompt_buf);
     kvq_model_close(m);
     return rc;
 }

@@ -305,6 +305,10 @@ const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *base, int layer, i
     return slot_at((const kvc *)base, layer, head, role)->codec;
 }
 
+const kvq_kvcache_policy *kvq_kvcache_codec_policy(const kvq_kvcache *base) {
+    return base->ops == &kvc_ops ? &((const kvc *)base)->pol : NULL;
+}
+
 // stored: every state's tables will be replaced by stored ones (kvq_kvcache_codec_load), so
 // nothing is trained (kvq_kvcodec_new_stored).
 static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int head_dim, int max_ctx,

@@ -200,6 +200,9 @@ kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads,
 /** The codec state of (layer, head, role) inside a cache made by kvq_kvcache_codec_new
  *  (borrowed; for serialization into the .kvq manifest). */
 const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *c, int layer, int head, int role);
+/** The policy (window, boundary, seed) of a cache made by kvq_kvcache_codec_new, or NULL for
+ *  any other cache (borrowed). */
+const kvq_kvcache_policy *kvq_kvcache_codec_policy(const kvq_kvcache *c);
 /** Bits per element of a context of n_ctx tokens (window and boundary included), before
  *  anything is stored: for fixed-size codecs the bytes each group is stored in (the formula
  *  rounded up to whole bytes, so it equals bits_per_element once n_ctx tokens are stored), for

@@ -90,6 +90,11 @@ typedef struct kvq_backend_ops {
     size_t (*scratch_bytes)(const kvq_backend *b);
     /** Bytes of the backend's own KV cache (0: it uses the model's kvq_kvcache). */
     size_t (*kv_bytes)(const kvq_backend *b);
+    /** Optional (device backends): the KV cache runs in the codec of c (a cache made by
+     *  kvq_kvcache_codec_new: its per-layer states, window and boundary policy), held in the
+     *  device's own layout from now on. c is only read during the call. KVQ_ERR_UNSUPPORTED
+     *  (one line naming the codec and what is missing) when the device cannot run it. */
+    kvq_status (*kv_codec)(kvq_backend *b, const kvq_kvcache *c, kvq_err *err);
 } kvq_backend_ops;
 
 struct kvq_backend {

@@ -12,7 +12,10 @@
 #include "kernels/cpu/hqx.h"
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/hqx.h"
+#include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/ops.h"
+#include "libconv/kv/kv_gpu.h"
+#include "libconv/kv/kvcodec.h"
 #include "libconv/runtime/backend.h"
 
 // Decode steps (one token, with logits) run as a CUDA graph: the first is captured while the
@@ -23,8 +26,19 @@ typedef enum { DIRECT = 0, CAPTURE, REPLAY } mode;
 typedef struct {
     kvq_backend b;
     kvq_err first; // the first failure since the last sync
-    float *kc, *vc; // (n_layers, n_kv_heads, max_ctx, head_dim) each
+    float *kc, *vc; // (n_layers, n_kv_heads, max_ctx, head_dim) each; NULL when a KV codec runs
+                    // (kv.on) or the context exceeds the fp32 attention kernel's
     size_t kv_floats;
+    // A KV codec on the device (kv_codec): one packed cache per layer (kernels/cuda/kv_attn.h),
+    // appended and attended by kvq_gkv_append / kvq_gkv_attend; their launches depend on the
+    // host's position count, so decode steps are not captured as graphs while it runs.
+    struct {
+        int on, window;
+        kvq_gkv_cache *c; // (n_layers)
+        void *scratch;
+        size_t bytes;     // device bytes: packed sides, fp16 rings, scratch
+        char spec[64];
+    } kv;
     int *d_pos;     // the position a graph reads
     int pos;        // its host copy (the source of the asynchronous copy)
     int graphs;     // use graphs
@@ -107,6 +121,19 @@ static void note(gpu *g, kvq_status s, const kvq_err *e) {
     } while (0)
 #define ERR (&e_)
 
+static void kv_free(gpu *g) {
+    if (g->kv.c)
+        for (int l = 0; l < g->b.arch.n_layers; l++) {
+            kvq_cuda_free(g->kv.c[l].k.data);
+            kvq_cuda_free(g->kv.c[l].v.data);
+            kvq_cuda_free(g->kv.c[l].wk);
+            kvq_cuda_free(g->kv.c[l].wv);
+        }
+    free(g->kv.c);
+    kvq_cuda_free(g->kv.scratch);
+    memset(&g->kv, 0, sizeof g->kv);
+}
+
 static void destroy(kvq_backend *b) {
     gpu *g = (gpu *)b;
     double tot = 0;
@@ -120,6 +147,7 @@ static void destroy(kvq_backend *b) {
     kvq_cuda_free(g->kc);
     kvq_cuda_free(g->vc);
     kvq_cuda_free(g->d_pos);
+    kv_free(g);
     free(g);
 }
 
@@ -195,10 +223,13 @@ static void mat_release(kvq_backend *b, kvq_mat *w) {
 static kvq_status ready(kvq_backend *b, kvq_err *err) {
     gpu *g = (gpu *)b;
     const kvq_arch *a = &b->arch;
-    g->kv_floats = (size_t)a->n_layers * a->n_kv_heads * (size_t)b->max_ctx * a->head_dim;
-    kvq_status s = kvq_cuda_malloc((void **)&g->kc, sizeof(float) * g->kv_floats, err);
-    if (!s) s = kvq_cuda_malloc((void **)&g->vc, sizeof(float) * g->kv_floats, err);
-    if (s) kvq_err_prefix(err, "the KV cache (%d positions)", b->max_ctx);
+    kvq_status s = KVQ_OK;
+    if (b->max_ctx <= kvq_cuda_attention_max_ctx(a->head_dim)) { // else only a KV codec (kv_codec) can run
+        g->kv_floats = (size_t)a->n_layers * a->n_kv_heads * (size_t)b->max_ctx * a->head_dim;
+        s = kvq_cuda_malloc((void **)&g->kc, sizeof(float) * g->kv_floats, err);
+        if (!s) s = kvq_cuda_malloc((void **)&g->vc, sizeof(float) * g->kv_floats, err);
+        if (s) kvq_err_prefix(err, "the KV cache (%d positions)", b->max_ctx);
+    }
     if (!s) s = kvq_cuda_malloc((void **)&g->d_pos, sizeof(int), err);
     if (!s) s = kvq_cuda_malloc((void **)&g->d_top1, sizeof(int), err);
     if (!s) s = kvq_cuda_attention_init(a->n_heads, a->n_kv_heads, a->head_dim, b->max_ctx, err);
@@ -209,7 +240,7 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
 static void step(kvq_backend *b, int T, int pos, int logits) {
     gpu *g = (gpu *)b;
     g->mode = DIRECT;
-    if (!g->graphs || T != 1 || !logits || g->first.code) return;
+    if (!g->graphs || g->kv.on || T != 1 || !logits || g->first.code) return;
     kvq_err e = {0};
     g->pos = pos;
     g->variant = logits == 2;
@@ -389,11 +420,57 @@ static void rope(kvq_backend *b, float *x, int T, int n_heads, int head_dim, int
     flush(g);
     launch_rope(g, x, T, n_heads, head_dim, rot_dim, pos, inv_freq);
 }
+// Attention through the device's KV codec cache: the chunk's tokens appended (encoded as they
+// leave the window), then each token attends to positions [0, pos + t] of the cache, as the
+// CPU's codec cache does (backend_cpu.c: append all, then attend). A sequence continues at its
+// end or restarts at 0 (dropping window positions not yet encoded is also allowed).
+static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, const float *v, float *out, int T, int pos,
+                               const kvq_attn_shape *s) {
+    flush(g); // split, norms and ropes queued for attn_in run as their own kernels
+    kvq_gkv_cache *c = &g->kv.c[l];
+    kvq_err e = {0};
+    kvq_status st = KVQ_OK;
+    if (pos != c->n_tok) {
+        const int enc = c->n_enc_k > c->n_enc_v ? c->n_enc_k : c->n_enc_v;
+        if (pos == 0) c->n_tok = c->n_enc_k = c->n_enc_v = 0;
+        else if (pos < c->n_tok && pos >= enc) c->n_tok = pos;
+        else
+            st = kvq_err_set(&e, KVQ_ERR_ARG,
+                             "gpu KV cache %s, layer %d: position %d after %d stored positions (%d encoded): a sequence "
+                             "continues at its end or restarts at 0", g->kv.spec, l, pos, c->n_tok, enc);
+    }
+    prof_begin(g);
+    if (!st) st = kvq_gkv_append(c, k, v, T, g->kv.window, &e);
+    const size_t qd = (size_t)s->n_heads * s->head_dim;
+    for (int t = 0; t < T && !st; t++) {
+        kvq_gkv_cache view = *c; // the positions token t sees
+        view.n_tok = pos + t + 1;
+        if (view.n_enc_k > view.n_tok) view.n_enc_k = view.n_tok;
+        if (view.n_enc_v > view.n_tok) view.n_enc_v = view.n_tok;
+        st = kvq_gkv_attend(&view, q + t * qd, out + t * qd, s->scale, 0, g->kv.scratch, &e);
+    }
+    prof_end(g, T == 1 ? "kv codec attention T=1" : "kv codec attention T>1");
+    if (st) kvq_err_prefix(&e, "layer %d", l);
+    note(g, st, &e);
+    return st;
+}
+
 static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *q, const float *k, const float *v,
                             float *out, int T, int pos, const kvq_attn_shape *s) {
     (void)c;
     gpu *g = (gpu *)b;
     if (skip(g)) return KVQ_OK;
+    if (g->kv.on) return kv_attention(g, l, q, k, v, out, T, pos, s);
+    if (!g->kc) {
+        flush(g);
+        kvq_err e = {0};
+        kvq_status st = kvq_err_set(&e, KVQ_ERR_UNSUPPORTED,
+                                    "--gpu: a context of %d positions exceeds the fp32 attention kernel's %d; a KV cache "
+                                    "on the device has no such limit (--kv fp16, int:<b> or kivi:<b>; head_dim %d)",
+                                    b->max_ctx, kvq_cuda_attention_max_ctx(s->head_dim), KVQ_GKV_HEAD_DIM);
+        note(g, st, &e);
+        return st;
+    }
     const size_t per_layer = (size_t)s->n_kv_heads * (size_t)b->max_ctx * s->head_dim;
     kvq_err e = {0};
     const int hd = s->head_dim;
@@ -497,23 +574,90 @@ static kvq_status sync(kvq_backend *b, kvq_err *err) {
 }
 
 static size_t scratch_bytes(const kvq_backend *b) { (void)b; return kvq_cuda_tc_scratch_bytes(); }
-static size_t kv_bytes(const kvq_backend *b) { return 2 * sizeof(float) * ((const gpu *)b)->kv_floats; }
+static size_t kv_bytes(const kvq_backend *b) {
+    const gpu *g = (const gpu *)b;
+    return g->kv.on ? g->kv.bytes : 2 * sizeof(float) * g->kv_floats;
+}
+
+// The KV cache in the codec of kc on the device: per layer, each side's GPU kind (fp16 for a
+// boundary layer's keys), a packed region per KV head for max_ctx positions (rounded up to
+// 32), and fp16 rings for the window, the KIVI key group waiting to fill, and a chunk of
+// max_batch new tokens. Replaces the fp32 cache (freed).
+static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) {
+    gpu *g = (gpu *)b;
+    const kvq_arch *a = &b->arch;
+    const kvq_kvcache_policy *pol = kvq_kvcache_codec_policy(kc);
+    const kvq_kvcodec *s0 = pol ? kvq_kvcache_codec_state(kc, 0, 0, 1) : NULL; // values: never a boundary's fp16
+    if (!s0) return kvq_err_set(err, KVQ_ERR_ARG, "--gpu: the KV cache is not a codec cache");
+    char spec[64];
+    kvq_kvspec_format(&s0->spec, spec, sizeof spec);
+    if (a->head_dim != KVQ_GKV_HEAD_DIM || a->n_heads != KVQ_GKV_GROUP * a->n_kv_heads)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                           "--gpu --kv %s: the GPU KV kernels are built for head_dim %d with %d query heads per KV head; "
+                           "this model has head_dim %d and %d query over %d KV heads (drop --gpu to run the codec on the CPU)",
+                           spec, KVQ_GKV_HEAD_DIM, KVQ_GKV_GROUP, a->head_dim, a->n_heads, a->n_kv_heads);
+    kv_free(g);
+    const int L = a->n_layers, nkv = a->n_kv_heads, hd = a->head_dim, cap = (b->max_ctx + 31) / 32 * 32;
+    const int wcap = pol->window + 32 + b->max_batch;
+    if (!(g->kv.c = calloc(L, sizeof *g->kv.c))) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    size_t bytes = 0, scr = 0;
+    kvq_status s = KVQ_OK;
+    for (int l = 0; l < L && !s; l++) {
+        kvq_gkv_cache *c = &g->kv.c[l];
+        *c = (kvq_gkv_cache){.batch = 1, .n_kv = nkv, .n_heads = a->n_heads, .head_dim = hd, .cap = cap, .wcap = wcap};
+        for (int r = 0; r < 2 && !s; r++) {
+            kvq_gkv_side *sd = r ? &c->v : &c->k;
+            const kvq_kvcodec *st = kvq_kvcache_codec_state(kc, l, 0, r);
+            s = kvq_gkv_kind_of(st, &sd->kind, &sd->bits, err);
+            if (!s && sd->kind != KVQ_GKV_F16 && sd->kind != KVQ_GKV_INT && sd->kind != KVQ_GKV_KIVI)
+                s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                                "--gpu --kv %s: no GPU encoder for this codec yet (fp16, int:<b> and kivi:<b> have one; "
+                                "its attention kernel exists, docs/KV.md); drop --gpu to run it on the CPU", spec);
+            if (!s && sd->kind != KVQ_GKV_F16 && (sd->bits < 2 || sd->bits > 4))
+                s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu --kv %s: the GPU kernels are built for 2 to 4 bits", spec);
+            sd->role = r;
+            const size_t rb = (size_t)nkv * kvq_gkv_region_bytes(sd->kind, sd->bits, hd, cap, r);
+            if (!s) s = kvq_cuda_malloc(&sd->data, rb, err);
+            bytes += rb;
+        }
+        const size_t ring = (size_t)nkv * wcap * hd * 2;
+        if (!s) s = kvq_cuda_malloc(&c->wk, ring, err);
+        if (!s) s = kvq_cuda_malloc(&c->wv, ring, err);
+        bytes += 2 * ring;
+        const size_t sb = kvq_gkv_scratch_bytes(c, 0);
+        if (sb > scr) scr = sb;
+    }
+    if (!s) s = kvq_cuda_malloc(&g->kv.scratch, scr, err);
+    if (s) {
+        kv_free(g);
+        if (s == KVQ_ERR_NOMEM || s == KVQ_ERR_IO) kvq_err_prefix(err, "the GPU KV cache %s (%d positions)", spec, cap);
+        return s;
+    }
+    g->kv.bytes = bytes + scr;
+    g->kv.window = pol->window;
+    snprintf(g->kv.spec, sizeof g->kv.spec, "%s", spec);
+    g->kv.on = 1;
+    kvq_cuda_free(g->kc);
+    kvq_cuda_free(g->vc);
+    g->kc = g->vc = NULL;
+    g->kv_floats = 0;
+    for (int i = 0; i < 2; i++) kvq_cuda_graph_free(g->graph[i]), g->graph[i] = NULL;
+    return KVQ_OK;
+}
 
 static const kvq_backend_ops gpu_ops = {
     .name = "cuda", .host = 0, .destroy = destroy, .alloc = alloc, .release = release, .upload = upload,
     .download = download, .mat_adopt = mat_adopt, .mat_release = mat_release, .step = step, .ready = ready, .matmul = matmul,
     .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .silu_mul = silu_mul,
     .add = add, .argmax = argmax, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
+    .kv_codec = kv_codec,
 };
 
 kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err) {
     char why[256];
     if (kvq_cuda_device_count(why, sizeof why) <= 0) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: %s", why);
-    if (o->max_ctx > kvq_cuda_attention_max_ctx(a->head_dim))
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: a context of %d positions exceeds the attention kernel's %d",
-                           o->max_ctx, kvq_cuda_attention_max_ctx(a->head_dim));
     if (o->kv_fp16)
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: the GPU KV cache is fp32 (--kv-fp16 runs on the CPU)");
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: the default GPU KV cache is fp32 (an fp16 cache on the device: --kv fp16)");
     kvq_status s = kvq_cuda_stream_init(err);
     if (s) return s;
     gpu *g = calloc(1, sizeof *g);

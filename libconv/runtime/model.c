@@ -37,6 +37,8 @@ struct kvq_model {
     float *final_norm;
     layer *L;
     kvq_kvcache *cache;      // the CPU backend's cache (codecs plug in here); NULL on a device
+    kvq_kvcache *kv_desc;    // a device running a KV codec: the codec cache it was built from
+                             // (its states, for reports); the device holds the cache itself
     kvq_weights *src;        // kept open: the tokenizer is opened from it (a .kvq's from its bytes)
     const char *tok_path; // borrowed from src
     // activation arena for max_batch tokens (backend memory)
@@ -390,6 +392,7 @@ void kvq_model_close(kvq_model *m) {
     if (m->be && !m->be->ops->host) free(m->xh);
     free(m->lgh);
     if (m->cache) m->cache->ops->free(m->cache);
+    if (m->kv_desc) m->kv_desc->ops->free(m->kv_desc);
     if (m->be) m->be->ops->destroy(m->be);
     free(m);
 }
@@ -401,6 +404,7 @@ kvq_status kvq_model_tokenizer(const kvq_model *m, kvq_tokenizer **out, kvq_err 
 }
 void kvq_model_set_threads(kvq_model *m, int n) { m->o.n_threads = n; }
 kvq_kvcache *kvq_model_kvcache(kvq_model *m) { return m->cache; }
+const kvq_kvcache *kvq_model_kvcache_desc(const kvq_model *m) { return m->cache ? m->cache : m->kv_desc; }
 int kvq_model_max_ctx(const kvq_model *m) { return m->cache ? m->cache->max_ctx : m->be->max_ctx; }
 const char *kvq_model_backend_name(const kvq_model *m) { return m->be->ops->name; }
 
@@ -467,9 +471,15 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
         return kvq_err_set(err, KVQ_ERR_ARG, "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
                            c ? c->n_layers : 0, c ? c->n_kv_heads : 0, c ? c->head_dim : 0,
                            m->a.n_layers, m->a.n_kv_heads, m->a.head_dim);
-    if (!m->cache)
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV-cache codecs run on the CPU backend only (the %s backend holds "
-                           "an fp32 cache)", m->be->ops->name);
+    if (!m->cache) { // a device backend builds its own cache in the codec's device layout
+        if (!m->be->ops->kv_codec)
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV-cache codecs do not run on the %s backend", m->be->ops->name);
+        kvq_status r = m->be->ops->kv_codec(m->be, c, err);
+        if (r) return r;
+        if (m->kv_desc) m->kv_desc->ops->free(m->kv_desc);
+        m->kv_desc = c;
+        return KVQ_OK;
+    }
     m->cache->ops->free(m->cache);
     m->cache = c;
     return KVQ_OK;

@@ -55,8 +55,8 @@ typedef struct kvq_model_opts_s {
      *  mode runs them as batched int8 products (kernels/cpu/hqx_gemm.c) where it can. */
     int prefill_decoded;
     /** Creates the backend the forward pass runs on (backend.h); NULL: the CPU's. A device
-     *  backend (kvq_backend_cuda_new) holds its own fp32 KV cache: the model then has no
-     *  kvq_kvcache (kvq_model_kvcache returns NULL and KV codecs are refused). */
+     *  backend (kvq_backend_cuda_new) holds its own KV cache (fp32, or a codec given by
+     *  kvq_model_set_kvcache in its device layout): kvq_model_kvcache then returns NULL. */
     kvq_status (*backend)(const struct kvq_model_opts_s *o, const kvq_arch *a, kvq_backend **out, kvq_err *err);
     /** Calibration (libconv/convert/alloc.c; may be NULL): called on a host backend with each
      *  product's input x (T, cols), host memory valid during the call, before the product runs.
@@ -113,8 +113,14 @@ int kvq_model_max_ctx(const kvq_model *m);
 /** The backend's name ("cpu", "cuda"). */
 const char *kvq_model_backend_name(const kvq_model *m);
 /** Replaces the KV cache: the model takes ownership of c and frees the old one. c must
- *  match the model's n_layers, n_kv_heads and head_dim. */
+ *  match the model's n_layers, n_kv_heads and head_dim. On a device backend c must be a codec
+ *  cache (kvq_kvcache_codec_new): the device builds its own cache in that codec (c's
+ *  max_ctx does not matter there) and the model keeps c for its states. On failure the
+ *  caller keeps c. */
 kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err);
+/** The cache set by kvq_model_set_kvcache (borrowed; on a device, the codec states it runs),
+ *  else the CPU's default cache, else NULL. */
+const kvq_kvcache *kvq_model_kvcache_desc(const kvq_model *m);
 
 /** Runs tokens[0..T) at positions [pos, pos+T), causally attending to the cached
  *  positions [0, pos) and to each other; appends their K/V to the cache. Positions

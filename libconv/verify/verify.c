@@ -372,10 +372,17 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
     rep->source_ppl_se = ls.ref_ppl_se;
     rep->source_nll_sum = ls.ref_nll;
     if (q[1]) {
-        const kvq_kvcache *c = kvq_model_kvcache(q[1]);
-        rep->kv_positions = kvq_model_arch(q[1])->max_position_embeddings;
+        const kvq_kvcache *c = kvq_model_kvcache_desc(q[1]);
+        const kvq_arch *qa = kvq_model_arch(q[1]);
+        rep->kv_positions = qa->max_position_embeddings;
         rep->kv_bits = kvq_kvcache_codec_formula_bits(c, rep->kv_positions);
-        rep->kv_bits_run = c->ops->bits_per_element(c);
+        if (kvq_model_kvcache(q[1])) rep->kv_bits_run = c->ops->bits_per_element(c);
+        else { // a device holds the cache in its own layout: the bits it holds per element
+            kvq_model_mem mm;
+            kvq_model_memory(q[1], &mm);
+            rep->kv_bits_run = 8.0 * (double)mm.kv /
+                               (2.0 * qa->n_layers * qa->n_kv_heads * qa->head_dim * (double)kvq_model_max_ctx(q[1]));
+        }
     }
 done:
     rep->seconds_eval = now_s() - t0;
