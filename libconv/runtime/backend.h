@@ -86,7 +86,8 @@ typedef struct kvq_backend_ops {
     kvq_status (*argmax)(kvq_backend *b, const float *x, int n, int32_t *out, kvq_err *err);
     /** Waits for queued work; @return the first error an op met since the last sync. */
     kvq_status (*sync)(kvq_backend *b, kvq_err *err);
-    /** Bytes of scratch the backend holds for products (beyond the model's activations). */
+    /** Bytes of scratch the backend holds for products and for its own KV cache's appends and
+     *  attention (beyond the model's activations). */
     size_t (*scratch_bytes)(const kvq_backend *b);
     /** Bytes of the backend's own KV cache (0: it uses the model's kvq_kvcache). */
     size_t (*kv_bytes)(const kvq_backend *b);

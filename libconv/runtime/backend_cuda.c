@@ -36,7 +36,8 @@ typedef struct {
         int on, window;
         kvq_gkv_cache *c; // (n_layers)
         void *scratch;
-        size_t bytes;     // device bytes: packed sides, fp16 rings, scratch
+        size_t bytes;     // device bytes of the packed sides (the cache proper)
+        size_t aux;       // and of the fp16 rings and the attention's scratch
         char spec[64];
     } kv;
     int *d_pos;     // the position a graph reads
@@ -573,7 +574,7 @@ static kvq_status sync(kvq_backend *b, kvq_err *err) {
     return s;
 }
 
-static size_t scratch_bytes(const kvq_backend *b) { (void)b; return kvq_cuda_tc_scratch_bytes(); }
+static size_t scratch_bytes(const kvq_backend *b) { return kvq_cuda_tc_scratch_bytes() + ((const gpu *)b)->kv.aux; }
 static size_t kv_bytes(const kvq_backend *b) {
     const gpu *g = (const gpu *)b;
     return g->kv.on ? g->kv.bytes : 2 * sizeof(float) * g->kv_floats;
@@ -600,7 +601,7 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
     const int L = a->n_layers, nkv = a->n_kv_heads, hd = a->head_dim, cap = (b->max_ctx + 31) / 32 * 32;
     const int wcap = pol->window + 32 + b->max_batch;
     if (!(g->kv.c = calloc(L, sizeof *g->kv.c))) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
-    size_t bytes = 0, scr = 0;
+    size_t bytes = 0, scr = 0, scr_rings = 0;
     kvq_status s = KVQ_OK;
     for (int l = 0; l < L && !s; l++) {
         kvq_gkv_cache *c = &g->kv.c[l];
@@ -623,7 +624,7 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
         const size_t ring = (size_t)nkv * wcap * hd * 2;
         if (!s) s = kvq_cuda_malloc(&c->wk, ring, err);
         if (!s) s = kvq_cuda_malloc(&c->wv, ring, err);
-        bytes += 2 * ring;
+        scr_rings += 2 * ring;
         const size_t sb = kvq_gkv_scratch_bytes(c, 0);
         if (sb > scr) scr = sb;
     }
@@ -633,7 +634,8 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
         if (s == KVQ_ERR_NOMEM || s == KVQ_ERR_IO) kvq_err_prefix(err, "the GPU KV cache %s (%d positions)", spec, cap);
         return s;
     }
-    g->kv.bytes = bytes + scr;
+    g->kv.bytes = bytes;
+    g->kv.aux = scr_rings + scr;
     g->kv.window = pol->window;
     snprintf(g->kv.spec, sizeof g->kv.spec, "%s", spec);
     g->kv.on = 1;

@@ -377,7 +377,7 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
         rep->kv_positions = qa->max_position_embeddings;
         rep->kv_bits = kvq_kvcache_codec_formula_bits(c, rep->kv_positions);
         if (kvq_model_kvcache(q[1])) rep->kv_bits_run = c->ops->bits_per_element(c);
-        else { // a device holds the cache in its own layout: the bits it holds per element
+        else { // a device holds the cache in its own layout: the bits of its packed cache per element
             kvq_model_mem mm;
             kvq_model_memory(q[1], &mm);
             rep->kv_bits_run = 8.0 * (double)mm.kv /
