@@ -116,6 +116,13 @@ static uint32_t check_packed(kvq_hqx w, const float *Wd, int n_tok, uint64_t see
         assert_memory_equal(y, yref, sizeof(float) * rows * n_tok);
         g_t128_checked++;
     }
+    // AUTO takes the one-token body of the cpuid rule (kvq_hqx_isa_one_token): the same bits
+    if (best >= KVQ_HQX_ISA_AVX2) {
+        kvq_hqx_matmul(&w, act, 1, yref, rows, KVQ_HQX_INT8, kvq_hqx_isa_one_token(), 1);
+        memset(y, 0xff, sizeof(float) * rows);
+        kvq_hqx_matmul(&w, act, 1, y, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_AUTO, 2);
+        assert_memory_equal(y, yref, sizeof(float) * rows);
+    }
     // the batched VNNI product (tokens in the lanes): the reference int8 outputs bit for bit
     // (GCC keeps the reference's separate multiply and add; clang may contract them into an
     // FMA there, so under clang the bound is the float order's)
@@ -314,6 +321,22 @@ static void test_escapes_and_heavy_tails(void **state) {
 // holds, coset bits all set, against activations of all +127, all −127, alternating and
 // random int8 codes. Every ISA path, one token (decode kernels) and 19 tokens (the batched
 // product), equals the reference; the batched product bit for bit under GCC.
+// The decode product's body: the best ISA except AVX2 on Intel CPUs with VNNI (measured
+// faster there); an override takes a body the CPU has, AUTO restores the rule.
+static void test_one_token_rule(void **state) {
+    (void)state;
+    const kvq_hqx_isa best = kvq_hqx_isa_best(), rule = kvq_hqx_isa_one_token();
+    assert_true(rule <= best);
+    assert_int_equal(rule, best == KVQ_HQX_ISA_VNNI && __builtin_cpu_is("intel") ? KVQ_HQX_ISA_AVX2 : best);
+    kvq_hqx_set_one_token(KVQ_HQX_ISA_AVX2);
+    assert_int_equal(kvq_hqx_isa_one_token(), best >= KVQ_HQX_ISA_AVX2 ? KVQ_HQX_ISA_AVX2 : best);
+    kvq_hqx_set_one_token(KVQ_HQX_ISA_VNNI);
+    assert_int_equal(kvq_hqx_isa_one_token(), best);
+    kvq_hqx_set_one_token(KVQ_HQX_ISA_AUTO);
+    assert_int_equal(kvq_hqx_isa_one_token(), rule);
+    printf("  one-token product on %s (best ISA %s)\n", kvq_hqx_isa_name(rule), kvq_hqx_isa_name(best));
+}
+
 static void test_extreme_sums(void **state) {
     (void)state;
     const int cases[][2] = {{KVQ_HQ_LAT_E8, 4}, {KVQ_HQ_LAT_E8, 5}, {KVQ_HQ_LAT_E8, 6}, {KVQ_HQ_LAT_E8, 7},
@@ -641,7 +664,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_lattice_and_rate),
         cmocka_unit_test(test_gemm_many_tokens), cmocka_unit_test(test_escapes_and_heavy_tails),
-        cmocka_unit_test(test_extreme_sums), cmocka_unit_test(test_pack_simd), cmocka_unit_test(test_auto_width),
+        cmocka_unit_test(test_extreme_sums), cmocka_unit_test(test_one_token_rule), cmocka_unit_test(test_pack_simd), cmocka_unit_test(test_auto_width),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),
     };

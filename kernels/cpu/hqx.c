@@ -168,6 +168,17 @@ kvq_hqx_isa kvq_hqx_isa_best(void) {
     return f & KVQ_CPU_VNNI ? KVQ_HQX_ISA_VNNI : f & KVQ_CPU_AVX2 ? KVQ_HQX_ISA_AVX2 : KVQ_HQX_ISA_REF;
 }
 
+static kvq_hqx_isa one_token_forced = KVQ_HQX_ISA_AUTO;
+
+void kvq_hqx_set_one_token(kvq_hqx_isa isa) { one_token_forced = isa; }
+
+kvq_hqx_isa kvq_hqx_isa_one_token(void) {
+    const kvq_hqx_isa best = kvq_hqx_isa_best();
+    if (one_token_forced != KVQ_HQX_ISA_AUTO) return one_token_forced < best ? one_token_forced : best;
+    if (best == KVQ_HQX_ISA_VNNI && __builtin_cpu_is("intel")) return KVQ_HQX_ISA_AVX2;
+    return best;
+}
+
 const char *kvq_hqx_isa_name(kvq_hqx_isa isa) {
     switch (isa) {
     case KVQ_HQX_ISA_REF: return "ref";
@@ -813,7 +824,7 @@ HQX_ROW_FN(VNNI)
 
 void kvq_hqx_matmul_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
                          kvq_hqx_mode mode, kvq_hqx_isa isa, int64_t r0, int64_t r1) {
-    if (isa == KVQ_HQX_ISA_AUTO) isa = kvq_hqx_isa_best();
+    if (isa == KVQ_HQX_ISA_AUTO) isa = n_tok == 1 && mode == KVQ_HQX_INT8 ? kvq_hqx_isa_one_token() : kvq_hqx_isa_best();
     int64_t r = r0;
     if (isa == KVQ_HQX_ISA_VNNI && mode == KVQ_HQX_INT8 && n_tok == 1 && w->tile % 128 == 0 && w->vbits != 8)
         for (; r + 4 <= r1; r += 4) hqx_rows4_vnni512(w, r, act, y);
@@ -836,7 +847,7 @@ void kvq_hqx_matmul_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, fl
 
 void kvq_hqx_matmul(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, float *y, int64_t ldy,
                     kvq_hqx_mode mode, kvq_hqx_isa isa, int n_threads) {
-    if (isa == KVQ_HQX_ISA_AUTO) isa = kvq_hqx_isa_best();
+    if (isa == KVQ_HQX_ISA_AUTO) isa = n_tok == 1 && mode == KVQ_HQX_INT8 ? kvq_hqx_isa_one_token() : kvq_hqx_isa_best();
     const int64_t units = (w->rows + 3) / 4; // groups of 4 rows
     const int nt = kvq_nthreads(n_threads);
 #pragma omp parallel for schedule(static) num_threads(nt) if (w->rows * w->cols_p * n_tok > 32768)

@@ -48,6 +48,14 @@ void kvq_hqx_prep_tiles(const kvq_hqx *w, const float *x, kvq_hqx_act *a, int64_
 
 /** Which path AUTO resolves to on this CPU. */
 kvq_hqx_isa kvq_hqx_isa_best(void);
+/** The path of the one-token int8 product (decode) where AUTO or the CPU runtime asks for it:
+ *  kvq_hqx_isa_best, except on Intel CPUs with AVX-512 VNNI, where the AVX2 body is taken —
+ *  measured 2.3x faster than the 512-bit VNNI body there at 2048 columns (docs/EXECUTION.md,
+ *  eighth increment), while on AMD's Zen 4 the VNNI body is the faster. Decided by cpuid, not
+ *  by timing, so one machine always computes the same bits. kvq_hqx_set_one_token(isa)
+ *  overrides it (AVX2 or VNNI where the CPU has them; AUTO: back to the rule). */
+kvq_hqx_isa kvq_hqx_isa_one_token(void);
+void kvq_hqx_set_one_token(kvq_hqx_isa isa);
 /** The AVX2 one-token product has a body for tiles of 128 (the default tile) beside the
  *  generic one; both give the same bits. on = 0 / 1 selects the generic / tile-128 body for
  *  tiles of 128 (for tests and side-by-side benchmarks; default 1), on < 0 only asks.

@@ -138,7 +138,7 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
 // fork and one barrier, and no preparation runs on one thread while the others wait.
 static void matmul_packed(cpu *c, float *y, const float *x, const kvq_mat *w, int T) {
     const kvq_hqx_mode mode = c->b.exec == KVQ_EXEC_EXACT ? KVQ_HQX_EXACT : KVQ_HQX_INT8;
-    const kvq_hqx_isa isa = kvq_hqx_isa_best();
+    const kvq_hqx_isa isa = T == 1 && mode == KVQ_HQX_INT8 ? kvq_hqx_isa_one_token() : kvq_hqx_isa_best();
     int64_t prep_end[3], unit_end[3], n_prep = 0, n_unit = 0, work = 0; // running totals over blocks
     for (int p = 0; p < w->n_part; p++) {
         const kvq_hqx *hw = &w->part[p];
@@ -336,6 +336,16 @@ kvq_status kvq_backend_cpu_new(const kvq_model_opts *o, const kvq_arch *a, kvq_b
     c->b = (kvq_backend){.ops = &cpu_ops, .exec = o->exec, .prefill_decoded = o->prefill_decoded, .n_threads = o->n_threads, .max_batch = o->max_batch,
                          .max_ctx = o->max_ctx, .arch = *a};
     c->prep_in_team = getenv("KVQ_CPU_PREP_TEAM") && !strcmp(getenv("KVQ_CPU_PREP_TEAM"), "1");
+    // KVQ_HQX_ONE_TOKEN=avx2|vnni: the decode product's body instead of the cpuid rule
+    // (kvq_hqx_isa_one_token), for side-by-side measurements
+    const char *ot = getenv("KVQ_HQX_ONE_TOKEN");
+    if (ot && *ot) {
+        if (strcmp(ot, "avx2") && strcmp(ot, "vnni")) {
+            free(c);
+            return kvq_err_set(err, KVQ_ERR_ARG, "KVQ_HQX_ONE_TOKEN=%s: expected avx2 or vnni", ot);
+        }
+        kvq_hqx_set_one_token(!strcmp(ot, "avx2") ? KVQ_HQX_ISA_AVX2 : KVQ_HQX_ISA_VNNI);
+    }
     *out = &c->b;
     return KVQ_OK;
 }
