@@ -221,7 +221,7 @@ int main(int argc, char **argv) {
     if (!model) { fputs(usage, stderr); return 2; }
     kvq_tool_input("kvq-run", model);
     if (prompt_file) { // a prompt too long for the command line: the file's text, checked as every text input
-        if (prompt) return die("-p and --prompt-file: give one%s%s", "", "");
+        if (prompt) return die("--prompt-file %s and -p: give one of them%s", prompt_file, "");
         kvq_tool_input("kvq-run", prompt_file);
         kvq_err pe = {0};
         if (!(prompt_buf = read_text(prompt_file, &pe))) return die("%s%s", pe.msg, "");
