@@ -197,7 +197,8 @@ static void test_ops(void **st) {
     // the attention block's inputs in one kernel (kvq_cuda_attn_in) against the reference ops:
     // split + bias, per-head RMSNorm of q and k, RoPE (partial; position from device memory in
     // the second case), k and v stored in the cache; the cache's other rows untouched
-    for (int c = 0; c < 2; c++) {
+    for (int c0 = 0; c0 < 3; c0++) {
+        const int c = c0 == 1, cr = c0 == 2; // 2: case 0 through the rows variant
         const int T = c ? 1 : 3, nh = 8, nkv = 2, hd = 64, rot = c ? 64 : 48, pos = c ? 150 : 100, max_ctx = 200;
         const int qd = nh * hd, kd = nkv * hd, W = qd + 2 * kd;
         const float eps = 1e-6f;
@@ -229,6 +230,31 @@ static void test_ops(void **st) {
             kvq_err e = {0};
             if (kvq_cuda_malloc((void **)&dpos, sizeof(int), &e) || kvq_cuda_copy(dpos, &pos, sizeof(int), 1, &e))
                 fail_msg("%s", e.msg);
+        }
+        if (cr) { // the rows variant (a KV codec cache appends k and v itself): k, v as (T, kv_dim) rows
+            float *dkr = dev(NULL, (size_t)T * kd), *dvr = dev(NULL, (size_t)T * kd), *kr = malloc(sizeof(float) * T * kd),
+                  *vr = malloc(sizeof(float) * T * kd), *rk = malloc(sizeof(float) * T * kd), *rv = malloc(sizeof(float) * T * kd);
+            OK(kvq_cuda_attn_in_rows(dqkv, db, dqn, dkn, eps, dq, dkr, dvr, T, pos, nh, nkv, hd, rot, di, E));
+            back(kr, dkr, (size_t)T * kd);
+            back(vr, dvr, (size_t)T * kd);
+            for (int t = 0; t < T; t++)
+                for (int g = 0; g < nkv; g++) {
+                    memcpy(rk + (size_t)t * kd + g * hd, K + ((size_t)g * max_ctx + pos + t) * hd, sizeof(float) * hd);
+                    memcpy(rv + (size_t)t * kd + g * hd, V + ((size_t)g * max_ctx + pos + t) * hd, sizeof(float) * hd);
+                }
+            float *gq = malloc(sizeof(float) * T * qd);
+            back(gq, dq, (size_t)T * qd);
+            const double rq = rel_err(gq, Q, (size_t)T * qd), rkr = rel_err(kr, rk, (size_t)T * kd);
+            printf("  attn_in rows: q rel %.3g, k rows rel %.3g, v rows %s\n", rq, rkr,
+                   memcmp(vr, rv, sizeof(float) * T * kd) ? "differ" : "equal");
+            assert_true(rq < 1e-6 && rkr < 1e-6);
+            assert_memory_equal(vr, rv, sizeof(float) * T * kd);
+            free(kr), free(vr), free(rk), free(rv), free(gq);
+            kvq_cuda_free(dkr), kvq_cuda_free(dvr);
+            free(qkv); free(b); free(qn); free(kn); free(K); free(V); free(Q);
+            kvq_cuda_free(dK); kvq_cuda_free(dV); kvq_cuda_free(dqkv); kvq_cuda_free(db); kvq_cuda_free(dqn);
+            kvq_cuda_free(dkn); kvq_cuda_free(di); kvq_cuda_free(dq);
+            continue;
         }
         OK(kvq_cuda_attn_in(dqkv, db, dqn, dkn, eps, dq, dK, dV, T, c ? 0 : pos, dpos, nh, nkv, hd, rot, di, max_ctx, E));
         float *g = malloc(sizeof(float) * cache);

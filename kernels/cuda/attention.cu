@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restr
                                                               float eps, float *__restrict__ q, float *__restrict__ kc,
                                                               float *__restrict__ vc, int T, int pos, const int *dpos, int n_heads,
                                                               int n_kv, int hd, int rot_dim, const float *__restrict__ inv_freq,
-                                                              int max_ctx) {
+                                                              int max_ctx, int rows) {
     extern __shared__ float ain_sm[];
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int slots = n_heads + 2 * n_kv;
@@ -131,12 +131,12 @@ __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restr
         const int g = s - n_heads;
         off = q_dim + g * hd;
         nw = k_norm;
-        dst = kc + ((int64_t)g * max_ctx + pos + t) * hd;
+        dst = rows ? kc + ((int64_t)t * n_kv + g) * hd : kc + ((int64_t)g * max_ctx + pos + t) * hd;
     } else {
         const int g = s - n_heads - n_kv;
         off = q_dim + kv_dim + g * hd;
         rot = false;
-        dst = vc + ((int64_t)g * max_ctx + pos + t) * hd;
+        dst = rows ? vc + ((int64_t)t * n_kv + g) * hd : vc + ((int64_t)g * max_ctx + pos + t) * hd;
     }
     float *v = ain_sm + wi * hd;
     const float *src = qkv + (int64_t)t * W + off;
@@ -344,8 +344,22 @@ extern "C" kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, cons
     const int64_t slots = (int64_t)T * (n_heads + 2 * n_kv_heads);
     attn_in_k<<<(unsigned)((slots + AIN_WARPS - 1) / AIN_WARPS), AIN_WARPS * 32, sizeof(float) * AIN_WARPS * head_dim,
                 kvq_cuda_stream()>>>(qkv, bias, q_norm, k_norm, eps, q, kc, vc, T, pos, d_pos, n_heads, n_kv_heads, head_dim,
-                                     rot_dim, inv_freq, max_ctx);
+                                     rot_dim, inv_freq, max_ctx, 0);
     CU_LAUNCHED("attn_in");
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm,
+                                            float eps, float *q, float *k, float *v, int T, int pos, int n_heads,
+                                            int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq, kvq_err *err) {
+    if (T <= 0) return KVQ_OK;
+    if (head_dim > ATT_MAX_HD || rot_dim > head_dim || (rot_dim & 1))
+        return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention input: head_dim %d, rotary %d", head_dim, rot_dim);
+    const int64_t slots = (int64_t)T * (n_heads + 2 * n_kv_heads);
+    attn_in_k<<<(unsigned)((slots + AIN_WARPS - 1) / AIN_WARPS), AIN_WARPS * 32, sizeof(float) * AIN_WARPS * head_dim,
+                kvq_cuda_stream()>>>(qkv, bias, q_norm, k_norm, eps, q, k, v, T, pos, NULL, n_heads, n_kv_heads, head_dim,
+                                     rot_dim, inv_freq, 0, 1);
+    CU_LAUNCHED("attn_in rows");
     return KVQ_OK;
 }
 

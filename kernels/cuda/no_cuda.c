@@ -106,6 +106,11 @@ kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, flo
                            int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err) {
     return NO_CUDA(err);
 }
+kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
+                                 float *q, float *k, float *v, int T, int pos, int n_heads, int n_kv_heads, int head_dim,
+                                 int rot_dim, const float *inv_freq, kvq_err *err) {
+    return NO_CUDA(err);
+}
 kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps, float *q,
                             float *kc, float *vc, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim,
                             int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err) {

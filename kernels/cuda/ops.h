@@ -79,6 +79,12 @@ kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, flo
 kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps, float *q,
                             float *kc, float *vc, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim,
                             int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err);
+/** kvq_cuda_attn_in writing k and v as rows (T, n_kv_heads·head_dim), as kvq_cuda_qkv_split
+ *  and the ropes would have left them, instead of into a cache (for a KV codec cache, which
+ *  appends them itself). */
+kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
+                                 float *q, float *k, float *v, int T, int pos, int n_heads, int n_kv_heads, int head_dim,
+                                 int rot_dim, const float *inv_freq, kvq_err *err);
 /** Largest max_ctx kvq_cuda_attention supports for head_dim (its scores live in shared memory). */
 int kvq_cuda_attention_max_ctx(int head_dim);
 /** Prepares the attention kernels for the shape and contexts up to max_ctx (their shared

@@ -421,17 +421,36 @@ static void rope(kvq_backend *b, float *x, int T, int n_heads, int head_dim, int
     flush(g);
     launch_rope(g, x, T, n_heads, head_dim, rot_dim, pos, inv_freq);
 }
+// Whether the queued attention inputs (split, norms, ropes) are those of this attention call,
+// so that one kernel (attn_in) can compute them.
+static int ain_matches(const gpu *g, const float *q, const float *k, const float *v, int T, int pos, const kvq_attn_shape *s) {
+    const int hd = s->head_dim;
+    return g->ain.on && g->ain.has_rq && g->ain.has_rk && q == g->ain.q && k == g->ain.k && v == g->ain.v && T == g->ain.T &&
+           pos == g->ain.pos && s->n_heads == g->ain.nh && s->n_kv_heads == g->ain.nkv && hd == g->ain.hd &&
+           g->ain.q_dim == s->n_heads * hd && g->ain.kv_dim == s->n_kv_heads * hd &&
+           (!g->ain.has_qn || (g->ain.qn_n == hd && g->ain.qn_rows == T * s->n_heads)) &&
+           (!g->ain.has_kn || (g->ain.kn_n == hd && g->ain.kn_rows == T * s->n_kv_heads));
+}
+
 // Attention through the device's KV codec cache: the chunk's tokens appended (encoded as they
 // leave the window), then each token attends to positions [0, pos + t] of the cache, as the
 // CPU's codec cache does (backend_cpu.c: append all, then attend). A sequence continues at its
 // end or restarts at 0 (dropping window positions not yet encoded is also allowed).
 static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, const float *v, float *out, int T, int pos,
                                const kvq_attn_shape *s) {
-    flush(g); // split, norms and ropes queued for attn_in run as their own kernels
-    kvq_gkv_cache *c = &g->kv.c[l];
     kvq_err e = {0};
     kvq_status st = KVQ_OK;
-    if (pos != c->n_tok) {
+    if (ain_matches(g, q, k, v, T, pos, s)) { // split, norms and ropes in one kernel, k and v as rows
+        g->ain.on = 0;
+        prof_begin(g);
+        st = kvq_cuda_attn_in_rows(g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL,
+                                   g->ain.has_kn ? g->ain.kn : NULL, g->ain.eps, g->ain.q, g->ain.k, g->ain.v, T, pos,
+                                   s->n_heads, s->n_kv_heads, s->head_dim, g->ain.rot, g->ain.inv_freq, &e);
+        prof_end(g, "attn_in rows");
+    }
+    flush(g); // anything else queued, as it was asked for
+    kvq_gkv_cache *c = &g->kv.c[l];
+    if (!st && pos != c->n_tok) {
         const int enc = c->n_enc_k > c->n_enc_v ? c->n_enc_k : c->n_enc_v;
         if (pos == 0) c->n_tok = c->n_enc_k = c->n_enc_v = 0;
         else if (pos < c->n_tok && pos >= enc) c->n_tok = pos;
@@ -475,11 +494,7 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
     const size_t per_layer = (size_t)s->n_kv_heads * (size_t)b->max_ctx * s->head_dim;
     kvq_err e = {0};
     const int hd = s->head_dim;
-    if (g->ain.on && g->ain.has_rq && g->ain.has_rk && q == g->ain.q && k == g->ain.k && v == g->ain.v && T == g->ain.T &&
-        pos == g->ain.pos && s->n_heads == g->ain.nh && s->n_kv_heads == g->ain.nkv && hd == g->ain.hd &&
-        g->ain.q_dim == s->n_heads * hd && g->ain.kv_dim == s->n_kv_heads * hd &&
-        (!g->ain.has_qn || (g->ain.qn_n == hd && g->ain.qn_rows == T * s->n_heads)) &&
-        (!g->ain.has_kn || (g->ain.kn_n == hd && g->ain.kn_rows == T * s->n_kv_heads))) {
+    if (ain_matches(g, q, k, v, T, pos, s)) {
         g->ain.on = 0; // split, norms, ropes and the cache store in one kernel, then attend
         kvq_status st = KVQ_OK;
         prof_begin(g);
