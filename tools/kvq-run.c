@@ -268,6 +268,15 @@ int main(int argc, char **argv) {
             kvq_file_close(kf);
             from_file = kc != NULL;
         }
+        kvq_model_mem km;
+        kvq_model_memory(m, &km);
+        if (mo.backend && !kc && !km.kv) { // the device's fp32 cache does not reach --ctx-max: its fp16 cache does
+            kvq_kvcache_policy pol = {0, 0, seed, 0};
+            if (kvq_kvcache_codec_new("fp16", ar->n_layers, ar->n_kv_heads, ar->head_dim, mc, &pol, &kc, &err))
+                { kvq_model_close(m); return die("%s%s", err.msg, ""); }
+            info("kvq-run: --ctx-max %d is beyond the GPU's fp32 KV cache: the device keeps an fp16 cache (--kv fp16)\n",
+                 kvq_model_max_ctx(m));
+        }
         if (kc) {
             if (kvq_model_set_kvcache(m, kc, &err)) {
                 kc->ops->free(kc);
