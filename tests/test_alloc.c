@@ -460,6 +460,9 @@ static void test_default_cli(void **st) {
                                       "default 5.00 bits/param budget would run 4.1e+10 parameter-tokens (~0.23 CPU-minutes), "
                                       "over the default's limit of 1e+09; writing uniform rates"), 1);
     assert_int_equal(count_lines(err, "(pass --target-bpw 5.00 to calibrate anyway, --weights none for a lossless file)"), 1);
+    // --calib-limit 0: the default never calibrates
+    assert_int_equal(run("%s/kvq-convert --dry-run -q --calib-limit 0 " TINY " 2>&1 >/dev/null | "
+                         "grep -q \"over the default's limit of 0; writing uniform rates\"", g_build), 0);
     // the real limit lets this model calibrate: its work is known before anything runs
     assert_true(4.1e10 < KVQ_CALIB_WORK_LIMIT);
     // the same through the dry run, which predicts that file

@@ -285,7 +285,8 @@ static kvq_status budget(const char *src, const kvq_convert_opts *o, setup_t *S,
         snprintf(note, sizeof note, "%s: %.0f parameters, %zu tensors to probe: calibrating the default %.2f bits/param budget "
                  "would run %.2g parameter-tokens (~%.2g CPU-minutes), over the default's limit of %.2g; writing uniform "
                  "rates at that budget instead (pass --target-bpw %.2f to calibrate anyway, --weights none for a lossless file)",
-                 src, W.params, W.n_probes, b->target_bpw, W.work, W.work / KVQ_CALIB_RATE / 60.0, limit, b->target_bpw);
+                 src, W.params, W.n_probes, b->target_bpw, W.work, W.work / KVQ_CALIB_RATE / 60.0, limit < 1 ? 0.0 : limit,
+                 b->target_bpw);
         calib_note(o, note);
         kvq_plan_set_budget(S->plan, b->target_bpw, 1, 1);
         S->uniform = 1;
