@@ -2,8 +2,11 @@
 // within 0.01 bits per parameter as kvq_file_bits counts it (bundled tiny model; the shared
 // small models when ../shared exists), the dry run predicting the same allocation, rates that
 // follow sensitivity, a measured sensitivity that predicts a real single-tensor KL divergence,
-// budget and recipe errors, and the manifest's allocation record checked by the schema.
+// budget and recipe errors, and the manifest's allocation record checked by the schema; and
+// kvq-convert's default (no weight flag): an allocated 5.0 bits/param file with the calibration's
+// progress on stderr, and its cost guard (uniform rates and one line above the work limit).
 #include <dirent.h>
+#include <libgen.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,9 +22,12 @@
 #include "libconv/convert/convert.h"
 #include "libconv/runtime/model.h"
 #include "libconv/runtime/weights.h"
+#include "testutil.h"
 
 #define TINY "tests/models/kvq-tiny-llama"
 #define TEXT "tests/data/heldout-sample.txt"
+
+static char g_build[512] = "build"; // from argv[0]: <build>/tests/test_alloc
 
 static const char *shared_dir(void) {
     const char *s = getenv("KVQ_SHARED");
@@ -363,13 +369,167 @@ static void test_schema_allocation(void **st) {
     rm_with_dir(out);
 }
 
-int main(void) {
+// ---- kvq-convert's default: a budget by measured sensitivity, its progress, its cost guard
+
+static json_t *manifest_of(const char *path) {
+    kvq_file *f = NULL;
+    kvq_err err = {0};
+    if (kvq_file_open(path, &f, &err)) fail_msg("%s", err.msg);
+    json_t *m = json_deep_copy(kvq_file_manifest(f));
+    kvq_file_close(f);
+    return m;
+}
+
+static int count_lines(const char *path, const char *needle) {
+    size_t n = 0;
+    char *b = slurp(path, &n);
+    assert_non_null(b);
+    int c = 0;
+    for (char *l = b; l < b + n;) {
+        char *e = memchr(l, '\n', (size_t)(b + n - l));
+        if (!e) e = b + n;
+        *e = 0;
+        if (strstr(l, needle)) c++;
+        l = e + 1;
+    }
+    free(b);
+    return c;
+}
+
+// The default's file: the budget met, its record saying whose budget and how it was spent.
+static void check_default_file(const char *path, const char *rates, int n_rated) {
+    json_t *man = manifest_of(path);
+    kvq_bits kb;
+    kvq_file_bits(man, &kb);
+    print_message("%s: %.4f bits/param (%s rates)\n", path, kb.bits_per_param, rates);
+    assert_true(fabs(kb.bits_per_param - KVQ_DEFAULT_TARGET_BPW) <= 0.01);
+    const json_t *tb = json_object_get(json_object_get(man, "recipe"), "target_bpw");
+    assert_true(json_is_object(tb));
+    assert_true(json_is_true(json_object_get(tb, "default")));
+    assert_string_equal(json_string_value(json_object_get(tb, "rates")), rates);
+    assert_true(fabs(json_number_value(json_object_get(tb, "bits_per_param")) - KVQ_DEFAULT_TARGET_BPW) < 1e-9);
+    size_t i;
+    json_t *t;
+    int n_alloc = 0, n_hq = 0;
+    const char *spec0 = NULL;
+    int same = 1;
+    json_array_foreach(json_object_get(man, "tensors"), i, t) {
+        const json_t *codec = json_object_get(t, "codec");
+        if (strcmp(json_string_value(json_object_get(codec, "name")), "hyperquant")) continue;
+        const char *spec = json_string_value(json_object_get(codec, "spec"));
+        if (!spec0) spec0 = spec;
+        same &= !strcmp(spec0, spec);
+        n_hq++;
+        n_alloc += json_object_get(t, "allocation") != NULL;
+    }
+    assert_int_equal(n_hq, n_rated);
+    if (!strcmp(rates, "uniform")) { // one rate, nothing measured
+        assert_true(same);
+        assert_int_equal(n_alloc, 0);
+    } else {
+        assert_false(same);
+        assert_int_equal(n_alloc, n_rated);
+    }
+    json_decref(man);
+}
+
+static void test_default_cli(void **st) {
+    char out[600], dir[600], err[700], q[600];
+    tmpfile_path(out, sizeof out, "d.kvq");
+    snprintf(dir, sizeof dir, "%s", out);
+    *strrchr(dir, '/') = 0;
+    snprintf(err, sizeof err, "%s/err.txt", dir);
+    snprintf(q, sizeof q, "%s/q.kvq", dir);
+    // No weight flag (a short calibration keeps it to a second): allocated, with its progress.
+    assert_int_equal(run("%s/kvq-convert --calib-tokens 16 " TINY " %s 2> %s", g_build, out, err), 0);
+    check_default_file(out, "sensitivity", 30);
+    assert_int_equal(count_lines(err, "kvq-convert: calibrating: 16 tokens sampled from the model, then 30 probes of 16 tokens"), 1);
+    assert_int_equal(count_lines(err, "[calibration] statistics pass: 16/16 tokens"), 1);
+    assert_int_equal(count_lines(err, "[probe "), 30);
+    assert_int_equal(count_lines(err, "] model.layers.3.self_attn.v_proj.weight "), 2); // its probe and its tensor line
+    assert_int_equal(count_lines(err, "allocated to 5.000 bits/param by sensitivity (16 calibration tokens)"), 1);
+    // -q: nothing on stderr, the same bytes
+    assert_int_equal(run("%s/kvq-convert -q --calib-tokens 16 " TINY " %s 2> %s && test ! -s %s && cmp -s %s %s", g_build,
+                         q, err, err, out, q), 0);
+    // The guard: a calibration over the work limit is not run; one line names the source, the
+    // work and what to pass instead, and the same budget is met with one rate.
+    assert_int_equal(run("%s/kvq-convert -q --calib-limit 1e9 " TINY " %s 2> %s", g_build, out, err), 0);
+    check_default_file(out, "uniform", 30);
+    assert_int_equal(count_lines(err, ""), 1);
+    assert_int_equal(count_lines(err, "kvq-convert: " TINY ": 5048576 parameters, 30 tensors to probe: calibrating the "
+                                      "default 5.00 bits/param budget would run 4.1e+10 parameter-tokens (~0.23 CPU-minutes), "
+                                      "over the default's limit of 1e+09; writing uniform rates"), 1);
+    assert_int_equal(count_lines(err, "(pass --target-bpw 5.00 to calibrate anyway, --weights none for a lossless file)"), 1);
+    // --calib-limit 0: the default never calibrates
+    assert_int_equal(run("%s/kvq-convert --dry-run -q --calib-limit 0 " TINY " 2>&1 >/dev/null | "
+                         "grep -q \"over the default's limit of 0; writing uniform rates\"", g_build), 0);
+    // the real limit lets this model calibrate: its work is known before anything runs
+    assert_true(4.1e10 < KVQ_CALIB_WORK_LIMIT);
+    // the same through the dry run, which predicts that file
+    assert_int_equal(run("%s/kvq-convert --dry-run --calib-limit 1e9 " TINY " 2> %s | grep -q 'one rate for every rated tensor' && "
+                         "grep -q 'writing uniform rates' %s", g_build, err, err), 0);
+    // the limit guards only the default: an explicit budget calibrates whatever it costs
+    assert_int_equal(run("%s/kvq-convert -q --calib-limit 1e9 --target-bpw 5 --calib-tokens 16 " TINY " %s 2> %s && test ! -s %s",
+                         g_build, q, err, err), 0);
+    json_t *man = manifest_of(q);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(man, "recipe"), "target_bpw"), "rates")),
+                        "sensitivity");
+    assert_true(json_is_false(json_object_get(json_object_get(json_object_get(man, "recipe"), "target_bpw"), "default")));
+    json_decref(man);
+    // --weights none: lossless, no budget
+    assert_int_equal(run("%s/kvq-convert -q --weights none " TINY " %s", g_build, q), 0);
+    man = manifest_of(q);
+    assert_null(json_object_get(json_object_get(man, "recipe"), "target_bpw"));
+    json_decref(man);
+    // a default budget out of the model's reach (the kept MLPs alone cost ~6.8 bits/param): stored
+    // as its rules say, lossless, with one line giving the reachable range
+    assert_int_equal(run("%s/kvq-convert -q --keep '*.mlp.*' " TINY " %s 2> %s", g_build, q, err), 0);
+    assert_int_equal(count_lines(err, ""), 1);
+    assert_int_equal(count_lines(err, "kvq-convert: " TINY ": the default budget does not fit this model (--target-bpw 5: "
+                                      "this model can be stored in "), 1);
+    man = manifest_of(q);
+    assert_null(json_object_get(json_object_get(man, "recipe"), "target_bpw"));
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(man, "tensors"), i, t)
+        assert_string_equal(json_string_value(json_object_get(json_object_get(t, "codec"), "name")), "none");
+    json_decref(man);
+    // a limit that is not a number is bad usage
+    assert_int_equal(run("%s/kvq-convert --calib-limit lots " TINY " %s 2> %s", g_build, q, err), 2);
+    assert_int_equal(count_lines(err, "--calib-limit"), 1);
+    unlink(q);
+    unlink(err);
+    rm_with_dir(out);
+}
+
+// The real default (512 sampled tokens, 256-token probes) on the smallest shared model.
+static void test_default_shared(void **st) {
+    char src[600], out[600], err[700];
+    snprintf(src, sizeof src, "%s/models/stories260K/stories260K.bin", shared_dir());
+    if (access(src, R_OK) != 0) { print_message("skipped: %s not found (set KVQ_SHARED)\n", src); skip(); }
+    tmpfile_path(out, sizeof out, "s.kvq");
+    snprintf(err, sizeof err, "%s.err", out);
+    assert_int_equal(run("%s/kvq-convert %s %s 2> %s", g_build, src, out, err), 0);
+    check_default_file(out, "sensitivity", 36); // 5 layers x 7 + the shared embedding / classifier
+    assert_int_equal(count_lines(err, "calibrating: 512 tokens sampled from the model, then 36 probes of 256 tokens"), 1);
+    assert_int_equal(count_lines(err, "[probe "), 36);
+    unlink(err);
+    rm_with_dir(out);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char *a = strdup(argv[0]);
+    snprintf(g_build, sizeof g_build, "%s", dirname(dirname(a))); // <build>/tests/test_alloc
+    free(a);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_budget),
         cmocka_unit_test(test_shared_budget),
         cmocka_unit_test(test_sensitivity_predicts_kld),
         cmocka_unit_test(test_budget_errors),
         cmocka_unit_test(test_schema_allocation),
+        cmocka_unit_test(test_default_cli),
+        cmocka_unit_test(test_default_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -233,9 +233,9 @@ static int setup(void **st) {
     if (!mkdtemp(g_dir)) return -1;
     snprintf(g_base, sizeof g_base, "%s/base.kvq", g_dir);
     snprintf(g_tokbase, sizeof g_tokbase, "%s/tokbase.kvq", g_dir);
-    return run("%s/kvq-convert -q --kv qturbo:3 " FIXTURE " %s", g_build, g_base) || // with a KV section
+    return run("%s/kvq-convert -q --weights none --kv qturbo:3 " FIXTURE " %s", g_build, g_base) || // with a KV section
            run("cp -r " FIXTURE " %s/tokfix && cp " BAD "/tokenizer-good.json %s/tokfix/tokenizer.json && "
-               "%s/kvq-convert -q %s/tokfix %s && rm -r %s/tokfix", g_dir, g_dir, g_build, g_dir, g_tokbase, g_dir);
+               "%s/kvq-convert -q --weights none %s/tokfix %s && rm -r %s/tokfix", g_dir, g_dir, g_build, g_dir, g_tokbase, g_dir);
 }
 
 static int teardown(void **st) { return run("rm -rf %s", g_dir); }

@@ -416,6 +416,7 @@ static void test_shipped_recipes(void **state) {
         kvq_convert_opts o = {0};
         o.plan.quantize_embeddings = -1;
         o.plan.recipe_path = rp;
+        o.plan.calib_tokens = 32; // the budgeted recipes' calibration, kept short (test_alloc measures it)
         kvq_convert_prediction P;
         if (kvq_convert_predict(TINY, &o, &P, &err) != KVQ_OK) fail_msg("%s: %s", rp, err.msg);
         assert_int_equal(count_files(dir), 0); // a dry run writes nothing
@@ -589,7 +590,7 @@ static void test_tools(void **state) {
     if (access(bin, X_OK) != 0) { print_message("skipped: %s not built\n", bin); skip(); }
     tmpdir(dir, sizeof dir);
     assert_int_equal(run("%s/kvq-convert --help >/dev/null", g_build), 0);
-    assert_int_equal(run("%s/kvq-convert -q %s %s/t.kvq 2>/dev/null", g_build, TINY, dir), 0);
+    assert_int_equal(run("%s/kvq-convert -q --weights none %s %s/t.kvq 2>/dev/null", g_build, TINY, dir), 0);
     assert_int_equal(run("%s/kvq-inspect %s/t.kvq >/dev/null", g_build, dir), 0);
     assert_int_equal(run("%s/kvq-inspect --json %s/t.kvq > %s/t.json", g_build, dir, dir), 0);
     char jp[128];
@@ -765,7 +766,7 @@ static void test_permissions(void **st) {
     char dir[] = "/tmp/kvq-perm-XXXXXX";
     assert_non_null(mkdtemp(dir));
     assert_int_equal(run("cd %s && printf '\\001\\000\\000\\000' > ids.bin", dir), 0);
-    assert_int_equal(run("umask 027 && %s/kvq-convert " TINY " %s/m.kvq --export-hf %s/hf > /dev/null 2>&1 && "
+    assert_int_equal(run("umask 027 && %s/kvq-convert --weights none " TINY " %s/m.kvq --export-hf %s/hf > /dev/null 2>&1 && "
                          "%s/kvq-verify %s/m.kvq --no-source --record -q > /dev/null 2>&1 && "
                          "%s/kvq-run " TINY " --tokens %s/ids.bin --logits %s/lg.bin > /dev/null 2>&1",
                          g_build, dir, dir, g_build, dir, g_build, dir, dir), 0);

@@ -260,7 +260,7 @@ static void test_kv_bits_one_number(void **state) {
     const char *B = g_build, *D = g_dir;
     const int windows[2] = {0, 32};
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(run("%s/kvq-convert -q --kv octopus:4 --kv-window %d " TINY " %s/kv.kvq 2> /dev/null", B,
+        assert_int_equal(run("%s/kvq-convert -q --weights none --kv octopus:4 --kv-window %d " TINY " %s/kv.kvq 2> /dev/null", B,
                              windows[i], D), 0);
         const double want = octopus_bits(4, 64, windows[i], 2048); // kvq-tiny-llama: head_dim 64, 2048 positions
         char kvq[128];

@@ -618,7 +618,7 @@ static void test_source_and_usage(void **state) {
     char bin[600];
     if (g_build[0] == '/') snprintf(bin, sizeof bin, "%s", g_build);
     else { char cwd[512]; assert_non_null(getcwd(cwd, sizeof cwd)); snprintf(bin, sizeof bin, "%s/%s", cwd, g_build); }
-    assert_int_equal(run("mkdir -p %s/rel && cp -r " TINY " %s/rel/src && cd %s/rel && %s/kvq-convert src out.kvq "
+    assert_int_equal(run("mkdir -p %s/rel && cp -r " TINY " %s/rel/src && cd %s/rel && %s/kvq-convert --weights none src out.kvq "
                          "> /dev/null 2>&1", g_dir, g_dir, g_dir, bin), 0);
     assert_int_equal(run("cd / && %s/kvq-verify -q %s/rel/out.kvq > %s/o.txt 2>&1", bin, g_dir, g_dir), 0);
     assert_int_equal(run("grep -q 'source: %s/rel/src' %s/o.txt && grep -q 'no quality measured' %s/o.txt", g_dir, g_dir,

@@ -22,6 +22,10 @@ static void usage(FILE *fp) {
             "       kvq-convert --dry-run [options] SRC [OUT.kvq]\n"
             "       kvq-convert --export-hf DIR [--force] IN.kvq|SRC\n"
             "  SRC                      HF checkpoint directory or llama2.c .bin\n"
+            "  With no -r, --weights, --target-bpw, --calib-from or --set weights=/target_bpw=, the model is\n"
+            "  allocated to 5.0 bits per parameter (about llama.cpp Q4_K_M's size) by measured sensitivity,\n"
+            "  when that calibration is at most --calib-limit parameter-tokens of work (a few CPU-minutes);\n"
+            "  above it, one HyperQuant rate at the same 5.0 bits, said in one line. --weights none: lossless.\n"
             "  -r, --recipe FILE        YAML recipe (recipes/README.md: one per paper configuration)\n"
             "  --set KEY=VALUE          override a recipe field (repeatable, in order): weights=rtn:4:g128,\n"
             "                           seed=7, kv.codec=octopus:3, kv.window=32, quantize_embeddings=true,\n"
@@ -37,6 +41,8 @@ static void usage(FILE *fp) {
             "  --calib-tokens N         calibration tokens (default 512)\n"
             "  --calib-from FILE.kvq    reuse the sensitivities an earlier --target-bpw conversion of the\n"
             "                           same source stored (no calibration pass: re-budget in seconds)\n"
+            "  --calib-limit W          the default budget's work limit, parameters x tokens run (default 1e12;\n"
+            "                           0: never calibrate by default); an explicit --target-bpw has none\n"
             "  --kv SPEC                KV-cache codec the model runs with (docs/KV.md), e.g.\n"
             "                           octopus:3, hqmq:s96:r4:med3, turboquant:4, kivi:2, int:4 (= --set kv.codec)\n"
             "  --kv-window N            KV tokens kept at fp16 (residual window; = --set kv.window)\n"
@@ -50,7 +56,7 @@ static void usage(FILE *fp) {
             "  --force                  export into a directory that already holds a checkpoint\n"
             "  -t N                     threads for the codecs (default: all); output identical for any N\n"
             "  -v, --verbose            one line per tensor even on a terminal\n"
-            "  -q, --quiet              nothing but errors\n"
+            "  -q, --quiet              nothing but errors and the default budget's fallback notes\n"
             "codecs (SPEC is name or name:args):\n");
     for (int i = 0; i < kvq_codec_count(); i++)
         fprintf(fp, "  %-24s %s\n", kvq_codec_at(i)->name, kvq_codec_at(i)->summary);
@@ -93,6 +99,50 @@ static void progress(void *ud, const kvq_convert_progress *p) {
     fprintf(stderr, "\r[%s] %zu/%zu tensors  %.1f/%.1f MB  %.1f MB/s  ETA %d:%02d  %-40.40s", bar, p->index + 1, p->count,
             (double)p->source_done / 1e6, (double)p->source_total / 1e6, rate / 1e6, (int)eta / 60, (int)eta % 60, p->name);
     c->drawn = 1;
+}
+
+// The budget's calibration (--target-bpw and the default): what it will run, then the statistics
+// pass and each probe; one line each when stderr is no terminal, a line redrawn in place on one.
+typedef struct {
+    int bar, quiet;
+    struct timespec t0;     // the calibration's start
+    double t_probes;        // seconds from t0 to the first probe (the statistics pass's end)
+    int drawn;
+} calib_ctx;
+
+static void calib_progress(void *ud, const kvq_calib_progress *p) {
+    calib_ctx *c = ud;
+    if (p->event == KVQ_CALIB_NOTE) { // a decision about the output: said even with -q
+        if (c->drawn) fprintf(stderr, "\n"), c->drawn = 0;
+        fprintf(stderr, "kvq-convert: %s\n", p->note);
+        return;
+    }
+    if (c->quiet) return;
+    double t = since(&c->t0);
+    if (p->event == KVQ_CALIB_START) {
+        clock_gettime(CLOCK_MONOTONIC, &c->t0);
+        fprintf(stderr, "kvq-convert: calibrating: %zu tokens %s%s, then %zu probes of %d tokens (%.0f parameters: "
+                        "%.2g parameter-tokens of work, ~%.0f CPU-seconds)\n", p->tokens, p->text ? "of " : "sampled from the model",
+                p->text ? p->text : "", p->count, p->probe_tokens, p->params, p->work, p->work / KVQ_CALIB_RATE);
+        return;
+    }
+    char line[256];
+    if (p->event == KVQ_CALIB_PASS) {
+        if (p->index == p->count) c->t_probes = t;
+        if (c->bar || p->index == p->count)
+            snprintf(line, sizeof line, "[calibration] statistics pass: %zu/%zu tokens  %.1f s", p->index, p->count, t);
+        else return; // one line for the pass when logging
+    } else {
+        double tp = t - c->t_probes; // the probes' own pace: they all cost the same
+        double eta = p->index + 1 < p->count ? tp / (double)(p->index + 1) * (double)(p->count - p->index - 1) : 0.0;
+        snprintf(line, sizeof line, "[probe %3zu/%zu] %-48s sensitivity %10.4g  %7.1f s  ETA %d:%02d", p->index + 1, p->count,
+                 p->name, p->sensitivity, t, (int)eta / 60, (int)eta % 60);
+    }
+    if (c->bar) {
+        fprintf(stderr, "\r%-120.120s", line);
+        c->drawn = 1;
+        if (p->event == KVQ_CALIB_PROBE && p->index + 1 == p->count) fprintf(stderr, "\n"), c->drawn = 0;
+    } else fprintf(stderr, "%s\n", line);
 }
 
 // "5GB", "500MB", "2GiB", "123" (bytes): save_pretrained's max_shard_size spellings.
@@ -138,7 +188,8 @@ static void print_plan(const char *out, const kvq_convert_prediction *P) {
         else if (alloc) printf(" %12s", "-");
         printf("  %s\n", e->why);
     }
-    if (alloc && P->calib_tokens) printf("target: %.3f bits/param, rates by sensitivity from %zu calibration tokens\n", P->target_bpw, P->calib_tokens);
+    if (alloc && P->uniform) printf("target: %.3f bits/param, one rate for every rated tensor (the default budget over its work limit)\n", P->target_bpw);
+    else if (alloc && P->calib_tokens) printf("target: %.3f bits/param, rates by sensitivity from %zu calibration tokens\n", P->target_bpw, P->calib_tokens);
     else if (alloc) printf("target: %.3f bits/param, rates by the sensitivities of an earlier conversion\n", P->target_bpw);
     printf("kv cache: %s", P->kv_spec[0] ? P->kv_spec : "none (the runtime's fp16 default)");
     if (P->kv_spec[0]) printf(", window %d%s, tables %" PRIu64 " bytes", P->kv_window, P->kv_boundary ? ", boundary" : "", P->kv_bytes);
@@ -155,7 +206,7 @@ int main(int argc, char **argv) {
     o.plan.quantize_embeddings = -1;
     const char *export_dir = NULL, *keep[64], *sets[256];
     char setbuf[4][64];
-    int n_keep = 0, n_sets = 0, quiet = 0, verbose = 0, dry = 0, force = 0, kv_given = 0, kvw = -1, kvb = 0;
+    int n_keep = 0, n_sets = 0, quiet = 0, verbose = 0, dry = 0, force = 0, kv_given = 0, kvw = -1, kvb = 0, chosen = 0;
     kvq_export_opts xo = {.dtype = KVQ_DTYPE_BF16, .max_shard_bytes = 5000000000ull};
     static const struct option lo[] = {
         {"weights", required_argument, 0, 'w'}, {"recipe", required_argument, 0, 'r'},
@@ -169,13 +220,13 @@ int main(int argc, char **argv) {
         {"export-dtype", required_argument, 0, 'D'}, {"max-shard-size", required_argument, 0, 'M'},
         {"target-bpw", required_argument, 0, 'T'}, {"calib", required_argument, 0, 'C'},
         {"calib-tokens", required_argument, 0, 'N'}, {"calib-from", required_argument, 0, 'F'},
-        {0, 0, 0, 0}};
+        {"calib-limit", required_argument, 0, 'L'}, {0, 0, 0, 0}};
     int c;
     opterr = 0; // errors are reported in one line below
     while ((c = getopt_long(argc, argv, "t:qhr:v", lo, NULL)) != -1) {
         switch (c) {
-        case 'w': o.plan.weights = optarg; break;
-        case 'r': o.plan.recipe_path = optarg; break;
+        case 'w': o.plan.weights = optarg, chosen = 1; break;
+        case 'r': o.plan.recipe_path = optarg, chosen = 1; break;
         case 's':
             if (kvq_opt_u64("kvq-convert", "--seed", optarg, &o.plan.seed)) return 2;
             o.plan.seed_set = 1;
@@ -187,14 +238,20 @@ int main(int argc, char **argv) {
         case 'S':
             if (n_sets == 250) { fprintf(stderr, "kvq-convert: too many --set (max 250)\n"); return 2; }
             sets[n_sets++] = optarg;
+            if (!strncmp(optarg, "weights=", 8) || !strncmp(optarg, "target_bpw=", 11)) chosen = 1;
             break;
         case 'e': o.plan.quantize_embeddings = 1; break;
         case 'T':
+            chosen = 1;
             if (!strcmp(optarg, "none")) o.plan.target_bpw = NAN;
             else if (kvq_opt_double("kvq-convert", "--target-bpw", optarg, 1.0, 32.0, &o.plan.target_bpw)) return 2;
             break;
         case 'C': o.plan.calib_text = optarg; break;
-        case 'F': o.plan.calib_from = optarg; break;
+        case 'F': o.plan.calib_from = optarg, chosen = 1; break;
+        case 'L':
+            if (kvq_opt_double("kvq-convert", "--calib-limit", optarg, 0.0, 1e30, &o.calib_work_limit)) return 2;
+            if (o.calib_work_limit == 0) o.calib_work_limit = 1e-300; // 0: never (a limit nothing is under)
+            break;
         case 'N':
             if (kvq_opt_int("kvq-convert", "--calib-tokens", optarg, 16, 1 << 20, &o.plan.calib_tokens)) return 2;
             break;
@@ -262,6 +319,10 @@ int main(int argc, char **argv) {
     o.plan.keep = n_keep ? keep : NULL;
     o.plan.sets = n_sets ? sets : NULL;
     o.created_by = "kvq-convert " KVQ_VERSION;
+    if (!chosen) o.plan.target_bpw = KVQ_DEFAULT_TARGET_BPW, o.budget_default = 1; // the default (--help)
+    calib_ctx cc = {.bar = isatty(fileno(stderr)) && !verbose, .quiet = quiet};
+    clock_gettime(CLOCK_MONOTONIC, &cc.t0);
+    o.calib_progress = calib_progress, o.calib_ud = &cc;
     const char *src = argv[optind], *out = npos == 2 ? argv[optind + 1] : NULL;
     kvq_err err = {0};
     if (dry) {
@@ -301,7 +362,9 @@ int main(int argc, char **argv) {
         if (sum.kv_spec[0]) fprintf(stderr, ", KV cache %s (window %d%s)", sum.kv_spec, sum.kv_window, sum.kv_boundary ? ", boundary" : "");
         else fprintf(stderr, ", KV cache fp16 (none stored)");
         if (sum.n_reused) fprintf(stderr, ", %zu tensors reused from the interrupted run", sum.n_reused);
-        if (!isnan(sum.target_bpw) && sum.calib_tokens)
+        if (!isnan(sum.target_bpw) && sum.uniform)
+            fprintf(stderr, ", one rate for %.3f bits/param (the default budget, not calibrated)", sum.target_bpw);
+        else if (!isnan(sum.target_bpw) && sum.calib_tokens)
             fprintf(stderr, ", allocated to %.3f bits/param by sensitivity (%zu calibration tokens)", sum.target_bpw, sum.calib_tokens);
         else if (!isnan(sum.target_bpw))
             fprintf(stderr, ", allocated to %.3f bits/param by the sensitivities of %s", sum.target_bpw, o.plan.calib_from);

@@ -153,9 +153,13 @@ static void print_recipe(const json_t *r) {
     if (set && strcmp(set, "[]")) printf(", --set %s", set);
     printf("\n");
     const json_t *tb = json_object_get(r, "target_bpw");
-    if (json_is_object(tb)) // an allocated conversion (docs/ALLOCATION.md)
-        printf("  target_bpw: %.3f bits/param, rates by measured sensitivity (calibration: %s, %" JSON_INTEGER_FORMAT " tokens)\n",
-               json_number_value(json_object_get(tb, "bits_per_param")),
+    const char *whose = json_is_true(json_object_get(tb, "default")) ? " (kvq-convert's default)" : "";
+    if (json_is_object(tb) && !strcmp(json_string_value(json_object_get(tb, "rates")) ?: "", "uniform"))
+        printf("  target_bpw: %.3f bits/param%s, one rate for every rated tensor (not calibrated: over the default's work limit)\n",
+               json_number_value(json_object_get(tb, "bits_per_param")), whose);
+    else if (json_is_object(tb)) // an allocated conversion (docs/ALLOCATION.md)
+        printf("  target_bpw: %.3f bits/param%s, rates by measured sensitivity (calibration: %s, %" JSON_INTEGER_FORMAT " tokens)\n",
+               json_number_value(json_object_get(tb, "bits_per_param")), whose,
                json_string_value(json_object_get(tb, "calib_text")) ?: "?", json_integer_value(json_object_get(tb, "calib_tokens")));
     if (json_is_object(tb) && json_string_value(json_object_get(tb, "calib_from")))
         printf("  sensitivities taken from %s\n", json_string_value(json_object_get(tb, "calib_from")));

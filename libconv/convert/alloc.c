@@ -154,8 +154,15 @@ static kvq_status probe_forward(kvq_calib *c, kvq_err *err) {
     return s;
 }
 
+// Reports the statistics pass's tokens done of total.
+static void pass_progress(kvq_calib_progress_fn fn, void *ud, size_t done, size_t total) {
+    if (!fn) return;
+    kvq_calib_progress p = {.event = KVQ_CALIB_PASS, .index = done, .count = total};
+    fn(ud, &p);
+}
+
 kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, uint64_t seed, int n_threads,
-                         kvq_calib **out, kvq_err *err) {
+                         kvq_calib_progress_fn progress, void *ud, kvq_calib **out, kvq_err *err) {
     *out = NULL;
     kvq_calib *c = calloc(1, sizeof *c);
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "calibration: out of memory");
@@ -204,6 +211,7 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
             for (size_t c0 = 0; c0 < wn && !s; c0 += c->max_batch) {
                 int cn = (int)(wn - c0 < (size_t)c->max_batch ? wn - c0 : (size_t)c->max_batch);
                 s = kvq_model_forward(m, ids + t0 + c0, cn, (int)c0, c->logits, 1, err);
+                if (!s) pass_progress(progress, ud, t0 + c0 + (size_t)cn, n_ids);
             }
         }
     } else { // the model's own text: no data needed, and in the model's own distribution
@@ -219,6 +227,7 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
             if (!s && next < 0) s = kvq_err_set(err, KVQ_ERR_NUMERIC, "calibration: the source model's logits hold NaN");
             if (n_ids + 1 < (size_t)n_tokens) ids[n_ids + 1] = next;
             pos++;
+            if (!s && ((n_ids + 1) % 64 == 0 || n_ids + 1 == (size_t)n_tokens)) pass_progress(progress, ud, n_ids + 1, (size_t)n_tokens);
         }
     }
     if (s) goto done;
@@ -456,6 +465,26 @@ static double lossless_bits(const kvq_tensor *t) {
                           (uint64_t)snprintf(pj, sizeof pj, "{\"dtype\":\"%s\"}", kvq_dtype_name(t->dtype)));
 }
 
+// A tensor the budget rates (the rest is paid first, as planned).
+static int takes_part(const kvq_tensor *t, const kvq_plan_entry *e) {
+    return t->ndim >= 2 && e->numel > 0 && (!strcmp(e->why, "weights") || !strcmp(e->why, "built-in: embedding"));
+}
+
+void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_alloc_work_t *w) {
+    memset(w, 0, sizeof *w);
+    for (size_t i = 0; i < n; i++) {
+        w->params += (double)e[i].numel;
+        if (takes_part(kvq_ckpt_tensor(ck, i), &e[i])) w->n_probes++;
+    }
+    // kvq_calib_run's windows: the model's context (kvq_model_open's default), at most 512
+    const int mpe = kvq_ckpt_arch(ck)->max_position_embeddings;
+    int ctx = mpe > 0 && mpe < 4096 ? mpe : 4096;
+    ctx = ctx < 512 ? ctx : 512;
+    int pt = ctx < N_PROBE ? ctx : N_PROBE;
+    w->probe_tokens = pt < n_tokens ? pt : n_tokens;
+    w->work = w->params * ((double)n_tokens + (double)w->n_probes * w->probe_tokens);
+}
+
 static kvq_status budget_parts(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw,
                                budget_t *B, kvq_err *err) {
     memset(B, 0, sizeof *B);
@@ -478,9 +507,7 @@ static kvq_status budget_parts(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry 
         const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
         B->params += (double)e[i].numel;
         int emb = is_embedding(e[i].name) || !strcmp(e[i].name, "lm_head.weight");
-        int takes_part = t->ndim >= 2 && e[i].numel > 0 &&
-                         (!strcmp(e[i].why, "weights") || !strcmp(e[i].why, "built-in: embedding"));
-        if (!takes_part) { // paid first: what the entry stores as planned
+        if (!takes_part(t, &e[i])) { // paid first: what the entry stores as planned
             double bits = e[i].codec->lossless ? lossless_bits(t)
                                                : kvq_codec_predict_bits(e[i].codec, e[i].cfg, e[i].rows, e[i].cols, e[i].dtype);
             if (!isfinite(bits))
@@ -550,7 +577,7 @@ kvq_status kvq_alloc_apply_from(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry
 }
 
 kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, kvq_calib *c,
-                           double target_bpw, int n_threads, kvq_err *err) {
+                           double target_bpw, int n_threads, kvq_calib_progress_fn progress, void *ud, kvq_err *err) {
     budget_t B;
     kvq_status s = budget_parts(pl, ck, e, n, target_bpw, &B, err);
     part_t *P = B.P;
@@ -569,9 +596,32 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
             s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: tensor '%s' (%" PRId64 " x %" PRId64 ") is no product the "
                             "calibration pass runs, so it has no measured sensitivity: give it a rule or --keep it",
                             e[i].name, e[i].rows, e[i].cols);
+        if (!s && progress) {
+            kvq_calib_progress pg = {.event = KVQ_CALIB_PROBE, .index = k, .count = B.np, .name = e[i].name,
+                                     .sensitivity = p->sens};
+            progress(ud, &pg);
+        }
     }
     (void)n_threads;
     return solve(pl, e, &B, s, target_bpw, err);
+}
+
+kvq_status kvq_alloc_uniform(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw, kvq_err *err) {
+    budget_t B;
+    kvq_status s = budget_parts(pl, ck, e, n, target_bpw, &B, err);
+    double qn = 0.0;
+    for (size_t k = 0; k < B.np; k++) qn += B.P[k].numel;
+    // HyperQuant's rate counts every stored bit of the tensor, so one rate meets the budget
+    double r = qn > 0 ? (target_bpw * B.params - B.fixed_bits) / qn : R_LO;
+    r = r < R_LO ? R_LO : r > R_HI ? R_HI : r;
+    for (size_t k = 0; k < B.np && !s; k++) {
+        kvq_plan_entry *en = &e[B.P[k].i];
+        char spec[300];
+        s = kvq_codec_spec_with_rate(B.base, r, en->dtype, spec, sizeof spec, err);
+        if (!s) s = kvq_plan_entry_set_spec(pl, en, spec, "target_bpw: uniform", err);
+    }
+    free(B.P);
+    return s;
 }
 
 // The equal-slope choice over B's parts (sensitivities measured), written into the entries.

@@ -21,7 +21,7 @@ typedef struct kvq_calib kvq_calib;
  *  shorter; an empty file is an error naming it); NULL: tokens the model samples itself from
  *  its BOS (temperature 1, top-p 0.95, seeded), so no data is needed. *out: kvq_calib_free. */
 kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, uint64_t seed, int n_threads,
-                         kvq_calib **out, kvq_err *err);
+                         kvq_calib_progress_fn progress, void *ud, kvq_calib **out, kvq_err *err);
 void kvq_calib_free(kvq_calib *c); // NULL is a no-op
 /** Tokens the pass saw. */
 size_t kvq_calib_tokens(const kvq_calib *c);
@@ -48,7 +48,24 @@ double kvq_calib_sensitivity(const kvq_calib *c, const char *name, const float *
  *  rules, the budget's reachable range), so a bad budget fails before the calibration pass. */
 kvq_status kvq_alloc_check(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw, kvq_err *err);
 kvq_status kvq_alloc_apply(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, kvq_calib *c,
-                           double target_bpw, int n_threads, kvq_err *err);
+                           double target_bpw, int n_threads, kvq_calib_progress_fn progress, void *ud, kvq_err *err);
+
+/** What a budget's calibration would cost, known before it runs: the tensors it would probe, the
+ *  tokens each probe runs (the calibration's first min(256, context, n_tokens)), and the work
+ *  params × (n_tokens + n_probes × probe_tokens) in parameter-tokens — the statistics pass runs
+ *  n_tokens through the whole model and each probe runs probe_tokens through it again. */
+typedef struct {
+    double params;
+    size_t n_probes;
+    int probe_tokens;
+    double work;
+} kvq_alloc_work_t;
+void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_alloc_work_t *w);
+
+/** The budget met without calibration: every tensor taking part gets the same HyperQuant rate,
+ *  (target_bpw · parameters − what the rest stores) / its weights, embeddings included (the
+ *  default's fallback over its work limit). Same checks and errors as kvq_alloc_check. */
+kvq_status kvq_alloc_uniform(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw, kvq_err *err);
 /** kvq_alloc_apply with the sensitivities an earlier budgeted conversion of the same source
  *  stored (the manifest of `from`, a .kvq: each tensor taking part must have a record of the same
  *  name and shape with `allocation`), so a second budget costs no calibration pass. Errors name

@@ -245,6 +245,7 @@ typedef struct {
     kvq_plan_kv_policy kv;
     double target_bpw;      // NAN: no budget
     size_t calib_tokens;    // tokens the calibration pass saw (budget only)
+    int uniform;            // the budget met with one rate (the default over its work limit)
 } setup_t;
 
 static void setup_free(setup_t *S) {
@@ -252,6 +253,59 @@ static void setup_free(setup_t *S) {
     kvq_ckpt_close(S->ck);
     kvq_plan_free(S->plan);
     memset(S, 0, sizeof *S);
+}
+
+static void calib_note(const kvq_convert_opts *o, const char *note) {
+    if (!o->calib_progress) return;
+    kvq_calib_progress p = {.event = KVQ_CALIB_NOTE, .note = note};
+    o->calib_progress(o->calib_ud, &p);
+}
+
+// Meets the plan's whole-model budget b (alloc.h): measured sensitivities (a calibration pass
+// and one probe per rated tensor, or those an earlier file stored); for the tool's default
+// budget, uniform rates when that calibration is over the work limit, and the plan as it
+// stands (lossless under the built-in rules) when the budget is out of the model's reach.
+static kvq_status budget(const char *src, const kvq_convert_opts *o, setup_t *S, const kvq_plan_budget_t *b, kvq_err *err) {
+    char note[1024];
+    kvq_status s = kvq_alloc_check(S->plan, S->ck, S->e, S->n, b->target_bpw, err);
+    if (s == KVQ_ERR_ARG && o->budget_default) { // the default budget does not fit: nothing rated
+        snprintf(note, sizeof note, "%s: the default budget does not fit this model (%s): storing it as its rules say "
+                 "(pass --target-bpw X in that range, or --weights SPEC)", src, err->msg);
+        calib_note(o, note);
+        kvq_plan_set_budget(S->plan, NAN, 0, 0);
+        S->target_bpw = NAN;
+        return KVQ_OK;
+    }
+    if (s) return s;
+    if (b->calib_from) return kvq_alloc_apply_from(S->plan, S->ck, S->e, S->n, b->calib_from, b->target_bpw, err);
+    kvq_alloc_work_t W;
+    kvq_alloc_work(S->ck, S->e, S->n, b->calib_tokens, &W);
+    const double limit = o->calib_work_limit > 0 ? o->calib_work_limit : o->calib_work_limit < 0 ? INFINITY : KVQ_CALIB_WORK_LIMIT;
+    if (o->budget_default && W.work > limit) { // too long for a default: one rate, no calibration
+        snprintf(note, sizeof note, "%s: %.0f parameters, %zu tensors to probe: calibrating the default %.2f bits/param budget "
+                 "would run %.2g parameter-tokens (~%.2g CPU-minutes), over the default's limit of %.2g; writing uniform "
+                 "rates at that budget instead (pass --target-bpw %.2f to calibrate anyway, --weights none for a lossless file)",
+                 src, W.params, W.n_probes, b->target_bpw, W.work, W.work / KVQ_CALIB_RATE / 60.0, limit < 1 ? 0.0 : limit,
+                 b->target_bpw);
+        calib_note(o, note);
+        kvq_plan_set_budget(S->plan, b->target_bpw, 1, 1);
+        S->uniform = 1;
+        return kvq_alloc_uniform(S->plan, S->ck, S->e, S->n, b->target_bpw, err);
+    }
+    if (o->budget_default) kvq_plan_set_budget(S->plan, b->target_bpw, 0, 1);
+    if (o->calib_progress) {
+        kvq_calib_progress p = {.event = KVQ_CALIB_START, .count = W.n_probes, .tokens = (size_t)b->calib_tokens,
+                                .probe_tokens = W.probe_tokens, .params = W.params, .work = W.work, .text = b->calib_text};
+        o->calib_progress(o->calib_ud, &p);
+    }
+    kvq_calib *c = NULL;
+    s = kvq_calib_run(src, b->calib_text, b->calib_tokens, kvq_plan_seed(S->plan), o->n_threads, o->calib_progress,
+                      o->calib_ud, &c, err);
+    if (s == KVQ_OK) S->calib_tokens = kvq_calib_tokens(c);
+    if (s == KVQ_OK)
+        s = kvq_alloc_apply(S->plan, S->ck, S->e, S->n, c, b->target_bpw, o->n_threads, o->calib_progress, o->calib_ud, err);
+    kvq_calib_free(c);
+    return s;
 }
 
 static kvq_status setup(const char *src, const kvq_convert_opts *o, setup_t *S, kvq_err *err) {
@@ -266,17 +320,7 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, setup_t *S, 
     kvq_plan_budget_t b;
     kvq_plan_budget(S->plan, &b);
     S->target_bpw = b.target_bpw;
-    if (s == KVQ_OK && !isnan(b.target_bpw)) { // the whole-model budget (alloc.h)
-        kvq_calib *c = NULL;
-        s = kvq_alloc_check(S->plan, S->ck, S->e, S->n, b.target_bpw, err);
-        if (s == KVQ_OK && b.calib_from) s = kvq_alloc_apply_from(S->plan, S->ck, S->e, S->n, b.calib_from, b.target_bpw, err);
-        else if (s == KVQ_OK) {
-            s = kvq_calib_run(src, b.calib_text, b.calib_tokens, kvq_plan_seed(S->plan), o->n_threads, &c, err);
-            if (s == KVQ_OK) S->calib_tokens = kvq_calib_tokens(c);
-            if (s == KVQ_OK) s = kvq_alloc_apply(S->plan, S->ck, S->e, S->n, c, b.target_bpw, o->n_threads, err);
-        }
-        kvq_calib_free(c);
-    }
+    if (s == KVQ_OK && !isnan(b.target_bpw)) s = budget(src, o, S, &b, err); // the whole-model budget (alloc.h)
     if (s == KVQ_OK && o->adjust) s = o->adjust(o->adjust_ud, S->plan, S->e, S->n, err);
     kvq_plan_kv(S->plan, &S->kv);
     if (o->kv_spec) S->kv.spec = o->kv_spec, S->kv.window = o->kv_window, S->kv.boundary = o->kv_boundary;
@@ -320,6 +364,7 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
     kv_summary(&S.kv, R.kv_spec, sizeof R.kv_spec, &R.kv_window, &R.kv_boundary);
     R.target_bpw = S.target_bpw;
     R.calib_tokens = S.calib_tokens;
+    R.uniform = S.uniform;
 
     R.n_tensors = S.n;
     uint64_t src_total = 0, src_done = 0;
@@ -439,6 +484,7 @@ kvq_status kvq_convert_predict(const char *src, const kvq_convert_opts *o, kvq_c
     kv_summary(&S.kv, P->kv_spec, sizeof P->kv_spec, &P->kv_window, &P->kv_boundary);
     P->target_bpw = S.target_bpw;
     P->calib_tokens = S.calib_tokens;
+    P->uniform = S.uniform;
     if (S.kv.spec) {
         const kvq_arch *ar = kvq_ckpt_arch(S.ck);
         json_t *sec = NULL;

@@ -41,6 +41,14 @@ typedef struct {
 } kvq_plan_opts;
 
 #define KVQ_CALIB_TOKENS_DEFAULT 512
+/** kvq-convert's budget when no weight flag is given (docs/ALLOCATION.md, "The default"). */
+#define KVQ_DEFAULT_TARGET_BPW 5.0
+/** The default budget's work limit in parameter-tokens (parameters × tokens run: the calibration
+ *  pass plus one probe per rated tensor): above it the default does not calibrate. */
+#define KVQ_CALIB_WORK_LIMIT 1e12
+/** Parameter-tokens a CPU core runs per second in the calibration, about (measured on the 2-core
+ *  EPYC dev box: 2.6e9 on kvq-tiny-llama, 3.3e9 on SmolLM2-135M): for the time estimates said. */
+#define KVQ_CALIB_RATE 3e9
 
 typedef struct kvq_plan kvq_plan;
 
@@ -116,7 +124,35 @@ void kvq_plan_budget(const kvq_plan *p, kvq_plan_budget_t *b);
  *  quantize_embeddings, keep, rules, kv, set (the --set list), tensor_seed. */
 json_t *kvq_plan_to_json(const kvq_plan *p);
 
+/** Sets the budget a plan records in the manifest (recipe.target_bpw) after the converter decided
+ *  how it was met: target_bpw NAN (none: the plan stores what its rules say), uniform 1 (one rate
+ *  for every tensor taking part, no calibration), is_default 1 (the tool's default budget, not
+ *  the user's). */
+void kvq_plan_set_budget(kvq_plan *p, double target_bpw, int uniform, int is_default);
+
 // ---- conversion ------------------------------------------------------------
+
+/** What a whole-model budget's calibration is doing (kvq_convert_opts.calib_progress). */
+typedef enum {
+    KVQ_CALIB_START,  // before it runs: params, tokens, count (tensors to probe), probe_tokens, work
+    KVQ_CALIB_PASS,   // the statistics pass: index tokens of count run so far (index == count: done)
+    KVQ_CALIB_PROBE,  // tensor `name`, index of count, probed: its sensitivity
+    KVQ_CALIB_NOTE,   // the default budget was not calibrated: note says why and what was done instead
+} kvq_calib_event;
+
+typedef struct {
+    kvq_calib_event event;
+    size_t index, count;
+    const char *name;               // PROBE: the tensor
+    double sensitivity;             // PROBE: its measured sensitivity
+    size_t tokens;                  // START: calibration tokens
+    int probe_tokens;               // START: tokens each probe runs
+    double params, work;            // START: parameters, predicted work in parameter-tokens
+    const char *text;               // START: the calibration text file, NULL: the model samples it
+    const char *note;               // NOTE: one line (names the source)
+} kvq_calib_progress;
+
+typedef void (*kvq_calib_progress_fn)(void *ud, const kvq_calib_progress *p);
 
 typedef struct {
     size_t index, count;            // this tensor, of count
@@ -145,6 +181,17 @@ typedef struct {
     const char *kv_spec;            // KV codec (--kv): when set, replaces the recipe's kv section
     int kv_window, kv_boundary;     //   with this residual window and first/last-layer K protection
     int resume;                     // reuse the tensors an interrupted run left in its journal
+    /** Called as a budget's calibration runs (may be NULL): its start with the predicted work, the
+     *  statistics pass, each probe, and the default budget's notes. */
+    kvq_calib_progress_fn calib_progress;
+    void *calib_ud;
+    /** 1: plan.target_bpw is the tool's default budget, not the user's. Then, instead of failing
+     *  or running long: a budget out of this model's reach stores it as its rules say (lossless
+     *  under the built-in rules); a calibration whose work (kvq_alloc_work) exceeds
+     *  calib_work_limit parameter-tokens is not run and every rated tensor gets one rate meeting
+     *  the same budget (uniform). Each says so once through calib_progress (KVQ_CALIB_NOTE). */
+    int budget_default;
+    double calib_work_limit;        // 0: KVQ_CALIB_WORK_LIMIT; < 0: no limit
 } kvq_convert_opts;
 
 typedef struct {
@@ -159,6 +206,7 @@ typedef struct {
     int kv_window, kv_boundary;
     double target_bpw;              // the whole-model budget allocated to, NAN: none
     size_t calib_tokens;            // tokens its calibration pass saw
+    int uniform;                    // 1: the budget was met with one rate (the default over its work limit)
 } kvq_convert_summary;
 
 /** Converts the checkpoint at src (HF dir or llama2.c .bin) into out (a .kvq),
@@ -184,6 +232,7 @@ typedef struct {
     int unknown;                    // tensors whose codec cannot predict its size (fixed SNR)
     double target_bpw;              // the whole-model budget allocated to, NAN: none
     size_t calib_tokens;            // tokens its calibration pass saw
+    int uniform;                    // 1: one rate (the default over its work limit)
     kvq_plan *plan_;                // owned: entries' strings
     void *ckpt_;                    // owned: entries' names
 } kvq_convert_prediction;

@@ -56,6 +56,8 @@ struct kvq_plan {
     char *calib_text;       // calibration text, NULL: text the model samples itself
     int calib_tokens;       // 0: default
     char *calib_from;       // sensitivities from this .kvq, NULL: measure
+    int budget_uniform;     // the budget was met with one rate (kvq_plan_set_budget)
+    int budget_default;     // the tool's default budget
 };
 
 static void free_rules(kvq_plan *p) {
@@ -621,6 +623,12 @@ void kvq_plan_budget(const kvq_plan *p, kvq_plan_budget_t *b) {
     b->weights_spec = p->weights_spec;
 }
 
+void kvq_plan_set_budget(kvq_plan *p, double target_bpw, int uniform, int is_default) {
+    p->target_bpw = target_bpw;
+    p->budget_uniform = uniform;
+    p->budget_default = is_default;
+}
+
 void kvq_plan_kv(const kvq_plan *p, kvq_plan_kv_policy *kv) {
     kv->spec = p->kv_codec;
     kv->window = p->kv_window;
@@ -652,5 +660,14 @@ json_t *kvq_plan_to_json(const kvq_plan *p) {
                                                        "calib_tokens", p->calib_tokens > 0 ? p->calib_tokens : KVQ_CALIB_TOKENS_DEFAULT));
     if (r && !isnan(p->target_bpw) && p->calib_from) // sensitivities taken from an earlier file
         json_object_set_new(json_object_get(r, "target_bpw"), "calib_from", json_string(p->calib_from));
+    if (r && !isnan(p->target_bpw)) { // how the rates were chosen, and whose budget it was
+        json_t *tb = json_object_get(r, "target_bpw");
+        json_object_set_new(tb, "rates", json_string(p->budget_uniform ? "uniform" : "sensitivity"));
+        json_object_set_new(tb, "default", json_boolean(p->budget_default));
+        if (p->budget_uniform) { // nothing was calibrated
+            json_object_set_new(tb, "calib_tokens", json_integer(0));
+            json_object_set_new(tb, "calib_text", json_string("none"));
+        }
+    }
     return r;
 }
