@@ -145,26 +145,37 @@ PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64
 }
 
 // Two row blocks at a time (two independent sums: the gathers overlap), each lane one row.
+// Subspaces run in chunks whose tables fit in 16 KB (the L1 cache): every row's running sum
+// is kept in y between chunks, so each row still adds its entries in subspace order.
+#define PQ_CHUNK_BYTES 16384
 PQ_AVX2 static void matvec_avx2(const kvq_pqx *w, const float *lut, float *y, int64_t r0, int64_t r1) {
-    for (int64_t rb = r0; rb < r1; rb += 2 * KVQ_PQX_RB) {
-        const int two = rb + KVQ_PQX_RB < r1;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        for (int s = 0; s < w->stages; s++) {
-            const float *L = lut + stage_off(w, s);
-            const __m256i step = _mm256_set1_epi32((int)w->k[s]);
-            __m256i off = _mm256_setzero_si256();
-            for (int64_t j = 0; j < w->m; j++) {
-                a0 = _mm256_add_ps(a0, _mm256_i32gather_ps(L, _mm256_add_epi32(idx8(w, s, rb, j), off), 4));
-                if (two)
-                    a1 = _mm256_add_ps(a1, _mm256_i32gather_ps(L, _mm256_add_epi32(idx8(w, s, rb + KVQ_PQX_RB, j), off), 4));
-                off = _mm256_add_epi32(off, step);
+    for (int s = 0; s < w->stages; s++) {
+        const float *L = lut + stage_off(w, s);
+        const int64_t k = w->k[s];
+        const __m256i step = _mm256_set1_epi32((int)k);
+        int64_t jc = PQ_CHUNK_BYTES / (4 * k);
+        if (jc < 1) jc = 1;
+        for (int64_t j0 = 0; j0 < w->m; j0 += jc) {
+            const int64_t j1 = j0 + jc < w->m ? j0 + jc : w->m;
+            const int first = s == 0 && j0 == 0;
+            for (int64_t rb = r0; rb < r1; rb += 2 * KVQ_PQX_RB) {
+                const int two = rb + KVQ_PQX_RB < r1;
+                const int64_t n = r1 - rb < 2 * KVQ_PQX_RB ? r1 - rb : 2 * KVQ_PQX_RB;
+                float t[2 * KVQ_PQX_RB] = {0};
+                if (!first) memcpy(t, y + rb, sizeof(float) * (size_t)n);
+                __m256 a0 = _mm256_loadu_ps(t), a1 = _mm256_loadu_ps(t + KVQ_PQX_RB);
+                __m256i off = _mm256_set1_epi32((int)(j0 * k));
+                for (int64_t j = j0; j < j1; j++) {
+                    a0 = _mm256_add_ps(a0, _mm256_i32gather_ps(L, _mm256_add_epi32(idx8(w, s, rb, j), off), 4));
+                    if (two)
+                        a1 = _mm256_add_ps(a1, _mm256_i32gather_ps(L, _mm256_add_epi32(idx8(w, s, rb + KVQ_PQX_RB, j), off), 4));
+                    off = _mm256_add_epi32(off, step);
+                }
+                _mm256_storeu_ps(t, a0);
+                _mm256_storeu_ps(t + KVQ_PQX_RB, a1);
+                memcpy(y + rb, t, sizeof(float) * (size_t)n);
             }
         }
-        float t[2 * KVQ_PQX_RB];
-        _mm256_storeu_ps(t, a0);
-        _mm256_storeu_ps(t + KVQ_PQX_RB, a1);
-        const int64_t n = r1 - rb < 2 * KVQ_PQX_RB ? r1 - rb : 2 * KVQ_PQX_RB;
-        memcpy(y + rb, t, sizeof(float) * (size_t)n);
     }
 }
 
