@@ -29,16 +29,24 @@ static float *randvec(int64_t n, uint64_t *s) {
     return x;
 }
 
-// A random layout: indices uniform in [0, k), codebook values normal (bf16-rounded or float).
-static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, const int64_t *k, int cb_f32,
+// A random layout: indices uniform in [0, k), codebook values normal (bf16-rounded or float),
+// or 10-bit CQO codes with a random (min, step) per subspace.
+static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, const int64_t *k, int cb_type,
                      uint64_t *s) {
-    *p = (kvq_pqx){.stages = stages, .w = w, .cb_f32 = cb_f32, .rows = rows, .cols = cols, .m = cols / w,
+    *p = (kvq_pqx){.stages = stages, .w = w, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / w,
                    .rows_p = (rows + 7) / 8 * 8};
     for (int st = 0; st < stages; st++) {
         p->k[st] = k[st];
         p->ib[st] = k[st] <= 256 ? 1 : 2;
         p->idx[st] = kvq_hqx_alloc((size_t)(p->rows_p * p->m) * (size_t)p->ib[st]);
-        p->cb[st] = kvq_hqx_alloc((size_t)(p->m * w * k[st]) * (cb_f32 ? 4 : 2));
+        p->cb[st] = kvq_hqx_alloc((size_t)(p->m * w * k[st]) * (cb_type == KVQ_PQX_CB_F32 ? 4 : 2));
+        if (cb_type == KVQ_PQX_CB_CQO) {
+            p->cb_ms[st] = kvq_hqx_alloc(8 * (size_t)p->m);
+            for (int64_t j = 0; j < p->m; j++) {
+                p->cb_ms[st][2 * j] = (float)gauss(s) - 2.0f;
+                p->cb_ms[st][2 * j + 1] = (float)(4.0 / 1023 * (1 + 0.1 * gauss(s)));
+            }
+        }
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < p->m; j++) {
                 uint32_t a = (uint32_t)(rng_next(s) % (uint64_t)k[st]);
@@ -48,7 +56,8 @@ static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, 
             }
         for (int64_t i = 0; i < p->m * w * k[st]; i++) {
             float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
-            if (cb_f32) ((float *)p->cb[st])[i] = v;
+            if (cb_type == KVQ_PQX_CB_F32) ((float *)p->cb[st])[i] = v;
+            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % 1024);
             else ((uint16_t *)p->cb[st])[i] = kvq_f32_to_bf16(v);
         }
     }
@@ -138,14 +147,15 @@ static void test_pack_refusals(void **st) {
 
 typedef struct {
     int64_t rows, cols;
-    int w, stages, cb_f32;
+    int w, stages, cb_type;
     int64_t k[2];
 } shape;
 
 static const shape shapes[] = {
     {37, 64, 8, 1, 0, {50, 0}},     {64, 128, 8, 1, 0, {256, 0}}, {24, 64, 8, 1, 1, {257, 0}},
     {100, 96, 4, 2, 0, {13, 300}},  {8, 8, 8, 1, 0, {1, 0}},      {61, 160, 16, 2, 1, {9, 7}},
-    {17, 40, 1, 1, 0, {3, 0}},      {256, 512, 8, 1, 0, {100, 0}},
+    {17, 40, 1, 1, 0, {3, 0}},      {256, 512, 8, 1, 0, {100, 0}}, {45, 96, 8, 2, 2, {37, 11}},
+    {64, 64, 4, 1, 2, {300, 0}},
 };
 
 static void test_fast_paths_equal_reference(void **st) {
@@ -155,7 +165,7 @@ static void test_fast_paths_equal_reference(void **st) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
         kvq_pqx p;
-        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_f32, &s);
+        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, &s);
         const size_t nl = kvq_pqx_lut_floats(&p);
         const int T = 13;
         float *x = randvec(T * sh->cols, &s);
@@ -221,7 +231,7 @@ static void test_packed_vs_decoded_product(void **st) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
         kvq_pqx p;
-        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_f32, &s);
+        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, &s);
         float *x = randvec(sh->cols, &s), *lut = malloc(sizeof(float) * kvq_pqx_lut_floats(&p));
         float *y = malloc(sizeof(float) * (size_t)sh->rows), *yd = malloc(sizeof(float) * (size_t)sh->rows);
         float *W = malloc(sizeof(float) * (size_t)(sh->rows * sh->cols));

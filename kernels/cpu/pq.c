@@ -104,11 +104,14 @@ static void gemm_ref(const kvq_pqx *w, const float *lutb, int n_tok, float *y, i
 
 #define PQ_AVX2 __attribute__((target("avx2,fma")))
 
-// 8 codebook values at element offset o of stage s, as floats (bf16: widened exactly).
-PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t o) {
-    if (w->cb_f32) return _mm256_loadu_ps((const float *)w->cb[s] + o);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w->cb[s] + o));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+// 8 codebook values of subspace j at element offset o of stage s, as floats (bf16: widened
+// exactly; CQO: min + code·step, the product rounded first, as kvq_pqx_cb).
+PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) {
+    if (w->cb_type == KVQ_PQX_CB_F32) return _mm256_loadu_ps((const float *)w->cb[s] + o);
+    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->cb[s] + o)));
+    if (w->cb_type == KVQ_PQX_CB_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(h), _mm256_set1_ps(w->cb_ms[s][2 * j + 1]));
+    return _mm256_add_ps(_mm256_set1_ps(w->cb_ms[s][2 * j]), t);
 }
 
 // 8 indices (one row block, subspace j) of stage s as int32.
@@ -127,9 +130,9 @@ PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64
             const float *xj = x + j * W;
             int64_t c = 0;
             for (; c + 8 <= k; c += 8) {
-                __m256 acc = _mm256_mul_ps(cb8(w, s, (j * W) * k + c), _mm256_set1_ps(xj[0]));
+                __m256 acc = _mm256_mul_ps(cb8(w, s, j, (j * W) * k + c), _mm256_set1_ps(xj[0]));
                 for (int q = 1; q < W; q++)
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8(w, s, (j * W + q) * k + c), _mm256_set1_ps(xj[q])));
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8(w, s, j, (j * W + q) * k + c), _mm256_set1_ps(xj[q])));
                 _mm256_storeu_ps(L + j * k + c, acc);
             }
             for (; c < k; c++) {
@@ -354,7 +357,9 @@ void kvq_pqx_matmul_dense(const kvq_pqx *w, const float *x, int n_tok, float *y,
 size_t kvq_pqx_bytes(const kvq_pqx *w) {
     size_t b = 0;
     for (int s = 0; s < w->stages; s++)
-        b += (size_t)(w->rows_p * w->m) * (size_t)w->ib[s] + (size_t)(w->m * w->w * w->k[s]) * (w->cb_f32 ? 4u : 2u);
+        b += (size_t)(w->rows_p * w->m) * (size_t)w->ib[s] +
+             (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u) +
+             (w->cb_ms[s] ? 8u * (size_t)w->m : 0);
     return b;
 }
 
@@ -363,6 +368,7 @@ void kvq_pqx_free(kvq_pqx *w) {
     for (int s = 0; s < KVQ_PQX_MAX_STAGES; s++) {
         kvq_hqx_dealloc(w->idx[s]);
         kvq_hqx_dealloc(w->cb[s]);
+        kvq_hqx_dealloc(w->cb_ms[s]);
     }
     memset(w, 0, sizeof *w);
 }

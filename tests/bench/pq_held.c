@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
         double r = (double)h / (double)st;
         if (r > worst) worst = r;
         printf("| %s | %lld x %lld | %lld%s | %d | %s | %zu | %zu | %.3f |\n", name, (long long)p.rows, (long long)p.cols,
-               (long long)p.k[0], p.stages > 1 ? " + stage 2" : "", p.ib[0], p.cb_f32 ? "f32" : "bf16", st, h, r);
+               (long long)p.k[0], p.stages > 1 ? " + stage 2" : "", p.ib[0], p.cb_type == KVQ_PQX_CB_F32 ? "f32" : p.cb_type == KVQ_PQX_CB_CQO ? "cqo u16" : "bf16", st, h, r);
         held += h;
         stored += st;
         kvq_pqx_free(&p);

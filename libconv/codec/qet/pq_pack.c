@@ -41,7 +41,9 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
     const int stages = (int)json_array_size(ks);
     *out = (kvq_pqx){.stages = stages, .w = w, .rows = n, .cols = d, .m = d / w,
                      .rows_p = (n + KVQ_PQX_RB - 1) / KVQ_PQX_RB * KVQ_PQX_RB,
-                     .cb_f32 = cb != 0 || src != KVQ_DTYPE_BF16};
+                     .cb_type = cb > 16 || (!cb && src != KVQ_DTYPE_BF16) ? KVQ_PQX_CB_F32
+                                : cb                                  ? KVQ_PQX_CB_CQO
+                                                                      : KVQ_PQX_CB_BF16};
     const int64_t m = out->m;
     for (int s = 0; s < stages; s++) {
         const int64_t k = json_integer_value(json_array_get(ks, (size_t)s));
@@ -58,8 +60,9 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
         snprintf(role, sizeof role, "cb.%d", s + 1);
         const uint8_t *cbb = kvq_blob_find(blobs, n_blobs, role)->data;
         out->idx[s] = kvq_hqx_alloc((size_t)(out->rows_p * m) * (size_t)out->ib[s]);
-        out->cb[s] = kvq_hqx_alloc((size_t)(m * w * k) * (out->cb_f32 ? 4u : 2u));
-        if (!out->idx[s] || !out->cb[s]) {
+        out->cb[s] = kvq_hqx_alloc((size_t)(m * w * k) * (out->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u));
+        if (out->cb_type == KVQ_PQX_CB_CQO) out->cb_ms[s] = kvq_hqx_alloc(8 * (size_t)m);
+        if (!out->idx[s] || !out->cb[s] || (out->cb_type == KVQ_PQX_CB_CQO && !out->cb_ms[s])) {
             kvq_pqx_free(out);
             return kvq_err_set(err, KVQ_ERR_NOMEM, "pq: out of memory for the layout of %lld x %lld", (long long)n,
                                (long long)d);
@@ -85,11 +88,16 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
                 memcpy(&mn, cbb + 8 * j, 4);
                 memcpy(&step, cbb + 8 * j + 4, 4);
             }
+            if (out->cb_ms[s]) out->cb_ms[s][2 * j] = mn, out->cb_ms[s][2 * j + 1] = step;
             for (int64_t c = 0; c < k; c++)
                 for (int q = 0; q < w; q++) {
                     const int64_t fi = (j * k + c) * w + q, oi = (j * w + q) * k + c;
-                    if (!cb && !out->cb_f32) {
+                    if (out->cb_type == KVQ_PQX_CB_BF16) {
                         memcpy((uint16_t *)out->cb[s] + oi, cbb + 2 * fi, 2);
+                        continue;
+                    }
+                    if (out->cb_type == KVQ_PQX_CB_CQO) {
+                        ((uint16_t *)out->cb[s])[oi] = (uint16_t)get_bits(cbb + 8 * m, (uint64_t)fi * (uint64_t)cb, cb);
                         continue;
                     }
                     float v;
