@@ -156,6 +156,9 @@ static const shape shapes[] = {
     {100, 96, 4, 2, 0, {13, 300}},  {8, 8, 8, 1, 0, {1, 0}},      {61, 160, 16, 2, 1, {9, 7}},
     {17, 40, 1, 1, 0, {3, 0}},      {256, 512, 8, 1, 0, {100, 0}}, {45, 96, 8, 2, 2, {37, 11}},
     {64, 64, 4, 1, 2, {300, 0}},
+    // tables over the chunk budget (256 KB): stage 1's one-token table (64 · 4 · 1100 bytes)
+    // is read in two chunks, the batched tables (8 · 4 · 1700 bytes a subspace) in many
+    {40, 512, 8, 2, 0, {1100, 600}},
 };
 
 static void test_fast_paths_equal_reference(void **st) {

@@ -148,9 +148,11 @@ PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64
 }
 
 // Two row blocks at a time (two independent sums: the gathers overlap), each lane one row.
-// Subspaces run in chunks whose tables fit in 16 KB (the L1 cache): every row's running sum
-// is kept in y between chunks, so each row still adds its entries in subspace order.
-#define PQ_CHUNK_BYTES 16384
+// Subspaces run in chunks whose tables take at most PQ_CHUNK_BYTES (half a 512 KB L2): every
+// row's running sum is kept in y between chunks, so each row still adds its entries in
+// subspace order. Measured (pq_bench, one loaded core, lookups only, ms): 8192 x 2048 k 1343
+// 4.4 unchunked, 10.1-11.0 at 16-32 KB, 3.3 at 256 KB; 2048 x 8192 k 367 4.1 / 2.1-4.9 / 1.6.
+#define PQ_CHUNK_BYTES 262144
 PQ_AVX2 static void matvec_avx2(const kvq_pqx *w, const float *lut, float *y, int64_t r0, int64_t r1) {
     for (int s = 0; s < w->stages; s++) {
         const float *L = lut + stage_off(w, s);
@@ -182,9 +184,12 @@ PQ_AVX2 static void matvec_avx2(const kvq_pqx *w, const float *lut, float *y, in
     }
 }
 
-PQ_AVX2 static void lutb_avx2(const kvq_pqx *w, const float *x, int n_tok, int64_t ldx, float *lutb, int64_t j0,
-                              int64_t j1) {
+// Batched tables of stage s for subspaces [j0, j1).
+PQ_AVX2 static void lutb_avx2_stage(const kvq_pqx *w, int s, const float *x, int n_tok, int64_t ldx, float *lutb,
+                                    int64_t j0, int64_t j1) {
     const int W = w->w;
+    float *L = lutb + KVQ_PQX_TB * stage_off(w, s);
+    const int64_t k = w->k[s];
     __m256 xt[KVQ_PQX_MAX_W];
     for (int64_t j = j0; j < j1; j++) {
         for (int q = 0; q < W; q++) {
@@ -192,50 +197,60 @@ PQ_AVX2 static void lutb_avx2(const kvq_pqx *w, const float *x, int n_tok, int64
             for (int t = 0; t < n_tok; t++) v[t] = x[t * ldx + j * W + q];
             xt[q] = _mm256_loadu_ps(v);
         }
-        for (int s = 0; s < w->stages; s++) {
-            float *L = lutb + KVQ_PQX_TB * stage_off(w, s);
-            const int64_t k = w->k[s];
-            for (int64_t c = 0; c < k; c++) {
-                __m256 acc = _mm256_mul_ps(_mm256_set1_ps(kvq_pqx_cb(w, s, j, 0, c)), xt[0]);
-                for (int q = 1; q < W; q++)
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(kvq_pqx_cb(w, s, j, q, c)), xt[q]));
-                _mm256_storeu_ps(L + (j * k + c) * KVQ_PQX_TB, acc);
+        for (int64_t c = 0; c < k; c++) {
+            __m256 acc = _mm256_mul_ps(_mm256_set1_ps(kvq_pqx_cb(w, s, j, 0, c)), xt[0]);
+            for (int q = 1; q < W; q++)
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(kvq_pqx_cb(w, s, j, q, c)), xt[q]));
+            _mm256_storeu_ps(L + (j * k + c) * KVQ_PQX_TB, acc);
+        }
+    }
+}
+
+PQ_AVX2 static void lutb_avx2(const kvq_pqx *w, const float *x, int n_tok, int64_t ldx, float *lutb, int64_t j0,
+                              int64_t j1) {
+    for (int s = 0; s < w->stages; s++) lutb_avx2_stage(w, s, x, n_tok, ldx, lutb, j0, j1);
+}
+
+// Rows [r0, r1) of stage s over subspaces [j0, j1) for n_tok tokens: each row block's 8 rows
+// are 8 vectors of 8 token lanes, continuing the running sums in y (first: from 0).
+PQ_AVX2 static void gemm_avx2_part(const kvq_pqx *w, int s, const float *lutb, int n_tok, float *y, int64_t ldy,
+                                   int64_t r0, int64_t r1, int64_t j0, int64_t j1, int first) {
+    const float *L = lutb + KVQ_PQX_TB * stage_off(w, s);
+    const int64_t k = w->k[s];
+    for (int64_t rb = r0; rb < r1; rb += KVQ_PQX_RB) {
+        const int nr = r1 - rb < KVQ_PQX_RB ? (int)(r1 - rb) : KVQ_PQX_RB;
+        float t[KVQ_PQX_RB][KVQ_PQX_TB] = {{0}};
+        if (!first)
+            for (int i = 0; i < nr; i++)
+                for (int tk = 0; tk < n_tok; tk++) t[i][tk] = y[tk * ldy + rb + i];
+        __m256 a[KVQ_PQX_RB];
+        for (int i = 0; i < KVQ_PQX_RB; i++) a[i] = _mm256_loadu_ps(t[i]);
+        const int64_t o = ((rb / KVQ_PQX_RB) * w->m + j0) * KVQ_PQX_RB;
+        if (w->ib[s] == 1) {
+            const uint8_t *ip = (const uint8_t *)w->idx[s] + o;
+            for (int64_t j = j0; j < j1; j++, ip += KVQ_PQX_RB) {
+                const float *Lj = L + j * k * KVQ_PQX_TB;
+                for (int i = 0; i < KVQ_PQX_RB; i++)
+                    a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
             }
+        } else {
+            const uint16_t *ip = (const uint16_t *)w->idx[s] + o;
+            for (int64_t j = j0; j < j1; j++, ip += KVQ_PQX_RB) {
+                const float *Lj = L + j * k * KVQ_PQX_TB;
+                for (int i = 0; i < KVQ_PQX_RB; i++)
+                    a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
+            }
+        }
+        for (int i = 0; i < nr; i++) {
+            _mm256_storeu_ps(t[i], a[i]);
+            for (int tk = 0; tk < n_tok; tk++) y[tk * ldy + rb + i] = t[i][tk];
         }
     }
 }
 
 PQ_AVX2 static void gemm_avx2(const kvq_pqx *w, const float *lutb, int n_tok, float *y, int64_t ldy, int64_t r0,
                               int64_t r1) {
-    for (int64_t rb = r0; rb < r1; rb += KVQ_PQX_RB) {
-        __m256 a[KVQ_PQX_RB];
-        for (int i = 0; i < KVQ_PQX_RB; i++) a[i] = _mm256_setzero_ps();
-        for (int s = 0; s < w->stages; s++) {
-            const float *L = lutb + KVQ_PQX_TB * stage_off(w, s);
-            const int64_t k = w->k[s], o = (rb / KVQ_PQX_RB) * w->m * KVQ_PQX_RB;
-            if (w->ib[s] == 1) {
-                const uint8_t *ip = (const uint8_t *)w->idx[s] + o;
-                for (int64_t j = 0; j < w->m; j++, ip += KVQ_PQX_RB) {
-                    const float *Lj = L + j * k * KVQ_PQX_TB;
-                    for (int i = 0; i < KVQ_PQX_RB; i++)
-                        a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
-                }
-            } else {
-                const uint16_t *ip = (const uint16_t *)w->idx[s] + o;
-                for (int64_t j = 0; j < w->m; j++, ip += KVQ_PQX_RB) {
-                    const float *Lj = L + j * k * KVQ_PQX_TB;
-                    for (int i = 0; i < KVQ_PQX_RB; i++)
-                        a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
-                }
-            }
-        }
-        const int nr = r1 - rb < KVQ_PQX_RB ? (int)(r1 - rb) : KVQ_PQX_RB;
-        for (int i = 0; i < nr; i++) {
-            float t[KVQ_PQX_TB];
-            _mm256_storeu_ps(t, a[i]);
-            for (int tk = 0; tk < n_tok; tk++) y[tk * ldy + rb + i] = t[tk];
-        }
-    }
+    for (int s = 0; s < w->stages; s++) gemm_avx2_part(w, s, lutb, n_tok, y, ldy, r0, r1, 0, w->m, s == 0);
 }
 
 // ---- entry points
@@ -275,6 +290,42 @@ static int block_of(const int64_t *end, int64_t i) {
     return p;
 }
 
+// Batched products with the tables built and read one chunk of subspaces at a time (per part
+// and stage, in order, so every row's sum keeps the stated order): tables of the chunk split
+// over the team by subspace, a barrier, its lookups split by row blocks, a barrier.
+static void matmul_chunked(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
+                           int64_t ldy, float *scratch, const size_t *off, int nt) {
+    const int64_t cols = parts[0].cols;
+    for (int t0 = 0; t0 < n_tok; t0 += KVQ_PQX_TB) {
+        const int nb = n_tok - t0 < KVQ_PQX_TB ? n_tok - t0 : KVQ_PQX_TB;
+        const float *xb = x + (size_t)t0 * cols;
+        float *yb = y + (size_t)t0 * ldy;
+#pragma omp parallel num_threads(nt)
+        {
+            const int64_t nth = omp_get_num_threads(), id = omp_get_thread_num();
+            for (int p = 0; p < n_part; p++) {
+                const kvq_pqx *w = &parts[p];
+                const int64_t nblk = (w->rows + KVQ_PQX_RB - 1) / KVQ_PQX_RB;
+                for (int s = 0; s < w->stages; s++) {
+                    int64_t jc = PQ_CHUNK_BYTES / (4 * KVQ_PQX_TB * w->k[s]);
+                    if (jc < 1) jc = 1;
+                    for (int64_t j0 = 0; j0 < w->m; j0 += jc) {
+                        const int64_t j1 = j0 + jc < w->m ? j0 + jc : w->m, nj = j1 - j0;
+                        lutb_avx2_stage(w, s, xb, nb, cols, scratch + off[p], j0 + nj * id / nth, j0 + nj * (id + 1) / nth);
+#pragma omp barrier
+                        const int64_t b0 = nblk * id / nth, b1 = nblk * (id + 1) / nth;
+                        const int64_t rz = KVQ_PQX_RB * b1 < w->rows ? KVQ_PQX_RB * b1 : w->rows;
+                        if (b0 < b1)
+                            gemm_avx2_part(w, s, scratch + off[p], nb, yb + row0[p], ldy, KVQ_PQX_RB * b0, rz, j0, j1,
+                                           s == 0 && j0 == 0);
+#pragma omp barrier
+                    }
+                }
+            }
+        }
+    }
+}
+
 void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
                     int64_t ldy, float *scratch, kvq_pqx_isa isa, int n_threads) {
     isa = resolve(isa);
@@ -292,6 +343,15 @@ void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const flo
         work += w->rows * w->m * w->stages + (int64_t)kvq_pqx_lut_floats(w) * w->w;
     }
     const int nt = kvq_nthreads(n_threads);
+    // Batched tables larger than the chunk budget (k in the hundreds to thousands on wide
+    // matrices: 8192 x 2048 at pq:4 has k = 1343, 11 MB of tables for 8 tokens) are built and
+    // read a chunk of subspaces at a time (AVX2 path).
+    int chunked = 0;
+    for (int p = 0; p < n_part; p++) chunked |= KVQ_PQX_TB * 4 * kvq_pqx_lut_floats(&parts[p]) > 2 * PQ_CHUNK_BYTES;
+    if (n_tok > 1 && chunked && isa == KVQ_PQX_ISA_AVX2) {
+        matmul_chunked(parts, n_part, row0, x, n_tok, y, ldy, scratch, off, nt);
+        return;
+    }
     for (int t0 = 0; t0 < n_tok; t0 += KVQ_PQX_TB) {
         const int nb = n_tok - t0 < KVQ_PQX_TB ? n_tok - t0 : KVQ_PQX_TB;
         const float *xb = x + (size_t)t0 * cols;
