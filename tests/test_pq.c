@@ -266,12 +266,40 @@ static void test_packed_vs_decoded_product(void **st) {
     }
 }
 
+// The decoded-prefill path (kvq_model_opts.prefill_decoded, kvq-verify): rows decoded in blocks
+// of 128 and multiplied by the dense fp32 kernel: within the dense kernel's float bound of the
+// product of the decoded rows, for a matrix of more than one block and a token count that is
+// not a multiple of the kernel's tiles.
+static void test_matmul_dense(void **st) {
+    (void)st;
+    uint64_t s = 17;
+    const int64_t k[2] = {300, 20};
+    kvq_pqx p;
+    rand_pqx(&p, 300, 128, 8, 2, k, KVQ_PQX_CB_BF16, &s);
+    const int T = 70;
+    float *x = randvec(T * 128, &s), *y = malloc(sizeof(float) * T * 300), *yr = malloc(sizeof(float) * T * 300);
+    float *W = malloc(sizeof(float) * 300 * 128), *sc = malloc(sizeof(float) * kvq_pqx_dense_scratch(&p, T));
+    for (int64_t r = 0; r < 300; r++) kvq_pqx_row_f32(&p, r, W + r * 128);
+    kvq_pqx_matmul_dense(&p, x, T, y, 300, sc, 2);
+    kvq_matmul_ref(yr, x, W, KVQ_DTYPE_F32, T, 128, 300);
+    const double g = 2 * 130 * 0x1.0p-24;
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < 300; r++) {
+            double mag = 0;
+            for (int j = 0; j < 128; j++) mag += fabs((double)W[r * 128 + j] * x[t * 128 + j]);
+            assert_true(fabs((double)y[t * 300 + r] - yr[t * 300 + r]) <= g * mag);
+        }
+    free(x); free(y); free(yr); free(W); free(sc);
+    kvq_pqx_free(&p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pack_matches_decoder),
         cmocka_unit_test(test_pack_refusals),
         cmocka_unit_test(test_fast_paths_equal_reference),
         cmocka_unit_test(test_packed_vs_decoded_product),
+        cmocka_unit_test(test_matmul_dense),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
