@@ -15,20 +15,25 @@
 #include "formats/dtype.h"
 #include "formats/error.h"
 #include "kernels/hq_layout.h"
+#include "kernels/pq_layout.h"
 #include "libconv/kv/kvcache.h"
 #include "libconv/runtime/model.h"
 
-/** A weight matrix: dense (fp32/bf16 in data) or, for HyperQuant/RTN tensors of a .kvq,
- *  packed in the execution layout (kernels/hq_layout.h): n_part row blocks (fused q/k/v and
- *  gate/up keep one block per source tensor, each with its own rotation). */
+/** A weight matrix of one of three kinds: dense (fp32/bf16 in data); for HyperQuant/RTN
+ *  tensors of a .kvq, packed in the hqx execution layout (kernels/hq_layout.h): n_part row
+ *  blocks (fused q/k/v and gate/up keep one block per source tensor, each with its own
+ *  rotation); for PQ tensors (and QET without swap trees), the pqx layout
+ *  (kernels/pq_layout.h): n_pq row blocks. At most one of n_part and n_pq is > 0. */
 typedef struct {
     kvq_dtype dt; // F32 or BF16 (dense)
     int rows, cols;
     void *data;   // dense host values (NULL once a device backend owns the matrix)
     int n_part;   // > 0: packed
     kvq_hqx part[3];
-    int row0[3];  // first row of each block
-    size_t stored; // packed: the blocks' bytes in the file
+    int n_pq;     // > 0: PQ (pqx), n_pq row blocks in pq[]
+    kvq_pqx pq[3];
+    int row0[3];  // first row of each block (hqx or pqx)
+    size_t stored; // packed (either layout): the blocks' bytes in the file
     size_t held;   // bytes the backend holds for the matrix (set by mat_adopt)
     void *dev;     // the backend's own copy (GPU), or NULL
 } kvq_mat;

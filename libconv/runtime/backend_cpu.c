@@ -1,13 +1,15 @@
 // The CPU backend (backend.h): host memory, kernels/cpu, the model's kvq_kvcache (so every
 // KV codec runs here). Products: dense fp32/bf16 (kvq_matmul) and packed HyperQuant/RTN
 // (kvq_hqx_matmul with int8 or exact activations; prefill of >= KVQ_PREFILL_DENSE_MIN
-// tokens through decoded row blocks and the dense kernel).
+// tokens through decoded row blocks and the dense kernel) and packed PQ (kvq_pqx_matmul:
+// per-token tables and lookups, float sums, the same in every exec mode).
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/hqx.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/pq.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
@@ -37,10 +39,13 @@ typedef struct {
     int64_t widest;   // widest packed tensor (rows of a dense prefill block)
     int any_packed;
     int max_part;     // most row blocks of one packed matrix (fused q/k/v: 3)
+    int any_pq;       // some matrix is in the PQ layout
+    size_t pq_floats; // the largest PQ matrix's table scratch (kvq_pqx_scratch)
     // scratch
     uint8_t *act_buf;  // (max_part, max_batch) prepared activations of act_bytes each
     kvq_hqx_act *acts; // (max_part, max_batch)
     float *dense;      // prefill: a block of decoded rows and its products
+    float *pq_lut;     // PQ products: tables of up to 8 tokens for every block of a matrix
     float *xperm;      // dense bf16 products: kvq_matmul's scratch for max_batch tokens
     // batched int8 products (int8 mode, a VNNI CPU): packed activations per part, and each
     // thread's accumulators
@@ -54,9 +59,15 @@ void kvq_mat_free_host(kvq_mat *m) {
     free(m->data);
     m->data = NULL;
     for (int i = 0; i < m->n_part; i++) kvq_hqx_free(&m->part[i]);
+    for (int i = 0; i < m->n_pq; i++) kvq_pqx_free(&m->pq[i]);
 }
 
 size_t kvq_mat_host_bytes(const kvq_mat *m) {
+    if (m->n_pq) {
+        size_t b = 0;
+        for (int i = 0; i < m->n_pq; i++) b += kvq_pqx_bytes(&m->pq[i]);
+        return b;
+    }
     if (!m->n_part) return (size_t)m->rows * m->cols * kvq_dtype_size(m->dt);
     size_t b = 0;
     for (int i = 0; i < m->n_part; i++) b += kvq_hqx_bytes(&m->part[i]);
@@ -68,6 +79,7 @@ static void destroy(kvq_backend *b) {
     free(c->act_buf);
     free(c->acts);
     free(c->dense);
+    free(c->pq_lut);
     free(c->gemm);
     free(c->gemm_thread);
     free(c->xperm);
@@ -89,6 +101,13 @@ static kvq_status mat_adopt(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *
     (void)keep_host; (void)err;
     cpu *c = (cpu *)b;
     w->held = kvq_mat_host_bytes(w);
+    if (w->n_pq) {
+        const size_t sc = kvq_pqx_scratch(w->pq, w->n_pq);
+        if (sc > c->pq_floats) c->pq_floats = sc;
+        if (w->cols > c->widest) c->widest = w->cols;
+        c->any_pq = 1;
+        return KVQ_OK;
+    }
     if (!w->n_part) {
         size_t xp = kvq_matmul_scratch(w->dt, b->max_batch, w->cols);
         if (xp > c->xperm_floats) c->xperm_floats = xp;
@@ -116,6 +135,14 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     const size_t B = (size_t)b->max_batch;
     if (c->xperm_floats && !(c->xperm = malloc(sizeof(float) * c->xperm_floats)))
         return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %zu floats of product scratch", c->xperm_floats);
+    if (c->any_pq) {
+        c->pq_lut = aligned_alloc(64, (sizeof(float) * c->pq_floats + 63) / 64 * 64);
+        if (!c->pq_lut)
+            return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the PQ products' tables (%zu floats)", c->pq_floats);
+        if (!c->any_packed && b->prefill_decoded &&
+            !(c->dense = malloc(sizeof(float) * ((size_t)KVQ_PQX_DENSE_BLOCK * (size_t)c->widest + B * KVQ_PQX_DENSE_BLOCK))))
+            return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the decoded prefill's scratch (%zu tokens)", B);
+    }
     if (!c->any_packed) return KVQ_OK;
     c->act_buf = aligned_alloc(64, c->act_bytes * B * (size_t)c->max_part);
     c->acts = calloc(B * (size_t)c->max_part, sizeof *c->acts);
@@ -235,6 +262,12 @@ static int gemm_ok(const cpu *c, const kvq_mat *w, int T) {
 static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, int T) {
     cpu *c = (cpu *)b;
     const int nt = b->n_threads;
+    if (w->n_pq) {
+        if (b->prefill_decoded && T >= KVQ_PREFILL_DENSE_MIN) // the decoded model's products (kvq-verify)
+            for (int p = 0; p < w->n_pq; p++) kvq_pqx_matmul_dense(&w->pq[p], x, T, y + w->row0[p], w->rows, c->dense, nt);
+        else kvq_pqx_matmul(w->pq, w->n_pq, w->row0, x, T, y, w->rows, c->pq_lut, KVQ_PQX_ISA_AUTO, nt);
+        return;
+    }
     if (!w->n_part) {
         kvq_matmul(y, x, w->data, w->dt, T, w->cols, w->rows, c->xperm, nt);
         return;
@@ -315,7 +348,8 @@ static void step(kvq_backend *b, int T, int pos, int logits) { (void)b; (void)T;
 static size_t scratch_bytes(const kvq_backend *b) {
     const cpu *c = (const cpu *)b;
     const size_t B = (size_t)b->max_batch;
-    return sizeof(float) * c->xperm_floats +
+    return sizeof(float) * c->xperm_floats + sizeof(float) * c->pq_floats +
+           (!c->any_packed && c->dense ? sizeof(float) * ((size_t)KVQ_PQX_DENSE_BLOCK * (size_t)c->widest + B * KVQ_PQX_DENSE_BLOCK) : 0) +
            (c->any_packed ? c->act_bytes * B * (size_t)c->max_part + sizeof(float) * ((size_t)KVQ_HQX_DENSE_BLOCK * (size_t)c->widest +
                                                                  B * KVQ_HQX_DENSE_BLOCK)
                           : 0) +

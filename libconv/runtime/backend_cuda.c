@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "kernels/cpu/hqx.h"
+#include "kernels/cpu/pq.h"
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/hqx.h"
 #include "kernels/cuda/kv_attn.h"
@@ -179,8 +180,46 @@ static void drop_host_part(kvq_hqx *p) {
     p->esc_row = NULL; p->esc = NULL;
 }
 
+// PQ matrices have no GPU kernels yet: they are decoded on the host (a fallback), to bf16
+// when every value is one (a bf16 source's codebooks, one stage), else fp32, into *data.
+static kvq_status pq_decode(const kvq_mat *w, void **data, kvq_dtype *dt, kvq_err *err) {
+    const size_t n = (size_t)w->rows * w->cols;
+    float *f = malloc(sizeof(float) * (n ? n : 1));
+    if (!f) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory decoding a PQ matrix of %zu weights", n);
+    for (int p = 0; p < w->n_pq; p++)
+        for (int64_t r = 0; r < w->pq[p].rows; r++) kvq_pqx_row_f32(&w->pq[p], r, f + (size_t)(w->row0[p] + r) * w->cols);
+    int bf = 1;
+    for (size_t i = 0; i < n && bf; i++) bf = kvq_bf16_to_f32(kvq_f32_to_bf16(f[i])) == f[i];
+    void *out = f;
+    if (bf) {
+        uint16_t *h = malloc(2 * (n ? n : 1));
+        if (!h) { free(f); return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory decoding a PQ matrix of %zu weights", n); }
+        kvq_dtype_from_f32(KVQ_DTYPE_BF16, f, n, h);
+        free(f);
+        out = h;
+    }
+    *data = out;
+    *dt = bf ? KVQ_DTYPE_BF16 : KVQ_DTYPE_F32;
+    return KVQ_OK;
+}
+
 static kvq_status mat_adopt(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *err) {
     (void)b;
+    if (w->n_pq) { // decoded to dense at upload (the fallback above); the host copy is temporary
+        kvq_mat d = *w;
+        d.n_pq = 0;
+        kvq_status s = pq_decode(w, &d.data, &d.dt, err);
+        if (s) return s;
+        if ((s = mat_adopt(b, &d, 0, err))) { free(d.data); return s; }
+        w->dev = d.dev;
+        w->held = d.held;
+        w->dt = d.dt; // the device copy's dtype (products read it; n_part stays 0: a dense product)
+        if (!keep_host) { // the layout is no longer needed: the matrix is dense from here on
+            for (int p = 0; p < w->n_pq; p++) kvq_pqx_free(&w->pq[p]);
+            w->n_pq = 0;
+        }
+        return KVQ_OK;
+    }
     if (!w->n_part) {
         const size_t bytes = (size_t)w->rows * w->cols * kvq_dtype_size(w->dt);
         if (w->dt != KVQ_DTYPE_BF16 && w->dt != KVQ_DTYPE_F32)

@@ -11,6 +11,7 @@
 
 #include "formats/dtype.h"
 #include "kernels/cpu/hqx.h"
+#include "kernels/cpu/pq.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope.h"
 #include "libconv/runtime/backend.h"
@@ -60,6 +61,7 @@ kvq_model_opts kvq_model_opts_default(void) {
 static void mat_free(mat *m) {
     kvq_mat_free_host(m);
     m->n_part = 0;
+    m->n_pq = 0;
 }
 
 // Hands a loaded matrix to the backend (which may upload it and free the host arrays).
@@ -80,19 +82,29 @@ static kvq_status to_backend(kvq_model *m, float **v, size_t n, kvq_err *err) {
     return r;
 }
 
+enum { KIND_HQX = 1, KIND_PQX = 2 };
+
 // Packs tensor `name` into block i of m when the model runs packed and the tensor has an
-// execution layout. @return KVQ_OK (packed), KVQ_ERR_UNSUPPORTED (decode it instead) or an error.
+// execution layout: hqx (HyperQuant/RTN) into m->part[i], else pqx (PQ) into m->pq[i]; *kind
+// says which. @return KVQ_OK (packed), KVQ_ERR_UNSUPPORTED (decode it instead) or an error.
 static kvq_status try_pack(const kvq_model *md, kvq_weights *s, const char *name, int rows, int cols, mat *m, int i,
-                           kvq_err *err) {
+                           int *kind, kvq_err *err) {
     if (md->o.exec == KVQ_EXEC_DECODED) return KVQ_ERR_UNSUPPORTED;
     kvq_err e2 = {0};
+    int64_t hr, hc;
     kvq_status r = kvq_weights_get_hqx(s, name, &m->part[i], &e2);
-    if (r == KVQ_ERR_UNSUPPORTED) return r;
+    if (r == KVQ_OK) *kind = KIND_HQX, hr = m->part[i].rows, hc = m->part[i].cols;
+    else if (r == KVQ_ERR_UNSUPPORTED) {
+        r = kvq_weights_get_pqx(s, name, &m->pq[i], &e2);
+        if (r == KVQ_ERR_UNSUPPORTED) return r;
+        *kind = KIND_PQX, hr = m->pq[i].rows, hc = m->pq[i].cols;
+    }
     if (r) { *err = e2; return r; }
-    if (m->part[i].rows != rows || m->part[i].cols != cols) {
+    if (hr != rows || hc != cols) {
         kvq_hqx_free(&m->part[i]);
+        kvq_pqx_free(&m->pq[i]);
         return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has shape (%lld, %lld), expected (%d, %d)",
-                           kvq_weights_path(s), name, (long long)m->part[i].rows, (long long)m->part[i].cols, rows, cols);
+                           kvq_weights_path(s), name, (long long)hr, (long long)hc, rows, cols);
     }
     return KVQ_OK;
 }
@@ -141,8 +153,13 @@ static kvq_status get_mat(const kvq_model *md, kvq_weights *s, const char *name,
     float *f;
     m->rows = rows;
     m->cols = cols;
-    kvq_status r = try_pack(md, s, name, rows, cols, m, 0, err);
-    if (r == KVQ_OK) { m->n_part = 1; m->stored = kvq_weights_stored_bytes(s, name); return KVQ_OK; }
+    int kind = 0;
+    kvq_status r = try_pack(md, s, name, rows, cols, m, 0, &kind, err);
+    if (r == KVQ_OK) {
+        *(kind == KIND_HQX ? &m->n_part : &m->n_pq) = 1;
+        m->stored = kvq_weights_stored_bytes(s, name);
+        return KVQ_OK;
+    }
     if (r != KVQ_ERR_UNSUPPORTED) return r;
     r = get(s, name, rows, cols, &f, err);
     if (r) return r;
@@ -164,20 +181,29 @@ static kvq_status get_cat(kvq_model *md, kvq_weights *s, const char *const *name
     for (int i = 0; i < n; i++) total += rows[i];
     m->rows = total;
     m->cols = cols;
-    // packed only when every block is (one product per block)
+    // packed only when every block is, in the same layout (one product per block)
+    int kind0 = 0;
     for (int i = 0; i < n; i++) {
-        kvq_status r = try_pack(md, s, names[i], rows[i], cols, m, i, err);
-        if (r == KVQ_OK) {
+        int kind = 0;
+        kvq_status r = try_pack(md, s, names[i], rows[i], cols, m, i, &kind, err);
+        if (r == KVQ_OK && (i == 0 || kind == kind0)) {
+            kind0 = kind;
             m->row0[i] = i ? m->row0[i - 1] + rows[i - 1] : 0;
-            m->n_part = i + 1;
+            *(kind == KIND_HQX ? &m->n_part : &m->n_pq) = i + 1;
             m->stored += kvq_weights_stored_bytes(s, names[i]);
             continue;
         }
+        if (r == KVQ_OK) { // mixed layouts: this block is not counted yet, free it too
+            kvq_hqx_free(&m->part[i]);
+            kvq_pqx_free(&m->pq[i]);
+            r = KVQ_ERR_UNSUPPORTED;
+        }
         mat_free(m);
+        m->stored = 0;
         if (r != KVQ_ERR_UNSUPPORTED) return r;
         break;
     }
-    if (m->n_part == n) return adopt(md, s, m, 0, names[0], err);
+    if (m->n_part == n || m->n_pq == n) return adopt(md, s, m, 0, names[0], err);
     float *f = malloc(sizeof(float) * total * (size_t)cols);
     if (!f) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for '%s'", kvq_weights_path(s), names[0]);
     size_t o = 0;
@@ -412,6 +438,15 @@ static size_t mat_bytes(const mat *x) { return x->held; }
 
 // Reads a matrix's held bytes (the packed codes: what a decode step streams); host only.
 static uint64_t mat_stream(const mat *x, int nt) {
+    if (x->n_pq) {
+        uint64_t s = 0;
+        for (int i = 0; i < x->n_pq; i++) {
+            const kvq_pqx *p = &x->pq[i];
+            for (int k = 0; k < p->stages; k++)
+                if (p->idx[k]) s += kvq_stream_read(p->idx[k], (size_t)(p->rows_p * p->m) * (size_t)p->ib[k], nt);
+        }
+        return s;
+    }
     if (!x->n_part) return x->data ? kvq_stream_read(x->data, mat_bytes(x), nt) : 0;
     uint64_t s = 0;
     for (int i = 0; i < x->n_part; i++) {
@@ -433,7 +468,7 @@ size_t kvq_model_weight_bytes(const kvq_model *m) {
 static void mem_add(kvq_model_mem *o, const mat *x) {
     size_t b = mat_bytes(x);
     o->held += b;
-    if (x->n_part) { o->packed += b; o->packed_stored += x->stored; }
+    if (x->n_part || x->n_pq) { o->packed += b; o->packed_stored += x->stored; }
     else o->dense += b;
 }
 
@@ -529,6 +564,7 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
     for (int t = 0; t < T; t++) {
         float *x = m->xh + (size_t)t * d;
         if (m->embed.n_part) kvq_hqx_row_f32(&m->embed.part[0], tok[t], x);
+        else if (m->embed.n_pq) kvq_pqx_row_f32(&m->embed.pq[0], tok[t], x);
         else if (m->embed.dt == KVQ_DTYPE_BF16) kvq_dtype_to_f32(KVQ_DTYPE_BF16, (uint16_t *)m->embed.data + (size_t)tok[t] * d, d, x);
         else memcpy(x, (float *)m->embed.data + (size_t)tok[t] * d, sizeof(float) * d);
     }

@@ -16,6 +16,7 @@
 #include "formats/kvqfile.h"
 #include "libconv/codec/codec.h"
 #include "libconv/codec/hyperquant/hq_pack.h"
+#include "libconv/codec/qet/qet.h"
 #include "libconv/codec/rtn.h"
 #include "libconv/kv/kvcodec.h"
 
@@ -325,6 +326,27 @@ kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, k
     }
     release_blobs(w, &rv);
     if (s != KVQ_OK) kvq_err_prefix(err, "%s: tensor '%s'", path, name);
+    return s;
+}
+
+kvq_status kvq_weights_get_pqx(kvq_weights *w, const char *name, kvq_pqx *out, kvq_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!w->kf) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': a source checkpoint holds no codes", name);
+    const json_t *r = find_rec(w, name);
+    const char *cname = json_string_value(json_object_get(json_object_get(r, "codec"), "name"));
+    if (!cname || (strcmp(cname, "pq") && strcmp(cname, "qet")))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': codec '%s' has no PQ layout", name,
+                           cname ? cname : "(none)");
+    // a swap tree (qet, l > 0) has no layout: say so before decompressing any blob
+    const json_t *l = json_object_get(json_object_get(json_object_get(r, "codec"), "params"), "l");
+    if (json_is_integer(l) && json_integer_value(l) > 0)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': QET swap trees have no execution layout yet", name);
+    rec_view rv;
+    kvq_status s = rec_blobs(w, name, &rv, err);
+    if (s != KVQ_OK) return s;
+    s = kvq_qet_pack_pqx(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, out, err);
+    release_blobs(w, &rv);
+    if (s != KVQ_OK && s != KVQ_ERR_UNSUPPORTED) kvq_err_prefix(err, "%s: tensor '%s'", kvq_file_path(w->kf), name);
     return s;
 }
 

@@ -11,6 +11,7 @@
 #include "formats/error.h"
 #include "formats/tensor.h"
 #include "kernels/hq_layout.h"
+#include "kernels/pq_layout.h"
 #include "libconv/tokenizer/tokenizer.h"
 
 typedef struct kvq_weights kvq_weights;
@@ -46,6 +47,11 @@ kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, in
  *  tensor has no such layout (another codec, a source checkpoint, a cast...): decode it with
  *  kvq_weights_get_f32 instead; other errors name the file and tensor. */
 kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, kvq_err *err);
+/** The PQ execution layout (kernels/pq_layout.h) of a .kvq's `pq` tensor (or `qet` without swap
+ *  trees); arrays owned by *out (kvq_pqx_free). @return KVQ_ERR_UNSUPPORTED when the tensor
+ *  has no such layout (decode it with kvq_weights_get_f32); other errors name the file and
+ *  tensor. */
+kvq_status kvq_weights_get_pqx(kvq_weights *w, const char *name, kvq_pqx *out, kvq_err *err);
 /** Bytes a .kvq stores for tensor name (its record's "bytes"); 0 for sources or unknown. */
 size_t kvq_weights_stored_bytes(const kvq_weights *w, const char *name);
 /** Opens the model's tokenizer: a source's tokenizer.json / tok*.bin, or the one a .kvq stores,

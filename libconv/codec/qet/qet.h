@@ -11,6 +11,7 @@
 
 #include "formats/dtype.h"
 #include "formats/error.h"
+#include "kernels/pq_layout.h"
 #include "libconv/codec/codec.h"
 
 #define KVQ_QET_MAX_LEVELS 12  // swap-tree levels l
@@ -97,6 +98,14 @@ kvq_status kvq_qet_check(const json_t *params, const kvq_blob_view *blobs, int n
 /** Decodes into out (n × d, caller-allocated). */
 kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n,
                           int64_t d, float *out, kvq_err *err);
+
+/** The PQ execution layout (kernels/pq_layout.h) of an n × d tensor stored without swap trees
+ *  (`pq`, or `qet` with l=0), built from its blobs; arrays owned by *out (kvq_pqx_free).
+ *  Codebooks stay bf16 when stored as bf16, else become float32. @return KVQ_ERR_UNSUPPORTED
+ *  for swap trees (l > 0) or shapes outside the layout (decode those instead); other errors
+ *  as kvq_qet_decode's (*out then empty). */
+kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
+                            kvq_pqx *out, kvq_err *err);
 
 /** Offline matrix codec for K/V matrices (n tokens × d channels): encodes x with the QET
  *  defaults at `ratio` against `src` and decodes into xhat (caller-allocated n × d).

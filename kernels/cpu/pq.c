@@ -1,0 +1,434 @@
+// Products from the PQ execution layout (see pq.h for the summation order every path keeps):
+// per-token tables, then one table lookup per (row, subspace). Reference loops first, then
+// the AVX2 bodies (gathers for one token; for 8 tokens one 8-float load per lookup), then the
+// driver that splits tables and rows over an OpenMP team.
+#include "kernels/cpu/pq.h"
+
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/hqx.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/threads.h"
+
+kvq_pqx_isa kvq_pqx_isa_best(void) { return kvq_cpu_features() & KVQ_CPU_AVX2 ? KVQ_PQX_ISA_AVX2 : KVQ_PQX_ISA_REF; }
+
+const char *kvq_pqx_isa_name(kvq_pqx_isa isa) {
+    return isa == KVQ_PQX_ISA_AVX2 ? "avx2" : isa == KVQ_PQX_ISA_REF ? "ref" : "auto";
+}
+
+// AUTO → the best path; a path the CPU lacks → the reference.
+static kvq_pqx_isa resolve(kvq_pqx_isa isa) {
+    if (isa == KVQ_PQX_ISA_AUTO || (isa == KVQ_PQX_ISA_AVX2 && !(kvq_cpu_features() & KVQ_CPU_AVX2)))
+        return kvq_pqx_isa_best();
+    return isa;
+}
+
+// First table entry of stage s (one token's tables: stage 1's m·k_1 entries, then stage 2's).
+static int64_t stage_off(const kvq_pqx *w, int s) {
+    int64_t o = 0;
+    for (int i = 0; i < s; i++) o += w->m * w->k[i];
+    return o;
+}
+
+size_t kvq_pqx_lut_floats(const kvq_pqx *w) { return (size_t)stage_off(w, w->stages); }
+
+// ---- plain reference
+
+static void lut_ref(const kvq_pqx *w, const float *x, float *lut, int64_t j0, int64_t j1) {
+    for (int s = 0; s < w->stages; s++) {
+        float *L = lut + stage_off(w, s);
+        const int64_t k = w->k[s];
+        for (int64_t j = j0; j < j1; j++) {
+            const float *xj = x + j * w->w;
+            for (int64_t c = 0; c < k; c++) {
+                float acc = kvq_pqx_cb(w, s, j, 0, c) * xj[0];
+                for (int q = 1; q < w->w; q++) {
+                    float p = kvq_pqx_cb(w, s, j, q, c) * xj[q];
+                    acc = acc + p;
+                }
+                L[j * k + c] = acc;
+            }
+        }
+    }
+}
+
+static void matvec_ref(const kvq_pqx *w, const float *lut, float *y, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        float acc = 0.0f;
+        for (int s = 0; s < w->stages; s++) {
+            const float *L = lut + stage_off(w, s);
+            for (int64_t j = 0; j < w->m; j++) acc = acc + L[j * w->k[s] + kvq_pqx_idx(w, s, r, j)];
+        }
+        y[r] = acc;
+    }
+}
+
+static void lutb_ref(const kvq_pqx *w, const float *x, int n_tok, int64_t ldx, float *lutb, int64_t j0, int64_t j1) {
+    for (int s = 0; s < w->stages; s++) {
+        float *L = lutb + KVQ_PQX_TB * stage_off(w, s);
+        const int64_t k = w->k[s];
+        for (int64_t j = j0; j < j1; j++)
+            for (int64_t c = 0; c < k; c++)
+                for (int t = 0; t < KVQ_PQX_TB; t++) {
+                    float acc = 0.0f;
+                    if (t < n_tok) {
+                        const float *xj = x + t * ldx + j * w->w;
+                        acc = kvq_pqx_cb(w, s, j, 0, c) * xj[0];
+                        for (int q = 1; q < w->w; q++) {
+                            float p = kvq_pqx_cb(w, s, j, q, c) * xj[q];
+                            acc = acc + p;
+                        }
+                    }
+                    L[(j * k + c) * KVQ_PQX_TB + t] = acc;
+                }
+    }
+}
+
+static void gemm_ref(const kvq_pqx *w, const float *lutb, int n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++) {
+            float acc = 0.0f;
+            for (int s = 0; s < w->stages; s++) {
+                const float *L = lutb + KVQ_PQX_TB * stage_off(w, s);
+                for (int64_t j = 0; j < w->m; j++)
+                    acc = acc + L[(j * w->k[s] + kvq_pqx_idx(w, s, r, j)) * KVQ_PQX_TB + t];
+            }
+            y[t * ldy + r] = acc;
+        }
+}
+
+// ---- AVX2
+
+#define PQ_AVX2 __attribute__((target("avx2,fma")))
+
+// 8 codebook values of subspace j at element offset o of stage s, as floats (bf16: widened
+// exactly; CQO: min + code·step, the product rounded first, as kvq_pqx_cb).
+PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) {
+    if (w->cb_type == KVQ_PQX_CB_F32) return _mm256_loadu_ps((const float *)w->cb[s] + o);
+    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->cb[s] + o)));
+    if (w->cb_type == KVQ_PQX_CB_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(h), _mm256_set1_ps(w->cb_ms[s][2 * j + 1]));
+    return _mm256_add_ps(_mm256_set1_ps(w->cb_ms[s][2 * j]), t);
+}
+
+// 8 indices (one row block, subspace j) of stage s as int32.
+PQ_AVX2 static inline __m256i idx8(const kvq_pqx *w, int s, int64_t rb, int64_t j) {
+    const int64_t o = ((rb / KVQ_PQX_RB) * w->m + j) * KVQ_PQX_RB;
+    if (w->ib[s] == 1) return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((const uint8_t *)w->idx[s] + o)));
+    return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->idx[s] + o)));
+}
+
+PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64_t j0, int64_t j1) {
+    const int W = w->w;
+    for (int s = 0; s < w->stages; s++) {
+        float *L = lut + stage_off(w, s);
+        const int64_t k = w->k[s];
+        for (int64_t j = j0; j < j1; j++) {
+            const float *xj = x + j * W;
+            int64_t c = 0;
+            for (; c + 8 <= k; c += 8) {
+                __m256 acc = _mm256_mul_ps(cb8(w, s, j, (j * W) * k + c), _mm256_set1_ps(xj[0]));
+                for (int q = 1; q < W; q++)
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8(w, s, j, (j * W + q) * k + c), _mm256_set1_ps(xj[q])));
+                _mm256_storeu_ps(L + j * k + c, acc);
+            }
+            for (; c < k; c++) {
+                float acc = kvq_pqx_cb(w, s, j, 0, c) * xj[0];
+                for (int q = 1; q < W; q++) {
+                    float p = kvq_pqx_cb(w, s, j, q, c) * xj[q];
+                    acc = acc + p;
+                }
+                L[j * k + c] = acc;
+            }
+        }
+    }
+}
+
+// Two row blocks at a time (two independent sums: the gathers overlap), each lane one row.
+// Subspaces run in chunks whose tables take at most PQ_CHUNK_BYTES (half a 512 KB L2): every
+// row's running sum is kept in y between chunks, so each row still adds its entries in
+// subspace order. Measured (pq_bench, one loaded core, lookups only, ms): 8192 x 2048 k 1343
+// 4.4 unchunked, 10.1-11.0 at 16-32 KB, 3.3 at 256 KB; 2048 x 8192 k 367 4.1 / 2.1-4.9 / 1.6.
+#define PQ_CHUNK_BYTES 262144
+PQ_AVX2 static void matvec_avx2(const kvq_pqx *w, const float *lut, float *y, int64_t r0, int64_t r1) {
+    for (int s = 0; s < w->stages; s++) {
+        const float *L = lut + stage_off(w, s);
+        const int64_t k = w->k[s];
+        const __m256i step = _mm256_set1_epi32((int)k);
+        int64_t jc = PQ_CHUNK_BYTES / (4 * k);
+        if (jc < 1) jc = 1;
+        for (int64_t j0 = 0; j0 < w->m; j0 += jc) {
+            const int64_t j1 = j0 + jc < w->m ? j0 + jc : w->m;
+            const int first = s == 0 && j0 == 0;
+            for (int64_t rb = r0; rb < r1; rb += 2 * KVQ_PQX_RB) {
+                const int two = rb + KVQ_PQX_RB < r1;
+                const int64_t n = r1 - rb < 2 * KVQ_PQX_RB ? r1 - rb : 2 * KVQ_PQX_RB;
+                float t[2 * KVQ_PQX_RB] = {0};
+                if (!first) memcpy(t, y + rb, sizeof(float) * (size_t)n);
+                __m256 a0 = _mm256_loadu_ps(t), a1 = _mm256_loadu_ps(t + KVQ_PQX_RB);
+                __m256i off = _mm256_set1_epi32((int)(j0 * k));
+                for (int64_t j = j0; j < j1; j++) {
+                    a0 = _mm256_add_ps(a0, _mm256_i32gather_ps(L, _mm256_add_epi32(idx8(w, s, rb, j), off), 4));
+                    if (two)
+                        a1 = _mm256_add_ps(a1, _mm256_i32gather_ps(L, _mm256_add_epi32(idx8(w, s, rb + KVQ_PQX_RB, j), off), 4));
+                    off = _mm256_add_epi32(off, step);
+                }
+                _mm256_storeu_ps(t, a0);
+                _mm256_storeu_ps(t + KVQ_PQX_RB, a1);
+                memcpy(y + rb, t, sizeof(float) * (size_t)n);
+            }
+        }
+    }
+}
+
+// Batched tables of stage s for subspaces [j0, j1).
+PQ_AVX2 static void lutb_avx2_stage(const kvq_pqx *w, int s, const float *x, int n_tok, int64_t ldx, float *lutb,
+                                    int64_t j0, int64_t j1) {
+    const int W = w->w;
+    float *L = lutb + KVQ_PQX_TB * stage_off(w, s);
+    const int64_t k = w->k[s];
+    __m256 xt[KVQ_PQX_MAX_W];
+    for (int64_t j = j0; j < j1; j++) {
+        for (int q = 0; q < W; q++) {
+            float v[KVQ_PQX_TB] = {0};
+            for (int t = 0; t < n_tok; t++) v[t] = x[t * ldx + j * W + q];
+            xt[q] = _mm256_loadu_ps(v);
+        }
+        for (int64_t c = 0; c < k; c++) {
+            __m256 acc = _mm256_mul_ps(_mm256_set1_ps(kvq_pqx_cb(w, s, j, 0, c)), xt[0]);
+            for (int q = 1; q < W; q++)
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(kvq_pqx_cb(w, s, j, q, c)), xt[q]));
+            _mm256_storeu_ps(L + (j * k + c) * KVQ_PQX_TB, acc);
+        }
+    }
+}
+
+PQ_AVX2 static void lutb_avx2(const kvq_pqx *w, const float *x, int n_tok, int64_t ldx, float *lutb, int64_t j0,
+                              int64_t j1) {
+    for (int s = 0; s < w->stages; s++) lutb_avx2_stage(w, s, x, n_tok, ldx, lutb, j0, j1);
+}
+
+// Rows [r0, r1) of stage s over subspaces [j0, j1) for n_tok tokens: each row block's 8 rows
+// are 8 vectors of 8 token lanes, continuing the running sums in y (first: from 0).
+PQ_AVX2 static void gemm_avx2_part(const kvq_pqx *w, int s, const float *lutb, int n_tok, float *y, int64_t ldy,
+                                   int64_t r0, int64_t r1, int64_t j0, int64_t j1, int first) {
+    const float *L = lutb + KVQ_PQX_TB * stage_off(w, s);
+    const int64_t k = w->k[s];
+    for (int64_t rb = r0; rb < r1; rb += KVQ_PQX_RB) {
+        const int nr = r1 - rb < KVQ_PQX_RB ? (int)(r1 - rb) : KVQ_PQX_RB;
+        float t[KVQ_PQX_RB][KVQ_PQX_TB] = {{0}};
+        if (!first)
+            for (int i = 0; i < nr; i++)
+                for (int tk = 0; tk < n_tok; tk++) t[i][tk] = y[tk * ldy + rb + i];
+        __m256 a[KVQ_PQX_RB];
+        for (int i = 0; i < KVQ_PQX_RB; i++) a[i] = _mm256_loadu_ps(t[i]);
+        const int64_t o = ((rb / KVQ_PQX_RB) * w->m + j0) * KVQ_PQX_RB;
+        if (w->ib[s] == 1) {
+            const uint8_t *ip = (const uint8_t *)w->idx[s] + o;
+            for (int64_t j = j0; j < j1; j++, ip += KVQ_PQX_RB) {
+                const float *Lj = L + j * k * KVQ_PQX_TB;
+                for (int i = 0; i < KVQ_PQX_RB; i++)
+                    a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
+            }
+        } else {
+            const uint16_t *ip = (const uint16_t *)w->idx[s] + o;
+            for (int64_t j = j0; j < j1; j++, ip += KVQ_PQX_RB) {
+                const float *Lj = L + j * k * KVQ_PQX_TB;
+                for (int i = 0; i < KVQ_PQX_RB; i++)
+                    a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
+            }
+        }
+        for (int i = 0; i < nr; i++) {
+            _mm256_storeu_ps(t[i], a[i]);
+            for (int tk = 0; tk < n_tok; tk++) y[tk * ldy + rb + i] = t[i][tk];
+        }
+    }
+}
+
+PQ_AVX2 static void gemm_avx2(const kvq_pqx *w, const float *lutb, int n_tok, float *y, int64_t ldy, int64_t r0,
+                              int64_t r1) {
+    for (int s = 0; s < w->stages; s++) gemm_avx2_part(w, s, lutb, n_tok, y, ldy, r0, r1, 0, w->m, s == 0);
+}
+
+// ---- entry points
+
+void kvq_pqx_lut(const kvq_pqx *w, const float *x, float *lut, int64_t j0, int64_t j1, kvq_pqx_isa isa) {
+    if (resolve(isa) == KVQ_PQX_ISA_AVX2) lut_avx2(w, x, lut, j0, j1);
+    else lut_ref(w, x, lut, j0, j1);
+}
+
+void kvq_pqx_matvec_rows(const kvq_pqx *w, const float *lut, float *y, int64_t r0, int64_t r1, kvq_pqx_isa isa) {
+    if (resolve(isa) == KVQ_PQX_ISA_AVX2) matvec_avx2(w, lut, y, r0, r1);
+    else matvec_ref(w, lut, y, r0, r1);
+}
+
+void kvq_pqx_lutb(const kvq_pqx *w, const float *x, int n_tok, int64_t ldx, float *lutb, int64_t j0, int64_t j1,
+                  kvq_pqx_isa isa) {
+    if (resolve(isa) == KVQ_PQX_ISA_AVX2) lutb_avx2(w, x, n_tok, ldx, lutb, j0, j1);
+    else lutb_ref(w, x, n_tok, ldx, lutb, j0, j1);
+}
+
+void kvq_pqx_gemm_rows(const kvq_pqx *w, const float *lutb, int n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1,
+                       kvq_pqx_isa isa) {
+    if (resolve(isa) == KVQ_PQX_ISA_AVX2) gemm_avx2(w, lutb, n_tok, y, ldy, r0, r1);
+    else gemm_ref(w, lutb, n_tok, y, ldy, r0, r1);
+}
+
+size_t kvq_pqx_scratch(const kvq_pqx *parts, int n_part) {
+    size_t n = 0;
+    for (int p = 0; p < n_part; p++) n += KVQ_PQX_TB * kvq_pqx_lut_floats(&parts[p]);
+    return n;
+}
+
+// Finds the block p whose running total end[p] first exceeds i.
+static int block_of(const int64_t *end, int64_t i) {
+    int p = 0;
+    while (i >= end[p]) p++;
+    return p;
+}
+
+// Batched products with the tables built and read one chunk of subspaces at a time (per part
+// and stage, in order, so every row's sum keeps the stated order): tables of the chunk split
+// over the team by subspace, a barrier, its lookups split by row blocks, a barrier.
+static void matmul_chunked(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
+                           int64_t ldy, float *scratch, const size_t *off, int nt) {
+    const int64_t cols = parts[0].cols;
+    for (int t0 = 0; t0 < n_tok; t0 += KVQ_PQX_TB) {
+        const int nb = n_tok - t0 < KVQ_PQX_TB ? n_tok - t0 : KVQ_PQX_TB;
+        const float *xb = x + (size_t)t0 * cols;
+        float *yb = y + (size_t)t0 * ldy;
+#pragma omp parallel num_threads(nt)
+        {
+            const int64_t nth = omp_get_num_threads(), id = omp_get_thread_num();
+            for (int p = 0; p < n_part; p++) {
+                const kvq_pqx *w = &parts[p];
+                const int64_t nblk = (w->rows + KVQ_PQX_RB - 1) / KVQ_PQX_RB;
+                for (int s = 0; s < w->stages; s++) {
+                    int64_t jc = PQ_CHUNK_BYTES / (4 * KVQ_PQX_TB * w->k[s]);
+                    if (jc < 1) jc = 1;
+                    for (int64_t j0 = 0; j0 < w->m; j0 += jc) {
+                        const int64_t j1 = j0 + jc < w->m ? j0 + jc : w->m, nj = j1 - j0;
+                        lutb_avx2_stage(w, s, xb, nb, cols, scratch + off[p], j0 + nj * id / nth, j0 + nj * (id + 1) / nth);
+#pragma omp barrier
+                        const int64_t b0 = nblk * id / nth, b1 = nblk * (id + 1) / nth;
+                        const int64_t rz = KVQ_PQX_RB * b1 < w->rows ? KVQ_PQX_RB * b1 : w->rows;
+                        if (b0 < b1)
+                            gemm_avx2_part(w, s, scratch + off[p], nb, yb + row0[p], ldy, KVQ_PQX_RB * b0, rz, j0, j1,
+                                           s == 0 && j0 == 0);
+#pragma omp barrier
+                    }
+                }
+            }
+        }
+    }
+}
+
+void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
+                    int64_t ldy, float *scratch, kvq_pqx_isa isa, int n_threads) {
+    isa = resolve(isa);
+    enum { MAXP = 3 };
+    size_t off[MAXP];
+    int64_t sub_end[MAXP], blk_end[MAXP], n_sub = 0, n_blk = 0, work = 0;
+    const int64_t cols = parts[0].cols;
+    size_t o = 0;
+    for (int p = 0; p < n_part && p < MAXP; p++) {
+        const kvq_pqx *w = &parts[p];
+        off[p] = o;
+        o += KVQ_PQX_TB * kvq_pqx_lut_floats(w);
+        sub_end[p] = n_sub += w->m;
+        blk_end[p] = n_blk += (w->rows + 2 * KVQ_PQX_RB - 1) / (2 * KVQ_PQX_RB); // pairs of row blocks
+        work += w->rows * w->m * w->stages + (int64_t)kvq_pqx_lut_floats(w) * w->w;
+    }
+    const int nt = kvq_nthreads(n_threads);
+    // Batched tables larger than the chunk budget (k in the hundreds to thousands on wide
+    // matrices: 8192 x 2048 at pq:4 has k = 1343, 11 MB of tables for 8 tokens) are built and
+    // read a chunk of subspaces at a time (AVX2 path).
+    int chunked = 0;
+    for (int p = 0; p < n_part; p++) chunked |= KVQ_PQX_TB * 4 * kvq_pqx_lut_floats(&parts[p]) > 2 * PQ_CHUNK_BYTES;
+    if (n_tok > 1 && chunked && isa == KVQ_PQX_ISA_AVX2) {
+        matmul_chunked(parts, n_part, row0, x, n_tok, y, ldy, scratch, off, nt);
+        return;
+    }
+    for (int t0 = 0; t0 < n_tok; t0 += KVQ_PQX_TB) {
+        const int nb = n_tok - t0 < KVQ_PQX_TB ? n_tok - t0 : KVQ_PQX_TB;
+        const float *xb = x + (size_t)t0 * cols;
+        float *yb = y + (size_t)t0 * ldy;
+        // One token: its tables are built by the calling thread before the fork (as for hqx,
+        // the team then meets once per product) and read with the gather kernel.
+        if (nb == 1)
+            for (int p = 0; p < n_part; p++) kvq_pqx_lut(&parts[p], xb, scratch + off[p], 0, parts[p].m, isa);
+#pragma omp parallel num_threads(nt) if (work * nb > 65536)
+        {
+            const int64_t nth = omp_get_num_threads(), id = omp_get_thread_num();
+            if (nb > 1) {
+                for (int64_t i = n_sub * id / nth, i1 = n_sub * (id + 1) / nth; i < i1;) {
+                    const int p = block_of(sub_end, i);
+                    const int64_t j0 = i - (p ? sub_end[p - 1] : 0), n = sub_end[p] - i < i1 - i ? sub_end[p] - i : i1 - i;
+                    kvq_pqx_lutb(&parts[p], xb, nb, cols, scratch + off[p], j0, j0 + n, isa);
+                    i += n;
+                }
+#pragma omp barrier
+            }
+            for (int64_t u = n_blk * id / nth, u1 = n_blk * (id + 1) / nth; u < u1;) {
+                const int p = block_of(blk_end, u);
+                const kvq_pqx *w = &parts[p];
+                const int64_t g0 = u - (p ? blk_end[p - 1] : 0), n = blk_end[p] - u < u1 - u ? blk_end[p] - u : u1 - u;
+                const int64_t ra = 2 * KVQ_PQX_RB * g0, rz = 2 * KVQ_PQX_RB * (g0 + n) < w->rows ? 2 * KVQ_PQX_RB * (g0 + n) : w->rows;
+                if (nb == 1) kvq_pqx_matvec_rows(w, scratch + off[p], yb + row0[p], ra, rz, isa);
+                else kvq_pqx_gemm_rows(w, scratch + off[p], nb, yb + row0[p], ldy, ra, rz, isa);
+                u += n;
+            }
+        }
+    }
+}
+
+void kvq_pqx_row_f32(const kvq_pqx *w, int64_t r, float *out) {
+    for (int64_t j = 0; j < w->m; j++)
+        for (int s = 0; s < w->stages; s++) {
+            const uint32_t c = kvq_pqx_idx(w, s, r, j);
+            float *o = out + j * w->w;
+            for (int q = 0; q < w->w; q++) {
+                const float v = kvq_pqx_cb(w, s, j, q, c);
+                o[q] = s == 0 ? v : o[q] + v; // the decoder's order: stage 1, then + stage 2
+            }
+        }
+}
+
+size_t kvq_pqx_dense_scratch(const kvq_pqx *w, int n_tok) {
+    return (size_t)KVQ_PQX_DENSE_BLOCK * (size_t)w->cols + (size_t)n_tok * KVQ_PQX_DENSE_BLOCK;
+}
+
+void kvq_pqx_matmul_dense(const kvq_pqx *w, const float *x, int n_tok, float *y, int64_t ldy, float *scratch,
+                          int n_threads) {
+    const int nt = kvq_nthreads(n_threads);
+    float *wb = scratch, *yb = scratch + (size_t)KVQ_PQX_DENSE_BLOCK * w->cols;
+    for (int64_t r0 = 0; r0 < w->rows; r0 += KVQ_PQX_DENSE_BLOCK) {
+        const int nb = (int)(w->rows - r0 < KVQ_PQX_DENSE_BLOCK ? w->rows - r0 : KVQ_PQX_DENSE_BLOCK);
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int i = 0; i < nb; i++) kvq_pqx_row_f32(w, r0 + i, wb + (size_t)i * w->cols);
+        kvq_matmul(yb, x, wb, KVQ_DTYPE_F32, n_tok, (int)w->cols, nb, NULL, nt);
+        for (int k = 0; k < n_tok; k++) memcpy(y + k * ldy + r0, yb + (size_t)k * nb, sizeof(float) * nb);
+    }
+}
+
+size_t kvq_pqx_bytes(const kvq_pqx *w) {
+    size_t b = 0;
+    for (int s = 0; s < w->stages; s++)
+        b += (size_t)(w->rows_p * w->m) * (size_t)w->ib[s] +
+             (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u) +
+             (w->cb_ms[s] ? 8u * (size_t)w->m : 0);
+    return b;
+}
+
+void kvq_pqx_free(kvq_pqx *w) {
+    if (!w) return;
+    for (int s = 0; s < KVQ_PQX_MAX_STAGES; s++) {
+        kvq_hqx_dealloc(w->idx[s]);
+        kvq_hqx_dealloc(w->cb[s]);
+        kvq_hqx_dealloc(w->cb_ms[s]);
+    }
+    memset(w, 0, sizeof *w);
+}

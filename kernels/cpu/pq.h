@@ -1,0 +1,70 @@
+// Matrix products straight from the PQ execution layout (kernels/pq_layout.h, "pqx"): per
+// token, one table L_s[j][c] = ⟨C_s[j][c], x_j⟩ per stage (k·cols multiply-adds), then each
+// output is a sum of m (or 2m) table entries picked by the row's indices; weights are never
+// reconstructed. A plain reference and an AVX2 path (picked at run time), one-token and
+// batched (8 tokens per table, tokens in the vector lanes), all bit-identical: every path
+// computes the float sums in the one order stated below.
+//
+// Summation order (the "exact" semantics; there is no int8 mode for PQ):
+//   L_s[j][c] = (…((C[j][0][c]·x[jw]) + C[j][1][c]·x[jw+1]) + …) + C[j][w−1][c]·x[jw+w−1],
+//               each product rounded to float, then added (no fused multiply-add);
+//   y[r] = (…((0 + L_1[0][i_1(r,0)]) + L_1[1][i_1(r,1)]) + …) + L_1[m−1][…]
+//          then + L_2[0][i_2(r,0)] + … + L_2[m−1][…] (stage 2, RQO), left to right.
+// The decoded model multiplies fl(c_1 + c_2) in the dense kernel's order instead, so the two
+// differ by float rounding only (tests/test_pq.c bounds it).
+#ifndef KVQ_KERNELS_PQ_H
+#define KVQ_KERNELS_PQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/pq_layout.h"
+
+#define KVQ_PQX_TB 8 // tokens per batched table (one per 32-bit lane of a 256-bit vector)
+
+typedef enum { KVQ_PQX_ISA_AUTO = 0, KVQ_PQX_ISA_REF, KVQ_PQX_ISA_AVX2 } kvq_pqx_isa;
+/** Which path AUTO resolves to on this CPU (AVX2+FMA cpuid bits: AVX2; else the reference). */
+kvq_pqx_isa kvq_pqx_isa_best(void);
+const char *kvq_pqx_isa_name(kvq_pqx_isa isa);
+
+/** Floats of one token's tables (Σ_s m·k_s); the batched tables hold KVQ_PQX_TB times this. */
+size_t kvq_pqx_lut_floats(const kvq_pqx *w);
+/** One token's tables for subspaces [j0, j1) of every stage: x is w->cols floats. */
+void kvq_pqx_lut(const kvq_pqx *w, const float *x, float *lut, int64_t j0, int64_t j1, kvq_pqx_isa isa);
+/** y[r] for rows [r0, r1) (r0 a multiple of KVQ_PQX_RB) from one token's complete tables. */
+void kvq_pqx_matvec_rows(const kvq_pqx *w, const float *lut, float *y, int64_t r0, int64_t r1, kvq_pqx_isa isa);
+
+/** Batched tables of n_tok <= KVQ_PQX_TB tokens (x: n_tok rows of ldx floats) for subspaces
+ *  [j0, j1), laid out (Σ_s m·k_s, KVQ_PQX_TB): entry e of token t at lutb[e·8 + t]. Each
+ *  token's entries equal kvq_pqx_lut's bit for bit. */
+void kvq_pqx_lutb(const kvq_pqx *w, const float *x, int n_tok, int64_t ldx, float *lutb, int64_t j0, int64_t j1,
+                  kvq_pqx_isa isa);
+/** y[t·ldy + r] for tokens t < n_tok and rows [r0, r1) (r0 a multiple of KVQ_PQX_RB) from
+ *  complete batched tables: the same bits as the one-token product of each token. */
+void kvq_pqx_gemm_rows(const kvq_pqx *w, const float *lutb, int n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1,
+                       kvq_pqx_isa isa);
+
+/** Floats of scratch kvq_pqx_matmul needs for these blocks (batched tables of all of them). */
+size_t kvq_pqx_scratch(const kvq_pqx *parts, int n_part);
+/** Y (n_tok, ·) with row stride ldy: block p writes columns [row0[p], row0[p] + rows) of each
+ *  token's output = x (n_tok, cols) times its Wᵀ. One OpenMP team per 8 tokens (tables split
+ *  over the threads by subspace, then rows); n_threads <= 0: default. scratch holds
+ *  kvq_pqx_scratch(parts, n_part) floats. */
+void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
+                    int64_t ldy, float *scratch, kvq_pqx_isa isa, int n_threads);
+
+/** Row r of W as w->cols floats, bit-identical to the codec's decoder (kvq_qet_decode). */
+void kvq_pqx_row_f32(const kvq_pqx *w, int64_t r, float *out);
+/** Prefill as the decoded model computes it: rows decoded in blocks of KVQ_PQX_DENSE_BLOCK and
+ *  multiplied by the dense fp32 kernel. scratch holds kvq_pqx_dense_scratch(w, n_tok) floats. */
+#define KVQ_PQX_DENSE_BLOCK 128
+size_t kvq_pqx_dense_scratch(const kvq_pqx *w, int n_tok);
+void kvq_pqx_matmul_dense(const kvq_pqx *w, const float *x, int n_tok, float *y, int64_t ldy, float *scratch,
+                          int n_threads);
+
+/** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
+size_t kvq_pqx_bytes(const kvq_pqx *w);
+/** Frees the arrays (from kvq_hqx_alloc); NULL members are fine; *w is zeroed. */
+void kvq_pqx_free(kvq_pqx *w);
+
+#endif

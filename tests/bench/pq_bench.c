@@ -1,0 +1,90 @@
+// Speed of the PQ products (kernels/cpu/pq.c) on a random layout of a given shape against the
+// dense bf16 product of the same matrix: one token (tables, then lookups: reference and
+// AVX2) and batched tokens, in G weights per second, medians of REPS (default 7) timings.
+// usage: build/bench/pq_bench [ROWS COLS K [TOKENS [THREADS]]]   (default 2048 2048 350 16 1)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+
+#include "formats/dtype.h"
+#include "kernels/cpu/hqx.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/pq.h"
+#include "tests/testrng.h"
+
+static int cmpd(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define REPS_MAX 64
+// Median seconds of reps calls of the statement.
+#define TIME(med, reps, stmt)                                                                  \
+    do {                                                                                       \
+        double t_[REPS_MAX];                                                                   \
+        for (int r_ = 0; r_ < (reps); r_++) {                                                  \
+            double t0_ = omp_get_wtime();                                                      \
+            stmt;                                                                              \
+            t_[r_] = omp_get_wtime() - t0_;                                                    \
+        }                                                                                      \
+        qsort(t_, (size_t)(reps), sizeof(double), cmpd);                                       \
+        (med) = t_[(reps) / 2];                                                                \
+    } while (0)
+
+int main(int argc, char **argv) {
+    const int64_t rows = argc > 1 ? atoll(argv[1]) : 2048, cols = argc > 2 ? atoll(argv[2]) : 2048;
+    const int64_t k = argc > 3 ? atoll(argv[3]) : 350;
+    const int T = argc > 4 ? atoi(argv[4]) : 16, nt = argc > 5 ? atoi(argv[5]) : 1;
+    int reps = getenv("REPS") ? atoi(getenv("REPS")) : 7;
+    if (reps < 1 || reps > REPS_MAX) reps = 7;
+    uint64_t s = 1;
+    kvq_pqx p = {.stages = 1, .w = 8, .rows = rows, .cols = cols, .m = cols / 8, .rows_p = (rows + 7) / 8 * 8};
+    p.k[0] = k;
+    p.ib[0] = k <= 256 ? 1 : 2;
+    p.idx[0] = kvq_hqx_alloc((size_t)(p.rows_p * p.m) * (size_t)p.ib[0]);
+    p.cb[0] = kvq_hqx_alloc((size_t)(p.m * 8 * k) * 2);
+    for (int64_t i = 0; i < p.rows_p * p.m; i++) {
+        uint32_t a = (uint32_t)(rng_next(&s) % (uint64_t)k);
+        if (p.ib[0] == 1) ((uint8_t *)p.idx[0])[i] = (uint8_t)a;
+        else ((uint16_t *)p.idx[0])[i] = (uint16_t)a;
+    }
+    for (int64_t i = 0; i < p.m * 8 * k; i++) ((uint16_t *)p.cb[0])[i] = kvq_f32_to_bf16((float)gauss(&s));
+    float *x = malloc(sizeof(float) * (size_t)(T * cols)), *y = malloc(sizeof(float) * (size_t)(T * rows));
+    for (int64_t i = 0; i < T * cols; i++) x[i] = (float)gauss(&s);
+    float *lut = malloc(sizeof(float) * kvq_pqx_lut_floats(&p)), *sc = malloc(sizeof(float) * kvq_pqx_scratch(&p, 1));
+    uint16_t *wd = malloc(2 * (size_t)(rows * cols));
+    float *wr = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t r = 0; r < rows; r++) {
+        kvq_pqx_row_f32(&p, r, wr);
+        kvq_dtype_from_f32(KVQ_DTYPE_BF16, wr, (size_t)cols, wd + r * cols);
+    }
+    float *xp = malloc(sizeof(float) * (kvq_matmul_scratch(KVQ_DTYPE_BF16, T, (int)cols) + 1));
+    const double nw = (double)rows * (double)cols;
+    printf("pq_bench: %lld x %lld, k %lld (%s indices), held %.2f MB (dense bf16 %.2f MB), %d thread(s), AVX2 %s\n",
+           (long long)rows, (long long)cols, (long long)k, p.ib[0] == 1 ? "uint8" : "uint16", kvq_pqx_bytes(&p) / 1e6,
+           2 * nw / 1e6, nt, kvq_pqx_isa_best() == KVQ_PQX_ISA_AVX2 ? "yes" : "no");
+    double t;
+    TIME(t, reps, kvq_pqx_lut(&p, x, lut, 0, p.m, KVQ_PQX_ISA_REF));
+    printf("  one token: tables ref          %8.3f ms\n", 1e3 * t);
+    TIME(t, reps, kvq_pqx_lut(&p, x, lut, 0, p.m, KVQ_PQX_ISA_AVX2));
+    printf("  one token: tables avx2         %8.3f ms\n", 1e3 * t);
+    TIME(t, reps, kvq_pqx_matvec_rows(&p, lut, y, 0, rows, KVQ_PQX_ISA_REF));
+    printf("  one token: lookups ref         %8.3f ms\n", 1e3 * t);
+    TIME(t, reps, kvq_pqx_matvec_rows(&p, lut, y, 0, rows, KVQ_PQX_ISA_AVX2));
+    printf("  one token: lookups avx2        %8.3f ms\n", 1e3 * t);
+    const int row0 = 0;
+    TIME(t, reps, kvq_pqx_matmul(&p, 1, &row0, x, 1, y, rows, sc, KVQ_PQX_ISA_AUTO, nt));
+    printf("  one token: product (auto)      %8.3f ms  %6.2f G w/s\n", 1e3 * t, nw / t / 1e9);
+    TIME(t, reps, kvq_matmul(y, x, wd, KVQ_DTYPE_BF16, 1, (int)cols, (int)rows, xp, nt));
+    printf("  one token: dense bf16          %8.3f ms  %6.2f G w/s\n", 1e3 * t, nw / t / 1e9);
+    TIME(t, reps, kvq_pqx_matmul(&p, 1, &row0, x, T, y, rows, sc, KVQ_PQX_ISA_AUTO, nt));
+    printf("  %3d tokens: product (auto)     %8.3f ms  %6.2f G w/s\n", T, 1e3 * t, T * nw / t / 1e9);
+    TIME(t, reps, kvq_pqx_matmul(&p, 1, &row0, x, T, y, rows, sc, KVQ_PQX_ISA_REF, nt));
+    printf("  %3d tokens: product (ref)      %8.3f ms  %6.2f G w/s\n", T, 1e3 * t, T * nw / t / 1e9);
+    TIME(t, reps, kvq_matmul(y, x, wd, KVQ_DTYPE_BF16, T, (int)cols, (int)rows, xp, nt));
+    printf("  %3d tokens: dense bf16         %8.3f ms  %6.2f G w/s\n", T, 1e3 * t, T * nw / t / 1e9);
+    kvq_pqx_free(&p);
+    free(x); free(y); free(lut); free(sc); free(wd); free(wr); free(xp);
+    return 0;
+}

@@ -1,0 +1,305 @@
+// Tests for the PQ execution layout and its products (kernels/pq_layout.h, kernels/cpu/pq.c,
+// libconv/codec/qet/pq_pack.c): the layout built from encoded tensors decodes to the codec's
+// own floats bit for bit; every fast path (AVX2 tables, gathers, batched tables and lookups,
+// the threaded driver) equals the plain reference bit for bit on random layouts; the packed
+// product stays within the float summation bound of the exact product; bad payloads are refused.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kernels/cpu/hqx.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/pq.h"
+#include "libconv/codec/qet/qet.h"
+#include "tests/testrng.h"
+
+static void views(const kvq_encoded *e, kvq_blob_view *v) {
+    for (int i = 0; i < e->n_blob; i++) v[i] = (kvq_blob_view){e->blob[i].role, e->blob[i].data, e->blob[i].size};
+}
+
+static float *randvec(int64_t n, uint64_t *s) {
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) x[i] = (float)gauss(s);
+    return x;
+}
+
+// A random layout: indices uniform in [0, k), codebook values normal (bf16-rounded or float),
+// or 10-bit CQO codes with a random (min, step) per subspace.
+static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, const int64_t *k, int cb_type,
+                     uint64_t *s) {
+    *p = (kvq_pqx){.stages = stages, .w = w, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / w,
+                   .rows_p = (rows + 7) / 8 * 8};
+    for (int st = 0; st < stages; st++) {
+        p->k[st] = k[st];
+        p->ib[st] = k[st] <= 256 ? 1 : 2;
+        p->idx[st] = kvq_hqx_alloc((size_t)(p->rows_p * p->m) * (size_t)p->ib[st]);
+        p->cb[st] = kvq_hqx_alloc((size_t)(p->m * w * k[st]) * (cb_type == KVQ_PQX_CB_F32 ? 4 : 2));
+        if (cb_type == KVQ_PQX_CB_CQO) {
+            p->cb_ms[st] = kvq_hqx_alloc(8 * (size_t)p->m);
+            for (int64_t j = 0; j < p->m; j++) {
+                p->cb_ms[st][2 * j] = (float)gauss(s) - 2.0f;
+                p->cb_ms[st][2 * j + 1] = (float)(4.0 / 1023 * (1 + 0.1 * gauss(s)));
+            }
+        }
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < p->m; j++) {
+                uint32_t a = (uint32_t)(rng_next(s) % (uint64_t)k[st]);
+                int64_t o = kvq_pqx_idx_at(p, r, j);
+                if (p->ib[st] == 1) ((uint8_t *)p->idx[st])[o] = (uint8_t)a;
+                else ((uint16_t *)p->idx[st])[o] = (uint16_t)a;
+            }
+        for (int64_t i = 0; i < p->m * w * k[st]; i++) {
+            float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
+            if (cb_type == KVQ_PQX_CB_F32) ((float *)p->cb[st])[i] = v;
+            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % 1024);
+            else ((uint16_t *)p->cb[st])[i] = kvq_f32_to_bf16(v);
+        }
+    }
+}
+
+// ---- the layout against the codec's decoder
+
+// Encodes a random n × d matrix with `spec` (pq: or qet: options), decodes it with the codec
+// and packs it: every row of the layout equals the decoder's floats; returns held / stored.
+static double pack_vs_decode(const char *spec, int pq, kvq_dtype src, int64_t n, int64_t d) {
+    uint64_t s = 7;
+    float *x = randvec(n * d, &s);
+    kvq_qet_config cfg;
+    kvq_err e = {0};
+    if (kvq_qet_parse(spec, pq, &cfg, &e)) fail_msg("%s", e.msg);
+    kvq_encoded enc;
+    if (kvq_qet_encode(&cfg, src, x, n, d, 11, 1, &enc, &e)) fail_msg("%s: %s", spec, e.msg);
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    views(&enc, v);
+    float *dec = malloc(sizeof(float) * (size_t)(n * d)), *row = malloc(sizeof(float) * (size_t)d);
+    assert_int_equal(kvq_qet_decode(enc.params, v, enc.n_blob, n, d, dec, &e), KVQ_OK);
+    kvq_pqx p;
+    if (kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, d, &p, &e)) fail_msg("%s: %s", spec, e.msg);
+    for (int64_t r = 0; r < n; r++) {
+        kvq_pqx_row_f32(&p, r, row);
+        assert_memory_equal(row, dec + r * d, sizeof(float) * (size_t)d);
+    }
+    size_t stored = 0;
+    for (int i = 0; i < enc.n_blob; i++) stored += enc.blob[i].size;
+    double ratio = (double)kvq_pqx_bytes(&p) / (double)stored;
+    printf("  %-18s %-4s %4lld x %-4lld k %lld/%lld  held %zu / blobs %zu = %.3f\n", spec, kvq_dtype_name(src),
+           (long long)n, (long long)d, (long long)p.k[0], (long long)(p.stages > 1 ? p.k[1] : 0), kvq_pqx_bytes(&p),
+           stored, ratio);
+    kvq_pqx_free(&p);
+    kvq_encoded_free(&enc);
+    free(x); free(dec); free(row);
+    return ratio;
+}
+
+static void test_pack_matches_decoder(void **st) {
+    (void)st;
+    // the default pq on a bf16 source: codebooks kept as bf16, indices widened to bytes
+    assert_true(pack_vs_decode("4", 1, KVQ_DTYPE_BF16, 256, 512) <= 1.3);
+    assert_true(pack_vs_decode("4", 1, KVQ_DTYPE_BF16, 37, 64) <= 1.3); // rows not a multiple of 8
+    pack_vs_decode("1.5:k1=300", 1, KVQ_DTYPE_BF16, 512, 64);            // k > 256: uint16 indices
+    pack_vs_decode("4:r=2", 1, KVQ_DTYPE_BF16, 128, 256);               // RQO: two stages
+    pack_vs_decode("4:cb=10", 1, KVQ_DTYPE_BF16, 128, 256);             // CQO codebooks → float
+    pack_vs_decode("4", 1, KVQ_DTYPE_F32, 128, 256);                    // f32 source
+    pack_vs_decode("4:w=4", 1, KVQ_DTYPE_F16, 64, 128);                 // f16 source, width 4
+    pack_vs_decode("4:l=0", 0, KVQ_DTYPE_BF16, 128, 256);               // qet without swap trees
+}
+
+static void test_pack_refusals(void **st) {
+    (void)st;
+    uint64_t s = 3;
+    const int64_t n = 64, d = 128;
+    float *x = randvec(n * d, &s);
+    kvq_err e = {0};
+    kvq_pqx p;
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    // QET with swap trees: no layout (the runtime decodes it instead)
+    kvq_qet_config cfg = kvq_qet_config_default(4);
+    kvq_encoded enc;
+    assert_int_equal(kvq_qet_encode(&cfg, KVQ_DTYPE_BF16, x, n, d, 1, 1, &enc, &e), KVQ_OK);
+    views(&enc, v);
+    assert_int_equal(kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, d, &p, &e), KVQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "swap trees"));
+    kvq_encoded_free(&enc);
+    // an index past k (k = 5 leaves values 5..7 of 3-bit fields unused): refused, naming the row
+    cfg = kvq_qet_config_pq(0);
+    cfg.k_fixed[0] = 5;
+    assert_int_equal(kvq_qet_encode(&cfg, KVQ_DTYPE_BF16, x, n, d, 1, 1, &enc, &e), KVQ_OK);
+    views(&enc, v);
+    for (int i = 0; i < enc.n_blob; i++)
+        if (!strcmp(enc.blob[i].role, "idx.1")) ((uint8_t *)enc.blob[i].data)[(3 * 16 * 3) / 8] |= 0x7; // row 3, subspace 0: bits 144..146
+    assert_int_equal(kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, d, &p, &e), KVQ_ERR_FORMAT);
+    assert_non_null(strstr(e.msg, "row 3"));
+    assert_null(p.idx[0]);
+    // a blob of the wrong size: the codec's own check refuses it first
+    v[0].size--;
+    assert_int_not_equal(kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, d, &p, &e), KVQ_OK);
+    kvq_encoded_free(&enc);
+    free(x);
+}
+
+// ---- fast paths against the reference (bit for bit)
+
+typedef struct {
+    int64_t rows, cols;
+    int w, stages, cb_type;
+    int64_t k[2];
+} shape;
+
+static const shape shapes[] = {
+    {37, 64, 8, 1, 0, {50, 0}},     {64, 128, 8, 1, 0, {256, 0}}, {24, 64, 8, 1, 1, {257, 0}},
+    {100, 96, 4, 2, 0, {13, 300}},  {8, 8, 8, 1, 0, {1, 0}},      {61, 160, 16, 2, 1, {9, 7}},
+    {17, 40, 1, 1, 0, {3, 0}},      {256, 512, 8, 1, 0, {100, 0}}, {45, 96, 8, 2, 2, {37, 11}},
+    {64, 64, 4, 1, 2, {300, 0}},
+    // tables over the chunk budget (256 KB): stage 1's one-token table (64 · 4 · 1100 bytes)
+    // is read in two chunks, the batched tables (8 · 4 · 1700 bytes a subspace) in many
+    {40, 512, 8, 2, 0, {1100, 600}},
+};
+
+static void test_fast_paths_equal_reference(void **st) {
+    (void)st;
+    if (kvq_pqx_isa_best() != KVQ_PQX_ISA_AVX2) printf("  note: no AVX2 on this CPU: AUTO is the reference\n");
+    uint64_t s = 99;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape *sh = &shapes[si];
+        kvq_pqx p;
+        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, &s);
+        const size_t nl = kvq_pqx_lut_floats(&p);
+        const int T = 13;
+        float *x = randvec(T * sh->cols, &s);
+        float *l1 = malloc(sizeof(float) * nl), *l2 = malloc(sizeof(float) * nl);
+        float *y1 = malloc(sizeof(float) * (size_t)(T * sh->rows)), *y2 = malloc(sizeof(float) * (size_t)(T * sh->rows));
+        float *b1 = malloc(sizeof(float) * nl * KVQ_PQX_TB), *b2 = malloc(sizeof(float) * nl * KVQ_PQX_TB);
+        float *yb = malloc(sizeof(float) * (size_t)(T * sh->rows));
+        // one token: tables (whole and in two subspace ranges) and products, per token
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + t * sh->cols;
+            kvq_pqx_lut(&p, xt, l1, 0, p.m, KVQ_PQX_ISA_REF);
+            kvq_pqx_lut(&p, xt, l2, 0, p.m / 2, KVQ_PQX_ISA_AVX2);
+            kvq_pqx_lut(&p, xt, l2, p.m / 2, p.m, KVQ_PQX_ISA_AVX2);
+            assert_memory_equal(l1, l2, sizeof(float) * nl);
+            kvq_pqx_matvec_rows(&p, l1, y1 + t * sh->rows, 0, sh->rows, KVQ_PQX_ISA_REF);
+            kvq_pqx_matvec_rows(&p, l1, y2 + t * sh->rows, 0, 8 * ((sh->rows / 2) / 8), KVQ_PQX_ISA_AVX2);
+            kvq_pqx_matvec_rows(&p, l1, y2 + t * sh->rows, 8 * ((sh->rows / 2) / 8), sh->rows, KVQ_PQX_ISA_AVX2);
+        }
+        assert_memory_equal(y1, y2, sizeof(float) * (size_t)(T * sh->rows));
+        // batched: tables of n <= 8 tokens and products equal the one-token ones, both paths
+        for (int n = 1; n <= KVQ_PQX_TB; n += n < 3 ? 1 : 4) {
+            kvq_pqx_lutb(&p, x, n, sh->cols, b1, 0, p.m, KVQ_PQX_ISA_REF);
+            kvq_pqx_lutb(&p, x, n, sh->cols, b2, 0, p.m, KVQ_PQX_ISA_AVX2);
+            for (size_t e = 0; e < nl; e++)
+                for (int t = 0; t < n; t++) assert_memory_equal(&b1[e * 8 + t], &b2[e * 8 + t], sizeof(float));
+            for (int isa = KVQ_PQX_ISA_REF; isa <= KVQ_PQX_ISA_AVX2; isa++) {
+                memset(yb, 0, sizeof(float) * (size_t)(T * sh->rows));
+                kvq_pqx_gemm_rows(&p, isa == KVQ_PQX_ISA_REF ? b1 : b2, n, yb, sh->rows, 0, sh->rows, (kvq_pqx_isa)isa);
+                assert_memory_equal(yb, y1, sizeof(float) * (size_t)(n * sh->rows));
+            }
+        }
+        // the threaded driver over three blocks (a fused q/k/v), 1 and 2 threads, 1 and T tokens
+        kvq_pqx parts[3] = {p, p, p};
+        const int row0[3] = {0, (int)sh->rows, 2 * (int)sh->rows};
+        float *sc = malloc(sizeof(float) * kvq_pqx_scratch(parts, 3));
+        float *y3 = malloc(sizeof(float) * (size_t)(T * 3 * sh->rows));
+        for (int nt = 1; nt <= 2; nt++)
+            for (int tt = 1; tt <= T; tt += T - 1) {
+                memset(y3, 0, sizeof(float) * (size_t)(T * 3 * sh->rows));
+                kvq_pqx_matmul(parts, 3, row0, x, tt, y3, 3 * sh->rows, sc, KVQ_PQX_ISA_AUTO, nt);
+                for (int t = 0; t < tt; t++)
+                    for (int b = 0; b < 3; b++)
+                        assert_memory_equal(y3 + t * 3 * sh->rows + b * sh->rows, y1 + t * sh->rows,
+                                            sizeof(float) * (size_t)sh->rows);
+            }
+        free(sc); free(y3);
+        free(x); free(l1); free(l2); free(y1); free(y2); free(b1); free(b2); free(yb);
+        kvq_pqx_free(&p);
+    }
+}
+
+// ---- the packed product against the exact product of the decoded weights
+
+// The packed product sums, per output, w products per table entry and stages·m entries; its
+// difference from the exact (double) value of Σ_s Σ_j c_s·x is at most γ_N · Σ |c_s|·|x| with
+// N = w + stages·m (classical float summation bound, γ_N = N·u / (1 − N·u), u = 2^-24). The
+// decoded model's dense product (stage sums rounded first, then its own order) has the same
+// kind of bound with N = cols + stages. Both are checked, and the largest relative error seen
+// (against Σ |c||x|) is printed.
+static void test_packed_vs_decoded_product(void **st) {
+    (void)st;
+    uint64_t s = 5;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape *sh = &shapes[si];
+        kvq_pqx p;
+        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, &s);
+        float *x = randvec(sh->cols, &s), *lut = malloc(sizeof(float) * kvq_pqx_lut_floats(&p));
+        float *y = malloc(sizeof(float) * (size_t)sh->rows), *yd = malloc(sizeof(float) * (size_t)sh->rows);
+        float *W = malloc(sizeof(float) * (size_t)(sh->rows * sh->cols));
+        for (int64_t r = 0; r < sh->rows; r++) kvq_pqx_row_f32(&p, r, W + r * sh->cols);
+        kvq_pqx_lut(&p, x, lut, 0, p.m, KVQ_PQX_ISA_AUTO);
+        kvq_pqx_matvec_rows(&p, lut, y, 0, sh->rows, KVQ_PQX_ISA_AUTO);
+        kvq_matmul_ref(yd, x, W, KVQ_DTYPE_F32, 1, (int)sh->cols, (int)sh->rows);
+        const double u = 0x1.0p-24;
+        const double n1 = sh->w + sh->stages * p.m, n2 = sh->cols + sh->stages;
+        const double g1 = n1 * u / (1 - n1 * u), g2 = n2 * u / (1 - n2 * u);
+        double worst = 0;
+        for (int64_t r = 0; r < sh->rows; r++) {
+            double exact = 0, mag = 0;
+            for (int64_t j = 0; j < p.m; j++)
+                for (int q = 0; q < sh->w; q++)
+                    for (int k = 0; k < sh->stages; k++) {
+                        double c = kvq_pqx_cb(&p, k, j, q, kvq_pqx_idx(&p, k, r, j)), xv = x[j * sh->w + q];
+                        exact += c * xv;
+                        mag += fabs(c * xv);
+                    }
+            assert_true(fabs(y[r] - exact) <= g1 * mag);
+            assert_true(fabs(yd[r] - exact) <= g2 * mag);
+            if (mag > 0 && fabs(y[r] - yd[r]) / mag > worst) worst = fabs(y[r] - yd[r]) / mag;
+        }
+        printf("  %3lld x %-3lld w %-2d r %d: |packed - decoded| <= %.2g · Σ|c·x| (bound %.2g)\n", (long long)sh->rows,
+               (long long)sh->cols, sh->w, sh->stages, worst, g1 + g2);
+        free(x); free(lut); free(y); free(yd); free(W);
+        kvq_pqx_free(&p);
+    }
+}
+
+// The decoded-prefill path (kvq_model_opts.prefill_decoded, kvq-verify): rows decoded in blocks
+// of 128 and multiplied by the dense fp32 kernel: within the dense kernel's float bound of the
+// product of the decoded rows, for a matrix of more than one block and a token count that is
+// not a multiple of the kernel's tiles.
+static void test_matmul_dense(void **st) {
+    (void)st;
+    uint64_t s = 17;
+    const int64_t k[2] = {300, 20};
+    kvq_pqx p;
+    rand_pqx(&p, 300, 128, 8, 2, k, KVQ_PQX_CB_BF16, &s);
+    const int T = 70;
+    float *x = randvec(T * 128, &s), *y = malloc(sizeof(float) * T * 300), *yr = malloc(sizeof(float) * T * 300);
+    float *W = malloc(sizeof(float) * 300 * 128), *sc = malloc(sizeof(float) * kvq_pqx_dense_scratch(&p, T));
+    for (int64_t r = 0; r < 300; r++) kvq_pqx_row_f32(&p, r, W + r * 128);
+    kvq_pqx_matmul_dense(&p, x, T, y, 300, sc, 2);
+    kvq_matmul_ref(yr, x, W, KVQ_DTYPE_F32, T, 128, 300);
+    const double g = 2 * 130 * 0x1.0p-24;
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < 300; r++) {
+            double mag = 0;
+            for (int j = 0; j < 128; j++) mag += fabs((double)W[r * 128 + j] * x[t * 128 + j]);
+            assert_true(fabs((double)y[t * 300 + r] - yr[t * 300 + r]) <= g * mag);
+        }
+    free(x); free(y); free(yr); free(W); free(sc);
+    kvq_pqx_free(&p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pack_matches_decoder),
+        cmocka_unit_test(test_pack_refusals),
+        cmocka_unit_test(test_fast_paths_equal_reference),
+        cmocka_unit_test(test_packed_vs_decoded_product),
+        cmocka_unit_test(test_matmul_dense),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
