@@ -326,6 +326,13 @@ static void matmul_chunked(const kvq_pqx *parts, int n_part, const int *row0, co
     }
 }
 
+static int lut_team = 1;
+int kvq_pqx_lut_team(int on) {
+    const int was = lut_team;
+    if (on >= 0) lut_team = on != 0;
+    return was;
+}
+
 void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
                     int64_t ldy, float *scratch, kvq_pqx_isa isa, int n_threads) {
     isa = resolve(isa);
@@ -356,18 +363,21 @@ void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const flo
         const int nb = n_tok - t0 < KVQ_PQX_TB ? n_tok - t0 : KVQ_PQX_TB;
         const float *xb = x + (size_t)t0 * cols;
         float *yb = y + (size_t)t0 * ldy;
-        // One token: its tables are built by the calling thread before the fork (as for hqx,
-        // the team then meets once per product) and read with the gather kernel.
-        if (nb == 1)
+        // One token: its tables are built by the team, a share of the subspaces each, then a
+        // barrier (kvq_pqx_lut_team(0): by the calling thread before the fork, so the team meets
+        // once per product); read with the gather kernel. Same tables either way.
+        const int team_lut = nb > 1 || (lut_team && nt > 1);
+        if (!team_lut)
             for (int p = 0; p < n_part; p++) kvq_pqx_lut(&parts[p], xb, scratch + off[p], 0, parts[p].m, isa);
 #pragma omp parallel num_threads(nt) if (work * nb > 65536)
         {
             const int64_t nth = omp_get_num_threads(), id = omp_get_thread_num();
-            if (nb > 1) {
+            if (team_lut) {
                 for (int64_t i = n_sub * id / nth, i1 = n_sub * (id + 1) / nth; i < i1;) {
                     const int p = block_of(sub_end, i);
                     const int64_t j0 = i - (p ? sub_end[p - 1] : 0), n = sub_end[p] - i < i1 - i ? sub_end[p] - i : i1 - i;
-                    kvq_pqx_lutb(&parts[p], xb, nb, cols, scratch + off[p], j0, j0 + n, isa);
+                    if (nb == 1) kvq_pqx_lut(&parts[p], xb, scratch + off[p], j0, j0 + n, isa);
+                    else kvq_pqx_lutb(&parts[p], xb, nb, cols, scratch + off[p], j0, j0 + n, isa);
                     i += n;
                 }
 #pragma omp barrier

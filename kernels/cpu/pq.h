@@ -46,6 +46,10 @@ void kvq_pqx_gemm_rows(const kvq_pqx *w, const float *lutb, int n_tok, float *y,
 
 /** Floats of scratch kvq_pqx_matmul needs for these blocks (batched tables of all of them). */
 size_t kvq_pqx_scratch(const kvq_pqx *parts, int n_part);
+/** One-token products with several threads build their tables in the team (1, default) or on
+ *  the calling thread before the fork (0); the tables are the same. on < 0 only asks.
+ *  @return the previous setting. */
+int kvq_pqx_lut_team(int on);
 /** Y (n_tok, ·) with row stride ldy: block p writes columns [row0[p], row0[p] + rows) of each
  *  token's output = x (n_tok, cols) times its Wᵀ. One OpenMP team per 8 tokens (tables split
  *  over the threads by subspace, then rows); n_threads <= 0: default. scratch holds

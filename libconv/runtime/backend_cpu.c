@@ -370,6 +370,15 @@ kvq_status kvq_backend_cpu_new(const kvq_model_opts *o, const kvq_arch *a, kvq_b
     c->b = (kvq_backend){.ops = &cpu_ops, .exec = o->exec, .prefill_decoded = o->prefill_decoded, .n_threads = o->n_threads, .max_batch = o->max_batch,
                          .max_ctx = o->max_ctx, .arch = *a};
     c->prep_in_team = getenv("KVQ_CPU_PREP_TEAM") && !strcmp(getenv("KVQ_CPU_PREP_TEAM"), "1");
+    // KVQ_PQ_LUT_TEAM=0|1: PQ decode tables built by the team (1, default) or before the fork
+    const char *lt = getenv("KVQ_PQ_LUT_TEAM");
+    if (lt && *lt) {
+        if (strcmp(lt, "0") && strcmp(lt, "1")) {
+            free(c);
+            return kvq_err_set(err, KVQ_ERR_ARG, "KVQ_PQ_LUT_TEAM=%s: expected 0 or 1", lt);
+        }
+        kvq_pqx_lut_team(*lt == '1');
+    }
     // KVQ_HQX_ONE_TOKEN=avx2|vnni: the decode product's body instead of the cpuid rule
     // (kvq_hqx_isa_one_token), for side-by-side measurements
     const char *ot = getenv("KVQ_HQX_ONE_TOKEN");

@@ -1,6 +1,7 @@
 // Speed of the PQ products (kernels/cpu/pq.c) on a random layout of a given shape against the
 // dense bf16 product of the same matrix: one token (tables, then lookups: reference and
-// AVX2) and batched tokens, in G weights per second, medians of REPS (default 7) timings.
+// AVX2; the product with the tables built by the team, then by the calling thread before the
+// fork) and batched tokens, in G weights per second, medians of REPS (default 7) timings.
 // usage: build/bench/pq_bench [ROWS COLS K [TOKENS [THREADS]]]   (default 2048 2048 350 16 1)
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,10 @@ int main(int argc, char **argv) {
     const int row0 = 0;
     TIME(t, reps, kvq_pqx_matmul(&p, 1, &row0, x, 1, y, rows, sc, KVQ_PQX_ISA_AUTO, nt));
     printf("  one token: product (auto)      %8.3f ms  %6.2f G w/s\n", 1e3 * t, nw / t / 1e9);
+    const int was = kvq_pqx_lut_team(0); // the tables on the calling thread before the fork
+    TIME(t, reps, kvq_pqx_matmul(&p, 1, &row0, x, 1, y, rows, sc, KVQ_PQX_ISA_AUTO, nt));
+    kvq_pqx_lut_team(was);
+    printf("  one token: product, tables before the fork %8.3f ms  %6.2f G w/s\n", 1e3 * t, nw / t / 1e9);
     TIME(t, reps, kvq_matmul(y, x, wd, KVQ_DTYPE_BF16, 1, (int)cols, (int)rows, xp, nt));
     printf("  one token: dense bf16          %8.3f ms  %6.2f G w/s\n", 1e3 * t, nw / t / 1e9);
     TIME(t, reps, kvq_pqx_matmul(&p, 1, &row0, x, T, y, rows, sc, KVQ_PQX_ISA_AUTO, nt));
