@@ -553,6 +553,17 @@ static void test_numeric_options(void **state) {
         assert_int_equal(r, 2);
     }
     assert_int_equal(run("%s/kvq-run %s -p hi -n 2 --temp 0 -t 1 >/dev/null 2>&1", g_build, TINY), 0);
+    { // --prompt-file gives what -p gives for the same text (newline and non-ASCII included)
+        char dir[512];
+        tmpdir(dir, sizeof dir);
+        assert_int_equal(run("printf 'Once upon a time,\\nthe caf\\303\\251 was quiet' > %s/p.txt", dir), 0);
+        assert_int_equal(run("%s/kvq-run %s --prompt-file %s/p.txt -n 8 --temp 0 -t 1 > %s/a.txt 2>/dev/null", g_build, TINY,
+                             dir, dir), 0);
+        assert_int_equal(run("%s/kvq-run %s -p \"$(cat %s/p.txt)\" -n 8 --temp 0 -t 1 > %s/b.txt 2>/dev/null", g_build,
+                             TINY, dir, dir), 0);
+        assert_int_equal(run("test -s %s/a.txt && cmp -s %s/a.txt %s/b.txt", dir, dir, dir), 0);
+        assert_int_equal(run("rm -rf %s", dir), 0);
+    }
     assert_int_equal(run("%s/kvq-convert -t x %s /tmp/kvq-never.kvq 2>/dev/null", g_build, TINY), 2);
     assert_int_equal(run("%s/kvq-convert --seed -1 %s /tmp/kvq-never.kvq 2>/dev/null", g_build, TINY), 2);
     assert_int_equal(run("%s/kvq-convert --kv-window 1.5 %s /tmp/kvq-never.kvq 2>/dev/null", g_build, TINY), 2);
