@@ -44,31 +44,6 @@ static const char *usage =
 
 static char *prompt_buf; // --prompt-file's text (file scope: reachable on every exit path)
 
-// The whole of a text file, NUL-terminated (kvq_tok_text_check: no NUL, valid UTF-8); NULL
-// with err set (naming the file) otherwise.
-static char *read_text(const char *path, kvq_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvq_err_set(err, KVQ_ERR_IO, "%s: %s", path, strerror(errno)), NULL;
-    size_t len = 0, cap = 1 << 16;
-    char *buf = malloc(cap + 1);
-    for (size_t r; buf; len += r) {
-        if (len == cap) {
-            char *p = cap > ((size_t)1 << 40) ? NULL : realloc(buf, 2 * cap + 1);
-            if (!p) { free(buf); buf = NULL; break; }
-            buf = p, cap *= 2;
-        }
-        if (!(r = fread(buf + len, 1, cap - len, f))) break;
-    }
-    const int bad = ferror(f);
-    fclose(f);
-    if (!buf) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path), NULL;
-    if (bad) { free(buf); return kvq_err_set(err, KVQ_ERR_IO, "%s: read error", path), NULL; }
-    buf[len] = 0;
-    if (kvq_tok_text_check(buf, len, err)) { free(buf); kvq_err_prefix(err, "%s", path); return NULL; }
-    if (!len) { free(buf); return kvq_err_set(err, KVQ_ERR_ARG, "%s: empty prompt", path), NULL; }
-    return buf;
-}
-
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -224,7 +199,9 @@ int main(int argc, char **argv) {
         if (prompt) return die("--prompt-file %s and -p: give one of them%s", prompt_file, "");
         kvq_tool_input("kvq-run", prompt_file);
         kvq_err pe = {0};
-        if (!(prompt_buf = read_text(prompt_file, &pe))) return die("%s%s", pe.msg, "");
+        size_t pl = 0;
+        if (kvq_tok_text_read(prompt_file, &prompt_buf, &pl, &pe)) return die("%s%s", pe.msg, "");
+        if (!pl) return die("%s: empty prompt%s", prompt_file, "");
         prompt = prompt_buf;
     }
     if (!!tok_in != !!logits_out) return die("--tokens and --logits go together%s%s", "", "");

@@ -9,26 +9,11 @@ kvq_status kvq_eval_tokenize_file(const kvq_tokenizer *tok, const char *path, in
                                   size_t *n, kvq_err *err) {
     *ids = NULL;
     *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvq_err_set(err, KVQ_ERR_IO, "%s: cannot open", path);
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            char *p = realloc(buf, cap);
-            if (!p) { free(buf); fclose(f); return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path); }
-            buf = p;
-        }
-        size_t r = fread(buf + len, 1, cap - len, f);
-        len += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { free(buf); return kvq_err_set(err, KVQ_ERR_IO, "%s: read error", path); }
-    kvq_status r = kvq_tok_text_check(buf, len, err);
-    if (!r) r = kvq_tok_encode(tok, buf, len, 0, ids, n, err);
+    char *buf;
+    size_t len;
+    kvq_status r = kvq_tok_text_read(path, &buf, &len, err);
+    if (r) return r;
+    r = kvq_tok_encode(tok, buf, len, 0, ids, n, err);
     free(buf);
     if (r) kvq_err_prefix(err, "%s", path);
     return r;

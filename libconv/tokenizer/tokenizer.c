@@ -4,6 +4,7 @@
 #include "libconv/tokenizer/tokenizer_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,6 +114,32 @@ kvq_status kvq_tok_text_check(const char *text, size_t len, kvq_err *err) {
     if (z) return kvq_err_set(err, KVQ_ERR_ARG, "byte %zu is a NUL byte: not a text file", (size_t)(z - text));
     size_t bad = kvq_tok_utf8_check(len ? text : "", len);
     if (bad != len) return kvq_err_set(err, KVQ_ERR_ARG, "not valid UTF-8 at byte %zu", bad);
+    return KVQ_OK;
+}
+
+kvq_status kvq_tok_text_read(const char *path, char **text, size_t *len, kvq_err *err) {
+    *text = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return kvq_err_set(err, KVQ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t r = 1; r;) {
+        if (n == cap) {
+            char *p = cap > ((size_t)1 << 40) ? NULL : realloc(buf, (cap = cap ? 2 * cap : (size_t)1 << 20) + 1);
+            if (!p) { free(buf); fclose(f); return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path); }
+            buf = p;
+        }
+        n += r = fread(buf + n, 1, cap - n, f);
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); return kvq_err_set(err, KVQ_ERR_IO, "%s: read error", path); }
+    buf[n] = 0;
+    kvq_status s = kvq_tok_text_check(buf, n, err);
+    if (s) { free(buf); kvq_err_prefix(err, "%s", path); return s; }
+    *text = buf;
+    *len = n;
     return KVQ_OK;
 }
 

@@ -33,6 +33,9 @@ kvq_status kvq_tok_encode(const kvq_tokenizer *t, const char *text, size_t len, 
  *  message names the first offending byte; the caller prefixes the file's name. Every tool
  *  that reads a text file calls it (kvq-verify --text, kvq-run --ppl, the calibration text). */
 kvq_status kvq_tok_text_check(const char *text, size_t len, kvq_err *err);
+/** Reads a whole text file into *text (malloc'd, NUL-terminated, *len bytes) and checks it
+ *  with kvq_tok_text_check; every error names the file. On error *text is NULL. */
+kvq_status kvq_tok_text_read(const char *path, char **text, size_t *len, kvq_err *err);
 
 /** Decodes ids to NUL-terminated UTF-8 (malloc'd), as HF decode(skip_special_tokens). */
 kvq_status kvq_tok_decode(const kvq_tokenizer *t, const int32_t *ids, size_t n_ids,
