@@ -930,17 +930,11 @@ size_t kvq_hqx_dense_scratch(const kvq_hqx *w, int n_tok) {
     return (size_t)KVQ_HQX_DENSE_BLOCK * (size_t)w->cols + (size_t)n_tok * KVQ_HQX_DENSE_BLOCK;
 }
 
+static void hqx_row_cb(const void *w, int64_t r, float *out) { kvq_hqx_row_f32((const kvq_hqx *)w, r, out); }
+
 void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y, int64_t ldy, float *scratch,
                           int n_threads) {
-    const int nt = kvq_nthreads(n_threads);
-    float *wb = scratch, *yb = scratch + (size_t)KVQ_HQX_DENSE_BLOCK * w->cols;
-    for (int64_t r0 = 0; r0 < w->rows; r0 += KVQ_HQX_DENSE_BLOCK) {
-        int nb = (int)(w->rows - r0 < KVQ_HQX_DENSE_BLOCK ? w->rows - r0 : KVQ_HQX_DENSE_BLOCK);
-#pragma omp parallel for schedule(static) num_threads(nt)
-        for (int i = 0; i < nb; i++) kvq_hqx_row_f32(w, r0 + i, wb + (size_t)i * w->cols);
-        kvq_matmul(yb, x, wb, KVQ_DTYPE_F32, n_tok, (int)w->cols, nb, NULL, nt);
-        for (int k = 0; k < n_tok; k++) memcpy(y + k * ldy + r0, yb + (size_t)k * nb, sizeof(float) * nb);
-    }
+    kvq_matmul_decoded_rows(hqx_row_cb, w, w->rows, w->cols, KVQ_HQX_DENSE_BLOCK, x, n_tok, y, ldy, scratch, n_threads);
 }
 
 size_t kvq_hqx_bytes(const kvq_hqx *w) {

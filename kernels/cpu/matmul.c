@@ -239,3 +239,17 @@ uint64_t kvq_stream_read(const void *p, size_t bytes, int n_threads) {
     for (size_t i = n * 8; i < bytes; i++) s += ((const uint8_t *)p)[i];
     return s;
 }
+
+void kvq_matmul_decoded_rows(void (*row)(const void *w, int64_t r, float *out), const void *w, int64_t rows,
+                             int64_t cols, int block, const float *x, int T, float *y, int64_t ldy, float *scratch,
+                             int n_threads) {
+    const int nt = kvq_nthreads(n_threads);
+    float *wb = scratch, *yb = scratch + (size_t)block * cols;
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        const int nb = (int)(rows - r0 < block ? rows - r0 : block);
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int i = 0; i < nb; i++) row(w, r0 + i, wb + (size_t)i * cols);
+        kvq_matmul(yb, x, wb, KVQ_DTYPE_F32, T, (int)cols, nb, NULL, nt);
+        for (int k = 0; k < T; k++) memcpy(y + k * ldy + r0, yb + (size_t)k * nb, sizeof(float) * nb);
+    }
+}

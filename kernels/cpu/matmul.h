@@ -24,6 +24,14 @@ size_t kvq_matmul_scratch(kvq_dtype wt, int T, int in);
 void kvq_matmul(float *y, const float *x, const void *w, kvq_dtype wt, int T, int in, int out,
                 float *scratch, int n_threads);
 
+/** y (T tokens, rows; token stride ldy) = x · Wᵀ for a matrix held in a packed form: its rows
+ *  decoded by row(w, r, out) (out: cols floats) in blocks of `block` rows (the threads share a
+ *  block), each block through kvq_matmul in fp32 — the decoded model's numbers. scratch holds
+ *  block·cols + T·block floats. */
+void kvq_matmul_decoded_rows(void (*row)(const void *w, int64_t r, float *out), const void *w, int64_t rows,
+                             int64_t cols, int block, const float *x, int T, float *y, int64_t ldy, float *scratch,
+                             int n_threads);
+
 /** Reads bytes at p once (OpenMP-parallel, vectorized) and returns a checksum so the
  *  read cannot be optimized away: the memory-roofline probe decode is compared with. */
 uint64_t kvq_stream_read(const void *p, size_t bytes, int n_threads);

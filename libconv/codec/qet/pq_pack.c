@@ -11,17 +11,6 @@
 #include "kernels/cpu/pq.h"
 #include "libconv/codec/qet/qet.h"
 
-static uint32_t get_bits(const uint8_t *buf, uint64_t pos, int nb) {
-    uint32_t v = 0;
-    for (int b = 0; b < nb; b++, pos++) v |= (uint32_t)((buf[pos >> 3] >> (pos & 7)) & 1u) << b;
-    return v;
-}
-
-static int ceil_log2(int64_t k) {
-    int b = 0;
-    while (((int64_t)1 << b) < k) b++;
-    return b;
-}
 
 kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
                             kvq_pqx *out, kvq_err *err) {
@@ -68,10 +57,10 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
                                (long long)d);
         }
         // indices: file (row, subspace) at ⌈log2 k⌉ bits each → (row block, subspace, 8 rows)
-        const int b = ceil_log2(k);
+        const int b = kvq_qet_ceil_log2(k);
         for (int64_t r = 0; r < n; r++)
             for (int64_t j = 0; j < m; j++) {
-                uint32_t a = b ? get_bits(ib->data, (uint64_t)(r * m + j) * (uint64_t)b, b) : 0;
+                uint32_t a = b ? kvq_qet_get_bits(ib->data, (uint64_t)(r * m + j) * (uint64_t)b, b) : 0;
                 if (a >= (uint64_t)k) {
                     kvq_pqx_free(out);
                     return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: centroid index out of range in row %lld", (long long)r);
@@ -97,11 +86,11 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
                         continue;
                     }
                     if (out->cb_type == KVQ_PQX_CB_CQO) {
-                        ((uint16_t *)out->cb[s])[oi] = (uint16_t)get_bits(cbb + 8 * m, (uint64_t)fi * (uint64_t)cb, cb);
+                        ((uint16_t *)out->cb[s])[oi] = (uint16_t)kvq_qet_get_bits(cbb + 8 * m, (uint64_t)fi * (uint64_t)cb, cb);
                         continue;
                     }
                     float v;
-                    if (cb) v = mn + (float)get_bits(cbb + 8 * m, (uint64_t)fi * (uint64_t)cb, cb) * step;
+                    if (cb) v = mn + (float)kvq_qet_get_bits(cbb + 8 * m, (uint64_t)fi * (uint64_t)cb, cb) * step;
                     else kvq_dtype_to_f32(src, cbb + dsz * fi, 1, &v);
                     ((float *)out->cb[s])[oi] = v;
                 }

@@ -123,17 +123,6 @@ static void put_bits(uint8_t *buf, uint64_t pos, uint32_t v, int nb) {
         if ((v >> b) & 1u) buf[pos >> 3] |= (uint8_t)(1u << (pos & 7));
 }
 
-static uint32_t get_bits(const uint8_t *buf, uint64_t pos, int nb) {
-    uint32_t v = 0;
-    for (int b = 0; b < nb; b++, pos++) v |= (uint32_t)((buf[pos >> 3] >> (pos & 7)) & 1u) << b;
-    return v;
-}
-
-static int ceil_log2(int64_t k) {
-    int b = 0;
-    while (((int64_t)1 << b) < k) b++;
-    return b;
-}
 
 static uint64_t bytes_for_bits(uint64_t bits) { return (bits + 7) / 8; }
 
@@ -146,7 +135,7 @@ typedef struct {
 } shape_t;
 
 static uint64_t index_bytes(const shape_t *s, int64_t k) {
-    return bytes_for_bits((uint64_t)s->n * (uint64_t)s->m * (uint64_t)ceil_log2(k));
+    return bytes_for_bits((uint64_t)s->n * (uint64_t)s->m * (uint64_t)kvq_qet_ceil_log2(k));
 }
 
 // Codebook blob: CQO = m (min, step) float32 pairs then k·d codes of a' bits; raw = k·d
@@ -213,7 +202,7 @@ kvq_status kvq_qet_solve(const kvq_qet_config *cfg, kvq_dtype src, int64_t n, in
             }
         }
         plan->k[st] = k;
-        plan->idx_bits[st] = ceil_log2(k);
+        plan->idx_bits[st] = kvq_qet_ceil_log2(k);
         plan->index_bits[st] = 8 * index_bytes(&s, k);
         plan->codebook_bits[st] = 8 * codebook_bytes(&s, k);
         used += plan->index_bits[st] + plan->codebook_bits[st];
@@ -607,7 +596,7 @@ kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int 
                 memcpy(&mn, cbb[s] + 8 * j, 4);
                 memcpy(&step, cbb[s] + 8 * j + 4, 4);
                 for (int64_t i = 0; i < kw; i++)
-                    cent[s][j * kw + i] = cqo_value(mn, step, get_bits(cbb[s] + 8 * m, (uint64_t)(j * kw + i) * cb, cb));
+                    cent[s][j * kw + i] = cqo_value(mn, step, kvq_qet_get_bits(cbb[s] + 8 * m, (uint64_t)(j * kw + i) * cb, cb));
             }
         } else {
             kvq_dtype_to_f32(src, cbb[s], (size_t)(m * kw), cent[s]);
@@ -620,8 +609,8 @@ kvq_status kvq_qet_decode(const json_t *params, const kvq_blob_view *blobs, int 
         for (int64_t j = 0; j < m; j++) {
             float *r = xs + i * d + j * w;
             for (int s = 0; s < stages; s++) {
-                int b = ceil_log2(k[s]);
-                uint32_t a = b ? get_bits(idxb[s], (uint64_t)(i * m + j) * b, b) : 0;
+                int b = kvq_qet_ceil_log2(k[s]);
+                uint32_t a = b ? kvq_qet_get_bits(idxb[s], (uint64_t)(i * m + j) * b, b) : 0;
                 if (a >= k[s]) { // only a corrupt blob can hold an index past k
 #pragma omp critical(qet_bad)
                     bad_row = i;

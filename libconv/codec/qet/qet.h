@@ -114,4 +114,17 @@ kvq_status kvq_qet_matrix_roundtrip(const float *x, int64_t n, int64_t d, kvq_dt
                                     double ratio, uint64_t seed, float *xhat, double *bpw,
                                     kvq_err *err);
 
+/** Bits [pos, pos + nb) of an LSB-first bitstream (the payloads' packed fields), nb <= 32. */
+static inline uint32_t kvq_qet_get_bits(const uint8_t *buf, uint64_t pos, int nb) {
+    uint32_t v = 0;
+    for (int b = 0; b < nb; b++, pos++) v |= (uint32_t)((buf[pos >> 3] >> (pos & 7)) & 1u) << b;
+    return v;
+}
+/** Bits of an index into k entries: the smallest b with 2^b >= k. */
+static inline int kvq_qet_ceil_log2(int64_t k) {
+    int b = 0;
+    while (((int64_t)1 << b) < k) b++;
+    return b;
+}
+
 #endif
