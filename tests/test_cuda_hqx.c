@@ -259,13 +259,15 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_hqx_act_init(w, buf, &a);
     kvq_hqx_prep(w, x, &a);
     // float; int8 by the one-token product (hqx_gemv1.cu) with 1 (the default), 2 and 4 rows
-    // a warp, and with the run-time-decided variant instead of the E8/RTN specializations:
-    // the same bits each time
+    // a warp, with the run-time-decided variant instead of the E8/RTN specializations, and
+    // (E8/RTN with whole steps) the persistent variant with rings of 2 (the default) and 4
+    // steps and the per-warp kernel instead: the same bits each time
     float *y1 = malloc(sizeof(float) * w->rows);
-    for (int mode = 0; mode < 5; mode++) {
+    for (int mode = 0; mode < 7; mode++) {
         const int int8 = mode > 0;
         kvq_cuda_hqx_set_decode(mode == 2 ? 2 : mode == 3 ? 4 : 1);
         kvq_cuda_hqx_set_decode_general(mode == 4);
+        kvq_cuda_hqx_set_persist(mode == 5 ? 4 : mode == 6 ? 0 : 2);
         kvq_hqx_matmul(w, &a, 1, yc, w->rows, int8 ? KVQ_HQX_INT8 : KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
         memset(yg, 0xff, sizeof(float) * w->rows); // poisoned: every row must be written
         st = kvq_cuda_hqx_matvec_host(t, x, yg, int8, &err);
@@ -278,7 +280,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         }
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s %s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
-                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : mode == 3 ? "int8/4" : "int8/g", (long long)w->rows, (long long)w->cols, w->tile,
+                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : mode == 3 ? "int8/4" : mode == 4 ? "int8/g" : mode == 5 ? "int8/p4" : "int8/w", (long long)w->rows, (long long)w->cols, w->tile,
                 w->vbits, rel);
         assert_true(rel <= 1e-5);
         if (mode == 1) memcpy(y1, yg, sizeof(float) * w->rows);
@@ -286,6 +288,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     }
     kvq_cuda_hqx_set_decode(0);
     kvq_cuda_hqx_set_decode_general(0);
+    kvq_cuda_hqx_set_persist(-1);
     // the fused int8 product (hqx_fused.cu): several tokens per launch (11 > 8: two launches),
     // accumulating into y, against the CPU int8 reference token by token; one token (the
     // one-token kernel) gives the same bits as the first token of three (the batched kernel):
@@ -354,11 +357,12 @@ static void test_hyperquant(void **state) {
         {KVQ_LAT_A2, 4.0, 33, 256, 0},  {KVQ_LAT_Z, 5.0, 40, 384, 0},  {KVQ_LAT_E8, 4.0, 17, 4096, 7},
         {KVQ_LAT_E8, 4.0, 20, 2048, 0}, {KVQ_LAT_D4, 3.0, 20, 3000, 0}, {KVQ_LAT_E8, 4.0, 9, 1100, 0},
         {KVQ_LAT_E8, 4.0, 70, 2048, 0}, {KVQ_LAT_E8, 3.0, 33, 1024, 0}, {KVQ_LAT_E8, 4.0, 21, 3072, 6},
-        {KVQ_LAT_D4, 4.0, 19, 1024, 8},
+        {KVQ_LAT_D4, 4.0, 19, 1024, 8},  {KVQ_LAT_E8, 4.0, 24, 8192, 4},
     };
-    // 0: the encoder's choice; the last four have whole steps of 1024 columns (E8 4.0 and 3.0
-    // there take the one-token product's branch-free specialization)
-    const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256};
+    // 0: the encoder's choice; cases 13-16 have whole steps of 1024 columns (E8 4.0 and 3.0
+    // there take the one-token product's branch-free specialization); the last, nibbles with
+    // ~1.3 % escapes (~100 a row): more than the one-token product fetches with its first step
+    const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256, 0};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         float *x = matrix(cs[i].rows, cs[i].cols, 10 + i);
         kvq_hq_opts o = kvq_hq_opts_default(cs[i].l, cs[i].bps);

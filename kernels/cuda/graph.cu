@@ -53,3 +53,25 @@ extern "C" kvq_status kvq_cuda_graph_launch(void *graph, kvq_err *err) {
 extern "C" void kvq_cuda_graph_free(void *graph) {
     if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
+
+// ---- Timeline of a captured step (KVQ_CUDA_TIMELINE=1): timing events recorded as graph
+// nodes (cudaEventRecordExternal) between the step's operations, read after a replay. An
+// event node orders the kernels around it fully, so a programmatic launch across a mark runs
+// as a plain dependency: the timeline says where a step's time goes, not its exact total.
+#define TL_MAX 2048
+static cudaEvent_t g_tl[2][TL_MAX];
+
+extern "C" kvq_status kvq_cuda_tl_mark(int variant, int i, kvq_err *err) {
+    if (variant < 0 || variant > 1 || i < 0 || i >= TL_MAX)
+        return kvq_err_set(err, KVQ_ERR_ARG, "cuda timeline: mark %d beyond %d", i, TL_MAX);
+    if (!g_tl[variant][i]) CU_TRY(cudaEventCreate(&g_tl[variant][i]));
+    CU_TRY(cudaEventRecordWithFlags(g_tl[variant][i], g_stream, cudaEventRecordExternal));
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_tl_elapsed(int variant, int i, float *ms, kvq_err *err) {
+    if (variant < 0 || variant > 1 || i < 1 || i >= TL_MAX || !g_tl[variant][i] || !g_tl[variant][i - 1])
+        return kvq_err_set(err, KVQ_ERR_ARG, "cuda timeline: no marks %d, %d", i - 1, i);
+    CU_TRY(cudaEventElapsedTime(ms, g_tl[variant][i - 1], g_tl[variant][i]));
+    return KVQ_OK;
+}

@@ -279,10 +279,217 @@ template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, in
 }
 
 static int g_rw = 0; // rows per warp (kvq_cuda_hqx_set_decode); 0: the default
+
+// ---- Persistent variant (issue 12, 2026-11-26): a grid of resident warps, each taking rows
+// gw, gw + W, ... (W warps in all, rows of the launch's parts numbered one after another) and
+// streaming them as one sequence of (row, step) items through its ring of DEPTH loads, so the
+// next row's first steps are in flight while a row is finished (its lane sums, escapes and
+// store). The per-warp product above drains its ring at every row's end and a new warp starts
+// cold: on the 8B shape a row of 4096 columns is 4 steps, so every 4 steps waited a whole
+// memory latency. Whole steps and equal columns and tiles across the parts only (the E8 and
+// RTN specializations); same integer chunk sums and the same float order per row as g1_rows,
+// so the same bits.
+template <int VB, int DEPTH, int MODE>
+__global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate,
+                                                                                    uint32_t rb1, uint32_t rb2, uint32_t rtot) {
+    constexpr int NP = G1W<VB>::NP, QS = VB == 8 ? 64 : 32;
+    constexpr int M = MODE == G1_E8 ? 2 : 1;
+    const int lane = threadIdx.x & 31, h = lane & 1, cl = lane >> 1;
+    const uint32_t gw = blockIdx.x * G1_WARPS + (threadIdx.x >> 5), W = gridDim.x * G1_WARPS;
+    const uint32_t cpr = (uint32_t)(P.d[0].cols_p / 64), tsh = __ffs(P.d[0].T) - 1, tiles = (uint32_t)(P.d[0].cols_p >> tsh),
+                   S = cpr / 16, tps = 1024u >> tsh;
+    const Lay L = lay(P.d[0].cols_p, P.d[0].T, 1);
+    const int moff = VB == 8 ? 0 : M * P.d[0].off; // RTN: off 0
+    const uint32_t nrows = gw < rtot ? (rtot - 1 - gw) / W + 1 : 0;
+    const uint32_t n_items = nrows * S;
+    // load cursor: the row's part and its lane's first chunk and tile; the step
+    uint32_t lrow = gw, ls = 0, lg0 = 0, lt0 = 0, ne0 = 0, ne1 = 0;
+    int lp = 0;
+    G1W<VB> buf[DEPTH];
+    uint32_t be0[DEPTH], be1[DEPTH]; // escape range of the row whose step 0 a slot holds
+    auto load = [&](int slot) {
+        if (ls == 0) {
+            lp = lrow >= rb2 ? 2 : lrow >= rb1 ? 1 : 0;
+            const uint32_t r = lrow - (lp == 2 ? rb2 : lp == 1 ? rb1 : 0);
+            lg0 = r * cpr + cl;
+            lt0 = r * tiles + ((uint32_t)(cl * 64) >> tsh);
+            ne0 = __ldg(P.d[lp].esc_row + r);
+            ne1 = __ldg(P.d[lp].esc_row + r + 1);
+        }
+        const Dev &d = P.d[lp];
+        G1W<VB> &w = buf[slot];
+        const uint32_t g = lg0 + ls * 16;
+        if constexpr (VB == 8) {
+            w.q = g1_ld16(d.q + (size_t)g * QS + 16 * h);
+            w.q2 = g1_ld16(d.q + (size_t)g * QS + 16 * h + 32);
+        } else {
+            w.q = g1_ld16(d.q + (size_t)g * QS + 16 * h);
+#pragma unroll
+            for (int p = 0; p < NP; p++) w.hb[p] = g1_ld8(d.hb + (size_t)g * NP + p);
+        }
+        w.cb = MODE == G1_E8 ? (uint32_t)__ldg(d.cb + g) : 0u;
+        w.code = MODE == G1_E8 ? (uint32_t)__ldg(d.scode + lt0 + ls * tps) : __float_as_uint(__ldg(d.scale + lt0 + ls * tps));
+        be0[slot] = ne0;
+        be1[slot] = ne1;
+        if (++ls == S) ls = 0, lrow += W;
+    };
+#pragma unroll
+    for (int j = 0; j < DEPTH - 1; j++)
+        if (j < (int)n_items) load(j);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    // use cursor: the row's part and local row, the step, its escape range, the two sums
+    uint32_t urow = gw, us = 0, ur = 0, e0 = 0, e1 = 0;
+    int up = 0;
+    float a0 = 0.0f, a1 = 0.0f;
+    G1P dd;
+    dd.codes = MODE == G1_E8;
+    dd.m = M;
+    dd.e8 = MODE == G1_E8;
+    auto use = [&](int slot) {
+        if (us == 0) {
+            up = urow >= rb2 ? 2 : urow >= rb1 ? 1 : 0;
+            ur = urow - (up == 2 ? rb2 : up == 1 ? rb1 : 0);
+            e0 = be0[slot];
+            e1 = be1[slot];
+        }
+        const Dev &d = P.d[up];
+        const unsigned char *fs = P.fs[up];
+        const G1W<VB> &w = buf[slot];
+        const uint32_t c = us * 16 + cl;
+        const int4 *xp = (const int4 *)(fs + L.xq + 16 * lane) + us * 64;
+        const int4 v = ((const int4 *)(fs + L.s8) + (cl * 2 + h))[us * 32];
+        G1X x;
+        x.lo = xp[0];
+        x.hi = xp[32];
+        x.s01 = (int)__byte_perm((uint32_t)v.x, (uint32_t)v.y, 0x5410);
+        x.s23 = (int)__byte_perm((uint32_t)v.z, (uint32_t)v.w, 0x5410);
+        x.sx = ((const float *)(fs + L.sx))[((c * 64) >> tsh)];
+        x.moff_sum = moff * (v.x + v.y + v.z + v.w);
+        int D = g1_dot<VB>(dd, w, x, h);
+        D += __shfl_xor_sync(0xffffffffu, D, 1);
+        const float sc = MODE == G1_E8 ? __ldg(d.lut + w.code) : __uint_as_float(w.code);
+        float a = us & 1 ? a1 : a0;
+        a = fmaf(sc * x.sx, (float)D, a);
+        if (MODE == G1_RTN && ((c * 64) & (P.d[0].T - 1)) == 0) {
+            const uint32_t jt = (c * 64) >> tsh;
+            a = fmaf(__ldg(d.zero + (size_t)ur * tiles + jt), ((const float *)(fs + L.xs))[jt], a);
+        }
+        if (us & 1) a1 = a;
+        else a0 = a;
+        if (++us < S) return;
+        // the row's end: lane L takes pair L's acc[0] (L < 16) or pair L − 16's acc[1]
+        const int src = 2 * (lane & 15);
+        const float b0 = __shfl_sync(0xffffffffu, a0, src), b1 = __shfl_sync(0xffffffffu, a1, src);
+        float r = lane < 16 ? b0 : b1;
+        const float *sx = (const float *)(fs + L.sx);
+        const int8_t *xq = (const int8_t *)(fs + L.xq);
+        for (uint32_t e = e0 + lane; e < e1; e += 32) {
+            const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
+            const uint32_t jt = col >> tsh;
+            const size_t tix = (size_t)ur * tiles + jt;
+            const float scl = MODE == G1_E8 ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);
+            r = fmaf(scl * sx[jt], (float)(M * kvq_hqx_esc_delta(en) * (int)xq[kvq_gemv1_xq_at(col)]), r);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+        float *y = P.y[up] + ur;
+        if (lane == 0) *y = accumulate ? __fadd_rn(*y, r) : r;
+        a0 = a1 = 0.0f;
+        us = 0;
+        urow += W;
+    };
+    for (uint32_t i = 0; i < n_items; i += DEPTH) {
+#pragma unroll
+        for (int j = 0; j < DEPTH; j++) {
+            if (i + j >= n_items) break;
+            if (i + j + DEPTH - 1 < n_items) load((j + DEPTH - 1) % DEPTH);
+            use(j);
+        }
+    }
+}
+
+extern "C" void kvq_cuda_hqx_set_persist(int depth);
+static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2 or 4: the ring's depth (default 2)
+static int g_sm_count = 0;
+
+template <int VB, int DEPTH, int MODE> static cudaError_t g1p_launch_f(cudaLaunchConfig_t cfg, const Parts &P, int accumulate,
+                                                                       uint32_t rb1, uint32_t rb2, uint32_t rtot) {
+    static int occ = 0;
+    if (!occ) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, DEPTH, MODE>, G1_WARPS * 32, 0);
+        if (occ < 1) occ = 1;
+    }
+    const int64_t need = (rtot + G1_WARPS - 1) / G1_WARPS, cap = (int64_t)g_sm_count * occ;
+    cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
+    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE>, P, accumulate, rb1, rb2, rtot);
+}
+template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
+                                                          uint32_t rb1, uint32_t rb2, uint32_t rtot) {
+    return g_persist == 4 ? g1p_launch_f<VB, 4, MODE>(cfg, P, accumulate, rb1, rb2, rtot)
+                          : g1p_launch_f<VB, 2, MODE>(cfg, P, accumulate, rb1, rb2, rtot);
+}
+template <int VB> static cudaError_t g1p_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &P, int accumulate,
+                                                  uint32_t rb1, uint32_t rb2, uint32_t rtot) {
+    return mode == G1_E8 ? g1p_launch<VB, G1_E8>(cfg, P, accumulate, rb1, rb2, rtot)
+                         : g1p_launch<VB, G1_RTN>(cfg, P, accumulate, rb1, rb2, rtot);
+}
+
+// The persistent launch of the parts of width vb (all of mode, equal cols_p and tile); 0 if it
+// does not apply (the caller launches the per-warp kernel).
+static int g1p_try(const Parts &P, int vb, int mode, int accumulate, int pdl, cudaError_t *e) {
+    if (g_persist < 0) kvq_cuda_hqx_set_persist(-1);
+    if (!g_persist || mode == G1_ANY || g_rw > 1) return 0;
+    Parts Q = P;
+    int n = 0;
+    int64_t rows[MAXP] = {0, 0, 0};
+    for (int p = 0; p < P.n; p++) {
+        if (P.d[p].vbits != vb) continue;
+        if (P.d[p].cols_p != P.d[0].cols_p || P.d[p].T != P.d[0].T) return 0;
+        Q.d[n] = P.d[p];
+        Q.fs[n] = P.fs[p];
+        Q.y[n] = P.y[p];
+        rows[n++] = P.d[p].rows;
+    }
+    if (P.d[0].cols_p != Q.d[0].cols_p || P.d[0].T != Q.d[0].T) return 0;
+    Q.n = n;
+    const int64_t tot = rows[0] + rows[1] + rows[2];
+    if (tot * (P.d[0].cols_p / 64) >= ((int64_t)1 << 32)) return 0; // 32-bit chunk indices
+    const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = (uint32_t)tot;
+    cudaLaunchConfig_t cfg = {};
+    cfg.blockDim = dim3(G1_WARPS * 32);
+    cfg.stream = kvq_cuda_stream();
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    switch (vb) {
+    case 4: *e = g1p_launch_w<4>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
+    case 5: *e = g1p_launch_w<5>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
+    case 6: *e = g1p_launch_w<6>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
+    case 7: *e = g1p_launch_w<7>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
+    default: *e = g1p_launch_w<8>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
+    }
+    return 1;
+}
+
 static int g_mode_any = 0; // tests: the run-time-decided variant for every tensor
 
 extern "C" void kvq_cuda_hqx_set_decode(int rows_per_warp) { g_rw = rows_per_warp; }
 extern "C" void kvq_cuda_hqx_set_decode_general(int on) { g_mode_any = on; }
+extern "C" void kvq_cuda_hqx_set_persist(int depth) {
+    if (depth < 0) {
+        const char *ev = getenv("KVQ_CUDA_G1P");
+        depth = ev && *ev == '0' ? 0 : ev && *ev == '4' ? 4 : 2;
+    }
+    g_persist = depth == 4 ? 4 : depth == 2 ? 2 : 0;
+    if (!g_sm_count) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, dev);
+    }
+    if (g_sm_count < 1) g_persist = 0;
+}
 
 kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
     for (int p = 0; p < P.n; p++) {
@@ -313,6 +520,12 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
             if (!(!d.rotate && !d.e8 && d.m == 1 && !d.scode && d.scale && d.zero && d.cols_p % 1024 == 0)) rtn = false;
         }
         const int mode = g_mode_any ? G1_ANY : e8 ? G1_E8 : rtn ? G1_RTN : G1_ANY;
+        cudaError_t pe = cudaSuccess;
+        if (g1p_try(P, vb, mode, accumulate, pdl && p0 == 0, &pe)) {
+            if (pe != cudaSuccess) return cu_fail(err, pe, "launch hqx_gemv1 (persistent)");
+            CU_LAUNCHED("hqx_gemv1p");
+            continue;
+        }
         for (int p = 0; p < P.n; p++) {
             const int64_t groups = (P.d[p].rows + rw - 1) / rw;
             Q.nb[p] = P.d[p].vbits == vb ? (int)((groups + G1_WARPS - 1) / G1_WARPS) : 0;

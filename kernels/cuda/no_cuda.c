@@ -84,6 +84,14 @@ kvq_status kvq_cuda_capture_end(int abort, void **graph, kvq_err *err) {
 }
 kvq_status kvq_cuda_graph_launch(void *graph, kvq_err *err) { return NO_CUDA(err); }
 void kvq_cuda_graph_free(void *graph) { (void)graph; }
+kvq_status kvq_cuda_tl_mark(int variant, int i, kvq_err *err) {
+    (void)variant, (void)i;
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_tl_elapsed(int variant, int i, float *ms, kvq_err *err) {
+    (void)variant, (void)i, (void)ms;
+    return NO_CUDA(err);
+}
 kvq_status kvq_cuda_hqx_matmul(kvq_cuda_hqx *t, const float *d_x, int n_tok, float *d_y, int64_t ldy, int accumulate,
                                kvq_err *err) {
     return NO_CUDA(err);
@@ -91,6 +99,7 @@ kvq_status kvq_cuda_hqx_matmul(kvq_cuda_hqx *t, const float *d_x, int n_tok, flo
 int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t) { return 0; }
 void kvq_cuda_hqx_set_decode(int rows_per_warp) { (void)rows_per_warp; }
 void kvq_cuda_hqx_set_decode_general(int on) { (void)on; }
+void kvq_cuda_hqx_set_persist(int depth) { (void)depth; }
 void kvq_cuda_hqx_set_pdl(int on) { (void)on; }
 kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,

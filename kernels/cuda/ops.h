@@ -108,6 +108,10 @@ kvq_status kvq_cuda_capture_begin(kvq_err *err);
 kvq_status kvq_cuda_capture_end(int abort, void **graph, kvq_err *err);
 kvq_status kvq_cuda_graph_launch(void *graph, kvq_err *err);
 void kvq_cuda_graph_free(void *graph);
+/** Timeline marks (KVQ_CUDA_TIMELINE): records timing event i of graph variant 0/1 on the
+ *  stream (a graph node while capturing); _elapsed: ms between marks i − 1 and i after a replay. */
+kvq_status kvq_cuda_tl_mark(int variant, int i, kvq_err *err);
+kvq_status kvq_cuda_tl_elapsed(int variant, int i, float *ms, kvq_err *err);
 
 #ifdef __cplusplus
 }

@@ -79,6 +79,10 @@ typedef struct {
     struct { char key[48]; double s; long n; } prof[64];
     int n_prof;
     double t0;
+    // KVQ_CUDA_TIMELINE=1: graphs on, timing events captured between the decode step's ops
+    // (kvq_cuda_tl_mark), read after every run of the graph into the same totals
+    int timeline, tl_n[2];
+    short tl_key[2][2048]; // prof slot of the op that ends at mark i (mark 0: the step's start)
 } gpu;
 
 static double now_s(void) {
@@ -92,20 +96,48 @@ static void prof_begin(gpu *g) {
     kvq_cuda_stream_sync(&e);
     g->t0 = now_s();
 }
+// The totals' slot of key (created on first use); -1 when the table is full.
+static int prof_slot(gpu *g, const char *key) {
+    int i = 0;
+    while (i < g->n_prof && strcmp(g->prof[i].key, key)) i++;
+    if (i == g->n_prof) {
+        if (i == 64) return -1;
+        snprintf(g->prof[i].key, sizeof g->prof[i].key, "%s", key);
+        g->n_prof++;
+    }
+    return i;
+}
+// A timeline mark while the step is captured: the op that ends here is key.
+static void tl_mark(gpu *g, int slot) {
+    int *n = &g->tl_n[g->variant];
+    if (*n >= 2048) return;
+    kvq_err e = {0};
+    if (kvq_cuda_tl_mark(g->variant, *n, &e) == KVQ_OK) g->tl_key[g->variant][(*n)++] = (short)slot;
+}
 static void prof_end(gpu *g, const char *key) {
+    if (g->timeline) {
+        if (g->mode == CAPTURE) tl_mark(g, prof_slot(g, key));
+        return;
+    }
     if (!g->profile) return;
     kvq_err e = {0};
     kvq_cuda_stream_sync(&e);
     double dt = now_s() - g->t0;
-    int i = 0;
-    while (i < g->n_prof && strcmp(g->prof[i].key, key)) i++;
-    if (i == g->n_prof) {
-        if (i == 64) return;
-        snprintf(g->prof[i].key, sizeof g->prof[i].key, "%s", key);
-        g->n_prof++;
-    }
+    int i = prof_slot(g, key);
+    if (i < 0) return;
     g->prof[i].s += dt;
     g->prof[i].n++;
+}
+// After a run of the captured step: the time between marks into the ops' totals.
+static void tl_read(gpu *g) {
+    for (int i = 1; i < g->tl_n[g->variant]; i++) {
+        float ms = 0;
+        kvq_err e = {0};
+        const int k = g->tl_key[g->variant][i];
+        if (k < 0 || kvq_cuda_tl_elapsed(g->variant, i, &ms, &e) != KVQ_OK) continue;
+        g->prof[k].s += 1e-3 * ms;
+        g->prof[k].n++;
+    }
 }
 
 static int skip(const gpu *g) { return g->mode == REPLAY; }
@@ -141,7 +173,8 @@ static void destroy(kvq_backend *b) {
     double tot = 0;
     for (int i = 0; i < g->n_prof; i++) tot += g->prof[i].s;
     for (int i = 0; i < g->n_prof; i++)
-        fprintf(stderr, "kvq cuda profile: %-40s %8ld calls %9.3f ms %6.1f us/call %5.1f %%\n", g->prof[i].key,
+        if (g->prof[i].n)
+            fprintf(stderr, "kvq cuda profile: %-40s %8ld calls %9.3f ms %6.1f us/call %5.1f %%\n", g->prof[i].key,
                 g->prof[i].n, 1e3 * g->prof[i].s, 1e6 * g->prof[i].s / g->prof[i].n, 100 * g->prof[i].s / tot);
     kvq_cuda_graph_free(g->graph[0]);
     kvq_cuda_graph_free(g->graph[1]);
@@ -288,6 +321,10 @@ static void step(kvq_backend *b, int T, int pos, int logits) {
     if (!s && !g->graph[g->variant]) s = kvq_cuda_capture_begin(&e);
     if (s) { note(g, s, &e); return; }
     g->mode = g->graph[g->variant] ? REPLAY : CAPTURE;
+    if (g->timeline && g->mode == CAPTURE) {
+        g->tl_n[g->variant] = 0;
+        tl_mark(g, -1);
+    }
 }
 
 // Runs a product now; acc = 1 adds it into y.
@@ -302,7 +339,7 @@ static void launch_mm(gpu *g, float *y, const float *x, const kvq_mat *w, int T,
     g->pend.in.kind = KVQ_CUDA_XIN_NONE;
     const int tc = use_tc(g, w, T);
     char key[48];
-    if (g->profile)
+    if (g->profile || g->timeline)
         snprintf(key, sizeof key, "%s%smatmul %s %dx%d T%s%s", tc ? "tc " : "",
                  in.kind == KVQ_CUDA_XIN_RMSNORM ? "rmsnorm+" : in.kind == KVQ_CUDA_XIN_SILU_MUL ? "silu_mul+" : "",
                  w->n_part ? "packed" : w->dt == KVQ_DTYPE_BF16 ? "bf16" : "f32", w->rows, w->cols, T == 1 ? "=1" : ">1",
@@ -606,7 +643,8 @@ static kvq_status sync(kvq_backend *b, kvq_err *err) {
         s = kvq_cuda_capture_end(g->first.code != 0, graph, &e);
         note(g, s, &e);
     }
-    if (g->mode != DIRECT && *graph && !g->first.code) {
+    const int ran = g->mode != DIRECT && *graph && !g->first.code;
+    if (ran) {
         s = kvq_cuda_graph_launch(*graph, &e);
         note(g, s, &e);
     }
@@ -616,6 +654,7 @@ static kvq_status sync(kvq_backend *b, kvq_err *err) {
         note(g, s, &e);
     }
     s = kvq_cuda_stream_sync(err);
+    if (ran && g->timeline && !s) tl_read(g);
     if (g->top1) {
         *g->top1 = g->first.code ? -1 : g->h_top1;
         g->top1 = NULL;
@@ -720,6 +759,8 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     if (!g) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the GPU backend");
     const char *ev = getenv("KVQ_CUDA_GRAPHS"), *pv = getenv("KVQ_CUDA_PROFILE"), *fv = getenv("KVQ_CUDA_FUSE");
     g->profile = pv && !strcmp(pv, "1");
+    const char *lv = getenv("KVQ_CUDA_TIMELINE");
+    g->timeline = lv && !strcmp(lv, "1") && !g->profile;
     g->graphs = !(ev && !strcmp(ev, "0")) && !g->profile;
     g->fuse = !(fv && !strcmp(fv, "0"));
     const char *tv = getenv("KVQ_CUDA_TC"), *tm = getenv("KVQ_CUDA_TC_MIN");

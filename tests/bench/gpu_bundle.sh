@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Packs what a device call runs (issues 12/20) into .cu/ (gitignored, carried by the device
+# tool): the tools, the GPU suites and benchmarks as .cu/bin.tar.xz (xz: the 64 MiB transfer
+# limit), KEEP=1 adds the previous bundle's kvq-run as kvq-run.old (A/B against the last
+# binaries), and a slice of ../shared as .cu/shared (the texts, the two small models the
+# suites read, with MODELS=1). The libraries (.cu/pack.tar.xz) are made once (ldd of the tools, dpkg -x).
+# usage: [KEEP=1] bash tests/bench/gpu_bundle.sh [extra binaries...]
+set -eu
+make -j2 all build/tests/test_cuda_hqx build/tests/test_cuda_model build/tests/test_cuda_kv build/bench/cuda_hqx \
+  build/bench/make_synth_llama build/bench/cuda_kv_attn >/dev/null
+mkdir -p .cu
+rm -rf .cu/bin .cu/old && mkdir -p .cu/bin
+if [ "${KEEP:-0}" = 1 ] && [ -f .cu/bin.tar.xz ]; then
+  mkdir -p .cu/old && tar -C .cu/old -xJf .cu/bin.tar.xz bin/kvq-run && cp .cu/old/bin/kvq-run .cu/bin/kvq-run.old && rm -rf .cu/old
+fi
+cp build/kvq-run build/kvq-convert build/kvq-verify build/kvq-inspect build/tests/test_cuda_hqx build/tests/test_cuda_model \
+  build/tests/test_cuda_kv build/bench/cuda_hqx build/bench/make_synth_llama build/bench/cuda_kv_attn "$@" .cu/bin/
+tar -C .cu -cJf .cu/bin.tar.xz bin && rm -rf .cu/bin
+sh=../shared; rm -rf .cu/shared && mkdir -p .cu/shared/data
+cp $sh/data/heldout-books.txt $sh/data/tinystories-valid-sample.txt .cu/shared/data/
+if [ "${MODELS:-0}" = 1 ]; then mkdir -p .cu/shared/models && cp -r $sh/models/kvq-tiny-llama $sh/models/stories260K .cu/shared/models/; fi
+[ -f .cu/pack.tar.xz ] || echo "gpu_bundle: .cu/pack.tar.xz (the libraries) is missing: make it from ldd .cu/bin/kvq-run" >&2
+du -sh .cu/* | sed 's/^/gpu_bundle: /'
