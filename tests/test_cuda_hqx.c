@@ -361,7 +361,7 @@ static void test_hyperquant(void **state) {
     };
     // 0: the encoder's choice; cases 13-16 have whole steps of 1024 columns (E8 4.0 and 3.0
     // there take the one-token product's branch-free specialization); the last, nibbles with
-    // ~1.3 % escapes (~100 a row): more than the one-token product fetches with its first step
+    // ~1.3 % escapes (~100 a row, several per lane in the one-token product's escape loop)
     const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256, 0};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         float *x = matrix(cs[i].rows, cs[i].cols, 10 + i);
