@@ -174,6 +174,7 @@ __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restr
 #define ATS 16     // splits of the positions per (token, KV head)
 #define AT_GMAX 8  // query heads per KV head
 #define AT_TT 16   // tokens per launch (the scratch's size)
+#define AT_HB 4    // query heads merged per pair of block barriers
 
 static float *g_part = NULL; // (AT_TT, n_kv, ATS, G, hd + 2): output, max, sum
 static int *g_cnt = NULL;    // (AT_TT, n_kv) blocks done
@@ -190,7 +191,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     // merging blocks prepare only after this grid has completed)
     if (pfs) asm volatile("griddepcontrol.launch_dependents;");
     __shared__ float sm_m[NW][AT_GMAX], sm_l[NW][AT_GMAX];
-    __shared__ float sm_o[NW][HD];
+    __shared__ float sm_o[NW][AT_HB][HD];
+    __shared__ float sm_pm[AT_GMAX][ATS], sm_pl[AT_GMAX][ATS];
     __shared__ int last;
     if (dpos) pos = *dpos;
     const int s = blockIdx.x, g = blockIdx.y, tl = blockIdx.z, t = t0 + tl, G = n_heads / n_kv;
@@ -209,10 +211,22 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
         }
     }
     const float *K = kc + (int64_t)g * max_ctx * HD, *V = vc + (int64_t)g * max_ctx * HD;
-    for (int p = p0 + w; p < p1; p += NW) {
-        float kr[D], vr[D];
+    // the next position's K and V rows are loaded before this one's are used (a warp takes
+    // only a few positions at short contexts: each used to wait a whole load latency)
+    float kr[D], vr[D], kn[D], vn[D];
+    auto ld_row = [&](int p, float *kd, float *vd) {
+        if constexpr (D == 4) {
+            const float4 a = __ldg((const float4 *)(K + (int64_t)p * HD) + lane), b = __ldg((const float4 *)(V + (int64_t)p * HD) + lane);
+            kd[0] = a.x, kd[1] = a.y, kd[2] = a.z, kd[3] = a.w;
+            vd[0] = b.x, vd[1] = b.y, vd[2] = b.z, vd[3] = b.w;
+        } else {
 #pragma unroll
-        for (int d = 0; d < D; d++) { kr[d] = __ldg(K + (int64_t)p * HD + lane * D + d); vr[d] = __ldg(V + (int64_t)p * HD + lane * D + d); }
+            for (int d = 0; d < D; d++) { kd[d] = __ldg(K + (int64_t)p * HD + lane * D + d); vd[d] = __ldg(V + (int64_t)p * HD + lane * D + d); }
+        }
+    };
+    if (p0 + w < p1) ld_row(p0 + w, kr, vr);
+    for (int p = p0 + w; p < p1; p += NW) {
+        if (p + NW < p1) ld_row(p + NW, kn, vn);
 #pragma unroll
         for (int h = 0; h < AT_GMAX; h++) {
             if (h >= G) break;
@@ -227,28 +241,38 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
             for (int d = 0; d < D; d++) acc[h][d] = fmaf(acc[h][d], corr, e * vr[d]);
             m[h] = mn;
         }
+#pragma unroll
+        for (int d = 0; d < D; d++) kr[d] = kn[d], vr[d] = vn[d];
     }
-    // the warps' (max, sum, output) merged in warp order, head by head
+    // the warps' (max, sum, output) merged in warp order, AT_HB heads at a time (one pair of
+    // barriers for each AT_HB heads, not each head; the same sums per output)
     float *pb = part + ((((int64_t)tl * n_kv + g) * ATS + s) * AT_GMAX) * (HD + 2);
 #pragma unroll
-    for (int h = 0; h < AT_GMAX; h++) { // static indices: the arrays stay in registers
-        if (h >= G) break;
-        if (lane == 0) { sm_m[w][h] = m[h]; sm_l[w][h] = l[h]; }
+    for (int h0 = 0; h0 < AT_GMAX; h0 += AT_HB) { // static indices: the arrays stay in registers
+        if (h0 >= G) break;
 #pragma unroll
-        for (int d = 0; d < D; d++) sm_o[w][lane * D + d] = acc[h][d];
+        for (int hh = 0; hh < AT_HB; hh++) {
+            const int h = h0 + hh;
+            if (h >= G) break;
+            if (lane == 0) { sm_m[w][h] = m[h]; sm_l[w][h] = l[h]; }
+#pragma unroll
+            for (int d = 0; d < D; d++) sm_o[w][hh][lane * D + d] = acc[h][d];
+        }
         __syncthreads();
-        if (threadIdx.x < HD) {
+        const int nh = min(AT_HB, G - h0);
+        for (int i = threadIdx.x; i < nh * HD; i += ATT_THREADS) {
+            const int hh = i / HD, h = h0 + hh, d = i % HD;
             float M = -INFINITY;
             for (int k = 0; k < NW; k++) M = fmaxf(M, sm_m[k][h]);
             float L = 0.0f, O = 0.0f;
             for (int k = 0; k < NW; k++) {
                 const float c = sm_m[k][h] == -INFINITY ? 0.0f : expf(sm_m[k][h] - M);
                 L = fmaf(sm_l[k][h], c, L);
-                O = fmaf(sm_o[k][threadIdx.x], c, O);
+                O = fmaf(sm_o[k][hh][d], c, O);
             }
             float *ph = pb + (int64_t)h * (HD + 2);
-            ph[threadIdx.x] = O;
-            if (threadIdx.x == 0) { ph[HD] = M; ph[HD + 1] = L; }
+            ph[d] = O;
+            if (d == 0) { ph[HD] = M; ph[HD + 1] = L; }
         }
         __syncthreads();
     }
@@ -260,16 +284,24 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     if (!last) return;
     __threadfence();
     const float *pg = part + (((int64_t)tl * n_kv + g) * ATS) * AT_GMAX * (HD + 2);
+    // the splits' (max, sum) of every head read once into shared memory
+    for (int i = threadIdx.x; i < G * ATS; i += ATT_THREADS) {
+        const int h = i / ATS, k = i % ATS;
+        const float *ph = pg + ((int64_t)k * AT_GMAX + h) * (HD + 2);
+        sm_pm[h][k] = __ldcg(ph + HD);
+        sm_pl[h][k] = __ldcg(ph + HD + 1);
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < G * HD; i += ATT_THREADS) {
         const int h = i / HD, d = i % HD;
         float M = -INFINITY;
-        for (int k = 0; k < ATS; k++) M = fmaxf(M, __ldcg(pg + ((int64_t)k * AT_GMAX + h) * (HD + 2) + HD));
+        for (int k = 0; k < ATS; k++) M = fmaxf(M, sm_pm[h][k]);
         float L = 0.0f, O = 0.0f;
         for (int k = 0; k < ATS; k++) {
             const float *ph = pg + ((int64_t)k * AT_GMAX + h) * (HD + 2);
-            const float mk = __ldcg(ph + HD);
+            const float mk = sm_pm[h][k];
             const float c = mk == -INFINITY ? 0.0f : expf(mk - M);
-            L = fmaf(__ldcg(ph + HD + 1), c, L);
+            L = fmaf(sm_pl[h][k], c, L);
             O = fmaf(__ldcg(ph + d), c, O);
         }
         out[((int64_t)t * n_heads + g * G + h) * HD + d] = O / L;

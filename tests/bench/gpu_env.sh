@@ -7,7 +7,7 @@ B=.cu/bin
 [ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
 export LD_LIBRARY_PATH=$PWD/.cu/lib
 cb=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null | head -1); [ -n "$cb" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$cb")
-export KVQ_SHARED=$PWD/.cu/shared
+export KVQ_SHARED=$PWD/.cu/shared KVQ_SYNTH=$PWD/$B/make_synth_llama
 t0=$(date +%s); el() { echo "($(( $(date +%s) - t0 )) s)"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 bw=$($B/cuda_hqx --copy-only 2>&1 | sed -n 's/.*copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' | head -1); echo "copy bandwidth $bw GB/s"
