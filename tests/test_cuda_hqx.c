@@ -246,6 +246,89 @@ static void compare_attend_prep(kvq_cuda_hqx *t, const kvq_hqx *w, uint64_t seed
     free(h); free(ya); free(yb); free(oa); free(ob);
 }
 
+// The attention inputs computed by the attention kernel itself (kvq_cuda_attend_set_inputs):
+// from one fused q/k/v row (bias, q/k norms, RoPE over rot of the 128 dims), the attention
+// inputs' kernel then the attend (with o's preparation, and without) against the armed
+// attend on a fresh copy of the caches: the same output, product and caches, bit for bit.
+static void compare_attend_inputs(kvq_cuda_hqx *t, const kvq_hqx *w, uint64_t seed, const char *what) {
+    enum { HD = 128, CTX = 64, POS = 37 };
+    const int nh = (int)(w->cols / HD);
+    int G = 0;
+    for (int c = 8; c >= 1 && !G; c /= 2)
+        if (nh % c == 0 && (c * HD) % w->tile == 0) G = c;
+    if (w->cols % HD || !G || !kvq_cuda_hqx_attend_can_prep(t, nh, nh / G, HD)) return;
+    const int nkv = nh / G, rot = seed & 1 ? 64 : HD;
+    kvq_err err = {0};
+    assert_int_equal(kvq_cuda_attention_init(nh, nkv, HD, CTX, &err), KVQ_OK);
+    const size_t nq = (size_t)nh * HD, nc = (size_t)nkv * CTX * HD, nr = nq + 2 * (size_t)nkv * HD;
+    const size_t nh_all = 2 * nc + 2 * nr + 2 * HD + HD / 2;
+    float *h = malloc(sizeof(float) * nh_all);
+    for (size_t i = 0; i < nh_all; i++) h[i] = (float)gauss(&seed);
+    float *hk = h, *hv = h + nc, *hrow = h + 2 * nc, *hbias = hrow + nr, *hqn = hbias + nr, *hkn = hqn + HD, *hf = hkn + HD;
+    for (int i = 0; i < HD; i++) hqn[i] = 1.0f + 0.1f * hqn[i], hkn[i] = 1.0f + 0.1f * hkn[i];
+    for (int i = 0; i < HD / 2; i++) hf[i] = powf(10000.0f, -2.0f * (float)i / HD);
+    float *o[4], *y[2], *kc[2], *vc[2];
+    for (int i = 0; i < 4; i++) o[i] = malloc(sizeof(float) * nq);
+    for (int i = 0; i < 2; i++) y[i] = malloc(sizeof(float) * w->rows), kc[i] = malloc(sizeof(float) * nc), vc[i] = malloc(sizeof(float) * nc);
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dy = NULL, *drow = NULL, *dbias = NULL, *dqn = NULL, *dkn = NULL, *df = NULL;
+    kvq_status st = kvq_cuda_malloc(&dq, sizeof(float) * nq, &err);
+    if (!st) st = kvq_cuda_malloc(&dk, sizeof(float) * nc, &err);
+    if (!st) st = kvq_cuda_malloc(&dv, sizeof(float) * nc, &err);
+    if (!st) st = kvq_cuda_malloc(&dout, sizeof(float) * nq, &err);
+    if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * w->rows, &err);
+    if (!st) st = kvq_cuda_malloc(&drow, sizeof(float) * nr, &err);
+    if (!st) st = kvq_cuda_malloc(&dbias, sizeof(float) * nr, &err);
+    if (!st) st = kvq_cuda_malloc(&dqn, sizeof(float) * HD, &err);
+    if (!st) st = kvq_cuda_malloc(&dkn, sizeof(float) * HD, &err);
+    if (!st) st = kvq_cuda_malloc(&df, sizeof(float) * HD / 2, &err);
+    if (!st) st = kvq_cuda_copy(drow, hrow, sizeof(float) * nr, 1, &err);
+    if (!st) st = kvq_cuda_copy(dbias, hbias, sizeof(float) * nr, 1, &err);
+    if (!st) st = kvq_cuda_copy(dqn, hqn, sizeof(float) * HD, 1, &err);
+    if (!st) st = kvq_cuda_copy(dkn, hkn, sizeof(float) * HD, 1, &err);
+    if (!st) st = kvq_cuda_copy(df, hf, sizeof(float) * HD / 2, 1, &err);
+    const float scale = 1.0f / sqrtf((float)HD), eps = 1e-6f;
+    const int64_t r0 = 0;
+    const kvq_cuda_xin prepared = {KVQ_CUDA_XIN_PREPARED, NULL, 0.0f, NULL};
+    const kvq_cuda_ain in = {drow, dbias, dqn, dkn, df, eps, rot};
+    for (int pass = 0; pass < 2 && !st; pass++) { // 0: inputs' kernel, then attend; 1: armed attend
+        for (int prep = 0; prep < 2 && !st; prep++) {
+            st = kvq_cuda_copy(dk, hk, sizeof(float) * nc, 1, &err);
+            if (!st) st = kvq_cuda_copy(dv, hv, sizeof(float) * nc, 1, &err);
+            if (!st) st = kvq_cuda_copy(dq, hrow + 3, sizeof(float) * nq, 1, &err); // not q: the armed attend must not read it
+            if (!st && pass == 0)
+                st = kvq_cuda_attn_in(drow, dbias, dqn, dkn, eps, dq, dk, dv, 1, POS, NULL, nh, nkv, HD, rot, df, CTX, &err);
+            if (!st && pass == 1) kvq_cuda_attend_set_inputs(&in);
+            if (!st && prep) st = kvq_cuda_hqx_attend_prep(dq, dk, dv, dout, POS, NULL, nh, nkv, HD, CTX, scale, t, &err);
+            if (!st && prep) st = kvq_cuda_hqx_matmul_parts_in(&t, 1, &r0, dout, &prepared, 1, dy, w->rows, 0, &err);
+            if (!st && !prep) st = kvq_cuda_attend(dq, dk, dv, dout, 1, POS, NULL, nh, nkv, HD, CTX, scale, &err);
+            if (!st) st = kvq_cuda_sync(&err);
+            if (!st) st = kvq_cuda_copy(o[2 * pass + prep], dout, sizeof(float) * nq, 0, &err);
+            if (!st && prep) st = kvq_cuda_copy(y[pass], dy, sizeof(float) * w->rows, 0, &err);
+            if (!st && prep) st = kvq_cuda_copy(kc[pass], dk, sizeof(float) * nc, 0, &err);
+            if (!st && prep) st = kvq_cuda_copy(vc[pass], dv, sizeof(float) * nc, 0, &err);
+        }
+    }
+    if (st) fprintf(stderr, "attend_inputs: %s\n", err.msg);
+    assert_int_equal(st, KVQ_OK);
+    const int same = !memcmp(o[0], o[2], sizeof(float) * nq) && !memcmp(o[1], o[3], sizeof(float) * nq) &&
+                     !memcmp(y[0], y[1], sizeof(float) * w->rows) && !memcmp(kc[0], kc[1], sizeof(float) * nc) &&
+                     !memcmp(vc[0], vc[1], sizeof(float) * nc);
+    fprintf(stderr, "test_cuda_hqx: %-22s attention computing its inputs (%d heads, %d KV heads, rot %d): %s\n", what, nh, nkv,
+            rot, same ? "same bits" : "DIFFER");
+    assert_memory_equal(o[0], o[2], sizeof(float) * nq);
+    assert_memory_equal(o[1], o[3], sizeof(float) * nq);
+    assert_memory_equal(y[0], y[1], sizeof(float) * w->rows);
+    assert_memory_equal(kc[0], kc[1], sizeof(float) * nc);
+    assert_memory_equal(vc[0], vc[1], sizeof(float) * nc);
+    // the new token's row was written (not the cache's old contents)
+    assert_true(memcmp(kc[0] + (size_t)POS * HD, hk + (size_t)POS * HD, sizeof(float) * HD) != 0);
+    kvq_cuda_free(dq); kvq_cuda_free(dk); kvq_cuda_free(dv); kvq_cuda_free(dout); kvq_cuda_free(dy);
+    kvq_cuda_free(drow); kvq_cuda_free(dbias); kvq_cuda_free(dqn); kvq_cuda_free(dkn); kvq_cuda_free(df);
+    for (int i = 0; i < 4; i++) free(o[i]);
+    for (int i = 0; i < 2; i++) free(y[i]), free(kc[i]), free(vc[i]);
+    free(h);
+}
+
 static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_err err = {0};
     kvq_cuda_hqx *t = NULL;
@@ -260,14 +343,14 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_hqx_prep(w, x, &a);
     // float; int8 by the one-token product (hqx_gemv1.cu) with 1 (the default), 2 and 4 rows
     // a warp, with the run-time-decided variant instead of the E8/RTN specializations, and
-    // (E8/RTN with whole steps) the persistent variant with rings of 2 (the default) and 4
+    // (E8/RTN with whole steps) the persistent variant with rings of 2 (the default), 4 and 3
     // steps and the per-warp kernel instead: the same bits each time
     float *y1 = malloc(sizeof(float) * w->rows);
-    for (int mode = 0; mode < 7; mode++) {
+    for (int mode = 0; mode < 8; mode++) {
         const int int8 = mode > 0;
         kvq_cuda_hqx_set_decode(mode == 2 ? 2 : mode == 3 ? 4 : 1);
         kvq_cuda_hqx_set_decode_general(mode == 4);
-        kvq_cuda_hqx_set_persist(mode == 5 ? 4 : mode == 6 ? 0 : 2);
+        kvq_cuda_hqx_set_persist(mode == 5 ? 4 : mode == 6 ? 0 : mode == 7 ? 3 : 2);
         kvq_hqx_matmul(w, &a, 1, yc, w->rows, int8 ? KVQ_HQX_INT8 : KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
         memset(yg, 0xff, sizeof(float) * w->rows); // poisoned: every row must be written
         st = kvq_cuda_hqx_matvec_host(t, x, yg, int8, &err);
@@ -280,7 +363,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         }
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s %s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
-                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : mode == 3 ? "int8/4" : mode == 4 ? "int8/g" : mode == 5 ? "int8/p4" : "int8/w", (long long)w->rows, (long long)w->cols, w->tile,
+                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : mode == 3 ? "int8/4" : mode == 4 ? "int8/g" : mode == 5 ? "int8/p4" : mode == 6 ? "int8/w" : "int8/p3", (long long)w->rows, (long long)w->cols, w->tile,
                 w->vbits, rel);
         assert_true(rel <= 1e-5);
         if (mode == 1) memcpy(y1, yg, sizeof(float) * w->rows);
@@ -333,6 +416,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     free(X); free(Y); free(R); free(Y1); free(y1);
     compare_xin(t, w, &a, seed);
     compare_attend_prep(t, w, seed, what);
+    compare_attend_inputs(t, w, seed + 1, what);
     compare_tc(t, w, &a, seed, what);
     kvq_cuda_hqx_free(t);
     kvq_hqx_free(w);

@@ -105,6 +105,42 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_k(const float *__restrict_
 // RoPE, then q to its buffer and k, v into the cache at the token's position — in the order and
 // with the formulas of qkv_split_k, rmsnorm_k and rope_k.
 #define AIN_WARPS 4
+// One head of the attention inputs, by one warp: the head's values from the fused row (+ bias)
+// into v (hd floats of shared memory), the per-head RMSNorm (nw: NULL for none), RoPE at
+// position p (rot), into dst.
+__device__ __forceinline__ void ain_head(const float *__restrict__ row, const float *__restrict__ bias, int off,
+                                         const float *__restrict__ nw, float eps, bool rot, float *dst, float *v, int lane,
+                                         int hd, int rot_dim, int p, const float *__restrict__ inv_freq) {
+    const float *src = row + off;
+    for (int i = lane; i < hd; i += 32) v[i] = bias ? __fadd_rn(src[i], bias[off + i]) : src[i];
+    __syncwarp();
+    if (nw) {
+        float ss = 0.0f;
+        for (int i = lane; i < hd; i += 32) ss = fmaf(v[i], v[i], ss);
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float r = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (int i = lane; i < hd; i += 32) v[i] = nw[i] * (v[i] * r);
+        __syncwarp();
+    }
+    const int half = rot ? rot_dim / 2 : 0;
+    for (int i = lane; i < half; i += 32) {
+        const float a = __fmul_rn((float)p, inv_freq[i]);
+        const float c = (float)cos((double)a), sn = (float)sin((double)a);
+        const float x0 = v[i], x1 = v[i + half];
+        dst[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+        dst[i + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+    }
+    for (int i = 2 * half + lane; i < hd; i += 32) dst[i] = v[i];
+    __syncwarp();
+}
+
+// The attention inputs a one-token split attend computes itself (kvq_cuda_attend_set_inputs).
+struct AinK {
+    const float *qkv, *bias, *qn, *kn, *inv_freq;
+    float eps;
+    int rot_dim, on;
+};
+
 __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restrict__ qkv, const float *__restrict__ bias,
                                                               const float *__restrict__ q_norm, const float *__restrict__ k_norm,
                                                               float eps, float *__restrict__ q, float *__restrict__ kc,
@@ -138,27 +174,7 @@ __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restr
         rot = false;
         dst = rows ? vc + ((int64_t)t * n_kv + g) * hd : vc + ((int64_t)g * max_ctx + pos + t) * hd;
     }
-    float *v = ain_sm + wi * hd;
-    const float *src = qkv + (int64_t)t * W + off;
-    for (int i = lane; i < hd; i += 32) v[i] = bias ? __fadd_rn(src[i], bias[off + i]) : src[i];
-    __syncwarp();
-    if (nw) {
-        float ss = 0.0f;
-        for (int i = lane; i < hd; i += 32) ss = fmaf(v[i], v[i], ss);
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        const float r = 1.0f / sqrtf(ss / (float)hd + eps);
-        for (int i = lane; i < hd; i += 32) v[i] = nw[i] * (v[i] * r);
-        __syncwarp();
-    }
-    const int half = rot ? rot_dim / 2 : 0;
-    for (int i = lane; i < half; i += 32) {
-        const float a = __fmul_rn((float)(pos + t), inv_freq[i]);
-        const float c = (float)cos((double)a), sn = (float)sin((double)a);
-        const float x0 = v[i], x1 = v[i + half];
-        dst[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-        dst[i + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
-    }
-    for (int i = 2 * half + lane; i < hd; i += 32) dst[i] = v[i];
+    ain_head(qkv + (int64_t)t * W, bias, off, nw, eps, rot, dst, ain_sm + wi * hd, lane, hd, rot_dim, pos + t, inv_freq);
 }
 
 // Split attention (kvq_cuda_attend's fast path; head_dim a multiple of 32 up to 256, at most 8
@@ -181,11 +197,11 @@ static int *g_cnt = NULL;    // (AT_TT, n_kv) blocks done
 static size_t g_part_cap = 0, g_cnt_cap = 0;
 
 template <int D>
-__global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__restrict__ q, const float *__restrict__ kc,
-                                                              const float *__restrict__ vc, float *__restrict__ out, int pos,
+__global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__restrict__ q, float *kc,
+                                                              float *vc, float *__restrict__ out, int pos,
                                                               const int *dpos, int t0, int n_heads, int n_kv, int max_ctx,
                                                               float scale, float *part, int *cnt, const Dev pd,
-                                                              unsigned char *pfs) {
+                                                              unsigned char *pfs, const AinK ain) {
     constexpr int HD = 32 * D, NW = ATT_THREADS / 32;
     // with pfs: o's one-token product follows as a programmatic dependent (it reads what the
     // merging blocks prepare only after this grid has completed)
@@ -199,6 +215,25 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int n_ctx = pos + t + 1, chunk = (n_ctx + ATS - 1) / ATS;
     const int p0 = s * chunk, p1 = min(n_ctx, p0 + chunk);
+    // with ain (one token): the inputs of this KV head's group computed here, as attn_in_k
+    // computes them (ain_head): the G query heads into shared memory, and, by the block whose
+    // split holds the token's own position, k and v into the cache there
+    const float *qsrc = q + (int64_t)t * n_heads * HD + (int64_t)g * G * HD;
+    if (ain.on) {
+        float *scr = &sm_o[0][0][0]; // rows 0..G+1: the slots' values; G+2..2G+1: the q heads
+        const int mine = p0 <= pos && pos < p1, nslot = G + (mine ? 2 : 0), q_dim = n_heads * HD, kv_dim = n_kv * HD;
+        for (int sl = w; sl < nslot; sl += NW) {
+            int off = (g * G + sl) * HD;
+            const float *nw = ain.qn;
+            float *dst = scr + (int64_t)(G + 2 + sl) * HD;
+            bool rot = true;
+            if (sl == G) off = q_dim + g * HD, nw = ain.kn, dst = kc + ((int64_t)g * max_ctx + pos) * HD;
+            else if (sl == G + 1) off = q_dim + kv_dim + g * HD, nw = NULL, rot = false, dst = vc + ((int64_t)g * max_ctx + pos) * HD;
+            ain_head(ain.qkv, ain.bias, off, nw, ain.eps, rot, dst, scr + (int64_t)sl * HD, lane, HD, ain.rot_dim, pos, ain.inv_freq);
+        }
+        __syncthreads();
+        qsrc = scr + (int64_t)(G + 2) * HD;
+    }
     float qv[AT_GMAX][D], acc[AT_GMAX][D], m[AT_GMAX], l[AT_GMAX];
 #pragma unroll
     for (int h = 0; h < AT_GMAX; h++) {
@@ -207,15 +242,19 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
 #pragma unroll
         for (int d = 0; d < D; d++) {
             acc[h][d] = 0.0f;
-            qv[h][d] = h < G ? q[((int64_t)t * n_heads + g * G + h) * HD + lane * D + d] : 0.0f;
+            qv[h][d] = h < G ? qsrc[h * HD + lane * D + d] : 0.0f;
         }
     }
+    if (ain.on) __syncthreads(); // q read before the merge reuses the shared rows
     const float *K = kc + (int64_t)g * max_ctx * HD, *V = vc + (int64_t)g * max_ctx * HD;
     // the next position's K and V rows are loaded before this one's are used (a warp takes
     // only a few positions at short contexts: each used to wait a whole load latency)
     float kr[D], vr[D], kn[D], vn[D];
     auto ld_row = [&](int p, float *kd, float *vd) {
-        if constexpr (D == 4) {
+        if (ain.on && p == pos) { // written by this block: through L2, not the read-only path
+#pragma unroll
+            for (int d = 0; d < D; d++) { kd[d] = __ldcg(K + (int64_t)p * HD + lane * D + d); vd[d] = __ldcg(V + (int64_t)p * HD + lane * D + d); }
+        } else if constexpr (D == 4) {
             const float4 a = __ldg((const float4 *)(K + (int64_t)p * HD) + lane), b = __ldg((const float4 *)(V + (int64_t)p * HD) + lane);
             kd[0] = a.x, kd[1] = a.y, kd[2] = a.z, kd[3] = a.w;
             vd[0] = b.x, vd[1] = b.y, vd[2] = b.z, vd[3] = b.w;
@@ -406,19 +445,40 @@ extern "C" kvq_status kvq_cuda_attention(const float *q, const float *k, const f
     return kvq_cuda_attend(q, kc, vc, out, T, pos, d_pos, n_heads, n_kv_heads, head_dim, max_ctx, scale, err);
 }
 
+// Inputs armed for the next one-token split attend (kvq_cuda_attend_set_inputs).
+static AinK g_ain = {};
+static AinK ain_take(int fusable) {
+    AinK a = {};
+    if (fusable && g_ain.on) a = g_ain, g_ain.on = 0;
+    return a;
+}
+extern "C" void kvq_cuda_attend_set_inputs(const kvq_cuda_ain *in) {
+    g_ain = AinK{};
+    if (!in) return;
+    g_ain.qkv = in->qkv; g_ain.bias = in->bias; g_ain.qn = in->q_norm; g_ain.kn = in->k_norm; g_ain.inv_freq = in->inv_freq;
+    g_ain.eps = in->eps; g_ain.rot_dim = in->rot_dim; g_ain.on = 1;
+}
+
 extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos,
                                       const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
                                       kvq_err *err) {
     if (T <= 0) return KVQ_OK;
     kvq_status cs = check_span(T, pos, head_dim, max_ctx, err);
     if (cs) return cs;
+    const AinK ain = ain_take(T == 1 && split_ok(n_heads, n_kv_heads, head_dim));
+    if (!ain.on && g_ain.on) { // armed but not fusable here: the inputs' own kernel first
+        g_ain.on = 0;
+        cs = kvq_cuda_attn_in(g_ain.qkv, g_ain.bias, g_ain.qn, g_ain.kn, g_ain.eps, (float *)q, (float *)kc, (float *)vc, T, pos,
+                              d_pos, n_heads, n_kv_heads, head_dim, g_ain.rot_dim, g_ain.inv_freq, max_ctx, err);
+        if (cs) return cs;
+    }
     if (split_ok(n_heads, n_kv_heads, head_dim)) {
         if ((cs = split_scratch(n_kv_heads, head_dim, err))) return cs;
         for (int t0 = 0; t0 < T; t0 += AT_TT) {
             const int tt = T - t0 < AT_TT ? T - t0 : AT_TT;
             const dim3 grid(ATS, (unsigned)n_kv_heads, (unsigned)tt);
             switch (head_dim / 32) {
-#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, kc, vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, Dev{}, NULL); break;
+#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, Dev{}, NULL, ain); break;
                 AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
             }
@@ -454,10 +514,11 @@ extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, 
     kvq_status cs = check_span(1, pos, head_dim, max_ctx, err);
     if (!cs) cs = split_scratch(n_kv_heads, head_dim, err);
     if (cs) return cs;
+    const AinK ain = ain_take(1);
     const dim3 grid(ATS, (unsigned)n_kv_heads, 1);
     const Dev pd = dev_of(o);
     switch (head_dim / 32) {
-#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, kc, vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs); break;
+#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs, ain); break;
         AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
     }

@@ -95,8 +95,8 @@ void kvq_cuda_hqx_set_decode(int rows_per_warp);
 /** Tests: 1 runs every one-token product through the variant that decides lattice, scales and
  *  zero points at run time, instead of the E8 and RTN specializations (the same bits). */
 void kvq_cuda_hqx_set_decode_general(int on);
-/** Tests: the one-token product's persistent variant (hqx_gemv1.cu) with a ring of 2 or 4
- *  steps, or 0: the per-warp kernel; −1: the default (KVQ_CUDA_G1P=0|2|4, else 2). */
+/** Tests: the one-token product's persistent variant (hqx_gemv1.cu) with a ring of 2, 3 or 4
+ *  steps, or 0: the per-warp kernel; −1: the default (KVQ_CUDA_G1P=0|2|3|4, else 2). */
 void kvq_cuda_hqx_set_persist(int depth);
 void kvq_cuda_hqx_set_pdl(int on);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */

@@ -303,18 +303,15 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv
     const uint32_t nrows = gw < rtot ? (rtot - 1 - gw) / W + 1 : 0;
     const uint32_t n_items = nrows * S;
     // load cursor: the row's part and its lane's first chunk and tile; the step
-    uint32_t lrow = gw, ls = 0, lg0 = 0, lt0 = 0, ne0 = 0, ne1 = 0;
+    uint32_t lrow = gw, ls = 0, lg0 = 0, lt0 = 0;
     int lp = 0;
     G1W<VB> buf[DEPTH];
-    uint32_t be0[DEPTH], be1[DEPTH]; // escape range of the row whose step 0 a slot holds
     auto load = [&](int slot) {
         if (ls == 0) {
             lp = lrow >= rb2 ? 2 : lrow >= rb1 ? 1 : 0;
             const uint32_t r = lrow - (lp == 2 ? rb2 : lp == 1 ? rb1 : 0);
             lg0 = r * cpr + cl;
             lt0 = r * tiles + ((uint32_t)(cl * 64) >> tsh);
-            ne0 = __ldg(P.d[lp].esc_row + r);
-            ne1 = __ldg(P.d[lp].esc_row + r + 1);
         }
         const Dev &d = P.d[lp];
         G1W<VB> &w = buf[slot];
@@ -329,8 +326,6 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv
         }
         w.cb = MODE == G1_E8 ? (uint32_t)__ldg(d.cb + g) : 0u;
         w.code = MODE == G1_E8 ? (uint32_t)__ldg(d.scode + lt0 + ls * tps) : __float_as_uint(__ldg(d.scale + lt0 + ls * tps));
-        be0[slot] = ne0;
-        be1[slot] = ne1;
         if (++ls == S) ls = 0, lrow += W;
     };
 #pragma unroll
@@ -349,8 +344,8 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv
         if (us == 0) {
             up = urow >= rb2 ? 2 : urow >= rb1 ? 1 : 0;
             ur = urow - (up == 2 ? rb2 : up == 1 ? rb1 : 0);
-            e0 = be0[slot];
-            e1 = be1[slot];
+            e0 = __ldg(P.d[up].esc_row + ur); // used at the row's end: S steps later
+            e1 = __ldg(P.d[up].esc_row + ur + 1);
         }
         const Dev &d = P.d[up];
         const unsigned char *fs = P.fs[up];
@@ -409,7 +404,7 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv
 }
 
 extern "C" void kvq_cuda_hqx_set_persist(int depth);
-static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2 or 4: the ring's depth (default 2)
+static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
 
 template <int VB, int DEPTH, int MODE> static cudaError_t g1p_launch_f(cudaLaunchConfig_t cfg, const Parts &P, int accumulate,
@@ -425,8 +420,9 @@ template <int VB, int DEPTH, int MODE> static cudaError_t g1p_launch_f(cudaLaunc
 }
 template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
                                                           uint32_t rb1, uint32_t rb2, uint32_t rtot) {
-    return g_persist == 4 ? g1p_launch_f<VB, 4, MODE>(cfg, P, accumulate, rb1, rb2, rtot)
-                          : g1p_launch_f<VB, 2, MODE>(cfg, P, accumulate, rb1, rb2, rtot);
+    return g_persist == 4   ? g1p_launch_f<VB, 4, MODE>(cfg, P, accumulate, rb1, rb2, rtot)
+           : g_persist == 3 ? g1p_launch_f<VB, 3, MODE>(cfg, P, accumulate, rb1, rb2, rtot)
+                            : g1p_launch_f<VB, 2, MODE>(cfg, P, accumulate, rb1, rb2, rtot);
 }
 template <int VB> static cudaError_t g1p_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &P, int accumulate,
                                                   uint32_t rb1, uint32_t rb2, uint32_t rtot) {
@@ -480,9 +476,9 @@ extern "C" void kvq_cuda_hqx_set_decode_general(int on) { g_mode_any = on; }
 extern "C" void kvq_cuda_hqx_set_persist(int depth) {
     if (depth < 0) {
         const char *ev = getenv("KVQ_CUDA_G1P");
-        depth = ev && *ev == '0' ? 0 : ev && *ev == '4' ? 4 : 2;
+        depth = ev && *ev == '0' ? 0 : ev && *ev == '4' ? 4 : ev && *ev == '3' ? 3 : 2;
     }
-    g_persist = depth == 4 ? 4 : depth == 2 ? 2 : 0;
+    g_persist = depth == 4 || depth == 3 || depth == 2 ? depth : 0;
     if (!g_sm_count) {
         int dev = 0;
         cudaGetDevice(&dev);

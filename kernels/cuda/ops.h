@@ -67,6 +67,18 @@ size_t kvq_cuda_tc_scratch_bytes(void);
 kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, float *kc, float *vc, float *out, int T,
                               int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
                               kvq_err *err);
+/** The attention inputs (kvq_cuda_attn_in's arguments) that the next one-token split attend
+ *  (kvq_cuda_attend with T = 1, kvq_cuda_hqx_attend_prep) computes itself instead of reading q
+ *  and the cache's new row: each KV head's blocks compute their query heads from qkv, and the
+ *  block whose split holds the token's position writes k and v into the cache there — the
+ *  same bits as kvq_cuda_attn_in then the attend, one kernel fewer. An attend that cannot
+ *  fuse them (T > 1, not the split kernel) launches kvq_cuda_attn_in first. NULL disarms. */
+typedef struct {
+    const float *qkv, *bias, *q_norm, *k_norm, *inv_freq;
+    float eps;
+    int rot_dim;
+} kvq_cuda_ain;
+void kvq_cuda_attend_set_inputs(const kvq_cuda_ain *in);
 /** kvq_cuda_attention's second half: attends over positions already in the cache. */
 kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos, const int *d_pos,
                            int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err);

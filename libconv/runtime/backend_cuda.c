@@ -73,7 +73,7 @@ typedef struct {
     // a one-token attend whose output the next op's packed product reads: launched by
     // matmul() with the product's activation preparation folded in (kvq_cuda_hqx_attend_prep),
     // else by flush() as it was asked for
-    struct { int on; const float *q, *kc, *vc; float *out; int pos, nh, nkv, hd; float scale; } pat;
+    struct { int on; const float *q, *kc, *vc; float *out; int pos, nh, nkv, hd; float scale; int has_in; kvq_cuda_ain in; } pat;
     // KVQ_CUDA_PROFILE=1: graphs off, every op synchronized and timed, totals on stderr at close
     int profile;
     struct { char key[48]; double s; long n; } prof[64];
@@ -81,6 +81,7 @@ typedef struct {
     double t0;
     // KVQ_CUDA_TIMELINE=1: graphs on, timing events captured between the decode step's ops
     // (kvq_cuda_tl_mark), read after every run of the graph into the same totals
+    int ain_fuse;  // one-token attention inputs computed by the attention kernel (KVQ_CUDA_AIN_FUSE=0: off)
     int timeline, tl_n[2];
     short tl_key[2][2048]; // prof slot of the op that ends at mark i (mark 0: the step's start)
 } gpu;
@@ -386,6 +387,7 @@ static void launch_rope(gpu *g, float *x, int T, int n_heads, int hd, int rot, i
 // stream (add(x, y)), launched to accumulate into x directly (y is then not written).
 static void launch_attend(gpu *g) {
     g->pat.on = 0;
+    if (g->pat.has_in) kvq_cuda_attend_set_inputs(&g->pat.in); // the attention computes its own inputs
     prof_begin(g);
     RUN(g, kvq_cuda_attend(g->pat.q, g->pat.kc, g->pat.vc, g->pat.out, 1, g->pat.pos, dpos(g), g->pat.nh, g->pat.nkv,
                            g->pat.hd, g->b.max_ctx, g->pat.scale, ERR));
@@ -429,6 +431,7 @@ static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, i
     if (g->pat.on && x == g->pat.out && T == 1 && w->n_part == 1 && g->b.exec != KVQ_EXEC_EXACT && !use_tc(g, w, T) &&
         kvq_cuda_hqx_attend_can_prep(((kvq_cuda_hqx **)w->dev)[0], g->pat.nh, g->pat.nkv, g->pat.hd)) {
         g->pat.on = 0; // the attention's merging blocks prepare the product's activation
+        if (g->pat.has_in) kvq_cuda_attend_set_inputs(&g->pat.in);
         prof_begin(g);
         RUN(g, kvq_cuda_hqx_attend_prep(g->pat.q, g->pat.kc, g->pat.vc, g->pat.out, g->pat.pos, dpos(g), g->pat.nh,
                                         g->pat.nkv, g->pat.hd, g->b.max_ctx, g->pat.scale, ((kvq_cuda_hqx **)w->dev)[0],
@@ -573,12 +576,23 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
     if (ain_matches(g, q, k, v, T, pos, s)) {
         g->ain.on = 0; // split, norms, ropes and the cache store in one kernel, then attend
         kvq_status st = KVQ_OK;
+        if (T == 1 && g->fuse && b->exec != KVQ_EXEC_EXACT && g->ain_fuse && g->ain.rot <= hd && !(g->ain.rot & 1)) {
+            // one token: the attention kernel computes them itself (kvq_cuda_attend_set_inputs)
+            g->pat.on = 1; g->pat.q = q; g->pat.kc = g->kc + per_layer * l; g->pat.vc = g->vc + per_layer * l;
+            g->pat.out = out; g->pat.pos = pos; g->pat.nh = s->n_heads; g->pat.nkv = s->n_kv_heads; g->pat.hd = hd;
+            g->pat.scale = s->scale;
+            g->pat.has_in = 1;
+            g->pat.in = (kvq_cuda_ain){g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL, g->ain.has_kn ? g->ain.kn : NULL,
+                                       g->ain.inv_freq, g->ain.eps, g->ain.rot};
+            return KVQ_OK;
+        }
         prof_begin(g);
         st = kvq_cuda_attn_in(g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL, g->ain.has_kn ? g->ain.kn : NULL,
                               g->ain.eps, g->ain.q, g->kc + per_layer * l, g->vc + per_layer * l, T, pos, dpos(g), s->n_heads,
                               s->n_kv_heads, hd, g->ain.rot, g->ain.inv_freq, b->max_ctx, &e);
         prof_end(g, "attn_in");
         if (!st && T == 1 && g->fuse && b->exec != KVQ_EXEC_EXACT) { // queued: the o product may fold its preparation in
+            g->pat.has_in = 0;
             g->pat.on = 1; g->pat.q = q; g->pat.kc = g->kc + per_layer * l; g->pat.vc = g->vc + per_layer * l;
             g->pat.out = out; g->pat.pos = pos; g->pat.nh = s->n_heads; g->pat.nkv = s->n_kv_heads; g->pat.hd = hd;
             g->pat.scale = s->scale;
@@ -759,6 +773,8 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     if (!g) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the GPU backend");
     const char *ev = getenv("KVQ_CUDA_GRAPHS"), *pv = getenv("KVQ_CUDA_PROFILE"), *fv = getenv("KVQ_CUDA_FUSE");
     g->profile = pv && !strcmp(pv, "1");
+    const char *av = getenv("KVQ_CUDA_AIN_FUSE");
+    g->ain_fuse = !(av && !strcmp(av, "0"));
     const char *lv = getenv("KVQ_CUDA_TIMELINE");
     g->timeline = lv && !strcmp(lv, "1") && !g->profile;
     g->graphs = !(ev && !strcmp(ev, "0")) && !g->profile;
