@@ -17,6 +17,7 @@
 #include "formats/dtype.h"
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/kv_enc.h"
 #include "kernels/kv_hqkv.h"
 #include "libconv/kv/kv_gpu.h"
 #include "libconv/kv/kv_hqkv.h"
@@ -366,6 +367,206 @@ static void test_hqmq_layout(void **state) {
         free(img), free(rec);
         kvq_kvcodec_free(c);
     }
+}
+
+// ---- the GPU encoders' arithmetic on the host (kernels/cuda/kv_enc.cu)
+
+// kvq_kv_wht the kernels' way (wht_cpu): butterfly stage by stage, worker t < D/2 taking pair
+// kvq_ke_wht_j(h, t), then × kvq_ke_wht_scale(D).
+static void emu_wht(float *y) {
+    for (int h = 1; h < D; h <<= 1)
+        for (int t = 0; t < D / 2; t++) {
+            const int j = kvq_ke_wht_j(h, t);
+            const float a = y[j], b = y[j + h];
+            y[j] = a + b, y[j + h] = a - b;
+        }
+    for (int i = 0; i < D; i++) y[i] *= kvq_ke_wht_scale(D);
+}
+
+static double emu_norm2(const float *x) { // norm2_d: thread 0, index order, double
+    double g = 0;
+    for (int k = 0; k < D; k++) g += (double)x[k] * x[k];
+    return g;
+}
+
+// turbo_rot: u = x·(float)(1/‖x‖), [quaternion per 4-chunk, component by component], signs, WHT.
+static double emu_turbo_rot(const kvq_gkv_tables *t, const float *x, float *y) {
+    const double g = sqrt(emu_norm2(x));
+    const float inv = g > 1e-30 ? (float)(1.0 / g) : 0.0f;
+    float u[D], tt[D];
+    for (int i = 0; i < D; i++) u[i] = x[i] * inv;
+    if (t->quat.p) {
+        memcpy(tt, u, sizeof tt);
+        for (int i = 0; i < D; i++) u[i] = kvq_ke_quat_comp(t->quat.p, tt + (i & ~3), i & 3);
+    }
+    for (int i = 0; i < D; i++) y[i] = u[i] * t->signs.p[i];
+    emu_wht(y);
+    return g;
+}
+
+// enc_turbo / enc_tprod / enc_oct on the host, step by step as the kernels (one loop iteration
+// per thread, the per-element code of kernels/kv_enc.h), into position pos of a region image.
+static void emu_encode(const kvq_gkv_tables *t, kvq_gkv_kind kind, int bits, const float *x, uint8_t *region, int cap, int pos) {
+    const size_t rb = kvq_gkv_kind_row_bytes(kind, bits, D), so = kvq_gkv_side_offset(kind, bits, D, cap);
+    uint8_t *row = region + (size_t)pos * rb;
+    memset(row, 0, rb);
+    float y[3 * 43];
+    if (kind == KVQ_GKV_TURBO || kind == KVQ_GKV_TPROD) {
+        const double g = emu_turbo_rot(t, x, y);
+        const int bm = kind == KVQ_GKV_TPROD ? bits - 1 : bits;
+        float r[D];
+        for (int i = 0; i < D; i++) {
+            const int k = kvq_ke_nearest(t->cb.p, 1 << bm, y[i]);
+            kvq_gkv_put_code(row, bm, D, i, (uint32_t)k);
+            r[i] = y[i] - t->cb.p[k];
+        }
+        const uint16_t hg = kvq_f32_to_f16((float)g);
+        if (kind == KVQ_GKV_TURBO) {
+            memcpy(region + so + (size_t)pos * 2, &hg, 2);
+            return;
+        }
+        const uint16_t hr = kvq_f32_to_f16((float)sqrt(emu_norm2(r)));
+        memcpy(region + so + (size_t)pos * 4, &hg, 2);
+        memcpy(region + so + (size_t)pos * 4 + 2, &hr, 2);
+        for (int j = 0; j < D; j++) {
+            float z = 0.0f;
+            for (int e = 0; e < D; e++) z += t->mat.p[(size_t)j * D + e] * r[e];
+            kvq_gkv_put_code(row + kvq_gkv_row_bytes(bm, D), 1, D, j, z >= 0.0f);
+        }
+        return;
+    }
+    // OCT / OCTQ
+    const int bd = bits + 1, bn = bits - 1, cw = 2 * bd + bn, nw = kvq_gkv_oct_words(bits);
+    const double g = sqrt(emu_norm2(x));
+    const float inv = g > 1e-30 ? (float)(1.0 / g) : 0.0f;
+    for (int i = 0; i < D; i++) y[i] = x[i] * inv * t->signs.p[i];
+    emu_wht(y);
+    y[D] = 0.0f;
+    uint32_t code[48] = {0};
+    float uh[3 * 43];
+    for (int tr = 0; tr < 43; tr++) {
+        int dir, jn;
+        code[tr] = kvq_ke_oct_triplet(y + 3 * tr, t->cb.p, t->cxi.p, t->rho.p, bd, bn, t->round, &dir, &jn);
+        for (int k = 0; k < 3; k++) uh[3 * tr + k] = t->rho.p[jn] * t->cb.p[3 * dir + k];
+    }
+    for (int i = 0; i < 8 * nw; i++) {
+        const uint32_t w = kvq_ke_oct_word(code, i / nw, i % nw, cw);
+        memcpy(row + 4 * i, &w, 4);
+    }
+    const float gf = (float)g;
+    uint8_t *sd = region + so + (size_t)pos * (kind == KVQ_GKV_OCTQ ? 8 : 4);
+    memcpy(sd, &gf, 4);
+    if (kind == KVQ_GKV_OCT) return;
+    float res[D];
+    for (int i = 0; i < D; i++) res[i] = y[i] - uh[i];
+    const uint16_t hr = kvq_f32_to_f16((float)sqrt(emu_norm2(res)));
+    memcpy(sd + 4, &hr, 2);
+    memset(sd + 6, 0, 2);
+    for (int i = 0; i < D; i++) uh[i] = res[i] * t->signs.p[D + i];
+    emu_wht(uh);
+    for (int i = 0; i < D; i++) kvq_gkv_put_code(row + 32 * nw, 1, D, i, uh[i] >= 0.0f);
+}
+
+// The GPU encoders' arithmetic (kernels/kv_enc.h in the kernels' order, emulated on the host)
+// against the CPU encoders repacked (kvq_gkv_pack): the whole region image byte for byte, for
+// turboquant, qturbo, turboquant-prod (K; V is turboquant) and octopus (every rounding mode,
+// with and without qjl), K and V where the GPU kind is one of these, on fp16-rounded tokens
+// with a zero token, a tiny one and a huge one among them. The kernels themselves run in
+// test_append_vs_cpu_cache (GPU).
+static void test_enc_emulated(void **state) {
+    static const char *const es[] = {"turboquant:2", "turboquant:3", "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4",
+                                     "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4", "octopus:2", "octopus:3",
+                                     "octopus:4", "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl", "octopus:3:round=scalar",
+                                     "octopus:3:round=2x2", "octopus:2:qjl:round=full"};
+    enum { N = 120 };
+    float x[D];
+    for (size_t si = 0; si < sizeof es / sizeof *es; si++)
+        for (int role = 0; role < 2; role++) {
+            kvq_kvcodec *c = codec(es[si], role, 1);
+            kvq_gkv_kind kind;
+            int bits;
+            kvq_err err = {0};
+            assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+            kvq_gkv_tables t;
+            const int has = kvq_gkv_tables_of(c, kind, bits, &t) == 0;
+            if (kind == KVQ_GKV_KIVI) { // octopus values: KIVI's encoder (enc_pos), no tables
+                assert_false(has);
+                kvq_kvcodec_free(c);
+                continue;
+            }
+            assert_true(has);
+            const size_t rb = kvq_gkv_region_bytes(kind, bits, D, N, role), mb = c->vt->max_bytes(c);
+            uint8_t *a = calloc(rb, 1), *b = calloc(rb, 1), *rec = malloc(mb);
+            uint64_t seed = 300 + si;
+            for (int pos = 0; pos < N; pos++) {
+                tokens(x, 1, &seed);
+                if (pos == 3) memset(x, 0, sizeof x);               // ‖x‖ = 0: the 1e-30 branch
+                if (pos == 4) for (int i = 0; i < D; i++) x[i] *= 1e-3f; // small (fp16 subnormals)
+                if (pos == 5) for (int i = 0; i < D; i++) x[i] *= 3000.0f; // large (‖x‖ over fp16's range)
+                for (int i = 0; i < D; i++) x[i] = kvq_f16_to_f32(kvq_f32_to_f16(x[i])); // the window ring's values
+                size_t n = 0;
+                assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+                kvq_gkv_pack(c, kind, bits, rec, pos, a, N);
+                emu_encode(&t, kind, bits, x, b, N, pos);
+            }
+            assert_memory_equal(a, b, rb);
+            fprintf(stderr, "test_cuda_kv: encoder %-24s %s: %d positions, the kernels' arithmetic (host) = the CPU encoder repacked, %zu bytes\n",
+                    es[si], role ? "V" : "K", N, rb);
+            free(a), free(b), free(rec);
+            kvq_kvcodec_free(c);
+        }
+}
+
+// kvq_gkv_tables_of: the tables each encoder kind reads, with the sizes the kernels index by
+// (a wrong count or a missing table fails), the same arrays as the states' own; kinds without
+// tables (int, kivi, fp16) and a state of another codec refused.
+static void test_tables_of(void **state) {
+    static const char *const ts[] = {"turboquant:3", "qturbo:2", "turboquant-prod:4", "octopus:3", "octopus:2:qjl", "int:4", "kivi:2", "fp16"};
+    for (size_t si = 0; si < sizeof ts / sizeof *ts; si++)
+        for (int role = 0; role < 2; role++) {
+            kvq_kvcodec *c = codec(ts[si], role, 2);
+            kvq_gkv_kind kind;
+            int bits;
+            kvq_err err = {0};
+            assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+            kvq_gkv_tables t;
+            const int rc = kvq_gkv_tables_of(c, kind, bits, &t);
+            if (kind == KVQ_GKV_TURBO || kind == KVQ_GKV_TPROD) {
+                assert_int_equal(rc, 0);
+                const int bm = kind == KVQ_GKV_TPROD ? bits - 1 : bits;
+                kvq_kvtable tb[8];
+                const int nt = c->vt->tables(c, tb);
+                for (int k = 0; k < nt; k++) {
+                    if (!strcmp(tb[k].name, "codebook")) assert_ptr_equal(t.cb.p, tb[k].data);
+                    if (!strcmp(tb[k].name, "signs")) assert_ptr_equal(t.signs.p, tb[k].data);
+                }
+                assert_int_equal(t.cb.n, 1u << bm);
+                assert_int_equal(t.signs.n, D);
+                assert_int_equal(t.quat.n, strncmp(ts[si], "qturbo", 6) ? 0 : 4);
+                assert_int_equal(t.mat.n, kind == KVQ_GKV_TPROD ? D * D : 0);
+                if (kind == KVQ_GKV_TPROD) assert_ptr_equal(t.mat.p, kvq_kv_turbo_qjl(c));
+                // a TURBO kind for turboquant-prod keys (or TPROD for values) does not fit
+                kvq_gkv_tables bad;
+                assert_int_equal(kvq_gkv_tables_of(c, kind == KVQ_GKV_TPROD ? KVQ_GKV_TURBO : KVQ_GKV_TPROD, bits, &bad), -1);
+            } else if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
+                assert_int_equal(rc, 0);
+                kvq_kv_octopus_info in;
+                assert_int_equal(kvq_kv_octopus_info_of(c, &in), 0);
+                assert_ptr_equal(t.cb.p, in.dirs), assert_int_equal(t.cb.n, 3u << (2 * (bits + 1)));
+                assert_ptr_equal(t.rho.p, in.crho), assert_int_equal(t.rho.n, 1u << (bits - 1));
+                assert_ptr_equal(t.signs.p, in.s1), assert_int_equal(t.signs.n, 2 * D);
+                assert_ptr_equal(t.signs.p + D, in.s2);
+                assert_ptr_equal(t.cxi.p, in.cxi), assert_int_equal(t.cxi.n, 1u << (bits + 1));
+                assert_int_equal(t.round, 3);
+                kvq_gkv_tables bad;
+                assert_int_equal(kvq_gkv_tables_of(c, kind == KVQ_GKV_OCT ? KVQ_GKV_OCTQ : KVQ_GKV_OCT, bits, &bad), -1);
+                assert_int_equal(kvq_gkv_tables_of(c, kind, bits + 1, &bad), -1);
+                assert_int_equal(kvq_gkv_tables_of(c, KVQ_GKV_TURBO, bits, &bad), -1);
+            } else {
+                assert_int_equal(rc, -1);
+            }
+            kvq_kvcodec_free(c);
+        }
 }
 
 // One side of a test cache: host image of (batch, n_kv) regions, the decoded values, device copies.
@@ -766,6 +967,7 @@ static void test_append_vs_cpu_cache(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
+                                       cmocka_unit_test(test_enc_emulated), cmocka_unit_test(test_tables_of),
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout),
                                        cmocka_unit_test(test_attend_vs_cpu),

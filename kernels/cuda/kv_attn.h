@@ -127,6 +127,8 @@ typedef struct {
     int ibits;            // HQMQ: index bits of a chunk code (bits = ibits + radius bits); cb = the joint
                           // codebook (n_kv, 2^ibits, 4) (rows past 24S unused)
     float scale;          // HQKV: α·√d (a token is γ/scale · Qᵀ(embed(c) − U))
+    const float *cxi;     // device, OCT/OCTQ encoder only: the octahedral coordinate centroids (n_kv, 2^(bits+1))
+    int round;            // OCT/OCTQ encoder: rounding mode (0 scalar, 2 local 2x2, 3 local 3x3, 9 full)
 } kvq_gkv_side;
 
 /** A device cache: n_tok positions stored for every sequence, packed [0, n_enc), the most
@@ -153,11 +155,24 @@ int kvq_gkv_auto_chunk(const kvq_gkv_cache *c);
 /** Appends T tokens k, v (T, batch, n_kv, d) fp32 device at positions [n_tok, n_tok + T)
  *  of every sequence: into the window ring, and encodes into the packed side every position
  *  that left the window (KIVI keys: in whole groups of 32 once 32 have left it; they wait in
- *  the ring until then, as on the CPU). The encoders are the CPU's (kv_int.c) in the same
- *  float operations, from the window's fp16 values: the packed bytes equal the CPU's
- *  repacked (kvq_gkv_pack_*). TURBO is not encoded on the GPU (its records are uploaded).
+ *  the ring until then, as on the CPU). The encoders are the CPU's (kv_int.c, kv_turbo.c,
+ *  kv_octopus.c) in the same float operations, from the window's fp16 values: the packed
+ *  bytes equal the CPU's repacked (kvq_gkv_pack_*). Kinds with an encoder: F16, INT, KIVI,
+ *  TURBO (turboquant, qturbo), TPROD, OCT, OCTQ (their sides' tables set, cxi and round
+ *  included); HQKV and HQMQ are refused (their records are encoded on the host and uploaded).
  *  Needs wcap ≥ window + 32 + T. Updates c->n_tok, c->n_enc_k and c->n_enc_v. */
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err);
+
+/** Whether kvq_gkv_append can encode a side of this kind and bits on the device (the
+ *  encoders built: fp16, and int, kivi, turboquant/qturbo, turboquant-prod keys, octopus
+ *  keys with or without qjl at 2-4 bits). */
+static inline int kvq_gkv_can_encode(kvq_gkv_kind kind, int bits) {
+    if (kind == KVQ_GKV_F16) return 1;
+    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_KIVI || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT ||
+        kind == KVQ_GKV_OCTQ)
+        return bits >= 2 && bits <= 4;
+    return 0;
+}
 
 /** int:<b> keys only: 1 = score them against an int8 copy of q (one scale per query head,
  *  max|q|/127) with dp4a, 4 codes an instruction, instead of fp32 FMAs; 0 (default) = fp32.

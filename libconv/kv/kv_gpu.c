@@ -74,6 +74,38 @@ void kvq_gkv_hqkv_side(const kvq_kvcodec *c, kvq_gkv_side *s) {
     s->lat = in.lat, s->rot = in.rot, s->dither = in.dither, s->scale = (float)in.scale;
 }
 
+int kvq_gkv_tables_of(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, kvq_gkv_tables *t) {
+    memset(t, 0, sizeof *t);
+    if (kind == KVQ_GKV_TURBO || kind == KVQ_GKV_TPROD) {
+        kvq_kvtable tb[8];
+        const char *n = c->spec.name;
+        const int turbo = !strcmp(n, "turboquant") || !strcmp(n, "qturbo") || !strcmp(n, "turboquant-prod");
+        const int nt = turbo && c->vt->tables ? c->vt->tables(c, tb) : 0;
+        const size_t ncb = (size_t)1 << (kind == KVQ_GKV_TPROD ? bits - 1 : bits);
+        for (int k = 0; k < nt; k++) {
+            if (!strcmp(tb[k].name, "signs") && tb[k].count == (size_t)c->d) t->signs = (kvq_gkv_tab){tb[k].data, tb[k].count};
+            if (!strcmp(tb[k].name, "codebook") && tb[k].count == ncb) t->cb = (kvq_gkv_tab){tb[k].data, tb[k].count};
+            if (!strcmp(tb[k].name, "quaternion") && tb[k].count == 4) t->quat = (kvq_gkv_tab){tb[k].data, 4};
+        }
+        if (kind == KVQ_GKV_TPROD) t->mat = (kvq_gkv_tab){kvq_kv_turbo_qjl(c), (size_t)c->d * c->d};
+        if (!t->signs.p || !t->cb.p || (kind == KVQ_GKV_TPROD && !t->mat.p)) return -1;
+        return 0;
+    }
+    if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
+        kvq_kv_octopus_info in;
+        if (kvq_kv_octopus_info_of(c, &in) || in.bdir != bits + 1 || in.bnorm != bits - 1 || in.s2 != in.s1 + c->d ||
+            in.qjl != (kind == KVQ_GKV_OCTQ))
+            return -1;
+        t->cb = (kvq_gkv_tab){in.dirs, (size_t)3 << (2 * in.bdir)};
+        t->rho = (kvq_gkv_tab){in.crho, (size_t)1 << in.bnorm};
+        t->signs = (kvq_gkv_tab){in.s1, 2 * (size_t)c->d};
+        t->cxi = (kvq_gkv_tab){in.cxi, (size_t)1 << in.bdir};
+        t->round = in.round;
+        return 0;
+    }
+    return -1;
+}
+
 static uint32_t lsb_code(const uint8_t *p, int b, size_t j) {
     uint32_t v = 0;
     for (int k = 0; k < b; k++) {

@@ -27,6 +27,25 @@ int kvq_gkv_hqkv_width(int lat, double scale);
 /** HQKV: sets the side's lattice, rotation, dither and scale from state c (the device arrays
  *  — signs, Q, seeds — are the caller's). No-op for other codecs. */
 void kvq_gkv_hqkv_side(const kvq_kvcodec *c, kvq_gkv_side *s);
+/** One per-KV-head table of a GPU side: floats owned by the codec state, n of them. */
+typedef struct {
+    const float *p;
+    size_t n;
+} kvq_gkv_tab;
+/** The tables a GPU side of one state reads (kvq_gkv_side's cb, rho, signs, quat, mat, cxi,
+ *  one head's slice each; a table the kind does not read is {NULL, 0}): TURBO cb = the 2^bits
+ *  centroids, signs (d), quat (4, qturbo only); TPROD cb = the 2^(bits−1) centroids, signs, mat
+ *  = the d×d QJL matrix (regenerated from the seed by the state); OCT/OCTQ cb = the direction
+ *  table Oct⁻¹(cξ[a], cξ[b]) (2^(2(bits+1))·3), rho (2^(bits−1)), signs (2d: s1, then s2),
+ *  cxi (2^(bits+1)), and the rounding mode in round. */
+typedef struct {
+    kvq_gkv_tab cb, rho, signs, quat, mat, cxi;
+    int round;
+} kvq_gkv_tables;
+/** Fills t for state c of GPU kind/bits (kvq_gkv_kind_of). @return 0, or -1 when the kind
+ *  reads no tables of this kind here (fp16, int, kivi need none; hqkv and hqmq are set up by
+ *  their callers) or the state does not match the kind. */
+int kvq_gkv_tables_of(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, kvq_gkv_tables *t);
 /** The CPU record (c->vt->max_bytes(c) bytes) of the group at pos of a region image. */
 void kvq_gkv_unpack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *region, int cap, int pos, uint8_t *rec);
 

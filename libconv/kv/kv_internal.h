@@ -28,6 +28,8 @@ typedef struct {
     const float *s1, *s2;  // (d) rotation and QJL sign vectors
     const float *crho;     // (2^bnorm)
     const float *dirs;     // (2^bdir, 2^bdir, 3) Oct⁻¹(cξ[a], cξ[b])
+    const float *cxi;      // (2^bdir) the octahedral coordinate centroids cξ
+    int round;             // rounding: 0 scalar, 2 local 2x2, 3 local 3x3 (default), 9 full
 } kvq_kv_octopus_info;
 int kvq_kv_octopus_info_of(const kvq_kvcodec *c, kvq_kv_octopus_info *o);
 /** An hqmq state: M = 24S joint directions, ib = ⌈log2 M⌉ index bits, br radius bits, nch

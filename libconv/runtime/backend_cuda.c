@@ -38,7 +38,7 @@ typedef struct {
         kvq_gkv_cache *c; // (n_layers)
         void *scratch;
         size_t bytes;     // device bytes of the packed sides (the cache proper)
-        size_t aux;       // and of the fp16 rings and the attention's scratch
+        size_t aux;       // and of the fp16 rings, the codecs' per-head tables and the attention's scratch
         char spec[64];
     } kv;
     int *d_pos;     // the position a graph reads
@@ -123,11 +123,17 @@ static void note(gpu *g, kvq_status s, const kvq_err *e) {
     } while (0)
 #define ERR (&e_)
 
+static void side_free(kvq_gkv_side *s) {
+    kvq_cuda_free(s->data);
+    const float *t[6] = {s->cb, s->rho, s->signs, s->quat, s->mat, s->cxi};
+    for (int i = 0; i < 6; i++) kvq_cuda_free((void *)t[i]);
+}
+
 static void kv_free(gpu *g) {
     if (g->kv.c)
         for (int l = 0; l < g->b.arch.n_layers; l++) {
-            kvq_cuda_free(g->kv.c[l].k.data);
-            kvq_cuda_free(g->kv.c[l].v.data);
+            side_free(&g->kv.c[l].k);
+            side_free(&g->kv.c[l].v);
             kvq_cuda_free(g->kv.c[l].wk);
             kvq_cuda_free(g->kv.c[l].wv);
         }
@@ -634,6 +640,46 @@ static size_t kv_bytes(const kvq_backend *b) {
     return g->kv.on ? g->kv.bytes : 2 * sizeof(float) * g->kv_floats;
 }
 
+// The per-KV-head tables the encoder and the attention of layer l's side r read (centroids,
+// signs, qturbo's quaternion, turboquant-prod's QJL matrix, OCTOPUS's direction table, ρ and ξ
+// centroids: kvq_gkv_tables_of), gathered over the heads from the codec states (so a loaded
+// .kvq's tables are used) and uploaded into the side; their bytes are added to *bytes.
+static const kvq_gkv_tab *tab_at(const kvq_gkv_tables *t, int i) {
+    const kvq_gkv_tab *a[6] = {&t->cb, &t->rho, &t->signs, &t->quat, &t->mat, &t->cxi};
+    return a[i];
+}
+static kvq_status side_tables(const kvq_kvcache *kc, int l, int r, int nkv, const char *spec, kvq_gkv_side *sd, size_t *bytes,
+                              kvq_err *err) {
+    if (sd->kind != KVQ_GKV_TURBO && sd->kind != KVQ_GKV_TPROD && sd->kind != KVQ_GKV_OCT && sd->kind != KVQ_GKV_OCTQ) return KVQ_OK;
+    kvq_gkv_tables *t = calloc(nkv, sizeof *t);
+    if (!t) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    kvq_status s = KVQ_OK;
+    for (int h = 0; h < nkv && !s; h++) {
+        const kvq_kvcodec *st = kvq_kvcache_codec_state(kc, l, h, r);
+        if (!st || kvq_gkv_tables_of(st, sd->kind, sd->bits, &t[h]) || t[h].cb.n != t[0].cb.n || t[h].rho.n != t[0].rho.n ||
+            t[h].signs.n != t[0].signs.n || t[h].quat.n != t[0].quat.n || t[h].mat.n != t[0].mat.n || t[h].cxi.n != t[0].cxi.n ||
+            t[h].round != t[0].round)
+            s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu --kv %s: layer %d head %d %s: the codec state's tables do not fit the GPU kind %d",
+                            spec, l, h, r ? "V" : "K", sd->kind);
+    }
+    const float **dst[6] = {&sd->cb, &sd->rho, &sd->signs, &sd->quat, &sd->mat, &sd->cxi};
+    for (int i = 0; i < 6 && !s; i++) {
+        const kvq_gkv_tab *t0 = tab_at(&t[0], i);
+        if (!t0->p) continue;
+        const size_t n = t0->n, nb = sizeof(float) * n * nkv;
+        float *host = malloc(nb);
+        void *dev = NULL;
+        if (!host) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        for (int h = 0; h < nkv && !s; h++) memcpy(host + (size_t)h * n, tab_at(&t[h], i)->p, sizeof(float) * n);
+        if (!s) s = kvq_cuda_malloc(&dev, nb, err);
+        if (!s) *dst[i] = dev, *bytes += nb, s = kvq_cuda_copy(dev, host, nb, 1, err);
+        free(host);
+    }
+    sd->round = t[0].round;
+    free(t);
+    return s;
+}
+
 // The KV cache in the codec of kc on the device: per layer, each side's GPU kind (fp16 for a
 // boundary layer's keys), a packed region per KV head for max_ctx positions (rounded up to
 // 32), and fp16 rings for the window, the KIVI key group waiting to fill, and a chunk of
@@ -664,16 +710,16 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
             kvq_gkv_side *sd = r ? &c->v : &c->k;
             const kvq_kvcodec *st = kvq_kvcache_codec_state(kc, l, 0, r);
             s = kvq_gkv_kind_of(st, &sd->kind, &sd->bits, err);
-            if (!s && sd->kind != KVQ_GKV_F16 && sd->kind != KVQ_GKV_INT && sd->kind != KVQ_GKV_KIVI)
+            if (!s && !kvq_gkv_can_encode(sd->kind, sd->bits))
                 s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
-                                "--gpu --kv %s: no GPU encoder for this codec yet (fp16, int:<b> and kivi:<b> have one; "
-                                "its attention kernel exists, docs/KV.md); drop --gpu to run it on the CPU", spec);
-            if (!s && sd->kind != KVQ_GKV_F16 && (sd->bits < 2 || sd->bits > 4))
-                s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu --kv %s: the GPU kernels are built for 2 to 4 bits", spec);
+                                "--gpu --kv %s: no GPU encoder for this codec yet (fp16, int, kivi, turboquant, qturbo, "
+                                "turboquant-prod and octopus at 2-4 bits have one; its attention kernel exists, docs/KV.md); "
+                                "drop --gpu to run it on the CPU", spec);
             sd->role = r;
             const size_t rb = (size_t)nkv * kvq_gkv_region_bytes(sd->kind, sd->bits, hd, cap, r);
             if (!s) s = kvq_cuda_malloc(&sd->data, rb, err);
             bytes += rb;
+            if (!s) s = side_tables(kc, l, r, nkv, spec, sd, &scr_rings, err);
         }
         const size_t ring = (size_t)nkv * wcap * hd * 2;
         if (!s) s = kvq_cuda_malloc(&c->wk, ring, err);
