@@ -502,7 +502,7 @@ static void test_enc_emulated(void **state) {
                 tokens(x, 1, &seed);
                 if (pos == 3) memset(x, 0, sizeof x);               // ‖x‖ = 0: the 1e-30 branch
                 if (pos == 4) for (int i = 0; i < D; i++) x[i] *= 1e-3f; // small (fp16 subnormals)
-                if (pos == 5) for (int i = 0; i < D; i++) x[i] *= 3000.0f; // large (‖x‖ over fp16's range)
+                if (pos == 5) for (int i = 0; i < D; i++) x[i] = fmaxf(-6e4f, fminf(6e4f, x[i] * 5000.0f)); // ‖x‖ over fp16's range
                 for (int i = 0; i < D; i++) x[i] = kvq_f16_to_f32(kvq_f32_to_f16(x[i])); // the window ring's values
                 size_t n = 0;
                 assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
@@ -863,6 +863,116 @@ static void test_attend_vs_cpu(void **state) {
     free(K), free(V), free(q), free(exact), free(ref), free(out);
 }
 
+static const kvq_gkv_tab *tab_at(const kvq_gkv_tables *t, int i) {
+    const kvq_gkv_tab *a[6] = {&t->cb, &t->rho, &t->signs, &t->quat, &t->mat, &t->cxi};
+    return a[i];
+}
+
+// A side's per-KV-head tables gathered from the states cs[0..n_kv) (kvq_gkv_tables_of, as the
+// runtime's backend does) and uploaded; none for int, kivi, fp16. free_tables frees them.
+static void set_tables(kvq_gkv_side *s, kvq_kvcodec *const *cs, int n_kv) {
+    kvq_gkv_tables t[8];
+    assert_true(n_kv <= 8);
+    if (kvq_gkv_tables_of(cs[0], s->kind, s->bits, &t[0])) return;
+    for (int h = 1; h < n_kv; h++) assert_int_equal(kvq_gkv_tables_of(cs[h], s->kind, s->bits, &t[h]), 0);
+    const float **dst[6] = {&s->cb, &s->rho, &s->signs, &s->quat, &s->mat, &s->cxi};
+    for (int i = 0; i < 6; i++) {
+        const size_t n = tab_at(&t[0], i)->n;
+        if (!tab_at(&t[0], i)->p) continue;
+        float *host = malloc(sizeof(float) * n * n_kv);
+        for (int h = 0; h < n_kv; h++) {
+            assert_int_equal(tab_at(&t[h], i)->n, n);
+            memcpy(host + (size_t)h * n, tab_at(&t[h], i)->p, sizeof(float) * n);
+        }
+        *dst[i] = upload(host, sizeof(float) * n * n_kv);
+        free(host);
+    }
+    s->round = t[0].round;
+}
+static void free_tables(kvq_gkv_side *s) {
+    const float *t[6] = {s->cb, s->rho, s->signs, s->quat, s->mat, s->cxi};
+    for (int i = 0; i < 6; i++) kvq_cuda_free((void *)t[i]);
+    s->cb = s->rho = s->signs = s->quat = s->mat = s->cxi = NULL;
+}
+
+// The GPU encoders alone, byte for byte against the CPU encoders (of the fp16-rounded tokens,
+// repacked by kv_gpu.c): 2 sequences × 3 KV heads (a head's tables at ri % n_kv), a prefill of
+// 70 positions then 5 single ones, window 0 and 5; every codec with a GPU encoder, K and V,
+// with a zero, a tiny and a huge token among them. On failure the first differing record is named.
+static void test_encode_vs_cpu(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 3, NR = B * NKV, CAP = 96, T0 = 70, T = 75, WCAP = 128 };
+    const char *specs[] = {"int:3", "kivi:2", "turboquant:2", "turboquant:3", "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4",
+                           "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4", "octopus:2", "octopus:3", "octopus:4",
+                           "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl", "octopus:3:round=scalar", "octopus:3:round=2x2",
+                           "octopus:2:qjl:round=full"};
+    kvq_err err = {0};
+    for (int si = 0; si < (int)(sizeof specs / sizeof *specs); si++)
+        for (int win = 0; win <= 5; win += 5) {
+            uint64_t seed = 123 + si;
+            float *X[2];
+            for (int r = 0; r < 2; r++) {
+                X[r] = malloc(sizeof(float) * T * NR * D), tokens(X[r], T * NR, &seed); // (T, B, NKV, D)
+                float *z = X[r] + (size_t)(3 * NR + 4) * D, *tiny = X[r] + (size_t)(4 * NR + 2) * D, *big = X[r] + (size_t)(9 * NR + 5) * D;
+                for (int i = 0; i < D; i++) z[i] = 0.0f, tiny[i] *= 1e-3f, big[i] = fmaxf(-6e4f, fminf(6e4f, big[i] * 5000.0f)); // ‖big‖ > fp16's max
+            }
+            kvq_gkv_cache g = {{0}, {0}, B, NKV, NKV * KVQ_GKV_GROUP, D, CAP, 0, 0, 0, NULL, NULL, WCAP};
+            kvq_kvcodec *cs[2][NKV];
+            for (int r = 0; r < 2; r++) {
+                kvq_gkv_side *s = r ? &g.v : &g.k;
+                for (int h = 0; h < NKV; h++) cs[r][h] = codec(specs[si], r, h);
+                assert_int_equal(kvq_gkv_kind_of(cs[r][0], &s->kind, &s->bits, &err), KVQ_OK);
+                s->role = r;
+                set_tables(s, cs[r], NKV);
+                assert_int_equal(kvq_cuda_malloc(&s->data, NR * kvq_gkv_region_bytes(s->kind, s->bits, D, CAP, r), &err), KVQ_OK);
+            }
+            assert_int_equal(kvq_cuda_malloc(&g.wk, (size_t)NR * WCAP * D * 2, &err), KVQ_OK);
+            assert_int_equal(kvq_cuda_malloc(&g.wv, (size_t)NR * WCAP * D * 2, &err), KVQ_OK);
+            void *dk = upload(X[0], sizeof(float) * T * NR * D), *dv = upload(X[1], sizeof(float) * T * NR * D);
+            for (int pos = 0; pos < T;) {
+                const int n = pos == 0 ? T0 : 1;
+                kvq_status st = kvq_gkv_append(&g, (float *)dk + (size_t)pos * NR * D, (float *)dv + (size_t)pos * NR * D, n, win, &err);
+                if (st) fprintf(stderr, "append %s: %s\n", specs[si], err.msg);
+                assert_int_equal(st, KVQ_OK);
+                pos += n;
+            }
+            for (int r = 0; r < 2; r++) {
+                const kvq_gkv_side *s = r ? &g.v : &g.k;
+                const int ne = r ? g.n_enc_v : g.n_enc_k;
+                assert_true(ne >= T - win - 31 && ne <= T - win);
+                const size_t rb = kvq_gkv_region_bytes(s->kind, s->bits, D, CAP, r);
+                uint8_t *img = malloc(NR * rb);
+                assert_int_equal(kvq_cuda_copy(img, s->data, NR * rb, 0, &err), KVQ_OK);
+                for (int ri = 0; ri < NR; ri++) {
+                    kvq_kvcodec *c = cs[r][ri % NKV];
+                    const size_t mb = c->vt->max_bytes(c);
+                    uint8_t *rec = malloc(mb), *back = malloc(mb);
+                    float *x = malloc(sizeof(float) * c->group * D);
+                    for (int p0 = 0; p0 < ne; p0 += c->group) {
+                        for (int t = 0; t < c->group; t++)
+                            for (int i = 0; i < D; i++) x[t * D + i] = kvq_f16_to_f32(kvq_f32_to_f16(X[r][((size_t)(p0 + t) * NR + ri) * D + i]));
+                        size_t n = 0;
+                        assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+                        kvq_gkv_unpack(c, s->kind, s->bits, img + ri * rb, CAP, p0, back);
+                        if (memcmp(rec, back, mb)) fprintf(stderr, "test_cuda_kv: %s %s: sequence %d head %d position %d differs\n", specs[si], r ? "V" : "K", ri / NKV, ri % NKV, p0);
+                        assert_memory_equal(rec, back, mb);
+                    }
+                    free(rec), free(back), free(x);
+                }
+                fprintf(stderr, "test_cuda_kv: encode %-24s %s window %d: %d positions × %d regions from the GPU encoder = the CPU encoder's bytes\n", specs[si],
+                        r ? "V" : "K", win, ne, NR);
+                free(img);
+            }
+            for (int r = 0; r < 2; r++) {
+                kvq_cuda_free((r ? &g.v : &g.k)->data);
+                free_tables(r ? &g.v : &g.k);
+                for (int h = 0; h < NKV; h++) kvq_kvcodec_free(cs[r][h]);
+                free(X[r]);
+            }
+            kvq_cuda_free(g.wk), kvq_cuda_free(g.wv), kvq_cuda_free(dk), kvq_cuda_free(dv);
+        }
+}
+
 // The GPU cache against the CPU cache: a prefill of 300 positions, then 37 one-token appends,
 // window 16. The GPU's packed bytes equal the CPU encoders' (unpacked and compared record by
 // record, from the fp16-rounded tokens as the CPU cache encodes them); its attention equals
@@ -871,15 +981,20 @@ static void test_append_vs_cpu_cache(void **state) {
     if (!have_gpu()) { skip(); return; }
     enum { NKV = 2, H = NKV * KVQ_GKV_GROUP, CAP = 512, W = 16, T0 = 300, NSTEP = 37, WCAP = 512 };
     const float scale = 1.0f / sqrtf((float)D);
-    const char *specs[] = {"int:2", "int:3", "int:4", "kivi:2", "kivi:3", "kivi:4"};
+    const char *specs[] = {"int:2", "int:3", "int:4", "kivi:2", "kivi:3", "kivi:4", "turboquant:2", "turboquant:3", "turboquant:4",
+                           "qturbo:2", "qturbo:3", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4",
+                           "octopus:2", "octopus:3", "octopus:4", "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl"};
     kvq_err err = {0};
     kvq_gkv_set_int8_query(0); // the exact paths (a failed test above may have left a knob on)
     kvq_gkv_set_half_values(0);
-    for (int si = 0; si < 6; si++) {
+    for (int si = 0; si < (int)(sizeof specs / sizeof *specs); si++) {
         uint64_t seed = 99;
         const int T = T0 + NSTEP;
         float *X[2];
-        for (int r = 0; r < 2; r++) X[r] = malloc(sizeof(float) * T * NKV * D), tokens(X[r], T * NKV, &seed); // (T, NKV, D)
+        for (int r = 0; r < 2; r++) {
+            X[r] = malloc(sizeof(float) * T * NKV * D), tokens(X[r], T * NKV, &seed); // (T, NKV, D)
+            memset(X[r] + (size_t)(7 * NKV + 1) * D, 0, sizeof(float) * D); // a zero token (head 1, position 7)
+        }
         kvq_kvcache *cc = NULL;
         kvq_kvcache_policy pol = {W, 0, 7, 0};
         assert_int_equal(kvq_kvcache_codec_new(specs[si], 1, NKV, D, CAP, &pol, &cc, &err), KVQ_OK);
@@ -890,6 +1005,7 @@ static void test_append_vs_cpu_cache(void **state) {
             for (int h = 0; h < NKV; h++) cs[r][h] = codec(specs[si], r, h);
             kvq_gkv_kind_of(cs[r][0], &s->kind, &s->bits, &err);
             s->role = r;
+            set_tables(s, cs[r], NKV);
             assert_int_equal(kvq_cuda_malloc(&s->data, NKV * kvq_gkv_region_bytes(s->kind, s->bits, D, CAP, r), &err), KVQ_OK);
         }
         assert_int_equal(kvq_cuda_malloc(&g.wk, (size_t)NKV * WCAP * D * 2, &err), KVQ_OK);
@@ -925,7 +1041,7 @@ static void test_append_vs_cpu_cache(void **state) {
                 for (int i = 0; i < KVQ_GKV_GROUP * D; i++) ref[h * KVQ_GKV_GROUP * D + i] = o[i];
             }
             const double e = nmse(out, ref, H * D);
-            fprintf(stderr, "test_cuda_kv: cache %-7s window %d at %3d positions (stored K %d, V %d): NMSE vs the CPU cache %.2e\n", specs[si], W,
+            fprintf(stderr, "test_cuda_kv: cache %-17s window %d at %3d positions (stored K %d, V %d): NMSE vs the CPU cache %.2e\n", specs[si], W,
                     pos, g.n_enc_k, g.n_enc_v, e);
             assert_true(e <= 1e-9);
         }
@@ -952,11 +1068,12 @@ static void test_append_vs_cpu_cache(void **state) {
                 }
                 free(rec), free(back), free(x);
             }
-            fprintf(stderr, "test_cuda_kv: cache %-7s %s: %d positions encoded on the GPU equal the CPU encoder's bytes\n", specs[si], r ? "V" : "K", ne);
+            fprintf(stderr, "test_cuda_kv: cache %-17s %s: %d positions encoded on the GPU equal the CPU encoder's bytes\n", specs[si], r ? "V" : "K", ne);
             free(img);
         }
         for (int r = 0; r < 2; r++) {
             kvq_cuda_free((r ? &g.v : &g.k)->data);
+            free_tables(r ? &g.v : &g.k);
             for (int h = 0; h < NKV; h++) kvq_kvcodec_free(cs[r][h]);
             free(X[r]);
         }
@@ -971,6 +1088,6 @@ int main(void) {
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout),
                                        cmocka_unit_test(test_attend_vs_cpu),
-                                       cmocka_unit_test(test_append_vs_cpu_cache)};
+                                       cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
