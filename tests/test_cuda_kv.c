@@ -907,7 +907,9 @@ static void test_encode_vs_cpu(void **state) {
                            "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl", "octopus:3:round=scalar", "octopus:3:round=2x2",
                            "octopus:2:qjl:round=full"};
     kvq_err err = {0};
-    for (int si = 0; si < (int)(sizeof specs / sizeof *specs); si++)
+    int failed = 0; // every codec runs; each gets a PASS/FAIL line, the test fails at the end
+    for (int si = 0; si < (int)(sizeof specs / sizeof *specs); si++) {
+        int bad = 0, n_rec = 0;
         for (int win = 0; win <= 5; win += 5) {
             uint64_t seed = 123 + si;
             float *X[2];
@@ -954,13 +956,13 @@ static void test_encode_vs_cpu(void **state) {
                         size_t n = 0;
                         assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
                         kvq_gkv_unpack(c, s->kind, s->bits, img + ri * rb, CAP, p0, back);
-                        if (memcmp(rec, back, mb)) fprintf(stderr, "test_cuda_kv: %s %s: sequence %d head %d position %d differs\n", specs[si], r ? "V" : "K", ri / NKV, ri % NKV, p0);
-                        assert_memory_equal(rec, back, mb);
+                        n_rec++;
+                        if (memcmp(rec, back, mb) && bad++ < 3)
+                            fprintf(stderr, "test_cuda_kv: %s %s window %d: sequence %d head %d position %d differs\n", specs[si], r ? "V" : "K", win, ri / NKV,
+                                    ri % NKV, p0);
                     }
                     free(rec), free(back), free(x);
                 }
-                fprintf(stderr, "test_cuda_kv: encode %-24s %s window %d: %d positions × %d regions from the GPU encoder = the CPU encoder's bytes\n", specs[si],
-                        r ? "V" : "K", win, ne, NR);
                 free(img);
             }
             for (int r = 0; r < 2; r++) {
@@ -971,6 +973,11 @@ static void test_encode_vs_cpu(void **state) {
             }
             kvq_cuda_free(g.wk), kvq_cuda_free(g.wv), kvq_cuda_free(dk), kvq_cuda_free(dv);
         }
+        fprintf(stderr, "test_cuda_kv: encode %s: %s (%d of %d records, K and V, windows 0 and 5, differ from the CPU encoder's)\n", specs[si],
+                bad ? "FAIL" : "PASS", bad, n_rec);
+        failed += bad != 0;
+    }
+    assert_int_equal(failed, 0);
 }
 
 // The GPU cache against the CPU cache: a prefill of 300 positions, then 37 one-token appends,
@@ -987,7 +994,9 @@ static void test_append_vs_cpu_cache(void **state) {
     kvq_err err = {0};
     kvq_gkv_set_int8_query(0); // the exact paths (a failed test above may have left a knob on)
     kvq_gkv_set_half_values(0);
+    int failed = 0; // every codec runs; each gets a PASS/FAIL line, the test fails at the end
     for (int si = 0; si < (int)(sizeof specs / sizeof *specs); si++) {
+        int bad_attn = 0, bad_rec = 0;
         uint64_t seed = 99;
         const int T = T0 + NSTEP;
         float *X[2];
@@ -1043,7 +1052,7 @@ static void test_append_vs_cpu_cache(void **state) {
             const double e = nmse(out, ref, H * D);
             fprintf(stderr, "test_cuda_kv: cache %-17s window %d at %3d positions (stored K %d, V %d): NMSE vs the CPU cache %.2e\n", specs[si], W,
                     pos, g.n_enc_k, g.n_enc_v, e);
-            assert_true(e <= 1e-9);
+            bad_attn += !(e <= 1e-9);
         }
         // the packed bytes against the CPU encoders of the fp16-rounded tokens
         for (int r = 0; r < 2; r++) {
@@ -1064,13 +1073,16 @@ static void test_append_vs_cpu_cache(void **state) {
                     size_t n = 0;
                     c->vt->encode(c, x, rec, &n, &err);
                     kvq_gkv_unpack(c, s->kind, s->bits, img + h * rb, CAP, p0, back);
-                    assert_memory_equal(rec, back, mb);
+                    bad_rec += memcmp(rec, back, mb) != 0;
                 }
                 free(rec), free(back), free(x);
             }
             fprintf(stderr, "test_cuda_kv: cache %-17s %s: %d positions encoded on the GPU equal the CPU encoder's bytes\n", specs[si], r ? "V" : "K", ne);
             free(img);
         }
+        fprintf(stderr, "test_cuda_kv: cache %s: %s (%d of 3 attention checks over NMSE 1e-9, %d GPU-encoded records differ from the CPU's)\n",
+                specs[si], bad_attn || bad_rec ? "FAIL" : "PASS", bad_attn, bad_rec);
+        failed += bad_attn || bad_rec;
         for (int r = 0; r < 2; r++) {
             kvq_cuda_free((r ? &g.v : &g.k)->data);
             free_tables(r ? &g.v : &g.k);
@@ -1080,6 +1092,7 @@ static void test_append_vs_cpu_cache(void **state) {
         kvq_cuda_free(g.wk), kvq_cuda_free(g.wv), kvq_cuda_free(dk), kvq_cuda_free(dv), kvq_cuda_free(dq), kvq_cuda_free(dout), kvq_cuda_free(scr);
         cc->ops->free(cc);
     }
+    assert_int_equal(failed, 0);
 }
 
 int main(void) {

@@ -531,7 +531,7 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
         kvq_err e = {0};
         kvq_status st = kvq_err_set(&e, KVQ_ERR_UNSUPPORTED,
                                     "--gpu: a context of %d positions exceeds the fp32 attention kernel's %d; a KV cache "
-                                    "on the device has no such limit (--kv fp16, int:<b> or kivi:<b>; head_dim %d)",
+                                    "on the device has no such limit (--kv fp16, int, kivi, turboquant, qturbo, turboquant-prod or octopus; head_dim %d)",
                                     b->max_ctx, kvq_cuda_attention_max_ctx(s->head_dim), KVQ_GKV_HEAD_DIM);
         note(g, st, &e);
         return st;
