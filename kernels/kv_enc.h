@@ -1,6 +1,7 @@
 // The per-element arithmetic of the GPU KV encoders (kernels/cuda/kv_enc.cu: TurboQuant,
-// qturbo, turboquant-prod, OCTOPUS), written once for C and CUDA in the CPU encoders' float
-// operations (libconv/kv/kv_turbo.c, kv_octopus.c, kvutil.c): explicitly rounded on the device,
+// qturbo, turboquant-prod, OCTOPUS, HQMQ; HyperQuant-KV's lattice code is kernels/kv_hqkv.h),
+// written once for C and CUDA in the CPU encoders' float operations (libconv/kv/kv_turbo.c,
+// kv_octopus.c, kv_hqmq.c, kvutil.c): explicitly rounded on the device,
 // where a*b + c would otherwise contract to an FMA (the CPU build, x86-64-v2, has none). The
 // CPU test (tests/test_cuda_kv.c, test_enc_emulated) runs these in the kernels' order against
 // the CPU encoders, byte for byte.
@@ -118,17 +119,46 @@ KVQ_KE_HD uint32_t kvq_ke_oct_triplet(const float *tv, const float *dirs, const 
     return ((uint32_t)bx << bdir | (uint32_t)by) | (uint32_t)*jn << (2 * bdir);
 }
 
-/** Word w of lane L of an OCTOPUS key row: bits [32w, 32w + 32) of the lane's six cw-bit codes
- *  code[6L..6L+5] (code j at bit j·cw; kv_gpu.c oct_io's placement). */
-KVQ_KE_HD uint32_t kvq_ke_oct_word(const uint32_t *code, int L, int w, int cw) {
+/** Word w of lane L of a row of lanes of fixed-width codes: bits [32w, 32w + 32) of the lane's
+ *  `per` cw-bit codes code[per·L .. per·L + per) (code j at bit j·cw; kv_gpu.c oct_io's and
+ *  hqmq_io's placement: OCTOPUS keys 6 triplet codes a lane, HQMQ 4 chunk codes). */
+KVQ_KE_HD uint32_t kvq_ke_lane_word(const uint32_t *code, int per, int L, int w, int cw) {
     uint32_t word = 0;
-    for (int j = 0; j < 6; j++) {
+    for (int j = 0; j < per; j++) {
         const int off = j * cw - 32 * w;
         if (off >= 32 || off + cw <= 0) continue;
-        const uint32_t cv = code[6 * L + j];
+        const uint32_t cv = code[per * L + j];
         word |= off >= 0 ? cv << off : cv >> -off;
     }
     return word;
+}
+
+/** kvq_hqmq_search (kv_hqmq.c): the joint index s·24 + p maximizing <u, q_p q_s> over the S
+ *  secondary quaternions sec (S, 4), by w = u q_s* and the best Hurwitz unit of w (the largest
+ *  |w_k|, or the four signs when ‖w‖₁/2 is larger); the first of equal scores wins. */
+KVQ_KE_HD int kvq_ke_hqmq_search(const float *sec, int S, const float *u) {
+    int best = 0;
+    float bs = -INFINITY;
+    for (int si = 0; si < S; si++) {
+        const float *q = sec + 4 * si;
+        const float cj[4] = {q[0], -q[1], -q[2], -q[3]};
+        float w[4];
+        for (int k = 0; k < 4; k++) w[k] = kvq_ke_quat_comp(u, cj, k);
+        int k = 0, neg = 0;
+        float a = 0, l1 = 0;
+        for (int j = 0; j < 4; j++) {
+            const float f = fabsf(w[j]);
+            l1 = KVQ_KE_ADD(l1, f);
+            neg |= (w[j] < 0) << j;
+            if (f > a) a = f, k = j;
+        }
+        int p;
+        float v;
+        if (KVQ_KE_MUL(0.5f, l1) > a) v = KVQ_KE_MUL(0.5f, l1), p = 8 + neg;
+        else v = a, p = 2 * k + (w[k] < 0);
+        if (v > bs) bs = v, best = si * 24 + p;
+    }
+    return best;
 }
 
 #endif

@@ -406,11 +406,69 @@ static double emu_turbo_rot(const kvq_gkv_tables *t, const float *x, float *y) {
 
 // enc_turbo / enc_tprod / enc_oct on the host, step by step as the kernels (one loop iteration
 // per thread, the per-element code of kernels/kv_enc.h), into position pos of a region image.
-static void emu_encode(const kvq_gkv_tables *t, kvq_gkv_kind kind, int bits, const float *x, uint8_t *region, int cap, int pos) {
+static void emu_encode(const kvq_gkv_tables *t, const kvq_gkv_side *sd, const float *x, uint8_t *region, int cap, int pos) {
+    const kvq_gkv_kind kind = sd->kind;
+    const int bits = sd->bits;
     const size_t rb = kvq_gkv_kind_row_bytes(kind, bits, D), so = kvq_gkv_side_offset(kind, bits, D, cap);
     uint8_t *row = region + (size_t)pos * rb;
     memset(row, 0, rb);
     float y[3 * 43];
+    if (kind == KVQ_GKV_HQKV) { // enc_hqkv
+        const double g = sqrt(emu_norm2(x));
+        float z[D];
+        for (int i = 0; i < D; i++) {
+            float yr = x[i];
+            if (sd->rot == 1) yr = x[i] * t->signs.p[i];
+            else if (sd->rot == 2) {
+                yr = 0.0f;
+                for (int k = 0; k < D; k++) yr += t->mat.p[(size_t)i * D + k] * x[k];
+            }
+            const double f = g > 1e-30 ? sd->enc_scale / g : 0.0;
+            z[i] = (float)((double)yr * f);
+        }
+        const int n = kvq_hk_dim(sd->lat);
+        const uint32_t ctr = sd->dither ? (uint32_t)(pos & 0xFFFF) : 0u;
+        for (int b = 0; b < D / n; b++) {
+            float zb[8], U[8];
+            int32_t q[8];
+            if (sd->dither) kvq_hk_dither(sd->lat, t->seed, ctr, b * n, n, U);
+            for (int j = 0; j < n; j++) zb[j] = z[b * n + j] + (sd->dither ? U[j] : 0.0f);
+            kvq_hk_nearest(sd->lat, zb, q);
+            for (int j = 0; j < n; j++) kvq_gkv_put_code(row, bits, D, b * n + j, (uint32_t)(q[j] + (1 << (bits - 1))));
+        }
+        const float gf = (float)g;
+        memcpy(region + so + (size_t)pos * 8, &gf, 4);
+        memcpy(region + so + (size_t)pos * 8 + 4, &ctr, 4);
+        return;
+    }
+    if (kind == KVQ_GKV_HQMQ) { // enc_hqmq
+        const int nw = (4 * bits + 31) / 32, L = (1 << (bits - t->ibits)) - 1;
+        float r[D / 4], sg = 0.0f;
+        uint32_t code[D / 4];
+        for (int k = 0; k < D / 4; k++) {
+            double n2 = 0;
+            for (int j = 0; j < 4; j++) n2 += (double)x[4 * k + j] * x[4 * k + j];
+            r[k] = (float)sqrt(n2);
+        }
+        for (int k = 0; k < D / 4; k++) sg = fmaxf(sg, r[k]);
+        const uint16_t hs = kvq_f32_to_f16(sg);
+        memcpy(region + so + (size_t)pos * 2, &hs, 2);
+        const float sq = kvq_f16_to_f32(hs);
+        for (int k = 0; k < D / 4; k++) {
+            float u[4] = {1.0f, 0.0f, 0.0f, 0.0f};
+            if (r[k] > 0)
+                for (int j = 0; j < 4; j++) u[j] = x[4 * k + j] / r[k];
+            const int idx = kvq_ke_hqmq_search(t->cxi.p, t->n_sec, u);
+            int q = sq > 0 ? (int)lrintf(r[k] * (float)L / sq) : 0;
+            q = q > L ? L : q;
+            code[k] = (uint32_t)idx | (uint32_t)q << t->ibits;
+        }
+        for (int i = 0; i < 8 * nw; i++) {
+            const uint32_t w = kvq_ke_lane_word(code, 4, i / nw, i % nw, bits);
+            memcpy(row + 4 * i, &w, 4);
+        }
+        return;
+    }
     if (kind == KVQ_GKV_TURBO || kind == KVQ_GKV_TPROD) {
         const double g = emu_turbo_rot(t, x, y);
         const int bm = kind == KVQ_GKV_TPROD ? bits - 1 : bits;
@@ -450,18 +508,18 @@ static void emu_encode(const kvq_gkv_tables *t, kvq_gkv_kind kind, int bits, con
         for (int k = 0; k < 3; k++) uh[3 * tr + k] = t->rho.p[jn] * t->cb.p[3 * dir + k];
     }
     for (int i = 0; i < 8 * nw; i++) {
-        const uint32_t w = kvq_ke_oct_word(code, i / nw, i % nw, cw);
+        const uint32_t w = kvq_ke_lane_word(code, 6, i / nw, i % nw, cw);
         memcpy(row + 4 * i, &w, 4);
     }
     const float gf = (float)g;
-    uint8_t *sd = region + so + (size_t)pos * (kind == KVQ_GKV_OCTQ ? 8 : 4);
-    memcpy(sd, &gf, 4);
+    uint8_t *sb = region + so + (size_t)pos * (kind == KVQ_GKV_OCTQ ? 8 : 4);
+    memcpy(sb, &gf, 4);
     if (kind == KVQ_GKV_OCT) return;
     float res[D];
     for (int i = 0; i < D; i++) res[i] = y[i] - uh[i];
     const uint16_t hr = kvq_f32_to_f16((float)sqrt(emu_norm2(res)));
-    memcpy(sd + 4, &hr, 2);
-    memset(sd + 6, 0, 2);
+    memcpy(sb + 4, &hr, 2);
+    memset(sb + 6, 0, 2);
     for (int i = 0; i < D; i++) uh[i] = res[i] * t->signs.p[D + i];
     emu_wht(uh);
     for (int i = 0; i < D; i++) kvq_gkv_put_code(row + 32 * nw, 1, D, i, uh[i] >= 0.0f);
@@ -469,15 +527,19 @@ static void emu_encode(const kvq_gkv_tables *t, kvq_gkv_kind kind, int bits, con
 
 // The GPU encoders' arithmetic (kernels/kv_enc.h in the kernels' order, emulated on the host)
 // against the CPU encoders repacked (kvq_gkv_pack): the whole region image byte for byte, for
-// turboquant, qturbo, turboquant-prod (K; V is turboquant) and octopus (every rounding mode,
-// with and without qjl), K and V where the GPU kind is one of these, on fp16-rounded tokens
-// with a zero token, a tiny one and a huge one among them. The kernels themselves run in
+// turboquant, qturbo, turboquant-prod (K; V is turboquant), octopus (every rounding mode,
+// with and without qjl), hqkv (every lattice and rotation, with and without dither; the
+// position is the dither counter) and hqmq (no outliers), K and V where the GPU kind is one of
+// these, on fp16-rounded tokens with a zero token, a tiny one and a huge one among them. The kernels themselves run in
 // test_append_vs_cpu_cache (GPU).
 static void test_enc_emulated(void **state) {
     static const char *const es[] = {"turboquant:2", "turboquant:3", "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4",
                                      "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4", "octopus:2", "octopus:3",
                                      "octopus:4", "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl", "octopus:3:round=scalar",
-                                     "octopus:3:round=2x2", "octopus:2:qjl:round=full"};
+                                     "octopus:3:round=2x2", "octopus:2:qjl:round=full", "hqkv:e8:3", "hqkv:e8:3:dither",
+                                     "hqkv:e8:2:dither", "hqkv:e8:4:rot=qjl:dither", "hqkv:d4:3:dither", "hqkv:d4:4:rot=none",
+                                     "hqkv:a2:3:rot=qjl:dither", "hqkv:a2:4:dither", "hqkv:z:2:rot=none:dither", "hqkv:z:4:dither",
+                                     "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6"};
     enum { N = 120 };
     float x[D];
     for (size_t si = 0; si < sizeof es / sizeof *es; si++)
@@ -489,6 +551,8 @@ static void test_enc_emulated(void **state) {
             assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
             kvq_gkv_tables t;
             const int has = kvq_gkv_tables_of(c, kind, bits, &t) == 0;
+            kvq_gkv_side sd = {.kind = kind, .bits = bits, .role = role};
+            kvq_gkv_hqkv_side(c, &sd);
             if (kind == KVQ_GKV_KIVI) { // octopus values: KIVI's encoder (enc_pos), no tables
                 assert_false(has);
                 kvq_kvcodec_free(c);
@@ -507,7 +571,7 @@ static void test_enc_emulated(void **state) {
                 size_t n = 0;
                 assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
                 kvq_gkv_pack(c, kind, bits, rec, pos, a, N);
-                emu_encode(&t, kind, bits, x, b, N, pos);
+                emu_encode(&t, &sd, x, b, N, pos);
             }
             assert_memory_equal(a, b, rb);
             fprintf(stderr, "test_cuda_kv: encoder %-24s %s: %d positions, the kernels' arithmetic (host) = the CPU encoder repacked, %zu bytes\n",
@@ -521,7 +585,8 @@ static void test_enc_emulated(void **state) {
 // (a wrong count or a missing table fails), the same arrays as the states' own; kinds without
 // tables (int, kivi, fp16) and a state of another codec refused.
 static void test_tables_of(void **state) {
-    static const char *const ts[] = {"turboquant:3", "qturbo:2", "turboquant-prod:4", "octopus:3", "octopus:2:qjl", "int:4", "kivi:2", "fp16"};
+    static const char *const ts[] = {"turboquant:3", "qturbo:2", "turboquant-prod:4", "octopus:3", "octopus:2:qjl", "hqkv:e8:3:rot=qjl:dither",
+                                     "hqkv:d4:3", "hqmq:s96:r4", "hqmq:s24:r3", "int:4", "kivi:2", "fp16"};
     for (size_t si = 0; si < sizeof ts / sizeof *ts; si++)
         for (int role = 0; role < 2; role++) {
             kvq_kvcodec *c = codec(ts[si], role, 2);
@@ -562,9 +627,31 @@ static void test_tables_of(void **state) {
                 assert_int_equal(kvq_gkv_tables_of(c, kind == KVQ_GKV_OCT ? KVQ_GKV_OCTQ : KVQ_GKV_OCT, bits, &bad), -1);
                 assert_int_equal(kvq_gkv_tables_of(c, kind, bits + 1, &bad), -1);
                 assert_int_equal(kvq_gkv_tables_of(c, KVQ_GKV_TURBO, bits, &bad), -1);
+            } else if (kind == KVQ_GKV_HQKV) {
+                assert_int_equal(rc, 0);
+                kvq_kv_hqkv_info in;
+                assert_int_equal(kvq_kv_hqkv_info_of(c, &in), 0);
+                assert_ptr_equal(t.signs.p, in.signs), assert_int_equal(t.signs.n, D);
+                assert_ptr_equal(t.mat.p, in.rot == 2 ? in.Q : NULL), assert_int_equal(t.mat.n, in.rot == 2 ? D * D : 0);
+                assert_true(t.seed == in.seed);
+                assert_null(t.cb.p);
+                kvq_gkv_tables bad;
+                assert_int_equal(kvq_gkv_tables_of(c, kind, bits + 1, &bad), -1); // not the layout's code width
+            } else if (kind == KVQ_GKV_HQMQ) {
+                assert_int_equal(rc, 0);
+                kvq_kv_hqmq_info in;
+                assert_int_equal(kvq_kv_hqmq_info_of(c, &in), 0);
+                assert_ptr_equal(t.cb.p, in.cb), assert_int_equal(t.cb.n, 4 * in.M), assert_int_equal(t.cb.slot, 4u << in.ib);
+                assert_ptr_equal(t.cxi.p, in.sec), assert_int_equal(t.cxi.n, 4 * in.M / 24);
+                assert_int_equal(t.n_sec * 24, in.M), assert_int_equal(t.ibits, in.ib);
+                kvq_gkv_tables bad;
+                assert_int_equal(kvq_gkv_tables_of(c, kind, bits - 1, &bad), -1);
             } else {
                 assert_int_equal(rc, -1);
             }
+            // every table's device slot holds it
+            const kvq_gkv_tab *all[6] = {&t.cb, &t.rho, &t.signs, &t.quat, &t.mat, &t.cxi};
+            for (int i = 0; i < 6 && rc == 0; i++) assert_true(all[i]->slot >= all[i]->n && (all[i]->p != NULL) == (all[i]->n > 0));
             kvq_kvcodec_free(c);
         }
 }
@@ -863,37 +950,15 @@ static void test_attend_vs_cpu(void **state) {
     free(K), free(V), free(q), free(exact), free(ref), free(out);
 }
 
-static const kvq_gkv_tab *tab_at(const kvq_gkv_tables *t, int i) {
-    const kvq_gkv_tab *a[6] = {&t->cb, &t->rho, &t->signs, &t->quat, &t->mat, &t->cxi};
-    return a[i];
-}
-
-// A side's per-KV-head tables gathered from the states cs[0..n_kv) (kvq_gkv_tables_of, as the
-// runtime's backend does) and uploaded; none for int, kivi, fp16. free_tables frees them.
+// A side's per-KV-head tables gathered from the states cs[0..n_kv) and uploaded, as the
+// runtime's backend does (kvq_gkv_side_tables); none for int, kivi, fp16.
 static void set_tables(kvq_gkv_side *s, kvq_kvcodec *const *cs, int n_kv) {
-    kvq_gkv_tables t[8];
-    assert_true(n_kv <= 8);
-    if (kvq_gkv_tables_of(cs[0], s->kind, s->bits, &t[0])) return;
-    for (int h = 1; h < n_kv; h++) assert_int_equal(kvq_gkv_tables_of(cs[h], s->kind, s->bits, &t[h]), 0);
-    const float **dst[6] = {&s->cb, &s->rho, &s->signs, &s->quat, &s->mat, &s->cxi};
-    for (int i = 0; i < 6; i++) {
-        const size_t n = tab_at(&t[0], i)->n;
-        if (!tab_at(&t[0], i)->p) continue;
-        float *host = malloc(sizeof(float) * n * n_kv);
-        for (int h = 0; h < n_kv; h++) {
-            assert_int_equal(tab_at(&t[h], i)->n, n);
-            memcpy(host + (size_t)h * n, tab_at(&t[h], i)->p, sizeof(float) * n);
-        }
-        *dst[i] = upload(host, sizeof(float) * n * n_kv);
-        free(host);
-    }
-    s->round = t[0].round;
+    kvq_err err = {0};
+    const kvq_status st = kvq_gkv_side_tables(s, (const kvq_kvcodec *const *)cs, n_kv, NULL, &err);
+    if (st) fprintf(stderr, "side tables: %s\n", err.msg);
+    assert_int_equal(st, KVQ_OK);
 }
-static void free_tables(kvq_gkv_side *s) {
-    const float *t[6] = {s->cb, s->rho, s->signs, s->quat, s->mat, s->cxi};
-    for (int i = 0; i < 6; i++) kvq_cuda_free((void *)t[i]);
-    s->cb = s->rho = s->signs = s->quat = s->mat = s->cxi = NULL;
-}
+static void free_tables(kvq_gkv_side *s) { kvq_gkv_side_free_tables(s); }
 
 // The GPU encoders alone, byte for byte against the CPU encoders (of the fp16-rounded tokens,
 // repacked by kv_gpu.c): 2 sequences × 3 KV heads (a head's tables at ri % n_kv), a prefill of
@@ -905,7 +970,9 @@ static void test_encode_vs_cpu(void **state) {
     const char *specs[] = {"int:3", "kivi:2", "turboquant:2", "turboquant:3", "turboquant:4", "qturbo:2", "qturbo:3", "qturbo:4",
                            "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4", "octopus:2", "octopus:3", "octopus:4",
                            "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl", "octopus:3:round=scalar", "octopus:3:round=2x2",
-                           "octopus:2:qjl:round=full"};
+                           "octopus:2:qjl:round=full", "hqkv:e8:3", "hqkv:e8:3:dither", "hqkv:e8:2:dither", "hqkv:e8:4:rot=qjl:dither",
+                           "hqkv:d4:3:dither", "hqkv:d4:4:rot=none", "hqkv:a2:3:rot=qjl:dither", "hqkv:a2:4:dither", "hqkv:z:2:rot=none:dither",
+                           "hqkv:z:4:dither", "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6"};
     kvq_err err = {0};
     int failed = 0; // every codec runs; each gets a PASS/FAIL line, the test fails at the end
     for (int si = 0; si < (int)(sizeof specs / sizeof *specs); si++) {
@@ -947,6 +1014,7 @@ static void test_encode_vs_cpu(void **state) {
                 assert_int_equal(kvq_cuda_copy(img, s->data, NR * rb, 0, &err), KVQ_OK);
                 for (int ri = 0; ri < NR; ri++) {
                     kvq_kvcodec *c = cs[r][ri % NKV];
+                    if (c->vt->reset) c->vt->reset(c); // each sequence from its start (hqkv's dither counter)
                     const size_t mb = c->vt->max_bytes(c);
                     uint8_t *rec = malloc(mb), *back = malloc(mb);
                     float *x = malloc(sizeof(float) * c->group * D);
@@ -990,7 +1058,9 @@ static void test_append_vs_cpu_cache(void **state) {
     const float scale = 1.0f / sqrtf((float)D);
     const char *specs[] = {"int:2", "int:3", "int:4", "kivi:2", "kivi:3", "kivi:4", "turboquant:2", "turboquant:3", "turboquant:4",
                            "qturbo:2", "qturbo:3", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4",
-                           "octopus:2", "octopus:3", "octopus:4", "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl"};
+                           "octopus:2", "octopus:3", "octopus:4", "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl",
+                           "hqkv:e8:3:dither", "hqkv:e8:4:rot=qjl:dither", "hqkv:d4:3", "hqkv:a2:3:dither", "hqkv:z:2:rot=none:dither",
+                           "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6"};
     kvq_err err = {0};
     kvq_gkv_set_int8_query(0); // the exact paths (a failed test above may have left a knob on)
     kvq_gkv_set_half_values(0);

@@ -1004,7 +1004,8 @@ extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const flo
             f<<<dim3(ng, nb), D, 0, sm>>>((const __half *)rings[r], c->wcap, (uint8_t *)s->data, region, so, *ne[r]);
             CU_LAUNCHED("enc_kivi_k");
             *ne[r] += 32 * ng;
-        } else if (s->kind == KVQ_GKV_TURBO || s->kind == KVQ_GKV_TPROD || s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ) {
+        } else if (s->kind == KVQ_GKV_TURBO || s->kind == KVQ_GKV_TPROD || s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ ||
+                   s->kind == KVQ_GKV_HQKV || s->kind == KVQ_GKV_HQMQ) {
             st = kvq_gkv_encode_rot(c, s, rings[r], *ne[r], ready, err); // kv_enc.cu
             if (st) return st;
             *ne[r] += ready;

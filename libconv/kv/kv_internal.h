@@ -37,6 +37,7 @@ int kvq_kv_octopus_info_of(const kvq_kvcodec *c, kvq_kv_octopus_info *o);
 typedef struct {
     int M, ib, br, nch, med;
     const float *cb;
+    const float *sec; // (M / 24, 4) the secondary quaternions (the encoder's search reads them)
 } kvq_kv_hqmq_info;
 int kvq_kv_hqmq_info_of(const kvq_kvcodec *c, kvq_kv_hqmq_info *o);
 /** hqmq without outliers: a record → its raw fp16 σ, nch joint indices and radii. @return 0, or

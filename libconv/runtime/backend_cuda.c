@@ -125,8 +125,7 @@ static void note(gpu *g, kvq_status s, const kvq_err *e) {
 
 static void side_free(kvq_gkv_side *s) {
     kvq_cuda_free(s->data);
-    const float *t[6] = {s->cb, s->rho, s->signs, s->quat, s->mat, s->cxi};
-    for (int i = 0; i < 6; i++) kvq_cuda_free((void *)t[i]);
+    kvq_gkv_side_free_tables(s);
 }
 
 static void kv_free(gpu *g) {
@@ -531,7 +530,7 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
         kvq_err e = {0};
         kvq_status st = kvq_err_set(&e, KVQ_ERR_UNSUPPORTED,
                                     "--gpu: a context of %d positions exceeds the fp32 attention kernel's %d; a KV cache "
-                                    "on the device has no such limit (--kv fp16, int, kivi, turboquant, qturbo, turboquant-prod or octopus; head_dim %d)",
+                                    "on the device has no such limit (--kv fp16, int, kivi, turboquant, qturbo, turboquant-prod, octopus, hqkv or hqmq; head_dim %d)",
                                     b->max_ctx, kvq_cuda_attention_max_ctx(s->head_dim), KVQ_GKV_HEAD_DIM);
         note(g, st, &e);
         return st;
@@ -642,41 +641,17 @@ static size_t kv_bytes(const kvq_backend *b) {
 
 // The per-KV-head tables the encoder and the attention of layer l's side r read (centroids,
 // signs, qturbo's quaternion, turboquant-prod's QJL matrix, OCTOPUS's direction table, ρ and ξ
-// centroids: kvq_gkv_tables_of), gathered over the heads from the codec states (so a loaded
-// .kvq's tables are used) and uploaded into the side; their bytes are added to *bytes.
-static const kvq_gkv_tab *tab_at(const kvq_gkv_tables *t, int i) {
-    const kvq_gkv_tab *a[6] = {&t->cb, &t->rho, &t->signs, &t->quat, &t->mat, &t->cxi};
-    return a[i];
-}
+// centroids, HyperQuant-KV's Q and seeds, HQMQ's joint codebook and secondary quaternions:
+// kvq_gkv_tables_of), gathered over the heads from the codec states (so a loaded .kvq's tables
+// are used) and uploaded into the side; their bytes are added to *bytes.
 static kvq_status side_tables(const kvq_kvcache *kc, int l, int r, int nkv, const char *spec, kvq_gkv_side *sd, size_t *bytes,
                               kvq_err *err) {
-    if (sd->kind != KVQ_GKV_TURBO && sd->kind != KVQ_GKV_TPROD && sd->kind != KVQ_GKV_OCT && sd->kind != KVQ_GKV_OCTQ) return KVQ_OK;
-    kvq_gkv_tables *t = calloc(nkv, sizeof *t);
-    if (!t) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
-    kvq_status s = KVQ_OK;
-    for (int h = 0; h < nkv && !s; h++) {
-        const kvq_kvcodec *st = kvq_kvcache_codec_state(kc, l, h, r);
-        if (!st || kvq_gkv_tables_of(st, sd->kind, sd->bits, &t[h]) || t[h].cb.n != t[0].cb.n || t[h].rho.n != t[0].rho.n ||
-            t[h].signs.n != t[0].signs.n || t[h].quat.n != t[0].quat.n || t[h].mat.n != t[0].mat.n || t[h].cxi.n != t[0].cxi.n ||
-            t[h].round != t[0].round)
-            s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu --kv %s: layer %d head %d %s: the codec state's tables do not fit the GPU kind %d",
-                            spec, l, h, r ? "V" : "K", sd->kind);
-    }
-    const float **dst[6] = {&sd->cb, &sd->rho, &sd->signs, &sd->quat, &sd->mat, &sd->cxi};
-    for (int i = 0; i < 6 && !s; i++) {
-        const kvq_gkv_tab *t0 = tab_at(&t[0], i);
-        if (!t0->p) continue;
-        const size_t n = t0->n, nb = sizeof(float) * n * nkv;
-        float *host = malloc(nb);
-        void *dev = NULL;
-        if (!host) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
-        for (int h = 0; h < nkv && !s; h++) memcpy(host + (size_t)h * n, tab_at(&t[h], i)->p, sizeof(float) * n);
-        if (!s) s = kvq_cuda_malloc(&dev, nb, err);
-        if (!s) *dst[i] = dev, *bytes += nb, s = kvq_cuda_copy(dev, host, nb, 1, err);
-        free(host);
-    }
-    sd->round = t[0].round;
-    free(t);
+    const kvq_kvcodec **st = malloc(sizeof *st * nkv);
+    if (!st) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    for (int h = 0; h < nkv; h++) st[h] = kvq_kvcache_codec_state(kc, l, h, r);
+    kvq_status s = kvq_gkv_side_tables(sd, st, nkv, bytes, err);
+    free(st);
+    if (s) kvq_err_prefix(err, "--gpu --kv %s: layer %d %s", spec, l, r ? "V" : "K");
     return s;
 }
 
@@ -712,9 +687,9 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
             s = kvq_gkv_kind_of(st, &sd->kind, &sd->bits, err);
             if (!s && !kvq_gkv_can_encode(sd->kind, sd->bits))
                 s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
-                                "--gpu --kv %s: no GPU encoder for this codec yet (fp16, int, kivi, turboquant, qturbo, "
-                                "turboquant-prod and octopus at 2-4 bits have one; its attention kernel exists, docs/KV.md); "
-                                "drop --gpu to run it on the CPU", spec);
+                                "--gpu --kv %s: no GPU encoder for this codec (fp16, int, kivi, turboquant, qturbo, "
+                                "turboquant-prod, octopus at 2-4 bits, hqkv up to 8-bit codes and hqmq s24:r3, s96:r4, s192:r6 "
+                                "without outliers have one); drop --gpu to run it on the CPU", spec);
             sd->role = r;
             const size_t rb = (size_t)nkv * kvq_gkv_region_bytes(sd->kind, sd->bits, hd, cap, r);
             if (!s) s = kvq_cuda_malloc(&sd->data, rb, err);

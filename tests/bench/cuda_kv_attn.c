@@ -14,7 +14,7 @@
 // dither regenerated per position on the fly.
 // Bytes = what a call must read (codes, side data); % copy = bytes/time over the device's
 // copy bandwidth (the attention's caches hold constant bytes: timing only). Then the encoders
-// (int, kivi, turboquant, qturbo, turboquant-prod, octopus[:qjl], with the codecs' real tables
+// (int, kivi, turboquant, qturbo, turboquant-prod, octopus[:qjl], hqkv, hqmq, with the codecs' real tables
 // and pseudo-random tokens): positions appended per second as a 4096-token prefill, and µs per
 // one-token append, after a warm-up append. Correctness is tests/test_cuda_kv.c.
 // usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_ENC_ONLY=1] cuda_kv_attn [T ...]
@@ -47,11 +47,6 @@ static double bytes_per_pos(kvq_gkv_kind kind, int bits, int role) {
                   : kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT                 ? 4.0
                                                                                  : 2.0;
     return (double)kvq_gkv_kind_row_bytes(kind, bits, D) + side;
-}
-
-static const kvq_gkv_tab *tab_at(const kvq_gkv_tables *t, int i) {
-    const kvq_gkv_tab *a[6] = {&t->cb, &t->rho, &t->signs, &t->quat, &t->mat, &t->cxi};
-    return a[i];
 }
 
 #define TRY(x)                                                             \
@@ -181,7 +176,9 @@ int main(int argc, char **argv) {
     // encoders: one token at a time (decode) and a 4096-token prefill, batch 1, window 0
     printf("\n| encoder | prefill 4096: positions/s | decode: µs per appended token (8 KV heads, K and V) |\n|---|---|---|\n");
     const char *enc[] = {"int:4", "int:2", "kivi:4", "kivi:2", "turboquant:4", "turboquant:3", "turboquant:2", "qturbo:4",
-                         "turboquant-prod:4", "turboquant-prod:2", "octopus:4", "octopus:3", "octopus:2", "octopus:4:qjl", "octopus:2:qjl"};
+                         "turboquant-prod:4", "turboquant-prod:2", "octopus:4", "octopus:3", "octopus:2", "octopus:4:qjl", "octopus:2:qjl",
+                         "hqkv:e8:3", "hqkv:e8:3:dither", "hqkv:e8:3:rot=qjl:dither", "hqkv:z:2:dither", "hqmq:s24:r3", "hqmq:s96:r4",
+                         "hqmq:s192:r6"};
     const int CAP = 8192, P = 4096, W = 0, WCAP = P + 64 + 32, NDEC = 256;
     float *hx = malloc(sizeof(float) * P * NKV * D);
     uint64_t st = 1;
@@ -203,23 +200,7 @@ int main(int argc, char **argv) {
             kvq_kvcodec *cs[NKV];
             for (int h = 0; h < NKV; h++) TRY(kvq_kvcodec_new(&sp, D, r, kvq_kv_seed(7, 0, h, r), &cs[h], &err));
             TRY(kvq_gkv_kind_of(cs[0], &s->kind, &s->bits, &err));
-            kvq_gkv_tables t[NKV];
-            if (!kvq_gkv_tables_of(cs[0], s->kind, s->bits, &t[0])) {
-                for (int h = 1; h < NKV; h++) kvq_gkv_tables_of(cs[h], s->kind, s->bits, &t[h]);
-                const float **dst[6] = {&s->cb, &s->rho, &s->signs, &s->quat, &s->mat, &s->cxi};
-                for (int i = 0; i < 6; i++) {
-                    if (!tab_at(&t[0], i)->p) continue;
-                    const size_t n = tab_at(&t[0], i)->n;
-                    float *host = malloc(sizeof(float) * n * NKV);
-                    for (int h = 0; h < NKV; h++) memcpy(host + (size_t)h * n, tab_at(&t[h], i)->p, sizeof(float) * n);
-                    void *d;
-                    TRY(kvq_cuda_malloc(&d, sizeof(float) * n * NKV, &err));
-                    TRY(kvq_cuda_copy(d, host, sizeof(float) * n * NKV, 1, &err));
-                    *dst[i] = d;
-                    free(host);
-                }
-                s->round = t[0].round;
-            }
+            TRY(kvq_gkv_side_tables(s, (const kvq_kvcodec *const *)cs, NKV, NULL, &err));
             for (int h = 0; h < NKV; h++) kvq_kvcodec_free(cs[h]);
             TRY(kvq_cuda_malloc(&s->data, NKV * kvq_gkv_region_bytes(s->kind, s->bits, D, CAP, r), &err));
         }
@@ -239,10 +220,8 @@ int main(int argc, char **argv) {
         printf("| %s | %.3g | %.1f |\n", enc[ei], P / tp, td * 1e6);
         fflush(stdout);
         for (int r = 0; r < 2; r++) {
-            kvq_gkv_side *s = r ? &c.v : &c.k;
-            const float *tb[6] = {s->cb, s->rho, s->signs, s->quat, s->mat, s->cxi};
-            for (int i = 0; i < 6; i++) kvq_cuda_free((void *)tb[i]);
-            kvq_cuda_free(s->data);
+            kvq_gkv_side_free_tables(r ? &c.v : &c.k);
+            kvq_cuda_free((r ? &c.v : &c.k)->data);
         }
         kvq_cuda_free(c.wk), kvq_cuda_free(c.wv);
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device call (issue 20: the GPU encoders of kernels/cuda/kv_enc.cu — turboquant, qturbo,
-# turboquant-prod keys, octopus keys with and without qjl). Builds nothing: the binaries are
+# turboquant-prod keys, octopus keys with and without qjl, hqkv, hqmq). Builds nothing: the binaries are
 # built on the dev box and carried in .cu/ as tests/bench/gpu_tc_check.sh describes (.cu/bin
 # needs build/tests/test_cuda_{kv,model}, build/bench/{cuda_kv_attn,cuda_hqx,make_synth_llama},
 # build/kvq-{run,convert}; .cu/lib the shared libraries they need). Runs test_cuda_kv and
@@ -31,10 +31,16 @@ echo "| codec | encoder bytes | GPU cache vs CPU cache | runtime logits |"
 echo "|---|---|---|---|"
 for c in int:3 kivi:2 turboquant:2 turboquant:3 turboquant:4 qturbo:2 qturbo:3 qturbo:4 turboquant-prod:2 turboquant-prod:3 \
          turboquant-prod:4 octopus:2 octopus:3 octopus:4 octopus:2:qjl octopus:3:qjl octopus:4:qjl octopus:3:round=scalar \
-         octopus:3:round=2x2 octopus:2:qjl:round=full; do
-  e=$(verdict $L/test_cuda_kv.log "test_cuda_kv: encode $c: ")
-  case $c in *round=*) a=-;; *) a=$(verdict $L/test_cuda_kv.log "test_cuda_kv: cache $c: ");; esac
-  case $c in turboquant:3|qturbo:2|turboquant-prod:4|octopus:3|octopus:2:qjl) m=$(verdict $L/test_cuda_model.log "^  kv $c window [0-9]+ boundary [01]: (PASS|FAIL)");; *) m=-;; esac
+         octopus:3:round=2x2 octopus:2:qjl:round=full hqkv:e8:3 hqkv:e8:3:dither hqkv:e8:2:dither hqkv:e8:4:rot=qjl:dither \
+         hqkv:d4:3 hqkv:d4:3:dither hqkv:d4:4:rot=none hqkv:d4:4:rot=qjl hqkv:a2:3:dither hqkv:a2:3:rot=qjl:dither hqkv:a2:4:dither \
+         hqkv:z:2:rot=none:dither hqkv:z:4:dither hqmq:s24:r3 hqmq:s96:r4 hqmq:s192:r6; do
+  # each test's own codec list (a codec a test does not run is "-")
+  case " int:3 kivi:2 turboquant:2 turboquant:3 turboquant:4 qturbo:2 qturbo:3 qturbo:4 turboquant-prod:2 turboquant-prod:3 turboquant-prod:4 octopus:2 octopus:3 octopus:4 octopus:2:qjl octopus:3:qjl octopus:4:qjl octopus:3:round=scalar octopus:3:round=2x2 octopus:2:qjl:round=full hqkv:e8:3 hqkv:e8:3:dither hqkv:e8:2:dither hqkv:e8:4:rot=qjl:dither hqkv:d4:3:dither hqkv:d4:4:rot=none hqkv:a2:3:rot=qjl:dither hqkv:a2:4:dither hqkv:z:2:rot=none:dither hqkv:z:4:dither hqmq:s24:r3 hqmq:s96:r4 hqmq:s192:r6 " in
+    *" $c "*) e=$(verdict $L/test_cuda_kv.log "test_cuda_kv: encode $c: ");; *) e=-;; esac
+  case " int:3 kivi:2 turboquant:2 turboquant:3 turboquant:4 qturbo:2 qturbo:3 qturbo:4 turboquant-prod:2 turboquant-prod:3 turboquant-prod:4 octopus:2 octopus:3 octopus:4 octopus:2:qjl octopus:3:qjl octopus:4:qjl hqkv:e8:3:dither hqkv:e8:4:rot=qjl:dither hqkv:d4:3 hqkv:a2:3:dither hqkv:z:2:rot=none:dither hqmq:s24:r3 hqmq:s96:r4 hqmq:s192:r6 " in
+    *" $c "*) a=$(verdict $L/test_cuda_kv.log "test_cuda_kv: cache $c: ");; *) a=-;; esac
+  case " turboquant:3 qturbo:2 turboquant-prod:4 octopus:3 octopus:2:qjl hqkv:e8:3:dither hqkv:d4:4:rot=qjl hqmq:s96:r4 " in
+    *" $c "*) m=$(verdict $L/test_cuda_model.log "^  kv $c window [0-9]+ boundary [01]: (PASS|FAIL)");; *) m=-;; esac
   echo "| $c | $e | $a | $m |"
 done
 echo
@@ -49,7 +55,8 @@ echo "== throughput done $(el)"
 # the runtime, end to end: each new codec through kvq-run --gpu (20 greedy tokens after a short prompt)
 T=/tmp/t128; [ -f $T/config.json ] || $B/make_synth_llama t128 $T tests/models/kvq-tiny-llama >/dev/null 2>&1 || echo "synth t128 failed"
 $B/kvq-convert -q -t 16 $T $T.kvq --weights hyperquant:e8:4.0 >/dev/null 2>&1 || echo "convert t128 failed"
-for kv in "turboquant:4" "qturbo:3" "turboquant-prod:3" "octopus:3" "octopus:4:qjl --kv-window 16" "turboquant:2 --kv-boundary"; do
+for kv in "turboquant:4" "qturbo:3" "turboquant-prod:3" "octopus:3" "octopus:4:qjl --kv-window 16" "turboquant:2 --kv-boundary" \
+          "hqkv:e8:3:dither" "hqkv:a2:4:rot=qjl --kv-window 16" "hqmq:s96:r4" "hqmq:s24:r3 --kv-boundary"; do
   out=$(timeout 60 $B/kvq-run $T.kvq --gpu --ctx-max 512 -p "Once upon a time there was a little" -n 20 --temp 0 --kv $kv 2>&1 >/tmp/text.txt)
   echo "kvq-run --gpu --kv $kv: rc $? $(echo "$out" | grep -E 'KV cache|decode|error|cannot' | tr -s ' ' | tr '\n' ' ' | cut -c1-200) text md5 $(md5sum < /tmp/text.txt | cut -c1-12)"
   cpu=$(timeout 60 $B/kvq-run $T.kvq --ctx-max 512 -p "Once upon a time there was a little" -n 20 --temp 0 --kv $kv 2>/dev/null | md5sum | cut -c1-12)
