@@ -9,6 +9,7 @@
 # new codec on the t128 model (head_dim 128, 4 query heads per KV head, random weights).
 # usage (on the device): bash tests/bench/gpu_kv_enc_check.sh
 set -u
+export KVQ_SYNTH=$PWD/.cu/bin/make_synth_llama # test_cuda_model's t128 model
 TESTS="test_cuda_kv test_cuda_model" . tests/bench/gpu_env.sh # unpacks .cu, runs the suites, defines B and el
 L=${OUT:-/tmp}
 echo
