@@ -532,7 +532,8 @@ static kvq_model *open_kv(const char *path, int gpu, const char *spec, int windo
     return m;
 }
 
-// Every codec the device encodes, with and without a window and the boundary layers' fp16 keys:
+// Every codec the device encodes (fp16, int, kivi, turboquant, qturbo, turboquant-prod, octopus
+// with and without qjl, hqkv, hqmq), with and without a window and the boundary layers' fp16 keys:
 // a prompt of 80 tokens (chunks of 32: each token attends to the cache as the chunk left it),
 // then 24 decode steps, then a new sequence from position 0 — logits on the GPU against the
 // CPU's codec cache (libconv/kv/kvcache_codec.c: same encoders, bit for bit; attention in
@@ -544,6 +545,8 @@ static void test_kv_codecs(void **st) {
     const char *path = t128_model();
     const struct { const char *spec; int window, boundary; } cs[] = {
         {"fp16", 0, 0}, {"int:4", 0, 0}, {"int:3", 0, 1}, {"int:2", 16, 0}, {"kivi:2", 16, 0}, {"kivi:4", 0, 1}, {"kivi:3", 40, 0},
+        {"turboquant:3", 0, 0}, {"qturbo:2", 16, 0}, {"turboquant-prod:4", 0, 1}, {"octopus:3", 0, 0}, {"octopus:2:qjl", 16, 0},
+        {"hqkv:e8:3:dither", 16, 0}, {"hqkv:d4:4:rot=qjl", 0, 1}, {"hqmq:s96:r4", 0, 0},
     };
     enum { T = 80, NDEC = 24, T2 = 45 };
     uint64_t r = 11;
@@ -555,6 +558,7 @@ static void test_kv_codecs(void **st) {
     float *l32 = malloc(sizeof(float) * T * V), *lc = malloc(sizeof(float) * T * V), *lg = malloc(sizeof(float) * T * V);
     kvq_err e = {0};
     if (kvq_model_forward(f32, ids, T, 0, l32, 1, &e)) fail_msg("%s", e.msg);
+    int n_fail = 0;
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         kvq_model *c = open_kv(path, 0, cs[i].spec, cs[i].window, cs[i].boundary);
         kvq_model *g = open_kv(path, 1, cs[i].spec, cs[i].window, cs[i].boundary);
@@ -585,16 +589,23 @@ static void test_kv_codecs(void **st) {
         // boundary its code differs by one step, and every later query sees it. KIVI's keys share
         // a scale per channel over 32 tokens (one min/max moved by an fp16 ulp moves 32 codes),
         // so single flips show there: measured 3e-4..3e-3 from the position of the flip on.
-        const double lim = !strncmp(cs[i].spec, "kivi", 4) ? 1e-2 : 1e-4;
-        assert_true(rp <= lim && rd <= lim && rr <= lim);
-        assert_true(ru > 10 * rp); // the codec's own error shows, far above the backends' difference
-        assert_true(mg.kv > 0);
+        // turboquant, qturbo, turboquant-prod, octopus, hqkv, hqmq (GPU encoders of kv_enc.cu): 1e-3,
+        // a guess (not yet measured on a device) from the same argument — a code flips where a
+        // rotated coordinate, a QJL projection, a direction score or a lattice coordinate sits at a
+        // decision boundary.
+        const int rot = strncmp(cs[i].spec, "int", 3) && strncmp(cs[i].spec, "kivi", 4) && strcmp(cs[i].spec, "fp16");
+        const double lim = !strncmp(cs[i].spec, "kivi", 4) ? 1e-2 : rot ? 1e-3 : 1e-4;
+        // the codec's own error shows, far above the backends' difference; every codec runs, then
+        // the test fails if any did
+        const int ok = rp <= lim && rd <= lim && rr <= lim && ru > 10 * rp && mg.kv > 0;
+        printf("  kv %s window %d boundary %d: %s (limit %.0e)\n", cs[i].spec, cs[i].window, cs[i].boundary, ok ? "PASS" : "FAIL", lim);
+        n_fail += !ok;
         kvq_model_close(c);
         kvq_model_close(g);
     }
     // what the device cannot run is refused, in one line naming the codec
     const struct { const char *model, *spec, *msg; } bad[] = {
-        {path, "turboquant:3", "no GPU encoder"}, {TINY, "int:4", "head_dim 128"},
+        {path, "hqmq:s24:r3:med3", "without outliers"}, {TINY, "int:4", "head_dim 128"},
     };
     for (size_t i = 0; i < 2; i++) {
         kvq_model *g = open_on(bad[i].model, 1, KVQ_EXEC_EXACT);
@@ -615,6 +626,7 @@ static void test_kv_codecs(void **st) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
     if (system(cmd)) printf("  could not remove %s\n", path);
+    assert_int_equal(n_fail, 0);
 }
 
 int main(void) {

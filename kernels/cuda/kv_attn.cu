@@ -26,6 +26,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/cuda/kv_enc.cuh"
 #include "kernels/kv_hqkv.h"
 
 #define D KVQ_GKV_HEAD_DIM
@@ -702,26 +703,6 @@ __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, co
 
 // ---- encoders (the CPU's float operations, kv_int.c, from the window's fp16 values)
 
-// Byte t of a packed row from the codes c (D bytes, shared memory); threads t < row bytes.
-template <int B>
-__device__ __forceinline__ void write_row(uint8_t *row, const uint8_t *c, int t) {
-    if (t >= (int)ROWB(B)) return;
-    uint32_t byte = 0;
-    if (t < (B / 2) * (D / 4)) {
-        const int pl = t / (D / 4), r = t % (D / 4);
-#pragma unroll
-        for (int k = 0; k < 4; k++) byte |= ((uint32_t)(c[4 * r + k] >> (2 * pl)) & 3u) << (2 * k);
-    } else {
-        const int r = t - (B / 2) * (D / 4);
-#pragma unroll
-        for (int bb = 0; bb < 8; bb++) {
-            const int bp = 8 * r + bb, w = bp & 15, dim = (bp & ~15) + 4 * (w & 3) + (w >> 2);
-            byte |= ((uint32_t)(c[dim] >> (B > 0 ? B - 1 : 0)) & 1u) << bb;
-        }
-    }
-    row[t] = (uint8_t)byte;
-}
-
 __device__ __forceinline__ float r16(float f) { return __half2float(__float2half_rn(f)); }
 
 __global__ void enc_ring(const float *__restrict__ k, const float *__restrict__ v, __half *wk, __half *wv, int wcap, int pos0, int nb) {
@@ -773,7 +754,7 @@ __global__ void __launch_bounds__(D) enc_pos(const __half *__restrict__ ring, in
         if (lane == 0) *(__half2 *)(reg + side_off + ((size_t)pos * (D / 32) + w) * 4) = __halves2half2(__float2half_rn(s), __float2half_rn(z));
     }
     __syncthreads();
-    write_row<B>(reg + (size_t)pos * ROWB(B), c, i);
+    kvq_gkv_write_row<B>(reg + (size_t)pos * ROWB(B), c, i);
 }
 
 // KIVI keys: one group of 32 positions per block, thread = channel (per-channel fp16 scale
@@ -798,7 +779,7 @@ __global__ void __launch_bounds__(D) enc_kivi_k(const __half *__restrict__ ring,
         c[t][i] = (uint8_t)(q < 0 ? 0 : q > Lq ? Lq : q);
     }
     __syncthreads();
-    for (int t = 0; t < 32; t++) write_row<B>(reg + (size_t)(pos0 + t) * ROWB(B), c[t], i);
+    for (int t = 0; t < 32; t++) kvq_gkv_write_row<B>(reg + (size_t)(pos0 + t) * ROWB(B), c[t], i);
 }
 
 // ---- launchers
@@ -1023,6 +1004,11 @@ extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const flo
             f<<<dim3(ng, nb), D, 0, sm>>>((const __half *)rings[r], c->wcap, (uint8_t *)s->data, region, so, *ne[r]);
             CU_LAUNCHED("enc_kivi_k");
             *ne[r] += 32 * ng;
+        } else if (s->kind == KVQ_GKV_TURBO || s->kind == KVQ_GKV_TPROD || s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ ||
+                   s->kind == KVQ_GKV_HQKV || s->kind == KVQ_GKV_HQMQ) {
+            st = kvq_gkv_encode_rot(c, s, rings[r], *ne[r], ready, err); // kv_enc.cu
+            if (st) return st;
+            *ne[r] += ready;
         } else {
             enc_fn f = pick_enc(s->kind, s->bits);
             if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kind %d at %d bits has no GPU encoder (upload its records)",

@@ -3,7 +3,8 @@
 // head, keeps the chunk's max and sum, and sums p·V; a second kernel merges the chunks with
 // their log-sum-exp weights), reading the GPU execution layout of docs/KV.md ("GPU
 // execution layout") and never writing fp16 K/V to global memory. Plus the encode kernels
-// that append tokens to that layout, bit-identical to the CPU encoders of libconv/kv/kv_int.c.
+// that append tokens to that layout, bit-identical to the CPU encoders (kv_attn.cu: int, KIVI;
+// kv_enc.cu: TurboQuant, qturbo, turboquant-prod, OCTOPUS, HyperQuant-KV, HQMQ).
 // Plain C header (no CUDA types): the tests, benchmarks and kernels/cuda/no_cuda.c use it.
 #ifndef KVQ_CUDA_KV_ATTN_H
 #define KVQ_CUDA_KV_ATTN_H
@@ -127,6 +128,11 @@ typedef struct {
     int ibits;            // HQMQ: index bits of a chunk code (bits = ibits + radius bits); cb = the joint
                           // codebook (n_kv, 2^ibits, 4) (rows past 24S unused)
     float scale;          // HQKV: α·√d (a token is γ/scale · Qᵀ(embed(c) − U))
+    const float *cxi;     // device, OCT/OCTQ encoder only: the octahedral coordinate centroids (n_kv, 2^(bits+1));
+                          // HQMQ encoder only: the secondary quaternions (n_kv, n_sec, 4)
+    int round;            // OCT/OCTQ encoder: rounding mode (0 scalar, 2 local 2x2, 3 local 3x3, 9 full)
+    int n_sec;            // HQMQ encoder: S, the secondary quaternions per head (the joint codebook has 24·S rows)
+    double enc_scale;     // HQKV encoder: α·√d in double, as the CPU encoder forms α√d/γ
 } kvq_gkv_side;
 
 /** A device cache: n_tok positions stored for every sequence, packed [0, n_enc), the most
@@ -153,11 +159,26 @@ int kvq_gkv_auto_chunk(const kvq_gkv_cache *c);
 /** Appends T tokens k, v (T, batch, n_kv, d) fp32 device at positions [n_tok, n_tok + T)
  *  of every sequence: into the window ring, and encodes into the packed side every position
  *  that left the window (KIVI keys: in whole groups of 32 once 32 have left it; they wait in
- *  the ring until then, as on the CPU). The encoders are the CPU's (kv_int.c) in the same
- *  float operations, from the window's fp16 values: the packed bytes equal the CPU's
- *  repacked (kvq_gkv_pack_*). TURBO is not encoded on the GPU (its records are uploaded).
+ *  the ring until then, as on the CPU). The encoders are the CPU's (kv_int.c, kv_turbo.c,
+ *  kv_octopus.c) in the same float operations, from the window's fp16 values: the packed
+ *  bytes equal the CPU's repacked (kvq_gkv_pack_*). Kinds with an encoder: kvq_gkv_can_encode
+ *  (the sides' tables set as kvq_gkv_tables_of lists them; HQKV: the position is the dither
+ *  counter, as the CPU state's counter is for a sequence encoded from position 0).
  *  Needs wcap ≥ window + 32 + T. Updates c->n_tok, c->n_enc_k and c->n_enc_v. */
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err);
+
+/** Whether kvq_gkv_append can encode a side of this kind and bits on the device (the
+ *  encoders built: fp16; int, kivi, turboquant/qturbo, turboquant-prod keys, octopus keys with
+ *  or without qjl at 2-4 bits; hqkv at 5-8-bit codes; hqmq without outliers at 13, 16, 19). */
+static inline int kvq_gkv_can_encode(kvq_gkv_kind kind, int bits) {
+    if (kind == KVQ_GKV_F16) return 1;
+    if (kind == KVQ_GKV_INT || kind == KVQ_GKV_KIVI || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT ||
+        kind == KVQ_GKV_OCTQ)
+        return bits >= 2 && bits <= 4;
+    if (kind == KVQ_GKV_HQKV) return bits >= 5 && bits <= 8;
+    if (kind == KVQ_GKV_HQMQ) return bits == 13 || bits == 16 || bits == 19;
+    return 0;
+}
 
 /** int:<b> keys only: 1 = score them against an int8 copy of q (one scale per query head,
  *  max|q|/127) with dp4a, 4 codes an instruction, instead of fp32 FMAs; 0 (default) = fp32.

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/hq_decode.h" // kvq_cuda_malloc, kvq_cuda_copy, kvq_cuda_free
 #include "libconv/kv/kv_gpu.h"
 #include "libconv/kv/kv_hqkv.h"
 #include "libconv/kv/kv_internal.h"
@@ -71,7 +72,118 @@ int kvq_gkv_hqkv_width(int lat, double scale) {
 void kvq_gkv_hqkv_side(const kvq_kvcodec *c, kvq_gkv_side *s) {
     kvq_kv_hqkv_info in;
     if (kvq_kv_hqkv_info_of(c, &in)) return;
-    s->lat = in.lat, s->rot = in.rot, s->dither = in.dither, s->scale = (float)in.scale;
+    s->lat = in.lat, s->rot = in.rot, s->dither = in.dither, s->scale = (float)in.scale, s->enc_scale = in.scale;
+}
+
+int kvq_gkv_tables_of(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, kvq_gkv_tables *t) {
+    memset(t, 0, sizeof *t);
+    if (kind == KVQ_GKV_TURBO || kind == KVQ_GKV_TPROD) {
+        kvq_kvtable tb[8];
+        const char *n = c->spec.name;
+        const int turbo = !strcmp(n, "turboquant") || !strcmp(n, "qturbo") || !strcmp(n, "turboquant-prod");
+        const int nt = turbo && c->vt->tables ? c->vt->tables(c, tb) : 0;
+        const size_t ncb = (size_t)1 << (kind == KVQ_GKV_TPROD ? bits - 1 : bits);
+        for (int k = 0; k < nt; k++) {
+            if (!strcmp(tb[k].name, "signs") && tb[k].count == (size_t)c->d) t->signs = (kvq_gkv_tab){tb[k].data, tb[k].count, tb[k].count};
+            if (!strcmp(tb[k].name, "codebook") && tb[k].count == ncb) t->cb = (kvq_gkv_tab){tb[k].data, tb[k].count, tb[k].count};
+            if (!strcmp(tb[k].name, "quaternion") && tb[k].count == 4) t->quat = (kvq_gkv_tab){tb[k].data, 4, 4};
+        }
+        if (kind == KVQ_GKV_TPROD) t->mat = (kvq_gkv_tab){kvq_kv_turbo_qjl(c), (size_t)c->d * c->d, (size_t)c->d * c->d};
+        if (!t->signs.p || !t->cb.p || (kind == KVQ_GKV_TPROD && !t->mat.p)) return -1;
+        return 0;
+    }
+    if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
+        kvq_kv_octopus_info in;
+        if (kvq_kv_octopus_info_of(c, &in) || in.bdir != bits + 1 || in.bnorm != bits - 1 || in.s2 != in.s1 + c->d ||
+            in.qjl != (kind == KVQ_GKV_OCTQ))
+            return -1;
+        t->cb = (kvq_gkv_tab){in.dirs, (size_t)3 << (2 * in.bdir), (size_t)3 << (2 * in.bdir)};
+        t->rho = (kvq_gkv_tab){in.crho, (size_t)1 << in.bnorm, (size_t)1 << in.bnorm};
+        t->signs = (kvq_gkv_tab){in.s1, 2 * (size_t)c->d, 2 * (size_t)c->d};
+        t->cxi = (kvq_gkv_tab){in.cxi, (size_t)1 << in.bdir, (size_t)1 << in.bdir};
+        t->round = in.round;
+        return 0;
+    }
+    if (kind == KVQ_GKV_HQKV) {
+        kvq_kv_hqkv_info in;
+        if (kvq_kv_hqkv_info_of(c, &in) || bits != kvq_gkv_hqkv_width(in.lat, in.scale)) return -1;
+        t->signs = (kvq_gkv_tab){in.signs, (size_t)c->d, (size_t)c->d};
+        if (in.rot == 2) {
+            if (!in.Q) return -1;
+            t->mat = (kvq_gkv_tab){in.Q, (size_t)c->d * c->d, (size_t)c->d * c->d};
+        }
+        t->seed = in.seed;
+        return 0;
+    }
+    if (kind == KVQ_GKV_HQMQ) {
+        kvq_kv_hqmq_info in;
+        if (kvq_kv_hqmq_info_of(c, &in) || in.med || in.ib + in.br != bits || in.M % 24) return -1;
+        t->cb = (kvq_gkv_tab){in.cb, 4 * (size_t)in.M, (size_t)4 << in.ib};
+        t->cxi = (kvq_gkv_tab){in.sec, 4 * (size_t)(in.M / 24), 4 * (size_t)(in.M / 24)};
+        t->n_sec = in.M / 24, t->ibits = in.ib;
+        return 0;
+    }
+    return -1;
+}
+
+static const kvq_gkv_tab *tab_at(const kvq_gkv_tables *t, int i) {
+    const kvq_gkv_tab *a[6] = {&t->cb, &t->rho, &t->signs, &t->quat, &t->mat, &t->cxi};
+    return a[i];
+}
+
+void kvq_gkv_side_free_tables(kvq_gkv_side *sd) {
+    const float *t[6] = {sd->cb, sd->rho, sd->signs, sd->quat, sd->mat, sd->cxi};
+    for (int i = 0; i < 6; i++) kvq_cuda_free((void *)t[i]);
+    kvq_cuda_free((void *)sd->seeds);
+    sd->cb = sd->rho = sd->signs = sd->quat = sd->mat = sd->cxi = NULL;
+    sd->seeds = NULL;
+}
+
+static kvq_status upload(const void *host, size_t nb, void **dev, size_t *bytes, kvq_err *err) {
+    kvq_status s = kvq_cuda_malloc(dev, nb, err);
+    if (!s && bytes) *bytes += nb;
+    return s ? s : kvq_cuda_copy(*dev, host, nb, 1, err);
+}
+
+kvq_status kvq_gkv_side_tables(kvq_gkv_side *sd, const kvq_kvcodec *const *st, int n_kv, size_t *bytes, kvq_err *err) {
+    if (sd->kind <= KVQ_GKV_F16 || sd->kind == KVQ_GKV_INT || sd->kind == KVQ_GKV_KIVI) return KVQ_OK; // no tables
+    kvq_gkv_tables *t = calloc(n_kv, sizeof *t);
+    uint64_t *seeds = calloc(n_kv, sizeof *seeds);
+    kvq_status s = !t || !seeds ? kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory") : KVQ_OK;
+    for (int h = 0; h < n_kv && !s; h++) {
+        if (kvq_gkv_tables_of(st[h], sd->kind, sd->bits, &t[h]))
+            s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV head %d: the codec state's tables do not fit GPU kind %d at %d bits", h, sd->kind, sd->bits);
+        for (int i = 0; i < 6 && !s; i++)
+            if (tab_at(&t[h], i)->n != tab_at(&t[0], i)->n || tab_at(&t[h], i)->slot != tab_at(&t[0], i)->slot)
+                s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV head %d: a table's size differs from head 0's", h);
+        if (!s && (t[h].round != t[0].round || t[h].n_sec != t[0].n_sec || t[h].ibits != t[0].ibits))
+            s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV head %d: its parameters differ from head 0's", h);
+        if (!s) seeds[h] = t[h].seed;
+    }
+    const float **dst[6] = {&sd->cb, &sd->rho, &sd->signs, &sd->quat, &sd->mat, &sd->cxi};
+    for (int i = 0; i < 6 && !s; i++) {
+        const kvq_gkv_tab *t0 = tab_at(&t[0], i);
+        if (!t0->p) continue;
+        float *host = calloc(t0->slot * n_kv, sizeof(float)); // a slot past n stays zero (HQMQ's padded rows)
+        if (!host) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        for (int h = 0; h < n_kv && !s; h++) memcpy(host + (size_t)h * t0->slot, tab_at(&t[h], i)->p, sizeof(float) * t0->n);
+        void *dev = NULL;
+        if (!s) s = upload(host, sizeof(float) * t0->slot * n_kv, &dev, bytes, err);
+        if (dev) *dst[i] = dev;
+        free(host);
+    }
+    if (!s) {
+        sd->round = t[0].round, sd->n_sec = t[0].n_sec;
+        if (sd->kind == KVQ_GKV_HQMQ) sd->ibits = t[0].ibits;
+    }
+    if (!s && sd->kind == KVQ_GKV_HQKV) { // lattice, rotation, dither, scales; each head's seed (its dither stream)
+        void *dev = NULL;
+        kvq_gkv_hqkv_side(st[0], sd);
+        s = upload(seeds, sizeof(uint64_t) * n_kv, &dev, bytes, err);
+        if (dev) sd->seeds = dev;
+    }
+    free(t), free(seeds);
+    return s;
 }
 
 static uint32_t lsb_code(const uint8_t *p, int b, size_t j) {

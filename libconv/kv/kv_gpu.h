@@ -24,9 +24,41 @@ int kvq_gkv_pack_n(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint
 /** HQKV: the code width of the GPU layout for lattice lat (kernels/kv_hqkv.h ids) and α√d =
  *  scale: every code the encoder can emit, offset by 2^(width-1), fits (docs/KV.md). */
 int kvq_gkv_hqkv_width(int lat, double scale);
-/** HQKV: sets the side's lattice, rotation, dither and scale from state c (the device arrays
- *  — signs, Q, seeds — are the caller's). No-op for other codecs. */
+/** HQKV: sets the side's lattice, rotation, dither, scale and enc_scale from state c (the
+ *  device arrays — signs, Q, seeds — are the caller's). No-op for other codecs. */
 void kvq_gkv_hqkv_side(const kvq_kvcodec *c, kvq_gkv_side *s);
+/** One per-KV-head table of a GPU side: floats owned by the codec state, n of them. */
+typedef struct {
+    const float *p;
+    size_t n;    // floats of the state's table
+    size_t slot; // floats per head in the device array (≥ n; the rest zero: HQMQ's padded codebook)
+} kvq_gkv_tab;
+/** The tables a GPU side of one state reads (kvq_gkv_side's cb, rho, signs, quat, mat, cxi,
+ *  one head's slice each; a table the kind does not read is {NULL, 0, 0}): TURBO cb = the 2^bits
+ *  centroids, signs (d), quat (4, qturbo only); TPROD cb = the 2^(bits−1) centroids, signs, mat
+ *  = the d×d QJL matrix (regenerated from the seed by the state); OCT/OCTQ cb = the direction
+ *  table Oct⁻¹(cξ[a], cξ[b]) (2^(2(bits+1))·3), rho (2^(bits−1)), signs (2d: s1, then s2),
+ *  cxi (2^(bits+1)), and the rounding mode in round; HQKV signs (d), mat = Q (d×d, rot=qjl
+ *  only), the state's seed in seed (the side's lattice, rotation, dither and scales:
+ *  kvq_gkv_hqkv_side); HQMQ cb = the joint codebook (24S rows of 4, in slots of 2^ibits rows),
+ *  cxi = the S secondary quaternions (S·4), S in n_sec, the index bits in ibits. */
+typedef struct {
+    kvq_gkv_tab cb, rho, signs, quat, mat, cxi;
+    int round, n_sec, ibits;
+    uint64_t seed;
+} kvq_gkv_tables;
+/** Fills t for state c of GPU kind/bits (kvq_gkv_kind_of). @return 0, or -1 when the kind
+ *  reads no tables (fp16, int, kivi) or the state does not match the kind. */
+int kvq_gkv_tables_of(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, kvq_gkv_tables *t);
+/** Uploads the tables of one side (kind and bits set) gathered over the KV heads' states
+ *  st[0..n_kv) (kvq_gkv_tables_of, one slot per head) into new device arrays of sd (cb, rho,
+ *  signs, quat, mat, cxi, seeds), and sets its round, n_sec, ibits and HQKV parameters; device
+ *  bytes added to *bytes (may be NULL). Nothing for fp16, int, kivi. The arrays are freed by
+ *  kvq_gkv_side_free_tables (also after a failure). @return KVQ_OK, KVQ_ERR_UNSUPPORTED when a
+ *  state's tables do not fit the kind or differ in shape between heads, or a device error. */
+kvq_status kvq_gkv_side_tables(kvq_gkv_side *sd, const kvq_kvcodec *const *st, int n_kv, size_t *bytes, kvq_err *err);
+/** Frees the device tables kvq_gkv_side_tables set (not sd->data) and clears them. */
+void kvq_gkv_side_free_tables(kvq_gkv_side *sd);
 /** The CPU record (c->vt->max_bytes(c) bytes) of the group at pos of a region image. */
 void kvq_gkv_unpack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *region, int cap, int pos, uint8_t *rec);
 

@@ -369,7 +369,7 @@ int kvq_kv_hqmq_info_of(const kvq_kvcodec *c, kvq_kv_hqmq_info *o) {
     const hq_st *s = c->st;
     int ib = 0;
     while ((1 << ib) < s->M) ib++;
-    *o = (kvq_kv_hqmq_info){s->M, ib, s->br, s->nch, s->med > 0, s->cb};
+    *o = (kvq_kv_hqmq_info){s->M, ib, s->br, s->nch, s->med > 0, s->cb, s->sec};
     return 0;
 }
 

@@ -28,6 +28,8 @@ typedef struct {
     const float *s1, *s2;  // (d) rotation and QJL sign vectors
     const float *crho;     // (2^bnorm)
     const float *dirs;     // (2^bdir, 2^bdir, 3) Oct⁻¹(cξ[a], cξ[b])
+    const float *cxi;      // (2^bdir) the octahedral coordinate centroids cξ
+    int round;             // rounding: 0 scalar, 2 local 2x2, 3 local 3x3 (default), 9 full
 } kvq_kv_octopus_info;
 int kvq_kv_octopus_info_of(const kvq_kvcodec *c, kvq_kv_octopus_info *o);
 /** An hqmq state: M = 24S joint directions, ib = ⌈log2 M⌉ index bits, br radius bits, nch
@@ -35,6 +37,7 @@ int kvq_kv_octopus_info_of(const kvq_kvcodec *c, kvq_kv_octopus_info *o);
 typedef struct {
     int M, ib, br, nch, med;
     const float *cb;
+    const float *sec; // (M / 24, 4) the secondary quaternions (the encoder's search reads them)
 } kvq_kv_hqmq_info;
 int kvq_kv_hqmq_info_of(const kvq_kvcodec *c, kvq_kv_hqmq_info *o);
 /** hqmq without outliers: a record → its raw fp16 σ, nch joint indices and radii. @return 0, or

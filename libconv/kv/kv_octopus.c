@@ -322,7 +322,7 @@ const kvq_kvcodec_vt kvq_kv_octopus_vt = {.check_tables = oct_check, .name = "oc
 int kvq_kv_octopus_info_of(const kvq_kvcodec *c, kvq_kv_octopus_info *o) {
     if (c->vt != &kvq_kv_octopus_vt) return -1;
     const oct_st *s = c->st;
-    *o = (kvq_kv_octopus_info){s->bdir, s->bnorm, s->ntri, s->qjl, s->s1, s->s2, s->crho, s->dirs};
+    *o = (kvq_kv_octopus_info){s->bdir, s->bnorm, s->ntri, s->qjl, s->s1, s->s2, s->crho, s->dirs, s->cxi, s->round};
     return 0;
 }
 

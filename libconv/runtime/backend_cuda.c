@@ -38,7 +38,7 @@ typedef struct {
         kvq_gkv_cache *c; // (n_layers)
         void *scratch;
         size_t bytes;     // device bytes of the packed sides (the cache proper)
-        size_t aux;       // and of the fp16 rings and the attention's scratch
+        size_t aux;       // and of the fp16 rings, the codecs' per-head tables and the attention's scratch
         char spec[64];
     } kv;
     int *d_pos;     // the position a graph reads
@@ -156,11 +156,16 @@ static void note(gpu *g, kvq_status s, const kvq_err *e) {
     } while (0)
 #define ERR (&e_)
 
+static void side_free(kvq_gkv_side *s) {
+    kvq_cuda_free(s->data);
+    kvq_gkv_side_free_tables(s);
+}
+
 static void kv_free(gpu *g) {
     if (g->kv.c)
         for (int l = 0; l < g->b.arch.n_layers; l++) {
-            kvq_cuda_free(g->kv.c[l].k.data);
-            kvq_cuda_free(g->kv.c[l].v.data);
+            side_free(&g->kv.c[l].k);
+            side_free(&g->kv.c[l].v);
             kvq_cuda_free(g->kv.c[l].wk);
             kvq_cuda_free(g->kv.c[l].wv);
         }
@@ -565,7 +570,7 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
         kvq_err e = {0};
         kvq_status st = kvq_err_set(&e, KVQ_ERR_UNSUPPORTED,
                                     "--gpu: a context of %d positions exceeds the fp32 attention kernel's %d; a KV cache "
-                                    "on the device has no such limit (--kv fp16, int:<b> or kivi:<b>; head_dim %d)",
+                                    "on the device has no such limit (--kv fp16, int, kivi, turboquant, qturbo, turboquant-prod, octopus, hqkv or hqmq; head_dim %d)",
                                     b->max_ctx, kvq_cuda_attention_max_ctx(s->head_dim), KVQ_GKV_HEAD_DIM);
         note(g, st, &e);
         return st;
@@ -687,6 +692,22 @@ static size_t kv_bytes(const kvq_backend *b) {
     return g->kv.on ? g->kv.bytes : 2 * sizeof(float) * g->kv_floats;
 }
 
+// The per-KV-head tables the encoder and the attention of layer l's side r read (centroids,
+// signs, qturbo's quaternion, turboquant-prod's QJL matrix, OCTOPUS's direction table, ρ and ξ
+// centroids, HyperQuant-KV's Q and seeds, HQMQ's joint codebook and secondary quaternions:
+// kvq_gkv_tables_of), gathered over the heads from the codec states (so a loaded .kvq's tables
+// are used) and uploaded into the side; their bytes are added to *bytes.
+static kvq_status side_tables(const kvq_kvcache *kc, int l, int r, int nkv, const char *spec, kvq_gkv_side *sd, size_t *bytes,
+                              kvq_err *err) {
+    const kvq_kvcodec **st = malloc(sizeof *st * nkv);
+    if (!st) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    for (int h = 0; h < nkv; h++) st[h] = kvq_kvcache_codec_state(kc, l, h, r);
+    kvq_status s = kvq_gkv_side_tables(sd, st, nkv, bytes, err);
+    free(st);
+    if (s) kvq_err_prefix(err, "--gpu --kv %s: layer %d %s", spec, l, r ? "V" : "K");
+    return s;
+}
+
 // The KV cache in the codec of kc on the device: per layer, each side's GPU kind (fp16 for a
 // boundary layer's keys), a packed region per KV head for max_ctx positions (rounded up to
 // 32), and fp16 rings for the window, the KIVI key group waiting to fill, and a chunk of
@@ -717,16 +738,16 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
             kvq_gkv_side *sd = r ? &c->v : &c->k;
             const kvq_kvcodec *st = kvq_kvcache_codec_state(kc, l, 0, r);
             s = kvq_gkv_kind_of(st, &sd->kind, &sd->bits, err);
-            if (!s && sd->kind != KVQ_GKV_F16 && sd->kind != KVQ_GKV_INT && sd->kind != KVQ_GKV_KIVI)
+            if (!s && !kvq_gkv_can_encode(sd->kind, sd->bits))
                 s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
-                                "--gpu --kv %s: no GPU encoder for this codec yet (fp16, int:<b> and kivi:<b> have one; "
-                                "its attention kernel exists, docs/KV.md); drop --gpu to run it on the CPU", spec);
-            if (!s && sd->kind != KVQ_GKV_F16 && (sd->bits < 2 || sd->bits > 4))
-                s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu --kv %s: the GPU kernels are built for 2 to 4 bits", spec);
+                                "--gpu --kv %s: no GPU encoder for this codec (fp16, int, kivi, turboquant, qturbo, "
+                                "turboquant-prod, octopus at 2-4 bits, hqkv up to 8-bit codes and hqmq s24:r3, s96:r4, s192:r6 "
+                                "without outliers have one); drop --gpu to run it on the CPU", spec);
             sd->role = r;
             const size_t rb = (size_t)nkv * kvq_gkv_region_bytes(sd->kind, sd->bits, hd, cap, r);
             if (!s) s = kvq_cuda_malloc(&sd->data, rb, err);
             bytes += rb;
+            if (!s) s = side_tables(kc, l, r, nkv, spec, sd, &scr_rings, err);
         }
         const size_t ring = (size_t)nkv * wcap * hd * 2;
         if (!s) s = kvq_cuda_malloc(&c->wk, ring, err);

@@ -13,10 +13,11 @@
 // width for that rate, docs/KV.md), rotation by signs (or the Haar Q: rot=qjl), "dither": the
 // dither regenerated per position on the fly.
 // Bytes = what a call must read (codes, side data); % copy = bytes/time over the device's
-// copy bandwidth. Then the encoders: positions appended per second, one token at a time and
-// as a 4096-token prefill. Timing only (the values are not meaningful: constant bytes;
-// correctness is tests/test_cuda_kv.c).
-// usage: [CUDA_KV_ONLY=name,name,...] cuda_kv_attn [T ...]
+// copy bandwidth (the attention's caches hold constant bytes: timing only). Then the encoders
+// (int, kivi, turboquant, qturbo, turboquant-prod, octopus[:qjl], hqkv, hqmq, with the codecs' real tables
+// and pseudo-random tokens): positions appended per second as a 4096-token prefill, and µs per
+// one-token append, after a warm-up append. Correctness is tests/test_cuda_kv.c.
+// usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_ENC_ONLY=1] cuda_kv_attn [T ...]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/ops.h"
+#include "libconv/kv/kv_gpu.h"
 
 #define D KVQ_GKV_HEAD_DIM
 #define NKV 8
@@ -113,6 +115,10 @@ int main(int argc, char **argv) {
     TRY(kvq_cuda_malloc(&out, sizeof(float) * 8 * H * D, &err));
     TRY(kvq_cuda_memset(q, 0x11, sizeof(float) * 8 * H * D, &err));
     TRY(kvq_cuda_stream_init(&err));
+    // CUDA_KV_ENC_ONLY=1: only the encoder table (tests/bench/gpu_kv_enc_check.sh)
+    const char *eo = getenv("CUDA_KV_ENC_ONLY");
+    if (eo && !strcmp(eo, "1")) nT = 0;
+    if (nT)
     printf("\n| T_kv | batch | cache | ms, one call | ms, in a graph | MB read | GB/s (graph) | %% of copy (graph) | chunk | copies |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (int ti = 0; ti < nT; ti++)
         for (int B = 1; B <= 8; B += 7)
@@ -169,31 +175,57 @@ int main(int argc, char **argv) {
 
     // encoders: one token at a time (decode) and a 4096-token prefill, batch 1, window 0
     printf("\n| encoder | prefill 4096: positions/s | decode: µs per appended token (8 KV heads, K and V) |\n|---|---|---|\n");
-    const struct { kvq_gkv_kind kind; int bits; const char *name; } enc[] = {
-        {KVQ_GKV_INT, 4, "int:4"}, {KVQ_GKV_INT, 2, "int:2"}, {KVQ_GKV_KIVI, 4, "kivi:4"}, {KVQ_GKV_KIVI, 2, "kivi:2"}};
-    for (int ei = 0; ei < 4; ei++) {
-        const int CAP = 8192, P = 4096, W = 0, WCAP = P + 64, NDEC = 256;
-        kvq_gkv_cache c = {{.kind = enc[ei].kind, .bits = enc[ei].bits, .role = 0}, {.kind = enc[ei].kind, .bits = enc[ei].bits, .role = 1}, 1, NKV, H, D, CAP,
-                           0, 0, 0, NULL, NULL, WCAP};
-        void *kd, *vd, *x;
-        TRY(kvq_cuda_malloc(&kd, NKV * kvq_gkv_region_bytes(c.k.kind, c.k.bits, D, CAP, 0), &err));
-        TRY(kvq_cuda_malloc(&vd, NKV * kvq_gkv_region_bytes(c.v.kind, c.v.bits, D, CAP, 1), &err));
+    const char *enc[] = {"int:4", "int:2", "kivi:4", "kivi:2", "turboquant:4", "turboquant:3", "turboquant:2", "qturbo:4",
+                         "turboquant-prod:4", "turboquant-prod:2", "octopus:4", "octopus:3", "octopus:2", "octopus:4:qjl", "octopus:2:qjl",
+                         "hqkv:e8:3", "hqkv:e8:3:dither", "hqkv:e8:3:rot=qjl:dither", "hqkv:z:2:dither", "hqmq:s24:r3", "hqmq:s96:r4",
+                         "hqmq:s192:r6"};
+    const int CAP = 8192, P = 4096, W = 0, WCAP = P + 64 + 32, NDEC = 256;
+    float *hx = malloc(sizeof(float) * P * NKV * D);
+    uint64_t st = 1;
+    for (size_t i = 0; i < (size_t)P * NKV * D; i++) { // roughly N(0, 1) (sum of 4 uniforms), a token's values all different
+        double a = 0;
+        for (int k = 0; k < 4; k++) st = st * 6364136223846793005ull + 1442695040888963407ull, a += (double)(st >> 11) / 9007199254740992.0;
+        hx[i] = (float)((a - 2.0) * 1.7320508);
+    }
+    void *x;
+    TRY(kvq_cuda_malloc(&x, sizeof(float) * P * NKV * D, &err));
+    TRY(kvq_cuda_copy(x, hx, sizeof(float) * P * NKV * D, 1, &err));
+    for (size_t ei = 0; ei < sizeof enc / sizeof *enc; ei++) {
+        if (only && !strstr(only, enc[ei])) continue;
+        kvq_gkv_cache c = {{.role = 0}, {.role = 1}, 1, NKV, H, D, CAP, 0, 0, 0, NULL, NULL, WCAP};
+        kvq_kvspec sp;
+        TRY(kvq_kvspec_parse(enc[ei], &sp, &err));
+        for (int r = 0; r < 2; r++) { // the codec's real tables (seeded states), as kv_codec uploads them
+            kvq_gkv_side *s = r ? &c.v : &c.k;
+            kvq_kvcodec *cs[NKV];
+            for (int h = 0; h < NKV; h++) TRY(kvq_kvcodec_new(&sp, D, r, kvq_kv_seed(7, 0, h, r), &cs[h], &err));
+            TRY(kvq_gkv_kind_of(cs[0], &s->kind, &s->bits, &err));
+            TRY(kvq_gkv_side_tables(s, (const kvq_kvcodec *const *)cs, NKV, NULL, &err));
+            for (int h = 0; h < NKV; h++) kvq_kvcodec_free(cs[h]);
+            TRY(kvq_cuda_malloc(&s->data, NKV * kvq_gkv_region_bytes(s->kind, s->bits, D, CAP, r), &err));
+        }
         TRY(kvq_cuda_malloc(&c.wk, (size_t)NKV * WCAP * D * 2, &err));
         TRY(kvq_cuda_malloc(&c.wv, (size_t)NKV * WCAP * D * 2, &err));
-        TRY(kvq_cuda_malloc(&x, sizeof(float) * P * NKV * D, &err));
-        TRY(kvq_cuda_memset(x, 0x3c, sizeof(float) * P * NKV * D, &err));
-        c.k.data = kd, c.v.data = vd;
+        TRY(kvq_gkv_append(&c, x, x, 64, W, &err)); // warm-up (the kernels' first launch loads them), then from position 0
         TRY(kvq_cuda_sync(&err));
+        c.n_tok = c.n_enc_k = c.n_enc_v = 0;
         double t0 = now();
         TRY(kvq_gkv_append(&c, x, x, P, W, &err));
         TRY(kvq_cuda_sync(&err));
         const double tp = now() - t0;
         t0 = now();
-        for (int i = 0; i < NDEC; i++) TRY(kvq_gkv_append(&c, x, x, 1, W, &err));
+        for (int i = 0; i < NDEC; i++) TRY(kvq_gkv_append(&c, (float *)x + (size_t)i * NKV * D, (float *)x + (size_t)i * NKV * D, 1, W, &err));
         TRY(kvq_cuda_sync(&err));
         const double td = (now() - t0) / NDEC;
-        printf("| %s | %.3g | %.1f |\n", enc[ei].name, P / tp, td * 1e6);
-        kvq_cuda_free(kd), kvq_cuda_free(vd), kvq_cuda_free(c.wk), kvq_cuda_free(c.wv), kvq_cuda_free(x);
+        printf("| %s | %.3g | %.1f |\n", enc[ei], P / tp, td * 1e6);
+        fflush(stdout);
+        for (int r = 0; r < 2; r++) {
+            kvq_gkv_side_free_tables(r ? &c.v : &c.k);
+            kvq_cuda_free((r ? &c.v : &c.k)->data);
+        }
+        kvq_cuda_free(c.wk), kvq_cuda_free(c.wv);
     }
+    kvq_cuda_free(x);
+    free(hx);
     return 0;
 }

@@ -1,0 +1,42 @@
+// Shared by the KV encoders (kernels/cuda/kv_attn.cu: int, KIVI, fp16; kv_enc.cu: TurboQuant,
+// qturbo, turboquant-prod keys, OCTOPUS keys): one byte of a packed row of b-bit codes in the
+// GPU layout (kv_attn.h, docs/KV.md "GPU execution layout"), and the launcher of kv_enc.cu's
+// encoders, which kvq_gkv_append calls.
+#ifndef KVQ_CUDA_KV_ENC_CUH
+#define KVQ_CUDA_KV_ENC_CUH
+
+#include <stdint.h>
+
+#include "kernels/cuda/kv_attn.h"
+
+/** Byte t of a packed row (head_dim KVQ_GKV_HEAD_DIM) from the codes c (one byte a dim,
+ *  shared memory): b/2 two-bit planes (dim i at bits 2i, 2i+1), then for odd b the one-bit
+ *  plane (dim 16j + 4n + k at bit 16j + 4k + n; kvq_gkv_bit1_pos). Threads t < row bytes write. */
+template <int B>
+__device__ __forceinline__ void kvq_gkv_write_row(uint8_t *row, const uint8_t *c, int t) {
+    constexpr int Dd = KVQ_GKV_HEAD_DIM, RB = (B / 2) * (Dd / 4) + (B & 1) * (Dd / 8);
+    if (t >= RB) return;
+    uint32_t byte = 0;
+    if (t < (B / 2) * (Dd / 4)) {
+        const int pl = t / (Dd / 4), r = t % (Dd / 4);
+#pragma unroll
+        for (int k = 0; k < 4; k++) byte |= ((uint32_t)(c[4 * r + k] >> (2 * pl)) & 3u) << (2 * k);
+    } else {
+        const int r = t - (B / 2) * (Dd / 4);
+#pragma unroll
+        for (int bb = 0; bb < 8; bb++) {
+            const int bp = 8 * r + bb, w = bp & 15, dim = (bp & ~15) + 4 * (w & 3) + (w >> 2);
+            byte |= ((uint32_t)(c[dim] >> (B > 0 ? B - 1 : 0)) & 1u) << bb;
+        }
+    }
+    row[t] = (uint8_t)byte;
+}
+
+/** Encodes positions [p0, p0 + n) of every (sequence, KV head) of side s of cache c from its
+ *  fp16 window ring (batch, n_kv, wcap, d) into the packed side: TURBO (turboquant, qturbo:
+ *  s->quat set), TPROD, OCT and OCTQ at 2-4 bits, with the side's tables (cb, signs, and quat,
+ *  mat, rho, cxi as the kind needs). Asynchronous on the library's stream. @return KVQ_OK, or
+ *  KVQ_ERR_UNSUPPORTED / KVQ_ERR_ARG (a kind without an encoder here, a missing table). */
+kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, const void *ring, int p0, int n, kvq_err *err);
+
+#endif
