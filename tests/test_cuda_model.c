@@ -537,7 +537,7 @@ static kvq_model *open_kv(const char *path, int gpu, const char *spec, int windo
 // a prompt of 80 tokens (chunks of 32: each token attends to the cache as the chunk left it),
 // then 24 decode steps, then a new sequence from position 0 — logits on the GPU against the
 // CPU's codec cache (libconv/kv/kvcache_codec.c: same encoders, bit for bit; attention in
-// another float order), within 1e-4 relative (KIVI 1e-2: below); and each codec's logits must differ from the
+// another float order), within 1e-4 relative (KIVI and the rotated codecs 1e-2: below); and each codec's logits must differ from the
 // fp32 cache's by more than the two backends differ (the codec is really in use).
 static void test_kv_codecs(void **st) {
     (void)st;
@@ -589,12 +589,14 @@ static void test_kv_codecs(void **st) {
         // boundary its code differs by one step, and every later query sees it. KIVI's keys share
         // a scale per channel over 32 tokens (one min/max moved by an fp16 ulp moves 32 codes),
         // so single flips show there: measured 3e-4..3e-3 from the position of the flip on.
-        // turboquant, qturbo, turboquant-prod, octopus, hqkv, hqmq (GPU encoders of kv_enc.cu): 1e-3,
-        // a guess (not yet measured on a device) from the same argument — a code flips where a
-        // rotated coordinate, a QJL projection, a direction score or a lattice coordinate sits at a
-        // decision boundary.
+        // turboquant, qturbo, turboquant-prod, octopus, hqkv, hqmq (GPU encoders of kv_enc.cu, byte for
+        // byte the CPU's on the same inputs: test_cuda_kv): a code flips where a rotated coordinate, a
+        // QJL projection, a direction score or a lattice coordinate sits at a decision boundary.
+        // Measured on the H100 (2026-11-26): most ≤ 6e-6; hqkv:d4:4:rot=qjl 5.7e-4/7.4e-4, octopus:3
+        // 1.4e-3/2.5e-3 (prompt/decode) where a flip happened, restart ≤ 1e-5. The limit is KIVI's,
+        // 1e-2: a single flip's size, far below the codecs' own error (ru > 10·rp below).
         const int rot = strncmp(cs[i].spec, "int", 3) && strncmp(cs[i].spec, "kivi", 4) && strcmp(cs[i].spec, "fp16");
-        const double lim = !strncmp(cs[i].spec, "kivi", 4) ? 1e-2 : rot ? 1e-3 : 1e-4;
+        const double lim = !strncmp(cs[i].spec, "kivi", 4) || rot ? 1e-2 : 1e-4;
         // the codec's own error shows, far above the backends' difference; every codec runs, then
         // the test fails if any did
         const int ok = rp <= lim && rd <= lim && rr <= lim && ru > 10 * rp && mg.kv > 0;
