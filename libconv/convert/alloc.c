@@ -746,6 +746,19 @@ static kvq_status probe_layer(kvq_calib *c, int l, probing_t *Q, int nq, int sam
     return s;
 }
 
+// Part k's weight error (q->dw), drawn when first needed from the source's weights, so that only
+// the tensors being probed hold one.
+static kvq_status want_dw(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t i, probing_t *q, kvq_err *err) {
+    if (q->dw) return KVQ_OK;
+    const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
+    float *w = malloc(sizeof(float) * (size_t)e[i].numel);
+    if (!w) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name);
+    kvq_dtype_to_f32(t->dtype, t->data, (size_t)e[i].numel, w);
+    q->dw = probe_dw(w, e[i].rows, e[i].cols, e[i].seed);
+    free(w);
+    return q->dw ? KVQ_OK : kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name);
+}
+
 // Layer l's tensors' sensitivities from its measurements M and the groups' factors (gw: o_proj and
 // down_proj, gr: the others); the progress line of each; with KVQ_ALLOC_DEBUG=1 also each one's
 // full probe, printed beside it on stderr (validation: docs/ALLOCATION.md).
@@ -803,9 +816,7 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
         if (!w) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name); break; }
         kvq_dtype_to_f32(t->dtype, t->data, (size_t)e[i].numel, w);
         e[i].output_error = kvq_calib_sensitivity(c, e[i].name, w, e[i].rows, e[i].cols, tie);
-        Q[k].dw = probe_dw(w, e[i].rows, e[i].cols, e[i].seed);
         free(w);
-        if (!Q[k].dw) s = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name);
     }
     // full probes: every tensor (KVQ_PROBE_FULL), else those outside the layers (embeddings, lm_head)
     for (size_t k = 0; k < B.np && !s; k++) {
@@ -813,7 +824,9 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
         const int emb = is_embedding(e[p->i].name), layered = !emb && Q[k].g.site != KVQ_SITE_LM_HEAD;
         if (c->kind == KVQ_PROBE_LAYER && layered) continue;
         double kld;
+        if ((s = want_dw(ck, e, p->i, &Q[k], err))) break;
         s = probe_full(c, &Q[k], emb, &kld, err);
+        free(Q[k].dw), Q[k].dw = NULL;
         if (s) { kvq_err_prefix(err, "sensitivity probe of '%s'", e[p->i].name); break; }
         p->sens = (kld > 1e-12 ? kld : 1e-12) / eps;
         if (progress) {
@@ -842,6 +855,7 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
                         s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: layer %d has more than %d rated tensors", l, MAX_TARGETS);
                         break;
                     }
+                    if ((s = want_dw(ck, e, P[k].i, &Q[k], err))) break;
                     L[nq++] = Q[k];
                 }
             if (s || !nq) continue;
@@ -852,11 +866,13 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
                 lw += log(m->kld_w / m->e_w / u), lr += log((m->kld - m->kld_w) / (m->e_all - m->e_w) / u), nsamp++;
             }
             if (pass == 1) s = layer_finish(c, e, P, L, m, gw, gr, dbg, progress, ud, &done, B.np, l, err);
+            for (int j = 0; pass == 1 && j < nq; j++) free(Q[L[j].k].dw), Q[L[j].k].dw = NULL; // one layer's at a time
         }
         if (pass == 0 && nsamp) gw = exp(lw / nsamp), gr = exp(lr / nsamp);
         for (int l = 0; pass == 0 && l < nl && !s; l++) // the sampled layers' sensitivities, now that γ is known
             if (M[l].nq && sampled_layer(l, nl))
                 s = layer_finish(c, e, P, QL + (size_t)l * MAX_TARGETS, &M[l], gw, gr, dbg, progress, ud, &done, B.np, l, err);
+        for (size_t k = 0; pass == 0 && k < B.np; k++) free(Q[k].dw), Q[k].dw = NULL;
     }
     free(M);
     free(QL);
