@@ -39,9 +39,12 @@ static void usage(FILE *fp) {
             "                           rates per tensor by measured sensitivity (docs/ALLOCATION.md)\n"
             "  --calib FILE             calibration text for --target-bpw (default: text the model samples)\n"
             "  --calib-tokens N         calibration tokens (default 512)\n"
+            "  --probe layer|full       how sensitivities are measured (= --set calib_probe=...): layer (default)\n"
+            "                           runs each tensor's error through its own layer and one probe per layer\n"
+            "                           through the model; full runs one probe per tensor through the model\n"
             "  --calib-from FILE.kvq    reuse the sensitivities an earlier --target-bpw conversion of the\n"
             "                           same source stored (no calibration pass: re-budget in seconds)\n"
-            "  --calib-limit W          the default budget's work limit, parameters x tokens run (default 1e12;\n"
+            "  --calib-limit W          the default budget's work limit, parameters x tokens run (default 2e12;\n"
             "                           0: never calibrate by default); an explicit --target-bpw has none\n"
             "  --kv SPEC                KV-cache codec the model runs with (docs/KV.md), e.g.\n"
             "                           octopus:3, hqmq:s96:r4:med3, turboquant:4, kivi:2, int:4 (= --set kv.codec)\n"
@@ -121,9 +124,10 @@ static void calib_progress(void *ud, const kvq_calib_progress *p) {
     double t = since(&c->t0);
     if (p->event == KVQ_CALIB_START) {
         clock_gettime(CLOCK_MONOTONIC, &c->t0);
-        fprintf(stderr, "kvq-convert: calibrating: %zu tokens %s%s, then %zu probes of %d tokens (%.0f parameters: "
-                        "%.2g parameter-tokens of work, ~%.0f CPU-seconds)\n", p->tokens, p->text ? "of " : "sampled from the model",
-                p->text ? p->text : "", p->count, p->probe_tokens, p->params, p->work, p->work / KVQ_CALIB_RATE);
+        fprintf(stderr, "kvq-convert: calibrating: %zu tokens %s%s, then %zu probes of %d tokens (%s probe: %.1f forwards; "
+                        "%.0f parameters: %.2g parameter-tokens of work, ~%.0f CPU-seconds)\n", p->tokens,
+                p->text ? "of " : "sampled from the model", p->text ? p->text : "", p->count, p->probe_tokens,
+                p->probe == KVQ_PROBE_FULL ? "full" : "layer", p->forwards, p->params, p->work, p->work / KVQ_CALIB_RATE);
         return;
     }
     char line[256];
@@ -220,7 +224,7 @@ int main(int argc, char **argv) {
         {"export-dtype", required_argument, 0, 'D'}, {"max-shard-size", required_argument, 0, 'M'},
         {"target-bpw", required_argument, 0, 'T'}, {"calib", required_argument, 0, 'C'},
         {"calib-tokens", required_argument, 0, 'N'}, {"calib-from", required_argument, 0, 'F'},
-        {"calib-limit", required_argument, 0, 'L'}, {0, 0, 0, 0}};
+        {"calib-limit", required_argument, 0, 'L'}, {"probe", required_argument, 0, 'P'}, {0, 0, 0, 0}};
     int c;
     opterr = 0; // errors are reported in one line below
     while ((c = getopt_long(argc, argv, "t:qhr:v", lo, NULL)) != -1) {
@@ -251,6 +255,13 @@ int main(int argc, char **argv) {
         case 'L':
             if (kvq_opt_double("kvq-convert", "--calib-limit", optarg, 0.0, 1e30, &o.calib_work_limit)) return 2;
             if (o.calib_work_limit == 0) o.calib_work_limit = 1e-300; // 0: never (a limit nothing is under)
+            break;
+        case 'P':
+            if (strcmp(optarg, "layer") && strcmp(optarg, "full")) {
+                fprintf(stderr, "kvq-convert: --probe '%s': expected layer or full\n", optarg);
+                return 2;
+            }
+            o.plan.calib_probe = 1 + (!strcmp(optarg, "full") ? KVQ_PROBE_FULL : KVQ_PROBE_LAYER);
             break;
         case 'N':
             if (kvq_opt_int("kvq-convert", "--calib-tokens", optarg, 16, 1 << 20, &o.plan.calib_tokens)) return 2;

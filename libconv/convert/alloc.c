@@ -24,18 +24,24 @@
 #define N_PROBE 256 // tokens each sensitivity probe runs
 #define PROBE_SNR_DB 20.0
 
-// A sensitivity probe: a random weight error ΔW of one tensor, Gaussian with HyperQuant's
-// error energy per tile (‖w_tile‖²/T per weight at the probe's SNR), applied to the real input:
-// δy_t = ΔW·x_t added to that tensor's output rows [r0, r0 + rows) at one site, and ΔW's row of
-// each looked-up id added to the embedding lookup (both for a tied embedding). One ΔW for every
-// token, as a stored weight error is: tokens with like inputs get like errors.
+// A sensitivity probe: random weight errors ΔW of one or more tensors (a layer's, at once, for
+// the layer probe), each Gaussian with HyperQuant's error energy per tile (‖w_tile‖²/T per weight
+// at the probe's SNR), applied to the real input: δy_t = ΔW·x_t added to the tensor's output rows
+// [r0, r0 + rows) at its site, and the embedding's ΔW row of each looked-up id added to the
+// lookup (both for a tied embedding). One ΔW for every token, as a stored weight error is: tokens
+// with like inputs get like errors.
+#define MAX_TARGETS 8
 typedef struct {
-    int layer, site;          // site -1: none
+    int layer, site;          // site KVQ_SITE_LM_HEAD: layer -1
     int r0, rows, cols;
     float *dw;                // (rows, cols) the weight error
     float *x;                 // (max_batch, max cols): the current chunk's input to the target
-    int embed;                // also perturb the embedding lookup (tied or embed_tokens)
-    int head;                 // also / only the lm_head product
+} target_t;
+
+typedef struct {
+    target_t tg[MAX_TARGETS];
+    int n;
+    const float *emb_dw;      // (vocab, d): the embedding's error on lookups, or NULL
     const int32_t *ids;       // the chunk's token ids (embedding lookup)
 } probe_t;
 
@@ -52,7 +58,10 @@ struct kvq_calib {
     int n_probe;
     float *ref;               // (n_probe, vocab) the source's log-probabilities
     float *logits;            // (n_probe, vocab) scratch
+    float *H;                 // (n_layers + 1, n_probe, d): the source's residual stream before each layer
+    float *h;                 // (n_probe, d) scratch: a probed residual stream
     int stats;                // 1: the statistics pass (observe accumulates)
+    kvq_probe_kind kind;      // how kvq_alloc_apply measures (alloc.h)
     probe_t pr;
 };
 
@@ -64,7 +73,9 @@ void kvq_calib_free(kvq_calib *c) {
     free(c->probe_ids);
     free(c->ref);
     free(c->logits);
-    free(c->pr.x);
+    free(c->H);
+    free(c->h);
+    for (int i = 0; i < MAX_TARGETS; i++) free(c->pr.tg[i].x);
     free(c);
 }
 
@@ -73,10 +84,13 @@ size_t kvq_calib_tokens(const kvq_calib *c) { return c->n_tokens; }
 static void observe(void *ud, int layer, kvq_model_site site, const float *x, int T, int cols) {
     kvq_calib *c = ud;
     if ((int)site < 0 || site >= N_SITES || cols != c->cols[site]) return;
-    if (!c->stats) { // a probe: keep the target's input for perturb
+    if (!c->stats) { // a probe: keep the targets' inputs for perturb
         probe_t *p = &c->pr;
-        if (p->site != (int)site || (site != KVQ_SITE_LM_HEAD && p->layer != layer) || cols != p->cols) return;
-        memcpy(p->x, x, sizeof(float) * (size_t)T * cols);
+        for (int i = 0; i < p->n; i++) {
+            target_t *g = &p->tg[i];
+            if (g->site == (int)site && (site == KVQ_SITE_LM_HEAD || g->layer == layer) && cols == g->cols)
+                memcpy(g->x, x, sizeof(float) * (size_t)T * cols);
+        }
         return;
     }
     double *m = c->m[site] + (size_t)(site == KVQ_SITE_LM_HEAD ? 0 : layer) * cols;
@@ -98,24 +112,27 @@ static void perturb(void *ud, int layer, kvq_model_site site, float *y, int T, i
     probe_t *p = &c->pr;
     if (c->stats) return;
     if (site == KVQ_SITE_EMBED) { // the looked-up row's own error
-        if (!p->embed) return;
+        if (!p->emb_dw) return;
         for (int t = 0; t < T; t++) {
-            const float *dw = p->dw + (size_t)p->ids[t] * p->cols;
+            const float *dw = p->emb_dw + (size_t)p->ids[t] * rows;
             for (int j = 0; j < rows; j++) y[(size_t)t * rows + j] += dw[j];
         }
         return;
     }
-    if ((int)site != p->site || (site != KVQ_SITE_LM_HEAD && layer != p->layer) || (site == KVQ_SITE_LM_HEAD && !p->head)) return;
-    const int nr = p->rows, nc = p->cols, r0 = p->r0;
-    const float *x = p->x, *dw = p->dw;
+    for (int i = 0; i < p->n; i++) {
+        const target_t *g = &p->tg[i];
+        if (g->site != (int)site || (site != KVQ_SITE_LM_HEAD && layer != g->layer)) continue;
+        const int nr = g->rows, nc = g->cols, r0 = g->r0;
+        const float *x = g->x, *dw = g->dw;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < nr; r++) {
-        const float *w = dw + (size_t)r * nc;
-        for (int t = 0; t < T; t++) {
-            const float *xt = x + (size_t)t * nc;
-            float acc = 0.0f;
-            for (int j = 0; j < nc; j++) acc += w[j] * xt[j];
-            y[(size_t)t * rows + r0 + r] += acc;
+        for (int r = 0; r < nr; r++) {
+            const float *w = dw + (size_t)r * nc;
+            for (int t = 0; t < T; t++) {
+                const float *xt = x + (size_t)t * nc;
+                float acc = 0.0f;
+                for (int j = 0; j < nc; j++) acc += w[j] * xt[j];
+                y[(size_t)t * rows + r0 + r] += acc;
+            }
         }
     }
 }
@@ -142,15 +159,32 @@ static kvq_status read_text(const char *path, size_t cap, char **out, size_t *n,
     return KVQ_OK;
 }
 
-// Forward of the probe tokens (one window from position 0) into c->logits, as log-probabilities.
-static kvq_status probe_forward(kvq_calib *c, kvq_err *err) {
+// The probe tokens (one window from position 0) through layers [l0, l1): entering with the
+// residual stream h_in (n_probe, d) before layer l0, or with the tokens' embeddings (h_in NULL,
+// l0 = 0); the stream after layer l1 − 1 into h_out (may be NULL) and, when l1 is the last layer,
+// the log-probabilities into c->logits. The same chunks as a whole forward, so the same numbers.
+static kvq_status probe_run(kvq_calib *c, const float *h_in, int l0, int l1, float *h_out, kvq_err *err) {
     kvq_status s = KVQ_OK;
+    const int L = c->n_layers;
     for (int c0 = 0; c0 < c->n_probe && !s; c0 += c->max_batch) {
         int cn = c->n_probe - c0 < c->max_batch ? c->n_probe - c0 : c->max_batch;
         c->pr.ids = c->probe_ids + c0;
-        s = kvq_model_forward(c->model, c->probe_ids + c0, cn, c0, c->logits + (size_t)c0 * c->vocab, 1, err);
+        s = kvq_model_forward_layers(c->model, c->probe_ids + c0, h_in ? h_in + (size_t)c0 * c->d : NULL, l0, l1, cn, c0,
+                                     h_out ? h_out + (size_t)c0 * c->d : NULL,
+                                     l1 == L ? c->logits + (size_t)c0 * c->vocab : NULL, err);
     }
-    if (!s) kvq_log_softmax_rows(c->logits, c->n_probe, c->vocab);
+    if (!s && l1 == L) kvq_log_softmax_rows(c->logits, c->n_probe, c->vocab);
+    return s;
+}
+
+// The source's residual stream before every layer and after the last (c->H), and its
+// log-probabilities (c->ref), on the probe tokens.
+static kvq_status probe_reference(kvq_calib *c, kvq_err *err) {
+    const size_t hs = (size_t)c->n_probe * c->d;
+    kvq_status s = probe_run(c, NULL, 0, 0, c->H, err);
+    for (int l = 0; l < c->n_layers && !s; l++) s = probe_run(c, c->H + l * hs, l, l + 1, c->H + (l + 1) * hs, err);
+    if (!s) s = probe_run(c, c->H + (size_t)c->n_layers * hs, c->n_layers, c->n_layers, NULL, err);
+    if (!s) memcpy(c->ref, c->logits, sizeof(float) * (size_t)c->n_probe * c->vocab);
     return s;
 }
 
@@ -167,7 +201,6 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
     kvq_calib *c = calloc(1, sizeof *c);
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     c->stats = 1;
-    c->pr.site = -1;
     kvq_model_opts mo = kvq_model_opts_default();
     mo.n_threads = n_threads;
     mo.observe = observe;
@@ -236,15 +269,17 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
     // the probes' tokens and the source's log-probabilities on them
     c->stats = 0;
     if ((size_t)c->n_probe > n_ids) c->n_probe = (int)n_ids;
-    if (!(c->probe_ids = malloc(sizeof(int32_t) * c->n_probe)) || !(c->ref = malloc(sizeof(float) * (size_t)c->n_probe * c->vocab)) ||
-        !(c->pr.x = malloc(sizeof(float) * (size_t)c->max_batch * (size_t)(c->d > c->ffn ? (c->d > c->q_dim ? c->d : c->q_dim)
-                                                                                           : (c->ffn > c->q_dim ? c->ffn : c->q_dim))))) {
+    const int maxc = c->d > c->ffn ? (c->d > c->q_dim ? c->d : c->q_dim) : (c->ffn > c->q_dim ? c->ffn : c->q_dim);
+    int ok = (c->probe_ids = malloc(sizeof(int32_t) * c->n_probe)) && (c->ref = malloc(sizeof(float) * (size_t)c->n_probe * c->vocab)) &&
+             (c->H = malloc(sizeof(float) * (size_t)(c->n_layers + 1) * c->n_probe * c->d)) &&
+             (c->h = malloc(sizeof(float) * (size_t)c->n_probe * c->d));
+    for (int i = 0; i < MAX_TARGETS && ok; i++) ok = (c->pr.tg[i].x = malloc(sizeof(float) * (size_t)c->max_batch * maxc)) != NULL;
+    if (!ok) {
         s = kvq_err_set(err, KVQ_ERR_NOMEM, "calibration: out of memory");
         goto done;
     }
     memcpy(c->probe_ids, ids, sizeof(int32_t) * c->n_probe);
-    if ((s = probe_forward(c, err))) goto done;
-    memcpy(c->ref, c->logits, sizeof(float) * (size_t)c->n_probe * c->vocab);
+    if ((s = probe_reference(c, err))) goto done;
 done:
     kvq_sampler_free(smp);
     free(text);
@@ -351,31 +386,16 @@ static int locate(const kvq_calib *c, const char *name, int64_t rows, int *layer
     return want == rows ? site : -1;
 }
 
-/** Measured sensitivity: the mean KL divergence (nats per token, source ‖ probed) over the
- *  probe tokens when tensor name's weights carry a random error shaped as its HyperQuant error
- *  (Gaussian, per row and tile the tile's weight energy per weight) at PROBE_SNR_DB, applied to
- *  the real inputs (probe_t), divided by that SNR's 10^(-SNR/10): KLD at SNR s ≈ this · 10^(-s/10). */
-static kvq_status probe_tensor(kvq_calib *c, const char *name, const float *w, int64_t rows, int64_t cols, int tied,
-                               uint64_t seed, double *out, kvq_err *err) {
-    *out = NAN;
-    probe_t *p = &c->pr;
-    float *xkeep = p->x;
-    memset(p, 0, sizeof *p);
-    p->x = xkeep;
-    p->site = -1;
-    int layer = -1, r0 = 0, site;
-    if (is_embedding(name)) {
-        if (rows != c->vocab || cols != c->d) return KVQ_OK;
-        site = tied ? KVQ_SITE_LM_HEAD : -2;
-    } else if ((site = locate(c, name, rows, &layer, &r0)) < 0 || cols != c->cols[site])
-        return KVQ_OK;
+// HyperQuant's error shape for w (rows, cols) at the probe's SNR: Gaussian, each weight of a tile
+// with variance ε · ‖w_tile‖²/T, each row from its own stream (the same ΔW for any thread count).
+static float *probe_dw(const float *w, int64_t rows, int64_t cols, uint64_t seed) {
     int64_t cols_p;
     const int T = kvq_hq_tile_for(cols, 128, &cols_p);
     const double eps = pow(10.0, -PROBE_SNR_DB / 10.0);
     float *dw = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
-    if (!dw) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
+    if (!dw) return NULL;
 #pragma omp parallel for
-    for (int64_t r = 0; r < rows; r++) { // each row its own stream: the same ΔW for any thread count
+    for (int64_t r = 0; r < rows; r++) {
         uint64_t rng = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(r + 1));
         for (int64_t j0 = 0; j0 < cols; j0 += T) {
             int64_t j1 = j0 + T < cols ? j0 + T : cols;
@@ -385,14 +405,28 @@ static kvq_status probe_tensor(kvq_calib *c, const char *name, const float *w, i
             for (int64_t j = j0; j < j1; j++) dw[r * cols + j] = (float)(sd * gauss(&rng));
         }
     }
-    p->site = site, p->layer = layer, p->r0 = r0, p->rows = (int)rows, p->cols = (int)cols;
-    p->embed = is_embedding(name);
-    p->head = site == KVQ_SITE_LM_HEAD;
-    p->dw = dw;
-    kvq_status s = probe_forward(c, err);
-    p->site = -1, p->embed = 0, p->dw = NULL;
-    free(dw);
-    if (s) { kvq_err_prefix(err, "sensitivity probe of '%s'", name); return s; }
+    return dw;
+}
+
+// Where tensor `name` enters the forward: *l0 the first layer a probe must run (n_layers: only the
+// lm_head; 0 for an embedding, whose probe starts at the lookup); target g (site -1: no product,
+// an untied embedding's lookup only). -1 when the runtime has no product for it.
+static int probe_target(const kvq_calib *c, const char *name, int64_t rows, int64_t cols, int tied, target_t *g, int *l0) {
+    int layer = -1, r0 = 0, site;
+    if (is_embedding(name)) {
+        if (rows != c->vocab || cols != c->d) return -1;
+        site = tied ? KVQ_SITE_LM_HEAD : -1;
+        *l0 = 0;
+    } else {
+        if ((site = locate(c, name, rows, &layer, &r0)) < 0 || cols != c->cols[site]) return -1;
+        *l0 = site == KVQ_SITE_LM_HEAD ? c->n_layers : layer;
+    }
+    g->site = site, g->layer = site == KVQ_SITE_LM_HEAD ? -1 : layer, g->r0 = r0, g->rows = (int)rows, g->cols = (int)cols;
+    return 0;
+}
+
+// Mean KL divergence (nats per token, source ‖ probed) of c->logits against c->ref.
+static double probe_kld(const kvq_calib *c) {
     double kld = 0.0;
     for (int t = 0; t < c->n_probe; t++) {
         const float *a = c->ref + (size_t)t * c->vocab, *b = c->logits + (size_t)t * c->vocab;
@@ -400,10 +434,39 @@ static kvq_status probe_tensor(kvq_calib *c, const char *name, const float *w, i
         for (int v = 0; v < c->vocab; v++) k += exp((double)a[v]) * ((double)a[v] - (double)b[v]);
         kld += k;
     }
-    kld /= c->n_probe;
-    *out = (kld > 1e-12 ? kld : 1e-12) / eps;
-    return KVQ_OK;
+    return kld / c->n_probe;
 }
+
+// The probed residual stream c->h after layer l − 1 against the source's: the mean over tokens of
+// ‖δh_t‖² / ‖h_t‖² (rel), and of ‖δh_t‖² (abs).
+static void probe_resid_err(const kvq_calib *c, int l, double *rel, double *abs_) {
+    const float *H = c->H + (size_t)l * c->n_probe * c->d;
+    double r = 0.0, a = 0.0;
+    for (int t = 0; t < c->n_probe; t++) {
+        double e = 0.0, h2 = 0.0;
+        for (int j = 0; j < c->d; j++) {
+            double dv = (double)c->h[(size_t)t * c->d + j] - H[(size_t)t * c->d + j];
+            e += dv * dv, h2 += (double)H[(size_t)t * c->d + j] * H[(size_t)t * c->d + j];
+        }
+        a += e, r += e / (h2 > 1e-30 ? h2 : 1e-30);
+    }
+    *rel = r / c->n_probe, *abs_ = a / c->n_probe;
+}
+
+// Points the probe at targets g[0..n) with errors dw[0..n) (emb_dw: the embedding's, or NULL).
+static void probe_set(kvq_calib *c, const target_t *g, float *const *dw, int n, const float *emb_dw) {
+    probe_t *p = &c->pr;
+    p->n = 0;
+    for (int i = 0; i < n; i++) {
+        if (g[i].site < 0) continue;
+        target_t *t = &p->tg[p->n++];
+        t->site = g[i].site, t->layer = g[i].layer, t->r0 = g[i].r0, t->rows = g[i].rows, t->cols = g[i].cols;
+        t->dw = dw[i];
+    }
+    p->emb_dw = emb_dw;
+}
+
+static void probe_clear(kvq_calib *c) { c->pr.n = 0, c->pr.emb_dw = NULL; }
 
 // ---- allocation --------------------------------------------------------------------
 
@@ -470,19 +533,55 @@ static int takes_part(const kvq_tensor *t, const kvq_plan_entry *e) {
     return t->ndim >= 2 && e->numel > 0 && (!strcmp(e->why, "weights") || !strcmp(e->why, "built-in: embedding"));
 }
 
-void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_alloc_work_t *w) {
+// The layers whose probe also measures the direct writers' share (up to four, evenly spaced).
+static int sampled_layer(int l, int nl) { return nl <= 4 || l == 0 || l == nl - 1 || l == (nl - 1) / 3 || l == 2 * (nl - 1) / 3; }
+
+void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_probe_kind kind,
+                    kvq_alloc_work_t *w) {
     memset(w, 0, sizeof *w);
+    const int L = kvq_ckpt_arch(ck)->n_layers > 0 ? kvq_ckpt_arch(ck)->n_layers : 0;
+    double *P = calloc((size_t)L + 1, sizeof *P); // parameters per layer; P[L]: the lm_head's
+    int *nq = calloc((size_t)L + 1, sizeof *nq);  // rated tensors per layer
+    if (!P || !nq) { free(P), free(nq); return; }
+    int tied = 1;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(e[i].name, "lm_head.weight")) tied = 0;
+    double emb = 0.0;
     for (size_t i = 0; i < n; i++) {
         w->params += (double)e[i].numel;
-        if (takes_part(kvq_ckpt_tensor(ck, i), &e[i])) w->n_probes++;
+        int l;
+        if (sscanf(e[i].name, "model.layers.%d.", &l) == 1 && l >= 0 && l < L) P[l] += (double)e[i].numel;
+        else if (!strcmp(e[i].name, "lm_head.weight")) P[L] += (double)e[i].numel;
+        else if (is_embedding(e[i].name)) emb = (double)e[i].numel;
     }
+    if (tied) P[L] += emb;
     // kvq_calib_run's windows: the model's context (kvq_model_open's default), at most 512
     const int mpe = kvq_ckpt_arch(ck)->max_position_embeddings;
     int ctx = mpe > 0 && mpe < 4096 ? mpe : 4096;
     ctx = ctx < 512 ? ctx : 512;
     int pt = ctx < N_PROBE ? ctx : N_PROBE;
     w->probe_tokens = pt < n_tokens ? pt : n_tokens;
-    w->work = w->params * ((double)n_tokens + (double)w->n_probes * w->probe_tokens);
+    double fwd = 0.0, probes = 0.0; // parameters a probe token runs through: all of them, summed over probes
+    for (int l = 0; l <= L; l++) fwd += P[l];
+    for (size_t i = 0; i < n; i++) {
+        if (!takes_part(kvq_ckpt_tensor(ck, i), &e[i])) continue;
+        w->n_probes++;
+        int l = -1, site = is_embedding(e[i].name) ? -1 : site_of(e[i].name, &l);
+        if (site == KVQ_SITE_LM_HEAD) l = L;
+        else if (l < 0 || l >= L) l = 0; // an embedding: from the lookup
+        if (kind == KVQ_PROBE_LAYER && l < L && !is_embedding(e[i].name)) { nq[l]++; continue; }
+        for (int j = l; j <= L; j++) probes += P[j];
+    }
+    for (int l = 0; l < L; l++) { // each tensor through its layer, then the layer's errors through the rest
+        if (!nq[l]) continue;
+        probes += nq[l] * P[l];
+        for (int j = l; j <= L; j++) probes += P[j] * (sampled_layer(l, L) && nq[l] > 1 ? 2 : 1);
+    }
+    w->forwards = fwd > 0 ? probes / fwd : 0.0;
+    // the statistics pass, the probes' reference (one forward), the probes
+    w->work = w->params * (double)n_tokens + (fwd + probes) * w->probe_tokens;
+    free(P);
+    free(nq);
 }
 
 static kvq_status budget_parts(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw,
@@ -576,32 +675,209 @@ kvq_status kvq_alloc_apply_from(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry
     return solve(pl, e, &B, s, target_bpw, err);
 }
 
+void kvq_calib_set_probe(kvq_calib *c, kvq_probe_kind kind) { c->kind = kind; }
+
+// One rated tensor's probe material: its weight error and target.
+typedef struct {
+    size_t k;        // index in the parts
+    float *dw;
+    target_t g;
+    int l0;          // first layer its probe runs (probe_target)
+} probing_t;
+
+// Full probe of q: its error alone, from the layer it enters to the logits (KLD per token).
+static kvq_status probe_full(kvq_calib *c, const probing_t *q, int is_emb, double *kld, kvq_err *err) {
+    const size_t hs = (size_t)c->n_probe * c->d;
+    probe_set(c, &q->g, &q->dw, 1, is_emb ? q->dw : NULL);
+    kvq_status s = probe_run(c, is_emb ? NULL : c->H + (size_t)q->l0 * hs, q->l0, c->n_layers, NULL, err);
+    probe_clear(c);
+    *kld = s ? NAN : probe_kld(c);
+    return s;
+}
+
+// Whether a tensor writes the residual stream directly (o_proj, down_proj: its error lands there
+// as it is) rather than through another product of its layer (q/k/v, gate/up).
+static int writes_residual(const target_t *g) { return g->site == KVQ_SITE_O || g->site == KVQ_SITE_DOWN; }
+
+// One layer's measurements (probe_layer).
+typedef struct {
+    int nq;
+    double e[MAX_TARGETS];     // each tensor's error alone: the residual stream's relative error after the layer
+    double e_abs[MAX_TARGETS]; // the same, absolute (‖δh‖² per token; for the debug lines)
+    double kld, e_all;         // all of them at once: KLD at the logits, relative error after the layer
+    int sampled;               // the direct writers' share measured too:
+    double kld_w, e_w;         // o_proj and down_proj at once
+} layer_meas;
+
+// The layer probe of layer l's rated tensors Q[0..nq): each one's error alone through layer l only
+// (the residual stream's relative error e_i after it: one layer of work each), then all of them at
+// once through the rest of the model (KLD_l, and e_l after layer l); with `sample`, also the direct
+// writers (o_proj, down_proj) at once through the rest (KLD_w, e_w). docs/ALLOCATION.md, "The
+// layer probe".
+static kvq_status probe_layer(kvq_calib *c, int l, probing_t *Q, int nq, int sample, layer_meas *M, kvq_err *err) {
+    const size_t hs = (size_t)c->n_probe * c->d;
+    kvq_status s = KVQ_OK;
+    memset(M, 0, sizeof *M);
+    M->nq = nq;
+    for (int i = 0; i < nq && !s; i++) {
+        probe_set(c, &Q[i].g, &Q[i].dw, 1, NULL);
+        s = probe_run(c, c->H + (size_t)l * hs, l, l + 1, c->h, err);
+        if (!s) probe_resid_err(c, l + 1, &M->e[i], &M->e_abs[i]);
+    }
+    for (int pass = 0; pass < (sample ? 2 : 1) && !s; pass++) { // 0: all of them; 1: the direct writers
+        target_t g[MAX_TARGETS];
+        float *dw[MAX_TARGETS];
+        int ng = 0;
+        for (int i = 0; i < nq; i++)
+            if (pass == 0 || writes_residual(&Q[i].g)) g[ng] = Q[i].g, dw[ng++] = Q[i].dw;
+        if (pass == 1 && (!ng || ng == nq)) break; // one group only: nothing to split
+        probe_set(c, g, dw, ng, NULL);
+        double e, ea;
+        s = probe_run(c, c->H + (size_t)l * hs, l, l + 1, c->h, err);
+        if (!s) probe_resid_err(c, l + 1, &e, &ea);
+        probe_clear(c);
+        if (!s) s = probe_run(c, c->h, l + 1, c->n_layers, NULL, err);
+        if (s) break;
+        double k = probe_kld(c);
+        if (pass == 0) M->kld = k, M->e_all = e;
+        else M->kld_w = k, M->e_w = e, M->sampled = 1;
+    }
+    probe_clear(c);
+    return s;
+}
+
+// Part k's weight error (q->dw), drawn when first needed from the source's weights, so that only
+// the tensors being probed hold one.
+static kvq_status want_dw(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t i, probing_t *q, kvq_err *err) {
+    if (q->dw) return KVQ_OK;
+    const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
+    float *w = malloc(sizeof(float) * (size_t)e[i].numel);
+    if (!w) return kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name);
+    kvq_dtype_to_f32(t->dtype, t->data, (size_t)e[i].numel, w);
+    q->dw = probe_dw(w, e[i].rows, e[i].cols, e[i].seed);
+    free(w);
+    return q->dw ? KVQ_OK : kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name);
+}
+
+// Layer l's tensors' sensitivities from its measurements M and the groups' factors (gw: o_proj and
+// down_proj, gr: the others); the progress line of each; with KVQ_ALLOC_DEBUG=1 also each one's
+// full probe, printed beside it on stderr (validation: docs/ALLOCATION.md).
+static kvq_status layer_finish(kvq_calib *c, const kvq_plan_entry *e, part_t *P, const probing_t *L, const layer_meas *m,
+                               double gw, double gr, const char *dbg, kvq_calib_progress_fn progress, void *ud,
+                               size_t *done, size_t count, int l, kvq_err *err) {
+    const double eps = pow(10.0, -PROBE_SNR_DB / 10.0);
+    for (int j = 0; j < m->nq; j++) {
+        part_t *p = &P[L[j].k];
+        const double k = m->kld > 1e-12 ? m->kld : 1e-12;
+        const double v = m->e_all > 0 ? k * (writes_residual(&L[j].g) ? gw : gr) * m->e[j] / m->e_all : 0.0;
+        p->sens = (v > 1e-12 ? v : 1e-12) / eps;
+        if (dbg && *dbg == '1') {
+            double kf;
+            kvq_status s = probe_full(c, &L[j], 0, &kf, err);
+            if (s) return s;
+            fprintf(stderr, "probe-debug %s layer %d full %.6g layer %.6g e_rel %.6g e_abs %.6g kld_l %.6g e_l %.6g "
+                    "kld_w %.6g e_w %.6g gw %.4g gr %.4g\n", e[p->i].name, l, (kf > 1e-12 ? kf : 1e-12) / eps, p->sens,
+                    m->e[j], m->e_abs[j], m->kld, m->e_all, m->kld_w, m->e_w, gw, gr);
+        }
+        if (progress) {
+            kvq_calib_progress pg = {.event = KVQ_CALIB_PROBE, .index = (*done)++, .count = count, .name = e[p->i].name,
+                                     .sensitivity = p->sens};
+            progress(ud, &pg);
+        }
+    }
+    return KVQ_OK;
+}
+
 kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, kvq_calib *c,
                            double target_bpw, int n_threads, kvq_calib_progress_fn progress, void *ud, kvq_err *err) {
     budget_t B;
     kvq_status s = budget_parts(pl, ck, e, n, target_bpw, &B, err);
     part_t *P = B.P;
-    for (size_t k = 0; k < B.np && !s; k++) { // the probes
+    const double eps = pow(10.0, -PROBE_SNR_DB / 10.0);
+    const char *dbg = getenv("KVQ_ALLOC_DEBUG"); // 1: the layer probe also runs every full probe and prints both
+    probing_t *Q = s ? NULL : calloc(B.np ? B.np : 1, sizeof *Q);
+    if (!s && !Q) s = kvq_err_set(err, KVQ_ERR_NOMEM, "allocation: out of memory");
+    size_t done = 0;
+    // every part's weight error and target; a tensor the runtime has no product for is refused
+    for (size_t k = 0; k < B.np && !s; k++) {
         part_t *p = &P[k];
         size_t i = p->i;
         const kvq_tensor *t = kvq_ckpt_tensor(ck, i);
-        float *w = malloc(sizeof(float) * (size_t)e[i].numel);
-        if (!w) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name); break; }
-        kvq_dtype_to_f32(t->dtype, t->data, (size_t)e[i].numel, w);
         int tie = B.tied && is_embedding(e[i].name);
-        e[i].output_error = kvq_calib_sensitivity(c, e[i].name, w, e[i].rows, e[i].cols, tie);
-        s = probe_tensor(c, e[i].name, w, e[i].rows, e[i].cols, tie, e[i].seed, &p->sens, err);
-        free(w);
-        if (!s && !isfinite(p->sens))
+        Q[k].k = k;
+        if (probe_target(c, e[i].name, e[i].rows, e[i].cols, tie, &Q[k].g, &Q[k].l0) ||
+            (!is_embedding(e[i].name) && Q[k].g.site != KVQ_SITE_LM_HEAD && (Q[k].l0 < 0 || Q[k].l0 >= c->n_layers))) {
             s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: tensor '%s' (%" PRId64 " x %" PRId64 ") is no product the "
                             "calibration pass runs, so it has no measured sensitivity: give it a rule or --keep it",
                             e[i].name, e[i].rows, e[i].cols);
-        if (!s && progress) {
-            kvq_calib_progress pg = {.event = KVQ_CALIB_PROBE, .index = k, .count = B.np, .name = e[i].name,
+            break;
+        }
+        float *w = malloc(sizeof(float) * (size_t)e[i].numel);
+        if (!w) { s = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", e[i].name); break; }
+        kvq_dtype_to_f32(t->dtype, t->data, (size_t)e[i].numel, w);
+        e[i].output_error = kvq_calib_sensitivity(c, e[i].name, w, e[i].rows, e[i].cols, tie);
+        free(w);
+    }
+    // full probes: every tensor (KVQ_PROBE_FULL), else those outside the layers (embeddings, lm_head)
+    for (size_t k = 0; k < B.np && !s; k++) {
+        part_t *p = &P[k];
+        const int emb = is_embedding(e[p->i].name), layered = !emb && Q[k].g.site != KVQ_SITE_LM_HEAD;
+        if (c->kind == KVQ_PROBE_LAYER && layered) continue;
+        double kld;
+        if ((s = want_dw(ck, e, p->i, &Q[k], err))) break;
+        s = probe_full(c, &Q[k], emb, &kld, err);
+        free(Q[k].dw), Q[k].dw = NULL;
+        if (s) { kvq_err_prefix(err, "sensitivity probe of '%s'", e[p->i].name); break; }
+        p->sens = (kld > 1e-12 ? kld : 1e-12) / eps;
+        if (progress) {
+            kvq_calib_progress pg = {.event = KVQ_CALIB_PROBE, .index = done++, .count = B.np, .name = e[p->i].name,
                                      .sensitivity = p->sens};
             progress(ud, &pg);
         }
     }
+    // layer probes: the layers that also measure the direct writers' share first (up to four, evenly
+    // spaced), then the rest; sensitivity_i = KLD_l · γ_group · e_i / e_l / ε
+    const int nl = c->n_layers;
+    layer_meas *M = s ? NULL : calloc(nl > 0 ? nl : 1, sizeof *M);
+    probing_t *QL = s ? NULL : calloc((size_t)(nl > 0 ? nl : 1) * MAX_TARGETS, sizeof *QL);
+    if (!s && (!M || !QL)) s = kvq_err_set(err, KVQ_ERR_NOMEM, "allocation: out of memory");
+    double lw = 0.0, lr = 0.0, gw = 1.0, gr = 1.0; // Σ log of the direct writers' / the others' cost per unit error
+    int nsamp = 0;
+    for (int pass = 0; pass < 2 && !s && c->kind == KVQ_PROBE_LAYER; pass++) {
+        for (int l = 0; l < nl && !s; l++) {
+            const int sample = sampled_layer(l, nl);
+            if (sample != (pass == 0)) continue;
+            probing_t *L = QL + (size_t)l * MAX_TARGETS;
+            int nq = 0;
+            for (size_t k = 0; k < B.np; k++)
+                if (!is_embedding(e[P[k].i].name) && Q[k].g.site != KVQ_SITE_LM_HEAD && Q[k].l0 == l) {
+                    if (nq == MAX_TARGETS) {
+                        s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: layer %d has more than %d rated tensors", l, MAX_TARGETS);
+                        break;
+                    }
+                    if ((s = want_dw(ck, e, P[k].i, &Q[k], err))) break;
+                    L[nq++] = Q[k];
+                }
+            if (s || !nq) continue;
+            if ((s = probe_layer(c, l, L, nq, sample, &M[l], err))) { kvq_err_prefix(err, "layer probe of layer %d", l); break; }
+            const layer_meas *m = &M[l];
+            if (m->sampled && m->kld > m->kld_w && m->e_all > m->e_w && m->kld_w > 0 && m->e_w > 0) {
+                const double u = m->kld / m->e_all;
+                lw += log(m->kld_w / m->e_w / u), lr += log((m->kld - m->kld_w) / (m->e_all - m->e_w) / u), nsamp++;
+            }
+            if (pass == 1) s = layer_finish(c, e, P, L, m, gw, gr, dbg, progress, ud, &done, B.np, l, err);
+            for (int j = 0; pass == 1 && j < nq; j++) free(Q[L[j].k].dw), Q[L[j].k].dw = NULL; // one layer's at a time
+        }
+        if (pass == 0 && nsamp) gw = exp(lw / nsamp), gr = exp(lr / nsamp);
+        for (int l = 0; pass == 0 && l < nl && !s; l++) // the sampled layers' sensitivities, now that γ is known
+            if (M[l].nq && sampled_layer(l, nl))
+                s = layer_finish(c, e, P, QL + (size_t)l * MAX_TARGETS, &M[l], gw, gr, dbg, progress, ud, &done, B.np, l, err);
+        for (size_t k = 0; pass == 0 && k < B.np; k++) free(Q[k].dw), Q[k].dw = NULL;
+    }
+    free(M);
+    free(QL);
+    for (size_t k = 0; Q && k < B.np; k++) free(Q[k].dw);
+    free(Q);
     (void)n_threads;
     return solve(pl, e, &B, s, target_bpw, err);
 }

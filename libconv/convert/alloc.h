@@ -26,6 +26,11 @@ void kvq_calib_free(kvq_calib *c); // NULL is a no-op
 /** Tokens the pass saw. */
 size_t kvq_calib_tokens(const kvq_calib *c);
 
+/** How kvq_alloc_apply measures sensitivities (docs/ALLOCATION.md): KVQ_PROBE_LAYER (the default)
+ *  runs each tensor's error through its own layer only and one probe of all of a layer's tensors
+ *  through the rest of the model; KVQ_PROBE_FULL one probe per tensor from its layer to the logits. */
+void kvq_calib_set_probe(kvq_calib *c, kvq_probe_kind kind);
+
 /** Sensitivity of tensor `name`, values w (rows, cols) float32: the output-error energy per
  *  token that HyperQuant's error at 0 dB would add (the error at SNR s is this · 10^(-s/10)).
  *  A linear layer's error ΔW is white within each RHT tile with energy ∝ the tile's, so
@@ -51,16 +56,20 @@ kvq_status kvq_alloc_apply(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, s
                            double target_bpw, int n_threads, kvq_calib_progress_fn progress, void *ud, kvq_err *err);
 
 /** What a budget's calibration would cost, known before it runs: the tensors it would probe, the
- *  tokens each probe runs (the calibration's first min(256, context, n_tokens)), and the work
- *  params × (n_tokens + n_probes × probe_tokens) in parameter-tokens — the statistics pass runs
- *  n_tokens through the whole model and each probe runs probe_tokens through it again. */
+ *  tokens each probe runs (the calibration's first min(256, context, n_tokens)), the probes' work
+ *  in full forwards of those tokens (KVQ_PROBE_FULL: one per tensor from its layer on; _LAYER:
+ *  one layer per tensor plus one forward per layer from that layer on), and the work in
+ *  parameter-tokens: params × n_tokens for the statistics pass, plus the parameters each probe
+ *  token runs through (the reference forward and the probes). */
 typedef struct {
     double params;
     size_t n_probes;
     int probe_tokens;
+    double forwards;
     double work;
 } kvq_alloc_work_t;
-void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_alloc_work_t *w);
+void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_probe_kind kind,
+                    kvq_alloc_work_t *w);
 
 /** The budget met without calibration: every tensor taking part gets the same HyperQuant rate,
  *  (target_bpw · parameters − what the rest stores) / its weights, embeddings included (the

@@ -279,7 +279,7 @@ static kvq_status budget(const char *src, const kvq_convert_opts *o, setup_t *S,
     if (s) return s;
     if (b->calib_from) return kvq_alloc_apply_from(S->plan, S->ck, S->e, S->n, b->calib_from, b->target_bpw, err);
     kvq_alloc_work_t W;
-    kvq_alloc_work(S->ck, S->e, S->n, b->calib_tokens, &W);
+    kvq_alloc_work(S->ck, S->e, S->n, b->calib_tokens, b->calib_probe, &W);
     const double limit = o->calib_work_limit > 0 ? o->calib_work_limit : o->calib_work_limit < 0 ? INFINITY : KVQ_CALIB_WORK_LIMIT;
     if (o->budget_default && W.work > limit) { // too long for a default: one rate, no calibration
         snprintf(note, sizeof note, "%s: %.0f parameters, %zu tensors to probe: calibrating the default %.2f bits/param budget "
@@ -295,13 +295,14 @@ static kvq_status budget(const char *src, const kvq_convert_opts *o, setup_t *S,
     if (o->budget_default) kvq_plan_set_budget(S->plan, b->target_bpw, 0, 1);
     if (o->calib_progress) {
         kvq_calib_progress p = {.event = KVQ_CALIB_START, .count = W.n_probes, .tokens = (size_t)b->calib_tokens,
-                                .probe_tokens = W.probe_tokens, .params = W.params, .work = W.work, .text = b->calib_text};
+                                .probe_tokens = W.probe_tokens, .params = W.params, .work = W.work, .text = b->calib_text,
+                                .forwards = W.forwards, .probe = b->calib_probe};
         o->calib_progress(o->calib_ud, &p);
     }
     kvq_calib *c = NULL;
     s = kvq_calib_run(src, b->calib_text, b->calib_tokens, kvq_plan_seed(S->plan), o->n_threads, o->calib_progress,
                       o->calib_ud, &c, err);
-    if (s == KVQ_OK) S->calib_tokens = kvq_calib_tokens(c);
+    if (s == KVQ_OK) S->calib_tokens = kvq_calib_tokens(c), kvq_calib_set_probe(c, b->calib_probe);
     if (s == KVQ_OK)
         s = kvq_alloc_apply(S->plan, S->ck, S->e, S->n, c, b->target_bpw, o->n_threads, o->calib_progress, o->calib_ud, err);
     kvq_calib_free(c);

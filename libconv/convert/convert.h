@@ -24,6 +24,11 @@
  *     weights codec at that rate;
  *  3. built-in: 1-D/0-D tensors -> "none"; token embeddings and lm_head -> "none" unless
  *     quantize_embeddings, then the weights spec; other tensors with ndim >= 2 -> the weights spec. */
+/** The sensitivity probe of a whole-model budget (docs/ALLOCATION.md): KVQ_PROBE_LAYER, each
+ *  tensor's error measured through its own layer and one probe per layer through the model (about
+ *  L/2 + 8 forwards for L layers); KVQ_PROBE_FULL, one probe per tensor through the model. */
+typedef enum { KVQ_PROBE_LAYER = 0, KVQ_PROBE_FULL = 1 } kvq_probe_kind;
+
 typedef struct {
     const char *weights;            // default spec for 2-D weights; NULL: recipe's, else "none"
     const char *recipe_path;        // YAML recipe (recipes/README.md) or NULL
@@ -38,14 +43,16 @@ typedef struct {
     int calib_tokens;               // 0: recipe's (calib_tokens), default KVQ_CALIB_TOKENS_DEFAULT
     const char *calib_from;         // a .kvq an earlier budgeted conversion of the same source wrote: its
                                     //   stored sensitivities instead of a calibration pass (NULL: measure)
+    int calib_probe;                // 0: recipe's (calib_probe, default layer); else 1 + kvq_probe_kind
 } kvq_plan_opts;
 
 #define KVQ_CALIB_TOKENS_DEFAULT 512
 /** kvq-convert's budget when no weight flag is given (docs/ALLOCATION.md, "The default"). */
 #define KVQ_DEFAULT_TARGET_BPW 5.0
 /** The default budget's work limit in parameter-tokens (parameters × tokens run: the calibration
- *  pass plus one probe per rated tensor): above it the default does not calibrate. */
-#define KVQ_CALIB_WORK_LIMIT 1e12
+ *  pass plus the probes, kvq_alloc_work): above it the default does not calibrate. 2e12: about
+ *  11 CPU-minutes at KVQ_CALIB_RATE; SmolLM2-135M's layer probe needs 1.1e12. */
+#define KVQ_CALIB_WORK_LIMIT 2e12
 /** Parameter-tokens a CPU core runs per second in the calibration, about (measured on the 2-core
  *  EPYC dev box: 2.6e9 on kvq-tiny-llama, 3.3e9 on SmolLM2-135M): for the time estimates said. */
 #define KVQ_CALIB_RATE 3e9
@@ -115,6 +122,7 @@ typedef struct {
     const char *calib_text;         // NULL: text the model samples itself
     int calib_tokens;
     const char *calib_from;         // NULL: measure
+    kvq_probe_kind calib_probe;
     int quantize_embeddings;
     const char *weights_spec;
 } kvq_plan_budget_t;
@@ -148,6 +156,8 @@ typedef struct {
     size_t tokens;                  // START: calibration tokens
     int probe_tokens;               // START: tokens each probe runs
     double params, work;            // START: parameters, predicted work in parameter-tokens
+    double forwards;                // START: the probes' work in forwards of probe_tokens (kvq_alloc_work)
+    kvq_probe_kind probe;           // START: how sensitivities are measured
     const char *text;               // START: the calibration text file, NULL: the model samples it
     const char *note;               // NOTE: one line (names the source)
 } kvq_calib_progress;

@@ -55,6 +55,7 @@ struct kvq_plan {
     double target_bpw;      // NAN: none
     char *calib_text;       // calibration text, NULL: text the model samples itself
     int calib_tokens;       // 0: default
+    int calib_probe;        // kvq_probe_kind
     char *calib_from;       // sensitivities from this .kvq, NULL: measure
     int budget_uniform;     // the budget was met with one rate (kvq_plan_set_budget)
     int budget_default;     // the tool's default budget
@@ -353,10 +354,13 @@ static kvq_status apply_doc(kvq_plan *p, yctx *y) {
             else if (set_str(&p->calib_text, v)) s = kvq_err_set(y->err, KVQ_ERR_NOMEM, "%s: out of memory", y->label);
         } else if (!strcmp(k, "calib_tokens")) {
             if (parse_int(v, 16, 1 << 20, &p->calib_tokens)) s = ybad(y, vn, "calib_tokens must be an integer in [16, 1048576]");
+        } else if (!strcmp(k, "calib_probe")) {
+            if (!v || (strcmp(v, "layer") && strcmp(v, "full"))) s = ybad(y, vn, "calib_probe must be 'layer' or 'full'");
+            else p->calib_probe = !strcmp(v, "full") ? KVQ_PROBE_FULL : KVQ_PROBE_LAYER;
         } else {
             char msg[300];
             snprintf(msg, sizeof msg, "unknown key '%.60s' (known: seed, weights, quantize_embeddings, keep, rules, kv, "
-                                      "target_bpw, calib_text, calib_tokens)", k);
+                                      "target_bpw, calib_text, calib_tokens, calib_probe)", k);
             s = ybad(y, kn, msg);
         }
     }
@@ -500,6 +504,7 @@ kvq_status kvq_plan_build(const kvq_plan_opts *o, kvq_plan **out, kvq_err *err) 
     }
     if (s == KVQ_OK && o->calib_text && set_str(&p->calib_text, o->calib_text)) s = kvq_err_set(err, KVQ_ERR_NOMEM, "plan: out of memory");
     if (o->calib_tokens > 0) p->calib_tokens = o->calib_tokens;
+    if (o->calib_probe) p->calib_probe = o->calib_probe - 1;
     if (s == KVQ_OK && o->calib_from && set_str(&p->calib_from, o->calib_from)) s = kvq_err_set(err, KVQ_ERR_NOMEM, "plan: out of memory");
     for (size_t i = 0; s == KVQ_OK && o->keep && o->keep[i]; i++)
         if (add_str(&p->keep, &p->n_keep, o->keep[i]))
@@ -618,6 +623,7 @@ void kvq_plan_budget(const kvq_plan *p, kvq_plan_budget_t *b) {
     b->target_bpw = p->target_bpw;
     b->calib_text = p->calib_text;
     b->calib_tokens = p->calib_tokens > 0 ? p->calib_tokens : KVQ_CALIB_TOKENS_DEFAULT;
+    b->calib_probe = (kvq_probe_kind)p->calib_probe;
     b->calib_from = p->calib_from;
     b->quantize_embeddings = p->quantize_embeddings;
     b->weights_spec = p->weights_spec;
@@ -664,6 +670,8 @@ json_t *kvq_plan_to_json(const kvq_plan *p) {
         json_t *tb = json_object_get(r, "target_bpw");
         json_object_set_new(tb, "rates", json_string(p->budget_uniform ? "uniform" : "sensitivity"));
         json_object_set_new(tb, "default", json_boolean(p->budget_default));
+        if (!p->budget_uniform && !p->calib_from)
+            json_object_set_new(tb, "probe", json_string(p->calib_probe == KVQ_PROBE_FULL ? "full" : "layer"));
         if (p->budget_uniform) { // nothing was calibrated
             json_object_set_new(tb, "calib_tokens", json_integer(0));
             json_object_set_new(tb, "calib_text", json_string("none"));

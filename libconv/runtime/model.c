@@ -551,8 +551,12 @@ static int32_t argmax_or_nan(const float *x, int n) {
 
 // One chunk of T <= max_batch tokens at positions [pos, pos+T); logits is host memory.
 // top1 (host; with logits NULL): the last token's logits reduced to their argmax instead.
-static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos, float *logits, int all_logits,
-                                int32_t *top1, kvq_err *err) {
+// h_in (host, T × hidden; NULL: tok's embeddings) enters layer l0, layers [l0, l1) run, h_out (host;
+// may be NULL) gets the residual stream after layer l1 − 1; the final norm and lm_head run only
+// when l1 is the last layer (kvq_model_forward_layers).
+static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const float *h_in, int l0, int l1, int T,
+                                      int pos, float *logits, int all_logits, int32_t *top1, float *h_out,
+                                      kvq_err *err) {
     const kvq_arch *a = &m->a;
     const kvq_backend_ops *op = m->be->ops;
     kvq_backend *be = m->be;
@@ -561,17 +565,18 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
     const kvq_attn_shape as = {a->n_heads, a->n_kv_heads, hd, 1.0f / sqrtf((float)hd)};
     kvq_status r;
 
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < T && !h_in; t++) {
         float *x = m->xh + (size_t)t * d;
         if (m->embed.n_part) kvq_hqx_row_f32(&m->embed.part[0], tok[t], x);
         else if (m->embed.n_pq) kvq_pqx_row_f32(&m->embed.pq[0], tok[t], x);
         else if (m->embed.dt == KVQ_DTYPE_BF16) kvq_dtype_to_f32(KVQ_DTYPE_BF16, (uint16_t *)m->embed.data + (size_t)tok[t] * d, d, x);
         else memcpy(x, (float *)m->embed.data + (size_t)tok[t] * d, sizeof(float) * d);
     }
-    if (m->o.perturb && op->host) m->o.perturb(m->o.observe_ud, -1, KVQ_SITE_EMBED, m->xh, T, d);
+    if (h_in) memcpy(m->xh, h_in, sizeof(float) * (size_t)T * d);
+    else if (m->o.perturb && op->host) m->o.perturb(m->o.observe_ud, -1, KVQ_SITE_EMBED, m->xh, T, d);
     if ((r = op->upload(be, m->x, m->xh, (size_t)T * d, err))) return r;
     op->step(be, T, pos, logits ? 1 : top1 ? 2 : 0);
-    for (int l = 0; l < a->n_layers; l++) {
+    for (int l = l0; l < l1; l++) {
         layer *L = &m->L[l];
         op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, d, eps);
         OBSERVE(l, KVQ_SITE_QKV, m->xn, T, d);
@@ -603,6 +608,8 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
         PERTURB(l, KVQ_SITE_DOWN, m->xn, T, d);
         op->add(be, m->x, m->xn, (size_t)T * d);
     }
+    if (h_out && (r = op->download(be, h_out, m->x, (size_t)T * d, err))) return r;
+    if (l1 < a->n_layers) return op->sync(be, err);
     if (top1) { // the last token's logits, reduced where they are
         const int V = a->vocab_size;
         float *out = op->host ? m->lgh : m->lg1;
@@ -647,8 +654,40 @@ static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos
     return op->sync(be, err);
 }
 
+static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos, float *logits, int all_logits,
+                                int32_t *top1, kvq_err *err) {
+    return forward_chunk_range(m, tok, NULL, 0, m->a.n_layers, T, pos, logits, all_logits, top1, NULL, err);
+}
+
 static kvq_status forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits, int all_logits,
                           int32_t *top1, kvq_err *err);
+
+kvq_status kvq_model_forward_layers(kvq_model *m, const int32_t *tokens, const float *h_in, int l0, int l1, int T,
+                                    int pos, float *h_out, float *logits, kvq_err *err) {
+    const int L = m->a.n_layers, d = m->a.hidden_size;
+    if (!m->be->ops->host) return kvq_err_set(err, KVQ_ERR_ARG, "forward from a layer: host backends only");
+    if (l0 < 0 || l1 < l0 || l1 > L || (!h_in && (l0 != 0 || !tokens)) || (logits && l1 != L))
+        return kvq_err_set(err, KVQ_ERR_ARG, "forward of layers [%d, %d) of %d: bad range or input", l0, l1, L);
+    if (T <= 0 || pos < 0 || (int64_t)pos + T > kvq_model_max_ctx(m))
+        return kvq_err_set(err, KVQ_ERR_ARG, "positions [%d, %lld) outside the KV cache's %d positions", pos,
+                           (long long)pos + T, kvq_model_max_ctx(m));
+    for (int t = 0; !h_in && t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->a.vocab_size)
+            return kvq_err_set(err, KVQ_ERR_ARG, "token id %d at index %d outside the vocabulary [0, %d)", tokens[t], t,
+                               m->a.vocab_size);
+    if (m->cache) m->cache->ops->truncate(m->cache, pos);
+    m->be->n_threads = m->o.n_threads;
+    const size_t V = m->a.vocab_size;
+    for (int t0 = 0; t0 < T; t0 += m->o.max_batch) {
+        int n = T - t0 < m->o.max_batch ? T - t0 : m->o.max_batch;
+        kvq_err e2 = {0};
+        kvq_status r = forward_chunk_range(m, h_in ? NULL : tokens + t0, h_in ? h_in + (size_t)t0 * d : NULL, l0, l1, n,
+                                           pos + t0, logits ? logits + (size_t)t0 * V : NULL, 1, NULL,
+                                           h_out ? h_out + (size_t)t0 * d : NULL, &e2);
+        if (r) return kvq_err_set(err, r, "%s (positions [%d, %d))", e2.msg[0] ? e2.msg : kvq_strerror(r), pos + t0, pos + t0 + n);
+    }
+    return KVQ_OK;
+}
 
 kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits,
                              int all_logits, kvq_err *err) {

@@ -132,6 +132,13 @@ kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos
 /** kvq_model_forward, then the greedy choice: *next = the argmax of the last token's logits
  *  (the first of equals; -1 when one is NaN). The logits are not handed over, so a device
  *  backend reduces them where they are and copies one integer back. */
+/** Host backends (calibration): layers [l0, l1) of kvq_model_forward, entered with h_in (T ×
+ *  hidden, the residual stream before layer l0; NULL: the embeddings of tokens, l0 = 0),
+ *  chunked as kvq_model_forward is (so the same numbers), the cache of those layers written at
+ *  [pos, pos+T). h_out (may be NULL): the residual stream after layer l1 − 1; logits (T, vocab;
+ *  may be NULL, only when l1 = n_layers): every token's. Hooks run as in a full forward. */
+kvq_status kvq_model_forward_layers(kvq_model *m, const int32_t *tokens, const float *h_in, int l0, int l1, int T,
+                                    int pos, float *h_out, float *logits, kvq_err *err);
 kvq_status kvq_model_forward_argmax(kvq_model *m, const int32_t *tokens, int T, int pos, int32_t *next, kvq_err *err);
 
 #endif

@@ -17,7 +17,12 @@ budgets=("$@")
 calib=()
 # FIRST=FILE.kvq: an allocated file of this model whose sensitivities every budget reuses;
 # KEEP=PATH: where to keep a copy of the first budget's allocated file (to pass as FIRST later)
+# PROBE=layer|full: the allocated files' sensitivity probe (kvq-convert --probe; default: its default)
+# UNIFORM=0: no uniform file (its columns print "-")
 first=${FIRST:-}
+probe=()
+[ -n "${PROBE:-}" ] && probe=(--probe "$PROBE")
+uniform=${UNIFORM:-1}
 [ -n "${CALIB:-}" ] && calib=(--calib "$CALIB")
 out=$(mktemp -d /tmp/kvq-alloc-XXXXXX)
 trap 'rm -rf "$out"' EXIT
@@ -29,24 +34,29 @@ for x in "${budgets[@]}"; do
   # uniform: the rate whose whole-model bits/param is x (norms stay bf16: a few thousandths above the rate)
   b=$("$build"/kvq-convert --dry-run --quantize-embeddings --weights "hyperquant:e8:$x" "$model" | sed -n 's/.*whole model \([0-9.]*\) bits\/param.*/\1/p')
   r=$(python3 -c "print(f'{2*$x - $b:.4f}')")
-  "$build"/kvq-convert -q --quantize-embeddings --weights "hyperquant:e8:$r" "$model" "$out/u.kvq"
+  [ "$uniform" = 0 ] || "$build"/kvq-convert -q --quantize-embeddings --weights "hyperquant:e8:$r" "$model" "$out/u.kvq"
   t0=$(date +%s.%N)
   if [ -f "$out/first.kvq" ]; then
     "$build"/kvq-convert -q --target-bpw "$x" --calib-from "$out/first.kvq" "$model" "$out/a.kvq"
   else
-    "$build"/kvq-convert -q --target-bpw "$x" "${calib[@]}" "$model" "$out/a.kvq"
+    "$build"/kvq-convert -q --target-bpw "$x" "${calib[@]}" "${probe[@]}" "$model" "$out/a.kvq"
     cp "$out/a.kvq" "$out/first.kvq"
     [ -z "${KEEP:-}" ] || cp "$out/a.kvq" "$KEEP"
   fi
   t1=$(date +%s.%N)
-  verify "$out/u.kvq" "$out/u.json"
+  if [ "$uniform" = 0 ]; then echo '{}' > "$out/u.json"; else verify "$out/u.kvq" "$out/u.json"; fi
   verify "$out/a.kvq" "$out/a.json"
   python3 - "$out/u.json" "$out/a.json" "$(basename "$model")" "$x" "$r" "$t0" "$t1" <<'PY'
 import json, sys
 u, a = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 def f(j): return j["tensors_summary"]["bits_per_param"], j["kld"]["mean"], j["kld"]["mean_se"], j["kld"]["top1_agreement"], j["converted"]["ppl"]
-ub, uk, us, ut, up = f(u); ab, ak, as_, at, ap = f(a)
-print(f"| {sys.argv[3]} | {float(sys.argv[4]):.1f} | hyperquant:e8:{sys.argv[5]} | {ub:.4f} | {uk:.4f} ± {us:.4f} | {ut:.3f} | {up:.2f} | "
-      f"{ab:.4f} | {ak:.4f} ± {as_:.4f} | {at:.3f} | {ap:.2f} | {100*(ak-uk)/uk:+.1f} % | {float(sys.argv[7])-float(sys.argv[6]):.0f} |")
+ab, ak, as_, at, ap = f(a)
+if u:
+    ub, uk, us, ut, up = f(u)
+    ucols, chg = f"hyperquant:e8:{sys.argv[5]} | {ub:.4f} | {uk:.4f} ± {us:.4f} | {ut:.3f} | {up:.2f}", f"{100*(ak-uk)/uk:+.1f} %"
+else:
+    ucols, chg = "- | - | - | - | -", "-"
+print(f"| {sys.argv[3]} | {float(sys.argv[4]):.1f} | {ucols} | "
+      f"{ab:.4f} | {ak:.4f} ± {as_:.4f} | {at:.3f} | {ap:.2f} | {chg} | {float(sys.argv[7])-float(sys.argv[6]):.0f} |")
 PY
 done
