@@ -188,6 +188,16 @@ static void compare_tc(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint64
     free(X); free(R); free(Y); free(Y2);
 }
 
+// o's heads for the attention tests (head_dim hd): nh = cols / hd, and the query-head group G
+// the largest of 8, 4, 2, 1 whose columns are whole tiles; 0 when attention cannot prepare t.
+static int attend_group(kvq_cuda_hqx *t, const kvq_hqx *w, int hd, int *nh, int *G) {
+    *nh = (int)(w->cols / hd);
+    *G = 0;
+    for (int c = 8; c >= 1 && !*G; c /= 2)
+        if (*nh % c == 0 && (c * hd) % w->tile == 0) *G = c;
+    return w->cols % hd == 0 && *G && kvq_cuda_hqx_attend_can_prep(t, *nh, *nh / *G, hd);
+}
+
 // GPU against the CPU exact reference on one packed tensor; frees w.
 // Decode attention whose merging blocks prepare o's activation (kvq_cuda_hqx_attend_prep, then
 // the product with KVQ_CUDA_XIN_PREPARED) against attention, then the product with its own
@@ -196,11 +206,8 @@ static void compare_tc(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint64
 // tiles. Between the two, a product on other inputs overwrites the scratch.
 static void compare_attend_prep(kvq_cuda_hqx *t, const kvq_hqx *w, uint64_t seed, const char *what) {
     enum { HD = 128, CTX = 64, POS = 37 };
-    const int nh = (int)(w->cols / HD);
-    int G = 0;
-    for (int c = 8; c >= 1 && !G; c /= 2)
-        if (nh % c == 0 && (c * HD) % w->tile == 0) G = c;
-    if (w->cols % HD || !G || !kvq_cuda_hqx_attend_can_prep(t, nh, nh / G, HD)) return;
+    int nh, G;
+    if (!attend_group(t, w, HD, &nh, &G)) return;
     const int nkv = nh / G;
     kvq_err err = {0};
     assert_int_equal(kvq_cuda_attention_init(nh, nkv, HD, CTX, &err), KVQ_OK);
@@ -252,11 +259,8 @@ static void compare_attend_prep(kvq_cuda_hqx *t, const kvq_hqx *w, uint64_t seed
 // attend on a fresh copy of the caches: the same output, product and caches, bit for bit.
 static void compare_attend_inputs(kvq_cuda_hqx *t, const kvq_hqx *w, uint64_t seed, const char *what) {
     enum { HD = 128, CTX = 64, POS = 37 };
-    const int nh = (int)(w->cols / HD);
-    int G = 0;
-    for (int c = 8; c >= 1 && !G; c /= 2)
-        if (nh % c == 0 && (c * HD) % w->tile == 0) G = c;
-    if (w->cols % HD || !G || !kvq_cuda_hqx_attend_can_prep(t, nh, nh / G, HD)) return;
+    int nh, G;
+    if (!attend_group(t, w, HD, &nh, &G)) return;
     const int nkv = nh / G, rot = seed & 1 ? 64 : HD;
     kvq_err err = {0};
     assert_int_equal(kvq_cuda_attention_init(nh, nkv, HD, CTX, &err), KVQ_OK);

@@ -403,6 +403,20 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv
     }
 }
 
+// A launch of G1_WARPS-warp blocks on the library's stream; pdl: as a programmatic dependent of
+// the kernel before it (at: the attribute's storage, alive until the launch).
+static cudaLaunchConfig_t g1_cfg(dim3 grid, int pdl, cudaLaunchAttribute *at) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(G1_WARPS * 32);
+    cfg.stream = kvq_cuda_stream();
+    at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at->val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cfg;
+}
+
 extern "C" void kvq_cuda_hqx_set_persist(int depth);
 static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
@@ -451,14 +465,8 @@ static int g1p_try(const Parts &P, int vb, int mode, int accumulate, int pdl, cu
     const int64_t tot = rows[0] + rows[1] + rows[2];
     if (tot * (P.d[0].cols_p / 64) >= ((int64_t)1 << 32)) return 0; // 32-bit chunk indices
     const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = (uint32_t)tot;
-    cudaLaunchConfig_t cfg = {};
-    cfg.blockDim = dim3(G1_WARPS * 32);
-    cfg.stream = kvq_cuda_stream();
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = g1_cfg(dim3(1), pdl, &at); // the grid: g1p_launch_f
     switch (vb) {
     case 4: *e = g1p_launch_w<4>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
     case 5: *e = g1p_launch_w<5>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
@@ -527,15 +535,8 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
             Q.nb[p] = P.d[p].vbits == vb ? (int)((groups + G1_WARPS - 1) / G1_WARPS) : 0;
             max_nb = Q.nb[p] > max_nb ? Q.nb[p] : max_nb;
         }
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)max_nb, (unsigned)P.n);
-        cfg.blockDim = dim3(G1_WARPS * 32);
-        cfg.stream = kvq_cuda_stream();
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = pdl && p0 == 0 ? 1 : 0;
+        cudaLaunchAttribute at;
+        const cudaLaunchConfig_t cfg = g1_cfg(dim3((unsigned)max_nb, (unsigned)P.n), pdl && p0 == 0, &at);
         cudaError_t e;
         switch (vb) {
         case 4: e = g1_launch<4>(cfg, rw, mode, Q, accumulate); break;

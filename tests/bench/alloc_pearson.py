@@ -25,24 +25,29 @@ def stats(label, pr, me):
     print(f"{label}: n {len(rat)}  log-log Pearson {pearson(lp, lm):.3f}  Spearman {pearson(ranks(pr), ranks(me)):.3f}  "
           f"pred/meas min {rat[0]:.2f} median {rat[len(rat) // 2]:.2f} max {rat[-1]:.2f}  within 0.8-1.25: {w}")
 
-rows = list(csv.DictReader(open(sys.argv[1])))
-if len(sys.argv) > 2:
-    sens = {}
-    for line in open(sys.argv[2]):
-        f = line.split()
-        if len(f) >= 7 and f[-1] == "target_bpw": sens[f[0]] = float(f[-2])
-    for r in rows: r["kld_predicted"] = str(sens[r["tensor"]] * 10 ** (-float(r["snr_db"]) / 10))
-    if len(sys.argv) > 3:
-        with open(sys.argv[3], "w", newline="") as fp:
-            w = csv.writer(fp)
-            w.writerow(["tensor", "rate", "snr_db", "kld_measured", "kld_predicted"])
-            for r in rows: w.writerow([r["tensor"], r["rate"], r["snr_db"], r["kld_measured"], f"{float(r['kld_predicted']):.6g}"])
-pr = [float(r["kld_predicted"]) for r in rows]; me = [float(r["kld_measured"]) for r in rows]
-stats("all", pr, me)
-for rate in sorted({r["rate"] for r in rows}):
-    idx = [i for i, r in enumerate(rows) if r["rate"] == rate]
-    stats(f"rate {rate}", [pr[i] for i in idx], [me[i] for i in idx])
-kinds = {}
-for r, p, m in zip(rows, pr, me):
-    kinds.setdefault(re.sub(r"model\.layers\.\d+\.", "", r["tensor"]).replace(".weight", ""), []).append(p / m)
-print("median pred/meas by kind: " + ", ".join(f"{k} {sorted(v)[len(v) // 2]:.2f}" for k, v in sorted(kinds.items())))
+def main():
+    rows = list(csv.DictReader(open(sys.argv[1])))
+    if len(sys.argv) > 2:
+        sens = {}
+        for line in open(sys.argv[2]):
+            f = line.split()
+            if len(f) >= 7 and f[-1] == "target_bpw": sens[f[0]] = float(f[-2])
+        for r in rows: r["kld_predicted"] = str(sens[r["tensor"]] * 10 ** (-float(r["snr_db"]) / 10))
+        if len(sys.argv) > 3:
+            with open(sys.argv[3], "w", newline="") as fp:
+                w = csv.writer(fp)
+                w.writerow(["tensor", "rate", "snr_db", "kld_measured", "kld_predicted"])
+                for r in rows: w.writerow([r["tensor"], r["rate"], r["snr_db"], r["kld_measured"], f"{float(r['kld_predicted']):.6g}"])
+    pr = [float(r["kld_predicted"]) for r in rows]; me = [float(r["kld_measured"]) for r in rows]
+    stats("all", pr, me)
+    for rate in sorted({r["rate"] for r in rows}):
+        idx = [i for i, r in enumerate(rows) if r["rate"] == rate]
+        stats(f"rate {rate}", [pr[i] for i in idx], [me[i] for i in idx])
+    kinds = {}
+    for r, p, m in zip(rows, pr, me):
+        kinds.setdefault(re.sub(r"model\.layers\.\d+\.", "", r["tensor"]).replace(".weight", ""), []).append(p / m)
+    print("median pred/meas by kind: " + ", ".join(f"{k} {sorted(v)[len(v) // 2]:.2f}" for k, v in sorted(kinds.items())))
+
+
+if __name__ == "__main__":
+    main()

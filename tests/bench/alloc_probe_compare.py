@@ -8,17 +8,10 @@ of the two, the ratio layer/full (median, min, max, per kind), and what the miss
 allocator's own model: equal-slope rates at 6.02 dB a bit in [1.5, 8] (average 3 bits, equal
 tensor sizes) from each set of sensitivities, the full probe's predicted KLD at those rates
 against at its own (and at uniform rates). A model, not a measurement."""
-import csv, math, sys
+import csv, math, os, sys
 
-def pearson(a, b):
-    n = len(a); ma = sum(a) / n; mb = sum(b) / n
-    return sum((x - ma) * (y - mb) for x, y in zip(a, b)) / math.sqrt(
-        sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b))
-
-def ranks(a):
-    r = [0] * len(a)
-    for k, i in enumerate(sorted(range(len(a)), key=lambda i: a[i])): r[i] = k
-    return r
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alloc_pearson import pearson, ranks  # noqa: E402 (the same statistics as the brute-force validation)
 
 def alloc(s, avg=3.0):  # r_i = c + 0.5 log2 s_i, clamped, c bisected to the average
     lo, hi = -60.0, 60.0
