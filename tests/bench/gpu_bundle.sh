@@ -13,8 +13,14 @@ rm -rf .cu/bin .cu/old && mkdir -p .cu/bin
 if [ "${KEEP:-0}" = 1 ] && [ -f .cu/bin.tar.xz ]; then
   mkdir -p .cu/old && tar -C .cu/old -xJf .cu/bin.tar.xz bin/kvq-run && cp .cu/old/bin/kvq-run .cu/bin/kvq-run.old && rm -rf .cu/old
 fi
-cp build/kvq-run build/kvq-convert build/kvq-verify build/kvq-inspect build/tests/test_cuda_hqx build/tests/test_cuda_model \
-  build/tests/test_cuda_kv build/bench/cuda_hqx build/bench/make_synth_llama build/bench/cuda_kv_attn "$@" .cu/bin/
+# BINS: a subset (the 64 MiB limit: each tool carries every kernel), e.g. "kvq-run kvq-convert"
+all="build/kvq-run build/kvq-convert build/kvq-verify build/kvq-inspect build/tests/test_cuda_hqx build/tests/test_cuda_model
+  build/tests/test_cuda_kv build/bench/cuda_hqx build/bench/make_synth_llama build/bench/cuda_kv_attn"
+sel=""
+for f in $all; do
+  if [ -z "${BINS:-}" ] || [[ " $BINS " == *" $(basename $f) "* ]]; then sel="$sel $f"; fi
+done
+cp $sel "$@" .cu/bin/
 tar -C .cu -cJf .cu/bin.tar.xz bin && rm -rf .cu/bin
 sh=../shared; rm -rf .cu/shared && mkdir -p .cu/shared/data
 cp $sh/data/heldout-books.txt $sh/data/tinystories-valid-sample.txt .cu/shared/data/
