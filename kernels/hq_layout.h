@@ -123,6 +123,53 @@ typedef struct {
     uint32_t *esc;            // esc_row[rows] entries
 } kvq_hqx;
 
+/** The GPU's order of a plane word (issue 12, 2026-11-26 evening; kvq_cuda_hqx_upload transposes
+ *  every word once on the device, the CPU keeps coordinate order): coordinate
+ *  c = 32·hi + 16·h + 4·k + i of the chunk (hi: the high nibbles, h: the one-token product's
+ *  lane half, k: the 4-coordinate word of the half, i: its byte) at bit 32·h + 8·i + 4·hi + k.
+ *  A lane then takes its half's 32 bits, and the 4 plane bits of word k reach bit 4 of the
+ *  word's 4 bytes by one shift and one masked OR, where coordinate order needs a shift, a mask,
+ *  a multiply and a masked OR. */
+KVQ_HQ_HD static inline int kvq_hqx_gpu_pbit(int c) {
+    return (((c >> 4) & 1) << 5) | ((c & 3) << 3) | (((c >> 5) & 1) << 2) | ((c >> 2) & 3);
+}
+/** 4×4 bit transpose of a 16-bit value: bit 4r + c ↔ bit 4c + r. */
+KVQ_HQ_HD static inline uint32_t kvq_hqx_t44(uint32_t x) {
+    uint32_t t = (x ^ (x >> 3)) & 0x0A0Au;
+    x ^= t ^ (t << 3);
+    t = (x ^ (x >> 6)) & 0x00CCu;
+    return x ^ t ^ (t << 6);
+}
+/** Nibble n of a 16-bit value to the low nibble of byte n of a 32-bit one, and back. */
+KVQ_HQ_HD static inline uint32_t kvq_hqx_nib_spread(uint32_t x) {
+    x = (x | (x << 8)) & 0x00FF00FFu;
+    return (x | (x << 4)) & 0x0F0F0F0Fu;
+}
+KVQ_HQ_HD static inline uint32_t kvq_hqx_nib_gather(uint32_t x) {
+    x &= 0x0F0F0F0Fu;
+    x = (x | (x >> 4)) & 0x00FF00FFu;
+    return (x | (x >> 8)) & 0xFFFFu;
+}
+/** A plane word from coordinate order to the GPU's (kvq_hqx_gpu_pbit), and back. */
+KVQ_HQ_HD static inline uint64_t kvq_hqx_hb_gpu(uint64_t w) {
+    uint64_t g = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint32_t lo = (uint32_t)(w >> (16 * h)) & 0xFFFFu, hi = (uint32_t)(w >> (32 + 16 * h)) & 0xFFFFu;
+        const uint32_t p = kvq_hqx_nib_spread(kvq_hqx_t44(lo)) | (kvq_hqx_nib_spread(kvq_hqx_t44(hi)) << 4);
+        g |= (uint64_t)p << (32 * h);
+    }
+    return g;
+}
+KVQ_HQ_HD static inline uint64_t kvq_hqx_hb_std(uint64_t g) {
+    uint64_t w = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint32_t p = (uint32_t)(g >> (32 * h));
+        w |= (uint64_t)kvq_hqx_t44(kvq_hqx_nib_gather(p)) << (16 * h);
+        w |= (uint64_t)kvq_hqx_t44(kvq_hqx_nib_gather(p >> 4)) << (32 + 16 * h);
+    }
+    return w;
+}
+
 /** Scale of tile t. */
 KVQ_HQ_HD static inline float kvq_hqx_scale(const kvq_hqx *w, int64_t t) {
     return w->scode ? w->lut[w->scode[t]] : w->scale[t];

@@ -629,6 +629,32 @@ static void test_alloc(void **state) {
     kvq_hqx_dealloc(NULL);
 }
 
+// The GPU's plane-word order (kvq_hqx_gpu_pbit): a bijection of the 64 bit positions; the fast
+// transform (nibble transposes) puts every coordinate's bit where kvq_hqx_gpu_pbit says, the
+// inverse gives the word back, on single bits and on random words.
+static void test_gpu_plane_order(void **state) {
+    (void)state;
+    uint64_t seen = 0;
+    for (int c = 0; c < 64; c++) {
+        const int b = kvq_hqx_gpu_pbit(c);
+        assert_true(b >= 0 && b < 64);
+        assert_true(!((seen >> b) & 1));
+        seen |= 1ull << b;
+        assert_true(kvq_hqx_hb_gpu(1ull << c) == 1ull << b);
+        assert_true(kvq_hqx_hb_std(1ull << b) == 1ull << c);
+    }
+    assert_true(seen == ~0ull);
+    uint64_t z = 0x9E3779B97F4A7C15ull;
+    for (int n = 0; n < 1000; n++) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        const uint64_t w = z ^ (z >> 29), g = kvq_hqx_hb_gpu(w);
+        uint64_t slow = 0;
+        for (int c = 0; c < 64; c++) slow |= ((w >> c) & 1) << kvq_hqx_gpu_pbit(c);
+        assert_true(g == slow);
+        assert_true(kvq_hqx_hb_std(g) == w);
+    }
+}
+
 static void test_refusals(void **state) {
     (void)state;
     float *x = gauss_matrix(8, 128, 78);
@@ -666,7 +692,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_many_tokens), cmocka_unit_test(test_escapes_and_heavy_tails),
         cmocka_unit_test(test_extreme_sums), cmocka_unit_test(test_one_token_rule), cmocka_unit_test(test_pack_simd), cmocka_unit_test(test_auto_width),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
-        cmocka_unit_test(test_refusals), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),
+        cmocka_unit_test(test_refusals), cmocka_unit_test(test_gpu_plane_order), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

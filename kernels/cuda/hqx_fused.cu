@@ -81,7 +81,7 @@ __device__ __forceinline__ void load_chunk(const Dev &d, int64_t row, int64_t c,
 #pragma unroll
         for (int i = 0; i < 8; i++) { k.lo[i] = r[i] & 0x0F0F0F0Fu; k.hi[i] = (r[i] >> 4) & 0x0F0F0F0Fu; }
         for (int pl = 0; pl < d.np; pl++) {
-            const uint64_t wd = __ldg(d.hb + g * d.np + pl);
+            const uint64_t wd = kvq_hqx_hb_std(__ldg(d.hb + g * d.np + pl));
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 k.lo[i] |= spread4f((uint32_t)(wd >> (4 * i)) & 15u) << (4 + pl);

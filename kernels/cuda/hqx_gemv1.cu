@@ -8,7 +8,8 @@
 // The activations are read from global memory (L1-resident: a few KB per tensor) once per
 // step for all RW rows: no shared memory, no block barrier. Codes are not re-centred per
 // byte:  ⟨c, x⟩ = m·⟨u, x⟩ + Σ_vectors (cb − m·off)·s8,   u = nibble | planes << 4 ≥ 0,
-// so each 4 coordinates cost a shift, a mask, a multiply and a LOP3 per plane and one dp4a,
+// so each 4 coordinates cost a shift and a LOP3 per plane (the plane words in the GPU's order,
+// kvq_hqx_gpu_pbit: a lane loads its half's 32 bits) and one dp4a,
 // and the coset term two dp2a. Launched as a programmatic dependent of the preparation: the
 // first step's weight loads are issued before griddepcontrol.wait. Integer chunk sums equal
 // the CPU int8 reference's; the float sums run in the batched kernel's order (hqx_fused.cu),
@@ -25,7 +26,7 @@
 template <int VB> struct G1W {
     static constexpr int NP = VB > 4 && VB < 8 ? VB - 4 : 0;
     uint4 q, q2;                 // q2: vbits 8 only (the hi bytes)
-    uint2 hb[NP > 0 ? NP : 1];
+    uint32_t hb[NP > 0 ? NP : 1]; // the lane half's 32 bits of each plane word (GPU order)
     uint32_t cb, code;
 };
 
@@ -38,9 +39,9 @@ __device__ __forceinline__ uint4 g1_ld16(const void *p) {
                  : "l"(p));
     return v;
 }
-__device__ __forceinline__ uint2 g1_ld8(const void *p) {
-    uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+__device__ __forceinline__ uint32_t g1_ld4(const void *p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
 }
 
@@ -53,14 +54,17 @@ struct G1P {
 };
 
 // The 4 coordinates of word k as bytes u = nibble | planes << 4 (nib4: the 4 nibbles already
-// masked into bytes; bits: the plane words' 16 bits of this half, shifted by 4k).
-template <int NP>
-__device__ __forceinline__ uint32_t g1_u(uint32_t nib4, const uint32_t *bits, int k) {
+// masked into bytes; P: the lane half's 32 bits of each plane word in the GPU's order, where
+// word k's bit of byte i sits at 8i + k (low nibbles) or 8i + 4 + k (high nibbles),
+// kvq_hqx_gpu_pbit): one shift and one masked OR (a LOP3) per plane.
+template <int NP, int K, int HI>
+__device__ __forceinline__ uint32_t g1_u(uint32_t nib4, const uint32_t *P) {
     uint32_t u = nib4;
 #pragma unroll
     for (int p = 0; p < NP; p++) {
-        const uint32_t b = (bits[p] >> (4 * k)) & 15u;
-        u |= (b * (0x00204081u << (4 + p))) & (0x01010101u << (4 + p));
+        const int sh = 4 + p - K - 4 * HI; // bit 8i + 4·HI + K to bit 8i + 4 + p
+        const uint32_t v = sh >= 0 ? P[p] << sh : P[p] >> -sh;
+        u |= v & (0x10101010u << p);
     }
     return u;
 }
@@ -90,17 +94,12 @@ __device__ __forceinline__ int g1_dot(const G1P &d, const G1W<VB> &w, const G1X 
             dot = __dp4a((int)(r2[k] ^ 0x80808080u), xh[k], dot);
         }
     } else {
-        uint32_t bl[NP > 0 ? NP : 1], bh[NP > 0 ? NP : 1];
-#pragma unroll
-        for (int p = 0; p < NP; p++) {
-            bl[p] = (w.hb[p].x >> (16 * h)) & 0xffffu; // plane bits of coordinates 16h.. (lo)
-            bh[p] = (w.hb[p].y >> (16 * h)) & 0xffffu; // and 32 + 16h.. (hi)
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            dot = __dp4a((int)g1_u<NP>(r[k] & 0x0F0F0F0Fu, bl, k), xl[k], dot);
-            dot = __dp4a((int)g1_u<NP>((r[k] >> 4) & 0x0F0F0F0Fu, bh, k), xh[k], dot);
-        }
+        (void)h;
+#define G1_K(K)                                                                                  \
+        dot = __dp4a((int)g1_u<NP, K, 0>(r[K] & 0x0F0F0F0Fu, w.hb), xl[K], dot);                 \
+        dot = __dp4a((int)g1_u<NP, K, 1>((r[K] >> 4) & 0x0F0F0F0Fu, w.hb), xh[K], dot);
+        G1_K(0) G1_K(1) G1_K(2) G1_K(3)
+#undef G1_K
     }
     int D = d.m * dot - x.moff_sum;
     if (d.e8) { // the coset bits of the lane's vectors 2h, 2h+1, 4+2h, 5+2h as 0/1 bytes
@@ -155,7 +154,7 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
                 w[i].q = make_uint4(0, 0, 0, 0);
                 w[i].q2 = w[i].q;
 #pragma unroll
-                for (int p = 0; p < (NP > 0 ? NP : 1); p++) w[i].hb[p] = make_uint2(0, 0);
+                for (int p = 0; p < (NP > 0 ? NP : 1); p++) w[i].hb[p] = 0u;
                 w[i].cb = 0;
                 w[i].code = 0;
                 continue;
@@ -167,7 +166,7 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
             } else {
                 w[i].q = g1_ld16(qp + (size_t)ro * QS);
 #pragma unroll
-                for (int p = 0; p < NP; p++) w[i].hb[p] = g1_ld8(hbp + (size_t)ro * NP + p);
+                for (int p = 0; p < NP; p++) w[i].hb[p] = g1_ld4((const uint32_t *)(hbp + (size_t)ro * NP + p) + h);
             }
             w[i].cb = d.e8 ? (uint32_t)__ldg(cbp + ro) : 0u;
             const uint32_t to = i * tiles + s * tps;
@@ -322,7 +321,7 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv
         } else {
             w.q = g1_ld16(d.q + (size_t)g * QS + 16 * h);
 #pragma unroll
-            for (int p = 0; p < NP; p++) w.hb[p] = g1_ld8(d.hb + (size_t)g * NP + p);
+            for (int p = 0; p < NP; p++) w.hb[p] = g1_ld4((const uint32_t *)(d.hb + (size_t)g * NP + p) + h);
         }
         w.cb = MODE == G1_E8 ? (uint32_t)__ldg(d.cb + g) : 0u;
         w.code = MODE == G1_E8 ? (uint32_t)__ldg(d.scode + lt0 + ls * tps) : __float_as_uint(__ldg(d.scale + lt0 + ls * tps));

@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(128) hqx_gemv(Dev d, float *__restrict__ y) {
 #pragma unroll
             for (int k = 0; k < 8; k++) { by[k] = raw[k] & 15; hi8[k] = raw[k] >> 4; }
             for (int p = 0; p < d.np; p++) {
-                const uint64_t wd = __ldg(d.hb + g * d.np + p);
+                const uint64_t wd = kvq_hqx_hb_std(__ldg(d.hb + g * d.np + p));
                 const uint32_t bl = (uint32_t)(wd >> b0) & 0xff, bh = (uint32_t)(wd >> (b0 + 32)) & 0xff;
 #pragma unroll
                 for (int k = 0; k < 8; k++) {
@@ -107,6 +107,12 @@ __global__ void __launch_bounds__(128) hqx_gemv(Dev d, float *__restrict__ y) {
 
 // ---- host side
 
+// Plane words from coordinate order to the GPU's (kvq_hqx_hb_gpu), in place, once at upload.
+__global__ void hqx_hb_to_gpu(uint64_t *hb, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) hb[i] = kvq_hqx_hb_gpu(hb[i]);
+}
+
 template <typename T> static kvq_status up(T **dst, const T *src, size_t n, size_t *bytes, kvq_err *err) {
     *dst = NULL;
     if (!src || !n) return KVQ_OK;
@@ -132,6 +138,12 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
     size_t b = 0;
     if (!s) s = up(&t->q, w->q, w->vbits == 8 ? n : n / 2, &b, err);
     if (!s) s = up(&t->hb, w->hb, n / 64 * (size_t)np, &b, err);
+    if (!s && t->hb) {
+        const size_t nw = n / 64 * (size_t)np;
+        hqx_hb_to_gpu<<<(unsigned)((nw + 255) / 256), 256>>>(t->hb, nw);
+        const cudaError_t e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) s = cu_fail(err, e, "hqx_hb_to_gpu");
+    }
     if (!s) s = up(&t->cb, w->cb, w->cb ? n / 64 : 0, &b, err);
     if (!s) s = up(&t->scode, w->scode, w->scode ? tiles : 0, &b, err);
     if (!s) s = up(&t->lut, w->scode ? w->lut : NULL, 256, &b, err);

@@ -31,7 +31,7 @@ __device__ __forceinline__ int tc_code(const Dev &d, int64_t g, int k) {
     else {
         const uint8_t b = d.q[g * 32 + (k & 31)];
         u = k < 32 ? (b & 15) : (b >> 4);
-        for (int p = 0; p < d.np; p++) u |= (int)((d.hb[g * d.np + p] >> k) & 1) << (4 + p);
+        for (int p = 0; p < d.np; p++) u |= (int)((d.hb[g * d.np + p] >> kvq_hqx_gpu_pbit(k)) & 1) << (4 + p);
     }
     const int cb = d.e8 ? (d.cb[g] >> (k >> 3)) & 1 : 0;
     return d.m * (u - d.off) + cb;
@@ -58,7 +58,7 @@ __global__ void hqx_tc_decode(Dev d, int64_t r0, int64_t nr, O *__restrict__ out
 #pragma unroll
         for (int k = 0; k < 8; k++) { lo[k] = raw[k] & 15; hi[k] = raw[k] >> 4; }
         for (int p = 0; p < d.np; p++) {
-            const uint64_t wd = d.hb[g * d.np + p];
+            const uint64_t wd = kvq_hqx_hb_std(d.hb[g * d.np + p]);
             const uint32_t bl = (uint32_t)(wd >> b0) & 0xff, bh = (uint32_t)(wd >> (b0 + 32)) & 0xff;
 #pragma unroll
             for (int k = 0; k < 8; k++) {

@@ -21,6 +21,8 @@ for f in $all; do
   if [ -z "${BINS:-}" ] || [[ " $BINS " == *" $(basename $f) "* ]]; then sel="$sel $f"; fi
 done
 cp $sel "$@" .cu/bin/
+[ -n "${OLD:-}" ] && cp "$OLD" .cu/bin/kvq-run.old # OLD=path: a baseline kvq-run (e.g. built from the last commit)
+strip -s .cu/bin/* 2>/dev/null || true # symbols are not needed on the device
 tar -C .cu -cJf .cu/bin.tar.xz bin && rm -rf .cu/bin
 sh=../shared; rm -rf .cu/shared && mkdir -p .cu/shared/data
 cp $sh/data/heldout-books.txt $sh/data/tinystories-valid-sample.txt .cu/shared/data/
