@@ -4,7 +4,7 @@
 # tokenizer), 256 greedy new tokens, batch 1 — for the bf16 source and HyperQuant E8 4.0 / 3.0
 # (SPECS), with HF transformers (tests/bench/gpu_hf_peer.py, bf16 eager, batch 1 and 8, random
 # prompt of 128 tokens, 256 new) in the same call. Checks the GPU suites first (TESTS).
-# usage (on the device): [SPECS="..."] [TESTS="..."] [EMBQ=1] bash tests/bench/gpu_8b_spec.sh
+# usage (on the device): [SPECS="..."] [TESTS="..."] [EMBQ=1] [PEER=0] bash tests/bench/gpu_8b_spec.sh
 set -u
 . tests/bench/gpu_env.sh
 W=/tmp/w8; mkdir -p $W; src=$W/synth-8b
@@ -28,7 +28,7 @@ run bf16 $src
 for s in $specs; do run $s $W/${s//:/-}.kvq; done
 [ "${EMBQ:-0}" = 1 ] && run "hyperquant:e8:4.0 +emb" $W/e8q-4.0.kvq
 echo "== kvq done $(el)"
-python3 tests/bench/gpu_hf_peer.py $src 128 256 2>&1 | grep -v Warning | tail -6
+[ "${PEER:-1}" = 1 ] && python3 tests/bench/gpu_hf_peer.py $src 128 256 2>&1 | grep -v Warning | tail -6 # PEER=0: skip
 echo "== peer done $(el)"
 for s in $specs; do run "$s (again)" $W/${s//:/-}.kvq; done
 [ "${EMBQ:-0}" = 1 ] && run "hyperquant:e8:4.0 +emb (again)" $W/e8q-4.0.kvq
