@@ -112,6 +112,7 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
     constexpr bool KIVI = KIND == KVQ_GKV_KIVI;
     static_assert(!KIVI || TS == 2, "KIVI keys: a step is one 32-position group");
     static_assert(PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles");
+    constexpr bool TWO = !(B == 4 && PF == 1); // where the registers allow it (int:4 variant 1 would spill)
     __shared__ __align__(16) float qs[G][D];
     __shared__ float wm[TNW][G], wl[TNW][G];
     __shared__ float red[TNW][G][D];
@@ -198,7 +199,7 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
         {
             const tile_t<B> &y = x;
             // ---- scores of positions tb + g (c[0], c[1]) and tb + g + 8 (c[2], c[3]), heads 2t, 2t+1
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f}; // TWO: two chains of 4 mma, not one of 8
             {
                 uint32_t hk[2][16];
 #pragma unroll
@@ -213,7 +214,9 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
                     }
 #pragma unroll
                 for (int ks = 0; ks < 8; ks++)
-                    mma16816(c, hk[0][2 * ks], hk[1][2 * ks], hk[0][2 * ks + 1], hk[1][2 * ks + 1], qk[ks][0], qk[ks][1]);
+                    mma16816(TWO && (ks & 1) ? c2 : c, hk[0][2 * ks], hk[1][2 * ks], hk[0][2 * ks + 1], hk[1][2 * ks + 1], qk[ks][0], qk[ks][1]);
+#pragma unroll
+                for (int e = 0; e < 4; e++) c[e] += c2[e];
             }
             const bool ok0 = tb + g < t1, ok1 = tb + g + 8 < t1;
             if constexpr (KIVI) {
