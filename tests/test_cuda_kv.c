@@ -17,6 +17,7 @@
 #include "formats/dtype.h"
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/cuda/kv_tc.h"
 #include "kernels/kv_enc.h"
 #include "kernels/kv_hqkv.h"
 #include "libconv/kv/kv_gpu.h"
@@ -833,7 +834,7 @@ static double nmse(const float *a, const double *ref, size_t n) {
 // the stored chunks' sums back. Against decode-then-attend with the window's fp16 values:
 // NMSE ≤ 1e-9.
 static void attend_window(const kvq_gkv_cache *c0, const tside *ks, const tside *vs, const float *K, const float *V, void *dq,
-                          const float *q, void *dout, float *out, float scale) {
+                          const float *q, void *dout, float *out, float scale, double lim) {
     enum { W = 40, WCAP = 64 };
     const int B = c0->batch, NKV = c0->n_kv, T = c0->n_tok, H = c0->n_heads, nr = B * NKV;
     kvq_err err = {0};
@@ -862,9 +863,9 @@ static void attend_window(const kvq_gkv_cache *c0, const tside *ks, const tside 
         assert_int_equal(st, KVQ_OK);
         assert_int_equal(kvq_cuda_copy(out, dout, sizeof(float) * B * H * D, 0, &err), KVQ_OK);
         const double e = nmse(out, ref, (size_t)B * H * D);
-        fprintf(stderr, "test_cuda_kv: attend V kind %d, window %d of %d positions, chunk %4d: NMSE vs CPU decode-then-attend %.2e\n", c.v.kind, W, T,
-                ch ? ch : kvq_gkv_auto_chunk(&c), e);
-        assert_true(e <= 1e-9);
+        fprintf(stderr, "test_cuda_kv: attend V kind %d/%d bits%s, window %d of %d positions, chunk %4d: NMSE vs CPU decode-then-attend %.2e\n",
+                c.v.kind, c.v.bits, kvq_gkv_tc_active(&c) ? " (tensor cores)" : "", W, T, ch ? ch : kvq_gkv_auto_chunk(&c), e);
+        assert_true(e <= lim);
         kvq_cuda_free(scr);
     }
     kvq_cuda_free(c.wk), kvq_cuda_free(c.wv);
@@ -879,6 +880,7 @@ static void attend_window(const kvq_gkv_cache *c0, const tside *ks, const tside 
 // itself against exact attention over the undecoded inputs is printed for scale.
 static void test_attend_vs_cpu(void **state) {
     if (!have_gpu()) { skip(); return; }
+    kvq_gkv_set_tc(0); // the exact kernels (KVQ_CUDA_KV_TC=1 would send int:2/int:4 to the tensor cores: test_attend_tc)
     enum { B = 2, NKV = 2, H = NKV * KVQ_GKV_GROUP, T = 992, CAP = 1024 };
     const float scale = 1.0f / sqrtf((float)D);
     uint64_t seed = 5;
@@ -942,12 +944,78 @@ static void test_attend_vs_cpu(void **state) {
         kvq_gkv_set_int8_query(0);
         kvq_gkv_set_half_values(0);
         if (ks.s.kind != KVQ_GKV_KIVI && (vs.s.kind == KVQ_GKV_TURBO || vs.s.kind == KVQ_GKV_HQKV))
-            attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale);
+            attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-9);
         free_side(&ks);
         free_side(&vs);
     }
     kvq_cuda_free(dq), kvq_cuda_free(dout);
     free(K), free(V), free(q), free(exact), free(ref), free(out);
+}
+
+// The tensor-core kernels (int:2, int:4, kivi:2, kivi:4; kvq_gkv_set_tc 1 and 2) against the CPU
+// decode-then-attend reference at T_kv = 1 .. 1056 (int: not multiples of the 16-position tile;
+// KIVI: whole 32-position key groups, as the cache stores them), partial and empty warp shares,
+// B = 2, 2 KV heads, chunks 32, 64, 1024 and auto; then with a residual fp16 window of 40.
+// Limit NMSE ≤ 1e-4 (fp16 q [KIVI: q ⊙ s], fp16 values and fp16 p in the products, fp32 sums;
+// test_tc_emulated shows the index arithmetic exact); the exact kernel on the same cache ≤ 1e-9
+// as the control.
+static void test_attend_tc(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 2, H = NKV * KVQ_GKV_GROUP, CAP = 1056 };
+    const int Ti[] = {1, 15, 16, 17, 100, 511, 1000, 1056}, Tk[] = {32, 64, 96, 480, 992, 1056};
+    const float scale = 1.0f / sqrtf((float)D);
+    uint64_t seed = 21;
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * B * H * D, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * B * H * D, &err), KVQ_OK);
+    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * B * H * D);
+    float *out = malloc(sizeof(float) * B * H * D);
+    double *ref = malloc(sizeof(double) * B * H * D);
+    const char *specs[] = {"int:2", "int:4", "kivi:2", "kivi:4"};
+    for (int si = 0; si < 4; si++) {
+        const int kivi = si >= 2, nT = kivi ? (int)(sizeof Tk / sizeof *Tk) : (int)(sizeof Ti / sizeof *Ti);
+        for (int ti = 0; ti < nT; ti++) {
+            const int T = kivi ? Tk[ti] : Ti[ti];
+            tokens(K, B * NKV * T, &seed);
+            tokens(V, B * NKV * T, &seed);
+            for (int i = 0; i < B * H * D; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * B * H * D, 1, &err), KVQ_OK);
+            tside ks, vs;
+            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
+            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
+            ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            const int chunks[] = {32, 64, 1024, 0};
+            for (int ci = 0; ci < 4; ci++)
+                for (int tc = 2; tc >= 0; tc--) {
+                    kvq_gkv_set_tc(tc);
+                    assert_int_equal(kvq_gkv_tc_active(&c), tc != 0);
+                    const int ch = chunks[ci];
+                    void *scr;
+                    assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+                    assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * B * H * D, &err), KVQ_OK); // NaN until written
+                    kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+                    if (st) fprintf(stderr, "attend: %s\n", err.msg);
+                    assert_int_equal(st, KVQ_OK);
+                    assert_int_equal(kvq_cuda_copy(out, dout, sizeof(float) * B * H * D, 0, &err), KVQ_OK);
+                    const double e = nmse(out, ref, (size_t)B * H * D);
+                    fprintf(stderr, "test_cuda_kv: attend %-6s T %4d chunk %4d %s %d: NMSE vs CPU decode-then-attend %.2e\n", specs[si], T,
+                            ch ? ch : kvq_gkv_auto_chunk(&c), tc ? "tensor cores" : "exact kernel", tc, e);
+                    assert_true(e <= (tc ? 1e-4 : 1e-9)); // NaN fails too
+                    kvq_cuda_free(scr);
+                }
+            for (int tc = 1; tc <= 2 && T >= 100; tc++) {
+                kvq_gkv_set_tc(tc);
+                attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-4);
+            }
+            kvq_gkv_set_tc(0);
+            free_side(&ks);
+            free_side(&vs);
+        }
+    }
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(out), free(ref);
 }
 
 // A side's per-KV-head tables gathered from the states cs[0..n_kv) and uploaded, as the
@@ -1064,6 +1132,7 @@ static void test_append_vs_cpu_cache(void **state) {
     kvq_err err = {0};
     kvq_gkv_set_int8_query(0); // the exact paths (a failed test above may have left a knob on)
     kvq_gkv_set_half_values(0);
+    kvq_gkv_set_tc(0);
     int failed = 0; // every codec runs; each gets a PASS/FAIL line, the test fails at the end
     for (int si = 0; si < (int)(sizeof specs / sizeof *specs); si++) {
         int bad_attn = 0, bad_rec = 0;
@@ -1165,12 +1234,203 @@ static void test_append_vs_cpu_cache(void **state) {
     assert_int_equal(failed, 0);
 }
 
+// ---- the tensor-core kernels' fragment arithmetic (kernels/cuda/kv_tc.h), emulated on the host
+
+static float tc_h16(uint32_t w, int hi) { return kvq_f16_to_f32((uint16_t)(hi ? w >> 16 : w & 0xFFFFu)); }
+static uint32_t tc_pk16(float lo, float hi) { return kvq_f32_to_f16(lo) | (uint32_t)kvq_f32_to_f16(hi) << 16; }
+// __byte_perm(x, y, s) (selector nibbles 0-7, no sign replication)
+static uint32_t tc_perm(uint32_t x, uint32_t y, uint32_t s) {
+    const uint64_t v = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+    return r;
+}
+// The kernel's fix-up of pair j in fp16 arithmetic: h·(1/m) − (1024/m + qm), one rounding
+// (HFMA2), then optionally × s + z (HMUL2 / HFMA2, one rounding); each half.
+static uint32_t tc_fix(int bits, int qm, int j, uint32_t h, float s, float z, int scaled) {
+    const float m = (float)(1 << kvq_tc_shift(bits, j));
+    float v[2];
+    for (int e = 0; e < 2; e++) {
+        v[e] = kvq_f16_to_f32(kvq_f32_to_f16(tc_h16(h, e) / m - (1024.0f / m + (float)qm)));
+        if (scaled) v[e] = kvq_f16_to_f32(kvq_f32_to_f16((float)((double)v[e] * s + z)));
+    }
+    return tc_pk16(v[0], v[1]);
+}
+// One warp's mma.m16n8k16 (f16 A row, B col, f32 C) from the 32 lanes' fragments, by the PTX ISA
+// layouts: lane (g, t): A rows g (a0, a2) and g+8 (a1, a3), cols 2t+{0,1} (a0, a1) and 2t+8+{0,1}
+// (a2, a3); B rows 2t+{0,1} (b0) and 2t+8+{0,1} (b1), col g; C rows g (c0, c1), g+8 (c2, c3), cols 2t+{0,1}.
+static void tc_mma(uint32_t a[32][4], uint32_t b[32][2], double c[32][4]) {
+    double A[16][16], Bm[16][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        for (int i = 0; i < 8; i++) A[g + 8 * ((i >> 1) & 1)][2 * t + (i & 1) + 8 * (i >> 2)] = tc_h16(a[l][i >> 1], i & 1);
+        for (int i = 0; i < 4; i++) Bm[2 * t + (i & 1) + 8 * (i >> 1)][g] = tc_h16(b[l][i >> 1], i & 1);
+    }
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 4; i++) {
+            const int row = (l >> 2) + 8 * (i >> 1), col = 2 * (l & 3) + (i & 1);
+            for (int k = 0; k < 16; k++) c[l][i] += A[row][k] * Bm[k][col];
+        }
+}
+static uint32_t tc_word(const uint8_t *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return w;
+}
+
+// One 16-position tile of int:2 / int:4 / kivi:2 / kivi:4 through the kernel's index arithmetic
+// (loads, kvq_tc_dq, fix-ups, fragments, KIVI's q ⊙ s and Σ q·z per lane and their shuffles, the p
+// shuffle) with the mma emulated: the scores must equal Σ f16(q [⊙ s])·(c − qmax) [+ Σ q·z] and
+// Σ p·V must equal Σ p16·f16(s·(c − qmax)) [f16(s·c + z)] (the same fp16 operands; sums in double,
+// so the limit is 1e-12 relative). Runs without a GPU.
+static void test_tc_emulated(void **state) {
+    (void)state;
+    uint64_t seed = 11;
+    for (int kivi = 0; kivi <= 1; kivi++)
+        for (int bits = 2; bits <= 4; bits += 2) {
+            const int qm = kivi ? 0 : (1 << (bits - 1)) - 1, np = bits / 2;
+            for (int rep = 0; rep < 20; rep++) {
+                uint8_t kr[16][64], vr[16][64];
+                int ck[16][D], cv[16][D];
+                float q[4][D], vs[16], vz[16], ksc[D], kzr[D];
+                memset(kr, 0, sizeof kr), memset(vr, 0, sizeof vr);
+                for (int t = 0; t < 16; t++) {
+                    for (int i = 0; i < D; i++) {
+                        ck[t][i] = (int)(rng_next(&seed) >> 40) & ((1 << bits) - 1);
+                        cv[t][i] = (int)(rng_next(&seed) >> 40) & ((1 << bits) - 1);
+                        if (rep == 0) ck[t][i] = cv[t][i] = (1 << bits) - 1; // the extremes: all codes at max, then 0
+                        if (rep == 1) ck[t][i] = cv[t][i] = 0;
+                        kvq_gkv_put_code(kr[t], bits, D, i, (uint32_t)ck[t][i]);
+                        kvq_gkv_put_code(vr[t], bits, D, i, (uint32_t)cv[t][i]);
+                    }
+                    vs[t] = kvq_f16_to_f32(kvq_f32_to_f16((float)(0.05 + 0.5 * fabs(gauss(&seed)))));
+                    vz[t] = kivi ? kvq_f16_to_f32(kvq_f32_to_f16((float)gauss(&seed))) : 0.0f;
+                }
+                for (int i = 0; i < D; i++) { // KIVI keys: the group's (scale, zero) of channel i
+                    ksc[i] = kivi ? kvq_f16_to_f32(kvq_f32_to_f16((float)(0.05 + 0.5 * fabs(gauss(&seed))))) : 1.0f;
+                    kzr[i] = kivi ? kvq_f16_to_f32(kvq_f32_to_f16((float)gauss(&seed))) : 0.0f;
+                }
+                for (int h = 0; h < 4; h++)
+                    for (int i = 0; i < D; i++) q[h][i] = (float)gauss(&seed);
+                // scores: A = keys (positions g, g+8; dims 32t..), B = q (KIVI q ⊙ s), + Σ q·z (KIVI)
+                uint32_t a[32][4], b[32][2];
+                double c[32][4] = {{0}};
+                uint32_t hk[32][2][16];
+                float zp[32], zc[32][2];
+                for (int l = 0; l < 32; l++) {
+                    const int g = l >> 2, t = l & 3;
+                    for (int r = 0; r < 2; r++)
+                        for (int u = 0; u < 2; u++) {
+                            const uint8_t *row = kr[g + 8 * r];
+                            uint32_t h[8];
+                            kvq_tc_dq(bits, tc_word(row + 8 * t + 4 * u), tc_word(row + (np - 1) * (D / 4) + 8 * t + 4 * u), h);
+                            for (int j = 0; j < 8; j++) hk[l][r][8 * u + j] = tc_fix(bits, qm, j, h[j], 0, 0, 0);
+                        }
+                    zp[l] = 0;
+                    for (int jj = 0; jj < 16; jj++) {
+                        const int d0 = kvq_tc_kdim(bits, t, jj);
+                        if (g < 4) zp[l] = fmaf(q[g][d0], kzr[d0], fmaf(q[g][d0 + 8], kzr[d0 + 8], zp[l]));
+                    }
+                }
+                for (int l = 0; l < 32; l++) { // Σ over the quad (xor 1, 2), then columns 2t, 2t+1 from quads 2t, 2t+1
+                    const int t = l & 3;
+                    for (int e = 0; e < 2; e++) {
+                        const int src = 8 * t + 4 * e;
+                        zc[l][e] = zp[src] + zp[src + 1] + zp[src + 2] + zp[src + 3];
+                    }
+                }
+                for (int ks = 0; ks < 8; ks++) {
+                    for (int l = 0; l < 32; l++) {
+                        const int g = l >> 2, t = l & 3;
+                        a[l][0] = hk[l][0][2 * ks], a[l][1] = hk[l][1][2 * ks], a[l][2] = hk[l][0][2 * ks + 1], a[l][3] = hk[l][1][2 * ks + 1];
+                        for (int e = 0; e < 2; e++) {
+                            const int d0 = kvq_tc_kdim(bits, t, 2 * ks + e);
+                            b[l][e] = g < 4 ? tc_pk16(q[g][d0] * ksc[d0], q[g][d0 + 8] * ksc[d0 + 8]) : 0u;
+                        }
+                    }
+                    tc_mma(a, b, c);
+                }
+                for (int l = 0; l < 32; l++)
+                    for (int i = 0; i < 4; i++) {
+                        const int pos = (l >> 2) + 8 * (i >> 1), h = 2 * (l & 3) + (i & 1);
+                        double ref = 0, mag = 0, zr = 0, za = 0;
+                        for (int d = 0; d < D && h < 4; d++) {
+                            const double qq = kvq_f16_to_f32(kvq_f32_to_f16(q[h][d] * ksc[d]));
+                            ref += qq * (ck[pos][d] - qm), mag += fabs(qq) * (ck[pos][d] + qm);
+                            zr += (double)q[h][d] * kzr[d], za += fabs((double)q[h][d] * kzr[d]);
+                        }
+                        const double got = c[l][i] + (kivi ? zc[l][i & 1] : 0.0);
+                        ref += zr;
+                        // Σ q·z in fp32 (the kernel's order of 128 terms): 1e-6 of Σ |q·z|
+                        const double lim = 1e-12 * (mag + 1) + 1e-6 * za;
+                        if (fabs(got - ref) > lim) fprintf(stderr, "tc scores: kivi %d bits %d lane %d c%d: %g, want %g\n", kivi, bits, l, i, got, ref);
+                        assert_true(fabs(got - ref) <= lim);
+                    }
+                // p in the scores' C layout (positions g, g+8; heads 2t, 2t+1), rounded to fp16
+                float p[16][8];
+                for (int t = 0; t < 16; t++)
+                    for (int h = 0; h < 8; h++) p[t][h] = h < 4 ? kvq_f16_to_f32(kvq_f32_to_f16((float)((rng_next(&seed) >> 11) * 0x1.0p-53))) : 0.37f;
+                uint32_t p01[32], p23[32];
+                for (int l = 0; l < 32; l++) {
+                    const int g = l >> 2, t = l & 3;
+                    p01[l] = tc_pk16(p[g][2 * t], p[g][2 * t + 1]), p23[l] = tc_pk16(p[g + 8][2 * t], p[g + 8][2 * t + 1]);
+                }
+                for (int l = 0; l < 32; l++) { // the kernel's shuffles (src1, src2) and byte permutes
+                    const int g = l >> 2, t = l & 3, src1 = 4 * (2 * t) + (g >> 1), src2 = src1 + 4;
+                    const uint32_t psel = (g & 1) ? 0x7632u : 0x5410u;
+                    b[l][0] = g < 4 ? tc_perm(p01[src1], p01[src2], psel) : 0u;
+                    b[l][1] = g < 4 ? tc_perm(p23[src1], p23[src2], psel) : 0u;
+                }
+                double o[4][D];
+                memset(o, 0, sizeof o);
+                for (int j = 0; j < 8; j++) {
+                    double acc[32][4] = {{0}};
+                    for (int l = 0; l < 32; l++) {
+                        const int g = l >> 2, t = l & 3;
+                        uint32_t hv[4][8];
+                        int pos4[4];
+                        for (int r = 0; r < 4; r++) {
+                            pos4[r] = 2 * t + (r & 1) + 8 * (r >> 1);
+                            kvq_tc_dq(bits, tc_word(vr[pos4[r]] + 4 * g), tc_word(vr[pos4[r]] + (np - 1) * (D / 4) + 4 * g), hv[r]);
+                        }
+                        // the kernel scales the permuted pair by (s_pos0, s_pos1) [+ (z_pos0, z_pos1)]: per half
+                        for (int k = 0; k < 4; k++) {
+                            const int r0 = k < 2 ? 0 : 2;
+                            const uint32_t pr = tc_perm(hv[r0][j], hv[r0 + 1][j], (k & 1) ? 0x7632u : 0x5410u);
+                            const uint32_t f0 = tc_fix(bits, qm, j, pr, vs[pos4[r0]], vz[pos4[r0]], 1);
+                            const uint32_t f1 = tc_fix(bits, qm, j, pr, vs[pos4[r0 + 1]], vz[pos4[r0 + 1]], 1);
+                            a[l][k] = (f0 & 0xFFFFu) | (f1 & 0xFFFF0000u);
+                        }
+                    }
+                    tc_mma(a, b, acc);
+                    for (int l = 0; l < 32; l++)
+                        for (int i = 0; i < 4; i++) {
+                            const int h = 2 * (l & 3) + (i & 1);
+                            if (h < 4) o[h][kvq_tc_vdim(bits, l >> 2, j, i >> 1)] += acc[l][i];
+                        }
+                }
+                for (int h = 0; h < 4; h++)
+                    for (int d = 0; d < D; d++) {
+                        double ref = 0, mag = 0;
+                        for (int t = 0; t < 16; t++) {
+                            const double v = kvq_f16_to_f32(kvq_f32_to_f16((float)((double)vs[t] * (cv[t][d] - qm) + vz[t])));
+                            ref += p[t][h] * v, mag += fabs(p[t][h] * v);
+                        }
+                        if (fabs(o[h][d] - ref) > 1e-12 * (mag + 1e-30))
+                            fprintf(stderr, "tc p·V: kivi %d bits %d head %d dim %d: %g, want %g\n", kivi, bits, h, d, o[h][d], ref);
+                        assert_true(fabs(o[h][d] - ref) <= 1e-12 * (mag + 1e-30));
+                    }
+            }
+            fprintf(stderr, "test_cuda_kv: tensor-core fragment emulation %s:%d: 20 tiles, scores and p·V as the plain sums\n", kivi ? "kivi" : "int", bits);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
                                        cmocka_unit_test(test_enc_emulated), cmocka_unit_test(test_tables_of),
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
-                                       cmocka_unit_test(test_hqmq_layout),
-                                       cmocka_unit_test(test_attend_vs_cpu),
+                                       cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated),
+                                       cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,8 @@
 // attn_merge: one block per (sequence, query head) merges the chunks' (max, sum, Σ p·V).
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 #include <vector>
@@ -26,6 +28,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/cuda/kv_attn_tc.cuh"
 #include "kernels/cuda/kv_enc.cuh"
 #include "kernels/kv_hqkv.h"
 
@@ -809,9 +812,20 @@ static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
 
 typedef void (*split_fn)(attn_p);
 
-static int g_q8 = 0, g_vh = 0;
+static int g_q8 = 0, g_vh = 0, g_tc = -1;
 extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
 extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
+extern "C" void kvq_gkv_set_tc(int on) { g_tc = on < 0 ? -1 : on > 2 ? 1 : on; }
+// The tensor-core kernel for the packed chunks of this cache, when on (kvq_gkv_set_tc, else
+// KVQ_CUDA_KV_TC=1) and built for its kinds; NULL otherwise.
+static const void *tc_kernel(const kvq_gkv_cache *c) {
+    if (g_tc < 0) {
+        const char *e = getenv("KVQ_CUDA_KV_TC");
+        g_tc = e && (!strcmp(e, "1") || !strcmp(e, "2")) ? *e - '0' : 0;
+    }
+    return g_tc ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, g_tc) : NULL;
+}
+extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
 
 #define KV_BITS(X, KIND) X(KIND, 2) X(KIND, 3) X(KIND, 4)
 // HyperQuant-KV's code widths: 5-8 bits cover e8/d4/a2/z at 2-4 bits per sample (kv_gpu.c)
@@ -873,8 +887,10 @@ static int n_chunks(int len, int chunk) { return len > 0 ? (len + chunk - 1) / c
 // bf16 at 32k, 512 blocks on 396 slots).
 extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
     split_fn f = pick(c->k.kind, c->k.bits, c->v.kind, c->v.bits);
+    const void *ft = tc_kernel(c);
     int per_sm = 4, sms = 132, dev = 0;
-    if (f && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, NT, 0) != cudaSuccess) per_sm = 4;
+    if (ft && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ft, KVQ_GKV_TC_THREADS, 0) != cudaSuccess) per_sm = 4;
+    else if (!ft && f && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, NT, 0) != cudaSuccess) per_sm = 4;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 132;
     (void)cudaGetLastError();
     const int n = std::max(1, std::max(c->n_enc_k, c->n_enc_v));
@@ -925,7 +941,15 @@ extern "C" kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, flo
     p.po = (float *)scratch;
     p.pml = p.po + (size_t)c->batch * c->n_heads * n_slot * D;
     cudaStream_t sm = kvq_cuda_stream();
-    if (na) {
+    const void *ft = na ? tc_kernel(c) : NULL;
+    if (ft) { // int / KIVI at 2 and 4 bits on tensor cores (kv_attn_tc.cu), the same partial results
+        const kvq_tc_args ta = {q, (const uint8_t *)c->k.data, (const uint8_t *)c->v.data,
+                                kvq_gkv_region_bytes(c->k.kind, c->k.bits, D, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, D, c->cap, 1),
+                                kvq_gkv_side_offset(c->k.kind, c->k.bits, D, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, D, c->cap),
+                                c->n_kv, c->n_heads, 0, a, chunk, n_slot, 0, p.sl2, p.po, p.pml};
+        st = kvq_gkv_tc_launch(ft, &ta, na, c->batch, sm, err);
+        if (st) return st;
+    } else if (na) {
         split_fn f = pick(c->k.kind, c->k.bits, c->v.kind, c->v.bits);
         if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: no kernel for keys kind %d/%d bits, values kind %d/%d bits",
                                    c->k.kind, c->k.bits, c->v.kind, c->v.bits);

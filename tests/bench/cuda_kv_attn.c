@@ -6,7 +6,9 @@
 // replayed as a graph). Calls cycle over copies of the cache that together exceed 256 MB (so
 // L2 holds none; the same rules as cuda_kv_sdpa.py, PyTorch's SDPA in the same device call).
 // "q8": int keys scored by dp4a against an int8 copy of q; "h": int/KIVI values summed by
-// HFMA2 in fp16 pairs (into fp32 every 32 positions). turboquant-prod: (b−1)-bit keys + QJL
+// HFMA2 in fp16 pairs (into fp32 every 32 positions); "tc", "tc2": int/KIVI at 2 and 4 bits on
+// tensor cores (kv_attn_tc.cu: mma.m16n8k16 for the scores and Σ p·V; tc2 with two tiles' loads
+// in flight a warp; the other rows with them off). turboquant-prod: (b−1)-bit keys + QJL
 // signs (S R q once per block), turboquant:<b> values. octopus: triplet codes (direction table
 // in shared memory), ":qjl" with the sign plane; its values are KIVI's layout (kivi:<b> V). qturbo: TurboQuant with the quaternion
 // rotation of q and of the value sums. hqkv: lattice codes of 5-8 bits (the GPU layout's
@@ -76,7 +78,10 @@ int main(int argc, char **argv) {
     }
     const struct { kvq_gkv_kind kind; int bits; const char *name; } cfg[] = {
         {KVQ_GKV_BF16, 0, "bf16"},          {KVQ_GKV_INT, 4, "int:4"},          {KVQ_GKV_INT, 3, "int:3"},
-        {KVQ_GKV_INT, 2, "int:2"},          {KVQ_GKV_INT, 4, "int:4 q8+h"},     {KVQ_GKV_INT, 3, "int:3 q8+h"},
+        {KVQ_GKV_INT, 2, "int:2"},          {KVQ_GKV_INT, 4, "int:4 tc"},       {KVQ_GKV_INT, 2, "int:2 tc"},
+        {KVQ_GKV_INT, 4, "int:4 tc2"},      {KVQ_GKV_INT, 2, "int:2 tc2"},      {KVQ_GKV_KIVI, 4, "kivi:4 tc"},
+        {KVQ_GKV_KIVI, 2, "kivi:2 tc"},     {KVQ_GKV_KIVI, 4, "kivi:4 tc2"},    {KVQ_GKV_KIVI, 2, "kivi:2 tc2"},
+        {KVQ_GKV_INT, 4, "int:4 q8+h"},     {KVQ_GKV_INT, 3, "int:3 q8+h"},
         {KVQ_GKV_INT, 2, "int:2 q8+h"},     {KVQ_GKV_KIVI, 4, "kivi:4"},        {KVQ_GKV_KIVI, 3, "kivi:3"},
         {KVQ_GKV_KIVI, 2, "kivi:2"},        {KVQ_GKV_KIVI, 4, "kivi:4 h"},      {KVQ_GKV_KIVI, 3, "kivi:3 h"},
         {KVQ_GKV_KIVI, 2, "kivi:2 h"},      {KVQ_GKV_TURBO, 4, "turboquant:4"}, {KVQ_GKV_TURBO, 3, "turboquant:3"},
@@ -159,6 +164,7 @@ int main(int argc, char **argv) {
                 }
                 kvq_gkv_set_int8_query(strstr(cfg[ci].name, "q8") != NULL);
                 kvq_gkv_set_half_values((strstr(cfg[ci].name, " h") || strstr(cfg[ci].name, "+h")) && cfg[ci].kind != KVQ_GKV_BF16);
+                kvq_gkv_set_tc(strstr(cfg[ci].name, " tc2") ? 2 : strstr(cfg[ci].name, " tc") != NULL);
                 const int chunk = kvq_gkv_auto_chunk(&c);
                 void *scr;
                 TRY(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, chunk), &err));

@@ -1,0 +1,339 @@
+// Tensor-core split-K decode attention for int:2 and int:4 caches (BitDecoding's route,
+// arXiv 2503.18773), on the unchanged GPU layout of kv_attn.h; bit and fragment arithmetic
+// in kv_tc.h (shared with the host test). One block of 4 warps per (chunk, KV head,
+// sequence); each warp takes 16-position tiles w, w+4, ... of the chunk with its own online
+// softmax, the next tile's loads issued before this one's arithmetic, and the 4 warps' (max,
+// sum, Σ p·V) are merged in shared memory at the end. Per tile:
+//  scores: mma.m16n8k16 (fp16 in, fp32 accumulate) with the 16 positions' codes as A (16 ×
+//   128, 8 k-steps) and the 4 query heads' q in fp16 as B (columns 4..7 zero): codes become
+//   fp16 pairs by masks and the 1024 exponent trick (kv_tc.h), c − qmax by one HFMA2; the
+//   per-position fp16 scale multiplies the fp32 score.
+//  softmax: running max and sum per query head in the lanes that hold its score column.
+//  Σ p·V: Vᵀ (128 dims × 16 positions, 8 m-tiles) as A, p (16 positions × 4 heads, fp16) as B,
+//   p moved from the score fragment's layout into B's by 4 shuffles; a lane dequantizes 16
+//   dims of 4 positions and pairs positions with byte permutes; the values' per-position scale
+//   is applied to the fp16 values (s·(c − qmax), one HMUL2 a pair), so p stays in [0, 1].
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/kv_attn_tc.cuh"
+#include "kernels/cuda/kv_tc.h"
+
+#define D KVQ_GKV_HEAD_DIM
+#define G KVQ_GKV_GROUP
+#define TNT KVQ_GKV_TC_THREADS
+#define TNW (TNT / 32)
+
+static_assert(D == 128 && G == 4, "the fragment mapping assumes head_dim 128 and 4 query heads per KV head");
+
+__device__ __forceinline__ __half2 u2h(uint32_t u) {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return h;
+}
+__device__ __forceinline__ uint32_t h2u(__half2 h) {
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
+// The fp16 bits of v, exactly representable and normal (the fix-up constants).
+__host__ __device__ constexpr uint32_t f16c(float v) {
+    uint32_t sg = v < 0.0f ? 0x8000u : 0u;
+    if (v < 0.0f) v = -v;
+    int e = 0;
+    while (v >= 2.0f) v *= 0.5f, e++;
+    while (v < 1.0f) v *= 2.0f, e--;
+    return sg | (uint32_t)(e + 15) << 10 | (uint32_t)((v - 1.0f) * 1024.0f);
+}
+static_assert(f16c(1.0f) == 0x3C00u && f16c(0.0625f) == 0x2C00u && f16c(-1031.0f) == 0xE407u && f16c(-17.0f) == 0xCC40u, "f16c");
+
+// D += A·B, m16n8k16, fp16 A (row) and B (col), fp32 C/D (PTX ISA fragment layouts: a lane
+// (g = lane/4, t = lane%4) holds A rows g, g+8 × cols 2t, 2t+1, 2t+8, 2t+9; B rows (k) 2t, 2t+1,
+// 2t+8, 2t+9 × col g; C rows g, g+8 × cols 2t, 2t+1).
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One tile's loads for a lane: keys of positions g, g+8 (dims 32t.., each plane's 8 bytes),
+// values of positions 2t, 2t+1, 2t+8, 2t+9 (dims 16g.., each plane's 4 bytes), and their side
+// data (0 for positions past the chunk: their codes read as 0 and their weight is 0): int the
+// fp16 scales (ks; vs low half), KIVI values (scale, zero) of the quad's 32-channel group; KIVI
+// keys, with a group's first tile, the lane's 16 bytes of the group's (scale, zero) per channel
+// (channels 4·lane..4·lane+3).
+template <int B>
+struct tile_t {
+    uint2 k[2][B / 2];
+    uint32_t v[4][B / 2];
+    unsigned short ks[2];
+    uint32_t vs[4];
+    uint4 kz;
+};
+
+template <int KIND, int B>
+__device__ __forceinline__ void load_tile(const kvq_tc_args &p, const uint8_t *kreg, const uint8_t *vreg, int tb, int t1, int g, int t,
+                                          tile_t<B> &x) {
+    constexpr int RB = B / 2 * (D / 4);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int pos = tb + g + 8 * r;
+        const bool ok = pos < t1;
+#pragma unroll
+        for (int pl = 0; pl < B / 2; pl++)
+            x.k[r][pl] = ok ? __ldg((const uint2 *)(kreg + (size_t)pos * RB + pl * (D / 4) + 8 * t)) : make_uint2(0u, 0u);
+        if (KIND == KVQ_GKV_INT) x.ks[r] = ok ? __ldg((const unsigned short *)(kreg + p.kside) + pos) : (unsigned short)0;
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const int pos = tb + 2 * t + (r & 1) + 8 * (r >> 1);
+        const bool ok = pos < t1;
+#pragma unroll
+        for (int pl = 0; pl < B / 2; pl++) x.v[r][pl] = ok ? __ldg((const uint32_t *)(vreg + (size_t)pos * RB + pl * (D / 4) + 4 * g)) : 0u;
+        if (KIND == KVQ_GKV_INT) x.vs[r] = ok ? (uint32_t)__ldg((const unsigned short *)(vreg + p.vside) + pos) : 0u;
+        else x.vs[r] = ok ? __ldg((const uint32_t *)(vreg + p.vside + ((size_t)pos * (D / 32) + (g >> 1)) * 4)) : 0u;
+    }
+    if (KIND == KVQ_GKV_KIVI && tb % 32 == 0) // stored keys come in whole groups: the group is there
+        x.kz = __ldg((const uint4 *)(kreg + p.kside + (size_t)(tb / 32) * D * 4) + (threadIdx.x & 31));
+}
+
+// KIND: KVQ_GKV_INT (keys and values s·(c − qmax), s per position) or KVQ_GKV_KIVI (keys s_i·c + z_i
+// per channel over 32-position groups: q ⊙ s as B, Σ q·z added to the score; values s·c + z per
+// position and 32 channels). Warp w takes the steps w, w+4, ... of TS tiles (KIVI: 2, one key
+// group) one tile at a time, with the loads of the tile PF ahead in flight.
+template <int KIND, int B, int TS, int PF>
+__global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
+    constexpr float QM = KIND == KVQ_GKV_INT ? (float)((1 << (B - 1)) - 1) : 0.0f;
+    constexpr bool KIVI = KIND == KVQ_GKV_KIVI;
+    static_assert(!KIVI || TS == 2, "KIVI keys: a step is one 32-position group");
+    static_assert(PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles");
+    constexpr bool TWO = !(B == 4 && PF == 1); // where the registers allow it (int:4 variant 1 would spill)
+    __shared__ __align__(16) float qs[G][D];
+    __shared__ float wm[TNW][G], wl[TNW][G];
+    __shared__ float red[TNW][G][D];
+    __shared__ __align__(16) uint32_t kzs[KIVI ? TNW : 1][D]; // KIVI: the warp's key group (scale, zero) per channel
+    const int s = blockIdx.x, gk = blockIdx.y, b = blockIdx.z;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int t0 = p.t_begin + s * p.chunk, t1 = min(p.t_end, t0 + p.chunk), n = t1 - t0;
+    float *po = p.po + (((size_t)b * p.H + gk * G) * p.n_slot + p.slot0 + s) * D;
+    float *pml = p.pml + (((size_t)b * p.H + gk * G) * p.n_slot + p.slot0 + s) * 2;
+    if (n <= 0) { // an empty chunk: weight 0 in the merge
+        for (int e = threadIdx.x; e < G * D; e += TNT) po[(size_t)(e / D) * p.n_slot * D + e % D] = 0.0f;
+        if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = -INFINITY, pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = 0.0f;
+        return;
+    }
+    const size_t ri = (size_t)b * p.n_kv + gk;
+    const uint8_t *kreg = p.kbase + ri * p.kregion, *vreg = p.vbase + ri * p.vregion;
+    const int ntile = (n + 15) / 16;
+    // the warp's k-th tile (increasing in k)
+    auto tile_of = [&](int k) { return (warp + TNW * (k / TS)) * TS + k % TS; };
+    tile_t<B> x, x1, x2;
+    if (tile_of(0) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(0), t1, g, t, x); // before q: it does not depend on it
+    if (PF == 2 && tile_of(1) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(1), t1, g, t, x1);
+    for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D];
+    __syncthreads();
+
+    // q as B: column g = query head g (< 4), k-step ks: pairs 2ks, 2ks+1 of the lane's dims
+    // (KIVI: q ⊙ s per key group, formed in the loop from qs)
+    uint32_t qk[8][2];
+#pragma unroll
+    for (int ks = 0; ks < 8; ks++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int jj = 2 * ks + e, d0 = kvq_tc_kdim(B, t, jj);
+            qk[ks][e] = g < G && !KIVI ? h2u(__floats2half2_rn(qs[g][d0], qs[g][d0 + 8])) : 0u;
+        }
+    // the fix-up of pair j: c − qmax = h·(1/m) − (1024/m + qmax), exact in fp16 (compile-time
+    // constants, so that they are immediates of the HFMA2, not registers)
+    __half2 fm[8], fa[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float m = (float)(1 << kvq_tc_shift(B, j));
+        fm[j] = u2h(0x10001u * f16c(1.0f / m));
+        fa[j] = u2h(0x10001u * f16c(-(1024.0f / m + QM)));
+    }
+
+    // the lane's running state: heads 2t, 2t+1 (real for t < 2), Σ p·V as 8 m-tiles' C fragments
+    float mx[2] = {-INFINITY, -INFINITY}, ls[2] = {0.0f, 0.0f};
+    float acc[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
+    const int src1 = 4 * (2 * t) + (g >> 1), src2 = src1 + 4; // the lanes holding p of positions 2t, 2t+1 (and + 8) for head g
+    const uint32_t psel = (g & 1) ? 0x7632u : 0x5410u;
+
+    float zc[2] = {0.0f, 0.0f}; // KIVI: Σ q·z for the lane's score columns 2t, 2t+1
+    for (int k = 0;; k++) {
+        const int ti = tile_of(k);
+        if (ti >= ntile) break; // warp-uniform
+        const int tb = t0 + 16 * ti;
+        if (tile_of(k + PF) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(k + PF), t1, g, t, PF == 1 ? x1 : x2);
+        if constexpr (KIVI) {
+            if (ti % 2 == 0) { // a new key group: q ⊙ s and Σ q·z
+                __syncwarp();
+                *(uint4 *)&kzs[warp][4 * lane] = x.kz;
+                __syncwarp();
+                float zp = 0.0f; // Σ over the lane's dims of q·z, head g
+#pragma unroll
+                for (int ks = 0; ks < 8; ks++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int d0 = kvq_tc_kdim(B, t, 2 * ks + e);
+                        const uint32_t u0 = kzs[warp][d0], u1 = kzs[warp][d0 + 8];
+                        const float2 sc = __half22float2(u2h(__byte_perm(u0, u1, 0x5410u))), zz = __half22float2(u2h(__byte_perm(u0, u1, 0x7632u)));
+                        const float q0 = g < G ? qs[g][d0] : 0.0f, q1 = g < G ? qs[g][d0 + 8] : 0.0f;
+                        qk[ks][e] = h2u(__floats2half2_rn(q0 * sc.x, q1 * sc.y));
+                        zp = fmaf(q0, zz.x, fmaf(q1, zz.y, zp));
+                    }
+                zp += __shfl_xor_sync(0xffffffffu, zp, 1);
+                zp += __shfl_xor_sync(0xffffffffu, zp, 2);
+                zc[0] = __shfl_sync(0xffffffffu, zp, 8 * t), zc[1] = __shfl_sync(0xffffffffu, zp, 8 * t + 4); // quads 2t, 2t+1
+            }
+        }
+        {
+            const tile_t<B> &y = x;
+            // ---- scores of positions tb + g (c[0], c[1]) and tb + g + 8 (c[2], c[3]), heads 2t, 2t+1
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f}; // TWO: two chains of 4 mma, not one of 8
+            {
+                uint32_t hk[2][16];
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        const uint32_t lo = u ? y.k[r][0].y : y.k[r][0].x, hi = u ? y.k[r][B / 2 - 1].y : y.k[r][B / 2 - 1].x;
+                        uint32_t h[8];
+                        kvq_tc_dq(B, lo, hi, h);
+#pragma unroll
+                        for (int j = 0; j < 8; j++) hk[r][8 * u + j] = h2u(__hfma2(u2h(h[j]), fm[j], fa[j]));
+                    }
+#pragma unroll
+                for (int ks = 0; ks < 8; ks++)
+                    mma16816(TWO && (ks & 1) ? c2 : c, hk[0][2 * ks], hk[1][2 * ks], hk[0][2 * ks + 1], hk[1][2 * ks + 1], qk[ks][0], qk[ks][1]);
+#pragma unroll
+                for (int e = 0; e < 4; e++) c[e] += c2[e];
+            }
+            const bool ok0 = tb + g < t1, ok1 = tb + g + 8 < t1;
+            if constexpr (KIVI) {
+                c[0] = ok0 ? (c[0] + zc[0]) * p.sl2 : -INFINITY, c[1] = ok0 ? (c[1] + zc[1]) * p.sl2 : -INFINITY;
+                c[2] = ok1 ? (c[2] + zc[0]) * p.sl2 : -INFINITY, c[3] = ok1 ? (c[3] + zc[1]) * p.sl2 : -INFINITY;
+            } else {
+                const float k0 = __half2float(__ushort_as_half(y.ks[0])) * p.sl2, k1 = __half2float(__ushort_as_half(y.ks[1])) * p.sl2;
+                c[0] = ok0 ? c[0] * k0 : -INFINITY, c[1] = ok0 ? c[1] * k0 : -INFINITY;
+                c[2] = ok1 ? c[2] * k1 : -INFINITY, c[3] = ok1 ? c[3] * k1 : -INFINITY;
+            }
+            // ---- online softmax per head column (the 8 lanes of a column: xor over g)
+            float pr[4];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float m = fmaxf(c[e], c[e + 2]);
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+                const float mn = fmaxf(mx[e], m); // finite: the tile has a valid position
+                const float al = exp2f(mx[e] - mn);
+                mx[e] = mn;
+                pr[e] = exp2f(c[e] - mn), pr[e + 2] = exp2f(c[e + 2] - mn);
+                ls[e] = fmaf(ls[e], al, pr[e] + pr[e + 2]);
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[j][e] *= al, acc[j][e + 2] *= al;
+            }
+            // ---- p into B's layout: b0 = (p[2t][g], p[2t+1][g]), b1 = (p[2t+8][g], p[2t+9][g])
+            const uint32_t p01 = h2u(__floats2half2_rn(pr[0], pr[1])), p23 = h2u(__floats2half2_rn(pr[2], pr[3]));
+            const uint32_t x1 = __shfl_sync(0xffffffffu, p01, src1), x2 = __shfl_sync(0xffffffffu, p01, src2);
+            const uint32_t y1 = __shfl_sync(0xffffffffu, p23, src1), y2 = __shfl_sync(0xffffffffu, p23, src2);
+            const uint32_t b0 = g < G ? __byte_perm(x1, x2, psel) : 0u, b1 = g < G ? __byte_perm(y1, y2, psel) : 0u;
+            // ---- Σ p·V: m-tile j = dims (16g + dim(j), + 8) of positions 2t, 2t+1 | 2t+8, 2t+9
+            {
+                uint32_t hv[4][8];
+#pragma unroll
+                for (int r = 0; r < 4; r++) kvq_tc_dq(B, y.v[r][0], y.v[r][B / 2 - 1], hv[r]);
+                // the positions' scales (s0, s1), (s2, s3) and KIVI's zeros
+                const __half2 s01 = u2h(__byte_perm(y.vs[0], y.vs[1], 0x5410u)), s23 = u2h(__byte_perm(y.vs[2], y.vs[3], 0x5410u));
+                const __half2 z01 = u2h(__byte_perm(y.vs[0], y.vs[1], 0x7632u)), z23 = u2h(__byte_perm(y.vs[2], y.vs[3], 0x7632u));
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    __half2 a[4];
+                    a[0] = __hfma2(u2h(__byte_perm(hv[0][j], hv[1][j], 0x5410u)), fm[j], fa[j]);
+                    a[1] = __hfma2(u2h(__byte_perm(hv[0][j], hv[1][j], 0x7632u)), fm[j], fa[j]);
+                    a[2] = __hfma2(u2h(__byte_perm(hv[2][j], hv[3][j], 0x5410u)), fm[j], fa[j]);
+                    a[3] = __hfma2(u2h(__byte_perm(hv[2][j], hv[3][j], 0x7632u)), fm[j], fa[j]);
+                    if constexpr (KIVI) {
+                        a[0] = __hfma2(a[0], s01, z01), a[1] = __hfma2(a[1], s01, z01);
+                        a[2] = __hfma2(a[2], s23, z23), a[3] = __hfma2(a[3], s23, z23);
+                    } else {
+                        a[0] = __hmul2(a[0], s01), a[1] = __hmul2(a[1], s01), a[2] = __hmul2(a[2], s23), a[3] = __hmul2(a[3], s23);
+                    }
+                    mma16816(acc[j], h2u(a[0]), h2u(a[1]), h2u(a[2]), h2u(a[3]), b0, b1);
+                }
+            }
+        }
+        x = x1;
+        if (PF == 2) x1 = x2;
+    }
+
+    // ---- the warps' (max, sum, Σ p·V) merged: weights 2^(m_w − M)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        ls[e] += __shfl_xor_sync(0xffffffffu, ls[e], 4);
+        ls[e] += __shfl_xor_sync(0xffffffffu, ls[e], 8);
+        ls[e] += __shfl_xor_sync(0xffffffffu, ls[e], 16);
+    }
+    if (g == 0 && t < G / 2) wm[warp][2 * t] = mx[0], wm[warp][2 * t + 1] = mx[1], wl[warp][2 * t] = ls[0], wl[warp][2 * t + 1] = ls[1];
+    __syncthreads();
+    if (t < G / 2) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int h = 2 * t + e;
+            float M = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < TNW; w++) M = fmaxf(M, wm[w][h]);
+            const float f = mx[e] == -INFINITY ? 0.0f : exp2f(mx[e] - M);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                red[warp][h][kvq_tc_vdim(B, g, j, 0)] = acc[j][e] * f;
+                red[warp][h][kvq_tc_vdim(B, g, j, 1)] = acc[j][e + 2] * f;
+            }
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < G * D; e += TNT) {
+        const int h = e / D, i = e % D;
+        float y = 0.0f;
+#pragma unroll
+        for (int w = 0; w < TNW; w++) y += red[w][h][i];
+        po[(size_t)h * p.n_slot * D + i] = y;
+    }
+    if (threadIdx.x < G) {
+        const int h = threadIdx.x;
+        float M = -INFINITY, l = 0.0f;
+        for (int w = 0; w < TNW; w++) M = fmaxf(M, wm[w][h]);
+        for (int w = 0; w < TNW; w++)
+            if (wm[w][h] != -INFINITY) l = fmaf(exp2f(wm[w][h] - M), wl[w][h], l);
+        pml[(size_t)h * p.n_slot * 2] = M, pml[(size_t)h * p.n_slot * 2 + 1] = l;
+    }
+}
+
+const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant) {
+    if (kk != vk || kb != vb || (kb != 2 && kb != 4) || variant < 1 || variant > 2) return NULL;
+#define TCK(KIND, TS)                                                                                                  \
+    if (kk == KIND)                                                                                                    \
+        return variant == 2 ? (kb == 4 ? (const void *)attn_tc<KIND, 4, TS, 2> : (const void *)attn_tc<KIND, 2, TS, 2>) \
+                            : (kb == 4 ? (const void *)attn_tc<KIND, 4, TS, 1> : (const void *)attn_tc<KIND, 2, TS, 1>);
+    TCK(KVQ_GKV_INT, 1)
+    TCK(KVQ_GKV_KIVI, 2)
+#undef TCK
+    return NULL;
+}
+
+kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks, int batch, cudaStream_t sm, kvq_err *err) {
+    void (*f)(kvq_tc_args) = (void (*)(kvq_tc_args))fn;
+    f<<<dim3(n_chunks, a->n_kv, batch), TNT, 0, sm>>>(*a);
+    CU_LAUNCHED("attn_tc");
+    return KVQ_OK;
+}
