@@ -815,15 +815,18 @@ typedef void (*split_fn)(attn_p);
 static int g_q8 = 0, g_vh = 0, g_tc = -1;
 extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
 extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
-extern "C" void kvq_gkv_set_tc(int on) { g_tc = on < 0 ? -1 : on > 2 ? 1 : on; }
-// The tensor-core kernel for the packed chunks of this cache, when on (kvq_gkv_set_tc, else
-// KVQ_CUDA_KV_TC=1) and built for its kinds; NULL otherwise.
+extern "C" void kvq_gkv_set_tc(int on) { g_tc = on < 0 ? -1 : on > 3 ? 3 : on; }
+// The tensor-core kernel for the packed chunks of this cache, when on and built for its kinds;
+// NULL otherwise. g_tc: 0 off, 1 or 2 that variant, 3 (the default since the H100 run of
+// 2026-11-26, docs/RESULTS.md) the faster variant per width there: two tiles in flight (2) for
+// 4-bit keys, one (1) for 2-bit; KVQ_CUDA_KV_TC=0|1|2 in the environment overrides.
 static const void *tc_kernel(const kvq_gkv_cache *c) {
     if (g_tc < 0) {
         const char *e = getenv("KVQ_CUDA_KV_TC");
-        g_tc = e && (!strcmp(e, "1") || !strcmp(e, "2")) ? *e - '0' : 0;
+        g_tc = e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2")) ? *e - '0' : 3;
     }
-    return g_tc ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, g_tc) : NULL;
+    const int v = g_tc == 3 ? (c->k.bits == 4 ? 2 : 1) : g_tc;
+    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
 

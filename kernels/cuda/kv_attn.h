@@ -192,8 +192,9 @@ void kvq_gkv_set_half_values(int on);
 /** int:2, int:4, kivi:2, kivi:4 (both sides the same): 1 = the tensor-core kernels
  *  (kv_attn_tc.cu: fp16 q [KIVI: q ⊙ scale] and fp16 values in mma.m16n8k16 with fp32 sums,
  *  docs/KV.md "Tensor-core kernels") with the next tile's loads in flight, 2 = the same with the
- *  next two tiles', 0 = the kernels above; −1 (default) = KVQ_CUDA_KV_TC=1 or 2 in the environment
- *  (read at the first attend), else 0. Process-wide; the other kinds are unaffected. */
+ *  next two tiles', 0 = the kernels above, 3 = 2 for 4-bit keys and 1 for 2-bit (the faster on the
+ *  H100, docs/RESULTS.md); −1 (default) = KVQ_CUDA_KV_TC=0, 1 or 2 in the environment (read at
+ *  the first attend), else 3. Process-wide; the other kinds are unaffected. */
 void kvq_gkv_set_tc(int on);
 /** 1 when kvq_gkv_attend would read this cache's packed chunks with the tensor-core kernel. */
 int kvq_gkv_tc_active(const kvq_gkv_cache *c);
