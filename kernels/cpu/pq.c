@@ -278,9 +278,9 @@ void kvq_pqx_gemm_rows(const kvq_pqx *w, const float *lutb, int n_tok, float *y,
 }
 
 size_t kvq_pqx_scratch(const kvq_pqx *parts, int n_part) {
+    if (n_part && parts[0].levels) return kvq_qetx_scratch(parts, n_part);
     size_t n = 0;
-    for (int p = 0; p < n_part; p++)
-        n += parts[p].levels ? kvq_qetx_expand_floats(&parts[p]) : KVQ_PQX_TB * kvq_pqx_lut_floats(&parts[p]);
+    for (int p = 0; p < n_part; p++) n += KVQ_PQX_TB * kvq_pqx_lut_floats(&parts[p]);
     return n;
 }
 

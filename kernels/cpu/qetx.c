@@ -1,35 +1,28 @@
 // Products straight from the QET execution layout (kernels/pq_layout.h, levels == 3): per
 // product the codebooks are expanded to float in slot order (the held copy stays as the file
-// stores it), then every row rebuilds its X* values from the centroids one group of 64 weights
-// at a time, transposes them so that each block's 8 leaves share a vector, permutes the
-// block's 8 activations by the block's σ (a 4096-entry table by its 12 switch bits) and
-// multiply-adds. Reference loops first, then AVX2, then the threaded driver.
+// stores it). Per token the activations of each group of 8 blocks are transposed once (lane i =
+// block i, vector q = coordinate q: shared by every row). A row then takes, per group, the 8
+// centroid vectors of its slots as they are (vector t = leaf t of the 8 blocks, lane i = block
+// i), and brings each block's activations into leaf order with its own butterfly: 3 levels of
+// 8 blends whose lane masks are the blocks' switch bits (moved to the sign bit by one shift
+// each). Reference loops first, then AVX2, then the threaded driver.
 //
-// Summation order (every path; see kvq_qetx_gemm_rows in pq.h): per row and token, two
-// 8-lane accumulators (lane = leaf t), block b into a[b & 1] in block order with one fused
-// multiply-add per weight, a[t] = fma(X*[b + t·D], x[8b + σ_b(t)], a[t]); then
-// v = a0 + a1 and y = ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)).
-// X*[p] = c_1 (+ c_2): the decoder's stage sum, so the weights are the decoder's bit for bit.
+// Summation order (every path; see pq.h): per row and token two 8-lane accumulators a0, a1
+// (lane i = block b mod 8); for g = 0, 1, … and t = 0..7, a_{t mod 2}[i] = fma(X*[8g + i + t·D],
+// x[8b + σ_b(t)], a_{t mod 2}[i]) with b = 8g + i (one rounding per weight); then v = a0 + a1
+// and y = ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). X*[p] = c_1 (+ c_2): the
+// decoder's stage sum, so the weights are the decoder's bit for bit.
 #include "kernels/cpu/pq.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "formats/error.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/threads.h"
-
-static uint32_t perm_tab[4096];
-static pthread_once_t perm_once = PTHREAD_ONCE_INIT;
-static void perm_init(void) {
-    for (uint32_t f = 0; f < 4096; f++) perm_tab[f] = kvq_qetx_sigma(f);
-}
-static const uint32_t *perms(void) {
-    pthread_once(&perm_once, perm_init);
-    return perm_tab;
-}
 
 static int64_t exp_off(const kvq_pqx *w, int s) {
     int64_t o = 0;
@@ -37,29 +30,13 @@ static int64_t exp_off(const kvq_pqx *w, int s) {
     return o;
 }
 
+
 size_t kvq_qetx_expand_floats(const kvq_pqx *w) { return (size_t)exp_off(w, w->stages); }
 
 static kvq_pqx_isa resolve(kvq_pqx_isa isa) {
     if (isa == KVQ_PQX_ISA_AUTO || (isa == KVQ_PQX_ISA_AVX2 && !(kvq_cpu_features() & KVQ_CPU_AVX2)))
         return kvq_pqx_isa_best();
     return isa;
-}
-
-// The 8 indices of stage s for row r, group g (slot order t = 0..7).
-static inline void idx8(const kvq_pqx *w, int s, int64_t r, int64_t g, uint32_t c[8]) {
-    const int64_t o = (r * w->groups + g) * 8;
-    uint64_t v;
-    if (w->qbits[s] == 4) {
-        uint32_t u;
-        memcpy(&u, (const uint8_t *)w->idx[s] + o / 2, 4);
-        for (int t = 0; t < 8; t++) c[t] = (u >> 4 * t) & 15u;
-    } else if (w->qbits[s] == 8) {
-        memcpy(&v, (const uint8_t *)w->idx[s] + o, 8);
-        for (int t = 0; t < 8; t++) c[t] = (uint32_t)(v >> 8 * t) & 255u;
-    } else {
-        const uint16_t *p = (const uint16_t *)w->idx[s] + o;
-        for (int t = 0; t < 8; t++) c[t] = p[t];
-    }
 }
 
 // ---- plain reference
@@ -78,25 +55,23 @@ static void expand_ref(const kvq_pqx *w, float *cbf, int64_t sl0, int64_t sl1) {
 
 static void gemm_ref(const kvq_pqx *w, const float *cbf, const float *x, int n_tok, int64_t ldx, float *y, int64_t ldy,
                      int64_t r0, int64_t r1) {
-    const int64_t D = w->cols / 8;
     for (int64_t r = r0; r < r1; r++)
         for (int tk = 0; tk < n_tok; tk++) {
             const float *xt = x + tk * ldx;
             float a[2][8] = {{0}};
-            for (int64_t b = 0; b < D; b++) {
-                const int64_t g = b / 8;
-                const int i = (int)(b % 8);
-                const uint32_t perm = kvq_qetx_sigma(kvq_qetx_field(w, r, b));
-                uint32_t c[2][8];
-                for (int s = 0; s < w->stages; s++) idx8(w, s, r, g, c[s]);
+            for (int64_t g = 0; g < w->groups; g++)
                 for (int t = 0; t < 8; t++) {
-                    float v = cbf[((g * 8 + t) * w->k[0] + c[0][t]) * 8 + i];
-                    if (w->stages > 1) v = v + cbf[exp_off(w, 1) + ((g * 8 + t) * w->k[1] + c[1][t]) * 8 + i];
-                    a[b & 1][t] = fmaf(v, xt[8 * b + ((perm >> 3 * t) & 7)], a[b & 1][t]);
+                    const uint32_t c0 = kvq_qetx_idx(w, 0, r, g, t), c1 = w->stages > 1 ? kvq_qetx_idx(w, 1, r, g, t) : 0;
+                    for (int i = 0; i < 8; i++) {
+                        const int64_t b = 8 * g + i;
+                        const uint32_t perm = kvq_qetx_sigma(kvq_qetx_field(w, r, b));
+                        float v = cbf[((g * 8 + t) * w->k[0] + c0) * 8 + i];
+                        if (w->stages > 1) v = v + cbf[exp_off(w, 1) + ((g * 8 + t) * w->k[1] + c1) * 8 + i];
+                        a[t & 1][i] = fmaf(v, xt[8 * b + ((perm >> 3 * t) & 7)], a[t & 1][i]);
+                    }
                 }
-            }
             float v[8];
-            for (int t = 0; t < 8; t++) v[t] = a[0][t] + a[1][t];
+            for (int i = 0; i < 8; i++) v[i] = a[0][i] + a[1][i];
             y[tk * ldy + r] = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
         }
 }
@@ -104,6 +79,7 @@ static void gemm_ref(const kvq_pqx *w, const float *cbf, const float *x, int n_t
 // ---- AVX2
 
 #define QX_AVX2 __attribute__((target("avx2,fma")))
+#define QX_INLINE static inline __attribute__((always_inline))
 
 QX_AVX2 static void expand_avx2(const kvq_pqx *w, float *cbf, int64_t sl0, int64_t sl1) {
     if (w->cb_type == KVQ_PQX_CB_F32) { expand_ref(w, cbf, sl0, sl1); return; } // a copy
@@ -144,7 +120,7 @@ QX_AVX2 static void expand_avx2(const kvq_pqx *w, float *cbf, int64_t sl0, int64
 }
 
 // U[i][t] = V[t][i]
-QX_AVX2 static inline void transpose8(__m256 *V) {
+QX_AVX2 QX_INLINE void transpose8(__m256 *V) {
     const __m256 t0 = _mm256_unpacklo_ps(V[0], V[1]), t1 = _mm256_unpackhi_ps(V[0], V[1]);
     const __m256 t2 = _mm256_unpacklo_ps(V[2], V[3]), t3 = _mm256_unpackhi_ps(V[2], V[3]);
     const __m256 t4 = _mm256_unpacklo_ps(V[4], V[5]), t5 = _mm256_unpackhi_ps(V[4], V[5]);
@@ -163,36 +139,74 @@ QX_AVX2 static inline void transpose8(__m256 *V) {
     V[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-// The group's 64 X* values, transposed: U[i] holds block 8g + i's 8 leaves.
-QX_AVX2 static inline void group_weights(const kvq_pqx *w, const float *cbf, int64_t r, int64_t g, __m256 *U) {
-    uint32_t c[8];
-    idx8(w, 0, r, g, c);
-    const int64_t k0 = w->k[0];
-    const float *E = cbf + g * 8 * k0 * 8;
-    for (int t = 0; t < 8; t++) U[t] = _mm256_loadu_ps(E + ((int64_t)t * k0 + c[t]) * 8);
-    if (w->stages > 1) {
-        idx8(w, 1, r, g, c);
-        const int64_t k1 = w->k[1];
-        const float *E2 = cbf + exp_off(w, 1) + g * 8 * k1 * 8;
-        for (int t = 0; t < 8; t++) U[t] = _mm256_add_ps(U[t], _mm256_loadu_ps(E2 + ((int64_t)t * k1 + c[t]) * 8));
-    }
-    transpose8(U);
+// Transposed activations of n_tok <= 8 tokens for groups [g0, g1): xt[(tk·G + g)·64 + 8q + i]
+// = x[tk·ldx + 64g + 8i + q].
+QX_AVX2 static void xt_avx2(const kvq_pqx *w, const float *x, int n_tok, int64_t ldx, float *xt, int64_t g0, int64_t g1) {
+    for (int tk = 0; tk < n_tok; tk++)
+        for (int64_t g = g0; g < g1; g++) {
+            __m256 V[8];
+            for (int i = 0; i < 8; i++) V[i] = _mm256_loadu_ps(x + tk * ldx + 64 * g + 8 * i);
+            transpose8(V);
+            for (int q = 0; q < 8; q++) _mm256_storeu_ps(xt + (tk * w->groups + g) * 64 + 8 * q, V[q]);
+        }
 }
 
-// The 8 σ of a group as vpermps index vectors (vpermps reads the low 3 bits of each lane).
-QX_AVX2 static inline void group_perms(const kvq_pqx *w, const uint32_t *PT, int64_t r, int64_t g, __m256i *P) {
-    const uint8_t *f = w->sw + (r * w->groups + g) * KVQ_QETX_SW_BYTES;
-    uint64_t fa, fb;
-    memcpy(&fa, f, 8);
-    memcpy(&fb, f + 6, 8);
-    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
-    for (int i = 0; i < 4; i++) {
-        P[i] = _mm256_srlv_epi32(_mm256_set1_epi32((int)PT[(fa >> 12 * i) & 0xfff]), sh);
-        P[4 + i] = _mm256_srlv_epi32(_mm256_set1_epi32((int)PT[(fb >> 12 * i) & 0xfff]), sh);
+// Sign-bit shifts: mask j of lane i = field bit j (the field sits at bit 0 or 4 of lane i's
+// dword after the byte shuffle), moved to bit 31.
+static const int32_t qx_shl[12][8] = {
+#define QX_ROW(j) {31 - (j), 27 - (j), 31 - (j), 27 - (j), 31 - (j), 27 - (j), 31 - (j), 27 - (j)}
+    QX_ROW(0), QX_ROW(1), QX_ROW(2), QX_ROW(3), QX_ROW(4), QX_ROW(5),
+    QX_ROW(6), QX_ROW(7), QX_ROW(8), QX_ROW(9), QX_ROW(10), QX_ROW(11),
+#undef QX_ROW
+};
+
+// The 8 blocks' switch fields of a group, lane i = block i (bytes ⌊1.5i⌋, ⌊1.5i⌋ + 1).
+QX_AVX2 QX_INLINE __m256i group_fields(const uint8_t *f) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)f));
+    const __m256i ctl = _mm256_setr_epi8(0, 1, -1, -1, 1, 2, -1, -1, 3, 4, -1, -1, 4, 5, -1, -1,
+                                         6, 7, -1, -1, 7, 8, -1, -1, 9, 10, -1, -1, 10, 11, -1, -1);
+    return _mm256_shuffle_epi8(b, ctl);
+}
+QX_AVX2 QX_INLINE __m256 qx_mask(__m256i F, int j) {
+    return _mm256_castsi256_ps(_mm256_sllv_epi32(F, _mm256_loadu_si256((const __m256i *)qx_shl[j])));
+}
+
+// Q[t] lane i = x[8b + σ_b(t)], b = 8g + i: the forward swap tree of every block at once on its
+// transposed activations X (X[q] lane i = x[8b + q]).
+QX_AVX2 QX_INLINE void butterfly(__m256i F, const float *X, __m256 *Q) {
+    __m256 N[8], S[8];
+    for (int j = 0; j < 4; j++) {
+        const __m256 m = qx_mask(F, j), a = _mm256_loadu_ps(X + 16 * j), b = _mm256_loadu_ps(X + 16 * j + 8);
+        N[j] = _mm256_blendv_ps(a, b, m);
+        N[4 + j] = _mm256_blendv_ps(b, a, m);
+    }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 2; j++) {
+            const __m256 m = qx_mask(F, 4 + 2 * h + j);
+            S[4 * h + j] = _mm256_blendv_ps(N[4 * h + 2 * j], N[4 * h + 2 * j + 1], m);
+            S[4 * h + 2 + j] = _mm256_blendv_ps(N[4 * h + 2 * j + 1], N[4 * h + 2 * j], m);
+        }
+    for (int q = 0; q < 4; q++) {
+        const __m256 m = qx_mask(F, 8 + q);
+        Q[2 * q] = _mm256_blendv_ps(S[2 * q], S[2 * q + 1], m);
+        Q[2 * q + 1] = _mm256_blendv_ps(S[2 * q + 1], S[2 * q], m);
     }
 }
 
-QX_AVX2 static inline float hsum8(__m256 a0, __m256 a1) {
+QX_AVX2 QX_INLINE uint32_t idx_at(const void *p, int qbits, int64_t o) {
+    if (qbits == 8) return ((const uint8_t *)p)[o];
+    if (qbits == 4) return (((const uint8_t *)p)[o >> 1] >> (4 * (o & 1))) & 15u;
+    return ((const uint16_t *)p)[o];
+}
+
+// Centroid vector of leaf t (lane i = block i's value): stage 1 (+ stage 2).
+QX_AVX2 QX_INLINE __m256 leaf(const kvq_pqx *w, const float *E0, const float *E1, int64_t o, int t, int q0, int q1) {
+    __m256 v = _mm256_loadu_ps(E0 + ((int64_t)t * w->k[0] + idx_at(w->idx[0], q0, o + t)) * 8);
+    if (q1) v = _mm256_add_ps(v, _mm256_loadu_ps(E1 + ((int64_t)t * w->k[1] + idx_at(w->idx[1], q1, o + t)) * 8));
+    return v;
+}
+
+QX_AVX2 QX_INLINE float hsum8(__m256 a0, __m256 a1) {
     const __m256 v = _mm256_add_ps(a0, a1);
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); // v0+v4, v1+v5, v2+v6, v3+v7
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                     // (v0+v4)+(v2+v6), (v1+v5)+(v3+v7)
@@ -200,53 +214,67 @@ QX_AVX2 static inline float hsum8(__m256 a0, __m256 a1) {
     return _mm_cvtss_f32(s);
 }
 
-QX_AVX2 static void matvec_avx2(const kvq_pqx *w, const float *cbf, const float *x, float *y, int64_t r0, int64_t r1) {
-    const uint32_t *PT = perms();
+// Rows [r0, r1) for n_tok <= 8 tokens whose transposed activations are in xt; q0, q1 the
+// stages' index bits (q1 = 0: one stage), constants in each instance.
+QX_AVX2 QX_INLINE void rows_body(const kvq_pqx *w, const float *cbf, const float *xt, int n_tok, float *y, int64_t ldy,
+                                 int64_t r0, int64_t r1, int q0, int q1) {
     const int64_t G = w->groups;
+    const float *E1 = cbf + exp_off(w, 1);
     for (int64_t r = r0; r < r1; r++) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        __m256 A[8][2];
+        for (int tk = 0; tk < n_tok; tk++) A[tk][0] = A[tk][1] = _mm256_setzero_ps();
         for (int64_t g = 0; g < G; g++) {
-            __m256 U[8];
-            __m256i P[8];
-            group_weights(w, cbf, r, g, U);
-            group_perms(w, PT, r, g, P);
-            const float *xg = x + 64 * g;
-            for (int i = 0; i < 8; i += 2) {
-                a0 = _mm256_fmadd_ps(U[i], _mm256_permutevar8x32_ps(_mm256_loadu_ps(xg + 8 * i), P[i]), a0);
-                a1 = _mm256_fmadd_ps(U[i + 1], _mm256_permutevar8x32_ps(_mm256_loadu_ps(xg + 8 * i + 8), P[i + 1]), a1);
+            const int64_t o = (r * G + g) * 8;
+            const __m256i F = group_fields(w->sw + (r * G + g) * KVQ_QETX_SW_BYTES);
+            const float *e0 = cbf + g * 8 * w->k[0] * 8, *e1 = q1 ? E1 + g * 8 * w->k[1] * 8 : NULL;
+            if (n_tok == 1) {
+                __m256 Q[8];
+                butterfly(F, xt + g * 64, Q);
+                __m256 a0 = A[0][0], a1 = A[0][1];
+                for (int t = 0; t < 8; t += 2) {
+                    a0 = _mm256_fmadd_ps(leaf(w, e0, e1, o, t, q0, q1), Q[t], a0);
+                    a1 = _mm256_fmadd_ps(leaf(w, e0, e1, o, t + 1, q0, q1), Q[t + 1], a1);
+                }
+                A[0][0] = a0, A[0][1] = a1;
+                continue;
+            }
+            __m256 V[8];
+            for (int t = 0; t < 8; t++) V[t] = leaf(w, e0, e1, o, t, q0, q1);
+            for (int tk = 0; tk < n_tok; tk++) {
+                __m256 Q[8];
+                butterfly(F, xt + (tk * G + g) * 64, Q);
+                __m256 a0 = A[tk][0], a1 = A[tk][1];
+                for (int t = 0; t < 8; t += 2) {
+                    a0 = _mm256_fmadd_ps(V[t], Q[t], a0);
+                    a1 = _mm256_fmadd_ps(V[t + 1], Q[t + 1], a1);
+                }
+                A[tk][0] = a0, A[tk][1] = a1;
             }
         }
-        y[r] = hsum8(a0, a1);
+        for (int tk = 0; tk < n_tok; tk++) y[tk * ldy + r] = hsum8(A[tk][0], A[tk][1]);
     }
 }
 
-// n_tok tokens: each group's weights and permutations are built once and used by up to 8 tokens.
-QX_AVX2 static void gemm_avx2(const kvq_pqx *w, const float *cbf, const float *x, int n_tok, int64_t ldx, float *y,
-                              int64_t ldy, int64_t r0, int64_t r1) {
-    const uint32_t *PT = perms();
-    const int64_t G = w->groups;
-    for (int64_t r = r0; r < r1; r++)
-        for (int t0 = 0; t0 < n_tok; t0 += 8) {
-            const int nb = n_tok - t0 < 8 ? n_tok - t0 : 8;
-            __m256 A[8][2];
-            for (int tk = 0; tk < nb; tk++) A[tk][0] = A[tk][1] = _mm256_setzero_ps();
-            for (int64_t g = 0; g < G; g++) {
-                __m256 U[8];
-                __m256i P[8];
-                group_weights(w, cbf, r, g, U);
-                group_perms(w, PT, r, g, P);
-                for (int tk = 0; tk < nb; tk++) {
-                    const float *xg = x + (t0 + tk) * ldx + 64 * g;
-                    __m256 a0 = A[tk][0], a1 = A[tk][1];
-                    for (int i = 0; i < 8; i += 2) {
-                        a0 = _mm256_fmadd_ps(U[i], _mm256_permutevar8x32_ps(_mm256_loadu_ps(xg + 8 * i), P[i]), a0);
-                        a1 = _mm256_fmadd_ps(U[i + 1], _mm256_permutevar8x32_ps(_mm256_loadu_ps(xg + 8 * i + 8), P[i + 1]), a1);
-                    }
-                    A[tk][0] = a0, A[tk][1] = a1;
-                }
-            }
-            for (int tk = 0; tk < nb; tk++) y[(t0 + tk) * ldy + r] = hsum8(A[tk][0], A[tk][1]);
-        }
+#define QX_INST(a, b)                                                                                              \
+    QX_AVX2 static void rows_##a##_##b(const kvq_pqx *w, const float *cbf, const float *xt, int n_tok, float *y,     \
+                                       int64_t ldy, int64_t r0, int64_t r1) {                                      \
+        rows_body(w, cbf, xt, n_tok, y, ldy, r0, r1, a, b);                                                         \
+    }
+QX_INST(4, 0) QX_INST(8, 0) QX_INST(16, 0)
+QX_INST(4, 4) QX_INST(8, 4) QX_INST(16, 4)
+QX_INST(4, 8) QX_INST(8, 8) QX_INST(16, 8)
+QX_INST(4, 16) QX_INST(8, 16) QX_INST(16, 16)
+
+QX_AVX2 static void rows_avx2(const kvq_pqx *w, const float *cbf, const float *xt, int n_tok, float *y, int64_t ldy,
+                              int64_t r0, int64_t r1) {
+    typedef void (*fn)(const kvq_pqx *, const float *, const float *, int, float *, int64_t, int64_t, int64_t);
+    static const fn tab[4][3] = {{rows_4_0, rows_8_0, rows_16_0},
+                                 {rows_4_4, rows_8_4, rows_16_4},
+                                 {rows_4_8, rows_8_8, rows_16_8},
+                                 {rows_4_16, rows_8_16, rows_16_16}};
+    const int a = w->qbits[0] == 4 ? 0 : w->qbits[0] == 8 ? 1 : 2;
+    const int b = w->stages < 2 ? 0 : w->qbits[1] == 4 ? 1 : w->qbits[1] == 8 ? 2 : 3;
+    tab[b][a](w, cbf, xt, n_tok, y, ldy, r0, r1);
 }
 
 // ---- entry points
@@ -258,9 +286,24 @@ void kvq_qetx_expand(const kvq_pqx *w, float *cbf, int64_t sl0, int64_t sl1, kvq
 
 void kvq_qetx_gemm_rows(const kvq_pqx *w, const float *cbf, const float *x, int n_tok, int64_t ldx, float *y,
                         int64_t ldy, int64_t r0, int64_t r1, kvq_pqx_isa isa) {
-    if (resolve(isa) != KVQ_PQX_ISA_AVX2) gemm_ref(w, cbf, x, n_tok, ldx, y, ldy, r0, r1);
-    else if (n_tok == 1) matvec_avx2(w, cbf, x, y, r0, r1);
-    else gemm_avx2(w, cbf, x, n_tok, ldx, y, ldy, r0, r1);
+    if (resolve(isa) != KVQ_PQX_ISA_AVX2) {
+        gemm_ref(w, cbf, x, n_tok, ldx, y, ldy, r0, r1);
+        return;
+    }
+    float *xt = malloc(sizeof(float) * 8 * (size_t)w->cols); // tests and benchmarks; the driver uses its scratch
+    KVQ_ASSERT(xt);
+    for (int t0 = 0; t0 < n_tok; t0 += 8) {
+        const int nb = n_tok - t0 < 8 ? n_tok - t0 : 8;
+        xt_avx2(w, x + t0 * ldx, nb, ldx, xt, 0, w->groups);
+        rows_avx2(w, cbf, xt, nb, y + t0 * ldy, ldy, r0, r1);
+    }
+    free(xt);
+}
+
+size_t kvq_qetx_scratch(const kvq_pqx *parts, int n_part) {
+    size_t n = 8 * (size_t)parts[0].cols;
+    for (int p = 0; p < n_part; p++) n += kvq_qetx_expand_floats(&parts[p]);
+    return n;
 }
 
 static int part_of(const int64_t *end, int64_t i) {
@@ -283,8 +326,9 @@ void kvq_qetx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const fl
         row_end[p] = n_rows += parts[p].rows;
         work += parts[p].rows * parts[p].cols;
     }
+    float *xt = scratch + o; // 8 tokens' transposed activations, shared by the blocks (same input)
     const int nt = kvq_nthreads(n_threads);
-    const int64_t cols = parts[0].cols;
+    const int64_t cols = parts[0].cols, G = parts[0].groups;
 #pragma omp parallel num_threads(nt) if (work * n_tok > 65536)
     {
         const int64_t nth = omp_get_num_threads(), id = omp_get_thread_num();
@@ -294,12 +338,18 @@ void kvq_qetx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const fl
             kvq_qetx_expand(&parts[p], scratch + off[p], s0, s0 + n, isa);
             i += n;
         }
+        for (int t0 = 0; t0 < n_tok; t0 += 8) {
+            const int nb = n_tok - t0 < 8 ? n_tok - t0 : 8;
+            if (isa == KVQ_PQX_ISA_AVX2) xt_avx2(&parts[0], x + t0 * cols, nb, cols, xt, G * id / nth, G * (id + 1) / nth);
 #pragma omp barrier
-        for (int64_t u = n_rows * id / nth, u1 = n_rows * (id + 1) / nth; u < u1;) {
-            const int p = part_of(row_end, u);
-            const int64_t ra = u - (p ? row_end[p - 1] : 0), n = row_end[p] - u < u1 - u ? row_end[p] - u : u1 - u;
-            kvq_qetx_gemm_rows(&parts[p], scratch + off[p], x, n_tok, cols, y + row0[p], ldy, ra, ra + n, isa);
-            u += n;
+            for (int64_t u = n_rows * id / nth, u1 = n_rows * (id + 1) / nth; u < u1;) {
+                const int p = part_of(row_end, u);
+                const int64_t ra = u - (p ? row_end[p - 1] : 0), n = row_end[p] - u < u1 - u ? row_end[p] - u : u1 - u;
+                if (isa == KVQ_PQX_ISA_AVX2) rows_avx2(&parts[p], scratch + off[p], xt, nb, y + t0 * ldy + row0[p], ldy, ra, ra + n);
+                else gemm_ref(&parts[p], scratch + off[p], x + t0 * cols, nb, cols, y + t0 * ldy + row0[p], ldy, ra, ra + n);
+                u += n;
+            }
+#pragma omp barrier
         }
     }
 }
