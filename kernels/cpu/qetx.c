@@ -175,17 +175,21 @@ QX_AVX2 QX_INLINE __m256 qx_mask(__m256i F, int j) {
 // transposed activations X (X[q] lane i = x[8b + q]).
 QX_AVX2 QX_INLINE void butterfly(__m256i F, const float *X, __m256 *Q) {
     __m256 N[8], S[8];
+    _Pragma("GCC unroll 8")
     for (int j = 0; j < 4; j++) {
         const __m256 m = qx_mask(F, j), a = _mm256_loadu_ps(X + 16 * j), b = _mm256_loadu_ps(X + 16 * j + 8);
         N[j] = _mm256_blendv_ps(a, b, m);
         N[4 + j] = _mm256_blendv_ps(b, a, m);
     }
+    _Pragma("GCC unroll 8")
     for (int h = 0; h < 2; h++)
+        _Pragma("GCC unroll 8")
         for (int j = 0; j < 2; j++) {
             const __m256 m = qx_mask(F, 4 + 2 * h + j);
             S[4 * h + j] = _mm256_blendv_ps(N[4 * h + 2 * j], N[4 * h + 2 * j + 1], m);
             S[4 * h + 2 + j] = _mm256_blendv_ps(N[4 * h + 2 * j + 1], N[4 * h + 2 * j], m);
         }
+    _Pragma("GCC unroll 8")
     for (int q = 0; q < 4; q++) {
         const __m256 m = qx_mask(F, 8 + q);
         Q[2 * q] = _mm256_blendv_ps(S[2 * q], S[2 * q + 1], m);
@@ -220,6 +224,24 @@ QX_AVX2 QX_INLINE void rows_body(const kvq_pqx *w, const float *cbf, const float
                                  int64_t r0, int64_t r1, int q0, int q1) {
     const int64_t G = w->groups;
     const float *E1 = cbf + exp_off(w, 1);
+    if (n_tok == 1) { // decode: the row's accumulators stay in registers
+        for (int64_t r = r0; r < r1; r++) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t o = (r * G + g) * 8;
+                const float *e0 = cbf + g * 8 * w->k[0] * 8, *e1 = q1 ? E1 + g * 8 * w->k[1] * 8 : NULL;
+                __m256 Q[8];
+                butterfly(group_fields(w->sw + (r * G + g) * KVQ_QETX_SW_BYTES), xt + g * 64, Q);
+                _Pragma("GCC unroll 8")
+                for (int t = 0; t < 8; t += 2) {
+                    a0 = _mm256_fmadd_ps(leaf(w, e0, e1, o, t, q0, q1), Q[t], a0);
+                    a1 = _mm256_fmadd_ps(leaf(w, e0, e1, o, t + 1, q0, q1), Q[t + 1], a1);
+                }
+            }
+            y[r] = hsum8(a0, a1);
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         __m256 A[8][2];
         for (int tk = 0; tk < n_tok; tk++) A[tk][0] = A[tk][1] = _mm256_setzero_ps();
@@ -227,23 +249,14 @@ QX_AVX2 QX_INLINE void rows_body(const kvq_pqx *w, const float *cbf, const float
             const int64_t o = (r * G + g) * 8;
             const __m256i F = group_fields(w->sw + (r * G + g) * KVQ_QETX_SW_BYTES);
             const float *e0 = cbf + g * 8 * w->k[0] * 8, *e1 = q1 ? E1 + g * 8 * w->k[1] * 8 : NULL;
-            if (n_tok == 1) {
-                __m256 Q[8];
-                butterfly(F, xt + g * 64, Q);
-                __m256 a0 = A[0][0], a1 = A[0][1];
-                for (int t = 0; t < 8; t += 2) {
-                    a0 = _mm256_fmadd_ps(leaf(w, e0, e1, o, t, q0, q1), Q[t], a0);
-                    a1 = _mm256_fmadd_ps(leaf(w, e0, e1, o, t + 1, q0, q1), Q[t + 1], a1);
-                }
-                A[0][0] = a0, A[0][1] = a1;
-                continue;
-            }
             __m256 V[8];
+            _Pragma("GCC unroll 8")
             for (int t = 0; t < 8; t++) V[t] = leaf(w, e0, e1, o, t, q0, q1);
             for (int tk = 0; tk < n_tok; tk++) {
                 __m256 Q[8];
                 butterfly(F, xt + (tk * G + g) * 64, Q);
                 __m256 a0 = A[tk][0], a1 = A[tk][1];
+                _Pragma("GCC unroll 8")
                 for (int t = 0; t < 8; t += 2) {
                     a0 = _mm256_fmadd_ps(V[t], Q[t], a0);
                     a1 = _mm256_fmadd_ps(V[t + 1], Q[t + 1], a1);
