@@ -36,7 +36,8 @@
 //        nibble first), 8 (k <= 256) or 16 bits.
 //   cb   the file's codebook blob, bytes as stored (CQO: (min, step) float32 per subspace then
 //        (subspace, centroid, coordinate) codes of cb_bits; raw: bf16 or f32 values), expanded
-//        to float per product (kernels/cpu/pq.h, kvq_qetx_expand): held ≈ stored.
+//        to float per product (kernels/cpu/pq.h, kvq_qetx_expand): held ≈ stored. Allocated
+//        with 16 bytes of padding (the expanders read 16-byte words).
 // Only levels == 3, w == 8 and cols a multiple of 64 have this layout (other QET is decoded).
 #ifndef KVQ_PQ_LAYOUT_H
 #define KVQ_PQ_LAYOUT_H

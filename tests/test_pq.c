@@ -343,7 +343,7 @@ static void rand_qetx(kvq_pqx *p, int64_t rows, int64_t cols, int stages, const 
         const int64_t nv = p->m * k[st] * 8;
         size_t n = cb_type == KVQ_PQX_CB_F32 ? 4 * (size_t)nv : cb_type == KVQ_PQX_CB_BF16 ? 2 * (size_t)nv
                                                                                             : 8 * (size_t)p->m + ((size_t)nv * (size_t)cb_bits + 7) / 8;
-        uint8_t *b = kvq_hqx_alloc(n + 8);
+        uint8_t *b = kvq_hqx_alloc(n + 16);
         p->cb[st] = b;
         p->cb_size[st] = n;
         for (int64_t i = 0; i < nv; i++) {
@@ -379,6 +379,7 @@ static const qshape qshapes[] = {
     {37, 64, 2, KVQ_PQX_CB_CQO, 10, {50, 12}},  {64, 128, 1, KVQ_PQX_CB_BF16, 0, {256, 0}},
     {24, 192, 2, KVQ_PQX_CB_F32, 0, {300, 16}}, {9, 64, 2, KVQ_PQX_CB_CQO, 24, {1, 17}},
     {128, 512, 2, KVQ_PQX_CB_CQO, 10, {15, 4}}, {70, 256, 2, KVQ_PQX_CB_CQO, 7, {122, 9}},
+    {33, 128, 2, KVQ_PQX_CB_CQO, 13, {20, 3}},  {16, 64, 1, KVQ_PQX_CB_CQO, 16, {40, 0}},
 };
 
 static void test_qetx_fast_paths_equal_reference(void **st) {

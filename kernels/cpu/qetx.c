@@ -99,14 +99,35 @@ QX_AVX2 static void expand_avx2(const kvq_pqx *w, float *cbf, int64_t sl0, int64
                 }
                 continue;
             }
-            // CQO: 8 codes of cb_bits from one gather of 32-bit words at their byte offsets
+            // CQO: a centroid's 8 codes are nb consecutive bytes (8 · nb bits, byte-aligned): for
+            // nb <= 16 one 16-byte load, a byte shuffle putting each code's bytes in its lane, a
+            // shift and a mask; wider codes: one gather of 32-bit words at their byte offsets
             float mn, st;
             memcpy(&mn, B + 8 * j, 4);
             memcpy(&st, B + 8 * j + 4, 4);
             const __m256 vmn = _mm256_set1_ps(mn), vst = _mm256_set1_ps(st);
             const int nb = w->cb_bits;
-            const __m256i mask = _mm256_set1_epi32((int)((1u << nb) - 1u)), sev = _mm256_set1_epi32(7);
+            const __m256i mask = _mm256_set1_epi32((int)((1u << nb) - 1u));
             const uint8_t *codes = B + 8 * w->m;
+            if (nb <= 16) {
+                int8_t ctl[32];
+                int32_t sh[8];
+                for (int q = 0; q < 8; q++) {
+                    const int b0 = (q * nb) >> 3;
+                    sh[q] = (q * nb) & 7;
+                    for (int u = 0; u < 4; u++) ctl[4 * q + u] = (int8_t)(u < 3 && b0 + u <= 15 ? b0 + u : -1);
+                }
+                const __m256i vctl = _mm256_loadu_si256((const __m256i *)ctl), vsh = _mm256_loadu_si256((const __m256i *)sh);
+                const uint8_t *cp = codes + j * k * nb;
+                for (int64_t c = 0; c < k; c++, cp += nb) {
+                    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cp));
+                    const __m256i code = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, vctl), vsh), mask);
+                    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(code), vst);
+                    _mm256_storeu_ps(o + 8 * c, _mm256_add_ps(vmn, t));
+                }
+                continue;
+            }
+            const __m256i sev = _mm256_set1_epi32(7);
             __m256i pos = _mm256_mullo_epi32(_mm256_add_epi32(_mm256_set1_epi32((int)(j * k * 8)), q8), _mm256_set1_epi32(nb));
             const __m256i step = _mm256_set1_epi32(8 * nb);
             for (int64_t c = 0; c < k; c++, pos = _mm256_add_epi32(pos, step)) {

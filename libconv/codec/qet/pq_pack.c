@@ -53,7 +53,7 @@ static kvq_status pack_qetx(const json_t *params, const kvq_blob_view *blobs, in
         snprintf(role, sizeof role, "cb.%d", s + 1);
         const kvq_blob_view *cbv = kvq_blob_find(blobs, n_blobs, role);
         out->idx[s] = kvq_hqx_alloc((size_t)(n * m) * (size_t)out->qbits[s] / 8 + 1);
-        out->cb[s] = kvq_hqx_alloc(cbv->size + 8); // +8: the expanders read whole words
+        out->cb[s] = kvq_hqx_alloc(cbv->size + 16); // +16: the expanders read 16-byte words
         if (!out->idx[s] || !out->cb[s]) goto nomem;
         memcpy(out->cb[s], cbv->data, cbv->size);
         out->cb_size[s] = cbv->size;
