@@ -383,7 +383,9 @@ void kvq_qetx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const fl
                 else gemm_ref(&parts[p], scratch + off[p], x + t0 * cols, nb, cols, y + t0 * ldy + row0[p], ldy, ra, ra + n);
                 u += n;
             }
+            if (t0 + 8 < n_tok) { // the next chunk overwrites xt (the region's end is a barrier too)
 #pragma omp barrier
+            }
         }
     }
 }
