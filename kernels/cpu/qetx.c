@@ -33,10 +33,10 @@ static int64_t exp_off(const kvq_pqx *w, int s) {
 
 size_t kvq_qetx_expand_floats(const kvq_pqx *w) { return (size_t)exp_off(w, w->stages); }
 
+// AUTO → AVX2 where the CPU has it (kvq_pqx_isa_best's rule; pq.c calls this file, not back).
 static kvq_pqx_isa resolve(kvq_pqx_isa isa) {
-    if (isa == KVQ_PQX_ISA_AUTO || (isa == KVQ_PQX_ISA_AVX2 && !(kvq_cpu_features() & KVQ_CPU_AVX2)))
-        return kvq_pqx_isa_best();
-    return isa;
+    const kvq_pqx_isa best = kvq_cpu_features() & KVQ_CPU_AVX2 ? KVQ_PQX_ISA_AVX2 : KVQ_PQX_ISA_REF;
+    return isa == KVQ_PQX_ISA_AUTO || (isa == KVQ_PQX_ISA_AVX2 && best != KVQ_PQX_ISA_AVX2) ? best : isa;
 }
 
 // ---- plain reference
