@@ -42,6 +42,7 @@
 #ifndef KVQ_PQ_LAYOUT_H
 #define KVQ_PQ_LAYOUT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
