@@ -20,9 +20,29 @@
 //        CQO codes (`cb=N`, N <= 16) widened to uint16, with cb_ms holding the subspace's
 //        float32 (min, step), value = min + (float)code · step exactly as the decoder computes
 //        it; else float32 (f32 and f16 sources, CQO codes of more than 16 bits).
+//
+// QET with a 3-level swap tree ("qetx", levels == 3; the `qet:` default) shares the struct.
+// Row r of W is a row-specific permutation of X*[r] = Σ_s C_s: input block b (coordinates
+// 8b..8b+7) lands on X* positions b + t·D (D = cols/8, leaf t = 0..7) through a 3-level
+// butterfly whose 12 switch bits are the block's indicator bits, so
+//   W[r][8b + σ_rb(t)] = X*[r][b + t·D],   σ_rb = kvq_qetx_sigma(switch field of (r, b)).
+// X*[r][b + t·D] is coordinate b % 8 of slot (g = b / 8, t), the subspace j = g + t·G
+// (G = cols/64 groups of 8 blocks): a group's 64 weights come from 8 centroids. Storage:
+//   sw   (rows, G, 12 bytes): the 12-bit switch field of block b = 8g + i at bits 12i..12i+11
+//        of its group's 12 bytes (LSB-first): bits 0–3 level-1 pairs 4b..4b+3; 4–5 level-2
+//        pairs 2b, 2b+1 of the S half, 6–7 the same pairs of the L half; 8–11 level-3 pair b
+//        of quarters 0..3. 1.5 bits a weight, as in the file; 8 bytes of padding at the end.
+//   idx  (rows, G, 8) per stage, slot order (g, t), at qbits = 4 (k <= 16, two per byte, low
+//        nibble first), 8 (k <= 256) or 16 bits.
+//   cb   the file's codebook blob, bytes as stored (CQO: (min, step) float32 per subspace then
+//        (subspace, centroid, coordinate) codes of cb_bits; raw: bf16 or f32 values), expanded
+//        to float per product (kernels/cpu/pq.h, kvq_qetx_expand): held ≈ stored. Allocated
+//        with 16 bytes of padding (the expanders read 16-byte words).
+// Only levels == 3, w == 8 and cols a multiple of 64 have this layout (other QET is decoded).
 #ifndef KVQ_PQ_LAYOUT_H
 #define KVQ_PQ_LAYOUT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -57,7 +77,18 @@ typedef struct {
     void *idx[KVQ_PQX_MAX_STAGES]; // (rows_p / 8, m, 8) uint8 or uint16
     void *cb[KVQ_PQX_MAX_STAGES];  // (m, w, k) bf16 bits, float or CQO codes
     float *cb_ms[KVQ_PQX_MAX_STAGES]; // CQO: (m, 2) min and step per subspace; else NULL
+    // QET (levels == 3) only; 0 / NULL for PQ
+    int levels;               // 0: PQ; 3: QET swap tree
+    int qbits[KVQ_PQX_MAX_STAGES]; // bits per held index: 4, 8 or 16
+    int cb_bits;              // CQO code bits of cb (cb_type CQO); 0 for raw bf16 / f32 values
+    int64_t groups;           // cols / 64
+    uint8_t *sw;              // (rows, groups, 12) switch fields + 8 bytes of padding
+    size_t cb_size[KVQ_PQX_MAX_STAGES]; // bytes of cb[s] (the file's blob)
 } kvq_pqx;
+
+#define KVQ_QETX_LEVELS 3
+#define KVQ_QETX_SW_BYTES 12  // switch fields of one group of 8 blocks
+#define KVQ_QETX_SW_PAD 8
 
 /** Element offset of (row r, subspace j) in a stage's idx array. */
 KVQ_PQ_HD static inline int64_t kvq_pqx_idx_at(const kvq_pqx *p, int64_t r, int64_t j) {
@@ -79,6 +110,71 @@ KVQ_PQ_HD static inline float kvq_pqx_cb(const kvq_pqx *p, int s, int64_t j, int
     union { uint32_t u; float f; } v;
     v.u = (uint32_t)((const uint16_t *)p->cb[s])[o] << 16;
     return v.f;
+}
+
+/** Index of (row r, slot (g, t)) in stage s of a QET layout. */
+KVQ_PQ_HD static inline uint32_t kvq_qetx_idx(const kvq_pqx *p, int s, int64_t r, int64_t g, int t) {
+    const int64_t o = (r * p->groups + g) * 8 + t;
+    if (p->qbits[s] == 4) return (((const uint8_t *)p->idx[s])[o >> 1] >> (4 * (o & 1))) & 15u;
+    if (p->qbits[s] == 8) return ((const uint8_t *)p->idx[s])[o];
+    return ((const uint16_t *)p->idx[s])[o];
+}
+/** Codebook value of a QET layout: stage s, subspace j, centroid c, coordinate q, as the
+ *  codec's decoder computes it (CQO: min + (float)code · step, each operation rounded). */
+KVQ_PQ_HD static inline float kvq_qetx_cb(const kvq_pqx *p, int s, int64_t j, int64_t c, int q) {
+    const uint8_t *b = (const uint8_t *)p->cb[s];
+    const uint64_t e = (uint64_t)((j * p->k[s] + c) * 8 + q);
+    union { uint32_t u; float f; } v;
+    if (p->cb_type == KVQ_PQX_CB_BF16) {
+        v.u = ((uint32_t)b[2 * e] | (uint32_t)b[2 * e + 1] << 8) << 16;
+        return v.f;
+    }
+    if (p->cb_type == KVQ_PQX_CB_F32) {
+        v.u = (uint32_t)b[4 * e] | (uint32_t)b[4 * e + 1] << 8 | (uint32_t)b[4 * e + 2] << 16 | (uint32_t)b[4 * e + 3] << 24;
+        return v.f;
+    }
+    float mn, st;
+    v.u = (uint32_t)b[8 * j] | (uint32_t)b[8 * j + 1] << 8 | (uint32_t)b[8 * j + 2] << 16 | (uint32_t)b[8 * j + 3] << 24;
+    mn = v.f;
+    v.u = (uint32_t)b[8 * j + 4] | (uint32_t)b[8 * j + 5] << 8 | (uint32_t)b[8 * j + 6] << 16 | (uint32_t)b[8 * j + 7] << 24;
+    st = v.f;
+    const uint64_t pos = e * (uint64_t)p->cb_bits;
+    const uint8_t *c8 = b + 8 * p->m + (pos >> 3);
+    const uint32_t w = (uint32_t)c8[0] | (uint32_t)c8[1] << 8 | (uint32_t)c8[2] << 16 | (uint32_t)c8[3] << 24;
+    const uint32_t code = (w >> (pos & 7)) & ((1u << p->cb_bits) - 1u);
+    const float t = (float)code * st;
+    return mn + t;
+}
+/** The 12-bit switch field of block b of row r. */
+KVQ_PQ_HD static inline uint32_t kvq_qetx_field(const kvq_pqx *p, int64_t r, int64_t b) {
+    const uint8_t *g = p->sw + (r * p->groups + b / 8) * KVQ_QETX_SW_BYTES;
+    const int pos = 12 * (int)(b % 8);
+    const uint32_t v = (uint32_t)g[pos >> 3] | (uint32_t)g[(pos >> 3) + 1] << 8;
+    return (v >> (pos & 7)) & 0xfffu;
+}
+/** σ of a switch field, 3 bits per leaf: W[8b + σ(t)] = X*[b + t·D] with σ(t) = (perm >> 3t) & 7.
+ *  The forward swap tree of paper 004 (1 = the pair was swapped), inside one block. */
+KVQ_PQ_HD static inline uint32_t kvq_qetx_sigma(uint32_t f) {
+    int v[8], u[8];
+    for (int i = 0; i < 8; i++) v[i] = i;
+    for (int j = 0; j < 4; j++) { // level 1: pairs (2j, 2j+1) → S j, L 4 + j
+        const int sw = (f >> j) & 1;
+        u[j] = sw ? v[2 * j + 1] : v[2 * j];
+        u[4 + j] = sw ? v[2 * j] : v[2 * j + 1];
+    }
+    for (int h = 0; h < 2; h++) // level 2, inside each half
+        for (int j = 0; j < 2; j++) {
+            const int sw = (f >> (4 + 2 * h + j)) & 1, *a = u + 4 * h;
+            v[4 * h + j] = sw ? a[2 * j + 1] : a[2 * j];
+            v[4 * h + 2 + j] = sw ? a[2 * j] : a[2 * j + 1];
+        }
+    uint32_t perm = 0;
+    for (int q = 0; q < 4; q++) { // level 3, inside each quarter
+        const int sw = (f >> (8 + q)) & 1;
+        perm |= (uint32_t)(sw ? v[2 * q + 1] : v[2 * q]) << (6 * q);
+        perm |= (uint32_t)(sw ? v[2 * q] : v[2 * q + 1]) << (6 * q + 3);
+    }
+    return perm;
 }
 
 #endif

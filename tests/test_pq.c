@@ -108,6 +108,15 @@ static void test_pack_matches_decoder(void **st) {
     pack_vs_decode("4", 1, KVQ_DTYPE_F32, 128, 256);                    // f32 source
     pack_vs_decode("4:w=4", 1, KVQ_DTYPE_F16, 64, 128);                 // f16 source, width 4
     pack_vs_decode("4:l=0", 0, KVQ_DTYPE_BF16, 128, 256);               // qet without swap trees
+    // QET with its 3-level swap tree (qetx): switch fields, slot-order indices, codebook blobs
+    // as stored; the default (CQO 10 bits, two stages) within the 1.3x cap
+    assert_true(pack_vs_decode("4", 0, KVQ_DTYPE_BF16, 256, 512) <= 1.3);
+    assert_true(pack_vs_decode("4", 0, KVQ_DTYPE_BF16, 37, 128) <= 1.3); // k <= 16: nibbles
+    pack_vs_decode("1:k1=300,k2=20", 0, KVQ_DTYPE_BF16, 320, 64);       // uint16 and byte indices
+    pack_vs_decode("4:cb=0", 0, KVQ_DTYPE_BF16, 128, 256);              // raw bf16 codebooks
+    pack_vs_decode("4:cb=0", 0, KVQ_DTYPE_F32, 64, 192);                // raw f32 codebooks
+    pack_vs_decode("4:r=1,cb=7", 0, KVQ_DTYPE_F32, 64, 128);            // one stage, 7-bit codes
+    pack_vs_decode("4:cb=24", 0, KVQ_DTYPE_F32, 40, 64);                // the widest code the codec writes
 }
 
 static void test_pack_refusals(void **st) {
@@ -118,13 +127,30 @@ static void test_pack_refusals(void **st) {
     kvq_err e = {0};
     kvq_pqx p;
     kvq_blob_view v[KVQ_MAX_BLOBS];
-    // QET with swap trees: no layout (the runtime decodes it instead)
+    // QET swap trees other than l=3, w=8, columns a multiple of 64: no layout (decoded instead)
     kvq_qet_config cfg = kvq_qet_config_default(4);
     kvq_encoded enc;
+    const int bad_l[3] = {2, 3, 3}, bad_w[3] = {8, 4, 8}, bad_d[3] = {128, 128, 96};
+    for (int i = 0; i < 3; i++) {
+        cfg.levels = bad_l[i];
+        cfg.width = bad_w[i];
+        assert_int_equal(kvq_qet_encode(&cfg, KVQ_DTYPE_BF16, x, n, bad_d[i], 1, 1, &enc, &e), KVQ_OK);
+        views(&enc, v);
+        assert_int_equal(kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, bad_d[i], &p, &e), KVQ_ERR_UNSUPPORTED);
+        assert_non_null(strstr(e.msg, "swap trees"));
+        assert_null(p.sw);
+        kvq_encoded_free(&enc);
+    }
+    // the default QET: an index past k in row 5 is refused, naming the row
+    cfg = kvq_qet_config_default(0);
+    cfg.k_fixed[0] = 5, cfg.k_fixed[1] = 3;
     assert_int_equal(kvq_qet_encode(&cfg, KVQ_DTYPE_BF16, x, n, d, 1, 1, &enc, &e), KVQ_OK);
     views(&enc, v);
-    assert_int_equal(kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, d, &p, &e), KVQ_ERR_UNSUPPORTED);
-    assert_non_null(strstr(e.msg, "swap trees"));
+    for (int i = 0; i < enc.n_blob; i++)
+        if (!strcmp(enc.blob[i].role, "idx.1")) ((uint8_t *)enc.blob[i].data)[(5 * 16 * 3) / 8] |= 0x7; // row 5, subspace 0
+    assert_int_equal(kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, d, &p, &e), KVQ_ERR_FORMAT);
+    assert_non_null(strstr(e.msg, "row 5"));
+    assert_null(p.sw);
     kvq_encoded_free(&enc);
     // an index past k (k = 5 leaves values 5..7 of 3-bit fields unused): refused, naming the row
     cfg = kvq_qet_config_pq(0);
@@ -293,6 +319,161 @@ static void test_matmul_dense(void **st) {
     kvq_pqx_free(&p);
 }
 
+// ---- QET layouts (qetx): fast paths against the reference, and against the decoded weights
+
+// A random qetx layout: switch fields and indices uniform, codebook blobs of the given type
+// (CQO: random (min, step) and codes of cb_bits; raw: normal bf16 or f32 values).
+static void rand_qetx(kvq_pqx *p, int64_t rows, int64_t cols, int stages, const int64_t *k, int cb_type, int cb_bits,
+                      uint64_t *s) {
+    *p = (kvq_pqx){.stages = stages, .w = 8, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / 8,
+                   .rows_p = rows, .levels = 3, .cb_bits = cb_type == KVQ_PQX_CB_CQO ? cb_bits : 0, .groups = cols / 64};
+    const size_t swn = (size_t)(rows * p->groups) * KVQ_QETX_SW_BYTES;
+    p->sw = kvq_hqx_alloc(swn + KVQ_QETX_SW_PAD);
+    for (size_t i = 0; i < swn; i++) p->sw[i] = (uint8_t)rng_next(s);
+    for (int st = 0; st < stages; st++) {
+        p->k[st] = k[st];
+        p->qbits[st] = k[st] <= 16 ? 4 : k[st] <= 256 ? 8 : 16;
+        p->idx[st] = kvq_hqx_alloc((size_t)(rows * p->m) * (size_t)p->qbits[st] / 8 + 1);
+        for (int64_t o = 0; o < rows * p->m; o++) {
+            const uint32_t a = (uint32_t)(rng_next(s) % (uint64_t)k[st]);
+            if (p->qbits[st] == 4) ((uint8_t *)p->idx[st])[o >> 1] |= (uint8_t)(a << (4 * (o & 1)));
+            else if (p->qbits[st] == 8) ((uint8_t *)p->idx[st])[o] = (uint8_t)a;
+            else ((uint16_t *)p->idx[st])[o] = (uint16_t)a;
+        }
+        const int64_t nv = p->m * k[st] * 8;
+        size_t n = cb_type == KVQ_PQX_CB_F32 ? 4 * (size_t)nv : cb_type == KVQ_PQX_CB_BF16 ? 2 * (size_t)nv
+                                                                                            : 8 * (size_t)p->m + ((size_t)nv * (size_t)cb_bits + 7) / 8;
+        uint8_t *b = kvq_hqx_alloc(n + 16);
+        p->cb[st] = b;
+        p->cb_size[st] = n;
+        for (int64_t i = 0; i < nv; i++) {
+            const float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
+            if (cb_type == KVQ_PQX_CB_F32) memcpy(b + 4 * i, &v, 4);
+            else if (cb_type == KVQ_PQX_CB_BF16) {
+                const uint16_t h = kvq_f32_to_bf16(v);
+                memcpy(b + 2 * i, &h, 2);
+            }
+        }
+        if (cb_type == KVQ_PQX_CB_CQO) {
+            for (int64_t j = 0; j < p->m; j++) {
+                const float mn = (float)gauss(s) - 2.0f, step = (float)(4.0 / ((1 << cb_bits) - 1) * (1 + 0.1 * gauss(s)));
+                memcpy(b + 8 * j, &mn, 4);
+                memcpy(b + 8 * j + 4, &step, 4);
+            }
+            for (int64_t i = 0; i < nv; i++) {
+                const uint32_t c = (uint32_t)(rng_next(s) % (1u << cb_bits));
+                for (int q = 0; q < cb_bits; q++)
+                    if (c >> q & 1) b[8 * p->m + ((uint64_t)i * cb_bits + q) / 8] |= (uint8_t)(1u << (((uint64_t)i * cb_bits + q) % 8));
+            }
+        }
+    }
+}
+
+typedef struct {
+    int64_t rows, cols;
+    int stages, cb_type, cb_bits;
+    int64_t k[2];
+} qshape;
+
+static const qshape qshapes[] = {
+    {37, 64, 2, KVQ_PQX_CB_CQO, 10, {50, 12}},  {64, 128, 1, KVQ_PQX_CB_BF16, 0, {256, 0}},
+    {24, 192, 2, KVQ_PQX_CB_F32, 0, {300, 16}}, {9, 64, 2, KVQ_PQX_CB_CQO, 24, {1, 17}},
+    {128, 512, 2, KVQ_PQX_CB_CQO, 10, {15, 4}}, {70, 256, 2, KVQ_PQX_CB_CQO, 7, {122, 9}},
+    {33, 128, 2, KVQ_PQX_CB_CQO, 13, {20, 3}},  {16, 64, 1, KVQ_PQX_CB_CQO, 16, {40, 0}},
+};
+
+static void test_qetx_fast_paths_equal_reference(void **st) {
+    (void)st;
+    uint64_t s = 123;
+    for (size_t si = 0; si < sizeof qshapes / sizeof qshapes[0]; si++) {
+        const qshape *sh = &qshapes[si];
+        kvq_pqx p;
+        rand_qetx(&p, sh->rows, sh->cols, sh->stages, sh->k, sh->cb_type, sh->cb_bits, &s);
+        const size_t ne = kvq_qetx_expand_floats(&p);
+        const int T = 13;
+        float *x = randvec(T * sh->cols, &s), *e1 = malloc(sizeof(float) * ne), *e2 = malloc(sizeof(float) * ne);
+        float *y1 = calloc((size_t)(T * sh->rows), sizeof(float)), *y2 = calloc((size_t)(T * sh->rows), sizeof(float));
+        // expanded codebooks: AVX2 (in two slot ranges) equals the reference equals kvq_qetx_cb
+        kvq_qetx_expand(&p, e1, 0, p.m, KVQ_PQX_ISA_REF);
+        kvq_qetx_expand(&p, e2, 0, p.m / 3, KVQ_PQX_ISA_AVX2);
+        kvq_qetx_expand(&p, e2, p.m / 3, p.m, KVQ_PQX_ISA_AVX2);
+        assert_memory_equal(e1, e2, sizeof(float) * ne);
+        const int64_t sl = p.m - 1, c = p.k[0] - 1;
+        const float want = kvq_qetx_cb(&p, 0, sl / 8 + (sl % 8) * p.groups, c, 5);
+        assert_memory_equal(&e1[(sl * p.k[0] + c) * 8 + 5], &want, sizeof(float));
+        // one token per call (reference, AVX2 in two row ranges), then batches of n tokens
+        for (int t = 0; t < T; t++) {
+            kvq_qetx_gemm_rows(&p, e1, x + t * sh->cols, 1, sh->cols, y1 + t * sh->rows, 1, 0, sh->rows, KVQ_PQX_ISA_REF);
+            kvq_qetx_gemm_rows(&p, e1, x + t * sh->cols, 1, sh->cols, y2 + t * sh->rows, 1, 0, sh->rows / 2, KVQ_PQX_ISA_AVX2);
+            kvq_qetx_gemm_rows(&p, e1, x + t * sh->cols, 1, sh->cols, y2 + t * sh->rows, 1, sh->rows / 2, sh->rows,
+                               KVQ_PQX_ISA_AVX2);
+        }
+        assert_memory_equal(y1, y2, sizeof(float) * (size_t)(T * sh->rows));
+        for (int n = 2; n <= T; n += 5)
+            for (int isa = KVQ_PQX_ISA_REF; isa <= KVQ_PQX_ISA_AVX2; isa++) {
+                memset(y2, 0, sizeof(float) * (size_t)(T * sh->rows));
+                kvq_qetx_gemm_rows(&p, e1, x, n, sh->cols, y2, sh->rows, 0, sh->rows, (kvq_pqx_isa)isa);
+                assert_memory_equal(y1, y2, sizeof(float) * (size_t)(n * sh->rows));
+            }
+        // the threaded driver over three blocks (a fused q/k/v), 1 and 2 threads, 1 and T tokens
+        kvq_pqx parts[3] = {p, p, p};
+        const int row0[3] = {0, (int)sh->rows, 2 * (int)sh->rows};
+        float *sc = malloc(sizeof(float) * kvq_pqx_scratch(parts, 3));
+        float *y3 = malloc(sizeof(float) * (size_t)(T * 3 * sh->rows));
+        for (int nt = 1; nt <= 2; nt++)
+            for (int tt = 1; tt <= T; tt += T - 1) {
+                memset(y3, 0, sizeof(float) * (size_t)(T * 3 * sh->rows));
+                kvq_pqx_matmul(parts, 3, row0, x, tt, y3, 3 * sh->rows, sc, KVQ_PQX_ISA_AUTO, nt);
+                for (int t = 0; t < tt; t++)
+                    for (int b = 0; b < 3; b++)
+                        assert_memory_equal(y3 + t * 3 * sh->rows + b * sh->rows, y1 + t * sh->rows,
+                                            sizeof(float) * (size_t)sh->rows);
+            }
+        free(sc); free(y3);
+        free(x); free(e1); free(e2); free(y1); free(y2);
+        kvq_pqx_free(&p);
+    }
+}
+
+// The packed QET product sums each output in two chains of D/2 fused multiply-adds (D = cols/8
+// blocks), one add and a 3-level tree: |y − Σ W·x| <= γ_N Σ|W·x| with N = D/2 + 4 against the
+// exact (double) product of the decoded weights (kvq_pqx_row_f32, the decoder's floats); the
+// dense kernel on the decoded rows has N = cols. Both are checked; the largest relative
+// difference between them (against Σ|W·x|) is printed.
+static void test_qetx_packed_vs_decoded_product(void **st) {
+    (void)st;
+    uint64_t s = 55;
+    for (size_t si = 0; si < sizeof qshapes / sizeof qshapes[0]; si++) {
+        const qshape *sh = &qshapes[si];
+        kvq_pqx p;
+        rand_qetx(&p, sh->rows, sh->cols, sh->stages, sh->k, sh->cb_type, sh->cb_bits, &s);
+        float *x = randvec(sh->cols, &s), *sc = malloc(sizeof(float) * kvq_pqx_scratch(&p, 1));
+        float *y = malloc(sizeof(float) * (size_t)sh->rows), *yd = malloc(sizeof(float) * (size_t)sh->rows);
+        float *W = malloc(sizeof(float) * (size_t)(sh->rows * sh->cols));
+        for (int64_t r = 0; r < sh->rows; r++) kvq_pqx_row_f32(&p, r, W + r * sh->cols);
+        const int row0 = 0;
+        kvq_pqx_matmul(&p, 1, &row0, x, 1, y, sh->rows, sc, KVQ_PQX_ISA_AUTO, 1);
+        kvq_matmul_ref(yd, x, W, KVQ_DTYPE_F32, 1, (int)sh->cols, (int)sh->rows);
+        const double u = 0x1.0p-24, n1 = (double)sh->cols / 16 + 4, n2 = (double)sh->cols;
+        const double g1 = n1 * u / (1 - n1 * u), g2 = n2 * u / (1 - n2 * u);
+        double worst = 0;
+        for (int64_t r = 0; r < sh->rows; r++) {
+            double exact = 0, mag = 0;
+            for (int64_t j = 0; j < sh->cols; j++) {
+                exact += (double)W[r * sh->cols + j] * x[j];
+                mag += fabs((double)W[r * sh->cols + j] * x[j]);
+            }
+            assert_true(fabs(y[r] - exact) <= g1 * mag);
+            assert_true(fabs(yd[r] - exact) <= g2 * mag);
+            if (mag > 0 && fabs(y[r] - yd[r]) / mag > worst) worst = fabs(y[r] - yd[r]) / mag;
+        }
+        printf("  qet %3lld x %-3lld r %d: |packed - decoded| <= %.2g · Σ|w·x| (bound %.2g)\n", (long long)sh->rows,
+               (long long)sh->cols, sh->stages, worst, g1 + g2);
+        free(x); free(sc); free(y); free(yd); free(W);
+        kvq_pqx_free(&p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pack_matches_decoder),
@@ -300,6 +481,8 @@ int main(void) {
         cmocka_unit_test(test_fast_paths_equal_reference),
         cmocka_unit_test(test_packed_vs_decoded_product),
         cmocka_unit_test(test_matmul_dense),
+        cmocka_unit_test(test_qetx_fast_paths_equal_reference),
+        cmocka_unit_test(test_qetx_packed_vs_decoded_product),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -217,6 +217,9 @@ static void test_packed_modes(void **st) {
     // PQ (kernels/pq_layout.h): float tables in every mode, so int8 is the exact path too
     // (measured 3.8e-7 on kvq-tiny-llama pq:4 with the embeddings packed)
     packed_vs_decoded(TINY, "pq:4", 1, 1e-5);
+    // QET with its 3-level swap tree (the qetx variant of the same layout): fused multiply-adds
+    // in every mode, not the decoded path's order (measured 2.7e-7 with the embeddings packed)
+    packed_vs_decoded(TINY, "qet:4", 0, 1e-5);
     // KVQ_HQX_WIDTH forces the layout's width: 4 (E8 4.0 then needs ~1 % escapes) and 8 give
     // the same products; a value outside 4..8 is refused, naming the variable
     setenv("KVQ_HQX_WIDTH", "4", 1);
@@ -252,6 +255,7 @@ static void test_packed_modes(void **st) {
         packed_vs_decoded(d, "hyperquant:e8:3.0", 1, 0.02);
         packed_vs_decoded(d, "rtn:4:g128", 0, 0.08);
         packed_vs_decoded(d, "pq:4", 0, 1e-5);
+        if (!i) packed_vs_decoded(d, "qet:4", 0, 1e-5); // ~10 s of k-means: the llama model only
     }
 }
 

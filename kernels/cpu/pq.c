@@ -278,6 +278,7 @@ void kvq_pqx_gemm_rows(const kvq_pqx *w, const float *lutb, int n_tok, float *y,
 }
 
 size_t kvq_pqx_scratch(const kvq_pqx *parts, int n_part) {
+    if (n_part && parts[0].levels) return kvq_qetx_scratch(parts, n_part);
     size_t n = 0;
     for (int p = 0; p < n_part; p++) n += KVQ_PQX_TB * kvq_pqx_lut_floats(&parts[p]);
     return n;
@@ -335,6 +336,10 @@ int kvq_pqx_lut_team(int on) {
 
 void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
                     int64_t ldy, float *scratch, kvq_pqx_isa isa, int n_threads) {
+    if (parts[0].levels) {
+        kvq_qetx_matmul(parts, n_part, row0, x, n_tok, y, ldy, scratch, isa, n_threads);
+        return;
+    }
     isa = resolve(isa);
     enum { MAXP = 3 };
     size_t off[MAXP];
@@ -396,6 +401,10 @@ void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const flo
 }
 
 void kvq_pqx_row_f32(const kvq_pqx *w, int64_t r, float *out) {
+    if (w->levels) {
+        kvq_qetx_row_f32(w, r, out);
+        return;
+    }
     for (int64_t j = 0; j < w->m; j++)
         for (int s = 0; s < w->stages; s++) {
             const uint32_t c = kvq_pqx_idx(w, s, r, j);
@@ -419,6 +428,7 @@ void kvq_pqx_matmul_dense(const kvq_pqx *w, const float *x, int n_tok, float *y,
 }
 
 size_t kvq_pqx_bytes(const kvq_pqx *w) {
+    if (w->levels) return kvq_qetx_bytes(w);
     size_t b = 0;
     for (int s = 0; s < w->stages; s++)
         b += (size_t)(w->rows_p * w->m) * (size_t)w->ib[s] +
@@ -434,5 +444,6 @@ void kvq_pqx_free(kvq_pqx *w) {
         kvq_hqx_dealloc(w->cb[s]);
         kvq_hqx_dealloc(w->cb_ms[s]);
     }
+    kvq_hqx_dealloc(w->sw);
     memset(w, 0, sizeof *w);
 }

@@ -66,6 +66,38 @@ size_t kvq_pqx_dense_scratch(const kvq_pqx *w, int n_tok);
 void kvq_pqx_matmul_dense(const kvq_pqx *w, const float *x, int n_tok, float *y, int64_t ldy, float *scratch,
                           int n_threads);
 
+// ---- QET layouts (levels == 3; kernels/cpu/qetx.c). kvq_pqx_matmul, _row_f32, _scratch,
+// _bytes, _free and _matmul_dense take them too and call these.
+//
+// Summation order of every QET path (reference, AVX2 one-token, AVX2 batched): per row and
+// token two 8-lane accumulators a0, a1 (lane i = block b mod 8); for each group g of 8 blocks
+// and leaf t = 0..7: a_{t mod 2}[i] = fmaf(X*[8g + i + t·D], x[8b + σ_b(t)], a_{t mod 2}[i]),
+// b = 8g + i (one rounding per weight); then v = a0 + a1,
+// y = ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). X*[p] = c_1 + c_2 rounded
+// once, as the decoder computes it. The decoded model multiplies the same weights in the dense
+// kernel's order: not the same bits; both within the float summation bound (tests/test_pq.c).
+
+/** Floats of one matrix's expanded codebooks (Σ_s m·k_s·8): the scratch kvq_qetx_expand fills. */
+size_t kvq_qetx_expand_floats(const kvq_pqx *w);
+/** Expands slots [sl0, sl1) of every stage to float: cbf[off_s + ((sl·k_s + c)·8 + q)] with
+ *  slot sl = 8g + t the subspace g + t·groups (values as kvq_qetx_cb, bit for bit). */
+void kvq_qetx_expand(const kvq_pqx *w, float *cbf, int64_t sl0, int64_t sl1, kvq_pqx_isa isa);
+/** y[t·ldy + r] for tokens t < n_tok (x: rows of ldx floats) and rows [r0, r1), from complete
+ *  expanded codebooks; every path and token count gives the same bits (for tests and
+ *  benchmarks: the AVX2 path allocates its 8·cols floats of transposed activations). */
+void kvq_qetx_gemm_rows(const kvq_pqx *w, const float *cbf, const float *x, int n_tok, int64_t ldx, float *y,
+                        int64_t ldy, int64_t r0, int64_t r1, kvq_pqx_isa isa);
+/** Floats of scratch kvq_qetx_matmul needs: the blocks' expanded codebooks and 8 tokens'
+ *  transposed activations (8·cols). */
+size_t kvq_qetx_scratch(const kvq_pqx *parts, int n_part);
+/** kvq_pqx_matmul for QET blocks: the team expands the codebooks (by slot), then, 8 tokens at a
+ *  time, transposes the activations (by group) and splits the rows. */
+void kvq_qetx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
+                     int64_t ldy, float *scratch, kvq_pqx_isa isa, int n_threads);
+/** Row r of W, bit-identical to the codec's decoder (kvq_qet_decode). */
+void kvq_qetx_row_f32(const kvq_pqx *w, int64_t r, float *out);
+size_t kvq_qetx_bytes(const kvq_pqx *w);
+
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_pqx_bytes(const kvq_pqx *w);
 /** Frees the arrays (from kvq_hqx_alloc); NULL members are fine; *w is zeroed. */

@@ -219,14 +219,17 @@ static void drop_host_part(kvq_hqx *p) {
     p->esc_row = NULL; p->esc = NULL;
 }
 
-// PQ matrices have no GPU kernels yet: they are decoded on the host (a fallback), to bf16
-// when every value is one (a bf16 source's codebooks, one stage), else fp32, into *data.
+// PQ and QET matrices (pqx, levels 0 or 3) have no GPU kernels yet: they are decoded on the
+// host (a fallback; kvq_pqx_row_f32 gives the codec decoder's floats), to bf16 when every value
+// is one (a bf16 source's codebooks, one stage), else fp32, into *data.
 static kvq_status pq_decode(const kvq_mat *w, void **data, kvq_dtype *dt, kvq_err *err) {
     const size_t n = (size_t)w->rows * w->cols;
     float *f = malloc(sizeof(float) * (n ? n : 1));
     if (!f) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory decoding a PQ matrix of %zu weights", n);
-    for (int p = 0; p < w->n_pq; p++)
+    for (int p = 0; p < w->n_pq; p++) {
+#pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < w->pq[p].rows; r++) kvq_pqx_row_f32(&w->pq[p], r, f + (size_t)(w->row0[p] + r) * w->cols);
+    }
     int bf = 1;
     for (size_t i = 0; i < n && bf; i++) bf = kvq_bf16_to_f32(kvq_f32_to_bf16(f[i])) == f[i];
     void *out = f;

@@ -337,10 +337,12 @@ kvq_status kvq_weights_get_pqx(kvq_weights *w, const char *name, kvq_pqx *out, k
     if (!cname || (strcmp(cname, "pq") && strcmp(cname, "qet")))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': codec '%s' has no PQ layout", name,
                            cname ? cname : "(none)");
-    // a swap tree (qet, l > 0) has no layout: say so before decompressing any blob
+    // swap trees other than the 3-level one (qet, l > 0) have no layout: say so before
+    // decompressing any blob (kvq_qet_pack_pqx refuses the other unpackable shapes)
     const json_t *l = json_object_get(json_object_get(json_object_get(r, "codec"), "params"), "l");
-    if (json_is_integer(l) && json_integer_value(l) > 0)
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': QET swap trees have no execution layout yet", name);
+    if (json_is_integer(l) && json_integer_value(l) > 0 && json_integer_value(l) != KVQ_QETX_LEVELS)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': QET swap trees of %lld levels have no execution layout",
+                           name, (long long)json_integer_value(l));
     rec_view rv;
     kvq_status s = rec_blobs(w, name, &rv, err);
     if (s != KVQ_OK) return s;

@@ -1,6 +1,7 @@
 // Bytes the PQ execution layout holds per tensor of a .kvq against its bytes in the file
 // (kvq_weights_get_pqx, the loader's own call): shape, k per stage, index width, codebook
-// type, held / stored, and the totals. Tensors of other codecs are skipped.
+// type, held / stored, and the totals; QET tensors with swap trees (the qetx variant) too.
+// Tensors of other codecs are skipped.
 // usage: build/bench/pq_held FILE.kvq
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +26,14 @@ int main(int argc, char **argv) {
         size_t h = kvq_pqx_bytes(&p), st = kvq_weights_stored_bytes(w, name);
         double r = (double)h / (double)st;
         if (r > worst) worst = r;
-        printf("| %s | %lld x %lld | %lld%s | %d | %s | %zu | %zu | %.3f |\n", name, (long long)p.rows, (long long)p.cols,
-               (long long)p.k[0], p.stages > 1 ? " + stage 2" : "", p.ib[0], p.cb_type == KVQ_PQX_CB_F32 ? "f32" : p.cb_type == KVQ_PQX_CB_CQO ? "cqo u16" : "bf16", st, h, r);
+        if (p.levels) // QET: index bits per stage, codebooks held as the file stores them
+            printf("| %s (qet l=%d) | %lld x %lld | %lld / %lld | %d / %d bits | %s as stored | %zu | %zu | %.3f |\n", name,
+                   p.levels, (long long)p.rows, (long long)p.cols, (long long)p.k[0], (long long)(p.stages > 1 ? p.k[1] : 0),
+                   p.qbits[0], p.stages > 1 ? p.qbits[1] : 0,
+                   p.cb_type == KVQ_PQX_CB_F32 ? "f32" : p.cb_type == KVQ_PQX_CB_CQO ? "cqo" : "bf16", st, h, r);
+        else
+            printf("| %s | %lld x %lld | %lld%s | %d | %s | %zu | %zu | %.3f |\n", name, (long long)p.rows, (long long)p.cols,
+                   (long long)p.k[0], p.stages > 1 ? " + stage 2" : "", p.ib[0], p.cb_type == KVQ_PQX_CB_F32 ? "f32" : p.cb_type == KVQ_PQX_CB_CQO ? "cqo u16" : "bf16", st, h, r);
         held += h;
         stored += st;
         kvq_pqx_free(&p);

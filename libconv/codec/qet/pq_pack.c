@@ -2,7 +2,11 @@
 // without a swap tree (l = 0), from its stored blobs at load: indices unpacked from their
 // ⌈log2 k⌉-bit stream into bytes or uint16 in row blocks of 8, codebooks transposed per
 // subspace (bf16 bits kept as stored; other sources and CQO codes expanded to float32, the
-// decoder's values). QET with swap trees has no layout yet (KVQ_ERR_UNSUPPORTED: decode it).
+// decoder's values). QET with a 3-level swap tree (the `qet:` default) gets the qetx variant
+// (kernels/pq_layout.h): indicator bits regrouped into one 12-bit switch field per block of 8
+// inputs, indices in slot order at 4, 8 or 16 bits, codebook blobs kept as stored. Other QET
+// (levels 1–2 or > 3, widths other than 8, columns not a multiple of 64) has no layout
+// (KVQ_ERR_UNSUPPORTED: decode it).
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +15,76 @@
 #include "kernels/cpu/pq.h"
 #include "libconv/codec/qet/qet.h"
 
+
+// The qetx layout of a tensor the codec's check accepted (l == 3, w == 8, d % 64 == 0).
+static kvq_status pack_qetx(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
+                            int cb, kvq_dtype src, kvq_pqx *out, kvq_err *err) {
+    const json_t *ks = json_object_get(params, "k");
+    const int stages = (int)json_array_size(ks);
+    *out = (kvq_pqx){.stages = stages, .w = 8, .rows = n, .cols = d, .m = d / 8, .rows_p = n,
+                     .cb_type = cb ? KVQ_PQX_CB_CQO : src == KVQ_DTYPE_BF16 ? KVQ_PQX_CB_BF16 : KVQ_PQX_CB_F32,
+                     .levels = KVQ_QETX_LEVELS, .cb_bits = cb, .groups = d / 64};
+    const int64_t m = out->m, G = out->groups, D = d / 8;
+    const size_t swn = (size_t)(n * G) * KVQ_QETX_SW_BYTES;
+    out->sw = kvq_hqx_alloc(swn + KVQ_QETX_SW_PAD);
+    if (!out->sw) goto nomem;
+    // switch fields: the file's (row, level, pair) bits → one 12-bit field per block
+    const uint8_t *ind = kvq_blob_find(blobs, n_blobs, "indicators")->data;
+    for (int64_t r = 0; r < n; r++) {
+        const uint64_t base = (uint64_t)r * 3 * (uint64_t)(d / 2);
+        uint8_t *row = out->sw + (size_t)(r * G) * KVQ_QETX_SW_BYTES;
+        for (int64_t b = 0; b < D; b++) {
+            uint32_t f = kvq_qet_get_bits(ind, base + (uint64_t)(4 * b), 4);
+            f |= kvq_qet_get_bits(ind, base + (uint64_t)(d / 2 + 2 * b), 2) << 4;
+            f |= kvq_qet_get_bits(ind, base + (uint64_t)(d / 2 + d / 4 + 2 * b), 2) << 6;
+            for (int q = 0; q < 4; q++) f |= kvq_qet_get_bits(ind, base + (uint64_t)(d + q * (d / 8) + b), 1) << (8 + q);
+            const int64_t pos = 12 * b; // bit offset in the row's fields (groups are contiguous)
+            for (int i = 0; i < 12; i++)
+                if (f >> i & 1) row[(pos + i) >> 3] |= (uint8_t)(1u << ((pos + i) & 7));
+        }
+    }
+    for (int s = 0; s < stages; s++) {
+        const int64_t k = json_integer_value(json_array_get(ks, (size_t)s));
+        out->k[s] = k;
+        out->qbits[s] = k <= 16 ? 4 : k <= 256 ? 8 : 16;
+        char role[24];
+        snprintf(role, sizeof role, "idx.%d", s + 1);
+        const kvq_blob_view *ib = kvq_blob_find(blobs, n_blobs, role);
+        snprintf(role, sizeof role, "cb.%d", s + 1);
+        const kvq_blob_view *cbv = kvq_blob_find(blobs, n_blobs, role);
+        out->idx[s] = kvq_hqx_alloc((size_t)(n * m) * (size_t)out->qbits[s] / 8 + 1);
+        out->cb[s] = kvq_hqx_alloc(cbv->size + 16); // +16: the expanders read 16-byte words
+        if (!out->idx[s] || !out->cb[s]) goto nomem;
+        memcpy(out->cb[s], cbv->data, cbv->size);
+        out->cb_size[s] = cbv->size;
+        // indices: file (row, subspace j) → (row, group g, leaf t) with j = g + t·G
+        const int b = kvq_qet_ceil_log2(k);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < m; j++) {
+                const uint32_t a = b ? kvq_qet_get_bits(ib->data, (uint64_t)(r * m + j) * (uint64_t)b, b) : 0;
+                if (a >= (uint64_t)k) {
+                    kvq_pqx_free(out);
+                    return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: centroid index out of range in row %lld", (long long)r);
+                }
+                const int64_t o = (r * G + j % G) * 8 + j / G;
+                if (out->qbits[s] == 4) ((uint8_t *)out->idx[s])[o >> 1] |= (uint8_t)(a << (4 * (o & 1)));
+                else if (out->qbits[s] == 8) ((uint8_t *)out->idx[s])[o] = (uint8_t)a;
+                else ((uint16_t *)out->idx[s])[o] = (uint16_t)a;
+            }
+        for (int64_t j = 0; j < m; j++) // a NaN/Inf centroid: the decoded path refuses the tensor too
+            for (int64_t c = 0; c < k; c++)
+                for (int q = 0; q < 8; q++)
+                    if (!isfinite(kvq_qetx_cb(out, s, j, c, q))) {
+                        kvq_pqx_free(out);
+                        return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: non-finite codebook value in stage %d, subspace %lld",
+                                           s + 1, (long long)j);
+                    }
+    }
+    return KVQ_OK;
+nomem:
+    kvq_pqx_free(out);
+    return kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory for the layout of %lld x %lld", (long long)n, (long long)d);
+}
 
 kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
                             kvq_pqx *out, kvq_err *err) {
@@ -22,8 +96,18 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
     const json_t *ks = json_object_get(params, "k");
     kvq_dtype src;
     kvq_dtype_parse(json_string_value(json_object_get(params, "src")), &src);
-    if (l > 0)
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "qet: swap trees (l=%d) have no execution layout yet", l);
+    if (l > 0 && (l != KVQ_QETX_LEVELS || w != 8 || d % 64 || cb > 25 || (!cb && src != KVQ_DTYPE_BF16 && src != KVQ_DTYPE_F32) ||
+                  json_array_size(ks) > KVQ_PQX_MAX_STAGES || n > (1 << 30) || d > (1 << 30)))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
+                           "qet: swap trees with l=%d, w=%d, %lld columns, cb=%d have no execution layout "
+                           "(only l=3, w=8, columns a multiple of 64, codebooks of at most 25 bits, bf16 or f32)",
+                           l, w, (long long)d, cb);
+    if (l > 0) {
+        for (size_t s = 0; s < json_array_size(ks); s++)
+            if (json_integer_value(json_array_get(ks, s)) > KVQ_PQX_MAX_K)
+                return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "qet: stage %zu has more than %d centroids", s + 1, KVQ_PQX_MAX_K);
+        return pack_qetx(params, blobs, n_blobs, n, d, cb, src, out, err);
+    }
     if (w > KVQ_PQX_MAX_W || n > (1 << 30) || d > (1 << 30))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "pq: subspace width %d or shape %lld x %lld outside the layout",
                            w, (long long)n, (long long)d);
