@@ -15,6 +15,7 @@
 #include "kernels/cpu/kvcodes.h"
 #include "kernels/cpu/kvexec.h"
 #include "kernels/kv_hqkv.h"
+#include "kernels/splitmix.h"
 #include "libconv/codec/hyperquant/hqcal.h"
 #include "libconv/kv/kv_hqkv.h"
 #include "libconv/kv/kvcodec.h"
@@ -28,6 +29,9 @@ typedef struct {
     float *signs;               // (d) rot=signs
     float *Q;                   // (d, d) Haar orthogonal, rot=qjl (regenerated from the seed)
     float *emb;                 // (d) A2 only: √3 at each block's first coordinate (embed), else NULL
+    int nzb;                    // nonzero generator entries, in hk_dither's order (i, then j)
+    uint8_t zi[64], zj[64];
+    float zv[64];
     float B[KVQ_LAT_MAX_DIM][KVQ_LAT_MAX_DIM]; // generator rows (real coordinates)
     uint32_t ctr;               // next dither counter (running state)
 } hk_st;
@@ -92,6 +96,9 @@ static kvq_status hk_init(kvq_kvcodec *c, kvq_err *err) {
     s->alpha = kvq_hq_alpha(s->lat, s->snr);
     s->scale = s->alpha * sqrt((double)c->d);
     gen_matrix(s->lat, s->B);
+    for (int i = 0; i < s->n; i++)
+        for (int j = 0; j < s->n; j++)
+            if (s->B[i][j] != 0) s->zi[s->nzb] = (uint8_t)i, s->zj[s->nzb] = (uint8_t)j, s->zv[s->nzb++] = s->B[i][j];
     kvq_kvrng r = {c->seed};
     s->signs = malloc(sizeof(float) * c->d);
     if (!s->signs) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
@@ -290,11 +297,30 @@ static void hk_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, cons
 
 // ---- execution form (kernels/kv_hqkv.h): the Rice symbols decoded once, when the cache stores
 // the token, into int8 (int16 past 8 bits) lattice codes after the GPU layout's side data
-// (fp32 γ, u32 counter). The dither is regenerated from the counter per step.
+// (fp32 γ, u32 counter). With dither, U = z − Q_Λ(z) (z = Σ u_i b_i from the counter's stream),
+// and the token is γ/(α√d)·(embed(c) − U) = γ/(α√d)·(embed(c + Q_Λ(z)) − z): the row stores
+// c + Q_Λ(z), found once, so a step regenerates only z (the draws and a sparse sum, no nearest
+// point search).
 
+// The z of every block of the token with counter ctr: hk_dither's draws and float sums (the
+// generator's zero entries skipped: adding +0 changes no sum), without its nearest point. The
+// 53-bit draw converts through int64 (exact, one instruction; unsigned needs a branchy sequence).
+static void hk_dither_z(const kvq_kvcodec *c, uint32_t ctr, float *Z) {
+    const hk_st *s = c->st;
+    uint64_t st = c->seed ^ (0xD17E5ull + ((uint64_t)ctr << 20));
+    kvq_splitmix64_next(&st);
+    for (int b = 0; b < s->nb; b++) {
+        float u[8], *z = Z + b * s->n;
+        for (int i = 0; i < s->n; i++) u[i] = (float)((double)(int64_t)(kvq_splitmix64_next(&st) >> 11) * 0x1.0p-53), z[i] = 0.0f;
+        for (int e = 0; e < s->nzb; e++) z[s->zj[e]] += u[s->zi[e]] * s->zv[e];
+    }
+}
+
+// |Q_Λ(z)_j| bound: |z_j| <= Σ_i |b_ij| (E8 7, D4 5, A2 3, Z 1) plus the covering radius.
 static int hk_width(const kvq_kvcodec *c) {
     const hk_st *s = c->st;
-    return kvq_hk_width((int)s->lat, s->scale);
+    static const double zq[4] = {9.0, 6.0, 4.2, 1.5};
+    return kvq_hk_width((int)s->lat, s->scale + (s->dither ? zq[s->lat] : 0.0));
 }
 
 static size_t hk_xbytes(const kvq_kvcodec *c) {
@@ -311,6 +337,16 @@ static void hk_xform(const kvq_kvcodec *c, const uint8_t *rec, size_t n, uint8_t
     float g = 0;
     uint32_t ctr = 0;
     int bad = kvq_kv_hqkv_codes(c, rec, n, &g, &ctr, code) != 0;
+    const hk_st *s = c->st;
+    if (s->dither && !bad) { // c + Q_Λ(z)
+        float z[4096];
+        hk_dither_z(c, ctr, z);
+        for (int b = 0; b < s->nb; b++) {
+            int32_t qz[8];
+            kvq_lattice_nearest(s->lat, z + b * s->n, qz);
+            for (int j = 0; j < s->n; j++) code[b * s->n + j] += qz[j];
+        }
+    }
     for (int j = 0; j < d && !bad; j++) bad = code[j] < -lim || code[j] >= lim;
     if (bad) g = 0, memset(code, 0, sizeof(int32_t) * d);
     memcpy(x, &g, 4), memcpy(x + 4, &ctr, 4);
@@ -322,12 +358,12 @@ static void hk_xform(const kvq_kvcodec *c, const uint8_t *rec, size_t n, uint8_t
     }
 }
 
-// The dithers of tokens [t0, t0 + n) of the rows, (n, d).
+// The z of tokens [t0, t0 + n) of the rows, (n, d): what the kernels subtract.
 static void hk_xdither(const kvq_kvcodec *c, const uint8_t *x, size_t xs, int t0, int n, float *U) {
     for (int t = 0; t < n; t++) {
         uint32_t ctr;
         memcpy(&ctr, x + (size_t)(t0 + t) * xs + 4, 4);
-        hk_dither(c, ctr, U + (size_t)t * c->d);
+        hk_dither_z(c, ctr, U + (size_t)t * c->d);
     }
 }
 
