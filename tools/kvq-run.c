@@ -282,7 +282,7 @@ int main(int argc, char **argv) {
                 mm.held / 1e6, mm.packed / 1e6, mm.packed_stored / 1e6,
                 mm.packed_stored ? (double)mm.packed / (double)mm.packed_stored : 0.0, mm.dense / 1e6, mm.scratch / 1e6,
                 mm.kv / 1e6);
-        if (mm.kv_exec) info(" + its execution form %.1f MB", mm.kv_exec / 1e6);
+        if (mm.kv_exec) info(" as records (held as execution rows: %.1f MB)", mm.kv_exec / 1e6);
         info("\n");
         if (mm.device)
             info("kvq-run: on the device: weights %.1f MB (the embedding table, %.1f MB, stays on the host)\n",

@@ -15,13 +15,15 @@
 
 typedef struct {
     kvq_kvcodec *codec;
-    uint8_t *store;    // (max_groups, stride) encoded groups
+    uint8_t *store;    // (max_groups, stride) encoded groups; NULL when xs holds them
     uint32_t *len;     // (max_groups) bytes used by each group
     size_t stride;
     uint16_t *ring;    // (cap, d) fp16 tokens at positions [n_enc, n_tok), slot pos % cap
     float *shadow;     // (max_ctx, d) decoded tokens [0, n_enc) when policy.shadow
-    uint8_t *xs;       // (max_ctx, xstride) execution form of the encoded tokens, for the codecs
-                       // that have one (HQMQ, HyperQuant-KV; not with the shadow): what attend reads
+    uint8_t *xs;       // (max_ctx, xstride) execution form of the encoded tokens, in place of the
+                       // records, for the codecs that have one (HQMQ without outliers, HyperQuant-KV;
+                       // not with the shadow): what attend reads. The record lives only while its
+                       // token is encoded (its length stays in len, for the bits)
     size_t xstride;
     int n_enc;         // encoded prefix, a multiple of codec->group
 } kv_slot;
@@ -36,6 +38,10 @@ typedef struct kv_scratch {
     const uint8_t **rec;     // (max_ctx) the key records (one per group) the codec's score path reads
     const uint8_t **vrec;    // (max_ctx) the value records its vsum path reads
 } kv_scratch;
+
+// Largest record kept only while its token is encoded (execution form in its place); codecs
+// with longer records keep them.
+#define KVC_REC_MAX 4096
 
 // Queries attended together: the value records are read once per block of this many.
 #define ATT_ROWS 8
@@ -69,6 +75,7 @@ static void ring_put(const kvc *c, kv_slot *s, int pos, const float *x) {
 static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
     int d = c->base.head_dim, g = s->codec->group, W = c->pol.window;
     float buf[32 * 512];
+    uint8_t rec[KVC_REC_MAX]; // one record, when the execution form is kept in its place
     while (n_tok - s->n_enc > W && n_tok - W - s->n_enc >= g) {
         if ((size_t)g * d > sizeof buf / sizeof *buf)
             return kvq_kvcache_fail(&c->base, KVQ_ERR_ARG, "group of %d x %d values exceeds the encode buffer", g, d);
@@ -76,13 +83,13 @@ static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
         size_t n = 0;
         int gi = s->n_enc / g;
         kvq_err e = {0};
-        kvq_status st = s->codec->vt->encode(s->codec, buf, s->store + (size_t)gi * s->stride, &n, &e);
+        uint8_t *p = s->xs ? rec : s->store + (size_t)gi * s->stride;
+        kvq_status st = s->codec->vt->encode(s->codec, buf, p, &n, &e);
         if (st) return kvq_kvcache_fail(&c->base, st, "%s", e.msg[0] ? e.msg : kvq_strerror(st));
         s->len[gi] = (uint32_t)n;
-        if (s->xs) s->codec->vt->xform(s->codec, s->store + (size_t)gi * s->stride, n, s->xs + (size_t)gi * s->xstride);
+        if (s->xs) s->codec->vt->xform(s->codec, p, n, s->xs + (size_t)gi * s->xstride);
         if (s->shadow) {
             float *sh = s->shadow + (size_t)s->n_enc * d;
-            const uint8_t *p = s->store + (size_t)gi * s->stride;
             if (s->codec->role == KVQ_KV_K && s->codec->vt->score_vec && g == 1) s->codec->vt->score_vec(s->codec, p, sh);
             else s->codec->vt->decode(s->codec, p, n, sh);
         }
@@ -143,7 +150,8 @@ static kvq_status kvc_append(kvq_kvcache *base, int layer, int pos, const float 
     return KVQ_OK;
 }
 
-// Rows [0, n) of a slot as fp32 (decoding whole groups; tmp holds one group).
+// Rows [0, n) of a slot as fp32 (decoding whole groups; tmp holds one group). Never reaches an
+// encoded token of a slot held as execution rows (those always take xscore / xvsum).
 static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out, float *tmp) {
     int d = c->base.head_dim, g = s->codec->group;
     int ne = s->n_enc < n ? s->n_enc : n;
@@ -370,13 +378,13 @@ static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int 
         kv_slot *s = &c->slot[i];
         int ng = (max_ctx + s->codec->group - 1) / s->codec->group;
         s->stride = s->codec->vt->max_bytes(s->codec);
-        s->store = malloc(s->stride * ng);
+        s->xstride = !pol->shadow && s->codec->group == 1 && s->stride <= KVC_REC_MAX ? kvq_kvcodec_xbytes(s->codec) : 0;
+        if (s->xstride) s->xs = malloc(s->xstride * (size_t)max_ctx);
+        else s->store = malloc(s->stride * ng);
         s->len = calloc(ng, sizeof(uint32_t));
         s->ring = malloc(sizeof(uint16_t) * c->cap * head_dim);
         if (pol->shadow) s->shadow = malloc(sizeof(float) * (size_t)ng * s->codec->group * head_dim);
-        s->xstride = !pol->shadow && s->codec->group == 1 ? kvq_kvcodec_xbytes(s->codec) : 0;
-        if (s->xstride) s->xs = malloc(s->xstride * (size_t)max_ctx);
-        if (!s->store || !s->len || !s->ring || (pol->shadow && !s->shadow) || (s->xstride && !s->xs)) {
+        if ((!s->store && !s->xs) || !s->len || !s->ring || (pol->shadow && !s->shadow) || (s->xstride && !s->xs)) {
             kvc_free(&c->base);
             return kvq_err_set(err, KVQ_ERR_NOMEM, "kv cache '%s': out of memory for %d tokens", spec, max_ctx);
         }
