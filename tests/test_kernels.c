@@ -438,6 +438,17 @@ static void test_kv_exec(void **st) {
             }
             free(emb);
         }
+    // HyperQuant-KV's E8 dither z: the vector draws and sums equal the scalar ones bit for bit
+    for (int r = 0; r < 200; r++) {
+        const uint64_t s0 = (uint64_t)r * 0x9e3779b97f4a7c15ull ^ ((uint64_t)(frand() * 1e9) << 20);
+        const int nb = 1 + r % 16;
+        float z1[128], z2[128];
+        kvq_kvx_e8_dither_z(s0, nb, z1);
+        kvq_kvx_e8_dither_z_ref(s0, nb, z2);
+        assert_memory_equal(z1, z2, sizeof(float) * 8 * nb);
+        for (int i = 0; i < 8 * nb; i++) assert_true(z2[i] > -2.0f && z2[i] < 7.0f); // inside the parallelepiped
+        checked++;
+    }
     printf("  %d execution-form cases: worst relative difference fast vs reference %.2e\n", checked, worst);
     assert_true(checked > 100);
 }

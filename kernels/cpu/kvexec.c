@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/kv_hqkv.h"
+#include "kernels/splitmix.h"
 
 static inline float ldf(const uint8_t *p) {
     float f;
@@ -317,6 +319,65 @@ K2 static void lat_vsum_avx2(const uint8_t *x, size_t xs, int wide, int d, int n
         K2_CASES(LV)
 #undef LV
     }
+}
+
+// ---- HyperQuant-KV's dither on E8: the draws four at a time (64-bit multiplies from three 32-bit
+// ones), the 53-bit values to double exactly in two 32-bit halves, and z from the generator's
+// structure: z_j = (D_j·u_j + N_j·u_j+1) + u_7 with D = (4, 2, …, 2, 0), N = (−2 ×6, 0, 0) — the
+// scalar sum's nonzero terms in its order (the products are exact: powers of two).
+
+void kvq_kvx_e8_dither_z_ref(uint64_t s0, int nb, float *z) {
+    for (int b = 0; b < nb; b++) {
+        float u[8];
+        for (int i = 0; i < 8; i++)
+            u[i] = (float)((double)(int64_t)(kvq_splitmix64_mix(s0 + (uint64_t)(8 * b + i + 2) * KVQ_SPLITMIX_GOLDEN) >> 11) *
+                           0x1.0p-53);
+        for (int j = 0; j < 8; j++) {
+            float a = 0.0f;
+            for (int i = 0; i < 8; i++) a += u[i] * kvq_hk_gen(KVQ_HK_E8, i, j);
+            z[8 * b + j] = a;
+        }
+    }
+}
+
+#define K2N __attribute__((target("avx2")))
+#define K2NI K2N static inline __attribute__((always_inline))
+
+K2NI __m256i mul64c(__m256i a, uint64_t c) { // low 64 bits of a·c per lane
+    const __m256i lo = _mm256_set1_epi64x((long long)(c & 0xffffffffu)), hi = _mm256_set1_epi64x((long long)(c >> 32));
+    const __m256i p0 = _mm256_mul_epu32(a, lo), p1 = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), lo), p2 = _mm256_mul_epu32(a, hi);
+    return _mm256_add_epi64(p0, _mm256_slli_epi64(_mm256_add_epi64(p1, p2), 32));
+}
+K2NI __m128 draws4(__m256i x) { // float(mix(x) >> 11 · 2^−53), four lanes
+    x = mul64c(_mm256_xor_si256(x, _mm256_srli_epi64(x, 30)), 0xbf58476d1ce4e5b9ull);
+    x = mul64c(_mm256_xor_si256(x, _mm256_srli_epi64(x, 27)), 0x94d049bb133111ebull);
+    x = _mm256_srli_epi64(_mm256_xor_si256(x, _mm256_srli_epi64(x, 31)), 11);
+    const __m256i magic = _mm256_set1_epi64x(0x4330000000000000ll); // 2^52: its mantissa takes 32 bits exactly
+    const __m256d two52 = _mm256_set1_pd(0x1.0p52);
+    const __m256d lo = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi64x(0xffffffffll)), magic)), two52);
+    const __m256d hi = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_srli_epi64(x, 32), magic)), two52);
+    const __m256d v = _mm256_add_pd(_mm256_mul_pd(hi, _mm256_set1_pd(0x1.0p32)), lo); // exact: < 2^53
+    return _mm256_cvtpd_ps(_mm256_mul_pd(v, _mm256_set1_pd(0x1.0p-53)));
+}
+
+K2N static void e8_dither_z_avx2(uint64_t s0, int nb, float *z) {
+    const uint64_t G = KVQ_SPLITMIX_GOLDEN;
+    const __m256i step = _mm256_setr_epi64x(0, (long long)G, (long long)(2 * G), (long long)(3 * G));
+    const __m256 D = _mm256_setr_ps(4, 2, 2, 2, 2, 2, 2, 0), N = _mm256_setr_ps(-2, -2, -2, -2, -2, -2, 0, 0);
+    const __m256i up = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7), last = _mm256_set1_epi32(7);
+    for (int b = 0; b < nb; b++) {
+        const uint64_t base = s0 + (uint64_t)(8 * b + 2) * G;
+        const __m128 u0 = draws4(_mm256_add_epi64(_mm256_set1_epi64x((long long)base), step));
+        const __m128 u1 = draws4(_mm256_add_epi64(_mm256_set1_epi64x((long long)(base + 4 * G)), step));
+        const __m256 u = _mm256_insertf128_ps(_mm256_castps128_ps256(u0), u1, 1);
+        const __m256 a = _mm256_add_ps(_mm256_mul_ps(D, u), _mm256_mul_ps(N, _mm256_permutevar8x32_ps(u, up)));
+        _mm256_storeu_ps(z + 8 * b, _mm256_add_ps(a, _mm256_permutevar8x32_ps(u, last)));
+    }
+}
+
+void kvq_kvx_e8_dither_z(uint64_t s0, int nb, float *z) {
+    if (kvq_cpu_features() & KVQ_CPU_AVX2) e8_dither_z_avx2(s0, nb, z);
+    else kvq_kvx_e8_dither_z_ref(s0, nb, z);
 }
 
 // ---- dispatch

@@ -36,4 +36,11 @@ void kvq_kvx_lat_vsum(const uint8_t *x, size_t xs, int wide, int d, int nt, floa
 void kvq_kvx_lat_vsum_ref(const uint8_t *x, size_t xs, int wide, int d, int nt, float gmul, const float *emb,
                           const float *U, const float *p, int ldp, int n_q, float *out);
 
+/** The z of nb 2E8 blocks of HyperQuant-KV's dither (libconv/kv/kv_hqkv.c: U = z − Q(z)): block
+ *  b's draws are u_i = float(mix(s0 + (8b + i + 2)·golden) >> 11 · 2^−53), splitmix64 random
+ *  access (kernels/splitmix.h), and z_j = Σ_i u_i·gen(E8, i, j) in float, summed in i order
+ *  (kernels/kv_hqkv.h kvq_hk_gen) — bit-identical in both versions. z gets 8·nb floats. */
+void kvq_kvx_e8_dither_z(uint64_t s0, int nb, float *z);
+void kvq_kvx_e8_dither_z_ref(uint64_t s0, int nb, float *z);
+
 #endif

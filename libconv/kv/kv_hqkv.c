@@ -308,6 +308,10 @@ static void hk_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, cons
 static void hk_dither_z(const kvq_kvcodec *c, uint32_t ctr, float *Z) {
     const hk_st *s = c->st;
     uint64_t st = c->seed ^ (0xD17E5ull + ((uint64_t)ctr << 20));
+    if (s->lat == KVQ_LAT_E8) { // the same draws and sums, eight lanes at a time (kernels/cpu/kvexec.c)
+        kvq_kvx_e8_dither_z(st, s->nb, Z);
+        return;
+    }
     kvq_splitmix64_next(&st);
     for (int b = 0; b < s->nb; b++) {
         float u[8], *z = Z + b * s->n;

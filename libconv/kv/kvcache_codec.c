@@ -374,11 +374,13 @@ static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int 
             }
     c->cap = pol->window + gmax;
     c->gmax = gmax;
+    // KVQ_KV_EXEC=0 (measurements, docs/KV.md): records and their score/vsum paths, no execution rows
+    const int exec = !(getenv("KVQ_KV_EXEC") && !strcmp(getenv("KVQ_KV_EXEC"), "0"));
     for (size_t i = 0; i < (size_t)n_layers * n_kv_heads * 2; i++) {
         kv_slot *s = &c->slot[i];
         int ng = (max_ctx + s->codec->group - 1) / s->codec->group;
         s->stride = s->codec->vt->max_bytes(s->codec);
-        s->xstride = !pol->shadow && s->codec->group == 1 && s->stride <= KVC_REC_MAX ? kvq_kvcodec_xbytes(s->codec) : 0;
+        s->xstride = exec && !pol->shadow && s->codec->group == 1 && s->stride <= KVC_REC_MAX ? kvq_kvcodec_xbytes(s->codec) : 0;
         if (s->xstride) s->xs = malloc(s->xstride * (size_t)max_ctx);
         else s->store = malloc(s->stride * ng);
         s->len = calloc(ng, sizeof(uint32_t));
