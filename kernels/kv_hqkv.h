@@ -4,6 +4,9 @@
 // C and CUDA, in the CPU's float operations (explicitly rounded on the device, where a*b + c
 // would otherwise contract to an FMA), so a lane regenerates the same U as the CPU decoder.
 // The CPU test (tests/test_cuda_kv.c, layout read-back) runs these against the codec's decoder.
+// Also the code width both layouts use (kvq_hk_width) and the CPU cache's execution row:
+//   fp32 γ | u32 dither counter (the GPU side data, as is) | d codes c_j (the integer lattice
+//   code, not offset), int8 when the width is <= 8 bits, else int16
 #ifndef KVQ_KV_HQKV_H
 #define KVQ_KV_HQKV_H
 
@@ -105,6 +108,23 @@ KVQ_HK_HD void kvq_hk_nearest(int lat, const float *x, int32_t *c) {
 /** Real coordinate j (inside its lattice block) of integer code value v: v, or √3·v for A2's
  *  first coordinate (kvq_lattice_embed). */
 KVQ_HK_HD float kvq_hk_embed(int lat, int j, int32_t v) { return lat == KVQ_HK_A2 && j == 0 ? KVQ_HK_MUL(KVQ_HK_SQRT3_F, (float)v) : (float)v; }
+
+/** Bits of a code that holds every lattice code the encoder can emit at α√d = scale, offset
+ *  by 2^(bits−1) (docs/KV.md): |x̃_j| <= α√d (a coordinate of the scaled unit token), |U_j|
+ *  and |c_j − z_j| <= the covering radius R (2E8: 2, D4: 1, A2int: 2/√3, Z: 1/2), so
+ *  |c_j| <= α√d + 2R; one spare. */
+KVQ_HK_HD int kvq_hk_width(int lat, double scale) {
+    const double R = lat == KVQ_HK_D4 ? 1.0 : lat == KVQ_HK_A2 ? 1.1547005383792515 : lat == KVQ_HK_Z ? 0.5 : 2.0;
+    const double cmax = scale * (1 + 1e-4) + 2 * R + 1;
+    int w = 2;
+    while (w < 31 && (double)((1u << (w - 1)) - 1) < cmax) w++;
+    return w;
+}
+
+/** CPU execution row of a token: the side data (fp32 γ, u32 counter) then d codes, int8 for
+ *  width <= 8, int16 up to 16 (wider: no execution form). */
+#define KVQ_HK_XSIDE 8
+KVQ_HK_HD size_t kvq_hk_xbytes(int d, int width) { return KVQ_HK_XSIDE + (size_t)d * (width <= 8 ? 1 : 2); }
 
 /** The dither of dims [dim0, dim0 + n_dims) of the token with counter ctr of the state with
  *  seed `seed` (kv_hqkv.c hk_dither): dim0 and n_dims multiples of the lattice dimension.

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fastexp.h"
 #include "kernels/cpu/kvcodes.h"
+#include "kernels/cpu/kvexec.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -292,11 +294,170 @@ static void test_kv_codes(void **st) {
         }
 }
 
+// The KV execution forms' sums (kvexec.c, AVX2 here) against their plain references on random
+// rows: HQMQ chunk codes at 16 and 32 bits (index bits 5..16, radius bits 2..8), lattice codes at
+// int8 and int16 with and without the A2 embedding and a dither; ragged chunk counts and head
+// dims, 1..11 queries, rows further apart than they are long, buffers of exactly nt rows (ASan
+// sees an over-read), zero weights. Bound: 1e-5 of the sum of the terms' magnitudes.
+static void test_kv_exec(void **st) {
+    (void)st;
+    rng_state = 4242;
+    const int nqs[] = {1, 3, 4, 8, 11}, nts[] = {1, 6, 33};
+    int checked = 0;
+    double worst = 0;
+    // HQMQ: (index bits, radius bits)
+    const int hb[][2] = {{5, 3}, {12, 4}, {13, 6}, {16, 8}, {11, 2}};
+    const int nchs[] = {1, 2, 3, 7, 8, 9, 16, 17, 32};
+    for (size_t h = 0; h < sizeof hb / sizeof *hb; h++)
+        for (size_t a = 0; a < sizeof nchs / sizeof *nchs; a++) {
+            const int ib = hb[h][0], br = hb[h][1], nch = nchs[a], wide = ib + br > 16, M = (1 << ib) - (ib > 5 ? 7 : 0);
+            const size_t xs = 4 + (size_t)nch * (wide ? 4 : 2) + 4 * (a & 1); // odd rows: 4 bytes of padding
+            float *cb = rnd(4 * (size_t)M);
+            for (size_t ni = 0; ni < sizeof nts / sizeof *nts; ni++) {
+                const int nt = nts[ni];
+                uint8_t *x = malloc(xs * nt);
+                for (int t = 0; t < nt; t++) {
+                    uint8_t *row = x + (size_t)t * xs;
+                    const float sc = 0.1f + frand() * frand();
+                    memcpy(row, &sc, 4);
+                    for (int k = 0; k < nch; k++) {
+                        const uint32_t idx = (uint32_t)((frand() + 1) * 0.5f * M) % (uint32_t)M,
+                                       r = (uint32_t)((frand() + 1) * 0.5f * (1 << br)) % (1u << br);
+                        const uint32_t code = idx | r << ib;
+                        if (wide) memcpy(row + 4 + 4 * k, &code, 4);
+                        else { const uint16_t c16 = (uint16_t)code; memcpy(row + 4 + 2 * k, &c16, 2); }
+                    }
+                }
+                for (size_t qi = 0; qi < sizeof nqs / sizeof *nqs; qi++) {
+                    const int nq = nqs[qi], dp = 4 * nch, ld = nt + 3;
+                    float *q = rnd((size_t)nq * dp), *s1 = malloc(sizeof(float) * nq * ld), *s2 = malloc(sizeof(float) * nq * ld);
+                    float *p = rnd((size_t)nq * ld), *o1 = rnd((size_t)nq * dp), *o2 = malloc(sizeof(float) * nq * dp);
+                    for (int i = 0; i < nq * ld; i++) if (i % 5 == 2) p[i] = 0;
+                    memcpy(o2, o1, sizeof(float) * nq * dp);
+                    kvq_kvx_hqmq_score(cb, ib, wide, nch, x, xs, nt, q, nq, dp, s1, ld);
+                    kvq_kvx_hqmq_score_ref(cb, ib, wide, nch, x, xs, nt, q, nq, dp, s2, ld);
+                    kvq_kvx_hqmq_vsum(cb, ib, wide, nch, x, xs, nt, p, ld, nq, o1);
+                    kvq_kvx_hqmq_vsum_ref(cb, ib, wide, nch, x, xs, nt, p, ld, nq, o2);
+                    for (int i = 0; i < nq; i++)
+                        for (int t = 0; t < nt; t++) {
+                            const uint8_t *row = x + (size_t)t * xs;
+                            float sc;
+                            memcpy(&sc, row, 4);
+                            double mag = 0;
+                            for (int k = 0; k < nch; k++) {
+                                uint32_t c = 0;
+                                memcpy(&c, row + 4 + (wide ? 4 : 2) * k, wide ? 4 : 2);
+                                for (int j = 0; j < 4; j++) mag += fabs(sc * (double)(c >> ib) * q[i * dp + 4 * k + j] * cb[4 * (c & ((1u << ib) - 1)) + j]);
+                            }
+                            const double e = fabs(s1[i * ld + t] - s2[i * ld + t]) / (mag + 1e-30);
+                            if (e > 1e-5) fail_msg("hqmq score ib=%d br=%d nch=%d nq=%d nt=%d: %g vs %g", ib, br, nch, nq, nt, s1[i * ld + t], s2[i * ld + t]);
+                            worst = fmax(worst, e);
+                        }
+                    for (int i = 0; i < nq; i++) { // magnitude: Σ_t |p|·scale·max r·max|cb| bounds every entry
+                        double mag = 0;
+                        for (int t = 0; t < nt; t++) {
+                            float sc;
+                            memcpy(&sc, x + (size_t)t * xs, 4);
+                            mag += fabs(p[i * ld + t] * sc) * (1 << br);
+                        }
+                        for (int j = 0; j < dp; j++) {
+                            const double e = fabs(o1[i * dp + j] - o2[i * dp + j]) / (mag + fabs(o2[i * dp + j]) + 1e-30);
+                            if (e > 1e-5) fail_msg("hqmq vsum ib=%d br=%d nch=%d nq=%d nt=%d: %g vs %g", ib, br, nch, nq, nt, o1[i * dp + j], o2[i * dp + j]);
+                            worst = fmax(worst, e);
+                        }
+                    }
+                    checked++;
+                    free(q), free(s1), free(s2), free(p), free(o1), free(o2);
+                }
+                free(x);
+            }
+            free(cb);
+        }
+    // lattice codes: head dims, int8 / int16, embedding (A2's √3) and dither on or off
+    const int ds[] = {1, 2, 8, 20, 37, 64, 128};
+    for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
+        for (int var = 0; var < 8; var++) {
+            const int d = ds[di], wide = var & 1, use_emb = var >> 1 & 1, use_u = var >> 2 & 1, lim = wide ? 3000 : 127;
+            const size_t xs = 8 + (size_t)d * (wide ? 2 : 1) + 4 * (var == 3);
+            float *emb = use_emb ? rnd((size_t)d) : NULL;
+            for (size_t ni = 0; ni < sizeof nts / sizeof *nts; ni++) {
+                const int nt = nts[ni];
+                uint8_t *x = malloc(xs * nt);
+                for (int t = 0; t < nt; t++) {
+                    uint8_t *row = x + (size_t)t * xs;
+                    const float g = 0.5f + frand();
+                    const uint32_t ctr = (uint32_t)t;
+                    memcpy(row, &g, 4), memcpy(row + 4, &ctr, 4);
+                    for (int j = 0; j < d; j++) {
+                        const int c = (int)(frand() * lim);
+                        if (wide) { const int16_t c16 = (int16_t)c; memcpy(row + 8 + 2 * j, &c16, 2); }
+                        else row[8 + j] = (uint8_t)(int8_t)c;
+                    }
+                }
+                float *U = use_u ? rnd((size_t)nt * d) : NULL;
+                for (size_t qi = 0; qi < sizeof nqs / sizeof *nqs; qi++) {
+                    const int nq = nqs[qi], ld = nt + 2;
+                    const float gmul = 0.037f;
+                    float *q = rnd((size_t)nq * d), *s1 = malloc(sizeof(float) * nq * ld), *s2 = malloc(sizeof(float) * nq * ld);
+                    float *p = rnd((size_t)nq * ld), *o1 = rnd((size_t)nq * d), *o2 = malloc(sizeof(float) * nq * d);
+                    for (int i = 0; i < nq * ld; i++) if (i % 4 == 1) p[i] = 0;
+                    memcpy(o2, o1, sizeof(float) * nq * d);
+                    kvq_kvx_lat_score(x, xs, wide, d, nt, gmul, emb, U, q, nq, d, s1, ld);
+                    kvq_kvx_lat_score_ref(x, xs, wide, d, nt, gmul, emb, U, q, nq, d, s2, ld);
+                    kvq_kvx_lat_vsum(x, xs, wide, d, nt, gmul, emb, U, p, ld, nq, o1);
+                    kvq_kvx_lat_vsum_ref(x, xs, wide, d, nt, gmul, emb, U, p, ld, nq, o2);
+                    for (int i = 0; i < nq; i++) {
+                        double vmag = 0;
+                        for (int t = 0; t < nt; t++) {
+                            const uint8_t *row = x + (size_t)t * xs;
+                            float g;
+                            memcpy(&g, row, 4);
+                            double mag = 0;
+                            for (int j = 0; j < d; j++) {
+                                int c;
+                                if (wide) { int16_t c16; memcpy(&c16, row + 8 + 2 * j, 2); c = c16; }
+                                else c = (int8_t)row[8 + j];
+                                const double v = (double)c * (emb ? emb[j] : 1) - (U ? U[t * d + j] : 0);
+                                mag += fabs(q[i * d + j] * v) * g * gmul;
+                                vmag = fmax(vmag, fabs(p[i * ld + t] * v * g * gmul));
+                            }
+                            const double e = fabs(s1[i * ld + t] - s2[i * ld + t]) / (mag + 1e-30);
+                            if (e > 1e-5) fail_msg("lattice score d=%d var=%d nq=%d nt=%d: %g vs %g", d, var, nq, nt, s1[i * ld + t], s2[i * ld + t]);
+                            worst = fmax(worst, e);
+                        }
+                        for (int j = 0; j < d; j++) {
+                            const double e = fabs(o1[i * d + j] - o2[i * d + j]) / (nt * vmag + fabs(o2[i * d + j]) + 1e-30);
+                            if (e > 1e-5) fail_msg("lattice vsum d=%d var=%d nq=%d nt=%d: %g vs %g", d, var, nq, nt, o1[i * d + j], o2[i * d + j]);
+                            worst = fmax(worst, e);
+                        }
+                    }
+                    checked++;
+                    free(q), free(s1), free(s2), free(p), free(o1), free(o2);
+                }
+                free(x), free(U);
+            }
+            free(emb);
+        }
+    // HyperQuant-KV's E8 dither z: the vector draws and sums equal the scalar ones bit for bit
+    for (int r = 0; r < 200; r++) {
+        const uint64_t s0 = (uint64_t)r * 0x9e3779b97f4a7c15ull ^ ((uint64_t)(frand() * 1e9) << 20);
+        const int nb = 1 + r % 16;
+        float z1[128], z2[128];
+        kvq_kvx_e8_dither_z(s0, nb, z1);
+        kvq_kvx_e8_dither_z_ref(s0, nb, z2);
+        assert_memory_equal(z1, z2, sizeof(float) * 8 * nb);
+        for (int i = 0; i < 8 * nb; i++) assert_true(z2[i] > -2.0f && z2[i] < 7.0f); // inside the parallelepiped
+        checked++;
+    }
+    printf("  %d execution-form cases: worst relative difference fast vs reference %.2e\n", checked, worst);
+    assert_true(checked > 100);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_swiglu), cmocka_unit_test(test_fast_expf), cmocka_unit_test(test_rope), cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_rows),
-        cmocka_unit_test(test_kv_codes),
+        cmocka_unit_test(test_kv_codes), cmocka_unit_test(test_kv_exec),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }

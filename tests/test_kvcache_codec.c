@@ -385,6 +385,30 @@ static void test_error_channel(void **state) {
     d->ops->free(d);
 }
 
+// What the execution forms cost (kvq-run's memory line): HQMQ without outliers and HyperQuant-KV
+// hold one fixed-width row per position and K/V state beside the records, the other codecs (and
+// HQMQ with outliers, and every cache with the evaluation shadow) none; boundary layers' fp16
+// keys none. Rows at head_dim 64: hqmq s48:r4 = 4 + 16·2 bytes (ib 11 + 4 bits in a uint16),
+// s192:r6 = 4 + 16·4 (19 bits), hqkv e8:3 = 8 + 64 int8.
+static void test_exec_bytes(void **st) {
+    const struct { const char *spec; int bnd; size_t k, v; } cs[] = {
+        {"hqmq:s48:r4", 0, 36, 36}, {"hqmq:s192:r6", 1, 68, 68}, {"hqkv:e8:3", 0, 72, 72}, {"hqkv:e8:3", 1, 72, 72},
+        {"hqmq:s24:r3:med3", 0, 0, 0}, {"int:4", 0, 0, 0}, {"octopus:3", 0, 0, 0}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        kvq_kvcache *c = mkcache(cs[i].spec, 0, cs[i].bnd);
+        const size_t nb = cs[i].bnd ? 2 : 0; // boundary: K of the first and last layer in fp16
+        const size_t want = ((L * H - nb * H) * cs[i].k + (size_t)L * H * cs[i].v) * T;
+        const size_t got = c->ops->exec_bytes ? c->ops->exec_bytes(c) : 0;
+        if (got != want) fail_msg("%s bnd=%d: execution form %zu bytes, expected %zu", cs[i].spec, cs[i].bnd, got, want);
+        c->ops->free(c);
+    }
+    kvq_kvcache *c = NULL;
+    kvq_kvcache_policy p = {0, 0, 42, 1}; // the shadow attends densely: no execution form
+    assert_int_equal(kvq_kvcache_codec_new("hqkv:e8:3", L, H, D, T, &p, &c, NULL), KVQ_OK);
+    assert_int_equal(c->ops->exec_bytes(c), 0);
+    c->ops->free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_standalone_codec),
@@ -396,6 +420,7 @@ int main(void) {
         cmocka_unit_test(test_kvq_file_roundtrip),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_error_channel),
+        cmocka_unit_test(test_exec_bytes),
     };
     return cmocka_run_group_tests_name("kvcache_codec", tests, setup, teardown);
 }

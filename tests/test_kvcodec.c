@@ -600,8 +600,8 @@ static void test_packed_attention(void **st) {
                            "hqkv:d4:2:rot=qjl", "hqkv:z:4:rot=none", "hqkv:a2:3:rot=signs"};
     const int dims[] = {64, 128, 37, 20, 8};
     enum { N = 96, NS = 77, NQ = 11, LDP = 101 };
-    double worst_s = 0, worst_v = 0;
-    int checked = 0;
+    double worst_s = 0, worst_v = 0, worst_xs = 0, worst_xv = 0;
+    int checked = 0, nx = 0;
     for (size_t si = 0; si < sizeof specs / sizeof *specs; si++)
         for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
             for (int role = 0; role < 2; role++) {
@@ -622,12 +622,20 @@ static void test_packed_attention(void **st) {
                 uint32_t len[N];
                 for (int g = 0; g < N / c->group; g++) rec[g] = b + off[g], len[g] = (uint32_t)(off[g + 1] - off[g]);
                 const int qjl = !strcmp(sp.name, "turboquant-prod"); // its score adds the QJL correction
+                // the execution form (HQMQ without outliers, HyperQuant-KV): rows built once from the
+                // records, read by xscore / xvsum, checked against the decoder by the same bounds
+                const size_t xb = kvq_kvcodec_xbytes(c);
+                uint8_t *xr = xb ? malloc(xb * NS) : NULL;
+                for (int t = 0; xb && t < NS; t++) c->vt->xform(c, rec[t], len[t], xr + (size_t)t * xb);
+                if (xb) nx++;
+                for (int path = 0; path < 1 + (xb > 0); path++) {
                 if (role == KVQ_KV_K && !qjl) {
                     assert_non_null(c->vt->score); // every codec but fp16 scores from its codes
                     float *s = malloc(sizeof(float) * NQ * LDP), *qs = malloc(sizeof(float) * NQ * d);
                     gauss(qs, (size_t)NQ * d, 300 + di);
                     memcpy(qs, q, sizeof(float) * d);
-                    c->vt->score(c, qs, NQ, rec, len, NS, s, LDP); // all queries at once, rows LDP apart
+                    if (path) c->vt->xscore(c, qs, NQ, xr, NS, s, LDP);
+                    else c->vt->score(c, qs, NQ, rec, len, NS, s, LDP); // all queries at once, rows LDP apart
                     for (int i = 0; i < NQ; i++) {
                         const float *qi = qs + (size_t)i * d;
                         double qn = 0;
@@ -638,8 +646,9 @@ static void test_packed_attention(void **st) {
                             // bound: 1e-5·‖q‖·‖k̂‖ (float sums over d ≤ 128 products of codes)
                             const float got = s[(size_t)i * LDP + t];
                             double e = fabs(got - ref) / (sqrt(qn * kn) + 1e-30);
-                            if (e > 1e-5) fail_msg("%s d=%d score q=%d t=%d: %g vs %g (rel %g)", specs[si], d, i, t, got, ref, e);
+                            if (e > 1e-5) fail_msg("%s d=%d %sscore q=%d t=%d: %g vs %g (rel %g)", specs[si], d, path ? "x" : "", i, t, got, ref, e);
                             if (e > worst_s) worst_s = e;
+                            if (path && e > worst_xs) worst_xs = e;
                         }
                     }
                     free(s), free(qs);
@@ -659,7 +668,8 @@ static void test_packed_attention(void **st) {
                         for (int t = 0; t < NS; t++) p[(size_t)i * LDP + t] = (float)(p[(size_t)i * LDP + t] / z);
                         for (int t = NS; t < LDP; t++) p[(size_t)i * LDP + t] = 1e9f; // must not be read
                     }
-                    c->vt->vsum(c, p, LDP, NQ, rec, len, NS, out);
+                    if (path) c->vt->xvsum(c, p, LDP, NQ, xr, NS, out);
+                    else c->vt->vsum(c, p, LDP, NQ, rec, len, NS, out);
                     for (int i = 0; i < NQ; i++) {
                         double mag = 0; // Σ_t p_t max_j |v̂_t,j|: the size of what is summed
                         for (int t = 0; t < NS; t++) {
@@ -672,18 +682,22 @@ static void test_packed_attention(void **st) {
                             for (int t = 0; t < NS; t++) ref += (double)p[(size_t)i * LDP + t] * y[t * d + j];
                             // bound: 1e-5 of that size (the zero/scale factoring cancels terms of it)
                             double e = fabs(out[i * d + j] - ref) / (mag + 1e-30);
-                            if (e > 1e-5) fail_msg("%s d=%d vsum row %d ch %d: %g vs %g (rel %g)", specs[si], d, i, j, out[i * d + j], ref, e);
+                            if (e > 1e-5) fail_msg("%s d=%d %svsum row %d ch %d: %g vs %g (rel %g)", specs[si], d, path ? "x" : "", i, j, out[i * d + j], ref, e);
                             if (e > worst_v) worst_v = e;
+                            if (path && e > worst_xv) worst_xv = e;
                         }
                     }
                     free(p), free(out);
                 }
+                }
                 checked++;
-                free(x), free(y), free(b);
+                free(x), free(y), free(b), free(xr);
                 kvq_kvcodec_free(c);
             }
-    printf("  %d codec states: worst score error %.2e·‖q‖‖k̂‖, worst value-sum error %.2e·Σp·max|v̂|\n", checked, worst_s, worst_v);
+    printf("  %d codec states: worst score error %.2e·‖q‖‖k̂‖, worst value-sum error %.2e·Σp·max|v̂|; "
+           "%d with an execution form, from it: %.2e, %.2e\n", checked, worst_s, worst_v, nx, worst_xs, worst_xv);
     assert_true(checked > 100);
+    assert_true(nx >= 30); // hqmq s24:r3, s96:r4 and the four hqkv specs at every head dim they take, K and V
 }
 
 int main(void) {

@@ -279,10 +279,12 @@ int main(int argc, char **argv) {
         kvq_model_mem mm;
         kvq_model_memory(m, &mm);
         info("kvq-run: memory: weights %.1f MB (packed %.1f MB for %.1f MB stored = %.2fx, dense %.1f MB), "
-                        "scratch %.1f MB, KV cache %.1f MB\n",
+                        "scratch %.1f MB, KV cache %.1f MB",
                 mm.held / 1e6, mm.packed / 1e6, mm.packed_stored / 1e6,
                 mm.packed_stored ? (double)mm.packed / (double)mm.packed_stored : 0.0, mm.dense / 1e6, mm.scratch / 1e6,
                 mm.kv / 1e6);
+        if (mm.kv_exec) info(" as records (held as execution rows: %.1f MB)", mm.kv_exec / 1e6);
+        info("\n");
         if (mm.device)
             info("kvq-run: on the device: weights %.1f MB (the embedding table, %.1f MB, stays on the host)\n",
                     mm.device / 1e6, (mm.held - mm.device) / 1e6);

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "kernels/cuda/hq_decode.h" // kvq_cuda_malloc, kvq_cuda_copy, kvq_cuda_free
+#include "kernels/kv_hqkv.h"
+#include "kernels/kv_hqmq.h"
 #include "libconv/kv/kv_gpu.h"
 #include "libconv/kv/kv_hqkv.h"
 #include "libconv/kv/kv_internal.h"
@@ -59,15 +61,7 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
     return KVQ_OK;
 }
 
-int kvq_gkv_hqkv_width(int lat, double scale) {
-    // |x̃_j| <= α√d (a coordinate of the scaled unit token), |U_j| and |c_j − z_j| <= the
-    // covering radius R (2E8: 2, D4: 1, A2int: 2/√3, Z: 1/2), so |c_j| <= α√d + 2R; one spare.
-    static const double R[4] = {2.0, 1.0, 1.1547005383792515, 0.5};
-    const double cmax = scale * (1 + 1e-4) + 2 * R[lat >= 0 && lat < 4 ? lat : 0] + 1;
-    int w = 2;
-    while (w < 31 && (double)((1u << (w - 1)) - 1) < cmax) w++;
-    return w;
-}
+int kvq_gkv_hqkv_width(int lat, double scale) { return kvq_hk_width(lat, scale); } // shared with the CPU execution form
 
 void kvq_gkv_hqkv_side(const kvq_kvcodec *c, kvq_gkv_side *s) {
     kvq_kv_hqkv_info in;
@@ -319,7 +313,8 @@ static void oct_io(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, uint8_t *r
     }
 }
 
-// HQMQ: the record's mixed-radix index taken apart into per-chunk codes idx | r << ib, chunk k
+// HQMQ: the record's mixed-radix index taken apart into per-chunk codes idx | r << ib
+// (kernels/kv_hqmq.h, as the CPU execution form), chunk k
 // in lane k / 4's words at bit (k % 4)·bits; side = the raw fp16 σ.
 static void hqmq_io(const kvq_kvcodec *c, int bits, uint8_t *rec, int pos, uint8_t *region, int cap, int to_region) {
     kvq_kv_hqmq_info in;
@@ -340,12 +335,12 @@ static void hqmq_io(const kvq_kvcodec *c, int bits, uint8_t *rec, int pos, uint8
         uint8_t *lw = row + (size_t)(k / 4) * nw * 4;
         const size_t at = (size_t)(k % 4) * bits;
         if (to_region) {
-            const uint32_t code = (uint32_t)idx[k] | (uint32_t)rad[k] << in.ib;
+            const uint32_t code = kvq_hqmq_code((uint32_t)idx[k], (uint32_t)rad[k], in.ib);
             for (int j = 0; j < bits; j++) lw[(at + j) >> 3] |= (uint8_t)(((code >> j) & 1) << ((at + j) & 7));
         } else {
             uint32_t code = 0;
             for (int j = 0; j < bits; j++) code |= (uint32_t)((lw[(at + j) >> 3] >> ((at + j) & 7)) & 1) << j;
-            idx[k] = (int)(code & ((1u << in.ib) - 1)), rad[k] = (int)(code >> in.ib);
+            idx[k] = (int)kvq_hqmq_code_idx(code, in.ib), rad[k] = (int)kvq_hqmq_code_rad(code, in.ib);
         }
     }
     if (!to_region) kvq_kv_hqmq_record(c, sig, idx, rad, rec);

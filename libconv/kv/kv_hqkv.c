@@ -13,6 +13,9 @@
 #include <string.h>
 
 #include "kernels/cpu/kvcodes.h"
+#include "kernels/cpu/kvexec.h"
+#include "kernels/kv_hqkv.h"
+#include "kernels/splitmix.h"
 #include "libconv/codec/hyperquant/hqcal.h"
 #include "libconv/kv/kv_hqkv.h"
 #include "libconv/kv/kvcodec.h"
@@ -25,6 +28,10 @@ typedef struct {
     double bps, snr, alpha, scale; // target bits per sample; scale = α√d
     float *signs;               // (d) rot=signs
     float *Q;                   // (d, d) Haar orthogonal, rot=qjl (regenerated from the seed)
+    float *emb;                 // (d) A2 only: √3 at each block's first coordinate (embed), else NULL
+    int nzb;                    // nonzero generator entries, in hk_dither's order (i, then j)
+    uint8_t zi[64], zj[64];
+    float zv[64];
     float B[KVQ_LAT_MAX_DIM][KVQ_LAT_MAX_DIM]; // generator rows (real coordinates)
     uint32_t ctr;               // next dither counter (running state)
 } hk_st;
@@ -89,6 +96,9 @@ static kvq_status hk_init(kvq_kvcodec *c, kvq_err *err) {
     s->alpha = kvq_hq_alpha(s->lat, s->snr);
     s->scale = s->alpha * sqrt((double)c->d);
     gen_matrix(s->lat, s->B);
+    for (int i = 0; i < s->n; i++)
+        for (int j = 0; j < s->n; j++)
+            if (s->B[i][j] != 0) s->zi[s->nzb] = (uint8_t)i, s->zj[s->nzb] = (uint8_t)j, s->zv[s->nzb++] = s->B[i][j];
     kvq_kvrng r = {c->seed};
     s->signs = malloc(sizeof(float) * c->d);
     if (!s->signs) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
@@ -120,13 +130,18 @@ static kvq_status hk_init(kvq_kvcodec *c, kvq_err *err) {
     int kb = 1;
     while ((double)(1u << kb) <= vmax && kb < 30) kb++;
     s->maxb = 4 + 2 + 1 + (int)(((size_t)c->d * (2 + kb) + 7) / 8);
+    if (s->lat == KVQ_LAT_A2) {
+        s->emb = malloc(sizeof(float) * c->d);
+        if (!s->emb) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < c->d; i++) s->emb[i] = i % 2 ? 1.0f : KVQ_SQRT3_F;
+    }
     return KVQ_OK;
 }
 
 static void hk_free(kvq_kvcodec *c) {
     hk_st *s = c->st;
     if (!s) return;
-    free(s->signs), free(s->Q), free(s);
+    free(s->signs), free(s->Q), free(s->emb), free(s);
 }
 
 static void hk_reset(kvq_kvcodec *c) { ((hk_st *)c->st)->ctr = 0; }
@@ -280,6 +295,124 @@ static void hk_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, cons
     }
 }
 
+// ---- execution form (kernels/kv_hqkv.h): the Rice symbols decoded once, when the cache stores
+// the token, into int8 (int16 past 8 bits) lattice codes after the GPU layout's side data
+// (fp32 γ, u32 counter). With dither, U = z − Q_Λ(z) (z = Σ u_i b_i from the counter's stream),
+// and the token is γ/(α√d)·(embed(c) − U) = γ/(α√d)·(embed(c + Q_Λ(z)) − z): the row stores
+// c + Q_Λ(z), found once, so a step regenerates only z (the draws and a sparse sum, no nearest
+// point search).
+
+// The z of every block of the token with counter ctr: hk_dither's draws and float sums (the
+// generator's zero entries skipped: adding +0 changes no sum), without its nearest point. The
+// 53-bit draw converts through int64 (exact, one instruction; unsigned needs a branchy sequence).
+static void hk_dither_z(const kvq_kvcodec *c, uint32_t ctr, float *Z) {
+    const hk_st *s = c->st;
+    uint64_t st = c->seed ^ (0xD17E5ull + ((uint64_t)ctr << 20));
+    if (s->lat == KVQ_LAT_E8) { // the same draws and sums, eight lanes at a time (kernels/cpu/kvexec.c)
+        kvq_kvx_e8_dither_z(st, s->nb, Z);
+        return;
+    }
+    kvq_splitmix64_next(&st);
+    for (int b = 0; b < s->nb; b++) {
+        float u[8], *z = Z + b * s->n;
+        for (int i = 0; i < s->n; i++) u[i] = (float)((double)(int64_t)(kvq_splitmix64_next(&st) >> 11) * 0x1.0p-53), z[i] = 0.0f;
+        for (int e = 0; e < s->nzb; e++) z[s->zj[e]] += u[s->zi[e]] * s->zv[e];
+    }
+}
+
+// |Q_Λ(z)_j| bound: |z_j| <= Σ_i |b_ij| (E8 7, D4 5, A2 3, Z 1) plus the covering radius.
+static int hk_width(const kvq_kvcodec *c) {
+    const hk_st *s = c->st;
+    static const double zq[4] = {9.0, 6.0, 4.2, 1.5};
+    return kvq_hk_width((int)s->lat, s->scale + (s->dither ? zq[s->lat] : 0.0));
+}
+
+static size_t hk_xbytes(const kvq_kvcodec *c) {
+    const int w = hk_width(c);
+    return w > 16 ? 0 : kvq_hk_xbytes(c->d, w);
+}
+
+// A record the decoder reads as zeros (damaged), or with a code outside the width the encoder
+// never emits, becomes γ = 0: a zero token.
+static void hk_xform(const kvq_kvcodec *c, const uint8_t *rec, size_t n, uint8_t *x) {
+    const int d = c->d, w = hk_width(c), wide = w > 8;
+    const int32_t lim = 1 << (w - 1);
+    int32_t code[4096];
+    float g = 0;
+    uint32_t ctr = 0;
+    int bad = kvq_kv_hqkv_codes(c, rec, n, &g, &ctr, code) != 0;
+    const hk_st *s = c->st;
+    if (s->dither && !bad) { // c + Q_Λ(z)
+        float z[4096];
+        hk_dither_z(c, ctr, z);
+        for (int b = 0; b < s->nb; b++) {
+            int32_t qz[8];
+            kvq_lattice_nearest(s->lat, z + b * s->n, qz);
+            for (int j = 0; j < s->n; j++) code[b * s->n + j] += qz[j];
+        }
+    }
+    for (int j = 0; j < d && !bad; j++) bad = code[j] < -lim || code[j] >= lim;
+    if (bad) g = 0, memset(code, 0, sizeof(int32_t) * d);
+    memcpy(x, &g, 4), memcpy(x + 4, &ctr, 4);
+    for (int j = 0; j < d; j++) {
+        if (wide) {
+            const int16_t h = (int16_t)code[j];
+            memcpy(x + KVQ_HK_XSIDE + 2 * (size_t)j, &h, 2);
+        } else x[KVQ_HK_XSIDE + j] = (uint8_t)(int8_t)code[j];
+    }
+}
+
+// The z of tokens [t0, t0 + n) of the rows, (n, d): what the kernels subtract.
+static void hk_xdither(const kvq_kvcodec *c, const uint8_t *x, size_t xs, int t0, int n, float *U) {
+    for (int t = 0; t < n; t++) {
+        uint32_t ctr;
+        memcpy(&ctr, x + (size_t)(t0 + t) * xs + 4, 4);
+        hk_dither_z(c, ctr, U + (size_t)t * c->d);
+    }
+}
+
+static void hk_xscore(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *x, int nt, float *sc, int lds) {
+    const hk_st *s = c->st;
+    const int d = c->d, rows = 8192 / d, tile = 8192 / d;
+    const size_t xs = hk_xbytes(c);
+    const float gmul = (float)(1.0 / s->scale);
+    float qy[8192], U[8192];
+    for (int i0 = 0; i0 < n_q; i0 += rows) {
+        const int nr = n_q - i0 < rows ? n_q - i0 : rows;
+        for (int i = 0; i < nr; i++) rotate(s, q + (size_t)(i0 + i) * d, qy + (size_t)i * d, d, 0);
+        if (!s->dither) {
+            kvq_kvx_lat_score(x, xs, hk_width(c) > 8, d, nt, gmul, s->emb, NULL, qy, nr, d, sc + (size_t)i0 * lds, lds);
+            continue;
+        }
+        for (int t0 = 0; t0 < nt; t0 += tile) {
+            const int n = nt - t0 < tile ? nt - t0 : tile;
+            hk_xdither(c, x, xs, t0, n, U);
+            kvq_kvx_lat_score(x + (size_t)t0 * xs, xs, hk_width(c) > 8, d, n, gmul, s->emb, U, qy, nr, d,
+                              sc + (size_t)i0 * lds + t0, lds);
+        }
+    }
+}
+
+static void hk_xvsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *x, int nt, float *out) {
+    const hk_st *s = c->st;
+    const int d = c->d, tile = 8192 / d;
+    const size_t xs = hk_xbytes(c);
+    const float gmul = (float)(1.0 / s->scale);
+    float U[8192], acc[4096];
+    memset(out, 0, sizeof(float) * n_q * d);
+    if (!s->dither) kvq_kvx_lat_vsum(x, xs, hk_width(c) > 8, d, nt, gmul, s->emb, NULL, p, ldp, n_q, out);
+    else
+        for (int t0 = 0; t0 < nt; t0 += tile) {
+            const int n = nt - t0 < tile ? nt - t0 : tile;
+            hk_xdither(c, x, xs, t0, n, U);
+            kvq_kvx_lat_vsum(x + (size_t)t0 * xs, xs, hk_width(c) > 8, d, n, gmul, s->emb, U, p + t0, ldp, n_q, out);
+        }
+    for (int i = 0; i < n_q; i++) {
+        memcpy(acc, out + (size_t)i * d, sizeof(float) * d);
+        rotate(s, acc, out + (size_t)i * d, d, 1);
+    }
+}
+
 static double hk_bits(const kvq_kvcodec *c) {
     const hk_st *s = c->st;
     return s->bps + (32.0 + (s->dither ? 16 : 0) + 5.0 * s->classes) / c->d;
@@ -297,6 +430,7 @@ static kvq_status hk_check(const kvq_kvcodec *c, kvq_err *err) {
 
 const kvq_kvcodec_vt kvq_kv_hqkv_vt = {.check_tables = hk_check, .name = "hqkv", .init = hk_init, .free = hk_free, .max_bytes = hk_max,
                                         .encode = hk_enc, .decode = hk_dec, .score = hk_score, .vsum = hk_vsum,
+                                        .xbytes = hk_xbytes, .xform = hk_xform, .xscore = hk_xscore, .xvsum = hk_xvsum,
                                         .bits_formula = hk_bits,
                                         .tables = hk_tables, .reset = hk_reset};
 

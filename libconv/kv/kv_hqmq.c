@@ -13,6 +13,8 @@
 
 #include "formats/dtype.h"
 #include "kernels/cpu/kvcodes.h"
+#include "kernels/cpu/kvexec.h"
+#include "kernels/kv_hqmq.h"
 #include "libconv/kv/kv_internal.h"
 #include "libconv/kv/kvcodec.h"
 
@@ -341,6 +343,73 @@ static void hq_vsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, cons
     }
 }
 
+// ---- execution form (kernels/kv_hqmq.h): the mixed-radix index taken apart once, when the
+// cache stores the token; without outliers only (an outlier chunk is 4 fp16 in place).
+
+static int hq_ibits(const hq_st *s) {
+    int ib = 0;
+    while ((1 << ib) < s->M) ib++;
+    return ib;
+}
+
+static size_t hq_xbytes(const kvq_kvcodec *c) {
+    const hq_st *s = c->st;
+    return s->med > 0 ? 0 : kvq_hqmq_xbytes(s->nch, hq_ibits(s) + s->br);
+}
+
+static void hq_xform(const kvq_kvcodec *c, const uint8_t *rec, size_t n, uint8_t *x) {
+    const hq_st *s = c->st;
+    const int ib = hq_ibits(s), wide = kvq_hqmq_xwide(ib + s->br);
+    int idx[HQ_MAXCH], rad[HQ_MAXCH];
+    uint16_t sig;
+    kvq_kv_hqmq_codes(c, rec, &sig, idx, rad);
+    const float sc = kvq_f16_to_f32(sig) / (float)((1 << s->br) - 1);
+    memcpy(x, &sc, 4);
+    for (int k = 0; k < s->nch; k++) {
+        const uint32_t code = kvq_hqmq_code((uint32_t)idx[k], (uint32_t)rad[k], ib);
+        if (wide) memcpy(x + KVQ_HQMQ_XHEAD + 4 * (size_t)k, &code, 4);
+        else {
+            const uint16_t h = (uint16_t)code;
+            memcpy(x + KVQ_HQMQ_XHEAD + 2 * (size_t)k, &h, 2);
+        }
+    }
+}
+
+// Scores and values from the rows (kernels/cpu/kvexec.c); a head_dim that is not a multiple of 4
+// goes one query at a time through a zero-padded copy.
+static void hq_xscore(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *x, int nt, float *sc, int lds) {
+    const hq_st *s = c->st;
+    const int d = c->d, ib = hq_ibits(s), wide = kvq_hqmq_xwide(ib + s->br);
+    const size_t xs = hq_xbytes(c);
+    if (d % 4 == 0) {
+        kvq_kvx_hqmq_score(s->cb, ib, wide, s->nch, x, xs, nt, q, n_q, d, sc, lds);
+        return;
+    }
+    float qp[HQ_MAXCH * 4];
+    for (int i = 0; i < n_q; i++) {
+        memset(qp, 0, sizeof(float) * 4 * s->nch);
+        memcpy(qp, q + (size_t)i * d, sizeof(float) * d);
+        kvq_kvx_hqmq_score(s->cb, ib, wide, s->nch, x, xs, nt, qp, 1, 4 * s->nch, sc + (size_t)i * lds, lds);
+    }
+}
+
+static void hq_xvsum(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *x, int nt, float *out) {
+    const hq_st *s = c->st;
+    const int d = c->d, ib = hq_ibits(s), wide = kvq_hqmq_xwide(ib + s->br);
+    const size_t xs = hq_xbytes(c);
+    if (d % 4 == 0) {
+        memset(out, 0, sizeof(float) * n_q * d);
+        kvq_kvx_hqmq_vsum(s->cb, ib, wide, s->nch, x, xs, nt, p, ldp, n_q, out);
+        return;
+    }
+    float op[HQ_MAXCH * 4];
+    for (int i = 0; i < n_q; i++) {
+        memset(op, 0, sizeof(float) * 4 * s->nch);
+        kvq_kvx_hqmq_vsum(s->cb, ib, wide, s->nch, x, xs, nt, p + (size_t)i * ldp, ldp, 1, op);
+        memcpy(out + (size_t)i * d, op, sizeof(float) * d);
+    }
+}
+
 static double hq_bits(const kvq_kvcodec *c) {
     const hq_st *s = c->st;
     return (16.0 + (s->med ? s->nch : 0) + s->nbits[s->nch] + (double)s->nch * s->br) / c->d;
@@ -359,7 +428,8 @@ static kvq_status hq_check(const kvq_kvcodec *c, kvq_err *err) {
 
 const kvq_kvcodec_vt kvq_kv_hqmq_vt = {.check_tables = hq_check, .name = "hqmq", .init = hq_init, .free = hq_free,
                                         .max_bytes = hq_max, .encode = hq_enc, .decode = hq_dec,
-                                        .score = hq_score, .vsum = hq_vsum, .bits_formula = hq_bits, .tables = hq_tables,
+                                        .score = hq_score, .vsum = hq_vsum, .xbytes = hq_xbytes, .xform = hq_xform,
+                                        .xscore = hq_xscore, .xvsum = hq_xvsum, .bits_formula = hq_bits, .tables = hq_tables,
                                         .reset = hq_reset, .refresh = hq_refresh};
 
 // ---- per-chunk codes, for the GPU execution layout (libconv/kv/kv_gpu.c)

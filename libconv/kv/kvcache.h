@@ -26,6 +26,9 @@ typedef struct {
     /** Effective bits per stored element (16 or 32 for the default cache). */
     double (*bits_per_element)(const kvq_kvcache *c);
     void (*free)(kvq_kvcache *c);
+    /** Optional (NULL = 0): bytes held at capacity as execution forms, in place of the records
+     *  that bits_per_element counts (docs/KV.md "Execution form": HQMQ, HyperQuant-KV). */
+    size_t (*exec_bytes)(const kvq_kvcache *c);
 } kvq_kvcache_ops;
 
 struct kvq_kvcache {

@@ -15,11 +15,16 @@
 
 typedef struct {
     kvq_kvcodec *codec;
-    uint8_t *store;    // (max_groups, stride) encoded groups
+    uint8_t *store;    // (max_groups, stride) encoded groups; NULL when xs holds them
     uint32_t *len;     // (max_groups) bytes used by each group
     size_t stride;
     uint16_t *ring;    // (cap, d) fp16 tokens at positions [n_enc, n_tok), slot pos % cap
     float *shadow;     // (max_ctx, d) decoded tokens [0, n_enc) when policy.shadow
+    uint8_t *xs;       // (max_ctx, xstride) execution form of the encoded tokens, in place of the
+                       // records, for the codecs that have one (HQMQ without outliers, HyperQuant-KV;
+                       // not with the shadow): what attend reads. The record lives only while its
+                       // token is encoded (its length stays in len, for the bits)
+    size_t xstride;
     int n_enc;         // encoded prefix, a multiple of codec->group
 } kv_slot;
 
@@ -33,6 +38,10 @@ typedef struct kv_scratch {
     const uint8_t **rec;     // (max_ctx) the key records (one per group) the codec's score path reads
     const uint8_t **vrec;    // (max_ctx) the value records its vsum path reads
 } kv_scratch;
+
+// Largest record kept only while its token is encoded (execution form in its place); codecs
+// with longer records keep them.
+#define KVC_REC_MAX 4096
 
 // Queries attended together: the value records are read once per block of this many.
 #define ATT_ROWS 8
@@ -66,6 +75,7 @@ static void ring_put(const kvc *c, kv_slot *s, int pos, const float *x) {
 static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
     int d = c->base.head_dim, g = s->codec->group, W = c->pol.window;
     float buf[32 * 512];
+    uint8_t rec[KVC_REC_MAX]; // one record, when the execution form is kept in its place
     while (n_tok - s->n_enc > W && n_tok - W - s->n_enc >= g) {
         if ((size_t)g * d > sizeof buf / sizeof *buf)
             return kvq_kvcache_fail(&c->base, KVQ_ERR_ARG, "group of %d x %d values exceeds the encode buffer", g, d);
@@ -73,12 +83,13 @@ static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
         size_t n = 0;
         int gi = s->n_enc / g;
         kvq_err e = {0};
-        kvq_status st = s->codec->vt->encode(s->codec, buf, s->store + (size_t)gi * s->stride, &n, &e);
+        uint8_t *p = s->xs ? rec : s->store + (size_t)gi * s->stride;
+        kvq_status st = s->codec->vt->encode(s->codec, buf, p, &n, &e);
         if (st) return kvq_kvcache_fail(&c->base, st, "%s", e.msg[0] ? e.msg : kvq_strerror(st));
         s->len[gi] = (uint32_t)n;
+        if (s->xs) s->codec->vt->xform(s->codec, p, n, s->xs + (size_t)gi * s->xstride);
         if (s->shadow) {
             float *sh = s->shadow + (size_t)s->n_enc * d;
-            const uint8_t *p = s->store + (size_t)gi * s->stride;
             if (s->codec->role == KVQ_KV_K && s->codec->vt->score_vec && g == 1) s->codec->vt->score_vec(s->codec, p, sh);
             else s->codec->vt->decode(s->codec, p, n, sh);
         }
@@ -139,7 +150,8 @@ static kvq_status kvc_append(kvq_kvcache *base, int layer, int pos, const float 
     return KVQ_OK;
 }
 
-// Rows [0, n) of a slot as fp32 (decoding whole groups; tmp holds one group).
+// Rows [0, n) of a slot as fp32 (decoding whole groups; tmp holds one group). Never reaches an
+// encoded token of a slot held as execution rows (those always take xscore / xvsum).
 static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out, float *tmp) {
     int d = c->base.head_dim, g = s->codec->group;
     int ne = s->n_enc < n ? s->n_enc : n;
@@ -210,18 +222,20 @@ static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float
     float *kk = w->kk, *vv = w->vv;
     const int n = base->max_ctx, gk = sk->codec->group;
     int ne = sk->n_enc < n_ctx ? sk->n_enc : n_ctx;
-    int use_score = !sk->shadow && sk->codec->vt->score && ne > 0;
-    if (use_score) { // keys [0, ne) are scored from their records, [ne, n_ctx) from the ring
-        for (int g = 0; g * gk < ne; g++) w->rec[g] = sk->store + (size_t)g * sk->stride;
+    int use_score = !sk->shadow && (sk->codec->vt->score || sk->xs) && ne > 0;
+    if (use_score) { // keys [0, ne) are scored from their records (or execution form), [ne, n_ctx) from the ring
+        if (!sk->xs)
+            for (int g = 0; g * gk < ne; g++) w->rec[g] = sk->store + (size_t)g * sk->stride;
         for (int t = ne; t < n_ctx; t++) ring_get(c, sk, t, kk + (size_t)t * d);
     } else {
         slot_rows(c, sk, n_ctx, kk, w->grp);
         ne = 0;
     }
     int nv = sv->n_enc < n_ctx ? sv->n_enc : n_ctx;
-    const int use_vsum = !sv->shadow && sv->codec->vt->vsum && sv->codec->group == 1 && nv > 0;
-    if (use_vsum) { // values [0, nv) are summed from their records, [nv, n_ctx) from the ring
-        for (int t = 0; t < nv; t++) w->vrec[t] = sv->store + (size_t)t * sv->stride;
+    const int use_vsum = !sv->shadow && (sv->codec->vt->vsum || sv->xs) && sv->codec->group == 1 && nv > 0;
+    if (use_vsum) { // values [0, nv) are summed from their records (or execution form), [nv, n_ctx) from the ring
+        if (!sv->xs)
+            for (int t = 0; t < nv; t++) w->vrec[t] = sv->store + (size_t)t * sv->stride;
         for (int t = nv; t < n_ctx; t++) ring_get(c, sv, t, vv + (size_t)t * d);
     } else {
         slot_rows(c, sv, n_ctx, vv, w->grp);
@@ -229,7 +243,8 @@ static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float
     }
     for (int i0 = 0; i0 < n_q; i0 += ATT_ROWS) {
         const int nb = n_q - i0 < ATT_ROWS ? n_q - i0 : ATT_ROWS;
-        if (use_score) sk->codec->vt->score(sk->codec, q + (size_t)i0 * d, nb, w->rec, sk->len, ne, w->sc, n);
+        if (use_score && sk->xs) sk->codec->vt->xscore(sk->codec, q + (size_t)i0 * d, nb, sk->xs, ne, w->sc, n);
+        else if (use_score) sk->codec->vt->score(sk->codec, q + (size_t)i0 * d, nb, w->rec, sk->len, ne, w->sc, n);
         for (int i = 0; i < nb; i++) {
             const float *qi = q + (size_t)(i0 + i) * d;
             float *sc = w->sc + (size_t)i * n, *oi = out + (size_t)(i0 + i) * d;
@@ -238,7 +253,8 @@ static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float
         }
         if (!use_vsum) continue;
         float *ob = out + (size_t)i0 * d;
-        sv->codec->vt->vsum(sv->codec, w->sc, n, nb, w->vrec, sv->len, nv, ob);
+        if (sv->xs) sv->codec->vt->xvsum(sv->codec, w->sc, n, nb, sv->xs, nv, ob);
+        else sv->codec->vt->vsum(sv->codec, w->sc, n, nb, w->vrec, sv->len, nv, ob);
         for (int i = 0; i < nb; i++)
             for (int t = nv; t < n_ctx; t++) {
                 const float p = w->sc[(size_t)i * n + t], *v = vv + (size_t)t * d;
@@ -291,14 +307,22 @@ static void kvc_free(kvq_kvcache *base) {
     if (c->slot)
         for (size_t i = 0; i < (size_t)base->n_layers * base->n_kv_heads * 2; i++) {
             kvq_kvcodec_free(c->slot[i].codec);
-            free(c->slot[i].store), free(c->slot[i].len), free(c->slot[i].ring), free(c->slot[i].shadow);
+            free(c->slot[i].store), free(c->slot[i].len), free(c->slot[i].ring), free(c->slot[i].shadow), free(c->slot[i].xs);
         }
     for (kv_scratch *w = c->pool, *nx; w; w = nx) nx = w->next, free(w); // no attend is in flight
     pthread_mutex_destroy(&c->pool_lock);
     free(c->slot), free(c->n_tok), free(c);
 }
 
-static const kvq_kvcache_ops kvc_ops = {kvc_append, kvc_attend, kvc_truncate, kvc_bits, kvc_free};
+static size_t kvc_exec_bytes(const kvq_kvcache *base) {
+    const kvc *c = (const kvc *)base;
+    size_t b = 0;
+    for (size_t i = 0; i < (size_t)base->n_layers * base->n_kv_heads * 2; i++)
+        if (c->slot[i].xs) b += c->slot[i].xstride * (size_t)base->max_ctx;
+    return b;
+}
+
+static const kvq_kvcache_ops kvc_ops = {kvc_append, kvc_attend, kvc_truncate, kvc_bits, kvc_free, kvc_exec_bytes};
 
 const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *base, int layer, int head, int role) {
     if (base->ops != &kvc_ops) return NULL;
@@ -350,15 +374,19 @@ static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int 
             }
     c->cap = pol->window + gmax;
     c->gmax = gmax;
+    // KVQ_KV_EXEC=0 (measurements, docs/KV.md): records and their score/vsum paths, no execution rows
+    const int exec = !(getenv("KVQ_KV_EXEC") && !strcmp(getenv("KVQ_KV_EXEC"), "0"));
     for (size_t i = 0; i < (size_t)n_layers * n_kv_heads * 2; i++) {
         kv_slot *s = &c->slot[i];
         int ng = (max_ctx + s->codec->group - 1) / s->codec->group;
         s->stride = s->codec->vt->max_bytes(s->codec);
-        s->store = malloc(s->stride * ng);
+        s->xstride = exec && !pol->shadow && s->codec->group == 1 && s->stride <= KVC_REC_MAX ? kvq_kvcodec_xbytes(s->codec) : 0;
+        if (s->xstride) s->xs = malloc(s->xstride * (size_t)max_ctx);
+        else s->store = malloc(s->stride * ng);
         s->len = calloc(ng, sizeof(uint32_t));
         s->ring = malloc(sizeof(uint16_t) * c->cap * head_dim);
         if (pol->shadow) s->shadow = malloc(sizeof(float) * (size_t)ng * s->codec->group * head_dim);
-        if (!s->store || !s->len || !s->ring || (pol->shadow && !s->shadow)) {
+        if ((!s->store && !s->xs) || !s->len || !s->ring || (pol->shadow && !s->shadow) || (s->xstride && !s->xs)) {
             kvc_free(&c->base);
             return kvq_err_set(err, KVQ_ERR_NOMEM, "kv cache '%s': out of memory for %d tokens", spec, max_ctx);
         }

@@ -127,6 +127,10 @@ void kvq_kvcodec_free(kvq_kvcodec *c) {
     free(c);
 }
 
+size_t kvq_kvcodec_xbytes(const kvq_kvcodec *c) {
+    return c->vt->xbytes && c->vt->xform && c->vt->xscore && c->vt->xvsum ? c->vt->xbytes(c) : 0;
+}
+
 size_t kvq_kvcodec_bound(const kvq_kvcodec *c, int n) {
     return c->vt->max_bytes(c) * (size_t)((n + c->group - 1) / c->group);
 }

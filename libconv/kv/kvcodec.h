@@ -86,6 +86,16 @@ typedef struct {
      *  zeros factored out, rotated codecs in their frame, rotated back once per row). */
     void (*vsum)(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *const *rec,
                  const uint32_t *len, int n_tok, float *out);
+    /** Optional execution form (NULL, or xbytes 0 for this state: none; docs/KV.md "Execution
+     *  form"): a fixed-width row of xbytes(c) bytes (a multiple of 4) that xform builds once from
+     *  a one-token record (n bytes) when the cache stores it, and that xscore / xvsum read instead
+     *  of the record — for the codecs whose records must otherwise be taken apart per token per
+     *  step (HQMQ's mixed-radix index, HyperQuant-KV's Rice symbols). Rows are xbytes apart from
+     *  x; xscore and xvsum mean exactly what score and vsum mean for the same tokens. */
+    size_t (*xbytes)(const kvq_kvcodec *c);
+    void (*xform)(const kvq_kvcodec *c, const uint8_t *rec, size_t n, uint8_t *x);
+    void (*xscore)(const kvq_kvcodec *c, const float *q, int n_q, const uint8_t *x, int n_tok, float *s, int lds);
+    void (*xvsum)(const kvq_kvcodec *c, const float *p, int ldp, int n_q, const uint8_t *x, int n_tok, float *out);
     /** Optional (NULL = decode): the vector k̃ of one token with <q, k̃> == score(q, k)
      *  for every q (the QJL estimators are linear in q). */
     void (*score_vec)(const kvq_kvcodec *c, const uint8_t *in, float *out);
@@ -158,6 +168,8 @@ kvq_status kvq_kvcodec_encode(kvq_kvcodec *c, const float *x, int n, uint8_t *ou
 void kvq_kvcodec_decode(const kvq_kvcodec *c, const uint8_t *in, const size_t *off, int n,
                         float *out);
 size_t kvq_kvcodec_bound(const kvq_kvcodec *c, int n);
+/** Bytes of one token's execution form (vt->xbytes), 0 when the state has none. */
+size_t kvq_kvcodec_xbytes(const kvq_kvcodec *c);
 /** Effective bits per element of n tokens stored as encoded (8·bytes/(n·d)), plus
  *  `offset_bits` per group for variable-length codecs. */
 double kvq_kvcodec_bits_stored(const kvq_kvcodec *c, const size_t *off, int n);

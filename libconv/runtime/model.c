@@ -489,6 +489,7 @@ void kvq_model_memory(const kvq_model *m, kvq_model_mem *o) {
     o->kv = c ? (size_t)(c->ops->bits_per_element(c) / 8.0 * 2.0 * c->n_layers * c->n_kv_heads * c->head_dim *
                          (double)c->max_ctx)
               : m->be->ops->kv_bytes(m->be);
+    o->kv_exec = c && c->ops->exec_bytes ? c->ops->exec_bytes(c) : 0;
 }
 
 uint64_t kvq_model_stream_weights(const kvq_model *m) {

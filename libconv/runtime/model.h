@@ -97,6 +97,8 @@ typedef struct {
     size_t dense;         // matrices held as fp32/bf16
     size_t scratch;       // activation scratch of the products (packed and dense bf16)
     size_t kv;            // the KV cache at its capacity (bits per element × positions)
+    size_t kv_exec;       // of the KV cache's records, those held as execution forms instead (HQMQ,
+                          // HyperQuant-KV): the bytes of those forms at capacity
     size_t device;        // a device backend: weight bytes in device memory (all but the
                           // embedding table, which is looked up on the host); 0 on the CPU
 } kvq_model_mem;
