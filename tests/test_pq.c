@@ -187,6 +187,24 @@ static const shape shapes[] = {
     {40, 512, 8, 2, 0, {1100, 600}},
 };
 
+// The threaded driver (kvq_pqx_matmul) over three blocks of p (a fused q/k/v), 1 and 2 threads,
+// 1 and T tokens: every block's rows equal y1 (the single-block product of the T tokens x).
+static void check_threaded_driver(const kvq_pqx *p, const float *x, const float *y1, int64_t rows, int T) {
+    kvq_pqx parts[3] = {*p, *p, *p};
+    const int row0[3] = {0, (int)rows, 2 * (int)rows};
+    float *sc = malloc(sizeof(float) * kvq_pqx_scratch(parts, 3));
+    float *y3 = malloc(sizeof(float) * (size_t)(T * 3 * rows));
+    for (int nt = 1; nt <= 2; nt++)
+        for (int tt = 1; tt <= T; tt += T - 1) {
+            memset(y3, 0, sizeof(float) * (size_t)(T * 3 * rows));
+            kvq_pqx_matmul(parts, 3, row0, x, tt, y3, 3 * rows, sc, KVQ_PQX_ISA_AUTO, nt);
+            for (int t = 0; t < tt; t++)
+                for (int b = 0; b < 3; b++)
+                    assert_memory_equal(y3 + t * 3 * rows + b * rows, y1 + t * rows, sizeof(float) * (size_t)rows);
+        }
+    free(sc); free(y3);
+}
+
 static void test_fast_paths_equal_reference(void **st) {
     (void)st;
     if (kvq_pqx_isa_best() != KVQ_PQX_ISA_AVX2) printf("  note: no AVX2 on this CPU: AUTO is the reference\n");
@@ -226,21 +244,7 @@ static void test_fast_paths_equal_reference(void **st) {
                 assert_memory_equal(yb, y1, sizeof(float) * (size_t)(n * sh->rows));
             }
         }
-        // the threaded driver over three blocks (a fused q/k/v), 1 and 2 threads, 1 and T tokens
-        kvq_pqx parts[3] = {p, p, p};
-        const int row0[3] = {0, (int)sh->rows, 2 * (int)sh->rows};
-        float *sc = malloc(sizeof(float) * kvq_pqx_scratch(parts, 3));
-        float *y3 = malloc(sizeof(float) * (size_t)(T * 3 * sh->rows));
-        for (int nt = 1; nt <= 2; nt++)
-            for (int tt = 1; tt <= T; tt += T - 1) {
-                memset(y3, 0, sizeof(float) * (size_t)(T * 3 * sh->rows));
-                kvq_pqx_matmul(parts, 3, row0, x, tt, y3, 3 * sh->rows, sc, KVQ_PQX_ISA_AUTO, nt);
-                for (int t = 0; t < tt; t++)
-                    for (int b = 0; b < 3; b++)
-                        assert_memory_equal(y3 + t * 3 * sh->rows + b * sh->rows, y1 + t * sh->rows,
-                                            sizeof(float) * (size_t)sh->rows);
-            }
-        free(sc); free(y3);
+        check_threaded_driver(&p, x, y1, sh->rows, T);
         free(x); free(l1); free(l2); free(y1); free(y2); free(b1); free(b2); free(yb);
         kvq_pqx_free(&p);
     }
@@ -415,21 +419,7 @@ static void test_qetx_fast_paths_equal_reference(void **st) {
                 kvq_qetx_gemm_rows(&p, e1, x, n, sh->cols, y2, sh->rows, 0, sh->rows, (kvq_pqx_isa)isa);
                 assert_memory_equal(y1, y2, sizeof(float) * (size_t)(n * sh->rows));
             }
-        // the threaded driver over three blocks (a fused q/k/v), 1 and 2 threads, 1 and T tokens
-        kvq_pqx parts[3] = {p, p, p};
-        const int row0[3] = {0, (int)sh->rows, 2 * (int)sh->rows};
-        float *sc = malloc(sizeof(float) * kvq_pqx_scratch(parts, 3));
-        float *y3 = malloc(sizeof(float) * (size_t)(T * 3 * sh->rows));
-        for (int nt = 1; nt <= 2; nt++)
-            for (int tt = 1; tt <= T; tt += T - 1) {
-                memset(y3, 0, sizeof(float) * (size_t)(T * 3 * sh->rows));
-                kvq_pqx_matmul(parts, 3, row0, x, tt, y3, 3 * sh->rows, sc, KVQ_PQX_ISA_AUTO, nt);
-                for (int t = 0; t < tt; t++)
-                    for (int b = 0; b < 3; b++)
-                        assert_memory_equal(y3 + t * 3 * sh->rows + b * sh->rows, y1 + t * sh->rows,
-                                            sizeof(float) * (size_t)sh->rows);
-            }
-        free(sc); free(y3);
+        check_threaded_driver(&p, x, y1, sh->rows, T);
         free(x); free(e1); free(e2); free(y1); free(y2);
         kvq_pqx_free(&p);
     }

@@ -12,26 +12,9 @@
 #include "kernels/cpu/hqx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pq.h"
+#include "tests/bench/bench_time.h"
 #include "tests/testrng.h"
 
-static int cmpd(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define REPS_MAX 64
-// Median seconds of reps calls of the statement.
-#define TIME(med, reps, stmt)                                                                  \
-    do {                                                                                       \
-        double t_[REPS_MAX];                                                                   \
-        for (int r_ = 0; r_ < (reps); r_++) {                                                  \
-            double t0_ = omp_get_wtime();                                                      \
-            stmt;                                                                              \
-            t_[r_] = omp_get_wtime() - t0_;                                                    \
-        }                                                                                      \
-        qsort(t_, (size_t)(reps), sizeof(double), cmpd);                                       \
-        (med) = t_[(reps) / 2];                                                                \
-    } while (0)
 
 int main(int argc, char **argv) {
     const int64_t rows = argc > 1 ? atoll(argv[1]) : 2048, cols = argc > 2 ? atoll(argv[2]) : 2048;
