@@ -617,13 +617,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
             if (sub == 0) red[warp][h][j0 + i] = y;
         }
     __syncthreads();
-    for (int e = threadIdx.x; e < G * D; e += NT) {
-        const int h = e / D, i = e % D;
-        float y = 0.0f;
-#pragma unroll
-        for (int w2 = 0; w2 < NW; w2++) y += red[w2][h][i];
-        po[(size_t)h * p.n_slot * D + i] = y;
-    }
+    kvq_gkv_split_out<NW, NT>(red, po, G, D, p.n_slot);
     if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = mh[threadIdx.x], pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = lh[threadIdx.x];
 }
 

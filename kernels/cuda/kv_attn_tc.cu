@@ -302,13 +302,7 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
         }
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < G * D; e += TNT) {
-        const int h = e / D, i = e % D;
-        float y = 0.0f;
-#pragma unroll
-        for (int w = 0; w < TNW; w++) y += red[w][h][i];
-        po[(size_t)h * p.n_slot * D + i] = y;
-    }
+    kvq_gkv_split_out<TNW, TNT>(red, po, G, D, p.n_slot);
     if (threadIdx.x < G) {
         const int h = threadIdx.x;
         float M = -INFINITY, l = 0.0f;

@@ -25,6 +25,19 @@ struct kvq_tc_args {
 const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant);
 /** Launches it over grid (n_chunks, n_kv, batch) on stream sm. @return KVQ_OK or a launch error. */
 kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks, int batch, cudaStream_t sm, kvq_err *err);
+/** A split block's Σ p·V written out (both split kernels): the NW warps' rows red[w][h][·] summed
+ *  in warp order into po[h · n_slot · dh + i] for the g heads, the block's NT threads striding. */
+template <int NW, int NT, typename Red>
+__device__ __forceinline__ void kvq_gkv_split_out(const Red &red, float *po, int g, int dh, int n_slot) {
+    for (int e = threadIdx.x; e < g * dh; e += NT) {
+        const int h = e / dh, i = e % dh;
+        float y = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) y += red[w][h][i];
+        po[(size_t)h * n_slot * dh + i] = y;
+    }
+}
+
 /** Threads a block of the tensor-core kernels (for the occupancy query). */
 #define KVQ_GKV_TC_THREADS 128
 

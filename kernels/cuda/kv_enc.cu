@@ -99,6 +99,20 @@ __device__ float turbo_rot(const enc_p &p, int hd, float x, float *y, float *t, 
     return wht_cpu(y);
 }
 
+// ⟨row, v⟩ of a D-float matrix row with a shared-memory vector, each product rounded then added
+// in coordinate order (the CPU codecs' order: the encoders are theirs byte for byte).
+static __device__ __forceinline__ float row_dot(const float *row, const float *v) {
+    float a = 0.0f;
+    for (int k = 0; k < D; k += 4) {
+        const float4 w4 = __ldg((const float4 *)(row + k));
+        a = FA(a, FM(w4.x, v[k]));
+        a = FA(a, FM(w4.y, v[k + 1]));
+        a = FA(a, FM(w4.z, v[k + 2]));
+        a = FA(a, FM(w4.w, v[k + 3]));
+    }
+    return a;
+}
+
 // turboquant:<B> / qturbo:<B>: fp16 ‖x‖ to the side, the B-bit index of the nearest centroid
 // per rotated coordinate to the row.
 template <int B>
@@ -134,15 +148,7 @@ __global__ void __launch_bounds__(D) enc_tprod(enc_p p) {
     r[i] = FS(u, __ldg(cb + k));
     __syncthreads();
     const double rn = norm2_d(r, &sh);
-    const float *Sj = p.mat + ((size_t)hd * D + i) * D;
-    float z = 0.0f;
-    for (int e = 0; e < D; e += 4) {
-        const float4 s4 = __ldg((const float4 *)(Sj + e));
-        z = FA(z, FM(s4.x, r[e]));
-        z = FA(z, FM(s4.y, r[e + 1]));
-        z = FA(z, FM(s4.z, r[e + 2]));
-        z = FA(z, FM(s4.w, r[e + 3]));
-    }
+    const float z = row_dot(p.mat + ((size_t)hd * D + i) * D, r);
     sg[i] = z >= 0.0f;
     if (i == 0)
         *(__half2 *)(reg + p.side_off + (size_t)pos * 4) =
@@ -235,16 +241,7 @@ __global__ void __launch_bounds__(D) enc_hqkv(enc_p p) {
     float yr = x;
     if (p.rot == 1) yr = FM(x, __ldg(p.signs + (size_t)hd * D + i));
     else if (p.rot == 2) {
-        const float *Qi = p.mat + ((size_t)hd * D + i) * D;
-        float a = 0.0f;
-        for (int k = 0; k < D; k += 4) {
-            const float4 q4 = __ldg((const float4 *)(Qi + k));
-            a = FA(a, FM(q4.x, y[k]));
-            a = FA(a, FM(q4.y, y[k + 1]));
-            a = FA(a, FM(q4.z, y[k + 2]));
-            a = FA(a, FM(q4.w, y[k + 3]));
-        }
-        yr = a;
+        yr = row_dot(p.mat + ((size_t)hd * D + i) * D, y);
     }
     const double f = g > 1e-30 ? __ddiv_rn(p.scale, g) : 0.0;
     z[i] = __double2float_rn(__dmul_rn((double)yr, f));
