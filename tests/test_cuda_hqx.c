@@ -230,7 +230,7 @@ static void compare_attend_prep(kvq_cuda_hqx *t, const kvq_hqx *w, uint64_t seed
     const int64_t r0 = 0;
     const kvq_cuda_xin prepared = {KVQ_CUDA_XIN_PREPARED, NULL, 0.0f, NULL};
     // A: attention, then the product with its preparation kernel
-    if (!st) st = kvq_cuda_attend(dq, dk, dv, dout, 1, POS, NULL, nh, nkv, HD, CTX, scale, &err);
+    if (!st) st = kvq_cuda_attend(dq, dk, dv, dout, 1, POS, NULL, NULL, nh, nkv, HD, CTX, scale, &err);
     if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t, 1, &r0, dout, NULL, 1, dy, w->rows, 0, &err);
     if (!st) st = kvq_cuda_sync(&err);
     if (!st) st = kvq_cuda_copy(oa, dout, sizeof(float) * nq, 0, &err);
@@ -300,11 +300,11 @@ static void compare_attend_inputs(kvq_cuda_hqx *t, const kvq_hqx *w, uint64_t se
             if (!st) st = kvq_cuda_copy(dv, hv, sizeof(float) * nc, 1, &err);
             if (!st) st = kvq_cuda_copy(dq, hrow + 3, sizeof(float) * nq, 1, &err); // not q: the armed attend must not read it
             if (!st && pass == 0)
-                st = kvq_cuda_attn_in(drow, dbias, dqn, dkn, eps, dq, dk, dv, 1, POS, NULL, nh, nkv, HD, rot, df, CTX, &err);
+                st = kvq_cuda_attn_in(drow, dbias, dqn, dkn, eps, dq, dk, dv, 1, POS, NULL, NULL, nh, nkv, HD, rot, df, CTX, &err);
             if (!st && pass == 1) kvq_cuda_attend_set_inputs(&in);
             if (!st && prep) st = kvq_cuda_hqx_attend_prep(dq, dk, dv, dout, POS, NULL, nh, nkv, HD, CTX, scale, t, &err);
             if (!st && prep) st = kvq_cuda_hqx_matmul_parts_in(&t, 1, &r0, dout, &prepared, 1, dy, w->rows, 0, &err);
-            if (!st && !prep) st = kvq_cuda_attend(dq, dk, dv, dout, 1, POS, NULL, nh, nkv, HD, CTX, scale, &err);
+            if (!st && !prep) st = kvq_cuda_attend(dq, dk, dv, dout, 1, POS, NULL, NULL, nh, nkv, HD, CTX, scale, &err);
             if (!st) st = kvq_cuda_sync(&err);
             if (!st) st = kvq_cuda_copy(o[2 * pass + prep], dout, sizeof(float) * nq, 0, &err);
             if (!st && prep) st = kvq_cuda_copy(y[pass], dy, sizeof(float) * w->rows, 0, &err);
@@ -389,9 +389,13 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         kvq_hqx_prep(w, X + k * w->cols, &a);
         kvq_hqx_matmul(w, &a, 1, R + k * w->rows, w->rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
     }
-    const int nts[] = {1, 3, NT};
-    for (int q = 0; q < 3; q++) {
+    // (2..8 tokens: by the persistent one-token kernel for all tokens at once where it takes the
+    // tensor, E8/RTN with whole steps, every token then in one-token bits; and by the batched
+    // kernel, kvq_cuda_hqx_set_tokens(0))
+    const int nts[] = {1, 3, NT, 8, 3, NT};
+    for (int q = 0; q < 6; q++) {
         const int nt = nts[q];
+        kvq_cuda_hqx_set_tokens(q < 4);
         void *dx = NULL, *dy = NULL;
         for (int64_t i = 0; i < w->rows * nt; i++) Y[i] = 1.0f;
         st = kvq_cuda_malloc(&dx, sizeof(float) * w->cols * nt, &err);
@@ -410,13 +414,32 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
             den += (double)R[i] * R[i];
         }
         double rel = sqrt(num / (den > 0 ? den : 1));
-        fprintf(stderr, "test_cuda_hqx: %-22s fused int8 x%-2d (+=) tile %4d: rel err %.2e\n", what, nt, w->tile, rel);
+        fprintf(stderr, "test_cuda_hqx: %-22s %s int8 x%-2d (+=) tile %4d: rel err %.2e\n", what,
+                q < 4 ? "tokens" : "fused ", nt, w->tile, rel);
         assert_true(rel <= 1e-5);
         if (nt == 1) memcpy(Y1, Y, sizeof(float) * w->rows);
-        if (nt == 3) assert_memory_equal(Y1, Y, sizeof(float) * w->rows);
+        if (nt > 1) assert_memory_equal(Y1, Y, sizeof(float) * w->rows); // a decode step = a prefill row
+        if (q == 3) { // 8 tokens: each in its one-token bits (a batch of sequences = each alone)
+            for (int k = 1; k < nt; k++) {
+                float *yk = malloc(sizeof(float) * w->rows);
+                for (int64_t i = 0; i < w->rows; i++) yk[i] = 1.0f;
+                void *ex = NULL, *ey = NULL;
+                st = kvq_cuda_malloc(&ex, sizeof(float) * w->cols, &err);
+                if (!st) st = kvq_cuda_malloc(&ey, sizeof(float) * w->rows, &err);
+                if (!st) st = kvq_cuda_copy(ex, X + k * w->cols, sizeof(float) * w->cols, 1, &err);
+                if (!st) st = kvq_cuda_copy(ey, yk, sizeof(float) * w->rows, 1, &err);
+                if (!st) st = kvq_cuda_hqx_matmul(t, ex, 1, ey, w->rows, 1, &err);
+                if (!st) st = kvq_cuda_sync(&err);
+                if (!st) st = kvq_cuda_copy(yk, ey, sizeof(float) * w->rows, 0, &err);
+                assert_int_equal(st, KVQ_OK);
+                assert_memory_equal(yk, Y + k * w->rows, sizeof(float) * w->rows);
+                kvq_cuda_free(ex); kvq_cuda_free(ey); free(yk);
+            }
+        }
         kvq_cuda_free(dx);
         kvq_cuda_free(dy);
     }
+    kvq_cuda_hqx_set_tokens(-1);
     free(X); free(Y); free(R); free(Y1); free(y1);
     compare_xin(t, w, &a, seed);
     compare_attend_prep(t, w, seed, what);

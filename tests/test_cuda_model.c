@@ -98,7 +98,7 @@ static void test_ops(void **st) {
         float *x = rnd(&r, T * nh * hd, 1), *g = malloc(sizeof(float) * T * nh * hd);
         float *dx = dev(x, T * nh * hd), *di = dev(inv, rot / 2);
         for (int t = 0; t < T; t++) kvq_rope_ref(x + t * nh * hd, nh, hd, rot, pos + t, inv);
-        OK(kvq_cuda_rope(dx, T, nh, hd, rot, pos, NULL, di, E));
+        OK(kvq_cuda_rope(dx, T, nh, hd, rot, pos, NULL, NULL, di, E));
         back(g, dx, T * nh * hd);
         printf("  rope rel %.3g\n", rel_err(g, x, T * nh * hd));
         assert_true(rel_err(g, x, T * nh * hd) < 1e-6);
@@ -180,7 +180,7 @@ static void test_ops(void **st) {
         }
         float *dq = dev(q, (size_t)T * nh * hd), *dk = dev(k, (size_t)T * nkv * hd), *dv = dev(v, (size_t)T * nkv * hd),
               *dout = dev(NULL, (size_t)T * nh * hd);
-        OK(kvq_cuda_attention(dq, dk, dv, dK, dV, dout, T, pos, NULL, nh, nkv, hd, max_ctx, scale, E));
+        OK(kvq_cuda_attention(dq, dk, dv, dK, dV, dout, T, pos, NULL, NULL, nh, nkv, hd, max_ctx, scale, E));
         float *g = malloc(sizeof(float) * T * nh * hd), *y = malloc(sizeof(float) * T * nh * hd);
         back(g, dout, (size_t)T * nh * hd);
         for (int t = 0; t < T; t++)
@@ -257,7 +257,7 @@ static void test_ops(void **st) {
             kvq_cuda_free(dkn); kvq_cuda_free(di); kvq_cuda_free(dq);
             continue;
         }
-        OK(kvq_cuda_attn_in(dqkv, db, dqn, dkn, eps, dq, dK, dV, T, c ? 0 : pos, dpos, nh, nkv, hd, rot, di, max_ctx, E));
+        OK(kvq_cuda_attn_in(dqkv, db, dqn, dkn, eps, dq, dK, dV, T, c ? 0 : pos, dpos, NULL, nh, nkv, hd, rot, di, max_ctx, E));
         float *g = malloc(sizeof(float) * cache);
         back(g, dq, (size_t)T * qd);
         const double rq = rel_err(g, Q, (size_t)T * qd);
@@ -332,7 +332,7 @@ static void test_argmax(void **st) {
             if (kind == 1 && n > 1) assert_int_equal(want, (int)(n * 0.2));
             float *d = dev(h, (size_t)n);
             int got = -2;
-            if (kvq_cuda_argmax(d, n, dout, &e) || kvq_cuda_sync(&e) || kvq_cuda_copy(&got, dout, sizeof(int), 0, &e))
+            if (kvq_cuda_argmax(d, 1, n, dout, &e) || kvq_cuda_sync(&e) || kvq_cuda_copy(&got, dout, sizeof(int), 0, &e))
                 fail_msg("%s", e.msg);
             if (got != want) fail_msg("argmax n=%d kind %d: device %d, host %d", n, kind, got, want);
             kvq_cuda_free(d);
@@ -488,6 +488,157 @@ static void test_shared_and_converted(void **st) {
         if (i == 0) compare(path, ids, 100, NULL, 0, KVQ_EXEC_DECODED);
         remove(path);
     }
+    rmdir(out);
+}
+
+
+// ---- several sequences (kvq_model_forward_seqs)
+
+// The kernels with several sequences (ops.h kvq_cuda_seqs): a step of B tokens, each in its own
+// sequence's cache at its own position (the attention inputs from fused rows stored there, then
+// the split attention; and the store + attend of kvq_cuda_attention), against B one-token calls
+// on each sequence alone: the same bits. Then the argmax of several rows against the host's.
+static void seqs_kernels(void) {
+    enum { B = 5, NH = 8, NKV = 2, HD = 64, CTX = 160 };
+    const int seq[B] = {3, 0, 4, 1, 2}, pos[B] = {0, 17, 159, 64, 100};
+    const size_t per = (size_t)NKV * CTX * HD, qd = (size_t)NH * HD, kd = (size_t)NKV * HD, W = qd + 2 * kd;
+    const float scale = 1.0f / sqrtf((float)HD);
+    uint64_t r = 4242;
+    float *K = rnd(&r, per * B, 1), *V = rnd(&r, per * B, 1), *qkv = rnd(&r, W * B, 1), *inv = malloc(sizeof(float) * HD / 2);
+    for (int i = 0; i < HD / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / HD);
+    float *dqkv = dev(qkv, W * B), *dinv = dev(inv, HD / 2), *dq = dev(NULL, qd * B), *dout = dev(NULL, qd * B);
+    int *dsq = NULL;
+    kvq_err e = {0};
+    int hsq[2 * B];
+    for (int t = 0; t < B; t++) hsq[t] = seq[t], hsq[B + t] = pos[t];
+    if (kvq_cuda_malloc((void **)&dsq, sizeof hsq, &e) || kvq_cuda_copy(dsq, hsq, sizeof hsq, 1, &e)) fail_msg("%s", e.msg);
+    const kvq_cuda_seqs sq = {dsq, dsq + B, (int64_t)per};
+    for (int path = 0; path < 2; path++) { // 0: attn_in then attend; 1: qkv split on the host, kvq_cuda_attention
+        float *dK = dev(K, per * B), *dV = dev(V, per * B), *rK = dev(K, per * B), *rV = dev(V, per * B);
+        float *got = malloc(sizeof(float) * qd * B), *want = malloc(sizeof(float) * qd * B);
+        float *gK = malloc(sizeof(float) * per * B), *wK = malloc(sizeof(float) * per * B);
+        float *dk = dev(NULL, kd * B), *dv = dev(NULL, kd * B);
+        if (path == 1) { // q, k, v rows from the fused rows (no norms, no rope: the store and attend alone)
+            OK(kvq_cuda_qkv_split(dqkv, NULL, dq, dk, dv, B, (int)qd, (int)kd, E));
+            OK(kvq_cuda_attention(dq, dk, dv, dK, dV, dout, B, 0, NULL, &sq, NH, NKV, HD, CTX, scale, E));
+        } else {
+            OK(kvq_cuda_attn_in(dqkv, NULL, NULL, NULL, 1e-6f, dq, dK, dV, B, 0, NULL, &sq, NH, NKV, HD, HD, dinv, CTX, E));
+            OK(kvq_cuda_attend(dq, dK, dV, dout, B, 0, NULL, &sq, NH, NKV, HD, CTX, scale, E));
+        }
+        back(got, dout, qd * B);
+        back(gK, dK, per * B);
+        for (int t = 0; t < B; t++) { // alone: one token of sequence seq[t] at pos[t]
+            float *kc = rK + seq[t] * per, *vc = rV + seq[t] * per;
+            if (path == 1)
+                OK(kvq_cuda_attention(dq + t * qd, dk + t * kd, dv + t * kd, kc, vc, dout + t * qd, 1, pos[t], NULL, NULL, NH, NKV,
+                                      HD, CTX, scale, E));
+            else {
+                OK(kvq_cuda_attn_in(dqkv + t * W, NULL, NULL, NULL, 1e-6f, dq + t * qd, kc, vc, 1, pos[t], NULL, NULL, NH, NKV, HD,
+                                    HD, dinv, CTX, E));
+                OK(kvq_cuda_attend(dq + t * qd, kc, vc, dout + t * qd, 1, pos[t], NULL, NULL, NH, NKV, HD, CTX, scale, E));
+            }
+        }
+        back(want, dout, qd * B);
+        back(wK, rK, per * B);
+        assert_memory_equal(got, want, sizeof(float) * qd * B);
+        assert_memory_equal(gK, wK, sizeof(float) * per * B); // each row stored in its own sequence only
+        printf("  %d sequences, positions 0..159, %s: outputs and caches equal to one-token calls\n", B,
+               path ? "store + attend" : "attention inputs + attend");
+        free(got); free(want); free(gK); free(wK);
+        kvq_cuda_free(dK); kvq_cuda_free(dV); kvq_cuda_free(rK); kvq_cuda_free(rV); kvq_cuda_free(dk); kvq_cuda_free(dv);
+    }
+    // the argmax of several rows (one launch) against the host's, ties and a NaN row included
+    enum { R = 7, N = 128256 };
+    float *x = rnd(&r, (size_t)R * N, 1.0f);
+    x[2 * N + 5] = x[2 * N + 90000] = 60.0f; // a tie: the first
+    x[4 * N + 77] = NAN;
+    int *dtop = NULL, top[R];
+    float *dx = dev(x, (size_t)R * N);
+    if (kvq_cuda_malloc((void **)&dtop, sizeof top, &e) || kvq_cuda_argmax(dx, R, N, dtop, &e) || kvq_cuda_sync(&e) ||
+        kvq_cuda_copy(top, dtop, sizeof top, 0, &e))
+        fail_msg("%s", e.msg);
+    for (int i = 0; i < R; i++) assert_int_equal(top[i], i == 4 ? -1 : argmax(x + (size_t)i * N, N));
+    assert_int_equal(top[2], 5);
+    assert_int_equal(kvq_cuda_argmax(dx, KVQ_CUDA_ARGMAX_ROWS + 1, N, dtop, &e), KVQ_ERR_ARG);
+    kvq_cuda_free(dtop); kvq_cuda_free(dx); free(x);
+    kvq_cuda_free(dsq); kvq_cuda_free(dqkv); kvq_cuda_free(dinv); kvq_cuda_free(dq); kvq_cuda_free(dout);
+    free(K); free(V); free(qkv); free(inv);
+}
+
+// A model's batched steps of several sequences on the GPU (each step a captured graph, replayed;
+// recaptured when the step's size changes) against each sequence run alone on the GPU (its own
+// one-token graphs): bound 1e-6 (the batched products give the one-token kernel's bits, the
+// attention the same splits), and, dense, alone on the CPU within 1e-5. Steps alternate logits
+// and the device's greedy choice; the last four take two of the four sequences.
+static void seqs_model(const char *path, kvq_exec ex, int cpu_too) {
+    enum { NS = 4, STEPS = 10 };
+    const int plen[NS] = {3, 17, 40, 9};
+    kvq_model *m = open_on(path, 1, ex), *ref = open_on(path, 1, ex), *c = cpu_too ? open_on(path, 0, ex) : NULL;
+    const int V = kvq_model_arch(m)->vocab_size;
+    kvq_err e = {0};
+    if (kvq_model_set_seqs(m, NS, &e) || kvq_model_set_seqs(ref, NS, &e) || (c && kvq_model_set_seqs(c, NS, &e)))
+        fail_msg("%s", e.msg);
+    int32_t ids[NS][64];
+    for (int s = 0; s < NS; s++)
+        for (int i = 0; i < 64; i++) ids[s][i] = 1 + (i * 37 + s * 11) % 250;
+    float *lg = malloc(sizeof(float) * NS * V), *lr = malloc(sizeof(float) * V), *lc = malloc(sizeof(float) * V);
+    kvq_model *all[3] = {m, ref, c};
+    for (int s = 0; s < NS; s++)
+        for (int k = 0; k < 3; k++)
+            if (all[k] && (kvq_model_use_seq(all[k], s, &e) || kvq_model_forward(all[k], ids[s], plen[s], 0, lr, 0, &e)))
+                fail_msg("%s", e.msg);
+    double worst = 0, worst_cpu = 0;
+    int pos[NS] = {plen[0], plen[1], plen[2], plen[3]}, agree = 0;
+    for (int k = 0; k < STEPS; k++) {
+        const int n = k < 6 ? NS : 2;
+        int seq[NS] = {0, 1, 2, 3}, p[NS];
+        if (n == 2) seq[0] = 3, seq[1] = 1;
+        int32_t tok[NS], next[NS];
+        for (int t = 0; t < n; t++) tok[t] = ids[seq[t]][pos[seq[t]]], p[t] = pos[seq[t]];
+        if (kvq_model_forward_seqs(m, tok, seq, p, n, k & 1 ? NULL : lg, k & 1 ? next : NULL, &e)) fail_msg("%s", e.msg);
+        for (int t = 0; t < n; t++) {
+            if (kvq_model_use_seq(ref, seq[t], &e) || kvq_model_forward(ref, &tok[t], 1, p[t], lr, 0, &e)) fail_msg("%s", e.msg);
+            if (c && (kvq_model_use_seq(c, seq[t], &e) || kvq_model_forward(c, &tok[t], 1, p[t], lc, 0, &e))) fail_msg("%s", e.msg);
+            if (k & 1) {
+                assert_int_equal(next[t], argmax(lr, V));
+                agree++;
+            } else {
+                worst = fmax(worst, rel_err(lg + (size_t)t * V, lr, V));
+                if (c) worst_cpu = fmax(worst_cpu, rel_err(lg + (size_t)t * V, lc, V));
+            }
+            pos[seq[t]]++;
+        }
+    }
+    printf("  %-58s %s: %d sequences, batched GPU steps vs alone on the GPU %.3g%s%.3g, %d greedy choices equal\n", path,
+           ex == KVQ_EXEC_EXACT ? "exact" : "int8", NS, worst, c ? ", vs the CPU " : "", c ? worst_cpu : 0.0, agree);
+    assert_true(worst <= 1e-6);
+    assert_true(worst_cpu <= 1e-5);
+    for (int k = 0; k < 3; k++) kvq_model_close(all[k]);
+    free(lg); free(lr); free(lc);
+}
+
+static void test_seqs(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    seqs_kernels();
+    char d[512];
+    snprintf(d, sizeof d, "%s/models/kvq-small-llama", shared());
+    const char *src = is_dir(d) ? d : TINY;
+    seqs_model(src, KVQ_EXEC_INT8, 1);
+    mkdir("build", 0755);
+    mkdir("build/tests", 0755);
+    char out[] = "build/tests/cuda-seqs-XXXXXX";
+    assert_non_null(mkdtemp(out));
+    char path[600];
+    snprintf(path, sizeof path, "%s/m.kvq", out);
+    kvq_convert_opts co = {0};
+    co.plan.weights = "hyperquant:e8:4.0";
+    co.plan.quantize_embeddings = 1;
+    kvq_err e = {0};
+    if (kvq_convert(src, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+    seqs_model(path, KVQ_EXEC_INT8, 0);
+    seqs_model(path, KVQ_EXEC_EXACT, 0);
+    remove(path);
     rmdir(out);
 }
 
@@ -647,6 +798,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ops),
         cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_seqs),
         cmocka_unit_test(test_kv_codecs),
         cmocka_unit_test(test_oracles),
         cmocka_unit_test(test_shared_and_converted),

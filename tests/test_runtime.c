@@ -585,6 +585,96 @@ static void test_stories_greedy(void **st) {
     kvq_model_close(m);
 }
 
+
+// Several sequences decoded together (kvq_model_forward_seqs) against each sequence run alone:
+// three prompts of different lengths prefilled into their own caches, then batched steps (all
+// three, then two of them in another order: a subset at different positions), with logits and
+// with the greedy choice; on the dense bundled model and on a packed E8 4.0 file (int8 mode:
+// the batched product against the one-token kernel). Bad steps are refused.
+static void seqs_vs_alone(const char *path, double bound) {
+    enum { NS = 3, STEPS = 6 };
+    const int plen[NS] = {5, 9, 13};
+    kvq_model_opts o = kvq_model_opts_default();
+    o.max_ctx = 64;
+    o.n_threads = 1;
+    kvq_model *m = NULL, *ref = NULL;
+    kvq_err e = {0};
+    if (kvq_model_open(path, &o, &m, &e) || kvq_model_open(path, &o, &ref, &e)) fail_msg("%s", e.msg);
+    const int V = kvq_model_arch(m)->vocab_size;
+    assert_int_equal(kvq_model_n_seqs(m), 1);
+    assert_int_equal(kvq_model_set_seqs(m, NS, &e), KVQ_OK);
+    assert_int_equal(kvq_model_set_seqs(ref, NS, &e), KVQ_OK);
+    int32_t ids[NS][32];
+    for (int s = 0; s < NS; s++)
+        for (int i = 0; i < 32; i++) ids[s][i] = 1 + (i * 37 + s * 101) % (V - 1);
+    float *lg = malloc(sizeof(float) * NS * V), *lr = malloc(sizeof(float) * V);
+    for (int s = 0; s < NS; s++) { // prompts: into sequence s of both models
+        assert_int_equal(kvq_model_use_seq(m, s, &e), KVQ_OK);
+        assert_int_equal(kvq_model_forward(m, ids[s], plen[s], 0, lg, 0, &e), KVQ_OK);
+        assert_int_equal(kvq_model_use_seq(ref, s, &e), KVQ_OK);
+        assert_int_equal(kvq_model_forward(ref, ids[s], plen[s], 0, lr, 0, &e), KVQ_OK);
+    }
+    double worst = 0;
+    int pos[NS] = {plen[0], plen[1], plen[2]};
+    for (int k = 0; k < STEPS; k++) {
+        // steps 0-3: all three in order; then sequences 2 and 0 only (1 waits)
+        const int all = k < 4, n = all ? NS : 2;
+        int seq[NS] = {0, 1, 2}, p[NS];
+        if (!all) seq[0] = 2, seq[1] = 0;
+        int32_t tok[NS], next[NS];
+        for (int t = 0; t < n; t++) tok[t] = ids[seq[t]][pos[seq[t]]], p[t] = pos[seq[t]];
+        assert_int_equal(kvq_model_forward_seqs(m, tok, seq, p, n, k & 1 ? NULL : lg, k & 1 ? next : NULL, &e), KVQ_OK);
+        for (int t = 0; t < n; t++) {
+            assert_int_equal(kvq_model_use_seq(ref, seq[t], &e), KVQ_OK);
+            assert_int_equal(kvq_model_forward(ref, &tok[t], 1, p[t], lr, 0, &e), KVQ_OK);
+            if (k & 1) assert_int_equal(next[t], kvq_sample_argmax(lr, V));
+            else {
+                double r = rel_err(lg + (size_t)t * V, lr, V);
+                worst = r > worst ? r : worst;
+            }
+            pos[seq[t]]++;
+        }
+    }
+    printf("  %-40s %d sequences, batched steps vs alone: max rel err %.3g\n", path, NS, worst);
+    assert_true(worst <= bound);
+    // refused: a sequence twice, one out of range, more tokens than sequences, a position past the cache
+    int32_t tok[4] = {1, 1, 1, 1};
+    int bad_seq[4] = {0, 0, 1, 2}, ok_seq[4] = {0, 1, 2, 3}, p4[4] = {20, 20, 20, 20};
+    assert_int_equal(kvq_model_forward_seqs(m, tok, bad_seq, p4, 2, lg, NULL, &e), KVQ_ERR_ARG);
+    assert_non_null(strstr(e.msg, "twice"));
+    assert_int_equal(kvq_model_forward_seqs(m, tok, ok_seq + 3, p4, 1, lg, NULL, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_model_forward_seqs(m, tok, ok_seq, p4, 4, lg, NULL, &e), KVQ_ERR_ARG);
+    p4[1] = 64;
+    assert_int_equal(kvq_model_forward_seqs(m, tok, ok_seq, p4, 2, lg, NULL, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_model_use_seq(m, NS, &e), KVQ_ERR_ARG);
+    assert_int_equal(kvq_model_set_seqs(m, 0, &e), KVQ_ERR_ARG);
+    kvq_kvcache *c = NULL; // a cache replaced with several sequences: refused, the caller keeps c
+    assert_int_equal(kvq_kvcache_default_new(kvq_model_arch(m)->n_layers, kvq_model_arch(m)->n_kv_heads,
+                                             kvq_model_arch(m)->head_dim, 64, 0, &c, &e), KVQ_OK);
+    assert_int_equal(kvq_model_set_kvcache(m, c, &e), KVQ_ERR_UNSUPPORTED);
+    c->ops->free(c);
+    kvq_model_close(m);
+    kvq_model_close(ref);
+    free(lg); free(lr);
+}
+
+static void test_seqs(void **st) {
+    (void)st;
+    seqs_vs_alone(TINY, 1e-5);
+    char out[] = "build/tests/runtime-seqs-XXXXXX";
+    tmp_dir(out);
+    char path[96];
+    snprintf(path, sizeof path, "%s/m.kvq", out);
+    kvq_convert_opts co = {0};
+    co.plan.weights = "hyperquant:e8:4.0";
+    co.plan.quantize_embeddings = 1;
+    kvq_err e = {0};
+    if (kvq_convert(TINY, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+    seqs_vs_alone(path, 1e-5);
+    remove(path);
+    rmdir(out);
+}
+
 static void test_bad_input(void **st) {
     (void)st;
     kvq_model *m = NULL;
@@ -611,7 +701,7 @@ int main(void) {
         cmocka_unit_test(test_eval_ppl),              cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_kvq_file),              cmocka_unit_test(test_eval_text_slice),
         cmocka_unit_test(test_stories_greedy),        cmocka_unit_test(test_kvq_stored_tokenizer_error), cmocka_unit_test(test_packed_modes),
-        cmocka_unit_test(test_kvq_nonfinite_weights),
+        cmocka_unit_test(test_kvq_nonfinite_weights), cmocka_unit_test(test_seqs),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
 }

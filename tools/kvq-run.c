@@ -24,6 +24,7 @@
 
 static const char *usage =
     "usage: kvq-run MODEL -p PROMPT|--prompt-file FILE [-n 128] [--temp 0.8] [--top-p 0.95] [--seed 1] [-t N]\n"
+    "               [--batch N]  (N sequences of the prompt decoded together, seeds seed..seed+N-1)\n"
     "       kvq-run MODEL --tokens ids.bin --logits out.bin     (int32 LE ids -> fp32 LE [T, vocab])\n"
     "       kvq-run MODEL --ppl FILE [--ctx 512] [--stride N] [--bos none|prepend|replace | --no-bos]\n"
     "               [--scored all-but-first|second-half] [--max-tokens N] [--partial]  (as kvq-verify)\n"
@@ -112,6 +113,102 @@ static int write_atomic(const char *path, const void *data, size_t n, char *msg,
     return 0;
 }
 
+// Prints the prompt's text (without BOS); @return its last id (the next piece's predecessor).
+static int32_t echo_prompt(const kvq_tokenizer *tok, const int32_t *pids, size_t np) {
+    char piece[256];
+    int32_t prev = -1;
+    for (size_t i = 0; i < np; i++) {
+        if (pids[i] == kvq_tok_bos(tok)) { prev = pids[i]; continue; }
+        int k = kvq_tok_piece(tok, prev, pids[i], piece, sizeof piece);
+        if (k > 0) fwrite(piece, 1, k, stdout);
+        prev = pids[i];
+    }
+    fflush(stdout);
+    return prev;
+}
+
+// --batch N: N sequences of the prompt (each prefilled into its own KV cache, sampled with seed
+// + i) decoded together, one step for all of them (kvq_model_forward_seqs: each weight byte
+// read once per step for the batch). A sequence that meets EOS or its n tokens leaves the
+// batch. The texts are printed at the end, the tokens/s line counts every sequence's tokens.
+static int generate_batch(kvq_model *m, kvq_tokenizer *tok, const int32_t *pids, int np, int n_gen, int B, float temp,
+                          float top_p, uint64_t seed, const char *model) {
+    const kvq_arch *ar = kvq_model_arch(m);
+    const int V = ar->vocab_size, greedy = temp <= 0.0f;
+    const int32_t eos = kvq_tok_eos(tok) >= 0 ? kvq_tok_eos(tok) : ar->eos_token_id;
+    kvq_err err = {0};
+    int rc = 0;
+    kvq_sampler **smp = calloc(B, sizeof *smp);
+    int32_t *gen = malloc(sizeof(int32_t) * (size_t)B * (n_gen + 1)), *next = malloc(sizeof(int32_t) * B), *tk = malloc(sizeof(int32_t) * B);
+    int *ng = calloc(B, sizeof(int)), *done = calloc(B, sizeof(int)), *seq = malloc(sizeof(int) * B), *pos = malloc(sizeof(int) * B);
+    float *lg = greedy ? NULL : malloc(sizeof(float) * (size_t)B * V);
+    if (!smp || !gen || !next || !tk || !ng || !done || !seq || !pos || (!greedy && !lg)) { rc = die("out of memory for %s sequences%s", "--batch", ""); goto out; }
+    if (kvq_model_set_seqs(m, B, &err)) { rc = die("--batch: %s%s", err.msg, ""); goto out; }
+    for (int i = 0; i < B; i++)
+        if (kvq_sampler_new(temp, top_p, seed + (uint64_t)i, V, &smp[i], &err)) { rc = die("%s%s", err.msg, ""); goto out; }
+    info_flush();
+    const int32_t last = echo_prompt(tok, pids, np);
+    const double t1 = now();
+    for (int i = 0; i < B; i++) { // the prompt into each sequence's cache; its first token
+        kvq_status s = kvq_model_use_seq(m, i, &err);
+        if (!s) s = greedy ? kvq_model_forward_argmax(m, pids, np, 0, &next[i], &err)
+                           : kvq_model_forward(m, pids, np, 0, lg + (size_t)i * V, 0, &err);
+        if (s) { rc = die("%s%s", err.msg, ""); goto out; }
+        if (!greedy) next[i] = kvq_sample(smp[i], lg + (size_t)i * V, V);
+    }
+    const double t2 = now();
+    long produced = 0, steps = 0;
+    for (;;) {
+        int n = 0;
+        for (int i = 0; i < B; i++) {
+            if (done[i]) continue;
+            if (next[i] < 0) {
+                char msg[512];
+                snprintf(msg, sizeof msg, "%s: sequence %d: the logits at position %d are NaN (weights or activations not finite)",
+                         model, i, np + ng[i]);
+                rc = die("%s%s", msg, "");
+                goto out;
+            }
+            if (next[i] == eos) { done[i] = 1; continue; }
+            gen[(size_t)i * (n_gen + 1) + ng[i]++] = next[i];
+            produced++;
+            if (ng[i] >= n_gen) { done[i] = 1; continue; } // the last sampled token is not fed back
+            seq[n] = i, pos[n] = np + ng[i] - 1, tk[n] = next[i], n++;
+        }
+        if (!n) break;
+        int32_t *out_next = malloc(sizeof(int32_t) * n);
+        if (!out_next) { rc = die("out of memory%s%s", "", ""); goto out; }
+        kvq_status s = kvq_model_forward_seqs(m, tk, seq, pos, n, greedy ? NULL : lg, greedy ? out_next : NULL, &err);
+        if (s) { free(out_next); rc = die("%s%s", err.msg, ""); goto out; }
+        for (int t = 0; t < n; t++)
+            next[seq[t]] = greedy ? out_next[t] : kvq_sample(smp[seq[t]], lg + (size_t)t * V, V);
+        free(out_next);
+        steps++;
+    }
+    const double t3 = now();
+    char piece[256];
+    for (int i = 0; i < B; i++) {
+        printf("\n--- sequence %d (seed %llu) ---\n", i, (unsigned long long)(seed + (uint64_t)i));
+        int32_t prev = last;
+        for (int k = 0; k < ng[i]; k++) {
+            const int32_t id = gen[(size_t)i * (n_gen + 1) + k];
+            int len = kvq_tok_piece(tok, prev, id, piece, sizeof piece);
+            if (len > 0) fwrite(piece, 1, len, stdout);
+            prev = id;
+        }
+    }
+    printf("\n");
+    fflush(stdout);
+    // the first token of each sequence comes from its prefill: steps produced the rest
+    fprintf(stderr, "kvq-run: --batch %d: prefill %d tokens x %d sequences %.1f tok/s; decode %ld tokens in %ld steps %.1f "
+            "tok/s over the batch (%.3f ms a step)\n", B, np, B, (double)np * B / (t2 - t1), produced - B, steps,
+            steps ? (produced - B) / (t3 - t2) : 0.0, steps ? 1e3 * (t3 - t2) / steps : 0.0);
+out:
+    for (int i = 0; smp && i < B; i++) kvq_sampler_free(smp[i]);
+    free(smp); free(gen); free(next); free(tk); free(ng); free(done); free(seq); free(pos); free(lg);
+    return rc;
+}
+
 // libgomp reads its wait policy when it loads, so the only way to pick one is to
 // restart with the variable set. Spinning pays only while every thread has a core of its
 // own: sleeping between the ~30 parallel regions of a decode step costs a wake-up each
@@ -143,7 +240,7 @@ int main(int argc, char **argv) {
     ensure_wait_policy(argc, argv);
     const char *prompt_file = NULL;
     const char *model = NULL, *prompt = NULL, *tok_in = NULL, *logits_out = NULL, *ppl = NULL, *ppl_ids = NULL;
-    int n_gen = 128, threads = 0;
+    int n_gen = 128, threads = 0, batch = 1;
     float temp = 0.8f, top_p = 0.95f;
     uint64_t seed = 1;
     kvq_model_opts mo = kvq_model_opts_default();
@@ -161,6 +258,7 @@ int main(int argc, char **argv) {
         else if (ARG("--top-p")) { double d; if (kvq_opt_double(T_, a, v, 0, 1, &d)) return 2; top_p = (float)d; }
         else if (ARG("--seed")) { if (kvq_opt_u64(T_, a, v, &seed)) return 2; }
         else if (ARG("-t")) { if (kvq_opt_int(T_, a, v, 0, 4096, &threads)) return 2; }
+        else if (ARG("--batch")) { if (kvq_opt_int(T_, a, v, 1, KVQ_MODEL_MAX_SEQS, &batch)) return 2; }
         else if (ARG("--tokens")) tok_in = v;
         else if (ARG("--logits")) logits_out = v;
         else if (ARG("--ppl")) ppl = v;
@@ -207,6 +305,7 @@ int main(int argc, char **argv) {
         if (!pl) return die("%s: empty prompt%s", prompt_file, "");
         prompt = prompt_buf;
     }
+    if (batch > 1 && (tok_in || ppl || ppl_ids)) return die("--batch applies to generation (-p, --prompt-file)%s%s", "", "");
     if (!!tok_in != !!logits_out) return die("--tokens and --logits go together%s%s", "", "");
     if (!tok_in && !ppl && !ppl_ids && !prompt) return die("nothing to do: give -p, --tokens/--logits, --ppl or --ppl-ids%s%s", "", "");
     if (n_gen < 0) return die("-n must be >= 0%s%s", "", "");
@@ -374,19 +473,18 @@ int main(int argc, char **argv) {
         }
         info("kvq-run: generating only %d tokens (context %d)\n", n_gen, max_ctx);
     }
+    if (batch > 1) {
+        if (n_gen < 1) { free(pids); goto out_tok; }
+        rc = generate_batch(m, tok, pids, (int)np, n_gen, batch, temp, top_p, seed, model);
+        free(pids);
+        goto out_tok;
+    }
     kvq_sampler *smp = NULL;
     float *lg = malloc(sizeof(float) * V);
     if (kvq_sampler_new(temp, top_p, seed, V, &smp, &err)) { rc = die("%s%s", err.msg, ""); free(pids); free(lg); goto out_tok; }
     char piece[256];
-    int32_t prev = -1;
     info_flush(); // inputs validated: the model's lines, then the text
-    for (size_t i = 0; i < np; i++) { // echo the prompt (without BOS)
-        if (pids[i] == kvq_tok_bos(tok)) { prev = pids[i]; continue; }
-        int k = kvq_tok_piece(tok, prev, pids[i], piece, sizeof piece);
-        if (k > 0) fwrite(piece, 1, k, stdout);
-        prev = pids[i];
-    }
-    fflush(stdout);
+    int32_t prev = echo_prompt(tok, pids, np);
     double t1 = now();
     // greedy: the model hands back the argmax, not the logits (on a GPU, picked there)
     const int greedy = temp <= 0.0f;

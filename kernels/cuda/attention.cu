@@ -9,33 +9,35 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx_prep.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/seqs.cuh"
 
 #define ATT_THREADS 256
 #define ATT_SMEM_MAX (227 * 1024) // H100's opt-in shared memory per block
 #define ATT_MAX_HD 512
 
 __global__ void kv_store_k(const float *__restrict__ k, const float *__restrict__ v, float *__restrict__ kc,
-                           float *__restrict__ vc, int pos, const int *dpos, int n_kv, int hd, int max_ctx) {
+                           float *__restrict__ vc, int pos, const int *dpos, const SeqK sq, int n_kv, int hd, int max_ctx) {
     if (dpos) pos = *dpos;
-    const int t = blockIdx.x / n_kv, g = blockIdx.x % n_kv;
+    const int t = blockIdx.x / n_kv, g = blockIdx.x % n_kv, p = seq_pos(sq, pos, t);
     const float *ks = k + ((int64_t)t * n_kv + g) * hd, *vs = v + ((int64_t)t * n_kv + g) * hd;
-    float *kd = kc + ((int64_t)g * max_ctx + pos + t) * hd, *vd = vc + ((int64_t)g * max_ctx + pos + t) * hd;
+    float *kd = kc + seq_off(sq, t) + ((int64_t)g * max_ctx + p) * hd, *vd = vc + seq_off(sq, t) + ((int64_t)g * max_ctx + p) * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) { kd[i] = ks[i]; vd[i] = vs[i]; }
 }
 
 __global__ void __launch_bounds__(ATT_THREADS) attend_k(const float *__restrict__ q, const float *__restrict__ kc,
                                                         const float *__restrict__ vc, float *__restrict__ out, int pos,
-                                                        const int *dpos, int n_heads, int n_kv, int hd, int max_ctx, float scale) {
+                                                        const int *dpos, const SeqK sq, int n_heads, int n_kv, int hd, int max_ctx,
+                                                        float scale) {
     extern __shared__ float sm[]; // q (hd), scores (n_ctx), the warps' partial outputs (8, hd)
     __shared__ float red[ATT_THREADS / 32];
     if (dpos) pos = *dpos;
     const int h = blockIdx.x, t = blockIdx.y, g = h / (n_heads / n_kv);
-    const int n_ctx = pos + t + 1, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = ATT_THREADS / 32;
+    const int n_ctx = seq_pos(sq, pos, t) + 1, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = ATT_THREADS / 32;
     float *qs = sm, *s = sm + hd;
     const float *qr = q + ((int64_t)t * n_heads + h) * hd;
     for (int i = threadIdx.x; i < hd; i += ATT_THREADS) qs[i] = qr[i];
     __syncthreads();
-    const float *K = kc + (int64_t)g * max_ctx * hd, *V = vc + (int64_t)g * max_ctx * hd;
+    const float *K = kc + seq_off(sq, t) + (int64_t)g * max_ctx * hd, *V = vc + seq_off(sq, t) + (int64_t)g * max_ctx * hd;
     // scores: one thread per position (its K row read with 16-byte loads when head_dim allows),
     // so a block covers 128 positions per pass instead of 4
     float mx = -INFINITY;
@@ -144,16 +146,17 @@ struct AinK {
 __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restrict__ qkv, const float *__restrict__ bias,
                                                               const float *__restrict__ q_norm, const float *__restrict__ k_norm,
                                                               float eps, float *__restrict__ q, float *__restrict__ kc,
-                                                              float *__restrict__ vc, int T, int pos, const int *dpos, int n_heads,
-                                                              int n_kv, int hd, int rot_dim, const float *__restrict__ inv_freq,
-                                                              int max_ctx, int rows) {
+                                                              float *__restrict__ vc, int T, int pos, const int *dpos, const SeqK sq,
+                                                              int n_heads, int n_kv, int hd, int rot_dim,
+                                                              const float *__restrict__ inv_freq, int max_ctx, int rows) {
     extern __shared__ float ain_sm[];
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int slots = n_heads + 2 * n_kv;
     const int64_t gslot = (int64_t)blockIdx.x * AIN_WARPS + wi;
     if (gslot >= (int64_t)T * slots) return;
     if (dpos) pos = *dpos;
-    const int t = (int)(gslot / slots), s = (int)(gslot % slots);
+    const int t = (int)(gslot / slots), s = (int)(gslot % slots), p = seq_pos(sq, pos, t);
+    const int64_t so = seq_off(sq, t);
     const int q_dim = n_heads * hd, kv_dim = n_kv * hd, W = q_dim + 2 * kv_dim;
     int off; // the head's first column in the fused row
     const float *nw = NULL;
@@ -167,14 +170,14 @@ __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restr
         const int g = s - n_heads;
         off = q_dim + g * hd;
         nw = k_norm;
-        dst = rows ? kc + ((int64_t)t * n_kv + g) * hd : kc + ((int64_t)g * max_ctx + pos + t) * hd;
+        dst = rows ? kc + ((int64_t)t * n_kv + g) * hd : kc + so + ((int64_t)g * max_ctx + p) * hd;
     } else {
         const int g = s - n_heads - n_kv;
         off = q_dim + kv_dim + g * hd;
         rot = false;
-        dst = rows ? vc + ((int64_t)t * n_kv + g) * hd : vc + ((int64_t)g * max_ctx + pos + t) * hd;
+        dst = rows ? vc + ((int64_t)t * n_kv + g) * hd : vc + so + ((int64_t)g * max_ctx + p) * hd;
     }
-    ain_head(qkv + (int64_t)t * W, bias, off, nw, eps, rot, dst, ain_sm + wi * hd, lane, hd, rot_dim, pos + t, inv_freq);
+    ain_head(qkv + (int64_t)t * W, bias, off, nw, eps, rot, dst, ain_sm + wi * hd, lane, hd, rot_dim, p, inv_freq);
 }
 
 // Split attention (kvq_cuda_attend's fast path; head_dim a multiple of 32 up to 256, at most 8
@@ -201,7 +204,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
                                                               float *vc, float *__restrict__ out, int pos,
                                                               const int *dpos, int t0, int n_heads, int n_kv, int max_ctx,
                                                               float scale, float *part, int *cnt, const Dev pd,
-                                                              unsigned char *pfs, const AinK ain) {
+                                                              unsigned char *pfs, const AinK ain, const SeqK sq) {
     constexpr int HD = 32 * D, NW = ATT_THREADS / 32;
     // with pfs: o's one-token product follows as a programmatic dependent (it reads what the
     // merging blocks prepare only after this grid has completed)
@@ -213,7 +216,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     if (dpos) pos = *dpos;
     const int s = blockIdx.x, g = blockIdx.y, tl = blockIdx.z, t = t0 + tl, G = n_heads / n_kv;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int n_ctx = pos + t + 1, chunk = (n_ctx + ATS - 1) / ATS;
+    const int n_ctx = seq_pos(sq, pos, t) + 1, chunk = (n_ctx + ATS - 1) / ATS;
     const int p0 = s * chunk, p1 = min(n_ctx, p0 + chunk);
     // with ain (one token): the inputs of this KV head's group computed here, as attn_in_k
     // computes them (ain_head): the G query heads into shared memory, and, by the block whose
@@ -246,7 +249,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
         }
     }
     if (ain.on) __syncthreads(); // q read before the merge reuses the shared rows
-    const float *K = kc + (int64_t)g * max_ctx * HD, *V = vc + (int64_t)g * max_ctx * HD;
+    const float *K = kc + seq_off(sq, t) + (int64_t)g * max_ctx * HD, *V = vc + seq_off(sq, t) + (int64_t)g * max_ctx * HD;
     // the next position's K and V rows are loaded before this one's are used (a warp takes
     // only a few positions at short contexts: each used to wait a whole load latency)
     float kr[D], vr[D], kn[D], vn[D];
@@ -397,7 +400,9 @@ extern "C" int kvq_cuda_attention_max_ctx(int head_dim) {
     return (int)((ATT_SMEM_MAX - 1024) / sizeof(float)) - head_dim * (1 + ATT_THREADS / 32);
 }
 
-static kvq_status check_span(int T, int pos, int head_dim, int max_ctx, kvq_err *err) {
+// With sq (several sequences) the positions are the caller's to check: only the kernels' limit.
+static kvq_status check_span(int T, int pos, const kvq_cuda_seqs *sq, int head_dim, int max_ctx, kvq_err *err) {
+    if (sq) pos = 0, T = max_ctx;
     if (pos + T > max_ctx || pos + T > kvq_cuda_attention_max_ctx(head_dim))
         return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention: positions up to %d exceed the cache (%d)", pos + T, max_ctx);
     return KVQ_OK;
@@ -405,17 +410,17 @@ static kvq_status check_span(int T, int pos, int head_dim, int max_ctx, kvq_err 
 
 extern "C" kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm,
                                        float eps, float *q, float *kc, float *vc, int T, int pos, const int *d_pos,
-                                       int n_heads, int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq,
-                                       int max_ctx, kvq_err *err) {
+                                       const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim, int rot_dim,
+                                       const float *inv_freq, int max_ctx, kvq_err *err) {
     if (T <= 0) return KVQ_OK;
     if (head_dim > ATT_MAX_HD || rot_dim > head_dim || (rot_dim & 1))
         return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention input: head_dim %d, rotary %d", head_dim, rot_dim);
-    kvq_status s = check_span(T, pos, head_dim, max_ctx, err);
+    kvq_status s = check_span(T, pos, sq, head_dim, max_ctx, err);
     if (s) return s;
     const int64_t slots = (int64_t)T * (n_heads + 2 * n_kv_heads);
     attn_in_k<<<(unsigned)((slots + AIN_WARPS - 1) / AIN_WARPS), AIN_WARPS * 32, sizeof(float) * AIN_WARPS * head_dim,
-                kvq_cuda_stream()>>>(qkv, bias, q_norm, k_norm, eps, q, kc, vc, T, pos, d_pos, n_heads, n_kv_heads, head_dim,
-                                     rot_dim, inv_freq, max_ctx, 0);
+                kvq_cuda_stream()>>>(qkv, bias, q_norm, k_norm, eps, q, kc, vc, T, pos, d_pos, seqk_of(sq), n_heads, n_kv_heads,
+                                     head_dim, rot_dim, inv_freq, max_ctx, 0);
     CU_LAUNCHED("attn_in");
     return KVQ_OK;
 }
@@ -428,21 +433,22 @@ extern "C" kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias,
         return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention input: head_dim %d, rotary %d", head_dim, rot_dim);
     const int64_t slots = (int64_t)T * (n_heads + 2 * n_kv_heads);
     attn_in_k<<<(unsigned)((slots + AIN_WARPS - 1) / AIN_WARPS), AIN_WARPS * 32, sizeof(float) * AIN_WARPS * head_dim,
-                kvq_cuda_stream()>>>(qkv, bias, q_norm, k_norm, eps, q, k, v, T, pos, NULL, n_heads, n_kv_heads, head_dim,
-                                     rot_dim, inv_freq, 0, 1);
+                kvq_cuda_stream()>>>(qkv, bias, q_norm, k_norm, eps, q, k, v, T, pos, NULL, SeqK{}, n_heads, n_kv_heads,
+                                     head_dim, rot_dim, inv_freq, 0, 1);
     CU_LAUNCHED("attn_in rows");
     return KVQ_OK;
 }
 
 extern "C" kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, float *kc, float *vc,
-                                         float *out, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim,
-                                         int max_ctx, float scale, kvq_err *err) {
+                                         float *out, int T, int pos, const int *d_pos, const kvq_cuda_seqs *sq, int n_heads,
+                                         int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err) {
     if (T <= 0) return KVQ_OK;
-    kvq_status s = check_span(T, pos, head_dim, max_ctx, err);
+    kvq_status s = check_span(T, pos, sq, head_dim, max_ctx, err);
     if (s) return s;
-    kv_store_k<<<T * n_kv_heads, 128, 0, kvq_cuda_stream()>>>(k, v, kc, vc, pos, d_pos, n_kv_heads, head_dim, max_ctx);
+    kv_store_k<<<T * n_kv_heads, 128, 0, kvq_cuda_stream()>>>(k, v, kc, vc, pos, d_pos, seqk_of(sq), n_kv_heads, head_dim,
+                                                              max_ctx);
     CU_LAUNCHED("kv_store");
-    return kvq_cuda_attend(q, kc, vc, out, T, pos, d_pos, n_heads, n_kv_heads, head_dim, max_ctx, scale, err);
+    return kvq_cuda_attend(q, kc, vc, out, T, pos, d_pos, sq, n_heads, n_kv_heads, head_dim, max_ctx, scale, err);
 }
 
 // Inputs armed for the next one-token split attend (kvq_cuda_attend_set_inputs).
@@ -460,16 +466,16 @@ extern "C" void kvq_cuda_attend_set_inputs(const kvq_cuda_ain *in) {
 }
 
 extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos,
-                                      const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
-                                      kvq_err *err) {
+                                      const int *d_pos, const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim,
+                                      int max_ctx, float scale, kvq_err *err) {
     if (T <= 0) return KVQ_OK;
-    kvq_status cs = check_span(T, pos, head_dim, max_ctx, err);
+    kvq_status cs = check_span(T, pos, sq, head_dim, max_ctx, err);
     if (cs) return cs;
-    const AinK ain = ain_take(T == 1 && split_ok(n_heads, n_kv_heads, head_dim));
+    const AinK ain = ain_take(T == 1 && !sq && split_ok(n_heads, n_kv_heads, head_dim));
     if (!ain.on && g_ain.on) { // armed but not fusable here: the inputs' own kernel first
         g_ain.on = 0;
         cs = kvq_cuda_attn_in(g_ain.qkv, g_ain.bias, g_ain.qn, g_ain.kn, g_ain.eps, (float *)q, (float *)kc, (float *)vc, T, pos,
-                              d_pos, n_heads, n_kv_heads, head_dim, g_ain.rot_dim, g_ain.inv_freq, max_ctx, err);
+                              d_pos, sq, n_heads, n_kv_heads, head_dim, g_ain.rot_dim, g_ain.inv_freq, max_ctx, err);
         if (cs) return cs;
     }
     if (split_ok(n_heads, n_kv_heads, head_dim)) {
@@ -478,7 +484,7 @@ extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const flo
             const int tt = T - t0 < AT_TT ? T - t0 : AT_TT;
             const dim3 grid(ATS, (unsigned)n_kv_heads, (unsigned)tt);
             switch (head_dim / 32) {
-#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, Dev{}, NULL, ain); break;
+#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, Dev{}, NULL, ain, seqk_of(sq)); break;
                 AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
             }
@@ -487,13 +493,13 @@ extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const flo
         return KVQ_OK;
     }
     // scores of pos + T positions; with d_pos (a graph replayed at later positions) of max_ctx
-    const size_t smem = sizeof(float) * ((size_t)head_dim * (1 + ATT_THREADS / 32) + (size_t)(d_pos ? max_ctx : pos + T));
+    const size_t smem = sizeof(float) * ((size_t)head_dim * (1 + ATT_THREADS / 32) + (size_t)(d_pos || sq ? max_ctx : pos + T));
     if (smem > 48 * 1024) {
         kvq_status s = raise_smem(err);
         if (s) return s;
     }
-    attend_k<<<dim3((unsigned)n_heads, (unsigned)T), ATT_THREADS, smem, kvq_cuda_stream()>>>(q, kc, vc, out, pos, d_pos, n_heads, n_kv_heads,
-                                                                          head_dim, max_ctx, scale);
+    attend_k<<<dim3((unsigned)n_heads, (unsigned)T), ATT_THREADS, smem, kvq_cuda_stream()>>>(q, kc, vc, out, pos, d_pos, seqk_of(sq), n_heads,
+                                                                          n_kv_heads, head_dim, max_ctx, scale);
     CU_LAUNCHED("attend");
     return KVQ_OK;
 }
@@ -511,14 +517,14 @@ extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, 
                                                float scale, kvq_cuda_hqx *o, kvq_err *err) {
     if (!kvq_cuda_hqx_attend_can_prep(o, n_heads, n_kv_heads, head_dim))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: attention cannot prepare this o projection's input");
-    kvq_status cs = check_span(1, pos, head_dim, max_ctx, err);
+    kvq_status cs = check_span(1, pos, NULL, head_dim, max_ctx, err);
     if (!cs) cs = split_scratch(n_kv_heads, head_dim, err);
     if (cs) return cs;
     const AinK ain = ain_take(1);
     const dim3 grid(ATS, (unsigned)n_kv_heads, 1);
     const Dev pd = dev_of(o);
     switch (head_dim / 32) {
-#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs, ain); break;
+#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs, ain, SeqK{}); break;
         AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
     }

@@ -98,6 +98,10 @@ void kvq_cuda_hqx_set_decode_general(int on);
 /** Tests: the one-token product's persistent variant (hqx_gemv1.cu) with a ring of 2, 3 or 4
  *  steps, or 0: the per-warp kernel; −1: the default (KVQ_CUDA_G1P=0|2|3|4, else 2). */
 void kvq_cuda_hqx_set_persist(int depth);
+/** Products of 2..8 tokens: 1 (default; KVQ_CUDA_G1N=0 sets 0) the persistent one-token kernel
+ *  for all of them at once where it takes the tensor (E8/RTN, whole steps: each token's bits
+ *  are its one-token product's), 0 hqx_fused.cu's batched kernel; -1: the environment's. */
+void kvq_cuda_hqx_set_tokens(int on);
 void kvq_cuda_hqx_set_pdl(int on);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);

@@ -120,6 +120,13 @@ static __host__ __device__ inline int64_t kvq_gemv1_s8_at(int64_t v) {
  *  ·, 1)): y[row] (+)= W·x. pdl: launched as a programmatic dependent of the preparation
  *  kernel just before it on the stream (the weights' first loads overlap it). */
 kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err);
+/** Whether kvq_cuda_hqx_gemv1_tokens takes every part of P (the persistent one-token kernel's
+ *  variants: E8 or RTN, whole steps, equal columns and tiles; not with KVQ_CUDA_G1N=0). */
+int kvq_cuda_hqx_gemv1_tokens_ok(const Parts &P);
+/** The one-token product for nt <= 8 tokens at once (each part's scratch holding nt lane-order
+ *  layouts, lay(cols_p, T, 1).total bytes apart; outputs ldy floats apart): each token's result
+ *  has the bits kvq_cuda_hqx_gemv1 gives it alone. */
+kvq_status kvq_cuda_hqx_gemv1_tokens(Parts &P, int nt, int64_t ldy, int accumulate, int pdl, kvq_err *err);
 /** Benchmarks: one-token products skip the activation preparation (its scratch keeps the
  *  last one's), to time the product kernel alone. */
 void kvq_cuda_hqx_skip_prep(int on);

@@ -28,32 +28,37 @@
 __device__ __forceinline__ uint32_t spread4f(uint32_t nib4) { return (nib4 * 0x00204081u) & 0x01010101u; }
 
 // Kernel 1: the activations of tg tokens into each part's scratch (the layout lay(cols_p, T,
-// tg); one token: the one-token product's lane order), one warp per (tile, token, part).
+// tg); one token, or lanes: each token's in the one-token product's lane order, token t's at
+// t·lay(cols_p, T, 1).total, for the several-token one-token product), one warp per (tile,
+// token, part).
 __global__ void __launch_bounds__(FB) hqx_prep_i8(const __grid_constant__ Parts P, const float *__restrict__ x, int tg,
-                                                   const kvq_cuda_xin xin) {
+                                                   const kvq_cuda_xin xin, int lanes) {
     // a programmatic dependent (the one-token product) may start its weight loads now; it
     // waits for this grid's completion before it reads the activations
     asm volatile("griddepcontrol.launch_dependents;");
     const int pi = blockIdx.z;
     const Dev &d = P.d[pi];
     unsigned char *scratch = (unsigned char *)P.fs[pi];
-    const Lay L = lay(d.cols_p, d.T, tg);
     const int lane = threadIdx.x & 31, t = blockIdx.y;
+    const Lay L = lay(d.cols_p, d.T, lanes ? 1 : tg);
+    if (lanes) scratch += (size_t)t * L.total;
+    const int tl = lanes ? 0 : t; // the token's index within its layout
     const int64_t cp = d.cols_p, tiles = cp / d.T, j = (int64_t)blockIdx.x * FW + (threadIdx.x >> 5);
     if (j >= tiles) return;
     // the token's input row (SILU_MUL: gate | up, twice as wide), its transform
     const float *xt = x + (int64_t)t * d.cols * (xin.kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1);
     XIn xi = {xin.kind, xin.w, 0.0f, xin.y && pi == 0 ? xin.y + (int64_t)t * d.cols : NULL};
     if (xin.kind == KVQ_CUDA_XIN_RMSNORM) xi.r = row_rinv(xt, d.cols, xin.eps, lane);
-    int8_t *q = (int8_t *)(scratch + L.xq) + (int64_t)t * cp;
-    float *a = (float *)(scratch + L.sx) + t * tiles, *b = (float *)(scratch + L.xs) + t * tiles;
-    int32_t *c = (int32_t *)(scratch + L.s8) + (int64_t)t * (cp / 8);
+    int8_t *q = (int8_t *)(scratch + L.xq) + (int64_t)tl * cp;
+    float *a = (float *)(scratch + L.sx) + tl * tiles, *b = (float *)(scratch + L.xs) + tl * tiles;
+    int32_t *c = (int32_t *)(scratch + L.s8) + (int64_t)tl * (cp / 8);
+    const bool perm = tg == 1 || lanes;
     switch (d.T) {
-    case 64: prep_tile<2>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
-    case 128: prep_tile<4>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
-    case 256: prep_tile<8>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
-    case 512: prep_tile<16>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
-    default: prep_tile<32>(d, xt, xi, q, a, b, c, lane, j, tg == 1); break;
+    case 64: prep_tile<2>(d, xt, xi, q, a, b, c, lane, j, perm); break;
+    case 128: prep_tile<4>(d, xt, xi, q, a, b, c, lane, j, perm); break;
+    case 256: prep_tile<8>(d, xt, xi, q, a, b, c, lane, j, perm); break;
+    case 512: prep_tile<16>(d, xt, xi, q, a, b, c, lane, j, perm); break;
+    default: prep_tile<32>(d, xt, xi, q, a, b, c, lane, j, perm); break;
     }
 }
 
@@ -232,7 +237,7 @@ static int occupancy(size_t smem) {
 }
 
 extern "C" size_t kvq_cuda_hqx_fused_scratch(int64_t cols_p, int tile) {
-    const size_t a = lay(cols_p, tile, TGMAX).total, b = lay(cols_p, tile, 1).total;
+    const size_t a = lay(cols_p, tile, TGMAX).total, b = TGMAX * lay(cols_p, tile, 1).total; // b: lanes (several tokens)
     return a > b ? a : b;
 }
 
@@ -306,12 +311,19 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n
             if ((s = kvq_cuda_hqx_gemv1(P, accumulate, 0, err))) return s;
             continue;
         }
+        // several tokens: the one-token product's persistent kernel for all of them when it takes
+        // every part (each weight chunk decoded once, the tokens' activations in its lane order)
+        const int lanes = tg > 1 && kvq_cuda_hqx_gemv1_tokens_ok(P);
         hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), FB, 0, kvq_cuda_stream()>>>(
             P, d_x + (int64_t)t0 * t[0]->h.cols * (xin->kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1), tg,
-            kvq_cuda_xin{xin->kind, xin->w, xin->eps, xin->y ? xin->y + (int64_t)t0 * t[0]->h.cols : NULL});
+            kvq_cuda_xin{xin->kind, xin->w, xin->eps, xin->y ? xin->y + (int64_t)t0 * t[0]->h.cols : NULL}, lanes);
         CU_LAUNCHED("hqx_prep_i8");
         if (tg == 1) {
             if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err))) return s;
+            continue;
+        }
+        if (lanes) {
+            if ((s = kvq_cuda_hqx_gemv1_tokens(P, tg, ldy, accumulate, g_pdl, err))) return s;
             continue;
         }
         const int64_t cap = (int64_t)g_sms * occupancy(smem); // one wave: no tail

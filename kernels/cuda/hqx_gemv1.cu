@@ -16,6 +16,7 @@
 // so one-token and batched products give the same bits (a decode step equals a prefill row).
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx_dev.cuh"
@@ -78,6 +79,44 @@ struct G1X {
     float sx;
     int moff_sum;
 };
+
+// The lane's 32 codes of one row as bytes u (lo: words 0..3, hi: 4..7), decoded once for every
+// token a product has.
+template <int VB>
+__device__ __forceinline__ void g1_words(const G1W<VB> &w, uint32_t *u) {
+    constexpr int NP = G1W<VB>::NP;
+    const uint32_t r[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    if constexpr (VB == 8) {
+        const uint32_t r2[4] = {w.q2.x, w.q2.y, w.q2.z, w.q2.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) u[k] = r[k] ^ 0x80808080u, u[4 + k] = r2[k] ^ 0x80808080u;
+    } else {
+#define G1_K(K)                                                                                  \
+        u[K] = g1_u<NP, K, 0>(r[K] & 0x0F0F0F0Fu, w.hb);                                         \
+        u[4 + K] = g1_u<NP, K, 1>((r[K] >> 4) & 0x0F0F0F0Fu, w.hb);
+        G1_K(0) G1_K(1) G1_K(2) G1_K(3)
+#undef G1_K
+    }
+}
+
+// ⟨c, x⟩ of one row's lane part from its decoded words (integer, exact).
+__device__ __forceinline__ int g1_dotu(const G1P &d, const uint32_t *u, uint32_t cb, const G1X &x, int h) {
+    int dot = 0;
+    const int xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        dot = __dp4a((int)u[k], xl[k], dot);
+        dot = __dp4a((int)u[4 + k], xh[k], dot);
+    }
+    int D = d.m * dot - x.moff_sum;
+    if (d.e8) { // the coset bits of the lane's vectors 2h, 2h+1, 4+2h, 5+2h as 0/1 bytes
+        const uint32_t b = (cb >> (2 * h)) & 0x33u, b4 = (b | (b >> 2)) & 15u;
+        const uint32_t sel = (b4 * 0x00204081u) & 0x01010101u;
+        D = __dp2a_lo(x.s01, (int)sel, D);
+        D = __dp2a_hi(x.s23, (int)sel, D);
+    }
+    return D;
+}
 
 // ⟨c, x⟩ of one row's lane part (integer, exact).
 template <int VB>
@@ -278,6 +317,7 @@ template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, in
 }
 
 static int g_rw = 0; // rows per warp (kvq_cuda_hqx_set_decode); 0: the default
+static int g_mode_any = 0; // tests: the run-time-decided variant for every tensor
 
 // ---- Persistent variant (issue 12, 2026-11-26): a grid of resident warps, each taking rows
 // gw, gw + W, ... (W warps in all, rows of the launch's parts numbered one after another) and
@@ -288,9 +328,16 @@ static int g_rw = 0; // rows per warp (kvq_cuda_hqx_set_decode); 0: the default
 // memory latency. Whole steps and equal columns and tiles across the parts only (the E8 and
 // RTN specializations); same integer chunk sums and the same float order per row as g1_rows,
 // so the same bits.
-template <int VB, int DEPTH, int MODE>
-__global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate,
-                                                                                    uint32_t rb1, uint32_t rb2, uint32_t rtot) {
+// NT > 1: NT tokens at once (a decode step of several sequences): each weight chunk is loaded
+// and decoded into its bytes once, then met by every token's activation (token t's lane-order
+// layout at fs + t·lst bytes, its output row at y + t·ldy; nt <= NT of them); each token's sums
+// run in the one-token order, so every token gets the bits a one-token product gives it.
+// Registers: NT = 2 and 4 take 3 blocks an SM (80 registers), 8 takes 2 (ptxas: 112-126).
+#define G1N_MINB(VB, DEPTH, NT) ((NT) == 1 ? G1_MINB(VB, 1, DEPTH) : (NT) <= 4 ? 3 : 2)
+template <int VB, int DEPTH, int MODE, int NT>
+__global__ void __launch_bounds__(G1_WARPS * 32, G1N_MINB(VB, DEPTH, NT)) hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate,
+                                                                                    uint32_t rb1, uint32_t rb2, uint32_t rtot,
+                                                                                    int nt, int64_t ldy, uint32_t lst) {
     constexpr int NP = G1W<VB>::NP, QS = VB == 8 ? 64 : 32;
     constexpr int M = MODE == G1_E8 ? 2 : 1;
     const int lane = threadIdx.x & 31, h = lane & 1, cl = lane >> 1;
@@ -331,10 +378,12 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv
     for (int j = 0; j < DEPTH - 1; j++)
         if (j < (int)n_items) load(j);
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    // use cursor: the row's part and local row, the step, its escape range, the two sums
+    // use cursor: the row's part and local row, the step, its escape range, the two sums per token
     uint32_t urow = gw, us = 0, ur = 0, e0 = 0, e1 = 0;
     int up = 0;
-    float a0 = 0.0f, a1 = 0.0f;
+    float a0[NT], a1[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) a0[t] = a1[t] = 0.0f;
     G1P dd;
     dd.codes = MODE == G1_E8;
     dd.m = M;
@@ -350,45 +399,79 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1_MINB(VB, 1, DEPTH)) hqx_gemv
         const unsigned char *fs = P.fs[up];
         const G1W<VB> &w = buf[slot];
         const uint32_t c = us * 16 + cl;
-        const int4 *xp = (const int4 *)(fs + L.xq + 16 * lane) + us * 64;
-        const int4 v = ((const int4 *)(fs + L.s8) + (cl * 2 + h))[us * 32];
-        G1X x;
-        x.lo = xp[0];
-        x.hi = xp[32];
-        x.s01 = (int)__byte_perm((uint32_t)v.x, (uint32_t)v.y, 0x5410);
-        x.s23 = (int)__byte_perm((uint32_t)v.z, (uint32_t)v.w, 0x5410);
-        x.sx = ((const float *)(fs + L.sx))[((c * 64) >> tsh)];
-        x.moff_sum = moff * (v.x + v.y + v.z + v.w);
-        int D = g1_dot<VB>(dd, w, x, h);
-        D += __shfl_xor_sync(0xffffffffu, D, 1);
+        if constexpr (NT == 1) { // the one-token loop as it was measured (issue 12's table)
+            const int4 *xp = (const int4 *)(fs + L.xq + 16 * lane) + us * 64;
+            const int4 v = ((const int4 *)(fs + L.s8) + (cl * 2 + h))[us * 32];
+            G1X x;
+            x.lo = xp[0];
+            x.hi = xp[32];
+            x.s01 = (int)__byte_perm((uint32_t)v.x, (uint32_t)v.y, 0x5410);
+            x.s23 = (int)__byte_perm((uint32_t)v.z, (uint32_t)v.w, 0x5410);
+            x.sx = ((const float *)(fs + L.sx))[((c * 64) >> tsh)];
+            x.moff_sum = moff * (v.x + v.y + v.z + v.w);
+            int D = g1_dot<VB>(dd, w, x, h);
+            D += __shfl_xor_sync(0xffffffffu, D, 1);
+            const float sc = MODE == G1_E8 ? __ldg(d.lut + w.code) : __uint_as_float(w.code);
+            float a = us & 1 ? a1[0] : a0[0];
+            a = fmaf(sc * x.sx, (float)D, a);
+            if (MODE == G1_RTN && ((c * 64) & (P.d[0].T - 1)) == 0) {
+                const uint32_t jt = (c * 64) >> tsh;
+                a = fmaf(__ldg(d.zero + (size_t)ur * tiles + jt), ((const float *)(fs + L.xs))[jt], a);
+            }
+            if (us & 1) a1[0] = a;
+            else a0[0] = a;
+        }
         const float sc = MODE == G1_E8 ? __ldg(d.lut + w.code) : __uint_as_float(w.code);
-        float a = us & 1 ? a1 : a0;
-        a = fmaf(sc * x.sx, (float)D, a);
-        if (MODE == G1_RTN && ((c * 64) & (P.d[0].T - 1)) == 0) {
-            const uint32_t jt = (c * 64) >> tsh;
-            a = fmaf(__ldg(d.zero + (size_t)ur * tiles + jt), ((const float *)(fs + L.xs))[jt], a);
-        }
-        if (us & 1) a1 = a;
-        else a0 = a;
-        if (++us < S) return;
-        // the row's end: lane L takes pair L's acc[0] (L < 16) or pair L − 16's acc[1]
-        const int src = 2 * (lane & 15);
-        const float b0 = __shfl_sync(0xffffffffu, a0, src), b1 = __shfl_sync(0xffffffffu, a1, src);
-        float r = lane < 16 ? b0 : b1;
-        const float *sx = (const float *)(fs + L.sx);
-        const int8_t *xq = (const int8_t *)(fs + L.xq);
-        for (uint32_t e = e0 + lane; e < e1; e += 32) {
-            const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
-            const uint32_t jt = col >> tsh;
-            const size_t tix = (size_t)ur * tiles + jt;
-            const float scl = MODE == G1_E8 ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);
-            r = fmaf(scl * sx[jt], (float)(M * kvq_hqx_esc_delta(en) * (int)xq[kvq_gemv1_xq_at(col)]), r);
-        }
+        uint32_t u[8];
+        if constexpr (NT > 1) g1_words<VB>(w, u);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
-        float *y = P.y[up] + ur;
-        if (lane == 0) *y = accumulate ? __fadd_rn(*y, r) : r;
-        a0 = a1 = 0.0f;
+        for (int t = 0; t < NT; t++) {
+            if (NT == 1 || t >= nt) break;
+            const unsigned char *ft = fs + (size_t)t * lst;
+            const int4 *xp = (const int4 *)(ft + L.xq + 16 * lane) + us * 64;
+            const int4 v = ((const int4 *)(ft + L.s8) + (cl * 2 + h))[us * 32];
+            G1X x;
+            x.lo = xp[0];
+            x.hi = xp[32];
+            x.s01 = (int)__byte_perm((uint32_t)v.x, (uint32_t)v.y, 0x5410);
+            x.s23 = (int)__byte_perm((uint32_t)v.z, (uint32_t)v.w, 0x5410);
+            x.sx = ((const float *)(ft + L.sx))[((c * 64) >> tsh)];
+            x.moff_sum = moff * (v.x + v.y + v.z + v.w);
+            int D = g1_dotu(dd, u, w.cb, x, h);
+            D += __shfl_xor_sync(0xffffffffu, D, 1);
+            float a = us & 1 ? a1[t] : a0[t];
+            a = fmaf(sc * x.sx, (float)D, a);
+            if (MODE == G1_RTN && ((c * 64) & (P.d[0].T - 1)) == 0) {
+                const uint32_t jt = (c * 64) >> tsh;
+                a = fmaf(__ldg(d.zero + (size_t)ur * tiles + jt), ((const float *)(ft + L.xs))[jt], a);
+            }
+            if (us & 1) a1[t] = a;
+            else a0[t] = a;
+        }
+        if (++us < S) return;
+        // the row's end, per token: lane L takes pair L's acc[0] (L < 16) or pair L − 16's acc[1]
+        const int src = 2 * (lane & 15);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (NT > 1 && t >= nt) break;
+            const unsigned char *ft = fs + (size_t)t * lst;
+            const float b0 = __shfl_sync(0xffffffffu, a0[t], src), b1 = __shfl_sync(0xffffffffu, a1[t], src);
+            float r = lane < 16 ? b0 : b1;
+            const float *sx = (const float *)(ft + L.sx);
+            const int8_t *xq = (const int8_t *)(ft + L.xq);
+            for (uint32_t e = e0 + lane; e < e1; e += 32) {
+                const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
+                const uint32_t jt = col >> tsh;
+                const size_t tix = (size_t)ur * tiles + jt;
+                const float scl = MODE == G1_E8 ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);
+                r = fmaf(scl * sx[jt], (float)(M * kvq_hqx_esc_delta(en) * (int)xq[kvq_gemv1_xq_at(col)]), r);
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+            float *y = P.y[up] + (size_t)t * ldy + ur;
+            if (lane == 0) *y = accumulate ? __fadd_rn(*y, r) : r;
+            a0[t] = a1[t] = 0.0f;
+        }
         us = 0;
         urow += W;
     };
@@ -420,34 +503,57 @@ extern "C" void kvq_cuda_hqx_set_persist(int depth);
 static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
 
-template <int VB, int DEPTH, int MODE> static cudaError_t g1p_launch_f(cudaLaunchConfig_t cfg, const Parts &P, int accumulate,
-                                                                       uint32_t rb1, uint32_t rb2, uint32_t rtot) {
+// The tokens of a persistent launch: nt of them at layout stride lst, outputs ldy apart.
+struct G1T {
+    int nt;
+    int64_t ldy;
+    uint32_t lst;
+};
+
+template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(cudaLaunchConfig_t cfg, const Parts &P, int accumulate,
+                                                                               uint32_t rb1, uint32_t rb2, uint32_t rtot,
+                                                                               const G1T &tk) {
     static int occ = 0;
     if (!occ) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, DEPTH, MODE>, G1_WARPS * 32, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, G1_WARPS * 32, 0);
         if (occ < 1) occ = 1;
     }
     const int64_t need = (rtot + G1_WARPS - 1) / G1_WARPS, cap = (int64_t)g_sm_count * occ;
     cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
-    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE>, P, accumulate, rb1, rb2, rtot);
+    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst);
 }
 template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
-                                                          uint32_t rb1, uint32_t rb2, uint32_t rtot) {
-    return g_persist == 4   ? g1p_launch_f<VB, 4, MODE>(cfg, P, accumulate, rb1, rb2, rtot)
-           : g_persist == 3 ? g1p_launch_f<VB, 3, MODE>(cfg, P, accumulate, rb1, rb2, rtot)
-                            : g1p_launch_f<VB, 2, MODE>(cfg, P, accumulate, rb1, rb2, rtot);
+                                                          uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {
+    if (tk.nt > 4) return g1p_launch_f<VB, 2, MODE, 8>(cfg, P, accumulate, rb1, rb2, rtot, tk);
+    if (tk.nt > 2) return g1p_launch_f<VB, 2, MODE, 4>(cfg, P, accumulate, rb1, rb2, rtot, tk);
+    if (tk.nt > 1) return g1p_launch_f<VB, 2, MODE, 2>(cfg, P, accumulate, rb1, rb2, rtot, tk);
+    return g_persist == 4   ? g1p_launch_f<VB, 4, MODE, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk)
+           : g_persist == 3 ? g1p_launch_f<VB, 3, MODE, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk)
+                            : g1p_launch_f<VB, 2, MODE, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk);
 }
 template <int VB> static cudaError_t g1p_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &P, int accumulate,
-                                                  uint32_t rb1, uint32_t rb2, uint32_t rtot) {
-    return mode == G1_E8 ? g1p_launch<VB, G1_E8>(cfg, P, accumulate, rb1, rb2, rtot)
-                         : g1p_launch<VB, G1_RTN>(cfg, P, accumulate, rb1, rb2, rtot);
+                                                  uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {
+    return mode == G1_E8 ? g1p_launch<VB, G1_E8>(cfg, P, accumulate, rb1, rb2, rtot, tk)
+                         : g1p_launch<VB, G1_RTN>(cfg, P, accumulate, rb1, rb2, rtot, tk);
 }
 
-// The persistent launch of the parts of width vb (all of mode, equal cols_p and tile); 0 if it
-// does not apply (the caller launches the per-warp kernel).
-static int g1p_try(const Parts &P, int vb, int mode, int accumulate, int pdl, cudaError_t *e) {
+// Whether the persistent launch takes the parts of width vb (all of mode, equal cols_p and tile).
+static int g1p_applies(const Parts &P, int vb, int mode) {
     if (g_persist < 0) kvq_cuda_hqx_set_persist(-1);
     if (!g_persist || mode == G1_ANY || g_rw > 1) return 0;
+    int64_t tot = 0;
+    for (int p = 0; p < P.n; p++) {
+        if (P.d[p].vbits != vb) continue;
+        if (P.d[p].cols_p != P.d[0].cols_p || P.d[p].T != P.d[0].T) return 0;
+        tot += P.d[p].rows;
+    }
+    return tot * (P.d[0].cols_p / 64) < ((int64_t)1 << 32); // 32-bit chunk indices
+}
+
+// The persistent launch of the parts of width vb for the tokens tk; 0 if it does not apply
+// (the caller launches the per-warp kernel).
+static int g1p_try(const Parts &P, int vb, int mode, int accumulate, int pdl, const G1T &tk, cudaError_t *e) {
+    if (!g1p_applies(P, vb, mode)) return 0;
     Parts Q = P;
     int n = 0;
     int64_t rows[MAXP] = {0, 0, 0};
@@ -462,21 +568,19 @@ static int g1p_try(const Parts &P, int vb, int mode, int accumulate, int pdl, cu
     if (P.d[0].cols_p != Q.d[0].cols_p || P.d[0].T != Q.d[0].T) return 0;
     Q.n = n;
     const int64_t tot = rows[0] + rows[1] + rows[2];
-    if (tot * (P.d[0].cols_p / 64) >= ((int64_t)1 << 32)) return 0; // 32-bit chunk indices
     const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = (uint32_t)tot;
     cudaLaunchAttribute at;
     const cudaLaunchConfig_t cfg = g1_cfg(dim3(1), pdl, &at); // the grid: g1p_launch_f
     switch (vb) {
-    case 4: *e = g1p_launch_w<4>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
-    case 5: *e = g1p_launch_w<5>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
-    case 6: *e = g1p_launch_w<6>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
-    case 7: *e = g1p_launch_w<7>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
-    default: *e = g1p_launch_w<8>(cfg, mode, Q, accumulate, rb1, rb2, rtot); break;
+    case 4: *e = g1p_launch_w<4>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
+    case 5: *e = g1p_launch_w<5>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
+    case 6: *e = g1p_launch_w<6>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
+    case 7: *e = g1p_launch_w<7>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
+    default: *e = g1p_launch_w<8>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
     }
     return 1;
 }
 
-static int g_mode_any = 0; // tests: the run-time-decided variant for every tensor
 
 extern "C" void kvq_cuda_hqx_set_decode(int rows_per_warp) { g_rw = rows_per_warp; }
 extern "C" void kvq_cuda_hqx_set_decode_general(int on) { g_mode_any = on; }
@@ -492,6 +596,51 @@ extern "C" void kvq_cuda_hqx_set_persist(int depth) {
         cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, dev);
     }
     if (g_sm_count < 1) g_persist = 0;
+}
+
+// The branch-free variant every part of width vb takes: E8 with scale codes and whole steps, or
+// RTN with float scales, zero points and whole steps; else G1_ANY.
+static int g1_mode(const Parts &P, int vb) {
+    bool e8 = true, rtn = true;
+    for (int p = 0; p < P.n; p++) {
+        if (P.d[p].vbits != vb) continue;
+        const Dev &d = P.d[p];
+        if (!(d.e8 && d.scode && d.cols_p % 1024 == 0)) e8 = false;
+        if (!(!d.rotate && !d.e8 && d.m == 1 && !d.scode && d.scale && d.zero && d.cols_p % 1024 == 0)) rtn = false;
+    }
+    return g_mode_any ? G1_ANY : e8 ? G1_E8 : rtn ? G1_RTN : G1_ANY;
+}
+
+static int g_tokens = -1; // KVQ_CUDA_G1N=0: several tokens go to hqx_fused.cu's batched kernel
+
+extern "C" void kvq_cuda_hqx_set_tokens(int on) { g_tokens = on < 0 ? -1 : on != 0; }
+
+int kvq_cuda_hqx_gemv1_tokens_ok(const Parts &P) {
+    if (g_tokens < 0) g_tokens = !(getenv("KVQ_CUDA_G1N") && *getenv("KVQ_CUDA_G1N") == '0');
+    if (!g_tokens) return 0;
+    for (int p = 0; p < P.n; p++) {
+        if (P.d[p].rows * P.d[p].cols_p >= ((int64_t)1 << 32) || (P.d[p].T & (P.d[p].T - 1))) return 0;
+        if (!g1p_applies(P, P.d[p].vbits, g1_mode(P, P.d[p].vbits))) return 0;
+    }
+    return 1;
+}
+
+kvq_status kvq_cuda_hqx_gemv1_tokens(Parts &P, int nt, int64_t ldy, int accumulate, int pdl, kvq_err *err) {
+    if (nt < 1 || nt > 8 || !kvq_cuda_hqx_gemv1_tokens_ok(P))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: the one-token product for %d tokens does not take these parts", nt);
+    const G1T tk = {nt, ldy, (uint32_t)lay(P.d[0].cols_p, P.d[0].T, 1).total};
+    unsigned done = 0;
+    for (int p0 = 0; p0 < P.n; p0++) {
+        const int vb = P.d[p0].vbits;
+        if (done & (1u << vb)) continue;
+        done |= 1u << vb;
+        cudaError_t pe = cudaSuccess;
+        if (!g1p_try(P, vb, g1_mode(P, vb), accumulate, pdl && p0 == 0, tk, &pe))
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: the several-token product does not take a part");
+        if (pe != cudaSuccess) return cu_fail(err, pe, "launch hqx_gemv1 (persistent, several tokens)");
+        CU_LAUNCHED("hqx_gemv1p tokens");
+    }
+    return KVQ_OK;
 }
 
 kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
@@ -513,18 +662,9 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
         done |= 1u << vb;
         Parts Q = P;
         int max_nb = 1;
-        // every part of this width E8 with scale codes and whole steps, or every part RTN with
-        // float scales, zero points and whole steps: a branch-free variant
-        bool e8 = true, rtn = true;
-        for (int p = 0; p < P.n; p++) {
-            if (P.d[p].vbits != vb) continue;
-            const Dev &d = P.d[p];
-            if (!(d.e8 && d.scode && d.cols_p % 1024 == 0)) e8 = false;
-            if (!(!d.rotate && !d.e8 && d.m == 1 && !d.scode && d.scale && d.zero && d.cols_p % 1024 == 0)) rtn = false;
-        }
-        const int mode = g_mode_any ? G1_ANY : e8 ? G1_E8 : rtn ? G1_RTN : G1_ANY;
+        const int mode = g1_mode(P, vb);
         cudaError_t pe = cudaSuccess;
-        if (g1p_try(P, vb, mode, accumulate, pdl && p0 == 0, &pe)) {
+        if (g1p_try(P, vb, mode, accumulate, pdl && p0 == 0, G1T{1, 0, 0}, &pe)) {
             if (pe != cudaSuccess) return cu_fail(err, pe, "launch hqx_gemv1 (persistent)");
             CU_LAUNCHED("hqx_gemv1p");
             continue;

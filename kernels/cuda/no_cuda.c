@@ -52,7 +52,7 @@ kvq_status kvq_cuda_rmsnorm(float *y, const float *x, const float *w, int rows, 
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_rope(float *x, int T, int n_heads, int head_dim, int rot_dim, int pos, const int *d_pos,
-                         const float *inv_freq, kvq_err *err) {
+                         const kvq_cuda_seqs *sq, const float *inv_freq, kvq_err *err) {
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_qkv_split(const float *qkv, const float *bias, float *q, float *k, float *v, int T, int q_dim,
@@ -66,8 +66,8 @@ kvq_status kvq_cuda_dense_matmul(const void *w, int bf16, const float *x, float 
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, float *kc, float *vc, float *out, int T,
-                              int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
-                              kvq_err *err) {
+                              int pos, const int *d_pos, const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim,
+                              int max_ctx, float scale, kvq_err *err) {
     return NO_CUDA(err);
 }
 int kvq_cuda_attention_max_ctx(int head_dim) { return 0; }
@@ -100,6 +100,7 @@ int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t) { return 0; }
 void kvq_cuda_hqx_set_decode(int rows_per_warp) { (void)rows_per_warp; }
 void kvq_cuda_hqx_set_decode_general(int on) { (void)on; }
 void kvq_cuda_hqx_set_persist(int depth) { (void)depth; }
+void kvq_cuda_hqx_set_tokens(int on) { (void)on; }
 void kvq_cuda_hqx_set_pdl(int on) { (void)on; }
 kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
@@ -113,7 +114,7 @@ kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n, const int
 }
 void kvq_cuda_attend_set_inputs(const kvq_cuda_ain *in) { (void)in; }
 kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos, const int *d_pos,
-                           int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err) {
+                           const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err) {
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
@@ -122,11 +123,11 @@ kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const floa
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps, float *q,
-                            float *kc, float *vc, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim,
-                            int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err) {
+                            float *kc, float *vc, int T, int pos, const int *d_pos, const kvq_cuda_seqs *sq, int n_heads,
+                            int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err) {
     return NO_CUDA(err);
 }
-kvq_status kvq_cuda_argmax(const float *x, int n, int *d_out, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_cuda_argmax(const float *x, int rows, int n, int *d_out, kvq_err *err) { return NO_CUDA(err); }
 
 size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk) { return 0; }
 int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) { return 64; }

@@ -15,6 +15,16 @@
 extern "C" {
 #endif
 
+/** A decode step of several sequences (kvq_model_forward_seqs): token t of the chunk is the
+ *  next token of sequence seq[t], at position pos[t] (both device ints, T of each), and the
+ *  cache of sequence s sits stride floats after sequence s − 1's (the cache pointer a
+ *  launcher is given is sequence 0's). A NULL kvq_cuda_seqs: one sequence, token t at
+ *  position pos + t. Positions are not checked against the cache here: the caller does. */
+typedef struct {
+    const int *seq, *pos;
+    int64_t stride;
+} kvq_cuda_seqs;
+
 /** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps) for rows r of n floats (y may be x). */
 kvq_status kvq_cuda_rmsnorm(float *y, const float *x, const float *w, int rows, int n, float eps, kvq_err *err);
 /** Rotates the first rot_dim coordinates of each head of x (T, n_heads, head_dim) in
@@ -22,7 +32,7 @@ kvq_status kvq_cuda_rmsnorm(float *y, const float *x, const float *w, int rows, 
  *  double, as kvq_rope. d_pos: NULL, or a device int the kernel reads pos from instead (a
  *  captured graph replayed at later positions; likewise for attention). */
 kvq_status kvq_cuda_rope(float *x, int T, int n_heads, int head_dim, int rot_dim, int pos, const int *d_pos,
-                         const float *inv_freq, kvq_err *err);
+                         const kvq_cuda_seqs *sq, const float *inv_freq, kvq_err *err);
 /** Splits fused rows (T, q_dim + 2·kv_dim) into q, k, v, adding bias (NULL: none). */
 kvq_status kvq_cuda_qkv_split(const float *qkv, const float *bias, float *q, float *k, float *v, int T, int q_dim,
                               int kv_dim, kvq_err *err);
@@ -31,9 +41,11 @@ kvq_status kvq_cuda_silu_mul(float *h, const float *gu, int T, int ffn, kvq_err 
 /** x += y over n floats. */
 kvq_status kvq_cuda_add(float *x, const float *y, size_t n, kvq_err *err);
 
-/** *d_out (device int) = the index of the largest of n floats at x, the first of equals; -1
- *  when one is NaN (the host's kvq_sample_argmax and NaN check). */
-kvq_status kvq_cuda_argmax(const float *x, int n, int *d_out, kvq_err *err);
+/** d_out[r] (device ints) = the index of the largest of the n floats of row r of x (rows, n),
+ *  the first of equals; -1 when one is NaN (the host's kvq_sample_argmax and NaN check);
+ *  rows <= KVQ_CUDA_ARGMAX_ROWS. */
+#define KVQ_CUDA_ARGMAX_ROWS 64
+kvq_status kvq_cuda_argmax(const float *x, int rows, int n, int *d_out, kvq_err *err);
 
 /** y (T, rows) = x (T, cols) · Wᵀ for a dense row-major W (rows, cols), bf16 (bf16 = 1) or
  *  fp32 values, fp32 accumulation; W read once per 8 tokens; accumulate = 1: y += the product. */
@@ -65,8 +77,8 @@ size_t kvq_cuda_tc_scratch_bytes(void);
  *  head_dim) = softmax(q·Kᵀ·scale)·V with token t attending to [0, pos+t] (GQA: query head
  *  h reads KV head h / (n_heads / n_kv_heads)). */
 kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, float *kc, float *vc, float *out, int T,
-                              int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
-                              kvq_err *err);
+                              int pos, const int *d_pos, const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim,
+                              int max_ctx, float scale, kvq_err *err);
 /** The attention inputs (kvq_cuda_attn_in's arguments) that the next one-token split attend
  *  (kvq_cuda_attend with T = 1, kvq_cuda_hqx_attend_prep) computes itself instead of reading q
  *  and the cache's new row: each KV head's blocks compute their query heads from qkv, and the
@@ -81,7 +93,7 @@ typedef struct {
 void kvq_cuda_attend_set_inputs(const kvq_cuda_ain *in);
 /** kvq_cuda_attention's second half: attends over positions already in the cache. */
 kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos, const int *d_pos,
-                           int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err);
+                           const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err);
 /** The attention block's inputs in one kernel, from the fused rows qkv (T, q_dim + 2·kv_dim):
  *  kvq_cuda_qkv_split (bias: NULL or q_dim + 2·kv_dim floats), the per-head RMSNorm of q and k
  *  (q_norm/k_norm: NULL or head_dim weights, eps), kvq_cuda_rope on q and k (rot_dim, pos or
@@ -89,8 +101,8 @@ kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, flo
  *  (n_kv_heads, max_ctx, head_dim) at positions [pos, pos+T) — what kvq_cuda_attention's store
  *  would have written. Same formulas as the separate kernels. */
 kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps, float *q,
-                            float *kc, float *vc, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads, int head_dim,
-                            int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err);
+                            float *kc, float *vc, int T, int pos, const int *d_pos, const kvq_cuda_seqs *sq, int n_heads,
+                            int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err);
 /** kvq_cuda_attn_in writing k and v as rows (T, n_kv_heads·head_dim), as kvq_cuda_qkv_split
  *  and the ropes would have left them, instead of into a cache (for a KV codec cache, which
  *  appends them itself). */

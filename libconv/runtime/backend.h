@@ -67,6 +67,19 @@ typedef struct kvq_backend_ops {
      *  backend may replay a captured graph of the ops that follow (logits: the chunk ends
      *  with the lm_head product; 2: and the argmax of its logits). */
     void (*step)(kvq_backend *b, int T, int pos, int logits);
+    /** Optional (NULL: one sequence at a time): a chunk of T tokens of T different sequences
+     *  begins (a batched decode step, kvq_model_forward_seqs): token t is the next token of
+     *  sequence seq[t] at position pos[t] (host arrays, valid until the chunk's sync). Until the
+     *  next step or step_seqs, rope and attention take these positions (their pos argument is
+     *  ignored) and token t attends within its own sequence: caches[seq[t]] on a host backend
+     *  (the model's caches), the backend's own cache of sequence seq[t] otherwise (caches NULL).
+     *  logits as in step. */
+    void (*step_seqs)(kvq_backend *b, int T, const int *seq, const int *pos, kvq_kvcache *const *caches, int logits);
+    /** Optional, backends holding their own KV cache (NULL: they hold one sequence): the cache
+     *  holds n_seq sequences from now on (what it held is dropped). */
+    kvq_status (*seqs)(kvq_backend *b, int n_seq, kvq_err *err);
+    /** Optional, with seqs: the sequence whose cache the chunks begun by step use from now on. */
+    void (*seq_use)(kvq_backend *b, int s);
     /** Every matrix adopted: sizes scratch for max_batch tokens. */
     kvq_status (*ready)(kvq_backend *b, kvq_err *err);
     /** y (T, w->rows) = x (T, w->cols) · Wᵀ. */
@@ -86,9 +99,9 @@ typedef struct kvq_backend_ops {
     /** x += y over n floats. */
     void (*add)(kvq_backend *b, float *x, const float *y, size_t n);
     /** Optional (NULL: the model downloads the logits and reduces them on the host): queues
-     *  *out (host memory) = the index of the largest of n floats at x, the first of equals, or
-     *  -1 when one is NaN; *out is set once sync returns. */
-    kvq_status (*argmax)(kvq_backend *b, const float *x, int n, int32_t *out, kvq_err *err);
+     *  out[r] (host memory) = the index of the largest of the n floats of row r of x (rows, n),
+     *  the first of equals, or -1 when one is NaN; out is set once sync returns. */
+    kvq_status (*argmax)(kvq_backend *b, const float *x, int rows, int n, int32_t *out, kvq_err *err);
     /** Waits for queued work; @return the first error an op met since the last sync. */
     kvq_status (*sync)(kvq_backend *b, kvq_err *err);
     /** Bytes of scratch the backend holds for products and for its own KV cache's appends and

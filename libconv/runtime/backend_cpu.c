@@ -53,6 +53,8 @@ typedef struct {
     size_t gemm_bytes, gemm_thread_bytes;
     int gemm_threads;
     int prep_in_team; // KVQ_CPU_PREP_TEAM=1: one token's preparation shared by the team (before)
+    // a chunk of several sequences (step_seqs): token t at pos[t] of caches[seq[t]]
+    struct { int on; const int *seq, *pos; kvq_kvcache *const *caches; } sq;
 } cpu;
 
 void kvq_mat_free_host(kvq_mat *m) {
@@ -306,11 +308,34 @@ static void qkv_split(kvq_backend *b, const float *qkv, const float *bias, float
 
 static void rope(kvq_backend *b, float *x, int T, int n_heads, int head_dim, int rot_dim, int pos,
                  const float *inv_freq) {
-    kvq_rope(x, T, n_heads, head_dim, rot_dim, pos, inv_freq, b->n_threads);
+    const cpu *c = (const cpu *)b;
+    if (!c->sq.on) {
+        kvq_rope(x, T, n_heads, head_dim, rot_dim, pos, inv_freq, b->n_threads);
+        return;
+    }
+    for (int t = 0; t < T; t++) // each token at its sequence's position
+        kvq_rope(x + (size_t)t * n_heads * head_dim, 1, n_heads, head_dim, rot_dim, c->sq.pos[t], inv_freq, b->n_threads);
 }
+
+static kvq_status attention_seq(kvq_backend *b, kvq_kvcache *c, int l, const float *q, const float *k, const float *v,
+                                float *out, int T, int pos, const kvq_attn_shape *s);
 
 static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *q, const float *k, const float *v,
                             float *out, int T, int pos, const kvq_attn_shape *s) {
+    const cpu *cb = (const cpu *)b;
+    if (!cb->sq.on) return attention_seq(b, c, l, q, k, v, out, T, pos, s);
+    const size_t q_dim = (size_t)s->n_heads * s->head_dim, kv_dim = (size_t)s->n_kv_heads * s->head_dim;
+    for (int t = 0; t < T; t++) { // several sequences: each token within its own cache
+        kvq_status r = attention_seq(b, cb->sq.caches[cb->sq.seq[t]], l, q + t * q_dim, k + t * kv_dim, v + t * kv_dim,
+                                     out + t * q_dim, 1, cb->sq.pos[t], s);
+        if (r) return r;
+    }
+    return KVQ_OK;
+}
+
+// T tokens of one sequence at [pos, pos + T) of cache c.
+static kvq_status attention_seq(kvq_backend *b, kvq_kvcache *c, int l, const float *q, const float *k, const float *v,
+                                float *out, int T, int pos, const kvq_attn_shape *s) {
     const int hd = s->head_dim, nkv = s->n_kv_heads, nrep = s->n_heads / nkv;
     const size_t q_dim = (size_t)s->n_heads * hd, kv_dim = (size_t)nkv * hd;
     for (int t = 0; t < T; t++) {
@@ -343,7 +368,15 @@ static void add(kvq_backend *b, float *x, const float *y, size_t n) {
 }
 
 static kvq_status sync(kvq_backend *b, kvq_err *err) { (void)b; (void)err; return KVQ_OK; }
-static void step(kvq_backend *b, int T, int pos, int logits) { (void)b; (void)T; (void)pos; (void)logits; }
+static void step(kvq_backend *b, int T, int pos, int logits) {
+    (void)T; (void)pos; (void)logits;
+    ((cpu *)b)->sq.on = 0;
+}
+static void step_seqs(kvq_backend *b, int T, const int *seq, const int *pos, kvq_kvcache *const *caches, int logits) {
+    (void)T; (void)logits;
+    cpu *c = (cpu *)b;
+    c->sq.on = 1; c->sq.seq = seq; c->sq.pos = pos; c->sq.caches = caches;
+}
 
 static size_t scratch_bytes(const kvq_backend *b) {
     const cpu *c = (const cpu *)b;
@@ -359,7 +392,8 @@ static size_t kv_bytes(const kvq_backend *b) { (void)b; return 0; }
 
 static const kvq_backend_ops cpu_ops = {
     .name = "cpu", .host = 1, .destroy = destroy, .alloc = alloc, .release = release, .upload = copy,
-    .download = copy, .mat_adopt = mat_adopt, .mat_release = mat_release, .step = step, .ready = ready, .matmul = matmul,
+    .download = copy, .mat_adopt = mat_adopt, .mat_release = mat_release, .step = step, .step_seqs = step_seqs,
+    .ready = ready, .matmul = matmul,
     .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .silu_mul = silu_mul,
     .add = add, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
 };

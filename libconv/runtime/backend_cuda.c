@@ -43,13 +43,21 @@ typedef struct {
     } kv;
     int *d_pos;     // the position a graph reads
     int pos;        // its host copy (the source of the asynchronous copy)
+    // Several sequences (seqs): the fp32 cache holds n of them, kv_floats floats apart; cur is
+    // the one a chunk begun by step uses. A step of several (step_seqs) has T tokens, token t
+    // at position h[KVQ_MODEL_MAX_SEQS + t] of sequence h[t]; d is their device copy, which the
+    // kernels read (so a captured step replays at later positions); view: what they are given.
+    struct { int n, cur, on, T; int h[2 * KVQ_MODEL_MAX_SEQS]; int *d; kvq_cuda_seqs view; } sq;
     int graphs;     // use graphs
     mode mode;
-    void *graph[2]; // the decode step's executable graphs: ending in logits, in their argmax
+    void *graph[4]; // the decode steps' executable graphs: ending in logits, in their argmax; then
+                    // the same two for a step of several sequences (of graph_T[2..3] tokens)
+    int graph_T[4];
     int variant;    // which of them this step uses
-    int *d_top1;    // the argmax op's answer on the device,
-    int h_top1;     // its host copy (the asynchronous copy's destination)
-    int32_t *top1;  // and where sync delivers it (NULL: no argmax queued)
+    int *d_top1;    // the argmax op's answers on the device (KVQ_CUDA_ARGMAX_ROWS),
+    int h_top1[KVQ_CUDA_ARGMAX_ROWS]; // their host copy (the asynchronous copy's destination)
+    int32_t *top1;  // and where sync delivers them (NULL: no argmax queued)
+    int top1_rows;
     // Queued ops, fused with what follows when it allows (KVQ_CUDA_FUSE=0: never): at most one
     // of these is pending at a time; any other op first launches it as it was asked for.
     int fuse;
@@ -57,7 +65,10 @@ typedef struct {
     // (gemm_tc.cu, hqx_tc.cu) when cuBLAS loads: tc = 1. KVQ_CUDA_TC=0 keeps the CUDA-core
     // kernels; KVQ_CUDA_TC_MIN sets the threshold. Not in exact mode (it promises the CPU's
     // exact products within float rounding; bf16 operands round at ~1e-3).
-    int tc, tc_min;
+    // Dense bf16 products take tensor cores from tc_min_dense tokens (2: a decode step of several
+    // sequences reads its bf16 weights once through cuBLAS instead of dense_matmul.cu's 8-token
+    // passes; KVQ_CUDA_TC_MIN_DENSE).
+    int tc, tc_min, tc_min_dense;
     struct { int on; float *y; const float *x; const kvq_mat *w; int T; kvq_cuda_xin in; } pend; // a product
     // an RMSNorm or silu_mul whose output the next packed product's activation preparation
     // computes instead (kvq_cuda_hqx_matmul_parts_in)
@@ -110,6 +121,7 @@ static int prof_slot(gpu *g, const char *key) {
 }
 // A timeline mark while the step is captured: the op that ends here is key.
 static void tl_mark(gpu *g, int slot) {
+    if (g->variant >= 2) return; // steps of several sequences are not on the timeline
     int *n = &g->tl_n[g->variant];
     if (*n >= 2048) return;
     kvq_err e = {0};
@@ -131,6 +143,7 @@ static void prof_end(gpu *g, const char *key) {
 }
 // After a run of the captured step: the time between marks into the ops' totals.
 static void tl_read(gpu *g) {
+    if (g->variant >= 2) return;
     for (int i = 1; i < g->tl_n[g->variant]; i++) {
         float ms = 0;
         kvq_err e = {0};
@@ -144,6 +157,15 @@ static void tl_read(gpu *g) {
 static int skip(const gpu *g) { return g->mode == REPLAY; }
 #define TIMED(g, key, stmt) do { prof_begin(g); stmt; prof_end(g, key); } while (0)
 static const int *dpos(const gpu *g) { return g->mode == DIRECT ? NULL : g->d_pos; }
+// The sequences of the step (NULL: one sequence, the cache of sq.cur).
+static const kvq_cuda_seqs *seqs_of(const gpu *g) { return g->sq.on ? &g->sq.view : NULL; }
+// Layer l's fp32 K and V caches as the kernels take them: sequence cur's, or in a step of
+// several sequences sequence 0's (each token's found through seqs_of).
+static float *kc_of(const gpu *g, int l) {
+    const size_t per_layer = g->kv_floats / g->b.arch.n_layers;
+    return g->kc + (g->sq.on ? 0 : (size_t)g->sq.cur * g->kv_floats) + per_layer * l;
+}
+static float *vc_of(const gpu *g, int l) { return g->vc + (kc_of(g, l) - g->kc); }
 
 static void note(gpu *g, kvq_status s, const kvq_err *e) {
     if (s && !g->first.code) g->first = *e;
@@ -182,9 +204,9 @@ static void destroy(kvq_backend *b) {
         if (g->prof[i].n)
             fprintf(stderr, "kvq cuda profile: %-40s %8ld calls %9.3f ms %6.1f us/call %5.1f %%\n", g->prof[i].key,
                 g->prof[i].n, 1e3 * g->prof[i].s, 1e6 * g->prof[i].s / g->prof[i].n, 100 * g->prof[i].s / tot);
-    kvq_cuda_graph_free(g->graph[0]);
-    kvq_cuda_graph_free(g->graph[1]);
+    for (int i = 0; i < 4; i++) kvq_cuda_graph_free(g->graph[i]);
     kvq_cuda_free(g->d_top1);
+    kvq_cuda_free(g->sq.d);
     kvq_cuda_free(g->kc);
     kvq_cuda_free(g->vc);
     kvq_cuda_free(g->d_pos);
@@ -313,7 +335,9 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
         if (s) kvq_err_prefix(err, "the KV cache (%d positions)", b->max_ctx);
     }
     if (!s) s = kvq_cuda_malloc((void **)&g->d_pos, sizeof(int), err);
-    if (!s) s = kvq_cuda_malloc((void **)&g->d_top1, sizeof(int), err);
+    if (!s) s = kvq_cuda_malloc((void **)&g->d_top1, sizeof(int) * KVQ_CUDA_ARGMAX_ROWS, err);
+    if (!s) s = kvq_cuda_malloc((void **)&g->sq.d, sizeof g->sq.h, err);
+    g->sq.n = 1;
     if (!s) s = kvq_cuda_attention_init(a->n_heads, a->n_kv_heads, a->head_dim, b->max_ctx, err);
     if (!s) s = kvq_cuda_hqx_fused_init(err);
     return s;
@@ -322,6 +346,7 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
 static void step(kvq_backend *b, int T, int pos, int logits) {
     gpu *g = (gpu *)b;
     g->mode = DIRECT;
+    g->sq.on = 0;
     if (!g->graphs || g->kv.on || T != 1 || !logits || g->first.code) return;
     kvq_err e = {0};
     g->pos = pos;
@@ -336,11 +361,73 @@ static void step(kvq_backend *b, int T, int pos, int logits) {
     }
 }
 
+// A step of T sequences: their ids and positions copied to the device, where the kernels read
+// them; with logits, captured as a graph (variants 2, 3) on its first run and replayed after
+// (again captured when T changes).
+static void step_seqs(kvq_backend *b, int T, const int *seq, const int *pos, kvq_kvcache *const *caches, int logits) {
+    (void)caches;
+    gpu *g = (gpu *)b;
+    g->mode = DIRECT;
+    g->sq.on = 1;
+    g->sq.T = T;
+    for (int t = 0; t < T; t++) g->sq.h[t] = seq[t], g->sq.h[KVQ_MODEL_MAX_SEQS + t] = pos[t];
+    g->sq.view = (kvq_cuda_seqs){g->sq.d, g->sq.d + KVQ_MODEL_MAX_SEQS, (int64_t)g->kv_floats};
+    kvq_err e = {0};
+    kvq_status s = kvq_cuda_copy_async(g->sq.d, g->sq.h, sizeof g->sq.h, 1, &e);
+    if (!s && g->graphs && logits && !g->kv.on && !g->first.code) {
+        g->variant = 2 + (logits == 2);
+        if (g->graph[g->variant] && g->graph_T[g->variant] != T)
+            kvq_cuda_graph_free(g->graph[g->variant]), g->graph[g->variant] = NULL;
+        if (!g->graph[g->variant]) s = kvq_cuda_capture_begin(&e);
+        if (!s) {
+            g->mode = g->graph[g->variant] ? REPLAY : CAPTURE;
+            g->graph_T[g->variant] = T;
+        }
+    }
+    note(g, s, &e);
+}
+
+static kvq_status seqs(kvq_backend *b, int n, kvq_err *err) {
+    gpu *g = (gpu *)b;
+    if (g->kv.on) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: %d sequences with the KV cache %s: a codec cache "
+                                     "holds one sequence", n, g->kv.spec);
+    if (!g->kc)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: %d sequences at a context of %d positions: beyond the fp32 "
+                           "attention kernel's %d", n, b->max_ctx, kvq_cuda_attention_max_ctx(b->arch.head_dim));
+    float *kc = NULL, *vc = NULL;
+    kvq_status s = kvq_cuda_malloc((void **)&kc, sizeof(float) * g->kv_floats * n, err);
+    if (!s) s = kvq_cuda_malloc((void **)&vc, sizeof(float) * g->kv_floats * n, err);
+    if (s) {
+        kvq_cuda_free(kc);
+        kvq_err_prefix(err, "the KV cache of %d sequences (%d positions each)", n, b->max_ctx);
+        return s;
+    }
+    kvq_cuda_free(g->kc);
+    kvq_cuda_free(g->vc);
+    g->kc = kc;
+    g->vc = vc;
+    g->sq.n = n;
+    g->sq.cur = 0;
+    for (int i = 0; i < 4; i++) kvq_cuda_graph_free(g->graph[i]), g->graph[i] = NULL; // they hold the old cache's address
+    return KVQ_OK;
+}
+
+static void seq_use(kvq_backend *b, int s) {
+    gpu *g = (gpu *)b;
+    if (s == g->sq.cur) return;
+    g->sq.cur = s;
+    for (int i = 0; i < 2; i++) kvq_cuda_graph_free(g->graph[i]), g->graph[i] = NULL; // captured with the other cache
+}
+
 // Runs a product now; acc = 1 adds it into y.
 // Whether a product of T tokens with w runs on tensor cores.
 static int use_tc(const gpu *g, const kvq_mat *w, int T) {
-    if (!g->tc || T < g->tc_min) return 0;
-    return w->n_part ? g->b.exec != KVQ_EXEC_EXACT : w->dt == KVQ_DTYPE_BF16;
+    if (!g->tc) return 0;
+    // packed: not in a step of several sequences, whose weights hqx_tc.cu would decode to bf16 at
+    // every step (16 sequences: 58 ms a step on the 8B shape, against 10.7 for 8 in one pass of
+    // the several-token kernel)
+    return w->n_part ? T >= g->tc_min && !g->sq.on && g->b.exec != KVQ_EXEC_EXACT
+                     : T >= g->tc_min_dense && w->dt == KVQ_DTYPE_BF16;
 }
 
 static void launch_mm(gpu *g, float *y, const float *x, const kvq_mat *w, int T, int acc) {
@@ -387,7 +474,7 @@ static void launch_rmsnorm(gpu *g, float *y, const float *x, const float *w, int
     TIMED(g, "rmsnorm", RUN(g, kvq_cuda_rmsnorm(y, x, w, rows, n, eps, ERR)));
 }
 static void launch_rope(gpu *g, float *x, int T, int n_heads, int hd, int rot, int pos, const float *inv_freq) {
-    TIMED(g, "rope", RUN(g, kvq_cuda_rope(x, T, n_heads, hd, rot, pos, dpos(g), inv_freq, ERR)));
+    TIMED(g, "rope", RUN(g, kvq_cuda_rope(x, T, n_heads, hd, rot, pos, dpos(g), seqs_of(g), inv_freq, ERR)));
 }
 
 // The queued ops, launched as they were asked for (in that order; at most one is pending).
@@ -397,7 +484,7 @@ static void launch_attend(gpu *g) {
     g->pat.on = 0;
     if (g->pat.has_in) kvq_cuda_attend_set_inputs(&g->pat.in); // the attention computes its own inputs
     prof_begin(g);
-    RUN(g, kvq_cuda_attend(g->pat.q, g->pat.kc, g->pat.vc, g->pat.out, 1, g->pat.pos, dpos(g), g->pat.nh, g->pat.nkv,
+    RUN(g, kvq_cuda_attend(g->pat.q, g->pat.kc, g->pat.vc, g->pat.out, 1, g->pat.pos, dpos(g), NULL, g->pat.nh, g->pat.nkv,
                            g->pat.hd, g->b.max_ctx, g->pat.scale, ERR));
     prof_end(g, "attend T=1");
 }
@@ -578,15 +665,16 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
         note(g, st, &e);
         return st;
     }
-    const size_t per_layer = (size_t)s->n_kv_heads * (size_t)b->max_ctx * s->head_dim;
     kvq_err e = {0};
     const int hd = s->head_dim;
+    float *kc = kc_of(g, l), *vc = vc_of(g, l);
+    const kvq_cuda_seqs *sq = seqs_of(g);
     if (ain_matches(g, q, k, v, T, pos, s)) {
         g->ain.on = 0; // split, norms, ropes and the cache store in one kernel, then attend
         kvq_status st = KVQ_OK;
-        if (T == 1 && g->fuse && b->exec != KVQ_EXEC_EXACT && g->ain_fuse && g->ain.rot <= hd && !(g->ain.rot & 1)) {
+        if (T == 1 && !sq && g->fuse && b->exec != KVQ_EXEC_EXACT && g->ain_fuse && g->ain.rot <= hd && !(g->ain.rot & 1)) {
             // one token: the attention kernel computes them itself (kvq_cuda_attend_set_inputs)
-            g->pat.on = 1; g->pat.q = q; g->pat.kc = g->kc + per_layer * l; g->pat.vc = g->vc + per_layer * l;
+            g->pat.on = 1; g->pat.q = q; g->pat.kc = kc; g->pat.vc = vc;
             g->pat.out = out; g->pat.pos = pos; g->pat.nh = s->n_heads; g->pat.nkv = s->n_kv_heads; g->pat.hd = hd;
             g->pat.scale = s->scale;
             g->pat.has_in = 1;
@@ -596,27 +684,26 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
         }
         prof_begin(g);
         st = kvq_cuda_attn_in(g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL, g->ain.has_kn ? g->ain.kn : NULL,
-                              g->ain.eps, g->ain.q, g->kc + per_layer * l, g->vc + per_layer * l, T, pos, dpos(g), s->n_heads,
-                              s->n_kv_heads, hd, g->ain.rot, g->ain.inv_freq, b->max_ctx, &e);
+                              g->ain.eps, g->ain.q, kc, vc, T, pos, dpos(g), sq, s->n_heads, s->n_kv_heads, hd, g->ain.rot,
+                              g->ain.inv_freq, b->max_ctx, &e);
         prof_end(g, "attn_in");
-        if (!st && T == 1 && g->fuse && b->exec != KVQ_EXEC_EXACT) { // queued: the o product may fold its preparation in
+        if (!st && T == 1 && !sq && g->fuse && b->exec != KVQ_EXEC_EXACT) { // queued: the o product may fold its preparation in
             g->pat.has_in = 0;
-            g->pat.on = 1; g->pat.q = q; g->pat.kc = g->kc + per_layer * l; g->pat.vc = g->vc + per_layer * l;
+            g->pat.on = 1; g->pat.q = q; g->pat.kc = kc; g->pat.vc = vc;
             g->pat.out = out; g->pat.pos = pos; g->pat.nh = s->n_heads; g->pat.nkv = s->n_kv_heads; g->pat.hd = hd;
             g->pat.scale = s->scale;
         } else if (!st) {
             prof_begin(g);
-            st = kvq_cuda_attend(q, g->kc + per_layer * l, g->vc + per_layer * l, out, T, pos, dpos(g), s->n_heads,
-                                 s->n_kv_heads, hd, b->max_ctx, s->scale, &e);
-            prof_end(g, T == 1 ? "attend T=1" : "attend T>1");
+            st = kvq_cuda_attend(q, kc, vc, out, T, pos, dpos(g), sq, s->n_heads, s->n_kv_heads, hd, b->max_ctx, s->scale, &e);
+            prof_end(g, sq ? "attend seqs" : T == 1 ? "attend T=1" : "attend T>1");
         }
         note(g, st, &e);
         return st;
     }
     flush(g);
     prof_begin(g);
-    kvq_status st = kvq_cuda_attention(q, k, v, g->kc + per_layer * l, g->vc + per_layer * l, out, T, pos, dpos(g), s->n_heads,
-                                       s->n_kv_heads, s->head_dim, b->max_ctx, s->scale, &e);
+    kvq_status st = kvq_cuda_attention(q, k, v, kc, vc, out, T, pos, dpos(g), sq, s->n_heads, s->n_kv_heads, s->head_dim,
+                                       b->max_ctx, s->scale, &e);
     note(g, st, &e);
     prof_end(g, T == 1 ? "attention T=1" : "attention T>1");
     return st;
@@ -645,13 +732,15 @@ static void add(kvq_backend *b, float *x, const float *y, size_t n) {
     TIMED(g, "add", RUN(g, kvq_cuda_add(x, y, n, ERR)));
 }
 
-static kvq_status argmax(kvq_backend *b, const float *x, int n, int32_t *out, kvq_err *err) {
-    (void)err;
+static kvq_status argmax(kvq_backend *b, const float *x, int rows, int n, int32_t *out, kvq_err *err) {
     gpu *g = (gpu *)b;
+    if (rows < 1 || rows > KVQ_CUDA_ARGMAX_ROWS)
+        return kvq_err_set(err, KVQ_ERR_ARG, "--gpu: the greedy choice of %d rows (at most %d)", rows, KVQ_CUDA_ARGMAX_ROWS);
     g->top1 = out; // delivered by sync, after the graph (if any) has run
+    g->top1_rows = rows;
     if (skip(g)) return KVQ_OK;
     flush(g);
-    TIMED(g, "argmax", RUN(g, kvq_cuda_argmax(x, n, g->d_top1, ERR)));
+    TIMED(g, "argmax", RUN(g, kvq_cuda_argmax(x, rows, n, g->d_top1, ERR)));
     return KVQ_OK;
 }
 
@@ -672,13 +761,13 @@ static kvq_status sync(kvq_backend *b, kvq_err *err) {
     }
     g->mode = DIRECT;
     if (g->top1 && !g->first.code) {
-        s = kvq_cuda_copy_async(&g->h_top1, g->d_top1, sizeof(int), 0, &e);
+        s = kvq_cuda_copy_async(g->h_top1, g->d_top1, sizeof(int) * g->top1_rows, 0, &e);
         note(g, s, &e);
     }
     s = kvq_cuda_stream_sync(err);
     if (ran && g->timeline && !s) tl_read(g);
     if (g->top1) {
-        *g->top1 = g->first.code ? -1 : g->h_top1;
+        for (int r = 0; r < g->top1_rows; r++) g->top1[r] = g->first.code ? -1 : g->h_top1[r];
         g->top1 = NULL;
     }
     if (g->first.code) {
@@ -692,7 +781,7 @@ static kvq_status sync(kvq_backend *b, kvq_err *err) {
 static size_t scratch_bytes(const kvq_backend *b) { return kvq_cuda_tc_scratch_bytes() + ((const gpu *)b)->kv.aux; }
 static size_t kv_bytes(const kvq_backend *b) {
     const gpu *g = (const gpu *)b;
-    return g->kv.on ? g->kv.bytes : 2 * sizeof(float) * g->kv_floats;
+    return g->kv.on ? g->kv.bytes : 2 * sizeof(float) * g->kv_floats * (size_t)(g->sq.n > 1 ? g->sq.n : 1);
 }
 
 // The per-KV-head tables the encoder and the attention of layer l's side r read (centroids,
@@ -774,13 +863,14 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
     kvq_cuda_free(g->vc);
     g->kc = g->vc = NULL;
     g->kv_floats = 0;
-    for (int i = 0; i < 2; i++) kvq_cuda_graph_free(g->graph[i]), g->graph[i] = NULL;
+    for (int i = 0; i < 4; i++) kvq_cuda_graph_free(g->graph[i]), g->graph[i] = NULL;
     return KVQ_OK;
 }
 
 static const kvq_backend_ops gpu_ops = {
     .name = "cuda", .host = 0, .destroy = destroy, .alloc = alloc, .release = release, .upload = upload,
-    .download = download, .mat_adopt = mat_adopt, .mat_release = mat_release, .step = step, .ready = ready, .matmul = matmul,
+    .download = download, .mat_adopt = mat_adopt, .mat_release = mat_release, .step = step, .step_seqs = step_seqs,
+    .seqs = seqs, .seq_use = seq_use, .ready = ready, .matmul = matmul,
     .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .silu_mul = silu_mul,
     .add = add, .argmax = argmax, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
     .kv_codec = kv_codec,
@@ -806,12 +896,17 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     const char *tv = getenv("KVQ_CUDA_TC"), *tm = getenv("KVQ_CUDA_TC_MIN");
     g->tc = !(tv && !strcmp(tv, "0")) && kvq_cuda_tc_available(NULL, 0);
     g->tc_min = 16;
-    if (tm && *tm) {
+    g->tc_min_dense = 2;
+    const char *td = getenv("KVQ_CUDA_TC_MIN_DENSE");
+    for (int i = 0; i < 2; i++) {
+        const char *v = i ? td : tm;
+        if (!v || !*v) continue;
         char *end = NULL;
-        long v = strtol(tm, &end, 10);
-        if (*end || v < 1 || v > 1 << 20)
-            return free(g), kvq_err_set(err, KVQ_ERR_ARG, "KVQ_CUDA_TC_MIN=%s: not a token count (1..1048576)", tm);
-        g->tc_min = (int)v;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > 1 << 20)
+            return free(g), kvq_err_set(err, KVQ_ERR_ARG, "%s=%s: not a token count (1..1048576)",
+                                        i ? "KVQ_CUDA_TC_MIN_DENSE" : "KVQ_CUDA_TC_MIN", v);
+        *(i ? &g->tc_min_dense : &g->tc_min) = (int)n;
     }
     g->b = (kvq_backend){.ops = &gpu_ops, .exec = o->exec, .n_threads = o->n_threads, .max_batch = o->max_batch,
                          .max_ctx = o->max_ctx, .arch = *a};

@@ -16,6 +16,7 @@
 #include "kernels/cpu/rope.h"
 #include "libconv/runtime/backend.h"
 #include "libconv/kv/kvcache_default.h"
+#include "libconv/kv/kvcodec.h"
 #include "libconv/runtime/weights.h"
 
 typedef kvq_mat mat;
@@ -48,7 +49,14 @@ struct kvq_model {
     float *lg;            // device backends: logits of a chunk
     size_t lg_cap;
     float *lg1;           // device backends: logits of one token (a decode step; fixed for graphs)
-    float *lgh;           // host backends: logits kvq_model_forward_argmax reduces (vocab floats)
+    float *lgh;           // host backends: logits kvq_model_forward_argmax reduces (lgh_rows × vocab floats)
+    int lgh_rows;
+    // several sequences (kvq_model_set_seqs): n_seq caches, cur_seq the one chunks of one
+    // sequence use; on a host backend the model holds them (seqc, owned; cache == seqc[cur_seq]),
+    // a device backend its own
+    int n_seq, cur_seq;
+    kvq_kvcache **seqc;
+    float *lgs;           // device backends: logits of a step of several sequences (fixed for graphs)
 };
 
 kvq_model_opts kvq_model_opts_default(void) {
@@ -379,6 +387,7 @@ kvq_status kvq_model_open(const char *path, const kvq_model_opts *opts, kvq_mode
         goto fail;
     }
     m->src = s;
+    m->n_seq = 1;
     *out = m;
     return KVQ_OK;
 nomem:
@@ -412,12 +421,15 @@ void kvq_model_close(kvq_model *m) {
     VFREE(m->final_norm);
     VFREE(m->inv_freq);
     kvq_weights_close(m->src);
-    float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h, m->lg, m->lg1};
-    for (int i = 0; i < 11; i++) VFREE(bufs[i]);
+    float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h, m->lg, m->lg1, m->lgs};
+    for (int i = 0; i < 12; i++) VFREE(bufs[i]);
 #undef VFREE
     if (m->be && !m->be->ops->host) free(m->xh);
     free(m->lgh);
-    if (m->cache) m->cache->ops->free(m->cache);
+    if (m->seqc) { // m->cache is one of them
+        for (int i = 0; i < m->n_seq; i++) m->seqc[i]->ops->free(m->seqc[i]);
+        free(m->seqc);
+    } else if (m->cache) m->cache->ops->free(m->cache);
     if (m->kv_desc) m->kv_desc->ops->free(m->kv_desc);
     if (m->be) m->be->ops->destroy(m->be);
     free(m);
@@ -489,6 +501,7 @@ void kvq_model_memory(const kvq_model *m, kvq_model_mem *o) {
     o->kv = c ? (size_t)(c->ops->bits_per_element(c) / 8.0 * 2.0 * c->n_layers * c->n_kv_heads * c->head_dim *
                          (double)c->max_ctx)
               : m->be->ops->kv_bytes(m->be);
+    if (c && m->seqc) o->kv *= (size_t)m->n_seq; // the sequences' caches are alike
     o->kv_exec = c && c->ops->exec_bytes ? c->ops->exec_bytes(c) : 0;
 }
 
@@ -507,6 +520,9 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
         return kvq_err_set(err, KVQ_ERR_ARG, "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
                            c ? c->n_layers : 0, c ? c->n_kv_heads : 0, c ? c->head_dim : 0,
                            m->a.n_layers, m->a.n_kv_heads, m->a.head_dim);
+    if (m->n_seq > 1)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "a KV cache codec with %d sequences: set the cache first (codec caches "
+                           "hold one sequence)", m->n_seq);
     if (!m->cache) { // a device backend builds its own cache in the codec's device layout
         if (!m->be->ops->kv_codec)
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV-cache codecs do not run on the %s backend", m->be->ops->name);
@@ -550,14 +566,41 @@ static int32_t argmax_or_nan(const float *x, int n) {
         }                                                                                   \
     } while (0)
 
+// The end of a step of T sequences (forward_chunk_range with sseq): every token's final norm and
+// lm_head, then its logits (T, vocab; host memory) or its argmax (top1, T), reduced on the
+// device when the backend can.
+static kvq_status seqs_end(kvq_model *m, int T, float *logits, int32_t *top1, kvq_err *err) {
+    const kvq_backend_ops *op = m->be->ops;
+    kvq_backend *be = m->be;
+    const int V = m->a.vocab_size;
+    kvq_status r;
+    float *out = op->host ? (logits ? logits : m->lgh) : m->lgs;
+    op->rmsnorm(be, m->xn, m->x, m->final_norm, T, m->a.hidden_size, (float)m->a.rms_norm_eps);
+    op->matmul(be, out, m->xn, &m->lm_head, T);
+    if (top1 && op->argmax) {
+        if ((r = op->argmax(be, out, T, V, top1, err))) return r;
+        return op->sync(be, err);
+    }
+    if ((r = op->sync(be, err))) return r;
+    if (!op->host) {
+        float *dst = logits ? logits : m->lgh;
+        if ((r = op->download(be, dst, out, (size_t)T * V, err))) return r;
+        out = dst;
+    }
+    for (int t = 0; top1 && t < T; t++) top1[t] = argmax_or_nan(out + (size_t)t * V, V);
+    return KVQ_OK;
+}
+
 // One chunk of T <= max_batch tokens at positions [pos, pos+T); logits is host memory.
 // top1 (host; with logits NULL): the last token's logits reduced to their argmax instead.
 // h_in (host, T × hidden; NULL: tok's embeddings) enters layer l0, layers [l0, l1) run, h_out (host;
 // may be NULL) gets the residual stream after layer l1 − 1; the final norm and lm_head run only
-// when l1 is the last layer (kvq_model_forward_layers).
+// when l1 is the last layer (kvq_model_forward_layers). sseq (NULL: one sequence): token t is the
+// next token of sequence sseq[t] at position spos[t] (kvq_model_forward_seqs), pos is unused, and
+// every token's logits (all_logits) or argmax (top1, T of them) is what the chunk ends with.
 static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const float *h_in, int l0, int l1, int T,
                                       int pos, float *logits, int all_logits, int32_t *top1, float *h_out,
-                                      kvq_err *err) {
+                                      const int *sseq, const int *spos, kvq_err *err) {
     const kvq_arch *a = &m->a;
     const kvq_backend_ops *op = m->be->ops;
     kvq_backend *be = m->be;
@@ -576,7 +619,8 @@ static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const fl
     if (h_in) memcpy(m->xh, h_in, sizeof(float) * (size_t)T * d);
     else if (m->o.perturb && op->host) m->o.perturb(m->o.observe_ud, -1, KVQ_SITE_EMBED, m->xh, T, d);
     if ((r = op->upload(be, m->x, m->xh, (size_t)T * d, err))) return r;
-    op->step(be, T, pos, logits ? 1 : top1 ? 2 : 0);
+    if (sseq) op->step_seqs(be, T, sseq, spos, op->host ? m->seqc : NULL, logits ? 1 : top1 ? 2 : 0);
+    else op->step(be, T, pos, logits ? 1 : top1 ? 2 : 0);
     for (int l = l0; l < l1; l++) {
         layer *L = &m->L[l];
         op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, d, eps);
@@ -592,6 +636,8 @@ static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const fl
         op->rope(be, m->k, T, a->n_kv_heads, hd, m->rot_dim, pos, m->inv_freq);
         if ((r = op->attention(be, m->cache, l, m->q, m->k, m->v, m->att, T, pos, &as))) {
             // the cache's error channel names layer, head, codec and cause
+            for (int t = 0; sseq && op->host && t < T; t++)
+                if (m->seqc[sseq[t]]->err.msg[0]) return kvq_err_set(err, r, "sequence %d: %s", sseq[t], m->seqc[sseq[t]]->err.msg);
             if (m->cache && m->cache->err.msg[0]) return kvq_err_set(err, r, "%s", m->cache->err.msg);
             return op->sync(be, err) ? err->code : kvq_err_set(err, r, "attention: %s", kvq_strerror(r));
         }
@@ -611,13 +657,14 @@ static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const fl
     }
     if (h_out && (r = op->download(be, h_out, m->x, (size_t)T * d, err))) return r;
     if (l1 < a->n_layers) return op->sync(be, err);
+    if (sseq) return seqs_end(m, T, logits, top1, err);
     if (top1) { // the last token's logits, reduced where they are
         const int V = a->vocab_size;
         float *out = op->host ? m->lgh : m->lg1;
         op->rmsnorm(be, m->xn, m->x + (size_t)(T - 1) * d, m->final_norm, 1, d, eps);
         op->matmul(be, out, m->xn, &m->lm_head, 1);
         if (op->argmax) {
-            if ((r = op->argmax(be, out, V, top1, err))) return r;
+            if ((r = op->argmax(be, out, 1, V, top1, err))) return r;
             return op->sync(be, err); // *top1 is set once the queue has run
         }
         if ((r = op->sync(be, err))) return r;
@@ -657,7 +704,7 @@ static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const fl
 
 static kvq_status forward_chunk(kvq_model *m, const int32_t *tok, int T, int pos, float *logits, int all_logits,
                                 int32_t *top1, kvq_err *err) {
-    return forward_chunk_range(m, tok, NULL, 0, m->a.n_layers, T, pos, logits, all_logits, top1, NULL, err);
+    return forward_chunk_range(m, tok, NULL, 0, m->a.n_layers, T, pos, logits, all_logits, top1, NULL, NULL, NULL, err);
 }
 
 static kvq_status forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits, int all_logits,
@@ -684,7 +731,7 @@ kvq_status kvq_model_forward_layers(kvq_model *m, const int32_t *tokens, const f
         kvq_err e2 = {0};
         kvq_status r = forward_chunk_range(m, h_in ? NULL : tokens + t0, h_in ? h_in + (size_t)t0 * d : NULL, l0, l1, n,
                                            pos + t0, logits ? logits + (size_t)t0 * V : NULL, 1, NULL,
-                                           h_out ? h_out + (size_t)t0 * d : NULL, &e2);
+                                           h_out ? h_out + (size_t)t0 * d : NULL, NULL, NULL, &e2);
         if (r) return kvq_err_set(err, r, "%s (positions [%d, %d))", e2.msg[0] ? e2.msg : kvq_strerror(r), pos + t0, pos + t0 + n);
     }
     return KVQ_OK;
@@ -699,6 +746,98 @@ kvq_status kvq_model_forward_argmax(kvq_model *m, const int32_t *tokens, int T, 
     if (m->be->ops->host && !m->lgh && !(m->lgh = malloc(sizeof(float) * m->a.vocab_size)))
         return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for the logits");
     return forward(m, tokens, T, pos, NULL, 0, next, err);
+}
+
+// ---- several sequences
+
+kvq_status kvq_model_set_seqs(kvq_model *m, int n_seq, kvq_err *err) {
+    const kvq_arch *a = &m->a;
+    if (n_seq < 1 || n_seq > KVQ_MODEL_MAX_SEQS)
+        return kvq_err_set(err, KVQ_ERR_ARG, "%d sequences: expected 1..%d", n_seq, KVQ_MODEL_MAX_SEQS);
+    if (n_seq == m->n_seq) return KVQ_OK;
+    const kvq_backend_ops *op = m->be->ops;
+    const int rows = n_seq < m->o.max_batch ? n_seq : m->o.max_batch; // tokens a step can take
+    kvq_status r;
+    if (op->host) {
+        if (kvq_kvcache_codec_policy(m->cache))
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%d sequences with a KV cache codec: codec caches hold one sequence",
+                               n_seq);
+        kvq_kvcache **c = calloc((size_t)n_seq, sizeof *c);
+        float *lgh = malloc(sizeof(float) * (size_t)rows * a->vocab_size);
+        if (!c || !lgh) {
+            free(c); free(lgh);
+            return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %d sequences", n_seq);
+        }
+        c[0] = m->cache; // the sequence the model held so far stays sequence 0
+        for (int i = 1; i < n_seq; i++)
+            if ((r = kvq_kvcache_default_new(a->n_layers, a->n_kv_heads, a->head_dim, m->o.max_ctx, m->o.kv_fp16, &c[i], err))) {
+                while (--i > 0) c[i]->ops->free(c[i]);
+                free(c); free(lgh);
+                return r;
+            }
+        for (int i = 0; i < m->n_seq && m->seqc; i++)
+            if (m->seqc[i] != m->cache) m->seqc[i]->ops->free(m->seqc[i]);
+        free(m->seqc);
+        free(m->lgh);
+        m->seqc = c;
+        m->lgh = lgh;
+        m->lgh_rows = rows;
+    } else {
+        if (!op->seqs)
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "the %s backend runs one sequence at a time", op->name);
+        float *lgs = op->alloc(m->be, (size_t)rows * a->vocab_size);
+        if (!lgs) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of %s memory for %d sequences' logits", op->name, rows);
+        if ((r = op->seqs(m->be, n_seq, err))) { op->release(m->be, lgs); return r; }
+        op->release(m->be, m->lgs);
+        m->lgs = lgs;
+        if (!m->lgh_rows || m->lgh_rows < rows) {
+            float *h = realloc(m->lgh, sizeof(float) * (size_t)rows * a->vocab_size);
+            if (!h) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %d sequences' logits", rows);
+            m->lgh = h;
+            m->lgh_rows = rows;
+        }
+    }
+    m->n_seq = n_seq;
+    m->cur_seq = 0;
+    return KVQ_OK;
+}
+
+int kvq_model_n_seqs(const kvq_model *m) { return m->n_seq; }
+
+kvq_status kvq_model_use_seq(kvq_model *m, int s, kvq_err *err) {
+    if (s < 0 || s >= m->n_seq) return kvq_err_set(err, KVQ_ERR_ARG, "sequence %d of %d", s, m->n_seq);
+    if (m->be->ops->host) m->cache = m->seqc ? m->seqc[s] : m->cache;
+    else if (m->be->ops->seq_use) m->be->ops->seq_use(m->be, s);
+    m->cur_seq = s;
+    return KVQ_OK;
+}
+
+kvq_status kvq_model_forward_seqs(kvq_model *m, const int32_t *tokens, const int *seq, const int *pos, int n, float *logits,
+                                  int32_t *next, kvq_err *err) {
+    const int max_ctx = kvq_model_max_ctx(m);
+    const int cap = m->n_seq < m->o.max_batch ? m->n_seq : m->o.max_batch;
+    if (n < 1 || n > cap)
+        return kvq_err_set(err, KVQ_ERR_ARG, "a step of %d sequences: expected 1..%d (%d sequences set, %d tokens a chunk)", n,
+                           cap, m->n_seq, m->o.max_batch);
+    if (!logits && !next) return kvq_err_set(err, KVQ_ERR_ARG, "a step of %d sequences with neither logits nor choices", n);
+    for (int t = 0; t < n; t++) {
+        if (seq[t] < 0 || seq[t] >= m->n_seq)
+            return kvq_err_set(err, KVQ_ERR_ARG, "token %d: sequence %d of %d", t, seq[t], m->n_seq);
+        for (int u = 0; u < t; u++)
+            if (seq[u] == seq[t]) return kvq_err_set(err, KVQ_ERR_ARG, "sequence %d twice in one step (tokens %d and %d)", seq[t], u, t);
+        if (pos[t] < 0 || pos[t] >= max_ctx)
+            return kvq_err_set(err, KVQ_ERR_ARG, "sequence %d: position %d outside the KV cache's %d positions", seq[t], pos[t],
+                               max_ctx);
+        if (tokens[t] < 0 || tokens[t] >= m->a.vocab_size)
+            return kvq_err_set(err, KVQ_ERR_ARG, "sequence %d: token id %d outside the vocabulary [0, %d)", seq[t], tokens[t],
+                               m->a.vocab_size);
+    }
+    for (int t = 0; t < n && m->seqc; t++) m->seqc[seq[t]]->ops->truncate(m->seqc[seq[t]], pos[t]);
+    m->be->n_threads = m->o.n_threads;
+    kvq_err e2 = {0};
+    kvq_status r = forward_chunk_range(m, tokens, NULL, 0, m->a.n_layers, n, 0, logits, 1, next, NULL, seq, pos, &e2);
+    if (r) return kvq_err_set(err, r, "%s (a step of %d sequences)", e2.msg[0] ? e2.msg : kvq_strerror(r), n);
+    return KVQ_OK;
 }
 
 static kvq_status forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits, int all_logits,

@@ -143,4 +143,21 @@ kvq_status kvq_model_forward_layers(kvq_model *m, const int32_t *tokens, const f
                                     int pos, float *h_out, float *logits, kvq_err *err);
 kvq_status kvq_model_forward_argmax(kvq_model *m, const int32_t *tokens, int T, int pos, int32_t *next, kvq_err *err);
 
+/** Several sequences decoded together (a batch: each weight byte read once per step for all).
+ *  The model holds n_seq KV caches, each of the model's capacity (kvq_model_max_ctx); the one it
+ *  held becomes sequence 0 (on a device, every sequence starts empty). Not with a KV cache codec
+ *  (KVQ_ERR_UNSUPPORTED: codec caches hold one sequence). 1 <= n_seq <= KVQ_MODEL_MAX_SEQS. */
+#define KVQ_MODEL_MAX_SEQS 64
+kvq_status kvq_model_set_seqs(kvq_model *m, int n_seq, kvq_err *err);
+int kvq_model_n_seqs(const kvq_model *m);
+/** The sequence kvq_model_forward, _argmax and _layers run on from now on (its prompt, say). */
+kvq_status kvq_model_use_seq(kvq_model *m, int s, kvq_err *err);
+/** One decode step of n distinct sequences: tokens[t] is the next token of sequence seq[t] at
+ *  position pos[t] (that sequence's cache holds [0, pos[t]) and forgets positions beyond); it
+ *  attends within its own sequence. logits (n, vocab) and/or next (n greedy choices, -1 where
+ *  a row has a NaN), host memory; n <= min(n_seq, max_batch). The numbers are those of n
+ *  single-sequence steps up to the products' batching (docs/GPU.md). */
+kvq_status kvq_model_forward_seqs(kvq_model *m, const int32_t *tokens, const int *seq, const int *pos, int n, float *logits,
+                                  int32_t *next, kvq_err *err);
+
 #endif

@@ -4,7 +4,9 @@
 # tokenizer), 256 greedy new tokens, batch 1 — for the bf16 source and HyperQuant E8 4.0 / 3.0
 # (SPECS), with HF transformers (tests/bench/gpu_hf_peer.py, bf16 eager, batch 1 and 8, random
 # prompt of 128 tokens, 256 new) in the same call. Checks the GPU suites first (TESTS).
-# usage (on the device): [SPECS="..."] [TESTS="..."] [EMBQ=1] [PEER=0] bash tests/bench/gpu_8b_spec.sh
+# BATCH=N adds each model decoding N sequences of the prompt together (kvq-run --batch N: the
+# tokens/s over the batch), the batch-8 row.
+# usage (on the device): [SPECS="..."] [TESTS="..."] [EMBQ=1] [PEER=0] [BATCH=8] bash tests/bench/gpu_8b_spec.sh
 set -u
 . tests/bench/gpu_env.sh
 W=/tmp/w8; mkdir -p $W; src=$W/synth-8b
@@ -23,6 +25,10 @@ prompt=$(head -c 560 .cu/shared/data/heldout-books.txt)
 run() { # label model
   out=$($B/kvq-run $2 --gpu --ctx-max 1024 -p "$prompt" -n 256 --temp 0 2>&1 >/dev/null)
   echo "$out" | grep -E 'on the device|prefill|decode' | sed "s/^/$1: /" | cut -c1-240
+  if [ -n "${BATCH:-}" ]; then
+    out=$($B/kvq-run $2 --gpu --ctx-max 1024 -p "$prompt" -n 256 --temp 0 --batch $BATCH 2>&1 >/dev/null)
+    echo "$out" | grep -E -- '--batch|rror' | sed "s/^/$1: /" | cut -c1-240
+  fi
 }
 run bf16 $src
 for s in $specs; do run $s $W/${s//:/-}.kvq; done
