@@ -167,6 +167,62 @@ int kvq_gkv_auto_chunk(const kvq_gkv_cache *c);
  *  Needs wcap ≥ window + 32 + T. Updates c->n_tok, c->n_enc_k and c->n_enc_v. */
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err);
 
+/** Positions kvq_gkv_append leaves packed on a side after a sequence of n_tok positions was
+ *  appended from position 0 (in chunks of any size) with this window: every position that left
+ *  the window, KIVI keys (kivi_k = 1) in whole groups of 32. The graph-captured decode step
+ *  (kvq_gkv_append_step, kvq_gkv_attend_step) derives the counts on the device from this. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline int kvq_gkv_enc_count(int kivi_k, int n_tok, int window) {
+    const int r = n_tok > window ? n_tok - window : 0;
+    return kivi_k ? r / 32 * 32 : r;
+}
+/** 1 when side s packs KIVI keys (whole groups of 32 positions). */
+static inline int kvq_gkv_kivi_k(const kvq_gkv_side *s) { return s->kind == KVQ_GKV_KIVI && s->role == 0; }
+
+/** 1 when c's counts (held on the host) are those kvq_gkv_enc_count gives for a sequence of pos
+ *  positions (a sequence that grew from 0, not one cut back inside its window), and one more
+ *  position fits: then the one-token step at pos may run as kvq_gkv_append_step and
+ *  kvq_gkv_attend_step, which find the counts from the position alone. pos 0 always qualifies
+ *  (the step restarts the sequence: the caller zeroes the counts). */
+static inline int kvq_gkv_step_ready(const kvq_gkv_cache *c, int pos, int window) {
+    if (pos + 1 > c->cap || c->wcap < window + 33 || !c->wk || !c->wv) return 0;
+    if (pos == 0) return 1;
+    return c->n_tok == pos && c->n_enc_k == kvq_gkv_enc_count(kvq_gkv_kivi_k(&c->k), pos, window) &&
+           c->n_enc_v == kvq_gkv_enc_count(kvq_gkv_kivi_k(&c->v), pos, window);
+}
+
+/** The host's counts after appending T positions (what kvq_gkv_append does to n_tok, n_enc_k
+ *  and n_enc_v, without launching anything): for a step whose kernels ran inside a replayed
+ *  graph. */
+static inline void kvq_gkv_advance(kvq_gkv_cache *c, int T, int window) {
+    c->n_tok += T;
+    int *ne[2] = {&c->n_enc_k, &c->n_enc_v};
+    const kvq_gkv_side *sd[2] = {&c->k, &c->v};
+    for (int r = 0; r < 2; r++) {
+        const int ready = c->n_tok - window - *ne[r];
+        if (ready > 0) *ne[r] += kvq_gkv_kivi_k(sd[r]) ? ready / 32 * 32 : ready;
+    }
+}
+
+/** One-token decode step whose launches a CUDA graph can replay at any later position: the
+ *  position is read from the device int d_pos (written before the graph runs), and every count
+ *  derived from it (the ring slot, which position leaves the window, whether a KIVI key group is
+ *  complete, the ranges and chunks attention scans, the scratch slots) is computed by the
+ *  kernels from it; the grids are sized for the cache's capacity (blocks with nothing to do
+ *  exit). kvq_gkv_append_step: what kvq_gkv_append(c, k, v, 1, window) does at position *d_pos,
+ *  the same kernels and bytes; the host's counts are advanced (kvq_gkv_advance). Valid only
+ *  when kvq_gkv_step_ready(c, *d_pos, window) held (the counts on the host and device agree).
+ *  kvq_gkv_attend_step: kvq_gkv_attend(c, q, out, scale, 0, scratch) for the cache after that
+ *  append (n_tok = *d_pos + 1), the same chunks and partial sums, so the same bits (batch 1 or
+ *  more; scratch kvq_gkv_scratch_bytes(c, 0)). The tensor-core / int8-query / half-value
+ *  choices (kvq_gkv_set_tc, _int8_query, _half_values) are taken when called: a captured graph
+ *  keeps them. */
+kvq_status kvq_gkv_append_step(kvq_gkv_cache *c, const float *k, const float *v, int window, const int *d_pos, kvq_err *err);
+kvq_status kvq_gkv_attend_step(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, const int *d_pos,
+                               void *scratch, kvq_err *err);
+
 /** Whether kvq_gkv_append can encode a side of this kind and bits on the device (the
  *  encoders built: fp16; int, kivi, turboquant/qturbo, turboquant-prod keys, octopus keys with
  *  or without qjl at 2-4 bits; hqkv at 5-8-bit codes; hqmq without outliers at 13, 16, 19). */
