@@ -1237,6 +1237,65 @@ static void test_append_vs_cpu_cache(void **state) {
 
 // ---- the tensor-core kernels' fragment arithmetic (kernels/cuda/kv_tc.h), emulated on the host
 
+// The graph-captured step's bookkeeping, on the host (runs without a device): for capacities
+// 32..131072, windows 0..128, KIVI keys or not and 1..528 blocks per head, (1) the counts after
+// appends in chunks of random sizes (kvq_gkv_advance, as kvq_gkv_append keeps them) equal
+// kvq_gkv_enc_count's and the step is ready there (kvq_gkv_step_ready); (2) at every position
+// (strided past 4096) the plan the step's kernels compute fits the step's grids
+// (kvq_gkv_step_grids), with a chunk that is a multiple of 32 up to 1024 and at most 1024 slots
+// in all (the merge's limit); (3) a cut back inside the window is not ready until the sequence
+// has grown past it again.
+static void test_step_plan(void **state) {
+    (void)state;
+    const int caps[] = {32, 64, 352, 1024, 4096, 33024, 131072}, wins[] = {0, 1, 5, 16, 31, 32, 40, 128};
+    const int pers[] = {1, 2, 7, 33, 66, 99, 132, 528};
+    uint64_t seed = 5;
+    long n_checked = 0;
+    int dummy = 0;
+    for (size_t ci = 0; ci < sizeof caps / sizeof *caps; ci++)
+        for (size_t wi = 0; wi < sizeof wins / sizeof *wins; wi++)
+            for (int kivi = 0; kivi < 2; kivi++) {
+                const int cap = caps[ci], w = wins[wi];
+                kvq_gkv_cache c = {{0}, {0}, 1, 8, 32, D, cap, 0, 0, 0, &dummy, &dummy, w + 33 + 40};
+                c.k.kind = kivi ? KVQ_GKV_KIVI : KVQ_GKV_INT, c.k.role = 0, c.k.bits = 4;
+                c.v.kind = kivi ? KVQ_GKV_KIVI : KVQ_GKV_INT, c.v.role = 1, c.v.bits = 4;
+                while (c.n_tok < cap) { // (1)
+                    int T = 1 + (int)(rng_next(&seed) % 40);
+                    if (T > cap - c.n_tok) T = cap - c.n_tok;
+                    kvq_gkv_advance(&c, T, w);
+                    assert_int_equal(c.n_enc_k, kvq_gkv_enc_count(kivi, c.n_tok, w));
+                    assert_int_equal(c.n_enc_v, kvq_gkv_enc_count(0, c.n_tok, w));
+                    assert_int_equal(kvq_gkv_step_ready(&c, c.n_tok, w), c.n_tok < cap);
+                }
+                for (size_t pi = 0; pi < sizeof pers / sizeof *pers; pi++) { // (2)
+                    int g[3];
+                    kvq_gkv_step_grids(cap, w, kivi, pers[pi], 0, g);
+                    assert_true(g[0] + g[1] + g[2] <= 1024);
+                    for (int n = 1; n <= cap; n += n > 4096 && n < cap - 64 ? 37 : 1) {
+                        const kvq_gkv_plan pl = kvq_gkv_plan_of(n, kvq_gkv_enc_count(kivi, n, w), kvq_gkv_enc_count(0, n, w), pers[pi], 0);
+                        if (pl.na > g[0] || pl.nb > g[1] || pl.nc > g[2] || pl.chunk % 32 || pl.chunk < 32 || pl.chunk > 1024 ||
+                            pl.na + pl.nb + pl.nc < 1)
+                            fail_msg("cap %d window %d kivi %d per %d at %d positions: chunk %d, chunks %d/%d/%d over grids %d/%d/%d", cap, w,
+                                     kivi, pers[pi], n, pl.chunk, pl.na, pl.nb, pl.nc, g[0], g[1], g[2]);
+                        n_checked++;
+                    }
+                }
+            }
+    // (3) window 16, grown to 100 positions, cut back to 98
+    kvq_gkv_cache c = {{0}, {0}, 1, 8, 32, D, 352, 0, 0, 0, &dummy, &dummy, 16 + 33};
+    c.k.kind = c.v.kind = KVQ_GKV_KIVI, c.v.role = 1;
+    kvq_gkv_advance(&c, 100, 16);
+    assert_true(kvq_gkv_step_ready(&c, 100, 16));
+    c.n_tok = 98;
+    assert_false(kvq_gkv_step_ready(&c, 98, 16));
+    kvq_gkv_advance(&c, 1, 16);
+    assert_false(kvq_gkv_step_ready(&c, 99, 16));
+    kvq_gkv_advance(&c, 1, 16);
+    assert_true(kvq_gkv_step_ready(&c, 100, 16));
+    assert_true(kvq_gkv_step_ready(&c, 0, 16)); // a restart always
+    fprintf(stderr, "test_cuda_kv: step plan: %ld (capacity, window, kivi, per, position) plans within the step's grids\n", n_checked);
+}
+
 // A cache for test_step_graph: n_kv heads × batch sequences of cap positions, a ring of wcap,
 // the sides' tables from the states of spec (cs, freed by the caller), regions and rings zeroed.
 static void step_cache(const char *spec, int B, int n_kv, int cap, int wcap, kvq_gkv_cache *g, kvq_kvcodec *cs[2][4]) {
@@ -1576,6 +1635,6 @@ int main(void) {
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
-                                       cmocka_unit_test(test_step_graph)};
+                                       cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -949,12 +949,12 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     } else {
         // packed: at most per·k chunks for k = ⌈n/(per·1024)⌉ (kvq_gkv_plan_of), and ⌈cap/32⌉;
         // window keys: KIVI's incomplete group (< 32 positions) is one chunk; window: ≤ window
-        // positions (the values' side packs every position that left it)
+        // positions (the values' side packs every position that left it); test_step_plan checks
         if (!c->wk || !c->wv || c->wcap < window + 33)
             return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention step: a ring of %d positions, need window %d + 33", c->wcap, window);
-        ga = chunk ? n_chunks(c->cap, chunk) : std::min(per * n_chunks(c->cap, per * KVQ_GKV_MAX_CHUNK), n_chunks(c->cap, 32));
-        gb = kivi_k;
-        gc = n_chunks(window, chunk ? chunk : 32);
+        int gr[3];
+        kvq_gkv_step_grids(c->cap, window, kivi_k, per, chunk, gr);
+        ga = gr[0], gb = gr[1], gc = gr[2];
     }
     const int n_slot = ga + gb + gc; // the scratch's slots per (sequence, query head)
     if (n_slot == 0) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: empty cache");

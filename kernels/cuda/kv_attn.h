@@ -167,14 +167,62 @@ int kvq_gkv_auto_chunk(const kvq_gkv_cache *c);
  *  Needs wcap ≥ window + 32 + T. Updates c->n_tok, c->n_enc_k and c->n_enc_v. */
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err);
 
+#ifdef __CUDACC__
+#define KVQ_GKV_HD __host__ __device__
+#else
+#define KVQ_GKV_HD
+#endif
+
+/** The chunks one attend scans: [0, a) both sides packed, [a, e) keys in the window with
+ *  stored values (KIVI's incomplete group), [e, n_tok) both in the window; chunk positions a
+ *  block (chunk_req, or when 0 the automatic choice: per blocks per (sequence, KV head) over
+ *  the longest packed side, more when a chunk would exceed KVQ_GKV_MAX_CHUNK), and na, nb, nc
+ *  chunks in the three ranges (scratch slots [0, na), [na, na + nb), then the window's).
+ *  Shared by the host launch (kvq_gkv_attend) and the kernels of a graph-captured step, which
+ *  compute it from the position on the device: one formula, the same chunks. */
+typedef struct {
+    int n_tok, a, e, chunk, na, nb, nc;
+} kvq_gkv_plan;
+KVQ_GKV_HD static inline int kvq_gkv_n_chunks(int len, int chunk) { return len > 0 ? (len + chunk - 1) / chunk : 0; }
+KVQ_GKV_HD static inline kvq_gkv_plan kvq_gkv_plan_of(int n_tok, int n_enc_k, int n_enc_v, int per, int chunk_req) {
+    kvq_gkv_plan p;
+    p.n_tok = n_tok;
+    p.a = n_enc_k < n_enc_v ? n_enc_k : n_enc_v;
+    p.e = n_enc_k < n_enc_v ? n_enc_v : n_enc_k;
+    if (chunk_req > 0) p.chunk = chunk_req;
+    else {
+        const int n = p.e > 1 ? p.e : 1, pr = per > 1 ? per : 1;
+        const int k = (n + pr * KVQ_GKV_MAX_CHUNK - 1) / (pr * KVQ_GKV_MAX_CHUNK);
+        const int ch = 32 * ((n + 32 * pr * k - 1) / (32 * pr * k));
+        p.chunk = ch < 32 ? 32 : ch > KVQ_GKV_MAX_CHUNK ? KVQ_GKV_MAX_CHUNK : ch;
+    }
+    p.na = kvq_gkv_n_chunks(p.a, p.chunk);
+    p.nb = kvq_gkv_n_chunks(p.e - p.a, p.chunk);
+    p.nc = kvq_gkv_n_chunks(n_tok - p.e, p.chunk);
+    return p;
+}
+
+/** A graph-captured step's grids (blocks per (sequence, KV head)) of the three split launches
+ *  (packed, window keys, window) for a cache of cap positions: enough for kvq_gkv_plan_of's na,
+ *  nb, nc at every position up to cap when the counts are kvq_gkv_enc_count's: packed min(per ·
+ *  ⌈cap/(per·1024)⌉, ⌈cap/32⌉) (auto chunk) or ⌈cap/chunk⌉; window keys 1 when the keys are
+ *  KIVI's (their waiting group, < 32 positions); window ⌈window/chunk⌉ (chunk ≥ 32). */
+KVQ_GKV_HD static inline void kvq_gkv_step_grids(int cap, int window, int kivi_k, int per, int chunk_req, int g[3]) {
+    const int pr = per > 1 ? per : 1;
+    if (chunk_req > 0) g[0] = kvq_gkv_n_chunks(cap, chunk_req);
+    else {
+        const int a = pr * kvq_gkv_n_chunks(cap, pr * KVQ_GKV_MAX_CHUNK), b = kvq_gkv_n_chunks(cap, 32);
+        g[0] = a < b ? a : b;
+    }
+    g[1] = kivi_k ? 1 : 0;
+    g[2] = kvq_gkv_n_chunks(window, chunk_req > 0 ? chunk_req : 32);
+}
+
 /** Positions kvq_gkv_append leaves packed on a side after a sequence of n_tok positions was
  *  appended from position 0 (in chunks of any size) with this window: every position that left
  *  the window, KIVI keys (kivi_k = 1) in whole groups of 32. The graph-captured decode step
  *  (kvq_gkv_append_step, kvq_gkv_attend_step) derives the counts on the device from this. */
-#ifdef __CUDACC__
-__host__ __device__
-#endif
-static inline int kvq_gkv_enc_count(int kivi_k, int n_tok, int window) {
+KVQ_GKV_HD static inline int kvq_gkv_enc_count(int kivi_k, int n_tok, int window) {
     const int r = n_tok > window ? n_tok - window : 0;
     return kivi_k ? r / 32 * 32 : r;
 }

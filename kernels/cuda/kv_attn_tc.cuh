@@ -9,35 +9,6 @@
 
 #include "kernels/cuda/kv_attn.h"
 
-/** The chunks one attend scans: [0, a) both sides packed, [a, e) keys in the window with
- *  stored values (KIVI's incomplete group), [e, n_tok) both in the window; chunk positions a
- *  block (chunk_req, or when 0 the automatic choice: per blocks per (sequence, KV head) over
- *  the longest packed side, more when a chunk would exceed KVQ_GKV_MAX_CHUNK), and na, nb, nc
- *  chunks in the three ranges (scratch slots [0, na), [na, na + nb), then the window's).
- *  Shared by the host launch (kvq_gkv_attend) and the kernels of a graph-captured step, which
- *  compute it from the position on the device: one formula, the same chunks. */
-struct kvq_gkv_plan {
-    int n_tok, a, e, chunk, na, nb, nc;
-};
-__host__ __device__ inline int kvq_gkv_n_chunks(int len, int chunk) { return len > 0 ? (len + chunk - 1) / chunk : 0; }
-__host__ __device__ inline kvq_gkv_plan kvq_gkv_plan_of(int n_tok, int n_enc_k, int n_enc_v, int per, int chunk_req) {
-    kvq_gkv_plan p;
-    p.n_tok = n_tok;
-    p.a = n_enc_k < n_enc_v ? n_enc_k : n_enc_v;
-    p.e = n_enc_k < n_enc_v ? n_enc_v : n_enc_k;
-    if (chunk_req > 0) p.chunk = chunk_req;
-    else {
-        const int n = p.e > 1 ? p.e : 1, pr = per > 1 ? per : 1;
-        const int k = (n + pr * KVQ_GKV_MAX_CHUNK - 1) / (pr * KVQ_GKV_MAX_CHUNK);
-        const int ch = 32 * ((n + 32 * pr * k - 1) / (32 * pr * k));
-        p.chunk = ch < 32 ? 32 : ch > KVQ_GKV_MAX_CHUNK ? KVQ_GKV_MAX_CHUNK : ch;
-    }
-    p.na = kvq_gkv_n_chunks(p.a, p.chunk);
-    p.nb = kvq_gkv_n_chunks(p.e - p.a, p.chunk);
-    p.nc = kvq_gkv_n_chunks(n_tok - p.e, p.chunk);
-    return p;
-}
-
 /** A graph-captured step's launch (kvq_gkv_attend_step): d_pos NULL for a host-planned launch
  *  (t_begin, t_end, chunk, slot0 of the arguments hold); else the kernel plans from the
  *  position: n_tok = *d_pos + 1, the sides' counts kvq_gkv_enc_count(kivi_k / 0, n_tok,
