@@ -18,6 +18,7 @@
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/kv_tc.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/kv_enc.h"
 #include "kernels/kv_hqkv.h"
 #include "libconv/kv/kv_gpu.h"
@@ -1236,6 +1237,208 @@ static void test_append_vs_cpu_cache(void **state) {
 
 // ---- the tensor-core kernels' fragment arithmetic (kernels/cuda/kv_tc.h), emulated on the host
 
+// The graph-captured step's bookkeeping, on the host (runs without a device): for capacities
+// 32..131072, windows 0..128, KIVI keys or not and 1..528 blocks per head, (1) the counts after
+// appends in chunks of random sizes (kvq_gkv_advance, as kvq_gkv_append keeps them) equal
+// kvq_gkv_enc_count's and the step is ready there (kvq_gkv_step_ready); (2) at every position
+// (strided past 4096) the plan the step's kernels compute fits the step's grids
+// (kvq_gkv_step_grids), with a chunk that is a multiple of 32 up to 1024 and at most 1024 slots
+// in all (the merge's limit); (3) a cut back inside the window is not ready until the sequence
+// has grown past it again.
+static void test_step_plan(void **state) {
+    (void)state;
+    const int caps[] = {32, 64, 352, 1024, 4096, 33024, 131072}, wins[] = {0, 1, 5, 16, 31, 32, 40, 128};
+    const int pers[] = {1, 2, 7, 33, 66, 99, 132, 528};
+    uint64_t seed = 5;
+    long n_checked = 0;
+    int dummy = 0;
+    for (size_t ci = 0; ci < sizeof caps / sizeof *caps; ci++)
+        for (size_t wi = 0; wi < sizeof wins / sizeof *wins; wi++)
+            for (int kivi = 0; kivi < 2; kivi++) {
+                const int cap = caps[ci], w = wins[wi];
+                kvq_gkv_cache c = {{0}, {0}, 1, 8, 32, D, cap, 0, 0, 0, &dummy, &dummy, w + 33 + 40};
+                c.k.kind = kivi ? KVQ_GKV_KIVI : KVQ_GKV_INT, c.k.role = 0, c.k.bits = 4;
+                c.v.kind = kivi ? KVQ_GKV_KIVI : KVQ_GKV_INT, c.v.role = 1, c.v.bits = 4;
+                while (c.n_tok < cap) { // (1)
+                    int T = 1 + (int)(rng_next(&seed) % 40);
+                    if (T > cap - c.n_tok) T = cap - c.n_tok;
+                    kvq_gkv_advance(&c, T, w);
+                    assert_int_equal(c.n_enc_k, kvq_gkv_enc_count(kivi, c.n_tok, w));
+                    assert_int_equal(c.n_enc_v, kvq_gkv_enc_count(0, c.n_tok, w));
+                    assert_int_equal(kvq_gkv_step_ready(&c, c.n_tok, w), c.n_tok < cap);
+                }
+                for (size_t pi = 0; pi < sizeof pers / sizeof *pers; pi++) { // (2)
+                    int g[3];
+                    kvq_gkv_step_grids(cap, w, kivi, pers[pi], 0, g);
+                    assert_true(g[0] + g[1] + g[2] <= 1024);
+                    for (int n = 1; n <= cap; n += n > 4096 && n < cap - 64 ? 37 : 1) {
+                        const kvq_gkv_plan pl = kvq_gkv_plan_of(n, kvq_gkv_enc_count(kivi, n, w), kvq_gkv_enc_count(0, n, w), pers[pi], 0);
+                        if (pl.na > g[0] || pl.nb > g[1] || pl.nc > g[2] || pl.chunk % 32 || pl.chunk < 32 || pl.chunk > 1024 ||
+                            pl.na + pl.nb + pl.nc < 1)
+                            fail_msg("cap %d window %d kivi %d per %d at %d positions: chunk %d, chunks %d/%d/%d over grids %d/%d/%d", cap, w,
+                                     kivi, pers[pi], n, pl.chunk, pl.na, pl.nb, pl.nc, g[0], g[1], g[2]);
+                        n_checked++;
+                    }
+                }
+            }
+    // (3) window 16, grown to 100 positions, cut back to 98
+    kvq_gkv_cache c = {{0}, {0}, 1, 8, 32, D, 352, 0, 0, 0, &dummy, &dummy, 16 + 33};
+    c.k.kind = c.v.kind = KVQ_GKV_KIVI, c.v.role = 1;
+    kvq_gkv_advance(&c, 100, 16);
+    assert_true(kvq_gkv_step_ready(&c, 100, 16));
+    c.n_tok = 98;
+    assert_false(kvq_gkv_step_ready(&c, 98, 16));
+    kvq_gkv_advance(&c, 1, 16);
+    assert_false(kvq_gkv_step_ready(&c, 99, 16));
+    kvq_gkv_advance(&c, 1, 16);
+    assert_true(kvq_gkv_step_ready(&c, 100, 16));
+    assert_true(kvq_gkv_step_ready(&c, 0, 16)); // a restart always
+    fprintf(stderr, "test_cuda_kv: step plan: %ld (capacity, window, kivi, per, position) plans within the step's grids\n", n_checked);
+}
+
+// A cache for test_step_graph: n_kv heads × batch sequences of cap positions, a ring of wcap,
+// the sides' tables from the states of spec (cs, freed by the caller), regions and rings zeroed.
+static void step_cache(const char *spec, int B, int n_kv, int cap, int wcap, kvq_gkv_cache *g, kvq_kvcodec *cs[2][4]) {
+    kvq_err err = {0};
+    *g = (kvq_gkv_cache){{0}, {0}, B, n_kv, n_kv * KVQ_GKV_GROUP, D, cap, 0, 0, 0, NULL, NULL, wcap};
+    for (int r = 0; r < 2; r++) {
+        kvq_gkv_side *s = r ? &g->v : &g->k;
+        for (int h = 0; h < n_kv; h++) cs[r][h] = codec(spec, r, h);
+        assert_int_equal(kvq_gkv_kind_of(cs[r][0], &s->kind, &s->bits, &err), KVQ_OK);
+        s->role = r;
+        set_tables(s, cs[r], n_kv);
+        const size_t rb = (size_t)B * n_kv * kvq_gkv_region_bytes(s->kind, s->bits, D, cap, r);
+        uint8_t *z = calloc(rb, 1);
+        s->data = upload(z, rb);
+        free(z);
+    }
+    const size_t ring = (size_t)B * n_kv * wcap * D * 2;
+    uint8_t *z = calloc(ring, 1);
+    g->wk = upload(z, ring), g->wv = upload(z, ring);
+    free(z);
+}
+static void step_cache_free(kvq_gkv_cache *g, kvq_kvcodec *cs[2][4], int n_kv) {
+    for (int r = 0; r < 2; r++) {
+        kvq_cuda_free((r ? &g->v : &g->k)->data);
+        free_tables(r ? &g->v : &g->k);
+        for (int h = 0; h < n_kv; h++) kvq_kvcodec_free(cs[r][h]);
+    }
+    kvq_cuda_free(g->wk), kvq_cuda_free(g->wv);
+}
+// 1 when the device arrays of n bytes are equal.
+static int dev_equal(const void *a, const void *b, size_t n) {
+    kvq_err err = {0};
+    uint8_t *x = malloc(n), *y = malloc(n);
+    assert_int_equal(kvq_cuda_copy(x, a, n, 0, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_copy(y, b, n, 0, &err), KVQ_OK);
+    const int eq = !memcmp(x, y, n);
+    free(x), free(y);
+    return eq;
+}
+
+// The graph-capturable one-token step (kvq_gkv_append_step + kvq_gkv_attend_step, the position
+// in device memory) against the host-planned kernels (kvq_gkv_append of one token +
+// kvq_gkv_attend, chunk 0): 2 sequences × 2 KV heads, a capacity of 352, 300 steps from
+// position 0 (empty packed range, the window's fill, KIVI's key groups flushed 9 times), the
+// step captured once as a CUDA graph at its first position and replayed at every later one
+// (its host counts advanced by kvq_gkv_advance). Each step's attention output must equal the
+// direct one's bit for bit, and after the last the packed regions and rings byte for byte; the
+// step's counts must be kvq_gkv_enc_count's. Windows 0, 5, 40; tensor-core, fp32 and the
+// int8-query/half-value kernels.
+static void test_step_graph(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 2, H = NKV * KVQ_GKV_GROUP, CAP = 352, NSTEP = 300 };
+    const struct { const char *spec; int window, tc, knobs; } cs_[] = {
+        {"int:4", 0, -1, 0}, {"int:4", 5, 0, 0}, {"int:2", 40, -1, 0}, {"int:3", 5, 0, 0}, {"int:4", 5, 0, 1}, {"kivi:2", 0, -1, 0},
+        {"kivi:4", 40, -1, 0}, {"kivi:3", 5, 0, 0}, {"kivi:2", 5, 0, 1}, {"fp16", 5, 0, 0}, {"turboquant:3", 0, 0, 0},
+        {"qturbo:2", 40, 0, 0}, {"turboquant-prod:3", 5, 0, 0}, {"octopus:3", 0, 0, 0}, {"octopus:2:qjl", 40, 0, 0},
+        {"hqkv:e8:3:dither", 5, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0}, {"hqmq:s24:r3", 5, 0, 0},
+    };
+    const float scale = 1.0f / sqrtf((float)D);
+    kvq_err err = {0};
+    assert_int_equal(kvq_cuda_stream_init(&err), KVQ_OK);
+    int failed = 0;
+    for (int si = 0; si < (int)(sizeof cs_ / sizeof *cs_); si++) {
+        const char *spec = cs_[si].spec;
+        const int W = cs_[si].window, WCAP = W + 32 + 8;
+        kvq_gkv_set_tc(cs_[si].tc);
+        kvq_gkv_set_int8_query(cs_[si].knobs);
+        kvq_gkv_set_half_values(cs_[si].knobs);
+        uint64_t seed = 77 + si;
+        float *X[2];
+        for (int r = 0; r < 2; r++) X[r] = malloc(sizeof(float) * NSTEP * B * NKV * D), tokens(X[r], NSTEP * B * NKV, &seed);
+        float *Q = malloc(sizeof(float) * NSTEP * B * H * D);
+        for (size_t i = 0; i < (size_t)NSTEP * B * H * D; i++) Q[i] = (float)gauss(&seed);
+        kvq_gkv_cache a, g; // a: direct launches, g: the captured step
+        kvq_kvcodec *ca[2][4], *cg[2][4];
+        step_cache(spec, B, NKV, CAP, WCAP, &a, ca);
+        step_cache(spec, B, NKV, CAP, WCAP, &g, cg);
+        void *dk = upload(X[0], sizeof(float) * NSTEP * B * NKV * D), *dv = upload(X[1], sizeof(float) * NSTEP * B * NKV * D);
+        void *dq = upload(Q, sizeof(float) * NSTEP * B * H * D), *sa = NULL, *sg = NULL, *oa = NULL, *og = NULL, *dpos = NULL;
+        assert_int_equal(kvq_cuda_malloc(&sa, kvq_gkv_scratch_bytes(&a, 0), &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&sg, kvq_gkv_scratch_bytes(&g, 0), &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&oa, sizeof(float) * B * H * D, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&og, sizeof(float) * B * H * D, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&dpos, sizeof(int), &err), KVQ_OK);
+        // the step reads its token's rows and query from fixed buffers (as a graph's do)
+        void *sk = NULL, *sv = NULL, *sq = NULL;
+        assert_int_equal(kvq_cuda_malloc(&sk, sizeof(float) * B * NKV * D, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&sv, sizeof(float) * B * NKV * D, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&sq, sizeof(float) * B * H * D, &err), KVQ_OK);
+        void *graph = NULL;
+        int hpos = 0, n_diff = 0, n_count = 0;
+        for (int pos = 0; pos < NSTEP; pos++) {
+            const size_t ko = (size_t)pos * B * NKV * D, qo = (size_t)pos * B * H * D;
+            // direct
+            assert_int_equal(kvq_gkv_append(&a, (float *)dk + ko, (float *)dv + ko, 1, W, &err), KVQ_OK);
+            assert_int_equal(kvq_gkv_attend(&a, (float *)dq + qo, oa, scale, 0, sa, &err), KVQ_OK);
+            // the step: inputs copied in on the stream, the position written, the graph run
+            assert_true(kvq_gkv_step_ready(&g, pos, W));
+            hpos = pos;
+            assert_int_equal(kvq_cuda_copy_async(dpos, &hpos, sizeof(int), 1, &err), KVQ_OK);
+            assert_int_equal(kvq_cuda_copy(sk, X[0] + ko, sizeof(float) * B * NKV * D, 1, &err), KVQ_OK);
+            assert_int_equal(kvq_cuda_copy(sv, X[1] + ko, sizeof(float) * B * NKV * D, 1, &err), KVQ_OK);
+            assert_int_equal(kvq_cuda_copy(sq, Q + qo, sizeof(float) * B * H * D, 1, &err), KVQ_OK);
+            if (!graph) {
+                assert_int_equal(kvq_cuda_capture_begin(&err), KVQ_OK);
+                kvq_status s1 = kvq_gkv_append_step(&g, sk, sv, W, dpos, &err);
+                kvq_status s2 = s1 ? s1 : kvq_gkv_attend_step(&g, sq, og, scale, W, dpos, sg, &err);
+                if (s2) fprintf(stderr, "test_cuda_kv: step %s: %s\n", spec, err.msg);
+                assert_int_equal(kvq_cuda_capture_end(s2 != KVQ_OK, &graph, &err), KVQ_OK);
+                assert_int_equal(s2, KVQ_OK);
+                assert_non_null(graph);
+            } else kvq_gkv_advance(&g, 1, W);
+            assert_int_equal(kvq_cuda_graph_launch(graph, &err), KVQ_OK);
+            assert_int_equal(kvq_cuda_stream_sync(&err), KVQ_OK);
+            n_count += g.n_tok != pos + 1 || g.n_enc_k != a.n_enc_k || g.n_enc_v != a.n_enc_v ||
+                       g.n_enc_k != kvq_gkv_enc_count(kvq_gkv_kivi_k(&g.k), pos + 1, W);
+            if (!dev_equal(oa, og, sizeof(float) * B * H * D) && n_diff++ < 3)
+                fprintf(stderr, "test_cuda_kv: step %s window %d: position %d: attention differs from the direct launches'\n", spec, W, pos);
+        }
+        int same = 1;
+        for (int r = 0; r < 2; r++) {
+            const kvq_gkv_side *s = r ? &a.k : &a.v;
+            same &= dev_equal(r ? a.k.data : a.v.data, r ? g.k.data : g.v.data,
+                              (size_t)B * NKV * kvq_gkv_region_bytes(s->kind, s->bits, D, CAP, s->role));
+        }
+        same &= dev_equal(a.wk, g.wk, (size_t)B * NKV * WCAP * D * 2) && dev_equal(a.wv, g.wv, (size_t)B * NKV * WCAP * D * 2);
+        const int ok = n_diff == 0 && n_count == 0 && same;
+        fprintf(stderr, "test_cuda_kv: step graph %-18s window %2d tc %2d%s: %d replays, %d outputs differ, %d count mismatches, caches %s: %s\n", spec,
+                W, cs_[si].tc, cs_[si].knobs ? " int8-q/half-v" : "", NSTEP, n_diff, n_count, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
+        failed += !ok;
+        kvq_cuda_graph_free(graph);
+        step_cache_free(&a, ca, NKV);
+        step_cache_free(&g, cg, NKV);
+        kvq_cuda_free(dk), kvq_cuda_free(dv), kvq_cuda_free(dq), kvq_cuda_free(sa), kvq_cuda_free(sg);
+        kvq_cuda_free(oa), kvq_cuda_free(og), kvq_cuda_free(dpos), kvq_cuda_free(sk), kvq_cuda_free(sv), kvq_cuda_free(sq);
+        free(X[0]), free(X[1]), free(Q);
+    }
+    kvq_gkv_set_tc(-1);
+    kvq_gkv_set_int8_query(0);
+    kvq_gkv_set_half_values(0);
+    assert_int_equal(failed, 0);
+}
+
 static float tc_h16(uint32_t w, int hi) { return kvq_f16_to_f32((uint16_t)(hi ? w >> 16 : w & 0xFFFFu)); }
 static uint32_t tc_pk16(float lo, float hi) { return kvq_f32_to_f16(lo) | (uint32_t)kvq_f32_to_f16(hi) << 16; }
 // __byte_perm(x, y, s) (selector nibbles 0-7, no sign replication)
@@ -1431,6 +1634,7 @@ int main(void) {
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
-                                       cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache)};
+                                       cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
+                                       cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

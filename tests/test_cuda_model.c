@@ -235,7 +235,7 @@ static void test_ops(void **st) {
         if (cr) { // the rows variant (a KV codec cache appends k and v itself): k, v as (T, kv_dim) rows
             float *dkr = dev(NULL, (size_t)T * kd), *dvr = dev(NULL, (size_t)T * kd), *kr = malloc(sizeof(float) * T * kd),
                   *vr = malloc(sizeof(float) * T * kd), *rk = malloc(sizeof(float) * T * kd), *rv = malloc(sizeof(float) * T * kd);
-            OK(kvq_cuda_attn_in_rows(dqkv, db, dqn, dkn, eps, dq, dkr, dvr, T, pos, nh, nkv, hd, rot, di, E));
+            OK(kvq_cuda_attn_in_rows(dqkv, db, dqn, dkn, eps, dq, dkr, dvr, T, pos, NULL, nh, nkv, hd, rot, di, E));
             back(kr, dkr, (size_t)T * kd);
             back(vr, dvr, (size_t)T * kd);
             for (int t = 0; t < T; t++)
@@ -684,6 +684,110 @@ static kvq_model *open_kv(const char *path, int gpu, const char *spec, int windo
     return m;
 }
 
+// A GPU model of the t128 shape with a KV codec cache; graphs 0 sets KVQ_CUDA_KV_GRAPHS=0 while
+// the cache is set (its one-token steps then launch every kernel).
+static kvq_model *open_kv_graphs(const char *path, const char *spec, int window, int boundary, int graphs, int max_ctx) {
+    kvq_model_opts o = kvq_model_opts_default();
+    o.max_ctx = max_ctx;
+    o.exec = KVQ_EXEC_EXACT;
+    o.max_batch = 32;
+    o.backend = kvq_backend_cuda_new;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    setenv("KVQ_CUDA_TC", "0", 1);
+    if (!graphs) setenv("KVQ_CUDA_KV_GRAPHS", "0", 1);
+    if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
+    const kvq_arch *a = kvq_model_arch(m);
+    kvq_kvcache_policy pol = {window, boundary, 7, 0};
+    kvq_kvcache *c = NULL;
+    if (kvq_kvcache_codec_new(spec, a->n_layers, a->n_kv_heads, a->head_dim, kvq_model_max_ctx(m), &pol, &c, &e) ||
+        kvq_model_set_kvcache(m, c, &e))
+        fail_msg("%s: %s", spec, e.msg);
+    unsetenv("KVQ_CUDA_TC");
+    unsetenv("KVQ_CUDA_KV_GRAPHS");
+    return m;
+}
+
+// One step (T tokens at pos, logits of the last) on the graph model g and the direct one d: the
+// logits compared bit for bit (*n_diff counts the steps that differ, *maxd their largest
+// difference); graph launches of each model added to *lg, *ld.
+static void kvg_step(kvq_model *g, kvq_model *d, const int32_t *ids, int T, int pos, float *xg, float *xd, int V, int *n_diff,
+                     double *maxd, long *lg, long *ld, const char *spec) {
+    kvq_err e = {0};
+    long l0 = kvq_cuda_graph_launches();
+    if (kvq_model_forward(g, ids, T, pos, xg, 0, &e)) fail_msg("%s (graphs) pos %d: %s", spec, pos, e.msg);
+    long l1 = kvq_cuda_graph_launches();
+    if (kvq_model_forward(d, ids, T, pos, xd, 0, &e)) fail_msg("%s (direct) pos %d: %s", spec, pos, e.msg);
+    long l2 = kvq_cuda_graph_launches();
+    *lg += l1 - l0, *ld += l2 - l1;
+    if (memcmp(xg, xd, sizeof(float) * V)) {
+        (*n_diff)++;
+        for (int i = 0; i < V; i++) *maxd = fmax(*maxd, fabs((double)xg[i] - xd[i]));
+    }
+}
+
+// Decode steps with a KV codec on the device run as a CUDA graph (captured once, replayed with
+// the position in device memory: kvq_gkv_append_step / kvq_gkv_attend_step) and give the same
+// logits, bit for bit, as the same steps launched one kernel at a time (KVQ_CUDA_KV_GRAPHS=0),
+// for every codec the device runs (both attention kernels for int/KIVI at 2 and 4 bits, windows
+// 0/16/40, boundary layers): a 40-token prompt, 230 one-token steps (past KIVI's key groups of
+// 32 seven times, the windows' fill and flushes, the packed range from empty on), 8 steps
+// through kvq_model_forward_argmax (the second graph; tokens equal), where a window allows a cut
+// back of 2 positions (counts that are not a grown sequence's: direct launches, then graphs
+// again), and a restart at position 0 by one-token steps (the graph from an empty cache). The
+// graph model must have replayed graphs (≥ 270 launches) and the direct one none.
+static void test_kv_graphs(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    const char *path = t128_model();
+    const struct { const char *spec; int window, boundary, tc; } cs[] = {
+        {"fp16", 0, 0, -1}, {"int:4", 0, 0, -1}, {"int:4", 16, 0, 0}, {"int:3", 0, 1, -1}, {"int:2", 16, 0, -1},
+        {"kivi:2", 16, 0, -1}, {"kivi:2", 0, 0, 0}, {"kivi:4", 0, 1, -1}, {"kivi:4", 40, 0, 0}, {"kivi:3", 40, 0, -1},
+        {"turboquant:3", 0, 0, -1}, {"qturbo:2", 16, 0, -1}, {"turboquant-prod:4", 0, 1, -1}, {"octopus:3", 0, 0, -1},
+        {"octopus:2:qjl", 16, 0, -1}, {"hqkv:e8:3:dither", 16, 0, -1}, {"hqkv:d4:4:rot=qjl", 0, 1, -1}, {"hqmq:s96:r4", 0, 0, -1},
+    };
+    enum { P = 40, NDEC = 230, NARG = 8, NRE = 40, CTX = 320 };
+    uint64_t r = 23;
+    int32_t ids[CTX];
+    for (int i = 0; i < CTX; i++) ids[i] = (int32_t)(rng_next(&r) % 4000);
+    int n_fail = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        kvq_gkv_set_tc(cs[i].tc);
+        kvq_model *g = open_kv_graphs(path, cs[i].spec, cs[i].window, cs[i].boundary, 1, CTX);
+        kvq_model *d = open_kv_graphs(path, cs[i].spec, cs[i].window, cs[i].boundary, 0, CTX);
+        const int V = kvq_model_arch(g)->vocab_size;
+        float *xg = malloc(sizeof(float) * V), *xd = malloc(sizeof(float) * V);
+        int n_diff = 0, n_steps = 0, n_top = 0, pos = 0;
+        double maxd = 0;
+        long lg = 0, ld = 0;
+        kvg_step(g, d, ids, P, 0, xg, xd, V, &n_diff, &maxd, &lg, &ld, cs[i].spec); // the prompt (direct in both)
+        for (pos = P; pos < P + NDEC; pos++, n_steps++) kvg_step(g, d, ids + pos, 1, pos, xg, xd, V, &n_diff, &maxd, &lg, &ld, cs[i].spec);
+        kvq_err e = {0};
+        for (int t = 0; t < NARG; t++, pos++) { // the argmax graph
+            int32_t tg = -2, td = -3;
+            if (kvq_model_forward_argmax(g, ids + pos, 1, pos, &tg, &e) || kvq_model_forward_argmax(d, ids + pos, 1, pos, &td, &e))
+                fail_msg("%s argmax pos %d: %s", cs[i].spec, pos, e.msg);
+            n_top += tg != td;
+        }
+        if (cs[i].window >= 2) { // cut back inside the window, then on
+            pos -= 2;
+            for (int t = 0; t < 4; t++, pos++, n_steps++) kvg_step(g, d, ids + pos, 1, pos, xg, xd, V, &n_diff, &maxd, &lg, &ld, cs[i].spec);
+        }
+        for (pos = 0; pos < NRE; pos++, n_steps++) // a new sequence, one token at a time from position 0
+            kvg_step(g, d, ids + 100 + pos, 1, pos, xg, xd, V, &n_diff, &maxd, &lg, &ld, cs[i].spec);
+        const int ok = n_diff == 0 && n_top == 0 && ld == 0 && lg >= NDEC + NARG + NRE;
+        printf("  kv graphs %-18s window %2d boundary %d tc %2d: %d steps, %d differ (max |diff| %.3g), argmax %d differ; "
+               "graph launches %ld (direct model %ld): %s\n", cs[i].spec, cs[i].window, cs[i].boundary, cs[i].tc, n_steps + 1, n_diff,
+               maxd, n_top, lg, ld, ok ? "PASS" : "FAIL");
+        n_fail += !ok;
+        free(xg), free(xd);
+        kvq_model_close(g);
+        kvq_model_close(d);
+        kvq_gkv_set_tc(-1);
+    }
+    assert_int_equal(n_fail, 0);
+}
+
 // Every codec the device encodes (fp16, int, kivi, turboquant, qturbo, turboquant-prod, octopus
 // with and without qjl, hqkv, hqmq), with and without a window and the boundary layers' fp16 keys:
 // a prompt of 80 tokens (chunks of 32: each token attends to the cache as the chunk left it),
@@ -799,6 +903,7 @@ int main(void) {
         cmocka_unit_test(test_ops),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_seqs),
+        cmocka_unit_test(test_kv_graphs), // before test_kv_codecs, which removes the t128 model
         cmocka_unit_test(test_kv_codecs),
         cmocka_unit_test(test_oracles),
         cmocka_unit_test(test_shared_and_converted),

@@ -45,10 +45,15 @@ extern "C" kvq_status kvq_cuda_capture_end(int abort, void **graph, kvq_err *err
     return KVQ_OK;
 }
 
+static long g_launches = 0; // graphs launched (kvq_cuda_graph_launches)
+
 extern "C" kvq_status kvq_cuda_graph_launch(void *graph, kvq_err *err) {
     CU_TRY(cudaGraphLaunch((cudaGraphExec_t)graph, g_stream));
+    g_launches++;
     return KVQ_OK;
 }
+
+extern "C" long kvq_cuda_graph_launches(void) { return g_launches; }
 
 extern "C" void kvq_cuda_graph_free(void *graph) {
     if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);

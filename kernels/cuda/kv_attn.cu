@@ -59,9 +59,10 @@ struct side_p {
 struct attn_p {
     const float *q;
     side_p k, v;
-    int n_kv, H, t_begin, t_end, chunk, n_slot, slot0;
+    int n_kv, H, t_begin, t_end, chunk, n_slot, slot0; // n_slot: the scratch's slots per (sequence, query head)
     float sl2; // scale · log2(e)
     float *po, *pml;
+    kvq_gkv_dyn dyn; // a graph-captured step: the range from the position (d_pos NULL: the fields above)
 };
 
 // Byte n of w as the float 2^23 + byte; minus 2^23 gives the code exactly.
@@ -258,11 +259,14 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     __shared__ float odirs[OCTK ? 3 << (2 * (KB + 1)) : 1], orho[OCTK ? 1 << (KB > 0 ? KB - 1 : 0) : 1]; // OCTOPUS tables
     const int s = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, L = lane & 7, sub = lane >> 3, j0 = 16 * L;
-    const int t0 = p.t_begin + s * p.chunk, t1 = min(p.t_end, t0 + p.chunk), n = t1 - t0;
+    int t0, t1;
+    if (!kvq_gkv_block_range(p.dyn, p.t_begin, p.t_end, p.chunk, s, &t0, &t1)) return; // a captured step's spare block
+    const int n = t1 - t0;
     const size_t ri = (size_t)b * p.n_kv + g;
-    float *po = p.po + (((size_t)b * p.H + g * G) * p.n_slot + p.slot0 + s) * D;
-    float *pml = p.pml + (((size_t)b * p.H + g * G) * p.n_slot + p.slot0 + s) * 2;
     if (n <= 0) { // an empty chunk: weight 0 in the merge
+        const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
+        float *po = p.po + (((size_t)b * p.H + g * G) * p.n_slot + slot) * D;
+        float *pml = p.pml + (((size_t)b * p.H + g * G) * p.n_slot + slot) * 2;
         for (int e = threadIdx.x; e < G * D; e += NT) po[(size_t)(e / D) * p.n_slot * D + e % D] = 0.0f;
         if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = -INFINITY, pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = 0.0f;
         return;
@@ -617,6 +621,10 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
             if (sub == 0) red[warp][h][j0 + i] = y;
         }
     __syncthreads();
+    // the block's slot of the partial results (formed here, not kept live through the loop)
+    const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
+    float *po = p.po + (((size_t)b * p.H + g * G) * p.n_slot + slot) * D;
+    float *pml = p.pml + (((size_t)b * p.H + g * G) * p.n_slot + slot) * 2;
     kvq_gkv_split_out<NW, NT>(red, po, G, D, p.n_slot);
     if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = mh[threadIdx.x], pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = lh[threadIdx.x];
 }
@@ -635,11 +643,18 @@ struct post_p {
 // independent loads (a loop whose loads sat behind a branch on the chunk's sum took one memory
 // latency per chunk: ~15 µs for 43 chunks); the rotated chunks' sum goes back through post.
 #define MERGE_MAX 1024
+// stride: the scratch's slots per (sequence, query head); n_slot of them hold chunks (under
+// dyn.d_pos, a graph-captured step: n_slot and n_rot from the plan of the position).
 __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, const float *__restrict__ pml, float *__restrict__ out,
-                                                int n_slot, int H, post_p pp) {
+                                                int n_slot, int stride, int H, post_p pp, kvq_gkv_dyn dyn) {
     __shared__ float x[D], w[MERGE_MAX], red[D / 32];
+    if (dyn.d_pos) {
+        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(dyn);
+        n_slot = pl.na + pl.nb + pl.nc;
+        pp.n_rot = pl.na + pl.nb;
+    }
     const int bh = blockIdx.x, h = bh % H, g = h / G, i = threadIdx.x, lane = i & 31, wp = i >> 5;
-    const float *ml = pml + (size_t)bh * n_slot * 2, *o = po + (size_t)bh * n_slot * D;
+    const float *ml = pml + (size_t)bh * stride * 2, *o = po + (size_t)bh * stride * D;
     float M = -INFINITY;
     for (int s = i; s < n_slot; s += D) {
         const float2 v = *(const float2 *)(ml + 2 * s);
@@ -702,21 +717,26 @@ __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, co
 
 __device__ __forceinline__ float r16(float f) { return __half2float(__float2half_rn(f)); }
 
-__global__ void enc_ring(const float *__restrict__ k, const float *__restrict__ v, __half *wk, __half *wv, int wcap, int pos0, int nb) {
-    const int t = blockIdx.x / nb, ri = blockIdx.x % nb, pos = pos0 + t;
+// d_pos: NULL, or the device int that holds pos0 (a graph-captured step).
+__global__ void enc_ring(const float *__restrict__ k, const float *__restrict__ v, __half *wk, __half *wv, int wcap, int pos0, int nb,
+                         const int *d_pos) {
+    const int t = blockIdx.x / nb, ri = blockIdx.x % nb, pos = (d_pos ? *d_pos : pos0) + t;
     const size_t src = ((size_t)t * nb + ri) * D + threadIdx.x, dst = ((size_t)ri * wcap + pos % wcap) * D + threadIdx.x;
     wk[dst] = __float2half_rn(k[src]);
     wv[dst] = __float2half_rn(v[src]);
 }
 
 // One position per block (thread = dim): int:<b> (symmetric, fp16 scale), KIVI values
-// (per 32 channels: fp16 scale and zero), or the fp16 copy (boundary keys).
+// (per 32 channels: fp16 scale and zero), or the fp16 copy (boundary keys). d_p0: NULL, or a
+// device int added to p0 (a graph-captured step: p0 = −window; a block whose position is
+// negative has none to encode).
 template <int KIND, int B>
 __global__ void __launch_bounds__(D) enc_pos(const __half *__restrict__ ring, int wcap, uint8_t *base, size_t region,
-                                             size_t side_off, int p0) {
+                                             size_t side_off, int p0, const int *d_p0) {
     __shared__ uint8_t c[D];
     __shared__ float red[D / 32];
-    const int pos = p0 + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, lane = i & 31, w = i >> 5;
+    const int pos = (d_p0 ? *d_p0 : 0) + p0 + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, lane = i & 31, w = i >> 5;
+    if (pos < 0) return;
     const __half hx = ring[((size_t)ri * wcap + pos % wcap) * D + i];
     uint8_t *reg = base + (size_t)ri * region;
     if (KIND == KVQ_GKV_F16) {
@@ -755,12 +775,15 @@ __global__ void __launch_bounds__(D) enc_pos(const __half *__restrict__ ring, in
 }
 
 // KIVI keys: one group of 32 positions per block, thread = channel (per-channel fp16 scale
-// and zero over the group).
+// and zero over the group). d_p0: NULL, or a device int added to p0 (a graph-captured step:
+// p0 = 1 − window − 32, the group that the step's position completes, if any: a start that is
+// negative or not a multiple of 32 means none).
 template <int B>
 __global__ void __launch_bounds__(D) enc_kivi_k(const __half *__restrict__ ring, int wcap, uint8_t *base, size_t region,
-                                                size_t side_off, int p0) {
+                                                size_t side_off, int p0, const int *d_p0) {
     __shared__ uint8_t c[32][D];
-    const int pos0 = p0 + 32 * blockIdx.x, ri = blockIdx.y, i = threadIdx.x, Lq = (1 << B) - 1;
+    const int pos0 = (d_p0 ? *d_p0 : 0) + p0 + 32 * blockIdx.x, ri = blockIdx.y, i = threadIdx.x, Lq = (1 << B) - 1;
+    if (d_p0 && (pos0 < 0 || pos0 % 32)) return;
     uint8_t *reg = base + (size_t)ri * region;
     float x[32];
 #pragma unroll
@@ -870,19 +893,14 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
     return NULL;
 }
 
-// The ranges of one attend: [0, a) both sides stored, [a, e) keys still in the window
-// (KIVI's incomplete group) with stored values, [e, n_tok) both in the window.
-static void ranges(const kvq_gkv_cache *c, int *a, int *e) {
-    *a = std::min(c->n_enc_k, c->n_enc_v);
-    *e = std::max(c->n_enc_k, c->n_enc_v);
-}
-static int n_chunks(int len, int chunk) { return len > 0 ? (len + chunk - 1) / chunk : 0; }
+static int n_chunks(int len, int chunk) { return kvq_gkv_n_chunks(len, chunk); }
 
 // Chunks so that the blocks of the main launch fill whole waves: as many chunks per (sequence,
 // KV head) as the SMs hold resident blocks of the kernel (or a multiple of that when chunks
 // would exceed KVQ_GKV_MAX_CHUNK). A wave and a third left 70 % of the second wave idle (ncu:
 // bf16 at 32k, 512 blocks on 396 slots).
-extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
+// The blocks per (sequence, KV head) of the packed chunks' launch (kvq_gkv_plan_of's per).
+static int splits_per_head(const kvq_gkv_cache *c) {
     split_fn f = pick(c->k.kind, c->k.bits, c->v.kind, c->v.bits);
     const void *ft = tc_kernel(c);
     int per_sm = 4, sms = 132, dev = 0;
@@ -890,11 +908,10 @@ extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
     else if (!ft && f && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, NT, 0) != cudaSuccess) per_sm = 4;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 132;
     (void)cudaGetLastError();
-    const int n = std::max(1, std::max(c->n_enc_k, c->n_enc_v));
-    const int per = std::max(1, per_sm * sms / std::max(1, c->batch * c->n_kv));
-    const int k = (n + per * KVQ_GKV_MAX_CHUNK - 1) / (per * KVQ_GKV_MAX_CHUNK);
-    const int ch = 32 * ((n + 32 * per * k - 1) / (32 * per * k));
-    return std::min(KVQ_GKV_MAX_CHUNK, std::max(32, ch));
+    return std::max(1, per_sm * sms / std::max(1, c->batch * c->n_kv));
+}
+extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
+    return kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, splits_per_head(c), 0).chunk;
 }
 
 extern "C" size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk) {
@@ -911,80 +928,111 @@ static kvq_status check_shape(const kvq_gkv_cache *c, kvq_err *err) {
     return KVQ_OK;
 }
 
-extern "C" kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch,
-                                     kvq_err *err) {
+// One attend: the host's plan of c's counts (d_pos NULL: grids of exactly the chunks there
+// are), or a graph-captured step's (d_pos: the kernels plan from the position, grids sized for
+// any position up to the capacity; kvq_gkv_attend_step). Both give the same chunks, so the
+// same partial sums in the same slots and order.
+static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch, const int *d_pos,
+                         int window, kvq_err *err) {
     kvq_status st = check_shape(c, err);
     if (st) return st;
-    if (chunk <= 0) chunk = kvq_gkv_auto_chunk(c);
-    if (chunk % 32 || chunk > KVQ_GKV_MAX_CHUNK)
+    if (chunk < 0 || chunk % 32 || chunk > KVQ_GKV_MAX_CHUNK)
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: chunk %d is not a multiple of 32 up to %d", chunk, KVQ_GKV_MAX_CHUNK);
-    int a, e;
-    ranges(c, &a, &e);
-    if (c->n_tok > e && (!c->wk || c->n_tok - e > c->wcap))
-        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d window positions but a ring of %d", c->n_tok - e, c->wcap);
-    const int na = n_chunks(a, chunk), nb = n_chunks(e - a, chunk), nc = n_chunks(c->n_tok - e, chunk);
-    const int n_slot = na + nb + nc;
+    const int per = chunk ? 1 : splits_per_head(c), kivi_k = kvq_gkv_kivi_k(&c->k);
+    int ga, gb, gc; // blocks per (sequence, KV head) of the three launches
+    if (!d_pos) {
+        const kvq_gkv_plan pl = kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
+        if (c->n_tok > pl.e && (!c->wk || c->n_tok - pl.e > c->wcap))
+            return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d window positions but a ring of %d", c->n_tok - pl.e, c->wcap);
+        if (pl.nb && c->n_enc_k > c->n_enc_v) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: values behind keys");
+        ga = pl.na, gb = pl.nb, gc = pl.nc;
+    } else {
+        // packed: at most per·k chunks for k = ⌈n/(per·1024)⌉ (kvq_gkv_plan_of), and ⌈cap/32⌉;
+        // window keys: KIVI's incomplete group (< 32 positions) is one chunk; window: ≤ window
+        // positions (the values' side packs every position that left it); test_step_plan checks
+        if (!c->wk || !c->wv || c->wcap < window + 33)
+            return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention step: a ring of %d positions, need window %d + 33", c->wcap, window);
+        int gr[3];
+        kvq_gkv_step_grids(c->cap, window, kivi_k, per, chunk, gr);
+        ga = gr[0], gb = gr[1], gc = gr[2];
+    }
+    const int n_slot = ga + gb + gc; // the scratch's slots per (sequence, query head)
     if (n_slot == 0) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: empty cache");
     if (n_slot > MERGE_MAX) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d chunks exceed %d (a larger chunk)", n_slot, MERGE_MAX);
     if ((size_t)sizeof(float) * c->batch * c->n_heads * n_slot * (D + 2) > kvq_gkv_scratch_bytes(c, chunk))
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: scratch too small for %d chunks", n_slot);
+    const kvq_gkv_plan hp = d_pos ? kvq_gkv_plan{} : kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
+    const kvq_gkv_dyn dyn0 = {d_pos, window, kivi_k, per, chunk, 0};
     attn_p p;
     p.q = q;
     p.n_kv = c->n_kv;
     p.H = c->n_heads;
-    p.chunk = chunk;
+    p.chunk = hp.chunk;
     p.n_slot = n_slot;
     p.sl2 = scale * LOG2E;
     p.po = (float *)scratch;
     p.pml = p.po + (size_t)c->batch * c->n_heads * n_slot * D;
+    p.dyn = dyn0;
     cudaStream_t sm = kvq_cuda_stream();
-    const void *ft = na ? tc_kernel(c) : NULL;
+    const void *ft = ga ? tc_kernel(c) : NULL;
     if (ft) { // int / KIVI at 2 and 4 bits on tensor cores (kv_attn_tc.cu), the same partial results
         const kvq_tc_args ta = {q, (const uint8_t *)c->k.data, (const uint8_t *)c->v.data,
                                 kvq_gkv_region_bytes(c->k.kind, c->k.bits, D, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, D, c->cap, 1),
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, D, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, D, c->cap),
-                                c->n_kv, c->n_heads, 0, a, chunk, n_slot, 0, p.sl2, p.po, p.pml};
-        st = kvq_gkv_tc_launch(ft, &ta, na, c->batch, sm, err);
+                                c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0};
+        st = kvq_gkv_tc_launch(ft, &ta, ga, c->batch, sm, err);
         if (st) return st;
-    } else if (na) {
+    } else if (ga) {
         split_fn f = pick(c->k.kind, c->k.bits, c->v.kind, c->v.bits);
         if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: no kernel for keys kind %d/%d bits, values kind %d/%d bits",
                                    c->k.kind, c->k.bits, c->v.kind, c->v.bits);
         p.k = side_of(c, &c->k);
         p.v = side_of(c, &c->v);
-        p.t_begin = 0, p.t_end = a, p.slot0 = 0;
-        f<<<dim3(na, c->n_kv, c->batch), NT, 0, sm>>>(p);
+        p.t_begin = 0, p.t_end = hp.a, p.slot0 = 0;
+        f<<<dim3(ga, c->n_kv, c->batch), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split");
     }
-    if (nb) { // keys in the window, values stored (KIVI's incomplete key group)
-        if (c->n_enc_k > c->n_enc_v) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: values behind keys");
+    if (gb) { // keys in the window, values stored (KIVI's incomplete key group)
         split_fn f = pick(KVQ_GKV_F16, 0, c->v.kind, c->v.bits);
         if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: no kernel for fp16 keys with values kind %d", c->v.kind);
         p.k = ring_of(c, c->wk);
         p.v = side_of(c, &c->v);
-        p.t_begin = a, p.t_end = e, p.slot0 = na;
-        f<<<dim3(nb, c->n_kv, c->batch), NT, 0, sm>>>(p);
+        p.t_begin = hp.a, p.t_end = hp.e, p.slot0 = ga;
+        p.dyn.part = 1;
+        f<<<dim3(gb, c->n_kv, c->batch), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split (window keys)");
     }
-    if (nc) {
+    if (gc) {
         p.k = ring_of(c, c->wk);
         p.v = ring_of(c, c->wv);
-        p.t_begin = e, p.t_end = c->n_tok, p.slot0 = na + nb;
-        attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0><<<dim3(nc, c->n_kv, c->batch), NT, 0, sm>>>(p);
+        p.t_begin = hp.e, p.t_end = c->n_tok, p.slot0 = ga + gb;
+        p.dyn.part = 2;
+        attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0><<<dim3(gc, c->n_kv, c->batch), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split (window)");
     }
     // rotated values (TurboQuant, HyperQuant-KV) sit in the chunks of the stored values,
     // [0, na + nb); the window's chunks after them are in the original frame
-    post_p pp = {0, c->v.signs, c->v.quat, c->v.mat, na + nb};
+    post_p pp = {0, c->v.signs, c->v.quat, c->v.mat, ga + gb};
     if (c->v.kind == KVQ_GKV_TURBO) pp.kind = 1;
     else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 1) pp.kind = 2;
     else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 2) pp.kind = 3;
-    attn_merge<<<c->batch * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, c->n_heads, pp);
+    attn_merge<<<c->batch * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, n_slot, c->n_heads, pp, dyn0);
     CU_LAUNCHED("attn_merge");
     return KVQ_OK;
 }
 
-typedef void (*enc_fn)(const __half *, int, uint8_t *, size_t, size_t, int);
+extern "C" kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch,
+                                     kvq_err *err) {
+    return attend(c, q, out, scale, chunk > 0 ? chunk : 0, scratch, NULL, 0, err);
+}
+
+extern "C" kvq_status kvq_gkv_attend_step(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, const int *d_pos,
+                                          void *scratch, kvq_err *err) {
+    if (!d_pos) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention step: no device position");
+    return attend(c, q, out, scale, 0, scratch, d_pos, window, err);
+}
+
+typedef void (*enc_fn)(const __half *, int, uint8_t *, size_t, size_t, int, const int *);
 static enc_fn pick_enc(int kind, int bits) {
     if (kind == KVQ_GKV_F16) return enc_pos<KVQ_GKV_F16, 2>;
 #define EP(KIND, B) \
@@ -993,6 +1041,37 @@ static enc_fn pick_enc(int kind, int bits) {
     KV_BITS(EP, KVQ_GKV_KIVI)
 #undef EP
     return NULL;
+}
+static enc_fn pick_kivi_k(int bits) { return bits == 2 ? enc_kivi_k<2> : bits == 3 ? enc_kivi_k<3> : bits == 4 ? enc_kivi_k<4> : NULL; }
+
+// Encodes side r's positions: host (d_pos NULL) [p0, p0 + n) (KIVI keys: n/32 groups from p0);
+// a captured step (d_pos) the one position *d_pos + p0 (KIVI keys: the group from there, when
+// complete; n = 1), the kernels deciding.
+static kvq_status encode_side(const kvq_gkv_cache *c, const kvq_gkv_side *s, const void *ring, int p0, int n, const int *d_pos,
+                              kvq_err *err) {
+    const int nb = c->batch * c->n_kv;
+    const size_t region = kvq_gkv_region_bytes(s->kind, s->bits, D, c->cap, s->role);
+    const size_t so = kvq_gkv_side_offset(s->kind, s->bits, D, c->cap);
+    cudaStream_t sm = kvq_cuda_stream();
+    if (kvq_gkv_kivi_k(s)) {
+        const int ng = d_pos ? 1 : n / 32;
+        enc_fn f = pick_kivi_k(s->bits);
+        if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kivi keys at %d bits are not built", s->bits);
+        if (!ng) return KVQ_OK;
+        f<<<dim3(ng, nb), D, 0, sm>>>((const __half *)ring, c->wcap, (uint8_t *)s->data, region, so, p0, d_pos);
+        CU_LAUNCHED("enc_kivi_k");
+    } else if (s->kind == KVQ_GKV_TURBO || s->kind == KVQ_GKV_TPROD || s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ ||
+               s->kind == KVQ_GKV_HQKV || s->kind == KVQ_GKV_HQMQ) {
+        return kvq_gkv_encode_rot(c, s, ring, p0, n, d_pos, err); // kv_enc.cu
+    } else {
+        enc_fn f = pick_enc(s->kind, s->bits);
+        if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kind %d at %d bits has no GPU encoder (upload its records)",
+                                   s->kind, s->bits);
+        if (n <= 0) return KVQ_OK;
+        f<<<dim3(n, nb), D, 0, sm>>>((const __half *)ring, c->wcap, (uint8_t *)s->data, region, so, p0, d_pos);
+        CU_LAUNCHED("enc_pos");
+    }
+    return KVQ_OK;
 }
 
 extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err) {
@@ -1003,42 +1082,35 @@ extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const flo
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: a ring of %d positions, need window %d + 32 + %d", c->wcap, window, T);
     if (c->n_tok + T > c->cap) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: %d positions exceed the capacity %d", c->n_tok + T, c->cap);
     const int nb = c->batch * c->n_kv;
-    cudaStream_t sm = kvq_cuda_stream();
-    enc_ring<<<T * nb, D, 0, sm>>>(k, v, (__half *)c->wk, (__half *)c->wv, c->wcap, c->n_tok, nb);
+    enc_ring<<<T * nb, D, 0, kvq_cuda_stream()>>>(k, v, (__half *)c->wk, (__half *)c->wv, c->wcap, c->n_tok, nb, NULL);
     CU_LAUNCHED("enc_ring");
-    c->n_tok += T;
     const kvq_gkv_side *sd[2] = {&c->k, &c->v};
     void *rings[2] = {c->wk, c->wv};
-    int *ne[2] = {&c->n_enc_k, &c->n_enc_v};
-    for (int r = 0; r < 2; r++) {
-        const kvq_gkv_side *s = sd[r];
-        const size_t region = kvq_gkv_region_bytes(s->kind, s->bits, D, c->cap, s->role);
-        const size_t so = kvq_gkv_side_offset(s->kind, s->bits, D, c->cap);
-        int ready = c->n_tok - window - *ne[r];
-        if (ready <= 0) continue;
-        if (s->kind == KVQ_GKV_KIVI && s->role == 0) {
-            const int ng = ready / 32;
-            if (!ng) continue;
-            void (*f)(const __half *, int, uint8_t *, size_t, size_t, int) =
-                s->bits == 2 ? enc_kivi_k<2> : s->bits == 3 ? enc_kivi_k<3> : s->bits == 4 ? enc_kivi_k<4> : NULL;
-            if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kivi keys at %d bits are not built", s->bits);
-            f<<<dim3(ng, nb), D, 0, sm>>>((const __half *)rings[r], c->wcap, (uint8_t *)s->data, region, so, *ne[r]);
-            CU_LAUNCHED("enc_kivi_k");
-            *ne[r] += 32 * ng;
-        } else if (s->kind == KVQ_GKV_TURBO || s->kind == KVQ_GKV_TPROD || s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ ||
-                   s->kind == KVQ_GKV_HQKV || s->kind == KVQ_GKV_HQMQ) {
-            st = kvq_gkv_encode_rot(c, s, rings[r], *ne[r], ready, err); // kv_enc.cu
-            if (st) return st;
-            *ne[r] += ready;
-        } else {
-            enc_fn f = pick_enc(s->kind, s->bits);
-            if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kind %d at %d bits has no GPU encoder (upload its records)",
-                                       s->kind, s->bits);
-            f<<<dim3(ready, nb), D, 0, sm>>>((const __half *)rings[r], c->wcap, (uint8_t *)s->data, region, so, *ne[r]);
-            CU_LAUNCHED("enc_pos");
-            *ne[r] += ready;
-        }
-    }
+    const int ne[2] = {c->n_enc_k, c->n_enc_v};
+    kvq_gkv_advance(c, T, window); // the counts after this append
+    const int na[2] = {c->n_enc_k, c->n_enc_v};
+    for (int r = 0; r < 2; r++)
+        if (na[r] > ne[r] && (st = encode_side(c, sd[r], rings[r], ne[r], na[r] - ne[r], NULL, err))) return st;
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_gkv_append_step(kvq_gkv_cache *c, const float *k, const float *v, int window, const int *d_pos, kvq_err *err) {
+    kvq_status st = check_shape(c, err);
+    if (st) return st;
+    if (!d_pos) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append step: no device position");
+    if (!c->wk || !c->wv || c->wcap < window + 33)
+        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append step: a ring of %d positions, need window %d + 33", c->wcap, window);
+    if (c->n_tok + 1 > c->cap) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: %d positions exceed the capacity %d", c->n_tok + 1, c->cap);
+    const int nb = c->batch * c->n_kv;
+    enc_ring<<<nb, D, 0, kvq_cuda_stream()>>>(k, v, (__half *)c->wk, (__half *)c->wv, c->wcap, 0, nb, d_pos);
+    CU_LAUNCHED("enc_ring");
+    // the position that leaves the window: *d_pos − window (KIVI keys: the group it completes
+    // starts at *d_pos + 1 − window − 32)
+    const kvq_gkv_side *sd[2] = {&c->k, &c->v};
+    void *rings[2] = {c->wk, c->wv};
+    for (int r = 0; r < 2; r++)
+        if ((st = encode_side(c, sd[r], rings[r], kvq_gkv_kivi_k(sd[r]) ? 1 - window - 32 : -window, 1, d_pos, err))) return st;
+    kvq_gkv_advance(c, 1, window);
     return KVQ_OK;
 }
 

@@ -167,6 +167,110 @@ int kvq_gkv_auto_chunk(const kvq_gkv_cache *c);
  *  Needs wcap ≥ window + 32 + T. Updates c->n_tok, c->n_enc_k and c->n_enc_v. */
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err);
 
+#ifdef __CUDACC__
+#define KVQ_GKV_HD __host__ __device__
+#else
+#define KVQ_GKV_HD
+#endif
+
+/** The chunks one attend scans: [0, a) both sides packed, [a, e) keys in the window with
+ *  stored values (KIVI's incomplete group), [e, n_tok) both in the window; chunk positions a
+ *  block (chunk_req, or when 0 the automatic choice: per blocks per (sequence, KV head) over
+ *  the longest packed side, more when a chunk would exceed KVQ_GKV_MAX_CHUNK), and na, nb, nc
+ *  chunks in the three ranges (scratch slots [0, na), [na, na + nb), then the window's).
+ *  Shared by the host launch (kvq_gkv_attend) and the kernels of a graph-captured step, which
+ *  compute it from the position on the device: one formula, the same chunks. */
+typedef struct {
+    int n_tok, a, e, chunk, na, nb, nc;
+} kvq_gkv_plan;
+KVQ_GKV_HD static inline int kvq_gkv_n_chunks(int len, int chunk) { return len > 0 ? (len + chunk - 1) / chunk : 0; }
+KVQ_GKV_HD static inline kvq_gkv_plan kvq_gkv_plan_of(int n_tok, int n_enc_k, int n_enc_v, int per, int chunk_req) {
+    kvq_gkv_plan p;
+    p.n_tok = n_tok;
+    p.a = n_enc_k < n_enc_v ? n_enc_k : n_enc_v;
+    p.e = n_enc_k < n_enc_v ? n_enc_v : n_enc_k;
+    if (chunk_req > 0) p.chunk = chunk_req;
+    else {
+        const int n = p.e > 1 ? p.e : 1, pr = per > 1 ? per : 1;
+        const int k = (n + pr * KVQ_GKV_MAX_CHUNK - 1) / (pr * KVQ_GKV_MAX_CHUNK);
+        const int ch = 32 * ((n + 32 * pr * k - 1) / (32 * pr * k));
+        p.chunk = ch < 32 ? 32 : ch > KVQ_GKV_MAX_CHUNK ? KVQ_GKV_MAX_CHUNK : ch;
+    }
+    p.na = kvq_gkv_n_chunks(p.a, p.chunk);
+    p.nb = kvq_gkv_n_chunks(p.e - p.a, p.chunk);
+    p.nc = kvq_gkv_n_chunks(n_tok - p.e, p.chunk);
+    return p;
+}
+
+/** A graph-captured step's grids (blocks per (sequence, KV head)) of the three split launches
+ *  (packed, window keys, window) for a cache of cap positions: enough for kvq_gkv_plan_of's na,
+ *  nb, nc at every position up to cap when the counts are kvq_gkv_enc_count's: packed min(per ·
+ *  ⌈cap/(per·1024)⌉, ⌈cap/32⌉) (auto chunk) or ⌈cap/chunk⌉; window keys 1 when the keys are
+ *  KIVI's (their waiting group, < 32 positions); window ⌈window/chunk⌉ (chunk ≥ 32). */
+KVQ_GKV_HD static inline void kvq_gkv_step_grids(int cap, int window, int kivi_k, int per, int chunk_req, int g[3]) {
+    const int pr = per > 1 ? per : 1;
+    if (chunk_req > 0) g[0] = kvq_gkv_n_chunks(cap, chunk_req);
+    else {
+        const int a = pr * kvq_gkv_n_chunks(cap, pr * KVQ_GKV_MAX_CHUNK), b = kvq_gkv_n_chunks(cap, 32);
+        g[0] = a < b ? a : b;
+    }
+    g[1] = kivi_k ? 1 : 0;
+    g[2] = kvq_gkv_n_chunks(window, chunk_req > 0 ? chunk_req : 32);
+}
+
+/** Positions kvq_gkv_append leaves packed on a side after a sequence of n_tok positions was
+ *  appended from position 0 (in chunks of any size) with this window: every position that left
+ *  the window, KIVI keys (kivi_k = 1) in whole groups of 32. The graph-captured decode step
+ *  (kvq_gkv_append_step, kvq_gkv_attend_step) derives the counts on the device from this. */
+KVQ_GKV_HD static inline int kvq_gkv_enc_count(int kivi_k, int n_tok, int window) {
+    const int r = n_tok > window ? n_tok - window : 0;
+    return kivi_k ? r / 32 * 32 : r;
+}
+/** 1 when side s packs KIVI keys (whole groups of 32 positions). */
+static inline int kvq_gkv_kivi_k(const kvq_gkv_side *s) { return s->kind == KVQ_GKV_KIVI && s->role == 0; }
+
+/** 1 when c's counts (held on the host) are those kvq_gkv_enc_count gives for a sequence of pos
+ *  positions (a sequence that grew from 0, not one cut back inside its window), and one more
+ *  position fits: then the one-token step at pos may run as kvq_gkv_append_step and
+ *  kvq_gkv_attend_step, which find the counts from the position alone. pos 0 always qualifies
+ *  (the step restarts the sequence: the caller zeroes the counts). */
+static inline int kvq_gkv_step_ready(const kvq_gkv_cache *c, int pos, int window) {
+    if (pos + 1 > c->cap || c->wcap < window + 33 || !c->wk || !c->wv) return 0;
+    if (pos == 0) return 1;
+    return c->n_tok == pos && c->n_enc_k == kvq_gkv_enc_count(kvq_gkv_kivi_k(&c->k), pos, window) &&
+           c->n_enc_v == kvq_gkv_enc_count(kvq_gkv_kivi_k(&c->v), pos, window);
+}
+
+/** The host's counts after appending T positions (what kvq_gkv_append does to n_tok, n_enc_k
+ *  and n_enc_v, without launching anything): for a step whose kernels ran inside a replayed
+ *  graph. */
+static inline void kvq_gkv_advance(kvq_gkv_cache *c, int T, int window) {
+    c->n_tok += T;
+    int *ne[2] = {&c->n_enc_k, &c->n_enc_v};
+    const kvq_gkv_side *sd[2] = {&c->k, &c->v};
+    for (int r = 0; r < 2; r++) {
+        const int ready = c->n_tok - window - *ne[r];
+        if (ready > 0) *ne[r] += kvq_gkv_kivi_k(sd[r]) ? ready / 32 * 32 : ready;
+    }
+}
+
+/** One-token decode step whose launches a CUDA graph can replay at any later position: the
+ *  position is read from the device int d_pos (written before the graph runs), and every count
+ *  derived from it (the ring slot, which position leaves the window, whether a KIVI key group is
+ *  complete, the ranges and chunks attention scans, the scratch slots) is computed by the
+ *  kernels from it; the grids are sized for the cache's capacity (blocks with nothing to do
+ *  exit). kvq_gkv_append_step: what kvq_gkv_append(c, k, v, 1, window) does at position *d_pos,
+ *  the same kernels and bytes; the host's counts are advanced (kvq_gkv_advance). Valid only
+ *  when kvq_gkv_step_ready(c, *d_pos, window) held (the counts on the host and device agree).
+ *  kvq_gkv_attend_step: kvq_gkv_attend(c, q, out, scale, 0, scratch) for the cache after that
+ *  append (n_tok = *d_pos + 1), the same chunks and partial sums, so the same bits (batch 1 or
+ *  more; scratch kvq_gkv_scratch_bytes(c, 0)). The tensor-core / int8-query / half-value
+ *  choices (kvq_gkv_set_tc, _int8_query, _half_values) are taken when called: a captured graph
+ *  keeps them. */
+kvq_status kvq_gkv_append_step(kvq_gkv_cache *c, const float *k, const float *v, int window, const int *d_pos, kvq_err *err);
+kvq_status kvq_gkv_attend_step(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, const int *d_pos,
+                               void *scratch, kvq_err *err);
+
 /** Whether kvq_gkv_append can encode a side of this kind and bits on the device (the
  *  encoders built: fp16; int, kivi, turboquant/qturbo, turboquant-prod keys, octopus keys with
  *  or without qjl at 2-4 bits; hqkv at 5-8-bit codes; hqmq without outliers at 13, 16, 19). */

@@ -119,10 +119,13 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
     __shared__ __align__(16) uint32_t kzs[KIVI ? TNW : 1][D]; // KIVI: the warp's key group (scale, zero) per channel
     const int s = blockIdx.x, gk = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int t0 = p.t_begin + s * p.chunk, t1 = min(p.t_end, t0 + p.chunk), n = t1 - t0;
-    float *po = p.po + (((size_t)b * p.H + gk * G) * p.n_slot + p.slot0 + s) * D;
-    float *pml = p.pml + (((size_t)b * p.H + gk * G) * p.n_slot + p.slot0 + s) * 2;
+    int t0, t1;
+    if (!kvq_gkv_block_range(p.dyn, p.t_begin, p.t_end, p.chunk, s, &t0, &t1)) return; // a captured step's spare block
+    const int n = t1 - t0;
     if (n <= 0) { // an empty chunk: weight 0 in the merge
+        const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
+        float *po = p.po + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * D;
+        float *pml = p.pml + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * 2;
         for (int e = threadIdx.x; e < G * D; e += TNT) po[(size_t)(e / D) * p.n_slot * D + e % D] = 0.0f;
         if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = -INFINITY, pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = 0.0f;
         return;
@@ -302,6 +305,10 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
         }
     }
     __syncthreads();
+    // the block's slot of the partial results (formed here, not kept live through the loop)
+    const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
+    float *po = p.po + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * D;
+    float *pml = p.pml + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * 2;
     kvq_gkv_split_out<TNW, TNT>(red, po, G, D, p.n_slot);
     if (threadIdx.x < G) {
         const int h = threadIdx.x;

@@ -9,6 +9,46 @@
 
 #include "kernels/cuda/kv_attn.h"
 
+/** A graph-captured step's launch (kvq_gkv_attend_step): d_pos NULL for a host-planned launch
+ *  (t_begin, t_end, chunk, slot0 of the arguments hold); else the kernel plans from the
+ *  position: n_tok = *d_pos + 1, the sides' counts kvq_gkv_enc_count(kivi_k / 0, n_tok,
+ *  window), the plan with per and chunk_req, and its part (0 packed, 1 window keys, 2 window) —
+ *  block s of the launch takes that part's chunk s, or exits when there is none. */
+struct kvq_gkv_dyn {
+    const int *d_pos;
+    int window, kivi_k, per, chunk_req, part;
+};
+__device__ __forceinline__ kvq_gkv_plan kvq_gkv_dyn_plan(const kvq_gkv_dyn &d) {
+    const int n_tok = *d.d_pos + 1;
+    return kvq_gkv_plan_of(n_tok, kvq_gkv_enc_count(d.kivi_k, n_tok, d.window), kvq_gkv_enc_count(0, n_tok, d.window), d.per,
+                           d.chunk_req);
+}
+/** Block s's range [*t0, *t1) (chunk positions from *t0), from the launch's values or, under
+ *  d.d_pos, the device's plan; false when the block has no chunk (it writes nothing). */
+__device__ __forceinline__ bool kvq_gkv_block_range(const kvq_gkv_dyn &d, int t_begin, int t_end, int chunk, int s, int *t0, int *t1) {
+    if (d.d_pos) {
+        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(d);
+        const int cnt = d.part == 0 ? pl.na : d.part == 1 ? pl.nb : pl.nc;
+        if (s >= cnt) return false;
+        t_begin = d.part == 0 ? 0 : d.part == 1 ? pl.a : pl.e;
+        t_end = d.part == 0 ? pl.a : d.part == 1 ? pl.e : pl.n_tok;
+        chunk = pl.chunk;
+    }
+    *t0 = t_begin + s * chunk;
+    *t1 = min(t_end, *t0 + chunk);
+    return true;
+}
+/** Block s's scratch slot (of its partial results): the launch's slot0 + s, or under d.d_pos the
+ *  part's first slot of the device's plan + s (computed again where it is written, so that it is
+ *  not held in a register through the block's loop). */
+__device__ __forceinline__ int kvq_gkv_block_slot(const kvq_gkv_dyn &d, int slot0, int s) {
+    if (d.d_pos) {
+        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(d);
+        slot0 = d.part == 0 ? 0 : d.part == 1 ? pl.na : pl.na + pl.nb;
+    }
+    return slot0 + s;
+}
+
 struct kvq_tc_args {
     const float *q;                // (batch, n_heads, D) fp32
     const uint8_t *kbase, *vbase;  // regions of (sequence 0, KV head 0)
@@ -17,6 +57,7 @@ struct kvq_tc_args {
     int n_kv, H, t_begin, t_end, chunk, n_slot, slot0;
     float sl2;                     // scale · log2(e)
     float *po, *pml;               // partial sums (batch, H, n_slot, D) and (max, sum) (batch, H, n_slot, 2)
+    kvq_gkv_dyn dyn;               // a graph-captured step: the range from the position (d_pos NULL: the fields above)
 };
 
 /** The kernel for keys kind/bits and values kind/bits, or NULL (int:2, int:4, kivi:2, kivi:4 on

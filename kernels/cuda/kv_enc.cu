@@ -29,6 +29,7 @@
 struct enc_p {
     const __half *ring; // (batch · n_kv, wcap, D)
     int wcap, p0, n_kv;
+    const int *d_p0;    // NULL, or a device int added to p0 (a graph-captured step: p0 = −window)
     uint8_t *base; // region of (sequence 0, head 0)
     size_t region, side_off;
     const float *cb, *rho, *signs, *quat, *mat, *cxi; // per KV head (kvq_gkv_side)
@@ -75,6 +76,9 @@ __device__ float wht_cpu(float *y) {
     return y[i];
 }
 
+// The first position of the launch (the host's, or the captured step's from the device).
+__device__ __forceinline__ int enc_p0(const enc_p &p) { return (p.d_p0 ? *p.d_p0 : 0) + p.p0; }
+
 __device__ __forceinline__ float ring_x(const enc_p &p, int ri, int pos) {
     return __half2float(p.ring[((size_t)ri * p.wcap + pos % p.wcap) * D + threadIdx.x]);
 }
@@ -120,7 +124,8 @@ __global__ void __launch_bounds__(D) enc_turbo(enc_p p) {
     __shared__ float y[D], t[D];
     __shared__ double sh;
     __shared__ uint8_t c[D];
-    const int pos = p.p0 + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     double g;
     const float u = turbo_rot(p, hd, ring_x(p, ri, pos), y, t, &sh, &g);
@@ -138,7 +143,8 @@ __global__ void __launch_bounds__(D) enc_tprod(enc_p p) {
     __shared__ float y[D], t[D], r[D];
     __shared__ double sh;
     __shared__ uint8_t c[D], sg[D];
-    const int pos = p.p0 + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     double g;
     const float u = turbo_rot(p, hd, ring_x(p, ri, pos), y, t, &sh, &g);
@@ -174,7 +180,8 @@ __global__ void __launch_bounds__(D) enc_oct(enc_p p) {
     __shared__ double sh;
     __shared__ uint32_t code[48];
     __shared__ uint8_t sg[D];
-    const int pos = p.p0 + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region, *row = reg + (size_t)pos * RB;
     const float x = ring_x(p, ri, pos);
     y[i] = x;
@@ -232,7 +239,8 @@ __global__ void __launch_bounds__(D) enc_hqkv(enc_p p) {
     __shared__ float y[D], z[D];
     __shared__ double sh;
     __shared__ uint8_t c[D];
-    const int pos = p.p0 + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     const float x = ring_x(p, ri, pos);
     y[i] = x;
@@ -275,7 +283,8 @@ __global__ void __launch_bounds__(D) enc_hqmq(enc_p p) {
     __shared__ float xs[D], r[NCH];
     __shared__ uint32_t code[NCH];
     __shared__ float sh_sig;
-    const int pos = p.p0 + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     xs[i] = ring_x(p, ri, pos);
     __syncthreads();
@@ -342,7 +351,8 @@ static enc_fn pick(kvq_gkv_kind kind, int bits) {
     return NULL;
 }
 
-kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, const void *ring, int p0, int n, kvq_err *err) {
+kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, const void *ring, int p0, int n, const int *d_p0,
+                              kvq_err *err) {
     enc_fn f = pick(s->kind, s->bits);
     if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kind %d at %d bits has no GPU encoder", s->kind, s->bits);
     const int oct = s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ;
@@ -361,7 +371,7 @@ kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, con
     if (n <= 0) return KVQ_OK;
     enc_p p;
     p.ring = (const __half *)ring;
-    p.wcap = c->wcap, p.p0 = p0, p.n_kv = c->n_kv;
+    p.wcap = c->wcap, p.p0 = p0, p.n_kv = c->n_kv, p.d_p0 = d_p0;
     p.base = (uint8_t *)s->data;
     p.region = kvq_gkv_region_bytes(s->kind, s->bits, D, c->cap, s->role);
     p.side_off = kvq_gkv_side_offset(s->kind, s->bits, D, c->cap);

@@ -35,8 +35,10 @@ __device__ __forceinline__ void kvq_gkv_write_row(uint8_t *row, const uint8_t *c
 /** Encodes positions [p0, p0 + n) of every (sequence, KV head) of side s of cache c from its
  *  fp16 window ring (batch, n_kv, wcap, d) into the packed side: TURBO (turboquant, qturbo:
  *  s->quat set), TPROD, OCT and OCTQ at 2-4 bits, with the side's tables (cb, signs, and quat,
- *  mat, rho, cxi as the kind needs). Asynchronous on the library's stream. @return KVQ_OK, or
- *  KVQ_ERR_UNSUPPORTED / KVQ_ERR_ARG (a kind without an encoder here, a missing table). */
-kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, const void *ring, int p0, int n, kvq_err *err);
+ *  mat, rho, cxi as the kind needs). d_p0: NULL, or a device int added to p0 (a graph-captured
+ *  step; a block whose position is negative encodes nothing). Asynchronous on the library's
+ *  stream. @return KVQ_OK, or KVQ_ERR_UNSUPPORTED / KVQ_ERR_ARG (a kind without an encoder here, a missing table). */
+kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, const void *ring, int p0, int n, const int *d_p0,
+                              kvq_err *err);
 
 #endif

@@ -83,6 +83,7 @@ kvq_status kvq_cuda_capture_end(int abort, void **graph, kvq_err *err) {
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_graph_launch(void *graph, kvq_err *err) { return NO_CUDA(err); }
+long kvq_cuda_graph_launches(void) { return 0; }
 void kvq_cuda_graph_free(void *graph) { (void)graph; }
 kvq_status kvq_cuda_tl_mark(int variant, int i, kvq_err *err) {
     (void)variant, (void)i;
@@ -118,8 +119,8 @@ kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, flo
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
-                                 float *q, float *k, float *v, int T, int pos, int n_heads, int n_kv_heads, int head_dim,
-                                 int rot_dim, const float *inv_freq, kvq_err *err) {
+                                 float *q, float *k, float *v, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads,
+                                 int head_dim, int rot_dim, const float *inv_freq, kvq_err *err) {
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps, float *q,
@@ -136,6 +137,13 @@ kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, fl
     return NO_CUDA(err);
 }
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err) { return NO_CUDA(err); }
+kvq_status kvq_gkv_append_step(kvq_gkv_cache *c, const float *k, const float *v, int window, const int *d_pos, kvq_err *err) {
+    return NO_CUDA(err);
+}
+kvq_status kvq_gkv_attend_step(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, const int *d_pos,
+                               void *scratch, kvq_err *err) {
+    return NO_CUDA(err);
+}
 kvq_status kvq_gkv_time(const kvq_gkv_cache *caches, int rotate, const float *q, float *out, float scale, int chunk,
                         void *scratch, int reps, int graph_calls, double *ms, kvq_err *err) {
     return NO_CUDA(err);

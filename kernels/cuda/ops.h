@@ -105,10 +105,10 @@ kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_
                             int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err);
 /** kvq_cuda_attn_in writing k and v as rows (T, n_kv_heads·head_dim), as kvq_cuda_qkv_split
  *  and the ropes would have left them, instead of into a cache (for a KV codec cache, which
- *  appends them itself). */
+ *  appends them itself); d_pos as there. */
 kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
-                                 float *q, float *k, float *v, int T, int pos, int n_heads, int n_kv_heads, int head_dim,
-                                 int rot_dim, const float *inv_freq, kvq_err *err);
+                                 float *q, float *k, float *v, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads,
+                                 int head_dim, int rot_dim, const float *inv_freq, kvq_err *err);
 /** Largest max_ctx kvq_cuda_attention supports for head_dim (its scores live in shared memory). */
 int kvq_cuda_attention_max_ctx(int head_dim);
 /** Prepares the attention kernels for the shape and contexts up to max_ctx (their shared
@@ -131,6 +131,8 @@ kvq_status kvq_cuda_capture_begin(kvq_err *err);
  *  when abort is set (a launch failed while capturing). */
 kvq_status kvq_cuda_capture_end(int abort, void **graph, kvq_err *err);
 kvq_status kvq_cuda_graph_launch(void *graph, kvq_err *err);
+/** Graphs launched by kvq_cuda_graph_launch in this process (tests: whether steps replayed). */
+long kvq_cuda_graph_launches(void);
 void kvq_cuda_graph_free(void *graph);
 /** Timeline marks (KVQ_CUDA_TIMELINE): records timing event i of graph variant 0/1 on the
  *  stream (a graph node while capturing); _elapsed: ms between marks i − 1 and i after a replay. */

@@ -31,10 +31,14 @@ typedef struct {
                     // (kv.on) or the context exceeds the fp32 attention kernel's
     size_t kv_floats;
     // A KV codec on the device (kv_codec): one packed cache per layer (kernels/cuda/kv_attn.h),
-    // appended and attended by kvq_gkv_append / kvq_gkv_attend; their launches depend on the
-    // host's position count, so decode steps are not captured as graphs while it runs.
+    // appended and attended by kvq_gkv_append / kvq_gkv_attend; a one-token decode step runs
+    // as a graph too (kvq_gkv_append_step / kvq_gkv_attend_step: the kernels take the position
+    // from d_pos and derive the ring slot, the flushes and the chunks from it) whenever the
+    // cache's counts are those of a sequence grown from 0 (kvq_gkv_step_ready); a replay
+    // advances the host's counts (kvq_gkv_advance). KVQ_CUDA_KV_GRAPHS=0: such steps launch
+    // every kernel (the same kernels' host-planned launches, the same bits).
     struct {
-        int on, window;
+        int on, window, graphs;
         kvq_gkv_cache *c; // (n_layers)
         void *scratch;
         size_t bytes;     // device bytes of the packed sides (the cache proper)
@@ -343,11 +347,24 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     return s;
 }
 
+// Whether a one-token step at pos can run as the kv graph (every layer's counts those of a
+// sequence of pos positions grown from 0; pos 0 restarts the caches, as kv_attention would).
+static int kv_step_ready(gpu *g, int pos) {
+    if (!g->kv.graphs) return 0;
+    for (int l = 0; l < g->b.arch.n_layers; l++) {
+        kvq_gkv_cache *c = &g->kv.c[l];
+        if (!kvq_gkv_step_ready(c, pos, g->kv.window)) return 0;
+    }
+    if (pos == 0)
+        for (int l = 0; l < g->b.arch.n_layers; l++) g->kv.c[l].n_tok = g->kv.c[l].n_enc_k = g->kv.c[l].n_enc_v = 0;
+    return 1;
+}
+
 static void step(kvq_backend *b, int T, int pos, int logits) {
     gpu *g = (gpu *)b;
     g->mode = DIRECT;
     g->sq.on = 0;
-    if (!g->graphs || g->kv.on || T != 1 || !logits || g->first.code) return;
+    if (!g->graphs || T != 1 || !logits || g->first.code || (g->kv.on && !kv_step_ready(g, pos))) return;
     kvq_err e = {0};
     g->pos = pos;
     g->variant = logits == 2;
@@ -355,6 +372,8 @@ static void step(kvq_backend *b, int T, int pos, int logits) {
     if (!s && !g->graph[g->variant]) s = kvq_cuda_capture_begin(&e);
     if (s) { note(g, s, &e); return; }
     g->mode = g->graph[g->variant] ? REPLAY : CAPTURE;
+    if (g->kv.on && g->mode == REPLAY) // the model's ops are skipped: the counts the graph's kernels will leave
+        for (int l = 0; l < b->arch.n_layers; l++) kvq_gkv_advance(&g->kv.c[l], 1, g->kv.window);
     if (g->timeline && g->mode == CAPTURE) {
         g->tl_n[g->variant] = 0;
         tl_mark(g, -1);
@@ -618,7 +637,7 @@ static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, co
         g->ain.on = 0;
         prof_begin(g);
         st = kvq_cuda_attn_in_rows(g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL,
-                                   g->ain.has_kn ? g->ain.kn : NULL, g->ain.eps, g->ain.q, g->ain.k, g->ain.v, T, pos,
+                                   g->ain.has_kn ? g->ain.kn : NULL, g->ain.eps, g->ain.q, g->ain.k, g->ain.v, T, pos, dpos(g),
                                    s->n_heads, s->n_kv_heads, s->head_dim, g->ain.rot, g->ain.inv_freq, &e);
         prof_end(g, "attn_in rows");
     }
@@ -634,9 +653,13 @@ static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, co
                              "continues at its end or restarts at 0", g->kv.spec, l, pos, c->n_tok, enc);
     }
     prof_begin(g);
-    if (!st) st = kvq_gkv_append(c, k, v, T, g->kv.window, &e);
+    const int captured = !st && dpos(g); // a captured step (T = 1, kv_step_ready): positions from d_pos
+    if (captured) {
+        st = kvq_gkv_append_step(c, k, v, g->kv.window, dpos(g), &e);
+        if (!st) st = kvq_gkv_attend_step(c, q, out, s->scale, g->kv.window, dpos(g), g->kv.scratch, &e);
+    } else if (!st) st = kvq_gkv_append(c, k, v, T, g->kv.window, &e);
     const size_t qd = (size_t)s->n_heads * s->head_dim;
-    for (int t = 0; t < T && !st; t++) {
+    for (int t = 0; t < T && !st && !captured; t++) {
         kvq_gkv_cache view = *c; // the positions token t sees
         view.n_tok = pos + t + 1;
         if (view.n_enc_k > view.n_tok) view.n_enc_k = view.n_tok;
@@ -857,6 +880,8 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
     g->kv.bytes = bytes;
     g->kv.aux = scr_rings + scr;
     g->kv.window = pol->window;
+    const char *kg = getenv("KVQ_CUDA_KV_GRAPHS");
+    g->kv.graphs = !(kg && !strcmp(kg, "0"));
     snprintf(g->kv.spec, sizeof g->kv.spec, "%s", spec);
     g->kv.on = 1;
     kvq_cuda_free(g->kc);
