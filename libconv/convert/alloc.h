@@ -67,6 +67,7 @@ typedef struct {
     int probe_tokens;
     double forwards;
     double work;
+    double probe_work;  // the probes' share of work (what kvq_alloc_apply's progress counts)
 } kvq_alloc_work_t;
 void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_probe_kind kind,
                     kvq_alloc_work_t *w);
@@ -81,5 +82,12 @@ kvq_status kvq_alloc_uniform(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e,
  *  `from` and the tensor. */
 kvq_status kvq_alloc_apply_from(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, const char *from,
                                 double target_bpw, kvq_err *err);
+
+/** The probe's perturbation, y[t·ldy + r0 + r] += Σ_j dw[r·cols + j] · x[t·cols + j] for t < T,
+ *  r < rows: the runtime's vectorized fp32 product (kvq_matmul: n_threads <= 0 the OpenMP
+ *  default) into tmp (T · rows floats), then added. Differs from the plain loop only by
+ *  summation order (tests/test_alloc.c checks it against one on random inputs). */
+void kvq_alloc_add_dwx(float *y, int64_t ldy, int r0, const float *dw, const float *x, int T, int rows, int cols,
+                       float *tmp, int n_threads);
 
 #endif
