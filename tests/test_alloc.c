@@ -19,6 +19,7 @@
 
 #include "formats/kvqfile.h"
 #include "kernels/cpu/softmax.h"
+#include "libconv/convert/alloc.h"
 #include "libconv/convert/convert.h"
 #include "libconv/runtime/model.h"
 #include "libconv/runtime/weights.h"
@@ -301,6 +302,41 @@ static void test_sensitivity_predicts_kld(void **st) {
 
 // Layers run in pieces (the embeddings alone, then two layers, then the rest to the logits) give
 // bit for bit the logits of one kvq_model_forward, chunked the same way (40 tokens, chunks of 16).
+// The probe's perturbation (kvq_alloc_add_dwx, the runtime's vectorized product) against the
+// plain loop on random inputs: every shape class of the product (fewer than 4 tokens, 4×4 tiles
+// and their tails, widths off the vector length), rows written at an offset into a wider output,
+// nothing else touched.
+static void test_add_dwx(void **st) {
+    (void)st;
+    static const int Ts[] = {1, 3, 4, 37, 128}, Rs[] = {1, 7, 33}, Cs[] = {5, 64, 130};
+    uint64_t rng = 0x1234567;
+    for (size_t a = 0; a < sizeof Ts / sizeof *Ts; a++)
+        for (size_t b = 0; b < sizeof Rs / sizeof *Rs; b++)
+            for (size_t k = 0; k < sizeof Cs / sizeof *Cs; k++) {
+                const int T = Ts[a], rows = Rs[b], cols = Cs[k], r0 = 3, ldy = rows + 5;
+                float *dw = malloc(sizeof(float) * rows * cols), *x = malloc(sizeof(float) * T * cols);
+                float *y = malloc(sizeof(float) * T * ldy), *y0 = malloc(sizeof(float) * T * ldy);
+                float *tmp = malloc(sizeof(float) * T * rows);
+                assert_true(dw && x && y && y0 && tmp);
+                for (int i = 0; i < rows * cols; i++) dw[i] = (float)((double)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 40) / 16777216.0 - 0.5);
+                for (int i = 0; i < T * cols; i++) x[i] = (float)((double)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 40) / 8388608.0 - 1.0);
+                for (int i = 0; i < T * ldy; i++) y[i] = y0[i] = (float)(i % 17) - 8.0f;
+                kvq_alloc_add_dwx(y, ldy, r0, dw, x, T, rows, cols, tmp, 2);
+                for (int t = 0; t < T; t++)
+                    for (int j = 0; j < ldy; j++) {
+                        const float got = y[t * ldy + j];
+                        if (j < r0 || j >= r0 + rows) { assert_true(got == y0[t * ldy + j]); continue; }
+                        double ref = y0[t * ldy + j], mag = fabs(ref);
+                        for (int c = 0; c < cols; c++) {
+                            double p = (double)dw[(j - r0) * cols + c] * x[t * cols + c];
+                            ref += p, mag += fabs(p);
+                        }
+                        assert_true(fabs(got - ref) <= 1e-5 * mag + 1e-6);
+                    }
+                free(dw), free(x), free(y), free(y0), free(tmp);
+            }
+}
+
 static void test_forward_layers(void **st) {
     kvq_model_opts mo = kvq_model_opts_default();
     mo.store = KVQ_WEIGHTS_F32;
@@ -347,9 +383,26 @@ static double spearman(const double *a, const double *b, int n) {
     return sab / sqrt(saa * sbb);
 }
 
+// The probes' progress: the work each PROBE event reports (for the ETA) never falls, and at the last
+// probe it is what kvq_alloc_work predicted, so the count and the prediction agree.
+typedef struct {
+    size_t n;
+    double done, total;
+    int falls;
+} work_seen;
+
+static void work_progress(void *ud, const kvq_calib_progress *p) {
+    work_seen *w = ud;
+    if (p->event != KVQ_CALIB_PROBE) return;
+    if (p->work_done < w->done) w->falls++;
+    w->n++, w->done = p->work_done, w->total = p->work_total;
+}
+
 // The sensitivities of the dry run with one probe kind (64 tokens of the sample text).
 static void sensitivities(int probe, kvq_convert_prediction *P) {
+    work_seen w = {0};
     kvq_convert_opts o = {0};
+    o.calib_progress = work_progress, o.calib_ud = &w;
     o.plan.quantize_embeddings = -1;
     o.plan.target_bpw = 4.0;
     o.plan.calib_text = TEXT;
@@ -359,6 +412,11 @@ static void sensitivities(int probe, kvq_convert_prediction *P) {
     kvq_status s = kvq_convert_predict(TINY, &o, P, &err);
     if (s) print_message("%s\n", err.msg);
     assert_int_equal(s, KVQ_OK);
+    print_message("%s probe: %zu probes, %.4g of %.4g parameter-tokens\n", probe == KVQ_PROBE_FULL ? "full" : "layer", w.n,
+                  w.done, w.total);
+    assert_int_equal(w.n, 30);
+    assert_int_equal(w.falls, 0);
+    assert_true(w.total > 0 && fabs(w.done - w.total) <= 1e-9 * w.total);
 }
 
 // The layer probe against the full probe (one probe per tensor through the model) on the tiny
@@ -564,7 +622,7 @@ static void test_default_cli(void **st) {
     check_default_file(out, "uniform", 30);
     assert_int_equal(count_lines(err, ""), 1);
     assert_int_equal(count_lines(err, "kvq-convert: " TINY ": 5048576 parameters, 30 tensors to probe: calibrating the "
-                                      "default 5.00 bits/param budget would run 1.6e+10 parameter-tokens (~0.09 CPU-minutes), "
+                                      "default 5.00 bits/param budget would run 1.9e+10 parameter-tokens (~0.11 CPU-minutes), "
                                       "over the default's limit of 1e+09; writing uniform rates"), 1);
     assert_int_equal(count_lines(err, "(pass --target-bpw 5.00 to calibrate anyway, --weights none for a lossless file)"), 1);
     // the full probe (one per tensor through the model) costs more: 2.6e10 here
@@ -651,6 +709,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_tiny_budget),
         cmocka_unit_test(test_shared_budget),
         cmocka_unit_test(test_sensitivity_predicts_kld),
+        cmocka_unit_test(test_add_dwx),
         cmocka_unit_test(test_forward_layers),
         cmocka_unit_test(test_layer_probe),
         cmocka_unit_test(test_budget_errors),

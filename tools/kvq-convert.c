@@ -137,8 +137,12 @@ static void calib_progress(void *ud, const kvq_calib_progress *p) {
             snprintf(line, sizeof line, "[calibration] statistics pass: %zu/%zu tokens  %.1f s", p->index, p->count, t);
         else return; // one line for the pass when logging
     } else {
-        double tp = t - c->t_probes; // the probes' own pace: they all cost the same
-        double eta = p->index + 1 < p->count ? tp / (double)(p->index + 1) * (double)(p->count - p->index - 1) : 0.0;
+        double tp = t - c->t_probes; // the probes' own pace, per parameter-token of their work (a layer's
+        double eta = 0.0;            // tensors are reported together, after the layer's work)
+        if (p->index + 1 < p->count && p->work_done > 0 && p->work_total > p->work_done)
+            eta = tp / p->work_done * (p->work_total - p->work_done);
+        else if (p->index + 1 < p->count && p->work_total <= 0) // no work count: per probe
+            eta = tp / (double)(p->index + 1) * (double)(p->count - p->index - 1);
         snprintf(line, sizeof line, "[probe %3zu/%zu] %-48s sensitivity %10.4g  %7.1f s  ETA %d:%02d", p->index + 1, p->count,
                  p->name, p->sensitivity, t, (int)eta / 60, (int)eta % 60);
     }

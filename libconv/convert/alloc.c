@@ -1,6 +1,7 @@
 // The whole-model budget (alloc.h): calibration pass, per-tensor sensitivity, and the
 // equal-slope allocation of HyperQuant rates. docs/ALLOCATION.md says why this model of the
 // error and what it was validated against.
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/softmax.h"
 #include "libconv/convert/alloc.h"
 
@@ -60,8 +61,12 @@ struct kvq_calib {
     float *logits;            // (n_probe, vocab) scratch
     float *H;                 // (n_layers + 1, n_probe, d): the source's residual stream before each layer
     float *h;                 // (n_probe, d) scratch: a probed residual stream
+    float *ytmp;              // (max_batch, widest target's rows) scratch: a target's ΔW·x
     int stats;                // 1: the statistics pass (observe accumulates)
+    int n_threads;            // the model's (0: OpenMP default)
     kvq_probe_kind kind;      // how kvq_alloc_apply measures (alloc.h)
+    double *lp;               // (n_layers + 1) parameters per layer, [n_layers] the head's: the probes' work
+    double work_done;         // parameter-tokens the probes ran so far
     probe_t pr;
 };
 
@@ -75,6 +80,8 @@ void kvq_calib_free(kvq_calib *c) {
     free(c->logits);
     free(c->H);
     free(c->h);
+    free(c->ytmp);
+    free(c->lp);
     for (int i = 0; i < MAX_TARGETS; i++) free(c->pr.tg[i].x);
     free(c);
 }
@@ -122,18 +129,17 @@ static void perturb(void *ud, int layer, kvq_model_site site, float *y, int T, i
     for (int i = 0; i < p->n; i++) {
         const target_t *g = &p->tg[i];
         if (g->site != (int)site || (site != KVQ_SITE_LM_HEAD && layer != g->layer)) continue;
-        const int nr = g->rows, nc = g->cols, r0 = g->r0;
-        const float *x = g->x, *dw = g->dw;
-#pragma omp parallel for schedule(static)
-        for (int r = 0; r < nr; r++) {
-            const float *w = dw + (size_t)r * nc;
-            for (int t = 0; t < T; t++) {
-                const float *xt = x + (size_t)t * nc;
-                float acc = 0.0f;
-                for (int j = 0; j < nc; j++) acc += w[j] * xt[j];
-                y[(size_t)t * rows + r0 + r] += acc;
-            }
-        }
+        kvq_alloc_add_dwx(y, rows, g->r0, g->dw, g->x, T, g->rows, g->cols, c->ytmp, c->n_threads);
+    }
+}
+
+void kvq_alloc_add_dwx(float *y, int64_t ldy, int r0, const float *dw, const float *x, int T, int rows, int cols,
+                       float *tmp, int n_threads) {
+    kvq_matmul(tmp, x, dw, KVQ_DTYPE_F32, T, cols, rows, NULL, n_threads); // fp32 weights: no scratch
+    for (int t = 0; t < T; t++) {
+        float *yt = y + (size_t)t * ldy + r0;
+        const float *d = tmp + (size_t)t * rows;
+        for (int r = 0; r < rows; r++) yt[r] += d[r];
     }
 }
 
@@ -161,19 +167,21 @@ static kvq_status read_text(const char *path, size_t cap, char **out, size_t *n,
 
 // The probe tokens (one window from position 0) through layers [l0, l1): entering with the
 // residual stream h_in (n_probe, d) before layer l0, or with the tokens' embeddings (h_in NULL,
-// l0 = 0); the stream after layer l1 − 1 into h_out (may be NULL) and, when l1 is the last layer,
-// the log-probabilities into c->logits. The same chunks as a whole forward, so the same numbers.
+// l0 = 0); the stream after layer l1 − 1 into h_out, or (h_out NULL, l1 the last layer) the
+// log-probabilities into c->logits. The same chunks as a whole forward, so the same numbers.
 static kvq_status probe_run(kvq_calib *c, const float *h_in, int l0, int l1, float *h_out, kvq_err *err) {
     kvq_status s = KVQ_OK;
-    const int L = c->n_layers;
+    const int L = c->n_layers, head = !h_out && l1 == L;
     for (int c0 = 0; c0 < c->n_probe && !s; c0 += c->max_batch) {
         int cn = c->n_probe - c0 < c->max_batch ? c->n_probe - c0 : c->max_batch;
         c->pr.ids = c->probe_ids + c0;
         s = kvq_model_forward_layers(c->model, c->probe_ids + c0, h_in ? h_in + (size_t)c0 * c->d : NULL, l0, l1, cn, c0,
                                      h_out ? h_out + (size_t)c0 * c->d : NULL,
-                                     l1 == L ? c->logits + (size_t)c0 * c->vocab : NULL, err);
+                                     head ? c->logits + (size_t)c0 * c->vocab : NULL, err);
     }
-    if (!s && l1 == L) kvq_log_softmax_rows(c->logits, c->n_probe, c->vocab);
+    for (int l = l0; c->lp && l <= l1 && l <= L; l++) // what kvq_alloc_work counts: the layers run, the head
+        if (l < l1 || head) c->work_done += c->lp[l] * c->n_probe;
+    if (!s && head) kvq_log_softmax_rows(c->logits, c->n_probe, c->vocab);
     return s;
 }
 
@@ -200,7 +208,7 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
     *out = NULL;
     kvq_calib *c = calloc(1, sizeof *c);
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "calibration: out of memory");
-    c->stats = 1;
+    c->stats = 1, c->n_threads = n_threads;
     kvq_model_opts mo = kvq_model_opts_default();
     mo.n_threads = n_threads;
     mo.observe = observe;
@@ -273,6 +281,10 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
     int ok = (c->probe_ids = malloc(sizeof(int32_t) * c->n_probe)) && (c->ref = malloc(sizeof(float) * (size_t)c->n_probe * c->vocab)) &&
              (c->H = malloc(sizeof(float) * (size_t)(c->n_layers + 1) * c->n_probe * c->d)) &&
              (c->h = malloc(sizeof(float) * (size_t)c->n_probe * c->d));
+    int maxr = c->vocab > c->d ? c->vocab : c->d; // a target's rows: lm_head's, qkv's, gate_up's at most
+    if (c->q_dim + 2 * c->kv_dim > maxr) maxr = c->q_dim + 2 * c->kv_dim;
+    if (2 * c->ffn > maxr) maxr = 2 * c->ffn;
+    ok = ok && (c->ytmp = malloc(sizeof(float) * (size_t)c->max_batch * maxr)) != NULL;
     for (int i = 0; i < MAX_TARGETS && ok; i++) ok = (c->pr.tg[i].x = malloc(sizeof(float) * (size_t)c->max_batch * maxc)) != NULL;
     if (!ok) {
         s = kvq_err_set(err, KVQ_ERR_NOMEM, "calibration: out of memory");
@@ -536,25 +548,33 @@ static int takes_part(const kvq_tensor *t, const kvq_plan_entry *e) {
 // The layers whose probe also measures the direct writers' share (up to four, evenly spaced).
 static int sampled_layer(int l, int nl) { return nl <= 4 || l == 0 || l == nl - 1 || l == (nl - 1) / 3 || l == 2 * (nl - 1) / 3; }
 
-void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_probe_kind kind,
-                    kvq_alloc_work_t *w) {
-    memset(w, 0, sizeof *w);
-    const int L = kvq_ckpt_arch(ck)->n_layers > 0 ? kvq_ckpt_arch(ck)->n_layers : 0;
-    double *P = calloc((size_t)L + 1, sizeof *P); // parameters per layer; P[L]: the lm_head's
-    int *nq = calloc((size_t)L + 1, sizeof *nq);  // rated tensors per layer
-    if (!P || !nq) { free(P), free(nq); return; }
+// Parameters per layer P[0..L) and the head's P[L] (a tied embedding's, else lm_head's): what a
+// probe token runs through in each; returns all parameters.
+static double layer_params(const kvq_plan_entry *e, size_t n, int L, double *P) {
     int tied = 1;
     for (size_t i = 0; i < n; i++)
         if (!strcmp(e[i].name, "lm_head.weight")) tied = 0;
-    double emb = 0.0;
+    double emb = 0.0, all = 0.0;
     for (size_t i = 0; i < n; i++) {
-        w->params += (double)e[i].numel;
+        all += (double)e[i].numel;
         int l;
         if (sscanf(e[i].name, "model.layers.%d.", &l) == 1 && l >= 0 && l < L) P[l] += (double)e[i].numel;
         else if (!strcmp(e[i].name, "lm_head.weight")) P[L] += (double)e[i].numel;
         else if (is_embedding(e[i].name)) emb = (double)e[i].numel;
     }
     if (tied) P[L] += emb;
+    return all;
+}
+
+void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_probe_kind kind,
+                    kvq_alloc_work_t *w) {
+    memset(w, 0, sizeof *w);
+    const int L = kvq_ckpt_arch(ck)->n_layers > 0 ? kvq_ckpt_arch(ck)->n_layers : 0;
+    double *P = calloc((size_t)L + 1, sizeof *P); // parameters per layer; P[L]: the lm_head's
+    int *nq = calloc((size_t)L + 1, sizeof *nq);  // rated tensors per layer
+    int *nqk = calloc((size_t)L + 1, sizeof *nqk); // of them q_proj, k_proj
+    if (!P || !nq || !nqk) { free(P), free(nq), free(nqk); return; }
+    w->params = layer_params(e, n, L, P);
     // kvq_calib_run's windows: the model's context (kvq_model_open's default), at most 512
     const int mpe = kvq_ckpt_arch(ck)->max_position_embeddings;
     int ctx = mpe > 0 && mpe < 4096 ? mpe : 4096;
@@ -569,19 +589,26 @@ void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n
         int l = -1, site = is_embedding(e[i].name) ? -1 : site_of(e[i].name, &l);
         if (site == KVQ_SITE_LM_HEAD) l = L;
         else if (l < 0 || l >= L) l = 0; // an embedding: from the lookup
-        if (kind == KVQ_PROBE_LAYER && l < L && !is_embedding(e[i].name)) { nq[l]++; continue; }
+        if (kind == KVQ_PROBE_LAYER && l < L && !is_embedding(e[i].name)) {
+            nq[l]++, nqk[l] += strstr(e[i].name, ".q_proj.") || strstr(e[i].name, ".k_proj.");
+            continue;
+        }
         for (int j = l; j <= L; j++) probes += P[j];
     }
     for (int l = 0; l < L; l++) { // each tensor through its layer, then the layer's errors through the rest
         if (!nq[l]) continue;
         probes += nq[l] * P[l];
-        for (int j = l; j <= L; j++) probes += P[j] * (sampled_layer(l, L) && nq[l] > 1 ? 2 : 1);
+        // all at once; q/k at once; in the sampled layers the direct writers at once
+        const int runs = 1 + (nqk[l] > 0 && nqk[l] < nq[l]) + (sampled_layer(l, L) && nq[l] > 1);
+        for (int j = l; j <= L; j++) probes += P[j] * runs;
     }
     w->forwards = fwd > 0 ? probes / fwd : 0.0;
+    w->probe_work = probes * w->probe_tokens;
     // the statistics pass, the probes' reference (one forward), the probes
     w->work = w->params * (double)n_tokens + (fwd + probes) * w->probe_tokens;
     free(P);
     free(nq);
+    free(nqk);
 }
 
 static kvq_status budget_parts(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, double target_bpw,
@@ -699,6 +726,12 @@ static kvq_status probe_full(kvq_calib *c, const probing_t *q, int is_emb, doubl
 // as it is) rather than through another product of its layer (q/k/v, gate/up).
 static int writes_residual(const target_t *g) { return g->site == KVQ_SITE_O || g->site == KVQ_SITE_DOWN; }
 
+// Whether a tensor feeds the attention's logits (q_proj, k_proj; not a fused qkv_proj): its error
+// acts through the softmax, whose cost per unit error differs from layer to layer.
+static int feeds_softmax(const kvq_calib *c, const target_t *g) {
+    return g->site == KVQ_SITE_QKV && g->r0 + g->rows <= c->q_dim + c->kv_dim;
+}
+
 // One layer's measurements (probe_layer).
 typedef struct {
     int nq;
@@ -707,13 +740,16 @@ typedef struct {
     double kld, e_all;         // all of them at once: KLD at the logits, relative error after the layer
     int sampled;               // the direct writers' share measured too:
     double kld_w, e_w;         // o_proj and down_proj at once
+    int has_qk;                // q_proj and k_proj measured at once through the rest:
+    double kld_qk, e_qk;
 } layer_meas;
 
 // The layer probe of layer l's rated tensors Q[0..nq): each one's error alone through layer l only
 // (the residual stream's relative error e_i after it: one layer of work each), then all of them at
-// once through the rest of the model (KLD_l, and e_l after layer l); with `sample`, also the direct
-// writers (o_proj, down_proj) at once through the rest (KLD_w, e_w). docs/ALLOCATION.md, "The
-// layer probe".
+// once through the rest of the model (KLD_l, and e_l after layer l); q_proj and k_proj at once
+// through the rest (KLD_qk, e_qk: their cost per unit error is the layer's own); with `sample`,
+// also the direct writers (o_proj, down_proj) at once through the rest (KLD_w, e_w).
+// docs/ALLOCATION.md, "The layer probe".
 static kvq_status probe_layer(kvq_calib *c, int l, probing_t *Q, int nq, int sample, layer_meas *M, kvq_err *err) {
     const size_t hs = (size_t)c->n_probe * c->d;
     kvq_status s = KVQ_OK;
@@ -724,13 +760,15 @@ static kvq_status probe_layer(kvq_calib *c, int l, probing_t *Q, int nq, int sam
         s = probe_run(c, c->H + (size_t)l * hs, l, l + 1, c->h, err);
         if (!s) probe_resid_err(c, l + 1, &M->e[i], &M->e_abs[i]);
     }
-    for (int pass = 0; pass < (sample ? 2 : 1) && !s; pass++) { // 0: all of them; 1: the direct writers
+    for (int pass = 0; pass < 3 && !s; pass++) { // 0: all of them; 1: q/k; 2: the direct writers
+        if (pass == 2 && !sample) break;
         target_t g[MAX_TARGETS];
         float *dw[MAX_TARGETS];
         int ng = 0;
         for (int i = 0; i < nq; i++)
-            if (pass == 0 || writes_residual(&Q[i].g)) g[ng] = Q[i].g, dw[ng++] = Q[i].dw;
-        if (pass == 1 && (!ng || ng == nq)) break; // one group only: nothing to split
+            if (pass == 0 || (pass == 1 && feeds_softmax(c, &Q[i].g)) || (pass == 2 && writes_residual(&Q[i].g)))
+                g[ng] = Q[i].g, dw[ng++] = Q[i].dw;
+        if (pass > 0 && (!ng || ng == nq)) continue; // one group only: nothing to split
         probe_set(c, g, dw, ng, NULL);
         double e, ea;
         s = probe_run(c, c->H + (size_t)l * hs, l, l + 1, c->h, err);
@@ -740,10 +778,21 @@ static kvq_status probe_layer(kvq_calib *c, int l, probing_t *Q, int nq, int sam
         if (s) break;
         double k = probe_kld(c);
         if (pass == 0) M->kld = k, M->e_all = e;
+        else if (pass == 1) M->kld_qk = k, M->e_qk = e, M->has_qk = 1;
         else M->kld_w = k, M->e_w = e, M->sampled = 1;
     }
     probe_clear(c);
     return s;
+}
+
+// What layer l's tensors other than q/k cost at the logits and their relative error after the layer:
+// all of them at once less q/k at once (errors add), kept to at least a quarter of the layer's.
+static void layer_rest(const layer_meas *m, double *kld, double *e) {
+    *kld = m->kld, *e = m->e_all;
+    if (!m->has_qk) return;
+    const double k = m->kld - m->kld_qk, x = m->e_all - m->e_qk;
+    *kld = k > 0.25 * m->kld ? k : 0.25 * m->kld;
+    *e = x > 0.25 * m->e_all ? x : 0.25 * m->e_all;
 }
 
 // Part k's weight error (q->dw), drawn when first needed from the source's weights, so that only
@@ -764,24 +813,28 @@ static kvq_status want_dw(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t i,
 // full probe, printed beside it on stderr (validation: docs/ALLOCATION.md).
 static kvq_status layer_finish(kvq_calib *c, const kvq_plan_entry *e, part_t *P, const probing_t *L, const layer_meas *m,
                                double gw, double gr, const char *dbg, kvq_calib_progress_fn progress, void *ud,
-                               size_t *done, size_t count, int l, kvq_err *err) {
+                               size_t *done, size_t count, double work_total, int l, kvq_err *err) {
     const double eps = pow(10.0, -PROBE_SNR_DB / 10.0);
     for (int j = 0; j < m->nq; j++) {
         part_t *p = &P[L[j].k];
-        const double k = m->kld > 1e-12 ? m->kld : 1e-12;
-        const double v = m->e_all > 0 ? k * (writes_residual(&L[j].g) ? gw : gr) * m->e[j] / m->e_all : 0.0;
+        double kr, er, v;
+        layer_rest(m, &kr, &er);
+        if (m->has_qk && feeds_softmax(c, &L[j].g)) // q/k: their own measured cost, shared by error
+            v = m->e_qk > 0 ? m->kld_qk * m->e[j] / m->e_qk : 0.0;
+        else
+            v = er > 0 ? (kr > 1e-12 ? kr : 1e-12) * (writes_residual(&L[j].g) ? gw : gr) * m->e[j] / er : 0.0;
         p->sens = (v > 1e-12 ? v : 1e-12) / eps;
         if (dbg && *dbg == '1') {
             double kf;
             kvq_status s = probe_full(c, &L[j], 0, &kf, err);
             if (s) return s;
             fprintf(stderr, "probe-debug %s layer %d full %.6g layer %.6g e_rel %.6g e_abs %.6g kld_l %.6g e_l %.6g "
-                    "kld_w %.6g e_w %.6g gw %.4g gr %.4g\n", e[p->i].name, l, (kf > 1e-12 ? kf : 1e-12) / eps, p->sens,
-                    m->e[j], m->e_abs[j], m->kld, m->e_all, m->kld_w, m->e_w, gw, gr);
+                    "kld_w %.6g e_w %.6g gw %.4g gr %.4g kld_qk %.6g e_qk %.6g\n", e[p->i].name, l, (kf > 1e-12 ? kf : 1e-12) / eps,
+                    p->sens, m->e[j], m->e_abs[j], m->kld, m->e_all, m->kld_w, m->e_w, gw, gr, m->kld_qk, m->e_qk);
         }
         if (progress) {
             kvq_calib_progress pg = {.event = KVQ_CALIB_PROBE, .index = (*done)++, .count = count, .name = e[p->i].name,
-                                     .sensitivity = p->sens};
+                                     .sensitivity = p->sens, .work_done = c->work_done, .work_total = work_total};
             progress(ud, &pg);
         }
     }
@@ -798,6 +851,14 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
     probing_t *Q = s ? NULL : calloc(B.np ? B.np : 1, sizeof *Q);
     if (!s && !Q) s = kvq_err_set(err, KVQ_ERR_NOMEM, "allocation: out of memory");
     size_t done = 0;
+    kvq_alloc_work_t W;
+    kvq_alloc_work(ck, e, n, c->n_probe, c->kind, &W);
+    c->work_done = 0.0;
+    if (!s && !c->lp) {
+        if (!(c->lp = calloc((size_t)c->n_layers + 1, sizeof *c->lp))) s = kvq_err_set(err, KVQ_ERR_NOMEM, "allocation: out of memory");
+        else layer_params(e, n, c->n_layers, c->lp);
+    }
+    const double work_total = W.probe_work;
     // every part's weight error and target; a tensor the runtime has no product for is refused
     for (size_t k = 0; k < B.np && !s; k++) {
         part_t *p = &P[k];
@@ -831,7 +892,7 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
         p->sens = (kld > 1e-12 ? kld : 1e-12) / eps;
         if (progress) {
             kvq_calib_progress pg = {.event = KVQ_CALIB_PROBE, .index = done++, .count = B.np, .name = e[p->i].name,
-                                     .sensitivity = p->sens};
+                                     .sensitivity = p->sens, .work_done = c->work_done, .work_total = work_total};
             progress(ud, &pg);
         }
     }
@@ -861,17 +922,19 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
             if (s || !nq) continue;
             if ((s = probe_layer(c, l, L, nq, sample, &M[l], err))) { kvq_err_prefix(err, "layer probe of layer %d", l); break; }
             const layer_meas *m = &M[l];
-            if (m->sampled && m->kld > m->kld_w && m->e_all > m->e_w && m->kld_w > 0 && m->e_w > 0) {
-                const double u = m->kld / m->e_all;
-                lw += log(m->kld_w / m->e_w / u), lr += log((m->kld - m->kld_w) / (m->e_all - m->e_w) / u), nsamp++;
+            double kr, er;
+            layer_rest(m, &kr, &er);
+            if (m->sampled && kr > m->kld_w && er > m->e_w && m->kld_w > 0 && m->e_w > 0) {
+                const double u = kr / er;
+                lw += log(m->kld_w / m->e_w / u), lr += log((kr - m->kld_w) / (er - m->e_w) / u), nsamp++;
             }
-            if (pass == 1) s = layer_finish(c, e, P, L, m, gw, gr, dbg, progress, ud, &done, B.np, l, err);
+            if (pass == 1) s = layer_finish(c, e, P, L, m, gw, gr, dbg, progress, ud, &done, B.np, work_total, l, err);
             for (int j = 0; pass == 1 && j < nq; j++) free(Q[L[j].k].dw), Q[L[j].k].dw = NULL; // one layer's at a time
         }
         if (pass == 0 && nsamp) gw = exp(lw / nsamp), gr = exp(lr / nsamp);
         for (int l = 0; pass == 0 && l < nl && !s; l++) // the sampled layers' sensitivities, now that γ is known
             if (M[l].nq && sampled_layer(l, nl))
-                s = layer_finish(c, e, P, QL + (size_t)l * MAX_TARGETS, &M[l], gw, gr, dbg, progress, ud, &done, B.np, l, err);
+                s = layer_finish(c, e, P, QL + (size_t)l * MAX_TARGETS, &M[l], gw, gr, dbg, progress, ud, &done, B.np, work_total, l, err);
         for (size_t k = 0; pass == 0 && k < B.np; k++) free(Q[k].dw), Q[k].dw = NULL;
     }
     free(M);

@@ -27,8 +27,9 @@ void kvq_calib_free(kvq_calib *c); // NULL is a no-op
 size_t kvq_calib_tokens(const kvq_calib *c);
 
 /** How kvq_alloc_apply measures sensitivities (docs/ALLOCATION.md): KVQ_PROBE_LAYER (the default)
- *  runs each tensor's error through its own layer only and one probe of all of a layer's tensors
- *  through the rest of the model; KVQ_PROBE_FULL one probe per tensor from its layer to the logits. */
+ *  runs each tensor's error through its own layer only and probes of a layer's tensors at once (all
+ *  of them; q_proj and k_proj) through the rest of the model; KVQ_PROBE_FULL one probe per tensor
+ *  from its layer to the logits. */
 void kvq_calib_set_probe(kvq_calib *c, kvq_probe_kind kind);
 
 /** Sensitivity of tensor `name`, values w (rows, cols) float32: the output-error energy per
@@ -58,7 +59,8 @@ kvq_status kvq_alloc_apply(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, s
 /** What a budget's calibration would cost, known before it runs: the tensors it would probe, the
  *  tokens each probe runs (the calibration's first min(256, context, n_tokens)), the probes' work
  *  in full forwards of those tokens (KVQ_PROBE_FULL: one per tensor from its layer on; _LAYER:
- *  one layer per tensor plus one forward per layer from that layer on), and the work in
+ *  one layer per tensor plus, per layer, two forwards from that layer on — all its tensors' errors,
+ *  then q/k's — and a third in the sampled layers), and the work in
  *  parameter-tokens: params × n_tokens for the statistics pass, plus the parameters each probe
  *  token runs through (the reference forward and the probes). */
 typedef struct {
@@ -67,6 +69,7 @@ typedef struct {
     int probe_tokens;
     double forwards;
     double work;
+    double probe_work;  // the probes' share of work (what kvq_alloc_apply's progress counts)
 } kvq_alloc_work_t;
 void kvq_alloc_work(const kvq_ckpt *ck, const kvq_plan_entry *e, size_t n, int n_tokens, kvq_probe_kind kind,
                     kvq_alloc_work_t *w);
@@ -81,5 +84,12 @@ kvq_status kvq_alloc_uniform(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e,
  *  `from` and the tensor. */
 kvq_status kvq_alloc_apply_from(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, const char *from,
                                 double target_bpw, kvq_err *err);
+
+/** The probe's perturbation, y[t·ldy + r0 + r] += Σ_j dw[r·cols + j] · x[t·cols + j] for t < T,
+ *  r < rows: the runtime's vectorized fp32 product (kvq_matmul: n_threads <= 0 the OpenMP
+ *  default) into tmp (T · rows floats), then added. Differs from the plain loop only by
+ *  summation order (tests/test_alloc.c checks it against one on random inputs). */
+void kvq_alloc_add_dwx(float *y, int64_t ldy, int r0, const float *dw, const float *x, int T, int rows, int cols,
+                       float *tmp, int n_threads);
 
 #endif

@@ -153,6 +153,7 @@ typedef struct {
     size_t index, count;
     const char *name;               // PROBE: the tensor
     double sensitivity;             // PROBE: its measured sensitivity
+    double work_done, work_total;   // PROBE: the probes' parameter-tokens run so far / in all (the pace for an ETA)
     size_t tokens;                  // START: calibration tokens
     int probe_tokens;               // START: tokens each probe runs
     double params, work;            // START: parameters, predicted work in parameter-tokens
