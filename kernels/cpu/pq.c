@@ -431,11 +431,19 @@ size_t kvq_pqx_bytes(const kvq_pqx *w) {
     if (w->levels) return kvq_qetx_bytes(w);
     size_t b = 0;
     for (int s = 0; s < w->stages; s++)
-        b += (size_t)(w->rows_p * w->m) * (size_t)w->ib[s] +
-             (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u) +
-             (w->cb_ms[s] ? 8u * (size_t)w->m : 0);
+        b += kvq_pqx_idx_bytes(w, s) + kvq_pqx_cb_bytes(w, s) + (w->cb_ms[s] ? 8u * (size_t)w->m : 0);
     return b;
 }
+
+size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s) {
+    if (w->levels) return (size_t)(w->rows * w->m) * (size_t)w->qbits[s] / 8;
+    return (size_t)(w->rows_p * w->m) * (size_t)w->ib[s];
+}
+size_t kvq_pqx_cb_bytes(const kvq_pqx *w, int s) {
+    if (w->levels) return w->cb_size[s];
+    return (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u);
+}
+int kvq_pqx_idx_bits(const kvq_pqx *w, int s) { return w->levels ? w->qbits[s] : 8 * w->ib[s]; }
 
 void kvq_pqx_free(kvq_pqx *w) {
     if (!w) return;

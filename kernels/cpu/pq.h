@@ -100,6 +100,11 @@ size_t kvq_qetx_bytes(const kvq_pqx *w);
 
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_pqx_bytes(const kvq_pqx *w);
+/** Of those, stage s's index array (padding rows included), its codebook array, and the bits
+ *  one held index takes (pq: 8 or 16; qet: 4, 8 or 16). */
+size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s);
+size_t kvq_pqx_cb_bytes(const kvq_pqx *w, int s);
+int kvq_pqx_idx_bits(const kvq_pqx *w, int s);
 /** Frees the arrays (from kvq_hqx_alloc); NULL members are fine; *w is zeroed. */
 void kvq_pqx_free(kvq_pqx *w);
 
