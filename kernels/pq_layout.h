@@ -14,6 +14,14 @@
 //        k_s <= 256, else uint16 (the file packs ⌈log2 k⌉ bits; widening costs at most 16/9 on
 //        the indices, ~1.0–1.2× on the whole tensor at the ratios measured, docs/EXECUTION.md).
 //        rows_p = rows rounded up to 8; padding rows hold index 0 and are never written out.
+//        Lane-packed (pbits[s] > 0, set by kvq_pqx_pack_lanes where it holds fewer bits than a
+//        byte or uint16: k = 17..32 at 5.33 bits instead of 8, k = 257..1024 at 9.14–10.67 instead
+//        of 16, k = 1025..2048 at 11.64 instead of 16): b = pbits[s] = ⌈log2 k⌉-bit fields, P = pper[s]
+//        of them in V = pwords[s] 32-bit words per row, for groups of P subspaces. uint32 array
+//        (rows_p / 8, pgroups = ⌈m / P⌉, V, 8): word u of row r's group g at
+//        kvq_pqx_pk_at(r, g) + 8u, so one 256-bit load gives word u of the 8 rows of a block;
+//        subspace j = g·P + p is bits [p·b, p·b + b) of the row's V words read as one little-endian
+//        bit string (a field may straddle two words). ib[s] stays the unpacked width (1 or 2).
 //   cb   (m, w, k_s) transposed codebooks (the k_s values of one coordinate are contiguous, so
 //        a table is built 8 centroids at a time), of one of three types: bf16 bits when the
 //        file stores bf16 centroids (the bf16 source case: exact, same bytes as the file);
@@ -84,6 +92,10 @@ typedef struct {
     int64_t groups;           // cols / 64
     uint8_t *sw;              // (rows, groups, 12) switch fields + 8 bytes of padding
     size_t cb_size[KVQ_PQX_MAX_STAGES]; // bytes of cb[s] (the file's blob)
+    // PQ lane-packed indices (appended; 0 = bytes / uint16 as ib says): field bits, fields per
+    // group, 32-bit words per row and group, groups (see the storage comment above)
+    int pbits[KVQ_PQX_MAX_STAGES], pper[KVQ_PQX_MAX_STAGES], pwords[KVQ_PQX_MAX_STAGES];
+    int64_t pgroups[KVQ_PQX_MAX_STAGES];
 } kvq_pqx;
 
 #define KVQ_QETX_LEVELS 3
@@ -94,8 +106,21 @@ typedef struct {
 KVQ_PQ_HD static inline int64_t kvq_pqx_idx_at(const kvq_pqx *p, int64_t r, int64_t j) {
     return ((r / KVQ_PQX_RB) * p->m + j) * KVQ_PQX_RB + r % KVQ_PQX_RB;
 }
+/** uint32 offset of word 0 of row r's group g in a lane-packed stage s. */
+KVQ_PQ_HD static inline int64_t kvq_pqx_pk_at(const kvq_pqx *p, int s, int64_t r, int64_t g) {
+    return (((r / KVQ_PQX_RB) * p->pgroups[s] + g) * p->pwords[s]) * KVQ_PQX_RB + r % KVQ_PQX_RB;
+}
 /** Index of (row r, subspace j) in stage s. */
 KVQ_PQ_HD static inline uint32_t kvq_pqx_idx(const kvq_pqx *p, int s, int64_t r, int64_t j) {
+    if (p->pbits[s]) {
+        const int b = p->pbits[s];
+        const int64_t g = j / p->pper[s];
+        const int o = (int)(j - g * p->pper[s]) * b;
+        const uint32_t *q = (const uint32_t *)p->idx[s] + kvq_pqx_pk_at(p, s, r, g) + (o >> 5) * KVQ_PQX_RB;
+        uint64_t v = q[0];
+        if ((o & 31) + b > 32) v |= (uint64_t)q[KVQ_PQX_RB] << 32;
+        return (uint32_t)(v >> (o & 31)) & ((1u << b) - 1u);
+    }
     int64_t o = kvq_pqx_idx_at(p, r, j);
     return p->ib[s] == 1 ? ((const uint8_t *)p->idx[s])[o] : ((const uint16_t *)p->idx[s])[o];
 }

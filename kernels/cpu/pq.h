@@ -98,6 +98,11 @@ void kvq_qetx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const fl
 void kvq_qetx_row_f32(const kvq_pqx *w, int64_t r, float *out);
 size_t kvq_qetx_bytes(const kvq_pqx *w);
 
+/** Re-lays a PQ layout's (levels 0) byte / uint16 indices lane-packed (kernels/pq_layout.h) in
+ *  every stage where that holds fewer bits per index; same indices, same products bit for bit.
+ *  Indices must be below k (the packer checked them). @return 0, or -1 when out of memory (w
+ *  unchanged). */
+int kvq_pqx_pack_lanes(kvq_pqx *w);
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_pqx_bytes(const kvq_pqx *w);
 /** Of those, stage s's index array (padding rows included), its codebook array, and the bits

@@ -445,7 +445,7 @@ static uint64_t mat_stream(const mat *x, int nt) {
         for (int i = 0; i < x->n_pq; i++) {
             const kvq_pqx *p = &x->pq[i];
             for (int k = 0; k < p->stages; k++)
-                if (p->idx[k]) s += kvq_stream_read(p->idx[k], (size_t)(p->rows_p * p->m) * (size_t)p->ib[k], nt);
+                if (p->idx[k]) s += kvq_stream_read(p->idx[k], kvq_pqx_idx_bytes(p, k), nt);
         }
         return s;
     }
