@@ -23,11 +23,13 @@
 //        subspace j = g·P + p is bits [p·b, p·b + b) of the row's V words read as one little-endian
 //        bit string (a field may straddle two words). ib[s] stays the unpacked width (1 or 2).
 //   cb   (m, w, k_s) transposed codebooks (the k_s values of one coordinate are contiguous, so
-//        a table is built 8 centroids at a time), of one of three types: bf16 bits when the
+//        a table is built 8 centroids at a time), of one of four types: bf16 bits when the
 //        file stores bf16 centroids (the bf16 source case: exact, same bytes as the file);
 //        CQO codes (`cb=N`, N <= 16) widened to uint16, with cb_ms holding the subspace's
 //        float32 (min, step), value = min + (float)code · step exactly as the decoder computes
-//        it; else float32 (f32 and f16 sources, CQO codes of more than 16 bits).
+//        it; f16 bits when the file stores f16 centroids (an f16 source; type appended as 3, widened
+//        exactly, 2026-11-26: they were float32, 2.0× the stored bytes); else float32 (f32 sources,
+//        CQO codes of more than 16 bits).
 //
 // QET with a 3-level swap tree ("qetx", levels == 3; the `qet:` default) shares the struct.
 // Row r of W is a row-specific permutation of X*[r] = Σ_s C_s: input block b (coordinates
@@ -70,7 +72,7 @@
 #define KVQ_PQX_MAX_W 64      // widest subspace the codec writes (option w=)
 #define KVQ_PQX_MAX_K 65536   // largest k a uint16 index holds
 
-enum { KVQ_PQX_CB_BF16 = 0, KVQ_PQX_CB_F32 = 1, KVQ_PQX_CB_CQO = 2 };
+enum { KVQ_PQX_CB_BF16 = 0, KVQ_PQX_CB_F32 = 1, KVQ_PQX_CB_CQO = 2, KVQ_PQX_CB_F16 = 3 };
 
 KVQ_PQ_STATIC_ASSERT(KVQ_PQX_RB == 8, "the AVX2 kernels hold one row per 32-bit lane of a 256-bit vector");
 KVQ_PQ_STATIC_ASSERT(sizeof(uint16_t) == 2, "bf16 codebooks and wide indices are 2 bytes");
@@ -78,7 +80,7 @@ KVQ_PQ_STATIC_ASSERT(sizeof(uint16_t) == 2, "bf16 codebooks and wide indices are
 typedef struct {
     int stages;               // 1 or 2
     int w;                    // subspace width
-    int cb_type;              // KVQ_PQX_CB_*: cb holds bf16 bits, floats, or CQO codes (uint16)
+    int cb_type;              // KVQ_PQX_CB_*: cb holds bf16 bits, f16 bits, floats, or CQO codes (uint16)
     int64_t rows, cols, m, rows_p;
     int64_t k[KVQ_PQX_MAX_STAGES];
     int ib[KVQ_PQX_MAX_STAGES];    // bytes per index: 1 (k <= 256) or 2
@@ -124,10 +126,23 @@ KVQ_PQ_HD static inline uint32_t kvq_pqx_idx(const kvq_pqx *p, int s, int64_t r,
     int64_t o = kvq_pqx_idx_at(p, r, j);
     return p->ib[s] == 1 ? ((const uint8_t *)p->idx[s])[o] : ((const uint16_t *)p->idx[s])[o];
 }
+/** An IEEE half as float (exact; subnormals as m·2^-24). */
+KVQ_PQ_HD static inline float kvq_pqx_f16(uint16_t h) {
+    const uint32_t sg = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu;
+    union { uint32_t u; float f; } v;
+    if (e == 31) v.u = sg | 0x7f800000u | (m << 13);
+    else if (e) v.u = sg | ((e + 112u) << 23) | (m << 13);
+    else {
+        v.f = (float)m * 0x1p-24f;
+        v.u |= sg;
+    }
+    return v.f;
+}
 /** Codebook value of stage s, subspace j, coordinate q, centroid c, as float. */
 KVQ_PQ_HD static inline float kvq_pqx_cb(const kvq_pqx *p, int s, int64_t j, int q, int64_t c) {
     int64_t o = (j * p->w + q) * p->k[s] + c;
     if (p->cb_type == KVQ_PQX_CB_F32) return ((const float *)p->cb[s])[o];
+    if (p->cb_type == KVQ_PQX_CB_F16) return kvq_pqx_f16(((const uint16_t *)p->cb[s])[o]);
     if (p->cb_type == KVQ_PQX_CB_CQO) {
         const float t = (float)((const uint16_t *)p->cb[s])[o] * p->cb_ms[s][2 * j + 1];
         return p->cb_ms[s][2 * j] + t;

@@ -57,6 +57,8 @@ static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, 
         for (int64_t i = 0; i < p->m * w * k[st]; i++) {
             float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
             if (cb_type == KVQ_PQX_CB_F32) ((float *)p->cb[st])[i] = v;
+            else if (cb_type == KVQ_PQX_CB_F16) // some subnormal, zero and negative-zero halves too
+                ((uint16_t *)p->cb[st])[i] = kvq_f32_to_f16(i % 7 == 3 ? v * 1e-6f : i % 31 == 5 ? -0.0f : v);
             else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % 1024);
             else ((uint16_t *)p->cb[st])[i] = kvq_f32_to_bf16(v);
         }
@@ -99,6 +101,10 @@ static double pack_vs_decode(const char *spec, int pq, kvq_dtype src, int64_t n,
 
 static void test_pack_matches_decoder(void **st) {
     (void)st;
+    for (uint32_t h = 0; h < 65536; h++) { // the layout's half conversion is the codec's, bit for bit
+        const float a = kvq_pqx_f16((uint16_t)h), b = kvq_f16_to_f32((uint16_t)h);
+        if (a == a || b == b) assert_memory_equal(&a, &b, sizeof a);
+    }
     // the default pq on a bf16 source: codebooks kept as bf16, indices widened to bytes
     assert_true(pack_vs_decode("4", 1, KVQ_DTYPE_BF16, 256, 512) <= 1.3);
     assert_true(pack_vs_decode("4", 1, KVQ_DTYPE_BF16, 37, 64) <= 1.3); // rows not a multiple of 8
@@ -106,7 +112,9 @@ static void test_pack_matches_decoder(void **st) {
     pack_vs_decode("4:r=2", 1, KVQ_DTYPE_BF16, 128, 256);               // RQO: two stages
     pack_vs_decode("4:cb=10", 1, KVQ_DTYPE_BF16, 128, 256);             // CQO codebooks → float
     pack_vs_decode("4", 1, KVQ_DTYPE_F32, 128, 256);                    // f32 source
-    pack_vs_decode("4:w=4", 1, KVQ_DTYPE_F16, 64, 128);                 // f16 source, width 4
+    // f16 source: codebooks kept as f16 (they were float32, 2.0x the stored bytes)
+    assert_true(pack_vs_decode("4:w=4", 1, KVQ_DTYPE_F16, 64, 128) <= 1.3);
+    assert_true(pack_vs_decode("4", 1, KVQ_DTYPE_F16, 256, 512) <= 1.3);
     pack_vs_decode("4:l=0", 0, KVQ_DTYPE_BF16, 128, 256);               // qet without swap trees
     // QET with its 3-level swap tree (qetx): switch fields, slot-order indices, codebook blobs
     // as stored; the default (CQO 10 bits, two stages) within the 1.3x cap
@@ -189,6 +197,8 @@ static const shape shapes[] = {
     // 11 bits, 1 bit with 128 fields a row, 9 bits with m not a multiple of a group
     {48, 512, 8, 1, 0, {26, 0}},    {24, 512, 8, 1, 0, {1343, 0}}, {24, 96, 1, 1, 0, {2, 0}},
     {33, 184, 8, 2, 1, {367, 20}},
+    // f16 codebooks (an f16 source), widened exactly by the tables
+    {40, 64, 4, 1, 3, {11, 0}},     {64, 256, 8, 2, 3, {300, 26}},
 };
 
 // A deep copy of p with its indices lane-packed where that is smaller (kvq_pqx_pack_lanes).

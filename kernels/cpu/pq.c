@@ -110,6 +110,14 @@ PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) 
     if (w->cb_type == KVQ_PQX_CB_F32) return _mm256_loadu_ps((const float *)w->cb[s] + o);
     __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->cb[s] + o)));
     if (w->cb_type == KVQ_PQX_CB_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    if (w->cb_type == KVQ_PQX_CB_F16) { // kvq_pqx_f16 in integers (no F16C needed); codebooks are finite
+        const __m256i em = _mm256_and_si256(h, _mm256_set1_epi32(0x7fff));
+        const __m256i sg = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16);
+        const __m256 nrm = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(em, 13), _mm256_set1_epi32(112 << 23)));
+        const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(em), _mm256_set1_ps(0x1p-24f));
+        const __m256 v = _mm256_blendv_ps(nrm, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x400), em)));
+        return _mm256_or_ps(v, _mm256_castsi256_ps(sg));
+    }
     const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(h), _mm256_set1_ps(w->cb_ms[s][2 * j + 1]));
     return _mm256_add_ps(_mm256_set1_ps(w->cb_ms[s][2 * j]), t);
 }
