@@ -193,7 +193,7 @@ static const shape shapes[] = {
     // tables over the chunk budget (256 KB): stage 1's one-token table (64 · 4 · 1100 bytes)
     // is read in two chunks, the batched tables (8 · 4 · 1700 bytes a subspace) in many
     {40, 512, 8, 2, 0, {1100, 600}},
-    // lane-packed indices (kvq_pqx_pack_lanes): 5 bits (k/v projections, fields straddling words),
+    // lane-packed indices (kvq_pqx_pack_lanes): 5 bits (k/v projections),
     // 11 bits, 1 bit with 128 fields a row, 9 bits with m not a multiple of a group
     {48, 512, 8, 1, 0, {26, 0}},    {24, 512, 8, 1, 0, {1343, 0}}, {24, 96, 1, 1, 0, {2, 0}},
     {33, 184, 8, 2, 1, {367, 20}},
@@ -214,7 +214,7 @@ static void clone_packed(const kvq_pqx *p, kvq_pqx *o) {
             memcpy(o->cb_ms[s], p->cb_ms[s], 8 * (size_t)p->m);
         }
     }
-    assert_int_equal(kvq_pqx_pack_lanes(o), 0);
+    assert_int_equal(kvq_pqx_pack_lanes(o, 1), 0);
 }
 
 // The threaded driver (kvq_pqx_matmul) over three blocks of p (a fused q/k/v), 1 and 2 threads,

@@ -489,17 +489,23 @@ size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s) {
     return (size_t)(w->rows_p * w->m) * (size_t)w->ib[s];
 }
 
-int kvq_pqx_pack_lanes(kvq_pqx *w) {
+#ifndef PQ_LANE_WORDS
+#define PQ_LANE_WORDS 1
+#endif
+int kvq_pqx_pack_lanes(kvq_pqx *w, int wide) {
     if (w->levels) return 0;
     for (int s = 0; s < w->stages; s++) {
-        if (w->pbits[s]) continue;
+        if (w->pbits[s] || (w->ib[s] == 2 && !wide)) continue;
         int b = 0;
         while (((int64_t)1 << b) < w->k[s]) b++;
         if (b == 0 || b >= 16) continue;
-        // the fewest bytes over 1..4 words a row and group (ties: fewer words), if fewer than now
+        // the fewest bytes over 1..PQ_LANE_WORDS words a row and group (ties: fewer words), if fewer
+        // than now. One word (no field straddles two): with 2-word groups (fields straddling, 11-bit
+        // fields at 11.6 bits) the one-token product of 8192 x 2048 at k = 1343 took 9.8-15.9 ms
+        // against 6.5-7.1 unpacked (pq_bench, loaded box), so straddling layouts are not built.
         int per = 0, words = 0;
         int64_t best = w->m * w->ib[s]; // bytes a row
-        for (int v = 1; v <= 4; v++) {
+        for (int v = 1; v <= PQ_LANE_WORDS; v++) {
             const int pv = 32 * v / b;
             const int64_t by = (w->m + pv - 1) / pv * v * 4;
             if (by < best) best = by, per = pv, words = v;

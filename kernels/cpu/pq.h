@@ -98,11 +98,12 @@ void kvq_qetx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const fl
 void kvq_qetx_row_f32(const kvq_pqx *w, int64_t r, float *out);
 size_t kvq_qetx_bytes(const kvq_pqx *w);
 
-/** Re-lays a PQ layout's (levels 0) byte / uint16 indices lane-packed (kernels/pq_layout.h) in
- *  every stage where that holds fewer bits per index; same indices, same products bit for bit.
- *  Indices must be below k (the packer checked them). @return 0, or -1 when out of memory (w
- *  unchanged). */
-int kvq_pqx_pack_lanes(kvq_pqx *w);
+/** Re-lays a PQ layout's (levels 0) byte indices (and, with wide, uint16 ones) lane-packed
+ *  (kernels/pq_layout.h), one 32-bit word a row and group, in every stage where that holds fewer
+ *  bytes: k = 17..32 at 5.33 bits a held index instead of 8, 33..64 at 6.4, 2..16 at 2-4 bits;
+ *  wide: k = 257..1024 at 10.67 instead of 16. Same indices, same products bit for bit. Indices
+ *  must be below k (the packer checked them). @return 0, or -1 when out of memory (w unchanged). */
+int kvq_pqx_pack_lanes(kvq_pqx *w, int wide);
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_pqx_bytes(const kvq_pqx *w);
 /** Of those, stage s's index array (padding rows included), its codebook array, and the bits
