@@ -14,14 +14,15 @@
 //        k_s <= 256, else uint16 (the file packs ⌈log2 k⌉ bits; widening costs at most 16/9 on
 //        the indices, ~1.0–1.2× on the whole tensor at the ratios measured, docs/EXECUTION.md).
 //        rows_p = rows rounded up to 8; padding rows hold index 0 and are never written out.
-//        Lane-packed (pbits[s] > 0, set by kvq_pqx_pack_lanes where it holds fewer bits than a
-//        byte or uint16: k = 17..32 at 5.33 bits instead of 8, k = 257..1024 at 9.14–10.67 instead
-//        of 16, k = 1025..2048 at 11.64 instead of 16): b = pbits[s] = ⌈log2 k⌉-bit fields, P = pper[s]
+//        Lane-packed (pbits[s] > 0, set by kvq_pqx_pack_lanes where it holds fewer bytes than
+//        bytes: k = 17..32 at 5.33 bits instead of 8, 33..64 at 6.4; uint16 stages, k = 257..1024
+//        at 10.67 bits, only on request, being slower): b = pbits[s] = ⌈log2 k⌉-bit fields, P = pper[s]
 //        of them in V = pwords[s] 32-bit words per row, for groups of P subspaces. uint32 array
 //        (rows_p / 8, pgroups = ⌈m / P⌉, V, 8): word u of row r's group g at
 //        kvq_pqx_pk_at(r, g) + 8u, so one 256-bit load gives word u of the 8 rows of a block;
 //        subspace j = g·P + p is bits [p·b, p·b + b) of the row's V words read as one little-endian
-//        bit string (a field may straddle two words). ib[s] stays the unpacked width (1 or 2).
+//        bit string (a field may straddle two words when V > 1; every layout built today has
+//        V = 1, the readers take either). ib[s] stays the unpacked width (1 or 2).
 //   cb   (m, w, k_s) transposed codebooks (the k_s values of one coordinate are contiguous, so
 //        a table is built 8 centroids at a time), of one of four types: bf16 bits when the
 //        file stores bf16 centroids (the bf16 source case: exact, same bytes as the file);
