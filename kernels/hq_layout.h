@@ -95,11 +95,17 @@ KVQ_HQ_HD static inline uint64_t kvq_hq_sign_word(uint64_t seed, uint64_t j, uin
 //          of chunk g has bit i = bit 4+p of u_i.  vbits 8: 64 bytes per chunk, u = v + 128.
 //   cb     E8: one byte per chunk, bit k = coset bit of the chunk's k-th 8-vector; else absent.
 //   scale  per tile (float)(norm / (α·T)), 0 for zero tiles: with norm codes of ≤ 8 bits, the
-//          code itself (scode, one byte per tile) into a 256-entry table lut; else a float.
+//          code itself (scode, one byte per tile) into a table lut of n_lut floats; else a float.
+//          As the packer builds it, lut has 256 entries and lives in scode's allocation (after
+//          the codes, 64-byte aligned), so freeing scode frees it. kvq_hqx_compact (the CPU
+//          backend) rebases the codes to the smallest one used and keeps only the entries used.
 //   escapes values outside the vbits range are stored clamped in q, and the difference in a
 //          per-row list (CSR): esc_row[rows + 1] start indices into esc[], each entry
 //          col | (delta << 20) with col < 2^20 the padded column and delta a signed 12-bit
-//          difference v − clamp(v).
+//          difference v − clamp(v). Compacted (kvq_hqx_compact; CPU only, esc_row NULL): a bit
+//          per row (esc_bits, bit r%8 of byte r/8: the row has escapes; NULL when the tensor has
+//          none) and the row of every escape (esc_r, ascending, n_esc entries): 1 bit a row instead
+//          of 32. kvq_hqx_esc_range reads either form.
 #define KVQ_HQX_VERSION 1
 #define KVQ_HQX_CHUNK 64        // coordinates per chunk (tiles must hold whole chunks)
 #define KVQ_HQX_ESC_COL_BITS 20
@@ -117,10 +123,17 @@ typedef struct {
     uint8_t *cb;              // E8: rows · cols_p / 64 bytes, else NULL
     float *scale;             // rows · cols_p / T floats, or NULL when scode is used
     uint8_t *scode;           // rows · cols_p / T codes into lut, or NULL
-    float lut[256];
+    float *lut;               // with scode: n_lut floats (256 in scode's allocation, or the
+                              // compacted table, which is its own allocation); else NULL
     float *zero;              // RTN: per-tile zero point (W = q·scale + zero); else NULL
-    uint32_t *esc_row;        // rows + 1
-    uint32_t *esc;            // esc_row[rows] entries
+    uint32_t *esc_row;        // rows + 1, or NULL once compacted
+    uint32_t *esc;            // n_esc entries
+    // appended for the compacted CPU form (C readers only; CUDA uploads the packer's form)
+    int n_lut;                // entries of lut (256 as packed)
+    int lut_own;              // 1: lut is its own allocation (compacted), freed with the layout
+    int64_t n_esc;            // escapes (esc_row[rows] as packed)
+    uint8_t *esc_bits;        // compacted: (rows + 7) / 8 bytes, or NULL (no escapes / not compacted)
+    uint32_t *esc_r;          // compacted: the row of each escape, or NULL
 } kvq_hqx;
 
 /** The GPU's order of a plane word (issue 12, 2026-11-26 evening; kvq_cuda_hqx_upload transposes
@@ -173,6 +186,26 @@ KVQ_HQ_HD static inline uint64_t kvq_hqx_hb_std(uint64_t g) {
 /** Scale of tile t. */
 KVQ_HQ_HD static inline float kvq_hqx_scale(const kvq_hqx *w, int64_t t) {
     return w->scode ? w->lut[w->scode[t]] : w->scale[t];
+}
+/** Escapes of row r: esc[*e0 .. *e1); @return 1 when there are any. Both forms (esc_row, or the
+ *  compacted bit per row with the escapes' rows: a bit test, and a search only in marked rows). */
+KVQ_HQ_HD static inline int kvq_hqx_esc_range(const kvq_hqx *w, int64_t r, uint32_t *e0, uint32_t *e1) {
+    if (w->esc_row) {
+        *e0 = w->esc_row[r], *e1 = w->esc_row[r + 1];
+        return *e0 < *e1;
+    }
+    *e0 = *e1 = 0;
+    if (!w->esc_bits || !((w->esc_bits[r >> 3] >> (r & 7)) & 1)) return 0;
+    uint32_t lo = 0, hi = (uint32_t)w->n_esc;
+    while (lo < hi) { // first escape of row r
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if ((int64_t)w->esc_r[mid] < r) lo = mid + 1;
+        else hi = mid;
+    }
+    *e0 = hi = lo;
+    while (hi < (uint32_t)w->n_esc && (int64_t)w->esc_r[hi] == r) hi++;
+    *e1 = hi;
+    return *e0 < *e1;
 }
 /** Stored offset of HyperQuant values: u = v + off (RTN stores q itself: no offset). */
 KVQ_HQ_HD static inline int kvq_hqx_off(int vbits) { return 1 << (vbits - 1); }

@@ -14,12 +14,23 @@
 //        k_s <= 256, else uint16 (the file packs ⌈log2 k⌉ bits; widening costs at most 16/9 on
 //        the indices, ~1.0–1.2× on the whole tensor at the ratios measured, docs/EXECUTION.md).
 //        rows_p = rows rounded up to 8; padding rows hold index 0 and are never written out.
+//        Lane-packed (pbits[s] > 0, set by kvq_pqx_pack_lanes where it holds fewer bytes than
+//        bytes: k = 17..32 at 5.33 bits instead of 8, 33..64 at 6.4; uint16 stages, k = 257..1024
+//        at 10.67 bits, only on request, being slower): b = pbits[s] = ⌈log2 k⌉-bit fields, P = pper[s]
+//        of them in V = pwords[s] 32-bit words per row, for groups of P subspaces. uint32 array
+//        (rows_p / 8, pgroups = ⌈m / P⌉, V, 8): word u of row r's group g at
+//        kvq_pqx_pk_at(r, g) + 8u, so one 256-bit load gives word u of the 8 rows of a block;
+//        subspace j = g·P + p is bits [p·b, p·b + b) of the row's V words read as one little-endian
+//        bit string (a field may straddle two words when V > 1; every layout built today has
+//        V = 1, the readers take either). ib[s] stays the unpacked width (1 or 2).
 //   cb   (m, w, k_s) transposed codebooks (the k_s values of one coordinate are contiguous, so
-//        a table is built 8 centroids at a time), of one of three types: bf16 bits when the
+//        a table is built 8 centroids at a time), of one of four types: bf16 bits when the
 //        file stores bf16 centroids (the bf16 source case: exact, same bytes as the file);
 //        CQO codes (`cb=N`, N <= 16) widened to uint16, with cb_ms holding the subspace's
 //        float32 (min, step), value = min + (float)code · step exactly as the decoder computes
-//        it; else float32 (f32 and f16 sources, CQO codes of more than 16 bits).
+//        it; f16 bits when the file stores f16 centroids (an f16 source; type appended as 3, widened
+//        exactly, 2026-11-26: they were float32, 2.0× the stored bytes); else float32 (f32 sources,
+//        CQO codes of more than 16 bits).
 //
 // QET with a 3-level swap tree ("qetx", levels == 3; the `qet:` default) shares the struct.
 // Row r of W is a row-specific permutation of X*[r] = Σ_s C_s: input block b (coordinates
@@ -62,7 +73,7 @@
 #define KVQ_PQX_MAX_W 64      // widest subspace the codec writes (option w=)
 #define KVQ_PQX_MAX_K 65536   // largest k a uint16 index holds
 
-enum { KVQ_PQX_CB_BF16 = 0, KVQ_PQX_CB_F32 = 1, KVQ_PQX_CB_CQO = 2 };
+enum { KVQ_PQX_CB_BF16 = 0, KVQ_PQX_CB_F32 = 1, KVQ_PQX_CB_CQO = 2, KVQ_PQX_CB_F16 = 3 };
 
 KVQ_PQ_STATIC_ASSERT(KVQ_PQX_RB == 8, "the AVX2 kernels hold one row per 32-bit lane of a 256-bit vector");
 KVQ_PQ_STATIC_ASSERT(sizeof(uint16_t) == 2, "bf16 codebooks and wide indices are 2 bytes");
@@ -70,7 +81,7 @@ KVQ_PQ_STATIC_ASSERT(sizeof(uint16_t) == 2, "bf16 codebooks and wide indices are
 typedef struct {
     int stages;               // 1 or 2
     int w;                    // subspace width
-    int cb_type;              // KVQ_PQX_CB_*: cb holds bf16 bits, floats, or CQO codes (uint16)
+    int cb_type;              // KVQ_PQX_CB_*: cb holds bf16 bits, f16 bits, floats, or CQO codes (uint16)
     int64_t rows, cols, m, rows_p;
     int64_t k[KVQ_PQX_MAX_STAGES];
     int ib[KVQ_PQX_MAX_STAGES];    // bytes per index: 1 (k <= 256) or 2
@@ -84,6 +95,10 @@ typedef struct {
     int64_t groups;           // cols / 64
     uint8_t *sw;              // (rows, groups, 12) switch fields + 8 bytes of padding
     size_t cb_size[KVQ_PQX_MAX_STAGES]; // bytes of cb[s] (the file's blob)
+    // PQ lane-packed indices (appended; 0 = bytes / uint16 as ib says): field bits, fields per
+    // group, 32-bit words per row and group, groups (see the storage comment above)
+    int pbits[KVQ_PQX_MAX_STAGES], pper[KVQ_PQX_MAX_STAGES], pwords[KVQ_PQX_MAX_STAGES];
+    int64_t pgroups[KVQ_PQX_MAX_STAGES];
 } kvq_pqx;
 
 #define KVQ_QETX_LEVELS 3
@@ -94,15 +109,41 @@ typedef struct {
 KVQ_PQ_HD static inline int64_t kvq_pqx_idx_at(const kvq_pqx *p, int64_t r, int64_t j) {
     return ((r / KVQ_PQX_RB) * p->m + j) * KVQ_PQX_RB + r % KVQ_PQX_RB;
 }
+/** uint32 offset of word 0 of row r's group g in a lane-packed stage s. */
+KVQ_PQ_HD static inline int64_t kvq_pqx_pk_at(const kvq_pqx *p, int s, int64_t r, int64_t g) {
+    return (((r / KVQ_PQX_RB) * p->pgroups[s] + g) * p->pwords[s]) * KVQ_PQX_RB + r % KVQ_PQX_RB;
+}
 /** Index of (row r, subspace j) in stage s. */
 KVQ_PQ_HD static inline uint32_t kvq_pqx_idx(const kvq_pqx *p, int s, int64_t r, int64_t j) {
+    if (p->pbits[s]) {
+        const int b = p->pbits[s];
+        const int64_t g = j / p->pper[s];
+        const int o = (int)(j - g * p->pper[s]) * b;
+        const uint32_t *q = (const uint32_t *)p->idx[s] + kvq_pqx_pk_at(p, s, r, g) + (o >> 5) * KVQ_PQX_RB;
+        uint64_t v = q[0];
+        if ((o & 31) + b > 32) v |= (uint64_t)q[KVQ_PQX_RB] << 32;
+        return (uint32_t)(v >> (o & 31)) & ((1u << b) - 1u);
+    }
     int64_t o = kvq_pqx_idx_at(p, r, j);
     return p->ib[s] == 1 ? ((const uint8_t *)p->idx[s])[o] : ((const uint16_t *)p->idx[s])[o];
+}
+/** An IEEE half as float (exact; subnormals as m·2^-24). */
+KVQ_PQ_HD static inline float kvq_pqx_f16(uint16_t h) {
+    const uint32_t sg = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu;
+    union { uint32_t u; float f; } v;
+    if (e == 31) v.u = sg | 0x7f800000u | (m << 13);
+    else if (e) v.u = sg | ((e + 112u) << 23) | (m << 13);
+    else {
+        v.f = (float)m * 0x1p-24f;
+        v.u |= sg;
+    }
+    return v.f;
 }
 /** Codebook value of stage s, subspace j, coordinate q, centroid c, as float. */
 KVQ_PQ_HD static inline float kvq_pqx_cb(const kvq_pqx *p, int s, int64_t j, int q, int64_t c) {
     int64_t o = (j * p->w + q) * p->k[s] + c;
     if (p->cb_type == KVQ_PQX_CB_F32) return ((const float *)p->cb[s])[o];
+    if (p->cb_type == KVQ_PQX_CB_F16) return kvq_pqx_f16(((const uint16_t *)p->cb[s])[o]);
     if (p->cb_type == KVQ_PQX_CB_CQO) {
         const float t = (float)((const uint16_t *)p->cb[s])[o] * p->cb_ms[s][2 * j + 1];
         return p->cb_ms[s][2 * j] + t;

@@ -316,6 +316,99 @@ static void test_escapes_and_heavy_tails(void **state) {
     free(x);
 }
 
+// y of every mode and ISA path (one token and n_tok, the batched VNNI product where the CPU has
+// it, row lookups) from layout a and from layout b: the same bits.
+static void same_products(const kvq_hqx *a, const kvq_hqx *b, int n_tok, uint64_t seed) {
+    const int64_t rows = a->rows, cols = a->cols;
+    float *x = malloc(sizeof(float) * cols * n_tok), *ya = malloc(sizeof(float) * rows * n_tok),
+          *yb = malloc(sizeof(float) * rows * n_tok), *ra = malloc(sizeof(float) * cols), *rb = malloc(sizeof(float) * cols);
+    for (int64_t i = 0; i < cols * n_tok; i++) x[i] = (float)gauss(&seed);
+    const size_t ab = kvq_hqx_act_bytes(a);
+    uint8_t *buf = aligned_alloc(64, ab * n_tok);
+    kvq_hqx_act *act = malloc(sizeof *act * n_tok);
+    for (int k = 0; k < n_tok; k++) {
+        kvq_hqx_act_init(a, buf + ab * k, &act[k]);
+        kvq_hqx_prep(a, x + k * cols, &act[k]);
+    }
+    for (int mode = 0; mode < 2; mode++)
+        for (int isa = KVQ_HQX_ISA_REF; isa <= (int)kvq_hqx_isa_best(); isa++)
+            for (int nt = 1; nt <= n_tok; nt += n_tok - 1 > 0 ? n_tok - 1 : 1) {
+                memset(ya, 0xff, sizeof(float) * rows * n_tok);
+                memset(yb, 0xff, sizeof(float) * rows * n_tok);
+                kvq_hqx_matmul(a, act, nt, ya, rows, mode, isa, 2);
+                kvq_hqx_matmul(b, act, nt, yb, rows, mode, isa, 2);
+                assert_memory_equal(ya, yb, sizeof(float) * rows * nt);
+            }
+    if (kvq_hqx_gemm_ok(a)) {
+        void *gs = aligned_alloc(64, (kvq_hqx_gemm_scratch(a, n_tok) + 63) / 64 * 64);
+        void *tb = aligned_alloc(64, (kvq_hqx_gemm_thread_bytes(a, n_tok) + 63) / 64 * 64);
+        kvq_hqx_gemm_pack(a, act, n_tok, gs);
+        kvq_hqx_gemm_rows(a, act, n_tok, gs, ya, rows, 0, rows, tb);
+        kvq_hqx_gemm_rows(b, act, n_tok, gs, yb, rows, 0, rows, tb);
+        assert_memory_equal(ya, yb, sizeof(float) * rows * n_tok);
+        free(gs);
+        free(tb);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        kvq_hqx_row_f32(a, r, ra);
+        kvq_hqx_row_f32(b, r, rb);
+        assert_memory_equal(ra, rb, sizeof(float) * cols);
+    }
+    free(x); free(ya); free(yb); free(ra); free(rb); free(buf); free(act);
+}
+
+// The compact CPU form (kvq_hqx_compact: a bit per row for escapes, the scale table's used
+// entries) gives the packed form's products bit for bit on random matrices, with escapes in some
+// rows and none in others, and with none at all; its bytes are the packed form's less the
+// (rows + 1)-word escape index and the unused table entries.
+static void test_compact(void **state) {
+    (void)state;
+    uint64_t s = 9;
+    const int64_t rows = 37, cols = 512;
+    float *x = malloc(sizeof(float) * rows * cols);
+    for (int64_t i = 0; i < rows * cols; i++) {
+        const double g = gauss(&s);
+        x[i] = (float)((i / cols) % 3 == 1 ? 0.0 : g); // every third row zero: zero tiles, no escapes there
+    }
+    const struct { int lat; double rate; int vbits; } cases[] = {
+        {KVQ_LAT_E8, 5.0, 4}, {KVQ_LAT_E8, 4.0, 4}, {KVQ_LAT_E8, 4.0, 5}, {KVQ_LAT_D4, 4.0, 0}, {KVQ_LAT_E8, 3.0, 8}};
+    int with_esc = 0, without = 0, partial = 0; // partial: escapes in some rows only
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        enc_t E;
+        encode(&E, cases[c].lat, cases[c].rate, x, rows, cols, 5 + c);
+        kvq_err err = {0};
+        kvq_hqx a, b;
+        assert_int_equal(kvq_hq_pack(&E.h, E.v, E.e.n_blob, cases[c].vbits, 2, &a, &err), KVQ_OK);
+        assert_int_equal(kvq_hq_pack(&E.h, E.v, E.e.n_blob, cases[c].vbits, 2, &b, &err), KVQ_OK);
+        const size_t before = kvq_hqx_bytes(&b);
+        assert_int_equal(kvq_hqx_compact(&b), 0);
+        assert_int_equal(kvq_hqx_compact(&b), 0); // a second call changes nothing
+        assert_null(b.esc_row);
+        assert_true(b.n_lut >= 1 && b.n_lut <= 256);
+        const int64_t ne = kvq_hqx_esc_count(&a);
+        assert_int_equal(kvq_hqx_esc_count(&b), ne);
+        assert_int_equal(kvq_hqx_bytes(&b), before - (size_t)(rows + 1) * 4 - 4 * (size_t)(256 - b.n_lut) +
+                                                (ne ? (size_t)(rows + 7) / 8 + 4 * (size_t)ne : 0));
+        int rows_esc = 0;
+        for (int64_t r = 0; r < rows; r++) { // both indices give each row the same escapes
+            uint32_t a0, a1, b0, b1;
+            assert_int_equal(kvq_hqx_esc_range(&a, r, &a0, &a1), kvq_hqx_esc_range(&b, r, &b0, &b1));
+            assert_int_equal(a1 - a0, b1 - b0); // the same entries (an empty range may start anywhere)
+            if (a1 > a0) assert_int_equal(a0, b0);
+            rows_esc += a1 > a0;
+        }
+        if (ne) assert_true(rows_esc > 0);
+        with_esc += ne > 0, without += ne == 0, partial += ne > 0 && rows_esc < rows;
+        same_products(&a, &b, 19, 40 + c);
+        kvq_hqx_free(&a);
+        kvq_hqx_free(&b);
+        enc_free(&E);
+    }
+    printf("  (compact form: %d layouts with escapes, %d with rows without, %d with none)\n", with_esc, partial, without);
+    assert_true(with_esc >= 2 && partial >= 1 && without >= 1);
+    free(x);
+}
+
 // The integer sums at their extremes, where int16 partial sums (AVX2 maddubs) would overflow
 // first: hand-made layouts whose every stored value is the largest (or smallest) the width
 // holds, coset bits all set, against activations of all +127, all −127, alternating and
@@ -691,7 +784,7 @@ int main(void) {
         cmocka_unit_test(test_every_lattice_and_rate),
         cmocka_unit_test(test_gemm_many_tokens), cmocka_unit_test(test_escapes_and_heavy_tails),
         cmocka_unit_test(test_extreme_sums), cmocka_unit_test(test_one_token_rule), cmocka_unit_test(test_pack_simd), cmocka_unit_test(test_auto_width),
-        cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_zero_tiles),
+        cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_compact),    cmocka_unit_test(test_zero_tiles),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_gpu_plane_order), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

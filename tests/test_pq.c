@@ -57,6 +57,8 @@ static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, 
         for (int64_t i = 0; i < p->m * w * k[st]; i++) {
             float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
             if (cb_type == KVQ_PQX_CB_F32) ((float *)p->cb[st])[i] = v;
+            else if (cb_type == KVQ_PQX_CB_F16) // some subnormal, zero and negative-zero halves too
+                ((uint16_t *)p->cb[st])[i] = kvq_f32_to_f16(i % 7 == 3 ? v * 1e-6f : i % 31 == 5 ? -0.0f : v);
             else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % 1024);
             else ((uint16_t *)p->cb[st])[i] = kvq_f32_to_bf16(v);
         }
@@ -99,6 +101,10 @@ static double pack_vs_decode(const char *spec, int pq, kvq_dtype src, int64_t n,
 
 static void test_pack_matches_decoder(void **st) {
     (void)st;
+    for (uint32_t h = 0; h < 65536; h++) { // the layout's half conversion is the codec's, bit for bit
+        const float a = kvq_pqx_f16((uint16_t)h), b = kvq_f16_to_f32((uint16_t)h);
+        if (a == a || b == b) assert_memory_equal(&a, &b, sizeof a);
+    }
     // the default pq on a bf16 source: codebooks kept as bf16, indices widened to bytes
     assert_true(pack_vs_decode("4", 1, KVQ_DTYPE_BF16, 256, 512) <= 1.3);
     assert_true(pack_vs_decode("4", 1, KVQ_DTYPE_BF16, 37, 64) <= 1.3); // rows not a multiple of 8
@@ -106,7 +112,9 @@ static void test_pack_matches_decoder(void **st) {
     pack_vs_decode("4:r=2", 1, KVQ_DTYPE_BF16, 128, 256);               // RQO: two stages
     pack_vs_decode("4:cb=10", 1, KVQ_DTYPE_BF16, 128, 256);             // CQO codebooks → float
     pack_vs_decode("4", 1, KVQ_DTYPE_F32, 128, 256);                    // f32 source
-    pack_vs_decode("4:w=4", 1, KVQ_DTYPE_F16, 64, 128);                 // f16 source, width 4
+    // f16 source: codebooks kept as f16 (they were float32, 2.0x the stored bytes)
+    assert_true(pack_vs_decode("4:w=4", 1, KVQ_DTYPE_F16, 64, 128) <= 1.3);
+    assert_true(pack_vs_decode("4", 1, KVQ_DTYPE_F16, 256, 512) <= 1.3);
     pack_vs_decode("4:l=0", 0, KVQ_DTYPE_BF16, 128, 256);               // qet without swap trees
     // QET with its 3-level swap tree (qetx): switch fields, slot-order indices, codebook blobs
     // as stored; the default (CQO 10 bits, two stages) within the 1.3x cap
@@ -185,7 +193,29 @@ static const shape shapes[] = {
     // tables over the chunk budget (256 KB): stage 1's one-token table (64 · 4 · 1100 bytes)
     // is read in two chunks, the batched tables (8 · 4 · 1700 bytes a subspace) in many
     {40, 512, 8, 2, 0, {1100, 600}},
+    // lane-packed indices (kvq_pqx_pack_lanes): 5 bits (k/v projections),
+    // 11 bits, 1 bit with 128 fields a row, 9 bits with m not a multiple of a group
+    {48, 512, 8, 1, 0, {26, 0}},    {24, 512, 8, 1, 0, {1343, 0}}, {24, 96, 1, 1, 0, {2, 0}},
+    {33, 184, 8, 2, 1, {367, 20}},
+    // f16 codebooks (an f16 source), widened exactly by the tables
+    {40, 64, 4, 1, 3, {11, 0}},     {64, 256, 8, 2, 3, {300, 26}},
 };
+
+// A deep copy of p with its indices lane-packed where that is smaller (kvq_pqx_pack_lanes).
+static void clone_packed(const kvq_pqx *p, kvq_pqx *o) {
+    *o = *p;
+    for (int s = 0; s < p->stages; s++) {
+        o->idx[s] = kvq_hqx_alloc(kvq_pqx_idx_bytes(p, s));
+        memcpy(o->idx[s], p->idx[s], kvq_pqx_idx_bytes(p, s));
+        o->cb[s] = kvq_hqx_alloc(kvq_pqx_cb_bytes(p, s));
+        memcpy(o->cb[s], p->cb[s], kvq_pqx_cb_bytes(p, s));
+        if (p->cb_ms[s]) {
+            o->cb_ms[s] = kvq_hqx_alloc(8 * (size_t)p->m);
+            memcpy(o->cb_ms[s], p->cb_ms[s], 8 * (size_t)p->m);
+        }
+    }
+    assert_int_equal(kvq_pqx_pack_lanes(o, 1), 0);
+}
 
 // The threaded driver (kvq_pqx_matmul) over three blocks of p (a fused q/k/v), 1 and 2 threads,
 // 1 and T tokens: every block's rows equal y1 (the single-block product of the T tokens x).
@@ -209,6 +239,7 @@ static void test_fast_paths_equal_reference(void **st) {
     (void)st;
     if (kvq_pqx_isa_best() != KVQ_PQX_ISA_AVX2) printf("  note: no AVX2 on this CPU: AUTO is the reference\n");
     uint64_t s = 99;
+    int n_packed = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
         kvq_pqx p;
@@ -245,9 +276,51 @@ static void test_fast_paths_equal_reference(void **st) {
             }
         }
         check_threaded_driver(&p, x, y1, sh->rows, T);
+        // lane-packed indices: the same indices, rows and products, bit for bit, on every path
+        kvq_pqx q;
+        clone_packed(&p, &q);
+        int packed = 0;
+        for (int k = 0; k < p.stages; k++) {
+            packed += q.pbits[k] > 0;
+            assert_true(kvq_pqx_idx_bytes(&q, k) <= kvq_pqx_idx_bytes(&p, k));
+            for (int64_t r = 0; r < sh->rows; r++)
+                for (int64_t j = 0; j < p.m; j++) assert_int_equal(kvq_pqx_idx(&q, k, r, j), kvq_pqx_idx(&p, k, r, j));
+        }
+        if (packed) {
+            n_packed++;
+            for (int t = 0; t < T; t++) {
+                kvq_pqx_lut(&q, x + t * sh->cols, l1, 0, q.m, KVQ_PQX_ISA_AVX2);
+                for (int isa = KVQ_PQX_ISA_REF; isa <= KVQ_PQX_ISA_AVX2; isa++) {
+                    memset(y2, 0xff, sizeof(float) * (size_t)sh->rows);
+                    kvq_pqx_matvec_rows(&q, l1, y2, 0, 8 * ((sh->rows / 2) / 8), (kvq_pqx_isa)isa);
+                    kvq_pqx_matvec_rows(&q, l1, y2, 8 * ((sh->rows / 2) / 8), sh->rows, (kvq_pqx_isa)isa);
+                    assert_memory_equal(y2, y1 + t * sh->rows, sizeof(float) * (size_t)sh->rows);
+                }
+            }
+            for (int n = 1; n <= KVQ_PQX_TB; n += 7) {
+                kvq_pqx_lutb(&q, x, n, sh->cols, b2, 0, q.m, KVQ_PQX_ISA_AVX2);
+                for (int isa = KVQ_PQX_ISA_REF; isa <= KVQ_PQX_ISA_AVX2; isa++) {
+                    memset(yb, 0, sizeof(float) * (size_t)(T * sh->rows));
+                    kvq_pqx_gemm_rows(&q, b2, n, yb, sh->rows, 0, sh->rows, (kvq_pqx_isa)isa);
+                    assert_memory_equal(yb, y1, sizeof(float) * (size_t)(n * sh->rows));
+                }
+            }
+            check_threaded_driver(&q, x, y1, sh->rows, T);
+            float *ra = malloc(sizeof(float) * (size_t)sh->cols), *rq = malloc(sizeof(float) * (size_t)sh->cols);
+            for (int64_t r = 0; r < sh->rows; r++) {
+                kvq_pqx_row_f32(&p, r, ra);
+                kvq_pqx_row_f32(&q, r, rq);
+                assert_memory_equal(ra, rq, sizeof(float) * (size_t)sh->cols);
+            }
+            free(ra); free(rq);
+        }
+        kvq_pqx_free(&q);
         free(x); free(l1); free(l2); free(y1); free(y2); free(b1); free(b2); free(yb);
         kvq_pqx_free(&p);
     }
+    printf("  (%d of %zu random layouts lane-packed, every path equal to the unpacked reference)\n", n_packed,
+           sizeof shapes / sizeof shapes[0]);
+    assert_true(n_packed >= 6);
 }
 
 // ---- the packed product against the exact product of the decoded weights

@@ -377,7 +377,7 @@ int main(int argc, char **argv) {
     {
         kvq_model_mem mm;
         kvq_model_memory(m, &mm);
-        info("kvq-run: memory: weights %.1f MB (packed %.1f MB for %.1f MB stored = %.2fx, dense %.1f MB), "
+        info("kvq-run: memory: weights %.1f MB (packed %.1f MB for %.1f MB stored = %.4fx, dense %.1f MB), "
                         "scratch %.1f MB, KV cache %.1f MB",
                 mm.held / 1e6, mm.packed / 1e6, mm.packed_stored / 1e6,
                 mm.packed_stored ? (double)mm.packed / (double)mm.packed_stored : 0.0, mm.dense / 1e6, mm.scratch / 1e6,

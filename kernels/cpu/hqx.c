@@ -204,13 +204,21 @@ static inline int hqx_cb(const kvq_hqx *w, int64_t gi) {
     return (w->cb[gi / 64] >> ((gi % 64) / 8)) & 1;
 }
 
+// Whether row r has escapes (either form of the index: kernels/hq_layout.h).
+static inline int hqx_has_esc(const kvq_hqx *w, int64_t r) {
+    if (w->esc_row) return w->esc_row[r] < w->esc_row[r + 1];
+    return w->esc_bits && ((w->esc_bits[r >> 3] >> (r & 7)) & 1);
+}
+
 // Escape corrections of row r for one token, exact mode (the int8 paths add them to the
 // tiles' integer sums instead).
 static float hqx_escapes(const kvq_hqx *w, int64_t r, const kvq_hqx_act *a, kvq_hqx_mode mode) {
     const int m = kvq_hqx_mult(w->lat), sh = __builtin_ctz((unsigned)w->tile);
     const int64_t t0 = r * (w->cols_p >> sh);
     float acc = 0.0f;
-    for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) {
+    uint32_t e0_, e1_;
+    kvq_hqx_esc_range(w, r, &e0_, &e1_);
+    for (uint32_t e = e0_; e < e1_; e++) {
         uint32_t col = kvq_hqx_esc_col(w->esc[e]);
         acc += kvq_hqx_scale(w, t0 + (col >> sh)) * ((float)(kvq_hqx_esc_delta(w->esc[e]) * m) * a->xr[col]);
     }
@@ -224,7 +232,9 @@ static float hqx_escapes_int8(const kvq_hqx *w, int64_t r, const kvq_hqx_act *a)
     const int m = kvq_hqx_mult(w->lat), sh = __builtin_ctz((unsigned)w->tile);
     const int64_t t0 = r * (w->cols_p >> sh);
     float acc = 0.0f;
-    for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) {
+    uint32_t e0_, e1_;
+    kvq_hqx_esc_range(w, r, &e0_, &e1_);
+    for (uint32_t e = e0_; e < e1_; e++) {
         uint32_t col = kvq_hqx_esc_col(w->esc[e]);
         acc += kvq_hqx_scale(w, t0 + (col >> sh)) * (a->sx[col >> sh] * (float)(kvq_hqx_esc_delta(w->esc[e]) * m * a->xq[col]));
     }
@@ -250,7 +260,9 @@ static void hqx_row_ref(const kvq_hqx *w, int64_t r, const kvq_hqx_act *act, int
                 if (w->zero) acc += w->zero[t] * a->xs[j];
             } else {
                 int32_t d = a->zt[j];
-                for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) // escapes of this tile
+                uint32_t e0_, e1_;
+                kvq_hqx_esc_range(w, r, &e0_, &e1_);
+                for (uint32_t e = e0_; e < e1_; e++) // escapes of this tile
                     if (kvq_hqx_esc_col(w->esc[e]) / T == j)
                         d += m * kvq_hqx_esc_delta(w->esc[e]) * a->xq[kvq_hqx_esc_col(w->esc[e])];
                 for (int i = 0; i < T; i++) d += m * hqx_u(w, g0 + i) * a->xq[j * T + i];
@@ -379,8 +391,8 @@ CLONES static void hqx_row_exact(const kvq_hqx *w, int64_t r, const kvq_hqx_act 
     const __m256i m0f = _mm256_set1_epi8(15);                                                   \
     const __m256i bitv = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);                        \
     (void)bitv;                                                                                 \
-    uint32_t e = w->esc_row[r];                                                                 \
-    const uint32_t e1 = w->esc_row[r + 1];                                                      \
+    uint32_t e, e1;                                                                             \
+    kvq_hqx_esc_range(w, r, &e, &e1);                                                           \
     __m256 facc[4];                                                                             \
     float zacc[4] = {0, 0, 0, 0};                                                               \
     const int8_t *xk[4];                                                                        \
@@ -665,7 +677,7 @@ hqx_rowsn_avx2_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float *y, 
     }
     _Pragma("GCC unroll 4") for (int rr = 0; rr < NR; rr++) {
         const __m256 f = _mm256_load_ps(facc[rr]);
-        y[r0 + rr] = HQX_HSUM8(f) + zacc[rr] + (w->esc_row[r0 + rr] < w->esc_row[r0 + rr + 1] ? hqx_escapes_int8(w, r0 + rr, a) : 0.0f);
+        y[r0 + rr] = HQX_HSUM8(f) + zacc[rr] + (hqx_has_esc(w, r0 + rr) ? hqx_escapes_int8(w, r0 + rr, a) : 0.0f);
     }
 }
 
@@ -771,7 +783,7 @@ hqx_rows4_avx2_t128_np(const kvq_hqx *w, int64_t r0, const kvq_hqx_act *a, float
     }
     _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {
         const __m256 f = _mm256_load_ps(facc[rr]);
-        y[r0 + rr] = HQX_HSUM8(f) + zacc[rr] + (w->esc_row[r0 + rr] < w->esc_row[r0 + rr + 1] ? hqx_escapes_int8(w, r0 + rr, a) : 0.0f);
+        y[r0 + rr] = HQX_HSUM8(f) + zacc[rr] + (hqx_has_esc(w, r0 + rr) ? hqx_escapes_int8(w, r0 + rr, a) : 0.0f);
     }
 }
 
@@ -893,7 +905,8 @@ static void hqx_row_f32_impl(const kvq_hqx *w, int64_t r, float *out) {
     const int T = w->tile;
     const int64_t tpr = w->cols_p / T;
     int32_t c[KVQ_HQ_MAX_TILE], b[KVQ_HQ_MAX_TILE];
-    uint32_t e = w->esc_row[r], e1 = w->esc_row[r + 1];
+    uint32_t e, e1;
+    kvq_hqx_esc_range(w, r, &e, &e1);
     for (int64_t j = 0; j < tpr; j++) {
         int64_t t = r * tpr + j, c0 = j * T;
         int n = c0 + T <= w->cols ? T : (int)(w->cols - c0);
@@ -940,9 +953,56 @@ void kvq_hqx_matmul_dense(const kvq_hqx *w, const float *x, int n_tok, float *y,
 size_t kvq_hqx_bytes(const kvq_hqx *w) {
     size_t n = (size_t)(w->rows * w->cols_p);
     return n * (w->vbits == 8 ? 2 : 1) / 2 + n / 8 * (size_t)kvq_hqx_planes(w->vbits) + (w->cb ? n / 64 : 0) +
-           n / (size_t)w->tile * (w->scode ? 1 : sizeof(float)) + (w->scode ? sizeof w->lut : 0) +
+           n / (size_t)w->tile * (w->scode ? 1 : sizeof(float)) + (w->scode ? sizeof(float) * (size_t)w->n_lut : 0) +
            (w->zero ? n / (size_t)w->tile * sizeof(float) : 0) +
-           (size_t)(w->rows + 1) * 4 + (size_t)w->esc_row[w->rows] * 4;
+           kvq_hqx_esc_row_bytes(w) + (size_t)kvq_hqx_esc_count(w) * 4;
+}
+
+int64_t kvq_hqx_esc_count(const kvq_hqx *w) { return w->n_esc; }
+size_t kvq_hqx_esc_row_bytes(const kvq_hqx *w) {
+    if (w->esc_row) return (size_t)(w->rows + 1) * 4;
+    return (w->esc_bits ? (size_t)(w->rows + 7) / 8 : 0) + (w->esc_r ? 4 * (size_t)w->n_esc : 0);
+}
+
+int kvq_hqx_compact(kvq_hqx *w) {
+    if (w->esc_row) { // a bit per row and the escapes' rows (ascending: esc is in row order)
+        uint8_t *bits = NULL;
+        uint32_t *er = NULL;
+        if (w->n_esc) {
+            bits = calloc((size_t)(w->rows + 7) / 8, 1);
+            er = malloc(4 * (size_t)w->n_esc);
+            if (!bits || !er) { free(bits); free(er); return -1; }
+            for (int64_t r = 0; r < w->rows; r++)
+                for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) {
+                    er[e] = (uint32_t)r;
+                    bits[r >> 3] |= (uint8_t)(1u << (r & 7));
+                }
+        }
+        free(w->esc_row);
+        w->esc_row = NULL;
+        w->esc_bits = bits;
+        w->esc_r = er;
+    }
+    if (w->scode && !w->lut_own) { // the table's used entries only, codes rebased to the smallest
+        const int64_t nt = w->rows * (w->cols_p / w->tile);
+        int lo = 255, hi = 0;
+        for (int64_t t = 0; t < nt; t++) {
+            if (w->scode[t] < lo) lo = w->scode[t];
+            if (w->scode[t] > hi) hi = w->scode[t];
+        }
+        if (nt == 0) lo = hi = 0;
+        float *lut = malloc(sizeof(float) * (size_t)(hi - lo + 1));
+        uint8_t *sc = malloc((size_t)(nt ? nt : 1));
+        if (!lut || !sc) { free(lut); free(sc); return -1; }
+        memcpy(lut, w->lut + lo, sizeof(float) * (size_t)(hi - lo + 1));
+        for (int64_t t = 0; t < nt; t++) sc[t] = (uint8_t)(w->scode[t] - lo);
+        free(w->scode); // the packer's table went with it
+        w->scode = sc;
+        w->lut = lut;
+        w->n_lut = hi - lo + 1;
+        w->lut_own = 1;
+    }
+    return 0;
 }
 
 // Arrays carry a 64-byte header just before them: how they were obtained. Large ones (4 MiB
@@ -992,5 +1052,8 @@ void kvq_hqx_free(kvq_hqx *w) {
     free(w->zero);
     free(w->esc_row);
     free(w->esc);
+    if (w->lut_own) free(w->lut);
+    free(w->esc_bits);
+    free(w->esc_r);
     memset(w, 0, sizeof *w);
 }

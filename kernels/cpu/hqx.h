@@ -104,6 +104,16 @@ void kvq_hqx_gemm_rows(const kvq_hqx *w, const kvq_hqx_act *act, int n_tok, void
                        int64_t r0, int64_t r1, void *thread_buf);
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_hqx_bytes(const kvq_hqx *w);
+/** The compact form a CPU run holds (kernels/hq_layout.h): the per-row escape index becomes a
+ *  bit per row plus each escape's row, and the scale table keeps only the entries used (codes
+ *  rebased). Same products, bit for bit. Not for a layout a device will upload (the CUDA upload
+ *  reads esc_row and a 256-entry table). @return 0, or -1 when out of memory (w then still
+ *  usable, in either form). */
+int kvq_hqx_compact(kvq_hqx *w);
+/** Escapes the layout holds, and the bytes of its per-row escape index (esc_row, or the compact
+ *  bit per row and escape rows). */
+int64_t kvq_hqx_esc_count(const kvq_hqx *w);
+size_t kvq_hqx_esc_row_bytes(const kvq_hqx *w);
 /** Zeroed, 64-byte aligned memory for a layout's q and hb arrays (4 MiB and more: its own
  *  mapping, 2 MiB-aligned, advised for huge pages); release with kvq_hqx_dealloc. */
 void *kvq_hqx_alloc(size_t bytes);

@@ -152,7 +152,9 @@ VNNI_TARGET static void gemm_rows_vnni(const kvq_hqx *w, int n_tok, void *scratc
                                      _mm512_add_epi32(a3, zt)};
                 for (int i = 0; i < nr; i++) {
                     const int64_t r = rb + i;
-                    for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) { // rare: their tile's sums
+                    uint32_t e0_, e1_;
+                    kvq_hqx_esc_range(w, r, &e0_, &e1_);
+                    for (uint32_t e = e0_; e < e1_; e++) { // rare: their tile's sums
                         const uint32_t col = kvq_hqx_esc_col(w->esc[e]);
                         if ((int64_t)(col >> sh) != j) continue;
                         int32_t add[G_TOK];
@@ -272,7 +274,9 @@ AVX2_TARGET static void gemm_rows_avx2(const kvq_hqx *w, int n_tok, void *scratc
                     for (int i = 0; i < nr; i++) {
                         const int64_t r = rb + i;
                         __m256i di = _mm256_add_epi32(d[i], zt);
-                        for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) { // rare: their tile's sums
+                        uint32_t e0_, e1_;
+                        kvq_hqx_esc_range(w, r, &e0_, &e1_);
+                        for (uint32_t e = e0_; e < e1_; e++) { // rare: their tile's sums
                             const uint32_t col = kvq_hqx_esc_col(w->esc[e]);
                             if ((int64_t)(col >> sh) != j) continue;
                             int32_t add[8];

@@ -110,6 +110,14 @@ PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) 
     if (w->cb_type == KVQ_PQX_CB_F32) return _mm256_loadu_ps((const float *)w->cb[s] + o);
     __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->cb[s] + o)));
     if (w->cb_type == KVQ_PQX_CB_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    if (w->cb_type == KVQ_PQX_CB_F16) { // kvq_pqx_f16 in integers (no F16C needed); codebooks are finite
+        const __m256i em = _mm256_and_si256(h, _mm256_set1_epi32(0x7fff));
+        const __m256i sg = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16);
+        const __m256 nrm = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(em, 13), _mm256_set1_epi32(112 << 23)));
+        const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(em), _mm256_set1_ps(0x1p-24f));
+        const __m256 v = _mm256_blendv_ps(nrm, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x400), em)));
+        return _mm256_or_ps(v, _mm256_castsi256_ps(sg));
+    }
     const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(h), _mm256_set1_ps(w->cb_ms[s][2 * j + 1]));
     return _mm256_add_ps(_mm256_set1_ps(w->cb_ms[s][2 * j]), t);
 }
@@ -119,6 +127,17 @@ PQ_AVX2 static inline __m256i idx8(const kvq_pqx *w, int s, int64_t rb, int64_t 
     const int64_t o = ((rb / KVQ_PQX_RB) * w->m + j) * KVQ_PQX_RB;
     if (w->ib[s] == 1) return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((const uint8_t *)w->idx[s] + o)));
     return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->idx[s] + o)));
+}
+
+// 8 indices of a lane-packed stage (one row block; q: its group's word 0): the b-bit field at bit o
+// of each lane's words, which may straddle two of them.
+PQ_AVX2 static inline __m256i pk8(const uint32_t *q, int o, int b, __m256i mask) {
+    const int u = o >> 5, sh = o & 31;
+    __m256i v = _mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(q + u * KVQ_PQX_RB)), _mm_cvtsi32_si128(sh));
+    if (sh + b > 32)
+        v = _mm256_or_si256(v, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)(q + (u + 1) * KVQ_PQX_RB)),
+                                                _mm_cvtsi32_si128(32 - sh)));
+    return _mm256_and_si256(v, mask);
 }
 
 PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64_t j0, int64_t j1) {
@@ -170,6 +189,21 @@ PQ_AVX2 static void matvec_avx2(const kvq_pqx *w, const float *lut, float *y, in
                 if (!first) memcpy(t, y + rb, sizeof(float) * (size_t)n);
                 __m256 a0 = _mm256_loadu_ps(t), a1 = _mm256_loadu_ps(t + KVQ_PQX_RB);
                 __m256i off = _mm256_set1_epi32((int)(j0 * k));
+                if (w->pbits[s]) { // lane-packed: the same lookups in the same order
+                    const int b = w->pbits[s], P = w->pper[s];
+                    const int64_t gw = (int64_t)w->pwords[s] * KVQ_PQX_RB; // uint32 per group
+                    const __m256i mask = _mm256_set1_epi32((1 << b) - 1);
+                    const uint32_t *q0 = (const uint32_t *)w->idx[s] + kvq_pqx_pk_at(w, s, rb, j0 / P);
+                    const uint32_t *q1 = q0 + w->pgroups[s] * gw;
+                    int p = (int)(j0 % P);
+                    for (int64_t j = j0; j < j1; j++) {
+                        const int o = p * b;
+                        a0 = _mm256_add_ps(a0, _mm256_i32gather_ps(L, _mm256_add_epi32(pk8(q0, o, b, mask), off), 4));
+                        if (two) a1 = _mm256_add_ps(a1, _mm256_i32gather_ps(L, _mm256_add_epi32(pk8(q1, o, b, mask), off), 4));
+                        off = _mm256_add_epi32(off, step);
+                        if (++p == P) p = 0, q0 += gw, q1 += gw;
+                    }
+                } else
                 for (int64_t j = j0; j < j1; j++) {
                     a0 = _mm256_add_ps(a0, _mm256_i32gather_ps(L, _mm256_add_epi32(idx8(w, s, rb, j), off), 4));
                     if (two)
@@ -226,7 +260,21 @@ PQ_AVX2 static void gemm_avx2_part(const kvq_pqx *w, int s, const float *lutb, i
         __m256 a[KVQ_PQX_RB];
         for (int i = 0; i < KVQ_PQX_RB; i++) a[i] = _mm256_loadu_ps(t[i]);
         const int64_t o = ((rb / KVQ_PQX_RB) * w->m + j0) * KVQ_PQX_RB;
-        if (w->ib[s] == 1) {
+        if (w->pbits[s]) { // lane-packed: the 8 rows' indices of subspace j, then as below
+            const int b = w->pbits[s], P = w->pper[s];
+            const int64_t gw = (int64_t)w->pwords[s] * KVQ_PQX_RB;
+            const __m256i mask = _mm256_set1_epi32((1 << b) - 1);
+            const uint32_t *q = (const uint32_t *)w->idx[s] + kvq_pqx_pk_at(w, s, rb, j0 / P);
+            int p = (int)(j0 % P);
+            int32_t ip[KVQ_PQX_RB];
+            for (int64_t j = j0; j < j1; j++) {
+                _mm256_storeu_si256((__m256i *)ip, pk8(q, p * b, b, mask));
+                const float *Lj = L + j * k * KVQ_PQX_TB;
+                for (int i = 0; i < KVQ_PQX_RB; i++)
+                    a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
+                if (++p == P) p = 0, q += gw;
+            }
+        } else if (w->ib[s] == 1) {
             const uint8_t *ip = (const uint8_t *)w->idx[s] + o;
             for (int64_t j = j0; j < j1; j++, ip += KVQ_PQX_RB) {
                 const float *Lj = L + j * k * KVQ_PQX_TB;
@@ -431,11 +479,62 @@ size_t kvq_pqx_bytes(const kvq_pqx *w) {
     if (w->levels) return kvq_qetx_bytes(w);
     size_t b = 0;
     for (int s = 0; s < w->stages; s++)
-        b += (size_t)(w->rows_p * w->m) * (size_t)w->ib[s] +
-             (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u) +
-             (w->cb_ms[s] ? 8u * (size_t)w->m : 0);
+        b += kvq_pqx_idx_bytes(w, s) + kvq_pqx_cb_bytes(w, s) + (w->cb_ms[s] ? 8u * (size_t)w->m : 0);
     return b;
 }
+
+size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s) {
+    if (w->levels) return (size_t)(w->rows * w->m) * (size_t)w->qbits[s] / 8;
+    if (w->pbits[s]) return (size_t)(w->rows_p * w->pgroups[s]) * (size_t)w->pwords[s] * 4;
+    return (size_t)(w->rows_p * w->m) * (size_t)w->ib[s];
+}
+
+#ifndef PQ_LANE_WORDS
+#define PQ_LANE_WORDS 1
+#endif
+int kvq_pqx_pack_lanes(kvq_pqx *w, int wide) {
+    if (w->levels) return 0;
+    for (int s = 0; s < w->stages; s++) {
+        if (w->pbits[s] || (w->ib[s] == 2 && !wide)) continue;
+        int b = 0;
+        while (((int64_t)1 << b) < w->k[s]) b++;
+        if (b == 0 || b >= 16) continue;
+        // the fewest bytes over 1..PQ_LANE_WORDS words a row and group (ties: fewer words), if fewer
+        // than now. One word (no field straddles two): with 2-word groups (fields straddling, 11-bit
+        // fields at 11.6 bits) the one-token product of 8192 x 2048 at k = 1343 took 9.8-15.9 ms
+        // against 6.5-7.1 unpacked (pq_bench, loaded box), so straddling layouts are not built.
+        int per = 0, words = 0;
+        int64_t best = w->m * w->ib[s]; // bytes a row
+        for (int v = 1; v <= PQ_LANE_WORDS; v++) {
+            const int pv = 32 * v / b;
+            const int64_t by = (w->m + pv - 1) / pv * v * 4;
+            if (by < best) best = by, per = pv, words = v;
+        }
+        if (!per) continue;
+        const int64_t G = (w->m + per - 1) / per;
+        uint32_t *q = kvq_hqx_alloc((size_t)(w->rows_p * G) * (size_t)words * 4);
+        if (!q) return -1;
+        kvq_pqx t = *w;
+        t.pbits[s] = b, t.pper[s] = per, t.pwords[s] = words, t.pgroups[s] = G, t.idx[s] = q;
+        for (int64_t r = 0; r < w->rows_p; r++)
+            for (int64_t j = 0; j < w->m; j++) {
+                const uint64_t a = kvq_pqx_idx(w, s, r, j);
+                const int64_t g = j / per;
+                const int o = (int)(j - g * per) * b;
+                uint32_t *d = q + kvq_pqx_pk_at(&t, s, r, g) + (o >> 5) * KVQ_PQX_RB;
+                d[0] |= (uint32_t)(a << (o & 31));
+                if ((o & 31) + b > 32) d[KVQ_PQX_RB] |= (uint32_t)(a >> (32 - (o & 31)));
+            }
+        kvq_hqx_dealloc(w->idx[s]);
+        *w = t;
+    }
+    return 0;
+}
+size_t kvq_pqx_cb_bytes(const kvq_pqx *w, int s) {
+    if (w->levels) return w->cb_size[s];
+    return (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u);
+}
+int kvq_pqx_idx_bits(const kvq_pqx *w, int s) { return w->levels ? w->qbits[s] : w->pbits[s] ? w->pbits[s] : 8 * w->ib[s]; }
 
 void kvq_pqx_free(kvq_pqx *w) {
     if (!w) return;

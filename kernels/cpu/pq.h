@@ -98,8 +98,19 @@ void kvq_qetx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const fl
 void kvq_qetx_row_f32(const kvq_pqx *w, int64_t r, float *out);
 size_t kvq_qetx_bytes(const kvq_pqx *w);
 
+/** Re-lays a PQ layout's (levels 0) byte indices (and, with wide, uint16 ones) lane-packed
+ *  (kernels/pq_layout.h), one 32-bit word a row and group, in every stage where that holds fewer
+ *  bytes: k = 17..32 at 5.33 bits a held index instead of 8, 33..64 at 6.4, 2..16 at 2-4 bits;
+ *  wide: k = 257..1024 at 10.67 instead of 16. Same indices, same products bit for bit. Indices
+ *  must be below k (the packer checked them). @return 0, or -1 when out of memory (w unchanged). */
+int kvq_pqx_pack_lanes(kvq_pqx *w, int wide);
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_pqx_bytes(const kvq_pqx *w);
+/** Of those, stage s's index array (padding rows included), its codebook array, and the bits
+ *  one held index takes (pq: 8 or 16; qet: 4, 8 or 16). */
+size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s);
+size_t kvq_pqx_cb_bytes(const kvq_pqx *w, int s);
+int kvq_pqx_idx_bits(const kvq_pqx *w, int s);
 /** Frees the arrays (from kvq_hqx_alloc); NULL members are fine; *w is zeroed. */
 void kvq_pqx_free(kvq_pqx *w);
 

@@ -100,8 +100,12 @@ static kvq_status copy(kvq_backend *b, float *dst, const float *src, size_t n, k
 }
 
 static kvq_status mat_adopt(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *err) {
-    (void)keep_host; (void)err;
+    (void)err;
     cpu *c = (cpu *)b;
+    // Packed HyperQuant / RTN blocks in their compact CPU form (a bit per row for escapes, the
+    // scale table's used entries: kvq_hqx_compact); not when the arrays stay shared with the host
+    // copy (keep_host: a tied embedding, looked up through the same arrays).
+    for (int p = 0; p < w->n_part && !keep_host; p++) kvq_hqx_compact(&w->part[p]);
     w->held = kvq_mat_host_bytes(w);
     if (w->n_pq) {
         const size_t sc = kvq_pqx_scratch(w->pq, w->n_pq);

@@ -288,6 +288,8 @@ static kvq_status load(kvq_model *m, kvq_weights *s, kvq_err *err) {
         if ((r = adopt(m, s, &m->lm_head, 1, "model.embed_tokens.weight", err))) return r;
     } else if ((r = get_mat_be(m, s, "lm_head.weight", a->vocab_size, d, st, &m->lm_head, err)))
         return r;
+    if (!m->tied) // the embedding's own packed arrays, only looked up on the host: their compact form
+        for (int p = 0; p < m->embed.n_part; p++) kvq_hqx_compact(&m->embed.part[p]);
     m->embed.held = kvq_mat_host_bytes(&m->embed);
     if ((r = get(s, "model.norm.weight", d, 0, &m->final_norm, err))) return r;
     if (!(m->L = calloc(a->n_layers, sizeof *m->L))) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", path);
@@ -455,7 +457,7 @@ static uint64_t mat_stream(const mat *x, int nt) {
         for (int i = 0; i < x->n_pq; i++) {
             const kvq_pqx *p = &x->pq[i];
             for (int k = 0; k < p->stages; k++)
-                if (p->idx[k]) s += kvq_stream_read(p->idx[k], (size_t)(p->rows_p * p->m) * (size_t)p->ib[k], nt);
+                if (p->idx[k]) s += kvq_stream_read(p->idx[k], kvq_pqx_idx_bytes(p, k), nt);
         }
         return s;
     }

@@ -16,7 +16,7 @@ int main(int argc, char **argv) {
     if (kvq_weights_open(argv[1], &w, &e)) { fprintf(stderr, "pq_held: %s\n", e.msg); return 1; }
     size_t held = 0, stored = 0;
     double worst = 0;
-    printf("| tensor | rows x cols | k | index bytes | codebooks | stored | held | held/stored |\n|---|---|---|---|---|---|---|---|\n");
+    printf("| tensor | rows x cols | k | index bits | codebooks | stored | held | held/stored |\n|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < kvq_weights_count(w); i++) {
         const char *name = kvq_weights_name(w, i);
         kvq_pqx p;
@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
                    p.cb_type == KVQ_PQX_CB_F32 ? "f32" : p.cb_type == KVQ_PQX_CB_CQO ? "cqo" : "bf16", st, h, r);
         else
             printf("| %s | %lld x %lld | %lld%s | %d | %s | %zu | %zu | %.3f |\n", name, (long long)p.rows, (long long)p.cols,
-                   (long long)p.k[0], p.stages > 1 ? " + stage 2" : "", p.ib[0], p.cb_type == KVQ_PQX_CB_F32 ? "f32" : p.cb_type == KVQ_PQX_CB_CQO ? "cqo u16" : "bf16", st, h, r);
+                   (long long)p.k[0], p.stages > 1 ? " + stage 2" : "", kvq_pqx_idx_bits(&p, 0),
+                   p.cb_type == KVQ_PQX_CB_F32 ? "f32" : p.cb_type == KVQ_PQX_CB_CQO ? "cqo u16" : p.cb_type == KVQ_PQX_CB_F16 ? "f16" : "bf16", st, h, r);
         held += h;
         stored += st;
         kvq_pqx_free(&p);

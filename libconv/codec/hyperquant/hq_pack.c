@@ -174,9 +174,12 @@ static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const u
     w->hb = kvq_hqx_planes(vbits) ? kvq_hqx_alloc((size_t)n / 64 * (size_t)kvq_hqx_planes(vbits) * 8) : NULL;
     w->cb = h->lat == KVQ_LAT_E8 ? malloc((size_t)n / 64) : NULL;
     if (h->norm_bits <= 8) { // tile scales as the stored norm codes into a table
-        w->scode = malloc((size_t)n_tiles);
+        const size_t at = ((size_t)n_tiles + 63) / 64 * 64; // the 256-entry table after the codes
+        w->scode = aligned_alloc(64, at + 256 * sizeof(float));
+        w->lut = w->scode ? (float *)(void *)(w->scode + at) : NULL;
+        w->n_lut = 256;
         uint32_t zero = kvq_hq_norm_zero(h->norm_bits);
-        for (uint32_t c = 0; c < 256; c++)
+        for (uint32_t c = 0; c < 256 && w->lut; c++)
             w->lut[c] = c >= zero ? 0.0f : (float)(kvq_hq_norm_value(h, c) / (h->alpha * (double)h->tile));
     } else w->scale = malloc(sizeof(float) * (size_t)n_tiles);
     w->esc_row = calloc((size_t)h->rows + 1, 4);
@@ -229,7 +232,7 @@ static kvq_status pack_try(const kvq_hq_header *h, const uint8_t *codes, const u
                 w->esc_row[bufs[i].tile[e] / tpr + 1]++;
             }
         for (int64_t r = 0; r < h->rows; r++) w->esc_row[r + 1] += w->esc_row[r];
-        *n_esc = (int64_t)total;
+        *n_esc = w->n_esc = (int64_t)total;
     }
     for (int i = 0; i < nt; i++) { free(bufs[i].e); free(bufs[i].tile); }
     free(bufs);

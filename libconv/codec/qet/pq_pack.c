@@ -1,7 +1,7 @@
 // Builds the PQ execution layout (kernels/pq_layout.h) of a `pq` tensor, or of a `qet` one
 // without a swap tree (l = 0), from its stored blobs at load: indices unpacked from their
 // ⌈log2 k⌉-bit stream into bytes or uint16 in row blocks of 8, codebooks transposed per
-// subspace (bf16 bits kept as stored; other sources and CQO codes expanded to float32, the
+// subspace (bf16 and f16 bits kept as stored; f32 sources and CQO codes of more than 16 bits as float32, the
 // decoder's values). QET with a 3-level swap tree (the `qet:` default) gets the qetx variant
 // (kernels/pq_layout.h): indicator bits regrouped into one 12-bit switch field per block of 8
 // inputs, indices in slot order at 4, 8 or 16 bits, codebook blobs kept as stored. Other QET
@@ -114,8 +114,9 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
     const int stages = (int)json_array_size(ks);
     *out = (kvq_pqx){.stages = stages, .w = w, .rows = n, .cols = d, .m = d / w,
                      .rows_p = (n + KVQ_PQX_RB - 1) / KVQ_PQX_RB * KVQ_PQX_RB,
-                     .cb_type = cb > 16 || (!cb && src != KVQ_DTYPE_BF16) ? KVQ_PQX_CB_F32
+                     .cb_type = cb > 16 || (!cb && src != KVQ_DTYPE_BF16 && src != KVQ_DTYPE_F16) ? KVQ_PQX_CB_F32
                                 : cb                                  ? KVQ_PQX_CB_CQO
+                                : src == KVQ_DTYPE_F16                ? KVQ_PQX_CB_F16
                                                                       : KVQ_PQX_CB_BF16};
     const int64_t m = out->m;
     for (int s = 0; s < stages; s++) {
@@ -165,7 +166,7 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
             for (int64_t c = 0; c < k; c++)
                 for (int q = 0; q < w; q++) {
                     const int64_t fi = (j * k + c) * w + q, oi = (j * w + q) * k + c;
-                    if (out->cb_type == KVQ_PQX_CB_BF16) {
+                    if (out->cb_type == KVQ_PQX_CB_BF16 || out->cb_type == KVQ_PQX_CB_F16) { // the file's 2 bytes
                         memcpy((uint16_t *)out->cb[s] + oi, cbb + 2 * fi, 2);
                         continue;
                     }
@@ -187,6 +188,10 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
                         return kvq_err_set(err, KVQ_ERR_FORMAT, "pq: non-finite codebook value in stage %d, subspace %lld",
                                            s + 1, (long long)j);
                     }
+    }
+    if (kvq_pqx_pack_lanes(out, 0)) { // fewer bits a held index where bytes would waste them (k <= 64)
+        kvq_pqx_free(out);
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "pq: out of memory for the layout of %lld x %lld", (long long)n, (long long)d);
     }
     return KVQ_OK;
 }
