@@ -775,7 +775,10 @@ static void test_kv_graphs(void **st) {
         }
         for (pos = 0; pos < NRE; pos++, n_steps++) // a new sequence, one token at a time from position 0
             kvg_step(g, d, ids + 100 + pos, 1, pos, xg, xd, V, &n_diff, &maxd, &lg, &ld, cs[i].spec);
-        const int ok = n_diff == 0 && n_top == 0 && ld == 0 && lg >= NDEC + NARG + NRE;
+        // every one-token logits step replays (or captures, then launches) the graph but the two
+        // after a cut back, which launch directly until the sequence has grown past the cut (the
+        // argmax steps run outside kvg_step: not counted here); measured on the H100: 270 / 272
+        const int ok = n_diff == 0 && n_top == 0 && ld == 0 && lg == NDEC + NRE + (cs[i].window >= 2 ? 2 : 0);
         printf("  kv graphs %-18s window %2d boundary %d tc %2d: %d steps, %d differ (max |diff| %.3g), argmax %d differ; "
                "graph launches %ld (direct model %ld): %s\n", cs[i].spec, cs[i].window, cs[i].boundary, cs[i].tc, n_steps + 1, n_diff,
                maxd, n_top, lg, ld, ok ? "PASS" : "FAIL");

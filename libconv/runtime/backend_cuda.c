@@ -243,6 +243,7 @@ static void drop_host_part(kvq_hqx *p) {
     *p = keep;
     p->q = NULL; p->hb = NULL; p->cb = NULL; p->scale = NULL; p->scode = NULL; p->zero = NULL;
     p->esc_row = NULL; p->esc = NULL;
+    p->lut = NULL; p->esc_bits = NULL; p->esc_r = NULL; // freed with the arrays (lut lives in scode's)
 }
 
 // PQ and QET matrices (pqx, levels 0 or 3) have no GPU kernels yet: they are decoded on the
