@@ -139,10 +139,11 @@ static int generate_batch(kvq_model *m, kvq_tokenizer *tok, const int32_t *pids,
     kvq_err err = {0};
     int rc = 0;
     kvq_sampler **smp = calloc(B, sizeof *smp);
-    int32_t *gen = malloc(sizeof(int32_t) * (size_t)B * (n_gen + 1)), *next = malloc(sizeof(int32_t) * B), *tk = malloc(sizeof(int32_t) * B);
+    int32_t *gen = malloc(sizeof(int32_t) * (size_t)B * (n_gen + 1)), *next = malloc(sizeof(int32_t) * B), *tk = malloc(sizeof(int32_t) * B),
+            *out_next = malloc(sizeof(int32_t) * B); // a step's greedy choices
     int *ng = calloc(B, sizeof(int)), *done = calloc(B, sizeof(int)), *seq = malloc(sizeof(int) * B), *pos = malloc(sizeof(int) * B);
     float *lg = greedy ? NULL : malloc(sizeof(float) * (size_t)B * V);
-    if (!smp || !gen || !next || !tk || !ng || !done || !seq || !pos || (!greedy && !lg)) { rc = die("out of memory for %s sequences%s", "--batch", ""); goto out; }
+    if (!smp || !gen || !next || !tk || !out_next || !ng || !done || !seq || !pos || (!greedy && !lg)) { rc = die("out of memory for %s sequences%s", "--batch", ""); goto out; }
     if (kvq_model_set_seqs(m, B, &err)) { rc = die("--batch: %s%s", err.msg, ""); goto out; }
     for (int i = 0; i < B; i++)
         if (kvq_sampler_new(temp, top_p, seed + (uint64_t)i, V, &smp[i], &err)) { rc = die("%s%s", err.msg, ""); goto out; }
@@ -176,13 +177,10 @@ static int generate_batch(kvq_model *m, kvq_tokenizer *tok, const int32_t *pids,
             seq[n] = i, pos[n] = np + ng[i] - 1, tk[n] = next[i], n++;
         }
         if (!n) break;
-        int32_t *out_next = malloc(sizeof(int32_t) * n);
-        if (!out_next) { rc = die("out of memory%s%s", "", ""); goto out; }
         kvq_status s = kvq_model_forward_seqs(m, tk, seq, pos, n, greedy ? NULL : lg, greedy ? out_next : NULL, &err);
-        if (s) { free(out_next); rc = die("%s%s", err.msg, ""); goto out; }
+        if (s) { rc = die("%s%s", err.msg, ""); goto out; }
         for (int t = 0; t < n; t++)
             next[seq[t]] = greedy ? out_next[t] : kvq_sample(smp[seq[t]], lg + (size_t)t * V, V);
-        free(out_next);
         steps++;
     }
     const double t3 = now();
@@ -205,7 +203,7 @@ static int generate_batch(kvq_model *m, kvq_tokenizer *tok, const int32_t *pids,
             steps ? (produced - B) / (t3 - t2) : 0.0, steps ? 1e3 * (t3 - t2) / steps : 0.0);
 out:
     for (int i = 0; smp && i < B; i++) kvq_sampler_free(smp[i]);
-    free(smp); free(gen); free(next); free(tk); free(ng); free(done); free(seq); free(pos); free(lg);
+    free(smp); free(gen); free(next); free(tk); free(out_next); free(ng); free(done); free(seq); free(pos); free(lg);
     return rc;
 }
 

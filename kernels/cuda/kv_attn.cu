@@ -263,14 +263,7 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     if (!kvq_gkv_block_range(p.dyn, p.t_begin, p.t_end, p.chunk, s, &t0, &t1)) return; // a captured step's spare block
     const int n = t1 - t0;
     const size_t ri = (size_t)b * p.n_kv + g;
-    if (n <= 0) { // an empty chunk: weight 0 in the merge
-        const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
-        float *po = p.po + (((size_t)b * p.H + g * G) * p.n_slot + slot) * D;
-        float *pml = p.pml + (((size_t)b * p.H + g * G) * p.n_slot + slot) * 2;
-        for (int e = threadIdx.x; e < G * D; e += NT) po[(size_t)(e / D) * p.n_slot * D + e % D] = 0.0f;
-        if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = -INFINITY, pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = 0.0f;
-        return;
-    }
+    if (n <= 0) return kvq_gkv_empty_split<G, D, NT>(p, b, g, s); // weight 0 in the merge
     // the first group of keys is requested before q (it does not depend on it)
     const uint8_t *kreg = p.k.base + ri * p.k.region, *vreg = p.v.base + ri * p.v.region;
     constexpr int NPK = KK == KVQ_GKV_KIVI ? 8 : 4, UK = 4 * NPK;

@@ -122,14 +122,7 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
     int t0, t1;
     if (!kvq_gkv_block_range(p.dyn, p.t_begin, p.t_end, p.chunk, s, &t0, &t1)) return; // a captured step's spare block
     const int n = t1 - t0;
-    if (n <= 0) { // an empty chunk: weight 0 in the merge
-        const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
-        float *po = p.po + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * D;
-        float *pml = p.pml + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * 2;
-        for (int e = threadIdx.x; e < G * D; e += TNT) po[(size_t)(e / D) * p.n_slot * D + e % D] = 0.0f;
-        if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = -INFINITY, pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = 0.0f;
-        return;
-    }
+    if (n <= 0) return kvq_gkv_empty_split<G, D, TNT>(p, b, gk, s); // weight 0 in the merge
     const size_t ri = (size_t)b * p.n_kv + gk;
     const uint8_t *kreg = p.kbase + ri * p.kregion, *vreg = p.vbase + ri * p.vregion;
     const int ntile = (n + 15) / 16;

@@ -48,6 +48,17 @@ __device__ __forceinline__ int kvq_gkv_block_slot(const kvq_gkv_dyn &d, int slot
     }
     return slot0 + s;
 }
+/** An empty chunk's partial results (block s of batch b, KV head g, its G query heads of D
+ *  values; NT threads): output 0, max −inf, sum 0 — weight 0 in the merge. P: either split
+ *  kernel's parameters (po, pml, H, n_slot, slot0, dyn). */
+template <int G, int D, int NT, class P>
+__device__ __forceinline__ void kvq_gkv_empty_split(const P &p, int b, int g, int s) {
+    const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
+    float *po = p.po + (((size_t)b * p.H + g * G) * p.n_slot + slot) * D;
+    float *pml = p.pml + (((size_t)b * p.H + g * G) * p.n_slot + slot) * 2;
+    for (int e = threadIdx.x; e < G * D; e += NT) po[(size_t)(e / D) * p.n_slot * D + e % D] = 0.0f;
+    if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = -INFINITY, pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = 0.0f;
+}
 
 struct kvq_tc_args {
     const float *q;                // (batch, n_heads, D) fp32
