@@ -392,10 +392,14 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     // (2..8 tokens: by the persistent one-token kernel for all tokens at once where it takes the
     // tensor, E8/RTN with whole steps, every token then in one-token bits; and by the batched
     // kernel, kvq_cuda_hqx_set_tokens(0))
-    const int nts[] = {1, 3, NT, 8, 3, NT};
-    for (int q = 0; q < 6; q++) {
+    // (E8 with whole steps: 2..8 tokens on tensor cores, hqx_mma.cu; runs 6 and 7 take the
+    // one-token kernel's several-token loop instead, kvq_cuda_hqx_set_mma(0): the same bits)
+    const int nts[] = {1, 3, NT, 8, 3, NT, 3, 8};
+    float *Ym[2] = {malloc(sizeof(float) * w->rows * 8), malloc(sizeof(float) * w->rows * 8)};
+    for (int q = 0; q < 8; q++) {
         const int nt = nts[q];
-        kvq_cuda_hqx_set_tokens(q < 4);
+        kvq_cuda_hqx_set_tokens(q < 4 || q >= 6);
+        kvq_cuda_hqx_set_mma(q < 6);
         void *dx = NULL, *dy = NULL;
         for (int64_t i = 0; i < w->rows * nt; i++) Y[i] = 1.0f;
         st = kvq_cuda_malloc(&dx, sizeof(float) * w->cols * nt, &err);
@@ -415,11 +419,13 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         }
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s %s int8 x%-2d (+=) tile %4d: rel err %.2e\n", what,
-                q < 4 ? "tokens" : "fused ", nt, w->tile, rel);
+                q < 4 ? "tokens" : q < 6 ? "fused " : "tokens/loop", nt, w->tile, rel);
         assert_true(rel <= 1e-5);
         if (nt == 1) memcpy(Y1, Y, sizeof(float) * w->rows);
         if (nt > 1) assert_memory_equal(Y1, Y, sizeof(float) * w->rows); // a decode step = a prefill row
-        if (q == 3) { // 8 tokens: each in its one-token bits (a batch of sequences = each alone)
+        if (q == 1 || q == 3) memcpy(Ym[q == 3], Y, sizeof(float) * w->rows * nt);
+        if (q >= 6) assert_memory_equal(Ym[q == 7], Y, sizeof(float) * w->rows * nt);
+        if (q == 2 || q == 3) { // 11 and 8 tokens: each in its one-token bits (a batch of sequences = each alone)
             for (int k = 1; k < nt; k++) {
                 float *yk = malloc(sizeof(float) * w->rows);
                 for (int64_t i = 0; i < w->rows; i++) yk[i] = 1.0f;
@@ -440,7 +446,8 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         kvq_cuda_free(dy);
     }
     kvq_cuda_hqx_set_tokens(-1);
-    free(X); free(Y); free(R); free(Y1); free(y1);
+    kvq_cuda_hqx_set_mma(-1);
+    free(X); free(Y); free(R); free(Y1); free(y1); free(Ym[0]); free(Ym[1]);
     compare_xin(t, w, &a, seed);
     compare_attend_prep(t, w, seed, what);
     compare_attend_inputs(t, w, seed + 1, what);

@@ -102,6 +102,10 @@ void kvq_cuda_hqx_set_persist(int depth);
  *  for all of them at once where it takes the tensor (E8/RTN, whole steps: each token's bits
  *  are its one-token product's), 0 hqx_fused.cu's batched kernel; -1: the environment's. */
 void kvq_cuda_hqx_set_tokens(int on);
+/** Products of 2..8 tokens on E8 tensors: 1 (default; KVQ_CUDA_G1M=0 sets 0) on tensor cores
+ *  (hqx_mma.cu: int8 mma on the codes, each token's bits its one-token product's), 0 the
+ *  persistent one-token kernel's several-token loop; -1: the environment's. */
+void kvq_cuda_hqx_set_mma(int on);
 void kvq_cuda_hqx_set_pdl(int on);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);

@@ -127,6 +127,15 @@ int kvq_cuda_hqx_gemv1_tokens_ok(const Parts &P);
  *  layouts, lay(cols_p, T, 1).total bytes apart; outputs ldy floats apart): each token's result
  *  has the bits kvq_cuda_hqx_gemv1 gives it alone. */
 kvq_status kvq_cuda_hqx_gemv1_tokens(Parts &P, int nt, int64_t ldy, int accumulate, int pdl, kvq_err *err);
+/** Whether kvq_cuda_hqx_mma_tokens takes every part of P (E8, 4..7 value bits, scale codes,
+ *  whole steps, equal columns and tiles; not with KVQ_CUDA_G1M=0). */
+int kvq_cuda_hqx_mma_ok(const Parts &P);
+/** Fewest tokens kvq_cuda_hqx_gemv1_tokens gives the tensor-core product (KVQ_CUDA_G1M_MIN=2..8;
+ *  default 3: 2 tokens are faster in the one-token kernel's loop, session 10 call G). */
+int kvq_cuda_hqx_mma_min(void);
+/** The several-token product on tensor cores (hqx_mma.cu) over the same lane-order scratch as
+ *  kvq_cuda_hqx_gemv1_tokens, with the same bits per token as the one-token product. */
+kvq_status kvq_cuda_hqx_mma_tokens(Parts &P, int nt, int64_t ldy, int accumulate, int pdl, kvq_err *err);
 /** Benchmarks: one-token products skip the activation preparation (its scratch keeps the
  *  last one's), to time the product kernel alone. */
 void kvq_cuda_hqx_skip_prep(int on);

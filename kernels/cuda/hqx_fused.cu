@@ -237,7 +237,8 @@ static int occupancy(size_t smem) {
 }
 
 extern "C" size_t kvq_cuda_hqx_fused_scratch(int64_t cols_p, int tile) {
-    const size_t a = lay(cols_p, tile, TGMAX).total, b = TGMAX * lay(cols_p, tile, 1).total; // b: lanes (several tokens)
+    // b: lanes (several tokens; up to 16 for the tensor-core product, hqx_mma.cu)
+    const size_t a = lay(cols_p, tile, TGMAX).total, b = 2 * TGMAX * lay(cols_p, tile, 1).total;
     return a > b ? a : b;
 }
 
@@ -287,6 +288,12 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n
         all_rows += t[p]->h.rows;
         const int64_t tl = t[p]->h.cols_p / t[p]->h.tile;
         max_tiles = tl > max_tiles ? tl : max_tiles;
+    }
+    if (n_tok > TGMAX) { // 9..16 tokens in one launch of the tensor-core product where it takes the parts
+        Parts Q;
+        for (int p = 0; p < n; p++) Q.d[p] = dev_of(t[p]);
+        Q.n = n;
+        if (kvq_cuda_hqx_gemv1_tokens_ok(Q) && kvq_cuda_hqx_mma_ok(Q)) tgm = 2 * TGMAX;
     }
     for (int t0 = 0; t0 < n_tok; t0 += tgm) {
         const int tg = n_tok - t0 < tgm ? n_tok - t0 : tgm;

@@ -75,8 +75,8 @@ int main(int argc, char **argv) {
     const int n_codec = getenv("KVQ_HQX_CODECS") ? atoi(getenv("KVQ_HQX_CODECS")) : 3;
     const int sweep = getenv("KVQ_HQX_SWEEP") && atoi(getenv("KVQ_HQX_SWEEP"));
     printf("| shape | codec | stored bits/w | held bits/w | width | one call ms | streamed ms | streamed GB/s | "
-           "of copy BW | product alone ms | of copy BW | float ms | 8 tokens ms |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "of copy BW | product alone ms | of copy BW | float ms | 8 tokens ms | 16 tokens ms |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int si = 0; si < ns; si++) {
         const char *sh = argc > 1 ? argv[si + 1] : def[si];
         long long rows = 0, cols = 0;
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
         for (long long i = 0; i < rows * cols; i++) x[i] = (float)(0.02 * gauss(&s));
         for (int ci = 0; ci < n_codec && ci < 3; ci++) {
             kvq_hqx w;
-            double sb = 0, ms = 0, mss = 0, msa = 0, msf = 0, ms8 = 0;
+            double sb = 0, ms = 0, mss = 0, msa = 0, msf = 0, ms8 = 0, ms16 = 0;
             if (pack_one(codecs[ci], x, rows, cols, &w, &sb)) return 1;
             // copies of the tensor, cycled by the streamed timing, so that L2 (50 MB) cannot
             // serve the weights: at least 160 MB, at most 8 copies
@@ -98,15 +98,16 @@ int main(int argc, char **argv) {
             for (int k = 1; k < nc; k++)
                 if (kvq_cuda_hqx_upload(&w, &t[k], &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
             if (kvq_cuda_hqx_time(t[0], 50, 1, &ms, &err) || kvq_cuda_hqx_time_stream(t, nc, 100, 1, &mss, &err) ||
-                kvq_cuda_hqx_time_stream(t, nc, 100, 0, &msa, &err) || kvq_cuda_hqx_time(t[0], 50, 0, &msf, &err) || kvq_cuda_hqx_time(t[0], 50, 9, &ms8, &err)) {
+                kvq_cuda_hqx_time_stream(t, nc, 100, 0, &msa, &err) || kvq_cuda_hqx_time(t[0], 50, 0, &msf, &err) || kvq_cuda_hqx_time(t[0], 50, 9, &ms8, &err) ||
+                kvq_cuda_hqx_time(t[0], 50, 17, &ms16, &err)) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
             }
             // bytes a product must read: the packed tensor, x (float), y written
             const double bytes = tb + 4.0 * (double)(cols + rows);
-            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.0f | %.0f %% | %.4f | %.0f %% | %.4f | %.4f |\n", sh,
+            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.0f | %.0f %% | %.4f | %.0f %% | %.4f | %.4f | %.4f |\n", sh,
                    codecs[ci], sb, 8.0 * tb / (double)(rows * cols), w.vbits, ms, mss, bytes / (mss * 1e-3) / 1e9,
-                   100.0 * bytes / (mss * 1e-3) / bw, msa, 100.0 * bytes / (msa * 1e-3) / bw, msf, ms8);
+                   100.0 * bytes / (mss * 1e-3) / bw, msa, 100.0 * bytes / (msa * 1e-3) / bw, msf, ms8, ms16);
             for (int v = 0; sweep && v < 4; v++) { // rows a warp 1, 2, 4; the default without PDL
                 const int r = v < 3 ? 1 << v : 0, pdl = v < 3;
                 kvq_cuda_hqx_set_decode(r);
