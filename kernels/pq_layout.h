@@ -23,6 +23,15 @@
 //        subspace j = g·P + p is bits [p·b, p·b + b) of the row's V words read as one little-endian
 //        bit string (a field may straddle two words when V > 1; every layout built today has
 //        V = 1, the readers take either). ib[s] stays the unpacked width (1 or 2).
+//        Split (hbits[s] = h > 0, set by kvq_pqx_split_wide for uint16 stages with k = 257..4096,
+//        9..12-bit indices; the default since 2026-11-26): idx[s] holds the low 8 bits of every
+//        index as uint8 in the (rows_p / 8, m, 8) order above, and hi[s], (rows_p / 8, m, h) bytes,
+//        the high h = ⌈log2 k⌉ − 8 bits: the h bytes of (row block, subspace j), read as one
+//        little-endian bit string, hold bits 8..8+h−1 of row i's index at bits [h·i, h·i + h).
+//        Exactly ⌈log2 k⌉ bits a held index (the file's width); hi[s] has 4 bytes of padding (the
+//        AVX2 reader loads 4 bytes at any group). ib[s] stays 2 (the unpacked width).
+//        Every reader goes through kvq_pqx_idx (or copies idx[s] and hi[s] as kvq_pqx_idx_bytes
+//        counts them).
 //   cb   (m, w, k_s) transposed codebooks (the k_s values of one coordinate are contiguous, so
 //        a table is built 8 centroids at a time), of one of four types: bf16 bits when the
 //        file stores bf16 centroids (the bf16 source case: exact, same bytes as the file);
@@ -72,6 +81,7 @@
 #define KVQ_PQX_MAX_STAGES 2
 #define KVQ_PQX_MAX_W 64      // widest subspace the codec writes (option w=)
 #define KVQ_PQX_MAX_K 65536   // largest k a uint16 index holds
+#define KVQ_PQX_HI_PAD 4      // bytes after a split stage's hi array
 
 enum { KVQ_PQX_CB_BF16 = 0, KVQ_PQX_CB_F32 = 1, KVQ_PQX_CB_CQO = 2, KVQ_PQX_CB_F16 = 3 };
 
@@ -99,6 +109,10 @@ typedef struct {
     // group, 32-bit words per row and group, groups (see the storage comment above)
     int pbits[KVQ_PQX_MAX_STAGES], pper[KVQ_PQX_MAX_STAGES], pwords[KVQ_PQX_MAX_STAGES];
     int64_t pgroups[KVQ_PQX_MAX_STAGES];
+    // PQ split indices (appended; 0 / NULL = not split): high bits per index, and their array
+    // (rows_p / 8, m, hbits) bytes + 4 of padding (see the storage comment above)
+    int hbits[KVQ_PQX_MAX_STAGES];
+    uint8_t *hi[KVQ_PQX_MAX_STAGES];
 } kvq_pqx;
 
 #define KVQ_QETX_LEVELS 3
@@ -115,6 +129,14 @@ KVQ_PQ_HD static inline int64_t kvq_pqx_pk_at(const kvq_pqx *p, int s, int64_t r
 }
 /** Index of (row r, subspace j) in stage s. */
 KVQ_PQ_HD static inline uint32_t kvq_pqx_idx(const kvq_pqx *p, int s, int64_t r, int64_t j) {
+    if (p->hbits[s]) {
+        const int h = p->hbits[s];
+        const uint8_t *q = p->hi[s] + ((r / KVQ_PQX_RB) * p->m + j) * h;
+        uint32_t v = 0;
+        for (int i = 0; i < h; i++) v |= (uint32_t)q[i] << (8 * i);
+        const uint32_t lo = ((const uint8_t *)p->idx[s])[kvq_pqx_idx_at(p, r, j)];
+        return lo | ((v >> (h * (int)(r % KVQ_PQX_RB))) & ((1u << h) - 1u)) << 8;
+    }
     if (p->pbits[s]) {
         const int b = p->pbits[s];
         const int64_t g = j / p->pper[s];

@@ -197,12 +197,21 @@ static const shape shapes[] = {
     // 11 bits, 1 bit with 128 fields a row, 9 bits with m not a multiple of a group
     {48, 512, 8, 1, 0, {26, 0}},    {24, 512, 8, 1, 0, {1343, 0}}, {24, 96, 1, 1, 0, {2, 0}},
     {33, 184, 8, 2, 1, {367, 20}},
+    // split indices (kvq_pqx_split_wide): every width 9..12 at its edges k = 2^b and 2^b + 1,
+    // padded rows (rows % 8 != 0), a split stage 2 after a byte stage 1, two split stages, CQO
+    // codebooks; k = 4097 (13 bits) stays uint16
+    {41, 64, 8, 1, 0, {512, 0}},    {19, 64, 8, 1, 0, {513, 0}},  {8, 32, 8, 1, 0, {1024, 0}},
+    {27, 48, 8, 1, 0, {1025, 0}},   {13, 32, 8, 1, 1, {2048, 0}}, {9, 24, 8, 1, 0, {2049, 0}},
+    {17, 16, 8, 1, 0, {4096, 0}},   {11, 16, 8, 1, 0, {4097, 0}}, {35, 72, 8, 2, 0, {200, 1500}},
+    {26, 64, 4, 2, 2, {700, 257}},
     // f16 codebooks (an f16 source), widened exactly by the tables
     {40, 64, 4, 1, 3, {11, 0}},     {64, 256, 8, 2, 3, {300, 26}},
 };
 
-// A deep copy of p with its indices lane-packed where that is smaller (kvq_pqx_pack_lanes).
-static void clone_packed(const kvq_pqx *p, kvq_pqx *o) {
+// A deep copy of p with its indices re-laid: form 0 lane-packed where that is smaller, uint16
+// stages too (kvq_pqx_pack_lanes(o, 1)); 1: uint16 stages split (kvq_pqx_split_wide); 2: as the
+// loader holds them (byte stages lane-packed, then uint16 stages split).
+static void clone_packed(const kvq_pqx *p, kvq_pqx *o, int form) {
     *o = *p;
     for (int s = 0; s < p->stages; s++) {
         o->idx[s] = kvq_hqx_alloc(kvq_pqx_idx_bytes(p, s));
@@ -214,7 +223,8 @@ static void clone_packed(const kvq_pqx *p, kvq_pqx *o) {
             memcpy(o->cb_ms[s], p->cb_ms[s], 8 * (size_t)p->m);
         }
     }
-    assert_int_equal(kvq_pqx_pack_lanes(o, 1), 0);
+    if (form != 1) assert_int_equal(kvq_pqx_pack_lanes(o, form == 0), 0);
+    if (form != 0) assert_int_equal(kvq_pqx_split_wide(o), 0);
 }
 
 // The threaded driver (kvq_pqx_matmul) over three blocks of p (a fused q/k/v), 1 and 2 threads,
@@ -239,7 +249,7 @@ static void test_fast_paths_equal_reference(void **st) {
     (void)st;
     if (kvq_pqx_isa_best() != KVQ_PQX_ISA_AVX2) printf("  note: no AVX2 on this CPU: AUTO is the reference\n");
     uint64_t s = 99;
-    int n_packed = 0;
+    int n_packed = 0, n_split = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
         kvq_pqx p;
@@ -276,14 +286,25 @@ static void test_fast_paths_equal_reference(void **st) {
             }
         }
         check_threaded_driver(&p, x, y1, sh->rows, T);
-        // lane-packed indices: the same indices, rows and products, bit for bit, on every path
+        // lane-packed and split indices: the same indices, rows and products, bit for bit, on every path
+        for (int form = 0; form < 3; form++) {
         kvq_pqx q;
-        clone_packed(&p, &q);
+        clone_packed(&p, &q, form);
         int packed = 0;
         for (int k = 0; k < p.stages; k++) {
-            packed += q.pbits[k] > 0;
+            packed += q.pbits[k] > 0 || q.hbits[k] > 0;
+            if (q.hbits[k]) { // exactly ⌈log2 k⌉ bits a held index (+ the hi array's padding)
+                int b = 0;
+                while ((1 << b) < p.k[k]) b++;
+                assert_int_equal(q.hbits[k], b - 8);
+                assert_int_equal(kvq_pqx_idx_bits(&q, k), b);
+                assert_int_equal(kvq_pqx_idx_bytes(&q, k), (size_t)(q.rows_p * q.m) * (size_t)b / 8 + KVQ_PQX_HI_PAD);
+                n_split++;
+            }
+            // forms 1 and 2 split exactly the stages of k = 257..4096; form 0 none
+            assert_int_equal(q.hbits[k] > 0, form > 0 && p.k[k] > 256 && p.k[k] <= 4096);
             assert_true(kvq_pqx_idx_bytes(&q, k) <= kvq_pqx_idx_bytes(&p, k));
-            for (int64_t r = 0; r < sh->rows; r++)
+            for (int64_t r = 0; r < q.rows_p; r++)
                 for (int64_t j = 0; j < p.m; j++) assert_int_equal(kvq_pqx_idx(&q, k, r, j), kvq_pqx_idx(&p, k, r, j));
         }
         if (packed) {
@@ -315,12 +336,14 @@ static void test_fast_paths_equal_reference(void **st) {
             free(ra); free(rq);
         }
         kvq_pqx_free(&q);
+        }
         free(x); free(l1); free(l2); free(y1); free(y2); free(b1); free(b2); free(yb);
         kvq_pqx_free(&p);
     }
-    printf("  (%d of %zu random layouts lane-packed, every path equal to the unpacked reference)\n", n_packed,
-           sizeof shapes / sizeof shapes[0]);
+    printf("  (%d re-laid copies of %zu random layouts, %d split stages, every path equal to the unpacked reference)\n",
+           n_packed, sizeof shapes / sizeof shapes[0], n_split);
     assert_true(n_packed >= 6);
+    assert_true(n_split >= 20);
 }
 
 // ---- the packed product against the exact product of the decoded weights

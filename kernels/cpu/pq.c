@@ -140,6 +140,16 @@ PQ_AVX2 static inline __m256i pk8(const uint32_t *q, int o, int b, __m256i mask)
     return _mm256_and_si256(v, mask);
 }
 
+// 8 indices of a split stage (one row block, subspace j; lo: its 8 low bytes, hi: its h bytes of
+// high bits, 4 bytes loaded): lo | ((hi >> h·lane) & mask) << 8.
+PQ_AVX2 static inline __m256i sp8(const uint8_t *lo, const uint8_t *hi, __m256i shv, __m256i mask) {
+    int32_t hv;
+    memcpy(&hv, hi, 4);
+    const __m256i h = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(hv), shv), mask);
+    return _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)lo)), _mm256_slli_epi32(h, 8));
+}
+PQ_AVX2 static inline __m256i sp_shifts(int h) { return _mm256_setr_epi32(0, h, 2 * h, 3 * h, 4 * h, 5 * h, 6 * h, 7 * h); }
+
 PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64_t j0, int64_t j1) {
     const int W = w->w;
     for (int s = 0; s < w->stages; s++) {
@@ -202,6 +212,18 @@ PQ_AVX2 static void matvec_avx2(const kvq_pqx *w, const float *lut, float *y, in
                         if (two) a1 = _mm256_add_ps(a1, _mm256_i32gather_ps(L, _mm256_add_epi32(pk8(q1, o, b, mask), off), 4));
                         off = _mm256_add_epi32(off, step);
                         if (++p == P) p = 0, q0 += gw, q1 += gw;
+                    }
+                } else if (w->hbits[s]) { // split: low bytes + high bits, the same lookups in the same order
+                    const int h = w->hbits[s];
+                    const __m256i shv = sp_shifts(h), mask = _mm256_set1_epi32((1 << h) - 1);
+                    const uint8_t *l0 = (const uint8_t *)w->idx[s] + ((rb / KVQ_PQX_RB) * w->m + j0) * KVQ_PQX_RB;
+                    const uint8_t *h0 = w->hi[s] + ((rb / KVQ_PQX_RB) * w->m + j0) * h;
+                    const int64_t ld = w->m * KVQ_PQX_RB, hd = w->m * h; // to the next row block
+                    for (int64_t j = j0; j < j1; j++, l0 += KVQ_PQX_RB, h0 += h) {
+                        a0 = _mm256_add_ps(a0, _mm256_i32gather_ps(L, _mm256_add_epi32(sp8(l0, h0, shv, mask), off), 4));
+                        if (two)
+                            a1 = _mm256_add_ps(a1, _mm256_i32gather_ps(L, _mm256_add_epi32(sp8(l0 + ld, h0 + hd, shv, mask), off), 4));
+                        off = _mm256_add_epi32(off, step);
                     }
                 } else
                 for (int64_t j = j0; j < j1; j++) {
@@ -273,6 +295,17 @@ PQ_AVX2 static void gemm_avx2_part(const kvq_pqx *w, int s, const float *lutb, i
                 for (int i = 0; i < KVQ_PQX_RB; i++)
                     a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
                 if (++p == P) p = 0, q += gw;
+            }
+        } else if (w->hbits[s]) { // split: the 8 rows' indices of subspace j, then as below
+            const int h = w->hbits[s];
+            const __m256i shv = sp_shifts(h), mask = _mm256_set1_epi32((1 << h) - 1);
+            const uint8_t *lo = (const uint8_t *)w->idx[s] + o, *hi = w->hi[s] + ((rb / KVQ_PQX_RB) * w->m + j0) * h;
+            int32_t ip[KVQ_PQX_RB];
+            for (int64_t j = j0; j < j1; j++, lo += KVQ_PQX_RB, hi += h) {
+                _mm256_storeu_si256((__m256i *)ip, sp8(lo, hi, shv, mask));
+                const float *Lj = L + j * k * KVQ_PQX_TB;
+                for (int i = 0; i < KVQ_PQX_RB; i++)
+                    a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
             }
         } else if (w->ib[s] == 1) {
             const uint8_t *ip = (const uint8_t *)w->idx[s] + o;
@@ -486,6 +519,7 @@ size_t kvq_pqx_bytes(const kvq_pqx *w) {
 size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s) {
     if (w->levels) return (size_t)(w->rows * w->m) * (size_t)w->qbits[s] / 8;
     if (w->pbits[s]) return (size_t)(w->rows_p * w->pgroups[s]) * (size_t)w->pwords[s] * 4;
+    if (w->hbits[s]) return (size_t)(w->rows_p * w->m) + kvq_pqx_hi_bytes(w, s);
     return (size_t)(w->rows_p * w->m) * (size_t)w->ib[s];
 }
 
@@ -495,7 +529,7 @@ size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s) {
 int kvq_pqx_pack_lanes(kvq_pqx *w, int wide) {
     if (w->levels) return 0;
     for (int s = 0; s < w->stages; s++) {
-        if (w->pbits[s] || (w->ib[s] == 2 && !wide)) continue;
+        if (w->pbits[s] || w->hbits[s] || (w->ib[s] == 2 && !wide)) continue;
         int b = 0;
         while (((int64_t)1 << b) < w->k[s]) b++;
         if (b == 0 || b >= 16) continue;
@@ -530,11 +564,51 @@ int kvq_pqx_pack_lanes(kvq_pqx *w, int wide) {
     }
     return 0;
 }
+size_t kvq_pqx_hi_bytes(const kvq_pqx *w, int s) {
+    return w->hbits[s] ? (size_t)(w->rows_p / KVQ_PQX_RB * w->m) * (size_t)w->hbits[s] + KVQ_PQX_HI_PAD : 0;
+}
+
+int kvq_pqx_split_wide(kvq_pqx *w) {
+    if (w->levels) return 0;
+    for (int s = 0; s < w->stages; s++) {
+        if (w->ib[s] != 2 || w->pbits[s] || w->hbits[s]) continue;
+        int b = 0;
+        while (((int64_t)1 << b) < w->k[s]) b++;
+        if (b <= 8 || b > 12) continue;
+        const int h = b - 8;
+        kvq_pqx t = *w;
+        t.hbits[s] = h;
+        uint8_t *lo = kvq_hqx_alloc((size_t)(w->rows_p * w->m));
+        t.hi[s] = kvq_hqx_alloc(kvq_pqx_hi_bytes(&t, s)); // zeroed
+        if (!lo || !t.hi[s]) {
+            kvq_hqx_dealloc(lo);
+            kvq_hqx_dealloc(t.hi[s]);
+            return -1;
+        }
+        t.idx[s] = lo;
+        for (int64_t r = 0; r < w->rows_p; r++)
+            for (int64_t j = 0; j < w->m; j++) {
+                const uint32_t a = kvq_pqx_idx(w, s, r, j);
+                const int64_t o = kvq_pqx_idx_at(w, r, j);
+                lo[o] = (uint8_t)a;
+                const int bit = h * (int)(r % KVQ_PQX_RB);
+                uint8_t *q = t.hi[s] + ((r / KVQ_PQX_RB) * w->m + j) * h;
+                for (int i = 0; i < h; i++)
+                    if ((a >> (8 + i)) & 1u) q[(bit + i) >> 3] |= (uint8_t)(1u << ((bit + i) & 7));
+            }
+        kvq_hqx_dealloc(w->idx[s]);
+        *w = t;
+    }
+    return 0;
+}
+
 size_t kvq_pqx_cb_bytes(const kvq_pqx *w, int s) {
     if (w->levels) return w->cb_size[s];
     return (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u);
 }
-int kvq_pqx_idx_bits(const kvq_pqx *w, int s) { return w->levels ? w->qbits[s] : w->pbits[s] ? w->pbits[s] : 8 * w->ib[s]; }
+int kvq_pqx_idx_bits(const kvq_pqx *w, int s) {
+    return w->levels ? w->qbits[s] : w->pbits[s] ? w->pbits[s] : w->hbits[s] ? 8 + w->hbits[s] : 8 * w->ib[s];
+}
 
 void kvq_pqx_free(kvq_pqx *w) {
     if (!w) return;
@@ -542,6 +616,7 @@ void kvq_pqx_free(kvq_pqx *w) {
         kvq_hqx_dealloc(w->idx[s]);
         kvq_hqx_dealloc(w->cb[s]);
         kvq_hqx_dealloc(w->cb_ms[s]);
+        kvq_hqx_dealloc(w->hi[s]);
     }
     kvq_hqx_dealloc(w->sw);
     memset(w, 0, sizeof *w);

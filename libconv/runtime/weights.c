@@ -349,13 +349,6 @@ kvq_status kvq_weights_get_pqx(kvq_weights *w, const char *name, kvq_pqx *out, k
     if (s != KVQ_OK) return s;
     s = kvq_qet_pack_pqx(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, out, err);
     release_blobs(w, &rv);
-    // KVQ_PQ_LANES16=1: uint16 indices (k = 257..1024) lane-packed too (9-10-bit fields at 10.67
-    // bits): less memory, a one-token product ~10 % slower in alternated runs (docs/EXECUTION.md)
-    const char *l16 = getenv("KVQ_PQ_LANES16");
-    if (s == KVQ_OK && l16 && !strcmp(l16, "1") && kvq_pqx_pack_lanes(out, 1)) {
-        kvq_pqx_free(out);
-        s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for lane-packed indices");
-    }
     if (s != KVQ_OK && s != KVQ_ERR_UNSUPPORTED) kvq_err_prefix(err, "%s: tensor '%s'", kvq_file_path(w->kf), name);
     return s;
 }

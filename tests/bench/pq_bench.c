@@ -2,7 +2,7 @@
 // dense bf16 product of the same matrix: one token (tables, then lookups: reference and
 // AVX2; the product with the tables built by the team, then by the calling thread before the
 // fork) and batched tokens, in G weights per second, medians of REPS (default 7) timings.
-// usage: [PQ_LANES=1] [PQ_CB=f16|f32] build/bench/pq_bench [ROWS COLS K [TOKENS [THREADS]]]   (default 2048 2048 350 16 1)
+// usage: [PQ_LANES=1] [PQ_SPLIT=1] [PQ_CB=f16|f32] build/bench/pq_bench [ROWS COLS K [TOKENS [THREADS]]]   (default 2048 2048 350 16 1)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +44,10 @@ int main(int argc, char **argv) {
     // PQ_LANES=1: the indices lane-packed as the loader holds them (kvq_pqx_pack_lanes), same values
     const int lanes = getenv("PQ_LANES") && atoi(getenv("PQ_LANES")) == 1;
     if (lanes && kvq_pqx_pack_lanes(&p, 1)) { fprintf(stderr, "pq_bench: out of memory\n"); return 1; }
+    // PQ_SPLIT=1: uint16 indices (k = 257..4096) split into low bytes + high bits, as the loader
+    // holds them since 2026-11-26 (kvq_pqx_split_wide), same values
+    const int split = getenv("PQ_SPLIT") && atoi(getenv("PQ_SPLIT")) == 1;
+    if (split && kvq_pqx_split_wide(&p)) { fprintf(stderr, "pq_bench: out of memory\n"); return 1; }
     float *x = malloc(sizeof(float) * (size_t)(T * cols)), *y = malloc(sizeof(float) * (size_t)(T * rows));
     for (int64_t i = 0; i < T * cols; i++) x[i] = (float)gauss(&s);
     float *lut = malloc(sizeof(float) * kvq_pqx_lut_floats(&p)), *sc = malloc(sizeof(float) * kvq_pqx_scratch(&p, 1));
@@ -56,7 +60,7 @@ int main(int argc, char **argv) {
     float *xp = malloc(sizeof(float) * (kvq_matmul_scratch(KVQ_DTYPE_BF16, T, (int)cols) + 1));
     const double nw = (double)rows * (double)cols;
     printf("pq_bench: %lld x %lld, k %lld, %s codebooks (%s indices, %d-bit fields), held %.2f MB (dense bf16 %.2f MB), %d thread(s), AVX2 %s\n",
-           (long long)rows, (long long)cols, (long long)k, cbt, p.pbits[0] ? "lane-packed" : p.ib[0] == 1 ? "uint8" : "uint16",
+           (long long)rows, (long long)cols, (long long)k, cbt, p.pbits[0] ? "lane-packed" : p.hbits[0] ? "split" : p.ib[0] == 1 ? "uint8" : "uint16",
            kvq_pqx_idx_bits(&p, 0), kvq_pqx_bytes(&p) / 1e6,
            2 * nw / 1e6, nt, kvq_pqx_isa_best() == KVQ_PQX_ISA_AVX2 ? "yes" : "no");
     double t;

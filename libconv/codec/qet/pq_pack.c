@@ -189,7 +189,9 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
                                            s + 1, (long long)j);
                     }
     }
-    if (kvq_pqx_pack_lanes(out, 0)) { // fewer bits a held index where bytes would waste them (k <= 64)
+    // fewer bits a held index where bytes or uint16 would waste them: k <= 64 lane-packed, k =
+    // 257..4096 split into low bytes + high bits (⌈log2 k⌉ bits, the file's width)
+    if (kvq_pqx_pack_lanes(out, 0) || kvq_pqx_split_wide(out)) {
         kvq_pqx_free(out);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "pq: out of memory for the layout of %lld x %lld", (long long)n, (long long)d);
     }
