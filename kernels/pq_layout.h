@@ -40,6 +40,11 @@
 //        it; f16 bits when the file stores f16 centroids (an f16 source; type appended as 3, widened
 //        exactly, 2026-11-26: they were float32, 2.0× the stored bytes); else float32 (f32 sources,
 //        CQO codes of more than 16 bits).
+//        Split CQO codes (cbq_bits = B in 1..15, set by kvq_pqx_split_codes; the default since
+//        2026-11-26): cb[s] holds the low 8 bits of every code as uint8 in the same (m, w, k_s)
+//        order, and, when B > 8, cb_hi[s] the high h = B − 8 bits of element e at bits [h·e, h·e + h)
+//        of one little-endian bit string (8 bytes of padding: the AVX2 table build loads 8 bytes).
+//        B bits a held code: the file's width. cbq_bits = 0: uint16 codes as above.
 //
 // QET with a 3-level swap tree ("qetx", levels == 3; the `qet:` default) shares the struct.
 // Row r of W is a row-specific permutation of X*[r] = Σ_s C_s: input block b (coordinates
@@ -82,6 +87,7 @@
 #define KVQ_PQX_MAX_W 64      // widest subspace the codec writes (option w=)
 #define KVQ_PQX_MAX_K 65536   // largest k a uint16 index holds
 #define KVQ_PQX_HI_PAD 4      // bytes after a split stage's hi array
+#define KVQ_PQX_CB_HI_PAD 8   // bytes after a split CQO stage's cb_hi array
 
 enum { KVQ_PQX_CB_BF16 = 0, KVQ_PQX_CB_F32 = 1, KVQ_PQX_CB_CQO = 2, KVQ_PQX_CB_F16 = 3 };
 
@@ -101,7 +107,7 @@ typedef struct {
     // QET (levels == 3) only; 0 / NULL for PQ
     int levels;               // 0: PQ; 3: QET swap tree
     int qbits[KVQ_PQX_MAX_STAGES]; // bits per held index: 4, 8 or 16
-    int cb_bits;              // CQO code bits of cb (cb_type CQO); 0 for raw bf16 / f32 values
+    int cb_bits;              // CQO code bits (cb_type CQO; PQ sets it too); 0 for raw bf16 / f32 values
     int64_t groups;           // cols / 64
     uint8_t *sw;              // (rows, groups, 12) switch fields + 8 bytes of padding
     size_t cb_size[KVQ_PQX_MAX_STAGES]; // bytes of cb[s] (the file's blob)
@@ -113,6 +119,9 @@ typedef struct {
     // (rows_p / 8, m, hbits) bytes + 4 of padding (see the storage comment above)
     int hbits[KVQ_PQX_MAX_STAGES];
     uint8_t *hi[KVQ_PQX_MAX_STAGES];
+    // PQ split CQO codes (appended; 0 = uint16 codes): bits a held code, high bits (B > 8) or NULL
+    int cbq_bits;
+    uint8_t *cb_hi[KVQ_PQX_MAX_STAGES];
 } kvq_pqx;
 
 #define KVQ_QETX_LEVELS 3
@@ -167,7 +176,18 @@ KVQ_PQ_HD static inline float kvq_pqx_cb(const kvq_pqx *p, int s, int64_t j, int
     if (p->cb_type == KVQ_PQX_CB_F32) return ((const float *)p->cb[s])[o];
     if (p->cb_type == KVQ_PQX_CB_F16) return kvq_pqx_f16(((const uint16_t *)p->cb[s])[o]);
     if (p->cb_type == KVQ_PQX_CB_CQO) {
-        const float t = (float)((const uint16_t *)p->cb[s])[o] * p->cb_ms[s][2 * j + 1];
+        uint32_t code;
+        if (p->cbq_bits) {
+            code = ((const uint8_t *)p->cb[s])[o];
+            if (p->cbq_bits > 8) {
+                const int h = p->cbq_bits - 8;
+                const uint64_t bit = (uint64_t)o * (uint64_t)h;
+                const uint8_t *q = p->cb_hi[s] + (bit >> 3);
+                const uint32_t v = ((uint32_t)q[0] | (uint32_t)q[1] << 8) >> (bit & 7);
+                code |= (v & ((1u << h) - 1u)) << 8;
+            }
+        } else code = ((const uint16_t *)p->cb[s])[o];
+        const float t = (float)code * p->cb_ms[s][2 * j + 1];
         return p->cb_ms[s][2 * j] + t;
     }
     union { uint32_t u; float f; } v;

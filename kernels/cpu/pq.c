@@ -106,8 +106,10 @@ static void gemm_ref(const kvq_pqx *w, const float *lutb, int n_tok, float *y, i
 
 // 8 codebook values of subspace j at element offset o of stage s, as floats (bf16: widened
 // exactly; CQO: min + code·step, the product rounded first, as kvq_pqx_cb).
+PQ_AVX2 static inline __m256 cb8_split(const kvq_pqx *w, int s, int64_t j, int64_t o);
 PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) {
     if (w->cb_type == KVQ_PQX_CB_F32) return _mm256_loadu_ps((const float *)w->cb[s] + o);
+    if (w->cbq_bits) return cb8_split(w, s, j, o);
     __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->cb[s] + o)));
     if (w->cb_type == KVQ_PQX_CB_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
     if (w->cb_type == KVQ_PQX_CB_F16) { // kvq_pqx_f16 in integers (no F16C needed); codebooks are finite
@@ -119,6 +121,25 @@ PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) 
         return _mm256_or_ps(v, _mm256_castsi256_ps(sg));
     }
     const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(h), _mm256_set1_ps(w->cb_ms[s][2 * j + 1]));
+    return _mm256_add_ps(_mm256_set1_ps(w->cb_ms[s][2 * j]), t);
+}
+
+// cb8 for split CQO codes (cbq_bits): low bytes, then h = cbq_bits − 8 high bits each from the
+// bit string (8 bytes loaded: 8h + 7 <= 63 bits for h <= 7; lanes 4..7 from its upper 4h bits).
+PQ_AVX2 static inline __m256 cb8_split(const kvq_pqx *w, int s, int64_t j, int64_t o) {
+    __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((const uint8_t *)w->cb[s] + o)));
+    if (w->cbq_bits > 8) {
+        const int h = w->cbq_bits - 8;
+        const uint64_t bit = (uint64_t)o * (uint64_t)h;
+        uint64_t v;
+        memcpy(&v, w->cb_hi[s] + (bit >> 3), 8);
+        v >>= bit & 7;
+        const __m256i hv = _mm256_set_m128i(_mm_set1_epi32((int)(uint32_t)(v >> (4 * h))), _mm_set1_epi32((int)(uint32_t)v));
+        const __m256i sh = _mm256_setr_epi32(0, h, 2 * h, 3 * h, 0, h, 2 * h, 3 * h);
+        const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(hv, sh), _mm256_set1_epi32((1 << h) - 1));
+        code = _mm256_or_si256(code, _mm256_slli_epi32(hb, 8));
+    }
+    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(code), _mm256_set1_ps(w->cb_ms[s][2 * j + 1]));
     return _mm256_add_ps(_mm256_set1_ps(w->cb_ms[s][2 * j]), t);
 }
 
@@ -602,8 +623,42 @@ int kvq_pqx_split_wide(kvq_pqx *w) {
     return 0;
 }
 
+int kvq_pqx_split_codes(kvq_pqx *w) {
+    if (w->levels || w->cb_type != KVQ_PQX_CB_CQO || w->cbq_bits || w->cb_bits < 1 || w->cb_bits > 15) return 0;
+    const int B = w->cb_bits, h = B > 8 ? B - 8 : 0;
+    uint8_t *lo[KVQ_PQX_MAX_STAGES] = {0}, *hi[KVQ_PQX_MAX_STAGES] = {0};
+    int ok = 1;
+    for (int s = 0; s < w->stages; s++) {
+        const size_t n = (size_t)(w->m * w->w * w->k[s]);
+        lo[s] = kvq_hqx_alloc(n);
+        if (h) hi[s] = kvq_hqx_alloc((n * (size_t)h + 7) / 8 + KVQ_PQX_CB_HI_PAD); // zeroed
+        if (!lo[s] || (h && !hi[s])) ok = 0;
+    }
+    if (!ok) {
+        for (int s = 0; s < w->stages; s++) kvq_hqx_dealloc(lo[s]), kvq_hqx_dealloc(hi[s]);
+        return -1;
+    }
+    for (int s = 0; s < w->stages; s++) {
+        const uint16_t *c = (const uint16_t *)w->cb[s];
+        const size_t n = (size_t)(w->m * w->w * w->k[s]);
+        for (size_t e = 0; e < n; e++) {
+            lo[s][e] = (uint8_t)c[e];
+            for (int i = 0; i < h; i++)
+                if ((c[e] >> (8 + i)) & 1u) hi[s][(e * (size_t)h + (size_t)i) >> 3] |= (uint8_t)(1u << ((e * (size_t)h + (size_t)i) & 7));
+        }
+        kvq_hqx_dealloc(w->cb[s]);
+        w->cb[s] = lo[s], w->cb_hi[s] = hi[s];
+    }
+    w->cbq_bits = B;
+    return 0;
+}
+
 size_t kvq_pqx_cb_bytes(const kvq_pqx *w, int s) {
     if (w->levels) return w->cb_size[s];
+    if (w->cbq_bits) {
+        const size_t n = (size_t)(w->m * w->w * w->k[s]);
+        return n + (w->cbq_bits > 8 ? (n * (size_t)(w->cbq_bits - 8) + 7) / 8 + KVQ_PQX_CB_HI_PAD : 0);
+    }
     return (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u);
 }
 int kvq_pqx_idx_bits(const kvq_pqx *w, int s) {
@@ -617,6 +672,7 @@ void kvq_pqx_free(kvq_pqx *w) {
         kvq_hqx_dealloc(w->cb[s]);
         kvq_hqx_dealloc(w->cb_ms[s]);
         kvq_hqx_dealloc(w->hi[s]);
+        kvq_hqx_dealloc(w->cb_hi[s]);
     }
     kvq_hqx_dealloc(w->sw);
     memset(w, 0, sizeof *w);
