@@ -11,12 +11,12 @@
 // Storage, per stage:
 //   idx  (rows_p / 8, m, 8): the indices of 8 consecutive rows for subspace j are 8
 //        consecutive elements, so a SIMD lane per row reads them with one load; uint8 when
-//        k_s <= 256, else uint16 (the file packs ⌈log2 k⌉ bits; widening costs at most 16/9 on
-//        the indices, ~1.0–1.2× on the whole tensor at the ratios measured, docs/EXECUTION.md).
+//        k_s <= 256, else uint16 (the file packs ⌈log2 k⌉ bits; the loader re-lays byte stages of
+//        k <= 64 lane-packed and uint16 stages of k <= 4096 split, below, docs/EXECUTION.md).
 //        rows_p = rows rounded up to 8; padding rows hold index 0 and are never written out.
 //        Lane-packed (pbits[s] > 0, set by kvq_pqx_pack_lanes where it holds fewer bytes than
-//        bytes: k = 17..32 at 5.33 bits instead of 8, 33..64 at 6.4; uint16 stages, k = 257..1024
-//        at 10.67 bits, only on request, being slower): b = pbits[s] = ⌈log2 k⌉-bit fields, P = pper[s]
+//        bytes: k = 17..32 at 5.33 bits instead of 8, 33..64 at 6.4; uint16 stages only when a
+//        caller asks, kvq_pqx_pack_lanes(w, 1): the loader splits them instead): b = pbits[s] = ⌈log2 k⌉-bit fields, P = pper[s]
 //        of them in V = pwords[s] 32-bit words per row, for groups of P subspaces. uint32 array
 //        (rows_p / 8, pgroups = ⌈m / P⌉, V, 8): word u of row r's group g at
 //        kvq_pqx_pk_at(r, g) + 8u, so one 256-bit load gives word u of the 8 rows of a block;
@@ -41,10 +41,13 @@
 //        exactly, 2026-11-26: they were float32, 2.0× the stored bytes); else float32 (f32 sources,
 //        CQO codes of more than 16 bits).
 //        Split CQO codes (cbq_bits = B in 1..15, set by kvq_pqx_split_codes; the default since
-//        2026-11-26): cb[s] holds the low 8 bits of every code as uint8 in the same (m, w, k_s)
-//        order, and, when B > 8, cb_hi[s] the high h = B − 8 bits of element e at bits [h·e, h·e + h)
-//        of one little-endian bit string (8 bytes of padding: the AVX2 table build loads 8 bytes).
-//        B bits a held code: the file's width. cbq_bits = 0: uint16 codes as above.
+//        2026-11-26): cb[s] holds the low 8 bits of every code as uint8, (m, w, k8) with
+//        k8 = k_s rounded up to 8 (padding codes 0, never read as centroids), and, when B > 8,
+//        cb_hi[s] (m·w·k8 / 8, h) bytes the high h = B − 8 bits: the h bytes of group g (elements
+//        8g..8g+7 of that order), read as one little-endian bit string, hold element 8g + i's bits
+//        at [h·i, h·i + h) (the index split's order; 8 bytes of padding: the AVX2 table build loads
+//        4 or 8 bytes a group). B·k8/k bits a held code (the file's width, plus the rounding of k).
+//        cbq_bits = 0: uint16 codes as above.
 //
 // QET with a 3-level swap tree ("qetx", levels == 3; the `qet:` default) shares the struct.
 // Row r of W is a row-specific permutation of X*[r] = Σ_s C_s: input block b (coordinates
@@ -178,12 +181,12 @@ KVQ_PQ_HD static inline float kvq_pqx_cb(const kvq_pqx *p, int s, int64_t j, int
     if (p->cb_type == KVQ_PQX_CB_CQO) {
         uint32_t code;
         if (p->cbq_bits) {
-            code = ((const uint8_t *)p->cb[s])[o];
+            const int64_t o8 = (j * p->w + q) * ((p->k[s] + 7) & ~(int64_t)7) + c;
+            code = ((const uint8_t *)p->cb[s])[o8];
             if (p->cbq_bits > 8) {
-                const int h = p->cbq_bits - 8;
-                const uint64_t bit = (uint64_t)o * (uint64_t)h;
-                const uint8_t *q = p->cb_hi[s] + (bit >> 3);
-                const uint32_t v = ((uint32_t)q[0] | (uint32_t)q[1] << 8) >> (bit & 7);
+                const int h = p->cbq_bits - 8, bit = h * (int)(o8 & 7);
+                const uint8_t *g = p->cb_hi[s] + (o8 >> 3) * h + (bit >> 3);
+                const uint32_t v = ((uint32_t)g[0] | (uint32_t)g[1] << 8) >> (bit & 7);
                 code |= (v & ((1u << h) - 1u)) << 8;
             }
         } else code = ((const uint16_t *)p->cb[s])[o];

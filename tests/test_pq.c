@@ -304,8 +304,9 @@ static void test_fast_paths_equal_reference(void **st) {
         if (q.cbq_bits) {
             n_codes++;
             for (int k = 0; k < p.stages; k++) {
-                const size_t n = (size_t)(p.m * p.w * p.k[k]);
-                assert_int_equal(kvq_pqx_cb_bytes(&q, k), n + (q.cbq_bits > 8 ? (n * (size_t)(q.cbq_bits - 8) + 7) / 8 + KVQ_PQX_CB_HI_PAD : 0));
+                const size_t n8 = (size_t)(p.m * p.w) * (size_t)((p.k[k] + 7) / 8 * 8); // k rounded up to 8
+                // max(B, 8) bits a code: codes below 8 bits are held as bytes
+                assert_int_equal(kvq_pqx_cb_bytes(&q, k), q.cbq_bits > 8 ? n8 * (size_t)q.cbq_bits / 8 + KVQ_PQX_CB_HI_PAD : n8);
                 for (int64_t j = 0; j < p.m; j++)
                     for (int qq = 0; qq < p.w; qq++)
                         for (int64_t c = 0; c < p.k[k]; c++) {

@@ -105,7 +105,8 @@ static void gemm_ref(const kvq_pqx *w, const float *lutb, int n_tok, float *y, i
 #define PQ_AVX2 __attribute__((target("avx2,fma")))
 
 // 8 codebook values of subspace j at element offset o of stage s, as floats (bf16: widened
-// exactly; CQO: min + code·step, the product rounded first, as kvq_pqx_cb).
+// exactly; CQO: min + code·step, the product rounded first, as kvq_pqx_cb; split CQO codes: o is
+// the padded order's offset, cb8_split).
 PQ_AVX2 static inline __m256 cb8_split(const kvq_pqx *w, int s, int64_t j, int64_t o);
 PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) {
     if (w->cb_type == KVQ_PQX_CB_F32) return _mm256_loadu_ps((const float *)w->cb[s] + o);
@@ -124,18 +125,26 @@ PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) 
     return _mm256_add_ps(_mm256_set1_ps(w->cb_ms[s][2 * j]), t);
 }
 
-// cb8 for split CQO codes (cbq_bits): low bytes, then h = cbq_bits − 8 high bits each from the
-// bit string (8 bytes loaded: 8h + 7 <= 63 bits for h <= 7; lanes 4..7 from its upper 4h bits).
-PQ_AVX2 static inline __m256 cb8_split(const kvq_pqx *w, int s, int64_t j, int64_t o) {
-    __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((const uint8_t *)w->cb[s] + o)));
+// cb8 for split CQO codes (cbq_bits): o8 = (j·w + q)·k8 + c, the padded order's offset with c a
+// multiple of 8, so the 8 codes are one whole group: 8 low bytes, then h = cbq_bits − 8 high bits
+// each from the group's h bytes (4 loaded for h <= 4; else 8, lanes 4..7 from the upper 4h bits).
+PQ_AVX2 static inline __m256 cb8_split(const kvq_pqx *w, int s, int64_t j, int64_t o8) {
+    __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((const uint8_t *)w->cb[s] + o8)));
     if (w->cbq_bits > 8) {
         const int h = w->cbq_bits - 8;
-        const uint64_t bit = (uint64_t)o * (uint64_t)h;
-        uint64_t v;
-        memcpy(&v, w->cb_hi[s] + (bit >> 3), 8);
-        v >>= bit & 7;
-        const __m256i hv = _mm256_set_m128i(_mm_set1_epi32((int)(uint32_t)(v >> (4 * h))), _mm_set1_epi32((int)(uint32_t)v));
-        const __m256i sh = _mm256_setr_epi32(0, h, 2 * h, 3 * h, 0, h, 2 * h, 3 * h);
+        const uint8_t *g = w->cb_hi[s] + (o8 >> 3) * h;
+        __m256i hv, sh;
+        if (h <= 4) {
+            int32_t v;
+            memcpy(&v, g, 4);
+            hv = _mm256_set1_epi32(v);
+            sh = _mm256_setr_epi32(0, h, 2 * h, 3 * h, 4 * h, 5 * h, 6 * h, 7 * h);
+        } else {
+            uint64_t v;
+            memcpy(&v, g, 8);
+            hv = _mm256_set_m128i(_mm_set1_epi32((int)(uint32_t)(v >> (4 * h))), _mm_set1_epi32((int)(uint32_t)v));
+            sh = _mm256_setr_epi32(0, h, 2 * h, 3 * h, 0, h, 2 * h, 3 * h);
+        }
         const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(hv, sh), _mm256_set1_epi32((1 << h) - 1));
         code = _mm256_or_si256(code, _mm256_slli_epi32(hb, 8));
     }
@@ -180,9 +189,11 @@ PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64
             const float *xj = x + j * W;
             int64_t c = 0;
             for (; c + 8 <= k; c += 8) {
-                __m256 acc = _mm256_mul_ps(cb8(w, s, j, (j * W) * k + c), _mm256_set1_ps(xj[0]));
+                // split CQO codes are read at the padded stride k8 (kernels/pq_layout.h)
+                const int64_t ks = w->cbq_bits ? (k + 7) & ~(int64_t)7 : k;
+                __m256 acc = _mm256_mul_ps(cb8(w, s, j, (j * W) * ks + c), _mm256_set1_ps(xj[0]));
                 for (int q = 1; q < W; q++)
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8(w, s, j, (j * W + q) * k + c), _mm256_set1_ps(xj[q])));
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8(w, s, j, (j * W + q) * ks + c), _mm256_set1_ps(xj[q])));
                 _mm256_storeu_ps(L + j * k + c, acc);
             }
             for (; c < k; c++) {
@@ -629,9 +640,9 @@ int kvq_pqx_split_codes(kvq_pqx *w) {
     uint8_t *lo[KVQ_PQX_MAX_STAGES] = {0}, *hi[KVQ_PQX_MAX_STAGES] = {0};
     int ok = 1;
     for (int s = 0; s < w->stages; s++) {
-        const size_t n = (size_t)(w->m * w->w * w->k[s]);
-        lo[s] = kvq_hqx_alloc(n);
-        if (h) hi[s] = kvq_hqx_alloc((n * (size_t)h + 7) / 8 + KVQ_PQX_CB_HI_PAD); // zeroed
+        const size_t n8 = (size_t)(w->m * w->w) * (size_t)((w->k[s] + 7) & ~(int64_t)7);
+        lo[s] = kvq_hqx_alloc(n8); // zeroed: the padding codes stay 0
+        if (h) hi[s] = kvq_hqx_alloc(n8 / 8 * (size_t)h + KVQ_PQX_CB_HI_PAD);
         if (!lo[s] || (h && !hi[s])) ok = 0;
     }
     if (!ok) {
@@ -640,12 +651,17 @@ int kvq_pqx_split_codes(kvq_pqx *w) {
     }
     for (int s = 0; s < w->stages; s++) {
         const uint16_t *c = (const uint16_t *)w->cb[s];
-        const size_t n = (size_t)(w->m * w->w * w->k[s]);
-        for (size_t e = 0; e < n; e++) {
-            lo[s][e] = (uint8_t)c[e];
-            for (int i = 0; i < h; i++)
-                if ((c[e] >> (8 + i)) & 1u) hi[s][(e * (size_t)h + (size_t)i) >> 3] |= (uint8_t)(1u << ((e * (size_t)h + (size_t)i) & 7));
-        }
+        const int64_t k = w->k[s], k8 = (k + 7) & ~(int64_t)7;
+        for (int64_t row = 0; row < w->m * w->w; row++)
+            for (int64_t i = 0; i < k; i++) {
+                const uint32_t v = c[row * k + i];
+                const int64_t e = row * k8 + i;
+                lo[s][e] = (uint8_t)v;
+                const int bit = h * (int)(e & 7);
+                uint8_t *g = h ? hi[s] + (e >> 3) * h : NULL;
+                for (int b = 0; b < h; b++)
+                    if ((v >> (8 + b)) & 1u) g[(bit + b) >> 3] |= (uint8_t)(1u << ((bit + b) & 7));
+            }
         kvq_hqx_dealloc(w->cb[s]);
         w->cb[s] = lo[s], w->cb_hi[s] = hi[s];
     }
@@ -656,8 +672,8 @@ int kvq_pqx_split_codes(kvq_pqx *w) {
 size_t kvq_pqx_cb_bytes(const kvq_pqx *w, int s) {
     if (w->levels) return w->cb_size[s];
     if (w->cbq_bits) {
-        const size_t n = (size_t)(w->m * w->w * w->k[s]);
-        return n + (w->cbq_bits > 8 ? (n * (size_t)(w->cbq_bits - 8) + 7) / 8 + KVQ_PQX_CB_HI_PAD : 0);
+        const size_t n8 = (size_t)(w->m * w->w) * (size_t)((w->k[s] + 7) & ~(int64_t)7);
+        return n8 + (w->cbq_bits > 8 ? n8 / 8 * (size_t)(w->cbq_bits - 8) + KVQ_PQX_CB_HI_PAD : 0);
     }
     return (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u);
 }
