@@ -80,6 +80,10 @@
 #endif
 #ifdef __CUDACC__
 #define KVQ_PQ_HD __host__ __device__
+#elif defined(__GNUC__)
+// the accessors sit in the CPU kernels' inner loops (the table builds' tails and the batched
+// tables read kvq_pqx_cb per value): inlined always, as they were while they were short
+#define KVQ_PQ_HD __attribute__((always_inline))
 #else
 #define KVQ_PQ_HD
 #endif

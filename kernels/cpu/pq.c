@@ -107,10 +107,8 @@ static void gemm_ref(const kvq_pqx *w, const float *lutb, int n_tok, float *y, i
 // 8 codebook values of subspace j at element offset o of stage s, as floats (bf16: widened
 // exactly; CQO: min + code·step, the product rounded first, as kvq_pqx_cb; split CQO codes: o is
 // the padded order's offset, cb8_split).
-PQ_AVX2 static inline __m256 cb8_split(const kvq_pqx *w, int s, int64_t j, int64_t o);
 PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) {
     if (w->cb_type == KVQ_PQX_CB_F32) return _mm256_loadu_ps((const float *)w->cb[s] + o);
-    if (w->cbq_bits) return cb8_split(w, s, j, o);
     __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->cb[s] + o)));
     if (w->cb_type == KVQ_PQX_CB_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
     if (w->cb_type == KVQ_PQX_CB_F16) { // kvq_pqx_f16 in integers (no F16C needed); codebooks are finite
@@ -189,11 +187,17 @@ PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64
             const float *xj = x + j * W;
             int64_t c = 0;
             for (; c + 8 <= k; c += 8) {
-                // split CQO codes are read at the padded stride k8 (kernels/pq_layout.h)
-                const int64_t ks = w->cbq_bits ? (k + 7) & ~(int64_t)7 : k;
-                __m256 acc = _mm256_mul_ps(cb8(w, s, j, (j * W) * ks + c), _mm256_set1_ps(xj[0]));
-                for (int q = 1; q < W; q++)
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8(w, s, j, (j * W + q) * ks + c), _mm256_set1_ps(xj[q])));
+                __m256 acc;
+                if (w->cbq_bits) { // split CQO codes, read at the padded stride k8 (kernels/pq_layout.h)
+                    const int64_t k8 = (k + 7) & ~(int64_t)7;
+                    acc = _mm256_mul_ps(cb8_split(w, s, j, (j * W) * k8 + c), _mm256_set1_ps(xj[0]));
+                    for (int q = 1; q < W; q++)
+                        acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8_split(w, s, j, (j * W + q) * k8 + c), _mm256_set1_ps(xj[q])));
+                } else {
+                    acc = _mm256_mul_ps(cb8(w, s, j, (j * W) * k + c), _mm256_set1_ps(xj[0]));
+                    for (int q = 1; q < W; q++)
+                        acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8(w, s, j, (j * W + q) * k + c), _mm256_set1_ps(xj[q])));
+                }
                 _mm256_storeu_ps(L + j * k + c, acc);
             }
             for (; c < k; c++) {

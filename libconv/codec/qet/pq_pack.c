@@ -192,8 +192,8 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
     }
     // fewer bits a held index where bytes or uint16 would waste them: k <= 64 lane-packed, k =
     // 257..4096 split into low bytes + high bits (⌈log2 k⌉ bits, the file's width)
-    // (and CQO codes at the file's cb bits instead of uint16)
-    if (kvq_pqx_pack_lanes(out, 0) || kvq_pqx_split_wide(out) || kvq_pqx_split_codes(out)) {
+    // (CQO codes stay uint16 here: the loader packs them, kvq_weights_get_pqx)
+    if (kvq_pqx_pack_lanes(out, 0) || kvq_pqx_split_wide(out)) {
         kvq_pqx_free(out);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "pq: out of memory for the layout of %lld x %lld", (long long)n, (long long)d);
     }
