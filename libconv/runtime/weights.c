@@ -350,9 +350,9 @@ kvq_status kvq_weights_get_pqx(kvq_weights *w, const char *name, kvq_pqx *out, k
     s = kvq_qet_pack_pqx(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, out, err);
     release_blobs(w, &rv);
     // CQO codebook codes held at the file's width (cb=9..15: 1.45x -> 1.01x of the file on
-    // kvq-small-llama pq:4:cb=10), at a cost: the per-token table build unpacks them (tables of
-    // 1408 x 512 k = 403 ~1.9x slower, that file's one-thread decode -24 %, docs/RESULTS.md).
-    // KVQ_PQ_CODES16=1 keeps them uint16 (faster, over the 1.3x cap).
+    // kvq-small-llama pq:4:cb=10). The per-token table build unpacks them (tables of 1408 x 512
+    // k = 403 ~1.8x slower in pq_bench); that file's one-thread decode showed no difference above
+    // the noise (docs/RESULTS.md). KVQ_PQ_CODES16=1 keeps them uint16 (over the 1.3x cap).
     const char *c16 = getenv("KVQ_PQ_CODES16");
     if (s == KVQ_OK && !(c16 && !strcmp(c16, "1")) && kvq_pqx_split_codes(out)) {
         kvq_pqx_free(out);
