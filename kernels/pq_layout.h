@@ -11,18 +11,27 @@
 // Storage, per stage:
 //   idx  (rows_p / 8, m, 8): the indices of 8 consecutive rows for subspace j are 8
 //        consecutive elements, so a SIMD lane per row reads them with one load; uint8 when
-//        k_s <= 256, else uint16 (the file packs ⌈log2 k⌉ bits; widening costs at most 16/9 on
-//        the indices, ~1.0–1.2× on the whole tensor at the ratios measured, docs/EXECUTION.md).
+//        k_s <= 256, else uint16 (the file packs ⌈log2 k⌉ bits; the loader re-lays byte stages of
+//        k <= 64 lane-packed and uint16 stages of k <= 4096 split, below, docs/EXECUTION.md).
 //        rows_p = rows rounded up to 8; padding rows hold index 0 and are never written out.
 //        Lane-packed (pbits[s] > 0, set by kvq_pqx_pack_lanes where it holds fewer bytes than
-//        bytes: k = 17..32 at 5.33 bits instead of 8, 33..64 at 6.4; uint16 stages, k = 257..1024
-//        at 10.67 bits, only on request, being slower): b = pbits[s] = ⌈log2 k⌉-bit fields, P = pper[s]
+//        bytes: k = 17..32 at 5.33 bits instead of 8, 33..64 at 6.4; uint16 stages only when a
+//        caller asks, kvq_pqx_pack_lanes(w, 1): the loader splits them instead): b = pbits[s] = ⌈log2 k⌉-bit fields, P = pper[s]
 //        of them in V = pwords[s] 32-bit words per row, for groups of P subspaces. uint32 array
 //        (rows_p / 8, pgroups = ⌈m / P⌉, V, 8): word u of row r's group g at
 //        kvq_pqx_pk_at(r, g) + 8u, so one 256-bit load gives word u of the 8 rows of a block;
 //        subspace j = g·P + p is bits [p·b, p·b + b) of the row's V words read as one little-endian
 //        bit string (a field may straddle two words when V > 1; every layout built today has
 //        V = 1, the readers take either). ib[s] stays the unpacked width (1 or 2).
+//        Split (hbits[s] = h > 0, set by kvq_pqx_split_wide for uint16 stages with k = 257..4096,
+//        9..12-bit indices; the default since 2026-11-26): idx[s] holds the low 8 bits of every
+//        index as uint8 in the (rows_p / 8, m, 8) order above, and hi[s], (rows_p / 8, m, h) bytes,
+//        the high h = ⌈log2 k⌉ − 8 bits: the h bytes of (row block, subspace j), read as one
+//        little-endian bit string, hold bits 8..8+h−1 of row i's index at bits [h·i, h·i + h).
+//        Exactly ⌈log2 k⌉ bits a held index (the file's width); hi[s] has 4 bytes of padding (the
+//        AVX2 reader loads 4 bytes at any group). ib[s] stays 2 (the unpacked width).
+//        Every reader goes through kvq_pqx_idx (or copies idx[s] and hi[s] as kvq_pqx_idx_bytes
+//        counts them).
 //   cb   (m, w, k_s) transposed codebooks (the k_s values of one coordinate are contiguous, so
 //        a table is built 8 centroids at a time), of one of four types: bf16 bits when the
 //        file stores bf16 centroids (the bf16 source case: exact, same bytes as the file);
@@ -31,6 +40,14 @@
 //        it; f16 bits when the file stores f16 centroids (an f16 source; type appended as 3, widened
 //        exactly, 2026-11-26: they were float32, 2.0× the stored bytes); else float32 (f32 sources,
 //        CQO codes of more than 16 bits).
+//        Split CQO codes (cbq_bits = B in 1..15, set by kvq_pqx_split_codes; the default since
+//        2026-11-26): cb[s] holds the low 8 bits of every code as uint8, (m, w, k8) with
+//        k8 = k_s rounded up to 8 (padding codes 0, never read as centroids), and, when B > 8,
+//        cb_hi[s] (m·w·k8 / 8, h) bytes the high h = B − 8 bits: the h bytes of group g (elements
+//        8g..8g+7 of that order), read as one little-endian bit string, hold element 8g + i's bits
+//        at [h·i, h·i + h) (the index split's order; 8 bytes of padding: the AVX2 table build loads
+//        4 or 8 bytes a group). B·k8/k bits a held code (the file's width, plus the rounding of k).
+//        cbq_bits = 0: uint16 codes as above.
 //
 // QET with a 3-level swap tree ("qetx", levels == 3; the `qet:` default) shares the struct.
 // Row r of W is a row-specific permutation of X*[r] = Σ_s C_s: input block b (coordinates
@@ -63,6 +80,10 @@
 #endif
 #ifdef __CUDACC__
 #define KVQ_PQ_HD __host__ __device__
+#elif defined(__GNUC__)
+// the accessors sit in the CPU kernels' inner loops (the table builds' tails and the batched
+// tables read kvq_pqx_cb per value): inlined always, as they were while they were short
+#define KVQ_PQ_HD __attribute__((always_inline))
 #else
 #define KVQ_PQ_HD
 #endif
@@ -72,6 +93,8 @@
 #define KVQ_PQX_MAX_STAGES 2
 #define KVQ_PQX_MAX_W 64      // widest subspace the codec writes (option w=)
 #define KVQ_PQX_MAX_K 65536   // largest k a uint16 index holds
+#define KVQ_PQX_HI_PAD 4      // bytes after a split stage's hi array
+#define KVQ_PQX_CB_HI_PAD 8   // bytes after a split CQO stage's cb_hi array
 
 enum { KVQ_PQX_CB_BF16 = 0, KVQ_PQX_CB_F32 = 1, KVQ_PQX_CB_CQO = 2, KVQ_PQX_CB_F16 = 3 };
 
@@ -91,7 +114,7 @@ typedef struct {
     // QET (levels == 3) only; 0 / NULL for PQ
     int levels;               // 0: PQ; 3: QET swap tree
     int qbits[KVQ_PQX_MAX_STAGES]; // bits per held index: 4, 8 or 16
-    int cb_bits;              // CQO code bits of cb (cb_type CQO); 0 for raw bf16 / f32 values
+    int cb_bits;              // CQO code bits (cb_type CQO; PQ sets it too); 0 for raw bf16 / f32 values
     int64_t groups;           // cols / 64
     uint8_t *sw;              // (rows, groups, 12) switch fields + 8 bytes of padding
     size_t cb_size[KVQ_PQX_MAX_STAGES]; // bytes of cb[s] (the file's blob)
@@ -99,6 +122,13 @@ typedef struct {
     // group, 32-bit words per row and group, groups (see the storage comment above)
     int pbits[KVQ_PQX_MAX_STAGES], pper[KVQ_PQX_MAX_STAGES], pwords[KVQ_PQX_MAX_STAGES];
     int64_t pgroups[KVQ_PQX_MAX_STAGES];
+    // PQ split indices (appended; 0 / NULL = not split): high bits per index, and their array
+    // (rows_p / 8, m, hbits) bytes + 4 of padding (see the storage comment above)
+    int hbits[KVQ_PQX_MAX_STAGES];
+    uint8_t *hi[KVQ_PQX_MAX_STAGES];
+    // PQ split CQO codes (appended; 0 = uint16 codes): bits a held code, high bits (B > 8) or NULL
+    int cbq_bits;
+    uint8_t *cb_hi[KVQ_PQX_MAX_STAGES];
 } kvq_pqx;
 
 #define KVQ_QETX_LEVELS 3
@@ -115,6 +145,14 @@ KVQ_PQ_HD static inline int64_t kvq_pqx_pk_at(const kvq_pqx *p, int s, int64_t r
 }
 /** Index of (row r, subspace j) in stage s. */
 KVQ_PQ_HD static inline uint32_t kvq_pqx_idx(const kvq_pqx *p, int s, int64_t r, int64_t j) {
+    if (p->hbits[s]) {
+        const int h = p->hbits[s];
+        const uint8_t *q = p->hi[s] + ((r / KVQ_PQX_RB) * p->m + j) * h;
+        uint32_t v = 0;
+        for (int i = 0; i < h; i++) v |= (uint32_t)q[i] << (8 * i);
+        const uint32_t lo = ((const uint8_t *)p->idx[s])[kvq_pqx_idx_at(p, r, j)];
+        return lo | ((v >> (h * (int)(r % KVQ_PQX_RB))) & ((1u << h) - 1u)) << 8;
+    }
     if (p->pbits[s]) {
         const int b = p->pbits[s];
         const int64_t g = j / p->pper[s];
@@ -145,7 +183,18 @@ KVQ_PQ_HD static inline float kvq_pqx_cb(const kvq_pqx *p, int s, int64_t j, int
     if (p->cb_type == KVQ_PQX_CB_F32) return ((const float *)p->cb[s])[o];
     if (p->cb_type == KVQ_PQX_CB_F16) return kvq_pqx_f16(((const uint16_t *)p->cb[s])[o]);
     if (p->cb_type == KVQ_PQX_CB_CQO) {
-        const float t = (float)((const uint16_t *)p->cb[s])[o] * p->cb_ms[s][2 * j + 1];
+        uint32_t code;
+        if (p->cbq_bits) {
+            const int64_t o8 = (j * p->w + q) * ((p->k[s] + 7) & ~(int64_t)7) + c;
+            code = ((const uint8_t *)p->cb[s])[o8];
+            if (p->cbq_bits > 8) {
+                const int h = p->cbq_bits - 8, bit = h * (int)(o8 & 7);
+                const uint8_t *g = p->cb_hi[s] + (o8 >> 3) * h + (bit >> 3);
+                const uint32_t v = ((uint32_t)g[0] | (uint32_t)g[1] << 8) >> (bit & 7);
+                code |= (v & ((1u << h) - 1u)) << 8;
+            }
+        } else code = ((const uint16_t *)p->cb[s])[o];
+        const float t = (float)code * p->cb_ms[s][2 * j + 1];
         return p->cb_ms[s][2 * j] + t;
     }
     union { uint32_t u; float f; } v;

@@ -30,11 +30,12 @@ static float *randvec(int64_t n, uint64_t *s) {
 }
 
 // A random layout: indices uniform in [0, k), codebook values normal (bf16-rounded or float),
-// or 10-bit CQO codes with a random (min, step) per subspace.
+// or CQO codes of cbits bits (0: 10) uniform in [0, 2^cbits), with a random (min, step) per subspace.
 static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, const int64_t *k, int cb_type,
-                     uint64_t *s) {
+                     int cbits, uint64_t *s) {
+    if (!cbits) cbits = 10;
     *p = (kvq_pqx){.stages = stages, .w = w, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / w,
-                   .rows_p = (rows + 7) / 8 * 8};
+                   .rows_p = (rows + 7) / 8 * 8, .cb_bits = cb_type == KVQ_PQX_CB_CQO ? cbits : 0};
     for (int st = 0; st < stages; st++) {
         p->k[st] = k[st];
         p->ib[st] = k[st] <= 256 ? 1 : 2;
@@ -44,7 +45,7 @@ static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, 
             p->cb_ms[st] = kvq_hqx_alloc(8 * (size_t)p->m);
             for (int64_t j = 0; j < p->m; j++) {
                 p->cb_ms[st][2 * j] = (float)gauss(s) - 2.0f;
-                p->cb_ms[st][2 * j + 1] = (float)(4.0 / 1023 * (1 + 0.1 * gauss(s)));
+                p->cb_ms[st][2 * j + 1] = (float)(4.0 / ((1 << cbits) - 1) * (1 + 0.1 * gauss(s)));
             }
         }
         for (int64_t r = 0; r < rows; r++)
@@ -59,7 +60,7 @@ static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, 
             if (cb_type == KVQ_PQX_CB_F32) ((float *)p->cb[st])[i] = v;
             else if (cb_type == KVQ_PQX_CB_F16) // some subnormal, zero and negative-zero halves too
                 ((uint16_t *)p->cb[st])[i] = kvq_f32_to_f16(i % 7 == 3 ? v * 1e-6f : i % 31 == 5 ? -0.0f : v);
-            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % 1024);
+            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % (1u << cbits));
             else ((uint16_t *)p->cb[st])[i] = kvq_f32_to_bf16(v);
         }
     }
@@ -183,26 +184,41 @@ typedef struct {
     int64_t rows, cols;
     int w, stages, cb_type;
     int64_t k[2];
+    int cbits; // CQO code bits (0: 10 bits)
 } shape;
 
 static const shape shapes[] = {
-    {37, 64, 8, 1, 0, {50, 0}},     {64, 128, 8, 1, 0, {256, 0}}, {24, 64, 8, 1, 1, {257, 0}},
-    {100, 96, 4, 2, 0, {13, 300}},  {8, 8, 8, 1, 0, {1, 0}},      {61, 160, 16, 2, 1, {9, 7}},
-    {17, 40, 1, 1, 0, {3, 0}},      {256, 512, 8, 1, 0, {100, 0}}, {45, 96, 8, 2, 2, {37, 11}},
-    {64, 64, 4, 1, 2, {300, 0}},
+    {37, 64, 8, 1, 0, {50, 0}, 0},     {64, 128, 8, 1, 0, {256, 0}, 0}, {24, 64, 8, 1, 1, {257, 0}, 0},
+    {100, 96, 4, 2, 0, {13, 300}, 0},  {8, 8, 8, 1, 0, {1, 0}, 0},      {61, 160, 16, 2, 1, {9, 7}, 0},
+    {17, 40, 1, 1, 0, {3, 0}, 0},      {256, 512, 8, 1, 0, {100, 0}, 0}, {45, 96, 8, 2, 2, {37, 11}, 0},
+    {64, 64, 4, 1, 2, {300, 0}, 0},
     // tables over the chunk budget (256 KB): stage 1's one-token table (64 · 4 · 1100 bytes)
     // is read in two chunks, the batched tables (8 · 4 · 1700 bytes a subspace) in many
-    {40, 512, 8, 2, 0, {1100, 600}},
+    {40, 512, 8, 2, 0, {1100, 600}, 0},
     // lane-packed indices (kvq_pqx_pack_lanes): 5 bits (k/v projections),
     // 11 bits, 1 bit with 128 fields a row, 9 bits with m not a multiple of a group
-    {48, 512, 8, 1, 0, {26, 0}},    {24, 512, 8, 1, 0, {1343, 0}}, {24, 96, 1, 1, 0, {2, 0}},
-    {33, 184, 8, 2, 1, {367, 20}},
+    {48, 512, 8, 1, 0, {26, 0}, 0},    {24, 512, 8, 1, 0, {1343, 0}, 0}, {24, 96, 1, 1, 0, {2, 0}, 0},
+    {33, 184, 8, 2, 1, {367, 20}, 0},
+    // split indices (kvq_pqx_split_wide): every width 9..12 at its edges k = 2^b and 2^b + 1,
+    // padded rows (rows % 8 != 0), a split stage 2 after a byte stage 1, two split stages, CQO
+    // codebooks; k = 4097 (13 bits) stays uint16
+    {41, 64, 8, 1, 0, {512, 0}, 0},    {19, 64, 8, 1, 0, {513, 0}, 0},  {8, 32, 8, 1, 0, {1024, 0}, 0},
+    {27, 48, 8, 1, 0, {1025, 0}, 0},   {13, 32, 8, 1, 1, {2048, 0}, 0}, {9, 24, 8, 1, 0, {2049, 0}, 0},
+    {17, 16, 8, 1, 0, {4096, 0}, 0},   {11, 16, 8, 1, 0, {4097, 0}, 0}, {35, 72, 8, 2, 0, {200, 1500}, 0},
+    {26, 64, 4, 2, 2, {700, 257}, 0},
+    // split CQO codes (kvq_pqx_split_codes) of 1, 8, 9, 12, 15 bits (10 above); k not a multiple
+    // of 8 (the table build's tail), w = 1, 4, 16; 16 bits stay uint16
+    {16, 64, 8, 1, 2, {13, 0}, 1},  {24, 64, 4, 2, 2, {37, 5}, 8}, {16, 96, 8, 1, 2, {99, 0}, 9},
+    {9, 64, 16, 2, 2, {300, 21}, 12}, {17, 40, 1, 1, 2, {61, 0}, 15}, {16, 64, 8, 1, 2, {50, 0}, 16},
     // f16 codebooks (an f16 source), widened exactly by the tables
-    {40, 64, 4, 1, 3, {11, 0}},     {64, 256, 8, 2, 3, {300, 26}},
+    {40, 64, 4, 1, 3, {11, 0}, 0},     {64, 256, 8, 2, 3, {300, 26}, 0},
 };
 
-// A deep copy of p with its indices lane-packed where that is smaller (kvq_pqx_pack_lanes).
-static void clone_packed(const kvq_pqx *p, kvq_pqx *o) {
+// A deep copy of p with its indices re-laid: form 0 lane-packed where that is smaller, uint16
+// stages too (kvq_pqx_pack_lanes(o, 1)); 1: uint16 stages split (kvq_pqx_split_wide) and CQO codes
+// held at their width (kvq_pqx_split_codes); 2: as the loader holds them (byte stages lane-packed,
+// then the splits of form 1).
+static void clone_packed(const kvq_pqx *p, kvq_pqx *o, int form) {
     *o = *p;
     for (int s = 0; s < p->stages; s++) {
         o->idx[s] = kvq_hqx_alloc(kvq_pqx_idx_bytes(p, s));
@@ -214,7 +230,9 @@ static void clone_packed(const kvq_pqx *p, kvq_pqx *o) {
             memcpy(o->cb_ms[s], p->cb_ms[s], 8 * (size_t)p->m);
         }
     }
-    assert_int_equal(kvq_pqx_pack_lanes(o, 1), 0);
+    if (form != 1) assert_int_equal(kvq_pqx_pack_lanes(o, form == 0), 0);
+    if (form != 0) assert_int_equal(kvq_pqx_split_wide(o), 0);
+    if (form != 0) assert_int_equal(kvq_pqx_split_codes(o), 0);
 }
 
 // The threaded driver (kvq_pqx_matmul) over three blocks of p (a fused q/k/v), 1 and 2 threads,
@@ -239,11 +257,11 @@ static void test_fast_paths_equal_reference(void **st) {
     (void)st;
     if (kvq_pqx_isa_best() != KVQ_PQX_ISA_AVX2) printf("  note: no AVX2 on this CPU: AUTO is the reference\n");
     uint64_t s = 99;
-    int n_packed = 0;
+    int n_packed = 0, n_split = 0, n_codes = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
         kvq_pqx p;
-        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, &s);
+        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, sh->cbits, &s);
         const size_t nl = kvq_pqx_lut_floats(&p);
         const int T = 13;
         float *x = randvec(T * sh->cols, &s);
@@ -276,20 +294,49 @@ static void test_fast_paths_equal_reference(void **st) {
             }
         }
         check_threaded_driver(&p, x, y1, sh->rows, T);
-        // lane-packed indices: the same indices, rows and products, bit for bit, on every path
+        // lane-packed and split indices: the same indices, rows and products, bit for bit, on every path
+        for (int form = 0; form < 3; form++) {
         kvq_pqx q;
-        clone_packed(&p, &q);
-        int packed = 0;
+        clone_packed(&p, &q, form);
+        int packed = q.cbq_bits > 0;
+        // forms 1 and 2 hold CQO codes of 1..15 bits at their width, every stage
+        assert_int_equal(q.cbq_bits, form > 0 && p.cb_type == KVQ_PQX_CB_CQO && p.cb_bits <= 15 ? p.cb_bits : 0);
+        if (q.cbq_bits) {
+            n_codes++;
+            for (int k = 0; k < p.stages; k++) {
+                const size_t n8 = (size_t)(p.m * p.w) * (size_t)((p.k[k] + 7) / 8 * 8); // k rounded up to 8
+                // max(B, 8) bits a code: codes below 8 bits are held as bytes
+                assert_int_equal(kvq_pqx_cb_bytes(&q, k), q.cbq_bits > 8 ? n8 * (size_t)q.cbq_bits / 8 + KVQ_PQX_CB_HI_PAD : n8);
+                for (int64_t j = 0; j < p.m; j++)
+                    for (int qq = 0; qq < p.w; qq++)
+                        for (int64_t c = 0; c < p.k[k]; c++) {
+                            const float a = kvq_pqx_cb(&p, k, j, qq, c), b = kvq_pqx_cb(&q, k, j, qq, c);
+                            assert_memory_equal(&a, &b, sizeof a);
+                        }
+            }
+        }
         for (int k = 0; k < p.stages; k++) {
-            packed += q.pbits[k] > 0;
+            packed += q.pbits[k] > 0 || q.hbits[k] > 0;
+            if (q.hbits[k]) { // exactly ⌈log2 k⌉ bits a held index (+ the hi array's padding)
+                int b = 0;
+                while ((1 << b) < p.k[k]) b++;
+                assert_int_equal(q.hbits[k], b - 8);
+                assert_int_equal(kvq_pqx_idx_bits(&q, k), b);
+                assert_int_equal(kvq_pqx_idx_bytes(&q, k), (size_t)(q.rows_p * q.m) * (size_t)b / 8 + KVQ_PQX_HI_PAD);
+                n_split++;
+            }
+            // forms 1 and 2 split exactly the stages of k = 257..4096; form 0 none
+            assert_int_equal(q.hbits[k] > 0, form > 0 && p.k[k] > 256 && p.k[k] <= 4096);
             assert_true(kvq_pqx_idx_bytes(&q, k) <= kvq_pqx_idx_bytes(&p, k));
-            for (int64_t r = 0; r < sh->rows; r++)
+            for (int64_t r = 0; r < q.rows_p; r++)
                 for (int64_t j = 0; j < p.m; j++) assert_int_equal(kvq_pqx_idx(&q, k, r, j), kvq_pqx_idx(&p, k, r, j));
         }
         if (packed) {
             n_packed++;
             for (int t = 0; t < T; t++) {
                 kvq_pqx_lut(&q, x + t * sh->cols, l1, 0, q.m, KVQ_PQX_ISA_AVX2);
+                kvq_pqx_lut(&q, x + t * sh->cols, l2, 0, q.m, KVQ_PQX_ISA_REF);
+                assert_memory_equal(l1, l2, sizeof(float) * nl);
                 for (int isa = KVQ_PQX_ISA_REF; isa <= KVQ_PQX_ISA_AVX2; isa++) {
                     memset(y2, 0xff, sizeof(float) * (size_t)sh->rows);
                     kvq_pqx_matvec_rows(&q, l1, y2, 0, 8 * ((sh->rows / 2) / 8), (kvq_pqx_isa)isa);
@@ -315,12 +362,15 @@ static void test_fast_paths_equal_reference(void **st) {
             free(ra); free(rq);
         }
         kvq_pqx_free(&q);
+        }
         free(x); free(l1); free(l2); free(y1); free(y2); free(b1); free(b2); free(yb);
         kvq_pqx_free(&p);
     }
-    printf("  (%d of %zu random layouts lane-packed, every path equal to the unpacked reference)\n", n_packed,
-           sizeof shapes / sizeof shapes[0]);
+    printf("  (%d re-laid copies of %zu random layouts, %d split index stages, %d with split CQO codes, every path "
+           "equal to the unpacked reference)\n", n_packed, sizeof shapes / sizeof shapes[0], n_split, n_codes);
     assert_true(n_packed >= 6);
+    assert_true(n_split >= 20);
+    assert_true(n_codes >= 12);
 }
 
 // ---- the packed product against the exact product of the decoded weights
@@ -337,7 +387,7 @@ static void test_packed_vs_decoded_product(void **st) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
         kvq_pqx p;
-        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, &s);
+        rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, sh->cbits, &s);
         float *x = randvec(sh->cols, &s), *lut = malloc(sizeof(float) * kvq_pqx_lut_floats(&p));
         float *y = malloc(sizeof(float) * (size_t)sh->rows), *yd = malloc(sizeof(float) * (size_t)sh->rows);
         float *W = malloc(sizeof(float) * (size_t)(sh->rows * sh->cols));
@@ -378,7 +428,7 @@ static void test_matmul_dense(void **st) {
     uint64_t s = 17;
     const int64_t k[2] = {300, 20};
     kvq_pqx p;
-    rand_pqx(&p, 300, 128, 8, 2, k, KVQ_PQX_CB_BF16, &s);
+    rand_pqx(&p, 300, 128, 8, 2, k, KVQ_PQX_CB_BF16, 0, &s);
     const int T = 70;
     float *x = randvec(T * 128, &s), *y = malloc(sizeof(float) * T * 300), *yr = malloc(sizeof(float) * T * 300);
     float *W = malloc(sizeof(float) * 300 * 128), *sc = malloc(sizeof(float) * kvq_pqx_dense_scratch(&p, T));

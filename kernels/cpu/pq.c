@@ -105,7 +105,8 @@ static void gemm_ref(const kvq_pqx *w, const float *lutb, int n_tok, float *y, i
 #define PQ_AVX2 __attribute__((target("avx2,fma")))
 
 // 8 codebook values of subspace j at element offset o of stage s, as floats (bf16: widened
-// exactly; CQO: min + code·step, the product rounded first, as kvq_pqx_cb).
+// exactly; CQO: min + code·step, the product rounded first, as kvq_pqx_cb; split CQO codes: o is
+// the padded order's offset, cb8_split).
 PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) {
     if (w->cb_type == KVQ_PQX_CB_F32) return _mm256_loadu_ps((const float *)w->cb[s] + o);
     __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->cb[s] + o)));
@@ -119,6 +120,33 @@ PQ_AVX2 static inline __m256 cb8(const kvq_pqx *w, int s, int64_t j, int64_t o) 
         return _mm256_or_ps(v, _mm256_castsi256_ps(sg));
     }
     const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(h), _mm256_set1_ps(w->cb_ms[s][2 * j + 1]));
+    return _mm256_add_ps(_mm256_set1_ps(w->cb_ms[s][2 * j]), t);
+}
+
+// cb8 for split CQO codes (cbq_bits): o8 = (j·w + q)·k8 + c, the padded order's offset with c a
+// multiple of 8, so the 8 codes are one whole group: 8 low bytes, then h = cbq_bits − 8 high bits
+// each from the group's h bytes (4 loaded for h <= 4; else 8, lanes 4..7 from the upper 4h bits).
+PQ_AVX2 static inline __m256 cb8_split(const kvq_pqx *w, int s, int64_t j, int64_t o8) {
+    __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((const uint8_t *)w->cb[s] + o8)));
+    if (w->cbq_bits > 8) {
+        const int h = w->cbq_bits - 8;
+        const uint8_t *g = w->cb_hi[s] + (o8 >> 3) * h;
+        __m256i hv, sh;
+        if (h <= 4) {
+            int32_t v;
+            memcpy(&v, g, 4);
+            hv = _mm256_set1_epi32(v);
+            sh = _mm256_setr_epi32(0, h, 2 * h, 3 * h, 4 * h, 5 * h, 6 * h, 7 * h);
+        } else {
+            uint64_t v;
+            memcpy(&v, g, 8);
+            hv = _mm256_set_m128i(_mm_set1_epi32((int)(uint32_t)(v >> (4 * h))), _mm_set1_epi32((int)(uint32_t)v));
+            sh = _mm256_setr_epi32(0, h, 2 * h, 3 * h, 0, h, 2 * h, 3 * h);
+        }
+        const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(hv, sh), _mm256_set1_epi32((1 << h) - 1));
+        code = _mm256_or_si256(code, _mm256_slli_epi32(hb, 8));
+    }
+    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(code), _mm256_set1_ps(w->cb_ms[s][2 * j + 1]));
     return _mm256_add_ps(_mm256_set1_ps(w->cb_ms[s][2 * j]), t);
 }
 
@@ -140,6 +168,16 @@ PQ_AVX2 static inline __m256i pk8(const uint32_t *q, int o, int b, __m256i mask)
     return _mm256_and_si256(v, mask);
 }
 
+// 8 indices of a split stage (one row block, subspace j; lo: its 8 low bytes, hi: its h bytes of
+// high bits, 4 bytes loaded): lo | ((hi >> h·lane) & mask) << 8.
+PQ_AVX2 static inline __m256i sp8(const uint8_t *lo, const uint8_t *hi, __m256i shv, __m256i mask) {
+    int32_t hv;
+    memcpy(&hv, hi, 4);
+    const __m256i h = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(hv), shv), mask);
+    return _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)lo)), _mm256_slli_epi32(h, 8));
+}
+PQ_AVX2 static inline __m256i sp_shifts(int h) { return _mm256_setr_epi32(0, h, 2 * h, 3 * h, 4 * h, 5 * h, 6 * h, 7 * h); }
+
 PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64_t j0, int64_t j1) {
     const int W = w->w;
     for (int s = 0; s < w->stages; s++) {
@@ -149,9 +187,17 @@ PQ_AVX2 static void lut_avx2(const kvq_pqx *w, const float *x, float *lut, int64
             const float *xj = x + j * W;
             int64_t c = 0;
             for (; c + 8 <= k; c += 8) {
-                __m256 acc = _mm256_mul_ps(cb8(w, s, j, (j * W) * k + c), _mm256_set1_ps(xj[0]));
-                for (int q = 1; q < W; q++)
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8(w, s, j, (j * W + q) * k + c), _mm256_set1_ps(xj[q])));
+                __m256 acc;
+                if (w->cbq_bits) { // split CQO codes, read at the padded stride k8 (kernels/pq_layout.h)
+                    const int64_t k8 = (k + 7) & ~(int64_t)7;
+                    acc = _mm256_mul_ps(cb8_split(w, s, j, (j * W) * k8 + c), _mm256_set1_ps(xj[0]));
+                    for (int q = 1; q < W; q++)
+                        acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8_split(w, s, j, (j * W + q) * k8 + c), _mm256_set1_ps(xj[q])));
+                } else {
+                    acc = _mm256_mul_ps(cb8(w, s, j, (j * W) * k + c), _mm256_set1_ps(xj[0]));
+                    for (int q = 1; q < W; q++)
+                        acc = _mm256_add_ps(acc, _mm256_mul_ps(cb8(w, s, j, (j * W + q) * k + c), _mm256_set1_ps(xj[q])));
+                }
                 _mm256_storeu_ps(L + j * k + c, acc);
             }
             for (; c < k; c++) {
@@ -202,6 +248,18 @@ PQ_AVX2 static void matvec_avx2(const kvq_pqx *w, const float *lut, float *y, in
                         if (two) a1 = _mm256_add_ps(a1, _mm256_i32gather_ps(L, _mm256_add_epi32(pk8(q1, o, b, mask), off), 4));
                         off = _mm256_add_epi32(off, step);
                         if (++p == P) p = 0, q0 += gw, q1 += gw;
+                    }
+                } else if (w->hbits[s]) { // split: low bytes + high bits, the same lookups in the same order
+                    const int h = w->hbits[s];
+                    const __m256i shv = sp_shifts(h), mask = _mm256_set1_epi32((1 << h) - 1);
+                    const uint8_t *l0 = (const uint8_t *)w->idx[s] + ((rb / KVQ_PQX_RB) * w->m + j0) * KVQ_PQX_RB;
+                    const uint8_t *h0 = w->hi[s] + ((rb / KVQ_PQX_RB) * w->m + j0) * h;
+                    const int64_t ld = w->m * KVQ_PQX_RB, hd = w->m * h; // to the next row block
+                    for (int64_t j = j0; j < j1; j++, l0 += KVQ_PQX_RB, h0 += h) {
+                        a0 = _mm256_add_ps(a0, _mm256_i32gather_ps(L, _mm256_add_epi32(sp8(l0, h0, shv, mask), off), 4));
+                        if (two)
+                            a1 = _mm256_add_ps(a1, _mm256_i32gather_ps(L, _mm256_add_epi32(sp8(l0 + ld, h0 + hd, shv, mask), off), 4));
+                        off = _mm256_add_epi32(off, step);
                     }
                 } else
                 for (int64_t j = j0; j < j1; j++) {
@@ -273,6 +331,17 @@ PQ_AVX2 static void gemm_avx2_part(const kvq_pqx *w, int s, const float *lutb, i
                 for (int i = 0; i < KVQ_PQX_RB; i++)
                     a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
                 if (++p == P) p = 0, q += gw;
+            }
+        } else if (w->hbits[s]) { // split: the 8 rows' indices of subspace j, then as below
+            const int h = w->hbits[s];
+            const __m256i shv = sp_shifts(h), mask = _mm256_set1_epi32((1 << h) - 1);
+            const uint8_t *lo = (const uint8_t *)w->idx[s] + o, *hi = w->hi[s] + ((rb / KVQ_PQX_RB) * w->m + j0) * h;
+            int32_t ip[KVQ_PQX_RB];
+            for (int64_t j = j0; j < j1; j++, lo += KVQ_PQX_RB, hi += h) {
+                _mm256_storeu_si256((__m256i *)ip, sp8(lo, hi, shv, mask));
+                const float *Lj = L + j * k * KVQ_PQX_TB;
+                for (int i = 0; i < KVQ_PQX_RB; i++)
+                    a[i] = _mm256_add_ps(a[i], _mm256_loadu_ps(Lj + (int64_t)ip[i] * KVQ_PQX_TB));
             }
         } else if (w->ib[s] == 1) {
             const uint8_t *ip = (const uint8_t *)w->idx[s] + o;
@@ -486,6 +555,7 @@ size_t kvq_pqx_bytes(const kvq_pqx *w) {
 size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s) {
     if (w->levels) return (size_t)(w->rows * w->m) * (size_t)w->qbits[s] / 8;
     if (w->pbits[s]) return (size_t)(w->rows_p * w->pgroups[s]) * (size_t)w->pwords[s] * 4;
+    if (w->hbits[s]) return (size_t)(w->rows_p * w->m) + kvq_pqx_hi_bytes(w, s);
     return (size_t)(w->rows_p * w->m) * (size_t)w->ib[s];
 }
 
@@ -495,7 +565,7 @@ size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s) {
 int kvq_pqx_pack_lanes(kvq_pqx *w, int wide) {
     if (w->levels) return 0;
     for (int s = 0; s < w->stages; s++) {
-        if (w->pbits[s] || (w->ib[s] == 2 && !wide)) continue;
+        if (w->pbits[s] || w->hbits[s] || (w->ib[s] == 2 && !wide)) continue;
         int b = 0;
         while (((int64_t)1 << b) < w->k[s]) b++;
         if (b == 0 || b >= 16) continue;
@@ -530,11 +600,90 @@ int kvq_pqx_pack_lanes(kvq_pqx *w, int wide) {
     }
     return 0;
 }
+size_t kvq_pqx_hi_bytes(const kvq_pqx *w, int s) {
+    return w->hbits[s] ? (size_t)(w->rows_p / KVQ_PQX_RB * w->m) * (size_t)w->hbits[s] + KVQ_PQX_HI_PAD : 0;
+}
+
+int kvq_pqx_split_wide(kvq_pqx *w) {
+    if (w->levels) return 0;
+    for (int s = 0; s < w->stages; s++) {
+        if (w->ib[s] != 2 || w->pbits[s] || w->hbits[s]) continue;
+        int b = 0;
+        while (((int64_t)1 << b) < w->k[s]) b++;
+        if (b <= 8 || b > 12) continue;
+        const int h = b - 8;
+        kvq_pqx t = *w;
+        t.hbits[s] = h;
+        uint8_t *lo = kvq_hqx_alloc((size_t)(w->rows_p * w->m));
+        t.hi[s] = kvq_hqx_alloc(kvq_pqx_hi_bytes(&t, s)); // zeroed
+        if (!lo || !t.hi[s]) {
+            kvq_hqx_dealloc(lo);
+            kvq_hqx_dealloc(t.hi[s]);
+            return -1;
+        }
+        t.idx[s] = lo;
+        for (int64_t r = 0; r < w->rows_p; r++)
+            for (int64_t j = 0; j < w->m; j++) {
+                const uint32_t a = kvq_pqx_idx(w, s, r, j);
+                const int64_t o = kvq_pqx_idx_at(w, r, j);
+                lo[o] = (uint8_t)a;
+                const int bit = h * (int)(r % KVQ_PQX_RB);
+                uint8_t *q = t.hi[s] + ((r / KVQ_PQX_RB) * w->m + j) * h;
+                for (int i = 0; i < h; i++)
+                    if ((a >> (8 + i)) & 1u) q[(bit + i) >> 3] |= (uint8_t)(1u << ((bit + i) & 7));
+            }
+        kvq_hqx_dealloc(w->idx[s]);
+        *w = t;
+    }
+    return 0;
+}
+
+int kvq_pqx_split_codes(kvq_pqx *w) {
+    if (w->levels || w->cb_type != KVQ_PQX_CB_CQO || w->cbq_bits || w->cb_bits < 1 || w->cb_bits > 15) return 0;
+    const int B = w->cb_bits, h = B > 8 ? B - 8 : 0;
+    uint8_t *lo[KVQ_PQX_MAX_STAGES] = {0}, *hi[KVQ_PQX_MAX_STAGES] = {0};
+    int ok = 1;
+    for (int s = 0; s < w->stages; s++) {
+        const size_t n8 = (size_t)(w->m * w->w) * (size_t)((w->k[s] + 7) & ~(int64_t)7);
+        lo[s] = kvq_hqx_alloc(n8); // zeroed: the padding codes stay 0
+        if (h) hi[s] = kvq_hqx_alloc(n8 / 8 * (size_t)h + KVQ_PQX_CB_HI_PAD);
+        if (!lo[s] || (h && !hi[s])) ok = 0;
+    }
+    if (!ok) {
+        for (int s = 0; s < w->stages; s++) kvq_hqx_dealloc(lo[s]), kvq_hqx_dealloc(hi[s]);
+        return -1;
+    }
+    for (int s = 0; s < w->stages; s++) {
+        const uint16_t *c = (const uint16_t *)w->cb[s];
+        const int64_t k = w->k[s], k8 = (k + 7) & ~(int64_t)7;
+        for (int64_t row = 0; row < w->m * w->w; row++)
+            for (int64_t i = 0; i < k; i++) {
+                const uint32_t v = c[row * k + i];
+                const int64_t e = row * k8 + i;
+                lo[s][e] = (uint8_t)v;
+                const int bit = h * (int)(e & 7);
+                uint8_t *g = h ? hi[s] + (e >> 3) * h : NULL;
+                for (int b = 0; b < h; b++)
+                    if ((v >> (8 + b)) & 1u) g[(bit + b) >> 3] |= (uint8_t)(1u << ((bit + b) & 7));
+            }
+        kvq_hqx_dealloc(w->cb[s]);
+        w->cb[s] = lo[s], w->cb_hi[s] = hi[s];
+    }
+    w->cbq_bits = B;
+    return 0;
+}
+
 size_t kvq_pqx_cb_bytes(const kvq_pqx *w, int s) {
     if (w->levels) return w->cb_size[s];
+    if (w->cbq_bits) {
+        const size_t n8 = (size_t)(w->m * w->w) * (size_t)((w->k[s] + 7) & ~(int64_t)7);
+        return n8 + (w->cbq_bits > 8 ? n8 / 8 * (size_t)(w->cbq_bits - 8) + KVQ_PQX_CB_HI_PAD : 0);
+    }
     return (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u);
 }
-int kvq_pqx_idx_bits(const kvq_pqx *w, int s) { return w->levels ? w->qbits[s] : w->pbits[s] ? w->pbits[s] : 8 * w->ib[s]; }
+int kvq_pqx_idx_bits(const kvq_pqx *w, int s) {
+    return w->levels ? w->qbits[s] : w->pbits[s] ? w->pbits[s] : w->hbits[s] ? 8 + w->hbits[s] : 8 * w->ib[s];
+}
 
 void kvq_pqx_free(kvq_pqx *w) {
     if (!w) return;
@@ -542,6 +691,8 @@ void kvq_pqx_free(kvq_pqx *w) {
         kvq_hqx_dealloc(w->idx[s]);
         kvq_hqx_dealloc(w->cb[s]);
         kvq_hqx_dealloc(w->cb_ms[s]);
+        kvq_hqx_dealloc(w->hi[s]);
+        kvq_hqx_dealloc(w->cb_hi[s]);
     }
     kvq_hqx_dealloc(w->sw);
     memset(w, 0, sizeof *w);

@@ -104,10 +104,22 @@ size_t kvq_qetx_bytes(const kvq_pqx *w);
  *  wide: k = 257..1024 at 10.67 instead of 16. Same indices, same products bit for bit. Indices
  *  must be below k (the packer checked them). @return 0, or -1 when out of memory (w unchanged). */
 int kvq_pqx_pack_lanes(kvq_pqx *w, int wide);
+/** Splits every uint16-index stage of a PQ layout (levels 0) with k = 257..4096 into low bytes
+ *  and packed high bits (kernels/pq_layout.h, hbits / hi): ⌈log2 k⌉ bits a held index instead of
+ *  16. Same indices, same products bit for bit. @return 0, or -1 when out of memory (the stages
+ *  split before the failing one stay split, a valid layout). */
+int kvq_pqx_split_wide(kvq_pqx *w);
+/** Holds a PQ layout's CQO codebook codes (cb_type CQO, cb_bits = B in 1..15, codes below 2^B)
+ *  at B bits each: low bytes + packed high bits (kernels/pq_layout.h, cbq_bits / cb_hi) instead
+ *  of uint16. Same values, same tables and products bit for bit. Other layouts: unchanged.
+ *  @return 0, or -1 when out of memory (w unchanged). */
+int kvq_pqx_split_codes(kvq_pqx *w);
+/** Bytes of stage s's hi array (split stages; 0 otherwise), padding included. */
+size_t kvq_pqx_hi_bytes(const kvq_pqx *w, int s);
 /** Bytes held by the layout's arrays (what a loaded model keeps for this tensor). */
 size_t kvq_pqx_bytes(const kvq_pqx *w);
-/** Of those, stage s's index array (padding rows included), its codebook array, and the bits
- *  one held index takes (pq: 8 or 16; qet: 4, 8 or 16). */
+/** Of those, stage s's index arrays (padding rows included; a split stage's low bytes + hi), its
+ *  codebook array, and the bits one held index takes (pq: 8, 16, lane-packed or split b; qet: 4, 8 or 16). */
 size_t kvq_pqx_idx_bytes(const kvq_pqx *w, int s);
 size_t kvq_pqx_cb_bytes(const kvq_pqx *w, int s);
 int kvq_pqx_idx_bits(const kvq_pqx *w, int s);

@@ -456,8 +456,10 @@ static uint64_t mat_stream(const mat *x, int nt) {
         uint64_t s = 0;
         for (int i = 0; i < x->n_pq; i++) {
             const kvq_pqx *p = &x->pq[i];
-            for (int k = 0; k < p->stages; k++)
-                if (p->idx[k]) s += kvq_stream_read(p->idx[k], kvq_pqx_idx_bytes(p, k), nt);
+            for (int k = 0; k < p->stages; k++) {
+                if (p->idx[k]) s += kvq_stream_read(p->idx[k], kvq_pqx_idx_bytes(p, k) - kvq_pqx_hi_bytes(p, k), nt);
+                if (p->hi[k]) s += kvq_stream_read(p->hi[k], kvq_pqx_hi_bytes(p, k), nt);
+            }
         }
         return s;
     }

@@ -349,12 +349,14 @@ kvq_status kvq_weights_get_pqx(kvq_weights *w, const char *name, kvq_pqx *out, k
     if (s != KVQ_OK) return s;
     s = kvq_qet_pack_pqx(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, out, err);
     release_blobs(w, &rv);
-    // KVQ_PQ_LANES16=1: uint16 indices (k = 257..1024) lane-packed too (9-10-bit fields at 10.67
-    // bits): less memory, a one-token product ~10 % slower in alternated runs (docs/EXECUTION.md)
-    const char *l16 = getenv("KVQ_PQ_LANES16");
-    if (s == KVQ_OK && l16 && !strcmp(l16, "1") && kvq_pqx_pack_lanes(out, 1)) {
+    // CQO codebook codes held at the file's width (cb=9..15: 1.45x -> 1.01x of the file on
+    // kvq-small-llama pq:4:cb=10). The per-token table build unpacks them (tables of 1408 x 512
+    // k = 403 ~1.8x slower in pq_bench); that file's one-thread decode showed no difference above
+    // the noise (docs/RESULTS.md). KVQ_PQ_CODES16=1 keeps them uint16 (over the 1.3x cap).
+    const char *c16 = getenv("KVQ_PQ_CODES16");
+    if (s == KVQ_OK && !(c16 && !strcmp(c16, "1")) && kvq_pqx_split_codes(out)) {
         kvq_pqx_free(out);
-        s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for lane-packed indices");
+        s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for packed codebook codes");
     }
     if (s != KVQ_OK && s != KVQ_ERR_UNSUPPORTED) kvq_err_prefix(err, "%s: tensor '%s'", kvq_file_path(w->kf), name);
     return s;

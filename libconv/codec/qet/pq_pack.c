@@ -119,6 +119,7 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
                                 : src == KVQ_DTYPE_F16                ? KVQ_PQX_CB_F16
                                                                       : KVQ_PQX_CB_BF16};
     const int64_t m = out->m;
+    if (out->cb_type == KVQ_PQX_CB_CQO) out->cb_bits = cb;
     for (int s = 0; s < stages; s++) {
         const int64_t k = json_integer_value(json_array_get(ks, (size_t)s));
         if (k > KVQ_PQX_MAX_K || m * k > (int64_t)1 << 28) {
@@ -189,7 +190,10 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
                                            s + 1, (long long)j);
                     }
     }
-    if (kvq_pqx_pack_lanes(out, 0)) { // fewer bits a held index where bytes would waste them (k <= 64)
+    // fewer bits a held index where bytes or uint16 would waste them: k <= 64 lane-packed, k =
+    // 257..4096 split into low bytes + high bits (⌈log2 k⌉ bits, the file's width)
+    // (CQO codes stay uint16 here: the loader packs them, kvq_weights_get_pqx)
+    if (kvq_pqx_pack_lanes(out, 0) || kvq_pqx_split_wide(out)) {
         kvq_pqx_free(out);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "pq: out of memory for the layout of %lld x %lld", (long long)n, (long long)d);
     }
