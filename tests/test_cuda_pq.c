@@ -65,25 +65,10 @@ static void pack_two_words(kvq_pqx *p, int s) {
 
 // ---- the GPU product against the CPU reference
 
-// Per row and token: |gpu − cpu| <= 2·γ_N·mag, mag = Σ over the product's terms of |c·x| (each
-// path's float sum of the same terms is within γ_N·mag of the exact value: N = w + stages·m
-// table additions for PQ; N = cols + 8 fused multiply-adds and tree additions for QET, looser
-// than either order needs). A wrong index or codebook value moves a row by ~|c·x| ≫ the bound.
-static double row_mag(const kvq_pqx *p, int64_t r, const float *x, float *wrow) {
-    double mag = 0;
-    if (p->levels) {
-        kvq_pqx_row_f32(p, r, wrow);
-        for (int64_t c = 0; c < p->cols; c++) mag += fabs((double)wrow[c] * x[c]);
-        return mag;
-    }
-    for (int s = 0; s < p->stages; s++)
-        for (int64_t j = 0; j < p->m; j++) {
-            const uint32_t c = kvq_pqx_idx(p, s, r, j);
-            for (int q = 0; q < p->w; q++) mag += fabs((double)kvq_pqx_cb(p, s, j, q, c) * x[j * p->w + q]);
-        }
-    return mag;
-}
-
+// Per row and token: |gpu − cpu| <= 2·γ_N·mag (pqx_row_mag, pqx_gamma: each path's float sum of
+// the same terms is within γ_N·mag of the exact value). A wrong index or codebook value moves a
+// row by ~|c·x|, far beyond the bound. The host's emulation of the kernels (pqx_emulate) gives
+// the bits the device should: how many outputs differ from it is printed (0 expected).
 // One layout: products of 1, 3, 8 and 13 tokens on the GPU against the CPU reference; then the
 // layout twice as two blocks of one output (row stride 2·rows) accumulated onto random values.
 static void check_layout(const kvq_pqx *p, const char *what, uint64_t *seed) {
@@ -101,19 +86,21 @@ static void check_layout(const kvq_pqx *p, const char *what, uint64_t *seed) {
     // the switch fields' 8); never a dense copy
     const size_t hb = kvq_pqx_bytes(p), db = kvq_cuda_pqx_bytes(t);
     assert_true(db >= hb && db <= hb + 64);
-    const double u = 0x1.0p-24;
-    const double N = p->levels ? (double)cols + 8 : (double)p->w + (double)p->stages * (double)p->m;
-    const double gam = N * u / (1 - N * u);
+    const double gam = pqx_gamma(p);
+    float *ye = malloc(sizeof(float) * (size_t)(TMAX * rows));
+    long n_bits_differ = 0;
     const int toks[] = {1, 3, 8, TMAX};
     double worst = 0, nmse_worst = 0;
     for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
         const int T = toks[ti];
         memset(yg, 0xff, sizeof(float) * (size_t)(T * rows));
         if (kvq_cuda_pqx_matmul_host(t, x, T, yg, &err)) fail_msg("%s: %d tokens: %s", what, T, err.msg);
+        pqx_emulate(p, x, T, kvq_cuda_pqx_batch(t), ye);
+        for (int64_t o = 0; o < T * rows; o++) n_bits_differ += memcmp(&ye[o], &yg[o], sizeof(float)) != 0;
         double num = 0, den = 0;
         for (int tk = 0; tk < T; tk++)
             for (int64_t r = 0; r < rows; r++) {
-                const double mag = row_mag(p, r, x + tk * cols, wrow);
+                const double mag = pqx_row_mag(p, r, x + tk * cols, wrow);
                 const double g = yg[tk * rows + r], c = yc[tk * rows + r], d = fabs(g - c);
                 num += d * d;
                 den += c * c;
@@ -152,8 +139,10 @@ static void check_layout(const kvq_pqx *p, const char *what, uint64_t *seed) {
         kvq_cuda_free(dx); kvq_cuda_free(dy); kvq_cuda_free(ds);
         free(y0); free(y2);
     }
-    printf("  %-40s %4lld x %-4lld GPU %8zu B (host %8zu B), batch %d: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g), NMSE %.2g\n", what,
-           (long long)rows, (long long)cols, db, hb, kvq_cuda_pqx_batch(t), worst, 2 * gam, nmse_worst);
+    printf("  %-40s %4lld x %-4lld GPU %8zu B (host %8zu B), batch %d: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g), NMSE %.2g, "
+           "%ld outputs not the emulation's bits\n", what, (long long)rows, (long long)cols, db, hb, kvq_cuda_pqx_batch(t), worst,
+           2 * gam, nmse_worst, n_bits_differ);
+    free(ye);
     kvq_cuda_pqx_free(t);
     free(x); free(yc); free(yg); free(wrow); free(sc);
 }

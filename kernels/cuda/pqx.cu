@@ -1,4 +1,5 @@
-// PQ and QET products on the GPU from the pqx execution layout (pqx.h, kernels/pq_layout.h):
+// PQ and QET products on the GPU from the pqx execution layout (pqx.h, kernels/pq_layout.h;
+// each thread's arithmetic is kernels/cuda/pqx_lane.h, which the host runs in tests/test_pqx_lanes.c):
 // the arrays the CPU kernels read, uploaded as they are, never decoded to dense weights.
 //
 // PQ (levels 0), per batch of nb <= 8 tokens (two kernels):
@@ -29,6 +30,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/pqx.h"
+#include "kernels/cuda/pqx_lane.h"
 
 #define PQX_TB 8                              // tokens per table batch / QET launch
 #define PQX_SCRATCH_CAP ((size_t)256 << 20)   // a batch's tables stay under this (fewer tokens if not)
@@ -40,21 +42,7 @@ struct kvq_cuda_pqx {
     int nb;         // tokens per batch
 };
 
-// ---- PQ
-
-// Codebook value of stage s, subspace j at element offset o = (j·w + q)·k + c, as kvq_pqx_cb
-// computes it (CQO: min + code·step with the product rounded first: no contraction to FMA).
-__device__ __forceinline__ float pq_cb(const kvq_pqx &p, int s, int64_t j, int64_t o) {
-    switch (p.cb_type) {
-    case KVQ_PQX_CB_F32: return __ldg((const float *)p.cb[s] + o);
-    case KVQ_PQX_CB_F16: return kvq_pqx_f16(__ldg((const unsigned short *)p.cb[s] + o));
-    case KVQ_PQX_CB_CQO: {
-        const float2 ms = __ldg((const float2 *)p.cb_ms[s] + j);
-        return __fadd_rn(ms.x, __fmul_rn((float)__ldg((const unsigned short *)p.cb[s] + o), ms.y));
-    }
-    default: return __uint_as_float((uint32_t)__ldg((const unsigned short *)p.cb[s] + o) << 16);
-    }
-}
+// ---- PQ (the per-thread arithmetic is kernels/cuda/pqx_lane.h's)
 
 // Tables of NB tokens (rows of ldx floats) for every entry of every stage; n0 = m·k_1.
 template <int NB>
@@ -62,43 +50,11 @@ __global__ void __launch_bounds__(256) pqx_lut(kvq_pqx p, const float *__restric
                                                float *__restrict__ L, int64_t n0, int64_t n_all) {
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n_all) return;
-    const int s = e >= n0;
-    const int64_t el = e - (s ? n0 : 0), k = p.k[s];
-    const int64_t j = el / k, c = el - j * k;
-    const int W = p.w;
-    const float *xj = x + j * W;
     float acc[NB];
-    {
-        const float v = pq_cb(p, s, j, j * W * k + c);
-#pragma unroll
-        for (int t = 0; t < NB; t++) acc[t] = __fmul_rn(v, __ldg(xj + t * ldx));
-    }
-    for (int q = 1; q < W; q++) {
-        const float v = pq_cb(p, s, j, (j * W + q) * k + c);
-#pragma unroll
-        for (int t = 0; t < NB; t++) acc[t] = __fadd_rn(acc[t], __fmul_rn(v, __ldg(xj + t * ldx + q)));
-    }
+    kvq_pql_entry(&p, x, ldx, NB, e, n0, acc);
     float *o = L + e * NB;
 #pragma unroll
     for (int t = 0; t < NB; t++) o[t] = acc[t];
-}
-
-// acc[t] += e[t] for the NB tokens of one table entry.
-template <int NB> __device__ __forceinline__ void add_entry(float *acc, const float *e) {
-    if (NB == 8) {
-        const float4 a = __ldg((const float4 *)e), b = __ldg((const float4 *)e + 1);
-        acc[0] += a.x; acc[1] += a.y; acc[2] += a.z; acc[3] += a.w;
-        acc[4] += b.x; acc[5] += b.y; acc[6] += b.z; acc[7] += b.w;
-    } else if (NB == 4) {
-        const float4 a = __ldg((const float4 *)e);
-        acc[0] += a.x; acc[1] += a.y; acc[2] += a.z; acc[3] += a.w;
-    } else if (NB == 2) {
-        const float2 a = __ldg((const float2 *)e);
-        acc[0] += a.x; acc[1] += a.y;
-    } else {
-#pragma unroll
-        for (int t = 0; t < NB; t++) acc[t] += __ldg(e + t);
-    }
 }
 
 // y (NB tokens, row stride ldy) (+)= the lookups of one block of 8 rows (see the top comment).
@@ -107,36 +63,9 @@ __global__ void __launch_bounds__(128) pqx_rows(kvq_pqx p, const float *__restri
                                                 float *__restrict__ y, int64_t ldy, int accumulate) {
     __shared__ float part[4][8][NB];
     const int lane = threadIdx.x & 31, v = threadIdx.x >> 5, i = lane & 7, u = 4 * v + (lane >> 3);
-    const int64_t rb = blockIdx.x, r = rb * 8 + i; // r < rows_p: padding rows hold valid indices
+    const int64_t rb = blockIdx.x; // rows 8·rb..: padding rows (< rows_p) hold valid indices
     float acc[NB];
-#pragma unroll
-    for (int t = 0; t < NB; t++) acc[t] = 0.0f;
-    for (int s = 0; s < p.stages; s++) {
-        const float *Ls = L + (s ? n0 : 0) * NB;
-        const int64_t k = p.k[s], m = p.m;
-        if (p.pbits[s] && p.pwords[s] == 1) { // lane-packed, one word a row and group
-            const int b = p.pbits[s], P = p.pper[s];
-            const uint32_t mask = (1u << b) - 1u;
-            const uint32_t *q = (const uint32_t *)p.idx[s] + rb * p.pgroups[s] * 8 + i;
-            for (int64_t g = u; g < p.pgroups[s]; g += 16) {
-                const uint32_t wd = __ldg(q + g * 8);
-                const int64_t j0 = g * P;
-                const int nf = m - j0 < P ? (int)(m - j0) : P;
-                for (int f = 0; f < nf; f++)
-                    add_entry<NB>(acc, Ls + ((j0 + f) * k + ((wd >> (f * b)) & mask)) * NB);
-            }
-        } else if (p.pbits[s]) { // lane-packed over several words (fields may straddle two)
-            for (int64_t j = u; j < m; j += 16) add_entry<NB>(acc, Ls + (j * k + kvq_pqx_idx(&p, s, r, j)) * NB);
-        } else if (p.ib[s] == 1) {
-            const uint8_t *q = (const uint8_t *)p.idx[s] + rb * m * 8 + i;
-#pragma unroll 4
-            for (int64_t j = u; j < m; j += 16) add_entry<NB>(acc, Ls + (j * k + __ldg(q + j * 8)) * NB);
-        } else {
-            const uint16_t *q = (const uint16_t *)p.idx[s] + rb * m * 8 + i;
-#pragma unroll 4
-            for (int64_t j = u; j < m; j += 16) add_entry<NB>(acc, Ls + (j * k + __ldg(q + j * 8)) * NB);
-        }
-    }
+    kvq_pql_rows(&p, L, n0, NB, rb, i, u, acc);
 #pragma unroll
     for (int t = 0; t < NB; t++) {
         acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 8);
@@ -158,74 +87,17 @@ __global__ void __launch_bounds__(128) pqx_rows(kvq_pqx p, const float *__restri
 
 // ---- QET
 
-// Codebook value of a QET layout as kvq_qetx_cb computes it (CQO codes read as a 64-bit window
-// of two aligned words: the blob is allocated with 16 bytes of zero padding).
-__device__ __forceinline__ float qet_cb(const kvq_pqx &p, int s, int64_t j, int64_t c, int q) {
-    const uint8_t *B = (const uint8_t *)p.cb[s];
-    const int64_t e = (j * p.k[s] + c) * 8 + q;
-    if (p.cb_type == KVQ_PQX_CB_BF16) return __uint_as_float((uint32_t)__ldg((const unsigned short *)B + e) << 16);
-    if (p.cb_type == KVQ_PQX_CB_F32) return __ldg((const float *)B + e);
-    const float2 ms = __ldg((const float2 *)B + j);
-    const uint64_t pos = (uint64_t)e * (uint64_t)p.cb_bits;
-    const uint32_t *cw = (const uint32_t *)(B + 8 * p.m) + (pos >> 5);
-    const uint32_t code = __funnelshift_r(__ldg(cw), __ldg(cw + 1), (uint32_t)(pos & 31)) & ((1u << p.cb_bits) - 1u);
-    return __fadd_rn(ms.x, __fmul_rn((float)code, ms.y));
-}
-
-// kvq_qetx_sigma without indexed local arrays (the tree's three levels on packed 3-bit fields).
-__device__ __forceinline__ uint32_t qet_sigma(uint32_t f) {
-    uint32_t u = 0, v = 0, perm = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++) { // level 1: pairs (2j, 2j+1) → S j, L 4 + j
-        const uint32_t sw = (f >> j) & 1u;
-        u |= (2u * j + sw) << (3 * j);
-        u |= (2u * j + 1u - sw) << (3 * (4 + j));
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) // level 2, inside each half
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const uint32_t sw = (f >> (4 + 2 * h + j)) & 1u;
-            const uint32_t a0 = (u >> (3 * (4 * h + 2 * j))) & 7u, a1 = (u >> (3 * (4 * h + 2 * j + 1))) & 7u;
-            v |= (sw ? a1 : a0) << (3 * (4 * h + j));
-            v |= (sw ? a0 : a1) << (3 * (4 * h + 2 + j));
-        }
-#pragma unroll
-    for (int q = 0; q < 4; q++) { // level 3, inside each quarter
-        const uint32_t sw = (f >> (8 + q)) & 1u;
-        const uint32_t a0 = (v >> (6 * q)) & 7u, a1 = (v >> (6 * q + 3)) & 7u;
-        perm |= (sw ? a1 : a0) << (6 * q);
-        perm |= (sw ? a0 : a1) << (6 * q + 3);
-    }
-    return perm;
-}
-
 template <int NB>
 __global__ void __launch_bounds__(128) qetx_rows(kvq_pqx p, const float *__restrict__ x, int64_t ldx,
                                                  float *__restrict__ y, int64_t ldy, int accumulate) {
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (r >= p.rows) return; // the whole warp
-    const int64_t D = p.cols / 8, G = p.groups;
     float acc[NB];
-#pragma unroll
-    for (int t = 0; t < NB; t++) acc[t] = 0.0f;
-    for (int64_t b = lane; b < D; b += 32) {
-        const int64_t g = b >> 3;
-        const int i = (int)(b & 7);
-        const uint32_t perm = qet_sigma(kvq_qetx_field(&p, r, b));
-#pragma unroll 2
-        for (int t = 0; t < 8; t++) {
-            const int64_t j = g + t * G;
-            float w = qet_cb(p, 0, j, kvq_qetx_idx(&p, 0, r, g, t), i);
-            if (p.stages > 1) w = __fadd_rn(w, qet_cb(p, 1, j, kvq_qetx_idx(&p, 1, r, g, t), i));
-            const float *xc = x + 8 * b + ((perm >> (3 * t)) & 7u);
-#pragma unroll
-            for (int tk = 0; tk < NB; tk++) acc[tk] = fmaf(w, __ldg(xc + tk * ldx), acc[tk]);
-        }
-    }
+    kvq_pql_qet(&p, x, ldx, NB, r, lane, acc);
 #pragma unroll
     for (int tk = 0; tk < NB; tk++)
+#pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc[tk] += __shfl_xor_sync(0xffffffffu, acc[tk], o);
     if (lane < NB) { // lane t writes token t
         float val = acc[0];
