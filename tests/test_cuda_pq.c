@@ -274,7 +274,10 @@ static kvq_model *open_on(const char *path, int gpu) {
     if (gpu) o.backend = kvq_backend_cuda_new;
     kvq_model *m = NULL;
     kvq_err e = {0};
-    if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
+    setenv("KVQ_CUDA_TC", "0", 1); // the dense bf16 lm_head on CUDA cores too (cuBLAS rounds x to bf16)
+    kvq_status s = kvq_model_open(path, &o, &m, &e);
+    unsetenv("KVQ_CUDA_TC");
+    if (s) fail_msg("%s", e.msg);
     return m;
 }
 
