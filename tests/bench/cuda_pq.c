@@ -5,7 +5,8 @@
 // packs them; the dense bf16 matrix random. Times: one call (CUDA events, median of 50, launch
 // latency included) and streamed (reps back to back over copies that together exceed L2, host
 // clock around the queue, mean), for 1 and 8 tokens; the dense product (dense_matmul.cu, the
-// runtime's one-token kernel) streamed the same way; plus GPU bytes of each layout.
+// runtime's one-token kernel) and cuBLAS (gemm_tc.cu, where it loads) streamed the same way;
+// plus GPU bytes of each layout.
 // usage: cuda_pq [--plan] [ROWSxCOLS ...]   (default: 4096x4096 14336x4096; --plan: print the
 // layouts and their host bytes only, no device needed)
 #include <stdio.h>
@@ -88,7 +89,7 @@ int main(int argc, char **argv) {
     const char *def[] = {"4096x4096", "14336x4096"};
     const int ns = argc > 1 ? argc - 1 : 2;
     uint64_t seed = 7;
-    enum { NC_MAX = 8, REPS = 100 };
+    enum { NC_MAX = 16, REPS = 100 };
     for (int si = 0; si < ns; si++) {
         long long n, d;
         if (sscanf(argc > 1 ? argv[si + 1] : def[si], "%lldx%lld", &n, &d) != 2 || n < 8 || d < 64 || d % 64) {
@@ -100,6 +101,7 @@ int main(int argc, char **argv) {
         const int nc = (int)(100e6 / dense_bytes) + 2 > NC_MAX ? NC_MAX : (int)(100e6 / dense_bytes) + 2;
         float *x = randvec(8 * d, &seed);
         void *dx = NULL, *dy = NULL, *dw[NC_MAX] = {0};
+        double dense_ms[2] = {0, 0}; // streamed, 1 and 8 tokens
         if (kvq_cuda_malloc(&dx, sizeof(float) * 8 * (size_t)d, &err) || kvq_cuda_malloc(&dy, sizeof(float) * 8 * (size_t)n, &err) ||
             kvq_cuda_copy(dx, x, sizeof(float) * 8 * (size_t)d, 1, &err)) {
             fprintf(stderr, "%s\n", err.msg);
@@ -121,8 +123,19 @@ int main(int argc, char **argv) {
                 for (int r = 0; r < REPS; r++) kvq_cuda_dense_matmul(dw[r % nc], 1, dx, dy, T, d, n, 0, &err);
                 if (kvq_cuda_sync(&err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
                 const double ms = 1e3 * (now_s() - t0) / REPS;
-                printf("%6lld x %-6lld bf16   T=%d streamed %.4f ms (%.0f GB/s of weights, %.0f %% of copy bandwidth)   weights %.1f MB\n",
-                       n, d, T, ms, dense_bytes / ms / 1e6, 100 * (2.0 * dense_bytes / ms * 1e3) / bw, dense_bytes / 1e6);
+                dense_ms[T == 1 ? 0 : 1] = ms;
+                printf("%6lld x %-6lld bf16   T=%d streamed %.4f ms (%d copies; %.0f GB/s of weights read, %.0f %% of copy bandwidth)   weights %.1f MB\n",
+                       n, d, T, ms, nc, dense_bytes / ms / 1e6, 100.0 * dense_bytes / (ms * 1e-3) / bw, dense_bytes / 1e6);
+            }
+            if (kvq_cuda_tc_available(NULL, 0)) { // cuBLAS (bf16 operands: x rounded to bf16), one token
+                for (int r = 0; r < 10; r++) kvq_cuda_dense_matmul_tc(dw[r % nc], dx, dy, 1, d, n, n, 0, &err);
+                kvq_cuda_sync(&err);
+                const double t0 = now_s();
+                for (int r = 0; r < REPS; r++) kvq_cuda_dense_matmul_tc(dw[r % nc], dx, dy, 1, d, n, n, 0, &err);
+                if (kvq_cuda_sync(&err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+                const double ms = 1e3 * (now_s() - t0) / REPS;
+                printf("%6lld x %-6lld bf16 cuBLAS T=1 streamed %.4f ms (%.0f %% of copy bandwidth)\n", n, d, ms,
+                       100.0 * dense_bytes / (ms * 1e-3) / bw);
             }
             for (int c = 0; c < nc; c++) kvq_cuda_free(dw[c]);
         }
@@ -132,7 +145,10 @@ int main(int argc, char **argv) {
             if (make_layout(specs[k], n, d, &p, &seed)) return 1;
             kvq_cuda_pqx *t[NC_MAX] = {0};
             size_t need = 0;
-            for (int c = 0; c < nc; c++) {
+            // copies of the layout that together exceed 2 x 50 MB of L2, as for the dense matrix
+            const double held = (double)kvq_pqx_bytes(&p);
+            const int ncq = (int)(100e6 / held) + 2 > NC_MAX ? NC_MAX : (int)(100e6 / held) + 2;
+            for (int c = 0; c < ncq; c++) {
                 if (kvq_cuda_pqx_upload(&p, &t[c], &err)) { fprintf(stderr, "%s: %s\n", specs[k], err.msg); return 1; }
                 need = kvq_cuda_pqx_scratch_bytes(t[c]);
             }
@@ -143,16 +159,17 @@ int main(int argc, char **argv) {
                 double one = 0;
                 if (kvq_cuda_pqx_time(t[0], T, 50, &one, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
                 const int64_t r0 = 0;
-                for (int r = 0; r < 10; r++) kvq_cuda_pqx_matmul(&t[r % nc], 1, &r0, dx, T, dy, n, 0, sc, &err);
+                for (int r = 0; r < 10; r++) kvq_cuda_pqx_matmul(&t[r % ncq], 1, &r0, dx, T, dy, n, 0, sc, &err);
                 kvq_cuda_sync(&err);
                 const double t0 = now_s();
-                for (int r = 0; r < REPS; r++) kvq_cuda_pqx_matmul(&t[r % nc], 1, &r0, dx, T, dy, n, 0, sc, &err);
+                for (int r = 0; r < REPS; r++) kvq_cuda_pqx_matmul(&t[r % ncq], 1, &r0, dx, T, dy, n, 0, sc, &err);
                 if (kvq_cuda_sync(&err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
                 const double ms = 1e3 * (now_s() - t0) / REPS;
-                printf("%6lld x %-6lld %-6s T=%d streamed %.4f ms, one call %.4f ms   GPU layout %.1f MB (%.2f x bf16), "
-                       "table scratch %.1f MB\n", n, d, specs[k], T, ms, one, gb / 1e6, gb / dense_bytes, need / 1e6);
+                printf("%6lld x %-6lld %-6s T=%d streamed %.4f ms (%d copies; layout read at %.0f %% of copy bandwidth), one call "
+                       "%.4f ms, %.2fx the bf16 time   GPU layout %.1f MB (%.3f x bf16), table scratch %.1f MB\n", n, d, specs[k], T,
+                       ms, ncq, 100.0 * gb / (ms * 1e-3) / bw, one, ms / dense_ms[T == 1 ? 0 : 1], gb / 1e6, gb / dense_bytes, need / 1e6);
             }
-            for (int c = 0; c < nc; c++) kvq_cuda_pqx_free(t[c]);
+            for (int c = 0; c < ncq; c++) kvq_cuda_pqx_free(t[c]);
             kvq_cuda_free(sc);
             kvq_pqx_free(&p);
         }
