@@ -1,9 +1,10 @@
 // Stand-in for build/libkvqcuda.a when the project is built without nvcc: every entry
-// point of kernels/cuda/hq_decode.h, hqx.h, ops.h and kv_attn.h reports "built without CUDA", so the GPU suites
+// point of kernels/cuda/hq_decode.h, hqx.h, pqx.h, ops.h and kv_attn.h reports "built without CUDA", so the GPU suites
 // (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) still link and skip.
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/hqx.h"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/cuda/pqx.h"
 #include "kernels/cuda/ops.h"
 
 #define NO_CUDA(err) kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "built without CUDA (nvcc not found at build time)")
@@ -186,5 +187,27 @@ kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, const float
                                     kvq_cuda_hqx *o, kvq_err *err) {
     (void)q; (void)kc; (void)vc; (void)out; (void)pos; (void)d_pos; (void)n_heads; (void)n_kv_heads; (void)head_dim;
     (void)max_ctx; (void)scale; (void)o;
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_pqx_upload(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err *err) {
+    (void)w;
+    *out = NULL;
+    return NO_CUDA(err);
+}
+void kvq_cuda_pqx_free(kvq_cuda_pqx *t) { (void)t; }
+size_t kvq_cuda_pqx_bytes(const kvq_cuda_pqx *t) { (void)t; return 0; }
+size_t kvq_cuda_pqx_scratch_bytes(const kvq_cuda_pqx *t) { (void)t; return 0; }
+int kvq_cuda_pqx_batch(const kvq_cuda_pqx *t) { (void)t; return 0; }
+kvq_status kvq_cuda_pqx_matmul(kvq_cuda_pqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
+                               float *d_y, int64_t ldy, int accumulate, void *d_scratch, kvq_err *err) {
+    (void)t; (void)n; (void)row0; (void)d_x; (void)n_tok; (void)d_y; (void)ldy; (void)accumulate; (void)d_scratch;
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_pqx_matmul_host(kvq_cuda_pqx *t, const float *h_x, int n_tok, float *h_y, kvq_err *err) {
+    (void)t; (void)h_x; (void)n_tok; (void)h_y;
+    return NO_CUDA(err);
+}
+kvq_status kvq_cuda_pqx_time(kvq_cuda_pqx *t, int n_tok, int reps, double *ms, kvq_err *err) {
+    (void)t; (void)n_tok; (void)reps; (void)ms;
     return NO_CUDA(err);
 }

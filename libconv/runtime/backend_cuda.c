@@ -1,6 +1,7 @@
 // The GPU backend (backend.h) over kernels/cuda's launchers: weights uploaded as they load
 // (packed HyperQuant/RTN tensors in the hqx execution layout, products from the codes with
-// the activation rotated once per input; dense ones as bf16/fp32), fp32 activations and an
+// the activation rotated once per input; PQ/QET tensors in the pqx execution layout, products
+// from per-token tables or the swap tree (kernels/cuda/pqx.cu); dense ones as bf16/fp32), fp32 activations and an
 // fp32 KV cache in device memory. Ops are asynchronous on the default stream; the first
 // failure is kept and reported by sync. Plain C: it links against build/libkvqcuda.a or,
 // without nvcc, kernels/cuda/no_cuda.c (every call then reports "built without CUDA").
@@ -14,6 +15,7 @@
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/hqx.h"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/cuda/pqx.h"
 #include "kernels/cuda/ops.h"
 #include "libconv/kv/kv_gpu.h"
 #include "libconv/kv/kvcodec.h"
@@ -99,6 +101,12 @@ typedef struct {
     int ain_fuse;  // one-token attention inputs computed by the attention kernel (KVQ_CUDA_AIN_FUSE=0: off)
     int timeline, tl_n[2];
     short tl_key[2][2048]; // prof slot of the op that ends at mark i (mark 0: the step's start)
+    // PQ/QET matrices (n_pq) stay packed (kernels/cuda/pqx.h); their products share one table
+    // scratch of the largest need, allocated by ready(). KVQ_CUDA_PQ_DENSE=1: decoded to dense
+    // at upload instead (the former path, for comparisons).
+    int pq_dense;
+    size_t pq_need;
+    void *pq_scratch;
 } gpu;
 
 static double now_s(void) {
@@ -214,6 +222,7 @@ static void destroy(kvq_backend *b) {
     kvq_cuda_free(g->kc);
     kvq_cuda_free(g->vc);
     kvq_cuda_free(g->d_pos);
+    kvq_cuda_free(g->pq_scratch);
     kv_free(g);
     free(g);
 }
@@ -246,9 +255,9 @@ static void drop_host_part(kvq_hqx *p) {
     p->lut = NULL; p->esc_bits = NULL; p->esc_r = NULL; // freed with the arrays (lut lives in scode's)
 }
 
-// PQ and QET matrices (pqx, levels 0 or 3) have no GPU kernels yet: they are decoded on the
-// host (a fallback; kvq_pqx_row_f32 gives the codec decoder's floats), to bf16 when every value
-// is one (a bf16 source's codebooks, one stage), else fp32, into *data.
+// KVQ_CUDA_PQ_DENSE=1 only (PQ and QET run packed otherwise, pq_upload): a PQ/QET matrix
+// decoded on the host (kvq_pqx_row_f32 gives the codec decoder's floats), to bf16 when every
+// value is one (a bf16 source's codebooks, one stage), else fp32, into *data.
 static kvq_status pq_decode(const kvq_mat *w, void **data, kvq_dtype *dt, kvq_err *err) {
     const size_t n = (size_t)w->rows * w->cols;
     float *f = malloc(sizeof(float) * (n ? n : 1));
@@ -272,9 +281,45 @@ static kvq_status pq_decode(const kvq_mat *w, void **data, kvq_dtype *dt, kvq_er
     return KVQ_OK;
 }
 
+// Frees a pqx block's host arrays, keeping its scalars (shape, stages, k, index widths).
+static void drop_host_pq(kvq_pqx *p) {
+    kvq_pqx keep = *p;
+    kvq_pqx_free(p);
+    *p = keep;
+    for (int s = 0; s < KVQ_PQX_MAX_STAGES; s++) p->idx[s] = p->cb[s] = NULL, p->cb_ms[s] = NULL;
+    p->sw = NULL;
+}
+
+// A PQ/QET matrix uploaded in its pqx layout: one device tensor per block; held counts the
+// packed device bytes; the largest table scratch is remembered for ready().
+static kvq_status pq_upload(gpu *g, kvq_mat *w, int keep_host, kvq_err *err) {
+    kvq_cuda_pqx **parts = calloc(3, sizeof *parts);
+    if (!parts) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    w->held = 0;
+    for (int p = 0; p < w->n_pq; p++) {
+        kvq_status s = kvq_cuda_pqx_upload(&w->pq[p], &parts[p], err);
+        if (s) {
+            for (int k = 0; k < p; k++) kvq_cuda_pqx_free(parts[k]);
+            free(parts);
+            return s;
+        }
+        w->held += kvq_cuda_pqx_bytes(parts[p]);
+        const size_t need = kvq_cuda_pqx_scratch_bytes(parts[p]);
+        if (need > g->pq_need) g->pq_need = need;
+    }
+    w->dev = parts;
+    if (!keep_host)
+        for (int p = 0; p < w->n_pq; p++) drop_host_pq(&w->pq[p]);
+    return KVQ_OK;
+}
+
+// Whether w's device copy is the pqx layout (else dense, or hqx parts).
+static int pq_packed(const gpu *g, const kvq_mat *w) { return w->n_pq && !g->pq_dense; }
+
 static kvq_status mat_adopt(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *err) {
-    (void)b;
-    if (w->n_pq) { // decoded to dense at upload (the fallback above); the host copy is temporary
+    gpu *g = (gpu *)b;
+    if (pq_packed(g, w)) return pq_upload(g, w, keep_host, err);
+    if (w->n_pq) { // KVQ_CUDA_PQ_DENSE=1: decoded to dense at upload; the host copy is temporary
         kvq_mat d = *w;
         d.n_pq = 0;
         kvq_status s = pq_decode(w, &d.data, &d.dt, err);
@@ -319,9 +364,12 @@ static kvq_status mat_adopt(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *
 }
 
 static void mat_release(kvq_backend *b, kvq_mat *w) {
-    (void)b;
     if (!w->dev) return;
-    if (w->n_part) {
+    if (pq_packed((const gpu *)b, w)) {
+        kvq_cuda_pqx **parts = w->dev;
+        for (int p = 0; p < w->n_pq; p++) kvq_cuda_pqx_free(parts[p]);
+        free(parts);
+    } else if (w->n_part) {
         kvq_cuda_hqx **parts = w->dev;
         for (int p = 0; p < w->n_part; p++) kvq_cuda_hqx_free(parts[p]);
         free(parts);
@@ -345,6 +393,10 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     g->sq.n = 1;
     if (!s) s = kvq_cuda_attention_init(a->n_heads, a->n_kv_heads, a->head_dim, b->max_ctx, err);
     if (!s) s = kvq_cuda_hqx_fused_init(err);
+    if (!s && g->pq_need && !g->pq_scratch) {
+        s = kvq_cuda_malloc(&g->pq_scratch, g->pq_need, err);
+        if (s) kvq_err_prefix(err, "the PQ product tables (%zu bytes)", g->pq_need);
+    }
     return s;
 }
 
@@ -442,7 +494,7 @@ static void seq_use(kvq_backend *b, int s) {
 // Runs a product now; acc = 1 adds it into y.
 // Whether a product of T tokens with w runs on tensor cores.
 static int use_tc(const gpu *g, const kvq_mat *w, int T) {
-    if (!g->tc) return 0;
+    if (!g->tc || pq_packed(g, w)) return 0; // PQ/QET: the table and swap-tree kernels at every size
     // packed: not in a step of several sequences, whose weights hqx_tc.cu would decode to bf16 at
     // every step (16 sequences: 58 ms a step on the 8B shape, against 10.7 for 8 in one pass of
     // the several-token kernel)
@@ -458,9 +510,15 @@ static void launch_mm(gpu *g, float *y, const float *x, const kvq_mat *w, int T,
     if (g->profile || g->timeline)
         snprintf(key, sizeof key, "%s%smatmul %s %dx%d T%s%s", tc ? "tc " : "",
                  in.kind == KVQ_CUDA_XIN_RMSNORM ? "rmsnorm+" : in.kind == KVQ_CUDA_XIN_SILU_MUL ? "silu_mul+" : "",
-                 w->n_part ? "packed" : w->dt == KVQ_DTYPE_BF16 ? "bf16" : "f32", w->rows, w->cols, T == 1 ? "=1" : ">1",
-                 acc ? " +=" : "");
+                 pq_packed(g, w) ? (w->pq[0].levels ? "qet" : "pq") : w->n_part ? "packed" : w->dt == KVQ_DTYPE_BF16 ? "bf16" : "f32",
+                 w->rows, w->cols, T == 1 ? "=1" : ">1", acc ? " +=" : "");
     prof_begin(g);
+    if (pq_packed(g, w)) {
+        const int64_t r0[3] = {w->row0[0], w->row0[1], w->row0[2]};
+        RUN(g, kvq_cuda_pqx_matmul(w->dev, w->n_pq, r0, x, T, y, w->rows, acc, g->pq_scratch, ERR));
+        prof_end(g, key);
+        return;
+    }
     if (tc) {
         if (!w->n_part) {
             RUN(g, kvq_cuda_dense_matmul_tc(w->dev, x, y, T, w->cols, w->rows, w->rows, acc, ERR));
@@ -802,7 +860,10 @@ static kvq_status sync(kvq_backend *b, kvq_err *err) {
     return s;
 }
 
-static size_t scratch_bytes(const kvq_backend *b) { return kvq_cuda_tc_scratch_bytes() + ((const gpu *)b)->kv.aux; }
+static size_t scratch_bytes(const kvq_backend *b) {
+    const gpu *g = (const gpu *)b;
+    return kvq_cuda_tc_scratch_bytes() + g->kv.aux + (g->pq_scratch ? g->pq_need : 0);
+}
 static size_t kv_bytes(const kvq_backend *b) {
     const gpu *g = (const gpu *)b;
     return g->kv.on ? g->kv.bytes : 2 * sizeof(float) * g->kv_floats * (size_t)(g->sq.n > 1 ? g->sq.n : 1);
@@ -919,6 +980,8 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->timeline = lv && !strcmp(lv, "1") && !g->profile;
     g->graphs = !(ev && !strcmp(ev, "0")) && !g->profile;
     g->fuse = !(fv && !strcmp(fv, "0"));
+    const char *qv = getenv("KVQ_CUDA_PQ_DENSE");
+    g->pq_dense = qv && !strcmp(qv, "1");
     const char *tv = getenv("KVQ_CUDA_TC"), *tm = getenv("KVQ_CUDA_TC_MIN");
     g->tc = !(tv && !strcmp(tv, "0")) && kvq_cuda_tc_available(NULL, 0);
     g->tc_min = 16;

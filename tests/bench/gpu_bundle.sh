@@ -6,8 +6,8 @@
 # suites read, with MODELS=1). The libraries (.cu/pack.tar.xz) are made once (ldd of the tools, dpkg -x).
 # usage: [KEEP=1] bash tests/bench/gpu_bundle.sh [extra binaries...]
 set -eu
-make -j2 all build/tests/test_cuda_hqx build/tests/test_cuda_model build/tests/test_cuda_kv build/bench/cuda_hqx \
-  build/bench/make_synth_llama build/bench/cuda_kv_attn >/dev/null
+make -j2 all build/tests/test_cuda_hqx build/tests/test_cuda_model build/tests/test_cuda_kv build/tests/test_cuda_pq \
+  build/bench/cuda_hqx build/bench/make_synth_llama build/bench/cuda_kv_attn build/bench/cuda_pq >/dev/null
 mkdir -p .cu
 rm -rf .cu/bin .cu/old && mkdir -p .cu/bin
 if [ "${KEEP:-0}" = 1 ] && [ -f .cu/bin.tar.xz ]; then
@@ -15,7 +15,8 @@ if [ "${KEEP:-0}" = 1 ] && [ -f .cu/bin.tar.xz ]; then
 fi
 # BINS: a subset (the 64 MiB limit: each tool carries every kernel), e.g. "kvq-run kvq-convert"
 all="build/kvq-run build/kvq-convert build/kvq-verify build/kvq-inspect build/tests/test_cuda_hqx build/tests/test_cuda_model
-  build/tests/test_cuda_kv build/bench/cuda_hqx build/bench/make_synth_llama build/bench/cuda_kv_attn"
+  build/tests/test_cuda_kv build/tests/test_cuda_pq build/bench/cuda_hqx build/bench/make_synth_llama build/bench/cuda_kv_attn
+  build/bench/cuda_pq"
 sel=""
 for f in $all; do
   if [ -z "${BINS:-}" ] || [[ " $BINS " == *" $(basename $f) "* ]]; then sel="$sel $f"; fi

@@ -1,0 +1,294 @@
+// PQ and QET products on the GPU from the pqx execution layout (pqx.h, kernels/pq_layout.h;
+// each thread's arithmetic is kernels/cuda/pqx_lane.h, which the host runs in tests/test_pqx_lanes.c):
+// the arrays the CPU kernels read, uploaded as they are, never decoded to dense weights.
+//
+// PQ (levels 0), per batch of nb <= 8 tokens (two kernels):
+//   pqx_lut:  one thread per table entry (stage s, subspace j, centroid c):
+//             L_s[j][c] = (…(C[j][0][c]·x[jw] + C[j][1][c]·x[jw+1]) + …) + C[j][w−1][c]·x[jw+w−1],
+//             each product and sum rounded (no FMA): kvq_pqx_lut's tables bit for bit. Token t of
+//             entry e at L[e·nb + t] (a lookup of several tokens reads one 32-byte sector).
+//   pqx_rows: one block of 4 warps per block of 8 rows. Lane l of warp v takes row 8·rb + (l & 7)
+//             and phase u = 4v + (l >> 3): its partial p_u adds, stage 1 then stage 2, the entries
+//             of subspaces j ≡ u (mod 16) in increasing j (lane-packed: of the index groups
+//             g ≡ u (mod 16), each group's fields in order), left to right from 0; then
+//             y = (P_0 + P_1) + (P_2 + P_3), P_v = (p_4v + p_4v+1) + (p_4v+2 + p_4v+3).
+//             The CPU adds the entries in one left-to-right chain: the same terms, another order,
+//             so the two agree within float summation rounding (tests/test_cuda_pq.c bounds it).
+// QET (levels 3), one kernel, nb <= 8 tokens per launch (qetx_rows): one warp per row; lane l
+//   takes the blocks b ≡ l (mod 32) in increasing b: σ from the block's switch field, then for
+//   leaf t = 0..7 the weight v = c_1 (+ c_2, one rounding: the decoder's value) of slot (b/8, t),
+//   coordinate b mod 8, decoded from the codebook blob as kvq_qetx_cb decodes it, and
+//   acc = fma(v, x[8b + σ(t)], acc); then a butterfly sum over the warp (xor 16, 8, 4, 2, 1).
+//   The CPU sums per block in two FMA chains and a fixed tree: the same weights, another order.
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/pqx.h"
+#include "kernels/cuda/pqx_lane.h"
+
+#define PQX_TB 8                              // tokens per table batch / QET launch
+#define PQX_SCRATCH_CAP ((size_t)256 << 20)   // a batch's tables stay under this (fewer tokens if not)
+
+struct kvq_cuda_pqx {
+    kvq_pqx d;      // the host layout's scalars; its array pointers are device pointers
+    size_t bytes;   // device bytes of the arrays
+    int64_t lut;    // PQ: floats of one token's tables, Σ_s m·k_s
+    int nb;         // tokens per batch
+};
+
+// ---- PQ (the per-thread arithmetic is kernels/cuda/pqx_lane.h's)
+
+// Tables of NB tokens (rows of ldx floats) for every entry of every stage; n0 = m·k_1.
+template <int NB>
+__global__ void __launch_bounds__(256) pqx_lut(kvq_pqx p, const float *__restrict__ x, int64_t ldx,
+                                               float *__restrict__ L, int64_t n0, int64_t n_all) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_all) return;
+    float acc[NB];
+    kvq_pql_entry(&p, x, ldx, NB, e, n0, acc);
+    float *o = L + e * NB;
+#pragma unroll
+    for (int t = 0; t < NB; t++) o[t] = acc[t];
+}
+
+// y (NB tokens, row stride ldy) (+)= the lookups of one block of 8 rows (see the top comment).
+template <int NB>
+__global__ void __launch_bounds__(128) pqx_rows(kvq_pqx p, const float *__restrict__ L, int64_t n0,
+                                                float *__restrict__ y, int64_t ldy, int accumulate) {
+    __shared__ float part[4][8][NB];
+    const int lane = threadIdx.x & 31, v = threadIdx.x >> 5, i = lane & 7, u = 4 * v + (lane >> 3);
+    const int64_t rb = blockIdx.x; // rows 8·rb..: padding rows (< rows_p) hold valid indices
+    float acc[NB];
+    kvq_pql_rows(&p, L, n0, NB, rb, i, u, acc);
+#pragma unroll
+    for (int t = 0; t < NB; t++) {
+        acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 8);
+        acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 16);
+    }
+    if (lane < 8)
+#pragma unroll
+        for (int t = 0; t < NB; t++) part[v][i][t] = acc[t];
+    __syncthreads();
+    for (int o = threadIdx.x; o < 8 * NB; o += blockDim.x) {
+        const int ii = o / NB, t = o % NB;
+        const int64_t row = rb * 8 + ii;
+        if (row >= p.rows) continue;
+        const float val = (part[0][ii][t] + part[1][ii][t]) + (part[2][ii][t] + part[3][ii][t]);
+        float *yo = y + t * ldy + row;
+        *yo = accumulate ? *yo + val : val;
+    }
+}
+
+// ---- QET
+
+template <int NB>
+__global__ void __launch_bounds__(128) qetx_rows(kvq_pqx p, const float *__restrict__ x, int64_t ldx,
+                                                 float *__restrict__ y, int64_t ldy, int accumulate) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (r >= p.rows) return; // the whole warp
+    float acc[NB];
+    kvq_pql_qet(&p, x, ldx, NB, r, lane, acc);
+#pragma unroll
+    for (int tk = 0; tk < NB; tk++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[tk] += __shfl_xor_sync(0xffffffffu, acc[tk], o);
+    if (lane < NB) { // lane t writes token t
+        float val = acc[0];
+#pragma unroll
+        for (int tk = 1; tk < NB; tk++)
+            if (lane == tk) val = acc[tk];
+        float *yo = y + lane * ldy + r;
+        *yo = accumulate ? *yo + val : val;
+    }
+}
+
+// ---- host side
+
+static kvq_status up(void **dst, const void *src, size_t n, size_t pad, size_t *bytes, kvq_err *err) {
+    *dst = NULL;
+    if (!src || !n) return KVQ_OK;
+    CU_TRY(cudaMalloc(dst, n + pad));
+    CU_TRY(cudaMemcpy(*dst, src, n, cudaMemcpyHostToDevice));
+    if (pad) CU_TRY(cudaMemset((char *)*dst + n, 0, pad));
+    *bytes += n + pad;
+    return KVQ_OK;
+}
+
+extern "C" void kvq_cuda_pqx_free(kvq_cuda_pqx *t) {
+    if (!t) return;
+    for (int s = 0; s < KVQ_PQX_MAX_STAGES; s++) {
+        if (t->d.idx[s]) cudaFree(t->d.idx[s]);
+        if (t->d.cb[s]) cudaFree(t->d.cb[s]);
+        if (t->d.cb_ms[s]) cudaFree(t->d.cb_ms[s]);
+    }
+    if (t->d.sw) cudaFree(t->d.sw);
+    free(t);
+}
+
+extern "C" kvq_status kvq_cuda_pqx_upload(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err *err) {
+    *out = NULL;
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: no device");
+    if ((w->levels != 0 && w->levels != KVQ_QETX_LEVELS) || w->stages < 1 || w->stages > KVQ_PQX_MAX_STAGES ||
+        (w->levels && (w->w != 8 || w->cols % 64 || w->cb_type == KVQ_PQX_CB_F16)) || (!w->levels && w->rows_p % KVQ_PQX_RB))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: pqx layout (levels %d, w %d, %lld columns, cb type %d) not supported",
+                           w->levels, w->w, (long long)w->cols, w->cb_type);
+    kvq_cuda_pqx *t = (kvq_cuda_pqx *)calloc(1, sizeof *t);
+    if (!t) return kvq_err_set(err, KVQ_ERR_NOMEM, "cuda: out of memory");
+    t->d = *w;
+    for (int s = 0; s < KVQ_PQX_MAX_STAGES; s++) t->d.idx[s] = t->d.cb[s] = NULL, t->d.cb_ms[s] = NULL;
+    t->d.sw = NULL;
+    kvq_status st = KVQ_OK;
+    size_t b = 0;
+    for (int s = 0; s < w->stages && !st; s++) {
+        if (w->levels) {
+            st = up(&t->d.idx[s], w->idx[s], (size_t)(w->rows * w->m) * (size_t)w->qbits[s] / 8 + 1, 0, &b, err);
+            if (!st) st = up(&t->d.cb[s], w->cb[s], w->cb_size[s], 16, &b, err);
+            continue;
+        }
+        const size_t ib = w->pbits[s] ? (size_t)(w->rows_p * w->pgroups[s]) * (size_t)w->pwords[s] * 4
+                                       : (size_t)(w->rows_p * w->m) * (size_t)w->ib[s];
+        st = up(&t->d.idx[s], w->idx[s], ib, 0, &b, err);
+        if (!st) st = up(&t->d.cb[s], w->cb[s], (size_t)(w->m * w->w * w->k[s]) * (w->cb_type == KVQ_PQX_CB_F32 ? 4u : 2u), 0, &b, err);
+        if (!st && w->cb_type == KVQ_PQX_CB_CQO) {
+            void *ms = NULL;
+            st = up(&ms, w->cb_ms[s], 8 * (size_t)w->m, 0, &b, err);
+            t->d.cb_ms[s] = (float *)ms;
+        }
+    }
+    if (!st && w->levels) st = up((void **)&t->d.sw, w->sw, (size_t)(w->rows * w->groups) * KVQ_QETX_SW_BYTES, KVQ_QETX_SW_PAD, &b, err);
+    t->bytes = b;
+    if (!w->levels) {
+        for (int s = 0; s < w->stages; s++) t->lut += w->m * w->k[s];
+        const size_t one = sizeof(float) * (size_t)t->lut;
+        t->nb = (int)std::max<size_t>(1, std::min<size_t>(PQX_TB, PQX_SCRATCH_CAP / (one ? one : 1)));
+    } else t->nb = PQX_TB;
+    if (st) { kvq_cuda_pqx_free(t); return st; }
+    *out = t;
+    return KVQ_OK;
+}
+
+extern "C" size_t kvq_cuda_pqx_bytes(const kvq_cuda_pqx *t) { return t ? t->bytes : 0; }
+extern "C" size_t kvq_cuda_pqx_scratch_bytes(const kvq_cuda_pqx *t) {
+    return t && !t->d.levels ? sizeof(float) * (size_t)t->lut * (size_t)t->nb : 0;
+}
+extern "C" int kvq_cuda_pqx_batch(const kvq_cuda_pqx *t) { return t ? t->nb : 0; }
+
+template <int NB> static kvq_status launch_nb(const kvq_cuda_pqx *t, const float *x, int64_t ldx, float *y, int64_t ldy,
+                                              int accumulate, float *L, kvq_err *err) {
+    const kvq_pqx &p = t->d;
+    cudaStream_t st = kvq_cuda_stream();
+    if (p.levels) {
+        qetx_rows<NB><<<(unsigned)((p.rows + 3) / 4), 128, 0, st>>>(p, x, ldx, y, ldy, accumulate);
+        CU_LAUNCHED("qetx_rows");
+        return KVQ_OK;
+    }
+    const int64_t n0 = p.m * p.k[0], n_all = t->lut;
+    pqx_lut<NB><<<(unsigned)((n_all + 255) / 256), 256, 0, st>>>(p, x, ldx, L, n0, n_all);
+    CU_LAUNCHED("pqx_lut");
+    pqx_rows<NB><<<(unsigned)(p.rows_p / 8), 128, 0, st>>>(p, L, n0, y, ldy, accumulate);
+    CU_LAUNCHED("pqx_rows");
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_pqx_matmul(kvq_cuda_pqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
+                                          float *d_y, int64_t ldy, int accumulate, void *d_scratch, kvq_err *err) {
+    if (n < 1 || n > 3) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: pqx product of %d blocks (1 to 3)", n);
+    const int64_t cols = t[0]->d.cols;
+    for (int p = 0; p < n; p++) {
+        if (t[p]->d.cols != cols) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: pqx blocks differ in columns");
+        if (!t[p]->d.levels && !d_scratch) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: pqx product without its table scratch");
+    }
+    for (int p = 0; p < n; p++) {
+        const int nb = t[p]->nb;
+        for (int t0 = 0; t0 < n_tok; t0 += nb) {
+            const int m = n_tok - t0 < nb ? n_tok - t0 : nb;
+            const float *x = d_x + (size_t)t0 * cols;
+            float *y = d_y + (size_t)t0 * ldy + row0[p], *L = (float *)d_scratch;
+            kvq_status s = KVQ_OK;
+            switch (m) {
+            case 1: s = launch_nb<1>(t[p], x, cols, y, ldy, accumulate, L, err); break;
+            case 2: s = launch_nb<2>(t[p], x, cols, y, ldy, accumulate, L, err); break;
+            case 3: s = launch_nb<3>(t[p], x, cols, y, ldy, accumulate, L, err); break;
+            case 4: s = launch_nb<4>(t[p], x, cols, y, ldy, accumulate, L, err); break;
+            case 5: s = launch_nb<5>(t[p], x, cols, y, ldy, accumulate, L, err); break;
+            case 6: s = launch_nb<6>(t[p], x, cols, y, ldy, accumulate, L, err); break;
+            case 7: s = launch_nb<7>(t[p], x, cols, y, ldy, accumulate, L, err); break;
+            default: s = launch_nb<8>(t[p], x, cols, y, ldy, accumulate, L, err); break;
+            }
+            if (s) return s;
+        }
+    }
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_pqx_matmul_host(kvq_cuda_pqx *t, const float *h_x, int n_tok, float *h_y, kvq_err *err) {
+    float *dx = NULL, *dy = NULL;
+    void *sc = NULL;
+    const size_t nx = (size_t)t->d.cols * n_tok, ny = (size_t)t->d.rows * n_tok, ns = kvq_cuda_pqx_scratch_bytes(t);
+    kvq_status s = KVQ_OK;
+    cudaError_t e = cudaMalloc((void **)&dx, sizeof(float) * (nx ? nx : 1));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&dy, sizeof(float) * (ny ? ny : 1));
+    if (e == cudaSuccess && ns) e = cudaMalloc(&sc, ns);
+    if (e == cudaSuccess) e = cudaMemcpy(dx, h_x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) s = cu_fail(err, e, "pqx matmul_host setup");
+    const int64_t r0 = 0;
+    if (!s) s = kvq_cuda_pqx_matmul(&t, 1, &r0, dx, n_tok, dy, t->d.rows, 0, sc, err);
+    if (!s) {
+        e = cudaStreamSynchronize(kvq_cuda_stream());
+        if (e == cudaSuccess) e = cudaMemcpy(h_y, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) s = cu_fail(err, e, "pqx matmul_host run");
+    }
+    if (dx) cudaFree(dx);
+    if (dy) cudaFree(dy);
+    if (sc) cudaFree(sc);
+    return s;
+}
+
+extern "C" kvq_status kvq_cuda_pqx_time(kvq_cuda_pqx *t, int n_tok, int reps, double *ms, kvq_err *err) {
+    float *dx = NULL, *dy = NULL;
+    void *sc = NULL;
+    const size_t nx = (size_t)t->d.cols * n_tok, ny = (size_t)t->d.rows * n_tok, ns = kvq_cuda_pqx_scratch_bytes(t);
+    CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * nx));
+    CU_TRY(cudaMalloc((void **)&dy, sizeof(float) * ny));
+    if (ns) CU_TRY(cudaMalloc(&sc, ns));
+    {
+        std::vector<float> hx(nx);
+        uint64_t z = 12345;
+        for (auto &v : hx) { z = z * 6364136223846793005ull + 1442695040888963407ull; v = (float)((int64_t)(z >> 33) % 2001 - 1000) / 1000.0f; }
+        CU_TRY(cudaMemcpy(dx, hx.data(), sizeof(float) * nx, cudaMemcpyHostToDevice));
+    }
+    cudaEvent_t a, b;
+    CU_TRY(cudaEventCreate(&a));
+    CU_TRY(cudaEventCreate(&b));
+    std::vector<float> tv;
+    kvq_status s = KVQ_OK;
+    const int64_t r0 = 0;
+    for (int r = 0; r < reps + 3 && !s; r++) {
+        cudaEventRecord(a, kvq_cuda_stream());
+        s = kvq_cuda_pqx_matmul(&t, 1, &r0, dx, n_tok, dy, t->d.rows, 0, sc, err);
+        cudaEventRecord(b, kvq_cuda_stream());
+        cudaEventSynchronize(b);
+        float f = 0.0f;
+        cudaEventElapsedTime(&f, a, b);
+        if (r >= 3) tv.push_back(f); // warm-up first
+    }
+    const cudaError_t e = cudaGetLastError();
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(dx);
+    cudaFree(dy);
+    if (sc) cudaFree(sc);
+    if (s) return s;
+    if (e != cudaSuccess) return cu_fail(err, e, "pqx time");
+    std::sort(tv.begin(), tv.end());
+    *ms = tv.empty() ? 0.0 : tv[tv.size() / 2];
+    return KVQ_OK;
+}

@@ -1,0 +1,196 @@
+// What one GPU thread of kernels/cuda/pqx.cu computes, written once as C99 that also compiles
+// as CUDA (as kernels/pq_layout.h), so that the host can run the same arithmetic in the same
+// order (tests/test_pqx_lanes.c emulates every lane and the kernels' reduction trees on the CPU
+// and checks them against the CPU kernels; the GPU suite compares the device's bits with it).
+// Values are the codec decoder's, as kvq_pqx_cb / kvq_qetx_cb compute them, with every product
+// and sum rounded on its own (no contraction to FMA; the QET product's FMA is explicit).
+#ifndef KVQ_CUDA_PQX_LANE_H
+#define KVQ_CUDA_PQX_LANE_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/pq_layout.h"
+
+#ifdef __CUDA_ARCH__
+#define KVQ_PQL_LD(p) __ldg(p)
+#define KVQ_PQL_MUL(a, b) __fmul_rn(a, b)
+#define KVQ_PQL_ADD(a, b) __fadd_rn(a, b)
+#else
+#define KVQ_PQL_LD(p) (*(p))
+#define KVQ_PQL_MUL(a, b) ((a) * (b))
+#define KVQ_PQL_ADD(a, b) ((a) + (b))
+#endif
+
+#define KVQ_PQL_PHASES 16 // PQ: lanes sharing a row (4 warps × 4 lanes), each a residue of j mod 16
+
+/** PQ codebook value of stage s, subspace j at element offset o = (j·w + q)·k + c. */
+KVQ_PQ_HD static inline float kvq_pql_cb(const kvq_pqx *p, int s, int64_t j, int64_t o) {
+    const uint16_t *h = (const uint16_t *)p->cb[s];
+    if (p->cb_type == KVQ_PQX_CB_F32) return KVQ_PQL_LD((const float *)p->cb[s] + o);
+    if (p->cb_type == KVQ_PQX_CB_F16) return kvq_pqx_f16(KVQ_PQL_LD(h + o));
+    if (p->cb_type == KVQ_PQX_CB_CQO) {
+        const float mn = KVQ_PQL_LD(p->cb_ms[s] + 2 * j), st = KVQ_PQL_LD(p->cb_ms[s] + 2 * j + 1);
+        return KVQ_PQL_ADD(mn, KVQ_PQL_MUL((float)KVQ_PQL_LD(h + o), st));
+    }
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)KVQ_PQL_LD(h + o) << 16;
+    return v.f;
+}
+
+/** Table entry e (stage 1's m·k_1 entries first: n0 = m·k_1) of nb <= 8 tokens (rows of ldx
+ *  floats of x): out[t] = ⟨C_s[j][c], x_t,j⟩ summed over the w coordinates left to right. */
+KVQ_PQ_HD static inline void kvq_pql_entry(const kvq_pqx *p, const float *x, int64_t ldx, int nb, int64_t e, int64_t n0,
+                                           float *out) {
+    const int s = e >= n0;
+    const int64_t el = e - (s ? n0 : 0), k = p->k[s], j = el / k, c = el - j * k;
+    const int W = p->w;
+    const float *xj = x + j * W;
+    {
+        const float v = kvq_pql_cb(p, s, j, j * W * k + c);
+        for (int t = 0; t < nb; t++) out[t] = KVQ_PQL_MUL(v, KVQ_PQL_LD(xj + t * ldx));
+    }
+    for (int q = 1; q < W; q++) {
+        const float v = kvq_pql_cb(p, s, j, (j * W + q) * k + c);
+        for (int t = 0; t < nb; t++) out[t] = KVQ_PQL_ADD(out[t], KVQ_PQL_MUL(v, KVQ_PQL_LD(xj + t * ldx + q)));
+    }
+}
+
+/** acc[t] += the nb tokens of one table entry (e: its first float; nb floats, 4·nb-byte aligned). */
+KVQ_PQ_HD static inline void kvq_pql_add(float *acc, const float *e, int nb) {
+#ifdef __CUDA_ARCH__
+    if (nb == 8) {
+        const float4 a = __ldg((const float4 *)e), b = __ldg((const float4 *)e + 1);
+        acc[0] += a.x; acc[1] += a.y; acc[2] += a.z; acc[3] += a.w;
+        acc[4] += b.x; acc[5] += b.y; acc[6] += b.z; acc[7] += b.w;
+        return;
+    }
+    if (nb == 4) {
+        const float4 a = __ldg((const float4 *)e);
+        acc[0] += a.x; acc[1] += a.y; acc[2] += a.z; acc[3] += a.w;
+        return;
+    }
+    if (nb == 2) {
+        const float2 a = __ldg((const float2 *)e);
+        acc[0] += a.x; acc[1] += a.y;
+        return;
+    }
+#endif
+    for (int t = 0; t < nb; t++) acc[t] += KVQ_PQL_LD(e + t);
+}
+
+/** PQ: the partial of phase u (0..15) of row 8·rb + i: acc[t] (from 0) adds, stage 1 then 2,
+ *  the entries L[(off_s + j·k_s + idx)·nb + t] of the subspaces j ≡ u (mod 16) in increasing j
+ *  (lane-packed in one word a group: of the groups g ≡ u (mod 16), each group's fields in order). */
+KVQ_PQ_HD static inline void kvq_pql_rows(const kvq_pqx *p, const float *L, int64_t n0, int nb, int64_t rb, int i, int u,
+                                          float *acc) {
+    const int64_t r = rb * KVQ_PQX_RB + i, m = p->m;
+    for (int t = 0; t < nb; t++) acc[t] = 0.0f;
+    for (int s = 0; s < p->stages; s++) {
+        const float *Ls = L + (s ? n0 : 0) * nb;
+        const int64_t k = p->k[s];
+        if (p->pbits[s] && p->pwords[s] == 1) {
+            const int b = p->pbits[s], P = p->pper[s];
+            const uint32_t mask = (1u << b) - 1u;
+            const uint32_t *q = (const uint32_t *)p->idx[s] + rb * p->pgroups[s] * KVQ_PQX_RB + i;
+            for (int64_t g = u; g < p->pgroups[s]; g += KVQ_PQL_PHASES) {
+                const uint32_t wd = KVQ_PQL_LD(q + g * KVQ_PQX_RB);
+                const int64_t j0 = g * P;
+                const int nf = m - j0 < P ? (int)(m - j0) : P;
+                for (int f = 0; f < nf; f++) kvq_pql_add(acc, Ls + ((j0 + f) * k + ((wd >> (f * b)) & mask)) * nb, nb);
+            }
+        } else if (p->pbits[s]) { // several words a group (fields may straddle two)
+            for (int64_t j = u; j < m; j += KVQ_PQL_PHASES) kvq_pql_add(acc, Ls + (j * k + kvq_pqx_idx(p, s, r, j)) * nb, nb);
+        } else if (p->ib[s] == 1) {
+            const uint8_t *q = (const uint8_t *)p->idx[s] + rb * m * KVQ_PQX_RB + i;
+            for (int64_t j = u; j < m; j += KVQ_PQL_PHASES) kvq_pql_add(acc, Ls + (j * k + KVQ_PQL_LD(q + j * KVQ_PQX_RB)) * nb, nb);
+        } else {
+            const uint16_t *q = (const uint16_t *)p->idx[s] + rb * m * KVQ_PQX_RB + i;
+            for (int64_t j = u; j < m; j += KVQ_PQL_PHASES) kvq_pql_add(acc, Ls + (j * k + KVQ_PQL_LD(q + j * KVQ_PQX_RB)) * nb, nb);
+        }
+    }
+}
+
+/** PQ: a row's value from its 16 partials (phase u = 4v + q): (P_0 + P_1) + (P_2 + P_3),
+ *  P_v = (p_4v + p_4v+1) + (p_4v+2 + p_4v+3): the kernel's shuffles (xor 8, 16) and block sum. */
+KVQ_PQ_HD static inline float kvq_pql_combine(const float *pu) {
+    float P[4];
+    for (int v = 0; v < 4; v++) P[v] = (pu[4 * v] + pu[4 * v + 1]) + (pu[4 * v + 2] + pu[4 * v + 3]);
+    return (P[0] + P[1]) + (P[2] + P[3]);
+}
+
+/** QET codebook value of stage s, subspace j, centroid c, coordinate q (the blob as stored;
+ *  CQO codes read as a 64-bit window of two aligned words: blobs carry 16 bytes of padding). */
+KVQ_PQ_HD static inline float kvq_pql_qcb(const kvq_pqx *p, int s, int64_t j, int64_t c, int q) {
+    const uint8_t *B = (const uint8_t *)p->cb[s];
+    const int64_t e = (j * p->k[s] + c) * 8 + q;
+    union { uint32_t u; float f; } v;
+    if (p->cb_type == KVQ_PQX_CB_BF16) {
+        v.u = (uint32_t)KVQ_PQL_LD((const uint16_t *)B + e) << 16;
+        return v.f;
+    }
+    if (p->cb_type == KVQ_PQX_CB_F32) return KVQ_PQL_LD((const float *)B + e);
+    const float mn = KVQ_PQL_LD((const float *)B + 2 * j), st = KVQ_PQL_LD((const float *)B + 2 * j + 1);
+    const uint64_t pos = (uint64_t)e * (uint64_t)p->cb_bits;
+    const uint32_t *cw = (const uint32_t *)(B + 8 * p->m) + (pos >> 5);
+    const uint64_t win = (uint64_t)KVQ_PQL_LD(cw) | (uint64_t)KVQ_PQL_LD(cw + 1) << 32;
+    const uint32_t code = (uint32_t)(win >> (pos & 31)) & ((1u << p->cb_bits) - 1u);
+    return KVQ_PQL_ADD(mn, KVQ_PQL_MUL((float)code, st));
+}
+
+/** kvq_qetx_sigma without indexed arrays (the tree's three levels on packed 3-bit fields). */
+KVQ_PQ_HD static inline uint32_t kvq_pql_sigma(uint32_t f) {
+    uint32_t u = 0, v = 0, perm = 0;
+    for (int j = 0; j < 4; j++) { // level 1: pairs (2j, 2j+1) → S j, L 4 + j
+        const uint32_t sw = (f >> j) & 1u;
+        u |= (2u * j + sw) << (3 * j);
+        u |= (2u * j + 1u - sw) << (3 * (4 + j));
+    }
+    for (int h = 0; h < 2; h++) // level 2, inside each half
+        for (int j = 0; j < 2; j++) {
+            const uint32_t sw = (f >> (4 + 2 * h + j)) & 1u;
+            const uint32_t a0 = (u >> (3 * (4 * h + 2 * j))) & 7u, a1 = (u >> (3 * (4 * h + 2 * j + 1))) & 7u;
+            v |= (sw ? a1 : a0) << (3 * (4 * h + j));
+            v |= (sw ? a0 : a1) << (3 * (4 * h + 2 + j));
+        }
+    for (int q = 0; q < 4; q++) { // level 3, inside each quarter
+        const uint32_t sw = (f >> (8 + q)) & 1u;
+        const uint32_t a0 = (v >> (6 * q)) & 7u, a1 = (v >> (6 * q + 3)) & 7u;
+        perm |= (sw ? a1 : a0) << (6 * q);
+        perm |= (sw ? a0 : a1) << (6 * q + 3);
+    }
+    return perm;
+}
+
+/** QET: lane l's (0..31) partial of row r for nb <= 8 tokens: blocks b ≡ l (mod 32) in
+ *  increasing b, leaves t = 0..7: acc[t'] = fma(c_1 (+ c_2), x_t'[8b + σ_b(t)], acc[t']). */
+KVQ_PQ_HD static inline void kvq_pql_qet(const kvq_pqx *p, const float *x, int64_t ldx, int nb, int64_t r, int lane,
+                                         float *acc) {
+    const int64_t D = p->cols / 8, G = p->groups;
+    for (int t = 0; t < nb; t++) acc[t] = 0.0f;
+    for (int64_t b = lane; b < D; b += 32) {
+        const int64_t g = b >> 3;
+        const int i = (int)(b & 7);
+        const uint32_t perm = kvq_pql_sigma(kvq_qetx_field(p, r, b));
+        for (int t = 0; t < 8; t++) {
+            const int64_t j = g + t * G;
+            float w = kvq_pql_qcb(p, 0, j, kvq_qetx_idx(p, 0, r, g, t), i);
+            if (p->stages > 1) w = KVQ_PQL_ADD(w, kvq_pql_qcb(p, 1, j, kvq_qetx_idx(p, 1, r, g, t), i));
+            const float *xc = x + 8 * b + ((perm >> (3 * t)) & 7u);
+            for (int tk = 0; tk < nb; tk++) acc[tk] = fmaf(w, KVQ_PQL_LD(xc + tk * ldx), acc[tk]);
+        }
+    }
+}
+
+/** QET: a row's value from its 32 lanes' partials as the kernel's butterfly (xor 16, 8, 4, 2, 1)
+ *  leaves it in lane 0. v is overwritten. */
+KVQ_PQ_HD static inline float kvq_pql_qet_combine(float *v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float n[32];
+        for (int l = 0; l < 32; l++) n[l] = v[l] + v[l ^ o];
+        for (int l = 0; l < 32; l++) v[l] = n[l];
+    }
+    return v[0];
+}
+
+#endif

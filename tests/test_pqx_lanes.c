@@ -1,0 +1,148 @@
+// The GPU PQ/QET products' arithmetic (kernels/cuda/pqx_lane.h: what each thread of
+// kernels/cuda/pqx.cu computes) run on the host, every lane and the kernels' reduction trees
+// (tests/pqx_rand.h pqx_emulate), against the CPU kernels (kernels/cpu/pq.c, qetx.c, reference
+// path) on seeded random layouts: the GPU's tables equal kvq_pqx_lutb's bit for bit, the
+// codebook readers equal kvq_pqx_cb / kvq_qetx_cb bit for bit, the swap-tree permutation equals
+// kvq_qetx_sigma for all 4096 fields, and every product row is within the float summation bound
+// of the CPU's. No device needed: the index and codebook arithmetic of the GPU path is checked
+// here in `make test`; tests/test_cuda_pq.c checks the device against it.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "tests/pqx_rand.h"
+
+static void test_sigma(void **st) {
+    (void)st;
+    for (uint32_t f = 0; f < 4096; f++) assert_int_equal(kvq_pql_sigma(f), kvq_qetx_sigma(f));
+}
+
+// The emulated GPU product of T tokens in batches of nb against the CPU reference, per row
+// within 2·γ_N·Σ|c·x|.
+static void check(const kvq_pqx *p, int T, int nb, uint64_t *seed, const char *what) {
+    const int64_t rows = p->rows, cols = p->cols;
+    float *x = randvec(T * cols, seed), *yc = malloc(sizeof(float) * (size_t)(T * rows)),
+          *ye = malloc(sizeof(float) * (size_t)(T * rows)), *wrow = malloc(sizeof(float) * (size_t)cols);
+    float *sc = malloc(sizeof(float) * kvq_pqx_scratch(p, 1));
+    const int row0 = 0;
+    kvq_pqx_matmul(p, 1, &row0, x, T, yc, rows, sc, KVQ_PQX_ISA_REF, 1);
+    pqx_emulate(p, x, T, nb, ye);
+    const double gam = pqx_gamma(p);
+    double worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            const double mag = pqx_row_mag(p, r, x + t * cols, wrow), d = fabs((double)ye[t * rows + r] - yc[t * rows + r]);
+            if (mag > 0 && d / mag > worst) worst = d / mag;
+            if (!(d <= 2 * gam * mag))
+                fail_msg("%s: token %d row %lld: emulated gpu %.9g cpu %.9g (bound %.3g)", what, t, (long long)r,
+                         ye[t * rows + r], yc[t * rows + r], 2 * gam * mag);
+        }
+    printf("  %-34s T %2d nb %d: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g)\n", what, T, nb, worst, 2 * gam);
+    free(x); free(yc); free(ye); free(wrow); free(sc);
+}
+
+typedef struct {
+    int64_t rows, cols;
+    int w, stages, cb_type;
+    int64_t k[2];
+} shape;
+
+static const shape shapes[] = {
+    {37, 64, 8, 1, KVQ_PQX_CB_BF16, {50, 0}},   {24, 64, 8, 1, KVQ_PQX_CB_F32, {257, 0}},
+    {100, 96, 4, 2, KVQ_PQX_CB_BF16, {13, 300}}, {61, 160, 16, 2, KVQ_PQX_CB_F32, {9, 7}},
+    {17, 40, 1, 1, KVQ_PQX_CB_BF16, {3, 0}},    {45, 96, 8, 2, KVQ_PQX_CB_CQO, {37, 11}},
+    {48, 512, 8, 1, KVQ_PQX_CB_BF16, {26, 0}},  {33, 184, 8, 2, KVQ_PQX_CB_CQO, {367, 20}},
+    {40, 64, 4, 1, KVQ_PQX_CB_F16, {11, 0}},    {64, 256, 8, 2, KVQ_PQX_CB_F16, {300, 26}},
+};
+
+static void test_pq(void **st) {
+    (void)st;
+    uint64_t s = 31;
+    int n_lane = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const shape *sh = &shapes[i];
+        for (int packed = 0; packed < 2; packed++) {
+            kvq_pqx p;
+            rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, &s);
+            if (packed) {
+                assert_int_equal(kvq_pqx_pack_lanes(&p, 1), 0);
+                n_lane += p.pbits[0] > 0;
+            }
+            // the GPU's tables (3 tokens, nb = 3 a entry) equal the CPU's batched tables
+            const int T = 3;
+            float *x = randvec(T * sh->cols, &s);
+            const size_t nl = kvq_pqx_lut_floats(&p);
+            float *lb = malloc(sizeof(float) * nl * KVQ_PQX_TB), *lg = malloc(sizeof(float) * nl * T);
+            kvq_pqx_lutb(&p, x, T, sh->cols, lb, 0, p.m, KVQ_PQX_ISA_REF);
+            for (size_t e = 0; e < nl; e++) kvq_pql_entry(&p, x, sh->cols, T, (int64_t)e, p.m * p.k[0], lg + e * T);
+            for (size_t e = 0; e < nl; e++)
+                for (int t = 0; t < T; t++) assert_memory_equal(&lg[e * T + t], &lb[e * KVQ_PQX_TB + t], sizeof(float));
+            // codebook values as the CPU accessor gives them
+            for (int sg = 0; sg < p.stages; sg++)
+                for (int64_t o = 0; o < p.m * p.w * p.k[sg]; o += 7) {
+                    const int64_t j = o / (p.w * p.k[sg]), q = (o / p.k[sg]) % p.w, c = o % p.k[sg];
+                    const float a = kvq_pql_cb(&p, sg, j, o), b = kvq_pqx_cb(&p, sg, j, (int)q, c);
+                    assert_memory_equal(&a, &b, sizeof(float));
+                }
+            free(x); free(lb); free(lg);
+            char what[80];
+            snprintf(what, sizeof what, "pq w%d r%d cb%d k%lld,%lld%s", sh->w, sh->stages, sh->cb_type, (long long)sh->k[0],
+                     (long long)sh->k[1], packed ? " lanes" : "");
+            check(&p, 1, 8, &s, what);
+            check(&p, 11, 8, &s, what);
+            kvq_pqx_free(&p);
+        }
+    }
+    assert_true(n_lane >= 4);
+}
+
+typedef struct {
+    int64_t rows, cols;
+    int stages, cb_type, cb_bits;
+    int64_t k[2];
+} qshape;
+
+static const qshape qshapes[] = {
+    {37, 64, 2, KVQ_PQX_CB_CQO, 10, {50, 12}},  {64, 128, 1, KVQ_PQX_CB_BF16, 0, {256, 0}},
+    {24, 192, 2, KVQ_PQX_CB_F32, 0, {300, 16}}, {9, 64, 2, KVQ_PQX_CB_CQO, 24, {1, 17}},
+    {70, 256, 2, KVQ_PQX_CB_CQO, 7, {122, 9}},  {16, 64, 1, KVQ_PQX_CB_CQO, 16, {40, 0}},
+    {20, 2048, 1, KVQ_PQX_CB_CQO, 25, {3, 0}},
+};
+
+static void test_qet(void **st) {
+    (void)st;
+    uint64_t s = 47;
+    for (size_t i = 0; i < sizeof qshapes / sizeof qshapes[0]; i++) {
+        const qshape *sh = &qshapes[i];
+        kvq_pqx p;
+        rand_qetx(&p, sh->rows, sh->cols, sh->stages, sh->k, sh->cb_type, sh->cb_bits, &s);
+        for (int sg = 0; sg < p.stages; sg++)
+            for (int64_t j = 0; j < p.m; j += 3)
+                for (int64_t c = 0; c < p.k[sg]; c += 5)
+                    for (int q = 0; q < 8; q++) {
+                        const float a = kvq_pql_qcb(&p, sg, j, c, q), b = kvq_qetx_cb(&p, sg, j, c, q);
+                        assert_memory_equal(&a, &b, sizeof(float));
+                    }
+        char what[80];
+        snprintf(what, sizeof what, "qet r%d cb%d/%d k%lld,%lld", sh->stages, sh->cb_type, sh->cb_bits, (long long)sh->k[0],
+                 (long long)sh->k[1]);
+        check(&p, 1, 8, &s, what);
+        check(&p, 10, 8, &s, what);
+        kvq_pqx_free(&p);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sigma),
+        cmocka_unit_test(test_pq),
+        cmocka_unit_test(test_qet),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
