@@ -1019,6 +1019,100 @@ static void test_attend_tc(void **state) {
     free(K), free(V), free(q), free(out), free(ref);
 }
 
+// The cp.async-pipelined tensor-core kernels (kvq_gkv_set_tc_pipe 3 and 4 stages) against the
+// register-prefetch ones on the same caches: bit-identical outputs (the same arithmetic on the same
+// values: variant 2's, which for 2-bit keys is variant 1's too, so the default's for all four
+// codecs), and against the CPU decode-then-attend within test_attend_tc's NMSE ≤ 1e-4. Contexts
+// that are and are not multiples of the 16-position tile (KIVI: whole key groups), chunks 32, 64,
+// 1024 (one chunk, several tiles a warp: the ring wraps) and auto, B = 2 sequences × 3 KV heads
+// (12 query heads, GQA 4), then with a 40-position fp16 window; a region that is not 16-byte
+// aligned falls back to the register-prefetch kernel.
+static void test_attend_tc_pipe(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 3, H = NKV * KVQ_GKV_GROUP, CAP = 1088 };
+    const int Ti[] = {1, 15, 16, 33, 100, 512, 1000, 1088}, Tk[] = {32, 64, 96, 480, 1024, 1088};
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t NO = (size_t)B * H * D;
+    uint64_t seed = 2020;
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
+    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
+    float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO), *dflt = malloc(sizeof(float) * NO);
+    double *ref = malloc(sizeof(double) * NO), worst = 0;
+    const char *specs[] = {"int:2", "int:4", "kivi:2", "kivi:4"};
+    int n_cmp = 0, n_diff = 0;
+    for (int si = 0; si < 4; si++) {
+        const int kivi = si >= 2, nT = kivi ? (int)(sizeof Tk / sizeof *Tk) : (int)(sizeof Ti / sizeof *Ti);
+        for (int ti = 0; ti < nT; ti++) {
+            const int T = kivi ? Tk[ti] : Ti[ti];
+            tokens(K, B * NKV * T, &seed);
+            tokens(V, B * NKV * T, &seed);
+            for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
+            tside ks, vs;
+            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
+            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
+            ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            const int chunks[] = {32, 64, 1024, 0};
+            for (int ci = 0; ci < 4; ci++) {
+                const int ch = chunks[ci];
+                void *scr;
+                assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+                // variant 2 and the default (3: variant 2 for 4-bit keys, 1 for 2-bit), register prefetch; then 3 and 4 stages
+                const int runs[][2] = {{2, 0}, {3, 0}, {2, 3}, {2, 4}, {1, 3}};
+                for (int ri = 0; ri < 5; ri++) {
+                    kvq_gkv_set_tc(runs[ri][0]);
+                    kvq_gkv_set_tc_pipe(runs[ri][1]);
+                    assert_int_equal(kvq_gkv_tc_active(&c), 1);
+                    assert_int_equal(kvq_gkv_tc_stages(&c), runs[ri][1]);
+                    assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
+                    kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+                    if (st) fprintf(stderr, "attend: %s\n", err.msg);
+                    assert_int_equal(st, KVQ_OK);
+                    assert_int_equal(kvq_cuda_copy(ri == 0 ? base : ri == 1 ? dflt : out, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                    if (ri < 2) continue;
+                    const double e = nmse(out, ref, NO);
+                    const int same = !memcmp(out, base, sizeof(float) * NO) && !memcmp(out, dflt, sizeof(float) * NO);
+                    n_cmp++, n_diff += !same;
+                    if (e > worst) worst = e;
+                    if (!same || e > 1e-4 || ci == 3)
+                        fprintf(stderr, "test_cuda_kv: attend %-6s T %4d chunk %4d pipelined %d stages: NMSE vs CPU decode-then-attend %.2e, %s the register-prefetch kernels'\n",
+                                specs[si], T, ch ? ch : kvq_gkv_auto_chunk(&c), runs[ri][1], e, same ? "bit-equal to" : "DIFFERS from");
+                    assert_true(e <= 1e-4); // NaN fails too
+                }
+                kvq_cuda_free(scr);
+            }
+            if (T >= 100) // with a window: the packed chunks pipelined, the window's by the fp16 kernels
+                for (int st = 3; st <= 4; st++) {
+                    kvq_gkv_set_tc(3);
+                    kvq_gkv_set_tc_pipe(st);
+                    attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-4);
+                }
+            if (si == 1 && ti == 0) { // a side 8 bytes off 16-byte alignment: the register-prefetch kernel
+                kvq_gkv_cache m = c;
+                m.k.data = (char *)m.k.data + 8;
+                kvq_gkv_set_tc(3);
+                kvq_gkv_set_tc_pipe(4);
+                assert_int_equal(kvq_gkv_tc_stages(&c), 4);
+                assert_int_equal(kvq_gkv_tc_stages(&m), 0);
+                assert_int_equal(kvq_gkv_tc_active(&m), 1);
+            }
+            free_side(&ks);
+            free_side(&vs);
+        }
+    }
+    fprintf(stderr, "test_cuda_kv: pipelined tensor-core kernels: %d of %d outputs differ from the register-prefetch kernels'; worst NMSE vs CPU %.2e: %s\n",
+            n_diff, n_cmp, worst, n_diff ? "FAIL" : "PASS");
+    kvq_gkv_set_tc(-1);
+    kvq_gkv_set_tc_pipe(-1);
+    assert_int_equal(n_diff, 0);
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(out), free(base), free(dflt), free(ref);
+}
+
 // A side's per-KV-head tables gathered from the states cs[0..n_kv) and uploaded, as the
 // runtime's backend does (kvq_gkv_side_tables); none for int, kivi, fp16.
 static void set_tables(kvq_gkv_side *s, kvq_kvcodec *const *cs, int n_kv) {
@@ -1348,11 +1442,12 @@ static int dev_equal(const void *a, const void *b, size_t n) {
 static void test_step_graph(void **state) {
     if (!have_gpu()) { skip(); return; }
     enum { B = 2, NKV = 2, H = NKV * KVQ_GKV_GROUP, CAP = 352, NSTEP = 300 };
-    const struct { const char *spec; int window, tc, knobs; } cs_[] = {
-        {"int:4", 0, -1, 0}, {"int:4", 5, 0, 0}, {"int:2", 40, -1, 0}, {"int:3", 5, 0, 0}, {"int:4", 5, 0, 1}, {"kivi:2", 0, -1, 0},
-        {"kivi:4", 40, -1, 0}, {"kivi:3", 5, 0, 0}, {"kivi:2", 5, 0, 1}, {"fp16", 5, 0, 0}, {"turboquant:3", 0, 0, 0},
-        {"qturbo:2", 40, 0, 0}, {"turboquant-prod:3", 5, 0, 0}, {"octopus:3", 0, 0, 0}, {"octopus:2:qjl", 40, 0, 0},
-        {"hqkv:e8:3:dither", 5, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0}, {"hqmq:s24:r3", 5, 0, 0},
+    const struct { const char *spec; int window, tc, knobs, pipe; } cs_[] = {
+        {"int:4", 0, -1, 0, 0}, {"int:4", 5, 0, 0, 0}, {"int:2", 40, -1, 0, 0}, {"int:3", 5, 0, 0, 0}, {"int:4", 5, 0, 1, 0}, {"kivi:2", 0, -1, 0, 0},
+        {"kivi:4", 40, -1, 0, 0}, {"kivi:3", 5, 0, 0, 0}, {"kivi:2", 5, 0, 1, 0}, {"fp16", 5, 0, 0, 0}, {"turboquant:3", 0, 0, 0, 0},
+        {"qturbo:2", 40, 0, 0, 0}, {"turboquant-prod:3", 5, 0, 0, 0}, {"octopus:3", 0, 0, 0, 0}, {"octopus:2:qjl", 40, 0, 0, 0},
+        {"hqkv:e8:3:dither", 5, 0, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0, 0}, {"hqmq:s24:r3", 5, 0, 0, 0},
+        {"int:4", 5, -1, 0, 4}, {"int:2", 0, -1, 0, 3}, {"kivi:2", 40, -1, 0, 4}, {"kivi:4", 0, -1, 0, 3}, // pipelined tensor-core kernels
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -1362,6 +1457,7 @@ static void test_step_graph(void **state) {
         const char *spec = cs_[si].spec;
         const int W = cs_[si].window, WCAP = W + 32 + 8;
         kvq_gkv_set_tc(cs_[si].tc);
+        kvq_gkv_set_tc_pipe(cs_[si].pipe);
         kvq_gkv_set_int8_query(cs_[si].knobs);
         kvq_gkv_set_half_values(cs_[si].knobs);
         uint64_t seed = 77 + si;
@@ -1423,8 +1519,9 @@ static void test_step_graph(void **state) {
         }
         same &= dev_equal(a.wk, g.wk, (size_t)B * NKV * WCAP * D * 2) && dev_equal(a.wv, g.wv, (size_t)B * NKV * WCAP * D * 2);
         const int ok = n_diff == 0 && n_count == 0 && same;
-        fprintf(stderr, "test_cuda_kv: step graph %-18s window %2d tc %2d%s: %d replays, %d outputs differ, %d count mismatches, caches %s: %s\n", spec,
-                W, cs_[si].tc, cs_[si].knobs ? " int8-q/half-v" : "", NSTEP, n_diff, n_count, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
+        fprintf(stderr, "test_cuda_kv: step graph %-18s window %2d tc %2d%s%s: %d replays, %d outputs differ, %d count mismatches, caches %s: %s\n", spec,
+                W, cs_[si].tc, cs_[si].knobs ? " int8-q/half-v" : "", cs_[si].pipe == 3 ? " pipe 3" : cs_[si].pipe == 4 ? " pipe 4" : "", NSTEP,
+                n_diff, n_count, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
         failed += !ok;
         kvq_cuda_graph_free(graph);
         step_cache_free(&a, ca, NKV);
@@ -1434,6 +1531,7 @@ static void test_step_graph(void **state) {
         free(X[0]), free(X[1]), free(Q);
     }
     kvq_gkv_set_tc(-1);
+    kvq_gkv_set_tc_pipe(-1);
     kvq_gkv_set_int8_query(0);
     kvq_gkv_set_half_values(0);
     assert_int_equal(failed, 0);
@@ -1634,7 +1732,11 @@ int main(void) {
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
+                                       cmocka_unit_test(test_attend_tc_pipe),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph)};
+    // KVQ_TEST_FILTER="test_attend_tc*": only the tests matching the pattern (cmocka's * and ?), for a short device call
+    const char *f = getenv("KVQ_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
