@@ -13,6 +13,7 @@
 #  3. cuda_kv_sdpa.py at batch 1 (if torch imports);
 #  4. NCU=1 (default, if ncu is there): Nsight Compute of int:4 tc2 and int:4 pipe4 at 32k (DRAM
 #     throughput, occupancy, stalls: is the pipelined kernel still latency-bound?).
+# Worst case (every step at its timeout) 110·2 + 60·2 + 60 + 30·2 s + unpacking: < 8 min; expected ~3 min.
 # Ratios × SDPA are for the reader: ours (graph) / SDPA (graph) at the same T_kv.
 # usage (dev box): BINS="test_cuda_kv cuda_kv_attn cuda_hqx" bash tests/bench/gpu_bundle.sh
 #        (device, one call, carry [".cu"]): bash tests/bench/gpu_kv_pipe_ab.sh
@@ -21,7 +22,7 @@ TESTS= . tests/bench/gpu_env.sh # unpacks .cu, prints the GPU and its copy bandw
 L=${OUT:-/tmp}
 Ts=${TS:-1024 4096 16384 32768}
 for f in "test_attend_tc*" test_step_graph; do
-  KVQ_TEST_FILTER="$f" timeout ${TEST_S:-150} $B/test_cuda_kv > "$L/test_cuda_kv.${f%\*}.log" 2>&1; echo "== test_cuda_kv $f rc $? $(el)"
+  KVQ_TEST_FILTER="$f" timeout ${TEST_S:-110} $B/test_cuda_kv > "$L/test_cuda_kv.${f%\*}.log" 2>&1; echo "== test_cuda_kv $f rc $? $(el)"
   grep -E '^\[ +(OK|FAILED|SKIPPED|ERROR) +\] test_|^\[  (PASSED|FAILED) ' "$L/test_cuda_kv.${f%\*}.log" | sort -u
 done
 grep -hE 'pipelined tensor-core kernels:|DIFFERS|step graph .*pipe' $L/test_cuda_kv.test_*.log | head -12
@@ -33,16 +34,16 @@ echo "== tests done $(el)"
 ONLY="int:4 tc2,int:4 pipe3,int:4 pipe4,int:2 tc2,int:2 pipe3,int:2 pipe4,kivi:4 tc2,kivi:4 pipe3,kivi:4 pipe4,kivi:2 tc2,kivi:2 pipe3,kivi:2 pipe4"
 for r in $(seq 1 ${REPS:-2}); do # CUDA_KV_ONLY matches by substring: "int:4 tc2" also selects "int:4 tc" and "int:4"
   echo "pass $r:"
-  CUDA_KV_BATCH=1 CUDA_KV_ONLY="$ONLY" timeout ${BENCH_S:-100} $B/cuda_kv_attn $Ts 2>&1 | grep -v '^| encoder\|^|---|---|---|$\|^| [a-z:0-9]* | [0-9.e+]* | [0-9.]* |$'
+  CUDA_KV_BATCH=1 CUDA_KV_ONLY="$ONLY" timeout ${BENCH_S:-60} $B/cuda_kv_attn $Ts 2>&1 | grep -v '^| encoder\|^|---|---|---|$\|^| [a-z:0-9]* | [0-9.e+]* | [0-9.]* |$'
   echo "== bench pass $r done $(el)"
 done
-python3 -c 'import torch' 2>/dev/null && SDPA_BATCH=1 timeout ${SDPA_S:-90} python3 tests/bench/cuda_kv_sdpa.py $Ts
+python3 -c 'import torch' 2>/dev/null && SDPA_BATCH=1 timeout ${SDPA_S:-60} python3 tests/bench/cuda_kv_sdpa.py $Ts
 echo "== sdpa done $(el)"
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   # mangled names: attn_tc<KIND 2 = int, B 4, TS 1, PF, ST> (variant 2 = PF 2, ST 0; pipe4 = PF 0, ST 4)
   for r in "int:4 tc2|attn_tcILi2ELi4ELi1ELi2ELi0E" "int:4 pipe4|attn_tcILi2ELi4ELi1ELi0ELi4E"; do
     echo "ncu: ${r%%|*} at 32k"
-    CUDA_KV_BATCH=1 CUDA_KV_ONLY="${r%%|*}" timeout ${NCU_S:-40} ncu --kernel-name-base mangled -k "regex:${r##*|}" --launch-count 1 \
+    CUDA_KV_BATCH=1 CUDA_KV_ONLY="${r%%|*}" timeout ${NCU_S:-30} ncu --kernel-name-base mangled -k "regex:${r##*|}" --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats $B/cuda_kv_attn 32768 2>&1 |
       grep -E 'attn_tc|Duration|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Shared Memory Config|Block Limit|Stall|Warp Cycles' | head -16
   done
