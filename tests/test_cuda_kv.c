@@ -1731,11 +1731,105 @@ static void test_tc_emulated(void **state) {
         }
 }
 
+// The pipelined kernels' copies and reads (kernels/cuda/kv_tc.h: kvq_tc_copy, kvq_tc_rd_*, the
+// functions the kernel calls), run on the host: a warp's 32 lanes copy a tile into a stage
+// prefilled with garbage (16-byte pieces, source bytes then zeros, as cp.async with a source
+// size), then every lane reads its fragment; it must equal what load_tile (the register kernels)
+// reads from the region: the codes and scales of positions < t1, zeros past t1, KIVI's key group
+// with a group's first tile. Also: the copies are 16-byte aligned, stay inside the region and the
+// stage, and never write a byte twice; the fragment reads of a warp hit distinct banks (4-byte
+// words; keys' 8-byte reads per half warp). int and KIVI at 2 and 4 bits, tiles ending at every
+// position of the tile and past it.
+static void test_tc_pipe_emulated(void **state) {
+    (void)state;
+    enum { CAPP = 96 };
+    uint64_t seed = 9;
+    int checked = 0;
+    for (int kivi = 0; kivi < 2; kivi++)
+        for (int bits = 2; bits <= 4; bits += 2) {
+            const int RB = 16 * bits, SB = kvq_tc_stage_bytes(kivi, bits);
+            const size_t kside = (size_t)CAPP * RB, vside = kside; // codes first, then the side data (16-aligned)
+            const size_t kreg = kside + (kivi ? (size_t)(CAPP / 32) * 512 : (size_t)CAPP * 2), vreg = vside + (kivi ? (size_t)CAPP * 16 : (size_t)CAPP * 2);
+            uint8_t *K = malloc(kreg), *V = malloc(vreg), *st = malloc(SB), *wr = malloc(SB);
+            for (size_t i = 0; i < kreg; i++) K[i] = (uint8_t)(rng_next(&seed) >> 24);
+            for (size_t i = 0; i < vreg; i++) V[i] = (uint8_t)(rng_next(&seed) >> 24);
+            assert_int_equal(SB % 16, 0);
+            for (int tb = 0; tb < CAPP; tb += 16)
+                for (int t1 = tb + 1; t1 <= tb + 20 && t1 <= CAPP; t1++) {
+                    memset(st, 0xA5, SB), memset(wr, 0, SB);
+                    for (int lane = 0; lane < 32; lane++)
+                        for (int j = 0; j < kvq_tc_ncopy(bits); j++) {
+                            int dst, sd, n;
+                            size_t off;
+                            if (!kvq_tc_copy(kivi, bits, lane, j, tb, t1, kside, vside, &dst, &sd, &off, &n)) continue;
+                            assert_true(dst % 16 == 0 && off % 16 == 0 && dst >= 0 && dst + 16 <= SB && n >= 0 && n <= 16);
+                            assert_true(off + 16 <= (sd ? vreg : kreg));
+                            for (int e = 0; e < 16; e++) {
+                                assert_int_equal(wr[dst + e], 0); // no byte written twice
+                                wr[dst + e] = 1;
+                                st[dst + e] = e < n ? (sd ? V : K)[off + e] : 0;
+                            }
+                        }
+                    // load_tile's values from the region (kernels/cuda/kv_attn_tc.cu), lane by lane
+                    for (int lane = 0; lane < 32; lane++) {
+                        const int g = lane >> 2, t = lane & 3;
+                        for (int r = 0; r < 2; r++) {
+                            const int pos = tb + g + 8 * r, ok = pos < t1;
+                            for (int pl = 0; pl < bits / 2; pl++)
+                                for (int e = 0; e < 8; e++)
+                                    assert_int_equal(st[kvq_tc_rd_k(bits, g, t, r, pl) + e], ok ? K[(size_t)pos * RB + pl * 32 + 8 * t + e] : 0);
+                            if (!kivi)
+                                for (int e = 0; e < 2; e++) assert_int_equal(st[kvq_tc_rd_ks(bits, g, r) + e], ok ? K[kside + 2 * (size_t)pos + e] : 0);
+                        }
+                        for (int r = 0; r < 4; r++) {
+                            const int pos = tb + kvq_tc_vrow(t, r), ok = pos < t1;
+                            for (int pl = 0; pl < bits / 2; pl++)
+                                for (int e = 0; e < 4; e++)
+                                    assert_int_equal(st[kvq_tc_rd_v(bits, g, t, r, pl) + e], ok ? V[(size_t)pos * RB + pl * 32 + 4 * g + e] : 0);
+                            const int ns = kivi ? 4 : 2;
+                            for (int e = 0; e < ns; e++)
+                                assert_int_equal(st[kvq_tc_rd_vs(kivi, bits, g, t, r) + e],
+                                                 !ok ? 0 : kivi ? V[vside + ((size_t)pos * 4 + (g >> 1)) * 4 + e] : V[vside + 2 * (size_t)pos + e]);
+                        }
+                        if (kivi && tb % 32 == 0)
+                            for (int e = 0; e < 16; e++) assert_int_equal(st[kvq_tc_rd_kz(bits) + 16 * lane + e], K[kside + (size_t)(tb / 32) * 512 + 16 * lane + e]);
+                    }
+                    checked++;
+                }
+            // banks: a warp's value reads (4 bytes a lane) and each half warp's key reads (8 bytes) touch distinct words per bank
+            for (int r = 0; r < 4; r++)
+                for (int pl = 0; pl < bits / 2; pl++) {
+                    int word[32];
+                    for (int b = 0; b < 32; b++) word[b] = -1;
+                    for (int lane = 0; lane < 32; lane++) {
+                        const int w = kvq_tc_rd_v(bits, lane >> 2, lane & 3, r, pl) / 4;
+                        assert_true(word[w % 32] < 0 || word[w % 32] == w);
+                        word[w % 32] = w;
+                    }
+                }
+            for (int r = 0; r < 2; r++)
+                for (int pl = 0; pl < bits / 2; pl++)
+                    for (int h = 0; h < 2; h++) {
+                        int word[32];
+                        for (int b = 0; b < 32; b++) word[b] = -1;
+                        for (int lane = 16 * h; lane < 16 * h + 16; lane++)
+                            for (int e = 0; e < 2; e++) {
+                                const int w = kvq_tc_rd_k(bits, lane >> 2, lane & 3, r, pl) / 4 + e;
+                                assert_true(word[w % 32] < 0 || word[w % 32] == w);
+                                word[w % 32] = w;
+                            }
+                    }
+            free(K), free(V), free(st), free(wr);
+        }
+    fprintf(stderr, "test_cuda_kv: pipelined stages emulated: %d (codec, tile, chunk end) copies and fragment reads equal load_tile's, conflict-free\n", checked);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
                                        cmocka_unit_test(test_enc_emulated), cmocka_unit_test(test_tables_of),
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated),
+                                       cmocka_unit_test(test_tc_pipe_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
                                        cmocka_unit_test(test_attend_tc_pipe),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),

@@ -108,20 +108,12 @@ __device__ __forceinline__ void load_tile(const kvq_tc_args &p, const uint8_t *k
         x.kz = __ldg((const uint4 *)(kreg + p.kside + (size_t)(tb / 32) * D * 4) + (threadIdx.x & 31));
 }
 
-// ---- the cp.async pipeline (ST > 0): a warp's ring of ST stages in shared memory, one tile a stage.
-// A stage (bytes; tc_stage_bytes): keys' codes (16 rows of RB bytes), values' codes (the same),
-// then int: the keys' 16 fp16 scales, the values' 16; KIVI: the values' (scale, zero) of the 16
-// positions' 4 channel groups (16 bytes a position), then the key group's (scale, zero) per
-// channel (512 bytes, copied with a group's first tile). The code rows are XOR-swizzled in
-// 32-byte units within each 128-byte line (tc_swz) so that the fragment reads below hit distinct
-// banks: keys (8 bytes a lane, rows g, g+8) and values (4 bytes a lane, rows 2t + c) alike.
+// ---- the cp.async pipeline (ST > 0): a warp's ring of ST stages in shared memory, one tile a
+// stage; the stage layout, the swizzle and each lane's copies and reads are kv_tc.h's
+// (kvq_tc_copy, kvq_tc_rd_*), which test_tc_pipe_emulated runs on the host against load_tile.
 template <int KIND, int B>
 __host__ __device__ constexpr int tc_stage_bytes() {
-    return 2 * 16 * (B / 2) * (D / 4) + (KIND == KVQ_GKV_INT ? 64 : 256 + 4 * D);
-}
-template <int B>
-__device__ __forceinline__ int tc_swz(int o) {
-    return o ^ ((o >> 2) & (B == 4 ? 0x60 : 0x20)); // 4 bits: line bits 0-1 into bits 5-6; 2 bits: line bit 0 into bit 5
+    return 2 * 16 * 16 * B + (KIND == KVQ_GKV_INT ? 64 : 256 + 4 * D);
 }
 // One 16-byte copy global → shared; n < 16 source bytes (0 allowed), the rest zero-filled.
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int n) {
@@ -133,50 +125,35 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// A lane's share of the copies of the tile at tb (chunk end t1) into stage st: rows past t1
-// (and int scales past t1) are zero-filled — what load_tile gives for them — and read nothing;
-// kz: KIVI's key group, copied with a group's first tile.
+// A lane's share of the copies of the tile at tb (chunk end t1) into stage st (kvq_tc_copy: rows
+// and int scales past t1 zero-filled, reading nothing; KIVI's key group with its first tile).
 template <int KIND, int B>
 __device__ __forceinline__ void issue_tile(const kvq_tc_args &p, const uint8_t *kreg, const uint8_t *vreg, int tb, int t1, int lane,
                                            uint8_t *st) {
-    constexpr int RB = B / 2 * (D / 4), KC = 16 * RB;
 #pragma unroll
-    for (int j = 0; j < KC / 16 / 32; j++) {
-        const int o = 16 * (lane + 32 * j), n = tb + o / RB < t1 ? 16 : 0;
-        const size_t src = (size_t)tb * RB + o;
-        cp_async16(st + tc_swz<B>(o), kreg + src, n);
-        cp_async16(st + KC + tc_swz<B>(o), vreg + src, n);
-    }
-    if (KIND == KVQ_GKV_INT) {
-        if (lane < 4) { // lanes 0, 1: the keys' scales of positions tb + 8·lane..; 2, 3: the values'
-            const int h = lane & 1, n = min(16, max(0, 2 * (t1 - (tb + 8 * h))));
-            const uint8_t *src = (lane < 2 ? kreg + p.kside : vreg + p.vside) + 2 * (size_t)(tb + 8 * h);
-            cp_async16(st + 2 * KC + 16 * lane, src, n);
-        }
-    } else {
-        if (lane < 16) cp_async16(st + 2 * KC + 16 * lane, vreg + p.vside + (size_t)(tb + lane) * (D / 32) * 4, tb + lane < t1 ? 16 : 0);
-        if (tb % 32 == 0) // stored keys come in whole groups: the group is there
-            cp_async16(st + 2 * KC + 256 + 16 * lane, kreg + p.kside + (size_t)(tb / 32) * D * 4 + 16 * lane, 16);
+    for (int j = 0; j < kvq_tc_ncopy(B); j++) {
+        int dst, sd, n;
+        size_t off;
+        if (kvq_tc_copy(KIND == KVQ_GKV_KIVI, B, lane, j, tb, t1, p.kside, p.vside, &dst, &sd, &off, &n))
+            cp_async16(st + dst, (sd ? vreg : kreg) + off, n);
     }
 }
 // The lane's fragment of the tile in stage st, as load_tile reads it from global memory (kz
 // not: the KIVI group's scales are read from the stage where they are used).
 template <int KIND, int B>
 __device__ __forceinline__ void read_stage(const uint8_t *st, int g, int t, tile_t<B> &x) {
-    constexpr int RB = B / 2 * (D / 4), KC = 16 * RB;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
 #pragma unroll
-        for (int pl = 0; pl < B / 2; pl++) x.k[r][pl] = *(const uint2 *)(st + tc_swz<B>((g + 8 * r) * RB + pl * (D / 4) + 8 * t));
-        if (KIND == KVQ_GKV_INT) x.ks[r] = *(const unsigned short *)(st + 2 * KC + 2 * (g + 8 * r));
+        for (int pl = 0; pl < B / 2; pl++) x.k[r][pl] = *(const uint2 *)(st + kvq_tc_rd_k(B, g, t, r, pl));
+        if (KIND == KVQ_GKV_INT) x.ks[r] = *(const unsigned short *)(st + kvq_tc_rd_ks(B, g, r));
     }
 #pragma unroll
     for (int r = 0; r < 4; r++) {
-        const int row = 2 * t + (r & 1) + 8 * (r >> 1);
 #pragma unroll
-        for (int pl = 0; pl < B / 2; pl++) x.v[r][pl] = *(const uint32_t *)(st + KC + tc_swz<B>(row * RB + pl * (D / 4) + 4 * g));
-        if (KIND == KVQ_GKV_INT) x.vs[r] = *(const unsigned short *)(st + 2 * KC + 32 + 2 * row);
-        else x.vs[r] = *(const uint32_t *)(st + 2 * KC + (row * (D / 32) + (g >> 1)) * 4);
+        for (int pl = 0; pl < B / 2; pl++) x.v[r][pl] = *(const uint32_t *)(st + kvq_tc_rd_v(B, g, t, r, pl));
+        if (KIND == KVQ_GKV_INT) x.vs[r] = *(const unsigned short *)(st + kvq_tc_rd_vs(0, B, g, t, r));
+        else x.vs[r] = *(const uint32_t *)(st + kvq_tc_rd_vs(1, B, g, t, r));
     }
 }
 
@@ -193,6 +170,7 @@ __global__ void __launch_bounds__(TNT, ST ? 4 : PF == 1 ? 4 : 3) attn_tc(kvq_tc_
     static_assert(ST ? PF == 0 && ST >= 3 && ST <= 4 : PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles, or 3-4 stages");
     constexpr bool TWO = !(B == 4 && PF == 1); // where the registers allow it (int:4 variant 1 would spill)
     constexpr int SB = tc_stage_bytes<KIND, B>(), RED = (int)sizeof(float) * G * D;
+    static_assert(SB % 16 == 0, "16-byte copies");
     // red: the warps' Σ p·V at the end; with ST its rows also hold the warps' rings (used before red is)
     constexpr int NRED = ST ? (ST * TNW * SB + RED - 1) / RED : TNW;
     static_assert(NRED >= TNW && (size_t)NRED * RED + sizeof(float) * (G * D + 2 * TNW * G) + (KIVI && !ST ? 4 * TNW * D : 4) <= 48 * 1024,
@@ -276,7 +254,7 @@ __global__ void __launch_bounds__(TNT, ST ? 4 : PF == 1 ? 4 : 3) attn_tc(kvq_tc_
         } else if (tile_of(k + PF) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(k + PF), t1, g, t, PF == 1 ? x1 : x2);
         if constexpr (KIVI) {
             if (ti % 2 == 0) { // a new key group: q ⊙ s and Σ q·z
-                const uint32_t *kzw = ST ? (const uint32_t *)(stage + 2 * 16 * (B / 2) * (D / 4) + 256) : kzs[warp];
+                const uint32_t *kzw = ST ? (const uint32_t *)(stage + kvq_tc_rd_kz(B)) : kzs[warp];
                 if (!ST) {
                     __syncwarp();
                     *(uint4 *)&kzs[warp][4 * lane] = x.kz;
