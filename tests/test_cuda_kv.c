@@ -1019,6 +1019,105 @@ static void test_attend_tc(void **state) {
     free(K), free(V), free(q), free(out), free(ref);
 }
 
+// The cp.async-pipelined tensor-core kernels (kvq_gkv_set_tc_pipe 3 and 4 stages) against the
+// register-prefetch ones on the same caches: bit-identical outputs (the same arithmetic on the same
+// values: variant 2's, which for 2-bit keys is variant 1's too, so the default's for all four
+// codecs) at the same chunks, and against the CPU decode-then-attend within test_attend_tc's NMSE
+// ≤ 1e-4. Contexts that are and are not multiples of the 16-position tile (KIVI: whole key
+// groups), chunks 32, 64, 1024 (one chunk, several tiles a warp: the ring wraps) and the pipelined
+// kernel's automatic chunk given to all (the automatic choice depends on the kernel's occupancy:
+// 4 blocks an SM pipelined, 3 for variant 2, so left automatic the chunks — and the summation
+// order — differ; the window runs below use it so, by NMSE), B = 2 sequences × 3 KV heads
+// (12 query heads, GQA 4), then with a 40-position fp16 window; a region that is not 16-byte
+// aligned falls back to the register-prefetch kernel.
+static void test_attend_tc_pipe(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 3, H = NKV * KVQ_GKV_GROUP, CAP = 1088 };
+    const int Ti[] = {1, 15, 16, 33, 100, 512, 1000, 1088}, Tk[] = {32, 64, 96, 480, 1024, 1088};
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t NO = (size_t)B * H * D;
+    uint64_t seed = 2020;
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
+    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
+    float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO), *dflt = malloc(sizeof(float) * NO);
+    double *ref = malloc(sizeof(double) * NO), worst = 0;
+    const char *specs[] = {"int:2", "int:4", "kivi:2", "kivi:4"};
+    int n_cmp = 0, n_diff = 0;
+    for (int si = 0; si < 4; si++) {
+        const int kivi = si >= 2, nT = kivi ? (int)(sizeof Tk / sizeof *Tk) : (int)(sizeof Ti / sizeof *Ti);
+        for (int ti = 0; ti < nT; ti++) {
+            const int T = kivi ? Tk[ti] : Ti[ti];
+            tokens(K, B * NKV * T, &seed);
+            tokens(V, B * NKV * T, &seed);
+            for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
+            tside ks, vs;
+            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
+            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
+            ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            kvq_gkv_set_tc(3);
+            kvq_gkv_set_tc_pipe(4);
+            const int chunks[] = {32, 64, 1024, kvq_gkv_auto_chunk(&c)};
+            for (int ci = 0; ci < 4; ci++) {
+                const int ch = chunks[ci];
+                void *scr;
+                assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+                // variant 2 and the default (3: variant 2 for 4-bit keys, 1 for 2-bit), register prefetch; then 3 and 4 stages
+                const int runs[][2] = {{2, 0}, {3, 0}, {2, 3}, {2, 4}, {1, 3}};
+                for (int ri = 0; ri < 5; ri++) {
+                    kvq_gkv_set_tc(runs[ri][0]);
+                    kvq_gkv_set_tc_pipe(runs[ri][1]);
+                    assert_int_equal(kvq_gkv_tc_active(&c), 1);
+                    assert_int_equal(kvq_gkv_tc_stages(&c), runs[ri][1]);
+                    assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
+                    kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+                    if (st) fprintf(stderr, "attend: %s\n", err.msg);
+                    assert_int_equal(st, KVQ_OK);
+                    assert_int_equal(kvq_cuda_copy(ri == 0 ? base : ri == 1 ? dflt : out, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                    if (ri < 2) continue;
+                    const double e = nmse(out, ref, NO);
+                    const int same = !memcmp(out, base, sizeof(float) * NO) && !memcmp(out, dflt, sizeof(float) * NO);
+                    n_cmp++, n_diff += !same;
+                    if (e > worst) worst = e;
+                    if (!same || e > 1e-4 || ci == 3)
+                        fprintf(stderr, "test_cuda_kv: attend %-6s T %4d chunk %4d pipelined %d stages: NMSE vs CPU decode-then-attend %.2e, %s the register-prefetch kernels'\n",
+                                specs[si], T, ch, runs[ri][1], e, same ? "bit-equal to" : "DIFFERS from");
+                    assert_true(e <= 1e-4); // NaN fails too
+                }
+                kvq_cuda_free(scr);
+            }
+            if (T >= 100) // with a window: the packed chunks pipelined, the window's by the fp16 kernels
+                for (int st = 3; st <= 4; st++) {
+                    kvq_gkv_set_tc(3);
+                    kvq_gkv_set_tc_pipe(st);
+                    attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-4);
+                }
+            if (si == 1 && ti == 0) { // a side 8 bytes off 16-byte alignment: the register-prefetch kernel
+                kvq_gkv_cache m = c;
+                m.k.data = (char *)m.k.data + 8;
+                kvq_gkv_set_tc(3);
+                kvq_gkv_set_tc_pipe(4);
+                assert_int_equal(kvq_gkv_tc_stages(&c), 4);
+                assert_int_equal(kvq_gkv_tc_stages(&m), 0);
+                assert_int_equal(kvq_gkv_tc_active(&m), 1);
+            }
+            free_side(&ks);
+            free_side(&vs);
+        }
+    }
+    fprintf(stderr, "test_cuda_kv: pipelined tensor-core kernels: %d of %d outputs differ from the register-prefetch kernels'; worst NMSE vs CPU %.2e: %s\n",
+            n_diff, n_cmp, worst, n_diff ? "FAIL" : "PASS");
+    kvq_gkv_set_tc(-1);
+    kvq_gkv_set_tc_pipe(-1);
+    assert_int_equal(n_diff, 0);
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(out), free(base), free(dflt), free(ref);
+}
+
 // A side's per-KV-head tables gathered from the states cs[0..n_kv) and uploaded, as the
 // runtime's backend does (kvq_gkv_side_tables); none for int, kivi, fp16.
 static void set_tables(kvq_gkv_side *s, kvq_kvcodec *const *cs, int n_kv) {
@@ -1348,11 +1447,12 @@ static int dev_equal(const void *a, const void *b, size_t n) {
 static void test_step_graph(void **state) {
     if (!have_gpu()) { skip(); return; }
     enum { B = 2, NKV = 2, H = NKV * KVQ_GKV_GROUP, CAP = 352, NSTEP = 300 };
-    const struct { const char *spec; int window, tc, knobs; } cs_[] = {
-        {"int:4", 0, -1, 0}, {"int:4", 5, 0, 0}, {"int:2", 40, -1, 0}, {"int:3", 5, 0, 0}, {"int:4", 5, 0, 1}, {"kivi:2", 0, -1, 0},
-        {"kivi:4", 40, -1, 0}, {"kivi:3", 5, 0, 0}, {"kivi:2", 5, 0, 1}, {"fp16", 5, 0, 0}, {"turboquant:3", 0, 0, 0},
-        {"qturbo:2", 40, 0, 0}, {"turboquant-prod:3", 5, 0, 0}, {"octopus:3", 0, 0, 0}, {"octopus:2:qjl", 40, 0, 0},
-        {"hqkv:e8:3:dither", 5, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0}, {"hqmq:s24:r3", 5, 0, 0},
+    const struct { const char *spec; int window, tc, knobs, pipe; } cs_[] = {
+        {"int:4", 0, -1, 0, 0}, {"int:4", 5, 0, 0, 0}, {"int:2", 40, -1, 0, 0}, {"int:3", 5, 0, 0, 0}, {"int:4", 5, 0, 1, 0}, {"kivi:2", 0, -1, 0, 0},
+        {"kivi:4", 40, -1, 0, 0}, {"kivi:3", 5, 0, 0, 0}, {"kivi:2", 5, 0, 1, 0}, {"fp16", 5, 0, 0, 0}, {"turboquant:3", 0, 0, 0, 0},
+        {"qturbo:2", 40, 0, 0, 0}, {"turboquant-prod:3", 5, 0, 0, 0}, {"octopus:3", 0, 0, 0, 0}, {"octopus:2:qjl", 40, 0, 0, 0},
+        {"hqkv:e8:3:dither", 5, 0, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0, 0}, {"hqmq:s24:r3", 5, 0, 0, 0},
+        {"int:4", 5, -1, 0, 4}, {"int:2", 0, -1, 0, 3}, {"kivi:2", 40, -1, 0, 4}, {"kivi:4", 0, -1, 0, 3}, // pipelined tensor-core kernels
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -1362,6 +1462,7 @@ static void test_step_graph(void **state) {
         const char *spec = cs_[si].spec;
         const int W = cs_[si].window, WCAP = W + 32 + 8;
         kvq_gkv_set_tc(cs_[si].tc);
+        kvq_gkv_set_tc_pipe(cs_[si].pipe);
         kvq_gkv_set_int8_query(cs_[si].knobs);
         kvq_gkv_set_half_values(cs_[si].knobs);
         uint64_t seed = 77 + si;
@@ -1423,8 +1524,9 @@ static void test_step_graph(void **state) {
         }
         same &= dev_equal(a.wk, g.wk, (size_t)B * NKV * WCAP * D * 2) && dev_equal(a.wv, g.wv, (size_t)B * NKV * WCAP * D * 2);
         const int ok = n_diff == 0 && n_count == 0 && same;
-        fprintf(stderr, "test_cuda_kv: step graph %-18s window %2d tc %2d%s: %d replays, %d outputs differ, %d count mismatches, caches %s: %s\n", spec,
-                W, cs_[si].tc, cs_[si].knobs ? " int8-q/half-v" : "", NSTEP, n_diff, n_count, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
+        fprintf(stderr, "test_cuda_kv: step graph %-18s window %2d tc %2d%s%s: %d replays, %d outputs differ, %d count mismatches, caches %s: %s\n", spec,
+                W, cs_[si].tc, cs_[si].knobs ? " int8-q/half-v" : "", cs_[si].pipe == 3 ? " pipe 3" : cs_[si].pipe == 4 ? " pipe 4" : "", NSTEP,
+                n_diff, n_count, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
         failed += !ok;
         kvq_cuda_graph_free(graph);
         step_cache_free(&a, ca, NKV);
@@ -1434,6 +1536,7 @@ static void test_step_graph(void **state) {
         free(X[0]), free(X[1]), free(Q);
     }
     kvq_gkv_set_tc(-1);
+    kvq_gkv_set_tc_pipe(-1);
     kvq_gkv_set_int8_query(0);
     kvq_gkv_set_half_values(0);
     assert_int_equal(failed, 0);
@@ -1628,13 +1731,111 @@ static void test_tc_emulated(void **state) {
         }
 }
 
+// The pipelined kernels' copies and reads (kernels/cuda/kv_tc.h: kvq_tc_copy, kvq_tc_rd_*, the
+// functions the kernel calls), run on the host: a warp's 32 lanes copy a tile into a stage
+// prefilled with garbage (16-byte pieces, source bytes then zeros, as cp.async with a source
+// size), then every lane reads its fragment; it must equal what load_tile (the register kernels)
+// reads from the region: the codes and scales of positions < t1, zeros past t1, KIVI's key group
+// with a group's first tile. Also: the copies are 16-byte aligned, stay inside the region and the
+// stage, and never write a byte twice; the fragment reads of a warp hit distinct banks (4-byte
+// words; keys' 8-byte reads per half warp). int and KIVI at 2 and 4 bits, tiles ending at every
+// position of the tile and past it.
+static void test_tc_pipe_emulated(void **state) {
+    (void)state;
+    enum { CAPP = 96 };
+    uint64_t seed = 9;
+    int checked = 0;
+    for (int kivi = 0; kivi < 2; kivi++)
+        for (int bits = 2; bits <= 4; bits += 2) {
+            const int RB = 16 * bits, SB = kvq_tc_stage_bytes(kivi, bits);
+            const size_t kside = (size_t)CAPP * RB, vside = kside; // codes first, then the side data (16-aligned)
+            const size_t kreg = kside + (kivi ? (size_t)(CAPP / 32) * 512 : (size_t)CAPP * 2), vreg = vside + (kivi ? (size_t)CAPP * 16 : (size_t)CAPP * 2);
+            uint8_t *K = malloc(kreg), *V = malloc(vreg), *st = malloc(SB), *wr = malloc(SB);
+            for (size_t i = 0; i < kreg; i++) K[i] = (uint8_t)(rng_next(&seed) >> 24);
+            for (size_t i = 0; i < vreg; i++) V[i] = (uint8_t)(rng_next(&seed) >> 24);
+            assert_int_equal(SB % 16, 0);
+            for (int tb = 0; tb < CAPP; tb += 16)
+                for (int t1 = tb + 1; t1 <= tb + 20 && t1 <= CAPP; t1++) {
+                    memset(st, 0xA5, SB), memset(wr, 0, SB);
+                    for (int lane = 0; lane < 32; lane++)
+                        for (int j = 0; j < kvq_tc_ncopy(bits); j++) {
+                            int dst, sd, n;
+                            size_t off;
+                            if (!kvq_tc_copy(kivi, bits, lane, j, tb, t1, kside, vside, &dst, &sd, &off, &n)) continue;
+                            assert_true(dst % 16 == 0 && off % 16 == 0 && dst >= 0 && dst + 16 <= SB && n >= 0 && n <= 16);
+                            assert_true(off + 16 <= (sd ? vreg : kreg));
+                            for (int e = 0; e < 16; e++) {
+                                assert_int_equal(wr[dst + e], 0); // no byte written twice
+                                wr[dst + e] = 1;
+                                st[dst + e] = e < n ? (sd ? V : K)[off + e] : 0;
+                            }
+                        }
+                    // load_tile's values from the region (kernels/cuda/kv_attn_tc.cu), lane by lane
+                    for (int lane = 0; lane < 32; lane++) {
+                        const int g = lane >> 2, t = lane & 3;
+                        for (int r = 0; r < 2; r++) {
+                            const int pos = tb + g + 8 * r, ok = pos < t1;
+                            for (int pl = 0; pl < bits / 2; pl++)
+                                for (int e = 0; e < 8; e++)
+                                    assert_int_equal(st[kvq_tc_rd_k(bits, g, t, r, pl) + e], ok ? K[(size_t)pos * RB + pl * 32 + 8 * t + e] : 0);
+                            if (!kivi)
+                                for (int e = 0; e < 2; e++) assert_int_equal(st[kvq_tc_rd_ks(bits, g, r) + e], ok ? K[kside + 2 * (size_t)pos + e] : 0);
+                        }
+                        for (int r = 0; r < 4; r++) {
+                            const int pos = tb + kvq_tc_vrow(t, r), ok = pos < t1;
+                            for (int pl = 0; pl < bits / 2; pl++)
+                                for (int e = 0; e < 4; e++)
+                                    assert_int_equal(st[kvq_tc_rd_v(bits, g, t, r, pl) + e], ok ? V[(size_t)pos * RB + pl * 32 + 4 * g + e] : 0);
+                            const int ns = kivi ? 4 : 2;
+                            for (int e = 0; e < ns; e++)
+                                assert_int_equal(st[kvq_tc_rd_vs(kivi, bits, g, t, r) + e],
+                                                 !ok ? 0 : kivi ? V[vside + ((size_t)pos * 4 + (g >> 1)) * 4 + e] : V[vside + 2 * (size_t)pos + e]);
+                        }
+                        if (kivi && tb % 32 == 0)
+                            for (int e = 0; e < 16; e++) assert_int_equal(st[kvq_tc_rd_kz(bits) + 16 * lane + e], K[kside + (size_t)(tb / 32) * 512 + 16 * lane + e]);
+                    }
+                    checked++;
+                }
+            // banks: a warp's value reads (4 bytes a lane) and each half warp's key reads (8 bytes) touch distinct words per bank
+            for (int r = 0; r < 4; r++)
+                for (int pl = 0; pl < bits / 2; pl++) {
+                    int word[32];
+                    for (int b = 0; b < 32; b++) word[b] = -1;
+                    for (int lane = 0; lane < 32; lane++) {
+                        const int w = kvq_tc_rd_v(bits, lane >> 2, lane & 3, r, pl) / 4;
+                        assert_true(word[w % 32] < 0 || word[w % 32] == w);
+                        word[w % 32] = w;
+                    }
+                }
+            for (int r = 0; r < 2; r++)
+                for (int pl = 0; pl < bits / 2; pl++)
+                    for (int h = 0; h < 2; h++) {
+                        int word[32];
+                        for (int b = 0; b < 32; b++) word[b] = -1;
+                        for (int lane = 16 * h; lane < 16 * h + 16; lane++)
+                            for (int e = 0; e < 2; e++) {
+                                const int w = kvq_tc_rd_k(bits, lane >> 2, lane & 3, r, pl) / 4 + e;
+                                assert_true(word[w % 32] < 0 || word[w % 32] == w);
+                                word[w % 32] = w;
+                            }
+                    }
+            free(K), free(V), free(st), free(wr);
+        }
+    fprintf(stderr, "test_cuda_kv: pipelined stages emulated: %d (codec, tile, chunk end) copies and fragment reads equal load_tile's, conflict-free\n", checked);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
                                        cmocka_unit_test(test_enc_emulated), cmocka_unit_test(test_tables_of),
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated),
+                                       cmocka_unit_test(test_tc_pipe_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
+                                       cmocka_unit_test(test_attend_tc_pipe),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph)};
+    // KVQ_TEST_FILTER="test_attend_tc*": only the tests matching the pattern (cmocka's * and ?), for a short device call
+    const char *f = getenv("KVQ_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

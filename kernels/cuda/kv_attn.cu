@@ -822,23 +822,37 @@ static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
 
 typedef void (*split_fn)(attn_p);
 
-static int g_q8 = 0, g_vh = 0, g_tc = -1;
+static int g_q8 = 0, g_vh = 0, g_tc = -1, g_pipe = -1;
 extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
 extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
 extern "C" void kvq_gkv_set_tc(int on) { g_tc = on < 0 ? -1 : on > 3 ? 3 : on; }
+extern "C" void kvq_gkv_set_tc_pipe(int stages) { g_pipe = stages < 0 ? -1 : stages == 3 || stages == 4 ? stages : 0; }
+// The cp.async stages of the tensor-core kernel: g_pipe, or KVQ_CUDA_KV_PIPE=0|3|4 (read once;
+// default 0, the register-prefetch variants), and 0 where a side's regions are not 16-byte
+// aligned (the 16-byte copies; cudaMalloc'd regions always are).
+static int tc_stages(const kvq_gkv_cache *c) {
+    if (g_pipe < 0) {
+        const char *e = getenv("KVQ_CUDA_KV_PIPE");
+        g_pipe = e && (!strcmp(e, "3") || !strcmp(e, "4")) ? *e - '0' : 0;
+    }
+    if (((uintptr_t)c->k.data | (uintptr_t)c->v.data) & 15) return 0;
+    return g_pipe;
+}
 // The tensor-core kernel for the packed chunks of this cache, when on and built for its kinds;
 // NULL otherwise. g_tc: 0 off, 1 or 2 that variant, 3 (the default since the H100 run of
 // 2026-11-26, docs/RESULTS.md) the faster variant per width there: two tiles in flight (2) for
-// 4-bit keys, one (1) for 2-bit; KVQ_CUDA_KV_TC=0|1|2 in the environment overrides.
+// 4-bit keys, one (1) for 2-bit; KVQ_CUDA_KV_TC=0|1|2 in the environment overrides. With
+// tc_stages 3 or 4 the pipelined kernel replaces variants 1/2 (same results, bit for bit).
 static const void *tc_kernel(const kvq_gkv_cache *c) {
     if (g_tc < 0) {
         const char *e = getenv("KVQ_CUDA_KV_TC");
         g_tc = e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2")) ? *e - '0' : 3;
     }
     const int v = g_tc == 3 ? (c->k.bits == 4 ? 2 : 1) : g_tc;
-    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v) : NULL;
+    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c)) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
+extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) ? tc_stages(c) : 0; }
 
 #define KV_BITS(X, KIND) X(KIND, 2) X(KIND, 3) X(KIND, 4)
 // HyperQuant-KV's code widths: 5-8 bits cover e8/d4/a2/z at 2-4 bits per sample (kv_gpu.c)

@@ -302,6 +302,17 @@ void kvq_gkv_set_half_values(int on);
 void kvq_gkv_set_tc(int on);
 /** 1 when kvq_gkv_attend would read this cache's packed chunks with the tensor-core kernel. */
 int kvq_gkv_tc_active(const kvq_gkv_cache *c);
+/** The tensor-core kernels' loads (issue 20): 3 or 4 = the software-pipelined kernels (each warp
+ *  copies its next 2 or 3 tiles' codes and scales into a shared-memory ring with cp.async while it
+ *  computes the current one; the same arithmetic on the same values, so outputs bit-identical to
+ *  the default's), 0 = the register-prefetch variants kvq_gkv_set_tc chooses (the default until
+ *  measured on the H100); −1 (default) = KVQ_CUDA_KV_PIPE=0, 3 or 4 in the environment (read at
+ *  the first attend), else 0. Applies wherever kvq_gkv_set_tc sends a cache to the tensor cores
+ *  (its variant 1 or 2 is then ignored) and the sides' data are 16-byte aligned. Process-wide. */
+void kvq_gkv_set_tc_pipe(int stages);
+/** The cp.async stages of the tensor-core kernel kvq_gkv_attend would run for this cache (0: the
+ *  register-prefetch variant, or not on tensor cores). */
+int kvq_gkv_tc_stages(const kvq_gkv_cache *c);
 
 /** Times kvq_gkv_attend with CUDA events (after a warm-up): the median over reps of one call
  *  between two events (graph_calls = 0; the host's launch time included), or of one replay of

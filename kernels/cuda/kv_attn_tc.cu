@@ -13,6 +13,12 @@
 //   p moved from the score fragment's layout into B's by 4 shuffles; a lane dequantizes 16
 //   dims of 4 positions and pairs positions with byte permutes; the values' per-position scale
 //   is applied to the fp16 values (s·(c − qmax), one HMUL2 a pair), so p stays in [0, 1].
+// Loads: variants 1/2 keep the next one or two tiles' loads in flight in registers (__ldg);
+// the pipelined variants (ST = 3 or 4 stages, KVQ_CUDA_KV_PIPE) copy each warp's next ST − 1
+// tiles into a per-warp shared-memory ring with cp.async (16-byte pieces, zero-filled past the
+// chunk, one commit group a tile) and read the current tile from there: more bytes in flight
+// per SM without the registers. The arithmetic is the same code on the same values, so the
+// results are bit-identical to variants 1/2 (test_attend_tc_pipe).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -102,21 +108,77 @@ __device__ __forceinline__ void load_tile(const kvq_tc_args &p, const uint8_t *k
         x.kz = __ldg((const uint4 *)(kreg + p.kside + (size_t)(tb / 32) * D * 4) + (threadIdx.x & 31));
 }
 
+// ---- the cp.async pipeline (ST > 0): a warp's ring of ST stages in shared memory, one tile a
+// stage; the stage layout, the swizzle and each lane's copies and reads are kv_tc.h's
+// (kvq_tc_copy, kvq_tc_rd_*), which test_tc_pipe_emulated runs on the host against load_tile.
+template <int KIND, int B>
+__host__ __device__ constexpr int tc_stage_bytes() {
+    return 2 * 16 * 16 * B + (KIND == KVQ_GKV_INT ? 64 : 256 + 4 * D);
+}
+// One 16-byte copy global → shared; n < 16 source bytes (0 allowed), the rest zero-filled.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int n) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// A lane's share of the copies of the tile at tb (chunk end t1) into stage st (kvq_tc_copy: rows
+// and int scales past t1 zero-filled, reading nothing; KIVI's key group with its first tile).
+template <int KIND, int B>
+__device__ __forceinline__ void issue_tile(const kvq_tc_args &p, const uint8_t *kreg, const uint8_t *vreg, int tb, int t1, int lane,
+                                           uint8_t *st) {
+#pragma unroll
+    for (int j = 0; j < kvq_tc_ncopy(B); j++) {
+        int dst, sd, n;
+        size_t off;
+        if (kvq_tc_copy(KIND == KVQ_GKV_KIVI, B, lane, j, tb, t1, p.kside, p.vside, &dst, &sd, &off, &n))
+            cp_async16(st + dst, (sd ? vreg : kreg) + off, n);
+    }
+}
+// The lane's fragment of the tile in stage st, as load_tile reads it from global memory (kz
+// not: the KIVI group's scales are read from the stage where they are used).
+template <int KIND, int B>
+__device__ __forceinline__ void read_stage(const uint8_t *st, int g, int t, tile_t<B> &x) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+#pragma unroll
+        for (int pl = 0; pl < B / 2; pl++) x.k[r][pl] = *(const uint2 *)(st + kvq_tc_rd_k(B, g, t, r, pl));
+        if (KIND == KVQ_GKV_INT) x.ks[r] = *(const unsigned short *)(st + kvq_tc_rd_ks(B, g, r));
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+#pragma unroll
+        for (int pl = 0; pl < B / 2; pl++) x.v[r][pl] = *(const uint32_t *)(st + kvq_tc_rd_v(B, g, t, r, pl));
+        if (KIND == KVQ_GKV_INT) x.vs[r] = *(const unsigned short *)(st + kvq_tc_rd_vs(0, B, g, t, r));
+        else x.vs[r] = *(const uint32_t *)(st + kvq_tc_rd_vs(1, B, g, t, r));
+    }
+}
+
 // KIND: KVQ_GKV_INT (keys and values s·(c − qmax), s per position) or KVQ_GKV_KIVI (keys s_i·c + z_i
 // per channel over 32-position groups: q ⊙ s as B, Σ q·z added to the score; values s·c + z per
 // position and 32 channels). Warp w takes the steps w, w+4, ... of TS tiles (KIVI: 2, one key
-// group) one tile at a time, with the loads of the tile PF ahead in flight.
-template <int KIND, int B, int TS, int PF>
-__global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
+// group) one tile at a time, with the loads of the tile PF ahead in flight (ST = 0), or with the
+// next ST − 1 tiles' copies in flight into the warp's shared-memory ring (ST = 3, 4; PF unused).
+template <int KIND, int B, int TS, int PF, int ST>
+__global__ void __launch_bounds__(TNT, ST ? 4 : PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
     constexpr float QM = KIND == KVQ_GKV_INT ? (float)((1 << (B - 1)) - 1) : 0.0f;
     constexpr bool KIVI = KIND == KVQ_GKV_KIVI;
     static_assert(!KIVI || TS == 2, "KIVI keys: a step is one 32-position group");
-    static_assert(PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles");
+    static_assert(ST ? PF == 0 && ST >= 3 && ST <= 4 : PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles, or 3-4 stages");
     constexpr bool TWO = !(B == 4 && PF == 1); // where the registers allow it (int:4 variant 1 would spill)
+    constexpr int SB = tc_stage_bytes<KIND, B>(), RED = (int)sizeof(float) * G * D;
+    static_assert(SB % 16 == 0, "16-byte copies");
+    // red: the warps' Σ p·V at the end; with ST its rows also hold the warps' rings (used before red is)
+    constexpr int NRED = ST ? (ST * TNW * SB + RED - 1) / RED : TNW;
+    static_assert(NRED >= TNW && (size_t)NRED * RED + sizeof(float) * (G * D + 2 * TNW * G) + (KIVI && !ST ? 4 * TNW * D : 4) <= 48 * 1024,
+                  "static shared memory");
     __shared__ __align__(16) float qs[G][D];
     __shared__ float wm[TNW][G], wl[TNW][G];
-    __shared__ float red[TNW][G][D];
-    __shared__ __align__(16) uint32_t kzs[KIVI ? TNW : 1][D]; // KIVI: the warp's key group (scale, zero) per channel
+    __shared__ __align__(16) float red[NRED][G][D];
+    __shared__ __align__(16) uint32_t kzs[KIVI && !ST ? TNW : 1][D]; // KIVI: the warp's key group (scale, zero) per channel
     const int s = blockIdx.x, gk = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int t0, t1;
@@ -129,8 +191,17 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
     // the warp's k-th tile (increasing in k)
     auto tile_of = [&](int k) { return (warp + TNW * (k / TS)) * TS + k % TS; };
     tile_t<B> x, x1, x2;
-    if (tile_of(0) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(0), t1, g, t, x); // before q: it does not depend on it
-    if (PF == 2 && tile_of(1) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(1), t1, g, t, x1);
+    uint8_t *const ring = (uint8_t *)red + (size_t)warp * ST * SB; // ST: the warp's stages
+    if constexpr (ST > 0) { // the first ST − 1 tiles' copies, one commit group each (empty past the warp's tiles)
+#pragma unroll
+        for (int j = 0; j < ST - 1; j++) {
+            if (tile_of(j) < ntile) issue_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(j), t1, lane, ring + j * SB);
+            cp_async_commit();
+        }
+    } else {
+        if (tile_of(0) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(0), t1, g, t, x); // before q: it does not depend on it
+        if (PF == 2 && tile_of(1) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(1), t1, g, t, x1);
+    }
     for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D];
     __syncthreads();
 
@@ -169,19 +240,33 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
         const int ti = tile_of(k);
         if (ti >= ntile) break; // warp-uniform
         const int tb = t0 + 16 * ti;
-        if (tile_of(k + PF) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(k + PF), t1, g, t, PF == 1 ? x1 : x2);
+        const uint8_t *stage = ring + (k % (ST ? ST : 1)) * SB; // ST: this tile's stage
+        if constexpr (ST > 0) {
+            // committed: ST − 1 + k groups; tile k's (group k) is complete when ≤ ST − 2 are pending. The
+            // barrier makes every lane's copies visible to the warp, and orders the reads of stage
+            // (k − 1) % ST (last iteration) before its refill below.
+            cp_async_wait<ST - 2>();
+            __syncwarp();
+            read_stage<KIND, B>(stage, g, t, x);
+            if (tile_of(k + ST - 1) < ntile)
+                issue_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(k + ST - 1), t1, lane, ring + ((k + ST - 1) % (ST ? ST : 1)) * SB);
+            cp_async_commit(); // one group an iteration, empty or not: the count above holds
+        } else if (tile_of(k + PF) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(k + PF), t1, g, t, PF == 1 ? x1 : x2);
         if constexpr (KIVI) {
             if (ti % 2 == 0) { // a new key group: q ⊙ s and Σ q·z
-                __syncwarp();
-                *(uint4 *)&kzs[warp][4 * lane] = x.kz;
-                __syncwarp();
+                const uint32_t *kzw = ST ? (const uint32_t *)(stage + kvq_tc_rd_kz(B)) : kzs[warp];
+                if (!ST) {
+                    __syncwarp();
+                    *(uint4 *)&kzs[warp][4 * lane] = x.kz;
+                    __syncwarp();
+                }
                 float zp = 0.0f; // Σ over the lane's dims of q·z, head g
 #pragma unroll
                 for (int ks = 0; ks < 8; ks++)
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int d0 = kvq_tc_kdim(B, t, 2 * ks + e);
-                        const uint32_t u0 = kzs[warp][d0], u1 = kzs[warp][d0 + 8];
+                        const uint32_t u0 = kzw[d0], u1 = kzw[d0 + 8];
                         const float2 sc = __half22float2(u2h(__byte_perm(u0, u1, 0x5410u))), zz = __half22float2(u2h(__byte_perm(u0, u1, 0x7632u)));
                         const float q0 = g < G ? qs[g][d0] : 0.0f, q1 = g < G ? qs[g][d0 + 8] : 0.0f;
                         qk[ks][e] = h2u(__floats2half2_rn(q0 * sc.x, q1 * sc.y));
@@ -269,9 +354,12 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
                 }
             }
         }
-        x = x1;
-        if (PF == 2) x1 = x2;
+        if (!ST) {
+            x = x1;
+            if (PF == 2) x1 = x2;
+        }
     }
+    if (ST) cp_async_wait_all(); // none is pending (every copy issued was waited for); red reuses the rings after the barrier below
 
     // ---- the warps' (max, sum, Σ p·V) merged: weights 2^(m_w − M)
 #pragma unroll
@@ -313,14 +401,19 @@ __global__ void __launch_bounds__(TNT, PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
     }
 }
 
-const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant) {
+const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages) {
     if (kk != vk || kb != vb || (kb != 2 && kb != 4) || variant < 1 || variant > 2) return NULL;
-#define TCK(KIND, TS)                                                                                                  \
-    if (kk == KIND)                                                                                                    \
-        return variant == 2 ? (kb == 4 ? (const void *)attn_tc<KIND, 4, TS, 2> : (const void *)attn_tc<KIND, 2, TS, 2>) \
-                            : (kb == 4 ? (const void *)attn_tc<KIND, 4, TS, 1> : (const void *)attn_tc<KIND, 2, TS, 1>);
-    TCK(KVQ_GKV_INT, 1)
-    TCK(KVQ_GKV_KIVI, 2)
+    if (stages && stages != 3 && stages != 4) return NULL;
+#define TCK(KIND, TS, B)                                                                                                 \
+    if (kk == KIND && kb == B)                                                                                           \
+        return stages == 4   ? (const void *)attn_tc<KIND, B, TS, 0, 4>                                                  \
+               : stages == 3 ? (const void *)attn_tc<KIND, B, TS, 0, 3>                                                  \
+               : variant == 2 ? (const void *)attn_tc<KIND, B, TS, 2, 0>                                                 \
+                              : (const void *)attn_tc<KIND, B, TS, 1, 0>;
+    TCK(KVQ_GKV_INT, 1, 2)
+    TCK(KVQ_GKV_INT, 1, 4)
+    TCK(KVQ_GKV_KIVI, 2, 2)
+    TCK(KVQ_GKV_KIVI, 2, 4)
 #undef TCK
     return NULL;
 }

@@ -72,9 +72,11 @@ struct kvq_tc_args {
 };
 
 /** The kernel for keys kind/bits and values kind/bits, or NULL (int:2, int:4, kivi:2, kivi:4 on
- *  both sides are built). variant 1: the next tile's loads in flight (int: 4 blocks an SM);
- *  2: the next two tiles' (more bytes in flight, 3 blocks an SM). */
-const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant);
+ *  both sides are built). stages 0: variant 1, the next tile's loads in flight in registers
+ *  (int: 4 blocks an SM), or 2, the next two tiles' (more bytes in flight, 3 blocks an SM);
+ *  stages 3 or 4: the cp.async pipeline (the next stages − 1 tiles of each warp copied into
+ *  shared memory; variant ignored), bit-identical results; other stage counts: NULL. */
+const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages);
 /** Launches it over grid (n_chunks, n_kv, batch) on stream sm. @return KVQ_OK or a launch error. */
 kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks, int batch, cudaStream_t sm, kvq_err *err);
 /** A split block's Σ p·V written out (both split kernels): the NW warps' rows red[w][h][·] summed

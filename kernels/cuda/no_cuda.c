@@ -154,6 +154,8 @@ void kvq_gkv_set_int8_query(int on) { (void)on; }
 void kvq_gkv_set_half_values(int on) { (void)on; }
 void kvq_gkv_set_tc(int on) { (void)on; }
 int kvq_gkv_tc_active(const kvq_gkv_cache *c) { (void)c; return 0; }
+void kvq_gkv_set_tc_pipe(int stages) { (void)stages; }
+int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { (void)c; return 0; }
 
 int kvq_cuda_tc_available(char *why, size_t n) {
     if (why && n) snprintf(why, n, "built without CUDA (nvcc not found at build time)");

@@ -8,7 +8,8 @@
 // "q8": int keys scored by dp4a against an int8 copy of q; "h": int/KIVI values summed by
 // HFMA2 in fp16 pairs (into fp32 every 32 positions); "tc", "tc2": int/KIVI at 2 and 4 bits on
 // tensor cores (kv_attn_tc.cu: mma.m16n8k16 for the scores and Σ p·V; tc2 with two tiles' loads
-// in flight a warp; the other rows with them off). turboquant-prod: (b−1)-bit keys + QJL
+// in flight a warp; the other rows with them off); "pipe3", "pipe4": the same kernels with the
+// cp.async pipeline of 3 or 4 stages a warp (KVQ_CUDA_KV_PIPE, bit-identical outputs). turboquant-prod: (b−1)-bit keys + QJL
 // signs (S R q once per block), turboquant:<b> values. octopus: triplet codes (direction table
 // in shared memory), ":qjl" with the sign plane; its values are KIVI's layout (kivi:<b> V). qturbo: TurboQuant with the quaternion
 // rotation of q and of the value sums. hqkv: lattice codes of 5-8 bits (the GPU layout's
@@ -19,7 +20,7 @@
 // (int, kivi, turboquant, qturbo, turboquant-prod, octopus[:qjl], hqkv, hqmq, with the codecs' real tables
 // and pseudo-random tokens): positions appended per second as a 4096-token prefill, and µs per
 // one-token append, after a warm-up append. Correctness is tests/test_cuda_kv.c.
-// usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_ENC_ONLY=1] cuda_kv_attn [T ...]
+// usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_ENC_ONLY=1] [CUDA_KV_BATCH=1|8] cuda_kv_attn [T ...]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,9 @@ int main(int argc, char **argv) {
         {KVQ_GKV_INT, 2, "int:2"},          {KVQ_GKV_INT, 4, "int:4 tc"},       {KVQ_GKV_INT, 2, "int:2 tc"},
         {KVQ_GKV_INT, 4, "int:4 tc2"},      {KVQ_GKV_INT, 2, "int:2 tc2"},      {KVQ_GKV_KIVI, 4, "kivi:4 tc"},
         {KVQ_GKV_KIVI, 2, "kivi:2 tc"},     {KVQ_GKV_KIVI, 4, "kivi:4 tc2"},    {KVQ_GKV_KIVI, 2, "kivi:2 tc2"},
+        {KVQ_GKV_INT, 4, "int:4 pipe3"},    {KVQ_GKV_INT, 4, "int:4 pipe4"},    {KVQ_GKV_INT, 2, "int:2 pipe3"},
+        {KVQ_GKV_INT, 2, "int:2 pipe4"},    {KVQ_GKV_KIVI, 4, "kivi:4 pipe3"},  {KVQ_GKV_KIVI, 4, "kivi:4 pipe4"},
+        {KVQ_GKV_KIVI, 2, "kivi:2 pipe3"},  {KVQ_GKV_KIVI, 2, "kivi:2 pipe4"},
         {KVQ_GKV_INT, 4, "int:4 q8+h"},     {KVQ_GKV_INT, 3, "int:3 q8+h"},
         {KVQ_GKV_INT, 2, "int:2 q8+h"},     {KVQ_GKV_KIVI, 4, "kivi:4"},        {KVQ_GKV_KIVI, 3, "kivi:3"},
         {KVQ_GKV_KIVI, 2, "kivi:2"},        {KVQ_GKV_KIVI, 4, "kivi:4 h"},      {KVQ_GKV_KIVI, 3, "kivi:3 h"},
@@ -125,10 +129,14 @@ int main(int argc, char **argv) {
     if (eo && !strcmp(eo, "1")) nT = 0;
     if (nT)
     printf("\n| T_kv | batch | cache | ms, one call | ms, in a graph | MB read | GB/s (graph) | %% of copy (graph) | chunk | copies |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    // CUDA_KV_BATCH=1 or 8: only that batch size (default both)
+    const char *bo = getenv("CUDA_KV_BATCH");
+    const int only_b = bo ? atoi(bo) : 0;
     for (int ti = 0; ti < nT; ti++)
         for (int B = 1; B <= 8; B += 7)
             for (int ci = 0; ci < ncfg; ci++) {
                 const int T = Ts[ti];
+                if (only_b && B != only_b) continue;
                 if (only && !strstr(only, cfg[ci].name) && strcmp(cfg[ci].name, "bf16")) continue; // bf16 always, as the baseline
                 kvq_gkv_cache c = {{.kind = cfg[ci].kind, .bits = cfg[ci].bits, .role = 0, .cb = cb, .signs = sg},
                                    {.kind = cfg[ci].kind, .bits = cfg[ci].bits, .role = 1, .cb = cb, .signs = sg}, B, NKV, H, D, T, T, T, T,
@@ -164,7 +172,8 @@ int main(int argc, char **argv) {
                 }
                 kvq_gkv_set_int8_query(strstr(cfg[ci].name, "q8") != NULL);
                 kvq_gkv_set_half_values((strstr(cfg[ci].name, " h") || strstr(cfg[ci].name, "+h")) && cfg[ci].kind != KVQ_GKV_BF16);
-                kvq_gkv_set_tc(strstr(cfg[ci].name, " tc2") ? 2 : strstr(cfg[ci].name, " tc") != NULL);
+                kvq_gkv_set_tc(strstr(cfg[ci].name, " tc2") ? 2 : strstr(cfg[ci].name, " tc") || strstr(cfg[ci].name, " pipe"));
+                kvq_gkv_set_tc_pipe(strstr(cfg[ci].name, " pipe4") ? 4 : strstr(cfg[ci].name, " pipe3") ? 3 : 0);
                 const int chunk = kvq_gkv_auto_chunk(&c);
                 void *scr;
                 TRY(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, chunk), &err));

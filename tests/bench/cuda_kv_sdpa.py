@@ -4,7 +4,8 @@
 tests/bench/cuda_kv_attn.c times kvq's kernels: median of 50 calls, each between two CUDA events,
 cycling over copies of the cache that together exceed 256 MB (L2 holds none of them); and a CUDA
 graph of 20 such calls, replayed 30 times, median / 20 (the GPU's time per call).
-usage: cuda_kv_sdpa.py [T ...]"""
+usage: [SDPA_BATCH=1,8] cuda_kv_sdpa.py [T ...]"""
+import os
 import sys
 import torch
 import torch.nn.functional as F
@@ -13,7 +14,7 @@ Ts = [int(a) for a in sys.argv[1:]] or [4096, 16384, 32768, 131072]
 print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
 print("| T_kv | batch | SDPA bf16 ms, one call | ms, in a graph | MB read | GB/s (graph) | copies |\n|---|---|---|---|---|---|---|")
 for T in Ts:
-    for B in (1, 8):
+    for B in [int(b) for b in os.environ.get("SDPA_BATCH", "1,8").split(",")]:
         one = 2 * B * 8 * T * 128 * 2
         rot = min(64, (256 << 20) // one + 1)
         kv = [(torch.randn(B, 8, T, 128, device="cuda", dtype=torch.bfloat16),
