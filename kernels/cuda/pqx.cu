@@ -132,7 +132,7 @@ extern "C" void kvq_cuda_pqx_free(kvq_cuda_pqx *t) {
     free(t);
 }
 
-extern "C" kvq_status kvq_cuda_pqx_upload(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err *err) {
+static kvq_status pqx_upload_plain(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err *err) {
     *out = NULL;
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: no device");
@@ -173,6 +173,58 @@ extern "C" kvq_status kvq_cuda_pqx_upload(const kvq_pqx *w, kvq_cuda_pqx **out, 
     if (st) { kvq_cuda_pqx_free(t); return st; }
     *out = t;
     return KVQ_OK;
+}
+
+// The CPU's split forms (kvq_pqx_split_wide: indices of 9..12 bits as a low byte + high bits;
+// kvq_pqx_split_codes: CQO codes at their stored width) are widened back to uint16 for the
+// device, whose kernels read the unsplit form: the GPU holds those indices and codes at 16 bits
+// (the CPU at the file's width).
+extern "C" kvq_status kvq_cuda_pqx_upload(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err *err) {
+    int split = 0;
+    for (int s = 0; s < w->stages && s < KVQ_PQX_MAX_STAGES; s++) split |= w->hbits[s] != 0;
+    if (!w->levels && w->cb_type == KVQ_PQX_CB_CQO && w->cbq_bits) split = 1;
+    if (w->levels || !split) return pqx_upload_plain(w, out, err);
+    kvq_pqx h = *w;
+    uint16_t *tmp[2 * KVQ_PQX_MAX_STAGES] = {NULL};
+    kvq_status st = KVQ_OK;
+    for (int s = 0; s < w->stages && !st; s++) {
+        if (w->hbits[s]) {
+            uint16_t *ix = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(w->rows_p * w->m));
+            if (!ix) { st = kvq_err_set(err, KVQ_ERR_NOMEM, "cuda: out of memory widening PQ indices"); break; }
+            for (int64_t r = 0; r < w->rows_p; r++)
+                for (int64_t j = 0; j < w->m; j++) ix[kvq_pqx_idx_at(w, r, j)] = (uint16_t)kvq_pqx_idx(w, s, r, j);
+            tmp[s] = ix;
+            h.idx[s] = ix;
+            h.ib[s] = 2;
+            h.hbits[s] = 0;
+            h.hi[s] = NULL;
+            h.pbits[s] = 0;
+        }
+        if (w->cb_type == KVQ_PQX_CB_CQO && w->cbq_bits) {
+            const int64_t k8 = (w->k[s] + 7) & ~(int64_t)7, n = w->m * w->w * w->k[s];
+            uint16_t *cb = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n);
+            if (!cb) { st = kvq_err_set(err, KVQ_ERR_NOMEM, "cuda: out of memory widening CQO codes"); break; }
+            for (int64_t jq = 0; jq < w->m * w->w; jq++)
+                for (int64_t c = 0; c < w->k[s]; c++) { // as kvq_pqx_cb reads a split code
+                    const int64_t o8 = jq * k8 + c;
+                    uint32_t code = ((const uint8_t *)w->cb[s])[o8];
+                    if (w->cbq_bits > 8) {
+                        const int hb = w->cbq_bits - 8, bit = hb * (int)(o8 & 7);
+                        const uint8_t *g = w->cb_hi[s] + (o8 >> 3) * hb + (bit >> 3);
+                        const uint32_t v = ((uint32_t)g[0] | (uint32_t)g[1] << 8) >> (bit & 7);
+                        code |= (v & ((1u << hb) - 1u)) << 8;
+                    }
+                    cb[jq * w->k[s] + c] = (uint16_t)code;
+                }
+            tmp[KVQ_PQX_MAX_STAGES + s] = cb;
+            h.cb[s] = cb;
+            h.cb_hi[s] = NULL;
+        }
+    }
+    if (w->cb_type == KVQ_PQX_CB_CQO) h.cbq_bits = 0;
+    if (!st) st = pqx_upload_plain(&h, out, err);
+    for (int i = 0; i < 2 * KVQ_PQX_MAX_STAGES; i++) free(tmp[i]);
+    return st;
 }
 
 extern "C" size_t kvq_cuda_pqx_bytes(const kvq_cuda_pqx *t) { return t ? t->bytes : 0; }
