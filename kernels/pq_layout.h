@@ -177,6 +177,17 @@ KVQ_PQ_HD static inline float kvq_pqx_f16(uint16_t h) {
     }
     return v.f;
 }
+/** The CQO code at element o8 = (j·w + q)·k8 + c of a split stage s (cbq_bits > 0). */
+KVQ_PQ_HD static inline uint32_t kvq_pqx_cqo_split_code(const kvq_pqx *p, int s, int64_t o8) {
+    uint32_t code = ((const uint8_t *)p->cb[s])[o8];
+    if (p->cbq_bits > 8) {
+        const int h = p->cbq_bits - 8, bit = h * (int)(o8 & 7);
+        const uint8_t *g = p->cb_hi[s] + (o8 >> 3) * h + (bit >> 3);
+        const uint32_t v = ((uint32_t)g[0] | (uint32_t)g[1] << 8) >> (bit & 7);
+        code |= (v & ((1u << h) - 1u)) << 8;
+    }
+    return code;
+}
 /** Codebook value of stage s, subspace j, coordinate q, centroid c, as float. */
 KVQ_PQ_HD static inline float kvq_pqx_cb(const kvq_pqx *p, int s, int64_t j, int q, int64_t c) {
     int64_t o = (j * p->w + q) * p->k[s] + c;
@@ -184,16 +195,8 @@ KVQ_PQ_HD static inline float kvq_pqx_cb(const kvq_pqx *p, int s, int64_t j, int
     if (p->cb_type == KVQ_PQX_CB_F16) return kvq_pqx_f16(((const uint16_t *)p->cb[s])[o]);
     if (p->cb_type == KVQ_PQX_CB_CQO) {
         uint32_t code;
-        if (p->cbq_bits) {
-            const int64_t o8 = (j * p->w + q) * ((p->k[s] + 7) & ~(int64_t)7) + c;
-            code = ((const uint8_t *)p->cb[s])[o8];
-            if (p->cbq_bits > 8) {
-                const int h = p->cbq_bits - 8, bit = h * (int)(o8 & 7);
-                const uint8_t *g = p->cb_hi[s] + (o8 >> 3) * h + (bit >> 3);
-                const uint32_t v = ((uint32_t)g[0] | (uint32_t)g[1] << 8) >> (bit & 7);
-                code |= (v & ((1u << h) - 1u)) << 8;
-            }
-        } else code = ((const uint16_t *)p->cb[s])[o];
+        if (p->cbq_bits) code = kvq_pqx_cqo_split_code(p, s, (j * p->w + q) * ((p->k[s] + 7) & ~(int64_t)7) + c);
+        else code = ((const uint16_t *)p->cb[s])[o];
         const float t = (float)code * p->cb_ms[s][2 * j + 1];
         return p->cb_ms[s][2 * j] + t;
     }

@@ -205,17 +205,7 @@ extern "C" kvq_status kvq_cuda_pqx_upload(const kvq_pqx *w, kvq_cuda_pqx **out, 
             uint16_t *cb = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n);
             if (!cb) { st = kvq_err_set(err, KVQ_ERR_NOMEM, "cuda: out of memory widening CQO codes"); break; }
             for (int64_t jq = 0; jq < w->m * w->w; jq++)
-                for (int64_t c = 0; c < w->k[s]; c++) { // as kvq_pqx_cb reads a split code
-                    const int64_t o8 = jq * k8 + c;
-                    uint32_t code = ((const uint8_t *)w->cb[s])[o8];
-                    if (w->cbq_bits > 8) {
-                        const int hb = w->cbq_bits - 8, bit = hb * (int)(o8 & 7);
-                        const uint8_t *g = w->cb_hi[s] + (o8 >> 3) * hb + (bit >> 3);
-                        const uint32_t v = ((uint32_t)g[0] | (uint32_t)g[1] << 8) >> (bit & 7);
-                        code |= (v & ((1u << hb) - 1u)) << 8;
-                    }
-                    cb[jq * w->k[s] + c] = (uint16_t)code;
-                }
+                for (int64_t c = 0; c < w->k[s]; c++) cb[jq * w->k[s] + c] = (uint16_t)kvq_pqx_cqo_split_code(w, s, jq * k8 + c);
             tmp[KVQ_PQX_MAX_STAGES + s] = cb;
             h.cb[s] = cb;
             h.cb_hi[s] = NULL;
