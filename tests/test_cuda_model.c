@@ -343,6 +343,70 @@ static void test_argmax(void **st) {
     kvq_cuda_free(dout);
 }
 
+// The tiled prefill attention (a chunk of >= 16 tokens of one sequence) and the split kernel
+// against a double-precision host attention: shapes with 1, 2, 4 and 8 query heads a KV head,
+// head_dim 64 and 128, chunks that start at 0 or later, end inside a block's tokens and span
+// several tiles of positions. Cache rows past the chunk's last position are NaN, so a kernel
+// that read past them would fail.
+static void test_prefill_tile(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    enum { CTX = 640 };
+    const int shp[][3] = {{8, 2, 128}, {8, 8, 64}, {16, 2, 64}, {4, 2, 128}}; // heads, KV heads, head_dim
+    const int span[][2] = {{37, 50}, {200, 0}, {16, 0}, {70, 300}, {512, 128}};  // T, pos
+    uint64_t r = 777;
+    double worst[2] = {0, 0};
+    for (size_t a = 0; a < sizeof shp / sizeof shp[0]; a++) {
+        const int NH = shp[a][0], NKV = shp[a][1], HD = shp[a][2], G = NH / NKV;
+        const float scale = 1.0f / sqrtf((float)HD);
+        for (size_t b = 0; b < sizeof span / sizeof span[0]; b++) {
+            const int T = span[b][0], pos = span[b][1];
+            const size_t nc = (size_t)NKV * CTX * HD, nq = (size_t)T * NH * HD;
+            float *K = rnd(&r, nc, 1.0f), *V = rnd(&r, nc, 1.0f), *q = rnd(&r, nq, 1.0f);
+            for (int g = 0; g < NKV; g++)
+                for (int p = pos + T; p < CTX; p++)
+                    for (int i = 0; i < HD; i++) K[((size_t)g * CTX + p) * HD + i] = V[((size_t)g * CTX + p) * HD + i] = NAN;
+            double *want = malloc(sizeof(double) * nq), *sc = malloc(sizeof(double) * CTX), amax = 0;
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < NH; h++) {
+                    const float *qr = q + ((size_t)t * NH + h) * HD, *Kg = K + (size_t)(h / G) * CTX * HD, *Vg = V + (size_t)(h / G) * CTX * HD;
+                    const int n = pos + t + 1;
+                    double mx = -INFINITY, sum = 0;
+                    for (int p = 0; p < n; p++) {
+                        double d = 0;
+                        for (int i = 0; i < HD; i++) d += (double)qr[i] * Kg[(size_t)p * HD + i];
+                        sc[p] = d * scale;
+                        mx = sc[p] > mx ? sc[p] : mx;
+                    }
+                    for (int p = 0; p < n; p++) sum += sc[p] = exp(sc[p] - mx);
+                    for (int i = 0; i < HD; i++) {
+                        double o = 0;
+                        for (int p = 0; p < n; p++) o += sc[p] * Vg[(size_t)p * HD + i];
+                        want[((size_t)t * NH + h) * HD + i] = o / sum;
+                        amax = fmax(amax, fabs(o / sum));
+                    }
+                }
+            float *dK = dev(K, nc), *dV = dev(V, nc), *dq = dev(q, nq), *dout = dev(NULL, nq), *got = malloc(sizeof(float) * nq);
+            for (int tile = 1; tile >= 0; tile--) {
+                kvq_cuda_attend_set_tile(tile);
+                OK(kvq_cuda_attend(dq, dK, dV, dout, T, pos, NULL, NULL, NH, NKV, HD, CTX, scale, E));
+                back(got, dout, nq);
+                double err = 0;
+                for (size_t i = 0; i < nq; i++) err = fmax(err, fabs(got[i] - want[i]) / amax); // NaN fails below
+                if (!(err <= 1e-5))
+                    fail_msg("%s attention, %d heads / %d KV heads, head_dim %d, T %d at %d: error %.3g of the largest output",
+                             tile ? "tiled" : "split", NH, NKV, HD, T, pos, err);
+                worst[tile] = fmax(worst[tile], err);
+            }
+            kvq_cuda_attend_set_tile(-1);
+            kvq_cuda_free(dK); kvq_cuda_free(dV); kvq_cuda_free(dq); kvq_cuda_free(dout);
+            free(K); free(V); free(q); free(want); free(sc); free(got);
+        }
+    }
+    fprintf(stderr, "test_cuda_model: prefill attention, 4 shapes x 5 chunks: tiled %.3g, split %.3g of the largest output "
+            "against the host in double\n", worst[1], worst[0]);
+}
+
 // CPU and GPU logits for ids; the GPU's prefill against its own token-by-token decode;
 // greedy continuations of n_greedy tokens. ref: HF logits (or NULL). The GPU's decode steps
 // run as a captured CUDA graph replayed at each position.
@@ -905,6 +969,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ops),
         cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_prefill_tile),
         cmocka_unit_test(test_seqs),
         cmocka_unit_test(test_kv_graphs), // before test_kv_codecs, which removes the t128 model
         cmocka_unit_test(test_kv_codecs),

@@ -452,6 +452,176 @@ extern "C" kvq_status kvq_cuda_attention(const float *q, const float *k, const f
     return kvq_cuda_attend(q, kc, vc, out, T, pos, d_pos, sq, n_heads, n_kv_heads, head_dim, max_ctx, scale, err);
 }
 
+// ---- Prefill of one sequence (issue 12, session 11): a chunk of T >= TA_MIN tokens at
+// consecutive positions [pos, pos + T). The split kernel above reads every position's K and V
+// rows once per token, so a prompt of n tokens reads ~n²/2 rows per KV head (a 32k prompt on
+// the 8B shape: ~4 TB a layer: it did not finish). Here a block takes TA_ROWS query rows — the
+// G query heads of one KV head for TA_ROWS / G consecutive tokens — and walks the positions the
+// block's last token sees in tiles of TA_P positions staged in shared memory, so every K/V row
+// a block loads serves all its rows. Warp w owns rows w·TA_R..: lane l scores positions l and
+// l + 32 of the tile against each row (q rows broadcast from shared memory, K rows padded to
+// HD + 4 floats: the lanes' 16-byte reads meet no bank twice), a running max and lane-local sum
+// per row (flash attention's online softmax; the sums meet once at the end), then the tile's
+// probabilities from shared memory (broadcast) times V with lane l holding dimensions l + 32i.
+// fp32 throughout; the order of the sums differs from the split kernel's (results within
+// float rounding of it: test_cuda_model's test_prefill_tile). Below TA_CTX a prefill row keeps
+// the split kernel, so it has the bits of the same token decoded alone (the decode/prefill
+// invariant test_shared_and_converted asserts; with int8 activations a float-rounding
+// difference can move a code, measured 0.107 relative on a 2-bit model at 100 tokens); from
+// TA_CTX on, where the split kernel's n²/2 rows cost more than the products (a 2048-token
+// prompt: ~17 GB of K/V reads a layer on the 8B shape), the tiled kernel.
+#define TA_W 4                  // warps per block
+#define TA_R 8                  // query rows per warp
+#define TA_ROWS (TA_W * TA_R)   // query rows per block
+#define TA_P 64                 // positions per tile
+#define TA_MIN 16               // tokens from which a chunk may take this kernel
+#define TA_CTX 2048             // by default, chunks that reach this position
+
+template <int D> static constexpr size_t ta_smem() {
+    return sizeof(float) * ((size_t)TA_ROWS * 32 * D + (size_t)TA_P * (32 * D + 4) + (size_t)TA_P * 32 * D + (size_t)TA_W * TA_R * TA_P);
+}
+
+template <int D>
+__global__ void __launch_bounds__(TA_W * 32, 2) attend_tile_k(const float *__restrict__ q, const float *__restrict__ kc,
+                                                             const float *__restrict__ vc, float *__restrict__ out, int pos,
+                                                             int T, int n_heads, int n_kv, int max_ctx, float scale) {
+    constexpr int HD = 32 * D, KS = HD + 4;
+    extern __shared__ float4 ta_sm4[];
+    float *qs = (float *)ta_sm4, *ks = qs + TA_ROWS * HD, *vs = ks + TA_P * KS, *ps = vs + TA_P * HD;
+    const int G = n_heads / n_kv, qt = TA_ROWS / G, g = blockIdx.y, t0 = blockIdx.x * qt, tn = min(qt, T - t0);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    // row r: token t0 + r / G, query head g·G + r % G (rows past the chunk read zeros)
+    for (int i = threadIdx.x; i < TA_ROWS * HD / 4; i += TA_W * 32) {
+        const int r = i / (HD / 4), c = i % (HD / 4), tl = r / G;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (tl < tn) v = __ldg((const float4 *)(q + ((int64_t)(t0 + tl) * n_heads + g * G + r % G) * HD) + c);
+        ((float4 *)qs)[i] = v;
+    }
+    const float *K = kc + (int64_t)g * max_ctx * HD, *V = vc + (int64_t)g * max_ctx * HD;
+    const int end = pos + t0 + tn; // positions the block's last token sees
+    float m[TA_R], l[TA_R], acc[TA_R][D];
+    int lim[TA_R]; // a row's positions: [0, lim); rows past the chunk see position 0 only
+#pragma unroll
+    for (int r = 0; r < TA_R; r++) {
+        const int tl = (w * TA_R + r) / G;
+        lim[r] = tl < tn ? pos + t0 + tl + 1 : 1;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; i++) acc[r][i] = 0.0f;
+    }
+    const float *qw = qs + w * TA_R * HD;
+    float *pw = ps + w * TA_R * TA_P;
+    for (int p0 = 0; p0 < end; p0 += TA_P) {
+        __syncthreads(); // the last tile used (and, the first time, q stored)
+        for (int i = threadIdx.x; i < TA_P * HD / 4; i += TA_W * 32) {
+            const int j = i / (HD / 4), c = i % (HD / 4);
+            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+            if (p0 + j < end) {
+                a = __ldg((const float4 *)(K + (int64_t)(p0 + j) * HD) + c);
+                b = __ldg((const float4 *)(V + (int64_t)(p0 + j) * HD) + c);
+            }
+            ((float4 *)(ks + j * KS))[c] = a;
+            ((float4 *)(vs + j * HD))[c] = b;
+        }
+        __syncthreads();
+        float s0[TA_R], s1[TA_R];
+#pragma unroll
+        for (int r = 0; r < TA_R; r++) s0[r] = s1[r] = 0.0f;
+        const float *k0 = ks + lane * KS, *k1 = ks + (lane + 32) * KS;
+#pragma unroll 4
+        for (int d = 0; d < HD; d += 4) {
+            const float4 a = *(const float4 *)(k0 + d), b = *(const float4 *)(k1 + d);
+#pragma unroll
+            for (int r = 0; r < TA_R; r++) {
+                const float4 x = *(const float4 *)(qw + r * HD + d);
+                s0[r] = fmaf(x.x, a.x, s0[r]); s0[r] = fmaf(x.y, a.y, s0[r]);
+                s0[r] = fmaf(x.z, a.z, s0[r]); s0[r] = fmaf(x.w, a.w, s0[r]);
+                s1[r] = fmaf(x.x, b.x, s1[r]); s1[r] = fmaf(x.y, b.y, s1[r]);
+                s1[r] = fmaf(x.z, b.z, s1[r]); s1[r] = fmaf(x.w, b.w, s1[r]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < TA_R; r++) {
+            const float a = p0 + lane < lim[r] ? s0[r] * scale : -INFINITY, b = p0 + lane + 32 < lim[r] ? s1[r] * scale : -INFINITY;
+            float mx = fmaxf(a, b);
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            // position 0 is in every row's first tile, so mn is finite; m = -inf at first: corr 0
+            const float mn = fmaxf(m[r], mx), corr = expf(m[r] - mn), ea = expf(a - mn), eb = expf(b - mn);
+            l[r] = fmaf(l[r], corr, ea + eb);
+#pragma unroll
+            for (int i = 0; i < D; i++) acc[r][i] *= corr;
+            m[r] = mn;
+            pw[r * TA_P + lane] = ea;
+            pw[r * TA_P + lane + 32] = eb;
+        }
+        __syncwarp();
+        const int np = min(TA_P, end - p0); // positions past end have p = 0 and zero rows
+        for (int j = 0; j < np; j += 4) {
+            float v[4][D];
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+                for (int i = 0; i < D; i++) v[jj][i] = vs[(j + jj) * HD + lane + 32 * i];
+#pragma unroll
+            for (int r = 0; r < TA_R; r++) {
+                const float4 pp = *(const float4 *)(pw + r * TA_P + j);
+#pragma unroll
+                for (int i = 0; i < D; i++) {
+                    float a = acc[r][i];
+                    a = fmaf(pp.x, v[0][i], a); a = fmaf(pp.y, v[1][i], a);
+                    a = fmaf(pp.z, v[2][i], a); a = fmaf(pp.w, v[3][i], a);
+                    acc[r][i] = a;
+                }
+            }
+        }
+        __syncwarp(); // the probabilities read before the next tile's are written
+    }
+#pragma unroll
+    for (int r = 0; r < TA_R; r++) {
+        const int row = w * TA_R + r, tl = row / G;
+        float lt = l[r];
+        for (int o = 16; o > 0; o >>= 1) lt += __shfl_xor_sync(0xffffffffu, lt, o);
+        if (tl >= tn) continue;
+        float *o = out + ((int64_t)(t0 + tl) * n_heads + g * G + row % G) * HD;
+        const float inv = 1.0f / lt;
+#pragma unroll
+        for (int i = 0; i < D; i++) o[lane + 32 * i] = acc[r][i] * inv;
+    }
+}
+
+static int g_tile = -1; // kvq_cuda_attend_set_tile: 1 always, 0 never, 2 from TA_CTX; -1: unset
+
+extern "C" void kvq_cuda_attend_set_tile(int on) { g_tile = on < 0 ? -1 : on; }
+
+static int tile_ok(int T, int pos, const int *d_pos, const kvq_cuda_seqs *sq, int n_heads, int n_kv, int head_dim) {
+    if (g_tile < 0) { // KVQ_CUDA_ATT_TILE=0: never, =1: every chunk of TA_MIN tokens; else from TA_CTX
+        const char *e = getenv("KVQ_CUDA_ATT_TILE");
+        g_tile = e && *e == '0' ? 0 : e && *e == '1' ? 1 : 2;
+    }
+    const int G = n_kv > 0 && n_heads % n_kv == 0 ? n_heads / n_kv : 0;
+    return g_tile && (g_tile == 1 || pos + T >= TA_CTX) && T >= TA_MIN && !d_pos && !sq &&
+           (G == 1 || G == 2 || G == 4 || G == 8) && (head_dim == 64 || head_dim == 128);
+}
+
+static kvq_status tile_launch(const float *q, const float *kc, const float *vc, float *out, int T, int pos, int n_heads,
+                              int n_kv, int head_dim, int max_ctx, float scale, kvq_err *err) {
+    static int set = 0; // the shared-memory limit raised once (prefill is never captured)
+    if (!set) {
+        CU_TRY(cudaFuncSetAttribute(attend_tile_k<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ta_smem<2>()));
+        CU_TRY(cudaFuncSetAttribute(attend_tile_k<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ta_smem<4>()));
+        set = 1;
+    }
+    const int qt = TA_ROWS / (n_heads / n_kv);
+    const dim3 grid((unsigned)((T + qt - 1) / qt), (unsigned)n_kv);
+    if (head_dim == 64)
+        attend_tile_k<2><<<grid, TA_W * 32, ta_smem<2>(), kvq_cuda_stream()>>>(q, kc, vc, out, pos, T, n_heads, n_kv, max_ctx, scale);
+    else
+        attend_tile_k<4><<<grid, TA_W * 32, ta_smem<4>(), kvq_cuda_stream()>>>(q, kc, vc, out, pos, T, n_heads, n_kv, max_ctx, scale);
+    CU_LAUNCHED("attend_tile");
+    return KVQ_OK;
+}
+
 // Inputs armed for the next one-token split attend (kvq_cuda_attend_set_inputs).
 static AinK g_ain = {};
 static AinK ain_take(int fusable) {
@@ -479,6 +649,8 @@ extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const flo
                               d_pos, sq, n_heads, n_kv_heads, head_dim, g_ain.rot_dim, g_ain.inv_freq, max_ctx, err);
         if (cs) return cs;
     }
+    if (tile_ok(T, pos, d_pos, sq, n_heads, n_kv_heads, head_dim))
+        return tile_launch(q, kc, vc, out, T, pos, n_heads, n_kv_heads, head_dim, max_ctx, scale, err);
     if (split_ok(n_heads, n_kv_heads, head_dim)) {
         if ((cs = split_scratch(n_kv_heads, head_dim, err))) return cs;
         for (int t0 = 0; t0 < T; t0 += AT_TT) {

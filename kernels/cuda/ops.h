@@ -91,7 +91,13 @@ typedef struct {
     int rot_dim;
 } kvq_cuda_ain;
 void kvq_cuda_attend_set_inputs(const kvq_cuda_ain *in);
-/** kvq_cuda_attention's second half: attends over positions already in the cache. */
+/** kvq_cuda_attention's second half: attends over positions already in the cache. A chunk of
+ *  T >= 16 tokens of one sequence (no d_pos, no sq; 1, 2, 4 or 8 query heads a KV head,
+ *  head_dim 64 or 128) that reaches position 2048 takes the tiled prefill kernel (each K/V row
+ *  loaded once for 32 query rows; below that the split kernel, whose prefill rows have the bits
+ *  of one-token steps). kvq_cuda_attend_set_tile: 1 every such chunk, 0 never, 2 from position
+ *  2048, -1 the environment's choice (KVQ_CUDA_ATT_TILE=1 or 0, else 2). */
+void kvq_cuda_attend_set_tile(int on);
 kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos, const int *d_pos,
                            const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err);
 /** The attention block's inputs in one kernel, from the fused rows qkv (T, q_dim + 2·kv_dim):
