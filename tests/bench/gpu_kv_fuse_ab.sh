@@ -14,11 +14,13 @@
 #     the exact int/KIVI kernels, and the other codecs;
 #  3. cuda_kv_sdpa.py at the same T_kv and batches (if torch imports);
 #  4. a summary table: graph ms fused / two launches / SDPA, and both × SDPA;
-#  5. waves of chunks at 4k and 16k, batch 1 (KVQ_CUDA_KV_WAVES 0.5, 1, 2, 4; fused and two-launch).
+#  5. waves of chunks at 4k and 16k, batch 1 (KVQ_CUDA_KV_WAVES 0.5, 1, 2, 4; fused and two-launch);
+#  optional: MODEL_TESTS=1 test_cuda_model test_kv_graphs (the runtime's codec steps with graphs vs
+#  without, now fused; bundle with MODELS=1 and "test_cuda_model make_synth_llama" in BINS), NCU=1 Nsight Compute of int:4 tc2 at 4k fused (the merge in the split kernel's tail) and not.
 # Worst case (every step at its timeout) 120·3 + 300·2 + 300 + 90 + 60·4 s: ~27 min; expected ~6 min.
 # usage (dev box): BINS="test_cuda_kv cuda_kv_attn cuda_hqx" bash tests/bench/gpu_bundle.sh
 #        (device, one call, carry [".cu"]): bash tests/bench/gpu_kv_fuse_ab.sh
-#        [TS="4096 32768"] [BATCHES="1"] [SKIP_TESTS=1] [SKIP_WAVES=1]
+#        [TS="4096 32768"] [BATCHES="1"] [SKIP_TESTS=1] [SKIP_WAVES=1] [MODEL_TESTS=1] [NCU=1]
 set -u
 TESTS= . tests/bench/gpu_env.sh # unpacks .cu, prints the GPU and its copy bandwidth, defines B and el
 L=${OUT:-/tmp}
@@ -30,6 +32,10 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   done
   grep -hE 'fused merge( protocol)?:|DIFFERS|FAIL' $L/test_cuda_kv.test_*.log | head -20
   grep -hE 'step graph .*merge' $L/test_cuda_kv.test_step_graph.log | head -40
+  if [ "${MODEL_TESTS:-0}" = 1 ] && [ -x $B/test_cuda_model ]; then # the runtime's KV codec steps, now fused (needs MODELS=1 in the bundle)
+    KVQ_TEST_FILTER="test_kv_graphs" timeout ${TEST_S:-300} $B/test_cuda_model > "$L/test_cuda_model.test_kv_graphs.log" 2>&1
+    echo "== test_cuda_model test_kv_graphs rc $? $(el)"; grep -E '^\[ +(OK|FAILED|SKIPPED) +\] test_|^\[  (PASSED|FAILED) ' "$L/test_cuda_model.test_kv_graphs.log" | sort -u
+  fi
   echo "== tests done $(el)"
 fi
 # CUDA_KV_ONLY matches by substring: "int:4 tc2" also selects "int:4 tc" and "int:4" (the exact kernel)
@@ -61,5 +67,15 @@ if [ "${SKIP_WAVES:-0}" != 1 ]; then
       $B/cuda_kv_attn ${WAVES_TS:-4096 16384} 2>&1 | grep -E '^\| [0-9]+k \|'
   done
   echo "== waves done $(el)"
+fi
+if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+  # the split kernel's duration with the merge in its tail, against the split + attn_merge pair
+  # (mangled: attn_tc<KIND 2 = int, B 4, TS 1, PF 2, ST 0> = int:4 tc2)
+  for fm in 1 0; do
+    echo "ncu: int:4 tc2 at 4k, KVQ_CUDA_KV_FUSE_MERGE=$fm"
+    KVQ_CUDA_KV_FUSE_MERGE=$fm CUDA_KV_BATCH=1 CUDA_KV_ONLY="int:4 tc2" timeout ${NCU_S:-60} ncu --kernel-name-base mangled \
+      -k "regex:attn_tcILi2ELi4ELi1ELi2ELi0E|attn_merge" --launch-skip 8 --launch-count 2 --section SpeedOfLight --section LaunchStats \
+      $B/cuda_kv_attn 4096 2>&1 | grep -E 'attn_tc|attn_merge|Duration|DRAM Throughput|Grid Size' | head -12
+  done
 fi
 echo "== done $(el)"
