@@ -1118,6 +1118,123 @@ static void test_attend_tc_pipe(void **state) {
     free(K), free(V), free(q), free(out), free(base), free(dflt), free(ref);
 }
 
+// The merge fused into the attend's last split launch (kvq_gkv_set_fuse_merge 1) against the
+// separate attn_merge launch (0) on the same caches: outputs equal bit for bit, for every codec
+// pair the kernels read (each codec on both sides, fp16 keys with codec values, bf16, fp16), the
+// exact kernels and the tensor-core ones (the default register prefetch and 4 pipelined stages),
+// at T_kv (96/100, 608/600; 77 and 611 with a window) that are and are not multiples of the chunk,
+// chunks 32, 64, 1024 (one chunk) and automatic (at 1, 0.5 and 2 waves: kvq_gkv_set_waves); the
+// residual fp16 window of 40 (KIVI keys then lag by a partial group, so the window-key launch runs)
+// makes the window's launch the merging one, rotation back (TurboQuant, qturbo, HQKV signs / Q)
+// included. Each fused output also
+// against the CPU's decode-then-attend (NMSE ≤ 1e-9 exact kernels, 1e-4 tensor cores) and a
+// second fused attend against the first (the counts were reset). B = 2 sequences × 3 KV heads.
+// (HQMQ, whose CPU encoder is slow, at the two short contexts only.)
+static void test_attend_fused(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 3, H = NKV * KVQ_GKV_GROUP, CAP = 640, W = 40, WCAP = 128 };
+    const size_t NO = (size_t)B * H * D;
+    const float scale = 1.0f / sqrtf((float)D);
+    uint64_t seed = 2027;
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
+    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
+    float *dk = malloc(sizeof(float) * B * NKV * CAP * D), *dv = malloc(sizeof(float) * B * NKV * CAP * D);
+    float *o2 = malloc(sizeof(float) * NO), *o1 = malloc(sizeof(float) * NO), *o1b = malloc(sizeof(float) * NO);
+    uint16_t *rk = malloc((size_t)B * NKV * WCAP * D * 2), *rv = malloc((size_t)B * NKV * WCAP * D * 2);
+    double *ref = malloc(sizeof(double) * NO), worst[2] = {0, 0};
+    const char *pairs[][2] = {{"bf16", "bf16"}, {"fp16", "fp16"}, {"int:2", "int:2"}, {"int:3", "int:3"}, {"int:4", "int:4"},
+                              {"kivi:2", "kivi:2"}, {"kivi:3", "kivi:3"}, {"kivi:4", "kivi:4"}, {"turboquant:2", "turboquant:2"},
+                              {"turboquant:4", "turboquant:4"}, {"qturbo:3", "qturbo:3"}, {"fp16", "int:4"}, {"fp16", "kivi:2"},
+                              {"fp16", "turboquant:3"}, {"turboquant-prod:3", "turboquant-prod:3"}, {"octopus:2", "octopus:2"},
+                              {"octopus:3:qjl", "octopus:3:qjl"}, {"hqmq:s24:r3", "hqmq:s24:r3"}, {"fp16", "hqmq:s96:r4"},
+                              {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:2:dither", "hqkv:e8:2:dither"},
+                              {"hqkv:d4:3:rot=qjl:dither", "hqkv:d4:3:rot=qjl:dither"}, {"hqkv:z:2:rot=none:dither", "hqkv:z:2:rot=none:dither"},
+                              {"fp16", "hqkv:e8:3:dither"}};
+    const struct { int chunk; float waves; } chs[] = {{32, 0}, {64, 0}, {1024, 0}, {0, 0}, {0, 0.5f}, {0, 2.0f}};
+    int n_cmp = 0, n_diff = 0;
+    for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
+        const int kivi_k = !strncmp(pairs[pi][0], "kivi:", 5);
+        const int tcable = !strcmp(pairs[pi][0], pairs[pi][1]) &&
+                           (!strcmp(pairs[pi][0], "int:2") || !strcmp(pairs[pi][0], "int:4") || !strcmp(pairs[pi][0], "kivi:2") || !strcmp(pairs[pi][0], "kivi:4"));
+        // (T, window): no window at T a multiple of 32 (KIVI keys) or not; a window with KIVI keys lagging
+        const int Ts[][2] = {{kivi_k ? 96 : 100, 0}, {kivi_k ? 608 : 600, 0}, {77, W}, {611, W}};
+        for (int ti = 0; ti < 4; ti++) {
+            if (strstr(pairs[pi][1], "hqmq") && (ti == 1 || ti == 3)) continue; // its CPU encoder is slow: the short contexts only
+            const int T = Ts[ti][0], win = Ts[ti][1], nr = B * NKV;
+            tokens(K, nr * T, &seed);
+            tokens(V, nr * T, &seed);
+            for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
+            tside ks, vs;
+            build_side(pairs[pi][0], 0, B, NKV, T, CAP, K, &ks);
+            build_side(pairs[pi][1], 1, B, NKV, T, CAP, V, &vs);
+            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            memcpy(dk, ks.dec, sizeof(float) * nr * T * D);
+            memcpy(dv, vs.dec, sizeof(float) * nr * T * D);
+            if (win) { // packed [0, n_enc), the rest from the fp16 rings (and in the reference)
+                c.n_enc_v = T - win, c.n_enc_k = kivi_k ? (T - win) / 32 * 32 : T - win;
+                memset(rk, 0, (size_t)nr * WCAP * D * 2), memset(rv, 0, (size_t)nr * WCAP * D * 2);
+                for (int r = 0; r < nr; r++)
+                    for (int t = c.n_enc_k; t < T; t++)
+                        for (int i = 0; i < D; i++) {
+                            const size_t e = ((size_t)r * T + t) * D + i, sl = ((size_t)r * WCAP + t % WCAP) * D + i;
+                            rk[sl] = kvq_f32_to_f16(K[e]), rv[sl] = kvq_f32_to_f16(V[e]);
+                            dk[e] = kvq_f16_to_f32(rk[sl]);
+                            if (t >= c.n_enc_v) dv[e] = kvq_f16_to_f32(rv[sl]);
+                        }
+                c.wk = upload(rk, (size_t)nr * WCAP * D * 2), c.wv = upload(rv, (size_t)nr * WCAP * D * 2), c.wcap = WCAP;
+            }
+            ref_attend(q, dk, dv, B, NKV, T, scale, ref);
+            const int modes[][2] = {{0, 0}, {3, 0}, {3, 4}}; // (kvq_gkv_set_tc, _tc_pipe): exact, tensor cores, pipelined
+            for (int mi = 0; mi < (tcable ? 3 : 1); mi++)
+                for (size_t ci = 0; ci < sizeof chs / sizeof *chs; ci++) {
+                    kvq_gkv_set_tc(modes[mi][0]);
+                    kvq_gkv_set_tc_pipe(modes[mi][1]);
+                    kvq_gkv_set_waves(chs[ci].waves);
+                    const int ch = chs[ci].chunk;
+                    void *scr;
+                    assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+                    float *outs[3] = {o2, o1, o1b};
+                    for (int run = 0; run < 3; run++) { // two launches, fused, fused again
+                        kvq_gkv_set_fuse_merge(run > 0);
+                        assert_int_equal(kvq_gkv_merge_fused(&c), run > 0);
+                        assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
+                        kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+                        if (st) fprintf(stderr, "attend: %s\n", err.msg);
+                        assert_int_equal(st, KVQ_OK);
+                        assert_int_equal(kvq_cuda_copy(outs[run], dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                    }
+                    const int tc = kvq_gkv_tc_active(&c);
+                    const double e = nmse(o1, ref, NO);
+                    const int same = !memcmp(o1, o2, sizeof(float) * NO) && !memcmp(o1, o1b, sizeof(float) * NO);
+                    n_cmp++, n_diff += !same;
+                    if (e > worst[tc]) worst[tc] = e;
+                    if (!same || e > (tc ? 1e-4 : 1e-9) || (ci == 3 && ti == 3))
+                        fprintf(stderr, "test_cuda_kv: fused merge K %-24s V %-24s T %4d window %2d chunk %4d%s%s: NMSE vs CPU %.2e, %s the two-launch output\n",
+                                pairs[pi][0], pairs[pi][1], T, win, ch ? ch : kvq_gkv_auto_chunk(&c), tc ? " tensor cores" : "",
+                                modes[mi][1] ? " pipelined" : "", e, same ? "bit-equal to" : "DIFFERS from");
+                    assert_true(e <= (tc ? 1e-4 : 1e-9)); // NaN fails too
+                    kvq_cuda_free(scr);
+                }
+            kvq_gkv_set_tc(-1);
+            kvq_gkv_set_tc_pipe(-1);
+            kvq_gkv_set_waves(0);
+            kvq_gkv_set_fuse_merge(-1);
+            if (win) kvq_cuda_free(c.wk), kvq_cuda_free(c.wv);
+            free_side(&ks);
+            free_side(&vs);
+        }
+    }
+    fprintf(stderr, "test_cuda_kv: fused merge: %d of %d outputs differ from the two-launch path's; worst NMSE vs CPU %.2e (exact kernels), %.2e (tensor cores): %s\n",
+            n_diff, n_cmp, worst[0], worst[1], n_diff ? "FAIL" : "PASS");
+    assert_int_equal(n_diff, 0);
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(dk), free(dv), free(o2), free(o1), free(o1b), free(rk), free(rv), free(ref);
+}
+
 // A side's per-KV-head tables gathered from the states cs[0..n_kv) and uploaded, as the
 // runtime's backend does (kvq_gkv_side_tables); none for int, kivi, fp16.
 static void set_tables(kvq_gkv_side *s, kvq_kvcodec *const *cs, int n_kv) {
@@ -1443,16 +1560,23 @@ static int dev_equal(const void *a, const void *b, size_t n) {
 // (its host counts advanced by kvq_gkv_advance). Each step's attention output must equal the
 // direct one's bit for bit, and after the last the packed regions and rings byte for byte; the
 // step's counts must be kvq_gkv_enc_count's. Windows 0, 5, 40; tensor-core, fp32 and the
-// int8-query/half-value kernels.
+// int8-query/half-value kernels. The merge (kvq_gkv_set_fuse_merge): mostly the graph's fused into
+// its last split launch against direct launches with the separate merge launch (so also fused vs
+// two launches, bit for bit, at every position: the counts reset by each replay), some both fused,
+// some both two-launch; two cases with 0.5 and 2 waves of chunks (kvq_gkv_set_waves).
 static void test_step_graph(void **state) {
     if (!have_gpu()) { skip(); return; }
     enum { B = 2, NKV = 2, H = NKV * KVQ_GKV_GROUP, CAP = 352, NSTEP = 300 };
-    const struct { const char *spec; int window, tc, knobs, pipe; } cs_[] = {
-        {"int:4", 0, -1, 0, 0}, {"int:4", 5, 0, 0, 0}, {"int:2", 40, -1, 0, 0}, {"int:3", 5, 0, 0, 0}, {"int:4", 5, 0, 1, 0}, {"kivi:2", 0, -1, 0, 0},
-        {"kivi:4", 40, -1, 0, 0}, {"kivi:3", 5, 0, 0, 0}, {"kivi:2", 5, 0, 1, 0}, {"fp16", 5, 0, 0, 0}, {"turboquant:3", 0, 0, 0, 0},
-        {"qturbo:2", 40, 0, 0, 0}, {"turboquant-prod:3", 5, 0, 0, 0}, {"octopus:3", 0, 0, 0, 0}, {"octopus:2:qjl", 40, 0, 0, 0},
-        {"hqkv:e8:3:dither", 5, 0, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0, 0}, {"hqmq:s24:r3", 5, 0, 0, 0},
-        {"int:4", 5, -1, 0, 4}, {"int:2", 0, -1, 0, 3}, {"kivi:2", 40, -1, 0, 4}, {"kivi:4", 0, -1, 0, 3}, // pipelined tensor-core kernels
+    // fuse: 2 = the graph's merge fused, the direct launches' separate; 1 = both fused; 0 = both separate
+    const struct { const char *spec; int window, tc, knobs, pipe, fuse; float waves; } cs_[] = {
+        {"int:4", 0, -1, 0, 0, 2, 0}, {"int:4", 5, 0, 0, 0, 2, 0}, {"int:2", 40, -1, 0, 0, 2, 0}, {"int:3", 5, 0, 0, 0, 2, 0},
+        {"int:4", 5, 0, 1, 0, 2, 0}, {"kivi:2", 0, -1, 0, 0, 2, 0}, {"kivi:4", 40, -1, 0, 0, 2, 0}, {"kivi:3", 5, 0, 0, 0, 2, 0},
+        {"kivi:2", 5, 0, 1, 0, 2, 0}, {"fp16", 5, 0, 0, 0, 2, 0}, {"turboquant:3", 0, 0, 0, 0, 2, 0}, {"qturbo:2", 40, 0, 0, 0, 2, 0},
+        {"turboquant-prod:3", 5, 0, 0, 0, 2, 0}, {"octopus:3", 0, 0, 0, 0, 2, 0}, {"octopus:2:qjl", 40, 0, 0, 0, 2, 0},
+        {"hqkv:e8:3:dither", 5, 0, 0, 0, 2, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0, 0, 2, 0}, {"hqmq:s24:r3", 5, 0, 0, 0, 2, 0},
+        {"int:4", 5, -1, 0, 4, 2, 0}, {"int:2", 0, -1, 0, 3, 2, 0}, {"kivi:2", 40, -1, 0, 4, 2, 0}, {"kivi:4", 0, -1, 0, 3, 2, 0}, // pipelined tensor-core kernels
+        {"int:4", 5, -1, 0, 0, 0, 0}, {"turboquant:3", 5, 0, 0, 0, 0, 0}, {"kivi:4", 40, -1, 0, 4, 1, 0}, {"hqkv:d4:4:rot=qjl", 5, 0, 0, 0, 1, 0},
+        {"int:2", 5, -1, 0, 0, 2, 2.0f}, {"qturbo:3", 40, 0, 0, 0, 2, 0.5f}, // more, shorter chunks; fewer, longer
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -1465,6 +1589,7 @@ static void test_step_graph(void **state) {
         kvq_gkv_set_tc_pipe(cs_[si].pipe);
         kvq_gkv_set_int8_query(cs_[si].knobs);
         kvq_gkv_set_half_values(cs_[si].knobs);
+        kvq_gkv_set_waves(cs_[si].waves);
         uint64_t seed = 77 + si;
         float *X[2];
         for (int r = 0; r < 2; r++) X[r] = malloc(sizeof(float) * NSTEP * B * NKV * D), tokens(X[r], NSTEP * B * NKV, &seed);
@@ -1492,6 +1617,7 @@ static void test_step_graph(void **state) {
             const size_t ko = (size_t)pos * B * NKV * D, qo = (size_t)pos * B * H * D;
             // direct
             assert_int_equal(kvq_gkv_append(&a, (float *)dk + ko, (float *)dv + ko, 1, W, &err), KVQ_OK);
+            kvq_gkv_set_fuse_merge(cs_[si].fuse == 1);
             assert_int_equal(kvq_gkv_attend(&a, (float *)dq + qo, oa, scale, 0, sa, &err), KVQ_OK);
             // the step: inputs copied in on the stream, the position written, the graph run
             assert_true(kvq_gkv_step_ready(&g, pos, W));
@@ -1501,6 +1627,7 @@ static void test_step_graph(void **state) {
             assert_int_equal(kvq_cuda_copy(sv, X[1] + ko, sizeof(float) * B * NKV * D, 1, &err), KVQ_OK);
             assert_int_equal(kvq_cuda_copy(sq, Q + qo, sizeof(float) * B * H * D, 1, &err), KVQ_OK);
             if (!graph) {
+                kvq_gkv_set_fuse_merge(cs_[si].fuse != 0);
                 assert_int_equal(kvq_cuda_capture_begin(&err), KVQ_OK);
                 kvq_status s1 = kvq_gkv_append_step(&g, sk, sv, W, dpos, &err);
                 kvq_status s2 = s1 ? s1 : kvq_gkv_attend_step(&g, sq, og, scale, W, dpos, sg, &err);
@@ -1524,9 +1651,10 @@ static void test_step_graph(void **state) {
         }
         same &= dev_equal(a.wk, g.wk, (size_t)B * NKV * WCAP * D * 2) && dev_equal(a.wv, g.wv, (size_t)B * NKV * WCAP * D * 2);
         const int ok = n_diff == 0 && n_count == 0 && same;
-        fprintf(stderr, "test_cuda_kv: step graph %-18s window %2d tc %2d%s%s: %d replays, %d outputs differ, %d count mismatches, caches %s: %s\n", spec,
-                W, cs_[si].tc, cs_[si].knobs ? " int8-q/half-v" : "", cs_[si].pipe == 3 ? " pipe 3" : cs_[si].pipe == 4 ? " pipe 4" : "", NSTEP,
-                n_diff, n_count, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
+        static const char *const merges[] = {" merge separate", " merge fused", " merge fused vs separate"};
+        fprintf(stderr, "test_cuda_kv: step graph %-18s window %2d tc %2d%s%s%s waves %.1f: %d replays, %d outputs differ, %d count mismatches, caches %s: %s\n", spec,
+                W, cs_[si].tc, cs_[si].knobs ? " int8-q/half-v" : "", cs_[si].pipe == 3 ? " pipe 3" : cs_[si].pipe == 4 ? " pipe 4" : "",
+                merges[cs_[si].fuse], cs_[si].waves > 0 ? cs_[si].waves : 1.0f, NSTEP, n_diff, n_count, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
         failed += !ok;
         kvq_cuda_graph_free(graph);
         step_cache_free(&a, ca, NKV);
@@ -1539,6 +1667,8 @@ static void test_step_graph(void **state) {
     kvq_gkv_set_tc_pipe(-1);
     kvq_gkv_set_int8_query(0);
     kvq_gkv_set_half_values(0);
+    kvq_gkv_set_fuse_merge(-1);
+    kvq_gkv_set_waves(0);
     assert_int_equal(failed, 0);
 }
 
@@ -1824,14 +1954,64 @@ static void test_tc_pipe_emulated(void **state) {
     fprintf(stderr, "test_cuda_kv: pipelined stages emulated: %d (codec, tile, chunk end) copies and fragment reads equal load_tile's, conflict-free\n", checked);
 }
 
+// The fused merge's protocol (kvq_gkv_fuse_part, kvq_gkv_fuse_last: what the host launch and the
+// kernels call), emulated on the host: random grids for the packed, window-key and window launches
+// (blocks per (sequence, KV head), spare ones included) and random orders in which the blocks of a
+// launch finish (their atomic increments serialized, all pairs interleaved), 200 attends in a row on
+// the same counts (a replayed graph): exactly one block per (sequence, KV head) merges, in the last
+// launch with blocks, after every block of every launch of its pair has finished, and every count is
+// back to 0 after each attend. Runs without a GPU.
+static void test_merge_emulated(void **state) {
+    (void)state;
+    enum { NP = 6, GMAX = 9 };
+    unsigned cnt[NP] = {0};
+    uint64_t seed = 31;
+    int order[NP * GMAX];
+    for (int it = 0; it < 200; it++) {
+        int g[3];
+        do
+            for (int l = 0; l < 3; l++) g[l] = (int)(rng_next(&seed) % (GMAX + 1)) * (rng_next(&seed) % 3 != 0);
+        while (!g[0] && !g[1] && !g[2]);
+        const int fin = kvq_gkv_fuse_part(g[0], g[1], g[2]);
+        assert_true(fin >= 0 && g[fin] > 0);
+        for (int l = fin + 1; l < 3; l++) assert_int_equal(g[l], 0);
+        int merged[NP] = {0}, done[NP] = {0}, total[NP] = {0};
+        for (int l = 0; l < 3; l++) {
+            const int n = NP * g[l];
+            for (int i = 0; i < n; i++) order[i] = i % NP; // block i's pair; then a random finishing order
+            for (int i = n - 1; i > 0; i--) {
+                const int j = (int)(rng_next(&seed) % (uint64_t)(i + 1)), t = order[i];
+                order[i] = order[j], order[j] = t;
+            }
+            for (int i = 0; i < n; i++) {
+                const int p = order[i];
+                done[p]++;
+                if (l != fin) continue; // earlier launches: finished before the last one starts (one stream)
+                const unsigned old = cnt[p]++;
+                if (kvq_gkv_fuse_last(old, (unsigned)g[l])) {
+                    cnt[p] = 0;
+                    merged[p]++;
+                    total[p] = done[p];
+                }
+            }
+        }
+        for (int p = 0; p < NP; p++) {
+            assert_int_equal(merged[p], 1);
+            assert_int_equal(total[p], g[0] + g[1] + g[2]); // all of the pair's blocks had finished
+            assert_int_equal(cnt[p], 0);
+        }
+    }
+    fprintf(stderr, "test_cuda_kv: fused merge protocol emulated: 200 attends, one merge per (sequence, KV head) after all its blocks, counts reset\n");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
                                        cmocka_unit_test(test_enc_emulated), cmocka_unit_test(test_tables_of),
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated),
-                                       cmocka_unit_test(test_tc_pipe_emulated),
+                                       cmocka_unit_test(test_tc_pipe_emulated), cmocka_unit_test(test_merge_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
-                                       cmocka_unit_test(test_attend_tc_pipe),
+                                       cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_fused),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph)};
     // KVQ_TEST_FILTER="test_attend_tc*": only the tests matching the pattern (cmocka's * and ?), for a short device call

@@ -14,7 +14,9 @@
 // scale folded into p and the zero points into one extra sum per head. TurboQuant: q is
 // rotated once per block and the centroids are looked up in the rotated frame; the output
 // is rotated back once, in the merge.
-// attn_merge: one block per (sequence, query head) merges the chunks' (max, sum, Σ p·V).
+// The merge of the chunks' (max, sum, Σ p·V) (kv_merge.cuh): by the last block of the final split
+// launch to finish for a (sequence, KV head) (fused, the default), or attn_merge, one block per
+// (sequence, query head) after the splits (KVQ_CUDA_KV_FUSE_MERGE=0).
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,6 +32,7 @@
 #include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/kv_attn_tc.cuh"
 #include "kernels/cuda/kv_enc.cuh"
+#include "kernels/cuda/kv_merge.cuh"
 #include "kernels/kv_hqkv.h"
 
 #define D KVQ_GKV_HEAD_DIM
@@ -63,6 +66,7 @@ struct attn_p {
     float sl2; // scale · log2(e)
     float *po, *pml;
     kvq_gkv_dyn dyn; // a graph-captured step: the range from the position (d_pos NULL: the fields above)
+    kvq_gkv_fuse fz; // the fused merge (fz.on: this is the attend's final split launch)
 };
 
 // Byte n of w as the float 2^23 + byte; minus 2^23 gives the code exactly.
@@ -227,31 +231,14 @@ __device__ __forceinline__ void values(const row_t<KIND, B> &x, const float *cb,
 
 __device__ __forceinline__ float h2f(const uint8_t *p) { return __half2float(__ldg((const __half *)p)); }
 
-// In-place orthonormal Walsh–Hadamard transform of G vectors of D floats in shared memory
-// (the CPU butterfly's matrix, scaled by 1/√D), all threads of the block.
-__device__ void block_wht(float *x, int nvec) {
-    for (int h = 1; h < D; h <<= 1) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < nvec * D / 2; e += blockDim.x) {
-            const int v = e / (D / 2), j = e % (D / 2), i = (j / h) * 2 * h + (j % h);
-            float *y = x + v * D;
-            const float a = y[i], b = y[i + h];
-            y[i] = a + b, y[i + h] = a - b;
-        }
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < nvec * D; e += blockDim.x) x[e] *= rsqrtf((float)D);
-    __syncthreads();
-}
-
-template <int KK0, int KB, int VK, int VB, bool VH = false>
-__global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
+// One block's chunk: its partial results, or nothing (a captured step's spare block). sc (the
+// scores) and red (the warps' Σ p·V) are the kernel's, for the fused merge after this.
+template <int KK0, int KB, int VK, int VB, bool VH>
+__device__ __forceinline__ void split_chunk(const attn_p &p, float (&sc)[KVQ_GKV_MAX_CHUNK][G], float (&red)[NW][G][D]) {
     constexpr bool q8 = KK0 == KQ8;
     constexpr int KK = q8 ? KVQ_GKV_INT : KK0;
     __shared__ float qa[G];
     __shared__ __align__(16) float qs[G][D];
-    __shared__ __align__(16) float sc[KVQ_GKV_MAX_CHUNK][G];
-    __shared__ float red[NW][G][D];
     __shared__ float cbk[256], cbv[256];
     __shared__ float mh[G], lh[G];
     constexpr bool OCTK = KK == KVQ_GKV_OCT || KK == KVQ_GKV_OCTQ, QJLK = KK == KVQ_GKV_TPROD || KK == KVQ_GKV_OCTQ;
@@ -301,14 +288,14 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
             __syncthreads();
         }
         for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * D + e % D];
-        block_wht(&qs[0][0], G);
+        kvq_gkv_wht(&qs[0][0], G);
     }
     if constexpr (OCTK) { // q_rot = WHT(s1 ⊙ q)/√d; OCTQ also R' q_rot = WHT(s2 ⊙ q_rot)/√d into sqs
         for (int e = threadIdx.x; e < G * D; e += NT) qs[e / D][e % D] *= p.k.signs[(size_t)g * 2 * D + e % D];
-        block_wht(&qs[0][0], G);
+        kvq_gkv_wht(&qs[0][0], G);
         if constexpr (KK == KVQ_GKV_OCTQ) {
             for (int e = threadIdx.x; e < G * D; e += NT) sqs[e / D][e % D] = qs[e / D][e % D] * p.k.signs[(size_t)g * 2 * D + D + e % D];
-            block_wht(&sqs[0][0], G);
+            kvq_gkv_wht(&sqs[0][0], G);
         }
     }
     if constexpr (KK == KVQ_GKV_TPROD) { // S R q (S: this head's QJL matrix), once per block
@@ -622,88 +609,33 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
     if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = mh[threadIdx.x], pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = lh[threadIdx.x];
 }
 
-// The values' way back from a rotated frame, applied once per (sequence, query head) in the
-// merge: TurboQuant (WHT, signs, then r* per 4-chunk for qturbo), HyperQuant-KV (Sᵀ: signs or
-// Qᵀ). Chunks [0, n_rot) hold rotated sums (stored values), the rest the window's plain ones.
-struct post_p {
-    int kind;            // 0 none, 1 TurboQuant, 2 HQKV signs, 3 HQKV Q
-    const float *signs, *quat, *mat;
-    int n_rot;
-};
+// A split block (split_chunk), then, in the attend's final launch with the merge fused, the last
+// block per (sequence, KV head) merges: the scores' and the warps' arrays are its shared memory.
+// The rotation back is compiled in where the launch can be the final one of a cache with rotated
+// values: TurboQuant / HyperQuant-KV values, and the fp16 kernel (window keys and window chunks).
+template <int KK0, int KB, int VK, int VB, bool VH = false>
+__global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
+    __shared__ __align__(16) float sc[KVQ_GKV_MAX_CHUNK][G];
+    __shared__ __align__(16) float red[NW][G][D];
+    static_assert(KVQ_GKV_MAX_CHUNK * G >= G * KVQ_GKV_MERGE_MAX && NW * G * D >= G * (D + D / 32), "the merge's shared memory");
+    split_chunk<KK0, KB, VK, VB, VH>(p, sc, red);
+    constexpr bool ROT = VK == KVQ_GKV_TURBO || VK == KVQ_GKV_HQKV || VK == KVQ_GKV_F16;
+    kvq_gkv_merge_last<ROT, KVQ_GKV_MERGE_MAX>(p, blockIdx.z, blockIdx.y, &sc[0][0], &red[0][0][0], &red[0][0][0] + G * D);
+}
 
-// Merges the chunks of one (sequence, query head): weights w_s = 2^(m_s − M) computed once
-// into shared memory (a thread per chunk), then each thread sums its dim over the chunks with
-// independent loads (a loop whose loads sat behind a branch on the chunk's sum took one memory
-// latency per chunk: ~15 µs for 43 chunks); the rotated chunks' sum goes back through post.
-#define MERGE_MAX 1024
+// Merges the chunks of one (sequence, query head) (kv_merge.cuh), after the split launches.
 // stride: the scratch's slots per (sequence, query head); n_slot of them hold chunks (under
 // dyn.d_pos, a graph-captured step: n_slot and n_rot from the plan of the position).
 __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, const float *__restrict__ pml, float *__restrict__ out,
-                                                int n_slot, int stride, int H, post_p pp, kvq_gkv_dyn dyn) {
-    __shared__ float x[D], w[MERGE_MAX], red[D / 32];
+                                                int n_slot, int stride, int H, kvq_gkv_post pp, kvq_gkv_dyn dyn) {
+    __shared__ float x[D], w[KVQ_GKV_MERGE_MAX], red[D / 32];
     if (dyn.d_pos) {
         const kvq_gkv_plan pl = kvq_gkv_dyn_plan(dyn);
         n_slot = pl.na + pl.nb + pl.nc;
         pp.n_rot = pl.na + pl.nb;
     }
-    const int bh = blockIdx.x, h = bh % H, g = h / G, i = threadIdx.x, lane = i & 31, wp = i >> 5;
-    const float *ml = pml + (size_t)bh * stride * 2, *o = po + (size_t)bh * stride * D;
-    float M = -INFINITY;
-    for (int s = i; s < n_slot; s += D) {
-        const float2 v = *(const float2 *)(ml + 2 * s);
-        w[s] = v.y > 0.0f ? v.x : -INFINITY;
-        M = fmaxf(M, w[s]);
-    }
-    for (int k = 16; k > 0; k >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, k));
-    if (lane == 0) red[wp] = M;
-    __syncthreads();
-    M = red[0];
-    for (int k = 1; k < D / 32; k++) M = fmaxf(M, red[k]);
-    __syncthreads();
-    float l = 0.0f;
-    for (int s = i; s < n_slot; s += D) {
-        const float ws = w[s] == -INFINITY ? 0.0f : exp2f(w[s] - M);
-        w[s] = ws;
-        l = fmaf(ws, ml[2 * s + 1], l);
-    }
-    for (int k = 16; k > 0; k >>= 1) l += __shfl_xor_sync(0xffffffffu, l, k);
-    if (lane == 0) red[wp] = l;
-    __syncthreads();
-    l = 0.0f;
-    for (int k = 0; k < D / 32; k++) l += red[k];
-    const int nr = pp.kind ? pp.n_rot : 0;
-    float y = 0.0f, yp = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < nr; s++) y = fmaf(w[s], o[(size_t)s * D + i], y);
-#pragma unroll 8
-    for (int s = nr; s < n_slot; s++) yp = fmaf(w[s], o[(size_t)s * D + i], yp);
-    if (pp.kind == 1) {
-        x[i] = y;
-        block_wht(x, 1);
-        y = x[i] * pp.signs[(size_t)g * D + i];
-        if (pp.quat) { // r* = (r0, −r1, −r2, −r3) left-multiplies each 4-chunk
-            __syncthreads();
-            x[i] = y;
-            __syncthreads();
-            const float *r = pp.quat + (size_t)g * 4, *b4 = x + (i & ~3);
-            const float a0 = r[0], a1 = -r[1], a2 = -r[2], a3 = -r[3];
-            const int c = i & 3;
-            y = c == 0 ? a0 * b4[0] - a1 * b4[1] - a2 * b4[2] - a3 * b4[3]
-                : c == 1 ? a0 * b4[1] + a1 * b4[0] + a2 * b4[3] - a3 * b4[2]
-                : c == 2 ? a0 * b4[2] - a1 * b4[3] + a2 * b4[0] + a3 * b4[1]
-                         : a0 * b4[3] + a1 * b4[2] - a2 * b4[1] + a3 * b4[0];
-        }
-    } else if (pp.kind == 2) {
-        y *= pp.signs[(size_t)g * D + i];
-    } else if (pp.kind == 3) { // Qᵀ y: out_i = Σ_k Q[k][i] y_k
-        x[i] = y;
-        __syncthreads();
-        const float *Q = pp.mat + (size_t)g * D * D;
-        y = 0.0f;
-        for (int k = 0; k < D; k++) y = fmaf(Q[(size_t)k * D + i], x[k], y);
-    }
-    y += yp;
-    out[(size_t)bh * D + i] = l > 0.0f ? y / l : 0.0f;
+    const int bh = blockIdx.x;
+    kvq_gkv_merge<1, KVQ_GKV_MERGE_MAX, true, false>(po, pml, out, n_slot, stride, bh, bh % H / G, pp, w, x, red);
 }
 
 // ---- encoders (the CPU's float operations, kv_int.c, from the window's fp16 values)
@@ -822,8 +754,31 @@ static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
 
 typedef void (*split_fn)(attn_p);
 
-static int g_q8 = 0, g_vh = 0, g_tc = -1, g_pipe = -1;
+static int g_q8 = 0, g_vh = 0, g_tc = -1, g_pipe = -1, g_fuse = -1;
+static float g_waves = -1.0f;
 extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
+extern "C" void kvq_gkv_set_fuse_merge(int on) { g_fuse = on < 0 ? -1 : on != 0; }
+extern "C" void kvq_gkv_set_waves(float waves) { g_waves = waves > 0.0f ? std::min(8.0f, std::max(0.125f, waves)) : -1.0f; }
+// The merge fused into the final split launch (g_fuse, or KVQ_CUDA_KV_FUSE_MERGE=0|1 read once;
+// default 1), where its counters cover the (sequence, KV head) pairs.
+static int fuse_merge(const kvq_gkv_cache *c) {
+    if (g_fuse < 0) {
+        const char *e = getenv("KVQ_CUDA_KV_FUSE_MERGE");
+        g_fuse = !(e && !strcmp(e, "0"));
+    }
+    return g_fuse && (size_t)c->batch * c->n_kv <= KVQ_GKV_CNT_MAX;
+}
+extern "C" int kvq_gkv_merge_fused(const kvq_gkv_cache *c) { return fuse_merge(c); }
+// Waves of resident blocks the packed launch fills (g_waves, or KVQ_CUDA_KV_WAVES=<x> read once,
+// 0.125..8; default 1).
+static float waves(void) {
+    if (g_waves <= 0.0f) {
+        const char *e = getenv("KVQ_CUDA_KV_WAVES");
+        const float w = e ? (float)atof(e) : 0.0f;
+        g_waves = w > 0.0f ? std::min(8.0f, std::max(0.125f, w)) : 1.0f;
+    }
+    return g_waves;
+}
 extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
 extern "C" void kvq_gkv_set_tc(int on) { g_tc = on < 0 ? -1 : on > 3 ? 3 : on; }
 extern "C" void kvq_gkv_set_tc_pipe(int stages) { g_pipe = stages < 0 ? -1 : stages == 3 || stages == 4 ? stages : 0; }
@@ -905,7 +860,8 @@ static int n_chunks(int len, int chunk) { return kvq_gkv_n_chunks(len, chunk); }
 // Chunks so that the blocks of the main launch fill whole waves: as many chunks per (sequence,
 // KV head) as the SMs hold resident blocks of the kernel (or a multiple of that when chunks
 // would exceed KVQ_GKV_MAX_CHUNK). A wave and a third left 70 % of the second wave idle (ncu:
-// bf16 at 32k, 512 blocks on 396 slots).
+// bf16 at 32k, 512 blocks on 396 slots). KVQ_CUDA_KV_WAVES scales that (more, shorter chunks at
+// short contexts now that the merge costs no launch; measured by tests/bench/gpu_kv_fuse_ab.sh).
 // The blocks per (sequence, KV head) of the packed chunks' launch (kvq_gkv_plan_of's per).
 static int splits_per_head(const kvq_gkv_cache *c) {
     split_fn f = pick(c->k.kind, c->k.bits, c->v.kind, c->v.bits);
@@ -915,7 +871,10 @@ static int splits_per_head(const kvq_gkv_cache *c) {
     else if (!ft && f && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, NT, 0) != cudaSuccess) per_sm = 4;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 132;
     (void)cudaGetLastError();
-    return std::max(1, per_sm * sms / std::max(1, c->batch * c->n_kv));
+    const int pairs = std::max(1, c->batch * c->n_kv), base = std::max(1, per_sm * sms / pairs);
+    if (waves() == 1.0f) return base;
+    // at most 512 (or one wave's, if more) so that the chunks stay within the merge's 1024
+    return std::min(std::max(1, (int)(waves() * (float)(per_sm * sms) / (float)pairs)), std::max(base, 512));
 }
 extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
     return kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, splits_per_head(c), 0).chunk;
@@ -965,7 +924,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     }
     const int n_slot = ga + gb + gc; // the scratch's slots per (sequence, query head)
     if (n_slot == 0) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: empty cache");
-    if (n_slot > MERGE_MAX) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d chunks exceed %d (a larger chunk)", n_slot, MERGE_MAX);
+    if (n_slot > KVQ_GKV_MERGE_MAX) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d chunks exceed %d (a larger chunk)", n_slot, KVQ_GKV_MERGE_MAX);
     if ((size_t)sizeof(float) * c->batch * c->n_heads * n_slot * (D + 2) > kvq_gkv_scratch_bytes(c, chunk))
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: scratch too small for %d chunks", n_slot);
     const kvq_gkv_plan hp = d_pos ? kvq_gkv_plan{} : kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
@@ -980,13 +939,30 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     p.po = (float *)scratch;
     p.pml = p.po + (size_t)c->batch * c->n_heads * n_slot * D;
     p.dyn = dyn0;
+    // rotated values (TurboQuant, HyperQuant-KV) sit in the chunks of the stored values,
+    // [0, na + nb); the window's chunks after them are in the original frame
+    kvq_gkv_post pp = {0, c->v.signs, c->v.quat, c->v.mat, ga + gb};
+    if (c->v.kind == KVQ_GKV_TURBO) pp.kind = 1;
+    else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 1) pp.kind = 2;
+    else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 2) pp.kind = 3;
+    const void *ft = ga ? tc_kernel(c) : NULL; // the packed chunks on tensor cores
+    // the merge fused into the last of the split launches (every block of it counts, spare ones
+    // too; the launches before it have finished when it starts), or attn_merge after them. The
+    // last launch's kernel has the rotation back whenever pp.kind needs it: rotated values are
+    // TurboQuant's / HQKV's (attn_split with ROT), the window keys' kernel has those values, the
+    // window's is the fp16 one (ROT), the tensor-core kernels have int / KIVI values (kind 0).
+    // At most KVQ_GKV_MERGE_MAX chunks (the split kernels' score array holds the weights), 256 when
+    // the tensor-core kernel merges (its red array, unenlarged); else the separate merge launch.
+    const int last = kvq_gkv_fuse_part(ga, gb, gc), fuse = fuse_merge(c) && n_slot <= (last == 0 && ft ? KVQ_GKV_MERGE_TC : KVQ_GKV_MERGE_MAX);
+    const kvq_gkv_fuse fz0 = {out, pp, 0}, fz1 = {out, pp, 1};
+    p.fz = fz0;
     cudaStream_t sm = kvq_cuda_stream();
-    const void *ft = ga ? tc_kernel(c) : NULL;
     if (ft) { // int / KIVI at 2 and 4 bits on tensor cores (kv_attn_tc.cu), the same partial results
         const kvq_tc_args ta = {q, (const uint8_t *)c->k.data, (const uint8_t *)c->v.data,
                                 kvq_gkv_region_bytes(c->k.kind, c->k.bits, D, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, D, c->cap, 1),
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, D, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, D, c->cap),
-                                c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0};
+                                c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
+                                fuse && last == 0 ? fz1 : fz0};
         st = kvq_gkv_tc_launch(ft, &ta, ga, c->batch, sm, err);
         if (st) return st;
     } else if (ga) {
@@ -996,6 +972,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         p.k = side_of(c, &c->k);
         p.v = side_of(c, &c->v);
         p.t_begin = 0, p.t_end = hp.a, p.slot0 = 0;
+        p.fz = fuse && last == 0 ? fz1 : fz0;
         f<<<dim3(ga, c->n_kv, c->batch), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split");
     }
@@ -1006,6 +983,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         p.v = side_of(c, &c->v);
         p.t_begin = hp.a, p.t_end = hp.e, p.slot0 = ga;
         p.dyn.part = 1;
+        p.fz = fuse && last == 1 ? fz1 : fz0;
         f<<<dim3(gb, c->n_kv, c->batch), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split (window keys)");
     }
@@ -1014,15 +992,11 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         p.v = ring_of(c, c->wv);
         p.t_begin = hp.e, p.t_end = c->n_tok, p.slot0 = ga + gb;
         p.dyn.part = 2;
+        p.fz = fuse ? fz1 : fz0;
         attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0><<<dim3(gc, c->n_kv, c->batch), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split (window)");
     }
-    // rotated values (TurboQuant, HyperQuant-KV) sit in the chunks of the stored values,
-    // [0, na + nb); the window's chunks after them are in the original frame
-    post_p pp = {0, c->v.signs, c->v.quat, c->v.mat, ga + gb};
-    if (c->v.kind == KVQ_GKV_TURBO) pp.kind = 1;
-    else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 1) pp.kind = 2;
-    else if (c->v.kind == KVQ_GKV_HQKV && c->v.rot == 2) pp.kind = 3;
+    if (fuse) return KVQ_OK;
     attn_merge<<<c->batch * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, n_slot, c->n_heads, pp, dyn0);
     CU_LAUNCHED("attn_merge");
     return KVQ_OK;

@@ -1,7 +1,7 @@
 // Decode attention on the GPU straight from a packed KV cache (issue 20): split-K
 // flash-decoding (each block scores a chunk of positions for all the query heads of one KV
-// head, keeps the chunk's max and sum, and sums p·V; a second kernel merges the chunks with
-// their log-sum-exp weights), reading the GPU execution layout of docs/KV.md ("GPU
+// head, keeps the chunk's max and sum, and sums p·V; the last block to finish per (sequence, KV
+// head), or a second kernel, merges the chunks with their log-sum-exp weights), reading the GPU execution layout of docs/KV.md ("GPU
 // execution layout") and never writing fp16 K/V to global memory. Plus the encode kernels
 // that append tokens to that layout, bit-identical to the CPU encoders (kv_attn.cu: int, KIVI;
 // kv_enc.cu: TurboQuant, qturbo, turboquant-prod, OCTOPUS, HyperQuant-KV, HQMQ).
@@ -218,6 +218,16 @@ KVQ_GKV_HD static inline void kvq_gkv_step_grids(int cap, int window, int kivi_k
     g[2] = kvq_gkv_n_chunks(window, chunk_req > 0 ? chunk_req : 32);
 }
 
+/** The merge fused into the split launches (kvq_gkv_set_fuse_merge): the launch whose blocks
+ *  count and merge is the last of the three that has blocks (ga, gb, gc: the packed, window-key
+ *  and window launches' blocks per (sequence, KV head); 0, 1, 2; −1 when none has). The ones
+ *  before it have finished when it starts (one stream). A block of it is the one that merges for
+ *  its (sequence, KV head) when the count it read before its atomic increment is n − 1 (n: the
+ *  launch's blocks per pair, spare ones included); it then resets the count to 0. Shared by the
+ *  host launch, the kernels and the host emulation in tests/test_cuda_kv.c. */
+KVQ_GKV_HD static inline int kvq_gkv_fuse_part(int ga, int gb, int gc) { return gc > 0 ? 2 : gb > 0 ? 1 : ga > 0 ? 0 : -1; }
+KVQ_GKV_HD static inline int kvq_gkv_fuse_last(unsigned old, unsigned n) { return old + 1 == n; }
+
 /** Positions kvq_gkv_append leaves packed on a side after a sequence of n_tok positions was
  *  appended from position 0 (in chunks of any size) with this window: every position that left
  *  the window, KIVI keys (kivi_k = 1) in whole groups of 32. The graph-captured decode step
@@ -313,6 +323,25 @@ void kvq_gkv_set_tc_pipe(int stages);
 /** The cp.async stages of the tensor-core kernel kvq_gkv_attend would run for this cache (0: the
  *  register-prefetch variant, or not on tensor cores). */
 int kvq_gkv_tc_stages(const kvq_gkv_cache *c);
+
+/** The merge of the split blocks' partial results (issue 20, 2026-11-27): 1 = fused into the
+ *  attend's last split launch — the last block to finish for a (sequence, KV head), found by an
+ *  atomic count per pair in a device array (reset by that block, so graph replays need nothing),
+ *  merges its G query heads, rotation back included (kernels/cuda/kv_merge.cuh): one launch
+ *  fewer, the same operations in the same order, so outputs bit-identical to 0 = the separate
+ *  attn_merge launch after the splits. −1 (default) = KVQ_CUDA_KV_FUSE_MERGE=0 or 1 in the
+ *  environment (read at the first attend), else 1. Process-wide; attends run one at a time on
+ *  the stream (kvq_cuda_stream) — the counts are shared. */
+void kvq_gkv_set_fuse_merge(int on);
+/** 1 when the merge is on and can be fused for this cache (batch · n_kv ≤ 4096); an attend then
+ *  fuses it when it has at most 1024 chunks — 256 when its last launch is a tensor-core kernel's
+ *  (the weights sit in that kernel's existing shared memory) — else launches attn_merge. */
+int kvq_gkv_merge_fused(const kvq_gkv_cache *c);
+/** The automatic chunk's blocks per (sequence, KV head): waves × the resident blocks of the packed
+ *  kernel over the device's SMs, divided among the (sequence, KV head) pairs (0.125 .. 8; more
+ *  waves = more, shorter chunks). ≤ 0 (default) = KVQ_CUDA_KV_WAVES=<x> in the environment (read
+ *  at the first attend), else 1. Process-wide: set it before capturing a step (its grids follow). */
+void kvq_gkv_set_waves(float waves);
 
 /** Times kvq_gkv_attend with CUDA events (after a warm-up): the median over reps of one call
  *  between two events (graph_calls = 0; the host's launch time included), or of one replay of

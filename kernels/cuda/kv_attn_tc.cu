@@ -27,6 +27,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/kv_attn_tc.cuh"
+#include "kernels/cuda/kv_merge.cuh"
 #include "kernels/cuda/kv_tc.h"
 
 #define D KVQ_GKV_HEAD_DIM
@@ -157,13 +158,19 @@ __device__ __forceinline__ void read_stage(const uint8_t *st, int g, int t, tile
     }
 }
 
-// KIND: KVQ_GKV_INT (keys and values s·(c − qmax), s per position) or KVQ_GKV_KIVI (keys s_i·c + z_i
-// per channel over 32-position groups: q ⊙ s as B, Σ q·z added to the score; values s·c + z per
-// position and 32 channels). Warp w takes the steps w, w+4, ... of TS tiles (KIVI: 2, one key
-// group) one tile at a time, with the loads of the tile PF ahead in flight (ST = 0), or with the
-// next ST − 1 tiles' copies in flight into the warp's shared-memory ring (ST = 3, 4; PF unused).
+// red: the warps' Σ p·V at the end; with ST its rows also hold the warps' rings (used before red
+// is); after the block's partial results are out, the fused merge's shared memory (kv_merge.cuh:
+// G·(KVQ_GKV_MERGE_TC + D + D/32) floats, within the TNW rows). Rows of G·D floats.
+template <int KIND, int B, int ST>
+__host__ __device__ constexpr int tc_nred() {
+    constexpr int RED = (int)sizeof(float) * G * D;
+    return ST ? (ST * TNW * tc_stage_bytes<KIND, B>() + RED - 1) / RED : TNW;
+}
+static_assert(TNW * G * D >= G * (KVQ_GKV_MERGE_TC + D + D / 32), "the fused merge's shared memory in red");
+
+// One block's chunk: its partial results (kvq_gkv_split_out) or nothing (a captured step's spare block).
 template <int KIND, int B, int TS, int PF, int ST>
-__global__ void __launch_bounds__(TNT, ST ? 4 : PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
+__device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_nred<KIND, B, ST>()][G][D]) {
     constexpr float QM = KIND == KVQ_GKV_INT ? (float)((1 << (B - 1)) - 1) : 0.0f;
     constexpr bool KIVI = KIND == KVQ_GKV_KIVI;
     static_assert(!KIVI || TS == 2, "KIVI keys: a step is one 32-position group");
@@ -171,13 +178,11 @@ __global__ void __launch_bounds__(TNT, ST ? 4 : PF == 1 ? 4 : 3) attn_tc(kvq_tc_
     constexpr bool TWO = !(B == 4 && PF == 1); // where the registers allow it (int:4 variant 1 would spill)
     constexpr int SB = tc_stage_bytes<KIND, B>(), RED = (int)sizeof(float) * G * D;
     static_assert(SB % 16 == 0, "16-byte copies");
-    // red: the warps' Σ p·V at the end; with ST its rows also hold the warps' rings (used before red is)
-    constexpr int NRED = ST ? (ST * TNW * SB + RED - 1) / RED : TNW;
+    constexpr int NRED = tc_nred<KIND, B, ST>();
     static_assert(NRED >= TNW && (size_t)NRED * RED + sizeof(float) * (G * D + 2 * TNW * G) + (KIVI && !ST ? 4 * TNW * D : 4) <= 48 * 1024,
                   "static shared memory");
     __shared__ __align__(16) float qs[G][D];
     __shared__ float wm[TNW][G], wl[TNW][G];
-    __shared__ __align__(16) float red[NRED][G][D];
     __shared__ __align__(16) uint32_t kzs[KIVI && !ST ? TNW : 1][D]; // KIVI: the warp's key group (scale, zero) per channel
     const int s = blockIdx.x, gk = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -399,6 +404,21 @@ __global__ void __launch_bounds__(TNT, ST ? 4 : PF == 1 ? 4 : 3) attn_tc(kvq_tc_
             if (wm[w][h] != -INFINITY) l = fmaf(exp2f(wm[w][h] - M), wl[w][h], l);
         pml[(size_t)h * p.n_slot * 2] = M, pml[(size_t)h * p.n_slot * 2 + 1] = l;
     }
+}
+
+// KIND: KVQ_GKV_INT (keys and values s·(c − qmax), s per position) or KVQ_GKV_KIVI (keys s_i·c + z_i
+// per channel over 32-position groups: q ⊙ s as B, Σ q·z added to the score; values s·c + z per
+// position and 32 channels). Warp w takes the steps w, w+4, ... of TS tiles (KIVI: 2, one key
+// group) one tile at a time, with the loads of the tile PF ahead in flight (ST = 0), or with the
+// next ST − 1 tiles' copies in flight into the warp's shared-memory ring (ST = 3, 4; PF unused).
+// Then, in the attend's final launch with the merge fused, the last block per (sequence, KV head)
+// merges (int / KIVI values: no rotation back).
+template <int KIND, int B, int TS, int PF, int ST>
+__global__ void __launch_bounds__(TNT, ST ? 4 : PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
+    __shared__ __align__(16) float red[tc_nred<KIND, B, ST>()][G][D];
+    tc_chunk<KIND, B, TS, PF, ST>(p, red);
+    float *m = &red[0][0][0];
+    kvq_gkv_merge_last<false, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
 }
 
 const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages) {

@@ -1,7 +1,8 @@
 // The tensor-core split-K kernels of kernels/cuda/kv_attn_tc.cu (int and KIVI at 2 and 4 bits,
 // keys and values alike), called by kvq_gkv_attend (kv_attn.cu) for the packed chunks when
 // kvq_gkv_set_tc / KVQ_CUDA_KV_TC turn them on; they write the same per-chunk partial results
-// (Σ p·V, max, sum) as attn_split, which attn_merge merges.
+// (Σ p·V, max, sum) as attn_split, which attn_merge merges, or the final launch's last block per
+// (sequence, KV head) (kv_merge.cuh).
 #ifndef KVQ_CUDA_KV_ATTN_TC_CUH
 #define KVQ_CUDA_KV_ATTN_TC_CUH
 
@@ -60,6 +61,23 @@ __device__ __forceinline__ void kvq_gkv_empty_split(const P &p, int b, int g, in
     if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = -INFINITY, pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = 0.0f;
 }
 
+/** The values' way back from a rotated frame, applied once per (sequence, query head) in the
+ *  merge (kv_merge.cuh): kind 0 none, 1 TurboQuant (WHT, signs, then r* per 4-chunk for qturbo),
+ *  2 HyperQuant-KV signs, 3 HyperQuant-KV Qᵀ. Chunks [0, n_rot) hold rotated sums (the stored
+ *  values), the rest the window's plain ones. */
+struct kvq_gkv_post {
+    int kind;
+    const float *signs, *quat, *mat; // the values' side tables (kvq_gkv_side)
+    int n_rot;
+};
+/** A split launch's fused merge (kvq_gkv_merge_last): on = 1 for the attend's final split
+ *  launch when the merge is fused; its last block per (sequence, KV head) writes out. */
+struct kvq_gkv_fuse {
+    float *out; // (batch, n_heads, D) fp32
+    kvq_gkv_post pp;
+    int on;
+};
+
 struct kvq_tc_args {
     const float *q;                // (batch, n_heads, D) fp32
     const uint8_t *kbase, *vbase;  // regions of (sequence 0, KV head 0)
@@ -69,6 +87,7 @@ struct kvq_tc_args {
     float sl2;                     // scale · log2(e)
     float *po, *pml;               // partial sums (batch, H, n_slot, D) and (max, sum) (batch, H, n_slot, 2)
     kvq_gkv_dyn dyn;               // a graph-captured step: the range from the position (d_pos NULL: the fields above)
+    kvq_gkv_fuse fz;               // the fused merge (fz.on: this is the final split launch)
 };
 
 /** The kernel for keys kind/bits and values kind/bits, or NULL (int:2, int:4, kivi:2, kivi:4 on

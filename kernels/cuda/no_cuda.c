@@ -157,6 +157,9 @@ void kvq_gkv_set_tc(int on) { (void)on; }
 int kvq_gkv_tc_active(const kvq_gkv_cache *c) { (void)c; return 0; }
 void kvq_gkv_set_tc_pipe(int stages) { (void)stages; }
 int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { (void)c; return 0; }
+void kvq_gkv_set_fuse_merge(int on) { (void)on; }
+int kvq_gkv_merge_fused(const kvq_gkv_cache *c) { (void)c; return 0; }
+void kvq_gkv_set_waves(float waves) { (void)waves; }
 
 int kvq_cuda_tc_available(char *why, size_t n) {
     if (why && n) snprintf(why, n, "built without CUDA (nvcc not found at build time)");

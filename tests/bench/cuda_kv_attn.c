@@ -20,7 +20,10 @@
 // (int, kivi, turboquant, qturbo, turboquant-prod, octopus[:qjl], hqkv, hqmq, with the codecs' real tables
 // and pseudo-random tokens): positions appended per second as a 4096-token prefill, and µs per
 // one-token append, after a warm-up append. Correctness is tests/test_cuda_kv.c.
-// usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_ENC_ONLY=1] [CUDA_KV_BATCH=1|8] cuda_kv_attn [T ...]
+// CUDA_KV_FUSE_AB=1: each row timed with the merge fused into the last split launch and with the
+// separate merge launch (kvq_gkv_set_fuse_merge 1 / 0; bit-identical outputs), the same caches and
+// chunk, both columns and their ratio (otherwise the process's setting: KVQ_CUDA_KV_FUSE_MERGE).
+// usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_ENC_ONLY=1] [CUDA_KV_BATCH=1|8] [CUDA_KV_FUSE_AB=1] cuda_kv_attn [T ...]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +130,11 @@ int main(int argc, char **argv) {
     // CUDA_KV_ENC_ONLY=1: only the encoder table (tests/bench/gpu_kv_enc_check.sh)
     const char *eo = getenv("CUDA_KV_ENC_ONLY");
     if (eo && !strcmp(eo, "1")) nT = 0;
-    if (nT)
+    const char *fab = getenv("CUDA_KV_FUSE_AB");
+    const int ab = fab && !strcmp(fab, "1");
+    if (nT && ab)
+        printf("\n| T_kv | batch | cache | ms, one call | ms, in a graph | two launches: ms, one call | ms, in a graph | fused / two (graph) | MB read | GB/s (graph) | %% of copy (graph) | chunk | copies |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    else if (nT)
     printf("\n| T_kv | batch | cache | ms, one call | ms, in a graph | MB read | GB/s (graph) | %% of copy (graph) | chunk | copies |\n|---|---|---|---|---|---|---|---|---|---|\n");
     // CUDA_KV_BATCH=1 or 8: only that batch size (default both)
     const char *bo = getenv("CUDA_KV_BATCH");
@@ -177,10 +184,21 @@ int main(int argc, char **argv) {
                 const int chunk = kvq_gkv_auto_chunk(&c);
                 void *scr;
                 TRY(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, chunk), &err));
-                double ms = 0, msg = 0;
+                double ms = 0, msg = 0, ms2 = 0, msg2 = 0;
+                if (ab) kvq_gkv_set_fuse_merge(1);
                 TRY(kvq_gkv_time(cs, rot, q, out, scale, chunk, scr, 50, 0, &ms, &err));
                 TRY(kvq_gkv_time(cs, rot, q, out, scale, chunk, scr, 30, 20, &msg, &err));
+                if (ab) { // the separate merge launch, then back
+                    kvq_gkv_set_fuse_merge(0);
+                    TRY(kvq_gkv_time(cs, rot, q, out, scale, chunk, scr, 50, 0, &ms2, &err));
+                    TRY(kvq_gkv_time(cs, rot, q, out, scale, chunk, scr, 30, 20, &msg2, &err));
+                    kvq_gkv_set_fuse_merge(1);
+                }
                 const double bytes = (double)B * NKV * T * (bytes_per_pos(c.k.kind, c.k.bits, 0) + bytes_per_pos(c.v.kind, c.v.bits, 1));
+                if (ab)
+                    printf("| %dk | %d | %s | %.4f | %.4f | %.4f | %.4f | %.2f | %.1f | %.0f | %.0f %% | %d | %d |\n", T / 1024, B, cfg[ci].name, ms, msg,
+                           ms2, msg2, msg / msg2, bytes / 1e6, bytes / (msg * 1e-3) / 1e9, 100.0 * bytes / (msg * 1e-3) / bw, chunk, rot);
+                else
                 printf("| %dk | %d | %s | %.4f | %.4f | %.1f | %.0f | %.0f %% | %d | %d |\n", T / 1024, B, cfg[ci].name, ms, msg, bytes / 1e6,
                        bytes / (msg * 1e-3) / 1e9, 100.0 * bytes / (msg * 1e-3) / bw, chunk, rot);
                 fflush(stdout);
