@@ -329,8 +329,9 @@ int kvq_gkv_tc_stages(const kvq_gkv_cache *c);
  *  atomic count per pair in a device array (reset by that block, so graph replays need nothing),
  *  merges its G query heads, rotation back included (kernels/cuda/kv_merge.cuh): one launch
  *  fewer, the same operations in the same order, so outputs bit-identical to 0 = the separate
- *  attn_merge launch after the splits. −1 (default) = KVQ_CUDA_KV_FUSE_MERGE=0 or 1 in the
- *  environment (read at the first attend), else 1. Process-wide; attends run one at a time on
+ *  attn_merge launch after the splits. −1 (default) = KVQ_CUDA_KV_FUSE_MERGE=1 or 0 in the
+ *  environment (read at the first attend), else 0 (the fused merge measured 1-7 % slower on the
+ *  H100 at 4k and 32k, batch 1: docs/RESULTS.md, session 11). Process-wide; attends run one at a time on
  *  the stream (kvq_cuda_stream) — the counts are shared. */
 void kvq_gkv_set_fuse_merge(int on);
 /** 1 when the merge is on and can be fused for this cache (batch · n_kv ≤ 4096); an attend then
