@@ -18,6 +18,11 @@ int kvq_hq_packable(const kvq_hq_header *h);
 kvq_status kvq_hq_pack(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs, int vbits, int n_threads,
                        kvq_hqx *out, kvq_err *err);
 
+/** One execution layout for a row-blocked tensor (blocks from kvq_hq_blocks_parse): every block
+ *  packed at one width (vbits, or the widest any block needs when 0) and concatenated, tile
+ *  scales as floats (scode NULL: each block's α is folded into its scales). */
+kvq_status kvq_hq_pack_blocks(const kvq_hq_block *blocks, int n, int vbits, int n_threads, kvq_hqx *out, kvq_err *err);
+
 /** The chunk transcoder's AVX2 path (the same bytes as its scalar loop): on = 0 / 1 turns it
  *  off / on (default on, where the CPU has AVX2), on < 0 only asks; for tests and side-by-side
  *  runs. @return the previous setting. Not thread-safe: set it before packing. */
