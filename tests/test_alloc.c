@@ -759,7 +759,38 @@ static void test_row_blocks(void **st) {
     assert_null(h.scode);
     assert_non_null(h.scale);
     kvq_hqx_free(&h);
+    // the runtime's form: up to 3 row-block parts covering the rows in order
+    kvq_hqx parts[3];
+    int64_t row0[3];
+    int np = 0;
+    assert_int_equal(kvq_weights_get_hqx_parts(w, "lm_head.weight", parts, 3, &np, row0, &err), KVQ_OK);
+    assert_true(np >= 1 && np <= 3);
+    int64_t at = 0;
+    for (int p = 0; p < np; p++) assert_int_equal(row0[p], at), at += parts[p].rows, kvq_hqx_free(&parts[p]);
+    assert_int_equal(at, 4096);
+    assert_int_equal(kvq_weights_get_hqx_parts(w, "model.layers.0.mlp.up_proj.weight", parts, 3, &np, row0, &err), KVQ_OK);
+    assert_int_equal(np, 0); // not row-blocked: nothing packed here
     kvq_weights_close(w);
+    // and runs: packed products (parts) and the embedding's lookup by part against the decoded model
+    char lg[600], lgd[600];
+    tmpfile_path(lg, sizeof lg, "lg.bin");
+    tmpfile_path(lgd, sizeof lgd, "lgd.bin");
+    assert_int_equal(run("%s/kvq-run -t 1 %s --tokens " TINY "/reference/tokens_i32.bin --logits %s --exec exact 2>/dev/null && "
+                         "%s/kvq-run -t 1 %s --tokens " TINY "/reference/tokens_i32.bin --logits %s --exec decoded 2>/dev/null",
+                         g_build, out, lg, g_build, out, lgd), 0);
+    FILE *fa = fopen(lg, "rb"), *fb = fopen(lgd, "rb");
+    assert_non_null(fa);
+    assert_non_null(fb);
+    float va, vb;
+    double md = 0, mx = 0;
+    size_t nv = 0;
+    while (fread(&va, 4, 1, fa) == 1 && fread(&vb, 4, 1, fb) == 1) {
+        md = fmax(md, fabs((double)va - vb)), mx = fmax(mx, fabs((double)vb)), nv++;
+    }
+    fclose(fa), fclose(fb);
+    assert_int_equal(nv, 64 * 4096);
+    assert_true(md <= 1e-4 * mx); // float activations: the packed parts give the decoded model's logits
+    rm_with_dir(lg), rm_with_dir(lgd);
     // --calib-from: the stored shares again, at another budget
     kvq_convert_opts o = {0};
     o.plan.quantize_embeddings = -1;

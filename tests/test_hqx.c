@@ -783,7 +783,9 @@ static void test_refusals(void **state) {
 // A row-blocked tensor (hq_blocks.c: blocks at 2.5, 5.0 and 3.5 bits, so their own widths differ
 // and the first block has escapes at nibbles) packs into one layout whose products, in every mode
 // and ISA, match the tensor decoded by the codec; the tile scales are floats (one α per block).
-// The width is the widest block's, or the one asked for.
+// The width is the narrowest whose escapes stay under 0.25 % of the tensor's values, or the one
+// asked for. The runtime's parts (kvq_hq_pack_block_parts: up to max layouts of adjacent blocks)
+// each match their rows.
 static void test_row_blocks_packed(void **state) {
     (void)state;
     const int64_t rows = 72, cols = 512, br = 32; // 32, 32, 8
@@ -809,16 +811,35 @@ static void test_row_blocks_packed(void **state) {
         if (one.vbits > widest) widest = one.vbits;
         kvq_hqx_free(&one);
     }
-    assert_true(widest > 4); // the 5-bit block needs more than nibbles: the others are repacked wider
+    assert_true(widest > 4); // the 5-bit block alone needs more than nibbles
     for (int vb = 0; vb <= 4; vb += 4) { // automatic, and nibbles forced (escapes in every block)
         kvq_hqx w;
         assert_int_equal(kvq_hq_pack_blocks(bk, n, vb, 2, &w, &err), KVQ_OK);
-        assert_int_equal(w.vbits, vb ? vb : widest);
+        // automatic: an unblocked tensor's rule over the whole tensor (escapes under 0.25 % of the
+        // values), so never wider than the widest block needs alone
+        if (vb) assert_int_equal(w.vbits, vb);
+        else assert_true(w.vbits <= widest && w.n_esc <= rows * cols / 400);
         assert_int_equal(w.rows, rows);
         assert_null(w.scode);
         assert_non_null(w.scale);
         uint32_t n_esc = check_packed(w, W, 5, 70 + vb, 0.03); // frees w
         if (vb) assert_true(n_esc > 0);
+    }
+    // the runtime's parts: at most 3 layouts of adjacent blocks, each checked against its rows
+    for (int maxp = 1; maxp <= 3; maxp++) {
+        kvq_hqx parts[3];
+        int64_t row0[3];
+        int np = 0;
+        assert_int_equal(kvq_hq_pack_block_parts(bk, n, maxp, 2, parts, row0, &np, &err), KVQ_OK);
+        assert_true(np >= 1 && np <= maxp);
+        int64_t at = 0;
+        for (int p = 0; p < np; p++) {
+            assert_int_equal(row0[p], at);
+            at += parts[p].rows;
+            check_packed(parts[p], W + row0[p] * cols, 3, 90 + p, 0.03); // frees the part
+        }
+        assert_int_equal(at, rows);
+        if (maxp == 3) assert_int_equal(np, 3); // three blocks of three natural widths: one part each
     }
     free(bk);
     free(W);

@@ -339,6 +339,29 @@ kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, k
     return s;
 }
 
+kvq_status kvq_weights_get_hqx_parts(kvq_weights *w, const char *name, kvq_hqx *out, int max, int *n, int64_t *row0,
+                                     kvq_err *err) {
+    *n = 0;
+    if (!w->kf) return KVQ_OK;
+    const json_t *r = find_rec(w, name), *codec = json_object_get(r, "codec");
+    const char *cname = json_string_value(json_object_get(codec, "name"));
+    if (!cname || strcmp(cname, "hyperquant") || !kvq_hq_is_blocked(json_object_get(codec, "params"))) return KVQ_OK;
+    rec_view rv;
+    kvq_status s = rec_blobs(w, name, &rv, err);
+    if (s != KVQ_OK) return s;
+    kvq_hq_block *bk = malloc(sizeof *bk * KVQ_HQ_MAX_BLOCKS);
+    int nb = 0;
+    if (!bk) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    else s = kvq_hq_blocks_parse(json_object_get(rv.codec, "params"), rv.rows, rv.cols, rv.v, rv.nv, bk, &nb, err);
+    for (int i = 0; i < nb && !s; i++)
+        if (!kvq_hq_packable(&bk[i].h)) s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "hyperquant: block %d has no execution layout", i);
+    if (!s) s = kvq_hq_pack_block_parts(bk, nb, max, 0, out, row0, n, err);
+    free(bk);
+    release_blobs(w, &rv);
+    if (s != KVQ_OK) kvq_err_prefix(err, "%s: tensor '%s'", kvq_file_path(w->kf), name);
+    return s;
+}
+
 kvq_status kvq_weights_get_pqx(kvq_weights *w, const char *name, kvq_pqx *out, kvq_err *err) {
     memset(out, 0, sizeof *out);
     if (!w->kf) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': a source checkpoint holds no codes", name);

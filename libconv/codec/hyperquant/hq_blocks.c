@@ -194,27 +194,45 @@ kvq_status kvq_hq_encode_blocks(const kvq_hq_opts *o, const double *bps, int n_b
 
 // ---- the execution layout ---------------------------------------------------------------
 
+// Packs every block at width vb into w[]; *n_esc their escapes. On error w[] is freed.
+static kvq_status pack_all(const kvq_hq_block *bk, int n, int vb, int n_threads, kvq_hqx *w, int64_t *n_esc, kvq_err *err) {
+    kvq_status s = KVQ_OK;
+    *n_esc = 0;
+    int i = 0;
+    for (; i < n && !s; i++) {
+        if ((s = kvq_hq_pack(&bk[i].h, bk[i].v, bk[i].nv, vb, n_threads, &w[i], err))) kvq_err_prefix(err, "block %d", i);
+        else *n_esc += w[i].n_esc;
+    }
+    if (s)
+        for (int j = 0; j < i - 1; j++) kvq_hqx_free(&w[j]);
+    return s;
+}
+
 // One kvq_hqx from the blocks' own: every block packed at one width, q / planes / coset bytes
 // and escapes concatenated (tiles are in row order), and the tile scales as floats (each block's
-// own α is folded into them; the 256-entry scale table holds one α only).
+// own α is folded into them; the 256-entry scale table holds one α only). The automatic width is
+// an unblocked tensor's rule over the whole tensor: the narrowest whose escapes stay under 0.25 %
+// of its values (a high-rate block of few rows may then take escapes: kvq-small-llama's lm_head at
+// 3.0 bits/param, first block 4.8 bits, packs at 5 bits instead of the 6 that block alone needs).
 kvq_status kvq_hq_pack_blocks(const kvq_hq_block *bk, int n, int vbits, int n_threads, kvq_hqx *out, kvq_err *err) {
     memset(out, 0, sizeof *out);
     kvq_hqx *w = calloc((size_t)n, sizeof *w);
     if (!w) return kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory");
-    kvq_status s = KVQ_OK;
+    kvq_status s = KVQ_ERR_UNSUPPORTED;
+    int64_t total = 0, n_esc = 0;
+    for (int i = 0; i < n; i++) total += bk[i].h.rows * bk[i].h.cols_p;
     int vmax = vbits;
-    for (int i = 0; i < n && !s; i++) {
-        if ((s = kvq_hq_pack(&bk[i].h, bk[i].v, bk[i].nv, vbits, n_threads, &w[i], err))) kvq_err_prefix(err, "block %d", i);
-        else if (w[i].vbits > vmax) vmax = w[i].vbits;
+    for (int vb = vbits ? vbits : 4; vb <= (vbits ? vbits : 8); vb++) {
+        s = pack_all(bk, n, vb, n_threads, w, &n_esc, err);
+        if (s == KVQ_ERR_UNSUPPORTED && !vbits) continue; // values beyond this width's escapes: wider
+        if (s) break;
+        if (vbits || vb == 8 || n_esc <= total / 400) { vmax = vb; break; }
+        for (int i = 0; i < n; i++) kvq_hqx_free(&w[i]);
+        s = KVQ_ERR_UNSUPPORTED;
     }
-    for (int i = 0; i < n && !s; i++)
-        if (w[i].vbits != vmax) {
-            kvq_hqx_free(&w[i]);
-            if ((s = kvq_hq_pack(&bk[i].h, bk[i].v, bk[i].nv, vmax, n_threads, &w[i], err))) kvq_err_prefix(err, "block %d", i);
-        }
     if (!s) {
-        int64_t rows = 0, n_esc = 0;
-        for (int i = 0; i < n; i++) rows += w[i].rows, n_esc += w[i].n_esc;
+        int64_t rows = 0;
+        for (int i = 0; i < n; i++) rows += w[i].rows;
         const int64_t cols_p = w[0].cols_p, T = w[0].tile, np = rows * cols_p, planes = kvq_hqx_planes(vmax);
         *out = w[0];
         out->rows = rows;
@@ -249,4 +267,52 @@ kvq_status kvq_hq_pack_blocks(const kvq_hq_block *bk, int n, int vbits, int n_th
     for (int i = 0; i < n; i++) kvq_hqx_free(&w[i]);
     free(w);
     return s;
+}
+
+// Groups blocks into at most max_parts layouts of their own (the runtime's row-block parts, each
+// with its own width and, for a single block, its own scale table): each block's natural width
+// first (what kvq_hq_pack would choose for it alone), then runs of equal width, then, while there
+// are too many runs, the adjacent pair whose merged width wastes the fewest weight-bits.
+kvq_status kvq_hq_pack_block_parts(const kvq_hq_block *bk, int n, int max_parts, int n_threads, kvq_hqx *out,
+                                   int64_t *row0, int *n_out, kvq_err *err) {
+    *n_out = 0;
+    if (n < 1 || max_parts < 1) return kvq_err_set(err, KVQ_ERR_ARG, "hyperquant: no blocks to pack");
+    int width[KVQ_HQ_MAX_BLOCKS], first[KVQ_HQ_MAX_BLOCKS + 1], gw[KVQ_HQ_MAX_BLOCKS], ng = 0;
+    for (int i = 0; i < n; i++) {
+        kvq_hqx w;
+        kvq_status s = kvq_hq_pack(&bk[i].h, bk[i].v, bk[i].nv, 0, n_threads, &w, err);
+        if (s) { kvq_err_prefix(err, "block %d", i); return s; }
+        width[i] = w.vbits;
+        kvq_hqx_free(&w);
+        if (i == 0 || width[i] != gw[ng - 1]) first[ng] = i, gw[ng++] = width[i];
+    }
+    first[ng] = n;
+    while (ng > max_parts) { // merge the cheapest adjacent pair: Σ rows × (merged width − own width)
+        int best = 0;
+        double bc = INFINITY;
+        for (int g = 0; g + 1 < ng; g++) {
+            int wm = gw[g] > gw[g + 1] ? gw[g] : gw[g + 1];
+            double c = 0;
+            for (int i = first[g]; i < first[g + 2]; i++) c += (double)bk[i].h.rows * (wm - width[i]);
+            if (c < bc) bc = c, best = g;
+        }
+        gw[best] = gw[best] > gw[best + 1] ? gw[best] : gw[best + 1];
+        for (int g = best + 1; g < ng; g++) gw[g] = gw[g + 1], first[g] = first[g + 1];
+        first[ng - 1] = n;
+        ng--;
+    }
+    kvq_status s = KVQ_OK;
+    for (int g = 0; g < ng && !s; g++) {
+        const int b0 = first[g], nb = first[g + 1] - first[g];
+        s = nb == 1 ? kvq_hq_pack(&bk[b0].h, bk[b0].v, bk[b0].nv, gw[g], n_threads, &out[g], err)
+                    : kvq_hq_pack_blocks(bk + b0, nb, gw[g], n_threads, &out[g], err);
+        if (s) {
+            kvq_err_prefix(err, "blocks %d-%d", b0, b0 + nb - 1);
+            for (int j = 0; j < g; j++) kvq_hqx_free(&out[j]);
+            return s;
+        }
+        row0[g] = bk[b0].row0;
+    }
+    *n_out = ng;
+    return KVQ_OK;
 }
