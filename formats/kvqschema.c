@@ -182,6 +182,20 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
             if (!json_is_number(sv) || !isfinite(json_number_value(sv)) || json_number_value(sv) < 0)
                 return bad(c, w, "a finite number >= 0", sv);
         }
+        // optional (since 2026-11-26, session 11): row blocks' rows and shares of the sensitivity
+        const json_t *br = json_object_get(v, "block_rows"), *bs = json_object_get(v, "block_shares");
+        if (br || bs) {
+            snprintf(w, sizeof w, "%s.allocation.block_rows", tat);
+            if (!json_is_integer(br) || json_integer_value(br) < 1) return bad(c, w, "an integer >= 1", br);
+            snprintf(w, sizeof w, "%s.allocation.block_shares", tat);
+            if (!json_is_array(bs) || json_array_size(bs) < 1 || json_array_size(bs) > 64)
+                return bad(c, w, "an array of 1 to 64 numbers", bs);
+            for (size_t k = 0; k < json_array_size(bs); k++) {
+                const json_t *x = json_array_get(bs, k);
+                if (!json_is_number(x) || !isfinite(json_number_value(x)) || json_number_value(x) <= 0)
+                    return bad(c, w, "finite numbers > 0", x);
+            }
+        }
     }
     NEED(t, tat, "seed", JSON_STRING, &v);
     if (!is_hex(json_string_value(v), 16))

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "formats/kvqfile.h"
+#include "kernels/cpu/hqx.h"
 #include "kernels/cpu/softmax.h"
 #include "libconv/convert/alloc.h"
 #include "libconv/convert/convert.h"
@@ -700,6 +701,130 @@ static void test_default_shared(void **st) {
     rm_with_dir(out);
 }
 
+
+// Row blocks (docs/ALLOCATION.md "Row blocks"): an allocated embedding and lm_head are stored in
+// KVQ_ALLOC_BLOCKS blocks of rows at their own rates (spec blocks=, params v 2), their records
+// carry the blocks' shares of the sensitivity (summing to 1, the most sensitive block at a higher
+// rate than the least), the budget still holds within 0.01, --calib-from reuses the shares, the
+// file loads packed, and the schema refuses broken records.
+static void test_row_blocks(void **st) {
+    char out[600], again[600];
+    tmpfile_path(out, sizeof out, "b.kvq");
+    tmpfile_path(again, sizeof again, "b2.kvq");
+    kvq_convert_summary sum;
+    json_t *man = convert_at(TINY, out, 3.5, NULL, 64, &sum);
+    check_budget(man, 3.5, &sum);
+    int seen = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(man, "tensors"), i, x) {
+        const char *name = json_string_value(json_object_get(x, "name"));
+        if (strcmp(name, "model.embed_tokens.weight") && strcmp(name, "lm_head.weight")) continue;
+        seen++;
+        const json_t *cod = json_object_get(x, "codec"), *al = json_object_get(x, "allocation");
+        const char *spec = json_string_value(json_object_get(cod, "spec"));
+        assert_non_null(strstr(spec, ":blocks=512@")); // 4096 rows in 8 blocks
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(cod, "params"), "v")), 2);
+        assert_int_equal(json_array_size(json_object_get(json_object_get(cod, "params"), "blocks")), KVQ_ALLOC_BLOCKS);
+        assert_int_equal(json_integer_value(json_object_get(al, "block_rows")), 512);
+        const json_t *sh = json_object_get(al, "block_shares");
+        assert_int_equal(json_array_size(sh), KVQ_ALLOC_BLOCKS);
+        double tot = 0, lo = 1, hi = 0;
+        int bmax = 0, bmin = 0;
+        for (int b = 0; b < KVQ_ALLOC_BLOCKS; b++) {
+            double v = json_number_value(json_array_get(sh, b));
+            tot += v;
+            if (v > hi) hi = v, bmax = b;
+            if (v < lo) lo = v, bmin = b;
+        }
+        assert_true(fabs(tot - 1.0) < 1e-6);
+        assert_true(hi > 2 * lo); // token frequencies are far from even: the split has something to buy
+        const char *r = strchr(strstr(spec, ":blocks="), '@') + 1;
+        double rate[KVQ_ALLOC_BLOCKS];
+        for (int b = 0; b < KVQ_ALLOC_BLOCKS; b++) {
+            char *end;
+            rate[b] = strtod(r, &end);
+            r = end + (*end == '/');
+        }
+        assert_true(rate[bmax] > rate[bmin]);
+    }
+    assert_int_equal(seen, 2);
+    // it loads packed: one layout of all the rows, tile scales as floats
+    kvq_weights *w;
+    kvq_err err = {0};
+    assert_int_equal(kvq_weights_open(out, &w, &err), KVQ_OK);
+    kvq_hqx h;
+    assert_int_equal(kvq_weights_get_hqx(w, "lm_head.weight", &h, &err), KVQ_OK);
+    assert_int_equal(h.rows, 4096);
+    assert_null(h.scode);
+    assert_non_null(h.scale);
+    kvq_hqx_free(&h);
+    // the runtime's form: up to 3 row-block parts covering the rows in order
+    kvq_hqx parts[3];
+    int64_t row0[3];
+    int np = 0;
+    assert_int_equal(kvq_weights_get_hqx_parts(w, "lm_head.weight", parts, 3, &np, row0, &err), KVQ_OK);
+    assert_true(np >= 1 && np <= 3);
+    int64_t at = 0;
+    for (int p = 0; p < np; p++) assert_int_equal(row0[p], at), at += parts[p].rows, kvq_hqx_free(&parts[p]);
+    assert_int_equal(at, 4096);
+    assert_int_equal(kvq_weights_get_hqx_parts(w, "model.layers.0.mlp.up_proj.weight", parts, 3, &np, row0, &err), KVQ_OK);
+    assert_int_equal(np, 0); // not row-blocked: nothing packed here
+    kvq_weights_close(w);
+    // and runs: packed products (parts) and the embedding's lookup by part against the decoded model
+    char lg[600], lgd[600];
+    tmpfile_path(lg, sizeof lg, "lg.bin");
+    tmpfile_path(lgd, sizeof lgd, "lgd.bin");
+    assert_int_equal(run("%s/kvq-run -t 1 %s --tokens " TINY "/reference/tokens_i32.bin --logits %s --exec exact 2>/dev/null && "
+                         "%s/kvq-run -t 1 %s --tokens " TINY "/reference/tokens_i32.bin --logits %s --exec decoded 2>/dev/null",
+                         g_build, out, lg, g_build, out, lgd), 0);
+    FILE *fa = fopen(lg, "rb"), *fb = fopen(lgd, "rb");
+    assert_non_null(fa);
+    assert_non_null(fb);
+    float va, vb;
+    double md = 0, mx = 0;
+    size_t nv = 0;
+    while (fread(&va, 4, 1, fa) == 1 && fread(&vb, 4, 1, fb) == 1) {
+        md = fmax(md, fabs((double)va - vb)), mx = fmax(mx, fabs((double)vb)), nv++;
+    }
+    fclose(fa), fclose(fb);
+    assert_int_equal(nv, 64 * 4096);
+    assert_true(md <= 1e-4 * mx); // float activations: the packed parts give the decoded model's logits
+    rm_with_dir(lg), rm_with_dir(lgd);
+    // --calib-from: the stored shares again, at another budget
+    kvq_convert_opts o = {0};
+    o.plan.quantize_embeddings = -1;
+    o.plan.target_bpw = 4.0;
+    o.plan.calib_from = out;
+    assert_int_equal(kvq_convert(TINY, again, &o, &sum, &err), KVQ_OK);
+    kvq_file *f;
+    assert_int_equal(kvq_file_open(again, &f, &err), KVQ_OK);
+    check_budget(kvq_file_manifest(f), 4.0, &sum);
+    int blocked = 0;
+    json_array_foreach(json_object_get(kvq_file_manifest(f), "tensors"), i, x)
+        blocked += strstr(json_string_value(json_object_get(json_object_get(x, "codec"), "spec")), ":blocks=512@") != NULL;
+    assert_int_equal(blocked, 2);
+    kvq_file_close(f);
+    // the schema: broken block records are refused
+    json_t *t = NULL;
+    json_array_foreach(json_object_get(man, "tensors"), i, x)
+        if (json_object_get(json_object_get(x, "allocation"), "block_rows")) { t = x; break; }
+    assert_non_null(t);
+    json_t *al = json_object_get(t, "allocation");
+    json_object_set_new(al, "block_rows", json_integer(0));
+    assert_int_equal(kvq_file_check_manifest(man, out, &err), KVQ_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "allocation.block_rows"));
+    json_object_set_new(al, "block_rows", json_integer(512));
+    json_array_set_new(json_object_get(al, "block_shares"), 3, json_real(-0.5));
+    assert_int_equal(kvq_file_check_manifest(man, out, &err), KVQ_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "allocation.block_shares"));
+    json_object_del(al, "block_shares");
+    assert_int_equal(kvq_file_check_manifest(man, out, &err), KVQ_ERR_FORMAT);
+    json_decref(man);
+    rm_with_dir(out);
+    rm_with_dir(again);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char *a = strdup(argv[0]);
@@ -714,6 +839,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_layer_probe),
         cmocka_unit_test(test_budget_errors),
         cmocka_unit_test(test_schema_allocation),
+        cmocka_unit_test(test_row_blocks),
         cmocka_unit_test(test_default_cli),
         cmocka_unit_test(test_default_shared),
     };

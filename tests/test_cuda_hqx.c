@@ -503,6 +503,35 @@ static void test_hyperquant(void **state) {
     }
 }
 
+// A row-blocked HyperQuant tensor (hq_blocks.c: the embedding's and lm_head's form under
+// --target-bpw): one layout with float tile scales (no scale codes), the widest block's width;
+// the device's products against the CPU's, as every case above. Blocks at 2.5, 5.0, 3.5 and 4.0
+// bits; 1024 columns (the one-token product's whole-step case, which then takes its generic path).
+static void test_row_blocks(void **state) {
+    (void)state;
+    if (!have_gpu()) { skip(); return; }
+    const int64_t rows = 200, cols = 1024, br = 64;
+    const double bps[4] = {2.5, 5.0, 3.5, 4.0};
+    float *x = matrix(rows, cols, 77);
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 3.0);
+    kvq_codec_input in = {NULL, x, rows, cols, 5, 0};
+    kvq_encoded e;
+    kvq_err err = {0};
+    assert_int_equal(kvq_hq_encode_blocks(&o, bps, 4, br, &in, &e, NULL, &err), KVQ_OK);
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    for (int k = 0; k < e.n_blob; k++) v[k] = (kvq_blob_view){e.blob[k].role, e.blob[k].data, e.blob[k].size};
+    kvq_hq_block *bk = malloc(sizeof *bk * KVQ_HQ_MAX_BLOCKS);
+    int n = 0;
+    assert_int_equal(kvq_hq_blocks_parse(e.params, rows, cols, v, e.n_blob, bk, &n, &err), KVQ_OK);
+    kvq_hqx w;
+    assert_int_equal(kvq_hq_pack_blocks(bk, n, 0, 0, &w, &err), KVQ_OK);
+    assert_null(w.scode);
+    compare(&w, 90, "hyperquant e8 row blocks");
+    free(bk);
+    kvq_encoded_free(&e);
+    free(x);
+}
+
 static void test_rtn(void **state) {
     (void)state;
     if (!have_gpu()) { skip(); return; }
@@ -531,6 +560,7 @@ static void test_rtn(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn),
+                                        cmocka_unit_test(test_row_blocks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -779,10 +779,78 @@ static void test_refusals(void **state) {
     free(x);
 }
 
+
+// A row-blocked tensor (hq_blocks.c: blocks at 2.5, 5.0 and 3.5 bits, so their own widths differ
+// and the first block has escapes at nibbles) packs into one layout whose products, in every mode
+// and ISA, match the tensor decoded by the codec; the tile scales are floats (one α per block).
+// The width is the narrowest whose escapes stay under 0.25 % of the tensor's values, or the one
+// asked for. The runtime's parts (kvq_hq_pack_block_parts: up to max layouts of adjacent blocks)
+// each match their rows.
+static void test_row_blocks_packed(void **state) {
+    (void)state;
+    const int64_t rows = 72, cols = 512, br = 32; // 32, 32, 8
+    const double bps[3] = {2.5, 5.0, 3.5};
+    float *x = gauss_matrix(rows, cols, 41);
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 3.0);
+    kvq_codec_input in = {NULL, x, rows, cols, 5, 1};
+    kvq_encoded e;
+    kvq_err err = {0};
+    assert_int_equal(kvq_hq_encode_blocks(&o, bps, 3, br, &in, &e, NULL, &err), KVQ_OK);
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    for (int i = 0; i < e.n_blob; i++) v[i] = (kvq_blob_view){e.blob[i].role, e.blob[i].data, e.blob[i].size};
+    float *W = malloc(sizeof(float) * rows * cols);
+    assert_int_equal(kvq_hq_blocks_decode(e.params, v, e.n_blob, rows, cols, W, -1, &err), KVQ_OK);
+    kvq_hq_block *bk = malloc(sizeof *bk * KVQ_HQ_MAX_BLOCKS);
+    int n = 0;
+    assert_int_equal(kvq_hq_blocks_parse(e.params, rows, cols, v, e.n_blob, bk, &n, &err), KVQ_OK);
+    assert_int_equal(n, 3);
+    int widest = 0;
+    for (int i = 0; i < n; i++) {
+        kvq_hqx one;
+        assert_int_equal(kvq_hq_pack(&bk[i].h, bk[i].v, bk[i].nv, 0, 1, &one, &err), KVQ_OK);
+        if (one.vbits > widest) widest = one.vbits;
+        kvq_hqx_free(&one);
+    }
+    assert_true(widest > 4); // the 5-bit block alone needs more than nibbles
+    for (int vb = 0; vb <= 4; vb += 4) { // automatic, and nibbles forced (escapes in every block)
+        kvq_hqx w;
+        assert_int_equal(kvq_hq_pack_blocks(bk, n, vb, 2, &w, &err), KVQ_OK);
+        // automatic: an unblocked tensor's rule over the whole tensor (escapes under 0.25 % of the
+        // values), so never wider than the widest block needs alone
+        if (vb) assert_int_equal(w.vbits, vb);
+        else assert_true(w.vbits <= widest && w.n_esc <= rows * cols / 400);
+        assert_int_equal(w.rows, rows);
+        assert_null(w.scode);
+        assert_non_null(w.scale);
+        uint32_t n_esc = check_packed(w, W, 5, 70 + vb, 0.03); // frees w
+        if (vb) assert_true(n_esc > 0);
+    }
+    // the runtime's parts: at most 3 layouts of adjacent blocks, each checked against its rows
+    for (int maxp = 1; maxp <= 3; maxp++) {
+        kvq_hqx parts[3];
+        int64_t row0[3];
+        int np = 0;
+        assert_int_equal(kvq_hq_pack_block_parts(bk, n, maxp, 2, parts, row0, &np, &err), KVQ_OK);
+        assert_true(np >= 1 && np <= maxp);
+        int64_t at = 0;
+        for (int p = 0; p < np; p++) {
+            assert_int_equal(row0[p], at);
+            at += parts[p].rows;
+            check_packed(parts[p], W + row0[p] * cols, 3, 90 + p, 0.03); // frees the part
+        }
+        assert_int_equal(at, rows);
+        if (maxp == 3) assert_int_equal(np, 3); // three blocks of three natural widths: one part each
+    }
+    free(bk);
+    free(W);
+    free(x);
+    kvq_encoded_free(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_lattice_and_rate),
-        cmocka_unit_test(test_gemm_many_tokens), cmocka_unit_test(test_escapes_and_heavy_tails),
+        cmocka_unit_test(test_row_blocks_packed), cmocka_unit_test(test_gemm_many_tokens), cmocka_unit_test(test_escapes_and_heavy_tails),
         cmocka_unit_test(test_extreme_sums), cmocka_unit_test(test_one_token_rule), cmocka_unit_test(test_pack_simd), cmocka_unit_test(test_auto_width),
         cmocka_unit_test(test_padding_and_batches),    cmocka_unit_test(test_compact),    cmocka_unit_test(test_zero_tiles),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_gpu_plane_order), cmocka_unit_test(test_prep_paths), cmocka_unit_test(test_alloc),    cmocka_unit_test(test_rtn),

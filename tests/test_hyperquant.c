@@ -674,6 +674,116 @@ static void test_real_shared_models(void **state) {
     real_tensors(b, KVQ_LAT_A2, 5.0, 2);
 }
 
+
+// ---- row blocks (hq_blocks.c) ------------------------------------------------------------
+
+// A row-blocked tensor is its blocks encoded alone, concatenated: the same reconstruction bit for
+// bit, the same bytes; both decoders reproduce it; the codec table's spec gives the same bytes;
+// an unblocked reader refuses it; broken block records are refused.
+static void test_row_blocks(void **state) {
+    const int64_t rows = 100, cols = 256, br = 32; // blocks of 32, 32, 32, 4 rows
+    const double bps[4] = {2.5, 4.0, 3.0, 5.5};
+    float *x = gauss_matrix(rows, cols, 11, 0.02);
+    for (int64_t r = 0; r < rows; r++) // rows of unlike scale, as an embedding's are
+        for (int64_t j = 0; j < cols; j++) x[r * cols + j] *= (float)(1 + r % 7);
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 3.0);
+    kvq_codec_input in = {NULL, x, rows, cols, 99, 1};
+    kvq_encoded e;
+    kvq_err err = {0};
+    float *rec = malloc(sizeof(float) * rows * cols), *d = malloc(sizeof(float) * rows * cols),
+          *one = malloc(sizeof(float) * br * cols);
+    assert_int_equal(kvq_hq_encode_blocks(&o, bps, 4, br, &in, &e, rec, &err), KVQ_OK);
+    assert_true(kvq_hq_is_blocked(e.params));
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    views(&e, v);
+    // each block alone: same reconstruction and the same stream bytes at the same place
+    size_t at[3] = {0, 0, 0};
+    const char *roles[3] = {"codes", "norms", "offsets"};
+    double bits = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t r0 = i * br, nr = rows - r0 < br ? rows - r0 : br;
+        kvq_hq_opts ob = kvq_hq_opts_default(KVQ_LAT_E8, bps[i]);
+        kvq_codec_input bi = {NULL, x + r0 * cols, nr, cols, 99, 1};
+        kvq_encoded eb;
+        kvq_hq_stats st;
+        assert_int_equal(kvq_hq_encode(&ob, &bi, &eb, one, &st, &err), KVQ_OK);
+        assert_true(fabs(st.eff_bpw - bps[i]) <= 0.01 || nr < br); // a 4-row block's header dominates its rate
+        assert_memory_equal(one, rec + r0 * cols, sizeof(float) * nr * cols);
+        for (int r = 0; r < 3; r++) {
+            const kvq_blob_view *w = kvq_blob_find(v, e.n_blob, roles[r]);
+            for (int j = 0; j < eb.n_blob; j++)
+                if (!strcmp(eb.blob[j].role, roles[r])) {
+                    assert_memory_equal((const uint8_t *)w->data + at[r], eb.blob[j].data, eb.blob[j].size);
+                    at[r] += eb.blob[j].size;
+                }
+        }
+        bits += bps[i] * (double)(nr * cols);
+        kvq_encoded_free(&eb);
+    }
+    // both decoders, and the codec table's decode
+    memset(d, 0xff, sizeof(float) * rows * cols);
+    assert_int_equal(kvq_hq_blocks_decode(e.params, v, e.n_blob, rows, cols, d, -1, &err), KVQ_OK);
+    assert_memory_equal(d, rec, sizeof(float) * rows * cols);
+    memset(d, 0xff, sizeof(float) * rows * cols);
+    assert_int_equal(kvq_hq_blocks_decode(e.params, v, e.n_blob, rows, cols, d, 2, &err), KVQ_OK);
+    assert_memory_equal(d, rec, sizeof(float) * rows * cols);
+    const kvq_codec_traits *c = kvq_codec_find("hyperquant");
+    memset(d, 0xff, sizeof(float) * rows * cols);
+    assert_int_equal(c->decode(e.params, v, e.n_blob, rows, cols, d, &err), KVQ_OK);
+    assert_memory_equal(d, rec, sizeof(float) * rows * cols);
+    assert_int_equal(c->check(e.params, v, e.n_blob, rows, cols, &err), KVQ_OK);
+    // the rate parts sum to the stored size; the size is the blocks' rates plus their records
+    double sum = 0;
+    for (int i = 0; i < e.n_part; i++) sum += e.part[i].bits;
+    assert_true(fabs(sum - 8.0 * (double)kvq_encoded_bytes(&e)) < 1e-6);
+    assert_true(8.0 * (double)kvq_encoded_bytes(&e) > bits && 8.0 * (double)kvq_encoded_bytes(&e) < bits + 8.0 * 1200);
+    // a reader of unblocked tensors refuses it (params "v" 2)
+    kvq_hq_header h;
+    assert_int_equal(kvq_hq_header_parse(e.params, rows, cols, &h, &err), KVQ_ERR_VERSION);
+    // the spec: the same bytes through the codec table, with a src (bf16-free f32 view) instead of x
+    json_t *cfg = NULL;
+    assert_int_equal(c->parse("e8:3:blocks=32@2.5/4/3/5.5", &cfg, &err), KVQ_OK);
+    kvq_tensor src = {"t", KVQ_DTYPE_F32, 2, {rows, cols}, x, sizeof(float) * rows * cols};
+    kvq_codec_input ins = {&src, NULL, rows, cols, 99, 1};
+    kvq_encoded e2;
+    assert_int_equal(c->encode(cfg, &ins, &e2, &err), KVQ_OK);
+    assert_int_equal(e2.n_blob, e.n_blob);
+    for (int i = 0; i < e.n_blob; i++) {
+        assert_int_equal(e2.blob[i].size, e.blob[i].size);
+        assert_memory_equal(e2.blob[i].data, e.blob[i].data, e.blob[i].size);
+    }
+    assert_true(json_equal(e2.params, e.params));
+    assert_true(fabs(c->predict_bits(cfg, rows, cols, KVQ_DTYPE_F32) - bits) < 1e-6);
+    kvq_encoded_free(&e2);
+    json_decref(cfg);
+    assert_int_equal(c->parse("e8:3:blocks=32@3/3", &cfg, &err), KVQ_OK); // 2 rates for 4 blocks
+    assert_int_equal(c->encode(cfg, &ins, &e2, &err), KVQ_ERR_ARG);
+    assert_non_null(strstr(err.msg, "4 blocks"));
+    json_decref(cfg);
+    const char *bad[] = {"e8:3:blocks=0@3", "e8:3:blocks=32@", "e8:3:blocks=32@3/9", "e8:3:blocks=32", "e8:3:blocks=32@3//3",
+                         "e8:3:int8:blocks=32@3", "e8:20db:blocks=32@3"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cfg = NULL;
+        assert_int_not_equal(c->parse(bad[i], &cfg, &err), KVQ_OK);
+        assert_null(cfg);
+    }
+    char spec[256];
+    assert_int_equal(c->with_rate("e8:3:blocks=32@2.5/4/3/5.5:nb=10", 4.0, KVQ_DTYPE_F32, spec, sizeof spec, &err), KVQ_OK);
+    assert_string_equal(spec, "e8:4:nb=10"); // one rate for the tensor: the blocks go
+    // broken records
+    const char *keys[] = {"rows", "codes", "seed"};
+    for (int k = 0; k < 3; k++) {
+        json_t *p = json_deep_copy(e.params), *b1 = json_array_get(json_object_get(p, "blocks"), 1);
+        if (k == 2) json_object_set_new(b1, "seed", json_string("0000000000000001"));
+        else json_object_set_new(b1, keys[k], json_integer(json_integer_value(json_object_get(b1, keys[k])) + 1));
+        assert_int_equal(c->decode(p, v, e.n_blob, rows, cols, d, &err), KVQ_ERR_FORMAT);
+        assert_int_equal(c->check(p, v, e.n_blob, rows, cols, &err), KVQ_ERR_FORMAT);
+        json_decref(p);
+    }
+    kvq_encoded_free(&e);
+    free(x), free(rec), free(d), free(one);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_rate_all_lattices),
@@ -692,6 +802,7 @@ int main(void) {
         cmocka_unit_test(test_layout_spec),
         cmocka_unit_test(test_real_tiny_llama),
         cmocka_unit_test(test_real_shared_models),
+        cmocka_unit_test(test_row_blocks),
     };
     return cmocka_run_group_tests_name("hyperquant", tests, NULL, NULL);
 }

@@ -496,6 +496,11 @@ typedef struct {
     double keep_bits;  // their stored bits then
     int choice;        // grid index, or -1: kept
     double rate;       // final rate (bits per weight); NAN when kept
+    int nb;            // > 0: the tensor's rows in nb blocks (embedding, lm_head), each its own unit
+    int64_t brows;     // rows per block (the last may have fewer)
+    double share[KVQ_ALLOC_BLOCKS], bnumel[KVQ_ALLOC_BLOCKS], bside[KVQ_ALLOC_BLOCKS];
+    int bchoice[KVQ_ALLOC_BLOCKS];
+    size_t d0;         // first row of the part's distortion table (nb rows when blocked, else one)
 } part_t;
 
 // Distortion of tensor p at effective rate r: sens · 10^(-SNR(code rate)/10).
@@ -504,23 +509,89 @@ static double distortion(const part_t *p, kvq_lattice lat, double r) {
     return p->sens * pow(10.0, -snr / 10.0);
 }
 
-// Each tensor's best option at slope lambda (distortion per bit); returns the total bits.
+// The best grid rate of one unit (distortion row d, n weights) at slope lambda; *cost its cost.
+static int best_rate(const double *d, double n, double lambda, double *cost) {
+    int best = 0;
+    double bc = d[0] + lambda * R_LO * n;
+    for (int g = 1; g < N_GRID; g++) {
+        double c = d[g] + lambda * (R_LO + g * R_STEP) * n;
+        if (c < bc) bc = c, best = g;
+    }
+    *cost = bc;
+    return best;
+}
+
+// Each tensor's best option at slope lambda (distortion per bit); returns the total bits. A
+// blocked tensor's blocks choose their rates independently, and keeping the tensor (embeddings)
+// is weighed against all its blocks' cost together.
 static double choose(part_t *P, size_t np, const double *D, double lambda) {
     double bits = 0.0;
     for (size_t k = 0; k < np; k++) {
         part_t *p = &P[k];
-        const double *d = D + k * N_GRID;
-        int best = 0;
-        double bc = d[0] + lambda * R_LO * p->numel;
-        for (int g = 1; g < N_GRID; g++) {
-            double c = d[g] + lambda * (R_LO + g * R_STEP) * p->numel;
-            if (c < bc) bc = c, best = g;
+        double bc = 0.0, qb = 0.0;
+        if (p->nb > 0) {
+            for (int b = 0; b < p->nb; b++) {
+                double c;
+                p->bchoice[b] = best_rate(D + (p->d0 + b) * N_GRID, p->bnumel[b], lambda, &c);
+                bc += c, qb += (R_LO + p->bchoice[b] * R_STEP) * p->bnumel[b];
+            }
+            p->choice = 0;
+        } else {
+            p->choice = best_rate(D + p->d0 * N_GRID, p->numel, lambda, &bc);
+            qb = (R_LO + p->choice * R_STEP) * p->numel;
         }
-        p->choice = best;
         if (p->can_keep && lambda * p->keep_bits < bc) p->choice = -1;
-        bits += p->choice < 0 ? p->keep_bits : (R_LO + p->choice * R_STEP) * p->numel;
+        bits += p->choice < 0 ? p->keep_bits : qb;
     }
     return bits;
+}
+
+// Cuts part p (rows × cols) into blocks of brows rows with the given shares of its sensitivity;
+// each block's side bits count its own params record (a block is its own HyperQuant stream).
+static void set_blocks(part_t *p, int64_t rows, int64_t cols, int64_t brows, const double *share, int nb) {
+    int64_t cols_p;
+    int T = kvq_hq_tile_for(cols, 128, &cols_p);
+    p->nb = nb, p->brows = brows;
+    for (int b = 0; b < nb; b++) {
+        int64_t r0 = b * brows, nr = rows - r0 < brows ? rows - r0 : brows;
+        p->share[b] = share[b];
+        p->bnumel[b] = (double)(nr * cols);
+        p->bside[b] = ((8.0 + 2.0) / T) * (double)cols_p / (double)cols + 0.002 + 3600.0 / p->bnumel[b]; // + its record's keys
+    }
+}
+
+// The rows of an embedding or lm_head (rows = vocabulary) in KVQ_ALLOC_BLOCKS blocks, each block's
+// share of the tensor's sensitivity ∝ Σ over its rows of p̄_r · ‖w_r‖²: an embedding row's error
+// costs when its token is read, an lm_head row's (its logit's) in proportion to the token's
+// probability, and HyperQuant's error in a row is ∝ the row's energy. p̄: the source's mean
+// next-token probability over the probe tokens (c->ref), the model's own estimate of how often
+// each token comes. docs/ALLOCATION.md, "Row blocks".
+static void block_shares(const kvq_calib *c, const kvq_tensor *t, int64_t rows, int64_t cols, part_t *p) {
+    // blocks of at least 2^16 weights: each carries its own params record (~400 bytes), which on
+    // a toy model's table (stories260K: 512 × 64) would cost more than the split buys
+    if (!c || !c->ref || rows != c->vocab || rows < KVQ_ALLOC_BLOCKS || rows * cols < (int64_t)KVQ_ALLOC_BLOCKS << 16) return;
+    double *pb = calloc((size_t)rows, sizeof *pb);
+    float *w = malloc(sizeof(float) * (size_t)cols);
+    if (pb && w) {
+        for (int i = 0; i < c->n_probe; i++)
+            for (int64_t r = 0; r < rows; r++) pb[r] += exp((double)c->ref[(size_t)i * c->vocab + r]);
+        const int64_t brows = (rows + KVQ_ALLOC_BLOCKS - 1) / KVQ_ALLOC_BLOCKS;
+        const int nb = (int)((rows + brows - 1) / brows);
+        double share[KVQ_ALLOC_BLOCKS] = {0}, tot = 0.0;
+        const size_t es = kvq_dtype_size(t->dtype);
+        for (int64_t r = 0; r < rows; r++) {
+            kvq_dtype_to_f32(t->dtype, (const uint8_t *)t->data + (size_t)(r * cols) * es, (size_t)cols, w);
+            double e2 = 0.0;
+            for (int64_t j = 0; j < cols; j++) e2 += (double)w[j] * (double)w[j];
+            share[r / brows] += pb[r] * e2, tot += pb[r] * e2;
+        }
+        if (tot > 0) {
+            for (int b = 0; b < nb; b++) share[b] = share[b] / tot > 1e-9 ? share[b] / tot : 1e-9;
+            set_blocks(p, rows, cols, brows, share, nb);
+        }
+    }
+    free(pb);
+    free(w);
 }
 
 // What the budget pays first (fixed_bits: tensors that do not take part, as planned) and the
@@ -696,6 +767,14 @@ kvq_status kvq_alloc_apply_from(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry
         else {
             p->sens = json_number_value(json_object_get(al, "sensitivity"));
             e[p->i].output_error = json_number_value(json_object_get(al, "output_error"));
+            const json_t *bs = json_object_get(al, "block_shares");
+            const int64_t brows = json_integer_value(json_object_get(al, "block_rows"));
+            const int nb = (int)json_array_size(bs);
+            double share[KVQ_ALLOC_BLOCKS];
+            int ok = nb > 0 && nb <= KVQ_ALLOC_BLOCKS && brows > 0 && (e[p->i].rows + brows - 1) / brows == nb;
+            for (int b = 0; ok && b < nb; b++)
+                ok = (share[b] = json_number_value(json_array_get(bs, b))) > 0 && isfinite(share[b]);
+            if (ok) set_blocks(p, e[p->i].rows, e[p->i].cols, brows, share, nb); // else: one rate, as the file had
         }
     }
     kvq_file_close(f);
@@ -941,6 +1020,9 @@ kvq_status kvq_alloc_apply(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry *e, 
     free(QL);
     for (size_t k = 0; Q && k < B.np; k++) free(Q[k].dw);
     free(Q);
+    for (size_t k = 0; k < B.np && !s; k++) // the embedding's and lm_head's row blocks
+        if (is_embedding(e[P[k].i].name) || !strcmp(e[P[k].i].name, "lm_head.weight"))
+            block_shares(c, kvq_ckpt_tensor(ck, P[k].i), e[P[k].i].rows, e[P[k].i].cols, &P[k]);
     (void)n_threads;
     return solve(pl, e, &B, s, target_bpw, err);
 }
@@ -970,12 +1052,22 @@ static kvq_status solve(kvq_plan *pl, kvq_plan_entry *e, budget_t *B, kvq_status
     const double params = B->params, fixed_bits = B->fixed_bits;
     const char *base = B->base;
     const kvq_lattice lat = B->lat;
-    double *D = s ? NULL : malloc(sizeof(double) * (np ? np : 1) * N_GRID);
+    size_t nu = 0; // distortion rows: one per tensor, one per block of a blocked one
+    for (size_t k = 0; k < np; k++) P[k].d0 = nu, nu += P[k].nb > 0 ? (size_t)P[k].nb : 1;
+    double *D = s ? NULL : malloc(sizeof(double) * (nu ? nu : 1) * N_GRID);
     if (!s && !D) s = kvq_err_set(err, KVQ_ERR_NOMEM, "allocation: out of memory");
     const double budget = target_bpw * params - fixed_bits;
     if (!s) {
-        for (size_t k = 0; k < np; k++)
-            for (int g = 0; g < N_GRID; g++) D[k * N_GRID + g] = distortion(&P[k], lat, R_LO + g * R_STEP);
+        for (size_t k = 0; k < np; k++) {
+            part_t *p = &P[k];
+            if (p->nb == 0)
+                for (int g = 0; g < N_GRID; g++) D[p->d0 * N_GRID + g] = distortion(p, lat, R_LO + g * R_STEP);
+            for (int b = 0; b < p->nb; b++) {
+                part_t q = *p;
+                q.sens = p->sens * p->share[b], q.side = p->bside[b];
+                for (int g = 0; g < N_GRID; g++) D[(p->d0 + b) * N_GRID + g] = distortion(&q, lat, R_LO + g * R_STEP);
+            }
+        }
     }
     if (!s) {
         // Bisection on log λ: the largest total not above the budget.
@@ -998,6 +1090,27 @@ static kvq_status solve(kvq_plan *pl, kvq_plan_entry *e, budget_t *B, kvq_status
             if (p->choice < 0) {
                 snprintf(why, sizeof why, "target_bpw: kept");
                 s = kvq_plan_entry_set_spec(pl, en, "none", why, err);
+            } else if (p->nb > 0) { // one rate per block: blocks=<rows>@<r1>/<r2>/..., the mean as the rate
+                char spec[600], rates[400];
+                size_t at = 0;
+                double mean = 0.0;
+                for (int b = 0; b < p->nb; b++) {
+                    double r = R_LO + p->bchoice[b] * R_STEP + extra;
+                    r = r < 1.0 ? 1.0 : r > 8.5 ? 8.5 : r;
+                    mean += r * p->bnumel[b];
+                    at += (size_t)snprintf(rates + at, sizeof rates - at, "%s%.4f", b ? "/" : "", r);
+                }
+                snprintf(why, sizeof why, "target_bpw");
+                s = kvq_codec_spec_with_rate(base, mean / p->numel, en->dtype, spec, sizeof spec - 200, err);
+                if (!s && strstr(spec, ":blocks="))
+                    s = kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw: the weights codec '%s' has its own blocks", base);
+                if (!s) {
+                    size_t l = strlen(spec);
+                    snprintf(spec + l, sizeof spec - l, ":blocks=%lld@%s", (long long)p->brows, rates);
+                    s = kvq_plan_entry_set_spec(pl, en, spec, why, err);
+                }
+                en->n_blocks = p->nb, en->block_rows = p->brows;
+                for (int b = 0; b < p->nb; b++) en->block_share[b] = p->share[b];
             } else {
                 double r = R_LO + p->choice * R_STEP + extra;
                 r = r < 1.0 ? 1.0 : r > 8.5 ? 8.5 : r;

@@ -126,6 +126,21 @@ static void release_source(const kvq_tensor *t) {
 }
 
 // Encodes one tensor as its plan entry says and writes its blobs; returns its manifest record.
+
+// A tensor's "allocation" record: its sensitivity, output error and, for row blocks, their rows and
+// shares of the sensitivity (a later --calib-from reads them back).
+static json_t *alloc_record(const kvq_plan_entry *pe) {
+    json_t *a = json_pack("{s:f,s:f}", "sensitivity", pe->sensitivity, "output_error",
+                          isfinite(pe->output_error) ? pe->output_error : 0.0);
+    if (a && pe->n_blocks > 0) {
+        json_t *sh = json_array();
+        for (int b = 0; b < pe->n_blocks; b++) json_array_append_new(sh, json_real(pe->block_share[b]));
+        json_object_set_new(a, "block_rows", json_integer(pe->block_rows));
+        json_object_set_new(a, "block_shares", sh);
+    }
+    return a;
+}
+
 static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, kvq_writer *w, int n_threads,
                                  json_t **rec, double *snr_db, kvq_err *err) {
     const kvq_codec_traits *codec = pe->codec;
@@ -198,8 +213,7 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, 
                      "predicted_mse", isfinite(enc.predicted_mse) ? json_real(enc.predicted_mse) : json_null(),
                      "seed", seedhex);
     if (*rec && isfinite(pe->sensitivity)) // an allocated tensor: what the budget was spent by
-        json_object_set_new(*rec, "allocation", json_pack("{s:f,s:f}", "sensitivity", pe->sensitivity, "output_error",
-                                                          isfinite(pe->output_error) ? pe->output_error : 0.0));
+        json_object_set_new(*rec, "allocation", alloc_record(pe));
     double mse = codec->lossless ? 0.0 : enc.predicted_mse;
     *snr_db = !isfinite(mse) || numel == 0 ? NAN : mse <= 0 ? INFINITY : 10.0 * log10(sx / (double)numel / mse);
     kvq_encoded_free(&enc);
@@ -542,9 +556,7 @@ kvq_status kvq_convert_predict(const char *src, const kvq_convert_opts *o, kvq_c
             "code_bits_per_weight", 4.0123456789012345, "rate", "codes", 1234567.0, "norms", 12345.0, "offsets", 1234.0,
             "header", 1234.0, "predicted_mse", 1.2345678901234567e-05, "seed", "0123456789abcdef"));
         if (isfinite(e->sensitivity))
-            json_object_set_new(json_array_get(tensors, json_array_size(tensors) - 1), "allocation",
-                                json_pack("{s:f,s:f}", "sensitivity", e->sensitivity, "output_error",
-                                          isfinite(e->output_error) ? e->output_error : 0.0));
+            json_object_set_new(json_array_get(tensors, json_array_size(tensors) - 1), "allocation", alloc_record(e));
     }
     uint64_t srcb = 0;
     if (s == KVQ_OK) { // tokenizer and config files, as source_and_files stores them

@@ -59,6 +59,9 @@ typedef struct {
 
 typedef struct kvq_plan kvq_plan;
 
+/** Row blocks an allocated embedding or lm_head is cut into (docs/ALLOCATION.md, "Row blocks"). */
+#define KVQ_ALLOC_BLOCKS 8
+
 /** One tensor's line of the plan: what will encode it, at what rate, and why. The converter
  *  resolves one per tensor before encoding anything; a rate allocator may then change an
  *  entry's codec or rate (kvq_plan_entry_set_spec / _set_rate) and kvq_convert encodes what
@@ -81,6 +84,9 @@ typedef struct {
                                     // (KLD at SNR s ≈ sensitivity · 10^(-s/10)); NAN otherwise
     double output_error;            // the same tensor's predicted output-error energy per token at 0 dB
                                     // (input second moments × weight energy per tile); NAN otherwise
+    int n_blocks;                   // allocated embedding / lm_head: its rows in n_blocks blocks of block_rows
+    int64_t block_rows;             // (the last may be shorter), each at its own rate; 0 otherwise
+    double block_share[KVQ_ALLOC_BLOCKS]; // each block's share of the sensitivity (sums to 1)
 } kvq_plan_entry;
 
 /** The KV-cache codec a plan stores (recipe `kv:` section / --set kv.*). spec NULL: none. */

@@ -162,6 +162,24 @@ static kvq_status get_mat(const kvq_model *md, kvq_weights *s, const char *name,
     m->rows = rows;
     m->cols = cols;
     int kind = 0;
+    if (md->o.exec != KVQ_EXEC_DECODED) { // a row-blocked tensor (embedding, lm_head): up to 3 row-block parts
+        int np = 0;
+        int64_t r0[3];
+        kvq_status r = kvq_weights_get_hqx_parts(s, name, m->part, 3, &np, r0, err);
+        if (r != KVQ_OK && r != KVQ_ERR_UNSUPPORTED) return r;
+        if (r == KVQ_OK && np > 0) {
+            int64_t got = 0;
+            for (int p = 0; p < np; p++) got += m->part[p].rows, m->row0[p] = (int)r0[p];
+            m->n_part = np;
+            if (got != rows || m->part[0].cols != cols) {
+                mat_free(m);
+                return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' is %lld x %lld, the architecture needs %d x %d",
+                                   kvq_weights_path(s), name, (long long)got, (long long)m->part[0].cols, rows, cols);
+            }
+            m->stored = kvq_weights_stored_bytes(s, name);
+            return KVQ_OK;
+        }
+    }
     kvq_status r = try_pack(md, s, name, rows, cols, m, 0, &kind, err);
     if (r == KVQ_OK) {
         *(kind == KIND_HQX ? &m->n_part : &m->n_pq) = 1;
@@ -615,7 +633,11 @@ static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const fl
 
     for (int t = 0; t < T && !h_in; t++) {
         float *x = m->xh + (size_t)t * d;
-        if (m->embed.n_part) kvq_hqx_row_f32(&m->embed.part[0], tok[t], x);
+        if (m->embed.n_part) { // the row's block (a row-blocked embedding has up to 3)
+            int p = m->embed.n_part - 1;
+            while (p > 0 && tok[t] < m->embed.row0[p]) p--;
+            kvq_hqx_row_f32(&m->embed.part[p], tok[t] - m->embed.row0[p], x);
+        }
         else if (m->embed.n_pq) kvq_pqx_row_f32(&m->embed.pq[0], tok[t], x);
         else if (m->embed.dt == KVQ_DTYPE_BF16) kvq_dtype_to_f32(KVQ_DTYPE_BF16, (uint16_t *)m->embed.data + (size_t)tok[t] * d, d, x);
         else memcpy(x, (float *)m->embed.data + (size_t)tok[t] * d, sizeof(float) * d);

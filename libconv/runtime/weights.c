@@ -312,7 +312,15 @@ kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, k
     if (rtn) s = kvq_rtn_pack(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, out, err);
     else {
         kvq_hq_header h;
-        s = kvq_hq_header_parse(json_object_get(rv.codec, "params"), rv.rows, rv.cols, &h, err);
+        const json_t *params = json_object_get(rv.codec, "params");
+        kvq_hq_block *bk = NULL;
+        int n_bk = 0;
+        if (kvq_hq_is_blocked(params)) { // row blocks at their own rates: one layout, float tile scales
+            if (!(bk = malloc(sizeof *bk * KVQ_HQ_MAX_BLOCKS))) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+            else s = kvq_hq_blocks_parse(params, rv.rows, rv.cols, rv.v, rv.nv, bk, &n_bk, err);
+            for (int i = 0; i < n_bk && !s; i++)
+                if (!kvq_hq_packable(&bk[i].h)) s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "hyperquant: block %d has no execution layout", i);
+        } else s = kvq_hq_header_parse(params, rv.rows, rv.cols, &h, err);
         // KVQ_HQX_WIDTH=4..8 forces the layout's value width (more escapes below the automatic
         // choice; an experiment knob, docs/EXECUTION.md), else the automatic width
         int width = 0;
@@ -323,10 +331,34 @@ kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, k
             if (*end || v < 4 || v > 8) s = kvq_err_set(err, KVQ_ERR_ARG, "KVQ_HQX_WIDTH=%s: expected 4 to 8", ev);
             else width = (int)v;
         }
-        if (s == KVQ_OK) s = kvq_hq_pack(&h, rv.v, rv.nv, width, 0, out, err);
+        if (s == KVQ_OK) s = bk ? kvq_hq_pack_blocks(bk, n_bk, width, 0, out, err) : kvq_hq_pack(&h, rv.v, rv.nv, width, 0, out, err);
+        free(bk);
     }
     release_blobs(w, &rv);
     if (s != KVQ_OK) kvq_err_prefix(err, "%s: tensor '%s'", path, name);
+    return s;
+}
+
+kvq_status kvq_weights_get_hqx_parts(kvq_weights *w, const char *name, kvq_hqx *out, int max, int *n, int64_t *row0,
+                                     kvq_err *err) {
+    *n = 0;
+    if (!w->kf) return KVQ_OK;
+    const json_t *r = find_rec(w, name), *codec = json_object_get(r, "codec");
+    const char *cname = json_string_value(json_object_get(codec, "name"));
+    if (!cname || strcmp(cname, "hyperquant") || !kvq_hq_is_blocked(json_object_get(codec, "params"))) return KVQ_OK;
+    rec_view rv;
+    kvq_status s = rec_blobs(w, name, &rv, err);
+    if (s != KVQ_OK) return s;
+    kvq_hq_block *bk = malloc(sizeof *bk * KVQ_HQ_MAX_BLOCKS);
+    int nb = 0;
+    if (!bk) s = kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
+    else s = kvq_hq_blocks_parse(json_object_get(rv.codec, "params"), rv.rows, rv.cols, rv.v, rv.nv, bk, &nb, err);
+    for (int i = 0; i < nb && !s; i++)
+        if (!kvq_hq_packable(&bk[i].h)) s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "hyperquant: block %d has no execution layout", i);
+    if (!s) s = kvq_hq_pack_block_parts(bk, nb, max, 0, out, row0, n, err);
+    free(bk);
+    release_blobs(w, &rv);
+    if (s != KVQ_OK) kvq_err_prefix(err, "%s: tensor '%s'", kvq_file_path(w->kf), name);
     return s;
 }
 

@@ -47,6 +47,11 @@ kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, in
  *  tensor has no such layout (another codec, a source checkpoint, a cast...): decode it with
  *  kvq_weights_get_f32 instead; other errors name the file and tensor. */
 kvq_status kvq_weights_get_hqx(kvq_weights *w, const char *name, kvq_hqx *out, kvq_err *err);
+/** A row-blocked HyperQuant tensor (docs/FORMAT.md "Row-blocked HyperQuant") as at most max row-block
+ *  layouts (kvq_hq_pack_block_parts): out[0..*n) from rows row0[..]. *n = 0 (nothing packed) when
+ *  the tensor is not row-blocked: kvq_weights_get_hqx then. Arrays owned by out (kvq_hqx_free). */
+kvq_status kvq_weights_get_hqx_parts(kvq_weights *w, const char *name, kvq_hqx *out, int max, int *n, int64_t *row0,
+                                     kvq_err *err);
 /** The PQ execution layout (kernels/pq_layout.h) of a .kvq's `pq` tensor (or `qet` without swap
  *  trees); arrays owned by *out (kvq_pqx_free). @return KVQ_ERR_UNSUPPORTED when the tensor
  *  has no such layout (decode it with kvq_weights_get_f32); other errors name the file and

@@ -1,6 +1,9 @@
 // The "hyperquant" entry of the codec table: spec parsing
 //   hyperquant:<lattice>:<bps>[:int8][:cast=int8|fp8|nvfp4|mxfp4][:nb=6|8|10|12|16][:tile=N][:table]
-// (<bps> may instead be "<x>db" for a fixed SNR), and the encode/decode adapters.
+//              [:blocks=<R>@<bps1>/<bps2>/...]
+// (<bps> may instead be "<x>db" for a fixed SNR), and the encode/decode adapters. blocks= cuts
+// the matrix into blocks of R rows, each at its own rate (hq_blocks.c; <bps> is then the
+// tensor's mean, the blocks' rates weighted by their rows, for size predictions).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +13,7 @@
 #include "libconv/codec/hyperquant/hyperquant.h"
 
 static kvq_status hq_parse(const char *args, json_t **cfg, kvq_err *err) {
-    char buf[256];
+    char buf[2048];
     if (!args || !*args || strlen(args) >= sizeof buf)
         return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': expected hyperquant:<lattice>:<bps>[:options]",
                            args ? args : "");
@@ -21,6 +24,8 @@ static kvq_status hq_parse(const char *args, json_t **cfg, kvq_err *err) {
         return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': unknown lattice '%s' (e8, d4, a2, z)", args,
                            tok ? tok : "");
     kvq_hq_opts o = kvq_hq_opts_default(lat, NAN);
+    json_t *blocks = NULL;
+    long long block_rows = 0;
     tok = strtok_r(NULL, ":", &save);
     char *end = NULL;
     double v = tok ? strtod(tok, &end) : NAN;
@@ -49,14 +54,43 @@ static kvq_status hq_parse(const char *args, json_t **cfg, kvq_err *err) {
             o.max_tile = atoi(tok + 5);
             if (o.max_tile < 16 || o.max_tile > 1024 || (o.max_tile & (o.max_tile - 1)))
                 return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': tile must be a power of two in [16, 1024]", args);
-        } else
+        } else if (strncmp(tok, "blocks=", 7) == 0) {
+            char *e2 = NULL;
+            block_rows = strtoll(tok + 7, &e2, 10);
+            if (blocks || block_rows < 1 || *e2 != '@') {
+                json_decref(blocks);
+                return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': expected blocks=<rows>@<bps>/<bps>/...", args);
+            }
+            blocks = json_array();
+            for (char *q = e2 + 1;;) {
+                double r = strtod(q, &e2);
+                if (e2 == q || !(r >= 1.0 && r <= 8.5) || (*e2 && *e2 != '/') || json_array_size(blocks) >= KVQ_HQ_MAX_BLOCKS) {
+                    json_decref(blocks);
+                    return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': block rates must be 1 to %d numbers in [1, 8.5] "
+                                       "separated by '/'", args, KVQ_HQ_MAX_BLOCKS);
+                }
+                json_array_append_new(blocks, json_real(r));
+                if (!*e2) break;
+                q = e2 + 1;
+            }
+        } else {
+            json_decref(blocks);
             return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': unknown option '%s'", args, tok);
+        }
+    }
+    if (blocks && (o.int8 || isnan(o.bps))) {
+        json_decref(blocks);
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': blocks= needs a rate and Rice mode", args);
     }
     if (o.int8 && isnan(o.bps) && isnan(o.snr_db))
         return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': missing rate", args);
     *cfg = json_pack("{s:s,s:f,s:f,s:i,s:i,s:b,s:b,s:s}", "lattice", kvq_lattice_name(lat), "bps",
                      isnan(o.bps) ? -1.0 : o.bps, "snr_db", isnan(o.snr_db) ? -1.0 : o.snr_db, "tile", o.max_tile,
                      "norm_bits", o.norm_bits, "int8", o.int8, "table", o.table_only, "cast", kvq_cast_name(o.cast));
+    if (*cfg && blocks) {
+        json_object_set_new(*cfg, "block_rows", json_integer(block_rows));
+        json_object_set_new(*cfg, "block_bps", blocks);
+    } else json_decref(blocks);
     return *cfg ? KVQ_OK : kvq_err_set(err, KVQ_ERR_NOMEM, "codec 'hyperquant:%s': out of memory", args);
 }
 
@@ -73,11 +107,17 @@ static kvq_status hq_encode(const json_t *cfg, const kvq_codec_input *in, kvq_en
     o.table_only = json_is_true(json_object_get(cfg, "table"));
     if (kvq_cast_parse(json_string_value(json_object_get(cfg, "cast")), &o.cast))
         return kvq_err_set(err, KVQ_ERR_ARG, "hyperquant: bad config");
-    return kvq_hq_encode(&o, in, out, NULL, NULL, err);
+    json_t *bb = json_object_get(cfg, "block_bps");
+    if (!bb) return kvq_hq_encode(&o, in, out, NULL, NULL, err);
+    double bps_b[KVQ_HQ_MAX_BLOCKS];
+    int n = (int)json_array_size(bb);
+    for (int i = 0; i < n && i < KVQ_HQ_MAX_BLOCKS; i++) bps_b[i] = json_number_value(json_array_get(bb, i));
+    return kvq_hq_encode_blocks(&o, bps_b, n, json_integer_value(json_object_get(cfg, "block_rows")), in, out, NULL, err);
 }
 
 static kvq_status hq_decode(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows,
                             int64_t cols, float *out, kvq_err *err) {
+    if (kvq_hq_is_blocked(params)) return kvq_hq_blocks_decode(params, blobs, n_blobs, rows, cols, out, 0, err);
     kvq_hq_header h;
     kvq_status s = kvq_hq_header_parse(params, rows, cols, &h, err);
     if (s) return s;
@@ -86,6 +126,7 @@ static kvq_status hq_decode(const json_t *params, const kvq_blob_view *blobs, in
 
 static kvq_status hq_check(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows, int64_t cols,
                            kvq_err *err) {
+    if (kvq_hq_is_blocked(params)) return kvq_hq_blocks_check(params, blobs, n_blobs, rows, cols, err);
     kvq_hq_header h;
     const uint8_t *codes, *norms, *offs;
     size_t ncodes;
@@ -98,16 +139,32 @@ static kvq_status hq_check(const json_t *params, const kvq_blob_view *blobs, int
 // SNR has no rate known before encoding (NAN).
 static double hq_predict_bits(const json_t *cfg, int64_t rows, int64_t cols, kvq_dtype src) {
     double bps = json_number_value(json_object_get(cfg, "bps"));
+    json_t *bb = json_object_get(cfg, "block_bps");
+    int64_t br = json_integer_value(json_object_get(cfg, "block_rows"));
+    if (bb && br > 0) { // the blocks' rates over their rows (a count that does not fit fails at encode)
+        double bits = 0;
+        for (size_t i = 0; i < json_array_size(bb); i++) {
+            int64_t r0 = (int64_t)i * br, nr = rows - r0 < br ? rows - r0 : br;
+            if (nr > 0) bits += json_number_value(json_array_get(bb, i)) * (double)nr * (double)cols;
+        }
+        return bits;
+    }
     return bps > 0 ? bps * (double)rows * (double)cols : NAN;
 }
 
-// Replaces the <bps> field (the second) of "<lattice>:<bps>[:options]".
+// Replaces the <bps> field (the second) of "<lattice>:<bps>[:options]"; a blocks= option goes (one
+// rate for the whole tensor is what a rate means).
 static kvq_status hq_with_rate(const char *args, double bits, kvq_dtype src, char *out, size_t n, kvq_err *err) {
     const char *c1 = strchr(args, ':');
     if (!c1) return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': expected <lattice>:<bps>", args);
     const char *c2 = strchr(c1 + 1, ':');
     if ((size_t)snprintf(out, n, "%.*s:%.4g%s", (int)(c1 - args), args, bits, c2 ? c2 : "") >= n)
         return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': too long", args);
+    char *b = strstr(out, ":blocks=");
+    if (b) {
+        char *e = strchr(b + 1, ':');
+        memmove(b, e ? e : b + strlen(b), strlen(e ? e : b + strlen(b)) + 1);
+    }
     return KVQ_OK;
 }
 

@@ -82,4 +82,38 @@ kvq_status kvq_hq_decode_ref(const kvq_hq_header *h, const kvq_blob_view *blobs,
 kvq_status kvq_hq_decode(const kvq_hq_header *h, const kvq_blob_view *blobs, int n_blobs,
                          float *out, int n_threads, kvq_err *err);
 
+// ---- row-blocked tensors (hq_blocks.c; docs/FORMAT.md "Row-blocked HyperQuant") ----------
+
+#define KVQ_HQ_BLOCKS_VERSION 2 // params "v" of a row-blocked tensor (an unblocked one: KVQ_HQ_FORMAT_VERSION)
+#define KVQ_HQ_MAX_BLOCKS 64
+
+/** One block of rows: its own header (rows = the block's) and its slices of the blobs. */
+typedef struct {
+    kvq_hq_header h;
+    int64_t row0;
+    kvq_blob_view v[3]; // codes, norms, offsets (nv of them)
+    int nv;
+} kvq_hq_block;
+
+/** 1 if params are a row-blocked tensor's ("v": 2). */
+int kvq_hq_is_blocked(const json_t *params);
+/** Parses a row-blocked tensor's params against (rows, cols) and slices the blobs b (whose data
+ *  may be NULL: sizes only) into out[0..*n) (caller's array of KVQ_HQ_MAX_BLOCKS). Every block's
+ *  header is checked as an unblocked tensor's; the blocks must share lattice, mode, cast, tile and
+ *  seed, cover the rows in order and use every blob byte. Views borrow b's data. */
+kvq_status kvq_hq_blocks_parse(const json_t *params, int64_t rows, int64_t cols, const kvq_blob_view *b, int nb,
+                               kvq_hq_block *out, int *n, kvq_err *err);
+/** Decodes a row-blocked tensor into out (rows × cols); n_threads < 0: the reference decoder per
+ *  block, else kvq_hq_decode (bit-identical). */
+kvq_status kvq_hq_blocks_decode(const json_t *params, const kvq_blob_view *b, int nb, int64_t rows, int64_t cols,
+                                float *out, int n_threads, kvq_err *err);
+/** Checks a row-blocked tensor's blob sizes and group offsets (kvq_hq_check_blobs per block). */
+kvq_status kvq_hq_blocks_check(const json_t *params, const kvq_blob_view *b, int nb, int64_t rows, int64_t cols,
+                               kvq_err *err);
+/** Encodes in as ceil(rows / block_rows) blocks of block_rows rows (the last may be shorter), block
+ *  i with o's settings at bps[i] and in->seed: each block's blobs are exactly what kvq_hq_encode
+ *  gives those rows alone. recon (optional, rows × cols): the blocks' reference reconstructions. */
+kvq_status kvq_hq_encode_blocks(const kvq_hq_opts *o, const double *bps, int n_blocks, int64_t block_rows,
+                                const kvq_codec_input *in, kvq_encoded *out, float *recon, kvq_err *err);
+
 #endif
