@@ -6,21 +6,15 @@ non-code bits ~ 10/128 + 0.002 per weight). Run from the repository root.
 usage: alloc_predgain.py DRYRUN.txt UNIFORM_RATE
 DRYRUN.txt: kvq-convert --dry-run --target-bpw X [--calib-from FILE.kvq] SRC; UNIFORM_RATE: the
 E8 rate whose whole-model bits/param is X (tests/bench/alloc_table.sh prints it)."""
-import re, sys
-pts=[]
-src=open('libconv/codec/hyperquant/hqcal_table.c').read()
-blk=src[src.index('pts_e8'):]; blk=blk[:blk.index('};')]
-for m in re.finditer(r'\{([0-9.]+)f, ([0-9.]+)f, ([0-9.]+)f\}', blk): pts.append((float(m.group(2)), float(m.group(3))))
-def snr(r):
-    i=0
-    while i < len(pts)-2 and r > pts[i+1][0]: i+=1
-    a,b=pts[i],pts[i+1]; return a[1]+(b[1]-a[1])*(r-a[0])/(b[0]-a[0])
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e8_rate_snr import snr, SIDE
 rows=[]
 for line in open(sys.argv[1]):
     f=line.split()
     if len(f)>=7 and f[-1]=='target_bpw': rows.append((f[0], float(f[3]), int(f[4]), float(f[-2])))
 ru=float(sys.argv[2])
-side=10/128+0.002
+side=SIDE
 da=sum(s*10**(-snr(r-side)/10) for _,r,_,s in rows)
 du=sum(s*10**(-snr(ru-side)/10) for _,r,_,s in rows)
 print(f"predicted Σ KLD: allocated {da:.4f} uniform@{ru} {du:.4f} change {100*(da-du)/du:+.1f} %")

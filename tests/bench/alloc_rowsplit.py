@@ -19,15 +19,8 @@ if '--emit' in args:
 dry, mdir, counts, ru = args[0], args[1], args[2], float(args[3])
 brows = int(args[4]) if len(args) > 4 else 256
 
-pts = []
-src = open('libconv/codec/hyperquant/hqcal_table.c').read()
-blk = src[src.index('pts_e8'):]; blk = blk[:blk.index('};')]
-for m in re.finditer(r'\{([0-9.]+)f, ([0-9.]+)f, ([0-9.]+)f\}', blk): pts.append((float(m.group(2)), float(m.group(3))))
-def snr(r):
-    i = 0
-    while i < len(pts) - 2 and r > pts[i + 1][0]: i += 1
-    a, b = pts[i], pts[i + 1]; return a[1] + (b[1] - a[1]) * (r - a[0]) / (b[0] - a[0])
-SIDE = 10 / 128 + 0.002
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e8_rate_snr import snr, SIDE
 def D(s, r): return s * 10 ** (-snr(r - SIDE) / 10)
 
 rows = []  # (name, rate, numel, sensitivity)
