@@ -1,8 +1,8 @@
-// Seeded random PQ / QET execution layouts (kernels/pq_layout.h) for the GPU suites and the
-// GPU benchmark (tests/test_pqx_lanes.c, test_cuda_pq.c, bench/cuda_pq.c), and the GPU
-// products emulated on the host (pqx_emulate). Layouts are built as tests/test_pq.c builds
-// them: indices uniform in [0, k), codebook values normal (bf16-rounded, f16 with some
-// subnormal and zero halves, float), or CQO codes with a random (min, step) per subspace.
+// Seeded random PQ / QET execution layouts (kernels/pq_layout.h) — the one copy, for the CPU
+// suite (tests/test_pq.c), the GPU suites and the GPU benchmark (tests/test_pqx_lanes.c,
+// test_cuda_pq.c, bench/cuda_pq.c) — and the GPU products emulated on the host (pqx_emulate):
+// indices uniform in [0, k), codebook values normal (bf16-rounded, f16 with some subnormal and
+// zero halves, float), or CQO codes with a random (min, step) per subspace.
 #ifndef KVQ_TESTS_PQX_RAND_H
 #define KVQ_TESTS_PQX_RAND_H
 
@@ -23,11 +23,14 @@ static inline float *randvec(int64_t n, uint64_t *s) {
     return x;
 }
 
-/** A PQ layout (levels 0) with unpacked uint8 / uint16 indices (kvq_pqx_pack_lanes packs them). */
+/** A PQ layout (levels 0) with unpacked uint8 / uint16 indices (kvq_pqx_pack_lanes packs them):
+ *  indices uniform in [0, k), codebook values normal (bf16-rounded, f16, float), or CQO codes of
+ *  cbits bits (0: 10) uniform in [0, 2^cbits) with a random (min, step) per subspace. */
 static inline void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, const int64_t *k, int cb_type,
-                     uint64_t *s) {
+                            int cbits, uint64_t *s) {
+    if (!cbits) cbits = 10;
     *p = (kvq_pqx){.stages = stages, .w = w, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / w,
-                   .rows_p = (rows + 7) / 8 * 8};
+                   .rows_p = (rows + 7) / 8 * 8, .cb_bits = cb_type == KVQ_PQX_CB_CQO ? cbits : 0};
     for (int st = 0; st < stages; st++) {
         p->k[st] = k[st];
         p->ib[st] = k[st] <= 256 ? 1 : 2;
@@ -38,7 +41,7 @@ static inline void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int s
             p->cb_ms[st] = kvq_hqx_alloc(8 * (size_t)p->m);
             for (int64_t j = 0; j < p->m; j++) {
                 p->cb_ms[st][2 * j] = (float)gauss(s) - 2.0f;
-                p->cb_ms[st][2 * j + 1] = (float)(4.0 / 1023 * (1 + 0.1 * gauss(s)));
+                p->cb_ms[st][2 * j + 1] = (float)(4.0 / ((1 << cbits) - 1) * (1 + 0.1 * gauss(s)));
             }
         }
         for (int64_t r = 0; r < rows; r++)
@@ -53,13 +56,14 @@ static inline void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int s
             if (cb_type == KVQ_PQX_CB_F32) ((float *)p->cb[st])[i] = v;
             else if (cb_type == KVQ_PQX_CB_F16) // some subnormal, zero and negative-zero halves too
                 ((uint16_t *)p->cb[st])[i] = kvq_f32_to_f16(i % 7 == 3 ? v * 1e-6f : i % 31 == 5 ? -0.0f : v);
-            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % 1024);
+            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % (1u << cbits));
             else ((uint16_t *)p->cb[st])[i] = kvq_f32_to_bf16(v);
         }
     }
 }
 
-/** A QET layout (levels 3); cb_bits: CQO code bits (cb_type CQO). */
+/** A QET layout (levels 3): switch fields and indices uniform, codebook blobs of the given type
+ *  (CQO: random (min, step) per subspace and codes of cb_bits; raw: normal bf16 or f32 values). */
 static inline void rand_qetx(kvq_pqx *p, int64_t rows, int64_t cols, int stages, const int64_t *k, int cb_type, int cb_bits,
                       uint64_t *s) {
     *p = (kvq_pqx){.stages = stages, .w = 8, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / 8,

@@ -17,53 +17,11 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pq.h"
 #include "libconv/codec/qet/qet.h"
+#include "tests/pqx_rand.h" // randvec, rand_pqx, rand_qetx
 #include "tests/testrng.h"
 
 static void views(const kvq_encoded *e, kvq_blob_view *v) {
     for (int i = 0; i < e->n_blob; i++) v[i] = (kvq_blob_view){e->blob[i].role, e->blob[i].data, e->blob[i].size};
-}
-
-static float *randvec(int64_t n, uint64_t *s) {
-    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n; i++) x[i] = (float)gauss(s);
-    return x;
-}
-
-// A random layout: indices uniform in [0, k), codebook values normal (bf16-rounded or float),
-// or CQO codes of cbits bits (0: 10) uniform in [0, 2^cbits), with a random (min, step) per subspace.
-static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, const int64_t *k, int cb_type,
-                     int cbits, uint64_t *s) {
-    if (!cbits) cbits = 10;
-    *p = (kvq_pqx){.stages = stages, .w = w, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / w,
-                   .rows_p = (rows + 7) / 8 * 8, .cb_bits = cb_type == KVQ_PQX_CB_CQO ? cbits : 0};
-    for (int st = 0; st < stages; st++) {
-        p->k[st] = k[st];
-        p->ib[st] = k[st] <= 256 ? 1 : 2;
-        p->idx[st] = kvq_hqx_alloc((size_t)(p->rows_p * p->m) * (size_t)p->ib[st]);
-        p->cb[st] = kvq_hqx_alloc((size_t)(p->m * w * k[st]) * (cb_type == KVQ_PQX_CB_F32 ? 4 : 2));
-        if (cb_type == KVQ_PQX_CB_CQO) {
-            p->cb_ms[st] = kvq_hqx_alloc(8 * (size_t)p->m);
-            for (int64_t j = 0; j < p->m; j++) {
-                p->cb_ms[st][2 * j] = (float)gauss(s) - 2.0f;
-                p->cb_ms[st][2 * j + 1] = (float)(4.0 / ((1 << cbits) - 1) * (1 + 0.1 * gauss(s)));
-            }
-        }
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < p->m; j++) {
-                uint32_t a = (uint32_t)(rng_next(s) % (uint64_t)k[st]);
-                int64_t o = kvq_pqx_idx_at(p, r, j);
-                if (p->ib[st] == 1) ((uint8_t *)p->idx[st])[o] = (uint8_t)a;
-                else ((uint16_t *)p->idx[st])[o] = (uint16_t)a;
-            }
-        for (int64_t i = 0; i < p->m * w * k[st]; i++) {
-            float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
-            if (cb_type == KVQ_PQX_CB_F32) ((float *)p->cb[st])[i] = v;
-            else if (cb_type == KVQ_PQX_CB_F16) // some subnormal, zero and negative-zero halves too
-                ((uint16_t *)p->cb[st])[i] = kvq_f32_to_f16(i % 7 == 3 ? v * 1e-6f : i % 31 == 5 ? -0.0f : v);
-            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % (1u << cbits));
-            else ((uint16_t *)p->cb[st])[i] = kvq_f32_to_bf16(v);
-        }
-    }
 }
 
 // ---- the layout against the codec's decoder
@@ -447,54 +405,6 @@ static void test_matmul_dense(void **st) {
 }
 
 // ---- QET layouts (qetx): fast paths against the reference, and against the decoded weights
-
-// A random qetx layout: switch fields and indices uniform, codebook blobs of the given type
-// (CQO: random (min, step) and codes of cb_bits; raw: normal bf16 or f32 values).
-static void rand_qetx(kvq_pqx *p, int64_t rows, int64_t cols, int stages, const int64_t *k, int cb_type, int cb_bits,
-                      uint64_t *s) {
-    *p = (kvq_pqx){.stages = stages, .w = 8, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / 8,
-                   .rows_p = rows, .levels = 3, .cb_bits = cb_type == KVQ_PQX_CB_CQO ? cb_bits : 0, .groups = cols / 64};
-    const size_t swn = (size_t)(rows * p->groups) * KVQ_QETX_SW_BYTES;
-    p->sw = kvq_hqx_alloc(swn + KVQ_QETX_SW_PAD);
-    for (size_t i = 0; i < swn; i++) p->sw[i] = (uint8_t)rng_next(s);
-    for (int st = 0; st < stages; st++) {
-        p->k[st] = k[st];
-        p->qbits[st] = k[st] <= 16 ? 4 : k[st] <= 256 ? 8 : 16;
-        p->idx[st] = kvq_hqx_alloc((size_t)(rows * p->m) * (size_t)p->qbits[st] / 8 + 1);
-        for (int64_t o = 0; o < rows * p->m; o++) {
-            const uint32_t a = (uint32_t)(rng_next(s) % (uint64_t)k[st]);
-            if (p->qbits[st] == 4) ((uint8_t *)p->idx[st])[o >> 1] |= (uint8_t)(a << (4 * (o & 1)));
-            else if (p->qbits[st] == 8) ((uint8_t *)p->idx[st])[o] = (uint8_t)a;
-            else ((uint16_t *)p->idx[st])[o] = (uint16_t)a;
-        }
-        const int64_t nv = p->m * k[st] * 8;
-        size_t n = cb_type == KVQ_PQX_CB_F32 ? 4 * (size_t)nv : cb_type == KVQ_PQX_CB_BF16 ? 2 * (size_t)nv
-                                                                                            : 8 * (size_t)p->m + ((size_t)nv * (size_t)cb_bits + 7) / 8;
-        uint8_t *b = kvq_hqx_alloc(n + 16);
-        p->cb[st] = b;
-        p->cb_size[st] = n;
-        for (int64_t i = 0; i < nv; i++) {
-            const float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
-            if (cb_type == KVQ_PQX_CB_F32) memcpy(b + 4 * i, &v, 4);
-            else if (cb_type == KVQ_PQX_CB_BF16) {
-                const uint16_t h = kvq_f32_to_bf16(v);
-                memcpy(b + 2 * i, &h, 2);
-            }
-        }
-        if (cb_type == KVQ_PQX_CB_CQO) {
-            for (int64_t j = 0; j < p->m; j++) {
-                const float mn = (float)gauss(s) - 2.0f, step = (float)(4.0 / ((1 << cb_bits) - 1) * (1 + 0.1 * gauss(s)));
-                memcpy(b + 8 * j, &mn, 4);
-                memcpy(b + 8 * j + 4, &step, 4);
-            }
-            for (int64_t i = 0; i < nv; i++) {
-                const uint32_t c = (uint32_t)(rng_next(s) % (1u << cb_bits));
-                for (int q = 0; q < cb_bits; q++)
-                    if (c >> q & 1) b[8 * p->m + ((uint64_t)i * cb_bits + q) / 8] |= (uint8_t)(1u << (((uint64_t)i * cb_bits + q) % 8));
-            }
-        }
-    }
-}
 
 typedef struct {
     int64_t rows, cols;
