@@ -86,6 +86,11 @@ static void row_idx(const kvq_pqx *w, int s, int64_t r, uint32_t *ix) {
     } else if (w->qbits[s] == 16) {
         const uint16_t *p = (const uint16_t *)w->idx[s] + o0;
         for (int64_t j = 0; j < m; j++) ix[j] = p[j];
+    } else if ((o0 & 1) == 0) { // nibbles from a whole byte on: two a byte
+        const uint8_t *p = (const uint8_t *)w->idx[s] + (o0 >> 1);
+        int64_t j = 0;
+        for (; j + 2 <= m; j += 2) ix[j] = p[j >> 1] & 15u, ix[j + 1] = p[j >> 1] >> 4;
+        if (j < m) ix[j] = p[j >> 1] & 15u;
     } else
         for (int64_t j = 0; j < m; j++) {
             const int64_t o = o0 + j;
@@ -209,35 +214,41 @@ QG_AVX2 static float dot_avx2(const float *wr, const float *x, int64_t d) {
     return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
-// xstar for widths that are multiples of 4 and at most two stages: vector loads and adds (the
-// same single rounding per element as the scalar sum). ix: 2·m uint32.
-QG_AVX2 static void xstar_avx2(const kvq_pqx *w, const float *cbf, int64_t r, float *xs, uint32_t *ix) {
-    const int W = w->w;
-    if (W % 4 || w->stages > 2) {
-        xstar(w, cbf, r, xs, ix);
-        return;
+// xstar for widths 4, 8 and 16 (a constant in each copy) and at most two stages: vector loads
+// and adds (the same single rounding per element as the scalar sum). ix: 2·m uint32.
+#define QG_XSTAR(W)                                                                                                  \
+    QG_AVX2 static void xstar_avx2_##W(const kvq_pqx *w, const float *cbf, int64_t r, float *xs, uint32_t *ix) {     \
+        const int two = w->stages > 1;                                                                               \
+        const int64_t m = w->m, k0 = w->k[0], k1 = two ? w->k[1] : 0;                                               \
+        const float *E0 = cbf, *E1 = cbf + m * k0 * W;                                                               \
+        uint32_t *i0 = ix, *i1 = ix + m;                                                                             \
+        row_idx(w, 0, r, i0);                                                                                        \
+        if (two) row_idx(w, 1, r, i1);                                                                               \
+        for (int64_t j = 0; j < m; j++) {                                                                            \
+            const float *a = E0 + (j * k0 + i0[j]) * W, *b = E1 + (j * k1 + (two ? i1[j] : 0)) * W;                   \
+            float *o = xs + j * W;                                                                                   \
+            if (W == 4) {                                                                                            \
+                __m128 v = _mm_loadu_ps(a);                                                                          \
+                if (two) v = _mm_add_ps(v, _mm_loadu_ps(b));                                                         \
+                _mm_storeu_ps(o, v);                                                                                 \
+            } else                                                                                                   \
+                for (int q = 0; q < W; q += 8) {                                                                     \
+                    __m256 v = _mm256_loadu_ps(a + q);                                                               \
+                    if (two) v = _mm256_add_ps(v, _mm256_loadu_ps(b + q));                                           \
+                    _mm256_storeu_ps(o + q, v);                                                                      \
+                }                                                                                                    \
+        }                                                                                                            \
     }
-    const int two = w->stages > 1;
-    const int64_t m = w->m, k0 = w->k[0], k1 = two ? w->k[1] : 0;
-    const float *E0 = cbf, *E1 = cbf + m * k0 * W;
-    uint32_t *i0 = ix, *i1 = ix + m;
-    row_idx(w, 0, r, i0);
-    if (two) row_idx(w, 1, r, i1);
-    for (int64_t j = 0; j < m; j++) {
-        const float *a = E0 + (j * k0 + i0[j]) * W, *b = two ? E1 + (j * k1 + i1[j]) * W : a;
-        float *o = xs + j * W;
-        int q = 0;
-        for (; q + 8 <= W; q += 8) {
-            __m256 v = _mm256_loadu_ps(a + q);
-            if (two) v = _mm256_add_ps(v, _mm256_loadu_ps(b + q));
-            _mm256_storeu_ps(o + q, v);
-        }
-        if (q < W) {
-            __m128 v = _mm_loadu_ps(a + q);
-            if (two) v = _mm_add_ps(v, _mm_loadu_ps(b + q));
-            _mm_storeu_ps(o + q, v);
-        }
-    }
+QG_XSTAR(4)
+QG_XSTAR(8)
+QG_XSTAR(16)
+
+static void xstar_avx2(const kvq_pqx *w, const float *cbf, int64_t r, float *xs, uint32_t *ix) {
+    if (w->stages > 2) xstar(w, cbf, r, xs, ix);
+    else if (w->w == 8) xstar_avx2_8(w, cbf, r, xs, ix);
+    else if (w->w == 4) xstar_avx2_4(w, cbf, r, xs, ix);
+    else if (w->w == 16) xstar_avx2_16(w, cbf, r, xs, ix);
+    else xstar(w, cbf, r, xs, ix);
 }
 
 QG_AVX2 static void rows_avx2(const kvq_pqx *w, const float *cbf, const float *x, int n_tok, int64_t ldx, float *y,
