@@ -179,10 +179,11 @@ QG_AVX2 static void unswap_level_avx2(const kvq_pqx *w, int64_t r, int k, const 
         }
 }
 
-QG_AVX2 static float *unswap_avx2(const kvq_pqx *w, int64_t r, float *xs, float *tmp) {
+// Levels l-1 down to k_end (0: the whole tree).
+QG_AVX2 static float *unswap_avx2(const kvq_pqx *w, int64_t r, float *xs, float *tmp, int k_end) {
     const int64_t d = w->cols;
     float *a = xs, *b = tmp;
-    for (int k = w->levels - 1; k >= 0; k--) {
+    for (int k = w->levels - 1; k >= k_end; k--) {
         const int64_t W = d >> k, h = W / 2;
         if (h % 8 == 0 && d % 16 == 0) unswap_level_avx2(w, r, k, a, b);
         else
@@ -251,11 +252,37 @@ static void xstar_avx2(const kvq_pqx *w, const float *cbf, int64_t r, float *xs,
     else xstar(w, cbf, r, xs, ix);
 }
 
+// One token: the last level of the tree (k = 0, one block of all cols) fused with the dot. Its 8
+// pairs j..j+7 give columns 2j..2j+15, i.e. chunks 2c (→ a0) and 2c + 1 (→ a1) of dot_avx2's
+// order, so the sums are dot_avx2's bit for bit, without storing the row. cols % 16 == 0.
+QG_AVX2 static float last_level_dot_avx2(const kvq_pqx *w, int64_t r, const float *a, const float *x) {
+    const int64_t d = w->cols, h = d / 2;
+    const uint8_t *bits = w->sw + (((uint64_t)r * (uint64_t)w->levels) * (uint64_t)h >> 3);
+    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int64_t j = 0; j < h; j += 8) {
+        const __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits[j >> 3]), sel), sel);
+        const __m256 S = _mm256_loadu_ps(a + j), L = _mm256_loadu_ps(a + h + j);
+        const __m256 ev = _mm256_blendv_ps(S, L, _mm256_castsi256_ps(m)), od = _mm256_blendv_ps(L, S, _mm256_castsi256_ps(m));
+        const __m256 lo = _mm256_unpacklo_ps(ev, od), hi = _mm256_unpackhi_ps(ev, od);
+        a0 = _mm256_fmadd_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_loadu_ps(x + 2 * j), a0);
+        a1 = _mm256_fmadd_ps(_mm256_permute2f128_ps(lo, hi, 0x31), _mm256_loadu_ps(x + 2 * j + 8), a1);
+    }
+    float v[8];
+    _mm256_storeu_ps(v, _mm256_add_ps(a0, a1));
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
 QG_AVX2 static void rows_avx2(const kvq_pqx *w, const float *cbf, const float *x, int n_tok, int64_t ldx, float *y,
                               int64_t ldy, int64_t r0, int64_t r1, float *buf) {
+    const int fuse = n_tok == 1 && w->cols % 16 == 0 && w->levels >= 1;
     for (int64_t r = r0; r < r1; r++) {
         xstar_avx2(w, cbf, r, buf, (uint32_t *)(buf + 2 * w->cols));
-        const float *wr = unswap_avx2(w, r, buf, buf + w->cols);
+        if (fuse) { // levels l-1 .. 1 into a row, level 0 with the dot
+            y[r] = last_level_dot_avx2(w, r, unswap_avx2(w, r, buf, buf + w->cols, 1), x);
+            continue;
+        }
+        const float *wr = unswap_avx2(w, r, buf, buf + w->cols, 0);
         for (int t = 0; t < n_tok; t++) y[t * ldy + r] = dot_avx2(wr, x + t * ldx, w->cols);
     }
 }
