@@ -129,6 +129,12 @@ typedef struct {
     // PQ split CQO codes (appended; 0 = uint16 codes): bits a held code, high bits (B > 8) or NULL
     int cbq_bits;
     uint8_t *cb_hi[KVQ_PQX_MAX_STAGES];
+    // General QET (appended, 2026-11-27; kernels/cpu/qetg.c): 1 for a swap tree the qetx layout
+    // does not take (levels != 3, w != 8 or cols not a multiple of 64). Then levels = l, w = the
+    // subspace width, groups = 0; sw holds the file's indicator bits as stored, (rows, levels,
+    // cols / 2) bits LSB-first + 8 bytes of padding; idx[s] is (rows, m) at qbits[s] bits, row-major;
+    // cb[s] the file's blob (CQO, bf16, f16 or f32 values) of cb_size[s] bytes + 16 of padding.
+    int qetg;
 } kvq_pqx;
 
 #define KVQ_QETX_LEVELS 3
@@ -268,6 +274,58 @@ KVQ_PQ_HD static inline uint32_t kvq_qetx_sigma(uint32_t f) {
         perm |= (uint32_t)(sw ? v[2 * q] : v[2 * q + 1]) << (6 * q + 3);
     }
     return perm;
+}
+
+/** General QET (qetg): index of (row r, subspace j) in stage s. */
+KVQ_PQ_HD static inline uint32_t kvq_qetg_idx(const kvq_pqx *p, int s, int64_t r, int64_t j) {
+    const int64_t o = r * p->m + j;
+    if (p->qbits[s] == 4) return (((const uint8_t *)p->idx[s])[o >> 1] >> (4 * (o & 1))) & 15u;
+    if (p->qbits[s] == 8) return ((const uint8_t *)p->idx[s])[o];
+    return ((const uint16_t *)p->idx[s])[o];
+}
+/** General QET: codebook value of stage s, subspace j, centroid c, coordinate q < w, as the
+ *  codec's decoder computes it (CQO: min + (float)code · step, each operation rounded). */
+KVQ_PQ_HD static inline float kvq_qetg_cb(const kvq_pqx *p, int s, int64_t j, int64_t c, int q) {
+    const uint8_t *b = (const uint8_t *)p->cb[s];
+    const uint64_t e = (uint64_t)((j * p->k[s] + c) * p->w + q);
+    union { uint32_t u; float f; } v;
+    if (p->cb_type == KVQ_PQX_CB_BF16) {
+        v.u = ((uint32_t)b[2 * e] | (uint32_t)b[2 * e + 1] << 8) << 16;
+        return v.f;
+    }
+    if (p->cb_type == KVQ_PQX_CB_F16) return kvq_pqx_f16((uint16_t)((uint32_t)b[2 * e] | (uint32_t)b[2 * e + 1] << 8));
+    if (p->cb_type == KVQ_PQX_CB_F32) {
+        v.u = (uint32_t)b[4 * e] | (uint32_t)b[4 * e + 1] << 8 | (uint32_t)b[4 * e + 2] << 16 | (uint32_t)b[4 * e + 3] << 24;
+        return v.f;
+    }
+    float mn, st;
+    v.u = (uint32_t)b[8 * j] | (uint32_t)b[8 * j + 1] << 8 | (uint32_t)b[8 * j + 2] << 16 | (uint32_t)b[8 * j + 3] << 24;
+    mn = v.f;
+    v.u = (uint32_t)b[8 * j + 4] | (uint32_t)b[8 * j + 5] << 8 | (uint32_t)b[8 * j + 6] << 16 | (uint32_t)b[8 * j + 7] << 24;
+    st = v.f;
+    const uint64_t pos = e * (uint64_t)p->cb_bits;
+    const uint8_t *c8 = b + 8 * p->m + (pos >> 3);
+    const uint64_t w = (uint64_t)c8[0] | (uint64_t)c8[1] << 8 | (uint64_t)c8[2] << 16 | (uint64_t)c8[3] << 24 |
+                       (uint64_t)c8[4] << 32; // codes up to 32 bits at any bit offset (the blob has 16 bytes of padding)
+    const uint32_t code = (uint32_t)((w >> (pos & 7)) & ((1ull << p->cb_bits) - 1u));
+    const float t = (float)code * st;
+    return mn + t;
+}
+/** General QET: indicator bit i (< cols / 2) of level k of row r (1 = that pair was swapped). */
+KVQ_PQ_HD static inline int kvq_qetg_bit(const kvq_pqx *p, int64_t r, int k, int64_t i) {
+    const uint64_t pos = ((uint64_t)r * (uint64_t)p->levels + (uint64_t)k) * (uint64_t)(p->cols / 2) + (uint64_t)i;
+    return (p->sw[pos >> 3] >> (pos & 7)) & 1;
+}
+/** General QET: the X* position of column c of row r (W[r][c] = X*[r][kvq_qetg_pos(p, r, c)]): the
+ *  forward swap tree of paper 004 applied to one position — at level k, inside blocks of
+ *  W = cols >> k, position blk + 2j + e goes to blk + j + (W/2)·(e xor swapped_j). */
+KVQ_PQ_HD static inline int64_t kvq_qetg_pos(const kvq_pqx *p, int64_t r, int64_t c) {
+    for (int k = 0; k < p->levels; k++) {
+        const int64_t W = p->cols >> k, h = W / 2, blk = c / W * W, j = (c - blk) / 2;
+        const int e = (int)((c - blk) & 1);
+        c = blk + j + h * (e ^ kvq_qetg_bit(p, r, k, blk / 2 + j));
+    }
+    return c;
 }
 
 #endif

@@ -1,8 +1,8 @@
-// Seeded random PQ / QET execution layouts (kernels/pq_layout.h) for the GPU suites and the
-// GPU benchmark (tests/test_pqx_lanes.c, test_cuda_pq.c, bench/cuda_pq.c), and the GPU
-// products emulated on the host (pqx_emulate). Layouts are built as tests/test_pq.c builds
-// them: indices uniform in [0, k), codebook values normal (bf16-rounded, f16 with some
-// subnormal and zero halves, float), or CQO codes with a random (min, step) per subspace.
+// Seeded random PQ / QET execution layouts (kernels/pq_layout.h) — the one copy, for the CPU
+// suite (tests/test_pq.c), the GPU suites and the GPU benchmark (tests/test_pqx_lanes.c,
+// test_cuda_pq.c, bench/cuda_pq.c) — and the GPU products emulated on the host (pqx_emulate):
+// indices uniform in [0, k), codebook values normal (bf16-rounded, f16 with some subnormal and
+// zero halves, float), or CQO codes with a random (min, step) per subspace.
 #ifndef KVQ_TESTS_PQX_RAND_H
 #define KVQ_TESTS_PQX_RAND_H
 
@@ -23,11 +23,14 @@ static inline float *randvec(int64_t n, uint64_t *s) {
     return x;
 }
 
-/** A PQ layout (levels 0) with unpacked uint8 / uint16 indices (kvq_pqx_pack_lanes packs them). */
+/** A PQ layout (levels 0) with unpacked uint8 / uint16 indices (kvq_pqx_pack_lanes packs them):
+ *  indices uniform in [0, k), codebook values normal (bf16-rounded, f16, float), or CQO codes of
+ *  cbits bits (0: 10) uniform in [0, 2^cbits) with a random (min, step) per subspace. */
 static inline void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, const int64_t *k, int cb_type,
-                     uint64_t *s) {
+                            int cbits, uint64_t *s) {
+    if (!cbits) cbits = 10;
     *p = (kvq_pqx){.stages = stages, .w = w, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / w,
-                   .rows_p = (rows + 7) / 8 * 8};
+                   .rows_p = (rows + 7) / 8 * 8, .cb_bits = cb_type == KVQ_PQX_CB_CQO ? cbits : 0};
     for (int st = 0; st < stages; st++) {
         p->k[st] = k[st];
         p->ib[st] = k[st] <= 256 ? 1 : 2;
@@ -38,7 +41,7 @@ static inline void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int s
             p->cb_ms[st] = kvq_hqx_alloc(8 * (size_t)p->m);
             for (int64_t j = 0; j < p->m; j++) {
                 p->cb_ms[st][2 * j] = (float)gauss(s) - 2.0f;
-                p->cb_ms[st][2 * j + 1] = (float)(4.0 / 1023 * (1 + 0.1 * gauss(s)));
+                p->cb_ms[st][2 * j + 1] = (float)(4.0 / ((1 << cbits) - 1) * (1 + 0.1 * gauss(s)));
             }
         }
         for (int64_t r = 0; r < rows; r++)
@@ -53,13 +56,14 @@ static inline void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int s
             if (cb_type == KVQ_PQX_CB_F32) ((float *)p->cb[st])[i] = v;
             else if (cb_type == KVQ_PQX_CB_F16) // some subnormal, zero and negative-zero halves too
                 ((uint16_t *)p->cb[st])[i] = kvq_f32_to_f16(i % 7 == 3 ? v * 1e-6f : i % 31 == 5 ? -0.0f : v);
-            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % 1024);
+            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % (1u << cbits));
             else ((uint16_t *)p->cb[st])[i] = kvq_f32_to_bf16(v);
         }
     }
 }
 
-/** A QET layout (levels 3); cb_bits: CQO code bits (cb_type CQO). */
+/** A QET layout (levels 3): switch fields and indices uniform, codebook blobs of the given type
+ *  (CQO: random (min, step) per subspace and codes of cb_bits; raw: normal bf16 or f32 values). */
 static inline void rand_qetx(kvq_pqx *p, int64_t rows, int64_t cols, int stages, const int64_t *k, int cb_type, int cb_bits,
                       uint64_t *s) {
     *p = (kvq_pqx){.stages = stages, .w = 8, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / 8,
@@ -92,6 +96,60 @@ static inline void rand_qetx(kvq_pqx *p, int64_t rows, int64_t cols, int stages,
             if (cb_type == KVQ_PQX_CB_F32) memcpy(b + 4 * i, &v, 4);
             else if (cb_type == KVQ_PQX_CB_BF16) {
                 const uint16_t h = kvq_f32_to_bf16(v);
+                memcpy(b + 2 * i, &h, 2);
+            }
+        }
+        if (cb_type == KVQ_PQX_CB_CQO) {
+            for (int64_t j = 0; j < p->m; j++) {
+                const float mn = (float)gauss(s) - 2.0f, step = (float)(4.0 / ((1 << cb_bits) - 1) * (1 + 0.1 * gauss(s)));
+                memcpy(b + 8 * j, &mn, 4);
+                memcpy(b + 8 * j + 4, &step, 4);
+            }
+            for (int64_t i = 0; i < nv; i++) {
+                const uint32_t c = (uint32_t)(rng_next(s) % (1u << cb_bits));
+                for (int q = 0; q < cb_bits; q++)
+                    if (c >> q & 1) b[8 * p->m + ((uint64_t)i * cb_bits + q) / 8] |= (uint8_t)(1u << (((uint64_t)i * cb_bits + q) % 8));
+            }
+        }
+    }
+}
+
+/** A general QET layout (qetg, kernels/cpu/qetg.c): a swap tree of `levels` levels, subspaces of
+ *  width w, indicator bits and indices uniform, codebooks as rand_qetx's (plus raw f16 values, some
+ *  subnormal). cols must be a multiple of w and of 2^levels. */
+static inline void rand_qetg(kvq_pqx *p, int64_t rows, int64_t cols, int levels, int w, int stages, const int64_t *k,
+                             int cb_type, int cb_bits, uint64_t *s) {
+    *p = (kvq_pqx){.stages = stages, .w = w, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / w,
+                   .rows_p = rows, .levels = levels, .qetg = 1, .cb_bits = cb_type == KVQ_PQX_CB_CQO ? cb_bits : 0};
+    const size_t swn = ((size_t)rows * (size_t)levels * (size_t)(cols / 2) + 7) / 8;
+    p->sw = kvq_hqx_alloc(swn + 8);
+    memset(p->sw, 0, swn + 8);
+    for (size_t i = 0; i < swn; i++) p->sw[i] = (uint8_t)rng_next(s);
+    for (int st = 0; st < stages; st++) {
+        p->k[st] = k[st];
+        p->qbits[st] = k[st] <= 16 ? 4 : k[st] <= 256 ? 8 : 16;
+        const size_t nidx = ((size_t)(rows * p->m) * (size_t)p->qbits[st] + 7) / 8 + 1;
+        p->idx[st] = kvq_hqx_alloc(nidx);
+        memset(p->idx[st], 0, nidx);
+        for (int64_t o = 0; o < rows * p->m; o++) {
+            const uint32_t a = (uint32_t)(rng_next(s) % (uint64_t)k[st]);
+            if (p->qbits[st] == 4) ((uint8_t *)p->idx[st])[o >> 1] |= (uint8_t)(a << (4 * (o & 1)));
+            else if (p->qbits[st] == 8) ((uint8_t *)p->idx[st])[o] = (uint8_t)a;
+            else ((uint16_t *)p->idx[st])[o] = (uint16_t)a;
+        }
+        const int64_t nv = p->m * k[st] * w;
+        size_t n = cb_type == KVQ_PQX_CB_F32 ? 4 * (size_t)nv : cb_type != KVQ_PQX_CB_CQO ? 2 * (size_t)nv
+                                                                                          : 8 * (size_t)p->m + ((size_t)nv * (size_t)cb_bits + 7) / 8;
+        uint8_t *b = kvq_hqx_alloc(n + 16);
+        memset(b, 0, n + 16);
+        p->cb[st] = b;
+        p->cb_size[st] = n;
+        for (int64_t i = 0; i < nv && cb_type != KVQ_PQX_CB_CQO; i++) {
+            const float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
+            uint16_t h = 0;
+            if (cb_type == KVQ_PQX_CB_F32) memcpy(b + 4 * i, &v, 4);
+            else {
+                h = cb_type == KVQ_PQX_CB_BF16 ? kvq_f32_to_bf16(v) : kvq_f32_to_f16(i % 7 == 3 ? v * 1e-6f : v);
                 memcpy(b + 2 * i, &h, 2);
             }
         }

@@ -1361,7 +1361,7 @@ static void test_append_vs_cpu_cache(void **state) {
             memset(X[r] + (size_t)(7 * NKV + 1) * D, 0, sizeof(float) * D); // a zero token (head 1, position 7)
         }
         kvq_kvcache *cc = NULL;
-        kvq_kvcache_policy pol = {W, 0, 7, 0};
+        kvq_kvcache_policy pol = {W, 0, 7, 0, 0};
         assert_int_equal(kvq_kvcache_codec_new(specs[si], 1, NKV, D, CAP, &pol, &cc, &err), KVQ_OK);
         kvq_gkv_cache g = {{0}, {0}, 1, NKV, H, D, CAP, 0, 0, 0, NULL, NULL, WCAP};
         kvq_kvcodec *cs[2][NKV];

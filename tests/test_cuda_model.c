@@ -739,7 +739,7 @@ static kvq_model *open_kv(const char *path, int gpu, const char *spec, int windo
     } else m = open_on(path, gpu, KVQ_EXEC_EXACT);
     if (!spec) return m;
     const kvq_arch *a = kvq_model_arch(m);
-    kvq_kvcache_policy pol = {window, boundary, 7, 0};
+    kvq_kvcache_policy pol = {window, boundary, 7, 0, 0};
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
     if (kvq_kvcache_codec_new(spec, a->n_layers, a->n_kv_heads, a->head_dim, kvq_model_max_ctx(m), &pol, &c, &e) ||
@@ -762,7 +762,7 @@ static kvq_model *open_kv_graphs(const char *path, const char *spec, int window,
     if (!graphs) setenv("KVQ_CUDA_KV_GRAPHS", "0", 1);
     if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
     const kvq_arch *a = kvq_model_arch(m);
-    kvq_kvcache_policy pol = {window, boundary, 7, 0};
+    kvq_kvcache_policy pol = {window, boundary, 7, 0, 0};
     kvq_kvcache *c = NULL;
     if (kvq_kvcache_codec_new(spec, a->n_layers, a->n_kv_heads, a->head_dim, kvq_model_max_ctx(m), &pol, &c, &e) ||
         kvq_model_set_kvcache(m, c, &e))
@@ -946,7 +946,7 @@ static void test_kv_codecs(void **st) {
     for (size_t i = 0; i < 2; i++) {
         kvq_model *g = open_on(bad[i].model, 1, KVQ_EXEC_EXACT);
         const kvq_arch *a = kvq_model_arch(g);
-        kvq_kvcache_policy pol = {0, 0, 7, 0};
+        kvq_kvcache_policy pol = {0, 0, 7, 0, 0};
         kvq_kvcache *c = NULL;
         if (kvq_kvcache_codec_new(bad[i].spec, a->n_layers, a->n_kv_heads, a->head_dim, 1, &pol, &c, &e)) fail_msg("%s", e.msg);
         memset(&e, 0, sizeof e);

@@ -176,7 +176,7 @@ static void test_pq_products(void **st) {
         char what[96];
         for (int v = 0; v < 3; v++) { // as built; lane-packed (pack_lanes, wide); two-word groups
             kvq_pqx p;
-            rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, &s);
+            rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, 0, &s);
             if (v == 1) {
                 assert_int_equal(kvq_pqx_pack_lanes(&p, 1), 0);
                 if (!p.pbits[0] && (p.stages < 2 || !p.pbits[1])) { kvq_pqx_free(&p); continue; }

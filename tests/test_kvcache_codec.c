@@ -38,7 +38,7 @@ static void attend_ref(const float *s_in, const float *v, int n, float scale, fl
 static kvq_kvcache *mkcache(const char *spec, int window, int boundary) {
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
-    kvq_kvcache_policy p = {window, boundary, 42, 0};
+    kvq_kvcache_policy p = {window, boundary, 42, 0, 0};
     if (kvq_kvcache_codec_new(spec, L, H, D, T, &p, &c, &e)) fail_msg("%s: %s", spec, e.msg);
     return c;
 }
@@ -215,7 +215,7 @@ static void test_bits_accounting(void **st) {
 static void test_shadow_same(void **st) {
     for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
         kvq_kvcache *a = mkcache(specs[si], 3, 1), *b = NULL;
-        kvq_kvcache_policy p = {3, 1, 42, 1};
+        kvq_kvcache_policy p = {3, 1, 42, 1, 0};
         assert_int_equal(kvq_kvcache_codec_new(specs[si], L, H, D, T, &p, &b, NULL), KVQ_OK);
         fill(a, 0, T), fill(b, 0, T);
         for (int l = 0; l < L; l++)
@@ -228,6 +228,50 @@ static void test_shadow_same(void **st) {
         assert_true(a->ops->bits_per_element(a) == b->ops->bits_per_element(b));
         a->ops->free(a), b->ops->free(b);
     }
+}
+
+// policy.chunks (kvq-verify's cache): attend_chunk over chunks of queries equals, bit for bit,
+// the shadow cache attended token by token (the same decoded rows, the same kernel), for every
+// codec, with a window, boundary layers, KIVI's 32-token key groups cut by the chunks, and a
+// second sequence after truncate(0); and it holds less than the shadow (records, not fp32 rows).
+static void test_chunks_equal_shadow(void **st) {
+    const int cuts[] = {0, 1, 17, 50, 51, T}; // chunks [cuts[i], cuts[i + 1]): 1, 16, 33, 1 and 29 tokens
+    float *q = malloc(sizeof(float) * T * NQ * D), *x = malloc(sizeof(float) * T * NQ * D), *y = malloc(sizeof(float) * T * NQ * D);
+    gauss(q, (size_t)T * NQ * D, 4);
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        kvq_kvcache *a = NULL, *b = NULL;
+        kvq_kvcache_policy pa = {3, 1, 42, 1, 0}, pb = {3, 1, 42, 0, 1};
+        assert_int_equal(kvq_kvcache_codec_new(specs[si], L, H, D, T, &pa, &a, NULL), KVQ_OK);
+        assert_int_equal(kvq_kvcache_codec_new(specs[si], L, H, D, T, &pb, &b, NULL), KVQ_OK);
+        assert_null(a->ops->attend_chunk);
+        assert_non_null(b->ops->attend_chunk);
+        int differ = 0;
+        for (int seq = 0; seq < 2; seq++) {
+            a->ops->truncate(a, 0), b->ops->truncate(b, 0);
+            for (int i = 0; i + 1 < (int)(sizeof cuts / sizeof *cuts); i++) {
+                const int p0 = cuts[i], n = cuts[i + 1] - cuts[i];
+                fill(a, p0, p0 + n), fill(b, p0, p0 + n);
+                for (int l = 0; l < L; l++)
+                    for (int h = 0; h < H; h++) {
+                        const float *qs = q + (size_t)(seq * 7 + l * H + h) % 5 * D; // queries differ per token, layer, head
+                        for (int t = 0; t < n; t++)
+                            assert_int_equal(a->ops->attend(a, l, h, qs + (size_t)(p0 + t) * NQ * D / 2, NQ, p0 + t + 1,
+                                                            1 / sqrtf(D), x + (size_t)t * NQ * D), KVQ_OK);
+                        assert_int_equal(b->ops->attend_chunk(b, l, h, qs + (size_t)p0 * NQ * D / 2, NQ * D / 2, NQ, n, p0,
+                                                              1 / sqrtf(D), y, NQ * D), KVQ_OK);
+                        differ += memcmp(x, y, sizeof(float) * n * NQ * D) != 0;
+                    }
+            }
+        }
+        if (differ) fail_msg("%s: %d (layer, head, chunk) outputs differ from the shadow's", specs[si], differ);
+        // a chunk past the stored tokens is refused, naming the layer and head
+        assert_int_equal(b->ops->attend_chunk(b, 1, 0, q, NQ * D, NQ, 2, T - 1, 1.0f, y, NQ * D), KVQ_ERR_ARG);
+        assert_non_null(strstr(b->err.msg, "layer 1 head 0"));
+        const size_t ha = a->ops->held_bytes(a), hb = b->ops->held_bytes(b);
+        if (strcmp(specs[si], "fp16") && hb >= ha) fail_msg("%s: chunks hold %zu bytes, the shadow %zu", specs[si], hb, ha);
+        a->ops->free(a), b->ops->free(b);
+    }
+    free(q), free(x), free(y);
 }
 
 // attend from several threads at once (each takes its own scratch block from the cache's
@@ -329,7 +373,7 @@ static void test_kvq_file_roundtrip(void **st) {
     kvq_kvcache *a = NULL, *b = NULL;
     assert_int_equal(kvq_kv_open_from_file(f, T, 0, &a, &e), KVQ_OK);
     assert_non_null(a);
-    kvq_kvcache_policy p = {2, 1, 99, 0};
+    kvq_kvcache_policy p = {2, 1, 99, 0, 0};
     assert_int_equal(kvq_kvcache_codec_new("hqmq:s24:r3:med3", L, H, D, T, &p, &b, &e), KVQ_OK);
     fill(a, 0, T), fill(b, 0, T);
     float x[NQ * D], y[NQ * D];
@@ -345,7 +389,7 @@ static void test_kvq_file_roundtrip(void **st) {
 static void test_bad_input(void **st) {
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
-    kvq_kvcache_policy p = {0, 0, 1, 0};
+    kvq_kvcache_policy p = {0, 0, 1, 0, 0};
     assert_int_equal(kvq_kvcache_codec_new("octopus:9", L, H, D, T, &p, &c, &e), KVQ_ERR_ARG);
     assert_null(c);
     assert_int_equal(kvq_kvcache_codec_new("octopus:3", L, H, 48, T, &p, &c, &e), KVQ_ERR_UNSUPPORTED);
@@ -361,7 +405,7 @@ static void test_bad_input(void **st) {
 // names layer, head or position and the codec; constructors return statuses with messages.
 static void test_error_channel(void **state) {
     (void)state;
-    kvq_kvcache_policy p = {0, 0, 42, 0};
+    kvq_kvcache_policy p = {0, 0, 42, 0, 0};
     kvq_kvcache *c = NULL;
     kvq_err e = {0};
     assert_int_equal(kvq_kvcache_codec_new("int:4", 2, 2, 64, 8, &p, &c, &e), KVQ_OK);
@@ -403,7 +447,7 @@ static void test_exec_bytes(void **st) {
         c->ops->free(c);
     }
     kvq_kvcache *c = NULL;
-    kvq_kvcache_policy p = {0, 0, 42, 1}; // the shadow attends densely: no execution form
+    kvq_kvcache_policy p = {0, 0, 42, 1, 0}; // the shadow attends densely: no execution form
     assert_int_equal(kvq_kvcache_codec_new("hqkv:e8:3", L, H, D, T, &p, &c, NULL), KVQ_OK);
     assert_int_equal(c->ops->exec_bytes(c), 0);
     c->ops->free(c);
@@ -415,6 +459,7 @@ int main(void) {
         cmocka_unit_test(test_vs_exact),
         cmocka_unit_test(test_bits_accounting),
         cmocka_unit_test(test_shadow_same),
+        cmocka_unit_test(test_chunks_equal_shadow),
         cmocka_unit_test(test_concurrent_attend),
         cmocka_unit_test(test_manifest_roundtrip),
         cmocka_unit_test(test_kvq_file_roundtrip),

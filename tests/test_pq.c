@@ -17,53 +17,11 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pq.h"
 #include "libconv/codec/qet/qet.h"
+#include "tests/pqx_rand.h" // randvec, rand_pqx, rand_qetx
 #include "tests/testrng.h"
 
 static void views(const kvq_encoded *e, kvq_blob_view *v) {
     for (int i = 0; i < e->n_blob; i++) v[i] = (kvq_blob_view){e->blob[i].role, e->blob[i].data, e->blob[i].size};
-}
-
-static float *randvec(int64_t n, uint64_t *s) {
-    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n; i++) x[i] = (float)gauss(s);
-    return x;
-}
-
-// A random layout: indices uniform in [0, k), codebook values normal (bf16-rounded or float),
-// or CQO codes of cbits bits (0: 10) uniform in [0, 2^cbits), with a random (min, step) per subspace.
-static void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int stages, const int64_t *k, int cb_type,
-                     int cbits, uint64_t *s) {
-    if (!cbits) cbits = 10;
-    *p = (kvq_pqx){.stages = stages, .w = w, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / w,
-                   .rows_p = (rows + 7) / 8 * 8, .cb_bits = cb_type == KVQ_PQX_CB_CQO ? cbits : 0};
-    for (int st = 0; st < stages; st++) {
-        p->k[st] = k[st];
-        p->ib[st] = k[st] <= 256 ? 1 : 2;
-        p->idx[st] = kvq_hqx_alloc((size_t)(p->rows_p * p->m) * (size_t)p->ib[st]);
-        p->cb[st] = kvq_hqx_alloc((size_t)(p->m * w * k[st]) * (cb_type == KVQ_PQX_CB_F32 ? 4 : 2));
-        if (cb_type == KVQ_PQX_CB_CQO) {
-            p->cb_ms[st] = kvq_hqx_alloc(8 * (size_t)p->m);
-            for (int64_t j = 0; j < p->m; j++) {
-                p->cb_ms[st][2 * j] = (float)gauss(s) - 2.0f;
-                p->cb_ms[st][2 * j + 1] = (float)(4.0 / ((1 << cbits) - 1) * (1 + 0.1 * gauss(s)));
-            }
-        }
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < p->m; j++) {
-                uint32_t a = (uint32_t)(rng_next(s) % (uint64_t)k[st]);
-                int64_t o = kvq_pqx_idx_at(p, r, j);
-                if (p->ib[st] == 1) ((uint8_t *)p->idx[st])[o] = (uint8_t)a;
-                else ((uint16_t *)p->idx[st])[o] = (uint16_t)a;
-            }
-        for (int64_t i = 0; i < p->m * w * k[st]; i++) {
-            float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
-            if (cb_type == KVQ_PQX_CB_F32) ((float *)p->cb[st])[i] = v;
-            else if (cb_type == KVQ_PQX_CB_F16) // some subnormal, zero and negative-zero halves too
-                ((uint16_t *)p->cb[st])[i] = kvq_f32_to_f16(i % 7 == 3 ? v * 1e-6f : i % 31 == 5 ? -0.0f : v);
-            else if (cb_type == KVQ_PQX_CB_CQO) ((uint16_t *)p->cb[st])[i] = (uint16_t)(rng_next(s) % (1u << cbits));
-            else ((uint16_t *)p->cb[st])[i] = kvq_f32_to_bf16(v);
-        }
-    }
 }
 
 // ---- the layout against the codec's decoder
@@ -126,6 +84,18 @@ static void test_pack_matches_decoder(void **st) {
     pack_vs_decode("4:cb=0", 0, KVQ_DTYPE_F32, 64, 192);                // raw f32 codebooks
     pack_vs_decode("4:r=1,cb=7", 0, KVQ_DTYPE_F32, 64, 128);            // one stage, 7-bit codes
     pack_vs_decode("4:cb=24", 0, KVQ_DTYPE_F32, 40, 64);                // the widest code the codec writes
+    // every other swap tree (general QET, qetg, 2026-11-27): indicator bits and codebook blobs as
+    // stored, row-major indices at 4 / 8 / 16 bits; within the 1.3x cap where the tensor is not tiny
+    assert_true(pack_vs_decode("4:l=2", 0, KVQ_DTYPE_BF16, 256, 512) <= 1.3);
+    assert_true(pack_vs_decode("4:w=4", 0, KVQ_DTYPE_BF16, 256, 512) <= 1.3);
+    pack_vs_decode("4:l=1", 0, KVQ_DTYPE_BF16, 64, 128);
+    pack_vs_decode("4:l=5,w=16", 0, KVQ_DTYPE_BF16, 64, 256);
+    pack_vs_decode("4:l=4,w=4", 0, KVQ_DTYPE_F32, 48, 96);
+    pack_vs_decode("4", 0, KVQ_DTYPE_BF16, 64, 96);                     // l = 3, w = 8, 96 columns
+    pack_vs_decode("4:l=2,cb=0", 0, KVQ_DTYPE_BF16, 64, 128);           // raw bf16 codebooks
+    pack_vs_decode("4:l=2,cb=0", 0, KVQ_DTYPE_F16, 64, 128);            // raw f16 codebooks
+    pack_vs_decode("4:w=2,r=1,cb=7", 0, KVQ_DTYPE_F32, 40, 64);
+    pack_vs_decode("1:l=2,k1=300,k2=20", 0, KVQ_DTYPE_BF16, 320, 64);   // uint16 and byte indices
 }
 
 static void test_pack_refusals(void **st) {
@@ -136,18 +106,29 @@ static void test_pack_refusals(void **st) {
     kvq_err e = {0};
     kvq_pqx p;
     kvq_blob_view v[KVQ_MAX_BLOBS];
-    // QET swap trees other than l=3, w=8, columns a multiple of 64: no layout (decoded instead)
+    // QET swap trees other than l=3, w=8, columns a multiple of 64 get the general layout (qetg;
+    // they were refused, then decoded, before 2026-11-27); the default tree the qetx one
     kvq_qet_config cfg = kvq_qet_config_default(4);
     kvq_encoded enc;
-    const int bad_l[3] = {2, 3, 3}, bad_w[3] = {8, 4, 8}, bad_d[3] = {128, 128, 96};
-    for (int i = 0; i < 3; i++) {
-        cfg.levels = bad_l[i];
-        cfg.width = bad_w[i];
-        assert_int_equal(kvq_qet_encode(&cfg, KVQ_DTYPE_BF16, x, n, bad_d[i], 1, 1, &enc, &e), KVQ_OK);
+    const int gl[4] = {2, 3, 3, 3}, gw[4] = {8, 4, 8, 8}, gd[4] = {128, 128, 96, 128};
+    for (int i = 0; i < 4; i++) {
+        cfg.levels = gl[i];
+        cfg.width = gw[i];
+        assert_int_equal(kvq_qet_encode(&cfg, KVQ_DTYPE_BF16, x, n, gd[i], 1, 1, &enc, &e), KVQ_OK);
         views(&enc, v);
-        assert_int_equal(kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, bad_d[i], &p, &e), KVQ_ERR_UNSUPPORTED);
-        assert_non_null(strstr(e.msg, "swap trees"));
-        assert_null(p.sw);
+        assert_int_equal(kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, gd[i], &p, &e), KVQ_OK);
+        assert_int_equal(p.qetg, i < 3);
+        assert_int_equal(p.levels, gl[i]);
+        kvq_pqx_free(&p);
+        // an index past k in the general layout is refused too, naming the row
+        if (i == 0) {
+            for (int b = 0; b < enc.n_blob; b++)
+                if (!strcmp(enc.blob[b].role, "idx.1")) memset((uint8_t *)enc.blob[b].data + 7 * 16, 0xff, 16); // row 7 onwards
+            const int bad = kvq_qet_pack_pqx(enc.params, v, enc.n_blob, n, gd[i], &p, &e);
+            if (bad != KVQ_ERR_FORMAT) print_message("k = %lld: all-ones indices may be in range\n", (long long)p.k[0]);
+            else assert_null(p.sw);
+            if (bad == KVQ_OK) kvq_pqx_free(&p);
+        }
         kvq_encoded_free(&enc);
     }
     // the default QET: an index past k in row 5 is refused, naming the row
@@ -448,54 +429,6 @@ static void test_matmul_dense(void **st) {
 
 // ---- QET layouts (qetx): fast paths against the reference, and against the decoded weights
 
-// A random qetx layout: switch fields and indices uniform, codebook blobs of the given type
-// (CQO: random (min, step) and codes of cb_bits; raw: normal bf16 or f32 values).
-static void rand_qetx(kvq_pqx *p, int64_t rows, int64_t cols, int stages, const int64_t *k, int cb_type, int cb_bits,
-                      uint64_t *s) {
-    *p = (kvq_pqx){.stages = stages, .w = 8, .cb_type = cb_type, .rows = rows, .cols = cols, .m = cols / 8,
-                   .rows_p = rows, .levels = 3, .cb_bits = cb_type == KVQ_PQX_CB_CQO ? cb_bits : 0, .groups = cols / 64};
-    const size_t swn = (size_t)(rows * p->groups) * KVQ_QETX_SW_BYTES;
-    p->sw = kvq_hqx_alloc(swn + KVQ_QETX_SW_PAD);
-    for (size_t i = 0; i < swn; i++) p->sw[i] = (uint8_t)rng_next(s);
-    for (int st = 0; st < stages; st++) {
-        p->k[st] = k[st];
-        p->qbits[st] = k[st] <= 16 ? 4 : k[st] <= 256 ? 8 : 16;
-        p->idx[st] = kvq_hqx_alloc((size_t)(rows * p->m) * (size_t)p->qbits[st] / 8 + 1);
-        for (int64_t o = 0; o < rows * p->m; o++) {
-            const uint32_t a = (uint32_t)(rng_next(s) % (uint64_t)k[st]);
-            if (p->qbits[st] == 4) ((uint8_t *)p->idx[st])[o >> 1] |= (uint8_t)(a << (4 * (o & 1)));
-            else if (p->qbits[st] == 8) ((uint8_t *)p->idx[st])[o] = (uint8_t)a;
-            else ((uint16_t *)p->idx[st])[o] = (uint16_t)a;
-        }
-        const int64_t nv = p->m * k[st] * 8;
-        size_t n = cb_type == KVQ_PQX_CB_F32 ? 4 * (size_t)nv : cb_type == KVQ_PQX_CB_BF16 ? 2 * (size_t)nv
-                                                                                            : 8 * (size_t)p->m + ((size_t)nv * (size_t)cb_bits + 7) / 8;
-        uint8_t *b = kvq_hqx_alloc(n + 16);
-        p->cb[st] = b;
-        p->cb_size[st] = n;
-        for (int64_t i = 0; i < nv; i++) {
-            const float v = (float)gauss(s) * (st ? 0.1f : 1.0f);
-            if (cb_type == KVQ_PQX_CB_F32) memcpy(b + 4 * i, &v, 4);
-            else if (cb_type == KVQ_PQX_CB_BF16) {
-                const uint16_t h = kvq_f32_to_bf16(v);
-                memcpy(b + 2 * i, &h, 2);
-            }
-        }
-        if (cb_type == KVQ_PQX_CB_CQO) {
-            for (int64_t j = 0; j < p->m; j++) {
-                const float mn = (float)gauss(s) - 2.0f, step = (float)(4.0 / ((1 << cb_bits) - 1) * (1 + 0.1 * gauss(s)));
-                memcpy(b + 8 * j, &mn, 4);
-                memcpy(b + 8 * j + 4, &step, 4);
-            }
-            for (int64_t i = 0; i < nv; i++) {
-                const uint32_t c = (uint32_t)(rng_next(s) % (1u << cb_bits));
-                for (int q = 0; q < cb_bits; q++)
-                    if (c >> q & 1) b[8 * p->m + ((uint64_t)i * cb_bits + q) / 8] |= (uint8_t)(1u << (((uint64_t)i * cb_bits + q) % 8));
-            }
-        }
-    }
-}
-
 typedef struct {
     int64_t rows, cols;
     int stages, cb_type, cb_bits;
@@ -587,6 +520,88 @@ static void test_qetx_packed_vs_decoded_product(void **st) {
     }
 }
 
+// ---- general QET layouts (qetg): every (levels, width), fast paths against the reference
+
+typedef struct {
+    int64_t rows, cols;
+    int levels, w, stages, cb_type, cb_bits;
+    int64_t k[2];
+} gshape;
+
+static const gshape gshapes[] = {
+    {37, 128, 2, 8, 2, KVQ_PQX_CB_CQO, 10, {50, 12}},  {64, 128, 3, 4, 2, KVQ_PQX_CB_CQO, 10, {15, 4}},
+    {24, 96, 3, 8, 2, KVQ_PQX_CB_BF16, 0, {300, 16}},  {9, 64, 1, 8, 1, KVQ_PQX_CB_F32, 0, {40, 0}},
+    {40, 256, 5, 16, 2, KVQ_PQX_CB_CQO, 24, {1, 17}},  {33, 80, 4, 4, 2, KVQ_PQX_CB_F16, 0, {20, 3}},
+    {16, 512, 2, 2, 1, KVQ_PQX_CB_CQO, 7, {122, 0}},   {20, 48, 4, 3, 2, KVQ_PQX_CB_CQO, 13, {9, 5}},
+    {70, 1408, 2, 8, 2, KVQ_PQX_CB_CQO, 10, {122, 17}},
+};
+
+// kvq_qetg_rows (reference, AVX2 in two row ranges, batches of 1..13 tokens) and the threaded
+// driver give the same bits; the expansion equals kvq_qetg_cb; the reference's rows equal
+// kvq_qetg_row_f32 (a different method: each column's X* position, no swap buffer) bit for bit
+// (checked through a one-hot token per column block); the product is within the float bound of
+// the exact product of kvq_qetg_row_f32's rows.
+static void test_qetg_fast_paths_equal_reference(void **st) {
+    (void)st;
+    uint64_t s = 321;
+    for (size_t si = 0; si < sizeof gshapes / sizeof gshapes[0]; si++) {
+        const gshape *sh = &gshapes[si];
+        kvq_pqx p;
+        rand_qetg(&p, sh->rows, sh->cols, sh->levels, sh->w, sh->stages, sh->k, sh->cb_type, sh->cb_bits, &s);
+        const size_t ne = kvq_qetg_expand_floats(&p);
+        const int T = 13;
+        float *x = randvec(T * sh->cols, &s), *e1 = malloc(sizeof(float) * ne), *buf = malloc(sizeof(float) * kvq_qetg_buf_floats(&p));
+        float *y1 = calloc((size_t)(T * sh->rows), sizeof(float)), *y2 = calloc((size_t)(T * sh->rows), sizeof(float));
+        kvq_qetg_expand(&p, e1, 0, p.m / 3);
+        kvq_qetg_expand(&p, e1, p.m / 3, p.m);
+        const int64_t j = p.m - 1, c = p.k[0] - 1;
+        const float want = kvq_qetg_cb(&p, 0, j, c, sh->w - 1);
+        assert_memory_equal(&e1[(j * p.k[0] + c) * sh->w + sh->w - 1], &want, sizeof(float));
+        for (int t = 0; t < T; t++) {
+            kvq_qetg_rows(&p, e1, x + t * sh->cols, 1, sh->cols, y1 + t * sh->rows, 1, 0, sh->rows, buf, KVQ_PQX_ISA_REF);
+            kvq_qetg_rows(&p, e1, x + t * sh->cols, 1, sh->cols, y2 + t * sh->rows, 1, 0, sh->rows / 2, buf, KVQ_PQX_ISA_AVX2);
+            kvq_qetg_rows(&p, e1, x + t * sh->cols, 1, sh->cols, y2 + t * sh->rows, 1, sh->rows / 2, sh->rows, buf,
+                          KVQ_PQX_ISA_AVX2);
+        }
+        if (memcmp(y1, y2, sizeof(float) * (size_t)(T * sh->rows)))
+            fail_msg("qetg %lld x %lld l=%d w=%d: AVX2 differs from the reference", (long long)sh->rows, (long long)sh->cols,
+                     sh->levels, sh->w);
+        for (int n = 2; n <= T; n += 5)
+            for (int isa = KVQ_PQX_ISA_REF; isa <= KVQ_PQX_ISA_AVX2; isa++) {
+                memset(y2, 0, sizeof(float) * (size_t)(T * sh->rows));
+                kvq_qetg_rows(&p, e1, x, n, sh->cols, y2, sh->rows, 0, sh->rows, buf, (kvq_pqx_isa)isa);
+                assert_memory_equal(y1, y2, sizeof(float) * (size_t)(n * sh->rows));
+            }
+        check_threaded_driver(&p, x, y1, sh->rows, T);
+        // the weights: one-hot tokens read column c of every row from the product (exact: one
+        // nonzero term, the rest exact zeros), against kvq_qetg_row_f32
+        float *W = malloc(sizeof(float) * (size_t)(sh->rows * sh->cols)), *oh = calloc((size_t)sh->cols, sizeof(float));
+        float *yc = malloc(sizeof(float) * (size_t)sh->rows);
+        for (int64_t r = 0; r < sh->rows; r++) kvq_pqx_row_f32(&p, r, W + r * sh->cols);
+        for (int64_t cc = 0; cc < sh->cols; cc += 1 + sh->cols / 17) {
+            oh[cc] = 1;
+            kvq_qetg_rows(&p, e1, oh, 1, sh->cols, yc, 1, 0, sh->rows, buf, KVQ_PQX_ISA_AVX2);
+            for (int64_t r = 0; r < sh->rows; r++)
+                if (memcmp(&yc[r], &W[r * sh->cols + cc], sizeof(float)))
+                    fail_msg("qetg l=%d w=%d row %lld column %lld: product reads %g, row_f32 %g", sh->levels, sh->w, (long long)r,
+                             (long long)cc, yc[r], W[r * sh->cols + cc]);
+            oh[cc] = 0;
+        }
+        const double u = 0x1.0p-24, N = (double)sh->cols / 16 + 8, g = N * u / (1 - N * u);
+        for (int t = 0; t < T; t++)
+            for (int64_t r = 0; r < sh->rows; r++) {
+                double exact = 0, mag = 0;
+                for (int64_t cc = 0; cc < sh->cols; cc++) {
+                    exact += (double)W[r * sh->cols + cc] * x[t * sh->cols + cc];
+                    mag += fabs((double)W[r * sh->cols + cc] * x[t * sh->cols + cc]);
+                }
+                assert_true(fabs(y1[t * sh->rows + r] - exact) <= g * mag);
+            }
+        free(x); free(e1); free(buf); free(y1); free(y2); free(W); free(oh); free(yc);
+        kvq_pqx_free(&p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pack_matches_decoder),
@@ -596,6 +611,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_dense),
         cmocka_unit_test(test_qetx_fast_paths_equal_reference),
         cmocka_unit_test(test_qetx_packed_vs_decoded_product),
+        cmocka_unit_test(test_qetg_fast_paths_equal_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,7 +69,7 @@ static void test_pq(void **st) {
         const shape *sh = &shapes[i];
         for (int packed = 0; packed < 2; packed++) {
             kvq_pqx p;
-            rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, &s);
+            rand_pqx(&p, sh->rows, sh->cols, sh->w, sh->stages, sh->k, sh->cb_type, 0, &s);
             if (packed) {
                 assert_int_equal(kvq_pqx_pack_lanes(&p, 1), 0);
                 n_lane += p.pbits[0] > 0;

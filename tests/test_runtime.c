@@ -220,6 +220,10 @@ static void test_packed_modes(void **st) {
     // QET with its 3-level swap tree (the qetx variant of the same layout): fused multiply-adds
     // in every mode, not the decoded path's order (measured 2.7e-7 with the embeddings packed)
     packed_vs_decoded(TINY, "qet:4", 0, 1e-5);
+    // any other swap tree (the general qetg variant, 2026-11-27): rows rebuilt per product,
+    // 8-lane fused multiply-adds
+    packed_vs_decoded(TINY, "qet:4:l=2", 0, 1e-5);
+    packed_vs_decoded(TINY, "qet:4:w=4", 0, 1e-5);
     // KVQ_HQX_WIDTH forces the layout's width: 4 (E8 4.0 then needs ~1 % escapes) and 8 give
     // the same products; a value outside 4..8 is refused, naming the variable
     setenv("KVQ_HQX_WIDTH", "4", 1);

@@ -335,7 +335,7 @@ int main(int argc, char **argv) {
         int mc = mo.backend ? 1 : kvq_model_max_ctx(m), from_file = 0;
         size_t ml = strlen(model);
         if (kv_spec) {
-            kvq_kvcache_policy pol = {kv_window, kv_boundary, seed, 0};
+            kvq_kvcache_policy pol = {kv_window, kv_boundary, seed, 0, 0};
             if (kvq_kvcache_codec_new(kv_spec, ar->n_layers, ar->n_kv_heads, ar->head_dim, mc, &pol, &kc, &err))
                 { kvq_model_close(m); return die("%s%s", err.msg, ""); }
         } else if (ml > 4 && !strcmp(model + ml - 4, ".kvq")) {
@@ -348,7 +348,7 @@ int main(int argc, char **argv) {
         kvq_model_mem km;
         kvq_model_memory(m, &km);
         if (mo.backend && !kc && !km.kv) { // the device's fp32 cache does not reach --ctx-max: its fp16 cache does
-            kvq_kvcache_policy pol = {0, 0, seed, 0};
+            kvq_kvcache_policy pol = {0, 0, seed, 0, 0};
             if (kvq_kvcache_codec_new("fp16", ar->n_layers, ar->n_kv_heads, ar->head_dim, mc, &pol, &kc, &err))
                 { kvq_model_close(m); return die("%s%s", err.msg, ""); }
             info("kvq-run: --ctx-max %d is beyond the GPU's fp32 KV cache: the device keeps an fp16 cache (--kv fp16)\n",

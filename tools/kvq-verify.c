@@ -186,6 +186,8 @@ static void print_human(const kvq_verify_report *r, size_t max_rows, int verbose
     if (verbose)
         printf("\nseconds: integrity %.2f, tensors %.2f, evaluation %.2f\n", r->seconds_integrity, r->seconds_tensors,
                r->seconds_eval);
+    if (verbose && r->kv_held_bytes)
+        printf("KV cache of the kv run held %.2f MB (%s; KVQ_VERIFY_KV)\n", r->kv_held_bytes / 1e6, r->kv_mode);
     printf("\nchecks:\n");
     for (int i = 0; i < r->n_checks; i++) {
         const kvq_verify_check *c = &r->checks[i];

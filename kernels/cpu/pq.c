@@ -395,6 +395,7 @@ void kvq_pqx_gemm_rows(const kvq_pqx *w, const float *lutb, int n_tok, float *y,
 }
 
 size_t kvq_pqx_scratch(const kvq_pqx *parts, int n_part) {
+    if (n_part && parts[0].qetg) return kvq_qetg_scratch(parts, n_part);
     if (n_part && parts[0].levels) return kvq_qetx_scratch(parts, n_part);
     size_t n = 0;
     for (int p = 0; p < n_part; p++) n += KVQ_PQX_TB * kvq_pqx_lut_floats(&parts[p]);
@@ -453,6 +454,10 @@ int kvq_pqx_lut_team(int on) {
 
 void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
                     int64_t ldy, float *scratch, kvq_pqx_isa isa, int n_threads) {
+    if (parts[0].qetg) {
+        kvq_qetg_matmul(parts, n_part, row0, x, n_tok, y, ldy, scratch, isa, n_threads);
+        return;
+    }
     if (parts[0].levels) {
         kvq_qetx_matmul(parts, n_part, row0, x, n_tok, y, ldy, scratch, isa, n_threads);
         return;
@@ -518,6 +523,10 @@ void kvq_pqx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const flo
 }
 
 void kvq_pqx_row_f32(const kvq_pqx *w, int64_t r, float *out) {
+    if (w->qetg) {
+        kvq_qetg_row_f32(w, r, out);
+        return;
+    }
     if (w->levels) {
         kvq_qetx_row_f32(w, r, out);
         return;
@@ -545,6 +554,7 @@ void kvq_pqx_matmul_dense(const kvq_pqx *w, const float *x, int n_tok, float *y,
 }
 
 size_t kvq_pqx_bytes(const kvq_pqx *w) {
+    if (w->qetg) return kvq_qetg_bytes(w);
     if (w->levels) return kvq_qetx_bytes(w);
     size_t b = 0;
     for (int s = 0; s < w->stages; s++)

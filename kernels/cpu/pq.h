@@ -98,6 +98,34 @@ void kvq_qetx_matmul(const kvq_pqx *parts, int n_part, const int *row0, const fl
 void kvq_qetx_row_f32(const kvq_pqx *w, int64_t r, float *out);
 size_t kvq_qetx_bytes(const kvq_pqx *w);
 
+// ---- general QET layouts (qetg: any swap-tree depth and width; kernels/cpu/qetg.c).
+// kvq_pqx_matmul, _row_f32, _scratch, _bytes, _free and _matmul_dense take them and call these.
+// Summation order: see qetg.c's opening comment.
+
+#define KVQ_QETG_MAX_THREADS 64 // the row buffers the scratch holds (the driver uses at most this many)
+/** Floats of one matrix's expanded codebooks (Σ_s m·k_s·w). */
+size_t kvq_qetg_expand_floats(const kvq_pqx *w);
+/** Expands subspaces [j0, j1) of every stage to float: cbf[off_s + (j·k_s + c)·w + q] (values as
+ *  kvq_qetg_cb, bit for bit). */
+void kvq_qetg_expand(const kvq_pqx *w, float *cbf, int64_t j0, int64_t j1);
+/** Floats of one row buffer (the row, its swap buffer, its indices): 2·cols + 2·m. */
+size_t kvq_qetg_buf_floats(const kvq_pqx *w);
+/** y[t·ldy + r] for tokens t < n_tok and rows [r0, r1) from complete expanded codebooks; buf holds
+ *  kvq_qetg_buf_floats floats. Every path gives the same bits. */
+void kvq_qetg_rows(const kvq_pqx *w, const float *cbf, const float *x, int n_tok, int64_t ldx, float *y, int64_t ldy,
+                   int64_t r0, int64_t r1, float *buf, kvq_pqx_isa isa);
+/** Floats of scratch kvq_qetg_matmul needs: the blocks' expanded codebooks and a row buffer per
+ *  thread (KVQ_QETG_MAX_THREADS · kvq_qetg_buf_floats). */
+size_t kvq_qetg_scratch(const kvq_pqx *parts, int n_part);
+/** kvq_pqx_matmul for general QET blocks: the team expands the codebooks (by subspace), then
+ *  splits the rows; each row is rebuilt once and multiplied by every token. */
+void kvq_qetg_matmul(const kvq_pqx *parts, int n_part, const int *row0, const float *x, int n_tok, float *y,
+                     int64_t ldy, float *scratch, kvq_pqx_isa isa, int n_threads);
+/** Row r of W, bit-identical to the codec's decoder (kvq_qet_decode): each column's X* position
+ *  by kvq_qetg_pos, no buffer. */
+void kvq_qetg_row_f32(const kvq_pqx *w, int64_t r, float *out);
+size_t kvq_qetg_bytes(const kvq_pqx *w);
+
 /** Re-lays a PQ layout's (levels 0) byte indices (and, with wide, uint16 ones) lane-packed
  *  (kernels/pq_layout.h), one 32-bit word a row and group, in every stage where that holds fewer
  *  bytes: k = 17..32 at 5.33 bits a held index instead of 8, 33..64 at 6.4, 2..16 at 2-4 bits;

@@ -29,6 +29,17 @@ typedef struct {
     /** Optional (NULL = 0): bytes held at capacity as execution forms, in place of the records
      *  that bits_per_element counts (docs/KV.md "Execution form": HQMQ, HyperQuant-KV). */
     size_t (*exec_bytes)(const kvq_kvcache *c);
+    /** Optional (NULL: the caller calls attend per token): T query tokens of one sequence at
+     *  positions [pos, pos + T), all appended already, for one layer and KV head. Token t's n_q
+     *  query heads are q + t·q_stride (n_q, head_dim), attending causally to [0, pos + t + 1);
+     *  its output goes to out + t·out_stride (n_q, head_dim). Equals T calls of attend on the
+     *  same cache contents (a codec cache made with policy.chunks: bit for bit its shadow's).
+     *  Safe from several threads at once. @return KVQ_OK, or an error in c->err. */
+    kvq_status (*attend_chunk)(kvq_kvcache *c, int layer, int kv_head, const float *q, size_t q_stride, int n_q, int T,
+                               int pos, float scale, float *out, size_t out_stride);
+    /** Optional (NULL = 0): bytes the cache holds now (stores, rings, execution rows, shadow,
+     *  the scratch pool), for memory reports. */
+    size_t (*held_bytes)(const kvq_kvcache *c);
 } kvq_kvcache_ops;
 
 struct kvq_kvcache {

@@ -71,6 +71,13 @@ static void ring_put(const kvc *c, kv_slot *s, int pos, const float *x) {
     for (int i = 0; i < c->base.head_dim; i++) p[i] = kvq_f32_to_f16(x[i]);
 }
 
+// One group's rows as the evaluation caches hold them: keys by score_vec where the codec has
+// one (⟨q, k̃⟩ is its score estimator), otherwise decoded. The shadow and attend_chunk's rows.
+static void slot_decode(const kv_slot *s, const uint8_t *p, size_t n, float *out) {
+    if (s->codec->role == KVQ_KV_K && s->codec->vt->score_vec && s->codec->group == 1) s->codec->vt->score_vec(s->codec, p, out);
+    else s->codec->vt->decode(s->codec, p, n, out);
+}
+
 // Encodes ready groups: those entirely older than the window.
 static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
     int d = c->base.head_dim, g = s->codec->group, W = c->pol.window;
@@ -88,11 +95,7 @@ static kvq_status slot_flush(kvc *c, kv_slot *s, int n_tok) {
         if (st) return kvq_kvcache_fail(&c->base, st, "%s", e.msg[0] ? e.msg : kvq_strerror(st));
         s->len[gi] = (uint32_t)n;
         if (s->xs) s->codec->vt->xform(s->codec, p, n, s->xs + (size_t)gi * s->xstride);
-        if (s->shadow) {
-            float *sh = s->shadow + (size_t)s->n_enc * d;
-            if (s->codec->role == KVQ_KV_K && s->codec->vt->score_vec && g == 1) s->codec->vt->score_vec(s->codec, p, sh);
-            else s->codec->vt->decode(s->codec, p, n, sh);
-        }
+        if (s->shadow) slot_decode(s, p, n, s->shadow + (size_t)s->n_enc * d);
         s->n_enc += g;
     }
     return KVQ_OK;
@@ -150,8 +153,9 @@ static kvq_status kvc_append(kvq_kvcache *base, int layer, int pos, const float 
     return KVQ_OK;
 }
 
-// Rows [0, n) of a slot as fp32 (decoding whole groups; tmp holds one group). Never reaches an
-// encoded token of a slot held as execution rows (those always take xscore / xvsum).
+// Rows [0, n) of a slot as fp32 (decoding whole groups as the shadow does, slot_decode; tmp holds
+// one group). Never reaches an encoded token of a slot held as execution rows (those always take
+// xscore / xvsum).
 static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out, float *tmp) {
     int d = c->base.head_dim, g = s->codec->group;
     int ne = s->n_enc < n ? s->n_enc : n;
@@ -162,9 +166,9 @@ static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out, float *
     }
     for (int gi = 0; gi * g < ne; gi++) {
         const uint8_t *p = s->store + (size_t)gi * s->stride;
-        if (g == 1) s->codec->vt->decode(s->codec, p, s->len[gi], out + (size_t)gi * d);
+        if (g == 1) slot_decode(s, p, s->len[gi], out + (size_t)gi * d);
         else {
-            s->codec->vt->decode(s->codec, p, s->len[gi], tmp);
+            slot_decode(s, p, s->len[gi], tmp);
             int m = ne - gi * g < g ? ne - gi * g : g;
             memcpy(out + (size_t)gi * g * d, tmp, sizeof(float) * m * d);
         }
@@ -265,6 +269,40 @@ static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float
     return KVQ_OK;
 }
 
+// T query tokens at [pos, pos + T) (policy.chunks, kvq-verify): the slot's rows [0, pos + T) —
+// encoded tokens decoded once for the whole chunk, as the shadow holds them, the rest from the
+// ring — go into this call's scratch, and every query attends them with kvq_attention_rows, as
+// the shadow path does: the same rows, the same kernel, so the shadow's results bit for bit. The
+// cache stays packed; the decoded rows live only in the scratch (one block per concurrent caller).
+static kvq_status kvc_attend_chunk(kvq_kvcache *base, int layer, int head, const float *q, size_t q_stride, int n_q,
+                                   int T, int pos, float scale, float *out, size_t out_stride) {
+    kvc *c = (kvc *)base;
+    const int d = base->head_dim, n = pos + T;
+    const kv_slot *sk = slot_at(c, layer, head, 0), *sv = slot_at(c, layer, head, 1);
+    if (pos < 0 || T < 1 || n > c->n_tok[layer])
+        return kvq_kvcache_fail(base, KVQ_ERR_ARG, "KV cache layer %d head %d (%s): chunk [%d, %d) beyond the %d tokens stored",
+                                layer, head, sk->codec->vt->name, pos, n, c->n_tok[layer]);
+    if (sk->xs || sv->xs) { // execution rows have no decoder (not made with policy.chunks): token by token
+        for (int t = 0; t < T; t++) {
+            kvq_status st = kvc_attend(base, layer, head, q + (size_t)t * q_stride, n_q, pos + t + 1, scale, out + (size_t)t * out_stride);
+            if (st) return st;
+        }
+        return KVQ_OK;
+    }
+    kv_scratch *w = scratch_take(c);
+    if (!w)
+        return kvq_kvcache_fail(base, KVQ_ERR_NOMEM, "KV cache layer %d head %d (%s): out of memory attending to %d positions",
+                                layer, head, sk->codec->vt->name, n);
+    slot_rows(c, sk, n, w->kk, w->grp);
+    slot_rows(c, sv, n, w->vv, w->grp);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < n_q; i++)
+            kvq_attention_rows(out + (size_t)t * out_stride + (size_t)i * d, q + (size_t)t * q_stride + (size_t)i * d, w->kk,
+                               w->vv, pos + t + 1, 0, d, scale, w->sc);
+    scratch_give(c, w);
+    return KVQ_OK;
+}
+
 static double kvc_bits(const kvq_kvcache *base) {
     const kvc *c = (const kvc *)base;
     double bits = 0, elems = 0;
@@ -322,15 +360,39 @@ static size_t kvc_exec_bytes(const kvq_kvcache *base) {
     return b;
 }
 
-static const kvq_kvcache_ops kvc_ops = {kvc_append, kvc_attend, kvc_truncate, kvc_bits, kvc_free, kvc_exec_bytes};
+static size_t kvc_held_bytes(const kvq_kvcache *base) {
+    const kvc *c = (const kvc *)base;
+    const size_t d = (size_t)base->head_dim, n = (size_t)base->max_ctx;
+    size_t b = 0;
+    for (size_t i = 0; i < (size_t)base->n_layers * base->n_kv_heads * 2; i++) {
+        const kv_slot *s = &c->slot[i];
+        const size_t ng = (n + s->codec->group - 1) / s->codec->group;
+        b += (s->store ? s->stride * ng : 0) + sizeof(uint32_t) * ng + sizeof(uint16_t) * c->cap * d +
+             (s->xs ? s->xstride * n : 0) + (s->shadow ? sizeof(float) * ng * s->codec->group * d : 0);
+    }
+    pthread_mutex_lock((pthread_mutex_t *)&c->pool_lock); // (the lock is the cache's, not its contents)
+    for (const kv_scratch *w = c->pool; w; w = w->next)
+        b += 2 * sizeof(const uint8_t *) * n + sizeof(float) * (2 * n * d + ATT_ROWS * n + (size_t)c->gmax * d);
+    pthread_mutex_unlock((pthread_mutex_t *)&c->pool_lock);
+    return b;
+}
+
+// Two tables: attend_chunk only where the policy asks for it (kvq-run's prefill keeps the
+// codecs' score/vsum paths token by token).
+static const kvq_kvcache_ops kvc_ops = {kvc_append, kvc_attend, kvc_truncate, kvc_bits, kvc_free, kvc_exec_bytes,
+                                        NULL, kvc_held_bytes};
+static const kvq_kvcache_ops kvc_ops_chunks = {kvc_append, kvc_attend, kvc_truncate, kvc_bits, kvc_free, kvc_exec_bytes,
+                                               kvc_attend_chunk, kvc_held_bytes};
+
+static int is_codec_cache(const kvq_kvcache *base) { return base->ops == &kvc_ops || base->ops == &kvc_ops_chunks; }
 
 const kvq_kvcodec *kvq_kvcache_codec_state(const kvq_kvcache *base, int layer, int head, int role) {
-    if (base->ops != &kvc_ops) return NULL;
+    if (!is_codec_cache(base)) return NULL;
     return slot_at((const kvc *)base, layer, head, role)->codec;
 }
 
 const kvq_kvcache_policy *kvq_kvcache_codec_policy(const kvq_kvcache *base) {
-    return base->ops == &kvc_ops ? &((const kvc *)base)->pol : NULL;
+    return is_codec_cache(base) ? &((const kvc *)base)->pol : NULL;
 }
 
 // stored: every state's tables will be replaced by stored ones (kvq_kvcache_codec_load), so
@@ -347,9 +409,10 @@ static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int 
                            spec, n_layers, n_kv_heads, head_dim, max_ctx, pol->window);
     kvc *c = calloc(1, sizeof *c);
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "kv cache: out of memory");
-    c->base = (kvq_kvcache){&kvc_ops, n_layers, n_kv_heads, head_dim, max_ctx, {0}};
+    c->base = (kvq_kvcache){pol->chunks && !pol->shadow ? &kvc_ops_chunks : &kvc_ops, n_layers, n_kv_heads, head_dim, max_ctx, {0}};
     c->spec = sp;
     c->pol = *pol;
+    if (pol->shadow) c->pol.chunks = 0;
     pthread_mutex_init(&c->pool_lock, NULL);
     c->n_tok = calloc(n_layers, sizeof(int));
     c->slot = calloc((size_t)n_layers * n_kv_heads * 2, sizeof(kv_slot));
@@ -380,7 +443,7 @@ static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int 
         kv_slot *s = &c->slot[i];
         int ng = (max_ctx + s->codec->group - 1) / s->codec->group;
         s->stride = s->codec->vt->max_bytes(s->codec);
-        s->xstride = exec && !pol->shadow && s->codec->group == 1 && s->stride <= KVC_REC_MAX ? kvq_kvcodec_xbytes(s->codec) : 0;
+        s->xstride = exec && !pol->shadow && !pol->chunks && s->codec->group == 1 && s->stride <= KVC_REC_MAX ? kvq_kvcodec_xbytes(s->codec) : 0;
         if (s->xstride) s->xs = malloc(s->xstride * (size_t)max_ctx);
         else s->store = malloc(s->stride * ng);
         s->len = calloc(ng, sizeof(uint32_t));
@@ -400,7 +463,7 @@ static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int 
 kvq_status kvq_kvcache_codec_save(const kvq_kvcache *base, int n_ctx, json_t **section, float **blob,
                                   size_t *blob_floats, kvq_err *err) {
     *section = NULL, *blob = NULL, *blob_floats = 0;
-    if (base->ops != &kvc_ops) return kvq_err_set(err, KVQ_ERR_ARG, "kv save: not a codec cache");
+    if (!is_codec_cache(base)) return kvq_err_set(err, KVQ_ERR_ARG, "kv save: not a codec cache");
     const kvc *c = (const kvc *)base;
     char spec[128], seed[32];
     kvq_kvspec_format(&c->spec, spec, sizeof spec);
@@ -455,7 +518,7 @@ kvq_status kvq_kvcache_codec_new(const char *spec, int n_layers, int n_kv_heads,
     return cache_new(spec, n_layers, n_kv_heads, head_dim, max_ctx, pol, 0, out, err);
 }
 
-kvq_status kvq_kvcache_codec_load(const json_t *sec, const float *blob, size_t nf, int max_ctx, int shadow,
+kvq_status kvq_kvcache_codec_load(const json_t *sec, const float *blob, size_t nf, int max_ctx, int eval,
                                   kvq_kvcache **out, kvq_err *err) {
     *out = NULL;
     const char *spec, *seed;
@@ -472,7 +535,7 @@ kvq_status kvq_kvcache_codec_load(const json_t *sec, const float *blob, size_t n
     if (L < 1 || H < 1 || L > 1024 || H > 1024 || json_array_size(states) != (size_t)L * H * 2)
         return kvq_err_set(err, KVQ_ERR_FORMAT, "manifest kv section: %zu states for %d layers × %d heads × K/V",
                            json_array_size(states), L, H);
-    kvq_kvcache_policy pol = {W, B, sd, shadow};
+    kvq_kvcache_policy pol = {W, B, sd, eval == KVQ_KV_EVAL_SHADOW, eval == KVQ_KV_EVAL_CHUNKS};
     kvq_kvcache *cache;
     kvq_status st = cache_new(spec, L, H, D, max_ctx, &pol, 1, &cache, err); // every table is replaced below
 

@@ -64,7 +64,7 @@ static void kd_free(kvq_kvcache *cc) {
     free(c);
 }
 
-static const kvq_kvcache_ops kd_ops = {kd_append, kd_attend, kd_truncate, kd_bits, kd_free, NULL};
+static const kvq_kvcache_ops kd_ops = {kd_append, kd_attend, kd_truncate, kd_bits, kd_free, NULL, NULL, NULL};
 
 kvq_status kvq_kvcache_default_new(int n_layers, int n_kv_heads, int head_dim, int max_ctx, int fp16,
                                    kvq_kvcache **out, kvq_err *err) {

@@ -200,7 +200,15 @@ typedef struct {
     int shadow;       // evaluation speed-up: keep an fp32 copy of each encoded token as
                       // decoded (K: score_vec) so attend is dense; results are identical,
                       // memory is not compressed (bits still count the encoded bytes)
+    int chunks;       // evaluation of whole chunks (kvq-verify, 2026-11-26): the cache also offers
+                      // attend_chunk, which decodes each encoded token once per chunk of queries
+                      // into the caller's scratch (as the shadow holds it) and attends the rows:
+                      // the shadow's results bit for bit, memory packed. Records are kept (no
+                      // execution rows), since decode reads them. Ignored with shadow
 } kvq_kvcache_policy;
+
+/** How kvq_kvcache_codec_load / kvq_kv_open_from_file build an evaluation cache. */
+enum { KVQ_KV_EVAL_NONE = 0, KVQ_KV_EVAL_SHADOW = 1, KVQ_KV_EVAL_CHUNKS = 2 };
 
 /** A kvq_kvcache whose append/attend/truncate/bits_per_element/free run on the codec
  *  of `spec`. Tokens leave the fp16 window (and, for KIVI keys, fill a 32-token
@@ -230,9 +238,10 @@ double kvq_kvcache_codec_formula_bits(const kvq_kvcache *c, int n_ctx);
 kvq_status kvq_kvcache_codec_save(const kvq_kvcache *c, int n_ctx, json_t **section, float **blob,
                                   size_t *blob_floats, kvq_err *err);
 /** Rebuilds a cache from kvq_kvcache_codec_save's section and blob (checked: shape,
- *  seeds, table names, sizes, offsets). @return KVQ_OK; *out freed by its ops->free. */
+ *  seeds, table names, sizes, offsets); eval is KVQ_KV_EVAL_NONE (the runtime's cache),
+ *  _SHADOW (policy.shadow) or _CHUNKS (policy.chunks). @return KVQ_OK; *out freed by its ops->free. */
 kvq_status kvq_kvcache_codec_load(const json_t *section, const float *blob, size_t blob_floats,
-                                  int max_ctx, int shadow, kvq_kvcache **out, kvq_err *err);
+                                  int max_ctx, int eval, kvq_kvcache **out, kvq_err *err);
 
 // ---- the .kvq container (libconv/kv/kvfile.c) ----
 
@@ -251,8 +260,9 @@ kvq_status kvq_kv_write_section(struct kvq_writer *w, json_t *manifest, const ch
                                 int n_kv_heads, int head_dim, int n_ctx, int window, int boundary,
                                 uint64_t seed, kvq_err *err);
 /** Runtime side: the cache a .kvq declares, or *out = NULL when its manifest has no
- *  "kv" section (the caller keeps its default cache). @return KVQ_OK. */
-kvq_status kvq_kv_open_from_file(struct kvq_file *f, int max_ctx, int shadow, kvq_kvcache **out,
+ *  "kv" section (the caller keeps its default cache); eval as kvq_kvcache_codec_load's.
+ *  @return KVQ_OK. */
+kvq_status kvq_kv_open_from_file(struct kvq_file *f, int max_ctx, int eval, kvq_kvcache **out,
                                  kvq_err *err);
 
 // ---- shared helpers used by the codecs (libconv/kv/kvutil.c) ----

@@ -12,7 +12,7 @@
 kvq_status kvq_kv_build_section(const char *spec, int n_layers, int n_kv_heads, int head_dim, int n_ctx, int window,
                                 int boundary, uint64_t seed, json_t **section, float **blob, size_t *n_floats,
                                 kvq_err *err) {
-    kvq_kvcache_policy pol = {window, boundary, seed, 0};
+    kvq_kvcache_policy pol = {window, boundary, seed, 0, 0};
     kvq_kvcache *c = NULL;
     kvq_status s = kvq_kvcache_codec_new(spec, n_layers, n_kv_heads, head_dim, 1, &pol, &c, err);
     if (s) return s;
@@ -39,7 +39,7 @@ kvq_status kvq_kv_write_section(kvq_writer *w, json_t *manifest, const char *spe
     return KVQ_OK;
 }
 
-kvq_status kvq_kv_open_from_file(kvq_file *f, int max_ctx, int shadow, kvq_kvcache **out, kvq_err *err) {
+kvq_status kvq_kv_open_from_file(kvq_file *f, int max_ctx, int eval, kvq_kvcache **out, kvq_err *err) {
     *out = NULL;
     const json_t *sec = json_object_get(kvq_file_manifest(f), "kv");
     if (!sec) return KVQ_OK;
@@ -55,7 +55,7 @@ kvq_status kvq_kv_open_from_file(kvq_file *f, int max_ctx, int shadow, kvq_kvcac
     if (!blob) return kvq_err_set(err, KVQ_ERR_NOMEM, "kv section: out of memory");
     memcpy(blob, data, n);
     kvq_file_release(f, entry);
-    s = kvq_kvcache_codec_load(sec, blob, n / sizeof(float), max_ctx, shadow, out, err);
+    s = kvq_kvcache_codec_load(sec, blob, n / sizeof(float), max_ctx, eval, out, err);
     free(blob);
     if (s) kvq_err_prefix(err, "%s", kvq_file_path(f));
     return s;

@@ -347,6 +347,23 @@ static kvq_status attention_seq(kvq_backend *b, kvq_kvcache *c, int l, const flo
         if (r) return r;
     }
     kvq_status ar = KVQ_OK;
+    if (T > 1 && c->ops->attend_chunk) { // a cache that reads a chunk at once (kvq-verify's codec caches)
+        // tasks (KV head, block of tokens): blocks only to give every thread a task, since each
+        // block decodes the cache prefix it reads
+        const int nth = kvq_nthreads(b->n_threads), nb = nkv >= nth ? 1 : (nth + nkv - 1) / nkv < T ? (nth + nkv - 1) / nkv : T;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nth)
+        for (int g = 0; g < nkv; g++)
+            for (int j = 0; j < nb; j++) {
+                const int t0 = (int)((int64_t)T * j / nb), t1 = (int)((int64_t)T * (j + 1) / nb);
+                const size_t o = (size_t)t0 * q_dim + (size_t)g * nrep * hd;
+                kvq_status st = c->ops->attend_chunk(c, l, g, q + o, q_dim, nrep, t1 - t0, pos + t0, s->scale, out + o, q_dim);
+                if (st) {
+#pragma omp atomic write
+                    ar = st;
+                }
+            }
+        return ar;
+    }
     // one token: the heads in parallel once the context makes them worth a fork
     const int par = T > 1 || (int64_t)(pos + 1) * hd * s->n_heads > 65536;
 #pragma omp parallel for collapse(2) schedule(dynamic, T > 1 ? 4 : 1) num_threads(kvq_nthreads(b->n_threads)) if (par)

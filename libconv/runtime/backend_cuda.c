@@ -314,7 +314,8 @@ static kvq_status pq_upload(gpu *g, kvq_mat *w, int keep_host, kvq_err *err) {
 }
 
 // Whether w's device copy is the pqx layout (else dense, or hqx parts).
-static int pq_packed(const gpu *g, const kvq_mat *w) { return w->n_pq && !g->pq_dense; }
+// General QET (qetg: swap trees other than l = 3, w = 8) has no device kernel: decoded at upload.
+static int pq_packed(const gpu *g, const kvq_mat *w) { return w->n_pq && !g->pq_dense && !w->pq[0].qetg; }
 
 static kvq_status mat_adopt(kvq_backend *b, kvq_mat *w, int keep_host, kvq_err *err) {
     gpu *g = (gpu *)b;

@@ -90,7 +90,8 @@ static kvq_status to_backend(kvq_model *m, float **v, size_t n, kvq_err *err) {
     return r;
 }
 
-enum { KIND_HQX = 1, KIND_PQX = 2, KIND_QETX = 3 }; // QETX: pqx blocks with swap trees (levels > 0)
+enum { KIND_HQX = 1, KIND_PQX = 2, KIND_QETX = 3, KIND_QETG = 4 }; // QETX: pqx blocks with the 3-level swap
+                                                                  // tree; QETG: with any other (qetg)
 
 // Packs tensor `name` into block i of m when the model runs packed and the tensor has an
 // execution layout: hqx (HyperQuant/RTN) into m->part[i], else pqx (PQ) into m->pq[i]; *kind
@@ -105,7 +106,7 @@ static kvq_status try_pack(const kvq_model *md, kvq_weights *s, const char *name
     else if (r == KVQ_ERR_UNSUPPORTED) {
         r = kvq_weights_get_pqx(s, name, &m->pq[i], &e2);
         if (r == KVQ_ERR_UNSUPPORTED) return r;
-        *kind = m->pq[i].levels ? KIND_QETX : KIND_PQX, hr = m->pq[i].rows, hc = m->pq[i].cols;
+        *kind = m->pq[i].qetg ? KIND_QETG : m->pq[i].levels ? KIND_QETX : KIND_PQX, hr = m->pq[i].rows, hc = m->pq[i].cols;
     }
     if (r) { *err = e2; return r; }
     if (hr != rows || hc != cols) {

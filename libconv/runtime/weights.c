@@ -370,15 +370,20 @@ kvq_status kvq_weights_get_pqx(kvq_weights *w, const char *name, kvq_pqx *out, k
     if (!cname || (strcmp(cname, "pq") && strcmp(cname, "qet")))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': codec '%s' has no PQ layout", name,
                            cname ? cname : "(none)");
-    // swap trees other than the 3-level one (qet, l > 0) have no layout: say so before
-    // decompressing any blob (kvq_qet_pack_pqx refuses the other unpackable shapes)
-    const json_t *l = json_object_get(json_object_get(json_object_get(r, "codec"), "params"), "l");
-    if (json_is_integer(l) && json_integer_value(l) > 0 && json_integer_value(l) != KVQ_QETX_LEVELS)
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': QET swap trees of %lld levels have no execution layout",
-                           name, (long long)json_integer_value(l));
     rec_view rv;
     kvq_status s = rec_blobs(w, name, &rv, err);
     if (s != KVQ_OK) return s;
+    // KVQ_QETG=0 (measurements): swap trees the qetx layout does not take (l != 3, w != 8, columns
+    // not a multiple of 64) are decoded at load, as before 2026-11-27, instead of held as qetg
+    const json_t *par = json_object_get(json_object_get(r, "codec"), "params");
+    const json_t *l = json_object_get(par, "l"), *wd = json_object_get(par, "w");
+    const char *qg = getenv("KVQ_QETG");
+    if (qg && !strcmp(qg, "0") && json_is_integer(l) && json_integer_value(l) > 0 &&
+        (json_integer_value(l) != KVQ_QETX_LEVELS || json_integer_value(wd) != 8 || rv.cols % 64)) {
+        release_blobs(w, &rv);
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': general QET swap tree (l=%lld) decoded (KVQ_QETG=0)",
+                           name, (long long)json_integer_value(l));
+    }
     s = kvq_qet_pack_pqx(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, out, err);
     release_blobs(w, &rv);
     // CQO codebook codes held at the file's width (cb=9..15: 1.45x -> 1.01x of the file on

@@ -257,12 +257,29 @@ static kvq_status read_text(const char *path, char **text, size_t *n, char hex[6
     return KVQ_OK;
 }
 
+// How the codec cache is evaluated (docs/KV.md "kvq-verify's cache"): KVQ_VERIFY_KV=chunks
+// (default: packed, each chunk of queries decodes the cache once into scratch), shadow (a dense
+// fp32 copy of every encoded token, the behaviour before 2026-11-26; same results bit for bit)
+// or tokens (packed, attended token by token through the codecs' score/vsum, as kvq-run).
+static kvq_status kv_eval_mode(int *mode, kvq_err *err) {
+    const char *e = getenv("KVQ_VERIFY_KV");
+    *mode = KVQ_KV_EVAL_CHUNKS;
+    if (!e || !*e || !strcmp(e, "chunks")) return KVQ_OK;
+    if (!strcmp(e, "shadow")) *mode = KVQ_KV_EVAL_SHADOW;
+    else if (!strcmp(e, "tokens")) *mode = KVQ_KV_EVAL_NONE;
+    else return kvq_err_set(err, KVQ_ERR_ARG, "KVQ_VERIFY_KV=%s: expected chunks, shadow or tokens", e);
+    return KVQ_OK;
+}
+
 // The KV codec to measure: --kv, else the manifest's "kv" section (its stored states,
 // rebuilt by kvq_kv_open_from_file as the runtime does). Returns 1 when from the file.
-static int kv_choice(const kvq_verify_opts *o, const json_t *man, kvq_verify_report *rep, kvq_kvcache_policy *pol) {
+// mode: kv_eval_mode's.
+static int kv_choice(const kvq_verify_opts *o, const json_t *man, int mode, kvq_verify_report *rep,
+                     kvq_kvcache_policy *pol) {
     rep->kv_spec[0] = 0;
     memset(pol, 0, sizeof *pol);
-    pol->shadow = 1; // dense fp32 copy of what the codec decodes: same results, faster attend
+    pol->shadow = mode == KVQ_KV_EVAL_SHADOW;
+    pol->chunks = mode == KVQ_KV_EVAL_CHUNKS;
     if (o->no_kv) return 0;
     if (o->kv_spec) {
         snprintf(rep->kv_spec, sizeof rep->kv_spec, "%s", o->kv_spec);
@@ -300,7 +317,7 @@ static kvq_status open_model(const char *path, const kvq_verify_opts *o, const c
     if (kv_from_file) {
         kvq_file *f = NULL;
         if (!(s = kvq_file_open(o->kvq_path, &f, err))) {
-            s = kvq_kv_open_from_file(f, o->proto.ctx, 1, &c, err);
+            s = kvq_kv_open_from_file(f, o->proto.ctx, pol->shadow ? KVQ_KV_EVAL_SHADOW : pol->chunks ? KVQ_KV_EVAL_CHUNKS : KVQ_KV_EVAL_NONE, &c, err);
             if (!s && !c) s = kvq_err_set(err, KVQ_ERR_MISSING, "%s: no KV section", o->kvq_path);
         }
         kvq_file_close(f);
@@ -344,7 +361,10 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
     rep->n_tokens = nid;
 
     kvq_kvcache_policy pol;
-    int kv_file = kv_choice(o, man, rep, &pol);
+    int kv_mode;
+    if ((s = kv_eval_mode(&kv_mode, err))) goto done;
+    int kv_file = kv_choice(o, man, kv_mode, rep, &pol);
+    snprintf(rep->kv_mode, sizeof rep->kv_mode, "%s", kv_mode == KVQ_KV_EVAL_SHADOW ? "shadow" : kv_mode == KVQ_KV_EVAL_CHUNKS ? "chunks" : "tokens");
     const char *kv = rep->kv_spec[0] ? rep->kv_spec : NULL;
     int nq = 0;
     kvq_verify_eval *R = rep->run;
@@ -377,7 +397,10 @@ static kvq_status eval_pass(const kvq_verify_opts *o, kvq_verify_report *rep, co
         const kvq_arch *qa = kvq_model_arch(q[1]);
         rep->kv_positions = qa->max_position_embeddings;
         rep->kv_bits = kvq_kvcache_codec_formula_bits(c, rep->kv_positions);
-        if (kvq_model_kvcache(q[1])) rep->kv_bits_run = c->ops->bits_per_element(c);
+        if (kvq_model_kvcache(q[1])) {
+            rep->kv_bits_run = c->ops->bits_per_element(c);
+            rep->kv_held_bytes = c->ops->held_bytes ? c->ops->held_bytes(c) : 0;
+        }
         else { // a device holds the cache in its own layout: the bits of its packed cache per element
             kvq_model_mem mm;
             kvq_model_memory(q[1], &mm);

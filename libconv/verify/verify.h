@@ -168,6 +168,9 @@ typedef struct {
     int kv_positions;      // the positions kv_bits is stated at
     int kv_window, kv_boundary;
     char kv_from[16];      // "file" (the manifest's kv section) or "command line"
+    char kv_mode[8];       // how the codec cache was attended: "chunks", "shadow" or "tokens" (KVQ_VERIFY_KV)
+    size_t kv_held_bytes;  // bytes the kv run's codec cache held at the end (records, rings, shadow,
+                           // scratch pool; docs/KV.md "kvq-verify's cache"); 0 when none or on a device
     kvq_verify_eval run[3];// [0] weights, [1] kv, [2] weights+kv
     double seconds_integrity, seconds_tensors, seconds_eval;
     // thresholds

@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
     for (int i = 6; i < argc; i++) {
         kvq_kvcache *c;
         const char *se = getenv("KVQ_KV_SEED"); // codec seed (default 1234)
-        kvq_kvcache_policy pol = {window, boundary, se ? strtoull(se, NULL, 10) : 1234, 1};
+        kvq_kvcache_policy pol = {window, boundary, se ? strtoull(se, NULL, 10) : 1234, 1, 0};
         if (kvq_kvcache_codec_new(argv[i], L, H, D, 512, &pol, &c, &e)) die(argv[i], &e);
         if (kvq_model_set_kvcache(b, c, &e)) die(argv[i], &e);
         kl_acc acc = {0};

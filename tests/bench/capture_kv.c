@@ -61,7 +61,7 @@ static void rec_free(kvq_kvcache *c) {
     free(r->v);
     free(r);
 }
-static const kvq_kvcache_ops rec_ops = {rec_append, rec_attend, rec_truncate, rec_bits, rec_free, NULL};
+static const kvq_kvcache_ops rec_ops = {rec_append, rec_attend, rec_truncate, rec_bits, rec_free, NULL, NULL, NULL};
 
 static void die(const char *what, const kvq_err *e) {
     fprintf(stderr, "capture_kv: %s: %s\n", what, e ? e->msg : "");

@@ -38,7 +38,7 @@ static int make_layout(const char *spec, int64_t n, int64_t d, kvq_pqx *p, uint6
     }
     const int cb = cfg.cb_bits;
     if (pq) {
-        rand_pqx(p, n, d, cfg.width, plan.stages, plan.k, cb > 16 ? KVQ_PQX_CB_F32 : cb ? KVQ_PQX_CB_CQO : KVQ_PQX_CB_BF16, seed);
+        rand_pqx(p, n, d, cfg.width, plan.stages, plan.k, cb > 16 ? KVQ_PQX_CB_F32 : cb ? KVQ_PQX_CB_CQO : KVQ_PQX_CB_BF16, 0, seed);
         if (kvq_pqx_pack_lanes(p, 0)) return -1;
     } else rand_qetx(p, n, d, plan.stages, plan.k, cb ? KVQ_PQX_CB_CQO : KVQ_PQX_CB_BF16, cb, seed);
     char ks[64], bs[32];

@@ -69,7 +69,8 @@ static void pqx_parts(const kvq_pqx *w, double *h) {
         h[9] += kvq_pqx_cb_bytes(w, s);
         h[10] += w->cb_ms[s] ? 8.0 * (double)w->m : 0;
     }
-    if (w->levels) h[10] += (double)(w->rows * w->groups) * KVQ_QETX_SW_BYTES;
+    if (w->qetg) h[10] += (double)(((size_t)w->rows * (size_t)w->levels * (size_t)(w->cols / 2) + 7) / 8); // indicator bits as stored
+    else if (w->levels) h[10] += (double)(w->rows * w->groups) * KVQ_QETX_SW_BYTES;
 }
 
 // Stored bytes of a tensor from the manifest's entry table, and the same before zstd.

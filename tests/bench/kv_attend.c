@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
     for (int a = a0; a < argc; a++) {
         kvq_kvcache *c = NULL;
         kvq_err e = {0};
-        kvq_kvcache_policy p = {0, 0, 42, 0};
+        kvq_kvcache_policy p = {0, 0, 42, 0, 0};
         if (kvq_kvcache_codec_new(argv[a], L, H, D, CTX, &p, &c, &e)) {
             fprintf(stderr, "kv_attend: %s: %s\n", argv[a], e.msg);
             return 2;

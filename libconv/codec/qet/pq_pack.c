@@ -5,8 +5,8 @@
 // decoder's values). QET with a 3-level swap tree (the `qet:` default) gets the qetx variant
 // (kernels/pq_layout.h): indicator bits regrouped into one 12-bit switch field per block of 8
 // inputs, indices in slot order at 4, 8 or 16 bits, codebook blobs kept as stored. Other QET
-// (levels 1–2 or > 3, widths other than 8, columns not a multiple of 64) has no layout
-// (KVQ_ERR_UNSUPPORTED: decode it).
+// (levels 1–2 or > 3, widths other than 8, columns not a multiple of 64) gets the general qetg
+// variant (2026-11-27): indicator bits and codebook blobs as stored, indices at 4, 8 or 16 bits.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -86,6 +86,63 @@ nomem:
     return kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory for the layout of %lld x %lld", (long long)n, (long long)d);
 }
 
+// The general QET layout (qetg) of a tensor the codec's check accepted: any swap tree the qetx
+// layout does not take. Indicator bits and codebook blobs as stored; indices re-held at 4, 8 or
+// 16 bits, row-major (the file's ⌈log2 k⌉-bit stream would need a shift and mask per read).
+static kvq_status pack_qetg(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d, int l,
+                            int w, int cb, kvq_dtype src, kvq_pqx *out, kvq_err *err) {
+    const json_t *ks = json_object_get(params, "k");
+    const int stages = (int)json_array_size(ks);
+    *out = (kvq_pqx){.stages = stages, .w = w, .rows = n, .cols = d, .m = d / w, .rows_p = n, .levels = l, .qetg = 1,
+                     .cb_type = cb ? KVQ_PQX_CB_CQO : src == KVQ_DTYPE_BF16 ? KVQ_PQX_CB_BF16
+                                                 : src == KVQ_DTYPE_F16 ? KVQ_PQX_CB_F16 : KVQ_PQX_CB_F32,
+                     .cb_bits = cb};
+    const int64_t m = out->m;
+    const size_t swn = ((size_t)n * (size_t)l * (size_t)(d / 2) + 7) / 8;
+    const kvq_blob_view *ind = kvq_blob_find(blobs, n_blobs, "indicators");
+    out->sw = kvq_hqx_alloc(swn + 8);
+    if (!out->sw) goto nomem;
+    memcpy(out->sw, ind->data, swn); // (kvq_qet_check: the blob is exactly swn bytes)
+    for (int s = 0; s < stages; s++) {
+        const int64_t k = json_integer_value(json_array_get(ks, (size_t)s));
+        out->k[s] = k;
+        out->qbits[s] = k <= 16 ? 4 : k <= 256 ? 8 : 16;
+        char role[24];
+        snprintf(role, sizeof role, "idx.%d", s + 1);
+        const kvq_blob_view *ib = kvq_blob_find(blobs, n_blobs, role);
+        snprintf(role, sizeof role, "cb.%d", s + 1);
+        const kvq_blob_view *cbv = kvq_blob_find(blobs, n_blobs, role);
+        out->idx[s] = kvq_hqx_alloc(((size_t)(n * m) * (size_t)out->qbits[s] + 7) / 8 + 1);
+        out->cb[s] = kvq_hqx_alloc(cbv->size + 16); // +16: a CQO code is read as 5 bytes at any offset
+        if (!out->idx[s] || !out->cb[s]) goto nomem;
+        memcpy(out->cb[s], cbv->data, cbv->size);
+        out->cb_size[s] = cbv->size;
+        const int b = kvq_qet_ceil_log2(k);
+        for (int64_t o = 0; o < n * m; o++) {
+            const uint32_t a = b ? kvq_qet_get_bits(ib->data, (uint64_t)o * (uint64_t)b, b) : 0;
+            if (a >= (uint64_t)k) {
+                kvq_pqx_free(out);
+                return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: centroid index out of range in row %lld", (long long)(o / m));
+            }
+            if (out->qbits[s] == 4) ((uint8_t *)out->idx[s])[o >> 1] |= (uint8_t)(a << (4 * (o & 1)));
+            else if (out->qbits[s] == 8) ((uint8_t *)out->idx[s])[o] = (uint8_t)a;
+            else ((uint16_t *)out->idx[s])[o] = (uint16_t)a;
+        }
+        for (int64_t j = 0; j < m; j++) // a NaN/Inf centroid: the decoded path refuses the tensor too
+            for (int64_t c = 0; c < k; c++)
+                for (int q = 0; q < w; q++)
+                    if (!isfinite(kvq_qetg_cb(out, s, j, c, q))) {
+                        kvq_pqx_free(out);
+                        return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: non-finite codebook value in stage %d, subspace %lld",
+                                           s + 1, (long long)j);
+                    }
+    }
+    return KVQ_OK;
+nomem:
+    kvq_pqx_free(out);
+    return kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory for the layout of %lld x %lld", (long long)n, (long long)d);
+}
+
 kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
                             kvq_pqx *out, kvq_err *err) {
     memset(out, 0, sizeof *out);
@@ -96,17 +153,18 @@ kvq_status kvq_qet_pack_pqx(const json_t *params, const kvq_blob_view *blobs, in
     const json_t *ks = json_object_get(params, "k");
     kvq_dtype src;
     kvq_dtype_parse(json_string_value(json_object_get(params, "src")), &src);
-    if (l > 0 && (l != KVQ_QETX_LEVELS || w != 8 || d % 64 || cb > 25 || (!cb && src != KVQ_DTYPE_BF16 && src != KVQ_DTYPE_F32) ||
-                  json_array_size(ks) > KVQ_PQX_MAX_STAGES || n > (1 << 30) || d > (1 << 30)))
+    if (l > 0 && (cb > 25 || json_array_size(ks) > KVQ_PQX_MAX_STAGES || n > (1 << 30) || d > (1 << 30)))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
-                           "qet: swap trees with l=%d, w=%d, %lld columns, cb=%d have no execution layout "
-                           "(only l=3, w=8, columns a multiple of 64, codebooks of at most 25 bits, bf16 or f32)",
-                           l, w, (long long)d, cb);
+                           "qet: swap trees with l=%d, w=%d, %lld columns, cb=%d, %zu stages have no execution layout "
+                           "(codebooks of at most 25 bits, at most %d stages)",
+                           l, w, (long long)d, cb, json_array_size(ks), KVQ_PQX_MAX_STAGES);
     if (l > 0) {
         for (size_t s = 0; s < json_array_size(ks); s++)
             if (json_integer_value(json_array_get(ks, s)) > KVQ_PQX_MAX_K)
                 return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "qet: stage %zu has more than %d centroids", s + 1, KVQ_PQX_MAX_K);
-        return pack_qetx(params, blobs, n_blobs, n, d, cb, src, out, err);
+        if (l == KVQ_QETX_LEVELS && w == 8 && d % 64 == 0 && (cb || src == KVQ_DTYPE_BF16 || src == KVQ_DTYPE_F32))
+            return pack_qetx(params, blobs, n_blobs, n, d, cb, src, out, err);
+        return pack_qetg(params, blobs, n_blobs, n, d, l, w, cb, src, out, err); // any other tree (2026-11-27)
     }
     if (w > KVQ_PQX_MAX_W || n > (1 << 30) || d > (1 << 30))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "pq: subspace width %d or shape %lld x %lld outside the layout",
