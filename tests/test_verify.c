@@ -323,9 +323,12 @@ static void test_kv_chunks_equal_shadow(void **state) {
                    c->kld.mean, c->ppl, a->kld.mean, a->ppl, fabs(c->kld.mean - a->kld.mean) / a->kld.mean, fabs(c->ppl - a->ppl) / a->ppl);
             // (measured worst: hqmq:s48:r4, KLD 5.8e-4 and ppl 1.5e-4 relative). Not asserted for the
             // dithered HyperQuant-KV cache: in the sanitizer build (`make asan`: -O1, no -march) its
-            // tokens path measured KLD 0.0641875 against the shadow's 0.0649545 (1.2e-2; at -O2 2.4e-7),
-            // a build-dependent difference whose cause is not found yet (an open finding of issue 19,
-            // session 11's note); chunks = shadow above is asserted for it as for every codec.
+            // tokens path measured KLD 0.0641875 against the shadow's 0.0649545 (1.2e-2; at -O2 2.4e-7).
+            // The codec's records and execution rows agree in both builds (20000 tokens, worst 2.4e-7);
+            // the modes attend in another float order, so later layers' keys differ by rounding and a
+            // lattice quantizer (discontinuous) can move a code by a step — at -O2 int:3 over 6 windows
+            // measured 1.5e-4 between the modes — which a 2-window sample turns into ~1 % (docs/RESULTS.md,
+            // issue 19's done-when rows). chunks = shadow above is asserted for every codec.
             if (!strstr(specs[si], "dither") &&
                 (fabs(c->kld.mean - a->kld.mean) > 2e-3 * a->kld.mean + 1e-6 || fabs(c->ppl - a->ppl) > 1e-3 * a->ppl))
                 fail_msg("%s %s: tokens KLD %.9g ppl %.9g, shadow KLD %.9g ppl %.9g", specs[si], a->label, c->kld.mean, c->ppl,
