@@ -218,32 +218,6 @@ KVQ_PQ_HD static inline uint32_t kvq_qetx_idx(const kvq_pqx *p, int s, int64_t r
     if (p->qbits[s] == 8) return ((const uint8_t *)p->idx[s])[o];
     return ((const uint16_t *)p->idx[s])[o];
 }
-/** Codebook value of a QET layout: stage s, subspace j, centroid c, coordinate q, as the
- *  codec's decoder computes it (CQO: min + (float)code · step, each operation rounded). */
-KVQ_PQ_HD static inline float kvq_qetx_cb(const kvq_pqx *p, int s, int64_t j, int64_t c, int q) {
-    const uint8_t *b = (const uint8_t *)p->cb[s];
-    const uint64_t e = (uint64_t)((j * p->k[s] + c) * 8 + q);
-    union { uint32_t u; float f; } v;
-    if (p->cb_type == KVQ_PQX_CB_BF16) {
-        v.u = ((uint32_t)b[2 * e] | (uint32_t)b[2 * e + 1] << 8) << 16;
-        return v.f;
-    }
-    if (p->cb_type == KVQ_PQX_CB_F32) {
-        v.u = (uint32_t)b[4 * e] | (uint32_t)b[4 * e + 1] << 8 | (uint32_t)b[4 * e + 2] << 16 | (uint32_t)b[4 * e + 3] << 24;
-        return v.f;
-    }
-    float mn, st;
-    v.u = (uint32_t)b[8 * j] | (uint32_t)b[8 * j + 1] << 8 | (uint32_t)b[8 * j + 2] << 16 | (uint32_t)b[8 * j + 3] << 24;
-    mn = v.f;
-    v.u = (uint32_t)b[8 * j + 4] | (uint32_t)b[8 * j + 5] << 8 | (uint32_t)b[8 * j + 6] << 16 | (uint32_t)b[8 * j + 7] << 24;
-    st = v.f;
-    const uint64_t pos = e * (uint64_t)p->cb_bits;
-    const uint8_t *c8 = b + 8 * p->m + (pos >> 3);
-    const uint32_t w = (uint32_t)c8[0] | (uint32_t)c8[1] << 8 | (uint32_t)c8[2] << 16 | (uint32_t)c8[3] << 24;
-    const uint32_t code = (w >> (pos & 7)) & ((1u << p->cb_bits) - 1u);
-    const float t = (float)code * st;
-    return mn + t;
-}
 /** The 12-bit switch field of block b of row r. */
 KVQ_PQ_HD static inline uint32_t kvq_qetx_field(const kvq_pqx *p, int64_t r, int64_t b) {
     const uint8_t *g = p->sw + (r * p->groups + b / 8) * KVQ_QETX_SW_BYTES;
@@ -310,6 +284,11 @@ KVQ_PQ_HD static inline float kvq_qetg_cb(const kvq_pqx *p, int s, int64_t j, in
     const uint32_t code = (uint32_t)((w >> (pos & 7)) & ((1ull << p->cb_bits) - 1u));
     const float t = (float)code * st;
     return mn + t;
+}
+/** Codebook value of a qetx layout (stage s, subspace j, centroid c, coordinate q < 8): the
+ *  general reader's value — a qetx layout is the case w = 8 with bf16, f32 or CQO codebooks. */
+KVQ_PQ_HD static inline float kvq_qetx_cb(const kvq_pqx *p, int s, int64_t j, int64_t c, int q) {
+    return kvq_qetg_cb(p, s, j, c, q);
 }
 /** General QET: indicator bit i (< cols / 2) of level k of row r (1 = that pair was swapped). */
 KVQ_PQ_HD static inline int kvq_qetg_bit(const kvq_pqx *p, int64_t r, int k, int64_t i) {

@@ -122,18 +122,21 @@ static void xstar(const kvq_pqx *w, const float *cbf, int64_t r, float *xs, uint
 // Row r of W from X* (xs, overwritten) by the inverse swap tree, level l-1 down to 0 (as
 // kvq_qet_swap_inverse): inside blocks of W = cols >> k, out[2j] = swapped ? L[j] : S[j] and
 // out[2j + 1] the other. Result in xs or tmp: returns which.
+static void unswap_level_ref(const kvq_pqx *w, int64_t r, int k, const float *a, float *b) {
+    const int64_t d = w->cols, W = d >> k, h = W / 2;
+    for (int64_t blk = 0; blk < d; blk += W)
+        for (int64_t j = 0; j < h; j++) {
+            const int sw = kvq_qetg_bit(w, r, k, blk / 2 + j);
+            const float S = a[blk + j], L = a[blk + h + j];
+            b[blk + 2 * j] = sw ? L : S;
+            b[blk + 2 * j + 1] = sw ? S : L;
+        }
+}
+
 static float *unswap_ref(const kvq_pqx *w, int64_t r, float *xs, float *tmp) {
-    const int64_t d = w->cols;
     float *a = xs, *b = tmp;
     for (int k = w->levels - 1; k >= 0; k--) {
-        const int64_t W = d >> k, h = W / 2;
-        for (int64_t blk = 0; blk < d; blk += W)
-            for (int64_t j = 0; j < h; j++) {
-                const int sw = kvq_qetg_bit(w, r, k, blk / 2 + j);
-                const float S = a[blk + j], L = a[blk + h + j];
-                b[blk + 2 * j] = sw ? L : S;
-                b[blk + 2 * j + 1] = sw ? S : L;
-            }
+        unswap_level_ref(w, r, k, a, b);
         float *t = a;
         a = b, b = t;
     }
@@ -184,16 +187,9 @@ QG_AVX2 static float *unswap_avx2(const kvq_pqx *w, int64_t r, float *xs, float 
     const int64_t d = w->cols;
     float *a = xs, *b = tmp;
     for (int k = w->levels - 1; k >= k_end; k--) {
-        const int64_t W = d >> k, h = W / 2;
+        const int64_t h = (d >> k) / 2;
         if (h % 8 == 0 && d % 16 == 0) unswap_level_avx2(w, r, k, a, b);
-        else
-            for (int64_t blk = 0; blk < d; blk += W)
-                for (int64_t j = 0; j < h; j++) {
-                    const int sw = kvq_qetg_bit(w, r, k, blk / 2 + j);
-                    const float S = a[blk + j], L = a[blk + h + j];
-                    b[blk + 2 * j] = sw ? L : S;
-                    b[blk + 2 * j + 1] = sw ? S : L;
-                }
+        else unswap_level_ref(w, r, k, a, b);
         float *t = a;
         a = b, b = t;
     }

@@ -16,6 +16,28 @@
 #include "libconv/codec/qet/qet.h"
 
 
+// Index a of (stage s, position o) at the layout's 4, 8 or 16 bits (idx zeroed by kvq_hqx_alloc).
+static void put_index(kvq_pqx *out, int s, int64_t o, uint32_t a) {
+    if (out->qbits[s] == 4) ((uint8_t *)out->idx[s])[o >> 1] |= (uint8_t)(a << (4 * (o & 1)));
+    else if (out->qbits[s] == 8) ((uint8_t *)out->idx[s])[o] = (uint8_t)a;
+    else ((uint16_t *)out->idx[s])[o] = (uint16_t)a;
+}
+
+// Whether every codebook value of stage s is finite (a NaN/Inf centroid: the decoded path refuses
+// the tensor too); if not, frees the layout and says which subspace.
+static int cb_finite(kvq_pqx *out, int s, kvq_err *err) {
+    for (int64_t j = 0; j < out->m; j++)
+        for (int64_t c = 0; c < out->k[s]; c++)
+            for (int q = 0; q < out->w; q++)
+                if (!isfinite(kvq_qetg_cb(out, s, j, c, q))) {
+                    kvq_pqx_free(out);
+                    kvq_err_set(err, KVQ_ERR_FORMAT, "qet: non-finite codebook value in stage %d, subspace %lld", s + 1,
+                                (long long)j);
+                    return 0;
+                }
+    return 1;
+}
+
 // The qetx layout of a tensor the codec's check accepted (l == 3, w == 8, d % 64 == 0).
 static kvq_status pack_qetx(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
                             int cb, kvq_dtype src, kvq_pqx *out, kvq_err *err) {
@@ -67,18 +89,9 @@ static kvq_status pack_qetx(const json_t *params, const kvq_blob_view *blobs, in
                     return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: centroid index out of range in row %lld", (long long)r);
                 }
                 const int64_t o = (r * G + j % G) * 8 + j / G;
-                if (out->qbits[s] == 4) ((uint8_t *)out->idx[s])[o >> 1] |= (uint8_t)(a << (4 * (o & 1)));
-                else if (out->qbits[s] == 8) ((uint8_t *)out->idx[s])[o] = (uint8_t)a;
-                else ((uint16_t *)out->idx[s])[o] = (uint16_t)a;
+                put_index(out, s, o, a);
             }
-        for (int64_t j = 0; j < m; j++) // a NaN/Inf centroid: the decoded path refuses the tensor too
-            for (int64_t c = 0; c < k; c++)
-                for (int q = 0; q < 8; q++)
-                    if (!isfinite(kvq_qetx_cb(out, s, j, c, q))) {
-                        kvq_pqx_free(out);
-                        return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: non-finite codebook value in stage %d, subspace %lld",
-                                           s + 1, (long long)j);
-                    }
+        if (!cb_finite(out, s, err)) return KVQ_ERR_FORMAT;
     }
     return KVQ_OK;
 nomem:
@@ -124,18 +137,9 @@ static kvq_status pack_qetg(const json_t *params, const kvq_blob_view *blobs, in
                 kvq_pqx_free(out);
                 return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: centroid index out of range in row %lld", (long long)(o / m));
             }
-            if (out->qbits[s] == 4) ((uint8_t *)out->idx[s])[o >> 1] |= (uint8_t)(a << (4 * (o & 1)));
-            else if (out->qbits[s] == 8) ((uint8_t *)out->idx[s])[o] = (uint8_t)a;
-            else ((uint16_t *)out->idx[s])[o] = (uint16_t)a;
+            put_index(out, s, o, a);
         }
-        for (int64_t j = 0; j < m; j++) // a NaN/Inf centroid: the decoded path refuses the tensor too
-            for (int64_t c = 0; c < k; c++)
-                for (int q = 0; q < w; q++)
-                    if (!isfinite(kvq_qetg_cb(out, s, j, c, q))) {
-                        kvq_pqx_free(out);
-                        return kvq_err_set(err, KVQ_ERR_FORMAT, "qet: non-finite codebook value in stage %d, subspace %lld",
-                                           s + 1, (long long)j);
-                    }
+        if (!cb_finite(out, s, err)) return KVQ_ERR_FORMAT;
     }
     return KVQ_OK;
 nomem:
