@@ -62,6 +62,13 @@ static inline void rand_pqx(kvq_pqx *p, int64_t rows, int64_t cols, int w, int s
     }
 }
 
+/** A random qetx layout's shape, as the QET suites list them (rand_qetx's arguments). */
+typedef struct {
+    int64_t rows, cols;
+    int stages, cb_type, cb_bits;
+    int64_t k[2];
+} qshape;
+
 /** A QET layout (levels 3): switch fields and indices uniform, codebook blobs of the given type
  *  (CQO: random (min, step) per subspace and codes of cb_bits; raw: normal bf16 or f32 values). */
 static inline void rand_qetx(kvq_pqx *p, int64_t rows, int64_t cols, int stages, const int64_t *k, int cb_type, int cb_bits,

@@ -429,12 +429,6 @@ static void test_matmul_dense(void **st) {
 
 // ---- QET layouts (qetx): fast paths against the reference, and against the decoded weights
 
-typedef struct {
-    int64_t rows, cols;
-    int stages, cb_type, cb_bits;
-    int64_t k[2];
-} qshape;
-
 static const qshape qshapes[] = {
     {37, 64, 2, KVQ_PQX_CB_CQO, 10, {50, 12}},  {64, 128, 1, KVQ_PQX_CB_BF16, 0, {256, 0}},
     {24, 192, 2, KVQ_PQX_CB_F32, 0, {300, 16}}, {9, 64, 2, KVQ_PQX_CB_CQO, 24, {1, 17}},
