@@ -72,6 +72,19 @@ static float *rnd(uint64_t *r, size_t n, float s) {
     } while (0)
 #define E (&e_)
 
+// The fp32 cache's context limit (no device needed): the split and tiled kernels hold no
+// per-position state on chip, so shapes they take run any context the memory holds (the 8B
+// shape at 128k); other shapes keep the one-block kernel's shared-memory bound.
+static void test_max_ctx(void **st) {
+    (void)st;
+    if (kvq_cuda_attention_max_ctx(32, 8, 128) == 0) skip(); // built without CUDA
+    assert_true(kvq_cuda_attention_max_ctx(32, 8, 128) >= 1 << 20); // Llama-3-8B: split kernel
+    assert_true(kvq_cuda_attention_max_ctx(9, 3, 64) >= 1 << 20);   // SmolLM2
+    const int fb = kvq_cuda_attention_max_ctx(32, 32, 80);           // head_dim 80: the one-block kernel
+    assert_true(fb > 4096 && fb < 1 << 17);
+    assert_int_equal(kvq_cuda_attention_max_ctx(64, 4, 128), fb + 80 * 9 - 128 * 9); // 16 heads a KV head
+}
+
 static void test_ops(void **st) {
     (void)st;
     if (!have_gpu()) skip();
@@ -967,6 +980,7 @@ static void test_kv_codecs(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_max_ctx),
         cmocka_unit_test(test_ops),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_prefill_tile),

@@ -395,15 +395,17 @@ extern "C" kvq_status kvq_cuda_attention_init(int n_heads, int n_kv_heads, int h
     return KVQ_OK;
 }
 
-extern "C" int kvq_cuda_attention_max_ctx(int head_dim) {
+extern "C" int kvq_cuda_attention_max_ctx(int n_heads, int n_kv_heads, int head_dim) {
+    if (split_ok(n_heads, n_kv_heads, head_dim)) return 1 << 30; // positions are ints, offsets int64
     if (head_dim > ATT_MAX_HD) return 0;
     return (int)((ATT_SMEM_MAX - 1024) / sizeof(float)) - head_dim * (1 + ATT_THREADS / 32);
 }
 
 // With sq (several sequences) the positions are the caller's to check: only the kernels' limit.
-static kvq_status check_span(int T, int pos, const kvq_cuda_seqs *sq, int head_dim, int max_ctx, kvq_err *err) {
+static kvq_status check_span(int T, int pos, const kvq_cuda_seqs *sq, int n_heads, int n_kv, int head_dim, int max_ctx,
+                             kvq_err *err) {
     if (sq) pos = 0, T = max_ctx;
-    if (pos + T > max_ctx || pos + T > kvq_cuda_attention_max_ctx(head_dim))
+    if (pos + T > max_ctx || pos + T > kvq_cuda_attention_max_ctx(n_heads, n_kv, head_dim))
         return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention: positions up to %d exceed the cache (%d)", pos + T, max_ctx);
     return KVQ_OK;
 }
@@ -415,7 +417,7 @@ extern "C" kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, cons
     if (T <= 0) return KVQ_OK;
     if (head_dim > ATT_MAX_HD || rot_dim > head_dim || (rot_dim & 1))
         return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention input: head_dim %d, rotary %d", head_dim, rot_dim);
-    kvq_status s = check_span(T, pos, sq, head_dim, max_ctx, err);
+    kvq_status s = check_span(T, pos, sq, n_heads, n_kv_heads, head_dim, max_ctx, err);
     if (s) return s;
     const int64_t slots = (int64_t)T * (n_heads + 2 * n_kv_heads);
     attn_in_k<<<(unsigned)((slots + AIN_WARPS - 1) / AIN_WARPS), AIN_WARPS * 32, sizeof(float) * AIN_WARPS * head_dim,
@@ -444,7 +446,7 @@ extern "C" kvq_status kvq_cuda_attention(const float *q, const float *k, const f
                                          float *out, int T, int pos, const int *d_pos, const kvq_cuda_seqs *sq, int n_heads,
                                          int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err) {
     if (T <= 0) return KVQ_OK;
-    kvq_status s = check_span(T, pos, sq, head_dim, max_ctx, err);
+    kvq_status s = check_span(T, pos, sq, n_heads, n_kv_heads, head_dim, max_ctx, err);
     if (s) return s;
     kv_store_k<<<T * n_kv_heads, 128, 0, kvq_cuda_stream()>>>(k, v, kc, vc, pos, d_pos, seqk_of(sq), n_kv_heads, head_dim,
                                                               max_ctx);
@@ -640,7 +642,7 @@ extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const flo
                                       const int *d_pos, const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim,
                                       int max_ctx, float scale, kvq_err *err) {
     if (T <= 0) return KVQ_OK;
-    kvq_status cs = check_span(T, pos, sq, head_dim, max_ctx, err);
+    kvq_status cs = check_span(T, pos, sq, n_heads, n_kv_heads, head_dim, max_ctx, err);
     if (cs) return cs;
     const AinK ain = ain_take(T == 1 && !sq && split_ok(n_heads, n_kv_heads, head_dim));
     if (!ain.on && g_ain.on) { // armed but not fusable here: the inputs' own kernel first
@@ -690,7 +692,7 @@ extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, 
                                                float scale, kvq_cuda_hqx *o, kvq_err *err) {
     if (!kvq_cuda_hqx_attend_can_prep(o, n_heads, n_kv_heads, head_dim))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: attention cannot prepare this o projection's input");
-    kvq_status cs = check_span(1, pos, NULL, head_dim, max_ctx, err);
+    kvq_status cs = check_span(1, pos, NULL, n_heads, n_kv_heads, head_dim, max_ctx, err);
     if (!cs) cs = split_scratch(n_kv_heads, head_dim, err);
     if (cs) return cs;
     const AinK ain = ain_take(1);

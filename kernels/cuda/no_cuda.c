@@ -71,7 +71,7 @@ kvq_status kvq_cuda_attention(const float *q, const float *k, const float *v, fl
                               int max_ctx, float scale, kvq_err *err) {
     return NO_CUDA(err);
 }
-int kvq_cuda_attention_max_ctx(int head_dim) { return 0; }
+int kvq_cuda_attention_max_ctx(int n_heads, int n_kv_heads, int head_dim) { (void)n_heads, (void)n_kv_heads, (void)head_dim; return 0; }
 kvq_status kvq_cuda_attention_init(int n_heads, int n_kv_heads, int head_dim, int max_ctx, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_stream_init(kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_copy_async(void *dst, const void *src, size_t size, int to_device, kvq_err *err) {

@@ -115,8 +115,11 @@ kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_
 kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                                  float *q, float *k, float *v, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads,
                                  int head_dim, int rot_dim, const float *inv_freq, kvq_err *err);
-/** Largest max_ctx kvq_cuda_attention supports for head_dim (its scores live in shared memory). */
-int kvq_cuda_attention_max_ctx(int head_dim);
+/** Largest max_ctx kvq_cuda_attention supports for the shape: the split and tiled kernels (head_dim
+ *  a multiple of 32 up to 256, at most 8 query heads a KV head) keep no per-position state on
+ *  chip, so any context the device memory holds (up to 2^30 positions); otherwise the one-block
+ *  kernel, whose scores live in shared memory (~56k positions at head_dim 128). */
+int kvq_cuda_attention_max_ctx(int n_heads, int n_kv_heads, int head_dim);
 /** Prepares the attention kernels for the shape and contexts up to max_ctx (their shared
  *  memory and scratch: call before capturing a graph). */
 kvq_status kvq_cuda_attention_init(int n_heads, int n_kv_heads, int head_dim, int max_ctx, kvq_err *err);

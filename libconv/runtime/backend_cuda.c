@@ -382,7 +382,7 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     gpu *g = (gpu *)b;
     const kvq_arch *a = &b->arch;
     kvq_status s = KVQ_OK;
-    if (b->max_ctx <= kvq_cuda_attention_max_ctx(a->head_dim)) { // else only a KV codec (kv_codec) can run
+    if (b->max_ctx <= kvq_cuda_attention_max_ctx(a->n_heads, a->n_kv_heads, a->head_dim)) { // else only a KV codec (kv_codec) can run
         g->kv_floats = (size_t)a->n_layers * a->n_kv_heads * (size_t)b->max_ctx * a->head_dim;
         s = kvq_cuda_malloc((void **)&g->kc, sizeof(float) * g->kv_floats, err);
         if (!s) s = kvq_cuda_malloc((void **)&g->vc, sizeof(float) * g->kv_floats, err);
@@ -466,7 +466,7 @@ static kvq_status seqs(kvq_backend *b, int n, kvq_err *err) {
                                      "holds one sequence", n, g->kv.spec);
     if (!g->kc)
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: %d sequences at a context of %d positions: beyond the fp32 "
-                           "attention kernel's %d", n, b->max_ctx, kvq_cuda_attention_max_ctx(b->arch.head_dim));
+                           "attention kernel's %d", n, b->max_ctx, kvq_cuda_attention_max_ctx(b->arch.n_heads, b->arch.n_kv_heads, b->arch.head_dim));
     float *kc = NULL, *vc = NULL;
     kvq_status s = kvq_cuda_malloc((void **)&kc, sizeof(float) * g->kv_floats * n, err);
     if (!s) s = kvq_cuda_malloc((void **)&vc, sizeof(float) * g->kv_floats * n, err);
@@ -744,7 +744,7 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
         kvq_status st = kvq_err_set(&e, KVQ_ERR_UNSUPPORTED,
                                     "--gpu: a context of %d positions exceeds the fp32 attention kernel's %d; a KV cache "
                                     "on the device has no such limit (--kv fp16, int, kivi, turboquant, qturbo, turboquant-prod, octopus, hqkv or hqmq; head_dim %d)",
-                                    b->max_ctx, kvq_cuda_attention_max_ctx(s->head_dim), KVQ_GKV_HEAD_DIM);
+                                    b->max_ctx, kvq_cuda_attention_max_ctx(s->n_heads, s->n_kv_heads, s->head_dim), KVQ_GKV_HEAD_DIM);
         note(g, st, &e);
         return st;
     }
