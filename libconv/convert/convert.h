@@ -65,6 +65,9 @@ typedef struct kvq_plan kvq_plan;
  *  this many bits (docs/ALLOCATION.md, session 12: the second-order shares underrate rare-id
  *  blocks near 2 bits). */
 #define KVQ_ALLOC_BLOCK_FLOOR 1.5
+/** The default recipe block_floor_cap: the floor asks no block for more than this rate (bits):
+ *  above ~3 bits the shares' second-order model holds and the floor cost KLD (SmolLM2 at 4.0). */
+#define KVQ_ALLOC_BLOCK_FLOOR_CAP 3.0
 
 /** One tensor's line of the plan: what will encode it, at what rate, and why. The converter
  *  resolves one per tensor before encoding anything; a rate allocator may then change an
@@ -134,6 +137,7 @@ typedef struct {
     const char *calib_from;         // NULL: measure
     kvq_probe_kind calib_probe;
     double block_floor;             // row blocks' rates within this many bits of the table's highest (INFINITY: none)
+    double block_floor_cap;         // ... or at least this rate, whichever is lower (INFINITY: no cap)
     int quantize_embeddings;
     const char *weights_spec;
 } kvq_plan_budget_t;
