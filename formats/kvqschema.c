@@ -190,11 +190,25 @@ static kvq_status check_tensor(sctx *c, const json_t *t, size_t i, const json_t 
             snprintf(w, sizeof w, "%s.allocation.block_shares", tat);
             if (!json_is_array(bs) || json_array_size(bs) < 1 || json_array_size(bs) > 64)
                 return bad(c, w, "an array of 1 to 64 numbers", bs);
+            double sum = 0.0;
             for (size_t k = 0; k < json_array_size(bs); k++) {
                 const json_t *x = json_array_get(bs, k);
                 if (!json_is_number(x) || !isfinite(json_number_value(x)) || json_number_value(x) <= 0)
                     return bad(c, w, "finite numbers > 0", x);
+                sum += json_number_value(x);
             }
+            // one share per block of the table's rows (the first dimension of a matrix), summing to 1
+            const int64_t brows = json_integer_value(br), rows = json_array_size(shape) == 2
+                                                                     ? json_integer_value(json_array_get(shape, 0)) : -1;
+            if (rows < 0)
+                return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s: row blocks on a tensor of %zu dimensions",
+                                   c->path, w, json_array_size(shape));
+            if (brows > rows || (rows + brows - 1) / brows != (int64_t)json_array_size(bs))
+                return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s: %zu shares for %lld rows in blocks of "
+                                   "%lld", c->path, w, json_array_size(bs), (long long)rows, (long long)brows);
+            if (fabs(sum - 1.0) > 1e-6)
+                return kvq_err_set(c->err, KVQ_ERR_FORMAT, "%s: manifest.json: %s: the shares sum to %.9g, not 1", c->path,
+                                   w, sum);
         }
     }
     NEED(t, tat, "seed", JSON_STRING, &v);

@@ -24,6 +24,7 @@
 #include "libconv/convert/convert.h"
 #include "libconv/runtime/model.h"
 #include "libconv/runtime/weights.h"
+#include "testrng.h"
 #include "testutil.h"
 
 #define TINY "tests/models/kvq-tiny-llama"
@@ -702,6 +703,63 @@ static void test_default_shared(void **st) {
 }
 
 
+// The lowest and highest block rates in a blocks= spec; @return the spread (highest − lowest).
+static double block_range(const char *spec, double *lo_out, double *hi_out) {
+    const char *r = strchr(strstr(spec, ":blocks="), '@') + 1;
+    double lo = INFINITY, hi = -INFINITY;
+    while (*r) {
+        char *end;
+        double v = strtod(r, &end);
+        lo = fmin(lo, v), hi = fmax(hi, v);
+        if (*end != '/') break;
+        r = end + 1;
+    }
+    *lo_out = lo, *hi_out = hi;
+    return hi - lo;
+}
+
+// The block floor's window choice (kvq_alloc_window_choose, a sliding-window minimum) against a
+// brute force over every window and every grid point in it, on seeded random costs (rough and
+// convex), with windows from 0 to past the grid and caps from 0 to past it: the same total,
+// choices none below min(highest − fg, ga) whose costs add up to that total.
+static void test_window_choose(void **st) {
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int it = 0; it < 400; it++) {
+        const int nb = 1 + (int)(rng_next(&rng) % 8), ng = 1 + (int)(rng_next(&rng) % 70),
+                  fg = (int)(rng_next(&rng) % (ng + 3)), ga = (int)(rng_next(&rng) % (ng + 3)), convex = it & 1;
+        double *c = malloc(sizeof(double) * (size_t)nb * ng);
+        for (int b = 0; b < nb; b++) {
+            const double m = (double)(rng_next(&rng) % 1000) / 1000.0 * ng, a = 0.01 + (double)(rng_next(&rng) % 100) / 50.0;
+            for (int g = 0; g < ng; g++)
+                c[b * ng + g] = convex ? a * (g - m) * (g - m) : (double)(rng_next(&rng) % 100000) / 1000.0;
+        }
+        double want = INFINITY;
+        for (int t = 0; t < ng; t++) {
+            double tot = 0;
+            for (int b = 0; b < nb; b++) {
+                double mb = INFINITY;
+                const int lo = t - fg < ga ? t - fg : ga;
+                for (int g = lo < 0 ? 0 : lo; g <= t; g++) mb = fmin(mb, c[b * ng + g]);
+                tot += mb;
+            }
+            want = fmin(want, tot);
+        }
+        int ch[8];
+        const double got = kvq_alloc_window_choose(c, nb, ng, fg, ga, ch);
+        assert_true(fabs(got - want) <= 1e-9 * (1 + fabs(want)));
+        int lo = ng, hi = -1;
+        double sum = 0;
+        for (int b = 0; b < nb; b++) {
+            assert_true(ch[b] >= 0 && ch[b] < ng);
+            lo = ch[b] < lo ? ch[b] : lo, hi = ch[b] > hi ? ch[b] : hi;
+            sum += c[b * ng + ch[b]];
+        }
+        assert_true(lo >= (hi - fg < ga ? hi - fg : ga));
+        assert_true(fabs(sum - got) <= 1e-9 * (1 + fabs(got)));
+        free(c);
+    }
+}
+
 // Row blocks (docs/ALLOCATION.md "Row blocks"): an allocated embedding and lm_head are stored in
 // KVQ_ALLOC_BLOCKS blocks of rows at their own rates (spec blocks=, params v 2), their records
 // carry the blocks' shares of the sensitivity (summing to 1, the most sensitive block at a higher
@@ -747,6 +805,10 @@ static void test_row_blocks(void **st) {
             r = end + (*end == '/');
         }
         assert_true(rate[bmax] > rate[bmin]);
+        // the default block_floor (and cap): no block below min(highest − floor, cap)
+        double blo, bhi;
+        block_range(spec, &blo, &bhi);
+        assert_true(blo >= fmin(bhi - KVQ_ALLOC_BLOCK_FLOOR, KVQ_ALLOC_BLOCK_FLOOR_CAP) - 0.01);
     }
     assert_int_equal(seen, 2);
     // it loads packed: one layout of all the rows, tile scales as floats
@@ -805,6 +867,26 @@ static void test_row_blocks(void **st) {
         blocked += strstr(json_string_value(json_object_get(json_object_get(x, "codec"), "spec")), ":blocks=512@") != NULL;
     assert_int_equal(blocked, 2);
     kvq_file_close(f);
+    // block_floor: none lets the rare-id blocks fall further than the default floor + 0.25 bits, an
+    // uncapped floor of 0.5 holds them within 0.5 bits; the budget holds each time
+    const double floors[2] = {INFINITY, 0.5};
+    for (int k = 0; k < 2; k++) {
+        const char *set[] = {k ? "block_floor=0.5" : "block_floor=none", "block_floor_cap=none", NULL};
+        o.plan.target_bpw = 3.5;
+        o.plan.sets = set;
+        assert_int_equal(kvq_convert(TINY, again, &o, &sum, &err), KVQ_OK);
+        assert_int_equal(kvq_file_open(again, &f, &err), KVQ_OK);
+        check_budget(kvq_file_manifest(f), 3.5, &sum);
+        json_array_foreach(json_object_get(kvq_file_manifest(f), "tensors"), i, x) {
+            const char *sp = json_string_value(json_object_get(json_object_get(x, "codec"), "spec"));
+            if (!strstr(sp, ":blocks=")) continue;
+            double blo, bhi;
+            if (isinf(floors[k])) assert_true(block_range(sp, &blo, &bhi) > KVQ_ALLOC_BLOCK_FLOOR + 0.25);
+            else assert_true(block_range(sp, &blo, &bhi) <= floors[k] + 1e-3);
+        }
+        kvq_file_close(f);
+    }
+    o.plan.sets = NULL;
     // the schema: broken block records are refused
     json_t *t = NULL;
     json_array_foreach(json_object_get(man, "tensors"), i, x)
@@ -839,6 +921,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_layer_probe),
         cmocka_unit_test(test_budget_errors),
         cmocka_unit_test(test_schema_allocation),
+        cmocka_unit_test(test_window_choose),
         cmocka_unit_test(test_row_blocks),
         cmocka_unit_test(test_default_cli),
         cmocka_unit_test(test_default_shared),

@@ -21,7 +21,7 @@
 #define BAD "tests/data/bad"
 #define FIXTURE "tests/fixtures/st/sharded_ok"
 
-static char g_build[256], g_dir[64], g_base[128], g_tokbase[128];
+static char g_build[256], g_dir[64], g_base[128], g_tokbase[128], g_hqbase[128];
 
 // Sets (or, for value "~", deletes) the value at a '/'-separated path of object keys and array
 // indices. @return 0, or -1 when the path does not lead anywhere.
@@ -56,9 +56,9 @@ static void make_input(const char *name, const char *spec, char *in, size_t cap)
     } else if (!strncmp(spec, "bytes:", 6)) {
         snprintf(in, cap, "%s/%s.kvq", g_dir, name);
         assert_int_equal(run("head -c %ld %s > %s", strtol(spec + 6, NULL, 10), g_base, in), 0);
-    } else if (!strncmp(spec, "kvq:", 4)) {
+    } else if (!strncmp(spec, "kvq:", 4) || !strncmp(spec, "hqb:", 4)) { // hqb: the row-blocked base
         snprintf(in, cap, "%s/%s.kvq", g_dir, name);
-        assert_int_equal(run("cp %s %s", g_base, in), 0);
+        assert_int_equal(run("cp %s %s", spec[0] == 'h' ? g_hqbase : g_base, in), 0);
         kvq_file *f = NULL;
         kvq_err err = {0};
         assert_int_equal(kvq_file_open(in, &f, &err), KVQ_OK);
@@ -233,6 +233,28 @@ static int setup(void **st) {
     if (!mkdtemp(g_dir)) return -1;
     snprintf(g_base, sizeof g_base, "%s/base.kvq", g_dir);
     snprintf(g_tokbase, sizeof g_tokbase, "%s/tokbase.kvq", g_dir);
+    snprintf(g_hqbase, sizeof g_hqbase, "%s/hqbase.kvq", g_dir);
+    // the row-blocked base: the tied 10 × 8 table as HyperQuant params v 2, blocks of 4, 4 and 2
+    // rows, with an allocation record (block_rows, block_shares); checked good by all three tools
+    // (and a tokenizer, so that kvq-run gets as far as the weights)
+    if (run("cp -r " FIXTURE " %s/hqfix && cp " BAD "/tokenizer-good.json %s/hqfix/tokenizer.json && "
+            "%s/kvq-convert -q --weights none --quantize-embeddings --set 'rules=[{regex: embed_tokens, codec: "
+            "\"hyperquant:e8:3:blocks=4@3/4/5\"}]' %s/hqfix %s && rm -r %s/hqfix", g_dir, g_dir, g_build, g_dir, g_hqbase, g_dir))
+        return -1;
+    kvq_file *f = NULL;
+    kvq_err err = {0};
+    if (kvq_file_open(g_hqbase, &f, &err)) return -1;
+    json_t *m = json_deep_copy(kvq_file_manifest(f));
+    kvq_file_close(f);
+    json_t *t0 = json_array_get(json_object_get(m, "tensors"), 0);
+    json_object_set_new(t0, "allocation", json_pack("{s:f,s:f,s:i,s:[f,f,f]}", "sensitivity", 1.5, "output_error", 0.25,
+                                                    "block_rows", 4, "block_shares", 0.5, 0.375, 0.125));
+    int bad = strcmp(json_string_value(json_object_get(t0, "name")), "model.embed_tokens.weight") ||
+              kvq_file_rewrite_manifest(g_hqbase, m, &err);
+    json_decref(m);
+    if (bad || run("%s/kvq-verify -q %s --no-source > /dev/null && %s/kvq-inspect %s > /dev/null && "
+                   "%s/kvq-run %s -p hi -n 1 > /dev/null 2>&1", g_build, g_hqbase, g_build, g_hqbase, g_build, g_hqbase))
+        return -1;
     return run("%s/kvq-convert -q --weights none --kv qturbo:3 " FIXTURE " %s", g_build, g_base) || // with a KV section
            run("cp -r " FIXTURE " %s/tokfix && cp " BAD "/tokenizer-good.json %s/tokfix/tokenizer.json && "
                "%s/kvq-convert -q --weights none %s/tokfix %s && rm -r %s/tokfix", g_dir, g_dir, g_build, g_dir, g_tokbase, g_dir);

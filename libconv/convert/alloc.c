@@ -521,10 +521,54 @@ static int best_rate(const double *d, double n, double lambda, double *cost) {
     return best;
 }
 
+double kvq_alloc_window_choose(const double *cost, int nb, int ng, int fg, int ga, int *choice) {
+    double *tot = calloc((size_t)ng, sizeof *tot);
+    int *arg = malloc(sizeof(int) * (size_t)ng * (size_t)nb), *dq = malloc(sizeof(int) * (size_t)ng);
+    double best_cost = NAN;
+    if (tot && arg && dq && ng > 0) {
+        for (int b = 0; b < nb; b++) {
+            const double *c = cost + (size_t)b * ng;
+            int head = 0, tail = 0; // dq[head..tail): grid points of the window, costs increasing
+            for (int t = 0; t < ng; t++) {
+                const int lo = t - fg < ga ? t - fg : ga; // the window's lowest point: nondecreasing in t
+                while (tail > head && c[dq[tail - 1]] >= c[t]) tail--;
+                dq[tail++] = t;
+                while (dq[head] < lo) head++;
+                arg[(size_t)b * ng + t] = dq[head];
+                tot[t] += c[dq[head]];
+            }
+        }
+        int best = 0;
+        for (int t = 1; t < ng; t++)
+            if (tot[t] < tot[best]) best = t;
+        for (int b = 0; b < nb; b++) choice[b] = arg[(size_t)b * ng + best];
+        best_cost = tot[best];
+    }
+    free(tot);
+    free(arg);
+    free(dq);
+    return best_cost;
+}
+
+// A blocked tensor's blocks at slope lambda with none more than fg grid steps below the highest
+// or below grid point ga, whichever is lower (kvq_alloc_window_choose over their costs); *cost
+// their cost, unchanged if out of memory.
+static void choose_floored(part_t *p, const double *D, double lambda, int fg, int ga, double *cost) {
+    double c[KVQ_ALLOC_BLOCKS * N_GRID];
+    for (int b = 0; b < p->nb; b++)
+        for (int g = 0; g < N_GRID; g++)
+            c[b * N_GRID + g] = D[(p->d0 + b) * N_GRID + g] + lambda * (R_LO + g * R_STEP) * p->bnumel[b];
+    double tc = kvq_alloc_window_choose(c, p->nb, N_GRID, fg, ga, p->bchoice);
+    if (!isnan(tc)) *cost = tc;
+}
+
 // Each tensor's best option at slope lambda (distortion per bit); returns the total bits. A
-// blocked tensor's blocks choose their rates independently, and keeping the tensor (embeddings)
-// is weighed against all its blocks' cost together.
-static double choose(part_t *P, size_t np, const double *D, double lambda) {
+// blocked tensor's blocks choose their rates independently (none below the highest − bfloor or
+// bcap bits, whichever is lower),
+// and keeping the tensor (embeddings) is weighed against all its blocks' cost together.
+static double choose(part_t *P, size_t np, const double *D, double lambda, double bfloor, double bcap) {
+    const int fg = isinf(bfloor) ? N_GRID : (int)(bfloor / R_STEP + 0.5),
+              ga = isinf(bcap) ? N_GRID : bcap <= R_LO ? 0 : (int)((bcap - R_LO) / R_STEP + 0.5);
     double bits = 0.0;
     for (size_t k = 0; k < np; k++) {
         part_t *p = &P[k];
@@ -533,8 +577,13 @@ static double choose(part_t *P, size_t np, const double *D, double lambda) {
             for (int b = 0; b < p->nb; b++) {
                 double c;
                 p->bchoice[b] = best_rate(D + (p->d0 + b) * N_GRID, p->bnumel[b], lambda, &c);
-                bc += c, qb += (R_LO + p->bchoice[b] * R_STEP) * p->bnumel[b];
+                bc += c;
             }
+            int lo = N_GRID, hi = 0;
+            for (int b = 0; b < p->nb; b++)
+                lo = p->bchoice[b] < lo ? p->bchoice[b] : lo, hi = p->bchoice[b] > hi ? p->bchoice[b] : hi;
+            if (lo < (hi - fg < ga ? hi - fg : ga)) choose_floored(p, D, lambda, fg, ga, &bc);
+            for (int b = 0; b < p->nb; b++) qb += (R_LO + p->bchoice[b] * R_STEP) * p->bnumel[b];
             p->choice = 0;
         } else {
             p->choice = best_rate(D + p->d0 * N_GRID, p->numel, lambda, &bc);
@@ -1057,6 +1106,8 @@ static kvq_status solve(kvq_plan *pl, kvq_plan_entry *e, budget_t *B, kvq_status
     double *D = s ? NULL : malloc(sizeof(double) * (nu ? nu : 1) * N_GRID);
     if (!s && !D) s = kvq_err_set(err, KVQ_ERR_NOMEM, "allocation: out of memory");
     const double budget = target_bpw * params - fixed_bits;
+    kvq_plan_budget_t pb;
+    kvq_plan_budget(pl, &pb);
     if (!s) {
         for (size_t k = 0; k < np; k++) {
             part_t *p = &P[k];
@@ -1074,10 +1125,10 @@ static kvq_status solve(kvq_plan *pl, kvq_plan_entry *e, budget_t *B, kvq_status
         double llo = -400.0, lhi = 400.0; // λ = 10^x; llo gives too many bits, lhi few enough
         for (int it = 0; it < 200; it++) {
             double mid = 0.5 * (llo + lhi);
-            if (choose(P, np, D, pow(10.0, mid)) > budget) llo = mid;
+            if (choose(P, np, D, pow(10.0, mid), pb.block_floor, pb.block_floor_cap) > budget) llo = mid;
             else lhi = mid;
         }
-        double bits = choose(P, np, D, pow(10.0, lhi));
+        double bits = choose(P, np, D, pow(10.0, lhi), pb.block_floor, pb.block_floor_cap);
         // The grid's leftover, spread evenly over the quantized tensors' rates (continuous rates).
         double qn = 0.0;
         for (size_t k = 0; k < np; k++)

@@ -85,6 +85,14 @@ kvq_status kvq_alloc_uniform(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e,
 kvq_status kvq_alloc_apply_from(kvq_plan *p, const kvq_ckpt *ck, kvq_plan_entry *e, size_t n, const char *from,
                                 double target_bpw, kvq_err *err);
 
+/** Grid choices for nb units (a row-blocked table's blocks) whose costs at grid point g are
+ *  cost[b·ng + g], none below min(highest − fg, ga) (the recipe's block_floor and
+ *  block_floor_cap in grid steps; ga ≥ ng: no cap): the cheapest window [min(t − fg, ga), t] with
+ *  each unit at its cheapest point inside it — exact for any costs (a sliding-window minimum per
+ *  unit: both ends only move up with t). Fills choice[0..nb). @return the total cost, or NAN
+ *  (choice untouched) when out of memory. tests/test_alloc.c checks it against a brute force. */
+double kvq_alloc_window_choose(const double *cost, int nb, int ng, int fg, int ga, int *choice);
+
 /** The probe's perturbation, y[t·ldy + r0 + r] += Σ_j dw[r·cols + j] · x[t·cols + j] for t < T,
  *  r < rows: the runtime's vectorized fp32 product (kvq_matmul: n_threads <= 0 the OpenMP
  *  default) into tmp (T · rows floats), then added. Differs from the plain loop only by

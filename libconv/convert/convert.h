@@ -61,6 +61,13 @@ typedef struct kvq_plan kvq_plan;
 
 /** Row blocks an allocated embedding or lm_head is cut into (docs/ALLOCATION.md, "Row blocks"). */
 #define KVQ_ALLOC_BLOCKS 8
+/** The default recipe block_floor: no block of such a table below its highest block's rate minus
+ *  this many bits (docs/ALLOCATION.md, session 12: the second-order shares underrate rare-id
+ *  blocks near 2 bits). */
+#define KVQ_ALLOC_BLOCK_FLOOR 1.5
+/** The default recipe block_floor_cap: the floor asks no block for more than this rate (bits):
+ *  above ~3 bits the shares' second-order model holds and the floor cost KLD (SmolLM2 at 4.0). */
+#define KVQ_ALLOC_BLOCK_FLOOR_CAP 3.0
 
 /** One tensor's line of the plan: what will encode it, at what rate, and why. The converter
  *  resolves one per tensor before encoding anything; a rate allocator may then change an
@@ -129,6 +136,8 @@ typedef struct {
     int calib_tokens;
     const char *calib_from;         // NULL: measure
     kvq_probe_kind calib_probe;
+    double block_floor;             // row blocks' rates within this many bits of the table's highest (INFINITY: none)
+    double block_floor_cap;         // ... or at least this rate, whichever is lower (INFINITY: no cap)
     int quantize_embeddings;
     const char *weights_spec;
 } kvq_plan_budget_t;

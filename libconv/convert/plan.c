@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 #include <yaml.h>
@@ -56,6 +57,8 @@ struct kvq_plan {
     char *calib_text;       // calibration text, NULL: text the model samples itself
     int calib_tokens;       // 0: default
     int calib_probe;        // kvq_probe_kind
+    double block_floor;     // row blocks' rates within this many bits of the table's highest; INFINITY: none
+    double block_floor_cap; // ... or at least this rate, whichever is lower; INFINITY: no cap
     char *calib_from;       // sensitivities from this .kvq, NULL: measure
     int budget_uniform;     // the budget was met with one rate (kvq_plan_set_budget)
     int budget_default;     // the tool's default budget
@@ -357,10 +360,24 @@ static kvq_status apply_doc(kvq_plan *p, yctx *y) {
         } else if (!strcmp(k, "calib_probe")) {
             if (!v || (strcmp(v, "layer") && strcmp(v, "full"))) s = ybad(y, vn, "calib_probe must be 'layer' or 'full'");
             else p->calib_probe = !strcmp(v, "full") ? KVQ_PROBE_FULL : KVQ_PROBE_LAYER;
+        } else if (!strcmp(k, "block_floor")) {
+            char *end = NULL;
+            double x = v ? strtod(v, &end) : NAN;
+            if (v && !strcmp(v, "none")) p->block_floor = INFINITY;
+            else if (!v || !*v || *end || !(x >= 0.0 && x <= 8.0))
+                s = ybad(y, vn, "block_floor must be 'none' or a number of bits in [0, 8]");
+            else p->block_floor = x;
+        } else if (!strcmp(k, "block_floor_cap")) {
+            char *end = NULL;
+            double x = v ? strtod(v, &end) : NAN;
+            if (v && !strcmp(v, "none")) p->block_floor_cap = INFINITY;
+            else if (!v || !*v || *end || !(x >= 0.0 && x <= 16.0))
+                s = ybad(y, vn, "block_floor_cap must be 'none' or a rate in bits in [0, 16]");
+            else p->block_floor_cap = x;
         } else {
             char msg[300];
             snprintf(msg, sizeof msg, "unknown key '%.60s' (known: seed, weights, quantize_embeddings, keep, rules, kv, "
-                                      "target_bpw, calib_text, calib_tokens, calib_probe)", k);
+                                      "target_bpw, calib_text, calib_tokens, calib_probe, block_floor, block_floor_cap)", k);
             s = ybad(y, kn, msg);
         }
     }
@@ -482,6 +499,8 @@ kvq_status kvq_plan_build(const kvq_plan_opts *o, kvq_plan **out, kvq_err *err) 
     kvq_plan *p = calloc(1, sizeof *p);
     if (!p) return kvq_err_set(err, KVQ_ERR_NOMEM, "plan: out of memory");
     p->target_bpw = NAN;
+    p->block_floor = KVQ_ALLOC_BLOCK_FLOOR;
+    p->block_floor_cap = KVQ_ALLOC_BLOCK_FLOOR_CAP;
     kvq_status s = KVQ_OK;
     if (o->recipe_path) {
         if (!(p->recipe_path = strdup(o->recipe_path))) s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory", o->recipe_path);
@@ -624,6 +643,8 @@ void kvq_plan_budget(const kvq_plan *p, kvq_plan_budget_t *b) {
     b->calib_text = p->calib_text;
     b->calib_tokens = p->calib_tokens > 0 ? p->calib_tokens : KVQ_CALIB_TOKENS_DEFAULT;
     b->calib_probe = (kvq_probe_kind)p->calib_probe;
+    b->block_floor = p->block_floor;
+    b->block_floor_cap = p->block_floor_cap;
     b->calib_from = p->calib_from;
     b->quantize_embeddings = p->quantize_embeddings;
     b->weights_spec = p->weights_spec;
@@ -670,6 +691,11 @@ json_t *kvq_plan_to_json(const kvq_plan *p) {
         json_t *tb = json_object_get(r, "target_bpw");
         json_object_set_new(tb, "rates", json_string(p->budget_uniform ? "uniform" : "sensitivity"));
         json_object_set_new(tb, "default", json_boolean(p->budget_default));
+        if (!p->budget_uniform) {
+            json_object_set_new(tb, "block_floor", isinf(p->block_floor) ? json_string("none") : json_real(p->block_floor));
+            json_object_set_new(tb, "block_floor_cap",
+                                isinf(p->block_floor_cap) ? json_string("none") : json_real(p->block_floor_cap));
+        }
         if (!p->budget_uniform && !p->calib_from)
             json_object_set_new(tb, "probe", json_string(p->calib_probe == KVQ_PROBE_FULL ? "full" : "layer"));
         if (p->budget_uniform) { // nothing was calibrated

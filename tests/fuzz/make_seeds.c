@@ -117,6 +117,7 @@ int main(int argc, char **argv) {
     codec_seed(d, "d4-3.0-tile32", "hyperquant:d4:3.0:tile=32", 8, 96, hq_roles, 3);
     codec_seed(d, "d4-int8", "hyperquant:d4:21db:int8", 4, 64, hq_roles, 3);
     codec_seed(d, "e8-cols40", "hyperquant:e8:4.0", 8, 40, hq_roles, 3);
+    codec_seed(d, "e8-blocks", "hyperquant:e8:3:blocks=8@2.5/4.5/3", 20, 64, hq_roles, 3); // params v 2
     snprintf(d, sizeof d, "%s/qet", argv[1]);
     mkdir(d, 0755);
     codec_seed(d, "qet-4", "qet:4", 64, 64, qet_roles, 5);
