@@ -72,7 +72,7 @@ static void test_weight_codecs(void **state) {
                       c->max_rel_err, 8.0 * kvq_encoded_bytes(&e) / (double)(rows * cols));
         if (c->lossless) assert_memory_equal(x, y, sizeof(float) * rows * cols);
         else assert_true(re <= c->max_rel_err);
-        // check(): the sizes alone (data NULL, as kvq_codec_check_file passes them) are accepted;
+        // check(): the sizes alone (data NULL, as kvq_codec_check_file passes all but check_data) are accepted;
         // each blob one byte longer, or the params without each of their keys, or another shape,
         // is refused where decode would refuse it
         assert_non_null(c->check);
@@ -86,6 +86,21 @@ static void test_weight_codecs(void **state) {
             if (!c->check(e.params, sz, e.n_blob, rows, cols, &err) && strcmp(e.blob[k].role, "codes"))
                 fail_msg("%s: check accepts blob '%s' one byte longer", c->name, e.blob[k].role);
             sz[k].size--;
+        }
+        // check_data: with that blob's bytes (as kvq_codec_check_file reads them) check accepts the
+        // encoder's blob and refuses it with one entry changed (HyperQuant: a group offset past the
+        // codes, which only decode saw before)
+        for (int k = 0; k < e.n_blob; k++) {
+            if (!c->check_data || strcmp(e.blob[k].role, c->check_data)) continue;
+            uint8_t *d = malloc(e.blob[k].size);
+            memcpy(d, e.blob[k].data, e.blob[k].size);
+            sz[k].data = d;
+            if (c->check(e.params, sz, e.n_blob, rows, cols, &err)) fail_msg("%s: check with '%s': %s", c->name, c->check_data, err.msg);
+            assert_true(e.blob[k].size >= 8);
+            memset(d + 4, 0xff, 4); // offsets: group 1 starting past the codes
+            assert_int_not_equal(c->check(e.params, sz, e.n_blob, rows, cols, &err), KVQ_OK);
+            sz[k].data = NULL;
+            free(d);
         }
         float *y2 = malloc(sizeof(float) * (size_t)(rows + 1) * cols);
         assert_int_not_equal(c->decode(e.params, v, e.n_blob, rows + 1, cols, y2, &err), KVQ_OK);

@@ -85,7 +85,7 @@ kvq_status kvq_codec_spec_with_rate(const char *spec, double bits, kvq_dtype src
     return s;
 }
 
-kvq_status kvq_codec_check_file(const kvq_file *f, kvq_err *err) {
+kvq_status kvq_codec_check_file(kvq_file *f, kvq_err *err) {
     const char *path = kvq_file_path(f);
     size_t i;
     const json_t *t;
@@ -111,13 +111,25 @@ kvq_status kvq_codec_check_file(const kvq_file *f, kvq_err *err) {
         if (json_object_size(ents) > KVQ_MAX_BLOBS)
             return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s': %zu entries (a codec stores at most %d)", path, name,
                                json_object_size(ents), KVQ_MAX_BLOBS);
+        const char *read = NULL; // the entry whose data check reads (c->check_data)
         json_object_foreach((json_t *)ents, role, ev) {
             uint64_t size = 0;
+            const void *data = NULL;
             if (kvq_file_entry_size(f, json_string_value(ev), &size) != KVQ_OK)
                 return kvq_err_set(err, KVQ_ERR_MISSING, "%s: tensor '%s': no entry '%s'", path, name, json_string_value(ev));
-            v[nv++] = (kvq_blob_view){role, NULL, (size_t)size};
+            if (c->check_data && !strcmp(role, c->check_data)) {
+                size_t got = 0;
+                kvq_status es = kvq_file_entry(f, json_string_value(ev), &data, &got, err);
+                if (es) {
+                    kvq_err_prefix(err, "%s: tensor '%s'", path, name);
+                    return es;
+                }
+                read = json_string_value(ev);
+            }
+            v[nv++] = (kvq_blob_view){role, data, (size_t)size};
         }
         kvq_status s = c->check ? c->check(json_object_get(codec, "params"), v, nv, rows, cols, err) : KVQ_OK;
+        if (read) kvq_file_release(f, read);
         if (s) {
             kvq_err_prefix(err, "%s: tensor '%s'", path, name);
             return s;

@@ -84,6 +84,10 @@ typedef struct {
      *  and kvq_codec_check_file runs it on every tensor of a file at open. */
     kvq_status (*check)(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t rows, int64_t cols,
                         kvq_err *err);
+    /** The role of a small blob whose data kvq_codec_check_file reads for check (the others:
+     *  sizes only), so that every tool refuses what it holds at open: HyperQuant's group
+     *  offsets. NULL: none. */
+    const char *check_data;
     /** Decodes into out (rows × cols float32, caller-allocated). */
     kvq_status (*decode)(const json_t *params, const kvq_blob_view *blobs, int n_blobs,
                          int64_t rows, int64_t cols, float *out, kvq_err *err);
@@ -122,7 +126,7 @@ kvq_status kvq_codec_spec_with_rate(const char *spec, double bits, kvq_dtype src
  *  against the record's shape and its entries' sizes from the entry table (nothing inflated):
  *  what kvq-run's decode would refuse, refused at open by every tool. Errors name the file and
  *  the tensor. */
-kvq_status kvq_codec_check_file(const kvq_file *f, kvq_err *err);
+kvq_status kvq_codec_check_file(kvq_file *f, kvq_err *err);
 /** Finds a blob by role in a view list, or NULL. */
 const kvq_blob_view *kvq_blob_find(const kvq_blob_view *v, int n, const char *role);
 

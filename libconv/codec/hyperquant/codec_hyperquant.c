@@ -176,6 +176,7 @@ const kvq_codec_traits kvq_codec_hyperquant = {
     .parse = hq_parse,
     .encode = hq_encode,
     .check = hq_check,
+    .check_data = "offsets",
     .decode = hq_decode,
     .example_args = "e8:4.0",
     .max_rel_err = 0.1,

@@ -165,7 +165,7 @@ kvq_status kvq_hq_check_blobs(const kvq_hq_header *h, const kvq_blob_view *b, in
                            o ? o->size : 0, (long long)(n_groups + 1) * 4);
     const uint8_t *ob = o->data;
     *offs = ob;
-    if (!ob || !c->data) return KVQ_OK; // sizes only (kvq_codec_check_file): the offsets are read at decode
+    if (!ob) return KVQ_OK; // sizes only; kvq_codec_check_file reads the offsets (check_data), not the codes
     uint32_t prev = 0;
     for (int64_t g = 0; g <= n_groups; g++) {
         uint32_t v = (uint32_t)ob[4 * g] | (uint32_t)ob[4 * g + 1] << 8 | (uint32_t)ob[4 * g + 2] << 16 |
