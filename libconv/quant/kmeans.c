@@ -314,22 +314,53 @@ static void seed_point(const float *xt, int64_t n, int64_t i, int dim, const flo
     }
 }
 
+// The running sums pre[i] = d2[0] + … + d2[i] in double, added in point order as the
+// reference does; returns the total. That order is one long chain of dependent additions.
+// When no partial sum can round it is not needed: every d2 is a multiple of the smallest
+// ulp among the non-zero ones, 2^(max(Emin,1)−150) (E the biased float exponent), every sum is
+// below n·2^(Emax−126), so with Emax − max(Emin,1) ≤ 29 − ⌈log2 n⌉ every partial sum is an
+// integer multiple of that ulp below 2^53 of it, exact in double, whatever the order. Then
+// KM_CHAINS stretches of the points are summed side by side and joined (the same exact sums).
+#define KM_CHAINS 8
+static double seed_prefix(const float *d2, int64_t n, double *pre) {
+    uint32_t emax = 0, emin = 255;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &d2[i], 4);
+        uint32_t e = u >> 23; // the sign bit is set only for a NaN (or -0): e > 255 refuses them below
+        emax = e > emax ? e : emax;
+        uint32_t e1 = u == 0 ? 255 : e < 1 ? 1 : e;
+        emin = e1 < emin ? e1 : emin;
+    }
+    int lg = 0;
+    while (((int64_t)1 << lg) < n) lg++;
+    double tot = 0.0;
+    if (n < 8 * KM_CHAINS || emax >= 255 || (emin <= emax && (int)(emax - emin) > 29 - lg)) {
+        for (int64_t i = 0; i < n; i++) pre[i] = tot += d2[i];
+        return tot;
+    }
+    int64_t len = n / KM_CHAINS;
+    double acc[KM_CHAINS] = {0};
+    for (int64_t i = 0; i < len; i++)
+        for (int q = 0; q < KM_CHAINS; q++) pre[q * len + i] = acc[q] += d2[q * len + i];
+    for (int64_t i = KM_CHAINS * len; i < n; i++) pre[i] = acc[KM_CHAINS - 1] += d2[i]; // the tail joins the last stretch
+    for (int q = 1; q < KM_CHAINS; q++) {
+        double off = pre[q * len - 1];
+        int64_t end = q == KM_CHAINS - 1 ? n : (q + 1) * len;
+        for (int64_t i = q * len; i < end; i++) pre[i] += off;
+    }
+    return pre[n - 1];
+}
+
 // D² of every point to centre c (running minimum with keep); returns their total, summed in
 // point order as the reference does, and stores the partial sums in pre (n).
 static double seed_update(const float *xt, int64_t n, int dim, const float *cc, int64_t c, float *d2, int keep,
                           int avx2, double *pre, const seed_track *tr) {
     int64_t i = 0;
-    double tot = 0.0;
     if (avx2)
-        for (; i + KM_LANES <= n; i += KM_LANES) {
-            seed_block_avx2(xt, n, i, dim, cc, c, d2, keep, tr);
-            for (int l = 0; l < KM_LANES; l++) pre[i + l] = tot += d2[i + l];
-        }
-    for (; i < n; i++) {
-        seed_point(xt, n, i, dim, cc, c, d2, keep, tr);
-        pre[i] = tot += d2[i];
-    }
-    return tot;
+        for (; i + KM_LANES <= n; i += KM_LANES) seed_block_avx2(xt, n, i, dim, cc, c, d2, keep, tr);
+    for (; i < n; i++) seed_point(xt, n, i, dim, cc, c, d2, keep, tr);
+    return seed_prefix(d2, n, pre);
 }
 
 // seed_pp_ref's draws with the same numbers: the running sums the reference's pick loop
