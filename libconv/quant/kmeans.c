@@ -276,7 +276,7 @@ typedef struct {
 // with `keep` the running minimum as the reference updates it (d < d2 replaces).
 __attribute__((target("avx2"))) static void seed_block_avx2(const float *xt, int64_t n, int64_t i, int dim,
                                                             const float *cc, int64_t c, float *d2, int keep,
-                                                            const seed_track *tr) {
+                                                            const seed_track *tr, uint32_t ex[16]) {
     __m256 acc = _mm256_setzero_ps();
     for (int j = 0; j < dim; j++) {
         __m256 u = _mm256_sub_ps(_mm256_loadu_ps(xt + j * n + i), _mm256_set1_ps(cc[j]));
@@ -289,6 +289,14 @@ __attribute__((target("avx2"))) static void seed_block_avx2(const float *xt, int
         d = _mm256_blendv_ps(old, acc, lt);
     }
     _mm256_storeu_ps(d2 + i, d);
+    { // seed_prefix's exponent range, per lane: ex[0..8) the largest E, ex[8..16) the smallest max(E, 1) of a non-zero value
+        __m256i u = _mm256_castps_si256(d), e = _mm256_srli_epi32(u, 23);
+        __m256i e1 = _mm256_blendv_epi8(_mm256_max_epu32(e, _mm256_set1_epi32(1)), _mm256_set1_epi32(255),
+                                        _mm256_cmpeq_epi32(u, _mm256_setzero_si256()));
+        __m256i *mx = (__m256i *)ex, *mn = (__m256i *)(ex + 8);
+        _mm256_storeu_si256(mx, _mm256_max_epu32(e, _mm256_loadu_si256(mx)));
+        _mm256_storeu_si256(mn, _mm256_min_epu32(e1, _mm256_loadu_si256(mn)));
+    }
     if (tr->own) {
         float *gm = tr->gmin + (c / tr->gsize) * n + i;
         _mm256_storeu_ps(gm, _mm256_min_ps(acc, _mm256_loadu_ps(gm))); // min_ps keeps gm where acc is NaN
@@ -322,9 +330,14 @@ static void seed_point(const float *xt, int64_t n, int64_t i, int dim, const flo
 // integer multiple of that ulp below 2^53 of it, exact in double, whatever the order. Then
 // KM_CHAINS stretches of the points are summed side by side and joined (the same exact sums).
 #define KM_CHAINS 8
-static double seed_prefix(const float *d2, int64_t n, double *pre) {
+// ex: the exponent range of d2[0..i0) per lane (seed_block_avx2 kept it); the rest is scanned here.
+static double seed_prefix(const float *d2, int64_t n, double *pre, const uint32_t ex[16], int64_t i0) {
     uint32_t emax = 0, emin = 255;
-    for (int64_t i = 0; i < n; i++) {
+    for (int l = 0; l < KM_LANES; l++) {
+        emax = ex[l] > emax ? ex[l] : emax;
+        emin = ex[KM_LANES + l] < emin ? ex[KM_LANES + l] : emin;
+    }
+    for (int64_t i = i0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &d2[i], 4);
         uint32_t e = u >> 23; // the sign bit is set only for a NaN (or -0): e > 255 refuses them below
@@ -357,10 +370,12 @@ static double seed_prefix(const float *d2, int64_t n, double *pre) {
 static double seed_update(const float *xt, int64_t n, int dim, const float *cc, int64_t c, float *d2, int keep,
                           int avx2, double *pre, const seed_track *tr) {
     int64_t i = 0;
+    uint32_t ex[2 * KM_LANES] = {0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255};
     if (avx2)
-        for (; i + KM_LANES <= n; i += KM_LANES) seed_block_avx2(xt, n, i, dim, cc, c, d2, keep, tr);
+        for (; i + KM_LANES <= n; i += KM_LANES) seed_block_avx2(xt, n, i, dim, cc, c, d2, keep, tr, ex);
+    int64_t i0 = i;
     for (; i < n; i++) seed_point(xt, n, i, dim, cc, c, d2, keep, tr);
-    return seed_prefix(d2, n, pre);
+    return seed_prefix(d2, n, pre, ex, i0);
 }
 
 // seed_pp_ref's draws with the same numbers: the running sums the reference's pick loop
