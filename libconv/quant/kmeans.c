@@ -1,14 +1,16 @@
 // Seeded k-means++ / Lloyd for the QET and PQ codecs. The serial reference (kvq_kmeans_ref)
 // is the plain algorithm; the fast path (kvq_kmeans) computes the same numbers faster:
 // - k-means++ seeding over a transposed copy of the points, 8 points per AVX2 vector, with
-//   the D² total's prefix sums kept so the draw is a binary search (same sums, same order);
+//   the D² total's prefix sums kept so the draw is a binary search (same sums: in point order,
+//   or side by side when a check on the exponents proves no partial sum can round);
+// - the first Lloyd pass read off the seeding (nearest centre and per-group minima kept);
 // - Lloyd assignment with per-group bounds (Elkan/Hamerly over at most 64 groups of 8-centroid
 //   blocks): a group is scanned only when a lower bound on the point's distance to its other
 //   centroids, shifted by their largest drift and less a float-rounding margin, does not
 //   exceed the point's exact distance to its own centroid; scans are blocked (AVX2 or plain).
 // Every distance that decides anything is computed with the reference's operations in the
-// reference's order (no FMA), every reduction runs serially in point order, so the fast
-// path is bit-identical to the reference whatever the ISA or the number of threads.
+// reference's order (no FMA), every other reduction runs in point order (or provably exactly),
+// so the fast path is bit-identical to the reference whatever the ISA or the number of threads.
 #include "libconv/quant/kmeans.h"
 
 #include <float.h>
