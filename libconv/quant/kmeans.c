@@ -1,14 +1,16 @@
 // Seeded k-means++ / Lloyd for the QET and PQ codecs. The serial reference (kvq_kmeans_ref)
 // is the plain algorithm; the fast path (kvq_kmeans) computes the same numbers faster:
 // - k-means++ seeding over a transposed copy of the points, 8 points per AVX2 vector, with
-//   the D² total's prefix sums kept so the draw is a binary search (same sums, same order);
+//   the D² total's prefix sums kept so the draw is a binary search (same sums: in point order,
+//   or side by side when a check on the exponents proves no partial sum can round);
+// - the first Lloyd pass read off the seeding (nearest centre and per-group minima kept);
 // - Lloyd assignment with per-group bounds (Elkan/Hamerly over at most 64 groups of 8-centroid
 //   blocks): a group is scanned only when a lower bound on the point's distance to its other
 //   centroids, shifted by their largest drift and less a float-rounding margin, does not
 //   exceed the point's exact distance to its own centroid; scans are blocked (AVX2 or plain).
 // Every distance that decides anything is computed with the reference's operations in the
-// reference's order (no FMA), every reduction runs serially in point order, so the fast
-// path is bit-identical to the reference whatever the ISA or the number of threads.
+// reference's order (no FMA), every other reduction runs in point order (or provably exactly),
+// so the fast path is bit-identical to the reference whatever the ISA or the number of threads.
 #include "libconv/quant/kmeans.h"
 
 #include <float.h>
@@ -80,16 +82,34 @@ static void seed_pp_ref(const float *x, int64_t n, int dim, int64_t k, uint64_t 
     }
 }
 
+// The per-cluster double sums of update_centroids, 4 dims per AVX2 vector: each lane adds
+// the same values in the same (point) order as the plain loop, so the sums are the same.
+__attribute__((target("avx2"))) static void sums_avx2(const float *x, int64_t n, int dim, const uint32_t *assign,
+                                                      double *sum) {
+    for (int64_t i = 0; i < n; i++) {
+        double *s = sum + (int64_t)assign[i] * dim;
+        const float *p = x + i * dim;
+        int j = 0;
+        for (; j + 4 <= dim; j += 4)
+            _mm256_storeu_pd(s + j, _mm256_add_pd(_mm256_loadu_pd(s + j), _mm256_cvtps_pd(_mm_loadu_ps(p + j))));
+        for (; j < dim; j++) s[j] += p[j];
+    }
+}
+
 // Lloyd update from the assignment: centroids are the means (double sums in point order);
 // an empty cluster takes the point farthest from its centre, whose distance is then zeroed
 // so the next empty cluster picks another one. sum (k × dim) and cnt (k) are scratch.
+// avx2: the sums by sums_avx2 (same numbers).
 static void update_centroids(const float *x, int64_t n, int dim, int64_t k, const uint32_t *assign, float *d2,
-                             double *sum, int64_t *cnt, float *cent) {
+                             double *sum, int64_t *cnt, float *cent, int avx2) {
     memset(sum, 0, sizeof(double) * (size_t)(k * dim));
     memset(cnt, 0, sizeof(int64_t) * (size_t)k);
+    if (avx2) sums_avx2(x, n, dim, assign, sum);
     for (int64_t i = 0; i < n; i++) {
-        double *s = sum + (int64_t)assign[i] * dim;
-        for (int j = 0; j < dim; j++) s[j] += x[i * dim + j];
+        if (!avx2) {
+            double *s = sum + (int64_t)assign[i] * dim;
+            for (int j = 0; j < dim; j++) s[j] += x[i * dim + j];
+        }
         cnt[assign[i]]++;
     }
     for (int64_t c = 0; c < k; c++) {
@@ -126,7 +146,7 @@ int kvq_kmeans_ref(const float *x, int64_t n, int dim, int64_t k, int max_iter, 
             if (a != assign[i]) { assign[i] = a; changed++; }
         }
         if (changed == 0 || it >= max_iter) break;
-        update_centroids(x, n, dim, k, assign, d2, sum, cnt, cent);
+        update_centroids(x, n, dim, k, assign, d2, sum, cnt, cent, 0);
         it++;
     }
     free(d2); free(sum); free(cnt);
@@ -243,60 +263,138 @@ __attribute__((target("avx2"))) static void group_avx2_dn(const float *p, const 
 
 // ---- fast path: seeding
 
-// D² of 8 consecutive points (transposed layout xt, (dim, n)) to centre cc; with `keep` the
-// running minimum as the reference updates it (d < d2 replaces).
+// Seeding computes the D² of every point to every centre. With `own` set it also keeps, per
+// point, the lowest-index centre at the running minimum (own, n) and, per group of centres
+// (the Lloyd pass's groups, gsize centres each), the smallest D² to the group's centres (gmin,
+// (ng, n), NaN left out). Then the first Lloyd pass needs no scan: each point's nearest
+// centre is own, at the distance d2, and the group minima are its bounds (kvq_kmeans_ex).
+typedef struct {
+    uint32_t *own;
+    float *gmin;
+    int64_t gsize;
+} seed_track;
+
+// D² of 8 consecutive points (transposed layout xt, (dim, n)) to centre c (coordinates cc);
+// with `keep` the running minimum as the reference updates it (d < d2 replaces).
 __attribute__((target("avx2"))) static void seed_block_avx2(const float *xt, int64_t n, int64_t i, int dim,
-                                                            const float *cc, float *d2, int keep) {
+                                                            const float *cc, int64_t c, float *d2, int keep,
+                                                            const seed_track *tr, uint32_t ex[16]) {
     __m256 acc = _mm256_setzero_ps();
     for (int j = 0; j < dim; j++) {
         __m256 u = _mm256_sub_ps(_mm256_loadu_ps(xt + j * n + i), _mm256_set1_ps(cc[j]));
         acc = _mm256_add_ps(acc, _mm256_mul_ps(u, u));
     }
+    __m256 lt = _mm256_castsi256_ps(_mm256_set1_epi32(-1)), d = acc;
     if (keep) {
         __m256 old = _mm256_loadu_ps(d2 + i);
-        acc = _mm256_blendv_ps(old, acc, _mm256_cmp_ps(acc, old, _CMP_LT_OQ));
+        lt = _mm256_cmp_ps(acc, old, _CMP_LT_OQ);
+        d = _mm256_blendv_ps(old, acc, lt);
     }
-    _mm256_storeu_ps(d2 + i, acc);
+    _mm256_storeu_ps(d2 + i, d);
+    { // seed_prefix's exponent range, per lane: ex[0..8) the largest E, ex[8..16) the smallest max(E, 1) of a non-zero value
+        __m256i u = _mm256_castps_si256(d), e = _mm256_srli_epi32(u, 23);
+        __m256i e1 = _mm256_blendv_epi8(_mm256_max_epu32(e, _mm256_set1_epi32(1)), _mm256_set1_epi32(255),
+                                        _mm256_cmpeq_epi32(u, _mm256_setzero_si256()));
+        __m256i *mx = (__m256i *)ex, *mn = (__m256i *)(ex + 8);
+        _mm256_storeu_si256(mx, _mm256_max_epu32(e, _mm256_loadu_si256(mx)));
+        _mm256_storeu_si256(mn, _mm256_min_epu32(e1, _mm256_loadu_si256(mn)));
+    }
+    if (tr->own) {
+        float *gm = tr->gmin + (c / tr->gsize) * n + i;
+        _mm256_storeu_ps(gm, _mm256_min_ps(acc, _mm256_loadu_ps(gm))); // min_ps keeps gm where acc is NaN
+        __m256 o = _mm256_loadu_ps((const float *)(tr->own + i));
+        o = _mm256_blendv_ps(o, _mm256_castsi256_ps(_mm256_set1_epi32((int)c)), lt);
+        _mm256_storeu_ps((float *)(tr->own + i), o);
+    }
 }
 
-static void seed_point(const float *xt, int64_t n, int64_t i, int dim, const float *cc, float *d2, int keep) {
+static void seed_point(const float *xt, int64_t n, int64_t i, int dim, const float *cc, int64_t c, float *d2,
+                       int keep, const seed_track *tr) {
     float s = 0.0f;
     for (int j = 0; j < dim; j++) {
         float t = xt[j * n + i] - cc[j];
         s += t * t;
     }
-    if (!keep || s < d2[i]) d2[i] = s;
+    int lt = !keep || s < d2[i];
+    if (lt) d2[i] = s;
+    if (tr->own) {
+        float *gm = tr->gmin + (c / tr->gsize) * n + i;
+        if (s < *gm) *gm = s;
+        if (lt) tr->own[i] = (uint32_t)c;
+    }
 }
 
-// D² of every point to centre cc (running minimum with keep); returns their total, summed in
-// point order as the reference does, and stores the partial sums in pre (n).
-static double seed_update(const float *xt, int64_t n, int dim, const float *cc, float *d2, int keep, int avx2,
-                          double *pre) {
-    int64_t i = 0;
-    double tot = 0.0;
-    if (avx2)
-        for (; i + KM_LANES <= n; i += KM_LANES) {
-            seed_block_avx2(xt, n, i, dim, cc, d2, keep);
-            for (int l = 0; l < KM_LANES; l++) pre[i + l] = tot += d2[i + l];
-        }
-    for (; i < n; i++) {
-        seed_point(xt, n, i, dim, cc, d2, keep);
-        pre[i] = tot += d2[i];
+// The running sums pre[i] = d2[0] + … + d2[i] in double, added in point order as the
+// reference does; returns the total. That order is one long chain of dependent additions.
+// When no partial sum can round it is not needed: every d2 is a multiple of the smallest
+// ulp among the non-zero ones, 2^(max(Emin,1)−150) (E the biased float exponent), every sum is
+// below n·2^(Emax−126), so with Emax − max(Emin,1) ≤ 29 − ⌈log2 n⌉ every partial sum is an
+// integer multiple of that ulp below 2^53 of it, exact in double, whatever the order. Then
+// KM_CHAINS stretches of the points are summed side by side and joined (the same exact sums).
+#define KM_CHAINS 8
+// ex: the exponent range of d2[0..i0) per lane (seed_block_avx2 kept it); the rest is scanned here.
+static double seed_prefix(const float *d2, int64_t n, double *pre, const uint32_t ex[16], int64_t i0) {
+    uint32_t emax = 0, emin = 255;
+    for (int l = 0; l < KM_LANES; l++) {
+        emax = ex[l] > emax ? ex[l] : emax;
+        emin = ex[KM_LANES + l] < emin ? ex[KM_LANES + l] : emin;
     }
-    return tot;
+    for (int64_t i = i0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &d2[i], 4);
+        uint32_t e = u >> 23; // the sign bit is set only for a NaN (or -0): e > 255 refuses them below
+        emax = e > emax ? e : emax;
+        uint32_t e1 = u == 0 ? 255 : e < 1 ? 1 : e;
+        emin = e1 < emin ? e1 : emin;
+    }
+    int lg = 0;
+    while (((int64_t)1 << lg) < n) lg++;
+    double tot = 0.0;
+    if (n < 8 * KM_CHAINS || emax >= 255 || (emin <= emax && (int)(emax - emin) > 29 - lg)) {
+        for (int64_t i = 0; i < n; i++) pre[i] = tot += d2[i];
+        return tot;
+    }
+    int64_t len = n / KM_CHAINS;
+    double acc[KM_CHAINS] = {0};
+    for (int64_t i = 0; i < len; i++)
+        for (int q = 0; q < KM_CHAINS; q++) pre[q * len + i] = acc[q] += d2[q * len + i];
+    for (int64_t i = KM_CHAINS * len; i < n; i++) pre[i] = acc[KM_CHAINS - 1] += d2[i]; // the tail joins the last stretch
+    for (int q = 1; q < KM_CHAINS; q++) {
+        double off = pre[q * len - 1];
+        int64_t end = q == KM_CHAINS - 1 ? n : (q + 1) * len;
+        for (int64_t i = q * len; i < end; i++) pre[i] += off;
+    }
+    return pre[n - 1];
+}
+
+// D² of every point to centre c (running minimum with keep); returns their total, summed in
+// point order as the reference does, and stores the partial sums in pre (n).
+static double seed_update(const float *xt, int64_t n, int dim, const float *cc, int64_t c, float *d2, int keep,
+                          int avx2, double *pre, const seed_track *tr) {
+    int64_t i = 0;
+    uint32_t ex[2 * KM_LANES] = {0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255};
+    if (avx2)
+        for (; i + KM_LANES <= n; i += KM_LANES) seed_block_avx2(xt, n, i, dim, cc, c, d2, keep, tr, ex);
+    int64_t i0 = i;
+    for (; i < n; i++) seed_point(xt, n, i, dim, cc, c, d2, keep, tr);
+    return seed_prefix(d2, n, pre, ex, i0);
 }
 
 // seed_pp_ref's draws with the same numbers: the running sums the reference's pick loop
 // recomputes are pre[] (non-decreasing, so the first one above r is found by bisection).
-static void seed_pp_fast(const float *x, const float *xt, int64_t n, int dim, int64_t k, uint64_t *rng, int avx2,
-                         float *cent, float *d2, double *pre) {
+// With tracking (tr->own) the last centre's D² is folded in too. @return 1 when tracking and
+// every centre's D² went through seed_update (none was a copy of centre 0), else 0.
+static int seed_pp_fast(const float *x, const float *xt, int64_t n, int dim, int64_t k, uint64_t *rng, int avx2,
+                        float *cent, float *d2, double *pre, const seed_track *tr) {
     int64_t first = (int64_t)(uniform01(rng) * (double)n);
     if (first >= n) first = n - 1;
     memcpy(cent, x + first * dim, sizeof(float) * dim);
-    double tot = k > 1 ? seed_update(xt, n, dim, cent, d2, 0, avx2, pre) : 0.0;
+    int track = tr->own != NULL, whole = 1;
+    double tot = k > 1 || track ? seed_update(xt, n, dim, cent, 0, d2, 0, avx2, pre, tr) : 0.0;
     for (int64_t c = 1; c < k; c++) {
         if (!(tot > 0.0)) {
             memcpy(cent + c * dim, cent, sizeof(float) * dim);
+            whole = 0;
             continue;
         }
         double r = uniform01(rng) * tot;
@@ -314,8 +412,9 @@ static void seed_pp_fast(const float *x, const float *xt, int64_t n, int dim, in
                 if (d2[i] > 0.0f) { pick = i; break; }
         float *cc = cent + c * dim;
         memcpy(cc, x + pick * dim, sizeof(float) * dim);
-        if (c + 1 < k) tot = seed_update(xt, n, dim, cc, d2, 1, avx2, pre);
+        if (c + 1 < k || track) tot = seed_update(xt, n, dim, cc, c, d2, 1, avx2, pre, tr);
     }
+    return track && whole;
 }
 
 // ---- fast path: Lloyd with per-group bounds (Elkan/Hamerly over groups of centroid blocks)
@@ -483,14 +582,20 @@ int kvq_kmeans_ex(const float *x, int64_t n, int dim, int64_t k, int max_iter, u
     float *lb = malloc(sizeof(float) * (size_t)(n * ngp)); // (n, ngp)
     float *old = malloc(sizeof(float) * (size_t)(k * dim));
     float *gdrift = malloc(sizeof(float) * (size_t)ngp);
-    if (!d2 || !sum || !cnt || !blk || !xt || !pre || !lb || !old || !gdrift) {
+    // seeding's record for the first pass (with pruning: its bounds are what the later passes need)
+    seed_track tr = {prune ? malloc(sizeof(uint32_t) * (size_t)n) : NULL,
+                     prune ? malloc(sizeof(float) * (size_t)(ng * n)) : NULL, gb * KM_LANES};
+    if (!d2 || !sum || !cnt || !blk || !xt || !pre || !lb || !old || !gdrift || (prune && (!tr.own || !tr.gmin))) {
         free(d2); free(sum); free(cnt); free(blk); free(xt); free(pre); free(lb); free(old); free(gdrift);
+        free(tr.own); free(tr.gmin);
         return -1;
     }
+    if (prune)
+        for (int64_t i = 0; i < ng * n; i++) tr.gmin[i] = INFINITY;
     for (int64_t i = 0; i < n; i++)
         for (int j = 0; j < dim; j++) xt[j * n + i] = x[i * dim + j];
     uint64_t rng = seed ^ 0x6a09e667f3bcc909ull;
-    seed_pp_fast(x, xt, n, dim, k, &rng, avx2, cent, d2, pre);
+    int seeded = seed_pp_fast(x, xt, n, dim, k, &rng, avx2, cent, d2, pre, &tr);
     free(xt);
     free(pre);
     for (int64_t i = 0; i < n * ngp; i++) lb[i] = FLT_MAX; // entries past ng stay huge
@@ -499,13 +604,26 @@ int kvq_kmeans_ex(const float *x, int64_t n, int dim, int64_t k, int max_iter, u
     lloyd_t L = {cent, blk, dim, k, nb, gb, ng, ngp, NULL, (float)(1.0 / (1.0 + rel) * (1.0 - 0x1.0p-22)),
                  (float)(1.0 / (1.0 - rel) * (1.0 + 0x1.0p-22))};
     for (int64_t i = 0; i < n; i++) assign[i] = UINT32_MAX;
+    // The first pass from the seeding's record: the reference's first pass gives each point the
+    // lowest-index centre at the minimum D² (own, at d2) whenever that minimum is below FLT_MAX
+    // (otherwise centre 0 or a NaN decide: the pass runs). Bounds: a group's smallest D², 0 for
+    // the point's own group (any lower bounds keep the passes exact; that one is free).
+    for (int64_t i = 0; i < n && seeded; i++) seeded = d2[i] < FLT_MAX;
+    if (seeded)
+        for (int64_t i = 0; i < n; i++) {
+            int64_t ga = tr.own[i] / (gb * KM_LANES);
+            for (int64_t g = 0; g < ng; g++) lb[i * ngp + g] = g == ga ? 0.0f : lb_from(tr.gmin[g * n + i], L.lo);
+            assign[i] = tr.own[i];
+        }
+    free(tr.own);
+    free(tr.gmin);
     int it = 0;
     for (;;) {
         block_centroids(cent, k, dim, blk);
         L.gdrift = it > 0 && prune ? gdrift : NULL;
-        int64_t changed = 0;
-#pragma omp parallel num_threads(nt) reduction(+ : changed)
-        {
+        int64_t changed = it == 0 && seeded ? n : 0; // seeded: the first pass is done
+#pragma omp parallel num_threads(nt) reduction(+ : changed) if (!(it == 0 && seeded))
+        if (!(it == 0 && seeded)) {
             int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
             int64_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
             changed = avx2 ? (dim == 8 ? pass_avx2_d8 : pass_avx2)(&L, x, i0, i1, assign, d2, lb)
@@ -513,7 +631,7 @@ int kvq_kmeans_ex(const float *x, int64_t n, int dim, int64_t k, int max_iter, u
         }
         if (changed == 0 || it >= max_iter) break;
         memcpy(old, cent, sizeof(float) * (size_t)(k * dim));
-        update_centroids(x, n, dim, k, assign, d2, sum, cnt, cent);
+        update_centroids(x, n, dim, k, assign, d2, sum, cnt, cent, avx2);
         for (int64_t g = 0; g < ng; g++) gdrift[g] = 0.0f;
         for (int64_t c = 0; c < k; c++) {
             double s = 0.0;

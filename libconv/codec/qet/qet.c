@@ -126,6 +126,32 @@ static void put_bits(uint8_t *buf, uint64_t pos, uint32_t v, int nb) {
 
 static uint64_t bytes_for_bits(uint64_t bits) { return (bits + 7) / 8; }
 
+// put_bits over count values, nb bits each, from bit 0 of a zeroed buffer: the same bytes
+// through a 64-bit accumulator (nb ≤ 32).
+static void pack_bits(uint8_t *buf, const uint32_t *v, int64_t count, int nb) {
+    if (nb == 0) return;
+    uint64_t acc = 0, mask = nb == 32 ? 0xffffffffull : (1ull << nb) - 1;
+    int fill = 0;
+    for (int64_t i = 0; i < count; i++) {
+        acc |= ((uint64_t)v[i] & mask) << fill;
+        for (fill += nb; fill >= 8; fill -= 8, acc >>= 8) *buf++ = (uint8_t)acc;
+    }
+    if (fill) *buf = (uint8_t)acc;
+}
+
+// One flag byte (0 or 1) per bit to LSB-first bits: n flags into a zeroed buffer, 8 per byte
+// in parallel.
+static void pack_flags(uint8_t *buf, const uint8_t *flags, uint64_t n, int nt) {
+    int64_t nbytes = (int64_t)(n / 8);
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t j = 0; j < nbytes; j++) {
+        const uint8_t *f = flags + 8 * j;
+        buf[j] = (uint8_t)(f[0] | f[1] << 1 | f[2] << 2 | f[3] << 3 | f[4] << 4 | f[5] << 5 | f[6] << 6 | f[7] << 7);
+    }
+    for (uint64_t i = (uint64_t)nbytes * 8; i < n; i++)
+        if (flags[i]) buf[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
+
 // ---- rate plan
 
 typedef struct {
@@ -276,7 +302,8 @@ static void stage_free(stage_t *s) {
 // @return 0, or −1 when a subspace ran out of memory.
 // One subspace j of run_stage. @return 0, or −1 when out of memory.
 static int stage_sub(const float *t, int64_t n, int64_t d, int w, int64_t k, const kvq_qet_config *cfg,
-                     kvq_dtype src, uint64_t seed, int st, int64_t j, int km_threads, stage_t *S, float *rec) {
+                     kvq_dtype src, uint64_t seed, int st, int64_t j, int km_threads, int ref, stage_t *S,
+                     float *rec) {
     const int64_t m = d / w;
     float *sub = malloc(sizeof(float) * (size_t)(n * w));
     uint32_t *as = malloc(sizeof(uint32_t) * (size_t)n);
@@ -284,13 +311,18 @@ static int stage_sub(const float *t, int64_t n, int64_t d, int w, int64_t k, con
     if (sub && as)
         for (int64_t i = 0; i < n; i++) memcpy(sub + i * w, t + i * d + j * w, sizeof(float) * (size_t)w);
     const kvq_kmeans_opts ko = {1, 1, km_threads};
-    if (!sub || !as || kvq_kmeans_ex(sub, n, w, k, cfg->iters, stage_seed(seed, st, j), cent, as, &ko) < 0) {
+    if (!sub || !as ||
+        (ref ? kvq_kmeans_ref(sub, n, w, k, cfg->iters, stage_seed(seed, st, j), cent, as)
+             : kvq_kmeans_ex(sub, n, w, k, cfg->iters, stage_seed(seed, st, j), cent, as, &ko)) < 0) {
         free(sub);
         free(as);
         return -1;
     }
     store_codebook(cent, k * w, cfg->cb_bits, src, &S->mnstep[2 * j], &S->mnstep[2 * j + 1], S->codes + j * k * w);
-    kvq_kmeans_assign(sub, n, w, cent, k, as); // re-assign to the stored (rounded) centroids
+    if (ref) // re-assign to the stored (rounded) centroids
+        for (int64_t i = 0; i < n; i++) as[i] = kvq_kmeans_nearest(sub + i * w, cent, k, w, NULL);
+    else
+        kvq_kmeans_assign(sub, n, w, cent, k, as);
     for (int64_t i = 0; i < n; i++) {
         uint32_t a = as[i];
         S->idx[i * m + j] = a;
@@ -311,14 +343,14 @@ static int stage_sub(const float *t, int64_t n, int64_t d, int w, int64_t k, con
 // default size, which made `-t 1` spin two threads through every Lloyd step.
 // @return 0, or −1 when a subspace ran out of memory.
 static int run_stage(const float *t, int64_t n, int64_t d, int w, int64_t k, const kvq_qet_config *cfg,
-                     kvq_dtype src, uint64_t seed, int st, int nt, stage_t *S, float *rec) {
+                     kvq_dtype src, uint64_t seed, int st, int nt, int ref, stage_t *S, float *rec) {
     int64_t m = d / w;
     int oom = 0;
-    if (m >= nt && nt > 1) {
+    if (m >= nt && nt > 1 && !ref) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) reduction(| : oom)
-        for (int64_t j = 0; j < m; j++) oom |= stage_sub(t, n, d, w, k, cfg, src, seed, st, j, 1, S, rec) < 0;
+        for (int64_t j = 0; j < m; j++) oom |= stage_sub(t, n, d, w, k, cfg, src, seed, st, j, 1, 0, S, rec) < 0;
     } else {
-        for (int64_t j = 0; j < m; j++) oom |= stage_sub(t, n, d, w, k, cfg, src, seed, st, j, nt, S, rec) < 0;
+        for (int64_t j = 0; j < m; j++) oom |= stage_sub(t, n, d, w, k, cfg, src, seed, st, j, nt, ref, S, rec) < 0;
     }
     return oom ? -1 : 0;
 }
@@ -375,17 +407,21 @@ static kvq_status check_shape(const kvq_qet_config *cfg, int64_t n, int64_t d, k
     return KVQ_OK;
 }
 
-kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const float *x, int64_t n,
-                                int64_t d, uint64_t seed, int n_threads, kvq_encoded *out,
-                                double times[3], kvq_err *err) {
+// kvq_qet_encode_timed, or with ref its plain reference (kvq_qet_encode_ref).
+static kvq_status encode_impl(const kvq_qet_config *cfg, kvq_dtype src, const float *x, int64_t n, int64_t d,
+                              uint64_t seed, int n_threads, int ref, kvq_encoded *out, double times[3],
+                              kvq_err *err) {
     memset(out, 0, sizeof *out);
     kvq_status st = check_shape(cfg, n, d, err);
     if (st) return st;
+    int nt = ref ? 1 : n_threads > 0 ? n_threads : omp_get_max_threads();
+    int64_t bad = INT64_MAX; // the first non-finite value
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(min : bad)
     for (int64_t i = 0; i < n * d; i++)
-        if (!isfinite(x[i]))
-            return kvq_err_set(err, KVQ_ERR_NUMERIC, "qet: non-finite value %g at row %lld, column %lld", x[i],
-                               (long long)(i / d), (long long)(i % d));
-    int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+        if (!isfinite(x[i]) && i < bad) bad = i;
+    if (bad != INT64_MAX)
+        return kvq_err_set(err, KVQ_ERR_NUMERIC, "qet: non-finite value %g at row %lld, column %lld", x[bad],
+                           (long long)(bad / d), (long long)(bad % d));
     int64_t m = d / cfg->width, w = cfg->width;
     int l = cfg->levels;
 
@@ -417,12 +453,13 @@ kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const 
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory for a %lld x %lld matrix", (long long)n, (long long)d);
         goto done;
     }
-    int oom = kvq_qet_swap_forward(x, n, d, l, xs, bits);
+    int oom = ref ? kvq_qet_swap_forward_ref(x, n, d, l, xs, bits) : kvq_qet_swap_forward(x, n, d, l, xs, bits);
     double t1 = omp_get_wtime();
-    if (!oom) oom = run_stage(xs, n, d, (int)w, plan.k[0], cfg, src, seed, 0, nt, &S[0], rec);
+    if (!oom) oom = run_stage(xs, n, d, (int)w, plan.k[0], cfg, src, seed, 0, nt, ref, &S[0], rec);
     if (!oom && plan.stages > 1) {
+#pragma omp parallel for schedule(static) num_threads(nt)
         for (int64_t i = 0; i < n * d; i++) res[i] = xs[i] - rec[i];
-        oom = run_stage(res, n, d, (int)w, plan.k[1], cfg, src, seed, 1, nt, &S[1], rec);
+        oom = run_stage(res, n, d, (int)w, plan.k[1], cfg, src, seed, 1, nt, ref, &S[1], rec);
     }
     if (oom) {
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory clustering a %lld x %lld matrix", (long long)n, (long long)d);
@@ -440,8 +477,12 @@ kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const 
         uint64_t nbits = (uint64_t)n * (uint64_t)l * (uint64_t)(d / 2);
         uint8_t *p = calloc(bytes_for_bits(nbits), 1);
         if (!p) { st = kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory"); goto done; }
-        for (uint64_t i = 0; i < nbits; i++)
-            if (bits[i]) p[i >> 3] |= (uint8_t)(1u << (i & 7));
+        if (ref) {
+            for (uint64_t i = 0; i < nbits; i++)
+                if (bits[i]) p[i >> 3] |= (uint8_t)(1u << (i & 7));
+        } else {
+            pack_flags(p, bits, nbits, nt);
+        }
         kvq_encoded_add_blob(out, "indicators", p, bytes_for_bits(nbits), 0);
     }
     shape_t sh = {.n = n, .d = d, .m = m, .cb_bits = cfg->cb_bits, .dsize = kvq_dtype_size(src)};
@@ -453,7 +494,10 @@ kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const 
         if (nb) {
             uint8_t *p = calloc(nb, 1);
             if (!p) { st = kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory"); goto done; }
-            for (int64_t i = 0; i < n * m; i++) put_bits(p, (uint64_t)i * ib, S[s].idx[i], ib);
+            if (ref)
+                for (int64_t i = 0; i < n * m; i++) put_bits(p, (uint64_t)i * ib, S[s].idx[i], ib);
+            else
+                pack_bits(p, S[s].idx, n * m, ib);
             snprintf(role, sizeof role, "idx.%d", s + 1);
             kvq_encoded_add_blob(out, role, p, nb, 1);
         }
@@ -462,8 +506,11 @@ kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const 
         if (!p) { st = kvq_err_set(err, KVQ_ERR_NOMEM, "qet: out of memory"); goto done; }
         if (cfg->cb_bits) {
             memcpy(p, S[s].mnstep, 8 * (size_t)m);
-            for (int64_t i = 0; i < m * k * w; i++)
-                put_bits(p + 8 * m, (uint64_t)i * cfg->cb_bits, S[s].codes[i], cfg->cb_bits);
+            if (ref)
+                for (int64_t i = 0; i < m * k * w; i++)
+                    put_bits(p + 8 * m, (uint64_t)i * cfg->cb_bits, S[s].codes[i], cfg->cb_bits);
+            else
+                pack_bits(p + 8 * m, S[s].codes, m * k * w, cfg->cb_bits);
         } else {
             kvq_dtype_from_f32(src, S[s].cent, (size_t)(m * k * w), p);
         }
@@ -498,6 +545,17 @@ done:
     free(bits);
     for (int s = 0; s < KVQ_QET_MAX_STAGES; s++) stage_free(&S[s]);
     return st;
+}
+
+kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const float *x, int64_t n,
+                                int64_t d, uint64_t seed, int n_threads, kvq_encoded *out,
+                                double times[3], kvq_err *err) {
+    return encode_impl(cfg, src, x, n, d, seed, n_threads, 0, out, times, err);
+}
+
+kvq_status kvq_qet_encode_ref(const kvq_qet_config *cfg, kvq_dtype src, const float *x, int64_t n, int64_t d,
+                              uint64_t seed, kvq_encoded *out, kvq_err *err) {
+    return encode_impl(cfg, src, x, n, d, seed, 1, 1, out, NULL, err);
 }
 
 // ---- decode

@@ -91,6 +91,12 @@ kvq_status kvq_qet_encode(const kvq_qet_config *cfg, kvq_dtype src, const float 
 kvq_status kvq_qet_encode_timed(const kvq_qet_config *cfg, kvq_dtype src, const float *x, int64_t n,
                                 int64_t d, uint64_t seed, int n_threads, kvq_encoded *out,
                                 double times[3], kvq_err *err);
+/** The plain serial reference of kvq_qet_encode: whole-matrix swap tree
+ *  (kvq_qet_swap_forward_ref), kvq_kmeans_ref, re-assignment by kvq_kmeans_nearest, bit-by-bit
+ *  packing, one thread. Same contract and the same bytes as kvq_qet_encode for any thread
+ *  count (tests/test_qet_fast.c); slow, for tests. */
+kvq_status kvq_qet_encode_ref(const kvq_qet_config *cfg, kvq_dtype src, const float *x, int64_t n, int64_t d,
+                              uint64_t seed, kvq_encoded *out, kvq_err *err);
 /** Checks params and blob sizes against an n × d tensor (blob data may be NULL: sizes only);
  *  what kvq_qet_decode checks before it reads a payload byte. */
 kvq_status kvq_qet_check(const json_t *params, const kvq_blob_view *blobs, int n_blobs, int64_t n, int64_t d,
