@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <libgen.h>
 
 #include "libconv/codec/hyperquant/hq_impl.h"
 #include "libconv/codec/hyperquant/hyperquant.h"
@@ -288,13 +289,39 @@ static void test_calib_hessian(void **state) {
     kvq_calib_free(c);
 }
 
-int main(void) {
+static char g_build[512] = "build"; // from argv[0]: <build>/tests/test_ldlq
+
+// kvq-convert: ldlq on a calibration too short for the widest input (kvq-tiny-llama's down_proj,
+// 704 columns: 512 sampled tokens < 1408) is one line and exit 2, nothing written; with enough
+// text tokens it converts, and the file decodes (kvq-verify's integrity check).
+static void test_cli(void **state) {
+    (void)state;
+    char cmd[2048], d[] = "/tmp/kvq-ldlq-XXXXXX";
+    assert_non_null(mkdtemp(d));
+    snprintf(cmd, sizeof cmd, "%s/kvq-convert -q --weights hyperquant:e8:4:ldlq tests/models/kvq-tiny-llama %s/a.kvq 2> %s/err; "
+             "test $? -eq 2 && test ! -e %s/a.kvq && test $(wc -l < %s/err) -eq 1 && grep -q 'ldlq needs a calibration of at "
+             "least 1408 tokens' %s/err", g_build, d, d, d, d, d);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/kvq-convert -q --weights hyperquant:e8:4:ldlq --calib tests/data/heldout-sample.txt "
+             "--calib-tokens 2000 tests/models/kvq-tiny-llama %s/b.kvq && %s/kvq-convert -q --weights hyperquant:e8:4 "
+             "tests/models/kvq-tiny-llama %s/c.kvq && ! cmp -s %s/b.kvq %s/c.kvq && %s/kvq-verify -q --windows 1 --ctx 64 "
+             "--text tests/data/heldout-sample.txt %s/b.kvq > /dev/null", g_build, d, g_build, d, d, d, g_build, d);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(int argc, char **argv) {
+    char *a = strdup(argv[0]);
+    snprintf(g_build, sizeof g_build, "%s", dirname(dirname(a))); // <build>/tests/test_ldlq
+    free(a);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity_bitexact),
         cmocka_unit_test(test_proxy_lower),
         cmocka_unit_test(test_feedback_reference),
         cmocka_unit_test(test_spec),
         cmocka_unit_test(test_calib_hessian),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

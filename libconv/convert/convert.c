@@ -347,6 +347,16 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian,
     if (s == KVQ_OK && S->hessian && !S->calib) // no calibration ran (--calib-from, or no budget): one for LDLQ
         s = kvq_calib_run(src, b.calib_text, b.calib_tokens > 0 ? b.calib_tokens : KVQ_CALIB_TOKENS_DEFAULT,
                           kvq_plan_seed(S->plan), o->n_threads, 1, NULL, NULL, &S->calib, err);
+    if (s == KVQ_OK && S->calib) { // too few tokens for the widest input: a rank-deficient covariance, and LDLQ
+        int64_t wide = 0;          // then loses to plain rounding (docs/HYPERQUANT.md "LDLQ": +45 % KLD measured)
+        for (size_t i = 0; i < S->n; i++)
+            if (S->e[i].spec && strstr(S->e[i].spec, ":ldlq") && S->e[i].cols > wide) wide = S->e[i].cols;
+        if ((int64_t)kvq_calib_tokens(S->calib) < KVQ_LDLQ_TOKENS_PER_COL * wide)
+            s = kvq_err_set(err, KVQ_ERR_ARG, "%s: ldlq needs a calibration of at least %lld tokens (%d per column of the "
+                            "widest input, %lld) and this one has %zu: pass --calib FILE --calib-tokens N (N >= %lld)",
+                            src, (long long)(KVQ_LDLQ_TOKENS_PER_COL * wide), KVQ_LDLQ_TOKENS_PER_COL, (long long)wide,
+                            kvq_calib_tokens(S->calib), (long long)(KVQ_LDLQ_TOKENS_PER_COL * wide));
+    }
     if (s == KVQ_OK && o->adjust) s = o->adjust(o->adjust_ud, S->plan, S->e, S->n, err);
     kvq_plan_kv(S->plan, &S->kv);
     if (o->kv_spec) S->kv.spec = o->kv_spec, S->kv.window = o->kv_window, S->kv.boundary = o->kv_boundary;
