@@ -151,6 +151,43 @@ static void test_proxy_lower(void **state) {
     free(r0), free(r1), free(d), free(B), free(X), free(H), free(w);
 }
 
+// Padded rows (cols = 200: tiles of 128, 56 zero columns): the covariance is padded with zeros and
+// damped; the bitstream still decodes to the encoder's reconstruction and the proxy still falls.
+static void test_padded(void **state) {
+    (void)state;
+    const int64_t rows = 40, cols = 200, N = 1024;
+    float *w = gauss_matrix(rows, cols, 12);
+    uint64_t sd = 13;
+    double *H = calloc((size_t)(cols * cols), sizeof(double)), *x = malloc(sizeof(double) * (size_t)cols);
+    for (int64_t t = 0; t < N; t++) {
+        double z = gauss(&sd);
+        for (int64_t j = 0; j < cols; j++) x[j] = 0.9 * z + 0.45 * gauss(&sd); // strongly correlated inputs
+        for (int64_t a = 0; a < cols; a++)
+            for (int64_t b = 0; b < cols; b++) H[a * cols + b] += x[a] * x[b];
+    }
+    float *r0 = malloc(sizeof(float) * (size_t)(rows * cols)), *r1 = malloc(sizeof(float) * (size_t)(rows * cols)),
+          *d = malloc(sizeof(float) * (size_t)(rows * cols));
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 3.5);
+    kvq_encoded a, b;
+    enc(&o, w, rows, cols, NULL, &a, r0, NULL);
+    o.ldlq = 1;
+    enc(&o, w, rows, cols, H, &b, r1, NULL);
+    const double pa = proxy(w, r0, H, rows, cols), pb = proxy(w, r1, H, rows, cols);
+    printf("padded: proxy plain %.4g ldlq %.4g (%.1f %%)\n", pa, pb, 100.0 * (pb / pa - 1.0));
+    assert_true(pb < 0.5 * pa);
+    kvq_hq_header h;
+    kvq_err err = {0};
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    views(&b, v);
+    assert_int_equal(kvq_hq_header_parse(b.params, rows, cols, &h, &err), KVQ_OK);
+    assert_int_equal(h.cols_p, 256);
+    assert_int_equal(kvq_hq_decode(&h, v, b.n_blob, d, 2, &err), KVQ_OK);
+    assert_memory_equal(d, r1, sizeof(float) * (size_t)(rows * cols));
+    kvq_encoded_free(&a);
+    kvq_encoded_free(&b);
+    free(r0), free(r1), free(d), free(H), free(x), free(w);
+}
+
 // The feedback against a plain reference: H_rot built by explicit matrices (R = blockdiag(H_T D_j)),
 // its U D Uᵀ factor by the textbook recursion from the last block, U's blocks compared with
 // kvq_hq_ldlq_feedback's.
@@ -318,6 +355,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity_bitexact),
         cmocka_unit_test(test_proxy_lower),
+        cmocka_unit_test(test_padded),
         cmocka_unit_test(test_feedback_reference),
         cmocka_unit_test(test_spec),
         cmocka_unit_test(test_calib_hessian),
