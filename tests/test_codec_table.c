@@ -59,7 +59,7 @@ static void test_weight_codecs(void **state) {
         assert_int_not_equal(c->parse("zz:-1:??", &bad, &err), KVQ_OK);
         assert_null(bad);
         kvq_tensor src = {"table.weight", KVQ_DTYPE_F32, 2, {rows, cols}, x, sizeof(float) * (size_t)(rows * cols)};
-        kvq_codec_input in = {&src, x, rows, cols, 11, 1};
+        kvq_codec_input in = {&src, x, rows, cols, 11, 1, NULL};
         kvq_encoded e;
         memset(&e, 0, sizeof e); // as the converter hands it over
         if (c->encode(cfg, &in, &e, &err)) fail_msg("%s: encode: %s", c->name, err.msg);

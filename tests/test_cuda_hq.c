@@ -45,7 +45,7 @@ static void encode(enc_t *E, kvq_lattice l, double bps, int64_t rows, int64_t co
         for (int64_t c = 0; c < cols; c++) x[r * cols + c] = (float)(sc * gauss(&s));
     }
     kvq_hq_opts o = kvq_hq_opts_default(l, bps);
-    kvq_codec_input in = {NULL, x, rows, cols, seed, 0};
+    kvq_codec_input in = {NULL, x, rows, cols, seed, 0, NULL};
     kvq_err err = {0};
     kvq_status st = kvq_hq_encode(&o, &in, &E->e, NULL, NULL, &err);
     if (st) fprintf(stderr, "encode: %s\n", err.msg);

@@ -485,7 +485,7 @@ static void test_hyperquant(void **state) {
         float *x = matrix(cs[i].rows, cs[i].cols, 10 + i);
         kvq_hq_opts o = kvq_hq_opts_default(cs[i].l, cs[i].bps);
         if (max_tile[i]) o.max_tile = max_tile[i];
-        kvq_codec_input in = {NULL, x, cs[i].rows, cs[i].cols, 20 + i, 0};
+        kvq_codec_input in = {NULL, x, cs[i].rows, cs[i].cols, 20 + i, 0, NULL};
         kvq_encoded e;
         kvq_err err = {0};
         kvq_hq_header h;
@@ -514,7 +514,7 @@ static void test_row_blocks(void **state) {
     const double bps[4] = {2.5, 5.0, 3.5, 4.0};
     float *x = matrix(rows, cols, 77);
     kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 3.0);
-    kvq_codec_input in = {NULL, x, rows, cols, 5, 0};
+    kvq_codec_input in = {NULL, x, rows, cols, 5, 0, NULL};
     kvq_encoded e;
     kvq_err err = {0};
     assert_int_equal(kvq_hq_encode_blocks(&o, bps, 4, br, &in, &e, NULL, &err), KVQ_OK);
@@ -543,7 +543,7 @@ static void test_rtn(void **state) {
         json_t *cfg = NULL;
         kvq_err err = {0};
         assert_int_equal(c->parse(specs[i], &cfg, &err), KVQ_OK);
-        kvq_codec_input in = {NULL, x, rows, cols, 1, 0};
+        kvq_codec_input in = {NULL, x, rows, cols, 1, 0, NULL};
         kvq_encoded e;
         assert_int_equal(c->encode(cfg, &in, &e, &err), KVQ_OK);
         kvq_blob_view v[KVQ_MAX_BLOBS];

@@ -29,7 +29,7 @@ typedef struct {
 
 static void encode(enc_t *E, kvq_lattice lat, double bps, const float *x, int64_t rows, int64_t cols, uint64_t seed) {
     kvq_hq_opts o = kvq_hq_opts_default(lat, bps);
-    kvq_codec_input in = {NULL, x, rows, cols, seed, 1};
+    kvq_codec_input in = {NULL, x, rows, cols, seed, 1, NULL};
     kvq_err err = {0};
     assert_int_equal(kvq_hq_encode(&o, &in, &E->e, NULL, NULL, &err), KVQ_OK);
     assert_int_equal(kvq_hq_header_parse(E->e.params, rows, cols, &E->h, &err), KVQ_OK);
@@ -591,7 +591,7 @@ static void test_rtn(void **state) {
                 json_t *cfg = NULL;
                 kvq_err err = {0};
                 assert_int_equal(kvq_codec_find("rtn")->parse(spec, &cfg, &err), KVQ_OK);
-                kvq_codec_input in = {NULL, x, rows, cols, 1, 1};
+                kvq_codec_input in = {NULL, x, rows, cols, 1, 1, NULL};
                 kvq_encoded e;
                 assert_int_equal(kvq_codec_find("rtn")->encode(cfg, &in, &e, &err), KVQ_OK);
                 kvq_blob_view v[KVQ_MAX_BLOBS];
@@ -621,7 +621,7 @@ static void test_rtn(void **state) {
         json_t *cfg = NULL;
         kvq_err err = {0};
         assert_int_equal(kvq_codec_find("rtn")->parse(bad[i], &cfg, &err), KVQ_OK);
-        kvq_codec_input in = {NULL, x, 4, 192, 1, 1};
+        kvq_codec_input in = {NULL, x, 4, 192, 1, 1, NULL};
         kvq_encoded e;
         assert_int_equal(kvq_codec_find("rtn")->encode(cfg, &in, &e, &err), KVQ_OK);
         kvq_blob_view v[KVQ_MAX_BLOBS];
@@ -792,7 +792,7 @@ static void test_row_blocks_packed(void **state) {
     const double bps[3] = {2.5, 5.0, 3.5};
     float *x = gauss_matrix(rows, cols, 41);
     kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 3.0);
-    kvq_codec_input in = {NULL, x, rows, cols, 5, 1};
+    kvq_codec_input in = {NULL, x, rows, cols, 5, 1, NULL};
     kvq_encoded e;
     kvq_err err = {0};
     assert_int_equal(kvq_hq_encode_blocks(&o, bps, 3, br, &in, &e, NULL, &err), KVQ_OK);

@@ -30,7 +30,7 @@ static void views(const kvq_encoded *e, kvq_blob_view *v) {
 // Encodes x, decodes with both decoders, checks bit-exactness against the encoder's
 // reconstruction and returns the stats.
 static kvq_hq_stats roundtrip(const kvq_hq_opts *o, const float *x, int64_t rows, int64_t cols, uint64_t seed) {
-    kvq_codec_input in = {NULL, x, rows, cols, seed, 0};
+    kvq_codec_input in = {NULL, x, rows, cols, seed, 0, NULL};
     kvq_encoded e;
     kvq_err err = {0};
     kvq_hq_stats st;
@@ -85,7 +85,7 @@ static void test_determinism(void **state) {
     const int64_t rows = 16, cols = 256;
     float *x = gauss_matrix(rows, cols, 9, 1.0);
     kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
-    kvq_codec_input in = {NULL, x, rows, cols, 1234, 1};
+    kvq_codec_input in = {NULL, x, rows, cols, 1234, 1, NULL};
     kvq_encoded a, b;
     kvq_err err;
     assert_int_equal(kvq_hq_encode(&o, &in, &a, NULL, NULL, &err), KVQ_OK);
@@ -147,7 +147,7 @@ static void test_nonfinite_rejected(void **state) {
     kvq_encoded e;
     kvq_err err = {0};
     x[2 * cols + 5] = NAN;
-    kvq_codec_input in = {&t, x, rows, cols, 1, 0};
+    kvq_codec_input in = {&t, x, rows, cols, 1, 0, NULL};
     assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_ERR_NUMERIC);
     assert_non_null(strstr(err.msg, "model.layers.0.mlp.up_proj.weight"));
     assert_non_null(strstr(err.msg, "[2, 5]"));
@@ -166,7 +166,7 @@ static void test_nonfinite_rejected(void **state) {
 // Encodes (x or src) with o; returns the encoding (caller frees).
 static void enc_with(const kvq_hq_opts *o, const kvq_tensor *src, const float *x, int64_t rows, int64_t cols, int nt,
                      kvq_encoded *e) {
-    kvq_codec_input in = {src, x, rows, cols, 4321, nt};
+    kvq_codec_input in = {src, x, rows, cols, 4321, nt, NULL};
     kvq_err err = {0};
     kvq_status s = kvq_hq_encode(o, &in, e, NULL, NULL, &err);
     if (s) fprintf(stderr, "encode: %s\n", err.msg);
@@ -244,7 +244,7 @@ static void test_streaming_identical(void **state) {
         }
         // a NaN in the bf16 bytes: refused, naming the element
         b16[5 * cols + 3] = 0x7fc0;
-        kvq_codec_input in = {&tb, NULL, rows, cols, 1, 2};
+        kvq_codec_input in = {&tb, NULL, rows, cols, 1, 2, NULL};
         kvq_encoded e;
         kvq_err err = {0};
         kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
@@ -454,7 +454,7 @@ static void test_corrupt_payload(void **state) {
     const int64_t rows = 64, cols = 256;
     float *x = gauss_matrix(rows, cols, 13, 1.0);
     kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
-    kvq_codec_input in = {NULL, x, rows, cols, 1, 0};
+    kvq_codec_input in = {NULL, x, rows, cols, 1, 0, NULL};
     kvq_encoded e;
     kvq_err err;
     kvq_hq_header h;
@@ -493,7 +493,7 @@ static void test_fuzz_corruption(void **state) {
     float *x = gauss_matrix(rows, cols, 31, 1.0), *d = malloc(sizeof(float) * rows * cols);
     for (int l = 0; l < KVQ_LAT_COUNT; l++) {
         kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, 3.0);
-        kvq_codec_input in = {NULL, x, rows, cols, 5, 1};
+        kvq_codec_input in = {NULL, x, rows, cols, 5, 1, NULL};
         kvq_encoded e;
         kvq_err err;
         kvq_hq_header h;
@@ -530,7 +530,7 @@ static void test_layout_spec(void **state) {
           *want = malloc(sizeof(float) * rows * cols);
     for (int l = 0; l < KVQ_LAT_COUNT; l++) {
         kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, 3.5);
-        kvq_codec_input in = {NULL, x, rows, cols, 0xabcdefull, 1};
+        kvq_codec_input in = {NULL, x, rows, cols, 0xabcdefull, 1, NULL};
         kvq_encoded e;
         kvq_err err;
         assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_OK);
@@ -602,7 +602,7 @@ static void test_codec_table(void **state) {
     assert_string_equal(c->name, "hyperquant");
     const int64_t rows = 64, cols = 384;
     float *x = gauss_matrix(rows, cols, 17, 0.01), *d = malloc(sizeof(float) * rows * cols);
-    kvq_codec_input in = {NULL, x, rows, cols, 99, 0};
+    kvq_codec_input in = {NULL, x, rows, cols, 99, 0, NULL};
     kvq_encoded e;
     assert_int_equal(c->encode(cfg, &in, &e, &err), KVQ_OK);
     assert_true(fabs(kvq_encoded_bpw(&e, rows * cols) - 4.0) <= 0.01);
@@ -687,7 +687,7 @@ static void test_row_blocks(void **state) {
     for (int64_t r = 0; r < rows; r++) // rows of unlike scale, as an embedding's are
         for (int64_t j = 0; j < cols; j++) x[r * cols + j] *= (float)(1 + r % 7);
     kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 3.0);
-    kvq_codec_input in = {NULL, x, rows, cols, 99, 1};
+    kvq_codec_input in = {NULL, x, rows, cols, 99, 1, NULL};
     kvq_encoded e;
     kvq_err err = {0};
     float *rec = malloc(sizeof(float) * rows * cols), *d = malloc(sizeof(float) * rows * cols),
@@ -703,7 +703,7 @@ static void test_row_blocks(void **state) {
     for (int i = 0; i < 4; i++) {
         int64_t r0 = i * br, nr = rows - r0 < br ? rows - r0 : br;
         kvq_hq_opts ob = kvq_hq_opts_default(KVQ_LAT_E8, bps[i]);
-        kvq_codec_input bi = {NULL, x + r0 * cols, nr, cols, 99, 1};
+        kvq_codec_input bi = {NULL, x + r0 * cols, nr, cols, 99, 1, NULL};
         kvq_encoded eb;
         kvq_hq_stats st;
         assert_int_equal(kvq_hq_encode(&ob, &bi, &eb, one, &st, &err), KVQ_OK);
@@ -744,7 +744,7 @@ static void test_row_blocks(void **state) {
     json_t *cfg = NULL;
     assert_int_equal(c->parse("e8:3:blocks=32@2.5/4/3/5.5", &cfg, &err), KVQ_OK);
     kvq_tensor src = {"t", KVQ_DTYPE_F32, 2, {rows, cols}, x, sizeof(float) * rows * cols};
-    kvq_codec_input ins = {&src, NULL, rows, cols, 99, 1};
+    kvq_codec_input ins = {&src, NULL, rows, cols, 99, 1, NULL};
     kvq_encoded e2;
     assert_int_equal(c->encode(cfg, &ins, &e2, &err), KVQ_OK);
     assert_int_equal(e2.n_blob, e.n_blob);

@@ -28,7 +28,7 @@ static void check(int bits, int group, int64_t rows, int64_t cols) {
     float *x = malloc(sizeof(float) * n), *d = malloc(sizeof(float) * n);
     uint64_t s = (uint64_t)bits * 1000 + (uint64_t)group;
     for (int64_t i = 0; i < n; i++) x[i] = (float)((urand(&s) - 0.3) * (1 + (i / cols) % 5));
-    kvq_codec_input in = {NULL, x, rows, cols, 0, 0};
+    kvq_codec_input in = {NULL, x, rows, cols, 0, 0, NULL};
     kvq_encoded e;
     assert_int_equal(c->encode(cfg, &in, &e, &err), KVQ_OK);
     kvq_blob_view v[KVQ_MAX_BLOBS];
@@ -82,7 +82,7 @@ static void test_rtn_snr(void **st) {
     json_t *cfg;
     kvq_err err;
     assert_int_equal(kvq_codec_parse_spec("rtn:4:g128", &c, &cfg, &err), KVQ_OK);
-    kvq_codec_input in = {NULL, x, rows, cols, 0, 0};
+    kvq_codec_input in = {NULL, x, rows, cols, 0, 0, NULL};
     kvq_encoded e;
     assert_int_equal(c->encode(cfg, &in, &e, &err), KVQ_OK);
     kvq_blob_view v[KVQ_MAX_BLOBS];

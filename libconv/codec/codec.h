@@ -64,6 +64,8 @@ typedef struct {
     int64_t rows, cols;
     uint64_t seed;       // per-tensor seed derived from the recipe seed and the name
     int n_threads;       // 0 = OpenMP default
+    const double *hess;  // (cols, cols) the product's input covariance Σ x xᵀ from a calibration pass, or NULL;
+                         // only codecs asked for Hessian-aware rounding read it (hyperquant's ldlq)
 } kvq_codec_input;
 
 typedef struct {

@@ -68,11 +68,20 @@ struct kvq_calib {
     double *lp;               // (n_layers + 1) parameters per layer, [n_layers] the head's: the probes' work
     double work_done;         // parameter-tokens the probes ran so far
     probe_t pr;
+    // input covariances for LDLQ (kvq_calib_run with hessian): per site (n_layers or 1, cols, cols)
+    // Σ x xᵀ in double, the statistics pass's inputs buffered XB tokens at a time per layer and site
+    double *cov[N_SITES];
+    float *xb[N_SITES];       // (n_layers or 1, XB, cols) buffered inputs
+    int *xn[N_SITES];         // (n_layers or 1) tokens buffered
+    float *xt, *ctmp;         // scratch: (max cols, XB) transposed inputs, (max cols, max cols) their product
 };
+#define XB 128
 
 void kvq_calib_free(kvq_calib *c) {
     if (!c) return;
-    for (int i = 0; i < N_SITES; i++) free(c->m[i]);
+    for (int i = 0; i < N_SITES; i++) free(c->m[i]), free(c->cov[i]), free(c->xb[i]), free(c->xn[i]);
+    free(c->xt);
+    free(c->ctmp);
     free(c->freq);
     kvq_model_close(c->model);
     free(c->probe_ids);
@@ -88,6 +97,20 @@ void kvq_calib_free(kvq_calib *c) {
 
 size_t kvq_calib_tokens(const kvq_calib *c) { return c->n_tokens; }
 
+// Adds the buffered inputs of (site, layer slot l) to its covariance: their XᵀX in fp32 by the
+// runtime's product (at most XB tokens: no precision to speak of lost), then into the double sums.
+static void cov_flush(kvq_calib *c, int site, int l) {
+    const int cols = c->cols[site], n = c->xn[site][l];
+    if (n == 0) return;
+    const float *x = c->xb[site] + (size_t)l * XB * cols;
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < cols; j++) c->xt[(size_t)j * n + t] = x[(size_t)t * cols + j];
+    kvq_matmul(c->ctmp, c->xt, c->xt, KVQ_DTYPE_F32, cols, n, cols, NULL, c->n_threads);
+    double *h = c->cov[site] + (size_t)l * cols * cols;
+    for (size_t i = 0; i < (size_t)cols * cols; i++) h[i] += (double)c->ctmp[i];
+    c->xn[site][l] = 0;
+}
+
 static void observe(void *ud, int layer, kvq_model_site site, const float *x, int T, int cols) {
     kvq_calib *c = ud;
     if ((int)site < 0 || site >= N_SITES || cols != c->cols[site]) return;
@@ -100,7 +123,13 @@ static void observe(void *ud, int layer, kvq_model_site site, const float *x, in
         }
         return;
     }
-    double *m = c->m[site] + (size_t)(site == KVQ_SITE_LM_HEAD ? 0 : layer) * cols;
+    const int ls = site == KVQ_SITE_LM_HEAD ? 0 : layer;
+    if (c->cov[site])
+        for (int t = 0; t < T; t++) {
+            memcpy(c->xb[site] + ((size_t)ls * XB + c->xn[site][ls]) * cols, x + (size_t)t * cols, sizeof(float) * cols);
+            if (++c->xn[site][ls] == XB) cov_flush(c, site, ls);
+        }
+    double *m = c->m[site] + (size_t)ls * cols;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < cols; j++) m[j] += (double)x[(size_t)t * cols + j] * (double)x[(size_t)t * cols + j];
     if (layer <= 0) c->n_seen[site] += T; // layer 0 (lm_head: -1) counts for all
@@ -203,7 +232,7 @@ static void pass_progress(kvq_calib_progress_fn fn, void *ud, size_t done, size_
     fn(ud, &p);
 }
 
-kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, uint64_t seed, int n_threads,
+kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, uint64_t seed, int n_threads, int hessian,
                          kvq_calib_progress_fn progress, void *ud, kvq_calib **out, kvq_err *err) {
     *out = NULL;
     kvq_calib *c = calloc(1, sizeof *c);
@@ -232,6 +261,19 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
     c->cols[KVQ_SITE_DOWN] = a->intermediate_size;
     for (int i = 0; i < N_SITES; i++)
         if (!(c->m[i] = calloc((size_t)(i == KVQ_SITE_LM_HEAD ? 1 : a->n_layers) * c->cols[i], sizeof(double)))) s = KVQ_ERR_NOMEM;
+    if (hessian && !s) {
+        int mc = 0;
+        for (int i = 0; i < N_SITES; i++) mc = c->cols[i] > mc ? c->cols[i] : mc;
+        const size_t nl = (size_t)a->n_layers;
+        for (int i = 0; i < N_SITES && !s; i++) {
+            const size_t ns = i == KVQ_SITE_LM_HEAD ? 1 : nl, w = (size_t)c->cols[i];
+            if (!(c->cov[i] = calloc(ns * w * w, sizeof(double))) || !(c->xb[i] = malloc(sizeof(float) * ns * XB * w)) ||
+                !(c->xn[i] = calloc(ns, sizeof(int))))
+                s = KVQ_ERR_NOMEM;
+        }
+        if (!s && (!(c->xt = malloc(sizeof(float) * (size_t)mc * XB)) || !(c->ctmp = malloc(sizeof(float) * (size_t)mc * mc))))
+            s = KVQ_ERR_NOMEM;
+    }
     const int ctx = kvq_model_max_ctx(m) < 512 ? kvq_model_max_ctx(m) : 512;
     c->n_probe = ctx < N_PROBE ? ctx : N_PROBE;
     if (s || !(c->freq = calloc(a->vocab_size, sizeof(double))) ||
@@ -274,6 +316,9 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
     if (s) goto done;
     for (size_t i = 0; i < n_ids; i++) c->freq[ids[i]] += 1.0;
     c->n_tokens = n_ids;
+    for (int i = 0; i < N_SITES; i++) // the covariances' last partial buffers
+        for (int l = 0; c->cov[i] && l < (i == KVQ_SITE_LM_HEAD ? 1 : c->n_layers); l++) cov_flush(c, i, l);
+    for (int i = 0; i < N_SITES; i++) free(c->xb[i]), c->xb[i] = NULL;
     // the probes' tokens and the source's log-probabilities on them
     c->stats = 0;
     if ((size_t)c->n_probe > n_ids) c->n_probe = (int)n_ids;
@@ -376,6 +421,15 @@ double kvq_calib_sensitivity(const kvq_calib *c, const char *name, const float *
     if (site != KVQ_SITE_LM_HEAD && (layer < 0 || layer >= c->n_layers)) return NAN;
     const double *m = c->m[site] + (size_t)(site == KVQ_SITE_LM_HEAD ? 0 : layer) * cols;
     return linear_sensitivity(m, c->n_seen[site], w, rows, cols);
+}
+
+const double *kvq_calib_hessian(const kvq_calib *c, const char *name, int64_t rows, int64_t cols) {
+    int layer;
+    if (is_embedding(name)) return NULL; // a lookup: its error is not a product's (a tied table too)
+    int site = site_of(name, &layer);
+    if (site < 0 || !c->cov[site] || cols != c->cols[site] || c->n_seen[site] <= 0) return NULL;
+    if (site != KVQ_SITE_LM_HEAD && (layer < 0 || layer >= c->n_layers)) return NULL;
+    return c->cov[site] + (size_t)(site == KVQ_SITE_LM_HEAD ? 0 : layer) * cols * cols;
 }
 
 // Where tensor `name`'s output lands: site, layer, first row and rows of the site's output.

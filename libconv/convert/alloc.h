@@ -19,9 +19,15 @@ typedef struct kvq_calib kvq_calib;
  *  records, for every product's input, Σ x_j² per input column, and the embedding lookups'
  *  token counts. text_path: the first n_tokens tokens of that UTF-8 file (fewer when it is
  *  shorter; an empty file is an error naming it); NULL: tokens the model samples itself from
- *  its BOS (temperature 1, top-p 0.95, seeded), so no data is needed. *out: kvq_calib_free. */
-kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, uint64_t seed, int n_threads,
+ *  its BOS (temperature 1, top-p 0.95, seeded), so no data is needed. hessian: also the input
+ *  covariances (kvq_calib_hessian). *out: kvq_calib_free. */
+kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, uint64_t seed, int n_threads, int hessian,
                          kvq_calib_progress_fn progress, void *ud, kvq_calib **out, kvq_err *err);
+/** With hessian = 1 in kvq_calib_run, the pass also sums each product's full input covariance Σ x xᵀ
+ *  (per layer and site, double; SmolLM2-135M: ~0.8 GB) for LDLQ. @return tensor `name`'s ((cols, cols),
+ *  row-major, borrowed from c), or NULL: none kept, a name the runtime has no product for, or an
+ *  embedding (a lookup, tied or not, never rounds against a product's inputs). */
+const double *kvq_calib_hessian(const kvq_calib *c, const char *name, int64_t rows, int64_t cols);
 void kvq_calib_free(kvq_calib *c); // NULL is a no-op
 /** Tokens the pass saw. */
 size_t kvq_calib_tokens(const kvq_calib *c);

@@ -142,7 +142,7 @@ static json_t *alloc_record(const kvq_plan_entry *pe) {
 }
 
 static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, kvq_writer *w, int n_threads,
-                                 json_t **rec, double *snr_db, kvq_err *err) {
+                                 const kvq_calib *calib, json_t **rec, double *snr_db, kvq_err *err) {
     const kvq_codec_traits *codec = pe->codec;
     int64_t numel = pe->numel, cols = pe->cols, rows = pe->rows;
     // Lossless codecs store the source bytes and codecs that read the source themselves stream
@@ -177,6 +177,7 @@ static kvq_status convert_tensor(const kvq_tensor *t, const kvq_plan_entry *pe, 
     if (stream) { free(x); x = NULL; }
     else release_source(t); // the codec reads the float32 copy only: the mapped source bytes can go now
     kvq_codec_input in = {.src = t, .x = x, .rows = rows, .cols = cols, .seed = pe->seed, .n_threads = n_threads};
+    if (calib && pe->spec && strstr(pe->spec, ":ldlq")) in.hess = kvq_calib_hessian(calib, t->name, rows, cols);
     kvq_encoded enc = {0};
     enc.predicted_mse = NAN;
     kvq_status s = codec->encode(pe->cfg, &in, &enc, err);
@@ -260,10 +261,13 @@ typedef struct {
     double target_bpw;      // NAN: no budget
     size_t calib_tokens;    // tokens the calibration pass saw (budget only)
     int uniform;            // the budget met with one rate (the default over its work limit)
+    int hessian;            // some spec asks for LDLQ (":ldlq"): the calibration keeps input covariances
+    kvq_calib *calib;       // that calibration, kept for the encoders (NULL: none)
 } setup_t;
 
 static void setup_free(setup_t *S) {
     free(S->e);
+    kvq_calib_free(S->calib);
     kvq_ckpt_close(S->ck);
     kvq_plan_free(S->plan);
     memset(S, 0, sizeof *S);
@@ -314,16 +318,19 @@ static kvq_status budget(const char *src, const kvq_convert_opts *o, setup_t *S,
         o->calib_progress(o->calib_ud, &p);
     }
     kvq_calib *c = NULL;
-    s = kvq_calib_run(src, b->calib_text, b->calib_tokens, kvq_plan_seed(S->plan), o->n_threads, o->calib_progress,
-                      o->calib_ud, &c, err);
+    s = kvq_calib_run(src, b->calib_text, b->calib_tokens, kvq_plan_seed(S->plan), o->n_threads, S->hessian,
+                      o->calib_progress, o->calib_ud, &c, err);
     if (s == KVQ_OK) S->calib_tokens = kvq_calib_tokens(c), kvq_calib_set_probe(c, b->calib_probe);
     if (s == KVQ_OK)
         s = kvq_alloc_apply(S->plan, S->ck, S->e, S->n, c, b->target_bpw, o->n_threads, o->calib_progress, o->calib_ud, err);
-    kvq_calib_free(c);
+    if (s == KVQ_OK && S->hessian) S->calib = c; // the covariances, for LDLQ's encoders
+    else kvq_calib_free(c);
     return s;
 }
 
-static kvq_status setup(const char *src, const kvq_convert_opts *o, setup_t *S, kvq_err *err) {
+// hessian: the conversion will encode (not a prediction), so specs asking for LDLQ get their input
+// covariances from a calibration pass: the budget's, or one of its own (no probes needed).
+static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian, setup_t *S, kvq_err *err) {
     memset(S, 0, sizeof *S);
     kvq_status s = kvq_plan_build(&o->plan, &S->plan, err);
     if (s == KVQ_OK) s = kvq_ckpt_open(src, &S->ck, err);
@@ -335,7 +342,21 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, setup_t *S, 
     kvq_plan_budget_t b;
     kvq_plan_budget(S->plan, &b);
     S->target_bpw = b.target_bpw;
+    for (size_t i = 0; i < S->n && hessian; i++) S->hessian |= S->e[i].spec && strstr(S->e[i].spec, ":ldlq") != NULL;
     if (s == KVQ_OK && !isnan(b.target_bpw)) s = budget(src, o, S, &b, err); // the whole-model budget (alloc.h)
+    if (s == KVQ_OK && S->hessian && !S->calib) // no calibration ran (--calib-from, or no budget): one for LDLQ
+        s = kvq_calib_run(src, b.calib_text, b.calib_tokens > 0 ? b.calib_tokens : KVQ_CALIB_TOKENS_DEFAULT,
+                          kvq_plan_seed(S->plan), o->n_threads, 1, NULL, NULL, &S->calib, err);
+    if (s == KVQ_OK && S->calib) { // too few tokens for the widest input: a rank-deficient covariance, and LDLQ
+        int64_t wide = 0;          // then loses to plain rounding (docs/HYPERQUANT.md "LDLQ": +45 % KLD measured)
+        for (size_t i = 0; i < S->n; i++)
+            if (S->e[i].spec && strstr(S->e[i].spec, ":ldlq") && S->e[i].cols > wide) wide = S->e[i].cols;
+        if ((int64_t)kvq_calib_tokens(S->calib) < KVQ_LDLQ_TOKENS_PER_COL * wide)
+            s = kvq_err_set(err, KVQ_ERR_ARG, "%s: ldlq needs a calibration of at least %lld tokens (%d per column of the "
+                            "widest input, %lld) and this one has %zu: pass --calib FILE --calib-tokens N (N >= %lld)",
+                            src, (long long)(KVQ_LDLQ_TOKENS_PER_COL * wide), KVQ_LDLQ_TOKENS_PER_COL, (long long)wide,
+                            kvq_calib_tokens(S->calib), (long long)(KVQ_LDLQ_TOKENS_PER_COL * wide));
+    }
     if (s == KVQ_OK && o->adjust) s = o->adjust(o->adjust_ud, S->plan, S->e, S->n, err);
     kvq_plan_kv(S->plan, &S->kv);
     if (o->kv_spec) S->kv.spec = o->kv_spec, S->kv.window = o->kv_window, S->kv.boundary = o->kv_boundary;
@@ -372,7 +393,7 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
     json_t *man = NULL, *tensors = json_array();
     kvq_convert_summary R = {.bits_per_weight = NAN, .bits_per_param = NAN, .target_bpw = NAN};
     double lossy_bits = 0, lossy_numel = 0;
-    kvq_status s = setup(src, o, &S, err);
+    kvq_status s = setup(src, o, 1, &S, err);
     if (s == KVQ_OK) s = kvq_writer_open_journal(out, o->resume, &w, err);
     if (s != KVQ_OK) goto done;
     man = manifest_head(&S, o);
@@ -414,7 +435,7 @@ kvq_status kvq_convert(const char *src, const char *out, const kvq_convert_opts 
         }
         if (!reused) {
             if (i == R.n_reused && (s = kvq_writer_journal_cut(w, err))) break; // first tensor converted anew
-            s = convert_tensor(t, &S.e[i], w, o->n_threads, &rec, &snr, err);
+            s = convert_tensor(t, &S.e[i], w, o->n_threads, S.calib, &rec, &snr, err);
             if (s != KVQ_OK) { json_decref(rec); break; }
             json_t *note = json_pack("{s:s,s:s,s:s,s:s,s:O}", "name", t->name, "spec", S.e[i].spec, "seed", seedhex,
                                      "source_xxh3", hex, "record", rec);
@@ -492,7 +513,7 @@ static kvq_status predict_file(const char *path, const char *entry, json_t *tab,
 kvq_status kvq_convert_predict(const char *src, const kvq_convert_opts *o, kvq_convert_prediction *P, kvq_err *err) {
     memset(P, 0, sizeof *P);
     setup_t S;
-    kvq_status s = setup(src, o, &S, err);
+    kvq_status s = setup(src, o, 0, &S, err);
     if (s != KVQ_OK) { setup_free(&S); return s; }
     json_t *man = manifest_head(&S, o), *tensors = json_array(), *tab = json_object();
     uint64_t pos = 0;

@@ -47,6 +47,9 @@ typedef struct {
 } kvq_plan_opts;
 
 #define KVQ_CALIB_TOKENS_DEFAULT 512
+/** Calibration tokens LDLQ (hyperquant's ldlq) needs per column of the widest product input it rounds
+ *  against: fewer leave the input covariance rank-deficient (docs/HYPERQUANT.md "LDLQ"). */
+#define KVQ_LDLQ_TOKENS_PER_COL 2
 /** kvq-convert's budget when no weight flag is given (docs/ALLOCATION.md, "The default"). */
 #define KVQ_DEFAULT_TARGET_BPW 5.0
 /** The default budget's work limit in parameter-tokens (parameters × tokens run: the calibration

@@ -58,7 +58,7 @@ static void bench(kvq_lattice lat, double bps, int64_t rows, int64_t cols, doubl
     uint64_t s = 12345;
     for (int64_t i = 0; i < n; i++) x[i] = (float)gauss(&s);
     kvq_hq_opts o = kvq_hq_opts_default(lat, bps);
-    kvq_codec_input in = {NULL, x, rows, cols, 99, 0};
+    kvq_codec_input in = {NULL, x, rows, cols, 99, 0, NULL};
     kvq_encoded e;
     double te = now();
     OK(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err));

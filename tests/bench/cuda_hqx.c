@@ -30,7 +30,7 @@ static int pack_one(const char *codec, const float *x, int64_t rows, int64_t col
         double bps = 0;
         if (sscanf(codec + 11, "%2[a-z0-9]:%lf", lat, &bps) != 2 || kvq_lattice_parse(lat, &l)) return -1;
         kvq_hq_opts o = kvq_hq_opts_default(l, bps);
-        kvq_codec_input in = {NULL, x, rows, cols, 1, 0};
+        kvq_codec_input in = {NULL, x, rows, cols, 1, 0, NULL};
         kvq_hq_header h;
         if ((s = kvq_hq_encode(&o, &in, &e, NULL, NULL, &err)) || (s = kvq_hq_header_parse(e.params, rows, cols, &h, &err))) {
             fprintf(stderr, "%s: %s\n", codec, err.msg);
@@ -41,7 +41,7 @@ static int pack_one(const char *codec, const float *x, int64_t rows, int64_t col
     } else {
         const kvq_codec_traits *c = kvq_codec_find("rtn");
         json_t *cfg = NULL;
-        kvq_codec_input in = {NULL, x, rows, cols, 1, 0};
+        kvq_codec_input in = {NULL, x, rows, cols, 1, 0, NULL};
         if ((s = c->parse(codec + 4, &cfg, &err)) || (s = c->encode(cfg, &in, &e, &err))) {
             fprintf(stderr, "%s: %s\n", codec, err.msg);
             return -1;

@@ -72,7 +72,7 @@ static int bench_speed(long rows, long cols) {
     for (int l = 0; l < KVQ_LAT_COUNT; l++)
         for (int nt = 1; nt <= maxt; nt = nt == maxt ? maxt + 1 : (nt * 2 > maxt ? maxt : nt * 2)) {
             kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)l, 4.0);
-            kvq_codec_input in = {NULL, x, rows, cols, 42, nt};
+            kvq_codec_input in = {NULL, x, rows, cols, 42, nt, NULL};
             kvq_encoded e;
             kvq_err err;
             kvq_hq_stats st;
@@ -121,7 +121,7 @@ static int bench_norms(long rows, long cols) {
         for (int nb = 8; nb <= 16; nb += (nb == 12 ? 4 : 2)) {
             kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, bps[b]);
             o.norm_bits = nb;
-            kvq_codec_input in = {NULL, x, rows, cols, 42, 0};
+            kvq_codec_input in = {NULL, x, rows, cols, 42, 0, NULL};
             kvq_encoded e;
             kvq_err err;
             kvq_hq_stats st;
@@ -138,7 +138,7 @@ static int bench_norms(long rows, long cols) {
 static int bench_encprof(long rows, long cols) {
     float *x = gauss_matrix(rows, cols, 0.02);
     kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
-    kvq_codec_input in = {NULL, x, rows, cols, 42, 1};
+    kvq_codec_input in = {NULL, x, rows, cols, 42, 1, NULL};
     double c0 = cpu();
     for (int r = 0; r < 5; r++) {
         kvq_encoded e;
@@ -155,7 +155,7 @@ static int bench_encprof(long rows, long cols) {
 static int bench_decprof(long rows, long cols) {
     float *x = gauss_matrix(rows, cols, 0.02), *d = malloc(sizeof(float) * rows * cols);
     kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
-    kvq_codec_input in = {NULL, x, rows, cols, 42, 1};
+    kvq_codec_input in = {NULL, x, rows, cols, 42, 1, NULL};
     kvq_encoded e;
     kvq_err err;
     kvq_hq_header h;

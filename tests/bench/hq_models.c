@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
                 int64_t rows = t->shape[0], cols = t->shape[1], ne = rows * cols;
                 float *x = malloc(sizeof(float) * ne), *d = malloc(sizeof(float) * ne);
                 kvq_dtype_to_f32(t->dtype, t->data, (size_t)ne, x);
-                kvq_codec_input in = {t, x, rows, cols, 0x5eed0000u + i, 0};
+                kvq_codec_input in = {t, x, rows, cols, 0x5eed0000u + i, 0, NULL};
                 kvq_encoded e;
                 if (c->encode(cfg, &in, &e, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
                 kvq_blob_view v[KVQ_MAX_BLOBS];

@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
         float *x = malloc(sizeof(float) * r * c);
         kvq_dtype_to_f32(t->dtype, t->data, (size_t)(r * c), x);
         kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, bps);
-        kvq_codec_input in = {t, x, r, c, i, 1};
+        kvq_codec_input in = {t, x, r, c, i, 1, NULL};
         kvq_encoded e;
         kvq_hq_stats st;
         double c0 = cpu();

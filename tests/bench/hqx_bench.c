@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < rows * cols; i++) w[i] = (float)(0.02 * gauss(&s));
     for (int64_t i = 0; i < cols * ntok; i++) x[i] = (float)gauss(&s);
     kvq_hq_opts o = kvq_hq_opts_default(lat, bps);
-    kvq_codec_input in = {NULL, w, rows, cols, 7, 0};
+    kvq_codec_input in = {NULL, w, rows, cols, 7, 0, NULL};
     kvq_encoded e;
     kvq_err err = {0};
     kvq_hq_header h;

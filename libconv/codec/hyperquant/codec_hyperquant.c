@@ -1,6 +1,6 @@
 // The "hyperquant" entry of the codec table: spec parsing
 //   hyperquant:<lattice>:<bps>[:int8][:cast=int8|fp8|nvfp4|mxfp4][:nb=6|8|10|12|16][:tile=N][:table]
-//              [:blocks=<R>@<bps1>/<bps2>/...]
+//              [:blocks=<R>@<bps1>/<bps2>/...][:ldlq[=<damp>]]
 // (<bps> may instead be "<x>db" for a fixed SNR), and the encode/decode adapters. blocks= cuts
 // the matrix into blocks of R rows, each at its own rate (hq_blocks.c; <bps> is then the
 // tensor's mean, the blocks' rates weighted by their rows, for size predictions).
@@ -42,6 +42,15 @@ static kvq_status hq_parse(const char *args, json_t **cfg, kvq_err *err) {
     }
     while ((tok = strtok_r(NULL, ":", &save))) {
         if (strcmp(tok, "int8") == 0) o.int8 = 1;
+        else if (strcmp(tok, "ldlq") == 0) o.ldlq = 1;
+        else if (strncmp(tok, "ldlq=", 5) == 0) {
+            char *e2 = NULL;
+            o.ldlq = 1, o.ldlq_damp = strtod(tok + 5, &e2);
+            if (e2 == tok + 5 || *e2 || !(o.ldlq_damp > 0.0 && o.ldlq_damp <= 10.0)) {
+                json_decref(blocks);
+                return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': ldlq damping must be a number in (0, 10]", args);
+            }
+        }
         else if (strcmp(tok, "table") == 0) o.table_only = 1;
         else if (strncmp(tok, "cast=", 5) == 0) {
             if (kvq_cast_parse(tok + 5, &o.cast))
@@ -82,11 +91,16 @@ static kvq_status hq_parse(const char *args, json_t **cfg, kvq_err *err) {
         json_decref(blocks);
         return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': blocks= needs a rate and Rice mode", args);
     }
+    if (o.ldlq && o.int8) {
+        json_decref(blocks);
+        return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': ldlq needs Rice mode (not int8)", args);
+    }
     if (o.int8 && isnan(o.bps) && isnan(o.snr_db))
         return kvq_err_set(err, KVQ_ERR_ARG, "codec 'hyperquant:%s': missing rate", args);
     *cfg = json_pack("{s:s,s:f,s:f,s:i,s:i,s:b,s:b,s:s}", "lattice", kvq_lattice_name(lat), "bps",
                      isnan(o.bps) ? -1.0 : o.bps, "snr_db", isnan(o.snr_db) ? -1.0 : o.snr_db, "tile", o.max_tile,
                      "norm_bits", o.norm_bits, "int8", o.int8, "table", o.table_only, "cast", kvq_cast_name(o.cast));
+    if (*cfg && o.ldlq) json_object_set_new(*cfg, "ldlq", json_real(o.ldlq_damp));
     if (*cfg && blocks) {
         json_object_set_new(*cfg, "block_rows", json_integer(block_rows));
         json_object_set_new(*cfg, "block_bps", blocks);
@@ -105,6 +119,7 @@ static kvq_status hq_encode(const json_t *cfg, const kvq_codec_input *in, kvq_en
     o.norm_bits = (int)json_integer_value(json_object_get(cfg, "norm_bits"));
     o.int8 = json_is_true(json_object_get(cfg, "int8"));
     o.table_only = json_is_true(json_object_get(cfg, "table"));
+    if (json_is_number(json_object_get(cfg, "ldlq"))) o.ldlq = 1, o.ldlq_damp = json_number_value(json_object_get(cfg, "ldlq"));
     if (kvq_cast_parse(json_string_value(json_object_get(cfg, "cast")), &o.cast))
         return kvq_err_set(err, KVQ_ERR_ARG, "hyperquant: bad config");
     json_t *bb = json_object_get(cfg, "block_bps");

@@ -69,4 +69,13 @@ kvq_status kvq_hq_check_blobs(const kvq_hq_header *h, const kvq_blob_view *b, in
  *  written). The encoder's fast path; exported for its test. */
 int kvq_hq_e8_quant8(const float *r, float g, int nv, int32_t *c, uint32_t *s, double *tn);
 
+/** LDLQ's error-feedback coefficients (hq_ldlq.c) for rows of cols_p rotated coordinates in blocks
+ *  of n: H (cols × cols, symmetric PSD, any scale) padded with zeros to cols_p, rotated as the
+ *  encoder rotates a row (tiles of T, signs sgn), damped by damp × its mean diagonal, factored
+ *  H_rot = U D Uᵀ (U unit block-upper triangular). *out (malloc'd, caller frees): for each block
+ *  k ≥ 1 the (k·n × n) row-major matrix A_k = U_{<k,k}, at offset n²·k(k−1)/2, so that block k's
+ *  target is y_k + A_kᵀ e_{<k}. KVQ_ERR_NUMERIC when the damped matrix is not positive definite. */
+kvq_status kvq_hq_ldlq_feedback(const double *H, int64_t cols, int64_t cols_p, int T, const float *sgn, double damp,
+                                int n, float **out, kvq_err *err);
+
 #endif

@@ -28,6 +28,8 @@ typedef struct {
                       // takes at most this many bytes (default 256 MiB); above it every pass re-reads and
                       // re-rotates the source tile by tile and the writer re-quantizes (same bytes out)
     int no_simd;      // 1: the plain quantization loop even where AVX2 is present (tests; same bytes out)
+    int ldlq;         // 1: LDLQ error feedback when the input carries a covariance (in->hess), Rice mode only
+    double ldlq_damp; // LDLQ damping, a fraction of the rotated covariance's mean diagonal (default 0.01)
 } kvq_hq_opts;
 
 /** Everything decode needs, parsed from the params JSON. */

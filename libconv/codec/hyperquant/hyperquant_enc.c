@@ -25,7 +25,7 @@
 #define NQ (KVQ_RICE_KMAX + 2)               // per group and class: Σ(v >> k) for k = 0..KMAX, then the count
 
 kvq_hq_opts kvq_hq_opts_default(kvq_lattice l, double bps) {
-    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE, KVQ_HQ_ROT_CACHE, 0}; // nb=8: best measured (docs/HYPERQUANT.md)
+    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE, KVQ_HQ_ROT_CACHE, 0, 0, 0.01}; // nb=8: best measured (docs/HYPERQUANT.md)
     return o;
 }
 
@@ -57,6 +57,7 @@ typedef struct {
     // results of the last pass
     double snr_db;
     double noise;     // Σ squared error of the last pass, in the orthonormal rotated domain
+    float *fb;        // LDLQ feedback (kvq_hq_ldlq_feedback), or NULL: each vector rounded on its own
     double *tacc;     // (2, n_tiles) per-tile sums, added up in tile order afterwards, so the totals
                       // (and the predicted MSE stored in the file) do not depend on the thread count
     uint64_t code_bits, codes_bytes, clipped;
@@ -312,6 +313,67 @@ static void group_sums(const enc_ctx *e, uint32_t (*h)[SMALL_SYM], uint64_t *q) 
     }
 }
 
+// LDLQ rounding of every row at gain α/n̂ per tile: the row's n-vectors left to right, each
+// rounded at its own rotated values plus the feedback of the errors (in the unnormalized rotated
+// domain) of the vectors before it. The symbols go into e->sym (every tile's: the writer cannot
+// re-round a tile alone), per-tile errors into e->tacc as quant_pass's, measured against the
+// original values. With zero feedback the codes are tile_quant's (the same float products into the
+// same nearest-point rule).
+static void ldlq_pass(enc_ctx *e, double alpha) {
+    const int T = e->h.tile, n = e->n, a2 = e->h.lat == KVQ_LAT_A2;
+    const int64_t C = e->h.cols_p, tpr = e->tpr;
+    const float sq3 = KVQ_SQRT3_F;
+#pragma omp parallel num_threads(e->nt)
+    {
+        float *err = malloc(sizeof(float) * (size_t)C), buf[KVQ_HQ_MAX_TILE];
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t row = 0; row < e->h.rows; row++) {
+            if (!err) continue; // KVQ_ASSERT below
+            for (int64_t j = 0; j < tpr; j++) {
+                const int64_t t = row * tpr + j;
+                const float *r = tile_rot(e, t, buf);
+                uint32_t *st = e->sym + t * T;
+                e->tacc[t] = 0.0;
+                if (e->invn[t] == 0.0) { // a zero tile decodes to zeros: its error is its values
+                    for (int i = 0; i < T; i++) err[j * T + i] = r[i];
+                    continue;
+                }
+                const float g = (float)(alpha * e->invn[t]);
+                double tn = 0.0;
+                for (int v = 0; v < T; v += n) {
+                    const int64_t k = (j * T + v) / n; // block index in the row
+                    double corr[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                    if (k > 0) {
+                        const float *A = e->fb + (size_t)(n * n) * (size_t)(k * (k - 1) / 2);
+                        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                        for (int64_t i = 0; i < k * n; i++) {
+                            const float ei = err[i];
+                            for (int q = 0; q < n; q++) acc[q] += A[i * n + q] * ei;
+                        }
+                        for (int q = 0; q < n; q++) corr[q] = acc[q];
+                    }
+                    float u[8];
+                    int32_t cv[8];
+                    for (int q = 0; q < n; q++) u[q] = (float)((double)r[v + q] + corr[q]) * g;
+                    kvq_lattice_nearest(e->h.lat, u, cv);
+                    for (int q = 0; q < n; q++) {
+                        const float rec = (a2 && !(q & 1)) ? sq3 * (float)cv[q] : (float)cv[q];
+                        const double d = (double)(r[v + q] * g) - (double)rec;
+                        tn += d * d;
+                        err[j * T + v + q] = (float)((double)r[v + q] - (double)rec / (double)g);
+                    }
+                    if (e->h.lat == KVQ_LAT_E8) strip_e8(cv, st + v);
+                    else kvq_lattice_strip(e->h.lat, cv, st + v);
+                }
+                const double sc = 1.0 / (alpha * e->invn[t]);
+                e->tacc[t] = tn * sc * sc / (double)T;
+            }
+        }
+        KVQ_ASSERT(err != NULL); // a few KB per thread
+        free(err);
+    }
+}
+
 // One quantization pass at snr_db: per-tile errors, per-group Rice sums (so the Rice
 // parameters and every group's exact size are known without keeping the symbols), exact
 // stored size. The Rice parameter minimises the same exact bit count as kvq_rice_best_k.
@@ -322,6 +384,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
     const double alpha = e->h.alpha;
     uint64_t clipped = 0;
     double noise = 0.0;
+    if (e->fb) ldlq_pass(e, alpha);
 #pragma omp parallel for num_threads(e->nt) schedule(static) reduction(+ : clipped)
     for (int64_t g = 0; g < e->n_groups; g++) {
         float buf[KVQ_HQ_MAX_TILE];
@@ -333,11 +396,11 @@ static int quant_pass(enc_ctx *e, double snr_db) {
         memset(h, 0, sizeof h);
         if (ncls == 1) memset(h4, 0, sizeof h4);
         for (int64_t t = g * KVQ_HQ_GROUP_TILES; t < group_end(e, g); t++) {
-            e->tacc[t] = 0.0;
+            if (!e->fb) e->tacc[t] = 0.0;
             if (e->invn[t] == 0.0) continue;
-            const float *r = tile_rot(e, t, buf);
             uint32_t *st = e->sym ? e->sym + t * T : s;
-            double tn = tile_quant(e, r, (float)(alpha * e->invn[t]), c, st, &clipped);
+            double tn = 0.0;
+            if (!e->fb) tn = tile_quant(e, tile_rot(e, t, buf), (float)(alpha * e->invn[t]), c, st, &clipped);
             if (!int8 && ncls == 1) // four interleaved counters: repeated symbols do not wait on each other's stores
                 for (int i = 0; i < T; i++) {
                     const uint32_t v = st[i];
@@ -359,7 +422,7 @@ static int quant_pass(enc_ctx *e, double snr_db) {
                     }
                 }
             double sc = 1.0 / (alpha * e->invn[t]); // n̂/α: orthonormal error = (u − ĉ)·n̂/(α√T)
-            e->tacc[t] = tn * sc * sc / (double)T;
+            if (!e->fb) e->tacc[t] = tn * sc * sc / (double)T;
         }
         if (ncls == 1)
             for (int v = 0; v < SMALL_SYM; v++) h[0][v] = h4[0][v] + h4[1][v] + h4[2][v] + h4[3][v];
@@ -592,9 +655,9 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     e.n_groups = (e.n_tiles + KVQ_HQ_GROUP_TILES - 1) / KVQ_HQ_GROUP_TILES;
     const int T = e.h.tile, nb = o->norm_bits;
     const size_t np = (size_t)(rows * e.h.cols_p);
-    const int cache = np * sizeof(float) <= o->rot_cache;
+    const int cache = np * sizeof(float) <= o->rot_cache, ldlq = o->ldlq && in->hess && !o->int8;
     if (cache) e.rot = malloc(np * sizeof(float));
-    if (cache) e.sym = malloc(np * sizeof(uint32_t));
+    if (cache || ldlq) e.sym = malloc(np * sizeof(uint32_t)); // LDLQ's codes exist only row by row: kept
     e.invn = malloc((size_t)e.n_tiles * sizeof(double));
     e.ncode = malloc((size_t)e.n_tiles * sizeof(uint32_t));
     e.gbits = calloc((size_t)e.n_groups, sizeof(uint64_t));
@@ -605,12 +668,16 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     float *rec = recon;
     uint8_t *codes = NULL, *norms = NULL, *offs = NULL;
     kvq_status st = KVQ_OK;
-    if ((cache && (!e.rot || !e.sym)) || !e.invn || !e.ncode || !e.gbits ||
+    if ((cache && !e.rot) || ((cache || ldlq) && !e.sym) || !e.invn || !e.ncode || !e.gbits ||
         (!e.h.int8 && !e.gq) || !e.tacc || !sgn) {
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
         goto done;
     }
     kvq_hq_signs(e.h.seed, T, e.h.cols_p, sgn);
+    if (ldlq && (st = kvq_hq_ldlq_feedback(in->hess, cols, e.h.cols_p, T, sgn, o->ldlq_damp, e.n, &e.fb, err))) {
+        kvq_err_prefix(err, "tensor '%s'", name);
+        goto done;
+    }
 
     // ---- norms (double accumulation) and the first non-finite value; the rotation too when cached
     double maxn = 0.0, sumx2 = 0.0;
@@ -845,6 +912,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     }
 done:
     free(e.rot);
+    free(e.fb);
     free(e.sym);
     free(e.gq);
     free(e.invn);
