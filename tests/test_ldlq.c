@@ -329,7 +329,8 @@ static void test_calib_hessian(void **state) {
 static char g_build[512] = "build"; // from argv[0]: <build>/tests/test_ldlq
 
 // kvq-convert: ldlq on a calibration too short for the widest input (kvq-tiny-llama's down_proj,
-// 704 columns: 512 sampled tokens < 1408) is one line and exit 2, nothing written; with enough
+// 704 columns: 512 sampled tokens < 1408) is one line and exit 2, nothing written, before any
+// calibration runs (and after it when the text holds fewer tokens than asked for); with enough
 // text tokens it converts, and the file decodes (kvq-verify's integrity check).
 static void test_cli(void **state) {
     (void)state;
@@ -337,7 +338,13 @@ static void test_cli(void **state) {
     assert_non_null(mkdtemp(d));
     snprintf(cmd, sizeof cmd, "%s/kvq-convert -q --weights hyperquant:e8:4:ldlq tests/models/kvq-tiny-llama %s/a.kvq 2> %s/err; "
              "test $? -eq 2 && test ! -e %s/a.kvq && test $(wc -l < %s/err) -eq 1 && grep -q 'ldlq needs a calibration of at "
-             "least 1408 tokens' %s/err", g_build, d, d, d, d, d);
+             "least 1408 tokens' %s/err && grep -q '512 are asked for' %s/err", g_build, d, d, d, d, d, d);
+    assert_int_equal(system(cmd), 0);
+    // enough tokens asked for, but the text holds fewer: refused after the calibration pass
+    snprintf(cmd, sizeof cmd, "head -c 2000 tests/data/heldout-sample.txt > %s/short.txt && %s/kvq-convert -q --weights "
+             "hyperquant:e8:4:ldlq --calib %s/short.txt --calib-tokens 4000 tests/models/kvq-tiny-llama %s/s.kvq 2> %s/err; "
+             "test $? -eq 2 && test ! -e %s/s.kvq && test $(wc -l < %s/err) -eq 1 && grep -q 'at least 1408 tokens .* and "
+             "this one has' %s/err", d, g_build, d, d, d, d, d, d);
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s/kvq-convert -q --weights hyperquant:e8:4:ldlq --calib tests/data/heldout-sample.txt "
              "--calib-tokens 2000 tests/models/kvq-tiny-llama %s/b.kvq && %s/kvq-convert -q --weights hyperquant:e8:4 "

@@ -343,15 +343,22 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian,
     kvq_plan_budget(S->plan, &b);
     S->target_bpw = b.target_bpw;
     for (size_t i = 0; i < S->n && hessian; i++) S->hessian |= S->e[i].spec && strstr(S->e[i].spec, ":ldlq") != NULL;
+    int64_t wide = 0; // LDLQ's widest input: too few calibration tokens for it give a rank-deficient covariance, and
+                      // LDLQ then loses to plain rounding (docs/HYPERQUANT.md "LDLQ": +45 % KLD measured)
+    for (size_t i = 0; i < S->n && S->hessian; i++)
+        if (S->e[i].spec && strstr(S->e[i].spec, ":ldlq") && S->e[i].cols > wide) wide = S->e[i].cols;
+    const int64_t need = KVQ_LDLQ_TOKENS_PER_COL * wide,
+                  asked = b.calib_tokens > 0 ? b.calib_tokens : KVQ_CALIB_TOKENS_DEFAULT;
+    if (s == KVQ_OK && S->hessian && asked < need) // refused before any calibration runs
+        return kvq_err_set(err, KVQ_ERR_ARG, "%s: ldlq needs a calibration of at least %lld tokens (%d per column of the "
+                           "widest input, %lld) and %lld are asked for: pass --calib FILE --calib-tokens N (N >= %lld)",
+                           src, (long long)need, KVQ_LDLQ_TOKENS_PER_COL, (long long)wide, (long long)asked, (long long)need);
     if (s == KVQ_OK && !isnan(b.target_bpw)) s = budget(src, o, S, &b, err); // the whole-model budget (alloc.h)
     if (s == KVQ_OK && S->hessian && !S->calib) // no calibration ran (--calib-from, or no budget): one for LDLQ
         s = kvq_calib_run(src, b.calib_text, b.calib_tokens > 0 ? b.calib_tokens : KVQ_CALIB_TOKENS_DEFAULT,
                           kvq_plan_seed(S->plan), o->n_threads, 1, NULL, NULL, &S->calib, err);
-    if (s == KVQ_OK && S->calib) { // too few tokens for the widest input: a rank-deficient covariance, and LDLQ
-        int64_t wide = 0;          // then loses to plain rounding (docs/HYPERQUANT.md "LDLQ": +45 % KLD measured)
-        for (size_t i = 0; i < S->n; i++)
-            if (S->e[i].spec && strstr(S->e[i].spec, ":ldlq") && S->e[i].cols > wide) wide = S->e[i].cols;
-        if ((int64_t)kvq_calib_tokens(S->calib) < KVQ_LDLQ_TOKENS_PER_COL * wide)
+    if (s == KVQ_OK && S->calib) { // the text may hold fewer tokens than asked for
+        if ((int64_t)kvq_calib_tokens(S->calib) < need)
             s = kvq_err_set(err, KVQ_ERR_ARG, "%s: ldlq needs a calibration of at least %lld tokens (%d per column of the "
                             "widest input, %lld) and this one has %zu: pass --calib FILE --calib-tokens N (N >= %lld)",
                             src, (long long)(KVQ_LDLQ_TOKENS_PER_COL * wide), KVQ_LDLQ_TOKENS_PER_COL, (long long)wide,
