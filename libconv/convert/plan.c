@@ -214,6 +214,17 @@ static int parse_rate(const char *v, double *out) {
     return 0;
 }
 
+// 'none' (INFINITY: no bound) or a number of bits in [0, hi] (block_floor, block_floor_cap).
+static int parse_bits_or_none(const char *v, double hi, double *out) {
+    char *end;
+    if (!v || !*v) return -1;
+    if (!strcmp(v, "none")) { *out = INFINITY; return 0; }
+    double x = strtod(v, &end);
+    if (*end || !(x >= 0.0 && x <= hi)) return -1;
+    *out = x;
+    return 0;
+}
+
 // One rule {match|regex, codec?, bits?}: checked here (the regex compiles, the codec spec
 // parses, the rate applies to it) so a bad rule fails naming its line before any output.
 static kvq_status read_rule(kvq_plan *p, yctx *y, yaml_node_t *rn, plan_rule *r) {
@@ -361,19 +372,10 @@ static kvq_status apply_doc(kvq_plan *p, yctx *y) {
             if (!v || (strcmp(v, "layer") && strcmp(v, "full"))) s = ybad(y, vn, "calib_probe must be 'layer' or 'full'");
             else p->calib_probe = !strcmp(v, "full") ? KVQ_PROBE_FULL : KVQ_PROBE_LAYER;
         } else if (!strcmp(k, "block_floor")) {
-            char *end = NULL;
-            double x = v ? strtod(v, &end) : NAN;
-            if (v && !strcmp(v, "none")) p->block_floor = INFINITY;
-            else if (!v || !*v || *end || !(x >= 0.0 && x <= 8.0))
-                s = ybad(y, vn, "block_floor must be 'none' or a number of bits in [0, 8]");
-            else p->block_floor = x;
+            if (parse_bits_or_none(v, 8.0, &p->block_floor)) s = ybad(y, vn, "block_floor must be 'none' or a number of bits in [0, 8]");
         } else if (!strcmp(k, "block_floor_cap")) {
-            char *end = NULL;
-            double x = v ? strtod(v, &end) : NAN;
-            if (v && !strcmp(v, "none")) p->block_floor_cap = INFINITY;
-            else if (!v || !*v || *end || !(x >= 0.0 && x <= 16.0))
+            if (parse_bits_or_none(v, 16.0, &p->block_floor_cap))
                 s = ybad(y, vn, "block_floor_cap must be 'none' or a rate in bits in [0, 16]");
-            else p->block_floor_cap = x;
         } else {
             char msg[300];
             snprintf(msg, sizeof msg, "unknown key '%.60s' (known: seed, weights, quantize_embeddings, keep, rules, kv, "
