@@ -122,6 +122,7 @@ kvq_status kvq_hq_encode_blocks(const kvq_hq_opts *o, const double *bps, int n_b
     kvq_status s = blocks && params ? KVQ_OK : kvq_err_set(err, KVQ_ERR_NOMEM, "hyperquant: out of memory");
     kvq_rate_part parts[KVQ_MAX_PARTS];
     int n_parts = 0;
+    float *fb = NULL; // LDLQ's feedback, computed by the first block's encode (opts.ldlq_share)
     for (int i = 0; i < n_blocks && !s; i++) {
         int64_t r0 = (int64_t)i * block_rows, nr = in->rows - r0 < block_rows ? in->rows - r0 : block_rows;
         kvq_codec_input bi = *in;
@@ -138,6 +139,7 @@ kvq_status kvq_hq_encode_blocks(const kvq_hq_opts *o, const double *bps, int n_b
         }
         kvq_hq_opts ob = *o;
         ob.bps = bps[i];
+        ob.ldlq_share = &fb; // the blocks share columns, tile, seed and damping: one LDLQ feedback
         kvq_encoded e;
         if ((s = kvq_hq_encode(&ob, &bi, &e, recon ? recon + r0 * in->cols : NULL, NULL, err))) {
             kvq_err_prefix(err, "row block %d", i);
@@ -186,6 +188,7 @@ kvq_status kvq_hq_encode_blocks(const kvq_hq_opts *o, const double *bps, int n_b
         out->predicted_mse = se / (double)(in->rows * in->cols);
     }
     for (int r = 0; r < 3; r++) free(cat[r]);
+    free(fb);
     json_decref(blocks);
     json_decref(params);
     if (s) kvq_encoded_free(out);

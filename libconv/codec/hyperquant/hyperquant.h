@@ -30,6 +30,9 @@ typedef struct {
     int no_simd;      // 1: the plain quantization loop even where AVX2 is present (tests; same bytes out)
     int ldlq;         // 1: LDLQ error feedback when the input carries a covariance (in->hess), Rice mode only
     double ldlq_damp; // LDLQ damping, a fraction of the rotated covariance's mean diagonal (default 0.01)
+    float **ldlq_share; // NULL, or where encodes of the same columns, tile, seed and damping share the LDLQ feedback
+                        // (kvq_hq_encode_blocks: every row block of a tensor): *ldlq_share NULL = compute it and keep
+                        // it there (the caller frees it); else used as it is
 } kvq_hq_opts;
 
 /** Everything decode needs, parsed from the params JSON. */

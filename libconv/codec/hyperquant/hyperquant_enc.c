@@ -25,7 +25,7 @@
 #define NQ (KVQ_RICE_KMAX + 2)               // per group and class: Σ(v >> k) for k = 0..KMAX, then the count
 
 kvq_hq_opts kvq_hq_opts_default(kvq_lattice l, double bps) {
-    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE, KVQ_HQ_ROT_CACHE, 0, 0, 0.01}; // nb=8: best measured (docs/HYPERQUANT.md)
+    kvq_hq_opts o = {l, bps, NAN, 128, 8, 0, 0, KVQ_CAST_NONE, KVQ_HQ_ROT_CACHE, 0, 0, 0.01, NULL}; // nb=8: best measured (docs/HYPERQUANT.md)
     return o;
 }
 
@@ -668,15 +668,21 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     float *rec = recon;
     uint8_t *codes = NULL, *norms = NULL, *offs = NULL;
     kvq_status st = KVQ_OK;
+    float *fb_own = NULL; // the LDLQ feedback this call computed and frees (not a shared one)
     if ((cache && !e.rot) || ((cache || ldlq) && !e.sym) || !e.invn || !e.ncode || !e.gbits ||
         (!e.h.int8 && !e.gq) || !e.tacc || !sgn) {
         st = kvq_err_set(err, KVQ_ERR_NOMEM, "tensor '%s': out of memory", name);
         goto done;
     }
     kvq_hq_signs(e.h.seed, T, e.h.cols_p, sgn);
-    if (ldlq && (st = kvq_hq_ldlq_feedback(in->hess, cols, e.h.cols_p, T, sgn, o->ldlq_damp, e.n, &e.fb, err))) {
-        kvq_err_prefix(err, "tensor '%s'", name);
-        goto done;
+    if (ldlq && o->ldlq_share && *o->ldlq_share) e.fb = *o->ldlq_share;
+    else if (ldlq) {
+        if ((st = kvq_hq_ldlq_feedback(in->hess, cols, e.h.cols_p, T, sgn, o->ldlq_damp, e.n, &e.fb, err))) {
+            kvq_err_prefix(err, "tensor '%s'", name);
+            goto done;
+        }
+        if (o->ldlq_share) *o->ldlq_share = e.fb;
+        else fb_own = e.fb;
     }
 
     // ---- norms (double accumulation) and the first non-finite value; the rotation too when cached
@@ -912,7 +918,7 @@ kvq_status kvq_hq_encode(const kvq_hq_opts *o, const kvq_codec_input *in, kvq_en
     }
 done:
     free(e.rot);
-    free(e.fb);
+    free(fb_own);
     free(e.sym);
     free(e.gq);
     free(e.invn);
