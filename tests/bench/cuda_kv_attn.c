@@ -23,7 +23,7 @@
 // CUDA_KV_FUSE_AB=1: each row timed with the merge fused into the last split launch and with the
 // separate merge launch (kvq_gkv_set_fuse_merge 1 / 0; bit-identical outputs), the same caches and
 // chunk, both columns and their ratio (otherwise the process's setting: KVQ_CUDA_KV_FUSE_MERGE).
-// usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_ENC_ONLY=1] [CUDA_KV_BATCH=1|8] [CUDA_KV_FUSE_AB=1] cuda_kv_attn [T ...]
+// usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_NO_BASE=1] [CUDA_KV_ENC_ONLY=1] [CUDA_KV_BATCH=1|8] [CUDA_KV_FUSE_AB=1] cuda_kv_attn [T ...]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,12 +139,14 @@ int main(int argc, char **argv) {
     // CUDA_KV_BATCH=1 or 8: only that batch size (default both)
     const char *bo = getenv("CUDA_KV_BATCH");
     const int only_b = bo ? atoi(bo) : 0;
+    const int no_base = getenv("CUDA_KV_NO_BASE") && atoi(getenv("CUDA_KV_NO_BASE")) == 1;
     for (int ti = 0; ti < nT; ti++)
         for (int B = 1; B <= 8; B += 7)
             for (int ci = 0; ci < ncfg; ci++) {
                 const int T = Ts[ti];
                 if (only_b && B != only_b) continue;
                 if (only && !strstr(only, cfg[ci].name) && strcmp(cfg[ci].name, "bf16")) continue; // bf16 always, as the baseline
+                if (no_base && !strcmp(cfg[ci].name, "bf16")) continue; // ... unless CUDA_KV_NO_BASE=1 (a profiler's first launch)
                 kvq_gkv_cache c = {{.kind = cfg[ci].kind, .bits = cfg[ci].bits, .role = 0, .cb = cb, .signs = sg},
                                    {.kind = cfg[ci].kind, .bits = cfg[ci].bits, .role = 1, .cb = cb, .signs = sg}, B, NKV, H, D, T, T, T, T,
                                    NULL, NULL, 0};

@@ -7,7 +7,7 @@
 # the cache is small and launches dominate: each codec cache with its decode steps as CUDA graphs
 # (the default) and with KVQ_CUDA_KV_GRAPHS=0 (launched directly), the fp32 cache with and
 # without graphs. LONG=0 skips the long runs, VERIFY=0 the t128 kvq-verify rows.
-# usage (on the device): [KVS="..."] [SHORT_KVS="..."] [LONG=0] [VERIFY=0] [CTX=33024] [N=128] bash tests/bench/gpu_kv_e2e.sh
+# usage (on the device): [KVS="..."] [SHORT_KVS="..."] [LONG=0] [VERIFY=0] [CTX=33024] [N=128] [RUN_TIMEOUT=150] bash tests/bench/gpu_kv_e2e.sh
 set -u
 TESTS= . tests/bench/gpu_env.sh
 # kvq-verify with a stored KV codec, CPU against GPU, on the t128 model (head_dim 128, 4 query heads
@@ -31,7 +31,7 @@ cp .cu/long.txt $W/long.txt # the first 108500 bytes of ../shared/data/heldout-b
 head -c 560 $W/long.txt > $W/short.txt
 run() { # label prompt-file ctx kv-options...
   local l=$1 p=$2 c=$3; shift 3
-  out=$(timeout 150 $B/kvq-run $W/e8.kvq --gpu --ctx-max $c --prompt-file $p -n ${N:-128} --temp 0 "$@" 2>&1 >$W/text.$l)
+  out=$(timeout ${RUN_TIMEOUT:-150} $B/kvq-run $W/e8.kvq --gpu --ctx-max $c --prompt-file $p -n ${N:-128} --temp 0 "$@" 2>&1 >$W/text.$l)
   echo "$out" | grep -E 'KV cache|memory|on the device|prefill|decode|error|cannot|exceeds' | sed "s/^/$l: /" | cut -c1-260
   echo "$l: text md5 $(md5sum < $W/text.$l | cut -c1-12)"
 }
