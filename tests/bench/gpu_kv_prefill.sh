@@ -7,18 +7,21 @@
 #  1. (SKIP_TESTS=1 skips) test_cuda_kv test_rows_plan + test_attend_rows (every codec, tensor cores
 #     and pipelined, windows 0/40, waves 1/0.125: each row bit-equal to the token loop's attend, NMSE
 #     vs the CPU cache), test_cuda_model test_kv_rows (t128 model: logits bit-equal rows on/off);
-#  2. the 8B shape (E8 4.0 weights, made and converted as gpu_kv_e2e.sh does; reused from /tmp/w8 on
+#  2. cuda_kv_attn CUDA_KV_ROWS=64 (the kernels alone: 64 rows at the end of a 4k/32k/128k packed
+#     cache, rows mode against the token loop, host wall time; int:4 tc2, kivi:2 tc, turboquant:4,
+#     octopus:3, and bf16);
+#  3. the 8B shape (E8 4.0 weights, made and converted as gpu_kv_e2e.sh does; reused from /tmp/w8 on
 #     a warm machine), a 32.6k-token prompt (.cu/long.txt), N=8 greedy tokens, for each codec in KVS
 #     (default int:4, on tensor cores, and turboquant:4, not): prefill tok/s with rows mode and
 #     without (the greedy text's md5 must be the same);
-#  3. E2E128=1 instead of 1-2: the 128k end-to-end row: the first 425,000 bytes of
+#  4. E2E128=1 instead of 1-3: the 128k end-to-end row: the first 425,000 bytes of
 #     heldout-books (129,928 tokens), --ctx-max 131328, N=64 greedy tokens, rows mode, for each codec
 #     in KVS128 (default int:4 only: one codec's prefill + decode is several minutes).
 # One device command may run 10 minutes (≤ 550 s planned): call (a) the default (tests ~3 min worst,
 # synth+convert, 4 prefills of 32k with 120 s timeouts each); call (b) E2E128=1 (synth+convert if the
 # machine is not warm, then one 128k run with a 420 s timeout); more codecs at 128k: one call each
 # (KVS128=turboquant:4 E2E128=1 ...).
-# usage (dev box): MODELS=1 BINS="kvq-run kvq-convert test_cuda_kv test_cuda_model make_synth_llama cuda_hqx" bash tests/bench/gpu_bundle.sh
+# usage (dev box): MODELS=1 BINS="kvq-run kvq-convert test_cuda_kv test_cuda_model make_synth_llama cuda_hqx cuda_kv_attn" bash tests/bench/gpu_bundle.sh
 #        (device, carry [".cu"]): bash tests/bench/gpu_kv_prefill.sh   |   E2E128=1 bash tests/bench/gpu_kv_prefill.sh
 set -u
 TESTS= . tests/bench/gpu_env.sh # unpacks .cu, prints the GPU and its copy bandwidth, defines B and el
@@ -32,6 +35,11 @@ if [ "${E2E128:-0}" != 1 ] && [ "${SKIP_TESTS:-0}" != 1 ]; then
     KVQ_TEST_FILTER="test_kv_rows" timeout 120 $B/test_cuda_model > "$L/test_cuda_model.kv_rows.log" 2>&1; echo "== test_kv_rows rc $? $(el)"
     grep -E '^\[ +(OK|FAILED|SKIPPED) +\] test_|kv rows ' "$L/test_cuda_model.kv_rows.log" | head -20
   fi
+fi
+if [ "${E2E128:-0}" != 1 ] && [ -x $B/cuda_kv_attn ]; then # the kernels alone: 64 rows at the end of a packed cache, rows mode vs the loop
+  CUDA_KV_ROWS=${ROWS:-64} CUDA_KV_ONLY="${ROWS_ONLY:-int:4 tc2,kivi:2 tc,turboquant:4,octopus:3}" CUDA_KV_ENC_ONLY=0 timeout 200 \
+    $B/cuda_kv_attn 4096 32768 131072 2>&1 | grep -E '^\| (T_kv|[0-9]+k) ' | grep -v '^| encoder'
+  echo "== cuda_kv_attn rows $(el)"
 fi
 W=/tmp/w8; mkdir -p $W; src=$W/synth-8b
 [ -f $src/config.json ] || $B/make_synth_llama 8b $src tests/models/kvq-tiny-llama >/dev/null 2>&1 || echo synth failed
