@@ -1751,8 +1751,9 @@ static void test_step_graph(void **state) {
 // Rows mode (kvq_gkv_attend_rows) against the token loop (kvq_gkv_attend of each row's view, as
 // backend_cuda.c ran it before): a batch-1 cache of 2 KV heads grown by prefill chunks of 130, 1, 7,
 // 64, 800 and 130 tokens (rows from positions 0, 130, 131, 138, 202, 1002), each chunk appended and
-// then attended both ways; every output row must equal the token loop's bit for bit (memcmp) and be
-// within NMSE 1e-9 (1e-4 on tensor cores: fp16 q) of the CPU cache's decode-then-attend. Every codec
+// then attended both ways; every output row must equal the token loop's bit for bit (memcmp), and
+// every 13th row and each chunk's last be within NMSE 1e-9 (1e-4 on tensor cores: fp16 q) of the CPU
+// cache's decode-then-attend. Every codec
 // the GPU encodes, windows 0 and 40, tensor cores off and on (register and cp.async pipelined),
 // 1 and 0.125 waves of chunks (the latter: chunks grow from 32 to 64 inside the 800-row chunk), the
 // token loop with the merge fused in some cases (rows mode never fuses: the same bits).
@@ -1805,7 +1806,7 @@ static void test_attend_rows(void **state) {
                 assert_int_equal(kvq_cuda_malloc(&orw, ob, &err), KVQ_OK);
                 float *ht = malloc(ob), *hr = malloc(ob);
                 size_t sr_bytes = 0;
-                int n_diff = 0, n_rows = 0, pos0 = 0;
+                int n_diff = 0, n_rows = 0, n_ref = 0, pos0 = 0;
                 double worst = 0.0;
                 for (int k = 0; k < NCH; k++) {
                     const int T = chunk_T[k];
@@ -1843,6 +1844,8 @@ static void test_attend_rows(void **state) {
                         n_rows++;
                         if (memcmp(ht + t * qd, hr + t * qd, sizeof(float) * qd) && n_diff++ < 3)
                             fprintf(stderr, "test_cuda_kv: rows %s window %d: row %d (position %d) differs from the token loop's\n", spec, W, t, pos0 + t);
+                        if (t % 13 && t != T - 1) continue; // the CPU reference (a decode of every position per row) for every 13th row and the last
+                        n_ref++;
                         double ref[H * D];
                         for (int h = 0; h < NKV; h++) {
                             float o[KVQ_GKV_GROUP * D];
@@ -1857,9 +1860,9 @@ static void test_attend_rows(void **state) {
                 const int on_tc = kvq_gkv_tc_active(&g);
                 const double lim = on_tc ? 1e-4 : 1e-9;
                 const int ok = n_diff == 0 && worst <= lim;
-                fprintf(stderr, "test_cuda_kv: rows %-18s window %2d %s%s waves %.3f%s: %d rows, %d differ from the token loop, worst NMSE vs CPU %.2e (limit %.0e): %s\n",
+                fprintf(stderr, "test_cuda_kv: rows %-18s window %2d %s%s waves %.3f%s: %d rows, %d differ from the token loop, worst NMSE vs CPU %.2e over %d rows (limit %.0e): %s\n",
                         spec, W, on_tc ? "tensor cores" : "exact kernel", cs_[si].pipe ? " pipe 3" : "", waves[vi],
-                        cs_[si].fuse ? " (token loop's merge fused)" : "", n_rows, n_diff, worst, lim, ok ? "PASS" : "FAIL");
+                        cs_[si].fuse ? " (token loop's merge fused)" : "", n_rows, n_diff, worst, n_ref, lim, ok ? "PASS" : "FAIL");
                 failed += !ok;
                 step_cache_free(&g, cs, NKV);
                 cc->ops->free(cc);

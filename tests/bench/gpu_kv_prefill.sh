@@ -17,12 +17,14 @@
 #  4. E2E128=1 instead of 1-3: the 128k end-to-end row: the first 425,000 bytes of
 #     heldout-books (129,928 tokens), --ctx-max 131328, N=64 greedy tokens, rows mode, for each codec
 #     in KVS128 (default int:4 only: one codec's prefill + decode is several minutes).
-# One device command may run 10 minutes (≤ 550 s planned): call (a) the default (tests ~3 min worst,
-# synth+convert, 4 prefills of 32k with 120 s timeouts each); call (b) E2E128=1 (synth+convert if the
-# machine is not warm, then one 128k run with a 420 s timeout); more codecs at 128k: one call each
-# (KVS128=turboquant:4 E2E128=1 ...).
+# One device command may run 10 minutes (≤ 550 s planned), so three calls: (a) E2E=0 (steps 1-2: the
+# tests, 200 + 120 s at worst, and the kernel table); (b) SKIP_TESTS=1 (steps 2-3: the kernel table,
+# then synth + convert of the 8B shape and 4 prefills of 32.6k with 120 s timeouts); (c) E2E128=1 on
+# the still-warm machine (the model reused from /tmp/w8; one 128k run, 420 s timeout). More codecs at
+# 128k: one call each (KVS128=turboquant:4 E2E128=1 ...).
 # usage (dev box): MODELS=1 BINS="kvq-run kvq-convert test_cuda_kv test_cuda_model make_synth_llama cuda_hqx cuda_kv_attn" bash tests/bench/gpu_bundle.sh
-#        (device, carry [".cu"]): bash tests/bench/gpu_kv_prefill.sh   |   E2E128=1 bash tests/bench/gpu_kv_prefill.sh
+#        (device, carry [".cu"]): E2E=0 bash tests/bench/gpu_kv_prefill.sh; SKIP_TESTS=1 bash tests/bench/gpu_kv_prefill.sh;
+#        E2E128=1 bash tests/bench/gpu_kv_prefill.sh
 set -u
 TESTS= . tests/bench/gpu_env.sh # unpacks .cu, prints the GPU and its copy bandwidth, defines B and el
 L=${OUT:-/tmp}
@@ -41,6 +43,7 @@ if [ "${E2E128:-0}" != 1 ] && [ -x $B/cuda_kv_attn ]; then # the kernels alone: 
     $B/cuda_kv_attn 4096 32768 131072 2>&1 | grep -E '^\| (T_kv|[0-9]+k) ' | grep -v '^| encoder'
   echo "== cuda_kv_attn rows $(el)"
 fi
+[ "${E2E:-1}" = 0 ] && [ "${E2E128:-0}" != 1 ] && { echo "== done $(el)"; exit 0; }
 W=/tmp/w8; mkdir -p $W; src=$W/synth-8b
 [ -f $src/config.json ] || $B/make_synth_llama 8b $src tests/models/kvq-tiny-llama >/dev/null 2>&1 || echo synth failed
 [ -f $W/e8.kvq ] || $B/kvq-convert -q -t 16 $src $W/e8.kvq --weights hyperquant:e8:4.0 || echo "convert failed"
