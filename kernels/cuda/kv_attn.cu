@@ -604,9 +604,10 @@ __device__ __forceinline__ void split_chunk(const attn_p &p, float (&sc)[KVQ_GKV
         }
     __syncthreads();
     // the block's slot of the partial results (formed here, not kept live through the loop)
-    const int slot = kvq_gkv_block_slot(p.dyn, b, p.slot0, s);
-    float *po = p.po + (((size_t)b * p.H + g * G) * p.n_slot + slot) * D;
-    float *pml = p.pml + (((size_t)b * p.H + g * G) * p.n_slot + slot) * 2;
+    const kvq_gkv_blk bw = kvq_gkv_block_of(p.dyn); // (s, b) formed again: not held through the loop
+    const int slot = kvq_gkv_block_slot(p.dyn, bw.b, p.slot0, bw.s);
+    float *po = p.po + (((size_t)bw.b * p.H + g * G) * p.n_slot + slot) * D;
+    float *pml = p.pml + (((size_t)bw.b * p.H + g * G) * p.n_slot + slot) * 2;
     kvq_gkv_split_out<NW, NT>(red, po, G, D, p.n_slot);
     if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = mh[threadIdx.x], pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = lh[threadIdx.x];
 }
