@@ -1755,7 +1755,7 @@ static void test_step_graph(void **state) {
 // every 13th row and each chunk's last be within NMSE 1e-9 (1e-4 on tensor cores: fp16 q) of the CPU
 // cache's decode-then-attend. Every codec
 // the GPU encodes, windows 0 and 40, tensor cores off and on (register and cp.async pipelined),
-// 1 and 0.125 waves of chunks (the latter: chunks grow from 32 to 64 inside the 800-row chunk), the
+// 1 and 0.125 waves of chunks (the latter: the chunks grow from 32 to 64 between the rows of one call), the
 // token loop with the merge fused in some cases (rows mode never fuses: the same bits).
 static void test_attend_rows(void **state) {
     if (!have_gpu()) { skip(); return; }
