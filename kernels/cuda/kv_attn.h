@@ -204,8 +204,9 @@ KVQ_GKV_HD static inline kvq_gkv_plan kvq_gkv_plan_of(int n_tok, int n_enc_k, in
 
 /** Part `part` of plan pl (0 packed, 1 window keys, 2 window): its chunk count, and block s's range
  *  [*t0, *t1) when s is below it (0 when the part has no chunk s); *slot0, the part's first scratch
- *  slot (the chunks of [0, na), [na, na + nb), then the window's). One formula for the host launch,
- *  the kernels that plan on the device (a captured step, rows mode) and the host tests. */
+ *  slot (the chunks of [0, na), [na, na + nb), then the window's) — the chunks and slots the host
+ *  launch gives its blocks. One formula for the kernels that plan on the device (a captured step,
+ *  rows mode) and the host tests (test_rows_plan). */
 KVQ_GKV_HD static inline int kvq_gkv_part_block(const kvq_gkv_plan *pl, int part, int s, int *t0, int *t1, int *slot0) {
     const int cnt = part == 0 ? pl->na : part == 1 ? pl->nb : pl->nc;
     const int tb = part == 0 ? 0 : part == 1 ? pl->a : pl->e, te = part == 0 ? pl->a : part == 1 ? pl->e : pl->n_tok;

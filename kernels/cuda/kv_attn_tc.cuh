@@ -68,8 +68,9 @@ __device__ __forceinline__ int kvq_gkv_block_slot(const kvq_gkv_dyn &d, int b, i
     }
     return slot0 + s;
 }
-/** An empty chunk's partial results (block s of row b [the sequence, or rows mode's query row], KV head g, its G query heads of D
- *  values; NT threads): output 0, max −inf, sum 0 — weight 0 in the merge. P: either split
+/** An empty chunk's partial results (block s of row b — the sequence, or rows mode's query row —, KV
+ *  head g, its G query heads of D values; NT threads): output 0, max −inf, sum 0 — weight 0 in the
+ *  merge. P: either split
  *  kernel's parameters (po, pml, H, n_slot, slot0, dyn). */
 template <int G, int D, int NT, class P>
 __device__ __forceinline__ void kvq_gkv_empty_split(const P &p, int b, int g, int s) {
