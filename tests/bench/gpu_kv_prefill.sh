@@ -11,7 +11,7 @@
 #     cache, rows mode against the token loop, host wall time; int:4 tc2, kivi:2 tc, turboquant:4,
 #     octopus:3, and bf16);
 #  3. the 8B shape (E8 4.0 weights, made and converted as gpu_kv_e2e.sh does; reused from /tmp/w8 on
-#     a warm machine), a 32.6k-token prompt (.cu/long.txt), N=8 greedy tokens, for each codec in KVS
+#     a warm machine), a 32.6k-token prompt (the first 108,500 bytes of heldout-books), N=8 greedy tokens, for each codec in KVS
 #     (default int:4, on tensor cores, and turboquant:4, not): prefill tok/s with rows mode and
 #     without (the greedy text's md5 must be the same);
 #  4. E2E128=1 instead of 1-3: the 128k end-to-end row: the first 425,000 bytes of
@@ -20,7 +20,8 @@
 # One device command may run 10 minutes (≤ 550 s planned), so three calls: (a) E2E=0 (steps 1-2: the
 # tests, 200 + 120 s at worst, and the kernel table); (b) SKIP_TESTS=1 (steps 2-3: the kernel table,
 # then synth + convert of the 8B shape and 4 prefills of 32.6k with 120 s timeouts); (c) E2E128=1 on
-# the still-warm machine (the model reused from /tmp/w8; one 128k run, 420 s timeout). More codecs at
+# the still-warm machine (the model reused from /tmp/w8; one 128k run, 500 s timeout; on a fresh
+# machine it only makes the model and says so: call again). More codecs at
 # 128k: one call each (KVS128=turboquant:4 E2E128=1 ...).
 # usage (dev box): MODELS=1 BINS="kvq-run kvq-convert test_cuda_kv test_cuda_model make_synth_llama cuda_hqx cuda_kv_attn" bash tests/bench/gpu_bundle.sh
 #        (device, carry [".cu"]): E2E=0 bash tests/bench/gpu_kv_prefill.sh; SKIP_TESTS=1 bash tests/bench/gpu_kv_prefill.sh;
@@ -45,6 +46,7 @@ if [ "${E2E128:-0}" != 1 ] && [ -x $B/cuda_kv_attn ]; then # the kernels alone: 
 fi
 [ "${E2E:-1}" = 0 ] && [ "${E2E128:-0}" != 1 ] && { echo "== done $(el)"; exit 0; }
 W=/tmp/w8; mkdir -p $W; src=$W/synth-8b
+fresh=0; [ -f $W/e8.kvq ] || fresh=1
 [ -f $src/config.json ] || $B/make_synth_llama 8b $src tests/models/kvq-tiny-llama >/dev/null 2>&1 || echo synth failed
 [ -f $W/e8.kvq ] || $B/kvq-convert -q -t 16 $src $W/e8.kvq --weights hyperquant:e8:4.0 || echo "convert failed"
 echo "== model $(el)"
@@ -54,11 +56,13 @@ run() { # label timeout prompt-file ctx n kv-options...
   echo "rc $?: $out" | grep -E 'KV cache|prefill|decode|error|cannot|exceeds|^rc [1-9]' | sed "s/^/$l: /" | cut -c1-260
   echo "$l: text md5 $(md5sum < $W/text.$l | cut -c1-12) $(el)"
 }
-if [ "${E2E128:-0}" = 1 ]; then
+if [ "${E2E128:-0}" = 1 ] && [ $fresh = 1 ] && [ "${FORCE128:-0}" != 1 ]; then
+  echo "the 8B model was not on this machine (made now): run E2E128=1 again on the warm machine for the 128k row (FORCE128=1: now)"
+elif [ "${E2E128:-0}" = 1 ]; then
   head -c 425000 .cu/shared/data/heldout-books.txt > $W/long128.txt
-  for kv in ${KVS128:-int:4}; do run "128k-$kv" ${TO128:-420} $W/long128.txt 131328 ${N:-64} --kv $kv; done
+  for kv in ${KVS128:-int:4}; do run "128k-$kv" ${TO128:-500} $W/long128.txt 131328 ${N:-64} --kv $kv; done
 else
-  cp .cu/long.txt $W/long.txt # the first 108500 bytes of ../shared/data/heldout-books.txt, carried
+  head -c 108500 .cu/shared/data/heldout-books.txt > $W/long.txt # = .cu/long.txt of gpu_kv_e2e.sh (32,575 tokens)
   for kv in ${KVS:-int:4 turboquant:4}; do
     run "32k-$kv-rows" 120 $W/long.txt 33024 ${N:-8} --kv $kv
     KVQ_CUDA_KV_ROWS=0 run "32k-$kv-token" 120 $W/long.txt 33024 ${N:-8} --kv $kv
