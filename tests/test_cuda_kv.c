@@ -1512,6 +1512,82 @@ static void test_step_plan(void **state) {
     fprintf(stderr, "test_cuda_kv: step plan: %ld (capacity, window, kivi, per, position) plans within the step's grids\n", n_checked);
 }
 
+// Rows mode's bookkeeping (kvq_gkv_attend_rows), on the host (runs without a device): caches grown
+// from 0 in chunks of T rows (T 1, 7, 64, 130) with windows 0, 5, 40, KIVI keys or not, 1..264
+// blocks per head, automatic chunks and chunk 64; after each append the rows [pos0, pos0 + T) are
+// planned as the kernels do (kvq_gkv_rows_grids for the grids; block x of each launch as chunk
+// x / T of row x % T, kvq_gkv_row_block; its range and slot from kvq_gkv_part_block of the row's
+// kvq_gkv_row_plan). Checked: every row's positions [0, pos0 + t + 1) are covered exactly once,
+// each chunk equal to the one the token loop's host-planned attend of that row's view takes
+// (kvq_gkv_plan_of of the capped counts; chunk s of a part at t_begin + s · chunk), its slots are
+// [0, n_slot_t) once each and within the launch's stride (the grids' n_slot ≤ 1024, the merge's
+// limit), the window positions it reads are still in the ring, and with automatic chunks (rows
+// mode's) the stride is within kvq_gkv_rows_slot_bound (the runtime's scratch).
+static void test_rows_plan(void **state) {
+    (void)state;
+    enum { CAP = 2048, MS = 1024 };
+    const int Ts[] = {1, 7, 64, 130}, wins[] = {0, 5, 40}, pers[] = {1, 7, 24, 66, 264}, chunks[] = {0, 64};
+    long n_rows = 0, n_blocks = 0;
+    int dummy = 0;
+    int *rng = malloc(sizeof(int) * 2 * 130 * MS); // (row, slot): the chunk's [t0, t1), −1 = none yet
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (size_t wi = 0; wi < sizeof wins / sizeof *wins; wi++)
+            for (int kivi = 0; kivi < 2; kivi++)
+                for (size_t pi = 0; pi < sizeof pers / sizeof *pers; pi++)
+                    for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++) {
+                        const int T = Ts[ti], w = wins[wi], per = pers[pi], ch = chunks[ci], wcap = w + 32 + T;
+                        kvq_gkv_cache c = {{0}, {0}, 1, 8, 32, D, CAP, 0, 0, 0, &dummy, &dummy, wcap};
+                        c.k.kind = kivi ? KVQ_GKV_KIVI : KVQ_GKV_INT, c.k.role = 0, c.k.bits = 4;
+                        c.v.kind = kivi ? KVQ_GKV_KIVI : KVQ_GKV_INT, c.v.role = 1, c.v.bits = 4;
+                        while (c.n_tok + T <= CAP) {
+                            const int pos0 = c.n_tok;
+                            kvq_gkv_advance(&c, T, w);
+                            int g[3], n_slot;
+                            kvq_gkv_rows_grids(c.n_enc_k, c.n_enc_v, pos0, T, per, ch, g, &n_slot);
+                            assert_true(n_slot >= 1 && n_slot <= MS);
+                            if (ch == 0 && n_slot > kvq_gkv_rows_slot_bound(CAP, wcap, per)) // the bound is for the automatic chunks (rows mode's)
+                                fail_msg("T %d window %d kivi %d per %d at %d: %d slots over the bound %d", T, w, kivi, per, pos0, n_slot,
+                                         kvq_gkv_rows_slot_bound(CAP, wcap, per));
+                            for (int i = 0; i < 2 * T * n_slot; i++) rng[i] = -1;
+                            for (int part = 0; part < 3; part++)
+                                for (int x = 0; x < g[part] * T; x++) { // the launch's blocks, as the kernels place them
+                                    int s, r, t0, t1, slot0;
+                                    kvq_gkv_row_block(x, T, &s, &r);
+                                    assert_true(s >= 0 && s < g[part] && r >= 0 && r < T);
+                                    const kvq_gkv_plan pl = kvq_gkv_row_plan(c.n_enc_k, c.n_enc_v, pos0, r, per, ch);
+                                    if (!kvq_gkv_part_block(&pl, part, s, &t0, &t1, &slot0)) continue;
+                                    // the token loop's host plan of row r's view: chunk s of this part
+                                    const int n = pos0 + r + 1, vk = c.n_enc_k < n ? c.n_enc_k : n, vv = c.n_enc_v < n ? c.n_enc_v : n;
+                                    const kvq_gkv_plan hp = kvq_gkv_plan_of(n, vk, vv, per, ch);
+                                    const int tb = part == 0 ? 0 : part == 1 ? hp.a : hp.e, te = part == 0 ? hp.a : part == 1 ? hp.e : hp.n_tok;
+                                    const int sl0 = part == 0 ? 0 : part == 1 ? hp.na : hp.na + hp.nb;
+                                    assert_int_equal(t0, tb + s * hp.chunk);
+                                    assert_int_equal(t1, te < t0 + hp.chunk ? te : t0 + hp.chunk);
+                                    assert_int_equal(slot0, sl0);
+                                    assert_true(t1 > t0 && slot0 + s < n_slot);
+                                    if (part == 2) assert_true(t0 >= c.n_tok - wcap); // its positions still in the ring
+                                    int *e = rng + 2 * ((size_t)r * n_slot + slot0 + s);
+                                    assert_int_equal(e[0], -1); // one block a slot
+                                    e[0] = t0, e[1] = t1;
+                                    n_blocks++;
+                                }
+                            for (int r = 0; r < T; r++) { // the row's slots tile [0, pos0 + r + 1) in order
+                                int end = 0, k = 0;
+                                for (; k < n_slot && rng[2 * ((size_t)r * n_slot + k)] >= 0; k++) {
+                                    const int *e = rng + 2 * ((size_t)r * n_slot + k);
+                                    if (e[0] != end) fail_msg("T %d window %d kivi %d per %d chunk %d: row %d slot %d at %d after %d", T, w, kivi, per, ch, r, k, e[0], end);
+                                    end = e[1];
+                                }
+                                if (end != pos0 + r + 1) fail_msg("T %d window %d kivi %d per %d chunk %d: row %d covers [0, %d) of %d", T, w, kivi, per, ch, r, end, pos0 + r + 1);
+                                for (; k < n_slot; k++) assert_int_equal(rng[2 * ((size_t)r * n_slot + k)], -1);
+                                n_rows++;
+                            }
+                        }
+                    }
+    free(rng);
+    fprintf(stderr, "test_cuda_kv: rows plan: %ld rows, %ld chunks each the token loop's, every position once\n", n_rows, n_blocks);
+}
+
 // A cache for test_step_graph: n_kv heads × batch sequences of cap positions, a ring of wcap,
 // the sides' tables from the states of spec (cs, freed by the caller), regions and rings zeroed.
 static void step_cache(const char *spec, int B, int n_kv, int cap, int wcap, kvq_gkv_cache *g, kvq_kvcodec *cs[2][4]) {
@@ -1667,6 +1743,134 @@ static void test_step_graph(void **state) {
     kvq_gkv_set_tc_pipe(-1);
     kvq_gkv_set_int8_query(0);
     kvq_gkv_set_half_values(0);
+    kvq_gkv_set_fuse_merge(-1);
+    kvq_gkv_set_waves(0);
+    assert_int_equal(failed, 0);
+}
+
+// Rows mode (kvq_gkv_attend_rows) against the token loop (kvq_gkv_attend of each row's view, as
+// backend_cuda.c ran it before): a batch-1 cache of 2 KV heads grown by prefill chunks of 130, 1, 7,
+// 64, 800 and 130 tokens (rows from positions 0, 130, 131, 138, 202, 1002), each chunk appended and
+// then attended both ways; every output row must equal the token loop's bit for bit (memcmp), and
+// every 13th row and each chunk's last be within NMSE 1e-9 (1e-4 on tensor cores: fp16 q) of the CPU
+// cache's decode-then-attend. Every codec
+// the GPU encodes, windows 0 and 40, tensor cores off and on (register and cp.async pipelined),
+// 1 and 0.125 waves of chunks (the latter: the chunks grow from 32 to 64 between the rows of one call), the
+// token loop with the merge fused in some cases (rows mode never fuses: the same bits).
+static void test_attend_rows(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { NKV = 2, H = NKV * KVQ_GKV_GROUP, CAP = 1152, NCH = 6 };
+    const int chunk_T[NCH] = {130, 1, 7, 64, 800, 130};
+    const struct { const char *spec; int tc, pipe, fuse; } cs_[] = {
+        {"int:2", 0, 0, 0}, {"int:3", 0, 0, 0}, {"int:4", 0, 0, 1}, {"kivi:2", 0, 0, 0}, {"kivi:3", 0, 0, 0}, {"kivi:4", 0, 0, 1},
+        {"turboquant:3", 0, 0, 0}, {"turboquant:2", 0, 0, 1}, {"qturbo:3", 0, 0, 0}, {"turboquant-prod:3", 0, 0, 0},
+        {"octopus:3", 0, 0, 0}, {"octopus:2:qjl", 0, 0, 1}, {"hqkv:e8:3:dither", 0, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 1},
+        {"hqmq:s24:r3", 0, 0, 0}, {"fp16", 0, 0, 0},
+        {"int:4", -1, 0, 0}, {"int:2", -1, 0, 1}, {"kivi:2", -1, 0, 0}, {"kivi:4", -1, 0, 1}, // tensor cores, register prefetch
+        {"int:4", -1, 3, 1}, {"int:2", -1, 3, 0}, {"kivi:2", -1, 3, 1}, {"kivi:4", -1, 3, 0}, // tensor cores, cp.async pipelined
+    };
+    const int wins[] = {0, 40};
+    const float waves[] = {1.0f, 0.125f};
+    const float scale = 1.0f / sqrtf((float)D);
+    kvq_err err = {0};
+    kvq_gkv_set_int8_query(0);
+    kvq_gkv_set_half_values(0);
+    int failed = 0;
+    for (int si = 0; si < (int)(sizeof cs_ / sizeof *cs_); si++)
+        for (int wi = 0; wi < 2; wi++)
+            for (int vi = 0; vi < 2; vi++) {
+                if (vi == 1 && cs_[si].tc == 0 && (si + wi) % 2) continue; // 0.125 waves: the tensor-core cases and half the others
+                const char *spec = cs_[si].spec;
+                const int W = wins[wi], WCAP = W + 32 + 800;
+                kvq_gkv_set_tc(cs_[si].tc);
+                kvq_gkv_set_tc_pipe(cs_[si].pipe);
+                kvq_gkv_set_waves(waves[vi]);
+                uint64_t seed = 300 + si;
+                int n_tot = 0;
+                for (int k = 0; k < NCH; k++) n_tot += chunk_T[k];
+                float *X[2];
+                for (int r = 0; r < 2; r++) X[r] = malloc(sizeof(float) * n_tot * NKV * D), tokens(X[r], n_tot * NKV, &seed);
+                float *Q = malloc(sizeof(float) * n_tot * H * D);
+                for (size_t i = 0; i < (size_t)n_tot * H * D; i++) Q[i] = (float)gauss(&seed);
+                kvq_gkv_cache g;
+                kvq_kvcodec *cs[2][4];
+                step_cache(spec, 1, NKV, CAP, WCAP, &g, cs);
+                kvq_kvcache *cc = NULL;
+                kvq_kvcache_policy pol = {W, 0, 7, 0, 0};
+                assert_int_equal(kvq_kvcache_codec_new(spec, 1, NKV, D, CAP, &pol, &cc, &err), KVQ_OK);
+                void *dk = upload(X[0], sizeof(float) * n_tot * NKV * D), *dv = upload(X[1], sizeof(float) * n_tot * NKV * D);
+                void *dq = upload(Q, sizeof(float) * n_tot * H * D), *st_ = NULL, *sr = NULL, *ot = NULL, *orw = NULL;
+                const size_t ob = sizeof(float) * 800 * H * D;
+                assert_int_equal(kvq_cuda_malloc(&st_, kvq_gkv_scratch_bytes(&g, 0), &err), KVQ_OK);
+                assert_int_equal(kvq_cuda_malloc(&ot, ob, &err), KVQ_OK);
+                assert_int_equal(kvq_cuda_malloc(&orw, ob, &err), KVQ_OK);
+                float *ht = malloc(ob), *hr = malloc(ob);
+                size_t sr_bytes = 0;
+                int n_diff = 0, n_rows = 0, n_ref = 0, pos0 = 0;
+                double worst = 0.0;
+                for (int k = 0; k < NCH; k++) {
+                    const int T = chunk_T[k];
+                    const size_t ko = (size_t)pos0 * NKV * D, qo = (size_t)pos0 * H * D, qd = (size_t)H * D;
+                    assert_int_equal(kvq_gkv_append(&g, (float *)dk + ko, (float *)dv + ko, T, W, &err), KVQ_OK);
+                    for (int t = pos0; t < pos0 + T; t++)
+                        assert_int_equal(cc->ops->append(cc, 0, t, X[0] + (size_t)t * NKV * D, X[1] + (size_t)t * NKV * D), KVQ_OK);
+                    // the token loop
+                    kvq_gkv_set_fuse_merge(cs_[si].fuse);
+                    for (int t = 0; t < T; t++) {
+                        kvq_gkv_cache view = g;
+                        view.n_tok = pos0 + t + 1;
+                        if (view.n_enc_k > view.n_tok) view.n_enc_k = view.n_tok;
+                        if (view.n_enc_v > view.n_tok) view.n_enc_v = view.n_tok;
+                        kvq_status s1 = kvq_gkv_attend(&view, (float *)dq + qo + t * qd, (float *)ot + t * qd, scale, 0, st_, &err);
+                        if (s1) fprintf(stderr, "test_cuda_kv: rows %s: token attend: %s\n", spec, err.msg);
+                        assert_int_equal(s1, KVQ_OK);
+                    }
+                    // rows mode, all T rows at once (NaN until written)
+                    const size_t need = kvq_gkv_rows_scratch_bytes(&g, pos0, T);
+                    if (need > sr_bytes) {
+                        kvq_cuda_free(sr);
+                        assert_int_equal(kvq_cuda_malloc(&sr, need, &err), KVQ_OK);
+                        sr_bytes = need;
+                    }
+                    assert_int_equal(kvq_cuda_memset(orw, 0xff, sizeof(float) * T * qd, &err), KVQ_OK);
+                    kvq_status s2 = kvq_gkv_attend_rows(&g, (float *)dq + qo, orw, scale, pos0, T, sr, sr_bytes, &err);
+                    if (s2) fprintf(stderr, "test_cuda_kv: rows %s: %s\n", spec, err.msg);
+                    assert_int_equal(s2, KVQ_OK);
+                    if (need > sizeof(float)) // a scratch one float short is refused
+                        assert_int_equal(kvq_gkv_attend_rows(&g, (float *)dq + qo, orw, scale, pos0, T, sr, need - sizeof(float), &err), KVQ_ERR_ARG);
+                    assert_int_equal(kvq_cuda_copy(ht, ot, sizeof(float) * T * qd, 0, &err), KVQ_OK);
+                    assert_int_equal(kvq_cuda_copy(hr, orw, sizeof(float) * T * qd, 0, &err), KVQ_OK);
+                    for (int t = 0; t < T; t++) {
+                        n_rows++;
+                        if (memcmp(ht + t * qd, hr + t * qd, sizeof(float) * qd) && n_diff++ < 3)
+                            fprintf(stderr, "test_cuda_kv: rows %s window %d: row %d (position %d) differs from the token loop's\n", spec, W, t, pos0 + t);
+                        if (t % 13 && t != T - 1) continue; // the CPU reference (a decode of every position per row) for every 13th row and the last
+                        n_ref++;
+                        double ref[H * D];
+                        for (int h = 0; h < NKV; h++) {
+                            float o[KVQ_GKV_GROUP * D];
+                            assert_int_equal(cc->ops->attend(cc, 0, h, Q + qo + t * qd + h * KVQ_GKV_GROUP * D, KVQ_GKV_GROUP, pos0 + t + 1, scale, o), KVQ_OK);
+                            for (int i = 0; i < KVQ_GKV_GROUP * D; i++) ref[h * KVQ_GKV_GROUP * D + i] = o[i];
+                        }
+                        const double e = nmse(hr + t * qd, ref, qd);
+                        if (!(e <= worst)) worst = e; // NaN sticks
+                    }
+                    pos0 += T;
+                }
+                const int on_tc = kvq_gkv_tc_active(&g);
+                const double lim = on_tc ? 1e-4 : 1e-9;
+                const int ok = n_diff == 0 && worst <= lim;
+                fprintf(stderr, "test_cuda_kv: rows %-18s window %2d %s%s waves %.3f%s: %d rows, %d differ from the token loop, worst NMSE vs CPU %.2e over %d rows (limit %.0e): %s\n",
+                        spec, W, on_tc ? "tensor cores" : "exact kernel", cs_[si].pipe ? " pipe 3" : "", waves[vi],
+                        cs_[si].fuse ? " (token loop's merge fused)" : "", n_rows, n_diff, worst, n_ref, lim, ok ? "PASS" : "FAIL");
+                failed += !ok;
+                step_cache_free(&g, cs, NKV);
+                cc->ops->free(cc);
+                kvq_cuda_free(dk), kvq_cuda_free(dv), kvq_cuda_free(dq), kvq_cuda_free(st_), kvq_cuda_free(sr), kvq_cuda_free(ot), kvq_cuda_free(orw);
+                free(X[0]), free(X[1]), free(Q), free(ht), free(hr);
+            }
+    kvq_gkv_set_tc(-1);
+    kvq_gkv_set_tc_pipe(-1);
     kvq_gkv_set_fuse_merge(-1);
     kvq_gkv_set_waves(0);
     assert_int_equal(failed, 0);
@@ -2013,7 +2217,8 @@ int main(void) {
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
                                        cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_fused),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
-                                       cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph)};
+                                       cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph),
+                                       cmocka_unit_test(test_rows_plan), cmocka_unit_test(test_attend_rows)};
     // KVQ_TEST_FILTER="test_attend_tc*": only the tests matching the pattern (cmocka's * and ?), for a short device call
     const char *f = getenv("KVQ_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);

@@ -868,6 +868,90 @@ static void test_kv_graphs(void **st) {
     assert_int_equal(n_fail, 0);
 }
 
+// A GPU model of the t128 shape with a KV codec cache, prefill chunks of up to max_batch tokens,
+// rows mode's group set by KVQ_CUDA_KV_ROWS=rows ("0": one attend a token) while it opens.
+static kvq_model *open_kv_rows(const char *path, const char *spec, int window, int boundary, const char *rows, int max_batch) {
+    kvq_model_opts o = kvq_model_opts_default();
+    o.max_ctx = 512;
+    o.exec = KVQ_EXEC_EXACT;
+    o.max_batch = max_batch;
+    o.backend = kvq_backend_cuda_new;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    setenv("KVQ_CUDA_TC", "0", 1);
+    setenv("KVQ_CUDA_KV_ROWS", rows, 1);
+    if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
+    const kvq_arch *a = kvq_model_arch(m);
+    kvq_kvcache_policy pol = {window, boundary, 7, 0, 0};
+    kvq_kvcache *c = NULL;
+    if (kvq_kvcache_codec_new(spec, a->n_layers, a->n_kv_heads, a->head_dim, kvq_model_max_ctx(m), &pol, &c, &e) ||
+        kvq_model_set_kvcache(m, c, &e))
+        fail_msg("%s: %s", spec, e.msg);
+    unsetenv("KVQ_CUDA_TC");
+    unsetenv("KVQ_CUDA_KV_ROWS");
+    return m;
+}
+
+// Prefill attention in rows mode (kvq_gkv_attend_rows, backend_cuda.c's kv_attention: a chunk's
+// tokens in groups of KVQ_CUDA_KV_ROWS, default 64) against one attend a token
+// (KVQ_CUDA_KV_ROWS=0): a 200-token prompt in one chunk (groups 64, 64, 64, 8), a 50-token chunk
+// at 200, 5 decode steps and a 130-token chunk at 255: the logits of each step's last token bit
+// for bit equal, for a set of codecs (both attention kernels of int/KIVI, windows
+// 0/16/40, boundary layers), and with groups of 7 (KVQ_CUDA_KV_ROWS=7: groups that end inside a
+// KIVI key group) for two. A bad KVQ_CUDA_KV_ROWS is refused when the model opens.
+static void test_kv_rows(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    const char *path = t128_model();
+    const struct { const char *spec; int window, boundary, tc; const char *rows; } cs[] = {
+        {"int:4", 0, 0, -1, "64"}, {"int:4", 16, 0, 0, "64"}, {"int:3", 0, 1, -1, "64"}, {"int:2", 40, 0, -1, "7"},
+        {"kivi:2", 16, 0, -1, "64"}, {"kivi:4", 40, 0, 0, "7"}, {"kivi:3", 0, 0, -1, "64"}, {"turboquant:3", 0, 0, -1, "64"},
+        {"qturbo:2", 16, 0, -1, "64"}, {"turboquant-prod:4", 0, 1, -1, "64"}, {"octopus:2:qjl", 16, 0, -1, "64"},
+        {"hqkv:e8:3:dither", 16, 0, -1, "64"}, {"hqmq:s96:r4", 0, 0, -1, "64"}, {"fp16", 0, 0, -1, "64"},
+    };
+    const struct { int T, pos; } steps[] = {{200, 0}, {50, 200}, {1, 250}, {1, 251}, {1, 252}, {1, 253}, {1, 254}, {130, 255}};
+    uint64_t r = 29;
+    int32_t ids[400];
+    for (int i = 0; i < 400; i++) ids[i] = (int32_t)(rng_next(&r) % 4000);
+    int n_fail = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        kvq_gkv_set_tc(cs[i].tc);
+        kvq_model *mr = open_kv_rows(path, cs[i].spec, cs[i].window, cs[i].boundary, cs[i].rows, 256);
+        kvq_model *mt = open_kv_rows(path, cs[i].spec, cs[i].window, cs[i].boundary, "0", 256);
+        const int V = kvq_model_arch(mr)->vocab_size;
+        float *xr = malloc(sizeof(float) * V), *xt = malloc(sizeof(float) * V);
+        int n_diff = 0;
+        double maxd = 0;
+        for (size_t k = 0; k < sizeof steps / sizeof *steps; k++) {
+            kvq_err e = {0};
+            if (kvq_model_forward(mr, ids + steps[k].pos, steps[k].T, steps[k].pos, xr, 0, &e) ||
+                kvq_model_forward(mt, ids + steps[k].pos, steps[k].T, steps[k].pos, xt, 0, &e))
+                fail_msg("%s pos %d: %s", cs[i].spec, steps[k].pos, e.msg);
+            if (memcmp(xr, xt, sizeof(float) * V)) {
+                n_diff++;
+                for (int j = 0; j < V; j++) maxd = fmax(maxd, fabs((double)xr[j] - xt[j]));
+            }
+        }
+        printf("  kv rows %-18s window %2d boundary %d tc %2d groups %-2s: %zu chunks, %d differ from one attend a token (max |diff| %.3g): %s\n",
+               cs[i].spec, cs[i].window, cs[i].boundary, cs[i].tc, cs[i].rows, sizeof steps / sizeof *steps, n_diff, maxd, n_diff ? "FAIL" : "PASS");
+        n_fail += n_diff != 0;
+        free(xr), free(xt);
+        kvq_model_close(mr);
+        kvq_model_close(mt);
+        kvq_gkv_set_tc(-1);
+    }
+    // a bad group size: one line, the model not opened
+    kvq_model_opts o = kvq_model_opts_default();
+    o.backend = kvq_backend_cuda_new;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    setenv("KVQ_CUDA_KV_ROWS", "x", 1);
+    assert_int_equal(kvq_model_open(path, &o, &m, &e), KVQ_ERR_ARG);
+    unsetenv("KVQ_CUDA_KV_ROWS");
+    assert_non_null(strstr(e.msg, "KVQ_CUDA_KV_ROWS"));
+    assert_int_equal(n_fail, 0);
+}
+
 // Every codec the device encodes (fp16, int, kivi, turboquant, qturbo, turboquant-prod, octopus
 // with and without qjl, hqkv, hqmq), with and without a window and the boundary layers' fp16 keys:
 // a prompt of 80 tokens (chunks of 32: each token attends to the cache as the chunk left it),
@@ -986,9 +1070,13 @@ int main(void) {
         cmocka_unit_test(test_prefill_tile),
         cmocka_unit_test(test_seqs),
         cmocka_unit_test(test_kv_graphs), // before test_kv_codecs, which removes the t128 model
+        cmocka_unit_test(test_kv_rows),
         cmocka_unit_test(test_kv_codecs),
         cmocka_unit_test(test_oracles),
         cmocka_unit_test(test_shared_and_converted),
     };
+    // KVQ_TEST_FILTER="test_kv_rows": only the tests matching the pattern (cmocka's * and ?), for a short device call
+    const char *f = getenv("KVQ_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -245,12 +245,13 @@ __device__ __forceinline__ void split_chunk(const attn_p &p, float (&sc)[KVQ_GKV
     constexpr bool OCTK = KK == KVQ_GKV_OCT || KK == KVQ_GKV_OCTQ, QJLK = KK == KVQ_GKV_TPROD || KK == KVQ_GKV_OCTQ;
     __shared__ __align__(16) float sqs[QJLK ? G : 1][D]; // TPROD: S R q; OCTQ: R' R q
     __shared__ float odirs[OCTK ? 3 << (2 * (KB + 1)) : 1], orho[OCTK ? 1 << (KB > 0 ? KB - 1 : 0) : 1]; // OCTOPUS tables
-    const int s = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    const kvq_gkv_blk bk = kvq_gkv_block_of(p.dyn); // b: the row of q and of the scratch; bk.r: the cache's sequence
+    const int s = bk.s, g = blockIdx.y, b = bk.b;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, L = lane & 7, sub = lane >> 3, j0 = 16 * L;
     int t0, t1;
-    if (!kvq_gkv_block_range(p.dyn, p.t_begin, p.t_end, p.chunk, s, &t0, &t1)) return; // a captured step's spare block
+    if (!kvq_gkv_block_range(p.dyn, b, p.t_begin, p.t_end, p.chunk, s, &t0, &t1)) return; // a captured step's / rows mode's spare block
     const int n = t1 - t0;
-    const size_t ri = (size_t)b * p.n_kv + g;
+    const size_t ri = (size_t)bk.r * p.n_kv + g;
     if (n <= 0) return kvq_gkv_empty_split<G, D, NT>(p, b, g, s); // weight 0 in the merge
     // the first group of keys is requested before q (it does not depend on it)
     const uint8_t *kreg = p.k.base + ri * p.k.region, *vreg = p.v.base + ri * p.v.region;
@@ -603,9 +604,10 @@ __device__ __forceinline__ void split_chunk(const attn_p &p, float (&sc)[KVQ_GKV
         }
     __syncthreads();
     // the block's slot of the partial results (formed here, not kept live through the loop)
-    const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
-    float *po = p.po + (((size_t)b * p.H + g * G) * p.n_slot + slot) * D;
-    float *pml = p.pml + (((size_t)b * p.H + g * G) * p.n_slot + slot) * 2;
+    const kvq_gkv_blk bw = kvq_gkv_block_of(p.dyn); // (s, b) formed again: not held through the loop
+    const int slot = kvq_gkv_block_slot(p.dyn, bw.b, p.slot0, bw.s);
+    float *po = p.po + (((size_t)bw.b * p.H + g * G) * p.n_slot + slot) * D;
+    float *pml = p.pml + (((size_t)bw.b * p.H + g * G) * p.n_slot + slot) * 2;
     kvq_gkv_split_out<NW, NT>(red, po, G, D, p.n_slot);
     if (threadIdx.x < G) pml[(size_t)threadIdx.x * p.n_slot * 2] = mh[threadIdx.x], pml[(size_t)threadIdx.x * p.n_slot * 2 + 1] = lh[threadIdx.x];
 }
@@ -630,12 +632,12 @@ __global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
 __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, const float *__restrict__ pml, float *__restrict__ out,
                                                 int n_slot, int stride, int H, kvq_gkv_post pp, kvq_gkv_dyn dyn) {
     __shared__ float x[D], w[KVQ_GKV_MERGE_MAX], red[D / 32];
-    if (dyn.d_pos) {
-        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(dyn);
+    const int bh = blockIdx.x;
+    if (dyn.d_pos || dyn.rows) { // rows mode: block bh = row · H + query head
+        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(dyn, bh / H);
         n_slot = pl.na + pl.nb + pl.nc;
         pp.n_rot = pl.na + pl.nb;
     }
-    const int bh = blockIdx.x;
     kvq_gkv_merge<1, KVQ_GKV_MERGE_MAX, true, false>(po, pml, out, n_slot, stride, bh, bh % H / G, pp, w, x, red);
 }
 
@@ -896,19 +898,38 @@ static kvq_status check_shape(const kvq_gkv_cache *c, kvq_err *err) {
     return KVQ_OK;
 }
 
-// One attend: the host's plan of c's counts (d_pos NULL: grids of exactly the chunks there
-// are), or a graph-captured step's (d_pos: the kernels plan from the position, grids sized for
-// any position up to the capacity; kvq_gkv_attend_step). Both give the same chunks, so the
-// same partial sums in the same slots and order.
+// One attend: the host's plan of c's counts (d_pos NULL, rows 0: grids of exactly the chunks there
+// are), or a graph-captured step's (d_pos: the kernels plan from the position, grids sized for any
+// position up to the capacity; kvq_gkv_attend_step), or rows mode's (rows > 0 query rows from pos0,
+// batch 1: the kernels plan each row's view, grids of the most chunks a row has, x = chunk · rows +
+// row; kvq_gkv_attend_rows). All give the same chunks, so the same partial sums in the same slots
+// and order.
 static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch, const int *d_pos,
-                         int window, kvq_err *err) {
+                         int window, int rows, int pos0, size_t scratch_size, kvq_err *err) {
     kvq_status st = check_shape(c, err);
     if (st) return st;
     if (chunk < 0 || chunk % 32 || chunk > KVQ_GKV_MAX_CHUNK)
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: chunk %d is not a multiple of 32 up to %d", chunk, KVQ_GKV_MAX_CHUNK);
     const int per = chunk ? 1 : splits_per_head(c), kivi_k = kvq_gkv_kivi_k(&c->k);
-    int ga, gb, gc; // blocks per (sequence, KV head) of the three launches
-    if (!d_pos) {
+    int ga, gb, gc; // blocks per (sequence, KV head) of the three launches (rows mode: per row)
+    int n_slot = 0; // the scratch's slots per (sequence, query head)
+    if (rows) {
+        if (c->batch != 1) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention rows: batch %d (rows mode is for batch 1)", c->batch);
+        if (pos0 < 0 || pos0 + rows > c->n_tok)
+            return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention rows: rows at positions [%d, %d) but %d positions stored", pos0, pos0 + rows,
+                               c->n_tok);
+        for (int t = 0; t < rows; t++) { // each row's view passes the token loop's checks, and its window is still in the ring
+            const kvq_gkv_plan pl = kvq_gkv_row_plan(c->n_enc_k, c->n_enc_v, pos0, t, per, chunk);
+            if (pl.n_tok > pl.e && (!c->wk || pl.n_tok - pl.e > c->wcap || pl.e < c->n_tok - c->wcap))
+                return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention rows: row %d's window positions [%d, %d) are not in the ring of %d (%d stored)",
+                                   t, pl.e, pl.n_tok, c->wcap, c->n_tok);
+            if (pl.nb && std::min(c->n_enc_k, pl.n_tok) > std::min(c->n_enc_v, pl.n_tok))
+                return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention rows: values behind keys");
+        }
+        int gr[3];
+        kvq_gkv_rows_grids(c->n_enc_k, c->n_enc_v, pos0, rows, per, chunk, gr, &n_slot);
+        ga = gr[0], gb = gr[1], gc = gr[2];
+    } else if (!d_pos) {
         const kvq_gkv_plan pl = kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
         if (c->n_tok > pl.e && (!c->wk || c->n_tok - pl.e > c->wcap))
             return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d window positions but a ring of %d", c->n_tok - pl.e, c->wcap);
@@ -924,13 +945,16 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         kvq_gkv_step_grids(c->cap, window, kivi_k, per, chunk, gr);
         ga = gr[0], gb = gr[1], gc = gr[2];
     }
-    const int n_slot = ga + gb + gc; // the scratch's slots per (sequence, query head)
+    if (!rows) n_slot = ga + gb + gc;
+    const int nrow = rows ? rows : c->batch; // rows of q, out and the scratch
     if (n_slot == 0) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: empty cache");
     if (n_slot > KVQ_GKV_MERGE_MAX) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d chunks exceed %d (a larger chunk)", n_slot, KVQ_GKV_MERGE_MAX);
-    if ((size_t)sizeof(float) * c->batch * c->n_heads * n_slot * (D + 2) > kvq_gkv_scratch_bytes(c, chunk))
-        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: scratch too small for %d chunks", n_slot);
-    const kvq_gkv_plan hp = d_pos ? kvq_gkv_plan{} : kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
-    const kvq_gkv_dyn dyn0 = {d_pos, window, kivi_k, per, chunk, 0};
+    if ((size_t)sizeof(float) * nrow * c->n_heads * n_slot * (D + 2) > (rows ? scratch_size : kvq_gkv_scratch_bytes(c, chunk)))
+        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: scratch too small for %d rows of %d chunks", nrow, n_slot);
+    const kvq_gkv_plan hp = d_pos || rows ? kvq_gkv_plan{} : kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
+    const kvq_gkv_dyn dyn0 = {d_pos, window, kivi_k, per, chunk, 0, rows, pos0, c->n_enc_k, c->n_enc_v};
+    // the launches' grids: (chunks, KV heads, sequences), rows mode (chunks · rows, KV heads, 1)
+    const int gx = rows ? rows : 1, gz = rows ? 1 : c->batch;
     attn_p p;
     p.q = q;
     p.n_kv = c->n_kv;
@@ -939,7 +963,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     p.n_slot = n_slot;
     p.sl2 = scale * LOG2E;
     p.po = (float *)scratch;
-    p.pml = p.po + (size_t)c->batch * c->n_heads * n_slot * D;
+    p.pml = p.po + (size_t)nrow * c->n_heads * n_slot * D;
     p.dyn = dyn0;
     // rotated values (TurboQuant, HyperQuant-KV) sit in the chunks of the stored values,
     // [0, na + nb); the window's chunks after them are in the original frame
@@ -955,7 +979,9 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     // window's is the fp16 one (ROT), the tensor-core kernels have int / KIVI values (kind 0).
     // At most KVQ_GKV_MERGE_MAX chunks (the split kernels' score array holds the weights), 256 when
     // the tensor-core kernel merges (its red array, unenlarged); else the separate merge launch.
-    const int last = kvq_gkv_fuse_part(ga, gb, gc), fuse = fuse_merge(c) && n_slot <= (last == 0 && ft ? KVQ_GKV_MERGE_TC : KVQ_GKV_MERGE_MAX);
+    // Rows mode never fuses: the rows' last launches differ (a row may have no window chunk) and the
+    // counters are per (sequence, KV head).
+    const int last = kvq_gkv_fuse_part(ga, gb, gc), fuse = !rows && fuse_merge(c) && n_slot <= (last == 0 && ft ? KVQ_GKV_MERGE_TC : KVQ_GKV_MERGE_MAX);
     const kvq_gkv_fuse fz0 = {out, pp, 0}, fz1 = {out, pp, 1};
     p.fz = fz0;
     cudaStream_t sm = kvq_cuda_stream();
@@ -965,7 +991,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, D, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, D, c->cap),
                                 c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
                                 fuse && last == 0 ? fz1 : fz0};
-        st = kvq_gkv_tc_launch(ft, &ta, ga, c->batch, sm, err);
+        st = kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
         if (st) return st;
     } else if (ga) {
         split_fn f = pick(c->k.kind, c->k.bits, c->v.kind, c->v.bits);
@@ -975,7 +1001,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         p.v = side_of(c, &c->v);
         p.t_begin = 0, p.t_end = hp.a, p.slot0 = 0;
         p.fz = fuse && last == 0 ? fz1 : fz0;
-        f<<<dim3(ga, c->n_kv, c->batch), NT, 0, sm>>>(p);
+        f<<<dim3(ga * gx, c->n_kv, gz), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split");
     }
     if (gb) { // keys in the window, values stored (KIVI's incomplete key group)
@@ -986,7 +1012,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         p.t_begin = hp.a, p.t_end = hp.e, p.slot0 = ga;
         p.dyn.part = 1;
         p.fz = fuse && last == 1 ? fz1 : fz0;
-        f<<<dim3(gb, c->n_kv, c->batch), NT, 0, sm>>>(p);
+        f<<<dim3(gb * gx, c->n_kv, gz), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split (window keys)");
     }
     if (gc) {
@@ -995,24 +1021,41 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         p.t_begin = hp.e, p.t_end = c->n_tok, p.slot0 = ga + gb;
         p.dyn.part = 2;
         p.fz = fuse ? fz1 : fz0;
-        attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0><<<dim3(gc, c->n_kv, c->batch), NT, 0, sm>>>(p);
+        attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0><<<dim3(gc * gx, c->n_kv, gz), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split (window)");
     }
     if (fuse) return KVQ_OK;
-    attn_merge<<<c->batch * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, n_slot, c->n_heads, pp, dyn0);
+    attn_merge<<<nrow * c->n_heads, D, 0, sm>>>(p.po, p.pml, out, n_slot, n_slot, c->n_heads, pp, dyn0);
     CU_LAUNCHED("attn_merge");
     return KVQ_OK;
 }
 
 extern "C" kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch,
                                      kvq_err *err) {
-    return attend(c, q, out, scale, chunk > 0 ? chunk : 0, scratch, NULL, 0, err);
+    return attend(c, q, out, scale, chunk > 0 ? chunk : 0, scratch, NULL, 0, 0, 0, 0, err);
 }
 
 extern "C" kvq_status kvq_gkv_attend_step(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, const int *d_pos,
                                           void *scratch, kvq_err *err) {
     if (!d_pos) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention step: no device position");
-    return attend(c, q, out, scale, 0, scratch, d_pos, window, err);
+    return attend(c, q, out, scale, 0, scratch, d_pos, window, 0, 0, 0, err);
+}
+
+extern "C" kvq_status kvq_gkv_attend_rows(const kvq_gkv_cache *c, const float *q, float *out, float scale, int pos0, int T, void *scratch,
+                                          size_t scratch_bytes, kvq_err *err) {
+    if (T < 1) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention rows: %d rows", T);
+    return attend(c, q, out, scale, 0, scratch, NULL, 0, T, pos0, scratch_bytes, err);
+}
+
+extern "C" size_t kvq_gkv_rows_scratch_bytes(const kvq_gkv_cache *c, int pos0, int T) {
+    int gr[3], n_slot = 0;
+    kvq_gkv_rows_grids(c->n_enc_k, c->n_enc_v, pos0, T, splits_per_head(c), 0, gr, &n_slot);
+    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * n_slot * (D + 2);
+}
+
+extern "C" size_t kvq_gkv_rows_scratch_bound(const kvq_gkv_cache *c, int T) {
+    const size_t slots = (size_t)kvq_gkv_rows_slot_bound(c->cap, c->wcap, splits_per_head(c));
+    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * slots * (D + 2);
 }
 
 typedef void (*enc_fn)(const __half *, int, uint8_t *, size_t, size_t, int, const int *);

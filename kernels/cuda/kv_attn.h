@@ -202,6 +202,47 @@ KVQ_GKV_HD static inline kvq_gkv_plan kvq_gkv_plan_of(int n_tok, int n_enc_k, in
     return p;
 }
 
+/** Part `part` of plan pl (0 packed, 1 window keys, 2 window): its chunk count, and block s's range
+ *  [*t0, *t1) when s is below it (0 when the part has no chunk s); *slot0, the part's first scratch
+ *  slot (the chunks of [0, na), [na, na + nb), then the window's) — the chunks and slots the host
+ *  launch gives its blocks. One formula for the kernels that plan on the device (a captured step,
+ *  rows mode) and the host tests (test_rows_plan). */
+KVQ_GKV_HD static inline int kvq_gkv_part_block(const kvq_gkv_plan *pl, int part, int s, int *t0, int *t1, int *slot0) {
+    const int cnt = part == 0 ? pl->na : part == 1 ? pl->nb : pl->nc;
+    const int tb = part == 0 ? 0 : part == 1 ? pl->a : pl->e, te = part == 0 ? pl->a : part == 1 ? pl->e : pl->n_tok;
+    *slot0 = part == 0 ? 0 : part == 1 ? pl->na : pl->na + pl->nb;
+    if (s >= cnt) return 0;
+    *t0 = tb + s * pl->chunk;
+    *t1 = te < *t0 + pl->chunk ? te : *t0 + pl->chunk;
+    return 1;
+}
+
+/** Rows mode (kvq_gkv_attend_rows): the plan of query t of a prefill chunk whose queries sit at
+ *  positions pos0, pos0 + 1, ... of a batch-1 cache — the view the token loop gives it: n_tok =
+ *  pos0 + t + 1 positions, the stored counts n_enc_k and n_enc_v (those after the whole chunk was
+ *  appended) capped at it. */
+KVQ_GKV_HD static inline kvq_gkv_plan kvq_gkv_row_plan(int n_enc_k, int n_enc_v, int pos0, int t, int per, int chunk_req) {
+    const int n = pos0 + t + 1;
+    return kvq_gkv_plan_of(n, n_enc_k < n ? n_enc_k : n, n_enc_v < n ? n_enc_v : n, per, chunk_req);
+}
+/** Rows mode's block x of a launch: chunk *s of query row *t, x = s · rows + t — the rows of one
+ *  chunk are consecutive blocks, so a chunk's codes are read from DRAM once for all rows (L2). */
+KVQ_GKV_HD static inline void kvq_gkv_row_block(int x, int rows, int *s, int *t) { *s = x / rows, *t = x % rows; }
+/** Rows mode's grids over rows [0, T) from pos0: g[0..2] the most chunks any row has in the three
+ *  parts (blocks per row of the packed, window-key and window launches), *n_slot the most chunks of
+ *  one row in all (the scratch's slots per (row, query head)). */
+KVQ_GKV_HD static inline void kvq_gkv_rows_grids(int n_enc_k, int n_enc_v, int pos0, int T, int per, int chunk_req, int g[3], int *n_slot) {
+    g[0] = g[1] = g[2] = *n_slot = 0;
+    for (int t = 0; t < T; t++) {
+        const kvq_gkv_plan pl = kvq_gkv_row_plan(n_enc_k, n_enc_v, pos0, t, per, chunk_req);
+        g[0] = pl.na > g[0] ? pl.na : g[0];
+        g[1] = pl.nb > g[1] ? pl.nb : g[1];
+        g[2] = pl.nc > g[2] ? pl.nc : g[2];
+        const int n = pl.na + pl.nb + pl.nc;
+        *n_slot = n > *n_slot ? n : *n_slot;
+    }
+}
+
 /** A graph-captured step's grids (blocks per (sequence, KV head)) of the three split launches
  *  (packed, window keys, window) for a cache of cap positions: enough for kvq_gkv_plan_of's na,
  *  nb, nc at every position up to cap when the counts are kvq_gkv_enc_count's: packed min(per ·
@@ -280,6 +321,36 @@ static inline void kvq_gkv_advance(kvq_gkv_cache *c, int T, int window) {
 kvq_status kvq_gkv_append_step(kvq_gkv_cache *c, const float *k, const float *v, int window, const int *d_pos, kvq_err *err);
 kvq_status kvq_gkv_attend_step(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, const int *d_pos,
                                void *scratch, kvq_err *err);
+
+/** Rows mode's bound on one row's chunks for a cache of cap positions and a ring of wcap that grew
+ *  from 0 (kvq_gkv_rows_scratch_bound): the packed launch's grid of kvq_gkv_step_grids at the
+ *  capacity, plus 2·⌈wcap/32⌉ + 2 for the window keys and the window (test_rows_plan checks it). */
+KVQ_GKV_HD static inline int kvq_gkv_rows_slot_bound(int cap, int wcap, int per) {
+    int g[3];
+    kvq_gkv_step_grids(cap, 0, 0, per, 0, g);
+    return g[0] + 2 * kvq_gkv_n_chunks(wcap > 0 ? wcap : 1, 32) + 2;
+}
+
+/** Bulk prefill attention ("rows mode", issue 20, session 13): q (T, n_heads, d) fp32 device, out
+ *  (T, n_heads, d) fp32 device; query row t attends positions [0, pos0 + t + 1) of a batch-1 cache
+ *  with exactly the view a token loop gives kvq_gkv_attend (n_tok = pos0 + t + 1, n_enc_k and n_enc_v
+ *  capped at it: kvq_gkv_row_plan; the window's positions from the ring), the same automatic chunks
+ *  and blocks per head (chunk 0) — so each row's output equals that attend's bit for bit — with
+ *  every row in one set of launches (the split launches, grids of the most chunks any row has,
+ *  blocks x = chunk · T + row, then one attn_merge over T · n_heads rows; the merge is never fused
+ *  here). Needs pos0 ≥ 0, T ≥ 1, pos0 + T ≤ c->n_tok (the rows' positions appended) and scratch of
+ *  kvq_gkv_rows_scratch_bytes(c, pos0, T) bytes, device, given by the caller (scratch_bytes: its
+ *  size, checked). */
+kvq_status kvq_gkv_attend_rows(const kvq_gkv_cache *c, const float *q, float *out, float scale, int pos0, int T, void *scratch,
+                               size_t scratch_bytes, kvq_err *err);
+/** The scratch kvq_gkv_attend_rows(c, ..., pos0, T) needs: T · n_heads · n_slot · (d + 2) floats, n_slot
+ *  the most chunks of one row (kvq_gkv_rows_grids with the blocks per head of the device and the
+ *  current kernel choices). */
+size_t kvq_gkv_rows_scratch_bytes(const kvq_gkv_cache *c, int pos0, int T);
+/** A bound on it for any pos0 of a cache that grew from 0 (counts of kvq_gkv_enc_count, window
+ *  positions ≤ wcap): T · n_heads · (packed chunks of kvq_gkv_step_grids at the capacity + 2 ·
+ *  ⌈wcap/32⌉ + 2) · (d + 2) floats — for sizing a buffer once (the runtime's scratch). */
+size_t kvq_gkv_rows_scratch_bound(const kvq_gkv_cache *c, int T);
 
 /** Whether kvq_gkv_append can encode a side of this kind and bits on the device (the
  *  encoders built: fp16; int, kivi, turboquant/qturbo, turboquant-prod keys, octopus keys with

@@ -184,13 +184,14 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     __shared__ __align__(16) float qs[G][D];
     __shared__ float wm[TNW][G], wl[TNW][G];
     __shared__ __align__(16) uint32_t kzs[KIVI && !ST ? TNW : 1][D]; // KIVI: the warp's key group (scale, zero) per channel
-    const int s = blockIdx.x, gk = blockIdx.y, b = blockIdx.z;
+    const kvq_gkv_blk bk = kvq_gkv_block_of(p.dyn); // b: the row of q and of the scratch; bk.r: the cache's sequence
+    const int s = bk.s, gk = blockIdx.y, b = bk.b;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int t0, t1;
-    if (!kvq_gkv_block_range(p.dyn, p.t_begin, p.t_end, p.chunk, s, &t0, &t1)) return; // a captured step's spare block
+    if (!kvq_gkv_block_range(p.dyn, b, p.t_begin, p.t_end, p.chunk, s, &t0, &t1)) return; // a captured step's / rows mode's spare block
     const int n = t1 - t0;
     if (n <= 0) return kvq_gkv_empty_split<G, D, TNT>(p, b, gk, s); // weight 0 in the merge
-    const size_t ri = (size_t)b * p.n_kv + gk;
+    const size_t ri = (size_t)bk.r * p.n_kv + gk;
     const uint8_t *kreg = p.kbase + ri * p.kregion, *vreg = p.vbase + ri * p.vregion;
     const int ntile = (n + 15) / 16;
     // the warp's k-th tile (increasing in k)
@@ -392,7 +393,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     }
     __syncthreads();
     // the block's slot of the partial results (formed here, not kept live through the loop)
-    const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
+    const int slot = kvq_gkv_block_slot(p.dyn, b, p.slot0, s);
     float *po = p.po + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * D;
     float *pml = p.pml + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * 2;
     kvq_gkv_split_out<TNW, TNT>(red, po, G, D, p.n_slot);

@@ -10,51 +10,71 @@
 
 #include "kernels/cuda/kv_attn.h"
 
-/** A graph-captured step's launch (kvq_gkv_attend_step): d_pos NULL for a host-planned launch
- *  (t_begin, t_end, chunk, slot0 of the arguments hold); else the kernel plans from the
- *  position: n_tok = *d_pos + 1, the sides' counts kvq_gkv_enc_count(kivi_k / 0, n_tok,
- *  window), the plan with per and chunk_req, and its part (0 packed, 1 window keys, 2 window) —
- *  block s of the launch takes that part's chunk s, or exits when there is none. */
+/** A launch that plans on the device. A graph-captured step (kvq_gkv_attend_step): d_pos non-NULL;
+ *  the kernel plans from the position: n_tok = *d_pos + 1, the sides' counts kvq_gkv_enc_count(kivi_k
+ *  / 0, n_tok, window). Rows mode (kvq_gkv_attend_rows): rows > 0 query rows, row t's plan
+ *  kvq_gkv_row_plan(n_enc_k, n_enc_v, pos0, t) (batch 1: every row reads sequence 0's regions; q,
+ *  out and the scratch are indexed by the row where a batch's are by the sequence; block x of a
+ *  launch is chunk x / rows of row x % rows). Either: the plan with per and chunk_req, and its part
+ *  (0 packed, 1 window keys, 2 window) — block s of the launch takes that part's chunk s, or exits
+ *  when there is none. Neither (d_pos NULL, rows 0): a host-planned launch (t_begin, t_end, chunk,
+ *  slot0 of the arguments hold). */
 struct kvq_gkv_dyn {
     const int *d_pos;
     int window, kivi_k, per, chunk_req, part;
+    int rows, pos0, n_enc_k, n_enc_v; // rows mode
 };
-__device__ __forceinline__ kvq_gkv_plan kvq_gkv_dyn_plan(const kvq_gkv_dyn &d) {
+/** The device's plan of row `row` (rows mode) or of the step's position (row unused). */
+__device__ __forceinline__ kvq_gkv_plan kvq_gkv_dyn_plan(const kvq_gkv_dyn &d, int row) {
+    if (d.rows) return kvq_gkv_row_plan(d.n_enc_k, d.n_enc_v, d.pos0, row, d.per, d.chunk_req);
     const int n_tok = *d.d_pos + 1;
     return kvq_gkv_plan_of(n_tok, kvq_gkv_enc_count(d.kivi_k, n_tok, d.window), kvq_gkv_enc_count(0, n_tok, d.window), d.per,
                            d.chunk_req);
 }
+/** Who a split block is: s its chunk in the launch's part, b the row of q, of the scratch and of out
+ *  (the sequence; in rows mode the query row), r the sequence whose cache regions it reads. The
+ *  decode launches keep (blockIdx.x, blockIdx.z, blockIdx.z); rows mode (kvq_gkv_row_block) puts the
+ *  row in blockIdx.x, so that the rows of one chunk are consecutive blocks. */
+struct kvq_gkv_blk {
+    int s, b, r;
+};
+__device__ __forceinline__ kvq_gkv_blk kvq_gkv_block_of(const kvq_gkv_dyn &d) {
+    kvq_gkv_blk k = {(int)blockIdx.x, (int)blockIdx.z, (int)blockIdx.z};
+    if (d.rows) kvq_gkv_row_block((int)blockIdx.x, d.rows, &k.s, &k.b), k.r = 0;
+    return k;
+}
 /** Block s's range [*t0, *t1) (chunk positions from *t0), from the launch's values or, under
- *  d.d_pos, the device's plan; false when the block has no chunk (it writes nothing). */
-__device__ __forceinline__ bool kvq_gkv_block_range(const kvq_gkv_dyn &d, int t_begin, int t_end, int chunk, int s, int *t0, int *t1) {
-    if (d.d_pos) {
-        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(d);
-        const int cnt = d.part == 0 ? pl.na : d.part == 1 ? pl.nb : pl.nc;
-        if (s >= cnt) return false;
-        t_begin = d.part == 0 ? 0 : d.part == 1 ? pl.a : pl.e;
-        t_end = d.part == 0 ? pl.a : d.part == 1 ? pl.e : pl.n_tok;
-        chunk = pl.chunk;
+ *  d.d_pos / d.rows, the device's plan (of row b); false when the block has no chunk (it writes
+ *  nothing). */
+__device__ __forceinline__ bool kvq_gkv_block_range(const kvq_gkv_dyn &d, int b, int t_begin, int t_end, int chunk, int s, int *t0,
+                                                    int *t1) {
+    if (d.d_pos || d.rows) {
+        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(d, b);
+        int slot0;
+        return kvq_gkv_part_block(&pl, d.part, s, t0, t1, &slot0) != 0;
     }
     *t0 = t_begin + s * chunk;
     *t1 = min(t_end, *t0 + chunk);
     return true;
 }
-/** Block s's scratch slot (of its partial results): the launch's slot0 + s, or under d.d_pos the
- *  part's first slot of the device's plan + s (computed again where it is written, so that it is
- *  not held in a register through the block's loop). */
-__device__ __forceinline__ int kvq_gkv_block_slot(const kvq_gkv_dyn &d, int slot0, int s) {
-    if (d.d_pos) {
-        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(d);
-        slot0 = d.part == 0 ? 0 : d.part == 1 ? pl.na : pl.na + pl.nb;
+/** Block s's scratch slot (of its partial results): the launch's slot0 + s, or under d.d_pos / d.rows
+ *  the part's first slot of the device's plan (of row b) + s (computed again where it is written, so
+ *  that it is not held in a register through the block's loop). */
+__device__ __forceinline__ int kvq_gkv_block_slot(const kvq_gkv_dyn &d, int b, int slot0, int s) {
+    if (d.d_pos || d.rows) {
+        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(d, b);
+        int t0, t1;
+        kvq_gkv_part_block(&pl, d.part, s, &t0, &t1, &slot0);
     }
     return slot0 + s;
 }
-/** An empty chunk's partial results (block s of batch b, KV head g, its G query heads of D
- *  values; NT threads): output 0, max −inf, sum 0 — weight 0 in the merge. P: either split
+/** An empty chunk's partial results (block s of row b — the sequence, or rows mode's query row —, KV
+ *  head g, its G query heads of D values; NT threads): output 0, max −inf, sum 0 — weight 0 in the
+ *  merge. P: either split
  *  kernel's parameters (po, pml, H, n_slot, slot0, dyn). */
 template <int G, int D, int NT, class P>
 __device__ __forceinline__ void kvq_gkv_empty_split(const P &p, int b, int g, int s) {
-    const int slot = kvq_gkv_block_slot(p.dyn, p.slot0, s);
+    const int slot = kvq_gkv_block_slot(p.dyn, b, p.slot0, s);
     float *po = p.po + (((size_t)b * p.H + g * G) * p.n_slot + slot) * D;
     float *pml = p.pml + (((size_t)b * p.H + g * G) * p.n_slot + slot) * 2;
     for (int e = threadIdx.x; e < G * D; e += NT) po[(size_t)(e / D) * p.n_slot * D + e % D] = 0.0f;

@@ -211,8 +211,8 @@ __device__ __forceinline__ void kvq_gkv_merge_last(const P &p, int b, int g, flo
     __threadfence();
     int n_slot = p.n_slot;
     kvq_gkv_post pp = p.fz.pp;
-    if (p.dyn.d_pos) {
-        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(p.dyn);
+    if (p.dyn.d_pos || p.dyn.rows) { // (rows mode never fuses the merge: kvq_gkv_attend_rows)
+        const kvq_gkv_plan pl = kvq_gkv_dyn_plan(p.dyn, b);
         n_slot = pl.na + pl.nb + pl.nc;
         pp.n_rot = pl.na + pl.nb;
     }

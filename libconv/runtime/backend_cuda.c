@@ -26,6 +26,11 @@
 // the position in device memory. KVQ_CUDA_GRAPHS=0 launches every kernel instead.
 typedef enum { DIRECT = 0, CAPTURE, REPLAY } mode;
 
+// Rows mode's default group: a prefill chunk's tokens attend to a KV codec cache 64 at a time
+// (kvq_gkv_attend_rows; KVQ_CUDA_KV_ROWS). The scratch it needs: 64 · n_heads · (the packed chunks'
+// grid at the capacity + 2·⌈wcap/32⌉ + 2) · 130 floats (~0.2 GB at 128k for the 8B shape).
+#define KV_ROWS 64
+
 typedef struct {
     kvq_backend b;
     kvq_err first; // the first failure since the last sync
@@ -39,10 +44,14 @@ typedef struct {
     // cache's counts are those of a sequence grown from 0 (kvq_gkv_step_ready); a replay
     // advances the host's counts (kvq_gkv_advance). KVQ_CUDA_KV_GRAPHS=0: such steps launch
     // every kernel (the same kernels' host-planned launches, the same bits).
+    // A prefill chunk of T > 1 tokens attends in rows mode (kvq_gkv_attend_rows): groups of up to
+    // rows tokens, each group one set of launches (KVQ_CUDA_KV_ROWS=<n> the group, 0 = one attend a
+    // token, the loop rows mode replaces: the same bits).
     struct {
-        int on, window, graphs;
+        int on, window, graphs, rows;
         kvq_gkv_cache *c; // (n_layers)
         void *scratch;
+        size_t scratch_bytes; // its size: one attend's (kvq_gkv_scratch_bytes) or a group of rows' (kvq_gkv_rows_scratch_bound)
         size_t bytes;     // device bytes of the packed sides (the cache proper)
         size_t aux;       // and of the fp16 rings, the codecs' per-head tables and the attention's scratch
         char spec[64];
@@ -99,6 +108,7 @@ typedef struct {
     // KVQ_CUDA_TIMELINE=1: graphs on, timing events captured between the decode step's ops
     // (kvq_cuda_tl_mark), read after every run of the graph into the same totals
     int ain_fuse;  // one-token attention inputs computed by the attention kernel (KVQ_CUDA_AIN_FUSE=0: off)
+    int kv_rows;   // rows mode's group for a KV codec cache (KVQ_CUDA_KV_ROWS, default KV_ROWS; 0 off)
     int timeline, tl_n[2];
     short tl_key[2][2048]; // prof slot of the op that ends at mark i (mark 0: the step's start)
     // PQ/QET matrices (n_pq) stay packed (kernels/cuda/pqx.h); their products share one table
@@ -688,7 +698,10 @@ static int ain_matches(const gpu *g, const float *q, const float *k, const float
 // Attention through the device's KV codec cache: the chunk's tokens appended (encoded as they
 // leave the window), then each token attends to positions [0, pos + t] of the cache, as the
 // CPU's codec cache does (backend_cpu.c: append all, then attend). A sequence continues at its
-// end or restarts at 0 (dropping window positions not yet encoded is also allowed).
+// end or restarts at 0 (dropping window positions not yet encoded is also allowed). T > 1: the
+// tokens attend in groups of up to g->kv.rows rows (kvq_gkv_attend_rows: one set of launches a
+// group, the views and bits of the one-token attends), smaller where a group's scratch would
+// exceed g->kv.scratch; without rows mode (or where one row does not fit), one attend a token.
 static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, const float *v, float *out, int T, int pos,
                                const kvq_attn_shape *s) {
     kvq_err e = {0};
@@ -719,12 +732,20 @@ static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, co
         if (!st) st = kvq_gkv_attend_step(c, q, out, s->scale, g->kv.window, dpos(g), g->kv.scratch, &e);
     } else if (!st) st = kvq_gkv_append(c, k, v, T, g->kv.window, &e);
     const size_t qd = (size_t)s->n_heads * s->head_dim;
-    for (int t = 0; t < T && !st && !captured; t++) {
+    for (int t = 0; t < T && !st && !captured;) {
+        int n = T > 1 && g->kv.rows > 0 ? (T - t < g->kv.rows ? T - t : g->kv.rows) : 0; // rows of this group (0: none)
+        while (n > 1 && kvq_gkv_rows_scratch_bytes(c, pos + t, n) > g->kv.scratch_bytes) n = (n + 1) / 2;
+        if (n > 0 && kvq_gkv_rows_scratch_bytes(c, pos + t, n) <= g->kv.scratch_bytes) {
+            st = kvq_gkv_attend_rows(c, q + t * qd, out + t * qd, s->scale, pos + t, n, g->kv.scratch, g->kv.scratch_bytes, &e);
+            t += n;
+            continue;
+        }
         kvq_gkv_cache view = *c; // the positions token t sees
         view.n_tok = pos + t + 1;
         if (view.n_enc_k > view.n_tok) view.n_enc_k = view.n_tok;
         if (view.n_enc_v > view.n_tok) view.n_enc_v = view.n_tok;
         st = kvq_gkv_attend(&view, q + t * qd, out + t * qd, s->scale, 0, g->kv.scratch, &e);
+        t++;
     }
     prof_end(g, T == 1 ? "kv codec attention T=1" : "kv codec attention T>1");
     if (st) kvq_err_prefix(&e, "layer %d", l);
@@ -931,8 +952,11 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
         if (!s) s = kvq_cuda_malloc(&c->wk, ring, err);
         if (!s) s = kvq_cuda_malloc(&c->wv, ring, err);
         scr_rings += 2 * ring;
-        const size_t sb = kvq_gkv_scratch_bytes(c, 0);
+        size_t sb = kvq_gkv_scratch_bytes(c, 0);
         if (sb > scr) scr = sb;
+        // rows mode's groups (a prefill chunk's tokens, at most max_batch of them)
+        const int rows = g->kv_rows < b->max_batch ? g->kv_rows : b->max_batch;
+        if (rows > 1 && (sb = kvq_gkv_rows_scratch_bound(c, rows)) > scr) scr = sb;
     }
     if (!s) s = kvq_cuda_malloc(&g->kv.scratch, scr, err);
     if (s) {
@@ -941,6 +965,8 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
         return s;
     }
     g->kv.bytes = bytes;
+    g->kv.scratch_bytes = scr;
+    g->kv.rows = g->kv_rows;
     g->kv.aux = scr_rings + scr;
     g->kv.window = pol->window;
     const char *kg = getenv("KVQ_CUDA_KV_GRAPHS");
@@ -987,7 +1013,15 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->tc = !(tv && !strcmp(tv, "0")) && kvq_cuda_tc_available(NULL, 0);
     g->tc_min = 16;
     g->tc_min_dense = 2;
-    const char *td = getenv("KVQ_CUDA_TC_MIN_DENSE");
+    const char *td = getenv("KVQ_CUDA_TC_MIN_DENSE"), *rv = getenv("KVQ_CUDA_KV_ROWS");
+    g->kv_rows = KV_ROWS;
+    if (rv && *rv) {
+        char *end = NULL;
+        long n = strtol(rv, &end, 10);
+        if (*end || n < 0 || n > 4096)
+            return free(g), kvq_err_set(err, KVQ_ERR_ARG, "KVQ_CUDA_KV_ROWS=%s: not a group size (0 = off, 1..4096)", rv);
+        g->kv_rows = (int)n;
+    }
     for (int i = 0; i < 2; i++) {
         const char *v = i ? td : tm;
         if (!v || !*v) continue;

@@ -23,7 +23,12 @@
 // CUDA_KV_FUSE_AB=1: each row timed with the merge fused into the last split launch and with the
 // separate merge launch (kvq_gkv_set_fuse_merge 1 / 0; bit-identical outputs), the same caches and
 // chunk, both columns and their ratio (otherwise the process's setting: KVQ_CUDA_KV_FUSE_MERGE).
-// usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_NO_BASE=1] [CUDA_KV_ENC_ONLY=1] [CUDA_KV_BATCH=1|8] [CUDA_KV_FUSE_AB=1] cuda_kv_attn [T ...]
+// CUDA_KV_ROWS=R (issue 20, session 13): instead of the decode table, prefill attention at batch 1:
+// R query rows at positions [T − R, T) of a cache of T packed positions, each row seeing its prefix
+// — rows mode (kvq_gkv_attend_rows, one set of launches) against the token loop it replaces (R
+// kvq_gkv_attend calls on the rows' views); host wall time of the R rows to the end of the stream
+// (median of 7 after a warm-up; launches included: they are what the loop pays), one cache copy.
+// usage: [CUDA_KV_ONLY=name,name,...] [CUDA_KV_NO_BASE=1] [CUDA_KV_ENC_ONLY=1] [CUDA_KV_BATCH=1|8] [CUDA_KV_FUSE_AB=1] [CUDA_KV_ROWS=R] cuda_kv_attn [T ...]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +50,34 @@ static double now(void) {
 }
 
 // Bytes a call reads per (sequence, KV head, position), one side.
+static int cmp_d(const void *a, const void *b) { return *(const double *)a < *(const double *)b ? -1 : *(const double *)a > *(const double *)b; }
+
+// CUDA_KV_ROWS: the median wall time (ms) of R rows at [T − R, T) of c: rows mode (rows_mode 1,
+// scratch sr of srb bytes) or R one-row attends of the rows' views (scratch st).
+static kvq_status time_rows(const kvq_gkv_cache *c, int R, int rows_mode, const float *q, float *out, float scale, void *sr, size_t srb,
+                            void *st, double *ms, kvq_err *err) {
+    double t[8];
+    const size_t qd = (size_t)c->n_heads * D;
+    for (int rep = 0; rep < 8; rep++) {
+        const double t0 = now();
+        kvq_status s = KVQ_OK;
+        if (rows_mode) s = kvq_gkv_attend_rows(c, q, out, scale, c->n_tok - R, R, sr, srb, err);
+        for (int r = 0; r < R && !s && !rows_mode; r++) {
+            kvq_gkv_cache v = *c;
+            v.n_tok = c->n_tok - R + r + 1;
+            v.n_enc_k = v.n_enc_k < v.n_tok ? v.n_enc_k : v.n_tok;
+            v.n_enc_v = v.n_enc_v < v.n_tok ? v.n_enc_v : v.n_tok;
+            s = kvq_gkv_attend(&v, q + r * qd, out + r * qd, scale, 0, st, err);
+        }
+        if (!s) s = kvq_cuda_sync(err);
+        if (s) return s;
+        t[rep] = (now() - t0) * 1e3;
+    }
+    qsort(t + 1, 7, sizeof *t, cmp_d); // the first is the warm-up
+    *ms = t[4];
+    return KVQ_OK;
+}
+
 static double bytes_per_pos(kvq_gkv_kind kind, int bits, int role) {
     if (kind <= KVQ_GKV_F16) return 2.0 * D;
     // KIVI: 4 bytes per channel per 32 positions (K), per 32 channels (V); HQKV: fp32 γ + u32 counter
@@ -123,16 +156,20 @@ int main(int argc, char **argv) {
     TRY(kvq_cuda_memset(hcb, 0x11, sizeof(float) * NKV * 4 << 13, &err));
     TRY(kvq_cuda_malloc(&seeds, sizeof(uint64_t) * NKV, &err)); // hqkv dither
     TRY(kvq_cuda_memset(seeds, 0x11, sizeof(uint64_t) * NKV, &err));
-    TRY(kvq_cuda_malloc(&q, sizeof(float) * 8 * H * D, &err));
-    TRY(kvq_cuda_malloc(&out, sizeof(float) * 8 * H * D, &err));
-    TRY(kvq_cuda_memset(q, 0x11, sizeof(float) * 8 * H * D, &err));
+    const char *rr = getenv("CUDA_KV_ROWS");
+    const int R = rr ? atoi(rr) : 0, nq = R > 8 ? R : 8; // rows of q and out
+    TRY(kvq_cuda_malloc(&q, sizeof(float) * nq * H * D, &err));
+    TRY(kvq_cuda_malloc(&out, sizeof(float) * nq * H * D, &err));
+    TRY(kvq_cuda_memset(q, 0x11, sizeof(float) * nq * H * D, &err));
     TRY(kvq_cuda_stream_init(&err));
     // CUDA_KV_ENC_ONLY=1: only the encoder table (tests/bench/gpu_kv_enc_check.sh)
     const char *eo = getenv("CUDA_KV_ENC_ONLY");
     if (eo && !strcmp(eo, "1")) nT = 0;
     const char *fab = getenv("CUDA_KV_FUSE_AB");
     const int ab = fab && !strcmp(fab, "1");
-    if (nT && ab)
+    if (nT && R > 0)
+        printf("\n| T_kv | rows | cache | rows mode: ms | token loop: ms | loop / rows | µs a row (rows mode) | chunk |\n|---|---|---|---|---|---|---|---|\n");
+    else if (nT && ab)
         printf("\n| T_kv | batch | cache | ms, one call | ms, in a graph | two launches: ms, one call | ms, in a graph | fused / two (graph) | MB read | GB/s (graph) | %% of copy (graph) | chunk | copies |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     else if (nT)
     printf("\n| T_kv | batch | cache | ms, one call | ms, in a graph | MB read | GB/s (graph) | %% of copy (graph) | chunk | copies |\n|---|---|---|---|---|---|---|---|---|---|\n");
@@ -184,6 +221,22 @@ int main(int argc, char **argv) {
                 kvq_gkv_set_tc(strstr(cfg[ci].name, " tc2") ? 2 : strstr(cfg[ci].name, " tc") || strstr(cfg[ci].name, " pipe"));
                 kvq_gkv_set_tc_pipe(strstr(cfg[ci].name, " pipe4") ? 4 : strstr(cfg[ci].name, " pipe3") ? 3 : 0);
                 const int chunk = kvq_gkv_auto_chunk(&c);
+                if (R > 0) { // prefill rows: batch 1, one copy
+                    if (B == 1 && R <= T) {
+                        void *sr, *st;
+                        const size_t srb = kvq_gkv_rows_scratch_bytes(&c, T - R, R);
+                        TRY(kvq_cuda_malloc(&sr, srb, &err));
+                        TRY(kvq_cuda_malloc(&st, kvq_gkv_scratch_bytes(&c, 0), &err));
+                        double mr = 0, mt = 0;
+                        TRY(time_rows(&cs[0], R, 1, q, out, scale, sr, srb, st, &mr, &err));
+                        TRY(time_rows(&cs[0], R, 0, q, out, scale, sr, srb, st, &mt, &err));
+                        printf("| %dk | %d | %s | %.3f | %.3f | %.2f | %.1f | %d |\n", T / 1024, R, cfg[ci].name, mr, mt, mt / mr, 1e3 * mr / R, chunk);
+                        fflush(stdout);
+                        kvq_cuda_free(sr), kvq_cuda_free(st);
+                    }
+                    kvq_cuda_free(buf);
+                    continue;
+                }
                 void *scr;
                 TRY(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, chunk), &err));
                 double ms = 0, msg = 0, ms2 = 0, msg2 = 0;
