@@ -1752,8 +1752,8 @@ static void test_step_graph(void **state) {
 // backend_cuda.c ran it before): a batch-1 cache of 2 KV heads grown by prefill chunks of 130, 1, 7,
 // 64, 800 and 130 tokens (rows from positions 0, 130, 131, 138, 202, 1002), each chunk appended and
 // then attended both ways; every output row must equal the token loop's bit for bit (memcmp), and
-// every 13th row and each chunk's last be within NMSE 1e-9 (1e-4 on tensor cores: fp16 q) of the CPU
-// cache's decode-then-attend. Every codec
+// every 13th row and each chunk's last be within NMSE 1e-9 (1e-4 on tensor cores: fp16 q; 2e-8 for int,
+// whose CPU reference cancels in fp32: see the limit) of the CPU cache's attend. Every codec
 // the GPU encodes, windows 0 and 40, tensor cores off and on (register and cp.async pipelined),
 // 1 and 0.125 waves of chunks (the latter: the chunks grow from 32 to 64 between the rows of one call), the
 // token loop with the merge fused in some cases (rows mode never fuses: the same bits).
@@ -1858,7 +1858,12 @@ static void test_attend_rows(void **state) {
                     pos0 += T;
                 }
                 const int on_tc = kvq_gkv_tc_active(&g);
-                const double lim = on_tc ? 1e-4 : 1e-9;
+                // int keys and values: the CPU cache scores s·(⟨q, c⟩ − qmax·Σq) and sums Σ p·s·c − qmax·Σ p·s in fp32
+                // (kv_int.c), which cancel; over these ~1100 positions that reference is itself ~4e-9 off (measured on the
+                // H100, session 13: int:3 4.4e-9, int:4 3.8e-9, int:2 5.4e-10), while the token loop's kernels are within
+                // 1e-12 of an exact decode-then-attend (test_attend_vs_cpu); rows equal the token loop's bit for bit above
+                const int int_kind = g.k.kind == KVQ_GKV_INT || g.v.kind == KVQ_GKV_INT;
+                const double lim = on_tc ? 1e-4 : int_kind ? 2e-8 : 1e-9;
                 const int ok = n_diff == 0 && worst <= lim;
                 fprintf(stderr, "test_cuda_kv: rows %-18s window %2d %s%s waves %.3f%s: %d rows, %d differ from the token loop, worst NMSE vs CPU %.2e over %d rows (limit %.0e): %s\n",
                         spec, W, on_tc ? "tensor cores" : "exact kernel", cs_[si].pipe ? " pipe 3" : "", waves[vi],

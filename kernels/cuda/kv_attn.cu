@@ -616,8 +616,20 @@ __device__ __forceinline__ void split_chunk(const attn_p &p, float (&sc)[KVQ_GKV
 // block per (sequence, KV head) merges: the scores' and the warps' arrays are its shared memory.
 // The rotation back is compiled in where the launch can be the final one of a cache with rotated
 // values: TurboQuant / HyperQuant-KV values, and the fp16 kernel (window keys and window chunks).
+// Blocks an SM the split kernel is compiled for: 4 (≤ 128 registers) where ptxas keeps the kernel
+// without spills at that budget — packed int, KIVI, TurboQuant/qturbo, OCTOPUS (no QJL) and HQMQ keys,
+// and the half-value kernels — else 3 (≤ 168: fp16 window keys, HyperQuant-KV, turboquant-prod and
+// OCTOPUS-QJL keys spill 56–1580 bytes at 128). KVQ_SPLIT_MINB3: every kernel at 3 (the build before).
+__host__ __device__ constexpr int split_min_blocks(int kk, bool vh) {
+#ifdef KVQ_SPLIT_MINB3
+    return vh ? 4 : 3;
+#else
+    return vh || kk == KVQ_GKV_INT || kk == KVQ_GKV_KIVI || kk == KVQ_GKV_TURBO || kk == KVQ_GKV_OCT || kk == KVQ_GKV_HQMQ ? 4 : 3;
+#endif
+}
+
 template <int KK0, int KB, int VK, int VB, bool VH = false>
-__global__ void __launch_bounds__(NT, VH ? 4 : 3) attn_split(attn_p p) {
+__global__ void __launch_bounds__(NT, split_min_blocks(KK0, VH)) attn_split(attn_p p) {
     __shared__ __align__(16) float sc[KVQ_GKV_MAX_CHUNK][G];
     __shared__ __align__(16) float red[NW][G][D];
     static_assert(KVQ_GKV_MAX_CHUNK * G >= G * KVQ_GKV_MERGE_MAX && NW * G * D >= G * (D + D / 32), "the merge's shared memory");
