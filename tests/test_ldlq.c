@@ -331,7 +331,8 @@ static char g_build[512] = "build"; // from argv[0]: <build>/tests/test_ldlq
 // kvq-convert: ldlq on a calibration too short for the widest input (kvq-tiny-llama's down_proj,
 // 704 columns: 512 sampled tokens < 1408) is one line and exit 2, nothing written, before any
 // calibration runs (and after it when the text holds fewer tokens than asked for); with enough
-// text tokens it converts, and the file decodes (kvq-verify's integrity check).
+// text tokens it converts, and the file decodes (kvq-verify's integrity check); covariances that do not
+// fit the memory left are refused in one line before the pass.
 static void test_cli(void **state) {
     (void)state;
     char cmd[2048], d[] = "/tmp/kvq-ldlq-XXXXXX";
@@ -345,6 +346,13 @@ static void test_cli(void **state) {
              "hyperquant:e8:4:ldlq --calib %s/short.txt --calib-tokens 4000 tests/models/kvq-tiny-llama %s/s.kvq 2> %s/err; "
              "test $? -eq 2 && test ! -e %s/s.kvq && test $(wc -l < %s/err) -eq 1 && grep -q 'at least 1408 tokens .* and "
              "this one has' %s/err", d, g_build, d, d, d, d, d, d);
+    assert_int_equal(system(cmd), 0);
+    // the covariances do not fit the memory left (KVQ_MEM_AVAILABLE_MB stands for /proc/meminfo's MemAvailable): one
+    // line naming the need, before any pass, nothing written
+    snprintf(cmd, sizeof cmd, "KVQ_MEM_AVAILABLE_MB=5 %s/kvq-convert -q --weights hyperquant:e8:4:ldlq --calib "
+             "tests/data/heldout-sample.txt --calib-tokens 2000 tests/models/kvq-tiny-llama %s/m.kvq 2> %s/err; test $? -ne 0 "
+             "&& test ! -e %s/m.kvq && test $(wc -l < %s/err) -eq 1 && grep -q \"ldlq's input covariances need 0.03 GB .* and "
+             "0.01 GB of memory is available\" %s/err", g_build, d, d, d, d, d);
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s/kvq-convert -q --weights hyperquant:e8:4:ldlq --calib tests/data/heldout-sample.txt "
              "--calib-tokens 2000 tests/models/kvq-tiny-llama %s/b.kvq && %s/kvq-convert -q --weights hyperquant:e8:4 "

@@ -232,6 +232,25 @@ static void pass_progress(kvq_calib_progress_fn fn, void *ud, size_t done, size_
     fn(ud, &p);
 }
 
+// Bytes of memory this process may still take: KVQ_MEM_AVAILABLE_MB when set (tests, containers whose
+// /proc/meminfo describes the host), else MemAvailable of /proc/meminfo; 0 when unknown (no check).
+static double mem_available(void) {
+    const char *ev = getenv("KVQ_MEM_AVAILABLE_MB");
+    if (ev && *ev) {
+        char *end = NULL;
+        const double mb = strtod(ev, &end);
+        if (end != ev && *end == 0 && mb > 0) return mb * 1048576.0;
+    }
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0.0;
+    char line[256];
+    double kb = 0.0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024.0;
+}
+
 kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, uint64_t seed, int n_threads, int hessian,
                          kvq_calib_progress_fn progress, void *ud, kvq_calib **out, kvq_err *err) {
     *out = NULL;
@@ -265,6 +284,20 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
         int mc = 0;
         for (int i = 0; i < N_SITES; i++) mc = c->cols[i] > mc ? c->cols[i] : mc;
         const size_t nl = (size_t)a->n_layers;
+        // every layer's covariances are held at once (~65 GB at the 8B shape): refused in one line when they do not
+        // fit the memory left after the model, instead of failing mid-pass or being killed
+        double need = (double)mc * XB * sizeof(float) + (double)mc * mc * sizeof(float);
+        for (int i = 0; i < N_SITES; i++) {
+            const double ns = i == KVQ_SITE_LM_HEAD ? 1.0 : (double)nl, w = (double)c->cols[i];
+            need += ns * (w * w * sizeof(double) + XB * w * sizeof(float) + sizeof(int));
+        }
+        const double avail = mem_available();
+        if (avail > 0 && need > 0.9 * avail) {
+            s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: ldlq's input covariances need %.2f GB (Σ x xᵀ in double for %d layers, "
+                            "inputs up to %d wide) and %.2f GB of memory is available: drop ':ldlq' from the weights spec, "
+                            "or convert on a machine with more memory", src, need / 1e9, a->n_layers, mc, avail / 1e9);
+            goto done;
+        }
         for (int i = 0; i < N_SITES && !s; i++) {
             const size_t ns = i == KVQ_SITE_LM_HEAD ? 1 : nl, w = (size_t)c->cols[i];
             if (!(c->cov[i] = calloc(ns * w * w, sizeof(double))) || !(c->xb[i] = malloc(sizeof(float) * ns * XB * w)) ||
