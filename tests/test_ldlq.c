@@ -15,6 +15,7 @@
 
 #include "libconv/codec/hyperquant/hq_impl.h"
 #include "libconv/codec/hyperquant/hyperquant.h"
+#include "formats/kvqfile.h"
 #include "libconv/convert/alloc.h"
 #include "tests/testrng.h"
 
@@ -363,6 +364,59 @@ static void test_cli(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+// LDLQ by default: --target-bpw with a calibration text of enough tokens (kvq-tiny-llama: 2 × 704) rounds its HyperQuant
+// with LDLQ and says so in the manifest (recipe.target_bpw.ldlq = "auto", ":ldlq" in the tensors' specs); not with too few
+// tokens asked for, not when the covariances would not fit the memory left (a note, no refusal), and not when the text
+// holds fewer tokens than asked for (the specs taken back to plain rounding after the pass).
+static int auto_ldlq(const char *out, int tokens, const char *text, int *n_ldlq) {
+    kvq_convert_opts o = {0};
+    o.plan.quantize_embeddings = -1;
+    o.plan.target_bpw = 4.0;
+    o.plan.calib_text = text;
+    o.plan.calib_tokens = tokens;
+    kvq_err err = {0};
+    kvq_convert_summary sum;
+    kvq_status s = kvq_convert("tests/models/kvq-tiny-llama", out, &o, &sum, &err);
+    if (s) print_message("%s\n", err.msg);
+    assert_int_equal(s, KVQ_OK);
+    kvq_file *f = NULL;
+    assert_int_equal(kvq_file_open(out, &f, &err), KVQ_OK);
+    const json_t *m = kvq_file_manifest(f), *t;
+    size_t i;
+    *n_ldlq = 0;
+    json_array_foreach(json_object_get(m, "tensors"), i, t) {
+        const char *sp = json_string_value(json_object_get(json_object_get(t, "codec"), "spec"));
+        *n_ldlq += sp && strstr(sp, ":ldlq") != NULL;
+    }
+    const json_t *l = json_object_get(json_object_get(json_object_get(m, "recipe"), "target_bpw"), "ldlq");
+    const int on = l && json_is_string(l) && !strcmp(json_string_value(l), "auto");
+    kvq_file_close(f);
+    return on;
+}
+
+static void test_auto(void **state) {
+    (void)state;
+    char d[] = "/tmp/kvq-ldlq-auto-XXXXXX", a[256], b[256], c[256], e[256], sh[256], cmd[512];
+    assert_non_null(mkdtemp(d));
+    snprintf(a, sizeof a, "%s/a.kvq", d), snprintf(b, sizeof b, "%s/b.kvq", d), snprintf(c, sizeof c, "%s/c.kvq", d);
+    snprintf(e, sizeof e, "%s/e.kvq", d), snprintf(sh, sizeof sh, "%s/short.txt", d);
+    int n = 0;
+    assert_true(auto_ldlq(a, 2000, "tests/data/heldout-sample.txt", &n)); // enough tokens: LDLQ
+    assert_true(n >= 10);                                                    // every linear layer (no embedding)
+    assert_false(auto_ldlq(b, 64, "tests/data/heldout-sample.txt", &n));    // too few asked for: plain
+    assert_int_equal(n, 0);
+    setenv("KVQ_MEM_AVAILABLE_MB", "5", 1); // covariances of 0.03 GB against 5 MB: plain, converted all the same
+    assert_false(auto_ldlq(c, 2000, "tests/data/heldout-sample.txt", &n));
+    unsetenv("KVQ_MEM_AVAILABLE_MB");
+    assert_int_equal(n, 0);
+    snprintf(cmd, sizeof cmd, "head -c 2000 tests/data/heldout-sample.txt > %s", sh);
+    assert_int_equal(system(cmd), 0);
+    assert_false(auto_ldlq(e, 2000, sh, &n)); // asked for enough, the text holds fewer: back to plain
+    assert_int_equal(n, 0);
+    snprintf(cmd, sizeof cmd, "! cmp -s %s %s && rm -rf %s", a, c, d); // LDLQ changed the codes
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(int argc, char **argv) {
     char *a = strdup(argv[0]);
     snprintf(g_build, sizeof g_build, "%s", dirname(dirname(a))); // <build>/tests/test_ldlq
@@ -375,6 +429,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_spec),
         cmocka_unit_test(test_calib_hessian),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

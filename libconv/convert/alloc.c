@@ -232,9 +232,21 @@ static void pass_progress(kvq_calib_progress_fn fn, void *ud, size_t done, size_
     fn(ud, &p);
 }
 
-// Bytes of memory this process may still take: KVQ_MEM_AVAILABLE_MB when set (tests, containers whose
+// (kvq_mem_available) Bytes of memory this process may still take: KVQ_MEM_AVAILABLE_MB when set (tests, containers whose
 // /proc/meminfo describes the host), else MemAvailable of /proc/meminfo; 0 when unknown (no check).
-static double mem_available(void) {
+double kvq_calib_ldlq_bytes(const kvq_arch *a) {
+    const double d = a->hidden_size, q = (double)a->n_heads * a->head_dim, f = a->intermediate_size, nl = a->n_layers;
+    const double w[N_SITES] = {[KVQ_SITE_QKV] = d, [KVQ_SITE_O] = q, [KVQ_SITE_GATE_UP] = d, [KVQ_SITE_DOWN] = f, [KVQ_SITE_LM_HEAD] = d};
+    double mc = 0.0, need = 0.0;
+    for (int i = 0; i < N_SITES; i++) {
+        const double ns = i == KVQ_SITE_LM_HEAD ? 1.0 : nl;
+        need += ns * (w[i] * w[i] * sizeof(double) + XB * w[i] * sizeof(float) + sizeof(int));
+        mc = w[i] > mc ? w[i] : mc;
+    }
+    return need + mc * XB * sizeof(float) + mc * mc * sizeof(float);
+}
+
+double kvq_mem_available(void) {
     const char *ev = getenv("KVQ_MEM_AVAILABLE_MB");
     if (ev && *ev) {
         char *end = NULL;
@@ -286,12 +298,8 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
         const size_t nl = (size_t)a->n_layers;
         // every layer's covariances are held at once (~65 GB at the 8B shape): refused in one line when they do not
         // fit the memory left after the model, instead of failing mid-pass or being killed
-        double need = (double)mc * XB * sizeof(float) + (double)mc * mc * sizeof(float);
-        for (int i = 0; i < N_SITES; i++) {
-            const double ns = i == KVQ_SITE_LM_HEAD ? 1.0 : (double)nl, w = (double)c->cols[i];
-            need += ns * (w * w * sizeof(double) + XB * w * sizeof(float) + sizeof(int));
-        }
-        const double avail = mem_available();
+        const double need = kvq_calib_ldlq_bytes(a);
+        const double avail = kvq_mem_available();
         if (avail > 0 && need > 0.9 * avail) {
             s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: ldlq's input covariances need %.2f GB (Σ x xᵀ in double for %d layers, "
                             "inputs up to %d wide) and %.2f GB of memory is available: drop ':ldlq' from the weights spec, "
@@ -823,7 +831,7 @@ static kvq_status budget_parts(kvq_plan *pl, const kvq_ckpt *ck, kvq_plan_entry 
     memset(B, 0, sizeof *B);
     kvq_plan_budget_t b;
     kvq_plan_budget(pl, &b);
-    B->base = b.weights_spec && strcmp(b.weights_spec, "none") ? b.weights_spec : "hyperquant:e8:4.0";
+    B->base = b.weights_spec && strcmp(b.weights_spec, "none") ? b.weights_spec : b.ldlq ? "hyperquant:e8:4.0:ldlq" : "hyperquant:e8:4.0";
     if (strncmp(B->base, "hyperquant:", 11))
         return kvq_err_set(err, KVQ_ERR_ARG, "--target-bpw allocates HyperQuant rates: the weights codec '%s' is not "
                            "hyperquant (use --weights hyperquant:e8:4.0 or leave weights unset)", B->base);

@@ -28,6 +28,12 @@ kvq_status kvq_calib_run(const char *src, const char *text_path, int n_tokens, u
  *  row-major, borrowed from c), or NULL: none kept, a name the runtime has no product for, or an
  *  embedding (a lookup, tied or not, never rounds against a product's inputs). */
 const double *kvq_calib_hessian(const kvq_calib *c, const char *name, int64_t rows, int64_t cols);
+/** Bytes kvq_calib_run with hessian = 1 holds for the covariances of a model of this architecture (every
+ *  layer's at once; ~65 GB at the Llama-3-8B shape), and bytes of memory the process may still take
+ *  (KVQ_MEM_AVAILABLE_MB when set, else /proc/meminfo's MemAvailable; 0 when unknown). The pass refuses
+ *  (KVQ_ERR_NOMEM, one line) when the first exceeds 0.9 of the second. */
+double kvq_calib_ldlq_bytes(const kvq_arch *a);
+double kvq_mem_available(void);
 void kvq_calib_free(kvq_calib *c); // NULL is a no-op
 /** Tokens the pass saw. */
 size_t kvq_calib_tokens(const kvq_calib *c);

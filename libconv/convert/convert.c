@@ -343,6 +343,33 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian,
     kvq_plan_budget(S->plan, &b);
     S->target_bpw = b.target_bpw;
     for (size_t i = 0; i < S->n && hessian; i++) S->hessian |= S->e[i].spec && strstr(S->e[i].spec, ":ldlq") != NULL;
+    // LDLQ by default (docs/HYPERQUANT.md "LDLQ by default"): a budget calibrating on a text the user gave, the codec
+    // left to the budget (no --weights, no ldlq asked for), enough tokens asked for the widest input and covariances
+    // that fit half the memory left; otherwise plain rounding, and a note saying why. Decided for --dry-run too (the
+    // specs it shows), the covariances kept only when encoding.
+    int64_t auto_need = 0;
+    int any_ldlq = 0;
+    for (size_t i = 0; i < S->n; i++) any_ldlq |= S->e[i].spec && strstr(S->e[i].spec, ":ldlq") != NULL;
+    if (s == KVQ_OK && !any_ldlq && !isnan(b.target_bpw) && b.calib_text && (!b.weights_spec || !strcmp(b.weights_spec, "none"))) {
+        const kvq_arch *a = kvq_ckpt_arch(S->ck);
+        int64_t w = a->hidden_size > (int64_t)a->n_heads * a->head_dim ? a->hidden_size : (int64_t)a->n_heads * a->head_dim;
+        w = a->intermediate_size > w ? a->intermediate_size : w;
+        const double bytes = kvq_calib_ldlq_bytes(a), avail = kvq_mem_available();
+        char note[512];
+        if (b.calib_tokens < KVQ_LDLQ_TOKENS_PER_COL * w) {
+            snprintf(note, sizeof note, "%s: rounding without LDLQ: the calibration text would shape it with --calib-tokens "
+                     "%lld or more (%d asked for)", src, (long long)(KVQ_LDLQ_TOKENS_PER_COL * w), b.calib_tokens);
+            calib_note(o, note);
+        } else if (avail > 0 && bytes > 0.5 * avail) {
+            snprintf(note, sizeof note, "%s: rounding without LDLQ: its input covariances would need %.2f GB, %.2f GB of "
+                     "memory is available", src, bytes / 1e9, avail / 1e9);
+            calib_note(o, note);
+        } else {
+            kvq_plan_set_ldlq(S->plan, 1);
+            S->hessian = hessian;
+            auto_need = KVQ_LDLQ_TOKENS_PER_COL * w;
+        }
+    }
     int64_t wide = 0; // LDLQ's widest input: too few calibration tokens for it give a rank-deficient covariance, and
                       // LDLQ then loses to plain rounding (docs/HYPERQUANT.md "LDLQ": +45 % KLD measured)
     for (size_t i = 0; i < S->n && S->hessian; i++)
@@ -357,6 +384,25 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian,
     if (s == KVQ_OK && S->hessian && !S->calib) // no calibration ran (--calib-from, or no budget): one for LDLQ
         s = kvq_calib_run(src, b.calib_text, b.calib_tokens > 0 ? b.calib_tokens : KVQ_CALIB_TOKENS_DEFAULT,
                           kvq_plan_seed(S->plan), o->n_threads, 1, NULL, NULL, &S->calib, err);
+    if (s == KVQ_OK && S->calib && auto_need && (int64_t)kvq_calib_tokens(S->calib) < auto_need) {
+        // LDLQ by default on a text shorter than asked for: plain rounding instead (fewer tokens than 2 a column make
+        // it worse than plain), said in a note
+        char note[512];
+        snprintf(note, sizeof note, "%s: rounding without LDLQ: the calibration text holds %zu tokens, LDLQ needs %lld",
+                 src, kvq_calib_tokens(S->calib), (long long)auto_need);
+        calib_note(o, note);
+        kvq_plan_set_ldlq(S->plan, 0);
+        for (size_t i = 0; i < S->n && s == KVQ_OK; i++) {
+            const char *sp = S->e[i].spec, *l = sp ? strstr(sp, ":ldlq") : NULL;
+            if (!l) continue;
+            char plain[1024];
+            if (snprintf(plain, sizeof plain, "%.*s%s", (int)(l - sp), sp, l + 5) >= (int)sizeof plain) // ":ldlq", no "=damp"
+                s = kvq_err_set(err, KVQ_ERR_ARG, "%s: tensor '%s': spec too long", src, S->e[i].name);
+            else s = kvq_plan_entry_set_spec(S->plan, &S->e[i], plain, NULL, err);
+        }
+        kvq_calib_free(S->calib);
+        S->calib = NULL, S->hessian = 0;
+    }
     if (s == KVQ_OK && S->calib) { // the text may hold fewer tokens than asked for
         if ((int64_t)kvq_calib_tokens(S->calib) < need)
             s = kvq_err_set(err, KVQ_ERR_ARG, "%s: ldlq needs a calibration of at least %lld tokens (%d per column of the "

@@ -143,6 +143,7 @@ typedef struct {
     double block_floor_cap;         // ... or at least this rate, whichever is lower (INFINITY: no cap)
     int quantize_embeddings;
     const char *weights_spec;
+    int ldlq;                       // 1: the budget's default codec rounds with LDLQ (kvq_plan_set_ldlq)
 } kvq_plan_budget_t;
 void kvq_plan_budget(const kvq_plan *p, kvq_plan_budget_t *b);
 
@@ -155,6 +156,10 @@ json_t *kvq_plan_to_json(const kvq_plan *p);
  *  for every tensor taking part, no calibration), is_default 1 (the tool's default budget, not
  *  the user's). */
 void kvq_plan_set_budget(kvq_plan *p, double target_bpw, int uniform, int is_default);
+/** The budget's default HyperQuant codec (weights left unset) rounds with LDLQ: the converter sets it when a
+ *  budget calibrates on a text the user gave with enough tokens and the covariances fit the memory
+ *  (docs/HYPERQUANT.md "LDLQ by default"); recorded as recipe.target_bpw.ldlq = "auto". */
+void kvq_plan_set_ldlq(kvq_plan *p, int on);
 
 // ---- conversion ------------------------------------------------------------
 

@@ -62,6 +62,7 @@ struct kvq_plan {
     char *calib_from;       // sensitivities from this .kvq, NULL: measure
     int budget_uniform;     // the budget was met with one rate (kvq_plan_set_budget)
     int budget_default;     // the tool's default budget
+    int ldlq_auto;          // the budget's HyperQuant rounds with LDLQ by default (kvq_plan_set_ldlq)
 };
 
 static void free_rules(kvq_plan *p) {
@@ -650,6 +651,7 @@ void kvq_plan_budget(const kvq_plan *p, kvq_plan_budget_t *b) {
     b->calib_from = p->calib_from;
     b->quantize_embeddings = p->quantize_embeddings;
     b->weights_spec = p->weights_spec;
+    b->ldlq = p->ldlq_auto;
 }
 
 void kvq_plan_set_budget(kvq_plan *p, double target_bpw, int uniform, int is_default) {
@@ -657,6 +659,8 @@ void kvq_plan_set_budget(kvq_plan *p, double target_bpw, int uniform, int is_def
     p->budget_uniform = uniform;
     p->budget_default = is_default;
 }
+
+void kvq_plan_set_ldlq(kvq_plan *p, int on) { p->ldlq_auto = on != 0; }
 
 void kvq_plan_kv(const kvq_plan *p, kvq_plan_kv_policy *kv) {
     kv->spec = p->kv_codec;
@@ -700,6 +704,7 @@ json_t *kvq_plan_to_json(const kvq_plan *p) {
         }
         if (!p->budget_uniform && !p->calib_from)
             json_object_set_new(tb, "probe", json_string(p->calib_probe == KVQ_PROBE_FULL ? "full" : "layer"));
+        if (p->ldlq_auto) json_object_set_new(tb, "ldlq", json_string("auto")); // LDLQ on the calibration text by default
         if (p->budget_uniform) { // nothing was calibrated
             json_object_set_new(tb, "calib_tokens", json_integer(0));
             json_object_set_new(tb, "calib_text", json_string("none"));
