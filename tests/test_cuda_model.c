@@ -761,18 +761,19 @@ static kvq_model *open_kv(const char *path, int gpu, const char *spec, int windo
     return m;
 }
 
-// A GPU model of the t128 shape with a KV codec cache; graphs 0 sets KVQ_CUDA_KV_GRAPHS=0 while
-// the cache is set (its one-token steps then launch every kernel).
-static kvq_model *open_kv_graphs(const char *path, const char *spec, int window, int boundary, int graphs, int max_ctx) {
+// A GPU model of the t128 shape with a KV codec cache (exact products, fp32 kernels off tensor cores), the environment
+// variable env set to val while it opens and its cache is set (NULL: none).
+static kvq_model *open_kv_env(const char *path, const char *spec, int window, int boundary, int max_ctx, int max_batch,
+                              const char *env, const char *val) {
     kvq_model_opts o = kvq_model_opts_default();
     o.max_ctx = max_ctx;
     o.exec = KVQ_EXEC_EXACT;
-    o.max_batch = 32;
+    o.max_batch = max_batch;
     o.backend = kvq_backend_cuda_new;
     kvq_model *m = NULL;
     kvq_err e = {0};
     setenv("KVQ_CUDA_TC", "0", 1);
-    if (!graphs) setenv("KVQ_CUDA_KV_GRAPHS", "0", 1);
+    if (env) setenv(env, val, 1);
     if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
     const kvq_arch *a = kvq_model_arch(m);
     kvq_kvcache_policy pol = {window, boundary, 7, 0, 0};
@@ -781,8 +782,13 @@ static kvq_model *open_kv_graphs(const char *path, const char *spec, int window,
         kvq_model_set_kvcache(m, c, &e))
         fail_msg("%s: %s", spec, e.msg);
     unsetenv("KVQ_CUDA_TC");
-    unsetenv("KVQ_CUDA_KV_GRAPHS");
+    if (env) unsetenv(env);
     return m;
+}
+
+// ... graphs 0 sets KVQ_CUDA_KV_GRAPHS=0 (its one-token steps then launch every kernel).
+static kvq_model *open_kv_graphs(const char *path, const char *spec, int window, int boundary, int graphs, int max_ctx) {
+    return open_kv_env(path, spec, window, boundary, max_ctx, 32, graphs ? NULL : "KVQ_CUDA_KV_GRAPHS", "0");
 }
 
 // One step (T tokens at pos, logits of the last) on the graph model g and the direct one d: the
@@ -868,28 +874,9 @@ static void test_kv_graphs(void **st) {
     assert_int_equal(n_fail, 0);
 }
 
-// A GPU model of the t128 shape with a KV codec cache, prefill chunks of up to max_batch tokens,
-// rows mode's group set by KVQ_CUDA_KV_ROWS=rows ("0": one attend a token) while it opens.
+// ... prefill chunks of up to max_batch tokens, rows mode's group set by KVQ_CUDA_KV_ROWS=rows ("0": one attend a token).
 static kvq_model *open_kv_rows(const char *path, const char *spec, int window, int boundary, const char *rows, int max_batch) {
-    kvq_model_opts o = kvq_model_opts_default();
-    o.max_ctx = 512;
-    o.exec = KVQ_EXEC_EXACT;
-    o.max_batch = max_batch;
-    o.backend = kvq_backend_cuda_new;
-    kvq_model *m = NULL;
-    kvq_err e = {0};
-    setenv("KVQ_CUDA_TC", "0", 1);
-    setenv("KVQ_CUDA_KV_ROWS", rows, 1);
-    if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
-    const kvq_arch *a = kvq_model_arch(m);
-    kvq_kvcache_policy pol = {window, boundary, 7, 0, 0};
-    kvq_kvcache *c = NULL;
-    if (kvq_kvcache_codec_new(spec, a->n_layers, a->n_kv_heads, a->head_dim, kvq_model_max_ctx(m), &pol, &c, &e) ||
-        kvq_model_set_kvcache(m, c, &e))
-        fail_msg("%s: %s", spec, e.msg);
-    unsetenv("KVQ_CUDA_TC");
-    unsetenv("KVQ_CUDA_KV_ROWS");
-    return m;
+    return open_kv_env(path, spec, window, boundary, 512, max_batch, "KVQ_CUDA_KV_ROWS", rows);
 }
 
 // Prefill attention in rows mode (kvq_gkv_attend_rows, backend_cuda.c's kv_attention: a chunk's
