@@ -349,22 +349,20 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian,
     // specs it shows), the covariances kept only when encoding.
     int64_t auto_need = 0;
     int any_ldlq = 0;
+    char auto_note[512] = ""; // said once setup succeeded (an error then stays the one line on stderr)
     for (size_t i = 0; i < S->n; i++) any_ldlq |= S->e[i].spec && strstr(S->e[i].spec, ":ldlq") != NULL;
     if (s == KVQ_OK && !any_ldlq && !isnan(b.target_bpw) && b.calib_text && (!b.weights_spec || !strcmp(b.weights_spec, "none"))) {
         const kvq_arch *a = kvq_ckpt_arch(S->ck);
         int64_t w = a->hidden_size > (int64_t)a->n_heads * a->head_dim ? a->hidden_size : (int64_t)a->n_heads * a->head_dim;
         w = a->intermediate_size > w ? a->intermediate_size : w;
         const double bytes = kvq_calib_ldlq_bytes(a), avail = kvq_mem_available();
-        char note[512];
-        if (b.calib_tokens < KVQ_LDLQ_TOKENS_PER_COL * w) {
-            snprintf(note, sizeof note, "%s: rounding without LDLQ: the calibration text would shape it with --calib-tokens "
-                     "%lld or more (%d asked for)", src, (long long)(KVQ_LDLQ_TOKENS_PER_COL * w), b.calib_tokens);
-            calib_note(o, note);
-        } else if (avail > 0 && bytes > 0.5 * avail) {
-            snprintf(note, sizeof note, "%s: rounding without LDLQ: its input covariances would need %.2f GB, %.2f GB of "
-                     "memory is available", src, bytes / 1e9, avail / 1e9);
-            calib_note(o, note);
-        } else {
+        if (b.calib_tokens < KVQ_LDLQ_TOKENS_PER_COL * w)
+            snprintf(auto_note, sizeof auto_note, "%s: rounding without LDLQ: the calibration text would shape it with "
+                     "--calib-tokens %lld or more (%d asked for)", src, (long long)(KVQ_LDLQ_TOKENS_PER_COL * w), b.calib_tokens);
+        else if (avail > 0 && bytes > 0.5 * avail)
+            snprintf(auto_note, sizeof auto_note, "%s: rounding without LDLQ: its input covariances would need %.2f GB, %.2f "
+                     "GB of memory is available", src, bytes / 1e9, avail / 1e9);
+        else {
             kvq_plan_set_ldlq(S->plan, 1);
             S->hessian = hessian;
             auto_need = KVQ_LDLQ_TOKENS_PER_COL * w;
@@ -387,10 +385,8 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian,
     if (s == KVQ_OK && S->calib && auto_need && (int64_t)kvq_calib_tokens(S->calib) < auto_need) {
         // LDLQ by default on a text shorter than asked for: plain rounding instead (fewer tokens than 2 a column make
         // it worse than plain), said in a note
-        char note[512];
-        snprintf(note, sizeof note, "%s: rounding without LDLQ: the calibration text holds %zu tokens, LDLQ needs %lld",
-                 src, kvq_calib_tokens(S->calib), (long long)auto_need);
-        calib_note(o, note);
+        snprintf(auto_note, sizeof auto_note, "%s: rounding without LDLQ: the calibration text holds %zu tokens, LDLQ needs "
+                 "%lld", src, kvq_calib_tokens(S->calib), (long long)auto_need);
         kvq_plan_set_ldlq(S->plan, 0);
         for (size_t i = 0; i < S->n && s == KVQ_OK; i++) {
             const char *sp = S->e[i].spec, *l = sp ? strstr(sp, ":ldlq") : NULL;
@@ -411,6 +407,7 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian,
                             kvq_calib_tokens(S->calib), (long long)(KVQ_LDLQ_TOKENS_PER_COL * wide));
     }
     if (s == KVQ_OK && o->adjust) s = o->adjust(o->adjust_ud, S->plan, S->e, S->n, err);
+    if (s == KVQ_OK && auto_note[0]) calib_note(o, auto_note);
     kvq_plan_kv(S->plan, &S->kv);
     if (o->kv_spec) S->kv.spec = o->kv_spec, S->kv.window = o->kv_window, S->kv.boundary = o->kv_boundary;
     return s;
