@@ -19,6 +19,7 @@
 # FIRST=FILE.kvq: an allocated file of this model whose stored sensitivities every budget reuses
 # (--calib-from; otherwise the first budget calibrates and the others reuse it).
 # UNIFORM=0 skips the uniform rows; "" as BUDGETS or MIXES: none of them (left out: the defaults). One markdown row per file on stdout.
+# tests/bench/alloc_vs_llamacpp_table.py turns the rows of one model's runs into docs/RESULTS.md's side-by-side table.
 set -euo pipefail
 build=$(realpath "${1:?usage: see the header}")
 model=$(realpath "${2:?model}")
@@ -36,6 +37,10 @@ if [ -z "$src" ] || [ ! -x "$src/build/bin/llama-quantize" ] || [ ! -x "$py" ]; 
 fi
 [ -x "$src/build/bin/llama-perplexity" ] || cmake --build "$src/build" -j2 --target llama-perplexity >&2
 ppl=$src/build/bin/llama-perplexity
+# Its extra CPU buffer types off (LLAMA_ARG_REPACK=0, i.e. --no-repack): on the Xeon (AMX) dev box
+# of 2026-11-27 the native build's AMX matmul segfaults on every quantized mix; the plain ggml
+# kernels score every file (KLD as on the AVX2 box before, within 0.0001).
+export LLAMA_ARG_REPACK=${LLAMA_ARG_REPACK:-0}
 name=$(basename "$model")
 out=$(mktemp -d /tmp/kvq-avl-XXXXXX)
 trap 'rm -rf "$out"' EXIT

