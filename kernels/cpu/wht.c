@@ -171,6 +171,16 @@ void kvq_wht_i32(int32_t *x, int n) {
     kvq_wht_i32_portable(x, n);
 }
 
+void kvq_wht_f64(double *x, int n) {
+    for (int h = 1; h < n; h <<= 1)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                double a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+}
+
 void kvq_wht_ref(const float *x, double *y, int n) {
     for (int i = 0; i < n; i++) {
         double s = 0.0;

@@ -19,6 +19,8 @@ void kvq_wht_portable(float *x, int n);
 /** kvq_wht_i32 without the AVX2 path (SSE2 or scalar): what runs on CPUs without AVX2; tests
  *  compare both. */
 void kvq_wht_i32_portable(int32_t *x, int n);
+/** The unnormalized butterfly of kvq_wht in double, in place (plain loop: covariances for LDLQ). */
+void kvq_wht_f64(double *x, int n);
 /** Reference: y = H_n x computed in double, O(n²); x and y must not alias. */
 void kvq_wht_ref(const float *x, double *y, int n);
 

@@ -8,27 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/wht.h"
 #include "libconv/codec/hyperquant/hq_impl.h"
 
-// The unnormalized Sylvester butterfly of kvq_wht, in double (H_T is symmetric: same matrix).
-static void wht_d(double *x, int n) {
-    for (int h = 1; h < n; h <<= 1)
-        for (int i = 0; i < n; i += 2 * h)
-            for (int j = i; j < i + h; j++) {
-                double a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-}
-
 // Each row of the (C, C) matrix m ← row · blockdiag(H_T D_j)ᵀ, i.e. every tile of the row rotated
-// as the encoder rotates a weight row (signs, then butterfly; unnormalized: a scale LDLQ ignores).
+// as the encoder rotates a weight row (signs, then kvq_wht_f64's butterfly; unnormalized: a scale LDLQ ignores).
 static void rotate_rows(double *m, int64_t C, int T, const float *sgn) {
     for (int64_t i = 0; i < C; i++) {
         double *r = m + i * C;
         for (int64_t c0 = 0; c0 < C; c0 += T) {
             for (int k = 0; k < T; k++) r[c0 + k] *= (double)sgn[c0 + k];
-            wht_d(r + c0, T);
+            kvq_wht_f64(r + c0, T);
         }
     }
 }
