@@ -329,6 +329,17 @@ static void test_calib_hessian(void **state) {
 
 static char g_build[512] = "build"; // from argv[0]: <build>/tests/test_ldlq
 
+// kvq-convert (env, then --weights hyperquant:e8:4:ldlq and args, into d/out) refused: its exit status passes `test $?
+// <status>`, nothing is left at d/out, stderr is one line matching the pattern (and the second one, when given).
+static void refused(const char *d, const char *env, const char *args, const char *out, const char *status, const char *re,
+                    const char *re2) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s/kvq-convert -q --weights hyperquant:e8:4:ldlq %s %s/%s 2> %s/err; test $? %s && test ! "
+             "-e %s/%s && test $(wc -l < %s/err) -eq 1 && grep -q \"%s\" %s/err && grep -q \"%s\" %s/err", env, g_build, args, d,
+             out, d, status, d, out, d, re, d, re2 ? re2 : "", d);
+    assert_int_equal(system(cmd), 0);
+}
+
 // kvq-convert: ldlq on a calibration too short for the widest input (kvq-tiny-llama's down_proj,
 // 704 columns: 512 sampled tokens < 1408) is one line and exit 2, nothing written, before any
 // calibration runs (and after it when the text holds fewer tokens than asked for); with enough
@@ -338,23 +349,18 @@ static void test_cli(void **state) {
     (void)state;
     char cmd[2048], d[] = "/tmp/kvq-ldlq-XXXXXX";
     assert_non_null(mkdtemp(d));
-    snprintf(cmd, sizeof cmd, "%s/kvq-convert -q --weights hyperquant:e8:4:ldlq tests/models/kvq-tiny-llama %s/a.kvq 2> %s/err; "
-             "test $? -eq 2 && test ! -e %s/a.kvq && test $(wc -l < %s/err) -eq 1 && grep -q 'ldlq needs a calibration of at "
-             "least 1408 tokens' %s/err && grep -q '512 are asked for' %s/err", g_build, d, d, d, d, d, d);
-    assert_int_equal(system(cmd), 0);
+    refused(d, "", "tests/models/kvq-tiny-llama", "a.kvq", "-eq 2", "ldlq needs a calibration of at least 1408 tokens",
+            "512 are asked for");
     // enough tokens asked for, but the text holds fewer: refused after the calibration pass
-    snprintf(cmd, sizeof cmd, "head -c 2000 tests/data/heldout-sample.txt > %s/short.txt && %s/kvq-convert -q --weights "
-             "hyperquant:e8:4:ldlq --calib %s/short.txt --calib-tokens 4000 tests/models/kvq-tiny-llama %s/s.kvq 2> %s/err; "
-             "test $? -eq 2 && test ! -e %s/s.kvq && test $(wc -l < %s/err) -eq 1 && grep -q 'at least 1408 tokens .* and "
-             "this one has' %s/err", d, g_build, d, d, d, d, d, d);
+    snprintf(cmd, sizeof cmd, "head -c 2000 tests/data/heldout-sample.txt > %s/short.txt", d);
     assert_int_equal(system(cmd), 0);
+    char args[512];
+    snprintf(args, sizeof args, "--calib %s/short.txt --calib-tokens 4000 tests/models/kvq-tiny-llama", d);
+    refused(d, "", args, "s.kvq", "-eq 2", "at least 1408 tokens .* and this one has", NULL);
     // the covariances do not fit the memory left (KVQ_MEM_AVAILABLE_MB stands for /proc/meminfo's MemAvailable): one
     // line naming the need, before any pass, nothing written
-    snprintf(cmd, sizeof cmd, "KVQ_MEM_AVAILABLE_MB=5 %s/kvq-convert -q --weights hyperquant:e8:4:ldlq --calib "
-             "tests/data/heldout-sample.txt --calib-tokens 2000 tests/models/kvq-tiny-llama %s/m.kvq 2> %s/err; test $? -ne 0 "
-             "&& test ! -e %s/m.kvq && test $(wc -l < %s/err) -eq 1 && grep -q \"ldlq's input covariances need 0.03 GB .* and "
-             "0.01 GB of memory is available\" %s/err", g_build, d, d, d, d, d);
-    assert_int_equal(system(cmd), 0);
+    refused(d, "KVQ_MEM_AVAILABLE_MB=5", "--calib tests/data/heldout-sample.txt --calib-tokens 2000 tests/models/kvq-tiny-llama",
+            "m.kvq", "-ne 0", "ldlq's input covariances need 0.03 GB .* and 0.01 GB of memory is available", NULL);
     snprintf(cmd, sizeof cmd, "%s/kvq-convert -q --weights hyperquant:e8:4:ldlq --calib tests/data/heldout-sample.txt "
              "--calib-tokens 2000 tests/models/kvq-tiny-llama %s/b.kvq && %s/kvq-convert -q --weights hyperquant:e8:4 "
              "tests/models/kvq-tiny-llama %s/c.kvq && ! cmp -s %s/b.kvq %s/c.kvq && %s/kvq-verify -q --windows 1 --ctx 64 "
