@@ -328,6 +328,49 @@ static kvq_status budget(const char *src, const kvq_convert_opts *o, setup_t *S,
     return s;
 }
 
+// LDLQ by default (docs/HYPERQUANT.md "LDLQ by default"), for a plan whose specs ask for no LDLQ: a budget calibrating
+// on a text the user gave, the codec left to the budget (no --weights), enough tokens asked for the widest input and
+// covariances that fit half the memory left. Decided for --dry-run too (the specs it shows); the covariances kept only
+// when encoding (hessian). Returns the tokens it needs (0: not on; why in note when it would have applied).
+static int64_t ldlq_default(const char *src, const kvq_plan_budget_t *b, setup_t *S, int hessian, char *note, size_t nn) {
+    if (isnan(b->target_bpw) || !b->calib_text || (b->weights_spec && strcmp(b->weights_spec, "none"))) return 0;
+    const kvq_arch *a = kvq_ckpt_arch(S->ck);
+    int64_t w = a->hidden_size > (int64_t)a->n_heads * a->head_dim ? a->hidden_size : (int64_t)a->n_heads * a->head_dim;
+    w = a->intermediate_size > w ? a->intermediate_size : w;
+    const double bytes = kvq_calib_ldlq_bytes(a), avail = kvq_mem_available();
+    if (b->calib_tokens < KVQ_LDLQ_TOKENS_PER_COL * w) {
+        snprintf(note, nn, "%s: rounding without LDLQ: the calibration text would shape it with --calib-tokens %lld or more "
+                 "(%d asked for)", src, (long long)(KVQ_LDLQ_TOKENS_PER_COL * w), b->calib_tokens);
+        return 0;
+    }
+    if (avail > 0 && bytes > 0.5 * avail) {
+        snprintf(note, nn, "%s: rounding without LDLQ: its input covariances would need %.2f GB, %.2f GB of memory is "
+                 "available", src, bytes / 1e9, avail / 1e9);
+        return 0;
+    }
+    kvq_plan_set_ldlq(S->plan, 1);
+    S->hessian = hessian;
+    return KVQ_LDLQ_TOKENS_PER_COL * w;
+}
+
+// Takes LDLQ by default back after its calibration: every entry's spec without ":ldlq" (the default's has no "=damp"),
+// the covariances freed.
+static kvq_status ldlq_undo(const char *src, setup_t *S, kvq_err *err) {
+    kvq_status s = KVQ_OK;
+    kvq_plan_set_ldlq(S->plan, 0);
+    for (size_t i = 0; i < S->n && s == KVQ_OK; i++) {
+        const char *sp = S->e[i].spec, *l = sp ? strstr(sp, ":ldlq") : NULL;
+        if (!l) continue;
+        char plain[1024];
+        if (snprintf(plain, sizeof plain, "%.*s%s", (int)(l - sp), sp, l + 5) >= (int)sizeof plain)
+            s = kvq_err_set(err, KVQ_ERR_ARG, "%s: tensor '%s': spec too long", src, S->e[i].name);
+        else s = kvq_plan_entry_set_spec(S->plan, &S->e[i], plain, NULL, err);
+    }
+    kvq_calib_free(S->calib);
+    S->calib = NULL, S->hessian = 0;
+    return s;
+}
+
 // hessian: the conversion will encode (not a prediction), so specs asking for LDLQ get their input
 // covariances from a calibration pass: the budget's, or one of its own (no probes needed).
 static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian, setup_t *S, kvq_err *err) {
@@ -342,32 +385,11 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian,
     kvq_plan_budget_t b;
     kvq_plan_budget(S->plan, &b);
     S->target_bpw = b.target_bpw;
-    for (size_t i = 0; i < S->n && hessian; i++) S->hessian |= S->e[i].spec && strstr(S->e[i].spec, ":ldlq") != NULL;
-    // LDLQ by default (docs/HYPERQUANT.md "LDLQ by default"): a budget calibrating on a text the user gave, the codec
-    // left to the budget (no --weights, no ldlq asked for), enough tokens asked for the widest input and covariances
-    // that fit half the memory left; otherwise plain rounding, and a note saying why. Decided for --dry-run too (the
-    // specs it shows), the covariances kept only when encoding.
-    int64_t auto_need = 0;
     int any_ldlq = 0;
-    char auto_note[512] = ""; // said once setup succeeded (an error then stays the one line on stderr)
     for (size_t i = 0; i < S->n; i++) any_ldlq |= S->e[i].spec && strstr(S->e[i].spec, ":ldlq") != NULL;
-    if (s == KVQ_OK && !any_ldlq && !isnan(b.target_bpw) && b.calib_text && (!b.weights_spec || !strcmp(b.weights_spec, "none"))) {
-        const kvq_arch *a = kvq_ckpt_arch(S->ck);
-        int64_t w = a->hidden_size > (int64_t)a->n_heads * a->head_dim ? a->hidden_size : (int64_t)a->n_heads * a->head_dim;
-        w = a->intermediate_size > w ? a->intermediate_size : w;
-        const double bytes = kvq_calib_ldlq_bytes(a), avail = kvq_mem_available();
-        if (b.calib_tokens < KVQ_LDLQ_TOKENS_PER_COL * w)
-            snprintf(auto_note, sizeof auto_note, "%s: rounding without LDLQ: the calibration text would shape it with "
-                     "--calib-tokens %lld or more (%d asked for)", src, (long long)(KVQ_LDLQ_TOKENS_PER_COL * w), b.calib_tokens);
-        else if (avail > 0 && bytes > 0.5 * avail)
-            snprintf(auto_note, sizeof auto_note, "%s: rounding without LDLQ: its input covariances would need %.2f GB, %.2f "
-                     "GB of memory is available", src, bytes / 1e9, avail / 1e9);
-        else {
-            kvq_plan_set_ldlq(S->plan, 1);
-            S->hessian = hessian;
-            auto_need = KVQ_LDLQ_TOKENS_PER_COL * w;
-        }
-    }
+    S->hessian = hessian && any_ldlq;
+    char auto_note[512] = ""; // said once setup succeeded (an error then stays the one line on stderr)
+    const int64_t auto_need = s == KVQ_OK && !any_ldlq ? ldlq_default(src, &b, S, hessian, auto_note, sizeof auto_note) : 0;
     int64_t wide = 0; // LDLQ's widest input: too few calibration tokens for it give a rank-deficient covariance, and
                       // LDLQ then loses to plain rounding (docs/HYPERQUANT.md "LDLQ": +45 % KLD measured)
     for (size_t i = 0; i < S->n && S->hessian; i++)
@@ -387,25 +409,12 @@ static kvq_status setup(const char *src, const kvq_convert_opts *o, int hessian,
         // it worse than plain), said in a note
         snprintf(auto_note, sizeof auto_note, "%s: rounding without LDLQ: the calibration text holds %zu tokens, LDLQ needs "
                  "%lld", src, kvq_calib_tokens(S->calib), (long long)auto_need);
-        kvq_plan_set_ldlq(S->plan, 0);
-        for (size_t i = 0; i < S->n && s == KVQ_OK; i++) {
-            const char *sp = S->e[i].spec, *l = sp ? strstr(sp, ":ldlq") : NULL;
-            if (!l) continue;
-            char plain[1024];
-            if (snprintf(plain, sizeof plain, "%.*s%s", (int)(l - sp), sp, l + 5) >= (int)sizeof plain) // ":ldlq", no "=damp"
-                s = kvq_err_set(err, KVQ_ERR_ARG, "%s: tensor '%s': spec too long", src, S->e[i].name);
-            else s = kvq_plan_entry_set_spec(S->plan, &S->e[i], plain, NULL, err);
-        }
-        kvq_calib_free(S->calib);
-        S->calib = NULL, S->hessian = 0;
+        s = ldlq_undo(src, S, err);
     }
-    if (s == KVQ_OK && S->calib) { // the text may hold fewer tokens than asked for
-        if ((int64_t)kvq_calib_tokens(S->calib) < need)
-            s = kvq_err_set(err, KVQ_ERR_ARG, "%s: ldlq needs a calibration of at least %lld tokens (%d per column of the "
-                            "widest input, %lld) and this one has %zu: pass --calib FILE --calib-tokens N (N >= %lld)",
-                            src, (long long)(KVQ_LDLQ_TOKENS_PER_COL * wide), KVQ_LDLQ_TOKENS_PER_COL, (long long)wide,
-                            kvq_calib_tokens(S->calib), (long long)(KVQ_LDLQ_TOKENS_PER_COL * wide));
-    }
+    if (s == KVQ_OK && S->calib && (int64_t)kvq_calib_tokens(S->calib) < need) // the text may hold fewer tokens than asked for
+        s = kvq_err_set(err, KVQ_ERR_ARG, "%s: ldlq needs a calibration of at least %lld tokens (%d per column of the "
+                        "widest input, %lld) and this one has %zu: pass --calib FILE --calib-tokens N (N >= %lld)", src,
+                        (long long)need, KVQ_LDLQ_TOKENS_PER_COL, (long long)wide, kvq_calib_tokens(S->calib), (long long)need);
     if (s == KVQ_OK && o->adjust) s = o->adjust(o->adjust_ud, S->plan, S->e, S->n, err);
     if (s == KVQ_OK && auto_note[0]) calib_note(o, auto_note);
     kvq_plan_kv(S->plan, &S->kv);
