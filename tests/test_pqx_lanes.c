@@ -144,7 +144,7 @@ static void test_qet(void **st) {
             for (int64_t e = 0; e < p.m * p.k[sg]; e += 3) {
                 float v[8];
                 kvq_pql_qexp(&p, sg, e, v);
-                const int64_t gt = e / p.k[sg], c = e % p.k[sg], j = gt / 8 + (gt % 8) * p.groups;
+                const int64_t g = e / 8 / p.k[sg], c = e / 8 % p.k[sg], j = g + (e % 8) * p.groups;
                 for (int q = 0; q < 8; q++) {
                     const float b = kvq_qetx_cb(&p, sg, j, c, q);
                     assert_memory_equal(&v[q], &b, sizeof(float));

@@ -16,8 +16,9 @@
 //             so the two agree within float summation rounding (tests/test_cuda_pq.c bounds it).
 // QET (levels 3), by default (KVQ_CUDA_QET=expand or unset; session 14) two kernels:
 //   qetx_expand: once per product (not per token batch), one thread per codebook entry (stage s,
-//             slot (g, t), centroid c): its 8 values as kvq_qetx_cb decodes them, in slot order
-//             E_s[((g·8 + t)·k_s + c)·8 + q], in the caller's scratch (kvq_cuda_pqx_scratch_bytes).
+//             slot (g, t), centroid c): its 8 values as kvq_qetx_cb decodes them, group by group
+//             with the 8 slots' centroid c side by side, E_s[(((g·k_s + c)·8 + t)·8 + q], in the
+//             caller's scratch (kvq_cuda_pqx_scratch_bytes).
 //   qetx_rows_x: one warp per 4 rows, 8 lanes a row; lane i takes blocks b = 8g + i, g = 0..G−1:
 //             the block's switch field (two aligned words, a funnel shift), the group's 8 indices a
 //             stage (one 4-, 8- or 16-byte load, shared by the 8 lanes), v_t = E_1[c_1] (+ E_2[c_2]),
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(128) qetx_rows(kvq_pqx p, const float *__restr
     }
 }
 
-// Stage s's entries in slot order (entries of stage 0 first: n0 = m·k_0), 8 floats each.
+// Stage s's entries in kvq_pql_qexp's order (entries of stage 0 first: n0 = m·k_0), 8 floats each.
 __global__ void __launch_bounds__(256) qetx_expand(kvq_pqx p, float *__restrict__ E, int64_t n0, int64_t n_all) {
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n_all) return;

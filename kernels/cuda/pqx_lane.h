@@ -183,7 +183,7 @@ KVQ_PQ_HD static inline void kvq_pql_qet(const kvq_pqx *p, const float *x, int64
 }
 
 // ---- QET from expanded codebooks (the default kernel since 2026-11-27, session 14)
-// Per product, the codebooks are expanded once to float in slot order (kvq_pql_qexp, one thread
+// Per product, the codebooks are expanded once to float by group (kvq_pql_qexp, one thread
 // an entry); per row, each weight is then one float load a stage from that table, one add, and a
 // multiply-add; the swap tree is undone on the 8 values of a block in registers (kvq_pql_unswap)
 // so the activations are read in input order, 8 contiguous floats a block and token.
@@ -194,10 +194,11 @@ KVQ_PQ_HD static inline void kvq_pql_qet(const kvq_pqx *p, const float *x, int64
 #define KVQ_PQL_UNROLL
 #endif
 
-/** Entry e = (g·8 + t)·k_s + c of stage s's expanded table (slot order: subspace g + t·G):
+/** Entry e = (g·k_s + c)·8 + t of stage s's expanded table (group g, centroid c, slot t: the 8
+ *  slots' centroid c side by side, so a slot is an immediate offset from its group's centroid):
  *  out[q] = kvq_qetx_cb(p, s, g + t·G, c, q), q = 0..7. */
 KVQ_PQ_HD static inline void kvq_pql_qexp(const kvq_pqx *p, int s, int64_t e, float *out) {
-    const int64_t k = p->k[s], gt = e / k, c = e - gt * k, j = (gt >> 3) + (gt & 7) * p->groups;
+    const int64_t gc = e >> 3, g = gc / p->k[s], c = gc - g * p->k[s], j = g + (e & 7) * p->groups;
     for (int q = 0; q < 8; q++) out[q] = kvq_pql_qcb(p, s, j, c, q);
 }
 
@@ -267,13 +268,14 @@ KVQ_PQ_HD static inline uint32_t kvq_pql_field(const kvq_pqx *p, int64_t r, int6
 }
 
 /** QET, expanded: lane i (0..7) of row r's partial for nb <= 8 tokens. E[s]: stage s's expanded
- *  table (kvq_pql_qexp order); q0, q1: p->qbits[0] and, with two stages, p->qbits[1], else 0. Blocks b = 8g + i, g = 0..G−1 in order: v_t = E_0[c_0] (+ E_1[c_1],
+ *  table (kvq_pql_qexp's order); q0, q1: p->qbits[0] and, with two stages, p->qbits[1], else 0. Blocks b = 8g + i, g = 0..G−1 in order: v_t = E_0[c_0] (+ E_1[c_1],
  *  one rounding: the decoder's value), w = unswap(v), then acc[tk] = fma(w[q], x_tk[8b + q],
  *  acc[tk]) for q = 0..7. x: rows of ldx floats, 16-byte aligned (ldx a multiple of 4). */
 KVQ_PQ_HD static inline void kvq_pql_qetx(const kvq_pqx *p, const float *const *E, const float *x, int64_t ldx, int nb,
                                           int q0, int q1, int64_t r, int i, float *acc) {
     const int64_t G = p->groups;
     const uint32_t k0 = (uint32_t)p->k[0], k1 = q1 ? (uint32_t)p->k[1] : 0;
+    const float *e0 = E[0] + i, *e1 = q1 ? E[1] + i : NULL;
     KVQ_PQL_UNROLL
     for (int t = 0; t < 8; t++)
         if (t < nb) acc[t] = 0.0f;
@@ -281,16 +283,17 @@ KVQ_PQ_HD static inline void kvq_pql_qetx(const kvq_pqx *p, const float *const *
         uint32_t c0[8], c1[8];
         float v[8], w[8];
         const uint32_t f = kvq_pql_field(p, r, g, i);
-        // float offsets in 32 bits (a stage's table is < 2^32 floats: m·k·8 with k <= 65536, m < 2^13)
+        // group g's table, coordinate i: value (c, t) at e + c·64 + t·8 (t·8: an immediate offset)
+        // e0, e1: group g's tables at coordinate i (running pointers): value (c, t) at c·64 + t·8
         kvq_pql_qidx8(p, 0, q0, r, g, c0);
-        const uint32_t o0 = (uint32_t)g * (64u * k0) + (uint32_t)i; // group g's 8 slots, coordinate i
         KVQ_PQL_UNROLL
-        for (int t = 0; t < 8; t++) v[t] = KVQ_PQL_LD(E[0] + (c0[t] * 8u + (o0 + t * 8u * k0)));
+        for (int t = 0; t < 8; t++) v[t] = KVQ_PQL_LD(e0 + (uint64_t)c0[t] * 64 + t * 8);
+        e0 += 64 * (uint64_t)k0;
         if (q1) {
             kvq_pql_qidx8(p, 1, q1, r, g, c1);
-            const uint32_t o1 = (uint32_t)g * (64u * k1) + (uint32_t)i;
             KVQ_PQL_UNROLL
-            for (int t = 0; t < 8; t++) v[t] = KVQ_PQL_ADD(v[t], KVQ_PQL_LD(E[1] + (c1[t] * 8u + (o1 + t * 8u * k1))));
+            for (int t = 0; t < 8; t++) v[t] = KVQ_PQL_ADD(v[t], KVQ_PQL_LD(e1 + (uint64_t)c1[t] * 64 + t * 8));
+            e1 += 64 * (uint64_t)k1;
         }
         kvq_pql_unswap(f, v, w);
         const float *xb = x + 8 * (8 * g + i);
