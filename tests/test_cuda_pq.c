@@ -211,6 +211,47 @@ static const qshape qshapes[] = {
     {26, 192, 2, KVQ_PQX_CB_F32, 0, {1074, 257}},
 };
 
+// Activations 4 bytes off a 16-byte boundary: the expanded kernel's 16-byte loads cannot take them,
+// so the call falls back to the per-weight decode; the result is still the product (2 tokens, row
+// stride cols + 1 floats: also not a multiple of 4).
+static void check_misaligned(const kvq_pqx *p, const char *what, uint64_t *seed) {
+    const int64_t rows = p->rows, cols = p->cols, ld = cols + 1;
+    float *x = randvec(2 * ld + 1, seed), *xc = malloc(sizeof(float) * (size_t)(2 * cols));
+    float *yc = malloc(sizeof(float) * (size_t)(2 * rows)), *yg = malloc(sizeof(float) * (size_t)(2 * rows));
+    float *wrow = malloc(sizeof(float) * (size_t)cols), *sc = malloc(sizeof(float) * kvq_pqx_scratch(p, 1));
+    for (int t = 0; t < 2; t++) memcpy(xc + t * cols, x + 1 + t * ld, sizeof(float) * (size_t)cols);
+    const int row0 = 0;
+    kvq_pqx_matmul(p, 1, &row0, xc, 2, yc, rows, sc, KVQ_PQX_ISA_REF, 1);
+    kvq_cuda_pqx *t = NULL;
+    kvq_err err = {0};
+    void *dx = NULL, *dy = NULL, *ds = NULL;
+    kvq_status st = kvq_cuda_pqx_upload(p, &t, &err);
+    if (!st) st = kvq_cuda_malloc(&dx, sizeof(float) * (size_t)(2 * ld + 1), &err);
+    if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * (size_t)(2 * rows), &err);
+    if (!st && kvq_cuda_pqx_scratch_bytes(t)) st = kvq_cuda_malloc(&ds, kvq_cuda_pqx_scratch_bytes(t), &err);
+    if (!st) st = kvq_cuda_copy(dx, x, sizeof(float) * (size_t)(2 * ld + 1), 1, &err);
+    if (st) fail_msg("%s: misaligned: %s", what, err.msg);
+    // two calls of one token each: kvq_cuda_pqx_matmul takes rows of cols floats, so token 1 is its own call
+    const int64_t r0 = 0;
+    for (int tk = 0; tk < 2 && !st; tk++)
+        st = kvq_cuda_pqx_matmul(&t, 1, &r0, (const float *)dx + 1 + tk * ld, 1, (float *)dy + tk * rows, rows, 0, ds, &err);
+    if (!st) st = kvq_cuda_sync(&err);
+    if (!st) st = kvq_cuda_copy(yg, dy, sizeof(float) * (size_t)(2 * rows), 0, &err);
+    if (st) fail_msg("%s: misaligned: %s", what, err.msg);
+    const double gam = pqx_gamma(p);
+    for (int tk = 0; tk < 2; tk++)
+        for (int64_t r = 0; r < rows; r++) {
+            const double mag = pqx_row_mag(p, r, xc + tk * cols, wrow), d = fabs((double)yg[tk * rows + r] - yc[tk * rows + r]);
+            if (!(d <= 2 * gam * mag))
+                fail_msg("%s: misaligned x, token %d row %lld: gpu %.9g cpu %.9g", what, tk, (long long)r, yg[tk * rows + r],
+                         yc[tk * rows + r]);
+        }
+    printf("  %-40s activations 4 bytes off 16: within the bound (the per-weight kernel's fallback)\n", what);
+    kvq_cuda_free(dx); kvq_cuda_free(dy); kvq_cuda_free(ds);
+    kvq_cuda_pqx_free(t);
+    free(x); free(xc); free(yc); free(yg); free(wrow); free(sc);
+}
+
 // Every QET layout under both kernels: the expanded-codebook one (default, KVQ_CUDA_QET unset)
 // and the per-weight decode (KVQ_CUDA_QET=decode), each against the CPU and its own emulation.
 static void test_qet_products(void **st) {
@@ -233,6 +274,8 @@ static void test_qet_products(void **st) {
             assert_int_equal(kvq_cuda_pqx_qet_kernel(t), qk);
             kvq_cuda_pqx_free(t);
             check_layout(&p, what, &s);
+            uint64_t ms = 99 + i; // its own stream: both passes see the same layouts
+            if (qk && i < 2) check_misaligned(&p, what, &ms);
             kvq_pqx_free(&p);
         }
     }

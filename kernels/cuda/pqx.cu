@@ -17,7 +17,7 @@
 // QET (levels 3), by default (KVQ_CUDA_QET=expand or unset; session 14) two kernels:
 //   qetx_expand: once per product (not per token batch), one thread per codebook entry (stage s,
 //             slot (g, t), centroid c): its 8 values as kvq_qetx_cb decodes them, group by group
-//             with the 8 slots' centroid c side by side, E_s[(((g·k_s + c)·8 + t)·8 + q], in the
+//             with the 8 slots' centroid c side by side, E_s[((g·k_s + c)·8 + t)·8 + q], in the
 //             caller's scratch (kvq_cuda_pqx_scratch_bytes).
 //   qetx_rows_x: one warp per 4 rows, 8 lanes a row; lane i takes blocks b = 8g + i, g = 0..G−1:
 //             the block's switch field (two aligned words, a funnel shift), the group's 8 indices a
