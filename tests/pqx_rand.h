@@ -180,13 +180,33 @@ static inline void rand_qetg(kvq_pqx *p, int64_t rows, int64_t cols, int levels,
 /** y (n_tok, rows) = x (n_tok, cols) · Wᵀ as kernels/cuda/pqx.cu computes it, in batches of nb
  *  tokens (its kvq_cuda_pqx_batch; 8 for the layouts of the tests): every lane's arithmetic
  *  (kernels/cuda/pqx_lane.h) in the same order and the kernels' reduction trees, so the device
- *  should give these bits. */
-static inline void pqx_emulate(const kvq_pqx *p, const float *x, int n_tok, int nb_max, float *y) {
+ *  should give these bits. qet_kernel (QET layouts): 1 the expanded-codebook kernel (the default),
+ *  0 the per-weight decode (KVQ_CUDA_QET=decode); kvq_cuda_pqx_qet_kernel says which ran. */
+static inline void pqx_emulate_k(const kvq_pqx *p, const float *x, int n_tok, int nb_max, int qet_kernel, float *y) {
     const int64_t rows = p->rows, cols = p->cols;
+    float *E[2] = {NULL, NULL};
+    if (p->levels && qet_kernel == 1) // the tables qetx_expand writes, once per product
+        for (int s = 0; s < p->stages; s++) {
+            E[s] = malloc(sizeof(float) * (size_t)(p->m * p->k[s] * 8));
+            for (int64_t e = 0; e < p->m * p->k[s]; e++) kvq_pql_qexp(p, s, e, E[s] + 8 * e);
+        }
     for (int t0 = 0; t0 < n_tok; t0 += nb_max) {
         const int nb = n_tok - t0 < nb_max ? n_tok - t0 : nb_max;
         const float *xb = x + (size_t)t0 * (size_t)cols;
         float *yb = y + (size_t)t0 * (size_t)rows;
+        if (p->levels && qet_kernel == 1) {
+            float acc[8][8], v[8];
+            const float *const Ec[2] = {E[0], E[1]};
+            for (int64_t r = 0; r < rows; r++) {
+                for (int i = 0; i < 8; i++)
+                    kvq_pql_qetx(p, Ec, xb, cols, nb, p->qbits[0], p->stages > 1 ? p->qbits[1] : 0, r, i, acc[i]);
+                for (int t = 0; t < nb; t++) {
+                    for (int i = 0; i < 8; i++) v[i] = acc[i][t];
+                    yb[t * rows + r] = kvq_pql_qetx_combine(v);
+                }
+            }
+            continue;
+        }
         if (p->levels) {
             float acc[32][8], v[32];
             for (int64_t r = 0; r < rows; r++) {
@@ -215,6 +235,12 @@ static inline void pqx_emulate(const kvq_pqx *p, const float *x, int n_tok, int 
             }
         free(L);
     }
+    free(E[0]);
+    free(E[1]);
+}
+/** pqx_emulate_k with the default QET kernel (expanded codebooks). */
+static inline void pqx_emulate(const kvq_pqx *p, const float *x, int n_tok, int nb_max, float *y) {
+    pqx_emulate_k(p, x, n_tok, nb_max, 1, y);
 }
 
 /** Σ over the terms of row r's product of |c·x| (PQ: every stage's centroid coordinate times its

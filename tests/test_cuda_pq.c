@@ -2,7 +2,8 @@
 // kernels (kernels/cpu/pq.c, qetx.c, plain reference path) on seeded random layouts: PQ with 1
 // and 2 stages, every codebook type (bf16, f16, f32, CQO), uint8 / uint16 / lane-packed indices
 // (one word and, built here, two words a group with straddling fields), padded rows; QET
-// (3-level swap trees) with bf16, f32 and CQO codebooks of 7..24 bits, 4/8/16-bit indices; for
+// (3-level swap trees) with bf16, f32 and CQO codebooks of 7..24 bits, 4/8/16-bit indices, under
+// both QET kernels (expanded codebooks, the default, and KVQ_CUDA_QET=decode); for
 // 1, 3, 8 and 13 tokens (two batches), and several blocks accumulating into one output. Then
 // small models converted with pq:4 and qet:4 on the GPU backend against the CPU backend.
 // Skips (saying why) without a GPU.
@@ -95,7 +96,7 @@ static void check_layout(const kvq_pqx *p, const char *what, uint64_t *seed) {
         const int T = toks[ti];
         memset(yg, 0xff, sizeof(float) * (size_t)(T * rows));
         if (kvq_cuda_pqx_matmul_host(t, x, T, yg, &err)) fail_msg("%s: %d tokens: %s", what, T, err.msg);
-        pqx_emulate(p, x, T, kvq_cuda_pqx_batch(t), ye);
+        pqx_emulate_k(p, x, T, kvq_cuda_pqx_batch(t), kvq_cuda_pqx_qet_kernel(t), ye);
         for (int64_t o = 0; o < T * rows; o++) n_bits_differ += memcmp(&ye[o], &yg[o], sizeof(float)) != 0;
         double num = 0, den = 0;
         for (int tk = 0; tk < T; tk++)
@@ -139,8 +140,9 @@ static void check_layout(const kvq_pqx *p, const char *what, uint64_t *seed) {
         kvq_cuda_free(dx); kvq_cuda_free(dy); kvq_cuda_free(ds);
         free(y0); free(y2);
     }
-    printf("  %-40s %4lld x %-4lld GPU %8zu B (host %8zu B), batch %d: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g), NMSE %.2g, "
-           "%ld outputs not the emulation's bits\n", what, (long long)rows, (long long)cols, db, hb, kvq_cuda_pqx_batch(t), worst,
+    printf("  %-40s %4lld x %-4lld GPU %8zu B (host %8zu B, scratch %8zu B), batch %d: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g), NMSE %.2g, "
+           "%ld outputs not the emulation's bits\n", what, (long long)rows, (long long)cols, db, hb, kvq_cuda_pqx_scratch_bytes(t),
+           kvq_cuda_pqx_batch(t), worst,
            2 * gam, nmse_worst, n_bits_differ);
     free(ye);
     kvq_cuda_pqx_free(t);
@@ -202,26 +204,87 @@ static const qshape qshapes[] = {
     {128, 512, 2, KVQ_PQX_CB_CQO, 10, {15, 4}}, {70, 256, 2, KVQ_PQX_CB_CQO, 7, {122, 9}},
     {33, 128, 2, KVQ_PQX_CB_CQO, 13, {20, 3}},  {16, 64, 1, KVQ_PQX_CB_CQO, 16, {40, 0}},
     {130, 2048, 2, KVQ_PQX_CB_CQO, 10, {700, 64}}, {50, 4096, 1, KVQ_PQX_CB_CQO, 25, {3, 0}},
+    // the remaining (stage 1, stage 2) index widths of the expanded kernel's instances: 8/8 (the 8B
+    // q/o/down plan, k 256/49), 16/-, 8/16, 4/16, 16/16
+    {48, 512, 2, KVQ_PQX_CB_CQO, 10, {256, 49}}, {40, 256, 1, KVQ_PQX_CB_CQO, 10, {400, 0}},
+    {21, 128, 2, KVQ_PQX_CB_BF16, 0, {100, 300}}, {19, 64, 2, KVQ_PQX_CB_CQO, 12, {10, 260}},
+    {26, 192, 2, KVQ_PQX_CB_F32, 0, {1074, 257}},
 };
 
+// Activations 4 bytes off a 16-byte boundary: the expanded kernel's 16-byte loads cannot take them,
+// so the call falls back to the per-weight decode; the result is still the product (2 tokens, row
+// stride cols + 1 floats: also not a multiple of 4).
+static void check_misaligned(const kvq_pqx *p, const char *what, uint64_t *seed) {
+    const int64_t rows = p->rows, cols = p->cols, ld = cols + 1;
+    float *x = randvec(2 * ld + 1, seed), *xc = malloc(sizeof(float) * (size_t)(2 * cols));
+    float *yc = malloc(sizeof(float) * (size_t)(2 * rows)), *yg = malloc(sizeof(float) * (size_t)(2 * rows));
+    float *wrow = malloc(sizeof(float) * (size_t)cols), *sc = malloc(sizeof(float) * kvq_pqx_scratch(p, 1));
+    for (int t = 0; t < 2; t++) memcpy(xc + t * cols, x + 1 + t * ld, sizeof(float) * (size_t)cols);
+    const int row0 = 0;
+    kvq_pqx_matmul(p, 1, &row0, xc, 2, yc, rows, sc, KVQ_PQX_ISA_REF, 1);
+    kvq_cuda_pqx *t = NULL;
+    kvq_err err = {0};
+    void *dx = NULL, *dy = NULL, *ds = NULL;
+    kvq_status st = kvq_cuda_pqx_upload(p, &t, &err);
+    if (!st) st = kvq_cuda_malloc(&dx, sizeof(float) * (size_t)(2 * ld + 1), &err);
+    if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * (size_t)(2 * rows), &err);
+    if (!st && kvq_cuda_pqx_scratch_bytes(t)) st = kvq_cuda_malloc(&ds, kvq_cuda_pqx_scratch_bytes(t), &err);
+    if (!st) st = kvq_cuda_copy(dx, x, sizeof(float) * (size_t)(2 * ld + 1), 1, &err);
+    if (st) fail_msg("%s: misaligned: %s", what, err.msg);
+    // two calls of one token each: kvq_cuda_pqx_matmul takes rows of cols floats, so token 1 is its own call
+    const int64_t r0 = 0;
+    for (int tk = 0; tk < 2 && !st; tk++)
+        st = kvq_cuda_pqx_matmul(&t, 1, &r0, (const float *)dx + 1 + tk * ld, 1, (float *)dy + tk * rows, rows, 0, ds, &err);
+    if (!st) st = kvq_cuda_sync(&err);
+    if (!st) st = kvq_cuda_copy(yg, dy, sizeof(float) * (size_t)(2 * rows), 0, &err);
+    if (st) fail_msg("%s: misaligned: %s", what, err.msg);
+    const double gam = pqx_gamma(p);
+    for (int tk = 0; tk < 2; tk++)
+        for (int64_t r = 0; r < rows; r++) {
+            const double mag = pqx_row_mag(p, r, xc + tk * cols, wrow), d = fabs((double)yg[tk * rows + r] - yc[tk * rows + r]);
+            if (!(d <= 2 * gam * mag))
+                fail_msg("%s: misaligned x, token %d row %lld: gpu %.9g cpu %.9g", what, tk, (long long)r, yg[tk * rows + r],
+                         yc[tk * rows + r]);
+        }
+    printf("  %-40s activations 4 bytes off 16: within the bound (the per-weight kernel's fallback)\n", what);
+    kvq_cuda_free(dx); kvq_cuda_free(dy); kvq_cuda_free(ds);
+    kvq_cuda_pqx_free(t);
+    free(x); free(xc); free(yc); free(yg); free(wrow); free(sc);
+}
+
+// Every QET layout under both kernels: the expanded-codebook one (default, KVQ_CUDA_QET unset)
+// and the per-weight decode (KVQ_CUDA_QET=decode), each against the CPU and its own emulation.
 static void test_qet_products(void **st) {
     (void)st;
     if (!have_gpu()) skip();
-    uint64_t s = 77;
-    for (size_t i = 0; i < sizeof qshapes / sizeof qshapes[0]; i++) {
-        const qshape *sh = &qshapes[i];
-        kvq_pqx p;
-        rand_qetx(&p, sh->rows, sh->cols, sh->stages, sh->k, sh->cb_type, sh->cb_bits, &s);
-        char what[96];
-        snprintf(what, sizeof what, "qet r%d cb%d/%d bits k%lld,%lld", sh->stages, sh->cb_type, sh->cb_bits,
-                 (long long)sh->k[0], (long long)sh->k[1]);
-        check_layout(&p, what, &s);
-        kvq_pqx_free(&p);
+    for (int qk = 1; qk >= 0; qk--) {
+        uint64_t s = 77;
+        if (qk) unsetenv("KVQ_CUDA_QET");
+        else setenv("KVQ_CUDA_QET", "decode", 1);
+        for (size_t i = 0; i < sizeof qshapes / sizeof qshapes[0]; i++) {
+            const qshape *sh = &qshapes[i];
+            kvq_pqx p;
+            rand_qetx(&p, sh->rows, sh->cols, sh->stages, sh->k, sh->cb_type, sh->cb_bits, &s);
+            char what[96];
+            snprintf(what, sizeof what, "qet r%d cb%d/%d bits k%lld,%lld %s", sh->stages, sh->cb_type, sh->cb_bits,
+                     (long long)sh->k[0], (long long)sh->k[1], qk ? "expanded" : "decode");
+            kvq_cuda_pqx *t = NULL;
+            kvq_err err = {0};
+            if (kvq_cuda_pqx_upload(&p, &t, &err)) fail_msg("%s: upload: %s", what, err.msg);
+            assert_int_equal(kvq_cuda_pqx_qet_kernel(t), qk);
+            kvq_cuda_pqx_free(t);
+            check_layout(&p, what, &s);
+            uint64_t ms = 99 + i; // its own stream: both passes see the same layouts
+            if (qk && i < 2) check_misaligned(&p, what, &ms);
+            kvq_pqx_free(&p);
+        }
     }
+    unsetenv("KVQ_CUDA_QET");
 }
 
 // Layouts the GPU file does not run are refused with KVQ_ERR_UNSUPPORTED (no device needed to
-// get there only after the device check: with a device, a QET layout of 2 levels).
+// get there only after the device check: with a device, a QET layout of 2 levels); an unknown
+// KVQ_CUDA_QET value with KVQ_ERR_ARG.
 static void test_refusals(void **st) {
     (void)st;
     if (!have_gpu()) skip();
@@ -235,6 +298,11 @@ static void test_refusals(void **st) {
     assert_int_equal(kvq_cuda_pqx_upload(&p, &t, &err), KVQ_ERR_UNSUPPORTED);
     assert_null(t);
     p.levels = 3;
+    setenv("KVQ_CUDA_QET", "fast", 1); // not a kernel's name: refused, saying so
+    assert_int_equal(kvq_cuda_pqx_upload(&p, &t, &err), KVQ_ERR_ARG);
+    assert_null(t);
+    assert_non_null(strstr(err.msg, "KVQ_CUDA_QET=fast"));
+    unsetenv("KVQ_CUDA_QET");
     kvq_pqx_free(&p);
 }
 

@@ -3,8 +3,9 @@
 // (tests/pqx_rand.h pqx_emulate), against the CPU kernels (kernels/cpu/pq.c, qetx.c, reference
 // path) on seeded random layouts: the GPU's tables equal kvq_pqx_lutb's bit for bit, the
 // codebook readers equal kvq_pqx_cb / kvq_qetx_cb bit for bit, the swap-tree permutation equals
-// kvq_qetx_sigma for all 4096 fields, and every product row is within the float summation bound
-// of the CPU's. No device needed: the index and codebook arithmetic of the GPU path is checked
+// kvq_qetx_sigma for all 4096 fields (and the expanded kernel's in-register undo of it puts
+// every leaf there), the expanded QET tables hold kvq_qetx_cb's values, and every product row of
+// both QET kernels is within the float summation bound of the CPU's. No device needed: the index and codebook arithmetic of the GPU path is checked
 // here in `make test`; tests/test_cuda_pq.c checks the device against it.
 #include <math.h>
 #include <setjmp.h>
@@ -23,16 +24,29 @@ static void test_sigma(void **st) {
     for (uint32_t f = 0; f < 4096; f++) assert_int_equal(kvq_pql_sigma(f), kvq_qetx_sigma(f));
 }
 
+// The in-register undo of the swap tree (the expanded kernel's) puts leaf t at σ(t), for every
+// field: w[σ(t)] = v[t] with distinct leaf values.
+static void test_unswap(void **st) {
+    (void)st;
+    const float v[8] = {1.5f, -2.0f, 3.25f, 4.0f, -5.5f, 6.0f, 7.75f, -8.0f};
+    for (uint32_t f = 0; f < 4096; f++) {
+        float w[8];
+        kvq_pql_unswap(f, v, w);
+        const uint32_t perm = kvq_qetx_sigma(f);
+        for (int t = 0; t < 8; t++) assert_memory_equal(&w[(perm >> (3 * t)) & 7u], &v[t], sizeof(float));
+    }
+}
+
 // The emulated GPU product of T tokens in batches of nb against the CPU reference, per row
 // within 2·γ_N·Σ|c·x|.
-static void check(const kvq_pqx *p, int T, int nb, uint64_t *seed, const char *what) {
+static void check_k(const kvq_pqx *p, int T, int nb, int qk, uint64_t *seed, const char *what) {
     const int64_t rows = p->rows, cols = p->cols;
     float *x = randvec(T * cols, seed), *yc = malloc(sizeof(float) * (size_t)(T * rows)),
           *ye = malloc(sizeof(float) * (size_t)(T * rows)), *wrow = malloc(sizeof(float) * (size_t)cols);
     float *sc = malloc(sizeof(float) * kvq_pqx_scratch(p, 1));
     const int row0 = 0;
     kvq_pqx_matmul(p, 1, &row0, x, T, yc, rows, sc, KVQ_PQX_ISA_REF, 1);
-    pqx_emulate(p, x, T, nb, ye);
+    pqx_emulate_k(p, x, T, nb, qk, ye);
     const double gam = pqx_gamma(p);
     double worst = 0;
     for (int t = 0; t < T; t++)
@@ -43,9 +57,11 @@ static void check(const kvq_pqx *p, int T, int nb, uint64_t *seed, const char *w
                 fail_msg("%s: token %d row %lld: emulated gpu %.9g cpu %.9g (bound %.3g)", what, t, (long long)r,
                          ye[t * rows + r], yc[t * rows + r], 2 * gam * mag);
         }
-    printf("  %-34s T %2d nb %d: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g)\n", what, T, nb, worst, 2 * gam);
+    printf("  %-34s T %2d nb %d%s: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g)\n", what, T, nb,
+           p->levels ? (qk ? " expanded" : " decode  ") : "", worst, 2 * gam);
     free(x); free(yc); free(ye); free(wrow); free(sc);
 }
+static void check(const kvq_pqx *p, int T, int nb, uint64_t *seed, const char *what) { check_k(p, T, nb, 1, seed, what); }
 
 typedef struct {
     int64_t rows, cols;
@@ -123,11 +139,25 @@ static void test_qet(void **st) {
                         const float a = kvq_pql_qcb(&p, sg, j, c, q), b = kvq_qetx_cb(&p, sg, j, c, q);
                         assert_memory_equal(&a, &b, sizeof(float));
                     }
+        // the expanded tables (slot order) hold kvq_qetx_cb's values bit for bit
+        for (int sg = 0; sg < p.stages; sg++)
+            for (int64_t e = 0; e < p.m * p.k[sg]; e += 3) {
+                float v[8];
+                kvq_pql_qexp(&p, sg, e, v);
+                const int64_t g = e / 8 / p.k[sg], c = e / 8 % p.k[sg], j = g + (e % 8) * p.groups;
+                for (int q = 0; q < 8; q++) {
+                    const float b = kvq_qetx_cb(&p, sg, j, c, q);
+                    assert_memory_equal(&v[q], &b, sizeof(float));
+                }
+            }
         char what[80];
         snprintf(what, sizeof what, "qet r%d cb%d/%d k%lld,%lld", sh->stages, sh->cb_type, sh->cb_bits, (long long)sh->k[0],
                  (long long)sh->k[1]);
-        check(&p, 1, 8, &s, what);
-        check(&p, 10, 8, &s, what);
+        for (int qk = 0; qk < 2; qk++) { // the per-weight decode kernel and the expanded one
+            check_k(&p, 1, 8, qk, &s, what);
+            check_k(&p, 10, 8, qk, &s, what);
+            check_k(&p, 5, 3, qk, &s, what);
+        }
         kvq_pqx_free(&p);
     }
 }
@@ -135,6 +165,7 @@ static void test_qet(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sigma),
+        cmocka_unit_test(test_unswap),
         cmocka_unit_test(test_pq),
         cmocka_unit_test(test_qet),
     };

@@ -210,6 +210,7 @@ void kvq_cuda_pqx_free(kvq_cuda_pqx *t) { (void)t; }
 size_t kvq_cuda_pqx_bytes(const kvq_cuda_pqx *t) { (void)t; return 0; }
 size_t kvq_cuda_pqx_scratch_bytes(const kvq_cuda_pqx *t) { (void)t; return 0; }
 int kvq_cuda_pqx_batch(const kvq_cuda_pqx *t) { (void)t; return 0; }
+int kvq_cuda_pqx_qet_kernel(const kvq_cuda_pqx *t) { (void)t; return -1; }
 kvq_status kvq_cuda_pqx_matmul(kvq_cuda_pqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,
                                float *d_y, int64_t ldy, int accumulate, void *d_scratch, kvq_err *err) {
     (void)t; (void)n; (void)row0; (void)d_x; (void)n_tok; (void)d_y; (void)ldy; (void)accumulate; (void)d_scratch;

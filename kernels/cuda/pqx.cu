@@ -14,7 +14,20 @@
 //             y = (P_0 + P_1) + (P_2 + P_3), P_v = (p_4v + p_4v+1) + (p_4v+2 + p_4v+3).
 //             The CPU adds the entries in one left-to-right chain: the same terms, another order,
 //             so the two agree within float summation rounding (tests/test_cuda_pq.c bounds it).
-// QET (levels 3), one kernel, nb <= 8 tokens per launch (qetx_rows): one warp per row; lane l
+// QET (levels 3), by default (KVQ_CUDA_QET=expand or unset; session 14) two kernels:
+//   qetx_expand: once per product (not per token batch), one thread per codebook entry (stage s,
+//             slot (g, t), centroid c): its 8 values as kvq_qetx_cb decodes them, group by group
+//             with the 8 slots' centroid c side by side, E_s[((g·k_s + c)·8 + t)·8 + q], in the
+//             caller's scratch (kvq_cuda_pqx_scratch_bytes).
+//   qetx_rows_x: one warp per 4 rows, 8 lanes a row; lane i takes blocks b = 8g + i, g = 0..G−1:
+//             the block's switch field (two aligned words, a funnel shift), the group's 8 indices a
+//             stage (one 4-, 8- or 16-byte load, shared by the 8 lanes), v_t = E_1[c_1] (+ E_2[c_2]),
+//             the 8 lanes of a slot reading one 32-byte sector, the swap tree undone on v in registers
+//             (12 conditional swaps), then acc = fma(w[q], x[8b + q], acc), q = 0..7, x read as two
+//             16-byte loads a token; then a butterfly over the row's 8 lanes (xor 4, 2, 1).
+//             kvq_pql_qetx / kvq_pql_qetx_combine (pqx_lane.h) are its lanes and its tree.
+// The previous kernel stays for A/B (KVQ_CUDA_QET=decode; also taken when x is not 16-byte
+// aligned): qetx_rows, one warp per row; lane l
 //   takes the blocks b ≡ l (mod 32) in increasing b: σ from the block's switch field, then for
 //   leaf t = 0..7 the weight v = c_1 (+ c_2, one rounding: the decoder's value) of slot (b/8, t),
 //   coordinate b mod 8, decoded from the codebook blob as kvq_qetx_cb decodes it, and
@@ -35,11 +48,14 @@
 #define PQX_TB 8                              // tokens per table batch / QET launch
 #define PQX_SCRATCH_CAP ((size_t)256 << 20)   // a batch's tables stay under this (fewer tokens if not)
 
+enum { QET_DECODE = 0, QET_EXPAND = 1 }; // KVQ_CUDA_QET=decode | expand (default)
+
 struct kvq_cuda_pqx {
     kvq_pqx d;      // the host layout's scalars; its array pointers are device pointers
     size_t bytes;   // device bytes of the arrays
-    int64_t lut;    // PQ: floats of one token's tables, Σ_s m·k_s
+    int64_t lut;    // PQ: floats of one token's tables, Σ_s m·k_s; QET expand: Σ_s m·k_s·8
     int nb;         // tokens per batch
+    int qet;        // QET: QET_DECODE or QET_EXPAND (read from the environment at upload)
 };
 
 // ---- PQ (the per-thread arithmetic is kernels/cuda/pqx_lane.h's)
@@ -109,6 +125,43 @@ __global__ void __launch_bounds__(128) qetx_rows(kvq_pqx p, const float *__restr
     }
 }
 
+// Stage s's entries in kvq_pql_qexp's order (entries of stage 0 first: n0 = m·k_0), 8 floats each.
+__global__ void __launch_bounds__(256) qetx_expand(kvq_pqx p, float *__restrict__ E, int64_t n0, int64_t n_all) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_all) return;
+    float v[8];
+    const int s = e >= n0;
+    kvq_pql_qexp(&p, s, e - (s ? n0 : 0), v);
+    float4 *o = (float4 *)(E + 8 * e);
+    o[0] = make_float4(v[0], v[1], v[2], v[3]);
+    o[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// y (NB tokens, row stride ldy) (+)= 4 rows a warp, 16 a block (see the top comment). Rows past
+// the end compute row rows − 1's value (the shuffles want every lane) and write nothing.
+template <int NB, int Q0, int Q1>
+__global__ void __launch_bounds__(128) qetx_rows_x(kvq_pqx p, const float *__restrict__ E0, const float *__restrict__ E1,
+                                                   const float *__restrict__ x, int64_t ldx, float *__restrict__ y,
+                                                   int64_t ldy, int accumulate) {
+    const int i = threadIdx.x & 7;
+    const int64_t r0 = (int64_t)blockIdx.x * 16 + (threadIdx.x >> 3), r = r0 < p.rows ? r0 : p.rows - 1;
+    const float *E[2] = {E0, E1};
+    float acc[NB];
+    kvq_pql_qetx(&p, E, x, ldx, NB, Q0, Q1, r, i, acc);
+#pragma unroll
+    for (int tk = 0; tk < NB; tk++)
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) acc[tk] += __shfl_xor_sync(0xffffffffu, acc[tk], o);
+    if (r0 < p.rows && i < NB) { // lane i writes token i
+        float val = acc[0];
+#pragma unroll
+        for (int tk = 1; tk < NB; tk++)
+            if (i == tk) val = acc[tk];
+        float *yo = y + i * ldy + r;
+        *yo = accumulate ? *yo + val : val;
+    }
+}
+
 // ---- host side
 
 static kvq_status up(void **dst, const void *src, size_t n, size_t pad, size_t *bytes, kvq_err *err) {
@@ -169,7 +222,16 @@ static kvq_status pqx_upload_plain(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err
         for (int s = 0; s < w->stages; s++) t->lut += w->m * w->k[s];
         const size_t one = sizeof(float) * (size_t)t->lut;
         t->nb = (int)std::max<size_t>(1, std::min<size_t>(PQX_TB, PQX_SCRATCH_CAP / (one ? one : 1)));
-    } else t->nb = PQX_TB;
+    } else {
+        t->nb = PQX_TB;
+        const char *e = getenv("KVQ_CUDA_QET");
+        t->qet = QET_EXPAND;
+        if (e && *e && strcmp(e, "expand")) {
+            if (!strcmp(e, "decode")) t->qet = QET_DECODE;
+            else if (!st) st = kvq_err_set(err, KVQ_ERR_ARG, "cuda: KVQ_CUDA_QET=%s (expected expand or decode)", e);
+        }
+        for (int s = 0; s < w->stages; s++) t->lut += w->m * w->k[s] * 8;
+    }
     if (st) { kvq_cuda_pqx_free(t); return st; }
     *out = t;
     return KVQ_OK;
@@ -219,14 +281,38 @@ extern "C" kvq_status kvq_cuda_pqx_upload(const kvq_pqx *w, kvq_cuda_pqx **out, 
 
 extern "C" size_t kvq_cuda_pqx_bytes(const kvq_cuda_pqx *t) { return t ? t->bytes : 0; }
 extern "C" size_t kvq_cuda_pqx_scratch_bytes(const kvq_cuda_pqx *t) {
-    return t && !t->d.levels ? sizeof(float) * (size_t)t->lut * (size_t)t->nb : 0;
+    if (t && t->d.levels) return t->qet == QET_EXPAND ? sizeof(float) * (size_t)t->lut : 0;
+    return t ? sizeof(float) * (size_t)t->lut * (size_t)t->nb : 0;
 }
+extern "C" int kvq_cuda_pqx_qet_kernel(const kvq_cuda_pqx *t) { return t && t->d.levels ? t->qet : -1; }
 extern "C" int kvq_cuda_pqx_batch(const kvq_cuda_pqx *t) { return t ? t->nb : 0; }
+
+// The expanded kernel for this layout's index widths (a constant each: no per-block branches).
+template <int NB, int Q0>
+static void launch_x1(const kvq_pqx &p, const float *L, const float *x, int64_t ldx, float *y, int64_t ldy, int acc, cudaStream_t st) {
+    const unsigned nblk = (unsigned)((p.rows + 15) / 16);
+    const float *L1 = L + p.m * p.k[0] * 8;
+    if (p.stages < 2) qetx_rows_x<NB, Q0, 0><<<nblk, 128, 0, st>>>(p, L, L1, x, ldx, y, ldy, acc);
+    else if (p.qbits[1] == 4) qetx_rows_x<NB, Q0, 4><<<nblk, 128, 0, st>>>(p, L, L1, x, ldx, y, ldy, acc);
+    else if (p.qbits[1] == 8) qetx_rows_x<NB, Q0, 8><<<nblk, 128, 0, st>>>(p, L, L1, x, ldx, y, ldy, acc);
+    else qetx_rows_x<NB, Q0, 16><<<nblk, 128, 0, st>>>(p, L, L1, x, ldx, y, ldy, acc);
+}
+template <int NB>
+static void launch_x(const kvq_pqx &p, const float *L, const float *x, int64_t ldx, float *y, int64_t ldy, int acc, cudaStream_t st) {
+    if (p.qbits[0] == 4) launch_x1<NB, 4>(p, L, x, ldx, y, ldy, acc, st);
+    else if (p.qbits[0] == 8) launch_x1<NB, 8>(p, L, x, ldx, y, ldy, acc, st);
+    else launch_x1<NB, 16>(p, L, x, ldx, y, ldy, acc, st);
+}
 
 template <int NB> static kvq_status launch_nb(const kvq_cuda_pqx *t, const float *x, int64_t ldx, float *y, int64_t ldy,
                                               int accumulate, float *L, kvq_err *err) {
     const kvq_pqx &p = t->d;
     cudaStream_t st = kvq_cuda_stream();
+    if (p.levels && t->qet == QET_EXPAND && !((uintptr_t)x & 15) && !(ldx & 3)) { // L: the expanded tables
+        launch_x<NB>(p, L, x, ldx, y, ldy, accumulate, st);
+        CU_LAUNCHED("qetx_rows_x");
+        return KVQ_OK;
+    }
     if (p.levels) {
         qetx_rows<NB><<<(unsigned)((p.rows + 3) / 4), 128, 0, st>>>(p, x, ldx, y, ldy, accumulate);
         CU_LAUNCHED("qetx_rows");
@@ -246,10 +332,15 @@ extern "C" kvq_status kvq_cuda_pqx_matmul(kvq_cuda_pqx *const *t, int n, const i
     const int64_t cols = t[0]->d.cols;
     for (int p = 0; p < n; p++) {
         if (t[p]->d.cols != cols) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: pqx blocks differ in columns");
-        if (!t[p]->d.levels && !d_scratch) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: pqx product without its table scratch");
+        if (kvq_cuda_pqx_scratch_bytes(t[p]) && !d_scratch) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: pqx product without its table scratch");
     }
     for (int p = 0; p < n; p++) {
         const int nb = t[p]->nb;
+        if (t[p]->d.levels && t[p]->qet == QET_EXPAND && n_tok > 0) { // the tables once for all batches
+            const int64_t n0 = t[p]->d.m * t[p]->d.k[0], n_all = t[p]->lut / 8;
+            qetx_expand<<<(unsigned)((n_all + 255) / 256), 256, 0, kvq_cuda_stream()>>>(t[p]->d, (float *)d_scratch, n0, n_all);
+            CU_LAUNCHED("qetx_expand");
+        }
         for (int t0 = 0; t0 < n_tok; t0 += nb) {
             const int m = n_tok - t0 < nb ? n_tok - t0 : nb;
             const float *x = d_x + (size_t)t0 * cols;

@@ -2,8 +2,10 @@
 // tensors the CPU runtime holds, uploaded as they are (indices, codebooks, switch fields), so a
 // PQ/QET model is as small on the GPU as in host memory. PQ (levels 0): per batch of tokens one
 // table L_s[j][c] = ⟨C_s[j][c], x_j⟩ per stage in a caller's scratch, then per row a sum of
-// table entries picked by its indices. QET (levels 3): per (row, block of 8 inputs) the swap
-// tree's permutation, each weight decoded from the codebook blob as it is read (no scratch).
+// table entries picked by its indices. QET (levels 3): per product the codebooks expanded to
+// float in a caller's scratch, then per (row, block of 8 inputs) one load a weight and stage and
+// the swap tree undone in registers; or (KVQ_CUDA_QET=decode, the previous kernel) each weight
+// decoded from the codebook blob as it is read, with no scratch.
 // Plain C header: C callers and kernels/cuda/no_cuda.c share it.
 #ifndef KVQ_CUDA_PQX_H
 #define KVQ_CUDA_PQX_H
@@ -30,16 +32,20 @@ void kvq_cuda_pqx_free(kvq_cuda_pqx *t); // NULL is a no-op
  *  layout plus the few bytes of padding the QET codebook reader needs). */
 size_t kvq_cuda_pqx_bytes(const kvq_cuda_pqx *t);
 /** Bytes of scratch kvq_cuda_pqx_matmul needs for t (PQ: the tables of one batch of tokens;
- *  QET: 0). A caller running several tensors one after another on the stream sizes one
+ *  QET: its expanded codebooks, Σ_s cols·k_s floats; 0 under KVQ_CUDA_QET=decode). A caller
+ *  running several tensors one after another on the stream sizes one
  *  scratch to the largest. */
 size_t kvq_cuda_pqx_scratch_bytes(const kvq_cuda_pqx *t);
+/** Which QET kernel t's products run: 1 expanded codebooks (default), 0 the per-weight decode
+ *  (KVQ_CUDA_QET=decode at upload; an unknown value fails the upload with KVQ_ERR_ARG); -1 for PQ. */
+int kvq_cuda_pqx_qet_kernel(const kvq_cuda_pqx *t);
 /** Tokens per table batch of a PQ tensor (at most 8; fewer where 8 tokens' tables would pass
  *  256 MiB); 8 for QET (its tokens per launch). */
 int kvq_cuda_pqx_batch(const kvq_cuda_pqx *t);
 /** Y (n_tok, ·) (+)= X (n_tok, cols) · Wᵀ for up to 3 tensors of equal cols (fused q/k/v,
  *  gate/up): part p writes rows row0[p].. of each token's output, row stride ldy; accumulate = 1
  *  adds into Y. d_scratch: kvq_cuda_pqx_scratch_bytes of the largest part (NULL when all are
- *  QET). Device pointers, the library's stream (kvq_cuda_stream); no allocation or
+ *  QET under KVQ_CUDA_QET=decode). Device pointers, the library's stream (kvq_cuda_stream); no allocation or
  *  synchronization: capturable in a CUDA graph. Results: the CPU kernels' (kernels/cpu/pq.c,
  *  qetx.c) within float rounding (the sums run in another order, stated in pqx.cu). */
 kvq_status kvq_cuda_pqx_matmul(kvq_cuda_pqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,

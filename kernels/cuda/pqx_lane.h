@@ -182,6 +182,147 @@ KVQ_PQ_HD static inline void kvq_pql_qet(const kvq_pqx *p, const float *x, int64
     }
 }
 
+// ---- QET from expanded codebooks (the default kernel since 2026-11-27, session 14)
+// Per product, the codebooks are expanded once to float by group (kvq_pql_qexp, one thread
+// an entry); per row, each weight is then one float load a stage from that table, one add, and a
+// multiply-add; the swap tree is undone on the 8 values of a block in registers (kvq_pql_unswap)
+// so the activations are read in input order, 8 contiguous floats a block and token.
+
+#ifdef __CUDACC__
+#define KVQ_PQL_UNROLL _Pragma("unroll")
+#else
+#define KVQ_PQL_UNROLL
+#endif
+
+/** Entry e = (g·k_s + c)·8 + t of stage s's expanded table (group g, centroid c, slot t: the 8
+ *  slots' centroid c side by side, so a slot is an immediate offset from its group's centroid):
+ *  out[q] = kvq_qetx_cb(p, s, g + t·G, c, q), q = 0..7. */
+KVQ_PQ_HD static inline void kvq_pql_qexp(const kvq_pqx *p, int s, int64_t e, float *out) {
+    const int64_t gc = e >> 3, g = gc / p->k[s], c = gc - g * p->k[s], j = g + (e & 7) * p->groups;
+    for (int q = 0; q < 8; q++) out[q] = kvq_pql_qcb(p, s, j, c, q);
+}
+
+/** The swap tree of field f undone on one block: w[σ(t)] = v[t] (kvq_pql_sigma's σ), i.e. the
+ *  block's weights in input order from its 8 leaves, by 12 conditional swaps (level 3, 2, then 1;
+ *  values are only moved, never rounded). */
+KVQ_PQ_HD static inline void kvq_pql_unswap(uint32_t f, const float *v, float *w) {
+    float V[8], U[8];
+    KVQ_PQL_UNROLL
+    for (int q = 0; q < 4; q++) { // level 3: leaves (2q, 2q+1) of quarter q
+        const int sw = (f >> (8 + q)) & 1u;
+        V[2 * q] = sw ? v[2 * q + 1] : v[2 * q];
+        V[2 * q + 1] = sw ? v[2 * q] : v[2 * q + 1];
+    }
+    KVQ_PQL_UNROLL
+    for (int h = 0; h < 2; h++) // level 2: S/L halves of half h back to pairs
+        KVQ_PQL_UNROLL
+        for (int j = 0; j < 2; j++) {
+            const int sw = (f >> (4 + 2 * h + j)) & 1u;
+            const float a = V[4 * h + j], b = V[4 * h + 2 + j];
+            U[4 * h + 2 * j] = sw ? b : a;
+            U[4 * h + 2 * j + 1] = sw ? a : b;
+        }
+    KVQ_PQL_UNROLL
+    for (int j = 0; j < 4; j++) { // level 1: S j and L 4 + j back to the pair (2j, 2j+1)
+        const int sw = (f >> j) & 1u;
+        const float a = U[j], b = U[4 + j];
+        w[2 * j] = sw ? b : a;
+        w[2 * j + 1] = sw ? a : b;
+    }
+}
+
+/** The 8 indices of stage s for (row r, group g), slot t = 0..7, at qb = p->qbits[s] bits (the
+ *  kernel passes it as a constant): one 4-, 8- or 16-byte load, one byte permute a slot. */
+KVQ_PQ_HD static inline void kvq_pql_qidx8(const kvq_pqx *p, int s, int qb, int64_t r, int64_t g, uint32_t *c) {
+#ifdef __CUDA_ARCH__
+    const int64_t o = r * p->groups + g;
+    if (qb == 16) {
+        const uint4 u = __ldg((const uint4 *)p->idx[s] + o);
+        const uint32_t a[4] = {u.x, u.y, u.z, u.w};
+        KVQ_PQL_UNROLL
+        for (int t = 0; t < 8; t++) c[t] = __byte_perm(a[t >> 1], 0, t & 1 ? 0x4432 : 0x4410);
+    } else if (qb == 8) {
+        const uint2 u = __ldg((const uint2 *)p->idx[s] + o);
+        KVQ_PQL_UNROLL
+        for (int t = 0; t < 8; t++) c[t] = __byte_perm(t < 4 ? u.x : u.y, 0, 0x4440 | (t & 3));
+    } else {
+        const uint32_t u = __ldg((const uint32_t *)p->idx[s] + o);
+        KVQ_PQL_UNROLL
+        for (int t = 0; t < 8; t++) c[t] = (u >> (4 * t)) & 15u;
+    }
+#else
+    (void)qb;
+    for (int t = 0; t < 8; t++) c[t] = kvq_qetx_idx(p, s, r, g, t);
+#endif
+}
+
+/** The 12-bit switch field of block 8g + i of row r (two aligned 32-bit loads on the device: a
+ *  group's 12 bytes start 4-aligned and the array has 8 bytes of padding). */
+KVQ_PQ_HD static inline uint32_t kvq_pql_field(const kvq_pqx *p, int64_t r, int64_t g, int i) {
+#ifdef __CUDA_ARCH__
+    const uint32_t *w = (const uint32_t *)(p->sw + (r * p->groups + g) * KVQ_QETX_SW_BYTES) + ((12 * i) >> 5);
+    return __funnelshift_r(__ldg(w), __ldg(w + 1), (12 * i) & 31) & 0xfffu;
+#else
+    return kvq_qetx_field(p, r, 8 * g + i);
+#endif
+}
+
+/** QET, expanded: lane i (0..7) of row r's partial for nb <= 8 tokens. E[s]: stage s's expanded
+ *  table (kvq_pql_qexp's order); q0, q1: p->qbits[0] and, with two stages, p->qbits[1], else 0. Blocks b = 8g + i, g = 0..G−1 in order: v_t = E_0[c_0] (+ E_1[c_1],
+ *  one rounding: the decoder's value), w = unswap(v), then acc[tk] = fma(w[q], x_tk[8b + q],
+ *  acc[tk]) for q = 0..7. x: rows of ldx floats, 16-byte aligned (ldx a multiple of 4). */
+KVQ_PQ_HD static inline void kvq_pql_qetx(const kvq_pqx *p, const float *const *E, const float *x, int64_t ldx, int nb,
+                                          int q0, int q1, int64_t r, int i, float *acc) {
+    const int64_t G = p->groups;
+    const uint32_t k0 = (uint32_t)p->k[0], k1 = q1 ? (uint32_t)p->k[1] : 0;
+    const float *e0 = E[0] + i, *e1 = q1 ? E[1] + i : NULL;
+    KVQ_PQL_UNROLL
+    for (int t = 0; t < 8; t++)
+        if (t < nb) acc[t] = 0.0f;
+    for (int64_t g = 0; g < G; g++) {
+        uint32_t c0[8], c1[8];
+        float v[8], w[8];
+        const uint32_t f = kvq_pql_field(p, r, g, i);
+        // group g's table, coordinate i: value (c, t) at e + c·64 + t·8 (t·8: an immediate offset)
+        // e0, e1: group g's tables at coordinate i (running pointers): value (c, t) at c·64 + t·8
+        kvq_pql_qidx8(p, 0, q0, r, g, c0);
+        KVQ_PQL_UNROLL
+        for (int t = 0; t < 8; t++) v[t] = KVQ_PQL_LD(e0 + (uint64_t)c0[t] * 64 + t * 8);
+        e0 += 64 * (uint64_t)k0;
+        if (q1) {
+            kvq_pql_qidx8(p, 1, q1, r, g, c1);
+            KVQ_PQL_UNROLL
+            for (int t = 0; t < 8; t++) v[t] = KVQ_PQL_ADD(v[t], KVQ_PQL_LD(e1 + (uint64_t)c1[t] * 64 + t * 8));
+            e1 += 64 * (uint64_t)k1;
+        }
+        kvq_pql_unswap(f, v, w);
+        const float *xb = x + 8 * (8 * g + i);
+        KVQ_PQL_UNROLL
+        for (int tk = 0; tk < 8; tk++) {
+            if (tk >= nb) break;
+#ifdef __CUDA_ARCH__
+            const float4 a = __ldg((const float4 *)(xb + tk * ldx)), b = __ldg((const float4 *)(xb + tk * ldx) + 1);
+            const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#else
+            const float *xs = xb + tk * ldx;
+#endif
+            KVQ_PQL_UNROLL
+            for (int q = 0; q < 8; q++) acc[tk] = fmaf(w[q], xs[q], acc[tk]);
+        }
+    }
+}
+
+/** QET, expanded: a row's value from its 8 lanes' partials as the kernel's butterfly (xor 4, 2, 1)
+ *  leaves it in every lane. v is overwritten. */
+KVQ_PQ_HD static inline float kvq_pql_qetx_combine(float *v) {
+    for (int o = 4; o > 0; o >>= 1) {
+        float n[8];
+        for (int l = 0; l < 8; l++) n[l] = v[l] + v[l ^ o];
+        for (int l = 0; l < 8; l++) v[l] = n[l];
+    }
+    return v[0];
+}
+
 /** QET: a row's value from its 32 lanes' partials as the kernel's butterfly (xor 16, 8, 4, 2, 1)
  *  leaves it in lane 0. v is overwritten. */
 KVQ_PQ_HD static inline float kvq_pql_qet_combine(float *v) {

@@ -6,7 +6,9 @@
 // latency included) and streamed (reps back to back over copies that together exceed L2, host
 // clock around the queue, mean), for 1 and 8 tokens; the dense product (dense_matmul.cu, the
 // runtime's one-token kernel) and cuBLAS (gemm_tc.cu, where it loads) streamed the same way;
-// plus GPU bytes of each layout.
+// plus GPU bytes of each layout. QET rows: `qet:4` is the default kernel (codebooks expanded once a
+// call into the table scratch, kernels/cuda/pqx.cu), `qet:4d` the same layout under the per-weight
+// decode (KVQ_CUDA_QET=decode); the bench sets the variable itself.
 // usage: cuda_pq [--plan] [ROWSxCOLS ...]   (default: 4096x4096 14336x4096; --plan: print the
 // layouts and their host bytes only, no device needed)
 #include <stdio.h>
@@ -139,17 +141,24 @@ int main(int argc, char **argv) {
             }
             for (int c = 0; c < nc; c++) kvq_cuda_free(dw[c]);
         }
-        const char *specs[] = {"pq:4", "qet:4"};
-        for (int k = 0; k < 2; k++) {
+        // qet:4 twice: the expanded-codebook kernel (default) and the per-weight decode
+        // (KVQ_CUDA_QET=decode), same layout values (same seed)
+        const char *specs[] = {"pq:4", "qet:4", "qet:4"}, *label[] = {"pq:4", "qet:4", "qet:4d"};
+        uint64_t qseed = 0;
+        for (int k = 0; k < 3; k++) {
             kvq_pqx p;
+            if (k == 1) qseed = seed;
+            if (k == 2) seed = qseed;
             if (make_layout(specs[k], n, d, &p, &seed)) return 1;
+            if (k == 2) setenv("KVQ_CUDA_QET", "decode", 1);
+            else unsetenv("KVQ_CUDA_QET");
             kvq_cuda_pqx *t[NC_MAX] = {0};
             size_t need = 0;
             // copies of the layout that together exceed 2 x 50 MB of L2, as for the dense matrix
             const double held = (double)kvq_pqx_bytes(&p);
             const int ncq = (int)(100e6 / held) + 2 > NC_MAX ? NC_MAX : (int)(100e6 / held) + 2;
             for (int c = 0; c < ncq; c++) {
-                if (kvq_cuda_pqx_upload(&p, &t[c], &err)) { fprintf(stderr, "%s: %s\n", specs[k], err.msg); return 1; }
+                if (kvq_cuda_pqx_upload(&p, &t[c], &err)) { fprintf(stderr, "%s: %s\n", label[k], err.msg); return 1; }
                 need = kvq_cuda_pqx_scratch_bytes(t[c]);
             }
             void *sc = NULL;
@@ -166,7 +175,7 @@ int main(int argc, char **argv) {
                 if (kvq_cuda_sync(&err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
                 const double ms = 1e3 * (now_s() - t0) / REPS;
                 printf("%6lld x %-6lld %-6s T=%d streamed %.4f ms (%d copies; layout read at %.0f %% of copy bandwidth), one call "
-                       "%.4f ms, %.2fx the bf16 time   GPU layout %.1f MB (%.3f x bf16), table scratch %.1f MB\n", n, d, specs[k], T,
+                       "%.4f ms, %.2fx the bf16 time   GPU layout %.1f MB (%.3f x bf16), table scratch %.1f MB\n", n, d, label[k], T,
                        ms, ncq, 100.0 * gb / (ms * 1e-3) / bw, one, ms / dense_ms[T == 1 ? 0 : 1], gb / 1e6, gb / dense_bytes, need / 1e6);
             }
             for (int c = 0; c < ncq; c++) kvq_cuda_pqx_free(t[c]);
