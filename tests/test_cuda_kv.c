@@ -2070,6 +2070,154 @@ static void test_tc_emulated(void **state) {
         }
 }
 
+// TurboQuant / qturbo on the tensor cores (kernels/cuda/kv_tc.h: kvq_tc_tq_table, kvq_tc_tq_dq,
+// kvq_tc_tq_kdim / _vdim, the functions the kernel calls), run on the host at 2 and 4 bits: (1) every
+// pair half of kvq_tc_tq_dq is bit for bit the fp16 centroid of its dim's code, for random codes,
+// all codes equal (each of the 2^b), and random tables whose bytes are rarely 0x00 / 0xFF — the host
+// permute replicates the sign on a selector's msb (PTX's prmt), so a used byte selected with the msb
+// set would read 0x00 / 0xFF and fail: the result is then also __byte_perm's if it masks the msb;
+// (2) one 16-position tile through the kernel's fragments with the mma emulated: the scores equal
+// Σ f16(q_rot)·f16(cb[c]) and Σ p·V equals Σ p16·f16(f16(cb[c])·n) (n the fp16 norm, HMUL2), sums in
+// double (limit 1e-12 relative). Runs without a GPU.
+static void test_tq_emulated(void **state) {
+    (void)state;
+    uint64_t seed = 23;
+    for (int bits = 2; bits <= 4; bits += 2) {
+        const int K = 1 << bits, np = bits / 2;
+        int checked = 0;
+        for (int rep = 0; rep < 40; rep++) {
+            float cb[16];
+            uint16_t c16[16];
+            if (rep == 0) kvq_turbo_codebook(D, bits, cb); // the codec's own Lloyd-Max table
+            else
+                for (int i = 0; i < K; i++) cb[i] = (float)(gauss(&seed) * 0.2);
+            for (int i = 0; i < K; i++) c16[i] = kvq_f32_to_f16(cb[i]);
+            uint32_t tab[8];
+            kvq_tc_tq_table(bits, c16, tab);
+            uint8_t kr[16][64], vr[16][64];
+            int ck[16][D], cv[16][D];
+            memset(kr, 0, sizeof kr), memset(vr, 0, sizeof vr);
+            for (int t = 0; t < 16; t++)
+                for (int i = 0; i < D; i++) {
+                    ck[t][i] = rep >= 1 && rep <= K ? rep - 1 : (int)(rng_next(&seed) >> 40) & (K - 1); // reps 1..K: every code alone
+                    cv[t][i] = rep >= 1 && rep <= K ? K - rep : (int)(rng_next(&seed) >> 40) & (K - 1);
+                    kvq_gkv_put_code(kr[t], bits, D, i, (uint32_t)ck[t][i]);
+                    kvq_gkv_put_code(vr[t], bits, D, i, (uint32_t)cv[t][i]);
+                }
+            // (1) each word's pairs
+            for (int t = 0; t < 16; t++)
+                for (int w = 0; w < D / 16; w++) {
+                    uint32_t h[8];
+                    kvq_tc_tq_dq(bits, tc_word(kr[t] + 4 * w), tc_word(kr[t] + (np - 1) * (D / 4) + 4 * w), tab, h);
+                    for (int j = 0; j < 8; j++)
+                        for (int hi = 0; hi < 2; hi++) {
+                            const int d = 16 * w + kvq_tc_tq_dim(bits, j, hi);
+                            const uint16_t got = (uint16_t)(hi ? h[j] >> 16 : h[j] & 0xFFFFu);
+                            if (got != c16[ck[t][d]])
+                                fprintf(stderr, "tq dq: bits %d pos %d dim %d code %d: 0x%04x, want 0x%04x\n", bits, t, d, ck[t][d], got, c16[ck[t][d]]);
+                            assert_int_equal(got, c16[ck[t][d]]);
+                            checked++;
+                        }
+                }
+            { // the pairs cover the word's 16 dims once
+                int seen[16] = {0};
+                for (int j = 0; j < 8; j++)
+                    for (int hi = 0; hi < 2; hi++) seen[kvq_tc_tq_dim(bits, j, hi)]++;
+                for (int d = 0; d < 16; d++) assert_int_equal(seen[d], 1);
+            }
+            // (2) scores: A = the keys' pairs (positions g, g+8; a word = 4 k-steps), B = q at kvq_tc_tq_kdim
+            float q[4][D], vn[16];
+            for (int h = 0; h < 4; h++)
+                for (int i = 0; i < D; i++) q[h][i] = (float)gauss(&seed);
+            for (int t = 0; t < 16; t++) vn[t] = kvq_f16_to_f32(kvq_f32_to_f16((float)(0.5 + 8.0 * fabs(gauss(&seed)))));
+            uint32_t a[32][4], b[32][2];
+            double c[32][4] = {{0}};
+            for (int ks = 0; ks < 8; ks++) {
+                const int u = ks >> 2, k2 = ks & 3;
+                for (int l = 0; l < 32; l++) {
+                    const int g = l >> 2, t = l & 3;
+                    uint32_t hk[2][8];
+                    for (int r = 0; r < 2; r++) {
+                        const uint8_t *row = kr[g + 8 * r];
+                        kvq_tc_tq_dq(bits, tc_word(row + 8 * t + 4 * u), tc_word(row + (np - 1) * (D / 4) + 8 * t + 4 * u), tab, hk[r]);
+                    }
+                    a[l][0] = hk[0][2 * k2], a[l][1] = hk[1][2 * k2], a[l][2] = hk[0][2 * k2 + 1], a[l][3] = hk[1][2 * k2 + 1];
+                    for (int e = 0; e < 2; e++) {
+                        const int jj = 2 * ks + e, d0 = kvq_tc_tq_kdim(bits, t, jj, 0), d1 = kvq_tc_tq_kdim(bits, t, jj, 1);
+                        b[l][e] = g < 4 ? tc_pk16(q[g][d0], q[g][d1]) : 0u;
+                    }
+                }
+                tc_mma(a, b, c);
+            }
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++) {
+                    const int pos = (l >> 2) + 8 * (i >> 1), h = 2 * (l & 3) + (i & 1);
+                    double ref = 0, mag = 0;
+                    for (int d = 0; d < D && h < 4; d++) {
+                        const double qq = kvq_f16_to_f32(kvq_f32_to_f16(q[h][d])), kk = kvq_f16_to_f32(c16[ck[pos][d]]);
+                        ref += qq * kk, mag += fabs(qq * kk);
+                    }
+                    if (fabs(c[l][i] - ref) > 1e-12 * (mag + 1e-30))
+                        fprintf(stderr, "tq scores: bits %d lane %d c%d: %g, want %g\n", bits, l, i, c[l][i], ref);
+                    assert_true(fabs(c[l][i] - ref) <= 1e-12 * (mag + 1e-30));
+                }
+            // Σ p·V: p in B's layout (test_tc_emulated's shuffles), Vᵀ pairs of positions × the norms
+            float p[16][8];
+            for (int t = 0; t < 16; t++)
+                for (int h = 0; h < 8; h++) p[t][h] = h < 4 ? kvq_f16_to_f32(kvq_f32_to_f16((float)((rng_next(&seed) >> 11) * 0x1.0p-53))) : 0.37f;
+            uint32_t p01[32], p23[32];
+            for (int l = 0; l < 32; l++) {
+                const int g = l >> 2, t = l & 3;
+                p01[l] = tc_pk16(p[g][2 * t], p[g][2 * t + 1]), p23[l] = tc_pk16(p[g + 8][2 * t], p[g + 8][2 * t + 1]);
+            }
+            for (int l = 0; l < 32; l++) {
+                const int g = l >> 2, t = l & 3, src1 = 4 * (2 * t) + (g >> 1), src2 = src1 + 4;
+                const uint32_t psel = (g & 1) ? 0x7632u : 0x5410u;
+                b[l][0] = g < 4 ? tc_perm(p01[src1], p01[src2], psel) : 0u;
+                b[l][1] = g < 4 ? tc_perm(p23[src1], p23[src2], psel) : 0u;
+            }
+            double o[4][D];
+            memset(o, 0, sizeof o);
+            for (int j = 0; j < 8; j++) {
+                double acc[32][4] = {{0}};
+                for (int l = 0; l < 32; l++) {
+                    const int g = l >> 2, t = l & 3;
+                    uint32_t hv[4][8];
+                    int pos4[4];
+                    for (int r = 0; r < 4; r++) {
+                        pos4[r] = 2 * t + (r & 1) + 8 * (r >> 1);
+                        kvq_tc_tq_dq(bits, tc_word(vr[pos4[r]] + 4 * g), tc_word(vr[pos4[r]] + (np - 1) * (D / 4) + 4 * g), tab, hv[r]);
+                    }
+                    for (int k = 0; k < 4; k++) { // the pair of positions (r0, r0 + 1), each half × its position's norm (HMUL2)
+                        const int r0 = k < 2 ? 0 : 2;
+                        const uint32_t pr = tc_perm(hv[r0][j], hv[r0 + 1][j], (k & 1) ? 0x7632u : 0x5410u);
+                        a[l][k] = tc_pk16(tc_h16(pr, 0) * vn[pos4[r0]], tc_h16(pr, 1) * vn[pos4[r0 + 1]]);
+                    }
+                }
+                tc_mma(a, b, acc);
+                for (int l = 0; l < 32; l++)
+                    for (int i = 0; i < 4; i++) {
+                        const int h = 2 * (l & 3) + (i & 1);
+                        if (h < 4) o[h][kvq_tc_tq_vdim(bits, l >> 2, j, i >> 1)] += acc[l][i];
+                    }
+            }
+            for (int h = 0; h < 4; h++)
+                for (int d = 0; d < D; d++) {
+                    double ref = 0, mag = 0;
+                    for (int t = 0; t < 16; t++) {
+                        const double v = kvq_f16_to_f32(kvq_f32_to_f16(kvq_f16_to_f32(c16[cv[t][d]]) * vn[t]));
+                        ref += p[t][h] * v, mag += fabs(p[t][h] * v);
+                    }
+                    if (fabs(o[h][d] - ref) > 1e-12 * (mag + 1e-30))
+                        fprintf(stderr, "tq p·V: bits %d head %d dim %d: %g, want %g\n", bits, h, d, o[h][d], ref);
+                    assert_true(fabs(o[h][d] - ref) <= 1e-12 * (mag + 1e-30));
+                }
+        }
+        fprintf(stderr, "test_cuda_kv: TurboQuant tensor-core emulation :%d: 40 tiles, %d pair halves exact, scores and p·V as the plain sums\n", bits,
+                checked);
+    }
+}
+
 // The pipelined kernels' copies and reads (kernels/cuda/kv_tc.h: kvq_tc_copy, kvq_tc_rd_*, the
 // functions the kernel calls), run on the host: a warp's 32 lanes copy a tile into a stage
 // prefilled with garbage (16-byte pieces, source bytes then zeros, as cp.async with a source
@@ -2217,7 +2365,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
                                        cmocka_unit_test(test_enc_emulated), cmocka_unit_test(test_tables_of),
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
-                                       cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated),
+                                       cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated),
                                        cmocka_unit_test(test_tc_pipe_emulated), cmocka_unit_test(test_merge_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
                                        cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_fused),
