@@ -1019,6 +1019,103 @@ static void test_attend_tc(void **state) {
     free(K), free(V), free(q), free(out), free(ref);
 }
 
+// TurboQuant and qturbo at 2 and 4 bits on the tensor cores (kvq_gkv_set_tc_turbo(1), session 14)
+// against the CPU decode-then-attend reference at T_kv = 1 .. 1056 (partial tiles, partial and empty
+// warp shares), B = 2 sequences × 3 KV heads, chunks 32, 64, 1024 and auto: variants 1 and 2, the
+// pipelined kernels (3 and 4 stages: bit-equal to variant 2 at the same fixed chunk) and the merge
+// fused into the tensor-core launch (bit-equal to the separate merge: the values' rotation back runs
+// in either); then with a 40-position fp16 window. Limit NMSE ≤ 1e-4, as the int/KIVI tensor-core
+// kernels': fp16 rotated q, the codebook rounded to fp16 (the centroids keep 11 significant bits),
+// fp16 norm·centroid values and fp16 p in the products, fp32 sums (test_tq_emulated shows the index
+// arithmetic exact); the fp32 split kernel on the same cache ≤ 1e-9 as the control, and
+// kvq_gkv_set_tc_turbo(0) keeps the cache there.
+static void test_attend_tc_turbo(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 3, H = NKV * KVQ_GKV_GROUP, CAP = 1056 };
+    const int Ts[] = {1, 15, 16, 17, 100, 511, 1000, 1056};
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t NO = (size_t)B * H * D;
+    uint64_t seed = 1414;
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
+    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
+    float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO);
+    double *ref = malloc(sizeof(double) * NO), worst = 0;
+    const char *specs[] = {"turboquant:2", "turboquant:4", "qturbo:2", "qturbo:4"};
+    int n_cmp = 0, n_diff = 0;
+    for (int si = 0; si < 4; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const int T = Ts[ti];
+            tokens(K, B * NKV * T, &seed);
+            tokens(V, B * NKV * T, &seed);
+            for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
+            tside ks, vs;
+            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
+            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
+            ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            kvq_gkv_set_tc(2);
+            kvq_gkv_set_tc_pipe(0);
+            kvq_gkv_set_tc_turbo(0);
+            assert_int_equal(kvq_gkv_tc_active(&c), 0); // the switch: off keeps the fp32 split kernel
+            kvq_gkv_set_tc_turbo(1);
+            assert_int_equal(kvq_gkv_tc_active(&c), 1);
+            const int chunks[] = {32, 64, 1024, 0};
+            for (int ci = 0; ci < 4; ci++) {
+                const int ch = chunks[ci];
+                void *scr;
+                assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+                // (kvq_gkv_set_tc, _tc_pipe, _fuse_merge): the fp32 kernel, variant 1, variant 2 (the
+                // base), 3 and 4 stages, variant 2 with the merge fused
+                const int runs[][3] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {2, 3, 0}, {2, 4, 0}, {2, 0, 1}};
+                for (int ri = 0; ri < 6; ri++) {
+                    kvq_gkv_set_tc(runs[ri][0]);
+                    kvq_gkv_set_tc_pipe(runs[ri][1]);
+                    kvq_gkv_set_fuse_merge(runs[ri][2]);
+                    assert_int_equal(kvq_gkv_tc_active(&c), runs[ri][0] != 0);
+                    assert_int_equal(kvq_gkv_tc_stages(&c), runs[ri][1]);
+                    assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
+                    kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+                    if (st) fprintf(stderr, "attend: %s\n", err.msg);
+                    assert_int_equal(st, KVQ_OK);
+                    assert_int_equal(kvq_cuda_copy(ri == 2 ? base : out, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                    const double e = nmse(ri == 2 ? base : out, ref, NO);
+                    // the pipelined kernels' automatic chunk follows their occupancy (4 blocks an SM, not 3):
+                    // bit-equality at the fixed chunks; the fused merge at every chunk
+                    const int cmp = ri >= 3 && (ch || ri == 5), same = cmp && !memcmp(out, base, sizeof(float) * NO);
+                    n_cmp += cmp, n_diff += cmp && !same;
+                    if (runs[ri][0] && e > worst) worst = e;
+                    fprintf(stderr, "test_cuda_kv: attend %-12s T %4d chunk %4d tc %d pipe %d fuse %d: NMSE vs CPU decode-then-attend %.2e%s\n",
+                            specs[si], T, ch ? ch : kvq_gkv_auto_chunk(&c), runs[ri][0], runs[ri][1], runs[ri][2], e,
+                            !cmp ? "" : same ? ", bit-equal to variant 2's" : ", DIFFERS from variant 2's");
+                    assert_true(e <= (runs[ri][0] ? 1e-4 : 1e-9)); // NaN fails too
+                }
+                kvq_gkv_set_fuse_merge(0);
+                kvq_cuda_free(scr);
+            }
+            if (T >= 100) // with a window: the packed chunks on tensor cores, the window's by the fp16 kernel
+                for (int tc = 1; tc <= 2; tc++) {
+                    kvq_gkv_set_tc(tc);
+                    kvq_gkv_set_tc_pipe(0);
+                    attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-4);
+                }
+            free_side(&ks);
+            free_side(&vs);
+        }
+    fprintf(stderr, "test_cuda_kv: TurboQuant / qturbo tensor cores: worst NMSE vs CPU %.2e; %d of %d pipelined / fused outputs differ from variant 2's: %s\n",
+            worst, n_diff, n_cmp, n_diff ? "FAIL" : "PASS");
+    kvq_gkv_set_tc(-1);
+    kvq_gkv_set_tc_pipe(-1);
+    kvq_gkv_set_tc_turbo(-1);
+    kvq_gkv_set_fuse_merge(-1);
+    assert_int_equal(n_diff, 0);
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(out), free(base), free(ref);
+}
+
 // The cp.async-pipelined tensor-core kernels (kvq_gkv_set_tc_pipe 3 and 4 stages) against the
 // register-prefetch ones on the same caches: bit-identical outputs (the same arithmetic on the same
 // values: variant 2's, which for 2-bit keys is variant 1's too, so the default's for all four
@@ -2368,7 +2465,7 @@ int main(void) {
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated),
                                        cmocka_unit_test(test_tc_pipe_emulated), cmocka_unit_test(test_merge_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
-                                       cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_fused),
+                                       cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_tc_turbo), cmocka_unit_test(test_attend_fused),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph),
                                        cmocka_unit_test(test_rows_plan), cmocka_unit_test(test_attend_rows)};
