@@ -1732,8 +1732,8 @@ static int dev_equal(const void *a, const void *b, size_t n) {
 // step captured once as a CUDA graph at its first position and replayed at every later one
 // (its host counts advanced by kvq_gkv_advance). Each step's attention output must equal the
 // direct one's bit for bit, and after the last the packed regions and rings byte for byte; the
-// step's counts must be kvq_gkv_enc_count's. Windows 0, 5, 40; tensor-core, fp32 and the
-// int8-query/half-value kernels. The merge (kvq_gkv_set_fuse_merge): mostly the graph's fused into
+// step's counts must be kvq_gkv_enc_count's. Windows 0, 5, 40; tensor-core (TurboQuant's too:
+// kvq_gkv_set_tc_turbo follows tc), fp32 and the int8-query/half-value kernels. The merge (kvq_gkv_set_fuse_merge): mostly the graph's fused into
 // its last split launch against direct launches with the separate merge launch (so also fused vs
 // two launches, bit for bit, at every position: the counts reset by each replay), some both fused,
 // some both two-launch; two cases with 0.5 and 2 waves of chunks (kvq_gkv_set_waves).
@@ -1750,6 +1750,7 @@ static void test_step_graph(void **state) {
         {"int:4", 5, -1, 0, 4, 2, 0}, {"int:2", 0, -1, 0, 3, 2, 0}, {"kivi:2", 40, -1, 0, 4, 2, 0}, {"kivi:4", 0, -1, 0, 3, 2, 0}, // pipelined tensor-core kernels
         {"int:4", 5, -1, 0, 0, 0, 0}, {"turboquant:3", 5, 0, 0, 0, 0, 0}, {"kivi:4", 40, -1, 0, 4, 1, 0}, {"hqkv:d4:4:rot=qjl", 5, 0, 0, 0, 1, 0},
         {"int:2", 5, -1, 0, 0, 2, 2.0f}, {"qturbo:3", 40, 0, 0, 0, 2, 0.5f}, // more, shorter chunks; fewer, longer
+        {"turboquant:4", 5, -1, 0, 0, 2, 0}, {"qturbo:2", 40, -1, 0, 4, 1, 0}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -1760,6 +1761,7 @@ static void test_step_graph(void **state) {
         const int W = cs_[si].window, WCAP = W + 32 + 8;
         kvq_gkv_set_tc(cs_[si].tc);
         kvq_gkv_set_tc_pipe(cs_[si].pipe);
+        kvq_gkv_set_tc_turbo(cs_[si].tc != 0);
         kvq_gkv_set_int8_query(cs_[si].knobs);
         kvq_gkv_set_half_values(cs_[si].knobs);
         kvq_gkv_set_waves(cs_[si].waves);
@@ -1838,6 +1840,7 @@ static void test_step_graph(void **state) {
     }
     kvq_gkv_set_tc(-1);
     kvq_gkv_set_tc_pipe(-1);
+    kvq_gkv_set_tc_turbo(-1);
     kvq_gkv_set_int8_query(0);
     kvq_gkv_set_half_values(0);
     kvq_gkv_set_fuse_merge(-1);
@@ -1851,8 +1854,8 @@ static void test_step_graph(void **state) {
 // then attended both ways; every output row must equal the token loop's bit for bit (memcmp), and
 // every 13th row and each chunk's last be within NMSE 1e-9 (1e-4 on tensor cores: fp16 q; 2e-8 for int,
 // whose CPU reference cancels in fp32: see the limit) of the CPU cache's attend. Every codec
-// the GPU encodes, windows 0 and 40, tensor cores off and on (register and cp.async pipelined),
-// 1 and 0.125 waves of chunks (the latter: the chunks grow from 32 to 64 between the rows of one call), the
+// the GPU encodes, windows 0 and 40, tensor cores off and on (register and cp.async pipelined; int,
+// KIVI and TurboQuant/qturbo — kvq_gkv_set_tc_turbo follows tc), 1 and 0.125 waves of chunks (the latter: the chunks grow from 32 to 64 between the rows of one call), the
 // token loop with the merge fused in some cases (rows mode never fuses: the same bits).
 static void test_attend_rows(void **state) {
     if (!have_gpu()) { skip(); return; }
@@ -1865,6 +1868,7 @@ static void test_attend_rows(void **state) {
         {"hqmq:s24:r3", 0, 0, 0}, {"fp16", 0, 0, 0},
         {"int:4", -1, 0, 0}, {"int:2", -1, 0, 1}, {"kivi:2", -1, 0, 0}, {"kivi:4", -1, 0, 1}, // tensor cores, register prefetch
         {"int:4", -1, 3, 1}, {"int:2", -1, 3, 0}, {"kivi:2", -1, 3, 1}, {"kivi:4", -1, 3, 0}, // tensor cores, cp.async pipelined
+        {"turboquant:4", -1, 0, 0}, {"turboquant:2", -1, 0, 1}, {"qturbo:4", -1, 3, 1}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
     };
     const int wins[] = {0, 40};
     const float waves[] = {1.0f, 0.125f};
@@ -1881,6 +1885,7 @@ static void test_attend_rows(void **state) {
                 const int W = wins[wi], WCAP = W + 32 + 800;
                 kvq_gkv_set_tc(cs_[si].tc);
                 kvq_gkv_set_tc_pipe(cs_[si].pipe);
+                kvq_gkv_set_tc_turbo(cs_[si].tc != 0);
                 kvq_gkv_set_waves(waves[vi]);
                 uint64_t seed = 300 + si;
                 int n_tot = 0;
@@ -1973,6 +1978,7 @@ static void test_attend_rows(void **state) {
             }
     kvq_gkv_set_tc(-1);
     kvq_gkv_set_tc_pipe(-1);
+    kvq_gkv_set_tc_turbo(-1);
     kvq_gkv_set_fuse_merge(-1);
     kvq_gkv_set_waves(0);
     assert_int_equal(failed, 0);
