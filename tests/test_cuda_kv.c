@@ -1019,6 +1019,103 @@ static void test_attend_tc(void **state) {
     free(K), free(V), free(q), free(out), free(ref);
 }
 
+// TurboQuant and qturbo at 2 and 4 bits on the tensor cores (kvq_gkv_set_tc_turbo(1), session 14)
+// against the CPU decode-then-attend reference at T_kv = 1 .. 1056 (partial tiles, partial and empty
+// warp shares), B = 2 sequences × 3 KV heads, chunks 32, 64, 1024 and auto: variants 1 and 2, the
+// pipelined kernels (3 and 4 stages: bit-equal to variant 2 at the same fixed chunk) and the merge
+// fused into the tensor-core launch (bit-equal to the separate merge: the values' rotation back runs
+// in either); then with a 40-position fp16 window. Limit NMSE ≤ 1e-4, as the int/KIVI tensor-core
+// kernels': fp16 rotated q, the codebook rounded to fp16 (the centroids keep 11 significant bits),
+// fp16 norm·centroid values and fp16 p in the products, fp32 sums (test_tq_emulated shows the index
+// arithmetic exact); the fp32 split kernel on the same cache ≤ 1e-9 as the control, and
+// kvq_gkv_set_tc_turbo(0) keeps the cache there.
+static void test_attend_tc_turbo(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 3, H = NKV * KVQ_GKV_GROUP, CAP = 1056 };
+    const int Ts[] = {1, 15, 16, 17, 100, 511, 1000, 1056};
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t NO = (size_t)B * H * D;
+    uint64_t seed = 1414;
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
+    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
+    float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO);
+    double *ref = malloc(sizeof(double) * NO), worst = 0;
+    const char *specs[] = {"turboquant:2", "turboquant:4", "qturbo:2", "qturbo:4"};
+    int n_cmp = 0, n_diff = 0;
+    for (int si = 0; si < 4; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const int T = Ts[ti];
+            tokens(K, B * NKV * T, &seed);
+            tokens(V, B * NKV * T, &seed);
+            for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
+            tside ks, vs;
+            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
+            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
+            ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            kvq_gkv_set_tc(2);
+            kvq_gkv_set_tc_pipe(0);
+            kvq_gkv_set_tc_turbo(0);
+            assert_int_equal(kvq_gkv_tc_active(&c), 0); // the switch: off keeps the fp32 split kernel
+            kvq_gkv_set_tc_turbo(1);
+            assert_int_equal(kvq_gkv_tc_active(&c), 1);
+            const int chunks[] = {32, 64, 1024, 0};
+            for (int ci = 0; ci < 4; ci++) {
+                const int ch = chunks[ci];
+                void *scr;
+                assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+                // (kvq_gkv_set_tc, _tc_pipe, _fuse_merge): the fp32 kernel, variant 1, variant 2 (the
+                // base), 3 and 4 stages, variant 2 with the merge fused
+                const int runs[][3] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {2, 3, 0}, {2, 4, 0}, {2, 0, 1}};
+                for (int ri = 0; ri < 6; ri++) {
+                    kvq_gkv_set_tc(runs[ri][0]);
+                    kvq_gkv_set_tc_pipe(runs[ri][1]);
+                    kvq_gkv_set_fuse_merge(runs[ri][2]);
+                    assert_int_equal(kvq_gkv_tc_active(&c), runs[ri][0] != 0);
+                    assert_int_equal(kvq_gkv_tc_stages(&c), runs[ri][1]);
+                    assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
+                    kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+                    if (st) fprintf(stderr, "attend: %s\n", err.msg);
+                    assert_int_equal(st, KVQ_OK);
+                    assert_int_equal(kvq_cuda_copy(ri == 2 ? base : out, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                    const double e = nmse(ri == 2 ? base : out, ref, NO);
+                    // the pipelined kernels' automatic chunk follows their occupancy (4 blocks an SM, not 3):
+                    // bit-equality at the fixed chunks; the fused merge at every chunk
+                    const int cmp = ri >= 3 && (ch || ri == 5), same = cmp && !memcmp(out, base, sizeof(float) * NO);
+                    n_cmp += cmp, n_diff += cmp && !same;
+                    if (runs[ri][0] && e > worst) worst = e;
+                    fprintf(stderr, "test_cuda_kv: attend %-12s T %4d chunk %4d tc %d pipe %d fuse %d: NMSE vs CPU decode-then-attend %.2e%s\n",
+                            specs[si], T, ch ? ch : kvq_gkv_auto_chunk(&c), runs[ri][0], runs[ri][1], runs[ri][2], e,
+                            !cmp ? "" : same ? ", bit-equal to variant 2's" : ", DIFFERS from variant 2's");
+                    assert_true(e <= (runs[ri][0] ? 1e-4 : 1e-9)); // NaN fails too
+                }
+                kvq_gkv_set_fuse_merge(0);
+                kvq_cuda_free(scr);
+            }
+            if (T >= 100) // with a window: the packed chunks on tensor cores, the window's by the fp16 kernel
+                for (int tc = 1; tc <= 2; tc++) {
+                    kvq_gkv_set_tc(tc);
+                    kvq_gkv_set_tc_pipe(0);
+                    attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-4);
+                }
+            free_side(&ks);
+            free_side(&vs);
+        }
+    fprintf(stderr, "test_cuda_kv: TurboQuant / qturbo tensor cores: worst NMSE vs CPU %.2e; %d of %d pipelined / fused outputs differ from variant 2's: %s\n",
+            worst, n_diff, n_cmp, n_diff ? "FAIL" : "PASS");
+    kvq_gkv_set_tc(-1);
+    kvq_gkv_set_tc_pipe(-1);
+    kvq_gkv_set_tc_turbo(-1);
+    kvq_gkv_set_fuse_merge(-1);
+    assert_int_equal(n_diff, 0);
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(out), free(base), free(ref);
+}
+
 // The cp.async-pipelined tensor-core kernels (kvq_gkv_set_tc_pipe 3 and 4 stages) against the
 // register-prefetch ones on the same caches: bit-identical outputs (the same arithmetic on the same
 // values: variant 2's, which for 2-bit keys is variant 1's too, so the default's for all four
@@ -1635,8 +1732,8 @@ static int dev_equal(const void *a, const void *b, size_t n) {
 // step captured once as a CUDA graph at its first position and replayed at every later one
 // (its host counts advanced by kvq_gkv_advance). Each step's attention output must equal the
 // direct one's bit for bit, and after the last the packed regions and rings byte for byte; the
-// step's counts must be kvq_gkv_enc_count's. Windows 0, 5, 40; tensor-core, fp32 and the
-// int8-query/half-value kernels. The merge (kvq_gkv_set_fuse_merge): mostly the graph's fused into
+// step's counts must be kvq_gkv_enc_count's. Windows 0, 5, 40; tensor-core (TurboQuant's too:
+// kvq_gkv_set_tc_turbo follows tc), fp32 and the int8-query/half-value kernels. The merge (kvq_gkv_set_fuse_merge): mostly the graph's fused into
 // its last split launch against direct launches with the separate merge launch (so also fused vs
 // two launches, bit for bit, at every position: the counts reset by each replay), some both fused,
 // some both two-launch; two cases with 0.5 and 2 waves of chunks (kvq_gkv_set_waves).
@@ -1653,6 +1750,7 @@ static void test_step_graph(void **state) {
         {"int:4", 5, -1, 0, 4, 2, 0}, {"int:2", 0, -1, 0, 3, 2, 0}, {"kivi:2", 40, -1, 0, 4, 2, 0}, {"kivi:4", 0, -1, 0, 3, 2, 0}, // pipelined tensor-core kernels
         {"int:4", 5, -1, 0, 0, 0, 0}, {"turboquant:3", 5, 0, 0, 0, 0, 0}, {"kivi:4", 40, -1, 0, 4, 1, 0}, {"hqkv:d4:4:rot=qjl", 5, 0, 0, 0, 1, 0},
         {"int:2", 5, -1, 0, 0, 2, 2.0f}, {"qturbo:3", 40, 0, 0, 0, 2, 0.5f}, // more, shorter chunks; fewer, longer
+        {"turboquant:4", 5, -1, 0, 0, 2, 0}, {"qturbo:2", 40, -1, 0, 4, 1, 0}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -1663,6 +1761,7 @@ static void test_step_graph(void **state) {
         const int W = cs_[si].window, WCAP = W + 32 + 8;
         kvq_gkv_set_tc(cs_[si].tc);
         kvq_gkv_set_tc_pipe(cs_[si].pipe);
+        kvq_gkv_set_tc_turbo(cs_[si].tc != 0);
         kvq_gkv_set_int8_query(cs_[si].knobs);
         kvq_gkv_set_half_values(cs_[si].knobs);
         kvq_gkv_set_waves(cs_[si].waves);
@@ -1741,6 +1840,7 @@ static void test_step_graph(void **state) {
     }
     kvq_gkv_set_tc(-1);
     kvq_gkv_set_tc_pipe(-1);
+    kvq_gkv_set_tc_turbo(-1);
     kvq_gkv_set_int8_query(0);
     kvq_gkv_set_half_values(0);
     kvq_gkv_set_fuse_merge(-1);
@@ -1754,8 +1854,8 @@ static void test_step_graph(void **state) {
 // then attended both ways; every output row must equal the token loop's bit for bit (memcmp), and
 // every 13th row and each chunk's last be within NMSE 1e-9 (1e-4 on tensor cores: fp16 q; 2e-8 for int,
 // whose CPU reference cancels in fp32: see the limit) of the CPU cache's attend. Every codec
-// the GPU encodes, windows 0 and 40, tensor cores off and on (register and cp.async pipelined),
-// 1 and 0.125 waves of chunks (the latter: the chunks grow from 32 to 64 between the rows of one call), the
+// the GPU encodes, windows 0 and 40, tensor cores off and on (register and cp.async pipelined; int,
+// KIVI and TurboQuant/qturbo — kvq_gkv_set_tc_turbo follows tc), 1 and 0.125 waves of chunks (the latter: the chunks grow from 32 to 64 between the rows of one call), the
 // token loop with the merge fused in some cases (rows mode never fuses: the same bits).
 static void test_attend_rows(void **state) {
     if (!have_gpu()) { skip(); return; }
@@ -1768,6 +1868,7 @@ static void test_attend_rows(void **state) {
         {"hqmq:s24:r3", 0, 0, 0}, {"fp16", 0, 0, 0},
         {"int:4", -1, 0, 0}, {"int:2", -1, 0, 1}, {"kivi:2", -1, 0, 0}, {"kivi:4", -1, 0, 1}, // tensor cores, register prefetch
         {"int:4", -1, 3, 1}, {"int:2", -1, 3, 0}, {"kivi:2", -1, 3, 1}, {"kivi:4", -1, 3, 0}, // tensor cores, cp.async pipelined
+        {"turboquant:4", -1, 0, 0}, {"turboquant:2", -1, 0, 1}, {"qturbo:4", -1, 3, 1}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
     };
     const int wins[] = {0, 40};
     const float waves[] = {1.0f, 0.125f};
@@ -1784,6 +1885,7 @@ static void test_attend_rows(void **state) {
                 const int W = wins[wi], WCAP = W + 32 + 800;
                 kvq_gkv_set_tc(cs_[si].tc);
                 kvq_gkv_set_tc_pipe(cs_[si].pipe);
+                kvq_gkv_set_tc_turbo(cs_[si].tc != 0);
                 kvq_gkv_set_waves(waves[vi]);
                 uint64_t seed = 300 + si;
                 int n_tot = 0;
@@ -1876,6 +1978,7 @@ static void test_attend_rows(void **state) {
             }
     kvq_gkv_set_tc(-1);
     kvq_gkv_set_tc_pipe(-1);
+    kvq_gkv_set_tc_turbo(-1);
     kvq_gkv_set_fuse_merge(-1);
     kvq_gkv_set_waves(0);
     assert_int_equal(failed, 0);
@@ -2070,6 +2173,154 @@ static void test_tc_emulated(void **state) {
         }
 }
 
+// TurboQuant / qturbo on the tensor cores (kernels/cuda/kv_tc.h: kvq_tc_tq_table, kvq_tc_tq_dq,
+// kvq_tc_tq_kdim / _vdim, the functions the kernel calls), run on the host at 2 and 4 bits: (1) every
+// pair half of kvq_tc_tq_dq is bit for bit the fp16 centroid of its dim's code, for random codes,
+// all codes equal (each of the 2^b), and random tables whose bytes are rarely 0x00 / 0xFF — the host
+// permute replicates the sign on a selector's msb (PTX's prmt), so a used byte selected with the msb
+// set would read 0x00 / 0xFF and fail: the result is then also __byte_perm's if it masks the msb;
+// (2) one 16-position tile through the kernel's fragments with the mma emulated: the scores equal
+// Σ f16(q_rot)·f16(cb[c]) and Σ p·V equals Σ p16·f16(f16(cb[c])·n) (n the fp16 norm, HMUL2), sums in
+// double (limit 1e-12 relative). Runs without a GPU.
+static void test_tq_emulated(void **state) {
+    (void)state;
+    uint64_t seed = 23;
+    for (int bits = 2; bits <= 4; bits += 2) {
+        const int K = 1 << bits, np = bits / 2;
+        int checked = 0;
+        for (int rep = 0; rep < 40; rep++) {
+            float cb[16];
+            uint16_t c16[16];
+            if (rep == 0) kvq_turbo_codebook(D, bits, cb); // the codec's own Lloyd-Max table
+            else
+                for (int i = 0; i < K; i++) cb[i] = (float)(gauss(&seed) * 0.2);
+            for (int i = 0; i < K; i++) c16[i] = kvq_f32_to_f16(cb[i]);
+            uint32_t tab[8];
+            kvq_tc_tq_table(bits, c16, tab);
+            uint8_t kr[16][64], vr[16][64];
+            int ck[16][D], cv[16][D];
+            memset(kr, 0, sizeof kr), memset(vr, 0, sizeof vr);
+            for (int t = 0; t < 16; t++)
+                for (int i = 0; i < D; i++) {
+                    ck[t][i] = rep >= 1 && rep <= K ? rep - 1 : (int)(rng_next(&seed) >> 40) & (K - 1); // reps 1..K: every code alone
+                    cv[t][i] = rep >= 1 && rep <= K ? K - rep : (int)(rng_next(&seed) >> 40) & (K - 1);
+                    kvq_gkv_put_code(kr[t], bits, D, i, (uint32_t)ck[t][i]);
+                    kvq_gkv_put_code(vr[t], bits, D, i, (uint32_t)cv[t][i]);
+                }
+            // (1) each word's pairs
+            for (int t = 0; t < 16; t++)
+                for (int w = 0; w < D / 16; w++) {
+                    uint32_t h[8];
+                    kvq_tc_tq_dq(bits, tc_word(kr[t] + 4 * w), tc_word(kr[t] + (np - 1) * (D / 4) + 4 * w), tab, h);
+                    for (int j = 0; j < 8; j++)
+                        for (int hi = 0; hi < 2; hi++) {
+                            const int d = 16 * w + kvq_tc_tq_dim(bits, j, hi);
+                            const uint16_t got = (uint16_t)(hi ? h[j] >> 16 : h[j] & 0xFFFFu);
+                            if (got != c16[ck[t][d]])
+                                fprintf(stderr, "tq dq: bits %d pos %d dim %d code %d: 0x%04x, want 0x%04x\n", bits, t, d, ck[t][d], got, c16[ck[t][d]]);
+                            assert_int_equal(got, c16[ck[t][d]]);
+                            checked++;
+                        }
+                }
+            { // the pairs cover the word's 16 dims once
+                int seen[16] = {0};
+                for (int j = 0; j < 8; j++)
+                    for (int hi = 0; hi < 2; hi++) seen[kvq_tc_tq_dim(bits, j, hi)]++;
+                for (int d = 0; d < 16; d++) assert_int_equal(seen[d], 1);
+            }
+            // (2) scores: A = the keys' pairs (positions g, g+8; a word = 4 k-steps), B = q at kvq_tc_tq_kdim
+            float q[4][D], vn[16];
+            for (int h = 0; h < 4; h++)
+                for (int i = 0; i < D; i++) q[h][i] = (float)gauss(&seed);
+            for (int t = 0; t < 16; t++) vn[t] = kvq_f16_to_f32(kvq_f32_to_f16((float)(0.5 + 8.0 * fabs(gauss(&seed)))));
+            uint32_t a[32][4], b[32][2];
+            double c[32][4] = {{0}};
+            for (int ks = 0; ks < 8; ks++) {
+                const int u = ks >> 2, k2 = ks & 3;
+                for (int l = 0; l < 32; l++) {
+                    const int g = l >> 2, t = l & 3;
+                    uint32_t hk[2][8];
+                    for (int r = 0; r < 2; r++) {
+                        const uint8_t *row = kr[g + 8 * r];
+                        kvq_tc_tq_dq(bits, tc_word(row + 8 * t + 4 * u), tc_word(row + (np - 1) * (D / 4) + 8 * t + 4 * u), tab, hk[r]);
+                    }
+                    a[l][0] = hk[0][2 * k2], a[l][1] = hk[1][2 * k2], a[l][2] = hk[0][2 * k2 + 1], a[l][3] = hk[1][2 * k2 + 1];
+                    for (int e = 0; e < 2; e++) {
+                        const int jj = 2 * ks + e, d0 = kvq_tc_tq_kdim(bits, t, jj, 0), d1 = kvq_tc_tq_kdim(bits, t, jj, 1);
+                        b[l][e] = g < 4 ? tc_pk16(q[g][d0], q[g][d1]) : 0u;
+                    }
+                }
+                tc_mma(a, b, c);
+            }
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++) {
+                    const int pos = (l >> 2) + 8 * (i >> 1), h = 2 * (l & 3) + (i & 1);
+                    double ref = 0, mag = 0;
+                    for (int d = 0; d < D && h < 4; d++) {
+                        const double qq = kvq_f16_to_f32(kvq_f32_to_f16(q[h][d])), kk = kvq_f16_to_f32(c16[ck[pos][d]]);
+                        ref += qq * kk, mag += fabs(qq * kk);
+                    }
+                    if (fabs(c[l][i] - ref) > 1e-12 * (mag + 1e-30))
+                        fprintf(stderr, "tq scores: bits %d lane %d c%d: %g, want %g\n", bits, l, i, c[l][i], ref);
+                    assert_true(fabs(c[l][i] - ref) <= 1e-12 * (mag + 1e-30));
+                }
+            // Σ p·V: p in B's layout (test_tc_emulated's shuffles), Vᵀ pairs of positions × the norms
+            float p[16][8];
+            for (int t = 0; t < 16; t++)
+                for (int h = 0; h < 8; h++) p[t][h] = h < 4 ? kvq_f16_to_f32(kvq_f32_to_f16((float)((rng_next(&seed) >> 11) * 0x1.0p-53))) : 0.37f;
+            uint32_t p01[32], p23[32];
+            for (int l = 0; l < 32; l++) {
+                const int g = l >> 2, t = l & 3;
+                p01[l] = tc_pk16(p[g][2 * t], p[g][2 * t + 1]), p23[l] = tc_pk16(p[g + 8][2 * t], p[g + 8][2 * t + 1]);
+            }
+            for (int l = 0; l < 32; l++) {
+                const int g = l >> 2, t = l & 3, src1 = 4 * (2 * t) + (g >> 1), src2 = src1 + 4;
+                const uint32_t psel = (g & 1) ? 0x7632u : 0x5410u;
+                b[l][0] = g < 4 ? tc_perm(p01[src1], p01[src2], psel) : 0u;
+                b[l][1] = g < 4 ? tc_perm(p23[src1], p23[src2], psel) : 0u;
+            }
+            double o[4][D];
+            memset(o, 0, sizeof o);
+            for (int j = 0; j < 8; j++) {
+                double acc[32][4] = {{0}};
+                for (int l = 0; l < 32; l++) {
+                    const int g = l >> 2, t = l & 3;
+                    uint32_t hv[4][8];
+                    int pos4[4];
+                    for (int r = 0; r < 4; r++) {
+                        pos4[r] = 2 * t + (r & 1) + 8 * (r >> 1);
+                        kvq_tc_tq_dq(bits, tc_word(vr[pos4[r]] + 4 * g), tc_word(vr[pos4[r]] + (np - 1) * (D / 4) + 4 * g), tab, hv[r]);
+                    }
+                    for (int k = 0; k < 4; k++) { // the pair of positions (r0, r0 + 1), each half × its position's norm (HMUL2)
+                        const int r0 = k < 2 ? 0 : 2;
+                        const uint32_t pr = tc_perm(hv[r0][j], hv[r0 + 1][j], (k & 1) ? 0x7632u : 0x5410u);
+                        a[l][k] = tc_pk16(tc_h16(pr, 0) * vn[pos4[r0]], tc_h16(pr, 1) * vn[pos4[r0 + 1]]);
+                    }
+                }
+                tc_mma(a, b, acc);
+                for (int l = 0; l < 32; l++)
+                    for (int i = 0; i < 4; i++) {
+                        const int h = 2 * (l & 3) + (i & 1);
+                        if (h < 4) o[h][kvq_tc_tq_vdim(bits, l >> 2, j, i >> 1)] += acc[l][i];
+                    }
+            }
+            for (int h = 0; h < 4; h++)
+                for (int d = 0; d < D; d++) {
+                    double ref = 0, mag = 0;
+                    for (int t = 0; t < 16; t++) {
+                        const double v = kvq_f16_to_f32(kvq_f32_to_f16(kvq_f16_to_f32(c16[cv[t][d]]) * vn[t]));
+                        ref += p[t][h] * v, mag += fabs(p[t][h] * v);
+                    }
+                    if (fabs(o[h][d] - ref) > 1e-12 * (mag + 1e-30))
+                        fprintf(stderr, "tq p·V: bits %d head %d dim %d: %g, want %g\n", bits, h, d, o[h][d], ref);
+                    assert_true(fabs(o[h][d] - ref) <= 1e-12 * (mag + 1e-30));
+                }
+        }
+        fprintf(stderr, "test_cuda_kv: TurboQuant tensor-core emulation :%d: 40 tiles, %d pair halves exact, scores and p·V as the plain sums\n", bits,
+                checked);
+    }
+}
+
 // The pipelined kernels' copies and reads (kernels/cuda/kv_tc.h: kvq_tc_copy, kvq_tc_rd_*, the
 // functions the kernel calls), run on the host: a warp's 32 lanes copy a tile into a stage
 // prefilled with garbage (16-byte pieces, source bytes then zeros, as cp.async with a source
@@ -2217,10 +2468,10 @@ int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layout_roundtrip), cmocka_unit_test(test_hqkv_layout),
                                        cmocka_unit_test(test_enc_emulated), cmocka_unit_test(test_tables_of),
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
-                                       cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated),
+                                       cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated),
                                        cmocka_unit_test(test_tc_pipe_emulated), cmocka_unit_test(test_merge_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
-                                       cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_fused),
+                                       cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_tc_turbo), cmocka_unit_test(test_attend_fused),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph),
                                        cmocka_unit_test(test_rows_plan), cmocka_unit_test(test_attend_rows)};

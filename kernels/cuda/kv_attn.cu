@@ -769,7 +769,7 @@ static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
 
 typedef void (*split_fn)(attn_p);
 
-static int g_q8 = 0, g_vh = 0, g_tc = -1, g_pipe = -1, g_fuse = -1;
+static int g_q8 = 0, g_vh = 0, g_tc = -1, g_pipe = -1, g_fuse = -1, g_tcq = -1;
 static float g_waves = -1.0f;
 extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
 extern "C" void kvq_gkv_set_fuse_merge(int on) { g_fuse = on < 0 ? -1 : on != 0; }
@@ -797,6 +797,16 @@ static float waves(void) {
 }
 extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
 extern "C" void kvq_gkv_set_tc(int on) { g_tc = on < 0 ? -1 : on > 3 ? 3 : on; }
+extern "C" void kvq_gkv_set_tc_turbo(int on) { g_tcq = on < 0 ? -1 : on != 0; }
+// TurboQuant / qturbo on the tensor cores: g_tcq, or KVQ_CUDA_KV_TC_TURBO=1 read once; default 0
+// (session 14: built and emulated on the host, not yet run on a device).
+static int tc_turbo(void) {
+    if (g_tcq < 0) {
+        const char *e = getenv("KVQ_CUDA_KV_TC_TURBO");
+        g_tcq = e && !strcmp(e, "1");
+    }
+    return g_tcq;
+}
 extern "C" void kvq_gkv_set_tc_pipe(int stages) { g_pipe = stages < 0 ? -1 : stages == 3 || stages == 4 ? stages : 0; }
 // The cp.async stages of the tensor-core kernel: g_pipe, or KVQ_CUDA_KV_PIPE=0|3|4 (read once;
 // default 0, the register-prefetch variants), and 0 where a side's regions are not 16-byte
@@ -820,6 +830,7 @@ static const void *tc_kernel(const kvq_gkv_cache *c) {
         g_tc = e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2")) ? *e - '0' : 3;
     }
     const int v = g_tc == 3 ? (c->k.bits == 4 ? 2 : 1) : g_tc;
+    if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
     return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c)) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
@@ -997,12 +1008,12 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     const kvq_gkv_fuse fz0 = {out, pp, 0}, fz1 = {out, pp, 1};
     p.fz = fz0;
     cudaStream_t sm = kvq_cuda_stream();
-    if (ft) { // int / KIVI at 2 and 4 bits on tensor cores (kv_attn_tc.cu), the same partial results
+    if (ft) { // int / KIVI / TurboQuant at 2 and 4 bits on tensor cores (kv_attn_tc.cu), the same partial results
         const kvq_tc_args ta = {q, (const uint8_t *)c->k.data, (const uint8_t *)c->v.data,
                                 kvq_gkv_region_bytes(c->k.kind, c->k.bits, D, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, D, c->cap, 1),
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, D, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, D, c->cap),
                                 c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
-                                fuse && last == 0 ? fz1 : fz0};
+                                fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat};
         st = kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
         if (st) return st;
     } else if (ga) {

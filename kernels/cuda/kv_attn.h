@@ -379,8 +379,15 @@ void kvq_gkv_set_half_values(int on);
  *  docs/KV.md "Tensor-core kernels") with the next tile's loads in flight, 2 = the same with the
  *  next two tiles', 0 = the kernels above, 3 = 2 for 4-bit keys and 1 for 2-bit (the faster on the
  *  H100, docs/RESULTS.md); −1 (default) = KVQ_CUDA_KV_TC=0, 1 or 2 in the environment (read at
- *  the first attend), else 3. Process-wide; the other kinds are unaffected. */
+ *  the first attend), else 3. Process-wide; the other kinds are unaffected (TurboQuant / qturbo at
+ *  2 and 4 bits follow it too when kvq_gkv_set_tc_turbo is on). */
 void kvq_gkv_set_tc(int on);
+/** turboquant:2/:4 and qturbo:2/:4 (both sides the same): 1 = let kvq_gkv_set_tc's choice (not 0)
+ *  send them to the tensor-core kernel too (kv_attn_tc.cu: q rotated once per block, the codes'
+ *  fp16 centroids from register tables by byte permutes, fp32 sums; docs/KV.md, session 14),
+ *  0 = the fp32 split kernel; −1 (default) = KVQ_CUDA_KV_TC_TURBO=1 in the environment (read at
+ *  the first attend), else 0 (not yet measured on a device). Process-wide. */
+void kvq_gkv_set_tc_turbo(int on);
 /** 1 when kvq_gkv_attend would read this cache's packed chunks with the tensor-core kernel. */
 int kvq_gkv_tc_active(const kvq_gkv_cache *c);
 /** The tensor-core kernels' loads (issue 20): 3 or 4 = the software-pipelined kernels (each warp

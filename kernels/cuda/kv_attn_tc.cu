@@ -19,6 +19,13 @@
 // chunk, one commit group a tile) and read the current tile from there: more bytes in flight
 // per SM without the registers. The arithmetic is the same code on the same values, so the
 // results are bit-identical to variants 1/2 (test_attend_tc_pipe).
+// TurboQuant / qturbo at 2 and 4 bits (session 14; KVQ_CUDA_KV_TC_TURBO): the same kernel with KIND =
+// KVQ_GKV_TURBO. q is rotated into the keys' frame once per block (qturbo's quaternion per 4-chunk,
+// the signs, the WHT: split_chunk's code); each lane holds the keys' and the values' codebooks in
+// fp16 as byte tables in registers and turns codes into fp16 centroid pairs by byte permutes
+// (kvq_tc_tq_dq: one a pair at 2 bits, ~2.5 a code at 4) — no fix-up FMA; the per-position fp16
+// norm multiplies the fp32 score (keys) and the fp16 values (one HMUL2 a pair), as int's scale
+// does; the values' Σ p·V stays in the rotated frame and the merge rotates it back (ROT).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -94,7 +101,7 @@ __device__ __forceinline__ void load_tile(const kvq_tc_args &p, const uint8_t *k
 #pragma unroll
         for (int pl = 0; pl < B / 2; pl++)
             x.k[r][pl] = ok ? __ldg((const uint2 *)(kreg + (size_t)pos * RB + pl * (D / 4) + 8 * t)) : make_uint2(0u, 0u);
-        if (KIND == KVQ_GKV_INT) x.ks[r] = ok ? __ldg((const unsigned short *)(kreg + p.kside) + pos) : (unsigned short)0;
+        if (KIND != KVQ_GKV_KIVI) x.ks[r] = ok ? __ldg((const unsigned short *)(kreg + p.kside) + pos) : (unsigned short)0;
     }
 #pragma unroll
     for (int r = 0; r < 4; r++) {
@@ -102,7 +109,7 @@ __device__ __forceinline__ void load_tile(const kvq_tc_args &p, const uint8_t *k
         const bool ok = pos < t1;
 #pragma unroll
         for (int pl = 0; pl < B / 2; pl++) x.v[r][pl] = ok ? __ldg((const uint32_t *)(vreg + (size_t)pos * RB + pl * (D / 4) + 4 * g)) : 0u;
-        if (KIND == KVQ_GKV_INT) x.vs[r] = ok ? (uint32_t)__ldg((const unsigned short *)(vreg + p.vside) + pos) : 0u;
+        if (KIND != KVQ_GKV_KIVI) x.vs[r] = ok ? (uint32_t)__ldg((const unsigned short *)(vreg + p.vside) + pos) : 0u;
         else x.vs[r] = ok ? __ldg((const uint32_t *)(vreg + p.vside + ((size_t)pos * (D / 32) + (g >> 1)) * 4)) : 0u;
     }
     if (KIND == KVQ_GKV_KIVI && tb % 32 == 0) // stored keys come in whole groups: the group is there
@@ -114,7 +121,7 @@ __device__ __forceinline__ void load_tile(const kvq_tc_args &p, const uint8_t *k
 // (kvq_tc_copy, kvq_tc_rd_*), which test_tc_pipe_emulated runs on the host against load_tile.
 template <int KIND, int B>
 __host__ __device__ constexpr int tc_stage_bytes() {
-    return 2 * 16 * 16 * B + (KIND == KVQ_GKV_INT ? 64 : 256 + 4 * D);
+    return 2 * 16 * 16 * B + (KIND != KVQ_GKV_KIVI ? 64 : 256 + 4 * D); // int, TURBO: a fp16 per position
 }
 // One 16-byte copy global → shared; n < 16 source bytes (0 allowed), the rest zero-filled.
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int n) {
@@ -147,13 +154,13 @@ __device__ __forceinline__ void read_stage(const uint8_t *st, int g, int t, tile
     for (int r = 0; r < 2; r++) {
 #pragma unroll
         for (int pl = 0; pl < B / 2; pl++) x.k[r][pl] = *(const uint2 *)(st + kvq_tc_rd_k(B, g, t, r, pl));
-        if (KIND == KVQ_GKV_INT) x.ks[r] = *(const unsigned short *)(st + kvq_tc_rd_ks(B, g, r));
+        if (KIND != KVQ_GKV_KIVI) x.ks[r] = *(const unsigned short *)(st + kvq_tc_rd_ks(B, g, r));
     }
 #pragma unroll
     for (int r = 0; r < 4; r++) {
 #pragma unroll
         for (int pl = 0; pl < B / 2; pl++) x.v[r][pl] = *(const uint32_t *)(st + kvq_tc_rd_v(B, g, t, r, pl));
-        if (KIND == KVQ_GKV_INT) x.vs[r] = *(const unsigned short *)(st + kvq_tc_rd_vs(0, B, g, t, r));
+        if (KIND != KVQ_GKV_KIVI) x.vs[r] = *(const unsigned short *)(st + kvq_tc_rd_vs(0, B, g, t, r));
         else x.vs[r] = *(const uint32_t *)(st + kvq_tc_rd_vs(1, B, g, t, r));
     }
 }
@@ -172,7 +179,7 @@ static_assert(TNW * G * D >= G * (KVQ_GKV_MERGE_TC + D + D / 32), "the fused mer
 template <int KIND, int B, int TS, int PF, int ST>
 __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_nred<KIND, B, ST>()][G][D]) {
     constexpr float QM = KIND == KVQ_GKV_INT ? (float)((1 << (B - 1)) - 1) : 0.0f;
-    constexpr bool KIVI = KIND == KVQ_GKV_KIVI;
+    constexpr bool KIVI = KIND == KVQ_GKV_KIVI, TQ = KIND == KVQ_GKV_TURBO;
     static_assert(!KIVI || TS == 2, "KIVI keys: a step is one 32-position group");
     static_assert(ST ? PF == 0 && ST >= 3 && ST <= 4 : PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles, or 3-4 stages");
     constexpr bool TWO = !(B == 4 && PF == 1); // where the registers allow it (int:4 variant 1 would spill)
@@ -210,6 +217,31 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     }
     for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D];
     __syncthreads();
+    uint32_t tk[8], tv[8]; // TURBO: the keys' and the values' codebooks in fp16 (kvq_tc_tq_table)
+    if constexpr (TQ) {
+        if (p.kquat) { // qturbo: the unit quaternion r left-multiplies each 4-chunk of q first (split_chunk's code)
+            const float *r = p.kquat + (size_t)gk * 4;
+            const float a0 = r[0], a1 = r[1], a2 = r[2], a3 = r[3];
+            const float *b4 = &qs[0][0] + 4 * threadIdx.x; // TNT = G·D/4 chunks
+            float o[4];
+            o[0] = a0 * b4[0] - a1 * b4[1] - a2 * b4[2] - a3 * b4[3];
+            o[1] = a0 * b4[1] + a1 * b4[0] + a2 * b4[3] - a3 * b4[2];
+            o[2] = a0 * b4[2] - a1 * b4[3] + a2 * b4[0] + a3 * b4[1];
+            o[3] = a0 * b4[3] + a1 * b4[2] - a2 * b4[1] + a3 * b4[0];
+            __syncthreads();
+            for (int j = 0; j < 4; j++) (&qs[0][0])[4 * threadIdx.x + j] = o[j];
+            __syncthreads();
+        }
+        for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] *= p.ksigns[(size_t)gk * D + e % D];
+        kvq_gkv_wht(&qs[0][0], G); // WHT(signs ⊙ [r·] q)/√d; ends with a barrier
+        uint16_t c16[1 << B];
+#pragma unroll
+        for (int i = 0; i < (1 << B); i++) c16[i] = __half_as_ushort(__float2half_rn(__ldg(p.kcb + ((size_t)gk << B) + i)));
+        kvq_tc_tq_table(B, c16, tk);
+#pragma unroll
+        for (int i = 0; i < (1 << B); i++) c16[i] = __half_as_ushort(__float2half_rn(__ldg(p.vcb + ((size_t)gk << B) + i)));
+        kvq_tc_tq_table(B, c16, tv);
+    }
 
     // q as B: column g = query head g (< 4), k-step ks: pairs 2ks, 2ks+1 of the lane's dims
     // (KIVI: q ⊙ s per key group, formed in the loop from qs)
@@ -218,8 +250,9 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     for (int ks = 0; ks < 8; ks++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int jj = 2 * ks + e, d0 = kvq_tc_kdim(B, t, jj);
-            qk[ks][e] = g < G && !KIVI ? h2u(__floats2half2_rn(qs[g][d0], qs[g][d0 + 8])) : 0u;
+            const int jj = 2 * ks + e, d0 = TQ ? kvq_tc_tq_kdim(B, t, jj, 0) : kvq_tc_kdim(B, t, jj);
+            const int d1 = TQ ? kvq_tc_tq_kdim(B, t, jj, 1) : d0 + 8;
+            qk[ks][e] = g < G && !KIVI ? h2u(__floats2half2_rn(qs[g][d0], qs[g][d1])) : 0u;
         }
     // the fix-up of pair j: c − qmax = h·(1/m) − (1024/m + qmax), exact in fp16 (compile-time
     // constants, so that they are immediates of the HFMA2, not registers)
@@ -288,20 +321,35 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
             // ---- scores of positions tb + g (c[0], c[1]) and tb + g + 8 (c[2], c[3]), heads 2t, 2t+1
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f}; // TWO: two chains of 4 mma, not one of 8
             {
-                uint32_t hk[2][16];
-#pragma unroll
-                for (int r = 0; r < 2; r++)
+                if constexpr (TQ) { // the centroids themselves (no fix-up), a word (4 k-steps) at a time: half the A registers live
 #pragma unroll
                     for (int u = 0; u < 2; u++) {
-                        const uint32_t lo = u ? y.k[r][0].y : y.k[r][0].x, hi = u ? y.k[r][B / 2 - 1].y : y.k[r][B / 2 - 1].x;
-                        uint32_t h[8];
-                        kvq_tc_dq(B, lo, hi, h);
+                        uint32_t hk[2][8];
 #pragma unroll
-                        for (int j = 0; j < 8; j++) hk[r][8 * u + j] = h2u(__hfma2(u2h(h[j]), fm[j], fa[j]));
+                        for (int r = 0; r < 2; r++)
+                            kvq_tc_tq_dq(B, u ? y.k[r][0].y : y.k[r][0].x, u ? y.k[r][B / 2 - 1].y : y.k[r][B / 2 - 1].x, tk, hk[r]);
+#pragma unroll
+                        for (int k2 = 0; k2 < 4; k2++) {
+                            const int ks = 4 * u + k2;
+                            mma16816(TWO && (ks & 1) ? c2 : c, hk[0][2 * k2], hk[1][2 * k2], hk[0][2 * k2 + 1], hk[1][2 * k2 + 1], qk[ks][0], qk[ks][1]);
+                        }
                     }
+                } else {
+                    uint32_t hk[2][16];
 #pragma unroll
-                for (int ks = 0; ks < 8; ks++)
-                    mma16816(TWO && (ks & 1) ? c2 : c, hk[0][2 * ks], hk[1][2 * ks], hk[0][2 * ks + 1], hk[1][2 * ks + 1], qk[ks][0], qk[ks][1]);
+                    for (int r = 0; r < 2; r++)
+#pragma unroll
+                        for (int u = 0; u < 2; u++) {
+                            const uint32_t lo = u ? y.k[r][0].y : y.k[r][0].x, hi = u ? y.k[r][B / 2 - 1].y : y.k[r][B / 2 - 1].x;
+                            uint32_t h[8];
+                            kvq_tc_dq(B, lo, hi, h);
+#pragma unroll
+                            for (int j = 0; j < 8; j++) hk[r][8 * u + j] = h2u(__hfma2(u2h(h[j]), fm[j], fa[j]));
+                        }
+#pragma unroll
+                    for (int ks = 0; ks < 8; ks++)
+                        mma16816(TWO && (ks & 1) ? c2 : c, hk[0][2 * ks], hk[1][2 * ks], hk[0][2 * ks + 1], hk[1][2 * ks + 1], qk[ks][0], qk[ks][1]);
+                }
 #pragma unroll
                 for (int e = 0; e < 4; e++) c[e] += c2[e];
             }
@@ -339,17 +387,21 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
             {
                 uint32_t hv[4][8];
 #pragma unroll
-                for (int r = 0; r < 4; r++) kvq_tc_dq(B, y.v[r][0], y.v[r][B / 2 - 1], hv[r]);
+                for (int r = 0; r < 4; r++) {
+                    if constexpr (TQ) kvq_tc_tq_dq(B, y.v[r][0], y.v[r][B / 2 - 1], tv, hv[r]);
+                    else kvq_tc_dq(B, y.v[r][0], y.v[r][B / 2 - 1], hv[r]);
+                }
                 // the positions' scales (s0, s1), (s2, s3) and KIVI's zeros
                 const __half2 s01 = u2h(__byte_perm(y.vs[0], y.vs[1], 0x5410u)), s23 = u2h(__byte_perm(y.vs[2], y.vs[3], 0x5410u));
                 const __half2 z01 = u2h(__byte_perm(y.vs[0], y.vs[1], 0x7632u)), z23 = u2h(__byte_perm(y.vs[2], y.vs[3], 0x7632u));
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     __half2 a[4];
-                    a[0] = __hfma2(u2h(__byte_perm(hv[0][j], hv[1][j], 0x5410u)), fm[j], fa[j]);
-                    a[1] = __hfma2(u2h(__byte_perm(hv[0][j], hv[1][j], 0x7632u)), fm[j], fa[j]);
-                    a[2] = __hfma2(u2h(__byte_perm(hv[2][j], hv[3][j], 0x5410u)), fm[j], fa[j]);
-                    a[3] = __hfma2(u2h(__byte_perm(hv[2][j], hv[3][j], 0x7632u)), fm[j], fa[j]);
+                    a[0] = u2h(__byte_perm(hv[0][j], hv[1][j], 0x5410u)), a[1] = u2h(__byte_perm(hv[0][j], hv[1][j], 0x7632u));
+                    a[2] = u2h(__byte_perm(hv[2][j], hv[3][j], 0x5410u)), a[3] = u2h(__byte_perm(hv[2][j], hv[3][j], 0x7632u));
+                    if constexpr (!TQ) // int / KIVI codes: c − qmax (int) or c (KIVI) exactly
+#pragma unroll
+                        for (int e = 0; e < 4; e++) a[e] = __hfma2(a[e], fm[j], fa[j]);
                     if constexpr (KIVI) {
                         a[0] = __hfma2(a[0], s01, z01), a[1] = __hfma2(a[1], s01, z01);
                         a[2] = __hfma2(a[2], s23, z23), a[3] = __hfma2(a[3], s23, z23);
@@ -386,8 +438,8 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
             const float f = mx[e] == -INFINITY ? 0.0f : exp2f(mx[e] - M);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                red[warp][h][kvq_tc_vdim(B, g, j, 0)] = acc[j][e] * f;
-                red[warp][h][kvq_tc_vdim(B, g, j, 1)] = acc[j][e + 2] * f;
+                red[warp][h][TQ ? kvq_tc_tq_vdim(B, g, j, 0) : kvq_tc_vdim(B, g, j, 0)] = acc[j][e] * f;
+                red[warp][h][TQ ? kvq_tc_tq_vdim(B, g, j, 1) : kvq_tc_vdim(B, g, j, 1)] = acc[j][e + 2] * f;
             }
         }
     }
@@ -412,14 +464,21 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
 // position and 32 channels). Warp w takes the steps w, w+4, ... of TS tiles (KIVI: 2, one key
 // group) one tile at a time, with the loads of the tile PF ahead in flight (ST = 0), or with the
 // next ST − 1 tiles' copies in flight into the warp's shared-memory ring (ST = 3, 4; PF unused).
+// KVQ_GKV_TURBO: keys and values norm·cb[c] in a rotated frame (kvq_tc_tq_dq), scaled as int's.
 // Then, in the attend's final launch with the merge fused, the last block per (sequence, KV head)
-// merges (int / KIVI values: no rotation back).
+// merges (int / KIVI values: no rotation back; TURBO's values: rotated back).
+// Blocks an SM (the register budget): 4 (≤ 128 registers) for variant 1 and the pipelined kernels, 3
+// (≤ 168) for variant 2 — and for TURBO:4's variant 1, which spills 92 bytes at 128 (ptxas, session 14).
+template <int KIND, int B, int PF, int ST>
+__host__ __device__ constexpr int tc_min_blocks() {
+    return ST ? 4 : PF == 1 && !(KIND == KVQ_GKV_TURBO && B == 4) ? 4 : 3;
+}
 template <int KIND, int B, int TS, int PF, int ST>
-__global__ void __launch_bounds__(TNT, ST ? 4 : PF == 1 ? 4 : 3) attn_tc(kvq_tc_args p) {
+__global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST>()) attn_tc(kvq_tc_args p) {
     __shared__ __align__(16) float red[tc_nred<KIND, B, ST>()][G][D];
     tc_chunk<KIND, B, TS, PF, ST>(p, red);
     float *m = &red[0][0][0];
-    kvq_gkv_merge_last<false, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
+    kvq_gkv_merge_last<KIND == KVQ_GKV_TURBO, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
 }
 
 const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages) {
@@ -435,6 +494,8 @@ const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int s
     TCK(KVQ_GKV_INT, 1, 4)
     TCK(KVQ_GKV_KIVI, 2, 2)
     TCK(KVQ_GKV_KIVI, 2, 4)
+    TCK(KVQ_GKV_TURBO, 1, 2)
+    TCK(KVQ_GKV_TURBO, 1, 4)
 #undef TCK
     return NULL;
 }

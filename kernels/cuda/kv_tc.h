@@ -54,6 +54,87 @@ KVQ_TC_FN int kvq_tc_kdim(int bits, int tig, int jj) { return 32 * tig + 16 * (j
  *  2tig + 9 of the tile; m-tile j's rows g and g + 8 are these dims. */
 KVQ_TC_FN int kvq_tc_vdim(int bits, int g, int j, int hi) { return 16 * g + kvq_tc_dim(bits, j) + 8 * hi; }
 
+/* ---- TurboQuant and qturbo at 2 and 4 bits (session 14): each code is a centroid index, so a pair's
+ * fp16 values come from the head's codebook (rounded to fp16 once per block) held in registers, by
+ * byte permutes (kvq_tc_prmt) instead of kvq_tc_dq's masks; the pairs' dims differ from int's
+ * (kvq_tc_tq_dim), the fragment arithmetic is the same. Every selector nibble whose byte is used
+ * has its msb clear, so the result does not depend on prmt's sign-replication bit. */
+
+/** The byte permute: __byte_perm on the device; on the host PTX prmt's generic form (selector
+ *  nibble n: bits 0-2 pick byte n of {a, b}, bit 3 replicates its sign). */
+KVQ_TC_FN uint32_t kvq_tc_prmt(uint32_t a, uint32_t b, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(a, b, s);
+#else
+    const uint64_t v = (uint64_t)b << 32 | a;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) {
+        const uint32_t n = (s >> (4 * i)) & 0xFu, x = (uint32_t)(v >> (8 * (n & 7))) & 0xFFu;
+        r |= (n & 8 ? (x & 0x80u ? 0xFFu : 0u) : x) << (8 * i);
+    }
+    return r;
+#endif
+}
+/** The registers of a 2^bits-entry fp16 codebook (cb16: the fp16 bits): 2 bits: tab[0] = entries
+ *  (0, 1), tab[1] = (2, 3) as fp16 pairs; 4 bits: tab[i] (i < 4) the low bytes of entries 4i..4i+3,
+ *  tab[4 + i] their high bytes. */
+KVQ_TC_FN void kvq_tc_tq_table(int bits, const uint16_t *cb16, uint32_t tab[8]) {
+    for (int i = 0; i < 8; i++) tab[i] = 0;
+    if (bits == 2) {
+        tab[0] = cb16[0] | (uint32_t)cb16[1] << 16, tab[1] = cb16[2] | (uint32_t)cb16[3] << 16;
+        return;
+    }
+    for (int e = 0; e < 16; e++) {
+        tab[e >> 2] |= (uint32_t)(cb16[e] & 0xFFu) << (8 * (e & 3));
+        tab[4 + (e >> 2)] |= (uint32_t)(cb16[e] >> 8) << (8 * (e & 3));
+    }
+}
+/** The dim (0..15 in the word's 16) of pair j's half hi (0 low, 1 high): 2 bits: pair 2k + u =
+ *  dims (k + 8u, k + 8u + 4); 4 bits: pair 4u + 2v + w = dims (u + 8v + 4w, + 2) (u: even / odd
+ *  dims, v: the nibbles 0-3 or 4-7, w: the word's bytes 0-1 or 2-3). */
+KVQ_TC_FN int kvq_tc_tq_dim(int bits, int j, int hi) {
+    return bits == 4 ? (j >> 2) + 8 * ((j >> 1) & 1) + 4 * (j & 1) + 2 * hi : (j >> 1) + 8 * (j & 1) + 4 * hi;
+}
+/** The 8 fp16 pairs (cb[c(kvq_tc_tq_dim(j, 0))], cb[c(kvq_tc_tq_dim(j, 1))]) of a word's 16 dims
+ *  (bits 2: lo; 4: lo and hi the two planes' words). 2 bits: the codes of dims k, k+4, k+8, k+12
+ *  into bytes (a shift and a mask), × 0x22 + 0x10 a byte = the selector nibbles (2c, 2c + 1) of
+ *  entry c in tab[0..1]: one permute a pair. 4 bits: the planes merged into nibbles (e: even dims,
+ *  o: odd, as kvq_tc_dq), the low bytes of 4 codes from entries 0-7 and 8-15 (two permutes,
+ *  the second with the msb masked off) merged by each code's bit 3 (a third), likewise the high
+ *  bytes; one permute interleaves them into two pairs. */
+KVQ_TC_FN void kvq_tc_tq_dq(int bits, uint32_t lo, uint32_t hi, const uint32_t tab[8], uint32_t h[8]) {
+    if (bits == 2) {
+        (void)hi;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (int k = 0; k < 4; k++) {
+            const uint32_t sel = ((lo >> (2 * k)) & 0x03030303u) * 0x22u + 0x10101010u;
+            h[2 * k] = kvq_tc_prmt(tab[0], tab[1], sel), h[2 * k + 1] = kvq_tc_prmt(tab[0], tab[1], sel >> 16);
+        }
+        return;
+    }
+    const uint32_t e = (lo & 0x33333333u) | ((hi << 2) & 0xCCCCCCCCu), o = ((lo >> 2) & 0x33333333u) | (hi & 0xCCCCCCCCu);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int u = 0; u < 2; u++) {
+        const uint32_t n = u ? o : e, nm = n & 0x77777777u, S = ((n >> 1) & 0x44444444u) | 0x32103210u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (int v = 0; v < 2; v++) {
+            const uint32_t s = n >> (16 * v), sm = nm >> (16 * v), sl = S >> (16 * v);
+            const uint32_t L = kvq_tc_prmt(kvq_tc_prmt(tab[0], tab[1], s), kvq_tc_prmt(tab[2], tab[3], sm), sl);
+            const uint32_t H = kvq_tc_prmt(kvq_tc_prmt(tab[4], tab[5], s), kvq_tc_prmt(tab[6], tab[7], sm), sl);
+            h[4 * u + 2 * v] = kvq_tc_prmt(L, H, 0x5140u), h[4 * u + 2 * v + 1] = kvq_tc_prmt(L, H, 0x7362u);
+        }
+    }
+}
+/** kvq_tc_kdim and kvq_tc_vdim for these pairs (both halves: hi). */
+KVQ_TC_FN int kvq_tc_tq_kdim(int bits, int tig, int jj, int hi) { return 32 * tig + 16 * (jj >> 3) + kvq_tc_tq_dim(bits, jj & 7, hi); }
+KVQ_TC_FN int kvq_tc_tq_vdim(int bits, int g, int j, int hi) { return 16 * g + kvq_tc_tq_dim(bits, j, hi); }
+
 /* ---- the pipelined kernels' stages (ST > 0 in kv_attn_tc.cu): a warp's ring of stages in shared
  * memory, one 16-position tile a stage, filled by 16-byte cp.async copies and read as load_tile
  * reads global memory. A stage: the keys' codes (16 rows of RB = 16·bits bytes), the values' codes

@@ -12,7 +12,9 @@
 // cp.async pipeline of 3 or 4 stages a warp (KVQ_CUDA_KV_PIPE, bit-identical outputs). turboquant-prod: (b−1)-bit keys + QJL
 // signs (S R q once per block), turboquant:<b> values. octopus: triplet codes (direction table
 // in shared memory), ":qjl" with the sign plane; its values are KIVI's layout (kivi:<b> V). qturbo: TurboQuant with the quaternion
-// rotation of q and of the value sums. hqkv: lattice codes of 5-8 bits (the GPU layout's
+// rotation of q and of the value sums; "turboquant:<b> tc" / "tc2" / "pipe3" / "pipe4" and "qturbo:<b> tc" / "tc2"
+// (2 and 4 bits, session 14): those on the tensor-core kernels (kvq_gkv_set_tc_turbo(1): centroids from
+// fp16 register tables by byte permutes), the rows without a suffix on the fp32 split kernel. hqkv: lattice codes of 5-8 bits (the GPU layout's
 // width for that rate, docs/KV.md), rotation by signs (or the Haar Q: rot=qjl), "dither": the
 // dither regenerated per position on the fly.
 // Bytes = what a call must read (codes, side data); % copy = bytes/time over the device's
@@ -126,7 +128,11 @@ int main(int argc, char **argv) {
         {KVQ_GKV_KIVI, 2, "kivi:2"},        {KVQ_GKV_KIVI, 4, "kivi:4 h"},      {KVQ_GKV_KIVI, 3, "kivi:3 h"},
         {KVQ_GKV_KIVI, 2, "kivi:2 h"},      {KVQ_GKV_TURBO, 4, "turboquant:4"}, {KVQ_GKV_TURBO, 3, "turboquant:3"},
         {KVQ_GKV_TURBO, 2, "turboquant:2"}, {KVQ_GKV_TURBO, 4, "qturbo:4"},     {KVQ_GKV_TURBO, 3, "qturbo:3"},
-        {KVQ_GKV_TURBO, 2, "qturbo:2"},     {KVQ_GKV_TPROD, 4, "turboquant-prod:4"}, {KVQ_GKV_TPROD, 3, "turboquant-prod:3"},
+        {KVQ_GKV_TURBO, 2, "qturbo:2"},     {KVQ_GKV_TURBO, 4, "turboquant:4 tc"}, {KVQ_GKV_TURBO, 4, "turboquant:4 tc2"},
+        {KVQ_GKV_TURBO, 2, "turboquant:2 tc"}, {KVQ_GKV_TURBO, 2, "turboquant:2 tc2"}, {KVQ_GKV_TURBO, 4, "qturbo:4 tc"},
+        {KVQ_GKV_TURBO, 4, "qturbo:4 tc2"}, {KVQ_GKV_TURBO, 2, "qturbo:2 tc"}, {KVQ_GKV_TURBO, 2, "qturbo:2 tc2"},
+        {KVQ_GKV_TURBO, 4, "turboquant:4 pipe3"}, {KVQ_GKV_TURBO, 4, "turboquant:4 pipe4"}, {KVQ_GKV_TURBO, 2, "turboquant:2 pipe4"},
+        {KVQ_GKV_TPROD, 4, "turboquant-prod:4"}, {KVQ_GKV_TPROD, 3, "turboquant-prod:3"},
         {KVQ_GKV_TPROD, 2, "turboquant-prod:2"}, {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
         {KVQ_GKV_OCT, 2, "octopus:2"},      {KVQ_GKV_OCTQ, 4, "octopus:4:qjl"}, {KVQ_GKV_OCTQ, 3, "octopus:3:qjl"},
         {KVQ_GKV_OCTQ, 2, "octopus:2:qjl"}, {KVQ_GKV_HQMQ, 19, "hqmq:s192:r6"}, {KVQ_GKV_HQMQ, 16, "hqmq:s96:r4"},
@@ -220,6 +226,7 @@ int main(int argc, char **argv) {
                 kvq_gkv_set_half_values((strstr(cfg[ci].name, " h") || strstr(cfg[ci].name, "+h")) && cfg[ci].kind != KVQ_GKV_BF16);
                 kvq_gkv_set_tc(strstr(cfg[ci].name, " tc2") ? 2 : strstr(cfg[ci].name, " tc") || strstr(cfg[ci].name, " pipe"));
                 kvq_gkv_set_tc_pipe(strstr(cfg[ci].name, " pipe4") ? 4 : strstr(cfg[ci].name, " pipe3") ? 3 : 0);
+                kvq_gkv_set_tc_turbo(strstr(cfg[ci].name, " tc") || strstr(cfg[ci].name, " pipe")); // TurboQuant rows named so
                 const int chunk = kvq_gkv_auto_chunk(&c);
                 if (R > 0) { // prefill rows: batch 1, one copy
                     if (B == 1 && R <= T) {
