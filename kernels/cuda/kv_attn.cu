@@ -798,12 +798,13 @@ static float waves(void) {
 extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
 extern "C" void kvq_gkv_set_tc(int on) { g_tc = on < 0 ? -1 : on > 3 ? 3 : on; }
 extern "C" void kvq_gkv_set_tc_turbo(int on) { g_tcq = on < 0 ? -1 : on != 0; }
-// TurboQuant / qturbo on the tensor cores: g_tcq, or KVQ_CUDA_KV_TC_TURBO=1 read once; default 0
-// (session 14: built and emulated on the host, not yet run on a device).
+// TurboQuant / qturbo on the tensor cores: g_tcq, or KVQ_CUDA_KV_TC_TURBO=0 read once; default 1
+// (session 14, H100: 1.1-1.8x faster than the fp32 kernel at 4k-128k, NMSE vs the CPU <= 7.3e-7;
+// docs/RESULTS.md).
 static int tc_turbo(void) {
     if (g_tcq < 0) {
         const char *e = getenv("KVQ_CUDA_KV_TC_TURBO");
-        g_tcq = e && !strcmp(e, "1");
+        g_tcq = !(e && !strcmp(e, "0"));
     }
     return g_tcq;
 }
@@ -822,14 +823,15 @@ static int tc_stages(const kvq_gkv_cache *c) {
 // The tensor-core kernel for the packed chunks of this cache, when on and built for its kinds;
 // NULL otherwise. g_tc: 0 off, 1 or 2 that variant, 3 (the default since the H100 run of
 // 2026-11-26, docs/RESULTS.md) the faster variant per width there: two tiles in flight (2) for
-// 4-bit keys, one (1) for 2-bit; KVQ_CUDA_KV_TC=0|1|2 in the environment overrides. With
+// int/KIVI 4-bit keys, one (1) for 2-bit and for TurboQuant/qturbo at both widths (faster there at
+// 32k and 128k, session 14); KVQ_CUDA_KV_TC=0|1|2 in the environment overrides. With
 // tc_stages 3 or 4 the pipelined kernel replaces variants 1/2 (same results, bit for bit).
 static const void *tc_kernel(const kvq_gkv_cache *c) {
     if (g_tc < 0) {
         const char *e = getenv("KVQ_CUDA_KV_TC");
         g_tc = e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2")) ? *e - '0' : 3;
     }
-    const int v = g_tc == 3 ? (c->k.bits == 4 ? 2 : 1) : g_tc;
+    const int v = g_tc == 3 ? (c->k.bits == 4 && c->k.kind != KVQ_GKV_TURBO ? 2 : 1) : g_tc;
     if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
     return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c)) : NULL;
 }

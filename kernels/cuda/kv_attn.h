@@ -385,8 +385,8 @@ void kvq_gkv_set_tc(int on);
 /** turboquant:2/:4 and qturbo:2/:4 (both sides the same): 1 = let kvq_gkv_set_tc's choice (not 0)
  *  send them to the tensor-core kernel too (kv_attn_tc.cu: q rotated once per block, the codes'
  *  fp16 centroids from register tables by byte permutes, fp32 sums; docs/KV.md, session 14),
- *  0 = the fp32 split kernel; −1 (default) = KVQ_CUDA_KV_TC_TURBO=1 in the environment (read at
- *  the first attend), else 0 (not yet measured on a device). Process-wide. */
+ *  0 = the fp32 split kernel; −1 (default) = 1 unless KVQ_CUDA_KV_TC_TURBO=0 in the environment
+ *  (read at the first attend; on since the H100 run of session 14). Process-wide. */
 void kvq_gkv_set_tc_turbo(int on);
 /** 1 when kvq_gkv_attend would read this cache's packed chunks with the tensor-core kernel. */
 int kvq_gkv_tc_active(const kvq_gkv_cache *c);
