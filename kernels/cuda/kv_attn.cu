@@ -799,7 +799,7 @@ extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
 extern "C" void kvq_gkv_set_tc(int on) { g_tc = on < 0 ? -1 : on > 3 ? 3 : on; }
 extern "C" void kvq_gkv_set_tc_turbo(int on) { g_tcq = on < 0 ? -1 : on != 0; }
 // TurboQuant / qturbo on the tensor cores: g_tcq, or KVQ_CUDA_KV_TC_TURBO=0 read once; default 1
-// (session 14, H100: 1.1-1.8x faster than the fp32 kernel at 4k-128k, NMSE vs the CPU <= 7.3e-7;
+// (session 14, H100: 1.15-1.9x faster than the fp32 kernel at 32k-128k, NMSE vs the CPU <= 7.3e-7;
 // docs/RESULTS.md).
 static int tc_turbo(void) {
     if (g_tcq < 0) {
