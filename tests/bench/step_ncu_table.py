@@ -2,11 +2,11 @@
 """Summarises tests/bench/gpu_step_ncu.sh's Nsight Compute CSV: the kernels of the last decode step (its
 kernel count given, or found as the period of the kernel-name sequence at the end), grouped by kernel name
 (template arguments dropped) with calls, total µs and share, then the step's first kernels in order.
-usage: step_ncu_table.py step_ncu.csv [kernels-per-step]"""
-import csv, re, sys
+usage: step_ncu_table.py step_ncu.csv[.gz] [kernels-per-step]"""
+import csv, gzip, re, sys
 
 rows = []
-with open(sys.argv[1]) as f:
+with (gzip.open(sys.argv[1], "rt") if sys.argv[1].endswith(".gz") else open(sys.argv[1])) as f:
     lines = [l for l in f if l.startswith('"')]
 for r in csv.DictReader(lines):
     if r.get("Metric Name") != "gpu__time_duration.sum":
