@@ -1993,6 +1993,25 @@ static uint32_t tc_perm(uint32_t x, uint32_t y, uint32_t s) {
     for (int i = 0; i < 4; i++) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
     return r;
 }
+// A tile's p (16 positions × 8 score columns, heads 0..3 random in [0, 1) rounded to fp16, columns
+// 4..7 padding) and its B operands as the kernel forms them from the scores' C layout: the fp16
+// pairs of positions (2t, 2t+1) and (2t+8, 2t+9), moved by the shuffles (src1, src2) and byte
+// permutes of kv_attn_tc.cu.
+static void tc_p_as_b(uint64_t *seed, float p[16][8], uint32_t b[32][2]) {
+    for (int t = 0; t < 16; t++)
+        for (int h = 0; h < 8; h++) p[t][h] = h < 4 ? kvq_f16_to_f32(kvq_f32_to_f16((float)((rng_next(seed) >> 11) * 0x1.0p-53))) : 0.37f;
+    uint32_t p01[32], p23[32];
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        p01[l] = tc_pk16(p[g][2 * t], p[g][2 * t + 1]), p23[l] = tc_pk16(p[g + 8][2 * t], p[g + 8][2 * t + 1]);
+    }
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3, src1 = 4 * (2 * t) + (g >> 1), src2 = src1 + 4;
+        const uint32_t psel = (g & 1) ? 0x7632u : 0x5410u;
+        b[l][0] = g < 4 ? tc_perm(p01[src1], p01[src2], psel) : 0u;
+        b[l][1] = g < 4 ? tc_perm(p23[src1], p23[src2], psel) : 0u;
+    }
+}
 // The kernel's fix-up of pair j in fp16 arithmetic: h·(1/m) − (1024/m + qm), one rounding
 // (HFMA2), then optionally × s + z (HMUL2 / HFMA2, one rounding); each half.
 static uint32_t tc_fix(int bits, int qm, int j, uint32_t h, float s, float z, int scaled) {
@@ -2116,19 +2135,7 @@ static void test_tc_emulated(void **state) {
                     }
                 // p in the scores' C layout (positions g, g+8; heads 2t, 2t+1), rounded to fp16
                 float p[16][8];
-                for (int t = 0; t < 16; t++)
-                    for (int h = 0; h < 8; h++) p[t][h] = h < 4 ? kvq_f16_to_f32(kvq_f32_to_f16((float)((rng_next(&seed) >> 11) * 0x1.0p-53))) : 0.37f;
-                uint32_t p01[32], p23[32];
-                for (int l = 0; l < 32; l++) {
-                    const int g = l >> 2, t = l & 3;
-                    p01[l] = tc_pk16(p[g][2 * t], p[g][2 * t + 1]), p23[l] = tc_pk16(p[g + 8][2 * t], p[g + 8][2 * t + 1]);
-                }
-                for (int l = 0; l < 32; l++) { // the kernel's shuffles (src1, src2) and byte permutes
-                    const int g = l >> 2, t = l & 3, src1 = 4 * (2 * t) + (g >> 1), src2 = src1 + 4;
-                    const uint32_t psel = (g & 1) ? 0x7632u : 0x5410u;
-                    b[l][0] = g < 4 ? tc_perm(p01[src1], p01[src2], psel) : 0u;
-                    b[l][1] = g < 4 ? tc_perm(p23[src1], p23[src2], psel) : 0u;
-                }
+                tc_p_as_b(&seed, p, b);
                 double o[4][D];
                 memset(o, 0, sizeof o);
                 for (int j = 0; j < 8; j++) {
@@ -2266,19 +2273,7 @@ static void test_tq_emulated(void **state) {
                 }
             // Σ p·V: p in B's layout (test_tc_emulated's shuffles), Vᵀ pairs of positions × the norms
             float p[16][8];
-            for (int t = 0; t < 16; t++)
-                for (int h = 0; h < 8; h++) p[t][h] = h < 4 ? kvq_f16_to_f32(kvq_f32_to_f16((float)((rng_next(&seed) >> 11) * 0x1.0p-53))) : 0.37f;
-            uint32_t p01[32], p23[32];
-            for (int l = 0; l < 32; l++) {
-                const int g = l >> 2, t = l & 3;
-                p01[l] = tc_pk16(p[g][2 * t], p[g][2 * t + 1]), p23[l] = tc_pk16(p[g + 8][2 * t], p[g + 8][2 * t + 1]);
-            }
-            for (int l = 0; l < 32; l++) {
-                const int g = l >> 2, t = l & 3, src1 = 4 * (2 * t) + (g >> 1), src2 = src1 + 4;
-                const uint32_t psel = (g & 1) ? 0x7632u : 0x5410u;
-                b[l][0] = g < 4 ? tc_perm(p01[src1], p01[src2], psel) : 0u;
-                b[l][1] = g < 4 ? tc_perm(p23[src1], p23[src2], psel) : 0u;
-            }
+            tc_p_as_b(&seed, p, b);
             double o[4][D];
             memset(o, 0, sizeof o);
             for (int j = 0; j < 8; j++) {
