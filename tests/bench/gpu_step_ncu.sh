@@ -5,6 +5,7 @@
 # prompt and 3 new tokens: the prefill is itself a one-token step; the kernels of the last step are the decode graph's.
 # usage (device, carry [".cu"], the 8B model made by gpu_ab8b.sh or here): bash tests/bench/gpu_step_ncu.sh
 # writes $OUT/step_ncu.csv; tests/bench/step_ncu_table.py summarises it (per kernel name: calls, µs, share).
+# (Session 14 call E ran its ncu command by hand on a warm machine that already held the model: docs/RESULTS.md.)
 set -u
 TESTS= . tests/bench/gpu_env.sh
 W=/tmp/w8; mkdir -p $W; src=$W/synth-8b
