@@ -14,7 +14,8 @@ tool = os.environ.get("CUOBJDUMP", "cuobjdump")
 try:
     out = subprocess.run([tool, "-sass", obj], capture_output=True, text=True, check=True).stdout
 except (OSError, subprocess.CalledProcessError) as e:
-    sys.exit(f"sass_loops: {tool} -sass {obj}: {e}")
+    print(f"sass_loops: {tool} -sass {obj}: {str(e).splitlines()[0] if str(e) else e!r}", file=sys.stderr)
+    sys.exit(2)
 for f in re.split(r"\n\s+Function : ", out)[1:]:
     name = f.split("\n", 1)[0].strip()
     if sub not in name:
