@@ -254,7 +254,9 @@ static int g_sms = 0;
 static int g_occ[8]; // blocks per SM of the batched kernel by the occupancy calculator: [smem / 32 KiB]
 static int g_pdl = 1; // the one-token product as a programmatic dependent of the preparation
 static int g_skip_prep = 0; // benchmarks: launch the one-token product alone (kvq_cuda_hqx_time_stream)
-static int g_prep = -1; // KVQ_CUDA_PREP: 0 hqx_prep_i8 (default), 1 hqx_prep_i8h, 2 hqx_prep_i8h as a programmatic dependent
+// KVQ_CUDA_PREP: 0 hqx_prep_i8 (default), 1 hqx_prep_i8h, 2 hqx_prep_i8h as a programmatic
+// dependent, 3 as 1 with every warp summing the row itself (no shared memory)
+static int g_prep = -1;
 
 void kvq_cuda_hqx_skip_prep(int on) { g_skip_prep = on; }
 
@@ -287,9 +289,9 @@ extern "C" void kvq_cuda_hqx_set_pdl(int on) { g_pdl = on; }
 extern "C" void kvq_cuda_hqx_set_prep(int mode) {
     if (mode < 0) {
         const char *e = getenv("KVQ_CUDA_PREP");
-        mode = e && *e == '2' ? 2 : e && *e == '1' ? 1 : 0;
+        mode = e && *e >= '1' && *e <= '3' ? *e - '0' : 0;
     }
-    g_prep = mode == 1 || mode == 2 ? mode : 0;
+    g_prep = mode >= 1 && mode <= 3 ? mode : 0;
 }
 
 // hqx_prep_i8h's SK for RMSNORM rows of cols floats at x (every part of a launch has cols
@@ -307,7 +309,7 @@ static cudaError_t prep_launch(dim3 grid, const Parts &P, const float *x, int tg
         hqx_prep_i8<<<grid, FB, 0, kvq_cuda_stream()>>>(P, x, tg, xin, lanes);
         return cudaGetLastError();
     }
-    const int sk = prep_sk(x, P.d[0].cols, xin);
+    const int sk = g_prep == 3 ? 0 : prep_sk(x, P.d[0].cols, xin);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(FB);
