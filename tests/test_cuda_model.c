@@ -481,12 +481,16 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
         memcpy(ld + (size_t)t * V, ls, sizeof(float) * V);
     }
     // the other activation preparation kernels (kvq_cuda_hqx_set_prep 1-3; 2: each a programmatic
-    // dependent of the kernel before it, in the captured graphs too) give the default's decode
-    // logits bit for bit, each on a model of its own (graphs captured with it)
+    // dependent of the kernel before it, in the captured graphs too) give the default's prefill
+    // and decode logits bit for bit, each on a model of its own (graphs captured with it)
     int prep_diff = 0;
     for (int mode = 1; mode <= 3 && ex != KVQ_EXEC_EXACT; mode++) {
         kvq_cuda_hqx_set_prep(mode);
         kvq_model *gp = open_on(path, 1, ex);
+        float *lp = malloc(sizeof(float) * T * V);
+        if (kvq_model_forward(gp, ids, T, 0, lp, 1, &e)) fail_msg("prep %d: %s", mode, e.msg);
+        prep_diff += memcmp(lp, lg, sizeof(float) * T * V) != 0;
+        free(lp);
         for (int t = 0; t < T; t++) {
             if (kvq_model_forward(gp, ids + t, 1, t, ls, 0, &e)) fail_msg("prep %d: %s", mode, e.msg);
             prep_diff += memcmp(ls, ld + (size_t)t * V, sizeof(float) * V) != 0;
@@ -516,7 +520,7 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
     kvq_model_mem mm;
     kvq_model_memory(g, &mm);
     printf("  %-58s %-5s T=%d gpu/cpu %.3g (cpu int8/exact %.3g) gpu/hf %.3g decode/prefill %.3g fused/unfused %.3g "
-           "greedy %d/%d tc/exact %.3g tc/hf %.3g prep 1-3 steps differing %d (GPU %.1f MB)\n", path,
+           "greedy %d/%d tc/exact %.3g tc/hf %.3g prep 1-3: prefills+steps differing %d (GPU %.1f MB)\n", path,
            ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r, noise, rh, rs, rf, same, n_greedy, rt,
            rth, prep_diff, mm.device / 1e6);
     assert_int_equal(prep_diff, 0);
