@@ -62,12 +62,8 @@ __global__ void __launch_bounds__(FB) hqx_prep_i8(const __grid_constant__ Parts 
     }
 }
 
-// Kernel 1 with its loads hoisted (KVQ_CUDA_PREP=1|2; hqx_prep.cuh, prep_tile_h): the same
-// grid and the same bits. Launched as a programmatic dependent of the kernel before it (2), the
-// launch and what precedes griddepcontrol.wait run while that kernel ends. SK > 0: RMSNORM with
-// the token's row in dynamic shared memory (cols floats, SK float4s a thread at most; prep_sk).
 // lay(cols_p, 1 << tsh, tg) with shifts for its 64-bit divisions (a tile is a power of two):
-// ~200 fewer instructions ahead of the first load.
+// no division subroutine calls ahead of the first load.
 static __device__ __forceinline__ Lay lay_sh(int64_t cols_p, int tsh, int tg) {
     Lay l;
     const size_t tiles = (size_t)(cols_p >> tsh);
@@ -79,6 +75,10 @@ static __device__ __forceinline__ Lay lay_sh(int64_t cols_p, int tsh, int tg) {
     return l;
 }
 
+// Kernel 1 with its loads hoisted (KVQ_CUDA_PREP=1|2|3; hqx_prep.cuh, prep_tile_h): the same
+// grid and the same bits. Launched as a programmatic dependent of the kernel before it (2), the
+// launch and what precedes griddepcontrol.wait run while that kernel ends. SK > 0: RMSNORM with
+// the token's row in dynamic shared memory (cols floats, SK float4s a thread at most; prep_sk).
 template <int SK>
 __global__ void __launch_bounds__(FB, SK ? 1 : 2) hqx_prep_i8h(const __grid_constant__ Parts P, const float *__restrict__ x, int tg,
                                                     const kvq_cuda_xin xin, int lanes) {
@@ -308,11 +308,11 @@ extern "C" void kvq_cuda_hqx_set_prep(int mode) {
 }
 
 // hqx_prep_i8h's SK for RMSNORM rows of cols floats at x (every part of a launch has cols
-// columns): 4 or 12 float4s a thread through shared memory (rows of 4096 or 12288 floats at
-// most: 48 KiB, the default limit), else 0.
+// columns): 4 or 12 float4s a thread through shared memory (rows of 4096 floats, or of up to
+// 12224: the row and the kernel's 16 static bytes within the default 48 KiB), else 0.
 static int prep_sk(const float *x, int64_t cols, const kvq_cuda_xin &xin) {
     if (xin.kind != KVQ_CUDA_XIN_RMSNORM || cols % 4 != 0 || (uintptr_t)x % 16 != 0) return 0;
-    return cols / 4 <= 4 * FB ? 4 : cols / 4 <= 12 * FB ? 12 : 0;
+    return cols / 4 <= 4 * FB ? 4 : cols * 4 <= 48 * 1024 - 256 ? 12 : 0;
 }
 
 // The preparation launch (grid: tiles / FW, tokens, parts) on the library's stream, by g_prep.
