@@ -40,57 +40,78 @@ static double rel_err(const float *g, const float *c, size_t n) {
 }
 
 // The product with its input op fused into the activation preparation
-// (kvq_cuda_hqx_matmul_parts_in: RMSNorm, silu_mul) against the CPU: the op by its reference
-// (kernels/cpu), then the CPU int8 product. The transformed rows the preparation also writes
-// equal the reference op's within float rounding (the norm's sum runs in another order), so an
-// int8 code may land one step away where a rounding boundary falls between the two: the
+// (kvq_cuda_hqx_matmul_parts_in: RMSNorm, silu_mul; none) against the CPU: the op by its
+// reference (kernels/cpu), then the CPU int8 product. The transformed rows the preparation also
+// writes equal the reference op's within float rounding (the norm's sum runs in another order),
+// so an int8 code may land one step away where a rounding boundary falls between the two: the
 // products agree to ~1e-3 (a code step over an activation), not to 1e-5 as with the same
 // floats. One token gives the same bits as the first of three (a decode step = a prefill row).
+// Each preparation kernel (kvq_cuda_hqx_set_prep 0-3: hqx_prep_i8, hqx_prep_i8h plain, as a
+// programmatic dependent, without shared memory) gives the same bits: products, written rows.
 static void compare_xin(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint64_t seed) {
     enum { NT = 3 };
     const int64_t cols = w->cols, rows = w->rows;
     float *X = malloc(sizeof(float) * 2 * cols * NT), *XT = malloc(sizeof(float) * cols * NT),
           *nw = malloc(sizeof(float) * cols), *R = malloc(sizeof(float) * rows * NT), *Y = malloc(sizeof(float) * rows * NT),
-          *Y1 = malloc(sizeof(float) * rows), *G = malloc(sizeof(float) * cols * NT);
+          *Y1 = malloc(sizeof(float) * rows), *G = malloc(sizeof(float) * cols * NT),
+          *Y0 = malloc(sizeof(float) * rows * NT * 2), *G0 = malloc(sizeof(float) * cols * NT * 2);
     for (int64_t i = 0; i < 2 * cols * NT; i++) X[i] = (float)(1.5 * gauss(&seed));
     for (int64_t i = 0; i < cols; i++) nw[i] = (float)(1.0 + 0.3 * gauss(&seed));
-    for (int kind = KVQ_CUDA_XIN_RMSNORM; kind <= KVQ_CUDA_XIN_SILU_MUL; kind++) {
+    for (int kind = KVQ_CUDA_XIN_NONE; kind <= KVQ_CUDA_XIN_SILU_MUL; kind++) {
         const int64_t in_cols = kind == KVQ_CUDA_XIN_SILU_MUL ? 2 * cols : cols;
+        const char *name = kind == KVQ_CUDA_XIN_RMSNORM ? "rmsnorm" : kind == KVQ_CUDA_XIN_SILU_MUL ? "silu_mul" : "none";
         for (int k = 0; k < NT; k++) {
             const float *xr = X + k * in_cols;
             if (kind == KVQ_CUDA_XIN_RMSNORM) kvq_rmsnorm_ref(XT + k * cols, xr, nw, (int)cols, 1e-5f);
-            else kvq_silu_mul_ref(XT + k * cols, xr, xr + cols, (int)cols);
+            else if (kind == KVQ_CUDA_XIN_SILU_MUL) kvq_silu_mul_ref(XT + k * cols, xr, xr + cols, (int)cols);
+            else memcpy(XT + k * cols, xr, sizeof(float) * cols);
             kvq_hqx_prep(w, XT + k * cols, a);
             kvq_hqx_matmul(w, a, 1, R + k * rows, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
         }
-        for (int nt = 1; nt <= NT; nt += NT - 1) {
-            void *dx = NULL, *dy = NULL, *dt = NULL, *dw = NULL;
-            kvq_err err = {0};
-            kvq_status st = kvq_cuda_malloc(&dx, sizeof(float) * in_cols * nt, &err);
-            if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * rows * nt, &err);
-            if (!st) st = kvq_cuda_malloc(&dt, sizeof(float) * cols * nt, &err);
-            if (!st) st = kvq_cuda_malloc(&dw, sizeof(float) * cols, &err);
-            if (!st) st = kvq_cuda_copy(dx, X, sizeof(float) * in_cols * nt, 1, &err);
-            if (!st) st = kvq_cuda_copy(dw, nw, sizeof(float) * cols, 1, &err);
-            const kvq_cuda_xin in = {(kvq_cuda_xin_kind)kind, kind == KVQ_CUDA_XIN_RMSNORM ? dw : NULL, 1e-5f, dt};
-            const int64_t r0 = 0;
-            if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t, 1, &r0, dx, &in, nt, dy, rows, 0, &err);
-            if (!st) st = kvq_cuda_sync(&err);
-            if (!st) st = kvq_cuda_copy(Y, dy, sizeof(float) * rows * nt, 0, &err);
-            if (!st) st = kvq_cuda_copy(G, dt, sizeof(float) * cols * nt, 0, &err);
-            if (st) fprintf(stderr, "xin: %s\n", err.msg);
-            assert_int_equal(st, KVQ_OK);
-            const double ry = rel_err(Y, R, (size_t)rows * nt), rt = rel_err(G, XT, (size_t)cols * nt);
-            fprintf(stderr, "test_cuda_hqx: %-22s %s+product x%d: rows written rel %.2e, product rel %.2e\n", "",
-                    kind == KVQ_CUDA_XIN_RMSNORM ? "rmsnorm" : "silu_mul", nt, rt, ry);
-            assert_true(rt <= 1e-6);
-            assert_true(ry <= 2e-3);
-            if (nt == 1) memcpy(Y1, Y, sizeof(float) * rows);
-            else assert_memory_equal(Y1, Y, sizeof(float) * rows);
-            kvq_cuda_free(dx); kvq_cuda_free(dy); kvq_cuda_free(dt); kvq_cuda_free(dw);
+        for (int om = 0; om < 8; om++) { // off 1: rows one float past 16-byte alignment (the scalar sums)
+            const int off = om / 4, mode = om % 4;
+            kvq_cuda_hqx_set_prep(mode);
+            for (int nt = 1; nt <= NT; nt += NT - 1) {
+                void *dx = NULL, *dy = NULL, *dt = NULL, *dw = NULL;
+                kvq_err err = {0};
+                kvq_status st = kvq_cuda_malloc(&dx, sizeof(float) * (in_cols * nt + 1), &err);
+                if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * rows * nt, &err);
+                if (!st) st = kvq_cuda_malloc(&dt, sizeof(float) * cols * nt, &err);
+                if (!st) st = kvq_cuda_malloc(&dw, sizeof(float) * cols, &err);
+                float *xo = (float *)dx + off;
+                if (!st) st = kvq_cuda_copy(xo, X, sizeof(float) * in_cols * nt, 1, &err);
+                if (!st) st = kvq_cuda_copy(dw, nw, sizeof(float) * cols, 1, &err);
+                if (!st && kind == KVQ_CUDA_XIN_NONE) st = kvq_cuda_copy(dt, XT, sizeof(float) * cols * nt, 1, &err); // unwritten
+                const kvq_cuda_xin in = {(kvq_cuda_xin_kind)kind, kind == KVQ_CUDA_XIN_RMSNORM ? dw : NULL, 1e-5f,
+                                         kind == KVQ_CUDA_XIN_NONE ? NULL : dt};
+                const int64_t r0 = 0;
+                if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t, 1, &r0, xo, &in, nt, dy, rows, 0, &err);
+                if (!st) st = kvq_cuda_sync(&err);
+                if (!st) st = kvq_cuda_copy(Y, dy, sizeof(float) * rows * nt, 0, &err);
+                if (!st) st = kvq_cuda_copy(G, dt, sizeof(float) * cols * nt, 0, &err);
+                if (st) fprintf(stderr, "xin: %s\n", err.msg);
+                assert_int_equal(st, KVQ_OK);
+                const double ry = rel_err(Y, R, (size_t)rows * nt), rt = rel_err(G, XT, (size_t)cols * nt);
+                fprintf(stderr, "test_cuda_hqx: %-22s %s+product x%d prep %d offset %d: rows written rel %.2e, product rel %.2e\n",
+                        "", name, nt, mode, off, rt, ry);
+                assert_true(rt <= 1e-6);
+                assert_true(ry <= 2e-3);
+                if (nt == 1) memcpy(Y1, Y, sizeof(float) * rows);
+                else assert_memory_equal(Y1, Y, sizeof(float) * rows);
+                float *y0 = Y0 + (nt == 1 ? 0 : rows * NT), *g0 = G0 + (nt == 1 ? 0 : cols * NT);
+                if (mode == 0) {
+                    memcpy(y0, Y, sizeof(float) * rows * nt);
+                    memcpy(g0, G, sizeof(float) * cols * nt);
+                } else { // the same bits as hqx_prep_i8's on the same rows
+                    assert_memory_equal(y0, Y, sizeof(float) * rows * nt);
+                    assert_memory_equal(g0, G, sizeof(float) * cols * nt);
+                }
+                kvq_cuda_free(dx); kvq_cuda_free(dy); kvq_cuda_free(dt); kvq_cuda_free(dw);
+            }
         }
+        kvq_cuda_hqx_set_prep(-1);
     }
-    free(X); free(XT); free(nw); free(R); free(Y); free(Y1); free(G);
+    free(X); free(XT); free(nw); free(R); free(Y); free(Y1); free(G); free(Y0); free(G0);
 }
 
 // The tensor-core path (hqx_tc.cu). (1) The rotated-domain values it decodes, fp32, turned back
@@ -478,7 +499,7 @@ static void test_hyperquant(void **state) {
         {KVQ_LAT_D4, 4.0, 19, 1024, 8},  {KVQ_LAT_E8, 4.0, 24, 8192, 4},
     };
     // 0: the encoder's choice; cases 13-16 have whole steps of 1024 columns (E8 4.0 and 3.0
-    // there take the one-token product's branch-free specialization); the last, nibbles with
+    // there take the one-token product's branch-free specialization); 8192 columns: nibbles with
     // ~1.3 % escapes (~100 a row, several per lane in the one-token product's escape loop)
     const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256, 0};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {

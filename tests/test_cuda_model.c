@@ -24,6 +24,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cuda/hq_decode.h"
+#include "kernels/cuda/hqx.h"
 #include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/ops.h"
 #include "libconv/convert/convert.h"
@@ -472,11 +473,32 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
         free(lu);
     }
     double rs = 0;
+    float *ld = malloc(sizeof(float) * T * V);
     for (int t = 0; t < T; t++) { // decode steps on the GPU
         if (kvq_model_forward(g, ids + t, 1, t, ls, 0, &e)) fail_msg("%s", e.msg);
         double x = rel_err(ls, lg + (size_t)t * V, V);
         if (x > rs) rs = x;
+        memcpy(ld + (size_t)t * V, ls, sizeof(float) * V);
     }
+    // the other activation preparation kernels (kvq_cuda_hqx_set_prep 1-3; 2: each a programmatic
+    // dependent of the kernel before it, in the captured graphs too) give the default's prefill
+    // and decode logits bit for bit, each on a model of its own (graphs captured with it)
+    int prep_diff = 0;
+    for (int mode = 1; mode <= 3 && ex == KVQ_EXEC_INT8; mode++) { // the int8 products prepare
+        kvq_cuda_hqx_set_prep(mode);
+        kvq_model *gp = open_on(path, 1, ex);
+        float *lp = malloc(sizeof(float) * T * V);
+        if (kvq_model_forward(gp, ids, T, 0, lp, 1, &e)) fail_msg("prep %d: %s", mode, e.msg);
+        prep_diff += memcmp(lp, lg, sizeof(float) * T * V) != 0;
+        free(lp);
+        for (int t = 0; t < T; t++) {
+            if (kvq_model_forward(gp, ids + t, 1, t, ls, 0, &e)) fail_msg("prep %d: %s", mode, e.msg);
+            prep_diff += memcmp(ls, ld + (size_t)t * V, sizeof(float) * V) != 0;
+        }
+        kvq_model_close(gp);
+        kvq_cuda_hqx_set_prep(-1);
+    }
+    free(ld);
     // the greedy choice made on the device (a graph of its own, replayed at each position)
     // equals the argmax of the same step's logits; the two graphs alternate
     for (int t = 0; t < T && t < 8; t++) {
@@ -498,8 +520,10 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
     kvq_model_mem mm;
     kvq_model_memory(g, &mm);
     printf("  %-58s %-5s T=%d gpu/cpu %.3g (cpu int8/exact %.3g) gpu/hf %.3g decode/prefill %.3g fused/unfused %.3g "
-           "greedy %d/%d tc/exact %.3g tc/hf %.3g (GPU %.1f MB)\n", path, ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r,
-           noise, rh, rs, rf, same, n_greedy, rt, rth, mm.device / 1e6);
+           "greedy %d/%d tc/exact %.3g tc/hf %.3g prep 1-3: prefills+steps differing %d (GPU %.1f MB)\n", path,
+           ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r, noise, rh, rs, rf, same, n_greedy, rt,
+           rth, prep_diff, mm.device / 1e6);
+    assert_int_equal(prep_diff, 0);
     assert_true(rf <= lim);
     assert_true(r <= lim);
     assert_true(rh <= 1e-3);

@@ -62,6 +62,52 @@ __global__ void __launch_bounds__(FB) hqx_prep_i8(const __grid_constant__ Parts 
     }
 }
 
+// lay(cols_p, 1 << tsh, tg) with shifts for its 64-bit divisions (a tile is a power of two):
+// no division subroutine calls ahead of the first load.
+static __device__ __forceinline__ Lay lay_sh(int64_t cols_p, int tsh, int tg) {
+    Lay l;
+    const size_t tiles = (size_t)(cols_p >> tsh);
+    l.sx = 0;
+    l.xs = l.sx + lay_al16(sizeof(float) * tiles * tg);
+    l.s8 = l.xs + lay_al16(sizeof(float) * tiles * tg);
+    l.xq = l.s8 + lay_al16(sizeof(int32_t) * (size_t)(cols_p >> 3) * tg);
+    l.total = l.xq + (tg == 1 ? (size_t)((cols_p + 1023) & ~(int64_t)1023) : lay_al16((size_t)cols_p * tg));
+    return l;
+}
+
+// Kernel 1 with its loads hoisted (KVQ_CUDA_PREP=1|2|3; hqx_prep.cuh, prep_tile_h): the same
+// grid and the same bits. Launched as a programmatic dependent of the kernel before it (2), the
+// launch and what precedes griddepcontrol.wait run while that kernel ends. SK > 0: RMSNORM with
+// the token's row in dynamic shared memory (cols floats, SK float4s a thread at most; prep_sk).
+template <int SK>
+__global__ void __launch_bounds__(FB, SK ? 1 : 2) hqx_prep_i8h(const __grid_constant__ Parts P, const float *__restrict__ x, int tg,
+                                                    const kvq_cuda_xin xin, int lanes) {
+    asm volatile("griddepcontrol.launch_dependents;"); // as hqx_prep_i8
+    extern __shared__ float4 row_sh[];
+    const int pi = blockIdx.z;
+    const Dev &d = P.d[pi];
+    unsigned char *scratch = (unsigned char *)P.fs[pi];
+    const int lane = threadIdx.x & 31, t = blockIdx.y, tsh = __ffs(d.T) - 1;
+    const Lay L = lay_sh(d.cols_p, tsh, lanes ? 1 : tg);
+    if (lanes) scratch += (size_t)t * L.total;
+    const int tl = lanes ? 0 : t;
+    const int64_t cp = d.cols_p, tiles = cp >> tsh, j = (int64_t)blockIdx.x * FW + (threadIdx.x >> 5);
+    const bool has = j < tiles; // no early return: the block's barriers (SK) and griddepcontrol.wait
+    const float *xt = x + (int64_t)t * d.cols * (xin.kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1);
+    float *y = xin.y && pi == 0 ? xin.y + (int64_t)t * d.cols : NULL;
+    int8_t *q = (int8_t *)(scratch + L.xq) + (int64_t)tl * cp;
+    float *a = (float *)(scratch + L.sx) + tl * tiles, *b = (float *)(scratch + L.xs) + tl * tiles;
+    int32_t *c = (int32_t *)(scratch + L.s8) + (int64_t)tl * (cp >> 3);
+    const bool perm = tg == 1 || lanes;
+    switch (d.T) {
+    case 64: prep_tile_h<2, SK, FB>(d, xt, xin, y, q, a, b, c, lane, j, has, perm, row_sh); break;
+    case 128: prep_tile_h<4, SK, FB>(d, xt, xin, y, q, a, b, c, lane, j, has, perm, row_sh); break;
+    case 256: prep_tile_h<8, SK, FB>(d, xt, xin, y, q, a, b, c, lane, j, has, perm, row_sh); break;
+    case 512: prep_tile_h<16, SK, FB>(d, xt, xin, y, q, a, b, c, lane, j, has, perm, row_sh); break;
+    default: prep_tile_h<32, SK, FB>(d, xt, xin, y, q, a, b, c, lane, j, has, perm, row_sh); break;
+    }
+}
+
 // One chunk's codes as signed bytes (lo: coordinates 0..31, hi: 32..63) and its scalars.
 struct Chunk {
     uint32_t lo[8], hi[8], cbb;
@@ -221,6 +267,9 @@ static int g_sms = 0;
 static int g_occ[8]; // blocks per SM of the batched kernel by the occupancy calculator: [smem / 32 KiB]
 static int g_pdl = 1; // the one-token product as a programmatic dependent of the preparation
 static int g_skip_prep = 0; // benchmarks: launch the one-token product alone (kvq_cuda_hqx_time_stream)
+// KVQ_CUDA_PREP: 0 hqx_prep_i8 (default), 1 hqx_prep_i8h, 2 hqx_prep_i8h as a programmatic
+// dependent, 3 as 1 with every warp summing the row itself (no shared memory)
+static int g_prep = -1;
 
 void kvq_cuda_hqx_skip_prep(int on) { g_skip_prep = on; }
 
@@ -250,6 +299,45 @@ extern "C" int kvq_cuda_hqx_fused_tokens(const kvq_cuda_hqx *t) {
 
 extern "C" void kvq_cuda_hqx_set_pdl(int on) { g_pdl = on; }
 
+extern "C" void kvq_cuda_hqx_set_prep(int mode) {
+    if (mode < 0) {
+        const char *e = getenv("KVQ_CUDA_PREP");
+        mode = e && *e >= '1' && *e <= '3' ? *e - '0' : 0;
+    }
+    g_prep = mode >= 1 && mode <= 3 ? mode : 0;
+}
+
+// hqx_prep_i8h's SK for RMSNORM rows of cols floats at x (every part of a launch has cols
+// columns): 4 or 12 float4s a thread through shared memory (rows of 4096 floats, or of up to
+// 12224: the row and the kernel's 16 static bytes within the default 48 KiB), else 0.
+static int prep_sk(const float *x, int64_t cols, const kvq_cuda_xin &xin) {
+    if (xin.kind != KVQ_CUDA_XIN_RMSNORM || cols % 4 != 0 || (uintptr_t)x % 16 != 0) return 0;
+    return cols / 4 <= 4 * FB ? 4 : cols * 4 <= 48 * 1024 - 256 ? 12 : 0;
+}
+
+// The preparation launch (grid: tiles / FW, tokens, parts) on the library's stream, by g_prep.
+static cudaError_t prep_launch(dim3 grid, const Parts &P, const float *x, int tg, const kvq_cuda_xin &xin, int lanes) {
+    if (g_prep < 0) kvq_cuda_hqx_set_prep(-1);
+    if (!g_prep) {
+        hqx_prep_i8<<<grid, FB, 0, kvq_cuda_stream()>>>(P, x, tg, xin, lanes);
+        return cudaGetLastError();
+    }
+    const int sk = g_prep == 3 ? 0 : prep_sk(x, P.d[0].cols, xin);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(FB);
+    cfg.dynamicSmemBytes = sk ? (size_t)P.d[0].cols * 4 : 0;
+    cfg.stream = kvq_cuda_stream();
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &at;
+    cfg.numAttrs = g_prep == 2 && g_pdl ? 1 : 0; // KVQ_CUDA_PDL=0 turns this edge off too
+    return sk == 4    ? cudaLaunchKernelEx(&cfg, hqx_prep_i8h<4>, P, x, tg, xin, lanes)
+           : sk == 12 ? cudaLaunchKernelEx(&cfg, hqx_prep_i8h<12>, P, x, tg, xin, lanes)
+                      : cudaLaunchKernelEx(&cfg, hqx_prep_i8h<0>, P, x, tg, xin, lanes);
+}
+
 extern "C" kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) {
     if (g_sms) return KVQ_OK;
     int dev = 0;
@@ -259,6 +347,7 @@ extern "C" kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) {
     for (int b = 0; b < 7; b++) occupancy((size_t)b * 32 * 1024); // now: never while a graph is being captured
     const char *e = getenv("KVQ_CUDA_PDL");
     if (e && *e == '0') g_pdl = 0;
+    if (g_prep < 0) kvq_cuda_hqx_set_prep(-1);
     return KVQ_OK;
 }
 
@@ -321,10 +410,11 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n
         // several tokens: the one-token product's persistent kernel for all of them when it takes
         // every part (each weight chunk decoded once, the tokens' activations in its lane order)
         const int lanes = tg > 1 && kvq_cuda_hqx_gemv1_tokens_ok(P);
-        hqx_prep_i8<<<dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), FB, 0, kvq_cuda_stream()>>>(
-            P, d_x + (int64_t)t0 * t[0]->h.cols * (xin->kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1), tg,
+        const cudaError_t pe = prep_launch(
+            dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), P,
+            d_x + (int64_t)t0 * t[0]->h.cols * (xin->kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1), tg,
             kvq_cuda_xin{xin->kind, xin->w, xin->eps, xin->y ? xin->y + (int64_t)t0 * t[0]->h.cols : NULL}, lanes);
-        CU_LAUNCHED("hqx_prep_i8");
+        if (pe != cudaSuccess) return cu_fail(err, pe, g_prep ? "launch hqx_prep_i8h" : "launch hqx_prep_i8");
         if (tg == 1) {
             if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err))) return s;
             continue;

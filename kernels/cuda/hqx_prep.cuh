@@ -18,6 +18,13 @@ struct XIn {
 
 // Coordinate i of the token's transformed input row x (RMSNORM: w ⊙ x·r as rmsnorm_k;
 // SILU_MUL: x = gate | up, silu(gate)·up as silu_mul_k).
+// The transform of one coordinate from its loaded values (a = x[i]; w: the norm's weight,
+// u = x[cols + i] for SILU_MUL): the one expression both preparations use, so the same bits.
+static __device__ __forceinline__ float xin_of(int kind, float a, float w, float u, float r) {
+    if (kind == KVQ_CUDA_XIN_RMSNORM) return w * (a * r);
+    if (kind == KVQ_CUDA_XIN_SILU_MUL) return a / (1.0f + expf(-a)) * u;
+    return a;
+}
 static __device__ __forceinline__ float xin_at(const XIn &xi, const float *__restrict__ x, int64_t i, int64_t cols) {
     if (xi.kind == KVQ_CUDA_XIN_RMSNORM) return xi.w[i] * (x[i] * xi.r);
     if (xi.kind == KVQ_CUDA_XIN_SILU_MUL) {
@@ -25,6 +32,12 @@ static __device__ __forceinline__ float xin_at(const XIn &xi, const float *__res
         return a / (1.0f + expf(-a)) * u;
     }
     return x[i];
+}
+
+// 1/sqrt(mean(x²) + eps) from each lane's partial sum (the xor tree: every lane the same bits).
+static __device__ __forceinline__ float rinv_of(float ss, int64_t n, float eps) {
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    return 1.0f / sqrtf(ss / (float)n + eps);
 }
 
 // 1/sqrt(mean(x²) + eps) over a row of n floats, the sum in one fixed order per warp (every
@@ -52,29 +65,24 @@ static __device__ __forceinline__ float row_rinv(const float *__restrict__ x, in
     } else {
         for (int64_t c = lane; c < n; c += 32) ss = fmaf(x[c], x[c], ss);
     }
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    return 1.0f / sqrtf(ss / (float)n + eps);
+    return rinv_of(ss, n, eps);
 }
 
-// Prepares one token's activation, one warp per tile: lane l holds coordinates lR..lR+R−1
-// (R = T/32) in registers; butterfly stages h < R run inside a lane, h >= R across lanes by
-// shuffles (the pair (i, i+h): a+b to i, a−b to i+h, in the CPU's order h = 1, 2, 4, ...), so
-// the floats equal kvq_hqx_prep's. Then amax and the tile sum by shuffles, the int8 codes and
-// the 8-vector sums into the scratch.
-template <int R>
-static __device__ __forceinline__ void prep_tile(const Dev &d, const float *__restrict__ x, const XIn &xi, int8_t *xq, float *sx,
-                                          float *xs, int32_t *s8, int lane, int64_t j, bool perm) {
+// The sign word of lane's coordinates in tile j (R a lane).
+template <int R> static __device__ __forceinline__ uint64_t prep_signs(const Dev &d, int lane, int64_t j) {
+    return kvq_hq_sign_word(d.seed, (uint64_t)j, (uint64_t)((lane * R) / 64));
+}
+
+// The tile's part after the input transform: v, lane's R transformed coordinates; sw, their
+// sign word (prep_signs; read only when d.rotate; SW false: computed here).
+template <int R, bool SW = true>
+static __device__ __forceinline__ void prep_tile_q(const Dev &d, float (&v)[R], uint64_t sw, int8_t *xq, float *sx, float *xs,
+                                                   int32_t *s8, int lane, int64_t j, bool perm) {
     constexpr int T = 32 * R;
     {
-        float v[R];
         const int64_t base = j * T + (int64_t)lane * R;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            v[r] = base + r < d.cols ? xin_at(xi, x, base + r, d.cols) : 0.0f;
-            if (xi.y && base + r < d.cols) xi.y[base + r] = v[r];
-        }
         if (d.rotate) {
-            const uint64_t w = kvq_hq_sign_word(d.seed, (uint64_t)j, (uint64_t)((lane * R) / 64));
+            const uint64_t w = SW ? sw : prep_signs<R>(d, lane, j);
             const int sh = (lane * R) % 64;
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -129,6 +137,154 @@ static __device__ __forceinline__ void prep_tile(const Dev &d, const float *__re
             if ((lane % (8 / R)) == 0) s8[perm ? kvq_gemv1_s8_at(base / 8) : base / 8] = qs;
         }
     }
+}
+
+// Prepares one token's activation, one warp per tile: lane l holds coordinates lR..lR+R−1
+// (R = T/32) in registers; butterfly stages h < R run inside a lane, h >= R across lanes by
+// shuffles (the pair (i, i+h): a+b to i, a−b to i+h, in the CPU's order h = 1, 2, 4, ...), so
+// the floats equal kvq_hqx_prep's. Then amax and the tile sum by shuffles, the int8 codes and
+// the 8-vector sums into the scratch.
+template <int R>
+static __device__ __forceinline__ void prep_tile(const Dev &d, const float *__restrict__ x, const XIn &xi, int8_t *xq, float *sx,
+                                          float *xs, int32_t *s8, int lane, int64_t j, bool perm) {
+    float v[R];
+    const int64_t base = j * (32 * R) + (int64_t)lane * R;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        v[r] = base + r < d.cols ? xin_at(xi, x, base + r, d.cols) : 0.0f;
+        if (xi.y && base + r < d.cols) xi.y[base + r] = v[r];
+    }
+    prep_tile_q<R, false>(d, v, 0, xq, sx, xs, s8, lane, j, perm);
+}
+
+// ---- the preparation with its loads hoisted (hqx_fused.cu's hqx_prep_i8h, KVQ_CUDA_PREP=1|2)
+
+
+// A float (4 floats) of what the kernel before wrote: plain loads (coherent after
+// griddepcontrol.wait), not the read-only path, whose data must not change while the grid runs
+// (a programmatic dependent runs beside the kernel that writes it).
+static __device__ __forceinline__ float ld_pl1(const float *p) {
+    float v;
+    asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+static __device__ __forceinline__ float4 ld_pl4(const float4 *p) {
+    float4 v;
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
+}
+
+// row_rinv's 1/rms with RB float4 loads a lane in flight (plain loads: see ld_pl1), summed in row_rinv's order: lane l's float4s l, l+32, l+64, ..., each
+// x, y, z, w in turn, then the xor tree; the zeros padding a batch add nothing (ss ≥ 0), so the
+// bits are row_rinv's whatever RB.
+template <int RB>
+static __device__ __forceinline__ float row_rinv_wide(const float *__restrict__ x, int64_t n, float eps, int lane) {
+    if ((n & 3) != 0 || ((uintptr_t)x & 15) != 0) {
+        float ss = 0.0f;
+        for (int64_t c = lane; c < n; c += 32) {
+            const float v = ld_pl1(x + c);
+            ss = fmaf(v, v, ss);
+        }
+        return rinv_of(ss, n, eps);
+    }
+    float ss = 0.0f;
+    const float4 *x4 = (const float4 *)x;
+    const int64_t n4 = n / 4;
+    for (int64_t c0 = lane; c0 < n4; c0 += 32 * RB) {
+        float4 v[RB];
+#pragma unroll
+        for (int k = 0; k < RB; k++) {
+            const int64_t c = c0 + 32 * k;
+            v[k] = c < n4 ? ld_pl4(x4 + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int k = 0; k < RB; k++) {
+            ss = fmaf(v[k].x, v[k].x, ss); ss = fmaf(v[k].y, v[k].y, ss);
+            ss = fmaf(v[k].z, v[k].z, ss); ss = fmaf(v[k].w, v[k].w, ss);
+        }
+    }
+    return rinv_of(ss, n, eps);
+}
+
+// 1/rms of the block's token row from shared memory (sh: the row's n/4 float4s, loaded by the
+// block's NT threads, K at most each): warp 0 sums in row_rinv's order (lane l: float4s l, l+32, ...; one warp's
+// shared reads, the other seven would only queue behind it) and hands 1/rms to the block.
+// Every thread of the block must call it.
+template <int NT, int K>
+static __device__ __forceinline__ float row_rinv_smem(const float4 *__restrict__ x4, int64_t n, float eps, float4 *sh) {
+    const int64_t n4 = n / 4; // <= NT·K: every load of a thread in flight at once, then stored
+    const int lane = threadIdx.x & 31;
+    float4 v[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) { // past the row: its last float4 again (unpredicated loads, which ptxas issues together)
+        const int64_t c = threadIdx.x + k * NT;
+        v[k] = ld_pl4(x4 + (c < n4 ? c : n4 - 1));
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) // asm volatile as the loads: the compiler keeps every store after every load
+        if (threadIdx.x + k * NT < n4)
+            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"((uint32_t)__cvta_generic_to_shared(sh + threadIdx.x + k * NT)),
+                         "f"(v[k].x), "f"(v[k].y), "f"(v[k].z), "f"(v[k].w)
+                         : "memory");
+    __syncthreads();
+    __shared__ float rr;
+    if (threadIdx.x < 32) {
+        float ss = 0.0f;
+#pragma unroll 8
+        for (int64_t c = lane; c < n4; c += 32) {
+            const float4 v = sh[c];
+            ss = fmaf(v.x, v.x, ss); ss = fmaf(v.y, v.y, ss);
+            ss = fmaf(v.z, v.z, ss); ss = fmaf(v.w, v.w, ss);
+        }
+        const float r = rinv_of(ss, n, eps);
+        if (lane == 0) rr = r;
+    }
+    __syncthreads();
+    return rr;
+}
+
+// prep_tile with the same bits and a shorter chain of memory round trips. Before
+// griddepcontrol.wait (which returns at once after a plain launch), only what the kernel before
+// does not write: the norm's weights. After it the tile's inputs and the row are loaded
+// together and the sign word is hashed while they fly: one round trip, where prep_tile waits
+// for 1/rms, then loads each coordinate after storing the last to y (1 + R serial trips).
+// 1/rms: SK > 0 (RMSNORM, a 16-byte aligned row of n % 4 == 0 floats, n/4 <= NT·SK) by
+// row_rinv_smem, the row read once a block instead of once a warp; else row_rinv_wide<8> per
+// warp. x: the token's row (SILU_MUL: gate | up); y: NULL or where the transformed row goes;
+// has: whether the warp has a tile; NT: the block's threads (each must call this).
+template <int R, int SK, int NT>
+static __device__ __forceinline__ void prep_tile_h(const Dev &d, const float *__restrict__ x, const kvq_cuda_xin &xin, float *y,
+                                                   int8_t *xq, float *sx, float *xs, int32_t *s8, int lane, int64_t j, bool has,
+                                                   bool perm, float4 *sh) {
+    const int64_t base = j * (32 * R) + (int64_t)lane * R;
+    constexpr bool SH = SK > 0;
+    const int kind = SH ? KVQ_CUDA_XIN_RMSNORM : xin.kind; // SH: RMSNORM only
+    float w[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        w[r] = has && kind == KVQ_CUDA_XIN_RMSNORM && base + r < d.cols ? __ldg(xin.w + base + r) : 0.0f;
+    asm volatile("griddepcontrol.wait;" ::: "memory"); // the kernel before: complete, its writes visible
+    float a[R], u[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const bool in = has && base + r < d.cols;
+        a[r] = in ? ld_pl1(x + base + r) : 0.0f;
+        u[r] = in && kind == KVQ_CUDA_XIN_SILU_MUL ? ld_pl1(x + d.cols + base + r) : 0.0f;
+    }
+    // the sign word (a hash: arithmetic only) while the loads are in flight
+    const uint64_t sw = has && d.rotate ? prep_signs<R>(d, lane, j) : 0;
+    float rr = 0.0f;
+    if (SH) rr = row_rinv_smem<NT, SH ? SK : 1>((const float4 *)x, d.cols, xin.eps, sh);
+    if (!has) return;
+    if (!SH && kind == KVQ_CUDA_XIN_RMSNORM) rr = row_rinv_wide<8>(x, d.cols, xin.eps, lane);
+    float v[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) v[r] = base + r < d.cols ? xin_of(kind, a[r], w[r], u[r], rr) : 0.0f;
+    if (y)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (base + r < d.cols) y[base + r] = v[r];
+    prep_tile_q<R>(d, v, sw, xq, sx, xs, s8, lane, j, perm);
 }
 
 // Tile j of one token's row x into t's one-token scratch fs (lay(cols_p, T, 1), the one-token

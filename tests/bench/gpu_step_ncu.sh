@@ -4,7 +4,8 @@
 # the kernels' share of a step and the gap to the measured step time is launch and dependency latency). A 1-token
 # prompt and 3 new tokens: the prefill is itself a one-token step; the kernels of the last step are the decode graph's.
 # usage (device, carry [".cu"], the 8B model made by gpu_ab8b.sh or here): bash tests/bench/gpu_step_ncu.sh
-# writes $OUT/step_ncu.csv; tests/bench/step_ncu_table.py summarises it (per kernel name: calls, µs, share).
+# writes $OUT/${NAME:-step_ncu}.csv (NAME: to keep several runs, e.g. KVQ_CUDA_PREP=1 NAME=step_ncu_p1 bash ...);
+# tests/bench/step_ncu_table.py summarises it (per kernel name: calls, µs, share).
 # (Session 14 call E ran its ncu command by hand on a warm machine that already held the model: docs/RESULTS.md.)
 set -u
 TESTS= . tests/bench/gpu_env.sh
@@ -15,5 +16,5 @@ echo "== model $(el)"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 $B/kvq-run $W/e8.kvq --gpu --ctx-max 1024 -p "The" -n 64 --temp 0 2>&1 >/dev/null | grep -E "decode" | sed 's/^/no ncu: /'
 timeout ${NCU_TO:-300} $NCU --csv --metrics gpu__time_duration.sum --clock-control none --cache-control none \
-  $B/kvq-run $W/e8.kvq --gpu --ctx-max 1024 -p "The" -n ${STEPS:-3} --temp 0 > $OUT/step_ncu.csv 2> $OUT/step_ncu.err
-echo "== ncu rc $? $(el) $(grep -c gpu__time_duration $OUT/step_ncu.csv) kernels"
+  $B/kvq-run $W/e8.kvq --gpu --ctx-max 1024 -p "The" -n ${STEPS:-3} --temp 0 > $OUT/${NAME:-step_ncu}.csv 2> $OUT/${NAME:-step_ncu}.err
+echo "== ncu rc $? $(el) $(grep -c gpu__time_duration $OUT/${NAME:-step_ncu}.csv) kernels"
