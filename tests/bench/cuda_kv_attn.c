@@ -128,6 +128,7 @@ int main(int argc, char **argv) {
         {KVQ_GKV_INT, 4, "int:4 tc2 lean"}, {KVQ_GKV_INT, 2, "int:2 tc lean"}, {KVQ_GKV_INT, 4, "int:4 tc lean"},
         {KVQ_GKV_KIVI, 4, "kivi:4 tc2 lean"}, {KVQ_GKV_KIVI, 2, "kivi:2 tc lean"}, {KVQ_GKV_INT, 4, "int:4 pipe4 lean"},
         {KVQ_GKV_TURBO, 4, "turboquant:4 tc lean"}, {KVQ_GKV_TURBO, 2, "turboquant:2 tc lean"},
+        {KVQ_GKV_INT, 2, "int:2 pipe3 lean"}, {KVQ_GKV_INT, 2, "int:2 pipe4 lean"},
         {KVQ_GKV_INT, 4, "int:4 q8+h"},     {KVQ_GKV_INT, 3, "int:3 q8+h"},
         {KVQ_GKV_INT, 2, "int:2 q8+h"},     {KVQ_GKV_KIVI, 4, "kivi:4"},        {KVQ_GKV_KIVI, 3, "kivi:3"},
         {KVQ_GKV_KIVI, 2, "kivi:2"},        {KVQ_GKV_KIVI, 4, "kivi:4 h"},      {KVQ_GKV_KIVI, 3, "kivi:3 h"},
