@@ -1116,6 +1116,84 @@ static void test_attend_tc_turbo(void **state) {
     free(K), free(V), free(q), free(out), free(base), free(ref);
 }
 
+// The lean tensor-core kernels (kvq_gkv_set_tc_lean(1): one lop3 a code pair, no rescale of Σ p·V
+// when no running max moved, ex2.approx.ftz; session 14, helper i20d) against the kernels as before,
+// on the same caches at the same chunks: every output bit-identical (the scores here stay far within
+// 126 log2 units of the running max, where the two 2^x agree), for int, KIVI and TurboQuant/qturbo at
+// 2 and 4 bits, variants 1 and 2 and 3 and 4 stages, and within 1e-4 NMSE of the CPU decode-then-attend.
+static void test_attend_tc_lean(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 3, H = NKV * KVQ_GKV_GROUP, CAP = 1088 };
+    const int Ti[] = {1, 15, 16, 33, 100, 512, 1000, 1088}, Tk[] = {32, 64, 96, 480, 1024, 1088};
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t NO = (size_t)B * H * D;
+    uint64_t seed = 3939;
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
+    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
+    float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO);
+    double *ref = malloc(sizeof(double) * NO), worst = 0;
+    const char *specs[] = {"int:2", "int:4", "kivi:2", "kivi:4", "turboquant:2", "turboquant:4", "qturbo:4"};
+    const int nspec = (int)(sizeof specs / sizeof *specs);
+    int n_cmp = 0, n_diff = 0;
+    kvq_gkv_set_tc_turbo(1);
+    for (int si = 0; si < nspec; si++) {
+        const int kivi = !strncmp(specs[si], "kivi", 4), nT = kivi ? (int)(sizeof Tk / sizeof *Tk) : (int)(sizeof Ti / sizeof *Ti);
+        for (int ti = 0; ti < nT; ti++) {
+            const int T = kivi ? Tk[ti] : Ti[ti];
+            tokens(K, B * NKV * T, &seed);
+            tokens(V, B * NKV * T, &seed);
+            for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
+            tside ks, vs;
+            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
+            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
+            ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            kvq_gkv_set_tc(1), kvq_gkv_set_tc_pipe(0), kvq_gkv_set_tc_lean(0);
+            const int chunks[] = {32, 64, 1024, kvq_gkv_auto_chunk(&c)};
+            for (int ci = 0; ci < 4; ci++) {
+                const int ch = chunks[ci];
+                void *scr;
+                assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+                const int runs[][2] = {{1, 0}, {2, 0}, {2, 3}, {2, 4}}; // (variant, stages)
+                for (int ri = 0; ri < 4; ri++)
+                    for (int lean = 0; lean <= 1; lean++) {
+                        kvq_gkv_set_tc(runs[ri][0]);
+                        kvq_gkv_set_tc_pipe(runs[ri][1]);
+                        kvq_gkv_set_tc_lean(lean);
+                        assert_int_equal(kvq_gkv_tc_active(&c), 1);
+                        assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
+                        kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+                        if (st) fprintf(stderr, "attend: %s\n", err.msg);
+                        assert_int_equal(st, KVQ_OK);
+                        assert_int_equal(kvq_cuda_copy(lean ? out : base, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                        if (!lean) continue;
+                        const double e = nmse(out, ref, NO);
+                        const int same = !memcmp(out, base, sizeof(float) * NO);
+                        n_cmp++, n_diff += !same;
+                        if (e > worst) worst = e;
+                        if (!same || e > 1e-4 || (ci == 3 && ri == 1))
+                            fprintf(stderr, "test_cuda_kv: attend %-12s T %4d chunk %4d variant %d stages %d lean: NMSE vs CPU %.2e, %s the kernel's as before\n",
+                                    specs[si], T, ch, runs[ri][0], runs[ri][1], e, same ? "bit-equal to" : "DIFFERS from");
+                        assert_true(e <= 1e-4); // NaN fails too
+                    }
+                kvq_cuda_free(scr);
+            }
+            free_side(&ks);
+            free_side(&vs);
+        }
+    }
+    fprintf(stderr, "test_cuda_kv: lean tensor-core kernels: %d of %d outputs differ from the kernels' as before; worst NMSE vs CPU %.2e: %s\n",
+            n_diff, n_cmp, worst, n_diff ? "FAIL" : "PASS");
+    kvq_gkv_set_tc(-1), kvq_gkv_set_tc_pipe(-1), kvq_gkv_set_tc_lean(-1), kvq_gkv_set_tc_turbo(-1);
+    assert_int_equal(n_diff, 0);
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(out), free(base), free(ref);
+}
+
 // The cp.async-pipelined tensor-core kernels (kvq_gkv_set_tc_pipe 3 and 4 stages) against the
 // register-prefetch ones on the same caches: bit-identical outputs (the same arithmetic on the same
 // values: variant 2's, which for 2-bit keys is variant 1's too, so the default's for all four
@@ -2465,7 +2543,7 @@ int main(void) {
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated),
                                        cmocka_unit_test(test_tc_pipe_emulated), cmocka_unit_test(test_merge_emulated),
-                                       cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc),
+                                       cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc), cmocka_unit_test(test_attend_tc_lean),
                                        cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_tc_turbo), cmocka_unit_test(test_attend_fused),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph),

@@ -769,7 +769,7 @@ static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
 
 typedef void (*split_fn)(attn_p);
 
-static int g_q8 = 0, g_vh = 0, g_tc = -1, g_pipe = -1, g_fuse = -1, g_tcq = -1;
+static int g_q8 = 0, g_vh = 0, g_tc = -1, g_pipe = -1, g_fuse = -1, g_tcq = -1, g_lean = -1;
 static float g_waves = -1.0f;
 extern "C" void kvq_gkv_set_int8_query(int on) { g_q8 = on != 0; }
 extern "C" void kvq_gkv_set_fuse_merge(int on) { g_fuse = on < 0 ? -1 : on != 0; }
@@ -820,6 +820,16 @@ static int tc_stages(const kvq_gkv_cache *c) {
     if (((uintptr_t)c->k.data | (uintptr_t)c->v.data) & 15) return 0;
     return g_pipe;
 }
+extern "C" void kvq_gkv_set_tc_lean(int on) { g_lean = on < 0 ? -1 : on != 0; }
+// The tensor-core kernels' lean instantiations (fewer instructions a tile, the same bits; session 14,
+// helper i20d): g_lean, or KVQ_CUDA_KV_TC_LEAN=1 read once; default 0 until measured on the H100.
+static int tc_lean(void) {
+    if (g_lean < 0) {
+        const char *e = getenv("KVQ_CUDA_KV_TC_LEAN");
+        g_lean = e && !strcmp(e, "1");
+    }
+    return g_lean;
+}
 // The tensor-core kernel for the packed chunks of this cache, when on and built for its kinds;
 // NULL otherwise. g_tc: 0 off, 1 or 2 that variant, 3 (the default since the H100 run of
 // 2026-11-26, docs/RESULTS.md) the faster variant per width there: two tiles in flight (2) for
@@ -833,7 +843,7 @@ static const void *tc_kernel(const kvq_gkv_cache *c) {
     }
     const int v = g_tc == 3 ? (c->k.bits == 4 && c->k.kind != KVQ_GKV_TURBO ? 2 : 1) : g_tc;
     if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
-    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c)) : NULL;
+    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean()) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
 extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) ? tc_stages(c) : 0; }

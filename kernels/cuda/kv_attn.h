@@ -398,6 +398,14 @@ int kvq_gkv_tc_active(const kvq_gkv_cache *c);
  *  the first attend), else 0. Applies wherever kvq_gkv_set_tc sends a cache to the tensor cores
  *  (its variant 1 or 2 is then ignored) and the sides' data are 16-byte aligned. Process-wide. */
 void kvq_gkv_set_tc_pipe(int stages);
+/** The tensor-core kernels' instruction diet (issue 20, session 14, helper i20d): 1 = the lean
+ *  instantiations — one lop3 per fp16 code pair instead of an AND and an OR, no rescale of Σ p·V
+ *  in a tile where no running max moved (a warp-uniform branch), ex2.approx.ftz for the softmax's
+ *  2^x — the same outputs bit for bit (but where a score falls more than 126 (log2) below its running
+ *  max: its p < 2^-126 is 0 instead of subnormal); 0 = the kernels as before; −1 (default) =
+ *  KVQ_CUDA_KV_TC_LEAN=1 or 0 in the environment (read at the first attend), else 0 (until measured
+ *  on the H100). Applies to every tensor-core variant, stage count and kind. Process-wide. */
+void kvq_gkv_set_tc_lean(int on);
 /** The cp.async stages of the tensor-core kernel kvq_gkv_attend would run for this cache (0: the
  *  register-prefetch variant, or not on tensor cores). */
 int kvq_gkv_tc_stages(const kvq_gkv_cache *c);

@@ -26,6 +26,9 @@
 // (kvq_tc_tq_dq: one a pair at 2 bits, ~2.5 a code at 4) — no fix-up FMA; the per-position fp16
 // norm multiplies the fp32 score (keys) and the fp16 values (one HMUL2 a pair), as int's scale
 // does; the values' Σ p·V stays in the rotated frame and the merge rotates it back (ROT).
+// LEAN = 1 (kvq_gkv_set_tc_lean, KVQ_CUDA_KV_TC_LEAN=1; session 14, helper i20d): every kernel above
+// with fewer instructions a tile and the same bits — each fp16 code pair one lop3 (kvq_tc_andor),
+// Σ p·V rescaled only when some lane's running max moved (warp-uniform), 2^x by ex2.approx.ftz.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -73,6 +76,18 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 2^x by MUFU.EX2 alone (LEAN): ex2.approx.ftz, where exp2f adds a range test and two multiplies per
+// call so that results below 2^-126 come out subnormal; here they are 0. Equal to exp2f for x ≥ −126
+// (both are ex2.approx); a p < 2^-126 is 0 in fp16 for Σ p·V either way, and in the fp32 sums it is
+// below the rounding of the 1 that the running max contributes.
+template <int LEAN>
+__device__ __forceinline__ float tc_exp2(float x) {
+    if (!LEAN) return exp2f(x);
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
 }
 
 // One tile's loads for a lane: keys of positions g, g+8 (dims 32t.., each plane's 8 bytes),
@@ -176,7 +191,7 @@ __host__ __device__ constexpr int tc_nred() {
 static_assert(TNW * G * D >= G * (KVQ_GKV_MERGE_TC + D + D / 32), "the fused merge's shared memory in red");
 
 // One block's chunk: its partial results (kvq_gkv_split_out) or nothing (a captured step's spare block).
-template <int KIND, int B, int TS, int PF, int ST>
+template <int KIND, int B, int TS, int PF, int ST, int LEAN>
 __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_nred<KIND, B, ST>()][G][D]) {
     constexpr float QM = KIND == KVQ_GKV_INT ? (float)((1 << (B - 1)) - 1) : 0.0f;
     constexpr bool KIVI = KIND == KVQ_GKV_KIVI, TQ = KIND == KVQ_GKV_TURBO;
@@ -342,7 +357,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
                         for (int u = 0; u < 2; u++) {
                             const uint32_t lo = u ? y.k[r][0].y : y.k[r][0].x, hi = u ? y.k[r][B / 2 - 1].y : y.k[r][B / 2 - 1].x;
                             uint32_t h[8];
-                            kvq_tc_dq(B, lo, hi, h);
+                            kvq_tc_dq_as(LEAN, B, lo, hi, h);
 #pragma unroll
                             for (int j = 0; j < 8; j++) hk[r][8 * u + j] = h2u(__hfma2(u2h(h[j]), fm[j], fa[j]));
                         }
@@ -363,7 +378,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
                 c[2] = ok1 ? c[2] * k1 : -INFINITY, c[3] = ok1 ? c[3] * k1 : -INFINITY;
             }
             // ---- online softmax per head column (the 8 lanes of a column: xor over g)
-            float pr[4];
+            float pr[4], al[2];
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float m = fmaxf(c[e], c[e + 2]);
@@ -371,13 +386,16 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
                 m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
                 m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
                 const float mn = fmaxf(mx[e], m); // finite: the tile has a valid position
-                const float al = exp2f(mx[e] - mn);
+                al[e] = tc_exp2<LEAN>(mx[e] - mn);
                 mx[e] = mn;
-                pr[e] = exp2f(c[e] - mn), pr[e + 2] = exp2f(c[e + 2] - mn);
-                ls[e] = fmaf(ls[e], al, pr[e] + pr[e + 2]);
-#pragma unroll
-                for (int j = 0; j < 8; j++) acc[j][e] *= al, acc[j][e + 2] *= al;
+                pr[e] = tc_exp2<LEAN>(c[e] - mn), pr[e + 2] = tc_exp2<LEAN>(c[e + 2] - mn);
+                ls[e] = fmaf(ls[e], al[e], pr[e] + pr[e + 2]);
             }
+            // LEAN: no rescale when no lane's max moved (a warp-uniform branch): al is then exactly 1
+            // (2^0), so the products would leave acc as it is — the same bits
+            if (!LEAN || __any_sync(0xffffffffu, al[0] != 1.0f || al[1] != 1.0f))
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[j][0] *= al[0], acc[j][2] *= al[0], acc[j][1] *= al[1], acc[j][3] *= al[1];
             // ---- p into B's layout: b0 = (p[2t][g], p[2t+1][g]), b1 = (p[2t+8][g], p[2t+9][g])
             const uint32_t p01 = h2u(__floats2half2_rn(pr[0], pr[1])), p23 = h2u(__floats2half2_rn(pr[2], pr[3]));
             const uint32_t x1 = __shfl_sync(0xffffffffu, p01, src1), x2 = __shfl_sync(0xffffffffu, p01, src2);
@@ -389,7 +407,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     if constexpr (TQ) kvq_tc_tq_dq(B, y.v[r][0], y.v[r][B / 2 - 1], tv, hv[r]);
-                    else kvq_tc_dq(B, y.v[r][0], y.v[r][B / 2 - 1], hv[r]);
+                    else kvq_tc_dq_as(LEAN, B, y.v[r][0], y.v[r][B / 2 - 1], hv[r]);
                 }
                 // the positions' scales (s0, s1), (s2, s3) and KIVI's zeros
                 const __half2 s01 = u2h(__byte_perm(y.vs[0], y.vs[1], 0x5410u)), s23 = u2h(__byte_perm(y.vs[2], y.vs[3], 0x5410u));
@@ -469,27 +487,34 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
 // merges (int / KIVI values: no rotation back; TURBO's values: rotated back).
 // Blocks an SM (the register budget): 4 (≤ 128 registers) for variant 1 and the pipelined kernels, 3
 // (≤ 168) for variant 2 — and for TURBO:4's variant 1, which spills 92 bytes at 128 (ptxas, session 14).
-template <int KIND, int B, int PF, int ST>
+// LEAN int:2 pipelined: 5 (≤ 96 registers: 20 warps an SM; ptxas, CUDA 13.0: no spills — KIVI:2 and
+// every 4-bit kernel spill at 96, TURBO:2 fits but re-computes addresses, 551 → 598 instructions a
+// tile; 6 blocks, ≤ 80, spills 68-76 bytes; session 14, helper i20d).
+template <int KIND, int B, int PF, int ST, int LEAN>
 __host__ __device__ constexpr int tc_min_blocks() {
-    return ST ? 4 : PF == 1 && !(KIND == KVQ_GKV_TURBO && B == 4) ? 4 : 3;
+    return LEAN && ST && KIND == KVQ_GKV_INT && B == 2 ? 5 : ST ? 4 : PF == 1 && !(KIND == KVQ_GKV_TURBO && B == 4) ? 4 : 3;
 }
-template <int KIND, int B, int TS, int PF, int ST>
-__global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST>()) attn_tc(kvq_tc_args p) {
+template <int KIND, int B, int TS, int PF, int ST, int LEAN>
+__global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST, LEAN>()) attn_tc(kvq_tc_args p) {
     __shared__ __align__(16) float red[tc_nred<KIND, B, ST>()][G][D];
-    tc_chunk<KIND, B, TS, PF, ST>(p, red);
+    tc_chunk<KIND, B, TS, PF, ST, LEAN>(p, red);
     float *m = &red[0][0][0];
     kvq_gkv_merge_last<KIND == KVQ_GKV_TURBO, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
 }
 
-const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages) {
+const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean) {
     if (kk != vk || kb != vb || (kb != 2 && kb != 4) || variant < 1 || variant > 2) return NULL;
     if (stages && stages != 3 && stages != 4) return NULL;
+#define TCK_(KIND, TS, B, L)                                                                                             \
+    return stages == 4   ? (const void *)attn_tc<KIND, B, TS, 0, 4, L>                                                   \
+           : stages == 3 ? (const void *)attn_tc<KIND, B, TS, 0, 3, L>                                                   \
+           : variant == 2 ? (const void *)attn_tc<KIND, B, TS, 2, 0, L>                                                  \
+                          : (const void *)attn_tc<KIND, B, TS, 1, 0, L>;
 #define TCK(KIND, TS, B)                                                                                                 \
-    if (kk == KIND && kb == B)                                                                                           \
-        return stages == 4   ? (const void *)attn_tc<KIND, B, TS, 0, 4>                                                  \
-               : stages == 3 ? (const void *)attn_tc<KIND, B, TS, 0, 3>                                                  \
-               : variant == 2 ? (const void *)attn_tc<KIND, B, TS, 2, 0>                                                 \
-                              : (const void *)attn_tc<KIND, B, TS, 1, 0>;
+    if (kk == KIND && kb == B) {                                                                                         \
+        if (lean) TCK_(KIND, TS, B, 1)                                                                                   \
+        TCK_(KIND, TS, B, 0)                                                                                             \
+    }
     TCK(KVQ_GKV_INT, 1, 2)
     TCK(KVQ_GKV_INT, 1, 4)
     TCK(KVQ_GKV_KIVI, 2, 2)
@@ -497,6 +522,7 @@ const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int s
     TCK(KVQ_GKV_TURBO, 1, 2)
     TCK(KVQ_GKV_TURBO, 1, 4)
 #undef TCK
+#undef TCK_
     return NULL;
 }
 

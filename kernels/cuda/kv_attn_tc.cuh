@@ -117,8 +117,10 @@ struct kvq_tc_args {
  *  per block, the values' rotation undone in the merge). stages 0: variant 1, the next tile's loads in flight in registers
  *  (int: 4 blocks an SM), or 2, the next two tiles' (more bytes in flight, 3 blocks an SM);
  *  stages 3 or 4: the cp.async pipeline (the next stages − 1 tiles of each warp copied into
- *  shared memory; variant ignored), bit-identical results; other stage counts: NULL. */
-const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages);
+ *  shared memory; variant ignored), bit-identical results; other stage counts: NULL. lean 1: the
+ *  same kernels with fewer instructions a tile and the same bits (session 14, helper i20d: one lop3 a
+ *  code pair, no rescale of Σ p·V when no running max moved; docs/KV.md). */
+const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean);
 /** Launches it over grid (n_chunks, n_kv, batch) on stream sm. @return KVQ_OK or a launch error. */
 kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks, int batch, cudaStream_t sm, kvq_err *err);
 /** A split block's Σ p·V written out (both split kernels): the NW warps' rows red[w][h][·] summed

@@ -21,23 +21,45 @@
 #define KVQ_TC_FN static inline
 #endif
 
+/** (a & m) | x. lean (session 14, helper i20d): on the device one lop3 (inline PTX), because
+ *  nvcc, given the mask and x = 0x64006400 as two immediates, emits an AND and an OR (LOP3 takes
+ *  one immediate): 2 instructions a pair where one will do. The same bits either way; on the host
+ *  plain C. */
+KVQ_TC_FN uint32_t kvq_tc_andor(int lean, uint32_t a, uint32_t m, uint32_t x) {
+#if defined(__CUDA_ARCH__)
+    if (lean) {
+        uint32_t r;
+        asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(m), "r"(x)); // 0xEA: (a & b) | c
+        return r;
+    }
+#else
+    (void)lean;
+#endif
+    return (a & m) | x;
+}
 /** The 8 raw fp16 pairs of a word's 16 dims: bits 2 (lo only) or 4 (lo = the low plane's
  *  word, hi = the high plane's). 4 bits: the planes are first merged into nibbles, e = the
- *  even dims (nibble n = dim 2n), o = the odd dims. */
-KVQ_TC_FN void kvq_tc_dq(int bits, uint32_t lo, uint32_t hi, uint32_t h[8]) {
+ *  even dims (nibble n = dim 2n), o = the odd dims. lean: the masks as single lop3s
+ *  (kvq_tc_andor), the same result. */
+KVQ_TC_FN void kvq_tc_dq_as(int lean, int bits, uint32_t lo, uint32_t hi, uint32_t h[8]) {
     const uint32_t X = 0x64006400u;
     if (bits == 4) {
         const uint32_t e = (lo & 0x33333333u) | ((hi << 2) & 0xCCCCCCCCu), o = ((lo >> 2) & 0x33333333u) | (hi & 0xCCCCCCCCu);
         const uint32_t e8 = e >> 8, o8 = o >> 8;
-        h[0] = (e & 0x000F000Fu) | X, h[1] = (e & 0x00F000F0u) | X, h[2] = (e8 & 0x000F000Fu) | X, h[3] = (e8 & 0x00F000F0u) | X;
-        h[4] = (o & 0x000F000Fu) | X, h[5] = (o & 0x00F000F0u) | X, h[6] = (o8 & 0x000F000Fu) | X, h[7] = (o8 & 0x00F000F0u) | X;
+        h[0] = kvq_tc_andor(lean, e, 0x000F000Fu, X), h[1] = kvq_tc_andor(lean, e, 0x00F000F0u, X);
+        h[2] = kvq_tc_andor(lean, e8, 0x000F000Fu, X), h[3] = kvq_tc_andor(lean, e8, 0x00F000F0u, X);
+        h[4] = kvq_tc_andor(lean, o, 0x000F000Fu, X), h[5] = kvq_tc_andor(lean, o, 0x00F000F0u, X);
+        h[6] = kvq_tc_andor(lean, o8, 0x000F000Fu, X), h[7] = kvq_tc_andor(lean, o8, 0x00F000F0u, X);
     } else {
         const uint32_t w8 = lo >> 8;
         (void)hi;
-        h[0] = (lo & 0x00030003u) | X, h[1] = (lo & 0x000C000Cu) | X, h[2] = (lo & 0x00300030u) | X, h[3] = (lo & 0x00C000C0u) | X;
-        h[4] = (w8 & 0x00030003u) | X, h[5] = (w8 & 0x000C000Cu) | X, h[6] = (w8 & 0x00300030u) | X, h[7] = (w8 & 0x00C000C0u) | X;
+        h[0] = kvq_tc_andor(lean, lo, 0x00030003u, X), h[1] = kvq_tc_andor(lean, lo, 0x000C000Cu, X);
+        h[2] = kvq_tc_andor(lean, lo, 0x00300030u, X), h[3] = kvq_tc_andor(lean, lo, 0x00C000C0u, X);
+        h[4] = kvq_tc_andor(lean, w8, 0x00030003u, X), h[5] = kvq_tc_andor(lean, w8, 0x000C000Cu, X);
+        h[6] = kvq_tc_andor(lean, w8, 0x00300030u, X), h[7] = kvq_tc_andor(lean, w8, 0x00C000C0u, X);
     }
 }
+KVQ_TC_FN void kvq_tc_dq(int bits, uint32_t lo, uint32_t hi, uint32_t h[8]) { kvq_tc_dq_as(0, bits, lo, hi, h); }
 /** The dim (0..7 in the word's 16) of pair j's low half; the high half is that + 8. */
 KVQ_TC_FN int kvq_tc_dim(int bits, int j) { return bits == 4 ? ((j & 3) << 1) | (j >> 2) : j; }
 /** log2 of pair j's multiplier m (the code sits m times above the fp16 1024). */

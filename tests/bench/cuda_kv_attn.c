@@ -16,7 +16,9 @@
 // (2 and 4 bits, session 14): those on the tensor-core kernels (kvq_gkv_set_tc_turbo(1): centroids from
 // fp16 register tables by byte permutes), the rows without a suffix on the fp32 split kernel. hqkv: lattice codes of 5-8 bits (the GPU layout's
 // width for that rate, docs/KV.md), rotation by signs (or the Haar Q: rot=qjl), "dither": the
-// dither regenerated per position on the fly.
+// dither regenerated per position on the fly. "… lean" (session 14, helper i20d): the same tensor-core
+// kernel's lean instantiation (kvq_gkv_set_tc_lean(1): fewer instructions a tile, bit-identical outputs);
+// the rows without it follow KVQ_CUDA_KV_TC_LEAN (default 0: the kernels as before).
 // Bytes = what a call must read (codes, side data); % copy = bytes/time over the device's
 // copy bandwidth (the attention's caches hold constant bytes: timing only). Then the encoders
 // (int, kivi, turboquant, qturbo, turboquant-prod, octopus[:qjl], hqkv, hqmq, with the codecs' real tables
@@ -123,6 +125,10 @@ int main(int argc, char **argv) {
         {KVQ_GKV_INT, 4, "int:4 pipe3"},    {KVQ_GKV_INT, 4, "int:4 pipe4"},    {KVQ_GKV_INT, 2, "int:2 pipe3"},
         {KVQ_GKV_INT, 2, "int:2 pipe4"},    {KVQ_GKV_KIVI, 4, "kivi:4 pipe3"},  {KVQ_GKV_KIVI, 4, "kivi:4 pipe4"},
         {KVQ_GKV_KIVI, 2, "kivi:2 pipe3"},  {KVQ_GKV_KIVI, 2, "kivi:2 pipe4"},
+        {KVQ_GKV_INT, 4, "int:4 tc2 lean"}, {KVQ_GKV_INT, 2, "int:2 tc lean"}, {KVQ_GKV_INT, 4, "int:4 tc lean"},
+        {KVQ_GKV_KIVI, 4, "kivi:4 tc2 lean"}, {KVQ_GKV_KIVI, 2, "kivi:2 tc lean"}, {KVQ_GKV_INT, 4, "int:4 pipe4 lean"},
+        {KVQ_GKV_TURBO, 4, "turboquant:4 tc lean"}, {KVQ_GKV_TURBO, 2, "turboquant:2 tc lean"},
+        {KVQ_GKV_INT, 2, "int:2 pipe3 lean"}, {KVQ_GKV_INT, 2, "int:2 pipe4 lean"},
         {KVQ_GKV_INT, 4, "int:4 q8+h"},     {KVQ_GKV_INT, 3, "int:3 q8+h"},
         {KVQ_GKV_INT, 2, "int:2 q8+h"},     {KVQ_GKV_KIVI, 4, "kivi:4"},        {KVQ_GKV_KIVI, 3, "kivi:3"},
         {KVQ_GKV_KIVI, 2, "kivi:2"},        {KVQ_GKV_KIVI, 4, "kivi:4 h"},      {KVQ_GKV_KIVI, 3, "kivi:3 h"},
@@ -227,6 +233,7 @@ int main(int argc, char **argv) {
                 kvq_gkv_set_tc(strstr(cfg[ci].name, " tc2") ? 2 : strstr(cfg[ci].name, " tc") || strstr(cfg[ci].name, " pipe"));
                 kvq_gkv_set_tc_pipe(strstr(cfg[ci].name, " pipe4") ? 4 : strstr(cfg[ci].name, " pipe3") ? 3 : 0);
                 kvq_gkv_set_tc_turbo(strstr(cfg[ci].name, " tc") || strstr(cfg[ci].name, " pipe")); // TurboQuant rows named so
+                kvq_gkv_set_tc_lean(strstr(cfg[ci].name, " lean") ? 1 : -1); // the others: KVQ_CUDA_KV_TC_LEAN (default 0)
                 const int chunk = kvq_gkv_auto_chunk(&c);
                 if (R > 0) { // prefill rows: batch 1, one copy
                     if (B == 1 && R <= T) {
