@@ -5,7 +5,8 @@
 // codebook readers equal kvq_pqx_cb / kvq_qetx_cb bit for bit, the swap-tree permutation equals
 // kvq_qetx_sigma for all 4096 fields (and the expanded kernel's in-register undo of it puts
 // every leaf there), the expanded QET tables hold kvq_qetx_cb's values, and every product row of
-// both QET kernels is within the float summation bound of the CPU's. No device needed: the index and codebook arithmetic of the GPU path is checked
+// the three QET kernels (decode, expanded, shared-memory tables) is within the float summation
+// bound of the CPU's. No device needed: the index and codebook arithmetic of the GPU path is checked
 // here in `make test`; tests/test_cuda_pq.c checks the device against it.
 #include <math.h>
 #include <setjmp.h>
@@ -58,7 +59,7 @@ static void check_k(const kvq_pqx *p, int T, int nb, int qk, uint64_t *seed, con
                          ye[t * rows + r], yc[t * rows + r], 2 * gam * mag);
         }
     printf("  %-34s T %2d nb %d%s: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g)\n", what, T, nb,
-           p->levels ? (qk ? " expanded" : " decode  ") : "", worst, 2 * gam);
+           p->levels ? (qk == 2 ? " smem    " : qk ? " expanded" : " decode  ") : "", worst, 2 * gam);
     free(x); free(yc); free(ye); free(wrow); free(sc);
 }
 static void check(const kvq_pqx *p, int T, int nb, uint64_t *seed, const char *what) { check_k(p, T, nb, 1, seed, what); }
@@ -153,7 +154,7 @@ static void test_qet(void **st) {
         char what[80];
         snprintf(what, sizeof what, "qet r%d cb%d/%d k%lld,%lld", sh->stages, sh->cb_type, sh->cb_bits, (long long)sh->k[0],
                  (long long)sh->k[1]);
-        for (int qk = 0; qk < 2; qk++) { // the per-weight decode kernel and the expanded one
+        for (int qk = 0; qk < 3; qk++) { // the per-weight decode kernel, the expanded one, shared-memory tables
             check_k(&p, 1, 8, qk, &s, what);
             check_k(&p, 10, 8, qk, &s, what);
             check_k(&p, 5, 3, qk, &s, what);

@@ -323,6 +323,53 @@ KVQ_PQ_HD static inline float kvq_pql_qetx_combine(float *v) {
     return v[0];
 }
 
+// ---- QET from shared-memory tables (KVQ_CUDA_QET=smem; 2026-11-27, session 14, helper i12s)
+// A thread block owns one column group g (its codebooks staged once in shared memory as the
+// stored 16-bit words) across many rows; a thread takes one (row r, group g) partial at a time,
+// blocks b = 8g + i, i = 0..7 in order; the row's G partials are added afterwards in a fixed order.
+
+/** One block's term of a partial: w = unswap(f, v) (v: the block's 8 leaf values, the decoder's),
+ *  then acc[tk] = fma(w[q], xb[tk·ldx + q], acc[tk]) for tk < nb, q = 0..7. */
+KVQ_PQ_HD static inline void kvq_pql_qets_blk(uint32_t f, const float *v, const float *xb, int ldx, int nb, float *acc) {
+    float w[8];
+    kvq_pql_unswap(f, v, w);
+    KVQ_PQL_UNROLL
+    for (int tk = 0; tk < 8; tk++) {
+        if (tk >= nb) break;
+        KVQ_PQL_UNROLL
+        for (int q = 0; q < 8; q++) acc[tk] = fmaf(w[q], xb[tk * ldx + q], acc[tk]);
+    }
+}
+
+/** QET, shared-memory kernel: the partial of (row r, group g) for nb <= 8 tokens, from 0:
+ *  blocks i = 0..7, v_t = c_1 (+ c_2, one rounding) of slot (g, t) at coordinate i, then
+ *  kvq_pql_qets_blk. The host's form (values from kvq_pql_qcb); the device reads the same
+ *  values from its shared tables (kernels/cuda/pqx.cu qetx_rows_s) in the same order. */
+KVQ_PQ_HD static inline void kvq_pql_qets(const kvq_pqx *p, const float *x, int64_t ldx, int nb, int64_t r, int64_t g,
+                                          float *acc) {
+    const int64_t G = p->groups;
+    uint32_t c0[8], c1[8];
+    for (int t = 0; t < nb; t++) acc[t] = 0.0f;
+    kvq_pql_qidx8(p, 0, p->qbits[0], r, g, c0);
+    if (p->stages > 1) kvq_pql_qidx8(p, 1, p->qbits[1], r, g, c1);
+    for (int i = 0; i < 8; i++) {
+        float v[8];
+        for (int t = 0; t < 8; t++) {
+            v[t] = kvq_pql_qcb(p, 0, g + t * G, c0[t], i);
+            if (p->stages > 1) v[t] = KVQ_PQL_ADD(v[t], kvq_pql_qcb(p, 1, g + t * G, c1[t], i));
+        }
+        kvq_pql_qets_blk(kvq_pql_field(p, r, g, i), v, x + 64 * g + 8 * i, (int)ldx, nb, acc);
+    }
+}
+
+/** QET, shared-memory kernel: a row's value from its G partials, P_g at P[g·stride]: left to
+ *  right, ((P_0 + P_1) + P_2) + … (qetx_sum). */
+KVQ_PQ_HD static inline float kvq_pql_qets_sum(const float *P, int64_t G, int64_t stride) {
+    float s = P[0];
+    for (int64_t g = 1; g < G; g++) s = KVQ_PQL_ADD(s, P[g * stride]);
+    return s;
+}
+
 /** QET: a row's value from its 32 lanes' partials as the kernel's butterfly (xor 16, 8, 4, 2, 1)
  *  leaves it in lane 0. v is overwritten. */
 KVQ_PQ_HD static inline float kvq_pql_qet_combine(float *v) {
