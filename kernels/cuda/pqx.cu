@@ -272,13 +272,13 @@ __global__ void __launch_bounds__(256) qetx_sum(const float *__restrict__ P, int
     *yo = accumulate ? *yo + v : v;
 }
 
-template <int NB, int CB, int S2> static void qets_attr(size_t smem) {
-    cudaFuncSetAttribute(qetx_rows_s<NB, CB, S2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+template <int NB, int CB, int S2> static int qets_attr(size_t smem) {
+    return cudaFuncSetAttribute(qetx_rows_s<NB, CB, S2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess;
 }
-// Allows the layout's shared bytes for all 8 token counts of its instance (at upload).
-template <int CB, int S2> static void qets_attrs(size_t smem) {
-    qets_attr<1, CB, S2>(smem); qets_attr<2, CB, S2>(smem); qets_attr<3, CB, S2>(smem); qets_attr<4, CB, S2>(smem);
-    qets_attr<5, CB, S2>(smem); qets_attr<6, CB, S2>(smem); qets_attr<7, CB, S2>(smem); qets_attr<8, CB, S2>(smem);
+// Allows the layout's shared bytes for all 8 token counts of its instance (at upload); 0 if all took.
+template <int CB, int S2> static int qets_attrs(size_t smem) {
+    return qets_attr<1, CB, S2>(smem) | qets_attr<2, CB, S2>(smem) | qets_attr<3, CB, S2>(smem) | qets_attr<4, CB, S2>(smem) |
+           qets_attr<5, CB, S2>(smem) | qets_attr<6, CB, S2>(smem) | qets_attr<7, CB, S2>(smem) | qets_attr<8, CB, S2>(smem);
 }
 template <int NB>
 static void launch_s(const kvq_cuda_pqx *t, const float *x, int64_t ldx, float *P, cudaStream_t st) {
@@ -310,10 +310,12 @@ static int qets_plan(kvq_cuda_pqx *t) {
     if (sm > (size_t)optin) return QET_EXPAND;
     t->qs_cb = p.cb_type == KVQ_PQX_CB_BF16;
     t->qs_smem = sm;
-    // few, long blocks (the tables are staged once a block), at least 512 rows each: of 1..16 row
-    // chunks the fewest that fill the last wave of blocks best (groups·chunks / whole waves)
+    // few, long blocks: staging costs ~21 instructions a table word (64·Σk words), a row ~16 a
+    // weight (64 a group), so a block takes at least max(512, 4·Σk) rows (staging <= ~1/3 of it);
+    // of 1..16 row chunks, the fewest that fill the last wave of blocks best (not measured yet)
     const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(per_sm / (int64_t)(sm + 1024), 2048 / QETS_THREADS));
-    const int64_t cap = n_sm * bps, most = std::max<int64_t>(1, std::min<int64_t>(16, (p.rows + 511) / 512));
+    const int64_t min_rows = std::max<int64_t>(512, 4 * ks);
+    const int64_t cap = n_sm * bps, most = std::max<int64_t>(1, std::min<int64_t>(16, (p.rows + min_rows - 1) / min_rows));
     double best = 0;
     t->qs_chunks = 1;
     for (int64_t c = 1; c <= most; c++) {
@@ -321,11 +323,10 @@ static int qets_plan(kvq_cuda_pqx *t) {
         const double use = (double)n / (double)(((n + cap - 1) / cap) * cap);
         if (use > best + 0.02) best = use, t->qs_chunks = (int)c;
     }
-    if (t->qs_cb && p.stages > 1) qets_attrs<1, 1>(sm);
-    else if (t->qs_cb) qets_attrs<1, 0>(sm);
-    else if (p.stages > 1) qets_attrs<0, 1>(sm);
-    else qets_attrs<0, 0>(sm);
-    return cudaGetLastError() == cudaSuccess ? QET_SMEM : QET_EXPAND;
+    const int bad = t->qs_cb ? (p.stages > 1 ? qets_attrs<1, 1>(sm) : qets_attrs<1, 0>(sm))
+                             : (p.stages > 1 ? qets_attrs<0, 1>(sm) : qets_attrs<0, 0>(sm));
+    if (bad) cudaGetLastError(); // a refused attribute is not a sticky error: clear it, run expand
+    return bad ? QET_EXPAND : QET_SMEM;
 }
 
 // ---- host side
