@@ -209,9 +209,9 @@ static const qshape qshapes[] = {
     {48, 512, 2, KVQ_PQX_CB_CQO, 10, {256, 49}}, {40, 256, 1, KVQ_PQX_CB_CQO, 10, {400, 0}},
     {21, 128, 2, KVQ_PQX_CB_BF16, 0, {100, 300}}, {19, 64, 2, KVQ_PQX_CB_CQO, 12, {10, 260}},
     {26, 192, 2, KVQ_PQX_CB_F32, 0, {1074, 257}},
-    // the 8B gate/up plan's k (1074/32: 141 KB of shared tables for KVQ_CUDA_QET=smem), rows over
-    // two of its row chunks
-    {600, 256, 2, KVQ_PQX_CB_CQO, 10, {1074, 32}},
+    // KVQ_CUDA_QET=smem: the 8B gate/up plan's k (1074/32: 141 KB of shared tables), and a layout
+    // of 1100 rows and small tables that it splits into 3 row chunks (blocks of 367 rows)
+    {600, 256, 2, KVQ_PQX_CB_CQO, 10, {1074, 32}}, {1100, 64, 1, KVQ_PQX_CB_BF16, 0, {20, 0}},
 };
 
 // Activations 4 bytes off a 16-byte boundary: the expanded kernel's 16-byte loads cannot take them,

@@ -321,7 +321,7 @@ static int qets_plan(kvq_cuda_pqx *t) {
     for (int64_t c = 1; c <= most; c++) {
         const int64_t n = p.groups * c;
         const double use = (double)n / (double)(((n + cap - 1) / cap) * cap);
-        if (use > best + 0.02) best = use, t->qs_chunks = (int)c;
+        if (use > best * 1.02) best = use, t->qs_chunks = (int)c;
     }
     const int bad = t->qs_cb ? (p.stages > 1 ? qets_attrs<1, 1>(sm) : qets_attrs<1, 0>(sm))
                              : (p.stages > 1 ? qets_attrs<0, 1>(sm) : qets_attrs<0, 0>(sm));
