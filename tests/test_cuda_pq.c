@@ -3,7 +3,8 @@
 // and 2 stages, every codebook type (bf16, f16, f32, CQO), uint8 / uint16 / lane-packed indices
 // (one word and, built here, two words a group with straddling fields), padded rows; QET
 // (3-level swap trees) with bf16, f32 and CQO codebooks of 7..24 bits, 4/8/16-bit indices, under
-// both QET kernels (expanded codebooks, the default, and KVQ_CUDA_QET=decode); for
+// the three QET kernels (expanded codebooks, the default; KVQ_CUDA_QET=smem, shared-memory
+// tables; KVQ_CUDA_QET=decode); for
 // 1, 3, 8 and 13 tokens (two batches), and several blocks accumulating into one output. Then
 // small models converted with pq:4 and qet:4 on the GPU backend against the CPU backend.
 // Skips (saying why) without a GPU.

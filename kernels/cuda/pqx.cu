@@ -280,6 +280,9 @@ template <int CB, int S2> static int qets_attrs(size_t smem) {
     return qets_attr<1, CB, S2>(smem) | qets_attr<2, CB, S2>(smem) | qets_attr<3, CB, S2>(smem) | qets_attr<4, CB, S2>(smem) |
            qets_attr<5, CB, S2>(smem) | qets_attr<6, CB, S2>(smem) | qets_attr<7, CB, S2>(smem) | qets_attr<8, CB, S2>(smem);
 }
+template <int CB, int S2> static cudaError_t qets_occ(int *n, size_t smem) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, qetx_rows_s<1, CB, S2>, QETS_THREADS, smem - sizeof(float) * 64 * (PQX_TB - 1));
+}
 template <int NB>
 static void launch_s(const kvq_cuda_pqx *t, const float *x, int64_t ldx, float *P, cudaStream_t st) {
     const kvq_pqx &p = t->d;
@@ -299,9 +302,8 @@ static void launch_s(const kvq_cuda_pqx *t, const float *x, int64_t ldx, float *
 static int qets_plan(kvq_cuda_pqx *t) {
     const kvq_pqx &p = t->d;
     if (p.cb_type == KVQ_PQX_CB_F32 || (p.cb_type == KVQ_PQX_CB_CQO && p.cb_bits > 16)) return QET_EXPAND;
-    int dev = 0, optin = 0, per_sm = 0, n_sm = 0;
+    int dev = 0, optin = 0, n_sm = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return QET_EXPAND;
     int64_t ks = 0;
@@ -310,23 +312,28 @@ static int qets_plan(kvq_cuda_pqx *t) {
     if (sm > (size_t)optin) return QET_EXPAND;
     t->qs_cb = p.cb_type == KVQ_PQX_CB_BF16;
     t->qs_smem = sm;
-    // few, long blocks: staging costs ~21 instructions a table word (64·Σk words), a row ~16 a
-    // weight (64 a group), so a block takes at least max(512, 4·Σk) rows (staging <= ~1/3 of it);
-    // of 1..16 row chunks, the fewest that fill the last wave of blocks best (not measured yet)
-    const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(per_sm / (int64_t)(sm + 1024), 2048 / QETS_THREADS));
-    const int64_t min_rows = std::max<int64_t>(512, 4 * ks);
-    const int64_t cap = n_sm * bps, most = std::max<int64_t>(1, std::min<int64_t>(16, (p.rows + min_rows - 1) / min_rows));
-    double best = 0;
-    t->qs_chunks = 1;
-    for (int64_t c = 1; c <= most; c++) {
-        const int64_t n = p.groups * c;
-        const double use = (double)n / (double)(((n + cap - 1) / cap) * cap);
-        if (use > best * 1.02) best = use, t->qs_chunks = (int)c;
-    }
     const int bad = t->qs_cb ? (p.stages > 1 ? qets_attrs<1, 1>(sm) : qets_attrs<1, 0>(sm))
                              : (p.stages > 1 ? qets_attrs<0, 1>(sm) : qets_attrs<0, 0>(sm));
-    if (bad) cudaGetLastError(); // a refused attribute is not a sticky error: clear it, run expand
-    return bad ? QET_EXPAND : QET_SMEM;
+    if (bad) { cudaGetLastError(); return QET_EXPAND; } // a refused attribute is not a sticky error: clear it
+    // Row chunks: the count c of 1..16 with the least modelled time, waves × (staging + rows / c),
+    // in warp-instructions of a block at one token (SASS: ~21 a table word, 64·Σk words, by 512
+    // threads: ~42·Σk; ~990 a (row, group) by 32 lanes: ~31 a row, in passes of 512 rows); waves
+    // from the blocks an SM the
+    // occupancy calculator gives at one token (registers allow one block of 512 threads at 72–128
+    // registers: 16 warps an SM). A model to check on the device; the bits do not depend on c.
+    int occ = 1;
+    const cudaError_t oe = t->qs_cb ? (p.stages > 1 ? qets_occ<1, 1>(&occ, sm) : qets_occ<1, 0>(&occ, sm))
+                                    : (p.stages > 1 ? qets_occ<0, 1>(&occ, sm) : qets_occ<0, 0>(&occ, sm));
+    if (oe != cudaSuccess) cudaGetLastError(), occ = 1;
+    const int64_t cap = (int64_t)n_sm * std::max(occ, 1);
+    double best = 0;
+    t->qs_chunks = 1;
+    for (int64_t c = 1; c <= 16 && c <= p.rows; c++) {
+        const int64_t passes = ((p.rows + c - 1) / c + QETS_THREADS - 1) / QETS_THREADS; // rows a thread
+        const double cost = (double)((p.groups * c + cap - 1) / cap) * (42.0 * (double)ks + 31.0 * QETS_THREADS * (double)passes);
+        if (c == 1 || cost < best) best = cost, t->qs_chunks = (int)c;
+    }
+    return QET_SMEM;
 }
 
 // ---- host side
