@@ -178,10 +178,8 @@ __global__ void __launch_bounds__(128) qetx_rows_x(kvq_pqx p, const float *__res
 // decoder's values (CQO: min + (float)code·step, each rounded; bf16: the bits << 16), the swap tree
 // undone in registers and acc = fma(w[q], x[q], acc) (kvq_pql_qets, the host's form). Partial
 // P[(g·NB + t)·rows + r]; qetx_sum adds a row's G partials left to right (kvq_pql_qets_sum).
-// Table entry (c, t) (8 words, 16 bytes) sits at (c·8 + (t ^ (c & 7)))·8: for one slot t the
-// threads' random centroids then spread over the 8 16-byte bank quads instead of sharing one.
-__device__ __forceinline__ int qets_at(int c, int t) { return (c * 8 + (t ^ (c & 7))) * 8; }
-
+// Table entry (c, t) (8 words, 16 bytes) sits at kvq_pql_qets_at(c, t): for one slot t the
+// threads' random centroids spread over the 8 16-byte bank quads instead of sharing one.
 template <int NB, int CB, int S2>
 __global__ void __launch_bounds__(QETS_THREADS, 1) qetx_rows_s(kvq_pqx p, const float *__restrict__ x, int64_t ldx,
                                                                float *__restrict__ P, int64_t rows_per) {
@@ -193,21 +191,8 @@ __global__ void __launch_bounds__(QETS_THREADS, 1) qetx_rows_s(kvq_pqx p, const 
     // slot (s, t) is one run of 8·k_s values in the blob (subspace j = g + t·G): ol = 8c + q
     for (int st = 0; st < 8 * (1 + S2); st++) {
         const int s = st >> 3, t = st & 7, n = 8 * (s ? k1 : k0);
-        const int64_t o0 = (g + t * G) * n;
         uint16_t *T = s ? T1 : T0;
-        if (CB == 1) {
-            const uint16_t *B = (const uint16_t *)p.cb[s] + o0;
-            for (int ol = threadIdx.x; ol < n; ol += blockDim.x) T[qets_at(ol >> 3, t) + (ol & 7)] = __ldg(B + ol);
-        } else {
-            const uint32_t cb = (uint32_t)p.cb_bits, mask = (1u << cb) - 1u;
-            const uint64_t p0 = (uint64_t)o0 * cb;
-            const uint32_t *W = (const uint32_t *)((const uint8_t *)p.cb[s] + 8 * p.m) + (p0 >> 5);
-            for (int ol = threadIdx.x; ol < n; ol += blockDim.x) {
-                const uint32_t pos = (uint32_t)(p0 & 31) + (uint32_t)ol * cb; // < 32 + 8·k·16 bits
-                const uint32_t *cw = W + (pos >> 5);
-                T[qets_at(ol >> 3, t) + (ol & 7)] = (uint16_t)(__funnelshift_r(__ldg(cw), __ldg(cw + 1), pos & 31) & mask);
-            }
-        }
+        for (int ol = threadIdx.x; ol < n; ol += blockDim.x) T[kvq_pql_qets_at(ol >> 3, t) + (ol & 7)] = kvq_pql_qets_word(&p, CB, s, g, t, ol);
     }
     if (CB == 0 && threadIdx.x < 32) { // min and step of slot (g, t), stage s
         const int s = threadIdx.x >> 4, t = (threadIdx.x >> 1) & 7;
@@ -231,8 +216,8 @@ __global__ void __launch_bounds__(QETS_THREADS, 1) qetx_rows_s(kvq_pqx p, const 
         uint4 a0[8], a1[8];
 #pragma unroll
         for (int t = 0; t < 8; t++) {
-            a0[t] = *(const uint4 *)(T0 + qets_at((int)c0[t], t));
-            if (S2) a1[t] = *(const uint4 *)(T1 + qets_at((int)c1[t], t));
+            a0[t] = *(const uint4 *)(T0 + kvq_pql_qets_at((int)c0[t], t));
+            if (S2) a1[t] = *(const uint4 *)(T1 + kvq_pql_qets_at((int)c1[t], t));
         }
         float acc[NB];
 #pragma unroll
@@ -246,10 +231,9 @@ __global__ void __launch_bounds__(QETS_THREADS, 1) qetx_rows_s(kvq_pqx p, const 
                 for (int s = 0; s < 1 + S2; s++) {
                     const uint4 a = s ? a1[t] : a0[t];
                     const uint32_t wd = (i >> 1) == 0 ? a.x : (i >> 1) == 1 ? a.y : (i >> 1) == 2 ? a.z : a.w;
-                    float val;
-                    if (CB == 1) val = __uint_as_float(i & 1 ? wd & 0xffff0000u : wd << 16);
-                    else // (I2F is quarter rate, but 2^23 + code − 2^23 by a byte permute cost more issue slots)
-                        val = __fadd_rn(ms[(8 * s + t) * 2], __fmul_rn((float)(i & 1 ? wd >> 16 : wd & 0xffffu), ms[(8 * s + t) * 2 + 1]));
+                    // (CQO: I2F is quarter rate, but 2^23 + code − 2^23 by a byte permute cost more issue slots)
+                    const float val = CB == 1 ? kvq_pql_qets_val(1, wd, i & 1, 0.0f, 0.0f)
+                                              : kvq_pql_qets_val(0, wd, i & 1, ms[(8 * s + t) * 2], ms[(8 * s + t) * 2 + 1]);
                     v[t] = s ? __fadd_rn(v[t], val) : val;
                 }
             }
@@ -316,10 +300,10 @@ static int qets_plan(kvq_cuda_pqx *t) {
                              : (p.stages > 1 ? qets_attrs<0, 1>(sm) : qets_attrs<0, 0>(sm));
     if (bad) { cudaGetLastError(); return QET_EXPAND; } // a refused attribute is not a sticky error: clear it
     // Row chunks: the count c of 1..16 with the least modelled time, waves × (staging + rows / c),
-    // in warp-instructions of a block at one token (SASS: ~21 a table word, 64·Σk words, by 512
+    // in warp-instructions of a block at one token (SASS: ~20 a table word, 64·Σk words, by 512
     // threads: ~42·Σk; ~990 a (row, group) by 32 lanes: ~31 a row, in passes of 512 rows); waves
     // from the blocks an SM the
-    // occupancy calculator gives at one token (registers allow one block of 512 threads at 72–128
+    // occupancy calculator gives at one token (registers allow one block of 512 threads at 78–128
     // registers: 16 warps an SM). A model to check on the device; the bits do not depend on c.
     int occ = 1;
     const cudaError_t oe = t->qs_cb ? (p.stages > 1 ? qets_occ<1, 1>(&occ, sm) : qets_occ<1, 0>(&occ, sm))

@@ -328,6 +328,41 @@ KVQ_PQ_HD static inline float kvq_pql_qetx_combine(float *v) {
 // stored 16-bit words) across many rows; a thread takes one (row r, group g) partial at a time,
 // blocks b = 8g + i, i = 0..7 in order; the row's G partials are added afterwards in a fixed order.
 
+/** Shared-table position (in 16-bit words) of entry (centroid c, slot t): 8 words a centroid,
+ *  the 8 slots of c side by side, slot t at quad t xor (c mod 8) (so the threads' random
+ *  centroids of one slot spread over the 8 16-byte bank quads). */
+KVQ_PQ_HD static inline int kvq_pql_qets_at(int c, int t) { return (c * 8 + (t ^ (c & 7))) * 8; }
+
+/** The stored 16-bit word ol = 8c + q of slot (stage s, group g, slot t): slot t of group g is
+ *  subspace j = g + t·G, a run of 8·k_s words in the blob (CQO: codes of cb_bits <= 16 read from
+ *  two aligned words, as the staging loop does; bf16 (p->cb_type bf16, a constant in the kernel):
+ *  its bits). */
+KVQ_PQ_HD static inline uint16_t kvq_pql_qets_word(const kvq_pqx *p, int bf16, int s, int64_t g, int t, int ol) {
+    const int64_t o0 = (g + t * p->groups) * 8 * p->k[s];
+    if (bf16) return KVQ_PQL_LD((const uint16_t *)p->cb[s] + o0 + ol);
+    const uint32_t cb = (uint32_t)p->cb_bits;
+    const uint64_t p0 = (uint64_t)o0 * cb;
+    const uint32_t pos = (uint32_t)(p0 & 31) + (uint32_t)ol * cb; // < 32 + 8·k·16 bits
+    const uint32_t *cw = (const uint32_t *)((const uint8_t *)p->cb[s] + 8 * p->m) + (p0 >> 5) + (pos >> 5);
+#ifdef __CUDA_ARCH__
+    const uint32_t v = __funnelshift_r(__ldg(cw), __ldg(cw + 1), pos & 31);
+#else
+    const uint32_t v = (uint32_t)((((uint64_t)cw[1] << 32) | cw[0]) >> (pos & 31));
+#endif
+    return (uint16_t)(v & ((1u << cb) - 1u));
+}
+
+/** The decoder's value from a pair of stored words wd (word 2h in the low half): the high half if
+ *  hi. CQO (bf16 = 0): mn + (float)code·st, each rounded (kvq_qetx_cb); bf16: its bits << 16. */
+KVQ_PQ_HD static inline float kvq_pql_qets_val(int bf16, uint32_t wd, int hi, float mn, float st) {
+    union { uint32_t u; float f; } v;
+    if (bf16) {
+        v.u = hi ? wd & 0xffff0000u : wd << 16;
+        return v.f;
+    }
+    return KVQ_PQL_ADD(mn, KVQ_PQL_MUL((float)(hi ? wd >> 16 : wd & 0xffffu), st));
+}
+
 /** One block's term of a partial: w = unswap(f, v) (v: the block's 8 leaf values, the decoder's),
  *  then acc[tk] = fma(w[q], xb[tk·ldx + q], acc[tk]) for tk < nb, q = 0..7. */
 KVQ_PQ_HD static inline void kvq_pql_qets_blk(uint32_t f, const float *v, const float *xb, int ldx, int nb, float *acc) {
