@@ -302,9 +302,9 @@ static int qets_plan(kvq_cuda_pqx *t) {
     // Row chunks: the count c of 1..16 with the least modelled time, waves × (staging + rows / c),
     // in warp-instructions of a block at one token (SASS: ~20 a table word, 64·Σk words, by 512
     // threads: ~42·Σk; ~990 a (row, group) by 32 lanes: ~31 a row, in passes of 512 rows); waves
-    // from the blocks an SM the
-    // occupancy calculator gives at one token (registers allow one block of 512 threads at 78–128
-    // registers: 16 warps an SM). A model to check on the device; the bits do not depend on c.
+    // from the blocks an SM the occupancy calculator gives at one token (registers allow one block
+    // of 512 threads at 78–128 registers: 16 warps an SM). A model to check on the device; the
+    // bits do not depend on c.
     int occ = 1;
     const cudaError_t oe = t->qs_cb ? (p.stages > 1 ? qets_occ<1, 1>(&occ, sm) : qets_occ<1, 0>(&occ, sm))
                                     : (p.stages > 1 ? qets_occ<0, 1>(&occ, sm) : qets_occ<0, 0>(&occ, sm));
