@@ -3,7 +3,8 @@
 // and 2 stages, every codebook type (bf16, f16, f32, CQO), uint8 / uint16 / lane-packed indices
 // (one word and, built here, two words a group with straddling fields), padded rows; QET
 // (3-level swap trees) with bf16, f32 and CQO codebooks of 7..24 bits, 4/8/16-bit indices, under
-// both QET kernels (expanded codebooks, the default, and KVQ_CUDA_QET=decode); for
+// the three QET kernels (expanded codebooks, the default; KVQ_CUDA_QET=smem, shared-memory
+// tables; KVQ_CUDA_QET=decode); for
 // 1, 3, 8 and 13 tokens (two batches), and several blocks accumulating into one output. Then
 // small models converted with pq:4 and qet:4 on the GPU backend against the CPU backend.
 // Skips (saying why) without a GPU.
@@ -209,6 +210,9 @@ static const qshape qshapes[] = {
     {48, 512, 2, KVQ_PQX_CB_CQO, 10, {256, 49}}, {40, 256, 1, KVQ_PQX_CB_CQO, 10, {400, 0}},
     {21, 128, 2, KVQ_PQX_CB_BF16, 0, {100, 300}}, {19, 64, 2, KVQ_PQX_CB_CQO, 12, {10, 260}},
     {26, 192, 2, KVQ_PQX_CB_F32, 0, {1074, 257}},
+    // KVQ_CUDA_QET=smem: the 8B gate/up plan's k (1074/32: 141 KB of shared tables), and a layout
+    // of 1100 rows and small tables that it splits into 3 row chunks (blocks of 367 rows)
+    {600, 256, 2, KVQ_PQX_CB_CQO, 10, {1074, 32}}, {1100, 64, 1, KVQ_PQX_CB_BF16, 0, {20, 0}},
 };
 
 // Activations 4 bytes off a 16-byte boundary: the expanded kernel's 16-byte loads cannot take them,
@@ -252,26 +256,31 @@ static void check_misaligned(const kvq_pqx *p, const char *what, uint64_t *seed)
     free(x); free(xc); free(yc); free(yg); free(wrow); free(sc);
 }
 
-// Every QET layout under both kernels: the expanded-codebook one (default, KVQ_CUDA_QET unset)
-// and the per-weight decode (KVQ_CUDA_QET=decode), each against the CPU and its own emulation.
+// Every QET layout under the three kernels: the expanded-codebook one (default, KVQ_CUDA_QET
+// unset), the shared-memory tables (KVQ_CUDA_QET=smem; layouts it does not hold run the expanded
+// kernel: f32 codebooks, CQO codes over 16 bits) and the per-weight decode (KVQ_CUDA_QET=decode),
+// each against the CPU and its own emulation.
 static void test_qet_products(void **st) {
     (void)st;
     if (!have_gpu()) skip();
-    for (int qk = 1; qk >= 0; qk--) {
+    int n_smem = 0;
+    for (int qk = 2; qk >= 0; qk--) {
         uint64_t s = 77;
-        if (qk) unsetenv("KVQ_CUDA_QET");
-        else setenv("KVQ_CUDA_QET", "decode", 1);
+        if (qk == 1) unsetenv("KVQ_CUDA_QET");
+        else setenv("KVQ_CUDA_QET", qk ? "smem" : "decode", 1);
         for (size_t i = 0; i < sizeof qshapes / sizeof qshapes[0]; i++) {
             const qshape *sh = &qshapes[i];
             kvq_pqx p;
             rand_qetx(&p, sh->rows, sh->cols, sh->stages, sh->k, sh->cb_type, sh->cb_bits, &s);
             char what[96];
             snprintf(what, sizeof what, "qet r%d cb%d/%d bits k%lld,%lld %s", sh->stages, sh->cb_type, sh->cb_bits,
-                     (long long)sh->k[0], (long long)sh->k[1], qk ? "expanded" : "decode");
+                     (long long)sh->k[0], (long long)sh->k[1], qk == 2 ? "smem" : qk ? "expanded" : "decode");
             kvq_cuda_pqx *t = NULL;
             kvq_err err = {0};
             if (kvq_cuda_pqx_upload(&p, &t, &err)) fail_msg("%s: upload: %s", what, err.msg);
-            assert_int_equal(kvq_cuda_pqx_qet_kernel(t), qk);
+            const int held = sh->cb_type != KVQ_PQX_CB_F32 && (sh->cb_type != KVQ_PQX_CB_CQO || sh->cb_bits <= 16);
+            assert_int_equal(kvq_cuda_pqx_qet_kernel(t), qk == 2 && !held ? 1 : qk);
+            n_smem += kvq_cuda_pqx_qet_kernel(t) == 2;
             kvq_cuda_pqx_free(t);
             check_layout(&p, what, &s);
             uint64_t ms = 99 + i; // its own stream: both passes see the same layouts
@@ -279,6 +288,7 @@ static void test_qet_products(void **st) {
             kvq_pqx_free(&p);
         }
     }
+    assert_true(n_smem >= 4); // the shared-memory kernel ran, not only its fallback
     unsetenv("KVQ_CUDA_QET");
 }
 

@@ -5,7 +5,8 @@
 // codebook readers equal kvq_pqx_cb / kvq_qetx_cb bit for bit, the swap-tree permutation equals
 // kvq_qetx_sigma for all 4096 fields (and the expanded kernel's in-register undo of it puts
 // every leaf there), the expanded QET tables hold kvq_qetx_cb's values, and every product row of
-// both QET kernels is within the float summation bound of the CPU's. No device needed: the index and codebook arithmetic of the GPU path is checked
+// the three QET kernels (decode, expanded, shared-memory tables) is within the float summation
+// bound of the CPU's; the shared-memory kernel's staged tables decode to kvq_qetx_cb's values. No device needed: the index and codebook arithmetic of the GPU path is checked
 // here in `make test`; tests/test_cuda_pq.c checks the device against it.
 #include <math.h>
 #include <setjmp.h>
@@ -58,7 +59,7 @@ static void check_k(const kvq_pqx *p, int T, int nb, int qk, uint64_t *seed, con
                          ye[t * rows + r], yc[t * rows + r], 2 * gam * mag);
         }
     printf("  %-34s T %2d nb %d%s: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g)\n", what, T, nb,
-           p->levels ? (qk ? " expanded" : " decode  ") : "", worst, 2 * gam);
+           p->levels ? (qk == 2 ? " smem    " : qk ? " expanded" : " decode  ") : "", worst, 2 * gam);
     free(x); free(yc); free(ye); free(wrow); free(sc);
 }
 static void check(const kvq_pqx *p, int T, int nb, uint64_t *seed, const char *what) { check_k(p, T, nb, 1, seed, what); }
@@ -150,10 +151,43 @@ static void test_qet(void **st) {
                     assert_memory_equal(&v[q], &b, sizeof(float));
                 }
             }
+        // the shared-memory kernel's tables (KVQ_CUDA_QET=smem; layouts it holds: bf16, CQO <= 16 bits):
+        // staged words at kvq_pql_qets_at (a bijection onto the group's 64·k words), read back as
+        // 32-bit pairs as the kernel does and decoded, equal kvq_qetx_cb bit for bit
+        if (p.cb_type == KVQ_PQX_CB_BF16 || (p.cb_type == KVQ_PQX_CB_CQO && p.cb_bits <= 16))
+            for (int sg = 0; sg < p.stages; sg++) {
+                const int k = (int)p.k[sg], bf = p.cb_type == KVQ_PQX_CB_BF16;
+                uint16_t *T = malloc(sizeof(uint16_t) * 64 * (size_t)k);
+                uint8_t *hit = calloc(64 * (size_t)k, 1);
+                for (int64_t g = 0; g < p.groups; g += 2) {
+                    for (int t = 0; t < 8; t++)
+                        for (int ol = 0; ol < 8 * k; ol++) {
+                            const int at = kvq_pql_qets_at(ol >> 3, t) + (ol & 7);
+                            assert_true(at >= 0 && at < 64 * k);
+                            hit[at] = 1;
+                            T[at] = kvq_pql_qets_word(&p, bf, sg, g, t, ol);
+                        }
+                    for (int e = 0; e < 64 * k; e++) assert_int_equal(hit[e], 1);
+                    for (int c = 0; c < k; c++)
+                        for (int t = 0; t < 8; t++) {
+                            const int64_t j = g + t * p.groups;
+                            float ms[2] = {0, 0};
+                            if (!bf) memcpy(ms, (const float *)p.cb[sg] + 2 * j, sizeof ms);
+                            for (int i = 0; i < 8; i++) {
+                                uint32_t wd;
+                                memcpy(&wd, T + kvq_pql_qets_at(c, t) + 2 * (i >> 1), 4);
+                                const float a = kvq_pql_qets_val(bf, wd, i & 1, ms[0], ms[1]), b = kvq_qetx_cb(&p, sg, j, c, i);
+                                assert_memory_equal(&a, &b, sizeof(float));
+                            }
+                        }
+                }
+                free(T);
+                free(hit);
+            }
         char what[80];
         snprintf(what, sizeof what, "qet r%d cb%d/%d k%lld,%lld", sh->stages, sh->cb_type, sh->cb_bits, (long long)sh->k[0],
                  (long long)sh->k[1]);
-        for (int qk = 0; qk < 2; qk++) { // the per-weight decode kernel and the expanded one
+        for (int qk = 0; qk < 3; qk++) { // the per-weight decode kernel, the expanded one, shared-memory tables
             check_k(&p, 1, 8, qk, &s, what);
             check_k(&p, 10, 8, qk, &s, what);
             check_k(&p, 5, 3, qk, &s, what);

@@ -26,6 +26,9 @@
 //             (12 conditional swaps), then acc = fma(w[q], x[8b + q], acc), q = 0..7, x read as two
 //             16-byte loads a token; then a butterfly over the row's 8 lanes (xor 4, 2, 1).
 //             kvq_pql_qetx / kvq_pql_qetx_combine (pqx_lane.h) are its lanes and its tree.
+// KVQ_CUDA_QET=smem (session 14, helper i12s; not yet measured): qetx_rows_s, a block per (column
+//   group, row chunk) with the group's codebooks staged in shared memory as 16-bit words, a
+//   thread per (row, group) partial; qetx_sum adds a row's partials in group order (see below).
 // The previous kernel stays for A/B (KVQ_CUDA_QET=decode; also taken when x is not 16-byte
 // aligned): qetx_rows, one warp per row; lane l
 //   takes the blocks b ≡ l (mod 32) in increasing b: σ from the block's switch field, then for
@@ -48,14 +51,18 @@
 #define PQX_TB 8                              // tokens per table batch / QET launch
 #define PQX_SCRATCH_CAP ((size_t)256 << 20)   // a batch's tables stay under this (fewer tokens if not)
 
-enum { QET_DECODE = 0, QET_EXPAND = 1 }; // KVQ_CUDA_QET=decode | expand (default)
+enum { QET_DECODE = 0, QET_EXPAND = 1, QET_SMEM = 2 }; // KVQ_CUDA_QET=decode | expand (default) | smem
+#define QETS_THREADS 512 // qetx_rows_s: threads a block (one block an SM when the tables are large)
 
 struct kvq_cuda_pqx {
     kvq_pqx d;      // the host layout's scalars; its array pointers are device pointers
     size_t bytes;   // device bytes of the arrays
     int64_t lut;    // PQ: floats of one token's tables, Σ_s m·k_s; QET expand: Σ_s m·k_s·8
     int nb;         // tokens per batch
-    int qet;        // QET: QET_DECODE or QET_EXPAND (read from the environment at upload)
+    int qet;        // QET: QET_DECODE, QET_EXPAND or QET_SMEM (read from the environment at upload)
+    int qs_cb;      // QET_SMEM: 0 CQO codes, 1 bf16 words in the shared tables
+    int qs_chunks;  // QET_SMEM: row chunks (gridDim.y); any number gives the same bits
+    size_t qs_smem; // QET_SMEM: dynamic shared bytes a block at 8 tokens
 };
 
 // ---- PQ (the per-thread arithmetic is kernels/cuda/pqx_lane.h's)
@@ -162,6 +169,157 @@ __global__ void __launch_bounds__(128) qetx_rows_x(kvq_pqx p, const float *__res
     }
 }
 
+// ---- QET from shared-memory tables (KVQ_CUDA_QET=smem; helper i12s, session 14)
+// qetx_rows_s: block (g, chunk) owns column group g for rows chunk·R .. (chunk+1)·R − 1. It stages
+// group g's codebooks once, as the stored 16-bit words (CQO codes or bf16 bits: exact, half the
+// bytes of floats), the 8 slots' min/step (CQO) and x's 64 columns of the group; then a thread
+// takes one row at a time: the 8 indices a stage (one load), the 12 bytes of switch fields, per
+// stage and slot t the centroid's 8 words as one 16-byte shared load, and for block i = 0..7 the
+// decoder's values (CQO: min + (float)code·step, each rounded; bf16: the bits << 16), the swap tree
+// undone in registers and acc = fma(w[q], x[q], acc) (kvq_pql_qets, the host's form). Partial
+// P[(g·NB + t)·rows + r]; qetx_sum adds a row's G partials left to right (kvq_pql_qets_sum).
+// Table entry (c, t) (8 words, 16 bytes) sits at kvq_pql_qets_at(c, t): for one slot t the
+// threads' random centroids spread over the 8 16-byte bank quads instead of sharing one.
+template <int NB, int CB, int S2>
+__global__ void __launch_bounds__(QETS_THREADS, 1) qetx_rows_s(kvq_pqx p, const float *__restrict__ x, int64_t ldx,
+                                                               float *__restrict__ P, int64_t rows_per) {
+    extern __shared__ __align__(16) unsigned char qs_sm[];
+    const int64_t g = blockIdx.x, G = p.groups, rows = p.rows;
+    const int k0 = (int)p.k[0], k1 = S2 ? (int)p.k[1] : 0;
+    uint16_t *T0 = (uint16_t *)qs_sm, *T1 = T0 + 64 * k0;         // (k_s, 8 slots, 8) words, swizzled
+    float *ms = (float *)(T1 + 64 * k1), *xs = ms + 32;           // ms (2, 8, 2); xs (NB, 64)
+    // slot (s, t) is one run of 8·k_s values in the blob (subspace j = g + t·G): ol = 8c + q
+    for (int st = 0; st < 8 * (1 + S2); st++) {
+        const int s = st >> 3, t = st & 7, n = 8 * (s ? k1 : k0);
+        uint16_t *T = s ? T1 : T0;
+        for (int ol = threadIdx.x; ol < n; ol += blockDim.x) T[kvq_pql_qets_at(ol >> 3, t) + (ol & 7)] = kvq_pql_qets_word(&p, CB, s, g, t, ol);
+    }
+    if (CB == 0 && threadIdx.x < 32) { // min and step of slot (g, t), stage s
+        const int s = threadIdx.x >> 4, t = (threadIdx.x >> 1) & 7;
+        if (s < 1 + S2) ms[threadIdx.x] = __ldg((const float *)p.cb[s] + 2 * (g + t * G) + (threadIdx.x & 1));
+    }
+    for (int e = threadIdx.x; e < 64 * NB; e += blockDim.x) xs[e] = __ldg(x + (e >> 6) * ldx + 64 * g + (e & 63));
+    __syncthreads();
+    const int64_t r_lo = blockIdx.y * rows_per, r_hi = r_lo + rows_per < rows ? r_lo + rows_per : rows;
+    for (int64_t r = r_lo + threadIdx.x; r < r_hi; r += blockDim.x) {
+        uint32_t c0[8], c1[8], sw[4];
+        if (p.qbits[0] == 16) kvq_pql_qidx8(&p, 0, 16, r, g, c0);
+        else if (p.qbits[0] == 8) kvq_pql_qidx8(&p, 0, 8, r, g, c0);
+        else kvq_pql_qidx8(&p, 0, 4, r, g, c0);
+        if (S2) {
+            if (p.qbits[1] == 16) kvq_pql_qidx8(&p, 1, 16, r, g, c1);
+            else if (p.qbits[1] == 8) kvq_pql_qidx8(&p, 1, 8, r, g, c1);
+            else kvq_pql_qidx8(&p, 1, 4, r, g, c1);
+        }
+        const uint32_t *f32 = (const uint32_t *)(p.sw + (r * G + g) * KVQ_QETX_SW_BYTES);
+        sw[0] = __ldg(f32), sw[1] = __ldg(f32 + 1), sw[2] = __ldg(f32 + 2), sw[3] = 0;
+        uint4 a0[8], a1[8];
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            a0[t] = *(const uint4 *)(T0 + kvq_pql_qets_at((int)c0[t], t));
+            if (S2) a1[t] = *(const uint4 *)(T1 + kvq_pql_qets_at((int)c1[t], t));
+        }
+        float acc[NB];
+#pragma unroll
+        for (int tk = 0; tk < NB; tk++) acc[tk] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float v[8];
+#pragma unroll
+            for (int t = 0; t < 8; t++) {
+#pragma unroll
+                for (int s = 0; s < 1 + S2; s++) {
+                    const uint4 a = s ? a1[t] : a0[t];
+                    const uint32_t wd = (i >> 1) == 0 ? a.x : (i >> 1) == 1 ? a.y : (i >> 1) == 2 ? a.z : a.w;
+                    // (CQO: I2F is quarter rate, but 2^23 + code − 2^23 by a byte permute cost more issue slots)
+                    const float val = CB == 1 ? kvq_pql_qets_val(1, wd, i & 1, 0.0f, 0.0f)
+                                              : kvq_pql_qets_val(0, wd, i & 1, ms[(8 * s + t) * 2], ms[(8 * s + t) * 2 + 1]);
+                    v[t] = s ? __fadd_rn(v[t], val) : val;
+                }
+            }
+            const uint32_t f = __funnelshift_r(sw[(12 * i) >> 5], sw[((12 * i) >> 5) + 1], (12 * i) & 31) & 0xfffu;
+            kvq_pql_qets_blk(f, v, xs + 8 * i, 64, NB, acc);
+        }
+#pragma unroll
+        for (int tk = 0; tk < NB; tk++) P[(g * NB + tk) * rows + r] = acc[tk];
+    }
+}
+
+// y[t·ldy + r] (+)= the G partials of (row r, token t) added left to right (kvq_pql_qets_sum).
+__global__ void __launch_bounds__(256) qetx_sum(const float *__restrict__ P, int64_t rows, int64_t G, int nb,
+                                                float *__restrict__ y, int64_t ldy, int accumulate) {
+    const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= rows * nb) return;
+    const int64_t t = o / rows, r = o - t * rows;
+    const float v = kvq_pql_qets_sum(P + t * rows + r, G, nb * rows);
+    float *yo = y + t * ldy + r;
+    *yo = accumulate ? *yo + v : v;
+}
+
+template <int NB, int CB, int S2> static int qets_attr(size_t smem) {
+    return cudaFuncSetAttribute(qetx_rows_s<NB, CB, S2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess;
+}
+// Allows the layout's shared bytes for all 8 token counts of its instance (at upload); 0 if all took.
+template <int CB, int S2> static int qets_attrs(size_t smem) {
+    return qets_attr<1, CB, S2>(smem) | qets_attr<2, CB, S2>(smem) | qets_attr<3, CB, S2>(smem) | qets_attr<4, CB, S2>(smem) |
+           qets_attr<5, CB, S2>(smem) | qets_attr<6, CB, S2>(smem) | qets_attr<7, CB, S2>(smem) | qets_attr<8, CB, S2>(smem);
+}
+template <int CB, int S2> static cudaError_t qets_occ(int *n, size_t smem) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, qetx_rows_s<1, CB, S2>, QETS_THREADS, smem - sizeof(float) * 64 * (PQX_TB - 1));
+}
+template <int NB>
+static void launch_s(const kvq_cuda_pqx *t, const float *x, int64_t ldx, float *P, cudaStream_t st) {
+    const kvq_pqx &p = t->d;
+    const dim3 grid((unsigned)p.groups, (unsigned)t->qs_chunks);
+    const int64_t per = (p.rows + t->qs_chunks - 1) / t->qs_chunks;
+    const size_t sm = t->qs_smem - sizeof(float) * 64 * (PQX_TB - NB);
+    if (t->qs_cb == 1 && p.stages > 1) qetx_rows_s<NB, 1, 1><<<grid, QETS_THREADS, sm, st>>>(p, x, ldx, P, per);
+    else if (t->qs_cb == 1) qetx_rows_s<NB, 1, 0><<<grid, QETS_THREADS, sm, st>>>(p, x, ldx, P, per);
+    else if (p.stages > 1) qetx_rows_s<NB, 0, 1><<<grid, QETS_THREADS, sm, st>>>(p, x, ldx, P, per);
+    else qetx_rows_s<NB, 0, 0><<<grid, QETS_THREADS, sm, st>>>(p, x, ldx, P, per);
+}
+
+// KVQ_CUDA_QET=smem on this layout: its shared bytes, instance and row chunks, or QET_EXPAND when
+// the tables cannot be held as exact 16-bit words in one block's shared memory: f32 codebooks
+// (fp16 is not exact for them, fp32 tables would not fit for the plans' k), CQO codes over 16 bits,
+// or Σ_s k_s·128 bytes over the device's per-block limit.
+static int qets_plan(kvq_cuda_pqx *t) {
+    const kvq_pqx &p = t->d;
+    if (p.cb_type == KVQ_PQX_CB_F32 || (p.cb_type == KVQ_PQX_CB_CQO && p.cb_bits > 16)) return QET_EXPAND;
+    int dev = 0, optin = 0, n_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return QET_EXPAND;
+    int64_t ks = 0;
+    for (int s = 0; s < p.stages; s++) ks += p.k[s];
+    const size_t sm = 128 * (size_t)ks + sizeof(float) * (32 + 64 * PQX_TB);
+    if (sm > (size_t)optin) return QET_EXPAND;
+    t->qs_cb = p.cb_type == KVQ_PQX_CB_BF16;
+    t->qs_smem = sm;
+    const int bad = t->qs_cb ? (p.stages > 1 ? qets_attrs<1, 1>(sm) : qets_attrs<1, 0>(sm))
+                             : (p.stages > 1 ? qets_attrs<0, 1>(sm) : qets_attrs<0, 0>(sm));
+    if (bad) { cudaGetLastError(); return QET_EXPAND; } // a refused attribute is not a sticky error: clear it
+    // Row chunks: the count c of 1..16 with the least modelled time, waves × (staging + rows / c),
+    // in warp-instructions of a block at one token (SASS: ~20 a table word, 64·Σk words, by 512
+    // threads: ~42·Σk; ~990 a (row, group) by 32 lanes: ~31 a row, in passes of 512 rows); waves
+    // from the blocks an SM the occupancy calculator gives at one token (registers allow one block
+    // of 512 threads at 78–128 registers: 16 warps an SM). A model to check on the device; the
+    // bits do not depend on c.
+    int occ = 1;
+    const cudaError_t oe = t->qs_cb ? (p.stages > 1 ? qets_occ<1, 1>(&occ, sm) : qets_occ<1, 0>(&occ, sm))
+                                    : (p.stages > 1 ? qets_occ<0, 1>(&occ, sm) : qets_occ<0, 0>(&occ, sm));
+    if (oe != cudaSuccess) cudaGetLastError(), occ = 1;
+    const int64_t cap = (int64_t)n_sm * std::max(occ, 1);
+    double best = 0;
+    t->qs_chunks = 1;
+    for (int64_t c = 1; c <= 16 && c <= p.rows; c++) {
+        const int64_t passes = ((p.rows + c - 1) / c + QETS_THREADS - 1) / QETS_THREADS; // rows a thread
+        const double cost = (double)((p.groups * c + cap - 1) / cap) * (42.0 * (double)ks + 31.0 * QETS_THREADS * (double)passes);
+        if (c == 1 || cost < best) best = cost, t->qs_chunks = (int)c;
+    }
+    return QET_SMEM;
+}
+
 // ---- host side
 
 static kvq_status up(void **dst, const void *src, size_t n, size_t pad, size_t *bytes, kvq_err *err) {
@@ -228,9 +386,12 @@ static kvq_status pqx_upload_plain(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err
         t->qet = QET_EXPAND;
         if (e && *e && strcmp(e, "expand")) {
             if (!strcmp(e, "decode")) t->qet = QET_DECODE;
-            else if (!st) st = kvq_err_set(err, KVQ_ERR_ARG, "cuda: KVQ_CUDA_QET=%s (expected expand or decode)", e);
+            else if (!strcmp(e, "smem")) t->qet = st ? QET_EXPAND : qets_plan(t);
+            else if (!st) st = kvq_err_set(err, KVQ_ERR_ARG, "cuda: KVQ_CUDA_QET=%s (expected expand, smem or decode)", e);
         }
-        for (int s = 0; s < w->stages; s++) t->lut += w->m * w->k[s] * 8;
+        if (t->qet == QET_SMEM) t->lut = w->rows * w->groups * PQX_TB; // the partials (rows, groups, 8 tokens)
+        else
+            for (int s = 0; s < w->stages; s++) t->lut += w->m * w->k[s] * 8;
     }
     if (st) { kvq_cuda_pqx_free(t); return st; }
     *out = t;
@@ -281,7 +442,7 @@ extern "C" kvq_status kvq_cuda_pqx_upload(const kvq_pqx *w, kvq_cuda_pqx **out, 
 
 extern "C" size_t kvq_cuda_pqx_bytes(const kvq_cuda_pqx *t) { return t ? t->bytes : 0; }
 extern "C" size_t kvq_cuda_pqx_scratch_bytes(const kvq_cuda_pqx *t) {
-    if (t && t->d.levels) return t->qet == QET_EXPAND ? sizeof(float) * (size_t)t->lut : 0;
+    if (t && t->d.levels) return t->qet != QET_DECODE ? sizeof(float) * (size_t)t->lut : 0;
     return t ? sizeof(float) * (size_t)t->lut * (size_t)t->nb : 0;
 }
 extern "C" int kvq_cuda_pqx_qet_kernel(const kvq_cuda_pqx *t) { return t && t->d.levels ? t->qet : -1; }
@@ -308,6 +469,13 @@ template <int NB> static kvq_status launch_nb(const kvq_cuda_pqx *t, const float
                                               int accumulate, float *L, kvq_err *err) {
     const kvq_pqx &p = t->d;
     cudaStream_t st = kvq_cuda_stream();
+    if (p.levels && t->qet == QET_SMEM) { // L: the partials
+        launch_s<NB>(t, x, ldx, L, st);
+        CU_LAUNCHED("qetx_rows_s");
+        qetx_sum<<<(unsigned)((p.rows * NB + 255) / 256), 256, 0, st>>>(L, p.rows, p.groups, NB, y, ldy, accumulate);
+        CU_LAUNCHED("qetx_sum");
+        return KVQ_OK;
+    }
     if (p.levels && t->qet == QET_EXPAND && !((uintptr_t)x & 15) && !(ldx & 3)) { // L: the expanded tables
         launch_x<NB>(p, L, x, ldx, y, ldy, accumulate, st);
         CU_LAUNCHED("qetx_rows_x");

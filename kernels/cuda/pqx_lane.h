@@ -323,6 +323,88 @@ KVQ_PQ_HD static inline float kvq_pql_qetx_combine(float *v) {
     return v[0];
 }
 
+// ---- QET from shared-memory tables (KVQ_CUDA_QET=smem; 2026-11-27, session 14, helper i12s)
+// A thread block owns one column group g (its codebooks staged once in shared memory as the
+// stored 16-bit words) across many rows; a thread takes one (row r, group g) partial at a time,
+// blocks b = 8g + i, i = 0..7 in order; the row's G partials are added afterwards in a fixed order.
+
+/** Shared-table position (in 16-bit words) of entry (centroid c, slot t): 8 words a centroid,
+ *  the 8 slots of c side by side, slot t at quad t xor (c mod 8) (so the threads' random
+ *  centroids of one slot spread over the 8 16-byte bank quads). */
+KVQ_PQ_HD static inline int kvq_pql_qets_at(int c, int t) { return (c * 8 + (t ^ (c & 7))) * 8; }
+
+/** The stored 16-bit word ol = 8c + q of slot (stage s, group g, slot t): slot t of group g is
+ *  subspace j = g + t·G, a run of 8·k_s words in the blob (CQO: codes of cb_bits <= 16 read from
+ *  two aligned words, as the staging loop does; bf16 (p->cb_type bf16, a constant in the kernel):
+ *  its bits). */
+KVQ_PQ_HD static inline uint16_t kvq_pql_qets_word(const kvq_pqx *p, int bf16, int s, int64_t g, int t, int ol) {
+    const int64_t o0 = (g + t * p->groups) * 8 * p->k[s];
+    if (bf16) return KVQ_PQL_LD((const uint16_t *)p->cb[s] + o0 + ol);
+    const uint32_t cb = (uint32_t)p->cb_bits;
+    const uint64_t p0 = (uint64_t)o0 * cb;
+    const uint32_t pos = (uint32_t)(p0 & 31) + (uint32_t)ol * cb; // < 32 + 8·k·16 bits
+    const uint32_t *cw = (const uint32_t *)((const uint8_t *)p->cb[s] + 8 * p->m) + (p0 >> 5) + (pos >> 5);
+#ifdef __CUDA_ARCH__
+    const uint32_t v = __funnelshift_r(__ldg(cw), __ldg(cw + 1), pos & 31);
+#else
+    const uint32_t v = (uint32_t)((((uint64_t)cw[1] << 32) | cw[0]) >> (pos & 31));
+#endif
+    return (uint16_t)(v & ((1u << cb) - 1u));
+}
+
+/** The decoder's value from a pair of stored words wd (word 2h in the low half): the high half if
+ *  hi. CQO (bf16 = 0): mn + (float)code·st, each rounded (kvq_qetx_cb); bf16: its bits << 16. */
+KVQ_PQ_HD static inline float kvq_pql_qets_val(int bf16, uint32_t wd, int hi, float mn, float st) {
+    union { uint32_t u; float f; } v;
+    if (bf16) {
+        v.u = hi ? wd & 0xffff0000u : wd << 16;
+        return v.f;
+    }
+    return KVQ_PQL_ADD(mn, KVQ_PQL_MUL((float)(hi ? wd >> 16 : wd & 0xffffu), st));
+}
+
+/** One block's term of a partial: w = unswap(f, v) (v: the block's 8 leaf values, the decoder's),
+ *  then acc[tk] = fma(w[q], xb[tk·ldx + q], acc[tk]) for tk < nb, q = 0..7. */
+KVQ_PQ_HD static inline void kvq_pql_qets_blk(uint32_t f, const float *v, const float *xb, int ldx, int nb, float *acc) {
+    float w[8];
+    kvq_pql_unswap(f, v, w);
+    KVQ_PQL_UNROLL
+    for (int tk = 0; tk < 8; tk++) {
+        if (tk >= nb) break;
+        KVQ_PQL_UNROLL
+        for (int q = 0; q < 8; q++) acc[tk] = fmaf(w[q], xb[tk * ldx + q], acc[tk]);
+    }
+}
+
+/** QET, shared-memory kernel: the partial of (row r, group g) for nb <= 8 tokens, from 0:
+ *  blocks i = 0..7, v_t = c_1 (+ c_2, one rounding) of slot (g, t) at coordinate i, then
+ *  kvq_pql_qets_blk. The host's form (values from kvq_pql_qcb); the device reads the same
+ *  values from its shared tables (kernels/cuda/pqx.cu qetx_rows_s) in the same order. */
+KVQ_PQ_HD static inline void kvq_pql_qets(const kvq_pqx *p, const float *x, int64_t ldx, int nb, int64_t r, int64_t g,
+                                          float *acc) {
+    const int64_t G = p->groups;
+    uint32_t c0[8], c1[8];
+    for (int t = 0; t < nb; t++) acc[t] = 0.0f;
+    kvq_pql_qidx8(p, 0, p->qbits[0], r, g, c0);
+    if (p->stages > 1) kvq_pql_qidx8(p, 1, p->qbits[1], r, g, c1);
+    for (int i = 0; i < 8; i++) {
+        float v[8];
+        for (int t = 0; t < 8; t++) {
+            v[t] = kvq_pql_qcb(p, 0, g + t * G, c0[t], i);
+            if (p->stages > 1) v[t] = KVQ_PQL_ADD(v[t], kvq_pql_qcb(p, 1, g + t * G, c1[t], i));
+        }
+        kvq_pql_qets_blk(kvq_pql_field(p, r, g, i), v, x + 64 * g + 8 * i, (int)ldx, nb, acc);
+    }
+}
+
+/** QET, shared-memory kernel: a row's value from its G partials, P_g at P[g·stride]: left to
+ *  right, ((P_0 + P_1) + P_2) + … (qetx_sum). */
+KVQ_PQ_HD static inline float kvq_pql_qets_sum(const float *P, int64_t G, int64_t stride) {
+    float s = P[0];
+    for (int64_t g = 1; g < G; g++) s = KVQ_PQL_ADD(s, P[g * stride]);
+    return s;
+}
+
 /** QET: a row's value from its 32 lanes' partials as the kernel's butterfly (xor 16, 8, 4, 2, 1)
  *  leaves it in lane 0. v is overwritten. */
 KVQ_PQ_HD static inline float kvq_pql_qet_combine(float *v) {
