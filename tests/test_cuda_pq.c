@@ -256,20 +256,20 @@ static void check_misaligned(const kvq_pqx *p, const char *what, uint64_t *seed)
     free(x); free(xc); free(yc); free(yg); free(wrow); free(sc);
 }
 
-// Every QET layout under the three kernels: the expanded-codebook one (default, KVQ_CUDA_QET
-// unset), the shared-memory tables (KVQ_CUDA_QET=smem; layouts it does not hold run the expanded
-// kernel: f32 codebooks, CQO codes over 16 bits) and the per-weight decode (KVQ_CUDA_QET=decode),
-// each against the CPU and its own emulation.
+// Every QET layout under the three kernels: the shared-memory tables (the default: KVQ_CUDA_QET
+// unset, or =smem for every other layout; layouts it does not hold run the expanded kernel: f32
+// codebooks, CQO codes over 16 bits), the expanded-codebook one (KVQ_CUDA_QET=expand) and the
+// per-weight decode (KVQ_CUDA_QET=decode), each against the CPU and its own emulation.
 static void test_qet_products(void **st) {
     (void)st;
     if (!have_gpu()) skip();
     int n_smem = 0;
     for (int qk = 2; qk >= 0; qk--) {
         uint64_t s = 77;
-        if (qk == 1) unsetenv("KVQ_CUDA_QET");
-        else setenv("KVQ_CUDA_QET", qk ? "smem" : "decode", 1);
         for (size_t i = 0; i < sizeof qshapes / sizeof qshapes[0]; i++) {
             const qshape *sh = &qshapes[i];
+            if (qk == 2 && i % 2) unsetenv("KVQ_CUDA_QET");
+            else setenv("KVQ_CUDA_QET", qk == 2 ? "smem" : qk ? "expand" : "decode", 1);
             kvq_pqx p;
             rand_qetx(&p, sh->rows, sh->cols, sh->stages, sh->k, sh->cb_type, sh->cb_bits, &s);
             char what[96];

@@ -267,8 +267,9 @@ static int g_sms = 0;
 static int g_occ[8]; // blocks per SM of the batched kernel by the occupancy calculator: [smem / 32 KiB]
 static int g_pdl = 1; // the one-token product as a programmatic dependent of the preparation
 static int g_skip_prep = 0; // benchmarks: launch the one-token product alone (kvq_cuda_hqx_time_stream)
-// KVQ_CUDA_PREP: 0 hqx_prep_i8 (default), 1 hqx_prep_i8h, 2 hqx_prep_i8h as a programmatic
-// dependent, 3 as 1 with every warp summing the row itself (no shared memory)
+// KVQ_CUDA_PREP: 0 hqx_prep_i8, 1 hqx_prep_i8h, 2 hqx_prep_i8h as a programmatic dependent (the
+// default since the H100 A/B of session 15: +4 % decode on the 8B shape, docs/RESULTS.md), 3 as 1
+// with every warp summing the row itself (no shared memory)
 static int g_prep = -1;
 
 void kvq_cuda_hqx_skip_prep(int on) { g_skip_prep = on; }
@@ -302,7 +303,7 @@ extern "C" void kvq_cuda_hqx_set_pdl(int on) { g_pdl = on; }
 extern "C" void kvq_cuda_hqx_set_prep(int mode) {
     if (mode < 0) {
         const char *e = getenv("KVQ_CUDA_PREP");
-        mode = e && *e >= '1' && *e <= '3' ? *e - '0' : 0;
+        mode = e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 2;
     }
     g_prep = mode >= 1 && mode <= 3 ? mode : 0;
 }

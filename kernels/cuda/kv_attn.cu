@@ -822,11 +822,12 @@ static int tc_stages(const kvq_gkv_cache *c) {
 }
 extern "C" void kvq_gkv_set_tc_lean(int on) { g_lean = on < 0 ? -1 : on != 0; }
 // The tensor-core kernels' lean instantiations (fewer instructions a tile, the same bits; session 14,
-// helper i20d): g_lean, or KVQ_CUDA_KV_TC_LEAN=1 read once; default 0 until measured on the H100.
+// helper i20d): g_lean, or KVQ_CUDA_KV_TC_LEAN=0|1 read once; default 1 since the H100 run of session
+// 15 (int:4 7-8 %, int:2 9-11 % faster at 32k/128k, docs/RESULTS.md).
 static int tc_lean(void) {
     if (g_lean < 0) {
         const char *e = getenv("KVQ_CUDA_KV_TC_LEAN");
-        g_lean = e && !strcmp(e, "1");
+        g_lean = !(e && !strcmp(e, "0"));
     }
     return g_lean;
 }

@@ -51,7 +51,9 @@
 #define PQX_TB 8                              // tokens per table batch / QET launch
 #define PQX_SCRATCH_CAP ((size_t)256 << 20)   // a batch's tables stay under this (fewer tokens if not)
 
-enum { QET_DECODE = 0, QET_EXPAND = 1, QET_SMEM = 2 }; // KVQ_CUDA_QET=decode | expand (default) | smem
+// KVQ_CUDA_QET=decode | expand | smem (the default since the H100 run of session 15: 1.7-1.9x the
+// expanded kernel at one token, docs/RESULTS.md; layouts it does not hold run expand)
+enum { QET_DECODE = 0, QET_EXPAND = 1, QET_SMEM = 2 };
 #define QETS_THREADS 512 // qetx_rows_s: threads a block (one block an SM when the tables are large)
 
 struct kvq_cuda_pqx {
@@ -384,11 +386,9 @@ static kvq_status pqx_upload_plain(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err
         t->nb = PQX_TB;
         const char *e = getenv("KVQ_CUDA_QET");
         t->qet = QET_EXPAND;
-        if (e && *e && strcmp(e, "expand")) {
-            if (!strcmp(e, "decode")) t->qet = QET_DECODE;
-            else if (!strcmp(e, "smem")) t->qet = st ? QET_EXPAND : qets_plan(t);
-            else if (!st) st = kvq_err_set(err, KVQ_ERR_ARG, "cuda: KVQ_CUDA_QET=%s (expected expand, smem or decode)", e);
-        }
+        if (!e || !*e || !strcmp(e, "smem")) t->qet = st ? QET_EXPAND : qets_plan(t);
+        else if (!strcmp(e, "decode")) t->qet = QET_DECODE;
+        else if (strcmp(e, "expand") && !st) st = kvq_err_set(err, KVQ_ERR_ARG, "cuda: KVQ_CUDA_QET=%s (expected smem, expand or decode)", e);
         if (t->qet == QET_SMEM) t->lut = w->rows * w->groups * PQX_TB; // the partials (rows, groups, 8 tokens)
         else
             for (int s = 0; s < w->stages; s++) t->lut += w->m * w->k[s] * 8;

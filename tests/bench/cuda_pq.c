@@ -6,9 +6,9 @@
 // latency included) and streamed (reps back to back over copies that together exceed L2, host
 // clock around the queue, mean), for 1 and 8 tokens; the dense product (dense_matmul.cu, the
 // runtime's one-token kernel) and cuBLAS (gemm_tc.cu, where it loads) streamed the same way;
-// plus GPU bytes of each layout. QET rows: `qet:4` is the default kernel (codebooks expanded once a
+// plus GPU bytes of each layout. QET rows: `qet:4` the expanded kernel (KVQ_CUDA_QET=expand: codebooks expanded once a
 // call into the table scratch, kernels/cuda/pqx.cu), `qet:4d` the same layout under the per-weight
-// decode (KVQ_CUDA_QET=decode), `qet:4s` the shared-memory tables (KVQ_CUDA_QET=smem); the bench
+// decode (KVQ_CUDA_QET=decode), `qet:4s` the shared-memory tables (the default, KVQ_CUDA_QET=smem); the bench
 // sets the variable itself.
 // usage: cuda_pq [--plan] [ROWSxCOLS ...]   (default: 4096x4096 14336x4096; --plan: print the
 // layouts and their host bytes only, no device needed)
@@ -142,8 +142,8 @@ int main(int argc, char **argv) {
             }
             for (int c = 0; c < nc; c++) kvq_cuda_free(dw[c]);
         }
-        // qet:4 three times: the expanded-codebook kernel (default), the per-weight decode
-        // (KVQ_CUDA_QET=decode) and the shared-memory tables (KVQ_CUDA_QET=smem), same layout
+        // qet:4 three times: the expanded-codebook kernel (KVQ_CUDA_QET=expand), the per-weight decode
+        // (KVQ_CUDA_QET=decode) and the shared-memory tables (KVQ_CUDA_QET=smem, the default), same layout
         // values (same seed)
         const char *specs[] = {"pq:4", "qet:4", "qet:4", "qet:4"}, *label[] = {"pq:4", "qet:4", "qet:4d", "qet:4s"};
         uint64_t qseed = 0;
@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
             if (k == 1) qseed = seed;
             if (k >= 2) seed = qseed;
             if (make_layout(specs[k], n, d, &p, &seed)) return 1;
-            if (k >= 2) setenv("KVQ_CUDA_QET", k == 2 ? "decode" : "smem", 1);
+            if (k >= 1) setenv("KVQ_CUDA_QET", k == 1 ? "expand" : k == 2 ? "decode" : "smem", 1);
             else unsetenv("KVQ_CUDA_QET");
             kvq_cuda_pqx *t[NC_MAX] = {0};
             size_t need = 0;
