@@ -292,6 +292,36 @@ static void test_qet_products(void **st) {
     unsetenv("KVQ_CUDA_QET");
 }
 
+// The shared-memory kernel's instances are shared by a model's layouts: a layout with small tables
+// uploaded after one with large tables (the same instance: CQO codes, two stages) must leave the
+// large one runnable (the first H100 run of the models failed with "invalid argument" there).
+static void test_qet_shared_bytes(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    unsetenv("KVQ_CUDA_QET");
+    uint64_t s = 31;
+    const int64_t kb[2] = {1074, 32}, ks[2] = {50, 12};
+    kvq_pqx big, small;
+    rand_qetx(&big, 600, 256, 2, kb, KVQ_PQX_CB_CQO, 10, &s);
+    rand_qetx(&small, 37, 64, 2, ks, KVQ_PQX_CB_CQO, 10, &s);
+    kvq_cuda_pqx *tb = NULL, *ts = NULL;
+    kvq_err err = {0};
+    if (kvq_cuda_pqx_upload(&big, &tb, &err) || kvq_cuda_pqx_upload(&small, &ts, &err)) fail_msg("upload: %s", err.msg);
+    assert_int_equal(kvq_cuda_pqx_qet_kernel(tb), 2);
+    assert_int_equal(kvq_cuda_pqx_qet_kernel(ts), 2);
+    for (int T = 1; T <= 8; T += 7) {
+        float *x = randvec(T * big.cols, &s), *yg = malloc(sizeof(float) * (size_t)(T * big.rows));
+        float *ye = malloc(sizeof(float) * (size_t)(T * big.rows));
+        if (kvq_cuda_pqx_matmul_host(tb, x, T, yg, &err)) fail_msg("large tables after small ones, %d tokens: %s", T, err.msg);
+        pqx_emulate_k(&big, x, T, kvq_cuda_pqx_batch(tb), 2, ye);
+        assert_memory_equal(yg, ye, sizeof(float) * (size_t)(T * big.rows));
+        free(x); free(yg); free(ye);
+    }
+    printf("  large tables (141 KB) run after a small layout of the same instance was uploaded: the emulation's bits\n");
+    kvq_cuda_pqx_free(tb); kvq_cuda_pqx_free(ts);
+    kvq_pqx_free(&big); kvq_pqx_free(&small);
+}
+
 // Layouts the GPU file does not run are refused with KVQ_ERR_UNSUPPORTED (no device needed to
 // get there only after the device check: with a device, a QET layout of 2 levels); an unknown
 // KVQ_CUDA_QET value with KVQ_ERR_ARG.
@@ -426,6 +456,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pq_products),
         cmocka_unit_test(test_qet_products),
+        cmocka_unit_test(test_qet_shared_bytes),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_models),
     };

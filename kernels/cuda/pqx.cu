@@ -262,9 +262,16 @@ template <int NB, int CB, int S2> static int qets_attr(size_t smem) {
     return cudaFuncSetAttribute(qetx_rows_s<NB, CB, S2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess;
 }
 // Allows the layout's shared bytes for all 8 token counts of its instance (at upload); 0 if all took.
+// The attribute is the function's, not the layout's: a model's layouts share instances, so it only
+// ever rises (a smaller table uploaded after a larger one must not lower it: the larger one's launch
+// would then fail with "invalid argument", as the first H100 run of the models showed, session 15).
+static size_t g_qs_attr[2][2]; // [CB][S2]: the bytes allowed so far
 template <int CB, int S2> static int qets_attrs(size_t smem) {
-    return qets_attr<1, CB, S2>(smem) | qets_attr<2, CB, S2>(smem) | qets_attr<3, CB, S2>(smem) | qets_attr<4, CB, S2>(smem) |
-           qets_attr<5, CB, S2>(smem) | qets_attr<6, CB, S2>(smem) | qets_attr<7, CB, S2>(smem) | qets_attr<8, CB, S2>(smem);
+    if (smem <= g_qs_attr[CB][S2]) return 0;
+    const int bad = qets_attr<1, CB, S2>(smem) | qets_attr<2, CB, S2>(smem) | qets_attr<3, CB, S2>(smem) | qets_attr<4, CB, S2>(smem) |
+                    qets_attr<5, CB, S2>(smem) | qets_attr<6, CB, S2>(smem) | qets_attr<7, CB, S2>(smem) | qets_attr<8, CB, S2>(smem);
+    if (!bad) g_qs_attr[CB][S2] = smem;
+    return bad;
 }
 template <int CB, int S2> static cudaError_t qets_occ(int *n, size_t smem) {
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, qetx_rows_s<1, CB, S2>, QETS_THREADS, smem - sizeof(float) * 64 * (PQX_TB - 1));
