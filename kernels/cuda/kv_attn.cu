@@ -175,7 +175,7 @@ static int fuse_merge(const kvq_gkv_cache *c) {
     }
     return g_fuse && (size_t)c->batch * c->n_kv <= KVQ_GKV_CNT_MAX;
 }
-extern "C" int kvq_gkv_merge_fused(const kvq_gkv_cache *c) { return fuse_merge(c); }
+extern "C" int kvq_gkv_merge_fused(const kvq_gkv_cache *c) { return shape84(c) && fuse_merge(c); } // (128, 4) only
 // Waves of resident blocks the packed launch fills (g_waves, or KVQ_CUDA_KV_WAVES=<x> read once,
 // 0.125..8; default 1).
 static float waves(void) {

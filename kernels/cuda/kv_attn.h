@@ -423,7 +423,7 @@ int kvq_gkv_tc_stages(const kvq_gkv_cache *c);
  *  H100 at 4k and 32k, batch 1: docs/RESULTS.md, session 11). Process-wide; attends run one at a time on
  *  the stream (kvq_cuda_stream) — the counts are shared. */
 void kvq_gkv_set_fuse_merge(int on);
-/** 1 when the merge is on and can be fused for this cache (batch · n_kv ≤ 4096); an attend then
+/** 1 when the merge is on and can be fused for this cache (head_dim 128 with 4 query heads per KV head, batch · n_kv ≤ 4096); an attend then
  *  fuses it when it has at most 1024 chunks — 256 when its last launch is a tensor-core kernel's
  *  (the weights sit in that kernel's existing shared memory) — else launches attn_merge. */
 int kvq_gkv_merge_fused(const kvq_gkv_cache *c);
