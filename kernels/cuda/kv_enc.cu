@@ -2,12 +2,13 @@
 // ring into the GPU layout (kv_attn.h, docs/KV.md): TurboQuant and qturbo (enc_turbo),
 // turboquant-prod keys (enc_tprod), OCTOPUS keys with or without the QJL plane (enc_oct),
 // HyperQuant-KV (enc_hqkv), HQMQ without outliers (enc_hqmq). One
-// block of 128 threads per (position, sequence and KV head), thread i = dim i. Each repeats its
+// block of D = head_dim threads (64 or 128: every kernel a template on D) per (position, sequence and
+// KV head), thread i = dim i. Each repeats its
 // CPU encoder's float operations in the CPU's order (kv_turbo.c turbo_enc, kv_octopus.c
 // oct_enc, kv_hqkv.c hk_enc, kv_hqmq.c hq_enc): explicitly rounded intrinsics, because nvcc contracts a·b + c into FMAs and the CPU
 // build (x86-64-v2, no FMA) never does; the double norms summed in index order by one thread;
-// the WHT as the CPU's butterfly (stages h = 1..64, each value one a+b or a−b, then × the float
-// 1/√128). So the packed bytes equal the CPU encoder's record repacked by libconv/kv/kv_gpu.c
+// the WHT as the CPU's butterfly (stages h = 1..D/2, each value one a+b or a−b, then × the float
+// 1/√D). So the packed bytes equal the CPU encoder's record repacked by libconv/kv/kv_gpu.c
 // (tests/test_cuda_kv.c compares them).
 #include <math.h>
 #include <stdint.h>
@@ -329,9 +330,9 @@ typedef void (*enc_fn)(enc_p);
 
 template <int D>
 static enc_fn pick_d(kvq_gkv_kind kind, int bits) {
-#define K3(F)                                              \
-    if (bits == 2) return F<2, D>;                            \
-    if (bits == 3) return F<3, D>;                            \
+#define K3(F)                 \
+    if (bits == 2) return F<2, D>; \
+    if (bits == 3) return F<3, D>; \
     if (bits == 4) return F<4, D>;
     if (kind == KVQ_GKV_TURBO) { K3(enc_turbo) }
     if (kind == KVQ_GKV_TPROD) { K3(enc_tprod) }
