@@ -1,5 +1,9 @@
 // Split-K decode attention over a packed KV cache, and its encoders (kv_attn.h; layout in
-// docs/KV.md "GPU execution layout").
+// docs/KV.md "GPU execution layout"). The split kernels are templates in kv_split.cuh, instantiated
+// here for head_dim 128 with 4 query heads per KV head (every variant, the description below) and
+// in kv_attn_d64.cu / kv_attn_d128.cu for the other built shapes (plain fp32 kernels: at head_dim
+// 64 a lane's 16 dims are a quarter of a position, 8 positions a warp pass; 8 query heads per KV
+// head are two blocks of 4); this file dispatches between them.
 //
 // attn_split: one block of 128 threads (4 warps) per (chunk, KV head, sequence). A lane owns
 // 16 consecutive dims of one position (8 lanes a position at head_dim 128, 4 positions a

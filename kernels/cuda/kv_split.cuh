@@ -146,7 +146,7 @@ __device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, in
     }
 }
 
-// The NP passes of a group of 4·NP positions (4 positions a pass, lane sub's position).
+// The NP passes of a group of (512/D)·NP positions (512/D positions a pass, lane sub's position).
 template <int KIND, int B, int NP, int D>
 __device__ __forceinline__ void load_group(const side_p &s, const uint8_t *reg, int tg, int t1, int L, int sub, row_t<KIND, B> (&x)[NP]) {
 #pragma unroll
