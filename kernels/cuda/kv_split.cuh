@@ -381,8 +381,8 @@ __device__ __forceinline__ void split_chunk(const attn_p &p, float (&sc)[KVQ_GKV
         }
     }
     // Software pipelining: a warp issues the next group's loads before this group's arithmetic.
-    // Groups of NPK passes (KIVI keys: 8 = their 32-position scale group; others 4, so that two
-    // groups in registers cost what one group of 8 did).
+    // Groups of NPK passes (KIVI keys: 32/PP = their 32-position scale group, 8 at head_dim 128; others
+    // 4, so that two groups in registers cost what one group of 8 did).
     for (int gi = warp; gi < ngk; gi += NW) {
         const int tg = t0 + UK * gi;
         if (gi + NW < ngk) load_group<KK, KB, NPK, D>(p.k, kreg, tg + UK * NW, t1, L, sub, xn);
