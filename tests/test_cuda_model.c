@@ -760,6 +760,20 @@ static const char *t128_model(void) {
     return dir;
 }
 
+// make_synth_llama's t3g: head_dim 64 with 3 query heads per KV head (a shape the GPU KV kernels refuse).
+static const char *t3g_model(void) {
+    static char dir[512];
+    if (dir[0]) return dir;
+    const char *tool = getenv("KVQ_SYNTH");
+    if (!tool || !*tool) tool = "build/bench/make_synth_llama";
+    if (access(tool, X_OK)) fail_msg("%s: not found (set KVQ_SYNTH to make_synth_llama)", tool);
+    snprintf(dir, sizeof dir, "%s/kvq-t3g-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' t3g '%s' '%s' 5 >/dev/null 2>&1", tool, dir, TINY);
+    if (system(cmd)) fail_msg("%s failed", cmd);
+    return dir;
+}
+
 static kvq_model *open_kv(const char *path, int gpu, const char *spec, int window, int boundary) {
     kvq_model *m;
     const char *mb = getenv("KVQ_TEST_KV_BATCH"); // diagnosis: prefill chunks of this many tokens
@@ -969,18 +983,13 @@ static void test_kv_rows(void **st) {
 // then 24 decode steps, then a new sequence from position 0 — logits on the GPU against the
 // CPU's codec cache (libconv/kv/kvcache_codec.c: same encoders, bit for bit; attention in
 // another float order), within 1e-4 relative (KIVI and the rotated codecs 1e-2: below); and each codec's logits must differ from the
-// fp32 cache's by more than the two backends differ (the codec is really in use).
-static void test_kv_codecs(void **st) {
-    (void)st;
-    if (!have_gpu()) skip();
-    const char *path = t128_model();
-    // tc: −1 the default (int and KIVI at 2 and 4 bits attend on tensor cores), 0 the fp32 kernels
-    const struct { const char *spec; int window, boundary, tc; } cs[] = {
-        {"fp16", 0, 0, -1}, {"int:4", 0, 0, -1}, {"int:4", 0, 0, 0}, {"int:3", 0, 1, -1}, {"int:2", 16, 0, -1}, {"int:2", 16, 0, 0},
-        {"kivi:2", 16, 0, -1}, {"kivi:4", 0, 1, -1}, {"kivi:4", 0, 1, 0}, {"kivi:3", 40, 0, -1},
-        {"turboquant:3", 0, 0, -1}, {"qturbo:2", 16, 0, -1}, {"turboquant-prod:4", 0, 1, -1}, {"octopus:3", 0, 0, -1},
-        {"octopus:2:qjl", 16, 0, -1}, {"hqkv:e8:3:dither", 16, 0, -1}, {"hqkv:d4:4:rot=qjl", 0, 1, -1}, {"hqmq:s96:r4", 0, 0, -1},
-    };
+// fp32 cache's by more than the two backends differ (the codec is really in use). On the model at path (shape84: head_dim 128
+// with 4 query heads per KV head, where the tensor-core kernels can run); the codecs cs[0, n). @return the codecs that failed.
+typedef struct {
+    const char *spec;
+    int window, boundary, tc;
+} kv_case;
+static int kv_codecs_on(const char *path, const kv_case *cs, size_t n, int shape84) {
     enum { T = 80, NDEC = 24, T2 = 45 };
     uint64_t r = 11;
     int32_t ids[T + NDEC], ids2[T2];
@@ -992,7 +1001,9 @@ static void test_kv_codecs(void **st) {
     kvq_err e = {0};
     if (kvq_model_forward(f32, ids, T, 0, l32, 1, &e)) fail_msg("%s", e.msg);
     int n_fail = 0;
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    const kvq_arch *ar = kvq_model_arch(f32);
+    printf("  kv codecs on %s (head_dim %d, %d query heads over %d KV heads)\n", path, ar->head_dim, ar->n_heads, ar->n_kv_heads);
+    for (size_t i = 0; i < n; i++) {
         kvq_gkv_set_tc(cs[i].tc);
         kvq_model *c = open_kv(path, 0, cs[i].spec, cs[i].window, cs[i].boundary);
         kvq_model *g = open_kv(path, 1, cs[i].spec, cs[i].window, cs[i].boundary);
@@ -1015,7 +1026,7 @@ static void test_kv_codecs(void **st) {
         kvq_model_mem mc, mg;
         kvq_model_memory(c, &mc);
         kvq_model_memory(g, &mg);
-        const int tc = cs[i].tc != 0 && (!strcmp(cs[i].spec, "int:4") || !strcmp(cs[i].spec, "int:2") ||
+        const int tc = shape84 && cs[i].tc != 0 && (!strcmp(cs[i].spec, "int:4") || !strcmp(cs[i].spec, "int:2") ||
                                           !strcmp(cs[i].spec, "kivi:4") || !strcmp(cs[i].spec, "kivi:2"));
         printf("  kv %-7s%s window %2d boundary %d: gpu/cpu prompt %.3g decode %.3g restart %.3g; vs fp32 cache %.3g; "
                "cache on the device %.2f MB (cpu %.2f MB)\n", cs[i].spec, tc ? " (tc)" : cs[i].tc == 0 ? " (fp32)" : "",
@@ -1047,10 +1058,46 @@ static void test_kv_codecs(void **st) {
         kvq_model_close(g);
         kvq_gkv_set_tc(-1);
     }
-    // what the device cannot run is refused, in one line naming the codec
-    const struct { const char *model, *spec, *msg; } bad[] = {
-        {path, "hqmq:s24:r3:med3", "without outliers"}, {TINY, "int:4", "head_dim 128"},
+    kvq_model_close(f32);
+    free(l32), free(lc), free(lg);
+    return n_fail;
+}
+
+// kv_codecs_on for the t128 model (the 8B's head shape: every codec, both attention kernels of int and
+// KIVI), the bundled kvq-tiny-llama (head_dim 64, 2 query heads per KV head: every codec, the fp32
+// split kernels) and, where $KVQ_SHARED has them, kvq-small-llama (64, 4) and kvq-small-qwen3 (128,
+// 2) (issue 20, session 15: a codec of each kind); then refusals.
+static void test_kv_codecs(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    const char *path = t128_model();
+    // tc: −1 the default (int and KIVI at 2 and 4 bits attend on tensor cores), 0 the fp32 kernels
+    static const kv_case cs[] = {
+        {"fp16", 0, 0, -1}, {"int:4", 0, 0, -1}, {"int:4", 0, 0, 0}, {"int:3", 0, 1, -1}, {"int:2", 16, 0, -1}, {"int:2", 16, 0, 0},
+        {"kivi:2", 16, 0, -1}, {"kivi:4", 0, 1, -1}, {"kivi:4", 0, 1, 0}, {"kivi:3", 40, 0, -1},
+        {"turboquant:3", 0, 0, -1}, {"qturbo:2", 16, 0, -1}, {"turboquant-prod:4", 0, 1, -1}, {"octopus:3", 0, 0, -1},
+        {"octopus:2:qjl", 16, 0, -1}, {"hqkv:e8:3:dither", 16, 0, -1}, {"hqkv:d4:4:rot=qjl", 0, 1, -1}, {"hqmq:s96:r4", 0, 0, -1},
     };
+    static const kv_case few[] = {
+        {"int:4", 0, 0, -1}, {"kivi:2", 16, 0, -1}, {"turboquant:4", 0, 0, -1}, {"octopus:3", 0, 0, -1},
+        {"hqkv:e8:3:dither", 16, 0, -1}, {"hqmq:s96:r4", 0, 0, -1},
+    };
+    int n_fail = kv_codecs_on(path, cs, sizeof cs / sizeof *cs, 1);
+    n_fail += kv_codecs_on(TINY, cs, sizeof cs / sizeof *cs, 0);
+    const char *sh[] = {"kvq-small-llama", "kvq-small-qwen3"};
+    for (int i = 0; i < 2; i++) {
+        char d[512];
+        snprintf(d, sizeof d, "%s/models/%s", shared(), sh[i]);
+        if (is_dir(d)) n_fail += kv_codecs_on(d, few, sizeof few / sizeof *few, 0);
+        else printf("  skip %s: not found\n", d);
+    }
+    // what the device cannot run is refused, in one line naming the codec (a synthetic model with 3
+    // query heads per KV head: a shape the GPU KV kernels are not built for)
+    const char *g3 = t3g_model();
+    const struct { const char *model, *spec, *msg; } bad[] = {
+        {path, "hqmq:s24:r3:med3", "without outliers"}, {g3, "int:4", "head_dim 64 or 128 with 1, 2, 4 or 8"},
+    };
+    kvq_err e = {0};
     for (size_t i = 0; i < 2; i++) {
         kvq_model *g = open_on(bad[i].model, 1, KVQ_EXEC_EXACT);
         const kvq_arch *a = kvq_model_arch(g);
@@ -1065,11 +1112,9 @@ static void test_kv_codecs(void **st) {
         c->ops->free(c);
         kvq_model_close(g);
     }
-    kvq_model_close(f32);
-    free(l32), free(lc), free(lg);
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd)) printf("  could not remove %s\n", path);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", path, g3);
+    if (system(cmd)) printf("  could not remove %s, %s\n", path, g3);
     assert_int_equal(n_fail, 0);
 }
 

@@ -39,14 +39,23 @@ typedef enum {
 } kvq_gkv_kind;
 
 /** OCTOPUS keys (head_dim 128: 43 triplets, the last zero-padded, in 48 slots, lane L of a
- *  position's 8 lanes owns triplets 6L..6L+5 = dims 18L..18L+17): 32-bit words per lane of
+ *  position's 8 lanes owns triplets 6L..6L+5 = dims 18L..18L+17; head_dim 64: 22 triplets in the
+ *  24 slots of 4 lanes, d/16 lanes in general): 32-bit words per lane of
  *  six (3b+1)-bit codes (default split b_dir = b+1, b_norm = b−1), code j at bit j·(3b+1). */
 static inline int kvq_gkv_oct_words(int bits) { return (6 * (3 * bits + 1) + 31) / 32; }
 
-/** The shape every kernel supports now (others are refused with KVQ_ERR_UNSUPPORTED). */
+/** The shape every kernel variant is built for (the tensor-core, int8-query and half-value kernels,
+ *  the fused merge): head_dim 128 with 4 query heads per KV head (Llama-3-8B). */
 #define KVQ_GKV_HEAD_DIM 128
 #define KVQ_GKV_GROUP 4 // query heads per KV head
 #define KVQ_GKV_MAX_CHUNK 1024
+/** The shapes the plain split kernels, the merge, rows mode and the encoders are built for (issue 20,
+ *  session 15): head_dim 64 or 128 with 1, 2, 4 or 8 query heads per KV head; others are refused
+ *  with KVQ_ERR_UNSUPPORTED. At other shapes than (128, 4) kvq_gkv_attend runs the fp32 split kernel
+ *  (the tensor-core and knob variants fall back to it). */
+static inline int kvq_gkv_shape_built(int head_dim, int group) {
+    return (head_dim == 64 || head_dim == 128) && (group == 1 || group == 2 || group == 4 || group == 8);
+}
 
 /** Bytes of one token's packed row of b-bit codes in the GPU layout (head_dim d): b/2
  *  two-bit planes of d/4 bytes, then a one-bit plane of d/8 bytes when b is odd (docs/KV.md). */
@@ -54,10 +63,12 @@ static inline size_t kvq_gkv_row_bytes(int bits, int d) { return (size_t)(bits /
 static inline size_t kvq_gkv_align16(size_t n) { return (n + 15) & ~(size_t)15; }
 /** Offset of the side data inside a (sequence, KV head) region of cap positions (the codes,
  *  or the dense rows, come first). */
-/** Bytes of one position's row of a packed kind (OCTOPUS keys: 8 lanes of words [+ the sign plane]). */
+/** Bytes of one position's row of a packed kind (OCTOPUS keys: d/16 lanes of words [+ the sign plane];
+ *  HQMQ: d/16 lanes of 4 chunk codes). */
 static inline size_t kvq_gkv_kind_row_bytes(kvq_gkv_kind kind, int bits, int d) {
-    if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) return (size_t)32 * kvq_gkv_oct_words(bits) + (kind == KVQ_GKV_OCTQ ? (size_t)d / 8 : 0);
-    if (kind == KVQ_GKV_HQMQ) return (size_t)32 * ((4 * bits + 31) / 32); // 8 lanes × ⌈4·bits/32⌉ words
+    if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ)
+        return (size_t)4 * (d / 16) * kvq_gkv_oct_words(bits) + (kind == KVQ_GKV_OCTQ ? (size_t)d / 8 : 0);
+    if (kind == KVQ_GKV_HQMQ) return (size_t)4 * (d / 16) * ((4 * bits + 31) / 32); // d/16 lanes × ⌈4·bits/32⌉ words
     return kvq_gkv_row_bytes(bits, d);
 }
 static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int cap) {
@@ -420,7 +431,7 @@ int kvq_gkv_tc_stages(const kvq_gkv_cache *c);
  *  H100 at 4k and 32k, batch 1: docs/RESULTS.md, session 11). Process-wide; attends run one at a time on
  *  the stream (kvq_cuda_stream) — the counts are shared. */
 void kvq_gkv_set_fuse_merge(int on);
-/** 1 when the merge is on and can be fused for this cache (batch · n_kv ≤ 4096); an attend then
+/** 1 when the merge is on and can be fused for this cache (head_dim 128 with 4 query heads per KV head, batch · n_kv ≤ 4096); an attend then
  *  fuses it when it has at most 1024 chunks — 256 when its last launch is a tensor-core kernel's
  *  (the weights sit in that kernel's existing shared memory) — else launches attn_merge. */
 int kvq_gkv_merge_fused(const kvq_gkv_cache *c);

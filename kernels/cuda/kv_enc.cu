@@ -2,12 +2,13 @@
 // ring into the GPU layout (kv_attn.h, docs/KV.md): TurboQuant and qturbo (enc_turbo),
 // turboquant-prod keys (enc_tprod), OCTOPUS keys with or without the QJL plane (enc_oct),
 // HyperQuant-KV (enc_hqkv), HQMQ without outliers (enc_hqmq). One
-// block of 128 threads per (position, sequence and KV head), thread i = dim i. Each repeats its
+// block of D = head_dim threads (64 or 128: every kernel a template on D) per (position, sequence and
+// KV head), thread i = dim i. Each repeats its
 // CPU encoder's float operations in the CPU's order (kv_turbo.c turbo_enc, kv_octopus.c
 // oct_enc, kv_hqkv.c hk_enc, kv_hqmq.c hq_enc): explicitly rounded intrinsics, because nvcc contracts a·b + c into FMAs and the CPU
 // build (x86-64-v2, no FMA) never does; the double norms summed in index order by one thread;
-// the WHT as the CPU's butterfly (stages h = 1..64, each value one a+b or a−b, then × the float
-// 1/√128). So the packed bytes equal the CPU encoder's record repacked by libconv/kv/kv_gpu.c
+// the WHT as the CPU's butterfly (stages h = 1..D/2, each value one a+b or a−b, then × the float
+// 1/√D). So the packed bytes equal the CPU encoder's record repacked by libconv/kv/kv_gpu.c
 // (tests/test_cuda_kv.c compares them).
 #include <math.h>
 #include <stdint.h>
@@ -19,8 +20,7 @@
 #include "kernels/kv_enc.h"
 #include "kernels/kv_hqkv.h"
 
-#define D KVQ_GKV_HEAD_DIM
-#define ROWB(B) ((B) / 2 * (D / 4) + ((B) & 1) * (D / 8))
+#define ROWB(B) ((B) / 2 * (D / 4) + ((B) & 1) * (D / 8)) // D: the head_dim template parameter in scope
 #define OCT_NW(B) ((6 * (3 * (B) + 1) + 31) / 32) // kvq_gkv_oct_words
 #define FM __fmul_rn
 #define FA __fadd_rn
@@ -43,6 +43,7 @@ struct enc_p {
 // Σ (double)x_k·x_k for k in index order (each product is exact in double, so only the order
 // of the sums matters), by thread 0, for every thread. x in shared memory, written before a
 // barrier. Ends with a barrier.
+template <int D>
 __device__ double norm2_d(const float *x, double *sh) {
     if (threadIdx.x == 0) {
         double g = 0.0;
@@ -59,6 +60,7 @@ __device__ double norm2_d(const float *x, double *sh) {
 // kvq_kv_wht (kernels/cpu/wht.c + libconv/kv/kvutil.c) on y[D] in shared memory: the butterfly
 // stages h = 1, 2, ..., D/2 (thread t < D/2 takes pair (j, j+h), j = (t/h)·2h + t%h), then every
 // value × 1.0f/sqrtf(D) as the CPU forms it. Starts and ends with a barrier; returns y[threadIdx.x].
+template <int D>
 __device__ float wht_cpu(float *y) {
     const int i = threadIdx.x;
     for (int h = 1; h < D; h <<= 1) {
@@ -79,6 +81,7 @@ __device__ float wht_cpu(float *y) {
 // The first position of the launch (the host's, or the captured step's from the device).
 __device__ __forceinline__ int enc_p0(const enc_p &p) { return (p.d_p0 ? *p.d_p0 : 0) + p.p0; }
 
+template <int D>
 __device__ __forceinline__ float ring_x(const enc_p &p, int ri, int pos) {
     return __half2float(p.ring[((size_t)ri * p.wcap + pos % p.wcap) * D + threadIdx.x]);
 }
@@ -87,11 +90,12 @@ __device__ __forceinline__ float ring_x(const enc_p &p, int ri, int pos) {
 // [qturbo: each 4-chunk left-multiplied by the head's quaternion], × the signs, the WHT. x is
 // this thread's dim; y, t shared scratch (y holds the result). Returns the thread's rotated
 // coordinate and ‖x‖ (double) in *g.
+template <int D>
 __device__ float turbo_rot(const enc_p &p, int hd, float x, float *y, float *t, double *sh, double *g) {
     const int i = threadIdx.x;
     y[i] = x;
     __syncthreads();
-    *g = __dsqrt_rn(norm2_d(y, sh));
+    *g = __dsqrt_rn(norm2_d<D>(y, sh));
     const float inv = *g > 1e-30 ? __double2float_rn(__ddiv_rn(1.0, *g)) : 0.0f;
     float u = FM(x, inv);
     if (p.quat) { // uniform over the block
@@ -100,11 +104,12 @@ __device__ float turbo_rot(const enc_p &p, int hd, float x, float *y, float *t, 
         u = kvq_ke_quat_comp(p.quat + 4 * hd, t + (i & ~3), i & 3);
     }
     y[i] = FM(u, __ldg(p.signs + (size_t)hd * D + i));
-    return wht_cpu(y);
+    return wht_cpu<D>(y);
 }
 
 // ⟨row, v⟩ of a D-float matrix row with a shared-memory vector, each product rounded then added
 // in coordinate order (the CPU codecs' order: the encoders are theirs byte for byte).
+template <int D>
 static __device__ __forceinline__ float row_dot(const float *row, const float *v) {
     float a = 0.0f;
     for (int k = 0; k < D; k += 4) {
@@ -119,7 +124,7 @@ static __device__ __forceinline__ float row_dot(const float *row, const float *v
 
 // turboquant:<B> / qturbo:<B>: fp16 ‖x‖ to the side, the B-bit index of the nearest centroid
 // per rotated coordinate to the row.
-template <int B>
+template <int B, int D>
 __global__ void __launch_bounds__(D) enc_turbo(enc_p p) {
     __shared__ float y[D], t[D];
     __shared__ double sh;
@@ -128,17 +133,17 @@ __global__ void __launch_bounds__(D) enc_turbo(enc_p p) {
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     double g;
-    const float u = turbo_rot(p, hd, ring_x(p, ri, pos), y, t, &sh, &g);
+    const float u = turbo_rot<D>(p, hd, ring_x<D>(p, ri, pos), y, t, &sh, &g);
     c[i] = (uint8_t)kvq_ke_nearest(p.cb + ((size_t)hd << B), 1 << B, u);
     if (i == 0) *(__half *)(reg + p.side_off + (size_t)pos * 2) = __float2half_rn(__double2float_rn(g));
     __syncthreads();
-    kvq_gkv_write_row<B>(reg + (size_t)pos * ROWB(B), c, i);
+    kvq_gkv_write_row<B, D>(reg + (size_t)pos * ROWB(B), c, i);
 }
 
 // turboquant-prod:<B> keys: (B−1)-bit centroid codes as turboquant, the residual r = u − c[k],
 // γ_r = ‖r‖ (double, index order), σ_j = [S_j·r ≥ 0] with the float sum in index order (thread
 // j); side (fp16 γ, fp16 γ_r); row = the codes' planes, then the sign plane.
-template <int B>
+template <int B, int D>
 __global__ void __launch_bounds__(D) enc_tprod(enc_p p) {
     __shared__ float y[D], t[D], r[D];
     __shared__ double sh;
@@ -147,22 +152,22 @@ __global__ void __launch_bounds__(D) enc_tprod(enc_p p) {
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     double g;
-    const float u = turbo_rot(p, hd, ring_x(p, ri, pos), y, t, &sh, &g);
+    const float u = turbo_rot<D>(p, hd, ring_x<D>(p, ri, pos), y, t, &sh, &g);
     const float *cb = p.cb + ((size_t)hd << (B - 1));
     const int k = kvq_ke_nearest(cb, 1 << (B - 1), u);
     c[i] = (uint8_t)k;
     r[i] = FS(u, __ldg(cb + k));
     __syncthreads();
-    const double rn = norm2_d(r, &sh);
-    const float z = row_dot(p.mat + ((size_t)hd * D + i) * D, r);
+    const double rn = norm2_d<D>(r, &sh);
+    const float z = row_dot<D>(p.mat + ((size_t)hd * D + i) * D, r);
     sg[i] = z >= 0.0f;
     if (i == 0)
         *(__half2 *)(reg + p.side_off + (size_t)pos * 4) =
             __halves2half2(__float2half_rn(__double2float_rn(g)), __float2half_rn(__double2float_rn(__dsqrt_rn(rn))));
     __syncthreads();
     uint8_t *row = reg + (size_t)pos * ROWB(B);
-    kvq_gkv_write_row<B - 1>(row, c, i);
-    kvq_gkv_write_row<1>(row + ROWB(B - 1), sg, i);
+    kvq_gkv_write_row<B - 1, D>(row, c, i);
+    kvq_gkv_write_row<1, D>(row + ROWB(B - 1), sg, i);
 }
 
 // ---- OCTOPUS keys (oct_enc, default split b_dir = B+1, b_norm = B−1)
@@ -172,25 +177,25 @@ __global__ void __launch_bounds__(D) enc_tprod(enc_p p) {
 // t·n̂, ρ̂ nearest clip(best, 0, 1) (scalar mode: nearest ‖t‖); the codes into the lanes' words
 // (lane L: triplets 6L..6L+5, code j at bit j·(3B+1)). Q (qjl): r = u − ρ̂ n̂ (dims < 128), γ_r =
 // ‖r‖ (double), σ = [WHT(r ⊙ s2) ≥ 0] as a one-bit plane after the words; side (γ, fp16 γ_r, 0).
-template <int B, bool Q>
+template <int B, bool Q, int D>
 __global__ void __launch_bounds__(D) enc_oct(enc_p p) {
     constexpr int BD = B + 1, BN = B - 1, KD = 1 << BD, KN = 1 << BN, NTRI = (D + 2) / 3, CW = 2 * BD + BN, NWd = OCT_NW(B);
-    constexpr int RB = 32 * NWd + (Q ? D / 8 : 0);
+    constexpr int LP = D / 16, RB = 4 * LP * NWd + (Q ? D / 8 : 0); // LP lanes of NWd words [, the sign plane]
     __shared__ float y[3 * NTRI], uh[3 * NTRI], res[D];
     __shared__ double sh;
-    __shared__ uint32_t code[48];
+    __shared__ uint32_t code[6 * LP];
     __shared__ uint8_t sg[D];
     const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region, *row = reg + (size_t)pos * RB;
-    const float x = ring_x(p, ri, pos);
+    const float x = ring_x<D>(p, ri, pos);
     y[i] = x;
     __syncthreads();
-    const double g = __dsqrt_rn(norm2_d(y, &sh));
+    const double g = __dsqrt_rn(norm2_d<D>(y, &sh));
     const float inv = g > 1e-30 ? __double2float_rn(__ddiv_rn(1.0, g)) : 0.0f;
     const float *s1 = p.signs + (size_t)hd * 2 * D, *s2 = s1 + D;
     y[i] = FM(FM(x, inv), __ldg(s1 + i));
-    const float u = wht_cpu(y);
+    const float u = wht_cpu<D>(y);
     if (i < 3 * NTRI - D) y[D + i] = 0.0f;
     __syncthreads();
     if (i < NTRI) {
@@ -202,9 +207,9 @@ __global__ void __launch_bounds__(D) enc_oct(enc_p p) {
 #pragma unroll
             for (int k = 0; k < 3; k++) uh[3 * i + k] = FM(rh, nd[k]);
         }
-    } else if (i < 48) code[i] = 0;
+    } else if (i < 6 * LP) code[i] = 0;
     __syncthreads();
-    if (i < 8 * NWd) { // word w of lane L (= word i of the row): the bits [32w, 32w + 32) of its six codes
+    if (i < LP * NWd) { // word w of lane L (= word i of the row): the bits [32w, 32w + 32) of its six codes
         ((uint32_t *)row)[i] = kvq_ke_lane_word(code, 6, i / NWd, i % NWd, CW);
     }
     uint8_t *sd = reg + p.side_off + (size_t)pos * (Q ? 8 : 4);
@@ -215,16 +220,16 @@ __global__ void __launch_bounds__(D) enc_oct(enc_p p) {
     const float rr = FS(u, uh[i]);
     res[i] = rr;
     __syncthreads();
-    const double rn = norm2_d(res, &sh);
+    const double rn = norm2_d<D>(res, &sh);
     uh[i] = FM(rr, __ldg(s2 + i)); // every read of uh[i] was this thread's own (rr above)
-    sg[i] = wht_cpu(uh) >= 0.0f;
+    sg[i] = wht_cpu<D>(uh) >= 0.0f;
     if (i == 0) {
         *(float *)sd = __double2float_rn(g);
         *(__half *)(sd + 4) = __float2half_rn(__double2float_rn(__dsqrt_rn(rn)));
         *(uint16_t *)(sd + 6) = 0;
     }
     __syncthreads();
-    kvq_gkv_write_row<1>(row + 32 * NWd, sg, i);
+    kvq_gkv_write_row<1, D>(row + 4 * LP * NWd, sg, i);
 }
 
 // ---- HyperQuant-KV (hk_enc) and HQMQ without outliers (hq_enc)
@@ -234,7 +239,7 @@ __global__ void __launch_bounds__(D) enc_oct(enc_p p) {
 // = position mod 2^16: the CPU state's counter for a sequence encoded from position 0), the
 // nearest lattice point per block (thread b < D/n, kernels/kv_hqkv.h), codes + 2^(B−1) as B-bit
 // codes; side (fp32 γ, u32 counter, 0 without dither).
-template <int B>
+template <int B, int D>
 __global__ void __launch_bounds__(D) enc_hqkv(enc_p p) {
     __shared__ float y[D], z[D];
     __shared__ double sh;
@@ -242,14 +247,14 @@ __global__ void __launch_bounds__(D) enc_hqkv(enc_p p) {
     const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
-    const float x = ring_x(p, ri, pos);
+    const float x = ring_x<D>(p, ri, pos);
     y[i] = x;
     __syncthreads();
-    const double g = __dsqrt_rn(norm2_d(y, &sh));
+    const double g = __dsqrt_rn(norm2_d<D>(y, &sh));
     float yr = x;
     if (p.rot == 1) yr = FM(x, __ldg(p.signs + (size_t)hd * D + i));
     else if (p.rot == 2) {
-        yr = row_dot(p.mat + ((size_t)hd * D + i) * D, y);
+        yr = row_dot<D>(p.mat + ((size_t)hd * D + i) * D, y);
     }
     const double f = g > 1e-30 ? __ddiv_rn(p.scale, g) : 0.0;
     z[i] = __double2float_rn(__dmul_rn((double)yr, f));
@@ -270,14 +275,14 @@ __global__ void __launch_bounds__(D) enc_hqkv(enc_p p) {
         *(uint32_t *)(sd + 4) = ctr;
     }
     __syncthreads();
-    kvq_gkv_write_row<B>(reg + (size_t)pos * ROWB(B), c, i);
+    kvq_gkv_write_row<B, D>(reg + (size_t)pos * ROWB(B), c, i);
 }
 
 // hqmq:s<S>:r<b_r> (no outliers), B = index bits + b_r: per chunk k (thread k < 32) r = ‖chunk‖
 // (double, in order), σ = max r, fp16; the direction index by kvq_ke_hqmq_search of chunk / r,
 // the radius lrintf(r·(2^b_r − 1)/fp16(σ)) capped; codes idx | radius << ibits into the lanes'
 // words (lane L: chunks 4L..4L+3, chunk j at bit j·B); side the fp16 σ.
-template <int B>
+template <int B, int D>
 __global__ void __launch_bounds__(D) enc_hqmq(enc_p p) {
     constexpr int NWd = (4 * B + 31) / 32, NCH = D / 4;
     __shared__ float xs[D], r[NCH];
@@ -286,7 +291,7 @@ __global__ void __launch_bounds__(D) enc_hqmq(enc_p p) {
     const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
-    xs[i] = ring_x(p, ri, pos);
+    xs[i] = ring_x<D>(p, ri, pos);
     __syncthreads();
     if (i < NCH) {
         double n2 = 0.0;
@@ -316,44 +321,47 @@ __global__ void __launch_bounds__(D) enc_hqmq(enc_p p) {
         code[i] = (uint32_t)idx | (uint32_t)q << p.ibits;
     }
     __syncthreads();
-    if (i < 8 * NWd) ((uint32_t *)(reg + (size_t)pos * 32 * NWd))[i] = kvq_ke_lane_word(code, 4, i / NWd, i % NWd, B);
+    if (i < (D / 16) * NWd) ((uint32_t *)(reg + (size_t)pos * 4 * (D / 16) * NWd))[i] = kvq_ke_lane_word(code, 4, i / NWd, i % NWd, B);
 }
 
 // ---- launcher
 
 typedef void (*enc_fn)(enc_p);
 
-static enc_fn pick(kvq_gkv_kind kind, int bits) {
-#define K3(F)                                              \
-    if (bits == 2) return F<2>;                            \
-    if (bits == 3) return F<3>;                            \
-    if (bits == 4) return F<4>;
+template <int D>
+static enc_fn pick_d(kvq_gkv_kind kind, int bits) {
+#define K3(F)                 \
+    if (bits == 2) return F<2, D>; \
+    if (bits == 3) return F<3, D>; \
+    if (bits == 4) return F<4, D>;
     if (kind == KVQ_GKV_TURBO) { K3(enc_turbo) }
     if (kind == KVQ_GKV_TPROD) { K3(enc_tprod) }
 #undef K3
     if (kind == KVQ_GKV_HQKV) {
-        if (bits == 5) return enc_hqkv<5>;
-        if (bits == 6) return enc_hqkv<6>;
-        if (bits == 7) return enc_hqkv<7>;
-        if (bits == 8) return enc_hqkv<8>;
+        if (bits == 5) return enc_hqkv<5, D>;
+        if (bits == 6) return enc_hqkv<6, D>;
+        if (bits == 7) return enc_hqkv<7, D>;
+        if (bits == 8) return enc_hqkv<8, D>;
     }
     if (kind == KVQ_GKV_HQMQ) {
-        if (bits == 13) return enc_hqmq<13>;
-        if (bits == 16) return enc_hqmq<16>;
-        if (bits == 19) return enc_hqmq<19>;
+        if (bits == 13) return enc_hqmq<13, D>;
+        if (bits == 16) return enc_hqmq<16, D>;
+        if (bits == 19) return enc_hqmq<19, D>;
     }
     if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ) {
         const bool q = kind == KVQ_GKV_OCTQ;
-        if (bits == 2) return q ? enc_oct<2, true> : enc_oct<2, false>;
-        if (bits == 3) return q ? enc_oct<3, true> : enc_oct<3, false>;
-        if (bits == 4) return q ? enc_oct<4, true> : enc_oct<4, false>;
+        if (bits == 2) return q ? enc_oct<2, true, D> : enc_oct<2, false, D>;
+        if (bits == 3) return q ? enc_oct<3, true, D> : enc_oct<3, false, D>;
+        if (bits == 4) return q ? enc_oct<4, true, D> : enc_oct<4, false, D>;
     }
     return NULL;
 }
+// head_dim 128 or 64 (the attend's check_shape has passed)
+static enc_fn pick(kvq_gkv_kind kind, int bits, int d) { return d == 64 ? pick_d<64>(kind, bits) : pick_d<128>(kind, bits); }
 
 kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, const void *ring, int p0, int n, const int *d_p0,
                               kvq_err *err) {
-    enc_fn f = pick(s->kind, s->bits);
+    enc_fn f = pick(s->kind, s->bits, c->head_dim);
     if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kind %d at %d bits has no GPU encoder", s->kind, s->bits);
     const int oct = s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ;
     if (s->kind == KVQ_GKV_HQKV) {
@@ -373,13 +381,13 @@ kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, con
     p.ring = (const __half *)ring;
     p.wcap = c->wcap, p.p0 = p0, p.n_kv = c->n_kv, p.d_p0 = d_p0;
     p.base = (uint8_t *)s->data;
-    p.region = kvq_gkv_region_bytes(s->kind, s->bits, D, c->cap, s->role);
-    p.side_off = kvq_gkv_side_offset(s->kind, s->bits, D, c->cap);
+    p.region = kvq_gkv_region_bytes(s->kind, s->bits, c->head_dim, c->cap, s->role);
+    p.side_off = kvq_gkv_side_offset(s->kind, s->bits, c->head_dim, c->cap);
     p.cb = s->cb, p.rho = s->rho, p.signs = s->signs, p.quat = s->kind == KVQ_GKV_TURBO ? s->quat : NULL, p.mat = s->mat;
     p.cxi = s->cxi, p.round = s->round;
     p.seeds = s->seeds, p.lat = s->lat, p.rot = s->rot, p.dither = s->dither, p.scale = s->enc_scale;
     p.n_sec = s->n_sec, p.ibits = s->ibits;
-    f<<<dim3(n, c->batch * c->n_kv), D, 0, kvq_cuda_stream()>>>(p);
+    f<<<dim3(n, c->batch * c->n_kv), c->head_dim, 0, kvq_cuda_stream()>>>(p);
     CU_LAUNCHED("kv encoder (turboquant / turboquant-prod / octopus / hqkv / hqmq)");
     return KVQ_OK;
 }

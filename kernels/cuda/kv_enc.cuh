@@ -9,12 +9,12 @@
 
 #include "kernels/cuda/kv_attn.h"
 
-/** Byte t of a packed row (head_dim KVQ_GKV_HEAD_DIM) from the codes c (one byte a dim,
+/** Byte t of a packed row (head_dim Dd: 64 or 128) from the codes c (one byte a dim,
  *  shared memory): b/2 two-bit planes (dim i at bits 2i, 2i+1), then for odd b the one-bit
  *  plane (dim 16j + 4n + k at bit 16j + 4k + n; kvq_gkv_bit1_pos). Threads t < row bytes write. */
-template <int B>
+template <int B, int Dd = KVQ_GKV_HEAD_DIM>
 __device__ __forceinline__ void kvq_gkv_write_row(uint8_t *row, const uint8_t *c, int t) {
-    constexpr int Dd = KVQ_GKV_HEAD_DIM, RB = (B / 2) * (Dd / 4) + (B & 1) * (Dd / 8);
+    constexpr int RB = (B / 2) * (Dd / 4) + (B & 1) * (Dd / 8);
     if (t >= RB) return;
     uint32_t byte = 0;
     if (t < (B / 2) * (Dd / 4)) {

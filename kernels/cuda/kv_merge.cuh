@@ -26,8 +26,8 @@ static __device__ unsigned kvq_gkv_cnt[KVQ_GKV_CNT_MAX];
 
 /** In-place orthonormal Walsh–Hadamard transform of nvec vectors of head_dim floats in shared
  *  memory (the CPU butterfly's matrix, scaled by 1/√d), all threads of the block. */
+template <int DD = KVQ_GKV_HEAD_DIM>
 __device__ inline void kvq_gkv_wht(float *x, int nvec) {
-    constexpr int DD = KVQ_GKV_HEAD_DIM;
     for (int h = 1; h < DD; h <<= 1) {
         __syncthreads();
         for (int e = threadIdx.x; e < nvec * DD / 2; e += blockDim.x) {
@@ -68,10 +68,10 @@ __device__ __forceinline__ void kvq_gkv_ldv(const float *p, float (&t)[V]) {
  *  ROT: the rotation back is compiled in (pp.kind 1 TurboQuant: WHT, signs, r* per 4-chunk for
  *  qturbo; 2 HQKV signs; 3 HQKV Qᵀ); without it pp.kind must be 0. CG: the partial results are
  *  read through L2 (written by other blocks of the same launch: the fused merge). */
-template <int NH, int MM, bool ROT, bool CG>
+template <int NH, int MM, bool ROT, bool CG, int DD = KVQ_GKV_HEAD_DIM>
 __device__ __forceinline__ void kvq_gkv_merge(const float *po, const float *pml, float *out, int n_slot, int stride, int bh0, int g,
                                               const kvq_gkv_post &pp, float *w, float *x, float *red) {
-    constexpr int DD = KVQ_GKV_HEAD_DIM, NWM = DD / 32, V = NH;
+    constexpr int NWM = DD / 32, V = NH;
     static_assert(DD % V == 0, "a thread's dims stay in one row");
     const int i = threadIdx.x, lane = i & 31, wp = i >> 5;
     float M[NH], l[NH];
@@ -144,7 +144,7 @@ __device__ __forceinline__ void kvq_gkv_merge(const float *po, const float *pml,
     if (ROT && pp.kind == 1) {
 #pragma unroll
         for (int v = 0; v < V; v++) xh[d0 + v] = y[v];
-        kvq_gkv_wht(x, NH);
+        kvq_gkv_wht<DD>(x, NH);
 #pragma unroll
         for (int v = 0; v < V; v++) y[v] = __fmul_rn(xh[d0 + v], pp.signs[(size_t)g * DD + d0 + v]);
         if (pp.quat) { // r* = (r0, −r1, −r2, −r3) left-multiplies each 4-chunk

@@ -36,10 +36,10 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
         kvq_kv_hqmq_info_of(c, &in);
         *kind = KVQ_GKV_HQMQ;
         b = in.ib + in.br;
-        if (in.med || c->d != KVQ_GKV_HEAD_DIM || (b != 13 && b != 16 && b != 19))
+        if (in.med || (c->d != 64 && c->d != 128) || (b != 13 && b != 16 && b != 19))
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
-                               "--kv '%s' at head_dim %d: the GPU kernel reads hqmq without outliers at head_dim %d with 13-, 16- or 19-bit chunk codes (s24:r3, s96:r4, s192:r6), not %d",
-                               s, c->d, KVQ_GKV_HEAD_DIM, b);
+                               "--kv '%s' at head_dim %d: the GPU kernel reads hqmq without outliers at head_dim 64 or 128 with 13-, 16- or 19-bit chunk codes (s24:r3, s96:r4, s192:r6), not %d",
+                               s, c->d, b);
         *bits = b;
         return KVQ_OK;
     } else if (!strcmp(c->spec.name, "hqkv")) {
@@ -47,16 +47,16 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
         kvq_kv_hqkv_info in;
         kvq_kv_hqkv_info_of(c, &in);
         b = kvq_gkv_hqkv_width(in.lat, in.scale);
-        if (b > 8 || c->d != KVQ_GKV_HEAD_DIM)
+        if (b > 8 || (c->d != 64 && c->d != 128))
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
-                               "--kv '%s' at head_dim %d: the GPU layout needs %d-bit lattice codes (α√d = %.1f); built for head_dim %d and up to 8",
-                               s, c->d, b, in.scale, KVQ_GKV_HEAD_DIM);
+                               "--kv '%s' at head_dim %d: the GPU layout needs %d-bit lattice codes (α√d = %.1f); built for head_dim 64 or 128 and up to 8",
+                               s, c->d, b, in.scale);
         *bits = b;
         return KVQ_OK;
     } else return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s': no GPU attention kernel reads this codec", s);
-    if (c->d != KVQ_GKV_HEAD_DIM || (*kind != KVQ_GKV_F16 && (b < 2 || b > 4)))
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s' at head_dim %d: the GPU kernels are built for head_dim %d and 2-4 bits", s,
-                           c->d, KVQ_GKV_HEAD_DIM);
+    if ((c->d != 64 && c->d != 128) || (*kind != KVQ_GKV_F16 && (b < 2 || b > 4)))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--kv '%s' at head_dim %d: the GPU kernels are built for head_dim 64 or 128 and 2-4 bits", s,
+                           c->d);
     *bits = b;
     return KVQ_OK;
 }
@@ -305,7 +305,7 @@ static void oct_io(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, uint8_t *r
         }
     }
     if (in.qjl) {
-        uint8_t *pl = row + (size_t)32 * nw;
+        uint8_t *pl = row + (size_t)4 * (d / 16) * nw; // after the d/16 lanes' words
         for (int i = 0; i < d; i++) {
             if (to_region) kvq_gkv_put_code(pl, 1, d, i, lsb_code(rec + p2 + 2, 1, i));
             else lsb_put(rec + p2 + 2, 1, i, kvq_gkv_get_code(pl, 1, d, i));

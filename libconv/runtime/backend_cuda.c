@@ -764,8 +764,8 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
         kvq_err e = {0};
         kvq_status st = kvq_err_set(&e, KVQ_ERR_UNSUPPORTED,
                                     "--gpu: a context of %d positions exceeds the fp32 attention kernel's %d; a KV cache "
-                                    "on the device has no such limit (--kv fp16, int, kivi, turboquant, qturbo, turboquant-prod, octopus, hqkv or hqmq; head_dim %d)",
-                                    b->max_ctx, kvq_cuda_attention_max_ctx(s->n_heads, s->n_kv_heads, s->head_dim), KVQ_GKV_HEAD_DIM);
+                                    "on the device has no such limit (--kv fp16, int, kivi, turboquant, qturbo, turboquant-prod, octopus, hqkv or hqmq; head_dim 64 or 128)",
+                                    b->max_ctx, kvq_cuda_attention_max_ctx(s->n_heads, s->n_kv_heads, s->head_dim));
         note(g, st, &e);
         return st;
     }
@@ -919,11 +919,11 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
     if (!s0) return kvq_err_set(err, KVQ_ERR_ARG, "--gpu: the KV cache is not a codec cache");
     char spec[64];
     kvq_kvspec_format(&s0->spec, spec, sizeof spec);
-    if (a->head_dim != KVQ_GKV_HEAD_DIM || a->n_heads != KVQ_GKV_GROUP * a->n_kv_heads)
+    if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || !kvq_gkv_shape_built(a->head_dim, a->n_heads / a->n_kv_heads))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
-                           "--gpu --kv %s: the GPU KV kernels are built for head_dim %d with %d query heads per KV head; "
+                           "--gpu --kv %s: the GPU KV kernels are built for head_dim 64 or 128 with 1, 2, 4 or 8 query heads per KV head; "
                            "this model has head_dim %d and %d query over %d KV heads (drop --gpu to run the codec on the CPU)",
-                           spec, KVQ_GKV_HEAD_DIM, KVQ_GKV_GROUP, a->head_dim, a->n_heads, a->n_kv_heads);
+                           spec, a->head_dim, a->n_heads, a->n_kv_heads);
     kv_free(g);
     const int L = a->n_layers, nkv = a->n_kv_heads, hd = a->head_dim, cap = (b->max_ctx + 31) / 32 * 32;
     const int wcap = pol->window + 32 + b->max_batch;

@@ -3,7 +3,7 @@
 # tool): the tools, the GPU suites and benchmarks as .cu/bin.tar.xz (xz: the 64 MiB transfer
 # limit), KEEP=1 adds the previous bundle's kvq-run as kvq-run.old (A/B against the last
 # binaries), and a slice of ../shared as .cu/shared (the texts, the two small models the
-# suites read, with MODELS=1). The libraries (.cu/pack.tar.xz) are made once (ldd of the tools, dpkg -x).
+# suites read, with MODELS=1; MODELS=2 the two small ones, xz'd). The libraries (.cu/pack.tar.xz) are made once (ldd of the tools, dpkg -x).
 # usage: [KEEP=1] bash tests/bench/gpu_bundle.sh [extra binaries...]
 set -eu
 make -j2 all build/tests/test_cuda_hqx build/tests/test_cuda_model build/tests/test_cuda_kv build/tests/test_cuda_pq \
@@ -28,5 +28,13 @@ tar -C .cu -cJf .cu/bin.tar.xz bin && rm -rf .cu/bin
 sh=../shared; rm -rf .cu/shared && mkdir -p .cu/shared/data
 cp $sh/data/heldout-books.txt $sh/data/tinystories-valid-sample.txt .cu/shared/data/
 if [ "${MODELS:-0}" = 1 ]; then mkdir -p .cu/shared/models && cp -r $sh/models/kvq-tiny-llama $sh/models/stories260K .cu/shared/models/; fi
+# MODELS=2: kvq-tiny-llama and the small models SMALL (default "kvq-small-llama kvq-small-qwen3"), each as
+# .cu/shared/<name>.tar.xz (xz -6: ~36 MB each, measured; both with the binaries exceed the 64 MiB a call
+# carries: one model a call, with BINS="kvq-convert kvq-verify"), for tests/bench/gpu_kv_verify_shared.sh
+# (which unpacks them)
+if [ "${MODELS:-0}" = 2 ]; then
+  mkdir -p .cu/shared/models && cp -r $sh/models/kvq-tiny-llama .cu/shared/models/
+  for m in ${SMALL:-kvq-small-llama kvq-small-qwen3}; do tar -C $sh -cJf .cu/shared/$m.tar.xz models/$m; done
+fi
 [ -f .cu/pack.tar.xz ] || echo "gpu_bundle: .cu/pack.tar.xz (the libraries) is missing: make it from ldd .cu/bin/kvq-run" >&2
 du -sh .cu/* | sed 's/^/gpu_bundle: /'

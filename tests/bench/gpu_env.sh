@@ -1,7 +1,8 @@
 # Sourced by the device scripts (gpu_ab_decode.sh, gpu_8b_spec.sh): unpacks the carried binaries
 # (.cu/bin.tar.xz, compressed for the 64 MiB transfer limit) and libraries, sets the library
 # path (cuBLAS from the device's CUDA), prints the GPU and its copy bandwidth, then runs the GPU
-# suites named in TESTS (default test_cuda_hqx test_cuda_model test_cuda_pq; logs in $OUT). Defines B and el.
+# suites named in TESTS (default test_cuda_hqx test_cuda_model test_cuda_pq; logs in $OUT; each at most SUITE_TIMEOUT
+# seconds, default 300; KVQ_TEST_FILTER narrows them, e.g. "*shape*"). Defines B and el.
 B=.cu/bin
 [ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz
 [ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
@@ -12,6 +13,6 @@ t0=$(date +%s); el() { echo "($(( $(date +%s) - t0 )) s)"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 bw=$($B/cuda_hqx --copy-only 2>&1 | sed -n 's/.*copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' | head -1); echo "copy bandwidth $bw GB/s"
 for t in ${TESTS-test_cuda_hqx test_cuda_model test_cuda_pq}; do
-  timeout 300 $B/$t > ${OUT:-/tmp}/$t.log 2>&1; echo "== $t rc $? $(el)"
+  timeout ${SUITE_TIMEOUT:-300} $B/$t > ${OUT:-/tmp}/$t.log 2>&1; echo "== $t rc $? $(el)"
   grep -E '^\[  (PASSED|FAILED) |FAILED' ${OUT:-/tmp}/$t.log | head -6
 done
