@@ -9,15 +9,16 @@
 #  1. (XCHECK=0 skips) the cross-check that justifies the method: int:4, int:2, kivi:4 at
 #     T = 129,928, --ctx-max 131328 (the real runs' prompt and cache: decode 155.3, 166.7, 113.4
 #     tok/s in docs/RESULTS.md) -> $OUT/xcheck128.txt;
-#  2. every codec in KVS at T = 131,072 (--ctx-max 131328), N=64 -> $OUT/fill128.txt;
+#  2. (T128=0 skips) every codec in KVS at T = 131,072 (--ctx-max 131328), N=64 -> $OUT/fill128.txt;
 #  3. T32=1: every codec in KVS (and the int/kivi ones) at T = 32,575, --ctx-max 33024, N=128 (the
 #     32.6k end-to-end table's runs of gpu_kv_e2e.sh: real rows for every codec) -> $OUT/fill32.txt.
+# Each run stops at TO (540) s or when the call's BUDGET (570) s are spent; lines already written stay.
 # TEST=1 first runs test_cuda_model's test_kv_fill (GPU fill = CPU fill, decode steps as graphs).
 # The 8B model is made and converted in /tmp/w8 when missing (as gpu_ab8b.sh: minutes); then the
 # call stops there (FORCE=1: goes on) — call again on the warm machine.
 # usage (dev box): make -j2 build/bench/cuda_decode_fill && BINS="kvq-convert make_synth_llama test_cuda_model" \
 #                  bash tests/bench/gpu_bundle.sh build/bench/cuda_decode_fill
-#        (device, carry [".cu"]): [KVS="..."] [XCHECK=0] [T32=1] [TEST=1] [N=64] [TO=540] bash tests/bench/gpu_kv_fill128.sh
+#        (device, carry [".cu"]): [KVS="..."] [XCHECK=0] [T128=0] [T32=1] [TEST=1] [N=64] [TO=540] bash tests/bench/gpu_kv_fill128.sh
 set -u
 TESTS= . tests/bench/gpu_env.sh # unpacks .cu, prints the GPU and its copy bandwidth, defines B and el
 L=${OUT:-/tmp}
@@ -35,10 +36,12 @@ KVS=${KVS:-fp16 int:4 int:2 kivi:4 turboquant:4 turboquant:2 qturbo:4 turboquant
 fill() { # output-file T ctx-max n specs...
   local f=$1 t=$2 c=$3 n=$4; shift 4
   local a=(); for kv in "$@"; do a+=(--kv "$kv"); done
-  timeout ${TO:-540} $B/cuda_decode_fill $W/e8.kvq --fill $t --ctx-max $c -n $n "${a[@]}" > "$L/$f" 2> "$L/$f.err"
+  local left=$(( ${BUDGET:-570} - ($(date +%s) - t0) )) to=${TO:-540} # the call's 600 s: rows printed so far stay
+  [ $left -lt $to ] && to=$left; [ $to -lt 30 ] && { echo "== $f: skipped (${left} s left of the call)"; return; }
+  timeout $to $B/cuda_decode_fill $W/e8.kvq --fill $t --ctx-max $c -n $n "${a[@]}" > "$L/$f" 2> "$L/$f.err"
   echo "== $f rc $? $(el)"; cut -c1-250 "$L/$f"; grep -v '^$' "$L/$f.err" | cut -c1-250
 }
 [ "${XCHECK:-1}" = 1 ] && fill xcheck128.txt 129928 131328 ${N:-64} int:4 int:2 kivi:4
-fill fill128.txt 131072 131328 ${N:-64} $KVS
+[ "${T128:-1}" = 1 ] && fill fill128.txt 131072 131328 ${N:-64} $KVS
 [ "${T32:-0}" = 1 ] && fill fill32.txt 32575 33024 128 $KVS
 echo "== done $(el)"
