@@ -977,6 +977,77 @@ static void test_kv_rows(void **st) {
     assert_int_equal(n_fail, 0);
 }
 
+// kvq_model_fill_kv on the device (backend_cuda.c's kv_append: kvq_gkv_append, the encoders a
+// prefill chunk runs) against the CPU's fill with the same synthetic rows, for every codec the
+// device encodes: 200 positions in chunks of 32 on the t128 model, then an 8-token chunk at 200
+// (every token's logits) and 16 decode steps (the CPU's greedy token fed to both). The inputs of
+// the encoders are the same floats on both sides, so the same codes (test_cuda_kv); the logits
+// within test_kv_codecs' limits (1e-4; KIVI, the rotated codecs and the tensor-core kernels 1e-2),
+// and further from an unfilled GPU model's (the chunk at position 0) than 10x the backends'
+// difference. Every decode step must run as a CUDA graph: the fill leaves the counts of a
+// sequence grown from 0, so the steps run as kvq-run's do after a real prefill (the premise of
+// tests/bench/cuda_decode_fill.c). The device's fp32 cache is refused in one line.
+static void test_kv_fill(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    const char *path = t128_model();
+    const struct { const char *spec; int window, boundary, tc; } cs[] = {
+        {"fp16", 0, 0, -1}, {"int:4", 0, 0, -1}, {"int:4", 16, 0, 0}, {"int:2", 16, 0, -1}, {"kivi:4", 0, 1, -1},
+        {"kivi:2", 40, 0, -1}, {"turboquant:4", 0, 0, -1}, {"turboquant:2", 16, 0, -1}, {"qturbo:4", 0, 0, -1},
+        {"turboquant-prod:4", 0, 1, -1}, {"octopus:4", 0, 0, -1}, {"octopus:2:qjl", 16, 0, -1}, {"hqkv:e8:4", 0, 0, -1},
+        {"hqkv:e8:3:dither", 16, 0, -1}, {"hqmq:s96:r4", 0, 0, -1},
+    };
+    enum { T = 200, NP = 8, NDEC = 16 };
+    uint64_t r = 31;
+    int32_t ids[NP + NDEC];
+    for (int i = 0; i < NP; i++) ids[i] = (int32_t)(rng_next(&r) % 4000);
+    kvq_err e = {0};
+    int n_fail = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        kvq_gkv_set_tc(cs[i].tc);
+        kvq_model *c = open_kv(path, 0, cs[i].spec, cs[i].window, cs[i].boundary);
+        kvq_model *g = open_kv(path, 1, cs[i].spec, cs[i].window, cs[i].boundary);
+        kvq_model *u = open_kv(path, 1, cs[i].spec, cs[i].window, cs[i].boundary);
+        const int V = kvq_model_arch(g)->vocab_size;
+        float *lc = malloc(sizeof(float) * NP * V), *lg = malloc(sizeof(float) * NP * V), *lu = malloc(sizeof(float) * NP * V);
+        if (kvq_model_fill_kv(c, T, 5, &e) || kvq_model_fill_kv(g, T, 5, &e)) fail_msg("%s fill: %s", cs[i].spec, e.msg);
+        if (kvq_model_forward(c, ids, NP, T, lc, 1, &e) || kvq_model_forward(g, ids, NP, T, lg, 1, &e) ||
+            kvq_model_forward(u, ids, NP, 0, lu, 1, &e))
+            fail_msg("%s: %s", cs[i].spec, e.msg);
+        const double rp = rel_err(lg, lc, (size_t)NP * V), ru = rel_err(lu, lg, (size_t)NP * V);
+        double rd = 0;
+        long launches = 0;
+        for (int t = 0; t < NDEC; t++) {
+            ids[NP + t] = argmax(lc + (size_t)(t ? 0 : NP - 1) * V, V);
+            const long l0 = kvq_cuda_graph_launches();
+            if (kvq_model_forward(g, ids + NP + t, 1, T + NP + t, lg, 0, &e)) fail_msg("%s decode %d: %s", cs[i].spec, t, e.msg);
+            launches += kvq_cuda_graph_launches() - l0;
+            if (kvq_model_forward(c, ids + NP + t, 1, T + NP + t, lc, 0, &e)) fail_msg("%s decode %d: %s", cs[i].spec, t, e.msg);
+            rd = fmax(rd, rel_err(lg, lc, V));
+        }
+        const int rot = strncmp(cs[i].spec, "int", 3) && strncmp(cs[i].spec, "kivi", 4) && strcmp(cs[i].spec, "fp16");
+        const int tc = cs[i].tc != 0 && (!strcmp(cs[i].spec, "int:4") || !strcmp(cs[i].spec, "int:2") ||
+                                          !strcmp(cs[i].spec, "kivi:4") || !strcmp(cs[i].spec, "kivi:2"));
+        const double lim = !strncmp(cs[i].spec, "kivi", 4) || rot || tc ? 1e-2 : 1e-4;
+        const int ok = rp <= lim && rd <= lim && ru > 10 * rp && launches == NDEC;
+        printf("  kv fill %-18s window %2d boundary %d tc %2d: gpu/cpu after %d filled positions: prompt %.3g decode %.3g "
+               "(limit %.0e); vs unfilled %.3g; %ld of %d decode steps as graphs: %s\n", cs[i].spec, cs[i].window,
+               cs[i].boundary, cs[i].tc, T, rp, rd, lim, ru, launches, NDEC, ok ? "PASS" : "FAIL");
+        n_fail += !ok;
+        free(lc), free(lg), free(lu);
+        kvq_model_close(c), kvq_model_close(g), kvq_model_close(u);
+        kvq_gkv_set_tc(-1);
+    }
+    kvq_model *f32 = open_on(path, 1, KVQ_EXEC_EXACT); // the device's fp32 cache: no fill
+    memset(&e, 0, sizeof e);
+    assert_int_equal(kvq_model_fill_kv(f32, 10, 5, &e), KVQ_ERR_UNSUPPORTED);
+    printf("  refused: %s\n", e.msg);
+    assert_non_null(strstr(e.msg, "fp32"));
+    assert_null(strchr(e.msg, '\n'));
+    kvq_model_close(f32);
+    assert_int_equal(n_fail, 0);
+}
+
 // Every codec the device encodes (fp16, int, kivi, turboquant, qturbo, turboquant-prod, octopus
 // with and without qjl, hqkv, hqmq), with and without a window and the boundary layers' fp16 keys:
 // a prompt of 80 tokens (chunks of 32: each token attends to the cache as the chunk left it),
@@ -1127,6 +1198,7 @@ int main(void) {
         cmocka_unit_test(test_seqs),
         cmocka_unit_test(test_kv_graphs), // before test_kv_codecs, which removes the t128 model
         cmocka_unit_test(test_kv_rows),
+        cmocka_unit_test(test_kv_fill), // before test_kv_codecs too
         cmocka_unit_test(test_kv_codecs),
         cmocka_unit_test(test_oracles),
         cmocka_unit_test(test_shared_and_converted),

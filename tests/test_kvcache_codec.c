@@ -15,6 +15,7 @@
 #include "formats/kvqfile.h"
 #include "libconv/kv/kvcache_default.h"
 #include "libconv/kv/kvcodec.h"
+#include "libconv/kv/kvsynth.h"
 
 enum { L = 3, H = 2, D = 64, T = 80, NQ = 9 }; // NQ > 8: attend takes queries 8 at a time
 
@@ -453,6 +454,49 @@ static void test_exec_bytes(void **st) {
     c->ops->free(c);
 }
 
+// kvq_kvsynth_rows (the decode benchmark's synthetic keys and values): the same numbers whatever
+// the chunking and the thread count; finite; per channel the documented Gaussian (mean and
+// standard deviation over 4096 positions within 5 standard errors of kvq_kvsynth_channel's mu and
+// sigma, every |x - mu| < 6 sigma); keys' channel scales spread (max/min > 4); another seed or
+// layer gives other rows.
+static void test_kvsynth(void **st) {
+    (void)st;
+    enum { P = 4096, N = H * D };
+    float *k = malloc(sizeof(float) * P * N), *v = malloc(sizeof(float) * P * N);
+    float *k2 = malloc(sizeof(float) * P * N), *v2 = malloc(sizeof(float) * P * N);
+    assert_int_equal(kvq_kvsynth_rows(9, 1, 0, P, H, D, k, v, 1), KVQ_OK);
+    assert_int_equal(kvq_kvsynth_rows(9, 1, 0, P, H, D, k2, v2, 2), KVQ_OK);
+    assert_memory_equal(k, k2, sizeof(float) * P * N);
+    assert_memory_equal(v, v2, sizeof(float) * P * N);
+    assert_int_equal(kvq_kvsynth_rows(9, 1, 1000, 37, H, D, k2, v2, 2), KVQ_OK); // a chunk in the middle
+    assert_memory_equal(k + (size_t)1000 * N, k2, sizeof(float) * 37 * N);
+    assert_memory_equal(v + (size_t)1000 * N, v2, sizeof(float) * 37 * N);
+    int bad = 0;
+    float smin = INFINITY, smax = 0;
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < N; c++) {
+            float mu, sg;
+            kvq_kvsynth_channel(9, 1, c, r, &mu, &sg);
+            double m = 0, q = 0;
+            for (int t = 0; t < P; t++) {
+                const double x = (r ? v : k)[(size_t)t * N + c];
+                if (!isfinite(x) || fabs(x - mu) >= 6 * sg) bad++;
+                m += x, q += x * x;
+            }
+            m /= P;
+            const double sd = sqrt(q / P - m * m);
+            if (fabs(m - mu) > 5 * sg / sqrt(P) || fabs(sd / sg - 1) > 5 / sqrt(2.0 * P)) bad++;
+            if (!r) smin = fminf(smin, sg), smax = fmaxf(smax, sg);
+        }
+    assert_int_equal(bad, 0);
+    assert_true(smax / smin > 4);
+    assert_int_equal(kvq_kvsynth_rows(10, 1, 0, 1, H, D, k2, v2, 1), KVQ_OK);
+    assert_memory_not_equal(k, k2, sizeof(float) * N);
+    assert_int_equal(kvq_kvsynth_rows(9, 2, 0, 1, H, D, k2, v2, 1), KVQ_OK);
+    assert_memory_not_equal(v, v2, sizeof(float) * N);
+    free(k), free(v), free(k2), free(v2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_standalone_codec),
@@ -466,6 +510,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_error_channel),
         cmocka_unit_test(test_exec_bytes),
+        cmocka_unit_test(test_kvsynth),
     };
     return cmocka_run_group_tests_name("kvcache_codec", tests, setup, teardown);
 }

@@ -16,11 +16,14 @@
 
 #include <cmocka.h>
 
+#include "tests/testrng.h"
 #include "tests/testutil.h"
 
 #include "libconv/convert/convert.h"
 #include "libconv/eval/eval.h"
 #include "libconv/kv/kvcache_default.h"
+#include "libconv/kv/kvcodec.h"
+#include "libconv/kv/kvsynth.h"
 #include "libconv/runtime/model.h"
 #include "libconv/runtime/sample.h"
 #include "libconv/runtime/weights.h"
@@ -698,6 +701,105 @@ static void test_bad_input(void **st) {
     kvq_model_close(m);
 }
 
+// The tiny model for kvq_model_fill_kv: 256 positions, prefill chunks of 48 tokens, one thread;
+// spec (NULL: the fp32 cache) with a window.
+static kvq_model *open_fill(const char *spec, int window) {
+    kvq_model_opts o = kvq_model_opts_default();
+    o.max_ctx = 256;
+    o.max_batch = 48;
+    o.n_threads = 1;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    if (kvq_model_open(TINY, &o, &m, &e)) fail_msg("%s", e.msg);
+    if (!spec) return m;
+    const kvq_arch *a = kvq_model_arch(m);
+    kvq_kvcache_policy pol = {window, 0, 3, 0, 0};
+    kvq_kvcache *c = NULL;
+    if (kvq_kvcache_codec_new(spec, a->n_layers, a->n_kv_heads, a->head_dim, 256, &pol, &c, &e) || kvq_model_set_kvcache(m, c, &e))
+        fail_msg("%s: %s", spec, e.msg);
+    return m;
+}
+
+static int all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+// kvq_model_fill_kv (the decode benchmark's fill, tests/bench/cuda_decode_fill.c) on the CPU: 150
+// positions of the tiny model's cache in chunks of 48 (the last one cut short), for the fp32 cache
+// and the codecs int:4 (windows 0 and 16) and kivi:4 (window 16): the cache then holds what the
+// same synthetic rows (kvq_kvsynth_rows, one position at a time) appended through its own append
+// give — every layer's and KV head's attention for random queries bit for bit, over all 150
+// positions and over a prefix; a 5-token chunk at position 150 gives the same logits bit for bit,
+// finite, and other logits than a fill with another seed and than the chunk at position 0 (no
+// fill); a codec cache refuses position 156 after it (the fill left exactly 150). Refused in one
+// line: T = 0, T beyond the cache, several sequences.
+static void test_fill_kv(void **st) {
+    (void)st;
+    enum { T = 150, NP = 5 };
+    const struct { const char *spec; int window; } cs[] = {{NULL, 0}, {"int:4", 0}, {"int:4", 16}, {"kivi:4", 16}};
+    const int32_t ids[NP] = {17, 300, 5, 4000, 1234};
+    kvq_err e = {0};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        kvq_model *a = open_fill(cs[i].spec, cs[i].window), *b = open_fill(cs[i].spec, cs[i].window);
+        kvq_model *c = open_fill(cs[i].spec, cs[i].window);
+        const kvq_arch *ar = kvq_model_arch(a);
+        const int nkv = ar->n_kv_heads, hd = ar->head_dim, nrep = ar->n_heads / nkv, V = ar->vocab_size;
+        if (kvq_model_fill_kv(a, T, 42, &e)) fail_msg("%s", e.msg);
+        kvq_kvcache *ca = kvq_model_kvcache(a), *cb = kvq_model_kvcache(b);
+        float *k = malloc(sizeof(float) * nkv * hd), *v = malloc(sizeof(float) * nkv * hd);
+        for (int l = 0; l < ar->n_layers; l++)
+            for (int p = 0; p < T; p++) {
+                assert_int_equal(kvq_kvsynth_rows(42, l, p, 1, nkv, hd, k, v, 1), KVQ_OK);
+                assert_int_equal(cb->ops->append(cb, l, p, k, v), KVQ_OK);
+            }
+        uint64_t r = 5;
+        float *q = malloc(sizeof(float) * nrep * hd), *oa = malloc(sizeof(float) * nrep * hd), *ob = malloc(sizeof(float) * nrep * hd);
+        int n_diff = 0;
+        for (int l = 0; l < ar->n_layers; l++)
+            for (int h = 0; h < nkv; h++)
+                for (int n = T / 2 + 1; n <= T; n += T / 2 - 1) {
+                    for (int j = 0; j < nrep * hd; j++) q[j] = (float)gauss(&r);
+                    assert_int_equal(ca->ops->attend(ca, l, h, q, nrep, n, 0.125f, oa), KVQ_OK);
+                    assert_int_equal(cb->ops->attend(cb, l, h, q, nrep, n, 0.125f, ob), KVQ_OK);
+                    n_diff += memcmp(oa, ob, sizeof(float) * nrep * hd) != 0;
+                }
+        float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V), *lc = malloc(sizeof(float) * V);
+        float *l0 = malloc(sizeof(float) * V);
+        if (kvq_model_forward(a, ids, NP, T, la, 0, &e) || kvq_model_forward(b, ids, NP, T, lb, 0, &e)) fail_msg("%s", e.msg);
+        if (kvq_model_fill_kv(c, T, 43, &e) || kvq_model_forward(c, ids, NP, T, lc, 0, &e)) fail_msg("%s", e.msg);
+        const double d_seed = rel_err(lc, la, V);
+        int gap = KVQ_OK;
+        if (cs[i].spec) gap = kvq_model_forward(c, ids, 1, T + NP + 1, lc, 0, &e); // position T + NP skipped
+        if (kvq_model_forward(a, ids, NP, 0, l0, 0, &e)) fail_msg("%s", e.msg);
+        const double d_none = rel_err(l0, la, V);
+        printf("  fill %-6s window %2d: %d layers x %d heads x 2 prefixes, %d attentions differ from appending; logits "
+               "%s; vs another seed %.3g, vs no fill %.3g; a gap %s\n", cs[i].spec ? cs[i].spec : "fp32", cs[i].window,
+               ar->n_layers, nkv, n_diff, memcmp(la, lb, sizeof(float) * V) ? "differ" : "equal", d_seed, d_none,
+               gap ? "refused" : "taken");
+        assert_int_equal(n_diff, 0);
+        assert_memory_equal(la, lb, sizeof(float) * V);
+        assert_true(all_finite(la, V));
+        assert_true(d_seed > 1e-3 && d_none > 1e-3);
+        if (cs[i].spec) assert_int_equal(gap, KVQ_ERR_ARG);
+        free(k), free(v), free(q), free(oa), free(ob), free(la), free(lb), free(lc), free(l0);
+        kvq_model_close(a), kvq_model_close(b), kvq_model_close(c);
+    }
+    kvq_model *m = open_fill(NULL, 0);
+    const int bad_t[] = {0, 257, -3};
+    for (int i = 0; i < 3; i++) {
+        memset(&e, 0, sizeof e);
+        assert_int_equal(kvq_model_fill_kv(m, bad_t[i], 1, &e), KVQ_ERR_ARG);
+        assert_non_null(strstr(e.msg, "positions"));
+        assert_null(strchr(e.msg, '\n'));
+    }
+    if (kvq_model_set_seqs(m, 2, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(kvq_model_fill_kv(m, 10, 1, &e), KVQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "sequences"));
+    kvq_model_close(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bundled_tiny),          cmocka_unit_test(test_oracle),
@@ -706,6 +808,7 @@ int main(void) {
         cmocka_unit_test(test_kvq_file),              cmocka_unit_test(test_eval_text_slice),
         cmocka_unit_test(test_stories_greedy),        cmocka_unit_test(test_kvq_stored_tokenizer_error), cmocka_unit_test(test_packed_modes),
         cmocka_unit_test(test_kvq_nonfinite_weights), cmocka_unit_test(test_seqs),
+        cmocka_unit_test(test_fill_kv),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);
 }

@@ -95,6 +95,13 @@ typedef struct kvq_backend_ops {
      *  (the model's kvq_kvcache, codecs included); a device backend its own cache. */
     kvq_status (*attention)(kvq_backend *b, kvq_kvcache *c, int l, const float *q, const float *k, const float *v,
                             float *out, int T, int pos, const kvq_attn_shape *s);
+    /** Optional (NULL: kvq_model_fill_kv is refused): stores k, v (T, kv_dim; backend memory) at
+     *  positions [pos, pos+T) of layer l's cache as attention's append does (the same encoders,
+     *  window and side data), attending nothing; pos continues the layer's sequence or restarts it
+     *  at 0; T <= max_batch. The CPU backend appends to c; a device backend to its own cache
+     *  (KVQ_ERR_UNSUPPORTED, one line, for a cache it cannot fill). */
+    kvq_status (*kv_append)(kvq_backend *b, kvq_kvcache *c, int l, const float *k, const float *v, int T, int pos,
+                            kvq_err *err);
     void (*silu_mul)(kvq_backend *b, float *h, const float *gu, int T, int ffn);
     /** x += y over n floats. */
     void (*add)(kvq_backend *b, float *x, const float *y, size_t n);

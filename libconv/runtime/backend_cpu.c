@@ -379,6 +379,17 @@ static kvq_status attention_seq(kvq_backend *b, kvq_kvcache *c, int l, const flo
     return ar;
 }
 
+// kvq_model_fill_kv: T tokens into c at [pos, pos + T) through its append, nothing attended.
+static kvq_status kv_append(kvq_backend *b, kvq_kvcache *c, int l, const float *k, const float *v, int T, int pos,
+                            kvq_err *err) {
+    const size_t kv_dim = (size_t)b->arch.n_kv_heads * b->arch.head_dim;
+    for (int t = 0; t < T; t++) {
+        kvq_status r = c->ops->append(c, l, pos + t, k + t * kv_dim, v + t * kv_dim);
+        if (r) return kvq_err_set(err, r, "%s", c->err.msg[0] ? c->err.msg : kvq_strerror(r));
+    }
+    return KVQ_OK;
+}
+
 static void silu_mul(kvq_backend *b, float *h, const float *gu, int T, int ffn) {
     kvq_silu_mul_fused(h, gu, T, ffn, b->n_threads);
 }
@@ -415,8 +426,8 @@ static const kvq_backend_ops cpu_ops = {
     .name = "cpu", .host = 1, .destroy = destroy, .alloc = alloc, .release = release, .upload = copy,
     .download = copy, .mat_adopt = mat_adopt, .mat_release = mat_release, .step = step, .step_seqs = step_seqs,
     .ready = ready, .matmul = matmul,
-    .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .silu_mul = silu_mul,
-    .add = add, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
+    .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .kv_append = kv_append,
+    .silu_mul = silu_mul, .add = add, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
 };
 
 kvq_status kvq_backend_cpu_new(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err) {

@@ -695,6 +695,37 @@ static int ain_matches(const gpu *g, const float *q, const float *k, const float
            (!g->ain.has_kn || (g->ain.kn_n == hd && g->ain.kn_rows == T * s->n_kv_heads));
 }
 
+// Where a chunk at pos writes layer l's codec cache: at its end, from 0 (a new sequence), or cut
+// back to pos inside the window (dropping positions not yet encoded); anything else is refused.
+static kvq_status kv_seek(const gpu *g, kvq_gkv_cache *c, int l, int pos, kvq_err *e) {
+    if (pos == c->n_tok) return KVQ_OK;
+    const int enc = c->n_enc_k > c->n_enc_v ? c->n_enc_k : c->n_enc_v;
+    if (pos == 0) c->n_tok = c->n_enc_k = c->n_enc_v = 0;
+    else if (pos < c->n_tok && pos >= enc) c->n_tok = pos;
+    else
+        return kvq_err_set(e, KVQ_ERR_ARG,
+                           "gpu KV cache %s, layer %d: position %d after %d stored positions (%d encoded): a sequence "
+                           "continues at its end or restarts at 0", g->kv.spec, l, pos, c->n_tok, enc);
+    return KVQ_OK;
+}
+
+// kvq_model_fill_kv: T tokens into layer l's codec cache at [pos, pos + T) by kvq_gkv_append, the
+// encoders a prefill chunk's attention runs (so the same packed codes, side data and window
+// ring a prefill leaves), nothing attended. The fp32 cache has no such path.
+static kvq_status kv_append(kvq_backend *b, kvq_kvcache *c, int l, const float *k, const float *v, int T, int pos,
+                            kvq_err *err) {
+    (void)c;
+    gpu *g = (gpu *)b;
+    if (!g->kv.on)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: only a KV cache codec on the device can be filled (--kv fp16, "
+                           "int, kivi, ...), not the fp32 cache");
+    flush(g);
+    kvq_gkv_cache *gc = &g->kv.c[l];
+    kvq_status st = kv_seek(g, gc, l, pos, err);
+    if (!st && (st = kvq_gkv_append(gc, k, v, T, g->kv.window, err))) kvq_err_prefix(err, "layer %d", l);
+    return st;
+}
+
 // Attention through the device's KV codec cache: the chunk's tokens appended (encoded as they
 // leave the window), then each token attends to positions [0, pos + t] of the cache, as the
 // CPU's codec cache does (backend_cpu.c: append all, then attend). A sequence continues at its
@@ -716,15 +747,7 @@ static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, co
     }
     flush(g); // anything else queued, as it was asked for
     kvq_gkv_cache *c = &g->kv.c[l];
-    if (!st && pos != c->n_tok) {
-        const int enc = c->n_enc_k > c->n_enc_v ? c->n_enc_k : c->n_enc_v;
-        if (pos == 0) c->n_tok = c->n_enc_k = c->n_enc_v = 0;
-        else if (pos < c->n_tok && pos >= enc) c->n_tok = pos;
-        else
-            st = kvq_err_set(&e, KVQ_ERR_ARG,
-                             "gpu KV cache %s, layer %d: position %d after %d stored positions (%d encoded): a sequence "
-                             "continues at its end or restarts at 0", g->kv.spec, l, pos, c->n_tok, enc);
-    }
+    if (!st) st = kv_seek(g, c, l, pos, &e);
     prof_begin(g);
     const int captured = !st && dpos(g); // a captured step (T = 1, kv_step_ready): positions from d_pos
     if (captured) {
@@ -985,8 +1008,8 @@ static const kvq_backend_ops gpu_ops = {
     .name = "cuda", .host = 0, .destroy = destroy, .alloc = alloc, .release = release, .upload = upload,
     .download = download, .mat_adopt = mat_adopt, .mat_release = mat_release, .step = step, .step_seqs = step_seqs,
     .seqs = seqs, .seq_use = seq_use, .ready = ready, .matmul = matmul,
-    .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .silu_mul = silu_mul,
-    .add = add, .argmax = argmax, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
+    .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .kv_append = kv_append,
+    .silu_mul = silu_mul, .add = add, .argmax = argmax, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
     .kv_codec = kv_codec,
 };
 

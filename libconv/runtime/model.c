@@ -17,6 +17,7 @@
 #include "libconv/runtime/backend.h"
 #include "libconv/kv/kvcache_default.h"
 #include "libconv/kv/kvcodec.h"
+#include "libconv/kv/kvsynth.h"
 #include "libconv/runtime/weights.h"
 
 typedef kvq_mat mat;
@@ -558,6 +559,41 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
     m->cache->ops->free(m->cache);
     m->cache = c;
     return KVQ_OK;
+}
+
+kvq_status kvq_model_fill_kv(kvq_model *m, int T, uint64_t seed, kvq_err *err) {
+    const kvq_backend_ops *op = m->be->ops;
+    const int max_ctx = kvq_model_max_ctx(m), B = m->o.max_batch;
+    if (T < 1 || T > max_ctx)
+        return kvq_err_set(err, KVQ_ERR_ARG, "filling %d positions of a KV cache of %d positions", T, max_ctx);
+    if (m->n_seq > 1)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "filling the KV cache with %d sequences set (one only)", m->n_seq);
+    if (!op->kv_append) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "the %s backend cannot fill its KV cache", op->name);
+    const size_t kvd = m->kv_dim;
+    float *hk = m->k, *hv = m->v; // a host backend's arena; a device's rows are made on the host, then uploaded there
+    if (!op->host && !(hk = malloc(sizeof(float) * 2 * (size_t)B * kvd)))
+        return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %d positions of keys and values", B);
+    if (!op->host) hv = hk + (size_t)B * kvd;
+    if (m->cache) m->cache->ops->truncate(m->cache, 0);
+    m->be->n_threads = m->o.n_threads;
+    kvq_status r = KVQ_OK;
+    for (int l = 0; l < m->a.n_layers && !r; l++)
+        for (int t0 = 0; t0 < T && !r; t0 += B) {
+            const int n = T - t0 < B ? T - t0 : B;
+            if ((r = kvq_kvsynth_rows(seed, l, t0, n, m->a.n_kv_heads, m->a.head_dim, hk, hv, m->o.n_threads))) {
+                kvq_err_set(err, r, "out of memory for the synthetic keys' statistics");
+                break;
+            }
+            if (!op->host && ((r = op->upload(m->be, m->k, hk, n * kvd, err)) || (r = op->upload(m->be, m->v, hv, n * kvd, err))))
+                break;
+            if ((r = op->kv_append(m->be, m->cache, l, m->k, m->v, n, t0, err)))
+                kvq_err_prefix(err, "filling positions [%d, %d)", t0, t0 + n);
+        }
+    kvq_err e2 = {0};
+    kvq_status rs = op->sync(m->be, &e2); // the device's queued encoders; their first error
+    if (!r && rs) *err = e2, r = rs;
+    if (!op->host) free(hk);
+    return r;
 }
 
 // ---- forward

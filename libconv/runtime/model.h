@@ -124,6 +124,16 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err);
  *  else the CPU's default cache, else NULL. */
 const kvq_kvcache *kvq_model_kvcache_desc(const kvq_model *m);
 
+/** Benchmarks at long context without the prefill (tests/bench/cuda_decode_fill.c): positions
+ *  [0, T) of every layer's KV cache (whichever backend holds it) get seeded synthetic keys and
+ *  values (libconv/kv/kvsynth.h) through the cache's own append path — the CPU's kvq_kvcache
+ *  append, a device's encoders as a prefill's attention runs them — in chunks of max_batch, and
+ *  nothing else runs: a forward at position T then attends to T positions laid out as a prefill
+ *  of T tokens would have left them (what the cache held before is dropped). @return KVQ_OK;
+ *  KVQ_ERR_ARG for T outside [1, max_ctx]; KVQ_ERR_UNSUPPORTED with several sequences or a cache
+ *  the backend cannot fill (the GPU's fp32 cache). */
+kvq_status kvq_model_fill_kv(kvq_model *m, int T, uint64_t seed, kvq_err *err);
+
 /** Runs tokens[0..T) at positions [pos, pos+T), causally attending to the cached
  *  positions [0, pos) and to each other; appends their K/V to the cache. Positions
  *  >= pos+T in the cache are forgotten first. logits: (T, vocab) when all_logits, else
