@@ -6,7 +6,8 @@
 // kvq_qetx_sigma for all 4096 fields (and the expanded kernel's in-register undo of it puts
 // every leaf there), the expanded QET tables hold kvq_qetx_cb's values, and every product row of
 // the three QET kernels (decode, expanded, shared-memory tables) is within the float summation
-// bound of the CPU's; the shared-memory kernel's staged tables decode to kvq_qetx_cb's values. No device needed: the index and codebook arithmetic of the GPU path is checked
+// bound of the CPU's; the shared-memory kernel's staged tables decode to kvq_qetx_cb's values, smem2's
+// staging builds the same tables, its decode gives smem's bits. No device needed: the index and codebook arithmetic of the GPU path is checked
 // here in `make test`; tests/test_cuda_pq.c checks the device against it.
 #include <math.h>
 #include <setjmp.h>
@@ -129,6 +130,7 @@ static const qshape qshapes[] = {
 static void test_qet(void **st) {
     (void)st;
     uint64_t s = 47;
+    int n_staged = 0;
     for (size_t i = 0; i < sizeof qshapes / sizeof qshapes[0]; i++) {
         const qshape *sh = &qshapes[i];
         kvq_pqx p;
@@ -157,7 +159,7 @@ static void test_qet(void **st) {
         if (p.cb_type == KVQ_PQX_CB_BF16 || (p.cb_type == KVQ_PQX_CB_CQO && p.cb_bits <= 16))
             for (int sg = 0; sg < p.stages; sg++) {
                 const int k = (int)p.k[sg], bf = p.cb_type == KVQ_PQX_CB_BF16;
-                uint16_t *T = malloc(sizeof(uint16_t) * 64 * (size_t)k);
+                uint16_t *T = malloc(sizeof(uint16_t) * 64 * (size_t)k), *T2 = malloc(sizeof(uint16_t) * 64 * (size_t)k);
                 uint8_t *hit = calloc(64 * (size_t)k, 1);
                 for (int64_t g = 0; g < p.groups; g += 2) {
                     for (int t = 0; t < 8; t++)
@@ -168,6 +170,14 @@ static void test_qet(void **st) {
                             T[at] = kvq_pql_qets_word(&p, bf, sg, g, t, ol);
                         }
                     for (int e = 0; e < 64 * k; e++) assert_int_equal(hit[e], 1);
+                    // smem2's staging (every thread of 512, and of 32: more pairs a thread, slot
+                    // changes inside a batch) builds the same table
+                    for (int nthr = 32; nthr <= 512; nthr *= 16) {
+                        memset(T2, 0xa5, sizeof(uint16_t) * 64 * (size_t)k);
+                        for (int tid = 0; tid < nthr; tid++) kvq_pql_qets2_stage(&p, bf, sg, g, tid, nthr, T2);
+                        assert_memory_equal(T2, T, sizeof(uint16_t) * 64 * (size_t)k);
+                        n_staged++;
+                    }
                     for (int c = 0; c < k; c++)
                         for (int t = 0; t < 8; t++) {
                             const int64_t j = g + t * p.groups;
@@ -182,6 +192,7 @@ static void test_qet(void **st) {
                         }
                 }
                 free(T);
+                free(T2);
                 free(hit);
             }
         char what[80];
@@ -205,6 +216,8 @@ static void test_qet(void **st) {
             }
         kvq_pqx_free(&p);
     }
+    printf("  smem2 staging: %d tables equal to the reference's\n", n_staged);
+    assert_true(n_staged == 16); // the 4 layouts smem holds, every other group, both thread counts
 }
 
 // smem2's CQO decode (kvq_pql_qets2_val: a byte permute and fma(2^23 + code, step, −2^23·step), then

@@ -271,11 +271,11 @@ __global__ void __launch_bounds__(256) qetx_sum(const float *__restrict__ P, int
 //   shared memory;
 // - a row's values slot by slot (v[i][t]), so a slot's words and min/step live only while it is
 //   decoded (128 registers, the cap of 512 threads, without spills at one token);
-// - the staging loads QETS2_STAGE words a thread before it stores any (qetx_rows_s: one round trip
-//   to L2 a word, ~140 a thread at k 1074/32).
+// - the staging (kvq_pql_qets2_stage) takes two words a thread at a time and loads
+//   KVQ_PQL_STAGE pairs before it stores any (qetx_rows_s: one round trip to L2 a word, ~140 a
+//   thread at k 1074/32; here ~9).
 // P and the row chunks as qetx_rows_s's; qetx_sum2 adds the partials in qetx_sum's order.
-#define QETS2_STAGE 8 // staging: words a thread loads before it stores them
-static_assert(QETS_THREADS % 64 == 0, "qets2_stage steps table positions by 8·blockDim.x");
+static_assert(QETS_THREADS % 32 == 0, "kvq_pql_qets2_stage steps table positions by 16·blockDim.x");
 
 // A row's global words: indices of stage 0 and 1 (qb bytes each at qb = 16, 8, 4 bits) and the 12
 // bytes of switch fields.
@@ -312,53 +312,6 @@ __device__ __forceinline__ void qets2_split(int qb, uint4 u, uint32_t *c) {
     }
 }
 
-// Stage s's 8 slots of group g into T (kvq_pql_qets_at positions, kvq_pql_qets_word's words),
-// QETS2_STAGE words a thread in flight: word e of the 8·n (n = 8·k) is slot e / n, word e mod n. A
-// thread's word advances by blockDim.x (a multiple of 64: its bit position by blockDim.x·cb, its
-// table position by 8·blockDim.x); only when it passes into the next slot (at most 8 times) are its
-// run's start (64-bit arithmetic) and positions worked out again.
-template <int CB>
-__device__ __forceinline__ void qets2_stage(const kvq_pqx &p, int s, int64_t g, int k, uint16_t *T) {
-    const int n = 8 * k, step = blockDim.x;
-    const uint32_t cb = CB ? 16u : (uint32_t)p.cb_bits, mask = (1u << cb) - 1u;
-    const uint32_t *cw0 = (const uint32_t *)((const uint8_t *)p.cb[s] + 8 * p.m); // CQO: the code stream
-    const uint16_t *hw0 = (const uint16_t *)p.cb[s];                               // bf16: the words
-    int t = 0, ol = threadIdx.x;
-    while (ol >= n && t < 8) ol -= n, t++;
-    const uint32_t *cw = cw0;
-    const uint16_t *hw = hw0;
-    uint32_t pos = 0; // CQO: bit of word ol from cw
-    int at = 0;       // table position of word ol
-    auto run = [&]() { // slot t's run: words (g + t·G)·n.., bits ·cb
-        const uint64_t o0 = (uint64_t)(g + (int64_t)t * p.groups) * (uint64_t)n;
-        if (CB) hw = hw0 + o0;
-        else cw = cw0 + ((o0 * cb) >> 5), pos = ((uint32_t)(o0 * cb) & 31u) + (uint32_t)ol * cb;
-        at = kvq_pql_qets_at(ol >> 3, t) + (ol & 7);
-    };
-    if (t < 8) run();
-    while (t < 8) {
-        uint32_t lo[QETS2_STAGE], hi[QETS2_STAGE], sh[QETS2_STAGE];
-        int to[QETS2_STAGE];
-#pragma unroll
-        for (int u = 0; u < QETS2_STAGE; u++) {
-            to[u] = -1;
-            if (t < 8) {
-                if (CB) lo[u] = __ldg(hw + ol);
-                else lo[u] = __ldg(cw + (pos >> 5)), hi[u] = __ldg(cw + (pos >> 5) + 1), sh[u] = pos & 31u;
-                to[u] = at;
-                ol += step, pos += (uint32_t)step * cb, at += 8 * step;
-                if (ol >= n) {
-                    while (ol >= n && t < 8) ol -= n, t++;
-                    if (t < 8) run();
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < QETS2_STAGE; u++)
-            if (to[u] >= 0) T[to[u]] = (uint16_t)(CB ? lo[u] : __funnelshift_r(lo[u], hi[u], sh[u]) & mask);
-    }
-}
-
 // kvq_pql_qets2_val with 2^23's bits read from the slot's entry (m.w) rather than written as a
 // constant: as a constant it took PRMT's immediate operand, and each selector then cost a move.
 __device__ __forceinline__ float qets2_val(uint32_t wd, int hi, float4 m) {
@@ -379,8 +332,8 @@ __global__ void __launch_bounds__(QETS_THREADS, 1) qetx_rows_s2(kvq_pqx p, const
     int64_t r = r_lo + threadIdx.x;
     qets2_raw nx = {};
     if (r < r_hi) nx = qets2_load<S2>(p, r, g); // the first row's words travel during the staging
-    qets2_stage<CB>(p, 0, g, k0, T0);
-    if (S2) qets2_stage<CB>(p, 1, g, k1, T1);
+    kvq_pql_qets2_stage(&p, CB, 0, g, threadIdx.x, blockDim.x, T0);
+    if (S2) kvq_pql_qets2_stage(&p, CB, 1, g, threadIdx.x, blockDim.x, T1);
     if (CB == 0 && threadIdx.x < 16) { // slot (s, t) = threadIdx.x
         const int s = threadIdx.x >> 3, t = threadIdx.x & 7;
         if (s < 1 + S2) {
@@ -538,9 +491,10 @@ static void launch_s2(const kvq_cuda_pqx *t, const float *x, int64_t ldx, float 
 // KVQ_CUDA_QET=smem2 on host layout w (uploaded as t): qets_plan's conditions, and every CQO step
 // one that kvq_pql_qets2_val decodes exactly (finite, under 2^100; else the smem kernel runs: the
 // same bits). Row chunks as qets_plan's, from this kernel's model (SASS, docs/RESULTS.md 2026-11-27
-// session 15): staging ~7·Σk cycles of a scheduler plus ~600 a round trip of QETS2_STAGE words a
-// thread; ~3600 cycles a pass of 512 rows at one token (4 warps a scheduler, ~900 instructions a
-// (row, group)); waves from the occupancy calculator.
+// session 15): staging ~4·Σk cycles of a scheduler (~13 instructions a word, 64·Σk words, 16 warps)
+// plus ~600 a round trip of KVQ_PQL_STAGE word pairs a thread; ~3800 cycles a pass of 512 rows at
+// one token (4 warps a scheduler, ~960 instructions a (row, group)); waves from the occupancy
+// calculator.
 static int qets2_plan(kvq_cuda_pqx *t, const kvq_pqx *w) {
     if (qets_plan(t) != QET_SMEM) return QET_EXPAND;
     const kvq_pqx &p = t->d;
@@ -568,12 +522,13 @@ static int qets2_plan(kvq_cuda_pqx *t, const kvq_pqx *w) {
                                     : (p.stages > 1 ? qets2_occ<0, 1>(&occ, sm) : qets2_occ<0, 0>(&occ, sm));
     if (oe != cudaSuccess) cudaGetLastError(), occ = 1;
     const int64_t cap = (int64_t)n_sm * std::max(occ, 1);
-    const double stage = 7.0 * (double)ks + 600.0 * (double)((64 * ks + QETS_THREADS * QETS2_STAGE - 1) / (QETS_THREADS * QETS2_STAGE));
+    const int64_t trips = (32 * ks + QETS_THREADS * KVQ_PQL_STAGE - 1) / (QETS_THREADS * KVQ_PQL_STAGE);
+    const double stage = 4.0 * (double)ks + 600.0 * (double)trips;
     double best = 0;
     t->qs_chunks = 1;
     for (int64_t c = 1; c <= 16 && c <= p.rows; c++) {
         const int64_t passes = ((p.rows + c - 1) / c + QETS_THREADS - 1) / QETS_THREADS;
-        const double cost = (double)((p.groups * c + cap - 1) / cap) * (stage + 3600.0 * (double)passes);
+        const double cost = (double)((p.groups * c + cap - 1) / cap) * (stage + 3800.0 * (double)passes);
         if (c == 1 || cost < best) best = cost, t->qs_chunks = (int)c;
     }
     return QET_SMEM2;
