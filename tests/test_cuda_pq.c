@@ -490,5 +490,8 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_models),
     };
+    // KVQ_TEST_FILTER="test_qet*": only the tests matching the pattern (cmocka's * and ?), for a short device call
+    const char *f = getenv("KVQ_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

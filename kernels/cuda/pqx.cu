@@ -26,9 +26,11 @@
 //             (12 conditional swaps), then acc = fma(w[q], x[8b + q], acc), q = 0..7, x read as two
 //             16-byte loads a token; then a butterfly over the row's 8 lanes (xor 4, 2, 1).
 //             kvq_pql_qetx / kvq_pql_qetx_combine (pqx_lane.h) are its lanes and its tree.
-// KVQ_CUDA_QET=smem (session 14, helper i12s; not yet measured): qetx_rows_s, a block per (column
-//   group, row chunk) with the group's codebooks staged in shared memory as 16-bit words, a
-//   thread per (row, group) partial; qetx_sum adds a row's partials in group order (see below).
+// KVQ_CUDA_QET=smem (session 14, helper i12s; the default since session 15): qetx_rows_s, a block
+//   per (column group, row chunk) with the group's codebooks staged in shared memory as 16-bit words,
+//   a thread per (row, group) partial; qetx_sum adds a row's partials in group order (see below).
+// KVQ_CUDA_QET=smem2 (session 15, helper 43; not yet measured): qetx_rows_s2 + qetx_sum2, the same
+//   tables, partials and bits, rebuilt for latency (prefetched index words, no I2F; see below).
 // The previous kernel stays for A/B (KVQ_CUDA_QET=decode; also taken when x is not 16-byte
 // aligned): qetx_rows, one warp per row; lane l
 //   takes the blocks b ≡ l (mod 32) in increasing b: σ from the block's switch field, then for
