@@ -493,8 +493,8 @@ static void launch_s2(const kvq_cuda_pqx *t, const float *x, int64_t ldx, float 
 // KVQ_CUDA_QET=smem2 on host layout w (uploaded as t): qets_plan's conditions, and every CQO step
 // one that kvq_pql_qets2_val decodes exactly (finite, under 2^100; else the smem kernel runs: the
 // same bits). Row chunks as qets_plan's, from this kernel's model (SASS, docs/RESULTS.md 2026-11-27
-// session 15): staging ~4·Σk cycles of a scheduler (~13 instructions a word, 64·Σk words, 16 warps)
-// plus ~600 a round trip of KVQ_PQL_STAGE word pairs a thread; ~3800 cycles a pass of 512 rows at
+// session 15): staging ~9·Σk cycles of a scheduler (~35 instructions a pair of words, 32·Σk pairs,
+// 16 warps) plus ~600 a round trip of KVQ_PQL_STAGE pairs a thread; ~3800 cycles a pass of 512 rows at
 // one token (4 warps a scheduler, ~960 instructions a (row, group)); waves from the occupancy
 // calculator.
 static int qets2_plan(kvq_cuda_pqx *t, const kvq_pqx *w) {
@@ -525,7 +525,7 @@ static int qets2_plan(kvq_cuda_pqx *t, const kvq_pqx *w) {
     if (oe != cudaSuccess) cudaGetLastError(), occ = 1;
     const int64_t cap = (int64_t)n_sm * std::max(occ, 1);
     const int64_t trips = (32 * ks + QETS_THREADS * KVQ_PQL_STAGE - 1) / (QETS_THREADS * KVQ_PQL_STAGE);
-    const double stage = 4.0 * (double)ks + 600.0 * (double)trips;
+    const double stage = 9.0 * (double)ks + 600.0 * (double)trips;
     double best = 0;
     t->qs_chunks = 1;
     for (int64_t c = 1; c <= 16 && c <= p.rows; c++) {
