@@ -450,7 +450,10 @@ KVQ_PQ_HD static inline void kvq_pql_qets2_stage(const kvq_pqx *p, int bf16, int
         int to[KVQ_PQL_STAGE];
         KVQ_PQL_UNROLL
         for (int u = 0; u < KVQ_PQL_STAGE; u++) {
-            to[u] = -1, lo[u] = hi[u] = sh[u] = 0u;
+            to[u] = -1;
+#ifndef __CUDA_ARCH__
+            lo[u] = hi[u] = sh[u] = 0u; // (read only where to[u] >= 0; set for the host compiler's warnings)
+#endif
             if (t >= 8) continue;
             if (moved) { // slot t's run: words (g + t·G)·n.., bits ·cb
                 const uint64_t o0 = (uint64_t)(g + (int64_t)t * p->groups) * (uint64_t)n;
