@@ -181,7 +181,8 @@ static inline void rand_qetg(kvq_pqx *p, int64_t rows, int64_t cols, int levels,
  *  tokens (its kvq_cuda_pqx_batch; 8 for the layouts of the tests): every lane's arithmetic
  *  (kernels/cuda/pqx_lane.h) in the same order and the kernels' reduction trees, so the device
  *  should give these bits. qet_kernel (QET layouts): 1 the expanded-codebook kernel (the default),
- *  0 the per-weight decode (KVQ_CUDA_QET=decode), 2 the shared-memory tables (KVQ_CUDA_QET=smem);
+ *  0 the per-weight decode (KVQ_CUDA_QET=decode), 2 the shared-memory tables (KVQ_CUDA_QET=smem),
+ *  3 their second form (KVQ_CUDA_QET=smem2: values from the staged words, CQO without I2F);
  *  kvq_cuda_pqx_qet_kernel says which ran. */
 static inline void pqx_emulate_k(const kvq_pqx *p, const float *x, int n_tok, int nb_max, int qet_kernel, float *y) {
     const int64_t rows = p->rows, cols = p->cols;
@@ -195,12 +196,13 @@ static inline void pqx_emulate_k(const kvq_pqx *p, const float *x, int n_tok, in
         const int nb = n_tok - t0 < nb_max ? n_tok - t0 : nb_max;
         const float *xb = x + (size_t)t0 * (size_t)cols;
         float *yb = y + (size_t)t0 * (size_t)rows;
-        if (p->levels && qet_kernel == 2) { // qetx_rows_s's partials (G, nb, rows), then qetx_sum
+        if (p->levels && qet_kernel >= 2) { // qetx_rows_s(2)'s partials (G, nb, rows), then qetx_sum(2)
             const int64_t G = p->groups;
             float *P = malloc(sizeof(float) * (size_t)(G * nb * rows)), acc[8];
             for (int64_t g = 0; g < G; g++)
                 for (int64_t r = 0; r < rows; r++) {
-                    kvq_pql_qets(p, xb, cols, nb, r, g, acc);
+                    if (qet_kernel == 3) kvq_pql_qets2(p, xb, cols, nb, r, g, acc);
+                    else kvq_pql_qets(p, xb, cols, nb, r, g, acc);
                     for (int t = 0; t < nb; t++) P[(g * nb + t) * rows + r] = acc[t];
                 }
             for (int t = 0; t < nb; t++)
@@ -251,10 +253,6 @@ static inline void pqx_emulate_k(const kvq_pqx *p, const float *x, int n_tok, in
     }
     free(E[0]);
     free(E[1]);
-}
-/** pqx_emulate_k with the default QET kernel (expanded codebooks). */
-static inline void pqx_emulate(const kvq_pqx *p, const float *x, int n_tok, int nb_max, float *y) {
-    pqx_emulate_k(p, x, n_tok, nb_max, 1, y);
 }
 
 /** Σ over the terms of row r's product of |c·x| (PQ: every stage's centroid coordinate times its

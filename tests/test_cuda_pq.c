@@ -3,8 +3,9 @@
 // and 2 stages, every codebook type (bf16, f16, f32, CQO), uint8 / uint16 / lane-packed indices
 // (one word and, built here, two words a group with straddling fields), padded rows; QET
 // (3-level swap trees) with bf16, f32 and CQO codebooks of 7..24 bits, 4/8/16-bit indices, under
-// the three QET kernels (expanded codebooks, the default; KVQ_CUDA_QET=smem, shared-memory
-// tables; KVQ_CUDA_QET=decode); for
+// the four QET kernels (expanded codebooks, the default; KVQ_CUDA_QET=smem, shared-memory
+// tables; KVQ_CUDA_QET=smem2, the same bits by another kernel, also compared with smem bit for
+// bit; KVQ_CUDA_QET=decode); for
 // 1, 3, 8 and 13 tokens (two batches), and several blocks accumulating into one output. Then
 // small models converted with pq:4 and qet:4 on the GPU backend against the CPU backend.
 // Skips (saying why) without a GPU.
@@ -256,39 +257,74 @@ static void check_misaligned(const kvq_pqx *p, const char *what, uint64_t *seed)
     free(x); free(xc); free(yc); free(yg); free(wrow); free(sc);
 }
 
-// Every QET layout under the three kernels: the shared-memory tables (the default: KVQ_CUDA_QET
+// The smem2 kernel (KVQ_CUDA_QET=smem2) against the smem kernel on the device, bit for bit: 1, 8 and
+// 13 tokens (two batches), the same layout uploaded under each. @return 1 if smem2 ran.
+static int compare_smem2(const kvq_pqx *p, const char *what, uint64_t *seed) {
+    enum { TMAX = 13 };
+    kvq_cuda_pqx *t[2] = {NULL, NULL};
+    kvq_err err = {0};
+    for (int v = 0; v < 2; v++) {
+        setenv("KVQ_CUDA_QET", v ? "smem2" : "smem", 1);
+        if (kvq_cuda_pqx_upload(p, &t[v], &err)) fail_msg("%s: upload: %s", what, err.msg);
+    }
+    const int ran = kvq_cuda_pqx_qet_kernel(t[1]) == 3;
+    float *x = randvec(TMAX * p->cols, seed), *y[2];
+    for (int v = 0; v < 2; v++) y[v] = malloc(sizeof(float) * (size_t)(TMAX * p->rows));
+    long differ = 0;
+    const int toks[] = {1, 8, TMAX};
+    for (int ti = 0; ti < 3; ti++) {
+        for (int v = 0; v < 2; v++) {
+            memset(y[v], 0xff, sizeof(float) * (size_t)(toks[ti] * p->rows));
+            if (kvq_cuda_pqx_matmul_host(t[v], x, toks[ti], y[v], &err)) fail_msg("%s: %s", what, err.msg);
+        }
+        for (int64_t o = 0; o < toks[ti] * p->rows; o++) differ += memcmp(&y[0][o], &y[1][o], sizeof(float)) != 0;
+    }
+    printf("  %-40s smem2 (kernel %d) against smem (kernel %d), 1/8/13 tokens: %ld outputs differ\n", what,
+           kvq_cuda_pqx_qet_kernel(t[1]), kvq_cuda_pqx_qet_kernel(t[0]), differ);
+    assert_int_equal(differ, 0);
+    for (int v = 0; v < 2; v++) { kvq_cuda_pqx_free(t[v]); free(y[v]); }
+    free(x);
+    unsetenv("KVQ_CUDA_QET");
+    return ran;
+}
+
+// Every QET layout under the four kernels: the shared-memory tables (the default: KVQ_CUDA_QET
 // unset, or =smem for every other layout; layouts it does not hold run the expanded kernel: f32
-// codebooks, CQO codes over 16 bits), the expanded-codebook one (KVQ_CUDA_QET=expand) and the
-// per-weight decode (KVQ_CUDA_QET=decode), each against the CPU and its own emulation.
+// codebooks, CQO codes over 16 bits), their second form (KVQ_CUDA_QET=smem2; also compared bit for
+// bit with smem on the device), the expanded-codebook one (KVQ_CUDA_QET=expand) and the per-weight
+// decode (KVQ_CUDA_QET=decode), each against the CPU and its own emulation.
 static void test_qet_products(void **st) {
     (void)st;
     if (!have_gpu()) skip();
-    int n_smem = 0;
-    for (int qk = 2; qk >= 0; qk--) {
+    int n_smem = 0, n_smem2 = 0, n_same = 0;
+    static const char *env[] = {"decode", "expand", "smem", "smem2"};
+    for (int qk = 3; qk >= 0; qk--) {
         uint64_t s = 77;
         for (size_t i = 0; i < sizeof qshapes / sizeof qshapes[0]; i++) {
             const qshape *sh = &qshapes[i];
             if (qk == 2 && i % 2) unsetenv("KVQ_CUDA_QET");
-            else setenv("KVQ_CUDA_QET", qk == 2 ? "smem" : qk ? "expand" : "decode", 1);
+            else setenv("KVQ_CUDA_QET", env[qk], 1);
             kvq_pqx p;
             rand_qetx(&p, sh->rows, sh->cols, sh->stages, sh->k, sh->cb_type, sh->cb_bits, &s);
             char what[96];
             snprintf(what, sizeof what, "qet r%d cb%d/%d bits k%lld,%lld %s", sh->stages, sh->cb_type, sh->cb_bits,
-                     (long long)sh->k[0], (long long)sh->k[1], qk == 2 ? "smem" : qk ? "expanded" : "decode");
+                     (long long)sh->k[0], (long long)sh->k[1], qk == 1 ? "expanded" : env[qk]);
             kvq_cuda_pqx *t = NULL;
             kvq_err err = {0};
             if (kvq_cuda_pqx_upload(&p, &t, &err)) fail_msg("%s: upload: %s", what, err.msg);
             const int held = sh->cb_type != KVQ_PQX_CB_F32 && (sh->cb_type != KVQ_PQX_CB_CQO || sh->cb_bits <= 16);
-            assert_int_equal(kvq_cuda_pqx_qet_kernel(t), qk == 2 && !held ? 1 : qk);
+            assert_int_equal(kvq_cuda_pqx_qet_kernel(t), qk >= 2 && !held ? 1 : qk);
             n_smem += kvq_cuda_pqx_qet_kernel(t) == 2;
+            n_smem2 += kvq_cuda_pqx_qet_kernel(t) == 3;
             kvq_cuda_pqx_free(t);
             check_layout(&p, what, &s);
             uint64_t ms = 99 + i; // its own stream: both passes see the same layouts
             if (qk && i < 2) check_misaligned(&p, what, &ms);
+            if (qk == 3 && held) n_same += compare_smem2(&p, what, &ms);
             kvq_pqx_free(&p);
         }
     }
-    assert_true(n_smem >= 4); // the shared-memory kernel ran, not only its fallback
+    assert_true(n_smem >= 4 && n_smem2 >= 8 && n_same >= 8); // the shared-memory kernels ran, not only their fallbacks
     unsetenv("KVQ_CUDA_QET");
 }
 
@@ -320,6 +356,30 @@ static void test_qet_shared_bytes(void **st) {
     printf("  large tables (141 KB) run after a small layout of the same instance was uploaded: the emulation's bits\n");
     kvq_cuda_pqx_free(tb); kvq_cuda_pqx_free(ts);
     kvq_pqx_free(&big); kvq_pqx_free(&small);
+}
+
+// smem2's guard: a CQO step it cannot decode exactly (infinite, or 2^100 and over: −2^23·step would
+// not be finite, inf − inf) makes the upload take the smem kernel, whose products stay the CPU's.
+static void test_smem2_guard(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    uint64_t s = 12;
+    const int64_t k[2] = {50, 12};
+    const float bad[] = {INFINITY, 0x1p100f};
+    for (int b = 0; b < 2; b++) {
+        kvq_pqx p;
+        rand_qetx(&p, 37, 128, 2, k, KVQ_PQX_CB_CQO, 10, &s);
+        memcpy((uint8_t *)p.cb[1] + 8 * 5 + 4, &bad[b], 4); // stage 2, subspace 5's step
+        setenv("KVQ_CUDA_QET", "smem2", 1);
+        kvq_cuda_pqx *t = NULL;
+        kvq_err err = {0};
+        if (kvq_cuda_pqx_upload(&p, &t, &err)) fail_msg("smem2 guard: upload: %s", err.msg);
+        assert_int_equal(kvq_cuda_pqx_qet_kernel(t), 2);
+        kvq_cuda_pqx_free(t);
+        if (b) check_layout(&p, "qet smem2 guard: a step of 2^100", &s); // (an infinite one has no finite bound)
+        unsetenv("KVQ_CUDA_QET");
+        kvq_pqx_free(&p);
+    }
 }
 
 // Layouts the GPU file does not run are refused with KVQ_ERR_UNSUPPORTED (no device needed to
@@ -457,8 +517,12 @@ int main(void) {
         cmocka_unit_test(test_pq_products),
         cmocka_unit_test(test_qet_products),
         cmocka_unit_test(test_qet_shared_bytes),
+        cmocka_unit_test(test_smem2_guard),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_models),
     };
+    // KVQ_TEST_FILTER="test_qet*": only the tests matching the pattern (cmocka's * and ?), for a short device call
+    const char *f = getenv("KVQ_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

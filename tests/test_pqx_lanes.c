@@ -6,7 +6,8 @@
 // kvq_qetx_sigma for all 4096 fields (and the expanded kernel's in-register undo of it puts
 // every leaf there), the expanded QET tables hold kvq_qetx_cb's values, and every product row of
 // the three QET kernels (decode, expanded, shared-memory tables) is within the float summation
-// bound of the CPU's; the shared-memory kernel's staged tables decode to kvq_qetx_cb's values. No device needed: the index and codebook arithmetic of the GPU path is checked
+// bound of the CPU's; the shared-memory kernel's staged tables decode to kvq_qetx_cb's values, smem2's
+// staging builds the same tables, its decode gives smem's bits. No device needed: the index and codebook arithmetic of the GPU path is checked
 // here in `make test`; tests/test_cuda_pq.c checks the device against it.
 #include <math.h>
 #include <setjmp.h>
@@ -59,7 +60,7 @@ static void check_k(const kvq_pqx *p, int T, int nb, int qk, uint64_t *seed, con
                          ye[t * rows + r], yc[t * rows + r], 2 * gam * mag);
         }
     printf("  %-34s T %2d nb %d%s: max |gpu-cpu|/Σ|c·x| %.2g (bound %.2g)\n", what, T, nb,
-           p->levels ? (qk == 2 ? " smem    " : qk ? " expanded" : " decode  ") : "", worst, 2 * gam);
+           p->levels ? (qk == 3 ? " smem2   " : qk == 2 ? " smem    " : qk ? " expanded" : " decode  ") : "", worst, 2 * gam);
     free(x); free(yc); free(ye); free(wrow); free(sc);
 }
 static void check(const kvq_pqx *p, int T, int nb, uint64_t *seed, const char *what) { check_k(p, T, nb, 1, seed, what); }
@@ -129,6 +130,7 @@ static const qshape qshapes[] = {
 static void test_qet(void **st) {
     (void)st;
     uint64_t s = 47;
+    int n_staged = 0;
     for (size_t i = 0; i < sizeof qshapes / sizeof qshapes[0]; i++) {
         const qshape *sh = &qshapes[i];
         kvq_pqx p;
@@ -157,7 +159,7 @@ static void test_qet(void **st) {
         if (p.cb_type == KVQ_PQX_CB_BF16 || (p.cb_type == KVQ_PQX_CB_CQO && p.cb_bits <= 16))
             for (int sg = 0; sg < p.stages; sg++) {
                 const int k = (int)p.k[sg], bf = p.cb_type == KVQ_PQX_CB_BF16;
-                uint16_t *T = malloc(sizeof(uint16_t) * 64 * (size_t)k);
+                uint16_t *T = malloc(sizeof(uint16_t) * 64 * (size_t)k), *T2 = malloc(sizeof(uint16_t) * 64 * (size_t)k);
                 uint8_t *hit = calloc(64 * (size_t)k, 1);
                 for (int64_t g = 0; g < p.groups; g += 2) {
                     for (int t = 0; t < 8; t++)
@@ -168,6 +170,14 @@ static void test_qet(void **st) {
                             T[at] = kvq_pql_qets_word(&p, bf, sg, g, t, ol);
                         }
                     for (int e = 0; e < 64 * k; e++) assert_int_equal(hit[e], 1);
+                    // smem2's staging (every thread of 512, and of 32: more pairs a thread, slot
+                    // changes inside a batch) builds the same table
+                    for (int nthr = 32; nthr <= 512; nthr *= 16) {
+                        memset(T2, 0xa5, sizeof(uint16_t) * 64 * (size_t)k);
+                        for (int tid = 0; tid < nthr; tid++) kvq_pql_qets2_stage(&p, bf, sg, g, tid, nthr, T2);
+                        assert_memory_equal(T2, T, sizeof(uint16_t) * 64 * (size_t)k);
+                        n_staged++;
+                    }
                     for (int c = 0; c < k; c++)
                         for (int t = 0; t < 8; t++) {
                             const int64_t j = g + t * p.groups;
@@ -182,18 +192,72 @@ static void test_qet(void **st) {
                         }
                 }
                 free(T);
+                free(T2);
                 free(hit);
             }
         char what[80];
         snprintf(what, sizeof what, "qet r%d cb%d/%d k%lld,%lld", sh->stages, sh->cb_type, sh->cb_bits, (long long)sh->k[0],
                  (long long)sh->k[1]);
-        for (int qk = 0; qk < 3; qk++) { // the per-weight decode kernel, the expanded one, shared-memory tables
+        const int held = p.cb_type == KVQ_PQX_CB_BF16 || (p.cb_type == KVQ_PQX_CB_CQO && p.cb_bits <= 16);
+        for (int qk = 0; qk < 3 + held; qk++) { // per-weight decode, expanded, shared-memory tables (and smem2 where held)
             check_k(&p, 1, 8, qk, &s, what);
             check_k(&p, 10, 8, qk, &s, what);
             check_k(&p, 5, 3, qk, &s, what);
         }
+        // smem2 gives smem's bits on the layouts both hold (10 tokens in batches of 8, and 5 in 3)
+        if (held)
+            for (int T = 5; T <= 10; T += 5) {
+                float *x = randvec(T * p.cols, &s), *y2 = malloc(sizeof(float) * (size_t)(T * p.rows)),
+                      *y3 = malloc(sizeof(float) * (size_t)(T * p.rows));
+                pqx_emulate_k(&p, x, T, T == 5 ? 3 : 8, 2, y2);
+                pqx_emulate_k(&p, x, T, T == 5 ? 3 : 8, 3, y3);
+                assert_memory_equal(y2, y3, sizeof(float) * (size_t)(T * p.rows));
+                free(x); free(y2); free(y3);
+            }
         kvq_pqx_free(&p);
     }
+    printf("  smem2 staging: %d tables equal to the reference's\n", n_staged);
+    assert_true(n_staged == 16); // the 4 layouts smem holds, every other group, both thread counts
+}
+
+// smem2's CQO decode (kvq_pql_qets2_val: a byte permute and fma(2^23 + code, step, −2^23·step), then
+// + min) against the smem kernel's (kvq_pql_qets_val: min + (float)code·step, each rounded) for every
+// 16-bit code, both halves of the word, on steps of every scale the guard admits (random, powers of
+// two, subnormal, negative, near 2^100) and mins including ±0: the same bits, except that a zero
+// may carry the other sign (which no partial shows: they start at +0). The guard refuses infinite,
+// NaN and huge steps, where the identity fails (inf − inf).
+static void test_qets2_val(void **st) {
+    (void)st;
+    uint64_t s = 4242;
+    float steps[64];
+    int ns = 0;
+    const float fixed[] = {1.0f, -1.0f, 0x1p-20f, 0x1p-126f, 0x1p-140f, -0x1p-149f, 0x1.fffffep99f, -0x1.8p99f, 3.0e-3f, 0.0f, -0.0f};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) steps[ns++] = fixed[i];
+    while (ns < 64) steps[ns++] = (float)(gauss(&s) * ldexp(1.0, (int)(rng_next(&s) % 80) - 60));
+    const float mins[] = {0.0f, -0.0f, 1.5f, -2.25f, 1e-30f, -3.0e5f};
+    long n = 0, zero_sign = 0;
+    for (int i = 0; i < ns; i++) {
+        assert_true(kvq_pql_qets2_step_ok(steps[i]));
+        const float nst = -0x1p23f * steps[i];
+        for (size_t j = 0; j < sizeof mins / sizeof mins[0]; j++)
+            for (uint32_t code = 0; code < 65536; code += 1 + (i > 8) * 6) {
+                const uint32_t wd = code | (65535u - code) << 16;
+                for (int hi = 0; hi < 2; hi++) {
+                    const float a = kvq_pql_qets_val(0, wd, hi, mins[j], steps[i]);
+                    const float b = kvq_pql_qets2_val(wd, hi, mins[j], steps[i], nst);
+                    n++;
+                    if (a == 0.0f && b == 0.0f) { zero_sign += memcmp(&a, &b, 4) != 0; continue; }
+                    if (memcmp(&a, &b, 4))
+                        fail_msg("code %u step %a min %a: smem %a smem2 %a", hi ? 65535u - code : code, steps[i], mins[j], a, b);
+                }
+            }
+    }
+    printf("  smem2 decode: %ld values equal to the smem kernel's bit for bit (%ld zeros of the other sign)\n", n - zero_sign, zero_sign);
+    const float bad[] = {INFINITY, -INFINITY, NAN, 0x1p100f, -0x1p101f};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) assert_false(kvq_pql_qets2_step_ok(bad[i]));
+    // why the guard: an infinite step gives inf − inf = NaN where the decoder gives inf
+    const float a = kvq_pql_qets_val(0, 5u, 0, 0.0f, INFINITY), b = kvq_pql_qets2_val(5u, 0, 0.0f, INFINITY, -INFINITY);
+    assert_true(isinf(a) && isnan(b));
 }
 
 int main(void) {
@@ -202,6 +266,7 @@ int main(void) {
         cmocka_unit_test(test_unswap),
         cmocka_unit_test(test_pq),
         cmocka_unit_test(test_qet),
+        cmocka_unit_test(test_qets2_val),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

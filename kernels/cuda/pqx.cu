@@ -26,9 +26,11 @@
 //             (12 conditional swaps), then acc = fma(w[q], x[8b + q], acc), q = 0..7, x read as two
 //             16-byte loads a token; then a butterfly over the row's 8 lanes (xor 4, 2, 1).
 //             kvq_pql_qetx / kvq_pql_qetx_combine (pqx_lane.h) are its lanes and its tree.
-// KVQ_CUDA_QET=smem (session 14, helper i12s; not yet measured): qetx_rows_s, a block per (column
-//   group, row chunk) with the group's codebooks staged in shared memory as 16-bit words, a
-//   thread per (row, group) partial; qetx_sum adds a row's partials in group order (see below).
+// KVQ_CUDA_QET=smem (session 14, helper i12s; the default since session 15): qetx_rows_s, a block
+//   per (column group, row chunk) with the group's codebooks staged in shared memory as 16-bit words,
+//   a thread per (row, group) partial; qetx_sum adds a row's partials in group order (see below).
+// KVQ_CUDA_QET=smem2 (session 15, helper 43; not yet measured): qetx_rows_s2 + qetx_sum2, the same
+//   tables, partials and bits, rebuilt for latency (prefetched index words, no I2F; see below).
 // The previous kernel stays for A/B (KVQ_CUDA_QET=decode; also taken when x is not 16-byte
 // aligned): qetx_rows, one warp per row; lane l
 //   takes the blocks b ≡ l (mod 32) in increasing b: σ from the block's switch field, then for
@@ -52,8 +54,9 @@
 #define PQX_SCRATCH_CAP ((size_t)256 << 20)   // a batch's tables stay under this (fewer tokens if not)
 
 // KVQ_CUDA_QET=decode | expand | smem (the default since the H100 run of session 15: 1.7-1.9x the
-// expanded kernel at one token, docs/RESULTS.md; layouts it does not hold run expand)
-enum { QET_DECODE = 0, QET_EXPAND = 1, QET_SMEM = 2 };
+// expanded kernel at one token, docs/RESULTS.md; layouts it does not hold run expand) | smem2 (the
+// same bits, built for latency: session 15, helper 43; not yet measured)
+enum { QET_DECODE = 0, QET_EXPAND = 1, QET_SMEM = 2, QET_SMEM2 = 3 };
 #define QETS_THREADS 512 // qetx_rows_s: threads a block (one block an SM when the tables are large)
 
 struct kvq_cuda_pqx {
@@ -61,10 +64,10 @@ struct kvq_cuda_pqx {
     size_t bytes;   // device bytes of the arrays
     int64_t lut;    // PQ: floats of one token's tables, Σ_s m·k_s; QET expand: Σ_s m·k_s·8
     int nb;         // tokens per batch
-    int qet;        // QET: QET_DECODE, QET_EXPAND or QET_SMEM (read from the environment at upload)
-    int qs_cb;      // QET_SMEM: 0 CQO codes, 1 bf16 words in the shared tables
-    int qs_chunks;  // QET_SMEM: row chunks (gridDim.y); any number gives the same bits
-    size_t qs_smem; // QET_SMEM: dynamic shared bytes a block at 8 tokens
+    int qet;        // QET: QET_DECODE, QET_EXPAND, QET_SMEM or QET_SMEM2 (read from the environment at upload)
+    int qs_cb;      // QET_SMEM(2): 0 CQO codes, 1 bf16 words in the shared tables
+    int qs_chunks;  // QET_SMEM(2): row chunks (gridDim.y); any number gives the same bits
+    size_t qs_smem; // QET_SMEM(2): dynamic shared bytes a block at 8 tokens
 };
 
 // ---- PQ (the per-thread arithmetic is kernels/cuda/pqx_lane.h's)
@@ -258,6 +261,149 @@ __global__ void __launch_bounds__(256) qetx_sum(const float *__restrict__ P, int
     *yo = accumulate ? *yo + v : v;
 }
 
+// ---- QET from shared-memory tables, second form (KVQ_CUDA_QET=smem2; session 15, helper 43)
+// qetx_rows_s's blocks, tables, partials and order (the same bits: tests/test_cuda_pq.c compares the
+// two), rebuilt for latency, which is what bounds qetx_rows_s (Nsight Compute, H100, 28672×4096, one
+// token: 16 warps an SM, ~0.35 instructions a cycle a scheduler, DRAM at 13 % of its bandwidth):
+// - the next row's index and switch words are loaded at the top of the current row (the first
+//   row's before the staging), so no row waits for DRAM; qetx_rows_s's SASS issued its three loads
+//   one after another, each behind the extraction of the one before (index-width branches);
+// - CQO values without I2F (an eighth of the FP32 rate): kvq_pql_qets2_val, a byte permute and
+//   fma(F, step, −2^23·step), the decoder's bits; min, step, −2^23·step of the group's 16 slots in
+//   shared memory;
+// - a row's values slot by slot (v[i][t]), so a slot's words and min/step live only while it is
+//   decoded (128 registers, the cap of 512 threads, without spills at one token);
+// - the staging (kvq_pql_qets2_stage) takes two words a thread at a time and loads
+//   KVQ_PQL_STAGE pairs before it stores any (qetx_rows_s: one round trip to L2 a word, ~140 a
+//   thread at k 1074/32; here ~9).
+// P and the row chunks as qetx_rows_s's; qetx_sum2 adds the partials in qetx_sum's order.
+static_assert(QETS_THREADS % 32 == 0, "kvq_pql_qets2_stage steps table positions by 16·blockDim.x");
+
+// A row's global words: indices of stage 0 and 1 (qb bytes each at qb = 16, 8, 4 bits) and the 12
+// bytes of switch fields.
+struct qets2_raw {
+    uint4 i0, i1;
+    uint32_t f0, f1, f2;
+};
+__device__ __forceinline__ uint4 qets2_ldidx(const void *base, int qb, int64_t o) {
+    if (qb == 16) return __ldg((const uint4 *)base + o);
+    if (qb == 8) { const uint2 u = __ldg((const uint2 *)base + o); return make_uint4(u.x, u.y, 0u, 0u); }
+    return make_uint4(__ldg((const uint32_t *)base + o), 0u, 0u, 0u);
+}
+template <int S2> __device__ __forceinline__ qets2_raw qets2_load(const kvq_pqx &p, int64_t r, int64_t g) {
+    qets2_raw w;
+    const int64_t o = r * p.groups + g;
+    w.i0 = qets2_ldidx(p.idx[0], p.qbits[0], o);
+    w.i1 = S2 ? qets2_ldidx(p.idx[1], p.qbits[1], o) : make_uint4(0u, 0u, 0u, 0u);
+    const uint32_t *f = (const uint32_t *)(p.sw + o * KVQ_QETX_SW_BYTES);
+    w.f0 = __ldg(f), w.f1 = __ldg(f + 1), w.f2 = __ldg(f + 2);
+    return w;
+}
+// The 8 indices of a stage from its words (kvq_pql_qidx8's extraction).
+__device__ __forceinline__ void qets2_split(int qb, uint4 u, uint32_t *c) {
+    if (qb == 16) {
+        const uint32_t a[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int t = 0; t < 8; t++) c[t] = __byte_perm(a[t >> 1], 0, t & 1 ? 0x4432 : 0x4410);
+    } else if (qb == 8) {
+#pragma unroll
+        for (int t = 0; t < 8; t++) c[t] = __byte_perm(t < 4 ? u.x : u.y, 0, 0x4440 | (t & 3));
+    } else {
+#pragma unroll
+        for (int t = 0; t < 8; t++) c[t] = (u.x >> (4 * t)) & 15u;
+    }
+}
+
+// kvq_pql_qets2_val with 2^23's bits read from the slot's entry (m.w) rather than written as a
+// constant: as a constant it took PRMT's immediate operand, and each selector then cost a move.
+__device__ __forceinline__ float qets2_val(uint32_t wd, int hi, float4 m) {
+    const float F = __uint_as_float(__byte_perm(wd, __float_as_uint(m.w), hi ? 0x7632 : 0x7610));
+    return __fadd_rn(m.x, __fmaf_rn(F, m.y, m.z));
+}
+
+template <int NB, int CB, int S2>
+__global__ void __launch_bounds__(QETS_THREADS, 1) qetx_rows_s2(kvq_pqx p, const float *__restrict__ x, int64_t ldx,
+                                                                float *__restrict__ P, int64_t rows_per) {
+    extern __shared__ __align__(16) unsigned char qs_sm[];
+    const int64_t g = blockIdx.x, G = p.groups, rows = p.rows;
+    const int k0 = (int)p.k[0], k1 = S2 ? (int)p.k[1] : 0, qb0 = p.qbits[0], qb1 = S2 ? p.qbits[1] : 0;
+    uint16_t *T0 = (uint16_t *)qs_sm, *T1 = T0 + 64 * k0; // (k_s, 8 slots, 8) words, swizzled
+    float4 *ms = (float4 *)(T1 + 64 * k1);                 // (2, 8): min, step, −2^23·step, 2^23
+    float *xs = (float *)(ms + 16);                        // (NB, 64)
+    const int64_t r_lo = blockIdx.y * rows_per, r_hi = r_lo + rows_per < rows ? r_lo + rows_per : rows;
+    int64_t r = r_lo + threadIdx.x;
+    qets2_raw nx = {};
+    if (r < r_hi) nx = qets2_load<S2>(p, r, g); // the first row's words travel during the staging
+    kvq_pql_qets2_stage(&p, CB, 0, g, threadIdx.x, blockDim.x, T0);
+    if (S2) kvq_pql_qets2_stage(&p, CB, 1, g, threadIdx.x, blockDim.x, T1);
+    if (CB == 0 && threadIdx.x < 16) { // slot (s, t) = threadIdx.x
+        const int s = threadIdx.x >> 3, t = threadIdx.x & 7;
+        if (s < 1 + S2) {
+            const float *m = (const float *)p.cb[s] + 2 * (g + t * G);
+            const float mn = __ldg(m), st = __ldg(m + 1);
+            ms[threadIdx.x] = make_float4(mn, st, __fmul_rn(-0x1p23f, st), __uint_as_float(0x4B000000u));
+        }
+    }
+    for (int e = threadIdx.x; e < 64 * NB; e += blockDim.x) xs[e] = __ldg(x + (e >> 6) * ldx + 64 * g + (e & 63));
+    __syncthreads();
+    for (; r < r_hi; r += blockDim.x) {
+        const qets2_raw cu = nx;
+        if (r + blockDim.x < r_hi) nx = qets2_load<S2>(p, r + blockDim.x, g);
+        uint32_t c0[8], c1[8];
+        qets2_split(qb0, cu.i0, c0);
+        if (S2) qets2_split(qb1, cu.i1, c1);
+        float v[8][8]; // (block i, slot t): the decoder's values, stages added
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+#pragma unroll
+            for (int s = 0; s < 1 + S2; s++) {
+                const uint4 a = *(const uint4 *)((s ? T1 : T0) + kvq_pql_qets_at((int)(s ? c1[t] : c0[t]), t));
+                float4 m = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (CB == 0) m = ms[8 * s + t];
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const uint32_t wd = (i >> 1) == 0 ? a.x : (i >> 1) == 1 ? a.y : (i >> 1) == 2 ? a.z : a.w;
+                    const float val = CB == 1 ? kvq_pql_qets_val(1, wd, i & 1, 0.0f, 0.0f) : qets2_val(wd, i & 1, m);
+                    v[i][t] = s ? __fadd_rn(v[i][t], val) : val;
+                }
+            }
+        }
+        const uint32_t sw[4] = {cu.f0, cu.f1, cu.f2, 0u};
+        float acc[NB];
+#pragma unroll
+        for (int tk = 0; tk < NB; tk++) acc[tk] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t f = __funnelshift_r(sw[(12 * i) >> 5], sw[((12 * i) >> 5) + 1], (12 * i) & 31) & 0xfffu;
+            kvq_pql_qets_blk(f, v[i], xs + 8 * i, 64, NB, acc);
+        }
+#pragma unroll
+        for (int tk = 0; tk < NB; tk++) P[(g * NB + tk) * rows + r] = acc[tk];
+    }
+}
+
+// qetx_sum's sums (the same order, the same bits) with 16 loads a thread in flight and blocks of
+// 128 threads (rows·T threads in all: 28,672 at one token, ~7 warps an SM).
+__global__ void __launch_bounds__(128) qetx_sum2(const float *__restrict__ P, int64_t rows, int64_t G, int nb,
+                                                 float *__restrict__ y, int64_t ldy, int accumulate) {
+    const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= rows * nb) return;
+    const int64_t t = o / rows, r = o - t * rows, st = nb * rows;
+    const float *q = P + t * rows + r;
+    float v = __ldg(q);
+    int64_t g = 1;
+    for (; g + 16 <= G; g += 16) {
+        float u[16];
+#pragma unroll
+        for (int j = 0; j < 16; j++) u[j] = __ldg(q + (g + j) * st);
+#pragma unroll
+        for (int j = 0; j < 16; j++) v = __fadd_rn(v, u[j]);
+    }
+    for (; g < G; g++) v = __fadd_rn(v, __ldg(q + g * st));
+    float *yo = y + t * ldy + r;
+    *yo = accumulate ? *yo + v : v;
+}
+
 template <int NB, int CB, int S2> static int qets_attr(size_t smem) {
     return cudaFuncSetAttribute(qetx_rows_s<NB, CB, S2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess;
 }
@@ -329,6 +475,78 @@ static int qets_plan(kvq_cuda_pqx *t) {
     return QET_SMEM;
 }
 
+template <int NB, int CB, int S2> static int qets2_attr(size_t smem) {
+    return cudaFuncSetAttribute(qetx_rows_s2<NB, CB, S2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess;
+}
+static size_t g_qs2_attr[2][2]; // as g_qs_attr: the attribute only ever rises
+template <int CB, int S2> static int qets2_attrs(size_t smem) {
+    if (smem <= g_qs2_attr[CB][S2]) return 0;
+    const int bad = qets2_attr<1, CB, S2>(smem) | qets2_attr<2, CB, S2>(smem) | qets2_attr<3, CB, S2>(smem) | qets2_attr<4, CB, S2>(smem) |
+                    qets2_attr<5, CB, S2>(smem) | qets2_attr<6, CB, S2>(smem) | qets2_attr<7, CB, S2>(smem) | qets2_attr<8, CB, S2>(smem);
+    if (!bad) g_qs2_attr[CB][S2] = smem;
+    return bad;
+}
+template <int CB, int S2> static cudaError_t qets2_occ(int *n, size_t smem) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, qetx_rows_s2<1, CB, S2>, QETS_THREADS, smem - sizeof(float) * 64 * (PQX_TB - 1));
+}
+template <int NB>
+static void launch_s2(const kvq_cuda_pqx *t, const float *x, int64_t ldx, float *P, cudaStream_t st) {
+    const kvq_pqx &p = t->d;
+    const dim3 grid((unsigned)p.groups, (unsigned)t->qs_chunks);
+    const int64_t per = (p.rows + t->qs_chunks - 1) / t->qs_chunks;
+    const size_t sm = t->qs_smem - sizeof(float) * 64 * (PQX_TB - NB);
+    if (t->qs_cb == 1 && p.stages > 1) qetx_rows_s2<NB, 1, 1><<<grid, QETS_THREADS, sm, st>>>(p, x, ldx, P, per);
+    else if (t->qs_cb == 1) qetx_rows_s2<NB, 1, 0><<<grid, QETS_THREADS, sm, st>>>(p, x, ldx, P, per);
+    else if (p.stages > 1) qetx_rows_s2<NB, 0, 1><<<grid, QETS_THREADS, sm, st>>>(p, x, ldx, P, per);
+    else qetx_rows_s2<NB, 0, 0><<<grid, QETS_THREADS, sm, st>>>(p, x, ldx, P, per);
+}
+
+// KVQ_CUDA_QET=smem2 on host layout w (uploaded as t): qets_plan's conditions, and every CQO step
+// one that kvq_pql_qets2_val decodes exactly (finite, under 2^100; else the smem kernel runs: the
+// same bits). Row chunks as qets_plan's, from this kernel's model (SASS, docs/RESULTS.md 2026-11-27
+// session 15): staging ~9·Σk cycles of a scheduler (~35 instructions a pair of words, 32·Σk pairs,
+// 16 warps) plus ~600 a round trip of KVQ_PQL_STAGE pairs a thread; ~3800 cycles a pass of 512 rows at
+// one token (4 warps a scheduler, ~960 instructions a (row, group)); waves from the occupancy
+// calculator.
+static int qets2_plan(kvq_cuda_pqx *t, const kvq_pqx *w) {
+    if (qets_plan(t) != QET_SMEM) return QET_EXPAND;
+    const kvq_pqx &p = t->d;
+    if (p.cb_type == KVQ_PQX_CB_CQO)
+        for (int s = 0; s < p.stages; s++)
+            for (int64_t j = 0; j < p.m; j++) {
+                float st;
+                memcpy(&st, (const uint8_t *)w->cb[s] + 8 * j + 4, 4);
+                if (!kvq_pql_qets2_step_ok(st)) return QET_SMEM;
+            }
+    int dev = 0, optin = 0, n_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return QET_SMEM;
+    int64_t ks = 0;
+    for (int s = 0; s < p.stages; s++) ks += p.k[s];
+    const size_t sm = 128 * (size_t)ks + sizeof(float) * (64 + 64 * PQX_TB);
+    if (sm > (size_t)optin) return QET_SMEM;
+    const int bad = t->qs_cb ? (p.stages > 1 ? qets2_attrs<1, 1>(sm) : qets2_attrs<1, 0>(sm))
+                             : (p.stages > 1 ? qets2_attrs<0, 1>(sm) : qets2_attrs<0, 0>(sm));
+    if (bad) { cudaGetLastError(); return QET_SMEM; }
+    t->qs_smem = sm;
+    int occ = 1;
+    const cudaError_t oe = t->qs_cb ? (p.stages > 1 ? qets2_occ<1, 1>(&occ, sm) : qets2_occ<1, 0>(&occ, sm))
+                                    : (p.stages > 1 ? qets2_occ<0, 1>(&occ, sm) : qets2_occ<0, 0>(&occ, sm));
+    if (oe != cudaSuccess) cudaGetLastError(), occ = 1;
+    const int64_t cap = (int64_t)n_sm * std::max(occ, 1);
+    const int64_t trips = (32 * ks + QETS_THREADS * KVQ_PQL_STAGE - 1) / (QETS_THREADS * KVQ_PQL_STAGE);
+    const double stage = 9.0 * (double)ks + 600.0 * (double)trips;
+    double best = 0;
+    t->qs_chunks = 1;
+    for (int64_t c = 1; c <= 16 && c <= p.rows; c++) {
+        const int64_t passes = ((p.rows + c - 1) / c + QETS_THREADS - 1) / QETS_THREADS;
+        const double cost = (double)((p.groups * c + cap - 1) / cap) * (stage + 3800.0 * (double)passes);
+        if (c == 1 || cost < best) best = cost, t->qs_chunks = (int)c;
+    }
+    return QET_SMEM2;
+}
+
 // ---- host side
 
 static kvq_status up(void **dst, const void *src, size_t n, size_t pad, size_t *bytes, kvq_err *err) {
@@ -394,9 +612,11 @@ static kvq_status pqx_upload_plain(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err
         const char *e = getenv("KVQ_CUDA_QET");
         t->qet = QET_EXPAND;
         if (!e || !*e || !strcmp(e, "smem")) t->qet = st ? QET_EXPAND : qets_plan(t);
+        else if (!strcmp(e, "smem2")) t->qet = st ? QET_EXPAND : qets2_plan(t, w);
         else if (!strcmp(e, "decode")) t->qet = QET_DECODE;
-        else if (strcmp(e, "expand") && !st) st = kvq_err_set(err, KVQ_ERR_ARG, "cuda: KVQ_CUDA_QET=%s (expected smem, expand or decode)", e);
-        if (t->qet == QET_SMEM) t->lut = w->rows * w->groups * PQX_TB; // the partials (rows, groups, 8 tokens)
+        else if (strcmp(e, "expand") && !st)
+            st = kvq_err_set(err, KVQ_ERR_ARG, "cuda: KVQ_CUDA_QET=%s (expected smem, smem2, expand or decode)", e);
+        if (t->qet >= QET_SMEM) t->lut = w->rows * w->groups * PQX_TB; // the partials (rows, groups, 8 tokens)
         else
             for (int s = 0; s < w->stages; s++) t->lut += w->m * w->k[s] * 8;
     }
@@ -476,6 +696,13 @@ template <int NB> static kvq_status launch_nb(const kvq_cuda_pqx *t, const float
                                               int accumulate, float *L, kvq_err *err) {
     const kvq_pqx &p = t->d;
     cudaStream_t st = kvq_cuda_stream();
+    if (p.levels && t->qet == QET_SMEM2) { // L: the partials
+        launch_s2<NB>(t, x, ldx, L, st);
+        CU_LAUNCHED("qetx_rows_s2");
+        qetx_sum2<<<(unsigned)((p.rows * NB + 127) / 128), 128, 0, st>>>(L, p.rows, p.groups, NB, y, ldy, accumulate);
+        CU_LAUNCHED("qetx_sum2");
+        return KVQ_OK;
+    }
     if (p.levels && t->qet == QET_SMEM) { // L: the partials
         launch_s<NB>(t, x, ldx, L, st);
         CU_LAUNCHED("qetx_rows_s");

@@ -32,7 +32,7 @@ void kvq_cuda_pqx_free(kvq_cuda_pqx *t); // NULL is a no-op
  *  layout plus the few bytes of padding the QET codebook reader needs). */
 size_t kvq_cuda_pqx_bytes(const kvq_cuda_pqx *t);
 /** Bytes of scratch kvq_cuda_pqx_matmul needs for t (PQ: the tables of one batch of tokens;
- *  QET: its expanded codebooks, Σ_s cols·k_s floats; under KVQ_CUDA_QET=smem the per-group
+ *  QET: its expanded codebooks, Σ_s cols·k_s floats; under KVQ_CUDA_QET=smem(2) the per-group
  *  partials, rows·(cols/64)·8 floats; 0 under KVQ_CUDA_QET=decode). A caller
  *  running several tensors one after another on the stream sizes one
  *  scratch to the largest. */
@@ -40,8 +40,9 @@ size_t kvq_cuda_pqx_scratch_bytes(const kvq_cuda_pqx *t);
 /** Which QET kernel t's products run: 1 expanded codebooks (default), 0 the per-weight decode
  *  (KVQ_CUDA_QET=decode at upload), 2 codebooks staged in shared memory (KVQ_CUDA_QET=smem; 1
  *  instead where they cannot be held there as exact 16-bit words: f32 codebooks, CQO codes over
- *  16 bits, or more shared bytes than a block may have). An unknown value fails the upload with
- *  KVQ_ERR_ARG; -1 for PQ. */
+ *  16 bits, or more shared bytes than a block may have), 3 the same tables and bits built for
+ *  latency (KVQ_CUDA_QET=smem2; 2 instead where a CQO step is infinite, NaN or >= 2^100, 1 where
+ *  2 would be). An unknown value fails the upload with KVQ_ERR_ARG; -1 for PQ. */
 int kvq_cuda_pqx_qet_kernel(const kvq_cuda_pqx *t);
 /** Tokens per table batch of a PQ tensor (at most 8; fewer where 8 tokens' tables would pass
  *  256 MiB); 8 for QET (its tokens per launch). */

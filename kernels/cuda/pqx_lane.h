@@ -397,6 +397,122 @@ KVQ_PQ_HD static inline void kvq_pql_qets(const kvq_pqx *p, const float *x, int6
     }
 }
 
+// ---- QET from shared-memory tables, second form (KVQ_CUDA_QET=smem2; 2026-11-27, session 15, helper 43)
+// The same tables, partials and sums as the smem kernel, bit for bit; what changes is how a CQO code
+// becomes the decoder's value: (float)code by a byte permute (F = 2^23 + code: the code in the low
+// mantissa bits of 0x4B000000) and fl(code·step) as one fused multiply-add fma(F, step, −2^23·step):
+// F·step − 2^23·step is code·step exactly, rounded once, as the decoder's product. No I2F (an
+// eighth of the FP32 rate on sm_90), the same number of instructions.
+
+/** Whether a CQO step lets kvq_pql_qets2_val give the decoder's bits: finite and |step| < 2^100
+ *  (so that −2^23·step is exact and finite; an infinite step would give inf − inf). */
+KVQ_PQ_HD static inline int kvq_pql_qets2_step_ok(float st) { return st == st && st < 0x1p100f && st > -0x1p100f; }
+
+/** kvq_pql_qets_val's CQO value from the same word pair, without an int→float conversion:
+ *  mn + fma(F, st, nst), F = 2^23 + code, nst = −2^23·st (exact). Equal to kvq_pql_qets_val bit for
+ *  bit where kvq_pql_qets2_step_ok(st) (a zero product may carry the other sign, which no partial
+ *  can show: a partial starts at +0 and a sum that is exactly zero is +0). */
+KVQ_PQ_HD static inline float kvq_pql_qets2_val(uint32_t wd, int hi, float mn, float st, float nst) {
+    union { uint32_t u; float f; } F;
+#ifdef __CUDA_ARCH__
+    F.u = __byte_perm(wd, 0x4B000000u, hi ? 0x7632 : 0x7610);
+    return __fadd_rn(mn, __fmaf_rn(F.f, st, nst));
+#else
+    F.u = 0x4B000000u | (hi ? wd >> 16 : wd & 0xffffu);
+    return mn + fmaf(F.f, st, nst);
+#endif
+}
+
+#define KVQ_PQL_STAGE 8 // kvq_pql_qets2_stage: word pairs a thread loads before it stores them
+
+/** smem2's staging: thread tid of nthr (a multiple of 32) writes its share of stage s's 8 slots of
+ *  group g into T (kvq_pql_qets_at positions; the words kvq_pql_qets_word reads), two words (ol,
+ *  ol + 1; ol even) at a time, KVQ_PQL_STAGE pairs loaded before any is stored: pair e of the 4·n
+ *  (n = 8·k_s words a slot) is slot 2e / n, words 2e mod n. CQO (bf16 = 0; cb_bits <= 16): the two
+ *  codes lie in one 64-bit window of two aligned words ((pos mod 32) + 2·cb <= 63) and go to T as one
+ *  32-bit word (the pair is adjacent there); bf16: one 32-bit load and store. A thread's pair
+ *  advances by nthr (its word by 2·nthr, a multiple of 64: its bit position by 2·nthr·cb, its table
+ *  position by 16·nthr); only when it passes into the next slot (at most 8 times) are its run's start
+ *  (64-bit arithmetic) and positions worked out again. Threads of one T write disjoint words. */
+KVQ_PQ_HD static inline void kvq_pql_qets2_stage(const kvq_pqx *p, int bf16, int s, int64_t g, int tid, int nthr, uint16_t *T) {
+    const int n = 8 * (int)p->k[s], step = 2 * nthr;
+    const uint32_t cb = bf16 ? 16u : (uint32_t)p->cb_bits, mask = (1u << cb) - 1u;
+    const uint32_t *cw0 = (const uint32_t *)((const uint8_t *)p->cb[s] + 8 * p->m); // CQO: the code stream
+    const uint16_t *hw0 = (const uint16_t *)p->cb[s];                               // bf16: the words
+    const uint32_t *cw = cw0;
+    const uint16_t *hw = hw0;
+    uint32_t pos = 0; // CQO: bit of word ol from cw
+    int t = 0, ol = 2 * tid, at = 0; // at: table position of word ol (even)
+    while (ol >= n && t < 8) ol -= n, t++;
+    int moved = 1;
+    while (t < 8) {
+        uint32_t lo[KVQ_PQL_STAGE], hi[KVQ_PQL_STAGE], sh[KVQ_PQL_STAGE];
+        int to[KVQ_PQL_STAGE];
+        KVQ_PQL_UNROLL
+        for (int u = 0; u < KVQ_PQL_STAGE; u++) {
+            to[u] = -1;
+#ifndef __CUDA_ARCH__
+            lo[u] = hi[u] = sh[u] = 0u; // (read only where to[u] >= 0; set for the host compiler's warnings)
+#endif
+            if (t >= 8) continue;
+            if (moved) { // slot t's run: words (g + t·G)·n.., bits ·cb
+                const uint64_t o0 = (uint64_t)(g + (int64_t)t * p->groups) * (uint64_t)n;
+                if (bf16) hw = hw0 + o0;
+                else cw = cw0 + ((o0 * cb) >> 5), pos = ((uint32_t)(o0 * cb) & 31u) + (uint32_t)ol * cb;
+                at = kvq_pql_qets_at(ol >> 3, t) + (ol & 7);
+                moved = 0;
+            }
+            if (bf16) lo[u] = KVQ_PQL_LD((const uint32_t *)(hw + ol)); // run start and ol even: 4-byte aligned
+            else lo[u] = KVQ_PQL_LD(cw + (pos >> 5)), hi[u] = KVQ_PQL_LD(cw + (pos >> 5) + 1), sh[u] = pos & 31u;
+            to[u] = at;
+            ol += step, pos += (uint32_t)step * cb, at += 8 * step;
+            while (ol >= n && t < 8) ol -= n, t++, moved = 1;
+        }
+        KVQ_PQL_UNROLL
+        for (int u = 0; u < KVQ_PQL_STAGE; u++) {
+            if (to[u] < 0) continue;
+            uint32_t v = lo[u];
+            if (!bf16) {
+                const uint64_t w = (uint64_t)hi[u] << 32 | lo[u];
+                v = ((uint32_t)(w >> sh[u]) & mask) | ((uint32_t)(w >> (sh[u] + cb)) & mask) << 16;
+            }
+#ifdef __CUDA_ARCH__
+            *(uint32_t *)(T + to[u]) = v;
+#else
+            T[to[u]] = (uint16_t)v, T[to[u] + 1] = (uint16_t)(v >> 16);
+#endif
+        }
+    }
+}
+
+/** QET, smem2: the partial of (row r, group g) as qetx_rows_s2 computes it: kvq_pql_qets's order,
+ *  each value read as the staged word pair (kvq_pql_qets_word) and decoded by kvq_pql_qets2_val
+ *  (CQO) or kvq_pql_qets_val (bf16). */
+KVQ_PQ_HD static inline void kvq_pql_qets2(const kvq_pqx *p, const float *x, int64_t ldx, int nb, int64_t r, int64_t g,
+                                           float *acc) {
+    const int64_t G = p->groups;
+    const int bf = p->cb_type == KVQ_PQX_CB_BF16;
+    uint32_t c[2][8];
+    for (int t = 0; t < nb; t++) acc[t] = 0.0f;
+    for (int s = 0; s < p->stages; s++) kvq_pql_qidx8(p, s, p->qbits[s], r, g, c[s]);
+    for (int i = 0; i < 8; i++) {
+        float v[8];
+        for (int t = 0; t < 8; t++)
+            for (int s = 0; s < p->stages; s++) {
+                const int ol = 8 * (int)c[s][t] + (i & ~1);
+                const uint32_t wd = kvq_pql_qets_word(p, bf, s, g, t, ol) | (uint32_t)kvq_pql_qets_word(p, bf, s, g, t, ol + 1) << 16;
+                float val;
+                if (bf) val = kvq_pql_qets_val(1, wd, i & 1, 0.0f, 0.0f);
+                else {
+                    const float *ms = (const float *)p->cb[s] + 2 * (g + t * G);
+                    val = kvq_pql_qets2_val(wd, i & 1, KVQ_PQL_LD(ms), KVQ_PQL_LD(ms + 1), KVQ_PQL_MUL(-0x1p23f, KVQ_PQL_LD(ms + 1)));
+                }
+                v[t] = s ? KVQ_PQL_ADD(v[t], val) : val;
+            }
+        kvq_pql_qets_blk(kvq_pql_field(p, r, g, i), v, x + 64 * g + 8 * i, (int)ldx, nb, acc);
+    }
+}
+
 /** QET, shared-memory kernel: a row's value from its G partials, P_g at P[g·stride]: left to
  *  right, ((P_0 + P_1) + P_2) + … (qetx_sum). */
 KVQ_PQ_HD static inline float kvq_pql_qets_sum(const float *P, int64_t G, int64_t stride) {

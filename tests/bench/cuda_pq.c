@@ -8,8 +8,8 @@
 // runtime's one-token kernel) and cuBLAS (gemm_tc.cu, where it loads) streamed the same way;
 // plus GPU bytes of each layout. QET rows: `qet:4` the expanded kernel (KVQ_CUDA_QET=expand: codebooks expanded once a
 // call into the table scratch, kernels/cuda/pqx.cu), `qet:4d` the same layout under the per-weight
-// decode (KVQ_CUDA_QET=decode), `qet:4s` the shared-memory tables (the default, KVQ_CUDA_QET=smem); the bench
-// sets the variable itself.
+// decode (KVQ_CUDA_QET=decode), `qet:4s` the shared-memory tables (the default, KVQ_CUDA_QET=smem), `qet:4s2`
+// their second form (the same bits, built for latency: KVQ_CUDA_QET=smem2); the bench sets the variable itself.
 // usage: cuda_pq [--plan] [ROWSxCOLS ...]   (default: 4096x4096 14336x4096; --plan: print the
 // layouts and their host bytes only, no device needed)
 #include <stdio.h>
@@ -142,17 +142,18 @@ int main(int argc, char **argv) {
             }
             for (int c = 0; c < nc; c++) kvq_cuda_free(dw[c]);
         }
-        // qet:4 three times: the expanded-codebook kernel (KVQ_CUDA_QET=expand), the per-weight decode
-        // (KVQ_CUDA_QET=decode) and the shared-memory tables (KVQ_CUDA_QET=smem, the default), same layout
-        // values (same seed)
-        const char *specs[] = {"pq:4", "qet:4", "qet:4", "qet:4"}, *label[] = {"pq:4", "qet:4", "qet:4d", "qet:4s"};
+        // qet:4 four times: the expanded-codebook kernel (KVQ_CUDA_QET=expand), the per-weight decode
+        // (KVQ_CUDA_QET=decode), the shared-memory tables (KVQ_CUDA_QET=smem, the default) and their second
+        // form (KVQ_CUDA_QET=smem2), same layout values (same seed)
+        const char *specs[] = {"pq:4", "qet:4", "qet:4", "qet:4", "qet:4"}, *label[] = {"pq:4", "qet:4", "qet:4d", "qet:4s", "qet:4s2"};
+        static const char *qenv[] = {"", "expand", "decode", "smem", "smem2"};
         uint64_t qseed = 0;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             kvq_pqx p;
             if (k == 1) qseed = seed;
             if (k >= 2) seed = qseed;
             if (make_layout(specs[k], n, d, &p, &seed)) return 1;
-            if (k >= 1) setenv("KVQ_CUDA_QET", k == 1 ? "expand" : k == 2 ? "decode" : "smem", 1);
+            if (k >= 1) setenv("KVQ_CUDA_QET", qenv[k], 1);
             else unsetenv("KVQ_CUDA_QET");
             kvq_cuda_pqx *t[NC_MAX] = {0};
             size_t need = 0;
@@ -166,7 +167,9 @@ int main(int argc, char **argv) {
             void *sc = NULL;
             if (need && kvq_cuda_malloc(&sc, need, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
             const double gb = (double)kvq_cuda_pqx_bytes(t[0]);
-            if (k == 3 && kvq_cuda_pqx_qet_kernel(t[0]) != 2) printf("%6lld x %-6lld qet:4s: the layout's tables do not fit shared memory as 16-bit words: the expanded kernel ran\n", n, d);
+            if (k >= 3 && kvq_cuda_pqx_qet_kernel(t[0]) != k - 1)
+                printf("%6lld x %-6lld %s: KVQ_CUDA_QET=%s fell back to kernel %d (tables not held as 16-bit words, or a step smem2 cannot take)\n",
+                       n, d, label[k], qenv[k], kvq_cuda_pqx_qet_kernel(t[0]));
             for (int T = 1; T <= 8; T += 7) {
                 double one = 0;
                 if (kvq_cuda_pqx_time(t[0], T, 50, &one, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
