@@ -219,7 +219,7 @@ static int tc_stages(const kvq_gkv_cache *c) {
 extern "C" void kvq_gkv_set_tc_lean(int on) { g_lean = on < 0 ? -1 : on != 0; }
 // The tensor-core kernels' lean instantiations (fewer instructions a tile, the same bits; session 14,
 // helper i20d): g_lean, or KVQ_CUDA_KV_TC_LEAN=0; default 1 since the H100 run of session 15 (int:4
-// 7-8 %, int:2 9-11 % faster at 32k/128k, docs/RESULTS.md).
+// tc/tc2 6-9 %, int:2 tc 9-11 % faster at 32k/128k; int:2 pipe4, not a default, 9 % slower at 32k; docs/RESULTS.md).
 static int tc_lean(void) { return on_unless_0(&g_lean, "KVQ_CUDA_KV_TC_LEAN"); }
 // The tensor-core kernel for the packed chunks of this cache, when on and built for its kinds;
 // NULL otherwise. g_tc: 0 off, 1 or 2 that variant, 3 (the default since the H100 run of

@@ -415,7 +415,7 @@ void kvq_gkv_set_tc_pipe(int stages);
  *  2^x — the same outputs bit for bit (but where a score falls more than 126 (log2) below its running
  *  max: its p < 2^-126 is 0 instead of subnormal); 0 = the kernels as before; −1 (default) =
  *  KVQ_CUDA_KV_TC_LEAN=1 or 0 in the environment (read at the first attend), else 1 (the default
- *  since the H100 run of session 15: 7–11 % faster at 32k/128k). Applies to every tensor-core variant, stage count and kind. Process-wide. */
+ *  since the H100 run of session 15: 6–11 % faster at 32k/128k for the default variants). Applies to every tensor-core variant, stage count and kind. Process-wide. */
 void kvq_gkv_set_tc_lean(int on);
 /** The cp.async stages of the tensor-core kernel kvq_gkv_attend would run for this cache (0: the
  *  register-prefetch variant, or not on tensor cores). */
