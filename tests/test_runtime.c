@@ -660,6 +660,23 @@ static void seqs_vs_alone(const char *path, double bound) {
                                              kvq_model_arch(m)->head_dim, 64, 0, &c, &e), KVQ_OK);
     assert_int_equal(kvq_model_set_kvcache(m, c, &e), KVQ_ERR_UNSUPPORTED);
     c->ops->free(c);
+    // a KV codec with several sequences on the CPU (the GPU runs one codec cache per sequence):
+    // refused in one line either way round, the caller keeping the codec cache
+    const kvq_arch *a = kvq_model_arch(m);
+    kvq_kvcache_policy pol = {0, 0, 7, 0, 0};
+    if (kvq_kvcache_codec_new("int:4", a->n_layers, a->n_kv_heads, a->head_dim, 64, &pol, &c, &e)) fail_msg("%s", e.msg);
+    memset(&e, 0, sizeof e);
+    assert_int_equal(kvq_model_set_kvcache(m, c, &e), KVQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "3 sequences"));
+    assert_non_null(strstr(e.msg, "--gpu"));
+    assert_null(strchr(e.msg, '\n'));
+    kvq_model_close(m);
+    if (kvq_model_open(path, &o, &m, &e) || kvq_model_set_kvcache(m, c, &e)) fail_msg("%s", e.msg); // m owns c now
+    memset(&e, 0, sizeof e);
+    assert_int_equal(kvq_model_set_seqs(m, 2, &e), KVQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "codec"));
+    assert_null(strchr(e.msg, '\n'));
+    assert_int_equal(kvq_model_n_seqs(m), 1);
     kvq_model_close(m);
     kvq_model_close(ref);
     free(lg); free(lr);

@@ -544,10 +544,7 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
         return kvq_err_set(err, KVQ_ERR_ARG, "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
                            c ? c->n_layers : 0, c ? c->n_kv_heads : 0, c ? c->head_dim : 0,
                            m->a.n_layers, m->a.n_kv_heads, m->a.head_dim);
-    if (m->n_seq > 1)
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "a KV cache codec with %d sequences: set the cache first (codec caches "
-                           "hold one sequence)", m->n_seq);
-    if (!m->cache) { // a device backend builds its own cache in the codec's device layout
+    if (!m->cache) { // a device backend builds its own cache in the codec's device layout, one per sequence
         if (!m->be->ops->kv_codec)
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV-cache codecs do not run on the %s backend", m->be->ops->name);
         kvq_status r = m->be->ops->kv_codec(m->be, c, err);
@@ -556,6 +553,9 @@ kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
         m->kv_desc = c;
         return KVQ_OK;
     }
+    if (m->n_seq > 1) // the host's codec caches hold one sequence each and are not cloned (yet)
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "a KV cache codec with %d sequences on the %s backend: codec caches "
+                           "hold one sequence there (--gpu runs one per sequence)", m->n_seq, m->be->ops->name);
     m->cache->ops->free(m->cache);
     m->cache = c;
     return KVQ_OK;
@@ -823,8 +823,8 @@ kvq_status kvq_model_set_seqs(kvq_model *m, int n_seq, kvq_err *err) {
     kvq_status r;
     if (op->host) {
         if (kvq_kvcache_codec_policy(m->cache))
-            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%d sequences with a KV cache codec: codec caches hold one sequence",
-                               n_seq);
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%d sequences with a KV cache codec on the %s backend: codec caches "
+                               "hold one sequence there (--gpu runs one per sequence)", n_seq, op->name);
         kvq_kvcache **c = calloc((size_t)n_seq, sizeof *c);
         float *lgh = malloc(sizeof(float) * (size_t)rows * a->vocab_size);
         if (!c || !lgh) {
