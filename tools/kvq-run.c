@@ -25,7 +25,7 @@
 static const char *usage =
     "usage: kvq-run MODEL -p PROMPT|--prompt-file FILE [-n 128] [--temp 0.8] [--top-p 0.95] [--seed 1] [-t N]\n"
     "               [--batch N]  (N sequences of the prompt decoded together, seeds seed..seed+N-1;\n"
-    "               with --kv on the CPU refused, with --gpu one codec cache per sequence)\n"
+    "               with --kv, one codec cache per sequence)\n"
     "       kvq-run MODEL --tokens ids.bin --logits out.bin     (int32 LE ids -> fp32 LE [T, vocab])\n"
     "       kvq-run MODEL --ppl FILE [--ctx 512] [--stride N] [--bos none|prepend|replace | --no-bos]\n"
     "               [--scored all-but-first|second-half] [--max-tokens N] [--partial]  (as kvq-verify)\n"
