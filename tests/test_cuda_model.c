@@ -249,7 +249,7 @@ static void test_ops(void **st) {
         if (cr) { // the rows variant (a KV codec cache appends k and v itself): k, v as (T, kv_dim) rows
             float *dkr = dev(NULL, (size_t)T * kd), *dvr = dev(NULL, (size_t)T * kd), *kr = malloc(sizeof(float) * T * kd),
                   *vr = malloc(sizeof(float) * T * kd), *rk = malloc(sizeof(float) * T * kd), *rv = malloc(sizeof(float) * T * kd);
-            OK(kvq_cuda_attn_in_rows(dqkv, db, dqn, dkn, eps, dq, dkr, dvr, T, pos, NULL, nh, nkv, hd, rot, di, E));
+            OK(kvq_cuda_attn_in_rows(dqkv, db, dqn, dkn, eps, dq, dkr, dvr, T, pos, NULL, NULL, nh, nkv, hd, rot, di, E));
             back(kr, dkr, (size_t)T * kd);
             back(vr, dvr, (size_t)T * kd);
             for (int t = 0; t < T; t++)
@@ -647,6 +647,28 @@ static void seqs_kernels(void) {
                path ? "store + attend" : "attention inputs + attend");
         free(got); free(want); free(gK); free(wK);
         kvq_cuda_free(dK); kvq_cuda_free(dV); kvq_cuda_free(rK); kvq_cuda_free(rV); kvq_cuda_free(dk); kvq_cuda_free(dv);
+    }
+    { // the rows variant (a KV codec cache's step, backend_cuda.c kv_attention_seqs): token t rotated at pos[t] in one
+      // launch, the bits of one-token calls at pos[t]; and not those of one sequence at positions 0..B-1
+        float *r1 = dev(NULL, (qd + 2 * kd) * B), *r2 = dev(NULL, (qd + 2 * kd) * B), *r3 = dev(NULL, (qd + 2 * kd) * B);
+        OK(kvq_cuda_attn_in_rows(dqkv, NULL, NULL, NULL, 1e-6f, r1, r1 + qd * B, r1 + (qd + kd) * B, B, 0, NULL, &sq, NH, NKV,
+                                 HD, HD, dinv, E));
+        for (int t = 0; t < B; t++)
+            OK(kvq_cuda_attn_in_rows(dqkv + t * W, NULL, NULL, NULL, 1e-6f, r2 + t * qd, r2 + qd * B + t * kd,
+                                     r2 + (qd + kd) * B + t * kd, 1, pos[t], NULL, NULL, NH, NKV, HD, HD, dinv, E));
+        OK(kvq_cuda_attn_in_rows(dqkv, NULL, NULL, NULL, 1e-6f, r3, r3 + qd * B, r3 + (qd + kd) * B, B, 0, NULL, NULL, NH, NKV,
+                                 HD, HD, dinv, E));
+        const size_t n = (qd + 2 * kd) * B;
+        float *h1 = malloc(sizeof(float) * n), *h2 = malloc(sizeof(float) * n), *h3 = malloc(sizeof(float) * n);
+        back(h1, r1, n);
+        back(h2, r2, n);
+        back(h3, r3, n);
+        assert_memory_equal(h1, h2, sizeof(float) * n);
+        assert_true(memcmp(h1, h3, sizeof(float) * qd * B) != 0); // q rotated at the sequences' positions
+        assert_memory_equal(h1 + (qd + kd) * B, h3 + (qd + kd) * B, sizeof(float) * kd * B); // v: no rotation
+        printf("  attention inputs as rows, %d sequences' positions in one launch: equal to one-token calls\n", B);
+        free(h1); free(h2); free(h3);
+        kvq_cuda_free(r1); kvq_cuda_free(r2); kvq_cuda_free(r3);
     }
     // the argmax of several rows (one launch) against the host's, ties and a NaN row included
     enum { R = 7, N = 128256 };

@@ -771,9 +771,9 @@ static kvq_status kv_append(kvq_backend *b, kvq_kvcache *c, int l, const float *
 // there — one batch-1 append and attend per token, the kernels and bits of that sequence's
 // one-token step alone. In a captured step each token's position comes from its device copy
 // (sq.d), as the one-sequence graph's from d_pos. Queued attention inputs (split, norms, ropes)
-// run as that step runs them, by kvq_cuda_attn_in_rows, one launch a token (it knows one
-// position); anything else queued is launched as it was asked for (flush: the ropes take each
-// token's position from the step).
+// run as that step runs them, by kvq_cuda_attn_in_rows (one launch, each token at its sequence's
+// position from the device: the bits of a one-token call); anything else queued is launched as
+// it was asked for (flush: the ropes take each token's position from the step).
 static kvq_status kv_attention_seqs(gpu *g, int l, const float *q, const float *k, const float *v, float *out, int T,
                                     int pos0, const kvq_attn_shape *s) {
     kvq_err e = {0};
@@ -782,14 +782,10 @@ static kvq_status kv_attention_seqs(gpu *g, int l, const float *q, const float *
     const int ain = ain_matches(g, q, k, v, T, pos0, s);
     if (ain) {
         g->ain.on = 0;
-        const size_t w = (size_t)g->ain.q_dim + 2 * (size_t)g->ain.kv_dim;
         prof_begin(g);
-        for (int t = 0; t < T && !st; t++)
-            st = kvq_cuda_attn_in_rows(g->ain.qkv + t * w, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL,
-                                       g->ain.has_kn ? g->ain.kn : NULL, g->ain.eps, g->ain.q + t * qd, g->ain.k + t * kd,
-                                       g->ain.v + t * kd, 1, g->sq.h[KVQ_MODEL_MAX_SEQS + t],
-                                       g->mode == DIRECT ? NULL : g->sq.d + KVQ_MODEL_MAX_SEQS + t, s->n_heads, s->n_kv_heads,
-                                       s->head_dim, g->ain.rot, g->ain.inv_freq, &e);
+        st = kvq_cuda_attn_in_rows(g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL, g->ain.has_kn ? g->ain.kn : NULL,
+                                   g->ain.eps, g->ain.q, g->ain.k, g->ain.v, T, pos0, NULL, seqs_of(g), s->n_heads,
+                                   s->n_kv_heads, s->head_dim, g->ain.rot, g->ain.inv_freq, &e);
         prof_end(g, "attn_in rows seqs");
     }
     flush(g);
@@ -831,7 +827,7 @@ static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, co
         prof_begin(g);
         st = kvq_cuda_attn_in_rows(g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL,
                                    g->ain.has_kn ? g->ain.kn : NULL, g->ain.eps, g->ain.q, g->ain.k, g->ain.v, T, pos, dpos(g),
-                                   s->n_heads, s->n_kv_heads, s->head_dim, g->ain.rot, g->ain.inv_freq, &e);
+                                   NULL, s->n_heads, s->n_kv_heads, s->head_dim, g->ain.rot, g->ain.inv_freq, &e);
         prof_end(g, "attn_in rows");
     }
     flush(g); // anything else queued, as it was asked for
