@@ -3,7 +3,7 @@
 # cache on the GPU (kvq-run --gpu --batch N --kv SPEC: one packed cache per (sequence, layer), each
 # step a CUDA graph; docs/KV.md "Several sequences with a codec cache"). TEST=1 (default) first runs
 # test_cuda_model's test_kv_seqs (3 sequences decoded together = each alone, int:4, turboquant:4,
-# kivi:2 window 16). Then the Llama-3-8B shape (E8 4.0, made and converted in /tmp/w8 when missing,
+# kivi:2 window 16) and test_seqs (the attention-input launcher with several sequences). Then the Llama-3-8B shape (E8 4.0, made and converted in /tmp/w8 when missing,
 # as gpu_8b_spec.sh; the call then stops there unless FORCE=1), gpu_8b_spec.sh's prompt (560 bytes
 # of heldout-books), 256 greedy tokens: for each KV cache in KVS (default fp32 = no --kv, int:4,
 # kivi:4, turboquant:4) batch 1 and batch BATCH (default 8) -> the kvq-run lines, in $OUT/kv_batch.txt.
@@ -13,8 +13,10 @@ set -u
 TESTS= . tests/bench/gpu_env.sh # unpacks .cu, prints the GPU and its copy bandwidth, defines B and el
 L=${OUT:-/tmp}
 if [ "${TEST:-1}" = 1 ]; then
-  KVQ_TEST_FILTER="test_kv_seqs" timeout 300 $B/test_cuda_model > "$L/test_cuda_model.kv_seqs.log" 2>&1; echo "== test_kv_seqs rc $? $(el)"
-  grep -E '^\[ +(OK|FAILED|SKIPPED) +\] test_|kv seqs ' "$L/test_cuda_model.kv_seqs.log" | cut -c1-300 | head -12
+  for t in test_kv_seqs test_seqs; do
+    KVQ_TEST_FILTER="$t" timeout 240 $B/test_cuda_model > "$L/test_cuda_model.$t.log" 2>&1; echo "== $t rc $? $(el)"
+    grep -E '^\[ +(OK|FAILED|SKIPPED) +\] test_|kv seqs |as rows' "$L/test_cuda_model.$t.log" | cut -c1-300 | head -12
+  done
 fi
 W=/tmp/w8; mkdir -p $W; src=$W/synth-8b
 fresh=0; [ -f $W/e8.kvq ] || fresh=1
