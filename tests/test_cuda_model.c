@@ -249,7 +249,7 @@ static void test_ops(void **st) {
         if (cr) { // the rows variant (a KV codec cache appends k and v itself): k, v as (T, kv_dim) rows
             float *dkr = dev(NULL, (size_t)T * kd), *dvr = dev(NULL, (size_t)T * kd), *kr = malloc(sizeof(float) * T * kd),
                   *vr = malloc(sizeof(float) * T * kd), *rk = malloc(sizeof(float) * T * kd), *rv = malloc(sizeof(float) * T * kd);
-            OK(kvq_cuda_attn_in_rows(dqkv, db, dqn, dkn, eps, dq, dkr, dvr, T, pos, NULL, nh, nkv, hd, rot, di, E));
+            OK(kvq_cuda_attn_in_rows(dqkv, db, dqn, dkn, eps, dq, dkr, dvr, T, pos, NULL, NULL, nh, nkv, hd, rot, di, E));
             back(kr, dkr, (size_t)T * kd);
             back(vr, dvr, (size_t)T * kd);
             for (int t = 0; t < T; t++)
@@ -647,6 +647,28 @@ static void seqs_kernels(void) {
                path ? "store + attend" : "attention inputs + attend");
         free(got); free(want); free(gK); free(wK);
         kvq_cuda_free(dK); kvq_cuda_free(dV); kvq_cuda_free(rK); kvq_cuda_free(rV); kvq_cuda_free(dk); kvq_cuda_free(dv);
+    }
+    { // the rows variant (a KV codec cache's step, backend_cuda.c kv_attention_seqs): token t rotated at pos[t] in one
+      // launch, the bits of one-token calls at pos[t]; and not those of one sequence at positions 0..B-1
+        float *r1 = dev(NULL, (qd + 2 * kd) * B), *r2 = dev(NULL, (qd + 2 * kd) * B), *r3 = dev(NULL, (qd + 2 * kd) * B);
+        OK(kvq_cuda_attn_in_rows(dqkv, NULL, NULL, NULL, 1e-6f, r1, r1 + qd * B, r1 + (qd + kd) * B, B, 0, NULL, &sq, NH, NKV,
+                                 HD, HD, dinv, E));
+        for (int t = 0; t < B; t++)
+            OK(kvq_cuda_attn_in_rows(dqkv + t * W, NULL, NULL, NULL, 1e-6f, r2 + t * qd, r2 + qd * B + t * kd,
+                                     r2 + (qd + kd) * B + t * kd, 1, pos[t], NULL, NULL, NH, NKV, HD, HD, dinv, E));
+        OK(kvq_cuda_attn_in_rows(dqkv, NULL, NULL, NULL, 1e-6f, r3, r3 + qd * B, r3 + (qd + kd) * B, B, 0, NULL, NULL, NH, NKV,
+                                 HD, HD, dinv, E));
+        const size_t n = (qd + 2 * kd) * B;
+        float *h1 = malloc(sizeof(float) * n), *h2 = malloc(sizeof(float) * n), *h3 = malloc(sizeof(float) * n);
+        back(h1, r1, n);
+        back(h2, r2, n);
+        back(h3, r3, n);
+        assert_memory_equal(h1, h2, sizeof(float) * n);
+        assert_true(memcmp(h1, h3, sizeof(float) * qd * B) != 0); // q rotated at the sequences' positions
+        assert_memory_equal(h1 + (qd + kd) * B, h3 + (qd + kd) * B, sizeof(float) * kd * B); // v: no rotation
+        printf("  attention inputs as rows, %d sequences' positions in one launch: equal to one-token calls\n", B);
+        free(h1); free(h2); free(h3);
+        kvq_cuda_free(r1); kvq_cuda_free(r2); kvq_cuda_free(r3);
     }
     // the argmax of several rows (one launch) against the host's, ties and a NaN row included
     enum { R = 7, N = 128256 };
@@ -1142,6 +1164,108 @@ static int kv_codecs_on(const char *path, const kv_case *cs, size_t n, int shape
 // KIVI), the bundled kvq-tiny-llama (head_dim 64, 2 query heads per KV head: every codec, the fp32
 // split kernels) and, where $KVQ_SHARED has them, kvq-small-llama (64, 4) and kvq-small-qwen3 (128,
 // 2) (issue 20, session 15: a codec of each kind); then refusals.
+// ---- several sequences with a KV codec cache on the device (issues 20 and 12, session 15)
+
+// A GPU model of the t128 shape with the codec spec (window, no boundary) and n_seq sequences, set
+// before the codec (seqs_first) or after it (kvq-run's order); exact products, KVQ_CUDA_TC=0, as
+// open_kv_env.
+static kvq_model *open_kv_seqs(const char *path, const char *spec, int window, int n_seq, int seqs_first) {
+    kvq_model_opts o = kvq_model_opts_default();
+    o.max_ctx = 256;
+    o.exec = KVQ_EXEC_EXACT;
+    o.max_batch = 32;
+    o.backend = kvq_backend_cuda_new;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    setenv("KVQ_CUDA_TC", "0", 1);
+    if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
+    unsetenv("KVQ_CUDA_TC");
+    if (seqs_first && n_seq > 1 && kvq_model_set_seqs(m, n_seq, &e)) fail_msg("%s: %d sequences: %s", spec, n_seq, e.msg);
+    const kvq_arch *a = kvq_model_arch(m);
+    kvq_kvcache_policy pol = {window, 0, 7, 0, 0};
+    kvq_kvcache *c = NULL;
+    if (kvq_kvcache_codec_new(spec, a->n_layers, a->n_kv_heads, a->head_dim, kvq_model_max_ctx(m), &pol, &c, &e) ||
+        kvq_model_set_kvcache(m, c, &e))
+        fail_msg("%s: %s", spec, e.msg);
+    if (!seqs_first && n_seq > 1 && kvq_model_set_seqs(m, n_seq, &e)) fail_msg("%s: %d sequences: %s", spec, n_seq, e.msg);
+    return m;
+}
+
+// kvq_model_forward_seqs with a KV codec cache on the device (backend_cuda.c: one packed cache per
+// (sequence, layer), a step's tokens appended and attending in their own sequence's caches, the
+// step a CUDA graph holding those caches): NS = 3 sequences with different prompts (5, 37, 70
+// tokens, prefilled one by one through kvq_model_use_seq: rows mode on each sequence's caches)
+// decoded together for STEPS steps, logits and greedy choices alternating, the last 8 steps two of
+// them in the other order (a new graph) — against each sequence decoded alone on its own
+// one-sequence GPU model with the same codec: logits within 1e-6 (exact products; each token's
+// attention inputs, append and attend are the one-sequence step's kernels: the same bits
+// expected) and the same greedy choices. With a window, sequence 2 is cut back 2 positions at the
+// switch (those 2 steps launch directly, as test_kv_graphs's). Every other step must be a graph
+// launch. The memory accounting counts every sequence's cache (NS × one sequence's).
+static void test_kv_seqs(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    const char *path = t128_model();
+    static const struct { const char *spec; int window, seqs_first; } cs[] = {
+        {"int:4", 0, 0}, {"turboquant:4", 0, 1}, {"kivi:2", 16, 0}, {"int:4", 16, 1},
+    };
+    enum { NS = 3, STEPS = 48, CTX = 256 };
+    const int plen[NS] = {5, 37, 70};
+    uint64_t r = 91;
+    int32_t ids[NS][CTX];
+    for (int s = 0; s < NS; s++)
+        for (int i = 0; i < CTX; i++) ids[s][i] = (int32_t)(rng_next(&r) % 4000);
+    int n_fail = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        kvq_model *m = open_kv_seqs(path, cs[i].spec, cs[i].window, NS, cs[i].seqs_first), *ref[NS];
+        for (int s = 0; s < NS; s++) ref[s] = open_kv_seqs(path, cs[i].spec, cs[i].window, 1, 0);
+        kvq_model_mem mm, m1;
+        kvq_model_memory(m, &mm);
+        kvq_model_memory(ref[0], &m1);
+        const int mem_ok = mm.kv == NS * m1.kv && mm.kv > 0 && mm.scratch > m1.scratch;
+        const int V = kvq_model_arch(m)->vocab_size;
+        float *lg = malloc(sizeof(float) * NS * V), *lr = malloc(sizeof(float) * V);
+        kvq_err e = {0};
+        double worst = 0;
+        for (int s = 0; s < NS; s++) { // the prompts, one sequence at a time
+            if (kvq_model_use_seq(m, s, &e) || kvq_model_forward(m, ids[s], plen[s], 0, lg, 0, &e) ||
+                kvq_model_forward(ref[s], ids[s], plen[s], 0, lr, 0, &e))
+                fail_msg("%s prompt %d: %s", cs[i].spec, s, e.msg);
+            worst = fmax(worst, rel_err(lg, lr, V));
+        }
+        int pos[NS] = {plen[0], plen[1], plen[2]}, n_top = 0, n_agree = 0, cut = 0;
+        long launches = 0;
+        for (int k = 0; k < STEPS; k++) {
+            const int n = k < STEPS - 8 ? NS : 2;
+            int seq[NS] = {0, 1, 2}, p[NS];
+            if (n == 2) seq[0] = 2, seq[1] = 0;
+            if (k == STEPS - 8 && cs[i].window >= 2) pos[2] -= 2, cut = 1;
+            int32_t tok[NS], next[NS];
+            for (int t = 0; t < n; t++) tok[t] = ids[seq[t]][pos[seq[t]]], p[t] = pos[seq[t]];
+            const long l0 = kvq_cuda_graph_launches();
+            if (kvq_model_forward_seqs(m, tok, seq, p, n, k & 1 ? NULL : lg, k & 1 ? next : NULL, &e))
+                fail_msg("%s step %d: %s", cs[i].spec, k, e.msg);
+            launches += kvq_cuda_graph_launches() - l0;
+            for (int t = 0; t < n; t++) {
+                if (kvq_model_forward(ref[seq[t]], &tok[t], 1, p[t], lr, 0, &e)) fail_msg("%s alone: %s", cs[i].spec, e.msg);
+                if (k & 1) n_top += next[t] != argmax(lr, V), n_agree++;
+                else worst = fmax(worst, rel_err(lg + (size_t)t * V, lr, V));
+                pos[seq[t]]++;
+            }
+        }
+        const int ok = worst <= 1e-6 && n_top == 0 && launches == STEPS - 2 * cut && mem_ok;
+        printf("  kv seqs %-14s window %2d (%s first): %d sequences, %d steps, batched vs alone max rel err %.3g, greedy "
+               "%d/%d differ, graph launches %ld (expected %d), kv %zu bytes = %d x %zu: %s\n", cs[i].spec, cs[i].window,
+               cs[i].seqs_first ? "seqs" : "codec", NS, STEPS, worst, n_top, n_agree, launches, STEPS - 2 * cut, mm.kv, NS,
+               m1.kv, ok ? "PASS" : "FAIL");
+        n_fail += !ok;
+        free(lg), free(lr);
+        kvq_model_close(m);
+        for (int s = 0; s < NS; s++) kvq_model_close(ref[s]);
+    }
+    assert_int_equal(n_fail, 0);
+}
+
 static void test_kv_codecs(void **st) {
     (void)st;
     if (!have_gpu()) skip();
@@ -1203,6 +1327,7 @@ int main(void) {
         cmocka_unit_test(test_kv_graphs), // before test_kv_codecs, which removes the t128 model
         cmocka_unit_test(test_kv_rows),
         cmocka_unit_test(test_kv_fill), // before test_kv_codecs too
+        cmocka_unit_test(test_kv_seqs), // before test_kv_codecs too
         cmocka_unit_test(test_kv_codecs),
         cmocka_unit_test(test_oracles),
         cmocka_unit_test(test_shared_and_converted),

@@ -665,6 +665,88 @@ static void seqs_vs_alone(const char *path, double bound) {
     free(lg); free(lr);
 }
 
+// A model with the KV codec spec (window, seed 7) and n_seq sequences set before the codec
+// (seqs_first: the codec then replaces every sequence's cache) or after it (the clones).
+static kvq_model *open_codec_seqs(const char *path, const char *spec, int window, int n_seq, int seqs_first) {
+    kvq_model_opts o = kvq_model_opts_default();
+    o.max_ctx = 128;
+    o.n_threads = 1;
+    kvq_model *m = NULL;
+    kvq_err e = {0};
+    if (kvq_model_open(path, &o, &m, &e)) fail_msg("%s", e.msg);
+    if (seqs_first && n_seq > 1 && kvq_model_set_seqs(m, n_seq, &e)) fail_msg("%s", e.msg);
+    const kvq_arch *a = kvq_model_arch(m);
+    kvq_kvcache_policy pol = {window, 0, 7, 0, 0};
+    kvq_kvcache *c = NULL;
+    if (kvq_kvcache_codec_new(spec, a->n_layers, a->n_kv_heads, a->head_dim, 128, &pol, &c, &e) || kvq_model_set_kvcache(m, c, &e))
+        fail_msg("%s: %s", spec, e.msg);
+    if (!seqs_first && n_seq > 1 && kvq_model_set_seqs(m, n_seq, &e)) fail_msg("%s: %d sequences: %s", spec, n_seq, e.msg);
+    return m;
+}
+
+// Several sequences with a KV codec cache on the CPU (model.c: sequence 0 keeps the cache, the
+// others get clones of it through the .kvq section round trip): 3 sequences with different
+// prompts decoded together (logits and greedy choices alternating; the last 3 steps two of them,
+// in the other order; with a window, sequence 2 cut back 2 positions there) against each decoded
+// alone on its own model with the codec made afresh: max rel err ≤ 1e-6 (0 expected: each
+// token's attention runs on its own cache as a one-token step does), the same greedy choices,
+// and the memory accounting NS × one sequence's cache. The GPU does the same with one device
+// cache per sequence (tests/test_cuda_model.c test_kv_seqs).
+static void test_seqs_codec(void **st) {
+    (void)st;
+    static const struct { const char *spec; int window, seqs_first; } cs[] = {
+        {"int:4", 0, 0}, {"turboquant:4", 0, 1}, {"kivi:2", 16, 0}, {"int:4", 16, 1},
+    };
+    enum { NS = 3, STEPS = 10 };
+    const int plen[NS] = {5, 9, 40};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        kvq_model *m = open_codec_seqs(TINY, cs[i].spec, cs[i].window, NS, cs[i].seqs_first), *ref[NS];
+        for (int s = 0; s < NS; s++) ref[s] = open_codec_seqs(TINY, cs[i].spec, cs[i].window, 1, 0);
+        kvq_model_mem mm, m1;
+        kvq_model_memory(m, &mm);
+        kvq_model_memory(ref[0], &m1);
+        const int V = kvq_model_arch(m)->vocab_size;
+        float *lg = malloc(sizeof(float) * NS * V), *lr = malloc(sizeof(float) * V);
+        int32_t ids[NS][64];
+        for (int s = 0; s < NS; s++)
+            for (int k = 0; k < 64; k++) ids[s][k] = 1 + (k * 37 + s * 11) % (V - 1);
+        kvq_err e = {0};
+        double worst = 0;
+        for (int s = 0; s < NS; s++) {
+            if (kvq_model_use_seq(m, s, &e) || kvq_model_forward(m, ids[s], plen[s], 0, lg, 0, &e) ||
+                kvq_model_forward(ref[s], ids[s], plen[s], 0, lr, 0, &e))
+                fail_msg("%s prompt %d: %s", cs[i].spec, s, e.msg);
+            worst = fmax(worst, rel_err(lg, lr, V));
+        }
+        int pos[NS] = {plen[0], plen[1], plen[2]}, n_top = 0;
+        for (int k = 0; k < STEPS; k++) {
+            const int n = k < STEPS - 3 ? NS : 2;
+            int seq[NS] = {0, 1, 2}, p[NS];
+            if (n == 2) seq[0] = 2, seq[1] = 0;
+            if (k == STEPS - 3 && cs[i].window >= 2) pos[2] -= 2;
+            int32_t tok[NS], next[NS];
+            for (int t = 0; t < n; t++) tok[t] = ids[seq[t]][pos[seq[t]]], p[t] = pos[seq[t]];
+            if (kvq_model_forward_seqs(m, tok, seq, p, n, k & 1 ? NULL : lg, k & 1 ? next : NULL, &e))
+                fail_msg("%s step %d: %s", cs[i].spec, k, e.msg);
+            for (int t = 0; t < n; t++) {
+                if (kvq_model_forward(ref[seq[t]], &tok[t], 1, p[t], lr, 0, &e)) fail_msg("%s alone: %s", cs[i].spec, e.msg);
+                if (k & 1) n_top += next[t] != kvq_sample_argmax(lr, V);
+                else worst = fmax(worst, rel_err(lg + (size_t)t * V, lr, V));
+                pos[seq[t]]++;
+            }
+        }
+        printf("  %-13s window %2d (%s first): %d sequences batched vs alone on the CPU: max rel err %.3g, greedy %d differ, "
+               "kv %zu = %d x %zu bytes\n", cs[i].spec, cs[i].window, cs[i].seqs_first ? "seqs" : "codec", NS, worst, n_top,
+               mm.kv, NS, m1.kv);
+        assert_true(worst <= 1e-6);
+        assert_int_equal(n_top, 0);
+        assert_true(mm.kv == NS * m1.kv && mm.kv > 0);
+        free(lg), free(lr);
+        kvq_model_close(m);
+        for (int s = 0; s < NS; s++) kvq_model_close(ref[s]);
+    }
+}
+
 static void test_seqs(void **st) {
     (void)st;
     seqs_vs_alone(TINY, 1e-5);
@@ -807,7 +889,7 @@ int main(void) {
         cmocka_unit_test(test_eval_ppl),              cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_kvq_file),              cmocka_unit_test(test_eval_text_slice),
         cmocka_unit_test(test_stories_greedy),        cmocka_unit_test(test_kvq_stored_tokenizer_error), cmocka_unit_test(test_packed_modes),
-        cmocka_unit_test(test_kvq_nonfinite_weights), cmocka_unit_test(test_seqs),
+        cmocka_unit_test(test_kvq_nonfinite_weights), cmocka_unit_test(test_seqs), cmocka_unit_test(test_seqs_codec),
         cmocka_unit_test(test_fill_kv),
     };
     return cmocka_run_group_tests_name("runtime", tests, NULL, NULL);

@@ -24,7 +24,8 @@
 
 static const char *usage =
     "usage: kvq-run MODEL -p PROMPT|--prompt-file FILE [-n 128] [--temp 0.8] [--top-p 0.95] [--seed 1] [-t N]\n"
-    "               [--batch N]  (N sequences of the prompt decoded together, seeds seed..seed+N-1)\n"
+    "               [--batch N]  (N sequences of the prompt decoded together, seeds seed..seed+N-1;\n"
+    "               with --kv, one codec cache per sequence)\n"
     "       kvq-run MODEL --tokens ids.bin --logits out.bin     (int32 LE ids -> fp32 LE [T, vocab])\n"
     "       kvq-run MODEL --ppl FILE [--ctx 512] [--stride N] [--bos none|prepend|replace | --no-bos]\n"
     "               [--scored all-but-first|second-half] [--max-tokens N] [--partial]  (as kvq-verify)\n"
@@ -145,6 +146,9 @@ static int generate_batch(kvq_model *m, kvq_tokenizer *tok, const int32_t *pids,
     float *lg = greedy ? NULL : malloc(sizeof(float) * (size_t)B * V);
     if (!smp || !gen || !next || !tk || !out_next || !ng || !done || !seq || !pos || (!greedy && !lg)) { rc = die("out of memory for %s sequences%s", "--batch", ""); goto out; }
     if (kvq_model_set_seqs(m, B, &err)) { rc = die("--batch: %s%s", err.msg, ""); goto out; }
+    kvq_model_mem mm; // the memory line above counted one sequence's cache
+    kvq_model_memory(m, &mm);
+    info("kvq-run: --batch %d: KV cache %.1f MB, scratch %.1f MB (every sequence's)\n", B, mm.kv / 1e6, mm.scratch / 1e6);
     for (int i = 0; i < B; i++)
         if (kvq_sampler_new(temp, top_p, seed + (uint64_t)i, V, &smp[i], &err)) { rc = die("%s%s", err.msg, ""); goto out; }
     info_flush();

@@ -429,15 +429,15 @@ extern "C" kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, cons
 
 extern "C" kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm,
                                             float eps, float *q, float *k, float *v, int T, int pos, const int *d_pos,
-                                            int n_heads, int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq,
-                                            kvq_err *err) {
+                                            const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim, int rot_dim,
+                                            const float *inv_freq, kvq_err *err) {
     if (T <= 0) return KVQ_OK;
     if (head_dim > ATT_MAX_HD || rot_dim > head_dim || (rot_dim & 1))
         return kvq_err_set(err, KVQ_ERR_ARG, "cuda attention input: head_dim %d, rotary %d", head_dim, rot_dim);
     const int64_t slots = (int64_t)T * (n_heads + 2 * n_kv_heads);
     attn_in_k<<<(unsigned)((slots + AIN_WARPS - 1) / AIN_WARPS), AIN_WARPS * 32, sizeof(float) * AIN_WARPS * head_dim,
-                kvq_cuda_stream()>>>(qkv, bias, q_norm, k_norm, eps, q, k, v, T, pos, d_pos, SeqK{}, n_heads, n_kv_heads,
-                                     head_dim, rot_dim, inv_freq, 0, 1);
+                kvq_cuda_stream()>>>(qkv, bias, q_norm, k_norm, eps, q, k, v, T, pos, d_pos, seqk_of(sq), n_heads, n_kv_heads,
+                                     head_dim, rot_dim, inv_freq, 0, 1); // rows: the sequences' offsets unused
     CU_LAUNCHED("attn_in rows");
     return KVQ_OK;
 }

@@ -123,8 +123,8 @@ kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, flo
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
-                                 float *q, float *k, float *v, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads,
-                                 int head_dim, int rot_dim, const float *inv_freq, kvq_err *err) {
+                                 float *q, float *k, float *v, int T, int pos, const int *d_pos, const kvq_cuda_seqs *sq,
+                                 int n_heads, int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq, kvq_err *err) {
     return NO_CUDA(err);
 }
 kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps, float *q,

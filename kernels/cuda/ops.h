@@ -111,10 +111,12 @@ kvq_status kvq_cuda_attn_in(const float *qkv, const float *bias, const float *q_
                             int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq, int max_ctx, kvq_err *err);
 /** kvq_cuda_attn_in writing k and v as rows (T, n_kv_heads·head_dim), as kvq_cuda_qkv_split
  *  and the ropes would have left them, instead of into a cache (for a KV codec cache, which
- *  appends them itself); d_pos as there. */
+ *  appends them itself); d_pos as there; sq (NULL: one sequence): token t rotated at sq->pos[t]
+ *  (a step of several sequences; seq and stride unused: rows have no cache), each row the bits
+ *  of a one-token call at that position. */
 kvq_status kvq_cuda_attn_in_rows(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
-                                 float *q, float *k, float *v, int T, int pos, const int *d_pos, int n_heads, int n_kv_heads,
-                                 int head_dim, int rot_dim, const float *inv_freq, kvq_err *err);
+                                 float *q, float *k, float *v, int T, int pos, const int *d_pos, const kvq_cuda_seqs *sq,
+                                 int n_heads, int n_kv_heads, int head_dim, int rot_dim, const float *inv_freq, kvq_err *err);
 /** Largest max_ctx kvq_cuda_attention supports for the shape: the split and tiled kernels (head_dim
  *  a multiple of 32 up to 256, at most 8 query heads a KV head) keep no per-position state on
  *  chip, so any context the device memory holds (up to 2^30 positions); otherwise the one-block

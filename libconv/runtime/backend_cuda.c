@@ -37,7 +37,9 @@ typedef struct {
     float *kc, *vc; // (n_layers, n_kv_heads, max_ctx, head_dim) each; NULL when a KV codec runs
                     // (kv.on) or the context exceeds the fp32 attention kernel's
     size_t kv_floats;
-    // A KV codec on the device (kv_codec): one packed cache per layer (kernels/cuda/kv_attn.h),
+    // A KV codec on the device (kv_codec): one packed cache per (sequence, layer) (kernels/cuda/kv_attn.h,
+    // batch 1 each: sequences sit at different positions, a batched cache shares one n_tok;
+    // sequences 1.. share sequence 0's per-head tables),
     // appended and attended by kvq_gkv_append / kvq_gkv_attend; a one-token decode step runs
     // as a graph too (kvq_gkv_append_step / kvq_gkv_attend_step: the kernels take the position
     // from d_pos and derive the ring slot, the flushes and the chunks from it) whenever the
@@ -49,11 +51,13 @@ typedef struct {
     // token, the loop rows mode replaces: the same bits).
     struct {
         int on, window, graphs, rows;
-        kvq_gkv_cache *c; // (n_layers)
+        kvq_gkv_cache *c; // (n_seq, n_layers): kv_cache()
+        int n_seq;
         void *scratch;
         size_t scratch_bytes; // its size: one attend's (kvq_gkv_scratch_bytes) or a group of rows' (kvq_gkv_rows_scratch_bound)
         size_t bytes;     // device bytes of the packed sides (the cache proper)
         size_t aux;       // and of the fp16 rings, the codecs' per-head tables and the attention's scratch
+        size_t seq_bytes, seq_rings, tables; // one sequence's packed sides and rings; the tables (held once)
         char spec[64];
     } kv;
     int *d_pos;     // the position a graph reads
@@ -66,8 +70,10 @@ typedef struct {
     int graphs;     // use graphs
     mode mode;
     void *graph[4]; // the decode steps' executable graphs: ending in logits, in their argmax; then
-                    // the same two for a step of several sequences (of graph_T[2..3] tokens)
+                    // the same two for a step of several sequences (of graph_T[2..3] tokens; with a KV
+                    // codec, of the sequences graph_seq[2..3], whose caches' addresses the graph holds)
     int graph_T[4];
+    int graph_seq[4][KVQ_MODEL_MAX_SEQS];
     int variant;    // which of them this step uses
     int *d_top1;    // the argmax op's answers on the device (KVQ_CUDA_ARGMAX_ROWS),
     int h_top1[KVQ_CUDA_ARGMAX_ROWS]; // their host copy (the asynchronous copy's destination)
@@ -205,14 +211,23 @@ static void side_free(kvq_gkv_side *s) {
     kvq_gkv_side_free_tables(s);
 }
 
+// Layer l's codec cache of sequence s.
+static kvq_gkv_cache *kv_cache(const gpu *g, int s, int l) { return &g->kv.c[(size_t)s * g->b.arch.n_layers + l]; }
+
+// Frees sequence s's device arrays in c (n_seq, n_layers); the tables only with sequence 0's
+// (the others' point to them).
+static void kv_seq_free(gpu *g, kvq_gkv_cache *c, int s) {
+    for (int l = 0; l < g->b.arch.n_layers; l++) {
+        kvq_gkv_cache *x = &c[(size_t)s * g->b.arch.n_layers + l];
+        if (s == 0) side_free(&x->k), side_free(&x->v);
+        else kvq_cuda_free(x->k.data), kvq_cuda_free(x->v.data);
+        kvq_cuda_free(x->wk);
+        kvq_cuda_free(x->wv);
+    }
+}
+
 static void kv_free(gpu *g) {
-    if (g->kv.c)
-        for (int l = 0; l < g->b.arch.n_layers; l++) {
-            side_free(&g->kv.c[l].k);
-            side_free(&g->kv.c[l].v);
-            kvq_cuda_free(g->kv.c[l].wk);
-            kvq_cuda_free(g->kv.c[l].wv);
-        }
+    for (int s = 0; g->kv.c && s < g->kv.n_seq; s++) kv_seq_free(g, g->kv.c, s);
     free(g->kv.c);
     kvq_cuda_free(g->kv.scratch);
     memset(&g->kv, 0, sizeof g->kv);
@@ -411,24 +426,33 @@ static kvq_status ready(kvq_backend *b, kvq_err *err) {
     return s;
 }
 
-// Whether a one-token step at pos can run as the kv graph (every layer's counts those of a
-// sequence of pos positions grown from 0; pos 0 restarts the caches, as kv_attention would).
-static int kv_step_ready(gpu *g, int pos) {
+// Whether a one-token step of each of the n sequences seq[i] at pos[i] can run as a kv graph
+// (every layer's counts those of a sequence of pos[i] positions grown from 0; pos 0 restarts
+// that sequence's caches, as kv_attention would).
+static int kv_step_ready(gpu *g, int n, const int *seq, const int *pos) {
     if (!g->kv.graphs) return 0;
-    for (int l = 0; l < g->b.arch.n_layers; l++) {
-        kvq_gkv_cache *c = &g->kv.c[l];
-        if (!kvq_gkv_step_ready(c, pos, g->kv.window)) return 0;
-    }
-    if (pos == 0)
-        for (int l = 0; l < g->b.arch.n_layers; l++) g->kv.c[l].n_tok = g->kv.c[l].n_enc_k = g->kv.c[l].n_enc_v = 0;
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < g->b.arch.n_layers; l++)
+            if (!kvq_gkv_step_ready(kv_cache(g, seq[i], l), pos[i], g->kv.window)) return 0;
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < g->b.arch.n_layers && pos[i] == 0; l++) {
+            kvq_gkv_cache *c = kv_cache(g, seq[i], l);
+            c->n_tok = c->n_enc_k = c->n_enc_v = 0;
+        }
     return 1;
+}
+// The host's counts of the n sequences' caches after a replayed step (whose kernels appended one
+// position to each).
+static void kv_step_advance(gpu *g, int n, const int *seq) {
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < g->b.arch.n_layers; l++) kvq_gkv_advance(kv_cache(g, seq[i], l), 1, g->kv.window);
 }
 
 static void step(kvq_backend *b, int T, int pos, int logits) {
     gpu *g = (gpu *)b;
     g->mode = DIRECT;
     g->sq.on = 0;
-    if (!g->graphs || T != 1 || !logits || g->first.code || (g->kv.on && !kv_step_ready(g, pos))) return;
+    if (!g->graphs || T != 1 || !logits || g->first.code || (g->kv.on && !kv_step_ready(g, 1, &g->sq.cur, &pos))) return;
     kvq_err e = {0};
     g->pos = pos;
     g->variant = logits == 2;
@@ -436,8 +460,7 @@ static void step(kvq_backend *b, int T, int pos, int logits) {
     if (!s && !g->graph[g->variant]) s = kvq_cuda_capture_begin(&e);
     if (s) { note(g, s, &e); return; }
     g->mode = g->graph[g->variant] ? REPLAY : CAPTURE;
-    if (g->kv.on && g->mode == REPLAY) // the model's ops are skipped: the counts the graph's kernels will leave
-        for (int l = 0; l < b->arch.n_layers; l++) kvq_gkv_advance(&g->kv.c[l], 1, g->kv.window);
+    if (g->kv.on && g->mode == REPLAY) kv_step_advance(g, 1, &g->sq.cur); // the model's ops are skipped: the counts the graph's kernels will leave
     if (g->timeline && g->mode == CAPTURE) {
         g->tl_n[g->variant] = 0;
         tl_mark(g, -1);
@@ -446,7 +469,10 @@ static void step(kvq_backend *b, int T, int pos, int logits) {
 
 // A step of T sequences: their ids and positions copied to the device, where the kernels read
 // them; with logits, captured as a graph (variants 2, 3) on its first run and replayed after
-// (again captured when T changes).
+// (again captured when T changes). With a KV codec the graph holds the T sequences' caches (and
+// takes each token's position from the device: kvq_gkv_append_step/attend_step): captured again
+// when the sequences change too, and only while their counts are those of grown sequences
+// (kv_step_ready; else the step launches directly).
 static void step_seqs(kvq_backend *b, int T, const int *seq, const int *pos, kvq_kvcache *const *caches, int logits) {
     (void)caches;
     gpu *g = (gpu *)b;
@@ -457,23 +483,37 @@ static void step_seqs(kvq_backend *b, int T, const int *seq, const int *pos, kvq
     g->sq.view = (kvq_cuda_seqs){g->sq.d, g->sq.d + KVQ_MODEL_MAX_SEQS, (int64_t)g->kv_floats};
     kvq_err e = {0};
     kvq_status s = kvq_cuda_copy_async(g->sq.d, g->sq.h, sizeof g->sq.h, 1, &e);
-    if (!s && g->graphs && logits && !g->kv.on && !g->first.code) {
+    if (!s && g->graphs && logits && !g->first.code && (!g->kv.on || kv_step_ready(g, T, seq, pos))) {
         g->variant = 2 + (logits == 2);
-        if (g->graph[g->variant] && g->graph_T[g->variant] != T)
+        if (g->graph[g->variant] && (g->graph_T[g->variant] != T ||
+                                     (g->kv.on && memcmp(g->graph_seq[g->variant], seq, sizeof *seq * T))))
             kvq_cuda_graph_free(g->graph[g->variant]), g->graph[g->variant] = NULL;
         if (!g->graph[g->variant]) s = kvq_cuda_capture_begin(&e);
         if (!s) {
             g->mode = g->graph[g->variant] ? REPLAY : CAPTURE;
             g->graph_T[g->variant] = T;
+            memcpy(g->graph_seq[g->variant], seq, sizeof *seq * T);
+            if (g->kv.on && g->mode == REPLAY) kv_step_advance(g, T, seq);
         }
     }
     note(g, s, &e);
 }
 
+static kvq_status kv_resize(gpu *g, int n, kvq_err *err);
+
 static kvq_status seqs(kvq_backend *b, int n, kvq_err *err) {
     gpu *g = (gpu *)b;
-    if (g->kv.on) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: %d sequences with the KV cache %s: a codec cache "
-                                     "holds one sequence", n, g->kv.spec);
+    if (g->kv.on) { // a codec cache per sequence (kv_resize)
+        kvq_status s = kv_resize(g, n, err);
+        if (s) {
+            kvq_err_prefix(err, "the GPU KV cache %s of %d sequences", g->kv.spec, n);
+            return s;
+        }
+        g->sq.n = n;
+        g->sq.cur = 0;
+        for (int i = 0; i < 4; i++) kvq_cuda_graph_free(g->graph[i]), g->graph[i] = NULL;
+        return KVQ_OK;
+    }
     if (!g->kc)
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: %d sequences at a context of %d positions: beyond the fp32 "
                            "attention kernel's %d", n, b->max_ctx, kvq_cuda_attention_max_ctx(b->arch.n_heads, b->arch.n_kv_heads, b->arch.head_dim));
@@ -720,9 +760,53 @@ static kvq_status kv_append(kvq_backend *b, kvq_kvcache *c, int l, const float *
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: only a KV cache codec on the device can be filled (--kv fp16, "
                            "int, kivi, ...), not the fp32 cache");
     flush(g);
-    kvq_gkv_cache *gc = &g->kv.c[l];
+    kvq_gkv_cache *gc = kv_cache(g, g->sq.cur, l);
     kvq_status st = kv_seek(g, gc, l, pos, err);
     if (!st && (st = kvq_gkv_append(gc, k, v, T, g->kv.window, err))) kvq_err_prefix(err, "layer %d", l);
+    return st;
+}
+
+// A step of several sequences (step_seqs) through their codec caches: token t (sequence h[t] at
+// position h[KVQ_MODEL_MAX_SEQS + t]) appended to its sequence's cache of layer l and attending
+// there — one batch-1 append and attend per token, the kernels and bits of that sequence's
+// one-token step alone. In a captured step each token's position comes from its device copy
+// (sq.d), as the one-sequence graph's from d_pos. Queued attention inputs (split, norms, ropes)
+// run as that step runs them, by kvq_cuda_attn_in_rows (one launch, each token at its sequence's
+// position from the device: the bits of a one-token call); anything else queued is launched as
+// it was asked for (flush: the ropes take each token's position from the step).
+static kvq_status kv_attention_seqs(gpu *g, int l, const float *q, const float *k, const float *v, float *out, int T,
+                                    int pos0, const kvq_attn_shape *s) {
+    kvq_err e = {0};
+    kvq_status st = KVQ_OK;
+    const size_t qd = (size_t)s->n_heads * s->head_dim, kd = (size_t)s->n_kv_heads * s->head_dim;
+    const int ain = ain_matches(g, q, k, v, T, pos0, s);
+    if (ain) {
+        g->ain.on = 0;
+        prof_begin(g);
+        st = kvq_cuda_attn_in_rows(g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL, g->ain.has_kn ? g->ain.kn : NULL,
+                                   g->ain.eps, g->ain.q, g->ain.k, g->ain.v, T, pos0, NULL, seqs_of(g), s->n_heads,
+                                   s->n_kv_heads, s->head_dim, g->ain.rot, g->ain.inv_freq, &e);
+        prof_end(g, "attn_in rows seqs");
+    }
+    flush(g);
+    prof_begin(g);
+    for (int t = 0; t < T && !st; t++) {
+        const int sq = g->sq.h[t], pos = g->sq.h[KVQ_MODEL_MAX_SEQS + t];
+        kvq_gkv_cache *c = kv_cache(g, sq, l);
+        if (g->mode != DIRECT) { // kv_step_ready held for every token's sequence
+            const int *dp = g->sq.d + KVQ_MODEL_MAX_SEQS + t;
+            st = kvq_gkv_append_step(c, k + t * kd, v + t * kd, g->kv.window, dp, &e);
+            if (!st) st = kvq_gkv_attend_step(c, q + t * qd, out + t * qd, s->scale, g->kv.window, dp, g->kv.scratch, &e);
+        } else {
+            st = kv_seek(g, c, l, pos, &e);
+            if (!st) st = kvq_gkv_append(c, k + t * kd, v + t * kd, 1, g->kv.window, &e);
+            if (!st) st = kvq_gkv_attend(c, q + t * qd, out + t * qd, s->scale, 0, g->kv.scratch, &e);
+        }
+        if (st) kvq_err_prefix(&e, "sequence %d", sq);
+    }
+    prof_end(g, "kv codec attention seqs");
+    if (st) kvq_err_prefix(&e, "layer %d", l);
+    note(g, st, &e);
     return st;
 }
 
@@ -735,6 +819,7 @@ static kvq_status kv_append(kvq_backend *b, kvq_kvcache *c, int l, const float *
 // exceed g->kv.scratch; without rows mode (or where one row does not fit), one attend a token.
 static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, const float *v, float *out, int T, int pos,
                                const kvq_attn_shape *s) {
+    if (g->sq.on) return kv_attention_seqs(g, l, q, k, v, out, T, pos, s);
     kvq_err e = {0};
     kvq_status st = KVQ_OK;
     if (ain_matches(g, q, k, v, T, pos, s)) { // split, norms and ropes in one kernel, k and v as rows
@@ -742,11 +827,11 @@ static kvq_status kv_attention(gpu *g, int l, const float *q, const float *k, co
         prof_begin(g);
         st = kvq_cuda_attn_in_rows(g->ain.qkv, g->ain.bias, g->ain.has_qn ? g->ain.qn : NULL,
                                    g->ain.has_kn ? g->ain.kn : NULL, g->ain.eps, g->ain.q, g->ain.k, g->ain.v, T, pos, dpos(g),
-                                   s->n_heads, s->n_kv_heads, s->head_dim, g->ain.rot, g->ain.inv_freq, &e);
+                                   NULL, s->n_heads, s->n_kv_heads, s->head_dim, g->ain.rot, g->ain.inv_freq, &e);
         prof_end(g, "attn_in rows");
     }
     flush(g); // anything else queued, as it was asked for
-    kvq_gkv_cache *c = &g->kv.c[l];
+    kvq_gkv_cache *c = kv_cache(g, g->sq.cur, l);
     if (!st) st = kv_seek(g, c, l, pos, &e);
     prof_begin(g);
     const int captured = !st && dpos(g); // a captured step (T = 1, kv_step_ready): positions from d_pos
@@ -930,6 +1015,54 @@ static kvq_status side_tables(const kvq_kvcache *kc, int l, int r, int nkv, cons
     return s;
 }
 
+// Sequence s's caches in c (n_seq, n_layers) laid out as sequence 0's of g->kv.c (the same kinds,
+// tables and capacities), empty, their packed regions and rings allocated. On failure what was
+// allocated stays in c for kv_seq_free.
+static kvq_status kv_seq_alloc(gpu *g, kvq_gkv_cache *c, int s, kvq_err *err) {
+    const int L = g->b.arch.n_layers;
+    kvq_status st = KVQ_OK;
+    for (int l = 0; l < L && !st; l++) {
+        const kvq_gkv_cache *c0 = kv_cache(g, 0, l);
+        kvq_gkv_cache *x = &c[(size_t)s * L + l];
+        *x = *c0;
+        x->k.data = x->v.data = x->wk = x->wv = NULL;
+        x->n_tok = x->n_enc_k = x->n_enc_v = 0;
+        for (int r = 0; r < 2 && !st; r++) {
+            kvq_gkv_side *sd = r ? &x->v : &x->k;
+            st = kvq_cuda_malloc(&sd->data, (size_t)x->n_kv * kvq_gkv_region_bytes(sd->kind, sd->bits, x->head_dim, x->cap, r), err);
+        }
+        const size_t ring = (size_t)x->n_kv * x->wcap * x->head_dim * 2;
+        if (!st) st = kvq_cuda_malloc(&x->wk, ring, err);
+        if (!st) st = kvq_cuda_malloc(&x->wv, ring, err);
+    }
+    return st;
+}
+
+// The codec caches hold n sequences from now on, every one empty: sequence 0's arrays kept, the
+// others' made anew (kv_seq_alloc); the bytes counted again. On failure nothing changes.
+static kvq_status kv_resize(gpu *g, int n, kvq_err *err) {
+    const int L = g->b.arch.n_layers;
+    kvq_gkv_cache *c = calloc((size_t)n * L, sizeof *c);
+    if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %d sequences' KV caches", n);
+    memcpy(c, g->kv.c, sizeof *c * L);
+    for (int l = 0; l < L; l++) c[l].n_tok = c[l].n_enc_k = c[l].n_enc_v = 0;
+    kvq_status st = KVQ_OK;
+    int s = 1;
+    for (; s < n && !st; s++) st = kv_seq_alloc(g, c, s, err);
+    if (st) {
+        while (--s >= 1) kv_seq_free(g, c, s); // the one that failed included (its NULLs are no-ops)
+        free(c);
+        return st;
+    }
+    for (int k = 1; k < g->kv.n_seq; k++) kv_seq_free(g, g->kv.c, k);
+    free(g->kv.c);
+    g->kv.c = c;
+    g->kv.n_seq = n;
+    g->kv.bytes = (size_t)n * g->kv.seq_bytes;
+    g->kv.aux = (size_t)n * g->kv.seq_rings + g->kv.tables + g->kv.scratch_bytes;
+    return KVQ_OK;
+}
+
 // The KV cache in the codec of kc on the device: per layer, each side's GPU kind (fp16 for a
 // boundary layer's keys), a packed region per KV head for max_ctx positions (rounded up to
 // 32), and fp16 rings for the window, the KIVI key group waiting to fill, and a chunk of
@@ -951,7 +1084,8 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
     const int L = a->n_layers, nkv = a->n_kv_heads, hd = a->head_dim, cap = (b->max_ctx + 31) / 32 * 32;
     const int wcap = pol->window + 32 + b->max_batch;
     if (!(g->kv.c = calloc(L, sizeof *g->kv.c))) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
-    size_t bytes = 0, scr = 0, scr_rings = 0;
+    g->kv.n_seq = 1;
+    size_t bytes = 0, scr = 0, tables = 0, rings = 0;
     kvq_status s = KVQ_OK;
     for (int l = 0; l < L && !s; l++) {
         kvq_gkv_cache *c = &g->kv.c[l];
@@ -969,12 +1103,12 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
             const size_t rb = (size_t)nkv * kvq_gkv_region_bytes(sd->kind, sd->bits, hd, cap, r);
             if (!s) s = kvq_cuda_malloc(&sd->data, rb, err);
             bytes += rb;
-            if (!s) s = side_tables(kc, l, r, nkv, spec, sd, &scr_rings, err);
+            if (!s) s = side_tables(kc, l, r, nkv, spec, sd, &tables, err);
         }
         const size_t ring = (size_t)nkv * wcap * hd * 2;
         if (!s) s = kvq_cuda_malloc(&c->wk, ring, err);
         if (!s) s = kvq_cuda_malloc(&c->wv, ring, err);
-        scr_rings += 2 * ring;
+        rings += 2 * ring;
         size_t sb = kvq_gkv_scratch_bytes(c, 0);
         if (sb > scr) scr = sb;
         // rows mode's groups (a prefill chunk's tokens, at most max_batch of them)
@@ -982,15 +1116,20 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
         if (rows > 1 && (sb = kvq_gkv_rows_scratch_bound(c, rows)) > scr) scr = sb;
     }
     if (!s) s = kvq_cuda_malloc(&g->kv.scratch, scr, err);
+    g->kv.seq_bytes = bytes;
+    g->kv.seq_rings = rings;
+    g->kv.tables = tables;
+    g->kv.scratch_bytes = scr;
+    g->kv.bytes = bytes;
+    g->kv.aux = rings + tables + scr;
+    const int n_seq = g->sq.n > 1 ? g->sq.n : 1; // kvq_model_set_seqs before the codec: a cache each
+    if (!s && n_seq > 1) s = kv_resize(g, n_seq, err);
     if (s) {
         kv_free(g);
-        if (s == KVQ_ERR_NOMEM || s == KVQ_ERR_IO) kvq_err_prefix(err, "the GPU KV cache %s (%d positions)", spec, cap);
+        if (s == KVQ_ERR_NOMEM || s == KVQ_ERR_IO) kvq_err_prefix(err, "the GPU KV cache %s (%d positions, %d sequences)", spec, cap, n_seq);
         return s;
     }
-    g->kv.bytes = bytes;
-    g->kv.scratch_bytes = scr;
     g->kv.rows = g->kv_rows;
-    g->kv.aux = scr_rings + scr;
     g->kv.window = pol->window;
     const char *kg = getenv("KVQ_CUDA_KV_GRAPHS");
     g->kv.graphs = !(kg && !strcmp(kg, "0"));

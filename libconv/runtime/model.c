@@ -539,21 +539,70 @@ uint64_t kvq_model_stream_weights(const kvq_model *m) {
     return s;
 }
 
+// An empty codec cache with c's codec, policy and states (tables included: a .kvq's stored ones
+// stay), for another sequence: c's manifest section and tables saved, then loaded
+// (kvq_kvcache_codec_save / _load, the .kvq round trip) at max_ctx positions.
+static kvq_status codec_clone(const kvq_kvcache *c, int max_ctx, kvq_kvcache **out, kvq_err *err) {
+    const kvq_kvcache_policy *pol = kvq_kvcache_codec_policy(c);
+    json_t *sec = NULL;
+    float *blob = NULL;
+    size_t nf = 0;
+    kvq_status r = kvq_kvcache_codec_save(c, max_ctx, &sec, &blob, &nf, err);
+    if (!r)
+        r = kvq_kvcache_codec_load(sec, blob, nf, max_ctx,
+                                   pol->shadow ? KVQ_KV_EVAL_SHADOW : pol->chunks ? KVQ_KV_EVAL_CHUNKS : KVQ_KV_EVAL_NONE, out, err);
+    json_decref(sec);
+    free(blob);
+    return r;
+}
+
+// n caches for several sequences on a host backend: c0 first, then n - 1 new ones like it (a
+// codec's clones, else default caches). On failure every new one is freed and c0 is kept.
+static kvq_status seq_caches(const kvq_model *m, kvq_kvcache *c0, int n, kvq_kvcache ***out, kvq_err *err) {
+    const kvq_arch *a = &m->a;
+    kvq_kvcache **c = calloc((size_t)n, sizeof *c);
+    if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %d sequences", n);
+    c[0] = c0;
+    kvq_status r = KVQ_OK;
+    for (int i = 1; i < n && !r; i++)
+        r = kvq_kvcache_codec_policy(c0) ? codec_clone(c0, m->o.max_ctx, &c[i], err)
+                                         : kvq_kvcache_default_new(a->n_layers, a->n_kv_heads, a->head_dim, m->o.max_ctx,
+                                                                   m->o.kv_fp16, &c[i], err);
+    if (r) {
+        for (int i = 1; i < n; i++)
+            if (c[i]) c[i]->ops->free(c[i]);
+        free(c);
+        return r;
+    }
+    *out = c;
+    return KVQ_OK;
+}
+
 kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err) {
     if (!c || c->n_layers != m->a.n_layers || c->n_kv_heads != m->a.n_kv_heads || c->head_dim != m->a.head_dim)
         return kvq_err_set(err, KVQ_ERR_ARG, "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
                            c ? c->n_layers : 0, c ? c->n_kv_heads : 0, c ? c->head_dim : 0,
                            m->a.n_layers, m->a.n_kv_heads, m->a.head_dim);
-    if (m->n_seq > 1)
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "a KV cache codec with %d sequences: set the cache first (codec caches "
-                           "hold one sequence)", m->n_seq);
-    if (!m->cache) { // a device backend builds its own cache in the codec's device layout
+    if (!m->cache) { // a device backend builds its own cache in the codec's device layout, one per sequence
         if (!m->be->ops->kv_codec)
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV-cache codecs do not run on the %s backend", m->be->ops->name);
         kvq_status r = m->be->ops->kv_codec(m->be, c, err);
         if (r) return r;
         if (m->kv_desc) m->kv_desc->ops->free(m->kv_desc);
         m->kv_desc = c;
+        return KVQ_OK;
+    }
+    if (m->n_seq > 1) { // every sequence gets a clone of the codec cache, sequence 0 c itself
+        if (!kvq_kvcache_codec_policy(c))
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "replacing the KV cache with %d sequences set: only by a codec "
+                               "cache (cloned for each sequence)", m->n_seq);
+        kvq_kvcache **sc = NULL;
+        kvq_status r = seq_caches(m, c, m->n_seq, &sc, err);
+        if (r) return r;
+        for (int i = 0; i < m->n_seq; i++) m->seqc[i]->ops->free(m->seqc[i]);
+        free(m->seqc);
+        m->seqc = sc;
+        m->cache = sc[m->cur_seq];
         return KVQ_OK;
     }
     m->cache->ops->free(m->cache);
@@ -822,22 +871,13 @@ kvq_status kvq_model_set_seqs(kvq_model *m, int n_seq, kvq_err *err) {
     const int rows = n_seq < m->o.max_batch ? n_seq : m->o.max_batch; // tokens a step can take
     kvq_status r;
     if (op->host) {
-        if (kvq_kvcache_codec_policy(m->cache))
-            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "%d sequences with a KV cache codec: codec caches hold one sequence",
-                               n_seq);
-        kvq_kvcache **c = calloc((size_t)n_seq, sizeof *c);
         float *lgh = malloc(sizeof(float) * (size_t)rows * a->vocab_size);
-        if (!c || !lgh) {
-            free(c); free(lgh);
-            return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %d sequences", n_seq);
+        if (!lgh) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %d sequences", n_seq);
+        kvq_kvcache **c = NULL; // the sequence the model held so far stays sequence 0; a codec is cloned for the others
+        if ((r = seq_caches(m, m->cache, n_seq, &c, err))) {
+            free(lgh);
+            return r;
         }
-        c[0] = m->cache; // the sequence the model held so far stays sequence 0
-        for (int i = 1; i < n_seq; i++)
-            if ((r = kvq_kvcache_default_new(a->n_layers, a->n_kv_heads, a->head_dim, m->o.max_ctx, m->o.kv_fp16, &c[i], err))) {
-                while (--i > 0) c[i]->ops->free(c[i]);
-                free(c); free(lgh);
-                return r;
-            }
         for (int i = 0; i < m->n_seq && m->seqc; i++)
             if (m->seqc[i] != m->cache) m->seqc[i]->ops->free(m->seqc[i]);
         free(m->seqc);

@@ -117,8 +117,10 @@ const char *kvq_model_backend_name(const kvq_model *m);
 /** Replaces the KV cache: the model takes ownership of c and frees the old one. c must
  *  match the model's n_layers, n_kv_heads and head_dim. On a device backend c must be a codec
  *  cache (kvq_kvcache_codec_new): the device builds its own cache in that codec (c's
- *  max_ctx does not matter there) and the model keeps c for its states. On failure the
- *  caller keeps c. */
+ *  max_ctx does not matter there; one cache per sequence of kvq_model_set_seqs, the states'
+ *  tables shared) and the model keeps c for its states. On the CPU with several sequences set, c
+ *  becomes sequence 0's cache and the others get clones of it (KVQ_ERR_UNSUPPORTED when c is not a
+ *  codec cache). On failure the caller keeps c. */
 kvq_status kvq_model_set_kvcache(kvq_model *m, kvq_kvcache *c, kvq_err *err);
 /** The cache set by kvq_model_set_kvcache (borrowed; on a device, the codec states it runs),
  *  else the CPU's default cache, else NULL. */
@@ -155,8 +157,9 @@ kvq_status kvq_model_forward_argmax(kvq_model *m, const int32_t *tokens, int T, 
 
 /** Several sequences decoded together (a batch: each weight byte read once per step for all).
  *  The model holds n_seq KV caches, each of the model's capacity (kvq_model_max_ctx); the one it
- *  held becomes sequence 0 (on a device, every sequence starts empty). Not with a KV cache codec
- *  (KVQ_ERR_UNSUPPORTED: codec caches hold one sequence). 1 <= n_seq <= KVQ_MODEL_MAX_SEQS. */
+ *  held becomes sequence 0 (on a device, every sequence starts empty). With a KV cache codec,
+ *  one codec cache per sequence (the CPU: clones of the one held, its states and tables; a
+ *  device: its own packed caches), set before or after the codec. 1 <= n_seq <= KVQ_MODEL_MAX_SEQS. */
 #define KVQ_MODEL_MAX_SEQS 64
 kvq_status kvq_model_set_seqs(kvq_model *m, int n_seq, kvq_err *err);
 int kvq_model_n_seqs(const kvq_model *m);
