@@ -35,7 +35,7 @@ KVQ_HQ_HD size_t kvq_hqmq_xbytes(int nch, int bits) { return KVQ_HQMQ_XHEAD + (s
 // only library calls (glibc's and CUDA's agree to the double's last bits, and a result is then
 // floored or rounded to float, so they differ only within ~1e-16 of a bin edge or float midpoint).
 #define KVQ_HQMQ_HBINS 4096 // log2-norm histogram: 64 bins per octave over [-32, 32)
-#ifdef __CUDACC__
+#ifdef __CUDA_ARCH__
 #define KVQ_HQ_DADD(a, b) __dadd_rn(a, b)
 #define KVQ_HQ_DMUL(a, b) __dmul_rn(a, b)
 #define KVQ_HQ_DDIV(a, b) __ddiv_rn(a, b)

@@ -79,7 +79,10 @@ static inline size_t kvq_gkv_kind_row_bytes(kvq_gkv_kind kind, int bits, int d) 
  *  docs/KV.md "HQMQ with outliers on the GPU"). */
 #define KVQ_GKV_HQMQO_POOL_DIV 4
 static inline size_t kvq_gkv_hqmqo_pool_chunks(int d, int cap) { return (size_t)cap * (d / 4) / KVQ_GKV_HQMQO_POOL_DIV; }
-/** Offset of the pool (4 fp16 a chunk) inside a region: after the side array (8 bytes a position). */
+/** Offset of the pool (4 fp16 a chunk) inside a region: after the side array (8 bytes a position);
+ *  after the pool the device encoder's state (the running median's 4096-bin u32 histogram, its u64
+ *  count, a u32 pool-full flag, 4 bytes padding), zeroed by the encoder at position 0. */
+#define KVQ_GKV_HQMQO_STATE (4096 * 4 + 16)
 static inline size_t kvq_gkv_hqmqo_pool_offset(int bits, int d, int cap);
 static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int cap) {
     return kvq_gkv_align16(kind <= KVQ_GKV_F16 ? (size_t)cap * d * 2 : (size_t)cap * kvq_gkv_kind_row_bytes(kind, bits, d));
@@ -90,7 +93,7 @@ static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int
 static inline size_t kvq_gkv_side_bytes(kvq_gkv_kind kind, int d, int cap, int role) {
     if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_HQMQ) return (size_t)cap * 2;
     if (kind == KVQ_GKV_HQKV) return (size_t)cap * 8;
-    if (kind == KVQ_GKV_HQMQO) return (size_t)cap * 8 + kvq_gkv_hqmqo_pool_chunks(d, cap) * 8;
+    if (kind == KVQ_GKV_HQMQO) return (size_t)cap * 8 + kvq_gkv_hqmqo_pool_chunks(d, cap) * 8 + KVQ_GKV_HQMQO_STATE;
     if (kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT) return (size_t)cap * 4;
     if (kind == KVQ_GKV_OCTQ) return (size_t)cap * 8;
     if (kind == KVQ_GKV_KIVI) return role == 0 ? (size_t)(cap / 32) * d * 4 : (size_t)cap * (d / 32) * 4;
@@ -98,6 +101,9 @@ static inline size_t kvq_gkv_side_bytes(kvq_gkv_kind kind, int d, int cap, int r
 }
 static inline size_t kvq_gkv_hqmqo_pool_offset(int bits, int d, int cap) {
     return kvq_gkv_side_offset(KVQ_GKV_HQMQO, bits, d, cap) + (size_t)cap * 8;
+}
+static inline size_t kvq_gkv_hqmqo_state_offset(int bits, int d, int cap) {
+    return kvq_gkv_hqmqo_pool_offset(bits, d, cap) + kvq_gkv_hqmqo_pool_chunks(d, cap) * 8;
 }
 /** Bytes of one (sequence, KV head) region of one side. */
 static inline size_t kvq_gkv_region_bytes(kvq_gkv_kind kind, int bits, int d, int cap, int role) {
@@ -158,8 +164,8 @@ typedef struct {
     int round;            // OCT/OCTQ encoder: rounding mode (0 scalar, 2 local 2x2, 3 local 3x3, 9 full)
     int n_sec;            // HQMQ encoder: S, the secondary quaternions per head (the joint codebook has 24·S rows)
     double enc_scale;     // HQKV encoder: α·√d in double, as the CPU encoder forms α√d/γ
-    double med;           // HQMQO encoder: the outlier multiplier C (the running median's state, a
-                          // 4096-bin histogram and its count per region, is the encoder's: not yet built)
+    double med;           // HQMQO encoder: the outlier multiplier C (the running median's state is in
+                          // the region, kvq_gkv_hqmqo_state_offset)
 } kvq_gkv_side;
 
 /** A device cache: n_tok positions stored for every sequence, packed [0, n_enc), the most

@@ -383,7 +383,8 @@ static int hqmqo_io(const kvq_kvcodec *c, int bits, uint8_t *rec, int pos, uint8
         uint8_t *lw = row + (size_t)(k / 4) * nw * 4;
         const size_t at = (size_t)(k % 4) * bits;
         if (to_region) {
-            const uint32_t code = out[k] ? kvq_hqmq_out_code(in.M, j++) : kvq_hqmq_code((uint32_t)idx[k], (uint32_t)rad[k], in.ib);
+            const uint32_t code = out[k] ? kvq_hqmq_out_code(in.M, rc ? 0 : j++) // pool full: M, as the device encoder writes
+                                          : kvq_hqmq_code((uint32_t)idx[k], (uint32_t)rad[k], in.ib);
             for (int e = 0; e < bits; e++) lw[(at + e) >> 3] |= (uint8_t)(((code >> e) & 1) << ((at + e) & 7));
         } else {
             uint32_t code = 0;
