@@ -359,7 +359,7 @@ static int hqmqo_io(const kvq_kvcodec *c, int bits, uint8_t *rec, int pos, uint8
     kvq_kv_hqmq_info_of(c, &in);
     int idx[1024], rad[1024], rc = 0;
     uint8_t out[1024];
-    uint16_t och[4096], sig = 0, n_out = 0;
+    uint16_t och[4096] = {0}, sig = 0, n_out = 0; // zeros for outliers a full pool dropped
     uint32_t off = 0;
     const int nw = (4 * bits + 31) / 32;
     const size_t rb = kvq_gkv_kind_row_bytes(KVQ_GKV_HQMQO, bits, c->d), pool_n = kvq_gkv_hqmqo_pool_chunks(c->d, cap);
