@@ -745,33 +745,28 @@ static void test_seqs(void **st) {
 
 // ---- KV codecs on the device (kernels/cuda/kv_attn.cu through the GPU backend's kv_codec)
 
-// A model with the device kernels' head shape (head_dim 128, 4 query heads per KV head),
-// written by make_synth_llama t128 (KVQ_SYNTH names the tool; default build/bench/...).
-static const char *t128_model(void) {
-    static char dir[512];
+// make_synth_llama's model KIND written once into dir (a caller's static buffer) under TMPDIR
+// (KVQ_SYNTH names the tool; default build/bench/...).
+static const char *synth_model(const char *kind, char *dir, size_t n) {
     if (dir[0]) return dir;
     const char *tool = getenv("KVQ_SYNTH");
     if (!tool || !*tool) tool = "build/bench/make_synth_llama";
     if (access(tool, X_OK)) fail_msg("%s: not found (set KVQ_SYNTH to make_synth_llama)", tool);
-    snprintf(dir, sizeof dir, "%s/kvq-t128-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    snprintf(dir, n, "%s/kvq-%s-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", kind, (int)getpid());
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' t128 '%s' '%s' 5 >/dev/null 2>&1", tool, dir, TINY);
+    snprintf(cmd, sizeof cmd, "'%s' %s '%s' '%s' 5 >/dev/null 2>&1", tool, kind, dir, TINY);
     if (system(cmd)) fail_msg("%s failed", cmd);
     return dir;
 }
-
+// A model with the device kernels' head shape (head_dim 128, 4 query heads per KV head).
+static const char *t128_model(void) {
+    static char dir[512];
+    return synth_model("t128", dir, sizeof dir);
+}
 // make_synth_llama's t3g: head_dim 64 with 3 query heads per KV head (a shape the GPU KV kernels refuse).
 static const char *t3g_model(void) {
     static char dir[512];
-    if (dir[0]) return dir;
-    const char *tool = getenv("KVQ_SYNTH");
-    if (!tool || !*tool) tool = "build/bench/make_synth_llama";
-    if (access(tool, X_OK)) fail_msg("%s: not found (set KVQ_SYNTH to make_synth_llama)", tool);
-    snprintf(dir, sizeof dir, "%s/kvq-t3g-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' t3g '%s' '%s' 5 >/dev/null 2>&1", tool, dir, TINY);
-    if (system(cmd)) fail_msg("%s failed", cmd);
-    return dir;
+    return synth_model("t3g", dir, sizeof dir);
 }
 
 static kvq_model *open_kv(const char *path, int gpu, const char *spec, int window, int boundary) {

@@ -193,16 +193,17 @@ static float waves(void) {
 extern "C" void kvq_gkv_set_half_values(int on) { g_vh = on != 0; }
 extern "C" void kvq_gkv_set_tc(int on) { g_tc = on < 0 ? -1 : on > 3 ? 3 : on; }
 extern "C" void kvq_gkv_set_tc_turbo(int on) { g_tcq = on < 0 ? -1 : on != 0; }
-// TurboQuant / qturbo on the tensor cores: g_tcq, or KVQ_CUDA_KV_TC_TURBO=0 read once; default 1
-// (session 14, H100: 1.15-1.9x faster than the fp32 kernel at 32k-128k, NMSE vs the CPU <= 7.3e-7;
-// docs/RESULTS.md).
-static int tc_turbo(void) {
-    if (g_tcq < 0) {
-        const char *e = getenv("KVQ_CUDA_KV_TC_TURBO");
-        g_tcq = !(e && !strcmp(e, "0"));
+// A switch that is on unless set to 0: *g, or (when *g < 0) the environment's name=0 read once.
+static int on_unless_0(int *g, const char *name) {
+    if (*g < 0) {
+        const char *e = getenv(name);
+        *g = !(e && !strcmp(e, "0"));
     }
-    return g_tcq;
+    return *g;
 }
+// TurboQuant / qturbo on the tensor cores: g_tcq, or KVQ_CUDA_KV_TC_TURBO=0; default 1 (session 14,
+// H100: 1.15-1.9x faster than the fp32 kernel at 32k-128k, NMSE vs the CPU <= 7.3e-7; docs/RESULTS.md).
+static int tc_turbo(void) { return on_unless_0(&g_tcq, "KVQ_CUDA_KV_TC_TURBO"); }
 extern "C" void kvq_gkv_set_tc_pipe(int stages) { g_pipe = stages < 0 ? -1 : stages == 3 || stages == 4 ? stages : 0; }
 // The cp.async stages of the tensor-core kernel: g_pipe, or KVQ_CUDA_KV_PIPE=0|3|4 (read once;
 // default 0, the register-prefetch variants), and 0 where a side's regions are not 16-byte
@@ -217,15 +218,9 @@ static int tc_stages(const kvq_gkv_cache *c) {
 }
 extern "C" void kvq_gkv_set_tc_lean(int on) { g_lean = on < 0 ? -1 : on != 0; }
 // The tensor-core kernels' lean instantiations (fewer instructions a tile, the same bits; session 14,
-// helper i20d): g_lean, or KVQ_CUDA_KV_TC_LEAN=0|1 read once; default 1 since the H100 run of session
-// 15 (int:4 7-8 %, int:2 9-11 % faster at 32k/128k, docs/RESULTS.md).
-static int tc_lean(void) {
-    if (g_lean < 0) {
-        const char *e = getenv("KVQ_CUDA_KV_TC_LEAN");
-        g_lean = !(e && !strcmp(e, "0"));
-    }
-    return g_lean;
-}
+// helper i20d): g_lean, or KVQ_CUDA_KV_TC_LEAN=0; default 1 since the H100 run of session 15 (int:4
+// 7-8 %, int:2 9-11 % faster at 32k/128k, docs/RESULTS.md).
+static int tc_lean(void) { return on_unless_0(&g_lean, "KVQ_CUDA_KV_TC_LEAN"); }
 // The tensor-core kernel for the packed chunks of this cache, when on and built for its kinds;
 // NULL otherwise. g_tc: 0 off, 1 or 2 that variant, 3 (the default since the H100 run of
 // 2026-11-26, docs/RESULTS.md) the faster variant per width there: two tiles in flight (2) for
