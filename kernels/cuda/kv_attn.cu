@@ -537,7 +537,7 @@ static kvq_status encode_side(const kvq_gkv_cache *c, const kvq_gkv_side *s, con
         f<<<dim3(ng, nb), hd, 0, sm>>>((const __half *)ring, c->wcap, (uint8_t *)s->data, region, so, p0, d_pos);
         CU_LAUNCHED("enc_kivi_k");
     } else if (s->kind == KVQ_GKV_TURBO || s->kind == KVQ_GKV_TPROD || s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ ||
-               s->kind == KVQ_GKV_HQKV || s->kind == KVQ_GKV_HQMQ) {
+               s->kind == KVQ_GKV_HQKV || s->kind == KVQ_GKV_HQMQ || s->kind == KVQ_GKV_HQMQO) {
         return kvq_gkv_encode_rot(c, s, ring, p0, n, d_pos, err); // kv_enc.cu
     } else {
         enc_fn f = pick_enc(s->kind, s->bits, hd);

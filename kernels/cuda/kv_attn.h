@@ -36,6 +36,9 @@ typedef enum {
                        // side (fp32 γ, fp16 γ_r, 2 bytes padding). Values of octopus are KIVI's layout
     KVQ_GKV_HQMQ = 9,  // hqmq:s<S>:r<b> (no outliers): fp16 σ per token; per lane of 8, its 4 chunks'
                        // codes (joint index | radius << ibits, `bits` wide) in whole 32-bit words
+    KVQ_GKV_HQMQO = 10, // hqmq:s<S>:r<b>:med<C> (outliers): HQMQ's rows, an outlier chunk's code M + j
+                        // (j = its ordinal in the token; C[M + j] is a zero row); side (fp16 σ, u16
+                        // n_out, u32 pool offset) per token; then the pool of 4×fp16 outlier chunks
 } kvq_gkv_kind;
 
 /** OCTOPUS keys (head_dim 128: 43 triplets, the last zero-padded, in 48 slots, lane L of a
@@ -68,9 +71,19 @@ static inline size_t kvq_gkv_align16(size_t n) { return (n + 15) & ~(size_t)15; 
 static inline size_t kvq_gkv_kind_row_bytes(kvq_gkv_kind kind, int bits, int d) {
     if (kind == KVQ_GKV_OCT || kind == KVQ_GKV_OCTQ)
         return (size_t)4 * (d / 16) * kvq_gkv_oct_words(bits) + (kind == KVQ_GKV_OCTQ ? (size_t)d / 8 : 0);
-    if (kind == KVQ_GKV_HQMQ) return (size_t)4 * (d / 16) * ((4 * bits + 31) / 32); // d/16 lanes × ⌈4·bits/32⌉ words
+    if (kind == KVQ_GKV_HQMQ || kind == KVQ_GKV_HQMQO) return (size_t)4 * (d / 16) * ((4 * bits + 31) / 32); // d/16 lanes × ⌈4·bits/32⌉ words
     return kvq_gkv_row_bytes(bits, d);
 }
+/** HQMQ with outliers: outlier chunks the pool of a region of cap positions holds — a quarter of
+ *  its chunks (d/16 a position; more in one token is fine, more on average is an encoder error:
+ *  docs/KV.md "HQMQ with outliers on the GPU"). */
+#define KVQ_GKV_HQMQO_POOL_DIV 4
+static inline size_t kvq_gkv_hqmqo_pool_chunks(int d, int cap) { return (size_t)cap * (d / 4) / KVQ_GKV_HQMQO_POOL_DIV; }
+/** Offset of the pool (4 fp16 a chunk) inside a region: after the side array (8 bytes a position);
+ *  after the pool the device encoder's state (the running median's 4096-bin u32 histogram, its u64
+ *  count, a u32 pool-full flag, 4 bytes padding), zeroed by the encoder at position 0. */
+#define KVQ_GKV_HQMQO_STATE (4096 * 4 + 16)
+static inline size_t kvq_gkv_hqmqo_pool_offset(int bits, int d, int cap);
 static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int cap) {
     return kvq_gkv_align16(kind <= KVQ_GKV_F16 ? (size_t)cap * d * 2 : (size_t)cap * kvq_gkv_kind_row_bytes(kind, bits, d));
 }
@@ -80,10 +93,17 @@ static inline size_t kvq_gkv_side_offset(kvq_gkv_kind kind, int bits, int d, int
 static inline size_t kvq_gkv_side_bytes(kvq_gkv_kind kind, int d, int cap, int role) {
     if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_HQMQ) return (size_t)cap * 2;
     if (kind == KVQ_GKV_HQKV) return (size_t)cap * 8;
+    if (kind == KVQ_GKV_HQMQO) return (size_t)cap * 8 + kvq_gkv_hqmqo_pool_chunks(d, cap) * 8 + KVQ_GKV_HQMQO_STATE;
     if (kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT) return (size_t)cap * 4;
     if (kind == KVQ_GKV_OCTQ) return (size_t)cap * 8;
     if (kind == KVQ_GKV_KIVI) return role == 0 ? (size_t)(cap / 32) * d * 4 : (size_t)cap * (d / 32) * 4;
     return 0;
+}
+static inline size_t kvq_gkv_hqmqo_pool_offset(int bits, int d, int cap) {
+    return kvq_gkv_side_offset(KVQ_GKV_HQMQO, bits, d, cap) + (size_t)cap * 8;
+}
+static inline size_t kvq_gkv_hqmqo_state_offset(int bits, int d, int cap) {
+    return kvq_gkv_hqmqo_pool_offset(bits, d, cap) + kvq_gkv_hqmqo_pool_chunks(d, cap) * 8;
 }
 /** Bytes of one (sequence, KV head) region of one side. */
 static inline size_t kvq_gkv_region_bytes(kvq_gkv_kind kind, int bits, int d, int cap, int role) {
@@ -144,6 +164,8 @@ typedef struct {
     int round;            // OCT/OCTQ encoder: rounding mode (0 scalar, 2 local 2x2, 3 local 3x3, 9 full)
     int n_sec;            // HQMQ encoder: S, the secondary quaternions per head (the joint codebook has 24·S rows)
     double enc_scale;     // HQKV encoder: α·√d in double, as the CPU encoder forms α√d/γ
+    double med;           // HQMQO encoder: the outlier multiplier C (the running median's state is in
+                          // the region, kvq_gkv_hqmqo_state_offset)
 } kvq_gkv_side;
 
 /** A device cache: n_tok positions stored for every sequence, packed [0, n_enc), the most

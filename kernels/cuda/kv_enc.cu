@@ -1,7 +1,8 @@
 // GPU encoders of the rotated KV codecs (issue 20), appending positions from the fp16 window
 // ring into the GPU layout (kv_attn.h, docs/KV.md): TurboQuant and qturbo (enc_turbo),
 // turboquant-prod keys (enc_tprod), OCTOPUS keys with or without the QJL plane (enc_oct),
-// HyperQuant-KV (enc_hqkv), HQMQ without outliers (enc_hqmq). One
+// HyperQuant-KV (enc_hqkv), HQMQ without outliers (enc_hqmq) and with them (enc_hqmqo: one block
+// per sequence and KV head walking its positions in order, for the running median). Otherwise one
 // block of D = head_dim threads (64 or 128: every kernel a template on D) per (position, sequence and
 // KV head), thread i = dim i. Each repeats its
 // CPU encoder's float operations in the CPU's order (kv_turbo.c turbo_enc, kv_octopus.c
@@ -19,6 +20,7 @@
 #include "kernels/cuda/kv_enc.cuh"
 #include "kernels/kv_enc.h"
 #include "kernels/kv_hqkv.h"
+#include "kernels/kv_hqmq.h"
 
 #define ROWB(B) ((B) / 2 * (D / 4) + ((B) & 1) * (D / 8)) // D: the head_dim template parameter in scope
 #define OCT_NW(B) ((6 * (3 * (B) + 1) + 31) / 32) // kvq_gkv_oct_words
@@ -38,6 +40,9 @@ struct enc_p {
     int lat, rot, dither;  // HQKV
     double scale;          // HQKV: α√d
     int n_sec, ibits;      // HQMQ: S, index bits
+    double med;            // HQMQO: the outlier multiplier C
+    size_t pool_off, state_off, pool_n; // HQMQO: the pool's and the encoder state's offsets, the pool's chunks
+    int n_pos;             // HQMQO: positions a launch encodes in order (one block per region)
 };
 
 // Σ (double)x_k·x_k for k in index order (each product is exact in double, so only the order
@@ -324,6 +329,112 @@ __global__ void __launch_bounds__(D) enc_hqmq(enc_p p) {
     if (i < (D / 16) * NWd) ((uint32_t *)(reg + (size_t)pos * 4 * (D / 16) * NWd))[i] = kvq_ke_lane_word(code, 4, i / NWd, i % NWd, B);
 }
 
+// hqmq:s<S>:r<b_r>:med<C> (KVQ_GKV_HQMQO; docs/KV.md "HQMQ with outliers on the GPU"): one block
+// per (sequence, KV head), its n_pos positions in order, since the running median makes each
+// depend on all before it. tests/test_cuda_kv.c emu_encode_hqmqo is this kernel on the host, step
+// by step; the decisions are kernels/kv_hqmq.h's, the CPU encoder's own functions.
+template <int B, int D>
+__global__ void __launch_bounds__(D) enc_hqmqo(enc_p p) {
+    constexpr int NWd = (4 * B + 31) / 32, NCH = D / 4, PER = KVQ_HQMQ_HBINS / D;
+    __shared__ float xs[D], r[NCH];
+    __shared__ uint32_t code[NCH];
+    __shared__ unsigned long long part[D];
+    __shared__ int ord[NCH], sh_full;
+    __shared__ float sh_m, sh_sig;
+    __shared__ uint32_t sh_off;
+    const int ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv, M = 24 * p.n_sec, L = (1 << (B - p.ibits)) - 1;
+    uint8_t *reg = p.base + (size_t)ri * p.region;
+    uint32_t *hist = (uint32_t *)(reg + p.state_off);
+    unsigned long long *hn = (unsigned long long *)(hist + KVQ_HQMQ_HBINS);
+    uint32_t *full_flag = (uint32_t *)(hn + 1);
+    for (int t = 0; t < p.n_pos; t++) {
+        const int pos = enc_p0(p) + t;
+        if (pos < 0) continue; // a captured step with no position leaving the window (the same for every thread)
+        if (pos == 0) { // a new sequence: the CPU state's reset
+            for (int b = i; b < KVQ_HQMQ_HBINS; b += D) hist[b] = 0;
+            if (i == 0) *hn = 0, *full_flag = 0;
+        }
+        xs[i] = ring_x<D>(p, ri, pos);
+        __syncthreads();
+        if (i < NCH) {
+            double n2 = 0.0;
+            for (int j = 0; j < 4; j++) {
+                const double a = (double)xs[4 * i + j];
+                n2 = __dadd_rn(n2, __dmul_rn(a, a));
+            }
+            r[i] = __double2float_rn(__dsqrt_rn(n2));
+            if (r[i] > 0) atomicAdd(&hist[kvq_hqmq_bin(r[i])], 1u), atomicAdd(hn, 1ull); // integers: order-free
+        }
+        __syncthreads();
+        unsigned long long sp = 0;
+        for (int b = 0; b < PER; b++) sp += hist[i * PER + b];
+        part[i] = sp;
+        __syncthreads();
+        if (i == 0) { // the median: the (n+1)/2-th norm's bin, as kv_hqmq.c's serial scan finds it
+            const unsigned long long cnt = *hn, half = (cnt + 1) / 2;
+            unsigned long long cum = 0;
+            float m = 0.0f;
+            for (int k = 0; k < D && cnt; k++) {
+                if (cum + part[k] < half) {
+                    cum += part[k];
+                    continue;
+                }
+                for (int b = k * PER;; b++) {
+                    const uint32_t hb = hist[b];
+                    if (cum + hb >= half) {
+                        m = kvq_hqmq_median_at(b, half - cum, hb);
+                        break;
+                    }
+                    cum += hb;
+                }
+                break;
+            }
+            sh_m = m;
+        }
+        __syncthreads();
+        if (i == 0) { // flags, σ over the inliers, the outliers numbered in chunk order, the pool offset
+            float sg = 0.0f;
+            int no = 0;
+            for (int k = 0; k < NCH; k++) {
+                const int o = kvq_hqmq_is_out(r[k], sh_m, p.med);
+                if (!o) sg = fmaxf(sg, r[k]);
+                ord[k] = o ? no++ : -1;
+            }
+            uint8_t *sd = reg + p.side_off + (size_t)pos * 8;
+            uint32_t off = 0;
+            if (pos > 0) off = *(const uint32_t *)(sd - 4) + *(const uint16_t *)(sd - 6);
+            const int full = (size_t)off + no > p.pool_n;
+            if (full) no = 0, *full_flag = 1;
+            *(__half *)sd = __float2half_rn(sg);
+            *(uint16_t *)(sd + 2) = (uint16_t)no;
+            *(uint32_t *)(sd + 4) = off;
+            sh_sig = sg, sh_off = off, sh_full = full;
+        }
+        __syncthreads();
+        if (i < NCH) {
+            if (ord[i] >= 0) { // an outlier: code M + j, its 4 values (fp16 already: the ring's) into the pool
+                code[i] = kvq_hqmq_out_code(M, sh_full ? 0 : ord[i]);
+                if (!sh_full) {
+                    __half *o = (__half *)(reg + p.pool_off + ((size_t)sh_off + ord[i]) * 8);
+                    for (int j = 0; j < 4; j++) o[j] = __float2half_rn(xs[4 * i + j]);
+                }
+            } else {
+                const float sq = __half2float(__float2half_rn(sh_sig)), rk = r[i];
+                float u[4] = {1.0f, 0.0f, 0.0f, 0.0f};
+                if (rk > 0)
+                    for (int j = 0; j < 4; j++) u[j] = __fdiv_rn(xs[4 * i + j], rk);
+                const int idx = kvq_ke_hqmq_search(p.cxi + (size_t)hd * p.n_sec * 4, p.n_sec, u);
+                int q = sq > 0 ? __float2int_rn(__fdiv_rn(FM(rk, (float)L), sq)) : 0;
+                q = q > L ? L : q;
+                code[i] = (uint32_t)idx | (uint32_t)q << p.ibits;
+            }
+        }
+        __syncthreads();
+        if (i < (D / 16) * NWd) ((uint32_t *)(reg + (size_t)pos * 4 * (D / 16) * NWd))[i] = kvq_ke_lane_word(code, 4, i / NWd, i % NWd, B);
+        __syncthreads();
+    }
+}
+
 // ---- launcher
 
 typedef void (*enc_fn)(enc_p);
@@ -342,6 +453,11 @@ static enc_fn pick_d(kvq_gkv_kind kind, int bits) {
         if (bits == 6) return enc_hqkv<6, D>;
         if (bits == 7) return enc_hqkv<7, D>;
         if (bits == 8) return enc_hqkv<8, D>;
+    }
+    if (kind == KVQ_GKV_HQMQO) {
+        if (bits == 13) return enc_hqmqo<13, D>;
+        if (bits == 16) return enc_hqmqo<16, D>;
+        if (bits == 19) return enc_hqmqo<19, D>;
     }
     if (kind == KVQ_GKV_HQMQ) {
         if (bits == 13) return enc_hqmq<13, D>;
@@ -368,7 +484,9 @@ kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, con
         if ((s->rot == 1 && !s->signs) || (s->rot == 2 && !s->mat) || (s->dither && !s->seeds) || !(s->enc_scale > 0) ||
             s->lat < KVQ_HK_E8 || s->lat > KVQ_HK_Z)
             return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: hqkv: the side's parameters are not set (rotation, seeds, scale)");
-    } else if (s->kind == KVQ_GKV_HQMQ) {
+    } else if (s->kind == KVQ_GKV_HQMQ || s->kind == KVQ_GKV_HQMQO) {
+        if (s->kind == KVQ_GKV_HQMQO && !(s->med > 1))
+            return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: hqmq with outliers: the multiplier C (%g) is not set", s->med);
         if (!s->cxi || s->n_sec <= 0 || s->ibits <= 0 || s->ibits >= s->bits || 24 * s->n_sec > 1 << s->ibits)
             return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: hqmq: the secondary quaternions or their count are not set");
     } else if (!s->cb || !s->signs || (s->kind == KVQ_GKV_TPROD && !s->mat) || (oct && (!s->rho || !s->cxi)))
@@ -387,7 +505,11 @@ kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, con
     p.cxi = s->cxi, p.round = s->round;
     p.seeds = s->seeds, p.lat = s->lat, p.rot = s->rot, p.dither = s->dither, p.scale = s->enc_scale;
     p.n_sec = s->n_sec, p.ibits = s->ibits;
-    f<<<dim3(n, c->batch * c->n_kv), c->head_dim, 0, kvq_cuda_stream()>>>(p);
+    p.med = s->med, p.n_pos = n;
+    p.pool_off = kvq_gkv_hqmqo_pool_offset(s->bits, c->head_dim, c->cap), p.state_off = kvq_gkv_hqmqo_state_offset(s->bits, c->head_dim, c->cap);
+    p.pool_n = kvq_gkv_hqmqo_pool_chunks(c->head_dim, c->cap);
+    // HQMQO: one block per region walks its positions in order (the running median); the others a block a position
+    f<<<dim3(s->kind == KVQ_GKV_HQMQO ? 1 : n, c->batch * c->n_kv), c->head_dim, 0, kvq_cuda_stream()>>>(p);
     CU_LAUNCHED("kv encoder (turboquant / turboquant-prod / octopus / hqkv / hqmq)");
     return KVQ_OK;
 }

@@ -34,11 +34,11 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
     } else if (!strcmp(c->spec.name, "hqmq")) {
         kvq_kv_hqmq_info in;
         kvq_kv_hqmq_info_of(c, &in);
-        *kind = KVQ_GKV_HQMQ;
+        *kind = in.med ? KVQ_GKV_HQMQO : KVQ_GKV_HQMQ;
         b = in.ib + in.br;
-        if (in.med || (c->d != 64 && c->d != 128) || (b != 13 && b != 16 && b != 19))
+        if ((c->d != 64 && c->d != 128) || (b != 13 && b != 16 && b != 19) || in.M + in.nch > 1 << in.ib)
             return kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
-                               "--kv '%s' at head_dim %d: the GPU kernel reads hqmq without outliers at head_dim 64 or 128 with 13-, 16- or 19-bit chunk codes (s24:r3, s96:r4, s192:r6), not %d",
+                               "--kv '%s' at head_dim %d: the GPU layout holds hqmq at head_dim 64 or 128 with 13-, 16- or 19-bit chunk codes (s24:r3, s96:r4, s192:r6, with or without med<C>), not %d",
                                s, c->d, b);
         *bits = b;
         return KVQ_OK;
@@ -109,9 +109,10 @@ int kvq_gkv_tables_of(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, kvq_gkv
         t->seed = in.seed;
         return 0;
     }
-    if (kind == KVQ_GKV_HQMQ) {
+    if (kind == KVQ_GKV_HQMQ || kind == KVQ_GKV_HQMQO) {
         kvq_kv_hqmq_info in;
-        if (kvq_kv_hqmq_info_of(c, &in) || in.med || in.ib + in.br != bits || in.M % 24) return -1;
+        if (kvq_kv_hqmq_info_of(c, &in) || in.med != (kind == KVQ_GKV_HQMQO) || in.ib + in.br != bits || in.M % 24) return -1;
+        t->med = in.medc;
         t->cb = (kvq_gkv_tab){in.cb, 4 * (size_t)in.M, (size_t)4 << in.ib};
         t->cxi = (kvq_gkv_tab){in.sec, 4 * (size_t)(in.M / 24), 4 * (size_t)(in.M / 24)};
         t->n_sec = in.M / 24, t->ibits = in.ib;
@@ -150,7 +151,7 @@ kvq_status kvq_gkv_side_tables(kvq_gkv_side *sd, const kvq_kvcodec *const *st, i
         for (int i = 0; i < 6 && !s; i++)
             if (tab_at(&t[h], i)->n != tab_at(&t[0], i)->n || tab_at(&t[h], i)->slot != tab_at(&t[0], i)->slot)
                 s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV head %d: a table's size differs from head 0's", h);
-        if (!s && (t[h].round != t[0].round || t[h].n_sec != t[0].n_sec || t[h].ibits != t[0].ibits))
+        if (!s && (t[h].round != t[0].round || t[h].n_sec != t[0].n_sec || t[h].ibits != t[0].ibits || t[h].med != t[0].med))
             s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "KV head %d: its parameters differ from head 0's", h);
         if (!s) seeds[h] = t[h].seed;
     }
@@ -168,7 +169,7 @@ kvq_status kvq_gkv_side_tables(kvq_gkv_side *sd, const kvq_kvcodec *const *st, i
     }
     if (!s) {
         sd->round = t[0].round, sd->n_sec = t[0].n_sec;
-        if (sd->kind == KVQ_GKV_HQMQ) sd->ibits = t[0].ibits;
+        if (sd->kind == KVQ_GKV_HQMQ || sd->kind == KVQ_GKV_HQMQO) sd->ibits = t[0].ibits, sd->med = t[0].med;
     }
     if (!s && sd->kind == KVQ_GKV_HQKV) { // lattice, rotation, dither, scales; each head's seed (its dither stream)
         void *dev = NULL;
@@ -198,7 +199,7 @@ static void lsb_put(uint8_t *p, int b, size_t j, uint32_t v) {
 // Header bytes of a record (side data), and where that side data lives in a region.
 static size_t header(const kvq_kvcodec *c, kvq_gkv_kind kind) {
     if (kind == KVQ_GKV_INT || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_HQMQ) return 2;
-    if (kind == KVQ_GKV_HQKV) return 8;
+    if (kind == KVQ_GKV_HQKV || kind == KVQ_GKV_HQMQO) return 8;
     if (kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT) return 4;
     if (kind == KVQ_GKV_OCTQ) return 8;
     if (kind == KVQ_GKV_KIVI) return c->role == KVQ_KV_K ? 4 * (size_t)c->d : 4 * (size_t)((c->d + 31) / 32);
@@ -230,8 +231,11 @@ static int pack_hqkv(const kvq_kvcodec *c, int bits, const uint8_t *rec, size_t 
     return 0;
 }
 
+static int hqmqo_io(const kvq_kvcodec *c, int bits, uint8_t *rec, int pos, uint8_t *region, int cap, int to_region);
+
 int kvq_gkv_pack_n(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, size_t n, int pos, uint8_t *region, int cap) {
     if (kind == KVQ_GKV_HQKV) return pack_hqkv(c, bits, rec, n, pos, region, cap);
+    if (kind == KVQ_GKV_HQMQO) return hqmqo_io(c, bits, (uint8_t *)rec, pos, region, cap, 1); // rec is only read
     kvq_gkv_pack(c, kind, bits, rec, pos, region, cap);
     return 0;
 }
@@ -346,8 +350,62 @@ static void hqmq_io(const kvq_kvcodec *c, int bits, uint8_t *rec, int pos, uint8
     if (!to_region) kvq_kv_hqmq_record(c, sig, idx, rad, rec);
 }
 
+// HQMQ with outliers: HQMQ's rows, an outlier chunk's code M + j (its ordinal j in the token);
+// side (fp16 σ, u16 n_out, u32 off); the outliers' raw fp16 at pool chunks off.. (off = the
+// previous position's off + n_out: positions are packed in order from 0). @return 0, or -1 when
+// the pool is full (the row then has no outliers' chunks: n_out = 0).
+static int hqmqo_io(const kvq_kvcodec *c, int bits, uint8_t *rec, int pos, uint8_t *region, int cap, int to_region) {
+    kvq_kv_hqmq_info in;
+    kvq_kv_hqmq_info_of(c, &in);
+    int idx[1024], rad[1024], rc = 0;
+    uint8_t out[1024];
+    uint16_t och[4096] = {0}, sig = 0, n_out = 0; // zeros for outliers a full pool dropped
+    uint32_t off = 0;
+    const int nw = (4 * bits + 31) / 32;
+    const size_t rb = kvq_gkv_kind_row_bytes(KVQ_GKV_HQMQO, bits, c->d), pool_n = kvq_gkv_hqmqo_pool_chunks(c->d, cap);
+    uint8_t *row = region + (size_t)pos * rb, *sd = region + side_at(c, KVQ_GKV_HQMQO, bits, cap, pos);
+    uint8_t *pool = region + kvq_gkv_hqmqo_pool_offset(bits, c->d, cap);
+    if (to_region) {
+        memset(row, 0, rb);
+        n_out = (uint16_t)kvq_kv_hqmq_codes_med(c, rec, &sig, out, idx, rad, och);
+        if (pos > 0) { // the previous position's off + n_out
+            uint16_t pn;
+            memcpy(&pn, sd - 8 + 2, 2), memcpy(&off, sd - 8 + 4, 4);
+            off += pn;
+        }
+        if (off + n_out > pool_n) n_out = 0, rc = -1;
+        else memcpy(pool + (size_t)off * 8, och, (size_t)n_out * 8);
+        memcpy(sd, &sig, 2), memcpy(sd + 2, &n_out, 2), memcpy(sd + 4, &off, 4);
+    } else {
+        memcpy(&sig, sd, 2), memcpy(&n_out, sd + 2, 2), memcpy(&off, sd + 4, 4);
+    }
+    for (int k = 0, j = 0; k < in.nch; k++) {
+        uint8_t *lw = row + (size_t)(k / 4) * nw * 4;
+        const size_t at = (size_t)(k % 4) * bits;
+        if (to_region) {
+            const uint32_t code = out[k] ? kvq_hqmq_out_code(in.M, rc ? 0 : j++) // pool full: M, as the device encoder writes
+                                          : kvq_hqmq_code((uint32_t)idx[k], (uint32_t)rad[k], in.ib);
+            for (int e = 0; e < bits; e++) lw[(at + e) >> 3] |= (uint8_t)(((code >> e) & 1) << ((at + e) & 7));
+        } else {
+            uint32_t code = 0;
+            for (int e = 0; e < bits; e++) code |= (uint32_t)((lw[(at + e) >> 3] >> ((at + e) & 7)) & 1) << e;
+            const uint32_t ci = kvq_hqmq_code_idx(code, in.ib);
+            out[k] = ci >= (uint32_t)in.M;
+            idx[k] = out[k] ? 0 : (int)ci, rad[k] = out[k] ? 0 : (int)kvq_hqmq_code_rad(code, in.ib);
+            if (out[k] && (int)(ci - (uint32_t)in.M) < n_out && off + n_out <= pool_n)
+                memcpy(och + 4 * (size_t)j++, pool + ((size_t)off + (ci - (uint32_t)in.M)) * 8, 8);
+        }
+    }
+    if (!to_region) kvq_kv_hqmq_record_med(c, sig, out, idx, rad, och, rec);
+    return rc;
+}
+
 void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap) {
     const int d = c->d, g = c->group;
+    if (kind == KVQ_GKV_HQMQO) {
+        (void)hqmqo_io(c, bits, (uint8_t *)rec, pos, region, cap, 1); // rec is only read
+        return;
+    }
     if (kind == KVQ_GKV_HQMQ) {
         hqmq_io(c, bits, (uint8_t *)rec, pos, region, cap, 1); // rec is only read
         return;
@@ -390,6 +448,10 @@ void kvq_gkv_unpack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uin
     }
     if (kind == KVQ_GKV_HQMQ) {
         hqmq_io(c, bits, rec, pos, (uint8_t *)region, cap, 0); // region is only read
+        return;
+    }
+    if (kind == KVQ_GKV_HQMQO) {
+        (void)hqmqo_io(c, bits, rec, pos, (uint8_t *)region, cap, 0); // region is only read
         return;
     }
     if (kind == KVQ_GKV_HQKV) {

@@ -11,7 +11,7 @@
 #include "libconv/kv/kvcodec.h"
 
 /** The GPU kind of a codec state (fp16, int:<b>, kivi:<b>, turboquant:<b>, qturbo:<b>,
- *  turboquant-prod:<b> values, hqkv) with its bits (HQKV: the code width)
+ *  turboquant-prod:<b> values, hqkv, hqmq with or without outliers) with its bits (HQKV: the code width)
  *  in *bits. @return KVQ_OK, or KVQ_ERR_UNSUPPORTED naming the spec when no GPU kernel reads it. */
 kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, kvq_err *err);
 /** Writes one encoded group (c->group positions from pos; KIVI keys: pos a multiple of 32)
@@ -19,7 +19,9 @@ kvq_status kvq_gkv_kind_of(const kvq_kvcodec *c, kvq_gkv_kind *kind, int *bits, 
 void kvq_gkv_pack(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, int pos, uint8_t *region, int cap);
 /** kvq_gkv_pack for a record of n bytes (HQKV's are variable length: give the length the
  *  encoder returned). @return 0, or -1 when the record is damaged or a code does not fit the
- *  layout (HQKV; the row is then zeros). */
+ *  layout (HQKV; the row is then zeros), or the outlier pool is full (HQMQO; the token is then
+ *  stored without its outlier chunks). HQMQO positions must be packed in order from 0 (a
+ *  token's pool offset follows the previous one's). */
 int kvq_gkv_pack_n(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, const uint8_t *rec, size_t n, int pos, uint8_t *region, int cap);
 /** HQKV: the code width of the GPU layout for lattice lat (kernels/kv_hqkv.h ids) and α√d =
  *  scale: every code the encoder can emit, offset by 2^(width-1), fits (docs/KV.md). */
@@ -41,11 +43,13 @@ typedef struct {
  *  cxi (2^(bits+1)), and the rounding mode in round; HQKV signs (d), mat = Q (d×d, rot=qjl
  *  only), the state's seed in seed (the side's lattice, rotation, dither and scales:
  *  kvq_gkv_hqkv_side); HQMQ cb = the joint codebook (24S rows of 4, in slots of 2^ibits rows),
- *  cxi = the S secondary quaternions (S·4), S in n_sec, the index bits in ibits. */
+ *  cxi = the S secondary quaternions (S·4), S in n_sec, the index bits in ibits; HQMQO
+ *  the same and the outlier multiplier C in med. */
 typedef struct {
     kvq_gkv_tab cb, rho, signs, quat, mat, cxi;
     int round, n_sec, ibits;
     uint64_t seed;
+    double med; // HQMQO: the outlier multiplier C
 } kvq_gkv_tables;
 /** Fills t for state c of GPU kind/bits (kvq_gkv_kind_of). @return 0, or -1 when the kind
  *  reads no tables (fp16, int, kivi) or the state does not match the kind. */

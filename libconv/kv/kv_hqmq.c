@@ -18,7 +18,7 @@
 #include "libconv/kv/kv_internal.h"
 #include "libconv/kv/kvcodec.h"
 
-#define HQ_HBINS 4096  // log2-norm histogram: 64 bins per octave over [-32, 32)
+#define HQ_HBINS KVQ_HQMQ_HBINS
 #define HQ_MAXCH 1024
 
 typedef struct {
@@ -186,10 +186,7 @@ int kvq_hqmq_search(const kvq_kvcodec *c, const float *u) {
 static float hq_median(const hq_st *s) {
     uint64_t half = (s->hist_n + 1) / 2, cum = 0;
     for (int b = 0; b < HQ_HBINS; b++) {
-        if (cum + s->hist[b] >= half) {
-            double f = s->hist[b] ? (double)(half - cum) / s->hist[b] : 0.5;
-            return (float)exp2((b + f) / 64.0 - 32.0);
-        }
+        if (cum + s->hist[b] >= half) return kvq_hqmq_median_at(b, half - cum, s->hist[b]);
         cum += s->hist[b];
     }
     return 0;
@@ -219,12 +216,10 @@ static kvq_status hq_enc(kvq_kvcodec *c, const float *x, uint8_t *o, size_t *n, 
     if (s->med > 0) { // running median of chunk norms, this token included
         for (int k = 0; k < nch; k++) {
             if (!(r[k] > 0)) continue;
-            int b = (int)floor((log2(r[k]) + 32.0) * 64.0);
-            b = b < 0 ? 0 : b >= HQ_HBINS ? HQ_HBINS - 1 : b;
-            s->hist[b]++, s->hist_n++;
+            s->hist[kvq_hqmq_bin(r[k])]++, s->hist_n++;
         }
         float m = hq_median(s);
-        for (int k = 0; k < nch; k++) out[k] = m > 0 && r[k] > s->med * m;
+        for (int k = 0; k < nch; k++) out[k] = (uint8_t)kvq_hqmq_is_out(r[k], m, s->med);
     }
     float sig = 0;
     for (int k = 0; k < nch; k++)
@@ -439,7 +434,7 @@ int kvq_kv_hqmq_info_of(const kvq_kvcodec *c, kvq_kv_hqmq_info *o) {
     const hq_st *s = c->st;
     int ib = 0;
     while ((1 << ib) < s->M) ib++;
-    *o = (kvq_kv_hqmq_info){s->M, ib, s->br, s->nch, s->med > 0, s->cb, s->sec};
+    *o = (kvq_kv_hqmq_info){s->M, ib, s->br, s->nch, s->med > 0, s->cb, s->sec, s->med};
     return 0;
 }
 
@@ -477,6 +472,62 @@ void kvq_kv_hqmq_record(const kvq_kvcodec *c, uint16_t sig, const int *idx, cons
         kvq_bitw_put(&w, (a[b >> 5] >> (b & 31)) & 0xffffu, take);
     }
     for (int i = 0; i < nch; i++) kvq_bitw_put(&w, (uint32_t)rad[i], s->br);
+}
+
+// With outliers (the GPU layout KVQ_GKV_HQMQO): the record's flags, the inliers' codes at their
+// chunks (0 at an outlier's) and the outliers' raw fp16 in chunk order; and back.
+int kvq_kv_hqmq_codes_med(const kvq_kvcodec *c, const uint8_t *in, uint16_t *sig, uint8_t *out, int *idx, int *rad,
+                          uint16_t *och) {
+    const hq_st *s = c->st;
+    const int nch = s->nch;
+    if (!(s->med > 0)) return -1;
+    *sig = (uint16_t)(in[0] | in[1] << 8);
+    kvq_bitr r = {in + 2, 0};
+    int nin = 0;
+    for (int k = 0; k < nch; k++) out[k] = (uint8_t)kvq_bitr_get(&r, 1), nin += !out[k];
+    uint32_t a[BN_LIMBS] = {0};
+    for (int b = 0; b < s->nbits[nin]; b += 16) {
+        int take = s->nbits[nin] - b < 16 ? s->nbits[nin] - b : 16;
+        a[b >> 5] |= kvq_bitr_get(&r, take) << (b & 31);
+    }
+    int na = (s->nbits[nin] + 31) / 32, ii[HQ_MAXCH];
+    for (int i = 0; i < nin; i++) {
+        while (na > 0 && a[na - 1] == 0) na--;
+        ii[i] = (int)bn_divmod(a, na, (uint32_t)s->M);
+    }
+    size_t pos = 2 + (r.bit + (size_t)nin * s->br + 7) / 8;
+    for (int k = 0, i = 0, j = 0; k < nch; k++) {
+        idx[k] = rad[k] = 0;
+        if (out[k]) {
+            for (int e = 0; e < 4; e++, pos += 2) och[4 * j + e] = (uint16_t)(in[pos] | in[pos + 1] << 8);
+            j++;
+        } else idx[k] = ii[i++], rad[k] = (int)kvq_bitr_get(&r, s->br);
+    }
+    return nch - nin;
+}
+
+size_t kvq_kv_hqmq_record_med(const kvq_kvcodec *c, uint16_t sig, const uint8_t *out, const int *idx, const int *rad,
+                              const uint16_t *och, uint8_t *o) {
+    const hq_st *s = c->st;
+    const int nch = s->nch;
+    memset(o, 0, hq_max(c));
+    o[0] = (uint8_t)sig, o[1] = (uint8_t)(sig >> 8);
+    kvq_bitw w = {o + 2, 0};
+    int nin = 0;
+    for (int k = 0; k < nch; k++) kvq_bitw_put(&w, out[k] ? 1u : 0u, 1), nin += !out[k];
+    uint32_t a[BN_LIMBS] = {0};
+    int na = 1;
+    for (int k = nch - 1; k >= 0; k--)
+        if (!out[k]) na = bn_mul_add(a, na, (uint32_t)s->M, (uint32_t)idx[k]);
+    for (int b = 0; b < s->nbits[nin]; b += 16) {
+        int take = s->nbits[nin] - b < 16 ? s->nbits[nin] - b : 16;
+        kvq_bitw_put(&w, (a[b >> 5] >> (b & 31)) & 0xffffu, take);
+    }
+    for (int k = 0; k < nch; k++)
+        if (!out[k]) kvq_bitw_put(&w, (uint32_t)rad[k], s->br);
+    size_t pos = 2 + (w.bit + 7) / 8;
+    for (int j = 0; j < 4 * (nch - nin); j++, pos += 2) o[pos] = (uint8_t)och[j], o[pos + 1] = (uint8_t)(och[j] >> 8);
+    return pos;
 }
 
 // ---- table row (kvcodec.h): hqmq:s<S>:r<b_r>[:med<C>]

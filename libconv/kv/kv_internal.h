@@ -38,6 +38,7 @@ typedef struct {
     int M, ib, br, nch, med;
     const float *cb;
     const float *sec; // (M / 24, 4) the secondary quaternions (the encoder's search reads them)
+    double medc;      // the outlier multiplier C (0 = no outliers)
 } kvq_kv_hqmq_info;
 int kvq_kv_hqmq_info_of(const kvq_kvcodec *c, kvq_kv_hqmq_info *o);
 /** hqmq without outliers: a record → its raw fp16 σ, nch joint indices and radii. @return 0, or
@@ -45,6 +46,14 @@ int kvq_kv_hqmq_info_of(const kvq_kvcodec *c, kvq_kv_hqmq_info *o);
 int kvq_kv_hqmq_codes(const kvq_kvcodec *c, const uint8_t *rec, uint16_t *sig, int *idx, int *rad);
 /** The record (max_bytes) the encoder writes for those codes (no outliers). */
 void kvq_kv_hqmq_record(const kvq_kvcodec *c, uint16_t sig, const int *idx, const int *rad, uint8_t *rec);
+/** hqmq with outliers (med): a record → its raw fp16 σ, nch outlier flags out, the inlier chunks'
+ *  joint indices and radii at their chunk (0 at an outlier's) and the outliers' raw fp16 chunks in
+ *  chunk order into och (4 each). @return the number of outliers, or -1 without outliers. */
+int kvq_kv_hqmq_codes_med(const kvq_kvcodec *c, const uint8_t *rec, uint16_t *sig, uint8_t *out, int *idx, int *rad,
+                          uint16_t *och);
+/** The record (max_bytes, zero-padded) the encoder writes for those (med); @return its length. */
+size_t kvq_kv_hqmq_record_med(const kvq_kvcodec *c, uint16_t sig, const uint8_t *out, const int *idx, const int *rad,
+                              const uint16_t *och, uint8_t *rec);
 double kvq_oct_xi_pdf(double xi, const void *arg);
 
 #endif

@@ -1098,7 +1098,8 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
                 s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
                                 "--gpu --kv %s: no GPU encoder for this codec (fp16, int, kivi, turboquant, qturbo, "
                                 "turboquant-prod, octopus at 2-4 bits, hqkv up to 8-bit codes and hqmq s24:r3, s96:r4, s192:r6 "
-                                "without outliers have one); drop --gpu to run it on the CPU", spec);
+                                "without outliers have one; hqmq:...:med<C> has a GPU layout but no device encoder or kernel yet); drop --gpu "
+                                "to run it on the CPU", spec);
             sd->role = r;
             const size_t rb = (size_t)nkv * kvq_gkv_region_bytes(sd->kind, sd->bits, hd, cap, r);
             if (!s) s = kvq_cuda_malloc(&sd->data, rb, err);
