@@ -498,6 +498,24 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
         kvq_model_close(gp);
         kvq_cuda_hqx_set_prep(-1);
     }
+    // the decode step's launch overlap (the split attention a programmatic dependent, the
+    // products letting the kernel after them launch at their start) changes no bit
+    for (int mode = 1; mode <= 3 && ex == KVQ_EXEC_INT8; mode++) {
+        kvq_cuda_attn_set_pdl(mode & 1);
+        kvq_cuda_hqx_set_trig(mode >> 1);
+        kvq_model *gp = open_on(path, 1, ex);
+        float *lp = malloc(sizeof(float) * T * V);
+        if (kvq_model_forward(gp, ids, T, 0, lp, 1, &e)) fail_msg("overlap %d: %s", mode, e.msg);
+        prep_diff += memcmp(lp, lg, sizeof(float) * T * V) != 0;
+        free(lp);
+        for (int t = 0; t < T; t++) {
+            if (kvq_model_forward(gp, ids + t, 1, t, ls, 0, &e)) fail_msg("overlap %d: %s", mode, e.msg);
+            prep_diff += memcmp(ls, ld + (size_t)t * V, sizeof(float) * V) != 0;
+        }
+        kvq_model_close(gp);
+        kvq_cuda_attn_set_pdl(-1);
+        kvq_cuda_hqx_set_trig(-1);
+    }
     free(ld);
     // the greedy choice made on the device (a graph of its own, replayed at each position)
     // equals the argmax of the same step's logits; the two graphs alternate
@@ -520,7 +538,7 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
     kvq_model_mem mm;
     kvq_model_memory(g, &mm);
     printf("  %-58s %-5s T=%d gpu/cpu %.3g (cpu int8/exact %.3g) gpu/hf %.3g decode/prefill %.3g fused/unfused %.3g "
-           "greedy %d/%d tc/exact %.3g tc/hf %.3g prep 1-3: prefills+steps differing %d (GPU %.1f MB)\n", path,
+           "greedy %d/%d tc/exact %.3g tc/hf %.3g prep 1-3 + overlap 1-3: prefills+steps differing %d (GPU %.1f MB)\n", path,
            ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r, noise, rh, rs, rf, same, n_greedy, rt,
            rth, prep_diff, mm.device / 1e6);
     assert_int_equal(prep_diff, 0);

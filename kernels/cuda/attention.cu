@@ -110,9 +110,14 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_k(const float *__restrict_
 // One head of the attention inputs, by one warp: the head's values from the fused row (+ bias)
 // into v (hd floats of shared memory), the per-head RMSNorm (nw: NULL for none), RoPE at
 // position p (rot), into dst.
+// rc, rs: the rotation's cos and sin at p for i < rot_dim / 2 when computed before (the split
+// kernel's table, made before griddepcontrol.wait), else NULL: computed here (the same expression).
+__device__ __forceinline__ float ain_cos(int p, float f) { return (float)cos((double)__fmul_rn((float)p, f)); }
+__device__ __forceinline__ float ain_sin(int p, float f) { return (float)sin((double)__fmul_rn((float)p, f)); }
 __device__ __forceinline__ void ain_head(const float *__restrict__ row, const float *__restrict__ bias, int off,
                                          const float *__restrict__ nw, float eps, bool rot, float *dst, float *v, int lane,
-                                         int hd, int rot_dim, int p, const float *__restrict__ inv_freq) {
+                                         int hd, int rot_dim, int p, const float *__restrict__ inv_freq,
+                                         const float *rc = NULL, const float *rs = NULL) {
     const float *src = row + off;
     for (int i = lane; i < hd; i += 32) v[i] = bias ? __fadd_rn(src[i], bias[off + i]) : src[i];
     __syncwarp();
@@ -126,8 +131,7 @@ __device__ __forceinline__ void ain_head(const float *__restrict__ row, const fl
     }
     const int half = rot ? rot_dim / 2 : 0;
     for (int i = lane; i < half; i += 32) {
-        const float a = __fmul_rn((float)p, inv_freq[i]);
-        const float c = (float)cos((double)a), sn = (float)sin((double)a);
+        const float c = rc ? rc[i] : ain_cos(p, inv_freq[i]), sn = rs ? rs[i] : ain_sin(p, inv_freq[i]);
         const float x0 = v[i], x1 = v[i + half];
         dst[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
         dst[i + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
@@ -221,34 +225,18 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     // with ain (one token): the inputs of this KV head's group computed here, as attn_in_k
     // computes them (ain_head): the G query heads into shared memory, and, by the block whose
     // split holds the token's own position, k and v into the cache there
-    const float *qsrc = q + (int64_t)t * n_heads * HD + (int64_t)g * G * HD;
-    if (ain.on) {
-        float *scr = &sm_o[0][0][0]; // rows 0..G+1: the slots' values; G+2..2G+1: the q heads
-        const int mine = p0 <= pos && pos < p1, nslot = G + (mine ? 2 : 0), q_dim = n_heads * HD, kv_dim = n_kv * HD;
-        for (int sl = w; sl < nslot; sl += NW) {
-            int off = (g * G + sl) * HD;
-            const float *nw = ain.qn;
-            float *dst = scr + (int64_t)(G + 2 + sl) * HD;
-            bool rot = true;
-            if (sl == G) off = q_dim + g * HD, nw = ain.kn, dst = kc + ((int64_t)g * max_ctx + pos) * HD;
-            else if (sl == G + 1) off = q_dim + kv_dim + g * HD, nw = NULL, rot = false, dst = vc + ((int64_t)g * max_ctx + pos) * HD;
-            ain_head(ain.qkv, ain.bias, off, nw, ain.eps, rot, dst, scr + (int64_t)sl * HD, lane, HD, ain.rot_dim, pos, ain.inv_freq);
+    // Before griddepcontrol.wait (a programmatic dependent of the q/k/v product; at once
+    // otherwise) only what no kernel of this step writes: the rotation's cos and sin at the
+    // token's position, and the first cache row of each warp below the token's own position
+    // (earlier steps wrote it).
+    __shared__ float sm_rc[HD / 2], sm_rs[HD / 2];
+    const bool rtab = ain.on && ain.rot_dim <= HD;
+    if (rtab)
+        for (int i = threadIdx.x; i < ain.rot_dim / 2; i += ATT_THREADS) {
+            const float f = __ldg(ain.inv_freq + i);
+            sm_rc[i] = ain_cos(pos, f);
+            sm_rs[i] = ain_sin(pos, f);
         }
-        __syncthreads();
-        qsrc = scr + (int64_t)(G + 2) * HD;
-    }
-    float qv[AT_GMAX][D], acc[AT_GMAX][D], m[AT_GMAX], l[AT_GMAX];
-#pragma unroll
-    for (int h = 0; h < AT_GMAX; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
-#pragma unroll
-        for (int d = 0; d < D; d++) {
-            acc[h][d] = 0.0f;
-            qv[h][d] = h < G ? qsrc[h * HD + lane * D + d] : 0.0f;
-        }
-    }
-    if (ain.on) __syncthreads(); // q read before the merge reuses the shared rows
     const float *K = kc + seq_off(sq, t) + (int64_t)g * max_ctx * HD, *V = vc + seq_off(sq, t) + (int64_t)g * max_ctx * HD;
     // the next position's K and V rows are loaded before this one's are used (a warp takes
     // only a few positions at short contexts: each used to wait a whole load latency)
@@ -266,7 +254,40 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
             for (int d = 0; d < D; d++) { kd[d] = __ldg(K + (int64_t)p * HD + lane * D + d); vd[d] = __ldg(V + (int64_t)p * HD + lane * D + d); }
         }
     };
-    if (p0 + w < p1) ld_row(p0 + w, kr, vr);
+    const bool early = ain.on && p0 + w < p1 && p0 + w != pos; // with ain the cache holds every earlier position
+    if (early) ld_row(p0 + w, kr, vr);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const float *qsrc = q + (int64_t)t * n_heads * HD + (int64_t)g * G * HD;
+    if (ain.on) {
+        if (rtab) __syncthreads(); // the rotation's table
+        float *scr = &sm_o[0][0][0]; // rows 0..G+1: the slots' values; G+2..2G+1: the q heads
+        const int mine = p0 <= pos && pos < p1, nslot = G + (mine ? 2 : 0), q_dim = n_heads * HD, kv_dim = n_kv * HD;
+        for (int sl = w; sl < nslot; sl += NW) {
+            int off = (g * G + sl) * HD;
+            const float *nw = ain.qn;
+            float *dst = scr + (int64_t)(G + 2 + sl) * HD;
+            bool rot = true;
+            if (sl == G) off = q_dim + g * HD, nw = ain.kn, dst = kc + ((int64_t)g * max_ctx + pos) * HD;
+            else if (sl == G + 1) off = q_dim + kv_dim + g * HD, nw = NULL, rot = false, dst = vc + ((int64_t)g * max_ctx + pos) * HD;
+            ain_head(ain.qkv, ain.bias, off, nw, ain.eps, rot, dst, scr + (int64_t)sl * HD, lane, HD, ain.rot_dim, pos, ain.inv_freq,
+                     rtab ? sm_rc : NULL, rtab ? sm_rs : NULL);
+        }
+        __syncthreads();
+        qsrc = scr + (int64_t)(G + 2) * HD;
+    }
+    float qv[AT_GMAX][D], acc[AT_GMAX][D], m[AT_GMAX], l[AT_GMAX];
+#pragma unroll
+    for (int h = 0; h < AT_GMAX; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            acc[h][d] = 0.0f;
+            qv[h][d] = h < G ? qsrc[h * HD + lane * D + d] : 0.0f;
+        }
+    }
+    if (ain.on) __syncthreads(); // q read before the merge reuses the shared rows
+    if (p0 + w < p1 && !early) ld_row(p0 + w, kr, vr);
     for (int p = p0 + w; p < p1; p += NW) {
         if (p + NW < p1) ld_row(p + NW, kn, vn);
 #pragma unroll
@@ -679,6 +700,15 @@ extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const flo
     return KVQ_OK;
 }
 
+static int g_attn_pdl = -1; // KVQ_CUDA_ATTN_PDL (default on: hqx.h kvq_cuda_attn_set_pdl)
+extern "C" void kvq_cuda_attn_set_pdl(int on) {
+    if (on < 0) {
+        const char *e = getenv("KVQ_CUDA_ATTN_PDL");
+        on = !(e && *e == '0');
+    }
+    g_attn_pdl = on ? 1 : 0;
+}
+
 extern "C" int kvq_cuda_hqx_attend_can_prep(const kvq_cuda_hqx *o, int n_heads, int n_kv_heads, int head_dim) {
     if (!o || !split_ok(n_heads, n_kv_heads, head_dim)) return 0;
     const int64_t group = (int64_t)(n_heads / n_kv_heads) * head_dim, T = o->h.tile;
@@ -696,13 +726,28 @@ extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, 
     if (!cs) cs = split_scratch(n_kv_heads, head_dim, err);
     if (cs) return cs;
     const AinK ain = ain_take(1);
-    const dim3 grid(ATS, (unsigned)n_kv_heads, 1);
     const Dev pd = dev_of(o);
+    // KVQ_CUDA_ATTN_PDL (default on): a programmatic dependent of the kernel before (the q/k/v product):
+    // launched while it ends, the rotation's table and the first cache rows loaded before
+    // griddepcontrol.wait
+    if (g_attn_pdl < 0) kvq_cuda_attn_set_pdl(-1);
+    const int pdl = g_attn_pdl;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at;
+    cfg.gridDim = dim3(ATS, (unsigned)n_kv_heads, 1);
+    cfg.blockDim = dim3(ATT_THREADS);
+    cfg.stream = kvq_cuda_stream();
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaError_t e = cudaSuccess;
     switch (head_dim / 32) {
-#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs, ain, SeqK{}); break;
+#define AT_CASE(D) case D: e = cudaLaunchKernelEx(&cfg, attend_split_k<D>, q, (float *)kc, (float *)vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs, ain, SeqK{}); break;
         AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
     }
+    if (e != cudaSuccess) return cu_fail(err, e, "launch attend_split+prep");
     CU_LAUNCHED("attend_split+prep");
     return KVQ_OK;
 }

@@ -114,6 +114,18 @@ void kvq_cuda_hqx_set_pdl(int on);
  *  reading the row itself; -1: the environment's (KVQ_CUDA_PREP=0|1|2|3), else 2 (the default since
  *  the H100 A/B of session 15: 8B decode 323.5 against 310.5 tok/s for 0). */
 void kvq_cuda_hqx_set_prep(int mode);
+/** 1: the persistent one-token product lets the kernel after it launch at its start
+ *  (griddepcontrol.launch_dependents; that kernel's blocks take slots as this grid's free, and it
+ *  reads the product's output after its griddepcontrol.wait); 0 not; -1: the environment's
+ *  (KVQ_CUDA_G1TRIG=0), else 1. The same bits either way. With kvq_cuda_attn_set_pdl the 8B
+ *  shape's decode went 322.7 -> 330.6 tok/s (medians of 4 alternated runs, H100, session 16;
+ *  either alone: no gain). */
+void kvq_cuda_hqx_set_trig(int on);
+/** 1: kvq_cuda_hqx_attend_prep's split attention is a programmatic dependent of the kernel before
+ *  it (the q/k/v product), the rotation's cos/sin and each warp's first cache row (positions
+ *  below the token's) loaded before griddepcontrol.wait; 0 a plain launch; -1: the environment's
+ *  (KVQ_CUDA_ATTN_PDL=0), else 1. The same bits either way. */
+void kvq_cuda_attn_set_pdl(int on);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);
 /** Median time in ms of reps launches of the product alone (rotation included), by CUDA

@@ -337,9 +337,13 @@ static int g_mode_any = 0; // tests: the run-time-decided variant for every tens
 template <int VB, int DEPTH, int MODE, int NT>
 __global__ void __launch_bounds__(G1_WARPS * 32, G1N_MINB(VB, DEPTH, NT)) hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate,
                                                                                     uint32_t rb1, uint32_t rb2, uint32_t rtot,
-                                                                                    int nt, int64_t ldy, uint32_t lst) {
+                                                                                    int nt, int64_t ldy, uint32_t lst, int trig) {
     constexpr int NP = G1W<VB>::NP, QS = VB == 8 ? 64 : 32;
     constexpr int M = MODE == G1_E8 ? 2 : 1;
+    // trig (KVQ_CUDA_G1TRIG, default on): the kernel after may launch now (its blocks take the SMs' slots
+    // as this grid's free; what it reads of this grid's output it reads after its own
+    // griddepcontrol.wait, which waits for this grid's completion)
+    if (trig) asm volatile("griddepcontrol.launch_dependents;");
     const int lane = threadIdx.x & 31, h = lane & 1, cl = lane >> 1;
     const uint32_t gw = blockIdx.x * G1_WARPS + (threadIdx.x >> 5), W = gridDim.x * G1_WARPS;
     const uint32_t cpr = (uint32_t)(P.d[0].cols_p / 64), tsh = __ffs(P.d[0].T) - 1, tiles = (uint32_t)(P.d[0].cols_p >> tsh),
@@ -500,6 +504,14 @@ static cudaLaunchConfig_t g1_cfg(dim3 grid, int pdl, cudaLaunchAttribute *at) {
 }
 
 extern "C" void kvq_cuda_hqx_set_persist(int depth);
+static int g_trig = -1; // KVQ_CUDA_G1TRIG: the persistent kernel lets the kernel after launch at its start
+extern "C" void kvq_cuda_hqx_set_trig(int on) {
+    if (on < 0) {
+        const char *e = getenv("KVQ_CUDA_G1TRIG");
+        on = !(e && *e == '0');
+    }
+    g_trig = on ? 1 : 0;
+}
 static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
 
@@ -520,7 +532,8 @@ template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(c
     }
     const int64_t need = (rtot + G1_WARPS - 1) / G1_WARPS, cap = (int64_t)g_sm_count * occ;
     cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
-    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst);
+    if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
+    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst, g_trig);
 }
 template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
                                                           uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {

@@ -26,10 +26,10 @@
 //             (12 conditional swaps), then acc = fma(w[q], x[8b + q], acc), q = 0..7, x read as two
 //             16-byte loads a token; then a butterfly over the row's 8 lanes (xor 4, 2, 1).
 //             kvq_pql_qetx / kvq_pql_qetx_combine (pqx_lane.h) are its lanes and its tree.
-// KVQ_CUDA_QET=smem (session 14, helper i12s; the default since session 15): qetx_rows_s, a block
+// KVQ_CUDA_QET=smem (session 14, helper i12s; session 15's default): qetx_rows_s, a block
 //   per (column group, row chunk) with the group's codebooks staged in shared memory as 16-bit words,
 //   a thread per (row, group) partial; qetx_sum adds a row's partials in group order (see below).
-// KVQ_CUDA_QET=smem2 (session 15, helper 43; not yet measured): qetx_rows_s2 + qetx_sum2, the same
+// KVQ_CUDA_QET=smem2 (session 15, helper 43; the default since session 16): qetx_rows_s2 + qetx_sum2, the same
 //   tables, partials and bits, rebuilt for latency (prefetched index words, no I2F; see below).
 // The previous kernel stays for A/B (KVQ_CUDA_QET=decode; also taken when x is not 16-byte
 // aligned): qetx_rows, one warp per row; lane l
@@ -53,9 +53,10 @@
 #define PQX_TB 8                              // tokens per table batch / QET launch
 #define PQX_SCRATCH_CAP ((size_t)256 << 20)   // a batch's tables stay under this (fewer tokens if not)
 
-// KVQ_CUDA_QET=decode | expand | smem (the default since the H100 run of session 15: 1.7-1.9x the
-// expanded kernel at one token, docs/RESULTS.md; layouts it does not hold run expand) | smem2 (the
-// same bits, built for latency: session 15, helper 43; not yet measured)
+// KVQ_CUDA_QET=decode | expand | smem (session 15's default: 1.7-1.9x the expanded kernel at one
+// token, docs/RESULTS.md; layouts it does not hold run expand) | smem2 (the same bits, built for
+// latency: session 15, helper 43; the default since the H100 run of session 16: 1.4-1.5x smem at
+// one token; layouts it does not hold run smem, then expand)
 enum { QET_DECODE = 0, QET_EXPAND = 1, QET_SMEM = 2, QET_SMEM2 = 3 };
 #define QETS_THREADS 512 // qetx_rows_s: threads a block (one block an SM when the tables are large)
 
@@ -611,8 +612,8 @@ static kvq_status pqx_upload_plain(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err
         t->nb = PQX_TB;
         const char *e = getenv("KVQ_CUDA_QET");
         t->qet = QET_EXPAND;
-        if (!e || !*e || !strcmp(e, "smem")) t->qet = st ? QET_EXPAND : qets_plan(t);
-        else if (!strcmp(e, "smem2")) t->qet = st ? QET_EXPAND : qets2_plan(t, w);
+        if (e && !strcmp(e, "smem")) t->qet = st ? QET_EXPAND : qets_plan(t);
+        else if (!e || !*e || !strcmp(e, "smem2")) t->qet = st ? QET_EXPAND : qets2_plan(t, w);
         else if (!strcmp(e, "decode")) t->qet = QET_DECODE;
         else if (strcmp(e, "expand") && !st)
             st = kvq_err_set(err, KVQ_ERR_ARG, "cuda: KVQ_CUDA_QET=%s (expected smem, smem2, expand or decode)", e);
