@@ -499,8 +499,9 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
         kvq_cuda_hqx_set_prep(-1);
     }
     // the decode step's launch overlap (the split attention a programmatic dependent, the
-    // products letting the kernel after them launch at their start) changes no bit
-    for (int mode = 1; mode <= 3 && ex == KVQ_EXEC_INT8; mode++) {
+    // products letting the kernel after them launch at their start; both on by default) changes
+    // no bit: both off, and each alone
+    for (int mode = 0; mode <= 2 && ex == KVQ_EXEC_INT8; mode++) {
         kvq_cuda_attn_set_pdl(mode & 1);
         kvq_cuda_hqx_set_trig(mode >> 1);
         kvq_model *gp = open_on(path, 1, ex);
@@ -538,7 +539,7 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
     kvq_model_mem mm;
     kvq_model_memory(g, &mm);
     printf("  %-58s %-5s T=%d gpu/cpu %.3g (cpu int8/exact %.3g) gpu/hf %.3g decode/prefill %.3g fused/unfused %.3g "
-           "greedy %d/%d tc/exact %.3g tc/hf %.3g prep 1-3 + overlap 1-3: prefills+steps differing %d (GPU %.1f MB)\n", path,
+           "greedy %d/%d tc/exact %.3g tc/hf %.3g prep 1-3 + overlap 0-2: prefills+steps differing %d (GPU %.1f MB)\n", path,
            ex == KVQ_EXEC_EXACT ? "exact" : ex == KVQ_EXEC_DECODED ? "dec" : "int8", T, r, noise, rh, rs, rf, same, n_greedy, rt,
            rth, prep_diff, mm.device / 1e6);
     assert_int_equal(prep_diff, 0);
