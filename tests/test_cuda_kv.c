@@ -1590,6 +1590,7 @@ static void test_attend_fused(void **state) {
     float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
     float *dk = malloc(sizeof(float) * B * NKV * CAP * D), *dv = malloc(sizeof(float) * B * NKV * CAP * D);
     float *o2 = malloc(sizeof(float) * NO), *o1 = malloc(sizeof(float) * NO), *o1b = malloc(sizeof(float) * NO);
+    float *o3 = malloc(sizeof(float) * NO);
     uint16_t *rk = malloc((size_t)B * NKV * WCAP * D * 2), *rv = malloc((size_t)B * NKV * WCAP * D * 2);
     double *ref = malloc(sizeof(double) * NO), worst[2] = {0, 0};
     const char *pairs[][2] = {{"bf16", "bf16"}, {"fp16", "fp16"}, {"int:2", "int:2"}, {"int:3", "int:3"}, {"int:4", "int:4"},
@@ -1644,10 +1645,11 @@ static void test_attend_fused(void **state) {
                     const int ch = chs[ci].chunk;
                     void *scr;
                     assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
-                    float *outs[3] = {o2, o1, o1b};
-                    for (int run = 0; run < 3; run++) { // two launches, fused, fused again
-                        kvq_gkv_set_fuse_merge(run > 0);
-                        assert_int_equal(kvq_gkv_merge_fused(&c), run > 0);
+                    float *outs[4] = {o2, o1, o1b, o3};
+                    for (int run = 0; run < 4; run++) { // two launches, fused, fused again, two launches as programmatic dependents
+                        kvq_gkv_set_fuse_merge(run > 0 && run < 3);
+                        kvq_gkv_set_pdl(run == 3);
+                        assert_int_equal(kvq_gkv_merge_fused(&c), run > 0 && run < 3);
                         assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
                         kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
                         if (st) fprintf(stderr, "attend: %s\n", err.msg);
@@ -1656,7 +1658,8 @@ static void test_attend_fused(void **state) {
                     }
                     const int tc = kvq_gkv_tc_active(&c);
                     const double e = nmse(o1, ref, NO);
-                    const int same = !memcmp(o1, o2, sizeof(float) * NO) && !memcmp(o1, o1b, sizeof(float) * NO);
+                    const int same = !memcmp(o1, o2, sizeof(float) * NO) && !memcmp(o1, o1b, sizeof(float) * NO) &&
+                                     !memcmp(o3, o2, sizeof(float) * NO);
                     n_cmp++, n_diff += !same;
                     if (e > worst[tc]) worst[tc] = e;
                     if (!same || e > (tc ? 1e-4 : 1e-9) || (ci == 3 && ti == 3))
@@ -1670,16 +1673,17 @@ static void test_attend_fused(void **state) {
             kvq_gkv_set_tc_pipe(-1);
             kvq_gkv_set_waves(0);
             kvq_gkv_set_fuse_merge(-1);
+            kvq_gkv_set_pdl(-1);
             if (win) kvq_cuda_free(c.wk), kvq_cuda_free(c.wv);
             free_side(&ks);
             free_side(&vs);
         }
     }
-    fprintf(stderr, "test_cuda_kv: fused merge: %d of %d outputs differ from the two-launch path's; worst NMSE vs CPU %.2e (exact kernels), %.2e (tensor cores): %s\n",
+    fprintf(stderr, "test_cuda_kv: fused merge, and the launches as programmatic dependents: %d of %d outputs differ from the two-launch path's; worst NMSE vs CPU %.2e (exact kernels), %.2e (tensor cores): %s\n",
             n_diff, n_cmp, worst[0], worst[1], n_diff ? "FAIL" : "PASS");
     assert_int_equal(n_diff, 0);
     kvq_cuda_free(dq), kvq_cuda_free(dout);
-    free(K), free(V), free(q), free(dk), free(dv), free(o2), free(o1), free(o1b), free(rk), free(rv), free(ref);
+    free(K), free(V), free(q), free(dk), free(dv), free(o2), free(o1), free(o1b), free(o3), free(rk), free(rv), free(ref);
 }
 
 // A side's per-KV-head tables gathered from the states cs[0..n_kv) and uploaded, as the

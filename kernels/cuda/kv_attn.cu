@@ -179,6 +179,18 @@ static int fuse_merge(const kvq_gkv_cache *c) {
     }
     return g_fuse && (size_t)c->batch * c->n_kv <= KVQ_GKV_CNT_MAX;
 }
+// The attend's launches after its first as programmatic dependents (g_kvpdl, or
+// KVQ_CUDA_KV_PDL=0 read once turns it off; default on since the H100 A/B of session 16: about
+// 1 µs less a call at 4k-128k, 7 % at 4k), not with the fused merge or rows mode.
+static int g_kvpdl = -1;
+extern "C" void kvq_gkv_set_pdl(int on) { g_kvpdl = on < 0 ? -1 : on != 0; }
+static int kv_pdl(void) {
+    if (g_kvpdl < 0) {
+        const char *e = getenv("KVQ_CUDA_KV_PDL");
+        g_kvpdl = !(e && !strcmp(e, "0"));
+    }
+    return g_kvpdl;
+}
 extern "C" int kvq_gkv_merge_fused(const kvq_gkv_cache *c) { return shape84(c) && fuse_merge(c); } // (128, 4) only
 // Waves of resident blocks the packed launch fills (g_waves, or KVQ_CUDA_KV_WAVES=<x> read once,
 // 0.125..8; default 1).
@@ -421,7 +433,25 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     const int last = kvq_gkv_fuse_part(ga, gb, gc), fuse = !rows && shape84(c) && fuse_merge(c) && n_slot <= (last == 0 && ft ? KVQ_GKV_MERGE_TC : KVQ_GKV_MERGE_MAX);
     const kvq_gkv_fuse fz0 = {out, pp, 0}, fz1 = {out, pp, 1};
     p.fz = fz0;
+    p.wait_end = 0;
     cudaStream_t sm = kvq_cuda_stream();
+    // KVQ_CUDA_KV_PDL: every launch after this call's first a programmatic dependent of the one
+    // before (window chunks overlap the packed ones' tail, the merge launches while they end);
+    // the first is a plain launch, so whatever the kernels before the attend wrote is complete
+    const int pdl = !rows && !fuse && kv_pdl();
+    int launched = 0;
+    cudaLaunchAttribute pat;
+    pat.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pat.val.programmaticStreamSerializationAllowed = 1;
+    auto cfg = [&](dim3 grid, int nt) {
+        cudaLaunchConfig_t k = {};
+        k.gridDim = grid;
+        k.blockDim = dim3(nt);
+        k.stream = sm;
+        k.attrs = &pat;
+        k.numAttrs = pdl && launched ? 1 : 0;
+        return k;
+    };
     if (ft) { // int / KIVI / TurboQuant at 2 and 4 bits on tensor cores (kv_attn_tc.cu), the same partial results
         const kvq_tc_args ta = {q, (const uint8_t *)c->k.data, (const uint8_t *)c->v.data,
                                 kvq_gkv_region_bytes(c->k.kind, c->k.bits, hd, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, hd, c->cap, 1),
@@ -430,6 +460,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
                                 fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat};
         st = kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
         if (st) return st;
+        launched = 1;
     } else if (ga) {
         split_fn f = pick_for(c, c->k.kind, c->k.bits, c->v.kind, c->v.bits);
         if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: no kernel for keys kind %d/%d bits, values kind %d/%d bits",
@@ -440,6 +471,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         p.fz = fuse && last == 0 ? fz1 : fz0;
         f<<<dim3(ga * gx, gy, gz), NT, 0, sm>>>(p);
         CU_LAUNCHED("attn_split");
+        launched = 1;
     }
     if (gb) { // keys in the window, values stored (KIVI's incomplete key group)
         split_fn f = pick_for(c, KVQ_GKV_F16, 0, c->v.kind, c->v.bits);
@@ -449,8 +481,11 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         p.t_begin = hp.a, p.t_end = hp.e, p.slot0 = ga;
         p.dyn.part = 1;
         p.fz = fuse && last == 1 ? fz1 : fz0;
-        f<<<dim3(gb * gx, gy, gz), NT, 0, sm>>>(p);
-        CU_LAUNCHED("attn_split (window keys)");
+        const cudaLaunchConfig_t kc = cfg(dim3(gb * gx, gy, gz), NT);
+        p.wait_end = kc.numAttrs;
+        const cudaError_t e = cudaLaunchKernelEx(&kc, f, p);
+        if (e != cudaSuccess) return cu_fail(err, e, "launch attn_split (window keys)");
+        launched = 1;
     }
     if (gc) {
         p.k = ring_of(c, c->wk);
@@ -460,15 +495,19 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         p.fz = fuse ? fz1 : fz0;
         split_fn f = shape84(c) ? attn_split<KVQ_GKV_F16, 0, KVQ_GKV_F16, 0> : pick_for(c, KVQ_GKV_F16, 0, KVQ_GKV_F16, 0);
         if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: no fp16 window kernel at head_dim %d", hd);
-        f<<<dim3(gc * gx, gy, gz), NT, 0, sm>>>(p);
-        CU_LAUNCHED("attn_split (window)");
+        const cudaLaunchConfig_t kc = cfg(dim3(gc * gx, gy, gz), NT);
+        p.wait_end = kc.numAttrs;
+        const cudaError_t e = cudaLaunchKernelEx(&kc, f, p);
+        if (e != cudaSuccess) return cu_fail(err, e, "launch attn_split (window)");
+        launched = 1;
     }
     if (fuse) return KVQ_OK;
     kvq_gkv_merge_fn mf = shape84(c) ? attn_merge<KVQ_GKV_HEAD_DIM, KVQ_GKV_GROUP>
                           : hd == 64 ? kvq_gkv_merge_d64(c->n_heads / c->n_kv) : kvq_gkv_merge_d128(c->n_heads / c->n_kv);
     if (!mf) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv attention: no merge kernel at head_dim %d", hd);
-    mf<<<nrow * c->n_heads, hd, 0, sm>>>(p.po, p.pml, out, n_slot, n_slot, c->n_heads, pp, dyn0);
-    CU_LAUNCHED("attn_merge");
+    const cudaLaunchConfig_t kc = cfg(dim3(nrow * c->n_heads), hd);
+    const cudaError_t e = cudaLaunchKernelEx(&kc, mf, (const float *)p.po, (const float *)p.pml, out, n_slot, n_slot, c->n_heads, pp, dyn0);
+    if (e != cudaSuccess) return cu_fail(err, e, "launch attn_merge");
     return KVQ_OK;
 }
 

@@ -453,6 +453,13 @@ int kvq_gkv_tc_stages(const kvq_gkv_cache *c);
  *  H100 at 4k and 32k, batch 1: docs/RESULTS.md, session 11). Process-wide; attends run one at a time on
  *  the stream (kvq_cuda_stream) — the counts are shared. */
 void kvq_gkv_set_fuse_merge(int on);
+/** 1: an attend's launches after its first (window-key and window chunks, the merge) are
+ *  programmatic dependents of the launch before (the split kernels let them launch at their start;
+ *  a window launch waits for the one before at its end, so the merge's wait covers every split), not
+ *  with the fused merge or in rows mode; the same bits. 0 plain launches. −1 (default) =
+ *  KVQ_CUDA_KV_PDL=0 in the environment (read at the first attend) turns it off, else 1 (the H100
+ *  A/B of session 16: about 1 µs less a call, 4k-128k, batch 1; docs/RESULTS.md). */
+void kvq_gkv_set_pdl(int on);
 /** 1 when the merge is on and can be fused for this cache (head_dim 128 with 4 query heads per KV head, batch · n_kv ≤ 4096); an attend then
  *  fuses it when it has at most 1024 chunks — 256 when its last launch is a tensor-core kernel's
  *  (the weights sit in that kernel's existing shared memory) — else launches attn_merge. */

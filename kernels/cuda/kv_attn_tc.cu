@@ -497,6 +497,7 @@ __host__ __device__ constexpr int tc_min_blocks() {
 template <int KIND, int B, int TS, int PF, int ST, int LEAN>
 __global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST, LEAN>()) attn_tc(kvq_tc_args p) {
     __shared__ __align__(16) float red[tc_nred<KIND, B, ST>()][G][D];
+    asm volatile("griddepcontrol.launch_dependents;"); // as attn_split (kv_split.cuh)
     tc_chunk<KIND, B, TS, PF, ST, LEAN>(p, red);
     float *m = &red[0][0][0];
     kvq_gkv_merge_last<KIND == KVQ_GKV_TURBO, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));

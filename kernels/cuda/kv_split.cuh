@@ -49,6 +49,8 @@ struct attn_p {
     float *po, *pml;
     kvq_gkv_dyn dyn; // a graph-captured step: the range from the position (d_pos NULL: the fields above)
     kvq_gkv_fuse fz; // the fused merge (fz.on: this is the attend's final split launch)
+    int wait_end;    // launched as a programmatic dependent of the attend's launch before it: every
+                     // block waits for that grid at its end (the merge's wait then covers both)
 };
 
 // Byte n of w as the float 2^23 + byte; minus 2^23 gives the code exactly.
@@ -631,7 +633,11 @@ __global__ void __launch_bounds__(NT, split_min_blocks(KK0, VH)) attn_split(attn
     __shared__ __align__(16) float sc[KVQ_GKV_MAX_CHUNK][G];
     __shared__ __align__(16) float red[NW][G][D];
     static_assert(KVQ_GKV_MAX_CHUNK * G >= G * KVQ_GKV_MERGE_MAX && NW * G * D >= G * (D + D / 32), "the merge's shared memory");
+    // the attend's next launch (window chunks, the merge) may start: what it reads of this grid
+    // it reads after its own griddepcontrol.wait
+    asm volatile("griddepcontrol.launch_dependents;");
     split_chunk<KK0, KB, VK, VB, VH, D, G, GS>(p, sc, red);
+    if (p.wait_end) asm volatile("griddepcontrol.wait;" ::: "memory");
     constexpr bool ROT = VK == KVQ_GKV_TURBO || VK == KVQ_GKV_HQKV || VK == KVQ_GKV_F16;
     if constexpr (D == KVQ_GKV_HEAD_DIM && G == KVQ_GKV_GROUP && GS == 1) // (the host fuses the merge only for this shape)
         kvq_gkv_merge_last<ROT, KVQ_GKV_MERGE_MAX>(p, blockIdx.z, blockIdx.y, &sc[0][0], &red[0][0][0], &red[0][0][0] + G * D);
@@ -644,6 +650,7 @@ template <int D, int G>
 __global__ void __launch_bounds__(D) attn_merge(const float *__restrict__ po, const float *__restrict__ pml, float *__restrict__ out,
                                                 int n_slot, int stride, int H, kvq_gkv_post pp, kvq_gkv_dyn dyn) {
     __shared__ float x[D], w[KVQ_GKV_MERGE_MAX], red[D / 32];
+    asm volatile("griddepcontrol.wait;" ::: "memory"); // the split launches' partials (a programmatic dependent: KVQ_CUDA_KV_PDL)
     const int bh = blockIdx.x;
     if (dyn.d_pos || dyn.rows) { // rows mode: block bh = row · H + query head
         const kvq_gkv_plan pl = kvq_gkv_dyn_plan(dyn, bh / H);

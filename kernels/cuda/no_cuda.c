@@ -169,6 +169,7 @@ void kvq_gkv_set_tc_pipe(int stages) { (void)stages; }
 void kvq_gkv_set_tc_lean(int on) { (void)on; }
 int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { (void)c; return 0; }
 void kvq_gkv_set_fuse_merge(int on) { (void)on; }
+void kvq_gkv_set_pdl(int on) { (void)on; }
 int kvq_gkv_merge_fused(const kvq_gkv_cache *c) { (void)c; return 0; }
 void kvq_gkv_set_waves(float waves) { (void)waves; }
 
