@@ -655,7 +655,7 @@ static void test_hqmqo_layout(void **state) {
             kvq_err err = {0};
             assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
             assert_int_equal(kind, KVQ_GKV_HQMQO);
-            assert_false(kvq_gkv_can_encode(kind, bits)); // no device encoder yet: the runtime refuses it
+            assert_true(kvq_gkv_can_encode(kind, bits)); // enc_hqmqo and the split kernel's path (session 16)
             kvq_kv_hqmq_info in;
             assert_int_equal(kvq_kv_hqmq_info_of(c, &in), 0);
             assert_true(in.med && in.M + in.nch <= 1 << in.ib);
@@ -849,6 +849,107 @@ static void test_hqmqo_enc_emulated(void **state) {
     free(hist);
 }
 
+// The split kernel's hqmqo_values (kernels/cuda/kv_split.cuh) on the host, step for step: the
+// position's side (fp16 σ, u16 n_out, u32 off) in one 8-byte read; per lane L its words, each
+// chunk's code by a funnel shift; sg = fp16 σ × (float)(1/(2^b_r − 1)) (side_of's inv_scale), r =
+// radius · sg, v = r·C[idx] from cbp, the joint codebook padded to 2^ib rows with zeros (as
+// uploaded), and where j = idx − M (unsigned: an inlier's wraps) < n_out the pool's 4 fp16 instead.
+static void emu_hqmqo_values(const float *cbp, int ib, int M, float inv_scale, int bits, const uint8_t *img, int cap, int pos, float *y) {
+    const int nw = (4 * bits + 31) / 32;
+    const size_t rb = kvq_gkv_kind_row_bytes(KVQ_GKV_HQMQO, bits, D), so = kvq_gkv_side_offset(KVQ_GKV_HQMQO, bits, D, cap);
+    const uint8_t *pool = img + kvq_gkv_hqmqo_pool_offset(bits, D, cap);
+    uint32_t sd[2];
+    memcpy(sd, img + so + (size_t)pos * 8, 8);
+    const float sg = kvq_f16_to_f32((uint16_t)(sd[0] & 0xFFFFu)) * inv_scale;
+    const uint32_t n_out = sd[0] >> 16;
+    for (int L = 0; L < D / 16; L++) {
+        uint32_t w[4] = {0, 0, 0, 0};
+        memcpy(w, img + (size_t)pos * rb + 4 * (size_t)nw * L, 4 * (size_t)nw);
+        for (int c = 0; c < 4; c++) {
+            const int lo = c * bits / 32, sh = c * bits % 32;
+            const uint64_t two = w[lo] | (uint64_t)w[lo + 1 < 4 ? lo + 1 : 3] << 32; // __funnelshift_r(w[lo], w[lo + 1], sh)
+            const uint32_t code = (uint32_t)(two >> sh) & ((1u << bits) - 1);
+            const uint32_t idx = code & ((1u << ib) - 1);
+            const float r = (float)(code >> ib) * sg;
+            float *v = y + 16 * L + 4 * c;
+            for (int j = 0; j < 4; j++) v[j] = r * cbp[4 * (size_t)idx + j];
+            const uint32_t jo = idx - (uint32_t)M;
+            if (jo < n_out)
+                for (int j = 0; j < 4; j++) {
+                    uint16_t h;
+                    memcpy(&h, pool + ((size_t)sd[1] + jo) * 8 + 2 * j, 2);
+                    v[j] = kvq_f16_to_f32(h);
+                }
+        }
+    }
+}
+
+// The kernel's per-position decode of HQMQO (emu_hqmqo_values) against the CPU decoder, K and V,
+// head_dim 128 and 64, 160 tokens a spec: hqmqo_token's 100 (a zero, a tiny, a one-huge-chunk
+// and an all-outlier token among them), then tokens 4× larger each until the pool has been full
+// for 3 tokens. Outlier chunks: bit for bit the decoder's fp16 values, and exactly 0 in a token
+// the full pool stored without them (kvq_gkv_pack_n → −1); inlier chunks: |y − x̂| ≤ 8·2⁻²⁴·|x̂|
+// elementwise (the kernel multiplies by σ·(1/L), the decoder divides r·σ by L: a few roundings
+// apart). Outliers must have been read from the pool and the pool must have filled.
+static void test_hqmqo_kernel_emulated(void **state) {
+    enum { N = 160 };
+    float x[D], dec[D], y[D];
+    for (int si = 0; si < 3; si++)
+        for (int role = 0; role < 2; role++) {
+            kvq_kvcodec *c = codec(HQMQO_SPECS[si], role, 3);
+            kvq_gkv_kind kind;
+            int bits;
+            kvq_err err = {0};
+            assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+            assert_int_equal(kind, KVQ_GKV_HQMQO);
+            kvq_kv_hqmq_info in;
+            assert_int_equal(kvq_kv_hqmq_info_of(c, &in), 0);
+            const float inv = 1.0f / (float)((1 << in.br) - 1);
+            float *cbp = calloc((size_t)4 << in.ib, sizeof(float));
+            memcpy(cbp, in.cb, sizeof(float) * 4 * in.M);
+            const size_t regb = kvq_gkv_region_bytes(kind, bits, D, N, role), mb = c->vt->max_bytes(c);
+            uint8_t *img = calloc(regb, 1), *rec = malloc(mb);
+            const size_t po = kvq_gkv_hqmqo_pool_offset(bits, D, N);
+            memset(img + po, 0xFF, regb - po); // pool slots never written read as fp16 NaN: a read past n_out shows
+            uint64_t seed = 900 + 10 * si + role;
+            long n_pool = 0, n_lost = 0, n_inl = 0;
+            int full_at = -1, pos = 0;
+            double worst = 0;
+            for (; pos < N && (full_at < 0 || pos < full_at + 3); pos++) {
+                if (pos < 100) hqmqo_token(x, pos, &seed);
+                else {
+                    tokens(x, 1, &seed);
+                    for (int i = 0; i < D; i++) x[i] *= powf(4.0f, (float)(pos - 100 < 60 ? pos - 100 : 60));
+                }
+                size_t n = 0;
+                assert_int_equal(c->vt->encode(c, x, rec, &n, &err), KVQ_OK);
+                const int rc = kvq_gkv_pack_n(c, kind, bits, rec, n, pos, img, N);
+                if (rc && full_at < 0) full_at = pos;
+                c->vt->decode(c, rec, n, dec);
+                emu_hqmqo_values(cbp, in.ib, in.M, inv, bits, img, N, pos, y);
+                for (int k = 0; k < in.nch; k++) {
+                    const int out = (rec[2 + k / 8] >> (k % 8)) & 1;
+                    n_pool += out && !rc, n_lost += out && rc, n_inl += !out;
+                    for (int j = 0; j < 4; j++) {
+                        const int i = 4 * k + j;
+                        if (out) assert_true(rc ? y[i] == 0.0f && !signbit(y[i]) : memcmp(&y[i], &dec[i], 4) == 0);
+                        else {
+                            const double d = fabs((double)y[i] - dec[i]);
+                            assert_true(d <= 8.0 * 0x1p-24 * fabs(dec[i]));
+                            if (dec[i] != 0) worst = fmax(worst, d / fabs(dec[i]));
+                        }
+                    }
+                }
+            }
+            assert_true(full_at > 100 && n_pool > 2 * in.nch && n_lost >= in.nch);
+            fprintf(stderr, "test_cuda_kv: kernel decode %-20s %s: %d tokens, %ld outlier chunks from the pool bit-exact, %ld lost to the full pool "
+                            "(from position %d) read as 0, %ld inlier chunks within %.1e of the decoder (elementwise)\n",
+                    HQMQO_SPECS[si], role ? "V" : "K", pos, n_pool, n_lost, full_at, n_inl, worst);
+            free(cbp), free(img), free(rec);
+            kvq_kvcodec_free(c);
+        }
+}
+
 // kvq_gkv_tables_of: the tables each encoder kind reads, with the sizes the kernels index by
 // (a wrong count or a missing table fails), the same arrays as the states' own; kinds without
 // tables (int, kivi, fp16) and a state of another codec refused.
@@ -974,11 +1075,11 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
                     o->signs = malloc(sizeof(float) * n_kv * D), o->mat = malloc(sizeof(float) * n_kv * D * D),
                     o->seeds = malloc(sizeof(uint64_t) * n_kv);
                 if (!strcmp(c->spec.name, "qturbo")) o->quat = malloc(sizeof(float) * n_kv * 4);
-                if (o->s.kind == KVQ_GKV_HQMQ) {
+                if (o->s.kind == KVQ_GKV_HQMQ || o->s.kind == KVQ_GKV_HQMQO) {
                     kvq_kv_hqmq_info in;
                     kvq_kv_hqmq_info_of(c, &in);
-                    o->s.ibits = in.ib;
-                    o->cb = calloc((size_t)n_kv * 4 << in.ib, sizeof(float));
+                    o->s.ibits = in.ib, o->s.n_sec = in.M / 24; // (HQMQO: the outlier codes start at M = 24·S)
+                    o->cb = calloc((size_t)n_kv * 4 << in.ib, sizeof(float)); // rows past M stay zero
                 }
                 if (o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ)
                     o->cb = malloc(sizeof(float) * n_kv * 3 << (2 * (bits + 1))), o->rho = malloc(sizeof(float) * n_kv << (bits - 1)),
@@ -998,7 +1099,7 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
                     if (!strcmp(t[k].name, "quaternion")) memcpy(o->quat + h * 4, t[k].data, sizeof(float) * 4);
                 }
             }
-            if (o->s.kind == KVQ_GKV_HQMQ) { // the joint codebook, rows 2^ib per head
+            if (o->s.kind == KVQ_GKV_HQMQ || o->s.kind == KVQ_GKV_HQMQO) { // the joint codebook, rows 2^ib per head
                 kvq_kv_hqmq_info in;
                 kvq_kv_hqmq_info_of(c, &in);
                 memcpy(o->cb + ((size_t)h * 4 << in.ib), in.cb, sizeof(float) * 4 * in.M);
@@ -1042,7 +1143,7 @@ static void build_side(const char *spec, int role, int B, int n_kv, int T, int c
     assert_int_equal(kvq_cuda_malloc(&o->s.data, (size_t)B * n_kv * o->region, &e2), KVQ_OK);
     assert_int_equal(kvq_cuda_copy(o->s.data, o->img, (size_t)B * n_kv * o->region, 1, &e2), KVQ_OK);
     const int oct = o->s.kind == KVQ_GKV_OCT || o->s.kind == KVQ_GKV_OCTQ;
-    if (o->cb && o->s.kind == KVQ_GKV_HQMQ) o->s.cb = upload(o->cb, sizeof(float) * n_kv * 4 << o->s.ibits);
+    if (o->cb && (o->s.kind == KVQ_GKV_HQMQ || o->s.kind == KVQ_GKV_HQMQO)) o->s.cb = upload(o->cb, sizeof(float) * n_kv * 4 << o->s.ibits);
     else if (o->cb)
         o->s.cb = upload(o->cb, oct ? sizeof(float) * n_kv * 3 << (2 * (o->s.bits + 1)) : sizeof(float) * n_kv << (o->s.bits - (o->s.kind == KVQ_GKV_TPROD)));
     if (o->rho) o->s.rho = upload(o->rho, sizeof(float) * n_kv << (o->s.bits - 1));
@@ -1174,7 +1275,9 @@ static void test_attend_vs_cpu(void **state) {
                               {"turboquant-prod:3", "turboquant-prod:3"}, {"turboquant-prod:4", "turboquant-prod:4"},
                               {"octopus:2", "octopus:2"}, {"octopus:3", "octopus:3"}, {"octopus:4", "octopus:4"},
                               {"octopus:2:qjl", "octopus:2:qjl"}, {"octopus:4:qjl", "octopus:4:qjl"}, {"hqmq:s24:r3", "hqmq:s24:r3"},
-                              {"hqmq:s96:r4", "hqmq:s96:r4"}, {"hqmq:s192:r6", "hqmq:s192:r6"}, {"fp16", "hqmq:s96:r4"}, {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:3:dither", "hqkv:e8:3:dither"},
+                              {"hqmq:s96:r4", "hqmq:s96:r4"}, {"hqmq:s192:r6", "hqmq:s192:r6"}, {"fp16", "hqmq:s96:r4"},
+                              {"hqmq:s24:r3:med3", "hqmq:s24:r3:med3"}, {"hqmq:s96:r4:med3", "hqmq:s96:r4:med3"},
+                              {"hqmq:s192:r6:med2.5", "hqmq:s192:r6:med2.5"}, {"fp16", "hqmq:s96:r4:med3"}, {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:3:dither", "hqkv:e8:3:dither"},
                               {"hqkv:e8:2:dither", "hqkv:e8:2:dither"}, {"hqkv:e8:4:rot=qjl:dither", "hqkv:e8:4:rot=qjl:dither"},
                               {"hqkv:d4:3:dither", "hqkv:d4:3:dither"}, {"hqkv:a2:3:rot=qjl:dither", "hqkv:a2:3:rot=qjl:dither"},
                               {"hqkv:z:2:rot=none:dither", "hqkv:z:2:rot=none:dither"}, {"fp16", "hqkv:e8:3:dither"}};
@@ -1598,6 +1701,7 @@ static void test_attend_fused(void **state) {
                               {"turboquant:4", "turboquant:4"}, {"qturbo:3", "qturbo:3"}, {"fp16", "int:4"}, {"fp16", "kivi:2"},
                               {"fp16", "turboquant:3"}, {"turboquant-prod:3", "turboquant-prod:3"}, {"octopus:2", "octopus:2"},
                               {"octopus:3:qjl", "octopus:3:qjl"}, {"hqmq:s24:r3", "hqmq:s24:r3"}, {"fp16", "hqmq:s96:r4"},
+                              {"hqmq:s24:r3:med3", "hqmq:s24:r3:med3"}, {"fp16", "hqmq:s96:r4:med3"},
                               {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:2:dither", "hqkv:e8:2:dither"},
                               {"hqkv:d4:3:rot=qjl:dither", "hqkv:d4:3:rot=qjl:dither"}, {"hqkv:z:2:rot=none:dither", "hqkv:z:2:rot=none:dither"},
                               {"fp16", "hqkv:e8:3:dither"}};
@@ -1709,8 +1813,7 @@ static void test_encode_vs_cpu(void **state) {
                            "octopus:2:qjl:round=full", "hqkv:e8:3", "hqkv:e8:3:dither", "hqkv:e8:2:dither", "hqkv:e8:4:rot=qjl:dither",
                            "hqkv:d4:3:dither", "hqkv:d4:4:rot=none", "hqkv:a2:3:rot=qjl:dither", "hqkv:a2:4:dither", "hqkv:z:2:rot=none:dither",
                            "hqkv:z:4:dither", "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6",
-                           // with outliers (enc_hqmqo; its attention kernel is not built yet, so kvq_gkv_can_encode is 0 and
-                           // the runtime refuses it, but the encoder runs here): a 5000x token among them, every chunk an outlier
+                           // with outliers (enc_hqmqo): a 5000x token among them, every chunk an outlier
                            "hqmq:s24:r3:med3", "hqmq:s96:r4:med3", "hqmq:s192:r6:med2.5"};
     kvq_err err = {0};
     int failed = 0; // every codec runs; each gets a PASS/FAIL line, the test fails at the end
@@ -1800,7 +1903,7 @@ static void test_append_vs_cpu_cache(void **state) {
                            "qturbo:2", "qturbo:3", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4",
                            "octopus:2", "octopus:3", "octopus:4", "octopus:2:qjl", "octopus:3:qjl", "octopus:4:qjl",
                            "hqkv:e8:3:dither", "hqkv:e8:4:rot=qjl:dither", "hqkv:d4:3", "hqkv:a2:3:dither", "hqkv:z:2:rot=none:dither",
-                           "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6"};
+                           "hqmq:s24:r3", "hqmq:s96:r4", "hqmq:s192:r6", "hqmq:s24:r3:med3", "hqmq:s96:r4:med3", "hqmq:s192:r6:med2.5"};
     kvq_err err = {0};
     kvq_gkv_set_int8_query(0); // the exact paths (a failed test above may have left a knob on)
     kvq_gkv_set_half_values(0);
@@ -1904,6 +2007,187 @@ static void test_append_vs_cpu_cache(void **state) {
         cc->ops->free(cc);
     }
     assert_int_equal(failed, 0);
+}
+
+// ---- HQMQ with outliers on the device (KVQ_GKV_HQMQO: the split kernel's hqmqo_values, the pool check)
+
+// Tokens with outliers for the attention tests, X (nr, T, D) as tokens() gives them, then in each
+// region: every 97th position (from 11) 8x larger (most of its chunks outliers), every 89th (from 5)
+// one chunk 50x, every 101st (from 7) zero; values (role 1) also every 131st (from 17) 1000x (large
+// fp16 pool values).
+static void hqmqo_tokens(float *X, int nr, int T, int role, uint64_t *seed) {
+    tokens(X, nr * T, seed);
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < T; t++) {
+            float *x = X + ((size_t)r * T + t) * D;
+            const float f = t % 97 == 11 ? 8.0f : role && t % 131 == 17 ? 1000.0f : 1.0f;
+            for (int i = 0; i < D; i++) x[i] *= f;
+            if (t % 89 == 5)
+                for (int j = 0; j < 4; j++) x[4 * (t % (D / 4)) + j] *= 50.0f;
+            if (t % 101 == 7) memset(x, 0, sizeof(float) * D);
+        }
+}
+
+// Outlier chunks a side's regions hold (the side's n_out summed over positions [0, T)).
+static long hqmqo_count(const tside *s, int nr, int T, int cap) {
+    if (s->s.kind != KVQ_GKV_HQMQO) return 0;
+    const size_t so = kvq_gkv_side_offset(KVQ_GKV_HQMQO, s->s.bits, D, cap);
+    long n = 0;
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < T; t++) {
+            uint16_t no;
+            memcpy(&no, s->img + r * s->region + so + (size_t)t * 8 + 2, 2);
+            n += no;
+        }
+    return n;
+}
+
+// The split kernel's HQMQO path against the CPU decode-then-attend reference: K and V of
+// s24:r3:med3, s96:r4:med3, s192:r6:med2.5, and fp16 keys with s96:r4:med3 values (a boundary
+// layer), B = 2 sequences × 2 KV heads, T = 600 hqmqo_tokens (8x and 1000x tokens, single huge
+// chunks, zeros), chunks 64 (a partial last), 1024 and auto: NMSE ≤ 1e-9, plain HQMQ's limit (the
+// same decoded values, float summation order apart); then packed [0, 560) with a 40-position fp16
+// window (attend_window) ≤ 1e-9. Outliers must be in the cache (≥ 16 chunks per 8x token).
+static void test_attend_hqmqo(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    kvq_gkv_set_tc(0);
+    enum { B = 2, NKV = 2, T = 600, CAP = 640 };
+    const int H = NKV * GRP;
+    const float scale = 1.0f / sqrtf((float)D);
+    uint64_t seed = 1616;
+    float *K = malloc(sizeof(float) * B * NKV * T * D), *V = malloc(sizeof(float) * B * NKV * T * D), *q = malloc(sizeof(float) * B * H * D);
+    hqmqo_tokens(K, B * NKV, T, 0, &seed);
+    hqmqo_tokens(V, B * NKV, T, 1, &seed);
+    for (int i = 0; i < B * H * D; i++) q[i] = (float)gauss(&seed) * 1.5f;
+    kvq_err err = {0};
+    void *dq = upload(q, sizeof(float) * B * H * D), *dout;
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * B * H * D, &err), KVQ_OK);
+    float *out = malloc(sizeof(float) * B * H * D);
+    double *ref = malloc(sizeof(double) * B * H * D);
+    const char *pairs[][2] = {{"hqmq:s24:r3:med3", "hqmq:s24:r3:med3"}, {"hqmq:s96:r4:med3", "hqmq:s96:r4:med3"},
+                              {"hqmq:s192:r6:med2.5", "hqmq:s192:r6:med2.5"}, {"fp16", "hqmq:s96:r4:med3"}};
+    for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
+        tside ks, vs;
+        build_side(pairs[pi][0], 0, B, NKV, T, CAP, K, &ks);
+        build_side(pairs[pi][1], 1, B, NKV, T, CAP, V, &vs);
+        const long nk = hqmqo_count(&ks, B * NKV, T, CAP), nv = hqmqo_count(&vs, B * NKV, T, CAP);
+        if (ks.s.kind == KVQ_GKV_HQMQO) assert_true(nk >= 16 * B * NKV * (T / 97));
+        assert_true(nv >= 16 * B * NKV * (T / 97));
+        ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+        kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+        const int chunks[] = {64, 1024, 0};
+        for (int ci = 0; ci < 3; ci++) {
+            void *scr;
+            assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, chunks[ci]), &err), KVQ_OK);
+            assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * B * H * D, &err), KVQ_OK); // NaN until written
+            kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, chunks[ci], scr, &err);
+            if (st) fprintf(stderr, "attend: %s\n", err.msg);
+            assert_int_equal(st, KVQ_OK);
+            assert_int_equal(kvq_cuda_copy(out, dout, sizeof(float) * B * H * D, 0, &err), KVQ_OK);
+            const double e = nmse(out, ref, (size_t)B * H * D);
+            fprintf(stderr, "test_cuda_kv: attend K %-20s V %-20s (outlier chunks K %ld, V %ld) chunk %4d: NMSE vs CPU decode-then-attend %.2e\n",
+                    pairs[pi][0], pairs[pi][1], nk, nv, chunks[ci] ? chunks[ci] : kvq_gkv_auto_chunk(&c), e);
+            assert_true(e <= 1e-9); // NaN fails too
+            kvq_cuda_free(scr);
+        }
+        attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-9);
+        // a side without its S (the outlier codes' start) is refused in one line
+        kvq_gkv_cache bad = c;
+        bad.v.n_sec = 0;
+        void *scr;
+        assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&bad, 64), &err), KVQ_OK);
+        assert_int_equal(kvq_gkv_attend(&bad, dq, dout, scale, 64, scr, &err), KVQ_ERR_ARG);
+        assert_non_null(strstr(err.msg, "outliers"));
+        kvq_cuda_free(scr);
+        free_side(&ks);
+        free_side(&vs);
+    }
+    kvq_gkv_set_tc(-1);
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(out), free(ref);
+}
+
+// The pool-full check: a cache of 64 positions (pool: 8 chunks a position at head_dim 128), 2 KV
+// heads, window 0, tokens appended one at a time, three in five 100x smaller (the running median
+// sits at their level, so every chunk of the others is an outlier: ~13 a position on average). On
+// the host: the CPU encoders with kvq_gkv_pack_n give the first position P where a (side, head)
+// pool would pass its capacity (it must be < 64). On the device: kvq_gkv_append succeeds up to P − 1
+// (kvq_gkv_pool_check too) and fails at P with KVQ_ERR_NUMERIC in one line naming the pool.
+static void test_hqmqo_pool_full(void **state) {
+    enum { NKV = 2, CAP = 64, WCAP = 64 };
+    const int H = NKV * GRP;
+    kvq_err err = {0};
+    for (int si = 0; si < 3; si += 2) {
+        const char *spec = HQMQO_SPECS[si];
+        uint64_t seed = 4242 + si;
+        float *X[2];
+        for (int r = 0; r < 2; r++) {
+            X[r] = malloc(sizeof(float) * CAP * NKV * D), tokens(X[r], CAP * NKV, &seed); // (CAP, NKV, D)
+            for (int t = 0; t < CAP; t++)
+                for (int i = 0; i < NKV * D; i++) {
+                    float *x = X[r] + (size_t)t * NKV * D + i;
+                    *x = kvq_f16_to_f32(kvq_f32_to_f16(*x * (t % 5 < 3 ? 0.01f : 1.0f))); // the ring's fp16 values
+                }
+        }
+        int P = CAP; // the first position whose append overflows a pool, by the CPU encoders
+        for (int r = 0; r < 2; r++)
+            for (int h = 0; h < NKV; h++) {
+                kvq_kvcodec *c = codec(spec, r, h);
+                kvq_gkv_kind kind;
+                int bits;
+                assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
+                uint8_t *img = calloc(kvq_gkv_region_bytes(kind, bits, D, CAP, r), 1), *rec = malloc(c->vt->max_bytes(c));
+                for (int t = 0; t < CAP; t++) {
+                    size_t n = 0;
+                    assert_int_equal(c->vt->encode(c, X[r] + ((size_t)t * NKV + h) * D, rec, &n, &err), KVQ_OK);
+                    if (kvq_gkv_pack_n(c, kind, bits, rec, n, t, img, CAP)) {
+                        if (t < P) P = t;
+                        break;
+                    }
+                }
+                free(img), free(rec);
+                kvq_kvcodec_free(c);
+            }
+        assert_true(P > 8 && P < CAP);
+        if (!have_gpu()) {
+            fprintf(stderr, "test_cuda_kv: pool %s: the CPU encoders fill a pool at position %d of %d (no device to check the append)\n", spec, P, CAP);
+            free(X[0]), free(X[1]);
+            continue;
+        }
+        kvq_gkv_cache g = {{0}, {0}, 1, NKV, H, D, CAP, 0, 0, 0, NULL, NULL, WCAP};
+        kvq_kvcodec *cs[2][NKV];
+        for (int r = 0; r < 2; r++) {
+            kvq_gkv_side *s = r ? &g.v : &g.k;
+            for (int h = 0; h < NKV; h++) cs[r][h] = codec(spec, r, h);
+            assert_int_equal(kvq_gkv_kind_of(cs[r][0], &s->kind, &s->bits, &err), KVQ_OK);
+            s->role = r;
+            set_tables(s, cs[r], NKV);
+            assert_int_equal(kvq_cuda_malloc(&s->data, NKV * kvq_gkv_region_bytes(s->kind, s->bits, D, CAP, r), &err), KVQ_OK);
+        }
+        assert_int_equal(kvq_cuda_malloc(&g.wk, (size_t)NKV * WCAP * D * 2, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&g.wv, (size_t)NKV * WCAP * D * 2, &err), KVQ_OK);
+        void *dk = upload(X[0], sizeof(float) * CAP * NKV * D), *dv = upload(X[1], sizeof(float) * CAP * NKV * D);
+        int failed_at = -1;
+        for (int t = 0; t < CAP && failed_at < 0; t++) {
+            memset(&err, 0, sizeof err);
+            const kvq_status st = kvq_gkv_append(&g, (float *)dk + (size_t)t * NKV * D, (float *)dv + (size_t)t * NKV * D, 1, 0, &err);
+            if (st) {
+                failed_at = t;
+                assert_int_equal(st, KVQ_ERR_NUMERIC);
+                assert_non_null(strstr(err.msg, "outlier pool"));
+                assert_null(strchr(err.msg, '\n'));
+                fprintf(stderr, "test_cuda_kv: pool %s: append at position %d (predicted %d): %s\n", spec, t, P, err.msg);
+            } else assert_int_equal(kvq_gkv_pool_check(&g, &err), KVQ_OK);
+        }
+        assert_int_equal(failed_at, P);
+        for (int r = 0; r < 2; r++) {
+            kvq_cuda_free((r ? &g.v : &g.k)->data);
+            free_tables(r ? &g.v : &g.k);
+            for (int h = 0; h < NKV; h++) kvq_kvcodec_free(cs[r][h]);
+            free(X[r]);
+        }
+        kvq_cuda_free(g.wk), kvq_cuda_free(g.wv), kvq_cuda_free(dk), kvq_cuda_free(dv);
+    }
 }
 
 // ---- the tensor-core kernels' fragment arithmetic (kernels/cuda/kv_tc.h), emulated on the host
@@ -2106,6 +2390,7 @@ static void test_step_graph(void **state) {
         {"kivi:2", 5, 0, 1, 0, 2, 0}, {"fp16", 5, 0, 0, 0, 2, 0}, {"turboquant:3", 0, 0, 0, 0, 2, 0}, {"qturbo:2", 40, 0, 0, 0, 2, 0},
         {"turboquant-prod:3", 5, 0, 0, 0, 2, 0}, {"octopus:3", 0, 0, 0, 0, 2, 0}, {"octopus:2:qjl", 40, 0, 0, 0, 2, 0},
         {"hqkv:e8:3:dither", 5, 0, 0, 0, 2, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0, 0, 2, 0}, {"hqmq:s24:r3", 5, 0, 0, 0, 2, 0},
+        {"hqmq:s96:r4:med3", 5, 0, 0, 0, 2, 0}, {"hqmq:s24:r3:med3", 40, 0, 0, 0, 1, 0}, // with outliers (the pool)
         {"int:4", 5, -1, 0, 4, 2, 0}, {"int:2", 0, -1, 0, 3, 2, 0}, {"kivi:2", 40, -1, 0, 4, 2, 0}, {"kivi:4", 0, -1, 0, 3, 2, 0}, // pipelined tensor-core kernels
         {"int:4", 5, -1, 0, 0, 0, 0}, {"turboquant:3", 5, 0, 0, 0, 0, 0}, {"kivi:4", 40, -1, 0, 4, 1, 0}, {"hqkv:d4:4:rot=qjl", 5, 0, 0, 0, 1, 0},
         {"int:2", 5, -1, 0, 0, 2, 2.0f}, {"qturbo:3", 40, 0, 0, 0, 2, 0.5f}, // more, shorter chunks; fewer, longer
@@ -2225,7 +2510,7 @@ static void test_attend_rows(void **state) {
         {"int:2", 0, 0, 0}, {"int:3", 0, 0, 0}, {"int:4", 0, 0, 1}, {"kivi:2", 0, 0, 0}, {"kivi:3", 0, 0, 0}, {"kivi:4", 0, 0, 1},
         {"turboquant:3", 0, 0, 0}, {"turboquant:2", 0, 0, 1}, {"qturbo:3", 0, 0, 0}, {"turboquant-prod:3", 0, 0, 0},
         {"octopus:3", 0, 0, 0}, {"octopus:2:qjl", 0, 0, 1}, {"hqkv:e8:3:dither", 0, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 1},
-        {"hqmq:s24:r3", 0, 0, 0}, {"fp16", 0, 0, 0},
+        {"hqmq:s24:r3", 0, 0, 0}, {"hqmq:s24:r3:med3", 0, 0, 0}, {"hqmq:s96:r4:med3", 0, 0, 1}, {"fp16", 0, 0, 0},
         {"int:4", -1, 0, 0}, {"int:2", -1, 0, 1}, {"kivi:2", -1, 0, 0}, {"kivi:4", -1, 0, 1}, // tensor cores, register prefetch
         {"int:4", -1, 3, 1}, {"int:2", -1, 3, 0}, {"kivi:2", -1, 3, 1}, {"kivi:4", -1, 3, 0}, // tensor cores, cp.async pipelined
         {"turboquant:4", -1, 0, 0}, {"turboquant:2", -1, 0, 1}, {"qturbo:4", -1, 3, 1}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
@@ -2864,11 +3149,13 @@ int main(void) {
                                        cmocka_unit_test(test_enc_emulated), cmocka_unit_test(test_tables_of),
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_hqmqo_layout),
-                                       cmocka_unit_test(test_hqmqo_enc_emulated), cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated),
+                                       cmocka_unit_test(test_hqmqo_enc_emulated), cmocka_unit_test(test_hqmqo_kernel_emulated),
+                                       cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated),
                                        cmocka_unit_test(test_tc_pipe_emulated), cmocka_unit_test(test_merge_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc), cmocka_unit_test(test_attend_tc_lean),
                                        cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_tc_turbo), cmocka_unit_test(test_attend_fused),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
+                                       cmocka_unit_test(test_attend_hqmqo), cmocka_unit_test(test_hqmqo_pool_full),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph),
                                        cmocka_unit_test(test_rows_plan), cmocka_unit_test(test_attend_rows),
 #define AT(T, S) {#T "/" #S, T, S, shape_back, NULL} // named by test and shape (KVQ_TEST_FILTER="*shape_64*")
@@ -2877,12 +3164,14 @@ int main(void) {
                                        AT(test_layout_roundtrip, shape_64_4), AT(test_hqkv_layout, shape_64_4), AT(test_enc_emulated, shape_64_4),
                                        AT(test_tables_of, shape_64_4), AT(test_tprod_layout_score, shape_64_4), AT(test_oct_layout_score, shape_64_4),
                                        AT(test_hqmq_layout, shape_64_4), AT(test_hqmqo_layout, shape_64_4), AT(test_hqmqo_enc_emulated, shape_64_4),
+                                       AT(test_hqmqo_kernel_emulated, shape_64_4), AT(test_hqmqo_pool_full, shape_64_4),
                                        // the shared models' shapes on the device: (64, 4) kvq-small-llama, (64, 2) kvq-tiny-llama, (128, 2) kvq-small-qwen3
                                        AT(test_attend_vs_cpu, shape_64_4), AT(test_attend_vs_cpu, shape_64_2), AT(test_attend_vs_cpu, shape_128_2),
                                        AT(test_encode_vs_cpu, shape_64_4), AT(test_append_vs_cpu_cache, shape_64_4),
                                        AT(test_append_vs_cpu_cache, shape_64_2), AT(test_append_vs_cpu_cache, shape_128_2),
                                        AT(test_step_graph, shape_64_2), AT(test_step_graph, shape_128_2), AT(test_attend_rows, shape_64_4),
-                                       AT(test_attend_rows, shape_128_2),
+                                       AT(test_attend_rows, shape_128_2), AT(test_attend_hqmqo, shape_64_4), AT(test_attend_hqmqo, shape_64_2),
+                                       AT(test_attend_hqmqo, shape_128_2), AT(test_attend_hqmqo, shape_128_8),
                                        // the other built shapes: 1 and 8 query heads per KV head
                                        AT(test_attend_vs_cpu, shape_64_1), AT(test_attend_vs_cpu, shape_64_8), AT(test_attend_vs_cpu, shape_128_1),
                                        AT(test_attend_vs_cpu, shape_128_8), AT(test_append_vs_cpu_cache, shape_64_8),

@@ -902,6 +902,7 @@ static void test_kv_graphs(void **st) {
         {"kivi:2", 16, 0, -1}, {"kivi:2", 0, 0, 0}, {"kivi:4", 0, 1, -1}, {"kivi:4", 40, 0, 0}, {"kivi:3", 40, 0, -1},
         {"turboquant:3", 0, 0, -1}, {"qturbo:2", 16, 0, -1}, {"turboquant-prod:4", 0, 1, -1}, {"octopus:3", 0, 0, -1},
         {"octopus:2:qjl", 16, 0, -1}, {"hqkv:e8:3:dither", 16, 0, -1}, {"hqkv:d4:4:rot=qjl", 0, 1, -1}, {"hqmq:s96:r4", 0, 0, -1},
+        {"hqmq:s24:r3:med3", 16, 0, -1}, // with outliers: the step's encoder fills the pool, the sync checks it
     };
     enum { P = 40, NDEC = 230, NARG = 8, NRE = 40, CTX = 320 };
     uint64_t r = 23;
@@ -968,7 +969,8 @@ static void test_kv_rows(void **st) {
         {"int:4", 0, 0, -1, "64"}, {"int:4", 16, 0, 0, "64"}, {"int:3", 0, 1, -1, "64"}, {"int:2", 40, 0, -1, "7"},
         {"kivi:2", 16, 0, -1, "64"}, {"kivi:4", 40, 0, 0, "7"}, {"kivi:3", 0, 0, -1, "64"}, {"turboquant:3", 0, 0, -1, "64"},
         {"qturbo:2", 16, 0, -1, "64"}, {"turboquant-prod:4", 0, 1, -1, "64"}, {"octopus:2:qjl", 16, 0, -1, "64"},
-        {"hqkv:e8:3:dither", 16, 0, -1, "64"}, {"hqmq:s96:r4", 0, 0, -1, "64"}, {"fp16", 0, 0, -1, "64"},
+        {"hqkv:e8:3:dither", 16, 0, -1, "64"}, {"hqmq:s96:r4", 0, 0, -1, "64"}, {"hqmq:s96:r4:med3", 0, 0, -1, "64"},
+        {"fp16", 0, 0, -1, "64"},
     };
     const struct { int T, pos; } steps[] = {{200, 0}, {50, 200}, {1, 250}, {1, 251}, {1, 252}, {1, 253}, {1, 254}, {130, 255}};
     uint64_t r = 29;
@@ -1031,7 +1033,7 @@ static void test_kv_fill(void **st) {
         {"fp16", 0, 0, -1}, {"int:4", 0, 0, -1}, {"int:4", 16, 0, 0}, {"int:2", 16, 0, -1}, {"kivi:4", 0, 1, -1},
         {"kivi:2", 40, 0, -1}, {"turboquant:4", 0, 0, -1}, {"turboquant:2", 16, 0, -1}, {"qturbo:4", 0, 0, -1},
         {"turboquant-prod:4", 0, 1, -1}, {"octopus:4", 0, 0, -1}, {"octopus:2:qjl", 16, 0, -1}, {"hqkv:e8:4", 0, 0, -1},
-        {"hqkv:e8:3:dither", 16, 0, -1}, {"hqmq:s96:r4", 0, 0, -1},
+        {"hqkv:e8:3:dither", 16, 0, -1}, {"hqmq:s96:r4", 0, 0, -1}, {"hqmq:s24:r3:med3", 16, 0, -1},
     };
     enum { T = 200, NP = 8, NDEC = 16 };
     uint64_t r = 31;
@@ -1295,10 +1297,11 @@ static void test_kv_codecs(void **st) {
         {"kivi:2", 16, 0, -1}, {"kivi:4", 0, 1, -1}, {"kivi:4", 0, 1, 0}, {"kivi:3", 40, 0, -1},
         {"turboquant:3", 0, 0, -1}, {"qturbo:2", 16, 0, -1}, {"turboquant-prod:4", 0, 1, -1}, {"octopus:3", 0, 0, -1},
         {"octopus:2:qjl", 16, 0, -1}, {"hqkv:e8:3:dither", 16, 0, -1}, {"hqkv:d4:4:rot=qjl", 0, 1, -1}, {"hqmq:s96:r4", 0, 0, -1},
+        {"hqmq:s96:r4:med3", 0, 0, -1}, {"hqmq:s24:r3:med3", 16, 1, -1}, // with outliers (KVQ_GKV_HQMQO)
     };
     static const kv_case few[] = {
         {"int:4", 0, 0, -1}, {"kivi:2", 16, 0, -1}, {"turboquant:4", 0, 0, -1}, {"octopus:3", 0, 0, -1},
-        {"hqkv:e8:3:dither", 16, 0, -1}, {"hqmq:s96:r4", 0, 0, -1},
+        {"hqkv:e8:3:dither", 16, 0, -1}, {"hqmq:s96:r4", 0, 0, -1}, {"hqmq:s96:r4:med3", 0, 0, -1},
     };
     int n_fail = kv_codecs_on(path, cs, sizeof cs / sizeof *cs, 1);
     n_fail += kv_codecs_on(TINY, cs, sizeof cs / sizeof *cs, 0);
@@ -1310,13 +1313,14 @@ static void test_kv_codecs(void **st) {
         else printf("  skip %s: not found\n", d);
     }
     // what the device cannot run is refused, in one line naming the codec (a synthetic model with 3
-    // query heads per KV head: a shape the GPU KV kernels are not built for)
+    // query heads per KV head: a shape the GPU KV kernels are not built for; hqmq:…:med<C>, refused
+    // here until session 16, now runs above)
     const char *g3 = t3g_model();
     const struct { const char *model, *spec, *msg; } bad[] = {
-        {path, "hqmq:s24:r3:med3", "without outliers"}, {g3, "int:4", "head_dim 64 or 128 with 1, 2, 4 or 8"},
+        {g3, "int:4", "head_dim 64 or 128 with 1, 2, 4 or 8"},
     };
     kvq_err e = {0};
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         kvq_model *g = open_on(bad[i].model, 1, KVQ_EXEC_EXACT);
         const kvq_arch *a = kvq_model_arch(g);
         kvq_kvcache_policy pol = {0, 0, 7, 0, 0};

@@ -39,6 +39,7 @@
 #include "kernels/cuda/kv_enc.cuh"
 #include "kernels/cuda/kv_merge.cuh"
 #include "kernels/kv_hqkv.h"
+#include "kernels/kv_hqmq.h"
 
 #include "kernels/cuda/kv_split.cuh"
 
@@ -147,14 +148,23 @@ static side_p side_of(const kvq_gkv_cache *c, const kvq_gkv_side *s) {
     r.seeds = s->seeds;
     r.lat = s->lat, r.rot = s->rot, r.dither = s->dither;
     r.inv_scale = s->scale > 0.0f ? 1.0f / s->scale : 0.0f;
-    if (s->kind == KVQ_GKV_HQMQ) // lat carries the index bits; the radius step 1 / (2^b_r − 1)
+    if (s->kind == KVQ_GKV_HQMQ || s->kind == KVQ_GKV_HQMQO) // lat carries the index bits; the radius step 1 / (2^b_r − 1)
         r.lat = s->ibits, r.inv_scale = 1.0f / (float)((1 << (s->bits - s->ibits)) - 1);
     r.ring = 0;
+    r.m_out = s->kind == KVQ_GKV_HQMQO ? 24 * s->n_sec : 0;
+    r.pool_off = s->kind == KVQ_GKV_HQMQO ? kvq_gkv_hqmqo_pool_offset(s->bits, c->head_dim, c->cap) : 0;
     return r;
 }
 static side_p ring_of(const kvq_gkv_cache *c, const void *ring) {
-    side_p r = {(const uint8_t *)ring, (size_t)c->wcap * c->head_dim * 2, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0.0f, c->wcap};
+    side_p r = {(const uint8_t *)ring, (size_t)c->wcap * c->head_dim * 2, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0.0f, c->wcap, 0, 0};
     return r;
+}
+// HQMQ with outliers: the kernels need the outlier codes' start M = 24·S (n_sec) and the index bits.
+static kvq_status check_hqmqo(const kvq_gkv_side *s, const char *what, kvq_err *err) {
+    if (s->kind == KVQ_GKV_HQMQO && (s->n_sec <= 0 || s->ibits <= 0 || s->ibits >= s->bits || 24 * s->n_sec + 1 > 1 << s->ibits))
+        return kvq_err_set(err, KVQ_ERR_ARG, "%s: hqmq with outliers: %d secondary quaternions with %d index bits of %d (the outlier codes start at 24·S)",
+                           what, s->n_sec, s->ibits, s->bits);
+    return KVQ_OK;
 }
 
 typedef void (*split_fn)(attn_p);
@@ -280,6 +290,8 @@ static split_fn pick(int kk, int kb, int vk, int vb) {
     HQ_BITS(SAME, KVQ_GKV_HQKV)
     SAME(KVQ_GKV_HQMQ, 13) SAME(KVQ_GKV_HQMQ, 16) SAME(KVQ_GKV_HQMQ, 19) // hqmq s24:r3, s96:r4, s192:r6
     F16K(KVQ_GKV_HQMQ, 13) F16K(KVQ_GKV_HQMQ, 16) F16K(KVQ_GKV_HQMQ, 19)
+    SAME(KVQ_GKV_HQMQO, 13) SAME(KVQ_GKV_HQMQO, 16) SAME(KVQ_GKV_HQMQO, 19) // hqmq with outliers: the same rows, the pool
+    F16K(KVQ_GKV_HQMQO, 13) F16K(KVQ_GKV_HQMQO, 16) F16K(KVQ_GKV_HQMQO, 19)
 #define TPK(KIND, B) \
     if (kk == KVQ_GKV_TPROD && vk == KIND && kb == B && vb == B) return attn_split<KVQ_GKV_TPROD, B, KIND, B>;
     KV_BITS(TPK, KVQ_GKV_TURBO) // turboquant-prod: its keys, turboquant values
@@ -355,6 +367,8 @@ static kvq_status check_shape(const kvq_gkv_cache *c, kvq_err *err) {
 static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch, const int *d_pos,
                          int window, int rows, int pos0, size_t scratch_size, kvq_err *err) {
     kvq_status st = check_shape(c, err);
+    if (!st) st = check_hqmqo(&c->k, "gpu kv attention: keys", err);
+    if (!st) st = check_hqmqo(&c->v, "gpu kv attention: values", err);
     if (st) return st;
     if (chunk < 0 || chunk % 32 || chunk > KVQ_GKV_MAX_CHUNK)
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: chunk %d is not a multiple of 32 up to %d", chunk, KVQ_GKV_MAX_CHUNK);
@@ -589,6 +603,30 @@ static kvq_status encode_side(const kvq_gkv_cache *c, const kvq_gkv_side *s, con
     return KVQ_OK;
 }
 
+// HQMQ with outliers: the device encoder's pool-full flag of every region of a side (a u32 in the
+// encoder's state after the pool, kv_enc.cu enc_hqmqo), one strided copy of batch · n_kv words.
+extern "C" kvq_status kvq_gkv_pool_check(const kvq_gkv_cache *c, kvq_err *err) {
+    const kvq_gkv_side *sd[2] = {&c->k, &c->v};
+    const int ne[2] = {c->n_enc_k, c->n_enc_v}, nb = c->batch * c->n_kv;
+    for (int r = 0; r < 2; r++) {
+        const kvq_gkv_side *s = sd[r];
+        if (s->kind != KVQ_GKV_HQMQO || ne[r] <= 0 || nb <= 0) continue; // (a restarted sequence's flag is reset at its position 0)
+        const size_t region = kvq_gkv_region_bytes(s->kind, s->bits, c->head_dim, c->cap, s->role);
+        const size_t flag = kvq_gkv_hqmqo_state_offset(s->bits, c->head_dim, c->cap) + 4 * KVQ_HQMQ_HBINS + 8;
+        std::vector<uint32_t> f(nb);
+        CU_TRY(cudaMemcpy2DAsync(f.data(), 4, (const uint8_t *)s->data + flag, region, 4, nb, cudaMemcpyDeviceToHost, kvq_cuda_stream()));
+        CU_TRY(cudaStreamSynchronize(kvq_cuda_stream()));
+        for (int i = 0; i < nb; i++)
+            if (f[i])
+                return kvq_err_set(err, KVQ_ERR_NUMERIC,
+                                   "gpu kv append: hqmq with outliers: the %s outlier pool of sequence %d, KV head %d is full (%zu chunks for "
+                                   "%d positions, 1/%d of their chunks) at or before position %d: more outlier chunks than it holds",
+                                   r ? "V" : "K", i / c->n_kv, i % c->n_kv, kvq_gkv_hqmqo_pool_chunks(c->head_dim, c->cap), c->cap,
+                                   KVQ_GKV_HQMQO_POOL_DIV, ne[r] - 1);
+    }
+    return KVQ_OK;
+}
+
 extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err) {
     kvq_status st = check_shape(c, err);
     if (st) return st;
@@ -604,9 +642,12 @@ extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const flo
     const int ne[2] = {c->n_enc_k, c->n_enc_v};
     kvq_gkv_advance(c, T, window); // the counts after this append
     const int na[2] = {c->n_enc_k, c->n_enc_v};
-    for (int r = 0; r < 2; r++)
+    int hqmqo = 0;
+    for (int r = 0; r < 2; r++) {
         if (na[r] > ne[r] && (st = encode_side(c, sd[r], rings[r], ne[r], na[r] - ne[r], NULL, err))) return st;
-    return KVQ_OK;
+        hqmqo |= na[r] > ne[r] && sd[r]->kind == KVQ_GKV_HQMQO;
+    }
+    return hqmqo ? kvq_gkv_pool_check(c, err) : KVQ_OK; // a pool that filled: one line, not outliers read as zeros
 }
 
 extern "C" kvq_status kvq_gkv_append_step(kvq_gkv_cache *c, const float *k, const float *v, int window, const int *d_pos, kvq_err *err) {

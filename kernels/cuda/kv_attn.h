@@ -199,6 +199,13 @@ int kvq_gkv_auto_chunk(const kvq_gkv_cache *c);
  *  counter, as the CPU state's counter is for a sequence encoded from position 0).
  *  Needs wcap ≥ window + 32 + T. Updates c->n_tok, c->n_enc_k and c->n_enc_v. */
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err);
+/** HQMQ with outliers (KVQ_GKV_HQMQO): KVQ_ERR_NUMERIC, naming the side, sequence and KV head, when a
+ *  region's outlier pool filled (the device encoder then stored a token without its outlier chunks,
+ *  which read as zeros, and set the region's flag); KVQ_OK otherwise and for other kinds. One
+ *  synchronous copy of batch · n_kv words per HQMQO side that has encoded positions.
+ *  kvq_gkv_append calls it after encoding HQMQO positions; a graph-captured step
+ *  (kvq_gkv_append_step) cannot, so its caller checks after the replay (the GPU backend's sync). */
+kvq_status kvq_gkv_pool_check(const kvq_gkv_cache *c, kvq_err *err);
 
 #ifdef __CUDACC__
 #define KVQ_GKV_HD __host__ __device__
@@ -387,14 +394,14 @@ size_t kvq_gkv_rows_scratch_bound(const kvq_gkv_cache *c, int T);
 
 /** Whether kvq_gkv_append can encode a side of this kind and bits on the device (the
  *  encoders built: fp16; int, kivi, turboquant/qturbo, turboquant-prod keys, octopus keys with
- *  or without qjl at 2-4 bits; hqkv at 5-8-bit codes; hqmq without outliers at 13, 16, 19). */
+ *  or without qjl at 2-4 bits; hqkv at 5-8-bit codes; hqmq with or without outliers at 13, 16, 19). */
 static inline int kvq_gkv_can_encode(kvq_gkv_kind kind, int bits) {
     if (kind == KVQ_GKV_F16) return 1;
     if (kind == KVQ_GKV_INT || kind == KVQ_GKV_KIVI || kind == KVQ_GKV_TURBO || kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT ||
         kind == KVQ_GKV_OCTQ)
         return bits >= 2 && bits <= 4;
     if (kind == KVQ_GKV_HQKV) return bits >= 5 && bits <= 8;
-    if (kind == KVQ_GKV_HQMQ) return bits == 13 || bits == 16 || bits == 19;
+    if (kind == KVQ_GKV_HQMQ || kind == KVQ_GKV_HQMQO) return bits == 13 || bits == 16 || bits == 19;
     return 0;
 }
 

@@ -39,6 +39,8 @@ struct side_p {
     int lat, rot, dither; // HQKV
     float inv_scale;      // HQKV: 1 / (α√d)
     int ring;            // dense only: > 0: position p is slot p % ring
+    int m_out;           // HQMQO: M = 24·S, the first outlier code (index bits)
+    size_t pool_off;     // HQMQO: offset of the outlier pool in a region
 };
 
 struct attn_p {
@@ -98,7 +100,7 @@ __device__ __forceinline__ void dense_vals(const uint4 (&r)[2], float (&v)[16]) 
 // or centroids of codes.
 template <int KIND, int B>
 struct row_t {
-    uint32_t w[KIND == KVQ_GKV_OCT || KIND == KVQ_GKV_OCTQ || KIND == KVQ_GKV_HQMQ ? 4 : B / 2 + 1]; // OCTOPUS: ≤ 3 code words + the sign word
+    uint32_t w[KIND == KVQ_GKV_OCT || KIND == KVQ_GKV_OCTQ || KIND == KVQ_GKV_HQMQ || KIND == KVQ_GKV_HQMQO ? 4 : B / 2 + 1]; // OCTOPUS: ≤ 3 code words + the sign word
     uint4 r[2];
 };
 #define OCT_NW(B) ((6 * (3 * (B) + 1) + 31) / 32) // kvq_gkv_oct_words
@@ -120,7 +122,7 @@ __device__ __forceinline__ void load_pos(const side_p &s, const uint8_t *reg, in
             for (int p = 0; p < NWd; p++) x.w[p] = __ldg((const uint32_t *)(row + 4 * (NWd * L + p)));
             if (KIND == KVQ_GKV_OCTQ) x.w[3] = __ldg((const unsigned short *)(row + 4 * (D / 16) * NWd + 2 * L));
         }
-    } else if constexpr (KIND == KVQ_GKV_HQMQ) { // the lane's words of 4 chunk codes
+    } else if constexpr (KIND == KVQ_GKV_HQMQ || KIND == KVQ_GKV_HQMQO) { // the lane's words of 4 chunk codes (the same rows)
         constexpr int NWd = (4 * B + 31) / 32;
         const uint8_t *row = reg + (size_t)pos * (4 * (D / 16) * NWd);
 #pragma unroll
@@ -193,6 +195,38 @@ __device__ __forceinline__ void hqmq_values(const uint32_t *w, const float *cbh,
         const float r = (float)(code >> ib);
         const float4 C = __ldg((const float4 *)(cbh + 4 * (code & ((1u << ib) - 1))));
         v[4 * c] = r * C.x, v[4 * c + 1] = r * C.y, v[4 * c + 2] = r * C.z, v[4 * c + 3] = r * C.w;
+    }
+}
+
+// HQMQ with outliers (KVQ_GKV_HQMQO): the lane's 4 chunks with σ/(2^b_r − 1) folded in (σ is the
+// inliers' scale only, 0 for an all-outlier token, so it cannot stay a factor of the score or of
+// p): r·σ'·C[idx] for an inlier code, and for an outlier's code M + j with j < the token's n_out the
+// 4 fp16 of pool chunk off + j. An outlier's radius bits are 0 and C's padded rows past M zero, so
+// r·σ'·C[idx] is 0 there and the pool read is the only branch (rare, lane-local); j ≥ n_out (an
+// outlier a full pool dropped) stays 0. The side (fp16 σ, u16 n_out, u32 off) is one 8-byte load,
+// the same address for the position's lanes. Only for pos < the written positions (the side of a
+// position not written could index the pool anywhere).
+template <int B>
+__device__ __forceinline__ void hqmqo_values(const uint32_t *w, const side_p &s, const uint8_t *reg, int pos, const float *cbh,
+                                             float (&v)[16]) {
+    const uint2 sd = __ldg((const uint2 *)(reg + s.side_off + (size_t)pos * 8));
+    const float sg = __half2float(__ushort_as_half((unsigned short)(sd.x & 0xFFFFu))) * s.inv_scale;
+    const uint32_t n_out = sd.x >> 16;
+    const uint2 *pool = (const uint2 *)(reg + s.pool_off) + sd.y; // the token's first outlier chunk
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int lo = c * B / 32, sh = c * B % 32;
+        const uint32_t code = __funnelshift_r(w[lo], w[lo + 1 < 4 ? lo + 1 : 3], sh) & ((1u << B) - 1);
+        const uint32_t idx = code & ((1u << s.lat) - 1);
+        const float r = (float)(code >> s.lat) * sg;
+        const float4 C = __ldg((const float4 *)(cbh + 4 * idx));
+        v[4 * c] = r * C.x, v[4 * c + 1] = r * C.y, v[4 * c + 2] = r * C.z, v[4 * c + 3] = r * C.w;
+        const uint32_t j = idx - (uint32_t)s.m_out; // wraps past n_out for an inlier (idx < M)
+        if (j < n_out) {
+            const uint2 o = __ldg(pool + j);
+            const float2 a = __half22float2(*(const __half2 *)&o.x), b = __half22float2(*(const __half2 *)&o.y);
+            v[4 * c] = a.x, v[4 * c + 1] = a.y, v[4 * c + 2] = b.x, v[4 * c + 3] = b.y;
+        }
     }
 }
 
@@ -423,6 +457,11 @@ __device__ __forceinline__ void split_chunk(const attn_p &p, float (&sc)[KVQ_GKV
                         for (int i = 0; i < 16; i++) v[i] = 0.0f;
                 } else if constexpr (KK == KVQ_GKV_HQMQ) {
                     hqmq_values<KB>(x[ps].w, p.k.cb + ((size_t)g << p.k.lat) * 4, p.k.lat, v);
+                } else if constexpr (KK == KVQ_GKV_HQMQO) {
+                    if (pos < t1) hqmqo_values<KB>(x[ps].w, p.k, kreg, pos, p.k.cb + ((size_t)g << p.k.lat) * 4, v);
+                    else
+#pragma unroll
+                        for (int i = 0; i < 16; i++) v[i] = 0.0f;
                 } else if constexpr (OCTK) { // Σ over the lane's 6 triplets of ρ̂ <q_rot, n̂> (eq. 13)
                     constexpr int CW = 3 * KB + 1, BD = KB + 1;
 #pragma unroll
@@ -571,6 +610,7 @@ __device__ __forceinline__ void split_chunk(const attn_p &p, float (&sc)[KVQ_GKV
                 float v[16];
                 if constexpr (VK == KVQ_GKV_HQKV) hqkv_values<VB>(y[ps].w, p.v, vreg, pos, g, j0, v);
                 else if constexpr (VK == KVQ_GKV_HQMQ) hqmq_values<VB>(y[ps].w, p.v.cb + ((size_t)g << p.v.lat) * 4, p.v.lat, v);
+                else if constexpr (VK == KVQ_GKV_HQMQO) hqmqo_values<VB>(y[ps].w, p.v, vreg, pos, p.v.cb + ((size_t)g << p.v.lat) * 4, v);
                 else values<VK, VB>(y[ps], cbv, v);
 #pragma unroll
                 for (int h = 0; h < G; h++)
@@ -617,14 +657,19 @@ __device__ __forceinline__ void split_chunk(const attn_p &p, float (&sc)[KVQ_GKV
 // The rotation back is compiled in where the launch can be the final one of a cache with rotated
 // values: TurboQuant / HyperQuant-KV values, and the fp16 kernel (window keys and window chunks).
 // Blocks an SM the split kernel is compiled for: 4 (≤ 128 registers) where ptxas keeps the kernel
-// without spills at that budget — packed int, KIVI, TurboQuant/qturbo, OCTOPUS (no QJL) and HQMQ keys,
-// and the half-value kernels — else 3 (≤ 168: fp16 window keys, HyperQuant-KV, turboquant-prod and
-// OCTOPUS-QJL keys spill 56–1580 bytes at 128). KVQ_SPLIT_MINB3: every kernel at 3 (the build before).
+// without spills at that budget — packed int, KIVI, TurboQuant/qturbo, OCTOPUS (no QJL) and HQMQ keys
+// with or without outliers (19-bit codes, s192: 8 bytes of spill without outliers, 4 with; at 3 blocks
+// HQMQO uses 146-152 registers), and the half-value kernels — else 3 (≤ 168: fp16 window keys,
+// HyperQuant-KV, turboquant-prod and OCTOPUS-QJL keys spill 56–1580 bytes at 128). KVQ_SPLIT_MINB3:
+// every kernel at 3 (the build before).
 __host__ __device__ constexpr int split_min_blocks(int kk, bool vh) {
 #ifdef KVQ_SPLIT_MINB3
     return vh ? 4 : 3;
 #else
-    return vh || kk == KVQ_GKV_INT || kk == KVQ_GKV_KIVI || kk == KVQ_GKV_TURBO || kk == KVQ_GKV_OCT || kk == KVQ_GKV_HQMQ ? 4 : 3;
+    return vh || kk == KVQ_GKV_INT || kk == KVQ_GKV_KIVI || kk == KVQ_GKV_TURBO || kk == KVQ_GKV_OCT || kk == KVQ_GKV_HQMQ ||
+                   kk == KVQ_GKV_HQMQO
+               ? 4
+               : 3;
 #endif
 }
 
@@ -696,6 +741,8 @@ static kvq_gkv_split_fn kvq_gkv_pick_plain(int kk, int kb, int vk, int vb) {
     HQ_BITS(F16K, KVQ_GKV_HQKV)
     SAME(KVQ_GKV_HQMQ, 13) SAME(KVQ_GKV_HQMQ, 16) SAME(KVQ_GKV_HQMQ, 19)
     F16K(KVQ_GKV_HQMQ, 13) F16K(KVQ_GKV_HQMQ, 16) F16K(KVQ_GKV_HQMQ, 19)
+    SAME(KVQ_GKV_HQMQO, 13) SAME(KVQ_GKV_HQMQO, 16) SAME(KVQ_GKV_HQMQO, 19)
+    F16K(KVQ_GKV_HQMQO, 13) F16K(KVQ_GKV_HQMQO, 16) F16K(KVQ_GKV_HQMQO, 19)
     KV_BITS(TPK, KVQ_GKV_TURBO)
     KV_BITS(OCTK_, KVQ_GKV_OCT)
     KV_BITS(OCTK_, KVQ_GKV_OCTQ)

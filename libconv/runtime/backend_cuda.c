@@ -51,6 +51,7 @@ typedef struct {
     // token, the loop rows mode replaces: the same bits).
     struct {
         int on, window, graphs, rows;
+        int hqmqo;        // a side is hqmq with outliers: sync checks the pools after a replayed step (kv_pool_check)
         kvq_gkv_cache *c; // (n_seq, n_layers): kv_cache()
         int n_seq;
         void *scratch;
@@ -956,6 +957,21 @@ static kvq_status argmax(kvq_backend *b, const float *x, int rows, int n, int32_
     return KVQ_OK;
 }
 
+// hqmq:…:med<C>: whether a graph step's encoder filled an outlier pool (kvq_gkv_append checks its
+// own; a captured kvq_gkv_append_step cannot): every cache's flags, once the stream has finished.
+static kvq_status kv_pool_check(gpu *g, kvq_err *err) {
+    const int L = g->b.arch.n_layers;
+    for (int sq = 0; sq < g->kv.n_seq; sq++)
+        for (int l = 0; l < L; l++) {
+            kvq_status s = kvq_gkv_pool_check(kv_cache(g, sq, l), err);
+            if (s) {
+                kvq_err_prefix(err, "sequence %d, layer %d", sq, l);
+                return s;
+            }
+        }
+    return KVQ_OK;
+}
+
 static kvq_status sync(kvq_backend *b, kvq_err *err) {
     gpu *g = (gpu *)b;
     flush(g);
@@ -977,6 +993,7 @@ static kvq_status sync(kvq_backend *b, kvq_err *err) {
         note(g, s, &e);
     }
     s = kvq_cuda_stream_sync(err);
+    if (ran && !s && !g->first.code && g->kv.on && g->kv.hqmqo) s = kv_pool_check(g, err);
     if (ran && g->timeline && !s) tl_read(g);
     if (g->top1) {
         for (int r = 0; r < g->top1_rows; r++) g->top1[r] = g->first.code ? -1 : g->h_top1[r];
@@ -1098,8 +1115,8 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
                 s = kvq_err_set(err, KVQ_ERR_UNSUPPORTED,
                                 "--gpu --kv %s: no GPU encoder for this codec (fp16, int, kivi, turboquant, qturbo, "
                                 "turboquant-prod, octopus at 2-4 bits, hqkv up to 8-bit codes and hqmq s24:r3, s96:r4, s192:r6 "
-                                "without outliers have one; hqmq:...:med<C> has a GPU layout but no device encoder or kernel yet); drop --gpu "
-                                "to run it on the CPU", spec);
+                                "with or without med<C> have one); drop --gpu to run it on the CPU", spec);
+            if (!s && sd->kind == KVQ_GKV_HQMQO) g->kv.hqmqo = 1;
             sd->role = r;
             const size_t rb = (size_t)nkv * kvq_gkv_region_bytes(sd->kind, sd->bits, hd, cap, r);
             if (!s) s = kvq_cuda_malloc(&sd->data, rb, err);

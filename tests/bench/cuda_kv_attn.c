@@ -19,6 +19,9 @@
 // dither regenerated per position on the fly. "… lean" (session 14, helper i20d): the same tensor-core
 // kernel's lean instantiation (kvq_gkv_set_tc_lean(1): fewer instructions a tile, bit-identical outputs);
 // the rows without it follow KVQ_CUDA_KV_TC_LEAN (default 0: the kernels as before).
+// "hqmq:…:med<C>" (session 16): HQMQ with outliers (KVQ_GKV_HQMQO), its rows as hqmqo_image lays them
+// out (1 chunk in 20 an outlier read from the region's pool); compare with the plain "hqmq:…" row of
+// the same S and b_r (CUDA_KV_ONLY="hqmq:s96:r4:med3" runs both: the match is by substring).
 // Bytes = what a call must read (codes, side data); % copy = bytes/time over the device's
 // copy bandwidth (the attention's caches hold constant bytes: timing only). Then the encoders
 // (int, kivi, turboquant, qturbo, turboquant-prod, octopus[:qjl], hqkv, hqmq, with the codecs' real tables
@@ -41,6 +44,7 @@
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/kv_enc.h"
 #include "libconv/kv/kv_gpu.h"
 
 #define D KVQ_GKV_HEAD_DIM
@@ -85,11 +89,41 @@ static kvq_status time_rows(const kvq_gkv_cache *c, int R, int rows_mode, const 
 static double bytes_per_pos(kvq_gkv_kind kind, int bits, int role) {
     if (kind <= KVQ_GKV_F16) return 2.0 * D;
     // KIVI: 4 bytes per channel per 32 positions (K), per 32 channels (V); HQKV: fp32 γ + u32 counter
-    // TPROD: fp16 γ + fp16 γ_r; OCT: fp32 γ, OCTQ (+ fp16 γ_r, padding); HQMQ: fp16 σ
+    // TPROD: fp16 γ + fp16 γ_r; OCT: fp32 γ, OCTQ (+ fp16 γ_r, padding); HQMQ: fp16 σ; HQMQO: (σ, n_out, off)
+    // and, at hqmqo_image's 1 outlier chunk in 20, 8 bytes of pool per 20 chunks
+    if (kind == KVQ_GKV_HQMQO) return (double)kvq_gkv_kind_row_bytes(kind, bits, D) + 8.0 + 8.0 * (D / 4) / 20.0;
     double side = kind == KVQ_GKV_KIVI ? 4.0 * D / 32 : kind == KVQ_GKV_HQKV || kind == KVQ_GKV_OCTQ ? 8.0
                   : kind == KVQ_GKV_TPROD || kind == KVQ_GKV_OCT                 ? 4.0
                                                                                  : 2.0;
     return (double)kvq_gkv_kind_row_bytes(kind, bits, D) + side;
+}
+
+// hqmq:…:med<C> (KVQ_GKV_HQMQO): one region of T positions as its encoder leaves it (timing only,
+// the values arbitrary but the pool's indexing real): chunk k of position t an outlier (code M + j,
+// its 4 fp16 in the pool) when (t·D/4 + k) % 20 == 0 — 5 %, the tests' synthetic rate —, the others
+// inlier codes (index (7t + k) % M, radius 1); side (fp16 σ 1.0, n_out, pool offset).
+static void hqmqo_image(int bits, int ib, int M, int T, uint8_t *img) {
+    const int nch = D / 4, nw = (4 * bits + 31) / 32;
+    const size_t rb = kvq_gkv_kind_row_bytes(KVQ_GKV_HQMQO, bits, D), so = kvq_gkv_side_offset(KVQ_GKV_HQMQO, bits, D, T);
+    uint8_t *pool = img + kvq_gkv_hqmqo_pool_offset(bits, D, T);
+    uint32_t off = 0, code[D / 4];
+    for (int t = 0; t < T; t++) {
+        uint16_t no = 0;
+        for (int k = 0; k < nch; k++) {
+            if (((size_t)t * nch + k) % 20 == 0) {
+                const uint16_t one[4] = {0x3C00, 0x3C00, 0x3C00, 0x3C00};
+                memcpy(pool + ((size_t)off + no) * 8, one, 8);
+                code[k] = (uint32_t)(M + no++);
+            } else code[k] = (uint32_t)((7 * t + k) % M) | 1u << ib;
+        }
+        for (int i = 0; i < D / 16 * nw; i++) {
+            const uint32_t w = kvq_ke_lane_word(code, 4, i / nw, i % nw, bits);
+            memcpy(img + (size_t)t * rb + 4 * i, &w, 4);
+        }
+        const uint16_t sig = 0x3C00;
+        memcpy(img + so + (size_t)t * 8, &sig, 2), memcpy(img + so + (size_t)t * 8 + 2, &no, 2), memcpy(img + so + (size_t)t * 8 + 4, &off, 4);
+        off += no;
+    }
 }
 
 #define TRY(x)                                                             \
@@ -142,7 +176,8 @@ int main(int argc, char **argv) {
         {KVQ_GKV_TPROD, 2, "turboquant-prod:2"}, {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
         {KVQ_GKV_OCT, 2, "octopus:2"},      {KVQ_GKV_OCTQ, 4, "octopus:4:qjl"}, {KVQ_GKV_OCTQ, 3, "octopus:3:qjl"},
         {KVQ_GKV_OCTQ, 2, "octopus:2:qjl"}, {KVQ_GKV_HQMQ, 19, "hqmq:s192:r6"}, {KVQ_GKV_HQMQ, 16, "hqmq:s96:r4"},
-        {KVQ_GKV_HQMQ, 13, "hqmq:s24:r3"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
+        {KVQ_GKV_HQMQ, 13, "hqmq:s24:r3"},     {KVQ_GKV_HQMQO, 19, "hqmq:s192:r6:med2.5"}, {KVQ_GKV_HQMQO, 16, "hqmq:s96:r4:med3"},
+        {KVQ_GKV_HQMQO, 13, "hqmq:s24:r3:med3"}, {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2"},     {KVQ_GKV_HQKV, 8, "hqkv:e8:4:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:dither"},
         {KVQ_GKV_HQKV, 6, "hqkv:e8:2:dither"}, {KVQ_GKV_HQKV, 7, "hqkv:e8:3:rot=qjl:dither"}, {KVQ_GKV_HQKV, 5, "hqkv:z:2:dither"}};
     const int ncfg = sizeof cfg / sizeof *cfg;
@@ -201,8 +236,9 @@ int main(int argc, char **argv) {
                                    NULL, NULL, 0};
                 if (!strncmp(cfg[ci].name, "qturbo", 6)) c.k.quat = c.v.quat = qt;
                 if (cfg[ci].kind == KVQ_GKV_TPROD) c.v.kind = KVQ_GKV_TURBO, c.k.mat = mat; // its values are turboquant:<b>
-                if (cfg[ci].kind == KVQ_GKV_HQMQ) // joint codebook rows 2^ib: 10, 12, 13 index bits
-                    c.k.ibits = c.v.ibits = cfg[ci].bits == 13 ? 10 : cfg[ci].bits == 16 ? 12 : 13, c.k.cb = c.v.cb = hcb;
+                if (cfg[ci].kind == KVQ_GKV_HQMQ || cfg[ci].kind == KVQ_GKV_HQMQO) // joint codebook rows 2^ib: 10, 12, 13 index bits
+                    c.k.ibits = c.v.ibits = cfg[ci].bits == 13 ? 10 : cfg[ci].bits == 16 ? 12 : 13, c.k.cb = c.v.cb = hcb,
+                    c.k.n_sec = c.v.n_sec = cfg[ci].bits == 13 ? 24 : cfg[ci].bits == 16 ? 96 : 192; // S (HQMQO: M = 24·S)
                 if (cfg[ci].kind == KVQ_GKV_OCT || cfg[ci].kind == KVQ_GKV_OCTQ) // its values are KIVI's per-token groups
                     c.v.kind = KVQ_GKV_KIVI, c.k.cb = odir, c.k.rho = orho, c.k.signs = osg;
                 if (cfg[ci].kind == KVQ_GKV_HQKV) { // E8 (Z for "hqkv:z"), signs or Q, dither as named
@@ -222,6 +258,13 @@ int main(int argc, char **argv) {
                 void *buf;
                 TRY(kvq_cuda_malloc(&buf, one * rot, &err));
                 TRY(kvq_cuda_memset(buf, 0x11, one * rot, &err));
+                if (cfg[ci].kind == KVQ_GKV_HQMQO) { // every region (K and V: the same bytes) as hqmqo_image
+                    uint8_t *img = calloc(rk, 1);
+                    if (!img) return 1;
+                    hqmqo_image(c.k.bits, c.k.ibits, 24 * c.k.n_sec, T, img);
+                    for (size_t r = 0; r < (size_t)rot * B * NKV * 2; r++) TRY(kvq_cuda_copy((char *)buf + r * rk, img, rk, 1, &err));
+                    free(img);
+                }
                 kvq_gkv_cache cs[64];
                 for (int r = 0; r < rot; r++) {
                     cs[r] = c;
@@ -280,7 +323,7 @@ int main(int argc, char **argv) {
     const char *enc[] = {"int:4", "int:2", "kivi:4", "kivi:2", "turboquant:4", "turboquant:3", "turboquant:2", "qturbo:4",
                          "turboquant-prod:4", "turboquant-prod:2", "octopus:4", "octopus:3", "octopus:2", "octopus:4:qjl", "octopus:2:qjl",
                          "hqkv:e8:3", "hqkv:e8:3:dither", "hqkv:e8:3:rot=qjl:dither", "hqkv:z:2:dither", "hqmq:s24:r3", "hqmq:s96:r4",
-                         "hqmq:s192:r6"};
+                         "hqmq:s192:r6", "hqmq:s24:r3:med3", "hqmq:s96:r4:med3", "hqmq:s192:r6:med2.5"};
     const int CAP = 8192, P = 4096, W = 0, WCAP = P + 64 + 32, NDEC = 256;
     float *hx = malloc(sizeof(float) * P * NKV * D);
     uint64_t st = 1;
