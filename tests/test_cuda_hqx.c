@@ -624,11 +624,11 @@ static void test_fold_silu(void **state) {
         int n;
         int64_t r0[2];
         if (cs[c].layout == 1) { // one fused gate_up part
-            e8_tensor(2 * F, H, 128, 0, 100 + c, &w[0]);
+            e8_tensor(2 * F, H, 128, 5, 100 + c, &w[0]);
             n = 1, r0[0] = 0;
         } else { // gate, up (layout 2: up listed first)
-            e8_tensor(F, H, 128, 0, 100 + c, &w[0]);
-            e8_tensor(F, H, 128, 0, 200 + c, &w[1]);
+            e8_tensor(F, H, 128, 5, 100 + c, &w[0]); // one width: the encoder's choice could differ
+            e8_tensor(F, H, 128, 5, 200 + c, &w[1]);
             n = 2;
             r0[0] = cs[c].layout == 2 ? F : 0, r0[1] = cs[c].layout == 2 ? 0 : F;
         }
@@ -715,7 +715,7 @@ static void test_fold_silu(void **state) {
     kvq_hqx g4, u5, f, d512, d128;
     e8_tensor(1024, H, 128, 4, 601, &g4);
     e8_tensor(1024, H, 128, 5, 602, &u5);
-    e8_tensor(2048, H, 128, 0, 605, &f);
+    e8_tensor(2048, H, 128, 5, 605, &f);
     e8_tensor(H, 1024, 512, 0, 603, &d512);
     e8_tensor(H, 1024, 128, 0, 604, &d128);
     kvq_cuda_hqx *gu[2] = {NULL, NULL}, *ft = NULL, *b = NULL, *d = NULL;

@@ -320,22 +320,9 @@ template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, in
 static int g_rw = 0; // rows per warp (kvq_cuda_hqx_set_decode); 0: the default
 static int g_mode_any = 0; // tests: the run-time-decided variant for every tensor
 
-// ---- Persistent variant (issue 12, 2026-11-26): a grid of resident warps, each taking rows
-// gw, gw + W, ... (W warps in all, rows of the launch's parts numbered one after another) and
-// streaming them as one sequence of (row, step) items through its ring of DEPTH loads, so the
-// next row's first steps are in flight while a row is finished (its lane sums, escapes and
-// store). The per-warp product above drains its ring at every row's end and a new warp starts
-// cold: on the 8B shape a row of 4096 columns is 4 steps, so every 4 steps waited a whole
-// memory latency. Whole steps and equal columns and tiles across the parts only (the E8 and
-// RTN specializations); same integer chunk sums and the same float order per row as g1_rows,
-// so the same bits.
-// NT > 1: NT tokens at once (a decode step of several sequences): each weight chunk is loaded
-// and decoded into its bytes once, then met by every token's activation (token t's lane-order
-// layout at fs + t·lst bytes, its output row at y + t·ldy; nt <= NT of them); each token's sums
-// run in the one-token order, so every token gets the bits a one-token product gives it.
-// Registers: NT = 2 and 4 take 3 blocks an SM (80 registers), 8 takes 2 (ptxas: 112-126).
-// ---- The SiLU fold (issue 12, session 16; hqx_dev.cuh, Fold): the gate/up product's warps
-// prepare the down product's activation as their rows complete its tiles.
+// ---- The SiLU fold (issue 12, session 16; hqx_dev.cuh, Fold): the persistent gate/up product's
+// warps (below, FOLD = 1) prepare the down product's activation, each after its last row the
+// tiles its rows complete.
 
 // Tile j of the down input from the gate/up row gu (written by this launch, so read through L2
 // with __ldcg, not the read-only path): silu(gate)·up by xin_of, then prep_tile_q, as
@@ -386,6 +373,20 @@ static __device__ __forceinline__ int64_t fold_tile_of(const Fold &F, uint32_t u
     return kvq_cuda_fold_tile(col, F.d.cols, tsh);
 }
 
+// ---- Persistent variant (issue 12, 2026-11-26): a grid of resident warps, each taking rows
+// gw, gw + W, ... (W warps in all, rows of the launch's parts numbered one after another) and
+// streaming them as one sequence of (row, step) items through its ring of DEPTH loads, so the
+// next row's first steps are in flight while a row is finished (its lane sums, escapes and
+// store). The per-warp product above drains its ring at every row's end and a new warp starts
+// cold: on the 8B shape a row of 4096 columns is 4 steps, so every 4 steps waited a whole
+// memory latency. Whole steps and equal columns and tiles across the parts only (the E8 and
+// RTN specializations); same integer chunk sums and the same float order per row as g1_rows,
+// so the same bits.
+// NT > 1: NT tokens at once (a decode step of several sequences): each weight chunk is loaded
+// and decoded into its bytes once, then met by every token's activation (token t's lane-order
+// layout at fs + t·lst bytes, its output row at y + t·ldy; nt <= NT of them); each token's sums
+// run in the one-token order, so every token gets the bits a one-token product gives it.
+// Registers: NT = 2 and 4 take 3 blocks an SM (80 registers), 8 takes 2 (ptxas: 112-126).
 #define G1N_MINB(VB, DEPTH, NT) ((NT) == 1 ? G1_MINB(VB, 1, DEPTH) : (NT) <= 4 ? 3 : 2)
 // FOLD (NT = 1): after its last row a warp counts its rows into F's tile counters (one fence,
 // then one atomic a lane, in parallel) and prepares the tiles it completed. Counting each row
