@@ -580,8 +580,165 @@ static void test_rtn(void **state) {
     }
 }
 
+// ---- The SiLU fold (kvq_cuda_hqx_matmul_fold_silu, hqx_gemv1.cu)
+
+// An E8 4.0 tensor (rows, cols) of random weights packed at vbits (0: the encoder's choice),
+// tiles of max_tile at most; the caller frees it with kvq_hqx_free.
+static void e8_tensor(int64_t rows, int64_t cols, int max_tile, int vbits, uint64_t seed, kvq_hqx *w) {
+    float *x = matrix(rows, cols, seed);
+    kvq_hq_opts o = kvq_hq_opts_default(KVQ_LAT_E8, 4.0);
+    o.max_tile = max_tile;
+    kvq_codec_input in = {NULL, x, rows, cols, seed + 1, 0, NULL};
+    kvq_encoded e;
+    kvq_err err = {0};
+    kvq_hq_header h;
+    assert_int_equal(kvq_hq_encode(&o, &in, &e, NULL, NULL, &err), KVQ_OK);
+    assert_int_equal(kvq_hq_header_parse(e.params, rows, cols, &h, &err), KVQ_OK);
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    for (int k = 0; k < e.n_blob; k++) v[k] = (kvq_blob_view){e.blob[k].role, e.blob[k].data, e.blob[k].size};
+    assert_int_equal(kvq_hq_pack(&h, v, e.n_blob, vbits, 0, w, &err), KVQ_OK);
+    kvq_encoded_free(&e);
+    free(x);
+}
+
+// The gate/up product that also prepares the down product's activation against the product,
+// then the down product with its SILU_MUL preparation kernel (the path without the fold,
+// itself checked against the CPU by compare_xin): gate/up output, silu(gate)·up rows, the
+// prepared activation (sx, xs, s8, codes) and the down product, bit for bit. Hidden 1024
+// (whole steps: the persistent one-token kernel); gate and up as two parts, as one fused part,
+// and listed up first; down tiles 64, 128, 256, and a padded last tile (ffn 1000: 8 tiles of
+// 128, the last with 104 real columns); gate/up's input raw, then RMSNorm'd; 3 rounds a shape
+// on fresh inputs, the down product launched right after the fold (its programmatic
+// dependent), and no reset between rounds (each counter must come back to zero). Refused: a
+// down tile of 512, parts that overlap, parts of two value widths, no down tensor.
+static void test_fold_silu(void **state) {
+    (void)state;
+    if (!have_gpu()) { skip(); return; }
+    enum { H = 1024 };
+    const struct { int64_t ffn; int tile, layout; } cs[] = {{1536, 128, 0}, {1536, 64, 1}, {2048, 256, 2}, {1000, 128, 0}};
+    kvq_err err = {0};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int64_t F = cs[c].ffn;
+        kvq_hqx w[3];
+        kvq_cuda_hqx *t[3] = {NULL, NULL, NULL};
+        int n;
+        int64_t r0[2];
+        if (cs[c].layout == 1) { // one fused gate_up part
+            e8_tensor(2 * F, H, 128, 5, 100 + c, &w[0]);
+            n = 1, r0[0] = 0;
+        } else { // gate, up (layout 2: up listed first)
+            e8_tensor(F, H, 128, 5, 100 + c, &w[0]); // one width: the encoder's choice could differ
+            e8_tensor(F, H, 128, 5, 200 + c, &w[1]);
+            n = 2;
+            r0[0] = cs[c].layout == 2 ? F : 0, r0[1] = cs[c].layout == 2 ? 0 : F;
+        }
+        e8_tensor(H, F, cs[c].tile, 0, 300 + c, &w[2]);
+        assert_int_equal(w[2].tile, cs[c].tile);
+        for (int p = 0; p < n; p++) assert_int_equal(kvq_cuda_hqx_upload(&w[p], &t[p], &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_hqx_upload(&w[2], &t[2], &err), KVQ_OK);
+        assert_true(kvq_cuda_hqx_fold_silu_ok(t, n, r0, t[2]));
+        const size_t nb = 4 * (size_t)F + 4096 + 2 * (size_t)F; // lay(cols_p, T, 1).total, generously
+        unsigned char *pa = malloc(nb), *pb = malloc(nb);
+        float *ga = malloc(sizeof(float) * 2 * F), *gb = malloc(sizeof(float) * 2 * F), *ha = malloc(sizeof(float) * F),
+              *hb = malloc(sizeof(float) * F), *ya = malloc(sizeof(float) * H), *yb = malloc(sizeof(float) * H),
+              *xh = malloc(sizeof(float) * 2 * H);
+        void *dx = NULL, *dw = NULL, *dga = NULL, *dgb = NULL, *dha = NULL, *dhb = NULL, *dya = NULL, *dyb = NULL;
+        kvq_status st = kvq_cuda_malloc(&dx, sizeof(float) * H, &err);
+        if (!st) st = kvq_cuda_malloc(&dw, sizeof(float) * H, &err);
+        if (!st) st = kvq_cuda_malloc(&dga, sizeof(float) * 2 * F, &err);
+        if (!st) st = kvq_cuda_malloc(&dgb, sizeof(float) * 2 * F, &err);
+        if (!st) st = kvq_cuda_malloc(&dha, sizeof(float) * F, &err);
+        if (!st) st = kvq_cuda_malloc(&dhb, sizeof(float) * F, &err);
+        if (!st) st = kvq_cuda_malloc(&dya, sizeof(float) * H, &err);
+        if (!st) st = kvq_cuda_malloc(&dyb, sizeof(float) * H, &err);
+        assert_int_equal(st, KVQ_OK);
+        uint64_t seed = 500 + c;
+        int n_same = 0;
+        for (int round = 0; round < 3; round++) {
+            for (int i = 0; i < 2 * H; i++) xh[i] = (float)(1.5 * gauss(&seed));
+            for (int i = H; i < 2 * H; i++) xh[i] = 1.0f + 0.1f * xh[i]; // the norm's weights
+            const kvq_cuda_xin in = {round == 1 ? KVQ_CUDA_XIN_RMSNORM : KVQ_CUDA_XIN_NONE, dw, 1e-5f, NULL};
+            const kvq_cuda_xin silu = {KVQ_CUDA_XIN_SILU_MUL, NULL, 0.0f, dha};
+            const kvq_cuda_xin prepared = {KVQ_CUDA_XIN_PREPARED, NULL, 0.0f, NULL};
+            const int64_t z = 0;
+            size_t na = 0, nbb = 0;
+            st = kvq_cuda_copy(dx, xh, sizeof(float) * H, 1, &err);
+            if (!st) st = kvq_cuda_copy(dw, xh + H, sizeof(float) * H, 1, &err);
+            // A: the product, then the down product with its preparation kernel
+            if (!st) st = kvq_cuda_hqx_matmul_parts_in(t, n, r0, dx, &in, 1, dga, 2 * F, 0, &err);
+            if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t[2], 1, &z, dga, &silu, 1, dya, H, 0, &err);
+            if (!st) st = kvq_cuda_hqx_prepared_get(t[2], pa, nb, &na, &err);
+            // B: the product that prepares, the down product right after it
+            if (!st) st = kvq_cuda_hqx_matmul_fold_silu(t, n, r0, dx, &in, dgb, 0, t[2], dhb, &err);
+            if (!st) st = kvq_cuda_hqx_matmul_parts_in(&t[2], 1, &z, dgb, &prepared, 1, dyb, H, 0, &err);
+            if (!st) st = kvq_cuda_sync(&err);
+            if (!st) st = kvq_cuda_hqx_prepared_get(t[2], pb, nb, &nbb, &err);
+            if (!st) st = kvq_cuda_copy(ga, dga, sizeof(float) * 2 * F, 0, &err);
+            if (!st) st = kvq_cuda_copy(gb, dgb, sizeof(float) * 2 * F, 0, &err);
+            if (!st) st = kvq_cuda_copy(ha, dha, sizeof(float) * F, 0, &err);
+            if (!st) st = kvq_cuda_copy(hb, dhb, sizeof(float) * F, 0, &err);
+            if (!st) st = kvq_cuda_copy(ya, dya, sizeof(float) * H, 0, &err);
+            if (!st) st = kvq_cuda_copy(yb, dyb, sizeof(float) * H, 0, &err);
+            if (st) fprintf(stderr, "fold: %s\n", err.msg);
+            assert_int_equal(st, KVQ_OK);
+            assert_int_equal(na, nbb);
+            const int same = !memcmp(ga, gb, sizeof(float) * 2 * F) + !memcmp(ha, hb, sizeof(float) * F) + !memcmp(pa, pb, na) +
+                             !memcmp(ya, yb, sizeof(float) * H);
+            fprintf(stderr, "test_cuda_hqx: SiLU fold ffn %4lld tile %3d layout %d round %d (%s): %d of 4 outputs the same bits\n",
+                    (long long)F, cs[c].tile, cs[c].layout, round, round == 1 ? "rmsnorm" : "raw", same);
+            n_same += same;
+            assert_memory_equal(ga, gb, sizeof(float) * 2 * F);
+            assert_memory_equal(ha, hb, sizeof(float) * F);
+            assert_memory_equal(pa, pb, na);
+            assert_memory_equal(ya, yb, sizeof(float) * H);
+            float s = 0.0f;
+            for (int i = 0; i < H; i++) s += fabsf(ya[i]);
+            assert_true(s > 0.0f && isfinite(s)); // a product of something
+        }
+        assert_int_equal(n_same, 12);
+        // refusals: an overlap of the parts
+        if (n == 2) {
+            const int64_t bad[2] = {0, F - 1};
+            assert_false(kvq_cuda_hqx_fold_silu_ok(t, n, bad, t[2]));
+            assert_int_equal(kvq_cuda_hqx_matmul_fold_silu(t, n, bad, dx, NULL, dgb, 0, t[2], NULL, &err), KVQ_ERR_UNSUPPORTED);
+        }
+        assert_false(kvq_cuda_hqx_fold_silu_ok(t, n, r0, NULL));
+        kvq_cuda_free(dx); kvq_cuda_free(dw); kvq_cuda_free(dga); kvq_cuda_free(dgb); kvq_cuda_free(dha);
+        kvq_cuda_free(dhb); kvq_cuda_free(dya); kvq_cuda_free(dyb);
+        free(pa); free(pb); free(ga); free(gb); free(ha); free(hb); free(ya); free(yb); free(xh);
+        for (int p = 0; p < 3; p++) {
+            kvq_cuda_hqx_free(t[p]);
+            if (p < n || p == 2) kvq_hqx_free(&w[p]);
+        }
+    }
+    // refused: a down tile of 512; gate and up of two value widths; a part covering half of gate | up
+    kvq_hqx g4, u5, f, d512, d128;
+    e8_tensor(1024, H, 128, 4, 601, &g4);
+    e8_tensor(1024, H, 128, 5, 602, &u5);
+    e8_tensor(2048, H, 128, 5, 605, &f);
+    e8_tensor(H, 1024, 512, 0, 603, &d512);
+    e8_tensor(H, 1024, 128, 0, 604, &d128);
+    kvq_cuda_hqx *gu[2] = {NULL, NULL}, *ft = NULL, *b = NULL, *d = NULL;
+    assert_int_equal(kvq_cuda_hqx_upload(&g4, &gu[0], &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_hqx_upload(&u5, &gu[1], &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_hqx_upload(&f, &ft, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_hqx_upload(&d512, &b, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_hqx_upload(&d128, &d, &err), KVQ_OK);
+    const int64_t r0[2] = {0, 1024};
+    assert_int_equal(d512.tile, 512);
+    assert_true(kvq_cuda_hqx_fold_silu_ok(&ft, 1, r0, d));      // the control: fused gate_up, tile 128
+    assert_false(kvq_cuda_hqx_fold_silu_ok(&ft, 1, r0, b));     // tile 512
+    assert_false(kvq_cuda_hqx_fold_silu_ok(gu, 2, r0, d));      // two widths: two launches
+    assert_false(kvq_cuda_hqx_fold_silu_ok(gu, 1, r0, d));      // half of gate | up
+    fprintf(stderr, "test_cuda_hqx: SiLU fold refuses tile %d, widths %d + %d, a half cover\n", d512.tile, g4.vbits, u5.vbits);
+    kvq_cuda_hqx_free(gu[0]); kvq_cuda_hqx_free(gu[1]); kvq_cuda_hqx_free(ft); kvq_cuda_hqx_free(b); kvq_cuda_hqx_free(d);
+    kvq_hqx_free(&g4); kvq_hqx_free(&u5); kvq_hqx_free(&f); kvq_hqx_free(&d512); kvq_hqx_free(&d128);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn),
-                                        cmocka_unit_test(test_row_blocks)};
+                                        cmocka_unit_test(test_row_blocks), cmocka_unit_test(test_fold_silu)};
+    const char *f = getenv("KVQ_TEST_FILTER"); // e.g. "*fold*": a short device call
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
