@@ -69,53 +69,6 @@ int kvq_cuda_hqx_attend_can_prep(const kvq_cuda_hqx *o, int n_heads, int n_kv_he
 kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, const float *vc, float *out, int pos, const int *d_pos,
                                     int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
                                     kvq_cuda_hqx *o, kvq_err *err);
-/** SiLU folded into the gate/up product (issue 12, KVQ_CUDA_FOLD_SILU): the one-token gate/up
- *  product (parts t, rows row0[p].. of its output row gu = gate (cols) | up (cols), cols the down
- *  tensor's columns) also prepares the down product's int8 activation silu(gate)·up, tile by
- *  tile (hqx_gemv1.cu: a counter per tile of down counts the gate/up rows written; the warp
- *  whose row completes a tile prepares it, reading gu through L2), so the down product then
- *  runs with KVQ_CUDA_XIN_PREPARED and no preparation kernel: the same bits as the product,
- *  then the down product with xin SILU_MUL. d_h: NULL, or where silu(gate)·up is also written
- *  (as xin->y of SILU_MUL). Gate/up's own input transform xin as
- *  kvq_cuda_hqx_matmul_parts_in. KVQ_ERR_UNSUPPORTED when kvq_cuda_hqx_fold_silu_ok says no
- *  (the caller then runs the two products as usual). One token; device pointers. */
-int kvq_cuda_hqx_fold_silu_ok(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const kvq_cuda_hqx *down);
-kvq_status kvq_cuda_hqx_matmul_fold_silu(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
-                                         const kvq_cuda_xin *xin, float *d_gu, int accumulate, kvq_cuda_hqx *down,
-                                         float *d_h, kvq_err *err);
-/** Tests: how many times kvq_cuda_hqx_matmul_fold_silu has launched (a graph's capture counts once). */
-long kvq_cuda_hqx_fold_launches(void);
-/** Whether the environment asks for the fold: KVQ_CUDA_FOLD_SILU=1 (default off). */
-int kvq_cuda_hqx_fold_silu_env(void);
-/** Tests: the one-token prepared activation of t (what the down product reads: lay(cols_p, T, 1)
- *  of hqx_dev.cuh, sx, xs, s8 and the codes) copied to host (cap bytes at most; *n: its size). */
-kvq_status kvq_cuda_hqx_prepared_get(const kvq_cuda_hqx *t, void *host, size_t cap, size_t *n, kvq_err *err);
-
-/** The fold's tile of the down input that gate/up output column c (0 <= c < 2·cols) feeds: gate
- *  column c or up column c − cols, in tile (c mod cols) >> tsh (T = 2^tsh). */
-KVQ_HQ_HD static inline int64_t kvq_cuda_fold_tile(int64_t c, int64_t cols, int tsh) { return (c < cols ? c : c - cols) >> tsh; }
-/** Gate/up rows that complete tile j: its real columns twice (the last tile may be part padding). */
-KVQ_HQ_HD static inline uint32_t kvq_cuda_fold_target(int64_t j, int64_t cols, int tsh) {
-    const int64_t n = cols - (j << tsh), T = (int64_t)1 << tsh;
-    return (uint32_t)(2 * (n < T ? n : T));
-}
-/** Whether n parts of rows[p] rows at output columns row0[p].. cover gate | up of a down tensor
- *  (cols, cols_p, tile) exactly once, with every tile of down holding real columns (so every
- *  counter reaches its target): the fold's shape condition (the device's is
- *  kvq_cuda_hqx_fold_silu_ok). */
-static inline int kvq_cuda_fold_shape_ok(int n, const int64_t *rows, const int64_t *row0, int64_t cols, int64_t cols_p,
-                                         int tile) {
-    if (n < 1 || n > 3 || cols < 1 || tile < 64 || tile > 1024 || (tile & (tile - 1)) || cols_p != (cols + tile - 1) / tile * tile)
-        return 0;
-    int64_t sum = 0;
-    for (int p = 0; p < n; p++) {
-        if (rows[p] < 1 || row0[p] < 0 || row0[p] > 2 * cols - rows[p]) return 0;
-        for (int q = 0; q < p; q++)
-            if (row0[p] < row0[q] + rows[q] && row0[q] < row0[p] + rows[p]) return 0; // overlap
-        sum += rows[p];
-    }
-    return sum == 2 * cols;
-}
 /** Tensor-core product for many tokens (kernels/cuda/hqx_tc.cu): each part's weights decoded
  *  once per call into bf16 rotated-domain values (row blocks of at most 64 Mi values in a
  *  shared scratch), the activations rotated and rounded to bf16, then cuBLAS (bf16 operands,

@@ -15,7 +15,6 @@ struct kvq_cuda_hqx {
     float *scale, *lut, *zero, *xr, *xs; // xr, xs: the float product's rotated activation
     uint32_t *esc_row, *esc;
     unsigned char *fs; // the batched product's prepared activations (kvq_cuda_hqx_fused_scratch)
-    unsigned *cnt;     // a counter per tile column, zero between launches (the SiLU fold: this tensor as down)
     size_t bytes;
 };
 
@@ -117,29 +116,10 @@ static __host__ __device__ inline int64_t kvq_gemv1_s8_at(int64_t v) {
     return ((c * 2 + ((k >> 1) & 1)) << 2) + (k & 1) + ((k >> 2) << 1);
 }
 
-// The one-token gate/up product's epilogue that prepares the down product's activation
-// (hqx.h, kvq_cuda_hqx_matmul_fold_silu; hqx_gemv1.cu): part p's row r is column o[p] + r of
-// gu; each written row adds 1 to its down tile's counter (kvq_cuda_fold_tile), and the warp
-// that brings it to kvq_cuda_fold_target prepares the tile and sets the counter back to 0.
-struct Fold {
-    Dev d;             // the down tensor
-    unsigned char *fs; // its one-token scratch (lay(cols_p, T, 1))
-    unsigned *cnt;     // one counter per tile of d, zero before the launch and after it
-    const float *gu;   // the gate/up output row: gate (d.cols floats) | up (d.cols)
-    float *h;          // NULL or where silu(gate)·up is also written (d.cols floats)
-    int64_t o[MAXP];   // gu's column of each part's row 0
-};
-
 /** The one-token int8 product (hqx_gemv1.cu) over the prepared scratch of each part (lay(·,
  *  ·, 1)): y[row] (+)= W·x. pdl: launched as a programmatic dependent of the preparation
  *  kernel just before it on the stream (the weights' first loads overlap it). */
 kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err);
-/** Whether kvq_cuda_hqx_gemv1_fold takes P and F (the persistent one-token kernel with a ring
- *  of 2 takes every part in one launch: one value width, E8 or RTN, whole steps). */
-int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const Fold &F);
-/** kvq_cuda_hqx_gemv1 whose warps also prepare F's tiles as their rows complete them (the
- *  launch lets its dependents start at once: they wait for its completion before reading). */
-kvq_status kvq_cuda_hqx_gemv1_fold(Parts &P, int accumulate, int pdl, const Fold &F, kvq_err *err);
 /** Whether kvq_cuda_hqx_gemv1_tokens takes every part of P (the persistent one-token kernel's
  *  variants: E8 or RTN, whole steps, equal columns and tiles; not with KVQ_CUDA_G1N=0). */
 int kvq_cuda_hqx_gemv1_tokens_ok(const Parts &P);

@@ -357,10 +357,9 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, c
     return kvq_cuda_hqx_matmul_parts_in(t, n, row0, d_x, NULL, n_tok, d_y, ldy, accumulate, err);
 }
 
-// kvq_cuda_hqx_matmul_parts_in; F: NULL, or the SiLU fold of a one-token product (its launch
-// of the product kernel takes F; kvq_cuda_hqx_matmul_fold_silu checked that it applies).
-static kvq_status parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, const kvq_cuda_xin *xin,
-                           int n_tok, float *d_y, int64_t ldy, int accumulate, const Fold *F, kvq_err *err) {
+extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
+                                                  const kvq_cuda_xin *xin, int n_tok, float *d_y, int64_t ldy, int accumulate,
+                                                  kvq_err *err) {
     const kvq_cuda_xin none = {KVQ_CUDA_XIN_NONE, NULL, 0.0f, NULL};
     if (!xin) xin = &none;
     if (xin->kind == KVQ_CUDA_XIN_RMSNORM && !xin->w) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: RMSNORM input without weights");
@@ -402,8 +401,7 @@ static kvq_status parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, c
         if (xin->kind == KVQ_CUDA_XIN_PREPARED) { // the kernel before wrote the scratch
             if (n_tok != 1 || n != 1)
                 return kvq_err_set(err, KVQ_ERR_ARG, "cuda: a prepared activation is one token of one part");
-            if ((s = F ? kvq_cuda_hqx_gemv1_fold(P, accumulate, g_pdl, *F, err) : kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err)))
-                return s;
+            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err))) return s;
             continue;
         }
         if (tg == 1 && g_skip_prep && xin->kind == KVQ_CUDA_XIN_NONE) {
@@ -419,8 +417,7 @@ static kvq_status parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, c
             kvq_cuda_xin{xin->kind, xin->w, xin->eps, xin->y ? xin->y + (int64_t)t0 * t[0]->h.cols : NULL}, lanes);
         if (pe != cudaSuccess) return cu_fail(err, pe, g_prep ? "launch hqx_prep_i8h" : "launch hqx_prep_i8");
         if (tg == 1) {
-            if ((s = F ? kvq_cuda_hqx_gemv1_fold(P, accumulate, g_pdl, *F, err) : kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err)))
-                return s;
+            if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err))) return s;
             continue;
         }
         if (lanes) {
@@ -438,80 +435,6 @@ static kvq_status parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, c
         hqx_fused_i8<TGMAX><<<dim3((unsigned)max_nb, (unsigned)n), FB, smem, kvq_cuda_stream()>>>(P, tg, ldy, accumulate);
         CU_LAUNCHED("hqx_fused_i8");
     }
-    return KVQ_OK;
-}
-
-extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
-                                                  const kvq_cuda_xin *xin, int n_tok, float *d_y, int64_t ldy, int accumulate,
-                                                  kvq_err *err) {
-    return parts_in(t, n, row0, d_x, xin, n_tok, d_y, ldy, accumulate, NULL, err);
-}
-
-// ---- The SiLU fold (hqx.h, kvq_cuda_hqx_matmul_fold_silu)
-
-// The fold of the parts t (rows row0[p].. of gu) into down's scratch; *P: the parts as the
-// one-token product takes them. 0 when it does not apply.
-static int fold_of(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const kvq_cuda_hqx *down, float *d_gu, float *d_h,
-                   Parts *P, Fold *F) {
-    if (!t || !row0 || !down || n < 1 || n > MAXP) return 0;
-    int64_t rows[MAXP];
-    for (int p = 0; p < n; p++) {
-        if (!t[p]) return 0;
-        rows[p] = t[p]->h.rows;
-    }
-    if (!kvq_cuda_fold_shape_ok(n, rows, row0, down->h.cols, down->h.cols_p, down->h.tile)) return 0;
-    *F = Fold{};
-    F->d = dev_of(down);
-    F->fs = down->fs;
-    F->cnt = down->cnt;
-    F->gu = d_gu;
-    F->h = d_h;
-    for (int p = 0; p < n; p++) {
-        P->d[p] = dev_of(t[p]);
-        P->fs[p] = t[p]->fs;
-        P->y[p] = d_gu + row0[p];
-        P->nb[p] = 0;
-        F->o[p] = row0[p];
-    }
-    P->n = n;
-    return kvq_cuda_hqx_gemv1_fold_ok(*P, *F);
-}
-
-extern "C" int kvq_cuda_hqx_fold_silu_ok(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const kvq_cuda_hqx *down) {
-    Parts P;
-    Fold F;
-    float probe; // fold_of wants output pointers: any will do for the question
-    return fold_of(t, n, row0, down, &probe, NULL, &P, &F);
-}
-
-static long g_fold_launches = 0;
-extern "C" long kvq_cuda_hqx_fold_launches(void) { return g_fold_launches; }
-
-extern "C" int kvq_cuda_hqx_fold_silu_env(void) {
-    const char *e = getenv("KVQ_CUDA_FOLD_SILU");
-    return e && *e == '1' && !e[1];
-}
-
-extern "C" kvq_status kvq_cuda_hqx_matmul_fold_silu(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
-                                                   const kvq_cuda_xin *xin, float *d_gu, int accumulate, kvq_cuda_hqx *down,
-                                                   float *d_h, kvq_err *err) {
-    kvq_status s = kvq_cuda_hqx_fused_init(err); // the persistent kernel's SM count, the environment's knobs
-    if (s) return s;
-    Parts P;
-    Fold F;
-    if (!d_gu || !d_x || !fold_of(t, n, row0, down, d_gu, d_h, &P, &F))
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: the gate/up product cannot prepare this down product's input");
-    s = parts_in(t, n, row0, d_x, xin, 1, d_gu, 2 * down->h.cols, accumulate, &F, err);
-    if (!s) g_fold_launches++;
-    return s;
-}
-
-extern "C" kvq_status kvq_cuda_hqx_prepared_get(const kvq_cuda_hqx *t, void *host, size_t cap, size_t *n, kvq_err *err) {
-    const size_t b = lay(t->h.cols_p, t->h.tile, 1).total;
-    if (n) *n = b;
-    if (cap < b) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: prepared activation of %zu bytes, buffer of %zu", b, cap);
-    CU_TRY(cudaStreamSynchronize(kvq_cuda_stream()));
-    CU_TRY(cudaMemcpy(host, t->fs, b, cudaMemcpyDeviceToHost));
     return KVQ_OK;
 }
 

@@ -20,7 +20,6 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx_dev.cuh"
-#include "kernels/cuda/hqx_prep.cuh"
 
 #define G1_WARPS 8 // warps per block
 
@@ -320,59 +319,6 @@ template <int VB> static cudaError_t g1_launch(const cudaLaunchConfig_t &cfg, in
 static int g_rw = 0; // rows per warp (kvq_cuda_hqx_set_decode); 0: the default
 static int g_mode_any = 0; // tests: the run-time-decided variant for every tensor
 
-// ---- The SiLU fold (issue 12, session 16; hqx_dev.cuh, Fold): the persistent gate/up product's
-// warps (below, FOLD = 1) prepare the down product's activation, each after its last row the
-// tiles its rows complete.
-
-// Tile j of the down input from the gate/up row gu (written by this launch, so read through L2
-// with __ldcg, not the read-only path): silu(gate)·up by xin_of, then prep_tile_q, as
-// prep_tile_h computes it for SILU_MUL (the same expressions, so the bits hqx_prep_i8h writes).
-template <int R> static __device__ __forceinline__ void fold_tile_r(const Fold &F, int64_t j, int lane) {
-    const Dev &d = F.d;
-    const int64_t base = j * (32 * R) + (int64_t)lane * R;
-    float a[R], u[R], v[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const bool in = base + r < d.cols;
-        a[r] = in ? __ldcg(F.gu + base + r) : 0.0f;
-        u[r] = in ? __ldcg(F.gu + d.cols + base + r) : 0.0f;
-    }
-    const uint64_t sw = d.rotate ? prep_signs<R>(d, lane, j) : 0; // while the loads fly
-#pragma unroll
-    for (int r = 0; r < R; r++) v[r] = base + r < d.cols ? xin_of(KVQ_CUDA_XIN_SILU_MUL, a[r], 0.0f, u[r], 0.0f) : 0.0f;
-    if (F.h)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (base + r < d.cols) F.h[base + r] = v[r];
-    const Lay L = lay(d.cols_p, d.T, 1);
-    prep_tile_q<R>(d, v, sw, (int8_t *)(F.fs + L.xq), (float *)(F.fs + L.sx), (float *)(F.fs + L.xs),
-                   (int32_t *)(F.fs + L.s8), lane, j, true);
-}
-
-// Tiles of 512 and 1024 (16 and 32 floats a lane) spilled the kernel's registers (ptxas: ~380
-// bytes at 64 registers), so the fold takes tiles of 64..FOLD_TMAX (the E8 4.0 recipe's 128).
-#define FOLD_TMAX 256
-
-// The completed tile j, by the whole warp: the counter back to zero for the next launch (or
-// graph replay; nothing else touches it in this one), then the tile.
-static __device__ __forceinline__ void fold_tile(const Fold &F, int64_t j, int lane) {
-    __threadfence(); // acquire (with the lane whose atomic completed the tile): every counted row's store is visible
-    __syncwarp();    // the lanes read after that lane's fence
-    if (lane == 0) F.cnt[j] = 0u;
-    switch (F.d.T) { // FOLD_TMAX at most
-    case 64: fold_tile_r<2>(F, j, lane); break;
-    case 128: fold_tile_r<4>(F, j, lane); break;
-    default: fold_tile_r<8>(F, j, lane); break;
-    }
-}
-
-// The down tile the launch's row urow (parts one after another, rb1 and rb2 their starts) feeds.
-static __device__ __forceinline__ int64_t fold_tile_of(const Fold &F, uint32_t urow, uint32_t rb1, uint32_t rb2, int tsh) {
-    const int p = urow >= rb2 ? 2 : urow >= rb1 ? 1 : 0;
-    const int64_t col = F.o[p] + (urow - (p == 2 ? rb2 : p == 1 ? rb1 : 0));
-    return kvq_cuda_fold_tile(col, F.d.cols, tsh);
-}
-
 // ---- Persistent variant (issue 12, 2026-11-26): a grid of resident warps, each taking rows
 // gw, gw + W, ... (W warps in all, rows of the launch's parts numbered one after another) and
 // streaming them as one sequence of (row, step) items through its ring of DEPTH loads, so the
@@ -388,24 +334,16 @@ static __device__ __forceinline__ int64_t fold_tile_of(const Fold &F, uint32_t u
 // run in the one-token order, so every token gets the bits a one-token product gives it.
 // Registers: NT = 2 and 4 take 3 blocks an SM (80 registers), 8 takes 2 (ptxas: 112-126).
 #define G1N_MINB(VB, DEPTH, NT) ((NT) == 1 ? G1_MINB(VB, 1, DEPTH) : (NT) <= 4 ? 3 : 2)
-// FOLD (NT = 1): after its last row a warp counts its rows into F's tile counters (one fence,
-// then one atomic a lane, in parallel) and prepares the tiles it completed. Counting each row
-// as it is stored and preparing there instead put a call (or the inlined preparation) inside
-// the loop: ptxas then kept the loop's state in local memory (64 registers, ~230 bytes of
-// spills, LDL/STL on every step), so nothing runs in the loop.
-template <int VB, int DEPTH, int MODE, int NT, int FOLD>
+template <int VB, int DEPTH, int MODE, int NT>
 __global__ void __launch_bounds__(G1_WARPS * 32, G1N_MINB(VB, DEPTH, NT)) hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate,
                                                                                     uint32_t rb1, uint32_t rb2, uint32_t rtot,
-                                                                                    int nt, int64_t ldy, uint32_t lst, int trig,
-                                                                                    const __grid_constant__ Fold F) {
-    static_assert(!FOLD || NT == 1, "the fold follows the one-token product");
+                                                                                    int nt, int64_t ldy, uint32_t lst, int trig) {
     constexpr int NP = G1W<VB>::NP, QS = VB == 8 ? 64 : 32;
     constexpr int M = MODE == G1_E8 ? 2 : 1;
-    // trig (KVQ_CUDA_G1TRIG, default on), and always with FOLD (the down product, a programmatic
-    // dependent): the kernel after may launch now (its blocks take the SMs' slots as this grid's
-    // free; what it reads of this grid's output — with FOLD the activation the fold prepares — it
-    // reads after its own griddepcontrol.wait, which waits for this grid's completion)
-    if (FOLD || trig) asm volatile("griddepcontrol.launch_dependents;");
+    // trig (KVQ_CUDA_G1TRIG, default on): the kernel after may launch now (its blocks take the SMs' slots
+    // as this grid's free; what it reads of this grid's output it reads after its own
+    // griddepcontrol.wait, which waits for this grid's completion)
+    if (trig) asm volatile("griddepcontrol.launch_dependents;");
     const int lane = threadIdx.x & 31, h = lane & 1, cl = lane >> 1;
     const uint32_t gw = blockIdx.x * G1_WARPS + (threadIdx.x >> 5), W = gridDim.x * G1_WARPS;
     const uint32_t cpr = (uint32_t)(P.d[0].cols_p / 64), tsh = __ffs(P.d[0].T) - 1, tiles = (uint32_t)(P.d[0].cols_p >> tsh),
@@ -549,24 +487,6 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1N_MINB(VB, DEPTH, NT)) hqx_ge
             use(j);
         }
     }
-    if constexpr (FOLD) {
-        if (nrows) {
-            const int ftsh = __ffs(F.d.T) - 1;
-            __threadfence(); // release: every row this warp stored (lane 0) before any is counted
-            __syncwarp();    // by any lane
-            for (uint32_t k0 = 0; k0 < nrows; k0 += 32) {
-                const uint32_t k = k0 + lane;
-                int64_t j = 0;
-                bool last = false;
-                if (k < nrows) {
-                    j = fold_tile_of(F, gw + k * W, rb1, rb2, ftsh);
-                    last = atomicAdd(F.cnt + j, 1u) == kvq_cuda_fold_target(j, F.d.cols, ftsh) - 1;
-                }
-                for (unsigned m = __ballot_sync(0xffffffffu, last); m; m &= m - 1)
-                    fold_tile(F, __shfl_sync(0xffffffffu, j, __ffs(m) - 1), lane);
-            }
-        }
-    }
 }
 
 // A launch of G1_WARPS-warp blocks on the library's stream; pdl: as a programmatic dependent of
@@ -602,37 +522,32 @@ struct G1T {
     uint32_t lst;
 };
 
-template <int VB, int DEPTH, int MODE, int NT, int FOLD = 0>
-static cudaError_t g1p_launch_f(cudaLaunchConfig_t cfg, const Parts &P, int accumulate, uint32_t rb1, uint32_t rb2,
-                                uint32_t rtot, const G1T &tk, const Fold &F) {
+template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(cudaLaunchConfig_t cfg, const Parts &P, int accumulate,
+                                                                               uint32_t rb1, uint32_t rb2, uint32_t rtot,
+                                                                               const G1T &tk) {
     static int occ = 0;
     if (!occ) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, DEPTH, MODE, NT, FOLD>, G1_WARPS * 32, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, G1_WARPS * 32, 0);
         if (occ < 1) occ = 1;
     }
     const int64_t need = (rtot + G1_WARPS - 1) / G1_WARPS, cap = (int64_t)g_sm_count * occ;
     cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE, NT, FOLD>, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy,
-                              tk.lst, g_trig, F);
+    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst, g_trig);
 }
-// F: NULL, or the SiLU fold (one token, a ring of 2: kvq_cuda_hqx_gemv1_fold_ok)
 template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
-                                                          uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk,
-                                                          const Fold *F) {
-    const Fold none = {};
-    if (F) return g1p_launch_f<VB, 2, MODE, 1, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk, *F);
-    if (tk.nt > 4) return g1p_launch_f<VB, 2, MODE, 8>(cfg, P, accumulate, rb1, rb2, rtot, tk, none);
-    if (tk.nt > 2) return g1p_launch_f<VB, 2, MODE, 4>(cfg, P, accumulate, rb1, rb2, rtot, tk, none);
-    if (tk.nt > 1) return g1p_launch_f<VB, 2, MODE, 2>(cfg, P, accumulate, rb1, rb2, rtot, tk, none);
-    return g_persist == 4   ? g1p_launch_f<VB, 4, MODE, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk, none)
-           : g_persist == 3 ? g1p_launch_f<VB, 3, MODE, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk, none)
-                            : g1p_launch_f<VB, 2, MODE, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk, none);
+                                                          uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {
+    if (tk.nt > 4) return g1p_launch_f<VB, 2, MODE, 8>(cfg, P, accumulate, rb1, rb2, rtot, tk);
+    if (tk.nt > 2) return g1p_launch_f<VB, 2, MODE, 4>(cfg, P, accumulate, rb1, rb2, rtot, tk);
+    if (tk.nt > 1) return g1p_launch_f<VB, 2, MODE, 2>(cfg, P, accumulate, rb1, rb2, rtot, tk);
+    return g_persist == 4   ? g1p_launch_f<VB, 4, MODE, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk)
+           : g_persist == 3 ? g1p_launch_f<VB, 3, MODE, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk)
+                            : g1p_launch_f<VB, 2, MODE, 1>(cfg, P, accumulate, rb1, rb2, rtot, tk);
 }
 template <int VB> static cudaError_t g1p_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &P, int accumulate,
-                                                  uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk, const Fold *F) {
-    return mode == G1_E8 ? g1p_launch<VB, G1_E8>(cfg, P, accumulate, rb1, rb2, rtot, tk, F)
-                         : g1p_launch<VB, G1_RTN>(cfg, P, accumulate, rb1, rb2, rtot, tk, F);
+                                                  uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {
+    return mode == G1_E8 ? g1p_launch<VB, G1_E8>(cfg, P, accumulate, rb1, rb2, rtot, tk)
+                         : g1p_launch<VB, G1_RTN>(cfg, P, accumulate, rb1, rb2, rtot, tk);
 }
 
 // Whether the persistent launch takes the parts of width vb (all of mode, equal cols_p and tile).
@@ -650,8 +565,7 @@ static int g1p_applies(const Parts &P, int vb, int mode) {
 
 // The persistent launch of the parts of width vb for the tokens tk; 0 if it does not apply
 // (the caller launches the per-warp kernel).
-static int g1p_try(const Parts &P, int vb, int mode, int accumulate, int pdl, const G1T &tk, cudaError_t *e,
-                   const Fold *F = NULL) {
+static int g1p_try(const Parts &P, int vb, int mode, int accumulate, int pdl, const G1T &tk, cudaError_t *e) {
     if (!g1p_applies(P, vb, mode)) return 0;
     Parts Q = P;
     int n = 0;
@@ -671,11 +585,11 @@ static int g1p_try(const Parts &P, int vb, int mode, int accumulate, int pdl, co
     cudaLaunchAttribute at;
     const cudaLaunchConfig_t cfg = g1_cfg(dim3(1), pdl, &at); // the grid: g1p_launch_f
     switch (vb) {
-    case 4: *e = g1p_launch_w<4>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk, F); break;
-    case 5: *e = g1p_launch_w<5>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk, F); break;
-    case 6: *e = g1p_launch_w<6>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk, F); break;
-    case 7: *e = g1p_launch_w<7>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk, F); break;
-    default: *e = g1p_launch_w<8>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk, F); break;
+    case 4: *e = g1p_launch_w<4>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
+    case 5: *e = g1p_launch_w<5>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
+    case 6: *e = g1p_launch_w<6>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
+    case 7: *e = g1p_launch_w<7>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
+    default: *e = g1p_launch_w<8>(cfg, mode, Q, accumulate, rb1, rb2, rtot, tk); break;
     }
     return 1;
 }
@@ -789,28 +703,5 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
         if (e != cudaSuccess) return cu_fail(err, e, "launch hqx_gemv1");
         CU_LAUNCHED("hqx_gemv1");
     }
-    return KVQ_OK;
-}
-
-int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const Fold &F) {
-    if (g_persist < 0) kvq_cuda_hqx_set_persist(-1);
-    if (g_persist != 2 || P.n < 1 || P.n > MAXP || !F.cnt || !F.fs || !F.gu) return 0;
-    const int vb = P.d[0].vbits;
-    for (int p = 0; p < P.n; p++)
-        if (P.d[p].vbits != vb || P.d[p].rows * P.d[p].cols_p >= ((int64_t)1 << 32) || (P.d[p].T & (P.d[p].T - 1))) return 0;
-    const int mode = g1_mode(P, vb);
-    const int64_t T = F.d.T;
-    return mode != G1_ANY && g1p_applies(P, vb, mode) && T >= 64 && T <= FOLD_TMAX && !(T & (T - 1)) &&
-           F.d.cols_p == (F.d.cols + T - 1) / T * T;
-}
-
-kvq_status kvq_cuda_hqx_gemv1_fold(Parts &P, int accumulate, int pdl, const Fold &F, kvq_err *err) {
-    if (!kvq_cuda_hqx_gemv1_fold_ok(P, F))
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: the one-token product cannot fold the down product's preparation");
-    cudaError_t pe = cudaSuccess;
-    if (!g1p_try(P, P.d[0].vbits, g1_mode(P, P.d[0].vbits), accumulate, pdl, G1T{1, 0, 0}, &pe, &F))
-        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: the persistent product does not take the gate/up parts");
-    if (pe != cudaSuccess) return cu_fail(err, pe, "launch hqx_gemv1 (persistent, SiLU fold)");
-    CU_LAUNCHED("hqx_gemv1p fold");
     return KVQ_OK;
 }

@@ -156,8 +156,6 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
         cudaError_t e = cudaMalloc((void **)&t->xr, sizeof(float) * (size_t)w->cols_p);
         if (e == cudaSuccess) e = cudaMalloc((void **)&t->xs, sizeof(float) * (size_t)(w->cols_p / w->tile));
         if (e == cudaSuccess) e = cudaMalloc((void **)&t->fs, kvq_cuda_hqx_fused_scratch(w->cols_p, w->tile));
-        if (e == cudaSuccess) e = cudaMalloc((void **)&t->cnt, sizeof(unsigned) * (size_t)(w->cols_p / w->tile));
-        if (e == cudaSuccess) e = cudaMemset(t->cnt, 0, sizeof(unsigned) * (size_t)(w->cols_p / w->tile));
         if (e != cudaSuccess) s = cu_fail(err, e, "cudaMalloc(scratch)");
     }
     if (s) { kvq_cuda_hqx_free(t); return s; }
@@ -167,7 +165,7 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
 
 extern "C" void kvq_cuda_hqx_free(kvq_cuda_hqx *t) {
     if (!t) return;
-    void *p[] = {t->q, t->hb, t->cb, t->scode, t->lut, t->scale, t->zero, t->esc_row, t->esc, t->xr, t->xs, t->fs, t->cnt};
+    void *p[] = {t->q, t->hb, t->cb, t->scode, t->lut, t->scale, t->zero, t->esc_row, t->esc, t->xr, t->xs, t->fs};
     for (void *x : p)
         if (x) cudaFree(x);
     free(t);

@@ -208,23 +208,6 @@ kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, const float
     (void)max_ctx; (void)scale; (void)o;
     return NO_CUDA(err);
 }
-int kvq_cuda_hqx_fold_silu_ok(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const kvq_cuda_hqx *down) {
-    (void)t; (void)n; (void)row0; (void)down;
-    return 0;
-}
-kvq_status kvq_cuda_hqx_matmul_fold_silu(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x,
-                                         const kvq_cuda_xin *xin, float *d_gu, int accumulate, kvq_cuda_hqx *down,
-                                         float *d_h, kvq_err *err) {
-    (void)t; (void)n; (void)row0; (void)d_x; (void)xin; (void)d_gu; (void)accumulate; (void)down; (void)d_h;
-    return NO_CUDA(err);
-}
-int kvq_cuda_hqx_fold_silu_env(void) { return 0; }
-long kvq_cuda_hqx_fold_launches(void) { return 0; }
-kvq_status kvq_cuda_hqx_prepared_get(const kvq_cuda_hqx *t, void *host, size_t cap, size_t *n, kvq_err *err) {
-    (void)t; (void)host; (void)cap;
-    if (n) *n = 0;
-    return NO_CUDA(err);
-}
 kvq_status kvq_cuda_pqx_upload(const kvq_pqx *w, kvq_cuda_pqx **out, kvq_err *err) {
     (void)w;
     *out = NULL;

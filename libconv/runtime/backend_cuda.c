@@ -91,11 +91,7 @@ typedef struct {
     // sequences reads its bf16 weights once through cuBLAS instead of dense_matmul.cu's 8-token
     // passes; KVQ_CUDA_TC_MIN_DENSE).
     int tc, tc_min, tc_min_dense;
-    struct { int on; float *y; const float *x; const kvq_mat *w; int T; kvq_cuda_xin in; float *silu_h; int silu_n; } pend; // a product
-    // KVQ_CUDA_FOLD_SILU=1 (default 0): a one-token gate/up product followed by silu_mul keeps both
-    // queued (pend.silu_h: silu_mul's output, of silu_n columns); the down product reading it then
-    // has them launched as one kernel that also prepares its activation (kvq_cuda_hqx_matmul_fold_silu)
-    int fold_silu;
+    struct { int on; float *y; const float *x; const kvq_mat *w; int T; kvq_cuda_xin in; } pend; // a product
     // an RMSNorm or silu_mul whose output the next packed product's activation preparation
     // computes instead (kvq_cuda_hqx_matmul_parts_in)
     struct { int on; kvq_cuda_xin_kind kind; float *y; const float *x, *w; int rows, n; float eps; } pin;
@@ -642,40 +638,7 @@ static void flush(gpu *g) {
     if (g->pend.on) {
         g->pend.on = 0;
         launch_mm(g, g->pend.y, g->pend.x, g->pend.w, g->pend.T, 0);
-        if (g->pend.silu_h) { // the silu_mul queued behind it, not followed by the down product
-            float *h = g->pend.silu_h;
-            g->pend.silu_h = NULL;
-            TIMED(g, "silu_mul", RUN(g, kvq_cuda_silu_mul(h, g->pend.y, g->pend.T, g->pend.silu_n, ERR)));
-        }
     }
-}
-
-// The queued gate/up product and silu_mul (pend.silu_h) before the product of w on x: launched
-// as one kernel that also prepares w's activation when w is their down product and the fold
-// takes the shapes (return 1: w then runs with KVQ_CUDA_XIN_PREPARED); else the product is
-// launched and the silu_mul queued as silu_mul() queues it without the fold (return 0).
-static int fold_down(gpu *g, const float *x, const kvq_mat *w, int T) {
-    const kvq_mat *gu = g->pend.w;
-    const int64_t r0[3] = {gu->row0[0], gu->row0[1], gu->row0[2]};
-    float *h = g->pend.silu_h;
-    g->pend.silu_h = NULL;
-    g->pend.on = 0;
-    if (x == h && T == 1 && w->n_part == 1 && !pq_packed(g, w) && !use_tc(g, w, T) && w->cols == g->pend.silu_n &&
-        kvq_cuda_hqx_fold_silu_ok(gu->dev, gu->n_part, r0, ((kvq_cuda_hqx **)w->dev)[0])) {
-        const kvq_cuda_xin in = g->pend.in;
-        g->pend.in.kind = KVQ_CUDA_XIN_NONE;
-        char key[48];
-        snprintf(key, sizeof key, "matmul packed %dx%d T=1 +silu-prep", gu->rows, gu->cols);
-        prof_begin(g);
-        RUN(g, kvq_cuda_hqx_matmul_fold_silu(gu->dev, gu->n_part, r0, g->pend.x, &in, g->pend.y, 0,
-                                             ((kvq_cuda_hqx **)w->dev)[0], h, ERR));
-        prof_end(g, key);
-        return 1;
-    }
-    launch_mm(g, g->pend.y, g->pend.x, gu, g->pend.T, 0);
-    g->pin.on = 1; g->pin.kind = KVQ_CUDA_XIN_SILU_MUL;
-    g->pin.y = h; g->pin.x = g->pend.y; g->pin.w = NULL; g->pin.rows = g->pend.T; g->pin.n = g->pend.silu_n; g->pin.eps = 0.0f;
-    return 0;
 }
 
 // Whether the queued RMSNorm/silu_mul can be computed by w's product's preparation instead:
@@ -690,9 +653,7 @@ static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, i
     gpu *g = (gpu *)b;
     if (skip(g)) return;
     kvq_cuda_xin in = {KVQ_CUDA_XIN_NONE, NULL, 0.0f, NULL};
-    if (g->pend.on && g->pend.silu_h && fold_down(g, x, w, T)) {
-        in.kind = KVQ_CUDA_XIN_PREPARED; // the gate/up kernel prepared the activation
-    } else if (g->pat.on && x == g->pat.out && T == 1 && w->n_part == 1 && g->b.exec != KVQ_EXEC_EXACT && !use_tc(g, w, T) &&
+    if (g->pat.on && x == g->pat.out && T == 1 && w->n_part == 1 && g->b.exec != KVQ_EXEC_EXACT && !use_tc(g, w, T) &&
         kvq_cuda_hqx_attend_can_prep(((kvq_cuda_hqx **)w->dev)[0], g->pat.nh, g->pat.nkv, g->pat.hd)) {
         g->pat.on = 0; // the attention's merging blocks prepare the product's activation
         if (g->pat.has_in) kvq_cuda_attend_set_inputs(&g->pat.in);
@@ -708,7 +669,7 @@ static void matmul(kvq_backend *b, float *y, const float *x, const kvq_mat *w, i
         g->pin.on = 0;
     }
     flush(g);
-    g->pend.on = 1; g->pend.y = y; g->pend.x = x; g->pend.w = w; g->pend.T = T; g->pend.in = in; g->pend.silu_h = NULL;
+    g->pend.on = 1; g->pend.y = y; g->pend.x = x; g->pend.w = w; g->pend.T = T; g->pend.in = in;
 }
 
 static void rmsnorm(kvq_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps) {
@@ -963,13 +924,6 @@ static kvq_status attention(kvq_backend *b, kvq_kvcache *c, int l, const float *
 static void silu_mul(kvq_backend *b, float *h, const float *gu, int T, int ffn) {
     gpu *g = (gpu *)b;
     if (skip(g)) return;
-    if (g->fold_silu && g->fuse && T == 1 && g->pend.on && g->pend.y == gu && g->pend.T == 1 && !g->pend.silu_h &&
-        g->pend.w->n_part && !pq_packed(g, g->pend.w) && g->b.exec != KVQ_EXEC_EXACT && !use_tc(g, g->pend.w, 1) &&
-        g->pend.w->rows == 2 * ffn && !g->pat.on && !g->ain.on && !g->pin.on) {
-        g->pend.silu_h = h; // queued behind the product (fold_down, flush)
-        g->pend.silu_n = ffn;
-        return;
-    }
     flush(g);
     if (g->fuse) {
         g->pin.on = 1; g->pin.kind = KVQ_CUDA_XIN_SILU_MUL;
@@ -981,7 +935,7 @@ static void silu_mul(kvq_backend *b, float *h, const float *gu, int T, int ffn) 
 static void add(kvq_backend *b, float *x, const float *y, size_t n) {
     gpu *g = (gpu *)b;
     if (skip(g)) return;
-    if (g->pend.on && !g->pend.silu_h && g->pend.y == y && n == (size_t)g->pend.T * g->pend.w->rows &&
+    if (g->pend.on && g->pend.y == y && n == (size_t)g->pend.T * g->pend.w->rows &&
         (!g->pend.w->n_part || g->b.exec != KVQ_EXEC_EXACT)) { // the product lands in x
         g->pend.on = 0;
         launch_mm(g, x, g->pend.x, g->pend.w, g->pend.T, 1);
@@ -1233,10 +1187,6 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->timeline = lv && !strcmp(lv, "1") && !g->profile;
     g->graphs = !(ev && !strcmp(ev, "0")) && !g->profile;
     g->fuse = !(fv && !strcmp(fv, "0"));
-    const char *sv = getenv("KVQ_CUDA_FOLD_SILU");
-    if (sv && *sv && strcmp(sv, "0") && strcmp(sv, "1"))
-        return free(g), kvq_err_set(err, KVQ_ERR_ARG, "KVQ_CUDA_FOLD_SILU=%s: 0 or 1", sv);
-    g->fold_silu = kvq_cuda_hqx_fold_silu_env();
     const char *qv = getenv("KVQ_CUDA_PQ_DENSE");
     g->pq_dense = qv && !strcmp(qv, "1");
     const char *tv = getenv("KVQ_CUDA_TC"), *tm = getenv("KVQ_CUDA_TC_MIN");
