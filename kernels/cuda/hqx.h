@@ -114,6 +114,17 @@ void kvq_cuda_hqx_set_pdl(int on);
  *  reading the row itself; -1: the environment's (KVQ_CUDA_PREP=0|1|2|3), else 2 (the default since
  *  the H100 A/B of session 15: 8B decode 323.5 against 310.5 tok/s for 0). */
 void kvq_cuda_hqx_set_prep(int mode);
+/** The one-token products of RMSNorm inputs (a decode step's q/k/v and gate/up products)
+ *  prepare their activation themselves, in each block's shared memory, instead of after a
+ *  preparation kernel (hqx_gemv1.cu, kernels/cuda/hqx_lay.h; the same bits): 1 on, 0 off, >= 2
+ *  on with at most max(mode, 3) blocks (tests: several rows a warp on small tensors); -1: the
+ *  environment's (KVQ_CUDA_FOLD=1 on), else 0 (the default until an H100 A/B says otherwise).
+ *  Taken where the persistent one-token kernel with a ring of 2 takes every part (E8 / RTN,
+ *  whole steps of 1024 columns), tiles 64..256, rows of cols % 4 == 0 floats 16-byte aligned,
+ *  up to kvq_hqx_fold_smem's budget (8192 columns); elsewhere the preparation kernel runs. */
+void kvq_cuda_hqx_set_fold(int mode);
+/** Folded one-token products launched (or captured into a graph) in this process (tests). */
+long kvq_cuda_hqx_fold_launches(void);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);
 /** Median time in ms of reps launches of the product alone (rotation included), by CUDA
