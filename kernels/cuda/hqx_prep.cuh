@@ -318,12 +318,13 @@ static __device__ __forceinline__ void kvq_hqx_prep1_tile(const Dev &d, unsigned
 // its shared memory sm (kvq_hqx_fold_smem: the layout L = lay(cols_p, T, 1) in the product's lane
 // order, then the raw row), with hqx_prep_i8h's bits: 1/rms by row_rinv_sh (row_rinv's order),
 // each coordinate by xin_of, each tile by prep_tile_q. Before griddepcontrol.wait (this function
-// waits) only what the kernel before does not write: the norm's weights of the warp's first
-// WP tiles (its tiles of a 4096-wide row: few registers beside the product's ring). After it the row comes in by cp.async (16 bytes, cached
-// in L2 only: what the kernel before wrote, no stale L1 line, no registers), then warp w
-// prepares tiles w, w + NW, ... (NW: the block's warps). y: NULL, or where the normalized row
-// also goes (one block of the grid writes it). Every thread of the block calls it; the
-// activation is complete in sm when it returns.
+// waits) only what the kernel before does not write: the norm's weights of the warp's first WP
+// tiles (its tiles of a 4096-wide row: few registers beside the product's ring) and their sign
+// words. After it the row comes in by cp.async (16 bytes, cached in L2 only: what the kernel
+// before wrote, no stale L1 line, no registers), then warp w prepares tiles w, w + NW, ... (NW:
+// the block's warps). y: NULL, or where the normalized row also goes (one block of the grid
+// writes it). Every thread of the block calls it; the activation is complete in sm when it
+// returns.
 template <int R, int NW>
 static __device__ __forceinline__ void prep_fold(const Dev &d, const float *__restrict__ x, const float *__restrict__ w, float eps,
                                                  float *y, unsigned char *sm, const Lay &L) {
@@ -331,11 +332,13 @@ static __device__ __forceinline__ void prep_fold(const Dev &d, const float *__re
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t tiles = d.cols_p / T, cols = d.cols;
     float wr[WP][R];
+    uint64_t swr[WP]; // and their sign words (a hash: arithmetic only), while the loads fly
 #pragma unroll
     for (int i = 0; i < WP; i++) {
-        const int64_t base = (warp + (int64_t)i * NW) * T + (int64_t)lane * R;
+        const int64_t j = warp + (int64_t)i * NW, base = j * T + (int64_t)lane * R;
 #pragma unroll
         for (int r = 0; r < R; r++) wr[i][r] = base + r < cols ? __ldg(w + base + r) : 0.0f;
+        swr[i] = d.rotate && j < tiles ? prep_signs<R>(d, lane, j) : 0;
     }
     asm volatile("griddepcontrol.wait;" ::: "memory"); // the kernel before: complete, its writes visible
     float4 *row = (float4 *)(sm + L.total);
@@ -350,7 +353,7 @@ static __device__ __forceinline__ void prep_fold(const Dev &d, const float *__re
     int8_t *xq = (int8_t *)(sm + L.xq);
     float *sx = (float *)(sm + L.sx), *xs = (float *)(sm + L.xs);
     int32_t *s8 = (int32_t *)(sm + L.s8);
-    auto tile = [&](int64_t j, const float (&wv)[R]) {
+    auto tile = [&](int64_t j, const float (&wv)[R], bool have_sw, uint64_t sw) {
         const int64_t base = j * T + (int64_t)lane * R;
         float v[R];
 #pragma unroll
@@ -359,19 +362,20 @@ static __device__ __forceinline__ void prep_fold(const Dev &d, const float *__re
 #pragma unroll
             for (int r = 0; r < R; r++)
                 if (base + r < cols) y[base + r] = v[r];
-        prep_tile_q<R, false>(d, v, 0, xq, sx, xs, s8, lane, j, true);
+        if (have_sw) prep_tile_q<R, true>(d, v, sw, xq, sx, xs, s8, lane, j, true);
+        else prep_tile_q<R, false>(d, v, 0, xq, sx, xs, s8, lane, j, true);
     };
 #pragma unroll
     for (int i = 0; i < WP; i++) {
         const int64_t j = warp + (int64_t)i * NW;
-        if (j < tiles) tile(j, wr[i]);
+        if (j < tiles) tile(j, wr[i], true, swr[i]);
     }
     for (int64_t j = warp + (int64_t)WP * NW; j < tiles; j += NW) { // rows wider than WP·NW tiles
         const int64_t base = j * T + (int64_t)lane * R;
         float wv[R];
 #pragma unroll
         for (int r = 0; r < R; r++) wv[r] = base + r < cols ? __ldg(w + base + r) : 0.0f;
-        tile(j, wv);
+        tile(j, wv, false, 0);
     }
     __syncthreads();
 }
