@@ -136,7 +136,9 @@ kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kv
  *  library's stream, cycling over the n tensors t (equal columns; several copies keep the
  *  weights from being served by L2): the throughput a decode step's stream of kernels sees,
  *  without the host's launch latency. Median of 5 such runs. prep = 0: the product kernel
- *  alone (the activation preparation runs once, in the warm-up). */
+ *  alone (the activation preparation runs once, in the warm-up); 1: with its preparation; 2:
+ *  with an RMSNorm input (the preparation kernel's, or the product's own under
+ *  kvq_cuda_hqx_set_fold). */
 kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, int prep, double *ms, kvq_err *err);
 
 #ifdef __cplusplus
