@@ -580,8 +580,152 @@ static void test_rtn(void **state) {
     }
 }
 
+// ---- the fold (kvq_cuda_hqx_set_fold, KVQ_CUDA_FOLD=1): the one-token product prepares its
+// RMSNorm input itself (hqx_gemv1.cu FOLD, hqx_prep.cuh prep_fold) instead of after hqx_prep_i8h
+
+// A packed tensor: HyperQuant (lat, bps, max_tile 0: the encoder's; vbits 0: its width) or, lat
+// < 0, RTN 4-bit in groups of 128; seed: its sign seed (the rotation differs per seed, as q, k
+// and v's do). e: the encoding, kept until w is freed.
+static void fold_tensor(int lat, double bps, int64_t rows, int64_t cols, int max_tile, int vbits, uint64_t seed, kvq_hqx *w,
+                        kvq_encoded *e, json_t **cfg) {
+    float *x = matrix(rows, cols, seed);
+    kvq_err err = {0};
+    kvq_codec_input in = {NULL, x, rows, cols, seed, 0, NULL};
+    kvq_blob_view v[KVQ_MAX_BLOBS];
+    *cfg = NULL;
+    if (lat < 0) {
+        const kvq_codec_traits *c = kvq_codec_find("rtn");
+        assert_int_equal(c->parse("4:g128", cfg, &err), KVQ_OK);
+        assert_int_equal(c->encode(*cfg, &in, e, &err), KVQ_OK);
+        for (int k = 0; k < e->n_blob; k++) v[k] = (kvq_blob_view){e->blob[k].role, e->blob[k].data, e->blob[k].size};
+        assert_int_equal(kvq_rtn_pack(e->params, v, e->n_blob, rows, cols, w, &err), KVQ_OK);
+    } else {
+        kvq_hq_opts o = kvq_hq_opts_default((kvq_lattice)lat, bps);
+        if (max_tile) o.max_tile = max_tile;
+        kvq_hq_header h;
+        assert_int_equal(kvq_hq_encode(&o, &in, e, NULL, NULL, &err), KVQ_OK);
+        assert_int_equal(kvq_hq_header_parse(e->params, rows, cols, &h, &err), KVQ_OK);
+        for (int k = 0; k < e->n_blob; k++) v[k] = (kvq_blob_view){e->blob[k].role, e->blob[k].data, e->blob[k].size};
+        assert_int_equal(kvq_hq_pack(&h, v, e->n_blob, vbits, 0, w, &err), KVQ_OK);
+    }
+    free(x);
+}
+
+// One token through kvq_cuda_hqx_matmul_parts_in with an RMSNorm input: parts' rows one after
+// another in y (row0: their first rows), acc: accumulated onto y's 1.0s; x one float past
+// 16-byte alignment when off. Y (rows), G (the normalized row also written): the results.
+static void fold_run(kvq_cuda_hqx **t, int n, const int64_t *row0, int64_t rows, int64_t cols, const float *X, const float *nw,
+                     int acc, int off, float *Y, float *G) {
+    void *dx = NULL, *dy = NULL, *dg = NULL, *dw = NULL;
+    kvq_err err = {0};
+    for (int64_t i = 0; i < rows; i++) Y[i] = 1.0f;
+    kvq_status st = kvq_cuda_malloc(&dx, sizeof(float) * (cols + 4), &err);
+    if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * rows, &err);
+    if (!st) st = kvq_cuda_malloc(&dg, sizeof(float) * cols, &err);
+    if (!st) st = kvq_cuda_malloc(&dw, sizeof(float) * cols, &err);
+    float *xo = (float *)dx + off;
+    if (!st) st = kvq_cuda_copy(xo, X, sizeof(float) * cols, 1, &err);
+    if (!st) st = kvq_cuda_copy(dw, nw, sizeof(float) * cols, 1, &err);
+    if (!st) st = kvq_cuda_copy(dy, Y, sizeof(float) * rows, 1, &err);
+    const kvq_cuda_xin in = {KVQ_CUDA_XIN_RMSNORM, dw, 1e-5f, dg};
+    if (!st) st = kvq_cuda_hqx_matmul_parts_in(t, n, row0, xo, &in, 1, dy, rows, acc, &err);
+    if (!st) st = kvq_cuda_sync(&err);
+    if (!st) st = kvq_cuda_copy(Y, dy, sizeof(float) * rows, 0, &err);
+    if (!st) st = kvq_cuda_copy(G, dg, sizeof(float) * cols, 0, &err);
+    if (st) fprintf(stderr, "fold: %s\n", err.msg);
+    assert_int_equal(st, KVQ_OK);
+    kvq_cuda_free(dx); kvq_cuda_free(dy); kvq_cuda_free(dg); kvq_cuda_free(dw);
+}
+
+// The fold against the default path (hqx_prep_i8h as a programmatic dependent, then the
+// product): the same bits, products and normalized rows, on q/k/v-like parts (three tensors,
+// each with its own sign seed; of one width: one launch, or of two: two launches, the first
+// writing the row) and gate/up-like pairs (RTN too) at tiles 64, 128, 256 and 1024..4096
+// columns; accumulating and not; the whole grid (one block an SM, rows a warp or fewer) and
+// grids capped at 3 and 7 blocks (a warp walking several rows, a block serving a part's rows
+// among few). Each folded run is counted (kvq_cuda_hqx_fold_launches: the fold ran); a row
+// one float past alignment is not folded, and still gives the same bits. The default path is
+// checked against the CPU int8 reference on the normalized row (kvq_rmsnorm_ref: another sum
+// order, so within 2e-3 as compare_xin) so that the comparison is with a right answer.
+static void test_fold(void **state) {
+    (void)state;
+    if (!have_gpu()) { skip(); return; }
+    const struct { int lat; double bps; int n; int64_t rows[3], cols; int max_tile, vbits[3]; } cs[] = {
+        {KVQ_LAT_E8, 4.0, 3, {256, 64, 64}, 4096, 128, {4, 4, 4}},   // the 8B's q/k/v shape, narrowed
+        {KVQ_LAT_E8, 4.0, 3, {300, 70, 45}, 1024, 64, {0, 0, 0}},    // the encoder's widths
+        {KVQ_LAT_E8, 4.0, 2, {90, 90}, 2048, 256, {4, 6, 0}},        // gate/up of two widths: two launches
+        {KVQ_LAT_E8, 3.0, 3, {64, 32, 32}, 8192, 128, {4, 5, 4}},    // the widest row the fold takes
+        {-1, 4.0, 2, {70, 70}, 1024, 0, {0, 0, 0}},                  // RTN 4:g128
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int n = cs[ci].n;
+        const int64_t cols = cs[ci].cols;
+        kvq_hqx w[3];
+        kvq_encoded e[3];
+        json_t *cfg[3];
+        kvq_cuda_hqx *t[3] = {NULL, NULL, NULL};
+        int64_t row0[3] = {0, 0, 0}, rows = 0;
+        kvq_err err = {0};
+        for (int p = 0; p < n; p++) {
+            fold_tensor(cs[ci].lat, cs[ci].bps, cs[ci].rows[p], cols, cs[ci].max_tile, cs[ci].vbits[p], 100 + 10 * ci + p, &w[p],
+                        &e[p], &cfg[p]);
+            assert_int_equal(kvq_cuda_hqx_upload(&w[p], &t[p], &err), KVQ_OK);
+            row0[p] = rows;
+            rows += cs[ci].rows[p];
+        }
+        uint64_t seed = 7 + ci;
+        float *X = malloc(sizeof(float) * cols), *nw = malloc(sizeof(float) * cols), *XT = malloc(sizeof(float) * cols);
+        float *R = malloc(sizeof(float) * rows), *Y0 = malloc(sizeof(float) * rows), *Y = malloc(sizeof(float) * rows);
+        float *G0 = malloc(sizeof(float) * cols), *G = malloc(sizeof(float) * cols);
+        for (int64_t i = 0; i < cols; i++) X[i] = (float)(1.5 * gauss(&seed)), nw[i] = (float)(1.0 + 0.3 * gauss(&seed));
+        kvq_rmsnorm_ref(XT, X, nw, (int)cols, 1e-5f);
+        for (int p = 0; p < n; p++) {
+            uint8_t *buf = aligned_alloc(64, kvq_hqx_act_bytes(&w[p]));
+            kvq_hqx_act a;
+            kvq_hqx_act_init(&w[p], buf, &a);
+            kvq_hqx_prep(&w[p], XT, &a);
+            kvq_hqx_matmul(&w[p], &a, 1, R + row0[p], cs[ci].rows[p], KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
+            free(buf);
+        }
+        for (int acc = 0; acc < 2; acc++) {
+            kvq_cuda_hqx_set_fold(0);
+            fold_run(t, n, row0, rows, cols, X, nw, acc, 0, Y0, G0);
+            for (int64_t i = 0; i < rows; i++) Y[i] = Y0[i] - (acc ? 1.0f : 0.0f);
+            const double ry = rel_err(Y, R, (size_t)rows), rg = rel_err(G0, XT, (size_t)cols);
+            assert_true(ry <= 2e-3 && rg <= 1e-6);
+            const int folds[] = {1, 3, 7, 1};
+            for (int f = 0; f < 4; f++) {
+                const int off = f == 3; // not 16-byte aligned: the preparation kernel
+                kvq_cuda_hqx_set_fold(folds[f]);
+                const long before = kvq_cuda_hqx_fold_launches();
+                fold_run(t, n, row0, rows, cols, X, nw, acc, off, Y, G);
+                const long ran = kvq_cuda_hqx_fold_launches() - before;
+                fprintf(stderr, "test_cuda_hqx: fold case %zu (%d parts, %lld rows, %lld cols, tile %d)%s fold %d offset %d: "
+                        "%ld folded launches, product rel %.2e vs CPU, same bits %s\n", ci, n, (long long)rows, (long long)cols,
+                        w[0].tile, acc ? " +=" : "", folds[f], off, ran, ry,
+                        !memcmp(Y, Y0, sizeof(float) * rows) && !memcmp(G, G0, sizeof(float) * cols) ? "yes" : "NO");
+                if (off) assert_int_equal(ran, 0);
+                else assert_true(ran >= 1);
+                assert_memory_equal(Y, Y0, sizeof(float) * rows);
+                assert_memory_equal(G, G0, sizeof(float) * cols);
+            }
+        }
+        kvq_cuda_hqx_set_fold(-1);
+        for (int p = 0; p < n; p++) {
+            kvq_cuda_hqx_free(t[p]);
+            kvq_hqx_free(&w[p]);
+            kvq_encoded_free(&e[p]);
+            if (cfg[p]) json_decref(cfg[p]);
+        }
+        free(X); free(nw); free(XT); free(R); free(Y0); free(Y); free(G0); free(G);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn),
-                                        cmocka_unit_test(test_row_blocks)};
+                                        cmocka_unit_test(test_row_blocks), cmocka_unit_test(test_fold)};
+    // KVQ_TEST_FILTER="test_fold": only the tests matching the pattern (as test_cuda_model), for a short device call
+    const char *f = getenv("KVQ_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -810,6 +810,69 @@ static const char *t3g_model(void) {
     return synth_model("t3g", dir, sizeof dir);
 }
 
+// The fold (kvq_cuda_hqx_set_fold, KVQ_CUDA_FOLD=1; hqx_gemv1.cu): make_synth_llama's t1k (1024
+// wide, so its q/k/v, gate/up and lm_head inputs are whole steps of the one-token product)
+// converted to E8 4.0, decoded greedily on two models of their own, without the fold and with
+// it (graphs captured with each): the prefill's and every step's logits equal bit for bit, the
+// steps replayed from captured graphs (the folded products' programmatic-dependent launches in
+// them), and the folded products did run (kvq_cuda_hqx_fold_launches).
+static void test_fold_model(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    static char dir[512];
+    synth_model("t1k", dir, sizeof dir);
+    mkdir("build", 0755);
+    mkdir("build/tests", 0755);
+    char out[] = "build/tests/cuda-fold-XXXXXX", path[600];
+    assert_non_null(mkdtemp(out));
+    snprintf(path, sizeof path, "%s/m.kvq", out);
+    kvq_convert_opts co = {0};
+    co.plan.weights = "hyperquant:e8:4.0";
+    kvq_err e = {0};
+    if (kvq_convert(dir, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+    enum { T = 12, STEPS = 24 };
+    int32_t ids[T + STEPS];
+    for (int i = 0; i < T; i++) ids[i] = 1 + (i * 37) % 250;
+    float *lg[2] = {NULL, NULL};
+    int V = 0;
+    long folds = 0, graphs = 0;
+    for (int f = 0; f < 2; f++) {
+        kvq_cuda_hqx_set_fold(f);
+        kvq_model *m = open_on(path, 1, KVQ_EXEC_INT8);
+        V = kvq_model_arch(m)->vocab_size;
+        lg[f] = malloc(sizeof(float) * (size_t)V * (T + STEPS));
+        const long f0 = kvq_cuda_hqx_fold_launches(), g0 = kvq_cuda_graph_launches();
+        if (kvq_model_forward(m, ids, T, 0, lg[f], 1, &e)) fail_msg("fold %d: %s", f, e.msg);
+        for (int t = 0; t < STEPS; t++) { // greedy from the run without the fold: both runs read the same tokens
+            float *l = lg[f] + (size_t)(T + t) * V, *prev = lg[0] + (size_t)(T - 1 + t) * V;
+            if (f == 0) {
+                int best = 0;
+                for (int i = 1; i < V; i++) best = prev[i] > prev[best] ? i : best;
+                ids[T + t] = best;
+            }
+            if (kvq_model_forward(m, ids + T + t, 1, T + t, l, 0, &e)) fail_msg("fold %d step %d: %s", f, t, e.msg);
+        }
+        if (f) folds = kvq_cuda_hqx_fold_launches() - f0, graphs = kvq_cuda_graph_launches() - g0;
+        else assert_int_equal(kvq_cuda_hqx_fold_launches(), f0);
+        kvq_model_close(m);
+    }
+    kvq_cuda_hqx_set_fold(-1);
+    int diff = 0;
+    for (int t = 0; t < T + STEPS; t++) diff += memcmp(lg[0] + (size_t)t * V, lg[1] + (size_t)t * V, sizeof(float) * V) != 0;
+    printf("  fold: t1k E8 4.0, prefill %d + %d steps: %d of %d logit rows differ, %ld folded launches, %ld graph launches\n", T,
+           STEPS, diff, T + STEPS, folds, graphs);
+    assert_int_equal(diff, 0);
+    assert_true(folds > 0);
+    assert_true(graphs > 0);
+    free(lg[0]);
+    free(lg[1]);
+    remove(path);
+    rmdir(out);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) printf("  could not remove %s\n", dir);
+}
+
 static kvq_model *open_kv(const char *path, int gpu, const char *spec, int window, int boundary) {
     kvq_model *m;
     const char *mb = getenv("KVQ_TEST_KV_BATCH"); // diagnosis: prefill chunks of this many tokens
@@ -1354,6 +1417,7 @@ int main(void) {
         cmocka_unit_test(test_kv_codecs),
         cmocka_unit_test(test_oracles),
         cmocka_unit_test(test_shared_and_converted),
+        cmocka_unit_test(test_fold_model),
     };
     // KVQ_TEST_FILTER="test_kv_rows": only the tests matching the pattern (cmocka's * and ?), for a short device call
     const char *f = getenv("KVQ_TEST_FILTER");

@@ -126,6 +126,17 @@ void kvq_cuda_hqx_set_trig(int on);
  *  below the token's) loaded before griddepcontrol.wait; 0 a plain launch; -1: the environment's
  *  (KVQ_CUDA_ATTN_PDL=0), else 1. The same bits either way. */
 void kvq_cuda_attn_set_pdl(int on);
+/** The one-token products of RMSNorm inputs (a decode step's q/k/v and gate/up products)
+ *  prepare their activation themselves, in each block's shared memory, instead of after a
+ *  preparation kernel (hqx_gemv1.cu, kernels/cuda/hqx_lay.h; the same bits): 1 on, 0 off, >= 2
+ *  on with at most max(mode, 3) blocks (tests: several rows a warp on small tensors); -1: the
+ *  environment's (KVQ_CUDA_FOLD=1 on), else 0 (the default until an H100 A/B says otherwise).
+ *  Taken where the persistent one-token kernel with a ring of 2 takes every part (E8 / RTN,
+ *  whole steps of 1024 columns), tiles 64..256, rows of cols % 4 == 0 floats 16-byte aligned,
+ *  up to kvq_hqx_fold_smem's budget (8192 columns); elsewhere the preparation kernel runs. */
+void kvq_cuda_hqx_set_fold(int mode);
+/** Folded one-token products launched (or captured into a graph) in this process (tests). */
+long kvq_cuda_hqx_fold_launches(void);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);
 /** Median time in ms of reps launches of the product alone (rotation included), by CUDA
@@ -137,7 +148,9 @@ kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kv
  *  library's stream, cycling over the n tensors t (equal columns; several copies keep the
  *  weights from being served by L2): the throughput a decode step's stream of kernels sees,
  *  without the host's launch latency. Median of 5 such runs. prep = 0: the product kernel
- *  alone (the activation preparation runs once, in the warm-up). */
+ *  alone (the activation preparation runs once, in the warm-up); 1: with its preparation; 2:
+ *  with an RMSNorm input (the preparation kernel's, or the product's own under
+ *  kvq_cuda_hqx_set_fold). */
 kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, int prep, double *ms, kvq_err *err);
 
 #ifdef __cplusplus

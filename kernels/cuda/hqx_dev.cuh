@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/hqx.h"
+#include "kernels/cuda/hqx_lay.h"
 
 struct kvq_cuda_hqx {
     kvq_hqx h;           // host copy of the scalars; array pointers below are device pointers
@@ -80,41 +81,8 @@ struct Parts {
     int n;
 };
 
-// Prepared activations of tg tokens in a tensor's scratch (hqx_fused.cu writes them): per
-// tile sx (int8 scale) and xs (float sum), the 8-vector sums s8 and the int8 codes xq. For one
-// token (tg = 1) s8 and xq are stored in the one-token product's lane order (hqx_gemv1.cu:
-// kvq_gemv1_xq_at, kvq_gemv1_s8_at) and xq is padded to whole steps of 1024 coordinates.
-struct Lay {
-    size_t sx, xs, s8, xq, total;
-};
-static __host__ __device__ inline size_t lay_al16(size_t b) { return (b + 15) & ~(size_t)15; }
-static __host__ __device__ inline Lay lay(int64_t cols_p, int T, int tg) {
-    Lay l;
-    const size_t tiles = (size_t)(cols_p / T);
-    l.sx = 0;
-    l.xs = l.sx + lay_al16(sizeof(float) * tiles * tg);
-    l.s8 = l.xs + lay_al16(sizeof(float) * tiles * tg);
-    l.xq = l.s8 + lay_al16(sizeof(int32_t) * (size_t)(cols_p / 8) * tg);
-    l.total = l.xq + (tg == 1 ? (size_t)((cols_p + 1023) & ~(int64_t)1023) : lay_al16((size_t)cols_p * tg));
-    return l;
-}
-
-// One-token lane order (hqx_gemv1.cu): step s covers chunks 16s..16s+15; lane l takes chunk
-// c = 16s + l/2, half h = l%2: coordinates 64c + 16h + [0, 16) ("lo", the low nibbles of q
-// bytes 16h..16h+15) and 64c + 32 + 16h + [0, 16) ("hi", their high nibbles). A step's xq is
-// 1024 bytes: the 32 lanes' lo bytes (16 each, lane order), then their hi bytes, so each
-// lane's 16-byte loads are consecutive across the warp. s8: the lane's four 8-vectors
-// (2h, 2h+1, 4+2h, 5+2h of its chunk) as 16 consecutive bytes.
-static __host__ __device__ inline int64_t kvq_gemv1_xq_at(int64_t i) {
-    const int64_t c = i >> 6;
-    const int k = (int)(i & 63);
-    return ((c >> 4) << 10) + ((int64_t)(k >> 5) << 9) + ((((c & 15) << 1) | ((k >> 4) & 1)) << 4) + (k & 15);
-}
-static __host__ __device__ inline int64_t kvq_gemv1_s8_at(int64_t v) {
-    const int64_t c = v >> 3;
-    const int k = (int)(v & 7);
-    return ((c * 2 + ((k >> 1) & 1)) << 2) + (k & 1) + ((k >> 2) << 1);
-}
+// The prepared activation's layouts (lay, the one-token lane order) and the folded product's
+// plan: kernels/cuda/hqx_lay.h (plain C, so that host tests check them).
 
 /** The one-token int8 product (hqx_gemv1.cu) over the prepared scratch of each part (lay(·,
  *  ·, 1)): y[row] (+)= W·x. pdl: launched as a programmatic dependent of the preparation
@@ -136,6 +104,15 @@ int kvq_cuda_hqx_mma_min(void);
 /** The several-token product on tensor cores (hqx_mma.cu) over the same lane-order scratch as
  *  kvq_cuda_hqx_gemv1_tokens, with the same bits per token as the one-token product. */
 kvq_status kvq_cuda_hqx_mma_tokens(Parts &P, int nt, int64_t ldy, int accumulate, int pdl, kvq_err *err);
+/** The one-token product of one token's RMSNorm input that prepares it itself in each block's
+ *  shared memory (KVQ_CUDA_FOLD=1, kvq_cuda_hqx_set_fold; hqx_gemv1.cu): no preparation kernel
+ *  before it, the bits of hqx_prep_i8h + kvq_cuda_hqx_gemv1. x: the token's raw row (cols
+ *  floats); xin: its RMSNorm (xin.y: NULL or where the normalized row is also written). _ok:
+ *  whether it takes the parts (the fold on, the persistent kernel with a ring of 2 for every
+ *  part, equal columns and tiles, kvq_hqx_fold_smem, a 16-byte aligned row). pdl: launched as a
+ *  programmatic dependent of the kernel before it on the stream (which must not write xin.w). */
+int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xin &xin);
+kvq_status kvq_cuda_hqx_gemv1_fold(Parts &P, const float *x, const kvq_cuda_xin &xin, int accumulate, int pdl, kvq_err *err);
 /** Benchmarks: one-token products skip the activation preparation (its scratch keeps the
  *  last one's), to time the product kernel alone. */
 void kvq_cuda_hqx_skip_prep(int on);

@@ -410,11 +410,14 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n
         }
         // several tokens: the one-token product's persistent kernel for all of them when it takes
         // every part (each weight chunk decoded once, the tokens' activations in its lane order)
+        const float *xt = d_x + (int64_t)t0 * t[0]->h.cols * (xin->kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1);
+        const kvq_cuda_xin xi = {xin->kind, xin->w, xin->eps, xin->y ? xin->y + (int64_t)t0 * t[0]->h.cols : NULL};
+        if (tg == 1 && kvq_cuda_hqx_gemv1_fold_ok(P, xt, xi)) { // KVQ_CUDA_FOLD=1: the product prepares its RMSNorm input
+            if ((s = kvq_cuda_hqx_gemv1_fold(P, xt, xi, accumulate, g_pdl, err))) return s;
+            continue;
+        }
         const int lanes = tg > 1 && kvq_cuda_hqx_gemv1_tokens_ok(P);
-        const cudaError_t pe = prep_launch(
-            dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), P,
-            d_x + (int64_t)t0 * t[0]->h.cols * (xin->kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1), tg,
-            kvq_cuda_xin{xin->kind, xin->w, xin->eps, xin->y ? xin->y + (int64_t)t0 * t[0]->h.cols : NULL}, lanes);
+        const cudaError_t pe = prep_launch(dim3((unsigned)((max_tiles + FW - 1) / FW), (unsigned)tg, (unsigned)n), P, xt, tg, xi, lanes);
         if (pe != cudaSuccess) return cu_fail(err, pe, g_prep ? "launch hqx_prep_i8h" : "launch hqx_prep_i8");
         if (tg == 1) {
             if ((s = kvq_cuda_hqx_gemv1(P, accumulate, g_pdl, err))) return s;

@@ -20,6 +20,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx_dev.cuh"
+#include "kernels/cuda/hqx_prep.cuh"
 
 #define G1_WARPS 8 // warps per block
 
@@ -334,23 +335,41 @@ static int g_mode_any = 0; // tests: the run-time-decided variant for every tens
 // run in the one-token order, so every token gets the bits a one-token product gives it.
 // Registers: NT = 2 and 4 take 3 blocks an SM (80 registers), 8 takes 2 (ptxas: 112-126).
 #define G1N_MINB(VB, DEPTH, NT) ((NT) == 1 ? G1_MINB(VB, 1, DEPTH) : (NT) <= 4 ? 3 : 2)
-template <int VB, int DEPTH, int MODE, int NT>
-__global__ void __launch_bounds__(G1_WARPS * 32, G1N_MINB(VB, DEPTH, NT)) hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate,
-                                                                                    uint32_t rb1, uint32_t rb2, uint32_t rtot,
-                                                                                    int nt, int64_t ldy, uint32_t lst, int trig) {
+// FOLD (KVQ_CUDA_FOLD=1; one token, a ring of 2): the product prepares its RMSNorm input
+// itself (hqx_prep.cuh, prep_fold) from the raw row F.x into shared memory and reads it there:
+// blocks of KVQ_HQX_FOLD_WARPS warps, one an SM, each serving one part (its sign seed: q, k and
+// v prepare differently) and its warps only that part's rows (kvq_hqx_fold_rows); a row's sums
+// are the same whichever warp takes it, so the same bits as the preparation kernel + product.
+struct G1F {
+    const float *x, *w; // the token's raw row (cols floats, 16-byte aligned), the norm's weights
+    float eps;
+    float *y;           // NULL, or where block 0 writes the normalized row
+    uint32_t b1, b2;    // the first blocks of parts 1 and 2 (kvq_hqx_fold_split)
+};
+template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false>
+__global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, DEPTH, NT))
+    hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int nt, int64_t ldy,
+                 uint32_t lst, int trig, const G1F F) {
+    static_assert(!FOLD || (NT == 1 && DEPTH == 2), "the fold: one token, a ring of 2 (64 registers at 1024 threads)");
     constexpr int NP = G1W<VB>::NP, QS = VB == 8 ? 64 : 32;
     constexpr int M = MODE == G1_E8 ? 2 : 1;
+    constexpr int WB = FOLD ? KVQ_HQX_FOLD_WARPS : G1_WARPS; // warps per block
     // trig (KVQ_CUDA_G1TRIG, default on): the kernel after may launch now (its blocks take the SMs' slots
     // as this grid's free; what it reads of this grid's output it reads after its own
     // griddepcontrol.wait, which waits for this grid's completion)
     if (trig) asm volatile("griddepcontrol.launch_dependents;");
     const int lane = threadIdx.x & 31, h = lane & 1, cl = lane >> 1;
-    const uint32_t gw = blockIdx.x * G1_WARPS + (threadIdx.x >> 5), W = gridDim.x * G1_WARPS;
+    uint32_t gw = blockIdx.x * WB + (threadIdx.x >> 5), W = gridDim.x * WB, rend = rtot;
+    int fp = 0; // FOLD: the block's part
+    if constexpr (FOLD) {
+        const kvq_hqx_fold_walk fw = kvq_hqx_fold_rows(blockIdx.x, threadIdx.x >> 5, gridDim.x, F.b1, F.b2, rb1, rb2, rtot);
+        gw = fw.first, W = fw.stride, rend = fw.end, fp = fw.part;
+    }
     const uint32_t cpr = (uint32_t)(P.d[0].cols_p / 64), tsh = __ffs(P.d[0].T) - 1, tiles = (uint32_t)(P.d[0].cols_p >> tsh),
                    S = cpr / 16, tps = 1024u >> tsh;
     const Lay L = lay(P.d[0].cols_p, P.d[0].T, 1);
     const int moff = VB == 8 ? 0 : M * P.d[0].off; // RTN: off 0
-    const uint32_t nrows = gw < rtot ? (rtot - 1 - gw) / W + 1 : 0;
+    const uint32_t nrows = gw < rend ? (rend - 1 - gw) / W + 1 : 0;
     const uint32_t n_items = nrows * S;
     // load cursor: the row's part and its lane's first chunk and tile; the step
     uint32_t lrow = gw, ls = 0, lg0 = 0, lt0 = 0;
@@ -381,7 +400,17 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1N_MINB(VB, DEPTH, NT)) hqx_ge
 #pragma unroll
     for (int j = 0; j < DEPTH - 1; j++)
         if (j < (int)n_items) load(j);
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    // FOLD: the part's activation, then the raw row (kvq_hqx_fold_smem). Static: a dynamic array
+    // anywhere in the module has cuobjdump report 1 KB of shared memory on every kernel of it
+    __shared__ __align__(16) unsigned char g1_sm[FOLD ? KVQ_HQX_FOLD_SMEM : 16];
+    if constexpr (FOLD) { // waits for the kernel before, as below
+        float *fy = blockIdx.x == 0 ? F.y : NULL;
+        if (P.d[fp].T == 64) prep_fold<2, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
+        else if (P.d[fp].T == 128) prep_fold<4, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
+        else prep_fold<8, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
+    } else {
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    }
     // use cursor: the row's part and local row, the step, its escape range, the two sums per token
     uint32_t urow = gw, us = 0, ur = 0, e0 = 0, e1 = 0;
     int up = 0;
@@ -400,7 +429,7 @@ __global__ void __launch_bounds__(G1_WARPS * 32, G1N_MINB(VB, DEPTH, NT)) hqx_ge
             e1 = __ldg(P.d[up].esc_row + ur + 1);
         }
         const Dev &d = P.d[up];
-        const unsigned char *fs = P.fs[up];
+        const unsigned char *fs = FOLD ? g1_sm : P.fs[up]; // the activation: shared memory (FOLD) or the scratch
         const G1W<VB> &w = buf[slot];
         const uint32_t c = us * 16 + cl;
         if constexpr (NT == 1) { // the one-token loop as it was measured (issue 12's table)
@@ -533,7 +562,7 @@ template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(c
     const int64_t need = (rtot + G1_WARPS - 1) / G1_WARPS, cap = (int64_t)g_sm_count * occ;
     cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst, g_trig);
+    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst, g_trig, G1F{});
 }
 template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
                                                           uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {
@@ -702,6 +731,107 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
         }
         if (e != cudaSuccess) return cu_fail(err, e, "launch hqx_gemv1");
         CU_LAUNCHED("hqx_gemv1");
+    }
+    return KVQ_OK;
+}
+
+// ---- The fold (issue 12, 2026-11-27, session 16): the one-token product of an RMSNorm input
+// (a decode step's q/k/v and gate/up products) prepares it itself, so no preparation kernel
+// runs before it (hqx_prep_i8h: ~4.5 µs each on the H100, mostly launch and a grid's end).
+
+static int g_fold = -1; // kvq_cuda_hqx_set_fold
+static long g_fold_n = 0; // folded launches (tests)
+
+extern "C" void kvq_cuda_hqx_set_fold(int mode) {
+    if (mode < 0) {
+        const char *e = getenv("KVQ_CUDA_FOLD");
+        mode = e && e[0] == '1' && !e[1];
+    }
+    g_fold = mode > 0 ? mode : 0;
+}
+
+extern "C" long kvq_cuda_hqx_fold_launches(void) { return g_fold_n; }
+
+int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xin &xin) {
+    if (g_fold < 0) kvq_cuda_hqx_set_fold(-1);
+    if (g_persist < 0) kvq_cuda_hqx_set_persist(-1);
+    if (!g_fold || g_persist != 2 || g_sm_count < MAXP || xin.kind != KVQ_CUDA_XIN_RMSNORM || !xin.w || (uintptr_t)x % 16)
+        return 0;
+    const Dev &d0 = P.d[0];
+    if (!kvq_hqx_fold_smem(d0.cols, d0.cols_p, d0.T)) return 0;
+    for (int p = 0; p < P.n; p++) {
+        const Dev &d = P.d[p];
+        if (d.cols != d0.cols || d.cols_p != d0.cols_p || d.T != d0.T) return 0;
+        if (!g1p_applies(P, d.vbits, g1_mode(P, d.vbits))) return 0; // E8/RTN, whole steps, 32-bit chunk indices
+    }
+    return 1;
+}
+
+// The folded launch of parts Q (one value width; rows[p] rows each): one block an SM (what the
+// occupancy calculator gives at the largest shared memory), at most g_fold of them when that
+// is >= 3 (tests), split between the parts by kvq_hqx_fold_split.
+template <int VB, int MODE>
+static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F) {
+    static int occ = 0;
+    if (!occ) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, 2, MODE, 1, true>, KVQ_HQX_FOLD_WARPS * 32, 0);
+        if (occ < 1) occ = 1;
+    }
+    int grid = g_sm_count * occ, nb[MAXP];
+    if (g_fold >= 2 && g_fold < grid) grid = g_fold > MAXP ? g_fold : MAXP;
+    const int tot = kvq_hqx_fold_split(rows, Q.n, grid, nb);
+    if (!tot) return cudaErrorInvalidConfiguration;
+    F.b1 = (uint32_t)nb[0];
+    F.b2 = (uint32_t)(nb[0] + nb[1]);
+    cfg.gridDim = dim3((unsigned)tot);
+    const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = rb2 + (uint32_t)rows[2];
+    if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
+    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, 2, MODE, 1, true>, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
+}
+template <int VB>
+static cudaError_t g1f_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &Q, int accumulate, const int64_t *rows,
+                                const G1F &F) {
+    return mode == G1_E8 ? g1f_launch<VB, G1_E8>(cfg, Q, accumulate, rows, F) : g1f_launch<VB, G1_RTN>(cfg, Q, accumulate, rows, F);
+}
+
+kvq_status kvq_cuda_hqx_gemv1_fold(Parts &P, const float *x, const kvq_cuda_xin &xin, int accumulate, int pdl, kvq_err *err) {
+    if (!kvq_cuda_hqx_gemv1_fold_ok(P, x, xin))
+        return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: the folded one-token product does not take these parts");
+    // one launch per value width among the parts, as kvq_cuda_hqx_gemv1; each prepares its own
+    // parts; the first (with part 0, whose block 0 writes the normalized row) follows the kernel
+    // before as a programmatic dependent
+    unsigned done = 0;
+    for (int p0 = 0; p0 < P.n; p0++) {
+        const int vb = P.d[p0].vbits;
+        if (done & (1u << vb)) continue;
+        done |= 1u << vb;
+        Parts Q = P;
+        int n = 0;
+        int64_t rows[MAXP] = {0, 0, 0};
+        for (int p = 0; p < P.n; p++) {
+            if (P.d[p].vbits != vb) continue;
+            Q.d[n] = P.d[p];
+            Q.fs[n] = P.fs[p];
+            Q.y[n] = P.y[p];
+            rows[n++] = P.d[p].rows;
+        }
+        Q.n = n;
+        cudaLaunchAttribute at;
+        cudaLaunchConfig_t cfg = g1_cfg(dim3(1), pdl && p0 == 0, &at); // the grid: g1f_launch
+        cfg.blockDim = dim3(KVQ_HQX_FOLD_WARPS * 32); // shared memory: static, the budget (kvq_hqx_fold_smem fits it)
+        const G1F F = {x, xin.w, xin.eps, p0 == 0 ? xin.y : NULL, 0u, 0u};
+        const int mode = g1_mode(P, vb);
+        cudaError_t e;
+        switch (vb) {
+        case 4: e = g1f_launch_w<4>(cfg, mode, Q, accumulate, rows, F); break;
+        case 5: e = g1f_launch_w<5>(cfg, mode, Q, accumulate, rows, F); break;
+        case 6: e = g1f_launch_w<6>(cfg, mode, Q, accumulate, rows, F); break;
+        case 7: e = g1f_launch_w<7>(cfg, mode, Q, accumulate, rows, F); break;
+        default: e = g1f_launch_w<8>(cfg, mode, Q, accumulate, rows, F); break;
+        }
+        if (e != cudaSuccess) return cu_fail(err, e, "launch hqx_gemv1 (folded)");
+        CU_LAUNCHED("hqx_gemv1p folded");
+        g_fold_n++;
     }
     return KVQ_OK;
 }

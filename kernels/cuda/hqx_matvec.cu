@@ -245,7 +245,7 @@ extern "C" kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, dou
 
 extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, int prep, double *ms,
                                                kvq_err *err) {
-    float *dx = NULL, *dy = NULL;
+    float *dx = NULL, *dy = NULL, *dw = NULL;
     int64_t cols = t[0]->h.cols, rows = 0;
     for (int i = 0; i < n; i++) {
         if (t[i]->h.cols != cols) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: time_stream: tensors differ in columns");
@@ -253,20 +253,27 @@ extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, in
     }
     CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * (size_t)cols));
     CU_TRY(cudaMalloc((void **)&dy, sizeof(float) * (size_t)rows));
+    CU_TRY(cudaMalloc((void **)&dw, sizeof(float) * (size_t)cols));
     {
         kvq_status r = upload_random(dx, (size_t)cols, err);
+        if (!r) r = upload_random(dw, (size_t)cols, err); // prep 2: the norm's weights
         if (r) return r;
     }
+    // prep 2: the input is RMSNorm'd on the way in (a decode step's q/k/v and gate/up products:
+    // the preparation kernel's RMSNorm, or the fold's, kvq_cuda_hqx_set_fold)
+    const kvq_cuda_xin xin = {prep == 2 ? KVQ_CUDA_XIN_RMSNORM : KVQ_CUDA_XIN_NONE, dw, 1e-5f, NULL};
+    const int64_t r0 = 0;
+    auto one = [&](kvq_cuda_hqx *u) { return kvq_cuda_hqx_matmul_parts_in(&u, 1, &r0, dx, &xin, 1, dy, rows, 0, err); };
     cudaEvent_t a, b;
     CU_TRY(cudaEventCreate(&a));
     CU_TRY(cudaEventCreate(&b));
     std::vector<float> tv;
     kvq_status s = KVQ_OK;
-    for (int i = 0; i < 2 * n && !s; i++) s = kvq_cuda_hqx_matmul(t[i % n], dx, 1, dy, rows, 0, err); // warm-up
+    for (int i = 0; i < 2 * n && !s; i++) s = one(t[i % n]); // warm-up
     kvq_cuda_hqx_skip_prep(!prep);
     for (int k = 0; k < 5 && !s; k++) {
         cudaEventRecord(a, kvq_cuda_stream());
-        for (int r = 0; r < reps && !s; r++) s = kvq_cuda_hqx_matmul(t[r % n], dx, 1, dy, rows, 0, err);
+        for (int r = 0; r < reps && !s; r++) s = one(t[r % n]);
         cudaEventRecord(b, kvq_cuda_stream());
         cudaEventSynchronize(b);
         float f = 0.0f;
@@ -279,6 +286,7 @@ extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, in
     cudaEventDestroy(b);
     cudaFree(dx);
     cudaFree(dy);
+    cudaFree(dw);
     if (s) return s;
     if (e != cudaSuccess) return cu_fail(err, e, "time_stream");
     std::sort(tv.begin(), tv.end());

@@ -206,27 +206,13 @@ static __device__ __forceinline__ float row_rinv_wide(const float *__restrict__ 
     return rinv_of(ss, n, eps);
 }
 
-// 1/rms of the block's token row from shared memory (sh: the row's n/4 float4s, loaded by the
-// block's NT threads, K at most each): warp 0 sums in row_rinv's order (lane l: float4s l, l+32, ...; one warp's
-// shared reads, the other seven would only queue behind it) and hands 1/rms to the block.
-// Every thread of the block must call it.
-template <int NT, int K>
-static __device__ __forceinline__ float row_rinv_smem(const float4 *__restrict__ x4, int64_t n, float eps, float4 *sh) {
-    const int64_t n4 = n / 4; // <= NT·K: every load of a thread in flight at once, then stored
+// 1/rms of a row of n floats already in shared memory (sh: its n/4 float4s, 16-byte aligned),
+// summed by warp 0 in row_rinv's order (lane l: float4s l, l+32, ..., each x, y, z, w in
+// turn; one warp's shared reads, the others would only queue behind it) and handed to the
+// block. Every thread of the block must call it.
+static __device__ __forceinline__ float row_rinv_sh(const float4 *__restrict__ sh, int64_t n, float eps) {
+    const int64_t n4 = n / 4;
     const int lane = threadIdx.x & 31;
-    float4 v[K];
-#pragma unroll
-    for (int k = 0; k < K; k++) { // past the row: its last float4 again (unpredicated loads, which ptxas issues together)
-        const int64_t c = threadIdx.x + k * NT;
-        v[k] = ld_pl4(x4 + (c < n4 ? c : n4 - 1));
-    }
-#pragma unroll
-    for (int k = 0; k < K; k++) // asm volatile as the loads: the compiler keeps every store after every load
-        if (threadIdx.x + k * NT < n4)
-            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"((uint32_t)__cvta_generic_to_shared(sh + threadIdx.x + k * NT)),
-                         "f"(v[k].x), "f"(v[k].y), "f"(v[k].z), "f"(v[k].w)
-                         : "memory");
-    __syncthreads();
     __shared__ float rr;
     if (threadIdx.x < 32) {
         float ss = 0.0f;
@@ -241,6 +227,27 @@ static __device__ __forceinline__ float row_rinv_smem(const float4 *__restrict__
     }
     __syncthreads();
     return rr;
+}
+
+// 1/rms of the block's token row from shared memory (sh: the row's n/4 float4s, loaded by the
+// block's NT threads, K at most each), then row_rinv_sh. Every thread of the block must call it.
+template <int NT, int K>
+static __device__ __forceinline__ float row_rinv_smem(const float4 *__restrict__ x4, int64_t n, float eps, float4 *sh) {
+    const int64_t n4 = n / 4; // <= NT·K: every load of a thread in flight at once, then stored
+    float4 v[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) { // past the row: its last float4 again (unpredicated loads, which ptxas issues together)
+        const int64_t c = threadIdx.x + k * NT;
+        v[k] = ld_pl4(x4 + (c < n4 ? c : n4 - 1));
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) // asm volatile as the loads: the compiler keeps every store after every load
+        if (threadIdx.x + k * NT < n4)
+            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"((uint32_t)__cvta_generic_to_shared(sh + threadIdx.x + k * NT)),
+                         "f"(v[k].x), "f"(v[k].y), "f"(v[k].z), "f"(v[k].w)
+                         : "memory");
+    __syncthreads();
+    return row_rinv_sh(sh, n, eps);
 }
 
 // prep_tile with the same bits and a shorter chain of memory round trips. Before
@@ -303,6 +310,74 @@ static __device__ __forceinline__ void kvq_hqx_prep1_tile(const Dev &d, unsigned
     case 512: prep_tile<16>(d, x, xi, q, a, b, c, lane, j, true); break;
     default: prep_tile<32>(d, x, xi, q, a, b, c, lane, j, true); break;
     }
+}
+
+// ---- the RMSNorm preparation inside the one-token product (hqx_gemv1.cu, KVQ_CUDA_FOLD=1)
+
+// One part's activation prepared by the block of the one-token product that will read it, into
+// its shared memory sm (kvq_hqx_fold_smem: the layout L = lay(cols_p, T, 1) in the product's lane
+// order, then the raw row), with hqx_prep_i8h's bits: 1/rms by row_rinv_sh (row_rinv's order),
+// each coordinate by xin_of, each tile by prep_tile_q. Before griddepcontrol.wait (this function
+// waits) only what the kernel before does not write: the norm's weights of the warp's first WP
+// tiles (its tiles of a 4096-wide row: few registers beside the product's ring) and their sign
+// words. After it the row comes in by cp.async (16 bytes, cached in L2 only: what the kernel
+// before wrote, no stale L1 line, no registers), then warp w prepares tiles w, w + NW, ... (NW:
+// the block's warps). y: NULL, or where the normalized row also goes (one block of the grid
+// writes it). Every thread of the block calls it; the activation is complete in sm when it
+// returns.
+template <int R, int NW>
+static __device__ __forceinline__ void prep_fold(const Dev &d, const float *__restrict__ x, const float *__restrict__ w, float eps,
+                                                 float *y, unsigned char *sm, const Lay &L) {
+    constexpr int T = 32 * R, WP = 4096 / (T * NW) > 1 ? 4096 / (T * NW) : 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t tiles = d.cols_p / T, cols = d.cols;
+    float wr[WP][R];
+    uint64_t swr[WP]; // and their sign words (a hash: arithmetic only), while the loads fly
+#pragma unroll
+    for (int i = 0; i < WP; i++) {
+        const int64_t j = warp + (int64_t)i * NW, base = j * T + (int64_t)lane * R;
+#pragma unroll
+        for (int r = 0; r < R; r++) wr[i][r] = base + r < cols ? __ldg(w + base + r) : 0.0f;
+        swr[i] = d.rotate && j < tiles ? prep_signs<R>(d, lane, j) : 0;
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory"); // the kernel before: complete, its writes visible
+    float4 *row = (float4 *)(sm + L.total);
+    const float4 *x4 = (const float4 *)x;
+    for (int64_t c = threadIdx.x; c < cols / 4; c += NW * 32)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(row + c)), "l"(x4 + c)
+                     : "memory");
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    const float rr = row_rinv_sh(row, cols, eps);
+    const float *rf = (const float *)row;
+    int8_t *xq = (int8_t *)(sm + L.xq);
+    float *sx = (float *)(sm + L.sx), *xs = (float *)(sm + L.xs);
+    int32_t *s8 = (int32_t *)(sm + L.s8);
+    auto tile = [&](int64_t j, const float (&wv)[R], bool have_sw, uint64_t sw) {
+        const int64_t base = j * T + (int64_t)lane * R;
+        float v[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) v[r] = base + r < cols ? xin_of(KVQ_CUDA_XIN_RMSNORM, rf[base + r], wv[r], 0.0f, rr) : 0.0f;
+        if (y)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (base + r < cols) y[base + r] = v[r];
+        if (have_sw) prep_tile_q<R, true>(d, v, sw, xq, sx, xs, s8, lane, j, true);
+        else prep_tile_q<R, false>(d, v, 0, xq, sx, xs, s8, lane, j, true);
+    };
+#pragma unroll
+    for (int i = 0; i < WP; i++) {
+        const int64_t j = warp + (int64_t)i * NW;
+        if (j < tiles) tile(j, wr[i], true, swr[i]);
+    }
+    for (int64_t j = warp + (int64_t)WP * NW; j < tiles; j += NW) { // rows wider than WP·NW tiles
+        const int64_t base = j * T + (int64_t)lane * R;
+        float wv[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) wv[r] = base + r < cols ? __ldg(w + base + r) : 0.0f;
+        tile(j, wv, false, 0);
+    }
+    __syncthreads();
 }
 
 #endif

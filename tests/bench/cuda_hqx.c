@@ -7,6 +7,8 @@
 // its fraction of copy bandwidth (bytes read per second over the copy's bytes read + written
 // per second), the float product and the 8-token product (one call each). tests/bench/cuda_hqx_peer.py times torch's bf16
 // GEMV on the same shapes (run both in one call).
+// KVQ_HQX_FOLD=1: also an RMSNorm input streamed both ways, the preparation kernel + product
+// against the product preparing it itself (kvq_cuda_hqx_set_fold), per shape and codec.
 // usage: cuda_hqx [ROWSxCOLS ...]   (default: Llama-3-8B's layer shapes and 8192², 16384²)
 #include <math.h>
 #include <stdio.h>
@@ -74,6 +76,7 @@ int main(int argc, char **argv) {
     // for each rows-per-warp choice, and without programmatic dependent launch
     const int n_codec = getenv("KVQ_HQX_CODECS") ? atoi(getenv("KVQ_HQX_CODECS")) : 3;
     const int sweep = getenv("KVQ_HQX_SWEEP") && atoi(getenv("KVQ_HQX_SWEEP"));
+    const int fold = getenv("KVQ_HQX_FOLD") && atoi(getenv("KVQ_HQX_FOLD")); // time the fold (kvq_cuda_hqx_set_fold)
     printf("| shape | codec | stored bits/w | held bits/w | width | one call ms | streamed ms | streamed GB/s | "
            "of copy BW | product alone ms | of copy BW | float ms | 8 tokens ms | 16 tokens ms |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -119,6 +122,18 @@ int main(int argc, char **argv) {
             if (sweep) {
                 kvq_cuda_hqx_set_decode(rw ? atoi(rw) : 0);
                 kvq_cuda_hqx_set_pdl(1);
+            }
+            if (fold) { // an RMSNorm input: hqx_prep_i8h + the product against the product preparing it (KVQ_CUDA_FOLD)
+                double m0 = 0, m1 = 0;
+                kvq_cuda_hqx_set_fold(0);
+                if (kvq_cuda_hqx_time_stream(t, nc, 100, 2, &m0, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+                kvq_cuda_hqx_set_fold(1);
+                const long f1 = kvq_cuda_hqx_fold_launches();
+                if (kvq_cuda_hqx_time_stream(t, nc, 100, 2, &m1, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+                const long f2 = kvq_cuda_hqx_fold_launches();
+                kvq_cuda_hqx_set_fold(-1);
+                printf("|   fold %s %s | rmsnorm: preparation + product %.4f ms | folded %.4f ms (%ld launches folded) | "
+                       "%+.2f us a product |\n", sh, codecs[ci], m0, m1, f2 - f1, 1e3 * (m1 - m0));
             }
             fflush(stdout);
             for (int k = 0; k < nc; k++) kvq_cuda_hqx_free(t[k]);

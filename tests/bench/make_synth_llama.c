@@ -3,7 +3,7 @@
 // safetensors writer, with config.json (transformers 5 form) and a tokenizer copied from a
 // small model (its ids are all below the vocabulary). For runtime and conversion benchmarks
 // where decode must be memory-bound as on real models.
-// usage: make_synth_llama 1b|8b|t128|t3g OUTDIR [TOKENIZER_DIR] [SEED] [LAYERS]
+// usage: make_synth_llama 1b|8b|t128|t3g|t1k OUTDIR [TOKENIZER_DIR] [SEED] [LAYERS]
 //   LAYERS: fewer layers than the preset (same tensor shapes; config.json says so), for a
 //   checkpoint of a chosen size: 8b with 5 layers is 4.3 GB, its largest tensors 1.05 GB.
 //   1b: Llama-3.2-1B (2048, 16 layers, 32/8 heads, ffn 8192, vocab 128256, tied, llama3 RoPE)
@@ -13,6 +13,9 @@
 //         GPU KV-codec tests (test_cuda_model)
 //   t3g: as t128 but 384 wide, 6/2 heads (head_dim 64, 3 query heads per KV head: a shape the GPU
 //        KV-codec kernels refuse; test_cuda_model checks the refusal)
+//   t1k: as t128 but 1024 wide, 8/2 heads, ffn 2048: the narrowest shape whose q/k/v and
+//        gate/up inputs are whole steps of the one-token product (its persistent kernel and the
+//        fold, KVQ_CUDA_FOLD; test_cuda_model)
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +36,7 @@ static const preset P1B = {"1b", 2048, 16, 32, 8, 8192, 128256, 1};
 static const preset P8B = {"8b", 4096, 32, 32, 8, 14336, 128256, 0};
 static const preset PT128 = {"t128", 512, 2, 4, 1, 1024, 4096, 0};
 static const preset PT3G = {"t3g", 384, 2, 6, 2, 768, 4096, 0};
+static const preset PT1K = {"t1k", 1024, 2, 8, 2, 2048, 4096, 0};
 
 // A bf16 tensor of rows × cols (cols 0: a norm vector of ones).
 static kvq_tensor make(char *name, int64_t rows, int64_t cols, uint64_t *rng) {
@@ -81,11 +85,16 @@ static int copy_file(const char *from, const char *to) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || (strcmp(argv[1], "1b") && strcmp(argv[1], "8b") && strcmp(argv[1], "t128") && strcmp(argv[1], "t3g"))) {
-        fprintf(stderr, "usage: make_synth_llama 1b|8b|t128|t3g OUTDIR [TOKENIZER_DIR] [SEED] [LAYERS]\n");
+    if (argc < 3 || (strcmp(argv[1], "1b") && strcmp(argv[1], "8b") && strcmp(argv[1], "t128") && strcmp(argv[1], "t3g") &&
+                     strcmp(argv[1], "t1k"))) {
+        fprintf(stderr, "usage: make_synth_llama 1b|8b|t128|t3g|t1k OUTDIR [TOKENIZER_DIR] [SEED] [LAYERS]\n");
         return 2;
     }
-    preset P = !strcmp(argv[1], "1b") ? P1B : !strcmp(argv[1], "8b") ? P8B : !strcmp(argv[1], "t3g") ? PT3G : PT128;
+    preset P = !strcmp(argv[1], "1b")    ? P1B
+               : !strcmp(argv[1], "8b")  ? P8B
+               : !strcmp(argv[1], "t3g") ? PT3G
+               : !strcmp(argv[1], "t1k") ? PT1K
+                                         : PT128;
     if (argc > 5) {
         int l = atoi(argv[5]);
         if (l < 1 || l > P.layers) { fprintf(stderr, "make_synth_llama: LAYERS must be 1..%d\n", P.layers); return 2; }
