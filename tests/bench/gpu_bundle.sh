@@ -6,6 +6,7 @@
 # suites read, with MODELS=1; MODELS=2 the two small ones, xz'd). The libraries (.cu/pack.tar.xz) are made once (ldd of the tools, dpkg -x).
 # usage: [KEEP=1] bash tests/bench/gpu_bundle.sh [extra binaries...]
 set -eu
+export XZ_OPT=${XZ_OPT:--9e} # one dictionary over all the binaries: they share most kernels (42 -> 20 MB for five tools, session 16)
 make -j2 all build/tests/test_cuda_hqx build/tests/test_cuda_model build/tests/test_cuda_kv build/tests/test_cuda_pq \
   build/bench/cuda_hqx build/bench/make_synth_llama build/bench/cuda_kv_attn build/bench/cuda_pq >/dev/null
 mkdir -p .cu
