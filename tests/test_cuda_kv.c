@@ -318,6 +318,19 @@ static void test_oct_layout_score(void **state) {
         }
 }
 
+// Chunk code ch (0..3) of lane word group L in an HQMQ / HQMQO row (the kernel's read: the lane's nw
+// 32-bit words, the 4 codes of `bits` bits back to back, LSB first).
+static uint32_t hqmq_code_at(const uint8_t *row, int nw, int L, int ch, int bits) {
+    uint64_t lw[4] = {0};
+    for (int p = 0; p < nw; p++) {
+        uint32_t w32;
+        memcpy(&w32, row + 4 * (nw * L + p), 4);
+        lw[p] = w32;
+    }
+    const int lo = ch * bits / 32, sh = ch * bits % 32;
+    return (uint32_t)(((lw[lo] | lw[lo + 1] << 32) >> sh) & ((1u << bits) - 1));
+}
+
 // HQMQ in the GPU layout, on the CPU: the kernel's read-back (hqmq_values: lane L's words of 4
 // chunk codes idx | r << ib, r·C[idx] × σ/(2^b_r − 1)) against the codec's decoder: max |diff| ≤
 // 1e-6·max|x̂|.
@@ -348,15 +361,8 @@ static void test_hqmq_layout(void **state) {
             const float sig = kvq_f16_to_f32((uint16_t)(img[so + 2 * pos] | img[so + 2 * pos + 1] << 8)) / (float)((1 << in.br) - 1);
             double mx = 0, md = 0;
             for (int L = 0; L < D / 16; L++) {
-                uint64_t lw[4] = {0};
-                for (int p = 0; p < nw; p++) {
-                    uint32_t w32;
-                    memcpy(&w32, img + (size_t)pos * rb + 4 * (nw * L + p), 4);
-                    lw[p] = w32;
-                }
                 for (int ch = 0; ch < 4; ch++) {
-                    const int lo = ch * bits / 32, sh = ch * bits % 32;
-                    const uint32_t code = (uint32_t)(((lw[lo] | lw[lo + 1] << 32) >> sh) & ((1u << bits) - 1));
+                    const uint32_t code = hqmq_code_at(img + (size_t)pos * rb, nw, L, ch, bits);
                     const float *C = in.cb + 4 * (code & ((1u << in.ib) - 1));
                     for (int j = 0; j < 4; j++) {
                         const int i = 16 * L + 4 * ch + j;
@@ -617,15 +623,8 @@ static void hqmqo_readback(const kvq_kv_hqmq_info *in, int bits, const uint8_t *
     *n_out = no;
     const float sig = kvq_f16_to_f32(hs) / (float)((1 << in->br) - 1);
     for (int L = 0; L < D / 16; L++) {
-        uint64_t lw[4] = {0};
-        for (int p = 0; p < nw; p++) {
-            uint32_t w32;
-            memcpy(&w32, img + (size_t)pos * rb + 4 * (nw * L + p), 4);
-            lw[p] = w32;
-        }
         for (int ch = 0; ch < 4; ch++) {
-            const int lo = ch * bits / 32, sh = ch * bits % 32;
-            const uint32_t code = (uint32_t)(((lw[lo] | lw[lo + 1] << 32) >> sh) & ((1u << bits) - 1));
+            const uint32_t code = hqmq_code_at(img + (size_t)pos * rb, nw, L, ch, bits);
             const uint32_t ci = code & ((1u << in->ib) - 1);
             for (int j = 0; j < 4; j++) {
                 const int i = 16 * L + 4 * ch + j;

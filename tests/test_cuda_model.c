@@ -421,6 +421,25 @@ static void test_prefill_tile(void **st) {
             "against the host in double\n", worst[1], worst[0]);
 }
 
+// A model of its own (opened now: graphs captured with the process's current settings) against
+// the default's prefill logits lg (T rows) and one-token decode logits ld: the rows that differ
+// in any bit (ls: a row of scratch).
+static int rows_differ(const char *path, kvq_exec ex, const int32_t *ids, int T, int V, const float *lg, const float *ld,
+                       float *ls, const char *what, int mode) {
+    kvq_err e = {0};
+    kvq_model *gp = open_on(path, 1, ex);
+    float *lp = malloc(sizeof(float) * T * V);
+    if (kvq_model_forward(gp, ids, T, 0, lp, 1, &e)) fail_msg("%s %d: %s", what, mode, e.msg);
+    int n = memcmp(lp, lg, sizeof(float) * T * V) != 0;
+    free(lp);
+    for (int t = 0; t < T; t++) {
+        if (kvq_model_forward(gp, ids + t, 1, t, ls, 0, &e)) fail_msg("%s %d: %s", what, mode, e.msg);
+        n += memcmp(ls, ld + (size_t)t * V, sizeof(float) * V) != 0;
+    }
+    kvq_model_close(gp);
+    return n;
+}
+
 // CPU and GPU logits for ids; the GPU's prefill against its own token-by-token decode;
 // greedy continuations of n_greedy tokens. ref: HF logits (or NULL). The GPU's decode steps
 // run as a captured CUDA graph replayed at each position.
@@ -486,16 +505,7 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
     int prep_diff = 0;
     for (int mode = 1; mode <= 3 && ex == KVQ_EXEC_INT8; mode++) { // the int8 products prepare
         kvq_cuda_hqx_set_prep(mode);
-        kvq_model *gp = open_on(path, 1, ex);
-        float *lp = malloc(sizeof(float) * T * V);
-        if (kvq_model_forward(gp, ids, T, 0, lp, 1, &e)) fail_msg("prep %d: %s", mode, e.msg);
-        prep_diff += memcmp(lp, lg, sizeof(float) * T * V) != 0;
-        free(lp);
-        for (int t = 0; t < T; t++) {
-            if (kvq_model_forward(gp, ids + t, 1, t, ls, 0, &e)) fail_msg("prep %d: %s", mode, e.msg);
-            prep_diff += memcmp(ls, ld + (size_t)t * V, sizeof(float) * V) != 0;
-        }
-        kvq_model_close(gp);
+        prep_diff += rows_differ(path, ex, ids, T, V, lg, ld, ls, "prep", mode);
         kvq_cuda_hqx_set_prep(-1);
     }
     // the decode step's launch overlap (the split attention a programmatic dependent, the
@@ -504,16 +514,7 @@ static void compare(const char *path, const int32_t *ids, int T, const float *re
     for (int mode = 0; mode <= 2 && ex == KVQ_EXEC_INT8; mode++) {
         kvq_cuda_attn_set_pdl(mode & 1);
         kvq_cuda_hqx_set_trig(mode >> 1);
-        kvq_model *gp = open_on(path, 1, ex);
-        float *lp = malloc(sizeof(float) * T * V);
-        if (kvq_model_forward(gp, ids, T, 0, lp, 1, &e)) fail_msg("overlap %d: %s", mode, e.msg);
-        prep_diff += memcmp(lp, lg, sizeof(float) * T * V) != 0;
-        free(lp);
-        for (int t = 0; t < T; t++) {
-            if (kvq_model_forward(gp, ids + t, 1, t, ls, 0, &e)) fail_msg("overlap %d: %s", mode, e.msg);
-            prep_diff += memcmp(ls, ld + (size_t)t * V, sizeof(float) * V) != 0;
-        }
-        kvq_model_close(gp);
+        prep_diff += rows_differ(path, ex, ids, T, V, lg, ld, ls, "overlap", mode);
         kvq_cuda_attn_set_pdl(-1);
         kvq_cuda_hqx_set_trig(-1);
     }
