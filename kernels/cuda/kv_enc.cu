@@ -283,6 +283,28 @@ __global__ void __launch_bounds__(D) enc_hqkv(enc_p p) {
     kvq_gkv_write_row<B, D>(reg + (size_t)pos * ROWB(B), c, i);
 }
 
+// A chunk's norm ‖x4‖ (double, in order, as kv_hqmq.c), and its code given the token's σ (fp32; the
+// fp16 rounding is applied here) and L = 2^b_r − 1: the direction index of x4 / r by
+// kvq_ke_hqmq_search, the radius round(r·L / fp16(σ)) capped at L — enc_hqmq's and enc_hqmqo's inliers.
+__device__ __forceinline__ float hqmq_chunk_norm(const float *x4) {
+    double n2 = 0.0;
+    for (int j = 0; j < 4; j++) {
+        const double a = (double)x4[j];
+        n2 = __dadd_rn(n2, __dmul_rn(a, a));
+    }
+    return __double2float_rn(__dsqrt_rn(n2));
+}
+__device__ __forceinline__ uint32_t hqmq_chunk_code(const enc_p &p, int hd, const float *x4, float rk, float sig, int L) {
+    const float sq = __half2float(__float2half_rn(sig));
+    float u[4] = {1.0f, 0.0f, 0.0f, 0.0f};
+    if (rk > 0)
+        for (int j = 0; j < 4; j++) u[j] = __fdiv_rn(x4[j], rk);
+    const int idx = kvq_ke_hqmq_search(p.cxi + (size_t)hd * p.n_sec * 4, p.n_sec, u);
+    int q = sq > 0 ? __float2int_rn(__fdiv_rn(FM(rk, (float)L), sq)) : 0;
+    q = q > L ? L : q;
+    return (uint32_t)idx | (uint32_t)q << p.ibits;
+}
+
 // hqmq:s<S>:r<b_r> (no outliers), B = index bits + b_r: per chunk k (thread k < 32) r = ‖chunk‖
 // (double, in order), σ = max r, fp16; the direction index by kvq_ke_hqmq_search of chunk / r,
 // the radius lrintf(r·(2^b_r − 1)/fp16(σ)) capped; codes idx | radius << ibits into the lanes'
@@ -298,14 +320,7 @@ __global__ void __launch_bounds__(D) enc_hqmq(enc_p p) {
     uint8_t *reg = p.base + (size_t)ri * p.region;
     xs[i] = ring_x<D>(p, ri, pos);
     __syncthreads();
-    if (i < NCH) {
-        double n2 = 0.0;
-        for (int j = 0; j < 4; j++) {
-            const double a = (double)xs[4 * i + j];
-            n2 = __dadd_rn(n2, __dmul_rn(a, a));
-        }
-        r[i] = __double2float_rn(__dsqrt_rn(n2));
-    }
+    if (i < NCH) r[i] = hqmq_chunk_norm(xs + 4 * i);
     __syncthreads();
     if (i == 0) {
         float sg = 0.0f;
@@ -315,16 +330,7 @@ __global__ void __launch_bounds__(D) enc_hqmq(enc_p p) {
     }
     __syncthreads();
     const int br = B - p.ibits, L = (1 << br) - 1;
-    if (i < NCH) {
-        const float sq = __half2float(__float2half_rn(sh_sig)), rk = r[i];
-        float u[4] = {1.0f, 0.0f, 0.0f, 0.0f};
-        if (rk > 0)
-            for (int j = 0; j < 4; j++) u[j] = __fdiv_rn(xs[4 * i + j], rk);
-        const int idx = kvq_ke_hqmq_search(p.cxi + (size_t)hd * p.n_sec * 4, p.n_sec, u);
-        int q = sq > 0 ? __float2int_rn(__fdiv_rn(FM(rk, (float)L), sq)) : 0;
-        q = q > L ? L : q;
-        code[i] = (uint32_t)idx | (uint32_t)q << p.ibits;
-    }
+    if (i < NCH) code[i] = hqmq_chunk_code(p, hd, xs + 4 * i, r[i], sh_sig, L);
     __syncthreads();
     if (i < (D / 16) * NWd) ((uint32_t *)(reg + (size_t)pos * 4 * (D / 16) * NWd))[i] = kvq_ke_lane_word(code, 4, i / NWd, i % NWd, B);
 }
@@ -357,12 +363,7 @@ __global__ void __launch_bounds__(D) enc_hqmqo(enc_p p) {
         xs[i] = ring_x<D>(p, ri, pos);
         __syncthreads();
         if (i < NCH) {
-            double n2 = 0.0;
-            for (int j = 0; j < 4; j++) {
-                const double a = (double)xs[4 * i + j];
-                n2 = __dadd_rn(n2, __dmul_rn(a, a));
-            }
-            r[i] = __double2float_rn(__dsqrt_rn(n2));
+            r[i] = hqmq_chunk_norm(xs + 4 * i);
             if (r[i] > 0) atomicAdd(&hist[kvq_hqmq_bin(r[i])], 1u), atomicAdd(hn, 1ull); // integers: order-free
         }
         __syncthreads();
@@ -418,16 +419,7 @@ __global__ void __launch_bounds__(D) enc_hqmqo(enc_p p) {
                     __half *o = (__half *)(reg + p.pool_off + ((size_t)sh_off + ord[i]) * 8);
                     for (int j = 0; j < 4; j++) o[j] = __float2half_rn(xs[4 * i + j]);
                 }
-            } else {
-                const float sq = __half2float(__float2half_rn(sh_sig)), rk = r[i];
-                float u[4] = {1.0f, 0.0f, 0.0f, 0.0f};
-                if (rk > 0)
-                    for (int j = 0; j < 4; j++) u[j] = __fdiv_rn(xs[4 * i + j], rk);
-                const int idx = kvq_ke_hqmq_search(p.cxi + (size_t)hd * p.n_sec * 4, p.n_sec, u);
-                int q = sq > 0 ? __float2int_rn(__fdiv_rn(FM(rk, (float)L), sq)) : 0;
-                q = q > L ? L : q;
-                code[i] = (uint32_t)idx | (uint32_t)q << p.ibits;
-            }
+            } else code[i] = hqmq_chunk_code(p, hd, xs + 4 * i, r[i], sh_sig, L);
         }
         __syncthreads();
         if (i < (D / 16) * NWd) ((uint32_t *)(reg + (size_t)pos * 4 * (D / 16) * NWd))[i] = kvq_ke_lane_word(code, 4, i / NWd, i % NWd, B);
