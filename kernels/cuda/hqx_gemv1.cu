@@ -579,6 +579,22 @@ template <int VB> static cudaError_t g1p_launch_w(const cudaLaunchConfig_t &cfg,
                          : g1p_launch<VB, G1_RTN>(cfg, P, accumulate, rb1, rb2, rtot, tk);
 }
 
+// The parts of P of value width vb, in order, as Q (their fs and y with them) and their rows in rows[0..MAXP)
+// (0 after the last): the persistent and folded launches take one width a launch.
+static void parts_of_width(const Parts &P, int vb, Parts &Q, int64_t *rows) {
+    Q = P;
+    int n = 0;
+    for (int p = 0; p < MAXP; p++) rows[p] = 0;
+    for (int p = 0; p < P.n; p++) {
+        if (P.d[p].vbits != vb) continue;
+        Q.d[n] = P.d[p];
+        Q.fs[n] = P.fs[p];
+        Q.y[n] = P.y[p];
+        rows[n++] = P.d[p].rows;
+    }
+    Q.n = n;
+}
+
 // Whether the persistent launch takes the parts of width vb (all of mode, equal cols_p and tile).
 static int g1p_applies(const Parts &P, int vb, int mode) {
     if (g_persist < 0) kvq_cuda_hqx_set_persist(-1);
@@ -595,20 +611,10 @@ static int g1p_applies(const Parts &P, int vb, int mode) {
 // The persistent launch of the parts of width vb for the tokens tk; 0 if it does not apply
 // (the caller launches the per-warp kernel).
 static int g1p_try(const Parts &P, int vb, int mode, int accumulate, int pdl, const G1T &tk, cudaError_t *e) {
-    if (!g1p_applies(P, vb, mode)) return 0;
-    Parts Q = P;
-    int n = 0;
-    int64_t rows[MAXP] = {0, 0, 0};
-    for (int p = 0; p < P.n; p++) {
-        if (P.d[p].vbits != vb) continue;
-        if (P.d[p].cols_p != P.d[0].cols_p || P.d[p].T != P.d[0].T) return 0;
-        Q.d[n] = P.d[p];
-        Q.fs[n] = P.fs[p];
-        Q.y[n] = P.y[p];
-        rows[n++] = P.d[p].rows;
-    }
-    if (P.d[0].cols_p != Q.d[0].cols_p || P.d[0].T != Q.d[0].T) return 0;
-    Q.n = n;
+    if (!g1p_applies(P, vb, mode)) return 0; // (every part of width vb has part 0's cols_p and tile)
+    Parts Q;
+    int64_t rows[MAXP];
+    parts_of_width(P, vb, Q, rows);
     const int64_t tot = rows[0] + rows[1] + rows[2];
     const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = (uint32_t)tot;
     cudaLaunchAttribute at;
@@ -805,17 +811,9 @@ kvq_status kvq_cuda_hqx_gemv1_fold(Parts &P, const float *x, const kvq_cuda_xin 
         const int vb = P.d[p0].vbits;
         if (done & (1u << vb)) continue;
         done |= 1u << vb;
-        Parts Q = P;
-        int n = 0;
-        int64_t rows[MAXP] = {0, 0, 0};
-        for (int p = 0; p < P.n; p++) {
-            if (P.d[p].vbits != vb) continue;
-            Q.d[n] = P.d[p];
-            Q.fs[n] = P.fs[p];
-            Q.y[n] = P.y[p];
-            rows[n++] = P.d[p].rows;
-        }
-        Q.n = n;
+        Parts Q;
+        int64_t rows[MAXP];
+        parts_of_width(P, vb, Q, rows);
         cudaLaunchAttribute at;
         cudaLaunchConfig_t cfg = g1_cfg(dim3(1), pdl && p0 == 0, &at); // the grid: g1f_launch
         cfg.blockDim = dim3(KVQ_HQX_FOLD_WARPS * 32); // shared memory: static, the budget (kvq_hqx_fold_smem fits it)
