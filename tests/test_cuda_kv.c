@@ -638,6 +638,18 @@ static void hqmqo_readback(const kvq_kv_hqmq_info *in, int bits, const uint8_t *
     }
 }
 
+// HQMQO_SPECS[si]'s codec for role (codec()'s seed cseed), asserting its GPU layout is HQMQ with outliers:
+// the layout's code width and the codec's tables.
+static kvq_kvcodec *hqmqo_codec(int si, int role, int cseed, int *bits, kvq_kv_hqmq_info *in) {
+    kvq_kvcodec *c = codec(HQMQO_SPECS[si], role, cseed);
+    kvq_gkv_kind kind;
+    kvq_err err = {0};
+    assert_int_equal(kvq_gkv_kind_of(c, &kind, bits, &err), KVQ_OK);
+    assert_int_equal(kind, KVQ_GKV_HQMQO);
+    assert_int_equal(kvq_kv_hqmq_info_of(c, in), 0);
+    return c;
+}
+
 // Layout round trip and read-back: every CPU record → region → record byte for byte, and the
 // kernel's read-back against the codec's decoder (max |diff| ≤ 1e-6·max|x̂|; outlier chunks exact);
 // outliers must occur (the tokens have large channels) and n_out must equal the record's flags.
@@ -648,15 +660,12 @@ static void test_hqmqo_layout(void **state) {
     float x[D], dec[D], y[D];
     for (int si = 0; si < 3; si++)
         for (int role = 0; role < 2; role++) {
-            kvq_kvcodec *c = codec(HQMQO_SPECS[si], role, 2);
-            kvq_gkv_kind kind;
             int bits;
-            kvq_err err = {0};
-            assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
-            assert_int_equal(kind, KVQ_GKV_HQMQO);
-            assert_true(kvq_gkv_can_encode(kind, bits)); // enc_hqmqo and the split kernel's path (session 16)
             kvq_kv_hqmq_info in;
-            assert_int_equal(kvq_kv_hqmq_info_of(c, &in), 0);
+            kvq_kvcodec *c = hqmqo_codec(si, role, 2, &bits, &in);
+            const kvq_gkv_kind kind = KVQ_GKV_HQMQO;
+            kvq_err err = {0};
+            assert_true(kvq_gkv_can_encode(kind, bits)); // enc_hqmqo and the split kernel's path (session 16)
             assert_true(in.med && in.M + in.nch <= 1 << in.ib);
             const size_t mb = c->vt->max_bytes(c), regb = kvq_gkv_region_bytes(kind, bits, D, N, role);
             uint8_t *img = calloc(regb, 1), *rec = malloc(mb), *back = malloc(mb);
@@ -895,14 +904,11 @@ static void test_hqmqo_kernel_emulated(void **state) {
     float x[D], dec[D], y[D];
     for (int si = 0; si < 3; si++)
         for (int role = 0; role < 2; role++) {
-            kvq_kvcodec *c = codec(HQMQO_SPECS[si], role, 3);
-            kvq_gkv_kind kind;
             int bits;
-            kvq_err err = {0};
-            assert_int_equal(kvq_gkv_kind_of(c, &kind, &bits, &err), KVQ_OK);
-            assert_int_equal(kind, KVQ_GKV_HQMQO);
             kvq_kv_hqmq_info in;
-            assert_int_equal(kvq_kv_hqmq_info_of(c, &in), 0);
+            kvq_kvcodec *c = hqmqo_codec(si, role, 3, &bits, &in);
+            const kvq_gkv_kind kind = KVQ_GKV_HQMQO;
+            kvq_err err = {0};
             const float inv = 1.0f / (float)((1 << in.br) - 1);
             float *cbp = calloc((size_t)4 << in.ib, sizeof(float));
             memcpy(cbp, in.cb, sizeof(float) * 4 * in.M);
