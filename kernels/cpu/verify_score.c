@@ -23,13 +23,12 @@ static int argmax(const float *x, int n) {
     return a;
 }
 
+// Lane t's partial takes entries t, t + NT, … in ascending order; walked a stride of NT at a
+// time (contiguous reads, each lane's additions in the same order).
 static double lse_order(const float *x, int n, float m) {
-    double p[NT];
-    for (int t = 0; t < NT; t++) {
-        double s = 0;
-        for (int v = t; v < n; v += NT) s += exp((double)x[v] - (double)m);
-        p[t] = s;
-    }
+    double p[NT] = {0};
+    for (int b = 0; b < n; b += NT)
+        for (int t = 0; t < NT && b + t < n; t++) p[t] += exp((double)x[b + t] - (double)m);
     return (double)m + log(tree(p));
 }
 
@@ -37,15 +36,12 @@ static void score_row(const float *r, const float *q, int32_t tg, int n, kvq_vsc
     o->top_ref = argmax(r, n);
     o->top_q = argmax(q, n);
     const double lr0 = lse_order(r, n, r[o->top_ref]), lq0 = lse_order(q, n, q[o->top_q]);
-    double p[NT];
-    for (int t = 0; t < NT; t++) {
-        double s = 0;
-        for (int v = t; v < n; v += NT) {
-            const double lr = (double)r[v] - lr0, lq = (double)q[v] - lq0;
-            s += exp(lr) * (lr - lq);
+    double p[NT] = {0};
+    for (int b = 0; b < n; b += NT)
+        for (int t = 0; t < NT && b + t < n; t++) {
+            const double lr = (double)r[b + t] - lr0, lq = (double)q[b + t] - lq0;
+            p[t] += exp(lr) * (lr - lq);
         }
-        p[t] = s;
-    }
     o->lse_ref = lr0;
     o->lse_q = lq0;
     o->kld = tree(p);

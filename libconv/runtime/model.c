@@ -796,7 +796,7 @@ static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const fl
         const size_t V = a->vocab_size;
         const int n = all_logits ? T : 1;
         float *out = logits;
-        if (all_logits == 2) {} // kept where the caller's backend buffer is
+        if (all_logits == 2) out = logits; // kvq_model_forward_keep's buffer (backend memory)
         else if (!op->host && n == 1) out = m->lg1;
         else if (!op->host) { // the device writes its own buffer, copied out below
             if (m->lg_cap < (size_t)n * V) {
@@ -857,7 +857,7 @@ kvq_status kvq_model_forward_layers(kvq_model *m, const int32_t *tokens, const f
 
 kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits,
                              int all_logits, kvq_err *err) {
-    return forward(m, tokens, T, pos, logits, all_logits, NULL, err);
+    return forward(m, tokens, T, pos, logits, all_logits != 0, NULL, err); // 2 is kvq_model_forward_keep's
 }
 
 kvq_status kvq_model_forward_keep(kvq_model *m, const int32_t *tokens, int T, int pos, const float **logits,
