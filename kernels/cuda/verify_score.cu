@@ -2,7 +2,8 @@
 // threads per position; three passes over the two rows (max and argmax; Σ exp(x − max) in double;
 // Σ p_ref·(log p_ref − log p_q) in double), each a strided per-thread sum and a shared-memory
 // pairwise tree, the order kernels/verify_score.h defines and kvq_verify_score_ref follows.
-// Products and sums use __dmul_rn/__dadd_rn so nvcc does not fuse them (the host does not).
+// Every product, sum and difference outside exp/log is __dmul_rn/__dadd_rn/__dsub_rn: nvcc and
+// ptxas may not fuse them into an FMA (the host does not), so only exp and log differ from the C reference.
 #include <math.h>
 
 #include "kernels/cuda/cuda_check.cuh"
@@ -54,8 +55,8 @@ __device__ int vs_argmax(const float *x, int n, float *sv, int *si) {
 
 __device__ double vs_lse(const float *x, int n, float m, double *sh) {
     double s = 0;
-    for (int k = threadIdx.x; k < n; k += VS_T) s = __dadd_rn(s, exp((double)x[k] - (double)m));
-    return (double)m + log(vs_tree(sh, s));
+    for (int k = threadIdx.x; k < n; k += VS_T) s = __dadd_rn(s, exp(__dsub_rn((double)x[k], (double)m)));
+    return __dadd_rn((double)m, log(vs_tree(sh, s)));
 }
 
 __global__ void __launch_bounds__(VS_T) vs_kernel(const float *ref, const float *q, const int32_t *target, int n,
@@ -68,8 +69,8 @@ __global__ void __launch_bounds__(VS_T) vs_kernel(const float *ref, const float 
     const double lr0 = vs_lse(r, n, r[ar], sh), lq0 = vs_lse(y, n, y[aq], sh);
     double s = 0;
     for (int k = threadIdx.x; k < n; k += VS_T) {
-        const double lr = (double)r[k] - lr0, lq = (double)y[k] - lq0;
-        s = __dadd_rn(s, __dmul_rn(exp(lr), lr - lq));
+        const double lr = __dsub_rn((double)r[k], lr0), lq = __dsub_rn((double)y[k], lq0);
+        s = __dadd_rn(s, __dmul_rn(exp(lr), __dsub_rn(lr, lq)));
     }
     const double kld = vs_tree(sh, s);
     if (threadIdx.x == 0) {
@@ -78,9 +79,9 @@ __global__ void __launch_bounds__(VS_T) vs_kernel(const float *ref, const float 
         o.lse_ref = lr0;
         o.lse_q = lq0;
         o.kld = kld;
-        o.dp = exp((double)y[t] - lq0) - exp((double)r[t] - lr0);
-        o.nll_ref = lr0 - (double)r[t];
-        o.nll_q = lq0 - (double)y[t];
+        o.dp = __dsub_rn(exp(__dsub_rn((double)y[t], lq0)), exp(__dsub_rn((double)r[t], lr0)));
+        o.nll_ref = __dsub_rn(lr0, (double)r[t]);
+        o.nll_q = __dsub_rn(lq0, (double)y[t]);
         o.top_ref = ar;
         o.top_q = aq;
         out[blockIdx.x] = o;
