@@ -18,6 +18,8 @@
 #include <cmocka.h>
 
 #include "tests/testutil.h"
+#include "tests/testrng.h"
+#include "tests/vscore_check.h"
 
 #include "formats/kvqfile.h"
 #include "libconv/convert/convert.h"
@@ -25,6 +27,7 @@
 #include "libconv/runtime/model.h"
 #include "libconv/tokenizer/tokenizer.h"
 #include "libconv/verify/verify.h"
+#include "kernels/cpu/verify_score.h"
 
 #define TINY "tests/models/kvq-tiny-llama"
 #define TEXT "tests/tokenizer/heldout_start.txt"
@@ -113,6 +116,103 @@ static void test_kld_definitions(void **state) {
     for (int i = 0; i < 101; i++) v101[i] = (float)(100 - i);
     kvq_verify_kld_stats(v101, 101, &st);
     assert_true(st.median == 50 && fabs(st.p99 - 99) < 1e-9 && fabs(st.p999 - 99.9) < 1e-4);
+}
+
+// The GPU kernel's summation order (kvq_verify_score_ref: 256 strided partials, a pairwise tree)
+// against the host's sequential sums on seeded random logits, within tests/vscore_check.h's bounds:
+// vocabularies around the 256 lanes, ties, large logits, identical and unrelated rows.
+static void test_score_order(void **state) {
+    (void)state;
+    static const int vocab[] = {1, 2, 255, 256, 257, 1000, 4099, 32000};
+    uint64_t rng = 20261127;
+    vscore_err w = {0};
+    for (size_t iv = 0; iv < sizeof vocab / sizeof *vocab; iv++) {
+        const int V = vocab[iv], R = 6;
+        float *a = malloc(sizeof(float) * V * R), *b = malloc(sizeof(float) * V * R);
+        int32_t tg[6];
+        kvq_vscore out[6];
+        assert_non_null(a);
+        assert_non_null(b);
+        for (int r = 0; r < R; r++) {
+            const double scale = r == 3 ? 12 : 3, noise = r == 1 ? 0 : r == 2 ? 3 : 0.05 * (r + 1);
+            for (int v = 0; v < V; v++) {
+                float x = (float)(scale * gauss(&rng));
+                if (r == 4) x = (float)(v % 5);  // ties: the first of equals wins
+                if (r == 5) x += 40;             // far from 0: lse's last bits matter
+                a[(size_t)r * V + v] = x;
+                b[(size_t)r * V + v] = r == 1 ? x : (float)(x + noise * gauss(&rng));
+            }
+            tg[r] = (int32_t)(rng_next(&rng) % (uint64_t)V);
+        }
+        kvq_verify_score_ref(a, b, tg, R, V, out);
+        for (int r = 0; r < R; r++) {
+            if (!vscore_check(a + (size_t)r * V, b + (size_t)r * V, tg[r], V, &out[r], &w))
+                fail_msg("vocab %d row %d: scores outside the bound (kld %.17g)", V, r, out[r].kld);
+            if (r == 1) assert_true(out[r].kld == 0.0 && out[r].dp == 0.0 && out[r].top_ref == out[r].top_q);
+            if (r == 4) assert_int_equal(out[r].top_ref, V > 4 ? 4 : V - 1);
+        }
+        free(a);
+        free(b);
+    }
+    // The figures docs/RESULTS.md quotes (worst error over its bound).
+    print_message("score order vs host: %ld rows, worst/bound lse %.3g kld %.3g dp %.3g nll %.3g\n", w.n, w.lse, w.kld,
+                  w.dp, w.nll);
+}
+
+// Backend scoring (kvq_model_forward_keep + kvq_model_vscore; on the CPU the kernel's C
+// reference) against host scoring, end to end through kvq_verify_run on the 2-bit RTN file: the
+// same positions and top-1, KLD within 1e-12 relative (the per-position bound summed), ppl within
+// 1e-6 (the host's NLL uses the runtime's fast log-sum-exp); lossless stays exactly 0.
+static void test_backend_scoring(void **state) {
+    (void)state;
+    kvq_verify_report h, d;
+    kvq_err err = {0};
+    kvq_verify_opts o = small_opts(g_rtn, 1);
+    setenv("KVQ_VERIFY_DEVICE_SCORE", "0", 1);
+    assert_int_equal(kvq_verify_run(&o, &h, &err), KVQ_OK);
+    setenv("KVQ_VERIFY_DEVICE_SCORE", "1", 1);
+    kvq_status s = kvq_verify_run(&o, &d, &err);
+    if (s) print_message("%s\n", err.msg);
+    assert_int_equal(s, KVQ_OK);
+    const kvq_verify_eval *a = &h.run[0], *b = &d.run[0];
+    assert_int_equal(h.n_scored, d.n_scored);
+    assert_true(a->kld.mean > 1e-3);
+    assert_true(fabs(a->kld.mean - b->kld.mean) <= 1e-12 * a->kld.mean);
+    assert_true(a->kld.top1 == b->kld.top1);
+    assert_true(fabs(a->kld.mean_dp - b->kld.mean_dp) <= 1e-13);
+    assert_true(fabs(a->kld.max - b->kld.max) <= 1e-6 * a->kld.max); // float copies
+    assert_true(fabs(a->ppl - b->ppl) <= 1e-6 * a->ppl);
+    assert_true(fabs(h.source_ppl - d.source_ppl) <= 1e-6 * h.source_ppl);
+    print_message("backend vs host scoring: kld mean %.17g vs %.17g (rel %.2g), ppl %.9g vs %.9g, top1 %.6f\n",
+                  a->kld.mean, b->kld.mean, fabs(a->kld.mean - b->kld.mean) / a->kld.mean, a->ppl, b->ppl, b->kld.top1);
+    kvq_verify_report_free(&h);
+    kvq_verify_report_free(&d);
+
+    o = small_opts(g_none, 1); // identical logits: exactly zero, as on the host
+    assert_int_equal(kvq_verify_run(&o, &d, &err), KVQ_OK);
+    assert_true(d.run[0].kld.mean == 0.0 && d.run[0].kld.max == 0.0 && d.run[0].dppl == 0.0 && d.run[0].kld.top1 == 1.0);
+    kvq_verify_report_free(&d);
+
+    setenv("KVQ_VERIFY_DEVICE_SCORE", "yes", 1);
+    assert_int_equal(kvq_verify_run(&o, &d, &err), KVQ_ERR_ARG);
+    assert_non_null(strstr(err.msg, "KVQ_VERIFY_DEVICE_SCORE=yes"));
+    kvq_verify_report_free(&d);
+    unsetenv("KVQ_VERIFY_DEVICE_SCORE");
+
+    // The kept logits are the downloaded ones, bit for bit (the CPU backend: the same products).
+    kvq_model_opts mo = kvq_model_opts_default();
+    mo.n_threads = 2;
+    kvq_model *m;
+    assert_int_equal(kvq_model_open(g_rtn, &mo, &m, &err), KVQ_OK);
+    const int V = kvq_model_arch(m)->vocab_size, T = 9;
+    int32_t tok[9] = {1, 5, 9, 20, 7, 3, 11, 2, 8};
+    float *lg = malloc(sizeof(float) * V * T);
+    const float *kept;
+    assert_int_equal(kvq_model_forward(m, tok, T, 0, lg, 1, &err), KVQ_OK);
+    assert_int_equal(kvq_model_forward_keep(m, tok, T, 0, &kept, &err), KVQ_OK);
+    assert_memory_equal(lg, kept, sizeof(float) * V * T);
+    free(lg);
+    kvq_model_close(m);
 }
 
 static void test_parse_delta(void **state) {
@@ -871,6 +971,7 @@ int main(int argc, char **argv) {
     free(a);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kld_definitions), cmocka_unit_test(test_parse_delta),
+        cmocka_unit_test(test_score_order),     cmocka_unit_test(test_backend_scoring),
         cmocka_unit_test(test_lossless_exact),  cmocka_unit_test(test_protocol_variants),
         cmocka_unit_test(test_kv_separation),   cmocka_unit_test(test_kv_chunks_equal_shadow),
         cmocka_unit_test(test_thresholds),      cmocka_unit_test(test_damaged),

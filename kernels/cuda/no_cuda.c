@@ -1,11 +1,12 @@
 // Stand-in for build/libkvqcuda.a when the project is built without nvcc: every entry
-// point of kernels/cuda/hq_decode.h, hqx.h, pqx.h, ops.h and kv_attn.h reports "built without CUDA", so the GPU suites
+// point of kernels/cuda/hq_decode.h, hqx.h, pqx.h, ops.h, kv_attn.h and verify_score.h reports "built without CUDA", so the GPU suites
 // (tests/test_cuda_*.c) and benchmarks (tests/bench/cuda_*.c) still link and skip.
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/hqx.h"
 #include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/pqx.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/verify_score.h"
 
 #define NO_CUDA(err) kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "built without CUDA (nvcc not found at build time)")
 
@@ -233,3 +234,5 @@ kvq_status kvq_cuda_pqx_time(kvq_cuda_pqx *t, int n_tok, int reps, double *ms, k
     (void)t; (void)n_tok; (void)reps; (void)ms;
     return NO_CUDA(err);
 }
+kvq_status kvq_cuda_verify_score(const float *d_ref, const float *d_q, const int32_t *d_target, int rows, int vocab,
+                                 kvq_vscore *d_out, kvq_err *err) { return NO_CUDA(err); }

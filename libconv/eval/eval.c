@@ -69,12 +69,13 @@ kvq_status kvq_eval_windows(kvq_model *const *m, int nm, const char *const *labe
         return kvq_err_set(err, KVQ_ERR_ARG, "%s: %zu text tokens make no window of %d tokens%s", who, n, L,
                            p->partial_last ? "" : " (--partial scores a shorter last window)");
     int32_t *in = malloc(sizeof(int32_t) * p->ctx);
-    float *lg = malloc(sizeof(float) * (size_t)C * V * (size_t)nm);
+    const int keep = p->keep_logits != 0; // logits stay in each model's backend memory
+    float *lg = malloc(sizeof(float) * (keep ? 1 : (size_t)C * V * (size_t)nm));
     const float **lp = malloc(sizeof(*lp) * (size_t)nm);
     unsigned char *scored = malloc((size_t)C);
     kvq_status r = KVQ_OK;
     if (!in || !lg || !lp || !scored) { r = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for logits", who); goto done; }
-    for (int k = 0; k < nm; k++) lp[k] = lg + (size_t)k * C * V;
+    for (int k = 0; k < nm && !keep; k++) lp[k] = lg + (size_t)k * C * V;
     size_t scored_end = 0, done_w = 0, started = 0; // text positions < scored_end were scored already
     int stop = 0;
     for (size_t start = 0; done_w < total && !stop; start += stride) {
@@ -87,7 +88,8 @@ kvq_status kvq_eval_windows(kvq_model *const *m, int nm, const char *const *labe
         for (int c0 = 0; c0 < nin - 1 && !stop; c0 += C) {
             int cn = nin - 1 - c0 < C ? nin - 1 - c0 : C;
             for (int k = 0; k < nm; k++)
-                if ((r = kvq_model_forward(m[k], in + c0, cn, c0, lg + (size_t)k * C * V, 1, err))) {
+                if ((r = keep ? kvq_model_forward_keep(m[k], in + c0, cn, c0, &lp[k], err)
+                              : kvq_model_forward(m[k], in + c0, cn, c0, lg + (size_t)k * C * V, 1, err))) {
                     if (labels && labels[k]) kvq_err_prefix(err, "%s model", labels[k]);
                     goto done;
                 }
@@ -96,7 +98,7 @@ kvq_status kvq_eval_windows(kvq_model *const *m, int nm, const char *const *labe
                 size_t tp = start + (size_t)j - prepend;
                 scored[i] = !(j < first_target || tp < scored_end);
             }
-            kvq_eval_chunk c = {in, c0, cn, prepend, V, start, lp, scored};
+            kvq_eval_chunk c = {in, c0, cn, prepend, V, start, lp, scored, keep};
             int cr = on_chunk(user, &c, err);
             if (cr < 0) { r = cr; goto done; }
             if (cr > 0) stop = 1;
@@ -159,7 +161,9 @@ kvq_status kvq_eval_tokens(kvq_model *a, kvq_model *b, const int32_t *ids, size_
     kvq_model *m[2] = {a, b};
     tok_run t = {cb, user, ra, b ? rb : NULL};
     size_t nw = 0;
-    kvq_status r = kvq_eval_windows(m, b ? 2 : 1, NULL, "eval", ids, n, p, 0, tok_chunk, NULL, &t, &nw, err);
+    kvq_eval_protocol ph = *p; // tok_chunk reads the logits on the host
+    ph.keep_logits = 0;
+    kvq_status r = kvq_eval_windows(m, b ? 2 : 1, NULL, "eval", ids, n, &ph, 0, tok_chunk, NULL, &t, &nw, err);
     ra->n_tokens = p->max_tokens && p->max_tokens < n ? p->max_tokens : n;
     ra->n_windows = nw;
     if (rb) { rb->n_tokens = ra->n_tokens; rb->n_windows = nw; }

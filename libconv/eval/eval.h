@@ -33,6 +33,8 @@ typedef struct {
     size_t max_tokens;    // use only the first max_tokens text tokens; 0: all
     int chunk;            // tokens per forward call (logits memory chunk × vocab); 0: 128
     int n_threads;        // > 0: set on the model(s) for the run
+    int keep_logits;      // 1: the models keep their logits in backend memory (kvq_model_forward_keep;
+                          // on a GPU none is downloaded) and chunks carry those pointers (on_backend)
 } kvq_eval_protocol;
 
 /** The models' cards: 512-token non-overlapping windows, no BOS, all but first scored. */
@@ -78,8 +80,9 @@ typedef struct {
     const int32_t *in;            // the window's input tokens
     int c0, cn, prepend, vocab;
     size_t start;                 // text position of the window's first text token
-    const float *const *logits;   // per model: (cn, vocab)
+    const float *const *logits;   // per model: (cn, vocab); backend memory when on_backend
     const unsigned char *scored;  // (cn)
+    int on_backend;               // p->keep_logits: logits[k] is model k's kvq_model_forward_keep block
 } kvq_eval_chunk;
 /** Called for every chunk in order: KVQ_OK to go on, 1 to stop early (the loop returns
  *  KVQ_OK), or a negative status (with err filled) to fail the run. */

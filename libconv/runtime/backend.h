@@ -16,6 +16,7 @@
 #include "formats/error.h"
 #include "kernels/hq_layout.h"
 #include "kernels/pq_layout.h"
+#include "kernels/verify_score.h"
 #include "libconv/kv/kvcache.h"
 #include "libconv/runtime/model.h"
 
@@ -109,6 +110,12 @@ typedef struct kvq_backend_ops {
      *  out[r] (host memory) = the index of the largest of the n floats of row r of x (rows, n),
      *  the first of equals, or -1 when one is NaN; out is set once sync returns. */
     kvq_status (*argmax)(kvq_backend *b, const float *x, int rows, int n, int32_t *out, kvq_err *err);
+    /** Optional (NULL: the caller downloads the logits and scores them on the host): kvq-verify's
+     *  scores (kernels/verify_score.h, in its summation order) of rows ref[r], q[r] (rows × n
+     *  floats each, this backend's memory: logits kept by kvq_model_forward_keep, the two models'
+     *  on the same device) for target[r] (host, in [0, n)) into out[r] (host). Waits for them. */
+    kvq_status (*vscore)(kvq_backend *b, const float *ref, const float *q, const int32_t *target, int rows, int n,
+                         kvq_vscore *out, kvq_err *err);
     /** Waits for queued work; @return the first error an op met since the last sync. */
     kvq_status (*sync)(kvq_backend *b, kvq_err *err);
     /** Bytes of scratch the backend holds for products and for its own KV cache's appends and

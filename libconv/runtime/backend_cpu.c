@@ -14,6 +14,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/cpu/verify_score.h"
 #include "libconv/runtime/backend.h"
 
 // From this many tokens a product decodes row blocks and runs the dense kernel (prefill):
@@ -421,6 +422,17 @@ static size_t scratch_bytes(const kvq_backend *b) {
            (c->gemm ? c->gemm_bytes * (size_t)c->max_part + c->gemm_thread_bytes * (size_t)c->gemm_threads : 0);
 }
 static size_t kv_bytes(const kvq_backend *b) { (void)b; return 0; }
+// The GPU kernel's C reference: the plumbing of kvq-verify's backend scoring runs (and is tested)
+// on the host too.
+static kvq_status vscore(kvq_backend *b, const float *ref, const float *q, const int32_t *target, int rows, int n,
+                         kvq_vscore *out, kvq_err *err) {
+    (void)b;
+    for (int r = 0; r < rows; r++)
+        if (target[r] < 0 || target[r] >= n)
+            return kvq_err_set(err, KVQ_ERR_ARG, "verify scores: target %d of row %d outside [0, %d)", target[r], r, n);
+    kvq_verify_score_ref(ref, q, target, rows, n, out);
+    return KVQ_OK;
+}
 
 static const kvq_backend_ops cpu_ops = {
     .name = "cpu", .host = 1, .destroy = destroy, .alloc = alloc, .release = release, .upload = copy,
@@ -428,6 +440,7 @@ static const kvq_backend_ops cpu_ops = {
     .ready = ready, .matmul = matmul,
     .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .kv_append = kv_append,
     .silu_mul = silu_mul, .add = add, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
+    .vscore = vscore,
 };
 
 kvq_status kvq_backend_cpu_new(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err) {

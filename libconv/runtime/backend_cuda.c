@@ -16,6 +16,7 @@
 #include "kernels/cuda/hqx.h"
 #include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/pqx.h"
+#include "kernels/cuda/verify_score.h"
 #include "kernels/cuda/ops.h"
 #include "libconv/kv/kv_gpu.h"
 #include "libconv/kv/kvcodec.h"
@@ -79,6 +80,7 @@ typedef struct {
     int *d_top1;    // the argmax op's answers on the device (KVQ_CUDA_ARGMAX_ROWS),
     int h_top1[KVQ_CUDA_ARGMAX_ROWS]; // their host copy (the asynchronous copy's destination)
     int32_t *top1;  // and where sync delivers them (NULL: no argmax queued)
+    struct { int32_t *t; kvq_vscore *o; int cap; } vs; // vscore's targets and answers on the device (cap rows)
     int top1_rows;
     // Queued ops, fused with what follows when it allows (KVQ_CUDA_FUSE=0: never): at most one
     // of these is pending at a time; any other op first launches it as it was asked for.
@@ -244,6 +246,8 @@ static void destroy(kvq_backend *b) {
                 g->prof[i].n, 1e3 * g->prof[i].s, 1e6 * g->prof[i].s / g->prof[i].n, 100 * g->prof[i].s / tot);
     for (int i = 0; i < 4; i++) kvq_cuda_graph_free(g->graph[i]);
     kvq_cuda_free(g->d_top1);
+    kvq_cuda_free(g->vs.t);
+    kvq_cuda_free(g->vs.o);
     kvq_cuda_free(g->sq.d);
     kvq_cuda_free(g->kc);
     kvq_cuda_free(g->vc);
@@ -957,6 +961,32 @@ static kvq_status argmax(kvq_backend *b, const float *x, int rows, int n, int32_
     return KVQ_OK;
 }
 
+// kvq-verify's scores (issue 12): the two rows' logits stay here, 56 bytes a position come back.
+static kvq_status sync(kvq_backend *b, kvq_err *err);
+static kvq_status vscore(kvq_backend *b, const float *ref, const float *q, const int32_t *target, int rows, int n,
+                         kvq_vscore *out, kvq_err *err) {
+    gpu *g = (gpu *)b;
+    for (int r = 0; r < rows; r++)
+        if (target[r] < 0 || target[r] >= n)
+            return kvq_err_set(err, KVQ_ERR_ARG, "verify scores: target %d of row %d outside [0, %d)", target[r], r, n);
+    kvq_status s = sync(b, err); // the model's queued work (and any error it met) first
+    if (s || rows <= 0) return s;
+    if (rows > g->vs.cap) {
+        kvq_cuda_free(g->vs.t);
+        kvq_cuda_free(g->vs.o);
+        g->vs.t = NULL, g->vs.o = NULL, g->vs.cap = 0;
+        if ((s = kvq_cuda_malloc((void **)&g->vs.t, sizeof(int32_t) * rows, err)) ||
+            (s = kvq_cuda_malloc((void **)&g->vs.o, sizeof(kvq_vscore) * rows, err)))
+            return s;
+        g->vs.cap = rows;
+    }
+    if ((s = kvq_cuda_copy_async(g->vs.t, target, sizeof(int32_t) * rows, 1, err)) ||
+        (s = kvq_cuda_verify_score(ref, q, g->vs.t, rows, n, g->vs.o, err)) ||
+        (s = kvq_cuda_copy_async(out, g->vs.o, sizeof(kvq_vscore) * rows, 0, err)))
+        return s;
+    return kvq_cuda_stream_sync(err);
+}
+
 // hqmq:…:med<C>: whether a graph step's encoder filled an outlier pool (kvq_gkv_append checks its
 // own; a captured kvq_gkv_append_step cannot): every cache's flags, once the stream has finished.
 static kvq_status kv_pool_check(gpu *g, kvq_err *err) {
@@ -1167,7 +1197,7 @@ static const kvq_backend_ops gpu_ops = {
     .seqs = seqs, .seq_use = seq_use, .ready = ready, .matmul = matmul,
     .rmsnorm = rmsnorm, .qkv_split = qkv_split, .rope = rope, .attention = attention, .kv_append = kv_append,
     .silu_mul = silu_mul, .add = add, .argmax = argmax, .sync = sync, .scratch_bytes = scratch_bytes, .kv_bytes = kv_bytes,
-    .kv_codec = kv_codec,
+    .kv_codec = kv_codec, .vscore = vscore,
 };
 
 kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err) {

@@ -58,6 +58,8 @@ struct kvq_model {
     int n_seq, cur_seq;
     kvq_kvcache **seqc;
     float *lgs;           // device backends: logits of a step of several sequences (fixed for graphs)
+    float *lk;            // logits kvq_model_forward_keep leaves in backend memory (lk_cap floats)
+    size_t lk_cap;
 };
 
 kvq_model_opts kvq_model_opts_default(void) {
@@ -443,8 +445,8 @@ void kvq_model_close(kvq_model *m) {
     VFREE(m->final_norm);
     VFREE(m->inv_freq);
     kvq_weights_close(m->src);
-    float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h, m->lg, m->lg1, m->lgs};
-    for (int i = 0; i < 12; i++) VFREE(bufs[i]);
+    float *bufs[] = {m->x, m->xn, m->qkv, m->q, m->k, m->v, m->att, m->gu, m->h, m->lg, m->lg1, m->lgs, m->lk};
+    for (int i = 0; i < 13; i++) VFREE(bufs[i]);
 #undef VFREE
     if (m->be && !m->be->ops->host) free(m->xh);
     free(m->lgh);
@@ -706,6 +708,8 @@ static kvq_status seqs_end(kvq_model *m, int T, float *logits, int32_t *top1, kv
 // when l1 is the last layer (kvq_model_forward_layers). sseq (NULL: one sequence): token t is the
 // next token of sequence sseq[t] at position spos[t] (kvq_model_forward_seqs), pos is unused, and
 // every token's logits (all_logits) or argmax (top1, T of them) is what the chunk ends with.
+// all_logits == 2 (kvq_model_forward_keep): logits is backend memory, every token's logits are
+// written there and stay (no graph: a captured step would keep writing where it was captured).
 static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const float *h_in, int l0, int l1, int T,
                                       int pos, float *logits, int all_logits, int32_t *top1, float *h_out,
                                       const int *sseq, const int *spos, kvq_err *err) {
@@ -732,7 +736,7 @@ static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const fl
     else if (m->o.perturb && op->host) m->o.perturb(m->o.observe_ud, -1, KVQ_SITE_EMBED, m->xh, T, d);
     if ((r = op->upload(be, m->x, m->xh, (size_t)T * d, err))) return r;
     if (sseq) op->step_seqs(be, T, sseq, spos, op->host ? m->seqc : NULL, logits ? 1 : top1 ? 2 : 0);
-    else op->step(be, T, pos, logits ? 1 : top1 ? 2 : 0);
+    else op->step(be, T, pos, logits && all_logits != 2 ? 1 : top1 ? 2 : 0);
     for (int l = l0; l < l1; l++) {
         layer *L = &m->L[l];
         op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, d, eps);
@@ -792,7 +796,8 @@ static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const fl
         const size_t V = a->vocab_size;
         const int n = all_logits ? T : 1;
         float *out = logits;
-        if (!op->host && n == 1) out = m->lg1;
+        if (all_logits == 2) out = logits; // kvq_model_forward_keep's buffer (backend memory)
+        else if (!op->host && n == 1) out = m->lg1;
         else if (!op->host) { // the device writes its own buffer, copied out below
             if (m->lg_cap < (size_t)n * V) {
                 op->release(be, m->lg);
@@ -809,6 +814,7 @@ static kvq_status forward_chunk_range(kvq_model *m, const int32_t *tok, const fl
         op->matmul(be, out, m->xn, &m->lm_head, n);
         if (op->host) PERTURB(-1, KVQ_SITE_LM_HEAD, out, n, (int)V);
         if ((r = op->sync(be, err))) return r;
+        if (all_logits == 2) return KVQ_OK;
         return op->download(be, logits, out, (size_t)n * V, err); // waits for its copy
     }
     return op->sync(be, err);
@@ -851,7 +857,31 @@ kvq_status kvq_model_forward_layers(kvq_model *m, const int32_t *tokens, const f
 
 kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos, float *logits,
                              int all_logits, kvq_err *err) {
-    return forward(m, tokens, T, pos, logits, all_logits, NULL, err);
+    return forward(m, tokens, T, pos, logits, all_logits != 0, NULL, err); // 2 is kvq_model_forward_keep's
+}
+
+kvq_status kvq_model_forward_keep(kvq_model *m, const int32_t *tokens, int T, int pos, const float **logits,
+                                  kvq_err *err) {
+    *logits = NULL;
+    const kvq_backend_ops *op = m->be->ops;
+    const size_t need = (size_t)(T > 0 ? T : 1) * (size_t)m->a.vocab_size;
+    if (m->lk_cap < need) {
+        op->release(m->be, m->lk);
+        m->lk_cap = 0;
+        if (!(m->lk = op->alloc(m->be, need)))
+            return kvq_err_set(err, KVQ_ERR_NOMEM, "out of %s memory for %d tokens' logits", op->name, T);
+        m->lk_cap = need;
+    }
+    kvq_status r = forward(m, tokens, T, pos, m->lk, 2, NULL, err);
+    if (!r) *logits = m->lk;
+    return r;
+}
+
+kvq_status kvq_model_vscore(kvq_model *m, const float *ref, const float *q, const int32_t *target, int rows,
+                            kvq_vscore *out, kvq_err *err) {
+    const kvq_backend_ops *op = m->be->ops;
+    if (!op->vscore) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "the %s backend does not score logits", op->name);
+    return op->vscore(m->be, ref, q, target, rows, m->a.vocab_size, out, err);
 }
 
 kvq_status kvq_model_forward_argmax(kvq_model *m, const int32_t *tokens, int T, int pos, int32_t *next, kvq_err *err) {

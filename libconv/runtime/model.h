@@ -11,6 +11,7 @@
 
 #include "formats/arch.h"
 #include "formats/error.h"
+#include "kernels/verify_score.h"
 #include "libconv/kv/kvcache.h"
 #include "libconv/tokenizer/tokenizer.h"
 
@@ -154,6 +155,18 @@ kvq_status kvq_model_forward(kvq_model *m, const int32_t *tokens, int T, int pos
 kvq_status kvq_model_forward_layers(kvq_model *m, const int32_t *tokens, const float *h_in, int l0, int l1, int T,
                                     int pos, float *h_out, float *logits, kvq_err *err);
 kvq_status kvq_model_forward_argmax(kvq_model *m, const int32_t *tokens, int T, int pos, int32_t *next, kvq_err *err);
+/** kvq_model_forward with every token's logits left in the backend's memory (a device's: none
+ *  downloaded): *logits (T, vocab) is owned by the model and valid until its next
+ *  kvq_model_forward_keep (or close); read it with kvq_model_vscore or the backend's ops. */
+kvq_status kvq_model_forward_keep(kvq_model *m, const int32_t *tokens, int T, int pos, const float **logits,
+                                  kvq_err *err);
+/** kvq-verify's per-position scores (kernels/verify_score.h) of two (rows, vocab) logit blocks
+ *  in m's backend memory (ref and q from kvq_model_forward_keep of models on the same backend
+ *  kind and device) for the host targets target[0..rows): out (host, rows) filled. Computed where
+ *  the logits are (the GPU kernel, or its C reference on the CPU). KVQ_ERR_UNSUPPORTED when
+ *  the backend cannot score. */
+kvq_status kvq_model_vscore(kvq_model *m, const float *ref, const float *q, const int32_t *target, int rows,
+                            kvq_vscore *out, kvq_err *err);
 
 /** Several sequences decoded together (a batch: each weight byte read once per step for all).
  *  The model holds n_seq KV caches, each of the model's capacity (kvq_model_max_ctx); the one it

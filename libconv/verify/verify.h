@@ -204,6 +204,9 @@ json_t *kvq_verify_report_json(const kvq_verify_report *rep);
  *  libm exp, not the runtime's fast kvq_logsumexp, so both rows normalise exactly). */
 void kvq_verify_kld_pos(const float *ref, double lse_ref, const float *q, double lse_q, int vocab,
                         int32_t target, double *kld, double *dp, int *same_top);
+/** log Σ exp x[0..n) with libm exp, summed in order in double from the row's max: the host's
+ *  (reference) normaliser for kvq_verify_kld_pos. */
+double kvq_verify_lse_exact(const float *x, int n);
 
 /** Statistics of n per-position values (sorted in place); top1/dp fields are left
  *  for the caller. Percentiles interpolate linearly at fraction·(n−1) and the

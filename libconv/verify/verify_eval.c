@@ -28,7 +28,7 @@ void kvq_verify_kld_pos(const float *ref, double lse_ref, const float *q, double
 
 // log Σ exp x in double with libm exp: the KLD needs both distributions normalised to
 // double precision (the runtime's kvq_logsumexp uses a fast expf, ~1e-7 relative).
-static double lse_exact(const float *x, int n) {
+double kvq_verify_lse_exact(const float *x, int n) {
     float m = x[0];
     for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
     double s = 0;
@@ -99,6 +99,8 @@ static kvq_status push(kvq_verify_eval *r, acc *a, float v) {
 typedef struct {
     int nq, nt;
     double *pos;       // per chunk position: nll_ref, then per run nll, kld, dp, top
+    kvq_model **m;     // the source, then the runs' models
+    kvq_vscore *vs;    // (chunk) the backend's scores (on_backend chunks)
     vf_lockstep *out;
     kvq_verify_eval *runs;
     acc *a;
@@ -106,8 +108,33 @@ typedef struct {
     double t0;
 } ls_run;
 
-static int ls_chunk(void *u, const kvq_eval_chunk *c, kvq_err *err) {
-    ls_run *R = u;
+// The chunk's logits stayed where the models ran (a GPU): the backend scores each (source, run)
+// pair (kvq_model_vscore: kernels/cuda/verify_score.cu, or its C reference on the CPU) and only
+// the per-position numbers come back. NLL here is lse − logit[target] with the exact
+// log-sum-exp; the host path's kvq_eval_nll uses the runtime's fast one (~1e-7 relative apart).
+static int ls_rows_backend(ls_run *R, const kvq_eval_chunk *c, kvq_err *err) {
+    const int nq = R->nq, W = 1 + 4 * nq;
+    const int32_t *tg = c->in + c->c0 + 1; // row i predicts in[c0 + i + 1]
+    for (int k = 0; k < (nq ? nq : 1); k++) {
+        kvq_status s = kvq_model_vscore(R->m[nq ? 1 + k : 0], c->logits[0], c->logits[nq ? 1 + k : 0], tg, c->cn, R->vs, err);
+        if (s) return s;
+        for (int i = 0; i < c->cn; i++) {
+            double *row = R->pos + (size_t)i * W;
+            const kvq_vscore *v = &R->vs[i];
+            if (!c->scored[i]) { row[0] = NAN; continue; }
+            if (k == 0) row[0] = v->nll_ref;
+            if (!nq) continue;
+            row[1 + 4 * k] = v->nll_q;
+            row[2 + 4 * k] = v->kld;
+            row[3 + 4 * k] = v->dp;
+            row[4 + 4 * k] = v->top_ref == v->top_q;
+        }
+    }
+    return KVQ_OK;
+}
+
+// Scores on the host from the downloaded logits (the reference path).
+static int ls_rows_host(ls_run *R, const kvq_eval_chunk *c) {
     const int nq = R->nq, W = 1 + 4 * nq, V = c->vocab;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(R->nt > 0 ? R->nt : omp_get_max_threads())
     for (int i = 0; i < c->cn; i++) {
@@ -117,19 +144,27 @@ static int ls_chunk(void *u, const kvq_eval_chunk *c, kvq_err *err) {
         if (!c->scored[i]) continue;
         const float *fr = c->logits[0] + (size_t)i * V;
         row[0] = kvq_eval_nll(fr, V, c->in[j], NULL); // as the runtime's perplexity
-        double lse_r = lse_exact(fr, V);
+        double lse_r = kvq_verify_lse_exact(fr, V);
         for (int k = 0; k < nq; k++) {
             const float *fq = c->logits[1 + k] + (size_t)i * V;
             double kl, dp;
             int top;
             row[1 + 4 * k] = kvq_eval_nll(fq, V, c->in[j], NULL);
-            double lse_q = lse_exact(fq, V);
+            double lse_q = kvq_verify_lse_exact(fq, V);
             kvq_verify_kld_pos(fr, lse_r, fq, lse_q, V, c->in[j], &kl, &dp, &top);
             row[2 + 4 * k] = kl;
             row[3 + 4 * k] = dp;
             row[4 + 4 * k] = top;
         }
     }
+    return KVQ_OK;
+}
+
+static int ls_chunk(void *u, const kvq_eval_chunk *c, kvq_err *err) {
+    ls_run *R = u;
+    const int nq = R->nq, W = 1 + 4 * nq;
+    int s = c->on_backend ? ls_rows_backend(R, c, err) : ls_rows_host(R, c);
+    if (s) return s;
     for (int i = 0; i < c->cn; i++) { // in order
         const double *row = R->pos + (size_t)i * W;
         if (isnan(row[0])) continue;
@@ -169,6 +204,22 @@ static void ls_window(void *u, size_t done, size_t total, size_t used) {
     }
 }
 
+// Where the positions are scored: KVQ_VERIFY_DEVICE_SCORE=1 on the models' backend (a GPU's
+// kernel; on the CPU, the kernel's C reference: the same plumbing), 0 on the host from downloaded
+// logits (the reference); unset: on the backend when every model runs on the same non-CPU backend.
+static kvq_status score_where(kvq_model *const *m, int nm, int *keep, kvq_err *err) {
+    const char *e = getenv("KVQ_VERIFY_DEVICE_SCORE");
+    const char *be = kvq_model_backend_name(m[0]);
+    int same = 1;
+    for (int k = 1; k < nm; k++) same &= !strcmp(kvq_model_backend_name(m[k]), be);
+    if (!e || !*e) { *keep = same && strcmp(be, "cpu") != 0; return KVQ_OK; }
+    if (!strcmp(e, "0")) { *keep = 0; return KVQ_OK; }
+    if (strcmp(e, "1")) return kvq_err_set(err, KVQ_ERR_ARG, "KVQ_VERIFY_DEVICE_SCORE=%s: expected 0 or 1", e);
+    if (!same) return kvq_err_set(err, KVQ_ERR_ARG, "KVQ_VERIFY_DEVICE_SCORE=1: the models run on different backends");
+    *keep = 1;
+    return KVQ_OK;
+}
+
 kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int32_t *ids, size_t n,
                                const kvq_eval_protocol *p, size_t max_windows, vf_lockstep *out,
                                kvq_verify_eval *runs, const kvq_verify_opts *o, kvq_err *err) {
@@ -186,11 +237,16 @@ kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int3
     for (int k = 0; k < nq; k++) { m[1 + k] = q[k]; labels[1 + k] = runs[k].label; }
     acc a[8];
     memset(a, 0, sizeof a);
-    ls_run R = {nq, o->n_threads > 0 ? o->n_threads : 0, NULL, out, runs, a, o, now_s()};
-    kvq_status r = KVQ_OK;
-    if (!(R.pos = malloc(sizeof(double) * (size_t)C * (1 + 4 * (nq ? nq : 1)))))
+    ls_run R = {nq, o->n_threads > 0 ? o->n_threads : 0, NULL, m, NULL, out, runs, a, o, now_s()};
+    kvq_eval_protocol pw = *p;
+    kvq_status r = score_where(m, 1 + nq, &pw.keep_logits, err);
+    if (r) return r;
+    if (!(R.pos = malloc(sizeof(double) * (size_t)C * (1 + 4 * (nq ? nq : 1)))) ||
+        (pw.keep_logits && !(R.vs = malloc(sizeof(kvq_vscore) * (size_t)C)))) {
+        free(R.pos);
         return kvq_err_set(err, KVQ_ERR_NOMEM, "verify: out of memory for logits");
-    if ((r = kvq_eval_windows(m, 1 + nq, labels, "verify", ids, n, p, max_windows, ls_chunk, ls_window, &R, NULL, err)))
+    }
+    if ((r = kvq_eval_windows(m, 1 + nq, labels, "verify", ids, n, &pw, max_windows, ls_chunk, ls_window, &R, NULL, err)))
         goto done;
     if (out->n_scored == 0) { r = kvq_err_set(err, KVQ_ERR_ARG, "verify: the text gives no scored position under this protocol (%zu tokens, ctx %d)", n, p->ctx); goto done; }
     out->ref_ppl = exp(out->ref_nll / (double)out->n_scored);
@@ -222,5 +278,6 @@ kvq_status kvq_verify_lockstep(kvq_model *ref, kvq_model **q, int nq, const int3
     }
 done:
     free(R.pos);
+    free(R.vs);
     return r;
 }
