@@ -2332,6 +2332,83 @@ static void test_rows_plan(void **state) {
     fprintf(stderr, "test_cuda_kv: rows plan: %ld rows, %ld chunks each the token loop's, every position once\n", n_rows, n_blocks);
 }
 
+// A step of several sequences in one set of launches (kvq_gkv_attend_seqs), its bookkeeping on the
+// host (runs without a device): S sequences of one batched cache (capacity 2048) grown from 0 to
+// random, different lengths (each alone, by kvq_gkv_advance in random chunks), windows 0, 5, 40, KIVI
+// keys or not, 1..528 blocks per head; a step's T rows (a random subset of the sequences in a random
+// order) placed as the kernels place them (the step's grids kvq_gkv_step_grids at the capacity, grid
+// z = row, row t reading sequence seq[t]'s regions, kvq_gkv_pos_plan of its position for the block's
+// range and slot). Checked: each row's plan equals kvq_gkv_plan_of of its sequence's cache alone
+// (the counts it has after its append, so what the per-sequence step attends), its positions
+// [0, pos + 1) covered once in slot order by the chunks of that plan, its slots within the launch's
+// stride (the step's n_slot ≤ 1024), the window positions it reads still in its ring; and the scratch
+// kvq_gkv_attend_seqs needs (T batch-1 attends') holds the T rows at n_slot slots each.
+static void test_seqs_plan(void **state) {
+    (void)state;
+    enum { CAP = 2048, S = 8 };
+    const int wins[] = {0, 5, 40}, pers[] = {1, 7, 66, 132, 528};
+    uint64_t seed = 2011;
+    long n_rows = 0, n_blocks = 0;
+    int dummy = 0;
+    for (size_t wi = 0; wi < sizeof wins / sizeof *wins; wi++)
+        for (int kivi = 0; kivi < 2; kivi++)
+            for (size_t pi = 0; pi < sizeof pers / sizeof *pers; pi++)
+                for (int rep = 0; rep < 12; rep++) {
+                    const int w = wins[wi], per = pers[pi], wcap = w + 33 + 8;
+                    kvq_gkv_cache c[S];
+                    int seq[S], pos[S];
+                    for (int i = 0; i < S; i++) {
+                        c[i] = (kvq_gkv_cache){{0}, {0}, 1, 8, 32, D, CAP, 0, 0, 0, &dummy, &dummy, wcap};
+                        c[i].k.kind = kivi ? KVQ_GKV_KIVI : KVQ_GKV_INT, c[i].k.role = 0, c[i].k.bits = 4;
+                        c[i].v.kind = kivi ? KVQ_GKV_KIVI : KVQ_GKV_INT, c[i].v.role = 1, c[i].v.bits = 4;
+                        const int len = rep == 0 ? i : (int)(rng_next(&seed) % (CAP - 1)); // (rep 0: short ones, 0..7)
+                        while (c[i].n_tok < len) {
+                            int T = 1 + (int)(rng_next(&seed) % 8);
+                            if (T > len - c[i].n_tok) T = len - c[i].n_tok;
+                            kvq_gkv_advance(&c[i], T, w);
+                        }
+                        assert_true(kvq_gkv_step_ready(&c[i], len, w));
+                        seq[i] = i;
+                    }
+                    for (int i = S - 1; i > 0; i--) { // a random order
+                        const int j = (int)(rng_next(&seed) % (uint64_t)(i + 1)), x = seq[i];
+                        seq[i] = seq[j], seq[j] = x;
+                    }
+                    const int T = 1 + (int)(rng_next(&seed) % S);
+                    for (int t = 0; t < T; t++) pos[t] = c[seq[t]].n_tok, kvq_gkv_advance(&c[seq[t]], 1, w); // the step's appends
+                    int g[3];
+                    kvq_gkv_step_grids(CAP, w, kivi, per, 0, g);
+                    const int n_slot = g[0] + g[1] + g[2];
+                    assert_true(n_slot >= 1 && n_slot <= 1024);
+                    kvq_gkv_cache c1 = c[0]; // the scratch: T batch-1 attends' ≥ T rows of n_slot slots (as kvq_gkv_seqs_scratch_bytes)
+                    assert_true((size_t)T * kvq_gkv_scratch_bytes(&c1, 0) >= sizeof(float) * (size_t)T * c1.n_heads * n_slot * (D + 2));
+                    for (int t = 0; t < T; t++) {
+                        const kvq_gkv_cache *x = &c[seq[t]];
+                        const kvq_gkv_plan pl = kvq_gkv_pos_plan(pos[t], w, kivi, per, 0);
+                        const kvq_gkv_plan hp = kvq_gkv_plan_of(x->n_tok, x->n_enc_k, x->n_enc_v, per, 0); // the sequence alone
+                        if (memcmp(&pl, &hp, sizeof pl))
+                            fail_msg("window %d kivi %d per %d: row %d (sequence %d at %d): plan (%d %d %d %d %d %d %d) vs alone (%d %d %d %d %d %d %d)", w,
+                                     kivi, per, t, seq[t], pos[t], pl.n_tok, pl.a, pl.e, pl.chunk, pl.na, pl.nb, pl.nc, hp.n_tok, hp.a, hp.e, hp.chunk,
+                                     hp.na, hp.nb, hp.nc);
+                        int end = 0, next = 0;
+                        for (int part = 0; part < 3; part++)
+                            for (int sb = 0; sb < g[part]; sb++) { // block (sb, ·, t) of the part's launch
+                                int t0, t1, slot0;
+                                if (!kvq_gkv_part_block(&pl, part, sb, &t0, &t1, &slot0)) continue;
+                                if (slot0 + sb != next || t0 != end || t1 <= t0 || slot0 + sb >= n_slot)
+                                    fail_msg("window %d kivi %d per %d: row %d part %d block %d: [%d, %d) slot %d after [.., %d) slot %d", w, kivi, per, t,
+                                             part, sb, t0, t1, slot0 + sb, end, next);
+                                if (part == 2) assert_true(t0 >= x->n_tok - wcap); // in the ring
+                                end = t1, next++;
+                                n_blocks++;
+                            }
+                        if (end != pos[t] + 1) fail_msg("window %d kivi %d per %d: row %d covers [0, %d) of %d", w, kivi, per, t, end, pos[t] + 1);
+                        n_rows++;
+                    }
+                }
+    fprintf(stderr, "test_cuda_kv: seqs plan: %ld rows, %ld chunks, each row's plan its sequence's alone, every position once\n", n_rows, n_blocks);
+}
+
 // A cache for test_step_graph: n_kv heads × batch sequences of cap positions, a ring of wcap,
 // the sides' tables from the states of spec (cs, freed by the caller), regions and rings zeroed.
 static void step_cache(const char *spec, int B, int n_kv, int cap, int wcap, kvq_gkv_cache *g, kvq_kvcodec *cs[2][4]) {
@@ -2494,6 +2571,165 @@ static void test_step_graph(void **state) {
     kvq_gkv_set_half_values(0);
     kvq_gkv_set_fuse_merge(-1);
     kvq_gkv_set_waves(0);
+    assert_int_equal(failed, 0);
+}
+
+// Sequence s's batch-1 view of a batched cache g of wcap ring positions (its regions and rings).
+static kvq_gkv_cache seq_view(const kvq_gkv_cache *g, int s, int wcap) {
+    kvq_gkv_cache v = *g;
+    v.batch = 1;
+    v.n_tok = v.n_enc_k = v.n_enc_v = 0;
+    v.k.data = (uint8_t *)g->k.data + (size_t)s * g->n_kv * kvq_gkv_region_bytes(g->k.kind, g->k.bits, D, g->cap, 0);
+    v.v.data = (uint8_t *)g->v.data + (size_t)s * g->n_kv * kvq_gkv_region_bytes(g->v.kind, g->v.bits, D, g->cap, 1);
+    v.wk = (uint8_t *)g->wk + (size_t)s * g->n_kv * wcap * D * 2;
+    v.wv = (uint8_t *)g->wv + (size_t)s * g->n_kv * wcap * D * 2;
+    return v;
+}
+
+// A step of several sequences in one set of attention launches (kvq_gkv_attend_seqs, issues 20/12,
+// session 16) against the per-sequence path (each row's token appended by kvq_gkv_append and attended
+// by kvq_gkv_attend on its sequence's batch-1 view, as backend_cuda.c runs a step of sequences in
+// direct launches): S = 4 sequences of 2 KV heads in one batched cache of 352 positions, grown alone to
+// 0, 37, 101 and 200 positions (random prefill chunks of 1-8), then 120 steps of T rows — sequences
+// 2, 0, 3, 1 in that order (T = 4) or the first three (T = 3: sequence 1 stays) — the rows' tokens
+// appended by one kvq_gkv_append_seqs (or, app 0, by kvq_gkv_append_step on each row's view, its
+// position from a device array) and the rows attended by one kvq_gkv_attend_seqs (the rows' sequences and positions from device arrays), captured once as
+// a CUDA graph and replayed (graph 1) or launched every step (graph 0). Every step's output must
+// equal the per-sequence path's bit for bit (memcmp), and after the last the regions and rings byte for
+// byte. Every codec family the GPU encodes, windows 0, 5, 40, tensor cores on and off, the merge
+// fused in the batched launches (against the separate merge), 2 waves of chunks.
+static void test_attend_seqs(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { S = 4, NKV = 2, CAP = 352, NSTEP = 120 };
+    const int H = NKV * GRP, order[S] = {2, 0, 3, 1}, start[S] = {0, 37, 101, 200};
+    // app: 1 = the appends batched too (kvq_gkv_append_seqs), 0 = kvq_gkv_append_step on each row's view
+    const struct { const char *spec; int window, tc, fuse, graph, T, app; float waves; } cs_[] = {
+        {"int:4", 0, -1, 0, 1, 4, 1, 0}, {"int:3", 5, 0, 0, 0, 3, 1, 0}, {"kivi:2", 40, -1, 0, 1, 4, 1, 0}, {"kivi:3", 5, 0, 1, 1, 3, 1, 0},
+        {"fp16", 5, 0, 0, 1, 4, 1, 0}, {"turboquant:3", 0, 0, 0, 1, 4, 1, 0}, {"qturbo:2", 40, -1, 0, 0, 4, 1, 0},
+        {"turboquant-prod:3", 5, 0, 0, 1, 3, 1, 0}, {"octopus:3", 0, 0, 0, 1, 4, 1, 0}, {"octopus:2:qjl", 40, 0, 0, 1, 4, 1, 0},
+        {"hqkv:e8:3:dither", 5, 0, 0, 1, 4, 1, 0}, {"hqkv:d4:4:rot=qjl", 40, 0, 0, 0, 3, 1, 0}, {"hqmq:s24:r3", 5, 0, 0, 1, 3, 1, 0},
+        {"hqmq:s24:r3:med3", 40, 0, 0, 1, 4, 1, 0}, {"int:4", 5, -1, 1, 1, 4, 1, 0}, {"kivi:4", 40, -1, 0, 1, 4, 1, 2.0f},
+        {"turboquant:4", 5, -1, 1, 0, 3, 1, 0}, // the appends per sequence (the runtime's KVQ_CUDA_KV_SEQS_BATCHED=2):
+        {"int:4", 5, -1, 0, 1, 4, 0, 0}, {"kivi:3", 40, 0, 0, 0, 3, 0, 0}, {"hqmq:s24:r3:med3", 5, 0, 0, 1, 4, 0, 0},
+    };
+    const float scale = 1.0f / sqrtf((float)D);
+    kvq_err err = {0};
+    assert_int_equal(kvq_cuda_stream_init(&err), KVQ_OK);
+    int failed = 0;
+    for (int si = 0; si < (int)(sizeof cs_ / sizeof *cs_); si++) {
+        const char *spec = cs_[si].spec;
+        const int W = cs_[si].window, WCAP = W + 32 + 8, T = cs_[si].T;
+        kvq_gkv_set_tc(cs_[si].tc);
+        kvq_gkv_set_tc_turbo(cs_[si].tc != 0);
+        kvq_gkv_set_waves(cs_[si].waves);
+        uint64_t seed = 911 + si;
+        kvq_gkv_cache a, g; // a: the per-sequence path's sequences, g: the batched step's
+        kvq_kvcodec *ca[2][4], *cg[2][4];
+        step_cache(spec, S, NKV, CAP, WCAP, &a, ca);
+        step_cache(spec, S, NKV, CAP, WCAP, &g, cg);
+        kvq_gkv_cache va[S], vg[S];
+        for (int s = 0; s < S; s++) va[s] = seq_view(&a, s, WCAP), vg[s] = seq_view(&g, s, WCAP);
+        const size_t kn = (size_t)8 * NKV * D, qn = (size_t)S * H * D; // (rows: a prefill chunk's ≤ 8, a step's ≤ S)
+        float *hk = malloc(sizeof(float) * kn), *hv = malloc(sizeof(float) * kn), *hq = malloc(sizeof(float) * qn);
+        void *sk = NULL, *sv = NULL, *sq = NULL, *oa = NULL, *og = NULL, *sa = NULL, *sg = NULL, *dsp = NULL;
+        const size_t sg_bytes = kvq_gkv_seqs_scratch_bytes(&g, T);
+        assert_int_equal(kvq_cuda_malloc(&sk, sizeof(float) * kn, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&sv, sizeof(float) * kn, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&sq, sizeof(float) * qn, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&oa, sizeof(float) * qn, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&og, sizeof(float) * qn, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&sa, kvq_gkv_scratch_bytes(&va[0], 0), &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&sg, sg_bytes, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_malloc(&dsp, sizeof(int) * 2 * S, &err), KVQ_OK); // (the rows' sequences, their positions)
+        int *dseq = (int *)dsp, *dpos = (int *)dsp + S, hsp[2 * S];
+        for (int s = 0; s < S; s++) // prefill: each sequence alone, the same chunks into both caches
+            while (va[s].n_tok < start[s]) {
+                int n = 1 + (int)(rng_next(&seed) % 8);
+                if (n > start[s] - va[s].n_tok) n = start[s] - va[s].n_tok;
+                tokens(hk, n * NKV, &seed), tokens(hv, n * NKV, &seed);
+                assert_int_equal(kvq_cuda_copy(sk, hk, sizeof(float) * n * NKV * D, 1, &err), KVQ_OK);
+                assert_int_equal(kvq_cuda_copy(sv, hv, sizeof(float) * n * NKV * D, 1, &err), KVQ_OK);
+                assert_int_equal(kvq_gkv_append(&va[s], sk, sv, n, W, &err), KVQ_OK);
+                assert_int_equal(kvq_gkv_append(&vg[s], sk, sv, n, W, &err), KVQ_OK);
+            }
+        void *graph = NULL;
+        int n_diff = 0, n_steps = 0;
+        for (int step = 0; step < NSTEP; step++) {
+            tokens(hk, T * NKV, &seed), tokens(hv, T * NKV, &seed);
+            for (size_t i = 0; i < (size_t)T * H * D; i++) hq[i] = (float)gauss(&seed);
+            assert_int_equal(kvq_cuda_copy(sk, hk, sizeof(float) * T * NKV * D, 1, &err), KVQ_OK);
+            assert_int_equal(kvq_cuda_copy(sv, hv, sizeof(float) * T * NKV * D, 1, &err), KVQ_OK);
+            assert_int_equal(kvq_cuda_copy(sq, hq, sizeof(float) * T * H * D, 1, &err), KVQ_OK);
+            for (int t = 0; t < T; t++) { // the per-sequence path
+                kvq_gkv_cache *x = &va[order[t]];
+                assert_int_equal(kvq_gkv_append(x, (float *)sk + (size_t)t * NKV * D, (float *)sv + (size_t)t * NKV * D, 1, W, &err), KVQ_OK);
+                kvq_gkv_set_fuse_merge(0);
+                assert_int_equal(kvq_gkv_attend(x, (float *)sq + (size_t)t * H * D, (float *)oa + (size_t)t * H * D, scale, 0, sa, &err), KVQ_OK);
+            }
+            for (int t = 0; t < T; t++) {
+                assert_true(kvq_gkv_step_ready(&vg[order[t]], vg[order[t]].n_tok, W));
+                hsp[t] = order[t], hsp[S + t] = vg[order[t]].n_tok;
+            }
+            assert_int_equal(kvq_cuda_copy_async(dsp, hsp, sizeof hsp, 1, &err), KVQ_OK);
+            kvq_gkv_set_fuse_merge(cs_[si].fuse);
+            if (!graph) {
+                if (cs_[si].graph) assert_int_equal(kvq_cuda_capture_begin(&err), KVQ_OK);
+                kvq_status st = KVQ_OK;
+                if (cs_[si].app) {
+                    st = kvq_gkv_append_seqs(&g, sk, sv, W, T, dseq, dpos, &err);
+                    for (int t = 0; t < T; t++) kvq_gkv_advance(&vg[order[t]], 1, W); // (the caller's counts)
+                } else
+                    for (int t = 0; t < T && !st; t++)
+                        st = kvq_gkv_append_step(&vg[order[t]], (float *)sk + (size_t)t * NKV * D, (float *)sv + (size_t)t * NKV * D, W, dpos + t, &err);
+                if (!st) st = kvq_gkv_attend_seqs(&g, sq, og, scale, W, T, dseq, dpos, sg, sg_bytes, &err);
+                if (st) fprintf(stderr, "test_cuda_kv: seqs %s: %s\n", spec, err.msg);
+                if (cs_[si].graph) {
+                    assert_int_equal(kvq_cuda_capture_end(st != KVQ_OK, &graph, &err), KVQ_OK);
+                    assert_non_null(graph);
+                }
+                assert_int_equal(st, KVQ_OK);
+            } else {
+                for (int t = 0; t < T; t++) kvq_gkv_advance(&vg[order[t]], 1, W);
+            }
+            if (graph) assert_int_equal(kvq_cuda_graph_launch(graph, &err), KVQ_OK);
+            assert_int_equal(kvq_cuda_stream_sync(&err), KVQ_OK);
+            n_steps++;
+            if (!dev_equal(oa, og, sizeof(float) * T * H * D) && n_diff++ < 3)
+                fprintf(stderr, "test_cuda_kv: seqs %s window %d: step %d: attention differs from the per-sequence path's\n", spec, W, step);
+        }
+        int same = 1;
+        for (int s = 0; s < S; s++) same &= va[s].n_tok == vg[s].n_tok && va[s].n_enc_k == vg[s].n_enc_k && va[s].n_enc_v == vg[s].n_enc_v;
+        same &= dev_equal(a.k.data, g.k.data, (size_t)S * NKV * kvq_gkv_region_bytes(a.k.kind, a.k.bits, D, CAP, 0));
+        same &= dev_equal(a.v.data, g.v.data, (size_t)S * NKV * kvq_gkv_region_bytes(a.v.kind, a.v.bits, D, CAP, 1));
+        same &= dev_equal(a.wk, g.wk, (size_t)S * NKV * WCAP * D * 2) && dev_equal(a.wv, g.wv, (size_t)S * NKV * WCAP * D * 2);
+        const int ok = n_diff == 0 && same && n_steps == NSTEP;
+        fprintf(stderr, "test_cuda_kv: seqs %-18s window %2d tc %2d T %d%s%s%s waves %.1f: %d steps, %d outputs differ, caches and counts %s: %s\n", spec, W,
+                cs_[si].tc, T, cs_[si].app ? " appends batched" : " appends per row", cs_[si].graph ? " graph" : " direct", cs_[si].fuse ? " merge fused" : "",
+                cs_[si].waves > 0 ? cs_[si].waves : 1.0f,
+                n_steps, n_diff, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
+        failed += !ok;
+        kvq_cuda_graph_free(graph);
+        step_cache_free(&a, ca, NKV);
+        step_cache_free(&g, cg, NKV);
+        kvq_cuda_free(sk), kvq_cuda_free(sv), kvq_cuda_free(sq), kvq_cuda_free(oa), kvq_cuda_free(og);
+        kvq_cuda_free(sa), kvq_cuda_free(sg), kvq_cuda_free(dsp);
+        free(hk), free(hv), free(hq);
+    }
+    kvq_gkv_set_tc(-1);
+    kvq_gkv_set_tc_turbo(-1);
+    kvq_gkv_set_fuse_merge(-1);
+    kvq_gkv_set_waves(0);
+    // bad input: one line each
+    kvq_gkv_cache c = {{0}, {0}, 2, NKV, H, D, CAP, 0, 0, 0, NULL, NULL, 40};
+    int dummy = 0;
+    assert_int_equal(kvq_gkv_attend_seqs(&c, NULL, NULL, scale, 0, 3, &dummy, &dummy, NULL, 0, &err), KVQ_ERR_ARG);
+    assert_non_null(strstr(err.msg, "3 rows over a cache of 2 sequences"));
+    assert_int_equal(kvq_gkv_attend_seqs(&c, NULL, NULL, scale, 0, 1, NULL, &dummy, NULL, 0, &err), KVQ_ERR_ARG);
+    c.k.kind = c.v.kind = KVQ_GKV_INT, c.k.bits = c.v.bits = 4, c.v.role = 1;
+    assert_int_equal(kvq_gkv_append_seqs(&c, NULL, NULL, 0, 3, &dummy, &dummy, &err), KVQ_ERR_ARG);
+    assert_non_null(strstr(err.msg, "3 rows over a cache of 2 sequences"));
+    assert_int_equal(kvq_gkv_append_seqs(&c, NULL, NULL, 0, 1, &dummy, &dummy, &err), KVQ_ERR_ARG); // no ring
+    assert_non_null(strstr(err.msg, "need window 0 + 33"));
     assert_int_equal(failed, 0);
 }
 
@@ -3166,6 +3402,7 @@ int main(void) {
                                        cmocka_unit_test(test_attend_hqmqo), cmocka_unit_test(test_hqmqo_pool_full),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph),
                                        cmocka_unit_test(test_rows_plan), cmocka_unit_test(test_attend_rows),
+                                       cmocka_unit_test(test_seqs_plan), cmocka_unit_test(test_attend_seqs),
 #define AT(T, S) {#T "/" #S, T, S, shape_back, NULL} // named by test and shape (KVQ_TEST_FILTER="*shape_64*")
                                        cmocka_unit_test(test_shape_refused),
                                        // head_dim 64 on the host
@@ -3183,7 +3420,9 @@ int main(void) {
                                        // the other built shapes: 1 and 8 query heads per KV head
                                        AT(test_attend_vs_cpu, shape_64_1), AT(test_attend_vs_cpu, shape_64_8), AT(test_attend_vs_cpu, shape_128_1),
                                        AT(test_attend_vs_cpu, shape_128_8), AT(test_append_vs_cpu_cache, shape_64_8),
-                                       AT(test_append_vs_cpu_cache, shape_128_8)};
+                                       AT(test_append_vs_cpu_cache, shape_128_8),
+                                       // a step of several sequences in one set of launches at other shapes (8 query heads: two blocks a KV head)
+                                       AT(test_seqs_plan, shape_64_4), AT(test_attend_seqs, shape_64_2), AT(test_attend_seqs, shape_128_8)};
 #undef AT
     // KVQ_TEST_FILTER="test_attend_tc*": only the tests matching the pattern (cmocka's * and ?), for a short device call
     const char *f = getenv("KVQ_TEST_FILTER");

@@ -47,12 +47,15 @@
 
 __device__ __forceinline__ float r16(float f) { return __half2float(__float2half_rn(f)); }
 
-// d_pos: NULL, or the device int that holds pos0 (a graph-captured step). D threads a block.
+// d_pos: NULL, or the device int that holds pos0 (a graph-captured step). d_seq: NULL, or a step of
+// several sequences (kvq_gkv_append_seqs): token t is row t, for sequence d_seq[t] (its nb regions) at
+// position d_pos[t]. D threads a block.
 template <int D>
 __global__ void enc_ring(const float *__restrict__ k, const float *__restrict__ v, __half *wk, __half *wv, int wcap, int pos0, int nb,
-                         const int *d_pos) {
-    const int t = blockIdx.x / nb, ri = blockIdx.x % nb, pos = (d_pos ? *d_pos : pos0) + t;
-    const size_t src = ((size_t)t * nb + ri) * D + threadIdx.x, dst = ((size_t)ri * wcap + pos % wcap) * D + threadIdx.x;
+                         const int *d_pos, const int *d_seq) {
+    const int t = blockIdx.x / nb, ri = blockIdx.x % nb, pos = d_seq ? d_pos[t] : (d_pos ? *d_pos : pos0) + t;
+    const size_t dri = d_seq ? (size_t)d_seq[t] * nb + ri : (size_t)ri;
+    const size_t src = ((size_t)t * nb + ri) * D + threadIdx.x, dst = (dri * wcap + pos % wcap) * D + threadIdx.x;
     wk[dst] = __float2half_rn(k[src]);
     wv[dst] = __float2half_rn(v[src]);
 }
@@ -60,13 +63,14 @@ __global__ void enc_ring(const float *__restrict__ k, const float *__restrict__ 
 // One position per block (thread = dim): int:<b> (symmetric, fp16 scale), KIVI values
 // (per 32 channels: fp16 scale and zero), or the fp16 copy (boundary keys). d_p0: NULL, or a
 // device int added to p0 (a graph-captured step: p0 = −window; a block whose position is
-// negative has none to encode).
+// negative has none to encode); d_seq: a step of several sequences' rows (kvq_gkv_enc_region).
 template <int KIND, int B, int D>
 __global__ void __launch_bounds__(D) enc_pos(const __half *__restrict__ ring, int wcap, uint8_t *base, size_t region,
-                                             size_t side_off, int p0, const int *d_p0) {
+                                             size_t side_off, int p0, const int *d_p0, const int *d_seq, int n_kv) {
     __shared__ uint8_t c[D];
     __shared__ float red[D / 32];
-    const int pos = (d_p0 ? *d_p0 : 0) + p0 + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, lane = i & 31, w = i >> 5;
+    const int pos = kvq_gkv_enc_p0(d_p0, d_seq, n_kv, p0) + blockIdx.x, ri = kvq_gkv_enc_region(d_seq, n_kv), i = threadIdx.x,
+              lane = i & 31, w = i >> 5;
     if (pos < 0) return;
     const __half hx = ring[((size_t)ri * wcap + pos % wcap) * D + i];
     uint8_t *reg = base + (size_t)ri * region;
@@ -108,12 +112,13 @@ __global__ void __launch_bounds__(D) enc_pos(const __half *__restrict__ ring, in
 // KIVI keys: one group of 32 positions per block, thread = channel (per-channel fp16 scale
 // and zero over the group). d_p0: NULL, or a device int added to p0 (a graph-captured step:
 // p0 = 1 − window − 32, the group that the step's position completes, if any: a start that is
-// negative or not a multiple of 32 means none).
+// negative or not a multiple of 32 means none); d_seq: a step of several sequences' rows.
 template <int B, int D>
 __global__ void __launch_bounds__(D) enc_kivi_k(const __half *__restrict__ ring, int wcap, uint8_t *base, size_t region,
-                                                size_t side_off, int p0, const int *d_p0) {
+                                                size_t side_off, int p0, const int *d_p0, const int *d_seq, int n_kv) {
     __shared__ uint8_t c[32][D];
-    const int pos0 = (d_p0 ? *d_p0 : 0) + p0 + 32 * blockIdx.x, ri = blockIdx.y, i = threadIdx.x, Lq = (1 << B) - 1;
+    const int pos0 = kvq_gkv_enc_p0(d_p0, d_seq, n_kv, p0) + 32 * blockIdx.x, ri = kvq_gkv_enc_region(d_seq, n_kv), i = threadIdx.x,
+              Lq = (1 << B) - 1;
     if (d_p0 && (pos0 < 0 || pos0 % 32)) return;
     uint8_t *reg = base + (size_t)ri * region;
     float x[32];
@@ -362,17 +367,20 @@ static kvq_status check_shape(const kvq_gkv_cache *c, kvq_err *err) {
 // are), or a graph-captured step's (d_pos: the kernels plan from the position, grids sized for any
 // position up to the capacity; kvq_gkv_attend_step), or rows mode's (rows > 0 query rows from pos0,
 // batch 1: the kernels plan each row's view, grids of the most chunks a row has, x = chunk · rows +
-// row; kvq_gkv_attend_rows). All give the same chunks, so the same partial sums in the same slots
-// and order.
+// row; kvq_gkv_attend_rows), or a step of several sequences' (d_seq: n_seq rows, row t sequence
+// d_seq[t] at position d_pos[t], each planned as its batch-1 step; kvq_gkv_attend_seqs). All give the
+// same chunks, so the same partial sums in the same slots and order.
 static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch, const int *d_pos,
-                         int window, int rows, int pos0, size_t scratch_size, kvq_err *err) {
+                         int window, int rows, int pos0, size_t scratch_size, const int *d_seq, int n_seq, kvq_err *err) {
     kvq_status st = check_shape(c, err);
     if (!st) st = check_hqmqo(&c->k, "gpu kv attention: keys", err);
     if (!st) st = check_hqmqo(&c->v, "gpu kv attention: values", err);
     if (st) return st;
     if (chunk < 0 || chunk % 32 || chunk > KVQ_GKV_MAX_CHUNK)
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: chunk %d is not a multiple of 32 up to %d", chunk, KVQ_GKV_MAX_CHUNK);
-    const int per = chunk ? 1 : splits_per_head(c), kivi_k = kvq_gkv_kivi_k(&c->k);
+    kvq_gkv_cache c1 = *c; // a step of several sequences: blocks per head of one sequence's batch-1 cache (its chunks, its bits)
+    c1.batch = 1;
+    const int per = chunk ? 1 : splits_per_head(d_seq ? &c1 : c), kivi_k = kvq_gkv_kivi_k(&c->k);
     int ga, gb, gc; // blocks per (sequence, KV head) of the three launches (rows mode: per row)
     int n_slot = 0; // the scratch's slots per (sequence, query head)
     if (rows) {
@@ -408,16 +416,16 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         ga = gr[0], gb = gr[1], gc = gr[2];
     }
     if (!rows) n_slot = ga + gb + gc;
-    const int nrow = rows ? rows : c->batch; // rows of q, out and the scratch
+    const int nrow = rows ? rows : d_seq ? n_seq : c->batch; // rows of q, out and the scratch
     if (n_slot == 0) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: empty cache");
     if (n_slot > KVQ_GKV_MERGE_MAX) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d chunks exceed %d (a larger chunk)", n_slot, KVQ_GKV_MERGE_MAX);
     const int hd = c->head_dim;
-    if ((size_t)sizeof(float) * nrow * c->n_heads * n_slot * (hd + 2) > (rows ? scratch_size : kvq_gkv_scratch_bytes(c, chunk)))
+    if ((size_t)sizeof(float) * nrow * c->n_heads * n_slot * (hd + 2) > (rows || d_seq ? scratch_size : kvq_gkv_scratch_bytes(c, chunk)))
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: scratch too small for %d rows of %d chunks", nrow, n_slot);
     const kvq_gkv_plan hp = d_pos || rows ? kvq_gkv_plan{} : kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
-    const kvq_gkv_dyn dyn0 = {d_pos, window, kivi_k, per, chunk, 0, rows, pos0, c->n_enc_k, c->n_enc_v};
-    // the launches' grids: (chunks, KV heads, sequences), rows mode (chunks · rows, KV heads, 1)
-    const int gx = rows ? rows : 1, gy = c->n_kv * blocks_per_kv(c), gz = rows ? 1 : c->batch;
+    const kvq_gkv_dyn dyn0 = {d_pos, window, kivi_k, per, chunk, 0, rows, pos0, c->n_enc_k, c->n_enc_v, d_seq};
+    // the launches' grids: (chunks, KV heads, sequences or a step's rows), rows mode (chunks · rows, KV heads, 1)
+    const int gx = rows ? rows : 1, gy = c->n_kv * blocks_per_kv(c), gz = rows ? 1 : nrow;
     attn_p p;
     p.q = q;
     p.n_kv = c->n_kv;
@@ -527,19 +535,32 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
 
 extern "C" kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch,
                                      kvq_err *err) {
-    return attend(c, q, out, scale, chunk > 0 ? chunk : 0, scratch, NULL, 0, 0, 0, 0, err);
+    return attend(c, q, out, scale, chunk > 0 ? chunk : 0, scratch, NULL, 0, 0, 0, 0, NULL, 0, err);
 }
 
 extern "C" kvq_status kvq_gkv_attend_step(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, const int *d_pos,
                                           void *scratch, kvq_err *err) {
     if (!d_pos) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention step: no device position");
-    return attend(c, q, out, scale, 0, scratch, d_pos, window, 0, 0, 0, err);
+    return attend(c, q, out, scale, 0, scratch, d_pos, window, 0, 0, 0, NULL, 0, err);
 }
 
 extern "C" kvq_status kvq_gkv_attend_rows(const kvq_gkv_cache *c, const float *q, float *out, float scale, int pos0, int T, void *scratch,
                                           size_t scratch_bytes, kvq_err *err) {
     if (T < 1) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention rows: %d rows", T);
-    return attend(c, q, out, scale, 0, scratch, NULL, 0, T, pos0, scratch_bytes, err);
+    return attend(c, q, out, scale, 0, scratch, NULL, 0, T, pos0, scratch_bytes, NULL, 0, err);
+}
+
+extern "C" kvq_status kvq_gkv_attend_seqs(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, int T, const int *d_seq,
+                                          const int *d_pos, void *scratch, size_t scratch_bytes, kvq_err *err) {
+    if (!d_seq || !d_pos) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention seqs: no device sequences or positions");
+    if (T < 1 || T > c->batch) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention seqs: %d rows over a cache of %d sequences", T, c->batch);
+    return attend(c, q, out, scale, 0, scratch, d_pos, window, 0, 0, scratch_bytes, d_seq, T, err);
+}
+
+extern "C" size_t kvq_gkv_seqs_scratch_bytes(const kvq_gkv_cache *c, int T) {
+    kvq_gkv_cache c1 = *c;
+    c1.batch = 1;
+    return (size_t)(T > 0 ? T : 0) * kvq_gkv_scratch_bytes(&c1, 0);
 }
 
 extern "C" size_t kvq_gkv_rows_scratch_bytes(const kvq_gkv_cache *c, int pos0, int T) {
@@ -553,7 +574,7 @@ extern "C" size_t kvq_gkv_rows_scratch_bound(const kvq_gkv_cache *c, int T) {
     return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * slots * (c->head_dim + 2);
 }
 
-typedef void (*enc_fn)(const __half *, int, uint8_t *, size_t, size_t, int, const int *);
+typedef void (*enc_fn)(const __half *, int, uint8_t *, size_t, size_t, int, const int *, const int *, int);
 template <int D>
 static enc_fn pick_enc_d(int kind, int bits) {
     if (kind == KVQ_GKV_F16) return enc_pos<KVQ_GKV_F16, 2, D>;
@@ -569,15 +590,16 @@ static enc_fn pick_kivi_k_d(int bits) { return bits == 2 ? enc_kivi_k<2, D> : bi
 // head_dim 128 or 64 (check_shape has passed)
 static enc_fn pick_enc(int kind, int bits, int d) { return d == 64 ? pick_enc_d<64>(kind, bits) : pick_enc_d<128>(kind, bits); }
 static enc_fn pick_kivi_k(int bits, int d) { return d == 64 ? pick_kivi_k_d<64>(bits) : pick_kivi_k_d<128>(bits); }
-typedef void (*ring_fn)(const float *, const float *, __half *, __half *, int, int, int, const int *);
+typedef void (*ring_fn)(const float *, const float *, __half *, __half *, int, int, int, const int *, const int *);
 static ring_fn pick_ring(int d) { return d == 64 ? enc_ring<64> : enc_ring<128>; }
 
 // Encodes side r's positions: host (d_pos NULL) [p0, p0 + n) (KIVI keys: n/32 groups from p0);
 // a captured step (d_pos) the one position *d_pos + p0 (KIVI keys: the group from there, when
-// complete; n = 1), the kernels deciding.
+// complete; n = 1), the kernels deciding; a step of several sequences (d_seq: rows of them, d_pos
+// one int a row) each row's d_pos[row] + p0 in its sequence's regions.
 static kvq_status encode_side(const kvq_gkv_cache *c, const kvq_gkv_side *s, const void *ring, int p0, int n, const int *d_pos,
-                              kvq_err *err) {
-    const int nb = c->batch * c->n_kv;
+                              const int *d_seq, int rows, kvq_err *err) {
+    const int nb = (d_seq ? rows : c->batch) * c->n_kv;
     const int hd = c->head_dim;
     const size_t region = kvq_gkv_region_bytes(s->kind, s->bits, hd, c->cap, s->role);
     const size_t so = kvq_gkv_side_offset(s->kind, s->bits, hd, c->cap);
@@ -587,17 +609,17 @@ static kvq_status encode_side(const kvq_gkv_cache *c, const kvq_gkv_side *s, con
         enc_fn f = pick_kivi_k(s->bits, hd);
         if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kivi keys at %d bits are not built", s->bits);
         if (!ng) return KVQ_OK;
-        f<<<dim3(ng, nb), hd, 0, sm>>>((const __half *)ring, c->wcap, (uint8_t *)s->data, region, so, p0, d_pos);
+        f<<<dim3(ng, nb), hd, 0, sm>>>((const __half *)ring, c->wcap, (uint8_t *)s->data, region, so, p0, d_pos, d_seq, c->n_kv);
         CU_LAUNCHED("enc_kivi_k");
     } else if (s->kind == KVQ_GKV_TURBO || s->kind == KVQ_GKV_TPROD || s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ ||
                s->kind == KVQ_GKV_HQKV || s->kind == KVQ_GKV_HQMQ || s->kind == KVQ_GKV_HQMQO) {
-        return kvq_gkv_encode_rot(c, s, ring, p0, n, d_pos, err); // kv_enc.cu
+        return kvq_gkv_encode_rot(c, s, ring, p0, n, d_pos, d_seq, rows, err); // kv_enc.cu
     } else {
         enc_fn f = pick_enc(s->kind, s->bits, hd);
         if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kind %d at %d bits has no GPU encoder (upload its records)",
                                    s->kind, s->bits);
         if (n <= 0) return KVQ_OK;
-        f<<<dim3(n, nb), hd, 0, sm>>>((const __half *)ring, c->wcap, (uint8_t *)s->data, region, so, p0, d_pos);
+        f<<<dim3(n, nb), hd, 0, sm>>>((const __half *)ring, c->wcap, (uint8_t *)s->data, region, so, p0, d_pos, d_seq, c->n_kv);
         CU_LAUNCHED("enc_pos");
     }
     return KVQ_OK;
@@ -635,7 +657,7 @@ extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const flo
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: a ring of %d positions, need window %d + 32 + %d", c->wcap, window, T);
     if (c->n_tok + T > c->cap) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: %d positions exceed the capacity %d", c->n_tok + T, c->cap);
     const int nb = c->batch * c->n_kv;
-    pick_ring(c->head_dim)<<<T * nb, c->head_dim, 0, kvq_cuda_stream()>>>(k, v, (__half *)c->wk, (__half *)c->wv, c->wcap, c->n_tok, nb, NULL);
+    pick_ring(c->head_dim)<<<T * nb, c->head_dim, 0, kvq_cuda_stream()>>>(k, v, (__half *)c->wk, (__half *)c->wv, c->wcap, c->n_tok, nb, NULL, NULL);
     CU_LAUNCHED("enc_ring");
     const kvq_gkv_side *sd[2] = {&c->k, &c->v};
     void *rings[2] = {c->wk, c->wv};
@@ -644,7 +666,7 @@ extern "C" kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const flo
     const int na[2] = {c->n_enc_k, c->n_enc_v};
     int hqmqo = 0;
     for (int r = 0; r < 2; r++) {
-        if (na[r] > ne[r] && (st = encode_side(c, sd[r], rings[r], ne[r], na[r] - ne[r], NULL, err))) return st;
+        if (na[r] > ne[r] && (st = encode_side(c, sd[r], rings[r], ne[r], na[r] - ne[r], NULL, NULL, 0, err))) return st;
         hqmqo |= na[r] > ne[r] && sd[r]->kind == KVQ_GKV_HQMQO;
     }
     return hqmqo ? kvq_gkv_pool_check(c, err) : KVQ_OK; // a pool that filled: one line, not outliers read as zeros
@@ -658,15 +680,34 @@ extern "C" kvq_status kvq_gkv_append_step(kvq_gkv_cache *c, const float *k, cons
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append step: a ring of %d positions, need window %d + 33", c->wcap, window);
     if (c->n_tok + 1 > c->cap) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append: %d positions exceed the capacity %d", c->n_tok + 1, c->cap);
     const int nb = c->batch * c->n_kv;
-    pick_ring(c->head_dim)<<<nb, c->head_dim, 0, kvq_cuda_stream()>>>(k, v, (__half *)c->wk, (__half *)c->wv, c->wcap, 0, nb, d_pos);
+    pick_ring(c->head_dim)<<<nb, c->head_dim, 0, kvq_cuda_stream()>>>(k, v, (__half *)c->wk, (__half *)c->wv, c->wcap, 0, nb, d_pos, NULL);
     CU_LAUNCHED("enc_ring");
     // the position that leaves the window: *d_pos − window (KIVI keys: the group it completes
     // starts at *d_pos + 1 − window − 32)
     const kvq_gkv_side *sd[2] = {&c->k, &c->v};
     void *rings[2] = {c->wk, c->wv};
     for (int r = 0; r < 2; r++)
-        if ((st = encode_side(c, sd[r], rings[r], kvq_gkv_kivi_k(sd[r]) ? 1 - window - 32 : -window, 1, d_pos, err))) return st;
+        if ((st = encode_side(c, sd[r], rings[r], kvq_gkv_kivi_k(sd[r]) ? 1 - window - 32 : -window, 1, d_pos, NULL, 0, err))) return st;
     kvq_gkv_advance(c, 1, window);
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_gkv_append_seqs(const kvq_gkv_cache *c, const float *k, const float *v, int window, int T, const int *d_seq,
+                                          const int *d_pos, kvq_err *err) {
+    kvq_status st = check_shape(c, err);
+    if (st) return st;
+    if (!d_seq || !d_pos) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append seqs: no device sequences or positions");
+    if (T < 1 || T > c->batch) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append seqs: %d rows over a cache of %d sequences", T, c->batch);
+    if (!c->wk || !c->wv || c->wcap < window + 33)
+        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv append seqs: a ring of %d positions, need window %d + 33", c->wcap, window);
+    pick_ring(c->head_dim)<<<T * c->n_kv, c->head_dim, 0, kvq_cuda_stream()>>>(k, v, (__half *)c->wk, (__half *)c->wv, c->wcap, 0, c->n_kv,
+                                                                               d_pos, d_seq);
+    CU_LAUNCHED("enc_ring");
+    // each row's position leaving the window, d_pos[row] − window (KIVI keys: the group it completes), as kvq_gkv_append_step's
+    const kvq_gkv_side *sd[2] = {&c->k, &c->v};
+    void *rings[2] = {c->wk, c->wv};
+    for (int r = 0; r < 2; r++)
+        if ((st = encode_side(c, sd[r], rings[r], kvq_gkv_kivi_k(sd[r]) ? 1 - window - 32 : -window, 1, d_pos, d_seq, T, err))) return st;
     return KVQ_OK;
 }
 

@@ -317,6 +317,14 @@ KVQ_GKV_HD static inline int kvq_gkv_enc_count(int kivi_k, int n_tok, int window
     const int r = n_tok > window ? n_tok - window : 0;
     return kivi_k ? r / 32 * 32 : r;
 }
+/** The plan of a one-token step at position pos (kvq_gkv_attend_step; for each row of
+ *  kvq_gkv_attend_seqs, its own position) of a cache grown from 0: n_tok = pos + 1 positions, the
+ *  sides' counts kvq_gkv_enc_count (keys KIVI's when kivi_k), blocks per head per and chunk_req as in
+ *  kvq_gkv_plan_of. One formula for the kernels and the host tests (test_seqs_plan). */
+KVQ_GKV_HD static inline kvq_gkv_plan kvq_gkv_pos_plan(int pos, int window, int kivi_k, int per, int chunk_req) {
+    const int n_tok = pos + 1;
+    return kvq_gkv_plan_of(n_tok, kvq_gkv_enc_count(kivi_k, n_tok, window), kvq_gkv_enc_count(0, n_tok, window), per, chunk_req);
+}
 /** 1 when side s packs KIVI keys (whole groups of 32 positions). */
 static inline int kvq_gkv_kivi_k(const kvq_gkv_side *s) { return s->kind == KVQ_GKV_KIVI && s->role == 0; }
 
@@ -361,6 +369,34 @@ static inline void kvq_gkv_advance(kvq_gkv_cache *c, int T, int window) {
 kvq_status kvq_gkv_append_step(kvq_gkv_cache *c, const float *k, const float *v, int window, const int *d_pos, kvq_err *err);
 kvq_status kvq_gkv_attend_step(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, const int *d_pos,
                                void *scratch, kvq_err *err);
+
+/** A decode step of several sequences at different positions in one set of launches (issues 20/12,
+ *  session 16, helper i20m; docs/KV.md): c holds c->batch sequences' regions and rings laid out as a
+ *  batched cache's (sequence-major: sequence s's are those of a batch-1 view with k.data, v.data, wk
+ *  and wv advanced by s regions of n_kv heads); row t of q and out (T, n_heads, d) fp32 device attends
+ *  the positions [0, d_pos[t]] of sequence d_seq[t] — d_seq and d_pos device int arrays of T, read by
+ *  the kernels (a captured graph replays at later positions), the sequences distinct — with the counts
+ *  of a sequence grown from 0 (kvq_gkv_pos_plan per row; the host's counts in c are not read): what
+ *  kvq_gkv_attend_step does on that sequence's batch-1 view at that position, the same blocks per head
+ *  (those of a batch-1 cache), chunks and partial sums, so the same bits, with the rows' blocks in one
+ *  launch per part (grid z = rows) and one merge. The caller has appended each row's token (its counts
+ *  kvq_gkv_step_ready before). Needs 1 ≤ T ≤ c->batch, a ring of window + 33 and scratch of
+ *  kvq_gkv_seqs_scratch_bytes(c, T) bytes, device, given by the caller (scratch_bytes: its size, checked). */
+kvq_status kvq_gkv_attend_seqs(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, int T, const int *d_seq,
+                               const int *d_pos, void *scratch, size_t scratch_bytes, kvq_err *err);
+/** The appends of such a step in one set of launches: row t's token k, v (T, n_kv, d) fp32 device into
+ *  sequence d_seq[t]'s ring at position d_pos[t], and the position that leaves its window encoded (KIVI
+ *  keys: the group it completes) — what kvq_gkv_append_step does on that sequence's batch-1 view with
+ *  *d_pos = d_pos[t], the same kernels and bytes, every row's blocks in one launch (enc_ring, then each
+ *  side's encoder: grid y = rows × KV heads). Valid when each row's sequence is kvq_gkv_step_ready at
+ *  its position (and distinct); the host's counts are the caller's: advance each sequence's
+ *  (kvq_gkv_advance(view, 1, window)). HQMQ with outliers: the caller checks the pools
+ *  (kvq_gkv_pool_check). Needs 1 ≤ T ≤ c->batch and a ring of window + 33. */
+kvq_status kvq_gkv_append_seqs(const kvq_gkv_cache *c, const float *k, const float *v, int window, int T, const int *d_seq,
+                               const int *d_pos, kvq_err *err);
+/** The scratch kvq_gkv_attend_seqs(c, ..., T, ...) needs: T batch-1 attends' (kvq_gkv_scratch_bytes of a
+ *  batch-1 view of c, chunk 0). */
+size_t kvq_gkv_seqs_scratch_bytes(const kvq_gkv_cache *c, int T);
 
 /** Rows mode's bound on one row's chunks for a cache of cap positions and a ring of wcap that grew
  *  from 0 (kvq_gkv_rows_scratch_bound): the packed launch's grid of kvq_gkv_step_grids at the

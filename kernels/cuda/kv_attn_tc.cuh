@@ -23,17 +23,19 @@ struct kvq_gkv_dyn {
     const int *d_pos;
     int window, kivi_k, per, chunk_req, part;
     int rows, pos0, n_enc_k, n_enc_v; // rows mode
+    const int *d_seq; // a step of several sequences (kvq_gkv_attend_seqs): row b reads sequence d_seq[b]'s
+                      // regions, at position d_pos[b] (d_pos then an array, one a row); NULL otherwise
 };
-/** The device's plan of row `row` (rows mode) or of the step's position (row unused). */
+/** The device's plan of row `row` (rows mode; a step of several sequences: from that row's position)
+ *  or of the step's position (row unused): kvq_gkv_pos_plan. */
 __device__ __forceinline__ kvq_gkv_plan kvq_gkv_dyn_plan(const kvq_gkv_dyn &d, int row) {
     if (d.rows) return kvq_gkv_row_plan(d.n_enc_k, d.n_enc_v, d.pos0, row, d.per, d.chunk_req);
-    const int n_tok = *d.d_pos + 1;
-    return kvq_gkv_plan_of(n_tok, kvq_gkv_enc_count(d.kivi_k, n_tok, d.window), kvq_gkv_enc_count(0, n_tok, d.window), d.per,
-                           d.chunk_req);
+    return kvq_gkv_pos_plan(d.d_seq ? d.d_pos[row] : *d.d_pos, d.window, d.kivi_k, d.per, d.chunk_req);
 }
 /** Who a split block is: s its chunk in the launch's part, b the row of q, of the scratch and of out
  *  (the sequence; in rows mode the query row), r the sequence whose cache regions it reads. The
- *  decode launches keep (blockIdx.x, blockIdx.z, blockIdx.z); rows mode (kvq_gkv_row_block) puts the
+ *  decode launches keep (blockIdx.x, blockIdx.z, blockIdx.z) (a step of several sequences: r =
+ *  d_seq[blockIdx.z]); rows mode (kvq_gkv_row_block) puts the
  *  row in blockIdx.x, so that the rows of one chunk are consecutive blocks. */
 struct kvq_gkv_blk {
     int s, b, r;
@@ -41,6 +43,7 @@ struct kvq_gkv_blk {
 __device__ __forceinline__ kvq_gkv_blk kvq_gkv_block_of(const kvq_gkv_dyn &d) {
     kvq_gkv_blk k = {(int)blockIdx.x, (int)blockIdx.z, (int)blockIdx.z};
     if (d.rows) kvq_gkv_row_block((int)blockIdx.x, d.rows, &k.s, &k.b), k.r = 0;
+    else if (d.d_seq) k.r = d.d_seq[blockIdx.z];
     return k;
 }
 /** Block s's range [*t0, *t1) (chunk positions from *t0), from the launch's values or, under

@@ -32,6 +32,7 @@ struct enc_p {
     const __half *ring; // (batch · n_kv, wcap, D)
     int wcap, p0, n_kv;
     const int *d_p0;    // NULL, or a device int added to p0 (a graph-captured step: p0 = −window)
+    const int *d_seq;   // NULL, or a step of several sequences' rows (d_p0 one int a row; kvq_gkv_enc_region)
     uint8_t *base; // region of (sequence 0, head 0)
     size_t region, side_off;
     const float *cb, *rho, *signs, *quat, *mat, *cxi; // per KV head (kvq_gkv_side)
@@ -84,7 +85,9 @@ __device__ float wht_cpu(float *y) {
 }
 
 // The first position of the launch (the host's, or the captured step's from the device).
-__device__ __forceinline__ int enc_p0(const enc_p &p) { return (p.d_p0 ? *p.d_p0 : 0) + p.p0; }
+__device__ __forceinline__ int enc_p0(const enc_p &p) { return kvq_gkv_enc_p0(p.d_p0, p.d_seq, p.n_kv, p.p0); }
+// The block's region (kvq_gkv_enc_region).
+__device__ __forceinline__ int enc_ri(const enc_p &p) { return kvq_gkv_enc_region(p.d_seq, p.n_kv); }
 
 template <int D>
 __device__ __forceinline__ float ring_x(const enc_p &p, int ri, int pos) {
@@ -134,7 +137,7 @@ __global__ void __launch_bounds__(D) enc_turbo(enc_p p) {
     __shared__ float y[D], t[D];
     __shared__ double sh;
     __shared__ uint8_t c[D];
-    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = enc_ri(p), i = threadIdx.x, hd = ri % p.n_kv;
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     double g;
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(D) enc_tprod(enc_p p) {
     __shared__ float y[D], t[D], r[D];
     __shared__ double sh;
     __shared__ uint8_t c[D], sg[D];
-    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = enc_ri(p), i = threadIdx.x, hd = ri % p.n_kv;
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     double g;
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(D) enc_oct(enc_p p) {
     __shared__ double sh;
     __shared__ uint32_t code[6 * LP];
     __shared__ uint8_t sg[D];
-    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = enc_ri(p), i = threadIdx.x, hd = ri % p.n_kv;
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region, *row = reg + (size_t)pos * RB;
     const float x = ring_x<D>(p, ri, pos);
@@ -249,7 +252,7 @@ __global__ void __launch_bounds__(D) enc_hqkv(enc_p p) {
     __shared__ float y[D], z[D];
     __shared__ double sh;
     __shared__ uint8_t c[D];
-    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = enc_ri(p), i = threadIdx.x, hd = ri % p.n_kv;
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     const float x = ring_x<D>(p, ri, pos);
@@ -315,7 +318,7 @@ __global__ void __launch_bounds__(D) enc_hqmq(enc_p p) {
     __shared__ float xs[D], r[NCH];
     __shared__ uint32_t code[NCH];
     __shared__ float sh_sig;
-    const int pos = enc_p0(p) + blockIdx.x, ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv;
+    const int pos = enc_p0(p) + blockIdx.x, ri = enc_ri(p), i = threadIdx.x, hd = ri % p.n_kv;
     if (pos < 0) return; // a captured step with no position leaving the window
     uint8_t *reg = p.base + (size_t)ri * p.region;
     xs[i] = ring_x<D>(p, ri, pos);
@@ -348,7 +351,7 @@ __global__ void __launch_bounds__(D) enc_hqmqo(enc_p p) {
     __shared__ int ord[NCH], sh_full;
     __shared__ float sh_m, sh_sig;
     __shared__ uint32_t sh_off;
-    const int ri = blockIdx.y, i = threadIdx.x, hd = ri % p.n_kv, M = 24 * p.n_sec, L = (1 << (B - p.ibits)) - 1;
+    const int ri = enc_ri(p), i = threadIdx.x, hd = ri % p.n_kv, M = 24 * p.n_sec, L = (1 << (B - p.ibits)) - 1;
     uint8_t *reg = p.base + (size_t)ri * p.region;
     uint32_t *hist = (uint32_t *)(reg + p.state_off);
     unsigned long long *hn = (unsigned long long *)(hist + KVQ_HQMQ_HBINS);
@@ -468,7 +471,7 @@ static enc_fn pick_d(kvq_gkv_kind kind, int bits) {
 static enc_fn pick(kvq_gkv_kind kind, int bits, int d) { return d == 64 ? pick_d<64>(kind, bits) : pick_d<128>(kind, bits); }
 
 kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, const void *ring, int p0, int n, const int *d_p0,
-                              kvq_err *err) {
+                              const int *d_seq, int rows, kvq_err *err) {
     enc_fn f = pick(s->kind, s->bits, c->head_dim);
     if (!f) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "gpu kv append: kind %d at %d bits has no GPU encoder", s->kind, s->bits);
     const int oct = s->kind == KVQ_GKV_OCT || s->kind == KVQ_GKV_OCTQ;
@@ -489,7 +492,7 @@ kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, con
     if (n <= 0) return KVQ_OK;
     enc_p p;
     p.ring = (const __half *)ring;
-    p.wcap = c->wcap, p.p0 = p0, p.n_kv = c->n_kv, p.d_p0 = d_p0;
+    p.wcap = c->wcap, p.p0 = p0, p.n_kv = c->n_kv, p.d_p0 = d_p0, p.d_seq = d_seq;
     p.base = (uint8_t *)s->data;
     p.region = kvq_gkv_region_bytes(s->kind, s->bits, c->head_dim, c->cap, s->role);
     p.side_off = kvq_gkv_side_offset(s->kind, s->bits, c->head_dim, c->cap);
@@ -501,7 +504,7 @@ kvq_status kvq_gkv_encode_rot(const kvq_gkv_cache *c, const kvq_gkv_side *s, con
     p.pool_off = kvq_gkv_hqmqo_pool_offset(s->bits, c->head_dim, c->cap), p.state_off = kvq_gkv_hqmqo_state_offset(s->bits, c->head_dim, c->cap);
     p.pool_n = kvq_gkv_hqmqo_pool_chunks(c->head_dim, c->cap);
     // HQMQO: one block per region walks its positions in order (the running median); the others a block a position
-    f<<<dim3(s->kind == KVQ_GKV_HQMQO ? 1 : n, c->batch * c->n_kv), c->head_dim, 0, kvq_cuda_stream()>>>(p);
+    f<<<dim3(s->kind == KVQ_GKV_HQMQO ? 1 : n, (d_seq ? rows : c->batch) * c->n_kv), c->head_dim, 0, kvq_cuda_stream()>>>(p);
     CU_LAUNCHED("kv encoder (turboquant / turboquant-prod / octopus / hqkv / hqmq)");
     return KVQ_OK;
 }

@@ -150,6 +150,15 @@ kvq_status kvq_gkv_attend_rows(const kvq_gkv_cache *c, const float *q, float *ou
     return NO_CUDA(err);
 }
 size_t kvq_gkv_rows_scratch_bytes(const kvq_gkv_cache *c, int pos0, int T) { return 0; }
+kvq_status kvq_gkv_attend_seqs(const kvq_gkv_cache *c, const float *q, float *out, float scale, int window, int T, const int *d_seq,
+                               const int *d_pos, void *scratch, size_t scratch_bytes, kvq_err *err) {
+    return NO_CUDA(err);
+}
+size_t kvq_gkv_seqs_scratch_bytes(const kvq_gkv_cache *c, int T) { return 0; }
+kvq_status kvq_gkv_append_seqs(const kvq_gkv_cache *c, const float *k, const float *v, int window, int T, const int *d_seq,
+                               const int *d_pos, kvq_err *err) {
+    return NO_CUDA(err);
+}
 size_t kvq_gkv_rows_scratch_bound(const kvq_gkv_cache *c, int T) { return 0; }
 kvq_status kvq_gkv_append(kvq_gkv_cache *c, const float *k, const float *v, int T, int window, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_gkv_pool_check(const kvq_gkv_cache *c, kvq_err *err) { return NO_CUDA(err); }

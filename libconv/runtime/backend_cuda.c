@@ -40,7 +40,8 @@ typedef struct {
     size_t kv_floats;
     // A KV codec on the device (kv_codec): one packed cache per (sequence, layer) (kernels/cuda/kv_attn.h,
     // batch 1 each: sequences sit at different positions, a batched cache shares one n_tok;
-    // sequences 1.. share sequence 0's per-head tables),
+    // sequences 1.. share sequence 0's per-head tables; a layer's sequences are views into one array
+    // per side and ring, kv_resize, which a batched step reads as one cache: kv_attention_batched),
     // appended and attended by kvq_gkv_append / kvq_gkv_attend; a one-token decode step runs
     // as a graph too (kvq_gkv_append_step / kvq_gkv_attend_step: the kernels take the position
     // from d_pos and derive the ring slot, the flushes and the chunks from it) whenever the
@@ -52,6 +53,9 @@ typedef struct {
     // token, the loop rows mode replaces: the same bits).
     struct {
         int on, window, graphs, rows;
+        int batched;      // a step of several sequences in one set of launches a layer (KVQ_CUDA_KV_SEQS_BATCHED, default
+                          // 0 off): 1 its appends and attends (kvq_gkv_append_seqs, kvq_gkv_attend_seqs over the layer's
+                          // batched view), 2 its attends only (the appends per sequence)
         int hqmqo;        // a side is hqmq with outliers: sync checks the pools after a replayed step (kv_pool_check)
         kvq_gkv_cache *c; // (n_seq, n_layers): kv_cache()
         int n_seq;
@@ -217,20 +221,19 @@ static void side_free(kvq_gkv_side *s) {
 // Layer l's codec cache of sequence s.
 static kvq_gkv_cache *kv_cache(const gpu *g, int s, int l) { return &g->kv.c[(size_t)s * g->b.arch.n_layers + l]; }
 
-// Frees sequence s's device arrays in c (n_seq, n_layers); the tables only with sequence 0's
-// (the others' point to them).
-static void kv_seq_free(gpu *g, kvq_gkv_cache *c, int s) {
-    for (int l = 0; l < g->b.arch.n_layers; l++) {
-        kvq_gkv_cache *x = &c[(size_t)s * g->b.arch.n_layers + l];
-        if (s == 0) side_free(&x->k), side_free(&x->v);
-        else kvq_cuda_free(x->k.data), kvq_cuda_free(x->v.data);
+// Frees the codec caches' device arrays: each layer's are sequence 0's (every sequence's cache a
+// view into them, kv_resize), the tables with them.
+static void kv_layers_free(gpu *g, kvq_gkv_cache *c) {
+    for (int l = 0; c && l < g->b.arch.n_layers; l++) {
+        kvq_gkv_cache *x = &c[l];
+        side_free(&x->k), side_free(&x->v);
         kvq_cuda_free(x->wk);
         kvq_cuda_free(x->wv);
     }
 }
 
 static void kv_free(gpu *g) {
-    for (int s = 0; g->kv.c && s < g->kv.n_seq; s++) kv_seq_free(g, g->kv.c, s);
+    kv_layers_free(g, g->kv.c);
     free(g->kv.c);
     kvq_cuda_free(g->kv.scratch);
     memset(&g->kv, 0, sizeof g->kv);
@@ -771,6 +774,54 @@ static kvq_status kv_append(kvq_backend *b, kvq_kvcache *c, int l, const float *
     return st;
 }
 
+// Whether layer l's part of a step of T sequences runs batched (KVQ_CUDA_KV_SEQS_BATCHED=1 or 2): the
+// tokens' sequences distinct and each one's cache that of a sequence grown from 0 to its position
+// (kvq_gkv_step_ready; a captured step has checked it for every layer: kv_step_ready); a token at
+// position 0 restarts its sequence (as kv_seek does).
+static int kv_seqs_batched(gpu *g, int l, int T) {
+    if (!g->kv.batched || T > g->kv.n_seq) return 0;
+    for (int t = 0; t < T; t++) {
+        const int sq = g->sq.h[t], pos = g->sq.h[KVQ_MODEL_MAX_SEQS + t];
+        if (sq < 0 || sq >= g->kv.n_seq) return 0;
+        for (int u = 0; u < t; u++)
+            if (g->sq.h[u] == sq) return 0;
+        if (g->mode == DIRECT && !kvq_gkv_step_ready(kv_cache(g, sq, l), pos, g->kv.window)) return 0;
+    }
+    return 1;
+}
+// A step of T sequences, batched (kv_seqs_batched held): every token appended to its sequence's cache
+// in one set of launches (kvq_gkv_append_seqs over layer l's batched view, the rows' sequences and
+// positions from the device: sq.d; batched 2: by the one-token step's kernels on each sequence's cache,
+// kvq_gkv_append_step), then every token attends in one set of launches (kvq_gkv_attend_seqs): the
+// bits of the per-token path below.
+static kvq_status kv_attention_batched(gpu *g, int l, const float *q, const float *k, const float *v, float *out, int T,
+                                       const kvq_attn_shape *s, kvq_err *e) {
+    const size_t kd = (size_t)s->n_kv_heads * s->head_dim;
+    const int *d_seq = g->sq.d, *d_pos = g->sq.d + KVQ_MODEL_MAX_SEQS;
+    kvq_gkv_cache lay = *kv_cache(g, 0, l); // the layer's n_seq sequences as one batched cache (kv_resize)
+    lay.batch = g->kv.n_seq;
+    kvq_status st = KVQ_OK;
+    for (int t = 0; t < T; t++)
+        if (g->sq.h[KVQ_MODEL_MAX_SEQS + t] == 0) { // a restart (kv_seek)
+            kvq_gkv_cache *c = kv_cache(g, g->sq.h[t], l);
+            c->n_tok = c->n_enc_k = c->n_enc_v = 0;
+        }
+    if (g->kv.batched == 1) {
+        st = kvq_gkv_append_seqs(&lay, k, v, g->kv.window, T, d_seq, d_pos, e);
+        for (int t = 0; t < T && !st; t++) kvq_gkv_advance(kv_cache(g, g->sq.h[t], l), 1, g->kv.window);
+    } else
+        for (int t = 0; t < T && !st; t++) {
+            st = kvq_gkv_append_step(kv_cache(g, g->sq.h[t], l), k + t * kd, v + t * kd, g->kv.window, d_pos + t, e);
+            if (st) kvq_err_prefix(e, "sequence %d", g->sq.h[t]);
+        }
+    for (int t = 0; t < T && !st && g->kv.hqmqo && g->mode == DIRECT; t++) // (a replayed step's: sync)
+        if ((st = kvq_gkv_pool_check(kv_cache(g, g->sq.h[t], l), e))) kvq_err_prefix(e, "sequence %d", g->sq.h[t]);
+    if (!st)
+        st = kvq_gkv_attend_seqs(&lay, q, out, s->scale, g->kv.window, T, g->sq.d, g->sq.d + KVQ_MODEL_MAX_SEQS, g->kv.scratch,
+                                 g->kv.scratch_bytes, e);
+    return st;
+}
+
 // A step of several sequences (step_seqs) through their codec caches: token t (sequence h[t] at
 // position h[KVQ_MODEL_MAX_SEQS + t]) appended to its sequence's cache of layer l and attending
 // there — one batch-1 append and attend per token, the kernels and bits of that sequence's
@@ -795,6 +846,13 @@ static kvq_status kv_attention_seqs(gpu *g, int l, const float *q, const float *
     }
     flush(g);
     prof_begin(g);
+    if (!st && kv_seqs_batched(g, l, T)) {
+        st = kv_attention_batched(g, l, q, k, v, out, T, s, &e);
+        prof_end(g, "kv codec attention seqs batched");
+        if (st) kvq_err_prefix(&e, "layer %d", l);
+        note(g, st, &e);
+        return st;
+    }
     for (int t = 0; t < T && !st; t++) {
         const int sq = g->sq.h[t], pos = g->sq.h[KVQ_MODEL_MAX_SEQS + t];
         kvq_gkv_cache *c = kv_cache(g, sq, l);
@@ -1062,46 +1120,60 @@ static kvq_status side_tables(const kvq_kvcache *kc, int l, int r, int nkv, cons
     return s;
 }
 
-// Sequence s's caches in c (n_seq, n_layers) laid out as sequence 0's of g->kv.c (the same kinds,
-// tables and capacities), empty, their packed regions and rings allocated. On failure what was
-// allocated stays in c for kv_seq_free.
-static kvq_status kv_seq_alloc(gpu *g, kvq_gkv_cache *c, int s, kvq_err *err) {
-    const int L = g->b.arch.n_layers;
-    kvq_status st = KVQ_OK;
-    for (int l = 0; l < L && !st; l++) {
-        const kvq_gkv_cache *c0 = kv_cache(g, 0, l);
-        kvq_gkv_cache *x = &c[(size_t)s * L + l];
-        *x = *c0;
-        x->k.data = x->v.data = x->wk = x->wv = NULL;
-        x->n_tok = x->n_enc_k = x->n_enc_v = 0;
-        for (int r = 0; r < 2 && !st; r++) {
-            kvq_gkv_side *sd = r ? &x->v : &x->k;
-            st = kvq_cuda_malloc(&sd->data, (size_t)x->n_kv * kvq_gkv_region_bytes(sd->kind, sd->bits, x->head_dim, x->cap, r), err);
-        }
-        const size_t ring = (size_t)x->n_kv * x->wcap * x->head_dim * 2;
-        if (!st) st = kvq_cuda_malloc(&x->wk, ring, err);
-        if (!st) st = kvq_cuda_malloc(&x->wv, ring, err);
-    }
-    return st;
-}
-
-// The codec caches hold n sequences from now on, every one empty: sequence 0's arrays kept, the
-// others' made anew (kv_seq_alloc); the bytes counted again. On failure nothing changes.
+// The codec caches hold n sequences from now on, every one empty: per layer one array per side and
+// one per ring holding the n sequences' regions sequence-major — a batched cache of n sequences, as
+// kvq_gkv_attend_seqs reads a step's sequences (KVQ_CUDA_KV_SEQS_BATCHED) — and sequence s's cache the
+// batch-1 view of its regions (the same kinds, tables and capacities as sequence 0's before; the
+// tables kept). The bytes counted again, the scratch grown for a batched step of n rows when that
+// is on. On failure nothing changes.
 static kvq_status kv_resize(gpu *g, int n, kvq_err *err) {
     const int L = g->b.arch.n_layers;
     kvq_gkv_cache *c = calloc((size_t)n * L, sizeof *c);
     if (!c) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory for %d sequences' KV caches", n);
-    memcpy(c, g->kv.c, sizeof *c * L);
-    for (int l = 0; l < L; l++) c[l].n_tok = c[l].n_enc_k = c[l].n_enc_v = 0;
     kvq_status st = KVQ_OK;
-    int s = 1;
-    for (; s < n && !st; s++) st = kv_seq_alloc(g, c, s, err);
+    size_t scr = g->kv.scratch_bytes;
+    for (int l = 0; l < L && !st; l++) {
+        kvq_gkv_cache *x = &c[l];
+        *x = *kv_cache(g, 0, l);
+        x->k.data = x->v.data = x->wk = x->wv = NULL;
+        x->n_tok = x->n_enc_k = x->n_enc_v = 0;
+        size_t reg[2];
+        for (int r = 0; r < 2 && !st; r++) {
+            kvq_gkv_side *sd = r ? &x->v : &x->k;
+            reg[r] = (size_t)x->n_kv * kvq_gkv_region_bytes(sd->kind, sd->bits, x->head_dim, x->cap, r);
+            st = kvq_cuda_malloc(&sd->data, (size_t)n * reg[r], err);
+        }
+        const size_t ring = (size_t)x->n_kv * x->wcap * x->head_dim * 2;
+        if (!st) st = kvq_cuda_malloc(&x->wk, (size_t)n * ring, err);
+        if (!st) st = kvq_cuda_malloc(&x->wv, (size_t)n * ring, err);
+        for (int s = 1; s < n && !st; s++) { // the views
+            kvq_gkv_cache *y = &c[(size_t)s * L + l];
+            *y = *x;
+            y->k.data = (uint8_t *)x->k.data + (size_t)s * reg[0];
+            y->v.data = (uint8_t *)x->v.data + (size_t)s * reg[1];
+            y->wk = (uint8_t *)x->wk + (size_t)s * ring;
+            y->wv = (uint8_t *)x->wv + (size_t)s * ring;
+        }
+        const size_t sb = g->kv.batched ? kvq_gkv_seqs_scratch_bytes(x, n) : 0;
+        if (sb > scr) scr = sb;
+    }
+    void *scratch = NULL;
+    if (!st && scr > g->kv.scratch_bytes) st = kvq_cuda_malloc(&scratch, scr, err);
     if (st) {
-        while (--s >= 1) kv_seq_free(g, c, s); // the one that failed included (its NULLs are no-ops)
+        for (int l = 0; l < L; l++) // (the tables are sequence 0's, kept)
+            kvq_cuda_free(c[l].k.data), kvq_cuda_free(c[l].v.data), kvq_cuda_free(c[l].wk), kvq_cuda_free(c[l].wv);
         free(c);
         return st;
     }
-    for (int k = 1; k < g->kv.n_seq; k++) kv_seq_free(g, g->kv.c, k);
+    for (int l = 0; l < L; l++) {
+        kvq_gkv_cache *x = kv_cache(g, 0, l);
+        kvq_cuda_free(x->k.data), kvq_cuda_free(x->v.data), kvq_cuda_free(x->wk), kvq_cuda_free(x->wv);
+    }
+    if (scratch) {
+        kvq_cuda_free(g->kv.scratch);
+        g->kv.scratch = scratch;
+        g->kv.scratch_bytes = scr;
+    }
     free(g->kv.c);
     g->kv.c = c;
     g->kv.n_seq = n;
@@ -1171,6 +1243,8 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
     g->kv.bytes = bytes;
     g->kv.aux = rings + tables + scr;
     const int n_seq = g->sq.n > 1 ? g->sq.n : 1; // kvq_model_set_seqs before the codec: a cache each
+    const char *kb = getenv("KVQ_CUDA_KV_SEQS_BATCHED");
+    g->kv.batched = kb && (!strcmp(kb, "1") || !strcmp(kb, "2")) ? *kb - '0' : 0;
     if (!s && n_seq > 1) s = kv_resize(g, n_seq, err);
     if (s) {
         kv_free(g);
