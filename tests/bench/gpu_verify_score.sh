@@ -6,11 +6,11 @@
 # (KLD mean 1e-12 relative, ppl 1e-6). Then tests/test_cuda_verify (the kernel against the host,
 # a tiny model's window, verify end to end, the kernel's time against one window's download).
 # Carried by: MODELS=2 SMALL=kvq-small-llama BINS="kvq-convert kvq-verify" bash tests/bench/gpu_bundle.sh build/tests/test_cuda_verify
-# usage (on the device): [CTX=512] [TEXT_BYTES=200000] bash tests/bench/gpu_verify_score.sh
+# usage (on the device): [CTX=512] [TEXT_BYTES=200000] [VMODEL=kvq-tiny-llama (carried by MODELS=1)] bash tests/bench/gpu_verify_score.sh
 set -u
 TESTS= . tests/bench/gpu_env.sh
 O=${OUT:-/tmp}; W=/tmp/vsc; mkdir -p $W
-m=kvq-small-llama; src=$KVQ_SHARED/models/$m
+m=${VMODEL:-kvq-small-llama}; src=$KVQ_SHARED/models/$m
 [ -f $src/config.json ] || [ ! -f $KVQ_SHARED/$m.tar.xz ] || tar -C $KVQ_SHARED -xJf $KVQ_SHARED/$m.tar.xz
 head -c ${TEXT_BYTES:-200000} $KVQ_SHARED/data/heldout-books.txt > $W/text.txt
 if [ -f $src/config.json ]; then
