@@ -1311,7 +1311,7 @@ static void test_kv_seqs(void **st) {
         for (int i = 0; i < CTX; i++) ids[s][i] = (int32_t)(rng_next(&r) % 4000);
     int n_fail = 0;
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        if (cs[i].batched) setenv("KVQ_CUDA_KV_SEQS_BATCHED", cs[i].batched == 1 ? "1" : "2", 1);
+        setenv("KVQ_CUDA_KV_SEQS_BATCHED", cs[i].batched == 1 ? "1" : cs[i].batched == 2 ? "2" : "0", 1); // 1: the default
         if (!cs[i].graphs) setenv("KVQ_CUDA_KV_GRAPHS", "0", 1);
         kvq_model *m = open_kv_seqs(path, cs[i].spec, cs[i].window, NS, cs[i].seqs_first), *ref[NS];
         unsetenv("KVQ_CUDA_KV_SEQS_BATCHED");

@@ -54,7 +54,7 @@ typedef struct {
     struct {
         int on, window, graphs, rows;
         int batched;      // a step of several sequences in one set of launches a layer (KVQ_CUDA_KV_SEQS_BATCHED, default
-                          // 0 off): 1 its appends and attends (kvq_gkv_append_seqs, kvq_gkv_attend_seqs over the layer's
+                          // 1 since session 17's H100 A/B; 0 off: a set per sequence): 1 its appends and attends (kvq_gkv_append_seqs, kvq_gkv_attend_seqs over the layer's
                           // batched view), 2 its attends only (the appends per sequence)
         int hqmqo;        // a side is hqmq with outliers: sync checks the pools after a replayed step (kv_pool_check)
         kvq_gkv_cache *c; // (n_seq, n_layers): kv_cache()
@@ -1244,7 +1244,7 @@ static kvq_status kv_codec(kvq_backend *b, const kvq_kvcache *kc, kvq_err *err) 
     g->kv.aux = rings + tables + scr;
     const int n_seq = g->sq.n > 1 ? g->sq.n : 1; // kvq_model_set_seqs before the codec: a cache each
     const char *kb = getenv("KVQ_CUDA_KV_SEQS_BATCHED");
-    g->kv.batched = kb && (!strcmp(kb, "1") || !strcmp(kb, "2")) ? *kb - '0' : 0;
+    g->kv.batched = kb && (!strcmp(kb, "0") || !strcmp(kb, "2")) ? *kb - '0' : 1; // default 1 (session 17's A/B)
     if (!s && n_seq > 1) s = kv_resize(g, n_seq, err);
     if (s) {
         kv_free(g);
