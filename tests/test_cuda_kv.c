@@ -1405,7 +1405,11 @@ static void test_attend_tc(void **state) {
 // kernels': fp16 rotated q, the codebook rounded to fp16 (the centroids keep 11 significant bits),
 // fp16 norm·centroid values and fp16 p in the products, fp32 sums (test_tq_emulated shows the index
 // arithmetic exact); the fp32 split kernel on the same cache ≤ 1e-9 as the control, and
-// kvq_gkv_set_tc_turbo(0) keeps the cache there.
+// kvq_gkv_set_tc_turbo(0) keeps the cache there. turboquant-prod:2/3/4 (session 17, helper i20p; switch
+// kvq_gkv_set_tc_tprod): the same runs and limit — its keys' centroids and QJL signs as two mma chains
+// against fp16 R q and fp16 S R q (S rounded to fp16 once per block), the codec's QJL-corrected score
+// (score_vec) in the reference; no pipelined kernel, so stages 3 and 4 run variant 2 (bit-equal to it,
+// and kvq_gkv_tc_stages says 0); test_tprod_emulated shows its index arithmetic exact.
 static void test_attend_tc_turbo(void **state) {
     if (!have_gpu()) { skip(); return; }
     enum { B = 2, NKV = 3, CAP = 1056 };
@@ -1421,11 +1425,11 @@ static void test_attend_tc_turbo(void **state) {
     float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
     float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO);
     double *ref = malloc(sizeof(double) * NO), worst = 0;
-    const char *specs[] = {"turboquant:2", "turboquant:4", "qturbo:2", "qturbo:4"};
+    const char *specs[] = {"turboquant:2", "turboquant:4", "qturbo:2", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4"};
     int n_cmp = 0, n_diff = 0;
-    for (int si = 0; si < 4; si++)
+    for (int si = 0; si < (int)(sizeof specs / sizeof *specs); si++)
         for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
-            const int T = Ts[ti];
+            const int T = Ts[ti], tp = !strncmp(specs[si], "turboquant-prod", 15);
             tokens(K, B * NKV * T, &seed);
             tokens(V, B * NKV * T, &seed);
             for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
@@ -1437,9 +1441,10 @@ static void test_attend_tc_turbo(void **state) {
             kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
             kvq_gkv_set_tc(2);
             kvq_gkv_set_tc_pipe(0);
-            kvq_gkv_set_tc_turbo(0);
+            if (tp) kvq_gkv_set_tc_turbo(1), kvq_gkv_set_tc_tprod(0); // (each switch for its own codec)
+            else kvq_gkv_set_tc_tprod(1), kvq_gkv_set_tc_turbo(0);
             assert_int_equal(kvq_gkv_tc_active(&c), 0); // the switch: off keeps the fp32 split kernel
-            kvq_gkv_set_tc_turbo(1);
+            kvq_gkv_set_tc_turbo(1), kvq_gkv_set_tc_tprod(1);
             assert_int_equal(kvq_gkv_tc_active(&c), 1);
             const int chunks[] = {32, 64, 1024, 0};
             for (int ci = 0; ci < 4; ci++) {
@@ -1454,7 +1459,7 @@ static void test_attend_tc_turbo(void **state) {
                     kvq_gkv_set_tc_pipe(runs[ri][1]);
                     kvq_gkv_set_fuse_merge(runs[ri][2]);
                     assert_int_equal(kvq_gkv_tc_active(&c), runs[ri][0] != 0);
-                    assert_int_equal(kvq_gkv_tc_stages(&c), runs[ri][1]);
+                    assert_int_equal(kvq_gkv_tc_stages(&c), tp ? 0 : runs[ri][1]);
                     assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
                     kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
                     if (st) fprintf(stderr, "attend: %s\n", err.msg);
@@ -1466,7 +1471,7 @@ static void test_attend_tc_turbo(void **state) {
                     const int cmp = ri >= 3 && (ch || ri == 5), same = cmp && !memcmp(out, base, sizeof(float) * NO);
                     n_cmp += cmp, n_diff += cmp && !same;
                     if (runs[ri][0] && e > worst) worst = e;
-                    fprintf(stderr, "test_cuda_kv: attend %-12s T %4d chunk %4d tc %d pipe %d fuse %d: NMSE vs CPU decode-then-attend %.2e%s\n",
+                    fprintf(stderr, "test_cuda_kv: attend %-17s T %4d chunk %4d tc %d pipe %d fuse %d: NMSE vs CPU decode-then-attend %.2e%s\n",
                             specs[si], T, ch ? ch : kvq_gkv_auto_chunk(&c), runs[ri][0], runs[ri][1], runs[ri][2], e,
                             !cmp ? "" : same ? ", bit-equal to variant 2's" : ", DIFFERS from variant 2's");
                     assert_true(e <= (runs[ri][0] ? 1e-4 : 1e-9)); // NaN fails too
@@ -1483,11 +1488,12 @@ static void test_attend_tc_turbo(void **state) {
             free_side(&ks);
             free_side(&vs);
         }
-    fprintf(stderr, "test_cuda_kv: TurboQuant / qturbo tensor cores: worst NMSE vs CPU %.2e; %d of %d pipelined / fused outputs differ from variant 2's: %s\n",
+    fprintf(stderr, "test_cuda_kv: TurboQuant / qturbo / turboquant-prod tensor cores: worst NMSE vs CPU %.2e; %d of %d pipelined / fused outputs differ from variant 2's: %s\n",
             worst, n_diff, n_cmp, n_diff ? "FAIL" : "PASS");
     kvq_gkv_set_tc(-1);
     kvq_gkv_set_tc_pipe(-1);
     kvq_gkv_set_tc_turbo(-1);
+    kvq_gkv_set_tc_tprod(-1);
     kvq_gkv_set_fuse_merge(-1);
     assert_int_equal(n_diff, 0);
     kvq_cuda_free(dq), kvq_cuda_free(dout);
@@ -1498,7 +1504,8 @@ static void test_attend_tc_turbo(void **state) {
 // when no running max moved, ex2.approx.ftz; session 14, helper i20d) against the kernels as before,
 // on the same caches at the same chunks: every output bit-identical (the scores here stay far within
 // 126 log2 units of the running max, where the two 2^x agree), for int, KIVI and TurboQuant/qturbo at
-// 2 and 4 bits, variants 1 and 2 and 3 and 4 stages, and within 1e-4 NMSE of the CPU decode-then-attend.
+// 2 and 4 bits, variants 1 and 2 and 3 and 4 stages, and within 1e-4 NMSE of the CPU decode-then-attend;
+// turboquant-prod:2 and :4 too (session 17; its stages 3 and 4 run variant 2).
 static void test_attend_tc_lean(void **state) {
     if (!have_gpu()) { skip(); return; }
     enum { B = 2, NKV = 3, H = NKV * KVQ_GKV_GROUP, CAP = 1088 };
@@ -1513,10 +1520,10 @@ static void test_attend_tc_lean(void **state) {
     float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
     float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO);
     double *ref = malloc(sizeof(double) * NO), worst = 0;
-    const char *specs[] = {"int:2", "int:4", "kivi:2", "kivi:4", "turboquant:2", "turboquant:4", "qturbo:4"};
+    const char *specs[] = {"int:2", "int:4", "kivi:2", "kivi:4", "turboquant:2", "turboquant:4", "qturbo:4", "turboquant-prod:2", "turboquant-prod:4"};
     const int nspec = (int)(sizeof specs / sizeof *specs);
     int n_cmp = 0, n_diff = 0;
-    kvq_gkv_set_tc_turbo(1);
+    kvq_gkv_set_tc_turbo(1), kvq_gkv_set_tc_tprod(1); // (turboquant-prod: stages 3, 4 run variant 2)
     for (int si = 0; si < nspec; si++) {
         const int kivi = !strncmp(specs[si], "kivi", 4), nT = kivi ? (int)(sizeof Tk / sizeof *Tk) : (int)(sizeof Ti / sizeof *Ti);
         for (int ti = 0; ti < nT; ti++) {
@@ -1566,7 +1573,7 @@ static void test_attend_tc_lean(void **state) {
     }
     fprintf(stderr, "test_cuda_kv: lean tensor-core kernels: %d of %d outputs differ from the kernels' as before; worst NMSE vs CPU %.2e: %s\n",
             n_diff, n_cmp, worst, n_diff ? "FAIL" : "PASS");
-    kvq_gkv_set_tc(-1), kvq_gkv_set_tc_pipe(-1), kvq_gkv_set_tc_lean(-1), kvq_gkv_set_tc_turbo(-1);
+    kvq_gkv_set_tc(-1), kvq_gkv_set_tc_pipe(-1), kvq_gkv_set_tc_lean(-1), kvq_gkv_set_tc_turbo(-1), kvq_gkv_set_tc_tprod(-1);
     assert_int_equal(n_diff, 0);
     kvq_cuda_free(dq), kvq_cuda_free(dout);
     free(K), free(V), free(q), free(out), free(base), free(ref);
@@ -2477,6 +2484,7 @@ static void test_step_graph(void **state) {
         {"int:4", 5, -1, 0, 0, 0, 0}, {"turboquant:3", 5, 0, 0, 0, 0, 0}, {"kivi:4", 40, -1, 0, 4, 1, 0}, {"hqkv:d4:4:rot=qjl", 5, 0, 0, 0, 1, 0},
         {"int:2", 5, -1, 0, 0, 2, 2.0f}, {"qturbo:3", 40, 0, 0, 0, 2, 0.5f}, // more, shorter chunks; fewer, longer
         {"turboquant:4", 5, -1, 0, 0, 2, 0}, {"qturbo:2", 40, -1, 0, 4, 1, 0}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
+        {"turboquant-prod:4", 5, -1, 0, 0, 2, 0}, {"turboquant-prod:2", 40, -1, 0, 0, 1, 0}, // turboquant-prod on tensor cores (_tc_tprod)
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -2488,6 +2496,7 @@ static void test_step_graph(void **state) {
         kvq_gkv_set_tc(cs_[si].tc);
         kvq_gkv_set_tc_pipe(cs_[si].pipe);
         kvq_gkv_set_tc_turbo(cs_[si].tc != 0);
+        kvq_gkv_set_tc_tprod(cs_[si].tc != 0);
         kvq_gkv_set_int8_query(cs_[si].knobs);
         kvq_gkv_set_half_values(cs_[si].knobs);
         kvq_gkv_set_waves(cs_[si].waves);
@@ -2567,6 +2576,7 @@ static void test_step_graph(void **state) {
     kvq_gkv_set_tc(-1);
     kvq_gkv_set_tc_pipe(-1);
     kvq_gkv_set_tc_turbo(-1);
+    kvq_gkv_set_tc_tprod(-1);
     kvq_gkv_set_int8_query(0);
     kvq_gkv_set_half_values(0);
     kvq_gkv_set_fuse_merge(-1);
@@ -2755,6 +2765,7 @@ static void test_attend_rows(void **state) {
         {"int:4", -1, 0, 0}, {"int:2", -1, 0, 1}, {"kivi:2", -1, 0, 0}, {"kivi:4", -1, 0, 1}, // tensor cores, register prefetch
         {"int:4", -1, 3, 1}, {"int:2", -1, 3, 0}, {"kivi:2", -1, 3, 1}, {"kivi:4", -1, 3, 0}, // tensor cores, cp.async pipelined
         {"turboquant:4", -1, 0, 0}, {"turboquant:2", -1, 0, 1}, {"qturbo:4", -1, 3, 1}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
+        {"turboquant-prod:3", -1, 0, 1}, // turboquant-prod on tensor cores (kvq_gkv_set_tc_tprod)
     };
     const int wins[] = {0, 40};
     const float waves[] = {1.0f, 0.125f};
@@ -2772,6 +2783,7 @@ static void test_attend_rows(void **state) {
                 kvq_gkv_set_tc(cs_[si].tc);
                 kvq_gkv_set_tc_pipe(cs_[si].pipe);
                 kvq_gkv_set_tc_turbo(cs_[si].tc != 0);
+                kvq_gkv_set_tc_tprod(cs_[si].tc != 0);
                 kvq_gkv_set_waves(waves[vi]);
                 uint64_t seed = 300 + si;
                 int n_tot = 0;
@@ -2868,6 +2880,7 @@ static void test_attend_rows(void **state) {
     kvq_gkv_set_tc(-1);
     kvq_gkv_set_tc_pipe(-1);
     kvq_gkv_set_tc_turbo(-1);
+    kvq_gkv_set_tc_tprod(-1);
     kvq_gkv_set_fuse_merge(-1);
     kvq_gkv_set_waves(0);
     assert_int_equal(failed, 0);
@@ -3205,6 +3218,240 @@ static void test_tq_emulated(void **state) {
     }
 }
 
+// turboquant-prod on the tensor cores (kernels/cuda/kv_tc.h: kvq_tc_b1_dq, kvq_tc_tq3_table / _dq,
+// kvq_tc_tp_kdim / _sdim, kvq_tc_tqv_dim, the functions the kernel calls; session 17, helper i20p), run on
+// the host for turboquant-prod:2/3/4: (1) every one-bit pair (the QJL signs; the 1-bit codes at :2)
+// after the kernel's HFMA2 fix-up is its dim's bit, exactly, and every 3-bit pair half the fp16
+// centroid of its dim's code (random codes, every code alone, random tables and the codec's own);
+// (2) one 16-position tile's keys as load_tile reads them from the GPU layout, through the two mma
+// chains (emulated): the centroid chain equals Σ f16(m·q)·f16(cb[c]) (:2: Σ f16((c1 − c0)·q)·σ_c) and
+// the QJL chain Σ f16(S R q)·σ, limit 1e-12 relative; (3) S R q as the kernel forms it by mma from S
+// (warp w rows 32w.., f16 S as A, f16 R q as B) equals Σ f16(S)·f16(R q); (4) turboquant:3 values
+// (turboquant-prod:3's): Σ p·V through kvq_tc_tq3_dq equals Σ p16·f16(f16(cb[c])·n). Runs without a GPU.
+static void test_tprod_emulated(void **state) {
+    (void)state;
+    uint64_t seed = 2020;
+    for (int bits = 2; bits <= 4; bits++) {
+        const int mb = bits - 1, K = 1 << mb, so = (int)kvq_gkv_row_bytes(mb, D);
+        int checked = 0;
+        for (int rep = 0; rep < 24; rep++) {
+            float cb[8];
+            uint16_t c16[8];
+            if (rep == 0) kvq_turbo_codebook(D, mb, cb); // the codec's own Lloyd-Max table
+            else
+                for (int i = 0; i < K; i++) cb[i] = (float)(gauss(&seed) * 0.2);
+            for (int i = 0; i < K; i++) c16[i] = kvq_f32_to_f16(cb[i]);
+            uint32_t tab[8] = {0};
+            if (mb == 3) kvq_tc_tq3_table(c16, tab);
+            if (mb == 2) kvq_tc_tq_table(2, c16, tab);
+            uint8_t kr[16][64];
+            int ck[16][128], sg[16][128];
+            memset(kr, 0, sizeof kr);
+            for (int t = 0; t < 16; t++)
+                for (int i = 0; i < D; i++) {
+                    ck[t][i] = rep >= 1 && rep <= K ? rep - 1 : (int)(rng_next(&seed) >> 40) & (K - 1); // reps 1..K: every code alone
+                    sg[t][i] = rep == 1 ? 1 : rep == 2 ? 0 : (int)(rng_next(&seed) >> 41) & 1;
+                    kvq_gkv_put_code(kr[t], mb, D, i, (uint32_t)ck[t][i]);
+                    kvq_gkv_put_code(kr[t] + so, 1, D, i, (uint32_t)sg[t][i]);
+                }
+            // the kernel's fix-up of one-bit pair p: h·2^−s − 1024·2^−s in one fp16 FMA (exact here: checked)
+            uint32_t fixed[16][4][16], hq3[16][8][8];
+            for (int t = 0; t < 16; t++)
+                for (int w = 0; w < D / 32; w++) // the lane t = w's words: codes' one-bit plane, signs
+                    for (int u = 0; u < 2; u++)
+                        for (int pl = 0; pl < 2; pl++) {
+                            if (pl == 0 && mb != 1) continue;
+                            uint32_t h[8];
+                            kvq_tc_b1_dq(rep & 1, tc_word(kr[t] + (pl ? so : 0) + 4 * w), u, h);
+                            for (int i = 0; i < 8; i++) {
+                                const int p = 8 * u + i;
+                                const float m = (float)(1 << kvq_tc_b1_shift(p));
+                                float v[2];
+                                for (int hi = 0; hi < 2; hi++) {
+                                    v[hi] = kvq_f16_to_f32(kvq_f32_to_f16(tc_h16(h[i], hi) / m - 1024.0f / m));
+                                    const int d = 32 * w + kvq_tc_b1_dim(p) + 16 * hi, want = pl ? sg[t][d] : ck[t][d];
+                                    if (v[hi] != (float)want)
+                                        fprintf(stderr, "tprod b1: bits %d pos %d plane %d dim %d: %g, want %d\n", bits, t, pl, d, v[hi], want);
+                                    assert_true(v[hi] == (float)want);
+                                    checked++;
+                                }
+                                if (pl) fixed[t][w][p] = tc_pk16(v[0], v[1]);
+                                else hq3[t][2 * w + u][i] = tc_pk16(v[0], v[1]);
+                            }
+                        }
+            if (mb >= 2) // (1) the centroid pairs of each 16 dims, as the kernel forms them (two-bit word u of the lane's uint2)
+                for (int t = 0; t < 16; t++)
+                    for (int w = 0; w < D / 16; w++) {
+                        uint32_t h[8];
+                        const uint32_t lo = tc_word(kr[t] + 4 * w);
+                        if (mb == 3) kvq_tc_tq3_dq(lo, tc_word(kr[t] + D / 4 + 4 * (w >> 1)) >> (16 * (w & 1)), tab, h);
+                        else kvq_tc_tq_dq(2, lo, 0u, tab, h);
+                        for (int j = 0; j < 8; j++) {
+                            hq3[t][w][j] = h[j];
+                            for (int hi = 0; hi < 2; hi++) {
+                                const int d = kvq_tc_tp_kdim(mb, w >> 1, 8 * (w & 1) + j, hi);
+                                const uint16_t got = (uint16_t)(hi ? h[j] >> 16 : h[j] & 0xFFFFu);
+                                if (got != c16[ck[t][d]])
+                                    fprintf(stderr, "tprod dq: bits %d pos %d dim %d code %d: 0x%04x, want 0x%04x\n", bits, t, d, ck[t][d], got,
+                                            c16[ck[t][d]]);
+                                assert_int_equal(got, c16[ck[t][d]]);
+                                checked++;
+                            }
+                        }
+                    }
+            { // the pairs of a lane cover its 32 dims once (centroids and signs)
+                int seen[2][32] = {{0}};
+                for (int jj = 0; jj < 16; jj++)
+                    for (int hi = 0; hi < 2; hi++) seen[0][kvq_tc_tp_kdim(mb, 0, jj, hi)]++, seen[1][kvq_tc_tp_sdim(0, jj, hi)]++;
+                for (int d = 0; d < 32; d++) assert_int_equal(seen[0][d], 1), assert_int_equal(seen[1][d], 1);
+            }
+            // (2) one tile: the lane (g, t) reads rows g, g + 8 as load_tile does (kr offsets), pairs 8u.. of word u
+            float q[4][128], sq[4][128];
+            for (int h = 0; h < 4; h++)
+                for (int i = 0; i < D; i++) q[h][i] = (float)gauss(&seed), sq[h][i] = (float)(gauss(&seed) * 3.0);
+            const float m = mb == 1 ? cb[1] - cb[0] : 1.0f;
+            double cm[32][4] = {{0}}, cq[32][4] = {{0}};
+            for (int ks = 0; ks < 8; ks++) {
+                uint32_t a[32][4], b[32][2], as[32][4], bs[32][2];
+                const int u = ks >> 2, k2 = ks & 3;
+                for (int l = 0; l < 32; l++) {
+                    const int g = l >> 2, t = l & 3;
+                    for (int r = 0; r < 2; r++) {
+                        const int pos = g + 8 * r;
+                        // centroids: the 16-dim word 2t + u of the row (.x / .y of the uint2 at 8t); :2 the one-bit pairs 8u.. of word t
+                        const uint32_t *hk = hq3[pos][2 * t + u];
+                        a[l][r] = hk[2 * k2], a[l][2 + r] = hk[2 * k2 + 1];
+                        as[l][r] = fixed[pos][t][8 * u + 2 * k2], as[l][2 + r] = fixed[pos][t][8 * u + 2 * k2 + 1];
+                    }
+                    for (int e = 0; e < 2; e++) {
+                        const int jj = 2 * ks + e, d0 = kvq_tc_tp_kdim(mb, t, jj, 0), d1 = kvq_tc_tp_kdim(mb, t, jj, 1);
+                        const int s0 = kvq_tc_tp_sdim(t, jj, 0), s1 = kvq_tc_tp_sdim(t, jj, 1);
+                        b[l][e] = g < 4 ? tc_pk16(m * q[g][d0], m * q[g][d1]) : 0u;
+                        bs[l][e] = g < 4 ? tc_pk16(sq[g][s0], sq[g][s1]) : 0u;
+                    }
+                }
+                tc_mma(a, b, cm);
+                tc_mma(as, bs, cq);
+            }
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++) {
+                    const int pos = (l >> 2) + 8 * (i >> 1), h = 2 * (l & 3) + (i & 1);
+                    double rm = 0, mm = 0, rq = 0, mq = 0;
+                    for (int d = 0; d < D && h < 4; d++) {
+                        const double qq = kvq_f16_to_f32(kvq_f32_to_f16(m * q[h][d])), kk = mb == 1 ? ck[pos][d] : kvq_f16_to_f32(c16[ck[pos][d]]);
+                        const double ss = kvq_f16_to_f32(kvq_f32_to_f16(sq[h][d]));
+                        rm += qq * kk, mm += fabs(qq * kk), rq += ss * sg[pos][d], mq += fabs(ss);
+                    }
+                    if (fabs(cm[l][i] - rm) > 1e-12 * (mm + 1e-30) || fabs(cq[l][i] - rq) > 1e-12 * (mq + 1e-30))
+                        fprintf(stderr, "tprod scores: bits %d lane %d c%d: %g %g, want %g %g\n", bits, l, i, cm[l][i], cq[l][i], rm, rq);
+                    assert_true(fabs(cm[l][i] - rm) <= 1e-12 * (mm + 1e-30));
+                    assert_true(fabs(cq[l][i] - rq) <= 1e-12 * (mq + 1e-30));
+                }
+            // (3) S R q: warp w, m-tile mt, lane (g, t): A rows 32w + 16mt + g (+ 8), cols 16ks + 2t (+1, +8, +9)
+            if (rep < 3) {
+                float *S = malloc(sizeof(float) * D * D);
+                for (int e = 0; e < D * D; e++) S[e] = (float)gauss(&seed);
+                double sr[4][128];
+                memset(sr, 0, sizeof sr);
+                for (int w = 0; w < 4; w++)
+                    for (int mt = 0; mt < 2; mt++) {
+                        double cs[32][4] = {{0}};
+                        for (int ks = 0; ks < 8; ks++) {
+                            uint32_t a[32][4], b[32][2];
+                            for (int l = 0; l < 32; l++) {
+                                const int g = l >> 2, t = l & 3, k0 = 16 * ks + 2 * t;
+                                const float *r0 = S + (size_t)(32 * w + 16 * mt + g) * D + k0, *r1 = r0 + 8 * D;
+                                a[l][0] = tc_pk16(r0[0], r0[1]), a[l][1] = tc_pk16(r1[0], r1[1]), a[l][2] = tc_pk16(r0[8], r0[9]),
+                                a[l][3] = tc_pk16(r1[8], r1[9]);
+                                b[l][0] = g < 4 ? tc_pk16(q[g][k0], q[g][k0 + 1]) : 0u, b[l][1] = g < 4 ? tc_pk16(q[g][k0 + 8], q[g][k0 + 9]) : 0u;
+                            }
+                            tc_mma(a, b, cs);
+                        }
+                        for (int l = 0; l < 32; l++) {
+                            const int g = l >> 2, t = l & 3, j = 32 * w + 16 * mt + g;
+                            if (t < 2) sr[2 * t][j] = cs[l][0], sr[2 * t + 1][j] = cs[l][1], sr[2 * t][j + 8] = cs[l][2], sr[2 * t + 1][j + 8] = cs[l][3];
+                        }
+                    }
+                for (int h = 0; h < 4; h++)
+                    for (int j = 0; j < D; j++) {
+                        double ref = 0, mag = 0;
+                        for (int k = 0; k < D; k++) {
+                            const double x = (double)kvq_f16_to_f32(kvq_f32_to_f16(S[(size_t)j * D + k])) * kvq_f16_to_f32(kvq_f32_to_f16(q[h][k]));
+                            ref += x, mag += fabs(x);
+                        }
+                        if (fabs(sr[h][j] - ref) > 1e-12 * mag) fprintf(stderr, "tprod S R q: head %d dim %d: %g, want %g\n", h, j, sr[h][j], ref);
+                        assert_true(fabs(sr[h][j] - ref) <= 1e-12 * mag);
+                    }
+                free(S);
+            }
+        }
+        fprintf(stderr, "test_cuda_kv: turboquant-prod:%d tensor-core emulation: 24 tiles, %d pair halves exact, both score chains and S R q as the plain sums\n",
+                bits, checked);
+    }
+    // (4) turboquant:3 values (turboquant-prod:3's): rows of 48 bytes, the lane (g, t) reads positions 2t + (r & 1) + 8(r >> 1):
+    // the two-bit plane's word at 4g, the one-bit plane's block g at 32 + 2g
+    for (int rep = 0; rep < 12; rep++) {
+        float cb[8], vn[16];
+        uint16_t c16[8];
+        if (rep == 0) kvq_turbo_codebook(D, 3, cb);
+        else
+            for (int i = 0; i < 8; i++) cb[i] = (float)(gauss(&seed) * 0.2);
+        for (int i = 0; i < 8; i++) c16[i] = kvq_f32_to_f16(cb[i]);
+        uint32_t tab[4];
+        kvq_tc_tq3_table(c16, tab);
+        uint8_t vr[16][48];
+        int cv[16][128];
+        memset(vr, 0, sizeof vr);
+        for (int t = 0; t < 16; t++) {
+            for (int i = 0; i < D; i++) {
+                cv[t][i] = rep >= 1 && rep <= 8 ? rep - 1 : (int)(rng_next(&seed) >> 40) & 7;
+                kvq_gkv_put_code(vr[t], 3, D, i, (uint32_t)cv[t][i]);
+            }
+            vn[t] = kvq_f16_to_f32(kvq_f32_to_f16((float)(0.5 + 8.0 * fabs(gauss(&seed)))));
+        }
+        float p[16][8];
+        uint32_t a[32][4], b[32][2];
+        tc_p_as_b(&seed, p, b);
+        double o[4][128];
+        memset(o, 0, sizeof o);
+        for (int j = 0; j < 8; j++) {
+            double acc[32][4] = {{0}};
+            for (int l = 0; l < 32; l++) {
+                const int g = l >> 2, t = l & 3;
+                uint32_t hv[4][8];
+                int pos4[4];
+                for (int r = 0; r < 4; r++) {
+                    pos4[r] = 2 * t + (r & 1) + 8 * (r >> 1);
+                    const uint8_t *row = vr[pos4[r]];
+                    kvq_tc_tq3_dq(tc_word(row + 4 * g), (uint32_t)(row[32 + 2 * g] | row[33 + 2 * g] << 8), tab, hv[r]);
+                }
+                for (int k = 0; k < 4; k++) {
+                    const int r0 = k < 2 ? 0 : 2;
+                    const uint32_t pr = tc_perm(hv[r0][j], hv[r0 + 1][j], (k & 1) ? 0x7632u : 0x5410u);
+                    a[l][k] = tc_pk16(tc_h16(pr, 0) * vn[pos4[r0]], tc_h16(pr, 1) * vn[pos4[r0 + 1]]);
+                }
+            }
+            tc_mma(a, b, acc);
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++) {
+                    const int h = 2 * (l & 3) + (i & 1);
+                    if (h < 4) o[h][kvq_tc_tqv_dim(3, l >> 2, j, i >> 1)] += acc[l][i];
+                }
+        }
+        for (int h = 0; h < 4; h++)
+            for (int d = 0; d < D; d++) {
+                double ref = 0, mag = 0;
+                for (int t = 0; t < 16; t++) {
+                    const double v = kvq_f16_to_f32(kvq_f32_to_f16(kvq_f16_to_f32(c16[cv[t][d]]) * vn[t]));
+                    ref += p[t][h] * v, mag += fabs(p[t][h] * v);
+                }
+                if (fabs(o[h][d] - ref) > 1e-12 * (mag + 1e-30)) fprintf(stderr, "tq3 p·V: head %d dim %d: %g, want %g\n", h, d, o[h][d], ref);
+                assert_true(fabs(o[h][d] - ref) <= 1e-12 * (mag + 1e-30));
+            }
+    }
+    fprintf(stderr, "test_cuda_kv: turboquant:3 values tensor-core emulation: 12 tiles, p·V as the plain sums\n");
+}
+
 // The pipelined kernels' copies and reads (kernels/cuda/kv_tc.h: kvq_tc_copy, kvq_tc_rd_*, the
 // functions the kernel calls), run on the host: a warp's 32 lanes copy a tile into a stage
 // prefilled with garbage (16-byte pieces, source bytes then zeros, as cp.async with a source
@@ -3394,7 +3641,7 @@ int main(void) {
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_hqmqo_layout),
                                        cmocka_unit_test(test_hqmqo_enc_emulated), cmocka_unit_test(test_hqmqo_kernel_emulated),
-                                       cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated),
+                                       cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated), cmocka_unit_test(test_tprod_emulated),
                                        cmocka_unit_test(test_tc_pipe_emulated), cmocka_unit_test(test_merge_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc), cmocka_unit_test(test_attend_tc_lean),
                                        cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_tc_turbo), cmocka_unit_test(test_attend_fused),

@@ -231,6 +231,10 @@ static int on_unless_0(int *g, const char *name) {
 // TurboQuant / qturbo on the tensor cores: g_tcq, or KVQ_CUDA_KV_TC_TURBO=0; default 1 (session 14,
 // H100: 1.15-1.9x faster than the fp32 kernel at 32k-128k, NMSE vs the CPU <= 7.3e-7; docs/RESULTS.md).
 static int tc_turbo(void) { return on_unless_0(&g_tcq, "KVQ_CUDA_KV_TC_TURBO"); }
+// turboquant-prod on the tensor cores (session 17, helper i20p): g_tcp, or KVQ_CUDA_KV_TC_TPROD=0; default 1.
+static int g_tcp = -1;
+extern "C" void kvq_gkv_set_tc_tprod(int on) { g_tcp = on < 0 ? -1 : on != 0; }
+static int tc_tprod(void) { return on_unless_0(&g_tcp, "KVQ_CUDA_KV_TC_TPROD"); }
 extern "C" void kvq_gkv_set_tc_pipe(int stages) { g_pipe = stages < 0 ? -1 : stages == 3 || stages == 4 ? stages : 0; }
 // The cp.async stages of the tensor-core kernel: g_pipe, or KVQ_CUDA_KV_PIPE=0|3|4 (read once;
 // default 0, the register-prefetch variants), and 0 where a side's regions are not 16-byte
@@ -260,12 +264,13 @@ static const void *tc_kernel(const kvq_gkv_cache *c) {
         const char *e = getenv("KVQ_CUDA_KV_TC");
         g_tc = e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2")) ? *e - '0' : 3;
     }
-    const int v = g_tc == 3 ? (c->k.bits == 4 && c->k.kind != KVQ_GKV_TURBO ? 2 : 1) : g_tc;
+    const int v = g_tc == 3 ? (c->k.bits == 4 && c->k.kind != KVQ_GKV_TURBO && c->k.kind != KVQ_GKV_TPROD ? 2 : 1) : g_tc;
     if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
+    if (c->k.kind == KVQ_GKV_TPROD && !tc_tprod()) return NULL;
     return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean()) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
-extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) ? tc_stages(c) : 0; }
+extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) && c->k.kind != KVQ_GKV_TPROD ? tc_stages(c) : 0; } // (TPROD: none)
 
 // The instantiated (K kind, K bits, V kind, V bits) combinations: the dense baselines, each
 // codec on both sides, and the boundary layers' fp16 keys with each codec's values.
@@ -474,12 +479,12 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         k.numAttrs = pdl && launched ? 1 : 0;
         return k;
     };
-    if (ft) { // int / KIVI / TurboQuant at 2 and 4 bits on tensor cores (kv_attn_tc.cu), the same partial results
+    if (ft) { // int / KIVI / TurboQuant at 2 and 4 bits, turboquant-prod at 2-4, on tensor cores (kv_attn_tc.cu), the same partial results
         const kvq_tc_args ta = {q, (const uint8_t *)c->k.data, (const uint8_t *)c->v.data,
                                 kvq_gkv_region_bytes(c->k.kind, c->k.bits, hd, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, hd, c->cap, 1),
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, hd, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, hd, c->cap),
                                 c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
-                                fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat};
+                                fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat, c->k.mat};
         st = kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
         if (st) return st;
         launched = 1;

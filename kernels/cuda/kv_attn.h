@@ -464,6 +464,12 @@ void kvq_gkv_set_tc(int on);
  *  0 = the fp32 split kernel; −1 (default) = 1 unless KVQ_CUDA_KV_TC_TURBO=0 in the environment
  *  (read at the first attend; on since the H100 run of session 14). Process-wide. */
 void kvq_gkv_set_tc_turbo(int on);
+/** turboquant-prod:2/:3/:4 (TPROD keys, turboquant values): 1 = let kvq_gkv_set_tc's choice (not 0)
+ *  send them to the tensor-core kernel (kv_attn_tc.cu, session 17: the keys' centroids and the QJL
+ *  signs as two mma chains against R q and S R q, S R q formed once per block by mma; variants 1 and 2,
+ *  never the cp.async stages; docs/KV.md), 0 = the fp32 split kernel; −1 (default) = 1 unless
+ *  KVQ_CUDA_KV_TC_TPROD=0 in the environment (read at the first attend). Process-wide. */
+void kvq_gkv_set_tc_tprod(int on);
 /** 1 when kvq_gkv_attend would read this cache's packed chunks with the tensor-core kernel. */
 int kvq_gkv_tc_active(const kvq_gkv_cache *c);
 /** The tensor-core kernels' loads (issue 20): 3 or 4 = the software-pipelined kernels (each warp

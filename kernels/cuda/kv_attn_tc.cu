@@ -29,6 +29,12 @@
 // LEAN = 1 (kvq_gkv_set_tc_lean, KVQ_CUDA_KV_TC_LEAN=1; session 14, helper i20d): every kernel above
 // with fewer instructions a tile and the same bits — each fp16 code pair one lop3 (kvq_tc_andor),
 // Σ p·V rescaled only when some lane's running max moved (warp-uniform), 2^x by ex2.approx.ftz.
+// turboquant-prod:2/3/4 (session 17, helper i20p; KVQ_CUDA_KV_TC_TPROD): KIND = KVQ_GKV_TPROD, keys'
+// (b−1)-bit centroids as TURBO's (1 bit: the plane's 0/1 times (c1 − c0)·R q in B plus c0·Σ R q; 3 bits:
+// kvq_tc_tq3_dq) in one mma chain, the QJL sign plane as fp16 0/1 (one lop3 and one HFMA2 a pair,
+// kvq_tc_b1_dq) against S R q (fp16; formed once per block by mma from S in fp16) in a second, combined
+// per key as γ·(mse + √(π/2)/d·γ_r·(2·qjl − Σ S R q)); values turboquant:<b> (3 bits: kvq_tc_tq3_dq).
+// Register-prefetch variants only (no cp.async stages).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -96,6 +102,8 @@ __device__ __forceinline__ float tc_exp2(float x) {
 // fp16 scales (ks; vs low half), KIVI values (scale, zero) of the quad's 32-channel group; KIVI
 // keys, with a group's first tile, the lane's 16 bytes of the group's (scale, zero) per channel
 // (channels 4·lane..4·lane+3).
+// TPROD: k[r][0] the keys' two-bit plane (3- and 2-bit centroid codes), kb the one-bit plane of the
+// codes (3 and 1 bits), ksg the QJL signs (32 dims each), kg (γ, γ_r); B = 3 values: v1 the one-bit plane.
 template <int B>
 struct tile_t {
     uint2 k[2][B / 2];
@@ -103,20 +111,30 @@ struct tile_t {
     unsigned short ks[2];
     uint32_t vs[4];
     uint4 kz;
+    uint32_t kb[2], ksg[2], kg[2], v1[4];
 };
 
 template <int KIND, int B>
 __device__ __forceinline__ void load_tile(const kvq_tc_args &p, const uint8_t *kreg, const uint8_t *vreg, int tb, int t1, int g, int t,
                                           tile_t<B> &x) {
-    constexpr int RB = B / 2 * (D / 4);
+    constexpr int RB = B / 2 * (D / 4) + (B & 1) * (D / 8); // kvq_gkv_row_bytes
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int pos = tb + g + 8 * r;
         const bool ok = pos < t1;
+        if constexpr (KIND == KVQ_GKV_TPROD) { // (B−1)-bit codes: [two-bit plane] [one-bit plane], then the signs
+            constexpr int MB = B - 1, SO = MB / 2 * (D / 4) + (MB & 1) * (D / 8);
+            const uint8_t *row = kreg + (size_t)pos * RB;
+            if (MB >= 2) x.k[r][0] = ok ? __ldg((const uint2 *)(row + 8 * t)) : make_uint2(0u, 0u);
+            if (MB & 1) x.kb[r] = ok ? __ldg((const uint32_t *)(row + MB / 2 * (D / 4) + 4 * t)) : 0u;
+            x.ksg[r] = ok ? __ldg((const uint32_t *)(row + SO + 4 * t)) : 0u;
+            x.kg[r] = ok ? __ldg((const uint32_t *)(kreg + p.kside) + pos) : 0u;
+        } else {
 #pragma unroll
-        for (int pl = 0; pl < B / 2; pl++)
-            x.k[r][pl] = ok ? __ldg((const uint2 *)(kreg + (size_t)pos * RB + pl * (D / 4) + 8 * t)) : make_uint2(0u, 0u);
-        if (KIND != KVQ_GKV_KIVI) x.ks[r] = ok ? __ldg((const unsigned short *)(kreg + p.kside) + pos) : (unsigned short)0;
+            for (int pl = 0; pl < B / 2; pl++)
+                x.k[r][pl] = ok ? __ldg((const uint2 *)(kreg + (size_t)pos * RB + pl * (D / 4) + 8 * t)) : make_uint2(0u, 0u);
+            if (KIND != KVQ_GKV_KIVI) x.ks[r] = ok ? __ldg((const unsigned short *)(kreg + p.kside) + pos) : (unsigned short)0;
+        }
     }
 #pragma unroll
     for (int r = 0; r < 4; r++) {
@@ -124,6 +142,7 @@ __device__ __forceinline__ void load_tile(const kvq_tc_args &p, const uint8_t *k
         const bool ok = pos < t1;
 #pragma unroll
         for (int pl = 0; pl < B / 2; pl++) x.v[r][pl] = ok ? __ldg((const uint32_t *)(vreg + (size_t)pos * RB + pl * (D / 4) + 4 * g)) : 0u;
+        if (B & 1) x.v1[r] = ok ? (uint32_t)__ldg((const unsigned short *)(vreg + (size_t)pos * RB + B / 2 * (D / 4) + 2 * g)) : 0u;
         if (KIND != KVQ_GKV_KIVI) x.vs[r] = ok ? (uint32_t)__ldg((const unsigned short *)(vreg + p.vside) + pos) : 0u;
         else x.vs[r] = ok ? __ldg((const uint32_t *)(vreg + p.vside + ((size_t)pos * (D / 32) + (g >> 1)) * 4)) : 0u;
     }
@@ -194,16 +213,20 @@ static_assert(TNW * G * D >= G * (KVQ_GKV_MERGE_TC + D + D / 32), "the fused mer
 template <int KIND, int B, int TS, int PF, int ST, int LEAN>
 __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_nred<KIND, B, ST>()][G][D]) {
     constexpr float QM = KIND == KVQ_GKV_INT ? (float)((1 << (B - 1)) - 1) : 0.0f;
-    constexpr bool KIVI = KIND == KVQ_GKV_KIVI, TQ = KIND == KVQ_GKV_TURBO;
+    constexpr bool KIVI = KIND == KVQ_GKV_KIVI, TQ = KIND == KVQ_GKV_TURBO, TP = KIND == KVQ_GKV_TPROD, TQV = TQ || TP;
+    constexpr int MB = TP ? B - 1 : B; // the keys' code bits (TPROD: the centroid codes without the sign)
+    static_assert(!TP || ST == 0, "turboquant-prod: register prefetch only");
+    static_assert(TP || B == 2 || B == 4, "int, KIVI, TURBO at 2 and 4 bits");
     static_assert(!KIVI || TS == 2, "KIVI keys: a step is one 32-position group");
     static_assert(ST ? PF == 0 && ST >= 3 && ST <= 4 : PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles, or 3-4 stages");
     constexpr bool TWO = !(B == 4 && PF == 1); // where the registers allow it (int:4 variant 1 would spill)
     constexpr int SB = tc_stage_bytes<KIND, B>(), RED = (int)sizeof(float) * G * D;
     static_assert(SB % 16 == 0, "16-byte copies");
     constexpr int NRED = tc_nred<KIND, B, ST>();
-    static_assert(NRED >= TNW && (size_t)NRED * RED + sizeof(float) * (G * D + 2 * TNW * G) + (KIVI && !ST ? 4 * TNW * D : 4) <= 48 * 1024,
+    static_assert(NRED >= TNW && (size_t)NRED * RED + sizeof(float) * (G * D + 2 * TNW * G) + (KIVI && !ST ? 4 * TNW * D : 4) + (TP ? 4 * G * D + 16 : 0) <= 48 * 1024,
                   "static shared memory");
     __shared__ __align__(16) float qs[G][D];
+    __shared__ __align__(16) float sqs[TP ? G : 1][D]; // TPROD: S R q
     __shared__ float wm[TNW][G], wl[TNW][G];
     __shared__ __align__(16) uint32_t kzs[KIVI && !ST ? TNW : 1][D]; // KIVI: the warp's key group (scale, zero) per channel
     const kvq_gkv_blk bk = kvq_gkv_block_of(p.dyn); // b: the row of q and of the scratch; bk.r: the cache's sequence
@@ -232,8 +255,9 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     }
     for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D];
     __syncthreads();
-    uint32_t tk[8], tv[8]; // TURBO: the keys' and the values' codebooks in fp16 (kvq_tc_tq_table)
-    if constexpr (TQ) {
+    uint32_t tk[8], tv[8]; // TURBO: the keys' and the values' codebooks in fp16 (kvq_tc_tq_table; 3 bits kvq_tc_tq3_table)
+    float c0 = 0.0f, c10 = 0.0f; // TPROD:2: the keys' 1-bit centroids c0 and c1 − c0
+    if constexpr (TQV) {
         if (p.kquat) { // qturbo: the unit quaternion r left-multiplies each 4-chunk of q first (split_chunk's code)
             const float *r = p.kquat + (size_t)gk * 4;
             const float a0 = r[0], a1 = r[1], a2 = r[2], a3 = r[3];
@@ -250,12 +274,42 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
         for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] *= p.ksigns[(size_t)gk * D + e % D];
         kvq_gkv_wht(&qs[0][0], G); // WHT(signs ⊙ [r·] q)/√d; ends with a barrier
         uint16_t c16[1 << B];
+        if constexpr (MB == 1) c0 = __ldg(p.kcb + 2 * gk), c10 = __ldg(p.kcb + 2 * gk + 1) - c0;
+        else {
 #pragma unroll
-        for (int i = 0; i < (1 << B); i++) c16[i] = __half_as_ushort(__float2half_rn(__ldg(p.kcb + ((size_t)gk << B) + i)));
-        kvq_tc_tq_table(B, c16, tk);
+            for (int i = 0; i < (1 << MB); i++) c16[i] = __half_as_ushort(__float2half_rn(__ldg(p.kcb + ((size_t)gk << MB) + i)));
+            if constexpr (MB == 3) kvq_tc_tq3_table(c16, tk);
+            else kvq_tc_tq_table(MB, c16, tk);
+        }
 #pragma unroll
         for (int i = 0; i < (1 << B); i++) c16[i] = __half_as_ushort(__float2half_rn(__ldg(p.vcb + ((size_t)gk << B) + i)));
-        kvq_tc_tq_table(B, c16, tv);
+        if constexpr (B == 3) kvq_tc_tq3_table(c16, tv);
+        else kvq_tc_tq_table(B, c16, tv);
+    }
+    if constexpr (TP) { // S R q by mma (S, this head's QJL matrix, in fp16 as A; R q in fp16 as B): warp w rows 32w..32w+31
+        const float *S = p.kmat + (size_t)gk * D * D;
+        float cs[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int ks = 0; ks < 8; ks++) {
+            const int k0 = 16 * ks + 2 * t;
+            const uint32_t b0 = g < G ? h2u(__floats2half2_rn(qs[g][k0], qs[g][k0 + 1])) : 0u;
+            const uint32_t b1 = g < G ? h2u(__floats2half2_rn(qs[g][k0 + 8], qs[g][k0 + 9])) : 0u;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const float *r0 = S + (size_t)(32 * warp + 16 * mt + g) * D + k0, *r1 = r0 + 8 * D;
+                const float2 x0 = __ldg((const float2 *)r0), x1 = __ldg((const float2 *)r1), x2 = __ldg((const float2 *)(r0 + 8)),
+                             x3 = __ldg((const float2 *)(r1 + 8));
+                mma16816(cs[mt], h2u(__float22half2_rn(x0)), h2u(__float22half2_rn(x1)), h2u(__float22half2_rn(x2)), h2u(__float22half2_rn(x3)), b0,
+                         b1);
+            }
+        }
+        if (t < G / 2) // C: rows (32w + 16mt + g, + 8) = S R q's dims, columns 2t, 2t + 1 = heads
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int j = 32 * warp + 16 * mt + g;
+                sqs[2 * t][j] = cs[mt][0], sqs[2 * t + 1][j] = cs[mt][1], sqs[2 * t][j + 8] = cs[mt][2], sqs[2 * t + 1][j + 8] = cs[mt][3];
+            }
+        __syncthreads();
     }
 
     // q as B: column g = query head g (< 4), k-step ks: pairs 2ks, 2ks+1 of the lane's dims
@@ -265,10 +319,40 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     for (int ks = 0; ks < 8; ks++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int jj = 2 * ks + e, d0 = TQ ? kvq_tc_tq_kdim(B, t, jj, 0) : kvq_tc_kdim(B, t, jj);
-            const int d1 = TQ ? kvq_tc_tq_kdim(B, t, jj, 1) : d0 + 8;
-            qk[ks][e] = g < G && !KIVI ? h2u(__floats2half2_rn(qs[g][d0], qs[g][d1])) : 0u;
+            const int jj = 2 * ks + e, d0 = TP ? kvq_tc_tp_kdim(MB, t, jj, 0) : TQ ? kvq_tc_tq_kdim(B, t, jj, 0) : kvq_tc_kdim(B, t, jj);
+            const int d1 = TP ? kvq_tc_tp_kdim(MB, t, jj, 1) : TQ ? kvq_tc_tq_kdim(B, t, jj, 1) : d0 + 8;
+            const float m = MB == 1 ? c10 : 1.0f; // TPROD:2: (c1 − c0)·R q against the codes' 0/1
+            qk[ks][e] = g < G && !KIVI ? h2u(__floats2half2_rn(m * qs[g][d0], m * qs[g][d1])) : 0u;
         }
+    // TPROD: S R q as the QJL mma's B (pairs of kvq_tc_tp_sdim), and per score column (heads 2t, 2t+1)
+    // zs = Σ of those fp16 values (2⟨σ, S R q⟩ − Σ S R q from σ ∈ {0, 1}), zm = c0·Σ R q (TPROD:2)
+    uint32_t sk[TP ? 8 : 1][2];
+    float zs[2] = {0.0f, 0.0f}, zm[2] = {0.0f, 0.0f};
+    if constexpr (TP) {
+        float a = 0.0f, am = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < 8; ks++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d0 = kvq_tc_tp_sdim(t, 2 * ks + e, 0), d1 = kvq_tc_tp_sdim(t, 2 * ks + e, 1);
+                const __half2 h = __floats2half2_rn(g < G ? sqs[g][d0] : 0.0f, g < G ? sqs[g][d1] : 0.0f);
+                sk[ks][e] = h2u(h);
+                const float2 f = __half22float2(h);
+                a += f.x + f.y;
+                if (MB == 1 && g < G) am += qs[g][d0] + qs[g][d1];
+            }
+        a += __shfl_xor_sync(0xffffffffu, a, 1), am += __shfl_xor_sync(0xffffffffu, am, 1);
+        a += __shfl_xor_sync(0xffffffffu, a, 2), am += __shfl_xor_sync(0xffffffffu, am, 2);
+#pragma unroll
+        for (int e = 0; e < 2; e++) zs[e] = __shfl_sync(0xffffffffu, a, 8 * t + 4 * e), zm[e] = c0 * __shfl_sync(0xffffffffu, am, 8 * t + 4 * e);
+    }
+    // TPROD: one-bit pair p's fix-up to 0/1 (kvq_tc_b1_dq), compile-time constants
+    __half2 bm[16], ba[16];
+#pragma unroll
+    for (int pp = 0; pp < 16; pp++) {
+        const float m = (float)(1 << kvq_tc_b1_shift(pp));
+        bm[pp] = u2h(0x10001u * f16c(1.0f / m)), ba[pp] = u2h(0x10001u * f16c(-1024.0f / m));
+    }
     // the fix-up of pair j: c − qmax = h·(1/m) − (1024/m + qmax), exact in fp16 (compile-time
     // constants, so that they are immediates of the HFMA2, not registers)
     __half2 fm[8], fa[8];
@@ -336,7 +420,32 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
             // ---- scores of positions tb + g (c[0], c[1]) and tb + g + 8 (c[2], c[3]), heads 2t, 2t+1
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f}; // TWO: two chains of 4 mma, not one of 8
             {
-                if constexpr (TQ) { // the centroids themselves (no fix-up), a word (4 k-steps) at a time: half the A registers live
+                if constexpr (TP) { // c: the centroids' chain, c2: the QJL signs' (0/1) against S R q; a word (4 k-steps) at a time
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        uint32_t hk[2][8], hs[2][8];
+#pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            uint32_t h[8];
+                            if constexpr (MB == 3) kvq_tc_tq3_dq(u ? y.k[r][0].y : y.k[r][0].x, y.kb[r] >> (16 * u), tk, hk[r]);
+                            else if constexpr (MB == 2) kvq_tc_tq_dq(2, u ? y.k[r][0].y : y.k[r][0].x, 0u, tk, hk[r]);
+                            else {
+                                kvq_tc_b1_dq(LEAN, y.kb[r], u, h);
+#pragma unroll
+                                for (int i = 0; i < 8; i++) hk[r][i] = h2u(__hfma2(u2h(h[i]), bm[8 * u + i], ba[8 * u + i]));
+                            }
+                            kvq_tc_b1_dq(LEAN, y.ksg[r], u, h);
+#pragma unroll
+                            for (int i = 0; i < 8; i++) hs[r][i] = h2u(__hfma2(u2h(h[i]), bm[8 * u + i], ba[8 * u + i]));
+                        }
+#pragma unroll
+                        for (int k2 = 0; k2 < 4; k2++) {
+                            const int ks = 4 * u + k2;
+                            mma16816(c, hk[0][2 * k2], hk[1][2 * k2], hk[0][2 * k2 + 1], hk[1][2 * k2 + 1], qk[ks][0], qk[ks][1]);
+                            mma16816(c2, hs[0][2 * k2], hs[1][2 * k2], hs[0][2 * k2 + 1], hs[1][2 * k2 + 1], sk[ks][0], sk[ks][1]);
+                        }
+                    }
+                } else if constexpr (TQ) { // the centroids themselves (no fix-up), a word (4 k-steps) at a time: half the A registers live
 #pragma unroll
                     for (int u = 0; u < 2; u++) {
                         uint32_t hk[2][8];
@@ -365,11 +474,22 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
                     for (int ks = 0; ks < 8; ks++)
                         mma16816(TWO && (ks & 1) ? c2 : c, hk[0][2 * ks], hk[1][2 * ks], hk[0][2 * ks + 1], hk[1][2 * ks + 1], qk[ks][0], qk[ks][1]);
                 }
+                if constexpr (!TP)
 #pragma unroll
-                for (int e = 0; e < 4; e++) c[e] += c2[e];
+                    for (int e = 0; e < 4; e++) c[e] += c2[e];
             }
             const bool ok0 = tb + g < t1, ok1 = tb + g + 8 < t1;
-            if constexpr (KIVI) {
+            if constexpr (TP) { // γ·(mse + zm) + γ·√(π/2)/d·γ_r·(2·qjl − zs), × scale·log2 e
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float2 gg = __half22float2(u2h(y.kg[r]));
+                    const float a = gg.x * p.sl2, bq = a * (1.2533141373155001f / D) * gg.y;
+                    const bool ok = r ? ok1 : ok0;
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        c[2 * r + e] = ok ? fmaf(a, c[2 * r + e] + zm[e], bq * fmaf(2.0f, c2[2 * r + e], -zs[e])) : -INFINITY;
+                }
+            } else if constexpr (KIVI) {
                 c[0] = ok0 ? (c[0] + zc[0]) * p.sl2 : -INFINITY, c[1] = ok0 ? (c[1] + zc[1]) * p.sl2 : -INFINITY;
                 c[2] = ok1 ? (c[2] + zc[0]) * p.sl2 : -INFINITY, c[3] = ok1 ? (c[3] + zc[1]) * p.sl2 : -INFINITY;
             } else {
@@ -406,7 +526,8 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
                 uint32_t hv[4][8];
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    if constexpr (TQ) kvq_tc_tq_dq(B, y.v[r][0], y.v[r][B / 2 - 1], tv, hv[r]);
+                    if constexpr (TQV && B == 3) kvq_tc_tq3_dq(y.v[r][0], y.v1[r], tv, hv[r]);
+                    else if constexpr (TQV) kvq_tc_tq_dq(B, y.v[r][0], y.v[r][B / 2 - 1], tv, hv[r]);
                     else kvq_tc_dq_as(LEAN, B, y.v[r][0], y.v[r][B / 2 - 1], hv[r]);
                 }
                 // the positions' scales (s0, s1), (s2, s3) and KIVI's zeros
@@ -417,7 +538,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
                     __half2 a[4];
                     a[0] = u2h(__byte_perm(hv[0][j], hv[1][j], 0x5410u)), a[1] = u2h(__byte_perm(hv[0][j], hv[1][j], 0x7632u));
                     a[2] = u2h(__byte_perm(hv[2][j], hv[3][j], 0x5410u)), a[3] = u2h(__byte_perm(hv[2][j], hv[3][j], 0x7632u));
-                    if constexpr (!TQ) // int / KIVI codes: c − qmax (int) or c (KIVI) exactly
+                    if constexpr (!TQV) // int / KIVI codes: c − qmax (int) or c (KIVI) exactly
 #pragma unroll
                         for (int e = 0; e < 4; e++) a[e] = __hfma2(a[e], fm[j], fa[j]);
                     if constexpr (KIVI) {
@@ -456,8 +577,8 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
             const float f = mx[e] == -INFINITY ? 0.0f : exp2f(mx[e] - M);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                red[warp][h][TQ ? kvq_tc_tq_vdim(B, g, j, 0) : kvq_tc_vdim(B, g, j, 0)] = acc[j][e] * f;
-                red[warp][h][TQ ? kvq_tc_tq_vdim(B, g, j, 1) : kvq_tc_vdim(B, g, j, 1)] = acc[j][e + 2] * f;
+                red[warp][h][TQV ? kvq_tc_tqv_dim(B, g, j, 0) : kvq_tc_vdim(B, g, j, 0)] = acc[j][e] * f;
+                red[warp][h][TQV ? kvq_tc_tqv_dim(B, g, j, 1) : kvq_tc_vdim(B, g, j, 1)] = acc[j][e + 2] * f;
             }
         }
     }
@@ -492,7 +613,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
 // tile; 6 blocks, ≤ 80, spills 68-76 bytes; session 14, helper i20d).
 template <int KIND, int B, int PF, int ST, int LEAN>
 __host__ __device__ constexpr int tc_min_blocks() {
-    return LEAN && ST && KIND == KVQ_GKV_INT && B == 2 ? 5 : ST ? 4 : PF == 1 && !(KIND == KVQ_GKV_TURBO && B == 4) ? 4 : 3;
+    return LEAN && ST && KIND == KVQ_GKV_INT && B == 2 ? 5 : ST ? 4 : KIND == KVQ_GKV_TPROD ? 3 : PF == 1 && !(KIND == KVQ_GKV_TURBO && B == 4) ? 4 : 3;
 }
 template <int KIND, int B, int TS, int PF, int ST, int LEAN>
 __global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST, LEAN>()) attn_tc(kvq_tc_args p) {
@@ -500,10 +621,18 @@ __global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST, LEAN>()) a
     asm volatile("griddepcontrol.launch_dependents;"); // as attn_split (kv_split.cuh)
     tc_chunk<KIND, B, TS, PF, ST, LEAN>(p, red);
     float *m = &red[0][0][0];
-    kvq_gkv_merge_last<KIND == KVQ_GKV_TURBO, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
+    kvq_gkv_merge_last<KIND == KVQ_GKV_TURBO || KIND == KVQ_GKV_TPROD, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
 }
 
 const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean) {
+    if (kk == KVQ_GKV_TPROD) { // turboquant-prod: its keys, turboquant values of the same bits; no cp.async stages
+        if (vk != KVQ_GKV_TURBO || kb != vb || kb < 2 || kb > 4 || variant < 1 || variant > 2) return NULL;
+#define TPK(B, L) \
+    if (kb == B && lean == L) return variant == 2 ? (const void *)attn_tc<KVQ_GKV_TPROD, B, 1, 2, 0, L> : (const void *)attn_tc<KVQ_GKV_TPROD, B, 1, 1, 0, L>;
+        TPK(2, 0) TPK(2, 1) TPK(3, 0) TPK(3, 1) TPK(4, 0) TPK(4, 1)
+#undef TPK
+        return NULL;
+    }
     if (kk != vk || kb != vb || (kb != 2 && kb != 4) || variant < 1 || variant > 2) return NULL;
     if (stages && stages != 3 && stages != 4) return NULL;
 #define TCK_(KIND, TS, B, L)                                                                                             \

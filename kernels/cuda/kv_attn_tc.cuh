@@ -113,10 +113,12 @@ struct kvq_tc_args {
     kvq_gkv_fuse fz;               // the fused merge (fz.on: this is the final split launch)
     const float *kcb, *vcb;        // TURBO: the sides' centroids (n_kv, 2^bits) fp32
     const float *ksigns, *kquat;   // TURBO: the keys' sign vectors (n_kv, D) and qturbo's quaternions (n_kv, 4) or NULL
+    const float *kmat;             // TPROD: the keys' QJL matrices S (n_kv, D, D) fp32 row-major
 };
 
 /** The kernel for keys kind/bits and values kind/bits, or NULL (int:2, int:4, kivi:2, kivi:4,
- *  turboquant/qturbo:2 and :4 on both sides are built; TURBO: q rotated into the keys' frame once
+ *  turboquant/qturbo:2 and :4 on both sides are built, and turboquant-prod:2/3/4 — TPROD keys with
+ *  TURBO values of the same bits, variants 1 and 2, stages ignored (no pipelined kernel); TURBO: q rotated into the keys' frame once
  *  per block, the values' rotation undone in the merge). stages 0: variant 1, the next tile's loads in flight in registers
  *  (int: 4 blocks an SM), or 2, the next two tiles' (more bytes in flight, 3 blocks an SM);
  *  stages 3 or 4: the cp.async pipeline (the next stages − 1 tiles of each warp copied into

@@ -157,6 +157,79 @@ KVQ_TC_FN void kvq_tc_tq_dq(int bits, uint32_t lo, uint32_t hi, const uint32_t t
 KVQ_TC_FN int kvq_tc_tq_kdim(int bits, int tig, int jj, int hi) { return 32 * tig + 16 * (jj >> 3) + kvq_tc_tq_dim(bits, jj & 7, hi); }
 KVQ_TC_FN int kvq_tc_tq_vdim(int bits, int g, int j, int hi) { return 16 * g + kvq_tc_tq_dim(bits, j, hi); }
 
+/* ---- turboquant-prod keys (KVQ_GKV_TPROD) and 3-bit TurboQuant codes (session 17, helper i20p): the
+ * keys' (b−1)-bit centroid codes (1, 2 or 3 bits) and their one-bit QJL sign plane, and turboquant:3
+ * values (turboquant-prod:3's). A one-bit plane holds dim 16j + 4n + k at bit 16j + 4k + n
+ * (kvq_gkv_bit1_pos): a lane's 32-bit word of it covers 32 dims, the 16-bit half j its block j. */
+
+/** The shift s of one-bit pair p (0..15): p for p ≤ 9, else p − 6 (read from the word >> 6), so that
+ *  the bit lands on fp16 mantissa bit s ≤ 9. */
+KVQ_TC_FN int kvq_tc_b1_shift(int p) { return p < 10 ? p : p - 6; }
+/** The dim (0..15 in a 16-dim block) of one-bit pair p: bit p = 4k + n of each half is dim 4n + k;
+ *  the pair's low half is block 0's, its high half block 1's (that dim + 16). */
+KVQ_TC_FN int kvq_tc_b1_dim(int p) { return 4 * (p & 3) + (p >> 2); }
+/** Pairs p = 8u .. 8u + 7 of a one-bit plane's word w (32 dims): the raw fp16 pair bits (1024 + σ_lo·2^s,
+ *  1024 + σ_hi·2^s), s = kvq_tc_b1_shift(p), by one mask (lean: one lop3, kvq_tc_andor); one HFMA2 by
+ *  (2^−s, −1024·2^−s) then gives σ ∈ {0, 1} exactly. */
+KVQ_TC_FN void kvq_tc_b1_dq(int lean, uint32_t w, int u, uint32_t h[8]) {
+    const uint32_t w6 = w >> 6;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int i = 0; i < 8; i++) {
+        const int p = 8 * u + i;
+        h[i] = kvq_tc_andor(lean, p < 10 ? w : w6, 0x00010001u << kvq_tc_b1_shift(p), 0x64006400u);
+    }
+}
+/** The 4 registers of an 8-entry fp16 codebook (cb16): tab[0] the low bytes of entries 0-3, tab[1] of
+ *  entries 4-7, tab[2] and tab[3] their high bytes. */
+KVQ_TC_FN void kvq_tc_tq3_table(const uint16_t *cb16, uint32_t tab[4]) {
+    for (int i = 0; i < 4; i++) tab[i] = 0;
+    for (int e = 0; e < 8; e++) {
+        tab[e >> 2] |= (uint32_t)(cb16[e] & 0xFFu) << (8 * (e & 3));
+        tab[2 + (e >> 2)] |= (uint32_t)(cb16[e] >> 8) << (8 * (e & 3));
+    }
+}
+/** The dim (0..15 in the 16) of 3-bit pair j's half hi: pair 4v + 2w + e = dims 8w + 2v + 4e (+ 1). */
+KVQ_TC_FN int kvq_tc_tq3_dim(int j, int hi) { return 8 * ((j >> 1) & 1) + 2 * (j >> 2) + 4 * (j & 1) + hi; }
+/** The 8 fp16 pairs (cb[c(kvq_tc_tq3_dim(j, 0))], cb[c(kvq_tc_tq3_dim(j, 1))]) of 16 dims of 3-bit codes
+ *  stored as a two-bit plane's word lo (dim i at bits 2i: the codes' bits 0-1) and a one-bit plane's
+ *  block h (bits 0-15: bit 2). For v = 0, 1 the codes of dims 4n + 2v, 4n + 2v + 1 become the nibbles
+ *  2n, 2n + 1 of a word (the plane bits by masks, bit 2 spread from h by one multiply a nibble: bit n
+ *  → 8n + 2, bit 4 + n → 8n + 6 by × Σ 2^(7i+2), no carries), each < 8; each 4 of them select the low
+ *  bytes (one permute of tab[0..1]) and the high bytes (of tab[2..3]), which two permutes interleave
+ *  into two pairs: 4 permutes a 4 codes. */
+KVQ_TC_FN void kvq_tc_tq3_dq(uint32_t lo, uint32_t h, const uint32_t tab[4], uint32_t out[8]) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int v = 0; v < 2; v++) {
+        const uint32_t l = lo >> (4 * v), hb = h >> (8 * v);
+        const uint32_t a = (l & 0x03030303u) | ((l << 2) & 0x30303030u);
+        const uint32_t m = (((hb & 0x0Fu) * 0x810204u) & 0x04040404u) | (((hb & 0xF0u) * 0x810204u) & 0x40404040u);
+        const uint32_t s = a | m;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (int w = 0; w < 2; w++) {
+            const uint32_t sel = s >> (16 * w);
+            const uint32_t L = kvq_tc_prmt(tab[0], tab[1], sel), H = kvq_tc_prmt(tab[2], tab[3], sel);
+            out[4 * v + 2 * w] = kvq_tc_prmt(L, H, 0x5140u), out[4 * v + 2 * w + 1] = kvq_tc_prmt(L, H, 0x7362u);
+        }
+    }
+}
+/** turboquant-prod keys' centroid pairs (mb = b − 1 bits): the dim (of the lane's 32 from 32·tig) of
+ *  pair jj's half hi — mb 1: one-bit pairs (kvq_tc_b1_dim), 2: TurboQuant's 2-bit pairs, 3: the 3-bit
+ *  pairs above; the QJL signs: kvq_tc_tp_sdim. */
+KVQ_TC_FN int kvq_tc_tp_kdim(int mb, int tig, int jj, int hi) {
+    if (mb == 1) return 32 * tig + kvq_tc_b1_dim(jj) + 16 * hi;
+    if (mb == 2) return kvq_tc_tq_kdim(2, tig, jj, hi);
+    return 32 * tig + 16 * (jj >> 3) + kvq_tc_tq3_dim(jj & 7, hi);
+}
+KVQ_TC_FN int kvq_tc_tp_sdim(int tig, int jj, int hi) { return 32 * tig + kvq_tc_b1_dim(jj) + 16 * hi; }
+/** TurboQuant values' pairs at 2, 3 or 4 bits: the dim of m-tile j's row half hi for the quad g. */
+KVQ_TC_FN int kvq_tc_tqv_dim(int bits, int g, int j, int hi) { return bits == 3 ? 16 * g + kvq_tc_tq3_dim(j, hi) : kvq_tc_tq_vdim(bits, g, j, hi); }
+
 /* ---- the pipelined kernels' stages (ST > 0 in kv_attn_tc.cu): a warp's ring of stages in shared
  * memory, one 16-position tile a stage, filled by 16-byte cp.async copies and read as load_tile
  * reads global memory. A stage: the keys' codes (16 rows of RB = 16·bits bytes), the values' codes

@@ -10,7 +10,8 @@
 // tensor cores (kv_attn_tc.cu: mma.m16n8k16 for the scores and Σ p·V; tc2 with two tiles' loads
 // in flight a warp; the other rows with them off); "pipe3", "pipe4": the same kernels with the
 // cp.async pipeline of 3 or 4 stages a warp (KVQ_CUDA_KV_PIPE, bit-identical outputs). turboquant-prod: (b−1)-bit keys + QJL
-// signs (S R q once per block), turboquant:<b> values. octopus: triplet codes (direction table
+// signs (S R q once per block), turboquant:<b> values; "turboquant-prod:<b> tc" / "tc2" (session 17): on the
+// tensor-core kernel (kvq_gkv_set_tc_tprod(1): centroid and sign mma chains; 2-4 bits). octopus: triplet codes (direction table
 // in shared memory), ":qjl" with the sign plane; its values are KIVI's layout (kivi:<b> V). qturbo: TurboQuant with the quaternion
 // rotation of q and of the value sums; "turboquant:<b> tc" / "tc2" / "pipe3" / "pipe4" and "qturbo:<b> tc" / "tc2"
 // (2 and 4 bits, session 14): those on the tensor-core kernels (kvq_gkv_set_tc_turbo(1): centroids from
@@ -173,7 +174,8 @@ int main(int argc, char **argv) {
         {KVQ_GKV_TURBO, 4, "qturbo:4 tc2"}, {KVQ_GKV_TURBO, 2, "qturbo:2 tc"}, {KVQ_GKV_TURBO, 2, "qturbo:2 tc2"},
         {KVQ_GKV_TURBO, 4, "turboquant:4 pipe3"}, {KVQ_GKV_TURBO, 4, "turboquant:4 pipe4"}, {KVQ_GKV_TURBO, 2, "turboquant:2 pipe4"},
         {KVQ_GKV_TPROD, 4, "turboquant-prod:4"}, {KVQ_GKV_TPROD, 3, "turboquant-prod:3"},
-        {KVQ_GKV_TPROD, 2, "turboquant-prod:2"}, {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
+        {KVQ_GKV_TPROD, 2, "turboquant-prod:2"}, {KVQ_GKV_TPROD, 4, "turboquant-prod:4 tc"}, {KVQ_GKV_TPROD, 4, "turboquant-prod:4 tc2"},
+        {KVQ_GKV_TPROD, 3, "turboquant-prod:3 tc"}, {KVQ_GKV_TPROD, 2, "turboquant-prod:2 tc"}, {KVQ_GKV_TPROD, 2, "turboquant-prod:2 tc2"}, {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
         {KVQ_GKV_OCT, 2, "octopus:2"},      {KVQ_GKV_OCTQ, 4, "octopus:4:qjl"}, {KVQ_GKV_OCTQ, 3, "octopus:3:qjl"},
         {KVQ_GKV_OCTQ, 2, "octopus:2:qjl"}, {KVQ_GKV_HQMQ, 19, "hqmq:s192:r6"}, {KVQ_GKV_HQMQ, 16, "hqmq:s96:r4"},
         {KVQ_GKV_HQMQ, 13, "hqmq:s24:r3"},     {KVQ_GKV_HQMQO, 19, "hqmq:s192:r6:med2.5"}, {KVQ_GKV_HQMQO, 16, "hqmq:s96:r4:med3"},
@@ -276,6 +278,7 @@ int main(int argc, char **argv) {
                 kvq_gkv_set_tc(strstr(cfg[ci].name, " tc2") ? 2 : strstr(cfg[ci].name, " tc") || strstr(cfg[ci].name, " pipe"));
                 kvq_gkv_set_tc_pipe(strstr(cfg[ci].name, " pipe4") ? 4 : strstr(cfg[ci].name, " pipe3") ? 3 : 0);
                 kvq_gkv_set_tc_turbo(strstr(cfg[ci].name, " tc") || strstr(cfg[ci].name, " pipe")); // TurboQuant rows named so
+                kvq_gkv_set_tc_tprod(strstr(cfg[ci].name, " tc") != NULL);                         // turboquant-prod likewise
                 kvq_gkv_set_tc_lean(strstr(cfg[ci].name, " lean") ? 1 : -1); // the others: KVQ_CUDA_KV_TC_LEAN (default 0)
                 const int chunk = kvq_gkv_auto_chunk(&c);
                 if (R > 0) { // prefill rows: batch 1, one copy
