@@ -228,14 +228,14 @@ static int on_unless_0(int *g, const char *name) {
 // H100: 1.15-1.9x faster than the fp32 kernel at 32k-128k, NMSE vs the CPU <= 7.3e-7; docs/RESULTS.md).
 static int tc_turbo(void) { return on_unless_0(&g_tcq, "KVQ_CUDA_KV_TC_TURBO"); }
 // OCTOPUS keys (octopus:2 / :4, no :qjl) on the tensor cores (kv_attn_oct.cu): g_tco, or
-// KVQ_CUDA_KV_TC_OCT=0; default 1 (session 17, helper i20c). One variant (the next tile's loads in
-// flight) whatever KVQ_CUDA_KV_TC / kvq_gkv_set_tc ask for, when not 0; no cp.async stages. NULL where
-// not built.
+// KVQ_CUDA_KV_TC_OCT=0; default 1 (session 17, helper i20c). Variant 1 (q in shared memory, 4 blocks an
+// SM) unless KVQ_CUDA_KV_TC / kvq_gkv_set_tc ask for 2 (q in registers, 3 blocks); no cp.async stages.
+// NULL where not built.
 static int g_tco = -1;
 extern "C" void kvq_gkv_set_tc_oct(int on) { g_tco = on < 0 ? -1 : on != 0; }
 static const void *tc_oct_kernel(const kvq_gkv_cache *c, int variant) {
     if (c->k.kind != KVQ_GKV_OCT || !variant || !on_unless_0(&g_tco, "KVQ_CUDA_KV_TC_OCT")) return NULL;
-    return kvq_gkv_tc_oct_kernel(c->k.bits, c->v.kind, c->v.bits, variant == 2 ? 2 : 1);
+    return kvq_gkv_tc_oct_kernel(c->k.bits, c->v.kind, c->v.bits, variant);
 }
 extern "C" void kvq_gkv_set_tc_pipe(int stages) { g_pipe = stages < 0 ? -1 : stages == 3 || stages == 4 ? stages : 0; }
 // The cp.async stages of the tensor-core kernel: g_pipe, or KVQ_CUDA_KV_PIPE=0|3|4 (read once;

@@ -1,6 +1,6 @@
 // Tensor-core split-K decode attention for OCTOPUS keys (octopus:2 and octopus:4 without :qjl; issue
 // 20, session 17, helper i20c): kv_attn_tc.cu's kernel shape — 4 warps a block, 16-position tiles
-// w, w+4, ... a warp with the next tile's loads in flight (PF = 1; PF = 2 spills), online softmax
+// w, w+4, ... a warp with the next tile's loads in flight (two tiles' spill), online softmax
 // per warp, KIVI values by mma (octopus's values are KIVI's layout), the warps merged in shared
 // memory, the same partial results and fused merge — with the keys' tile built in registers from
 // the triplet codes (fragment and table arithmetic in kv_tc_oct.h, shared with the host test):
@@ -142,10 +142,9 @@ __device__ __forceinline__ void oct_pairs(const uint32_t *w, int m, uint32_t dba
 }
 
 // One block's chunk: its partial results (kvq_gkv_split_out) or nothing (a captured step's spare block).
-template <int B, int PF>
+template <int B, int QR>
 __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho, float (&red)[TNW][G][D]) {
     constexpr int NDIR = 1 << (2 * B + 2), NRHO = 1 << (B - 1);
-    static_assert(PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles");
     __shared__ __align__(16) float qs[G][D];
     static_assert(NDIR <= 1 << 10 && NRHO <= 8, "the tables' size");
     __shared__ float wm[TNW][G], wl[TNW][G];
@@ -163,9 +162,8 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
     constexpr int NW = KVQ_TC_OCT_NW(B);
     const oct_base ab = {kreg + (size_t)(t0 + g) * (4 * (D / 16) * NW) + 8 * NW * t, vreg + (size_t)(t0 + 2 * t) * (B / 2 * (D / 4)) + 4 * g,
                          vreg + p.vside + ((size_t)(t0 + 2 * t) * (D / 32) + (g >> 1)) * 4, (const float *)(kreg + p.kside) + t0 + g};
-    oct_tile<B> x, x1, x2;
+    oct_tile<B> x, x1;
     if (tile_of(0) < ntile) oct_load<B>(ab, 16 * tile_of(0), n, g, t, x); // before q and the tables: independent of them
-    if (PF == 2 && tile_of(1) < ntile) oct_load<B>(ab, 16 * tile_of(1), n, g, t, x1);
     // the head's tables in fp16, and q_rot = WHT(s1 ⊙ q)/√d (kvq_gkv_wht: barriers before and after)
     {
         const float *dg = p.kcb + (size_t)gk * 3 * NDIR;
@@ -183,15 +181,23 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
             qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D] * p.ksigns[(size_t)gk * 2 * D + e % D];
         kvq_gkv_wht(&qs[0][0], G);
     }
-    // q_rot as B: column g = query head g (< 4), k-step ks: the lane's pairs 2ks, 2ks + 1 (kvq_tc_oct_kdim)
-    uint32_t qk[KVQ_TC_OCT_KSTEPS][2];
+    // q_rot as B: column g = query head g (< 4), k-step ks: the lane's pairs 2ks, 2ks + 1
+    // (kvq_tc_oct_kdim); QR: in 18 registers, else in shared memory (the same for every warp; one 8-byte
+    // read a k-step, lane-consecutive: no bank conflict)
+    uint32_t qk[QR ? KVQ_TC_OCT_KSTEPS : 1][2];
+    __shared__ uint2 qf[QR ? 1 : KVQ_TC_OCT_KSTEPS][32];
+    for (int e = QR ? lane : threadIdx.x; e < KVQ_TC_OCT_KSTEPS * 32; e += QR ? 32 : TNT) {
+        const int ks = e / 32, l = e % 32, qg = l >> 2, qt = l & 3;
+        uint32_t w[2];
 #pragma unroll
-    for (int ks = 0; ks < KVQ_TC_OCT_KSTEPS; ks++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int d0 = kvq_tc_oct_kdim(t, 2 * ks + e, 0); // even: d0 and d0 + 1 both real or both padding
-            qk[ks][e] = g < G && d0 < D ? h2u(__floats2half2_rn(qs[g][d0], qs[g][d0 + 1])) : 0u;
+        for (int i = 0; i < 2; i++) {
+            const int d0 = kvq_tc_oct_kdim(qt, 2 * ks + i, 0); // even: d0 and d0 + 1 both real or both padding
+            w[i] = qg < G && d0 < D ? h2u(__floats2half2_rn(qs[qg][d0], qs[qg][d0 + 1])) : 0u;
         }
+        if constexpr (QR) qk[ks][0] = w[0], qk[ks][1] = w[1];
+        else qf[ks][l] = make_uint2(w[0], w[1]);
+    }
+    if (!QR) __syncthreads();
     // KIVI values' fix-up of pair j: c = h·(1/m) − 1024/m, exact in fp16 (kv_attn_tc.cu's with qmax 0)
     __half2 fm[8], fa[8];
 #pragma unroll
@@ -216,7 +222,7 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
         const int ti = tile_of(k);
         if (ti >= ntile) break; // warp-uniform
         const int tb = t0 + 16 * ti;
-        if (tile_of(k + PF) < ntile) oct_load<B>(ab, 16 * tile_of(k + PF), n, g, t, PF == 1 ? x1 : x2);
+        if (tile_of(k + 1) < ntile) oct_load<B>(ab, 16 * tile_of(k + 1), n, g, t, x1);
         // ---- scores of positions tb + g (c[0], c[1]) and tb + g + 8 (c[2], c[3]), heads 2t, 2t+1: 9 k-steps
         // in three groups of 3 (two triplet pairs, 6 fp16 pairs a position), two mma chains
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -231,7 +237,8 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
 #pragma unroll
             for (int k2 = 0; k2 < 3; k2++) {
                 const int ks = 3 * u + k2;
-                mma16816(ks & 1 ? c2 : c, hk[0][2 * k2], hk[1][2 * k2], hk[0][2 * k2 + 1], hk[1][2 * k2 + 1], qk[ks][0], qk[ks][1]);
+                const uint2 bq = QR ? make_uint2(qk[ks][0], qk[ks][1]) : qf[ks][lane];
+                mma16816(ks & 1 ? c2 : c, hk[0][2 * k2], hk[1][2 * k2], hk[0][2 * k2 + 1], hk[1][2 * k2 + 1], bq.x, bq.y);
             }
         }
 #pragma unroll
@@ -282,7 +289,6 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
             }
         }
         x = x1;
-        if (PF == 2) x1 = x2;
     }
 
     // ---- the warps' (max, sum, Σ p·V) merged: weights 2^(m_w − M) (kv_attn_tc.cu's end)
@@ -324,24 +330,24 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
     }
 }
 
-// Blocks an SM: 3 (≤ 168 registers; no spills): at 4 (≤ 128) PF = 1 spills 92 bytes (b = 4) and 36
-// (b = 2) (ptxas, CUDA 13.0; session 17). PF = 2 spills at 3 and is not instantiated.
-template <int B, int PF>
-__global__ void __launch_bounds__(TNT, 3) attn_tc_oct(kvq_tc_args p, const float *rho) {
+// QR = 0 (variant 1): q's B fragments in shared memory, 4 blocks an SM (≤ 128 registers; b = 4 spills 4
+// bytes, one reload a tile; b = 2 none); QR = 1 (variant 2): in registers, 3 blocks an SM (≤ 168; no
+// spills; at 128 it spilled 92 / 36 bytes). The same bits. Two tiles' loads in flight spilled 36 / 8 bytes
+// at 168 (ptxas, CUDA 13.0; session 17): not built.
+template <int B, int QR>
+__global__ void __launch_bounds__(TNT, QR ? 3 : 4) attn_tc_oct(kvq_tc_args p, const float *rho) {
     __shared__ __align__(16) float red[TNW][G][D];
     static_assert(TNW * G * D >= G * (KVQ_GKV_MERGE_TC + D + D / 32), "the fused merge's shared memory in red");
     asm volatile("griddepcontrol.launch_dependents;"); // as attn_tc
-    oct_chunk<B, PF>(p, rho, red);
+    oct_chunk<B, QR>(p, rho, red);
     float *m = &red[0][0][0];
     kvq_gkv_merge_last<false, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
 }
 
 const void *kvq_gkv_tc_oct_kernel(int kb, int vk, int vb, int variant) {
     if (vk != KVQ_GKV_KIVI || vb != kb || variant < 1 || variant > 2) return NULL;
-    // variant 2 (two tiles in flight) spills at 3 blocks an SM (b = 4: 36 bytes, b = 2: 8; ptxas, CUDA
-    // 13.0) and is not built: both variants run variant 1
-    if (kb == 2) return (const void *)attn_tc_oct<2, 1>;
-    if (kb == 4) return (const void *)attn_tc_oct<4, 1>;
+    if (kb == 2) return variant == 2 ? (const void *)attn_tc_oct<2, 1> : (const void *)attn_tc_oct<2, 0>;
+    if (kb == 4) return variant == 2 ? (const void *)attn_tc_oct<4, 1> : (const void *)attn_tc_oct<4, 0>;
     return NULL;
 }
 

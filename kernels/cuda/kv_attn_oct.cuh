@@ -8,9 +8,9 @@
 #include "kernels/cuda/kv_attn_tc.cuh"
 
 /** The kernel for OCTOPUS keys of kb bits with values kind vk / vb bits, or NULL: built for kb = 2
- *  and 4 with KIVI values of kb bits (octopus:2, octopus:4); variant 1 or 2 (kv_attn_tc.cu's numbers)
- *  both give the one built, which keeps the next tile's loads in flight (two tiles' spill); no cp.async
- *  pipeline. */
+ *  and 4 with KIVI values of kb bits (octopus:2, octopus:4); variant 1: q's fragments in shared memory,
+ *  4 blocks an SM; 2: in registers, 3 blocks an SM (the same results, bit for bit); each keeps the next
+ *  tile's loads in flight; no cp.async pipeline. */
 const void *kvq_gkv_tc_oct_kernel(int kb, int vk, int vb, int variant);
 /** Launches it over grid (n_chunks, n_kv, batch) on stream sm: a's fields as for kvq_gkv_tc_launch
  *  (kcb: the direction table (n_kv, 2^(2b+2), 3), ksigns: s1 and s2 (n_kv, 2·d)); rho the triplet-norm
