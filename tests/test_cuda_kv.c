@@ -1496,15 +1496,15 @@ static void test_attend_tc_turbo(void **state) {
 }
 
 // OCTOPUS keys on the tensor cores (kvq_gkv_set_tc_oct, session 17, helper i20c): octopus:2 and
-// octopus:4 (KIVI values of the same width) against the CPU codec's decode-then-attend reference
+// octopus:4, with and without :qjl (KIVI values of the same width) against the CPU codec's decode-then-attend reference
 // (keys: score_vec, the codec's estimator; values decoded), B = 2 sequences, 3 KV heads, 8 lengths
 // 1..1056, chunks 32, 64, 1024 and automatic: the fp32 split kernel (the control, NMSE ≤ 1e-9),
 // tensor-core variants 1 and 2 and variant 1 with the merge fused, NMSE ≤ 1e-4 (fp16 q_rot and ρ̂·n̂,
 // fp16 p and values in the products, fp32 sums: TurboQuant's limit; test_oct_tc_emulated shows the
 // index arithmetic exact); variant 2 (q in registers) and the fused merge bit-equal to variant 1 at the
 // fixed chunks (the automatic chunk follows each variant's occupancy), the fused one at every chunk; with a 40-position window
-// the packed chunks on tensor cores. kvq_gkv_set_tc_oct(0) keeps the fp32 kernel; octopus:3 (kivi:3
-// values) and octopus:4:qjl are not built on tensor cores and stay there.
+// the packed chunks on tensor cores. kvq_gkv_set_tc_oct(0) keeps the fp32 kernel; octopus:3 and
+// octopus:3:qjl (kivi:3 values) are not built on tensor cores and stay there.
 static void test_attend_tc_oct(void **state) {
     if (!have_gpu()) { skip(); return; }
     enum { B = 2, NKV = 3, CAP = 1056 };
@@ -1520,11 +1520,11 @@ static void test_attend_tc_oct(void **state) {
     float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
     float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO);
     double *ref = malloc(sizeof(double) * NO), worst = 0;
-    const char *specs[] = {"octopus:2", "octopus:4", "octopus:3", "octopus:4:qjl"};
+    const char *specs[] = {"octopus:2", "octopus:4", "octopus:2:qjl", "octopus:4:qjl", "octopus:3", "octopus:3:qjl"};
     int n_cmp = 0, n_diff = 0;
-    for (int si = 0; si < 4; si++)
+    for (int si = 0; si < 6; si++)
         for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
-            const int T = Ts[ti], built = si < 2;
+            const int T = Ts[ti], built = si < 4;
             if (!built && T != 1000) continue; // not built: the switch alone
             tokens(K, B * NKV * T, &seed);
             tokens(V, B * NKV * T, &seed);
@@ -2497,7 +2497,7 @@ static void test_step_graph(void **state) {
         {"int:4", 5, -1, 0, 0, 0, 0}, {"turboquant:3", 5, 0, 0, 0, 0, 0}, {"kivi:4", 40, -1, 0, 4, 1, 0}, {"hqkv:d4:4:rot=qjl", 5, 0, 0, 0, 1, 0},
         {"int:2", 5, -1, 0, 0, 2, 2.0f}, {"qturbo:3", 40, 0, 0, 0, 2, 0.5f}, // more, shorter chunks; fewer, longer
         {"turboquant:4", 5, -1, 0, 0, 2, 0}, {"qturbo:2", 40, -1, 0, 4, 1, 0}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
-        {"octopus:4", 5, -1, 0, 0, 2, 0}, {"octopus:2", 40, -1, 0, 0, 1, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
+        {"octopus:4", 5, -1, 0, 0, 2, 0}, {"octopus:2", 40, -1, 0, 0, 1, 0}, {"octopus:4:qjl", 5, -1, 0, 0, 2, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -2617,7 +2617,7 @@ static void test_attend_rows(void **state) {
         {"int:4", -1, 0, 0}, {"int:2", -1, 0, 1}, {"kivi:2", -1, 0, 0}, {"kivi:4", -1, 0, 1}, // tensor cores, register prefetch
         {"int:4", -1, 3, 1}, {"int:2", -1, 3, 0}, {"kivi:2", -1, 3, 1}, {"kivi:4", -1, 3, 0}, // tensor cores, cp.async pipelined
         {"turboquant:4", -1, 0, 0}, {"turboquant:2", -1, 0, 1}, {"qturbo:4", -1, 3, 1}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
-        {"octopus:4", -1, 0, 0}, {"octopus:2", -1, 0, 1}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
+        {"octopus:4", -1, 0, 0}, {"octopus:2", -1, 0, 1}, {"octopus:2:qjl", -1, 0, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
     };
     const int wins[] = {0, 40};
     const float waves[] = {1.0f, 0.125f};
@@ -3073,14 +3073,32 @@ static void test_tq_emulated(void **state) {
 // the code words of GPU-layout lanes 2t, 2t+1 of positions g and g+8, forms the fp16 pairs
 // (x_a, y_a)·ρ̂_a, (z_a·ρ̂_a, 0) + (0, x_b·ρ̂_b), (y_b, z_b)·ρ̂_b from the E / O table words as
 // oct_pairs does (HMUL2 / HFMA2: each half one fp16 rounding), and q_rot in fp16 at kvq_tc_oct_kdim
-// as B; 9 emulated mma k-steps. broken: the q pairs' halves swapped (a wrong mapping).
+// as B; 9 emulated mma k-steps (c). :qjl (rq non-NULL): the lane's sign word of each position as ±1 fp16
+// pairs (kvq_tc_oct_sgn) against R′q_rot at kvq_tc_oct_sdim, 8 more k-steps (cq). broken: the q pairs'
+// halves swapped (a wrong mapping).
 static uint32_t emu_hmul2(uint32_t a, uint32_t b) { return tc_pk16(tc_h16(a, 0) * tc_h16(b, 0), tc_h16(a, 1) * tc_h16(b, 1)); }
 static uint32_t emu_hfma2(uint32_t a, uint32_t b, uint32_t c) { // a product of fp16 values is exact in float
     return tc_pk16(tc_h16(a, 0) * tc_h16(b, 0) + tc_h16(c, 0), tc_h16(a, 1) * tc_h16(b, 1) + tc_h16(c, 1));
 }
-static void oct_tc_emu(int bits, const uint8_t *img, const uint32_t *tab, const uint32_t *rr, float qr[4][144], int broken, double c[32][4]) {
-    const int nw = KVQ_TC_OCT_NW(bits), rb = 32 * nw;
+static void oct_tc_emu(int bits, const uint8_t *img, size_t rb, const uint32_t *tab, const uint32_t *rr, float qr[4][144], float (*rq)[D],
+                       int broken, double c[32][4], double cq[32][4]) {
+    const int nw = KVQ_TC_OCT_NW(bits);
     memset(c, 0, sizeof(double) * 32 * 4);
+    memset(cq, 0, sizeof(double) * 32 * 4);
+    for (int k2 = 0; rq && k2 < 8; k2++) {
+        uint32_t a[32][4], b[32][2];
+        for (int l = 0; l < 32; l++) {
+            const int g = l >> 2, t = l & 3;
+            const uint32_t w0 = tc_word(img + (size_t)g * rb + 32 * nw + 4 * t), w1 = tc_word(img + (size_t)(g + 8) * rb + 32 * nw + 4 * t);
+            a[l][0] = kvq_tc_oct_sgn(w0, 2 * k2), a[l][1] = kvq_tc_oct_sgn(w1, 2 * k2);
+            a[l][2] = kvq_tc_oct_sgn(w0, 2 * k2 + 1), a[l][3] = kvq_tc_oct_sgn(w1, 2 * k2 + 1);
+            for (int e = 0; e < 2; e++) {
+                const int d0 = kvq_tc_oct_sdim(t, 2 * k2 + e, 0), d1 = kvq_tc_oct_sdim(t, 2 * k2 + e, 1);
+                b[l][e] = g < 4 ? (broken ? tc_pk16(rq[g][d1], rq[g][d0]) : tc_pk16(rq[g][d0], rq[g][d1])) : 0u;
+            }
+        }
+        tc_mma(a, b, cq);
+    }
     for (int ks = 0; ks < KVQ_TC_OCT_KSTEPS; ks++) {
         uint32_t a[32][4], b[32][2];
         for (int l = 0; l < 32; l++) {
@@ -3115,21 +3133,24 @@ static void oct_tc_emu(int bits, const uint8_t *img, const uint32_t *tab, const 
 // layout as the fp32 kernel reads them (lane L, code j = triplet 6L + j, dims 3·(6L + j)..): Σ_d<128
 // f16(q_rot,d)·f16(f16(ρ̂)·f16(n̂_d)), to 1e-12 of Σ|·| (the same fp16 values, so only the order of
 // the sums differs); (2) the codec's own score() (fp32 q, fp32 ρ̂·n̂, × γ) to 2.5e-3 of Σ|q_d·k_d|
-// (≤ 4 fp16 roundings a term). And a broken mapping (the halves of q's pairs swapped) must fail (1).
-// octopus:2-4 (the kernel is built for 2 and 4: octopus:3's kivi:3 values have no tensor-core path;
+// (≤ 4 fp16 roundings a term). :qjl: the sign k-steps against Σ_i (2σ_i − 1)·f16(R′q_rot,i) with σ read by
+// kvq_gkv_get_code (the one-bit plane's own reader), to 1e-12, and γ·(c + sqrt(π/(2d))·γ_r·cq) against
+// score(). And a broken mapping (the halves of q's pairs swapped) must fail (1). octopus:2-4 with and
+// without :qjl (the kernel is built for 2 and 4: octopus:3's kivi:3 values have no tensor-core path;
 // its keys' arithmetic is checked too), 8 tiles of 16 positions each, the codec's real tables.
 static void test_oct_tc_emulated(void **state) {
     (void)state;
     uint64_t seed = 2027;
+    for (int qj = 0; qj < 2; qj++)
     for (int bits = 2; bits <= 4; bits++) {
         char spec[32];
-        snprintf(spec, sizeof spec, "octopus:%d", bits);
+        snprintf(spec, sizeof spec, "octopus:%d%s", bits, qj ? ":qjl" : "");
         kvq_kvcodec *c = codec(spec, 0, 1);
         kvq_gkv_kind kind;
         int kb;
         kvq_err err = {0};
         assert_int_equal(kvq_gkv_kind_of(c, &kind, &kb, &err), KVQ_OK);
-        assert_int_equal(kind, KVQ_GKV_OCT);
+        assert_int_equal(kind, qj ? KVQ_GKV_OCTQ : KVQ_GKV_OCT);
         kvq_kv_octopus_info in;
         assert_int_equal(kvq_kv_octopus_info_of(c, &in), 0);
         assert_int_equal(KVQ_TC_OCT_NW(bits), kvq_gkv_oct_words(bits));
@@ -3143,13 +3164,14 @@ static void test_oct_tc_emulated(void **state) {
             rr[e] = h | h << 16;
         }
         const size_t rb = kvq_gkv_kind_row_bytes(kind, bits, D), so = kvq_gkv_side_offset(kind, bits, D, 16), mb = c->vt->max_bytes(c);
-        assert_int_equal(rb, 32 * nw);
+        assert_int_equal(rb, 32 * nw + (qj ? D / 8 : 0));
+        const int sb = qj ? 8 : 4; // side bytes a position: γ [, γ_r, 0]
         uint8_t *img = malloc(kvq_gkv_region_bytes(kind, bits, D, 16, 0)), *rec = malloc(16 * mb);
         double worst1 = 0, worst2 = 0;
         int n_broken = 0;
         for (int rep = 0; rep < 8; rep++) {
             memset(img, 0, kvq_gkv_region_bytes(kind, bits, D, 16, 0));
-            float x[D], q[4][D], qr[4][144];
+            float x[D], q[4][D], qr[4][144], rq[4][D];
             for (int pos = 0; pos < 16; pos++) {
                 tokens(x, 1, &seed);
                 size_t n = 0;
@@ -3160,16 +3182,18 @@ static void test_oct_tc_emulated(void **state) {
                 for (int i = 0; i < D; i++) q[h][i] = (float)gauss(&seed) * 1.5f;
                 for (int i = 0; i < 144; i++) qr[h][i] = i < D ? q[h][i] * in.s1[i] : 0.0f;
                 kvq_kv_wht(qr[h], D);
+                for (int i = 0; i < D; i++) rq[h][i] = qr[h][i] * in.s2[i]; // R′q_rot (:qjl)
+                kvq_kv_wht(rq[h], D);
             }
-            double cc[32][4], cb[32][4];
-            oct_tc_emu(bits, img, tab, rr, qr, 0, cc);
-            oct_tc_emu(bits, img, tab, rr, qr, 1, cb);
+            double cc[32][4], cb[32][4], cq[32][4], cqb[32][4];
+            oct_tc_emu(bits, img, rb, tab, rr, qr, qj ? rq : NULL, 0, cc, cq);
+            oct_tc_emu(bits, img, rb, tab, rr, qr, qj ? rq : NULL, 1, cb, cqb);
             int off = 0;
             for (int l = 0; l < 32; l++)
                 for (int i = 0; i < 4; i++) {
                     const int pos = (l >> 2) + 8 * (i >> 1), h = 2 * (l & 3) + (i & 1);
                     if (h >= 4) {
-                        assert_true(cc[l][i] == 0.0); // B's columns 4..7 are zero
+                        assert_true(cc[l][i] == 0.0 && cq[l][i] == 0.0); // B's columns 4..7 are zero
                         continue;
                     }
                     const uint8_t *row = img + pos * rb;
@@ -3194,13 +3218,26 @@ static void test_oct_tc_emulated(void **state) {
                     if (e1 > 1e-12) fprintf(stderr, "oct tc: bits %d rep %d lane %d c%d: %.9g, want %.9g\n", bits, rep, l, i, cc[l][i], ref);
                     assert_true(e1 <= 1e-12);
                     off += fabs(cb[l][i] - ref) > 1e-6 * (mag + 1e-30);
+                    double qref = 0, qmag = 0, kr = 0; // :qjl: Σ (2σ − 1)·f16(R′q_rot), plainly
+                    if (qj) {
+                        for (int d = 0; d < D; d++) {
+                            const double rr16 = kvq_f16_to_f32(kvq_f32_to_f16(rq[h][d]));
+                            qref += kvq_gkv_get_code(row + 32 * nw, 1, D, d) ? rr16 : -rr16, qmag += fabs(rr16);
+                        }
+                        const double e3 = fabs(cq[l][i] - qref) / (qmag + 1e-30);
+                        if (e3 > worst1) worst1 = e3;
+                        if (e3 > 1e-12) fprintf(stderr, "oct tc qjl: bits %d rep %d lane %d c%d: %.9g, want %.9g\n", bits, rep, l, i, cq[l][i], qref);
+                        assert_true(e3 <= 1e-12);
+                        off += fabs(cqb[l][i] - qref) > 1e-6 * (qmag + 1e-30);
+                        kr = 0.110778366 * kvq_f16_to_f32((uint16_t)(img[so + sb * pos + 4] | img[so + sb * pos + 5] << 8));
+                    }
                     // (2) against the codec's score(): γ · the tile's score, q unrotated
                     float g, sref;
-                    memcpy(&g, img + so + 4 * pos, 4);
+                    memcpy(&g, img + so + sb * pos, 4);
                     const uint8_t *rp = rec + pos * mb;
                     const uint32_t len = (uint32_t)mb;
                     c->vt->score(c, q[h], 1, &rp, &len, 1, &sref, 1);
-                    const double e2 = fabs(g * cc[l][i] - sref) / (g * mag + 1e-30);
+                    const double e2 = fabs(g * (cc[l][i] + kr * cq[l][i]) - sref) / (g * (mag + kr * qmag) + 1e-30);
                     if (e2 > worst2) worst2 = e2;
                     assert_true(e2 <= 2.5e-3);
                 }

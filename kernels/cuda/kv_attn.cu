@@ -227,15 +227,16 @@ static int on_unless_0(int *g, const char *name) {
 // TurboQuant / qturbo on the tensor cores: g_tcq, or KVQ_CUDA_KV_TC_TURBO=0; default 1 (session 14,
 // H100: 1.15-1.9x faster than the fp32 kernel at 32k-128k, NMSE vs the CPU <= 7.3e-7; docs/RESULTS.md).
 static int tc_turbo(void) { return on_unless_0(&g_tcq, "KVQ_CUDA_KV_TC_TURBO"); }
-// OCTOPUS keys (octopus:2 / :4, no :qjl) on the tensor cores (kv_attn_oct.cu): g_tco, or
+// OCTOPUS keys (octopus:2 / :4, with or without :qjl) on the tensor cores (kv_attn_oct.cu): g_tco, or
 // KVQ_CUDA_KV_TC_OCT=0; default 1 (session 17, helper i20c). Variant 1 (q in shared memory, 4 blocks an
 // SM) unless KVQ_CUDA_KV_TC / kvq_gkv_set_tc ask for 2 (q in registers, 3 blocks); no cp.async stages.
 // NULL where not built.
 static int g_tco = -1;
 extern "C" void kvq_gkv_set_tc_oct(int on) { g_tco = on < 0 ? -1 : on != 0; }
+static int oct_keys(const kvq_gkv_cache *c) { return c->k.kind == KVQ_GKV_OCT || c->k.kind == KVQ_GKV_OCTQ; }
 static const void *tc_oct_kernel(const kvq_gkv_cache *c, int variant) {
-    if (c->k.kind != KVQ_GKV_OCT || !variant || !on_unless_0(&g_tco, "KVQ_CUDA_KV_TC_OCT")) return NULL;
-    return kvq_gkv_tc_oct_kernel(c->k.bits, c->v.kind, c->v.bits, variant);
+    if (!oct_keys(c) || !variant || !on_unless_0(&g_tco, "KVQ_CUDA_KV_TC_OCT")) return NULL;
+    return kvq_gkv_tc_oct_kernel(c->k.bits, c->k.kind == KVQ_GKV_OCTQ, c->v.kind, c->v.bits, variant);
 }
 extern "C" void kvq_gkv_set_tc_pipe(int stages) { g_pipe = stages < 0 ? -1 : stages == 3 || stages == 4 ? stages : 0; }
 // The cp.async stages of the tensor-core kernel: g_pipe, or KVQ_CUDA_KV_PIPE=0|3|4 (read once;
@@ -268,11 +269,11 @@ static const void *tc_kernel(const kvq_gkv_cache *c) {
     }
     const int v = g_tc == 3 ? (c->k.bits == 4 && c->k.kind != KVQ_GKV_TURBO ? 2 : 1) : g_tc;
     if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
-    if (c->k.kind == KVQ_GKV_OCT) return tc_oct_kernel(c, g_tc == 3 ? 1 : g_tc);
+    if (oct_keys(c)) return tc_oct_kernel(c, g_tc == 3 ? 1 : g_tc);
     return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean()) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
-extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) && c->k.kind != KVQ_GKV_OCT ? tc_stages(c) : 0; }
+extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) && !oct_keys(c) ? tc_stages(c) : 0; }
 
 // The instantiated (K kind, K bits, V kind, V bits) combinations: the dense baselines, each
 // codec on both sides, and the boundary layers' fp16 keys with each codec's values.
@@ -484,7 +485,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, hd, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, hd, c->cap),
                                 c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
                                 fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat};
-        st = c->k.kind == KVQ_GKV_OCT ? kvq_gkv_tc_oct_launch(ft, &ta, c->k.rho, ga * gx, gz, sm, err)
+        st = oct_keys(c) ? kvq_gkv_tc_oct_launch(ft, &ta, c->k.rho, ga * gx, gz, sm, err)
                                       : kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
         if (st) return st;
         launched = 1;

@@ -1,4 +1,4 @@
-// Tensor-core split-K decode attention for OCTOPUS keys (octopus:2 and octopus:4 without :qjl; issue
+// Tensor-core split-K decode attention for OCTOPUS keys (octopus:2 and octopus:4, and :qjl; issue
 // 20, session 17, helper i20c): kv_attn_tc.cu's kernel shape — 4 warps a block, 16-position tiles
 // w, w+4, ... a warp with the next tile's loads in flight (two tiles' spill), online softmax
 // per warp, KIVI values by mma (octopus's values are KIVI's layout), the warps merged in shared
@@ -8,8 +8,10 @@
 //  A = the fp16 ρ̂·n̂ values of the 16 positions' triplets: per triplet one 8-byte shared-memory read
 //  of the direction table (fp16, kvq_tc_oct_entry's E or O half), one 4-byte read of the (ρ̂, ρ̂)
 //  table, 1.5 HMUL2/HFMA2; γ (fp32 per position) multiplies the fp32 score.
-// The arithmetic is kv_attn_tc.cu's lean one (one lop3 a code pair, ex2.approx.ftz, Σ p·V rescaled
-// only when a running max moved). octopus:3 (its kivi:3 values) and :qjl stay on the fp32 split kernel.
+// :qjl (Q) adds sqrt(π/(2d))·γ_r·⟨R′q_rot, 2σ − 1⟩: the sign plane's word of the lane as ±1 fp16 pairs
+// (kvq_tc_oct_sgn) against R′q_rot = WHT(s2 ⊙ q_rot)/√d over 8 more k-steps, an accumulator of its own
+// scaled by γ_r. The arithmetic is kv_attn_tc.cu's lean one (one lop3 a code pair, ex2.approx.ftz, Σ p·V
+// rescaled only when a running max moved). octopus:3 (its kivi:3 values) stays on the fp32 split kernel.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -65,8 +67,15 @@ __device__ __forceinline__ float ex2(float x) {
 // keys of positions g, g+8 — the code words of GPU-layout lanes 2t, 2t+1 (2·NW words, contiguous)
 // and γ; values of positions 2t, 2t+1, 2t+8, 2t+9 — dims 16g.. (each plane's 4 bytes) and the
 // (scale, zero) of the quad's 32-channel group (as kv_attn_tc.cu's KIVI values).
-template <int B>
-struct oct_tile {
+template <int Q>
+struct oct_qjl {}; // (nothing without :qjl)
+template <>
+struct oct_qjl<1> {
+    uint32_t sg[2]; // the lane's sign word of positions g, g+8
+    float kr[2];    // and their γ_r
+};
+template <int B, int Q>
+struct oct_tile : oct_qjl<Q> {
     uint32_t k[2][2 * KVQ_TC_OCT_NW(B)];
     float kg[2];
     uint32_t v[4][B / 2];
@@ -78,9 +87,9 @@ struct oct_base {
     const uint8_t *k, *v, *vs;
     const float *kg;
 };
-template <int B>
-__device__ __forceinline__ void oct_load(const oct_base &a, int o, int n, int g, int t, oct_tile<B> &x) {
-    constexpr int NW = KVQ_TC_OCT_NW(B), KRB = 4 * (D / 16) * NW, VRB = B / 2 * (D / 4);
+template <int B, int Q>
+__device__ __forceinline__ void oct_load(const oct_base &a, int o, int n, int g, int t, oct_tile<B, Q> &x) {
+    constexpr int NW = KVQ_TC_OCT_NW(B), KRB = 4 * (D / 16) * NW + (Q ? D / 8 : 0), VRB = B / 2 * (D / 4);
     static_assert(NW == 2 || NW == 3, "2 or 3 words a layout lane");
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -97,7 +106,11 @@ __device__ __forceinline__ void oct_load(const oct_base &a, int o, int n, int g,
                 x.k[r][2 * i] = w.x, x.k[r][2 * i + 1] = w.y;
             }
         }
-        x.kg[r] = ok ? __ldg(a.kg + rel) : 0.0f;
+        x.kg[r] = ok ? __ldg(a.kg + (Q ? 2 : 1) * rel) : 0.0f; // Q: side (γ, γ_r, 0) 8 bytes a position
+        if constexpr (Q) {
+            x.sg[r] = ok ? __ldg((const uint32_t *)(src + 4 * (D / 16) * NW - 8 * NW * t + 4 * t)) : 0u; // the sign plane's word t
+            x.kr[r] = ok ? __half2float(__ushort_as_half(__ldg((const unsigned short *)(a.kg + 2 * rel + 1)))) : 0.0f;
+        }
     }
 #pragma unroll
     for (int r = 0; r < 4; r++) {
@@ -142,9 +155,10 @@ __device__ __forceinline__ void oct_pairs(const uint32_t *w, int m, uint32_t dba
 }
 
 // One block's chunk: its partial results (kvq_gkv_split_out) or nothing (a captured step's spare block).
-template <int B, int QR>
+template <int B, int QR, int Q>
 __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho, float (&red)[TNW][G][D]) {
     constexpr int NDIR = 1 << (2 * B + 2), NRHO = 1 << (B - 1);
+    constexpr float QJLK = 0.110778366f; // sqrt(π/(2d)), d = 128 (as split_chunk)
     __shared__ __align__(16) float qs[G][D];
     static_assert(NDIR <= 1 << 10 && NRHO <= 8, "the tables' size");
     __shared__ float wm[TNW][G], wl[TNW][G];
@@ -160,10 +174,11 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
     const int ntile = (n + 15) / 16;
     auto tile_of = [&](int k) { return warp + TNW * k; }; // the warp's k-th tile
     constexpr int NW = KVQ_TC_OCT_NW(B);
-    const oct_base ab = {kreg + (size_t)(t0 + g) * (4 * (D / 16) * NW) + 8 * NW * t, vreg + (size_t)(t0 + 2 * t) * (B / 2 * (D / 4)) + 4 * g,
-                         vreg + p.vside + ((size_t)(t0 + 2 * t) * (D / 32) + (g >> 1)) * 4, (const float *)(kreg + p.kside) + t0 + g};
-    oct_tile<B> x, x1;
-    if (tile_of(0) < ntile) oct_load<B>(ab, 16 * tile_of(0), n, g, t, x); // before q and the tables: independent of them
+    const oct_base ab = {kreg + (size_t)(t0 + g) * (4 * (D / 16) * NW + (Q ? D / 8 : 0)) + 8 * NW * t,
+                         vreg + (size_t)(t0 + 2 * t) * (B / 2 * (D / 4)) + 4 * g, vreg + p.vside + ((size_t)(t0 + 2 * t) * (D / 32) + (g >> 1)) * 4,
+                         (const float *)(kreg + p.kside) + (Q ? 2 : 1) * (t0 + g)};
+    oct_tile<B, Q> x, x1;
+    if (tile_of(0) < ntile) oct_load<B, Q>(ab, 16 * tile_of(0), n, g, t, x); // before q and the tables: independent of them
     // the head's tables in fp16, and q_rot = WHT(s1 ⊙ q)/√d (kvq_gkv_wht: barriers before and after)
     {
         const float *dg = p.kcb + (size_t)gk * 3 * NDIR;
@@ -180,17 +195,30 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
         for (int e = threadIdx.x; e < G * D; e += TNT)
             qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D] * p.ksigns[(size_t)gk * 2 * D + e % D];
         kvq_gkv_wht(&qs[0][0], G);
+        if constexpr (Q) { // R′q_rot = WHT(s2 ⊙ q_rot)/√d, in red (free until the loop's end)
+            float(&sq)[G][D] = red[0];
+            for (int e = threadIdx.x; e < G * D; e += TNT) sq[e / D][e % D] = qs[e / D][e % D] * p.ksigns[(size_t)gk * 2 * D + D + e % D];
+            kvq_gkv_wht(&sq[0][0], G);
+        }
     }
     // q_rot as B: column g = query head g (< 4), k-step ks: the lane's pairs 2ks, 2ks + 1
     // (kvq_tc_oct_kdim); QR: in 18 registers, else in shared memory (the same for every warp; one 8-byte
     // read a k-step, lane-consecutive: no bank conflict)
+    // Q: 8 more k-steps, R′q_rot at the sign pairs' dims (kvq_tc_oct_sdim), in shared memory (QR is 0)
+    static_assert(!(Q && QR), ":qjl keeps q in shared memory");
+    constexpr int NKS = KVQ_TC_OCT_KSTEPS + (Q ? 8 : 0);
     uint32_t qk[QR ? KVQ_TC_OCT_KSTEPS : 1][2];
-    __shared__ uint2 qf[QR ? 1 : KVQ_TC_OCT_KSTEPS][32];
-    for (int e = QR ? lane : threadIdx.x; e < KVQ_TC_OCT_KSTEPS * 32; e += QR ? 32 : TNT) {
+    __shared__ uint2 qf[QR ? 1 : NKS][32];
+    for (int e = QR ? lane : threadIdx.x; e < NKS * 32; e += QR ? 32 : TNT) {
         const int ks = e / 32, l = e % 32, qg = l >> 2, qt = l & 3;
         uint32_t w[2];
 #pragma unroll
         for (int i = 0; i < 2; i++) {
+            if (Q && ks >= KVQ_TC_OCT_KSTEPS) { // sign pair 2(ks − 9) + i, R′q_rot from red[0]
+                const int j = 2 * (ks - KVQ_TC_OCT_KSTEPS) + i;
+                w[i] = qg < G ? h2u(__floats2half2_rn(red[0][qg][kvq_tc_oct_sdim(qt, j, 0)], red[0][qg][kvq_tc_oct_sdim(qt, j, 1)])) : 0u;
+                continue;
+            }
             const int d0 = kvq_tc_oct_kdim(qt, 2 * ks + i, 0); // even: d0 and d0 + 1 both real or both padding
             w[i] = qg < G && d0 < D ? h2u(__floats2half2_rn(qs[qg][d0], qs[qg][d0 + 1])) : 0u;
         }
@@ -222,7 +250,7 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
         const int ti = tile_of(k);
         if (ti >= ntile) break; // warp-uniform
         const int tb = t0 + 16 * ti;
-        if (tile_of(k + 1) < ntile) oct_load<B>(ab, 16 * tile_of(k + 1), n, g, t, x1);
+        if (tile_of(k + 1) < ntile) oct_load<B, Q>(ab, 16 * tile_of(k + 1), n, g, t, x1);
         // ---- scores of positions tb + g (c[0], c[1]) and tb + g + 8 (c[2], c[3]), heads 2t, 2t+1: 9 k-steps
         // in three groups of 3 (two triplet pairs, 6 fp16 pairs a position), two mma chains
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -240,6 +268,17 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
                 const uint2 bq = QR ? make_uint2(qk[ks][0], qk[ks][1]) : qf[ks][lane];
                 mma16816(ks & 1 ? c2 : c, hk[0][2 * k2], hk[1][2 * k2], hk[0][2 * k2 + 1], hk[1][2 * k2 + 1], bq.x, bq.y);
             }
+        }
+        if constexpr (Q) { // + sqrt(π/(2d))·γ_r·⟨R′q_rot, 2σ − 1⟩: the ±1 sign pairs against R′q_rot, a chain of its own
+            float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int k2 = 0; k2 < 8; k2++) {
+                const uint2 bq = qf[KVQ_TC_OCT_KSTEPS + k2][lane];
+                mma16816(cq, kvq_tc_oct_sgn(x.sg[0], 2 * k2), kvq_tc_oct_sgn(x.sg[1], 2 * k2), kvq_tc_oct_sgn(x.sg[0], 2 * k2 + 1),
+                         kvq_tc_oct_sgn(x.sg[1], 2 * k2 + 1), bq.x, bq.y);
+            }
+            const float r0 = QJLK * x.kr[0], r1 = QJLK * x.kr[1];
+            c[0] = fmaf(r0, cq[0], c[0]), c[1] = fmaf(r0, cq[1], c[1]), c[2] = fmaf(r1, cq[2], c[2]), c[3] = fmaf(r1, cq[3], c[3]);
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) c[e] += c2[e];
@@ -330,24 +369,26 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
     }
 }
 
-// QR = 0 (variant 1): q's B fragments in shared memory, 4 blocks an SM (≤ 128 registers; b = 4 spills 4
-// bytes, one reload a tile; b = 2 none); QR = 1 (variant 2): in registers, 3 blocks an SM (≤ 168; no
-// spills; at 128 it spilled 92 / 36 bytes). The same bits. Two tiles' loads in flight spilled 36 / 8 bytes
-// at 168 (ptxas, CUDA 13.0; session 17): not built.
-template <int B, int QR>
-__global__ void __launch_bounds__(TNT, QR ? 3 : 4) attn_tc_oct(kvq_tc_args p, const float *rho) {
+// QR = 0 (variant 1): q's B fragments in shared memory, 4 blocks an SM (≤ 128 registers; b = 4 spills 24
+// bytes, 3 reloads a tile; b = 2 none); QR = 1 (variant 2): in registers, 3 blocks an SM (≤ 168; no
+// spills; at 128 it spilled 92 / 36 bytes). The same bits. Q (:qjl): QR = 0 at 3 blocks an SM (163 / 161
+// registers, no spills). Two tiles' loads in flight spilled 36 / 8 bytes at 168 (ptxas, CUDA 13.0;
+// session 17): not built.
+template <int B, int QR, int Q>
+__global__ void __launch_bounds__(TNT, QR || Q ? 3 : 4) attn_tc_oct(kvq_tc_args p, const float *rho) {
     __shared__ __align__(16) float red[TNW][G][D];
     static_assert(TNW * G * D >= G * (KVQ_GKV_MERGE_TC + D + D / 32), "the fused merge's shared memory in red");
     asm volatile("griddepcontrol.launch_dependents;"); // as attn_tc
-    oct_chunk<B, QR>(p, rho, red);
+    oct_chunk<B, QR, Q>(p, rho, red);
     float *m = &red[0][0][0];
     kvq_gkv_merge_last<false, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
 }
 
-const void *kvq_gkv_tc_oct_kernel(int kb, int vk, int vb, int variant) {
+const void *kvq_gkv_tc_oct_kernel(int kb, int qjl, int vk, int vb, int variant) {
     if (vk != KVQ_GKV_KIVI || vb != kb || variant < 1 || variant > 2) return NULL;
-    if (kb == 2) return variant == 2 ? (const void *)attn_tc_oct<2, 1> : (const void *)attn_tc_oct<2, 0>;
-    if (kb == 4) return variant == 2 ? (const void *)attn_tc_oct<4, 1> : (const void *)attn_tc_oct<4, 0>;
+    if (qjl) return kb == 2 ? (const void *)attn_tc_oct<2, 0, 1> : kb == 4 ? (const void *)attn_tc_oct<4, 0, 1> : NULL; // one variant
+    if (kb == 2) return variant == 2 ? (const void *)attn_tc_oct<2, 1, 0> : (const void *)attn_tc_oct<2, 0, 0>;
+    if (kb == 4) return variant == 2 ? (const void *)attn_tc_oct<4, 1, 0> : (const void *)attn_tc_oct<4, 0, 0>;
     return NULL;
 }
 

@@ -57,4 +57,14 @@ KVQ_TC_FN void kvq_tc_oct_entry(uint16_t x, uint16_t y, uint16_t z, uint32_t e[4
     e[0] = x | (uint32_t)y << 16, e[1] = z, e[2] = (uint32_t)x << 16, e[3] = y | (uint32_t)z << 16;
 }
 
+
+/* ---- :qjl: the sign plane's word of lane tig (dims 32·tig .. + 31 of a position; the one-bit plane's
+ * order, dim 16h + 4n + k of the word's half h at bit 16h + 4k + n) as 8 more k-steps: pair j (0..15)
+ * of the word is bits j and 16 + j as ±1 fp16 values (σ = 1: +1) against R′q_rot in B. */
+/** The dim of half hi of lane tig's sign pair j (0..15). */
+KVQ_TC_FN int kvq_tc_oct_sdim(int tig, int j, int hi) { return 32 * tig + 16 * hi + 4 * (j & 3) + (j >> 2); }
+/** The ±1 fp16 pair of sign pair j of the word w: bits j and 16 + j to the sign bits of 0xBC00 (−1),
+ *  flipped (σ = 1 → +1): one shift and one lop3. */
+KVQ_TC_FN uint32_t kvq_tc_oct_sgn(uint32_t w, int j) { return ((w << (15 - j)) & 0x80008000u) ^ 0xBC00BC00u; }
+
 #endif
