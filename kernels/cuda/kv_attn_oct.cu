@@ -125,11 +125,15 @@ __device__ __forceinline__ void oct_load(const oct_base &a, int o, int n, int g,
 // The fp16 pairs 3m..3m+2 of one position's triplets a = 2m, b = 2m + 1 (of the lane's 12; w: the
 // position's 2·NW code words): (x_a, y_a)·ρ̂_a, (z_a·ρ̂_a, x_b·ρ̂_b), (y_b, z_b)·ρ̂_b — per triplet 2
 // shifts, 2 masks, an 8-byte and a 4-byte shared-memory read (the tables below).
-// The head's tables (a block's), aligned so that a table's shared-memory address OR an entry's offset
-// is its address (one lop3, kvq_tc_oct_field): kvq_tc_oct_entry of each direction as (E, O) uint2 pairs
-// (16 KB at b = 4; the b = 2 kernels use 1 KB of it), (ρ̂, ρ̂) in fp16.
-static __shared__ __align__(16384) uint2 oct_dirs[2 << 10];
+// The head's tables (a block's), at shared-memory addresses aligned so that the address OR an entry's
+// offset is the entry's address (one lop3, kvq_tc_oct_field): kvq_tc_oct_entry of each direction as
+// (E, O) uint2 pairs (16 KB at b = 4; the b = 2 kernels use 1 KB of it) at the first 16 KB-aligned
+// address in oct_raw — aligned at run time: the block's shared memory begins after a reserved 1 KB
+// (sm_90: static variables at 0x400 + their offset), so no declared alignment makes the address itself
+// 16 KB-aligned —, and (ρ̂, ρ̂) in fp16 (32 bytes: 32-byte alignment suffices, the reserve being 1 KB).
+static __shared__ __align__(1024) uint8_t oct_raw[(16 << 10) + (15 << 10)];
 static __shared__ __align__(32) uint32_t oct_rr[8];
+__device__ __forceinline__ uint32_t oct_dirs_at() { return ((uint32_t)__cvta_generic_to_shared(oct_raw) + 16383u) & ~16383u; }
 __device__ __forceinline__ uint2 lds64(uint32_t a) {
     uint2 v;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
@@ -182,6 +186,7 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
     // the head's tables in fp16, and q_rot = WHT(s1 ⊙ q)/√d (kvq_gkv_wht: barriers before and after)
     {
         const float *dg = p.kcb + (size_t)gk * 3 * NDIR;
+        uint2 *oct_dirs = (uint2 *)(oct_raw + (oct_dirs_at() - (uint32_t)__cvta_generic_to_shared(oct_raw)));
         for (int e = threadIdx.x; e < NDIR; e += TNT) {
             uint32_t w[4];
             kvq_tc_oct_entry(__half_as_ushort(__float2half_rn(__ldg(dg + 3 * e))), __half_as_ushort(__float2half_rn(__ldg(dg + 3 * e + 1))),
@@ -234,7 +239,7 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
         fm[j] = u2h(0x10001u * f16c(1.0f / m)), fa[j] = u2h(0x10001u * f16c(-1024.0f / m));
     }
 
-    const uint32_t dbase = (uint32_t)__cvta_generic_to_shared(oct_dirs), rbase = (uint32_t)__cvta_generic_to_shared(oct_rr);
+    const uint32_t dbase = oct_dirs_at(), rbase = (uint32_t)__cvta_generic_to_shared(oct_rr);
 
     // the lane's running state: heads 2t, 2t+1 (real for t < 2), Σ p·V as 8 m-tiles' C fragments
     float mx[2] = {-INFINITY, -INFINITY}, ls[2] = {0.0f, 0.0f};
