@@ -18,6 +18,7 @@
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/kv_attn.h"
 #include "kernels/cuda/kv_tc.h"
+#include "kernels/cuda/kv_tc_oct.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/kv_enc.h"
 #include "kernels/kv_hqkv.h"
@@ -1500,6 +1501,102 @@ static void test_attend_tc_turbo(void **state) {
     free(K), free(V), free(q), free(out), free(base), free(ref);
 }
 
+// OCTOPUS keys on the tensor cores (kvq_gkv_set_tc_oct, session 17, helper i20c): octopus:2 and
+// octopus:4, with and without :qjl (KIVI values of the same width) against the CPU codec's decode-then-attend reference
+// (keys: score_vec, the codec's estimator; values decoded), B = 2 sequences, 3 KV heads, 8 lengths
+// 1..1056, chunks 32, 64, 1024 and automatic: the fp32 split kernel (the control, NMSE ≤ 1e-9),
+// tensor-core variants 1 and 2 and variant 1 with the merge fused, NMSE ≤ 1e-4 (fp16 q_rot and ρ̂·n̂,
+// fp16 p and values in the products, fp32 sums: TurboQuant's limit; test_oct_tc_emulated shows the
+// index arithmetic exact); variant 2 (q in registers) and the fused merge bit-equal to variant 1 at the
+// fixed chunks (the automatic chunk follows each variant's occupancy), the fused one at every chunk; with a 40-position window
+// the packed chunks on tensor cores. kvq_gkv_set_tc_oct(0) keeps the fp32 kernel; octopus:3 and
+// octopus:3:qjl (kivi:3 values) are not built on tensor cores and stay there.
+static void test_attend_tc_oct(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 3, CAP = 1056 };
+    const int H = NKV * GRP;
+    const int Ts[] = {1, 15, 16, 17, 100, 511, 1000, 1056};
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t NO = (size_t)B * H * D;
+    uint64_t seed = 1717;
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
+    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
+    float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO);
+    double *ref = malloc(sizeof(double) * NO), worst = 0;
+    const char *specs[] = {"octopus:2", "octopus:4", "octopus:2:qjl", "octopus:4:qjl", "octopus:3", "octopus:3:qjl"};
+    int n_cmp = 0, n_diff = 0;
+    for (int si = 0; si < 6; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const int T = Ts[ti], built = si < 4;
+            if (!built && T != 1000) continue; // not built: the switch alone
+            tokens(K, B * NKV * T, &seed);
+            tokens(V, B * NKV * T, &seed);
+            for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
+            tside ks, vs;
+            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
+            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
+            ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            kvq_gkv_set_tc(1);
+            kvq_gkv_set_tc_pipe(0);
+            kvq_gkv_set_tc_oct(0);
+            assert_int_equal(kvq_gkv_tc_active(&c), 0); // the switch: off keeps the fp32 split kernel
+            kvq_gkv_set_tc_oct(1);
+            assert_int_equal(kvq_gkv_tc_active(&c), built);
+            kvq_gkv_set_tc_pipe(3);
+            assert_int_equal(kvq_gkv_tc_stages(&c), 0); // no cp.async variant: stages are not reported
+            kvq_gkv_set_tc_pipe(0);
+            const int chunks[] = {32, 64, 1024, 0};
+            for (int ci = 0; ci < 4; ci++) {
+                const int ch = chunks[ci];
+                void *scr;
+                assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+                // (kvq_gkv_set_tc, _fuse_merge): the fp32 kernel, variant 1 (the base), variant 2, variant 1 with the merge fused
+                const int runs[][2] = {{0, 0}, {1, 0}, {2, 0}, {1, 1}};
+                for (int ri = 0; ri < 4; ri++) {
+                    kvq_gkv_set_tc(runs[ri][0]);
+                    kvq_gkv_set_fuse_merge(runs[ri][1]);
+                    assert_int_equal(kvq_gkv_tc_active(&c), built && runs[ri][0] != 0);
+                    assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
+                    kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+                    if (st) fprintf(stderr, "attend: %s\n", err.msg);
+                    assert_int_equal(st, KVQ_OK);
+                    assert_int_equal(kvq_cuda_copy(ri == 1 ? base : out, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                    const double e = nmse(ri == 1 ? base : out, ref, NO);
+                    const int on = built && runs[ri][0], cmp = built && (ri == 3 || (ri == 2 && ch)), same = cmp && !memcmp(out, base, sizeof(float) * NO);
+                    n_cmp += cmp, n_diff += cmp && !same;
+                    if (on && e > worst) worst = e;
+                    fprintf(stderr, "test_cuda_kv: attend %-13s T %4d chunk %4d tc %d fuse %d%s: NMSE vs CPU decode-then-attend %.2e%s\n", specs[si], T,
+                            ch ? ch : kvq_gkv_auto_chunk(&c), runs[ri][0], runs[ri][1], on ? " (tensor cores)" : "", e,
+                            !cmp ? "" : same ? ", bit-equal to variant 1's" : ", DIFFERS from variant 1's");
+                    assert_true(e <= (on ? 1e-4 : 1e-9)); // NaN fails too
+                }
+                kvq_gkv_set_fuse_merge(0);
+                kvq_cuda_free(scr);
+            }
+            if (built && T >= 100) // with a window: the packed chunks on tensor cores, the window's by the fp16 kernel
+                for (int tc = 1; tc <= 2; tc++) {
+                    kvq_gkv_set_tc(tc);
+                    attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-4);
+                }
+            free_side(&ks);
+            free_side(&vs);
+        }
+    fprintf(stderr, "test_cuda_kv: OCTOPUS tensor cores: worst NMSE vs CPU %.2e; %d of %d variant-2 / fused outputs differ from variant 1's: %s\n",
+            worst, n_diff, n_cmp, n_diff ? "FAIL" : "PASS");
+    kvq_gkv_set_tc(-1);
+    kvq_gkv_set_tc_pipe(-1);
+    kvq_gkv_set_tc_oct(-1);
+    kvq_gkv_set_fuse_merge(-1);
+    assert_int_equal(n_diff, 0);
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(out), free(base), free(ref);
+}
+
 // The lean tensor-core kernels (kvq_gkv_set_tc_lean(1): one lop3 a code pair, no rescale of Σ p·V
 // when no running max moved, ex2.approx.ftz; session 14, helper i20d) against the kernels as before,
 // on the same caches at the same chunks: every output bit-identical (the scores here stay far within
@@ -2485,6 +2582,7 @@ static void test_step_graph(void **state) {
         {"int:2", 5, -1, 0, 0, 2, 2.0f}, {"qturbo:3", 40, 0, 0, 0, 2, 0.5f}, // more, shorter chunks; fewer, longer
         {"turboquant:4", 5, -1, 0, 0, 2, 0}, {"qturbo:2", 40, -1, 0, 4, 1, 0}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
         {"turboquant-prod:4", 5, -1, 0, 0, 2, 0}, {"turboquant-prod:2", 40, -1, 0, 0, 1, 0}, // turboquant-prod on tensor cores (_tc_tprod)
+        {"octopus:4", 5, -1, 0, 0, 2, 0}, {"octopus:2", 40, -1, 0, 0, 1, 0}, {"octopus:4:qjl", 5, -1, 0, 0, 2, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -2766,6 +2864,7 @@ static void test_attend_rows(void **state) {
         {"int:4", -1, 3, 1}, {"int:2", -1, 3, 0}, {"kivi:2", -1, 3, 1}, {"kivi:4", -1, 3, 0}, // tensor cores, cp.async pipelined
         {"turboquant:4", -1, 0, 0}, {"turboquant:2", -1, 0, 1}, {"qturbo:4", -1, 3, 1}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
         {"turboquant-prod:3", -1, 0, 1}, // turboquant-prod on tensor cores (kvq_gkv_set_tc_tprod)
+        {"octopus:4", -1, 0, 0}, {"octopus:2", -1, 0, 1}, {"octopus:2:qjl", -1, 0, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
     };
     const int wins[] = {0, 40};
     const float waves[] = {1.0f, 0.125f};
@@ -3452,6 +3551,191 @@ static void test_tprod_emulated(void **state) {
     fprintf(stderr, "test_cuda_kv: turboquant:3 values tensor-core emulation: 12 tiles, p·V as the plain sums\n");
 }
 
+// ---- OCTOPUS keys on the tensor cores (kernels/cuda/kv_attn_oct.cu; session 17, helper i20c): the
+// kernel's code, table and fragment arithmetic (kv_tc_oct.h) run on the host. A lane (g, t) takes
+// the code words of GPU-layout lanes 2t, 2t+1 of positions g and g+8, forms the fp16 pairs
+// (x_a, y_a)·ρ̂_a, (z_a·ρ̂_a, 0) + (0, x_b·ρ̂_b), (y_b, z_b)·ρ̂_b from the E / O table words as
+// oct_pairs does (HMUL2 / HFMA2: each half one fp16 rounding), and q_rot in fp16 at kvq_tc_oct_kdim
+// as B; 9 emulated mma k-steps (c). :qjl (rq non-NULL): the lane's sign word of each position as ±1 fp16
+// pairs (kvq_tc_oct_sgn) against R′q_rot at kvq_tc_oct_sdim, 8 more k-steps (cq). broken: the q pairs'
+// halves swapped (a wrong mapping).
+static uint32_t emu_hmul2(uint32_t a, uint32_t b) { return tc_pk16(tc_h16(a, 0) * tc_h16(b, 0), tc_h16(a, 1) * tc_h16(b, 1)); }
+static uint32_t emu_hfma2(uint32_t a, uint32_t b, uint32_t c) { // a product of fp16 values is exact in float
+    return tc_pk16(tc_h16(a, 0) * tc_h16(b, 0) + tc_h16(c, 0), tc_h16(a, 1) * tc_h16(b, 1) + tc_h16(c, 1));
+}
+static void oct_tc_emu(int bits, const uint8_t *img, size_t rb, const uint32_t *tab, const uint32_t *rr, float qr[4][144], float (*rq)[D],
+                       int broken, double c[32][4], double cq[32][4]) {
+    const int nw = KVQ_TC_OCT_NW(bits);
+    memset(c, 0, sizeof(double) * 32 * 4);
+    memset(cq, 0, sizeof(double) * 32 * 4);
+    for (int k2 = 0; rq && k2 < 8; k2++) {
+        uint32_t a[32][4], b[32][2];
+        for (int l = 0; l < 32; l++) {
+            const int g = l >> 2, t = l & 3;
+            const uint32_t w0 = tc_word(img + (size_t)g * rb + 32 * nw + 4 * t), w1 = tc_word(img + (size_t)(g + 8) * rb + 32 * nw + 4 * t);
+            a[l][0] = kvq_tc_oct_sgn(w0, 2 * k2), a[l][1] = kvq_tc_oct_sgn(w1, 2 * k2);
+            a[l][2] = kvq_tc_oct_sgn(w0, 2 * k2 + 1), a[l][3] = kvq_tc_oct_sgn(w1, 2 * k2 + 1);
+            for (int e = 0; e < 2; e++) {
+                const int d0 = kvq_tc_oct_sdim(t, 2 * k2 + e, 0), d1 = kvq_tc_oct_sdim(t, 2 * k2 + e, 1);
+                b[l][e] = g < 4 ? (broken ? tc_pk16(rq[g][d1], rq[g][d0]) : tc_pk16(rq[g][d0], rq[g][d1])) : 0u;
+            }
+        }
+        tc_mma(a, b, cq);
+    }
+    for (int ks = 0; ks < KVQ_TC_OCT_KSTEPS; ks++) {
+        uint32_t a[32][4], b[32][2];
+        for (int l = 0; l < 32; l++) {
+            const int g = l >> 2, t = l & 3;
+            uint32_t hk[2][KVQ_TC_OCT_PAIRS];
+            for (int r = 0; r < 2; r++) {
+                uint32_t w[6];
+                for (int i = 0; i < 2 * nw; i++) w[i] = tc_word(img + (size_t)(g + 8 * r) * rb + 8 * nw * t + 4 * i);
+                for (int m = 0; m < 6; m++) { // oct_pairs
+                    const int ia = 2 * m, ib = ia + 1;
+                    uint32_t da, dra, db, drb; // byte offsets into the tables, as the kernel reads them
+                    kvq_tc_oct_offs(bits, w + nw * (ia / 6), ia % 6, 0, 0, &da, &dra);
+                    kvq_tc_oct_offs(bits, w + nw * (ib / 6), ib % 6, 0, 0, &db, &drb);
+                    assert_true(da % 16 == 0 && db % 16 == 0 && dra % 4 == 0 && drb % 4 == 0);
+                    assert_true(da / 16 < 1u << (2 * bits + 2) && db / 16 < 1u << (2 * bits + 2) && dra / 4 < 1u << (bits - 1) && drb / 4 < 1u << (bits - 1));
+                    const uint32_t *ea = tab + da / 4, *ob = tab + db / 4 + 2, ra = rr[dra / 4], rbh = rr[drb / 4];
+                    hk[r][3 * m] = emu_hmul2(ea[0], ra);
+                    hk[r][3 * m + 1] = emu_hfma2(ob[0], rbh, emu_hmul2(ea[1], ra));
+                    hk[r][3 * m + 2] = emu_hmul2(ob[1], rbh);
+                }
+            }
+            a[l][0] = hk[0][2 * ks], a[l][1] = hk[1][2 * ks], a[l][2] = hk[0][2 * ks + 1], a[l][3] = hk[1][2 * ks + 1];
+            for (int e = 0; e < 2; e++) {
+                const int d0 = kvq_tc_oct_kdim(t, 2 * ks + e, 0), d1 = kvq_tc_oct_kdim(t, 2 * ks + e, 1);
+                b[l][e] = g < 4 && d0 < D ? (broken ? tc_pk16(qr[g][d1], qr[g][d0]) : tc_pk16(qr[g][d0], qr[g][d1])) : 0u;
+            }
+        }
+        tc_mma(a, b, c);
+    }
+}
+// The emulation's scores against (1) the plain sum over the position's triplets read from the GPU
+// layout as the fp32 kernel reads them (lane L, code j = triplet 6L + j, dims 3·(6L + j)..): Σ_d<128
+// f16(q_rot,d)·f16(f16(ρ̂)·f16(n̂_d)), to 1e-12 of Σ|·| (the same fp16 values, so only the order of
+// the sums differs); (2) the codec's own score() (fp32 q, fp32 ρ̂·n̂, × γ) to 2.5e-3 of Σ|q_d·k_d|
+// (≤ 4 fp16 roundings a term). :qjl: the sign k-steps against Σ_i (2σ_i − 1)·f16(R′q_rot,i) with σ read by
+// kvq_gkv_get_code (the one-bit plane's own reader), to 1e-12, and γ·(c + sqrt(π/(2d))·γ_r·cq) against
+// score(). And a broken mapping (the halves of q's pairs swapped) must fail (1). octopus:2-4 with and
+// without :qjl (the kernel is built for 2 and 4: octopus:3's kivi:3 values have no tensor-core path;
+// its keys' arithmetic is checked too), 8 tiles of 16 positions each, the codec's real tables.
+static void test_oct_tc_emulated(void **state) {
+    (void)state;
+    uint64_t seed = 2027;
+    for (int qj = 0; qj < 2; qj++)
+    for (int bits = 2; bits <= 4; bits++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "octopus:%d%s", bits, qj ? ":qjl" : "");
+        kvq_kvcodec *c = codec(spec, 0, 1);
+        kvq_gkv_kind kind;
+        int kb;
+        kvq_err err = {0};
+        assert_int_equal(kvq_gkv_kind_of(c, &kind, &kb, &err), KVQ_OK);
+        assert_int_equal(kind, qj ? KVQ_GKV_OCTQ : KVQ_GKV_OCT);
+        kvq_kv_octopus_info in;
+        assert_int_equal(kvq_kv_octopus_info_of(c, &in), 0);
+        assert_int_equal(KVQ_TC_OCT_NW(bits), kvq_gkv_oct_words(bits));
+        const int ndir = 1 << (2 * bits + 2), nrho = 1 << (bits - 1), nw = kvq_gkv_oct_words(bits), cw = 3 * bits + 1;
+        assert_int_equal(ndir, 1 << (2 * in.bdir));
+        uint32_t *tab = malloc(sizeof(uint32_t) * 4 * ndir), rr[8];
+        for (int e = 0; e < ndir; e++)
+            kvq_tc_oct_entry(kvq_f32_to_f16(in.dirs[3 * e]), kvq_f32_to_f16(in.dirs[3 * e + 1]), kvq_f32_to_f16(in.dirs[3 * e + 2]), tab + 4 * e);
+        for (int e = 0; e < nrho; e++) {
+            const uint32_t h = kvq_f32_to_f16(in.crho[e]);
+            rr[e] = h | h << 16;
+        }
+        const size_t rb = kvq_gkv_kind_row_bytes(kind, bits, D), so = kvq_gkv_side_offset(kind, bits, D, 16), mb = c->vt->max_bytes(c);
+        assert_int_equal(rb, 32 * nw + (qj ? D / 8 : 0));
+        const int sb = qj ? 8 : 4; // side bytes a position: γ [, γ_r, 0]
+        uint8_t *img = malloc(kvq_gkv_region_bytes(kind, bits, D, 16, 0)), *rec = malloc(16 * mb);
+        double worst1 = 0, worst2 = 0;
+        int n_broken = 0;
+        for (int rep = 0; rep < 8; rep++) {
+            memset(img, 0, kvq_gkv_region_bytes(kind, bits, D, 16, 0));
+            float x[D], q[4][D], qr[4][144], rq[4][D];
+            for (int pos = 0; pos < 16; pos++) {
+                tokens(x, 1, &seed);
+                size_t n = 0;
+                assert_int_equal(c->vt->encode(c, x, rec + pos * mb, &n, &err), KVQ_OK);
+                assert_int_equal(kvq_gkv_pack_n(c, kind, bits, rec + pos * mb, n, pos, img, 16), 0);
+            }
+            for (int h = 0; h < 4; h++) {
+                for (int i = 0; i < D; i++) q[h][i] = (float)gauss(&seed) * 1.5f;
+                for (int i = 0; i < 144; i++) qr[h][i] = i < D ? q[h][i] * in.s1[i] : 0.0f;
+                kvq_kv_wht(qr[h], D);
+                for (int i = 0; i < D; i++) rq[h][i] = qr[h][i] * in.s2[i]; // R′q_rot (:qjl)
+                kvq_kv_wht(rq[h], D);
+            }
+            double cc[32][4], cb[32][4], cq[32][4], cqb[32][4];
+            oct_tc_emu(bits, img, rb, tab, rr, qr, qj ? rq : NULL, 0, cc, cq);
+            oct_tc_emu(bits, img, rb, tab, rr, qr, qj ? rq : NULL, 1, cb, cqb);
+            int off = 0;
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++) {
+                    const int pos = (l >> 2) + 8 * (i >> 1), h = 2 * (l & 3) + (i & 1);
+                    if (h >= 4) {
+                        assert_true(cc[l][i] == 0.0 && cq[l][i] == 0.0); // B's columns 4..7 are zero
+                        continue;
+                    }
+                    const uint8_t *row = img + pos * rb;
+                    double ref = 0, mag = 0;
+                    for (int L = 0; L < D / 16; L++)
+                        for (int j = 0; j < 6; j++) {
+                            uint32_t w[3];
+                            for (int p = 0; p < nw; p++) w[p] = tc_word(row + 4 * (nw * L + p));
+                            const uint64_t v = (uint64_t)w[j * cw / 32] | (j * cw % 32 + cw > 32 ? (uint64_t)w[j * cw / 32 + 1] << 32 : 0);
+                            const uint32_t code = (uint32_t)(v >> (j * cw % 32)) & ((1u << cw) - 1);
+                            const float rho = kvq_f16_to_f32(kvq_f32_to_f16(in.crho[code >> (2 * in.bdir)]));
+                            for (int m = 0; m < 3; m++) {
+                                const int d = 18 * L + 3 * j + m;
+                                if (d >= D) continue;
+                                const float nd = kvq_f16_to_f32(kvq_f32_to_f16(in.dirs[3 * (code & ((1u << (2 * in.bdir)) - 1)) + m]));
+                                const double kk = kvq_f16_to_f32(kvq_f32_to_f16(rho * nd)), qq = kvq_f16_to_f32(kvq_f32_to_f16(qr[h][d]));
+                                ref += qq * kk, mag += fabs(qq * kk);
+                            }
+                        }
+                    const double e1 = fabs(cc[l][i] - ref) / (mag + 1e-30);
+                    if (e1 > worst1) worst1 = e1;
+                    if (e1 > 1e-12) fprintf(stderr, "oct tc: bits %d rep %d lane %d c%d: %.9g, want %.9g\n", bits, rep, l, i, cc[l][i], ref);
+                    assert_true(e1 <= 1e-12);
+                    off += fabs(cb[l][i] - ref) > 1e-6 * (mag + 1e-30);
+                    double qref = 0, qmag = 0, kr = 0; // :qjl: Σ (2σ − 1)·f16(R′q_rot), plainly
+                    if (qj) {
+                        for (int d = 0; d < D; d++) {
+                            const double rr16 = kvq_f16_to_f32(kvq_f32_to_f16(rq[h][d]));
+                            qref += kvq_gkv_get_code(row + 32 * nw, 1, D, d) ? rr16 : -rr16, qmag += fabs(rr16);
+                        }
+                        const double e3 = fabs(cq[l][i] - qref) / (qmag + 1e-30);
+                        if (e3 > worst1) worst1 = e3;
+                        if (e3 > 1e-12) fprintf(stderr, "oct tc qjl: bits %d rep %d lane %d c%d: %.9g, want %.9g\n", bits, rep, l, i, cq[l][i], qref);
+                        assert_true(e3 <= 1e-12);
+                        off += fabs(cqb[l][i] - qref) > 1e-6 * (qmag + 1e-30);
+                        kr = 0.110778366 * kvq_f16_to_f32((uint16_t)(img[so + sb * pos + 4] | img[so + sb * pos + 5] << 8));
+                    }
+                    // (2) against the codec's score(): γ · the tile's score, q unrotated
+                    float g, sref;
+                    memcpy(&g, img + so + sb * pos, 4);
+                    const uint8_t *rp = rec + pos * mb;
+                    const uint32_t len = (uint32_t)mb;
+                    c->vt->score(c, q[h], 1, &rp, &len, 1, &sref, 1);
+                    const double e2 = fabs(g * (cc[l][i] + kr * cq[l][i]) - sref) / (g * (mag + kr * qmag) + 1e-30);
+                    if (e2 > worst2) worst2 = e2;
+                    assert_true(e2 <= 2.5e-3);
+                }
+            n_broken += off > 0;
+        }
+        fprintf(stderr,
+                "test_cuda_kv: OCTOPUS tensor-core emulation %s: 8 tiles, scores vs the plain fp16 sum worst %.1e of Σ|·| (limit 1e-12), vs the "
+                "codec's score() %.1e (limit 2.5e-3); the broken mapping fails in %d of 8 tiles\n",
+                spec, worst1, worst2, n_broken);
+        assert_int_equal(n_broken, 8);
+        free(tab), free(img), free(rec);
+        kvq_kvcodec_free(c);
+    }
+}
+
 // The pipelined kernels' copies and reads (kernels/cuda/kv_tc.h: kvq_tc_copy, kvq_tc_rd_*, the
 // functions the kernel calls), run on the host: a warp's 32 lanes copy a tile into a stage
 // prefilled with garbage (16-byte pieces, source bytes then zeros, as cp.async with a source
@@ -3642,9 +3926,10 @@ int main(void) {
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_hqmqo_layout),
                                        cmocka_unit_test(test_hqmqo_enc_emulated), cmocka_unit_test(test_hqmqo_kernel_emulated),
                                        cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated), cmocka_unit_test(test_tprod_emulated),
+                                       cmocka_unit_test(test_oct_tc_emulated),
                                        cmocka_unit_test(test_tc_pipe_emulated), cmocka_unit_test(test_merge_emulated),
                                        cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc), cmocka_unit_test(test_attend_tc_lean),
-                                       cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_tc_turbo), cmocka_unit_test(test_attend_fused),
+                                       cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_tc_turbo), cmocka_unit_test(test_attend_tc_oct), cmocka_unit_test(test_attend_fused),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
                                        cmocka_unit_test(test_attend_hqmqo), cmocka_unit_test(test_hqmqo_pool_full),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph),

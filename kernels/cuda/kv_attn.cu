@@ -35,6 +35,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/kv_attn.h"
+#include "kernels/cuda/kv_attn_oct.cuh"
 #include "kernels/cuda/kv_attn_tc.cuh"
 #include "kernels/cuda/kv_enc.cuh"
 #include "kernels/cuda/kv_merge.cuh"
@@ -235,6 +236,17 @@ static int tc_turbo(void) { return on_unless_0(&g_tcq, "KVQ_CUDA_KV_TC_TURBO"); 
 static int g_tcp = -1;
 extern "C" void kvq_gkv_set_tc_tprod(int on) { g_tcp = on < 0 ? -1 : on != 0; }
 static int tc_tprod(void) { return on_unless_0(&g_tcp, "KVQ_CUDA_KV_TC_TPROD"); }
+// OCTOPUS keys (octopus:2 / :4, with or without :qjl) on the tensor cores (kv_attn_oct.cu): g_tco, or
+// KVQ_CUDA_KV_TC_OCT=0; default 1 (session 17, helper i20c). Variant 1 (q in shared memory, 4 blocks an
+// SM) unless KVQ_CUDA_KV_TC / kvq_gkv_set_tc ask for 2 (q in registers, 3 blocks); no cp.async stages.
+// NULL where not built.
+static int g_tco = -1;
+extern "C" void kvq_gkv_set_tc_oct(int on) { g_tco = on < 0 ? -1 : on != 0; }
+static int oct_keys(const kvq_gkv_cache *c) { return c->k.kind == KVQ_GKV_OCT || c->k.kind == KVQ_GKV_OCTQ; }
+static const void *tc_oct_kernel(const kvq_gkv_cache *c, int variant) {
+    if (!oct_keys(c) || !variant || !on_unless_0(&g_tco, "KVQ_CUDA_KV_TC_OCT")) return NULL;
+    return kvq_gkv_tc_oct_kernel(c->k.bits, c->k.kind == KVQ_GKV_OCTQ, c->v.kind, c->v.bits, variant);
+}
 extern "C" void kvq_gkv_set_tc_pipe(int stages) { g_pipe = stages < 0 ? -1 : stages == 3 || stages == 4 ? stages : 0; }
 // The cp.async stages of the tensor-core kernel: g_pipe, or KVQ_CUDA_KV_PIPE=0|3|4 (read once;
 // default 0, the register-prefetch variants), and 0 where a side's regions are not 16-byte
@@ -267,10 +279,11 @@ static const void *tc_kernel(const kvq_gkv_cache *c) {
     const int v = g_tc == 3 ? (c->k.bits == 4 && c->k.kind != KVQ_GKV_TURBO && c->k.kind != KVQ_GKV_TPROD ? 2 : 1) : g_tc;
     if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
     if (c->k.kind == KVQ_GKV_TPROD && !tc_tprod()) return NULL;
+    if (oct_keys(c)) return tc_oct_kernel(c, g_tc == 3 ? 1 : g_tc);
     return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean()) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
-extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) && c->k.kind != KVQ_GKV_TPROD ? tc_stages(c) : 0; } // (TPROD: none)
+extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) && c->k.kind != KVQ_GKV_TPROD && !oct_keys(c) ? tc_stages(c) : 0; } // (TPROD, OCTOPUS: none)
 
 // The instantiated (K kind, K bits, V kind, V bits) combinations: the dense baselines, each
 // codec on both sides, and the boundary layers' fp16 keys with each codec's values.
@@ -485,7 +498,8 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, hd, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, hd, c->cap),
                                 c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
                                 fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat, c->k.mat};
-        st = kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
+        st = oct_keys(c) ? kvq_gkv_tc_oct_launch(ft, &ta, c->k.rho, ga * gx, gz, sm, err)
+                                      : kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
         if (st) return st;
         launched = 1;
     } else if (ga) {

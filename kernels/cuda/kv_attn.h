@@ -470,6 +470,13 @@ void kvq_gkv_set_tc_turbo(int on);
  *  never the cp.async stages; docs/KV.md), 0 = the fp32 split kernel; −1 (default) = 1 unless
  *  KVQ_CUDA_KV_TC_TPROD=0 in the environment (read at the first attend). Process-wide. */
 void kvq_gkv_set_tc_tprod(int on);
+/** OCTOPUS keys on the tensor cores (kernels/cuda/kv_attn_oct.cu; session 17): 1 = octopus:2 and
+ *  octopus:4, with or without :qjl (KIVI values of the same width), run attn_tc_oct whenever
+ *  kvq_gkv_set_tc has the tensor cores on (variant 1, or 2 when asked for; fp16 ρ̂·n̂ from a
+ *  shared-memory table, :qjl's signs as ±1 fp16, fp32 sums), 0 = the fp32 split kernel; −1 (default) =
+ *  1 unless KVQ_CUDA_KV_TC_OCT=0 in the environment (read at the first attend). octopus:3 stays on the
+ *  fp32 kernel. Process-wide. */
+void kvq_gkv_set_tc_oct(int on);
 /** 1 when kvq_gkv_attend would read this cache's packed chunks with the tensor-core kernel. */
 int kvq_gkv_tc_active(const kvq_gkv_cache *c);
 /** The tensor-core kernels' loads (issue 20): 3 or 4 = the software-pipelined kernels (each warp

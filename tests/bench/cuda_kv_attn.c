@@ -12,7 +12,9 @@
 // cp.async pipeline of 3 or 4 stages a warp (KVQ_CUDA_KV_PIPE, bit-identical outputs). turboquant-prod: (b−1)-bit keys + QJL
 // signs (S R q once per block), turboquant:<b> values; "turboquant-prod:<b> tc" / "tc2" (session 17): on the
 // tensor-core kernel (kvq_gkv_set_tc_tprod(1): centroid and sign mma chains; 2-4 bits). octopus: triplet codes (direction table
-// in shared memory), ":qjl" with the sign plane; its values are KIVI's layout (kivi:<b> V). qturbo: TurboQuant with the quaternion
+// in shared memory), ":qjl" with the sign plane; its values are KIVI's layout (kivi:<b> V); "octopus:<b> tc" / "tc2"
+// and "octopus:<b>:qjl tc" (2 and 4 bits, session 17): the tensor-core kernel of kv_attn_oct.cu, variants 1 / 2
+// (KVQ_CUDA_KV_TC_OCT=0: the fp32 one). qturbo: TurboQuant with the quaternion
 // rotation of q and of the value sums; "turboquant:<b> tc" / "tc2" / "pipe3" / "pipe4" and "qturbo:<b> tc" / "tc2"
 // (2 and 4 bits, session 14): those on the tensor-core kernels (kvq_gkv_set_tc_turbo(1): centroids from
 // fp16 register tables by byte permutes), the rows without a suffix on the fp32 split kernel. hqkv: lattice codes of 5-8 bits (the GPU layout's
@@ -175,8 +177,11 @@ int main(int argc, char **argv) {
         {KVQ_GKV_TURBO, 4, "turboquant:4 pipe3"}, {KVQ_GKV_TURBO, 4, "turboquant:4 pipe4"}, {KVQ_GKV_TURBO, 2, "turboquant:2 pipe4"},
         {KVQ_GKV_TPROD, 4, "turboquant-prod:4"}, {KVQ_GKV_TPROD, 3, "turboquant-prod:3"},
         {KVQ_GKV_TPROD, 2, "turboquant-prod:2"}, {KVQ_GKV_TPROD, 4, "turboquant-prod:4 tc"}, {KVQ_GKV_TPROD, 4, "turboquant-prod:4 tc2"},
-        {KVQ_GKV_TPROD, 3, "turboquant-prod:3 tc"}, {KVQ_GKV_TPROD, 2, "turboquant-prod:2 tc"}, {KVQ_GKV_TPROD, 2, "turboquant-prod:2 tc2"}, {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
-        {KVQ_GKV_OCT, 2, "octopus:2"},      {KVQ_GKV_OCTQ, 4, "octopus:4:qjl"}, {KVQ_GKV_OCTQ, 3, "octopus:3:qjl"},
+        {KVQ_GKV_TPROD, 3, "turboquant-prod:3 tc"}, {KVQ_GKV_TPROD, 2, "turboquant-prod:2 tc"}, {KVQ_GKV_TPROD, 2, "turboquant-prod:2 tc2"},
+        {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
+        {KVQ_GKV_OCT, 2, "octopus:2"},      {KVQ_GKV_OCT, 4, "octopus:4 tc"}, {KVQ_GKV_OCT, 4, "octopus:4 tc2"},
+        {KVQ_GKV_OCT, 2, "octopus:2 tc"},   {KVQ_GKV_OCT, 2, "octopus:2 tc2"}, {KVQ_GKV_OCTQ, 4, "octopus:4:qjl tc"},
+        {KVQ_GKV_OCTQ, 2, "octopus:2:qjl tc"}, {KVQ_GKV_OCTQ, 4, "octopus:4:qjl"}, {KVQ_GKV_OCTQ, 3, "octopus:3:qjl"},
         {KVQ_GKV_OCTQ, 2, "octopus:2:qjl"}, {KVQ_GKV_HQMQ, 19, "hqmq:s192:r6"}, {KVQ_GKV_HQMQ, 16, "hqmq:s96:r4"},
         {KVQ_GKV_HQMQ, 13, "hqmq:s24:r3"},     {KVQ_GKV_HQMQO, 19, "hqmq:s192:r6:med2.5"}, {KVQ_GKV_HQMQO, 16, "hqmq:s96:r4:med3"},
         {KVQ_GKV_HQMQO, 13, "hqmq:s24:r3:med3"}, {KVQ_GKV_HQKV, 8, "hqkv:e8:4"},     {KVQ_GKV_HQKV, 7, "hqkv:e8:3"},
