@@ -1,8 +1,9 @@
 // Where the int8 products' prepared activation lives (lay: the scratch hqx_fused.cu writes and
 // hqx_gemv1.cu reads, the one-token lane order) and the plan of the one-token product that
 // prepares its RMSNorm input itself (KVQ_CUDA_FOLD=1: its blocks, the rows each warp takes, its
-// shared memory). Plain C99 that also compiles as CUDA, so that tests/test_hqx_lay.c checks the
-// layouts and the plan on the host with the functions the kernels run.
+// shared memory), or its SiLU·up input (KVQ_CUDA_FOLD_DOWN=1). Plain C99 that also compiles as
+// CUDA, so that tests/test_hqx_lay.c checks the layouts and the plan on the host with the
+// functions the kernels run.
 #ifndef KVQ_CUDA_HQX_LAY_H
 #define KVQ_CUDA_HQX_LAY_H
 
@@ -70,6 +71,18 @@ static KVQ_LAY_HD inline int64_t kvq_gemv1_s8_at(int64_t v) {
 static KVQ_LAY_HD inline size_t kvq_hqx_fold_smem(int64_t cols, int64_t cols_p, int T) {
     if ((T != 64 && T != 128 && T != 256) || cols <= 0 || cols % 4 || cols > cols_p || cols_p % 1024) return 0;
     const size_t b = lay(cols_p, T, 1).total + sizeof(float) * (size_t)cols;
+    return b <= KVQ_HQX_FOLD_SMEM ? b : 0;
+}
+
+/** Bytes of a folded block's shared memory for a SiLU·up input (KVQ_CUDA_FOLD_DOWN=1: the down
+ *  product, whose input x = gate | up is 2·cols floats): the prepared activation lay(cols_p, T,
+ *  1) alone. Each warp reads its tiles' gate and up floats straight from L2 (SiLU·up needs no
+ *  reduction over the row, so no raw row is staged). The same shapes as kvq_hqx_fold_smem, else
+ *  0; the budget KVQ_HQX_FOLD_SMEM holds 14336 columns (the 8B's down: 21.4 KiB at tile 256,
+ *  21.9 at 128) and up to 29 696..31 744 columns at tiles 64..256 (tests/test_hqx_lay.c). */
+static KVQ_LAY_HD inline size_t kvq_hqx_fold_smem_silu(int64_t cols, int64_t cols_p, int T) {
+    if ((T != 64 && T != 128 && T != 256) || cols <= 0 || cols % 4 || cols > cols_p || cols_p % 1024) return 0;
+    const size_t b = lay(cols_p, T, 1).total;
     return b <= KVQ_HQX_FOLD_SMEM ? b : 0;
 }
 

@@ -380,4 +380,74 @@ static __device__ __forceinline__ void prep_fold(const Dev &d, const float *__re
     __syncthreads();
 }
 
+// ---- the SiLU·up preparation inside the one-token product (hqx_gemv1.cu, KVQ_CUDA_FOLD_DOWN=1)
+
+// R consecutive floats at p (R = 2, 4, 8; p aligned to min(R, 4) floats) of what the kernel
+// before wrote: L2-only vector loads (ld.global.cg: coherent after griddepcontrol.wait, no stale
+// L1 line), volatile so that none is issued before the wait. rem: the row's floats from p on (a
+// row of whole float4s, so each vector is wholly in it or past its end); past the end: zeros.
+template <int R> static __device__ __forceinline__ void ld_cg_row(const float *p, int rem, float (&v)[R]) {
+    if constexpr (R == 2) {
+        if (rem > 0) asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "l"(p));
+        else v[0] = v[1] = 0.0f;
+    } else {
+#pragma unroll
+        for (int k = 0; k < R / 4; k++) {
+            if (rem > 4 * k)
+                asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                             : "=f"(v[4 * k]), "=f"(v[4 * k + 1]), "=f"(v[4 * k + 2]), "=f"(v[4 * k + 3])
+                             : "l"(p + 4 * k));
+            else v[4 * k] = v[4 * k + 1] = v[4 * k + 2] = v[4 * k + 3] = 0.0f;
+        }
+    }
+}
+
+// One part's activation x = gate | up (2·cols floats, 16-byte aligned, cols % 4 == 0) prepared
+// as silu(gate)·up by the block of the one-token product that will read it, into its shared
+// memory sm (kvq_hqx_fold_smem_silu: the layout L = lay(cols_p, T, 1) in the product's lane
+// order, nothing else), with hqx_prep_i8h's bits: each coordinate by xin_of(SILU_MUL, ...) on
+// the same loaded floats, each tile by prep_tile_q. No raw row in shared memory (SiLU·up has no
+// reduction over the row; the 8B's 14336-wide gate | up is 112 KiB): warp w prepares tiles w,
+// w + NW, ... (NW: the block's warps) reading their gate and up floats straight from L2, B tiles
+// at once (16 floats a lane in flight; the sign words are hashed per tile after them: an array of
+// them spilled). Nothing before griddepcontrol.wait (this function waits): everything it reads
+// is the kernel before's. y: NULL, or where silu(gate)·up also goes (one block of the grid
+// writes it). Every thread of the block calls it; the activation is complete in sm when it
+// returns.
+template <int R, int NW>
+static __device__ __forceinline__ void prep_fold_silu(const Dev &d, const float *__restrict__ x, float *y, unsigned char *sm,
+                                                      const Lay &L) {
+    constexpr int T = 32 * R, B = 8 / R > 1 ? 8 / R : 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int tiles = (int)(d.cols_p / T), cols = (int)d.cols; // (at most ~32K: kvq_hqx_fold_smem_silu)
+    int8_t *xq = (int8_t *)(sm + L.xq);
+    float *sx = (float *)(sm + L.sx), *xs = (float *)(sm + L.xs);
+    int32_t *s8 = (int32_t *)(sm + L.s8);
+    asm volatile("griddepcontrol.wait;" ::: "memory"); // the kernel before: complete, its writes visible
+    for (int j0 = warp; j0 < tiles; j0 += B * NW) {
+        float a[B][R], u[B][R];
+#pragma unroll
+        for (int i = 0; i < B; i++) {
+            const int j = j0 + i * NW, base = j * T + lane * R, rem = j < tiles ? cols - base : 0;
+            ld_cg_row<R>(x + base, rem, a[i]);
+            ld_cg_row<R>(x + cols + base, rem, u[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < B; i++) {
+            const int j = j0 + i * NW, base = j * T + lane * R;
+            if (j >= tiles) break; // the same for the warp's lanes
+            float v[R];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                v[r] = base + r < cols ? xin_of(KVQ_CUDA_XIN_SILU_MUL, a[i][r], 0.0f, u[i][r], 0.0f) : 0.0f;
+            if (y)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (base + r < cols) y[base + r] = v[r];
+            prep_tile_q<R, false>(d, v, 0, xq, sx, xs, s8, lane, j, true); // (its sign word: a hash, no load)
+        }
+    }
+    __syncthreads();
+}
+
 #endif
