@@ -732,22 +732,24 @@ static void test_fold(void **state) {
 // prep_fold_silu): the down product prepares silu(gate)·up itself. Against the default path
 // (hqx_prep_i8h as a programmatic dependent, then the product): the same bits, products and the
 // silu(gate)·up row also written, on down-like single parts — the 8B's 14336 columns (narrowed
-// to 160 rows) at tiles 128 and 256, the encoder's widths at 1024, a row ending inside its last
-// tile (1000 columns padded to 1024: the loads past the row are zeros), RTN 4:g128 — and a pair
-// of two widths (two launches, the first writing the row); accumulating and not; the whole grid
-// and grids capped at 3 and 7 blocks (a warp walking several rows). Each folded run is counted
-// (kvq_cuda_hqx_fold_down_launches), the RMSNorm fold's count does not move (a SiLU input is not
-// the RMSNorm fold's); a row one float past alignment is not folded and still gives the same
-// bits; with the SiLU fold off nothing is folded. The default path is checked against the CPU
+// to 256 rows) at tiles 128 and 256, the encoder's widths at 1024 (one step), a row ending inside
+// its last tile (1000 columns padded to 1024: the loads past the row are zeros), RTN 4:g128 — and
+// a pair of two widths (two launches, the first writing the row); accumulating and not; the
+// whole grid and grids capped at 3 and 7 blocks (a warp walking several rows); clusters of 2, 4
+// and 8 blocks sharing the preparation (kvq_cuda_hqx_set_fold_down_cluster; taken where one part
+// has rows for that many blocks, counted by kvq_cuda_hqx_fold_cluster_launches). Each folded run
+// is counted (kvq_cuda_hqx_fold_down_launches), the RMSNorm fold's count does not move (a SiLU
+// input is not the RMSNorm fold's); a row one float past alignment is not folded and still gives
+// the same bits; with the SiLU fold off nothing is folded. The default path is checked against the CPU
 // (kvq_silu_mul_ref, then the int8 reference product: within 2e-3 as compare_xin, the row
 // within 1e-6) so that the comparison is with a right answer.
 static void test_fold_down(void **state) {
     (void)state;
     if (!have_gpu()) { skip(); return; }
     const struct { int lat; double bps; int n; int64_t rows[2], cols; int max_tile, vbits[2]; } cs[] = {
-        {KVQ_LAT_E8, 4.0, 1, {160, 0}, 14336, 128, {4, 0}},   // the 8B's down, narrowed
+        {KVQ_LAT_E8, 4.0, 1, {256, 0}, 14336, 128, {4, 0}},   // the 8B's down, narrowed (8 blocks: a cluster of 8)
         {KVQ_LAT_E8, 4.0, 1, {96, 0}, 14336, 256, {0, 0}},    // at tile 256, the encoder's width
-        {KVQ_LAT_E8, 4.0, 1, {300, 0}, 1024, 64, {0, 0}},     // tile 64
+        {KVQ_LAT_E8, 4.0, 1, {300, 0}, 1024, 64, {0, 0}},     // tile 64; one step: a cluster's other blocks prepare none
         {KVQ_LAT_E8, 4.0, 1, {100, 0}, 1000, 128, {4, 0}},    // the row ends inside its last tile
         {KVQ_LAT_E8, 3.0, 2, {90, 90}, 2048, 256, {4, 6}},    // two widths: two launches
         {-1, 4.0, 1, {70, 0}, 3072, 0, {0, 0}},               // RTN 4:g128
@@ -790,25 +792,34 @@ static void test_fold_down(void **state) {
             for (int64_t i = 0; i < rows; i++) Y[i] = Y0[i] - (acc ? 1.0f : 0.0f);
             const double ry = rel_err(Y, R, (size_t)rows), rg = rel_err(G0, XT, (size_t)cols);
             assert_true(ry <= 2e-3 && rg <= 1e-6);
-            const int folds[] = {1, 3, 7, 1};
-            for (int f = 0; f < 4; f++) {
-                const int off = f == 3; // not 16-byte aligned: the preparation kernel
-                kvq_cuda_hqx_set_fold_down(folds[f]);
-                const long before = kvq_cuda_hqx_fold_down_launches(), nb = kvq_cuda_hqx_fold_launches();
+            // {fold, cluster, offset}: the whole grid, 3 and 7 blocks, misaligned; clusters of 2, 4, 8
+            // blocks (of the whole grid, and of 7 blocks: 6 in 3 clusters)
+            const int runs[][3] = {{1, 0, 0}, {3, 0, 0}, {7, 0, 0}, {1, 0, 1}, {1, 2, 0}, {1, 4, 0}, {1, 8, 0}, {7, 2, 0}};
+            for (int f = 0; f < 8; f++) {
+                const int off = runs[f][2], cl = runs[f][1]; // off: not 16-byte aligned, the preparation kernel
+                kvq_cuda_hqx_set_fold_down(runs[f][0]);
+                kvq_cuda_hqx_set_fold_down_cluster(cl);
+                const long before = kvq_cuda_hqx_fold_down_launches(), nb = kvq_cuda_hqx_fold_launches(),
+                           c0 = kvq_cuda_hqx_fold_cluster_launches();
                 fold_run_in(t, n, row0, rows, cols, X, NULL, 1, acc, off, Y, G);
-                const long ran = kvq_cuda_hqx_fold_down_launches() - before;
-                fprintf(stderr, "test_cuda_hqx: fold down case %zu (%d parts, %lld rows, %lld cols, tile %d)%s fold %d offset %d: "
-                        "%ld folded launches, product rel %.2e vs CPU, silu rel %.2e, same bits %s\n", ci, n, (long long)rows,
-                        (long long)cols, w[0].tile, acc ? " +=" : "", folds[f], off, ran, ry, rg,
+                const long ran = kvq_cuda_hqx_fold_down_launches() - before, clu = kvq_cuda_hqx_fold_cluster_launches() - c0;
+                // clusters: one part (two widths: two launches, no cluster) with at least cl blocks of rows
+                const int64_t with_rows = (rows + 31) / 32, cap = runs[f][0] > 1 ? runs[f][0] : with_rows; // (caps >= 3)
+                const int want_cl = cl && !off && n == 1 && (with_rows < cap ? with_rows : cap) >= cl;
+                fprintf(stderr, "test_cuda_hqx: fold down case %zu (%d parts, %lld rows, %lld cols, tile %d)%s fold %d cluster %d "
+                        "offset %d: %ld folded launches (%ld in clusters), product rel %.2e vs CPU, silu rel %.2e, same bits %s\n", ci,
+                        n, (long long)rows, (long long)cols, w[0].tile, acc ? " +=" : "", runs[f][0], cl, off, ran, clu, ry, rg,
                         !memcmp(Y, Y0, sizeof(float) * rows) && !memcmp(G, G0, sizeof(float) * cols) ? "yes" : "NO");
                 if (off) assert_int_equal(ran, 0);
                 else assert_true(ran >= 1);
+                assert_int_equal(clu, want_cl ? ran : 0);
                 assert_int_equal(kvq_cuda_hqx_fold_launches(), nb);
                 assert_memory_equal(Y, Y0, sizeof(float) * rows);
                 assert_memory_equal(G, G0, sizeof(float) * cols);
             }
         }
         kvq_cuda_hqx_set_fold_down(-1);
+        kvq_cuda_hqx_set_fold_down_cluster(-1);
         for (int p = 0; p < n; p++) {
             kvq_cuda_hqx_free(t[p]);
             kvq_hqx_free(&w[p]);

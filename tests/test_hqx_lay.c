@@ -112,6 +112,47 @@ static void test_fold_smem_silu(void **state) {
     assert_int_equal(kvq_hqx_fold_smem_silu(0, 1024, 128), 0);
 }
 
+// A step's units (kvq_hqx_step_unit, what a cluster's blocks copy from each other) are exactly
+// the bytes the preparation writes for the step's coordinates: sx and xs of its tiles, the
+// lane-order s8 entries of its 8-vectors (kvq_gemv1_s8_at) and xq bytes of its coordinates
+// (kvq_gemv1_xq_at) — every such byte in one unit of that step, no unit byte outside them; the
+// steps' units are disjoint and cover the layout's regions (up to the 16-byte padding).
+static void test_step_units(void **state) {
+    (void)state;
+    const int tiles[] = {64, 128, 256};
+    for (int ti = 0; ti < 3; ti++) {
+        const int T = tiles[ti], U = kvq_hqx_step_units(T);
+        for (int64_t cols_p = 1024; cols_p <= 16384; cols_p += 3072) {
+            const Lay L = lay(cols_p, T, 1);
+            int *owner = malloc(sizeof(int) * L.total); // the step whose coordinates write the byte, or -1
+            int *unit = malloc(sizeof(int) * L.total);  // the step whose units hold the byte, or -1
+            for (size_t b = 0; b < L.total; b++) owner[b] = unit[b] = -1;
+            for (int64_t i = 0; i < cols_p; i++) {
+                const int s = (int)(i / 1024);
+                const int64_t j = i / T, v = i / 8;
+                for (int k = 0; k < 4; k++) {
+                    owner[L.sx + 4 * j + k] = s;
+                    owner[L.xs + 4 * j + k] = s;
+                    owner[L.s8 + 4 * kvq_gemv1_s8_at(v) + k] = s;
+                }
+                owner[L.xq + kvq_gemv1_xq_at(i)] = s;
+            }
+            for (int64_t s = 0; s < cols_p / 1024; s++)
+                for (int u = 0; u < U; u++) {
+                    const size_t o = kvq_hqx_step_unit(&L, T, s, u);
+                    assert_true(o % 16 == 0 && o + 16 <= L.total);
+                    for (int k = 0; k < 16; k++) {
+                        assert_int_equal(unit[o + k], -1); // no byte in two units
+                        unit[o + k] = (int)s;
+                    }
+                }
+            for (size_t b = 0; b < L.total; b++) assert_int_equal(unit[b], owner[b]);
+            free(owner);
+            free(unit);
+        }
+    }
+}
+
 // One split and walk: the blocks' parts, then every warp's rows.
 static void check_plan(const int64_t *rows, int n, int grid) {
     int nb[3] = {-1, -1, -1};
@@ -185,6 +226,7 @@ static void test_fold_plan(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_lane_order), cmocka_unit_test(test_fold_smem),
-                                       cmocka_unit_test(test_fold_smem_silu), cmocka_unit_test(test_fold_plan)};
+                                       cmocka_unit_test(test_fold_smem_silu), cmocka_unit_test(test_step_units),
+                                       cmocka_unit_test(test_fold_plan)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

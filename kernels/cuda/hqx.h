@@ -148,6 +148,15 @@ long kvq_cuda_hqx_fold_launches(void);
 void kvq_cuda_hqx_set_fold_down(int mode);
 /** Folded products of a SiLU·up input launched (or captured) in this process (tests). */
 long kvq_cuda_hqx_fold_down_launches(void);
+/** The SiLU·up fold of one part (down) in thread-block clusters of `blocks` blocks (2, 4, 8;
+ *  sm_90): each block of a cluster prepares every blocks-th step of 1024 coordinates from L2 and
+ *  copies the others from its peers' shared memory, so gate | up is read from L2 once a cluster
+ *  instead of once a block (the same bits). 0: no clusters (the default); -1: the environment's
+ *  (KVQ_CUDA_FOLD_DOWN_CLUSTER=2|4|8). Used only with kvq_cuda_hqx_set_fold_down on, where at least
+ *  `blocks` blocks have rows and clusters of that size fit; otherwise plain blocks. */
+void kvq_cuda_hqx_set_fold_down_cluster(int blocks);
+/** Of kvq_cuda_hqx_fold_down_launches, those launched in clusters (tests). */
+long kvq_cuda_hqx_fold_cluster_launches(void);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);
 /** Median time in ms of reps launches of the product alone (rotation included), by CUDA

@@ -409,10 +409,13 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     // 1 KB of shared memory on every kernel of it
     __shared__ __align__(16) unsigned char g1_sm[FOLD ? KVQ_HQX_FOLD_SMEM : 16];
     if constexpr (FOLD == G1_FOLD_SILU) { // waits for the kernel before, as below
-        float *fy = blockIdx.x == 0 ? F.y : NULL;
-        if (P.d[fp].T == 64) prep_fold_silu<2, WB>(P.d[fp], F.x, fy, g1_sm, L);
-        else if (P.d[fp].T == 128) prep_fold_silu<4, WB>(P.d[fp], F.x, fy, g1_sm, L);
-        else prep_fold_silu<8, WB>(P.d[fp], F.x, fy, g1_sm, L);
+        int fc, fr; // the blocks of the block's cluster (KVQ_CUDA_FOLD_DOWN_CLUSTER; 1: none), which share the preparation
+        asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(fc));
+        asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(fr));
+        float *fy = (int)blockIdx.x < fc ? F.y : NULL; // the first cluster (or block) writes silu(gate)·up
+        if (P.d[fp].T == 64) prep_fold_silu<2, WB>(P.d[fp], F.x, fy, g1_sm, L, fc, fr);
+        else if (P.d[fp].T == 128) prep_fold_silu<4, WB>(P.d[fp], F.x, fy, g1_sm, L, fc, fr);
+        else prep_fold_silu<8, WB>(P.d[fp], F.x, fy, g1_sm, L, fc, fr);
     } else if constexpr (FOLD) {
         float *fy = blockIdx.x == 0 ? F.y : NULL;
         if (P.d[fp].T == 64) prep_fold<2, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
@@ -526,6 +529,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             use(j);
         }
     }
+    if constexpr (FOLD == G1_FOLD_SILU) fold_cluster_end(); // the peers may still be copying from this block's shared memory
 }
 
 // A launch of G1_WARPS-warp blocks on the library's stream; pdl: as a programmatic dependent of
@@ -758,7 +762,8 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
 
 static int g_fold = -1; // kvq_cuda_hqx_set_fold
 static int g_fold_down = -1; // kvq_cuda_hqx_set_fold_down
-static long g_fold_n = 0, g_fold_down_n = 0; // folded launches (tests)
+static int g_fold_cluster = -1; // kvq_cuda_hqx_set_fold_down_cluster
+static long g_fold_n = 0, g_fold_down_n = 0, g_fold_cluster_n = 0; // folded launches, all / SiLU / SiLU in clusters (tests)
 
 extern "C" void kvq_cuda_hqx_set_fold(int mode) {
     if (mode < 0) {
@@ -776,12 +781,22 @@ extern "C" void kvq_cuda_hqx_set_fold_down(int mode) {
     g_fold_down = mode > 0 ? mode : 0;
 }
 
+extern "C" void kvq_cuda_hqx_set_fold_down_cluster(int blocks) {
+    if (blocks < 0) {
+        const char *e = getenv("KVQ_CUDA_FOLD_DOWN_CLUSTER"); // 2, 4 or 8; else none
+        blocks = e && (e[0] == '2' || e[0] == '4' || e[0] == '8') && !e[1] ? e[0] - '0' : 0;
+    }
+    g_fold_cluster = blocks == 2 || blocks == 4 || blocks == 8 ? blocks : 0;
+}
+
 extern "C" long kvq_cuda_hqx_fold_launches(void) { return g_fold_n; }
 extern "C" long kvq_cuda_hqx_fold_down_launches(void) { return g_fold_down_n; }
+extern "C" long kvq_cuda_hqx_fold_cluster_launches(void) { return g_fold_cluster_n; }
 
 int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xin &xin) {
     if (g_fold < 0) kvq_cuda_hqx_set_fold(-1);
     if (g_fold_down < 0) kvq_cuda_hqx_set_fold_down(-1);
+    if (g_fold_cluster < 0) kvq_cuda_hqx_set_fold_down_cluster(-1);
     if (g_persist < 0) kvq_cuda_hqx_set_persist(-1);
     const bool silu = xin.kind == KVQ_CUDA_XIN_SILU_MUL;
     if (!(silu ? g_fold_down : g_fold) || g_persist != 2 || g_sm_count < MAXP || (uintptr_t)x % 16) return 0;
@@ -799,9 +814,12 @@ int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xi
 // The folded launch of parts Q (one value width; rows[p] rows each): one block an SM (what the
 // occupancy calculator gives at the largest shared memory), at most cap of them when that is
 // >= 3 (tests; cap: the switch's mode), split between the parts by kvq_hqx_fold_split. FOLD:
-// G1_FOLD_NORM or G1_FOLD_SILU, the input's kind.
+// G1_FOLD_NORM or G1_FOLD_SILU, the input's kind. SILU with cl = 2, 4 or 8 and one part:
+// clusters of cl blocks sharing the preparation (prep_fold_silu), the grid a whole number of
+// them, at most as many as are resident at once (cudaOccupancyMaxActiveClusters); where fewer
+// than cl blocks have rows, no cluster.
 template <int VB, int MODE, int FOLD>
-static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F, int cap) {
+static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F, int cap, int cl) {
     static int occ = 0;
     if (!occ) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, 2, MODE, 1, FOLD>, KVQ_HQX_FOLD_WARPS * 32, 0);
@@ -809,6 +827,38 @@ static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumu
     }
     int grid = g_sm_count * occ, nb[MAXP];
     if (cap >= 2 && cap < grid) grid = cap > MAXP ? cap : MAXP;
+    cudaLaunchAttribute at[2];
+    bool clustered = false;
+    if (FOLD == G1_FOLD_SILU && cl > 1 && Q.n == 1) {
+        static int ncl[9]; // resident clusters by size (cached)
+        if (!ncl[cl]) {
+            cudaLaunchConfig_t c = cfg;
+            cudaLaunchAttribute ca;
+            ca.id = cudaLaunchAttributeClusterDimension;
+            ca.val.clusterDim.x = (unsigned)cl, ca.val.clusterDim.y = 1, ca.val.clusterDim.z = 1;
+            c.gridDim = dim3((unsigned)cl);
+            c.attrs = &ca;
+            c.numAttrs = 1;
+            if (cudaOccupancyMaxActiveClusters(&ncl[cl], hqx_gemv1p_k<VB, 2, MODE, 1, FOLD>, &c) != cudaSuccess || ncl[cl] < 1) {
+                (void)cudaGetLastError();
+                ncl[cl] = -1; // no cluster of this size fits: plain blocks
+            }
+        }
+        const int64_t need = (rows[0] + KVQ_HQX_FOLD_WARPS - 1) / KVQ_HQX_FOLD_WARPS; // no block without a row
+        int g = ncl[cl] > 0 && ncl[cl] * cl < grid ? ncl[cl] * cl : grid;
+        if (g > need) g = (int)need;
+        g -= g % cl;
+        if (ncl[cl] > 0 && g >= cl) {
+            grid = g;
+            for (unsigned i = 0; i < cfg.numAttrs; i++) at[i] = cfg.attrs[i]; // (PDL's)
+            at[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+            at[cfg.numAttrs].val.clusterDim.x = (unsigned)cl, at[cfg.numAttrs].val.clusterDim.y = 1;
+            at[cfg.numAttrs].val.clusterDim.z = 1;
+            cfg.attrs = at;
+            cfg.numAttrs++;
+            clustered = true;
+        }
+    }
     const int tot = kvq_hqx_fold_split(rows, Q.n, grid, nb);
     if (!tot) return cudaErrorInvalidConfiguration;
     F.b1 = (uint32_t)nb[0];
@@ -816,16 +866,19 @@ static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumu
     cfg.gridDim = dim3((unsigned)tot);
     const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = rb2 + (uint32_t)rows[2];
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, 2, MODE, 1, FOLD>, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
+    const cudaError_t e =
+        cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, 2, MODE, 1, FOLD>, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
+    if (e == cudaSuccess && clustered) g_fold_cluster_n++;
+    return e;
 }
 template <int VB>
 static cudaError_t g1f_launch_w(const cudaLaunchConfig_t &cfg, int mode, bool silu, const Parts &Q, int accumulate,
                                 const int64_t *rows, const G1F &F) {
     if (silu)
-        return mode == G1_E8 ? g1f_launch<VB, G1_E8, G1_FOLD_SILU>(cfg, Q, accumulate, rows, F, g_fold_down)
-                             : g1f_launch<VB, G1_RTN, G1_FOLD_SILU>(cfg, Q, accumulate, rows, F, g_fold_down);
-    return mode == G1_E8 ? g1f_launch<VB, G1_E8, G1_FOLD_NORM>(cfg, Q, accumulate, rows, F, g_fold)
-                         : g1f_launch<VB, G1_RTN, G1_FOLD_NORM>(cfg, Q, accumulate, rows, F, g_fold);
+        return mode == G1_E8 ? g1f_launch<VB, G1_E8, G1_FOLD_SILU>(cfg, Q, accumulate, rows, F, g_fold_down, g_fold_cluster)
+                             : g1f_launch<VB, G1_RTN, G1_FOLD_SILU>(cfg, Q, accumulate, rows, F, g_fold_down, g_fold_cluster);
+    return mode == G1_E8 ? g1f_launch<VB, G1_E8, G1_FOLD_NORM>(cfg, Q, accumulate, rows, F, g_fold, 0)
+                         : g1f_launch<VB, G1_RTN, G1_FOLD_NORM>(cfg, Q, accumulate, rows, F, g_fold, 0);
 }
 
 kvq_status kvq_cuda_hqx_gemv1_fold(Parts &P, const float *x, const kvq_cuda_xin &xin, int accumulate, int pdl, kvq_err *err) {

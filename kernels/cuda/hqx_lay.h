@@ -86,6 +86,21 @@ static KVQ_LAY_HD inline size_t kvq_hqx_fold_smem_silu(int64_t cols, int64_t col
     return b <= KVQ_HQX_FOLD_SMEM ? b : 0;
 }
 
+/** Where step s (coordinates 1024s..1024s+1023) of the one-token layout L (tile T: 64, 128, 256)
+ *  lies: in every region contiguously — sx and xs its 1024/T tiles' floats, s8 its 128 vector
+ *  sums, xq its 1024 codes — so the blocks of a cluster (the SiLU fold with
+ *  KVQ_CUDA_FOLD_DOWN_CLUSTER) each prepare steps rank, rank + C, ... and copy the others' steps
+ *  as kvq_hqx_step_units(T) units of 16 bytes; unit u of step s starts kvq_hqx_step_unit bytes
+ *  into the layout. */
+static KVQ_LAY_HD inline int kvq_hqx_step_units(int T) { return 2 * (256 / T) + 32 + 64; }
+static KVQ_LAY_HD inline size_t kvq_hqx_step_unit(const Lay *L, int T, int64_t s, int u) {
+    const int a = 256 / T; // units of a step's sx (and of its xs): 1024/T floats
+    if (u < a) return L->sx + (size_t)s * (4096 / T) + 16 * (size_t)u;
+    if (u < 2 * a) return L->xs + (size_t)s * (4096 / T) + 16 * (size_t)(u - a);
+    if (u < 2 * a + 32) return L->s8 + (size_t)s * 512 + 16 * (size_t)(u - 2 * a);
+    return L->xq + (size_t)s * 1024 + 16 * (size_t)(u - 2 * a - 32);
+}
+
 /** Splits a grid of at most grid blocks between n (1..3) parts of rows[p] rows: a block serves
  *  one part (it prepares that part's activation), so each part gets its share of the blocks by
  *  rows, at least one, at most one per KVQ_HQX_FOLD_WARPS rows (no warp without a row), the
