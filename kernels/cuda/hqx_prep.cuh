@@ -380,4 +380,119 @@ static __device__ __forceinline__ void prep_fold(const Dev &d, const float *__re
     __syncthreads();
 }
 
+// ---- the SiLU·up preparation inside the one-token product (hqx_gemv1.cu, KVQ_CUDA_FOLD_DOWN=1)
+
+// R consecutive floats at p (R = 2, 4, 8; p aligned to min(R, 4) floats) of what the kernel
+// before wrote: L2-only vector loads (ld.global.cg: coherent after griddepcontrol.wait, no stale
+// L1 line), volatile so that none is issued before the wait. rem: the row's floats from p on (a
+// row of whole float4s, so each vector is wholly in it or past its end); past the end: zeros.
+template <int R> static __device__ __forceinline__ void ld_cg_row(const float *p, int rem, float (&v)[R]) {
+    if constexpr (R == 2) {
+        if (rem > 0) asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "l"(p));
+        else v[0] = v[1] = 0.0f;
+    } else {
+#pragma unroll
+        for (int k = 0; k < R / 4; k++) {
+            if (rem > 4 * k)
+                asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                             : "=f"(v[4 * k]), "=f"(v[4 * k + 1]), "=f"(v[4 * k + 2]), "=f"(v[4 * k + 3])
+                             : "l"(p + 4 * k));
+            else v[4 * k] = v[4 * k + 1] = v[4 * k + 2] = v[4 * k + 3] = 0.0f;
+        }
+    }
+}
+
+// One part's activation x = gate | up (2·cols floats, 16-byte aligned, cols % 4 == 0) prepared
+// as silu(gate)·up by the block of the one-token product that will read it, into its shared
+// memory sm (kvq_hqx_fold_smem_silu: the layout L = lay(cols_p, T, 1) in the product's lane
+// order, nothing else), with hqx_prep_i8h's bits: each coordinate by xin_of(SILU_MUL, ...) on
+// the same loaded floats, each tile by prep_tile_q. No raw row in shared memory (SiLU·up has no
+// reduction over the row; the 8B's 14336-wide gate | up is 112 KiB): the block's warps take its
+// tiles in turn, reading their gate and up floats straight from L2, B tiles a warp at once (16
+// floats a lane in flight; the sign words are hashed per tile after them: an array of them
+// spilled). C == 1: the block prepares every tile. C > 1 (a cluster of C blocks, this one of
+// rank `rank`): it prepares the steps (1024 coordinates) rank, rank + C, ... only, then, after
+// the cluster's barrier, copies the other steps from its peers' shared memory (16-byte units,
+// kvq_hqx_step_unit), so the cluster reads gate | up from L2 once instead of C times; it then
+// arrives on the cluster barrier again, and must wait on it (fold_cluster_end) before it exits,
+// its memory being read by its peers until then. Nothing before griddepcontrol.wait (this
+// function waits): everything it reads is the kernel before's. y: NULL, or where silu(gate)·up
+// also goes (the block's tiles of it; the blocks of one cluster, or one block, write it). Every
+// thread of the block calls it; the activation is complete in sm when it returns.
+template <int R, int NW>
+static __device__ __forceinline__ void prep_fold_silu(const Dev &d, const float *__restrict__ x, float *y, unsigned char *sm,
+                                                      const Lay &L, int C, int rank) {
+    constexpr int T = 32 * R, B = 8 / R > 1 ? 8 / R : 1, TPS = 1024 / T; // TPS: tiles a step
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int S = (int)(d.cols_p / 1024), cols = (int)d.cols; // (at most ~32K: kvq_hqx_fold_smem_silu)
+    const int nt = (S - rank + C - 1) / C * TPS; // the block's tiles: its steps' (all of them for C == 1)
+    int8_t *xq = (int8_t *)(sm + L.xq);
+    float *sx = (float *)(sm + L.sx), *xs = (float *)(sm + L.xs);
+    int32_t *s8 = (int32_t *)(sm + L.s8);
+    asm volatile("griddepcontrol.wait;" ::: "memory"); // the kernel before: complete, its writes visible
+    for (int k0 = warp; k0 < nt; k0 += B * NW) {
+        float a[B][R], u[B][R];
+#pragma unroll
+        for (int i = 0; i < B; i++) { // the block's k-th tile: tile k % TPS of its (k / TPS)-th step
+            const int k = k0 + i * NW, j = (rank + k / TPS * C) * TPS + k % TPS, base = j * T + lane * R;
+            const int rem = k < nt ? cols - base : 0;
+            ld_cg_row<R>(x + base, rem, a[i]);
+            ld_cg_row<R>(x + cols + base, rem, u[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < B; i++) {
+            const int k = k0 + i * NW, j = (rank + k / TPS * C) * TPS + k % TPS, base = j * T + lane * R;
+            if (k >= nt) break; // the same for the warp's lanes
+            float v[R];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                v[r] = base + r < cols ? xin_of(KVQ_CUDA_XIN_SILU_MUL, a[i][r], 0.0f, u[i][r], 0.0f) : 0.0f;
+            if (y)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (base + r < cols) y[base + r] = v[r];
+            prep_tile_q<R, false>(d, v, 0, xq, sx, xs, s8, lane, j, true); // (its sign word: a hash, no load)
+        }
+    }
+    if (C > 1) {
+        // every block's steps are in its shared memory (release / acquire: visible across the cluster)
+        asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+        constexpr int U = 2 * (256 / T) + 32 + 64; // kvq_hqx_step_units(T)
+        const uint32_t base = (uint32_t)__cvta_generic_to_shared(sm);
+        for (int e0 = threadIdx.x; e0 < S * U; e0 += 2 * NW * 32) { // two units a thread in flight
+            uint4 v[2];
+            uint32_t off[2];
+            bool mine[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int e = e0 + h * NW * 32, s = e / U;
+                mine[h] = e >= S * U || s % C == rank; // past the end, or a step this block prepared
+                off[h] = mine[h] ? 0u : (uint32_t)kvq_hqx_step_unit(&L, T, s, e % U);
+                if (!mine[h]) {
+                    uint32_t ra;
+                    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(base + off[h]), "r"(s % C));
+                    asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                 : "=r"(v[h].x), "=r"(v[h].y), "=r"(v[h].z), "=r"(v[h].w)
+                                 : "r"(ra)
+                                 : "memory");
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                if (!mine[h]) *(uint4 *)(sm + off[h]) = v[h];
+        }
+        asm volatile("barrier.cluster.arrive.release;" ::: "memory"); // done reading the peers (fold_cluster_end waits)
+    }
+    __syncthreads();
+}
+
+// The end of a block of prep_fold_silu's: in a cluster of more than one block, it waits until
+// every peer has copied from its shared memory. Every thread of the block calls it. (The cluster's
+// size read again here: not held in a register through the product's loop.)
+static __device__ __forceinline__ void fold_cluster_end() {
+    int c;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(c));
+    if (c > 1) asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
 #endif
