@@ -498,8 +498,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, hd, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, hd, c->cap),
                                 c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
                                 fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat, c->k.mat};
-        st = oct_keys(c) ? kvq_gkv_tc_oct_launch(ft, &ta, c->k.rho, ga * gx, gz, sm, err)
-                                      : kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
+        st = oct_keys(c) ? kvq_gkv_tc_oct_launch(ft, &ta, c->k.rho, ga * gx, gz, sm, err) : kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
         if (st) return st;
         launched = 1;
     } else if (ga) {
