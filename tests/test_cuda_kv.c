@@ -3317,14 +3317,14 @@ static void test_tq_emulated(void **state) {
     }
 }
 
-// turboquant-prod on the tensor cores (kernels/cuda/kv_tc.h: kvq_tc_b1_dq, kvq_tc_tq3_table / _dq,
+// turboquant-prod on the tensor cores (kernels/cuda/kv_tc.h: kvq_tc_b1_pm, kvq_tc_tq3_table / _dq,
 // kvq_tc_tp_kdim / _sdim, kvq_tc_tqv_dim, the functions the kernel calls; session 17, helper i20p), run on
-// the host for turboquant-prod:2/3/4: (1) every one-bit pair (the QJL signs; the 1-bit codes at :2)
-// after the kernel's HFMA2 fix-up is its dim's bit, exactly, and every 3-bit pair half the fp16
+// the host for turboquant-prod:2/3/4: (1) every one-bit pair half (the QJL signs; the 1-bit codes at :2)
+// is fp16 +1 where its dim's bit is set and −1 where not, exactly, and every 3-bit pair half the fp16
 // centroid of its dim's code (random codes, every code alone, random tables and the codec's own);
 // (2) one 16-position tile's keys as load_tile reads them from the GPU layout, through the two mma
-// chains (emulated): the centroid chain equals Σ f16(m·q)·f16(cb[c]) (:2: Σ f16((c1 − c0)·q)·σ_c) and
-// the QJL chain Σ f16(S R q)·σ, limit 1e-12 relative; (3) S R q as the kernel forms it by mma from S
+// chains (emulated): the centroid chain equals Σ f16(q)·f16(cb[c]) (:2: Σ f16((c1 − c0)/2·q)·(2c − 1)) and
+// the QJL chain Σ f16(S R q)·(2σ − 1), limit 1e-12 relative; (3) S R q as the kernel forms it by mma from S
 // (warp w rows 32w.., f16 S as A, f16 R q as B) equals Σ f16(S)·f16(R q); (4) turboquant:3 values
 // (turboquant-prod:3's): Σ p·V through kvq_tc_tq3_dq equals Σ p16·f16(f16(cb[c])·n). Runs without a GPU.
 static void test_tprod_emulated(void **state) {
@@ -3353,7 +3353,7 @@ static void test_tprod_emulated(void **state) {
                     kvq_gkv_put_code(kr[t], mb, D, i, (uint32_t)ck[t][i]);
                     kvq_gkv_put_code(kr[t] + so, 1, D, i, (uint32_t)sg[t][i]);
                 }
-            // the kernel's fix-up of one-bit pair p: h·2^−s − 1024·2^−s in one fp16 FMA (exact here: checked)
+            // one-bit pairs as fp16 ±1
             uint32_t fixed[16][4][16], hq3[16][8][8];
             for (int t = 0; t < 16; t++)
                 for (int w = 0; w < D / 32; w++) // the lane t = w's words: codes' one-bit plane, signs
@@ -3361,21 +3361,18 @@ static void test_tprod_emulated(void **state) {
                         for (int pl = 0; pl < 2; pl++) {
                             if (pl == 0 && mb != 1) continue;
                             uint32_t h[8];
-                            kvq_tc_b1_dq(rep & 1, tc_word(kr[t] + (pl ? so : 0) + 4 * w), u, h);
+                            kvq_tc_b1_pm(tc_word(kr[t] + (pl ? so : 0) + 4 * w), u, h);
                             for (int i = 0; i < 8; i++) {
                                 const int p = 8 * u + i;
-                                const float m = (float)(1 << kvq_tc_b1_shift(p));
-                                float v[2];
                                 for (int hi = 0; hi < 2; hi++) {
-                                    v[hi] = kvq_f16_to_f32(kvq_f32_to_f16(tc_h16(h[i], hi) / m - 1024.0f / m));
-                                    const int d = 32 * w + kvq_tc_b1_dim(p) + 16 * hi, want = pl ? sg[t][d] : ck[t][d];
-                                    if (v[hi] != (float)want)
-                                        fprintf(stderr, "tprod b1: bits %d pos %d plane %d dim %d: %g, want %d\n", bits, t, pl, d, v[hi], want);
-                                    assert_true(v[hi] == (float)want);
+                                    const float v = tc_h16(h[i], hi);
+                                    const int d = 32 * w + kvq_tc_b1_dim(p) + 16 * hi, want = 2 * (pl ? sg[t][d] : ck[t][d]) - 1;
+                                    if (v != (float)want) fprintf(stderr, "tprod b1: bits %d pos %d plane %d dim %d: %g, want %d\n", bits, t, pl, d, v, want);
+                                    assert_true(v == (float)want);
                                     checked++;
                                 }
-                                if (pl) fixed[t][w][p] = tc_pk16(v[0], v[1]);
-                                else hq3[t][2 * w + u][i] = tc_pk16(v[0], v[1]);
+                                if (pl) fixed[t][w][p] = h[i];
+                                else hq3[t][2 * w + u][i] = h[i];
                             }
                         }
             if (mb >= 2) // (1) the centroid pairs of each 16 dims, as the kernel forms them (two-bit word u of the lane's uint2)
@@ -3408,7 +3405,7 @@ static void test_tprod_emulated(void **state) {
             float q[4][128], sq[4][128];
             for (int h = 0; h < 4; h++)
                 for (int i = 0; i < D; i++) q[h][i] = (float)gauss(&seed), sq[h][i] = (float)(gauss(&seed) * 3.0);
-            const float m = mb == 1 ? cb[1] - cb[0] : 1.0f;
+            const float m = mb == 1 ? 0.5f * (cb[1] - cb[0]) : 1.0f;
             double cm[32][4] = {{0}}, cq[32][4] = {{0}};
             for (int ks = 0; ks < 8; ks++) {
                 uint32_t a[32][4], b[32][2], as[32][4], bs[32][2];
@@ -3437,9 +3434,9 @@ static void test_tprod_emulated(void **state) {
                     const int pos = (l >> 2) + 8 * (i >> 1), h = 2 * (l & 3) + (i & 1);
                     double rm = 0, mm = 0, rq = 0, mq = 0;
                     for (int d = 0; d < D && h < 4; d++) {
-                        const double qq = kvq_f16_to_f32(kvq_f32_to_f16(m * q[h][d])), kk = mb == 1 ? ck[pos][d] : kvq_f16_to_f32(c16[ck[pos][d]]);
+                        const double qq = kvq_f16_to_f32(kvq_f32_to_f16(m * q[h][d])), kk = mb == 1 ? 2 * ck[pos][d] - 1 : kvq_f16_to_f32(c16[ck[pos][d]]);
                         const double ss = kvq_f16_to_f32(kvq_f32_to_f16(sq[h][d]));
-                        rm += qq * kk, mm += fabs(qq * kk), rq += ss * sg[pos][d], mq += fabs(ss);
+                        rm += qq * kk, mm += fabs(qq * kk), rq += ss * (2 * sg[pos][d] - 1), mq += fabs(ss);
                     }
                     if (fabs(cm[l][i] - rm) > 1e-12 * (mm + 1e-30) || fabs(cq[l][i] - rq) > 1e-12 * (mq + 1e-30))
                         fprintf(stderr, "tprod scores: bits %d lane %d c%d: %g %g, want %g %g\n", bits, l, i, cm[l][i], cq[l][i], rm, rq);

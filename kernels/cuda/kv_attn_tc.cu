@@ -30,10 +30,10 @@
 // with fewer instructions a tile and the same bits — each fp16 code pair one lop3 (kvq_tc_andor),
 // Σ p·V rescaled only when some lane's running max moved (warp-uniform), 2^x by ex2.approx.ftz.
 // turboquant-prod:2/3/4 (session 17, helper i20p; KVQ_CUDA_KV_TC_TPROD): KIND = KVQ_GKV_TPROD, keys'
-// (b−1)-bit centroids as TURBO's (1 bit: the plane's 0/1 times (c1 − c0)·R q in B plus c0·Σ R q; 3 bits:
-// kvq_tc_tq3_dq) in one mma chain, the QJL sign plane as fp16 0/1 (one lop3 and one HFMA2 a pair,
-// kvq_tc_b1_dq) against S R q (fp16; formed once per block by mma from S in fp16) in a second, combined
-// per key as γ·(mse + √(π/2)/d·γ_r·(2·qjl − Σ S R q)); values turboquant:<b> (3 bits: kvq_tc_tq3_dq).
+// (b−1)-bit centroids as TURBO's (1 bit: the plane as fp16 ±1 against (c1 − c0)/2·R q in B, plus
+// (c0 + c1)/2·Σ R q; 3 bits: kvq_tc_tq3_dq) in one mma chain, the QJL sign plane as fp16 ±1 (a shift and a
+// lop3 a pair, kvq_tc_b1_pm) against S R q (fp16; formed once per block by mma from S in fp16) in a second,
+// combined per key as γ·(mse + √(π/2)/d·γ_r·qjl); values turboquant:<b> (3 bits: kvq_tc_tq3_dq).
 // Register-prefetch variants only (no cp.async stages).
 #include <math.h>
 #include <stdint.h>
@@ -256,7 +256,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D];
     __syncthreads();
     uint32_t tk[8], tv[8]; // TURBO: the keys' and the values' codebooks in fp16 (kvq_tc_tq_table; 3 bits kvq_tc_tq3_table)
-    float c0 = 0.0f, c10 = 0.0f; // TPROD:2: the keys' 1-bit centroids c0 and c1 − c0
+    float cm = 0.0f, ch = 0.0f; // TPROD:2: the keys' 1-bit centroids' mean (c0 + c1)/2 and half-difference (c1 − c0)/2
     if constexpr (TQV) {
         if (p.kquat) { // qturbo: the unit quaternion r left-multiplies each 4-chunk of q first (split_chunk's code)
             const float *r = p.kquat + (size_t)gk * 4;
@@ -274,7 +274,10 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
         for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] *= p.ksigns[(size_t)gk * D + e % D];
         kvq_gkv_wht(&qs[0][0], G); // WHT(signs ⊙ [r·] q)/√d; ends with a barrier
         uint16_t c16[1 << B];
-        if constexpr (MB == 1) c0 = __ldg(p.kcb + 2 * gk), c10 = __ldg(p.kcb + 2 * gk + 1) - c0;
+        if constexpr (MB == 1) {
+            const float c0 = __ldg(p.kcb + 2 * gk), c1 = __ldg(p.kcb + 2 * gk + 1);
+            cm = 0.5f * (c0 + c1), ch = 0.5f * (c1 - c0);
+        }
         else {
 #pragma unroll
             for (int i = 0; i < (1 << MB); i++) c16[i] = __half_as_ushort(__float2half_rn(__ldg(p.kcb + ((size_t)gk << MB) + i)));
@@ -321,37 +324,29 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
         for (int e = 0; e < 2; e++) {
             const int jj = 2 * ks + e, d0 = TP ? kvq_tc_tp_kdim(MB, t, jj, 0) : TQ ? kvq_tc_tq_kdim(B, t, jj, 0) : kvq_tc_kdim(B, t, jj);
             const int d1 = TP ? kvq_tc_tp_kdim(MB, t, jj, 1) : TQ ? kvq_tc_tq_kdim(B, t, jj, 1) : d0 + 8;
-            const float m = MB == 1 ? c10 : 1.0f; // TPROD:2: (c1 − c0)·R q against the codes' 0/1
+            const float m = MB == 1 ? ch : 1.0f; // TPROD:2: (c1 − c0)/2·R q against the codes' ±1
             qk[ks][e] = g < G && !KIVI ? h2u(__floats2half2_rn(m * qs[g][d0], m * qs[g][d1])) : 0u;
         }
-    // TPROD: S R q as the QJL mma's B (pairs of kvq_tc_tp_sdim), and per score column (heads 2t, 2t+1)
-    // zs = Σ of those fp16 values (2⟨σ, S R q⟩ − Σ S R q from σ ∈ {0, 1}), zm = c0·Σ R q (TPROD:2)
+    // TPROD: S R q as the QJL mma's B (pairs of kvq_tc_tp_sdim: 2⟨σ, S R q⟩ − Σ S R q = ⟨±1, S R q⟩), and
+    // TPROD:2 per score column (heads 2t, 2t+1) zm = (c0 + c1)/2·Σ R q
     uint32_t sk[TP ? 8 : 1][2];
-    float zs[2] = {0.0f, 0.0f}, zm[2] = {0.0f, 0.0f};
+    float zm[2] = {0.0f, 0.0f};
     if constexpr (TP) {
-        float a = 0.0f, am = 0.0f;
+        float am = 0.0f;
 #pragma unroll
         for (int ks = 0; ks < 8; ks++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int d0 = kvq_tc_tp_sdim(t, 2 * ks + e, 0), d1 = kvq_tc_tp_sdim(t, 2 * ks + e, 1);
-                const __half2 h = __floats2half2_rn(g < G ? sqs[g][d0] : 0.0f, g < G ? sqs[g][d1] : 0.0f);
-                sk[ks][e] = h2u(h);
-                const float2 f = __half22float2(h);
-                a += f.x + f.y;
+                sk[ks][e] = g < G ? h2u(__floats2half2_rn(sqs[g][d0], sqs[g][d1])) : 0u;
                 if (MB == 1 && g < G) am += qs[g][d0] + qs[g][d1];
             }
-        a += __shfl_xor_sync(0xffffffffu, a, 1), am += __shfl_xor_sync(0xffffffffu, am, 1);
-        a += __shfl_xor_sync(0xffffffffu, a, 2), am += __shfl_xor_sync(0xffffffffu, am, 2);
+        if constexpr (MB == 1) {
+            am += __shfl_xor_sync(0xffffffffu, am, 1);
+            am += __shfl_xor_sync(0xffffffffu, am, 2);
 #pragma unroll
-        for (int e = 0; e < 2; e++) zs[e] = __shfl_sync(0xffffffffu, a, 8 * t + 4 * e), zm[e] = c0 * __shfl_sync(0xffffffffu, am, 8 * t + 4 * e);
-    }
-    // TPROD: one-bit pair p's fix-up to 0/1 (kvq_tc_b1_dq), compile-time constants
-    __half2 bm[16], ba[16];
-#pragma unroll
-    for (int pp = 0; pp < 16; pp++) {
-        const float m = (float)(1 << kvq_tc_b1_shift(pp));
-        bm[pp] = u2h(0x10001u * f16c(1.0f / m)), ba[pp] = u2h(0x10001u * f16c(-1024.0f / m));
+            for (int e = 0; e < 2; e++) zm[e] = cm * __shfl_sync(0xffffffffu, am, 8 * t + 4 * e);
+        }
     }
     // the fix-up of pair j: c − qmax = h·(1/m) − (1024/m + qmax), exact in fp16 (compile-time
     // constants, so that they are immediates of the HFMA2, not registers)
@@ -420,23 +415,16 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
             // ---- scores of positions tb + g (c[0], c[1]) and tb + g + 8 (c[2], c[3]), heads 2t, 2t+1
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f}; // TWO: two chains of 4 mma, not one of 8
             {
-                if constexpr (TP) { // c: the centroids' chain, c2: the QJL signs' (0/1) against S R q; a word (4 k-steps) at a time
+                if constexpr (TP) { // c: the centroids' chain, c2: the QJL signs' (±1) against S R q; a word (4 k-steps) at a time
 #pragma unroll
                     for (int u = 0; u < 2; u++) {
                         uint32_t hk[2][8], hs[2][8];
 #pragma unroll
                         for (int r = 0; r < 2; r++) {
-                            uint32_t h[8];
                             if constexpr (MB == 3) kvq_tc_tq3_dq(u ? y.k[r][0].y : y.k[r][0].x, y.kb[r] >> (16 * u), tk, hk[r]);
                             else if constexpr (MB == 2) kvq_tc_tq_dq(2, u ? y.k[r][0].y : y.k[r][0].x, 0u, tk, hk[r]);
-                            else {
-                                kvq_tc_b1_dq(LEAN, y.kb[r], u, h);
-#pragma unroll
-                                for (int i = 0; i < 8; i++) hk[r][i] = h2u(__hfma2(u2h(h[i]), bm[8 * u + i], ba[8 * u + i]));
-                            }
-                            kvq_tc_b1_dq(LEAN, y.ksg[r], u, h);
-#pragma unroll
-                            for (int i = 0; i < 8; i++) hs[r][i] = h2u(__hfma2(u2h(h[i]), bm[8 * u + i], ba[8 * u + i]));
+                            else kvq_tc_b1_pm(y.kb[r], u, hk[r]);
+                            kvq_tc_b1_pm(y.ksg[r], u, hs[r]);
                         }
 #pragma unroll
                         for (int k2 = 0; k2 < 4; k2++) {
@@ -479,7 +467,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
                     for (int e = 0; e < 4; e++) c[e] += c2[e];
             }
             const bool ok0 = tb + g < t1, ok1 = tb + g + 8 < t1;
-            if constexpr (TP) { // γ·(mse + zm) + γ·√(π/2)/d·γ_r·(2·qjl − zs), × scale·log2 e
+            if constexpr (TP) { // γ·(mse + zm) + γ·√(π/2)/d·γ_r·qjl, × scale·log2 e
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     const float2 gg = __half22float2(u2h(y.kg[r]));
@@ -487,7 +475,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
                     const bool ok = r ? ok1 : ok0;
 #pragma unroll
                     for (int e = 0; e < 2; e++)
-                        c[2 * r + e] = ok ? fmaf(a, c[2 * r + e] + zm[e], bq * fmaf(2.0f, c2[2 * r + e], -zs[e])) : -INFINITY;
+                        c[2 * r + e] = ok ? fmaf(a, c[2 * r + e] + zm[e], bq * c2[2 * r + e]) : -INFINITY;
                 }
             } else if constexpr (KIVI) {
                 c[0] = ok0 ? (c[0] + zc[0]) * p.sl2 : -INFINITY, c[1] = ok0 ? (c[1] + zc[1]) * p.sl2 : -INFINITY;

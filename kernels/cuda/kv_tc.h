@@ -162,24 +162,27 @@ KVQ_TC_FN int kvq_tc_tq_vdim(int bits, int g, int j, int hi) { return 16 * g + k
  * values (turboquant-prod:3's). A one-bit plane holds dim 16j + 4n + k at bit 16j + 4k + n
  * (kvq_gkv_bit1_pos): a lane's 32-bit word of it covers 32 dims, the 16-bit half j its block j. */
 
-/** The shift s of one-bit pair p (0..15): p for p ≤ 9, else p − 6 (read from the word >> 6), so that
- *  the bit lands on fp16 mantissa bit s ≤ 9. */
-KVQ_TC_FN int kvq_tc_b1_shift(int p) { return p < 10 ? p : p - 6; }
 /** The dim (0..15 in a 16-dim block) of one-bit pair p: bit p = 4k + n of each half is dim 4n + k;
  *  the pair's low half is block 0's, its high half block 1's (that dim + 16). */
 KVQ_TC_FN int kvq_tc_b1_dim(int p) { return 4 * (p & 3) + (p >> 2); }
-/** Pairs p = 8u .. 8u + 7 of a one-bit plane's word w (32 dims): the raw fp16 pair bits (1024 + σ_lo·2^s,
- *  1024 + σ_hi·2^s), s = kvq_tc_b1_shift(p), by one mask (lean: one lop3, kvq_tc_andor); one HFMA2 by
- *  (2^−s, −1024·2^−s) then gives σ ∈ {0, 1} exactly. */
-KVQ_TC_FN void kvq_tc_b1_dq(int lean, uint32_t w, int u, uint32_t h[8]) {
-    const uint32_t w6 = w >> 6;
+/** Pairs p = 8u .. 8u + 7 of a one-bit plane's word w (32 dims) as fp16 ±1 (+1 where the bit is set):
+ *  the bits p and p + 16 shifted onto the halves' sign bits (15, 31), then (~x & 0x80008000) |
+ *  0x3C003C00 — on the device one shift and one lop3 a pair (inline PTX: nvcc would emit a NOT and an
+ *  AND-OR), exact. So 2σ − 1 directly: Σ (2σ − 1)·y needs no Σ y. */
+KVQ_TC_FN uint32_t kvq_tc_sgnpair(uint32_t x) {
+#if defined(__CUDA_ARCH__)
+    uint32_t r;
+    asm("lop3.b32 %0, %1, 0x80008000, %2, 0xAE;" : "=r"(r) : "r"(x), "r"(0x3C003C00u)); // 0xAE: (~a & b) | c
+    return r;
+#else
+    return (~x & 0x80008000u) | 0x3C003C00u;
+#endif
+}
+KVQ_TC_FN void kvq_tc_b1_pm(uint32_t w, int u, uint32_t h[8]) {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-    for (int i = 0; i < 8; i++) {
-        const int p = 8 * u + i;
-        h[i] = kvq_tc_andor(lean, p < 10 ? w : w6, 0x00010001u << kvq_tc_b1_shift(p), 0x64006400u);
-    }
+    for (int i = 0; i < 8; i++) h[i] = kvq_tc_sgnpair(w << (15 - (8 * u + i)));
 }
 /** The 4 registers of an 8-entry fp16 codebook (cb16): tab[0] the low bytes of entries 0-3, tab[1] of
  *  entries 4-7, tab[2] and tab[3] their high bytes. */
