@@ -457,7 +457,7 @@ static __device__ __forceinline__ void prep_fold_silu(const Dev &d, const float 
     if (C > 1) {
         // every block's steps are in its shared memory (release / acquire: visible across the cluster)
         asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-        constexpr int U = 2 * (256 / T) + 32 + 64; // kvq_hqx_step_units(T)
+        const int U = kvq_hqx_step_units(T); // (a constant: T is)
         const uint32_t base = (uint32_t)__cvta_generic_to_shared(sm);
         for (int e0 = threadIdx.x; e0 < S * U; e0 += 2 * NW * 32) { // two units a thread in flight
             uint4 v[2];
