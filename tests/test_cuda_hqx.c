@@ -611,26 +611,23 @@ static void fold_tensor(int lat, double bps, int64_t rows, int64_t cols, int max
     free(x);
 }
 
-// One token through kvq_cuda_hqx_matmul_parts_in with an RMSNorm input (silu 0) or a SiLU·up
-// input (silu 1: X = gate | up, 2·cols floats; nw unused): parts' rows one after another in y
-// (row0: their first rows), acc: accumulated onto y's 1.0s; x one float past 16-byte alignment
-// when off. Y (rows), G (the transformed row also written): the results.
-static void fold_run_in(kvq_cuda_hqx **t, int n, const int64_t *row0, int64_t rows, int64_t cols, const float *X, const float *nw,
-                        int silu, int acc, int off, float *Y, float *G) {
+// One token through kvq_cuda_hqx_matmul_parts_in with an RMSNorm input: parts' rows one after
+// another in y (row0: their first rows), acc: accumulated onto y's 1.0s; x one float past
+// 16-byte alignment when off. Y (rows), G (the normalized row also written): the results.
+static void fold_run(kvq_cuda_hqx **t, int n, const int64_t *row0, int64_t rows, int64_t cols, const float *X, const float *nw,
+                     int acc, int off, float *Y, float *G) {
     void *dx = NULL, *dy = NULL, *dg = NULL, *dw = NULL;
     kvq_err err = {0};
-    const int64_t xn = silu ? 2 * cols : cols;
     for (int64_t i = 0; i < rows; i++) Y[i] = 1.0f;
-    kvq_status st = kvq_cuda_malloc(&dx, sizeof(float) * (xn + 4), &err);
+    kvq_status st = kvq_cuda_malloc(&dx, sizeof(float) * (cols + 4), &err);
     if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * rows, &err);
     if (!st) st = kvq_cuda_malloc(&dg, sizeof(float) * cols, &err);
     if (!st) st = kvq_cuda_malloc(&dw, sizeof(float) * cols, &err);
     float *xo = (float *)dx + off;
-    if (!st) st = kvq_cuda_copy(xo, X, sizeof(float) * xn, 1, &err);
-    if (!st && !silu) st = kvq_cuda_copy(dw, nw, sizeof(float) * cols, 1, &err);
+    if (!st) st = kvq_cuda_copy(xo, X, sizeof(float) * cols, 1, &err);
+    if (!st) st = kvq_cuda_copy(dw, nw, sizeof(float) * cols, 1, &err);
     if (!st) st = kvq_cuda_copy(dy, Y, sizeof(float) * rows, 1, &err);
-    const kvq_cuda_xin in = {silu ? KVQ_CUDA_XIN_SILU_MUL : KVQ_CUDA_XIN_RMSNORM, silu ? NULL : (const float *)dw, 1e-5f,
-                             (float *)dg};
+    const kvq_cuda_xin in = {KVQ_CUDA_XIN_RMSNORM, dw, 1e-5f, dg};
     if (!st) st = kvq_cuda_hqx_matmul_parts_in(t, n, row0, xo, &in, 1, dy, rows, acc, &err);
     if (!st) st = kvq_cuda_sync(&err);
     if (!st) st = kvq_cuda_copy(Y, dy, sizeof(float) * rows, 0, &err);
@@ -638,10 +635,6 @@ static void fold_run_in(kvq_cuda_hqx **t, int n, const int64_t *row0, int64_t ro
     if (st) fprintf(stderr, "fold: %s\n", err.msg);
     assert_int_equal(st, KVQ_OK);
     kvq_cuda_free(dx); kvq_cuda_free(dy); kvq_cuda_free(dg); kvq_cuda_free(dw);
-}
-static void fold_run(kvq_cuda_hqx **t, int n, const int64_t *row0, int64_t rows, int64_t cols, const float *X, const float *nw,
-                     int acc, int off, float *Y, float *G) {
-    fold_run_in(t, n, row0, rows, cols, X, nw, 0, acc, off, Y, G);
 }
 
 // The fold against the default path (hqx_prep_i8h as a programmatic dependent, then the
@@ -728,116 +721,9 @@ static void test_fold(void **state) {
     }
 }
 
-// The SiLU·up fold (kvq_cuda_hqx_set_fold_down, KVQ_CUDA_FOLD_DOWN=1; hqx_prep.cuh
-// prep_fold_silu): the down product prepares silu(gate)·up itself. Against the default path
-// (hqx_prep_i8h as a programmatic dependent, then the product): the same bits, products and the
-// silu(gate)·up row also written, on down-like single parts — the 8B's 14336 columns (narrowed
-// to 256 rows) at tiles 128 and 256, the encoder's widths at 1024 (one step), a row ending inside
-// its last tile (1000 columns padded to 1024: the loads past the row are zeros), RTN 4:g128 — and
-// a pair of two widths (two launches, the first writing the row); accumulating and not; the
-// whole grid and grids capped at 3 and 7 blocks (a warp walking several rows); clusters of 2, 4
-// and 8 blocks sharing the preparation (kvq_cuda_hqx_set_fold_down_cluster; taken by a launch of
-// one part with rows for that many blocks, counted by kvq_cuda_hqx_fold_cluster_launches). Each folded run
-// is counted (kvq_cuda_hqx_fold_down_launches), the RMSNorm fold's count does not move (a SiLU
-// input is not the RMSNorm fold's); a row one float past alignment is not folded and still gives
-// the same bits; with the SiLU fold off nothing is folded. The default path is checked against the CPU
-// (kvq_silu_mul_ref, then the int8 reference product: within 2e-3 as compare_xin, the row
-// within 1e-6) so that the comparison is with a right answer.
-static void test_fold_down(void **state) {
-    (void)state;
-    if (!have_gpu()) { skip(); return; }
-    const struct { int lat; double bps; int n; int64_t rows[2], cols; int max_tile, vbits[2]; } cs[] = {
-        {KVQ_LAT_E8, 4.0, 1, {256, 0}, 14336, 128, {4, 0}},   // the 8B's down, narrowed (8 blocks: a cluster of 8)
-        {KVQ_LAT_E8, 4.0, 1, {96, 0}, 14336, 256, {0, 0}},    // at tile 256, the encoder's width
-        {KVQ_LAT_E8, 4.0, 1, {300, 0}, 1024, 64, {0, 0}},     // tile 64; one step: a cluster's other blocks prepare none
-        {KVQ_LAT_E8, 4.0, 1, {100, 0}, 1000, 128, {4, 0}},    // the row ends inside its last tile
-        {KVQ_LAT_E8, 3.0, 2, {90, 90}, 2048, 256, {4, 6}},    // two widths: two launches
-        {-1, 4.0, 1, {70, 0}, 3072, 0, {0, 0}},               // RTN 4:g128
-    };
-    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
-        const int n = cs[ci].n;
-        const int64_t cols = cs[ci].cols;
-        kvq_hqx w[2];
-        kvq_encoded e[2];
-        json_t *cfg[2];
-        kvq_cuda_hqx *t[2] = {NULL, NULL};
-        int64_t row0[2] = {0, 0}, rows = 0;
-        kvq_err err = {0};
-        for (int p = 0; p < n; p++) {
-            fold_tensor(cs[ci].lat, cs[ci].bps, cs[ci].rows[p], cols, cs[ci].max_tile, cs[ci].vbits[p], 200 + 10 * ci + p, &w[p],
-                        &e[p], &cfg[p]);
-            assert_int_equal(kvq_cuda_hqx_upload(&w[p], &t[p], &err), KVQ_OK);
-            row0[p] = rows;
-            rows += cs[ci].rows[p];
-        }
-        uint64_t seed = 17 + ci;
-        float *X = malloc(sizeof(float) * 2 * cols), *XT = malloc(sizeof(float) * cols);
-        float *R = malloc(sizeof(float) * rows), *Y0 = malloc(sizeof(float) * rows), *Y = malloc(sizeof(float) * rows);
-        float *G0 = malloc(sizeof(float) * cols), *G = malloc(sizeof(float) * cols);
-        for (int64_t i = 0; i < 2 * cols; i++) X[i] = (float)(1.5 * gauss(&seed));
-        kvq_silu_mul_ref(XT, X, X + cols, (int)cols);
-        for (int p = 0; p < n; p++) {
-            uint8_t *buf = aligned_alloc(64, kvq_hqx_act_bytes(&w[p]));
-            kvq_hqx_act a;
-            kvq_hqx_act_init(&w[p], buf, &a);
-            kvq_hqx_prep(&w[p], XT, &a);
-            kvq_hqx_matmul(&w[p], &a, 1, R + row0[p], cs[ci].rows[p], KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
-            free(buf);
-        }
-        for (int acc = 0; acc < 2; acc++) {
-            kvq_cuda_hqx_set_fold_down(0);
-            const long d0 = kvq_cuda_hqx_fold_down_launches();
-            fold_run_in(t, n, row0, rows, cols, X, NULL, 1, acc, 0, Y0, G0);
-            assert_int_equal(kvq_cuda_hqx_fold_down_launches(), d0); // off: the preparation kernel
-            for (int64_t i = 0; i < rows; i++) Y[i] = Y0[i] - (acc ? 1.0f : 0.0f);
-            const double ry = rel_err(Y, R, (size_t)rows), rg = rel_err(G0, XT, (size_t)cols);
-            assert_true(ry <= 2e-3 && rg <= 1e-6);
-            // {fold, cluster, offset}: the whole grid, 3 and 7 blocks, misaligned; clusters of 2, 4, 8
-            // blocks (of the whole grid, and of 7 blocks: 6 in 3 clusters)
-            const int runs[][3] = {{1, 0, 0}, {3, 0, 0}, {7, 0, 0}, {1, 0, 1}, {1, 2, 0}, {1, 4, 0}, {1, 8, 0}, {7, 2, 0}};
-            for (int f = 0; f < 8; f++) {
-                const int off = runs[f][2], cl = runs[f][1]; // off: not 16-byte aligned, the preparation kernel
-                kvq_cuda_hqx_set_fold_down(runs[f][0]);
-                kvq_cuda_hqx_set_fold_down_cluster(cl);
-                const long before = kvq_cuda_hqx_fold_down_launches(), nb = kvq_cuda_hqx_fold_launches(),
-                           c0 = kvq_cuda_hqx_fold_cluster_launches();
-                fold_run_in(t, n, row0, rows, cols, X, NULL, 1, acc, off, Y, G);
-                const long ran = kvq_cuda_hqx_fold_down_launches() - before, clu = kvq_cuda_hqx_fold_cluster_launches() - c0;
-                // clusters: each launch here has one part (the pair is of two widths), clustered where its
-                // rows fill at least cl blocks (the cap: runs[f][0] >= 3 blocks)
-                long want_cl = 0;
-                for (int p = 0; p < n; p++) {
-                    const int64_t with_rows = (cs[ci].rows[p] + 31) / 32, cap = runs[f][0] > 1 ? runs[f][0] : with_rows;
-                    want_cl += cl && !off && (with_rows < cap ? with_rows : cap) >= cl;
-                }
-                fprintf(stderr, "test_cuda_hqx: fold down case %zu (%d parts, %lld rows, %lld cols, tile %d)%s fold %d cluster %d "
-                        "offset %d: %ld folded launches (%ld in clusters), product rel %.2e vs CPU, silu rel %.2e, same bits %s\n", ci,
-                        n, (long long)rows, (long long)cols, w[0].tile, acc ? " +=" : "", runs[f][0], cl, off, ran, clu, ry, rg,
-                        !memcmp(Y, Y0, sizeof(float) * rows) && !memcmp(G, G0, sizeof(float) * cols) ? "yes" : "NO");
-                if (off) assert_int_equal(ran, 0);
-                else assert_true(ran >= 1);
-                assert_int_equal(clu, want_cl);
-                assert_int_equal(kvq_cuda_hqx_fold_launches(), nb);
-                assert_memory_equal(Y, Y0, sizeof(float) * rows);
-                assert_memory_equal(G, G0, sizeof(float) * cols);
-            }
-        }
-        kvq_cuda_hqx_set_fold_down(-1);
-        kvq_cuda_hqx_set_fold_down_cluster(-1);
-        for (int p = 0; p < n; p++) {
-            kvq_cuda_hqx_free(t[p]);
-            kvq_hqx_free(&w[p]);
-            kvq_encoded_free(&e[p]);
-            if (cfg[p]) json_decref(cfg[p]);
-        }
-        free(X); free(XT); free(R); free(Y0); free(Y); free(G0); free(G);
-    }
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn),
-                                        cmocka_unit_test(test_row_blocks), cmocka_unit_test(test_fold),
-                                        cmocka_unit_test(test_fold_down)};
+                                        cmocka_unit_test(test_row_blocks), cmocka_unit_test(test_fold)};
     // KVQ_TEST_FILTER="test_fold": only the tests matching the pattern (as test_cuda_model), for a short device call
     const char *f = getenv("KVQ_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);

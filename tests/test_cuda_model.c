@@ -813,14 +813,10 @@ static const char *t3g_model(void) {
 
 // The fold (kvq_cuda_hqx_set_fold, KVQ_CUDA_FOLD=1; hqx_gemv1.cu): make_synth_llama's t1k (1024
 // wide, so its q/k/v, gate/up and lm_head inputs are whole steps of the one-token product)
-// converted to E8 4.0, decoded greedily on four models of their own: without the fold, with the
-// RMSNorm fold, with it and the down product's SiLU·up fold (kvq_cuda_hqx_set_fold_down,
-// KVQ_CUDA_FOLD_DOWN=1), and that in clusters of 4 blocks (kvq_cuda_hqx_set_fold_down_cluster;
-// graphs captured with each): the prefill's and every step's logits equal the unfolded run's bit
-// for bit, the steps replayed from captured graphs (the folded products' programmatic-dependent
-// and cluster launches in them), and the folded products did run — the RMSNorm ones in every
-// folded run, the SiLU ones in the last two, in clusters in the last (kvq_cuda_hqx_fold_launches,
-// kvq_cuda_hqx_fold_down_launches, kvq_cuda_hqx_fold_cluster_launches).
+// converted to E8 4.0, decoded greedily on two models of their own, without the fold and with
+// it (graphs captured with each): the prefill's and every step's logits equal bit for bit, the
+// steps replayed from captured graphs (the folded products' programmatic-dependent launches in
+// them), and the folded products did run (kvq_cuda_hqx_fold_launches).
 static void test_fold_model(void **st) {
     (void)st;
     if (!have_gpu()) skip();
@@ -838,21 +834,17 @@ static void test_fold_model(void **st) {
     enum { T = 12, STEPS = 24 };
     int32_t ids[T + STEPS];
     for (int i = 0; i < T; i++) ids[i] = 1 + (i * 37) % 250;
-    enum { NF = 4 };
-    float *lg[NF] = {NULL, NULL, NULL, NULL};
+    float *lg[2] = {NULL, NULL};
     int V = 0;
-    long folds[NF] = {0, 0, 0, 0}, downs[NF] = {0, 0, 0, 0}, clus[NF] = {0, 0, 0, 0}, graphs[NF] = {0, 0, 0, 0};
-    for (int f = 0; f < NF; f++) {
-        kvq_cuda_hqx_set_fold(f > 0);
-        kvq_cuda_hqx_set_fold_down(f > 1);
-        kvq_cuda_hqx_set_fold_down_cluster(f > 2 ? 4 : 0);
+    long folds = 0, graphs = 0;
+    for (int f = 0; f < 2; f++) {
+        kvq_cuda_hqx_set_fold(f);
         kvq_model *m = open_on(path, 1, KVQ_EXEC_INT8);
         V = kvq_model_arch(m)->vocab_size;
         lg[f] = malloc(sizeof(float) * (size_t)V * (T + STEPS));
-        const long f0 = kvq_cuda_hqx_fold_launches(), d0 = kvq_cuda_hqx_fold_down_launches(),
-                   c0 = kvq_cuda_hqx_fold_cluster_launches(), g0 = kvq_cuda_graph_launches();
+        const long f0 = kvq_cuda_hqx_fold_launches(), g0 = kvq_cuda_graph_launches();
         if (kvq_model_forward(m, ids, T, 0, lg[f], 1, &e)) fail_msg("fold %d: %s", f, e.msg);
-        for (int t = 0; t < STEPS; t++) { // greedy from the run without the fold: every run reads the same tokens
+        for (int t = 0; t < STEPS; t++) { // greedy from the run without the fold: both runs read the same tokens
             float *l = lg[f] + (size_t)(T + t) * V, *prev = lg[0] + (size_t)(T - 1 + t) * V;
             if (f == 0) {
                 int best = 0;
@@ -861,35 +853,20 @@ static void test_fold_model(void **st) {
             }
             if (kvq_model_forward(m, ids + T + t, 1, T + t, l, 0, &e)) fail_msg("fold %d step %d: %s", f, t, e.msg);
         }
-        folds[f] = kvq_cuda_hqx_fold_launches() - f0;
-        downs[f] = kvq_cuda_hqx_fold_down_launches() - d0;
-        clus[f] = kvq_cuda_hqx_fold_cluster_launches() - c0;
-        graphs[f] = kvq_cuda_graph_launches() - g0;
+        if (f) folds = kvq_cuda_hqx_fold_launches() - f0, graphs = kvq_cuda_graph_launches() - g0;
+        else assert_int_equal(kvq_cuda_hqx_fold_launches(), f0);
         kvq_model_close(m);
     }
     kvq_cuda_hqx_set_fold(-1);
-    kvq_cuda_hqx_set_fold_down(-1);
-    kvq_cuda_hqx_set_fold_down_cluster(-1);
-    int diff[NF] = {0, 0, 0, 0};
-    for (int f = 1; f < NF; f++)
-        for (int t = 0; t < T + STEPS; t++)
-            diff[f] += memcmp(lg[0] + (size_t)t * V, lg[f] + (size_t)t * V, sizeof(float) * V) != 0;
-    const char *what[NF] = {"", "", " + fold down", " + fold down in clusters of 4"};
-    for (int f = 1; f < NF; f++)
-        printf("  fold%s: t1k E8 4.0, prefill %d + %d steps: %d of %d logit rows differ, %ld folded launches (%ld of them "
-               "SiLU·up, %ld in clusters), %ld graph launches\n", what[f], T, STEPS, diff[f], T + STEPS, folds[f] + downs[f],
-               downs[f], clus[f], graphs[f]);
-    assert_int_equal(folds[0], 0);
-    assert_int_equal(downs[0], 0);
-    assert_int_equal(downs[1], 0);
-    for (int f = 1; f < NF; f++) {
-        assert_int_equal(diff[f], 0);
-        assert_true(folds[f] > 0);
-        assert_true(graphs[f] > 0);
-        assert_int_equal(clus[f], f == 3 ? downs[f] : 0);
-    }
-    assert_true(downs[2] > 0 && downs[3] > 0);
-    for (int f = 0; f < NF; f++) free(lg[f]);
+    int diff = 0;
+    for (int t = 0; t < T + STEPS; t++) diff += memcmp(lg[0] + (size_t)t * V, lg[1] + (size_t)t * V, sizeof(float) * V) != 0;
+    printf("  fold: t1k E8 4.0, prefill %d + %d steps: %d of %d logit rows differ, %ld folded launches, %ld graph launches\n", T,
+           STEPS, diff, T + STEPS, folds, graphs);
+    assert_int_equal(diff, 0);
+    assert_true(folds > 0);
+    assert_true(graphs > 0);
+    free(lg[0]);
+    free(lg[1]);
     remove(path);
     rmdir(out);
     char cmd[600];

@@ -1,15 +1,14 @@
 // The prepared activation's layouts and the folded one-token product's plan
 // (kernels/cuda/hqx_lay.h, the functions the kernels run) checked on the host: the one-token
 // lane order is a permutation of the codes and of the 8-vector sums within their regions; the
-// folded block's shared memory (the prepared activation, then the raw row; the SiLU fold's: the
-// activation alone) has disjoint, 16-byte aligned regions and fits the budget for the model shapes; the block split gives each
+// folded block's shared memory (the prepared activation, then the raw row) has disjoint,
+// 16-byte aligned regions and fits the budget for the model shapes; the block split gives each
 // part its blocks (at least one, none idle, no more than the grid) and the warps' row walks
 // cover every row of every part exactly once, each block only its own part's rows.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,84 +74,6 @@ static void test_fold_smem(void **state) {
     assert_int_equal(kvq_hqx_fold_smem(0, 1024, 128), 0);
 }
 
-// The SiLU·up fold's shared memory (kvq_hqx_fold_smem_silu): the prepared activation alone
-// (lay(cols_p, T, 1).total: sx, xs, s8, xq as above, no raw row), the same shapes refused as
-// kvq_hqx_fold_smem's, and 0 past the budget — which holds every width up to 16384 at every
-// tile (the 8B's down: 14336, which the RMSNorm fold's layout cannot hold) and is monotone in the
-// width (one widest width a tile).
-static void test_fold_smem_silu(void **state) {
-    (void)state;
-    const int tiles[] = {64, 128, 256};
-    for (int ti = 0; ti < 3; ti++) {
-        const int T = tiles[ti];
-        int64_t widest = 0;
-        for (int64_t cols_p = 1024; cols_p <= 65536; cols_p += 1024) {
-            const Lay L = lay(cols_p, T, 1);
-            assert_true(L.total >= L.xq + (size_t)cols_p && L.total % 16 == 0);
-            const int fits = L.total <= KVQ_HQX_FOLD_SMEM;
-            for (int64_t cols = cols_p - T + 4; cols <= cols_p; cols += 4)
-                assert_int_equal(kvq_hqx_fold_smem_silu(cols, cols_p, T), fits ? L.total : 0);
-            if (cols_p <= 16384) assert_true(fits);
-            if (fits) { // every narrower width fitted too
-                assert_int_equal(widest, cols_p - 1024);
-                widest = cols_p;
-            }
-            // off the fold's shapes: as kvq_hqx_fold_smem
-            assert_int_equal(kvq_hqx_fold_smem_silu(cols_p - 2, cols_p, T), 0);
-            assert_int_equal(kvq_hqx_fold_smem_silu(cols_p + 4, cols_p, T), 0);
-        }
-        assert_true(widest >= 16384 && widest < 65536);
-        fprintf(stderr, "test_hqx_lay: SiLU fold at tile %d: up to %lld columns in %d bytes\n", T, (long long)widest,
-                KVQ_HQX_FOLD_SMEM);
-    }
-    assert_true(kvq_hqx_fold_smem_silu(14336, 14336, 128) > 0 && kvq_hqx_fold_smem(14336, 14336, 128) == 0);
-    assert_int_equal(kvq_hqx_fold_smem_silu(14336, 14336, 512), 0); // a lane would hold 16 coordinates
-    assert_int_equal(kvq_hqx_fold_smem_silu(4096, 4096, 32), 0);
-    assert_int_equal(kvq_hqx_fold_smem_silu(3968, 3968, 128), 0); // a partial step
-    assert_int_equal(kvq_hqx_fold_smem_silu(0, 1024, 128), 0);
-}
-
-// A step's units (kvq_hqx_step_unit, what a cluster's blocks copy from each other) are exactly
-// the bytes the preparation writes for the step's coordinates: sx and xs of its tiles, the
-// lane-order s8 entries of its 8-vectors (kvq_gemv1_s8_at) and xq bytes of its coordinates
-// (kvq_gemv1_xq_at) — every such byte in one unit of that step, no unit byte outside them; the
-// steps' units are disjoint and cover the layout's regions (up to the 16-byte padding).
-static void test_step_units(void **state) {
-    (void)state;
-    const int tiles[] = {64, 128, 256};
-    for (int ti = 0; ti < 3; ti++) {
-        const int T = tiles[ti], U = kvq_hqx_step_units(T);
-        for (int64_t cols_p = 1024; cols_p <= 16384; cols_p += 3072) {
-            const Lay L = lay(cols_p, T, 1);
-            int *owner = malloc(sizeof(int) * L.total); // the step whose coordinates write the byte, or -1
-            int *unit = malloc(sizeof(int) * L.total);  // the step whose units hold the byte, or -1
-            for (size_t b = 0; b < L.total; b++) owner[b] = unit[b] = -1;
-            for (int64_t i = 0; i < cols_p; i++) {
-                const int s = (int)(i / 1024);
-                const int64_t j = i / T, v = i / 8;
-                for (int k = 0; k < 4; k++) {
-                    owner[L.sx + 4 * j + k] = s;
-                    owner[L.xs + 4 * j + k] = s;
-                    owner[L.s8 + 4 * kvq_gemv1_s8_at(v) + k] = s;
-                }
-                owner[L.xq + kvq_gemv1_xq_at(i)] = s;
-            }
-            for (int64_t s = 0; s < cols_p / 1024; s++)
-                for (int u = 0; u < U; u++) {
-                    const size_t o = kvq_hqx_step_unit(&L, T, s, u);
-                    assert_true(o % 16 == 0 && o + 16 <= L.total);
-                    for (int k = 0; k < 16; k++) {
-                        assert_int_equal(unit[o + k], -1); // no byte in two units
-                        unit[o + k] = (int)s;
-                    }
-                }
-            for (size_t b = 0; b < L.total; b++) assert_int_equal(unit[b], owner[b]);
-            free(owner);
-            free(unit);
-        }
-    }
-}
-
 // One split and walk: the blocks' parts, then every warp's rows.
 static void check_plan(const int64_t *rows, int n, int grid) {
     int nb[3] = {-1, -1, -1};
@@ -196,16 +117,15 @@ static void check_plan(const int64_t *rows, int n, int grid) {
     free(seen);
 }
 
-// The 8B shape's q/k/v (4096, 1024, 1024 rows), gate/up (14336 each) and down (4096) on the
-// H100's 132 SMs and on small grids (the tests' cap), tiny parts, then seeded random shapes.
+// The 8B shape's q/k/v (4096, 1024, 1024 rows) and gate/up (14336 each) on the H100's 132 SMs
+// and on small grids (the tests' cap), tiny parts, then seeded random shapes.
 static void test_fold_plan(void **state) {
     (void)state;
-    const int64_t qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, down[1] = {4096}, tiny[3] = {5, 1, 300}, one[1] = {33};
+    const int64_t qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, tiny[3] = {5, 1, 300}, one[1] = {33};
     const int grids[] = {3, 4, 7, 66, 132, 264};
     for (int g = 0; g < 6; g++) {
         check_plan(qkv, 3, grids[g]);
         check_plan(gu, 2, grids[g]);
-        check_plan(down, 1, grids[g]);
         check_plan(tiny, 3, grids[g]);
         check_plan(one, 1, grids[g]);
     }
@@ -213,8 +133,6 @@ static void test_fold_plan(void **state) {
     assert_int_equal(kvq_hqx_fold_split(qkv, 3, 132, nb), 132); // the H100: every SM a block
     assert_true(nb[0] == 88 && nb[1] == 22 && nb[2] == 22);     // by rows: 4096 : 1024 : 1024
     assert_int_equal(kvq_hqx_fold_split(qkv, 3, 2, nb), 0);     // fewer blocks than parts
-    // down on the H100: a warp a row, so 4096 / 32 blocks of the 132 (each prepares the activation)
-    assert_int_equal(kvq_hqx_fold_split(down, 1, 132, nb), 4096 / KVQ_HQX_FOLD_WARPS);
     uint64_t s = 12;
     for (int it = 0; it < 300; it++) {
         const int n = 1 + (int)(rng_next(&s) % 3), grid = n + (int)(rng_next(&s) % 300);
@@ -226,7 +144,6 @@ static void test_fold_plan(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_lane_order), cmocka_unit_test(test_fold_smem),
-                                       cmocka_unit_test(test_fold_smem_silu), cmocka_unit_test(test_step_units),
                                        cmocka_unit_test(test_fold_plan)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

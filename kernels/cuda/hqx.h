@@ -138,25 +138,6 @@ void kvq_cuda_attn_set_pdl(int on);
 void kvq_cuda_hqx_set_fold(int mode);
 /** Folded one-token products launched (or captured into a graph) in this process (tests). */
 long kvq_cuda_hqx_fold_launches(void);
-/** The same fold for one-token products of a SiLU·up input (KVQ_CUDA_XIN_SILU_MUL: a decode
- *  step's down product): each block prepares silu(gate)·up itself, reading its tiles' gate and up
- *  floats from L2 into the prepared layout in shared memory (kvq_hqx_fold_smem_silu: no raw row;
- *  14336 columns fit), so no preparation kernel runs before down; the same bits. 1 on, 0 off,
- *  >= 2 on with at most max(mode, 3) blocks (tests); -1: the environment's (KVQ_CUDA_FOLD_DOWN=1
- *  on), else 0: opt-in until a device A/B says otherwise. Independent of kvq_cuda_hqx_set_fold;
- *  the same conditions on the parts, with kvq_hqx_fold_smem_silu's budget. */
-void kvq_cuda_hqx_set_fold_down(int mode);
-/** Folded products of a SiLU·up input launched (or captured) in this process (tests). */
-long kvq_cuda_hqx_fold_down_launches(void);
-/** The SiLU·up fold of one part (down) in thread-block clusters of `blocks` blocks (2, 4, 8;
- *  sm_90): each block of a cluster prepares every blocks-th step of 1024 coordinates from L2 and
- *  copies the others from its peers' shared memory, so gate | up is read from L2 once a cluster
- *  instead of once a block (the same bits). 0: no clusters (the default); -1: the environment's
- *  (KVQ_CUDA_FOLD_DOWN_CLUSTER=2|4|8). Used only with kvq_cuda_hqx_set_fold_down on, where at least
- *  `blocks` blocks have rows and clusters of that size fit; otherwise plain blocks. */
-void kvq_cuda_hqx_set_fold_down_cluster(int blocks);
-/** Of kvq_cuda_hqx_fold_down_launches, those launched in clusters (tests). */
-long kvq_cuda_hqx_fold_cluster_launches(void);
 /** Host convenience: copies x in, runs, copies y out, synchronizes. */
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err);
 /** Median time in ms of reps launches of the product alone (rotation included), by CUDA
@@ -170,8 +151,7 @@ kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kv
  *  without the host's launch latency. Median of 5 such runs. prep = 0: the product kernel
  *  alone (the activation preparation runs once, in the warm-up); 1: with its preparation; 2:
  *  with an RMSNorm input (the preparation kernel's, or the product's own under
- *  kvq_cuda_hqx_set_fold); 3: with a SiLU·up input (gate | up, 2·cols floats; the product's own
- *  under kvq_cuda_hqx_set_fold_down), silu(gate)·up also written as a decode step does. */
+ *  kvq_cuda_hqx_set_fold). */
 kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, int reps, int prep, double *ms, kvq_err *err);
 
 #ifdef __cplusplus

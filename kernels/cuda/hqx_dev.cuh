@@ -107,12 +107,10 @@ kvq_status kvq_cuda_hqx_mma_tokens(Parts &P, int nt, int64_t ldy, int accumulate
 /** The one-token product of one token's RMSNorm input that prepares it itself in each block's
  *  shared memory (KVQ_CUDA_FOLD=1, kvq_cuda_hqx_set_fold; hqx_gemv1.cu): no preparation kernel
  *  before it, the bits of hqx_prep_i8h + kvq_cuda_hqx_gemv1. x: the token's raw row (cols
- *  floats); xin: its RMSNorm (xin.y: NULL or where the normalized row is also written). Or of a
- *  SiLU·up input (xin.kind SILU_MUL, KVQ_CUDA_FOLD_DOWN=1, kvq_cuda_hqx_set_fold_down): x = gate |
- *  up (2·cols floats), xin.y: NULL or where silu(gate)·up is also written. _ok: whether it takes
- *  the parts (that fold on, the persistent kernel with a ring of 2 for every part, equal columns
- *  and tiles, kvq_hqx_fold_smem or kvq_hqx_fold_smem_silu, a 16-byte aligned row). pdl: launched
- *  as a programmatic dependent of the kernel before it on the stream (which must not write xin.w). */
+ *  floats); xin: its RMSNorm (xin.y: NULL or where the normalized row is also written). _ok:
+ *  whether it takes the parts (the fold on, the persistent kernel with a ring of 2 for every
+ *  part, equal columns and tiles, kvq_hqx_fold_smem, a 16-byte aligned row). pdl: launched as a
+ *  programmatic dependent of the kernel before it on the stream (which must not write xin.w). */
 int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xin &xin);
 kvq_status kvq_cuda_hqx_gemv1_fold(Parts &P, const float *x, const kvq_cuda_xin &xin, int accumulate, int pdl, kvq_err *err);
 /** Benchmarks: one-token products skip the activation preparation (its scratch keeps the

@@ -412,7 +412,7 @@ extern "C" kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n
         // every part (each weight chunk decoded once, the tokens' activations in its lane order)
         const float *xt = d_x + (int64_t)t0 * t[0]->h.cols * (xin->kind == KVQ_CUDA_XIN_SILU_MUL ? 2 : 1);
         const kvq_cuda_xin xi = {xin->kind, xin->w, xin->eps, xin->y ? xin->y + (int64_t)t0 * t[0]->h.cols : NULL};
-        if (tg == 1 && kvq_cuda_hqx_gemv1_fold_ok(P, xt, xi)) { // the fold: the product prepares its RMSNorm (SiLU·up) input
+        if (tg == 1 && kvq_cuda_hqx_gemv1_fold_ok(P, xt, xi)) { // KVQ_CUDA_FOLD=1: the product prepares its RMSNorm input
             if ((s = kvq_cuda_hqx_gemv1_fold(P, xt, xi, accumulate, g_pdl, err))) return s;
             continue;
         }

@@ -340,17 +340,13 @@ static int g_mode_any = 0; // tests: the run-time-decided variant for every tens
 // blocks of KVQ_HQX_FOLD_WARPS warps, one an SM, each serving one part (its sign seed: q, k and
 // v prepare differently) and its warps only that part's rows (kvq_hqx_fold_rows); a row's sums
 // are the same whichever warp takes it, so the same bits as the preparation kernel + product.
-// FOLD = G1_FOLD_SILU (KVQ_CUDA_FOLD_DOWN=1): the same for a SiLU·up input (F.x = gate | up, the
-// down product's), prepared by prep_fold_silu from L2 into the same shared layout (no raw row).
-#define G1_FOLD_NORM 1
-#define G1_FOLD_SILU 2
 struct G1F {
-    const float *x, *w; // the token's raw row (cols floats, 16-byte aligned; SILU: 2·cols), the norm's weights
+    const float *x, *w; // the token's raw row (cols floats, 16-byte aligned), the norm's weights
     float eps;
-    float *y;           // NULL, or where block 0 writes the normalized row (SILU: silu(gate)·up)
+    float *y;           // NULL, or where block 0 writes the normalized row
     uint32_t b1, b2;    // the first blocks of parts 1 and 2 (kvq_hqx_fold_split)
 };
-template <int VB, int DEPTH, int MODE, int NT, int FOLD = 0>
+template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false>
 __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, DEPTH, NT))
     hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int nt, int64_t ldy,
                  uint32_t lst, int trig, const G1F F) {
@@ -404,19 +400,10 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
 #pragma unroll
     for (int j = 0; j < DEPTH - 1; j++)
         if (j < (int)n_items) load(j);
-    // FOLD: the part's activation, then the raw row (kvq_hqx_fold_smem; SILU: the activation alone,
-    // kvq_hqx_fold_smem_silu). Static: a dynamic array anywhere in the module has cuobjdump report
-    // 1 KB of shared memory on every kernel of it
+    // FOLD: the part's activation, then the raw row (kvq_hqx_fold_smem). Static: a dynamic array
+    // anywhere in the module has cuobjdump report 1 KB of shared memory on every kernel of it
     __shared__ __align__(16) unsigned char g1_sm[FOLD ? KVQ_HQX_FOLD_SMEM : 16];
-    if constexpr (FOLD == G1_FOLD_SILU) { // waits for the kernel before, as below
-        int fc, fr; // the blocks of the block's cluster (KVQ_CUDA_FOLD_DOWN_CLUSTER; 1: none), which share the preparation
-        asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(fc));
-        asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(fr));
-        float *fy = (int)blockIdx.x < fc ? F.y : NULL; // the first cluster (or block) writes silu(gate)·up
-        if (P.d[fp].T == 64) prep_fold_silu<2, WB>(P.d[fp], F.x, fy, g1_sm, L, fc, fr);
-        else if (P.d[fp].T == 128) prep_fold_silu<4, WB>(P.d[fp], F.x, fy, g1_sm, L, fc, fr);
-        else prep_fold_silu<8, WB>(P.d[fp], F.x, fy, g1_sm, L, fc, fr);
-    } else if constexpr (FOLD) {
+    if constexpr (FOLD) { // waits for the kernel before, as below
         float *fy = blockIdx.x == 0 ? F.y : NULL;
         if (P.d[fp].T == 64) prep_fold<2, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
         else if (P.d[fp].T == 128) prep_fold<4, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
@@ -529,7 +516,6 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             use(j);
         }
     }
-    if constexpr (FOLD == G1_FOLD_SILU) fold_cluster_end(); // the peers may still be copying from this block's shared memory
 }
 
 // A launch of G1_WARPS-warp blocks on the library's stream; pdl: as a programmatic dependent of
@@ -758,12 +744,9 @@ kvq_status kvq_cuda_hqx_gemv1(Parts &P, int accumulate, int pdl, kvq_err *err) {
 // ---- The fold (issue 12, 2026-11-27, session 16): the one-token product of an RMSNorm input
 // (a decode step's q/k/v and gate/up products) prepares it itself, so no preparation kernel
 // runs before it (hqx_prep_i8h: ~4.5 µs each on the H100, mostly launch and a grid's end).
-// Session 17: the same for the down product's SiLU·up input (KVQ_CUDA_FOLD_DOWN=1, opt-in).
 
 static int g_fold = -1; // kvq_cuda_hqx_set_fold
-static int g_fold_down = -1; // kvq_cuda_hqx_set_fold_down
-static int g_fold_cluster = -1; // kvq_cuda_hqx_set_fold_down_cluster
-static long g_fold_n = 0, g_fold_down_n = 0, g_fold_cluster_n = 0; // folded launches, all / SiLU / SiLU in clusters (tests)
+static long g_fold_n = 0; // folded launches (tests)
 
 extern "C" void kvq_cuda_hqx_set_fold(int mode) {
     if (mode < 0) {
@@ -773,36 +756,15 @@ extern "C" void kvq_cuda_hqx_set_fold(int mode) {
     g_fold = mode > 0 ? mode : 0;
 }
 
-extern "C" void kvq_cuda_hqx_set_fold_down(int mode) {
-    if (mode < 0) {
-        const char *e = getenv("KVQ_CUDA_FOLD_DOWN"); // off unless "1" (not yet measured on a device)
-        mode = e && e[0] == '1' && !e[1];
-    }
-    g_fold_down = mode > 0 ? mode : 0;
-}
-
-extern "C" void kvq_cuda_hqx_set_fold_down_cluster(int blocks) {
-    if (blocks < 0) {
-        const char *e = getenv("KVQ_CUDA_FOLD_DOWN_CLUSTER"); // 2, 4 or 8; else none
-        blocks = e && (e[0] == '2' || e[0] == '4' || e[0] == '8') && !e[1] ? e[0] - '0' : 0;
-    }
-    g_fold_cluster = blocks == 2 || blocks == 4 || blocks == 8 ? blocks : 0;
-}
-
 extern "C" long kvq_cuda_hqx_fold_launches(void) { return g_fold_n; }
-extern "C" long kvq_cuda_hqx_fold_down_launches(void) { return g_fold_down_n; }
-extern "C" long kvq_cuda_hqx_fold_cluster_launches(void) { return g_fold_cluster_n; }
 
 int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xin &xin) {
     if (g_fold < 0) kvq_cuda_hqx_set_fold(-1);
-    if (g_fold_down < 0) kvq_cuda_hqx_set_fold_down(-1);
-    if (g_fold_cluster < 0) kvq_cuda_hqx_set_fold_down_cluster(-1);
     if (g_persist < 0) kvq_cuda_hqx_set_persist(-1);
-    const bool silu = xin.kind == KVQ_CUDA_XIN_SILU_MUL;
-    if (!(silu ? g_fold_down : g_fold) || g_persist != 2 || g_sm_count < MAXP || (uintptr_t)x % 16) return 0;
-    if (!silu && (xin.kind != KVQ_CUDA_XIN_RMSNORM || !xin.w)) return 0;
+    if (!g_fold || g_persist != 2 || g_sm_count < MAXP || xin.kind != KVQ_CUDA_XIN_RMSNORM || !xin.w || (uintptr_t)x % 16)
+        return 0;
     const Dev &d0 = P.d[0];
-    if (!(silu ? kvq_hqx_fold_smem_silu(d0.cols, d0.cols_p, d0.T) : kvq_hqx_fold_smem(d0.cols, d0.cols_p, d0.T))) return 0;
+    if (!kvq_hqx_fold_smem(d0.cols, d0.cols_p, d0.T)) return 0;
     for (int p = 0; p < P.n; p++) {
         const Dev &d = P.d[p];
         if (d.cols != d0.cols || d.cols_p != d0.cols_p || d.T != d0.T) return 0;
@@ -812,53 +774,17 @@ int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xi
 }
 
 // The folded launch of parts Q (one value width; rows[p] rows each): one block an SM (what the
-// occupancy calculator gives at the largest shared memory), at most cap of them when that is
-// >= 3 (tests; cap: the switch's mode), split between the parts by kvq_hqx_fold_split. FOLD:
-// G1_FOLD_NORM or G1_FOLD_SILU, the input's kind. SILU with cl = 2, 4 or 8 and one part:
-// clusters of cl blocks sharing the preparation (prep_fold_silu), the grid a whole number of
-// them, at most as many as are resident at once (cudaOccupancyMaxActiveClusters); where fewer
-// than cl blocks have rows, no cluster.
-template <int VB, int MODE, int FOLD>
-static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F, int cap, int cl) {
+// occupancy calculator gives at the largest shared memory), at most g_fold of them when that
+// is >= 3 (tests), split between the parts by kvq_hqx_fold_split.
+template <int VB, int MODE>
+static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F) {
     static int occ = 0;
     if (!occ) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, 2, MODE, 1, FOLD>, KVQ_HQX_FOLD_WARPS * 32, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, 2, MODE, 1, true>, KVQ_HQX_FOLD_WARPS * 32, 0);
         if (occ < 1) occ = 1;
     }
     int grid = g_sm_count * occ, nb[MAXP];
-    if (cap >= 2 && cap < grid) grid = cap > MAXP ? cap : MAXP;
-    cudaLaunchAttribute at[2];
-    bool clustered = false;
-    if (FOLD == G1_FOLD_SILU && cl > 1 && Q.n == 1) {
-        static int ncl[9]; // resident clusters by size (cached)
-        if (!ncl[cl]) {
-            cudaLaunchConfig_t c = cfg;
-            cudaLaunchAttribute ca;
-            ca.id = cudaLaunchAttributeClusterDimension;
-            ca.val.clusterDim.x = (unsigned)cl, ca.val.clusterDim.y = 1, ca.val.clusterDim.z = 1;
-            c.gridDim = dim3((unsigned)cl);
-            c.attrs = &ca;
-            c.numAttrs = 1;
-            if (cudaOccupancyMaxActiveClusters(&ncl[cl], hqx_gemv1p_k<VB, 2, MODE, 1, FOLD>, &c) != cudaSuccess || ncl[cl] < 1) {
-                (void)cudaGetLastError();
-                ncl[cl] = -1; // no cluster of this size fits: plain blocks
-            }
-        }
-        const int64_t need = (rows[0] + KVQ_HQX_FOLD_WARPS - 1) / KVQ_HQX_FOLD_WARPS; // no block without a row
-        int g = ncl[cl] > 0 && ncl[cl] * cl < grid ? ncl[cl] * cl : grid;
-        if (g > need) g = (int)need;
-        g -= g % cl;
-        if (ncl[cl] > 0 && g >= cl) {
-            grid = g;
-            for (unsigned i = 0; i < cfg.numAttrs; i++) at[i] = cfg.attrs[i]; // (PDL's)
-            at[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
-            at[cfg.numAttrs].val.clusterDim.x = (unsigned)cl, at[cfg.numAttrs].val.clusterDim.y = 1;
-            at[cfg.numAttrs].val.clusterDim.z = 1;
-            cfg.attrs = at;
-            cfg.numAttrs++;
-            clustered = true;
-        }
-    }
+    if (g_fold >= 2 && g_fold < grid) grid = g_fold > MAXP ? g_fold : MAXP;
     const int tot = kvq_hqx_fold_split(rows, Q.n, grid, nb);
     if (!tot) return cudaErrorInvalidConfiguration;
     F.b1 = (uint32_t)nb[0];
@@ -866,27 +792,19 @@ static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumu
     cfg.gridDim = dim3((unsigned)tot);
     const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = rb2 + (uint32_t)rows[2];
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    const cudaError_t e =
-        cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, 2, MODE, 1, FOLD>, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
-    if (e == cudaSuccess && clustered) g_fold_cluster_n++;
-    return e;
+    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, 2, MODE, 1, true>, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
 }
 template <int VB>
-static cudaError_t g1f_launch_w(const cudaLaunchConfig_t &cfg, int mode, bool silu, const Parts &Q, int accumulate,
-                                const int64_t *rows, const G1F &F) {
-    if (silu)
-        return mode == G1_E8 ? g1f_launch<VB, G1_E8, G1_FOLD_SILU>(cfg, Q, accumulate, rows, F, g_fold_down, g_fold_cluster)
-                             : g1f_launch<VB, G1_RTN, G1_FOLD_SILU>(cfg, Q, accumulate, rows, F, g_fold_down, g_fold_cluster);
-    return mode == G1_E8 ? g1f_launch<VB, G1_E8, G1_FOLD_NORM>(cfg, Q, accumulate, rows, F, g_fold, 0)
-                         : g1f_launch<VB, G1_RTN, G1_FOLD_NORM>(cfg, Q, accumulate, rows, F, g_fold, 0);
+static cudaError_t g1f_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &Q, int accumulate, const int64_t *rows,
+                                const G1F &F) {
+    return mode == G1_E8 ? g1f_launch<VB, G1_E8>(cfg, Q, accumulate, rows, F) : g1f_launch<VB, G1_RTN>(cfg, Q, accumulate, rows, F);
 }
 
 kvq_status kvq_cuda_hqx_gemv1_fold(Parts &P, const float *x, const kvq_cuda_xin &xin, int accumulate, int pdl, kvq_err *err) {
     if (!kvq_cuda_hqx_gemv1_fold_ok(P, x, xin))
         return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "cuda: the folded one-token product does not take these parts");
-    const bool silu = xin.kind == KVQ_CUDA_XIN_SILU_MUL;
     // one launch per value width among the parts, as kvq_cuda_hqx_gemv1; each prepares its own
-    // parts; the first (with part 0, whose block 0 writes the transformed row) follows the kernel
+    // parts; the first (with part 0, whose block 0 writes the normalized row) follows the kernel
     // before as a programmatic dependent
     unsigned done = 0;
     for (int p0 = 0; p0 < P.n; p0++) {
@@ -898,25 +816,20 @@ kvq_status kvq_cuda_hqx_gemv1_fold(Parts &P, const float *x, const kvq_cuda_xin 
         parts_of_width(P, vb, Q, rows);
         cudaLaunchAttribute at;
         cudaLaunchConfig_t cfg = g1_cfg(dim3(1), pdl && p0 == 0, &at); // the grid: g1f_launch
-        cfg.blockDim = dim3(KVQ_HQX_FOLD_WARPS * 32); // shared memory: static, the budget (kvq_hqx_fold_smem[_silu] fits it)
+        cfg.blockDim = dim3(KVQ_HQX_FOLD_WARPS * 32); // shared memory: static, the budget (kvq_hqx_fold_smem fits it)
         const G1F F = {x, xin.w, xin.eps, p0 == 0 ? xin.y : NULL, 0u, 0u};
         const int mode = g1_mode(P, vb);
         cudaError_t e;
         switch (vb) {
-        case 4: e = g1f_launch_w<4>(cfg, mode, silu, Q, accumulate, rows, F); break;
-        case 5: e = g1f_launch_w<5>(cfg, mode, silu, Q, accumulate, rows, F); break;
-        case 6: e = g1f_launch_w<6>(cfg, mode, silu, Q, accumulate, rows, F); break;
-        case 7: e = g1f_launch_w<7>(cfg, mode, silu, Q, accumulate, rows, F); break;
-        default: e = g1f_launch_w<8>(cfg, mode, silu, Q, accumulate, rows, F); break;
+        case 4: e = g1f_launch_w<4>(cfg, mode, Q, accumulate, rows, F); break;
+        case 5: e = g1f_launch_w<5>(cfg, mode, Q, accumulate, rows, F); break;
+        case 6: e = g1f_launch_w<6>(cfg, mode, Q, accumulate, rows, F); break;
+        case 7: e = g1f_launch_w<7>(cfg, mode, Q, accumulate, rows, F); break;
+        default: e = g1f_launch_w<8>(cfg, mode, Q, accumulate, rows, F); break;
         }
-        if (e != cudaSuccess) return cu_fail(err, e, silu ? "launch hqx_gemv1 (folded SiLU)" : "launch hqx_gemv1 (folded)");
-        if (silu) {
-            CU_LAUNCHED("hqx_gemv1p folded silu");
-            g_fold_down_n++;
-        } else {
-            CU_LAUNCHED("hqx_gemv1p folded");
-            g_fold_n++;
-        }
+        if (e != cudaSuccess) return cu_fail(err, e, "launch hqx_gemv1 (folded)");
+        CU_LAUNCHED("hqx_gemv1p folded");
+        g_fold_n++;
     }
     return KVQ_OK;
 }

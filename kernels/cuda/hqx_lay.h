@@ -1,9 +1,8 @@
 // Where the int8 products' prepared activation lives (lay: the scratch hqx_fused.cu writes and
 // hqx_gemv1.cu reads, the one-token lane order) and the plan of the one-token product that
 // prepares its RMSNorm input itself (KVQ_CUDA_FOLD=1: its blocks, the rows each warp takes, its
-// shared memory), or its SiLU·up input (KVQ_CUDA_FOLD_DOWN=1). Plain C99 that also compiles as
-// CUDA, so that tests/test_hqx_lay.c checks the layouts and the plan on the host with the
-// functions the kernels run.
+// shared memory). Plain C99 that also compiles as CUDA, so that tests/test_hqx_lay.c checks the
+// layouts and the plan on the host with the functions the kernels run.
 #ifndef KVQ_CUDA_HQX_LAY_H
 #define KVQ_CUDA_HQX_LAY_H
 
@@ -72,33 +71,6 @@ static KVQ_LAY_HD inline size_t kvq_hqx_fold_smem(int64_t cols, int64_t cols_p, 
     if ((T != 64 && T != 128 && T != 256) || cols <= 0 || cols % 4 || cols > cols_p || cols_p % 1024) return 0;
     const size_t b = lay(cols_p, T, 1).total + sizeof(float) * (size_t)cols;
     return b <= KVQ_HQX_FOLD_SMEM ? b : 0;
-}
-
-/** Bytes of a folded block's shared memory for a SiLU·up input (KVQ_CUDA_FOLD_DOWN=1: the down
- *  product, whose input x = gate | up is 2·cols floats): the prepared activation lay(cols_p, T,
- *  1) alone. Each warp reads its tiles' gate and up floats straight from L2 (SiLU·up needs no
- *  reduction over the row, so no raw row is staged). The same shapes as kvq_hqx_fold_smem, else
- *  0; the budget KVQ_HQX_FOLD_SMEM holds 14336 columns (the 8B's down: 21.4 KiB at tile 256,
- *  21.9 at 128) and up to 29 696..31 744 columns at tiles 64..256 (tests/test_hqx_lay.c). */
-static KVQ_LAY_HD inline size_t kvq_hqx_fold_smem_silu(int64_t cols, int64_t cols_p, int T) {
-    if ((T != 64 && T != 128 && T != 256) || cols <= 0 || cols % 4 || cols > cols_p || cols_p % 1024) return 0;
-    const size_t b = lay(cols_p, T, 1).total;
-    return b <= KVQ_HQX_FOLD_SMEM ? b : 0;
-}
-
-/** Where step s (coordinates 1024s..1024s+1023) of the one-token layout L (tile T: 64, 128, 256)
- *  lies: in every region contiguously — sx and xs its 1024/T tiles' floats, s8 its 128 vector
- *  sums, xq its 1024 codes — so the blocks of a cluster (the SiLU fold with
- *  KVQ_CUDA_FOLD_DOWN_CLUSTER) each prepare steps rank, rank + C, ... and copy the others' steps
- *  as kvq_hqx_step_units(T) units of 16 bytes; unit u of step s starts kvq_hqx_step_unit bytes
- *  into the layout. */
-static KVQ_LAY_HD inline int kvq_hqx_step_units(int T) { return 2 * (256 / T) + 32 + 64; }
-static KVQ_LAY_HD inline size_t kvq_hqx_step_unit(const Lay *L, int T, int64_t s, int u) {
-    const int a = 256 / T; // units of a step's sx (and of its xs): 1024/T floats
-    if (u < a) return L->sx + (size_t)s * (4096 / T) + 16 * (size_t)u;
-    if (u < 2 * a) return L->xs + (size_t)s * (4096 / T) + 16 * (size_t)(u - a);
-    if (u < 2 * a + 32) return L->s8 + (size_t)s * 512 + 16 * (size_t)(u - 2 * a);
-    return L->xq + (size_t)s * 1024 + 16 * (size_t)(u - 2 * a - 32);
 }
 
 /** Splits a grid of at most grid blocks between n (1..3) parts of rows[p] rows: a block serves

@@ -251,20 +251,17 @@ extern "C" kvq_status kvq_cuda_hqx_time_stream(kvq_cuda_hqx *const *t, int n, in
         if (t[i]->h.cols != cols) return kvq_err_set(err, KVQ_ERR_ARG, "cuda: time_stream: tensors differ in columns");
         rows = t[i]->h.rows > rows ? t[i]->h.rows : rows;
     }
-    const int64_t xn = prep == 3 ? 2 * cols : cols; // prep 3: gate | up
-    CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * (size_t)xn));
+    CU_TRY(cudaMalloc((void **)&dx, sizeof(float) * (size_t)cols));
     CU_TRY(cudaMalloc((void **)&dy, sizeof(float) * (size_t)rows));
     CU_TRY(cudaMalloc((void **)&dw, sizeof(float) * (size_t)cols));
     {
-        kvq_status r = upload_random(dx, (size_t)xn, err);
-        if (!r) r = upload_random(dw, (size_t)cols, err); // prep 2: the norm's weights; 3: where silu(gate)·up goes
+        kvq_status r = upload_random(dx, (size_t)cols, err);
+        if (!r) r = upload_random(dw, (size_t)cols, err); // prep 2: the norm's weights
         if (r) return r;
     }
     // prep 2: the input is RMSNorm'd on the way in (a decode step's q/k/v and gate/up products:
-    // the preparation kernel's RMSNorm, or the fold's, kvq_cuda_hqx_set_fold); 3: silu(gate)·up
-    // (the down product: the preparation kernel's, or the fold's, kvq_cuda_hqx_set_fold_down)
-    const kvq_cuda_xin xin = {prep == 2 ? KVQ_CUDA_XIN_RMSNORM : prep == 3 ? KVQ_CUDA_XIN_SILU_MUL : KVQ_CUDA_XIN_NONE,
-                              prep == 2 ? dw : NULL, 1e-5f, prep == 3 ? dw : NULL};
+    // the preparation kernel's RMSNorm, or the fold's, kvq_cuda_hqx_set_fold)
+    const kvq_cuda_xin xin = {prep == 2 ? KVQ_CUDA_XIN_RMSNORM : KVQ_CUDA_XIN_NONE, dw, 1e-5f, NULL};
     const int64_t r0 = 0;
     auto one = [&](kvq_cuda_hqx *u) { return kvq_cuda_hqx_matmul_parts_in(&u, 1, &r0, dx, &xin, 1, dy, rows, 0, err); };
     cudaEvent_t a, b;

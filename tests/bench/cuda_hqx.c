@@ -8,9 +8,7 @@
 // per second), the float product and the 8-token product (one call each). tests/bench/cuda_hqx_peer.py times torch's bf16
 // GEMV on the same shapes (run both in one call).
 // KVQ_HQX_FOLD=1: also an RMSNorm input streamed both ways, the preparation kernel + product
-// against the product preparing it itself (kvq_cuda_hqx_set_fold), and a SiLU·up input the same
-// two ways (kvq_cuda_hqx_set_fold_down) and folded in clusters of 2, 4, 8 blocks
-// (kvq_cuda_hqx_set_fold_down_cluster), per shape and codec.
+// against the product preparing it itself (kvq_cuda_hqx_set_fold), per shape and codec.
 // usage: cuda_hqx [ROWSxCOLS ...]   (default: Llama-3-8B's layer shapes and 8192², 16384²)
 #include <math.h>
 #include <stdio.h>
@@ -136,27 +134,6 @@ int main(int argc, char **argv) {
                 kvq_cuda_hqx_set_fold(-1);
                 printf("|   fold %s %s | rmsnorm: preparation + product %.4f ms | folded %.4f ms (%ld launches folded) | "
                        "%+.2f us a product |\n", sh, codecs[ci], m0, m1, f2 - f1, 1e3 * (m1 - m0));
-                // a SiLU·up input (gate | up, 2·cols floats): hqx_prep_i8h + the product against the
-                // product preparing it (KVQ_CUDA_FOLD_DOWN; the 8B's down is 4096x14336)
-                kvq_cuda_hqx_set_fold_down(0);
-                if (kvq_cuda_hqx_time_stream(t, nc, 100, 3, &m0, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-                kvq_cuda_hqx_set_fold_down(1);
-                const long d1 = kvq_cuda_hqx_fold_down_launches();
-                if (kvq_cuda_hqx_time_stream(t, nc, 100, 3, &m1, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-                const long d2 = kvq_cuda_hqx_fold_down_launches();
-                printf("|   fold %s %s | silu_mul: preparation + product %.4f ms | folded %.4f ms (%ld launches folded) | "
-                       "%+.2f us a product |\n", sh, codecs[ci], m0, m1, d2 - d1, 1e3 * (m1 - m0));
-                for (int cl = 2; cl <= 8; cl *= 2) { // the blocks of a cluster sharing the preparation
-                    double m2 = 0;
-                    kvq_cuda_hqx_set_fold_down_cluster(cl);
-                    const long c1 = kvq_cuda_hqx_fold_cluster_launches();
-                    if (kvq_cuda_hqx_time_stream(t, nc, 100, 3, &m2, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-                    printf("|   fold %s %s | silu_mul: folded in clusters of %d %.4f ms (%ld launches in clusters) | "
-                           "%+.2f us a product against the preparation |\n", sh, codecs[ci], cl, m2,
-                           kvq_cuda_hqx_fold_cluster_launches() - c1, 1e3 * (m2 - m0));
-                }
-                kvq_cuda_hqx_set_fold_down_cluster(-1);
-                kvq_cuda_hqx_set_fold_down(-1);
             }
             fflush(stdout);
             for (int k = 0; k < nc; k++) kvq_cuda_hqx_free(t[k]);
