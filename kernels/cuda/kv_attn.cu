@@ -236,11 +236,6 @@ static int tc_turbo(void) { return on_unless_0(&g_tcq, "KVQ_CUDA_KV_TC_TURBO"); 
 static int g_tcp = -1;
 extern "C" void kvq_gkv_set_tc_tprod(int on) { g_tcp = on < 0 ? -1 : on != 0; }
 static int tc_tprod(void) { return on_unless_0(&g_tcp, "KVQ_CUDA_KV_TC_TPROD"); }
-// Its blocks read S in fp16 (the side's mat16, session 17, helper i20t): g_tps16, or KVQ_CUDA_KV_TPROD_S16=0; default 1
-// (the same fp16 values as the per-block rounding of the fp32 S, so the same bits; half the bytes a block).
-static int g_tps16 = -1;
-extern "C" void kvq_gkv_set_tc_tprod_s16(int on) { g_tps16 = on < 0 ? -1 : on != 0; }
-static const uint16_t *tprod_s16(const kvq_gkv_cache *c) { return on_unless_0(&g_tps16, "KVQ_CUDA_KV_TPROD_S16") ? c->k.mat16 : NULL; }
 // OCTOPUS keys (octopus:2 / :4, with or without :qjl) on the tensor cores (kv_attn_oct.cu): g_tco, or
 // KVQ_CUDA_KV_TC_OCT=0; default 1 (session 17, helper i20c). Variant 1 (q in shared memory, 4 blocks an
 // SM) unless KVQ_CUDA_KV_TC / kvq_gkv_set_tc ask for 2 (q in registers, 3 blocks); no cp.async stages.
@@ -502,7 +497,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
                                 kvq_gkv_region_bytes(c->k.kind, c->k.bits, hd, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, hd, c->cap, 1),
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, hd, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, hd, c->cap),
                                 c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
-                                fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat, c->k.mat, tprod_s16(c)};
+                                fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat, c->k.mat};
         st = oct_keys(c) ? kvq_gkv_tc_oct_launch(ft, &ta, c->k.rho, ga * gx, gz, sm, err) : kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
         if (st) return st;
         launched = 1;

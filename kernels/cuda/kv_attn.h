@@ -166,8 +166,6 @@ typedef struct {
     double enc_scale;     // HQKV encoder: α·√d in double, as the CPU encoder forms α√d/γ
     double med;           // HQMQO encoder: the outlier multiplier C (the running median's state is in
                           // the region, kvq_gkv_hqmqo_state_offset)
-    const uint16_t *mat16; // device, TPROD: S in fp16 bits (n_kv, d, d), RNE of mat, for the tensor-core
-                           // kernel (32 KiB a head read per block, no conversion); NULL: it rounds mat itself
 } kvq_gkv_side;
 
 /** A device cache: n_tok positions stored for every sequence, packed [0, n_enc), the most
@@ -472,12 +470,6 @@ void kvq_gkv_set_tc_turbo(int on);
  *  never the cp.async stages; docs/KV.md), 0 = the fp32 split kernel; −1 (default) = 1 unless
  *  KVQ_CUDA_KV_TC_TPROD=0 in the environment (read at the first attend). Process-wide. */
 void kvq_gkv_set_tc_tprod(int on);
-/** turboquant-prod on the tensor cores (session 17, helper i20t): 1 = its blocks read S from the
- *  side's fp16 copy (kvq_gkv_side.mat16, made once with the tables) when it is set, 0 = from the fp32
- *  S, rounded to fp16 per block as before — the same fp16 values into the same mma, so outputs
- *  bit-identical; −1 (default) = 1 unless KVQ_CUDA_KV_TPROD_S16=0 in the environment (read at the
- *  first attend). Process-wide. */
-void kvq_gkv_set_tc_tprod_s16(int on);
 /** OCTOPUS keys on the tensor cores (kernels/cuda/kv_attn_oct.cu; session 17): 1 = octopus:2 and
  *  octopus:4, with or without :qjl (KIVI values of the same width), run attn_tc_oct whenever
  *  kvq_gkv_set_tc has the tensor cores on (variant 1, or 2 when asked for; fp16 ρ̂·n̂ from a

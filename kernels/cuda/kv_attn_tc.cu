@@ -32,8 +32,7 @@
 // turboquant-prod:2/3/4 (session 17, helper i20p; KVQ_CUDA_KV_TC_TPROD): KIND = KVQ_GKV_TPROD, keys'
 // (b−1)-bit centroids as TURBO's (1 bit: the plane as fp16 ±1 against (c1 − c0)/2·R q in B, plus
 // (c0 + c1)/2·Σ R q; 3 bits: kvq_tc_tq3_dq) in one mma chain, the QJL sign plane as fp16 ±1 (a shift and a
-// lop3 a pair, kvq_tc_b1_pm) against S R q (fp16; formed once per block by mma from S in fp16 — read from
-// the side's fp16 copy mat16 when set, helper i20t, else rounded from the fp32 S, the same bits) in a second,
+// lop3 a pair, kvq_tc_b1_pm) against S R q (fp16; formed once per block by mma from S in fp16) in a second,
 // combined per key as γ·(mse + √(π/2)/d·γ_r·qjl); values turboquant:<b> (3 bits: kvq_tc_tq3_dq).
 // Register-prefetch variants only (no cp.async stages).
 #include <math.h>
@@ -291,10 +290,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
         else kvq_tc_tq_table(B, c16, tv);
     }
     if constexpr (TP) { // S R q by mma (S, this head's QJL matrix, in fp16 as A; R q in fp16 as B): warp w rows 32w..32w+31
-        // S's A fragments: from the fp16 copy (kmat16: one 32-bit load a pair, 32 KiB a head) or the fp32 S
-        // rounded here (64 KiB) — the same fp16 values (round to nearest even both ways), so the same bits
         const float *S = p.kmat + (size_t)gk * D * D;
-        const uint16_t *S16 = p.kmat16 ? p.kmat16 + (size_t)gk * D * D : NULL; // block-uniform
         float cs[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int ks = 0; ks < 8; ks++) {
@@ -303,18 +299,11 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
             const uint32_t b1 = g < G ? h2u(__floats2half2_rn(qs[g][k0 + 8], qs[g][k0 + 9])) : 0u;
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
-                const size_t o0 = (size_t)(32 * warp + 16 * mt + g) * D + k0, o1 = o0 + 8 * D;
-                if (S16) {
-                    const uint32_t a0 = __ldg((const unsigned int *)(S16 + o0)), a1 = __ldg((const unsigned int *)(S16 + o1)),
-                                   a2 = __ldg((const unsigned int *)(S16 + o0 + 8)), a3 = __ldg((const unsigned int *)(S16 + o1 + 8));
-                    mma16816(cs[mt], a0, a1, a2, a3, b0, b1);
-                } else {
-                    const float *r0 = S + o0, *r1 = S + o1;
-                    const float2 x0 = __ldg((const float2 *)r0), x1 = __ldg((const float2 *)r1), x2 = __ldg((const float2 *)(r0 + 8)),
-                                 x3 = __ldg((const float2 *)(r1 + 8));
-                    mma16816(cs[mt], h2u(__float22half2_rn(x0)), h2u(__float22half2_rn(x1)), h2u(__float22half2_rn(x2)), h2u(__float22half2_rn(x3)),
-                             b0, b1);
-                }
+                const float *r0 = S + (size_t)(32 * warp + 16 * mt + g) * D + k0, *r1 = r0 + 8 * D;
+                const float2 x0 = __ldg((const float2 *)r0), x1 = __ldg((const float2 *)r1), x2 = __ldg((const float2 *)(r0 + 8)),
+                             x3 = __ldg((const float2 *)(r1 + 8));
+                mma16816(cs[mt], h2u(__float22half2_rn(x0)), h2u(__float22half2_rn(x1)), h2u(__float22half2_rn(x2)), h2u(__float22half2_rn(x3)), b0,
+                         b1);
             }
         }
         if (t < G / 2) // C: rows (32w + 16mt + g, + 8) = S R q's dims, columns 2t, 2t + 1 = heads

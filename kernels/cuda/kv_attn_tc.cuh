@@ -114,7 +114,6 @@ struct kvq_tc_args {
     const float *kcb, *vcb;        // TURBO: the sides' centroids (n_kv, 2^bits) fp32
     const float *ksigns, *kquat;   // TURBO: the keys' sign vectors (n_kv, D) and qturbo's quaternions (n_kv, 4) or NULL
     const float *kmat;             // TPROD: the keys' QJL matrices S (n_kv, D, D) fp32 row-major
-    const uint16_t *kmat16;        // TPROD: S in fp16 bits, the same layout (NULL: kmat, rounded per block)
 };
 
 /** The kernel for keys kind/bits and values kind/bits, or NULL (int:2, int:4, kivi:2, kivi:4,

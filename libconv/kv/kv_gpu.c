@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats/dtype.h" // kvq_f32_to_f16
 #include "kernels/cuda/hq_decode.h" // kvq_cuda_malloc, kvq_cuda_copy, kvq_cuda_free
 #include "kernels/kv_hqkv.h"
 #include "kernels/kv_hqmq.h"
@@ -131,31 +130,14 @@ void kvq_gkv_side_free_tables(kvq_gkv_side *sd) {
     const float *t[6] = {sd->cb, sd->rho, sd->signs, sd->quat, sd->mat, sd->cxi};
     for (int i = 0; i < 6; i++) kvq_cuda_free((void *)t[i]);
     kvq_cuda_free((void *)sd->seeds);
-    kvq_cuda_free((void *)sd->mat16);
     sd->cb = sd->rho = sd->signs = sd->quat = sd->mat = sd->cxi = NULL;
-    sd->seeds = NULL, sd->mat16 = NULL;
+    sd->seeds = NULL;
 }
 
 static kvq_status upload(const void *host, size_t nb, void **dev, size_t *bytes, kvq_err *err) {
     kvq_status s = kvq_cuda_malloc(dev, nb, err);
     if (!s && bytes) *bytes += nb;
     return s ? s : kvq_cuda_copy(*dev, host, nb, 1, err);
-}
-
-void kvq_gkv_mat16_of(const float *mat, size_t n, uint16_t *out) {
-    for (size_t i = 0; i < n; i++) out[i] = kvq_f32_to_f16(mat[i]);
-}
-
-kvq_status kvq_gkv_side_mat16(kvq_gkv_side *sd, const float *mat, int n_kv, int d, size_t *bytes, kvq_err *err) {
-    const size_t n = (size_t)n_kv * d * d;
-    uint16_t *h = malloc(sizeof(uint16_t) * n);
-    if (!h) return kvq_err_set(err, KVQ_ERR_NOMEM, "out of memory");
-    kvq_gkv_mat16_of(mat, n, h);
-    void *dev = NULL;
-    const kvq_status s = upload(h, sizeof(uint16_t) * n, &dev, bytes, err);
-    if (dev) sd->mat16 = dev;
-    free(h);
-    return s;
 }
 
 kvq_status kvq_gkv_side_tables(kvq_gkv_side *sd, const kvq_kvcodec *const *st, int n_kv, size_t *bytes, kvq_err *err) {
@@ -183,8 +165,6 @@ kvq_status kvq_gkv_side_tables(kvq_gkv_side *sd, const kvq_kvcodec *const *st, i
         void *dev = NULL;
         if (!s) s = upload(host, sizeof(float) * t0->slot * n_kv, &dev, bytes, err);
         if (dev) *dst[i] = dev;
-        // TPROD: S also in fp16 (the tensor-core kernel's copy; helper i20t, session 17)
-        if (!s && dst[i] == &sd->mat && sd->kind == KVQ_GKV_TPROD) s = kvq_gkv_side_mat16(sd, host, n_kv, st[0]->d, bytes, err);
         free(host);
     }
     if (!s) {

@@ -56,19 +56,11 @@ typedef struct {
 int kvq_gkv_tables_of(const kvq_kvcodec *c, kvq_gkv_kind kind, int bits, kvq_gkv_tables *t);
 /** Uploads the tables of one side (kind and bits set) gathered over the KV heads' states
  *  st[0..n_kv) (kvq_gkv_tables_of, one slot per head) into new device arrays of sd (cb, rho,
- *  signs, quat, mat, cxi, seeds; TPROD also mat16, kvq_gkv_side_mat16), and sets its round, n_sec, ibits and HQKV parameters; device
+ *  signs, quat, mat, cxi, seeds), and sets its round, n_sec, ibits and HQKV parameters; device
  *  bytes added to *bytes (may be NULL). Nothing for fp16, int, kivi. The arrays are freed by
  *  kvq_gkv_side_free_tables (also after a failure). @return KVQ_OK, KVQ_ERR_UNSUPPORTED when a
  *  state's tables do not fit the kind or differ in shape between heads, or a device error. */
 kvq_status kvq_gkv_side_tables(kvq_gkv_side *sd, const kvq_kvcodec *const *st, int n_kv, size_t *bytes, kvq_err *err);
-/** The fp16 bits of n floats (round to nearest even, as the device's __float2half_rn) into out
- *  (caller's, n entries): kvq_gkv_side_mat16's conversion. */
-void kvq_gkv_mat16_of(const float *mat, size_t n, uint16_t *out);
-/** TPROD: uploads mat (host, (n_kv, d, d) fp32, d = head_dim) rounded to fp16 (kvq_gkv_mat16_of)
- *  into a new device array sd->mat16, the tensor-core kernel's copy of
- *  S; device bytes added to *bytes (may be NULL); freed by kvq_gkv_side_free_tables. @return KVQ_OK,
- *  KVQ_ERR_NOMEM or a device error. */
-kvq_status kvq_gkv_side_mat16(kvq_gkv_side *sd, const float *mat, int n_kv, int d, size_t *bytes, kvq_err *err);
 /** Frees the device tables kvq_gkv_side_tables set (not sd->data) and clears them. */
 void kvq_gkv_side_free_tables(kvq_gkv_side *sd);
 /** The CPU record (c->vt->max_bytes(c) bytes) of the group at pos of a region image. */
