@@ -22,6 +22,7 @@
 #include "kernels/cuda/kv_attn_oct.cuh"
 #include "kernels/cuda/kv_merge.cuh"
 #include "kernels/cuda/kv_tc_oct.h"
+#include "kernels/cuda/kv_tc_dev.cuh"
 
 #define D KVQ_GKV_HEAD_DIM
 #define G KVQ_GKV_GROUP
@@ -31,37 +32,7 @@
 static_assert(D == 128 && G == 4, "the fragment mapping assumes head_dim 128 and 4 query heads per KV head");
 static_assert(4 * 36 == 16 * KVQ_TC_OCT_KSTEPS && 2 * KVQ_TC_OCT_PAIRS == 36, "a lane's 12 triplets are its 36 k dims");
 
-// (kv_attn_tc.cu's helpers, static there)
-__device__ __forceinline__ __half2 u2h(uint32_t u) {
-    __half2 h;
-    memcpy(&h, &u, 4);
-    return h;
-}
-__device__ __forceinline__ uint32_t h2u(__half2 h) {
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-}
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-// The fp16 bits of v, exactly representable and normal (the fix-up constants, immediates of the HFMA2).
-__host__ __device__ constexpr uint32_t f16c(float v) {
-    uint32_t sg = v < 0.0f ? 0x8000u : 0u;
-    if (v < 0.0f) v = -v;
-    int e = 0;
-    while (v >= 2.0f) v *= 0.5f, e++;
-    while (v < 1.0f) v *= 2.0f, e--;
-    return sg | (uint32_t)(e + 15) << 10 | (uint32_t)((v - 1.0f) * 1024.0f);
-}
 static_assert(f16c(1.0f) == 0x3C00u && f16c(0.0625f) == 0x2C00u && f16c(-64.0f) == 0xD400u, "f16c");
-__device__ __forceinline__ float ex2(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
 
 // One tile's loads for a lane (zeros past the chunk: codes 0 read a finite table entry, weight 0):
 // keys of positions g, g+8 — the code words of GPU-layout lanes 2t, 2t+1 (2·NW words, contiguous)
@@ -300,9 +271,9 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
             const float mn = fmaxf(mx[e], m); // finite: the tile has a valid position
-            al[e] = ex2(mx[e] - mn);
+            al[e] = tc_exp2<1>(mx[e] - mn);
             mx[e] = mn;
-            pr[e] = ex2(c[e] - mn), pr[e + 2] = ex2(c[e + 2] - mn);
+            pr[e] = tc_exp2<1>(c[e] - mn), pr[e + 2] = tc_exp2<1>(c[e + 2] - mn);
             ls[e] = fmaf(ls[e], al[e], pr[e] + pr[e + 2]);
         }
         if (__any_sync(0xffffffffu, al[0] != 1.0f || al[1] != 1.0f)) // else the products would leave acc as it is
