@@ -306,43 +306,8 @@ __device__ __forceinline__ void oct_chunk(const kvq_tc_args &p, const float *rho
         x = x1;
     }
 
-    // ---- the warps' (max, sum, Σ p·V) merged: weights 2^(m_w − M) (kv_attn_tc.cu's end)
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        ls[e] += __shfl_xor_sync(0xffffffffu, ls[e], 4);
-        ls[e] += __shfl_xor_sync(0xffffffffu, ls[e], 8);
-        ls[e] += __shfl_xor_sync(0xffffffffu, ls[e], 16);
-    }
-    if (g == 0 && t < G / 2) wm[warp][2 * t] = mx[0], wm[warp][2 * t + 1] = mx[1], wl[warp][2 * t] = ls[0], wl[warp][2 * t + 1] = ls[1];
-    __syncthreads();
-    if (t < G / 2) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int h = 2 * t + e;
-            float M = -INFINITY;
-#pragma unroll
-            for (int w = 0; w < TNW; w++) M = fmaxf(M, wm[w][h]);
-            const float f = mx[e] == -INFINITY ? 0.0f : exp2f(mx[e] - M);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                red[warp][h][kvq_tc_vdim(B, g, j, 0)] = acc[j][e] * f;
-                red[warp][h][kvq_tc_vdim(B, g, j, 1)] = acc[j][e + 2] * f;
-            }
-        }
-    }
-    __syncthreads();
-    const int slot = kvq_gkv_block_slot(p.dyn, b, p.slot0, s);
-    float *po = p.po + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * D;
-    float *pml = p.pml + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * 2;
-    kvq_gkv_split_out<TNW, TNT>(red, po, G, D, p.n_slot);
-    if (threadIdx.x < G) {
-        const int h = threadIdx.x;
-        float M = -INFINITY, l = 0.0f;
-        for (int w = 0; w < TNW; w++) M = fmaxf(M, wm[w][h]);
-        for (int w = 0; w < TNW; w++)
-            if (wm[w][h] != -INFINITY) l = fmaf(exp2f(wm[w][h] - M), wl[w][h], l);
-        pml[(size_t)h * p.n_slot * 2] = M, pml[(size_t)h * p.n_slot * 2 + 1] = l;
-    }
+    // ---- the warps' (max, sum, Σ p·V) merged, the block's partial results out
+    kvq_tc_chunk_out(p, red, wm, wl, acc, mx, ls, warp, g, t, b, gk, s, [&](int j, int hi) { return kvq_tc_vdim(B, g, j, hi); });
 }
 
 // QR = 0 (variant 1): q's B fragments in shared memory, 4 blocks an SM (≤ 128 registers; b = 4 spills 24

@@ -144,4 +144,55 @@ __device__ __forceinline__ void kvq_gkv_split_out(const Red &red, float *po, int
 /** Threads a block of the tensor-core kernels (for the occupancy query). */
 #define KVQ_GKV_TC_THREADS 128
 
+/** A tensor-core block's end (kv_attn_tc.cu, kv_attn_oct.cu): the warps' running (max mx, sum ls,
+ *  Σ p·V acc) merged with weights 2^(m_w − M) through wm, wl and red (acc[j] columns at the value dims
+ *  vd(j, 0), vd(j, 1) of the lane's fragment), then the block's partial results written to its slot
+ *  (Σ p·V by kvq_gkv_split_out; max and sum per head). warp, g = lane/4, t = lane%4; b, gk, s: the
+ *  block's row, KV head and chunk. */
+template <int NR, class VD>
+__device__ __forceinline__ void kvq_tc_chunk_out(const kvq_tc_args &p, float (&red)[NR][KVQ_GKV_GROUP][KVQ_GKV_HEAD_DIM],
+                                                 float (&wm)[KVQ_GKV_TC_THREADS / 32][KVQ_GKV_GROUP],
+                                                 float (&wl)[KVQ_GKV_TC_THREADS / 32][KVQ_GKV_GROUP], const float (&acc)[8][4],
+                                                 const float (&mx)[2], float (&ls)[2], int warp, int g, int t, int b, int gk,
+                                                 int s, VD vd) {
+    constexpr int G = KVQ_GKV_GROUP, D = KVQ_GKV_HEAD_DIM, TNT = KVQ_GKV_TC_THREADS, TNW = TNT / 32;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        ls[e] += __shfl_xor_sync(0xffffffffu, ls[e], 4);
+        ls[e] += __shfl_xor_sync(0xffffffffu, ls[e], 8);
+        ls[e] += __shfl_xor_sync(0xffffffffu, ls[e], 16);
+    }
+    if (g == 0 && t < G / 2) wm[warp][2 * t] = mx[0], wm[warp][2 * t + 1] = mx[1], wl[warp][2 * t] = ls[0], wl[warp][2 * t + 1] = ls[1];
+    __syncthreads();
+    if (t < G / 2) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int h = 2 * t + e;
+            float M = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < TNW; w++) M = fmaxf(M, wm[w][h]);
+            const float f = mx[e] == -INFINITY ? 0.0f : exp2f(mx[e] - M);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                red[warp][h][vd(j, 0)] = acc[j][e] * f;
+                red[warp][h][vd(j, 1)] = acc[j][e + 2] * f;
+            }
+        }
+    }
+    __syncthreads();
+    // the block's slot of the partial results (formed here, not kept live through the loop)
+    const int slot = kvq_gkv_block_slot(p.dyn, b, p.slot0, s);
+    float *po = p.po + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * D;
+    float *pml = p.pml + (((size_t)b * p.H + gk * G) * p.n_slot + slot) * 2;
+    kvq_gkv_split_out<TNW, TNT>(red, po, G, D, p.n_slot);
+    if (threadIdx.x < G) {
+        const int h = threadIdx.x;
+        float M = -INFINITY, l = 0.0f;
+        for (int w = 0; w < TNW; w++) M = fmaxf(M, wm[w][h]);
+        for (int w = 0; w < TNW; w++)
+            if (wm[w][h] != -INFINITY) l = fmaf(exp2f(wm[w][h] - M), wl[w][h], l);
+        pml[(size_t)h * p.n_slot * 2] = M, pml[(size_t)h * p.n_slot * 2 + 1] = l;
+    }
+}
+
 #endif
