@@ -1397,90 +1397,115 @@ static void test_attend_tc(void **state) {
     free(K), free(V), free(q), free(out), free(ref);
 }
 
-// TurboQuant and qturbo at 2 and 4 bits on the tensor cores (kvq_gkv_set_tc_turbo(1), session 14)
-// against the CPU decode-then-attend reference at T_kv = 1 .. 1056 (partial tiles, partial and empty
-// warp shares), B = 2 sequences × 3 KV heads, chunks 32, 64, 1024 and auto: variants 1 and 2, the
-// pipelined kernels (3 and 4 stages: bit-equal to variant 2 at the same fixed chunk) and the merge
-// fused into the tensor-core launch (bit-equal to the separate merge: the values' rotation back runs
-// in either); then with a 40-position fp16 window. Limit NMSE ≤ 1e-4, as the int/KIVI tensor-core
-// kernels': fp16 rotated q, the codebook rounded to fp16 (the centroids keep 11 significant bits),
-// fp16 norm·centroid values and fp16 p in the products, fp32 sums (test_tq_emulated shows the index
-// arithmetic exact); the fp32 split kernel on the same cache ≤ 1e-9 as the control, and
-// kvq_gkv_set_tc_turbo(0) keeps the cache there. turboquant-prod:2/3/4 (session 17, helper i20p; switch
-// kvq_gkv_set_tc_tprod): the same runs and limit — its keys' centroids and QJL signs as two mma chains
-// against fp16 R q and fp16 S R q (S rounded to fp16 once per block), the codec's QJL-corrected score
-// (score_vec) in the reference; no pipelined kernel, so stages 3 and 4 run variant 2 (bit-equal to it,
-// and kvq_gkv_tc_stages says 0); test_tprod_emulated shows its index arithmetic exact.
-static void test_attend_tc_turbo(void **state) {
-    if (!have_gpu()) { skip(); return; }
-    enum { B = 2, NKV = 3, CAP = 1056 };
+// A family of codecs on the tensor-core kernels against the CPU decode-then-attend reference (keys:
+// the codec's own score, values decoded) at T_kv = 1 .. 1056 (partial tiles, partial and empty warp
+// shares), B = 2 sequences × 3 KV heads, chunks 32, 64, 1024 and automatic: every run of the family's
+// table (tensor-core variant, cp.async stages, merge fused, turboquant-prod's prelude) within NMSE 1e-4
+// on the tensor cores (fp16 q and codebooks, fp16 p and values in the products, fp32 sums), the fp32
+// split kernel (tc 0, and the specs not built there, run at T 1000 only) within 1e-9 as the control;
+// each run with a reference run bit-equal to it wherever both ran at the same chunk (an automatic
+// chunk follows its kernel's occupancy); the family's switch off keeps the fp32 kernel; with a
+// 40-position fp16 window the packed chunks on the tensor cores (variants 1 and 2).
+typedef struct {
+    const char *spec;
+    int built, stages; // on the tensor cores; with the cp.async stages (kvq_gkv_tc_stages reports them)
+} tc_spec;
+typedef struct {
+    int tc, pipe, fuse; // kvq_gkv_set_tc, _tc_pipe, _fuse_merge
+    int pre;            // kvq_gkv_set_tprod_pre (turboquant-prod only: the run is skipped for the others), −1 the default
+    int ref;            // the run whose output this one equals bit for bit at the same chunk, or −1
+} tc_run;
+typedef struct {
+    const char *name;
+    const tc_spec *specs;
+    int n_specs;
+    const tc_run *runs;
+    int n_runs, base; // base: the run the switch is checked with
+    uint64_t seed;
+    void (*own)(const char *spec, int on); // the spec's own switch to on, the family's others on
+} tc_family;
+
+static int is_tprod(const char *spec) { return !strncmp(spec, "turboquant-prod", 15); }
+
+static void attend_tc_family(const tc_family *f) {
+    enum { B = 2, NKV = 3, CAP = 1056, NRUN = 12 };
     const int H = NKV * GRP;
     const int Ts[] = {1, 15, 16, 17, 100, 511, 1000, 1056};
     const float scale = 1.0f / sqrtf((float)D);
     const size_t NO = (size_t)B * H * D;
-    uint64_t seed = 1414;
+    assert_true(f->n_runs <= NRUN);
+    uint64_t seed = f->seed;
     kvq_err err = {0};
     void *dq, *dout;
     assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
     assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
     float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
-    float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO);
+    float *outs = malloc(sizeof(float) * NO * NRUN), *out = malloc(sizeof(float) * NO);
     double *ref = malloc(sizeof(double) * NO), worst = 0;
-    const char *specs[] = {"turboquant:2", "turboquant:4", "qturbo:2", "qturbo:4", "turboquant-prod:2", "turboquant-prod:3", "turboquant-prod:4"};
     int n_cmp = 0, n_diff = 0;
-    for (int si = 0; si < (int)(sizeof specs / sizeof *specs); si++)
+    for (int si = 0; si < f->n_specs; si++)
         for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
-            const int T = Ts[ti], tp = !strncmp(specs[si], "turboquant-prod", 15);
+            const char *spec = f->specs[si].spec;
+            const int T = Ts[ti], built = f->specs[si].built, tp = is_tprod(spec);
+            if (!built && T != 1000) continue; // not built: the switch and the control alone
             tokens(K, B * NKV * T, &seed);
             tokens(V, B * NKV * T, &seed);
             for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
             assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
             tside ks, vs;
-            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
-            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
+            build_side(spec, 0, B, NKV, T, CAP, K, &ks);
+            build_side(spec, 1, B, NKV, T, CAP, V, &vs);
             ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
             kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
-            kvq_gkv_set_tc(2);
+            kvq_gkv_set_tc(f->runs[f->base].tc);
             kvq_gkv_set_tc_pipe(0);
-            if (tp) kvq_gkv_set_tc_turbo(1), kvq_gkv_set_tc_tprod(0); // (each switch for its own codec)
-            else kvq_gkv_set_tc_tprod(1), kvq_gkv_set_tc_turbo(0);
+            kvq_gkv_set_tprod_pre(-1);
+            f->own(spec, 0);
             assert_int_equal(kvq_gkv_tc_active(&c), 0); // the switch: off keeps the fp32 split kernel
-            kvq_gkv_set_tc_turbo(1), kvq_gkv_set_tc_tprod(1);
-            assert_int_equal(kvq_gkv_tc_active(&c), 1);
+            f->own(spec, 1);
+            assert_int_equal(kvq_gkv_tc_active(&c), built);
+            kvq_gkv_set_tc_pipe(3);
+            assert_int_equal(kvq_gkv_tc_stages(&c), built && f->specs[si].stages ? 3 : 0); // (none without a cp.async kernel)
             const int chunks[] = {32, 64, 1024, 0};
             for (int ci = 0; ci < 4; ci++) {
                 const int ch = chunks[ci];
+                int chunk_of[NRUN];
                 void *scr;
                 assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
-                // (kvq_gkv_set_tc, _tc_pipe, _fuse_merge): the fp32 kernel, variant 1, variant 2 (the
-                // base), 3 and 4 stages, variant 2 with the merge fused
-                const int runs[][3] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {2, 3, 0}, {2, 4, 0}, {2, 0, 1}};
-                for (int ri = 0; ri < 6; ri++) {
-                    kvq_gkv_set_tc(runs[ri][0]);
-                    kvq_gkv_set_tc_pipe(runs[ri][1]);
-                    kvq_gkv_set_fuse_merge(runs[ri][2]);
-                    assert_int_equal(kvq_gkv_tc_active(&c), runs[ri][0] != 0);
-                    assert_int_equal(kvq_gkv_tc_stages(&c), tp ? 0 : runs[ri][1]);
+                for (int ri = 0; ri < f->n_runs; ri++) {
+                    const tc_run *r = &f->runs[ri];
+                    chunk_of[ri] = -1;
+                    if (r->pre >= 0 && !tp) continue; // (the prelude switch: turboquant-prod's alone)
+                    kvq_gkv_set_tc(r->tc);
+                    kvq_gkv_set_tc_pipe(r->pipe);
+                    kvq_gkv_set_fuse_merge(r->fuse);
+                    kvq_gkv_set_tprod_pre(r->pre);
+                    const int on = built && r->tc;
+                    assert_int_equal(kvq_gkv_tc_active(&c), on);
+                    assert_int_equal(kvq_gkv_tc_stages(&c), on && f->specs[si].stages ? r->pipe : 0);
+                    chunk_of[ri] = ch ? ch : kvq_gkv_auto_chunk(&c);
                     assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
                     kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
                     if (st) fprintf(stderr, "attend: %s\n", err.msg);
                     assert_int_equal(st, KVQ_OK);
-                    assert_int_equal(kvq_cuda_copy(ri == 2 ? base : out, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
-                    const double e = nmse(ri == 2 ? base : out, ref, NO);
-                    // the pipelined kernels' automatic chunk follows their occupancy (4 blocks an SM, not 3):
-                    // bit-equality at the fixed chunks; the fused merge at every chunk
-                    const int cmp = ri >= 3 && (ch || ri == 5), same = cmp && !memcmp(out, base, sizeof(float) * NO);
+                    float *o = outs + (size_t)ri * NO;
+                    assert_int_equal(kvq_cuda_copy(o, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                    const double e = nmse(o, ref, NO);
+                    const int cmp = built && r->ref >= 0 && chunk_of[r->ref] == chunk_of[ri];
+                    const int same = cmp && !memcmp(o, outs + (size_t)r->ref * NO, sizeof(float) * NO);
                     n_cmp += cmp, n_diff += cmp && !same;
-                    if (runs[ri][0] && e > worst) worst = e;
-                    fprintf(stderr, "test_cuda_kv: attend %-17s T %4d chunk %4d tc %d pipe %d fuse %d: NMSE vs CPU decode-then-attend %.2e%s\n",
-                            specs[si], T, ch ? ch : kvq_gkv_auto_chunk(&c), runs[ri][0], runs[ri][1], runs[ri][2], e,
-                            !cmp ? "" : same ? ", bit-equal to variant 2's" : ", DIFFERS from variant 2's");
-                    assert_true(e <= (runs[ri][0] ? 1e-4 : 1e-9)); // NaN fails too
+                    if (on && e > worst) worst = e;
+                    char note[48] = "";
+                    if (cmp) snprintf(note, sizeof note, ", %s variant %d's", same ? "bit-equal to" : "DIFFERS from", f->runs[r->ref].tc);
+                    fprintf(stderr, "test_cuda_kv: attend %-17s T %4d chunk %4d tc %d pipe %d fuse %d%s%s: NMSE vs CPU decode-then-attend %.2e%s\n", spec, T,
+                            chunk_of[ri], r->tc, r->pipe, r->fuse, r->pre == 0 ? " prelude per block" : "", on ? " (tensor cores)" : "", e, note);
+                    assert_true(e <= (on ? 1e-4 : 1e-9)); // NaN fails too
                 }
                 kvq_gkv_set_fuse_merge(0);
+                kvq_gkv_set_tprod_pre(-1);
                 kvq_cuda_free(scr);
             }
-            if (T >= 100) // with a window: the packed chunks on tensor cores, the window's by the fp16 kernel
+            if (built && T >= 100) // with a window: the packed chunks on tensor cores, the window's by the fp16 kernel
                 for (int tc = 1; tc <= 2; tc++) {
                     kvq_gkv_set_tc(tc);
                     kvq_gkv_set_tc_pipe(0);
@@ -1489,112 +1514,66 @@ static void test_attend_tc_turbo(void **state) {
             free_side(&ks);
             free_side(&vs);
         }
-    fprintf(stderr, "test_cuda_kv: TurboQuant / qturbo / turboquant-prod tensor cores: worst NMSE vs CPU %.2e; %d of %d pipelined / fused outputs differ from variant 2's: %s\n",
-            worst, n_diff, n_cmp, n_diff ? "FAIL" : "PASS");
+    fprintf(stderr, "test_cuda_kv: %s tensor cores: worst NMSE vs CPU %.2e; %d of %d outputs differ from the run they must equal: %s\n", f->name, worst,
+            n_diff, n_cmp, n_diff ? "FAIL" : "PASS");
     kvq_gkv_set_tc(-1);
     kvq_gkv_set_tc_pipe(-1);
     kvq_gkv_set_tc_turbo(-1);
     kvq_gkv_set_tc_tprod(-1);
+    kvq_gkv_set_tc_oct(-1);
+    kvq_gkv_set_tprod_pre(-1);
     kvq_gkv_set_fuse_merge(-1);
     assert_int_equal(n_diff, 0);
+    assert_true(n_cmp > 0);
     kvq_cuda_free(dq), kvq_cuda_free(dout);
-    free(K), free(V), free(q), free(out), free(base), free(ref);
+    free(K), free(V), free(q), free(outs), free(out), free(ref);
 }
 
-// OCTOPUS keys on the tensor cores (kvq_gkv_set_tc_oct, session 17, helper i20c): octopus:2 and
-// octopus:4, with and without :qjl (KIVI values of the same width) against the CPU codec's decode-then-attend reference
-// (keys: score_vec, the codec's estimator; values decoded), B = 2 sequences, 3 KV heads, 8 lengths
-// 1..1056, chunks 32, 64, 1024 and automatic: the fp32 split kernel (the control, NMSE ≤ 1e-9),
-// tensor-core variants 1 and 2 and variant 1 with the merge fused, NMSE ≤ 1e-4 (fp16 q_rot and ρ̂·n̂,
-// fp16 p and values in the products, fp32 sums: TurboQuant's limit; test_oct_tc_emulated shows the
-// index arithmetic exact); variant 2 (q in registers) and the fused merge bit-equal to variant 1 at the
-// fixed chunks (the automatic chunk follows each variant's occupancy), the fused one at every chunk; with a 40-position window
-// the packed chunks on tensor cores. kvq_gkv_set_tc_oct(0) keeps the fp32 kernel; octopus:3 and
-// octopus:3:qjl (kivi:3 values) are not built on tensor cores and stay there.
+// TurboQuant's and turboquant-prod's switches: each codec's own off, the other's on.
+static void tc_own_turbo(const char *spec, int on) {
+    if (is_tprod(spec)) kvq_gkv_set_tc_turbo(1), kvq_gkv_set_tc_tprod(on);
+    else kvq_gkv_set_tc_tprod(1), kvq_gkv_set_tc_turbo(on);
+}
+static void tc_own_oct(const char *spec, int on) {
+    (void)spec;
+    kvq_gkv_set_tc_oct(on);
+}
+
+// TurboQuant and qturbo at 2 and 4 bits on the tensor cores (kvq_gkv_set_tc_turbo(1), session 14), by
+// attend_tc_family: the fp32 kernel, variants 1 and 2, the pipelined kernels (3 and 4 stages: bit-equal
+// to variant 2 at the same chunk) and variant 2 with the merge fused (bit-equal: the values' rotation back
+// runs in either). Limit 1e-4, as the int/KIVI tensor-core kernels': fp16 rotated q, the codebook rounded
+// to fp16 (11 significant bits), fp16 norm·centroid values and fp16 p, fp32 sums (test_tq_emulated shows
+// the index arithmetic exact). turboquant-prod:2/3/4 (session 17, helper i20p; switch
+// kvq_gkv_set_tc_tprod): the same runs — its keys' centroids and QJL signs as two mma chains against fp16
+// R q and fp16 S R q (S rounded to fp16 once per block), the codec's QJL-corrected score (score_vec) in the
+// reference; no pipelined kernel, so stages 3 and 4 run variant 2 (bit-equal to it; kvq_gkv_tc_stages says
+// 0); test_tprod_emulated shows its index arithmetic exact. Its prelude (R q, S R q, the B fragments)
+// formed once per (sequence, KV head) before the split launch (the default since session 18) against every
+// block forming it (kvq_gkv_set_tprod_pre(0), variants 1 and 2, and 2 with the merge fused): bit-equal.
+static void test_attend_tc_turbo(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    static const tc_spec specs[] = {{"turboquant:2", 1, 1},      {"turboquant:4", 1, 1},      {"qturbo:2", 1, 1}, {"qturbo:4", 1, 1},
+                                    {"turboquant-prod:2", 1, 0}, {"turboquant-prod:3", 1, 0}, {"turboquant-prod:4", 1, 0}};
+    static const tc_run runs[] = {{0, 0, 0, -1, -1}, {1, 0, 0, -1, -1}, {2, 0, 0, -1, -1}, {2, 3, 0, -1, 2}, {2, 4, 0, -1, 2},
+                                  {2, 0, 1, -1, 2},  {1, 0, 0, 0, 1},   {2, 0, 0, 0, 2},   {2, 0, 1, 0, 5}};
+    const tc_family f = {"TurboQuant / qturbo / turboquant-prod", specs, 7, runs, 9, 2, 1414, tc_own_turbo};
+    attend_tc_family(&f);
+}
+
+// OCTOPUS keys on the tensor cores (kvq_gkv_set_tc_oct, session 17, helper i20c), by attend_tc_family:
+// octopus:2 and octopus:4, with and without :qjl (KIVI values of the same width; keys scored by the codec's
+// estimator, score_vec), the fp32 kernel, variants 1 and 2 (q in registers: bit-equal to variant 1 at the
+// same chunk) and variant 1 with the merge fused (bit-equal), limit 1e-4 (fp16 q_rot and ρ̂·n̂, fp16 p and
+// values, fp32 sums: TurboQuant's; test_oct_tc_emulated shows the index arithmetic exact). octopus:3 and
+// octopus:3:qjl (kivi:3 values) are not built on tensor cores and stay on the fp32 kernel; no cp.async stages.
 static void test_attend_tc_oct(void **state) {
     if (!have_gpu()) { skip(); return; }
-    enum { B = 2, NKV = 3, CAP = 1056 };
-    const int H = NKV * GRP;
-    const int Ts[] = {1, 15, 16, 17, 100, 511, 1000, 1056};
-    const float scale = 1.0f / sqrtf((float)D);
-    const size_t NO = (size_t)B * H * D;
-    uint64_t seed = 1717;
-    kvq_err err = {0};
-    void *dq, *dout;
-    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
-    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
-    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
-    float *out = malloc(sizeof(float) * NO), *base = malloc(sizeof(float) * NO);
-    double *ref = malloc(sizeof(double) * NO), worst = 0;
-    const char *specs[] = {"octopus:2", "octopus:4", "octopus:2:qjl", "octopus:4:qjl", "octopus:3", "octopus:3:qjl"};
-    int n_cmp = 0, n_diff = 0;
-    for (int si = 0; si < 6; si++)
-        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
-            const int T = Ts[ti], built = si < 4;
-            if (!built && T != 1000) continue; // not built: the switch alone
-            tokens(K, B * NKV * T, &seed);
-            tokens(V, B * NKV * T, &seed);
-            for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
-            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
-            tside ks, vs;
-            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
-            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
-            ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
-            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
-            kvq_gkv_set_tc(1);
-            kvq_gkv_set_tc_pipe(0);
-            kvq_gkv_set_tc_oct(0);
-            assert_int_equal(kvq_gkv_tc_active(&c), 0); // the switch: off keeps the fp32 split kernel
-            kvq_gkv_set_tc_oct(1);
-            assert_int_equal(kvq_gkv_tc_active(&c), built);
-            kvq_gkv_set_tc_pipe(3);
-            assert_int_equal(kvq_gkv_tc_stages(&c), 0); // no cp.async variant: stages are not reported
-            kvq_gkv_set_tc_pipe(0);
-            const int chunks[] = {32, 64, 1024, 0};
-            for (int ci = 0; ci < 4; ci++) {
-                const int ch = chunks[ci];
-                void *scr;
-                assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
-                // (kvq_gkv_set_tc, _fuse_merge): the fp32 kernel, variant 1 (the base), variant 2, variant 1 with the merge fused
-                const int runs[][2] = {{0, 0}, {1, 0}, {2, 0}, {1, 1}};
-                for (int ri = 0; ri < 4; ri++) {
-                    kvq_gkv_set_tc(runs[ri][0]);
-                    kvq_gkv_set_fuse_merge(runs[ri][1]);
-                    assert_int_equal(kvq_gkv_tc_active(&c), built && runs[ri][0] != 0);
-                    assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
-                    kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
-                    if (st) fprintf(stderr, "attend: %s\n", err.msg);
-                    assert_int_equal(st, KVQ_OK);
-                    assert_int_equal(kvq_cuda_copy(ri == 1 ? base : out, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
-                    const double e = nmse(ri == 1 ? base : out, ref, NO);
-                    const int on = built && runs[ri][0], cmp = built && (ri == 3 || (ri == 2 && ch)), same = cmp && !memcmp(out, base, sizeof(float) * NO);
-                    n_cmp += cmp, n_diff += cmp && !same;
-                    if (on && e > worst) worst = e;
-                    fprintf(stderr, "test_cuda_kv: attend %-13s T %4d chunk %4d tc %d fuse %d%s: NMSE vs CPU decode-then-attend %.2e%s\n", specs[si], T,
-                            ch ? ch : kvq_gkv_auto_chunk(&c), runs[ri][0], runs[ri][1], on ? " (tensor cores)" : "", e,
-                            !cmp ? "" : same ? ", bit-equal to variant 1's" : ", DIFFERS from variant 1's");
-                    assert_true(e <= (on ? 1e-4 : 1e-9)); // NaN fails too
-                }
-                kvq_gkv_set_fuse_merge(0);
-                kvq_cuda_free(scr);
-            }
-            if (built && T >= 100) // with a window: the packed chunks on tensor cores, the window's by the fp16 kernel
-                for (int tc = 1; tc <= 2; tc++) {
-                    kvq_gkv_set_tc(tc);
-                    attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-4);
-                }
-            free_side(&ks);
-            free_side(&vs);
-        }
-    fprintf(stderr, "test_cuda_kv: OCTOPUS tensor cores: worst NMSE vs CPU %.2e; %d of %d variant-2 / fused outputs differ from variant 1's: %s\n",
-            worst, n_diff, n_cmp, n_diff ? "FAIL" : "PASS");
-    kvq_gkv_set_tc(-1);
-    kvq_gkv_set_tc_pipe(-1);
-    kvq_gkv_set_tc_oct(-1);
-    kvq_gkv_set_fuse_merge(-1);
-    assert_int_equal(n_diff, 0);
-    kvq_cuda_free(dq), kvq_cuda_free(dout);
-    free(K), free(V), free(q), free(out), free(base), free(ref);
+    static const tc_spec specs[] = {{"octopus:2", 1, 0},     {"octopus:4", 1, 0}, {"octopus:2:qjl", 1, 0},
+                                    {"octopus:4:qjl", 1, 0}, {"octopus:3", 0, 0}, {"octopus:3:qjl", 0, 0}};
+    static const tc_run runs[] = {{0, 0, 0, -1, -1}, {1, 0, 0, -1, -1}, {2, 0, 0, -1, 1}, {1, 0, 1, -1, 1}};
+    const tc_family f = {"OCTOPUS", specs, 6, runs, 4, 1, 1717, tc_own_oct};
+    attend_tc_family(&f);
 }
 
 // The lean tensor-core kernels (kvq_gkv_set_tc_lean(1): one lop3 a code pair, no rescale of Σ p·V
@@ -2436,6 +2415,35 @@ static void test_rows_plan(void **state) {
     fprintf(stderr, "test_cuda_kv: rows plan: %ld rows, %ld chunks each the token loop's, every position once\n", n_rows, n_blocks);
 }
 
+// The scratch sizes hold turboquant-prod's prelude (kvq_gkv_set_tprod_pre, session 18; host, no device
+// needed): at head_dim 128 with 4 query heads a KV head, a turboquant-prod cache's kvq_gkv_scratch_bytes
+// is a turboquant cache's of the same shape + 16 + batch · n_kv · 4608 bytes (the 16-byte alignment, the
+// B fragments of 32 lanes a (row, KV head)), kvq_gkv_seqs_scratch_bytes T times the batch-1 prelude, at
+// any chunk and window; at the other shapes (no tensor-core kernel) nothing is added.
+static void test_tprod_pre_scratch(void **state) {
+    (void)state;
+    const int Bs[] = {1, 3, 8}, chunks[] = {0, 64, 1024}, wcaps[] = {0, 73};
+    for (int bi = 0; bi < 3; bi++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int wi = 0; wi < 2; wi++)
+                for (int sh = 0; sh < 3; sh++) { // (128, 4), (64, 4), (128, 8)
+                    const int hd = sh == 1 ? 64 : 128, grp = sh == 2 ? 8 : 4, nkv = 2 + bi;
+                    kvq_gkv_cache tq = {{.kind = KVQ_GKV_TURBO, .bits = 3, .role = 0}, {.kind = KVQ_GKV_TURBO, .bits = 3, .role = 1}, Bs[bi], nkv,
+                                        grp * nkv, hd, 2048, 0, 0, 0, NULL, NULL, wcaps[wi]};
+                    kvq_gkv_cache tp = tq;
+                    tp.k.kind = KVQ_GKV_TPROD;
+                    const size_t a = kvq_gkv_scratch_bytes(&tq, chunks[ci]), b = kvq_gkv_scratch_bytes(&tp, chunks[ci]);
+                    if (!a) { // no_cuda.c's sizes are 0
+                        skip();
+                        return;
+                    }
+                    const size_t one = sh == 0 ? 16 + (size_t)nkv * 4608 : 0;
+                    assert_int_equal(b - a, sh == 0 ? 16 + (size_t)Bs[bi] * nkv * 4608 : 0);
+                    assert_int_equal(kvq_gkv_seqs_scratch_bytes(&tp, Bs[bi]) - kvq_gkv_seqs_scratch_bytes(&tq, Bs[bi]), (size_t)Bs[bi] * one);
+                }
+    fprintf(stderr, "test_cuda_kv: turboquant-prod's prelude in the scratch sizes: 16 + 4608 bytes a (row, KV head) at (128, 4), none elsewhere: PASS\n");
+}
+
 // A step of several sequences in one set of launches (kvq_gkv_attend_seqs), its bookkeeping on the
 // host (runs without a device): S sequences of one batched cache (capacity 2048) grown from 0 to
 // random, different lengths (each alone, by kvq_gkv_advance in random chunks), windows 0, 5, 40, KIVI
@@ -2570,7 +2578,9 @@ static void test_step_graph(void **state) {
     enum { B = 2, NKV = 2, CAP = 352, NSTEP = 300 };
     const int H = NKV * GRP;
     // fuse: 2 = the graph's merge fused, the direct launches' separate; 1 = both fused; 0 = both separate
-    const struct { const char *spec; int window, tc, knobs, pipe, fuse; float waves; } cs_[] = {
+    // blk 1: the direct launches form turboquant-prod's prelude in every block (kvq_gkv_set_tprod_pre(0)), the graph's
+    // prelude kernel before the split launch (the default)
+    const struct { const char *spec; int window, tc, knobs, pipe, fuse; float waves; int blk; } cs_[] = {
         {"int:4", 0, -1, 0, 0, 2, 0}, {"int:4", 5, 0, 0, 0, 2, 0}, {"int:2", 40, -1, 0, 0, 2, 0}, {"int:3", 5, 0, 0, 0, 2, 0},
         {"int:4", 5, 0, 1, 0, 2, 0}, {"kivi:2", 0, -1, 0, 0, 2, 0}, {"kivi:4", 40, -1, 0, 0, 2, 0}, {"kivi:3", 5, 0, 0, 0, 2, 0},
         {"kivi:2", 5, 0, 1, 0, 2, 0}, {"fp16", 5, 0, 0, 0, 2, 0}, {"turboquant:3", 0, 0, 0, 0, 2, 0}, {"qturbo:2", 40, 0, 0, 0, 2, 0},
@@ -2583,6 +2593,7 @@ static void test_step_graph(void **state) {
         {"turboquant:4", 5, -1, 0, 0, 2, 0}, {"qturbo:2", 40, -1, 0, 4, 1, 0}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
         {"turboquant-prod:4", 5, -1, 0, 0, 2, 0}, {"turboquant-prod:2", 40, -1, 0, 0, 1, 0}, // turboquant-prod on tensor cores (_tc_tprod)
         {"octopus:4", 5, -1, 0, 0, 2, 0}, {"octopus:2", 40, -1, 0, 0, 1, 0}, {"octopus:4:qjl", 5, -1, 0, 0, 2, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
+        {"turboquant-prod:4", 5, -1, 0, 0, 2, 0, 1}, {"turboquant-prod:3", 0, -1, 0, 0, 0, 0, 1}, {"turboquant-prod:2", 40, 1, 0, 0, 2, 0, 1}, // (blk)
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -2626,7 +2637,9 @@ static void test_step_graph(void **state) {
             // direct
             assert_int_equal(kvq_gkv_append(&a, (float *)dk + ko, (float *)dv + ko, 1, W, &err), KVQ_OK);
             kvq_gkv_set_fuse_merge(cs_[si].fuse == 1);
+            kvq_gkv_set_tprod_pre(cs_[si].blk ? 0 : -1);
             assert_int_equal(kvq_gkv_attend(&a, (float *)dq + qo, oa, scale, 0, sa, &err), KVQ_OK);
+            kvq_gkv_set_tprod_pre(-1);
             // the step: inputs copied in on the stream, the position written, the graph run
             assert_true(kvq_gkv_step_ready(&g, pos, W));
             hpos = pos;
@@ -2660,9 +2673,10 @@ static void test_step_graph(void **state) {
         same &= dev_equal(a.wk, g.wk, (size_t)B * NKV * WCAP * D * 2) && dev_equal(a.wv, g.wv, (size_t)B * NKV * WCAP * D * 2);
         const int ok = n_diff == 0 && n_count == 0 && same;
         static const char *const merges[] = {" merge separate", " merge fused", " merge fused vs separate"};
-        fprintf(stderr, "test_cuda_kv: step graph %-18s window %2d tc %2d%s%s%s waves %.1f: %d replays, %d outputs differ, %d count mismatches, caches %s: %s\n", spec,
-                W, cs_[si].tc, cs_[si].knobs ? " int8-q/half-v" : "", cs_[si].pipe == 3 ? " pipe 3" : cs_[si].pipe == 4 ? " pipe 4" : "",
-                merges[cs_[si].fuse], cs_[si].waves > 0 ? cs_[si].waves : 1.0f, NSTEP, n_diff, n_count, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
+        fprintf(stderr, "test_cuda_kv: step graph %-18s window %2d tc %2d%s%s%s%s waves %.1f: %d replays, %d outputs differ, %d count mismatches, caches %s: %s\n",
+                spec, W, cs_[si].tc, cs_[si].knobs ? " int8-q/half-v" : "", cs_[si].pipe == 3 ? " pipe 3" : cs_[si].pipe == 4 ? " pipe 4" : "",
+                merges[cs_[si].fuse], cs_[si].blk ? " direct prelude per block" : "", cs_[si].waves > 0 ? cs_[si].waves : 1.0f, NSTEP, n_diff, n_count,
+                same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
         failed += !ok;
         kvq_cuda_graph_free(graph);
         step_cache_free(&a, ca, NKV);
@@ -2710,8 +2724,10 @@ static void test_attend_seqs(void **state) {
     if (!have_gpu()) { skip(); return; }
     enum { S = 4, NKV = 2, CAP = 352, NSTEP = 120 };
     const int H = NKV * GRP, order[S] = {2, 0, 3, 1}, start[S] = {0, 37, 101, 200};
-    // app: 1 = the appends batched too (kvq_gkv_append_seqs), 0 = kvq_gkv_append_step on each row's view
-    const struct { const char *spec; int window, tc, fuse, graph, T, app; float waves; } cs_[] = {
+    // app: 1 = the appends batched too (kvq_gkv_append_seqs), 0 = kvq_gkv_append_step on each row's view; blk 1: the
+    // per-sequence path forms turboquant-prod's prelude in every block (kvq_gkv_set_tprod_pre(0)), the batched step
+    // by its kernel before the split launch (the default)
+    const struct { const char *spec; int window, tc, fuse, graph, T, app; float waves; int blk; } cs_[] = {
         {"int:4", 0, -1, 0, 1, 4, 1, 0}, {"int:3", 5, 0, 0, 0, 3, 1, 0}, {"kivi:2", 40, -1, 0, 1, 4, 1, 0}, {"kivi:3", 5, 0, 1, 1, 3, 1, 0},
         {"fp16", 5, 0, 0, 1, 4, 1, 0}, {"turboquant:3", 0, 0, 0, 1, 4, 1, 0}, {"qturbo:2", 40, -1, 0, 0, 4, 1, 0},
         {"turboquant-prod:3", 5, 0, 0, 1, 3, 1, 0}, {"octopus:3", 0, 0, 0, 1, 4, 1, 0}, {"octopus:2:qjl", 40, 0, 0, 1, 4, 1, 0},
@@ -2719,6 +2735,8 @@ static void test_attend_seqs(void **state) {
         {"hqmq:s24:r3:med3", 40, 0, 0, 1, 4, 1, 0}, {"int:4", 5, -1, 1, 1, 4, 1, 0}, {"kivi:4", 40, -1, 0, 1, 4, 1, 2.0f},
         {"turboquant:4", 5, -1, 1, 0, 3, 1, 0}, // the appends per sequence (the runtime's KVQ_CUDA_KV_SEQS_BATCHED=2):
         {"int:4", 5, -1, 0, 1, 4, 0, 0}, {"kivi:3", 40, 0, 0, 0, 3, 0, 0}, {"hqmq:s24:r3:med3", 5, 0, 0, 1, 4, 0, 0},
+        {"turboquant-prod:4", 5, -1, 0, 1, 4, 1, 0, 0}, {"turboquant-prod:2", 40, -1, 0, 1, 3, 1, 0, 1}, // turboquant-prod on tensor cores
+        {"turboquant-prod:3", 0, -1, 1, 0, 4, 1, 0, 1},
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -2772,7 +2790,9 @@ static void test_attend_seqs(void **state) {
                 kvq_gkv_cache *x = &va[order[t]];
                 assert_int_equal(kvq_gkv_append(x, (float *)sk + (size_t)t * NKV * D, (float *)sv + (size_t)t * NKV * D, 1, W, &err), KVQ_OK);
                 kvq_gkv_set_fuse_merge(0);
+                kvq_gkv_set_tprod_pre(cs_[si].blk ? 0 : -1);
                 assert_int_equal(kvq_gkv_attend(x, (float *)sq + (size_t)t * H * D, (float *)oa + (size_t)t * H * D, scale, 0, sa, &err), KVQ_OK);
+                kvq_gkv_set_tprod_pre(-1);
             }
             for (int t = 0; t < T; t++) {
                 assert_true(kvq_gkv_step_ready(&vg[order[t]], vg[order[t]].n_tok, W));
@@ -2811,9 +2831,9 @@ static void test_attend_seqs(void **state) {
         same &= dev_equal(a.v.data, g.v.data, (size_t)S * NKV * kvq_gkv_region_bytes(a.v.kind, a.v.bits, D, CAP, 1));
         same &= dev_equal(a.wk, g.wk, (size_t)S * NKV * WCAP * D * 2) && dev_equal(a.wv, g.wv, (size_t)S * NKV * WCAP * D * 2);
         const int ok = n_diff == 0 && same && n_steps == NSTEP;
-        fprintf(stderr, "test_cuda_kv: seqs %-18s window %2d tc %2d T %d%s%s%s waves %.1f: %d steps, %d outputs differ, caches and counts %s: %s\n", spec, W,
-                cs_[si].tc, T, cs_[si].app ? " appends batched" : " appends per row", cs_[si].graph ? " graph" : " direct", cs_[si].fuse ? " merge fused" : "",
-                cs_[si].waves > 0 ? cs_[si].waves : 1.0f,
+        fprintf(stderr, "test_cuda_kv: seqs %-18s window %2d tc %2d T %d%s%s%s%s waves %.1f: %d steps, %d outputs differ, caches and counts %s: %s\n", spec,
+                W, cs_[si].tc, T, cs_[si].app ? " appends batched" : " appends per row", cs_[si].graph ? " graph" : " direct", cs_[si].fuse ? " merge fused" : "",
+                cs_[si].blk ? " per-sequence prelude per block" : "", cs_[si].waves > 0 ? cs_[si].waves : 1.0f,
                 n_steps, n_diff, same ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
         failed += !ok;
         kvq_cuda_graph_free(graph);
@@ -2855,7 +2875,8 @@ static void test_attend_rows(void **state) {
     enum { NKV = 2, CAP = 1152, NCH = 6 };
     const int H = NKV * GRP;
     const int chunk_T[NCH] = {130, 1, 7, 64, 800, 130};
-    const struct { const char *spec; int tc, pipe, fuse; } cs_[] = {
+    // blk 1: the token loop forms turboquant-prod's prelude in every block (kvq_gkv_set_tprod_pre(0)), rows mode by its kernel
+    const struct { const char *spec; int tc, pipe, fuse, blk; } cs_[] = {
         {"int:2", 0, 0, 0}, {"int:3", 0, 0, 0}, {"int:4", 0, 0, 1}, {"kivi:2", 0, 0, 0}, {"kivi:3", 0, 0, 0}, {"kivi:4", 0, 0, 1},
         {"turboquant:3", 0, 0, 0}, {"turboquant:2", 0, 0, 1}, {"qturbo:3", 0, 0, 0}, {"turboquant-prod:3", 0, 0, 0},
         {"octopus:3", 0, 0, 0}, {"octopus:2:qjl", 0, 0, 1}, {"hqkv:e8:3:dither", 0, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 1},
@@ -2865,6 +2886,7 @@ static void test_attend_rows(void **state) {
         {"turboquant:4", -1, 0, 0}, {"turboquant:2", -1, 0, 1}, {"qturbo:4", -1, 3, 1}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
         {"turboquant-prod:3", -1, 0, 1}, // turboquant-prod on tensor cores (kvq_gkv_set_tc_tprod)
         {"octopus:4", -1, 0, 0}, {"octopus:2", -1, 0, 1}, {"octopus:2:qjl", -1, 0, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
+        {"turboquant-prod:2", -1, 0, 0, 1}, // (blk)
     };
     const int wins[] = {0, 40};
     const float waves[] = {1.0f, 0.125f};
@@ -2915,6 +2937,7 @@ static void test_attend_rows(void **state) {
                         assert_int_equal(cc->ops->append(cc, 0, t, X[0] + (size_t)t * NKV * D, X[1] + (size_t)t * NKV * D), KVQ_OK);
                     // the token loop
                     kvq_gkv_set_fuse_merge(cs_[si].fuse);
+                    kvq_gkv_set_tprod_pre(cs_[si].blk ? 0 : -1);
                     for (int t = 0; t < T; t++) {
                         kvq_gkv_cache view = g;
                         view.n_tok = pos0 + t + 1;
@@ -2924,6 +2947,7 @@ static void test_attend_rows(void **state) {
                         if (s1) fprintf(stderr, "test_cuda_kv: rows %s: token attend: %s\n", spec, err.msg);
                         assert_int_equal(s1, KVQ_OK);
                     }
+                    kvq_gkv_set_tprod_pre(-1);
                     // rows mode, all T rows at once (NaN until written)
                     const size_t need = kvq_gkv_rows_scratch_bytes(&g, pos0, T);
                     if (need > sr_bytes) {
@@ -2967,9 +2991,9 @@ static void test_attend_rows(void **state) {
                                      g.v.kind == KVQ_GKV_KIVI;
                 const double lim = on_tc ? 1e-4 : int_kind ? 2e-8 : 1e-9;
                 const int ok = n_diff == 0 && worst <= lim;
-                fprintf(stderr, "test_cuda_kv: rows %-18s window %2d %s%s waves %.3f%s: %d rows, %d differ from the token loop, worst NMSE vs CPU %.2e over %d rows (limit %.0e): %s\n",
+                fprintf(stderr, "test_cuda_kv: rows %-18s window %2d %s%s waves %.3f%s%s: %d rows, %d differ from the token loop, worst NMSE vs CPU %.2e over %d rows (limit %.0e): %s\n",
                         spec, W, on_tc ? "tensor cores" : "exact kernel", cs_[si].pipe ? " pipe 3" : "", waves[vi],
-                        cs_[si].fuse ? " (token loop's merge fused)" : "", n_rows, n_diff, worst, n_ref, lim, ok ? "PASS" : "FAIL");
+                        cs_[si].fuse ? " (token loop's merge fused)" : "", cs_[si].blk ? " (token loop's prelude per block)" : "", n_rows, n_diff, worst, n_ref, lim, ok ? "PASS" : "FAIL");
                 failed += !ok;
                 step_cache_free(&g, cs, NKV);
                 cc->ops->free(cc);
@@ -3931,7 +3955,7 @@ int main(void) {
                                        cmocka_unit_test(test_attend_hqmqo), cmocka_unit_test(test_hqmqo_pool_full),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph),
                                        cmocka_unit_test(test_rows_plan), cmocka_unit_test(test_attend_rows),
-                                       cmocka_unit_test(test_seqs_plan), cmocka_unit_test(test_attend_seqs),
+                                       cmocka_unit_test(test_seqs_plan), cmocka_unit_test(test_attend_seqs), cmocka_unit_test(test_tprod_pre_scratch),
 #define AT(T, S) {#T "/" #S, T, S, shape_back, NULL} // named by test and shape (KVQ_TEST_FILTER="*shape_64*")
                                        cmocka_unit_test(test_shape_refused),
                                        // head_dim 64 on the host

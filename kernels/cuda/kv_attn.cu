@@ -236,6 +236,12 @@ static int tc_turbo(void) { return on_unless_0(&g_tcq, "KVQ_CUDA_KV_TC_TURBO"); 
 static int g_tcp = -1;
 extern "C" void kvq_gkv_set_tc_tprod(int on) { g_tcp = on < 0 ? -1 : on != 0; }
 static int tc_tprod(void) { return on_unless_0(&g_tcp, "KVQ_CUDA_KV_TC_TPROD"); }
+// turboquant-prod's prelude (R q, S R q, the B fragments) once per (row, KV head) before the split launch
+// (kvq_gkv_tp_pre_launch; session 18): g_tpre, or KVQ_CUDA_KV_TPROD_PRE=0 (every block forms it, session 17's
+// kernel); default 1. The same bits either way.
+static int g_tpre = -1;
+extern "C" void kvq_gkv_set_tprod_pre(int on) { g_tpre = on < 0 ? -1 : on != 0; }
+static int tprod_pre(const kvq_gkv_cache *c) { return c->k.kind == KVQ_GKV_TPROD && on_unless_0(&g_tpre, "KVQ_CUDA_KV_TPROD_PRE"); }
 // OCTOPUS keys (octopus:2 / :4, with or without :qjl) on the tensor cores (kv_attn_oct.cu): g_tco, or
 // KVQ_CUDA_KV_TC_OCT=0; default 1 (session 17, helper i20c). Variant 1 (q in shared memory, 4 blocks an
 // SM) unless KVQ_CUDA_KV_TC / kvq_gkv_set_tc ask for 2 (q in registers, 3 blocks); no cp.async stages.
@@ -280,7 +286,7 @@ static const void *tc_kernel(const kvq_gkv_cache *c) {
     if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
     if (c->k.kind == KVQ_GKV_TPROD && !tc_tprod()) return NULL;
     if (oct_keys(c)) return tc_oct_kernel(c, g_tc == 3 ? 1 : g_tc);
-    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean()) : NULL;
+    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean(), tprod_pre(c)) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
 extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) && c->k.kind != KVQ_GKV_TPROD && !oct_keys(c) ? tc_stages(c) : 0; } // (TPROD, OCTOPUS: none)
@@ -367,10 +373,17 @@ extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
     return kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, splits_per_head(c), 0).chunk;
 }
 
+// turboquant-prod's prelude for nrow rows (kvq_gkv_tp_pre_launch), after the partial results in the
+// scratch, 16-byte aligned: where the cache could run on the tensor cores (its kind, the (128, 4)
+// shape), whatever the switches say (a buffer sized once, a captured graph, stay valid); else 0.
+static size_t tp_pre_bytes(const kvq_gkv_cache *c, int nrow) {
+    return shape84(c) && c->k.kind == KVQ_GKV_TPROD ? 16 + (size_t)nrow * c->n_kv * KVQ_GKV_TP_PRE_U4 * 32 * 16 : 0;
+}
+
 extern "C" size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk) {
     if (chunk <= 0) chunk = 32;
     const size_t slots = (size_t)n_chunks(c->cap, chunk) + 2 * (size_t)n_chunks(c->wcap > 0 ? c->wcap : 1, chunk) + 2;
-    return sizeof(float) * (size_t)c->batch * c->n_heads * slots * (c->head_dim + 2);
+    return sizeof(float) * (size_t)c->batch * c->n_heads * slots * (c->head_dim + 2) + tp_pre_bytes(c, c->batch);
 }
 
 static kvq_status check_shape(const kvq_gkv_cache *c, kvq_err *err) {
@@ -438,7 +451,8 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     if (n_slot == 0) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: empty cache");
     if (n_slot > KVQ_GKV_MERGE_MAX) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d chunks exceed %d (a larger chunk)", n_slot, KVQ_GKV_MERGE_MAX);
     const int hd = c->head_dim;
-    if ((size_t)sizeof(float) * nrow * c->n_heads * n_slot * (hd + 2) > (rows || d_seq ? scratch_size : kvq_gkv_scratch_bytes(c, chunk)))
+    if ((size_t)sizeof(float) * nrow * c->n_heads * n_slot * (hd + 2) + tp_pre_bytes(c, nrow) >
+        (rows || d_seq ? scratch_size : kvq_gkv_scratch_bytes(c, chunk)))
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: scratch too small for %d rows of %d chunks", nrow, n_slot);
     const kvq_gkv_plan hp = d_pos || rows ? kvq_gkv_plan{} : kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
     const kvq_gkv_dyn dyn0 = {d_pos, window, kivi_k, per, chunk, 0, rows, pos0, c->n_enc_k, c->n_enc_v, d_seq};
@@ -493,12 +507,22 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         return k;
     };
     if (ft) { // int / KIVI / TurboQuant at 2 and 4 bits, turboquant-prod at 2-4, on tensor cores (kv_attn_tc.cu), the same partial results
+        // turboquant-prod's prelude (kvq_gkv_set_tprod_pre): after the partial results, one launch before, the
+        // tensor-core launch its programmatic dependent (under KVQ_CUDA_KV_PDL)
+        const int pre = !oct_keys(c) && tprod_pre(c);
+        uint4 *tpre = pre ? (uint4 *)(((uintptr_t)(p.pml + (size_t)nrow * c->n_heads * n_slot * 2) + 15) & ~(uintptr_t)15) : NULL;
         const kvq_tc_args ta = {q, (const uint8_t *)c->k.data, (const uint8_t *)c->v.data,
                                 kvq_gkv_region_bytes(c->k.kind, c->k.bits, hd, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, hd, c->cap, 1),
                                 kvq_gkv_side_offset(c->k.kind, c->k.bits, hd, c->cap), kvq_gkv_side_offset(c->v.kind, c->v.bits, hd, c->cap),
                                 c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
-                                fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat, c->k.mat};
-        st = oct_keys(c) ? kvq_gkv_tc_oct_launch(ft, &ta, c->k.rho, ga * gx, gz, sm, err) : kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, err);
+                                fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat, c->k.mat, tpre};
+        if (pre) {
+            st = kvq_gkv_tp_pre_launch(&ta, c->k.bits, nrow, sm, err);
+            if (st) return st;
+            launched = 1;
+        }
+        st = oct_keys(c) ? kvq_gkv_tc_oct_launch(ft, &ta, c->k.rho, ga * gx, gz, sm, err)
+                         : kvq_gkv_tc_launch(ft, &ta, ga * gx, gz, sm, pdl && launched, err);
         if (st) return st;
         launched = 1;
     } else if (ga) {
@@ -584,12 +608,12 @@ extern "C" size_t kvq_gkv_seqs_scratch_bytes(const kvq_gkv_cache *c, int T) {
 extern "C" size_t kvq_gkv_rows_scratch_bytes(const kvq_gkv_cache *c, int pos0, int T) {
     int gr[3], n_slot = 0;
     kvq_gkv_rows_grids(c->n_enc_k, c->n_enc_v, pos0, T, splits_per_head(c), 0, gr, &n_slot);
-    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * n_slot * (c->head_dim + 2);
+    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * n_slot * (c->head_dim + 2) + (T > 0 ? tp_pre_bytes(c, T) : 0);
 }
 
 extern "C" size_t kvq_gkv_rows_scratch_bound(const kvq_gkv_cache *c, int T) {
     const size_t slots = (size_t)kvq_gkv_rows_slot_bound(c->cap, c->wcap, splits_per_head(c));
-    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * slots * (c->head_dim + 2);
+    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * slots * (c->head_dim + 2) + (T > 0 ? tp_pre_bytes(c, T) : 0);
 }
 
 typedef void (*enc_fn)(const __half *, int, uint8_t *, size_t, size_t, int, const int *, const int *, int);

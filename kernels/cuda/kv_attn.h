@@ -182,7 +182,9 @@ typedef struct {
 /** Decode attention: q (batch, n_heads, d) fp32 device, out (batch, n_heads, d) fp32 device,
  *  out = softmax(scale · q·Kᵀ)·V over the n_tok positions. chunk (multiple of 32, ≤
  *  KVQ_GKV_MAX_CHUNK) is the positions per block, 0 = chosen from the shape. The partial
- *  results need scratch: kvq_gkv_scratch_bytes, device, given by the caller. */
+ *  results need scratch: kvq_gkv_scratch_bytes, device, given by the caller (for a turboquant-prod
+ *  cache at head_dim 128, 4 query heads a KV head, also the prelude's 16 + batch · n_kv · 4608 bytes:
+ *  kvq_gkv_set_tprod_pre; the _seqs_ and _rows_ sizes below likewise for their rows). */
 size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk);
 kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch,
                           kvq_err *err);
@@ -421,11 +423,12 @@ kvq_status kvq_gkv_attend_rows(const kvq_gkv_cache *c, const float *q, float *ou
                                size_t scratch_bytes, kvq_err *err);
 /** The scratch kvq_gkv_attend_rows(c, ..., pos0, T) needs: T · n_heads · n_slot · (d + 2) floats, n_slot
  *  the most chunks of one row (kvq_gkv_rows_grids with the blocks per head of the device and the
- *  current kernel choices). */
+ *  current kernel choices), + turboquant-prod's prelude for T rows (kvq_gkv_scratch_bytes). */
 size_t kvq_gkv_rows_scratch_bytes(const kvq_gkv_cache *c, int pos0, int T);
 /** A bound on it for any pos0 of a cache that grew from 0 (counts of kvq_gkv_enc_count, window
  *  positions ≤ wcap): T · n_heads · (packed chunks of kvq_gkv_step_grids at the capacity + 2 ·
- *  ⌈wcap/32⌉ + 2) · (d + 2) floats — for sizing a buffer once (the runtime's scratch). */
+ *  ⌈wcap/32⌉ + 2) · (d + 2) floats (+ turboquant-prod's prelude for T rows) — for sizing a buffer once
+ *  (the runtime's scratch). */
 size_t kvq_gkv_rows_scratch_bound(const kvq_gkv_cache *c, int T);
 
 /** Whether kvq_gkv_append can encode a side of this kind and bits on the device (the
@@ -470,6 +473,15 @@ void kvq_gkv_set_tc_turbo(int on);
  *  never the cp.async stages; docs/KV.md), 0 = the fp32 split kernel; −1 (default) = 1 unless
  *  KVQ_CUDA_KV_TC_TPROD=0 in the environment (read at the first attend). Process-wide. */
 void kvq_gkv_set_tc_tprod(int on);
+/** turboquant-prod on the tensor cores, where R q, S R q and the scores' B fragments come from
+ *  (session 18): 1 = a small kernel before the split launch forms them once per (row, KV head) into the
+ *  scratch (kvq_gkv_tp_pre_launch) and the split blocks load them; 0 = every split block forms them
+ *  (the kernel of session 17); the same bits either way. −1 (default) = 1 unless
+ *  KVQ_CUDA_KV_TPROD_PRE=0 in the environment (read at the first attend). The scratch sizes
+ *  (kvq_gkv_scratch_bytes, _seqs_, _rows_) hold the prelude's 4.5 KiB a (row, KV head) of a
+ *  turboquant-prod cache whatever this says, so a buffer or a captured graph stays valid when it
+ *  changes; a graph keeps the choice it was captured with. Process-wide. */
+void kvq_gkv_set_tprod_pre(int on);
 /** OCTOPUS keys on the tensor cores (kernels/cuda/kv_attn_oct.cu; session 17): 1 = octopus:2 and
  *  octopus:4, with or without :qjl (KIVI values of the same width), run attn_tc_oct whenever
  *  kvq_gkv_set_tc has the tensor cores on (variant 1, or 2 when asked for; fp16 ρ̂·n̂ from a

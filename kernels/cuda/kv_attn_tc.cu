@@ -32,9 +32,13 @@
 // turboquant-prod:2/3/4 (session 17, helper i20p; KVQ_CUDA_KV_TC_TPROD): KIND = KVQ_GKV_TPROD, keys'
 // (b−1)-bit centroids as TURBO's (1 bit: the plane as fp16 ±1 against (c1 − c0)/2·R q in B, plus
 // (c0 + c1)/2·Σ R q; 3 bits: kvq_tc_tq3_dq) in one mma chain, the QJL sign plane as fp16 ±1 (a shift and a
-// lop3 a pair, kvq_tc_b1_pm) against S R q (fp16; formed once per block by mma from S in fp16) in a second,
+// lop3 a pair, kvq_tc_b1_pm) against S R q (fp16; formed by mma from S in fp16) in a second,
 // combined per key as γ·(mse + √(π/2)/d·γ_r·qjl); values turboquant:<b> (3 bits: kvq_tc_tq3_dq).
-// Register-prefetch variants only (no cp.async stages).
+// Register-prefetch variants only (no cp.async stages). PRE = 1 (session 18, helper i20r; default,
+// KVQ_CUDA_KV_TPROD_PRE=0 for PRE = 0): R q, S R q and the scores' B fragments formed once per (row, KV
+// head) by tp_pre before the split launch and loaded by each block after griddepcontrol.wait, instead
+// of every block forming them (q's load, the WHT's barriers, 64 KiB of S and 16 mma a warp before its
+// first score) — the same functions on the same values, so the same bits.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -169,13 +173,133 @@ __host__ __device__ constexpr int tc_nred() {
 }
 static_assert(TNW * G * D >= G * (KVQ_GKV_MERGE_TC + D + D / 32), "the fused merge's shared memory in red");
 
+// ---- the per-(row, KV head) prelude of TURBO / TPROD: q into the keys' frame, S R q, the B fragments.
+// tc_chunk runs it in every block; TPROD's tp_pre (KVQ_CUDA_KV_TPROD_PRE, session 18) once per (row, KV
+// head) before the split launch — the same functions on the same values, so the same bits.
+
+// q (qs: G query heads of D, the block's TNT threads) rotated into the keys' frame of KV head gk: qturbo's
+// unit quaternion r left-multiplies each 4-chunk first (split_chunk's code), then the signs and the WHT
+// (signs ⊙ [r·] q)/√d; ends with a barrier.
+__device__ __forceinline__ void tc_rotate_q(const kvq_tc_args &p, int gk, float (&qs)[G][D]) {
+    if (p.kquat) {
+        const float *r = p.kquat + (size_t)gk * 4;
+        const float a0 = r[0], a1 = r[1], a2 = r[2], a3 = r[3];
+        const float *b4 = &qs[0][0] + 4 * threadIdx.x; // TNT = G·D/4 chunks
+        float o[4];
+        o[0] = a0 * b4[0] - a1 * b4[1] - a2 * b4[2] - a3 * b4[3];
+        o[1] = a0 * b4[1] + a1 * b4[0] + a2 * b4[3] - a3 * b4[2];
+        o[2] = a0 * b4[2] - a1 * b4[3] + a2 * b4[0] + a3 * b4[1];
+        o[3] = a0 * b4[3] + a1 * b4[2] - a2 * b4[1] + a3 * b4[0];
+        __syncthreads();
+        for (int j = 0; j < 4; j++) (&qs[0][0])[4 * threadIdx.x + j] = o[j];
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] *= p.ksigns[(size_t)gk * D + e % D];
+    kvq_gkv_wht(&qs[0][0], G); // ends with a barrier
+}
+// TPROD:2: the keys' 1-bit centroids' mean (c0 + c1)/2 and half-difference (c1 − c0)/2 of KV head gk.
+__device__ __forceinline__ void tp_cmch(const kvq_tc_args &p, int gk, float &cm, float &ch) {
+    const float c0 = __ldg(p.kcb + 2 * gk), c1 = __ldg(p.kcb + 2 * gk + 1);
+    cm = 0.5f * (c0 + c1), ch = 0.5f * (c1 - c0);
+}
+// TPROD: S R q (sqs, G × D) by mma — S, KV head gk's QJL matrix, in fp16 as A (float2 loads from the fp32
+// matrix); R q (qs) in fp16 as B: warp w rows 32w..32w+31. Ends with a barrier.
+__device__ __forceinline__ void tp_srq(const kvq_tc_args &p, int gk, const float (&qs)[G][D], float (&sqs)[G][D], int warp, int g, int t) {
+    const float *S = p.kmat + (size_t)gk * D * D;
+    float cs[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int ks = 0; ks < 8; ks++) {
+        const int k0 = 16 * ks + 2 * t;
+        const uint32_t b0 = g < G ? h2u(__floats2half2_rn(qs[g][k0], qs[g][k0 + 1])) : 0u;
+        const uint32_t b1 = g < G ? h2u(__floats2half2_rn(qs[g][k0 + 8], qs[g][k0 + 9])) : 0u;
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const float *r0 = S + (size_t)(32 * warp + 16 * mt + g) * D + k0, *r1 = r0 + 8 * D;
+            const float2 x0 = __ldg((const float2 *)r0), x1 = __ldg((const float2 *)r1), x2 = __ldg((const float2 *)(r0 + 8)),
+                         x3 = __ldg((const float2 *)(r1 + 8));
+            mma16816(cs[mt], h2u(__float22half2_rn(x0)), h2u(__float22half2_rn(x1)), h2u(__float22half2_rn(x2)), h2u(__float22half2_rn(x3)), b0,
+                     b1);
+        }
+    }
+    if (t < G / 2) // C: rows (32w + 16mt + g, + 8) = S R q's dims, columns 2t, 2t + 1 = heads
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const int j = 32 * warp + 16 * mt + g;
+            sqs[2 * t][j] = cs[mt][0], sqs[2 * t + 1][j] = cs[mt][1], sqs[2 * t][j + 8] = cs[mt][2], sqs[2 * t + 1][j + 8] = cs[mt][3];
+        }
+    __syncthreads();
+}
+// The scores' B fragments of lane (g, t) (every warp's the same): qk, q as B — column g = query head g
+// (< 4), k-step ks: pairs 2ks, 2ks+1 of the lane's dims (KIVI: zeros here; q ⊙ s per key group is formed
+// in the loop from qs); TPROD also sk, S R q as the QJL mma's B (pairs of kvq_tc_tp_sdim: 2⟨σ, S R q⟩ −
+// Σ S R q = ⟨±1, S R q⟩), and at 2 bits per score column (heads 2t, 2t+1) zm = (c0 + c1)/2·Σ R q
+// (cm, ch: tp_cmch).
+template <int KIND, int B, int NS>
+__device__ __forceinline__ void tc_bfrag(const float (&qs)[G][D], const float (&sqs)[NS][D], float cm, float ch, int g, int t, uint32_t (&qk)[8][2],
+                                         uint32_t (&sk)[KIND == KVQ_GKV_TPROD ? 8 : 1][2], float (&zm)[2]) {
+    constexpr bool KIVI = KIND == KVQ_GKV_KIVI, TQ = KIND == KVQ_GKV_TURBO, TP = KIND == KVQ_GKV_TPROD;
+    constexpr int MB = TP ? B - 1 : B;
+#pragma unroll
+    for (int ks = 0; ks < 8; ks++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int jj = 2 * ks + e, d0 = TP ? kvq_tc_tp_kdim(MB, t, jj, 0) : TQ ? kvq_tc_tq_kdim(B, t, jj, 0) : kvq_tc_kdim(B, t, jj);
+            const int d1 = TP ? kvq_tc_tp_kdim(MB, t, jj, 1) : TQ ? kvq_tc_tq_kdim(B, t, jj, 1) : d0 + 8;
+            const float m = MB == 1 ? ch : 1.0f; // TPROD:2: (c1 − c0)/2·R q against the codes' ±1
+            qk[ks][e] = g < G && !KIVI ? h2u(__floats2half2_rn(m * qs[g][d0], m * qs[g][d1])) : 0u;
+        }
+    if constexpr (TP) {
+        float am = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < 8; ks++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d0 = kvq_tc_tp_sdim(t, 2 * ks + e, 0), d1 = kvq_tc_tp_sdim(t, 2 * ks + e, 1);
+                sk[ks][e] = g < G ? h2u(__floats2half2_rn(sqs[g][d0], sqs[g][d1])) : 0u;
+                if (MB == 1 && g < G) am += qs[g][d0] + qs[g][d1];
+            }
+        if constexpr (MB == 1) {
+            am += __shfl_xor_sync(0xffffffffu, am, 1);
+            am += __shfl_xor_sync(0xffffffffu, am, 2);
+#pragma unroll
+            for (int e = 0; e < 2; e++) zm[e] = cm * __shfl_sync(0xffffffffu, am, 8 * t + 4 * e);
+        }
+    }
+}
+
+// tp_pre's scratch a (row, KV head): KVQ_GKV_TP_PRE_U4 uint4 a lane, uint4 w of the 32 lanes side by side (one
+// 512-byte access a warp); a lane's words 0-15 qk[ks][e] (word 2ks + e), 16-31 sk likewise, 32-33 zm's bits,
+// 34-35 zero. dst, src: the lane's uint4 0.
+__device__ __forceinline__ void tp_pre_store(uint4 *dst, const uint32_t (&qk)[8][2], const uint32_t (&sk)[8][2], const float (&zm)[2]) {
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        dst[32 * w] = make_uint4(qk[2 * w][0], qk[2 * w][1], qk[2 * w + 1][0], qk[2 * w + 1][1]);
+        dst[32 * (4 + w)] = make_uint4(sk[2 * w][0], sk[2 * w][1], sk[2 * w + 1][0], sk[2 * w + 1][1]);
+    }
+    dst[32 * 8] = make_uint4(__float_as_uint(zm[0]), __float_as_uint(zm[1]), 0u, 0u);
+}
+// L2 loads (ld.global.cg): written by the grid before, which may have been running when this block started.
+__device__ __forceinline__ void tp_pre_load(const uint4 *src, uint32_t (&qk)[8][2], uint32_t (&sk)[8][2], float (&zm)[2]) {
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint4 a = __ldcg(src + 32 * w), c = __ldcg(src + 32 * (4 + w));
+        qk[2 * w][0] = a.x, qk[2 * w][1] = a.y, qk[2 * w + 1][0] = a.z, qk[2 * w + 1][1] = a.w;
+        sk[2 * w][0] = c.x, sk[2 * w][1] = c.y, sk[2 * w + 1][0] = c.z, sk[2 * w + 1][1] = c.w;
+    }
+    const uint4 z = __ldcg(src + 32 * 8);
+    zm[0] = __uint_as_float(z.x), zm[1] = __uint_as_float(z.y);
+}
+static_assert(KVQ_GKV_TP_PRE_U4 == 9, "tp_pre_store's layout");
+
 // One block's chunk: its partial results (kvq_gkv_split_out) or nothing (a captured step's spare block).
-template <int KIND, int B, int TS, int PF, int ST, int LEAN>
+// PRE (TPROD only): qk, sk and zm read from tp_pre's scratch (p.tpre) after griddepcontrol.wait, not formed here.
+template <int KIND, int B, int TS, int PF, int ST, int LEAN, int PRE>
 __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_nred<KIND, B, ST>()][G][D]) {
     constexpr float QM = KIND == KVQ_GKV_INT ? (float)((1 << (B - 1)) - 1) : 0.0f;
     constexpr bool KIVI = KIND == KVQ_GKV_KIVI, TQ = KIND == KVQ_GKV_TURBO, TP = KIND == KVQ_GKV_TPROD, TQV = TQ || TP;
     constexpr int MB = TP ? B - 1 : B; // the keys' code bits (TPROD: the centroid codes without the sign)
     static_assert(!TP || ST == 0, "turboquant-prod: register prefetch only");
+    static_assert(!PRE || TP, "the prelude before the launch: turboquant-prod only");
     static_assert(TP || B == 2 || B == 4, "int, KIVI, TURBO at 2 and 4 bits");
     static_assert(!KIVI || TS == 2, "KIVI keys: a step is one 32-position group");
     static_assert(ST ? PF == 0 && ST >= 3 && ST <= 4 : PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles, or 3-4 stages");
@@ -185,8 +309,8 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     constexpr int NRED = tc_nred<KIND, B, ST>();
     static_assert(NRED >= TNW && (size_t)NRED * RED + sizeof(float) * (G * D + 2 * TNW * G) + (KIVI && !ST ? 4 * TNW * D : 4) + (TP ? 4 * G * D + 16 : 0) <= 48 * 1024,
                   "static shared memory");
-    __shared__ __align__(16) float qs[G][D];
-    __shared__ __align__(16) float sqs[TP ? G : 1][D]; // TPROD: S R q
+    __shared__ __align__(16) float qs[PRE ? 1 : G][D];
+    __shared__ __align__(16) float sqs[TP && !PRE ? G : 1][D]; // TPROD: S R q
     __shared__ float wm[TNW][G], wl[TNW][G];
     __shared__ __align__(16) uint32_t kzs[KIVI && !ST ? TNW : 1][D]; // KIVI: the warp's key group (scale, zero) per channel
     const kvq_gkv_blk bk = kvq_gkv_block_of(p.dyn); // b: the row of q and of the scratch; bk.r: the cache's sequence
@@ -213,32 +337,18 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
         if (tile_of(0) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(0), t1, g, t, x); // before q: it does not depend on it
         if (PF == 2 && tile_of(1) < ntile) load_tile<KIND, B>(p, kreg, vreg, t0 + 16 * tile_of(1), t1, g, t, x1);
     }
-    for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D];
-    __syncthreads();
+    if constexpr (!PRE) {
+        for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D];
+        __syncthreads();
+    }
     uint32_t tk[8], tv[8]; // TURBO: the keys' and the values' codebooks in fp16 (kvq_tc_tq_table; 3 bits kvq_tc_tq3_table)
     float cm = 0.0f, ch = 0.0f; // TPROD:2: the keys' 1-bit centroids' mean (c0 + c1)/2 and half-difference (c1 − c0)/2
     if constexpr (TQV) {
-        if (p.kquat) { // qturbo: the unit quaternion r left-multiplies each 4-chunk of q first (split_chunk's code)
-            const float *r = p.kquat + (size_t)gk * 4;
-            const float a0 = r[0], a1 = r[1], a2 = r[2], a3 = r[3];
-            const float *b4 = &qs[0][0] + 4 * threadIdx.x; // TNT = G·D/4 chunks
-            float o[4];
-            o[0] = a0 * b4[0] - a1 * b4[1] - a2 * b4[2] - a3 * b4[3];
-            o[1] = a0 * b4[1] + a1 * b4[0] + a2 * b4[3] - a3 * b4[2];
-            o[2] = a0 * b4[2] - a1 * b4[3] + a2 * b4[0] + a3 * b4[1];
-            o[3] = a0 * b4[3] + a1 * b4[2] - a2 * b4[1] + a3 * b4[0];
-            __syncthreads();
-            for (int j = 0; j < 4; j++) (&qs[0][0])[4 * threadIdx.x + j] = o[j];
-            __syncthreads();
-        }
-        for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] *= p.ksigns[(size_t)gk * D + e % D];
-        kvq_gkv_wht(&qs[0][0], G); // WHT(signs ⊙ [r·] q)/√d; ends with a barrier
+        if constexpr (!PRE) tc_rotate_q(p, gk, qs); // (qturbo's quaternion, the signs, the WHT: split_chunk's code)
         uint16_t c16[1 << B];
         if constexpr (MB == 1) {
-            const float c0 = __ldg(p.kcb + 2 * gk), c1 = __ldg(p.kcb + 2 * gk + 1);
-            cm = 0.5f * (c0 + c1), ch = 0.5f * (c1 - c0);
-        }
-        else {
+            if constexpr (!PRE) tp_cmch(p, gk, cm, ch);
+        } else {
 #pragma unroll
             for (int i = 0; i < (1 << MB); i++) c16[i] = __half_as_ushort(__float2half_rn(__ldg(p.kcb + ((size_t)gk << MB) + i)));
             if constexpr (MB == 3) kvq_tc_tq3_table(c16, tk);
@@ -249,65 +359,15 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
         if constexpr (B == 3) kvq_tc_tq3_table(c16, tv);
         else kvq_tc_tq_table(B, c16, tv);
     }
-    if constexpr (TP) { // S R q by mma (S, this head's QJL matrix, in fp16 as A; R q in fp16 as B): warp w rows 32w..32w+31
-        const float *S = p.kmat + (size_t)gk * D * D;
-        float cs[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-        for (int ks = 0; ks < 8; ks++) {
-            const int k0 = 16 * ks + 2 * t;
-            const uint32_t b0 = g < G ? h2u(__floats2half2_rn(qs[g][k0], qs[g][k0 + 1])) : 0u;
-            const uint32_t b1 = g < G ? h2u(__floats2half2_rn(qs[g][k0 + 8], qs[g][k0 + 9])) : 0u;
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const float *r0 = S + (size_t)(32 * warp + 16 * mt + g) * D + k0, *r1 = r0 + 8 * D;
-                const float2 x0 = __ldg((const float2 *)r0), x1 = __ldg((const float2 *)r1), x2 = __ldg((const float2 *)(r0 + 8)),
-                             x3 = __ldg((const float2 *)(r1 + 8));
-                mma16816(cs[mt], h2u(__float22half2_rn(x0)), h2u(__float22half2_rn(x1)), h2u(__float22half2_rn(x2)), h2u(__float22half2_rn(x3)), b0,
-                         b1);
-            }
-        }
-        if (t < G / 2) // C: rows (32w + 16mt + g, + 8) = S R q's dims, columns 2t, 2t + 1 = heads
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const int j = 32 * warp + 16 * mt + g;
-                sqs[2 * t][j] = cs[mt][0], sqs[2 * t + 1][j] = cs[mt][1], sqs[2 * t][j + 8] = cs[mt][2], sqs[2 * t + 1][j + 8] = cs[mt][3];
-            }
-        __syncthreads();
-    }
+    if constexpr (TP && !PRE) tp_srq(p, gk, qs, sqs, warp, g, t); // S R q by mma
 
-    // q as B: column g = query head g (< 4), k-step ks: pairs 2ks, 2ks+1 of the lane's dims
-    // (KIVI: q ⊙ s per key group, formed in the loop from qs)
-    uint32_t qk[8][2];
-#pragma unroll
-    for (int ks = 0; ks < 8; ks++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int jj = 2 * ks + e, d0 = TP ? kvq_tc_tp_kdim(MB, t, jj, 0) : TQ ? kvq_tc_tq_kdim(B, t, jj, 0) : kvq_tc_kdim(B, t, jj);
-            const int d1 = TP ? kvq_tc_tp_kdim(MB, t, jj, 1) : TQ ? kvq_tc_tq_kdim(B, t, jj, 1) : d0 + 8;
-            const float m = MB == 1 ? ch : 1.0f; // TPROD:2: (c1 − c0)/2·R q against the codes' ±1
-            qk[ks][e] = g < G && !KIVI ? h2u(__floats2half2_rn(m * qs[g][d0], m * qs[g][d1])) : 0u;
-        }
-    // TPROD: S R q as the QJL mma's B (pairs of kvq_tc_tp_sdim: 2⟨σ, S R q⟩ − Σ S R q = ⟨±1, S R q⟩), and
-    // TPROD:2 per score column (heads 2t, 2t+1) zm = (c0 + c1)/2·Σ R q
-    uint32_t sk[TP ? 8 : 1][2];
+    // the scores' B fragments (tc_bfrag), formed here or (PRE) tp_pre's, once the grid before is complete
+    uint32_t qk[8][2], sk[TP ? 8 : 1][2];
     float zm[2] = {0.0f, 0.0f};
-    if constexpr (TP) {
-        float am = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < 8; ks++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d0 = kvq_tc_tp_sdim(t, 2 * ks + e, 0), d1 = kvq_tc_tp_sdim(t, 2 * ks + e, 1);
-                sk[ks][e] = g < G ? h2u(__floats2half2_rn(sqs[g][d0], sqs[g][d1])) : 0u;
-                if (MB == 1 && g < G) am += qs[g][d0] + qs[g][d1];
-            }
-        if constexpr (MB == 1) {
-            am += __shfl_xor_sync(0xffffffffu, am, 1);
-            am += __shfl_xor_sync(0xffffffffu, am, 2);
-#pragma unroll
-            for (int e = 0; e < 2; e++) zm[e] = cm * __shfl_sync(0xffffffffu, am, 8 * t + 4 * e);
-        }
-    }
+    if constexpr (PRE) {
+        asm volatile("griddepcontrol.wait;" ::: "memory"); // tp_pre: complete, its writes visible
+        tp_pre_load(p.tpre + (size_t)(b * p.n_kv + gk) * KVQ_GKV_TP_PRE_U4 * 32 + lane, qk, sk, zm);
+    } else tc_bfrag<KIND, B>(qs, sqs, cm, ch, g, t, qk, sk, zm);
     // the fix-up of pair j: c − qmax = h·(1/m) − (1024/m + qmax), exact in fp16 (compile-time
     // constants, so that they are immediates of the HFMA2, not registers)
     __half2 fm[8], fa[8];
@@ -528,22 +588,50 @@ template <int KIND, int B, int PF, int ST, int LEAN>
 __host__ __device__ constexpr int tc_min_blocks() {
     return LEAN && ST && KIND == KVQ_GKV_INT && B == 2 ? 5 : ST ? 4 : KIND == KVQ_GKV_TPROD ? 3 : PF == 1 && !(KIND == KVQ_GKV_TURBO && B == 4) ? 4 : 3;
 }
-template <int KIND, int B, int TS, int PF, int ST, int LEAN>
+// PRE (TPROD): a programmatic dependent of tp_pre (when the attend's launches are); every block, spare
+// ones too, waits for it (griddepcontrol.wait), so that this grid ends after tp_pre has.
+template <int KIND, int B, int TS, int PF, int ST, int LEAN, int PRE = 0>
 __global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST, LEAN>()) attn_tc(kvq_tc_args p) {
     __shared__ __align__(16) float red[tc_nred<KIND, B, ST>()][G][D];
     asm volatile("griddepcontrol.launch_dependents;"); // as attn_split (kv_split.cuh)
-    tc_chunk<KIND, B, TS, PF, ST, LEAN>(p, red);
+    tc_chunk<KIND, B, TS, PF, ST, LEAN, PRE>(p, red);
+    if constexpr (PRE) asm volatile("griddepcontrol.wait;" ::: "memory"); // (returns at once where tc_chunk waited)
     float *m = &red[0][0][0];
     kvq_gkv_merge_last<KIND == KVQ_GKV_TURBO || KIND == KVQ_GKV_TPROD, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
 }
 
-const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean) {
+// turboquant-prod's prelude once per (row b = blockIdx.y, KV head gk = blockIdx.x) (session 18): q rotated, S R q,
+// and the scores' B fragments of every lane (tc_bfrag: what each attn_tc<…, PRE = 0> block forms) into p.tpre
+// (tp_pre_store) for attn_tc<…, PRE = 1>. The same functions on the same values: the same bits. Lets its
+// dependent start (its blocks' first tiles load meanwhile).
+template <int B>
+__global__ void __launch_bounds__(TNT) tp_pre(kvq_tc_args p) {
+    __shared__ __align__(16) float qs[G][D], sqs[G][D];
+    asm volatile("griddepcontrol.launch_dependents;");
+    const int gk = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D];
+    __syncthreads();
+    tc_rotate_q(p, gk, qs);
+    tp_srq(p, gk, qs, sqs, warp, g, t);
+    if (warp) return; // (every warp's fragments are the same)
+    float cm = 0.0f, ch = 0.0f;
+    if constexpr (B == 2) tp_cmch(p, gk, cm, ch);
+    uint32_t qk[8][2], sk[8][2];
+    float zm[2] = {0.0f, 0.0f};
+    tc_bfrag<KVQ_GKV_TPROD, B>(qs, sqs, cm, ch, g, t, qk, sk, zm);
+    tp_pre_store(p.tpre + (size_t)(b * p.n_kv + gk) * KVQ_GKV_TP_PRE_U4 * 32 + lane, qk, sk, zm);
+}
+
+const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean, int pre) {
     if (kk == KVQ_GKV_TPROD) { // turboquant-prod: its keys, turboquant values of the same bits; no cp.async stages
         if (vk != KVQ_GKV_TURBO || kb != vb || kb < 2 || kb > 4 || variant < 1 || variant > 2) return NULL;
-#define TPK(B, L) \
-    if (kb == B && lean == L) return variant == 2 ? (const void *)attn_tc<KVQ_GKV_TPROD, B, 1, 2, 0, L> : (const void *)attn_tc<KVQ_GKV_TPROD, B, 1, 1, 0, L>;
+#define TPK_(B, L, P) \
+    if (kb == B && lean == L && pre == P) return variant == 2 ? (const void *)attn_tc<KVQ_GKV_TPROD, B, 1, 2, 0, L, P> : (const void *)attn_tc<KVQ_GKV_TPROD, B, 1, 1, 0, L, P>;
+#define TPK(B, L) TPK_(B, L, 0) TPK_(B, L, 1)
+        pre = pre != 0;
         TPK(2, 0) TPK(2, 1) TPK(3, 0) TPK(3, 1) TPK(4, 0) TPK(4, 1)
 #undef TPK
+#undef TPK_
         return NULL;
     }
     if (kk != vk || kb != vb || (kb != 2 && kb != 4) || variant < 1 || variant > 2) return NULL;
@@ -569,9 +657,31 @@ const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int s
     return NULL;
 }
 
-kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks, int batch, cudaStream_t sm, kvq_err *err) {
+kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks, int batch, cudaStream_t sm, int pdl, kvq_err *err) {
     void (*f)(kvq_tc_args) = (void (*)(kvq_tc_args))fn;
-    f<<<dim3(n_chunks, a->n_kv, batch), TNT, 0, sm>>>(*a);
-    CU_LAUNCHED("attn_tc");
+    if (!pdl) {
+        f<<<dim3(n_chunks, a->n_kv, batch), TNT, 0, sm>>>(*a);
+        CU_LAUNCHED("attn_tc");
+        return KVQ_OK;
+    }
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t k = {};
+    k.gridDim = dim3(n_chunks, a->n_kv, batch);
+    k.blockDim = dim3(TNT);
+    k.stream = sm;
+    k.attrs = &at;
+    k.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&k, f, *a);
+    if (e != cudaSuccess) return cu_fail(err, e, "launch attn_tc (a programmatic dependent)");
+    return KVQ_OK;
+}
+
+kvq_status kvq_gkv_tp_pre_launch(const kvq_tc_args *a, int bits, int nrow, cudaStream_t sm, kvq_err *err) {
+    void (*f)(kvq_tc_args) = bits == 2 ? tp_pre<2> : bits == 3 ? tp_pre<3> : bits == 4 ? tp_pre<4> : NULL;
+    if (!f || !a->tpre || nrow < 1) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: turboquant-prod prelude: %d bits, %d rows", bits, nrow);
+    f<<<dim3(a->n_kv, nrow), TNT, 0, sm>>>(*a);
+    CU_LAUNCHED("tp_pre");
     return KVQ_OK;
 }

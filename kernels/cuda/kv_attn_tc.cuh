@@ -114,20 +114,35 @@ struct kvq_tc_args {
     const float *kcb, *vcb;        // TURBO: the sides' centroids (n_kv, 2^bits) fp32
     const float *ksigns, *kquat;   // TURBO: the keys' sign vectors (n_kv, D) and qturbo's quaternions (n_kv, 4) or NULL
     const float *kmat;             // TPROD: the keys' QJL matrices S (n_kv, D, D) fp32 row-major
+    uint4 *tpre;                   // TPROD with the prelude (kvq_gkv_tp_pre_launch): (rows, n_kv, KVQ_GKV_TP_PRE_U4, 32) in the
+                                   // scratch after the partial results, 16-byte aligned; NULL: each block forms it
 };
+/** uint4 a lane of turboquant-prod's prelude a (row, KV head): the scores' B fragments (16 + 16 words)
+ *  and 2 floats, padded: 32 · 9 · 16 = 4608 bytes. */
+#define KVQ_GKV_TP_PRE_U4 9
 
 /** The kernel for keys kind/bits and values kind/bits, or NULL (int:2, int:4, kivi:2, kivi:4,
  *  turboquant/qturbo:2 and :4 on both sides are built, and turboquant-prod:2/3/4 — TPROD keys with
  *  TURBO values of the same bits, variants 1 and 2, stages ignored (no pipelined kernel); TURBO: q rotated into the keys' frame once
- *  per block, the values' rotation undone in the merge). stages 0: variant 1, the next tile's loads in flight in registers
+ *  per block, the values' rotation undone in the merge). TPROD's pre 1: the kernel that reads kvq_gkv_tp_pre_launch's
+ *  prelude, 0: the one that forms it in every block (other kinds ignore pre). stages 0: variant 1, the next tile's loads in flight in registers
  *  (int: 4 blocks an SM), or 2, the next two tiles' (more bytes in flight, 3 blocks an SM);
  *  stages 3 or 4: the cp.async pipeline (the next stages − 1 tiles of each warp copied into
  *  shared memory; variant ignored), bit-identical results; other stage counts: NULL. lean 1: the
  *  same kernels with fewer instructions a tile and the same bits (session 14, helper i20d: one lop3 a
  *  code pair, no rescale of Σ p·V when no running max moved; docs/KV.md). */
-const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean);
-/** Launches it over grid (n_chunks, n_kv, batch) on stream sm. @return KVQ_OK or a launch error. */
-kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks, int batch, cudaStream_t sm, kvq_err *err);
+const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean, int pre);
+/** Launches it over grid (n_chunks, n_kv, batch) on stream sm; pdl: as a programmatic dependent of the
+ *  launch before it (cudaLaunchAttributeProgrammaticStreamSerialization). @return KVQ_OK or a launch error. */
+kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks, int batch, cudaStream_t sm, int pdl, kvq_err *err);
+/** turboquant-prod's prelude (session 18): for each of nrow rows of q (a->q; a row as the split blocks'
+ *  b: the sequence, a step's row or rows mode's query row) and each KV head, q rotated into the keys'
+ *  frame, S R q and the scores' B fragments of every lane, into a->tpre (KVQ_GKV_TP_PRE_U4 · 32 uint4 a
+ *  (row, KV head)), what kvq_gkv_tc_kernel(TPROD, bits, …, pre 1)'s blocks read instead of forming them
+ *  (pre 0: every block forms them, the same bits). Grid (n_kv, nrow), a plain launch on sm; the tensor-core
+ *  launch after it may be its programmatic dependent. @return KVQ_OK, KVQ_ERR_ARG (bits not 2-4, no
+ *  a->tpre) or a launch error. */
+kvq_status kvq_gkv_tp_pre_launch(const kvq_tc_args *a, int bits, int nrow, cudaStream_t sm, kvq_err *err);
 /** A split block's Σ p·V written out (both split kernels): the NW warps' rows red[w][h][·] summed
  *  in warp order into po[h · n_slot · dh + i] for the g heads, the block's NT threads striding. */
 template <int NW, int NT, typename Red>
