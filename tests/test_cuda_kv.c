@@ -2581,18 +2581,18 @@ static void test_step_graph(void **state) {
     // blk 1: the direct launches form turboquant-prod's prelude in every block (kvq_gkv_set_tprod_pre(0)), the graph's
     // prelude kernel before the split launch (the default)
     const struct { const char *spec; int window, tc, knobs, pipe, fuse; float waves; int blk; } cs_[] = {
-        {"int:4", 0, -1, 0, 0, 2, 0}, {"int:4", 5, 0, 0, 0, 2, 0}, {"int:2", 40, -1, 0, 0, 2, 0}, {"int:3", 5, 0, 0, 0, 2, 0},
-        {"int:4", 5, 0, 1, 0, 2, 0}, {"kivi:2", 0, -1, 0, 0, 2, 0}, {"kivi:4", 40, -1, 0, 0, 2, 0}, {"kivi:3", 5, 0, 0, 0, 2, 0},
-        {"kivi:2", 5, 0, 1, 0, 2, 0}, {"fp16", 5, 0, 0, 0, 2, 0}, {"turboquant:3", 0, 0, 0, 0, 2, 0}, {"qturbo:2", 40, 0, 0, 0, 2, 0},
-        {"turboquant-prod:3", 5, 0, 0, 0, 2, 0}, {"octopus:3", 0, 0, 0, 0, 2, 0}, {"octopus:2:qjl", 40, 0, 0, 0, 2, 0},
-        {"hqkv:e8:3:dither", 5, 0, 0, 0, 2, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0, 0, 2, 0}, {"hqmq:s24:r3", 5, 0, 0, 0, 2, 0},
-        {"hqmq:s96:r4:med3", 5, 0, 0, 0, 2, 0}, {"hqmq:s24:r3:med3", 40, 0, 0, 0, 1, 0}, // with outliers (the pool)
-        {"int:4", 5, -1, 0, 4, 2, 0}, {"int:2", 0, -1, 0, 3, 2, 0}, {"kivi:2", 40, -1, 0, 4, 2, 0}, {"kivi:4", 0, -1, 0, 3, 2, 0}, // pipelined tensor-core kernels
-        {"int:4", 5, -1, 0, 0, 0, 0}, {"turboquant:3", 5, 0, 0, 0, 0, 0}, {"kivi:4", 40, -1, 0, 4, 1, 0}, {"hqkv:d4:4:rot=qjl", 5, 0, 0, 0, 1, 0},
-        {"int:2", 5, -1, 0, 0, 2, 2.0f}, {"qturbo:3", 40, 0, 0, 0, 2, 0.5f}, // more, shorter chunks; fewer, longer
-        {"turboquant:4", 5, -1, 0, 0, 2, 0}, {"qturbo:2", 40, -1, 0, 4, 1, 0}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
-        {"turboquant-prod:4", 5, -1, 0, 0, 2, 0}, {"turboquant-prod:2", 40, -1, 0, 0, 1, 0}, // turboquant-prod on tensor cores (_tc_tprod)
-        {"octopus:4", 5, -1, 0, 0, 2, 0}, {"octopus:2", 40, -1, 0, 0, 1, 0}, {"octopus:4:qjl", 5, -1, 0, 0, 2, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
+        {"int:4", 0, -1, 0, 0, 2, 0, 0}, {"int:4", 5, 0, 0, 0, 2, 0, 0}, {"int:2", 40, -1, 0, 0, 2, 0, 0}, {"int:3", 5, 0, 0, 0, 2, 0, 0},
+        {"int:4", 5, 0, 1, 0, 2, 0, 0}, {"kivi:2", 0, -1, 0, 0, 2, 0, 0}, {"kivi:4", 40, -1, 0, 0, 2, 0, 0}, {"kivi:3", 5, 0, 0, 0, 2, 0, 0},
+        {"kivi:2", 5, 0, 1, 0, 2, 0, 0}, {"fp16", 5, 0, 0, 0, 2, 0, 0}, {"turboquant:3", 0, 0, 0, 0, 2, 0, 0}, {"qturbo:2", 40, 0, 0, 0, 2, 0, 0},
+        {"turboquant-prod:3", 5, 0, 0, 0, 2, 0, 0}, {"octopus:3", 0, 0, 0, 0, 2, 0, 0}, {"octopus:2:qjl", 40, 0, 0, 0, 2, 0, 0},
+        {"hqkv:e8:3:dither", 5, 0, 0, 0, 2, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 0, 0, 2, 0, 0}, {"hqmq:s24:r3", 5, 0, 0, 0, 2, 0, 0},
+        {"hqmq:s96:r4:med3", 5, 0, 0, 0, 2, 0, 0}, {"hqmq:s24:r3:med3", 40, 0, 0, 0, 1, 0, 0}, // with outliers (the pool)
+        {"int:4", 5, -1, 0, 4, 2, 0, 0}, {"int:2", 0, -1, 0, 3, 2, 0, 0}, {"kivi:2", 40, -1, 0, 4, 2, 0, 0}, {"kivi:4", 0, -1, 0, 3, 2, 0, 0}, // pipelined tensor-core kernels
+        {"int:4", 5, -1, 0, 0, 0, 0, 0}, {"turboquant:3", 5, 0, 0, 0, 0, 0, 0}, {"kivi:4", 40, -1, 0, 4, 1, 0, 0}, {"hqkv:d4:4:rot=qjl", 5, 0, 0, 0, 1, 0, 0},
+        {"int:2", 5, -1, 0, 0, 2, 2.0f, 0}, {"qturbo:3", 40, 0, 0, 0, 2, 0.5f, 0}, // more, shorter chunks; fewer, longer
+        {"turboquant:4", 5, -1, 0, 0, 2, 0, 0}, {"qturbo:2", 40, -1, 0, 4, 1, 0, 0}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
+        {"turboquant-prod:4", 5, -1, 0, 0, 2, 0, 0}, {"turboquant-prod:2", 40, -1, 0, 0, 1, 0, 0}, // turboquant-prod on tensor cores (_tc_tprod)
+        {"octopus:4", 5, -1, 0, 0, 2, 0, 0}, {"octopus:2", 40, -1, 0, 0, 1, 0, 0}, {"octopus:4:qjl", 5, -1, 0, 0, 2, 0, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
         {"turboquant-prod:4", 5, -1, 0, 0, 2, 0, 1}, {"turboquant-prod:3", 0, -1, 0, 0, 0, 0, 1}, {"turboquant-prod:2", 40, 1, 0, 0, 2, 0, 1}, // (blk)
     };
     const float scale = 1.0f / sqrtf((float)D);
@@ -2728,13 +2728,13 @@ static void test_attend_seqs(void **state) {
     // per-sequence path forms turboquant-prod's prelude in every block (kvq_gkv_set_tprod_pre(0)), the batched step
     // by its kernel before the split launch (the default)
     const struct { const char *spec; int window, tc, fuse, graph, T, app; float waves; int blk; } cs_[] = {
-        {"int:4", 0, -1, 0, 1, 4, 1, 0}, {"int:3", 5, 0, 0, 0, 3, 1, 0}, {"kivi:2", 40, -1, 0, 1, 4, 1, 0}, {"kivi:3", 5, 0, 1, 1, 3, 1, 0},
-        {"fp16", 5, 0, 0, 1, 4, 1, 0}, {"turboquant:3", 0, 0, 0, 1, 4, 1, 0}, {"qturbo:2", 40, -1, 0, 0, 4, 1, 0},
-        {"turboquant-prod:3", 5, 0, 0, 1, 3, 1, 0}, {"octopus:3", 0, 0, 0, 1, 4, 1, 0}, {"octopus:2:qjl", 40, 0, 0, 1, 4, 1, 0},
-        {"hqkv:e8:3:dither", 5, 0, 0, 1, 4, 1, 0}, {"hqkv:d4:4:rot=qjl", 40, 0, 0, 0, 3, 1, 0}, {"hqmq:s24:r3", 5, 0, 0, 1, 3, 1, 0},
-        {"hqmq:s24:r3:med3", 40, 0, 0, 1, 4, 1, 0}, {"int:4", 5, -1, 1, 1, 4, 1, 0}, {"kivi:4", 40, -1, 0, 1, 4, 1, 2.0f},
-        {"turboquant:4", 5, -1, 1, 0, 3, 1, 0}, // the appends per sequence (the runtime's KVQ_CUDA_KV_SEQS_BATCHED=2):
-        {"int:4", 5, -1, 0, 1, 4, 0, 0}, {"kivi:3", 40, 0, 0, 0, 3, 0, 0}, {"hqmq:s24:r3:med3", 5, 0, 0, 1, 4, 0, 0},
+        {"int:4", 0, -1, 0, 1, 4, 1, 0, 0}, {"int:3", 5, 0, 0, 0, 3, 1, 0, 0}, {"kivi:2", 40, -1, 0, 1, 4, 1, 0, 0}, {"kivi:3", 5, 0, 1, 1, 3, 1, 0, 0},
+        {"fp16", 5, 0, 0, 1, 4, 1, 0, 0}, {"turboquant:3", 0, 0, 0, 1, 4, 1, 0, 0}, {"qturbo:2", 40, -1, 0, 0, 4, 1, 0, 0},
+        {"turboquant-prod:3", 5, 0, 0, 1, 3, 1, 0, 0}, {"octopus:3", 0, 0, 0, 1, 4, 1, 0, 0}, {"octopus:2:qjl", 40, 0, 0, 1, 4, 1, 0, 0},
+        {"hqkv:e8:3:dither", 5, 0, 0, 1, 4, 1, 0, 0}, {"hqkv:d4:4:rot=qjl", 40, 0, 0, 0, 3, 1, 0, 0}, {"hqmq:s24:r3", 5, 0, 0, 1, 3, 1, 0, 0},
+        {"hqmq:s24:r3:med3", 40, 0, 0, 1, 4, 1, 0, 0}, {"int:4", 5, -1, 1, 1, 4, 1, 0, 0}, {"kivi:4", 40, -1, 0, 1, 4, 1, 2.0f, 0},
+        {"turboquant:4", 5, -1, 1, 0, 3, 1, 0, 0}, // the appends per sequence (the runtime's KVQ_CUDA_KV_SEQS_BATCHED=2):
+        {"int:4", 5, -1, 0, 1, 4, 0, 0, 0}, {"kivi:3", 40, 0, 0, 0, 3, 0, 0, 0}, {"hqmq:s24:r3:med3", 5, 0, 0, 1, 4, 0, 0, 0},
         {"turboquant-prod:4", 5, -1, 0, 1, 4, 1, 0, 0}, {"turboquant-prod:2", 40, -1, 0, 1, 3, 1, 0, 1}, // turboquant-prod on tensor cores
         {"turboquant-prod:3", 0, -1, 1, 0, 4, 1, 0, 1},
     };
@@ -2877,15 +2877,15 @@ static void test_attend_rows(void **state) {
     const int chunk_T[NCH] = {130, 1, 7, 64, 800, 130};
     // blk 1: the token loop forms turboquant-prod's prelude in every block (kvq_gkv_set_tprod_pre(0)), rows mode by its kernel
     const struct { const char *spec; int tc, pipe, fuse, blk; } cs_[] = {
-        {"int:2", 0, 0, 0}, {"int:3", 0, 0, 0}, {"int:4", 0, 0, 1}, {"kivi:2", 0, 0, 0}, {"kivi:3", 0, 0, 0}, {"kivi:4", 0, 0, 1},
-        {"turboquant:3", 0, 0, 0}, {"turboquant:2", 0, 0, 1}, {"qturbo:3", 0, 0, 0}, {"turboquant-prod:3", 0, 0, 0},
-        {"octopus:3", 0, 0, 0}, {"octopus:2:qjl", 0, 0, 1}, {"hqkv:e8:3:dither", 0, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 1},
-        {"hqmq:s24:r3", 0, 0, 0}, {"hqmq:s24:r3:med3", 0, 0, 0}, {"hqmq:s96:r4:med3", 0, 0, 1}, {"fp16", 0, 0, 0},
-        {"int:4", -1, 0, 0}, {"int:2", -1, 0, 1}, {"kivi:2", -1, 0, 0}, {"kivi:4", -1, 0, 1}, // tensor cores, register prefetch
-        {"int:4", -1, 3, 1}, {"int:2", -1, 3, 0}, {"kivi:2", -1, 3, 1}, {"kivi:4", -1, 3, 0}, // tensor cores, cp.async pipelined
-        {"turboquant:4", -1, 0, 0}, {"turboquant:2", -1, 0, 1}, {"qturbo:4", -1, 3, 1}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
-        {"turboquant-prod:3", -1, 0, 1}, // turboquant-prod on tensor cores (kvq_gkv_set_tc_tprod)
-        {"octopus:4", -1, 0, 0}, {"octopus:2", -1, 0, 1}, {"octopus:2:qjl", -1, 0, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
+        {"int:2", 0, 0, 0, 0}, {"int:3", 0, 0, 0, 0}, {"int:4", 0, 0, 1, 0}, {"kivi:2", 0, 0, 0, 0}, {"kivi:3", 0, 0, 0, 0}, {"kivi:4", 0, 0, 1, 0},
+        {"turboquant:3", 0, 0, 0, 0}, {"turboquant:2", 0, 0, 1, 0}, {"qturbo:3", 0, 0, 0, 0}, {"turboquant-prod:3", 0, 0, 0, 0},
+        {"octopus:3", 0, 0, 0, 0}, {"octopus:2:qjl", 0, 0, 1, 0}, {"hqkv:e8:3:dither", 0, 0, 0, 0}, {"hqkv:d4:4:rot=qjl", 0, 0, 1, 0},
+        {"hqmq:s24:r3", 0, 0, 0, 0}, {"hqmq:s24:r3:med3", 0, 0, 0, 0}, {"hqmq:s96:r4:med3", 0, 0, 1, 0}, {"fp16", 0, 0, 0, 0},
+        {"int:4", -1, 0, 0, 0}, {"int:2", -1, 0, 1, 0}, {"kivi:2", -1, 0, 0, 0}, {"kivi:4", -1, 0, 1, 0}, // tensor cores, register prefetch
+        {"int:4", -1, 3, 1, 0}, {"int:2", -1, 3, 0, 0}, {"kivi:2", -1, 3, 1, 0}, {"kivi:4", -1, 3, 0, 0}, // tensor cores, cp.async pipelined
+        {"turboquant:4", -1, 0, 0, 0}, {"turboquant:2", -1, 0, 1, 0}, {"qturbo:4", -1, 3, 1, 0}, // TurboQuant on tensor cores (kvq_gkv_set_tc_turbo)
+        {"turboquant-prod:3", -1, 0, 1, 0}, // turboquant-prod on tensor cores (kvq_gkv_set_tc_tprod)
+        {"octopus:4", -1, 0, 0, 0}, {"octopus:2", -1, 0, 1, 0}, {"octopus:2:qjl", -1, 0, 0, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
         {"turboquant-prod:2", -1, 0, 0, 1}, // (blk)
     };
     const int wins[] = {0, 40};
