@@ -377,7 +377,7 @@ extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
 // scratch, 16-byte aligned: where the cache could run on the tensor cores (its kind, the (128, 4)
 // shape), whatever the switches say (a buffer sized once, a captured graph, stay valid); else 0.
 static size_t tp_pre_bytes(const kvq_gkv_cache *c, int nrow) {
-    return shape84(c) && c->k.kind == KVQ_GKV_TPROD ? 16 + (size_t)nrow * c->n_kv * KVQ_GKV_TP_PRE_U4 * 32 * 16 : 0;
+    return nrow > 0 && shape84(c) && c->k.kind == KVQ_GKV_TPROD ? 16 + (size_t)nrow * c->n_kv * KVQ_GKV_TP_PRE_U4 * 32 * 16 : 0;
 }
 
 extern "C" size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk) {
@@ -509,7 +509,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     if (ft) { // int / KIVI / TurboQuant at 2 and 4 bits, turboquant-prod at 2-4, on tensor cores (kv_attn_tc.cu), the same partial results
         // turboquant-prod's prelude (kvq_gkv_set_tprod_pre): after the partial results, one launch before, the
         // tensor-core launch its programmatic dependent (under KVQ_CUDA_KV_PDL)
-        const int pre = !oct_keys(c) && tprod_pre(c);
+        const int pre = tprod_pre(c); // (turboquant-prod keys only)
         uint4 *tpre = pre ? (uint4 *)(((uintptr_t)(p.pml + (size_t)nrow * c->n_heads * n_slot * 2) + 15) & ~(uintptr_t)15) : NULL;
         const kvq_tc_args ta = {q, (const uint8_t *)c->k.data, (const uint8_t *)c->v.data,
                                 kvq_gkv_region_bytes(c->k.kind, c->k.bits, hd, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, hd, c->cap, 1),
@@ -608,12 +608,12 @@ extern "C" size_t kvq_gkv_seqs_scratch_bytes(const kvq_gkv_cache *c, int T) {
 extern "C" size_t kvq_gkv_rows_scratch_bytes(const kvq_gkv_cache *c, int pos0, int T) {
     int gr[3], n_slot = 0;
     kvq_gkv_rows_grids(c->n_enc_k, c->n_enc_v, pos0, T, splits_per_head(c), 0, gr, &n_slot);
-    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * n_slot * (c->head_dim + 2) + (T > 0 ? tp_pre_bytes(c, T) : 0);
+    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * n_slot * (c->head_dim + 2) + tp_pre_bytes(c, T);
 }
 
 extern "C" size_t kvq_gkv_rows_scratch_bound(const kvq_gkv_cache *c, int T) {
     const size_t slots = (size_t)kvq_gkv_rows_slot_bound(c->cap, c->wcap, splits_per_head(c));
-    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * slots * (c->head_dim + 2) + (T > 0 ? tp_pre_bytes(c, T) : 0);
+    return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * slots * (c->head_dim + 2) + tp_pre_bytes(c, T);
 }
 
 typedef void (*enc_fn)(const __half *, int, uint8_t *, size_t, size_t, int, const int *, const int *, int);

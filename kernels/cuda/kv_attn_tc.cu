@@ -290,6 +290,10 @@ __device__ __forceinline__ void tp_pre_load(const uint4 *src, uint32_t (&qk)[8][
     zm[0] = __uint_as_float(z.x), zm[1] = __uint_as_float(z.y);
 }
 static_assert(KVQ_GKV_TP_PRE_U4 == 9, "tp_pre_store's layout");
+// Lane lane's first uint4 of row b's KV head gk in tp_pre's scratch (tp_pre_store / tp_pre_load).
+__device__ __forceinline__ uint4 *tp_pre_at(const kvq_tc_args &p, int b, int gk, int lane) {
+    return p.tpre + (size_t)(b * p.n_kv + gk) * KVQ_GKV_TP_PRE_U4 * 32 + lane;
+}
 
 // One block's chunk: its partial results (kvq_gkv_split_out) or nothing (a captured step's spare block).
 // PRE (TPROD only): qk, sk and zm read from tp_pre's scratch (p.tpre) after griddepcontrol.wait, not formed here.
@@ -366,7 +370,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     float zm[2] = {0.0f, 0.0f};
     if constexpr (PRE) {
         asm volatile("griddepcontrol.wait;" ::: "memory"); // tp_pre: complete, its writes visible
-        tp_pre_load(p.tpre + (size_t)(b * p.n_kv + gk) * KVQ_GKV_TP_PRE_U4 * 32 + lane, qk, sk, zm);
+        tp_pre_load(tp_pre_at(p, b, gk, lane), qk, sk, zm);
     } else tc_bfrag<KIND, B>(qs, sqs, cm, ch, g, t, qk, sk, zm);
     // the fix-up of pair j: c − qmax = h·(1/m) − (1024/m + qmax), exact in fp16 (compile-time
     // constants, so that they are immediates of the HFMA2, not registers)
@@ -619,7 +623,7 @@ __global__ void __launch_bounds__(TNT) tp_pre(kvq_tc_args p) {
     uint32_t qk[8][2], sk[8][2];
     float zm[2] = {0.0f, 0.0f};
     tc_bfrag<KVQ_GKV_TPROD, B>(qs, sqs, cm, ch, g, t, qk, sk, zm);
-    tp_pre_store(p.tpre + (size_t)(b * p.n_kv + gk) * KVQ_GKV_TP_PRE_U4 * 32 + lane, qk, sk, zm);
+    tp_pre_store(tp_pre_at(p, b, gk, lane), qk, sk, zm);
 }
 
 const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean, int pre) {
