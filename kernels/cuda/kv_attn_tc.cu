@@ -38,7 +38,9 @@
 // KVQ_CUDA_KV_TPROD_PRE=0 for PRE = 0): R q, S R q and the scores' B fragments formed once per (row, KV
 // head) by tp_pre before the split launch and loaded by each block after griddepcontrol.wait, instead
 // of every block forming them (q's load, the WHT's barriers, 64 KiB of S and 16 mma a warp before its
-// first score) — the same functions on the same values, so the same bits.
+// first score) — the same functions on the same values, so the same bits. TURBO (TurboQuant, qturbo) likewise
+// (session 18, helper i20q; KVQ_CUDA_KV_TURBO_PRE=0 for PRE = 0): tp_pre<TURBO, B> rotates q once per (row, KV
+// head) and writes R q's B fragments; register-prefetch variants only (the pipelined kernels rotate per block).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -174,8 +176,8 @@ __host__ __device__ constexpr int tc_nred() {
 static_assert(TNW * G * D >= G * (KVQ_GKV_MERGE_TC + D + D / 32), "the fused merge's shared memory in red");
 
 // ---- the per-(row, KV head) prelude of TURBO / TPROD: q into the keys' frame, S R q, the B fragments.
-// tc_chunk runs it in every block; TPROD's tp_pre (KVQ_CUDA_KV_TPROD_PRE, session 18) once per (row, KV
-// head) before the split launch — the same functions on the same values, so the same bits.
+// tc_chunk runs it in every block; tp_pre (TPROD: KVQ_CUDA_KV_TPROD_PRE, session 18; TURBO: KVQ_CUDA_KV_TURBO_PRE,
+// helper i20q) once per (row, KV head) before the split launch — the same functions on the same values, so the same bits.
 
 // q (qs: G query heads of D, the block's TNT threads) rotated into the keys' frame of KV head gk: qturbo's
 // unit quaternion r left-multiplies each 4-chunk first (split_chunk's code), then the signs and the WHT
