@@ -1412,7 +1412,7 @@ typedef struct {
 } tc_spec;
 typedef struct {
     int tc, pipe, fuse; // kvq_gkv_set_tc, _tc_pipe, _fuse_merge
-    int pre;            // kvq_gkv_set_tprod_pre (turboquant-prod only: the run is skipped for the others), −1 the default
+    int pre;            // set_pre (turboquant-prod, TurboQuant, qturbo: the run is skipped for the others), −1 the default
     int ref;            // the run whose output this one equals bit for bit at the same chunk, or −1
 } tc_run;
 typedef struct {
@@ -1426,6 +1426,10 @@ typedef struct {
 } tc_family;
 
 static int is_tprod(const char *spec) { return !strncmp(spec, "turboquant-prod", 15); }
+// The specs with a prelude kernel before the split launch (turboquant-prod, session 18; TurboQuant and qturbo,
+// session 18, helper i20q), and both prelude switches at once.
+static int has_pre(const char *spec) { return is_tprod(spec) || !strncmp(spec, "turboquant:", 11) || !strncmp(spec, "qturbo:", 7); }
+static void set_pre(int on) { kvq_gkv_set_tprod_pre(on), kvq_gkv_set_turbo_pre(on); }
 
 static void attend_tc_family(const tc_family *f) {
     enum { B = 2, NKV = 3, CAP = 1056, NRUN = 12 };
@@ -1446,7 +1450,7 @@ static void attend_tc_family(const tc_family *f) {
     for (int si = 0; si < f->n_specs; si++)
         for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
             const char *spec = f->specs[si].spec;
-            const int T = Ts[ti], built = f->specs[si].built, tp = is_tprod(spec);
+            const int T = Ts[ti], built = f->specs[si].built;
             if (!built && T != 1000) continue; // not built: the switch and the control alone
             tokens(K, B * NKV * T, &seed);
             tokens(V, B * NKV * T, &seed);
@@ -1459,7 +1463,7 @@ static void attend_tc_family(const tc_family *f) {
             kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
             kvq_gkv_set_tc(f->runs[f->base].tc);
             kvq_gkv_set_tc_pipe(0);
-            kvq_gkv_set_tprod_pre(-1);
+            set_pre(-1);
             f->own(spec, 0);
             assert_int_equal(kvq_gkv_tc_active(&c), 0); // the switch: off keeps the fp32 split kernel
             f->own(spec, 1);
@@ -1475,11 +1479,11 @@ static void attend_tc_family(const tc_family *f) {
                 for (int ri = 0; ri < f->n_runs; ri++) {
                     const tc_run *r = &f->runs[ri];
                     chunk_of[ri] = -1;
-                    if (r->pre >= 0 && !tp) continue; // (the prelude switch: turboquant-prod's alone)
+                    if (r->pre >= 0 && !has_pre(spec)) continue; // (the prelude switches: turboquant-prod's, TurboQuant's)
                     kvq_gkv_set_tc(r->tc);
                     kvq_gkv_set_tc_pipe(r->pipe);
                     kvq_gkv_set_fuse_merge(r->fuse);
-                    kvq_gkv_set_tprod_pre(r->pre);
+                    set_pre(r->pre);
                     const int on = built && r->tc;
                     assert_int_equal(kvq_gkv_tc_active(&c), on);
                     assert_int_equal(kvq_gkv_tc_stages(&c), on && f->specs[si].stages ? r->pipe : 0);
@@ -1502,7 +1506,7 @@ static void attend_tc_family(const tc_family *f) {
                     assert_true(e <= (on ? 1e-4 : 1e-9)); // NaN fails too
                 }
                 kvq_gkv_set_fuse_merge(0);
-                kvq_gkv_set_tprod_pre(-1);
+                set_pre(-1);
                 kvq_cuda_free(scr);
             }
             if (built && T >= 100) // with a window: the packed chunks on tensor cores, the window's by the fp16 kernel
@@ -1521,7 +1525,7 @@ static void attend_tc_family(const tc_family *f) {
     kvq_gkv_set_tc_turbo(-1);
     kvq_gkv_set_tc_tprod(-1);
     kvq_gkv_set_tc_oct(-1);
-    kvq_gkv_set_tprod_pre(-1);
+    set_pre(-1);
     kvq_gkv_set_fuse_merge(-1);
     assert_int_equal(n_diff, 0);
     assert_true(n_cmp > 0);
@@ -1551,6 +1555,8 @@ static void tc_own_oct(const char *spec, int on) {
 // 0); test_tprod_emulated shows its index arithmetic exact. Its prelude (R q, S R q, the B fragments)
 // formed once per (sequence, KV head) before the split launch (the default since session 18) against every
 // block forming it (kvq_gkv_set_tprod_pre(0), variants 1 and 2, and 2 with the merge fused): bit-equal.
+// TurboQuant's and qturbo's (R q's B fragments, kvq_gkv_set_turbo_pre; session 18, helper i20q) likewise in the
+// same runs, and the pipelined runs (every block forms it there) bit-equal to variant 2 with the prelude.
 static void test_attend_tc_turbo(void **state) {
     if (!have_gpu()) { skip(); return; }
     static const tc_spec specs[] = {{"turboquant:2", 1, 1},      {"turboquant:4", 1, 1},      {"qturbo:2", 1, 1}, {"qturbo:4", 1, 1},
@@ -2444,6 +2450,38 @@ static void test_tprod_pre_scratch(void **state) {
     fprintf(stderr, "test_cuda_kv: turboquant-prod's prelude in the scratch sizes: 16 + 4608 bytes a (row, KV head) at (128, 4), none elsewhere: PASS\n");
 }
 
+// The same for TurboQuant's and qturbo's prelude (kvq_gkv_set_turbo_pre, session 18, helper i20q; host): at
+// (128, 4) a turboquant:2 or :4 cache's sizes (scratch, seqs) are a turboquant:3 cache's (no
+// tensor-core kernel, no prelude) + 16 + rows · n_kv · 2048 bytes; keys and values of different widths, or
+// the other shapes, add nothing.
+static void test_turbo_pre_scratch(void **state) {
+    (void)state;
+    const int Bs[] = {1, 3, 8}, chunks[] = {0, 64, 1024}, wcaps[] = {0, 73}, kbs[] = {2, 4, 4}, vbs[] = {2, 4, 2};
+    int n = 0;
+    for (int bi = 0; bi < 3; bi++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int wi = 0; wi < 2; wi++)
+                for (int sh = 0; sh < 3; sh++) // (128, 4), (64, 4), (128, 8)
+                    for (int xi = 0; xi < 3; xi++) {
+                        const int hd = sh == 1 ? 64 : 128, grp = sh == 2 ? 8 : 4, nkv = 2 + bi;
+                        kvq_gkv_cache t3 = {{.kind = KVQ_GKV_TURBO, .bits = 3, .role = 0}, {.kind = KVQ_GKV_TURBO, .bits = 3, .role = 1}, Bs[bi], nkv,
+                                            grp * nkv, hd, 2048, 0, 0, 0, NULL, NULL, wcaps[wi]};
+                        kvq_gkv_cache tq = t3;
+                        tq.k.bits = kbs[xi], tq.v.bits = vbs[xi];
+                        const size_t a = kvq_gkv_scratch_bytes(&t3, chunks[ci]), b = kvq_gkv_scratch_bytes(&tq, chunks[ci]);
+                        if (!a) { // no_cuda.c's sizes are 0
+                            skip();
+                            return;
+                        }
+                        const int on = sh == 0 && kbs[xi] == vbs[xi];
+                        const size_t one = on ? 16 + (size_t)nkv * 2048 : 0;
+                        assert_int_equal(b - a, on ? 16 + (size_t)Bs[bi] * nkv * 2048 : 0);
+                        assert_int_equal(kvq_gkv_seqs_scratch_bytes(&tq, Bs[bi]) - kvq_gkv_seqs_scratch_bytes(&t3, Bs[bi]), (size_t)Bs[bi] * one);
+                        n++;
+                    }
+    fprintf(stderr, "test_cuda_kv: TurboQuant's prelude in the scratch sizes: 16 + 2048 bytes a (row, KV head) at (128, 4) and equal widths, none elsewhere (%d cases): PASS\n", n);
+}
+
 // A step of several sequences in one set of launches (kvq_gkv_attend_seqs), its bookkeeping on the
 // host (runs without a device): S sequences of one batched cache (capacity 2048) grown from 0 to
 // random, different lengths (each alone, by kvq_gkv_advance in random chunks), windows 0, 5, 40, KIVI
@@ -2578,7 +2616,7 @@ static void test_step_graph(void **state) {
     enum { B = 2, NKV = 2, CAP = 352, NSTEP = 300 };
     const int H = NKV * GRP;
     // fuse: 2 = the graph's merge fused, the direct launches' separate; 1 = both fused; 0 = both separate
-    // blk 1: the direct launches form turboquant-prod's prelude in every block (kvq_gkv_set_tprod_pre(0)), the graph's
+    // blk 1: the direct launches form turboquant-prod's / TurboQuant's prelude in every block (set_pre(0)), the graph's
     // prelude kernel before the split launch (the default)
     const struct { const char *spec; int window, tc, knobs, pipe, fuse; float waves; int blk; } cs_[] = {
         {"int:4", 0, -1, 0, 0, 2, 0, 0}, {"int:4", 5, 0, 0, 0, 2, 0, 0}, {"int:2", 40, -1, 0, 0, 2, 0, 0}, {"int:3", 5, 0, 0, 0, 2, 0, 0},
@@ -2594,6 +2632,7 @@ static void test_step_graph(void **state) {
         {"turboquant-prod:4", 5, -1, 0, 0, 2, 0, 0}, {"turboquant-prod:2", 40, -1, 0, 0, 1, 0, 0}, // turboquant-prod on tensor cores (_tc_tprod)
         {"octopus:4", 5, -1, 0, 0, 2, 0, 0}, {"octopus:2", 40, -1, 0, 0, 1, 0, 0}, {"octopus:4:qjl", 5, -1, 0, 0, 2, 0, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
         {"turboquant-prod:4", 5, -1, 0, 0, 2, 0, 1}, {"turboquant-prod:3", 0, -1, 0, 0, 0, 0, 1}, {"turboquant-prod:2", 40, 1, 0, 0, 2, 0, 1}, // (blk)
+        {"turboquant:4", 5, -1, 0, 0, 2, 0, 1}, {"qturbo:2", 0, 1, 0, 0, 0, 0, 1}, {"turboquant:2", 40, 2, 0, 0, 1, 0, 1}, // (blk: TurboQuant's prelude)
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -2637,9 +2676,9 @@ static void test_step_graph(void **state) {
             // direct
             assert_int_equal(kvq_gkv_append(&a, (float *)dk + ko, (float *)dv + ko, 1, W, &err), KVQ_OK);
             kvq_gkv_set_fuse_merge(cs_[si].fuse == 1);
-            kvq_gkv_set_tprod_pre(cs_[si].blk ? 0 : -1);
+            set_pre(cs_[si].blk ? 0 : -1);
             assert_int_equal(kvq_gkv_attend(&a, (float *)dq + qo, oa, scale, 0, sa, &err), KVQ_OK);
-            kvq_gkv_set_tprod_pre(-1);
+            set_pre(-1);
             // the step: inputs copied in on the stream, the position written, the graph run
             assert_true(kvq_gkv_step_ready(&g, pos, W));
             hpos = pos;
@@ -2725,7 +2764,7 @@ static void test_attend_seqs(void **state) {
     enum { S = 4, NKV = 2, CAP = 352, NSTEP = 120 };
     const int H = NKV * GRP, order[S] = {2, 0, 3, 1}, start[S] = {0, 37, 101, 200};
     // app: 1 = the appends batched too (kvq_gkv_append_seqs), 0 = kvq_gkv_append_step on each row's view; blk 1: the
-    // per-sequence path forms turboquant-prod's prelude in every block (kvq_gkv_set_tprod_pre(0)), the batched step
+    // per-sequence path forms turboquant-prod's / TurboQuant's prelude in every block (set_pre(0)), the batched step
     // by its kernel before the split launch (the default)
     const struct { const char *spec; int window, tc, fuse, graph, T, app; float waves; int blk; } cs_[] = {
         {"int:4", 0, -1, 0, 1, 4, 1, 0, 0}, {"int:3", 5, 0, 0, 0, 3, 1, 0, 0}, {"kivi:2", 40, -1, 0, 1, 4, 1, 0, 0}, {"kivi:3", 5, 0, 1, 1, 3, 1, 0, 0},
@@ -2737,6 +2776,7 @@ static void test_attend_seqs(void **state) {
         {"int:4", 5, -1, 0, 1, 4, 0, 0, 0}, {"kivi:3", 40, 0, 0, 0, 3, 0, 0, 0}, {"hqmq:s24:r3:med3", 5, 0, 0, 1, 4, 0, 0, 0},
         {"turboquant-prod:4", 5, -1, 0, 1, 4, 1, 0, 0}, {"turboquant-prod:2", 40, -1, 0, 1, 3, 1, 0, 1}, // turboquant-prod on tensor cores
         {"turboquant-prod:3", 0, -1, 1, 0, 4, 1, 0, 1},
+        {"turboquant:4", 40, -1, 0, 1, 4, 1, 0, 1}, {"qturbo:4", 5, -1, 1, 0, 3, 1, 0, 1}, {"turboquant:2", 0, -1, 0, 1, 3, 0, 0, 1}, // (blk: TurboQuant's)
     };
     const float scale = 1.0f / sqrtf((float)D);
     kvq_err err = {0};
@@ -2790,9 +2830,9 @@ static void test_attend_seqs(void **state) {
                 kvq_gkv_cache *x = &va[order[t]];
                 assert_int_equal(kvq_gkv_append(x, (float *)sk + (size_t)t * NKV * D, (float *)sv + (size_t)t * NKV * D, 1, W, &err), KVQ_OK);
                 kvq_gkv_set_fuse_merge(0);
-                kvq_gkv_set_tprod_pre(cs_[si].blk ? 0 : -1);
+                set_pre(cs_[si].blk ? 0 : -1);
                 assert_int_equal(kvq_gkv_attend(x, (float *)sq + (size_t)t * H * D, (float *)oa + (size_t)t * H * D, scale, 0, sa, &err), KVQ_OK);
-                kvq_gkv_set_tprod_pre(-1);
+                set_pre(-1);
             }
             for (int t = 0; t < T; t++) {
                 assert_true(kvq_gkv_step_ready(&vg[order[t]], vg[order[t]].n_tok, W));
@@ -2875,7 +2915,7 @@ static void test_attend_rows(void **state) {
     enum { NKV = 2, CAP = 1152, NCH = 6 };
     const int H = NKV * GRP;
     const int chunk_T[NCH] = {130, 1, 7, 64, 800, 130};
-    // blk 1: the token loop forms turboquant-prod's prelude in every block (kvq_gkv_set_tprod_pre(0)), rows mode by its kernel
+    // blk 1: the token loop forms turboquant-prod's / TurboQuant's prelude in every block (set_pre(0)), rows mode by its kernel
     const struct { const char *spec; int tc, pipe, fuse, blk; } cs_[] = {
         {"int:2", 0, 0, 0, 0}, {"int:3", 0, 0, 0, 0}, {"int:4", 0, 0, 1, 0}, {"kivi:2", 0, 0, 0, 0}, {"kivi:3", 0, 0, 0, 0}, {"kivi:4", 0, 0, 1, 0},
         {"turboquant:3", 0, 0, 0, 0}, {"turboquant:2", 0, 0, 1, 0}, {"qturbo:3", 0, 0, 0, 0}, {"turboquant-prod:3", 0, 0, 0, 0},
@@ -2887,6 +2927,7 @@ static void test_attend_rows(void **state) {
         {"turboquant-prod:3", -1, 0, 1, 0}, // turboquant-prod on tensor cores (kvq_gkv_set_tc_tprod)
         {"octopus:4", -1, 0, 0, 0}, {"octopus:2", -1, 0, 1, 0}, {"octopus:2:qjl", -1, 0, 0, 0}, // OCTOPUS keys on tensor cores (kvq_gkv_set_tc_oct, default on)
         {"turboquant-prod:2", -1, 0, 0, 1}, // (blk)
+        {"turboquant:4", -1, 0, 0, 1}, {"qturbo:2", -1, 0, 1, 1}, {"qturbo:4", -1, 0, 0, 1}, // (blk: TurboQuant's prelude)
     };
     const int wins[] = {0, 40};
     const float waves[] = {1.0f, 0.125f};
@@ -2937,7 +2978,7 @@ static void test_attend_rows(void **state) {
                         assert_int_equal(cc->ops->append(cc, 0, t, X[0] + (size_t)t * NKV * D, X[1] + (size_t)t * NKV * D), KVQ_OK);
                     // the token loop
                     kvq_gkv_set_fuse_merge(cs_[si].fuse);
-                    kvq_gkv_set_tprod_pre(cs_[si].blk ? 0 : -1);
+                    set_pre(cs_[si].blk ? 0 : -1);
                     for (int t = 0; t < T; t++) {
                         kvq_gkv_cache view = g;
                         view.n_tok = pos0 + t + 1;
@@ -2947,7 +2988,7 @@ static void test_attend_rows(void **state) {
                         if (s1) fprintf(stderr, "test_cuda_kv: rows %s: token attend: %s\n", spec, err.msg);
                         assert_int_equal(s1, KVQ_OK);
                     }
-                    kvq_gkv_set_tprod_pre(-1);
+                    set_pre(-1);
                     // rows mode, all T rows at once (NaN until written)
                     const size_t need = kvq_gkv_rows_scratch_bytes(&g, pos0, T);
                     if (need > sr_bytes) {
@@ -3955,7 +3996,7 @@ int main(void) {
                                        cmocka_unit_test(test_attend_hqmqo), cmocka_unit_test(test_hqmqo_pool_full),
                                        cmocka_unit_test(test_step_plan), cmocka_unit_test(test_step_graph),
                                        cmocka_unit_test(test_rows_plan), cmocka_unit_test(test_attend_rows),
-                                       cmocka_unit_test(test_seqs_plan), cmocka_unit_test(test_attend_seqs), cmocka_unit_test(test_tprod_pre_scratch),
+                                       cmocka_unit_test(test_seqs_plan), cmocka_unit_test(test_attend_seqs), cmocka_unit_test(test_tprod_pre_scratch), cmocka_unit_test(test_turbo_pre_scratch),
 #define AT(T, S) {#T "/" #S, T, S, shape_back, NULL} // named by test and shape (KVQ_TEST_FILTER="*shape_64*")
                                        cmocka_unit_test(test_shape_refused),
                                        // head_dim 64 on the host

@@ -241,7 +241,15 @@ static int tc_tprod(void) { return on_unless_0(&g_tcp, "KVQ_CUDA_KV_TC_TPROD"); 
 // kernel); default 1. The same bits either way.
 static int g_tpre = -1;
 extern "C" void kvq_gkv_set_tprod_pre(int on) { g_tpre = on < 0 ? -1 : on != 0; }
-static int tprod_pre(const kvq_gkv_cache *c) { return c->k.kind == KVQ_GKV_TPROD && on_unless_0(&g_tpre, "KVQ_CUDA_KV_TPROD_PRE"); }
+// TurboQuant's and qturbo's (R q's B fragments; session 18, helper i20q): g_qpre, or KVQ_CUDA_KV_TURBO_PRE=0; default 1;
+// the register-prefetch variants only (tc_stages 0: the pipelined kernels form it per block).
+static int g_qpre = -1;
+extern "C" void kvq_gkv_set_turbo_pre(int on) { g_qpre = on < 0 ? -1 : on != 0; }
+static int tc_stages(const kvq_gkv_cache *c);
+static int tprod_pre(const kvq_gkv_cache *c) {
+    if (c->k.kind == KVQ_GKV_TURBO) return on_unless_0(&g_qpre, "KVQ_CUDA_KV_TURBO_PRE") && tc_stages(c) == 0;
+    return c->k.kind == KVQ_GKV_TPROD && on_unless_0(&g_tpre, "KVQ_CUDA_KV_TPROD_PRE");
+}
 // OCTOPUS keys (octopus:2 / :4, with or without :qjl) on the tensor cores (kv_attn_oct.cu): g_tco, or
 // KVQ_CUDA_KV_TC_OCT=0; default 1 (session 17, helper i20c). Variant 1 (q in shared memory, 4 blocks an
 // SM) unless KVQ_CUDA_KV_TC / kvq_gkv_set_tc ask for 2 (q in registers, 3 blocks); no cp.async stages.
@@ -376,8 +384,11 @@ extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
 // turboquant-prod's prelude for nrow rows (kvq_gkv_tp_pre_launch), after the partial results in the
 // scratch, 16-byte aligned: where the cache could run on the tensor cores (its kind, the (128, 4)
 // shape), whatever the switches say (a buffer sized once, a captured graph, stay valid); else 0.
+// TurboQuant / qturbo at 2 and 4 bits (session 18, helper i20q): KVQ_GKV_TQ_PRE_U4 a lane, likewise.
 static size_t tp_pre_bytes(const kvq_gkv_cache *c, int nrow) {
-    return nrow > 0 && shape84(c) && c->k.kind == KVQ_GKV_TPROD ? 16 + (size_t)nrow * c->n_kv * KVQ_GKV_TP_PRE_U4 * 32 * 16 : 0;
+    const int tq = c->k.kind == KVQ_GKV_TURBO && c->v.kind == KVQ_GKV_TURBO && c->k.bits == c->v.bits && (c->k.bits == 2 || c->k.bits == 4);
+    const int u4 = c->k.kind == KVQ_GKV_TPROD ? KVQ_GKV_TP_PRE_U4 : tq ? KVQ_GKV_TQ_PRE_U4 : 0;
+    return nrow > 0 && shape84(c) && u4 ? 16 + (size_t)nrow * c->n_kv * u4 * 32 * 16 : 0;
 }
 
 extern "C" size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk) {
@@ -507,7 +518,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         return k;
     };
     if (ft) { // int / KIVI / TurboQuant at 2 and 4 bits, turboquant-prod at 2-4, on tensor cores (kv_attn_tc.cu), the same partial results
-        // turboquant-prod's prelude (kvq_gkv_set_tprod_pre): after the partial results, one launch before, the
+        // turboquant-prod's / TurboQuant's prelude (kvq_gkv_set_tprod_pre, _turbo_pre): after the partial results, one launch before, the
         // tensor-core launch its programmatic dependent (under KVQ_CUDA_KV_PDL)
         const int pre = tprod_pre(c); // (turboquant-prod keys only)
         uint4 *tpre = pre ? (uint4 *)(((uintptr_t)(p.pml + (size_t)nrow * c->n_heads * n_slot * 2) + 15) & ~(uintptr_t)15) : NULL;
@@ -517,7 +528,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
                                 c->n_kv, c->n_heads, 0, hp.a, hp.chunk, n_slot, 0, p.sl2, p.po, p.pml, dyn0,
                                 fuse && last == 0 ? fz1 : fz0, c->k.cb, c->v.cb, c->k.signs, c->k.quat, c->k.mat, tpre};
         if (pre) {
-            st = kvq_gkv_tp_pre_launch(&ta, c->k.bits, nrow, sm, err);
+            st = kvq_gkv_tp_pre_launch(&ta, c->k.kind, c->k.bits, nrow, sm, err);
             if (st) return st;
             launched = 1;
         }

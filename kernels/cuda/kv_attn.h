@@ -184,7 +184,7 @@ typedef struct {
  *  KVQ_GKV_MAX_CHUNK) is the positions per block, 0 = chosen from the shape. The partial
  *  results need scratch: kvq_gkv_scratch_bytes, device, given by the caller (for a turboquant-prod
  *  cache at head_dim 128, 4 query heads a KV head, also the prelude's 16 + batch · n_kv · 4608 bytes:
- *  kvq_gkv_set_tprod_pre; the _seqs_ and _rows_ sizes below likewise for their rows). */
+ *  kvq_gkv_set_tprod_pre; TurboQuant / qturbo at 2 or 4 bits, 16 + batch · n_kv · 2048: _turbo_pre; the _seqs_ and _rows_ sizes below likewise for their rows). */
 size_t kvq_gkv_scratch_bytes(const kvq_gkv_cache *c, int chunk);
 kvq_status kvq_gkv_attend(const kvq_gkv_cache *c, const float *q, float *out, float scale, int chunk, void *scratch,
                           kvq_err *err);
@@ -482,6 +482,13 @@ void kvq_gkv_set_tc_tprod(int on);
  *  turboquant-prod cache whatever this says, so a buffer or a captured graph stays valid when it
  *  changes; a graph keeps the choice it was captured with. Process-wide. */
 void kvq_gkv_set_tprod_pre(int on);
+/** The same for TurboQuant and qturbo at 2 and 4 bits on the tensor cores (session 18, helper i20q): 1 =
+ *  R q's B fragments formed once per (row, KV head) before the split launch, 0 = every block rotates q
+ *  (tc_rotate_q, session 14's kernels); the same bits. Register-prefetch variants only: with cp.async
+ *  stages (kvq_gkv_set_tc_pipe) every block forms them whatever this says. −1 (default) = 1 unless
+ *  KVQ_CUDA_KV_TURBO_PRE=0 in the environment (read at the first attend). The scratch sizes hold its
+ *  16 + 2 KiB a (row, KV head) of such a cache whatever this says. Process-wide. */
+void kvq_gkv_set_turbo_pre(int on);
 /** OCTOPUS keys on the tensor cores (kernels/cuda/kv_attn_oct.cu; session 17): 1 = octopus:2 and
  *  octopus:4, with or without :qjl (KIVI values of the same width), run attn_tc_oct whenever
  *  kvq_gkv_set_tc has the tensor cores on (variant 1, or 2 when asked for; fp16 ρ̂·n̂ from a

@@ -38,7 +38,9 @@
 // KVQ_CUDA_KV_TPROD_PRE=0 for PRE = 0): R q, S R q and the scores' B fragments formed once per (row, KV
 // head) by tp_pre before the split launch and loaded by each block after griddepcontrol.wait, instead
 // of every block forming them (q's load, the WHT's barriers, 64 KiB of S and 16 mma a warp before its
-// first score) — the same functions on the same values, so the same bits.
+// first score) — the same functions on the same values, so the same bits. TURBO (TurboQuant, qturbo) likewise
+// (session 18, helper i20q; KVQ_CUDA_KV_TURBO_PRE=0 for PRE = 0): tp_pre<TURBO, B> rotates q once per (row, KV
+// head) and writes R q's B fragments; register-prefetch variants only (the pipelined kernels rotate per block).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -174,8 +176,8 @@ __host__ __device__ constexpr int tc_nred() {
 static_assert(TNW * G * D >= G * (KVQ_GKV_MERGE_TC + D + D / 32), "the fused merge's shared memory in red");
 
 // ---- the per-(row, KV head) prelude of TURBO / TPROD: q into the keys' frame, S R q, the B fragments.
-// tc_chunk runs it in every block; TPROD's tp_pre (KVQ_CUDA_KV_TPROD_PRE, session 18) once per (row, KV
-// head) before the split launch — the same functions on the same values, so the same bits.
+// tc_chunk runs it in every block; tp_pre (TPROD: KVQ_CUDA_KV_TPROD_PRE, session 18; TURBO: KVQ_CUDA_KV_TURBO_PRE,
+// helper i20q) once per (row, KV head) before the split launch — the same functions on the same values, so the same bits.
 
 // q (qs: G query heads of D, the block's TNT threads) rotated into the keys' frame of KV head gk: qturbo's
 // unit quaternion r left-multiplies each 4-chunk first (split_chunk's code), then the signs and the WHT
@@ -290,20 +292,36 @@ __device__ __forceinline__ void tp_pre_load(const uint4 *src, uint32_t (&qk)[8][
     zm[0] = __uint_as_float(z.x), zm[1] = __uint_as_float(z.y);
 }
 static_assert(KVQ_GKV_TP_PRE_U4 == 9, "tp_pre_store's layout");
-// Lane lane's first uint4 of row b's KV head gk in tp_pre's scratch (tp_pre_store / tp_pre_load).
+// Lane lane's first uint4 of row b's KV head gk in the prelude's scratch (store and load): TP (turboquant-prod)
+// KVQ_GKV_TP_PRE_U4 uint4 a lane, else (TurboQuant / qturbo) KVQ_GKV_TQ_PRE_U4.
+template <bool TP>
 __device__ __forceinline__ uint4 *tp_pre_at(const kvq_tc_args &p, int b, int gk, int lane) {
-    return p.tpre + (size_t)(b * p.n_kv + gk) * KVQ_GKV_TP_PRE_U4 * 32 + lane;
+    return p.tpre + (size_t)(b * p.n_kv + gk) * (TP ? KVQ_GKV_TP_PRE_U4 : KVQ_GKV_TQ_PRE_U4) * 32 + lane;
 }
+// TURBO's (session 18, helper i20q): qk alone, KVQ_GKV_TQ_PRE_U4 uint4 a lane (tp_pre_store's words 0-15).
+__device__ __forceinline__ void tq_pre_store(uint4 *dst, const uint32_t (&qk)[8][2]) {
+#pragma unroll
+    for (int w = 0; w < 4; w++) dst[32 * w] = make_uint4(qk[2 * w][0], qk[2 * w][1], qk[2 * w + 1][0], qk[2 * w + 1][1]);
+}
+__device__ __forceinline__ void tq_pre_load(const uint4 *src, uint32_t (&qk)[8][2]) {
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint4 a = __ldcg(src + 32 * w);
+        qk[2 * w][0] = a.x, qk[2 * w][1] = a.y, qk[2 * w + 1][0] = a.z, qk[2 * w + 1][1] = a.w;
+    }
+}
+static_assert(KVQ_GKV_TQ_PRE_U4 == 4, "tq_pre_store's layout");
 
 // One block's chunk: its partial results (kvq_gkv_split_out) or nothing (a captured step's spare block).
-// PRE (TPROD only): qk, sk and zm read from tp_pre's scratch (p.tpre) after griddepcontrol.wait, not formed here.
+// PRE (TPROD; TURBO's register-prefetch variants, session 18, helper i20q): qk (TPROD also sk and zm) read
+// from tp_pre's scratch (p.tpre) after griddepcontrol.wait, not formed here.
 template <int KIND, int B, int TS, int PF, int ST, int LEAN, int PRE>
 __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_nred<KIND, B, ST>()][G][D]) {
     constexpr float QM = KIND == KVQ_GKV_INT ? (float)((1 << (B - 1)) - 1) : 0.0f;
     constexpr bool KIVI = KIND == KVQ_GKV_KIVI, TQ = KIND == KVQ_GKV_TURBO, TP = KIND == KVQ_GKV_TPROD, TQV = TQ || TP;
     constexpr int MB = TP ? B - 1 : B; // the keys' code bits (TPROD: the centroid codes without the sign)
     static_assert(!TP || ST == 0, "turboquant-prod: register prefetch only");
-    static_assert(!PRE || TP, "the prelude before the launch: turboquant-prod only");
+    static_assert(!PRE || TP || (TQ && ST == 0), "the prelude before the launch: turboquant-prod, TURBO's register-prefetch variants");
     static_assert(TP || B == 2 || B == 4, "int, KIVI, TURBO at 2 and 4 bits");
     static_assert(!KIVI || TS == 2, "KIVI keys: a step is one 32-position group");
     static_assert(ST ? PF == 0 && ST >= 3 && ST <= 4 : PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles, or 3-4 stages");
@@ -370,7 +388,8 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     float zm[2] = {0.0f, 0.0f};
     if constexpr (PRE) {
         asm volatile("griddepcontrol.wait;" ::: "memory"); // tp_pre: complete, its writes visible
-        tp_pre_load(tp_pre_at(p, b, gk, lane), qk, sk, zm);
+        if constexpr (TP) tp_pre_load(tp_pre_at<true>(p, b, gk, lane), qk, sk, zm);
+        else tq_pre_load(tp_pre_at<false>(p, b, gk, lane), qk);
     } else tc_bfrag<KIND, B>(qs, sqs, cm, ch, g, t, qk, sk, zm);
     // the fix-up of pair j: c − qmax = h·(1/m) − (1024/m + qmax), exact in fp16 (compile-time
     // constants, so that they are immediates of the HFMA2, not registers)
@@ -592,7 +611,7 @@ template <int KIND, int B, int PF, int ST, int LEAN>
 __host__ __device__ constexpr int tc_min_blocks() {
     return LEAN && ST && KIND == KVQ_GKV_INT && B == 2 ? 5 : ST ? 4 : KIND == KVQ_GKV_TPROD ? 3 : PF == 1 && !(KIND == KVQ_GKV_TURBO && B == 4) ? 4 : 3;
 }
-// PRE (TPROD): a programmatic dependent of tp_pre (when the attend's launches are); every block, spare
+// PRE (TPROD, TURBO): a programmatic dependent of tp_pre (when the attend's launches are); every block, spare
 // ones too, waits for it (griddepcontrol.wait), so that this grid ends after tp_pre has.
 template <int KIND, int B, int TS, int PF, int ST, int LEAN, int PRE = 0>
 __global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST, LEAN>()) attn_tc(kvq_tc_args p) {
@@ -607,23 +626,26 @@ __global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST, LEAN>()) a
 // turboquant-prod's prelude once per (row b = blockIdx.y, KV head gk = blockIdx.x) (session 18): q rotated, S R q,
 // and the scores' B fragments of every lane (tc_bfrag: what each attn_tc<…, PRE = 0> block forms) into p.tpre
 // (tp_pre_store) for attn_tc<…, PRE = 1>. The same functions on the same values: the same bits. Lets its
-// dependent start (its blocks' first tiles load meanwhile).
-template <int B>
+// dependent start (its blocks' first tiles load meanwhile). KIND KVQ_GKV_TURBO (TurboQuant and qturbo; session
+// 18, helper i20q): R q and its qk alone (tq_pre_store), what attn_tc<TURBO, B, 1, PF, 0, L, 1> reads.
+template <int KIND, int B>
 __global__ void __launch_bounds__(TNT) tp_pre(kvq_tc_args p) {
-    __shared__ __align__(16) float qs[G][D], sqs[G][D];
+    constexpr bool TP = KIND == KVQ_GKV_TPROD;
+    __shared__ __align__(16) float qs[G][D], sqs[TP ? G : 1][D];
     asm volatile("griddepcontrol.launch_dependents;");
     const int gk = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     for (int e = threadIdx.x; e < G * D; e += TNT) qs[e / D][e % D] = p.q[((size_t)b * p.H + gk * G + e / D) * D + e % D];
     __syncthreads();
     tc_rotate_q(p, gk, qs);
-    tp_srq(p, gk, qs, sqs, warp, g, t);
+    if constexpr (TP) tp_srq(p, gk, qs, sqs, warp, g, t);
     if (warp) return; // (every warp's fragments are the same)
     float cm = 0.0f, ch = 0.0f;
-    if constexpr (B == 2) tp_cmch(p, gk, cm, ch);
-    uint32_t qk[8][2], sk[8][2];
+    if constexpr (TP && B == 2) tp_cmch(p, gk, cm, ch);
+    uint32_t qk[8][2], sk[TP ? 8 : 1][2];
     float zm[2] = {0.0f, 0.0f};
-    tc_bfrag<KVQ_GKV_TPROD, B>(qs, sqs, cm, ch, g, t, qk, sk, zm);
-    tp_pre_store(tp_pre_at(p, b, gk, lane), qk, sk, zm);
+    tc_bfrag<KIND, B>(qs, sqs, cm, ch, g, t, qk, sk, zm);
+    if constexpr (TP) tp_pre_store(tp_pre_at<true>(p, b, gk, lane), qk, sk, zm);
+    else tq_pre_store(tp_pre_at<false>(p, b, gk, lane), qk);
 }
 
 const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean, int pre) {
@@ -645,6 +667,12 @@ const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int s
            : stages == 3 ? (const void *)attn_tc<KIND, B, TS, 0, 3, L>                                                   \
            : variant == 2 ? (const void *)attn_tc<KIND, B, TS, 2, 0, L>                                                  \
                           : (const void *)attn_tc<KIND, B, TS, 1, 0, L>;
+    // TURBO's prelude (pre, session 18, helper i20q): the register-prefetch variants; the pipelined ones form it per block
+#define TQP(B, L)                                                                                                        \
+    if (kk == KVQ_GKV_TURBO && kb == B && lean == L && pre && !stages)                                                   \
+        return variant == 2 ? (const void *)attn_tc<KVQ_GKV_TURBO, B, 1, 2, 0, L, 1> : (const void *)attn_tc<KVQ_GKV_TURBO, B, 1, 1, 0, L, 1>;
+    TQP(2, 0) TQP(2, 1) TQP(4, 0) TQP(4, 1)
+#undef TQP
 #define TCK(KIND, TS, B)                                                                                                 \
     if (kk == KIND && kb == B) {                                                                                         \
         if (lean) TCK_(KIND, TS, B, 1)                                                                                   \
@@ -682,9 +710,12 @@ kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks,
     return KVQ_OK;
 }
 
-kvq_status kvq_gkv_tp_pre_launch(const kvq_tc_args *a, int bits, int nrow, cudaStream_t sm, kvq_err *err) {
-    void (*f)(kvq_tc_args) = bits == 2 ? tp_pre<2> : bits == 3 ? tp_pre<3> : bits == 4 ? tp_pre<4> : NULL;
-    if (!f || !a->tpre || nrow < 1) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: turboquant-prod prelude: %d bits, %d rows", bits, nrow);
+kvq_status kvq_gkv_tp_pre_launch(const kvq_tc_args *a, int kind, int bits, int nrow, cudaStream_t sm, kvq_err *err) {
+    void (*f)(kvq_tc_args) = NULL;
+    if (kind == KVQ_GKV_TPROD) f = bits == 2 ? tp_pre<KVQ_GKV_TPROD, 2> : bits == 3 ? tp_pre<KVQ_GKV_TPROD, 3> : bits == 4 ? tp_pre<KVQ_GKV_TPROD, 4> : NULL;
+    if (kind == KVQ_GKV_TURBO) f = bits == 2 ? tp_pre<KVQ_GKV_TURBO, 2> : bits == 4 ? tp_pre<KVQ_GKV_TURBO, 4> : NULL;
+    if (!f || !a->tpre || nrow < 1)
+        return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: q's prelude: keys kind %d, %d bits, %d rows", kind, bits, nrow);
     f<<<dim3(a->n_kv, nrow), TNT, 0, sm>>>(*a);
     CU_LAUNCHED("tp_pre");
     return KVQ_OK;

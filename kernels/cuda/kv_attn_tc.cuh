@@ -120,12 +120,15 @@ struct kvq_tc_args {
 /** uint4 a lane of turboquant-prod's prelude a (row, KV head): the scores' B fragments (16 + 16 words)
  *  and 2 floats, padded: 32 · 9 · 16 = 4608 bytes. */
 #define KVQ_GKV_TP_PRE_U4 9
+/** TURBO's (TurboQuant, qturbo; session 18, helper i20q): the B fragments alone (16 words), 32 · 4 · 16 = 2048 bytes. */
+#define KVQ_GKV_TQ_PRE_U4 4
 
 /** The kernel for keys kind/bits and values kind/bits, or NULL (int:2, int:4, kivi:2, kivi:4,
  *  turboquant/qturbo:2 and :4 on both sides are built, and turboquant-prod:2/3/4 — TPROD keys with
  *  TURBO values of the same bits, variants 1 and 2, stages ignored (no pipelined kernel); TURBO: q rotated into the keys' frame once
  *  per block, the values' rotation undone in the merge). TPROD's pre 1: the kernel that reads kvq_gkv_tp_pre_launch's
- *  prelude, 0: the one that forms it in every block (other kinds ignore pre). stages 0: variant 1, the next tile's loads in flight in registers
+ *  prelude, 0: the one that forms it in every block; TURBO's likewise for stages 0 (the pipelined kernels
+ *  form it per block whatever pre says); int and KIVI ignore pre. stages 0: variant 1, the next tile's loads in flight in registers
  *  (int: 4 blocks an SM), or 2, the next two tiles' (more bytes in flight, 3 blocks an SM);
  *  stages 3 or 4: the cp.async pipeline (the next stages − 1 tiles of each warp copied into
  *  shared memory; variant ignored), bit-identical results; other stage counts: NULL. lean 1: the
@@ -139,10 +142,11 @@ kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks,
  *  b: the sequence, a step's row or rows mode's query row) and each KV head, q rotated into the keys'
  *  frame, S R q and the scores' B fragments of every lane, into a->tpre (KVQ_GKV_TP_PRE_U4 · 32 uint4 a
  *  (row, KV head)), what kvq_gkv_tc_kernel(TPROD, bits, …, pre 1)'s blocks read instead of forming them
- *  (pre 0: every block forms them, the same bits). Grid (n_kv, nrow), a plain launch on sm; the tensor-core
- *  launch after it may be its programmatic dependent. @return KVQ_OK, KVQ_ERR_ARG (bits not 2-4, no
- *  a->tpre) or a launch error. */
-kvq_status kvq_gkv_tp_pre_launch(const kvq_tc_args *a, int bits, int nrow, cudaStream_t sm, kvq_err *err);
+ *  (pre 0: every block forms them, the same bits). kind KVQ_GKV_TURBO (TurboQuant, qturbo at 2 or 4 bits;
+ *  session 18, helper i20q): R q's B fragments alone (KVQ_GKV_TQ_PRE_U4 · 32 uint4 a (row, KV head)). Grid
+ *  (n_kv, nrow), a plain launch on sm; the tensor-core launch after it may be its programmatic dependent.
+ *  @return KVQ_OK, KVQ_ERR_ARG (another kind, bits not built, no a->tpre) or a launch error. */
+kvq_status kvq_gkv_tp_pre_launch(const kvq_tc_args *a, int kind, int bits, int nrow, cudaStream_t sm, kvq_err *err);
 /** A split block's Σ p·V written out (both split kernels): the NW warps' rows red[w][h][·] summed
  *  in warp order into po[h · n_slot · dh + i] for the g heads, the block's NT threads striding. */
 template <int NW, int NT, typename Red>

@@ -179,6 +179,7 @@ void kvq_gkv_set_tc(int on) { (void)on; }
 void kvq_gkv_set_tc_turbo(int on) { (void)on; }
 void kvq_gkv_set_tc_tprod(int on) { (void)on; }
 void kvq_gkv_set_tprod_pre(int on) { (void)on; }
+void kvq_gkv_set_turbo_pre(int on) { (void)on; }
 void kvq_gkv_set_tc_oct(int on) { (void)on; }
 int kvq_gkv_tc_active(const kvq_gkv_cache *c) { (void)c; return 0; }
 void kvq_gkv_set_tc_pipe(int stages) { (void)stages; }

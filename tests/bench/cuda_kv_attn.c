@@ -14,7 +14,9 @@
 // tensor-core kernel (kvq_gkv_set_tc_tprod(1): centroid and sign mma chains; 2-4 bits); "… tc blk" (session 18):
 // the same with R q, S R q and the B fragments formed in every block (kvq_gkv_set_tprod_pre(0), session 17's
 // kernel) where the other rows form them once per (sequence, KV head) before the split launch unless
-// KVQ_CUDA_KV_TPROD_PRE=0. octopus: triplet codes (direction table
+// KVQ_CUDA_KV_TPROD_PRE=0; "turboquant:4 tc blk", "turboquant:2 tc blk", "qturbo:4 tc blk" (session 18, helper i20q):
+// TurboQuant's q rotated in every block (kvq_gkv_set_turbo_pre(0)), the "… tc" rows once per (sequence, KV
+// head) before the split launch unless KVQ_CUDA_KV_TURBO_PRE=0. octopus: triplet codes (direction table
 // in shared memory), ":qjl" with the sign plane; its values are KIVI's layout (kivi:<b> V); "octopus:<b> tc" / "tc2"
 // and "octopus:<b>:qjl tc" (2 and 4 bits, session 17): the tensor-core kernel of kv_attn_oct.cu, variants 1 / 2
 // (KVQ_CUDA_KV_TC_OCT=0: the fp32 one). qturbo: TurboQuant with the quaternion
@@ -182,6 +184,7 @@ int main(int argc, char **argv) {
         {KVQ_GKV_TPROD, 2, "turboquant-prod:2"}, {KVQ_GKV_TPROD, 4, "turboquant-prod:4 tc"}, {KVQ_GKV_TPROD, 4, "turboquant-prod:4 tc2"},
         {KVQ_GKV_TPROD, 3, "turboquant-prod:3 tc"}, {KVQ_GKV_TPROD, 2, "turboquant-prod:2 tc"}, {KVQ_GKV_TPROD, 2, "turboquant-prod:2 tc2"},
         {KVQ_GKV_TPROD, 4, "turboquant-prod:4 tc blk"}, {KVQ_GKV_TPROD, 3, "turboquant-prod:3 tc blk"}, {KVQ_GKV_TPROD, 2, "turboquant-prod:2 tc blk"},
+        {KVQ_GKV_TURBO, 4, "turboquant:4 tc blk"}, {KVQ_GKV_TURBO, 2, "turboquant:2 tc blk"}, {KVQ_GKV_TURBO, 4, "qturbo:4 tc blk"},
         {KVQ_GKV_OCT, 4, "octopus:4"}, {KVQ_GKV_OCT, 3, "octopus:3"},
         {KVQ_GKV_OCT, 2, "octopus:2"},      {KVQ_GKV_OCT, 4, "octopus:4 tc"}, {KVQ_GKV_OCT, 4, "octopus:4 tc2"},
         {KVQ_GKV_OCT, 2, "octopus:2 tc"},   {KVQ_GKV_OCT, 2, "octopus:2 tc2"}, {KVQ_GKV_OCTQ, 4, "octopus:4:qjl tc"},
@@ -289,6 +292,7 @@ int main(int argc, char **argv) {
                 kvq_gkv_set_tc_turbo(strstr(cfg[ci].name, " tc") || strstr(cfg[ci].name, " pipe")); // TurboQuant rows named so
                 kvq_gkv_set_tc_tprod(strstr(cfg[ci].name, " tc") != NULL);                         // turboquant-prod likewise
                 kvq_gkv_set_tprod_pre(strstr(cfg[ci].name, " blk") ? 0 : -1); // its prelude in every block, or KVQ_CUDA_KV_TPROD_PRE
+                kvq_gkv_set_turbo_pre(strstr(cfg[ci].name, " blk") ? 0 : -1); // TurboQuant's likewise, or KVQ_CUDA_KV_TURBO_PRE
                 kvq_gkv_set_tc_lean(strstr(cfg[ci].name, " lean") ? 1 : -1); // the others: KVQ_CUDA_KV_TC_LEAN (default 0)
                 const int chunk = kvq_gkv_auto_chunk(&c);
                 if (R > 0) { // prefill rows: batch 1, one copy
