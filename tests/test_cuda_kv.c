@@ -1799,7 +1799,8 @@ static void test_attend_fused(void **state) {
                               {"hqkv:e8:3", "hqkv:e8:3"}, {"hqkv:e8:2:dither", "hqkv:e8:2:dither"},
                               {"hqkv:d4:3:rot=qjl:dither", "hqkv:d4:3:rot=qjl:dither"}, {"hqkv:z:2:rot=none:dither", "hqkv:z:2:rot=none:dither"},
                               {"fp16", "hqkv:e8:3:dither"}};
-    const struct { int chunk; float waves; } chs[] = {{32, 0}, {64, 0}, {1024, 0}, {0, 0}, {0, 0.5f}, {0, 2.0f}};
+    // (cfl: the automatic chunks' floor, kvq_gkv_set_chunk_floor: −1 the default, 0 none)
+    const struct { int chunk; float waves; int cfl; } chs[] = {{32, 0, -1}, {64, 0, -1}, {1024, 0, -1}, {0, 0, -1}, {0, 0.5f, -1}, {0, 2.0f, -1}, {0, 0, 0}, {0, 0, 128}};
     int n_cmp = 0, n_diff = 0;
     for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
         const int kivi_k = !strncmp(pairs[pi][0], "kivi:", 5);
@@ -1840,6 +1841,7 @@ static void test_attend_fused(void **state) {
                     kvq_gkv_set_tc(modes[mi][0]);
                     kvq_gkv_set_tc_pipe(modes[mi][1]);
                     kvq_gkv_set_waves(chs[ci].waves);
+                    kvq_gkv_set_chunk_floor(chs[ci].cfl);
                     const int ch = chs[ci].chunk;
                     void *scr;
                     assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
@@ -1870,6 +1872,7 @@ static void test_attend_fused(void **state) {
             kvq_gkv_set_tc(-1);
             kvq_gkv_set_tc_pipe(-1);
             kvq_gkv_set_waves(0);
+            kvq_gkv_set_chunk_floor(-2);
             kvq_gkv_set_fuse_merge(-1);
             kvq_gkv_set_pdl(-1);
             if (win) kvq_cuda_free(c.wk), kvq_cuda_free(c.wv);
@@ -2290,7 +2293,7 @@ static void test_hqmqo_pool_full(void **state) {
 // 32..131072, windows 0..128, KIVI keys or not and 1..528 blocks per head, (1) the counts after
 // appends in chunks of random sizes (kvq_gkv_advance, as kvq_gkv_append keeps them) equal
 // kvq_gkv_enc_count's and the step is ready there (kvq_gkv_step_ready); (2) at every position
-// (strided past 4096) the plan the step's kernels compute fits the step's grids
+// (strided past 4096), with the automatic chunks floored at 0, 64 and 256 positions, the plan the step's kernels compute fits the step's grids
 // (kvq_gkv_step_grids), with a chunk that is a multiple of 32 up to 1024 and at most 1024 slots
 // in all (the merge's limit); (3) a cut back inside the window is not ready until the sequence
 // has grown past it again.
@@ -2316,19 +2319,24 @@ static void test_step_plan(void **state) {
                     assert_int_equal(c.n_enc_v, kvq_gkv_enc_count(0, c.n_tok, w));
                     assert_int_equal(kvq_gkv_step_ready(&c, c.n_tok, w), c.n_tok < cap);
                 }
-                for (size_t pi = 0; pi < sizeof pers / sizeof *pers; pi++) { // (2)
-                    int g[3];
-                    kvq_gkv_step_grids(cap, w, kivi, pers[pi], 0, g);
-                    assert_true(g[0] + g[1] + g[2] <= 1024);
-                    for (int n = 1; n <= cap; n += n > 4096 && n < cap - 64 ? 37 : 1) {
-                        const kvq_gkv_plan pl = kvq_gkv_plan_of(n, kvq_gkv_enc_count(kivi, n, w), kvq_gkv_enc_count(0, n, w), pers[pi], 0);
-                        if (pl.na > g[0] || pl.nb > g[1] || pl.nc > g[2] || pl.chunk % 32 || pl.chunk < 32 || pl.chunk > 1024 ||
-                            pl.na + pl.nb + pl.nc < 1)
-                            fail_msg("cap %d window %d kivi %d per %d at %d positions: chunk %d, chunks %d/%d/%d over grids %d/%d/%d", cap, w,
-                                     kivi, pers[pi], n, pl.chunk, pl.na, pl.nb, pl.nc, g[0], g[1], g[2]);
-                        n_checked++;
+                for (size_t pi = 0; pi < sizeof pers / sizeof *pers; pi++) // (2)
+                    for (int fl = 0; fl <= 256; fl += fl ? 192 : 64) { // the automatic chunks with floors 0, 64, 256 (chunk_req −fl)
+                        int g[3];
+                        kvq_gkv_step_grids(cap, w, kivi, pers[pi], -fl, g);
+                        assert_true(g[0] + g[1] + g[2] <= 1024);
+                        for (int n = 1; n <= cap; n += n > 4096 && n < cap - 64 ? 37 : 1) {
+                            const int nk = kvq_gkv_enc_count(kivi, n, w), nv = kvq_gkv_enc_count(0, n, w);
+                            const kvq_gkv_plan pl = kvq_gkv_plan_of(n, nk, nv, pers[pi], -fl), p0 = kvq_gkv_plan_of(n, nk, nv, pers[pi], 0);
+                            // the floor: min(fl, the side over KVQ_GKV_MIN_SPLITS, in 32s), never below the automatic chunk
+                            const int side = pl.e > 1 ? pl.e : 1, fc = 32 * ((side + 32 * KVQ_GKV_MIN_SPLITS - 1) / (32 * KVQ_GKV_MIN_SPLITS));
+                            const int want = p0.chunk > (fc < fl ? fc : fl) ? p0.chunk : fc < fl ? fc : fl;
+                            if (pl.na > g[0] || pl.nb > g[1] || pl.nc > g[2] || pl.chunk % 32 || pl.chunk < 32 || pl.chunk > 1024 ||
+                                pl.na + pl.nb + pl.nc < 1 || pl.chunk != (want > 1024 ? 1024 : want))
+                                fail_msg("cap %d window %d kivi %d per %d floor %d at %d positions: chunk %d (automatic %d), chunks %d/%d/%d over grids %d/%d/%d",
+                                         cap, w, kivi, pers[pi], fl, n, pl.chunk, p0.chunk, pl.na, pl.nb, pl.nc, g[0], g[1], g[2]);
+                            n_checked++;
+                        }
                     }
-                }
             }
     // (3) window 16, grown to 100 positions, cut back to 98
     kvq_gkv_cache c = {{0}, {0}, 1, 8, 32, D, 352, 0, 0, 0, &dummy, &dummy, 16 + 33};
@@ -2347,7 +2355,7 @@ static void test_step_plan(void **state) {
 
 // Rows mode's bookkeeping (kvq_gkv_attend_rows), on the host (runs without a device): caches grown
 // from 0 in chunks of T rows (T 1, 7, 64, 130) with windows 0, 5, 40, KIVI keys or not, 1..264
-// blocks per head, automatic chunks and chunk 64; after each append the rows [pos0, pos0 + T) are
+// blocks per head, automatic chunks (with floors 0, 64 and 256: chunk_req 0, −64, −256) and chunk 64; after each append the rows [pos0, pos0 + T) are
 // planned as the kernels do (kvq_gkv_rows_grids for the grids; block x of each launch as chunk
 // x / T of row x % T, kvq_gkv_row_block; its range and slot from kvq_gkv_part_block of the row's
 // kvq_gkv_row_plan). Checked: every row's positions [0, pos0 + t + 1) are covered exactly once,
@@ -2359,7 +2367,7 @@ static void test_step_plan(void **state) {
 static void test_rows_plan(void **state) {
     (void)state;
     enum { CAP = 2048, MS = 1024 };
-    const int Ts[] = {1, 7, 64, 130}, wins[] = {0, 5, 40}, pers[] = {1, 7, 24, 66, 264}, chunks[] = {0, 64};
+    const int Ts[] = {1, 7, 64, 130}, wins[] = {0, 5, 40}, pers[] = {1, 7, 24, 66, 264}, chunks[] = {0, 64, -64, -256}; // (< 0: floors)
     long n_rows = 0, n_blocks = 0;
     int dummy = 0;
     int *rng = malloc(sizeof(int) * 2 * 130 * MS); // (row, slot): the chunk's [t0, t1), −1 = none yet
@@ -2378,7 +2386,7 @@ static void test_rows_plan(void **state) {
                             int g[3], n_slot;
                             kvq_gkv_rows_grids(c.n_enc_k, c.n_enc_v, pos0, T, per, ch, g, &n_slot);
                             assert_true(n_slot >= 1 && n_slot <= MS);
-                            if (ch == 0 && n_slot > kvq_gkv_rows_slot_bound(CAP, wcap, per)) // the bound is for the automatic chunks (rows mode's)
+                            if (ch <= 0 && n_slot > kvq_gkv_rows_slot_bound(CAP, wcap, per)) // the bound is for the automatic chunks (rows mode's, floored or not)
                                 fail_msg("T %d window %d kivi %d per %d at %d: %d slots over the bound %d", T, w, kivi, per, pos0, n_slot,
                                          kvq_gkv_rows_slot_bound(CAP, wcap, per));
                             for (int i = 0; i < 2 * T * n_slot; i++) rng[i] = -1;

@@ -377,8 +377,29 @@ static int splits_per_head(const kvq_gkv_cache *c) {
     // at most 512 (or one wave's, if more) so that the chunks stay within the merge's 1024
     return std::min(std::max(1, (int)(waves() * (float)(per_sm * sms) / (float)pairs)), std::max(base, 512));
 }
+// The automatic chunks' floor (kvq_gkv_plan_of's chunk_req < 0; session 19): a short context in at most
+// KVQ_GKV_MIN_SPLITS chunks of at most 256 positions for the tensor-core kernels (int, KIVI, TurboQuant/qturbo,
+// turboquant-prod, OCTOPUS without QJL), 64 for the others — the H100 sweep of the split count over 1k-128k
+// (docs/results/s19/B_table.md): at 4k int:4 tc 0.0135 → 0.0097 ms, at 1k the fp32 kernels 0.90-0.94×; the
+// chunks of a longer context are the automatic ones. g_cfl (kvq_gkv_set_chunk_floor), or
+// KVQ_CUDA_KV_CFLOOR=<positions> (0: none, the chunks as before; a multiple of 32 up to KVQ_GKV_MAX_CHUNK; read once).
+static int g_cfl = -2; // -2: the environment not read yet; -1: the default; >= 0: that floor
+extern "C" void kvq_gkv_set_chunk_floor(int positions) {
+    g_cfl = positions < -1 ? -2 : positions >= 0 && (positions % 32 || positions > KVQ_GKV_MAX_CHUNK) ? -1 : positions;
+}
+static int chunk_floor(const kvq_gkv_cache *c) {
+    if (g_cfl == -2) {
+        const char *e = getenv("KVQ_CUDA_KV_CFLOOR");
+        const int v = e ? atoi(e) : -1;
+        g_cfl = e && v >= 0 && v % 32 == 0 && v <= KVQ_GKV_MAX_CHUNK ? v : -1;
+    }
+    if (g_cfl >= 0) return g_cfl;
+    return tc_kernel(c) && c->k.kind != KVQ_GKV_OCTQ ? 256 : 64;
+}
+// chunk_req of the plans of an attend asked for chunk (0: automatic, with the floor)
+static int chunk_req_of(const kvq_gkv_cache *c, int chunk) { return chunk ? chunk : -chunk_floor(c); }
 extern "C" int kvq_gkv_auto_chunk(const kvq_gkv_cache *c) {
-    return kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, splits_per_head(c), 0).chunk;
+    return kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, splits_per_head(c), chunk_req_of(c, 0)).chunk;
 }
 
 // turboquant-prod's prelude for nrow rows (kvq_gkv_tp_pre_launch), after the partial results in the
@@ -423,6 +444,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     kvq_gkv_cache c1 = *c; // a step of several sequences: blocks per head of one sequence's batch-1 cache (its chunks, its bits)
     c1.batch = 1;
     const int per = chunk ? 1 : splits_per_head(d_seq ? &c1 : c), kivi_k = kvq_gkv_kivi_k(&c->k);
+    const int creq = chunk_req_of(c, chunk); // the plans' chunk_req: chunk, or automatic with the floor
     int ga, gb, gc; // blocks per (sequence, KV head) of the three launches (rows mode: per row)
     int n_slot = 0; // the scratch's slots per (sequence, query head)
     if (rows) {
@@ -431,7 +453,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
             return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention rows: rows at positions [%d, %d) but %d positions stored", pos0, pos0 + rows,
                                c->n_tok);
         for (int t = 0; t < rows; t++) { // each row's view passes the token loop's checks, and its window is still in the ring
-            const kvq_gkv_plan pl = kvq_gkv_row_plan(c->n_enc_k, c->n_enc_v, pos0, t, per, chunk);
+            const kvq_gkv_plan pl = kvq_gkv_row_plan(c->n_enc_k, c->n_enc_v, pos0, t, per, creq);
             if (pl.n_tok > pl.e && (!c->wk || pl.n_tok - pl.e > c->wcap || pl.e < c->n_tok - c->wcap))
                 return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention rows: row %d's window positions [%d, %d) are not in the ring of %d (%d stored)",
                                    t, pl.e, pl.n_tok, c->wcap, c->n_tok);
@@ -439,10 +461,10 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
                 return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention rows: values behind keys");
         }
         int gr[3];
-        kvq_gkv_rows_grids(c->n_enc_k, c->n_enc_v, pos0, rows, per, chunk, gr, &n_slot);
+        kvq_gkv_rows_grids(c->n_enc_k, c->n_enc_v, pos0, rows, per, creq, gr, &n_slot);
         ga = gr[0], gb = gr[1], gc = gr[2];
     } else if (!d_pos) {
-        const kvq_gkv_plan pl = kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
+        const kvq_gkv_plan pl = kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, creq);
         if (c->n_tok > pl.e && (!c->wk || c->n_tok - pl.e > c->wcap))
             return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: %d window positions but a ring of %d", c->n_tok - pl.e, c->wcap);
         if (pl.nb && c->n_enc_k > c->n_enc_v) return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: values behind keys");
@@ -454,7 +476,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
         if (!c->wk || !c->wv || c->wcap < window + 33)
             return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention step: a ring of %d positions, need window %d + 33", c->wcap, window);
         int gr[3];
-        kvq_gkv_step_grids(c->cap, window, kivi_k, per, chunk, gr);
+        kvq_gkv_step_grids(c->cap, window, kivi_k, per, creq, gr);
         ga = gr[0], gb = gr[1], gc = gr[2];
     }
     if (!rows) n_slot = ga + gb + gc;
@@ -465,8 +487,8 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     if ((size_t)sizeof(float) * nrow * c->n_heads * n_slot * (hd + 2) + tp_pre_bytes(c, nrow) >
         (rows || d_seq ? scratch_size : kvq_gkv_scratch_bytes(c, chunk)))
         return kvq_err_set(err, KVQ_ERR_ARG, "gpu kv attention: scratch too small for %d rows of %d chunks", nrow, n_slot);
-    const kvq_gkv_plan hp = d_pos || rows ? kvq_gkv_plan{} : kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, chunk);
-    const kvq_gkv_dyn dyn0 = {d_pos, window, kivi_k, per, chunk, 0, rows, pos0, c->n_enc_k, c->n_enc_v, d_seq};
+    const kvq_gkv_plan hp = d_pos || rows ? kvq_gkv_plan{} : kvq_gkv_plan_of(c->n_tok, c->n_enc_k, c->n_enc_v, per, creq);
+    const kvq_gkv_dyn dyn0 = {d_pos, window, kivi_k, per, creq, 0, rows, pos0, c->n_enc_k, c->n_enc_v, d_seq};
     // the launches' grids: (chunks, KV heads, sequences or a step's rows), rows mode (chunks · rows, KV heads, 1)
     const int gx = rows ? rows : 1, gy = c->n_kv * blocks_per_kv(c), gz = rows ? 1 : nrow;
     attn_p p;
@@ -618,7 +640,7 @@ extern "C" size_t kvq_gkv_seqs_scratch_bytes(const kvq_gkv_cache *c, int T) {
 
 extern "C" size_t kvq_gkv_rows_scratch_bytes(const kvq_gkv_cache *c, int pos0, int T) {
     int gr[3], n_slot = 0;
-    kvq_gkv_rows_grids(c->n_enc_k, c->n_enc_v, pos0, T, splits_per_head(c), 0, gr, &n_slot);
+    kvq_gkv_rows_grids(c->n_enc_k, c->n_enc_v, pos0, T, splits_per_head(c), chunk_req_of(c, 0), gr, &n_slot); // the chunks attend plans (floored)
     return sizeof(float) * (size_t)(T > 0 ? T : 0) * c->n_heads * n_slot * (c->head_dim + 2) + tp_pre_bytes(c, T);
 }
 

@@ -52,6 +52,9 @@ static inline int kvq_gkv_oct_words(int bits) { return (6 * (3 * bits + 1) + 31)
 #define KVQ_GKV_HEAD_DIM 128
 #define KVQ_GKV_GROUP 4 // query heads per KV head
 #define KVQ_GKV_MAX_CHUNK 1024
+/** The automatic chunks' floor (kvq_gkv_plan_of with chunk_req < 0): at most this many splits of a
+ *  short side (session 19: the H100 sweep of docs/results/s19/B_table.md). */
+#define KVQ_GKV_MIN_SPLITS 16
 /** The shapes the plain split kernels, the merge, rows mode and the encoders are built for (issue 20,
  *  session 15): head_dim 64 or 128 with 1, 2, 4 or 8 query heads per KV head; others are refused
  *  with KVQ_ERR_UNSUPPORTED. At other shapes than (128, 4) kvq_gkv_attend runs the fp32 split kernel
@@ -217,9 +220,11 @@ kvq_status kvq_gkv_pool_check(const kvq_gkv_cache *c, kvq_err *err);
 
 /** The chunks one attend scans: [0, a) both sides packed, [a, e) keys in the window with
  *  stored values (KIVI's incomplete group), [e, n_tok) both in the window; chunk positions a
- *  block (chunk_req, or when 0 the automatic choice: per blocks per (sequence, KV head) over
- *  the longest packed side, more when a chunk would exceed KVQ_GKV_MAX_CHUNK), and na, nb, nc
- *  chunks in the three ranges (scratch slots [0, na), [na, na + nb), then the window's).
+ *  block (chunk_req > 0, or else the automatic choice: per blocks per (sequence, KV head) over
+ *  the longest packed side, more when a chunk would exceed KVQ_GKV_MAX_CHUNK; chunk_req < 0
+ *  floors that chunk at min(−chunk_req, the side over KVQ_GKV_MIN_SPLITS): short contexts in
+ *  fewer, longer chunks, session 19), and na, nb, nc chunks in the three ranges (scratch slots
+ *  [0, na), [na, na + nb), then the window's).
  *  Shared by the host launch (kvq_gkv_attend) and the kernels of a graph-captured step, which
  *  compute it from the position on the device: one formula, the same chunks. */
 typedef struct {
@@ -235,7 +240,12 @@ KVQ_GKV_HD static inline kvq_gkv_plan kvq_gkv_plan_of(int n_tok, int n_enc_k, in
     else {
         const int n = p.e > 1 ? p.e : 1, pr = per > 1 ? per : 1;
         const int k = (n + pr * KVQ_GKV_MAX_CHUNK - 1) / (pr * KVQ_GKV_MAX_CHUNK);
-        const int ch = 32 * ((n + 32 * pr * k - 1) / (32 * pr * k));
+        int ch = 32 * ((n + 32 * pr * k - 1) / (32 * pr * k));
+        if (chunk_req < 0) { // the floor: never more chunks than the automatic choice, so its grids hold
+            const int fl = 32 * ((n + 32 * KVQ_GKV_MIN_SPLITS - 1) / (32 * KVQ_GKV_MIN_SPLITS));
+            const int lo = fl < -chunk_req ? fl : -chunk_req;
+            if (ch < lo) ch = lo;
+        }
         p.chunk = ch < 32 ? 32 : ch > KVQ_GKV_MAX_CHUNK ? KVQ_GKV_MAX_CHUNK : ch;
     }
     p.na = kvq_gkv_n_chunks(p.a, p.chunk);
@@ -544,6 +554,12 @@ int kvq_gkv_merge_fused(const kvq_gkv_cache *c);
  *  waves = more, shorter chunks). ≤ 0 (default) = KVQ_CUDA_KV_WAVES=<x> in the environment (read
  *  at the first attend), else 1. Process-wide: set it before capturing a step (its grids follow). */
 void kvq_gkv_set_waves(float waves);
+/** The automatic chunks' floor (session 19): positions ≥ 0 that floor (0: none, the automatic chunks
+ *  as before; a multiple of 32 up to KVQ_GKV_MAX_CHUNK), −1 the default (256 positions for the
+ *  tensor-core kernels but OCTOPUS+QJL's, 64 for the others; at most KVQ_GKV_MIN_SPLITS chunks of
+ *  a side), < −1 KVQ_CUDA_KV_CFLOOR=<positions> in the environment again (read at the next attend).
+ *  Process-wide: set it before capturing a step (its plans follow). */
+void kvq_gkv_set_chunk_floor(int positions);
 
 /** Times kvq_gkv_attend with CUDA events (after a warm-up): the median over reps of one call
  *  between two events (graph_calls = 0; the host's launch time included), or of one replay of

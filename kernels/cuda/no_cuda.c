@@ -189,6 +189,7 @@ void kvq_gkv_set_fuse_merge(int on) { (void)on; }
 void kvq_gkv_set_pdl(int on) { (void)on; }
 int kvq_gkv_merge_fused(const kvq_gkv_cache *c) { (void)c; return 0; }
 void kvq_gkv_set_waves(float waves) { (void)waves; }
+void kvq_gkv_set_chunk_floor(int positions) { (void)positions; }
 
 int kvq_cuda_tc_available(char *why, size_t n) {
     if (why && n) snprintf(why, n, "built without CUDA (nvcc not found at build time)");
