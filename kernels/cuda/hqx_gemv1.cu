@@ -346,7 +346,23 @@ struct G1F {
     float *y;           // NULL, or where block 0 writes the normalized row
     uint32_t b1, b2;    // the first blocks of parts 1 and 2 (kvq_hqx_fold_split)
 };
-template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false>
+// PF (KVQ_CUDA_ESC_PF, default on; issue 12, 2026-11-27, session 19): a row's first escapes
+// (G1Pf::ROUNDS of 32 a warp) are fetched during its last steps instead of at its end, where
+// each needed a dependent chain (the entry from DRAM, then its tile's scale code, the table and
+// the activation) while only the ring's next step was in flight: the entry three steps before
+// the end (its row start e0 came at the row's first step), the scale code or float scale and,
+// one token, the activation's scale and code two steps before, the table entry at the last
+// step. The row's end then has the operands of those rounds in registers and runs the same
+// fmaf sequence in the same order (lane L: e0+L, e0+L+32, ...) from the same lane sum: the same
+// bits. Rows of 1 or 2 steps run the stages in fewer steps (in order). Rows with more escapes
+// than the rounds take the rest as before.
+// Rounds: 2 (64 escapes a row) only where ptxas keeps it without spills (E8, widths 4 and 5,
+// one token, the default ring, not folded: 62 and 64 registers), else 1 (session 19's table in
+// docs/RESULTS.md; a second round everywhere spilled up to 176 bytes).
+template <int VB, int DEPTH, int MODE, int NT, bool FOLD> struct G1Pf {
+    static constexpr int ROUNDS = NT == 1 && !FOLD && DEPTH == 2 && MODE == G1_E8 && VB <= 5 ? 2 : 1;
+};
+template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false, bool PF = false>
 __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, DEPTH, NT))
     hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int nt, int64_t ldy,
                  uint32_t lst, int trig, const G1F F) {
@@ -417,6 +433,14 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     float a0[NT], a1[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) a0[t] = a1[t] = 0.0f;
+    // PF: each prefetched round's escape entry, then its scale code (E8) or float scale and, one
+    // token, the activation's tile scale and code; the table's float replaces the code at the end
+    constexpr int PFR = PF ? G1Pf<VB, DEPTH, MODE, NT, FOLD>::ROUNDS : 1;
+    uint32_t pen[PFR], pcs[PFR];
+    float psx[PFR];
+    int pxq[PFR];
+#pragma unroll
+    for (int k = 0; k < PFR; k++) pen[k] = pcs[k] = 0u, psx[k] = 0.0f, pxq[k] = 0;
     G1P dd;
     dd.codes = MODE == G1_E8;
     dd.m = M;
@@ -481,6 +505,28 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             if (us & 1) a1[t] = a;
             else a0[t] = a;
         }
+        if constexpr (PF) { // the stages: entry at S − 3, scale code and activation at S − 2, table at S − 1
+            const uint32_t ka = S >= 3 ? S - 3 : 0, kb = S >= 2 ? S - 2 : 0;
+#pragma unroll
+            for (int k = 0; k < PFR; k++) {
+                const uint32_t e = e0 + 32 * k + lane;
+                if (e >= e1) continue;
+                if (us == ka) pen[k] = __ldg(d.esc + e);
+                if (us == kb) {
+                    const uint32_t col = kvq_hqx_esc_col(pen[k]), jt = col >> tsh;
+                    const size_t tix = (size_t)ur * tiles + jt;
+                    pcs[k] = MODE == G1_E8 ? (uint32_t)__ldg(d.scode + tix) : __float_as_uint(__ldg(d.scale + tix));
+                    if constexpr (NT == 1) {
+                        psx[k] = ((const float *)(fs + L.sx))[jt];
+                        pxq[k] = (int)((const int8_t *)(fs + L.xq))[kvq_gemv1_xq_at(col)];
+                    }
+                }
+                if (us == S - 1) {
+                    if (MODE == G1_E8) pcs[k] = __float_as_uint(__ldg(d.lut + pcs[k]));
+                    if constexpr (NT == 1) pen[k] = (uint32_t)(M * kvq_hqx_esc_delta(pen[k]) * pxq[k]); // the integer operand
+                }
+            }
+        }
         if (++us < S) return;
         // the row's end, per token: lane L takes pair L's acc[0] (L < 16) or pair L − 16's acc[1]
         const int src = 2 * (lane & 15);
@@ -492,7 +538,21 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             float r = lane < 16 ? b0 : b1;
             const float *sx = (const float *)(ft + L.sx);
             const int8_t *xq = (const int8_t *)(ft + L.xq);
-            for (uint32_t e = e0 + lane; e < e1; e += 32) {
+            uint32_t e = e0 + lane;
+            if constexpr (PF) { // the prefetched rounds: the loop below's first PFR iterations
+#pragma unroll
+                for (int k = 0; k < PFR; k++, e += 32) {
+                    if (e >= e1) continue;
+                    const float scl = __uint_as_float(pcs[k]);
+                    if constexpr (NT == 1) {
+                        r = fmaf(scl * psx[k], (float)(int)pen[k], r); // pen: M·delta·code since step S − 1
+                    } else {
+                        const uint32_t col = kvq_hqx_esc_col(pen[k]);
+                        r = fmaf(scl * sx[col >> tsh], (float)(M * kvq_hqx_esc_delta(pen[k]) * (int)xq[kvq_gemv1_xq_at(col)]), r);
+                    }
+                }
+            }
+            for (; e < e1; e += 32) {
                 const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
                 const uint32_t jt = col >> tsh;
                 const size_t tix = (size_t)ur * tiles + jt;
@@ -541,6 +601,14 @@ extern "C" void kvq_cuda_hqx_set_trig(int on) {
     }
     g_trig = on ? 1 : 0;
 }
+static int g_esc_pf = -1; // KVQ_CUDA_ESC_PF: the persistent kernel fetches a row's first escapes during its steps
+extern "C" void kvq_cuda_hqx_set_esc_pf(int on) {
+    if (on < 0) {
+        const char *e = getenv("KVQ_CUDA_ESC_PF");
+        on = !(e && e[0] == '0' && !e[1]);
+    }
+    g_esc_pf = on ? 1 : 0;
+}
 static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
 
@@ -554,15 +622,18 @@ struct G1T {
 template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(cudaLaunchConfig_t cfg, const Parts &P, int accumulate,
                                                                                uint32_t rb1, uint32_t rb2, uint32_t rtot,
                                                                                const G1T &tk) {
-    static int occ = 0;
+    if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
+    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, true> : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
+    static int occs[2] = {0, 0};
+    int &occ = occs[g_esc_pf];
     if (!occ) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, G1_WARPS * 32, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, G1_WARPS * 32, 0);
         if (occ < 1) occ = 1;
     }
     const int64_t need = (rtot + G1_WARPS - 1) / G1_WARPS, cap = (int64_t)g_sm_count * occ;
     cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst, g_trig, G1F{});
+    return cudaLaunchKernelEx(&cfg, k, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst, g_trig, G1F{});
 }
 template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
                                                           uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {
@@ -778,9 +849,12 @@ int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xi
 // is >= 3 (tests), split between the parts by kvq_hqx_fold_split.
 template <int VB, int MODE>
 static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F) {
-    static int occ = 0;
+    if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
+    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, 2, MODE, 1, true, true> : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
+    static int occs[2] = {0, 0};
+    int &occ = occs[g_esc_pf];
     if (!occ) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, 2, MODE, 1, true>, KVQ_HQX_FOLD_WARPS * 32, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, KVQ_HQX_FOLD_WARPS * 32, 0);
         if (occ < 1) occ = 1;
     }
     int grid = g_sm_count * occ, nb[MAXP];
@@ -792,7 +866,7 @@ static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumu
     cfg.gridDim = dim3((unsigned)tot);
     const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = rb2 + (uint32_t)rows[2];
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, 2, MODE, 1, true>, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
+    return cudaLaunchKernelEx(&cfg, k, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
 }
 template <int VB>
 static cudaError_t g1f_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &Q, int accumulate, const int64_t *rows,
