@@ -356,11 +356,12 @@ struct G1F {
 // fmaf sequence in the same order (lane L: e0+L, e0+L+32, ...) from the same lane sum: the same
 // bits. Rows of 1 or 2 steps run the stages in fewer steps (in order). Rows with more escapes
 // than the rounds take the rest as before.
-// Rounds: 2 (64 escapes a row) only where ptxas keeps it without spills (E8, widths 4 and 5,
-// one token, the default ring, not folded: 62 and 64 registers), else 1 (session 19's table in
-// docs/RESULTS.md; a second round everywhere spilled up to 176 bytes).
+// Rounds (ptxas, session 19's table in docs/RESULTS.md): 2 (64 escapes a row) at width 4, the
+// width with escapes (E8 4.0 forced to nibbles: ~1.3-2 %), where every instance of the default
+// ring keeps them without spills; 1 at width 5; none at 6..8 (PF off: the packer picks those
+// widths where escapes are rare, and the extra registers spilled in some instances).
 template <int VB, int DEPTH, int MODE, int NT, bool FOLD> struct G1Pf {
-    static constexpr int ROUNDS = NT == 1 && !FOLD && DEPTH == 2 && MODE == G1_E8 && VB <= 5 ? 2 : 1;
+    static constexpr int ROUNDS = VB == 4 ? 2 : VB == 5 ? 1 : 0;
 };
 template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false, bool PF = false>
 __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, DEPTH, NT))
@@ -433,14 +434,13 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     float a0[NT], a1[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) a0[t] = a1[t] = 0.0f;
-    // PF: each prefetched round's escape entry, then its scale code (E8) or float scale and, one
-    // token, the activation's tile scale and code; the table's float replaces the code at the end
+    // PF: each prefetched round's escape entry (one token: M·delta·code from the last step) and
+    // its scale code, then the scale's bits (one token: scale·sx from the last step)
+    static_assert(!PF || G1Pf<VB, DEPTH, MODE, NT, FOLD>::ROUNDS > 0, "PF: at least one round");
     constexpr int PFR = PF ? G1Pf<VB, DEPTH, MODE, NT, FOLD>::ROUNDS : 1;
     uint32_t pen[PFR], pcs[PFR];
-    float psx[PFR];
-    int pxq[PFR];
 #pragma unroll
-    for (int k = 0; k < PFR; k++) pen[k] = pcs[k] = 0u, psx[k] = 0.0f, pxq[k] = 0;
+    for (int k = 0; k < PFR; k++) pen[k] = pcs[k] = 0u;
     G1P dd;
     dd.codes = MODE == G1_E8;
     dd.m = M;
@@ -505,25 +505,24 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             if (us & 1) a1[t] = a;
             else a0[t] = a;
         }
-        if constexpr (PF) { // the stages: entry at S − 3, scale code and activation at S − 2, table at S − 1
-            const uint32_t ka = S >= 3 ? S - 3 : 0, kb = S >= 2 ? S - 2 : 0;
+        if constexpr (PF) { // the stages (at 0 where the row has fewer steps, in this order)
+            const uint32_t ka = S >= 4 ? S - 4 : 0, kb = S >= 3 ? S - 3 : 0, kc = S >= 2 ? S - 2 : 0;
 #pragma unroll
             for (int k = 0; k < PFR; k++) {
                 const uint32_t e = e0 + 32 * k + lane;
                 if (e >= e1) continue;
-                if (us == ka) pen[k] = __ldg(d.esc + e);
-                if (us == kb) {
-                    const uint32_t col = kvq_hqx_esc_col(pen[k]), jt = col >> tsh;
+                if (us == ka) pen[k] = __ldg(d.esc + e); // the entry
+                const uint32_t col = kvq_hqx_esc_col(pen[k]), jt = col >> tsh;
+                if (us == kb) { // the tile's scale code (E8) or scale (RTN)
                     const size_t tix = (size_t)ur * tiles + jt;
                     pcs[k] = MODE == G1_E8 ? (uint32_t)__ldg(d.scode + tix) : __float_as_uint(__ldg(d.scale + tix));
-                    if constexpr (NT == 1) {
-                        psx[k] = ((const float *)(fs + L.sx))[jt];
-                        pxq[k] = (int)((const int8_t *)(fs + L.xq))[kvq_gemv1_xq_at(col)];
-                    }
                 }
-                if (us == S - 1) {
-                    if (MODE == G1_E8) pcs[k] = __float_as_uint(__ldg(d.lut + pcs[k]));
-                    if constexpr (NT == 1) pen[k] = (uint32_t)(M * kvq_hqx_esc_delta(pen[k]) * pxq[k]); // the integer operand
+                if (MODE == G1_E8 && us == kc) pcs[k] = __float_as_uint(__ldg(d.lut + pcs[k])); // the table
+                if (NT == 1 && us == S - 1) { // one token: the fmaf's two operands (activation: L1 or shared memory)
+                    const float sxj = ((const float *)(fs + L.sx))[jt];
+                    const int xqc = (int)((const int8_t *)(fs + L.xq))[kvq_gemv1_xq_at(col)];
+                    pcs[k] = __float_as_uint(__uint_as_float(pcs[k]) * sxj);
+                    pen[k] = (uint32_t)(M * kvq_hqx_esc_delta(pen[k]) * xqc);
                 }
             }
         }
@@ -545,14 +544,33 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
                     if (e >= e1) continue;
                     const float scl = __uint_as_float(pcs[k]);
                     if constexpr (NT == 1) {
-                        r = fmaf(scl * psx[k], (float)(int)pen[k], r); // pen: M·delta·code since step S − 1
+                        r = fmaf(scl, (float)(int)pen[k], r); // scl·sx[jt] and M·delta·code, formed at step S − 1
                     } else {
                         const uint32_t col = kvq_hqx_esc_col(pen[k]);
                         r = fmaf(scl * sx[col >> tsh], (float)(M * kvq_hqx_esc_delta(pen[k]) * (int)xq[kvq_gemv1_xq_at(col)]), r);
                     }
                 }
+                // the rest in batches of 4 rounds: each batch's loads issued together, its fmaf in order
+                constexpr int B = 4;
+                for (; e < e1; e += 32 * B) {
+                    uint32_t en[B], sv[B];
+#pragma unroll
+                    for (int b = 0; b < B; b++) en[b] = e + 32 * b < e1 ? __ldg(d.esc + e + 32 * b) : 0u;
+#pragma unroll
+                    for (int b = 0; b < B; b++) {
+                        const size_t tix = (size_t)ur * tiles + (kvq_hqx_esc_col(en[b]) >> tsh);
+                        sv[b] = e + 32 * b >= e1 ? 0u : MODE == G1_E8 ? (uint32_t)__ldg(d.scode + tix) : __float_as_uint(__ldg(d.scale + tix));
+                    }
+#pragma unroll
+                    for (int b = 0; b < B; b++) {
+                        if (e + 32 * b >= e1) break;
+                        const uint32_t col = kvq_hqx_esc_col(en[b]);
+                        const float scl = MODE == G1_E8 ? __ldg(d.lut + sv[b]) : __uint_as_float(sv[b]);
+                        r = fmaf(scl * sx[col >> tsh], (float)(M * kvq_hqx_esc_delta(en[b]) * (int)xq[kvq_gemv1_xq_at(col)]), r);
+                    }
+                }
             }
-            for (; e < e1; e += 32) {
+            for (; e < e1; e += 32) { // without PF: each round's chain in turn
                 const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
                 const uint32_t jt = col >> tsh;
                 const size_t tix = (size_t)ur * tiles + jt;
@@ -623,7 +641,8 @@ template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(c
                                                                                uint32_t rb1, uint32_t rb2, uint32_t rtot,
                                                                                const G1T &tk) {
     if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
-    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, true> : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
+    constexpr bool pf = G1Pf<VB, DEPTH, MODE, NT, false>::ROUNDS > 0; // (false: both the same instance)
+    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf> : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
     static int occs[2] = {0, 0};
     int &occ = occs[g_esc_pf];
     if (!occ) {
@@ -850,7 +869,8 @@ int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xi
 template <int VB, int MODE>
 static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F) {
     if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
-    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, 2, MODE, 1, true, true> : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
+    constexpr bool pf = G1Pf<VB, 2, MODE, 1, true>::ROUNDS > 0;
+    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf> : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
     static int occs[2] = {0, 0};
     int &occ = occs[g_esc_pf];
     if (!occ) {
