@@ -349,13 +349,16 @@ struct G1F {
 // PF (KVQ_CUDA_ESC_PF, default on; issue 12, 2026-11-27, session 19): a row's first escapes
 // (G1Pf::ROUNDS of 32 a warp) are fetched during its last steps instead of at its end, where
 // each needed a dependent chain (the entry from DRAM, then its tile's scale code, the table and
-// the activation) while only the ring's next step was in flight: the entry three steps before
-// the end (its row start e0 came at the row's first step), the scale code or float scale and,
-// one token, the activation's scale and code two steps before, the table entry at the last
-// step. The row's end then has the operands of those rounds in registers and runs the same
-// fmaf sequence in the same order (lane L: e0+L, e0+L+32, ...) from the same lane sum: the same
-// bits. Rows of 1 or 2 steps run the stages in fewer steps (in order). Rows with more escapes
-// than the rounds take the rest as before.
+// the activation) while only the ring's next step was in flight. One load of the chain a step,
+// each a step after the one it needs: the row's escape range at its first step (as before), the
+// entry at step S − 4 (at least 1), the scale code (E8) or scale (RTN) a step later, the table
+// a step later, and at S − 1 (one token) the fmaf's operands scale·sx[jt] and M·delta·code from
+// the activation (L1 or shared memory). An earlier attempt fetched the same with the row's
+// first step and was slower (docs/EXECUTION.md): that put the chain at every row's start.
+// The row's end then has the operands of those rounds in registers and runs the same fmaf
+// sequence in the same order (lane L: e0+L, e0+L+32, ...) from the same lane sum: the same
+// bits. Rows of 2..4 steps run the stages from step 1, one step from step 0 (in order). The rest of a row's escapes go in
+// batches of 4 rounds at its end (the loads of a batch together, its fmaf in order).
 // Rounds (ptxas, session 19's table in docs/RESULTS.md): 2 (64 escapes a row) at width 4, the
 // width with escapes (E8 4.0 forced to nibbles: ~1.3-2 %), where every instance of the default
 // ring keeps them without spills; 1 at width 5; none at 6..8 (PF off: the packer picks those
@@ -449,7 +452,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
         if (us == 0) {
             up = urow >= rb2 ? 2 : urow >= rb1 ? 1 : 0;
             ur = urow - (up == 2 ? rb2 : up == 1 ? rb1 : 0);
-            e0 = __ldg(P.d[up].esc_row + ur); // used at the row's end: S steps later
+            e0 = __ldg(P.d[up].esc_row + ur); // used at the row's end or (PF) a step later
             e1 = __ldg(P.d[up].esc_row + ur + 1);
         }
         const Dev &d = P.d[up];
@@ -505,8 +508,11 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             if (us & 1) a1[t] = a;
             else a0[t] = a;
         }
-        if constexpr (PF) { // the stages (at 0 where the row has fewer steps, in this order)
-            const uint32_t ka = S >= 4 ? S - 4 : 0, kb = S >= 3 ? S - 3 : 0, kc = S >= 2 ? S - 2 : 0;
+        if constexpr (PF) { // the stages
+            // the entry at S − 4, but not at step 0 (the range e0, e1 loads there: waiting on it
+            // would stall every row's start, as session 14's attempt did), then a stage a step, the
+            // last ones together at S − 1
+            const uint32_t ka = S >= 5 ? S - 4 : S >= 2 ? 1 : 0, kb = min(ka + 1, S - 1), kc = min(kb + 1, S - 1);
 #pragma unroll
             for (int k = 0; k < PFR; k++) {
                 const uint32_t e = e0 + 32 * k + lane;
