@@ -357,10 +357,11 @@ struct G1F {
 // first step and was slower (docs/EXECUTION.md): that put the chain at every row's start.
 // The row's end then has the operands of those rounds in registers and runs the same fmaf
 // sequence in the same order (lane L: e0+L, e0+L+32, ...) from the same lane sum: the same
-// bits. Rows of 2..4 steps run the stages from step 1, one step from step 0 (in order). The rest of a row's escapes go in
-// batches of 4 rounds at its end (the loads of a batch together, its fmaf in order).
+// bits. Rows of 2..4 steps run the stages from step 1, rows of one step at step 0 (in order).
+// The rest of a row's escapes go in batches of 4 rounds at its end (the loads of a batch
+// together, its fmaf in order).
 // Rounds (ptxas, session 19's table in docs/RESULTS.md): 2 (64 escapes a row) at width 4, the
-// width with escapes (E8 4.0 forced to nibbles: ~1.3-2 %), where every instance of the default
+// width with escapes (E8 4.0 forced to nibbles: ~2 %), where every instance of the default
 // ring keeps them without spills; 1 at width 5; none at 6..8 (PF off: the packer picks those
 // widths where escapes are rare, and the extra registers spilled in some instances).
 template <int VB, int DEPTH, int MODE, int NT, bool FOLD> struct G1Pf {
@@ -509,9 +510,9 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             else a0[t] = a;
         }
         if constexpr (PF) { // the stages
-            // the entry at S − 4, but not at step 0 (the range e0, e1 loads there: waiting on it
-            // would stall every row's start, as session 14's attempt did), then a stage a step, the
-            // last ones together at S − 1
+            // the entry at S − 4, but not at step 0 (the range e0, e1 loads there: waiting on
+            // it would stall every row's start, as the 2026-11-26 attempt did), then a stage a
+            // step, the last ones together at S − 1
             const uint32_t ka = S >= 5 ? S - 4 : S >= 2 ? 1 : 0, kb = min(ka + 1, S - 1), kc = min(kb + 1, S - 1);
 #pragma unroll
             for (int k = 0; k < PFR; k++) {
