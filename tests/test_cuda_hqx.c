@@ -721,9 +721,211 @@ static void test_fold(void **state) {
     }
 }
 
+// ---- escapes fetched during a row's steps (kvq_cuda_hqx_set_esc_pf, KVQ_CUDA_ESC_PF; hqx_gemv1.cu PF)
+
+// w's escapes replaced by a chosen number a row: row r takes n[r % nn] (0, 1, 31, 32, 33, 63,
+// 64, 65, 100, 130: the prefetched rounds of 32 and 64, one beyond, several more) at distinct
+// ascending columns below cols, deltas ±(8..71). The stored values are unchanged, so the weights
+// become v + delta there: another valid layout, the same for the CPU reference and the GPU.
+static void esc_set(kvq_hqx *w, const int *n, int nn, uint64_t seed) {
+    uint32_t tot = 0;
+    for (int64_t r = 0; r < w->rows; r++) tot += (uint32_t)(n[r % nn] < w->cols ? n[r % nn] : w->cols);
+    free(w->esc_row);
+    free(w->esc);
+    w->esc_row = malloc(sizeof(uint32_t) * (w->rows + 1));
+    w->esc = malloc(sizeof(uint32_t) * (tot ? tot : 1));
+    uint8_t *used = calloc((size_t)w->cols, 1);
+    uint32_t e = 0;
+    for (int64_t r = 0; r < w->rows; r++) {
+        const int64_t k = n[r % nn] < w->cols ? n[r % nn] : w->cols;
+        memset(used, 0, (size_t)w->cols);
+        for (int64_t i = 0; i < k; i++) { // k distinct columns
+            int64_t c = (int64_t)(rng_next(&seed) % (uint64_t)w->cols);
+            while (used[c]) c = (c + 1) % w->cols;
+            used[c] = 1;
+        }
+        w->esc_row[r] = e;
+        for (int64_t c = 0; c < w->cols; c++) {
+            if (!used[c]) continue;
+            const uint64_t u = rng_next(&seed);
+            const int32_t d = (int32_t)(8 + u % 64) * (u & 64 ? -1 : 1);
+            w->esc[e++] = kvq_hqx_esc_pack((uint32_t)c, d);
+        }
+    }
+    w->esc_row[w->rows] = e;
+    w->n_esc = e;
+    free(used);
+}
+
+// One token's product through kvq_cuda_hqx_matvec_host (int8) with the escape prefetch pf and the
+// persistent kernel's ring (persist 2) or the per-warp kernel (0).
+static void esc_matvec(kvq_cuda_hqx *t, const float *x, float *y, int64_t rows, int pf, int persist) {
+    kvq_err err = {0};
+    kvq_cuda_hqx_set_esc_pf(pf);
+    kvq_cuda_hqx_set_persist(persist);
+    memset(y, 0xff, sizeof(float) * rows);
+    const kvq_status st = kvq_cuda_hqx_matvec_host(t, x, y, 1, &err);
+    if (st) fprintf(stderr, "esc matvec: %s\n", err.msg);
+    assert_int_equal(st, KVQ_OK);
+}
+
+// nt tokens (rows of X) through kvq_cuda_hqx_matmul, the persistent kernel's several-token loop
+// (tensor cores off), into Y (nt rows of rows).
+static void esc_tokens(kvq_cuda_hqx *t, const float *X, float *Y, int64_t rows, int64_t cols, int nt, int pf) {
+    kvq_err err = {0};
+    void *dx = NULL, *dy = NULL;
+    kvq_cuda_hqx_set_esc_pf(pf);
+    kvq_cuda_hqx_set_tokens(1);
+    kvq_cuda_hqx_set_mma(0);
+    kvq_status st = kvq_cuda_malloc(&dx, sizeof(float) * cols * nt, &err);
+    if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * rows * nt, &err);
+    if (!st) st = kvq_cuda_copy(dx, X, sizeof(float) * cols * nt, 1, &err);
+    if (!st) st = kvq_cuda_hqx_matmul(t, dx, nt, dy, rows, 0, &err);
+    if (!st) st = kvq_cuda_sync(&err);
+    if (!st) st = kvq_cuda_copy(Y, dy, sizeof(float) * rows * nt, 0, &err);
+    if (st) fprintf(stderr, "esc tokens: %s\n", err.msg);
+    assert_int_equal(st, KVQ_OK);
+    kvq_cuda_free(dx);
+    kvq_cuda_free(dy);
+    kvq_cuda_hqx_set_tokens(-1);
+    kvq_cuda_hqx_set_mma(-1);
+}
+
+// Width-4 layouts (E8 4.0 forced to nibbles, RTN 4:g128) with chosen escape counts a row, rows of
+// 1, 2, 4 and 14 steps of 1024 columns: the persistent product with the prefetch (on, the
+// default) and without give the same bits as each other and as the per-warp kernel (its own row
+// end, untouched), one token and 8 (each token its one-token bits), folded (the RMSNorm input
+// prepared in the product; rows up to 8192 columns, whole grid and 3 blocks: warps walking
+// several rows) and not; the one-token product is within 1e-5 of the CPU int8 reference, and the
+// escapes matter: against the reference without them most rows with escapes move by more than
+// 1e-4 of their terms' magnitude Σ|W·x| (the GPU must match the reference within 1e-5 of it, row
+// by row: a prefetch that took a wrong escape, or none, fails). One case has 6000 rows of one
+// step, more than the persistent grid's warps (some walk two rows, the next row's first step in
+// flight at a row's end).
+static void test_esc_prefetch(void **state) {
+    (void)state;
+    if (!have_gpu()) { skip(); return; }
+    static const int counts[] = {0, 1, 31, 32, 33, 63, 64, 65, 100, 130};
+    const int nn = (int)(sizeof counts / sizeof counts[0]);
+    const struct { int lat; int64_t rows, cols; } cs[] = {
+        {KVQ_LAT_E8, 40, 1024}, {KVQ_LAT_E8, 30, 2048}, {KVQ_LAT_E8, 40, 4096}, {KVQ_LAT_E8, 20, 14336},
+        {-1, 30, 1024},         {-1, 20, 2048},         {-1, 40, 4096},         {-1, 20, 14336},
+        {KVQ_LAT_E8, 6000, 1024},
+    };
+    enum { NT = 8 };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int64_t rows = cs[ci].rows, cols = cs[ci].cols;
+        kvq_hqx w;
+        kvq_encoded e;
+        json_t *cfg;
+        kvq_err err = {0};
+        fold_tensor(cs[ci].lat, 4.0, rows, cols, 128, 4, 300 + ci, &w, &e, &cfg);
+        assert_int_equal(w.vbits, 4);
+        esc_set(&w, counts, nn, 400 + ci);
+        kvq_cuda_hqx *t = NULL;
+        assert_int_equal(kvq_cuda_hqx_upload(&w, &t, &err), KVQ_OK);
+        uint64_t seed = 500 + ci;
+        float *X = malloc(sizeof(float) * cols * NT), *nw = malloc(sizeof(float) * cols);
+        float *R = malloc(sizeof(float) * rows), *Rn = malloc(sizeof(float) * rows), *Y[3], *YT[2];
+        for (int k = 0; k < 3; k++) Y[k] = malloc(sizeof(float) * rows);
+        for (int k = 0; k < 2; k++) YT[k] = malloc(sizeof(float) * rows * NT);
+        for (int64_t i = 0; i < cols * NT; i++) X[i] = (float)gauss(&seed);
+        for (int64_t i = 0; i < cols; i++) nw[i] = (float)(1.0 + 0.3 * gauss(&seed));
+        uint8_t *buf = aligned_alloc(64, kvq_hqx_act_bytes(&w));
+        kvq_hqx_act a;
+        kvq_hqx_act_init(&w, buf, &a);
+        kvq_hqx_prep(&w, X, &a);
+        kvq_hqx_matmul(&w, &a, 1, R, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
+        { // the reference without escapes
+            uint32_t *er = w.esc_row;
+            w.esc_row = calloc((size_t)rows + 1, sizeof(uint32_t));
+            kvq_hqx_matmul(&w, &a, 1, Rn, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
+            free(w.esc_row);
+            w.esc_row = er;
+        }
+        // one token: prefetch on, off; the per-warp kernel
+        esc_matvec(t, X, Y[0], rows, 1, 2);
+        esc_matvec(t, X, Y[1], rows, 0, 2);
+        esc_matvec(t, X, Y[2], rows, 1, 0);
+        // per row, against its terms' magnitude s = Σ|W·x| (zero rows: none): the float orders
+        // differ by ~1e-7·s, one escape moves a row by ~1e-3·s or more
+        int with = 0, moved = 0, bad = 0;
+        float *wr = malloc(sizeof(float) * cols);
+        for (int64_t r = 0; r < rows; r++) {
+            kvq_hqx_row_f32(&w, r, wr);
+            double sr = 0;
+            for (int64_t j = 0; j < cols; j++) sr += fabs((double)wr[j] * X[j]);
+            if (fabs((double)Y[0][r] - R[r]) > 1e-5 * sr) bad++;
+            if (w.esc_row[r + 1] == w.esc_row[r] || sr == 0) continue;
+            with++;
+            moved += fabs((double)R[r] - Rn[r]) > 1e-4 * sr;
+        }
+        free(wr);
+        const double rel = rel_err(Y[0], R, (size_t)rows);
+        const int same = !memcmp(Y[0], Y[1], sizeof(float) * rows) && !memcmp(Y[0], Y[2], sizeof(float) * rows);
+        fprintf(stderr, "test_cuda_hqx: esc case %zu (%s, %lld x %lld, %u escapes): one token rel %.2e vs CPU, %d rows off, "
+                "%d of %d rows with escapes moved by them, prefetch on/off/per-warp %s\n", ci, cs[ci].lat < 0 ? "rtn 4:g128" : "e8 4.0 w4",
+                (long long)rows, (long long)cols, w.esc_row[rows], rel, bad, moved, with, same ? "same bits" : "DIFFER");
+        assert_true(rel <= 1e-5);
+        assert_int_equal(bad, 0);
+        assert_true(with > 0 && moved * 2 > with);
+        assert_memory_equal(Y[0], Y[1], sizeof(float) * rows);
+        assert_memory_equal(Y[0], Y[2], sizeof(float) * rows);
+        // NT tokens: on and off the same bits, each token its one-token bits (the one-token
+        // product through the same entry point; token 0 within 1e-5 of the CPU)
+        if (rows <= 1000) {
+            kvq_cuda_hqx_set_persist(-1);
+            esc_tokens(t, X, YT[0], rows, cols, NT, 1);
+            esc_tokens(t, X, YT[1], rows, cols, NT, 0);
+            assert_memory_equal(YT[0], YT[1], sizeof(float) * rows * NT);
+            for (int k = 0; k < NT; k++) {
+                esc_tokens(t, X + k * cols, Y[1], rows, cols, 1, 1);
+                if (k == 0) assert_true(rel_err(Y[1], R, (size_t)rows) <= 1e-5);
+                assert_memory_equal(YT[0] + k * rows, Y[1], sizeof(float) * rows);
+            }
+            fprintf(stderr, "test_cuda_hqx: esc case %zu: %d tokens, prefetch on/off and one token each: same bits\n", ci, NT);
+        }
+        // the fold (RMSNorm input): prefetch on and off, whole grid and 3 blocks, against the
+        // preparation kernel + product with the prefetch off
+        if (rows <= 1000) {
+            const int64_t row0 = 0;
+            float *G0 = malloc(sizeof(float) * cols), *G = malloc(sizeof(float) * cols);
+            kvq_cuda_hqx_set_persist(-1);
+            kvq_cuda_hqx_set_fold(0);
+            kvq_cuda_hqx_set_esc_pf(0);
+            fold_run(&t, 1, &row0, rows, cols, X, nw, 0, 0, Y[2], G0);
+            long ran = 0;
+            const int folds[] = {1, 3};
+            for (int f = 0; f < 4; f++) {
+                kvq_cuda_hqx_set_fold(folds[f / 2]);
+                kvq_cuda_hqx_set_esc_pf(f & 1);
+                const long before = kvq_cuda_hqx_fold_launches();
+                fold_run(&t, 1, &row0, rows, cols, X, nw, 0, 0, Y[0], G);
+                ran += kvq_cuda_hqx_fold_launches() - before;
+                assert_memory_equal(Y[0], Y[2], sizeof(float) * rows);
+                assert_memory_equal(G, G0, sizeof(float) * cols);
+            }
+            fprintf(stderr, "test_cuda_hqx: esc case %zu: RMSNorm input, %ld of 4 runs folded, prefetch on/off: same bits\n", ci, ran);
+            if (cols <= 8192) assert_int_equal(ran, 4); // the fold takes rows up to 8192 columns
+            kvq_cuda_hqx_set_fold(-1);
+            free(G0); free(G);
+        }
+        kvq_cuda_hqx_set_esc_pf(-1);
+        kvq_cuda_hqx_set_persist(-1);
+        kvq_cuda_hqx_free(t);
+        kvq_hqx_free(&w);
+        kvq_encoded_free(&e);
+        if (cfg) json_decref(cfg);
+        free(X); free(nw); free(R); free(Rn); free(buf);
+        for (int k = 0; k < 3; k++) free(Y[k]);
+        for (int k = 0; k < 2; k++) free(YT[k]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn),
-                                        cmocka_unit_test(test_row_blocks), cmocka_unit_test(test_fold)};
+                                        cmocka_unit_test(test_row_blocks), cmocka_unit_test(test_fold),
+                                        cmocka_unit_test(test_esc_prefetch)};
     // KVQ_TEST_FILTER="test_fold": only the tests matching the pattern (as test_cuda_model), for a short device call
     const char *f = getenv("KVQ_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);

@@ -121,6 +121,11 @@ void kvq_cuda_hqx_set_prep(int mode);
  *  shape's decode went 322.7 -> 330.6 tok/s (medians of 4 alternated runs, H100, session 16;
  *  either alone: no gain). */
 void kvq_cuda_hqx_set_trig(int on);
+/** 1: the persistent one-token product (hqx_gemv1.cu, every instance: fold or not, 1..8 tokens,
+ *  E8 and RTN) fetches each row's first escapes (64 a row, 32 in the fold and with several
+ *  tokens) during the row's last steps instead of at its end; 0 today's row end; -1: the
+ *  environment's (KVQ_CUDA_ESC_PF=0), else 1. The same bits either way. */
+void kvq_cuda_hqx_set_esc_pf(int on);
 /** 1: kvq_cuda_hqx_attend_prep's split attention is a programmatic dependent of the kernel before
  *  it (the q/k/v product), the rotation's cos/sin and each warp's first cache row (positions
  *  below the token's) loaded before griddepcontrol.wait; 0 a plain launch; -1: the environment's

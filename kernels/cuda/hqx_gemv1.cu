@@ -346,7 +346,28 @@ struct G1F {
     float *y;           // NULL, or where block 0 writes the normalized row
     uint32_t b1, b2;    // the first blocks of parts 1 and 2 (kvq_hqx_fold_split)
 };
-template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false>
+// PF (KVQ_CUDA_ESC_PF, default on; issue 12, 2026-11-27, session 19): a row's first escapes
+// (G1Pf::ROUNDS of 32 a warp) are fetched during its last steps instead of at its end, where
+// each needed a dependent chain (the entry from DRAM, then its tile's scale code, the table and
+// the activation) while only the ring's next step was in flight. One load of the chain a step,
+// each a step after the one it needs: the row's escape range at its first step (as before), the
+// entry at step S − 4 (at least 1), the scale code (E8) or scale (RTN) a step later, the table
+// a step later, and at S − 1 (one token) the fmaf's operands scale·sx[jt] and M·delta·code from
+// the activation (L1 or shared memory). An earlier attempt fetched the same with the row's
+// first step and was slower (docs/EXECUTION.md): that put the chain at every row's start.
+// The row's end then has the operands of those rounds in registers and runs the same fmaf
+// sequence in the same order (lane L: e0+L, e0+L+32, ...) from the same lane sum: the same
+// bits. Rows of 2..4 steps run the stages from step 1, rows of one step at step 0 (in order).
+// The rest of a row's escapes go in batches of 4 rounds at its end (the loads of a batch
+// together, its fmaf in order).
+// Rounds (ptxas, session 19's table in docs/RESULTS.md): 2 (64 escapes a row) at width 4, the
+// width with escapes (E8 4.0 forced to nibbles: ~2 %), where every instance of the default
+// ring keeps them without spills; 1 at width 5; none at 6..8 (PF off: the packer picks those
+// widths where escapes are rare, and the extra registers spilled in some instances).
+template <int VB, int DEPTH, int MODE, int NT, bool FOLD> struct G1Pf {
+    static constexpr int ROUNDS = VB == 4 ? 2 : VB == 5 ? 1 : 0;
+};
+template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false, bool PF = false>
 __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, DEPTH, NT))
     hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int nt, int64_t ldy,
                  uint32_t lst, int trig, const G1F F) {
@@ -417,6 +438,13 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     float a0[NT], a1[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) a0[t] = a1[t] = 0.0f;
+    // PF: each prefetched round's escape entry (one token: M·delta·code from the last step) and
+    // its scale code, then the scale's bits (one token: scale·sx from the last step)
+    static_assert(!PF || G1Pf<VB, DEPTH, MODE, NT, FOLD>::ROUNDS > 0, "PF: at least one round");
+    constexpr int PFR = PF ? G1Pf<VB, DEPTH, MODE, NT, FOLD>::ROUNDS : 1;
+    uint32_t pen[PFR], pcs[PFR];
+#pragma unroll
+    for (int k = 0; k < PFR; k++) pen[k] = pcs[k] = 0u;
     G1P dd;
     dd.codes = MODE == G1_E8;
     dd.m = M;
@@ -425,7 +453,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
         if (us == 0) {
             up = urow >= rb2 ? 2 : urow >= rb1 ? 1 : 0;
             ur = urow - (up == 2 ? rb2 : up == 1 ? rb1 : 0);
-            e0 = __ldg(P.d[up].esc_row + ur); // used at the row's end: S steps later
+            e0 = __ldg(P.d[up].esc_row + ur); // used at the row's end or (PF) a step later
             e1 = __ldg(P.d[up].esc_row + ur + 1);
         }
         const Dev &d = P.d[up];
@@ -481,6 +509,30 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             if (us & 1) a1[t] = a;
             else a0[t] = a;
         }
+        if constexpr (PF) { // the stages
+            // the entry at S − 4, but not at step 0 (the range e0, e1 loads there: waiting on
+            // it would stall every row's start, as the 2026-11-26 attempt did), then a stage a
+            // step, the last ones together at S − 1
+            const uint32_t ka = S >= 5 ? S - 4 : S >= 2 ? 1 : 0, kb = min(ka + 1, S - 1), kc = min(kb + 1, S - 1);
+#pragma unroll
+            for (int k = 0; k < PFR; k++) {
+                const uint32_t e = e0 + 32 * k + lane;
+                if (e >= e1) continue;
+                if (us == ka) pen[k] = __ldg(d.esc + e); // the entry
+                const uint32_t col = kvq_hqx_esc_col(pen[k]), jt = col >> tsh;
+                if (us == kb) { // the tile's scale code (E8) or scale (RTN)
+                    const size_t tix = (size_t)ur * tiles + jt;
+                    pcs[k] = MODE == G1_E8 ? (uint32_t)__ldg(d.scode + tix) : __float_as_uint(__ldg(d.scale + tix));
+                }
+                if (MODE == G1_E8 && us == kc) pcs[k] = __float_as_uint(__ldg(d.lut + pcs[k])); // the table
+                if (NT == 1 && us == S - 1) { // one token: the fmaf's two operands (activation: L1 or shared memory)
+                    const float sxj = ((const float *)(fs + L.sx))[jt];
+                    const int xqc = (int)((const int8_t *)(fs + L.xq))[kvq_gemv1_xq_at(col)];
+                    pcs[k] = __float_as_uint(__uint_as_float(pcs[k]) * sxj);
+                    pen[k] = (uint32_t)(M * kvq_hqx_esc_delta(pen[k]) * xqc);
+                }
+            }
+        }
         if (++us < S) return;
         // the row's end, per token: lane L takes pair L's acc[0] (L < 16) or pair L − 16's acc[1]
         const int src = 2 * (lane & 15);
@@ -492,7 +544,40 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             float r = lane < 16 ? b0 : b1;
             const float *sx = (const float *)(ft + L.sx);
             const int8_t *xq = (const int8_t *)(ft + L.xq);
-            for (uint32_t e = e0 + lane; e < e1; e += 32) {
+            uint32_t e = e0 + lane;
+            if constexpr (PF) { // the prefetched rounds: the loop below's first PFR iterations
+#pragma unroll
+                for (int k = 0; k < PFR; k++, e += 32) {
+                    if (e >= e1) continue;
+                    const float scl = __uint_as_float(pcs[k]);
+                    if constexpr (NT == 1) {
+                        r = fmaf(scl, (float)(int)pen[k], r); // scl·sx[jt] and M·delta·code, formed at step S − 1
+                    } else {
+                        const uint32_t col = kvq_hqx_esc_col(pen[k]);
+                        r = fmaf(scl * sx[col >> tsh], (float)(M * kvq_hqx_esc_delta(pen[k]) * (int)xq[kvq_gemv1_xq_at(col)]), r);
+                    }
+                }
+                // the rest in batches of 4 rounds: each batch's loads issued together, its fmaf in order
+                constexpr int B = 4;
+                for (; e < e1; e += 32 * B) {
+                    uint32_t en[B], sv[B];
+#pragma unroll
+                    for (int b = 0; b < B; b++) en[b] = e + 32 * b < e1 ? __ldg(d.esc + e + 32 * b) : 0u;
+#pragma unroll
+                    for (int b = 0; b < B; b++) {
+                        const size_t tix = (size_t)ur * tiles + (kvq_hqx_esc_col(en[b]) >> tsh);
+                        sv[b] = e + 32 * b >= e1 ? 0u : MODE == G1_E8 ? (uint32_t)__ldg(d.scode + tix) : __float_as_uint(__ldg(d.scale + tix));
+                    }
+#pragma unroll
+                    for (int b = 0; b < B; b++) {
+                        if (e + 32 * b >= e1) break;
+                        const uint32_t col = kvq_hqx_esc_col(en[b]);
+                        const float scl = MODE == G1_E8 ? __ldg(d.lut + sv[b]) : __uint_as_float(sv[b]);
+                        r = fmaf(scl * sx[col >> tsh], (float)(M * kvq_hqx_esc_delta(en[b]) * (int)xq[kvq_gemv1_xq_at(col)]), r);
+                    }
+                }
+            }
+            for (; e < e1; e += 32) { // without PF: each round's chain in turn
                 const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
                 const uint32_t jt = col >> tsh;
                 const size_t tix = (size_t)ur * tiles + jt;
@@ -541,6 +626,14 @@ extern "C" void kvq_cuda_hqx_set_trig(int on) {
     }
     g_trig = on ? 1 : 0;
 }
+static int g_esc_pf = -1; // KVQ_CUDA_ESC_PF: the persistent kernel fetches a row's first escapes during its steps
+extern "C" void kvq_cuda_hqx_set_esc_pf(int on) {
+    if (on < 0) {
+        const char *e = getenv("KVQ_CUDA_ESC_PF");
+        on = !(e && e[0] == '0' && !e[1]);
+    }
+    g_esc_pf = on ? 1 : 0;
+}
 static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
 
@@ -554,15 +647,19 @@ struct G1T {
 template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(cudaLaunchConfig_t cfg, const Parts &P, int accumulate,
                                                                                uint32_t rb1, uint32_t rb2, uint32_t rtot,
                                                                                const G1T &tk) {
-    static int occ = 0;
+    if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
+    constexpr bool pf = G1Pf<VB, DEPTH, MODE, NT, false>::ROUNDS > 0; // (false: both the same instance)
+    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf> : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
+    static int occs[2] = {0, 0};
+    int &occ = occs[g_esc_pf];
     if (!occ) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, G1_WARPS * 32, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, G1_WARPS * 32, 0);
         if (occ < 1) occ = 1;
     }
     const int64_t need = (rtot + G1_WARPS - 1) / G1_WARPS, cap = (int64_t)g_sm_count * occ;
     cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, DEPTH, MODE, NT>, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst, g_trig, G1F{});
+    return cudaLaunchKernelEx(&cfg, k, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst, g_trig, G1F{});
 }
 template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
                                                           uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {
@@ -778,9 +875,13 @@ int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xi
 // is >= 3 (tests), split between the parts by kvq_hqx_fold_split.
 template <int VB, int MODE>
 static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F) {
-    static int occ = 0;
+    if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
+    constexpr bool pf = G1Pf<VB, 2, MODE, 1, true>::ROUNDS > 0;
+    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf> : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
+    static int occs[2] = {0, 0};
+    int &occ = occs[g_esc_pf];
     if (!occ) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, hqx_gemv1p_k<VB, 2, MODE, 1, true>, KVQ_HQX_FOLD_WARPS * 32, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, KVQ_HQX_FOLD_WARPS * 32, 0);
         if (occ < 1) occ = 1;
     }
     int grid = g_sm_count * occ, nb[MAXP];
@@ -792,7 +893,7 @@ static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumu
     cfg.gridDim = dim3((unsigned)tot);
     const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = rb2 + (uint32_t)rows[2];
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, hqx_gemv1p_k<VB, 2, MODE, 1, true>, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
+    return cudaLaunchKernelEx(&cfg, k, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
 }
 template <int VB>
 static cudaError_t g1f_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &Q, int accumulate, const int64_t *rows,

@@ -108,6 +108,7 @@ void kvq_cuda_hqx_set_mma(int on) { (void)on; }
 void kvq_cuda_hqx_set_pdl(int on) { (void)on; }
 void kvq_cuda_hqx_set_prep(int mode) { (void)mode; }
 void kvq_cuda_hqx_set_trig(int on) { (void)on; }
+void kvq_cuda_hqx_set_esc_pf(int on) { (void)on; }
 void kvq_cuda_attn_set_pdl(int on) { (void)on; }
 void kvq_cuda_hqx_set_fold(int mode) { (void)mode; }
 long kvq_cuda_hqx_fold_launches(void) { return 0; }

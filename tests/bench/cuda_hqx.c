@@ -9,6 +9,9 @@
 // GEMV on the same shapes (run both in one call).
 // KVQ_HQX_FOLD=1: also an RMSNorm input streamed both ways, the preparation kernel + product
 // against the product preparing it itself (kvq_cuda_hqx_set_fold), per shape and codec.
+// KVQ_HQX_WIDTH=4..8: HyperQuant layouts packed at that width (4: nibbles, E8 4.0 then ~1.3 %
+// escapes), as the runtime's knob; the width column adds the escapes' share of the weights.
+// KVQ_CUDA_ESC_PF=0: the one-token product's row end without the escape prefetch (hqx_gemv1.cu).
 // usage: cuda_hqx [ROWSxCOLS ...]   (default: Llama-3-8B's layer shapes and 8192², 16384²)
 #include <math.h>
 #include <stdio.h>
@@ -39,7 +42,15 @@ static int pack_one(const char *codec, const float *x, int64_t rows, int64_t col
             return -1;
         }
         for (int i = 0; i < e.n_blob; i++) v[i] = (kvq_blob_view){e.blob[i].role, e.blob[i].data, e.blob[i].size};
-        s = kvq_hq_pack(&h, v, e.n_blob, 0, 0, w, &err);
+        // KVQ_HQX_WIDTH=4..8: the layout's width forced as the runtime's knob does (libconv/runtime/weights.c)
+        const char *ev = getenv("KVQ_HQX_WIDTH");
+        const int width = ev && *ev ? atoi(ev) : 0;
+        if (ev && *ev && (width < 4 || width > 8)) {
+            fprintf(stderr, "KVQ_HQX_WIDTH=%s: expected 4 to 8\n", ev);
+            kvq_encoded_free(&e);
+            return -1;
+        }
+        s = kvq_hq_pack(&h, v, e.n_blob, width, 0, w, &err);
     } else {
         const kvq_codec_traits *c = kvq_codec_find("rtn");
         json_t *cfg = NULL;
@@ -108,8 +119,8 @@ int main(int argc, char **argv) {
             }
             // bytes a product must read: the packed tensor, x (float), y written
             const double bytes = tb + 4.0 * (double)(cols + rows);
-            printf("| %s | %s | %.3f | %.3f | %d | %.4f | %.4f | %.0f | %.0f %% | %.4f | %.0f %% | %.4f | %.4f | %.4f |\n", sh,
-                   codecs[ci], sb, 8.0 * tb / (double)(rows * cols), w.vbits, ms, mss, bytes / (mss * 1e-3) / 1e9,
+            printf("| %s | %s | %.3f | %.3f | %d (esc %.2f %%) | %.4f | %.4f | %.0f | %.0f %% | %.4f | %.0f %% | %.4f | %.4f | %.4f |\n", sh,
+                   codecs[ci], sb, 8.0 * tb / (double)(rows * cols), w.vbits, 100.0 * (double)w.esc_row[w.rows] / (double)(rows * cols), ms, mss, bytes / (mss * 1e-3) / 1e9,
                    100.0 * bytes / (mss * 1e-3) / bw, msa, 100.0 * bytes / (msa * 1e-3) / bw, msf, ms8, ms16);
             for (int v = 0; sweep && v < 4; v++) { // rows a warp 1, 2, 4; the default without PDL
                 const int r = v < 3 ? 1 << v : 0, pdl = v < 3;
