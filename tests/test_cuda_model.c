@@ -1258,6 +1258,10 @@ static void test_kv_rows(void **st) {
     assert_int_equal(kvq_model_open(path, &o, &m, &e), KVQ_ERR_ARG);
     unsetenv("KVQ_CUDA_KV_ROWS");
     assert_non_null(strstr(e.msg, "KVQ_CUDA_KV_ROWS"));
+    setenv("KVQ_CUDA_ATTN_CMIN", "-1", 1); // the split attention's positions a split: the same
+    assert_int_equal(kvq_model_open(path, &o, &m, &e), KVQ_ERR_ARG);
+    unsetenv("KVQ_CUDA_ATTN_CMIN");
+    assert_non_null(strstr(e.msg, "KVQ_CUDA_ATTN_CMIN"));
     assert_int_equal(n_fail, 0);
 }
 
