@@ -171,8 +171,8 @@ static void test_ops(void **st) {
             kvq_cuda_free(dw); kvq_cuda_free(dx); kvq_cuda_free(dy);
         }
     // attention: GQA, prefill of T tokens after pos cached ones, against the reference: the
-    // split kernel (head_dim 32·D ≤ 256, ≤ 8 query heads a KV head; contexts shorter than its
-    // 16 splits too) and the one-block-a-head kernel it falls back to (12 query heads a KV head)
+    // split kernel (head_dim 32·D ≤ 256, ≤ 8 query heads a KV head; contexts shorter than one
+    // split's 64 positions too) and the one-block-a-head kernel it falls back to (12 query heads a KV head)
     const int acs[][6] = {{8, 2, 64, 300, 200, 5}, {32, 8, 128, 1100, 1000, 1}, {4, 4, 96, 40, 2, 3},
                           {16, 2, 128, 64, 0, 1}, {12, 1, 64, 300, 100, 2}, {8, 2, 256, 40, 17, 20}};
     for (int ac = 0; ac < 6; ac++) {
@@ -419,6 +419,188 @@ static void test_prefill_tile(void **st) {
     }
     fprintf(stderr, "test_cuda_model: prefill attention, 4 shapes x 5 chunks: tiled %.3g, split %.3g of the largest output "
             "against the host in double\n", worst[1], worst[0]);
+}
+
+// ---- the split attention's split count (issue 12, session 19)
+
+// The rule (no device needed): kvq_cuda_attend_splits against clamp(ceil(n / cmin), 1, 16)
+// written out here, for the setter's values and the environment's (KVQ_CUDA_ATTN_CMIN; a value
+// that is not a count keeps the default 64); every split count covers n_ctx and the token's own
+// position lies in a split that runs.
+static void test_split_rule(void **st) {
+    (void)st;
+    if (kvq_cuda_attend_splits(1) == 0) { printf("  skip: built without CUDA (no split kernel)\n"); skip(); }
+    const int cm[] = {64, 0, 32, 1, 7, 1000};
+    const int ns_[] = {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 200, 438, 1023, 1024, 1025, 5000, 1 << 30};
+    for (size_t a = 0; a < sizeof cm / sizeof cm[0]; a++) {
+        kvq_cuda_attend_set_cmin(cm[a]);
+        for (size_t b = 0; b < sizeof ns_ / sizeof ns_[0]; b++) {
+            const long n = ns_[b], c = cm[a];
+            long want = c == 0 ? 16 : (n + c - 1) / c;
+            want = want < 1 ? 1 : want > 16 ? 16 : want;
+            const int got = kvq_cuda_attend_splits((int)n);
+            if (got != want) fail_msg("cmin %ld, n_ctx %ld: %d splits, want %ld", c, n, got, want);
+            const long chunk = (n + got - 1) / got;
+            assert_true(chunk * got >= n && (n - 1) / chunk < got);
+        }
+    }
+    const struct { const char *env; int want; } ev[] = {{"32", 7}, {"0", 16}, {"128", 2}, {"x", 4}, {"-5", 4}, {"", 4}, {NULL, 4}};
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++) { // 200 positions
+        if (ev[i].env) setenv("KVQ_CUDA_ATTN_CMIN", ev[i].env, 1);
+        else unsetenv("KVQ_CUDA_ATTN_CMIN");
+        kvq_cuda_attend_set_cmin(-1);
+        if (kvq_cuda_attend_splits(200) != ev[i].want)
+            fail_msg("KVQ_CUDA_ATTN_CMIN=%s: %d splits of 200, want %d", ev[i].env ? ev[i].env : "(unset)", kvq_cuda_attend_splits(200),
+                     ev[i].want);
+    }
+    unsetenv("KVQ_CUDA_ATTN_CMIN");
+    kvq_cuda_attend_set_cmin(-1);
+}
+
+// A float buffer of NaN on the stream (an output a launch must overwrite).
+static void nan_fill(float *d, size_t n) {
+    float *h = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    OK(kvq_cuda_copy_async(d, h, sizeof(float) * n, 1, E));
+    OK(kvq_cuda_stream_sync(E));
+    free(h);
+}
+
+// The split attention with a context-dependent split count (kvq_cuda_attend_set_cmin 64, 0 and
+// 32) against a double-precision host attention, one token at n_ctx = 1 .. 5000 (both sides of
+// the split boundaries): error <= 1e-5 of the largest output (a merge over a wrong split count
+// drops or adds whole chunks, or, with a wrong last-block count, leaves the NaN the output was
+// filled with). The launches alternate settings and contexts, so a counter left nonzero or a
+// stale split would show. At each n_ctx: a captured graph (position from device memory, the
+// setting captured) replayed gives the direct launch's bits; a prefill chunk's rows (split
+// kernel) the bits of one-token launches at their positions; and the fused attention inputs
+// (kvq_cuda_attend_set_inputs: the block holding the token's position writes k and v) the bits
+// and cache rows of kvq_cuda_attn_in then the attend.
+static void test_split_attend(void **st) {
+    (void)st;
+    if (!have_gpu()) skip();
+    enum { CTX = 5008 };
+    const int shp[][3] = {{8, 2, 128}, {4, 4, 64}}; // heads, KV heads, head_dim
+    const int nctx[] = {1, 2, 17, 63, 64, 65, 200, 1023, 1024, 1025, 5000};
+    const int cm[] = {64, 0, 32};
+    const int chunks[][2] = {{40, 40}, {20, 1010}}; // prefill rows: T, pos
+    enum { NN = sizeof nctx / sizeof nctx[0] };
+    uint64_t r = 1212;
+    double worst = 0;
+    int *dpos = NULL;
+    { kvq_err e = {0}; if (kvq_cuda_malloc((void **)&dpos, sizeof(int), &e)) fail_msg("%s", e.msg); }
+    for (size_t a = 0; a < sizeof shp / sizeof shp[0]; a++) {
+        const int NH = shp[a][0], NKV = shp[a][1], HD = shp[a][2], G = NH / NKV;
+        const float scale = 1.0f / sqrtf((float)HD);
+        const size_t nc = (size_t)NKV * CTX * HD, qd = (size_t)NH * HD, kd = (size_t)NKV * HD, W = qd + 2 * kd;
+        float *K = rnd(&r, nc, 1.0f), *V = rnd(&r, nc, 1.0f), *q = rnd(&r, qd * 40, 1.0f), *qkv = rnd(&r, W, 1.0f);
+        float *inv = malloc(sizeof(float) * HD / 2);
+        for (int i = 0; i < HD / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / HD);
+        // the host's outputs for q's row 0 at each n_ctx
+        double *want = malloc(sizeof(double) * qd * NN), *sc = malloc(sizeof(double) * CTX), amax[NN] = {0};
+        for (int b = 0; b < NN; b++)
+            for (int h = 0; h < NH; h++) {
+                const float *Kg = K + (size_t)(h / G) * CTX * HD, *Vg = V + (size_t)(h / G) * CTX * HD;
+                const int n = nctx[b];
+                double mx = -INFINITY, sum = 0;
+                for (int p = 0; p < n; p++) {
+                    double d = 0;
+                    for (int i = 0; i < HD; i++) d += (double)q[(size_t)h * HD + i] * Kg[(size_t)p * HD + i];
+                    sc[p] = d * scale;
+                    mx = sc[p] > mx ? sc[p] : mx;
+                }
+                for (int p = 0; p < n; p++) sum += sc[p] = exp(sc[p] - mx);
+                for (int i = 0; i < HD; i++) {
+                    double o = 0;
+                    for (int p = 0; p < n; p++) o += sc[p] * Vg[(size_t)p * HD + i];
+                    want[b * qd + (size_t)h * HD + i] = o / sum;
+                    amax[b] = fmax(amax[b], fabs(o / sum));
+                }
+            }
+        float *dK = dev(K, nc), *dV = dev(V, nc), *aK = dev(K, nc), *aV = dev(V, nc), *dq = dev(q, qd * 40), *dqkv = dev(qkv, W);
+        float *dinv = dev(inv, HD / 2), *dout = dev(NULL, qd * 40), *dout2 = dev(NULL, qd * 40);
+        float *got = malloc(sizeof(float) * qd * 40), *g2 = malloc(sizeof(float) * qd * 40);
+        float *kr = malloc(sizeof(float) * HD), *kr2 = malloc(sizeof(float) * HD);
+        kvq_cuda_attend_set_tile(0); // prefill rows through the split kernel
+        for (size_t c = 0; c < sizeof cm / sizeof cm[0]; c++) {
+            kvq_cuda_attend_set_cmin(cm[c]);
+            OK(kvq_cuda_attend(dq, dK, dV, dout, 1, 0, NULL, NULL, NH, NKV, HD, CTX, scale, E)); // scratch sized
+            void *graph = NULL;
+            OK(kvq_cuda_stream_sync(E));
+            OK(kvq_cuda_capture_begin(E));
+            kvq_err ce = {0};
+            kvq_status cs = kvq_cuda_attend(dq, dK, dV, dout2, 1, 0, dpos, NULL, NH, NKV, HD, CTX, scale, &ce);
+            OK(kvq_cuda_capture_end(cs != KVQ_OK, &graph, E));
+            if (cs) fail_msg("capture: %s", ce.msg);
+            assert_non_null(graph);
+            for (int b = 0; b < NN; b++) {
+                const int n = nctx[b], p = n - 1;
+                nan_fill(dout, qd);
+                OK(kvq_cuda_attend(dq, dK, dV, dout, 1, p, NULL, NULL, NH, NKV, HD, CTX, scale, E));
+                back(got, dout, qd);
+                double err = 0;
+                for (size_t i = 0; i < qd; i++) err = fmax(err, fabs(got[i] - want[b * qd + i]) / amax[b]); // NaN fails below
+                if (!(err <= 1e-5))
+                    fail_msg("split attention, cmin %d (%d splits), %d heads / %d KV heads, head_dim %d, n_ctx %d: error %.3g of the "
+                             "largest output", cm[c], kvq_cuda_attend_splits(n), NH, NKV, HD, n, err);
+                worst = fmax(worst, err);
+                // the captured step replayed at this position
+                nan_fill(dout2, qd);
+                OK(kvq_cuda_copy_async(dpos, &p, sizeof(int), 1, E));
+                OK(kvq_cuda_graph_launch(graph, E));
+                back(g2, dout2, qd);
+                if (memcmp(got, g2, sizeof(float) * qd)) fail_msg("cmin %d, n_ctx %d: the replayed graph's bits differ", cm[c], n);
+                // the fused attention inputs: the token's k, v written by the block whose split holds it
+                if (p + 1 < CTX && (n == 1 || n == 65 || n == 200 || n == 1025 || n == 5000)) {
+                    kvq_cuda_ain in = {dqkv, NULL, NULL, NULL, dinv, 1e-6f, HD};
+                    nan_fill(aK + (size_t)p * HD, HD); // KV head 0's row: the fused kernel must write it
+                    OK(kvq_cuda_attn_in(dqkv, NULL, NULL, NULL, 1e-6f, dout2 + qd, dK, dV, 1, p, NULL, NULL, NH, NKV, HD, HD, dinv, CTX, E));
+                    OK(kvq_cuda_attend(dout2 + qd, dK, dV, dout, 1, p, NULL, NULL, NH, NKV, HD, CTX, scale, E));
+                    kvq_cuda_attend_set_inputs(&in);
+                    OK(kvq_cuda_attend(dout2 + 2 * qd, aK, aV, dout2, 1, p, NULL, NULL, NH, NKV, HD, CTX, scale, E));
+                    back(got, dout, qd);
+                    back(g2, dout2, qd);
+                    if (memcmp(got, g2, sizeof(float) * qd)) fail_msg("cmin %d, n_ctx %d: fused inputs' output differs", cm[c], n);
+                    for (int g = 0; g < NKV; g++) {
+                        back(kr, dK + ((size_t)g * CTX + p) * HD, HD);
+                        back(kr2, aK + ((size_t)g * CTX + p) * HD, HD);
+                        if (memcmp(kr, kr2, sizeof(float) * HD)) fail_msg("cmin %d, n_ctx %d: KV head %d's k row differs", cm[c], n, g);
+                        back(kr, dV + ((size_t)g * CTX + p) * HD, HD);
+                        back(kr2, aV + ((size_t)g * CTX + p) * HD, HD);
+                        if (memcmp(kr, kr2, sizeof(float) * HD)) fail_msg("cmin %d, n_ctx %d: KV head %d's v row differs", cm[c], n, g);
+                    }
+                    // both caches back to K, V (row p was overwritten alike)
+                    OK(kvq_cuda_copy(dK, K, sizeof(float) * nc, 1, E));
+                    OK(kvq_cuda_copy(dV, V, sizeof(float) * nc, 1, E));
+                    OK(kvq_cuda_copy(aK, K, sizeof(float) * nc, 1, E));
+                    OK(kvq_cuda_copy(aV, V, sizeof(float) * nc, 1, E));
+                }
+            }
+            kvq_cuda_graph_free(graph);
+            // prefill rows (positions pos .. pos + T - 1 across a split boundary) against one-token launches
+            for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+                const int T = chunks[k][0], pos = chunks[k][1];
+                nan_fill(dout, qd * T);
+                OK(kvq_cuda_attend(dq, dK, dV, dout, T, pos, NULL, NULL, NH, NKV, HD, CTX, scale, E));
+                back(got, dout, qd * T);
+                nan_fill(dout2, qd * T);
+                for (int t = 0; t < T; t++)
+                    OK(kvq_cuda_attend(dq + t * qd, dK, dV, dout2 + t * qd, 1, pos + t, NULL, NULL, NH, NKV, HD, CTX, scale, E));
+                back(g2, dout2, qd * T);
+                for (int t = 0; t < T; t++)
+                    if (memcmp(got + t * qd, g2 + t * qd, sizeof(float) * qd))
+                        fail_msg("cmin %d: prefill row at position %d differs from its one-token launch", cm[c], pos + t);
+            }
+        }
+        kvq_cuda_attend_set_cmin(-1);
+        kvq_cuda_attend_set_tile(-1);
+        kvq_cuda_free(dK); kvq_cuda_free(dV); kvq_cuda_free(aK); kvq_cuda_free(aV); kvq_cuda_free(dq); kvq_cuda_free(dqkv);
+        kvq_cuda_free(dinv); kvq_cuda_free(dout); kvq_cuda_free(dout2);
+        free(K); free(V); free(q); free(qkv); free(inv); free(want); free(sc); free(got); free(g2); free(kr); free(kr2);
+    }
+    kvq_cuda_free(dpos);
+    fprintf(stderr, "test_cuda_model: split attention, cmin 64/0/32, 2 shapes x %d contexts: %.3g of the largest output against "
+            "the host in double; graph replays, prefill rows and fused inputs bit-equal\n", NN, worst);
 }
 
 // A model of its own (opened now: graphs captured with the process's current settings) against
@@ -1076,6 +1258,10 @@ static void test_kv_rows(void **st) {
     assert_int_equal(kvq_model_open(path, &o, &m, &e), KVQ_ERR_ARG);
     unsetenv("KVQ_CUDA_KV_ROWS");
     assert_non_null(strstr(e.msg, "KVQ_CUDA_KV_ROWS"));
+    setenv("KVQ_CUDA_ATTN_CMIN", "-1", 1); // the split attention's positions a split: the same
+    assert_int_equal(kvq_model_open(path, &o, &m, &e), KVQ_ERR_ARG);
+    unsetenv("KVQ_CUDA_ATTN_CMIN");
+    assert_non_null(strstr(e.msg, "KVQ_CUDA_ATTN_CMIN"));
     assert_int_equal(n_fail, 0);
 }
 
@@ -1425,6 +1611,8 @@ int main(void) {
         cmocka_unit_test(test_ops),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_prefill_tile),
+        cmocka_unit_test(test_split_rule),
+        cmocka_unit_test(test_split_attend),
         cmocka_unit_test(test_seqs),
         cmocka_unit_test(test_kv_graphs), // before test_kv_codecs, which removes the t128 model
         cmocka_unit_test(test_kv_rows),

@@ -5,6 +5,7 @@
 // with lanes across head_dim (coalesced rows of V) and the 8 partial sums meet in shared
 // memory.
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx_prep.cuh"
@@ -185,19 +186,34 @@ __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restr
 }
 
 // Split attention (kvq_cuda_attend's fast path; head_dim a multiple of 32 up to 256, at most 8
-// query heads per KV head). Block (s, g, t): split s of ATS over token t's positions [0, n_ctx)
-// (chunks of ceil(n_ctx / ATS), so a step and a prefill row split alike and round alike), for
+// query heads per KV head). Block (s, g, t): split s of n_s over token t's positions [0, n_ctx)
+// (chunks of ceil(n_ctx / n_s), so a step and a prefill row split alike and round alike), for
 // all the query heads of KV head g (each K and V row read once for the group). Warp w takes
 // the chunk's positions w, w+8, ...; lane l holds coordinates l·D.. of the heads' q, and of the
 // row; per position: the G dots by shuffles, then the online softmax update of the warp's
 // running max, sum and output. The warps meet in shared memory; the block's (max, sum,
 // output) go to scratch; the block that finishes last for (t, g) (an atomic count) merges the
-// ATS splits in their order and writes the output, so the result does not depend on which
+// n_s splits in their order and writes the output, so the result does not depend on which
 // block finished last.
-#define ATS 16     // splits of the positions per (token, KV head)
+// n_s (issue 12, session 19): at_splits — at least cmin positions a split, at most ATS splits
+// (KVQ_CUDA_ATTN_CMIN, default 64; 0: always ATS, the earlier kernel's bits). A function of
+// n_ctx alone, so every path that splits (one-token step, prefill rows, several sequences,
+// a replayed graph) splits a token alike. The grid keeps ATS blocks per (KV head, token) —
+// a captured step's grid fits every position, n_ctx read on the device — and blocks s >= n_s
+// return at once: at short contexts 16 splits of 1.5–3.5 positions a warp spent the time in
+// the blocks' fixed work and the 16-way merge.
+#define ATS 16     // splits of the positions per (token, KV head), at most
+#define AT_CMIN 64 // positions a split at least, by default
 #define AT_GMAX 8  // query heads per KV head
 #define AT_TT 16   // tokens per launch (the scratch's size)
 #define AT_HB 4    // query heads merged per pair of block barriers
+
+// Splits of n_ctx positions with at least cmin positions a split (cmin <= 0: ATS).
+__host__ __device__ __forceinline__ int at_splits(int n_ctx, int cmin) {
+    if (cmin <= 0) return ATS;
+    const int n = n_ctx / cmin + (n_ctx % cmin != 0); // ceil without overflow near 2^31
+    return n < 1 ? 1 : n > ATS ? ATS : n;
+}
 
 static float *g_part = NULL; // (AT_TT, n_kv, ATS, G, hd + 2): output, max, sum
 static int *g_cnt = NULL;    // (AT_TT, n_kv) blocks done
@@ -208,7 +224,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
                                                               float *vc, float *__restrict__ out, int pos,
                                                               const int *dpos, int t0, int n_heads, int n_kv, int max_ctx,
                                                               float scale, float *part, int *cnt, const Dev pd,
-                                                              unsigned char *pfs, const AinK ain, const SeqK sq) {
+                                                              unsigned char *pfs, const AinK ain, const SeqK sq, int cmin) {
     constexpr int HD = 32 * D, NW = ATT_THREADS / 32;
     // with pfs: o's one-token product follows as a programmatic dependent (it reads what the
     // merging blocks prepare only after this grid has completed)
@@ -220,7 +236,14 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     if (dpos) pos = *dpos;
     const int s = blockIdx.x, g = blockIdx.y, tl = blockIdx.z, t = t0 + tl, G = n_heads / n_kv;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int n_ctx = seq_pos(sq, pos, t) + 1, chunk = (n_ctx + ATS - 1) / ATS;
+    const int n_ctx = seq_pos(sq, pos, t) + 1, ns = at_splits(n_ctx, cmin), chunk = (n_ctx + ns - 1) / ns;
+    // a block past the splits: nothing to do. It has made (with pfs) the launch_dependents
+    // call above, as every block must before the dependent may start (an exit counts too); the
+    // dependent's griddepcontrol.wait still waits for this whole grid. The blocks s < n_s
+    // (s = 0 always) wait for the kernel before, so the grid never completes ahead of it. The
+    // token's own position n_ctx − 1 lies in split (n_ctx − 1) / chunk < n_s: its k/v are
+    // written below as before.
+    if (s >= ns) return;
     const int p0 = s * chunk, p1 = min(n_ctx, p0 + chunk);
     // with ain (one token): the inputs of this KV head's group computed here, as attn_in_k
     // computes them (ain_head): the G query heads into shared memory, and, by the block whose
@@ -339,17 +362,18 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
         }
         __syncthreads();
     }
-    // the last of the ATS blocks of (t, g) merges the splits
+    // the last of the n_s blocks of (t, g) merges the splits (only they count: the counter is
+    // back at 0 after every launch, as the merging block resets it)
     __threadfence(); // every thread's partials visible device-wide before the block is counted
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(cnt + tl * n_kv + g, 1) == ATS - 1;
+    if (threadIdx.x == 0) last = atomicAdd(cnt + tl * n_kv + g, 1) == ns - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
     const float *pg = part + (((int64_t)tl * n_kv + g) * ATS) * AT_GMAX * (HD + 2);
     // the splits' (max, sum) of every head read once into shared memory
-    for (int i = threadIdx.x; i < G * ATS; i += ATT_THREADS) {
-        const int h = i / ATS, k = i % ATS;
+    for (int i = threadIdx.x; i < G * ns; i += ATT_THREADS) {
+        const int h = i / ns, k = i % ns;
         const float *ph = pg + ((int64_t)k * AT_GMAX + h) * (HD + 2);
         sm_pm[h][k] = __ldcg(ph + HD);
         sm_pl[h][k] = __ldcg(ph + HD + 1);
@@ -358,9 +382,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     for (int i = threadIdx.x; i < G * HD; i += ATT_THREADS) {
         const int h = i / HD, d = i % HD;
         float M = -INFINITY;
-        for (int k = 0; k < ATS; k++) M = fmaxf(M, sm_pm[h][k]);
+        for (int k = 0; k < ns; k++) M = fmaxf(M, sm_pm[h][k]);
         float L = 0.0f, O = 0.0f;
-        for (int k = 0; k < ATS; k++) {
+        for (int k = 0; k < ns; k++) {
             const float *ph = pg + ((int64_t)k * AT_GMAX + h) * (HD + 2);
             const float mk = sm_pm[h][k];
             const float c = mk == -INFINITY ? 0.0f : expf(mk - M);
@@ -391,6 +415,22 @@ static kvq_status split_scratch(int n_kv, int head_dim, kvq_err *err) {
     g_cnt_cap = cn;
     return KVQ_OK;
 }
+
+static int g_cmin = -1; // kvq_cuda_attend_set_cmin; -1: unset (KVQ_CUDA_ATTN_CMIN, else AT_CMIN)
+
+extern "C" void kvq_cuda_attend_set_cmin(int cmin) { g_cmin = cmin < 0 ? -1 : cmin; }
+
+static int cmin_get(void) {
+    if (g_cmin < 0) {
+        const char *e = getenv("KVQ_CUDA_ATTN_CMIN");
+        char *end = NULL;
+        const long v = e && *e ? strtol(e, &end, 10) : -1;
+        g_cmin = v >= 0 && end && *end == 0 ? (int)(v > (1 << 30) ? 1 << 30 : v) : AT_CMIN; // not a count: the default
+    }
+    return g_cmin;
+}
+
+extern "C" int kvq_cuda_attend_splits(int n_ctx) { return at_splits(n_ctx, cmin_get()); }
 
 static int split_ok(int n_heads, int n_kv, int head_dim) {
     const char *e = getenv("KVQ_CUDA_ATTN_SPLIT");
@@ -676,11 +716,12 @@ extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const flo
         return tile_launch(q, kc, vc, out, T, pos, n_heads, n_kv_heads, head_dim, max_ctx, scale, err);
     if (split_ok(n_heads, n_kv_heads, head_dim)) {
         if ((cs = split_scratch(n_kv_heads, head_dim, err))) return cs;
+        const int cmin = cmin_get();
         for (int t0 = 0; t0 < T; t0 += AT_TT) {
             const int tt = T - t0 < AT_TT ? T - t0 : AT_TT;
             const dim3 grid(ATS, (unsigned)n_kv_heads, (unsigned)tt);
             switch (head_dim / 32) {
-#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, Dev{}, NULL, ain, seqk_of(sq)); break;
+#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, Dev{}, NULL, ain, seqk_of(sq), cmin); break;
                 AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
             }
@@ -731,7 +772,7 @@ extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, 
     // launched while it ends, the rotation's table and the first cache rows loaded before
     // griddepcontrol.wait
     if (g_attn_pdl < 0) kvq_cuda_attn_set_pdl(-1);
-    const int pdl = g_attn_pdl;
+    const int pdl = g_attn_pdl, cmin = cmin_get();
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at;
     cfg.gridDim = dim3(ATS, (unsigned)n_kv_heads, 1);
@@ -743,7 +784,7 @@ extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, 
     cfg.numAttrs = pdl ? 1 : 0;
     cudaError_t e = cudaSuccess;
     switch (head_dim / 32) {
-#define AT_CASE(D) case D: e = cudaLaunchKernelEx(&cfg, attend_split_k<D>, q, (float *)kc, (float *)vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs, ain, SeqK{}); break;
+#define AT_CASE(D) case D: e = cudaLaunchKernelEx(&cfg, attend_split_k<D>, q, (float *)kc, (float *)vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs, ain, SeqK{}, cmin); break;
         AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
     }

@@ -124,6 +124,8 @@ kvq_status kvq_cuda_hqx_matmul_parts_in(kvq_cuda_hqx *const *t, int n, const int
 }
 void kvq_cuda_attend_set_inputs(const kvq_cuda_ain *in) { (void)in; }
 void kvq_cuda_attend_set_tile(int on) { (void)on; }
+void kvq_cuda_attend_set_cmin(int cmin) { (void)cmin; }
+int kvq_cuda_attend_splits(int n_ctx) { (void)n_ctx; return 0; } // no split kernel
 kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos, const int *d_pos,
                            const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err) {
     return NO_CUDA(err);

@@ -98,6 +98,15 @@ void kvq_cuda_attend_set_inputs(const kvq_cuda_ain *in);
  *  of one-token steps). kvq_cuda_attend_set_tile: 1 every such chunk, 0 never, 2 from position
  *  2048, -1 the environment's choice (KVQ_CUDA_ATT_TILE=1 or 0, else 2). */
 void kvq_cuda_attend_set_tile(int on);
+/** The split kernel's splits of a token's n_ctx positions (issue 12, session 19):
+ *  clamp(ceil(n_ctx / cmin), 1, 16), chunks of ceil(n_ctx / splits) positions; cmin 0: always
+ *  16 (the bits of the kernel before). A function of n_ctx alone, so a prefill row has the bits
+ *  of the same token's one-token step. kvq_cuda_attend_set_cmin: cmin (>= 0), -1 the
+ *  environment's choice (KVQ_CUDA_ATTN_CMIN, default 64), read at the next launch; a captured
+ *  graph keeps the value it was captured with. kvq_cuda_attend_splits: the splits of n_ctx
+ *  under the current setting (no device needed). */
+void kvq_cuda_attend_set_cmin(int cmin);
+int kvq_cuda_attend_splits(int n_ctx);
 kvq_status kvq_cuda_attend(const float *q, const float *kc, const float *vc, float *out, int T, int pos, const int *d_pos,
                            const kvq_cuda_seqs *sq, int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale, kvq_err *err);
 /** The attention block's inputs in one kernel, from the fused rows qkv (T, q_dim + 2·kv_dim):

@@ -1306,6 +1306,14 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
             return free(g), kvq_err_set(err, KVQ_ERR_ARG, "KVQ_CUDA_KV_ROWS=%s: not a group size (0 = off, 1..4096)", rv);
         g->kv_rows = (int)n;
     }
+    const char *cv = getenv("KVQ_CUDA_ATTN_CMIN"); // read by attention.cu itself; checked here (issue 12)
+    if (cv && *cv) {
+        char *end = NULL;
+        long n = strtol(cv, &end, 10);
+        if (*end || n < 0 || n > 1 << 30)
+            return free(g), kvq_err_set(err, KVQ_ERR_ARG,
+                                        "KVQ_CUDA_ATTN_CMIN=%s: not a position count (0 = 16 splits, 1..1073741824)", cv);
+    }
     for (int i = 0; i < 2; i++) {
         const char *v = i ? td : tm;
         if (!v || !*v) continue;
