@@ -196,14 +196,15 @@ __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restr
 // n_s splits in their order and writes the output, so the result does not depend on which
 // block finished last.
 // n_s (issue 12, session 19): at_splits — at least cmin positions a split, at most ATS splits
-// (KVQ_CUDA_ATTN_CMIN, default 64; 0: always ATS, the earlier kernel's bits). A function of
+// (KVQ_CUDA_ATTN_CMIN; default 0: always ATS, the earlier kernel's bits — cmin 64 measured slower on the
+// H100, session 19 call D: the 8B decode 1.5 % slower, attend 13.4 → 16.8 µs a layer). A function of
 // n_ctx alone, so every path that splits (one-token step, prefill rows, several sequences,
 // a replayed graph) splits a token alike. The grid keeps ATS blocks per (KV head, token) —
 // a captured step's grid fits every position, n_ctx read on the device — and blocks s >= n_s
-// return at once: at short contexts 16 splits of 1.5–3.5 positions a warp spent the time in
-// the blocks' fixed work and the 16-way merge.
+// return at once. (The reading that fewer splits would save the blocks' fixed work and the 16-way
+// merge at short contexts did not hold: each warp's positions are a serial chain.)
 #define ATS 16     // splits of the positions per (token, KV head), at most
-#define AT_CMIN 64 // positions a split at least, by default
+#define AT_CMIN 0  // positions a split at least, by default (0: ATS splits always)
 #define AT_GMAX 8  // query heads per KV head
 #define AT_TT 16   // tokens per launch (the scratch's size)
 #define AT_HB 4    // query heads merged per pair of block barriers

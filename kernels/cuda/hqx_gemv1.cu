@@ -346,7 +346,8 @@ struct G1F {
     float *y;           // NULL, or where block 0 writes the normalized row
     uint32_t b1, b2;    // the first blocks of parts 1 and 2 (kvq_hqx_fold_split)
 };
-// PF (KVQ_CUDA_ESC_PF, default on; issue 12, 2026-11-27, session 19): a row's first escapes
+// PF (KVQ_CUDA_ESC_PF=1; default off: measured slower on the H100, session 19 call D — 8B decode width 4
+// 255.1 / 257.0 tok/s on against 297.2 off, width 5 311.4 / 312.2 against 327.1; same bits): a row's first escapes
 // (G1Pf::ROUNDS of 32 a warp) are fetched during its last steps instead of at its end, where
 // each needed a dependent chain (the entry from DRAM, then its tile's scale code, the table and
 // the activation) while only the ring's next step was in flight. One load of the chain a step,
@@ -626,11 +627,11 @@ extern "C" void kvq_cuda_hqx_set_trig(int on) {
     }
     g_trig = on ? 1 : 0;
 }
-static int g_esc_pf = -1; // KVQ_CUDA_ESC_PF: the persistent kernel fetches a row's first escapes during its steps
+static int g_esc_pf = -1; // KVQ_CUDA_ESC_PF=1: the persistent kernel fetches a row's first escapes during its steps (default off)
 extern "C" void kvq_cuda_hqx_set_esc_pf(int on) {
     if (on < 0) {
         const char *e = getenv("KVQ_CUDA_ESC_PF");
-        on = !(e && e[0] == '0' && !e[1]);
+        on = e && e[0] == '1' && !e[1];
     }
     g_esc_pf = on ? 1 : 0;
 }

@@ -102,7 +102,7 @@ void kvq_cuda_attend_set_tile(int on);
  *  clamp(ceil(n_ctx / cmin), 1, 16), chunks of ceil(n_ctx / splits) positions; cmin 0: always
  *  16 (the bits of the kernel before). A function of n_ctx alone, so a prefill row has the bits
  *  of the same token's one-token step. kvq_cuda_attend_set_cmin: cmin (>= 0), -1 the
- *  environment's choice (KVQ_CUDA_ATTN_CMIN, default 64), read at the next launch; a captured
+ *  environment's choice (KVQ_CUDA_ATTN_CMIN, default 0: 16 splits; 64 measured slower, session 19), read at the next launch; a captured
  *  graph keeps the value it was captured with. kvq_cuda_attend_splits: the splits of n_ctx
  *  under the current setting (no device needed). */
 void kvq_cuda_attend_set_cmin(int cmin);
