@@ -357,6 +357,26 @@ static void test_argmax(void **st) {
     kvq_cuda_free(dout);
 }
 
+// One query head's attention over n positions in double (the reference of the split-attention
+// tests): out = softmax(q·K^T · scale)·V over rows of hd; sc: n doubles of scratch. Returns max |out|.
+static double ref_head(const float *q, const float *K, const float *V, int n, int hd, float scale, double *sc, double *out) {
+    double mx = -INFINITY, sum = 0, amax = 0;
+    for (int p = 0; p < n; p++) {
+        double d = 0;
+        for (int i = 0; i < hd; i++) d += (double)q[i] * K[(size_t)p * hd + i];
+        sc[p] = d * scale;
+        mx = sc[p] > mx ? sc[p] : mx;
+    }
+    for (int p = 0; p < n; p++) sum += sc[p] = exp(sc[p] - mx);
+    for (int i = 0; i < hd; i++) {
+        double o = 0;
+        for (int p = 0; p < n; p++) o += sc[p] * V[(size_t)p * hd + i];
+        out[i] = o / sum;
+        amax = fmax(amax, fabs(o / sum));
+    }
+    return amax;
+}
+
 // The tiled prefill attention (a chunk of >= 16 tokens of one sequence) and the split kernel
 // against a double-precision host attention: shapes with 1, 2, 4 and 8 query heads a KV head,
 // head_dim 64 and 128, chunks that start at 0 or later, end inside a block's tokens and span
@@ -382,24 +402,9 @@ static void test_prefill_tile(void **st) {
                     for (int i = 0; i < HD; i++) K[((size_t)g * CTX + p) * HD + i] = V[((size_t)g * CTX + p) * HD + i] = NAN;
             double *want = malloc(sizeof(double) * nq), *sc = malloc(sizeof(double) * CTX), amax = 0;
             for (int t = 0; t < T; t++)
-                for (int h = 0; h < NH; h++) {
-                    const float *qr = q + ((size_t)t * NH + h) * HD, *Kg = K + (size_t)(h / G) * CTX * HD, *Vg = V + (size_t)(h / G) * CTX * HD;
-                    const int n = pos + t + 1;
-                    double mx = -INFINITY, sum = 0;
-                    for (int p = 0; p < n; p++) {
-                        double d = 0;
-                        for (int i = 0; i < HD; i++) d += (double)qr[i] * Kg[(size_t)p * HD + i];
-                        sc[p] = d * scale;
-                        mx = sc[p] > mx ? sc[p] : mx;
-                    }
-                    for (int p = 0; p < n; p++) sum += sc[p] = exp(sc[p] - mx);
-                    for (int i = 0; i < HD; i++) {
-                        double o = 0;
-                        for (int p = 0; p < n; p++) o += sc[p] * Vg[(size_t)p * HD + i];
-                        want[((size_t)t * NH + h) * HD + i] = o / sum;
-                        amax = fmax(amax, fabs(o / sum));
-                    }
-                }
+                for (int h = 0; h < NH; h++)
+                    amax = fmax(amax, ref_head(q + ((size_t)t * NH + h) * HD, K + (size_t)(h / G) * CTX * HD, V + (size_t)(h / G) * CTX * HD,
+                                               pos + t + 1, HD, scale, sc, want + ((size_t)t * NH + h) * HD));
             float *dK = dev(K, nc), *dV = dev(V, nc), *dq = dev(q, nq), *dout = dev(NULL, nq), *got = malloc(sizeof(float) * nq);
             for (int tile = 1; tile >= 0; tile--) {
                 kvq_cuda_attend_set_tile(tile);
@@ -499,24 +504,9 @@ static void test_split_attend(void **st) {
         // the host's outputs for q's row 0 at each n_ctx
         double *want = malloc(sizeof(double) * qd * NN), *sc = malloc(sizeof(double) * CTX), amax[NN] = {0};
         for (int b = 0; b < NN; b++)
-            for (int h = 0; h < NH; h++) {
-                const float *Kg = K + (size_t)(h / G) * CTX * HD, *Vg = V + (size_t)(h / G) * CTX * HD;
-                const int n = nctx[b];
-                double mx = -INFINITY, sum = 0;
-                for (int p = 0; p < n; p++) {
-                    double d = 0;
-                    for (int i = 0; i < HD; i++) d += (double)q[(size_t)h * HD + i] * Kg[(size_t)p * HD + i];
-                    sc[p] = d * scale;
-                    mx = sc[p] > mx ? sc[p] : mx;
-                }
-                for (int p = 0; p < n; p++) sum += sc[p] = exp(sc[p] - mx);
-                for (int i = 0; i < HD; i++) {
-                    double o = 0;
-                    for (int p = 0; p < n; p++) o += sc[p] * Vg[(size_t)p * HD + i];
-                    want[b * qd + (size_t)h * HD + i] = o / sum;
-                    amax[b] = fmax(amax[b], fabs(o / sum));
-                }
-            }
+            for (int h = 0; h < NH; h++)
+                amax[b] = fmax(amax[b], ref_head(q + (size_t)h * HD, K + (size_t)(h / G) * CTX * HD, V + (size_t)(h / G) * CTX * HD, nctx[b], HD,
+                                                 scale, sc, want + b * qd + (size_t)h * HD));
         float *dK = dev(K, nc), *dV = dev(V, nc), *aK = dev(K, nc), *aV = dev(V, nc), *dq = dev(q, qd * 40), *dqkv = dev(qkv, W);
         float *dinv = dev(inv, HD / 2), *dout = dev(NULL, qd * 40), *dout2 = dev(NULL, qd * 40);
         float *got = malloc(sizeof(float) * qd * 40), *g2 = malloc(sizeof(float) * qd * 40);
