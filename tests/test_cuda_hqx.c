@@ -826,8 +826,8 @@ static void test_esc_prefetch(void **state) {
         assert_int_equal(kvq_cuda_hqx_upload(&w, &t, &err), KVQ_OK);
         uint64_t seed = 500 + ci;
         float *X = malloc(sizeof(float) * cols * NT), *nw = malloc(sizeof(float) * cols);
-        float *R = malloc(sizeof(float) * rows), *Rn = malloc(sizeof(float) * rows), *Y[3], *YT[2];
-        for (int k = 0; k < 3; k++) Y[k] = malloc(sizeof(float) * rows);
+        float *R = malloc(sizeof(float) * rows), *Rn = malloc(sizeof(float) * rows), *Y[4], *YT[2];
+        for (int k = 0; k < 4; k++) Y[k] = malloc(sizeof(float) * rows);
         for (int k = 0; k < 2; k++) YT[k] = malloc(sizeof(float) * rows * NT);
         for (int64_t i = 0; i < cols * NT; i++) X[i] = (float)gauss(&seed);
         for (int64_t i = 0; i < cols; i++) nw[i] = (float)(1.0 + 0.3 * gauss(&seed));
@@ -847,6 +847,7 @@ static void test_esc_prefetch(void **state) {
         esc_matvec(t, X, Y[0], rows, 1, 2);
         esc_matvec(t, X, Y[1], rows, 0, 2);
         esc_matvec(t, X, Y[2], rows, 1, 0);
+        esc_matvec(t, X, Y[3], rows, 2, 2); // the row end's loads batched (KVQ_CUDA_ESC_PF=2)
         // per row, against its terms' magnitude s = Σ|W·x| (zero rows: none): the float orders
         // differ by ~1e-7·s, one escape moves a row by ~1e-3·s or more
         int with = 0, moved = 0, bad = 0;
@@ -862,21 +863,24 @@ static void test_esc_prefetch(void **state) {
         }
         free(wr);
         const double rel = rel_err(Y[0], R, (size_t)rows);
-        const int same = !memcmp(Y[0], Y[1], sizeof(float) * rows) && !memcmp(Y[0], Y[2], sizeof(float) * rows);
+        const int same = !memcmp(Y[0], Y[1], sizeof(float) * rows) && !memcmp(Y[0], Y[2], sizeof(float) * rows) && !memcmp(Y[0], Y[3], sizeof(float) * rows);
         fprintf(stderr, "test_cuda_hqx: esc case %zu (%s, %lld x %lld, %u escapes): one token rel %.2e vs CPU, %d rows off, "
-                "%d of %d rows with escapes moved by them, prefetch on/off/per-warp %s\n", ci, cs[ci].lat < 0 ? "rtn 4:g128" : "e8 4.0 w4",
+                "%d of %d rows with escapes moved by them, prefetch on/off/batched/per-warp %s\n", ci, cs[ci].lat < 0 ? "rtn 4:g128" : "e8 4.0 w4",
                 (long long)rows, (long long)cols, w.esc_row[rows], rel, bad, moved, with, same ? "same bits" : "DIFFER");
         assert_true(rel <= 1e-5);
         assert_int_equal(bad, 0);
         assert_true(with > 0 && moved * 2 > with);
         assert_memory_equal(Y[0], Y[1], sizeof(float) * rows);
         assert_memory_equal(Y[0], Y[2], sizeof(float) * rows);
+        assert_memory_equal(Y[0], Y[3], sizeof(float) * rows);
         // NT tokens: on and off the same bits, each token its one-token bits (the one-token
         // product through the same entry point; token 0 within 1e-5 of the CPU)
         if (rows <= 1000) {
             kvq_cuda_hqx_set_persist(-1);
             esc_tokens(t, X, YT[0], rows, cols, NT, 1);
             esc_tokens(t, X, YT[1], rows, cols, NT, 0);
+            assert_memory_equal(YT[0], YT[1], sizeof(float) * rows * NT);
+            esc_tokens(t, X, YT[1], rows, cols, NT, 2);
             assert_memory_equal(YT[0], YT[1], sizeof(float) * rows * NT);
             for (int k = 0; k < NT; k++) {
                 esc_tokens(t, X + k * cols, Y[1], rows, cols, 1, 1);
@@ -896,17 +900,17 @@ static void test_esc_prefetch(void **state) {
             fold_run(&t, 1, &row0, rows, cols, X, nw, 0, 0, Y[2], G0);
             long ran = 0;
             const int folds[] = {1, 3};
-            for (int f = 0; f < 4; f++) {
-                kvq_cuda_hqx_set_fold(folds[f / 2]);
-                kvq_cuda_hqx_set_esc_pf(f & 1);
+            for (int f = 0; f < 6; f++) {
+                kvq_cuda_hqx_set_fold(folds[f / 3]);
+                kvq_cuda_hqx_set_esc_pf(f % 3);
                 const long before = kvq_cuda_hqx_fold_launches();
                 fold_run(&t, 1, &row0, rows, cols, X, nw, 0, 0, Y[0], G);
                 ran += kvq_cuda_hqx_fold_launches() - before;
                 assert_memory_equal(Y[0], Y[2], sizeof(float) * rows);
                 assert_memory_equal(G, G0, sizeof(float) * cols);
             }
-            fprintf(stderr, "test_cuda_hqx: esc case %zu: RMSNorm input, %ld of 4 runs folded, prefetch on/off: same bits\n", ci, ran);
-            if (cols <= 8192) assert_int_equal(ran, 4); // the fold takes rows up to 8192 columns
+            fprintf(stderr, "test_cuda_hqx: esc case %zu: RMSNorm input, %ld of 6 runs folded, prefetch off/on/batched: same bits\n", ci, ran);
+            if (cols <= 8192) assert_int_equal(ran, 6); // the fold takes rows up to 8192 columns
             kvq_cuda_hqx_set_fold(-1);
             free(G0); free(G);
         }
@@ -917,7 +921,7 @@ static void test_esc_prefetch(void **state) {
         kvq_encoded_free(&e);
         if (cfg) json_decref(cfg);
         free(X); free(nw); free(R); free(Rn); free(buf);
-        for (int k = 0; k < 3; k++) free(Y[k]);
+        for (int k = 0; k < 4; k++) free(Y[k]);
         for (int k = 0; k < 2; k++) free(YT[k]);
     }
 }

@@ -368,7 +368,10 @@ struct G1F {
 template <int VB, int DEPTH, int MODE, int NT, bool FOLD> struct G1Pf {
     static constexpr int ROUNDS = VB == 4 ? 2 : VB == 5 ? 1 : 0;
 };
-template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false, bool PF = false>
+// EB (KVQ_CUDA_ESC_PF=2; session 19, after call D, not yet run on a device): no prefetch, but the row end's
+// escapes in batches of 4 rounds as PF's rest (a batch's loads issued together, its fmaf in order): one
+// chain a batch instead of one a round, with registers live only at the row's end. The same bits.
+template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false, bool PF = false, bool EB = false>
 __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, DEPTH, NT))
     hqx_gemv1p_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int nt, int64_t ldy,
                  uint32_t lst, int trig, const G1F F) {
@@ -442,6 +445,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     // PF: each prefetched round's escape entry (one token: M·delta·code from the last step) and
     // its scale code, then the scale's bits (one token: scale·sx from the last step)
     static_assert(!PF || G1Pf<VB, DEPTH, MODE, NT, FOLD>::ROUNDS > 0, "PF: at least one round");
+    static_assert(!(PF && EB), "PF batches its rest itself");
     constexpr int PFR = PF ? G1Pf<VB, DEPTH, MODE, NT, FOLD>::ROUNDS : 1;
     uint32_t pen[PFR], pcs[PFR];
 #pragma unroll
@@ -558,7 +562,8 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
                         r = fmaf(scl * sx[col >> tsh], (float)(M * kvq_hqx_esc_delta(pen[k]) * (int)xq[kvq_gemv1_xq_at(col)]), r);
                     }
                 }
-                // the rest in batches of 4 rounds: each batch's loads issued together, its fmaf in order
+            }
+            if constexpr (PF || EB) { // (the rest of) the row's escapes in batches of 4 rounds: each batch's loads issued together, its fmaf in order
                 constexpr int B = 4;
                 for (; e < e1; e += 32 * B) {
                     uint32_t en[B], sv[B];
@@ -578,7 +583,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
                     }
                 }
             }
-            for (; e < e1; e += 32) { // without PF: each round's chain in turn
+            for (; e < e1; e += 32) { // without PF or EB: each round's chain in turn
                 const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
                 const uint32_t jt = col >> tsh;
                 const size_t tix = (size_t)ur * tiles + jt;
@@ -631,9 +636,9 @@ static int g_esc_pf = -1; // KVQ_CUDA_ESC_PF=1: the persistent kernel fetches a 
 extern "C" void kvq_cuda_hqx_set_esc_pf(int on) {
     if (on < 0) {
         const char *e = getenv("KVQ_CUDA_ESC_PF");
-        on = e && e[0] == '1' && !e[1];
+        on = e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
     }
-    g_esc_pf = on ? 1 : 0;
+    g_esc_pf = on == 2 ? 2 : on ? 1 : 0;
 }
 static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
@@ -650,8 +655,10 @@ template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(c
                                                                                const G1T &tk) {
     if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
     constexpr bool pf = G1Pf<VB, DEPTH, MODE, NT, false>::ROUNDS > 0; // (false: both the same instance)
-    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf> : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
-    static int occs[2] = {0, 0};
+    const auto k = g_esc_pf == 2 ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false, pf>
+                   : g_esc_pf    ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf>
+                                 : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
+    static int occs[3] = {0, 0, 0};
     int &occ = occs[g_esc_pf];
     if (!occ) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, G1_WARPS * 32, 0);
@@ -878,8 +885,10 @@ template <int VB, int MODE>
 static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F) {
     if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
     constexpr bool pf = G1Pf<VB, 2, MODE, 1, true>::ROUNDS > 0;
-    const auto k = g_esc_pf ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf> : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
-    static int occs[2] = {0, 0};
+    const auto k = g_esc_pf == 2 ? hqx_gemv1p_k<VB, 2, MODE, 1, true, false, pf>
+                   : g_esc_pf    ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf>
+                                 : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
+    static int occs[3] = {0, 0, 0};
     int &occ = occs[g_esc_pf];
     if (!occ) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, KVQ_HQX_FOLD_WARPS * 32, 0);
