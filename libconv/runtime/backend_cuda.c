@@ -1274,6 +1274,18 @@ static const kvq_backend_ops gpu_ops = {
     .kv_codec = kv_codec, .vscore = vscore,
 };
 
+// A count from the environment: unset or empty leaves *out as it is; else a whole number in
+// [lo, hi] into *out, or KVQ_ERR_ARG "NAME=value: not a <what>".
+static kvq_status env_count(const char *name, long lo, long hi, const char *what, int *out, kvq_err *err) {
+    const char *v = getenv(name);
+    if (!v || !*v) return KVQ_OK;
+    char *end = NULL;
+    const long n = strtol(v, &end, 10);
+    if (*end || n < lo || n > hi) return kvq_err_set(err, KVQ_ERR_ARG, "%s=%s: not a %s", name, v, what);
+    *out = (int)n;
+    return KVQ_OK;
+}
+
 kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err) {
     char why[256];
     if (kvq_cuda_device_count(why, sizeof why) <= 0) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: %s", why);
@@ -1293,37 +1305,17 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->fuse = !(fv && !strcmp(fv, "0"));
     const char *qv = getenv("KVQ_CUDA_PQ_DENSE");
     g->pq_dense = qv && !strcmp(qv, "1");
-    const char *tv = getenv("KVQ_CUDA_TC"), *tm = getenv("KVQ_CUDA_TC_MIN");
+    const char *tv = getenv("KVQ_CUDA_TC");
     g->tc = !(tv && !strcmp(tv, "0")) && kvq_cuda_tc_available(NULL, 0);
     g->tc_min = 16;
     g->tc_min_dense = 2;
-    const char *td = getenv("KVQ_CUDA_TC_MIN_DENSE"), *rv = getenv("KVQ_CUDA_KV_ROWS");
     g->kv_rows = KV_ROWS;
-    if (rv && *rv) {
-        char *end = NULL;
-        long n = strtol(rv, &end, 10);
-        if (*end || n < 0 || n > 4096)
-            return free(g), kvq_err_set(err, KVQ_ERR_ARG, "KVQ_CUDA_KV_ROWS=%s: not a group size (0 = off, 1..4096)", rv);
-        g->kv_rows = (int)n;
-    }
-    const char *cv = getenv("KVQ_CUDA_ATTN_CMIN"); // read by attention.cu itself; checked here (issue 12)
-    if (cv && *cv) {
-        char *end = NULL;
-        long n = strtol(cv, &end, 10);
-        if (*end || n < 0 || n > 1 << 30)
-            return free(g), kvq_err_set(err, KVQ_ERR_ARG,
-                                        "KVQ_CUDA_ATTN_CMIN=%s: not a position count (0 = 16 splits, 1..1073741824)", cv);
-    }
-    for (int i = 0; i < 2; i++) {
-        const char *v = i ? td : tm;
-        if (!v || !*v) continue;
-        char *end = NULL;
-        long n = strtol(v, &end, 10);
-        if (*end || n < 1 || n > 1 << 20)
-            return free(g), kvq_err_set(err, KVQ_ERR_ARG, "%s=%s: not a token count (1..1048576)",
-                                        i ? "KVQ_CUDA_TC_MIN_DENSE" : "KVQ_CUDA_TC_MIN", v);
-        *(i ? &g->tc_min_dense : &g->tc_min) = (int)n;
-    }
+    int cmin = 0; // KVQ_CUDA_ATTN_CMIN is read by attention.cu itself; checked here (issue 12)
+    if ((s = env_count("KVQ_CUDA_KV_ROWS", 0, 4096, "group size (0 = off, 1..4096)", &g->kv_rows, err)) ||
+        (s = env_count("KVQ_CUDA_ATTN_CMIN", 0, 1 << 30, "position count (0 = 16 splits, 1..1073741824)", &cmin, err)) ||
+        (s = env_count("KVQ_CUDA_TC_MIN", 1, 1 << 20, "token count (1..1048576)", &g->tc_min, err)) ||
+        (s = env_count("KVQ_CUDA_TC_MIN_DENSE", 1, 1 << 20, "token count (1..1048576)", &g->tc_min_dense, err)))
+        return free(g), s;
     g->b = (kvq_backend){.ops = &gpu_ops, .exec = o->exec, .n_threads = o->n_threads, .max_batch = o->max_batch,
                          .max_ctx = o->max_ctx, .arch = *a};
     *out = &g->b;
