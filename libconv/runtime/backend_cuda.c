@@ -1310,12 +1310,19 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->tc_min = 16;
     g->tc_min_dense = 2;
     g->kv_rows = KV_ROWS;
-    int cmin = 0; // KVQ_CUDA_ATTN_CMIN is read by attention.cu itself; checked here (issue 12)
+    // read by the kernel libraries themselves (attention.cu, kv_attn.cu, hqx_gemv1.cu); checked here, where a
+    // value they would quietly replace by their default is refused (issues 12, 20)
+    int cmin = 0, cfl = 0, epf = 0;
     if ((s = env_count("KVQ_CUDA_KV_ROWS", 0, 4096, "group size (0 = off, 1..4096)", &g->kv_rows, err)) ||
         (s = env_count("KVQ_CUDA_ATTN_CMIN", 0, 1 << 30, "position count (0 = 16 splits, 1..1073741824)", &cmin, err)) ||
+        (s = env_count("KVQ_CUDA_KV_CFLOOR", 0, 1024, "chunk floor (0 = none, a multiple of 32 up to 1024)", &cfl, err)) ||
+        (s = env_count("KVQ_CUDA_ESC_PF", 0, 2, "mode (0 off, 1 prefetch, 2 batched row end)", &epf, err)) ||
         (s = env_count("KVQ_CUDA_TC_MIN", 1, 1 << 20, "token count (1..1048576)", &g->tc_min, err)) ||
         (s = env_count("KVQ_CUDA_TC_MIN_DENSE", 1, 1 << 20, "token count (1..1048576)", &g->tc_min_dense, err)))
         return free(g), s;
+    if (cfl % 32)
+        return free(g), kvq_err_set(err, KVQ_ERR_ARG, "KVQ_CUDA_KV_CFLOOR=%s: not a chunk floor (0 = none, a multiple of 32 up to 1024)",
+                                    getenv("KVQ_CUDA_KV_CFLOOR"));
     g->b = (kvq_backend){.ops = &gpu_ops, .exec = o->exec, .n_threads = o->n_threads, .max_batch = o->max_batch,
                          .max_ctx = o->max_ctx, .arch = *a};
     *out = &g->b;
