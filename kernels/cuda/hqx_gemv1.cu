@@ -348,7 +348,7 @@ struct G1F {
 };
 // PF (KVQ_CUDA_ESC_PF=1; default off: measured slower on the H100, session 19 call D — 8B decode width 4
 // 255.1 / 257.0 tok/s on against 297.2 off, width 5 311.4 / 312.2 against 327.1; same bits): a row's first escapes
-// (G1Pf::ROUNDS of 32 a warp) are fetched during its last steps instead of at its end, where
+// (g1_esc_rounds(VB) of 32 a warp) are fetched during its last steps instead of at its end, where
 // each needed a dependent chain (the entry from DRAM, then its tile's scale code, the table and
 // the activation) while only the ring's next step was in flight. One load of the chain a step,
 // each a step after the one it needs: the row's escape range at its first step (as before), the
@@ -365,9 +365,7 @@ struct G1F {
 // width with escapes (E8 4.0 forced to nibbles: ~2 %), where every instance of the default
 // ring keeps them without spills; 1 at width 5; none at 6..8 (PF off: the packer picks those
 // widths where escapes are rare, and the extra registers spilled in some instances).
-template <int VB, int DEPTH, int MODE, int NT, bool FOLD> struct G1Pf {
-    static constexpr int ROUNDS = VB == 4 ? 2 : VB == 5 ? 1 : 0;
-};
+__host__ __device__ constexpr int g1_esc_rounds(int vb) { return vb == 4 ? 2 : vb == 5 ? 1 : 0; }
 // EB (KVQ_CUDA_ESC_PF=2; session 19, after call D, not yet run on a device): no prefetch, but the row end's
 // escapes in batches of 4 rounds as PF's rest (a batch's loads issued together, its fmaf in order): one
 // chain a batch instead of one a round, with registers live only at the row's end. The same bits.
@@ -444,9 +442,9 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     for (int t = 0; t < NT; t++) a0[t] = a1[t] = 0.0f;
     // PF: each prefetched round's escape entry (one token: M·delta·code from the last step) and
     // its scale code, then the scale's bits (one token: scale·sx from the last step)
-    static_assert(!PF || G1Pf<VB, DEPTH, MODE, NT, FOLD>::ROUNDS > 0, "PF: at least one round");
+    static_assert(!PF || g1_esc_rounds(VB) > 0, "PF: at least one round");
     static_assert(!(PF && EB), "PF batches its rest itself");
-    constexpr int PFR = PF ? G1Pf<VB, DEPTH, MODE, NT, FOLD>::ROUNDS : 1;
+    constexpr int PFR = PF ? g1_esc_rounds(VB) : 1;
     uint32_t pen[PFR], pcs[PFR];
 #pragma unroll
     for (int k = 0; k < PFR; k++) pen[k] = pcs[k] = 0u;
@@ -654,7 +652,7 @@ template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(c
                                                                                uint32_t rb1, uint32_t rb2, uint32_t rtot,
                                                                                const G1T &tk) {
     if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
-    constexpr bool pf = G1Pf<VB, DEPTH, MODE, NT, false>::ROUNDS > 0; // (false: both the same instance)
+    constexpr bool pf = g1_esc_rounds(VB) > 0; // (false: both the same instance)
     const auto k = g_esc_pf == 2 ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false, pf>
                    : g_esc_pf    ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf>
                                  : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
@@ -884,7 +882,7 @@ int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xi
 template <int VB, int MODE>
 static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F) {
     if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
-    constexpr bool pf = G1Pf<VB, 2, MODE, 1, true>::ROUNDS > 0;
+    constexpr bool pf = g1_esc_rounds(VB) > 0;
     const auto k = g_esc_pf == 2 ? hqx_gemv1p_k<VB, 2, MODE, 1, true, false, pf>
                    : g_esc_pf    ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf>
                                  : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
