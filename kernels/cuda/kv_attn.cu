@@ -246,7 +246,7 @@ extern "C" void kvq_gkv_set_tprod_pre(int on) { g_tpre = on < 0 ? -1 : on != 0; 
 static int g_qpre = -1;
 extern "C" void kvq_gkv_set_turbo_pre(int on) { g_qpre = on < 0 ? -1 : on != 0; }
 static int tc_stages(const kvq_gkv_cache *c);
-static int tprod_pre(const kvq_gkv_cache *c) {
+static int q_prelude(const kvq_gkv_cache *c) { // the query's prelude launch before the tensor-core one: turboquant-prod, TurboQuant/qturbo
     if (c->k.kind == KVQ_GKV_TURBO) return on_unless_0(&g_qpre, "KVQ_CUDA_KV_TURBO_PRE") && tc_stages(c) == 0;
     return c->k.kind == KVQ_GKV_TPROD && on_unless_0(&g_tpre, "KVQ_CUDA_KV_TPROD_PRE");
 }
@@ -294,7 +294,7 @@ static const void *tc_kernel(const kvq_gkv_cache *c) {
     if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
     if (c->k.kind == KVQ_GKV_TPROD && !tc_tprod()) return NULL;
     if (oct_keys(c)) return tc_oct_kernel(c, g_tc == 3 ? 1 : g_tc);
-    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean(), tprod_pre(c)) : NULL;
+    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean(), q_prelude(c)) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
 extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) && c->k.kind != KVQ_GKV_TPROD && !oct_keys(c) ? tc_stages(c) : 0; } // (TPROD, OCTOPUS: none)
@@ -542,7 +542,7 @@ static kvq_status attend(const kvq_gkv_cache *c, const float *q, float *out, flo
     if (ft) { // int / KIVI / TurboQuant at 2 and 4 bits, turboquant-prod at 2-4, on tensor cores (kv_attn_tc.cu), the same partial results
         // turboquant-prod's / TurboQuant's prelude (kvq_gkv_set_tprod_pre, _turbo_pre): after the partial results, one launch before, the
         // tensor-core launch its programmatic dependent (under KVQ_CUDA_KV_PDL)
-        const int pre = tprod_pre(c); // (turboquant-prod keys only)
+        const int pre = q_prelude(c); // (turboquant-prod and TurboQuant/qturbo keys)
         uint4 *tpre = pre ? (uint4 *)(((uintptr_t)(p.pml + (size_t)nrow * c->n_heads * n_slot * 2) + 15) & ~(uintptr_t)15) : NULL;
         const kvq_tc_args ta = {q, (const uint8_t *)c->k.data, (const uint8_t *)c->v.data,
                                 kvq_gkv_region_bytes(c->k.kind, c->k.bits, hd, c->cap, 0), kvq_gkv_region_bytes(c->v.kind, c->v.bits, hd, c->cap, 1),
