@@ -124,9 +124,10 @@ void kvq_cuda_hqx_set_trig(int on);
 /** 1: the persistent one-token product (hqx_gemv1.cu, every instance: fold or not, 1..8 tokens,
  *  E8 and RTN) fetches each row's first escapes (64 a row, 32 in the fold and with several
  *  tokens) during the row's last steps instead of at its end; 2: no prefetch, the row end's
- *  escape loads in batches of 4 rounds (widths 4 and 5; not yet run on a device); 0 the row end's
- *  chain a round; -1: the environment's (KVQ_CUDA_ESC_PF=1 or 2), else 0 — 1 is off by default:
- *  slower on the H100 (session 19 call D, docs/RESULTS.md). The same bits in every mode. */
+ *  escape loads in batches of 4 rounds (widths 4 and 5); 0 the row end's chain a round; 3: 2 at
+ *  width 4 and 0 at the wider widths; -1: the environment's (KVQ_CUDA_ESC_PF=0, 1 or 2), else 3.
+ *  1 is slower on the H100 (session 19 call D); 2 at width 4 decodes the 8B shape 1.056x faster than
+ *  0 (session 20 call A; docs/RESULTS.md). The same bits in every mode. */
 void kvq_cuda_hqx_set_esc_pf(int on);
 /** 1: kvq_cuda_hqx_attend_prep's split attention is a programmatic dependent of the kernel before
  *  it (the q/k/v product), the rotation's cos/sin and each warp's first cache row (positions

@@ -366,7 +366,7 @@ struct G1F {
 // ring keeps them without spills; 1 at width 5; none at 6..8 (PF off: the packer picks those
 // widths where escapes are rare, and the extra registers spilled in some instances).
 __host__ __device__ constexpr int g1_esc_rounds(int vb) { return vb == 4 ? 2 : vb == 5 ? 1 : 0; }
-// EB (KVQ_CUDA_ESC_PF=2; session 19, after call D, not yet run on a device): no prefetch, but the row end's
+// EB (KVQ_CUDA_ESC_PF=2, the default at width 4 since session 20 call A): no prefetch, but the row end's
 // escapes in batches of 4 rounds as PF's rest (a batch's loads issued together, its fmaf in order): one
 // chain a batch instead of one a round, with registers live only at the row's end. The same bits.
 template <int VB, int DEPTH, int MODE, int NT, bool FOLD = false, bool PF = false, bool EB = false>
@@ -630,13 +630,22 @@ extern "C" void kvq_cuda_hqx_set_trig(int on) {
     }
     g_trig = on ? 1 : 0;
 }
-static int g_esc_pf = -1; // KVQ_CUDA_ESC_PF=1: the persistent kernel fetches a row's first escapes during its steps (default off)
+// KVQ_CUDA_ESC_PF=1: the persistent kernel fetches a row's first escapes during its steps; 2: the row end's
+// escapes in batches (EB); 0: a chain a round. Unset (3): 2 at width 4, 0 at the wider widths — measured on the
+// H100 (session 20 call A, 8B E8 4.0 decode, alternated): width 4 309.7 / 306.3 tok/s with 2 against 292.8 / 290.2
+// with 0; the wider widths keep 0 until measured.
+static int g_esc_pf = -1;
 extern "C" void kvq_cuda_hqx_set_esc_pf(int on) {
     if (on < 0) {
         const char *e = getenv("KVQ_CUDA_ESC_PF");
-        on = e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
+        on = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 3;
     }
-    g_esc_pf = on == 2 ? 2 : on ? 1 : 0;
+    g_esc_pf = on == 3 ? 3 : on == 2 ? 2 : on ? 1 : 0;
+}
+// The escape mode of width VB's instances (resolves the default).
+template <int VB> static int esc_mode() {
+    if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
+    return g_esc_pf == 3 ? (VB == 4 ? 2 : 0) : g_esc_pf;
 }
 static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
@@ -651,13 +660,13 @@ struct G1T {
 template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(cudaLaunchConfig_t cfg, const Parts &P, int accumulate,
                                                                                uint32_t rb1, uint32_t rb2, uint32_t rtot,
                                                                                const G1T &tk) {
-    if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
+    const int em = esc_mode<VB>();
     constexpr bool pf = g1_esc_rounds(VB) > 0; // (false: both the same instance)
-    const auto k = g_esc_pf == 2 ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false, pf>
-                   : g_esc_pf    ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf>
-                                 : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
+    const auto k = em == 2 ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false, pf>
+                   : em    ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf>
+                           : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
     static int occs[3] = {0, 0, 0};
-    int &occ = occs[g_esc_pf];
+    int &occ = occs[em];
     if (!occ) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, G1_WARPS * 32, 0);
         if (occ < 1) occ = 1;
@@ -881,13 +890,13 @@ int kvq_cuda_hqx_gemv1_fold_ok(const Parts &P, const float *x, const kvq_cuda_xi
 // is >= 3 (tests), split between the parts by kvq_hqx_fold_split.
 template <int VB, int MODE>
 static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F) {
-    if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
+    const int em = esc_mode<VB>();
     constexpr bool pf = g1_esc_rounds(VB) > 0;
-    const auto k = g_esc_pf == 2 ? hqx_gemv1p_k<VB, 2, MODE, 1, true, false, pf>
-                   : g_esc_pf    ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf>
-                                 : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
+    const auto k = em == 2 ? hqx_gemv1p_k<VB, 2, MODE, 1, true, false, pf>
+                   : em    ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf>
+                           : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
     static int occs[3] = {0, 0, 0};
-    int &occ = occs[g_esc_pf];
+    int &occ = occs[em];
     if (!occ) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, KVQ_HQX_FOLD_WARPS * 32, 0);
         if (occ < 1) occ = 1;
