@@ -37,14 +37,26 @@ KVQ_TC_FN uint32_t kvq_tc_andor(int lean, uint32_t a, uint32_t m, uint32_t x) {
 #endif
     return (a & m) | x;
 }
+/** (a & m) | (b & ~m), the bit select that merges two planes: on the device one lop3 (inline PTX; nvcc
+ *  emits an AND and an AND-OR for the C form; session 20, helper i20v), on the host plain C. */
+KVQ_TC_FN uint32_t kvq_tc_sel(uint32_t a, uint32_t b, uint32_t m) {
+#if defined(__CUDA_ARCH__)
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(r) : "r"(a), "r"(b), "r"(m)); // 0xE4: (a & c) | (b & ~c)
+    return r;
+#else
+    return (a & m) | (b & ~m);
+#endif
+}
 /** The 8 raw fp16 pairs of a word's 16 dims: bits 2 (lo only) or 4 (lo = the low plane's
  *  word, hi = the high plane's). 4 bits: the planes are first merged into nibbles, e = the
  *  even dims (nibble n = dim 2n), o = the odd dims. lean: the masks as single lop3s
- *  (kvq_tc_andor), the same result. */
+ *  (kvq_tc_andor) and the merges as bit selects (kvq_tc_sel, session 20), the same result. */
 KVQ_TC_FN void kvq_tc_dq_as(int lean, int bits, uint32_t lo, uint32_t hi, uint32_t h[8]) {
     const uint32_t X = 0x64006400u;
     if (bits == 4) {
-        const uint32_t e = (lo & 0x33333333u) | ((hi << 2) & 0xCCCCCCCCu), o = ((lo >> 2) & 0x33333333u) | (hi & 0xCCCCCCCCu);
+        const uint32_t e = lean ? kvq_tc_sel(lo, hi << 2, 0x33333333u) : (lo & 0x33333333u) | ((hi << 2) & 0xCCCCCCCCu);
+        const uint32_t o = lean ? kvq_tc_sel(lo >> 2, hi, 0x33333333u) : ((lo >> 2) & 0x33333333u) | (hi & 0xCCCCCCCCu);
         const uint32_t e8 = e >> 8, o8 = o >> 8;
         h[0] = kvq_tc_andor(lean, e, 0x000F000Fu, X), h[1] = kvq_tc_andor(lean, e, 0x00F000F0u, X);
         h[2] = kvq_tc_andor(lean, e8, 0x000F000Fu, X), h[3] = kvq_tc_andor(lean, e8, 0x00F000F0u, X);
