@@ -1661,6 +1661,103 @@ static void test_attend_tc_lean(void **state) {
     free(K), free(V), free(q), free(out), free(base), free(ref);
 }
 
+// int:2 and int:4 scores on integer tensor cores (kvq_gkv_set_tc_q8(1): q in int8 per query head, the codes
+// as u8, mma.m16n8k32, the zero point folded in int32; session 20, helper i20v) against the CPU
+// decode-then-attend at T_kv = 1 .. 1088 (not multiples of the 16-position tile; partial and empty warp
+// shares), B = 2 sequences × 3 KV heads, chunks 32, 64, 1024 and the automatic one, variants 1 and 2 and 3
+// and 4 stages: NMSE ≤ 1e-3 — q's int8 rounding (test_tc_q8_error: ≤ 2e-4 alone on these inputs) on top of
+// the fp16 kernel's ≤ 1e-4, the dp4a kernel's limit (test_attend_vs_cpu, int8 q). The integer sums are exact,
+// so every Q8 run is bit-equal to variant 2's at the same chunk (variant 1's int:4 chain split included), and
+// at T > 1 it differs from the fp16 kernel's (the switch took effect); kvq_gkv_tc_q8 says 1 with the switch
+// on (0 with it off, or with the lean kernels off: not built); with a 40-position fp16 window, variants 1
+// and 2, within the same limit. Prints the worst NMSE of the Q8 and of the fp16 (lean) kernel.
+static void test_attend_tc_q8(void **state) {
+    if (!have_gpu()) { skip(); return; }
+    enum { B = 2, NKV = 3, H = NKV * KVQ_GKV_GROUP, CAP = 1088, NRUN = 4 };
+    const int Ts[] = {1, 15, 16, 17, 33, 100, 511, 1000, 1088};
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t NO = (size_t)B * H * D;
+    uint64_t seed = 2020;
+    kvq_err err = {0};
+    void *dq, *dout;
+    assert_int_equal(kvq_cuda_malloc(&dq, sizeof(float) * NO, &err), KVQ_OK);
+    assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
+    float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
+    float *outs = malloc(sizeof(float) * NO * NRUN), *f16 = malloc(sizeof(float) * NO), *out = malloc(sizeof(float) * NO);
+    double *ref = malloc(sizeof(double) * NO), worst = 0, worst16 = 0;
+    const char *specs[] = {"int:2", "int:4"};
+    const int runs[NRUN][2] = {{2, 0}, {1, 0}, {2, 3}, {2, 4}}; // (variant, stages); run 0 the reference of the others
+    int n_cmp = 0, n_diff = 0, n_f16 = 0, n_same16 = 0;
+    for (int si = 0; si < 2; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const int T = Ts[ti];
+            tokens(K, B * NKV * T, &seed);
+            tokens(V, B * NKV * T, &seed);
+            for (size_t i = 0; i < NO; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            assert_int_equal(kvq_cuda_copy(dq, q, sizeof(float) * NO, 1, &err), KVQ_OK);
+            tside ks, vs;
+            build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
+            build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
+            ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+            kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            kvq_gkv_set_tc(2), kvq_gkv_set_tc_pipe(0), kvq_gkv_set_tc_lean(1), kvq_gkv_set_tc_q8(0);
+            assert_int_equal(kvq_gkv_tc_q8(&c), 0);
+            kvq_gkv_set_tc_q8(1);
+            assert_int_equal(kvq_gkv_tc_q8(&c), 1);
+            kvq_gkv_set_tc_lean(0);
+            assert_int_equal(kvq_gkv_tc_q8(&c), 0); // (built with the lean kernels only)
+            kvq_gkv_set_tc_lean(1);
+            const int chunks[] = {32, 64, 1024, kvq_gkv_auto_chunk(&c)};
+            for (int ci = 0; ci < 4; ci++) {
+                const int ch = chunks[ci];
+                void *scr;
+                assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
+                for (int ri = -1; ri < NRUN; ri++) { // −1: the fp16 kernel (variant 2, lean), for comparison
+                    kvq_gkv_set_tc(ri < 0 ? 2 : runs[ri][0]);
+                    kvq_gkv_set_tc_pipe(ri < 0 ? 0 : runs[ri][1]);
+                    kvq_gkv_set_tc_q8(ri >= 0);
+                    assert_int_equal(kvq_gkv_tc_q8(&c), ri >= 0);
+                    assert_int_equal(kvq_gkv_tc_stages(&c), ri < 0 ? 0 : runs[ri][1]);
+                    assert_int_equal(kvq_cuda_memset(dout, 0xff, sizeof(float) * NO, &err), KVQ_OK); // NaN until written
+                    kvq_status st = kvq_gkv_attend(&c, dq, dout, scale, ch, scr, &err);
+                    if (st) fprintf(stderr, "attend: %s\n", err.msg);
+                    assert_int_equal(st, KVQ_OK);
+                    float *o = ri < 0 ? f16 : outs + (size_t)ri * NO;
+                    assert_int_equal(kvq_cuda_copy(o, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                    const double e = nmse(o, ref, NO);
+                    if (ri < 0) {
+                        if (e > worst16) worst16 = e;
+                        continue;
+                    }
+                    if (e > worst) worst = e;
+                    const int same = !memcmp(o, outs, sizeof(float) * NO), same16 = !memcmp(o, f16, sizeof(float) * NO);
+                    if (ri > 0) n_cmp++, n_diff += !same;
+                    if (T > 1) n_f16++, n_same16 += same16;
+                    if (e > 1e-3 || (ri > 0 && !same) || (ri == 0 && (ci == 3 || T == 1000)))
+                        fprintf(stderr, "test_cuda_kv: attend %s T %4d chunk %4d variant %d stages %d Q8: NMSE vs CPU %.2e (fp16 kernel %.2e)%s\n", specs[si], T,
+                                ch, runs[ri][0], runs[ri][1], e, nmse(f16, ref, NO), ri > 0 && !same ? ", DIFFERS from variant 2's" : "");
+                    assert_true(e <= 1e-3); // NaN fails too
+                }
+                kvq_cuda_free(scr);
+            }
+            if (T >= 100) // with a window: the packed chunks on the integer tensor cores, the window's by the fp16 kernel
+                for (int tc = 1; tc <= 2; tc++) {
+                    kvq_gkv_set_tc(tc), kvq_gkv_set_tc_pipe(0), kvq_gkv_set_tc_q8(1);
+                    attend_window(&c, &ks, &vs, K, V, dq, q, dout, out, scale, 1e-3);
+                }
+            free_side(&ks);
+            free_side(&vs);
+        }
+    fprintf(stderr, "test_cuda_kv: Q8 tensor-core scores: worst NMSE vs CPU %.2e (the fp16 kernel's %.2e); %d of %d runs differ from variant 2's; "
+            "%d of %d bit-equal to the fp16 kernel's: %s\n", worst, worst16, n_diff, n_cmp, n_same16, n_f16, n_diff || n_same16 ? "FAIL" : "PASS");
+    kvq_gkv_set_tc(-1), kvq_gkv_set_tc_pipe(-1), kvq_gkv_set_tc_lean(-1), kvq_gkv_set_tc_q8(-1);
+    assert_int_equal(n_diff, 0);
+    assert_int_equal(n_same16, 0);
+    assert_true(n_cmp > 0);
+    kvq_cuda_free(dq), kvq_cuda_free(dout);
+    free(K), free(V), free(q), free(outs), free(f16), free(out), free(ref);
+}
+
 // The cp.async-pipelined tensor-core kernels (kvq_gkv_set_tc_pipe 3 and 4 stages) against the
 // register-prefetch ones on the same caches: bit-identical outputs (the same arithmetic on the same
 // values: variant 2's, which for 2-bit keys is variant 1's too, so the default's for all four
@@ -3254,6 +3351,193 @@ static void test_tc_emulated(void **state) {
         }
 }
 
+// q in int8 per query head as the Q8 kernel forms it (kvq_gkv_set_tc_q8; session 20, helper i20v): the scale
+// max |q| / 127 (1 for an all-zero head), kvq_tc_q8_round; q8 (4, D), sq and Σ q8 per head.
+static void tc_q8_quant(const float *q, int8_t q8[4][KVQ_GKV_HEAD_DIM], float sq[4], int sum[4]) {
+    for (int h = 0; h < 4; h++) {
+        float m = 0.0f;
+        for (int i = 0; i < KVQ_GKV_HEAD_DIM; i++) m = fmaxf(m, fabsf(q[h * KVQ_GKV_HEAD_DIM + i]));
+        sq[h] = m > 0.0f ? m / 127.0f : 1.0f;
+        const float inv = 1.0f / sq[h];
+        sum[h] = 0;
+        for (int i = 0; i < KVQ_GKV_HEAD_DIM; i++) q8[h][i] = (int8_t)kvq_tc_q8_round(q[h * KVQ_GKV_HEAD_DIM + i], inv), sum[h] += q8[h][i];
+    }
+}
+// One warp's mma.m16n8k32 (u8 A row, s8 B col, s32 C) from the 32 lanes' fragments, by the PTX ISA layouts:
+// lane (g, t): A rows g (a0, a2) and g+8 (a1, a3), k 4t+i (a0, a1) and 16+4t+i (a2, a3), byte i; B k 4t+i
+// (b0), 16+4t+i (b1), col g; C rows g (c0, c1), g+8 (c2, c3), cols 2t, 2t+1.
+static void tc_mma_u8s8(const uint32_t a[32][4], const uint32_t b[32][2], int64_t c[32][4]) {
+    int A[16][32], Bm[32][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 4; i++) A[g + 8 * (r & 1)][4 * t + i + 16 * (r >> 1)] = (int)((a[l][r] >> (8 * i)) & 0xFFu);
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < 4; i++) Bm[4 * t + i + 16 * r][g] = (int)(int8_t)((b[l][r] >> (8 * i)) & 0xFFu);
+    }
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 4; i++) {
+            const int row = (l >> 2) + 8 * (i >> 1), col = 2 * (l & 3) + (i & 1);
+            for (int k = 0; k < 32; k++) c[l][i] += (int64_t)A[row][k] * Bm[k][col];
+        }
+}
+
+// The Q8 scores' integer arithmetic (kernels/cuda/kv_tc.h: kvq_tc_sel, kvq_tc_u8, kvq_tc_u8_dim,
+// kvq_tc_q8_kdim, kvq_tc_q8_round, the functions the kernel calls; session 20, helper i20v), run on the host
+// at 2 and 4 bits: (1) byte i of kvq_tc_u8's register j is the code of dim 4i + kvq_tc_u8_dim(j), times
+// 2^bits for j ≥ 2, for random codes and all codes at 0 and at the max; (2) kvq_tc_q8_kdim covers each
+// lane's 32 dims once; (3) kvq_tc_q8_round rounds to nearest even and clamps at ±127 (a broken rounding —
+// truncation — fails the ties and the negatives); (4) one tile through the kernel's loads, unpack, B words
+// (q8w: word 8t + 2ks + r of head h) and 4 k-steps of mma.m16n8k32 into the two chains (the codes' from
+// −qmax·Σ q8, the 2^bits codes' from 0), combined as 2^bits·low + high, equals 2^bits·Σ (c − qmax)·q8 of
+// the plain codes exactly (integers), every lane and column. Runs without a GPU.
+static void test_tc_q8_emulated(void **state) {
+    (void)state;
+    enum { DD = KVQ_GKV_HEAD_DIM };
+    const float rq[][2] = {{2.5f, 2}, {3.5f, 4}, {-2.5f, -2}, {-3.5f, -4}, {0.49f, 0}, {-0.51f, -1}, {126.6f, 127}, {127.4f, 127}, {-130.0f, -127}};
+    for (size_t i = 0; i < sizeof rq / sizeof *rq; i++) assert_int_equal(kvq_tc_q8_round(rq[i][0], 1.0f), (int)rq[i][1]);
+    for (int bits = 2; bits <= 4; bits += 2)
+        for (int t = 0; t < 4; t++) {
+            int seen[32] = {0};
+            for (int ks = 0; ks < 4; ks++)
+                for (int r = 0; r < 2; r++)
+                    for (int i = 0; i < 4; i++) {
+                        const int d = kvq_tc_q8_kdim(bits, t, ks, r, i) - 32 * t;
+                        assert_true(d >= 0 && d < 32);
+                        seen[d]++;
+                    }
+            for (int d = 0; d < 32; d++) assert_int_equal(seen[d], 1);
+        }
+    uint64_t seed = 2020;
+    for (int bits = 2; bits <= 4; bits += 2) {
+        const int qm = (1 << (bits - 1)) - 1, np = bits / 2;
+        for (int rep = 0; rep < 20; rep++) {
+            uint8_t kr[16][64];
+            int ck[16][DD];
+            memset(kr, 0, sizeof kr);
+            for (int p = 0; p < 16; p++)
+                for (int i = 0; i < DD; i++) {
+                    ck[p][i] = rep == 0 ? (1 << bits) - 1 : rep == 1 ? 0 : (int)(rng_next(&seed) >> 40) & ((1 << bits) - 1);
+                    kvq_gkv_put_code(kr[p], bits, DD, i, (uint32_t)ck[p][i]);
+                }
+            // (1) the unpack, every word of every row
+            for (int p = 0; p < 16; p++)
+                for (int w = 0; w < DD / 16; w++) {
+                    uint32_t a4[4];
+                    kvq_tc_u8(bits, tc_word(kr[p] + 4 * w), tc_word(kr[p] + (np - 1) * (DD / 4) + 4 * w), a4);
+                    for (int j = 0; j < 4; j++)
+                        for (int i = 0; i < 4; i++)
+                            assert_int_equal((int)((a4[j] >> (8 * i)) & 0xFFu), ck[p][16 * w + 4 * i + kvq_tc_u8_dim(bits, j)] << (j >= 2 ? bits : 0));
+                }
+            // (4) the scores of a tile: q (4 heads) → int8, the B words as the kernel's warps write them
+            float q[4 * DD], sq[4];
+            int8_t q8[4][DD];
+            int qsum[4];
+            for (int i = 0; i < 4 * DD; i++) q[i] = (float)gauss(&seed) * (rep == 2 ? 0.0f : 1.5f); // rep 2: an all-zero q
+            tc_q8_quant(q, q8, sq, qsum);
+            uint32_t q8w[4][32];
+            for (int h = 0; h < 4; h++)
+                for (int L = 0; L < 32; L++) {
+                    q8w[h][L] = 0;
+                    for (int i = 0; i < 4; i++) q8w[h][L] |= (uint32_t)(uint8_t)q8[h][kvq_tc_q8_kdim(bits, L >> 3, (L >> 1) & 3, L & 1, i)] << (8 * i);
+                }
+            int64_t c[2][32][4]; // the chains: the codes' (from −qmax·Σ q8), the 2^bits codes' (from 0)
+            for (int l = 0; l < 32; l++) {
+                const int t = l & 3;
+                for (int i = 0; i < 4; i++) c[0][l][i] = 2 * t + (i & 1) < 4 ? -(int64_t)qm * qsum[2 * t + (i & 1)] : 0, c[1][l][i] = 0;
+            }
+            for (int u = 0; u < 2; u++) {
+                uint32_t ak[32][2][4];
+                for (int l = 0; l < 32; l++) {
+                    const int g = l >> 2, t = l & 3;
+                    for (int r = 0; r < 2; r++) {
+                        const uint8_t *row = kr[g + 8 * r];
+                        kvq_tc_u8(bits, tc_word(row + 8 * t + 4 * u), tc_word(row + (np - 1) * (DD / 4) + 8 * t + 4 * u), ak[l][r]);
+                    }
+                }
+                for (int v = 0; v < 2; v++) {
+                    uint32_t a[32][4], b[32][2];
+                    for (int l = 0; l < 32; l++) {
+                        const int g = l >> 2, t = l & 3;
+                        a[l][0] = ak[l][0][2 * v], a[l][1] = ak[l][1][2 * v], a[l][2] = ak[l][0][2 * v + 1], a[l][3] = ak[l][1][2 * v + 1];
+                        for (int r = 0; r < 2; r++) b[l][r] = g < 4 ? q8w[g][8 * t + 2 * (2 * u + v) + r] : 0u;
+                    }
+                    tc_mma_u8s8(a, b, c[v]);
+                }
+            }
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++) {
+                    const int pos = (l >> 2) + 8 * (i >> 1), h = 2 * (l & 3) + (i & 1);
+                    int64_t ref = 0;
+                    for (int d = 0; d < DD && h < 4; d++) ref += (int64_t)(ck[pos][d] - qm) * q8[h][d];
+                    const int64_t got = c[0][l][i] * (1 << bits) + c[1][l][i];
+                    if (got != ref * (1 << bits)) fprintf(stderr, "q8 scores: bits %d lane %d c%d: %lld, want %lld\n", bits, l, i, (long long)got, (long long)(ref * (1 << bits)));
+                    assert_true(got == ref * (1 << bits));
+                    assert_true(llabs(got) < (1 << 22)); // exact in the kernel's int32 and fp32
+                }
+        }
+        fprintf(stderr, "test_cuda_kv: integer tensor-core fragment emulation int:%d: unpack, k order, rounding, 20 tiles' scores exact\n", bits);
+    }
+}
+
+// What q's int8 rounding alone costs the Q8 kernel (kvq_gkv_set_tc_q8) on test_attend_tc_q8's kind of inputs,
+// on the host: decode-then-attend in double with q and with its int8 image sq·q8 (tc_q8_quant), over the same
+// int:2 / int:4 caches (the CPU codec's decode; 1 sequence × 3 KV heads, T 1000, 8 draws each): their NMSE must
+// stay ≤ 5e-4, half of test_attend_tc_q8's limit 1e-3 (the rest is the kernels' fp16 q / p / values, ≤ 1e-4 by
+// test_attend_tc); printed with the codec's own NMSE (decoded keys and values against the exact inputs, fp32 q)
+// for scale. Runs without a GPU.
+static void test_tc_q8_error(void **state) {
+    (void)state;
+    enum { NKV = 3, T = 1000, H = NKV * KVQ_GKV_GROUP, DD = KVQ_GKV_HEAD_DIM };
+    if (D != DD || GRP != KVQ_GKV_GROUP) return; // the (128, 4) shape only
+    const float scale = 1.0f / sqrtf((float)DD);
+    const char *specs[] = {"int:2", "int:4"};
+    uint64_t seed = 4242;
+    float *K = malloc(sizeof(float) * NKV * T * DD), *Kd = malloc(sizeof(float) * NKV * T * DD), *V = malloc(sizeof(float) * NKV * T * DD);
+    float *Vd = malloc(sizeof(float) * NKV * T * DD);
+    float q[H * DD], qd[H * DD];
+    double ref[H * DD], got[H * DD], exact[H * DD];
+    for (int si = 0; si < 2; si++)
+        for (int rep = 0; rep < 8; rep++) {
+            tokens(K, NKV * T, &seed);
+            tokens(V, NKV * T, &seed);
+            for (int i = 0; i < H * DD; i++) q[i] = (float)gauss(&seed) * 1.5f;
+            for (int h = 0; h < NKV; h++)
+                for (int role = 0; role < 2; role++) {
+                    kvq_kvcodec *c = codec(specs[si], role, h);
+                    uint8_t *rec = malloc(c->vt->max_bytes(c));
+                    kvq_err err = {0};
+                    const float *X = role ? V : K;
+                    float *Xd = role ? Vd : Kd;
+                    for (int p = 0; p + c->group <= T; p += c->group) {
+                        size_t n = 0;
+                        assert_int_equal(c->vt->encode(c, X + ((size_t)h * T + p) * DD, rec, &n, &err), KVQ_OK);
+                        c->vt->decode(c, rec, n, Xd + ((size_t)h * T + p) * DD);
+                    }
+                    free(rec);
+                    kvq_kvcodec_free(c);
+                }
+            for (int kv = 0; kv < NKV; kv++) {
+                int8_t q8[4][DD];
+                float sq[4];
+                int sum[4];
+                tc_q8_quant(q + kv * 4 * DD, q8, sq, sum);
+                for (int h = 0; h < 4; h++)
+                    for (int i = 0; i < DD; i++) qd[(kv * 4 + h) * DD + i] = sq[h] * q8[h][i];
+            }
+            ref_attend(q, Kd, Vd, 1, NKV, T, scale, ref);
+            ref_attend(qd, Kd, Vd, 1, NKV, T, scale, got);
+            ref_attend(q, K, V, 1, NKV, T, scale, exact);
+            float gf[H * DD], rf[H * DD];
+            for (int i = 0; i < H * DD; i++) gf[i] = (float)got[i], rf[i] = (float)ref[i];
+            const double e = nmse(gf, ref, (size_t)H * DD);
+            fprintf(stderr, "test_cuda_kv: q in int8 (Q8 scores), %s, T %d: NMSE vs fp32 q %.2e (the codec's own vs the exact inputs %.2e)\n", specs[si], T,
+                    e, nmse(rf, exact, (size_t)H * DD));
+            assert_true(e <= 5e-4);
+        }
+    free(K), free(Kd), free(V), free(Vd);
+}
+
 // TurboQuant / qturbo on the tensor cores (kernels/cuda/kv_tc.h: kvq_tc_tq_table, kvq_tc_tq_dq,
 // kvq_tc_tq_kdim / _vdim, the functions the kernel calls), run on the host at 2 and 4 bits: (1) every
 // pair half of kvq_tc_tq_dq is bit for bit the fp16 centroid of its dim's code, for random codes,
@@ -3995,10 +4279,11 @@ int main(void) {
                                        cmocka_unit_test(test_tprod_layout_score), cmocka_unit_test(test_oct_layout_score),
                                        cmocka_unit_test(test_hqmq_layout), cmocka_unit_test(test_hqmqo_layout),
                                        cmocka_unit_test(test_hqmqo_enc_emulated), cmocka_unit_test(test_hqmqo_kernel_emulated),
-                                       cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tq_emulated), cmocka_unit_test(test_tprod_emulated),
+                                       cmocka_unit_test(test_tc_emulated), cmocka_unit_test(test_tc_q8_emulated), cmocka_unit_test(test_tc_q8_error),
+                                       cmocka_unit_test(test_tq_emulated), cmocka_unit_test(test_tprod_emulated),
                                        cmocka_unit_test(test_oct_tc_emulated),
                                        cmocka_unit_test(test_tc_pipe_emulated), cmocka_unit_test(test_merge_emulated),
-                                       cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc), cmocka_unit_test(test_attend_tc_lean),
+                                       cmocka_unit_test(test_attend_vs_cpu), cmocka_unit_test(test_attend_tc), cmocka_unit_test(test_attend_tc_lean), cmocka_unit_test(test_attend_tc_q8),
                                        cmocka_unit_test(test_attend_tc_pipe), cmocka_unit_test(test_attend_tc_turbo), cmocka_unit_test(test_attend_tc_oct), cmocka_unit_test(test_attend_fused),
                                        cmocka_unit_test(test_encode_vs_cpu), cmocka_unit_test(test_append_vs_cpu_cache),
                                        cmocka_unit_test(test_attend_hqmqo), cmocka_unit_test(test_hqmqo_pool_full),

@@ -278,6 +278,17 @@ extern "C" void kvq_gkv_set_tc_lean(int on) { g_lean = on < 0 ? -1 : on != 0; }
 // helper i20d): g_lean, or KVQ_CUDA_KV_TC_LEAN=0; default 1 since the H100 run of session 15 (int:4
 // tc/tc2 6-9 %, int:2 tc 9-11 % faster at 32k/128k; int:2 pipe4, not a default, 9 % slower at 32k; docs/RESULTS.md).
 static int tc_lean(void) { return on_unless_0(&g_lean, "KVQ_CUDA_KV_TC_LEAN"); }
+// int:2 / int:4 scores on integer tensor cores (int8 q, u8 codes, mma.m16n8k32; session 20, helper i20v):
+// g_tq8, or KVQ_CUDA_KV_TC_Q8=1 (read once); default 0. With the lean kernels only (tc_lean).
+static int g_tq8 = -1;
+extern "C" void kvq_gkv_set_tc_q8(int on) { g_tq8 = on < 0 ? -1 : on != 0; }
+static int tc_q8(const kvq_gkv_cache *c) {
+    if (g_tq8 < 0) {
+        const char *e = getenv("KVQ_CUDA_KV_TC_Q8");
+        g_tq8 = e && !strcmp(e, "1");
+    }
+    return g_tq8 && c->k.kind == KVQ_GKV_INT && tc_lean();
+}
 // The tensor-core kernel for the packed chunks of this cache, when on and built for its kinds;
 // NULL otherwise. g_tc: 0 off, 1 or 2 that variant, 3 (the default since the H100 run of
 // 2026-11-26, docs/RESULTS.md) the faster variant per width there: two tiles in flight (2) for
@@ -294,9 +305,10 @@ static const void *tc_kernel(const kvq_gkv_cache *c) {
     if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
     if (c->k.kind == KVQ_GKV_TPROD && !tc_tprod()) return NULL;
     if (oct_keys(c)) return tc_oct_kernel(c, g_tc == 3 ? 1 : g_tc);
-    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean(), q_prelude(c)) : NULL;
+    return v ? kvq_gkv_tc_kernel(c->k.kind, c->k.bits, c->v.kind, c->v.bits, v, tc_stages(c), tc_lean(), q_prelude(c), tc_q8(c)) : NULL;
 }
 extern "C" int kvq_gkv_tc_active(const kvq_gkv_cache *c) { return tc_kernel(c) != NULL; }
+extern "C" int kvq_gkv_tc_q8(const kvq_gkv_cache *c) { return tc_kernel(c) && tc_q8(c); } // (int:2, int:4: the kinds built)
 extern "C" int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { return tc_kernel(c) && c->k.kind != KVQ_GKV_TPROD && !oct_keys(c) ? tc_stages(c) : 0; } // (TPROD, OCTOPUS: none)
 
 // The instantiated (K kind, K bits, V kind, V bits) combinations: the dense baselines, each

@@ -524,6 +524,17 @@ void kvq_gkv_set_tc_pipe(int stages);
  *  KVQ_CUDA_KV_TC_LEAN=1 or 0 in the environment (read at the first attend), else 1 (the default
  *  since the H100 run of session 15: 6–11 % faster at 32k/128k for the default variants). Applies to every tensor-core variant, stage count and kind. Process-wide. */
 void kvq_gkv_set_tc_lean(int on);
+/** int:2 and int:4 scores on integer tensor cores (issue 20, session 20, helper i20v): 1 = q rounded to
+ *  int8 per query head (max |q| / 127) in each block, the key codes as u8 against it by
+ *  mma.m16n8k32 (s32 sums; the zero point exact: Σ (c − qmax)·q8 = Σ c·q8 − qmax·Σ q8), the score
+ *  scale_k · scale_q · that; Σ p·V as before (fp16). Not the same bits: q's rounding to int8 adds its
+ *  error (the dp4a kernel's, kvq_gkv_set_int8_query). With the lean kernels (kvq_gkv_set_tc_lean)
+ *  only, every variant and stage count; other kinds ignore it. 0 = the fp16 scores; −1 (default) =
+ *  KVQ_CUDA_KV_TC_Q8=1 in the environment (read at the first attend), else 0. Process-wide. */
+void kvq_gkv_set_tc_q8(int on);
+/** 1 when kvq_gkv_attend would score this cache's packed chunks on integer tensor cores
+ *  (kvq_gkv_set_tc_q8). */
+int kvq_gkv_tc_q8(const kvq_gkv_cache *c);
 /** The cp.async stages of the tensor-core kernel kvq_gkv_attend would run for this cache (0: the
  *  register-prefetch variant, or not on tensor cores). */
 int kvq_gkv_tc_stages(const kvq_gkv_cache *c);

@@ -60,6 +60,17 @@
 
 static_assert(D == 128 && G == 4, "the fragment mapping assumes head_dim 128 and 4 query heads per KV head");
 
+static_assert(TNW == G, "Q8: warp h quantizes query head h");
+
+// D += A·B, m16n8k32, u8 A (row), s8 B (col), s32 C/D (PTX ISA, integer m16n8k32: a lane (g, t) holds A
+// rows g (a0, a2) and g+8 (a1, a3) × k 4t..4t+3 (a0, a1) and 16+4t.. (a2, a3), a byte each; B k 4t.. (b0)
+// and 16+4t.. (b1) × col g; C as m16n8k16's). The Q8 scores (int keys, session 20, helper i20v).
+__device__ __forceinline__ void mma16832(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 static_assert(f16c(1.0f) == 0x3C00u && f16c(0.0625f) == 0x2C00u && f16c(-1031.0f) == 0xE407u && f16c(-17.0f) == 0xCC40u, "f16c");
 
 // One tile's loads for a lane: keys of positions g, g+8 (dims 32t.., each plane's 8 bytes),
@@ -315,13 +326,14 @@ static_assert(KVQ_GKV_TQ_PRE_U4 == 4, "tq_pre_store's layout");
 // One block's chunk: its partial results (kvq_gkv_split_out) or nothing (a captured step's spare block).
 // PRE (TPROD; TURBO's register-prefetch variants, session 18, helper i20q): qk (TPROD also sk and zm) read
 // from tp_pre's scratch (p.tpre) after griddepcontrol.wait, not formed here.
-template <int KIND, int B, int TS, int PF, int ST, int LEAN, int PRE>
+template <int KIND, int B, int TS, int PF, int ST, int LEAN, int PRE, int Q8>
 __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_nred<KIND, B, ST>()][G][D]) {
     constexpr float QM = KIND == KVQ_GKV_INT ? (float)((1 << (B - 1)) - 1) : 0.0f;
     constexpr bool KIVI = KIND == KVQ_GKV_KIVI, TQ = KIND == KVQ_GKV_TURBO, TP = KIND == KVQ_GKV_TPROD, TQV = TQ || TP;
     constexpr int MB = TP ? B - 1 : B; // the keys' code bits (TPROD: the centroid codes without the sign)
     static_assert(!TP || ST == 0, "turboquant-prod: register prefetch only");
     static_assert(!PRE || TP || (TQ && ST == 0), "the prelude before the launch: turboquant-prod, TURBO's register-prefetch variants");
+    static_assert(!Q8 || (KIND == KVQ_GKV_INT && !PRE), "integer-core scores: int keys");
     static_assert(TP || B == 2 || B == 4, "int, KIVI, TURBO at 2 and 4 bits");
     static_assert(!KIVI || TS == 2, "KIVI keys: a step is one 32-position group");
     static_assert(ST ? PF == 0 && ST >= 3 && ST <= 4 : PF == 1 || PF == 2, "prefetch distance 1 or 2 tiles, or 3-4 stages");
@@ -335,6 +347,9 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
     __shared__ __align__(16) float sqs[TP && !PRE ? G : 1][D]; // TPROD: S R q
     __shared__ float wm[TNW][G], wl[TNW][G];
     __shared__ __align__(16) uint32_t kzs[KIVI && !ST ? TNW : 1][D]; // KIVI: the warp's key group (scale, zero) per channel
+    __shared__ uint32_t q8w[Q8 ? G : 1][D / 4]; // Q8: q in int8, head h's B word 8t + 2ks + r (kvq_tc_q8_kdim)
+    __shared__ float q8s[Q8 ? G : 1];           // Q8: head h's scale (max |q| / 127)
+    __shared__ int q8z[Q8 ? G : 1];             // Q8: Σ of head h's int8 q
     const kvq_gkv_blk bk = kvq_gkv_block_of(p.dyn); // b: the row of q and of the scratch; bk.r: the cache's sequence
     const int s = bk.s, gk = blockIdx.y, b = bk.b;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -390,7 +405,40 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
         asm volatile("griddepcontrol.wait;" ::: "memory"); // tp_pre: complete, its writes visible
         if constexpr (TP) tp_pre_load(tp_pre_at<true>(p, b, gk, lane), qk, sk, zm);
         else tq_pre_load(tp_pre_at<false>(p, b, gk, lane), qk);
-    } else tc_bfrag<KIND, B>(qs, sqs, cm, ch, g, t, qk, sk, zm);
+    } else if constexpr (!Q8) tc_bfrag<KIND, B>(qs, sqs, cm, ch, g, t, qk, sk, zm);
+    // Q8: q in int8 per query head (warp h: head h, TNW = G; lane L forms head h's B word L), the lane's B
+    // words, and per score column (heads 2t, 2t + 1; 0 for t ≥ 2) the scale × sl2 / 2^B (the sums come
+    // times 2^B: kv_tc.h) and −qmax·Σ q8 (the low chain's start: Σ (c − qmax)·q8 in int32)
+    uint32_t qb[Q8 ? 4 : 1][2];
+    float qsc[2] = {0.0f, 0.0f};
+    int qzc[2] = {0, 0};
+    if constexpr (Q8) {
+        float m = 0.0f;
+        for (int i = lane; i < D; i += 32) m = fmaxf(m, fabsf(qs[warp][i]));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float sq = m > 0.0f ? m / 127.0f : 1.0f, inv = 1.0f / sq;
+        const int wt = lane >> 3, wks = (lane >> 1) & 3, wr = lane & 1; // word lane = 8t + 2ks + r
+        uint32_t w = 0;
+        int sum = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int v = kvq_tc_q8_round(qs[warp][kvq_tc_q8_kdim(B, wt, wks, wr, i)], inv);
+            w |= ((uint32_t)v & 0xFFu) << (8 * i), sum += v;
+        }
+        q8w[warp][lane] = w;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) q8s[warp] = sq, q8z[warp] = sum;
+        __syncthreads();
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) qb[ks][r] = g < G ? q8w[g][8 * t + 2 * ks + r] : 0u;
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (2 * t + e < G) qsc[e] = q8s[2 * t + e] * p.sl2 * (1.0f / (1 << B)), qzc[e] = -(int)QM * q8z[2 * t + e];
+    }
     // the fix-up of pair j: c − qmax = h·(1/m) − (1024/m + qmax), exact in fp16 (compile-time
     // constants, so that they are immediates of the HFMA2, not registers)
     __half2 fm[8], fa[8];
@@ -458,7 +506,20 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
             // ---- scores of positions tb + g (c[0], c[1]) and tb + g + 8 (c[2], c[3]), heads 2t, 2t+1
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f}; // TWO: two chains of 4 mma, not one of 8
             {
-                if constexpr (TP) { // c: the centroids' chain, c2: the QJL signs' (±1) against S R q; a word (4 k-steps) at a time
+                if constexpr (Q8) { // u8 codes × s8 q, 4 k-steps of 32 (kv_tc.h): the codes' chain ci, the 2^B × codes' ci2; a word (2 k-steps) at a time
+                    int ci[4] = {qzc[0], qzc[1], qzc[0], qzc[1]}, ci2[4] = {0, 0, 0, 0};
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        uint32_t ak[2][4];
+#pragma unroll
+                        for (int r = 0; r < 2; r++) kvq_tc_u8(B, u ? y.k[r][0].y : y.k[r][0].x, u ? y.k[r][B / 2 - 1].y : y.k[r][B / 2 - 1].x, ak[r]);
+#pragma unroll
+                        for (int v = 0; v < 2; v++)
+                            mma16832(v ? ci2 : ci, ak[0][2 * v], ak[1][2 * v], ak[0][2 * v + 1], ak[1][2 * v + 1], qb[2 * u + v][0], qb[2 * u + v][1]);
+                    }
+#pragma unroll
+                    for (int e = 0; e < 4; e++) c[e] = (float)(ci[e] * (1 << B) + ci2[e]); // 2^B · Σ (c − qmax)·q8, exact (|·| < 2^22)
+                } else if constexpr (TP) { // c: the centroids' chain, c2: the QJL signs' (±1) against S R q; a word (4 k-steps) at a time
 #pragma unroll
                     for (int u = 0; u < 2; u++) {
                         uint32_t hk[2][8], hs[2][8];
@@ -505,7 +566,7 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
                     for (int ks = 0; ks < 8; ks++)
                         mma16816(TWO && (ks & 1) ? c2 : c, hk[0][2 * ks], hk[1][2 * ks], hk[0][2 * ks + 1], hk[1][2 * ks + 1], qk[ks][0], qk[ks][1]);
                 }
-                if constexpr (!TP)
+                if constexpr (!TP && !Q8)
 #pragma unroll
                     for (int e = 0; e < 4; e++) c[e] += c2[e];
             }
@@ -523,6 +584,10 @@ __device__ __forceinline__ void tc_chunk(const kvq_tc_args &p, float (&red)[tc_n
             } else if constexpr (KIVI) {
                 c[0] = ok0 ? (c[0] + zc[0]) * p.sl2 : -INFINITY, c[1] = ok0 ? (c[1] + zc[1]) * p.sl2 : -INFINITY;
                 c[2] = ok1 ? (c[2] + zc[0]) * p.sl2 : -INFINITY, c[3] = ok1 ? (c[3] + zc[1]) * p.sl2 : -INFINITY;
+            } else if constexpr (Q8) { // scale_k · (scale_q · sl2) · Σ (c − qmax)·q8
+                const float k0 = __half2float(__ushort_as_half(y.ks[0])), k1 = __half2float(__ushort_as_half(y.ks[1]));
+                c[0] = ok0 ? c[0] * (k0 * qsc[0]) : -INFINITY, c[1] = ok0 ? c[1] * (k0 * qsc[1]) : -INFINITY;
+                c[2] = ok1 ? c[2] * (k1 * qsc[0]) : -INFINITY, c[3] = ok1 ? c[3] * (k1 * qsc[1]) : -INFINITY;
             } else {
                 const float k0 = __half2float(__ushort_as_half(y.ks[0])) * p.sl2, k1 = __half2float(__ushort_as_half(y.ks[1])) * p.sl2;
                 c[0] = ok0 ? c[0] * k0 : -INFINITY, c[1] = ok0 ? c[1] * k0 : -INFINITY;
@@ -613,11 +678,12 @@ __host__ __device__ constexpr int tc_min_blocks() {
 }
 // PRE (TPROD, TURBO): a programmatic dependent of tp_pre (when the attend's launches are); every block, spare
 // ones too, waits for it (griddepcontrol.wait), so that this grid ends after tp_pre has.
-template <int KIND, int B, int TS, int PF, int ST, int LEAN, int PRE = 0>
+// Q8 (int keys; KVQ_CUDA_KV_TC_Q8, session 20, helper i20v): the scores on integer tensor cores (tc_chunk).
+template <int KIND, int B, int TS, int PF, int ST, int LEAN, int PRE = 0, int Q8 = 0>
 __global__ void __launch_bounds__(TNT, tc_min_blocks<KIND, B, PF, ST, LEAN>()) attn_tc(kvq_tc_args p) {
     __shared__ __align__(16) float red[tc_nred<KIND, B, ST>()][G][D];
     asm volatile("griddepcontrol.launch_dependents;"); // as attn_split (kv_split.cuh)
-    tc_chunk<KIND, B, TS, PF, ST, LEAN, PRE>(p, red);
+    tc_chunk<KIND, B, TS, PF, ST, LEAN, PRE, Q8>(p, red);
     if constexpr (PRE) asm volatile("griddepcontrol.wait;" ::: "memory"); // (returns at once where tc_chunk waited)
     float *m = &red[0][0][0];
     kvq_gkv_merge_last<KIND == KVQ_GKV_TURBO || KIND == KVQ_GKV_TPROD, KVQ_GKV_MERGE_TC>(p, blockIdx.z, blockIdx.y, m, m + G * KVQ_GKV_MERGE_TC, m + G * (KVQ_GKV_MERGE_TC + D));
@@ -648,7 +714,7 @@ __global__ void __launch_bounds__(TNT) tp_pre(kvq_tc_args p) {
     else tq_pre_store(tp_pre_at<false>(p, b, gk, lane), qk);
 }
 
-const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean, int pre) {
+const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean, int pre, int q8) {
     if (kk == KVQ_GKV_TPROD) { // turboquant-prod: its keys, turboquant values of the same bits; no cp.async stages
         if (vk != KVQ_GKV_TURBO || kb != vb || kb < 2 || kb > 4 || variant < 1 || variant > 2) return NULL;
 #define TPK_(B, L, P) \
@@ -662,6 +728,15 @@ const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int s
     }
     if (kk != vk || kb != vb || (kb != 2 && kb != 4) || variant < 1 || variant > 2) return NULL;
     if (stages && stages != 3 && stages != 4) return NULL;
+    // int keys on integer tensor cores (q8; session 20, helper i20v): the lean instantiations, every variant and stage count
+#define TQ8(B)                                                                                                           \
+    if (q8 && lean && kk == KVQ_GKV_INT && kb == B)                                                                      \
+        return stages == 4   ? (const void *)attn_tc<KVQ_GKV_INT, B, 1, 0, 4, 1, 0, 1>                                   \
+               : stages == 3 ? (const void *)attn_tc<KVQ_GKV_INT, B, 1, 0, 3, 1, 0, 1>                                   \
+               : variant == 2 ? (const void *)attn_tc<KVQ_GKV_INT, B, 1, 2, 0, 1, 0, 1>                                  \
+                              : (const void *)attn_tc<KVQ_GKV_INT, B, 1, 1, 0, 1, 0, 1>;
+    TQ8(2) TQ8(4)
+#undef TQ8
 #define TCK_(KIND, TS, B, L)                                                                                             \
     return stages == 4   ? (const void *)attn_tc<KIND, B, TS, 0, 4, L>                                                   \
            : stages == 3 ? (const void *)attn_tc<KIND, B, TS, 0, 3, L>                                                   \

@@ -133,8 +133,10 @@ struct kvq_tc_args {
  *  stages 3 or 4: the cp.async pipeline (the next stages − 1 tiles of each warp copied into
  *  shared memory; variant ignored), bit-identical results; other stage counts: NULL. lean 1: the
  *  same kernels with fewer instructions a tile and the same bits (session 14, helper i20d: one lop3 a
- *  code pair, no rescale of Σ p·V when no running max moved; docs/KV.md). */
-const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean, int pre);
+ *  code pair, no rescale of Σ p·V when no running max moved; docs/KV.md). q8 1 (int:2 and int:4 with lean 1;
+ *  session 20, helper i20v): the scores on integer tensor cores — q in int8 per query head, the codes as
+ *  u8, mma.m16n8k32, the zero point folded in int32 — every variant and stage count; ignored elsewhere. */
+const void *kvq_gkv_tc_kernel(int kk, int kb, int vk, int vb, int variant, int stages, int lean, int pre, int q8);
 /** Launches it over grid (n_chunks, n_kv, batch) on stream sm; pdl: as a programmatic dependent of the
  *  launch before it (cudaLaunchAttributeProgrammaticStreamSerialization). @return KVQ_OK or a launch error. */
 kvq_status kvq_gkv_tc_launch(const void *fn, const kvq_tc_args *a, int n_chunks, int batch, cudaStream_t sm, int pdl, kvq_err *err);

@@ -12,6 +12,7 @@
 #ifndef KVQ_CUDA_KV_TC_H
 #define KVQ_CUDA_KV_TC_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,14 +38,26 @@ KVQ_TC_FN uint32_t kvq_tc_andor(int lean, uint32_t a, uint32_t m, uint32_t x) {
 #endif
     return (a & m) | x;
 }
+/** (a & m) | (b & ~m), the bit select that merges two planes: on the device one lop3 (inline PTX; nvcc
+ *  emits an AND and an AND-OR for the C form; session 20, helper i20v), on the host plain C. */
+KVQ_TC_FN uint32_t kvq_tc_sel(uint32_t a, uint32_t b, uint32_t m) {
+#if defined(__CUDA_ARCH__)
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(r) : "r"(a), "r"(b), "r"(m)); // 0xE4: (a & c) | (b & ~c)
+    return r;
+#else
+    return (a & m) | (b & ~m);
+#endif
+}
 /** The 8 raw fp16 pairs of a word's 16 dims: bits 2 (lo only) or 4 (lo = the low plane's
  *  word, hi = the high plane's). 4 bits: the planes are first merged into nibbles, e = the
  *  even dims (nibble n = dim 2n), o = the odd dims. lean: the masks as single lop3s
- *  (kvq_tc_andor), the same result. */
+ *  (kvq_tc_andor) and the merges as bit selects (kvq_tc_sel, session 20), the same result. */
 KVQ_TC_FN void kvq_tc_dq_as(int lean, int bits, uint32_t lo, uint32_t hi, uint32_t h[8]) {
     const uint32_t X = 0x64006400u;
     if (bits == 4) {
-        const uint32_t e = (lo & 0x33333333u) | ((hi << 2) & 0xCCCCCCCCu), o = ((lo >> 2) & 0x33333333u) | (hi & 0xCCCCCCCCu);
+        const uint32_t e = lean ? kvq_tc_sel(lo, hi << 2, 0x33333333u) : (lo & 0x33333333u) | ((hi << 2) & 0xCCCCCCCCu);
+        const uint32_t o = lean ? kvq_tc_sel(lo >> 2, hi, 0x33333333u) : ((lo >> 2) & 0x33333333u) | (hi & 0xCCCCCCCCu);
         const uint32_t e8 = e >> 8, o8 = o >> 8;
         h[0] = kvq_tc_andor(lean, e, 0x000F000Fu, X), h[1] = kvq_tc_andor(lean, e, 0x00F000F0u, X);
         h[2] = kvq_tc_andor(lean, e8, 0x000F000Fu, X), h[3] = kvq_tc_andor(lean, e8, 0x00F000F0u, X);
@@ -75,6 +88,51 @@ KVQ_TC_FN int kvq_tc_kdim(int bits, int tig, int jj) { return 32 * tig + 16 * (j
  *  g = lane >> 2 holds dims 16g.. (4 bytes of each plane) of positions 2tig, 2tig + 1, 2tig + 8,
  *  2tig + 9 of the tile; m-tile j's rows g and g + 8 are these dims. */
 KVQ_TC_FN int kvq_tc_vdim(int bits, int g, int j, int hi) { return 16 * g + kvq_tc_dim(bits, j) + 8 * hi; }
+
+/* ---- int keys on integer tensor cores (KVQ_CUDA_KV_TC_Q8; session 20, helper i20v): the scores by
+ * mma.m16n8k32 (u8 codes × s8 q, s32 accumulators). A lane's A fragment holds bytes, 4 a register,
+ * unpacked from the planes by masks alone (no fp16 pairing, no fix-up FMA): registers 0, 1 hold codes c,
+ * registers 2, 3 codes times M = 2^bits (the masks leave them in place, saving a shift each), so a
+ * k-step takes registers (0, 1) or (2, 3) and its products go to one of two accumulators: the lane's
+ * score times M is M·(low chain) + (high chain), one LEA. q is int8 per query head (max |q| / 127,
+ * round to nearest; kvq_tc_q8_round) and the zero point folds in int32: Σ (c − qmax)·q8 = Σ c·q8 −
+ * qmax·Σ q8 (the low chain starts at −qmax·Σ q8). The k order inside a k-step is ours to choose as
+ * long as A and B agree (kvq_tc_q8_kdim). */
+
+/** The 4 u8 registers of a word's 16 dims (bits 2: lo; 4: lo and hi the two planes' words): byte i of
+ *  register j is the code of dim 4i + kvq_tc_u8_dim(bits, j), times 2^bits for j = 2, 3. 4 bits: the
+ *  planes merged into nibbles (e: even dims, o: odd, as kvq_tc_dq; one shift and one lop3 each), then
+ *  the low nibbles (j = 0: e, 1: o) and the high nibbles in place (2: e, 3: o); 2 bits: the crumbs 0
+ *  and 1 of each byte of lo (j = 0, 2) and of lo >> 4 (j = 1, 3), in place. */
+KVQ_TC_FN void kvq_tc_u8(int bits, uint32_t lo, uint32_t hi, uint32_t a[4]) {
+    if (bits == 4) {
+        const uint32_t e = kvq_tc_sel(lo, hi << 2, 0x33333333u), o = kvq_tc_sel(lo >> 2, hi, 0x33333333u);
+        a[0] = e & 0x0F0F0F0Fu, a[1] = o & 0x0F0F0F0Fu, a[2] = e & 0xF0F0F0F0u, a[3] = o & 0xF0F0F0F0u;
+        return;
+    }
+    (void)hi;
+    const uint32_t l4 = lo >> 4;
+    a[0] = lo & 0x03030303u, a[1] = l4 & 0x03030303u, a[2] = lo & 0x0C0C0C0Cu, a[3] = l4 & 0x0C0C0C0Cu;
+}
+/** The dim (0..3, + 4i for byte i) of kvq_tc_u8's register j. */
+KVQ_TC_FN int kvq_tc_u8_dim(int bits, int j) { return bits == 4 ? j : 2 * (j & 1) + (j >> 1); }
+/** The dim of byte i (0..3) of lane tig's B register r (0: b0, k = 4·tig + i; 1: b1, k = 16 + 4·tig + i)
+ *  in k-step ks (0..3) of the scores: k-step ks = 2u + v takes word u (dims 32·tig + 16u ..) of the
+ *  lane's rows, kvq_tc_u8's registers 2v (a0, a1: rows g, g + 8) and 2v + 1 (a2, a3) — v = 0 the codes,
+ *  v = 1 the codes times 2^bits (the high chain). */
+KVQ_TC_FN int kvq_tc_q8_kdim(int bits, int tig, int ks, int r, int i) {
+    return 32 * tig + 16 * (ks >> 1) + 4 * i + kvq_tc_u8_dim(bits, 2 * (ks & 1) + r);
+}
+/** q's int8 value at scale inv = 1 / s (s = max |q| / 127 of its query head, 1 when q is all zero):
+ *  round to nearest even, clamped to ±127 (the dp4a kernel's, kv_split.cuh). */
+KVQ_TC_FN int kvq_tc_q8_round(float q, float inv) {
+#if defined(__CUDA_ARCH__)
+    const int v = __float2int_rn(q * inv);
+#else
+    const int v = (int)rintf(q * inv); /* ties to even in the default rounding mode, as cvt.rni */
+#endif
+    return v < -127 ? -127 : v > 127 ? 127 : v;
+}
 
 /* ---- TurboQuant and qturbo at 2 and 4 bits (session 14): each code is a centroid index, so a pair's
  * fp16 values come from the head's codebook (rounded to fp16 once per block) held in registers, by

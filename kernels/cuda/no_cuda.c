@@ -187,6 +187,8 @@ void kvq_gkv_set_tc_oct(int on) { (void)on; }
 int kvq_gkv_tc_active(const kvq_gkv_cache *c) { (void)c; return 0; }
 void kvq_gkv_set_tc_pipe(int stages) { (void)stages; }
 void kvq_gkv_set_tc_lean(int on) { (void)on; }
+void kvq_gkv_set_tc_q8(int on) { (void)on; }
+int kvq_gkv_tc_q8(const kvq_gkv_cache *c) { (void)c; return 0; }
 int kvq_gkv_tc_stages(const kvq_gkv_cache *c) { (void)c; return 0; }
 void kvq_gkv_set_fuse_merge(int on) { (void)on; }
 void kvq_gkv_set_pdl(int on) { (void)on; }
