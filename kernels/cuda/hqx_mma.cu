@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(HM_WARPS * 32, VB <= 5 && NTT == 1 ? 2 : 1)
             const uint32_t e0 = i ? eb0 : ea0, e1 = i ? eb1 : ea1;
             for (uint32_t e4 = e0 + 4 * q; e4 < e1; e4 += 32) { // classes 4q..4q+3: escapes e4 + j
                 for (uint32_t j = 0; j < 4 && e4 + j < e1; j++) {
-                    const uint32_t en = __ldg(d.esc + e4 + j), col = kvq_hqx_esc_col(en);
+                    const uint32_t en = kvq_hqx_esc_at(d, row, e4 + j), col = kvq_hqx_esc_col(en);
                     const uint32_t jt = col >> tsh;
                     const float sc = __ldg(lut + __ldg(d.scode + (size_t)row * tiles + jt));
                     const int dl = 2 * kvq_hqx_esc_delta(en);
