@@ -158,7 +158,7 @@ static void test_delta_limits(void **state) {
     w.esc_row[3] = e;
     kvq_hqx_esc16 x;
     kvq_err err = {0};
-    // 2 big entries of 55: more than one in 256 (the 32-bit form), then again with 600 rows of
+    // 2 big entries of 55: more than one in 64 (the 32-bit form), then again with 600 rows of
     // small deltas after them (2 in ~10k: the 16-bit form, the big ones through the list)
     assert_int_equal(kvq_hqx_esc16_build(&w, &x, &err), KVQ_OK);
     assert_int_equal(x.used, 0);

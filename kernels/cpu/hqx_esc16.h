@@ -24,25 +24,25 @@
 //                      col ≥ 4096·s (the row's end when none), so entry e of row r has
 //                      col = 4096·#{s ≥ 1 : seg[r·(S−1) + s − 1] ≤ e} + (e16[e] & 4095).
 //   big[2·n_big]       (entry index, the packer's 32-bit entry) pairs ascending by index, found
-//                      by a binary search: the rare path (E8 4.0 at width 4: |delta| > 8 is
-//                      0.0084 % of the escapes, docs/EXECUTION.md), so no per-row words for it.
+//                      by a binary search: the rare path, so no per-row words for it (E8 4.0 at
+//                      width 4: 0.033 % of the escapes of Gaussian 4096×14336, about one row in
+//                      ten; 0.55–0.64 % on test_cuda_hqx's heavy-tailed matrices).
 // Exact by construction: kvq_hqx_esc16_get returns the packer's 32-bit entry for every index,
 // so the products read the same columns and deltas in the same order (the same bits).
 // A tensor keeps the 32-bit form (kvq_hqx_esc16_build sets used = 0; both forms stay readable
 // on the GPU) when it has no escapes, is in the CPU's compacted form (esc_row NULL), has more
 // than KVQ_HQX_ESC16_MAX_SEG segments a row (cols_p > 32768) or rows · (S − 1) ≥ 2^32, a row's
-// entries are not in ascending segment
-// order (its segments would not be contiguous), an entry's column is beyond the last segment
-// (≥ 4096·S; the packer's are below cols_p), more than
-// one entry in KVQ_HQX_ESC16_BIG_DIV needs big (the searches would be common), or the 16-bit
-// form would not be smaller.
+// entries are not in ascending segment order (its segments would not be contiguous), an
+// entry's column is beyond the last segment (≥ 4096·S; the packer's are below cols_p), more
+// than one entry in KVQ_HQX_ESC16_BIG_DIV needs big (the searches would be common: about one
+// a round of 32 entries at 1/32), or the 16-bit form would not be smaller.
 #define KVQ_HQX_ESC16_SEG_BITS 12
 #define KVQ_HQX_ESC16_SEG (1 << KVQ_HQX_ESC16_SEG_BITS) // columns a segment
 // The accessor reads a row's segment starts in a loop unrolled to MAX_SEG − 1 predicated loads: a
 // loop of s1 trips put 24..88 bytes of spills into the one-token kernels at their register caps
 // (ptxas, session 20); 8 segments take Llama-3-70B's 28672-column rows.
 #define KVQ_HQX_ESC16_MAX_SEG 8                        // cols_p ≤ 32768
-#define KVQ_HQX_ESC16_BIG_DIV 256
+#define KVQ_HQX_ESC16_BIG_DIV 64
 
 typedef struct {
     int used;           // 1: the arrays below hold the tensor's escapes; 0: keep the 32-bit form
