@@ -229,6 +229,7 @@ __global__ void __launch_bounds__(HM_WARPS * 32, VB <= 5 && NTT == 1 ? 2 : 1)
                 sv[4 * q + j][g + 8][8 * tt + 2 * tg] = acc[j][4 * tt + 2];
                 sv[4 * q + j][g + 8][8 * tt + 2 * tg + 1] = acc[j][4 * tt + 3];
             }
+#pragma unroll 1 // the two rows' escapes in one copy of the loop: unrolled, ⟨5, 1⟩ spilled 8 bytes at its 128 cap
         for (int i = 0; i < 2; i++) {
             const int64_t row = i ? rb : ra;
             const uint32_t e0 = i ? eb0 : ea0, e1 = i ? eb1 : ea1;
