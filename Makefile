@@ -99,7 +99,8 @@ $(BUILD)/bench/cuda_%: $(BUILD)/obj/tests/bench/cuda_%.o $(CUDA_DEP) $(BUILD)/li
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/libkvq.a $(CUDA_LINK) $(BUILD)/libkvq.a -o $@ $(LDLIBS)
 
-$(BUILD)/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h kernels/*.h)
+# (kernels/cpu/hqx_esc16.h: plain C that the kernels include, hqx_dev.cuh)
+$(BUILD)/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h kernels/*.h) kernels/cpu/hqx_esc16.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -arch=sm_90 -I. -c $< -o $@
 

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "kernels/cpu/hqx.h"
+#include "kernels/cpu/hqx_esc16.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cuda/hq_decode.h"
@@ -727,7 +728,10 @@ static void test_fold(void **state) {
 // 64, 65, 100, 130: the prefetched rounds of 32 and 64, one beyond, several more) at distinct
 // ascending columns below cols, deltas ±(8..71). The stored values are unchanged, so the weights
 // become v + delta there: another valid layout, the same for the CPU reference and the GPU.
-static void esc_set(kvq_hqx *w, const int *n, int nn, uint64_t seed) {
+// small: deltas the 16-bit form codes (kernels/cpu/hqx_esc16.h: [-8, 7] without 0, its limits
+// -8 and 7 one time in four) but every 300th entry's, which is one of 8, -9, ±2047, ±100 (the
+// form's big list).
+static void esc_set_d(kvq_hqx *w, const int *n, int nn, uint64_t seed, int small) {
     uint32_t tot = 0;
     for (int64_t r = 0; r < w->rows; r++) tot += (uint32_t)(n[r % nn] < w->cols ? n[r % nn] : w->cols);
     free(w->esc_row);
@@ -748,7 +752,10 @@ static void esc_set(kvq_hqx *w, const int *n, int nn, uint64_t seed) {
         for (int64_t c = 0; c < w->cols; c++) {
             if (!used[c]) continue;
             const uint64_t u = rng_next(&seed);
-            const int32_t d = (int32_t)(8 + u % 64) * (u & 64 ? -1 : 1);
+            static const int32_t far[6] = {8, -9, 2047, -2047, 100, -100};
+            int32_t d = (int32_t)(8 + u % 64) * (u & 64 ? -1 : 1);
+            if (small) d = e % 300 == 150 ? far[(u >> 8) % 6] : (u >> 8) % 4 == 0 ? ((u >> 12) & 1 ? 7 : -8) : (int32_t)((u >> 16) % 15) - 8;
+            if (small && !d) d = 7;
             w->esc[e++] = kvq_hqx_esc_pack((uint32_t)c, d);
         }
     }
@@ -756,6 +763,7 @@ static void esc_set(kvq_hqx *w, const int *n, int nn, uint64_t seed) {
     w->n_esc = e;
     free(used);
 }
+static void esc_set(kvq_hqx *w, const int *n, int nn, uint64_t seed) { esc_set_d(w, n, nn, seed, 0); }
 
 // One token's product through kvq_cuda_hqx_matvec_host (int8) with the escape prefetch pf and the
 // persistent kernel's ring (persist 2) or the per-warp kernel (0).
@@ -926,10 +934,217 @@ static void test_esc_prefetch(void **state) {
     }
 }
 
+// ---- escapes in 16 bits on the device (kvq_cuda_hqx_set_esc16, KVQ_CUDA_ESC16; kernels/cpu/hqx_esc16.h)
+
+enum { E16_X = 40 }; // tokens of X
+
+// Product k (0, 1, ...) of t, one that reads escapes, into out: the floats written, 0 when it
+// does not apply, -1 past the last; *name: which. X: E16_X rows of cols; nw: RMSNorm weights.
+static long esc16_run(int k, kvq_cuda_hqx *t, const kvq_hqx *w, const float *X, const float *nw, float *out, const char **name) {
+    const int64_t rows = w->rows, cols = w->cols, cp = w->cols_p;
+    kvq_err err = {0};
+    kvq_status st = KVQ_OK;
+    static const struct { int persist, pf, general; const char *name; } one[] = {
+        {2, 0, 0, "float"},                       // (k 0: the float product, hqx_matvec.cu)
+        {2, 0, 0, "one token"},                   {2, 1, 0, "one token, prefetch"},
+        {2, 2, 0, "one token, batched row end"},  {3, 1, 0, "one token, ring 3, prefetch"},
+        {0, 0, 0, "one token, per-warp kernel"},  {2, 0, 1, "one token, run-time variant"},
+    };
+    const int n1 = (int)(sizeof one / sizeof one[0]);
+    if (k < n1) {
+        *name = one[k].name;
+        kvq_cuda_hqx_set_persist(one[k].persist);
+        kvq_cuda_hqx_set_esc_pf(one[k].pf);
+        kvq_cuda_hqx_set_decode_general(one[k].general);
+        memset(out, 0xff, sizeof(float) * rows);
+        st = kvq_cuda_hqx_matvec_host(t, X, out, k > 0, &err);
+        kvq_cuda_hqx_set_persist(-1);
+        kvq_cuda_hqx_set_esc_pf(-1);
+        kvq_cuda_hqx_set_decode_general(0);
+        if (st) fprintf(stderr, "esc16 %s: %s\n", *name, err.msg);
+        assert_int_equal(st, KVQ_OK);
+        return (long)rows;
+    }
+    k -= n1;
+    static const struct { int nt, tokens, mma, pf; const char *name; } many[] = {
+        {3, 1, 1, 0, "3 tokens, tensor cores"},        {8, 1, 1, 0, "8 tokens, tensor cores"},
+        {3, 1, 0, 0, "3 tokens, persistent loop"},     {8, 1, 0, 1, "8 tokens, persistent loop, prefetch"},
+        {8, 1, 0, 2, "8 tokens, persistent loop, batched row end"},
+        {3, 0, 0, 0, "3 tokens, batched kernel"},      {11, 1, 1, 0, "11 tokens"},
+    };
+    const int n2 = (int)(sizeof many / sizeof many[0]);
+    if (k < n2) {
+        const int nt = many[k].nt;
+        void *dx = NULL, *dy = NULL;
+        *name = many[k].name;
+        kvq_cuda_hqx_set_tokens(many[k].tokens);
+        kvq_cuda_hqx_set_mma(many[k].mma);
+        kvq_cuda_hqx_set_esc_pf(many[k].pf);
+        st = kvq_cuda_malloc(&dx, sizeof(float) * cols * nt, &err);
+        if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * rows * nt, &err);
+        if (!st) st = kvq_cuda_copy(dx, X, sizeof(float) * cols * nt, 1, &err);
+        if (!st) st = kvq_cuda_hqx_matmul(t, dx, nt, dy, rows, 0, &err);
+        if (!st) st = kvq_cuda_sync(&err);
+        if (!st) st = kvq_cuda_copy(out, dy, sizeof(float) * rows * nt, 0, &err);
+        kvq_cuda_hqx_set_tokens(-1);
+        kvq_cuda_hqx_set_mma(-1);
+        kvq_cuda_hqx_set_esc_pf(-1);
+        kvq_cuda_free(dx);
+        kvq_cuda_free(dy);
+        if (st) fprintf(stderr, "esc16 %s: %s\n", *name, err.msg);
+        assert_int_equal(st, KVQ_OK);
+        return (long)(rows * nt);
+    }
+    k -= n2;
+    if (k < 3) { // an RMSNorm input: folded (prefetch off, on; 3 blocks, batched row end) where the fold takes t
+        static const char *fn[3] = {"RMSNorm input, fold", "RMSNorm input, fold, prefetch", "RMSNorm input, fold of 3 blocks"};
+        const int64_t row0 = 0;
+        *name = fn[k];
+        kvq_cuda_hqx_set_fold(k == 2 ? 3 : 1);
+        kvq_cuda_hqx_set_esc_pf(k);
+        fold_run(&t, 1, &row0, rows, cols, X, nw, 0, 0, out, out + rows);
+        kvq_cuda_hqx_set_fold(-1);
+        kvq_cuda_hqx_set_esc_pf(-1);
+        return (long)(rows + cols);
+    }
+    k -= 3;
+    if (k < 2) { // the tensor-core path's decoded rows, fp32 then bf16
+        void *dw = NULL;
+        *name = k ? "decoded rows (bf16)" : "decoded rows (fp32)";
+        const size_t b = (k ? 2 : 4) * (size_t)(rows * cp);
+        st = kvq_cuda_malloc(&dw, b, &err);
+        if (!st) st = kvq_cuda_hqx_decode_rot(t, 0, rows, dw, k, &err);
+        if (!st) st = kvq_cuda_sync(&err);
+        if (!st) st = kvq_cuda_copy(out, dw, b, 0, &err);
+        kvq_cuda_free(dw);
+        if (st) fprintf(stderr, "esc16 %s: %s\n", *name, err.msg);
+        assert_int_equal(st, KVQ_OK);
+        return (long)(b / 4);
+    }
+    k -= 2;
+    if (k == 0) { // the tensor-core product of E16_X tokens (cuBLAS)
+        *name = "tensor-core product";
+        if (!kvq_cuda_tc_available(NULL, 0)) return 0;
+        void *dx = NULL, *dy = NULL;
+        const int64_t r0 = 0;
+        st = kvq_cuda_malloc(&dx, sizeof(float) * cols * E16_X, &err);
+        if (!st) st = kvq_cuda_malloc(&dy, sizeof(float) * rows * E16_X, &err);
+        if (!st) st = kvq_cuda_copy(dx, X, sizeof(float) * cols * E16_X, 1, &err);
+        if (!st) st = kvq_cuda_hqx_matmul_tc(&t, 1, &r0, dx, E16_X, dy, rows, 0, &err);
+        if (!st) st = kvq_cuda_sync(&err);
+        if (!st) st = kvq_cuda_copy(out, dy, sizeof(float) * rows * E16_X, 0, &err);
+        kvq_cuda_free(dx);
+        kvq_cuda_free(dy);
+        if (st) fprintf(stderr, "esc16 %s: %s\n", *name, err.msg);
+        assert_int_equal(st, KVQ_OK);
+        return (long)(rows * E16_X);
+    }
+    return -1;
+}
+
+// The 16-bit escapes (the default) against the packer's 32-bit ones (kvq_cuda_hqx_set_esc16(0)):
+// the same tensor uploaded both ways gives the same bits in every product that reads escapes
+// (esc16_run: float; one token through the persistent kernel with rings 2 and 3 and each
+// escape mode, the per-warp kernel, the run-time variant; 3, 8 and 11 tokens on tensor cores,
+// in the persistent kernel's loop and in the batched kernel; the fold; the tensor-core path's
+// decoded rows and product), at width 4 (E8 4.0's own escapes; chosen ones on E8 and RTN
+// 4:g128) and 5 (chosen ones), rows of 1024 to 14336 columns (1 to 4 segments of 4096).
+// Chosen escapes (esc_set_d small): 0 to 300 a row, deltas at the code's limits and every
+// 300th beyond it (the big list, searched on the device). The 16-bit form is taken
+// (kvq_cuda_hqx_esc16) and holds the bytes kvq_hqx_gpu_bytes computes on the host, fewer than the
+// 32-bit form's (which also holds its kvq_hqx_gpu_bytes); the one-token product is within 1e-5
+// of the CPU int8 reference, and the escapes matter there (without them the reference moves by
+// more than 1e-4).
+static void test_esc16(void **state) {
+    (void)state;
+    if (!have_gpu()) { skip(); return; }
+    static const int counts[] = {0, 1, 31, 32, 33, 64, 65, 130, 300, 2};
+    const struct { int lat; int64_t rows, cols; int vbits, chosen; } cs[] = {
+        {KVQ_LAT_E8, 40, 4096, 4, 0},  {KVQ_LAT_E8, 24, 14336, 4, 0}, {KVQ_LAT_E8, 30, 1408, 4, 0},
+        {KVQ_LAT_E8, 20, 14336, 4, 1}, {KVQ_LAT_E8, 20, 14336, 5, 1}, {KVQ_LAT_E8, 30, 4096, 5, 1},
+        {KVQ_LAT_E8, 30, 8192, 4, 1},  {-1, 20, 14336, 0, 1},         {-1, 30, 2048, 0, 1},
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int64_t rows = cs[ci].rows, cols = cs[ci].cols;
+        kvq_hqx w;
+        kvq_encoded e;
+        json_t *cfg;
+        kvq_err err = {0};
+        fold_tensor(cs[ci].lat, 4.0, rows, cols, 128, cs[ci].vbits, 700 + ci, &w, &e, &cfg);
+        if (cs[ci].vbits) assert_int_equal(w.vbits, cs[ci].vbits);
+        if (cs[ci].chosen) esc_set_d(&w, counts, (int)(sizeof counts / sizeof counts[0]), 800 + ci, 1);
+        kvq_hqx_esc16 x;
+        assert_int_equal(kvq_hqx_esc16_build(&w, &x, &err), KVQ_OK);
+        kvq_cuda_hqx *t[2] = {NULL, NULL}; // 32-bit, 16-bit
+        for (int f = 0; f < 2; f++) {
+            kvq_cuda_hqx_set_esc16(f);
+            const kvq_status st = kvq_cuda_hqx_upload(&w, &t[f], &err);
+            if (st) fprintf(stderr, "esc16 upload: %s\n", err.msg);
+            assert_int_equal(st, KVQ_OK);
+            assert_int_equal(kvq_cuda_hqx_esc16(t[f]), f);
+        }
+        kvq_cuda_hqx_set_esc16(-1);
+        assert_int_equal(x.used, 1);
+        if (cs[ci].chosen) assert_true(x.n_big > 0);
+        const size_t b32 = kvq_cuda_hqx_bytes(t[0]), b16 = kvq_cuda_hqx_bytes(t[1]);
+        assert_int_equal(b32, kvq_hqx_gpu_bytes(&w, NULL));
+        assert_int_equal(b16, kvq_hqx_gpu_bytes(&w, &x));
+        assert_true(b16 < b32);
+        uint64_t seed = 900 + ci;
+        float *X = malloc(sizeof(float) * cols * E16_X), *nw = malloc(sizeof(float) * cols);
+        for (int64_t i = 0; i < cols * E16_X; i++) X[i] = (float)gauss(&seed);
+        for (int64_t i = 0; i < cols; i++) nw[i] = (float)(1.0 + 0.3 * gauss(&seed));
+        const size_t nout = (size_t)(rows * w.cols_p + rows * E16_X + cols);
+        float *o[2] = {malloc(sizeof(float) * nout), malloc(sizeof(float) * nout)};
+        // the one-token product against the CPU int8 reference, with and without the escapes
+        float *R = malloc(sizeof(float) * rows), *Rn = malloc(sizeof(float) * rows);
+        uint8_t *buf = aligned_alloc(64, kvq_hqx_act_bytes(&w));
+        kvq_hqx_act a;
+        kvq_hqx_act_init(&w, buf, &a);
+        kvq_hqx_prep(&w, X, &a);
+        kvq_hqx_matmul(&w, &a, 1, R, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
+        uint32_t *er = w.esc_row;
+        w.esc_row = calloc((size_t)rows + 1, sizeof(uint32_t));
+        kvq_hqx_matmul(&w, &a, 1, Rn, rows, KVQ_HQX_INT8, KVQ_HQX_ISA_REF, 1);
+        free(w.esc_row);
+        w.esc_row = er;
+        const char *name = NULL;
+        assert_true(esc16_run(1, t[1], &w, X, nw, o[1], &name) == rows);
+        const double rel = rel_err(o[1], R, (size_t)rows), moved = rel_err(Rn, R, (size_t)rows);
+        int same = 0, ran = 0;
+        for (int k = 0;; k++) {
+            const long n0 = esc16_run(k, t[0], &w, X, nw, o[0], &name);
+            if (n0 < 0) break;
+            const long n1 = esc16_run(k, t[1], &w, X, nw, o[1], &name);
+            assert_true(n0 == n1);
+            if (!n0) continue;
+            ran++;
+            const int eq = !memcmp(o[0], o[1], sizeof(float) * (size_t)n0);
+            same += eq;
+            if (!eq) fprintf(stderr, "test_cuda_hqx: esc16 case %zu: %s: the forms DIFFER\n", ci, name);
+        }
+        fprintf(stderr, "test_cuda_hqx: esc16 case %zu (%s w%d, %lld x %lld, %s escapes: %u, %lld big): device bytes %zu -> %zu "
+                "(%.3f -> %.3f bits/w); one token rel %.2e vs CPU (escapes move it %.2e); %d of %d products same bits\n",
+                ci, cs[ci].lat < 0 ? "rtn 4:g128" : "e8 4.0", w.vbits, (long long)rows, (long long)cols,
+                cs[ci].chosen ? "chosen" : "packer's", w.esc_row[rows], (long long)x.n_big, b32, b16,
+                8.0 * (double)b32 / (double)(rows * cols), 8.0 * (double)b16 / (double)(rows * cols), rel, moved, same, ran);
+        assert_true(rel <= 1e-5);
+        assert_true(moved > 1e-4);
+        assert_true(ran >= 16);
+        assert_int_equal(same, ran);
+        kvq_hqx_esc16_free(&x);
+        for (int f = 0; f < 2; f++) kvq_cuda_hqx_free(t[f]), free(o[f]);
+        kvq_hqx_free(&w);
+        kvq_encoded_free(&e);
+        if (cfg) json_decref(cfg);
+        free(X); free(nw); free(R); free(Rn); free(buf);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_hyperquant), cmocka_unit_test(test_rtn),
                                         cmocka_unit_test(test_row_blocks), cmocka_unit_test(test_fold),
-                                        cmocka_unit_test(test_esc_prefetch)};
+                                        cmocka_unit_test(test_esc_prefetch), cmocka_unit_test(test_esc16)};
     // KVQ_TEST_FILTER="test_fold": only the tests matching the pattern (as test_cuda_model), for a short device call
     const char *f = getenv("KVQ_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);

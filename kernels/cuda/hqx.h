@@ -21,8 +21,16 @@ typedef struct kvq_cuda_hqx kvq_cuda_hqx; // a packed tensor resident on the dev
  *  KVQ_ERR_IO naming the CUDA call, KVQ_ERR_UNSUPPORTED without a device. */
 kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, kvq_err *err);
 void kvq_cuda_hqx_free(kvq_cuda_hqx *t); // NULL is a no-op
-/** Device bytes of the packed tensor (the arrays a product reads). */
+/** Device bytes of the packed tensor (the arrays a product reads): kvq_hqx_gpu_bytes
+ *  (kernels/cpu/hqx_esc16.h) of the form uploaded. */
 size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t);
+/** Escapes of tensors uploaded from now on: 1 in 16 bits where kvq_hqx_esc16_build takes them
+ *  (kernels/cpu/hqx_esc16.h: 16-bit entries and per-row segment starts; issue 12: 4096×14336
+ *  E8 4.0 at width 4 holds 2 bytes less per escape), 0 the packer's 32-bit entries; -1: the
+ *  environment's (KVQ_CUDA_ESC16=0), else 1. The same bits either way (kvq_hqx_esc_at). */
+void kvq_cuda_hqx_set_esc16(int on);
+/** Whether t holds its escapes in the 16-bit form (tests). */
+int kvq_cuda_hqx_esc16(const kvq_cuda_hqx *t);
 /** Launches y = W·x on the default stream: d_x (cols floats) and d_y (rows floats) are
  *  device pointers. int8 = 0: float activations (the CPU exact mode within rounding);
  *  1: int8 activations per tile and dp4a (the CPU int8 mode within rounding). */

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "kernels/cpu/hqx_esc16.h"
 #include "kernels/cuda/hqx.h"
 #include "kernels/cuda/hqx_lay.h"
 
@@ -14,7 +15,11 @@ struct kvq_cuda_hqx {
     uint8_t *q, *cb, *scode;
     uint64_t *hb;
     float *scale, *lut, *zero, *xr, *xs; // xr, xs: the float product's rotated activation
-    uint32_t *esc_row, *esc;
+    uint32_t *esc_row, *esc; // esc: the packer's 32-bit entries, or NULL with the 16-bit form:
+    uint16_t *esc16;         // the 16-bit form (kernels/cpu/hqx_esc16.h): entries, segment
+    uint32_t *esc_seg, *esc_big; // starts (rows · esc_s1), big deltas (2 · esc_nbig), or NULL
+    int esc_s1;
+    uint32_t esc_nbig;
     unsigned char *fs; // the batched product's prepared activations (kvq_cuda_hqx_fused_scratch)
     size_t bytes;
 };
@@ -28,6 +33,10 @@ struct Dev {
     const uint64_t *hb;
     const float *scale, *lut, *zero, *xr, *xs;
     const uint32_t *esc_row, *esc;
+    const uint16_t *esc16; // non-NULL: the 16-bit form (esc NULL), read by kvq_hqx_esc_at
+    const uint32_t *esc_seg, *esc_big;
+    int esc_s1;
+    uint32_t esc_nbig;
     int64_t rows, cols, cols_p;
     int T, vbits, np, off, m, e8, rotate, a2;
     uint64_t seed;
@@ -38,6 +47,7 @@ static inline Dev dev_of(const kvq_cuda_hqx *t) {
     d.q = t->q; d.cb = t->cb; d.scode = t->scode; d.hb = t->hb;
     d.scale = t->scale; d.lut = t->lut; d.zero = t->zero; d.xr = t->xr; d.xs = t->xs;
     d.esc_row = t->esc_row; d.esc = t->esc;
+    d.esc16 = t->esc16; d.esc_seg = t->esc_seg; d.esc_big = t->esc_big; d.esc_s1 = t->esc_s1; d.esc_nbig = t->esc_nbig;
     d.rows = t->h.rows; d.cols = t->h.cols; d.cols_p = t->h.cols_p;
     d.T = t->h.tile; d.vbits = t->h.vbits; d.np = kvq_hqx_planes(t->h.vbits);
     d.off = t->h.rotate ? kvq_hqx_off(t->h.vbits) : 0;
@@ -48,6 +58,14 @@ static inline Dev dev_of(const kvq_cuda_hqx *t) {
 
 /** Scale of tile t (scode through the lut, or the float scale). */
 __device__ __forceinline__ float kvq_hqx_tile_scale(const Dev &d, int64_t t) { return d.scode ? d.lut[d.scode[t]] : d.scale[t]; }
+
+/** Escape e (esc_row[row] <= e < esc_row[row + 1]) as the packer's 32-bit entry, col | delta << 20
+ *  (kvq_hqx_esc_col, kvq_hqx_esc_delta), from whichever form the tensor holds: every GPU reader of
+ *  escapes takes its entries here, so both forms give the same columns and deltas in the same
+ *  order (the same bits). */
+__device__ __forceinline__ uint32_t kvq_hqx_esc_at(const Dev &d, int64_t row, uint32_t e) {
+    return d.esc16 ? kvq_hqx_esc16_get(d.esc16, d.esc_seg, d.esc_s1, d.esc_big, d.esc_nbig, row, e) : __ldg(d.esc + e);
+}
 
 /** Coordinate i of tile column j rotated as the CPU rotates it: sign flip, the Walsh–Hadamard
  *  butterfly in shared memory s (T floats) in the CPU's order (stride 1, 2, 4, ...), √3 on A2's

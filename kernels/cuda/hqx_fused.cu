@@ -205,7 +205,7 @@ __device__ __forceinline__ void finish_row(const Dev &d, int64_t row, int lane, 
                                            int accumulate) {
     const uint32_t e0 = __ldg(d.esc_row + row), e1 = __ldg(d.esc_row + row + 1);
     for (uint32_t e = e0 + lane; e < e1; e += 32) {
-        const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
+        const uint32_t en = kvq_hqx_esc_at(d, row, e), col = kvq_hqx_esc_col(en);
         const int64_t jt = col / d.T, tix = row * tiles + jt;
         const float sc = d.scode ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);
         const int dl = d.m * kvq_hqx_esc_delta(en);

@@ -278,7 +278,7 @@ __device__ __forceinline__ void g1_rows(const Dev &dv, const unsigned char *fs, 
         const int64_t row = r0 + i;
         const uint32_t e0 = __ldg(dv.esc_row + row), e1 = __ldg(dv.esc_row + row + 1);
         for (uint32_t e = e0 + lane; e < e1; e += 32) {
-            const uint32_t en = __ldg(dv.esc + e), col = kvq_hqx_esc_col(en);
+            const uint32_t en = kvq_hqx_esc_at(dv, row, e), col = kvq_hqx_esc_col(en);
             const uint32_t jt = col >> tsh;
             const int64_t tix = row * tiles + jt;
             const float sc = d.codes ? __ldg(d.sc + __ldg(dv.scode + tix)) : __ldg(dv.scale + tix);
@@ -521,7 +521,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             for (int k = 0; k < PFR; k++) {
                 const uint32_t e = e0 + 32 * k + lane;
                 if (e >= e1) continue;
-                if (us == ka) pen[k] = __ldg(d.esc + e); // the entry
+                if (us == ka) pen[k] = kvq_hqx_esc_at(d, ur, e); // the entry
                 const uint32_t col = kvq_hqx_esc_col(pen[k]), jt = col >> tsh;
                 if (us == kb) { // the tile's scale code (E8) or scale (RTN)
                     const size_t tix = (size_t)ur * tiles + jt;
@@ -566,7 +566,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
                 for (; e < e1; e += 32 * B) {
                     uint32_t en[B], sv[B];
 #pragma unroll
-                    for (int b = 0; b < B; b++) en[b] = e + 32 * b < e1 ? __ldg(d.esc + e + 32 * b) : 0u;
+                    for (int b = 0; b < B; b++) en[b] = e + 32 * b < e1 ? kvq_hqx_esc_at(d, ur, e + 32 * b) : 0u;
 #pragma unroll
                     for (int b = 0; b < B; b++) {
                         const size_t tix = (size_t)ur * tiles + (kvq_hqx_esc_col(en[b]) >> tsh);
@@ -582,7 +582,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
                 }
             }
             for (; e < e1; e += 32) { // without PF or EB: each round's chain in turn
-                const uint32_t en = __ldg(d.esc + e), col = kvq_hqx_esc_col(en);
+                const uint32_t en = kvq_hqx_esc_at(d, ur, e), col = kvq_hqx_esc_col(en);
                 const uint32_t jt = col >> tsh;
                 const size_t tix = (size_t)ur * tiles + jt;
                 const float scl = MODE == G1_E8 ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);

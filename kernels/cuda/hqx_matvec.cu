@@ -98,8 +98,8 @@ __global__ void __launch_bounds__(128) hqx_gemv(Dev d, float *__restrict__ y) {
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) {
         for (uint32_t e = d.esc_row[row]; e < d.esc_row[row + 1]; e++) {
-            const uint32_t col = kvq_hqx_esc_col(d.esc[e]);
-            acc = fmaf(kvq_hqx_tile_scale(d, row * tpr + col / d.T), (float)(d.m * kvq_hqx_esc_delta(d.esc[e])) * d.xr[col], acc);
+            const uint32_t en = kvq_hqx_esc_at(d, row, e), col = kvq_hqx_esc_col(en);
+            acc = fmaf(kvq_hqx_tile_scale(d, row * tpr + col / d.T), (float)(d.m * kvq_hqx_esc_delta(en)) * d.xr[col], acc);
         }
         y[row] = acc;
     }
@@ -121,6 +121,16 @@ template <typename T> static kvq_status up(T **dst, const T *src, size_t n, size
     *bytes += n * sizeof(T);
     return KVQ_OK;
 }
+
+static int g_esc16 = -1; // KVQ_CUDA_ESC16=0: the packer's 32-bit escapes on the device (default: 16-bit)
+extern "C" void kvq_cuda_hqx_set_esc16(int on) {
+    if (on < 0) {
+        const char *e = getenv("KVQ_CUDA_ESC16");
+        on = !(e && *e == '0');
+    }
+    g_esc16 = on ? 1 : 0;
+}
+extern "C" int kvq_cuda_hqx_esc16(const kvq_cuda_hqx *t) { return t && t->esc16; }
 
 extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, kvq_err *err) {
     *out = NULL;
@@ -150,7 +160,18 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
     if (!s) s = up(&t->scale, w->scale, w->scale ? tiles : 0, &b, err);
     if (!s) s = up(&t->zero, w->zero, w->zero ? tiles : 0, &b, err);
     if (!s) s = up(&t->esc_row, w->esc_row, (size_t)w->rows + 1, &b, err);
-    if (!s) s = up(&t->esc, w->esc, w->esc_row[w->rows], &b, err);
+    // the escapes in 16 bits where kvq_hqx_esc16_build takes the tensor, else the packer's entries
+    if (g_esc16 < 0) kvq_cuda_hqx_set_esc16(-1);
+    kvq_hqx_esc16 x = {0};
+    if (!s && g_esc16) s = kvq_hqx_esc16_build(w, &x, err);
+    if (!s && x.used) {
+        s = up(&t->esc16, x.e16, (size_t)x.n, &b, err);
+        if (!s) s = up(&t->esc_seg, x.seg, (size_t)x.rows * (size_t)x.s1, &b, err);
+        if (!s) s = up(&t->esc_big, x.big, 2 * (size_t)x.n_big, &b, err);
+        t->esc_s1 = x.s1;
+        t->esc_nbig = (uint32_t)x.n_big;
+    } else if (!s) s = up(&t->esc, w->esc, w->esc_row[w->rows], &b, err);
+    kvq_hqx_esc16_free(&x);
     t->bytes = b;
     if (!s) {
         cudaError_t e = cudaMalloc((void **)&t->xr, sizeof(float) * (size_t)w->cols_p);
@@ -165,7 +186,8 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
 
 extern "C" void kvq_cuda_hqx_free(kvq_cuda_hqx *t) {
     if (!t) return;
-    void *p[] = {t->q, t->hb, t->cb, t->scode, t->lut, t->scale, t->zero, t->esc_row, t->esc, t->xr, t->xs, t->fs};
+    void *p[] = {t->q,   t->hb,    t->cb,      t->scode,   t->lut,     t->scale, t->zero,
+                 t->esc_row, t->esc, t->esc16, t->esc_seg, t->esc_big, t->xr, t->xs, t->fs};
     for (void *x : p)
         if (x) cudaFree(x);
     free(t);

@@ -229,12 +229,13 @@ __global__ void __launch_bounds__(HM_WARPS * 32, VB <= 5 && NTT == 1 ? 2 : 1)
                 sv[4 * q + j][g + 8][8 * tt + 2 * tg] = acc[j][4 * tt + 2];
                 sv[4 * q + j][g + 8][8 * tt + 2 * tg + 1] = acc[j][4 * tt + 3];
             }
+#pragma unroll 1 // the two rows' escapes in one copy of the loop: unrolled, ⟨5, 1⟩ spilled 8 bytes at its 128 cap
         for (int i = 0; i < 2; i++) {
             const int64_t row = i ? rb : ra;
             const uint32_t e0 = i ? eb0 : ea0, e1 = i ? eb1 : ea1;
             for (uint32_t e4 = e0 + 4 * q; e4 < e1; e4 += 32) { // classes 4q..4q+3: escapes e4 + j
                 for (uint32_t j = 0; j < 4 && e4 + j < e1; j++) {
-                    const uint32_t en = __ldg(d.esc + e4 + j), col = kvq_hqx_esc_col(en);
+                    const uint32_t en = kvq_hqx_esc_at(d, row, e4 + j), col = kvq_hqx_esc_col(en);
                     const uint32_t jt = col >> tsh;
                     const float sc = __ldg(lut + __ldg(d.scode + (size_t)row * tiles + jt));
                     const int dl = 2 * kvq_hqx_esc_delta(en);

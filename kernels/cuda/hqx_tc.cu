@@ -93,8 +93,9 @@ __global__ void hqx_tc_escapes(Dev d, int64_t r0, int64_t nr, O *__restrict__ ou
     if (r >= nr) return;
     const int64_t row = r0 + r, cpr = d.cols_p / 64, tpr = d.cols_p / d.T;
     for (uint32_t e = d.esc_row[row]; e < d.esc_row[row + 1]; e++) {
-        const int64_t col = kvq_hqx_esc_col(d.esc[e]);
-        const int c = tc_code(d, row * cpr + col / 64, (int)(col & 63)) + d.m * kvq_hqx_esc_delta(d.esc[e]);
+        const uint32_t en = kvq_hqx_esc_at(d, row, e);
+        const int64_t col = kvq_hqx_esc_col(en);
+        const int c = tc_code(d, row * cpr + col / 64, (int)(col & 63)) + d.m * kvq_hqx_esc_delta(en);
         const int64_t t = row * tpr + col / d.T;
         out[r * d.cols_p + col] = tc_out<O>(fmaf((float)c, kvq_hqx_tile_scale(d, t), d.zero ? d.zero[t] : 0.0f));
     }

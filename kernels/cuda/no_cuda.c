@@ -43,6 +43,8 @@ kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, kvq_err *er
 }
 void kvq_cuda_hqx_free(kvq_cuda_hqx *t) { (void)t; }
 size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t) { return 0; }
+void kvq_cuda_hqx_set_esc16(int on) { (void)on; }
+int kvq_cuda_hqx_esc16(const kvq_cuda_hqx *t) { return 0; }
 kvq_status kvq_cuda_hqx_matvec(kvq_cuda_hqx *t, const float *d_x, float *d_y, int int8, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_hqx_matvec_host(kvq_cuda_hqx *t, const float *h_x, float *h_y, int int8, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_hqx_time(kvq_cuda_hqx *t, int reps, int int8, double *ms, kvq_err *err) { return NO_CUDA(err); }
