@@ -1042,7 +1042,7 @@ static long esc16_run(int k, kvq_cuda_hqx *t, const kvq_hqx *w, const float *X, 
     return -1;
 }
 
-// The 16-bit escapes (the default) against the packer's 32-bit ones (kvq_cuda_hqx_set_esc16(0)):
+// The 16-bit escapes (KVQ_CUDA_ESC16=1; default off since session 20) against the packer's 32-bit ones (kvq_cuda_hqx_set_esc16(0)):
 // the same tensor uploaded both ways gives the same bits in every product that reads escapes
 // (esc16_run: float; one token through the persistent kernel with rings 2 and 3 and each
 // escape mode, the per-warp kernel, the run-time variant; 3, 8 and 11 tokens on tensor cores,

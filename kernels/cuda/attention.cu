@@ -233,7 +233,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     __shared__ float sm_m[NW][AT_GMAX], sm_l[NW][AT_GMAX];
     __shared__ float sm_o[NW][AT_HB][HD];
     __shared__ float sm_pm[AT_GMAX][ATS], sm_pl[AT_GMAX][ATS];
-    __shared__ float sm_c[AT_HB > AT_GMAX ? AT_HB : AT_GMAX][NW > ATS ? NW : ATS], sm_mx[AT_GMAX], sm_L[AT_GMAX]; // the merges' factors
     __shared__ int last;
     if (dpos) pos = *dpos;
     const int s = blockIdx.x, g = blockIdx.y, tl = blockIdx.z, t = t0 + tl, G = n_heads / n_kv;
@@ -348,29 +347,19 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
         }
         __syncthreads();
         const int nh = min(AT_HB, G - h0);
-        // each warp's factor exp(m_k − M) once per head (a thread per (head, warp)), not once per output
-        // coordinate: the same expressions in the same order, so the same bits (session 20: the warps' merge was
-        // 23 % of the block's stall samples, as many instructions as the positions' loop; docs/RESULTS.md)
-        if (threadIdx.x < nh * NW) {
-            const int h = h0 + threadIdx.x / NW, k = threadIdx.x % NW;
-            float M = -INFINITY;
-            for (int j = 0; j < NW; j++) M = fmaxf(M, sm_m[j][h]);
-            sm_c[threadIdx.x / NW][k] = sm_m[k][h] == -INFINITY ? 0.0f : expf(sm_m[k][h] - M);
-            if (k == 0) sm_mx[threadIdx.x / NW] = M;
-        }
-        __syncthreads();
         for (int i = threadIdx.x; i < nh * HD; i += ATT_THREADS) {
             const int hh = i / HD, h = h0 + hh, d = i % HD;
-            float O = 0.0f;
-            for (int k = 0; k < NW; k++) O = fmaf(sm_o[k][hh][d], sm_c[hh][k], O);
+            float M = -INFINITY;
+            for (int k = 0; k < NW; k++) M = fmaxf(M, sm_m[k][h]);
+            float L = 0.0f, O = 0.0f;
+            for (int k = 0; k < NW; k++) {
+                const float c = sm_m[k][h] == -INFINITY ? 0.0f : expf(sm_m[k][h] - M);
+                L = fmaf(sm_l[k][h], c, L);
+                O = fmaf(sm_o[k][hh][d], c, O);
+            }
             float *ph = pb + (int64_t)h * (HD + 2);
             ph[d] = O;
-            if (d == 0) {
-                float L = 0.0f;
-                for (int k = 0; k < NW; k++) L = fmaf(sm_l[k][h], sm_c[hh][k], L);
-                ph[HD] = sm_mx[hh];
-                ph[HD + 1] = L;
-            }
+            if (d == 0) { ph[HD] = M; ph[HD + 1] = L; }
         }
         __syncthreads();
     }
@@ -391,25 +380,19 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
         sm_pl[h][k] = __ldcg(ph + HD + 1);
     }
     __syncthreads();
-    // the splits' factors once per (head, split), the sums once per head (as the warps' merge above; same bits)
-    for (int i = threadIdx.x; i < G * ns; i += ATT_THREADS) {
-        const int h = i / ns, k = i % ns;
-        float M = -INFINITY;
-        for (int j = 0; j < ns; j++) M = fmaxf(M, sm_pm[h][j]);
-        sm_c[h][k] = sm_pm[h][k] == -INFINITY ? 0.0f : expf(sm_pm[h][k] - M);
-    }
-    __syncthreads();
-    if (threadIdx.x < G) {
-        float L = 0.0f;
-        for (int k = 0; k < ns; k++) L = fmaf(sm_pl[threadIdx.x][k], sm_c[threadIdx.x][k], L);
-        sm_L[threadIdx.x] = L;
-    }
-    __syncthreads();
     for (int i = threadIdx.x; i < G * HD; i += ATT_THREADS) {
         const int h = i / HD, d = i % HD;
-        float O = 0.0f;
-        for (int k = 0; k < ns; k++) O = fmaf(__ldcg(pg + ((int64_t)k * AT_GMAX + h) * (HD + 2) + d), sm_c[h][k], O);
-        out[((int64_t)t * n_heads + g * G + h) * HD + d] = O / sm_L[h];
+        float M = -INFINITY;
+        for (int k = 0; k < ns; k++) M = fmaxf(M, sm_pm[h][k]);
+        float L = 0.0f, O = 0.0f;
+        for (int k = 0; k < ns; k++) {
+            const float *ph = pg + ((int64_t)k * AT_GMAX + h) * (HD + 2);
+            const float mk = sm_pm[h][k];
+            const float c = mk == -INFINITY ? 0.0f : expf(mk - M);
+            L = fmaf(sm_pl[h][k], c, L);
+            O = fmaf(__ldcg(ph + d), c, O);
+        }
+        out[((int64_t)t * n_heads + g * G + h) * HD + d] = O / L;
     }
     if (pfs) { // one token: the tiles of this group's output columns, as hqx_prep_i8 would
         __syncthreads(); // the block's output rows written
