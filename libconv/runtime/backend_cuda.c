@@ -1286,6 +1286,13 @@ static kvq_status env_count(const char *name, long lo, long hi, const char *what
     return KVQ_OK;
 }
 
+// A switch the kernel libraries read as the exact string "0" or "1": anything else refused in one line.
+static kvq_status env_switch(const char *name, const char *what, kvq_err *err) {
+    const char *v = getenv(name);
+    if (!v || !*v || !strcmp(v, "0") || !strcmp(v, "1")) return KVQ_OK;
+    return kvq_err_set(err, KVQ_ERR_ARG, "%s=%s: not a %s", name, v, what);
+}
+
 kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_backend **out, kvq_err *err) {
     char why[256];
     if (kvq_cuda_device_count(why, sizeof why) <= 0) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "--gpu: %s", why);
@@ -1312,12 +1319,14 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->kv_rows = KV_ROWS;
     // read by the kernel libraries themselves (attention.cu, kv_attn.cu, hqx_gemv1.cu); checked here, where a
     // value they would quietly replace by their default is refused (issues 12, 20)
-    int cmin = 0, cfl = 0, epf = 0, e16 = 1;
+    int cmin = 0, cfl = 0, epf = 0;
     if ((s = env_count("KVQ_CUDA_KV_ROWS", 0, 4096, "group size (0 = off, 1..4096)", &g->kv_rows, err)) ||
         (s = env_count("KVQ_CUDA_ATTN_CMIN", 0, 1 << 30, "position count (0 = 16 splits, 1..1073741824)", &cmin, err)) ||
         (s = env_count("KVQ_CUDA_KV_CFLOOR", 0, 1024, "chunk floor (0 = none, a multiple of 32 up to 1024)", &cfl, err)) ||
         (s = env_count("KVQ_CUDA_ESC_PF", 0, 2, "mode (0 off, 1 prefetch, 2 batched row end)", &epf, err)) ||
-        (s = env_count("KVQ_CUDA_ESC16", 0, 1, "form (0 32-bit escapes, 1 16-bit)", &e16, err)) ||
+        (s = env_switch("KVQ_CUDA_ESC16", "form (0 32-bit escapes, 1 16-bit)", err)) ||
+        (s = env_switch("KVQ_CUDA_KV_TC_Q8", "switch (0 fp16 scores, 1 int8 scores)", err)) ||
+        (s = env_switch("KVQ_CUDA_KV_TC_LEAN", "switch (0 off, 1 the lean kernels)", err)) ||
         (s = env_count("KVQ_CUDA_TC_MIN", 1, 1 << 20, "token count (1..1048576)", &g->tc_min, err)) ||
         (s = env_count("KVQ_CUDA_TC_MIN_DENSE", 1, 1 << 20, "token count (1..1048576)", &g->tc_min_dense, err)))
         return free(g), s;
