@@ -275,6 +275,89 @@ static void test_chunks_equal_shadow(void **st) {
     free(q), free(x), free(y);
 }
 
+// KVQ_KV_SIM_Q8=1 (kvq-verify's model of the GPU's int8 key scores): attend_chunk scores the encoded
+// int keys with q rounded to int8 per query head (max |q| / 127, ties to even). With no window every
+// key is encoded, so the result is the plain cache's given q rounded here (within float rounding: other
+// summation orders), and it differs from the unrounded q's (the rounding took effect); with a window
+// the window's keys keep q in fp32 (between the two); KIVI keys are untouched (bit for bit); a value
+// other than 0 or 1 is refused, naming the variable.
+static kvq_kvcache *chunk_cache(const char *spec, int window, const char *sim, int chunks) {
+    kvq_kvcache *c = NULL;
+    kvq_err e = {0};
+    kvq_kvcache_policy p = {window, 0, 42, 0, chunks};
+    if (sim) setenv("KVQ_KV_SIM_Q8", sim, 1);
+    kvq_status st = kvq_kvcache_codec_new(spec, L, H, D, T, &p, &c, &e);
+    unsetenv("KVQ_KV_SIM_Q8");
+    if (st) fail_msg("%s: %s", spec, e.msg);
+    fill(c, 0, T);
+    return c;
+}
+static void test_sim_q8(void **st) {
+    enum { P = 50, N = T - P }; // a chunk of the last N tokens
+    float q[N * NQ * D], qr[N * NQ * D], y0[N * NQ * D], y1[N * NQ * D], yr[N * NQ * D];
+    gauss(q, sizeof q / sizeof *q, 5);
+    for (int i = 0; i < N * NQ; i++) { // one large channel a head (as real queries have): coarse steps for the rest
+        float *x = q + (size_t)i * D, m = 0;
+        x[i % D] *= 12.0f;
+        for (int j = 0; j < D; j++) m = fmaxf(m, fabsf(x[j]));
+        for (int j = 0; j < D; j++) qr[(size_t)i * D + j] = rintf(x[j] * 127.0f / m) * (m / 127.0f);
+    }
+    const float sc = 1 / sqrtf(D);
+    for (int w = 0; w < 2; w++) {
+        kvq_kvcache *a = chunk_cache("int:4", w ? 8 : 0, "0", 1), *b = chunk_cache("int:4", w ? 8 : 0, "1", 1);
+        double e01 = 0, er = 0, n0 = 0;
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                assert_int_equal(a->ops->attend_chunk(a, l, h, q, NQ * D, NQ, N, P, sc, y0, NQ * D), KVQ_OK);
+                assert_int_equal(b->ops->attend_chunk(b, l, h, q, NQ * D, NQ, N, P, sc, y1, NQ * D), KVQ_OK);
+                assert_int_equal(a->ops->attend_chunk(a, l, h, qr, NQ * D, NQ, N, P, sc, yr, NQ * D), KVQ_OK);
+                for (int i = 0; i < N * NQ * D; i++)
+                    e01 += (y1[i] - y0[i]) * (y1[i] - y0[i]), er += (y1[i] - yr[i]) * (y1[i] - yr[i]), n0 += y0[i] * y0[i];
+            }
+        e01 /= n0, er /= n0;
+        if (!(e01 > 1e-9 && e01 < 1e-3)) fail_msg("window %d: rounded q moved the output by NMSE %.3g (want (1e-9, 1e-3))", w ? 8 : 0, e01);
+        if (!w && !(er < 1e-10)) fail_msg("no window: NMSE %.3g against the plain cache given rounded q (want < 1e-10)", er);
+        if (w && !(er > 1e-9)) fail_msg("window 8: the window's keys took the rounded q too (NMSE %.3g)", er);
+        a->ops->free(a), b->ops->free(b);
+    }
+    kvq_kvcache *a = chunk_cache("kivi:4", 0, "0", 1), *b = chunk_cache("kivi:4", 0, "1", 1);
+    for (int l = 0; l < L; l++) {
+        assert_int_equal(a->ops->attend_chunk(a, l, 1, q, NQ * D, NQ, N, P, sc, y0, NQ * D), KVQ_OK);
+        assert_int_equal(b->ops->attend_chunk(b, l, 1, q, NQ * D, NQ, N, P, sc, y1, NQ * D), KVQ_OK);
+        assert_memory_equal(y0, y1, sizeof y0);
+    }
+    a->ops->free(a), b->ops->free(b);
+    // kvq-run's cache (attend: the keys scored from their execution rows, 8 queries a block): the same
+    for (int w = 0; w < 2; w++) {
+        a = chunk_cache("int:4", w ? 8 : 0, "0", 0), b = chunk_cache("int:4", w ? 8 : 0, "1", 0);
+        double e01 = 0, er = 0, n0 = 0;
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                assert_int_equal(a->ops->attend(a, l, h, q, NQ, T, sc, y0), KVQ_OK);
+                assert_int_equal(b->ops->attend(b, l, h, q, NQ, T, sc, y1), KVQ_OK);
+                assert_int_equal(a->ops->attend(a, l, h, qr, NQ, T, sc, yr), KVQ_OK);
+                for (int i = 0; i < NQ * D; i++)
+                    e01 += (y1[i] - y0[i]) * (y1[i] - y0[i]), er += (y1[i] - yr[i]) * (y1[i] - yr[i]), n0 += y0[i] * y0[i];
+            }
+        e01 /= n0, er /= n0;
+        if (!(e01 > 1e-9 && e01 < 1e-3)) fail_msg("attend, window %d: rounded q moved the output by NMSE %.3g", w ? 8 : 0, e01);
+        if (!w && !(er < 1e-10)) fail_msg("attend, no window: NMSE %.3g against the plain cache given rounded q", er);
+        if (w && !(er > 1e-9)) fail_msg("attend, window 8: the window's keys took the rounded q too (NMSE %.3g)", er);
+        a->ops->free(a), b->ops->free(b);
+    }
+    const char *bad[] = {"yes", "01", "1 ", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        kvq_kvcache *c = NULL;
+        kvq_err e = {0};
+        kvq_kvcache_policy p = {0, 0, 42, 0, 1};
+        setenv("KVQ_KV_SIM_Q8", bad[i], 1);
+        assert_int_equal(kvq_kvcache_codec_new("int:4", L, H, D, T, &p, &c, &e), KVQ_ERR_ARG);
+        unsetenv("KVQ_KV_SIM_Q8");
+        assert_null(c);
+        assert_non_null(strstr(e.msg, "KVQ_KV_SIM_Q8"));
+    }
+}
+
 // attend from several threads at once (each takes its own scratch block from the cache's
 // pool) gives, bit for bit, what one thread gets calling it in turn.
 static void test_concurrent_attend(void **st) {
@@ -504,6 +587,7 @@ int main(void) {
         cmocka_unit_test(test_bits_accounting),
         cmocka_unit_test(test_shadow_same),
         cmocka_unit_test(test_chunks_equal_shadow),
+        cmocka_unit_test(test_sim_q8),
         cmocka_unit_test(test_concurrent_attend),
         cmocka_unit_test(test_manifest_roundtrip),
         cmocka_unit_test(test_kvq_file_roundtrip),

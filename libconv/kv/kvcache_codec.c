@@ -34,7 +34,7 @@ typedef struct kv_scratch {
     struct kv_scratch *next; // the pool's free list
     float *kk, *vv;          // (max_ctx, d) keys and values as fp32 (positions the codec paths do not cover)
     float *sc;               // (ATT_ROWS, max_ctx) scores, then probabilities, of a block of queries
-    float *grp;              // (gmax, d) one decoded group
+    float *grp;              // (grp_rows, d) one decoded group, or a block of rounded queries
     const uint8_t **rec;     // (max_ctx) the key records (one per group) the codec's score path reads
     const uint8_t **vrec;    // (max_ctx) the value records its vsum path reads
 } kv_scratch;
@@ -56,6 +56,7 @@ typedef struct {
     kv_slot *slot;     // (n_layers, n_kv_heads, 2)
     pthread_mutex_t pool_lock; // guards pool
     kv_scratch *pool;  // free scratch blocks; they grow to the peak number of concurrent attends
+    int sim_q8;        // KVQ_KV_SIM_Q8=1: int keys scored as the GPU's int8 kernel does (q8_round)
 } kvc;
 
 static kv_slot *slot_at(const kvc *c, int l, int h, int r) {
@@ -178,9 +179,11 @@ static void slot_rows(const kvc *c, const kv_slot *s, int n, float *out, float *
 
 // ---- attend and its scratch pool
 
+// grp's rows: one decoded group, or a block of queries rounded by q8_round (KVQ_KV_SIM_Q8).
+static int grp_rows(const kvc *c) { return c->gmax > ATT_ROWS ? c->gmax : ATT_ROWS; }
 static kv_scratch *scratch_new(const kvc *c) {
     const size_t n = (size_t)c->base.max_ctx, d = (size_t)c->base.head_dim;
-    const size_t floats = 2 * n * d + ATT_ROWS * n + (size_t)c->gmax * d;
+    const size_t floats = 2 * n * d + ATT_ROWS * n + (size_t)grp_rows(c) * d;
     kv_scratch *w = malloc(sizeof *w + 2 * sizeof(const uint8_t *) * n + sizeof(float) * floats);
     if (!w) return NULL;
     w->next = NULL;
@@ -209,6 +212,23 @@ static void scratch_give(kvc *c, kv_scratch *w) {
     c->pool = w;
     pthread_mutex_unlock(&c->pool_lock);
 }
+
+// q as the GPU's integer tensor-core kernel takes it for the scores of int keys (KVQ_CUDA_KV_TC_Q8,
+// kernels/cuda/kv_tc.h): rounded to int8 per query head — scale max |q| / 127 (1 for a zero q), to
+// nearest with ties to even, clamped to ±127 — the products then exact. With KVQ_KV_SIM_Q8=1 the
+// encoded int keys are scored with it (attend and attend_chunk; the window's keys keep q): kvq-verify
+// measures on the CPU what the rounding costs in KLD on any model, also on head shapes the GPU
+// kernel is not built for, and test_cuda_model holds the GPU to it (docs/KV.md).
+static void q8_round(const float *q, int d, float *qr) {
+    float m = 0.0f;
+    for (int j = 0; j < d; j++) m = fmaxf(m, fabsf(q[j]));
+    const float s = m > 0.0f ? m / 127.0f : 1.0f, inv = 1.0f / s;
+    for (int j = 0; j < d; j++) {
+        const float v = rintf(q[j] * inv);
+        qr[j] = (v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v) * s;
+    }
+}
+static int sim_q8(const kvc *c, const kv_slot *sk) { return c->sim_q8 && !strcmp(sk->codec->vt->name, "int"); }
 
 // ATT_ROWS queries at a time. Keys: scored from their records when the codec can (score, each
 // record read once for the block), the rest (window, fp16) from fp32 rows. Values: summed from
@@ -245,10 +265,16 @@ static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float
         slot_rows(c, sv, n_ctx, vv, w->grp);
         nv = 0;
     }
+    const int sim = use_score && sim_q8(c, sk);
+    float *qr = w->grp; // (grp_rows: a block of queries)
     for (int i0 = 0; i0 < n_q; i0 += ATT_ROWS) {
         const int nb = n_q - i0 < ATT_ROWS ? n_q - i0 : ATT_ROWS;
-        if (use_score && sk->xs) sk->codec->vt->xscore(sk->codec, q + (size_t)i0 * d, nb, sk->xs, ne, w->sc, n);
-        else if (use_score) sk->codec->vt->score(sk->codec, q + (size_t)i0 * d, nb, w->rec, sk->len, ne, w->sc, n);
+        const float *qs = q + (size_t)i0 * d; // the encoded keys' scores take q8_round's q
+        if (sim)
+            for (int i = 0; i < nb; i++) q8_round(q + (size_t)(i0 + i) * d, d, qr + (size_t)i * d);
+        if (sim) qs = qr;
+        if (use_score && sk->xs) sk->codec->vt->xscore(sk->codec, qs, nb, sk->xs, ne, w->sc, n);
+        else if (use_score) sk->codec->vt->score(sk->codec, qs, nb, w->rec, sk->len, ne, w->sc, n);
         for (int i = 0; i < nb; i++) {
             const float *qi = q + (size_t)(i0 + i) * d;
             float *sc = w->sc + (size_t)i * n, *oi = out + (size_t)(i0 + i) * d;
@@ -295,10 +321,20 @@ static kvq_status kvc_attend_chunk(kvq_kvcache *base, int layer, int head, const
                                 layer, head, sk->codec->vt->name, n);
     slot_rows(c, sk, n, w->kk, w->grp);
     slot_rows(c, sv, n, w->vv, w->grp);
+    const int sim = sim_q8(c, sk);
+    float *qr = w->grp; // (free again: q8_round's)
     for (int t = 0; t < T; t++)
-        for (int i = 0; i < n_q; i++)
-            kvq_attention_rows(out + (size_t)t * out_stride + (size_t)i * d, q + (size_t)t * q_stride + (size_t)i * d, w->kk,
-                               w->vv, pos + t + 1, 0, d, scale, w->sc);
+        for (int i = 0; i < n_q; i++) {
+            const float *qi = q + (size_t)t * q_stride + (size_t)i * d;
+            const int ne = sim ? (sk->n_enc < pos + t + 1 ? sk->n_enc : pos + t + 1) : 0; // the encoded keys it sees
+            if (ne) q8_round(qi, d, qr);
+            for (int u = 0; u < ne; u++) { // their scores with the rounded q (then the window's with q)
+                float a = 0.0f;
+                for (int j = 0; j < d; j++) a += qr[j] * w->kk[(size_t)u * d + j];
+                w->sc[u] = a;
+            }
+            kvq_attention_rows(out + (size_t)t * out_stride + (size_t)i * d, qi, w->kk, w->vv, pos + t + 1, ne, d, scale, w->sc);
+        }
     scratch_give(c, w);
     return KVQ_OK;
 }
@@ -372,7 +408,7 @@ static size_t kvc_held_bytes(const kvq_kvcache *base) {
     }
     pthread_mutex_lock((pthread_mutex_t *)&c->pool_lock); // (the lock is the cache's, not its contents)
     for (const kv_scratch *w = c->pool; w; w = w->next)
-        b += 2 * sizeof(const uint8_t *) * n + sizeof(float) * (2 * n * d + ATT_ROWS * n + (size_t)c->gmax * d);
+        b += 2 * sizeof(const uint8_t *) * n + sizeof(float) * (2 * n * d + ATT_ROWS * n + (size_t)grp_rows(c) * d);
     pthread_mutex_unlock((pthread_mutex_t *)&c->pool_lock);
     return b;
 }
@@ -439,6 +475,12 @@ static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int 
     c->gmax = gmax;
     // KVQ_KV_EXEC=0 (measurements, docs/KV.md): records and their score/vsum paths, no execution rows
     const int exec = !(getenv("KVQ_KV_EXEC") && !strcmp(getenv("KVQ_KV_EXEC"), "0"));
+    const char *sq8 = getenv("KVQ_KV_SIM_Q8");
+    if (sq8 && strcmp(sq8, "0") && strcmp(sq8, "1")) {
+        kvc_free(&c->base);
+        return kvq_err_set(err, KVQ_ERR_ARG, "KVQ_KV_SIM_Q8='%.16s': expected 0 or 1", sq8);
+    }
+    c->sim_q8 = sq8 && !strcmp(sq8, "1");
     for (size_t i = 0; i < (size_t)n_layers * n_kv_heads * 2; i++) {
         kv_slot *s = &c->slot[i];
         int ng = (max_ctx + s->codec->group - 1) / s->codec->group;
