@@ -1083,6 +1083,12 @@ static void test_esc16(void **state) {
             assert_int_equal(st, KVQ_OK);
             assert_int_equal(kvq_cuda_hqx_esc16(t[f]), f);
         }
+        kvq_cuda_hqx *t2 = NULL; // mode 2: 16 bits only where a row is one segment (no segment starts)
+        kvq_cuda_hqx_set_esc16(2);
+        assert_int_equal(kvq_cuda_hqx_upload(&w, &t2, &err), KVQ_OK);
+        assert_int_equal(kvq_cuda_hqx_esc16(t2), w.cols_p <= KVQ_HQX_ESC16_SEG);
+        assert_int_equal(kvq_cuda_hqx_bytes(t2), kvq_cuda_hqx_bytes(t[w.cols_p <= KVQ_HQX_ESC16_SEG]));
+        kvq_cuda_hqx_free(t2);
         kvq_cuda_hqx_set_esc16(-1);
         assert_int_equal(x.used, 1);
         if (cs[ci].chosen) assert_true(x.n_big > 0);

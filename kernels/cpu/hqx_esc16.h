@@ -119,11 +119,18 @@ KVQ_HQ_HD static inline uint32_t kvq_hqx_esc16_get(const uint16_t *e16, const ui
     const uint32_t v = KVQ_HQX_ESC16_LD(e16 + e);
     const uint32_t r0 = (uint32_t)row * (uint32_t)s1; // rows · s1 < 2^32 (kvq_hqx_esc16_build)
     uint32_t hi = 0;
+    // s1 is the tensor's (uniform across a warp): a row of one segment (every cols_p ≤ 4096) skips the
+    // loop, and a wider one stops at its own count — not 7 predicated loads and compares an escape
+    // (session 21: KVQ_CUDA_ESC16=2, one-segment tensors only, still decoded the 8B 0.87× as fast)
+    if (s1 > 0) {
 #ifdef __CUDACC__
 #pragma unroll
 #endif
-    for (int k = 0; k < KVQ_HQX_ESC16_MAX_SEG - 1; k++)
-        if (k < s1) hi += e >= KVQ_HQX_ESC16_LD(seg + r0 + k);
+        for (int k = 0; k < KVQ_HQX_ESC16_MAX_SEG - 1; k++) {
+            if (k >= s1) break;
+            hi += e >= KVQ_HQX_ESC16_LD(seg + r0 + k);
+        }
+    }
     const uint32_t w = kvq_hqx_esc16_wide(v, hi);
     return w ? w : kvq_hqx_esc16_big(big, n_big, e);
 }

@@ -26,10 +26,11 @@ void kvq_cuda_hqx_free(kvq_cuda_hqx *t); // NULL is a no-op
 size_t kvq_cuda_hqx_bytes(const kvq_cuda_hqx *t);
 /** Escapes of tensors uploaded from now on: 1 in 16 bits where kvq_hqx_esc16_build takes them
  *  (kernels/cpu/hqx_esc16.h: 16-bit entries and per-row segment starts; issue 12: 4096×14336
- *  E8 4.0 at width 4 holds 2 bytes less per escape), 0 the packer's 32-bit entries; -1: the
- *  environment's (KVQ_CUDA_ESC16=1), else 0 — the 8B shape at width 4 decodes 0.83–0.86× as fast
- *  in 16 bits (H100, session 20; docs/RESULTS.md). The same bits either way (kvq_hqx_esc_at). */
-void kvq_cuda_hqx_set_esc16(int on);
+ *  E8 4.0 at width 4 holds 2 bytes less per escape), 2 in 16 bits only in tensors whose rows are
+ *  one segment (cols_p ≤ KVQ_HQX_ESC16_SEG: no segment starts), 0 the packer's 32-bit entries; -1:
+ *  the environment's (KVQ_CUDA_ESC16=0|1|2), else 0 — the 8B shape at width 4 decodes 0.83–0.86× as
+ *  fast with 1 (H100, session 20; docs/RESULTS.md). The same bits either way (kvq_hqx_esc_at). */
+void kvq_cuda_hqx_set_esc16(int mode);
 /** Whether t holds its escapes in the 16-bit form (tests). */
 int kvq_cuda_hqx_esc16(const kvq_cuda_hqx *t);
 /** Launches y = W·x on the default stream: d_x (cols floats) and d_y (rows floats) are

@@ -122,16 +122,21 @@ template <typename T> static kvq_status up(T **dst, const T *src, size_t n, size
     return KVQ_OK;
 }
 
-// KVQ_CUDA_ESC16=1: the escapes in 16 bits on the device where kvq_hqx_esc16_build takes them; default the packer's
-// 32-bit entries — the 16-bit form holds 5.3 % fewer bytes at width 4 on the 8B shape (5273.7 -> 4994.1 MB; lm_head
-// packed 4540.9 -> 4240.2 MB, 0.2825x bf16) but decodes 0.83-0.86x as fast (H100, session 20 calls C and E, same text)
+// KVQ_CUDA_ESC16: the escapes' form on the device. 0 (the default) the packer's 32-bit entries; 1 16 bits where
+// kvq_hqx_esc16_build takes the tensor — 5.3 % fewer bytes at width 4 on the 8B shape (5273.7 -> 4994.1 MB; lm_head
+// packed 4540.9 -> 4240.2 MB, 0.2825x bf16) but 0.83-0.86x the decode speed (H100, session 20 calls C and E, same
+// text); 2 (session 21) 16 bits only where a row is one segment (cols_p <= KVQ_HQX_ESC16_SEG: no segment starts to
+// read; on Llama shapes every product but the FFN's down), the 32-bit entries elsewhere. Read as the backend checks
+// it (backend_cuda.c, env_count 0..2): a decimal number, anything else 0.
 static int g_esc16 = -1;
-extern "C" void kvq_cuda_hqx_set_esc16(int on) {
-    if (on < 0) {
+extern "C" void kvq_cuda_hqx_set_esc16(int mode) {
+    if (mode < 0) {
         const char *e = getenv("KVQ_CUDA_ESC16");
-        on = e && *e == '1';
+        char *end = NULL;
+        const long v = e && *e ? strtol(e, &end, 10) : 0;
+        mode = e && *e && !*end && v >= 0 && v <= 2 ? (int)v : 0;
     }
-    g_esc16 = on ? 1 : 0;
+    g_esc16 = mode > 2 ? 1 : mode;
 }
 extern "C" int kvq_cuda_hqx_esc16(const kvq_cuda_hqx *t) { return t && t->esc16; }
 
@@ -166,7 +171,7 @@ extern "C" kvq_status kvq_cuda_hqx_upload(const kvq_hqx *w, kvq_cuda_hqx **out, 
     // the escapes in 16 bits where kvq_hqx_esc16_build takes the tensor, else the packer's entries
     if (g_esc16 < 0) kvq_cuda_hqx_set_esc16(-1);
     kvq_hqx_esc16 x = {0};
-    if (!s && g_esc16) s = kvq_hqx_esc16_build(w, &x, err);
+    if (!s && (g_esc16 == 1 || (g_esc16 == 2 && w->cols_p <= KVQ_HQX_ESC16_SEG))) s = kvq_hqx_esc16_build(w, &x, err);
     if (!s && x.used) {
         s = up(&t->esc16, x.e16, (size_t)x.n, &b, err);
         if (!s) s = up(&t->esc_seg, x.seg, (size_t)x.rows * (size_t)x.s1, &b, err);

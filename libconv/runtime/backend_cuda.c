@@ -1319,12 +1319,12 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->kv_rows = KV_ROWS;
     // read by the kernel libraries themselves (attention.cu, kv_attn.cu, hqx_gemv1.cu); checked here, where a
     // value they would quietly replace by their default is refused (issues 12, 20)
-    int cmin = 0, cfl = 0, epf = 0;
+    int cmin = 0, cfl = 0, epf = 0, esc16 = 0;
     if ((s = env_count("KVQ_CUDA_KV_ROWS", 0, 4096, "group size (0 = off, 1..4096)", &g->kv_rows, err)) ||
         (s = env_count("KVQ_CUDA_ATTN_CMIN", 0, 1 << 30, "position count (0 = 16 splits, 1..1073741824)", &cmin, err)) ||
         (s = env_count("KVQ_CUDA_KV_CFLOOR", 0, 1024, "chunk floor (0 = none, a multiple of 32 up to 1024)", &cfl, err)) ||
         (s = env_count("KVQ_CUDA_ESC_PF", 0, 2, "mode (0 off, 1 prefetch, 2 batched row end)", &epf, err)) ||
-        (s = env_switch("KVQ_CUDA_ESC16", "form (0 32-bit escapes, 1 16-bit)", err)) ||
+        (s = env_count("KVQ_CUDA_ESC16", 0, 2, "form (0 32-bit escapes, 1 16-bit, 2 16-bit in one-segment rows)", &esc16, err)) ||
         (s = env_switch("KVQ_CUDA_KV_TC_Q8", "switch (0 fp16 scores, 1 int8 scores)", err)) ||
         (s = env_switch("KVQ_CUDA_KV_TC_LEAN", "switch (0 off, 1 the lean kernels)", err)) ||
         (s = env_count("KVQ_CUDA_TC_MIN", 1, 1 << 20, "token count (1..1048576)", &g->tc_min, err)) ||
