@@ -1684,7 +1684,8 @@ static void test_attend_tc_q8(void **state) {
     assert_int_equal(kvq_cuda_malloc(&dout, sizeof(float) * NO, &err), KVQ_OK);
     float *K = malloc(sizeof(float) * B * NKV * CAP * D), *V = malloc(sizeof(float) * B * NKV * CAP * D), *q = malloc(sizeof(float) * NO);
     float *outs = malloc(sizeof(float) * NO * NRUN), *f16 = malloc(sizeof(float) * NO), *out = malloc(sizeof(float) * NO);
-    double *ref = malloc(sizeof(double) * NO), worst = 0, worst16 = 0;
+    double *ref = malloc(sizeof(double) * NO), *ref8 = malloc(sizeof(double) * NO), worst = 0, worst16 = 0, worst8 = 0;
+    float *qd = malloc(sizeof(float) * NO);
     const char *specs[] = {"int:2", "int:4"};
     const int runs[NRUN][2] = {{2, 0}, {1, 0}, {2, 3}, {2, 4}}; // (variant, stages); run 0 the reference of the others
     int n_cmp = 0, n_diff = 0, n_f16 = 0, n_same16 = 0;
@@ -1699,7 +1700,23 @@ static void test_attend_tc_q8(void **state) {
             build_side(specs[si], 0, B, NKV, T, CAP, K, &ks);
             build_side(specs[si], 1, B, NKV, T, CAP, V, &vs);
             ref_attend(q, ks.dec, vs.dec, B, NKV, T, scale, ref);
+            for (size_t r = 0; r < NO / D; r++) { // q as the kernel takes it, int8 per query head: what it computes
+                float m = 0.0f;
+                for (int i = 0; i < D; i++) m = fmaxf(m, fabsf(q[r * D + i]));
+                const float sq = m > 0.0f ? m / 127.0f : 1.0f, inv = 1.0f / sq;
+                for (int i = 0; i < D; i++) qd[r * D + i] = sq * (float)kvq_tc_q8_round(q[r * D + i], inv);
+            }
+            ref_attend(qd, ks.dec, vs.dec, B, NKV, T, scale, ref8);
             kvq_gkv_cache c = {ks.s, vs.s, B, NKV, H, D, CAP, T, T, T, NULL, NULL, 0};
+            if (si == 0 && ti == 0 && !getenv("KVQ_CUDA_KV_TC_Q8")) { // the default: fp16 scores; the environment's 1 turns int8 on
+                kvq_gkv_set_tc(-1), kvq_gkv_set_tc_pipe(-1), kvq_gkv_set_tc_lean(-1), kvq_gkv_set_tc_q8(-1);
+                assert_int_equal(kvq_gkv_tc_q8(&c), 0);
+                setenv("KVQ_CUDA_KV_TC_Q8", "1", 1);
+                kvq_gkv_set_tc_q8(-1);
+                assert_int_equal(kvq_gkv_tc_q8(&c), 1);
+                unsetenv("KVQ_CUDA_KV_TC_Q8");
+                kvq_gkv_set_tc_q8(-1);
+            }
             kvq_gkv_set_tc(2), kvq_gkv_set_tc_pipe(0), kvq_gkv_set_tc_lean(1), kvq_gkv_set_tc_q8(0);
             assert_int_equal(kvq_gkv_tc_q8(&c), 0);
             kvq_gkv_set_tc_q8(1);
@@ -1730,6 +1747,10 @@ static void test_attend_tc_q8(void **state) {
                         continue;
                     }
                     if (e > worst) worst = e;
+                    const double e8 = nmse(o, ref8, NO); // against the rounded q: only the fp16 p and values remain
+                    if (e8 > worst8) worst8 = e8;
+                    if (!(e8 <= 1e-5)) fprintf(stderr, "test_cuda_kv: attend %s T %d chunk %d Q8: NMSE %.2e vs the CPU given the rounded q\n", specs[si], T, ch, e8);
+                    assert_true(e8 <= 1e-5);
                     const int same = !memcmp(o, outs, sizeof(float) * NO), same16 = !memcmp(o, f16, sizeof(float) * NO);
                     if (ri > 0) n_cmp++, n_diff += !same;
                     if (T > 1) n_f16++, n_same16 += same16;
@@ -1748,14 +1769,15 @@ static void test_attend_tc_q8(void **state) {
             free_side(&ks);
             free_side(&vs);
         }
-    fprintf(stderr, "test_cuda_kv: Q8 tensor-core scores: worst NMSE vs CPU %.2e (the fp16 kernel's %.2e); %d of %d runs differ from variant 2's; "
-            "%d of %d bit-equal to the fp16 kernel's: %s\n", worst, worst16, n_diff, n_cmp, n_same16, n_f16, n_diff || n_same16 ? "FAIL" : "PASS");
+    fprintf(stderr, "test_cuda_kv: Q8 tensor-core scores: worst NMSE vs CPU %.2e (the fp16 kernel's %.2e; vs the CPU given the rounded q "
+            "%.2e); %d of %d runs differ from variant 2's; %d of %d bit-equal to the fp16 kernel's: %s\n", worst, worst16, worst8, n_diff, n_cmp,
+            n_same16, n_f16, n_diff || n_same16 ? "FAIL" : "PASS");
     kvq_gkv_set_tc(-1), kvq_gkv_set_tc_pipe(-1), kvq_gkv_set_tc_lean(-1), kvq_gkv_set_tc_q8(-1);
     assert_int_equal(n_diff, 0);
     assert_int_equal(n_same16, 0);
     assert_true(n_cmp > 0);
     kvq_cuda_free(dq), kvq_cuda_free(dout);
-    free(K), free(V), free(q), free(outs), free(f16), free(out), free(ref);
+    free(K), free(V), free(q), free(outs), free(f16), free(out), free(ref), free(ref8), free(qd);
 }
 
 // The cp.async-pipelined tensor-core kernels (kvq_gkv_set_tc_pipe 3 and 4 stages) against the
@@ -1806,7 +1828,7 @@ static void test_attend_tc_pipe(void **state) {
                 const int ch = chunks[ci];
                 void *scr;
                 assert_int_equal(kvq_cuda_malloc(&scr, kvq_gkv_scratch_bytes(&c, ch), &err), KVQ_OK);
-                // variant 2 and the default (3: variant 2 for 4-bit keys, 1 for 2-bit), register prefetch; then 3 and 4 stages
+                // variant 2 and the default (3: variant 2 for KIVI 4-bit keys, 1 for the rest; bit-equal), register prefetch; then 3 and 4 stages
                 const int runs[][2] = {{2, 0}, {3, 0}, {2, 3}, {2, 4}, {1, 3}};
                 for (int ri = 0; ri < 5; ri++) {
                     kvq_gkv_set_tc(runs[ri][0]);
@@ -1818,9 +1840,12 @@ static void test_attend_tc_pipe(void **state) {
                     if (st) fprintf(stderr, "attend: %s\n", err.msg);
                     assert_int_equal(st, KVQ_OK);
                     assert_int_equal(kvq_cuda_copy(ri == 0 ? base : ri == 1 ? dflt : out, dout, sizeof(float) * NO, 0, &err), KVQ_OK);
+                    if (ri == 1 && !(nmse(dflt, ref, NO) <= 1e-4)) fail_msg("attend %s T %d chunk %d: the default's NMSE vs CPU %.3g", specs[si], T, ch, nmse(dflt, ref, NO));
                     if (ri < 2) continue;
                     const double e = nmse(out, ref, NO);
-                    const int same = !memcmp(out, base, sizeof(float) * NO) && !memcmp(out, dflt, sizeof(float) * NO);
+                    // the default is variant 1 for int:4 since session 21: its one mma chain sums in another order
+                    // than variant 2's two (within the NMSE bound, not bit for bit); for the others it is variant 2's bits
+                    const int same = !memcmp(out, base, sizeof(float) * NO) && (si == 1 || !memcmp(out, dflt, sizeof(float) * NO));
                     n_cmp++, n_diff += !same;
                     if (e > worst) worst = e;
                     if (!same || e > 1e-4 || ci == 3)

@@ -66,6 +66,14 @@ __device__ __forceinline__ float kvq_hqx_tile_scale(const Dev &d, int64_t t) { r
 __device__ __forceinline__ uint32_t kvq_hqx_esc_at(const Dev &d, int64_t row, uint32_t e) {
     return d.esc16 ? kvq_hqx_esc16_get(d.esc16, d.esc_seg, d.esc_s1, d.esc_big, d.esc_nbig, row, e) : __ldg(d.esc + e);
 }
+/** kvq_hqx_esc_at in two halves for a batch of entries: every load (kvq_hqx_esc_raw) before any
+ *  decode (kvq_hqx_esc_of: the raw word of entry e of row `row` as kvq_hqx_esc_at's entry). */
+__device__ __forceinline__ uint32_t kvq_hqx_esc_raw(const Dev &d, uint32_t e) {
+    return d.esc16 ? (uint32_t)__ldg(d.esc16 + e) : __ldg(d.esc + e);
+}
+__device__ __forceinline__ uint32_t kvq_hqx_esc_of(const Dev &d, int64_t row, uint32_t e, uint32_t raw) {
+    return d.esc16 ? kvq_hqx_esc16_dec(raw, d.esc_seg, d.esc_s1, d.esc_big, d.esc_nbig, row, e) : raw;
+}
 
 /** Coordinate i of tile column j rotated as the CPU rotates it: sign flip, the Walsh–Hadamard
  *  butterfly in shared memory s (T floats) in the CPU's order (stride 1, 2, 4, ...), √3 on A2's

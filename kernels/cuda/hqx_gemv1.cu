@@ -566,7 +566,10 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
                 for (; e < e1; e += 32 * B) {
                     uint32_t en[B], sv[B];
 #pragma unroll
-                    for (int b = 0; b < B; b++) en[b] = e + 32 * b < e1 ? kvq_hqx_esc_at(d, ur, e + 32 * b) : 0u;
+                    for (int b = 0; b < B; b++) en[b] = e + 32 * b < e1 ? kvq_hqx_esc_raw(d, e + 32 * b) : 0u;
+#pragma unroll
+                    for (int b = 0; b < B; b++) // (decoded after all the loads: kvq_hqx_esc_of)
+                        if (e + 32 * b < e1) en[b] = kvq_hqx_esc_of(d, ur, e + 32 * b, en[b]);
 #pragma unroll
                     for (int b = 0; b < B; b++) {
                         const size_t tix = (size_t)ur * tiles + (kvq_hqx_esc_col(en[b]) >> tsh);

@@ -279,7 +279,10 @@ extern "C" void kvq_gkv_set_tc_lean(int on) { g_lean = on < 0 ? -1 : on != 0; }
 // tc/tc2 6-9 %, int:2 tc 9-11 % faster at 32k/128k; int:2 pipe4, not a default, 9 % slower at 32k; docs/RESULTS.md).
 static int tc_lean(void) { return on_unless_0(&g_lean, "KVQ_CUDA_KV_TC_LEAN"); }
 // int:2 / int:4 scores on integer tensor cores (int8 q, u8 codes, mma.m16n8k32; session 20, helper i20v):
-// g_tq8, or KVQ_CUDA_KV_TC_Q8=1 (read once); default 0. With the lean kernels only (tc_lean).
+// g_tq8, or KVQ_CUDA_KV_TC_Q8=1 (read once); default 0: 0.83-0.85x the fp16 scores' time at 32k/128k (H100,
+// session 21 call B), but q's rounding costs KLD on a real model — SmolLM2-135M int:4 0.2963 -> 0.3030 (+2.3 %,
+// top-1 -1.1 points), kvq-small-qwen3 +0.5 % (within its error), measured on the CPU with KVQ_KV_SIM_Q8, which
+// the kernel matches (test_attend_tc_q8; docs/KV.md). With the lean kernels only (tc_lean).
 static int g_tq8 = -1;
 extern "C" void kvq_gkv_set_tc_q8(int on) { g_tq8 = on < 0 ? -1 : on != 0; }
 static int tc_q8(const kvq_gkv_cache *c) {
@@ -290,10 +293,11 @@ static int tc_q8(const kvq_gkv_cache *c) {
     return g_tq8 && c->k.kind == KVQ_GKV_INT && tc_lean();
 }
 // The tensor-core kernel for the packed chunks of this cache, when on and built for its kinds;
-// NULL otherwise. g_tc: 0 off, 1 or 2 that variant, 3 (the default since the H100 run of
-// 2026-11-26, docs/RESULTS.md) the faster variant per width there: two tiles in flight (2) for
-// int/KIVI 4-bit keys, one (1) for 2-bit and for TurboQuant/qturbo at both widths (faster there at
-// 32k and 128k, session 14); KVQ_CUDA_KV_TC=0|1|2 in the environment overrides. With
+// NULL otherwise. g_tc: 0 off, 1 or 2 that variant, 3 (the default) the faster variant per kind:
+// two tiles in flight (2) for KIVI 4-bit keys (session 14), one (1) for KIVI 2-bit, TurboQuant/qturbo
+// and, since session 21, int keys at both widths (H100 call A, int:4 at 32k / 128k: variant 1 0.0255 /
+// 0.0769 ms against 0.0260 / 0.0834 with fp16 scores, 0.0207 / 0.0659 against 0.0217 / 0.0732 with
+// int8 scores; the same within NMSE, not bit for bit at 4 bits); KVQ_CUDA_KV_TC=0|1|2 in the environment overrides. With
 // tc_stages 3 or 4 the pipelined kernel replaces variants 1/2 (same results, bit for bit).
 static const void *tc_kernel(const kvq_gkv_cache *c) {
     if (!shape84(c)) return NULL; // the tensor-core kernels are built for (128, 4) only
@@ -301,7 +305,7 @@ static const void *tc_kernel(const kvq_gkv_cache *c) {
         const char *e = getenv("KVQ_CUDA_KV_TC");
         g_tc = e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2")) ? *e - '0' : 3;
     }
-    const int v = g_tc == 3 ? (c->k.bits == 4 && c->k.kind != KVQ_GKV_TURBO && c->k.kind != KVQ_GKV_TPROD ? 2 : 1) : g_tc;
+    const int v = g_tc == 3 ? (c->k.bits == 4 && c->k.kind == KVQ_GKV_KIVI ? 2 : 1) : g_tc;
     if (c->k.kind == KVQ_GKV_TURBO && !tc_turbo()) return NULL; // (and qturbo: the same kind)
     if (c->k.kind == KVQ_GKV_TPROD && !tc_tprod()) return NULL;
     if (oct_keys(c)) return tc_oct_kernel(c, g_tc == 3 ? 1 : g_tc);

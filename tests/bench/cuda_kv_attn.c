@@ -28,7 +28,7 @@
 // kernel's lean instantiation (kvq_gkv_set_tc_lean(1): fewer instructions a tile, bit-identical outputs);
 // the rows without it follow KVQ_CUDA_KV_TC_LEAN (default 1 since session 15). "… i8" (session 20, helper i20v): int
 // keys scored on integer tensor cores (kvq_gkv_set_tc_q8(1): q in int8 per query head, u8 codes, mma.m16n8k32;
-// lean kernels), the other rows following KVQ_CUDA_KV_TC_Q8 (default 0).
+// lean kernels), the other rows with fp16 scores (kvq_gkv_set_tc_q8(0), the default).
 // "hqmq:…:med<C>" (session 16): HQMQ with outliers (KVQ_GKV_HQMQO), its rows as hqmqo_image lays them
 // out (1 chunk in 20 an outlier read from the region's pool); compare with the plain "hqmq:…" row of
 // the same S and b_r (CUDA_KV_ONLY="hqmq:s96:r4:med3" runs both: the match is by substring).
@@ -298,7 +298,7 @@ int main(int argc, char **argv) {
                 kvq_gkv_set_tprod_pre(strstr(cfg[ci].name, " blk") ? 0 : -1); // its prelude in every block, or KVQ_CUDA_KV_TPROD_PRE
                 kvq_gkv_set_turbo_pre(strstr(cfg[ci].name, " blk") ? 0 : -1); // TurboQuant's likewise, or KVQ_CUDA_KV_TURBO_PRE
                 kvq_gkv_set_tc_lean(strstr(cfg[ci].name, " lean") ? 1 : -1); // the others: KVQ_CUDA_KV_TC_LEAN (default 1)
-                kvq_gkv_set_tc_q8(strstr(cfg[ci].name, " i8") ? 1 : -1);     // the others: KVQ_CUDA_KV_TC_Q8 (default 0)
+                kvq_gkv_set_tc_q8(strstr(cfg[ci].name, " i8") ? 1 : 0);      // the others: fp16 scores
                 const int chunk = kvq_gkv_auto_chunk(&c);
                 if (R > 0) { // prefill rows: batch 1, one copy
                     if (B == 1 && R <= T) {
