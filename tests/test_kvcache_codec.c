@@ -292,8 +292,14 @@ static kvq_kvcache *chunk_cache(const char *spec, int window, const char *sim, i
     fill(c, 0, T);
     return c;
 }
+enum { SIM_P = 50, SIM_N = T - SIM_P }; // test_sim_q8's chunk: the last SIM_N tokens
+// attend_chunk of the chunk (ch) or attend of its first token's queries over all T positions, into y
+static void sim_attend(kvq_kvcache *c, int ch, int l, int h, const float *q, float sc, float *y) {
+    if (ch) assert_int_equal(c->ops->attend_chunk(c, l, h, q, NQ * D, NQ, SIM_N, SIM_P, sc, y, NQ * D), KVQ_OK);
+    else assert_int_equal(c->ops->attend(c, l, h, q, NQ, T, sc, y), KVQ_OK);
+}
 static void test_sim_q8(void **st) {
-    enum { P = 50, N = T - P }; // a chunk of the last N tokens
+    enum { P = SIM_P, N = SIM_N };
     float q[N * NQ * D], qr[N * NQ * D], y0[N * NQ * D], y1[N * NQ * D], yr[N * NQ * D];
     gauss(q, sizeof q / sizeof *q, 5);
     for (int i = 0; i < N * NQ; i++) { // one large channel a head (as real queries have): coarse steps for the rest
@@ -303,48 +309,32 @@ static void test_sim_q8(void **st) {
         for (int j = 0; j < D; j++) qr[(size_t)i * D + j] = rintf(x[j] * 127.0f / m) * (m / 127.0f);
     }
     const float sc = 1 / sqrtf(D);
-    for (int w = 0; w < 2; w++) {
-        kvq_kvcache *a = chunk_cache("int:4", w ? 8 : 0, "0", 1), *b = chunk_cache("int:4", w ? 8 : 0, "1", 1);
-        double e01 = 0, er = 0, n0 = 0;
-        for (int l = 0; l < L; l++)
-            for (int h = 0; h < H; h++) {
-                assert_int_equal(a->ops->attend_chunk(a, l, h, q, NQ * D, NQ, N, P, sc, y0, NQ * D), KVQ_OK);
-                assert_int_equal(b->ops->attend_chunk(b, l, h, q, NQ * D, NQ, N, P, sc, y1, NQ * D), KVQ_OK);
-                assert_int_equal(a->ops->attend_chunk(a, l, h, qr, NQ * D, NQ, N, P, sc, yr, NQ * D), KVQ_OK);
-                for (int i = 0; i < N * NQ * D; i++)
-                    e01 += (y1[i] - y0[i]) * (y1[i] - y0[i]), er += (y1[i] - yr[i]) * (y1[i] - yr[i]), n0 += y0[i] * y0[i];
-            }
-        e01 /= n0, er /= n0;
-        if (!(e01 > 1e-9 && e01 < 1e-3)) fail_msg("window %d: rounded q moved the output by NMSE %.3g (want (1e-9, 1e-3))", w ? 8 : 0, e01);
-        if (!w && !(er < 1e-10)) fail_msg("no window: NMSE %.3g against the plain cache given rounded q (want < 1e-10)", er);
-        if (w && !(er > 1e-9)) fail_msg("window 8: the window's keys took the rounded q too (NMSE %.3g)", er);
-        a->ops->free(a), b->ops->free(b);
-    }
+    // kvq-verify's cache (attend_chunk: the chunk's N tokens) and kvq-run's (attend: the keys scored from their
+    // execution rows, 8 queries a block, the first token's NQ queries over all T positions)
+    for (int ch = 1; ch >= 0; ch--)
+        for (int w = 0; w < 2; w++) {
+            kvq_kvcache *a = chunk_cache("int:4", w ? 8 : 0, "0", ch), *b = chunk_cache("int:4", w ? 8 : 0, "1", ch);
+            const int n = ch ? N * NQ * D : NQ * D;
+            double e01 = 0, er = 0, n0 = 0;
+            for (int l = 0; l < L; l++)
+                for (int h = 0; h < H; h++) {
+                    sim_attend(a, ch, l, h, q, sc, y0), sim_attend(b, ch, l, h, q, sc, y1), sim_attend(a, ch, l, h, qr, sc, yr);
+                    for (int i = 0; i < n; i++)
+                        e01 += (y1[i] - y0[i]) * (y1[i] - y0[i]), er += (y1[i] - yr[i]) * (y1[i] - yr[i]), n0 += y0[i] * y0[i];
+                }
+            e01 /= n0, er /= n0;
+            const char *path = ch ? "attend_chunk" : "attend";
+            if (!(e01 > 1e-9 && e01 < 1e-3)) fail_msg("%s, window %d: rounded q moved the output by NMSE %.3g (want (1e-9, 1e-3))", path, w ? 8 : 0, e01);
+            if (!w && !(er < 1e-10)) fail_msg("%s, no window: NMSE %.3g against the plain cache given rounded q (want < 1e-10)", path, er);
+            if (w && !(er > 1e-9)) fail_msg("%s, window 8: the window's keys took the rounded q too (NMSE %.3g)", path, er);
+            a->ops->free(a), b->ops->free(b);
+        }
     kvq_kvcache *a = chunk_cache("kivi:4", 0, "0", 1), *b = chunk_cache("kivi:4", 0, "1", 1);
     for (int l = 0; l < L; l++) {
-        assert_int_equal(a->ops->attend_chunk(a, l, 1, q, NQ * D, NQ, N, P, sc, y0, NQ * D), KVQ_OK);
-        assert_int_equal(b->ops->attend_chunk(b, l, 1, q, NQ * D, NQ, N, P, sc, y1, NQ * D), KVQ_OK);
+        sim_attend(a, 1, l, 1, q, sc, y0), sim_attend(b, 1, l, 1, q, sc, y1);
         assert_memory_equal(y0, y1, sizeof y0);
     }
     a->ops->free(a), b->ops->free(b);
-    // kvq-run's cache (attend: the keys scored from their execution rows, 8 queries a block): the same
-    for (int w = 0; w < 2; w++) {
-        a = chunk_cache("int:4", w ? 8 : 0, "0", 0), b = chunk_cache("int:4", w ? 8 : 0, "1", 0);
-        double e01 = 0, er = 0, n0 = 0;
-        for (int l = 0; l < L; l++)
-            for (int h = 0; h < H; h++) {
-                assert_int_equal(a->ops->attend(a, l, h, q, NQ, T, sc, y0), KVQ_OK);
-                assert_int_equal(b->ops->attend(b, l, h, q, NQ, T, sc, y1), KVQ_OK);
-                assert_int_equal(a->ops->attend(a, l, h, qr, NQ, T, sc, yr), KVQ_OK);
-                for (int i = 0; i < NQ * D; i++)
-                    e01 += (y1[i] - y0[i]) * (y1[i] - y0[i]), er += (y1[i] - yr[i]) * (y1[i] - yr[i]), n0 += y0[i] * y0[i];
-            }
-        e01 /= n0, er /= n0;
-        if (!(e01 > 1e-9 && e01 < 1e-3)) fail_msg("attend, window %d: rounded q moved the output by NMSE %.3g", w ? 8 : 0, e01);
-        if (!w && !(er < 1e-10)) fail_msg("attend, no window: NMSE %.3g against the plain cache given rounded q", er);
-        if (w && !(er > 1e-9)) fail_msg("attend, window 8: the window's keys took the rounded q too (NMSE %.3g)", er);
-        a->ops->free(a), b->ops->free(b);
-    }
     const char *bad[] = {"yes", "01", "1 ", ""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         kvq_kvcache *c = NULL;
