@@ -98,6 +98,23 @@ static void check_same(const kvq_hqx *w, const kvq_hqx_esc16 *x) {
                 fail_msg("row %lld entry %u: 0x%08x, want 0x%08x (col %u delta %d)", (long long)r, e, got, w->esc[e],
                          kvq_hqx_esc_col(w->esc[e]), kvq_hqx_esc_delta(w->esc[e]));
         }
+        // the one-token kernel's batches (hqx_gemv1.cu) decode (col, delta) from the entry itself and
+        // take a big entry's delta from the row's run of big pairs, which starts where
+        // kvq_hqx_esc16_lower puts the row's first big entry: the same, sequentially
+        uint32_t bnext = UINT32_MAX;
+        for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) {
+            const uint32_t v = x->e16[e];
+            const uint32_t col = kvq_hqx_esc16_hi(x->seg, x->s1, r, e) << KVQ_HQX_ESC16_SEG_BITS | (v & (KVQ_HQX_ESC16_SEG - 1));
+            int32_t dl = kvq_hqx_esc16_dcode(v);
+            if (!dl) {
+                if (bnext == UINT32_MAX) bnext = kvq_hqx_esc16_lower(x->big, (uint32_t)x->n_big, e);
+                assert_true(bnext < (uint32_t)x->n_big);
+                dl = kvq_hqx_esc_delta(x->big[2 * bnext++ + 1]);
+            }
+            if (col != kvq_hqx_esc_col(w->esc[e]) || dl != kvq_hqx_esc_delta(w->esc[e]))
+                fail_msg("row %lld entry %u counted: col %u delta %d, want col %u delta %d", (long long)r, e, col, dl,
+                         kvq_hqx_esc_col(w->esc[e]), kvq_hqx_esc_delta(w->esc[e]));
+        }
         for (int s = 1; s <= x->s1; s++) {
             uint32_t want = w->esc_row[r + 1];
             for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++)

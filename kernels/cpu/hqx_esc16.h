@@ -95,31 +95,31 @@ KVQ_HQ_HD static inline uint16_t kvq_hqx_esc16_pack(uint32_t col, int32_t delta)
     if (delta < -8 || delta > 7 || delta == 0) return (uint16_t)(col & (KVQ_HQX_ESC16_SEG - 1));
     return (uint16_t)((col & (KVQ_HQX_ESC16_SEG - 1)) | (((uint32_t)delta & 15u) << KVQ_HQX_ESC16_SEG_BITS));
 }
+/** The delta of 16-bit entry v: dcode sign-extended, 0 when the entry is big. */
+KVQ_HQ_HD static inline int32_t kvq_hqx_esc16_dcode(uint32_t v) { return (int32_t)(v << 16) >> (16 + KVQ_HQX_ESC16_SEG_BITS); }
 /** The packer's 32-bit entry of 16-bit entry v in segment hi, or 0 when v's dcode is 0 (big). */
 KVQ_HQ_HD static inline uint32_t kvq_hqx_esc16_wide(uint32_t v, uint32_t hi) {
-    const int32_t d = (int32_t)(v << 16) >> (16 + KVQ_HQX_ESC16_SEG_BITS); // dcode, sign-extended
+    const int32_t d = kvq_hqx_esc16_dcode(v);
     return d ? kvq_hqx_esc_pack((hi << KVQ_HQX_ESC16_SEG_BITS) | (v & (KVQ_HQX_ESC16_SEG - 1)), d) : 0u;
 }
-/** The 32-bit entry of big entry e: the first pair whose index is not below e (exact arrays
- *  hold e itself; n_big ≥ 1, since e16[e] says e is big). */
-KVQ_HQX_ESC16_COLD uint32_t kvq_hqx_esc16_big(const uint32_t *big, uint32_t n_big, uint32_t e) {
-    uint32_t lo = 0, hi = n_big - 1;
+/** The index of the first big pair whose entry index is not below e (n_big when none; the GPU's
+ *  one-token kernel finds a row's first big pair with it, then counts: hqx_gemv1.cu). */
+KVQ_HQX_ESC16_COLD uint32_t kvq_hqx_esc16_lower(const uint32_t *big, uint32_t n_big, uint32_t e) {
+    uint32_t lo = 0, hi = n_big;
     while (lo < hi) {
         const uint32_t mid = lo + (hi - lo) / 2;
         if (KVQ_HQX_ESC16_LD(big + 2 * mid) < e) lo = mid + 1;
         else hi = mid;
     }
-    return KVQ_HQX_ESC16_LD(big + 2 * lo + 1);
+    return lo;
 }
-/** Escape e of row `row` as the packer's 32-bit entry (col | delta << 20), from the 16-bit form
- *  (s1, n_big: kvq_hqx_esc16's): the one accessor every GPU reader of escapes uses (hqx_dev.cuh's
- *  kvq_hqx_esc_at). */
-/** kvq_hqx_esc16_get after its load: v the 16-bit entry e16[e]. Apart so that a reader can issue a
- *  batch's loads before the first decode — the rare big path is a call, and the compiler moves no
- *  later load above it (session 21 call E: the one-segment 14336×4096 product stalled on each
- *  entry's load in turn, 7.8 + 6.5 + 2.8 % of its samples in three such chains). */
-KVQ_HQ_HD static inline uint32_t kvq_hqx_esc16_dec(uint32_t v, const uint32_t *seg, int s1, const uint32_t *big,
-                                                   uint32_t n_big, int64_t row, uint32_t e) {
+/** The 32-bit entry of big entry e: the first pair whose index is not below e (exact arrays
+ *  hold e itself; n_big ≥ 1, since e16[e] says e is big). */
+KVQ_HQX_ESC16_COLD uint32_t kvq_hqx_esc16_big(const uint32_t *big, uint32_t n_big, uint32_t e) {
+    return KVQ_HQX_ESC16_LD(big + 2 * kvq_hqx_esc16_lower(big, n_big, e) + 1);
+}
+/** The segment of entry e of row `row` (its columns' high bits: col = 4096·hi + (e16[e] & 4095)). */
+KVQ_HQ_HD static inline uint32_t kvq_hqx_esc16_hi(const uint32_t *seg, int s1, int64_t row, uint32_t e) {
     const uint32_t r0 = (uint32_t)row * (uint32_t)s1; // rows · s1 < 2^32 (kvq_hqx_esc16_build)
     uint32_t hi = 0;
     // s1 is the tensor's (uniform across a warp): a row of one segment (every cols_p ≤ 4096) skips the
@@ -134,9 +134,21 @@ KVQ_HQ_HD static inline uint32_t kvq_hqx_esc16_dec(uint32_t v, const uint32_t *s
             hi += e >= KVQ_HQX_ESC16_LD(seg + r0 + k);
         }
     }
-    const uint32_t w = kvq_hqx_esc16_wide(v, hi);
+    return hi;
+}
+/** kvq_hqx_esc16_get after its load: v the 16-bit entry e16[e]. Apart so that a reader can issue a
+ *  batch's loads before the first decode — the rare big path is a call, and the compiler moves no
+ *  later load above it (session 21 call E: the one-segment 14336×4096 product stalled on each
+ *  entry's load in turn, 7.8 + 6.5 + 2.8 % of its samples in three such chains). */
+KVQ_HQ_HD static inline uint32_t kvq_hqx_esc16_dec(uint32_t v, const uint32_t *seg, int s1, const uint32_t *big,
+                                                   uint32_t n_big, int64_t row, uint32_t e) {
+    const uint32_t w = kvq_hqx_esc16_wide(v, kvq_hqx_esc16_hi(seg, s1, row, e));
     return w ? w : kvq_hqx_esc16_big(big, n_big, e);
 }
+/** Escape e of row `row` as the packer's 32-bit entry (col | delta << 20), from the 16-bit form
+ *  (s1, n_big: kvq_hqx_esc16's): the accessor every GPU reader of escapes uses (hqx_dev.cuh's
+ *  kvq_hqx_esc_at) but the one-token kernel's batches (hqx_gemv1.cu), which decode (col, delta)
+ *  straight from the entry and count the big ones. */
 KVQ_HQ_HD static inline uint32_t kvq_hqx_esc16_get(const uint16_t *e16, const uint32_t *seg, int s1, const uint32_t *big,
                                                    uint32_t n_big, int64_t row, uint32_t e) {
     return kvq_hqx_esc16_dec(KVQ_HQX_ESC16_LD(e16 + e), seg, s1, big, n_big, row, e);

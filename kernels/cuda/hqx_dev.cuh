@@ -60,19 +60,19 @@ static inline Dev dev_of(const kvq_cuda_hqx *t) {
 __device__ __forceinline__ float kvq_hqx_tile_scale(const Dev &d, int64_t t) { return d.scode ? d.lut[d.scode[t]] : d.scale[t]; }
 
 /** Escape e (esc_row[row] <= e < esc_row[row + 1]) as the packer's 32-bit entry, col | delta << 20
- *  (kvq_hqx_esc_col, kvq_hqx_esc_delta), from whichever form the tensor holds: every GPU reader of
- *  escapes takes its entries here, so both forms give the same columns and deltas in the same
- *  order (the same bits). */
-__device__ __forceinline__ uint32_t kvq_hqx_esc_at(const Dev &d, int64_t row, uint32_t e) {
-    return d.esc16 ? kvq_hqx_esc16_get(d.esc16, d.esc_seg, d.esc_s1, d.esc_big, d.esc_nbig, row, e) : __ldg(d.esc + e);
-}
-/** kvq_hqx_esc_at in two halves for a batch of entries: every load (kvq_hqx_esc_raw) before any
- *  decode (kvq_hqx_esc_of: the raw word of entry e of row `row` as kvq_hqx_esc_at's entry). */
+ *  (kvq_hqx_esc_col, kvq_hqx_esc_delta), from whichever form the tensor holds (kvq_hqx_esc_at): every
+ *  GPU reader of escapes takes its entries here, or (the one-token kernel's batches, hqx_gemv1.cu)
+ *  decodes the same (col, delta) itself, so both forms give the same columns and deltas in the same
+ *  order (the same bits). In two halves for a batch of entries: every load (kvq_hqx_esc_raw) before
+ *  any decode (kvq_hqx_esc_of: the raw word of entry e of row `row` as the packer's entry). */
 __device__ __forceinline__ uint32_t kvq_hqx_esc_raw(const Dev &d, uint32_t e) {
     return d.esc16 ? (uint32_t)__ldg(d.esc16 + e) : __ldg(d.esc + e);
 }
 __device__ __forceinline__ uint32_t kvq_hqx_esc_of(const Dev &d, int64_t row, uint32_t e, uint32_t raw) {
     return d.esc16 ? kvq_hqx_esc16_dec(raw, d.esc_seg, d.esc_s1, d.esc_big, d.esc_nbig, row, e) : raw;
+}
+__device__ __forceinline__ uint32_t kvq_hqx_esc_at(const Dev &d, int64_t row, uint32_t e) {
+    return kvq_hqx_esc_of(d, row, e, kvq_hqx_esc_raw(d, e));
 }
 
 /** Coordinate i of tile column j rotated as the CPU rotates it: sign flip, the Walsh–Hadamard

@@ -563,24 +563,53 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             }
             if constexpr (PF || EB) { // (the rest of) the row's escapes in batches of 4 rounds: each batch's loads issued together, its fmaf in order
                 constexpr int B = 4;
-                for (; e < e1; e += 32 * B) {
-                    uint32_t en[B], sv[B];
+                // EB with the 16-bit form: (col, delta) straight from each entry, no call on the way (the
+                // packer's 32-bit word is not formed and taken apart again); a big entry (dcode 0) takes the
+                // next of the row's big pairs, which lie in a run from the one kvq_hqx_esc16_lower finds at
+                // the row's first big entry, counted by ballots (a rare, warp-uniform branch)
+                uint32_t bnext = ~0u;
+                for (; e - lane < e1; e += 32 * B) { // (e − lane is the warp's: every lane takes every batch)
+                    uint32_t en[B], sv[B], col[B];
+                    int32_t dl[B];
 #pragma unroll
                     for (int b = 0; b < B; b++) en[b] = e + 32 * b < e1 ? kvq_hqx_esc_raw(d, e + 32 * b) : 0u;
+                    if (!PF && d.esc16) {
+                        uint32_t bigs = 0; // bit b: round b's entry is big
 #pragma unroll
-                    for (int b = 0; b < B; b++) // (decoded after all the loads: kvq_hqx_esc_of)
-                        if (e + 32 * b < e1) en[b] = kvq_hqx_esc_of(d, ur, e + 32 * b, en[b]);
+                        for (int b = 0; b < B; b++) {
+                            col[b] = kvq_hqx_esc16_hi(d.esc_seg, d.esc_s1, ur, e + 32 * b) << KVQ_HQX_ESC16_SEG_BITS |
+                                     (en[b] & (KVQ_HQX_ESC16_SEG - 1));
+                            dl[b] = kvq_hqx_esc16_dcode(en[b]);
+                            if (e + 32 * b < e1 && !dl[b]) bigs |= 1u << b;
+                        }
+                        if (__any_sync(0xffffffffu, bigs)) {
+#pragma unroll
+                            for (int b = 0; b < B; b++) {
+                                const uint32_t m = __ballot_sync(0xffffffffu, (bigs >> b) & 1u);
+                                if (!m) continue;
+                                if (bnext == ~0u) bnext = kvq_hqx_esc16_lower(d.esc_big, d.esc_nbig, e - lane + 32 * b + __ffs(m) - 1);
+                                if ((bigs >> b) & 1u)
+                                    dl[b] = kvq_hqx_esc_delta(__ldg(d.esc_big + 2 * (bnext + __popc(m & ((1u << lane) - 1u))) + 1));
+                                bnext += __popc(m);
+                            }
+                        }
+                    } else {
+#pragma unroll
+                        for (int b = 0; b < B; b++) { // (decoded after all the loads: kvq_hqx_esc_of)
+                            if (e + 32 * b < e1) en[b] = kvq_hqx_esc_of(d, ur, e + 32 * b, en[b]);
+                            col[b] = kvq_hqx_esc_col(en[b]), dl[b] = kvq_hqx_esc_delta(en[b]);
+                        }
+                    }
 #pragma unroll
                     for (int b = 0; b < B; b++) {
-                        const size_t tix = (size_t)ur * tiles + (kvq_hqx_esc_col(en[b]) >> tsh);
+                        const size_t tix = (size_t)ur * tiles + (col[b] >> tsh);
                         sv[b] = e + 32 * b >= e1 ? 0u : MODE == G1_E8 ? (uint32_t)__ldg(d.scode + tix) : __float_as_uint(__ldg(d.scale + tix));
                     }
 #pragma unroll
                     for (int b = 0; b < B; b++) {
                         if (e + 32 * b >= e1) break;
-                        const uint32_t col = kvq_hqx_esc_col(en[b]);
                         const float scl = MODE == G1_E8 ? __ldg(d.lut + sv[b]) : __uint_as_float(sv[b]);
-                        r = fmaf(scl * sx[col >> tsh], (float)(M * kvq_hqx_esc_delta(en[b]) * (int)xq[kvq_gemv1_xq_at(col)]), r);
+                        r = fmaf(scl * sx[col[b] >> tsh], (float)(M * dl[b] * (int)xq[kvq_gemv1_xq_at(col[b])]), r);
                     }
                 }
             }

@@ -17,7 +17,7 @@ fi
 # BINS: a subset (the 64 MiB limit: each tool carries every kernel), e.g. "kvq-run kvq-convert"
 all="build/kvq-run build/kvq-convert build/kvq-verify build/kvq-inspect build/tests/test_cuda_hqx build/tests/test_cuda_model
   build/tests/test_cuda_kv build/tests/test_cuda_pq build/bench/cuda_hqx build/bench/make_synth_llama build/bench/cuda_kv_attn
-  build/bench/cuda_pq"
+  build/bench/cuda_pq build/tests/test_cuda_verify build/tests/test_cuda_hq"
 sel=""
 for f in $all; do
   if [ -z "${BINS:-}" ] || [[ " $BINS " == *" $(basename $f) "* ]]; then sel="$sel $f"; fi
