@@ -104,7 +104,7 @@ static void check_same(const kvq_hqx *w, const kvq_hqx_esc16 *x) {
         uint32_t bnext = UINT32_MAX;
         for (uint32_t e = w->esc_row[r]; e < w->esc_row[r + 1]; e++) {
             const uint32_t v = x->e16[e];
-            const uint32_t col = kvq_hqx_esc16_hi(x->seg, x->s1, r, e) << KVQ_HQX_ESC16_SEG_BITS | (v & (KVQ_HQX_ESC16_SEG - 1));
+            const uint32_t col = kvq_hqx_esc16_col(v, kvq_hqx_esc16_hi(x->seg, x->s1, r, e));
             int32_t dl = kvq_hqx_esc16_dcode(v);
             if (!dl) {
                 if (bnext == UINT32_MAX) bnext = kvq_hqx_esc16_lower(x->big, (uint32_t)x->n_big, e);

@@ -97,10 +97,14 @@ KVQ_HQ_HD static inline uint16_t kvq_hqx_esc16_pack(uint32_t col, int32_t delta)
 }
 /** The delta of 16-bit entry v: dcode sign-extended, 0 when the entry is big. */
 KVQ_HQ_HD static inline int32_t kvq_hqx_esc16_dcode(uint32_t v) { return (int32_t)(v << 16) >> (16 + KVQ_HQX_ESC16_SEG_BITS); }
+/** The column of 16-bit entry v in segment hi. */
+KVQ_HQ_HD static inline uint32_t kvq_hqx_esc16_col(uint32_t v, uint32_t hi) {
+    return (hi << KVQ_HQX_ESC16_SEG_BITS) | (v & (KVQ_HQX_ESC16_SEG - 1));
+}
 /** The packer's 32-bit entry of 16-bit entry v in segment hi, or 0 when v's dcode is 0 (big). */
 KVQ_HQ_HD static inline uint32_t kvq_hqx_esc16_wide(uint32_t v, uint32_t hi) {
     const int32_t d = kvq_hqx_esc16_dcode(v);
-    return d ? kvq_hqx_esc_pack((hi << KVQ_HQX_ESC16_SEG_BITS) | (v & (KVQ_HQX_ESC16_SEG - 1)), d) : 0u;
+    return d ? kvq_hqx_esc_pack(kvq_hqx_esc16_col(v, hi), d) : 0u;
 }
 /** The index of the first big pair whose entry index is not below e (n_big when none; the GPU's
  *  one-token kernel finds a row's first big pair with it, then counts: hqx_gemv1.cu). */

@@ -577,8 +577,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
                         uint32_t bigs = 0; // bit b: round b's entry is big
 #pragma unroll
                         for (int b = 0; b < B; b++) {
-                            col[b] = kvq_hqx_esc16_hi(d.esc_seg, d.esc_s1, ur, e + 32 * b) << KVQ_HQX_ESC16_SEG_BITS |
-                                     (en[b] & (KVQ_HQX_ESC16_SEG - 1));
+                            col[b] = kvq_hqx_esc16_col(en[b], kvq_hqx_esc16_hi(d.esc_seg, d.esc_s1, ur, e + 32 * b));
                             dl[b] = kvq_hqx_esc16_dcode(en[b]);
                             if (e + 32 * b < e1 && !dl[b]) bigs |= 1u << b;
                         }
