@@ -868,6 +868,14 @@ void kvq_file_release(kvq_file *f, const char *entry) {
     }
 }
 
+void *kvq_file_take(kvq_file *f, const char *entry) {
+    fentry *e = find_entry(f, entry);
+    if (!e || !e->zstd || !e->buf) return NULL;
+    void *b = e->buf;
+    e->buf = NULL;
+    return b;
+}
+
 kvq_status kvq_file_verify(kvq_file *f, kvq_err *err) {
     for (size_t i = 0; i < f->n; i++) {
         kvq_status s = load_entry(f, &f->e[i], 0, NULL, err);

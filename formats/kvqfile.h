@@ -140,6 +140,12 @@ kvq_status kvq_file_entry(kvq_file *f, const char *entry, const void **data, siz
  *  pages fault in again from the file). No-op for unknown names. */
 void kvq_file_release(kvq_file *f, const char *entry);
 
+/** The decompressed buffer of a zstd entry that kvq_file_entry gave, handed to the caller (who
+ *  frees it; the file forgets it, as kvq_file_release would): a reader that keeps the bytes as
+ *  they are takes them without a copy. NULL for an entry read in place from the mapping (copy
+ *  it), for one not loaded, and for unknown names. */
+void *kvq_file_take(kvq_file *f, const char *entry);
+
 /** Checks every entry's digest and bounds; names the first bad one. */
 kvq_status kvq_file_verify(kvq_file *f, kvq_err *err);
 

@@ -32,6 +32,7 @@
 
 #define TINY "tests/models/kvq-tiny-llama"
 
+
 static const char *shared(void) {
     const char *s = getenv("KVQ_SHARED");
     return s && *s ? s : "../shared";
@@ -264,6 +265,117 @@ static void test_packed_modes(void **st) {
         packed_vs_decoded(d, "pq:4", 0, 1e-5);
         if (!i) packed_vs_decoded(d, "qet:4", 0, 1e-5); // ~10 s of k-means: the llama model only
     }
+}
+
+// Every tensor of w that kvq_weights_get_bf16 gives holds the bits of kvq_weights_get_f32's values rounded
+// to bf16 (exact: they were bf16); @return how many it gave.
+static int bf16_same_bits(kvq_weights *w) {
+    int got = 0;
+    for (size_t i = 0; i < kvq_weights_count(w); i++) {
+        const char *name = kvq_weights_name(w, i);
+        uint16_t *b = NULL;
+        float *f = NULL;
+        int64_t nb = 0, nf = 0;
+        kvq_err e = {0};
+        kvq_status r = kvq_weights_get_bf16(w, name, &b, &nb, &e);
+        if (r == KVQ_ERR_UNSUPPORTED) continue;
+        if (r) fail_msg("%s: %s", name, e.msg);
+        if (kvq_weights_get_f32(w, name, &f, &nf, &e)) fail_msg("%s: %s", name, e.msg);
+        assert_int_equal(nb, nf);
+        for (int64_t j = 0; j < nb; j++)
+            if (b[j] != kvq_f32_to_bf16(f[j])) fail_msg("%s[%lld]: %04x, fp32 %g", name, (long long)j, b[j], f[j]);
+        free(b);
+        free(f);
+        got++;
+    }
+    return got;
+}
+
+// bf16 tensors are held as they are stored (kvq_weights_get_bf16 / kvq_weights_read_bf16, session 23: an 8B bf16
+// .kvq loaded in 116 s through float32): the same bits as the float path, from a source and from a `none` .kvq;
+// a count other than the architecture's, a tensor stored otherwise, and a NaN in a (digest-valid) file refused.
+static void test_bf16_as_stored(void **st) {
+    (void)st;
+    kvq_weights *w = NULL;
+    kvq_err e = {0};
+    assert_int_equal(kvq_weights_open(TINY, &w, &e), KVQ_OK);
+    const int n_src = bf16_same_bits(w);
+    assert_true(n_src > 0 && n_src == (int)kvq_weights_count(w)); // the tiny model is bf16 throughout
+    kvq_weights_close(w);
+    char out[] = "build/tests/runtime-bf16-XXXXXX", path[96], bad[96], hq[96];
+    tmp_dir(out);
+    snprintf(path, sizeof path, "%s/none.kvq", out);
+    snprintf(bad, sizeof bad, "%s/nan.kvq", out);
+    snprintf(hq, sizeof hq, "%s/e8.kvq", out);
+    kvq_convert_opts co = {0};
+    co.plan.weights = "none";
+    if (kvq_convert(TINY, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+    co.plan.weights = "hyperquant:e8:4.0";
+    if (kvq_convert(TINY, hq, &co, NULL, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(kvq_weights_open(path, &w, &e), KVQ_OK);
+    assert_int_equal(bf16_same_bits(w), n_src);
+    const char *q = "model.layers.0.self_attn.q_proj.weight";
+    int nd = 0;
+    int64_t sh[8];
+    assert_true(kvq_weights_has(w, q, &nd, sh));
+    const int64_t n = sh[0] * sh[1];
+    uint16_t *buf = malloc(sizeof *buf * (n + 1));
+    assert_int_equal(kvq_weights_read_bf16(w, q, buf, n, &e), KVQ_OK);
+    assert_int_equal(kvq_weights_read_bf16(w, q, buf, n + 1, &e), KVQ_ERR_FORMAT);
+    assert_non_null(strstr(e.msg, "elements"));
+    assert_non_null(strstr(e.msg, q));
+    free(buf);
+    kvq_weights_close(w);
+    // the same file with one bf16 value of q made a NaN, digests rewritten (only the meaning is wrong)
+    kvq_file *f = NULL;
+    kvq_writer *wr = NULL;
+    assert_int_equal(kvq_file_open(path, &f, &e), KVQ_OK);
+    json_t *m = json_deep_copy(kvq_file_manifest(f));
+    json_object_del(m, "entries"); // the writer makes the table (sizes, digests) anew
+    assert_int_equal(kvq_writer_open(bad, &wr, &e), KVQ_OK);
+    char qe[128];
+    snprintf(qe, sizeof qe, "t/%s/raw", q);
+    int hit = 0;
+    const char *en;
+    json_t *ev;
+    json_object_foreach(json_object_get(kvq_file_manifest(f), "entries"), en, ev) {
+        const void *d = NULL;
+        size_t dn = 0;
+        if (kvq_file_entry(f, en, &d, &dn, &e)) fail_msg("%s: %s", en, e.msg);
+        uint8_t *c = malloc(dn ? dn : 1);
+        memcpy(c, d, dn);
+        if (!strcmp(en, qe)) c[2 * 5] = 0xC0, c[2 * 5 + 1] = 0x7F, hit++; // element 5: 0x7FC0, a quiet NaN
+        kvq_entry_mode mode = json_is_true(json_object_get(ev, "zstd")) ? KVQ_ENTRY_ZSTD_AUTO : KVQ_ENTRY_RAW;
+        if (kvq_writer_add(wr, en, c, dn, mode, NULL, &e)) fail_msg("%s: %s", en, e.msg);
+        free(c);
+    }
+    assert_int_equal(hit, 1);
+    assert_int_equal(kvq_writer_commit(wr, m, &e), KVQ_OK);
+    json_decref(m);
+    kvq_file_close(f);
+    assert_int_equal(kvq_weights_open(bad, &w, &e), KVQ_OK); // the container and schema are sound
+    uint16_t *nb16 = NULL;
+    int64_t nn = 0;
+    assert_int_equal(kvq_weights_get_bf16(w, q, &nb16, &nn, &e), KVQ_ERR_FORMAT);
+    assert_null(nb16);
+    assert_non_null(strstr(e.msg, "decoded weight 5 is nan"));
+    assert_non_null(strstr(e.msg, bad));
+    kvq_weights_close(w);
+    kvq_model_opts o = kvq_model_opts_default(); // the runtime refuses the file, naming it
+    kvq_model *md = NULL;
+    assert_int_not_equal(kvq_model_open(bad, &o, &md, &e), KVQ_OK);
+    assert_null(md);
+    assert_non_null(strstr(e.msg, "non-finite"));
+    assert_int_equal(kvq_weights_open(hq, &w, &e), KVQ_OK);
+    uint16_t *b = NULL;
+    int64_t nb = 0;
+    assert_int_equal(kvq_weights_get_bf16(w, q, &b, &nb, &e), KVQ_ERR_UNSUPPORTED);
+    assert_null(b);
+    kvq_weights_close(w);
+    remove(path);
+    remove(bad);
+    remove(hq);
+    rmdir(out);
 }
 
 static void test_kvq_stored_tokenizer_error(void **st) {
@@ -888,7 +1000,7 @@ int main(void) {
         cmocka_unit_test(test_shared_models),         cmocka_unit_test(test_prefill_equals_decode),
         cmocka_unit_test(test_eval_ppl),              cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_kvq_file),              cmocka_unit_test(test_eval_text_slice),
-        cmocka_unit_test(test_stories_greedy),        cmocka_unit_test(test_kvq_stored_tokenizer_error), cmocka_unit_test(test_packed_modes),
+        cmocka_unit_test(test_stories_greedy),        cmocka_unit_test(test_kvq_stored_tokenizer_error), cmocka_unit_test(test_packed_modes), cmocka_unit_test(test_bf16_as_stored),
         cmocka_unit_test(test_kvq_nonfinite_weights), cmocka_unit_test(test_seqs), cmocka_unit_test(test_seqs_codec),
         cmocka_unit_test(test_fill_kv),
     };

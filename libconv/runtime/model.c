@@ -160,6 +160,28 @@ static kvq_status get(kvq_weights *s, const char *name, int rows, int cols, floa
     return KVQ_OK;
 }
 
+// A tensor stored as bf16 (kvq_weights_get_bf16), held as it is unless the policy is fp32: the values
+// get + mat_from_f32 would give, without their trip through float32 (an 8B bf16 .kvq loaded in 116 s on
+// the GPU machine, 2 minutes of conversions: session 23). KVQ_ERR_UNSUPPORTED: read it with get.
+static kvq_status get_bf16(kvq_weights *s, const char *name, int rows, int cols, kvq_weight_store st, uint16_t **out,
+                           kvq_err *err) {
+    *out = NULL;
+    if (st == KVQ_WEIGHTS_F32 || !kvq_weights_has(s, name, NULL, NULL)) return KVQ_ERR_UNSUPPORTED;
+    int64_t n = 0;
+    kvq_err e2 = {0};
+    kvq_status r = kvq_weights_get_bf16(s, name, out, &n, &e2);
+    if (r == KVQ_ERR_UNSUPPORTED) return r;
+    if (r) { *err = e2; return r; }
+    int64_t want = (int64_t)rows * (cols ? cols : 1);
+    if (n != want) {
+        free(*out);
+        *out = NULL;
+        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, the architecture needs %lld",
+                           kvq_weights_path(s), name, (long long)n, (long long)want);
+    }
+    return KVQ_OK;
+}
+
 static kvq_status get_mat(const kvq_model *md, kvq_weights *s, const char *name, int rows, int cols,
                           kvq_weight_store st, mat *m, kvq_err *err) {
     float *f;
@@ -188,6 +210,14 @@ static kvq_status get_mat(const kvq_model *md, kvq_weights *s, const char *name,
     if (r == KVQ_OK) {
         *(kind == KIND_HQX ? &m->n_part : &m->n_pq) = 1;
         m->stored = kvq_weights_stored_bytes(s, name);
+        return KVQ_OK;
+    }
+    if (r != KVQ_ERR_UNSUPPORTED) return r;
+    uint16_t *b;
+    r = get_bf16(s, name, rows, cols, st, &b, err);
+    if (r == KVQ_OK) {
+        m->dt = KVQ_DTYPE_BF16;
+        m->data = b;
         return KVQ_OK;
     }
     if (r != KVQ_ERR_UNSUPPORTED) return r;
@@ -234,6 +264,26 @@ static kvq_status get_cat(kvq_model *md, kvq_weights *s, const char *const *name
         break;
     }
     if (m->n_part == n || m->n_pq == n) return adopt(md, s, m, 0, names[0], err);
+    if (st != KVQ_WEIGHTS_F32) { // every block stored as bf16 (get_bf16): concatenated as they are
+        uint16_t *b = malloc(sizeof(uint16_t) * total * (size_t)cols);
+        if (!b) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for '%s'", kvq_weights_path(s), names[0]);
+        size_t o = 0;
+        kvq_status r = KVQ_OK;
+        for (int i = 0; i < n && !r; i++) {
+            kvq_err e2 = {0};
+            if (!kvq_weights_has(s, names[i], NULL, NULL)) r = KVQ_ERR_UNSUPPORTED; // get names the missing one
+            else if ((r = kvq_weights_read_bf16(s, names[i], b + o, (int64_t)rows[i] * cols, &e2)) && r != KVQ_ERR_UNSUPPORTED)
+                *err = e2;
+            o += (size_t)rows[i] * cols;
+        }
+        if (!r) {
+            m->dt = KVQ_DTYPE_BF16;
+            m->data = b;
+            return adopt(md, s, m, 0, names[0], err);
+        }
+        free(b);
+        if (r != KVQ_ERR_UNSUPPORTED) return r;
+    }
     float *f = malloc(sizeof(float) * total * (size_t)cols);
     if (!f) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for '%s'", kvq_weights_path(s), names[0]);
     size_t o = 0;

@@ -290,6 +290,89 @@ static kvq_status get_kvq(kvq_weights *w, const char *name, float **out, int64_t
     return KVQ_OK;
 }
 
+// The first NaN/Inf (exponent all ones) of n bf16 values, or -1: four a 64-bit word (a lane of
+// (w & M) ^ M is zero exactly there; the zero-lane test has no false positive), then the index.
+static int64_t bf16_nonfinite(const uint16_t *x, int64_t n) {
+    const uint64_t M = 0x7F807F807F807F80ull, L = 0x0001000100010001ull, H = 0x8000800080008000ull;
+    uint64_t any = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint64_t w;
+        memcpy(&w, x + i, sizeof w);
+        const uint64_t t = (w & M) ^ M;
+        any |= (t - L) & ~t & H;
+    }
+    for (; i < n; i++) any |= (x[i] & 0x7F80u) == 0x7F80u;
+    for (i = 0; any && i < n; i++)
+        if ((x[i] & 0x7F80u) == 0x7F80u) return i;
+    return -1;
+}
+
+// A tensor stored as bf16 (kvq_weights_get_bf16), into dst (n elements, the count checked) or, with dst
+// NULL, a buffer of its own in *out: a zstd entry's decompressed buffer is taken as it is.
+static kvq_status bf16_get(kvq_weights *w, const char *name, uint16_t *dst, int64_t n_dst, uint16_t **out, int64_t *numel,
+                           kvq_err *err) {
+    const void *src = NULL;
+    uint16_t *taken = NULL;
+    int64_t n = 0;
+    rec_view rv;
+    if (w->kf) {
+        const json_t *r = find_rec(w, name), *codec = json_object_get(r, "codec");
+        const char *cname = json_string_value(json_object_get(codec, "name"));
+        const char *dt = json_string_value(json_object_get(json_object_get(codec, "params"), "dtype"));
+        kvq_dtype t;
+        if (!cname || strcmp(cname, "none") || !dt || kvq_dtype_parse(dt, &t) || t != KVQ_DTYPE_BF16)
+            return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': not stored as bf16", name);
+        kvq_status s = rec_blobs(w, name, &rv, err);
+        if (!s) s = rv.traits->check(json_object_get(rv.codec, "params"), rv.v, rv.nv, rv.rows, rv.cols, err);
+        if (s) {
+            if (rv.rec) release_blobs(w, &rv);
+            kvq_err_prefix(err, "%s: tensor '%s'", kvq_file_path(w->kf), name);
+            return s;
+        }
+        src = kvq_blob_find(rv.v, rv.nv, "raw")->data; // check: present, rows × cols × 2 bytes
+        n = rv.n;
+        const char *en = json_string_value(json_object_get(json_object_get(rv.rec, "entries"), "raw"));
+        if (!dst && en) taken = kvq_file_take(w->kf, en); // a zstd entry's buffer (the file's only copy)
+    } else {
+        const kvq_tensor *t = kvq_ckpt_find(w->ck, name);
+        if (!t) return kvq_err_set(err, KVQ_ERR_MISSING, "no tensor '%s' in the checkpoint", name);
+        if (t->dtype != KVQ_DTYPE_BF16) return kvq_err_set(err, KVQ_ERR_UNSUPPORTED, "tensor '%s': not bf16", name);
+        src = t->data;
+        n = kvq_tensor_numel(t);
+    }
+    const char *path = w->kf ? kvq_file_path(w->kf) : w->path;
+    kvq_status s = KVQ_OK;
+    uint16_t *x = dst ? dst : taken ? taken : malloc((size_t)(n ? n : 1) * sizeof *x);
+    if (dst && n != n_dst)
+        s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, the architecture needs %lld", path, name,
+                        (long long)n, (long long)n_dst);
+    else if (!x) s = kvq_err_set(err, KVQ_ERR_NOMEM, "%s: tensor '%s': out of memory", path, name);
+    else if (!taken) memcpy(x, src, (size_t)n * sizeof *x);
+    if (w->kf) {
+        release_blobs(w, &rv);
+        const int64_t bad = s ? -1 : bf16_nonfinite(x, n); // refused as get_kvq refuses it
+        if (bad >= 0)
+            s = kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s': decoded weight %lld is %g (a non-finite value in the file)",
+                            path, name, (long long)bad, kvq_bf16_to_f32(x[bad]));
+    }
+    if (s) {
+        if (x != dst) free(x);
+        return s;
+    }
+    if (!dst) *out = x, *numel = n;
+    return KVQ_OK;
+}
+
+kvq_status kvq_weights_get_bf16(kvq_weights *w, const char *name, uint16_t **out, int64_t *numel, kvq_err *err) {
+    *out = NULL;
+    return bf16_get(w, name, NULL, 0, out, numel, err);
+}
+
+kvq_status kvq_weights_read_bf16(kvq_weights *w, const char *name, uint16_t *dst, int64_t n, kvq_err *err) {
+    return bf16_get(w, name, dst, n, NULL, NULL, err);
+}
+
 size_t kvq_weights_stored_bytes(const kvq_weights *w, const char *name) {
     if (!w->kf) return 0;
     json_t *b = json_object_get(find_rec(w, name), "bytes");

@@ -42,6 +42,16 @@ const char *kvq_weights_name(const kvq_weights *w, size_t i);
 /** Decodes a tensor to float32 into a malloc'd buffer the caller frees. */
 kvq_status kvq_weights_get_f32(kvq_weights *w, const char *name, float **out, int64_t *numel,
                                kvq_err *err);
+/** A tensor held as bf16 where it is stored so (a .kvq's `none` codec over a bf16 source, or a bf16
+ *  tensor of a source checkpoint): its bits copied into a malloc'd buffer the caller frees, no trip
+ *  through float32 (the same values kvq_weights_get_f32 gives, rounded back: bf16 holds them
+ *  exactly). A .kvq's non-finite value is refused as kvq_weights_get_f32 refuses it.
+ *  @return KVQ_ERR_UNSUPPORTED when the tensor is stored otherwise (read it as float32 then);
+ *  other errors name the file and tensor. */
+kvq_status kvq_weights_get_bf16(kvq_weights *w, const char *name, uint16_t **out, int64_t *numel, kvq_err *err);
+/** kvq_weights_get_bf16 into dst, which holds n elements (a tensor of another count: KVQ_ERR_FORMAT, naming
+ *  the file, the tensor and both counts): row blocks concatenated where they are read (fused qkv, gate_up). */
+kvq_status kvq_weights_read_bf16(kvq_weights *w, const char *name, uint16_t *dst, int64_t n, kvq_err *err);
 /** The execution layout (kernels/hq_layout.h) of a .kvq's HyperQuant tensor, built from its
  *  Rice stream; arrays owned by *out (kvq_hqx_free). @return KVQ_ERR_UNSUPPORTED when the
  *  tensor has no such layout (another codec, a source checkpoint, a cast...): decode it with
