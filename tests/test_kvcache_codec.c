@@ -348,6 +348,55 @@ static void test_sim_q8(void **st) {
     }
 }
 
+// KVQ_KV_SIM_Q8_GROUP=g: q rounded with one scale per g consecutive dims (a measurement switch, session 23): the
+// cache's output equals the plain cache's given q rounded so here (attend_chunk and attend, no window); g = head_dim
+// is the per-head rounding bit for bit; a value that does not divide head_dim is refused, naming the variable.
+static void test_sim_q8_group(void **st) {
+    enum { P = SIM_P, N = SIM_N, G = 16 };
+    float q[N * NQ * D], qg[N * NQ * D], y0[N * NQ * D], y1[N * NQ * D];
+    gauss(q, sizeof q / sizeof *q, 7);
+    for (int i = 0; i < N * NQ; i++) {
+        float *x = q + (size_t)i * D;
+        x[i % D] *= 12.0f; // one large channel: only its group's step is coarse
+        for (int j0 = 0; j0 < D; j0 += G) {
+            float m = 0;
+            for (int j = j0; j < j0 + G; j++) m = fmaxf(m, fabsf(x[j]));
+            for (int j = j0; j < j0 + G; j++) qg[(size_t)i * D + j] = rintf(x[j] * 127.0f / m) * (m / 127.0f);
+        }
+    }
+    const float sc = 1 / sqrtf(D);
+    for (int ch = 1; ch >= 0; ch--) {
+        setenv("KVQ_KV_SIM_Q8_GROUP", "16", 1);
+        kvq_kvcache *a = chunk_cache("int:4", 0, "0", ch), *b = chunk_cache("int:4", 0, "1", ch);
+        setenv("KVQ_KV_SIM_Q8_GROUP", "64", 1);
+        kvq_kvcache *c = chunk_cache("int:4", 0, "1", ch);
+        unsetenv("KVQ_KV_SIM_Q8_GROUP");
+        kvq_kvcache *d = chunk_cache("int:4", 0, "1", ch);
+        const int n = ch ? N * NQ * D : NQ * D;
+        double e = 0, n0 = 0;
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                sim_attend(b, ch, l, h, q, sc, y1), sim_attend(a, ch, l, h, qg, sc, y0);
+                for (int i = 0; i < n; i++) e += (y1[i] - y0[i]) * (y1[i] - y0[i]), n0 += y0[i] * y0[i];
+                sim_attend(c, ch, l, h, q, sc, y0), sim_attend(d, ch, l, h, q, sc, y1);
+                assert_memory_equal(y0, y1, sizeof(float) * n);
+            }
+        if (!(e / n0 < 1e-10)) fail_msg("%s: NMSE %.3g against the plain cache given q rounded per 16 dims", ch ? "attend_chunk" : "attend", e / n0);
+        a->ops->free(a), b->ops->free(b), c->ops->free(c), d->ops->free(d);
+    }
+    const char *bad[] = {"0", "24", "128", "x", "16 ", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        kvq_kvcache *c = NULL;
+        kvq_err e = {0};
+        kvq_kvcache_policy p = {0, 0, 42, 0, 1};
+        setenv("KVQ_KV_SIM_Q8_GROUP", bad[i], 1);
+        assert_int_equal(kvq_kvcache_codec_new("int:4", L, H, D, T, &p, &c, &e), KVQ_ERR_ARG);
+        unsetenv("KVQ_KV_SIM_Q8_GROUP");
+        assert_null(c);
+        assert_non_null(strstr(e.msg, "KVQ_KV_SIM_Q8_GROUP"));
+    }
+}
+
 // attend from several threads at once (each takes its own scratch block from the cache's
 // pool) gives, bit for bit, what one thread gets calling it in turn.
 static void test_concurrent_attend(void **st) {
@@ -578,6 +627,7 @@ int main(void) {
         cmocka_unit_test(test_shadow_same),
         cmocka_unit_test(test_chunks_equal_shadow),
         cmocka_unit_test(test_sim_q8),
+        cmocka_unit_test(test_sim_q8_group),
         cmocka_unit_test(test_concurrent_attend),
         cmocka_unit_test(test_manifest_roundtrip),
         cmocka_unit_test(test_kvq_file_roundtrip),

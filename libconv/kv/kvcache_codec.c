@@ -57,6 +57,7 @@ typedef struct {
     pthread_mutex_t pool_lock; // guards pool
     kv_scratch *pool;  // free scratch blocks; they grow to the peak number of concurrent attends
     int sim_q8;        // KVQ_KV_SIM_Q8=1: int keys scored as the GPU's int8 kernel does (q8_round)
+    int sim_q8_group;  // dims a q scale covers (KVQ_KV_SIM_Q8_GROUP; head_dim by default)
 } kvc;
 
 static kv_slot *slot_at(const kvc *c, int l, int h, int r) {
@@ -219,13 +220,18 @@ static void scratch_give(kvc *c, kv_scratch *w) {
 // encoded int keys are scored with it (attend and attend_chunk; the window's keys keep q): kvq-verify
 // measures on the CPU what the rounding costs in KLD on any model, also on head shapes the GPU
 // kernel is not built for, and test_cuda_model holds the GPU to it (docs/KV.md).
-static void q8_round(const float *q, int d, float *qr) {
-    float m = 0.0f;
-    for (int j = 0; j < d; j++) m = fmaxf(m, fabsf(q[j]));
-    const float s = m > 0.0f ? m / 127.0f : 1.0f, inv = 1.0f / s;
-    for (int j = 0; j < d; j++) {
-        const float v = rintf(q[j] * inv);
-        qr[j] = (v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v) * s;
+// KVQ_KV_SIM_Q8_GROUP=g (measurements, session 23): one scale per g consecutive dims instead of per head — what a
+// GPU cache layout regrouped so that a k-step's 32 dims are consecutive would allow (today's kernel interleaves them:
+// docs/KV.md); g divides head_dim.
+static void q8_round(const float *q, int d, int g, float *qr) {
+    for (int j0 = 0; j0 < d; j0 += g) {
+        float m = 0.0f;
+        for (int j = j0; j < j0 + g; j++) m = fmaxf(m, fabsf(q[j]));
+        const float s = m > 0.0f ? m / 127.0f : 1.0f, inv = 1.0f / s;
+        for (int j = j0; j < j0 + g; j++) {
+            const float v = rintf(q[j] * inv);
+            qr[j] = (v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v) * s;
+        }
     }
 }
 static int sim_q8(const kvc *c, const kv_slot *sk) { return c->sim_q8 && !strcmp(sk->codec->vt->name, "int"); }
@@ -271,7 +277,7 @@ static kvq_status kvc_attend(kvq_kvcache *base, int layer, int head, const float
         const int nb = n_q - i0 < ATT_ROWS ? n_q - i0 : ATT_ROWS;
         const float *qs = q + (size_t)i0 * d; // the encoded keys' scores take q8_round's q
         if (sim)
-            for (int i = 0; i < nb; i++) q8_round(q + (size_t)(i0 + i) * d, d, qr + (size_t)i * d);
+            for (int i = 0; i < nb; i++) q8_round(q + (size_t)(i0 + i) * d, d, c->sim_q8_group, qr + (size_t)i * d);
         if (sim) qs = qr;
         if (use_score && sk->xs) sk->codec->vt->xscore(sk->codec, qs, nb, sk->xs, ne, w->sc, n);
         else if (use_score) sk->codec->vt->score(sk->codec, qs, nb, w->rec, sk->len, ne, w->sc, n);
@@ -327,7 +333,7 @@ static kvq_status kvc_attend_chunk(kvq_kvcache *base, int layer, int head, const
         for (int i = 0; i < n_q; i++) {
             const float *qi = q + (size_t)t * q_stride + (size_t)i * d;
             const int ne = sim ? (sk->n_enc < pos + t + 1 ? sk->n_enc : pos + t + 1) : 0; // the encoded keys it sees
-            if (ne) q8_round(qi, d, qr);
+            if (ne) q8_round(qi, d, c->sim_q8_group, qr);
             for (int u = 0; u < ne; u++) { // their scores with the rounded q (then the window's with q)
                 float a = 0.0f;
                 for (int j = 0; j < d; j++) a += qr[j] * w->kk[(size_t)u * d + j];
@@ -481,6 +487,14 @@ static kvq_status cache_new(const char *spec, int n_layers, int n_kv_heads, int 
         return kvq_err_set(err, KVQ_ERR_ARG, "KVQ_KV_SIM_Q8='%.16s': expected 0 or 1", sq8);
     }
     c->sim_q8 = sq8 && !strcmp(sq8, "1");
+    const char *sg = getenv("KVQ_KV_SIM_Q8_GROUP");
+    char *end = NULL;
+    const long g = sg && *sg ? strtol(sg, &end, 10) : head_dim;
+    if (sg && (!*sg || *end || g < 1 || g > head_dim || head_dim % g)) {
+        kvc_free(&c->base);
+        return kvq_err_set(err, KVQ_ERR_ARG, "KVQ_KV_SIM_Q8_GROUP='%.16s': expected a divisor of head_dim %d", sg, head_dim);
+    }
+    c->sim_q8_group = (int)g;
     for (size_t i = 0; i < (size_t)n_layers * n_kv_heads * 2; i++) {
         kv_slot *s = &c->slot[i];
         int ng = (max_ctx + s->codec->group - 1) / s->codec->group;
