@@ -298,6 +298,19 @@ static void sim_attend(kvq_kvcache *c, int ch, int l, int h, const float *q, flo
     if (ch) assert_int_equal(c->ops->attend_chunk(c, l, h, q, NQ * D, NQ, SIM_N, SIM_P, sc, y, NQ * D), KVQ_OK);
     else assert_int_equal(c->ops->attend(c, l, h, q, NQ, T, sc, y), KVQ_OK);
 }
+// Each value of the environment variable var is refused by the codec cache, naming var.
+static void sim_refused(const char *var, const char *const *bad, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        kvq_kvcache *c = NULL;
+        kvq_err e = {0};
+        kvq_kvcache_policy p = {0, 0, 42, 0, 1};
+        setenv(var, bad[i], 1);
+        assert_int_equal(kvq_kvcache_codec_new("int:4", L, H, D, T, &p, &c, &e), KVQ_ERR_ARG);
+        unsetenv(var);
+        assert_null(c);
+        assert_non_null(strstr(e.msg, var));
+    }
+}
 static void test_sim_q8(void **st) {
     enum { P = SIM_P, N = SIM_N };
     float q[N * NQ * D], qr[N * NQ * D], y0[N * NQ * D], y1[N * NQ * D], yr[N * NQ * D];
@@ -336,16 +349,7 @@ static void test_sim_q8(void **st) {
     }
     a->ops->free(a), b->ops->free(b);
     const char *bad[] = {"yes", "01", "1 ", ""};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        kvq_kvcache *c = NULL;
-        kvq_err e = {0};
-        kvq_kvcache_policy p = {0, 0, 42, 0, 1};
-        setenv("KVQ_KV_SIM_Q8", bad[i], 1);
-        assert_int_equal(kvq_kvcache_codec_new("int:4", L, H, D, T, &p, &c, &e), KVQ_ERR_ARG);
-        unsetenv("KVQ_KV_SIM_Q8");
-        assert_null(c);
-        assert_non_null(strstr(e.msg, "KVQ_KV_SIM_Q8"));
-    }
+    sim_refused("KVQ_KV_SIM_Q8", bad, sizeof bad / sizeof *bad);
 }
 
 // KVQ_KV_SIM_Q8_GROUP=g: q rounded with one scale per g consecutive dims (a measurement switch, session 23): the
@@ -385,16 +389,7 @@ static void test_sim_q8_group(void **st) {
         a->ops->free(a), b->ops->free(b), c->ops->free(c), d->ops->free(d);
     }
     const char *bad[] = {"0", "24", "128", "x", "16 ", ""};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        kvq_kvcache *c = NULL;
-        kvq_err e = {0};
-        kvq_kvcache_policy p = {0, 0, 42, 0, 1};
-        setenv("KVQ_KV_SIM_Q8_GROUP", bad[i], 1);
-        assert_int_equal(kvq_kvcache_codec_new("int:4", L, H, D, T, &p, &c, &e), KVQ_ERR_ARG);
-        unsetenv("KVQ_KV_SIM_Q8_GROUP");
-        assert_null(c);
-        assert_non_null(strstr(e.msg, "KVQ_KV_SIM_Q8_GROUP"));
-    }
+    sim_refused("KVQ_KV_SIM_Q8_GROUP", bad, sizeof bad / sizeof *bad);
 }
 
 // attend from several threads at once (each takes its own scratch block from the cache's

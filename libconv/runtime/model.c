@@ -143,21 +143,20 @@ static kvq_status mat_from_f32(mat *m, float *f, int rows, int cols, kvq_weight_
 
 // Reads tensor `name` as fp32 and checks it has exactly rows × cols elements
 // (cols == 0: a vector of rows).
+static kvq_status count_check(kvq_weights *s, const char *name, int64_t n, int rows, int cols, kvq_err *err) {
+    int64_t want = (int64_t)rows * (cols ? cols : 1);
+    return n == want ? KVQ_OK
+                     : kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, the architecture needs %lld",
+                                   kvq_weights_path(s), name, (long long)n, (long long)want);
+}
 static kvq_status get(kvq_weights *s, const char *name, int rows, int cols, float **out, kvq_err *err) {
     int64_t n = 0;
     *out = NULL;
     if (!kvq_weights_has(s, name, NULL, NULL))
         return kvq_err_set(err, KVQ_ERR_MISSING, "%s: tensor '%s' not found", kvq_weights_path(s), name);
     kvq_status st = kvq_weights_get_f32(s, name, out, &n, err);
-    if (st) return st;
-    int64_t want = (int64_t)rows * (cols ? cols : 1);
-    if (n != want) {
-        free(*out);
-        *out = NULL;
-        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, the architecture needs %lld",
-                           kvq_weights_path(s), name, (long long)n, (long long)want);
-    }
-    return KVQ_OK;
+    if (!st && (st = count_check(s, name, n, rows, cols, err))) free(*out), *out = NULL;
+    return st;
 }
 
 // A tensor stored as bf16 (kvq_weights_get_bf16), held as it is unless the policy is fp32: the values
@@ -172,14 +171,8 @@ static kvq_status get_bf16(kvq_weights *s, const char *name, int rows, int cols,
     kvq_status r = kvq_weights_get_bf16(s, name, out, &n, &e2);
     if (r == KVQ_ERR_UNSUPPORTED) return r;
     if (r) { *err = e2; return r; }
-    int64_t want = (int64_t)rows * (cols ? cols : 1);
-    if (n != want) {
-        free(*out);
-        *out = NULL;
-        return kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, the architecture needs %lld",
-                           kvq_weights_path(s), name, (long long)n, (long long)want);
-    }
-    return KVQ_OK;
+    if ((r = count_check(s, name, n, rows, cols, err))) free(*out), *out = NULL;
+    return r;
 }
 
 static kvq_status get_mat(const kvq_model *md, kvq_weights *s, const char *name, int rows, int cols,
