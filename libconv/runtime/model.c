@@ -141,14 +141,14 @@ static kvq_status mat_from_f32(mat *m, float *f, int rows, int cols, kvq_weight_
     return KVQ_OK;
 }
 
-// Reads tensor `name` as fp32 and checks it has exactly rows × cols elements
-// (cols == 0: a vector of rows).
+// Whether tensor `name` has exactly rows × cols elements (cols == 0: a vector of rows).
 static kvq_status count_check(kvq_weights *s, const char *name, int64_t n, int rows, int cols, kvq_err *err) {
     int64_t want = (int64_t)rows * (cols ? cols : 1);
     return n == want ? KVQ_OK
                      : kvq_err_set(err, KVQ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, the architecture needs %lld",
                                    kvq_weights_path(s), name, (long long)n, (long long)want);
 }
+// Reads tensor `name` as fp32, count_check'd.
 static kvq_status get(kvq_weights *s, const char *name, int rows, int cols, float **out, kvq_err *err) {
     int64_t n = 0;
     *out = NULL;
@@ -161,17 +161,18 @@ static kvq_status get(kvq_weights *s, const char *name, int rows, int cols, floa
 
 // A tensor stored as bf16 (kvq_weights_get_bf16), held as it is unless the policy is fp32: the values
 // get + mat_from_f32 would give, without their trip through float32 (an 8B bf16 .kvq loaded in 116 s on
-// the GPU machine, 2 minutes of conversions: session 23). KVQ_ERR_UNSUPPORTED: read it with get.
-static kvq_status get_bf16(kvq_weights *s, const char *name, int rows, int cols, kvq_weight_store st, uint16_t **out,
-                           kvq_err *err) {
-    *out = NULL;
+// the GPU machine, 2 minutes of conversions: session 23). Into dst (rows × cols elements) when given, else a
+// buffer of its own in *out. KVQ_ERR_UNSUPPORTED (err untouched): read it with get.
+static kvq_status get_bf16(kvq_weights *s, const char *name, int rows, int cols, kvq_weight_store st, uint16_t *dst,
+                           uint16_t **out, kvq_err *err) {
+    if (out) *out = NULL;
     if (st == KVQ_WEIGHTS_F32 || !kvq_weights_has(s, name, NULL, NULL)) return KVQ_ERR_UNSUPPORTED;
-    int64_t n = 0;
+    int64_t n = (int64_t)rows * (cols ? cols : 1);
     kvq_err e2 = {0};
-    kvq_status r = kvq_weights_get_bf16(s, name, out, &n, &e2);
+    kvq_status r = dst ? kvq_weights_read_bf16(s, name, dst, n, &e2) : kvq_weights_get_bf16(s, name, out, &n, &e2);
     if (r == KVQ_ERR_UNSUPPORTED) return r;
     if (r) { *err = e2; return r; }
-    if ((r = count_check(s, name, n, rows, cols, err))) free(*out), *out = NULL;
+    if (!dst && (r = count_check(s, name, n, rows, cols, err))) free(*out), *out = NULL;
     return r;
 }
 
@@ -207,7 +208,7 @@ static kvq_status get_mat(const kvq_model *md, kvq_weights *s, const char *name,
     }
     if (r != KVQ_ERR_UNSUPPORTED) return r;
     uint16_t *b;
-    r = get_bf16(s, name, rows, cols, st, &b, err);
+    r = get_bf16(s, name, rows, cols, st, NULL, &b, err);
     if (r == KVQ_OK) {
         m->dt = KVQ_DTYPE_BF16;
         m->data = b;
@@ -262,11 +263,8 @@ static kvq_status get_cat(kvq_model *md, kvq_weights *s, const char *const *name
         if (!b) return kvq_err_set(err, KVQ_ERR_NOMEM, "%s: out of memory for '%s'", kvq_weights_path(s), names[0]);
         size_t o = 0;
         kvq_status r = KVQ_OK;
-        for (int i = 0; i < n && !r; i++) {
-            kvq_err e2 = {0};
-            if (!kvq_weights_has(s, names[i], NULL, NULL)) r = KVQ_ERR_UNSUPPORTED; // get names the missing one
-            else if ((r = kvq_weights_read_bf16(s, names[i], b + o, (int64_t)rows[i] * cols, &e2)) && r != KVQ_ERR_UNSUPPORTED)
-                *err = e2;
+        for (int i = 0; i < n && !r; i++) { // (a missing block: UNSUPPORTED here, get names it below)
+            r = get_bf16(s, names[i], rows[i], cols, st, b + o, NULL, err);
             o += (size_t)rows[i] * cols;
         }
         if (!r) {
