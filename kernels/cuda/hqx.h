@@ -139,6 +139,13 @@ void kvq_cuda_hqx_set_trig(int on);
  *  1 is slower on the H100 (session 19 call D); 2 at width 4 decodes the 8B shape 1.056x faster than
  *  0 (session 20 call A; docs/RESULTS.md). The same bits in every mode. */
 void kvq_cuda_hqx_set_esc_pf(int on);
+/** The one-token product of E8 width-4 and -5 parts whose rows are an even number of 1024-column steps
+ *  (one token, the ring of 2, escapes batched or chained): 1 by the lean kernel hqx_gemv1s_k
+ *  (hqx_gemv1.cu: per-row pointers, a row's steps in pairs, ~half the instructions a step), 0 by
+ *  hqx_gemv1p_k; -1: the environment's (KVQ_CUDA_G1S=0), else 1. The same bits either way. */
+void kvq_cuda_hqx_set_lean(int on);
+/** Lean one-token launches (or captures) in this process (tests). */
+long kvq_cuda_hqx_lean_launches(void);
 /** 1: kvq_cuda_hqx_attend_prep's split attention is a programmatic dependent of the kernel before
  *  it (the q/k/v product), the rotation's cos/sin and each warp's first cache row (positions
  *  below the token's) loaded before griddepcontrol.wait; 0 a plain launch; -1: the environment's

@@ -366,6 +366,76 @@ struct G1F {
 // ring keeps them without spills; 1 at width 5; none at 6..8 (PF off: the packer picks those
 // widths where escapes are rare, and the extra registers spilled in some instances).
 __host__ __device__ constexpr int g1_esc_rounds(int vb) { return vb == 4 ? 2 : vb == 5 ? 1 : 0; }
+// The row end's escapes from entry e on (lane L: e = its first, then + 32 a round) of local row
+// ur of part d, added to the lane's sum r in order: in batches of 4 rounds (BATCH: each batch's
+// loads issued together, its fmaf in order), or a chain a round. sx, xq: the token's tile scales
+// and codes. M: the lattice multiplier (E8 2). Every one-token kernel's row end runs it, so they
+// all add a row's escapes in the same order (the same bits).
+template <int MODE, bool BATCH, bool PF>
+__device__ __forceinline__ float g1_esc_rest(const Dev &d, uint32_t ur, uint32_t e, uint32_t e1, int lane, uint32_t tiles,
+                                             uint32_t tsh, const float *sx, const int8_t *xq, float r) {
+    constexpr int M = MODE == G1_E8 ? 2 : 1;
+    if constexpr (BATCH) { // (the rest of) the row's escapes in batches of 4 rounds: each batch's loads issued together, its fmaf in order
+        constexpr int B = 4;
+        // EB with the 16-bit form: (col, delta) straight from each entry, no call on the way (the
+        // packer's 32-bit word is not formed and taken apart again); a big entry (dcode 0) takes the
+        // next of the row's big pairs, which lie in a run from the one kvq_hqx_esc16_lower finds at
+        // the row's first big entry, counted by ballots (a rare, warp-uniform branch)
+        uint32_t bnext = ~0u;
+        for (; e - lane < e1; e += 32 * B) { // (e − lane is the warp's: every lane takes every batch)
+            uint32_t en[B], sv[B], col[B];
+            int32_t dl[B];
+#pragma unroll
+            for (int b = 0; b < B; b++) en[b] = e + 32 * b < e1 ? kvq_hqx_esc_raw(d, e + 32 * b) : 0u;
+            if (!PF && d.esc16) {
+                uint32_t bigs = 0; // bit b: round b's entry is big
+#pragma unroll
+                for (int b = 0; b < B; b++) {
+                    col[b] = kvq_hqx_esc16_col(en[b], kvq_hqx_esc16_hi(d.esc_seg, d.esc_s1, ur, e + 32 * b));
+                    dl[b] = kvq_hqx_esc16_dcode(en[b]);
+                    if (e + 32 * b < e1 && !dl[b]) bigs |= 1u << b;
+                }
+                if (__any_sync(0xffffffffu, bigs)) {
+#pragma unroll
+                    for (int b = 0; b < B; b++) {
+                        const uint32_t m = __ballot_sync(0xffffffffu, (bigs >> b) & 1u);
+                        if (!m) continue;
+                        if (bnext == ~0u) bnext = kvq_hqx_esc16_lower(d.esc_big, d.esc_nbig, e - lane + 32 * b + __ffs(m) - 1);
+                        if ((bigs >> b) & 1u)
+                            dl[b] = kvq_hqx_esc_delta(__ldg(d.esc_big + 2 * (bnext + __popc(m & ((1u << lane) - 1u))) + 1));
+                        bnext += __popc(m);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int b = 0; b < B; b++) { // (decoded after all the loads: kvq_hqx_esc_of)
+                    if (e + 32 * b < e1) en[b] = kvq_hqx_esc_of(d, ur, e + 32 * b, en[b]);
+                    col[b] = kvq_hqx_esc_col(en[b]), dl[b] = kvq_hqx_esc_delta(en[b]);
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                const size_t tix = (size_t)ur * tiles + (col[b] >> tsh);
+                sv[b] = e + 32 * b >= e1 ? 0u : MODE == G1_E8 ? (uint32_t)__ldg(d.scode + tix) : __float_as_uint(__ldg(d.scale + tix));
+            }
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                if (e + 32 * b >= e1) break;
+                const float scl = MODE == G1_E8 ? __ldg(d.lut + sv[b]) : __uint_as_float(sv[b]);
+                r = fmaf(scl * sx[col[b] >> tsh], (float)(M * dl[b] * (int)xq[kvq_gemv1_xq_at(col[b])]), r);
+            }
+        }
+    }
+    for (; e < e1; e += 32) { // without PF or EB: each round's chain in turn
+        const uint32_t en = kvq_hqx_esc_at(d, ur, e), col = kvq_hqx_esc_col(en);
+        const uint32_t jt = col >> tsh;
+        const size_t tix = (size_t)ur * tiles + jt;
+        const float scl = MODE == G1_E8 ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);
+        r = fmaf(scl * sx[jt], (float)(M * kvq_hqx_esc_delta(en) * (int)xq[kvq_gemv1_xq_at(col)]), r);
+    }
+    return r;
+}
+
 // EB (KVQ_CUDA_ESC_PF=2, the default at width 4 since session 20 call A): no prefetch, but the row end's
 // escapes in batches of 4 rounds as PF's rest (a batch's loads issued together, its fmaf in order): one
 // chain a batch instead of one a round, with registers live only at the row's end. The same bits.
@@ -561,64 +631,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
                     }
                 }
             }
-            if constexpr (PF || EB) { // (the rest of) the row's escapes in batches of 4 rounds: each batch's loads issued together, its fmaf in order
-                constexpr int B = 4;
-                // EB with the 16-bit form: (col, delta) straight from each entry, no call on the way (the
-                // packer's 32-bit word is not formed and taken apart again); a big entry (dcode 0) takes the
-                // next of the row's big pairs, which lie in a run from the one kvq_hqx_esc16_lower finds at
-                // the row's first big entry, counted by ballots (a rare, warp-uniform branch)
-                uint32_t bnext = ~0u;
-                for (; e - lane < e1; e += 32 * B) { // (e − lane is the warp's: every lane takes every batch)
-                    uint32_t en[B], sv[B], col[B];
-                    int32_t dl[B];
-#pragma unroll
-                    for (int b = 0; b < B; b++) en[b] = e + 32 * b < e1 ? kvq_hqx_esc_raw(d, e + 32 * b) : 0u;
-                    if (!PF && d.esc16) {
-                        uint32_t bigs = 0; // bit b: round b's entry is big
-#pragma unroll
-                        for (int b = 0; b < B; b++) {
-                            col[b] = kvq_hqx_esc16_col(en[b], kvq_hqx_esc16_hi(d.esc_seg, d.esc_s1, ur, e + 32 * b));
-                            dl[b] = kvq_hqx_esc16_dcode(en[b]);
-                            if (e + 32 * b < e1 && !dl[b]) bigs |= 1u << b;
-                        }
-                        if (__any_sync(0xffffffffu, bigs)) {
-#pragma unroll
-                            for (int b = 0; b < B; b++) {
-                                const uint32_t m = __ballot_sync(0xffffffffu, (bigs >> b) & 1u);
-                                if (!m) continue;
-                                if (bnext == ~0u) bnext = kvq_hqx_esc16_lower(d.esc_big, d.esc_nbig, e - lane + 32 * b + __ffs(m) - 1);
-                                if ((bigs >> b) & 1u)
-                                    dl[b] = kvq_hqx_esc_delta(__ldg(d.esc_big + 2 * (bnext + __popc(m & ((1u << lane) - 1u))) + 1));
-                                bnext += __popc(m);
-                            }
-                        }
-                    } else {
-#pragma unroll
-                        for (int b = 0; b < B; b++) { // (decoded after all the loads: kvq_hqx_esc_of)
-                            if (e + 32 * b < e1) en[b] = kvq_hqx_esc_of(d, ur, e + 32 * b, en[b]);
-                            col[b] = kvq_hqx_esc_col(en[b]), dl[b] = kvq_hqx_esc_delta(en[b]);
-                        }
-                    }
-#pragma unroll
-                    for (int b = 0; b < B; b++) {
-                        const size_t tix = (size_t)ur * tiles + (col[b] >> tsh);
-                        sv[b] = e + 32 * b >= e1 ? 0u : MODE == G1_E8 ? (uint32_t)__ldg(d.scode + tix) : __float_as_uint(__ldg(d.scale + tix));
-                    }
-#pragma unroll
-                    for (int b = 0; b < B; b++) {
-                        if (e + 32 * b >= e1) break;
-                        const float scl = MODE == G1_E8 ? __ldg(d.lut + sv[b]) : __uint_as_float(sv[b]);
-                        r = fmaf(scl * sx[col[b] >> tsh], (float)(M * dl[b] * (int)xq[kvq_gemv1_xq_at(col[b])]), r);
-                    }
-                }
-            }
-            for (; e < e1; e += 32) { // without PF or EB: each round's chain in turn
-                const uint32_t en = kvq_hqx_esc_at(d, ur, e), col = kvq_hqx_esc_col(en);
-                const uint32_t jt = col >> tsh;
-                const size_t tix = (size_t)ur * tiles + jt;
-                const float scl = MODE == G1_E8 ? __ldg(d.lut + __ldg(d.scode + tix)) : __ldg(d.scale + tix);
-                r = fmaf(scl * sx[jt], (float)(M * kvq_hqx_esc_delta(en) * (int)xq[kvq_gemv1_xq_at(col)]), r);
-            }
+            r = g1_esc_rest<MODE, PF || EB, PF>(d, ur, e, e1, lane, tiles, tsh, sx, xq, r);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
             float *y = P.y[up] + (size_t)t * ldy + ur;
@@ -635,6 +648,158 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
             if (i + j + DEPTH - 1 < n_items) load((j + DEPTH - 1) % DEPTH);
             use(j);
         }
+    }
+}
+
+// ---- The lean one-token product (issue 12, session 24): hqx_gemv1p_k's E8 one-token case at
+// widths 4 and 5 with fewer instructions a step. Nsight Compute on the H200 (session 23) had the
+// persistent kernel issue-bound at ~200 warp instructions a (row, 1024-column step) for 16 bytes
+// a lane, of which 10 are dot products: its (row, step) cursors re-derive every address from the
+// part's parameters each step (constant-bank loads by a run-time part index, 64-bit products,
+// branches at row starts), and the two sums alternate through selects. Here a warp walks its rows
+// in order and a row's steps in pairs (rows of an even number of steps: cols_p % 2048 == 0): the
+// loads of a row come from three pointers formed at its start and advanced by constant strides,
+// the activation from pointers formed per row (shared memory in the fold), step 2k adds into a0
+// and 2k + 1 into a1 by position, and the next row's first step is loaded during the row's last
+// pair (the ring of 2 as before: one step in flight while one is multiplied). The high nibbles
+// are multiplied in place at width 4 (dp4a of unsigned bytes 16·u by the signed codes; the sum is
+// 16 times the high nibbles' and is shifted back exactly), so a 4-byte word costs two LOP3s, not
+// three instructions; width 5 merges its plane bits as g1_dot does. The integer sums, their float order and the row end (g1_esc_rest) are
+// hqx_gemv1p_k's: the same bits. KVQ_CUDA_G1S=0 (kvq_cuda_hqx_set_lean(0)) keeps hqx_gemv1p_k.
+__device__ __forceinline__ int g1s_dp4a_us(uint32_t a, int b, int c) { // Σ (unsigned byte of a)·(signed byte of b) + c
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+// One step's weights for a lane: 32 nibbles, (width 5) its half of the chunk's plane word, the
+// chunk's coset byte, the tile's scale code.
+struct G1S {
+    uint4 q;
+    uint32_t hb, cb, code;
+};
+template <int VB>
+__device__ __forceinline__ void g1s_ld(G1S &w, const uint8_t *q, const uint8_t *hb, const uint8_t *cb, const uint8_t *sc) {
+    w.q = g1_ld16(q);
+    if constexpr (VB == 5) w.hb = g1_ld4(hb);
+    w.cb = (uint32_t)__ldg(cb);
+    w.code = (uint32_t)__ldg(sc);
+}
+
+// a + the step's float term: ⟨c, x⟩ of the lane pair's chunk (integer, exact: g1_dot's sums),
+// times the tile's scale and the activation tile's scale, as hqx_gemv1p_k adds it. xp: the lane's
+// int8 codes of the step (lo nibbles at xp[0], hi at xp[32]); vp: its four 8-vector sums; sxp:
+// its tile's activation scale. Width 5: u = nibble | plane bit << 4 as g1_dot forms it.
+template <int VB>
+__device__ __forceinline__ float g1s_step(const G1S &w, const int4 *xp, const int4 *vp, const float *sxp, const float *lut,
+                                          int moff, int h, float a) {
+    const int4 lo = xp[0], hi = xp[32], v = vp[0];
+    const float sx = sxp[0];
+    int dot;
+    if constexpr (VB == 4) {
+        int dl = __dp4a((int)(w.q.x & 0x0F0F0F0Fu), lo.x, 0), dh = g1s_dp4a_us(w.q.x & 0xF0F0F0F0u, hi.x, 0);
+        dl = __dp4a((int)(w.q.y & 0x0F0F0F0Fu), lo.y, dl), dh = g1s_dp4a_us(w.q.y & 0xF0F0F0F0u, hi.y, dh);
+        dl = __dp4a((int)(w.q.z & 0x0F0F0F0Fu), lo.z, dl), dh = g1s_dp4a_us(w.q.z & 0xF0F0F0F0u, hi.z, dh);
+        dl = __dp4a((int)(w.q.w & 0x0F0F0F0Fu), lo.w, dl), dh = g1s_dp4a_us(w.q.w & 0xF0F0F0F0u, hi.w, dh);
+        dot = dl + (dh >> 4); // dh = 16·Σ u_hi·x exactly
+    } else {
+        const uint32_t P[1] = {w.hb};
+        dot = 0;
+#define G1S_K(K, R, XL, XH)                                                                      \
+        dot = __dp4a((int)g1_u<1, K, 0>((R) & 0x0F0F0F0Fu, P), XL, dot);                         \
+        dot = __dp4a((int)g1_u<1, K, 1>(((R) >> 4) & 0x0F0F0F0Fu, P), XH, dot);
+        G1S_K(0, w.q.x, lo.x, hi.x) G1S_K(1, w.q.y, lo.y, hi.y) G1S_K(2, w.q.z, lo.z, hi.z) G1S_K(3, w.q.w, lo.w, hi.w)
+#undef G1S_K
+    }
+    int D = 2 * dot - moff * (v.x + v.y + v.z + v.w);
+    const uint32_t b = (w.cb >> (2 * h)) & 0x33u, b4 = (b | (b >> 2)) & 15u; // the coset bits as 0/1 bytes
+    const uint32_t sel = (b4 * 0x00204081u) & 0x01010101u;
+    D = __dp2a_lo((int)__byte_perm((uint32_t)v.x, (uint32_t)v.y, 0x5410), (int)sel, D);
+    D = __dp2a_hi((int)__byte_perm((uint32_t)v.z, (uint32_t)v.w, 0x5410), (int)sel, D);
+    D += __shfl_xor_sync(0xffffffffu, D, 1);
+    return fmaf(__ldg(lut + w.code) * sx, (float)D, a);
+}
+
+template <int VB, bool FOLD, bool EB>
+__global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, 2, 1))
+    hqx_gemv1s_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int nt, int64_t ldy,
+                 uint32_t lst, int trig, const G1F F) { // (nt, ldy, lst: hqx_gemv1p_k's signature; one token)
+    constexpr int WB = FOLD ? KVQ_HQX_FOLD_WARPS : G1_WARPS;
+    if (trig) asm volatile("griddepcontrol.launch_dependents;");
+    const int lane = threadIdx.x & 31, h = lane & 1, cl = lane >> 1;
+    uint32_t gw = blockIdx.x * WB + (threadIdx.x >> 5), W = gridDim.x * WB, rend = rtot;
+    int fp = 0;
+    if constexpr (FOLD) {
+        const kvq_hqx_fold_walk fw = kvq_hqx_fold_rows(blockIdx.x, threadIdx.x >> 5, gridDim.x, F.b1, F.b2, rb1, rb2, rtot);
+        gw = fw.first, W = fw.stride, rend = fw.end, fp = fw.part;
+    }
+    const uint32_t cpr = (uint32_t)(P.d[0].cols_p / 64), tsh = __ffs(P.d[0].T) - 1, tiles = (uint32_t)(P.d[0].cols_p >> tsh),
+                   S = cpr / 16, tps = 1024u >> tsh;
+    const Lay L = lay(P.d[0].cols_p, P.d[0].T, 1);
+    const int moff = 2 * P.d[0].off;
+    // the load pointers of a row: its lane's nibbles, plane words, coset bytes and scale codes at step 0
+    const uint8_t *lq = NULL, *lhb = NULL, *lcb = NULL, *lsc = NULL;
+    auto at_row = [&](uint32_t row) {
+        const int p = row >= rb2 ? 2 : row >= rb1 ? 1 : 0;
+        const uint32_t r = row - (p == 2 ? rb2 : p == 1 ? rb1 : 0);
+        const Dev &d = P.d[p];
+        lq = d.q + (size_t)(r * cpr + cl) * 32 + 16 * h;
+        if constexpr (VB == 5) lhb = (const uint8_t *)(d.hb + (r * cpr + cl)) + 4 * h;
+        lcb = d.cb + (r * cpr + cl);
+        lsc = d.scode + (r * tiles + ((uint32_t)(cl * 64) >> tsh));
+    };
+    G1S b0, b1;
+    if (gw < rend) {
+        at_row(gw);
+        g1s_ld<VB>(b0, lq, lhb, lcb, lsc);
+    }
+    __shared__ __align__(16) unsigned char g1_sm[FOLD ? KVQ_HQX_FOLD_SMEM : 16];
+    if constexpr (FOLD) {
+        float *fy = blockIdx.x == 0 ? F.y : NULL;
+        if (P.d[fp].T == 64) prep_fold<2, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
+        else if (P.d[fp].T == 128) prep_fold<4, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
+        else prep_fold<8, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
+    } else {
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    }
+    for (uint32_t row = gw; row < rend; row += W) {
+        const int up = row >= rb2 ? 2 : row >= rb1 ? 1 : 0;
+        const uint32_t ur = row - (up == 2 ? rb2 : up == 1 ? rb1 : 0);
+        const Dev &d = P.d[up];
+        const uint32_t e0 = __ldg(d.esc_row + ur), e1 = __ldg(d.esc_row + ur + 1);
+        const float *lut = d.lut;
+        const unsigned char *fs = FOLD ? g1_sm : P.fs[up];
+        const int4 *xp = (const int4 *)(fs + L.xq + 16 * lane), *vp = (const int4 *)(fs + L.s8) + (cl * 2 + h);
+        const float *sxp = (const float *)(fs + L.sx) + ((uint32_t)(cl * 64) >> tsh);
+        float a0 = 0.0f, a1 = 0.0f;
+        // the pairs before the last: steps s, s + 1 from b0, b1, step s + 2 loaded into b0
+        for (uint32_t s = 0; s + 2 < S; s += 2) {
+            g1s_ld<VB>(b1, lq + 512, lhb + 128, lcb + 16, lsc + tps);
+            a0 = g1s_step<VB>(b0, xp, vp, sxp, lut, moff, h, a0);
+            lq += 1024, lcb += 32, lsc += 2 * tps;
+            if constexpr (VB == 5) lhb += 256;
+            g1s_ld<VB>(b0, lq, lhb, lcb, lsc);
+            a1 = g1s_step<VB>(b1, xp + 64, vp + 32, sxp + tps, lut, moff, h, a1);
+            xp += 128, vp += 64, sxp += 2 * tps;
+        }
+        // the last pair, with the next row's first step loaded into b0
+        g1s_ld<VB>(b1, lq + 512, lhb + 128, lcb + 16, lsc + tps);
+        a0 = g1s_step<VB>(b0, xp, vp, sxp, lut, moff, h, a0);
+        if (row + W < rend) {
+            at_row(row + W);
+            g1s_ld<VB>(b0, lq, lhb, lcb, lsc);
+        }
+        a1 = g1s_step<VB>(b1, xp + 64, vp + 32, sxp + tps, lut, moff, h, a1);
+        // the row's end, as hqx_gemv1p_k's: lane L takes pair L's a0 (L < 16) or pair L − 16's a1
+        const int src = 2 * (lane & 15);
+        const float c0 = __shfl_sync(0xffffffffu, a0, src), c1 = __shfl_sync(0xffffffffu, a1, src);
+        float r = lane < 16 ? c0 : c1;
+        r = g1_esc_rest<G1_E8, EB, false>(d, ur, e0 + lane, e1, lane, tiles, tsh, (const float *)(fs + L.sx),
+                                          (const int8_t *)(fs + L.xq), r);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+        float *y = P.y[up] + ur;
+        if (lane == 0) *y = accumulate ? __fadd_rn(*y, r) : r;
     }
 }
 
@@ -678,6 +843,25 @@ template <int VB> static int esc_mode() {
     if (g_esc_pf < 0) kvq_cuda_hqx_set_esc_pf(-1);
     return g_esc_pf == 3 ? (VB == 4 ? 2 : 0) : g_esc_pf;
 }
+// The lean one-token kernel (hqx_gemv1s_k) for E8 width-4 and -5 parts with rows of an even number of
+// steps, one token, a ring of 2, escapes batched or chained (not prefetched): 1 (default;
+// KVQ_CUDA_G1S=0 sets 0), 0 hqx_gemv1p_k; -1 the environment's. The same bits either way.
+static int g_lean = -1;
+extern "C" void kvq_cuda_hqx_set_lean(int on) {
+    if (on < 0) {
+        const char *e = getenv("KVQ_CUDA_G1S");
+        on = !(e && e[0] == '0' && !e[1]);
+    }
+    g_lean = on ? 1 : 0;
+}
+static long g_lean_n = 0; // lean launches (tests)
+extern "C" long kvq_cuda_hqx_lean_launches(void) { return g_lean_n; }
+static int g1s_takes(const Parts &P, int em) {
+    if (g_lean < 0) kvq_cuda_hqx_set_lean(-1);
+    const int on = g_lean && em != 1 && P.d[0].cols_p % 2048 == 0;
+    g_lean_n += on;
+    return on;
+}
 static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
 
@@ -693,11 +877,14 @@ template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(c
                                                                                const G1T &tk) {
     const int em = esc_mode<VB>();
     constexpr bool pf = g1_esc_rounds(VB) > 0; // (false: both the same instance)
-    const auto k = em == 2 ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false, pf>
-                   : em    ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf>
-                           : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
-    static int occs[3] = {0, 0, 0};
-    int &occ = occs[em];
+    auto k = em == 2 ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false, pf>
+             : em    ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf>
+                     : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
+    int lean = 0;
+    if constexpr ((VB == 4 || VB == 5) && DEPTH == 2 && MODE == G1_E8 && NT == 1)
+        if ((lean = g1s_takes(P, em))) k = em == 2 ? hqx_gemv1s_k<VB, false, true> : hqx_gemv1s_k<VB, false, false>;
+    static int occs[6] = {0, 0, 0, 0, 0, 0};
+    int &occ = occs[em + 3 * lean];
     if (!occ) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, G1_WARPS * 32, 0);
         if (occ < 1) occ = 1;
@@ -923,11 +1110,14 @@ template <int VB, int MODE>
 static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumulate, const int64_t *rows, G1F F) {
     const int em = esc_mode<VB>();
     constexpr bool pf = g1_esc_rounds(VB) > 0;
-    const auto k = em == 2 ? hqx_gemv1p_k<VB, 2, MODE, 1, true, false, pf>
-                   : em    ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf>
-                           : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
-    static int occs[3] = {0, 0, 0};
-    int &occ = occs[em];
+    auto k = em == 2 ? hqx_gemv1p_k<VB, 2, MODE, 1, true, false, pf>
+             : em    ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf>
+                     : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
+    int lean = 0;
+    if constexpr ((VB == 4 || VB == 5) && MODE == G1_E8)
+        if ((lean = g1s_takes(Q, em))) k = em == 2 ? hqx_gemv1s_k<VB, true, true> : hqx_gemv1s_k<VB, true, false>;
+    static int occs[6] = {0, 0, 0, 0, 0, 0};
+    int &occ = occs[em + 3 * lean];
     if (!occ) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, KVQ_HQX_FOLD_WARPS * 32, 0);
         if (occ < 1) occ = 1;
