@@ -144,6 +144,10 @@ void kvq_cuda_hqx_set_esc_pf(int on);
  *  (hqx_gemv1.cu: per-row pointers, a row's steps in pairs, ~half the instructions a step), 0 by
  *  hqx_gemv1p_k; -1: the environment's (KVQ_CUDA_G1S=0), else 1. The same bits either way. */
 void kvq_cuda_hqx_set_lean(int on);
+/** Rows each warp of a lean launch prefetches into L2 before it waits for the kernel before it
+ *  (and, in the fold, prepares its activation): 0..8; -1: the environment's (KVQ_CUDA_G1PF=n),
+ *  else 0. A hint: the same bits. */
+void kvq_cuda_hqx_set_lean_pf(int rows);
 /** Lean one-token launches (or captures) in this process (tests). */
 long kvq_cuda_hqx_lean_launches(void);
 /** 1: kvq_cuda_hqx_attend_prep's split attention is a programmatic dependent of the kernel before

@@ -720,10 +720,35 @@ __device__ __forceinline__ float g1s_step(const G1S &w, const int4 *xp, const in
     return fmaf(__ldg(lut + w.code) * sx, (float)D, a);
 }
 
+// Rows prefetched into L2 before a lean kernel's wait (pf_rows, kvq_cuda_hqx_set_lean_pf): while a
+// block waits for the kernel before it (griddepcontrol.wait: that kernel's tail, under PDL) and
+// prepares its activation (the fold), nothing streams but each warp's first step. Here each warp
+// first asks for its first pf_rows rows' nibbles and plane words whole (cp.async.bulk.prefetch.L2:
+// one instruction a region, no completion to wait for) and their coset bytes and scale codes (a
+// line prefetch a lane); its loop then finds them in L2. A hint: the results are the same bits.
+// Measured slower (session 24 call C, H200, 8B E8 4.0 decode, alternated twice): 0 rows 386.9 /
+// 380.8 tok/s, 1 row 366.4 / 373.2, 2 rows 366.9 / 364.8, 4 rows 355.4 / 363.0 — off by default.
+template <int VB>
+__device__ __forceinline__ void g1s_prefetch(const Parts &P, uint32_t row, uint32_t W, uint32_t rend, int pf_rows, uint32_t rb1,
+                                             uint32_t rb2, uint32_t cpr, uint32_t tiles, int lane) {
+    for (int i = 0; i < pf_rows && row < rend; i++, row += W) {
+        const int p = row >= rb2 ? 2 : row >= rb1 ? 1 : 0;
+        const uint32_t r = row - (p == 2 ? rb2 : p == 1 ? rb1 : 0);
+        const Dev &d = P.d[p];
+        if (lane == 0) // 32·cpr bytes, cpr a multiple of 32 (whole pairs of steps): 16-byte multiples from 16-byte offsets
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(d.q + (size_t)r * cpr * 32), "r"(cpr * 32) : "memory");
+        if (VB == 5 && lane == 1)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(d.hb + (size_t)r * cpr), "r"(cpr * 8) : "memory");
+        const uint8_t *cb = d.cb + (size_t)r * cpr, *sc = d.scode + (size_t)r * tiles;
+        if ((uint32_t)lane * 128 < cpr) asm volatile("prefetch.global.L2 [%0];" ::"l"(cb + lane * 128));
+        if ((uint32_t)lane * 128 < tiles) asm volatile("prefetch.global.L2 [%0];" ::"l"(sc + lane * 128));
+    }
+}
+
 template <int VB, bool FOLD, bool EB>
 __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, 2, 1))
-    hqx_gemv1s_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int nt, int64_t ldy,
-                 uint32_t lst, int trig, const G1F F) { // (nt, ldy, lst: hqx_gemv1p_k's signature; one token)
+    hqx_gemv1s_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int pf_rows, int64_t ldy,
+                 uint32_t lst, int trig, const G1F F) { // (hqx_gemv1p_k's signature; one token: pf_rows in its nt, ldy and lst unused)
     constexpr int WB = FOLD ? KVQ_HQX_FOLD_WARPS : G1_WARPS;
     if (trig) asm volatile("griddepcontrol.launch_dependents;");
     const int lane = threadIdx.x & 31, h = lane & 1, cl = lane >> 1;
@@ -753,6 +778,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
         at_row(gw);
         g1s_ld<VB>(b0, lq, lhb, lcb, lsc);
     }
+    if (pf_rows > 0) g1s_prefetch<VB>(P, gw, W, rend, pf_rows, rb1, rb2, cpr, tiles, lane);
     __shared__ __align__(16) unsigned char g1_sm[FOLD ? KVQ_HQX_FOLD_SMEM : 16];
     if constexpr (FOLD) {
         float *fy = blockIdx.x == 0 ? F.y : NULL;
@@ -846,7 +872,7 @@ template <int VB> static int esc_mode() {
 // The lean one-token kernel (hqx_gemv1s_k) for E8 width-4 and -5 parts with rows of an even number of
 // steps, one token, a ring of 2, escapes batched or chained (not prefetched): 1 (default;
 // KVQ_CUDA_G1S=0 sets 0), 0 hqx_gemv1p_k; -1 the environment's. The same bits either way.
-static int g_lean = -1;
+static int g_lean = -1, g_lean_pf = 0;
 extern "C" void kvq_cuda_hqx_set_lean(int on) {
     if (on < 0) {
         const char *e = getenv("KVQ_CUDA_G1S");
@@ -854,10 +880,19 @@ extern "C" void kvq_cuda_hqx_set_lean(int on) {
     }
     g_lean = on ? 1 : 0;
 }
+// Rows each warp of a lean launch prefetches into L2 before its wait (g1s_prefetch): 0..8, or -1 the
+// environment's (KVQ_CUDA_G1PF=n), else 0.
+extern "C" void kvq_cuda_hqx_set_lean_pf(int rows) {
+    if (rows < 0) {
+        const char *e = getenv("KVQ_CUDA_G1PF");
+        rows = e && e[0] >= '0' && e[0] <= '8' && !e[1] ? e[0] - '0' : 0;
+    }
+    g_lean_pf = rows > 8 ? 8 : rows;
+}
 static long g_lean_n = 0; // lean launches (tests)
 extern "C" long kvq_cuda_hqx_lean_launches(void) { return g_lean_n; }
 static int g1s_takes(const Parts &P, int em) {
-    if (g_lean < 0) kvq_cuda_hqx_set_lean(-1);
+    if (g_lean < 0) kvq_cuda_hqx_set_lean(-1), kvq_cuda_hqx_set_lean_pf(-1);
     const int on = g_lean && em != 1 && P.d[0].cols_p % 2048 == 0;
     g_lean_n += on;
     return on;
@@ -892,7 +927,7 @@ template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(c
     const int64_t need = (rtot + G1_WARPS - 1) / G1_WARPS, cap = (int64_t)g_sm_count * occ;
     cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, k, P, accumulate, rb1, rb2, rtot, tk.nt, tk.ldy, tk.lst, g_trig, G1F{});
+    return cudaLaunchKernelEx(&cfg, k, P, accumulate, rb1, rb2, rtot, lean ? g_lean_pf : tk.nt, tk.ldy, tk.lst, g_trig, G1F{});
 }
 template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
                                                           uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {
@@ -1131,7 +1166,7 @@ static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumu
     cfg.gridDim = dim3((unsigned)tot);
     const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = rb2 + (uint32_t)rows[2];
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, k, Q, accumulate, rb1, rb2, rtot, 1, (int64_t)0, 0u, g_trig, F);
+    return cudaLaunchKernelEx(&cfg, k, Q, accumulate, rb1, rb2, rtot, lean ? g_lean_pf : 1, (int64_t)0, 0u, g_trig, F);
 }
 template <int VB>
 static cudaError_t g1f_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &Q, int accumulate, const int64_t *rows,
