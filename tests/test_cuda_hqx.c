@@ -385,7 +385,8 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         memset(yg, 0xff, sizeof(float) * w->rows); // poisoned: every row must be written
         const long lean0 = kvq_cuda_hqx_lean_launches();
         st = kvq_cuda_hqx_matvec_host(t, x, yg, int8, &err);
-        // the lean kernel ran exactly where it applies (E8 width 4, whole steps in pairs, the default one-token route)
+        // the lean kernel ran exactly where it applies (E8 widths 4 and 5 with scale codes, rows of an even number of
+        // steps, the default one-token route) and nowhere else
         const char *eg = getenv("KVQ_CUDA_G1S"), *ep = getenv("KVQ_CUDA_ESC_PF");
         const int lean_applies = (mode == 1 || mode == 9) && w->lat == KVQ_HQ_LAT_E8 && w->scode && (w->vbits == 4 || w->vbits == 5) && w->cols_p % 2048 == 0 &&
                                  !(eg && !strcmp(eg, "0")) && !(ep && !strcmp(ep, "1"));
