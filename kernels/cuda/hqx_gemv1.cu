@@ -436,6 +436,28 @@ __device__ __forceinline__ float g1_esc_rest(const Dev &d, uint32_t ur, uint32_t
     return r;
 }
 
+// The fold's preparation of part fp's activation into shared memory sm (block 0 also writes the
+// normalized row to F.y): both persistent kernels' prologue.
+template <int WB>
+__device__ __forceinline__ void g1_fold_prep(const Parts &P, int fp, const G1F &F, unsigned char *sm, const Lay &L) {
+    float *fy = blockIdx.x == 0 ? F.y : NULL;
+    if (P.d[fp].T == 64) prep_fold<2, WB>(P.d[fp], F.x, F.w, F.eps, fy, sm, L);
+    else if (P.d[fp].T == 128) prep_fold<4, WB>(P.d[fp], F.x, F.w, F.eps, fy, sm, L);
+    else prep_fold<8, WB>(P.d[fp], F.x, F.w, F.eps, fy, sm, L);
+}
+
+// The rows a warp of a persistent one-token kernel walks: gw, gw + W, ... below rend; the fold: its
+// block's part fp and that part's rows (kvq_hqx_fold_rows), else the whole grid over all rows.
+template <bool FOLD, int WB>
+__device__ __forceinline__ void g1_walk(const G1F &F, uint32_t rb1, uint32_t rb2, uint32_t rtot, uint32_t &gw, uint32_t &W,
+                                        uint32_t &rend, int &fp) {
+    gw = blockIdx.x * WB + (threadIdx.x >> 5), W = gridDim.x * WB, rend = rtot, fp = 0;
+    if constexpr (FOLD) {
+        const kvq_hqx_fold_walk fw = kvq_hqx_fold_rows(blockIdx.x, threadIdx.x >> 5, gridDim.x, F.b1, F.b2, rb1, rb2, rtot);
+        gw = fw.first, W = fw.stride, rend = fw.end, fp = fw.part;
+    }
+}
+
 // EB (KVQ_CUDA_ESC_PF=2, the default at width 4 since session 20 call A): no prefetch, but the row end's
 // escapes in batches of 4 rounds as PF's rest (a batch's loads issued together, its fmaf in order): one
 // chain a batch instead of one a round, with registers live only at the row's end. The same bits.
@@ -452,12 +474,9 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     // griddepcontrol.wait, which waits for this grid's completion)
     if (trig) asm volatile("griddepcontrol.launch_dependents;");
     const int lane = threadIdx.x & 31, h = lane & 1, cl = lane >> 1;
-    uint32_t gw = blockIdx.x * WB + (threadIdx.x >> 5), W = gridDim.x * WB, rend = rtot;
-    int fp = 0; // FOLD: the block's part
-    if constexpr (FOLD) {
-        const kvq_hqx_fold_walk fw = kvq_hqx_fold_rows(blockIdx.x, threadIdx.x >> 5, gridDim.x, F.b1, F.b2, rb1, rb2, rtot);
-        gw = fw.first, W = fw.stride, rend = fw.end, fp = fw.part;
-    }
+    uint32_t gw, W, rend;
+    int fp; // FOLD: the block's part
+    g1_walk<FOLD, WB>(F, rb1, rb2, rtot, gw, W, rend, fp);
     const uint32_t cpr = (uint32_t)(P.d[0].cols_p / 64), tsh = __ffs(P.d[0].T) - 1, tiles = (uint32_t)(P.d[0].cols_p >> tsh),
                    S = cpr / 16, tps = 1024u >> tsh;
     const Lay L = lay(P.d[0].cols_p, P.d[0].T, 1);
@@ -497,10 +516,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     // anywhere in the module has cuobjdump report 1 KB of shared memory on every kernel of it
     __shared__ __align__(16) unsigned char g1_sm[FOLD ? KVQ_HQX_FOLD_SMEM : 16];
     if constexpr (FOLD) { // waits for the kernel before, as below
-        float *fy = blockIdx.x == 0 ? F.y : NULL;
-        if (P.d[fp].T == 64) prep_fold<2, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
-        else if (P.d[fp].T == 128) prep_fold<4, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
-        else prep_fold<8, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
+        g1_fold_prep<WB>(P, fp, F, g1_sm, L);
     } else {
         asm volatile("griddepcontrol.wait;" ::: "memory");
     }
@@ -752,12 +768,9 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     constexpr int WB = FOLD ? KVQ_HQX_FOLD_WARPS : G1_WARPS;
     if (trig) asm volatile("griddepcontrol.launch_dependents;");
     const int lane = threadIdx.x & 31, h = lane & 1, cl = lane >> 1;
-    uint32_t gw = blockIdx.x * WB + (threadIdx.x >> 5), W = gridDim.x * WB, rend = rtot;
-    int fp = 0;
-    if constexpr (FOLD) {
-        const kvq_hqx_fold_walk fw = kvq_hqx_fold_rows(blockIdx.x, threadIdx.x >> 5, gridDim.x, F.b1, F.b2, rb1, rb2, rtot);
-        gw = fw.first, W = fw.stride, rend = fw.end, fp = fw.part;
-    }
+    uint32_t gw, W, rend;
+    int fp;
+    g1_walk<FOLD, WB>(F, rb1, rb2, rtot, gw, W, rend, fp);
     const uint32_t cpr = (uint32_t)(P.d[0].cols_p / 64), tsh = __ffs(P.d[0].T) - 1, tiles = (uint32_t)(P.d[0].cols_p >> tsh),
                    S = cpr / 16, tps = 1024u >> tsh;
     const Lay L = lay(P.d[0].cols_p, P.d[0].T, 1);
@@ -781,10 +794,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     if (pf_rows > 0) g1s_prefetch<VB>(P, gw, W, rend, pf_rows, rb1, rb2, cpr, tiles, lane);
     __shared__ __align__(16) unsigned char g1_sm[FOLD ? KVQ_HQX_FOLD_SMEM : 16];
     if constexpr (FOLD) {
-        float *fy = blockIdx.x == 0 ? F.y : NULL;
-        if (P.d[fp].T == 64) prep_fold<2, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
-        else if (P.d[fp].T == 128) prep_fold<4, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
-        else prep_fold<8, WB>(P.d[fp], F.x, F.w, F.eps, fy, g1_sm, L);
+        g1_fold_prep<WB>(P, fp, F, g1_sm, L);
     } else {
         asm volatile("griddepcontrol.wait;" ::: "memory");
     }
