@@ -5,7 +5,10 @@
 // with lanes across head_dim (coalesced rows of V) and the 8 partial sums meet in shared
 // memory.
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/hqx_prep.cuh"
@@ -113,12 +116,14 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_k(const float *__restrict_
 // position p (rot), into dst.
 // rc, rs: the rotation's cos and sin at p for i < rot_dim / 2 when computed before (the split
 // kernel's table, made before griddepcontrol.wait), else NULL: computed here (the same expression).
+// dst2: NULL, or where the result also goes (the split kernel keeps its token's k and v rows in
+// shared memory).
 __device__ __forceinline__ float ain_cos(int p, float f) { return (float)cos((double)__fmul_rn((float)p, f)); }
 __device__ __forceinline__ float ain_sin(int p, float f) { return (float)sin((double)__fmul_rn((float)p, f)); }
 __device__ __forceinline__ void ain_head(const float *__restrict__ row, const float *__restrict__ bias, int off,
                                          const float *__restrict__ nw, float eps, bool rot, float *dst, float *v, int lane,
                                          int hd, int rot_dim, int p, const float *__restrict__ inv_freq,
-                                         const float *rc = NULL, const float *rs = NULL) {
+                                         const float *rc = NULL, const float *rs = NULL, float *dst2 = NULL) {
     const float *src = row + off;
     for (int i = lane; i < hd; i += 32) v[i] = bias ? __fadd_rn(src[i], bias[off + i]) : src[i];
     __syncwarp();
@@ -134,10 +139,15 @@ __device__ __forceinline__ void ain_head(const float *__restrict__ row, const fl
     for (int i = lane; i < half; i += 32) {
         const float c = rc ? rc[i] : ain_cos(p, inv_freq[i]), sn = rs ? rs[i] : ain_sin(p, inv_freq[i]);
         const float x0 = v[i], x1 = v[i + half];
-        dst[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-        dst[i + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+        const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn)), y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+        dst[i] = y0;
+        dst[i + half] = y1;
+        if (dst2) dst2[i] = y0, dst2[i + half] = y1;
     }
-    for (int i = 2 * half + lane; i < hd; i += 32) dst[i] = v[i];
+    for (int i = 2 * half + lane; i < hd; i += 32) {
+        dst[i] = v[i];
+        if (dst2) dst2[i] = v[i];
+    }
     __syncwarp();
 }
 
@@ -203,6 +213,15 @@ __global__ void __launch_bounds__(AIN_WARPS * 32) attn_in_k(const float *__restr
 // a captured step's grid fits every position, n_ctx read on the device — and blocks s >= n_s
 // return at once. (The reading that fewer splits would save the blocks' fixed work and the 16-way
 // merge at short contexts did not hold: each warp's positions are a serial chain.)
+// Session 25 (H200, the 8B shape at T ~ 180..440, phase clocks of every decode launch:
+// tests/bench/att_stamps_build.sh): the positions loop sums the G dots together (at_allsum) with
+// no branch between heads (4149 → 2493 cycles a block); the softmax factors are computed once a
+// warp / a split, not once an output; a block is counted by one acq_rel atomic after a barrier
+// (no fence by every thread); the final merge loads every split's (max, sum) and outputs in one
+// round trip; the token's own k, v rows and the merged output stay in shared memory for the
+// positions and o's tiles. Every change keeps the bits (the sums in the same order, the same
+// pairs). Also cmin 32 / 64 measured again on the H200: slower (the 8B decode 386.6 / 382.8 tok/s
+// against 396.1 at the default, call A).
 #define ATS 16     // splits of the positions per (token, KV head), at most
 #define AT_CMIN 0  // positions a split at least, by default (0: ATS splits always)
 #define AT_GMAX 8  // query heads per KV head
@@ -220,19 +239,74 @@ static float *g_part = NULL; // (AT_TT, n_kv, ATS, G, hd + 2): output, max, sum
 static int *g_cnt = NULL;    // (AT_TT, n_kv) blocks done
 static size_t g_part_cap = 0, g_cnt_cap = 0;
 
+// The sums over a warp's 32 lanes of S values a lane (S = 1, 2, 4, 8), every sum on every lane
+// in v[0..S) on return, with the bits of S separate butterflies (dt += shfl_xor(dt, o), o = 16, 8,
+// .., 1): at each stage a lane keeps half of its slots and adds its partner's copy of them (the
+// same pair of numbers the butterfly adds, a + b = b + a), so after the stages that halve the
+// slots each lane holds one slot's butterfly sum; the last stages sum that one slot; then each
+// slot's sum is read from a lane that holds it. S − 1 + 5 − log2 S + S shuffles instead of 5·S, in
+// 6 dependent steps instead of 5 a value.
+template <int S>
+__device__ __forceinline__ void at_allsum(float (&v)[S], int lane) {
+    constexpr int LS = S >= 8 ? 3 : S >= 4 ? 2 : S >= 2 ? 1 : 0;
+#pragma unroll
+    for (int k = 0; k < 5; k++) {
+        const int o = 16 >> k, n = S >> k; // n: slots still held
+        if (n > 1) {
+            const bool hi = lane & o; // this lane keeps the upper half
+#pragma unroll
+            for (int i = 0; i < n / 2; i++) {
+                const float send = hi ? v[i] : v[i + n / 2], keep = hi ? v[i + n / 2] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+        }
+    }
+    if constexpr (S > 1) {
+        const float r = v[0]; // slot (lane >> (5 − LS)) of S, as the halvings chose
+#pragma unroll
+        for (int h = 0; h < S; h++) v[h] = __shfl_sync(0xffffffffu, r, h << (5 - LS));
+    }
+}
+
+// KVQ_ATT_STAMPS (a measuring build only, never the shipped one; tests/bench/att_stamps_build.sh): thread 0 of each
+// block of a one-token decode launch with o's preparation (pfs) reads its SM's clock at the kernel's phases, and
+// the sums go to att_st, printed at exit (kvq_cuda_att_stamps_print): where a decode step's attention spends its
+// time. Phases: 0 entry, 1 after griddepcontrol.wait (also %globaltimer), 2 the inputs done and q in registers,
+// 3 the positions done (every warp), 4 the block's merge written, 5 the block counted; the merging block: 6 the
+// splits merged, 7 o's tiles prepared (also %globaltimer: the span from the earliest wait of its KV head).
+#ifdef KVQ_ATT_STAMPS
+__device__ unsigned long long att_st[16], att_st_first[64]; // first: ~(earliest wait's globaltimer), by atomicMax
+__device__ __forceinline__ unsigned long long att_gt() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define ATT_STAMP(k) do { if (pfs && threadIdx.x == 0) st_c[k] = clock64(); } while (0)
+#else
+#define ATT_STAMP(k) do { } while (0)
+#endif
+
 template <int D>
 __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__restrict__ q, float *kc,
                                                               float *vc, float *__restrict__ out, int pos,
                                                               const int *dpos, int t0, int n_heads, int n_kv, int max_ctx,
                                                               float scale, float *part, int *cnt, const Dev pd,
-                                                              unsigned char *pfs, const AinK ain, const SeqK sq, int cmin) {
+                                                              unsigned char *pfs, const AinK ain, const SeqK sq, int cmin, int pf) {
     constexpr int HD = 32 * D, NW = ATT_THREADS / 32;
     // with pfs: o's one-token product follows as a programmatic dependent (it reads what the
     // merging blocks prepare only after this grid has completed)
     if (pfs) asm volatile("griddepcontrol.launch_dependents;");
+#ifdef KVQ_ATT_STAMPS
+    long long st_c[8] = {};
+    unsigned long long st_g1 = 0;
+#endif
+    ATT_STAMP(0);
     __shared__ float sm_m[NW][AT_GMAX], sm_l[NW][AT_GMAX];
     __shared__ float sm_o[NW][AT_HB][HD];
-    __shared__ float sm_pm[AT_GMAX][ATS], sm_pl[AT_GMAX][ATS];
+    __shared__ float sm_c[AT_HB][NW], sm_M[AT_HB];
+    __shared__ float sm_kv[2][HD]; // with ain: the token's own k and v rows (ld_row reads them here)
     __shared__ int last;
     if (dpos) pos = *dpos;
     const int s = blockIdx.x, g = blockIdx.y, tl = blockIdx.z, t = t0 + tl, G = n_heads / n_kv;
@@ -262,13 +336,23 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
             sm_rs[i] = ain_sin(pos, f);
         }
     const float *K = kc + seq_off(sq, t) + (int64_t)g * max_ctx * HD, *V = vc + seq_off(sq, t) + (int64_t)g * max_ctx * HD;
+    // pf > 0 (one token a launch): the split's first pf positions' K and V rows (contiguous: one
+    // range each) fetched into L2 at once, before the wait (rows earlier steps wrote; the token's
+    // own row, written below, goes to L2 as any store does). The warps' loads below, a chain of a
+    // few positions each at short contexts, then find their rows in L2 instead of each waiting a
+    // DRAM round trip in turn (session 25: 4149 cycles a block for ~2.4 positions a warp at T ~ 300).
+    if (pf > 0 && gridDim.z == 1 && p1 > p0 && threadIdx.x == 0) { // (a split past n_ctx has p1 <= p0)
+        const unsigned bytes = (unsigned)min(p1 - p0, pf) * (unsigned)(HD * sizeof(float));
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(K + (int64_t)p0 * HD), "r"(bytes) : "memory");
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(V + (int64_t)p0 * HD), "r"(bytes) : "memory");
+    }
     // the next position's K and V rows are loaded before this one's are used (a warp takes
     // only a few positions at short contexts: each used to wait a whole load latency)
     float kr[D], vr[D], kn[D], vn[D];
     auto ld_row = [&](int p, float *kd, float *vd) {
-        if (ain.on && p == pos) { // written by this block: through L2, not the read-only path
+        if (ain.on && p == pos) { // computed by this block: the copy it kept in shared memory
 #pragma unroll
-            for (int d = 0; d < D; d++) { kd[d] = __ldcg(K + (int64_t)p * HD + lane * D + d); vd[d] = __ldcg(V + (int64_t)p * HD + lane * D + d); }
+            for (int d = 0; d < D; d++) { kd[d] = sm_kv[0][lane * D + d]; vd[d] = sm_kv[1][lane * D + d]; }
         } else if constexpr (D == 4) {
             const float4 a = __ldg((const float4 *)(K + (int64_t)p * HD) + lane), b = __ldg((const float4 *)(V + (int64_t)p * HD) + lane);
             kd[0] = a.x, kd[1] = a.y, kd[2] = a.z, kd[3] = a.w;
@@ -281,6 +365,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     const bool early = ain.on && p0 + w < p1 && p0 + w != pos; // with ain the cache holds every earlier position
     if (early) ld_row(p0 + w, kr, vr);
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    ATT_STAMP(1);
+#ifdef KVQ_ATT_STAMPS
+    if (pfs && threadIdx.x == 0) st_g1 = att_gt();
+#endif
     const float *qsrc = q + (int64_t)t * n_heads * HD + (int64_t)g * G * HD;
     if (ain.on) {
         if (rtab) __syncthreads(); // the rotation's table
@@ -291,10 +379,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
             const float *nw = ain.qn;
             float *dst = scr + (int64_t)(G + 2 + sl) * HD;
             bool rot = true;
-            if (sl == G) off = q_dim + g * HD, nw = ain.kn, dst = kc + ((int64_t)g * max_ctx + pos) * HD;
-            else if (sl == G + 1) off = q_dim + kv_dim + g * HD, nw = NULL, rot = false, dst = vc + ((int64_t)g * max_ctx + pos) * HD;
+            float *dst2 = NULL; // k and v also into sm_kv
+            if (sl == G) off = q_dim + g * HD, nw = ain.kn, dst = kc + ((int64_t)g * max_ctx + pos) * HD, dst2 = sm_kv[0];
+            else if (sl == G + 1)
+                off = q_dim + kv_dim + g * HD, nw = NULL, rot = false, dst = vc + ((int64_t)g * max_ctx + pos) * HD, dst2 = sm_kv[1];
             ain_head(ain.qkv, ain.bias, off, nw, ain.eps, rot, dst, scr + (int64_t)sl * HD, lane, HD, ain.rot_dim, pos, ain.inv_freq,
-                     rtab ? sm_rc : NULL, rtab ? sm_rs : NULL);
+                     rtab ? sm_rc : NULL, rtab ? sm_rs : NULL, dst2);
         }
         __syncthreads();
         qsrc = scr + (int64_t)(G + 2) * HD;
@@ -311,28 +401,47 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
         }
     }
     if (ain.on) __syncthreads(); // q read before the merge reuses the shared rows
+    ATT_STAMP(2);
     if (p0 + w < p1 && !early) ld_row(p0 + w, kr, vr);
-    for (int p = p0 + w; p < p1; p += NW) {
-        if (p + NW < p1) ld_row(p + NW, kn, vn);
+    // The positions, with S = G rounded up to 1, 2, 4 or 8 head slots, a compile-time count: the
+    // slots' dots summed together (at_allsum: the butterfly's sums, half the shuffles, no chain
+    // per head) and the slots' softmax updates without a branch between them, so their chains
+    // overlap (session 25: the loop with a break at G ran the heads one after another, ~1000
+    // cycles a position for G = 4). Slots past G hold q = 0 and states no one reads.
+    auto walk = [&](auto s_) {
+        constexpr int S = decltype(s_)::value;
+        for (int p = p0 + w; p < p1; p += NW) {
+            if (p + NW < p1) ld_row(p + NW, kn, vn);
+            float sc[S];
 #pragma unroll
-        for (int h = 0; h < AT_GMAX; h++) {
-            if (h >= G) break;
-            float dt = 0.0f;
+            for (int h = 0; h < S; h++) {
+                float dt = 0.0f;
 #pragma unroll
-            for (int d = 0; d < D; d++) dt = fmaf(qv[h][d], kr[d], dt);
-            for (int o = 16; o > 0; o >>= 1) dt += __shfl_xor_sync(0xffffffffu, dt, o);
-            const float sc = dt * scale, mn = fmaxf(m[h], sc);
-            const float corr = expf(m[h] - mn), e = expf(sc - mn); // m = -inf at first: corr 0
-            l[h] = fmaf(l[h], corr, e);
+                for (int d = 0; d < D; d++) dt = fmaf(qv[h][d], kr[d], dt);
+                sc[h] = dt;
+            }
+            at_allsum<S>(sc, lane);
 #pragma unroll
-            for (int d = 0; d < D; d++) acc[h][d] = fmaf(acc[h][d], corr, e * vr[d]);
-            m[h] = mn;
+            for (int h = 0; h < S; h++) {
+                const float x = sc[h] * scale, mn = fmaxf(m[h], x);
+                const float corr = expf(m[h] - mn), e = expf(x - mn); // m = -inf at first: corr 0
+                l[h] = fmaf(l[h], corr, e);
+#pragma unroll
+                for (int d = 0; d < D; d++) acc[h][d] = fmaf(acc[h][d], corr, e * vr[d]);
+                m[h] = mn;
+            }
+#pragma unroll
+            for (int d = 0; d < D; d++) kr[d] = kn[d], vr[d] = vn[d];
         }
-#pragma unroll
-        for (int d = 0; d < D; d++) kr[d] = kn[d], vr[d] = vn[d];
-    }
+    };
+    if (G <= 1) walk(std::integral_constant<int, 1>{});
+    else if (G <= 2) walk(std::integral_constant<int, 2>{});
+    else if (G <= 4) walk(std::integral_constant<int, 4>{});
+    else walk(std::integral_constant<int, 8>{});
     // the warps' (max, sum, output) merged in warp order, AT_HB heads at a time (one pair of
-    // barriers for each AT_HB heads, not each head; the same sums per output)
+    // barriers for each AT_HB heads, not each head; the same sums per output). Each warp's
+    // factor exp(m_w − M) is computed once per head (sm_c), not once per output coordinate:
+    // the same value, so the same sums.
     float *pb = part + ((((int64_t)tl * n_kv + g) * ATS + s) * AT_GMAX) * (HD + 2);
 #pragma unroll
     for (int h0 = 0; h0 < AT_GMAX; h0 += AT_HB) { // static indices: the arrays stay in registers
@@ -346,59 +455,110 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
             for (int d = 0; d < D; d++) sm_o[w][hh][lane * D + d] = acc[h][d];
         }
         __syncthreads();
+        ATT_STAMP(3);
         const int nh = min(AT_HB, G - h0);
+        if (threadIdx.x < nh * NW) { // (head, warp): the warp's factor; head's max M and sum L (warp 0's thread)
+            const int hh = threadIdx.x / NW, k = threadIdx.x % NW, h = h0 + hh;
+            float M = -INFINITY;
+            for (int i = 0; i < NW; i++) M = fmaxf(M, sm_m[i][h]);
+            sm_c[hh][k] = sm_m[k][h] == -INFINITY ? 0.0f : expf(sm_m[k][h] - M);
+            if (k == 0) sm_M[hh] = M;
+        }
+        __syncthreads();
         for (int i = threadIdx.x; i < nh * HD; i += ATT_THREADS) {
             const int hh = i / HD, h = h0 + hh, d = i % HD;
-            float M = -INFINITY;
-            for (int k = 0; k < NW; k++) M = fmaxf(M, sm_m[k][h]);
             float L = 0.0f, O = 0.0f;
+#pragma unroll
             for (int k = 0; k < NW; k++) {
-                const float c = sm_m[k][h] == -INFINITY ? 0.0f : expf(sm_m[k][h] - M);
+                const float c = sm_c[hh][k];
                 L = fmaf(sm_l[k][h], c, L);
                 O = fmaf(sm_o[k][hh][d], c, O);
             }
             float *ph = pb + (int64_t)h * (HD + 2);
             ph[d] = O;
-            if (d == 0) { ph[HD] = M; ph[HD + 1] = L; }
+            if (d == 0) { ph[HD] = sm_M[hh]; ph[HD + 1] = L; }
         }
         __syncthreads();
     }
+    ATT_STAMP(4);
+#ifdef KVQ_ATT_STAMPS
+    if (pfs && threadIdx.x == 0) atomicMax(att_st_first + g, ~st_g1); // before the block is counted
+#endif
     // the last of the n_s blocks of (t, g) merges the splits (only they count: the counter is
-    // back at 0 after every launch, as the merging block resets it)
-    __threadfence(); // every thread's partials visible device-wide before the block is counted
+    // back at 0 after every launch, as the merging block resets it). One thread counts the
+    // block, after the barrier that orders every thread's partials before it: its atomic
+    // add releases them (and acquires the other blocks' when it is the last) at the GPU's
+    // scope, and the barrier after it passes that on to the block's threads (the pattern of a
+    // split-K semaphore; no fence by every thread).
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(cnt + tl * n_kv + g, 1) == ns - 1;
+    if (threadIdx.x == 0) {
+        int old;
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + tl * n_kv + g) : "memory");
+        last = old == ns - 1;
+    }
     __syncthreads();
+    ATT_STAMP(5);
+#ifdef KVQ_ATT_STAMPS
+    if (pfs && threadIdx.x == 0) {
+        for (int k = 1; k < 5; k++) atomicAdd(att_st + k, (unsigned long long)(st_c[k + 1] - st_c[k]));
+        atomicAdd(att_st + 0, 1ull);
+    }
+#endif
     if (!last) return;
-    __threadfence();
     const float *pg = part + (((int64_t)tl * n_kv + g) * ATS) * AT_GMAX * (HD + 2);
-    // the splits' (max, sum) of every head read once into shared memory
-    for (int i = threadIdx.x; i < G * ns; i += ATT_THREADS) {
-        const int h = i / ns, k = i % ns;
-        const float *ph = pg + ((int64_t)k * AT_GMAX + h) * (HD + 2);
-        sm_pm[h][k] = __ldcg(ph + HD);
-        sm_pl[h][k] = __ldcg(ph + HD + 1);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < G * HD; i += ATT_THREADS) {
-        const int h = i / HD, d = i % HD;
+    // each thread two adjacent coordinates of a head: the n_s splits' (max, sum) and outputs
+    // loaded together (one round trip through L2, 8-byte loads), the head's max, each split's
+    // factor exp(m_k − M), the sums in split order — the values of the formula every output
+    // used before, so the same bits. With pfs the block keeps its output in shared memory
+    // (sm_o, free now) for o's tiles below.
+    float *xo = &sm_o[0][0][0];
+    for (int i = threadIdx.x; i < G * HD / 2; i += ATT_THREADS) {
+        const int h = i / (HD / 2), d = 2 * (i % (HD / 2));
+        float2 o[ATS], ml[ATS];
+#pragma unroll
+        for (int k = 0; k < ATS; k++)
+            if (k < ns) {
+                const float *ph = pg + ((int64_t)k * AT_GMAX + h) * (HD + 2);
+                ml[k] = __ldcg((const float2 *)(ph + HD));
+                o[k] = __ldcg((const float2 *)(ph + d));
+            }
         float M = -INFINITY;
-        for (int k = 0; k < ns; k++) M = fmaxf(M, sm_pm[h][k]);
-        float L = 0.0f, O = 0.0f;
-        for (int k = 0; k < ns; k++) {
-            const float *ph = pg + ((int64_t)k * AT_GMAX + h) * (HD + 2);
-            const float mk = sm_pm[h][k];
-            const float c = mk == -INFINITY ? 0.0f : expf(mk - M);
-            L = fmaf(sm_pl[h][k], c, L);
-            O = fmaf(__ldcg(ph + d), c, O);
-        }
-        out[((int64_t)t * n_heads + g * G + h) * HD + d] = O / L;
+#pragma unroll
+        for (int k = 0; k < ATS; k++)
+            if (k < ns) M = fmaxf(M, ml[k].x);
+        float L = 0.0f, O0 = 0.0f, O1 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ATS; k++)
+            if (k < ns) {
+                const float c = ml[k].x == -INFINITY ? 0.0f : expf(ml[k].x - M);
+                L = fmaf(ml[k].y, c, L);
+                O0 = fmaf(o[k].x, c, O0);
+                O1 = fmaf(o[k].y, c, O1);
+            }
+        const float r0 = O0 / L, r1 = O1 / L;
+        float *od = out + ((int64_t)t * n_heads + g * G + h) * HD + d;
+        od[0] = r0;
+        od[1] = r1;
+        if (pfs) xo[h * HD + d] = r0, xo[h * HD + d + 1] = r1;
     }
+    ATT_STAMP(6);
     if (pfs) { // one token: the tiles of this group's output columns, as hqx_prep_i8 would
-        __syncthreads(); // the block's output rows written
+        __syncthreads(); // the block's output in xo
         const int64_t j0 = (int64_t)g * G * HD / pd.T, nj = (int64_t)G * HD / pd.T;
-        for (int64_t j = w; j < nj; j += NW) kvq_hqx_prep1_tile(pd, pfs, out + (int64_t)t * n_heads * HD, lane, j0 + j);
+        for (int64_t j = w; j < nj; j += NW) kvq_hqx_prep1_tile_sm(pd, pfs, xo + j * pd.T, lane, j0 + j);
     }
+#ifdef KVQ_ATT_STAMPS
+    __syncthreads();
+    ATT_STAMP(7);
+    if (pfs && threadIdx.x == 0) { // the merging block: its own phases, and the span from its KV head's earliest wait
+        const unsigned long long g7 = att_gt(), first = ~atomicExch(att_st_first + g, 0ull);
+        atomicAdd(att_st + 5, (unsigned long long)(st_c[6] - st_c[5]));
+        atomicAdd(att_st + 6, (unsigned long long)(st_c[7] - st_c[6]));
+        atomicAdd(att_st + 7, g7 - first);
+        atomicAdd(att_st + 8, g7 - st_g1);
+        atomicAdd(att_st + 9, 1ull);
+    }
+#endif
     if (threadIdx.x == 0) cnt[tl * n_kv + g] = 0; // ready for the next launch (or graph replay)
 }
 
@@ -429,6 +589,20 @@ static int cmin_get(void) {
         g_cmin = v >= 0 && end && *end == 0 ? (int)(v > (1 << 30) ? 1 << 30 : v) : AT_CMIN; // not a count: the default
     }
     return g_cmin;
+}
+
+// Positions of a one-token launch's split fetched into L2 before the wait (the kernel's pf;
+// KVQ_CUDA_ATTN_PF=n, 0 none; default AT_PF).
+#define AT_PF 64
+static int g_pf = -1;
+static int pf_get(void) {
+    if (g_pf < 0) {
+        const char *e = getenv("KVQ_CUDA_ATTN_PF");
+        char *end = NULL;
+        const long v = e && *e ? strtol(e, &end, 10) : -1;
+        g_pf = v >= 0 && end && *end == 0 ? (int)(v > 4096 ? 4096 : v) : AT_PF;
+    }
+    return g_pf;
 }
 
 extern "C" int kvq_cuda_attend_splits(int n_ctx) { return at_splits(n_ctx, cmin_get()); }
@@ -722,7 +896,7 @@ extern "C" kvq_status kvq_cuda_attend(const float *q, const float *kc, const flo
             const int tt = T - t0 < AT_TT ? T - t0 : AT_TT;
             const dim3 grid(ATS, (unsigned)n_kv_heads, (unsigned)tt);
             switch (head_dim / 32) {
-#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, Dev{}, NULL, ain, seqk_of(sq), cmin); break;
+#define AT_CASE(D) case D: attend_split_k<D><<<grid, ATT_THREADS, 0, kvq_cuda_stream()>>>(q, (float *)kc, (float *)vc, out, pos, d_pos, t0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, Dev{}, NULL, ain, seqk_of(sq), cmin, pf_get()); break;
                 AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
             }
@@ -759,6 +933,20 @@ extern "C" int kvq_cuda_hqx_attend_can_prep(const kvq_cuda_hqx *o, int n_heads, 
            T >= 64 && T <= 1024 && (T & (T - 1)) == 0 && group % T == 0;
 }
 
+#ifdef KVQ_ATT_STAMPS
+static void att_st_print(void) {
+    unsigned long long v[16];
+    if (cudaMemcpyFromSymbol(v, att_st, sizeof v) != cudaSuccess || !v[0] || !v[9]) return;
+    int khz = 0;
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+    const double b = (double)v[0], m = (double)v[9], ns = khz > 0 ? 1e6 / khz : 0.0; // ns a cycle at the rated clock
+    fprintf(stderr, "att_stamps: %.0f blocks, %.0f merging blocks (%d MHz rated); a block's mean cycles: inputs %.0f, positions %.0f, "
+            "block merge %.0f, count %.0f; the merging block's: splits merge %.0f, o prep %.0f; span from the KV head's earliest wait "
+            "%.0f ns, the merging block's own from its wait %.0f ns (%.0f ns a cycle)\n", b, m, khz / 1000, v[1] / b, v[2] / b, v[3] / b,
+            v[4] / b, v[5] / m, v[6] / m, v[7] / m, v[8] / m, ns);
+}
+#endif
+
 extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, const float *vc, float *out, int pos,
                                                const int *d_pos, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
                                                float scale, kvq_cuda_hqx *o, kvq_err *err) {
@@ -769,6 +957,10 @@ extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, 
     if (cs) return cs;
     const AinK ain = ain_take(1);
     const Dev pd = dev_of(o);
+#ifdef KVQ_ATT_STAMPS
+    static int st_reg = 0;
+    if (!st_reg) st_reg = 1, atexit(att_st_print);
+#endif
     // KVQ_CUDA_ATTN_PDL (default on): a programmatic dependent of the kernel before (the q/k/v product):
     // launched while it ends, the rotation's table and the first cache rows loaded before
     // griddepcontrol.wait
@@ -785,7 +977,7 @@ extern "C" kvq_status kvq_cuda_hqx_attend_prep(const float *q, const float *kc, 
     cfg.numAttrs = pdl ? 1 : 0;
     cudaError_t e = cudaSuccess;
     switch (head_dim / 32) {
-#define AT_CASE(D) case D: e = cudaLaunchKernelEx(&cfg, attend_split_k<D>, q, (float *)kc, (float *)vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs, ain, SeqK{}, cmin); break;
+#define AT_CASE(D) case D: e = cudaLaunchKernelEx(&cfg, attend_split_k<D>, q, (float *)kc, (float *)vc, out, pos, d_pos, 0, n_heads, n_kv_heads, max_ctx, scale, g_part, g_cnt, pd, o->fs, ain, SeqK{}, cmin, pf_get()); break;
         AT_CASE(1) AT_CASE(2) AT_CASE(3) AT_CASE(4) AT_CASE(5) AT_CASE(6) AT_CASE(7) AT_CASE(8)
 #undef AT_CASE
     }

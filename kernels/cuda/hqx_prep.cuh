@@ -312,6 +312,32 @@ static __device__ __forceinline__ void kvq_hqx_prep1_tile(const Dev &d, unsigned
     }
 }
 
+// kvq_hqx_prep1_tile with tile j's values already in shared memory (xt: its first of T; the
+// attention's merging block keeps the output it wrote there): the same floats, so the same bits,
+// without reading back through L2 what the block has just written.
+template <int R>
+static __device__ __forceinline__ void prep_tile_sm(const Dev &d, const float *xt, int8_t *xq, float *sx, float *xs, int32_t *s8,
+                                                    int lane, int64_t j) {
+    float v[R];
+    const int64_t base = j * (32 * R) + (int64_t)lane * R;
+#pragma unroll
+    for (int r = 0; r < R; r++) v[r] = base + r < d.cols ? xt[lane * R + r] : 0.0f;
+    prep_tile_q<R, false>(d, v, 0, xq, sx, xs, s8, lane, j, true);
+}
+static __device__ __forceinline__ void kvq_hqx_prep1_tile_sm(const Dev &d, unsigned char *fs, const float *xt, int lane, int64_t j) {
+    const Lay L = lay(d.cols_p, d.T, 1);
+    int8_t *q = (int8_t *)(fs + L.xq);
+    float *a = (float *)(fs + L.sx), *b = (float *)(fs + L.xs);
+    int32_t *c = (int32_t *)(fs + L.s8);
+    switch (d.T) {
+    case 64: prep_tile_sm<2>(d, xt, q, a, b, c, lane, j); break;
+    case 128: prep_tile_sm<4>(d, xt, q, a, b, c, lane, j); break;
+    case 256: prep_tile_sm<8>(d, xt, q, a, b, c, lane, j); break;
+    case 512: prep_tile_sm<16>(d, xt, q, a, b, c, lane, j); break;
+    default: prep_tile_sm<32>(d, xt, q, a, b, c, lane, j); break;
+    }
+}
+
 // ---- the RMSNorm preparation inside the one-token product (hqx_gemv1.cu, KVQ_CUDA_FOLD=1)
 
 // One part's activation prepared by the block of the one-token product that will read it, into
