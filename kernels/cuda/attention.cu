@@ -272,7 +272,7 @@ __device__ __forceinline__ void at_allsum(float (&v)[S], int lane) {
 
 // KVQ_ATT_STAMPS (a measuring build only, never the shipped one; tests/bench/att_stamps_build.sh): thread 0 of each
 // block of a one-token decode launch with o's preparation (pfs) reads its SM's clock at the kernel's phases, and
-// the sums go to att_st, printed at exit (kvq_cuda_att_stamps_print): where a decode step's attention spends its
+// the sums go to att_st, printed at exit (att_st_print): where a decode step's attention spends its
 // time. Phases: 0 entry, 1 after griddepcontrol.wait (also %globaltimer), 2 the inputs done and q in registers,
 // 3 the positions done (every warp), 4 the block's merge written, 5 the block counted; the merging block: 6 the
 // splits merged, 7 o's tiles prepared (also %globaltimer: the span from the earliest wait of its KV head).
@@ -338,9 +338,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     const float *K = kc + seq_off(sq, t) + (int64_t)g * max_ctx * HD, *V = vc + seq_off(sq, t) + (int64_t)g * max_ctx * HD;
     // pf > 0 (one token a launch): the split's first pf positions' K and V rows (contiguous: one
     // range each) fetched into L2 at once, before the wait (rows earlier steps wrote; the token's
-    // own row, written below, goes to L2 as any store does). The warps' loads below, a chain of a
-    // few positions each at short contexts, then find their rows in L2 instead of each waiting a
-    // DRAM round trip in turn (session 25: 4149 cycles a block for ~2.4 positions a warp at T ~ 300).
+    // own row, written below, goes to L2 as any store does), so the warps' loads below find them in
+    // L2. Measured neutral (session 25 call B, PF=0 against 64: the positions were waiting on the
+    // heads' serial chain, not on memory — fixed since by the loop below); left on, not re-measured.
     if (pf > 0 && gridDim.z == 1 && p1 > p0 && threadIdx.x == 0) { // (a split past n_ctx has p1 <= p0)
         const unsigned bytes = (unsigned)min(p1 - p0, pf) * (unsigned)(HD * sizeof(float));
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(K + (int64_t)p0 * HD), "r"(bytes) : "memory");
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
     // The positions, with S = G rounded up to 1, 2, 4 or 8 head slots, a compile-time count: the
     // slots' dots summed together (at_allsum: the butterfly's sums, half the shuffles, no chain
     // per head) and the slots' softmax updates without a branch between them, so their chains
-    // overlap (session 25: the loop with a break at G ran the heads one after another, ~1000
+    // overlap (session 25: the loop with a break at G ran the heads one after another, ~1700
     // cycles a position for G = 4). Slots past G hold q = 0 and states no one reads.
     auto walk = [&](auto s_) {
         constexpr int S = decltype(s_)::value;
