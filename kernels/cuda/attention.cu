@@ -5,7 +5,6 @@
 // with lanes across head_dim (coalesced rows of V) and the 8 partial sums meet in shared
 // memory.
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include <type_traits>
@@ -581,13 +580,18 @@ static int g_cmin = -1; // kvq_cuda_attend_set_cmin; -1: unset (KVQ_CUDA_ATTN_CM
 
 extern "C" void kvq_cuda_attend_set_cmin(int cmin) { g_cmin = cmin < 0 ? -1 : cmin; }
 
+// A count from the environment, at most hi; unset or not a count: def (the backend refuses such a
+// value in one line before a model runs: backend_cuda.c's env_count; the tests and benchmarks that
+// call the launchers directly get the default).
+static int env_count_or(const char *name, long hi, int def) {
+    const char *e = getenv(name);
+    char *end = NULL;
+    const long v = e && *e ? strtol(e, &end, 10) : -1;
+    return v >= 0 && end && *end == 0 ? (int)(v > hi ? hi : v) : def;
+}
+
 static int cmin_get(void) {
-    if (g_cmin < 0) {
-        const char *e = getenv("KVQ_CUDA_ATTN_CMIN");
-        char *end = NULL;
-        const long v = e && *e ? strtol(e, &end, 10) : -1;
-        g_cmin = v >= 0 && end && *end == 0 ? (int)(v > (1 << 30) ? 1 << 30 : v) : AT_CMIN; // not a count: the default
-    }
+    if (g_cmin < 0) g_cmin = env_count_or("KVQ_CUDA_ATTN_CMIN", 1 << 30, AT_CMIN);
     return g_cmin;
 }
 
@@ -596,12 +600,7 @@ static int cmin_get(void) {
 #define AT_PF 64
 static int g_pf = -1;
 static int pf_get(void) {
-    if (g_pf < 0) {
-        const char *e = getenv("KVQ_CUDA_ATTN_PF");
-        char *end = NULL;
-        const long v = e && *e ? strtol(e, &end, 10) : -1;
-        g_pf = v >= 0 && end && *end == 0 ? (int)(v > 4096 ? 4096 : v) : AT_PF;
-    }
+    if (g_pf < 0) g_pf = env_count_or("KVQ_CUDA_ATTN_PF", 4096, AT_PF);
     return g_pf;
 }
 
@@ -934,6 +933,7 @@ extern "C" int kvq_cuda_hqx_attend_can_prep(const kvq_cuda_hqx *o, int n_heads, 
 }
 
 #ifdef KVQ_ATT_STAMPS
+#include <stdio.h>
 static void att_st_print(void) {
     unsigned long long v[16];
     if (cudaMemcpyFromSymbol(v, att_st, sizeof v) != cudaSuccess || !v[0] || !v[9]) return;
