@@ -294,27 +294,10 @@ static __device__ __forceinline__ void prep_tile_h(const Dev &d, const float *__
     prep_tile_q<R>(d, v, sw, xq, sx, xs, s8, lane, j, perm);
 }
 
-// Tile j of one token's row x into t's one-token scratch fs (lay(cols_p, T, 1), the one-token
-// product's lane order), by one warp, no input transform: the bits hqx_prep_i8 writes.
-static __device__ __forceinline__ void kvq_hqx_prep1_tile(const Dev &d, unsigned char *fs, const float *x, int lane,
-                                                         int64_t j) {
-    const Lay L = lay(d.cols_p, d.T, 1);
-    const XIn xi = {KVQ_CUDA_XIN_NONE, NULL, 0.0f, NULL};
-    int8_t *q = (int8_t *)(fs + L.xq);
-    float *a = (float *)(fs + L.sx), *b = (float *)(fs + L.xs);
-    int32_t *c = (int32_t *)(fs + L.s8);
-    switch (d.T) {
-    case 64: prep_tile<2>(d, x, xi, q, a, b, c, lane, j, true); break;
-    case 128: prep_tile<4>(d, x, xi, q, a, b, c, lane, j, true); break;
-    case 256: prep_tile<8>(d, x, xi, q, a, b, c, lane, j, true); break;
-    case 512: prep_tile<16>(d, x, xi, q, a, b, c, lane, j, true); break;
-    default: prep_tile<32>(d, x, xi, q, a, b, c, lane, j, true); break;
-    }
-}
-
-// kvq_hqx_prep1_tile with tile j's values already in shared memory (xt: its first of T; the
-// attention's merging block keeps the output it wrote there): the same floats, so the same bits,
-// without reading back through L2 what the block has just written.
+// Tile j of one token's row into t's one-token scratch fs (lay(cols_p, T, 1), the one-token
+// product's lane order), by one warp, no input transform, from the tile's T values in shared memory
+// (xt: its first; the attention's merging block keeps the output it wrote there, instead of reading
+// it back through L2): the bits hqx_prep_i8 writes.
 template <int R>
 static __device__ __forceinline__ void prep_tile_sm(const Dev &d, const float *xt, int8_t *xq, float *sx, float *xs, int32_t *s8,
                                                     int lane, int64_t j) {
