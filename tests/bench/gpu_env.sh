@@ -2,7 +2,8 @@
 # (.cu/bin.tar.xz, compressed for the 64 MiB transfer limit) and libraries, sets the library
 # path (cuBLAS from the device's CUDA), prints the GPU and its copy bandwidth, then runs the GPU
 # suites named in TESTS (default test_cuda_hqx test_cuda_model test_cuda_pq; logs in $OUT; each at most SUITE_TIMEOUT
-# seconds, default 300; KVQ_TEST_FILTER narrows them, e.g. "*shape*"). Defines B and el.
+# seconds, default 300; KVQ_TEST_FILTER narrows them, e.g. "*shape*"). Defines B and el, and the helpers every call
+# script wrote again (sessions 20-25): gpu_suite, gpu_wait, gpu_decode (below; logs in $L).
 B=.cu/bin
 [ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz
 [ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
@@ -16,3 +17,19 @@ for t in ${TESTS-test_cuda_hqx test_cuda_model test_cuda_pq}; do
   timeout ${SUITE_TIMEOUT:-300} $B/$t > ${OUT:-/tmp}/$t.log 2>&1; echo "== $t rc $? $(el)"
   grep -E '^\[  (PASSED|FAILED) |FAILED' ${OUT:-/tmp}/$t.log | head -6
 done
+# gpu_suite NAME SUITE FILTER TIMEOUT [VAR=value ...]: one GPU suite into $L/NAME.log, its rc and verdict lines.
+gpu_suite() {
+  local n=$1 s=$2 f=$3 to=$4; shift 4
+  env KVQ_TEST_FILTER="$f" "$@" timeout $to $B/$s > $L/$n.log 2>&1; echo "== $n rc $? $(el)"
+  grep -hE '^\[ +(FAILED|PASSED) +\]|FAILED' $L/$n.log | head -6
+}
+# gpu_wait LABEL: until the background conversions' log ($L/conv.log) has a line starting "LABEL ".
+gpu_wait() { while ! grep -q "^$1 " $L/conv.log; do sleep 2; done; echo "$1 ready $(el)"; }
+# gpu_decode LABEL BINARY MODEL [VAR=value ...]: a greedy decode of 256 tokens after the book's first 560 bytes
+# (the decode table's prompt, 182 tokens on the Llama-3 tokenizer) into $L/run_LABEL.log, its decode line.
+gpu_decode() {
+  local l=$1 b=$2 m=$3; shift 3
+  env "$@" timeout 120 $B/$b $m --gpu --ctx-max 1024 -p "$(head -c 560 .cu/shared/data/heldout-books.txt)" -n 256 --temp 0 \
+    > $L/run_$l.log 2>&1
+  echo "$l: $(grep -ahE 'decode|rror' $L/run_$l.log | cut -c1-80) $(el)"
+}
