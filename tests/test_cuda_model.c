@@ -750,6 +750,8 @@ static void test_oracles(void **st) {
     }
 }
 
+static const char *synth_model(const char *kind, char *dir, size_t n);
+
 static void test_shared_and_converted(void **st) {
     (void)st;
     if (!have_gpu()) skip();
@@ -767,6 +769,19 @@ static void test_shared_and_converted(void **st) {
     mkdir("build/tests", 0755);
     char out[] = "build/tests/cuda-model-XXXXXX";
     assert_non_null(mkdtemp(out));
+    { // make_synth_llama's t1k in E8 4.0: the 8B shape's attention (head_dim 128, 4 query heads a KV head) whose
+      // merging blocks prepare o's input (o's tile, 128, is a head; o 1024 wide) — kvq-tiny-llama's heads are 64 wide
+        static char t1k[512];
+        synth_model("t1k", t1k, sizeof t1k);
+        char path[600];
+        snprintf(path, sizeof path, "%s/t1k.kvq", out);
+        kvq_convert_opts co = {0};
+        co.plan.weights = "hyperquant:e8:4.0";
+        kvq_err e = {0};
+        if (kvq_convert(t1k, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+        compare(path, ids, 100, NULL, 16, KVQ_EXEC_INT8);
+        remove(path);
+    }
     snprintf(d, sizeof d, "%s/models/kvq-small-llama", shared());
     const char *src = is_dir(d) ? d : TINY;
     const struct { const char *spec; int emb; } conv[] = {
