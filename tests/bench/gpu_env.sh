@@ -3,7 +3,7 @@
 # path (cuBLAS from the device's CUDA), prints the GPU and its copy bandwidth, then runs the GPU
 # suites named in TESTS (default test_cuda_hqx test_cuda_model test_cuda_pq; logs in $OUT; each at most SUITE_TIMEOUT
 # seconds, default 300; KVQ_TEST_FILTER narrows them, e.g. "*shape*"). Defines B and el, and the helpers every call
-# script wrote again (sessions 20-25): gpu_suite, gpu_wait, gpu_decode (below; logs in $L).
+# script wrote again (sessions 20-25): gpu_suite, gpu_wait, gpu_decode, gpu_batch, gpu_pack (below; logs in $L).
 B=.cu/bin
 [ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz
 [ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
@@ -33,3 +33,14 @@ gpu_decode() {
     > $L/run_$l.log 2>&1
   echo "$l: $(grep -ahE 'decode|rror' $L/run_$l.log | cut -c1-80) $(el)"
 }
+# gpu_batch LABEL BINARY MODEL N [VAR=value ...]: gpu_decode's run with --batch N (N sequences of the prompt decoded
+# together) into $L/b_LABEL.log, its "--batch" line (tokens/s over the batch) — session 26's call C cut that line away.
+gpu_batch() {
+  local l=$1 b=$2 m=$3 n=$4; shift 4
+  env "$@" timeout 150 $B/$b $m --gpu --ctx-max 1024 -p "$(head -c 560 .cu/shared/data/heldout-books.txt)" -n 256 --temp 0 \
+    --batch $n > $L/b_$l.log 2>&1
+  echo "$l: $(grep -ahE -- '--batch [0-9]+:|rror' $L/b_$l.log | sed 's/.*decode/decode/' | cut -c1-120) $(el)"
+}
+# gpu_pack NAME: $L packed into $OUT/NAME.tgz now (again at each call: a call cut by its time limit keeps what was packed;
+# session 26's call C lost its logs that way).
+gpu_pack() { tar -C "$(dirname "$L")" -czf "$OUT/$1.tgz" "$(basename "$L")"; }
