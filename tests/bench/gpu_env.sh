@@ -3,7 +3,8 @@
 # path (cuBLAS from the device's CUDA), prints the GPU and its copy bandwidth, then runs the GPU
 # suites named in TESTS (default test_cuda_hqx test_cuda_model test_cuda_pq; logs in $OUT; each at most SUITE_TIMEOUT
 # seconds, default 300; KVQ_TEST_FILTER narrows them, e.g. "*shape*"). Defines B and el, and the helpers every call
-# script wrote again (sessions 20-25): gpu_suite, gpu_wait, gpu_decode, gpu_batch, gpu_pack (below; logs in $L).
+# script wrote again (sessions 20-25): gpu_suite, gpu_wait, gpu_decode, gpu_batch, gpu_pack,
+# gpu_convert8b, gpu_tiny (below; logs in $L, files in $W).
 B=.cu/bin
 [ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz
 [ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
@@ -44,3 +45,22 @@ gpu_batch() {
 # gpu_pack NAME: $L packed into $OUT/NAME.tgz now (again at each call: a call cut by its time limit keeps what was packed;
 # session 26's call C lost its logs that way).
 gpu_pack() { tar -C "$(dirname "$L")" -czf "$OUT/$1.tgz" "$(basename "$L")"; }
+# gpu_convert8b LABEL=SPEC ...: in the background, the synthetic Llama-3-8B ($W/synth-8b, make_synth_llama) and then each
+# conversion into $W/LABEL.kvq (SPEC: kvq-convert's weight options, e.g. "--weights hyperquant:e8:4.0"), one line
+# "LABEL (N s)" in $L/conv.log as each is ready (gpu_wait LABEL). Needs $W and $L.
+gpu_convert8b() {
+  ( $B/make_synth_llama 8b $W/synth-8b tests/models/kvq-tiny-llama >/dev/null 2>&1; echo "synth $(el)"
+    for a in "$@"; do
+      nice $B/kvq-convert -q -t 12 $W/synth-8b $W/${a%%=*}.kvq ${a#*=}; echo "${a%%=*} $(el)"
+    done ) > $L/conv.log 2>&1 &
+}
+# gpu_tiny LABEL BINARY [VAR=value ...]: kvq-tiny-llama in E8 4.0 ($W/tiny.kvq, converted at the first call): the prefill
+# logits of 100 fixed tokens and a greedy text of 100 tokens, each as an md5 prefix (equal across binaries/knobs = the
+# same bits).
+gpu_tiny() {
+  local l=$1 b=$2; shift 2
+  [ -f $W/tiny.kvq ] || $B/kvq-convert -q tests/models/kvq-tiny-llama $W/tiny.kvq --weights hyperquant:e8:4.0 > $L/tiny_conv.log 2>&1
+  [ -f $W/ids.bin ] || python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<100i', *[(i*37)%200+3 for i in range(100)]))" > $W/ids.bin
+  env "$@" $B/$b $W/tiny.kvq --gpu --tokens $W/ids.bin --logits $W/lg_$l.bin > $L/lg_$l.log 2>&1
+  echo "tiny $l: logits rc $? $(md5sum < $W/lg_$l.bin | cut -c1-12) text $(env "$@" $B/$b $W/tiny.kvq --gpu -p "Once upon a time" -n 100 --temp 0 2>/dev/null | md5sum | cut -c1-12)"
+}
