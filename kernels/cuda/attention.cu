@@ -10,6 +10,22 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.cuh"
+#ifdef KVQ_ATT_STAMPS
+// the measuring build's clocks inside o's tile preparation (hqx_prep.cuh's KVQ_PREP_MARK): thread 0 of the merging
+// block (warp 0's tile) stores x to shared memory (the store waits for x) and then reads its clock into att_pm[k]
+__shared__ long long att_pm[4];
+__shared__ float att_px[4];
+#define KVQ_PREP_MARK(k_, x_)                                                                                               \
+    do {                                                                                                                 \
+        if (threadIdx.x == 0) {                                                                                          \
+            long long c_;                                                                                                \
+            asm volatile("st.shared.f32 [%0], %1;" ::"r"((uint32_t)__cvta_generic_to_shared(att_px + (k_))), "f"(x_)     \
+                         : "memory");                                                                                    \
+            asm volatile("mov.u64 %0, %%clock64;" : "=l"(c_)::"memory");                                                \
+            att_pm[k_] = c_;                                                                                              \
+        }                                                                                                                \
+    } while (0)
+#endif
 #include "kernels/cuda/hqx_prep.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/seqs.cuh"
@@ -276,7 +292,7 @@ __device__ __forceinline__ void at_allsum(float (&v)[S], int lane) {
 // 3 the positions done (every warp), 4 the block's merge written, 5 the block counted; the merging block: 6 the
 // splits merged, 7 o's tiles prepared (also %globaltimer: the span from the earliest wait of its KV head).
 #ifdef KVQ_ATT_STAMPS
-__device__ unsigned long long att_st[16], att_st_first[64]; // first: ~(earliest wait's globaltimer), by atomicMax
+__device__ unsigned long long att_st[20], att_st_first[64]; // first: ~(earliest wait's globaltimer), by atomicMax
 __device__ __forceinline__ unsigned long long att_gt() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -525,6 +541,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
 #pragma unroll
         for (int k = 0; k < ATS; k++)
             if (k < ns) M = fmaxf(M, ml[k].x);
+#ifdef KVQ_ATT_STAMPS
+        if (i == threadIdx.x) KVQ_PREP_MARK(0, M + o[0].x + o[0].y); // the splits' loads arrived (att_pm[0])
+#endif
         float L = 0.0f, O0 = 0.0f, O1 = 0.0f;
 #pragma unroll
         for (int k = 0; k < ATS; k++)
@@ -541,8 +560,15 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
         if (pfs) xo[h * HD + d] = r0, xo[h * HD + d + 1] = r1;
     }
     ATT_STAMP(6);
+#ifdef KVQ_ATT_STAMPS
+    const long long st_ld = att_pm[0]; // read before the preparation's marks reuse att_pm
+    long long st_p0 = 0;
+#endif
     if (pfs) { // one token: the tiles of this group's output columns, as hqx_prep_i8 would
         __syncthreads(); // the block's output in xo
+#ifdef KVQ_ATT_STAMPS
+        st_p0 = clock64();
+#endif
         const int64_t j0 = (int64_t)g * G * HD / pd.T, nj = (int64_t)G * HD / pd.T;
         for (int64_t j = w; j < nj; j += NW) kvq_hqx_prep1_tile_sm(pd, pfs, xo + j * pd.T, lane, j0 + j);
     }
@@ -556,6 +582,15 @@ __global__ void __launch_bounds__(ATT_THREADS) attend_split_k(const float *__res
         atomicAdd(att_st + 7, g7 - first);
         atomicAdd(att_st + 8, g7 - st_g1);
         atomicAdd(att_st + 9, 1ull);
+        // the tail's parts: the splits' loads, the merge's arithmetic and stores, the barrier before o's tiles, warp 0's
+        // tile rotated, its amax/sum, its codes, the wait for the other warps' tiles
+        atomicAdd(att_st + 10, (unsigned long long)(st_ld - st_c[5]));
+        atomicAdd(att_st + 11, (unsigned long long)(st_c[6] - st_ld));
+        atomicAdd(att_st + 12, (unsigned long long)(st_p0 - st_c[6]));
+        atomicAdd(att_st + 13, (unsigned long long)(att_pm[1] - st_p0));
+        atomicAdd(att_st + 14, (unsigned long long)(att_pm[2] - att_pm[1]));
+        atomicAdd(att_st + 15, (unsigned long long)(att_pm[3] - att_pm[2]));
+        atomicAdd(att_st + 16, (unsigned long long)(st_c[7] - att_pm[3]));
     }
 #endif
     if (threadIdx.x == 0) cnt[tl * n_kv + g] = 0; // ready for the next launch (or graph replay)
@@ -935,7 +970,7 @@ extern "C" int kvq_cuda_hqx_attend_can_prep(const kvq_cuda_hqx *o, int n_heads, 
 #ifdef KVQ_ATT_STAMPS
 #include <stdio.h>
 static void att_st_print(void) {
-    unsigned long long v[16];
+    unsigned long long v[20];
     if (cudaMemcpyFromSymbol(v, att_st, sizeof v) != cudaSuccess || !v[0] || !v[9]) return;
     int khz = 0;
     cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
@@ -944,6 +979,9 @@ static void att_st_print(void) {
             "block merge %.0f, count %.0f; the merging block's: splits merge %.0f, o prep %.0f; span from the KV head's earliest wait "
             "%.0f ns, the merging block's own from its wait %.0f ns (%.0f ns a cycle)\n", b, m, khz / 1000, v[1] / b, v[2] / b, v[3] / b,
             v[4] / b, v[5] / m, v[6] / m, v[7] / m, v[8] / m, ns);
+    fprintf(stderr, "att_stamps: the merging block's tail (mean cycles): splits' loads %.0f, merge arithmetic and stores %.0f, "
+            "barrier before o's tiles %.0f, warp 0's tile: rotation %.0f, amax/sum %.0f, codes %.0f; wait for the other tiles %.0f\n",
+            v[10] / m, v[11] / m, v[12] / m, v[13] / m, v[14] / m, v[15] / m, v[16] / m);
 }
 #endif
 

@@ -68,6 +68,12 @@ static __device__ __forceinline__ float row_rinv(const float *__restrict__ x, in
     return rinv_of(ss, n, eps);
 }
 
+// KVQ_PREP_MARK(k, x): a measuring build's clock read after x is ready (k: 1 the tile rotated, 2 its amax and sum
+// reduced, 3 its codes stored); nothing unless the including file defines it (attention.cu's KVQ_ATT_STAMPS build).
+#ifndef KVQ_PREP_MARK
+#define KVQ_PREP_MARK(k, x) do { } while (0)
+#endif
+
 // The sign word of lane's coordinates in tile j (R a lane).
 template <int R> static __device__ __forceinline__ uint64_t prep_signs(const Dev &d, int lane, int64_t j) {
     return kvq_hq_sign_word(d.seed, (uint64_t)j, (uint64_t)((lane * R) / 64));
@@ -111,6 +117,7 @@ static __device__ __forceinline__ void prep_tile_q(const Dev &d, float (&v)[R], 
                 for (int r = 0; r < R; r++)
                     if (!((lane * R + r) & 1)) v[r] = __fmul_rn(v[r], KVQ_HQ_SQRT3_F);
         }
+        KVQ_PREP_MARK(1, v[0]);
         float a = 0.0f, s = 0.0f;
 #pragma unroll
         for (int r = 0; r < R; r++) { a = fmaxf(a, fabsf(v[r])); s += v[r]; }
@@ -118,6 +125,7 @@ static __device__ __forceinline__ void prep_tile_q(const Dev &d, float (&v)[R], 
             a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
             s += __shfl_xor_sync(0xffffffffu, s, o);
         }
+        KVQ_PREP_MARK(2, a + s);
         const bool ok = a > 0.0f && isfinite(a);
         const float inv = ok ? __fdiv_rn(127.0f, a) : 0.0f;
         if (lane == 0) { sx[j] = ok ? __fdiv_rn(a, 127.0f) : 0.0f; xs[j] = s; }
@@ -136,6 +144,7 @@ static __device__ __forceinline__ void prep_tile_q(const Dev &d, float (&v)[R], 
             for (int o = 1; o < 8 / R; o <<= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
             if ((lane % (8 / R)) == 0) s8[perm ? kvq_gemv1_s8_at(base / 8) : base / 8] = qs;
         }
+        KVQ_PREP_MARK(3, (float)qs);
     }
 }
 
