@@ -750,6 +750,15 @@ static void test_oracles(void **st) {
     }
 }
 
+// src converted to path with the weight spec (embeddings packed too with emb); a failure fails the test.
+static void convert_or_fail(const char *src, const char *path, const char *spec, int emb) {
+    kvq_convert_opts co = {0};
+    co.plan.weights = spec;
+    co.plan.quantize_embeddings = emb;
+    kvq_err e = {0};
+    if (kvq_convert(src, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+}
+
 static const char *synth_model(const char *kind, char *dir, size_t n);
 
 static void test_shared_and_converted(void **st) {
@@ -775,10 +784,7 @@ static void test_shared_and_converted(void **st) {
         synth_model("t1k", t1k, sizeof t1k);
         char path[600];
         snprintf(path, sizeof path, "%s/t1k.kvq", out);
-        kvq_convert_opts co = {0};
-        co.plan.weights = "hyperquant:e8:4.0";
-        kvq_err e = {0};
-        if (kvq_convert(t1k, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+        convert_or_fail(t1k, path, "hyperquant:e8:4.0", 0);
         compare(path, ids, 100, NULL, 16, KVQ_EXEC_INT8);
         remove(path);
     }
@@ -789,11 +795,7 @@ static void test_shared_and_converted(void **st) {
     for (int i = 0; i < 4; i++) {
         char path[600];
         snprintf(path, sizeof path, "%s/m%d.kvq", out, i);
-        kvq_convert_opts co = {0};
-        co.plan.weights = conv[i].spec;
-        co.plan.quantize_embeddings = conv[i].emb;
-        kvq_err e = {0};
-        if (kvq_convert(src, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+        convert_or_fail(src, path, conv[i].spec, conv[i].emb);
         compare(path, ids, 100, NULL, 32, KVQ_EXEC_INT8);
         compare(path, ids, 100, NULL, 32, KVQ_EXEC_EXACT);
         if (i == 0) compare(path, ids, 100, NULL, 0, KVQ_EXEC_DECODED);
@@ -964,11 +966,7 @@ static void test_seqs(void **st) {
     assert_non_null(mkdtemp(out));
     char path[600];
     snprintf(path, sizeof path, "%s/m.kvq", out);
-    kvq_convert_opts co = {0};
-    co.plan.weights = "hyperquant:e8:4.0";
-    co.plan.quantize_embeddings = 1;
-    kvq_err e = {0};
-    if (kvq_convert(src, path, &co, NULL, &e)) fail_msg("%s", e.msg);
+    convert_or_fail(src, path, "hyperquant:e8:4.0", 1);
     seqs_model(path, KVQ_EXEC_INT8, 0);
     seqs_model(path, KVQ_EXEC_EXACT, 0);
     remove(path);
@@ -1017,10 +1015,8 @@ static void test_fold_model(void **st) {
     char out[] = "build/tests/cuda-fold-XXXXXX", path[600];
     assert_non_null(mkdtemp(out));
     snprintf(path, sizeof path, "%s/m.kvq", out);
-    kvq_convert_opts co = {0};
-    co.plan.weights = "hyperquant:e8:4.0";
+    convert_or_fail(dir, path, "hyperquant:e8:4.0", 0);
     kvq_err e = {0};
-    if (kvq_convert(dir, path, &co, NULL, &e)) fail_msg("%s", e.msg);
     enum { T = 12, STEPS = 24 };
     int32_t ids[T + STEPS];
     for (int i = 0; i < T; i++) ids[i] = 1 + (i * 37) % 250;
