@@ -147,8 +147,8 @@ static void test_ops(void **st) {
         kvq_cuda_free(dgu); kvq_cuda_free(dh);
     }
     // dense products: bf16 and fp32, vector and odd widths, 1 to 19 tokens
-    const int shapes[][3] = {{1, 256, 37}, {3, 512, 130}, {9, 264, 64}, {19, 100, 33}, {8, 1024, 300}};
-    for (int s = 0; s < 5; s++)
+    const int shapes[][3] = {{1, 256, 37}, {3, 512, 130}, {9, 264, 64}, {19, 100, 33}, {8, 1024, 300}, {1, 1000, 77}, {1, 4104, 203}};
+    for (int s = 0; s < 7; s++)
         for (int bf = 0; bf < 2; bf++) {
             const int T = shapes[s][0], cols = shapes[s][1], rows = shapes[s][2];
             float *w = rnd(&r, (size_t)rows * cols, 1), *x = rnd(&r, (size_t)T * cols, 1);
@@ -167,6 +167,28 @@ static void test_ops(void **st) {
             double re = rel_err(g, y, (size_t)T * rows);
             printf("  dense %s T=%d %dx%d rel %.3g\n", bf ? "bf16" : "f32", T, rows, cols, re);
             assert_true(re < 1e-5);
+            // every one-token kernel (kvq_cuda_dense_set_variant 0..N) gives the default's bits, accumulating too
+            if (T == 1) {
+                float *y0 = rnd(&r, (size_t)rows, 1), *ga = malloc(sizeof(float) * rows), *g2 = malloc(sizeof(float) * rows),
+                      *g3 = malloc(sizeof(float) * rows);
+                kvq_cuda_copy(dy, y0, sizeof(float) * rows, 1, &e);
+                OK(kvq_cuda_dense_matmul(dw, bf, dx, dy, T, cols, rows, 1, E)); // the default, accumulating
+                back(ga, dy, (size_t)rows);
+                for (int v = 0; v <= KVQ_CUDA_DENSE_VARIANTS; v++) {
+                    kvq_cuda_dense_set_variant(v);
+                    OK(kvq_cuda_dense_matmul(dw, bf, dx, dy, T, cols, rows, 0, E));
+                    back(g2, dy, (size_t)rows);
+                    kvq_cuda_copy(dy, y0, sizeof(float) * rows, 1, &e);
+                    OK(kvq_cuda_dense_matmul(dw, bf, dx, dy, T, cols, rows, 1, E));
+                    back(g3, dy, (size_t)rows);
+                    int diff = 0;
+                    for (int i = 0; i < rows; i++) diff += g2[i] != g[i] || g3[i] != ga[i];
+                    printf("    one-token kernel %d: %d of %d rows not the default's bits\n", v, diff, rows);
+                    assert_int_equal(diff, 0);
+                }
+                kvq_cuda_dense_set_variant(-1);
+                free(y0); free(ga); free(g2); free(g3);
+            }
             free(w); free(x); free(y); free(g); free(wb);
             kvq_cuda_free(dw); kvq_cuda_free(dx); kvq_cuda_free(dy);
         }

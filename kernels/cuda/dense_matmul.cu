@@ -82,11 +82,88 @@ __global__ void __launch_bounds__(128) dense_k(const void *__restrict__ w, int b
     }
 }
 
+// One token, bf16 W, vector rows (cols % 8 == 0, 16-byte aligned): R adjacent rows a warp, U 16-byte loads a row in
+// flight a lane (U·256 columns a pass). Each row's sum is formed exactly as dense_k forms it for one token (lane l's
+// segments 8l + 256k in increasing k, 8 fmaf a segment in column order, the same butterfly), so every variant gives
+// dense_k's bits; they differ in how many bytes a warp has in flight and in how often x is loaded (once for R rows).
+template <int U, int R>
+__global__ void __launch_bounds__(128) dense1_k(const uint16_t *__restrict__ w, const float *__restrict__ x,
+                                                float *__restrict__ y, int64_t cols, int64_t rows, int accumulate) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)blockIdx.x * 4 + (threadIdx.x >> 5)) * R;
+    if (row0 >= rows) return;
+    const uint16_t *wr[R];
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        wr[r] = w + (row0 + r < rows ? row0 + r : rows - 1) * cols; // a row past the end reads the last (not stored)
+        acc[r] = 0.0f;
+    }
+    for (int64_t c0 = 8 * lane; c0 < cols; c0 += 256 * U) {
+        uint4 q[R][U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (c0 + 256 * u < cols) q[r][u] = __ldg((const uint4 *)(wr[r] + c0 + 256 * u));
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + 256 * u;
+            if (c >= cols) break;
+            const float4 a = __ldg((const float4 *)(x + c)), b = __ldg((const float4 *)(x + c + 4));
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t p[4] = {q[r][u].x, q[r][u].y, q[r][u].z, q[r][u].w};
+                float g[8];
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    g[2 * k] = __uint_as_float(p[k] << 16);
+                    g[2 * k + 1] = __uint_as_float(p[k] & 0xffff0000u);
+                }
+                float s = acc[r];
+                s = fmaf(g[0], a.x, s); s = fmaf(g[1], a.y, s); s = fmaf(g[2], a.z, s); s = fmaf(g[3], a.w, s);
+                s = fmaf(g[4], b.x, s); s = fmaf(g[5], b.y, s); s = fmaf(g[6], b.z, s); s = fmaf(g[7], b.w, s);
+                acc[r] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float s = acc[r];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0 && row0 + r < rows) {
+            float *o = y + row0 + r;
+            *o = accumulate ? __fadd_rn(*o, s) : s;
+        }
+    }
+}
+
+// KVQ_CUDA_DENSE / kvq_cuda_dense_set_variant: which kernel a one-token bf16 product takes (0 dense_k, 1..5 dense1_k).
+// The default, 2 rows a warp × 2 loads a row (dense1_k<2, 2>), was the fastest on every 8B shape on the H200 (session
+// 27, build/bench/cuda_dense: the lm_head 128256×4096 1.33× dense_k, 107 % of copy bandwidth; 28672×4096 1.44×).
+#define DENSE_VAR_DEFAULT 2
+static int g_dense_var = DENSE_VAR_DEFAULT;
+extern "C" void kvq_cuda_dense_set_variant(int v) {
+    g_dense_var = v >= 0 && v <= KVQ_CUDA_DENSE_VARIANTS ? v : DENSE_VAR_DEFAULT;
+}
+
 extern "C" kvq_status kvq_cuda_dense_matmul(const void *w, int bf16, const float *x, float *y, int T, int64_t cols,
                                             int64_t rows, int accumulate, kvq_err *err) {
     if (T <= 0 || rows <= 0) return KVQ_OK;
     const int vec = cols % 8 == 0 && ((uintptr_t)w % 16) == 0 && ((uintptr_t)x % 16) == 0;
-    dense_k<<<(unsigned)((rows + 3) / 4), 128, 0, kvq_cuda_stream()>>>(w, bf16, x, y, T, cols, rows, vec, accumulate);
+    const int v = T == 1 && bf16 && vec ? g_dense_var : 0;
+    const uint16_t *wb = (const uint16_t *)w;
+    cudaStream_t st = kvq_cuda_stream();
+#define D1(U, R) dense1_k<U, R><<<(unsigned)((rows + 4 * R - 1) / (4 * R)), 128, 0, st>>>(wb, x, y, cols, rows, accumulate)
+    switch (v) {
+    case 1: D1(4, 1); break;
+    case 2: D1(2, 2); break;
+    case 3: D1(4, 2); break;
+    case 4: D1(8, 1); break;
+    case 5: D1(2, 4); break;
+    default: dense_k<<<(unsigned)((rows + 3) / 4), 128, 0, st>>>(w, bf16, x, y, T, cols, rows, vec, accumulate);
+    }
+#undef D1
     CU_LAUNCHED("dense_matmul");
     return KVQ_OK;
 }

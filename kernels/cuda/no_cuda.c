@@ -65,6 +65,7 @@ kvq_status kvq_cuda_qkv_split(const float *qkv, const float *bias, float *q, flo
 }
 kvq_status kvq_cuda_silu_mul(float *h, const float *gu, int T, int ffn, kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_add(float *x, const float *y, size_t n, kvq_err *err) { return NO_CUDA(err); }
+void kvq_cuda_dense_set_variant(int v) { (void)v; }
 kvq_status kvq_cuda_dense_matmul(const void *w, int bf16, const float *x, float *y, int T, int64_t cols, int64_t rows,
                                  int accumulate, kvq_err *err) {
     return NO_CUDA(err);

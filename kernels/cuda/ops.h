@@ -52,6 +52,12 @@ kvq_status kvq_cuda_argmax(const float *x, int rows, int n, int *d_out, kvq_err 
 kvq_status kvq_cuda_dense_matmul(const void *w, int bf16, const float *x, float *y, int T, int64_t cols, int64_t rows,
                                  int accumulate, kvq_err *err);
 
+/** Which kernel a one-token bf16 product with vector rows takes: 0 dense_k (8 tokens a pass), 1..KVQ_CUDA_DENSE_VARIANTS
+ *  the one-token kernel with more bytes in flight (1: 4 loads a row, 2: 2 rows × 2 — the default —, 3: 2 rows × 4,
+ *  4: 8 loads, 5: 4 rows × 2); the same bits in every case. Anything else (-1): the default. */
+#define KVQ_CUDA_DENSE_VARIANTS 5
+void kvq_cuda_dense_set_variant(int v);
+
 /** Tensor-core products (kernels/cuda/gemm_tc.cu): cuBLAS, opened at run time (dlopen of
  *  libcublas.so.13/.12, or the path in KVQ_CUBLAS). @return 1 when usable; why: what was
  *  found or why not (one line). */

@@ -1319,7 +1319,7 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->kv_rows = KV_ROWS;
     // read by the kernel libraries themselves (attention.cu, kv_attn.cu, hqx_gemv1.cu); checked here, where a
     // value they would quietly replace by their default is refused (issues 12, 20)
-    int cmin = 0, cfl = 0, epf = 0, esc16 = 0, apf = 0, g1pf = 0;
+    int cmin = 0, cfl = 0, epf = 0, esc16 = 0, apf = 0, g1pf = 0, dvar = -1;
     if ((s = env_count("KVQ_CUDA_KV_ROWS", 0, 4096, "group size (0 = off, 1..4096)", &g->kv_rows, err)) ||
         (s = env_count("KVQ_CUDA_ATTN_CMIN", 0, 1 << 30, "position count (0 = 16 splits, 1..1073741824)", &cmin, err)) ||
         (s = env_count("KVQ_CUDA_ATTN_PF", 0, 4096, "position count (0 = no prefetch, 1..4096)", &apf, err)) ||
@@ -1331,8 +1331,10 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
         (s = env_switch("KVQ_CUDA_KV_TC_Q8", "switch (0 fp16 scores, 1 int8 scores)", err)) ||
         (s = env_switch("KVQ_CUDA_KV_TC_LEAN", "switch (0 off, 1 the lean kernels)", err)) ||
         (s = env_count("KVQ_CUDA_TC_MIN", 1, 1 << 20, "token count (1..1048576)", &g->tc_min, err)) ||
-        (s = env_count("KVQ_CUDA_TC_MIN_DENSE", 1, 1 << 20, "token count (1..1048576)", &g->tc_min_dense, err)))
+        (s = env_count("KVQ_CUDA_TC_MIN_DENSE", 1, 1 << 20, "token count (1..1048576)", &g->tc_min_dense, err)) ||
+        (s = env_count("KVQ_CUDA_DENSE", 0, KVQ_CUDA_DENSE_VARIANTS, "kernel (0 dense_k, 1..5 the one-token kernels; default 2)", &dvar, err)))
         return free(g), s;
+    if (dvar >= 0) kvq_cuda_dense_set_variant(dvar); // the one-token bf16 product's kernel (the same bits)
     if (cfl % 32)
         return free(g), kvq_err_set(err, KVQ_ERR_ARG, "KVQ_CUDA_KV_CFLOOR=%s: not a chunk floor (0 = none, a multiple of 32 up to 1024)",
                                     getenv("KVQ_CUDA_KV_CFLOOR"));
