@@ -374,14 +374,13 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     // steps: the lean kernel by default) the ring of 2 in hqx_gemv1p_k and the lean kernel with
     // each warp's first 3 rows prefetched into L2: the same bits each time
     float *y1 = malloc(sizeof(float) * w->rows);
-    for (int mode = 0; mode < 11; mode++) {
+    for (int mode = 0; mode < 10; mode++) {
         const int int8 = mode > 0;
         kvq_cuda_hqx_set_decode(mode == 2 ? 2 : mode == 3 ? 4 : 1);
         kvq_cuda_hqx_set_decode_general(mode == 4);
         kvq_cuda_hqx_set_persist(mode == 5 ? 4 : mode == 6 ? 0 : mode == 7 ? 3 : 2);
         kvq_cuda_hqx_set_lean(mode == 8 ? 0 : -1);
         kvq_cuda_hqx_set_lean_pf(mode == 9 ? 3 : -1); // 9: each warp's first 3 rows prefetched into L2
-        kvq_cuda_hqx_set_lean_next(mode == 10 ? 1 : -1); // 10: each row's start prefetches the warp's next row
         kvq_hqx_matmul(w, &a, 1, yc, w->rows, int8 ? KVQ_HQX_INT8 : KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
         memset(yg, 0xff, sizeof(float) * w->rows); // poisoned: every row must be written
         const long lean0 = kvq_cuda_hqx_lean_launches();
@@ -389,7 +388,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         // the lean kernel ran exactly where it applies (E8 widths 4 and 5 with scale codes, rows of an even number of
         // steps, the default one-token route) and nowhere else
         const char *eg = getenv("KVQ_CUDA_G1S"), *ep = getenv("KVQ_CUDA_ESC_PF");
-        const int lean_applies = (mode == 1 || mode == 9 || mode == 10) && w->lat == KVQ_HQ_LAT_E8 && w->scode && (w->vbits == 4 || w->vbits == 5) && w->cols_p % 2048 == 0 &&
+        const int lean_applies = (mode == 1 || mode == 9) && w->lat == KVQ_HQ_LAT_E8 && w->scode && (w->vbits == 4 || w->vbits == 5) && w->cols_p % 2048 == 0 &&
                                  !(eg && !strcmp(eg, "0")) && !(ep && !strcmp(ep, "1"));
         assert_int_equal(kvq_cuda_hqx_lean_launches() - lean0, lean_applies);
         if (st) fprintf(stderr, "matvec: %s\n", err.msg);
@@ -401,7 +400,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         }
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s %s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
-                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : mode == 3 ? "int8/4" : mode == 4 ? "int8/g" : mode == 5 ? "int8/p4" : mode == 6 ? "int8/w" : mode == 7 ? "int8/p3" : mode == 8 ? "int8/p2" : mode == 9 ? "int8/pf" : "int8/nx", (long long)w->rows, (long long)w->cols, w->tile,
+                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : mode == 3 ? "int8/4" : mode == 4 ? "int8/g" : mode == 5 ? "int8/p4" : mode == 6 ? "int8/w" : mode == 7 ? "int8/p3" : mode == 8 ? "int8/p2" : "int8/pf", (long long)w->rows, (long long)w->cols, w->tile,
                 w->vbits, rel);
         assert_true(rel <= 1e-5);
         if (mode == 1) memcpy(y1, yg, sizeof(float) * w->rows);
@@ -412,7 +411,6 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_cuda_hqx_set_persist(-1);
     kvq_cuda_hqx_set_lean(-1);
     kvq_cuda_hqx_set_lean_pf(-1);
-    kvq_cuda_hqx_set_lean_next(-1);
     // the fused int8 product (hqx_fused.cu): several tokens per launch (11 > 8: two launches),
     // accumulating into y, against the CPU int8 reference token by token; one token (the
     // one-token kernel) gives the same bits as the first token of three (the batched kernel):
@@ -715,7 +713,6 @@ static void test_fold(void **state) {
                 kvq_cuda_hqx_set_fold(folds[f]);
                 kvq_cuda_hqx_set_lean(f == 4 || f == 5 ? 0 : -1); // 4, 5: hqx_gemv1p_k where the lean kernel would run
                 kvq_cuda_hqx_set_lean_pf(f == 1 || f == 2 ? f : -1); // 1, 2: each warp's first 1 or 2 rows prefetched
-                kvq_cuda_hqx_set_lean_next(f == 1 ? 1 : f == 2 ? 2 : -1); // 1, 2: and the row 1 or 2 ahead at each row's start
                 const long before = kvq_cuda_hqx_fold_launches();
                 fold_run(t, n, row0, rows, cols, X, nw, acc, off, Y, G);
                 const long ran = kvq_cuda_hqx_fold_launches() - before;
@@ -732,7 +729,6 @@ static void test_fold(void **state) {
         kvq_cuda_hqx_set_fold(-1);
         kvq_cuda_hqx_set_lean(-1);
         kvq_cuda_hqx_set_lean_pf(-1);
-        kvq_cuda_hqx_set_lean_next(-1);
         for (int p = 0; p < n; p++) {
             kvq_cuda_hqx_free(t[p]);
             kvq_hqx_free(&w[p]);

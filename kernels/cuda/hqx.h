@@ -148,9 +148,6 @@ void kvq_cuda_hqx_set_lean(int on);
  *  (and, in the fold, prepares its activation): 0..8; -1: the environment's (KVQ_CUDA_G1PF=n),
  *  else 0. A hint: the same bits. */
 void kvq_cuda_hqx_set_lean_pf(int rows);
-/** The lean kernel's rolling prefetch: at each row's start a warp asks L2 for its row n rows ahead: 0..4; -1: the
- *  environment's (KVQ_CUDA_G1NEXT=n), else 0. A hint: the same bits. */
-void kvq_cuda_hqx_set_lean_next(int n);
 /** Lean one-token launches (or captures) in this process (tests). */
 long kvq_cuda_hqx_lean_launches(void);
 /** 1: kvq_cuda_hqx_attend_prep's split attention is a programmatic dependent of the kernel before

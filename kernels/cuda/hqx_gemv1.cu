@@ -791,10 +791,7 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
         at_row(gw);
         g1s_ld<VB>(b0, lq, lhb, lcb, lsc);
     }
-    // pf_rows: the first rows prefetched (bits 0-7) and the rolling distance (bits 8-15: at each row's start the
-    // warp's row that many rows ahead is prefetched into L2, kvq_cuda_hqx_set_lean_next)
-    const int pnext = pf_rows >> 8;
-    if (pf_rows & 0xff) g1s_prefetch<VB>(P, gw, W, rend, pf_rows & 0xff, rb1, rb2, cpr, tiles, lane);
+    if (pf_rows > 0) g1s_prefetch<VB>(P, gw, W, rend, pf_rows, rb1, rb2, cpr, tiles, lane);
     __shared__ __align__(16) unsigned char g1_sm[FOLD ? KVQ_HQX_FOLD_SMEM : 16];
     if constexpr (FOLD) {
         g1_fold_prep<WB>(P, fp, F, g1_sm, L);
@@ -802,7 +799,6 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
         asm volatile("griddepcontrol.wait;" ::: "memory");
     }
     for (uint32_t row = gw; row < rend; row += W) {
-        if (pnext) g1s_prefetch<VB>(P, row + pnext * W, W, rend, 1, rb1, rb2, cpr, tiles, lane);
         const int up = row >= rb2 ? 2 : row >= rb1 ? 1 : 0;
         const uint32_t ur = row - (up == 2 ? rb2 : up == 1 ? rb1 : 0);
         const Dev &d = P.d[up];
@@ -903,22 +899,10 @@ extern "C" void kvq_cuda_hqx_set_lean_pf(int rows) {
     }
     g_lean_pf = rows > 8 ? 8 : rows;
 }
-// The rolling prefetch (session 27): at each row's start a lean warp asks L2 for its row n rows ahead (g1s_prefetch of
-// one row), so a warp's next row streams while this one is multiplied: 0..4, or -1 the environment's
-// (KVQ_CUDA_G1NEXT=n), else 0. A hint: the same bits.
-static int g_lean_next = 0;
-extern "C" void kvq_cuda_hqx_set_lean_next(int n) {
-    if (n < 0) {
-        const char *e = getenv("KVQ_CUDA_G1NEXT");
-        n = e && e[0] >= '0' && e[0] <= '4' && !e[1] ? e[0] - '0' : 0;
-    }
-    g_lean_next = n > 4 ? 4 : n;
-}
-static int lean_pf_arg(void) { return g_lean_pf | g_lean_next << 8; }
 static long g_lean_n = 0; // lean launches (tests)
 extern "C" long kvq_cuda_hqx_lean_launches(void) { return g_lean_n; }
 static int g1s_takes(const Parts &P, int em) {
-    if (g_lean < 0) kvq_cuda_hqx_set_lean(-1), kvq_cuda_hqx_set_lean_pf(-1), kvq_cuda_hqx_set_lean_next(-1);
+    if (g_lean < 0) kvq_cuda_hqx_set_lean(-1), kvq_cuda_hqx_set_lean_pf(-1);
     const int on = g_lean && em != 1 && P.d[0].cols_p % 2048 == 0;
     g_lean_n += on;
     return on;
@@ -953,7 +937,7 @@ template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(c
     const int64_t need = (rtot + G1_WARPS - 1) / G1_WARPS, cap = (int64_t)g_sm_count * occ;
     cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, k, P, accumulate, rb1, rb2, rtot, lean ? lean_pf_arg() : tk.nt, tk.ldy, tk.lst, g_trig, G1F{});
+    return cudaLaunchKernelEx(&cfg, k, P, accumulate, rb1, rb2, rtot, lean ? g_lean_pf : tk.nt, tk.ldy, tk.lst, g_trig, G1F{});
 }
 template <int VB, int MODE> static cudaError_t g1p_launch(const cudaLaunchConfig_t &cfg, const Parts &P, int accumulate,
                                                           uint32_t rb1, uint32_t rb2, uint32_t rtot, const G1T &tk) {
@@ -1192,7 +1176,7 @@ static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumu
     cfg.gridDim = dim3((unsigned)tot);
     const uint32_t rb1 = (uint32_t)rows[0], rb2 = rb1 + (uint32_t)rows[1], rtot = rb2 + (uint32_t)rows[2];
     if (g_trig < 0) kvq_cuda_hqx_set_trig(-1);
-    return cudaLaunchKernelEx(&cfg, k, Q, accumulate, rb1, rb2, rtot, lean ? lean_pf_arg() : 1, (int64_t)0, 0u, g_trig, F);
+    return cudaLaunchKernelEx(&cfg, k, Q, accumulate, rb1, rb2, rtot, lean ? g_lean_pf : 1, (int64_t)0, 0u, g_trig, F);
 }
 template <int VB>
 static cudaError_t g1f_launch_w(const cudaLaunchConfig_t &cfg, int mode, const Parts &Q, int accumulate, const int64_t *rows,

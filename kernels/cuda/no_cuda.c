@@ -117,7 +117,6 @@ void kvq_cuda_hqx_set_fold(int mode) { (void)mode; }
 long kvq_cuda_hqx_fold_launches(void) { return 0; }
 void kvq_cuda_hqx_set_lean(int on) { (void)on; }
 void kvq_cuda_hqx_set_lean_pf(int rows) { (void)rows; }
-void kvq_cuda_hqx_set_lean_next(int n) { (void)n; }
 long kvq_cuda_hqx_lean_launches(void) { return 0; }
 kvq_status kvq_cuda_hqx_fused_init(kvq_err *err) { return NO_CUDA(err); }
 kvq_status kvq_cuda_hqx_matmul_parts(kvq_cuda_hqx *const *t, int n, const int64_t *row0, const float *d_x, int n_tok,

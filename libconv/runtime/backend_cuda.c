@@ -1319,13 +1319,12 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
     g->kv_rows = KV_ROWS;
     // read by the kernel libraries themselves (attention.cu, kv_attn.cu, hqx_gemv1.cu); checked here, where a
     // value they would quietly replace by their default is refused (issues 12, 20)
-    int cmin = 0, cfl = 0, epf = 0, esc16 = 0, apf = 0, g1pf = 0, g1nx = 0, dvar = -1;
+    int cmin = 0, cfl = 0, epf = 0, esc16 = 0, apf = 0, g1pf = 0, dvar = -1;
     if ((s = env_count("KVQ_CUDA_KV_ROWS", 0, 4096, "group size (0 = off, 1..4096)", &g->kv_rows, err)) ||
         (s = env_count("KVQ_CUDA_ATTN_CMIN", 0, 1 << 30, "position count (0 = 16 splits, 1..1073741824)", &cmin, err)) ||
         (s = env_count("KVQ_CUDA_ATTN_PF", 0, 4096, "position count (0 = no prefetch, 1..4096)", &apf, err)) ||
         (s = env_switch("KVQ_CUDA_G1S", "switch (0 the persistent kernel, 1 the lean one)", err)) ||
         (s = env_count("KVQ_CUDA_G1PF", 0, 8, "row count (0 = no prefetch, 1..8)", &g1pf, err)) ||
-        (s = env_count("KVQ_CUDA_G1NEXT", 0, 4, "row distance (0 = no rolling prefetch, 1..4)", &g1nx, err)) ||
         (s = env_count("KVQ_CUDA_KV_CFLOOR", 0, 1024, "chunk floor (0 = none, a multiple of 32 up to 1024)", &cfl, err)) ||
         (s = env_count("KVQ_CUDA_ESC_PF", 0, 2, "mode (0 off, 1 prefetch, 2 batched row end)", &epf, err)) ||
         (s = env_count("KVQ_CUDA_ESC16", 0, 2, "form (0 32-bit escapes, 1 16-bit, 2 16-bit in one-segment rows)", &esc16, err)) ||
