@@ -9,19 +9,31 @@
 
 #define TG 8 // tokens per pass over W
 
+// 8 bf16 weights (one 16-byte load) as floats, in column order.
+__device__ __forceinline__ void bf16x8(uint4 u, float *f) {
+    const uint32_t p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        f[2 * k] = __uint_as_float(p[k] << 16);
+        f[2 * k + 1] = __uint_as_float(p[k] & 0xffff0000u);
+    }
+}
+
 __device__ __forceinline__ void load8(const void *w, int bf16, int64_t idx, float *f) {
     if (bf16) {
-        const uint4 u = __ldg((const uint4 *)((const uint16_t *)w + idx));
-        const uint32_t p[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            f[2 * k] = __uint_as_float(p[k] << 16);
-            f[2 * k + 1] = __uint_as_float(p[k] & 0xffff0000u);
-        }
+        bf16x8(__ldg((const uint4 *)((const uint16_t *)w + idx)), f);
     } else {
         const float4 a = __ldg((const float4 *)((const float *)w + idx)), b = __ldg((const float4 *)((const float *)w + idx + 4));
         f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
     }
+}
+
+// s + Σ g[k]·x[k] over one 8-weight segment, in column order: every one-token kernel forms a row's sum from these in
+// the same order, which is what gives dense_k and dense1_k the same bits.
+__device__ __forceinline__ float fma8(const float *g, float4 a, float4 b, float s) {
+    s = fmaf(g[0], a.x, s); s = fmaf(g[1], a.y, s); s = fmaf(g[2], a.z, s); s = fmaf(g[3], a.w, s);
+    s = fmaf(g[4], b.x, s); s = fmaf(g[5], b.y, s); s = fmaf(g[6], b.z, s); s = fmaf(g[7], b.w, s);
+    return s;
 }
 
 __device__ __forceinline__ float wval(const void *w, int bf16, int64_t idx) {
@@ -56,11 +68,7 @@ __global__ void __launch_bounds__(128) dense_k(const void *__restrict__ w, int b
                         if (t >= nt) break;
                         const float *xr = x + (int64_t)(t0 + t) * cols + cc;
                         const float4 a = __ldg((const float4 *)xr), b = __ldg((const float4 *)(xr + 4));
-                        const float *g = f[u];
-                        float s = acc[t];
-                        s = fmaf(g[0], a.x, s); s = fmaf(g[1], a.y, s); s = fmaf(g[2], a.z, s); s = fmaf(g[3], a.w, s);
-                        s = fmaf(g[4], b.x, s); s = fmaf(g[5], b.y, s); s = fmaf(g[6], b.z, s); s = fmaf(g[7], b.w, s);
-                        acc[t] = s;
+                        acc[t] = fma8(f[u], a, b, acc[t]);
                     }
                 }
             }
@@ -84,7 +92,7 @@ __global__ void __launch_bounds__(128) dense_k(const void *__restrict__ w, int b
 
 // One token, bf16 W, vector rows (cols % 8 == 0, 16-byte aligned): R adjacent rows a warp, U 16-byte loads a row in
 // flight a lane (U·256 columns a pass). Each row's sum is formed exactly as dense_k forms it for one token (lane l's
-// segments 8l + 256k in increasing k, 8 fmaf a segment in column order, the same butterfly), so every variant gives
+// segments 8l + 256k in increasing k, fma8 a segment, the same butterfly), so every variant gives
 // dense_k's bits; they differ in how many bytes a warp has in flight and in how often x is loaded (once for R rows).
 template <int U, int R>
 __global__ void __launch_bounds__(128) dense1_k(const uint16_t *__restrict__ w, const float *__restrict__ x,
@@ -113,17 +121,9 @@ __global__ void __launch_bounds__(128) dense1_k(const uint16_t *__restrict__ w, 
             const float4 a = __ldg((const float4 *)(x + c)), b = __ldg((const float4 *)(x + c + 4));
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const uint32_t p[4] = {q[r][u].x, q[r][u].y, q[r][u].z, q[r][u].w};
                 float g[8];
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    g[2 * k] = __uint_as_float(p[k] << 16);
-                    g[2 * k + 1] = __uint_as_float(p[k] & 0xffff0000u);
-                }
-                float s = acc[r];
-                s = fmaf(g[0], a.x, s); s = fmaf(g[1], a.y, s); s = fmaf(g[2], a.z, s); s = fmaf(g[3], a.w, s);
-                s = fmaf(g[4], b.x, s); s = fmaf(g[5], b.y, s); s = fmaf(g[6], b.z, s); s = fmaf(g[7], b.w, s);
-                acc[r] = s;
+                bf16x8(q[r][u], g);
+                acc[r] = fma8(g, a, b, acc[r]);
             }
         }
     }
