@@ -1,7 +1,8 @@
 // Dense products on the GPU (ops.h): y (T, rows) = x (T, cols) · Wᵀ, W bf16 or fp32. One
 // warp per output row; tokens in groups of 8, so W is read once per group: lane l reads
 // 8 consecutive weights (one 16-byte bf16 load) at column 8l + 256k and dots them with the
-// group's 8 activation rows. fp32 accumulation.
+// group's 8 activation rows. fp32 accumulation. One token with bf16 rows takes dense1_k by default (two rows a warp,
+// more bytes in flight; the same bits: below).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_check.cuh"

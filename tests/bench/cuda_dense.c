@@ -1,30 +1,19 @@
 // GPU benchmark of the one-token bf16 product (kernels/cuda/dense_matmul.cu): per shape and kernel
 // (kvq_cuda_dense_set_variant 0..KVQ_CUDA_DENSE_VARIANTS, then cuBLAS through kvq_cuda_dense_matmul_tc), the product
 // streamed — 100 back to back over copies of W that together exceed L2 (≥ 160 MB), host wall time over the 100
-// after a sync, median of 5 — beside the device's copy bandwidth; and whether each kernel's output has variant 0's
-// bits. What the bf16 model's products and every model's bf16 lm_head (128256×4096 on the 8B shape) run.
+// after a sync, median of 5 (bench_time.h's TIME) — beside the device's copy bandwidth; and whether each kernel's
+// output has variant 0's bits. What the bf16 model's products and every model's bf16 lm_head (128256×4096 on the 8B shape) run.
 // usage: cuda_dense [ROWSxCOLS ...]   (default: the 8B shape's lm_head and layer products)
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/cuda/hq_decode.h"
 #include "kernels/cuda/ops.h"
 #include "formats/dtype.h"
+#include "tests/bench/bench_time.h"
 #include "tests/testrng.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv) {
     char why[256] = "", name[256] = "";
@@ -81,16 +70,12 @@ int main(int argc, char **argv) {
             CK(kvq_cuda_copy(v ? y1 : y0, dy, sizeof(float) * (size_t)rows, 0, &err));
             long long diff = 0;
             for (long long i = 0; v && i < rows; i++) diff += y1[i] != y0[i];
-            double t[5];
-            for (int rep = 0; rep < 5; rep++) {
-                CK(kvq_cuda_sync(&err));
-                const double t0 = now();
+            double med = 0; // the device is idle here (synchronized above and after each rep)
+            TIME(med, 5, {
                 for (int i = 0; i < 100; i++) CK(PROD(i % nc));
                 CK(kvq_cuda_sync(&err));
-                t[rep] = (now() - t0) / 100 * 1e3;
-            }
-            qsort(t, 5, sizeof *t, cmp_d);
-            const double ms = t[2], bytes = (double)wbytes + 4.0 * (double)(cols + rows);
+            });
+            const double ms = med / 100 * 1e3, bytes = (double)wbytes + 4.0 * (double)(cols + rows);
             if (!v) base = ms;
             char kn[32];
             snprintf(kn, sizeof kn, blas ? "cuBLAS (x in bf16)" : "variant %d", v);
