@@ -32,8 +32,9 @@ int main(int argc, char **argv) {
     for (int si = 0; si < ns; si++) {
         const char *sh = argc > 1 ? argv[si + 1] : def[si];
         long long rows = 0, cols = 0;
-        if (sscanf(sh, "%lldx%lld", &rows, &cols) != 2 || rows <= 0 || cols <= 0 || cols % 8) {
-            fprintf(stderr, "cuda_dense: bad shape %s (ROWSxCOLS, COLS a multiple of 8)\n", sh);
+        if (sscanf(sh, "%lldx%lld", &rows, &cols) != 2 || rows <= 0 || cols <= 0 || cols % 8 || rows > (1LL << 31) ||
+            cols > (1LL << 31) || rows * cols > (1LL << 36)) {
+            fprintf(stderr, "cuda_dense: bad shape %s (ROWSxCOLS, COLS a multiple of 8, at most 2^36 weights)\n", sh);
             return 2;
         }
         const size_t n = (size_t)rows * (size_t)cols, wbytes = 2 * n;
@@ -42,6 +43,10 @@ int main(int argc, char **argv) {
         uint16_t *hw = malloc(wbytes);
         float *hx = malloc(sizeof(float) * (size_t)cols), *y0 = malloc(sizeof(float) * (size_t)rows),
               *y1 = malloc(sizeof(float) * (size_t)rows), *tmp = malloc(sizeof(float) * 65536);
+        if (!hw || !hx || !y0 || !y1 || !tmp) {
+            fprintf(stderr, "cuda_dense: %s: out of host memory\n", sh);
+            return 2;
+        }
         uint64_t s = 11;
         for (size_t i = 0; i < n; i += 65536) {
             const size_t m = n - i < 65536 ? n - i : 65536;
