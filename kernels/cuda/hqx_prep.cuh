@@ -62,8 +62,9 @@ static __device__ __forceinline__ float row_rinv(const float *__restrict__ x, in
                 ss = fmaf(v[k].z, v[k].z, ss); ss = fmaf(v[k].w, v[k].w, ss);
             }
         }
-    } else {
-        for (int64_t c = lane; c < n; c += 32) ss = fmaf(x[c], x[c], ss);
+    } else { // (unaligned, or n % 4 != 0) the float4 order coordinate by coordinate: the aligned path's bits where n % 4 == 0
+        for (int64_t c = 4 * (int64_t)lane; c < n; c += 128)
+            for (int k = 0; k < 4 && c + k < n; k++) ss = fmaf(x[c + k], x[c + k], ss);
     }
     return rinv_of(ss, n, eps);
 }
@@ -188,12 +189,13 @@ static __device__ __forceinline__ float4 ld_pl4(const float4 *p) {
 // bits are row_rinv's whatever RB.
 template <int RB>
 static __device__ __forceinline__ float row_rinv_wide(const float *__restrict__ x, int64_t n, float eps, int lane) {
-    if ((n & 3) != 0 || ((uintptr_t)x & 15) != 0) {
+    if ((n & 3) != 0 || ((uintptr_t)x & 15) != 0) { // row_rinv's fallback order (the aligned path's bits where n % 4 == 0)
         float ss = 0.0f;
-        for (int64_t c = lane; c < n; c += 32) {
-            const float v = ld_pl1(x + c);
-            ss = fmaf(v, v, ss);
-        }
+        for (int64_t c = 4 * (int64_t)lane; c < n; c += 128)
+            for (int k = 0; k < 4 && c + k < n; k++) {
+                const float v = ld_pl1(x + c + k);
+                ss = fmaf(v, v, ss);
+            }
         return rinv_of(ss, n, eps);
     }
     float ss = 0.0f;
