@@ -373,24 +373,32 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     // steps and the per-warp kernel instead, and (E8 widths 4 and 5, rows of an even number of
     // steps: the lean kernel by default) the ring of 2 in hqx_gemv1p_k and the lean kernel with
     // each warp's first 3 rows prefetched into L2: the same bits each time
+    // 10: the lean kernel with the run-time step count where a compile-time one applies (rows of 4096 columns)
     float *y1 = malloc(sizeof(float) * w->rows);
-    for (int mode = 0; mode < 10; mode++) {
+    for (int mode = 0; mode < 11; mode++) {
         const int int8 = mode > 0;
         kvq_cuda_hqx_set_decode(mode == 2 ? 2 : mode == 3 ? 4 : 1);
         kvq_cuda_hqx_set_decode_general(mode == 4);
         kvq_cuda_hqx_set_persist(mode == 5 ? 4 : mode == 6 ? 0 : mode == 7 ? 3 : 2);
         kvq_cuda_hqx_set_lean(mode == 8 ? 0 : -1);
         kvq_cuda_hqx_set_lean_pf(mode == 9 ? 3 : -1); // 9: each warp's first 3 rows prefetched into L2
+        kvq_cuda_hqx_set_lean_sc(mode == 10 ? 0 : -1);
         kvq_hqx_matmul(w, &a, 1, yc, w->rows, int8 ? KVQ_HQX_INT8 : KVQ_HQX_EXACT, KVQ_HQX_ISA_REF, 1);
         memset(yg, 0xff, sizeof(float) * w->rows); // poisoned: every row must be written
-        const long lean0 = kvq_cuda_hqx_lean_launches();
+        const long lean0 = kvq_cuda_hqx_lean_launches(), sc0 = kvq_cuda_hqx_lean_sc_launches();
         st = kvq_cuda_hqx_matvec_host(t, x, yg, int8, &err);
         // the lean kernel ran exactly where it applies (E8 widths 4 and 5 with scale codes, rows of an even number of
         // steps, the default one-token route) and nowhere else
         const char *eg = getenv("KVQ_CUDA_G1S"), *ep = getenv("KVQ_CUDA_ESC_PF");
-        const int lean_applies = (mode == 1 || mode == 9) && w->lat == KVQ_HQ_LAT_E8 && w->scode && (w->vbits == 4 || w->vbits == 5) && w->cols_p % 2048 == 0 &&
+        const int lean_applies = (mode == 1 || mode == 9 || mode == 10) && w->lat == KVQ_HQ_LAT_E8 && w->scode && (w->vbits == 4 || w->vbits == 5) && w->cols_p % 2048 == 0 &&
                                  !(eg && !strcmp(eg, "0")) && !(ep && !strcmp(ep, "1"));
         assert_int_equal(kvq_cuda_hqx_lean_launches() - lean0, lean_applies);
+        // the compile-time step count where it applies: the default escape modes' instances keep to registers (ptxas
+        // 13.0; one that spilled would not be taken, and this would fail)
+        const char *es = getenv("KVQ_CUDA_G1SC");
+        const int sc_applies = lean_applies && mode != 10 && w->cols_p == 4096 && !(es && !strcmp(es, "0")) &&
+                               !(ep && *ep);
+        assert_int_equal(kvq_cuda_hqx_lean_sc_launches() - sc0, sc_applies);
         if (st) fprintf(stderr, "matvec: %s\n", err.msg);
         assert_int_equal(st, KVQ_OK);
         double num = 0, den = 0;
@@ -400,7 +408,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         }
         double rel = sqrt(num / (den > 0 ? den : 1));
         fprintf(stderr, "test_cuda_hqx: %-22s %s rows %4lld cols %5lld T %4d vbits %d: rel err %.2e\n", what,
-                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : mode == 3 ? "int8/4" : mode == 4 ? "int8/g" : mode == 5 ? "int8/p4" : mode == 6 ? "int8/w" : mode == 7 ? "int8/p3" : mode == 8 ? "int8/p2" : "int8/pf", (long long)w->rows, (long long)w->cols, w->tile,
+                mode == 0 ? "float" : mode == 1 ? "int8 " : mode == 2 ? "int8/2" : mode == 3 ? "int8/4" : mode == 4 ? "int8/g" : mode == 5 ? "int8/p4" : mode == 6 ? "int8/w" : mode == 7 ? "int8/p3" : mode == 8 ? "int8/p2" : mode == 9 ? "int8/pf" : "int8/rs", (long long)w->rows, (long long)w->cols, w->tile,
                 w->vbits, rel);
         assert_true(rel <= 1e-5);
         if (mode == 1) memcpy(y1, yg, sizeof(float) * w->rows);
@@ -411,6 +419,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
     kvq_cuda_hqx_set_persist(-1);
     kvq_cuda_hqx_set_lean(-1);
     kvq_cuda_hqx_set_lean_pf(-1);
+    kvq_cuda_hqx_set_lean_sc(-1);
     // the fused int8 product (hqx_fused.cu): several tokens per launch (11 > 8: two launches),
     // accumulating into y, against the CPU int8 reference token by token; one token (the
     // one-token kernel) gives the same bits as the first token of three (the batched kernel):
@@ -510,12 +519,14 @@ static void test_hyperquant(void **state) {
         {KVQ_LAT_A2, 4.0, 33, 256, 0},  {KVQ_LAT_Z, 5.0, 40, 384, 0},  {KVQ_LAT_E8, 4.0, 17, 4096, 7},
         {KVQ_LAT_E8, 4.0, 20, 2048, 0}, {KVQ_LAT_D4, 3.0, 20, 3000, 0}, {KVQ_LAT_E8, 4.0, 9, 1100, 0},
         {KVQ_LAT_E8, 4.0, 70, 2048, 0}, {KVQ_LAT_E8, 3.0, 33, 1024, 0}, {KVQ_LAT_E8, 4.0, 21, 3072, 6},
-        {KVQ_LAT_D4, 4.0, 19, 1024, 8},  {KVQ_LAT_E8, 4.0, 24, 8192, 4},
+        {KVQ_LAT_D4, 4.0, 19, 1024, 8},  {KVQ_LAT_E8, 4.0, 24, 8192, 4}, {KVQ_LAT_E8, 4.0, 40, 4096, 5},
+        {KVQ_LAT_E8, 4.0, 30, 4096, 4},
     };
     // 0: the encoder's choice; cases 13-16 have whole steps of 1024 columns (E8 4.0 and 3.0
     // there take the one-token product's branch-free specialization); 8192 columns: nibbles with
     // ~1.3 % escapes (~100 a row, several per lane in the one-token product's escape loop)
-    const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256, 0};
+    // (the last two: the 8B's rows of 4096 columns, whose lean instances know the row's steps at compile time)
+    const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256, 0, 128, 128};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         float *x = matrix(cs[i].rows, cs[i].cols, 10 + i);
         kvq_hq_opts o = kvq_hq_opts_default(cs[i].l, cs[i].bps);
@@ -666,6 +677,7 @@ static void test_fold(void **state) {
     if (!have_gpu()) { skip(); return; }
     const struct { int lat; double bps; int n; int64_t rows[3], cols; int max_tile, vbits[3]; } cs[] = {
         {KVQ_LAT_E8, 4.0, 3, {256, 64, 64}, 4096, 128, {4, 4, 4}},   // the 8B's q/k/v shape, narrowed
+        {KVQ_LAT_E8, 4.0, 3, {128, 32, 32}, 4096, 128, {5, 5, 5}},   // and at the default width
         {KVQ_LAT_E8, 4.0, 3, {300, 70, 45}, 1024, 64, {0, 0, 0}},    // the encoder's widths
         {KVQ_LAT_E8, 4.0, 2, {90, 90}, 2048, 256, {4, 6, 0}},        // gate/up of two widths: two launches
         {KVQ_LAT_E8, 3.0, 3, {64, 32, 32}, 8192, 128, {4, 5, 4}},    // the widest row the fold takes
@@ -707,12 +719,13 @@ static void test_fold(void **state) {
             for (int64_t i = 0; i < rows; i++) Y[i] = Y0[i] - (acc ? 1.0f : 0.0f);
             const double ry = rel_err(Y, R, (size_t)rows), rg = rel_err(G0, XT, (size_t)cols);
             assert_true(ry <= 2e-3 && rg <= 1e-6);
-            const int folds[] = {1, 3, 7, 1, 1, 3};
-            for (int f = 0; f < 6; f++) {
+            const int folds[] = {1, 3, 7, 1, 1, 3, 1};
+            for (int f = 0; f < 7; f++) {
                 const int off = f == 3; // not 16-byte aligned: the preparation kernel
                 kvq_cuda_hqx_set_fold(folds[f]);
                 kvq_cuda_hqx_set_lean(f == 4 || f == 5 ? 0 : -1); // 4, 5: hqx_gemv1p_k where the lean kernel would run
                 kvq_cuda_hqx_set_lean_pf(f == 1 || f == 2 ? f : -1); // 1, 2: each warp's first 1 or 2 rows prefetched
+                kvq_cuda_hqx_set_lean_sc(f == 6 ? 0 : -1); // 6: the run-time step count where a compile-time one applies
                 const long before = kvq_cuda_hqx_fold_launches();
                 fold_run(t, n, row0, rows, cols, X, nw, acc, off, Y, G);
                 const long ran = kvq_cuda_hqx_fold_launches() - before;
@@ -729,6 +742,7 @@ static void test_fold(void **state) {
         kvq_cuda_hqx_set_fold(-1);
         kvq_cuda_hqx_set_lean(-1);
         kvq_cuda_hqx_set_lean_pf(-1);
+        kvq_cuda_hqx_set_lean_sc(-1);
         for (int p = 0; p < n; p++) {
             kvq_cuda_hqx_free(t[p]);
             kvq_hqx_free(&w[p]);

@@ -1290,7 +1290,8 @@ static void test_kv_rows(void **st) {
     assert_non_null(strstr(e.msg, "KVQ_CUDA_ATTN_CMIN"));
     const char *bad_env[][2] = {{"KVQ_CUDA_KV_CFLOOR", "48"}, {"KVQ_CUDA_KV_CFLOOR", "2048"}, {"KVQ_CUDA_ESC_PF", "3"}, {"KVQ_CUDA_ESC_PF", "on"},
                                 {"KVQ_CUDA_ESC16", "3"}, {"KVQ_CUDA_ESC16", "on"}, {"KVQ_CUDA_KV_TC_Q8", "yes"}, {"KVQ_CUDA_KV_TC_LEAN", "1 "},
-                                {"KVQ_CUDA_ATTN_PF", "5000"}, {"KVQ_CUDA_ATTN_PF", "all"}, {"KVQ_CUDA_G1S", "2"}, {"KVQ_CUDA_G1PF", "9"}, {"KVQ_CUDA_DENSE", "6"}};
+                                {"KVQ_CUDA_ATTN_PF", "5000"}, {"KVQ_CUDA_ATTN_PF", "all"}, {"KVQ_CUDA_G1S", "2"}, {"KVQ_CUDA_G1PF", "9"}, {"KVQ_CUDA_DENSE", "6"},
+                                {"KVQ_CUDA_G1SC", "on"}};
     for (size_t i = 0; i < sizeof bad_env / sizeof bad_env[0]; i++) { // the codec attends' chunk floor, the escape mode: the same
         setenv(bad_env[i][0], bad_env[i][1], 1);
         assert_int_equal(kvq_model_open(path, &o, &m, &e), KVQ_ERR_ARG);

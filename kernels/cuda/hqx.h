@@ -150,6 +150,13 @@ void kvq_cuda_hqx_set_lean(int on);
 void kvq_cuda_hqx_set_lean_pf(int rows);
 /** Lean one-token launches (or captures) in this process (tests). */
 long kvq_cuda_hqx_lean_launches(void);
+/** The lean kernel's instances with the row's step count known at compile time (rows of 4096
+ *  columns: the whole row unrolled, loads addressed by constants; taken where ptxas kept the instance
+ *  to registers): 1 (default), 0 the run-time count; -1: the environment's (KVQ_CUDA_G1SC=0), else 1.
+ *  The same bits either way. */
+void kvq_cuda_hqx_set_lean_sc(int on);
+/** Lean launches that took a compile-time step count in this process (tests). */
+long kvq_cuda_hqx_lean_sc_launches(void);
 /** 1: kvq_cuda_hqx_attend_prep's split attention is a programmatic dependent of the kernel before
  *  it (the q/k/v product), the rotation's cos/sin and each warp's first cache row (positions
  *  below the token's) loaded before griddepcontrol.wait; 0 a plain launch; -1: the environment's

@@ -761,7 +761,11 @@ __device__ __forceinline__ void g1s_prefetch(const Parts &P, uint32_t row, uint3
     }
 }
 
-template <int VB, bool FOLD, bool EB>
+// SC: the row's steps S when known at compile time (g1s_kernel: 4 for rows of 4096 columns, where the instance
+// keeps to registers), 0 from cols_p — the loop then unrolls whole and the loads address from the row's pointers by
+// constants (no pointer increments, no ring moves); the same loads and sums in the same order, so the same bits.
+// (14 steps, the 8B's down rows, spilled at 64 registers whole or unrolled by 2 pairs: ptxas 13.0, session 28.)
+template <int VB, bool FOLD, bool EB, int SC = 0>
 __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, 2, 1))
     hqx_gemv1s_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int pf_rows, int64_t ldy,
                  uint32_t lst, int trig, const G1F F) { // (hqx_gemv1p_k's signature; one token: pf_rows in its nt, ldy and lst unused)
@@ -771,15 +775,18 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
     uint32_t gw, W, rend;
     int fp;
     g1_walk<FOLD, WB>(F, rb1, rb2, rtot, gw, W, rend, fp);
-    const uint32_t cpr = (uint32_t)(P.d[0].cols_p / 64), tsh = __ffs(P.d[0].T) - 1, tiles = (uint32_t)(P.d[0].cols_p >> tsh),
-                   S = cpr / 16, tps = 1024u >> tsh;
+    const uint32_t cpr = SC ? 16u * SC : (uint32_t)(P.d[0].cols_p / 64), tsh = __ffs(P.d[0].T) - 1,
+                   tiles = SC ? (uint32_t)(1024u * SC) >> tsh : (uint32_t)(P.d[0].cols_p >> tsh), S = SC ? SC : cpr / 16,
+                   tps = 1024u >> tsh;
     const Lay L = lay(P.d[0].cols_p, P.d[0].T, 1);
     const int moff = 2 * P.d[0].off;
     // the load pointers of a row: its lane's nibbles, plane words, coset bytes and scale codes at step 0
     const uint8_t *lq = NULL, *lhb = NULL, *lcb = NULL, *lsc = NULL;
+    // the fold's block serves part fp alone (kvq_hqx_fold_rows): its part and first row found once
+    const uint32_t fb = FOLD ? (fp == 2 ? rb2 : fp == 1 ? rb1 : 0) : 0;
     auto at_row = [&](uint32_t row) {
-        const int p = row >= rb2 ? 2 : row >= rb1 ? 1 : 0;
-        const uint32_t r = row - (p == 2 ? rb2 : p == 1 ? rb1 : 0);
+        const int p = FOLD ? fp : row >= rb2 ? 2 : row >= rb1 ? 1 : 0;
+        const uint32_t r = row - (FOLD ? fb : p == 2 ? rb2 : p == 1 ? rb1 : 0);
         const Dev &d = P.d[p];
         lq = d.q + (size_t)(r * cpr + cl) * 32 + 16 * h;
         if constexpr (VB == 5) lhb = (const uint8_t *)(d.hb + (r * cpr + cl)) + 4 * h;
@@ -799,8 +806,8 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
         asm volatile("griddepcontrol.wait;" ::: "memory");
     }
     for (uint32_t row = gw; row < rend; row += W) {
-        const int up = row >= rb2 ? 2 : row >= rb1 ? 1 : 0;
-        const uint32_t ur = row - (up == 2 ? rb2 : up == 1 ? rb1 : 0);
+        const int up = FOLD ? fp : row >= rb2 ? 2 : row >= rb1 ? 1 : 0;
+        const uint32_t ur = row - (FOLD ? fb : up == 2 ? rb2 : up == 1 ? rb1 : 0);
         const Dev &d = P.d[up];
         const uint32_t e0 = __ldg(d.esc_row + ur), e1 = __ldg(d.esc_row + ur + 1);
         const float *lut = d.lut;
@@ -809,15 +816,21 @@ __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32
         const float *sxp = (const float *)(fs + L.sx) + ((uint32_t)(cl * 64) >> tsh);
         float a0 = 0.0f, a1 = 0.0f;
         // the pairs before the last: steps s, s + 1 from b0, b1, step s + 2 loaded into b0
-        for (uint32_t s = 0; s + 2 < S; s += 2) {
-            g1s_ld<VB>(b1, lq + 512, lhb + 128, lcb + 16, lsc + tps);
-            a0 = g1s_step<VB>(b0, xp, vp, sxp, lut, moff, h, a0);
-            lq += 1024, lcb += 32, lsc += 2 * tps;
-            if constexpr (VB == 5) lhb += 256;
-            g1s_ld<VB>(b0, lq, lhb, lcb, lsc);
-            a1 = g1s_step<VB>(b1, xp + 64, vp + 32, sxp + tps, lut, moff, h, a1);
+#define G1S_PAIR                                                                                 \
+            g1s_ld<VB>(b1, lq + 512, lhb + 128, lcb + 16, lsc + tps);                              \
+            a0 = g1s_step<VB>(b0, xp, vp, sxp, lut, moff, h, a0);                                    \
+            lq += 1024, lcb += 32, lsc += 2 * tps;                                                   \
+            if constexpr (VB == 5) lhb += 256;                                                       \
+            g1s_ld<VB>(b0, lq, lhb, lcb, lsc);                                                       \
+            a1 = g1s_step<VB>(b1, xp + 64, vp + 32, sxp + tps, lut, moff, h, a1);                    \
             xp += 128, vp += 64, sxp += 2 * tps;
+        if constexpr (SC > 0) {
+#pragma unroll
+            for (int s = 0; s + 2 < SC; s += 2) { G1S_PAIR }
+        } else {
+            for (uint32_t s = 0; s + 2 < S; s += 2) { G1S_PAIR }
         }
+#undef G1S_PAIR
         // the last pair, with the next row's first step loaded into b0
         g1s_ld<VB>(b1, lq + 512, lhb + 128, lcb + 16, lsc + tps);
         a0 = g1s_step<VB>(b0, xp, vp, sxp, lut, moff, h, a0);
@@ -907,6 +920,44 @@ static int g1s_takes(const Parts &P, int em) {
     g_lean_n += on;
     return on;
 }
+// The lean kernel's compile-time step count (hqx_gemv1s_k's SC): 4 for rows of 4096 columns (the Llama-3-8B q/k/v,
+// o and gate/up), else 0 (the run-time count), as with KVQ_CUDA_G1SC=0 (checked by the backend;
+// kvq_cuda_hqx_set_lean_sc: 0 off, 1 on, -1 the environment's). The same bits either way.
+static int g_lean_sc = -1;
+extern "C" void kvq_cuda_hqx_set_lean_sc(int on) {
+    if (on < 0) {
+        const char *e = getenv("KVQ_CUDA_G1SC");
+        on = !(e && e[0] == '0' && !e[1]);
+    }
+    g_lean_sc = on ? 1 : 0;
+}
+static long g_lean_sc_n = 0; // lean launches with a compile-time step count (tests)
+extern "C" long kvq_cuda_hqx_lean_sc_launches(void) { return g_lean_sc_n; }
+typedef void (*g1s_fn)(const Parts, int, uint32_t, uint32_t, uint32_t, int, int64_t, uint32_t, int, const G1F);
+// Whether an instance runs without local memory (ptxas kept the unrolled row in registers; found once an
+// instance): an instance that spills is not taken.
+static int g1s_regs_only(g1s_fn k, int *cache) {
+    if (*cache < 0) {
+        cudaFuncAttributes fa;
+        *cache = cudaFuncGetAttributes(&fa, k) == cudaSuccess && fa.localSizeBytes == 0;
+    }
+    return *cache;
+}
+// The lean instance for escape mode em (2: batched row end) and rows of cols_p columns; *sci: 1 with the compile-time
+// step count, else 0 (the occupancy caches' index).
+template <int VB, bool FOLD> static g1s_fn g1s_kernel(int em, int64_t cols_p, int *sci) {
+    if (g_lean_sc < 0) kvq_cuda_hqx_set_lean_sc(-1);
+    static int ok[2] = {-1, -1}; // [em == 2]
+    const int eb = em == 2;
+    g1s_fn k = eb ? hqx_gemv1s_k<VB, FOLD, true> : hqx_gemv1s_k<VB, FOLD, false>;
+    *sci = 0;
+    if (g_lean_sc && cols_p == 4096) {
+        g1s_fn k4 = eb ? hqx_gemv1s_k<VB, FOLD, true, 4> : hqx_gemv1s_k<VB, FOLD, false, 4>;
+        if (g1s_regs_only(k4, &ok[eb])) k = k4, *sci = 1;
+    }
+    g_lean_sc_n += *sci != 0;
+    return k;
+}
 static int g_persist = -1; // KVQ_CUDA_G1P: 0 off, 2, 3 or 4: the ring's depth (default 2)
 static int g_sm_count = 0;
 
@@ -925,11 +976,11 @@ template <int VB, int DEPTH, int MODE, int NT> static cudaError_t g1p_launch_f(c
     auto k = em == 2 ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false, pf>
              : em    ? hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, pf>
                      : hqx_gemv1p_k<VB, DEPTH, MODE, NT, false, false>;
-    int lean = 0;
+    int lean = 0, sci = 0;
     if constexpr ((VB == 4 || VB == 5) && DEPTH == 2 && MODE == G1_E8 && NT == 1)
-        if ((lean = g1s_takes(P, em))) k = em == 2 ? hqx_gemv1s_k<VB, false, true> : hqx_gemv1s_k<VB, false, false>;
-    static int occs[6] = {0, 0, 0, 0, 0, 0};
-    int &occ = occs[em + 3 * lean];
+        if ((lean = g1s_takes(P, em))) k = g1s_kernel<VB, false>(em, P.d[0].cols_p, &sci);
+    static int occs[9] = {0};
+    int &occ = occs[em + 3 * (lean + sci)];
     if (!occ) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, G1_WARPS * 32, 0);
         if (occ < 1) occ = 1;
@@ -1158,11 +1209,11 @@ static cudaError_t g1f_launch(cudaLaunchConfig_t cfg, const Parts &Q, int accumu
     auto k = em == 2 ? hqx_gemv1p_k<VB, 2, MODE, 1, true, false, pf>
              : em    ? hqx_gemv1p_k<VB, 2, MODE, 1, true, pf>
                      : hqx_gemv1p_k<VB, 2, MODE, 1, true, false>;
-    int lean = 0;
+    int lean = 0, sci = 0;
     if constexpr ((VB == 4 || VB == 5) && MODE == G1_E8)
-        if ((lean = g1s_takes(Q, em))) k = em == 2 ? hqx_gemv1s_k<VB, true, true> : hqx_gemv1s_k<VB, true, false>;
-    static int occs[6] = {0, 0, 0, 0, 0, 0};
-    int &occ = occs[em + 3 * lean];
+        if ((lean = g1s_takes(Q, em))) k = g1s_kernel<VB, true>(em, Q.d[0].cols_p, &sci);
+    static int occs[9] = {0};
+    int &occ = occs[em + 3 * (lean + sci)];
     if (!occ) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, KVQ_HQX_FOLD_WARPS * 32, 0);
         if (occ < 1) occ = 1;

@@ -1325,6 +1325,7 @@ kvq_status kvq_backend_cuda_new(const kvq_model_opts *o, const kvq_arch *a, kvq_
         (s = env_count("KVQ_CUDA_ATTN_PF", 0, 4096, "position count (0 = no prefetch, 1..4096)", &apf, err)) ||
         (s = env_switch("KVQ_CUDA_G1S", "switch (0 the persistent kernel, 1 the lean one)", err)) ||
         (s = env_count("KVQ_CUDA_G1PF", 0, 8, "row count (0 = no prefetch, 1..8)", &g1pf, err)) ||
+        (s = env_switch("KVQ_CUDA_G1SC", "switch (0 the run-time step count, 1 compile-time where it applies)", err)) ||
         (s = env_count("KVQ_CUDA_KV_CFLOOR", 0, 1024, "chunk floor (0 = none, a multiple of 32 up to 1024)", &cfl, err)) ||
         (s = env_count("KVQ_CUDA_ESC_PF", 0, 2, "mode (0 off, 1 prefetch, 2 batched row end)", &epf, err)) ||
         (s = env_count("KVQ_CUDA_ESC16", 0, 2, "form (0 32-bit escapes, 1 16-bit, 2 16-bit in one-segment rows)", &esc16, err)) ||
