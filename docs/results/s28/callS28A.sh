@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 28 call A (prepared in session 27 for the next session's first call (not yet run). Bundle from branch s27-chain with main's
-# kvq-run as the baseline: OLD=<main's build/kvq-run> BINS="kvq-run kvq-convert make_synth_llama test_cuda_hqx" MODELS=1
+# Session 28 call A (prepared in session 27 as docs/results/s27/callS28A.sh, which this replaces; run with two additions:
+# the new build's sections below and the raw page). Bundle from branch s27-chain's hqx_gemv1.cu with main's kvq-run as the
+# baseline: OLD=<main's build/kvq-run> BINS="kvq-run kvq-convert make_synth_llama test_cuda_hqx" MODELS=1
 # bash tests/bench/gpu_bundle.sh; then copy .cu into /work/main (the device tool carries main's tree).
 # (1) s27-chain's g1s_step: width 5's eight dependent dp4a as two chains of four, and the terms that do not depend on the
 #     weights (−moff·Σ v, the coset bits' dp2a) off the chain — the same integer sums, so the same bits: test_cuda_hqx,
