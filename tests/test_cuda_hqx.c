@@ -95,7 +95,7 @@ static void compare_xin(kvq_cuda_hqx *t, const kvq_hqx *w, kvq_hqx_act *a, uint6
                 const double ry = rel_err(Y, R, (size_t)rows * nt), rt = rel_err(G, XT, (size_t)cols * nt);
                 fprintf(stderr, "test_cuda_hqx: %-22s %s+product x%d prep %d offset %d: rows written rel %.2e, product rel %.2e\n",
                         "", name, nt, mode, off, rt, ry);
-                assert_true(rt <= 1e-6);
+                assert_true(rt <= 1e-6 * (cols > 4096 ? cols / 4096.0 : 1.0)); // (a sum of cols squares in another order)
                 assert_true(ry <= 2e-3);
                 if (nt == 1) memcpy(Y1, Y, sizeof(float) * rows);
                 else assert_memory_equal(Y1, Y, sizeof(float) * rows);
@@ -396,8 +396,7 @@ static void compare(kvq_hqx *w, uint64_t seed, const char *what) {
         // the compile-time step count where it applies: the default escape modes' instances keep to registers (ptxas
         // 13.0; one that spilled would not be taken, and this would fail)
         const char *es = getenv("KVQ_CUDA_G1SC");
-        const int sc_applies = lean_applies && mode != 10 && w->cols_p == 4096 && !(es && !strcmp(es, "0")) &&
-                               !(ep && *ep);
+        const int sc_applies = lean_applies && mode != 10 && w->cols_p == 4096 && !(es && !strcmp(es, "0")) && !(ep && *ep);
         assert_int_equal(kvq_cuda_hqx_lean_sc_launches() - sc0, sc_applies);
         if (st) fprintf(stderr, "matvec: %s\n", err.msg);
         assert_int_equal(st, KVQ_OK);
@@ -520,13 +519,14 @@ static void test_hyperquant(void **state) {
         {KVQ_LAT_E8, 4.0, 20, 2048, 0}, {KVQ_LAT_D4, 3.0, 20, 3000, 0}, {KVQ_LAT_E8, 4.0, 9, 1100, 0},
         {KVQ_LAT_E8, 4.0, 70, 2048, 0}, {KVQ_LAT_E8, 3.0, 33, 1024, 0}, {KVQ_LAT_E8, 4.0, 21, 3072, 6},
         {KVQ_LAT_D4, 4.0, 19, 1024, 8},  {KVQ_LAT_E8, 4.0, 24, 8192, 4}, {KVQ_LAT_E8, 4.0, 40, 4096, 5},
-        {KVQ_LAT_E8, 4.0, 30, 4096, 4},
+        {KVQ_LAT_E8, 4.0, 30, 4096, 4},  {KVQ_LAT_E8, 4.0, 12, 14336, 5},
     };
     // 0: the encoder's choice; cases 13-16 have whole steps of 1024 columns (E8 4.0 and 3.0
     // there take the one-token product's branch-free specialization); 8192 columns: nibbles with
     // ~1.3 % escapes (~100 a row, several per lane in the one-token product's escape loop)
-    // (the last two: the 8B's rows of 4096 columns, whose lean instances know the row's steps at compile time)
-    const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256, 0, 128, 128};
+    // (the last three: the 8B's rows of 4096 columns, whose lean instances know the row's steps at compile time, and of
+    // 14336, the down rows, whose do not)
+    const int max_tile[] = {0, 0, 0, 0, 0, 0, 0, 0, 256, 1024, 512, 64, 0, 0, 64, 256, 0, 128, 128, 128};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         float *x = matrix(cs[i].rows, cs[i].cols, 10 + i);
         kvq_hq_opts o = kvq_hq_opts_default(cs[i].l, cs[i].bps);
