@@ -764,7 +764,8 @@ __device__ __forceinline__ void g1s_prefetch(const Parts &P, uint32_t row, uint3
 // SC: the row's steps S when known at compile time (g1s_kernel: 4 for rows of 4096 columns, where the instance
 // keeps to registers), 0 from cols_p — the loop then unrolls whole and the loads address from the row's pointers by
 // constants (no pointer increments, no ring moves); the same loads and sums in the same order, so the same bits.
-// (14 steps, the 8B's down rows, spilled at 64 registers whole or unrolled by 2 pairs: ptxas 13.0, session 28.)
+// (14 steps, the 8B's down rows, spilled at 64 registers whole or unrolled by 2 pairs, ptxas 13.0; with a compiler
+// barrier after each pair they did not, and ran 9 % fewer instructions but no faster: docs/results/s28/sc14.patch.)
 template <int VB, bool FOLD, bool EB, int SC = 0>
 __global__ void __launch_bounds__(FOLD ? KVQ_HQX_FOLD_WARPS * 32 : G1_WARPS * 32, FOLD ? 1 : G1N_MINB(VB, 2, 1))
     hqx_gemv1s_k(const __grid_constant__ Parts P, int accumulate, uint32_t rb1, uint32_t rb2, uint32_t rtot, int pf_rows, int64_t ldy,
