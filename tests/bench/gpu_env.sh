@@ -4,7 +4,7 @@
 # suites named in TESTS (default test_cuda_hqx test_cuda_model test_cuda_pq; logs in $OUT; each at most SUITE_TIMEOUT
 # seconds, default 300; KVQ_TEST_FILTER narrows them, e.g. "*shape*"). Defines B and el, and the helpers every call
 # script wrote again (sessions 20-25): gpu_suite, gpu_wait, gpu_decode, gpu_batch, gpu_pack,
-# gpu_convert8b, gpu_tiny (below; logs in $L, files in $W).
+# gpu_convert8b, gpu_tiny, gpu_2layer, gpu_ncu_lean (below; logs in $L, files in $W).
 B=.cu/bin
 [ -d $B ] || tar -C .cu -xJf .cu/bin.tar.xz
 [ -d .cu/lib ] || tar -C .cu -xJf .cu/pack.tar.xz
@@ -63,4 +63,23 @@ gpu_tiny() {
   [ -f $W/ids.bin ] || python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<100i', *[(i*37)%200+3 for i in range(100)]))" > $W/ids.bin
   env "$@" $B/$b $W/tiny.kvq --gpu --tokens $W/ids.bin --logits $W/lg_$l.bin > $L/lg_$l.log 2>&1
   echo "tiny $l: logits rc $? $(md5sum < $W/lg_$l.bin | cut -c1-12) text $(env "$@" $B/$b $W/tiny.kvq --gpu -p "Once upon a time" -n 100 --temp 0 2>/dev/null | md5sum | cut -c1-12)"
+}
+# gpu_2layer: a 2-layer Llama-3-8B-shaped model in E8 4.0 as $W2/e8.kvq (W2=/tmp/w2) — one decode step's kernels at the
+# 8B's shapes in seconds, for Nsight Compute (session 28's calls B, C, E).
+gpu_2layer() {
+  W2=/tmp/w2; mkdir -p $W2
+  $B/make_synth_llama 8b $W2/src tests/models/kvq-tiny-llama 1 2 > $L/synth2.log 2>&1
+  $B/kvq-convert -q -t 4 $W2/src $W2/e8.kvq --weights hyperquant:e8:4.0 > $L/conv2.log 2>&1; echo "2-layer e8 rc $? $(el)"
+}
+# gpu_ncu_lean LABEL BINARY: Nsight Compute on the four lean launches of one decode step (the second) of gpu_2layer's
+# model, into $L/n_LABEL_details.txt; prints each launch's duration, issue rate, DRAM share and instructions.
+gpu_ncu_lean() {
+  local l=$1 b=$2 n
+  n=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  timeout 150 $n --clock-control none -k regex:hqx_gemv1s_k -s 8 -c 4 --section SpeedOfLight --section LaunchStats --section Occupancy \
+    --section WarpStateStats --section SchedulerStats --section InstructionStats -o $L/n_$l $B/$b $W2/e8.kvq --gpu --ctx-max 1024 \
+    -p "$(head -c 560 .cu/shared/data/heldout-books.txt)" -n 8 --temp 0 > $L/ncu_$l.log 2>&1; echo "== ncu $l rc $? $(el)"
+  $n --import $L/n_$l.ncu-rep --page details > $L/n_${l}_details.txt 2>&1; rm -f $L/n_$l.ncu-rep
+  grep -E "hqx_gemv1s|Duration|Registers Per|Issued Warp Per|Warp Cycles Per Issued|DRAM Throughput|Executed Instructions  " \
+    $L/n_${l}_details.txt | head -32 | cut -c1-120
 }

@@ -7,6 +7,8 @@
 # on the four lean launches of one step of a 2-layer 8B-shaped model, main and new (instructions, duration);
 # (4) the 8B E8 4.0 decode: main, new, new with KVQ_CUDA_G1SC=0, alternated 3 times.
 set -u
+# (the Nsight Compute block written inline when it ran; since folded into gpu_env.sh's gpu_2layer and gpu_ncu_lean, the
+# same commands)
 TESTS= . tests/bench/gpu_env.sh
 W=/tmp/w8; L=/tmp/logsB; mkdir -p $W $L
 gpu_convert8b e8="--weights hyperquant:e8:4.0"
@@ -15,20 +17,8 @@ grep -E "int8/rs|fold case 1 .*fold 1 offset 0" $L/hqx.log | head -8 | cut -c1-1
 gpu_suite model test_cuda_model "*" 300
 gpu_tiny old kvq-run.old; gpu_tiny new kvq-run; gpu_tiny new_nosc kvq-run KVQ_CUDA_G1SC=0
 gpu_pack B_logs
-W2=/tmp/w2; mkdir -p $W2
-$B/make_synth_llama 8b $W2/src tests/models/kvq-tiny-llama 1 2 > $L/synth2.log 2>&1
-$B/kvq-convert -q -t 4 $W2/src $W2/e8.kvq --weights hyperquant:e8:4.0 > $L/conv2.log 2>&1; echo "2-layer e8 rc $? $(el)"
-N=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-prompt=$(head -c 560 .cu/shared/data/heldout-books.txt)
-for b in old new; do
-  bin=kvq-run; [ $b = old ] && bin=kvq-run.old
-  timeout 150 $N --clock-control none -k regex:hqx_gemv1s_k -s 8 -c 4 --section SpeedOfLight --section LaunchStats --section Occupancy \
-    --section WarpStateStats --section SchedulerStats --section InstructionStats -o $L/n_$b $B/$bin $W2/e8.kvq --gpu --ctx-max 1024 -p "$prompt" \
-    -n 8 --temp 0 > $L/ncu_$b.log 2>&1; echo "== ncu $b rc $? $(el)"
-  $N --import $L/n_$b.ncu-rep --page details > $L/n_${b}_details.txt 2>&1; rm -f $L/n_$b.ncu-rep
-  grep -E "hqx_gemv1s|Duration|Registers Per|Issued Warp Per|Warp Cycles Per Issued|DRAM Throughput|Executed Instructions  " $L/n_${b}_details.txt \
-    | head -32 | cut -c1-120
-done
+gpu_2layer
+for b in old new; do gpu_ncu_lean $b $([ $b = old ] && echo kvq-run.old || echo kvq-run); done
 gpu_pack B_logs
 gpu_wait e8
 for i in 1 2 3; do

@@ -6,6 +6,8 @@
 # (3) Nsight Compute on one step's four lean launches of the 2-layer model (new); (4) the 8B decode: main, new,
 # new with KVQ_CUDA_G1SC=0 alternated 3 times, our bf16 twice (the ratio's denominator, same call).
 set -u
+# (the Nsight Compute block written inline when it ran; since folded into gpu_env.sh's gpu_2layer and gpu_ncu_lean, the
+# same commands; its grep now also prints registers and cycles between issues)
 TESTS= . tests/bench/gpu_env.sh
 W=/tmp/w8; L=/tmp/logsC; mkdir -p $W $L
 gpu_convert8b e8="--weights hyperquant:e8:4.0" bf16="--weights none"
@@ -14,16 +16,8 @@ grep -E "int8/rs rows +[0-9]+ cols  4096" $L/hqx.log | head -4 | cut -c1-160
 gpu_suite model test_cuda_model "*" 300
 gpu_tiny old kvq-run.old; gpu_tiny new kvq-run; gpu_tiny new_nosc kvq-run KVQ_CUDA_G1SC=0
 gpu_pack C_logs
-W2=/tmp/w2; mkdir -p $W2
-$B/make_synth_llama 8b $W2/src tests/models/kvq-tiny-llama 1 2 > $L/synth2.log 2>&1
-$B/kvq-convert -q -t 4 $W2/src $W2/e8.kvq --weights hyperquant:e8:4.0 > $L/conv2.log 2>&1; echo "2-layer e8 rc $? $(el)"
-N=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-prompt=$(head -c 560 .cu/shared/data/heldout-books.txt)
-timeout 150 $N --clock-control none -k regex:hqx_gemv1s_k -s 8 -c 4 --section SpeedOfLight --section LaunchStats --section Occupancy \
-  --section WarpStateStats --section SchedulerStats --section InstructionStats -o $L/n_new $B/kvq-run $W2/e8.kvq --gpu --ctx-max 1024 \
-  -p "$prompt" -n 8 --temp 0 > $L/ncu_new.log 2>&1; echo "== ncu new rc $? $(el)"
-$N --import $L/n_new.ncu-rep --page details > $L/n_new_details.txt 2>&1; rm -f $L/n_new.ncu-rep
-grep -E "hqx_gemv1s|Duration|Issued Warp Per|DRAM Throughput|Executed Instructions  " $L/n_new_details.txt | head -20 | cut -c1-120
+gpu_2layer
+gpu_ncu_lean new kvq-run
 gpu_pack C_logs
 gpu_wait e8
 for i in 1 2 3; do
